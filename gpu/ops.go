@@ -1,0 +1,117 @@
+package gpu
+
+// Ops are the kernels the model and the engine run on a device. Every method
+// enqueues work on stream s and returns at once; results are visible after
+// the stream (or an event recorded after the op) has completed. Buffers must
+// belong to the device whose Ops is called, except where noted.
+//
+// Float inputs and outputs may be F32 or BF16 independently; arithmetic is
+// done in fp32 and each output is rounded once when stored (bf16: round to
+// nearest even). Shapes are row-major; the comment on each method gives them.
+// A contract violation (wrong length, wrong dtype, foreign buffer) panics when
+// the op is enqueued.
+//
+// "writes" means the output is overwritten; "accumulates" means out += value.
+type Ops interface {
+	// Gemm computes C = alpha*op(A)*op(B) + beta*C with fp32 accumulation.
+	// op(A) is m×k (A is k×m when transA), op(B) is k×n (B is n×k when
+	// transB), C is m×n. beta = 0 ignores C's old contents (even NaN).
+	Gemm(s Stream, transA, transB bool, m, n, k int, alpha float32, a, b Buffer, beta float32, c Buffer)
+	// BiasAdd: y[r,c] += bias[c] for y rows×cols.
+	BiasAdd(s Stream, y, bias Buffer, rows, cols int)
+	// BiasGrad accumulates dbias[c] += sum_r dy[r,c].
+	BiasGrad(s Stream, dy, dbias Buffer, rows, cols int)
+
+	// LayerNormForward writes y = (x-mean)*rstd*gamma + beta per row of x
+	// (rows×cols), and the row statistics mean and rstd (F32, rows).
+	LayerNormForward(s Stream, x, gamma, beta, y, mean, rstd Buffer, rows, cols int, eps float32)
+	// LayerNormBackward accumulates into dx, dgamma and dbeta.
+	LayerNormBackward(s Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta Buffer, rows, cols int)
+
+	// AttentionForward is causal multi-head self-attention. qkv is
+	// (batch, seq, 3*heads*headDim) holding Q, K and V side by side; out is
+	// (batch, seq, heads*headDim); att (F32, batch×heads×seq×seq) receives
+	// the softmax probabilities, kept for the backward pass.
+	AttentionForward(s Stream, qkv, out, att Buffer, batch, seq, heads, headDim int)
+	// AttentionBackward writes dqkv from dout, qkv and att.
+	AttentionBackward(s Stream, dout, qkv, att, dqkv Buffer, batch, seq, heads, headDim int)
+
+	// GeluForward writes y = gelu(x) (tanh approximation, as GPT-2) for n elements.
+	GeluForward(s Stream, x, y Buffer, n int)
+	// GeluBackward writes dx = dy * gelu'(x).
+	GeluBackward(s Stream, x, dy, dx Buffer, n int)
+	// Add writes out = a + b for n elements (the residual connection).
+	// out may alias a or b.
+	Add(s Stream, a, b, out Buffer, n int)
+
+	// CrossEntropyForward writes losses[r] = -log softmax(logits[r])[targets[r]]
+	// for logits rows×vocab and targets (I32, rows).
+	CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int)
+	// CrossEntropyBackward writes dlogits = (softmax(logits) - onehot(targets)) * scale.
+	CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale float32)
+
+	// EmbeddingForward writes out[b,t,:] = wte[ids[b,t],:] + wpe[t,:] for ids
+	// (I32, batch×seq), wte (vocab×dim), wpe (maxSeq×dim), out (batch×seq×dim).
+	EmbeddingForward(s Stream, ids, wte, wpe, out Buffer, batch, seq, dim int)
+	// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] and
+	// dwpe[t,:] += dout[b,t,:], in the fixed order b, then t.
+	EmbeddingBackward(s Stream, ids, dout, dwte, dwpe Buffer, batch, seq, dim int)
+
+	// Cast writes dst = src converted to dst's dtype; lengths must match.
+	Cast(s Stream, dst, src Buffer)
+	// Fill writes value into every element of x.
+	Fill(s Stream, x Buffer, value float32)
+	// Scale writes x *= alpha.
+	Scale(s Stream, x Buffer, alpha float32)
+	// Axpy accumulates y += alpha*x; lengths must match.
+	Axpy(s Stream, alpha float32, x, y Buffer)
+	// SumSquares writes sum(x[i]^2), accumulated in float64 in index order,
+	// into out[index] (out is F64). A non-finite x makes the sum non-finite.
+	SumSquares(s Stream, x, out Buffer, index int)
+
+	// AdamStep updates param (F32), m and v (F32) from grad (F32 or BF16) in
+	// place, and writes the new parameters rounded to bf16 into out when out
+	// is not nil. The formula is cpuadam's; on the CPU backend it calls
+	// cpuadam, so device and host optimizers give identical bits.
+	AdamStep(s Stream, param, grad, m, v, out Buffer, p AdamParams)
+}
+
+// AdamParams are the hyper-parameters of one Adam step; the formula is the
+// one documented in package cpuadam.
+type AdamParams struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float64
+	Step                               int64   // 1 for the first step
+	GradScale                          float64 // multiplies every gradient first (1/loss-scale × clip coefficient)
+	L2                                 bool    // classic Adam with L2 (decay added to the gradient) instead of AdamW
+}
+
+// ReduceOp combines values across ranks.
+type ReduceOp uint8
+
+const (
+	Sum ReduceOp = iota // x_0 + x_1 + ... + x_{N-1}, added in rank order
+	Avg                 // Sum, then divided by N
+)
+
+// Comm is one rank's handle on a communicator over the local devices, like
+// an NCCL communicator: every rank calls the same collectives in the same
+// order, each on a stream of its own device, and each call completes when
+// all ranks have joined it. Reductions add in fixed rank order (0, 1, ...,
+// N-1) in fp32 and round once on store, so results are deterministic and
+// identical on every rank.
+type Comm interface {
+	Rank() int
+	Size() int
+	// AllGather: recv.Len() == Size()*send.Len(); rank r's send lands in
+	// recv[r*n : (r+1)*n] on every rank.
+	AllGather(s Stream, send, recv Buffer)
+	// ReduceScatter: send.Len() == Size()*recv.Len(); rank r receives the
+	// reduction over ranks of send[r*n : (r+1)*n].
+	ReduceScatter(s Stream, send, recv Buffer, op ReduceOp)
+	// AllReduce reduces buf over ranks in place.
+	AllReduce(s Stream, buf Buffer, op ReduceOp)
+	// Broadcast copies root's buf into every rank's buf.
+	Broadcast(s Stream, buf Buffer, root int)
+	// Barrier completes when every rank has reached it.
+	Barrier(s Stream)
+}
