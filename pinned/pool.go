@@ -1,0 +1,468 @@
+package pinned
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/strata-ai/strata/internal/units"
+)
+
+// Registrar is told about every arena, so that a consumer can register the
+// memory once: the CUDA backend with cuMemHostRegister, the io_uring engine
+// as fixed buffers (arenaIndex is then the fixed-buffer index). Calls come
+// with the pool's lock held: a Registrar must not call back into the Pool.
+type Registrar interface {
+	Register(arenaIndex int, mem []byte) error
+	Unregister(arenaIndex int, mem []byte) error
+}
+
+// Residency says how the arenas sit in RAM, for cmd to print.
+type Residency struct {
+	Locked       bool           // mlock succeeded for every arena
+	LockNote     string         // why (not) locked, with the fix when not
+	HugePages    bool           // MADV_HUGEPAGE was requested
+	THPMode      string         // /sys/kernel/mm/transparent_hugepage/enabled: always, madvise or never
+	Populate     PopulateMethod // the method that faulted the pages in
+	PopulateTime time.Duration  // time to map and populate every arena
+}
+
+func (r Residency) String() string {
+	hp := "no huge-page advice"
+	if r.HugePages {
+		hp = "MADV_HUGEPAGE requested, THP " + r.THPMode
+		if r.THPMode == "never" {
+			hp += " (disabled: 4 KiB pages)"
+		}
+	}
+	return fmt.Sprintf("%s; %s; populated by %s in %s", r.LockNote, hp, r.Populate, r.PopulateTime.Round(time.Millisecond))
+}
+
+// PurposeStats are the counters of one purpose.
+type PurposeStats struct {
+	Purpose    string
+	InUseBytes int64 // padded bytes held now
+	PeakBytes  int64 // highest InUseBytes
+	Count      int   // buffers held now
+	Gets       int64 // successful Gets so far
+}
+
+// Stats is a snapshot of the pool's counters.
+type Stats struct {
+	BudgetBytes int64 // mapped bytes: the budget rounded down to the alignment
+	InUseBytes  int64 // padded bytes held by callers
+	PeakBytes   int64
+	CachedBytes int64 // returned buffers kept by size for reuse (reclaimable)
+	Purposes    []PurposeStats
+}
+
+type extent struct{ offsetBytes, sizeBytes int64 }
+
+type arena struct {
+	index int
+	mem   []byte
+	free  []extent // sorted by offset, coalesced
+}
+
+// slot is a free region kept in a size-class cache.
+type slot struct {
+	arena       *arena
+	offsetBytes int64
+}
+
+// Pool hands out pinned buffers from arenas mapped at New, under a hard byte
+// budget. Its methods are safe for concurrent use.
+type Pool struct {
+	opts      Options
+	arenas    []*arena
+	residency Residency
+	closed    atomic.Bool
+
+	mu          sync.Mutex
+	classes     map[int64][]slot // free slots by padded size
+	cachedBytes int64
+	inUseBytes  int64
+	peakBytes   int64
+	purposes    map[string]*PurposeStats
+	held        map[*Buffer]struct{}
+	registrars  []Registrar
+}
+
+// New maps the whole budget as arenas, requests huge pages, faults every page
+// in once and locks the arenas when allowed (see Options.Lock).
+func New(o Options) (*Pool, error) {
+	o = o.withDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		opts:     o,
+		classes:  map[int64][]slot{},
+		purposes: map[string]*PurposeStats{},
+		held:     map[*Buffer]struct{}{},
+	}
+	p.residency = Residency{HugePages: !o.NoHugePages, THPMode: thpMode(), Populate: o.Populate}
+	start := time.Now()
+	var totalBytes int64
+	for i, size := range o.arenaSizes() {
+		align := o.AlignBytes
+		if !o.NoHugePages && size >= hugePageBytes {
+			align = max(align, hugePageBytes)
+		}
+		mem, err := sysMap(size, align, o)
+		if err == nil {
+			p.residency.Populate, err = sysPopulate(mem, o.Populate)
+			if err != nil {
+				_ = sysUnmap(mem)
+			}
+		}
+		if err != nil {
+			p.unmapAll()
+			return nil, fmt.Errorf("pinned: arena %d of %s (budget %s; is it larger than free RAM?): %w",
+				i, units.FormatBytes(size), units.FormatBytes(o.BudgetBytes), err)
+		}
+		p.arenas = append(p.arenas, &arena{index: i, mem: mem, free: []extent{{0, size}}})
+		totalBytes += size
+	}
+	p.residency.PopulateTime = time.Since(start)
+	if o.Lock == LockNever {
+		p.residency.LockNote = "mlock: off (LockNever); running unlocked"
+		return p, nil
+	}
+	var lockErr error
+	for i, a := range p.arenas {
+		if lockErr = sysLock(a.mem); lockErr != nil {
+			for _, b := range p.arenas[:i] {
+				_ = sysUnlock(b.mem)
+			}
+			break
+		}
+	}
+	p.residency.Locked = lockErr == nil
+	p.residency.LockNote = lockNote(lockErr, totalBytes)
+	if lockErr != nil && o.Lock == LockRequired {
+		p.unmapAll()
+		return nil, fmt.Errorf("pinned: %s (Lock is LockRequired): %w", strings.TrimSuffix(p.residency.LockNote, "; running unlocked"), lockErr)
+	}
+	return p, nil
+}
+
+// Options are the pool's options with defaults applied.
+func (p *Pool) Options() Options { return p.opts }
+
+// Residency says whether the arenas are locked and how they were populated.
+func (p *Pool) Residency() Residency { return p.residency }
+
+// Arenas are the mapped arenas, in index order, for consumers that register
+// them all at once (io_uring's register_buffers).
+func (p *Pool) Arenas() [][]byte {
+	out := make([][]byte, len(p.arenas))
+	for i, a := range p.arenas {
+		out[i] = a.mem
+	}
+	return out
+}
+
+// AddRegistrar calls r.Register for every arena. If one fails, the arenas
+// already registered are unregistered and the error is returned. Close (or
+// RemoveRegistrar) calls r.Unregister for every arena.
+func (p *Pool) AddRegistrar(r Registrar) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mustBeOpen("AddRegistrar")
+	for i, a := range p.arenas {
+		if err := r.Register(a.index, a.mem); err != nil {
+			for _, b := range p.arenas[:i] {
+				_ = r.Unregister(b.index, b.mem)
+			}
+			return fmt.Errorf("pinned: register arena %d (%s): %w", a.index, units.FormatBytes(int64(len(a.mem))), err)
+		}
+	}
+	p.registrars = append(p.registrars, r)
+	return nil
+}
+
+// RemoveRegistrar calls r.Unregister for every arena, for a consumer that
+// shuts down before the pool. The errors of all arenas are joined.
+func (p *Pool) RemoveRegistrar(r Registrar) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := -1
+	for j, q := range p.registrars {
+		if q == r {
+			i = j
+		}
+	}
+	if i < 0 {
+		panic("pinned: RemoveRegistrar of a Registrar never added")
+	}
+	p.registrars = append(p.registrars[:i], p.registrars[i+1:]...)
+	return p.unregister(r)
+}
+
+func (p *Pool) unregister(r Registrar) error {
+	var errs []error
+	for _, a := range p.arenas {
+		if err := r.Unregister(a.index, a.mem); err != nil {
+			errs = append(errs, fmt.Errorf("pinned: unregister arena %d: %w", a.index, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Get returns a buffer of sizeBytes (address and capacity aligned to
+// AlignBytes) charged to purpose. It reuses a returned buffer of the same
+// padded size when there is one, else carves one from the arenas, else gives
+// every cached buffer back to the arenas and tries again. When the budget
+// cannot hold the request, the error (a *BudgetError, errors.Is ErrBudget)
+// lists what uses how much by purpose.
+func (p *Pool) Get(sizeBytes int64, purpose string) (*Buffer, error) {
+	if sizeBytes <= 0 || purpose == "" {
+		panic(fmt.Sprintf("pinned: Get of %d bytes for purpose %q (need a positive size and a purpose)", sizeBytes, purpose))
+	}
+	padded := units.AlignUp(sizeBytes, p.opts.AlignBytes)
+	if padded > p.opts.ArenaSizeBytes {
+		return nil, fmt.Errorf("pinned: request of %s for %q is larger than an arena (%s); raise ArenaSizeBytes or split the buffer: %w",
+			units.FormatBytes(sizeBytes), purpose, units.FormatBytes(p.opts.ArenaSizeBytes), ErrTooLarge)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mustBeOpen("Get")
+	s, ok := p.takeCached(padded)
+	if !ok {
+		s, ok = p.carve(padded)
+	}
+	if !ok && p.cachedBytes > 0 {
+		p.reclaim()
+		s, ok = p.carve(padded)
+	}
+	if !ok {
+		return nil, p.budgetError(sizeBytes, padded, purpose)
+	}
+	b := &Buffer{pool: p, arena: s.arena, offsetBytes: s.offsetBytes, sizeBytes: sizeBytes, paddedBytes: padded, purpose: purpose}
+	p.held[b] = struct{}{}
+	p.inUseBytes += padded
+	p.peakBytes = max(p.peakBytes, p.inUseBytes)
+	ps := p.purposes[purpose]
+	if ps == nil {
+		ps = &PurposeStats{Purpose: purpose}
+		p.purposes[purpose] = ps
+	}
+	ps.InUseBytes += padded
+	ps.PeakBytes = max(ps.PeakBytes, ps.InUseBytes)
+	ps.Count++
+	ps.Gets++
+	return b, nil
+}
+
+// Put returns b to the pool. It panics if b has leases outstanding (its I/O
+// has not completed), was already returned, or belongs to another pool.
+func (p *Pool) Put(b *Buffer) {
+	if b == nil || b.pool != p {
+		panic("pinned: Put of a nil buffer or one from another pool")
+	}
+	b.markPut()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed.Load() {
+		return // Close already reported it as held; the memory is gone
+	}
+	delete(p.held, b)
+	p.classes[b.paddedBytes] = append(p.classes[b.paddedBytes], slot{b.arena, b.offsetBytes})
+	p.cachedBytes += b.paddedBytes
+	p.inUseBytes -= b.paddedBytes
+	ps := p.purposes[b.purpose]
+	ps.InUseBytes -= b.paddedBytes
+	ps.Count--
+}
+
+// Stats returns a snapshot of the counters, purposes sorted by name.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.statsLocked()
+}
+
+func (p *Pool) statsLocked() Stats {
+	st := Stats{BudgetBytes: p.mappedBytes(), InUseBytes: p.inUseBytes, PeakBytes: p.peakBytes, CachedBytes: p.cachedBytes}
+	for _, ps := range p.purposes {
+		st.Purposes = append(st.Purposes, *ps)
+	}
+	sort.Slice(st.Purposes, func(i, j int) bool { return st.Purposes[i].Purpose < st.Purposes[j].Purpose })
+	return st
+}
+
+// Close unregisters the arenas from every Registrar (newest first), unlocks
+// and unmaps them. It panics if a buffer is still leased (DMA or I/O could
+// write into unmapped memory); buffers still held but not leased are listed
+// in the returned error, and their memory is gone. An arena whose Unregister
+// failed is left mapped, and said so. A second Close does nothing.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed.Load() {
+		return nil
+	}
+	var leased []string
+	for b := range p.held {
+		if n := b.Leases(); n > 0 {
+			leased = append(leased, fmt.Sprintf("%q %s (%d leases)", b.purpose, units.FormatBytes(b.sizeBytes), n))
+		}
+	}
+	if len(leased) > 0 {
+		sort.Strings(leased)
+		panic("pinned: Close with buffers still leased: " + strings.Join(leased, ", "))
+	}
+	var errs []error
+	keep := map[*arena]bool{}
+	for i := len(p.registrars) - 1; i >= 0; i-- {
+		for _, a := range p.arenas {
+			if err := p.registrars[i].Unregister(a.index, a.mem); err != nil {
+				keep[a] = true
+				errs = append(errs, fmt.Errorf("pinned: unregister arena %d: %w; left mapped", a.index, err))
+			}
+		}
+	}
+	p.registrars = nil
+	if len(p.held) > 0 {
+		errs = append(errs, fmt.Errorf("pinned: close with %d buffers still held (unmapped anyway): %s",
+			len(p.held), byPurpose(p.statsLocked().Purposes)))
+	}
+	p.closed.Store(true)
+	for _, a := range p.arenas {
+		if keep[a] {
+			continue
+		}
+		if err := p.unmap(a); err != nil {
+			errs = append(errs, fmt.Errorf("pinned: unmap arena %d: %w", a.index, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) unmap(a *arena) error {
+	if p.residency.Locked {
+		_ = sysUnlock(a.mem)
+	}
+	return sysUnmap(a.mem)
+}
+
+func (p *Pool) unmapAll() {
+	for _, a := range p.arenas {
+		_ = sysUnmap(a.mem)
+	}
+	p.arenas = nil
+}
+
+func (p *Pool) mustBeOpen(op string) {
+	if p.closed.Load() {
+		panic("pinned: " + op + " after Close")
+	}
+}
+
+func (p *Pool) mappedBytes() int64 {
+	var n int64
+	for _, a := range p.arenas {
+		n += int64(len(a.mem))
+	}
+	return n
+}
+
+func (p *Pool) takeCached(padded int64) (slot, bool) {
+	list := p.classes[padded]
+	if len(list) == 0 {
+		return slot{}, false
+	}
+	s := list[len(list)-1] // LIFO: the most recently used memory
+	p.classes[padded] = list[:len(list)-1]
+	p.cachedBytes -= padded
+	return s, true
+}
+
+// carve takes padded bytes from the best-fitting free extent of any arena.
+func (p *Pool) carve(padded int64) (slot, bool) {
+	var best *arena
+	bestIndex := -1
+	for _, a := range p.arenas {
+		for i, e := range a.free {
+			if e.sizeBytes >= padded && (best == nil || e.sizeBytes < best.free[bestIndex].sizeBytes) {
+				best, bestIndex = a, i
+			}
+		}
+	}
+	if best == nil {
+		return slot{}, false
+	}
+	e := &best.free[bestIndex]
+	s := slot{best, e.offsetBytes}
+	e.offsetBytes += padded
+	e.sizeBytes -= padded
+	if e.sizeBytes == 0 {
+		best.free = append(best.free[:bestIndex], best.free[bestIndex+1:]...)
+	}
+	return s, true
+}
+
+// reclaim gives every cached slot back to its arena's free extents.
+func (p *Pool) reclaim() {
+	for size, list := range p.classes {
+		for _, s := range list {
+			s.arena.release(extent{s.offsetBytes, size})
+		}
+		delete(p.classes, size)
+	}
+	p.cachedBytes = 0
+}
+
+// release inserts e into the sorted free list, merging with its neighbours.
+func (a *arena) release(e extent) {
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].offsetBytes > e.offsetBytes })
+	if i > 0 && a.free[i-1].offsetBytes+a.free[i-1].sizeBytes > e.offsetBytes ||
+		i < len(a.free) && e.offsetBytes+e.sizeBytes > a.free[i].offsetBytes {
+		panic(fmt.Sprintf("pinned: arena %d: freeing [%d, %d) overlaps a free extent", a.index, e.offsetBytes, e.offsetBytes+e.sizeBytes))
+	}
+	if i > 0 && a.free[i-1].offsetBytes+a.free[i-1].sizeBytes == e.offsetBytes {
+		a.free[i-1].sizeBytes += e.sizeBytes
+		if i < len(a.free) && e.offsetBytes+e.sizeBytes == a.free[i].offsetBytes {
+			a.free[i-1].sizeBytes += a.free[i].sizeBytes
+			a.free = append(a.free[:i], a.free[i+1:]...)
+		}
+		return
+	}
+	if i < len(a.free) && e.offsetBytes+e.sizeBytes == a.free[i].offsetBytes {
+		a.free[i].offsetBytes = e.offsetBytes
+		a.free[i].sizeBytes += e.sizeBytes
+		return
+	}
+	a.free = append(a.free, extent{})
+	copy(a.free[i+1:], a.free[i:])
+	a.free[i] = e
+}
+
+func (p *Pool) budgetError(sizeBytes, padded int64, purpose string) *BudgetError {
+	e := &BudgetError{
+		BudgetBytes:  p.mappedBytes(),
+		RequestBytes: sizeBytes,
+		PaddedBytes:  padded,
+		Purpose:      purpose,
+		InUse:        p.statsLocked().Purposes,
+		FreeBytes:    p.mappedBytes() - p.inUseBytes,
+	}
+	for _, a := range p.arenas {
+		for _, x := range a.free {
+			e.LargestFreeBytes = max(e.LargestFreeBytes, x.sizeBytes)
+		}
+	}
+	return e
+}
+
+// touch writes one byte per page so every page is faulted in for writing.
+func touch(mem []byte, pageBytes int64) {
+	for i := int64(0); i < int64(len(mem)); i += pageBytes {
+		mem[i] = 0
+	}
+}
