@@ -1,0 +1,98 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+)
+
+// ByteVocab is the vocabulary of the byte-level tokenizer.
+const ByteVocab = 256
+
+// Encode turns text into token ids, one per byte: any file is training data.
+func Encode(text []byte) []int32 {
+	ids := make([]int32, len(text))
+	for i, b := range text {
+		ids[i] = int32(b)
+	}
+	return ids
+}
+
+// Decode turns byte-level token ids back into text; an id outside [0, 256)
+// is an error.
+func Decode(ids []int32) ([]byte, error) {
+	out := make([]byte, len(ids))
+	for i, id := range ids {
+		if id < 0 || id >= ByteVocab {
+			return nil, fmt.Errorf("model: token %d: id %d is not a byte", i, id)
+		}
+		out[i] = byte(id)
+	}
+	return out, nil
+}
+
+// Batch is one micro-batch: Rows sequences of Seq tokens, row-major.
+// Targets[i] is the token that follows IDs[i] in the corpus.
+type Batch struct {
+	Rows, Seq    int
+	IDs, Targets []int32
+}
+
+// Sampler draws training windows from a tokenized corpus, deterministically:
+// the window of row r of step t depends only on (seed, t, r), never on the
+// order of calls, so every run, every rank and every way of splitting a
+// global batch see the same data.
+//
+// A step's global batch is rows 0..G-1. Split across N ranks with A
+// micro-batches of B rows each (G = N·A·B), rank r's micro-batch k is rows
+// (r·A + k)·B .. (r·A + k + 1)·B - 1 (RankBatch): the ranks' micro-batches
+// in rank order are the global batch in row order.
+type Sampler struct {
+	tokens []int32
+	seq    int
+	seed   uint64
+}
+
+// ErrCorpusTooShort says a corpus has fewer than seq+1 tokens.
+var ErrCorpusTooShort = errors.New("model: corpus too short")
+
+// NewSampler samples windows of seq tokens (plus the next token as the
+// last target) from tokens. It keeps tokens without copying.
+func NewSampler(tokens []int32, seq int, seed uint64) (*Sampler, error) {
+	if seq < 1 {
+		return nil, fmt.Errorf("model: sampler seq %d must be >= 1", seq)
+	}
+	if len(tokens) < seq+1 {
+		return nil, fmt.Errorf("%w: %d tokens, need at least seq+1 = %d", ErrCorpusTooShort, len(tokens), seq+1)
+	}
+	return &Sampler{tokens: tokens, seq: seq, seed: seed}, nil
+}
+
+// Seq returns the window length.
+func (s *Sampler) Seq() int { return s.seq }
+
+// Window returns the first token index of row row of step step.
+func (s *Sampler) Window(step, row int) int {
+	rng := rand.New(rand.NewPCG(s.seed, uint64(step)<<32^uint64(uint32(row))))
+	return rng.IntN(len(s.tokens) - s.seq)
+}
+
+// Batch returns rows firstRow .. firstRow+rows-1 of step step.
+func (s *Sampler) Batch(step, firstRow, rows int) Batch {
+	b := Batch{Rows: rows, Seq: s.seq, IDs: make([]int32, rows*s.seq), Targets: make([]int32, rows*s.seq)}
+	for r := 0; r < rows; r++ {
+		w := s.Window(step, firstRow+r)
+		copy(b.IDs[r*s.seq:(r+1)*s.seq], s.tokens[w:w+s.seq])
+		copy(b.Targets[r*s.seq:(r+1)*s.seq], s.tokens[w+1:w+1+s.seq])
+	}
+	return b
+}
+
+// RankBatch returns micro-batch micro (0 <= micro < accum) of rank rank for
+// step step, microRows rows each: rows (rank·accum + micro)·microRows onward.
+func (s *Sampler) RankBatch(step, rank, micro, accum, microRows int) Batch {
+	if micro < 0 || micro >= accum || rank < 0 {
+		panic(fmt.Sprintf("model: RankBatch rank %d micro %d of %d", rank, micro, accum))
+	}
+	return s.Batch(step, (rank*accum+micro)*microRows, microRows)
+}

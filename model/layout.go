@@ -1,0 +1,177 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+)
+
+// Tensor is one named parameter tensor inside a chunk. Weights of linear
+// layers are stored out×in (PyTorch nn.Linear; Hugging Face's GPT-2 Conv1D
+// stores the transpose).
+type Tensor struct {
+	Name   string
+	Shape  []int
+	Offset int // first element within the chunk
+	Len    int // elements: the product of Shape
+}
+
+// Chunk is the unit of movement of DESIGN.md: a contiguous run of parameters
+// stored in one flat buffer, its tensors packed densely in the order listed.
+type Chunk struct {
+	Index   int
+	Name    string // "embeddings", "block 0" ... "block L-1", "ln_f"
+	Tensors []Tensor
+	Len     int // elements
+}
+
+// Tensor returns the tensor called name, or false.
+func (c Chunk) Tensor(name string) (Tensor, bool) {
+	for _, t := range c.Tensors {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return Tensor{}, false
+}
+
+// Layout is the arrangement of a shape's parameters in chunks:
+//
+//	chunk 0       embeddings: wte (Vocab×C), wpe (MaxSeq×C); wte is also the output head
+//	chunk 1..L    block l-1: ln_1 g,b (C), attn.c_attn W (3C×C), b (3C), attn.c_proj W (C×C), b (C),
+//	              ln_2 g,b (C), mlp.c_fc W (4C×C), b (4C), mlp.c_proj W (C×4C), b (C)
+//	chunk L+1     ln_f g,b (C)
+//
+// The sum of the chunk lengths is Shape.ParamCount().
+type Layout struct {
+	Shape  Shape
+	Chunks []Chunk
+}
+
+// EmbeddingChunk is the chunk of wte and wpe.
+const EmbeddingChunk = 0
+
+// BlockChunk is the chunk of block (layer) l, 0 <= l < L.
+func BlockChunk(l int) int { return 1 + l }
+
+// FinalNormChunk is the chunk of the final layernorm.
+func (l *Layout) FinalNormChunk() int { return l.Shape.Layers + 1 }
+
+// NewLayout lays out the parameters of s.
+func NewLayout(s Shape) (*Layout, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	c := s.Dim
+	l := &Layout{Shape: s}
+	l.Chunks = append(l.Chunks, makeChunk(0, "embeddings", []string{"wte", "wpe"}, [][]int{{s.Vocab, c}, {s.MaxSeq, c}}))
+	for i := 0; i < s.Layers; i++ {
+		names, shapes := blockTensors(i, c)
+		l.Chunks = append(l.Chunks, makeChunk(1+i, fmt.Sprintf("block %d", i), names, shapes))
+	}
+	l.Chunks = append(l.Chunks, makeChunk(s.Layers+1, "ln_f", []string{"ln_f.weight", "ln_f.bias"}, [][]int{{c}, {c}}))
+	return l, nil
+}
+
+// The tensors of a block in chunk order; blockOffsets mirrors it.
+func blockTensors(i, c int) ([]string, [][]int) {
+	p := fmt.Sprintf("h.%d.", i)
+	return []string{
+			p + "ln_1.weight", p + "ln_1.bias",
+			p + "attn.c_attn.weight", p + "attn.c_attn.bias",
+			p + "attn.c_proj.weight", p + "attn.c_proj.bias",
+			p + "ln_2.weight", p + "ln_2.bias",
+			p + "mlp.c_fc.weight", p + "mlp.c_fc.bias",
+			p + "mlp.c_proj.weight", p + "mlp.c_proj.bias",
+		}, [][]int{
+			{c}, {c},
+			{3 * c, c}, {3 * c},
+			{c, c}, {c},
+			{c}, {c},
+			{4 * c, c}, {4 * c},
+			{c, 4 * c}, {c},
+		}
+}
+
+func makeChunk(index int, name string, names []string, shapes [][]int) Chunk {
+	ch := Chunk{Index: index, Name: name}
+	for i, n := range names {
+		size := 1
+		for _, d := range shapes[i] {
+			size *= d
+		}
+		ch.Tensors = append(ch.Tensors, Tensor{Name: n, Shape: shapes[i], Offset: ch.Len, Len: size})
+		ch.Len += size
+	}
+	return ch
+}
+
+// ParamCount is the number of parameters over all chunks.
+func (l *Layout) ParamCount() int64 {
+	var n int64
+	for _, c := range l.Chunks {
+		n += int64(c.Len)
+	}
+	return n
+}
+
+// blockOffsets are the element offsets of a block chunk's tensors; the same
+// for every block.
+type blockOffsets struct {
+	ln1g, ln1b, qkvW, qkvB, projW, projB, ln2g, ln2b, fcW, fcB, fcpW, fcpB int
+}
+
+func (l *Layout) block() blockOffsets {
+	t := l.Chunks[1].Tensors
+	return blockOffsets{t[0].Offset, t[1].Offset, t[2].Offset, t[3].Offset, t[4].Offset, t[5].Offset,
+		t[6].Offset, t[7].Offset, t[8].Offset, t[9].Offset, t[10].Offset, t[11].Offset}
+}
+
+// InitStd is the standard deviation of GPT-2's weight initialisation.
+const InitStd = 0.02
+
+// InitChunk returns chunk c's initial parameters, GPT-2 style: weights and
+// embeddings N(0, 0.02), the residual projections (attn.c_proj and
+// mlp.c_proj weights) N(0, 0.02/sqrt(2L)), layernorm gains 1, biases 0.
+// The values depend only on (seed, c), so a chunk (or every rank's shard of
+// it) can be initialised without the others.
+func (l *Layout) InitChunk(seed uint64, c int) []float32 {
+	if c < 0 || c >= len(l.Chunks) {
+		panic(fmt.Sprintf("model: chunk %d out of range [0, %d)", c, len(l.Chunks)))
+	}
+	ch := l.Chunks[c]
+	out := make([]float32, ch.Len)
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15^uint64(c)))
+	residStd := InitStd / math.Sqrt(2*float64(l.Shape.Layers))
+	for _, t := range ch.Tensors {
+		v := out[t.Offset : t.Offset+t.Len]
+		switch {
+		case len(t.Shape) == 2 && (strings.HasSuffix(t.Name, "attn.c_proj.weight") || strings.HasSuffix(t.Name, "mlp.c_proj.weight")):
+			fillNormal(rng, v, residStd)
+		case len(t.Shape) == 2:
+			fillNormal(rng, v, InitStd)
+		case strings.HasSuffix(t.Name, ".weight"): // layernorm gain
+			for i := range v {
+				v[i] = 1
+			}
+		default: // biases stay 0
+		}
+	}
+	return out
+}
+
+// Init returns every chunk's initial parameters (InitChunk for each).
+func (l *Layout) Init(seed uint64) [][]float32 {
+	out := make([][]float32, len(l.Chunks))
+	for c := range l.Chunks {
+		out[c] = l.InitChunk(seed, c)
+	}
+	return out
+}
+
+func fillNormal(rng *rand.Rand, v []float32, std float64) {
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * std)
+	}
+}

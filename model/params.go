@@ -1,0 +1,285 @@
+package model
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/bf16"
+)
+
+// Pass says which pass of a micro-batch touches a chunk.
+type Pass uint8
+
+const (
+	PassForward Pass = iota
+	PassBackward
+)
+
+func (p Pass) String() string {
+	if p == PassForward {
+		return "forward"
+	}
+	return "backward"
+}
+
+// Params is how the model reaches parameter and gradient memory, which it
+// does not own: the caller (Resident here, the ZeRO engine elsewhere)
+// implements it. Every call names the stream the model enqueues on; the
+// implementation makes that stream wait for whatever it needs (a gather, an
+// upload) and records events after Release and GradReady to learn when the
+// model's work on a chunk is done.
+//
+// The model calls the methods in exactly the order AccessOrder lists, from
+// one goroutine, for every micro-batch (Forward then Backward):
+//
+//	forward:   Acquire(0) Release(0)                 embedding
+//	           Acquire(c) Release(c)  c = 1..L       blocks
+//	           Acquire(L+1) Release(L+1)             final layernorm
+//	           Acquire(0) Release(0)                 tied output head: logits and loss
+//	backward:  Acquire(0) Grad(0) Release(0)         head: dlogits, d ln_f out, dwte +=
+//	           Acquire(L+1) Grad(L+1) Release(L+1) GradReady(L+1)
+//	           Acquire(c) Grad(c) Release(c) GradReady(c)   c = L..1
+//	           GradReady(0)                          after the embedding backward (dwte, dwpe +=)
+//
+// Grad(0) is called once, at the head, and its buffer stays in use until
+// GradReady(0): the embedding backward at the end of the pass accumulates
+// into it without acquiring the parameters again.
+type Params interface {
+	// Acquire returns chunk c's parameters (F32 or BF16, Layout.Chunks[c].Len
+	// elements), usable by work enqueued on s after the call.
+	Acquire(s gpu.Stream, c int, pass Pass) gpu.Buffer
+	// Release says the model has enqueued its last use of chunk c for this
+	// pass on s.
+	Release(s gpu.Stream, c int, pass Pass)
+	// Grad returns chunk c's gradient buffer (F32 or BF16, the chunk's
+	// length); the model accumulates (+=) into it.
+	Grad(s gpu.Stream, c int) gpu.Buffer
+	// GradReady says chunk c's gradient contribution of this micro-batch is
+	// fully enqueued on s.
+	GradReady(s gpu.Stream, c int)
+}
+
+// AccessKind is one of the four Params calls.
+type AccessKind uint8
+
+const (
+	AccessAcquire AccessKind = iota
+	AccessRelease
+	AccessGrad
+	AccessGradReady
+)
+
+func (k AccessKind) String() string {
+	return [...]string{"acquire", "release", "grad", "grad-ready"}[k]
+}
+
+// Access is one Params call: what, which chunk, and in which pass.
+type Access struct {
+	Kind  AccessKind
+	Chunk int
+	Pass  Pass
+}
+
+func (a Access) String() string { return fmt.Sprintf("%s %s %d", a.Pass, a.Kind, a.Chunk) }
+
+// AccessOrder lists the Params calls of one micro-batch (Forward then
+// Backward) of a model with the given number of layers, in the order the
+// model makes them. The planner may rely on it.
+func AccessOrder(layers int) []Access {
+	var a []Access
+	use := func(c int, p Pass) {
+		a = append(a, Access{AccessAcquire, c, p})
+		if p == PassBackward {
+			a = append(a, Access{AccessGrad, c, p})
+		}
+		a = append(a, Access{AccessRelease, c, p})
+	}
+	use(0, PassForward)
+	for c := 1; c <= layers+1; c++ {
+		use(c, PassForward)
+	}
+	use(0, PassForward)
+	use(0, PassBackward)
+	for c := layers + 1; c >= 1; c-- {
+		use(c, PassBackward)
+		a = append(a, Access{AccessGradReady, c, PassBackward})
+	}
+	a = append(a, Access{AccessGradReady, 0, PassBackward})
+	return a
+}
+
+// Resident keeps every chunk's parameters and gradients allocated on one
+// device for the whole run: the Params of the plain training loop and the
+// tests. Acquire and Grad return the same buffers every time; Release and
+// GradReady do nothing because there is no other stream to tell.
+type Resident struct {
+	dev    gpu.Device
+	layout *Layout
+	params []gpu.Buffer
+	grads  []gpu.Buffer
+}
+
+// NewResident allocates params and grads of dtype dt (F32 or BF16) for every
+// chunk of layout on dev, zeroed, tagged gpu.ModelState.
+func NewResident(dev gpu.Device, layout *Layout, dt gpu.DType) (*Resident, error) {
+	if dt != gpu.F32 && dt != gpu.BF16 {
+		return nil, fmt.Errorf("model: parameter dtype %s is not f32 or bf16", dt)
+	}
+	r := &Resident{dev: dev, layout: layout}
+	for _, ch := range layout.Chunks {
+		p, err := dev.Alloc(ch.Len, dt, gpu.Tag{Kind: gpu.ModelState, Purpose: "param"})
+		if err != nil {
+			r.Free()
+			return nil, fmt.Errorf("model: params of chunk %d: %w", ch.Index, err)
+		}
+		r.params = append(r.params, p)
+		g, err := dev.Alloc(ch.Len, dt, gpu.Tag{Kind: gpu.ModelState, Purpose: "grad"})
+		if err != nil {
+			r.Free()
+			return nil, fmt.Errorf("model: grads of chunk %d: %w", ch.Index, err)
+		}
+		r.grads = append(r.grads, g)
+	}
+	return r, nil
+}
+
+// Free releases all buffers; the streams that used them must have completed.
+func (r *Resident) Free() {
+	for _, b := range r.params {
+		r.dev.Free(b)
+	}
+	for _, b := range r.grads {
+		r.dev.Free(b)
+	}
+	r.params, r.grads = nil, nil
+}
+
+// Param returns chunk c's parameter buffer.
+func (r *Resident) Param(c int) gpu.Buffer { return r.params[c] }
+
+// GradBuffer returns chunk c's gradient buffer.
+func (r *Resident) GradBuffer(c int) gpu.Buffer { return r.grads[c] }
+
+// Acquire implements Params.
+func (r *Resident) Acquire(_ gpu.Stream, c int, _ Pass) gpu.Buffer { return r.params[c] }
+
+// Release implements Params.
+func (r *Resident) Release(gpu.Stream, int, Pass) {}
+
+// Grad implements Params.
+func (r *Resident) Grad(_ gpu.Stream, c int) gpu.Buffer { return r.grads[c] }
+
+// GradReady implements Params.
+func (r *Resident) GradReady(gpu.Stream, int) {}
+
+// Load enqueues the upload of host parameters (one []float32 per chunk, as
+// Layout.Init returns) on s, rounding to bf16 on the host when the params
+// are BF16. The host data is copied before Load returns.
+func (r *Resident) Load(s gpu.Stream, chunks [][]float32) {
+	if len(chunks) != len(r.params) {
+		panic(fmt.Sprintf("model: Load got %d chunks, layout has %d", len(chunks), len(r.params)))
+	}
+	for c, v := range chunks {
+		upload(r.dev, s, r.params[c], v)
+	}
+}
+
+// ZeroGrads enqueues zeroing every gradient buffer on s.
+func (r *Resident) ZeroGrads(s gpu.Stream) {
+	ops := r.dev.Ops()
+	for _, g := range r.grads {
+		ops.Fill(s, g, 0)
+	}
+}
+
+// ReadParams synchronizes s and returns every chunk's parameters as float32.
+func (r *Resident) ReadParams(s gpu.Stream) ([][]float32, error) {
+	return download(r.dev, s, r.params)
+}
+
+// ReadGrads synchronizes s and returns every chunk's gradients as float32.
+func (r *Resident) ReadGrads(s gpu.Stream) ([][]float32, error) {
+	return download(r.dev, s, r.grads)
+}
+
+// upload enqueues copying v (converted to dst's dtype) into dst on s. The
+// staging bytes are a fresh allocation that nothing else touches, so the
+// caller may reuse v at once.
+func upload(dev gpu.Device, s gpu.Stream, dst gpu.Buffer, v []float32) {
+	if dst.Len() != len(v) {
+		panic(fmt.Sprintf("model: upload of %d values into a buffer of %d", len(v), dst.Len()))
+	}
+	if len(v) == 0 {
+		return
+	}
+	var b []byte
+	switch dst.DType() {
+	case gpu.F32:
+		b = make([]byte, 4*len(v))
+		copy(f32View(b), v)
+	case gpu.BF16:
+		b = make([]byte, 2*len(v))
+		bf16.FromFloat32s(u16View(b), v)
+	default:
+		panic(fmt.Sprintf("model: upload into a %s buffer", dst.DType()))
+	}
+	dev.CopyHostToDevice(s, dst, 0, b)
+}
+
+// download copies bufs to the host, synchronizes s and widens to float32.
+func download(dev gpu.Device, s gpu.Stream, bufs []gpu.Buffer) ([][]float32, error) {
+	raw := make([][]byte, len(bufs))
+	for i, b := range bufs {
+		raw[i] = make([]byte, b.Bytes())
+		if b.Len() > 0 {
+			dev.CopyDeviceToHost(s, raw[i], b, 0)
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		return nil, fmt.Errorf("model: download: %w", err)
+	}
+	out := make([][]float32, len(bufs))
+	for i, b := range bufs {
+		out[i] = make([]float32, b.Len())
+		switch b.DType() {
+		case gpu.F32:
+			copy(out[i], f32View(raw[i]))
+		case gpu.BF16:
+			bf16.ToFloat32s(out[i], u16View(raw[i]))
+		default:
+			panic(fmt.Sprintf("model: download of a %s buffer", b.DType()))
+		}
+	}
+	return out, nil
+}
+
+// f32View, u16View and i32View reinterpret host bytes (little-endian, as the
+// copies are) in place.
+func f32View(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func u16View(b []byte) []uint16 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}
+
+func i32View(b []byte) []int32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func f64View(b []byte) []float64 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
+}
