@@ -1,0 +1,38 @@
+// Package cpu is the reference gpu backend: N in-process devices whose
+// "HBM" is host memory behind a per-device byte budget, whose streams are
+// goroutines and whose kernels are Go. It runs everywhere (CI included) and
+// defines the numbers other backends are compared with.
+//
+// Lifecycle: New returns the devices and one Comm per device. Nothing needs
+// closing: a stream starts a goroutine when work arrives and the goroutine
+// exits when the queue is empty. Buffers from Alloc are freed with Free once
+// the streams that use them have been synchronized.
+//
+// Memory: Alloc takes zeroed Go memory, 64-byte aligned, accounted in
+// multiples of 64 bytes against Options.HBMBytes per Tag (kind and
+// purpose), with peaks; a request that does not fit returns
+// *gpu.OutOfMemoryError. Buffers are typed views (unsafe.Slice) of that
+// memory. Freed memory is returned to the Go heap.
+//
+// Streams and events: each stream runs its queue in order on one goroutine.
+// Record enqueues the closing of a channel; Wait enqueues a receive from the
+// channel of the latest Record, so streams of any device can wait on each
+// other. An op that finds bad runtime data (a token id out of range,
+// collective calls that disagree) returns an error that the next
+// Synchronize of its stream reports; a broken contract (wrong length,
+// dtype, device) panics when the op is enqueued.
+//
+// Numerics: fp32 arithmetic, bf16 storage widened exactly and rounded once
+// (nearest even) on store. Row reductions and transcendentals are evaluated
+// in float64 and rounded to fp32. Heavy ops are split over Options.Workers
+// goroutines, but every output element is computed by one goroutine in a
+// fixed order, so results are bit-identical run to run and for any worker
+// count: GEMM uses fixed 64×128 tiles of C, each a serial gonum Sgemm over
+// the whole k; column sums (bias, layernorm and embedding gradients) run
+// in row order; collectives add in rank order (see comm.go). AdamStep calls
+// cpuadam, so device and host optimizers give identical bits.
+//
+// Counters: bytes moved host→device, device→host, between devices (counted
+// on the device whose stream runs the copy) and by collectives (the bytes a
+// ring algorithm would send from the rank).
+package cpu

@@ -1,0 +1,446 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// LayerNormForward: per row, mean and variance (float64 sums, biased
+// variance), rstd = 1/sqrt(var+eps) stored as fp32, then
+// y = (x-mean)*rstd*gamma + beta in fp32 with the stored mean and rstd.
+func (o *Ops) LayerNormForward(gs gpu.Stream, gx, ggamma, gbeta, gy, gmean, grstd gpu.Buffer, rows, cols int, eps float32) {
+	nonNeg("layernorm", rows, cols)
+	s := o.stream(gs)
+	x, y := o.float(gx, "layernorm x", rows*cols), o.float(gy, "layernorm y", rows*cols)
+	gamma, beta := o.float(ggamma, "layernorm gamma", cols), o.float(gbeta, "layernorm beta", cols)
+	mean, rstd := o.typed(gmean, "layernorm mean", gpu.F32, rows), o.typed(grstd, "layernorm rstd", gpu.F32, rows)
+	s.enqueue(func() error {
+		g, b := loadF32(gamma, 0, cols, nil), loadF32(beta, 0, cols, nil)
+		mv, rv := mean.f32(), rstd.f32()
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
+			out := make([]float32, cols)
+			var tmp []float32
+			for r := lo; r < hi; r++ {
+				xr := loadF32(x, r*cols, (r+1)*cols, tmp)
+				tmp = xr
+				var sum float64
+				for _, v := range xr {
+					sum += float64(v)
+				}
+				m := sum / float64(cols)
+				var ss float64
+				for _, v := range xr {
+					d := float64(v) - m
+					ss += d * d
+				}
+				mf, rf := float32(m), float32(1/math.Sqrt(ss/float64(cols)+float64(eps)))
+				for c, v := range xr {
+					out[c] = (v-mf)*rf*g[c] + b[c]
+				}
+				mv[r], rv[r] = mf, rf
+				storeF32(y, r*cols, out)
+			}
+		})
+		return nil
+	})
+}
+
+// LayerNormBackward accumulates dx, dgamma and dbeta (llm.c's formulas):
+// with xhat = (x-mean)*rstd and g = dy*gamma,
+// dx += (g - mean(g) - xhat*mean(g*xhat)) * rstd, dgamma += sum_r dy*xhat,
+// dbeta += sum_r dy; the column sums run in row order.
+func (o *Ops) LayerNormBackward(gs gpu.Stream, gdy, gx, ggamma, gmean, grstd, gdx, gdgamma, gdbeta gpu.Buffer, rows, cols int) {
+	nonNeg("layernorm-backward", rows, cols)
+	s := o.stream(gs)
+	dy, x, dx := o.float(gdy, "layernorm dy", rows*cols), o.float(gx, "layernorm x", rows*cols), o.float(gdx, "layernorm dx", rows*cols)
+	gamma := o.float(ggamma, "layernorm gamma", cols)
+	dgamma, dbeta := o.float(gdgamma, "layernorm dgamma", cols), o.float(gdbeta, "layernorm dbeta", cols)
+	mean, rstd := o.typed(gmean, "layernorm mean", gpu.F32, rows), o.typed(grstd, "layernorm rstd", gpu.F32, rows)
+	s.enqueue(func() error {
+		g := loadF32(gamma, 0, cols, nil)
+		mv, rv := mean.f32(), rstd.f32()
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
+			gh := make([]float32, cols)
+			xh := make([]float32, cols)
+			var tx, td, tdx []float32
+			for r := lo; r < hi; r++ {
+				xr := loadF32(x, r*cols, (r+1)*cols, tx)
+				dr := loadF32(dy, r*cols, (r+1)*cols, td)
+				tx, td = xr, dr
+				var sg, sgx float64
+				for c := range cols {
+					xh[c] = (xr[c] - mv[r]) * rv[r]
+					gh[c] = dr[c] * g[c]
+					sg += float64(gh[c])
+					sgx += float64(gh[c]) * float64(xh[c])
+				}
+				mg, mgx := float32(sg/float64(cols)), float32(sgx/float64(cols))
+				dxr := loadF32(dx, r*cols, (r+1)*cols, tdx)
+				tdx = dxr
+				for c := range cols {
+					dxr[c] += (gh[c] - mg - xh[c]*mgx) * rv[r]
+				}
+				storeF32(dx, r*cols, dxr)
+			}
+		})
+		o.d.parallel(cols, 64, func(lo, hi int) {
+			ag, ab := make([]float32, hi-lo), make([]float32, hi-lo)
+			var tx, td []float32
+			for r := range rows {
+				xr := loadF32(x, r*cols+lo, r*cols+hi, tx)
+				dr := loadF32(dy, r*cols+lo, r*cols+hi, td)
+				tx, td = xr, dr
+				for i := range ag {
+					ag[i] += dr[i] * ((xr[i] - mv[r]) * rv[r])
+					ab[i] += dr[i]
+				}
+			}
+			addInto(dgamma, lo, ag)
+			addInto(dbeta, lo, ab)
+		})
+		return nil
+	})
+}
+
+// AttentionForward: causal softmax(q·k/sqrt(headDim))·v per (batch, head),
+// llm.c layout: qkv[b,t,:] = [q heads | k heads | v heads]. att receives the
+// probabilities, with zeros above the diagonal.
+func (o *Ops) AttentionForward(gs gpu.Stream, gqkv, gout, gatt gpu.Buffer, batch, seq, heads, headDim int) {
+	nonNeg("attention", batch, seq, heads, headDim)
+	s := o.stream(gs)
+	C := heads * headDim
+	qkv, out := o.float(gqkv, "attention qkv", batch*seq*3*C), o.float(gout, "attention out", batch*seq*C)
+	att := o.typed(gatt, "attention att", gpu.F32, batch*heads*seq*seq)
+	s.enqueue(func() error {
+		scale := float32(1 / math.Sqrt(float64(headDim)))
+		av := att.f32()
+		o.d.parallel(batch*heads, 1, func(lo, hi int) {
+			ah := newAttnHead(seq, headDim)
+			row := make([]float32, headDim)
+			for bh := lo; bh < hi; bh++ {
+				b, h := bh/heads, bh%heads
+				ah.gather(qkv, b, h, heads)
+				for t := range seq {
+					a := av[(bh*seq+t)*seq : (bh*seq+t+1)*seq]
+					q := ah.q[t*headDim : (t+1)*headDim]
+					mx := float32(math.Inf(-1))
+					for t2 := 0; t2 <= t; t2++ {
+						a[t2] = dot(q, ah.k[t2*headDim:(t2+1)*headDim]) * scale
+						mx = max(mx, a[t2])
+					}
+					var sum float64
+					for t2 := 0; t2 <= t; t2++ {
+						e := math.Exp(float64(a[t2] - mx))
+						a[t2] = float32(e)
+						sum += e
+					}
+					inv := float32(1 / sum)
+					for t2 := 0; t2 <= t; t2++ {
+						a[t2] *= inv
+					}
+					clear(a[t+1:])
+					clear(row)
+					for t2 := 0; t2 <= t; t2++ {
+						axpyF(a[t2], ah.v[t2*headDim:(t2+1)*headDim], row)
+					}
+					storeF32(out, (b*seq+t)*C+h*headDim, row)
+				}
+			}
+		})
+		return nil
+	})
+}
+
+// AttentionBackward writes dqkv from dout, qkv and att (llm.c's backward,
+// with the softmax backward in its O(T) form:
+// dpre = att*(datt - sum(att*datt))).
+func (o *Ops) AttentionBackward(gs gpu.Stream, gdout, gqkv, gatt, gdqkv gpu.Buffer, batch, seq, heads, headDim int) {
+	nonNeg("attention-backward", batch, seq, heads, headDim)
+	s := o.stream(gs)
+	C := heads * headDim
+	qkv, dqkv := o.float(gqkv, "attention qkv", batch*seq*3*C), o.float(gdqkv, "attention dqkv", batch*seq*3*C)
+	dout := o.float(gdout, "attention dout", batch*seq*C)
+	att := o.typed(gatt, "attention att", gpu.F32, batch*heads*seq*seq)
+	s.enqueue(func() error {
+		scale := float32(1 / math.Sqrt(float64(headDim)))
+		av := att.f32()
+		o.d.parallel(batch*heads, 1, func(lo, hi int) {
+			ah := newAttnHead(seq, headDim)
+			dq, dk, dv := make([]float32, seq*headDim), make([]float32, seq*headDim), make([]float32, seq*headDim)
+			datt := make([]float32, seq)
+			var tmp []float32
+			for bh := lo; bh < hi; bh++ {
+				b, h := bh/heads, bh%heads
+				ah.gather(qkv, b, h, heads)
+				clear(dq)
+				clear(dk)
+				clear(dv)
+				for t := range seq {
+					a := av[(bh*seq+t)*seq : (bh*seq+t)*seq+t+1]
+					do := loadF32(dout, (b*seq+t)*C+h*headDim, (b*seq+t)*C+(h+1)*headDim, tmp)
+					tmp = do
+					var sum float32
+					for t2 := range a {
+						datt[t2] = dot(ah.v[t2*headDim:(t2+1)*headDim], do)
+						axpyF(a[t2], do, dv[t2*headDim:(t2+1)*headDim])
+						sum += a[t2] * datt[t2]
+					}
+					q := ah.q[t*headDim : (t+1)*headDim]
+					dqt := dq[t*headDim : (t+1)*headDim]
+					for t2 := range a {
+						dp := a[t2] * (datt[t2] - sum) * scale
+						axpyF(dp, ah.k[t2*headDim:(t2+1)*headDim], dqt)
+						axpyF(dp, q, dk[t2*headDim:(t2+1)*headDim])
+					}
+				}
+				for t := range seq {
+					base := (b*seq+t)*3*C + h*headDim
+					storeF32(dqkv, base, dq[t*headDim:(t+1)*headDim])
+					storeF32(dqkv, base+C, dk[t*headDim:(t+1)*headDim])
+					storeF32(dqkv, base+2*C, dv[t*headDim:(t+1)*headDim])
+				}
+			}
+		})
+		return nil
+	})
+}
+
+// attnHead holds one (batch, head)'s q, k and v as contiguous fp32 rows.
+type attnHead struct {
+	seq, hd int
+	q, k, v []float32
+	tmp     []float32
+}
+
+func newAttnHead(seq, hd int) *attnHead {
+	return &attnHead{seq: seq, hd: hd, q: make([]float32, seq*hd), k: make([]float32, seq*hd), v: make([]float32, seq*hd)}
+}
+
+func (a *attnHead) gather(qkv *Buffer, b, h, heads int) {
+	C := heads * a.hd
+	for t := range a.seq {
+		base := (b*a.seq+t)*3*C + h*a.hd
+		for i, dst := range [][]float32{a.q, a.k, a.v} {
+			src := loadF32(qkv, base+i*C, base+i*C+a.hd, a.tmp)
+			copy(dst[t*a.hd:(t+1)*a.hd], src)
+			if qkv.dt != gpu.F32 {
+				a.tmp = src
+			}
+		}
+	}
+}
+
+func dot(a, b []float32) float32 {
+	var s float32
+	b = b[:len(a)]
+	for i, v := range a {
+		s += v * b[i]
+	}
+	return s
+}
+
+func axpyF(alpha float32, x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += alpha * v
+	}
+}
+
+// CrossEntropyForward: losses[r] = log(sum exp(l - max)) + max - l[target],
+// the sum in float64. A target outside [0, vocab) is an error on the stream
+// and leaves losses unchanged.
+func (o *Ops) CrossEntropyForward(gs gpu.Stream, glogits, gtargets, glosses gpu.Buffer, rows, vocab int) {
+	nonNeg("cross-entropy", rows, vocab)
+	s := o.stream(gs)
+	logits, losses := o.float(glogits, "cross-entropy logits", rows*vocab), o.float(glosses, "cross-entropy losses", rows)
+	targets := o.typed(gtargets, "cross-entropy targets", gpu.I32, rows)
+	s.enqueue(func() error {
+		if err := checkIDs("cross-entropy: target", targets.i32(), vocab); err != nil {
+			return err
+		}
+		tv := targets.i32()
+		res := make([]float32, rows)
+		o.d.parallel(rows, 1, func(lo, hi int) {
+			var tmp []float32
+			for r := lo; r < hi; r++ {
+				l := loadF32(logits, r*vocab, (r+1)*vocab, tmp)
+				tmp = l
+				mx, sum := softmaxStats(l)
+				res[r] = float32(math.Log(sum) + float64(mx) - float64(l[tv[r]]))
+			}
+		})
+		storeF32(losses, 0, res)
+		return nil
+	})
+}
+
+func softmaxStats(l []float32) (float32, float64) {
+	mx := float32(math.Inf(-1))
+	for _, v := range l {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for _, v := range l {
+		sum += math.Exp(float64(v - mx))
+	}
+	return mx, sum
+}
+
+// CrossEntropyBackward: dlogits = (softmax(logits) - onehot(target)) * scale.
+// dlogits may be the logits buffer itself (in place).
+func (o *Ops) CrossEntropyBackward(gs gpu.Stream, glogits, gtargets, gdlogits gpu.Buffer, rows, vocab int, scale float32) {
+	nonNeg("cross-entropy-backward", rows, vocab)
+	s := o.stream(gs)
+	logits, dlogits := o.float(glogits, "cross-entropy logits", rows*vocab), o.float(gdlogits, "cross-entropy dlogits", rows*vocab)
+	targets := o.typed(gtargets, "cross-entropy targets", gpu.I32, rows)
+	s.enqueue(func() error {
+		if err := checkIDs("cross-entropy: target", targets.i32(), vocab); err != nil {
+			return err
+		}
+		tv := targets.i32()
+		o.d.parallel(rows, 1, func(lo, hi int) {
+			var tmp []float32
+			for r := lo; r < hi; r++ {
+				l := loadF32(logits, r*vocab, (r+1)*vocab, tmp)
+				if logits.dt != gpu.F32 {
+					tmp = l
+				}
+				mx, sum := softmaxStats(l)
+				var out []float32
+				if dlogits.dt == gpu.F32 {
+					out = dlogits.f32()[r*vocab : (r+1)*vocab]
+				} else {
+					out = make([]float32, vocab)
+				}
+				for c, v := range l {
+					p := float32(math.Exp(float64(v-mx)) / sum)
+					if c == int(tv[r]) {
+						p--
+					}
+					out[c] = p * scale
+				}
+				storeF32(dlogits, r*vocab, out)
+			}
+		})
+		return nil
+	})
+}
+
+func checkIDs(what string, ids []int32, limit int) error {
+	for i, id := range ids {
+		if id < 0 || int(id) >= limit {
+			return fmt.Errorf("gpu/cpu: %s %d at position %d outside [0, %d)", what, id, i, limit)
+		}
+	}
+	return nil
+}
+
+// EmbeddingForward: out[b,t,:] = wte[ids[b,t],:] + wpe[t,:]. An id outside
+// the vocabulary is an error on the stream and leaves out unchanged.
+func (o *Ops) EmbeddingForward(gs gpu.Stream, gids, gwte, gwpe, gout gpu.Buffer, batch, seq, dim int) {
+	nonNeg("embedding", batch, seq, dim)
+	s := o.stream(gs)
+	ids := o.typed(gids, "embedding ids", gpu.I32, batch*seq)
+	wte, wpe := o.embTable(gwte, "embedding wte", dim, 1), o.embTable(gwpe, "embedding wpe", dim, seq)
+	out := o.float(gout, "embedding out", batch*seq*dim)
+	s.enqueue(func() error {
+		vocab := wte.n / max(1, dim)
+		if err := checkIDs("embedding: id", ids.i32(), vocab); err != nil {
+			return err
+		}
+		iv := ids.i32()
+		o.d.parallel(batch*seq, max(1, 4096/max(1, dim)), func(lo, hi int) {
+			res := make([]float32, dim)
+			var t1, t2 []float32
+			for bt := lo; bt < hi; bt++ {
+				t, id := bt%seq, int(iv[bt])
+				e := loadF32(wte, id*dim, (id+1)*dim, t1)
+				p := loadF32(wpe, t*dim, (t+1)*dim, t2)
+				if wte.dt != gpu.F32 {
+					t1 = e
+				}
+				if wpe.dt != gpu.F32 {
+					t2 = p
+				}
+				for c := range res {
+					res[c] = e[c] + p[c]
+				}
+				storeF32(out, bt*dim, res)
+			}
+		})
+		return nil
+	})
+}
+
+// embTable checks a (rows×dim) table with at least minRows rows.
+func (o *Ops) embTable(gb gpu.Buffer, what string, dim, minRows int) *Buffer {
+	b := o.d.buf(gb, what)
+	if b.dt != gpu.F32 && b.dt != gpu.BF16 {
+		panic(fmt.Sprintf("gpu/cpu: %s is %s, want f32 or bf16", what, b.dt))
+	}
+	if dim > 0 && (b.n%dim != 0 || b.n/dim < minRows) {
+		panic(fmt.Sprintf("gpu/cpu: %s has %d elements, want a multiple of dim %d with at least %d rows", what, b.n, dim, minRows))
+	}
+	return b
+}
+
+// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] and
+// dwpe[t,:] += dout[b,t,:]. Each touched row is summed in fp32 in the order
+// b, then t, starting from its old value, and rounded once on store.
+func (o *Ops) EmbeddingBackward(gs gpu.Stream, gids, gdout, gdwte, gdwpe gpu.Buffer, batch, seq, dim int) {
+	nonNeg("embedding-backward", batch, seq, dim)
+	s := o.stream(gs)
+	ids := o.typed(gids, "embedding ids", gpu.I32, batch*seq)
+	dwte, dwpe := o.embTable(gdwte, "embedding dwte", dim, 1), o.embTable(gdwpe, "embedding dwpe", dim, seq)
+	dout := o.float(gdout, "embedding dout", batch*seq*dim)
+	s.enqueue(func() error {
+		vocab := dwte.n / max(1, dim)
+		if err := checkIDs("embedding: id", ids.i32(), vocab); err != nil {
+			return err
+		}
+		iv := ids.i32()
+		// slot[i] is the row of acc that accumulates id iv[i].
+		slotOf := map[int32]int{}
+		slot := make([]int, len(iv))
+		var order []int32
+		for i, id := range iv {
+			sl, ok := slotOf[id]
+			if !ok {
+				sl = len(order)
+				slotOf[id] = sl
+				order = append(order, id)
+			}
+			slot[i] = sl
+		}
+		o.d.parallel(dim, 64, func(lo, hi int) {
+			w := hi - lo
+			acc := make([]float32, len(order)*w)
+			for sl, id := range order {
+				copy(acc[sl*w:], loadF32(dwte, int(id)*dim+lo, int(id)*dim+hi, nil))
+			}
+			pacc := make([]float32, seq*w)
+			for t := range seq {
+				copy(pacc[t*w:], loadF32(dwpe, t*dim+lo, t*dim+hi, nil))
+			}
+			var tmp []float32
+			for bt := range batch * seq {
+				d := loadF32(dout, bt*dim+lo, bt*dim+hi, tmp)
+				if dout.dt != gpu.F32 {
+					tmp = d
+				}
+				axpyF(1, d, acc[slot[bt]*w:(slot[bt]+1)*w])
+				t := bt % seq
+				axpyF(1, d, pacc[t*w:(t+1)*w])
+			}
+			for sl, id := range order {
+				storeF32(dwte, int(id)*dim+lo, acc[sl*w:(sl+1)*w])
+			}
+			for t := range seq {
+				storeF32(dwpe, t*dim+lo, pacc[t*w:(t+1)*w])
+			}
+		})
+		return nil
+	})
+}

@@ -1,0 +1,85 @@
+package cpu
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/units"
+)
+
+// Options configure a CPU backend.
+type Options struct {
+	// Devices is the number of in-process devices (ranks). Default 1.
+	Devices int
+	// HBMBytes is the memory budget of each device. Default 8 GiB. It is only
+	// a budget: host memory is taken by Alloc, not reserved up front.
+	HBMBytes int64
+	// Workers is the number of goroutines each device uses for one heavy op
+	// (GEMM, attention, row-wise kernels). Default GOMAXPROCS/Devices, at
+	// least 1. Results do not depend on it.
+	Workers int
+}
+
+// DefaultHBMBytes is the per-device budget when Options.HBMBytes is 0.
+const DefaultHBMBytes = 8 * units.GiB
+
+// WithDefaults returns o with zero fields set to their defaults.
+func (o Options) WithDefaults() Options {
+	if o.Devices == 0 {
+		o.Devices = 1
+	}
+	if o.HBMBytes == 0 {
+		o.HBMBytes = DefaultHBMBytes
+	}
+	if o.Workers == 0 && o.Devices > 0 {
+		o.Workers = max(1, runtime.GOMAXPROCS(0)/o.Devices)
+	}
+	return o
+}
+
+// Validate says what is wrong with o (after defaults).
+func (o Options) Validate() error {
+	switch {
+	case o.Devices < 1 || o.Devices > 1024:
+		return fmt.Errorf("cpu: devices %d must be in [1, 1024]", o.Devices)
+	case o.HBMBytes < 0:
+		return fmt.Errorf("cpu: hbm bytes %d must be >= 0", o.HBMBytes)
+	case o.Workers < 1:
+		return fmt.Errorf("cpu: workers %d must be >= 1", o.Workers)
+	}
+	return nil
+}
+
+func (o Options) String() string {
+	return fmt.Sprintf("cpu.Options{Devices: %d, HBMBytes: %s, Workers: %d}", o.Devices, units.FormatBytes(o.HBMBytes), o.Workers)
+}
+
+// New creates o.Devices devices and one Comm per device (Comms()[i] is rank
+// i on device i). Devices need no closing: their stream goroutines exit when
+// the queues are empty.
+func New(o Options) ([]*Device, []gpu.Comm, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return nil, nil, err
+	}
+	devs := make([]*Device, o.Devices)
+	for i := range devs {
+		devs[i] = newDevice(i, o)
+	}
+	g := &group{n: o.Devices, rounds: map[uint64]*round{}}
+	comms := make([]gpu.Comm, o.Devices)
+	for i := range comms {
+		comms[i] = &Comm{g: g, rank: i, dev: devs[i]}
+	}
+	return devs, comms, nil
+}
+
+// Devices returns ds as gpu.Device values.
+func Devices(ds []*Device) []gpu.Device {
+	out := make([]gpu.Device, len(ds))
+	for i, d := range ds {
+		out[i] = d
+	}
+	return out
+}

@@ -1,0 +1,95 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/bf16"
+)
+
+// parallel splits [0, n) into at most d.workers contiguous ranges of at
+// least grain items and runs fn on each, the first on the calling
+// goroutine. Callers make each item's result independent of the split, so
+// results do not depend on the worker count.
+func (d *Device) parallel(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	parts := min(d.workers, max(1, n/max(1, grain)))
+	if parts <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := 1; p < parts; p++ {
+		lo, hi := p*n/parts, (p+1)*n/parts
+		wg.Go(func() { fn(lo, hi) })
+	}
+	fn(0, n/parts)
+	wg.Wait()
+}
+
+// loadF32 returns elements [lo, hi) of b as float32: the memory itself for
+// F32, a conversion into tmp (grown when short) otherwise.
+func loadF32(b *Buffer, lo, hi int, tmp []float32) []float32 {
+	switch b.dt {
+	case gpu.F32:
+		return b.f32()[lo:hi]
+	case gpu.BF16:
+		if cap(tmp) < hi-lo {
+			tmp = make([]float32, hi-lo)
+		}
+		tmp = tmp[:hi-lo]
+		bf16.ToFloat32s(tmp, b.u16()[lo:hi])
+		return tmp
+	case gpu.F64:
+		if cap(tmp) < hi-lo {
+			tmp = make([]float32, hi-lo)
+		}
+		tmp = tmp[:hi-lo]
+		for i, v := range b.f64()[lo:hi] {
+			tmp[i] = float32(v)
+		}
+		return tmp
+	case gpu.I32:
+		if cap(tmp) < hi-lo {
+			tmp = make([]float32, hi-lo)
+		}
+		tmp = tmp[:hi-lo]
+		for i, v := range b.i32()[lo:hi] {
+			tmp[i] = float32(v)
+		}
+		return tmp
+	}
+	panic(fmt.Sprintf("gpu/cpu: unknown dtype %s", b.dt))
+}
+
+// storeF32 writes v into b at element off, rounding once to b's dtype. It
+// is a no-op when v is b's own F32 memory.
+func storeF32(b *Buffer, off int, v []float32) {
+	if len(v) == 0 {
+		return
+	}
+	switch b.dt {
+	case gpu.F32:
+		dst := b.f32()[off : off+len(v)]
+		if &dst[0] != &v[0] {
+			copy(dst, v)
+		}
+	case gpu.BF16:
+		bf16.FromFloat32s(b.u16()[off:off+len(v)], v)
+	case gpu.F64:
+		dst := b.f64()[off : off+len(v)]
+		for i, x := range v {
+			dst[i] = float64(x)
+		}
+	case gpu.I32:
+		dst := b.i32()[off : off+len(v)]
+		for i, x := range v {
+			dst[i] = int32(x)
+		}
+	default:
+		panic(fmt.Sprintf("gpu/cpu: unknown dtype %s", b.dt))
+	}
+}

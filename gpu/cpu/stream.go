@@ -1,0 +1,140 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// Stream is an in-order queue of closures. A goroutine is started when work
+// arrives at an idle stream and exits when the queue is empty, so streams
+// need no closing.
+type Stream struct {
+	dev  *Device
+	mu   sync.Mutex
+	idle *sync.Cond
+	// queue holds the work not yet started; running says a goroutine is
+	// draining it (or executing its last item).
+	queue   []func() error
+	running bool
+	err     error // first error since the last Synchronize
+}
+
+func (d *Device) newStream() *Stream {
+	s := &Stream{dev: d}
+	s.idle = sync.NewCond(&s.mu)
+	return s
+}
+
+func (s *Stream) enqueue(f func() error) {
+	s.mu.Lock()
+	s.queue = append(s.queue, f)
+	if !s.running {
+		s.running = true
+		go s.run()
+	}
+	s.mu.Unlock()
+}
+
+func (s *Stream) run() {
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			s.running = false
+			s.queue = nil
+			s.idle.Broadcast()
+			s.mu.Unlock()
+			return
+		}
+		f := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		if err := f(); err != nil {
+			s.mu.Lock()
+			if s.err == nil {
+				s.err = err
+			}
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Record marks the current end of the queue in e.
+func (s *Stream) Record(ge gpu.Event) {
+	e := event(ge)
+	ch := make(chan struct{})
+	e.mu.Lock()
+	e.ch = ch
+	e.mu.Unlock()
+	s.enqueue(func() error { close(ch); return nil })
+}
+
+// Wait makes later work on s wait for the work e recorded when Wait was
+// called. e may belong to any device of this backend.
+func (s *Stream) Wait(ge gpu.Event) {
+	e := event(ge)
+	e.mu.Lock()
+	ch := e.ch
+	e.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	s.enqueue(func() error { <-ch; return nil })
+}
+
+// Synchronize blocks until the queue is empty and returns the first error
+// raised since the last Synchronize.
+func (s *Stream) Synchronize() error {
+	s.mu.Lock()
+	for s.running {
+		s.idle.Wait()
+	}
+	err := s.err
+	s.err = nil
+	s.mu.Unlock()
+	return err
+}
+
+// Event marks a point in a stream: the channel closed when the stream
+// reaches the latest Record.
+type Event struct {
+	mu sync.Mutex
+	ch chan struct{} // nil: never recorded
+}
+
+func event(ge gpu.Event) *Event {
+	e, ok := ge.(*Event)
+	if !ok || e == nil {
+		panic(fmt.Sprintf("gpu/cpu: event is not a gpu/cpu event (%T)", ge))
+	}
+	return e
+}
+
+func (e *Event) current() chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.ch
+}
+
+// Synchronize blocks until the recorded work has completed.
+func (e *Event) Synchronize() {
+	if ch := e.current(); ch != nil {
+		<-ch
+	}
+}
+
+// Done reports whether the recorded work has completed.
+func (e *Event) Done() bool {
+	ch := e.current()
+	if ch == nil {
+		return true
+	}
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
