@@ -14,6 +14,16 @@ const (
 	AdamL2             // classic Adam, decay added to the gradient (torch.optim.Adam weight_decay)
 )
 
+func (m Mode) String() string {
+	switch m {
+	case AdamW:
+		return "adamw"
+	case AdamL2:
+		return "adam-l2"
+	}
+	return fmt.Sprintf("Mode(%d)", uint8(m))
+}
+
 // Params are the hyper-parameters of one step.
 type Params struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float64
@@ -47,16 +57,41 @@ func (p Params) Validate() error {
 
 // StepF32 is the single-threaded entry point: one Adam step over
 // param, grad (fp32), m and v, all of one length; out (bf16 bits) receives
-// the new params when not nil. It uses the fastest kernel of this CPU.
+// the new params when not nil. It uses the fastest kernel of this CPU
+// (Best); every kernel gives the same bits.
 func StepF32(p Params, param, grad, m, v []float32, out []uint16) {
 	checkLens(len(param), len(grad), len(m), len(v), out)
-	refStepF32(p, param, grad, m, v, out)
+	k := makeConsts(p)
+	kernelsByISA[best].adamF32(&k, p.Mode, param, grad, m, v, out)
 }
 
 // StepBF16 is StepF32 with bf16 gradients.
 func StepBF16(p Params, param []float32, grad []uint16, m, v []float32, out []uint16) {
 	checkLens(len(param), len(grad), len(m), len(v), out)
-	refStepBF16(p, param, grad, m, v, out)
+	k := makeConsts(p)
+	kernelsByISA[best].adamBF16(&k, p.Mode, param, grad, m, v, out)
+}
+
+// SumSquares returns the sum of x[i]² in float64, in the order the package
+// doc defines (independent of ISA and threads). It is +Inf or NaN exactly
+// when some x[i] is.
+func SumSquares(x []float32) float64 {
+	return sumSquares(kernelsByISA[best], x, nil)
+}
+
+// SumSquaresBF16 is SumSquares over bf16 values.
+func SumSquaresBF16(x []uint16) float64 {
+	return sumSquares(kernelsByISA[best], nil, x)
+}
+
+// NonFinite reports whether some x[i] is ±Inf or NaN.
+func NonFinite(x []float32) bool {
+	return kernelsByISA[best].maxAbsF32(x) >= 0x7f800000
+}
+
+// NonFiniteBF16 reports whether some bf16 x[i] is ±Inf or NaN.
+func NonFiniteBF16(x []uint16) bool {
+	return kernelsByISA[best].maxAbsBF16(x) >= 0x7f800000
 }
 
 func checkLens(n, g, m, v int, out []uint16) {

@@ -6,51 +6,159 @@ import (
 	"github.com/strata-ai/strata/internal/bf16"
 )
 
-// consts are the per-step scalars, computed once in float64 and rounded to
-// float32 for the kernels.
-type consts struct {
-	gradScale, beta1, oneMinusBeta1, beta2, oneMinusBeta2 float32
-	stepSize, invSqrtBC2, eps, decay, l2                  float32
+// kconsts are the per-step scalars, computed once in float64 and rounded
+// once to float32 (see the package doc). Each row is one scalar broadcast
+// to 8 lanes, so the AVX2 kernel takes them as 32-byte memory operands and
+// the AVX-512 kernel broadcasts lane 0 of each row; the row order is part of
+// the assembly contract (offsets k* in adam_amd64.s).
+type kconsts struct {
+	row [kRows][8]float32
 }
 
-func makeConsts(p Params) consts {
+const (
+	kGradScale  = iota // gs
+	kBeta1             // b1
+	kOneMinusB1        // 1 - beta1
+	kBeta2             // b2
+	kOneMinusB2        // 1 - beta2
+	kNegStep           // -lr / (1 - beta1^t)
+	kInvSqrtBC2        // 1 / sqrt(1 - beta2^t)
+	kEps               // eps
+	kDecay             // 1 - lr*wd (AdamW) or 1 (AdamL2)
+	kL2                // wd (AdamL2) or 0 (AdamW)
+	kI7FFF             // integer 0x7fff (bf16 rounding bias)
+	kI1                // integer 1
+	kI40               // integer 0x40 (bf16 quiet-NaN bit)
+	kRows
+)
+
+func (k *kconsts) set(r int, f float32) {
+	for i := range k.row[r] {
+		k.row[r][i] = f
+	}
+}
+
+func (k *kconsts) get(r int) float32 { return k.row[r][0] }
+
+// makeConsts computes the scalars of one step in float64 and rounds each
+// once to float32.
+func makeConsts(p Params) kconsts {
 	bc1 := 1 - math.Pow(p.Beta1, float64(p.Step))
 	bc2 := 1 - math.Pow(p.Beta2, float64(p.Step))
-	c := consts{
-		gradScale: float32(p.GradScale), beta1: float32(p.Beta1), oneMinusBeta1: float32(1 - p.Beta1),
-		beta2: float32(p.Beta2), oneMinusBeta2: float32(1 - p.Beta2),
-		stepSize: float32(p.LR / bc1), invSqrtBC2: float32(1 / math.Sqrt(bc2)), eps: float32(p.Eps), decay: 1,
-	}
+	var k kconsts
+	k.set(kGradScale, float32(p.GradScale))
+	k.set(kBeta1, float32(p.Beta1))
+	k.set(kOneMinusB1, float32(1-p.Beta1))
+	k.set(kBeta2, float32(p.Beta2))
+	k.set(kOneMinusB2, float32(1-p.Beta2))
+	k.set(kNegStep, float32(-p.LR/bc1))
+	k.set(kInvSqrtBC2, float32(1/math.Sqrt(bc2)))
+	k.set(kEps, float32(p.Eps))
+	k.set(kDecay, 1)
+	k.set(kI7FFF, math.Float32frombits(0x7fff))
+	k.set(kI1, math.Float32frombits(1))
+	k.set(kI40, math.Float32frombits(0x40))
 	if p.Mode == AdamW {
-		c.decay = float32(1 - p.LR*p.WeightDecay)
+		k.set(kDecay, float32(1-p.LR*p.WeightDecay))
 	} else {
-		c.l2 = float32(p.WeightDecay)
+		k.set(kL2, float32(p.WeightDecay))
 	}
-	return c
+	return k
 }
 
-func refStepF32(p Params, param, grad, m, v []float32, out []uint16) {
-	c := makeConsts(p)
-	for i := range param {
-		refOne(&c, i, param, grad[i], m, v, out)
+// scalars is kconsts unpacked for the Go loop.
+type scalars struct {
+	gs, b1, omb1, b2, omb2, negStep, invSqrtBC2, eps, decay, l2 float32
+	useL2                                                       bool
+}
+
+func (k *kconsts) scalars(mode Mode) scalars {
+	return scalars{
+		gs: k.get(kGradScale), b1: k.get(kBeta1), omb1: k.get(kOneMinusB1),
+		b2: k.get(kBeta2), omb2: k.get(kOneMinusB2), negStep: k.get(kNegStep),
+		invSqrtBC2: k.get(kInvSqrtBC2), eps: k.get(kEps), decay: k.get(kDecay), l2: k.get(kL2),
+		useL2: mode == AdamL2,
 	}
+}
+
+// refStepF32 is the oracle: the package doc's formula, one element at a
+// time, every operation rounded to float32 as the kernels round it (fma32
+// where they use a fused multiply-add). The assembly kernels give the same
+// bits.
+func refStepF32(p Params, param, grad, m, v []float32, out []uint16) {
+	k := makeConsts(p)
+	refF32(&k, p.Mode, param, grad, m, v, out)
 }
 
 func refStepBF16(p Params, param []float32, grad []uint16, m, v []float32, out []uint16) {
-	c := makeConsts(p)
+	k := makeConsts(p)
+	refBF16(&k, p.Mode, param, grad, m, v, out)
+}
+
+func refF32(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
+	s := k.scalars(mode)
+	grad, m, v = grad[:len(param)], m[:len(param)], v[:len(param)]
 	for i := range param {
-		refOne(&c, i, param, bf16.ToFloat32(grad[i]), m, v, out)
+		param[i], m[i], v[i] = s.one(param[i], grad[i], m[i], v[i])
+	}
+	if out != nil {
+		bf16.FromFloat32s(out, param)
 	}
 }
 
-func refOne(c *consts, i int, param []float32, g float32, m, v []float32, out []uint16) {
-	x := param[i]
-	g = g*c.gradScale + c.l2*x
-	mi := c.beta1*m[i] + c.oneMinusBeta1*g
-	vi := c.beta2*v[i] + c.oneMinusBeta2*g*g
-	x = x*c.decay - c.stepSize*mi/(float32(math.Sqrt(float64(vi)))*c.invSqrtBC2+c.eps)
-	m[i], v[i], param[i] = mi, vi, x
-	if out != nil {
-		out[i] = bf16.FromFloat32(x)
+func refBF16(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
+	s := k.scalars(mode)
+	grad, m, v = grad[:len(param)], m[:len(param)], v[:len(param)]
+	for i := range param {
+		param[i], m[i], v[i] = s.one(param[i], bf16.ToFloat32(grad[i]), m[i], v[i])
 	}
+	if out != nil {
+		bf16.FromFloat32s(out, param)
+	}
+}
+
+// one is the update of one element. Each line rounds once to float32; the
+// explicit float32() conversions stop the compiler from fusing a multiply
+// and an add that the kernels keep apart.
+func (s *scalars) one(x, g, m, v float32) (float32, float32, float32) {
+	g = float32(g * s.gs)
+	if s.useL2 {
+		g = fma32(s.l2, x, g)
+	}
+	m = fma32(s.b1, m, float32(s.omb1*g))
+	v = fma32(s.b2, v, float32(float32(s.omb2*g)*g))
+	d := fma32(float32(math.Sqrt(float64(v))), s.invSqrtBC2, s.eps)
+	x = fma32(s.negStep, float32(m/d), float32(x*s.decay))
+	return x, m, v
+}
+
+// fma32 returns a*b+c rounded once to float32 (round to nearest even), as
+// VFMADD*PS computes it. The product of two float32 is exact in float64;
+// the sum p+c is computed with its exact error e (TwoSum), rounded to 53
+// bits with round-to-odd, and then to 24 bits: round-to-odd at a precision
+// of at least 2×24+2 bits followed by round-to-nearest gives the correctly
+// rounded result (Boldo and Melquiond), subnormals included, and never
+// meets float64's own underflow or overflow for float32 inputs.
+func fma32(a, b, c float32) float32 {
+	p := float64(a) * float64(b) // exact: 48 significant bits
+	cc := float64(c)
+	s := p + cc
+	bits := math.Float64bits(s)
+	if bits&0x7ff0000000000000 == 0x7ff0000000000000 { // Inf or NaN: nothing to round
+		return float32(s)
+	}
+	// TwoSum: s + e == p + cc exactly.
+	bb := s - p
+	e := (p - (s - bb)) + (cc - bb)
+	if e != 0 && bits&1 == 0 {
+		// Round to odd: the exact value lies between s and its neighbour
+		// in the direction of e; that neighbour is odd.
+		if (e > 0) == (s > 0) {
+			bits++
+		} else {
+			bits--
+		}
+		s = math.Float64frombits(bits)
+	}
+	return float32(s)
 }

@@ -1,0 +1,183 @@
+package cpuadam
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/strata-ai/strata/internal/bf16"
+)
+
+// ISA names a family of kernels.
+type ISA uint8
+
+const (
+	ISAAuto   ISA = iota // the best this CPU supports (Best)
+	ISAGo                // the pure Go reference, everywhere
+	ISAAVX2              // AVX2 + FMA, ymm (amd64)
+	ISAAVX512            // AVX-512F, zmm with masked tails (amd64)
+	isaCount
+)
+
+func (i ISA) String() string {
+	switch i {
+	case ISAAuto:
+		return "auto"
+	case ISAGo:
+		return "go"
+	case ISAAVX2:
+		return "avx2"
+	case ISAAVX512:
+		return "avx512"
+	}
+	return fmt.Sprintf("ISA(%d)", uint8(i))
+}
+
+// ParseISA reads the names that String prints.
+func ParseISA(s string) (ISA, error) {
+	for i := ISAAuto; i < isaCount; i++ {
+		if strings.EqualFold(s, i.String()) {
+			return i, nil
+		}
+	}
+	return 0, fmt.Errorf("cpuadam: unknown isa %q (want auto, avx512, avx2 or go)", s)
+}
+
+// Supported reports whether this CPU and build can run i's kernels.
+// ISAAuto and ISAGo always can.
+func (i ISA) Supported() bool {
+	return i == ISAAuto || (i < isaCount && kernelsByISA[i] != nil)
+}
+
+// Best is the ISA that ISAAuto and the plain functions use: AVX-512 where
+// the CPU (and GODEBUG, e.g. cpu.avx512f=off) allows it, then AVX2+FMA,
+// then Go. Builds with the noasm or purego tag, and other architectures,
+// have only Go.
+func Best() ISA { return best }
+
+// kernelSet is one ISA's kernels over whole slices (lengths already
+// checked). Every set computes the same bits as goKernels.
+type kernelSet struct {
+	adamF32    func(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16)
+	adamBF16   func(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16)
+	sumSqF32   func(x []float32, acc *[16]float64) // acc[i%16] += x[i]²
+	sumSqBF16  func(x []uint16, acc *[16]float64)
+	maxAbsF32  func(x []float32) uint32 // max of the bits of |x[i]|
+	maxAbsBF16 func(x []uint16) uint32  // the same on the widened values
+	r4w3       func(a, b, c, d []float32)
+}
+
+var goKernels = kernelSet{
+	adamF32: refF32, adamBF16: refBF16,
+	sumSqF32: sumSqGoF32, sumSqBF16: sumSqGoBF16,
+	maxAbsF32: maxAbsGoF32, maxAbsBF16: maxAbsGoBF16,
+	r4w3: r4w3Go,
+}
+
+// kernelsByISA is the dispatch table; nil where unsupported. best is the
+// dispatch variable of the plain functions. Both are set once, in init.
+var (
+	kernelsByISA [isaCount]*kernelSet
+	best         = ISAGo
+)
+
+func init() {
+	kernelsByISA[ISAGo] = &goKernels
+	avx2, avx512 := archKernels()
+	kernelsByISA[ISAAVX2], kernelsByISA[ISAAVX512] = avx2, avx512
+	for _, i := range []ISA{ISAAVX512, ISAAVX2} {
+		if kernelsByISA[i] != nil {
+			best = i
+			break
+		}
+	}
+	kernelsByISA[ISAAuto] = kernelsByISA[best]
+}
+
+func sumSqGoF32(x []float32, acc *[16]float64) {
+	for i, f := range x {
+		d := float64(f)
+		acc[i%16] += float64(d * d) // the square is exact
+	}
+}
+
+func sumSqGoBF16(x []uint16, acc *[16]float64) {
+	for i, h := range x {
+		d := float64(bf16.ToFloat32(h))
+		acc[i%16] += float64(d * d)
+	}
+}
+
+func maxAbsGoF32(x []float32) uint32 {
+	var mx uint32
+	for _, f := range x {
+		mx = max(mx, math.Float32bits(f)&0x7fffffff)
+	}
+	return mx
+}
+
+func maxAbsGoBF16(x []uint16) uint32 {
+	var mx uint32
+	for _, h := range x {
+		mx = max(mx, uint32(h&0x7fff)<<16)
+	}
+	return mx
+}
+
+// r4w3Go is the r4w3 loop of ../shared/tools/membw.c (see r4w3AVX512).
+func r4w3Go(a, b, c, d []float32) {
+	b, c, d = b[:len(a)], c[:len(a)], d[:len(a)]
+	for i := range a {
+		g := b[i]
+		m := fma32(0.9, c[i], float32(0.1*g))
+		v := fma32(0.999, d[i], float32(float32(0.001*g)*g))
+		a[i], c[i], d[i] = fma32(-1e-9, m, a[i]), m, v
+	}
+}
+
+// sumBlockLen is the block of the SumSquares order: the sum is the
+// sequential float64 sum, block after block, of each block's tree-reduced
+// 16 lanes (see the package doc).
+const sumBlockLen = 1 << 14
+
+// reduce16 adds the 16 lanes in the fixed tree order of the package doc.
+func reduce16(acc *[16]float64) float64 {
+	for w := 8; w >= 1; w /= 2 {
+		for j := 0; j < w; j++ {
+			acc[j] += acc[j+w]
+		}
+	}
+	return acc[0]
+}
+
+// blockSums writes the sum of each sumBlockLen block of x (or xh) into
+// sums, one per block.
+func blockSums(ks *kernelSet, x []float32, xh []uint16, sums []float64) {
+	n := len(x) + len(xh)
+	for b := range sums {
+		lo, hi := b*sumBlockLen, min((b+1)*sumBlockLen, n)
+		var acc [16]float64
+		if x != nil {
+			ks.sumSqF32(x[lo:hi], &acc)
+		} else {
+			ks.sumSqBF16(xh[lo:hi], &acc)
+		}
+		sums[b] = reduce16(&acc)
+	}
+}
+
+func sumSquares(ks *kernelSet, x []float32, xh []uint16) float64 {
+	n := len(x) + len(xh)
+	var total float64
+	var one [1]float64
+	for lo := 0; lo < n; lo += sumBlockLen {
+		hi := min(lo+sumBlockLen, n)
+		if x != nil {
+			blockSums(ks, x[lo:hi], nil, one[:])
+		} else {
+			blockSums(ks, nil, xh[lo:hi], one[:])
+		}
+		total += one[0]
+	}
+	return total
+}
