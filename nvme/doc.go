@@ -1,0 +1,39 @@
+// Package nvme moves bytes between caller-owned host buffers and files on
+// NVMe drives, with O_DIRECT, and keeps swap space on those drives.
+//
+// What it owns:
+//
+//   - Engine: the request engine. Requests are submitted in batches and
+//     completed one by one, each keyed by a slot index in a fixed table of
+//     QueueDepth slots (a full table blocks Submit: back-pressure). The io_uring
+//     backend (nvme/internal/uring) is the default; a pool of pread/pwrite
+//     workers serves the same API when io_uring cannot be set up (seccomp,
+//     kernel.io_uring_disabled, an old kernel), and Info says which backend runs
+//     and why. Short transfers are resubmitted for the rest, EINTR and EAGAIN
+//     are retried, and every other failure completes the request with an
+//     *IOError naming the file, offset and length.
+//   - File: a file opened with O_DIRECT, with the alignment the kernel reports
+//     (statx STATX_DIOALIGN, else the device's logical block size). Misaligned
+//     buffers, offsets and lengths are refused with ErrMisaligned before
+//     anything reaches the kernel.
+//   - Swap: preallocated files on one or more paths, an extent allocator, large
+//     extents striped across the paths, and a CRC-32C per stripe unit of every
+//     extent, verified on read (a mismatch is a *CorruptionError).
+//   - Faulty: a Device wrapper that injects EIO, short reads and writes,
+//     ENOSPC and flipped bytes, for tests of everything above it.
+//
+// Device is the small interface that Engine and Faulty implement; the tier
+// store and tests take a Device.
+//
+// Lifecycle: Open an Engine, OpenFile the files (or NewSwap over the
+// engine), optionally RegisterBuffers and RegisterFiles while nothing is in
+// flight, Submit requests, Close the files and then the engine. Close waits
+// for requests in flight.
+//
+// Memory rules: buffers belong to the caller. From Submit until the request's
+// completion (Done called, Completion released) the buffer is the kernel's and
+// must not be touched, freed or returned to a pool; production buffers come
+// from pinned (page-aligned, outside the Go heap). The engine allocates nothing
+// per request on the io_uring path: a Request is the caller's, the slot table
+// is fixed, user_data is a slot index, never a pointer.
+package nvme

@@ -1,0 +1,311 @@
+package nvme
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+)
+
+// Engine kinds for Options.Engine.
+const (
+	EngineAuto  = "auto"  // io_uring, else pread workers (Info says why)
+	EngineUring = "uring" // io_uring only; Open fails if it cannot be set up
+	EnginePread = "pread" // pread/pwrite worker pool
+)
+
+// Options configure an Engine. The zero value means the defaults.
+type Options struct {
+	Engine     string // EngineAuto (default), EngineUring or EnginePread
+	QueueDepth int    // requests in flight at most; default 32, at most 4096
+}
+
+// Validate fills defaults and checks the ranges.
+func (o *Options) Validate() error {
+	if o.Engine == "" {
+		o.Engine = EngineAuto
+	}
+	if o.QueueDepth == 0 {
+		o.QueueDepth = 32
+	}
+	switch o.Engine {
+	case EngineAuto, EngineUring, EnginePread:
+	default:
+		return fmt.Errorf("nvme: engine %q: want auto, uring or pread", o.Engine)
+	}
+	if o.QueueDepth < 1 || o.QueueDepth > 4096 {
+		return fmt.Errorf("nvme: queue depth %d: want 1..4096", o.QueueDepth)
+	}
+	return nil
+}
+
+func (o Options) String() string {
+	return fmt.Sprintf("engine=%s queue_depth=%d", o.Engine, o.QueueDepth)
+}
+
+// Info says which backend runs and why.
+type Info struct {
+	Engine            string // "uring" or "pread"
+	FallbackReason    string // why io_uring is not used, when Engine is "pread" by fallback
+	QueueDepth        int
+	SQEntries         uint32
+	CQEntries         uint32
+	RegisteredBuffers int
+	RegisteredFiles   int
+}
+
+func (i Info) String() string {
+	if i.Engine == EngineUring {
+		return fmt.Sprintf("io_uring (queue depth %d, sq %d, cq %d, fixed buffers %d, fixed files %d)",
+			i.QueueDepth, i.SQEntries, i.CQEntries, i.RegisteredBuffers, i.RegisteredFiles)
+	}
+	s := fmt.Sprintf("pread/pwrite workers (%d)", i.QueueDepth)
+	if i.FallbackReason != "" {
+		s += "; io_uring not used: " + i.FallbackReason
+	}
+	return s
+}
+
+// Stats are the engine's counters since Open.
+type Stats struct {
+	Requests       uint64
+	BytesRead      uint64
+	BytesWritten   uint64
+	Retries        uint64 // EINTR/EAGAIN resubmissions
+	ShortResubmits uint64 // short transfers resubmitted for the rest
+	Errors         uint64
+}
+
+// Engine is the request engine: a fixed table of QueueDepth slots served by
+// an io_uring backend or a pread worker pool. It is safe for concurrent use.
+type Engine struct {
+	opts  Options
+	info  Info
+	slots []*Request
+	free  chan int32
+	be    backend
+
+	gate   sync.RWMutex // Submit holds it shared; Close exclusively
+	closed atomic.Bool
+
+	requests, bytesRead, bytesWritten, retries, shorts, errs atomic.Uint64
+
+	// resHook, set only by tests before any I/O, rewrites the result of a
+	// transfer attempt (to simulate short transfers, EAGAIN, EINTR).
+	resHook func(r *Request, res int) int
+}
+
+type backend interface {
+	issue(slots []int32)
+	registerBuffers(bufs [][]byte) error
+	registerFiles(files []*File) error
+	close() error
+}
+
+// maxAttempts bounds consecutive EINTR/EAGAIN retries of one request.
+const maxAttempts = 1000
+
+// Open starts an engine.
+func Open(opts Options) (*Engine, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{opts: opts, slots: make([]*Request, opts.QueueDepth), free: make(chan int32, opts.QueueDepth)}
+	for i := range opts.QueueDepth {
+		e.free <- int32(i)
+	}
+	e.info.QueueDepth = opts.QueueDepth
+	if opts.Engine != EnginePread {
+		be, err := uringSetup(e)
+		if err == nil {
+			e.be = be
+			e.info.Engine = EngineUring
+			return e, nil
+		}
+		if opts.Engine == EngineUring {
+			return nil, fmt.Errorf("nvme: %w", err)
+		}
+		e.info.FallbackReason = err.Error() + "; falling back to pread workers"
+	}
+	e.be = newPreadBackend(e)
+	e.info.Engine = EnginePread
+	return e, nil
+}
+
+// Info says which backend runs, and why.
+func (e *Engine) Info() Info { return e.info }
+
+// Options returns the options the engine runs with (defaults filled in).
+func (e *Engine) Options() Options { return e.opts }
+
+// Stats returns the counters.
+func (e *Engine) Stats() Stats {
+	return Stats{Requests: e.requests.Load(), BytesRead: e.bytesRead.Load(), BytesWritten: e.bytesWritten.Load(),
+		Retries: e.retries.Load(), ShortResubmits: e.shorts.Load(), Errors: e.errs.Load()}
+}
+
+// RegisterBuffers registers caller-owned buffers with the kernel (io_uring
+// fixed buffers); requests whose Buf lies inside one use READ_FIXED and
+// WRITE_FIXED. Call it while no request is in flight; the buffers must stay
+// mapped until Close. A pread engine only records them.
+func (e *Engine) RegisterBuffers(bufs ...[]byte) error {
+	e.gate.Lock()
+	defer e.gate.Unlock()
+	if e.closed.Load() {
+		return fmt.Errorf("nvme: register buffers: %w", ErrClosed)
+	}
+	if err := e.be.registerBuffers(bufs); err != nil {
+		return fmt.Errorf("nvme: register buffers: %w", err)
+	}
+	e.info.RegisteredBuffers = len(bufs)
+	return nil
+}
+
+// RegisterFiles registers files with the kernel (io_uring fixed files), which
+// saves a file table lookup per request. It replaces an earlier registration.
+// Call it while no request is in flight; the files must stay open until Close
+// or the next RegisterFiles.
+func (e *Engine) RegisterFiles(files ...*File) error {
+	e.gate.Lock()
+	defer e.gate.Unlock()
+	if e.closed.Load() {
+		return fmt.Errorf("nvme: register files: %w", ErrClosed)
+	}
+	if err := e.be.registerFiles(files); err != nil {
+		return fmt.Errorf("nvme: register files: %w", err)
+	}
+	e.info.RegisteredFiles = len(files)
+	return nil
+}
+
+// Submit validates every request, then queues them in batches, blocking while
+// all QueueDepth slots are busy. Each queued request completes exactly once:
+// N and Err are set, then Done is called and Wait is released.
+func (e *Engine) Submit(reqs ...*Request) error {
+	for _, r := range reqs {
+		if err := validate(r); err != nil {
+			return err
+		}
+	}
+	e.gate.RLock()
+	defer e.gate.RUnlock()
+	if e.closed.Load() {
+		return fmt.Errorf("nvme: submit: %w", ErrClosed)
+	}
+	for _, r := range reqs {
+		r.done, r.N, r.Err = 0, 0, nil
+		if r.Wait != nil {
+			r.Wait.add(1)
+		}
+	}
+	var local [64]int32
+	batch := local[:0]
+	for _, r := range reqs {
+		var idx int32
+		select {
+		case idx = <-e.free:
+		default:
+			// The table is full: send what is prepared, then wait for a slot.
+			if len(batch) > 0 {
+				e.be.issue(batch)
+				batch = batch[:0]
+			}
+			idx = <-e.free
+		}
+		e.slots[idx] = r
+		e.requests.Add(1)
+		batch = append(batch, idx)
+		if len(batch) == cap(local) {
+			e.be.issue(batch)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		e.be.issue(batch)
+	}
+	return nil
+}
+
+// result takes the outcome of one transfer attempt of slot idx (bytes, or a
+// negative errno) and says whether the backend must issue the slot again for
+// the rest (or a retry). Otherwise the request is completed and the slot freed.
+func (e *Engine) result(idx int32, res int) (again bool) {
+	r := e.slots[idx]
+	if e.resHook != nil {
+		res = e.resHook(r, res)
+	}
+	switch {
+	case res < 0:
+		errno := syscall.Errno(-res)
+		if errno == syscall.EINTR || errno == syscall.EAGAIN {
+			e.retries.Add(1)
+			if r.tries++; r.tries < maxAttempts {
+				return true
+			}
+		}
+		e.finish(idx, r, &IOError{Op: r.Op, Path: r.File.path, Offset: r.Offset, Length: len(r.Buf),
+			DoneBytes: r.done, Hint: errnoHint(errno), Err: errno})
+	case r.Op == OpSync:
+		e.finish(idx, r, nil)
+	case res == 0:
+		cause := io.ErrUnexpectedEOF
+		hint := "end of file"
+		if r.Op == OpWrite {
+			cause, hint = io.ErrShortWrite, "the device accepted no more bytes"
+		}
+		e.finish(idx, r, &IOError{Op: r.Op, Path: r.File.path, Offset: r.Offset, Length: len(r.Buf),
+			DoneBytes: r.done, Hint: hint, Err: cause})
+	default:
+		r.done += res
+		if r.done < len(r.Buf) {
+			e.shorts.Add(1)
+			return true
+		}
+		if r.done > len(r.Buf) {
+			panic(fmt.Sprintf("nvme: kernel reported %d bytes for a %d-byte request", r.done, len(r.Buf)))
+		}
+		e.finish(idx, r, nil)
+	}
+	return false
+}
+
+func (e *Engine) finish(idx int32, r *Request, err error) {
+	e.slots[idx] = nil
+	r.tries = 0
+	if err != nil {
+		e.errs.Add(1)
+	} else if r.Op == OpRead {
+		e.bytesRead.Add(uint64(r.done))
+	} else if r.Op == OpWrite {
+		e.bytesWritten.Add(uint64(r.done))
+	}
+	e.free <- idx
+	complete(r, err)
+}
+
+// ReadAt reads len(buf) bytes at off and waits.
+func (e *Engine) ReadAt(f *File, buf []byte, off int64) error { return do(e, OpRead, f, buf, off) }
+
+// WriteAt writes buf at off and waits.
+func (e *Engine) WriteAt(f *File, buf []byte, off int64) error { return do(e, OpWrite, f, buf, off) }
+
+// Sync flushes f's data to the device (fdatasync) and waits.
+func (e *Engine) Sync(f *File) error { return do(e, OpSync, f, nil, 0) }
+
+// Close waits for the requests in flight, then stops the backend. Submit
+// after Close returns ErrClosed.
+func (e *Engine) Close() error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	e.gate.Lock()
+	defer e.gate.Unlock()
+	for range e.opts.QueueDepth {
+		<-e.free
+	}
+	if err := e.be.close(); err != nil {
+		return fmt.Errorf("nvme: close: %w", err)
+	}
+	return nil
+}

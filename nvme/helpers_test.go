@@ -1,0 +1,105 @@
+package nvme
+
+import (
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// alignedBuf maps n bytes of page-aligned anonymous memory outside the Go
+// heap, as pinned does in production.
+func alignedBuf(t testing.TB, n int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Munmap(b) })
+	return b
+}
+
+// diskDir is a temporary directory on a filesystem with O_DIRECT (not tmpfs).
+func diskDir(t testing.TB) string {
+	t.Helper()
+	d := t.TempDir()
+	if checkDirectIOFS(d) == nil {
+		return d
+	}
+	d, err := os.MkdirTemp("/var/tmp", "nvme-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if err := checkDirectIOFS(d); err != nil {
+		t.Skipf("no directory on a filesystem with O_DIRECT: %v", err)
+	}
+	return d
+}
+
+func countFDs(t testing.TB) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// checkLeaks fails the test if goroutines or file descriptors are left over
+// once it ends (after a short grace period for goroutines to exit).
+func checkLeaks(t *testing.T) {
+	t.Helper()
+	g0, fd0 := runtime.NumGoroutine(), countFDs(t)
+	t.Cleanup(func() {
+		var g, fd int
+		for range 200 {
+			g, fd = runtime.NumGoroutine(), countFDs(t)
+			if g <= g0 && fd <= fd0 {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		buf := make([]byte, 1<<16)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("leak: goroutines %d -> %d, fds %d -> %d\n%s", g0, g, fd0, fd, buf)
+	})
+}
+
+func openEngine(t *testing.T, kind string, qd int) *Engine {
+	t.Helper()
+	e, err := Open(Options{Engine: kind, QueueDepth: qd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func openFile(t *testing.T, dir, name string, size int64) *File {
+	t.Helper()
+	f, err := OpenFile(dir+"/"+name, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	if size > 0 {
+		if err := f.Allocate(size); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func fill(b []byte, seed uint64) {
+	x := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		b[i] = byte(x)
+	}
+}
+
+var engines = []string{EngineUring, EnginePread}

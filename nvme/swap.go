@@ -1,0 +1,425 @@
+package nvme
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/strata-ai/strata/internal/units"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// SwapOptions configure a Swap. The zero value of each field means its default.
+type SwapOptions struct {
+	Paths       []string // directories, one per drive; each gets one preallocated file
+	SizeBytes   int64    // total swap space, split evenly across Paths
+	StripeBytes int64    // stripe unit, and the checksum granule; default 1 MiB
+	// StripeMinBytes: extents at least this large are striped over all
+	// paths; smaller ones live in one file. Default 2 × StripeBytes.
+	StripeMinBytes int64
+	FileName       string // default "strata.swap"
+	KeepFiles      bool   // keep the files at Close (default: remove them)
+}
+
+// Validate fills defaults and checks what can be checked without the disks.
+func (o *SwapOptions) Validate() error {
+	if len(o.Paths) == 0 {
+		return errors.New("nvme: swap: no paths")
+	}
+	if o.SizeBytes <= 0 {
+		return fmt.Errorf("nvme: swap: size %d: want > 0", o.SizeBytes)
+	}
+	if o.StripeBytes == 0 {
+		o.StripeBytes = units.MiB
+	}
+	if o.StripeMinBytes == 0 {
+		o.StripeMinBytes = 2 * o.StripeBytes
+	}
+	if o.FileName == "" {
+		o.FileName = "strata.swap"
+	}
+	if o.StripeBytes < 512 || o.StripeBytes > maxRequestBytes {
+		return fmt.Errorf("nvme: swap: stripe size %d: want 512 B .. 1 GiB", o.StripeBytes)
+	}
+	seen := map[string]bool{}
+	for _, p := range o.Paths {
+		c := filepath.Clean(p)
+		if seen[c] {
+			return fmt.Errorf("nvme: swap: path %s given twice", p)
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
+func (o SwapOptions) String() string {
+	return fmt.Sprintf("paths=%v size=%s stripe=%s stripe_min=%s", o.Paths, units.FormatBytes(o.SizeBytes),
+		units.FormatSize(o.StripeBytes), units.FormatSize(o.StripeMinBytes))
+}
+
+type span struct{ off, len int64 }
+
+// swapFile is one preallocated file and its free list, sorted by offset.
+type swapFile struct {
+	f         *File
+	sizeBytes int64
+	free      []span
+	freeBytes int64
+}
+
+// piece is one stripe unit of an extent: where it lives and its checksum.
+type piece struct {
+	file    int
+	fileOff int64
+	logOff  int64 // within the extent
+	len     int64
+	crc     uint32
+}
+
+// Extent is a run of swap space handed out by Alloc. Its data is valid after
+// a successful Write and until Free or a failed Write. The caller must not
+// run Read and Write on one extent at the same time.
+type Extent struct {
+	id        uint64
+	sizeBytes int64
+	pieces    []piece
+	spans     []struct {
+		file int
+		s    span
+	}
+	valid atomic.Bool
+	freed bool
+}
+
+// ID names the extent in errors.
+func (e *Extent) ID() uint64 { return e.id }
+
+// SizeBytes is the extent's length.
+func (e *Extent) SizeBytes() int64 { return e.sizeBytes }
+
+// Striped reports whether the extent spans several files.
+func (e *Extent) Striped() bool { return len(e.spans) > 1 }
+
+// Swap is swap space over preallocated O_DIRECT files on one or more paths.
+// Alloc and Free are safe for concurrent use; Read and Write of different
+// extents may run concurrently.
+type Swap struct {
+	opts   SwapOptions
+	dev    Device
+	align  int64
+	files  []*swapFile
+	mu     sync.Mutex
+	nextID uint64
+	rr     int // round-robin start for unstriped extents
+	closed bool
+}
+
+// NewSwap checks every path (exists, is a directory, allows O_DIRECT, has the
+// space), and only then creates and preallocates one file per path. On error
+// it leaves nothing behind.
+func NewSwap(dev Device, opts SwapOptions) (*Swap, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	n := int64(len(opts.Paths))
+	perPath := units.AlignUp((opts.SizeBytes+n-1)/n, opts.StripeBytes)
+	for _, p := range opts.Paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil, fmt.Errorf("nvme: swap path %s does not exist", p)
+			}
+			return nil, fmt.Errorf("nvme: swap path %s: %w", p, err)
+		}
+		if !st.IsDir() {
+			return nil, fmt.Errorf("nvme: swap path %s is not a directory", p)
+		}
+		if err := checkDirectIOFS(p); err != nil {
+			return nil, err
+		}
+		free, err := FreeBytes(p)
+		if err != nil {
+			return nil, err
+		}
+		if old, err := os.Stat(filepath.Join(p, opts.FileName)); err == nil {
+			free += old.Size() // a leftover file is replaced
+		}
+		if perPath > free {
+			return nil, fmt.Errorf("nvme: swap: %s needs %s, only %s free: %w", p,
+				units.FormatBytes(perPath), units.FormatBytes(free), ErrNoSpace)
+		}
+	}
+	s := &Swap{opts: opts, dev: dev}
+	for _, p := range opts.Paths {
+		name := filepath.Join(p, opts.FileName)
+		f, err := OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			s.closeFiles(true)
+			return nil, err
+		}
+		s.files = append(s.files, &swapFile{f: f, sizeBytes: perPath, free: []span{{0, perPath}}, freeBytes: perPath})
+		if opts.StripeBytes%f.Alignment() != 0 {
+			s.closeFiles(true)
+			return nil, fmt.Errorf("nvme: swap: stripe size %d is not a multiple of the I/O alignment %d of %s (%s)",
+				opts.StripeBytes, f.Alignment(), p, f.AlignmentSource())
+		}
+		s.align = max(s.align, f.Alignment())
+		if err := f.Allocate(perPath); err != nil {
+			s.closeFiles(true)
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Alignment is the multiple every extent size, buffer address and length
+// must respect.
+func (s *Swap) Alignment() int64 { return s.align }
+
+// FreeBytes is the unallocated space over all files.
+func (s *Swap) FreeBytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, f := range s.files {
+		n += f.freeBytes
+	}
+	return n
+}
+
+// Files are the swap files (for registration with an engine).
+func (s *Swap) Files() []*File {
+	out := make([]*File, len(s.files))
+	for i, f := range s.files {
+		out[i] = f.f
+	}
+	return out
+}
+
+// Alloc reserves an extent of sizeBytes (a multiple of Alignment). Extents of
+// at least StripeMinBytes are striped over every path in StripeBytes units.
+func (s *Swap) Alloc(sizeBytes int64) (*Extent, error) {
+	if sizeBytes <= 0 || sizeBytes%s.align != 0 {
+		return nil, fmt.Errorf("nvme: swap alloc %d bytes: not a positive multiple of the alignment %d", sizeBytes, s.align)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("nvme: swap alloc: %w", ErrClosed)
+	}
+	s.nextID++
+	e := &Extent{id: s.nextID, sizeBytes: sizeBytes}
+	stripe := s.opts.StripeBytes
+	nf := len(s.files)
+	if nf > 1 && sizeBytes >= s.opts.StripeMinBytes {
+		// Unit u lives in file u % nf, at that file's region start plus
+		// (u / nf) × stripe (RAID-0 without a RAID device).
+		need := make([]int64, nf)
+		units := (sizeBytes + stripe - 1) / stripe
+		for u := int64(0); u < units; u++ {
+			need[u%int64(nf)] += min(stripe, sizeBytes-u*stripe)
+		}
+		base := make([]int64, nf)
+		for i := range nf {
+			off, ok := s.files[i].take(need[i])
+			if !ok {
+				for j := range i {
+					s.files[j].give(span{base[j], need[j]})
+				}
+				return nil, s.noSpace(sizeBytes)
+			}
+			base[i] = off
+			e.spans = append(e.spans, struct {
+				file int
+				s    span
+			}{i, span{off, need[i]}})
+		}
+		for u := int64(0); u < units; u++ {
+			f := int(u % int64(nf))
+			e.pieces = append(e.pieces, piece{file: f, fileOff: base[f] + (u/int64(nf))*stripe, logOff: u * stripe, len: min(stripe, sizeBytes-u*stripe)})
+		}
+		return e, nil
+	}
+	for k := range nf {
+		i := (s.rr + k) % nf
+		off, ok := s.files[i].take(sizeBytes)
+		if !ok {
+			continue
+		}
+		s.rr = i + 1
+		e.spans = append(e.spans, struct {
+			file int
+			s    span
+		}{i, span{off, sizeBytes}})
+		for lo := int64(0); lo < sizeBytes; lo += stripe {
+			e.pieces = append(e.pieces, piece{file: i, fileOff: off + lo, logOff: lo, len: min(stripe, sizeBytes-lo)})
+		}
+		return e, nil
+	}
+	return nil, s.noSpace(sizeBytes)
+}
+
+func (s *Swap) noSpace(sizeBytes int64) error {
+	var free int64
+	for _, f := range s.files {
+		free += f.freeBytes
+	}
+	return fmt.Errorf("nvme: swap alloc %s: %s free in %d files (maybe fragmented): %w",
+		units.FormatBytes(sizeBytes), units.FormatBytes(free), len(s.files), ErrNoSpace)
+}
+
+// Free returns the extent's space. Freeing an extent twice panics.
+func (s *Swap) Free(e *Extent) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e.freed {
+		panic(fmt.Sprintf("nvme: extent %d freed twice", e.id))
+	}
+	e.freed = true
+	e.valid.Store(false)
+	for _, sp := range e.spans {
+		s.files[sp.file].give(sp.s)
+	}
+}
+
+// take is first-fit allocation from the free list.
+func (f *swapFile) take(n int64) (int64, bool) {
+	for i, sp := range f.free {
+		if sp.len < n {
+			continue
+		}
+		off := sp.off
+		if sp.len == n {
+			f.free = append(f.free[:i], f.free[i+1:]...)
+		} else {
+			f.free[i] = span{sp.off + n, sp.len - n}
+		}
+		f.freeBytes -= n
+		return off, true
+	}
+	return 0, false
+}
+
+// give returns a span and merges it with its neighbours.
+func (f *swapFile) give(sp span) {
+	if sp.len == 0 {
+		return
+	}
+	i := sort.Search(len(f.free), func(i int) bool { return f.free[i].off >= sp.off })
+	if (i < len(f.free) && f.free[i].off < sp.off+sp.len) || (i > 0 && f.free[i-1].off+f.free[i-1].len > sp.off) {
+		panic(fmt.Sprintf("nvme: swap: span [%d,+%d) freed while free", sp.off, sp.len))
+	}
+	f.free = append(f.free, span{})
+	copy(f.free[i+1:], f.free[i:])
+	f.free[i] = sp
+	if i+1 < len(f.free) && f.free[i].off+f.free[i].len == f.free[i+1].off {
+		f.free[i].len += f.free[i+1].len
+		f.free = append(f.free[:i+1], f.free[i+2:]...)
+	}
+	if i > 0 && f.free[i-1].off+f.free[i-1].len == f.free[i].off {
+		f.free[i-1].len += f.free[i].len
+		f.free = append(f.free[:i], f.free[i+1:]...)
+	}
+	f.freeBytes += sp.len
+}
+
+func (s *Swap) checkBuf(op string, e *Extent, buf []byte) {
+	if e.freed {
+		panic(fmt.Sprintf("nvme: swap %s of extent %d after Free", op, e.id))
+	}
+	if int64(len(buf)) != e.sizeBytes {
+		panic(fmt.Sprintf("nvme: swap %s of extent %d: buffer of %d bytes, extent of %d", op, e.id, len(buf), e.sizeBytes))
+	}
+}
+
+// Write stores buf (exactly the extent's size, aligned) in the extent and
+// records a CRC-32C per stripe unit. If any part fails, the extent holds no
+// valid data and the error names every part that was lost.
+func (s *Swap) Write(e *Extent, buf []byte) error {
+	s.checkBuf("write", e, buf)
+	e.valid.Store(false)
+	reqs := make([]Request, len(e.pieces))
+	ptrs := make([]*Request, len(e.pieces))
+	var c Completion
+	for i := range e.pieces {
+		p := &e.pieces[i]
+		b := buf[p.logOff : p.logOff+p.len]
+		p.crc = crc32.Checksum(b, castagnoli)
+		reqs[i] = Request{Op: OpWrite, File: s.files[p.file].f, Buf: b, Offset: p.fileOff, Wait: &c}
+		ptrs[i] = &reqs[i]
+	}
+	if err := s.dev.Submit(ptrs...); err != nil {
+		return fmt.Errorf("nvme: swap write extent %d: %w", e.id, err)
+	}
+	if err := c.Wait(); err != nil {
+		return fmt.Errorf("nvme: swap write extent %d (%s): lost: %w", e.id, units.FormatBytes(e.sizeBytes), err)
+	}
+	e.valid.Store(true)
+	return nil
+}
+
+// Read fills buf (exactly the extent's size, aligned) from the extent and
+// verifies every stripe unit's CRC-32C. On error buf's contents are undefined.
+func (s *Swap) Read(e *Extent, buf []byte) error {
+	s.checkBuf("read", e, buf)
+	if !e.valid.Load() {
+		return fmt.Errorf("nvme: swap read extent %d: %w (never written, or its last write failed)", e.id, ErrNoData)
+	}
+	reqs := make([]Request, len(e.pieces))
+	ptrs := make([]*Request, len(e.pieces))
+	var c Completion
+	for i, p := range e.pieces {
+		reqs[i] = Request{Op: OpRead, File: s.files[p.file].f, Buf: buf[p.logOff : p.logOff+p.len], Offset: p.fileOff, Wait: &c}
+		ptrs[i] = &reqs[i]
+	}
+	if err := s.dev.Submit(ptrs...); err != nil {
+		return fmt.Errorf("nvme: swap read extent %d: %w", e.id, err)
+	}
+	if err := c.Wait(); err != nil {
+		return fmt.Errorf("nvme: swap read extent %d (%s): %w", e.id, units.FormatBytes(e.sizeBytes), err)
+	}
+	var errs []error
+	for _, p := range e.pieces {
+		if got := crc32.Checksum(buf[p.logOff:p.logOff+p.len], castagnoli); got != p.crc {
+			errs = append(errs, &CorruptionError{Extent: e.id, Path: s.files[p.file].f.path, Offset: p.fileOff, Length: p.len, Want: p.crc, Got: got})
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("nvme: swap read: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// Close closes the files (and removes them unless KeepFiles). Extents must
+// not be in use.
+func (s *Swap) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	return s.closeFiles(!s.opts.KeepFiles)
+}
+
+func (s *Swap) closeFiles(remove bool) error {
+	var errs []error
+	for _, f := range s.files {
+		if err := f.f.Close(); err != nil {
+			errs = append(errs, err)
+		}
+		if remove {
+			if err := os.Remove(f.f.path); err != nil && !os.IsNotExist(err) {
+				errs = append(errs, fmt.Errorf("nvme: remove %s: %w", f.f.path, err))
+			}
+		}
+	}
+	s.files = nil
+	return errors.Join(errs...)
+}
