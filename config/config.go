@@ -1,0 +1,310 @@
+package config
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+)
+
+// Config is a parsed and checked run configuration. The exported fields hold
+// resolved values (defaults filled in, batch sizes derived); they carry the
+// DeepSpeed key names as JSON tags, so that printing a Config as JSON gives a
+// file that Parse reads back into the same run.
+type Config struct {
+	TrainBatchSize            int `json:"train_batch_size"`
+	TrainMicroBatchSizePerGPU int `json:"train_micro_batch_size_per_gpu"`
+	GradientAccumulationSteps int `json:"gradient_accumulation_steps"`
+
+	Optimizer Optimizer `json:"optimizer"`
+	Scheduler Scheduler `json:"scheduler"`
+	BF16      BF16      `json:"bf16"`
+
+	GradientClipping   float64 `json:"gradient_clipping"` // max global L2 norm; 0 = off
+	StepsPerPrint      int     `json:"steps_per_print"`
+	WallClockBreakdown bool    `json:"wall_clock_breakdown"`
+
+	ZeRO   ZeRO   `json:"zero_optimization"`
+	AIO    AIO    `json:"aio"`
+	Strata Strata `json:"strata"`
+
+	ignored []string   // "said once" notices, in document order
+	batch   batchGiven // which of the three batch keys the file gave
+}
+
+// batchGiven records the batch keys the user wrote (0 = absent or "auto"), so
+// that a different device count can be applied later with DeepSpeed's rules.
+type batchGiven struct {
+	train, micro, accum int
+}
+
+// Optimizer is DeepSpeed's "optimizer" block. Strata implements Adam and AdamW.
+type Optimizer struct {
+	Type   string     `json:"type"` // "Adam" or "AdamW"
+	Params AdamParams `json:"params"`
+}
+
+// AdamParams are the optimizer's hyper-parameters with DeepSpeed's defaults.
+type AdamParams struct {
+	LR          float64    `json:"lr"`           // default 1e-3
+	Betas       [2]float64 `json:"betas"`        // default [0.9, 0.999]
+	Eps         float64    `json:"eps"`          // default 1e-8
+	WeightDecay float64    `json:"weight_decay"` // default 0
+	// AdamWMode: weight decay decoupled from the gradient (AdamW). DeepSpeed's
+	// default is true even for type "Adam"; type "AdamW" is always true.
+	AdamWMode bool `json:"adam_w_mode"`
+}
+
+// Scheduler is DeepSpeed's "scheduler" block. Type "" means no scheduler:
+// the learning rate stays optimizer.params.lr.
+type Scheduler struct {
+	Type   string          `json:"type,omitempty"` // "", "WarmupLR" or "WarmupDecayLR"
+	Params SchedulerParams `json:"params"`
+}
+
+// MarshalJSON writes null for no scheduler, so the printed config reads back.
+func (s Scheduler) MarshalJSON() ([]byte, error) {
+	if s.Type == "" {
+		return []byte("null"), nil
+	}
+	type plain Scheduler
+	return json.Marshal(plain(s))
+}
+
+// SchedulerParams are the parameters of WarmupLR and WarmupDecayLR with
+// DeepSpeed's defaults.
+type SchedulerParams struct {
+	WarmupMinLR    float64 `json:"warmup_min_lr"`             // default 0
+	WarmupMaxLR    float64 `json:"warmup_max_lr"`             // default 1e-3
+	WarmupNumSteps int     `json:"warmup_num_steps"`          // default 1000; DeepSpeed uses max(2, this)
+	WarmupType     string  `json:"warmup_type"`               // "log" (default) or "linear"
+	TotalNumSteps  int     `json:"total_num_steps,omitempty"` // WarmupDecayLR only; required there
+}
+
+// BF16 is DeepSpeed's "bf16" block. Strata trains in bf16 mixed precision
+// only (bf16 params and gradients, fp32 master weights and moments).
+type BF16 struct {
+	Enabled bool `json:"enabled"`
+}
+
+// ZeRO is DeepSpeed's "zero_optimization" block. Counts are in parameters
+// (elements), as in DeepSpeed.
+type ZeRO struct {
+	Stage                               int   `json:"stage"`                                     // 0-3, default 0
+	ContiguousGradients                 bool  `json:"contiguous_gradients"`                      // not used: chunks are contiguous
+	OverlapComm                         bool  `json:"overlap_comm"`                              // not used: always overlapped per chunk
+	ReduceBucketSize                    int64 `json:"reduce_bucket_size"`                        // stage 2 gradient buckets; default 5e8
+	AllgatherBucketSize                 int64 `json:"allgather_bucket_size"`                     // not used
+	ReduceScatter                       bool  `json:"reduce_scatter"`                            // not used: always ReduceScatter
+	Stage3ParamPersistenceThreshold     int64 `json:"stage3_param_persistence_threshold"`        // chunks with fewer params stay gathered; default 1e5
+	Stage3PrefetchBucketSize            int64 `json:"stage3_prefetch_bucket_size"`               // not used: the planner decides
+	Stage3MaxLiveParameters             int64 `json:"stage3_max_live_parameters"`                // not used: the planner decides
+	Stage3MaxReuseDistance              int64 `json:"stage3_max_reuse_distance"`                 // not used: the planner decides
+	Stage3Gather16bitWeightsOnModelSave bool  `json:"stage3_gather_16bit_weights_on_model_save"` // not used
+	SubGroupSize                        int64 `json:"sub_group_size"`                            // not used: the optimizer works per chunk shard
+
+	OffloadParam     OffloadParam     `json:"offload_param"`
+	OffloadOptimizer OffloadOptimizer `json:"offload_optimizer"`
+
+	auto []string // keys written as "auto", resolved by ResolveModel
+}
+
+// Offload devices, as DeepSpeed names them.
+const (
+	DeviceNone = "none"
+	DeviceCPU  = "cpu"
+	DeviceNVMe = "nvme"
+)
+
+// OffloadParam is zero_optimization.offload_param (stage 3 only).
+type OffloadParam struct {
+	Device      string   `json:"device"`       // none (default), cpu or nvme
+	NVMePath    []string `json:"nvme_path"`    // one path or several (striped); required for nvme
+	PinMemory   bool     `json:"pin_memory"`   // not used: Strata's host buffers are always pinned
+	BufferCount int      `json:"buffer_count"` // not used: derived from the model and the plan
+	BufferSize  int64    `json:"buffer_size"`  // not used: derived from the model and the plan
+	MaxInCPU    int64    `json:"max_in_cpu"`   // not used: strata.host_budget decides
+}
+
+// OffloadOptimizer is zero_optimization.offload_optimizer (stage 1-3).
+type OffloadOptimizer struct {
+	Device        string   `json:"device"`         // none (default), cpu or nvme
+	NVMePath      []string `json:"nvme_path"`      // one path or several (striped); required for nvme
+	PinMemory     bool     `json:"pin_memory"`     // not used: always pinned
+	BufferCount   int      `json:"buffer_count"`   // not used: derived
+	FastInit      bool     `json:"fast_init"`      // not used
+	PipelineRead  bool     `json:"pipeline_read"`  // not used: always reads ahead
+	PipelineWrite bool     `json:"pipeline_write"` // not used: always writes behind
+	Ratio         float64  `json:"ratio"`          // not used: the whole optimizer is offloaded
+}
+
+// AIO is DeepSpeed's "aio" block: how the NVMe engine is driven.
+type AIO struct {
+	BlockSize     int64 `json:"block_size"`     // bytes per request; default 1 MiB
+	QueueDepth    int   `json:"queue_depth"`    // requests in flight per thread; default 8
+	ThreadCount   int   `json:"thread_count"`   // also read as intra_op_parallelism; default 1
+	SingleSubmit  bool  `json:"single_submit"`  // not used
+	OverlapEvents bool  `json:"overlap_events"` // not used
+	UseGDS        bool  `json:"use_gds"`        // not used: no GPUDirect Storage
+}
+
+// Strata is the "strata" block: what DeepSpeed leaves to the training script.
+type Strata struct {
+	Model           ModelSpec `json:"model"`       // default "tiny"
+	Devices         int       `json:"devices"`     // local devices to use; default 1
+	Backend         string    `json:"backend"`     // "cpu" (default) or "cuda"
+	HBMBytes        int64     `json:"hbm_bytes"`   // per-device budget; 0 = the backend's capacity
+	HostBudgetBytes int64     `json:"host_budget"` // optimizer state kept in host RAM, all ranks; 0 = no limit
+	SeqLen          int       `json:"seq_len"`     // tokens per sample; 0 = the model's max_seq_len
+	Data            string    `json:"data"`        // training text; "" = built-in synthetic corpus
+	Seed            uint64    `json:"seed"`        // default 1
+	Overlap         string    `json:"overlap"`     // "exact" (default) or "dpu"
+	Steps           int       `json:"steps"`       // optimizer steps; default 20
+
+	devicesMax int // strata.devices as the file gave it (0: not given): the most SetDevices allows
+}
+
+// Shape is a model shape written out in the config. It has the fields of
+// model.Shape in the same order, so engine converts with model.Shape(s).
+type Shape struct {
+	Name   string `json:"name,omitempty"`
+	Layers int    `json:"n_layer"`
+	Dim    int    `json:"n_embd"`
+	Heads  int    `json:"n_head"`
+	Vocab  int    `json:"vocab_size"`
+	MaxSeq int    `json:"max_seq_len"`
+}
+
+// ModelSpec is strata.model: a named shape ("gpt2") or an explicit one.
+// After Parse with Options.LookupShape (or after ResolveModel), Shape is set.
+type ModelSpec struct {
+	Name  string
+	Shape *Shape
+}
+
+// MarshalJSON writes the name when there is one, else the shape.
+func (m ModelSpec) MarshalJSON() ([]byte, error) {
+	if m.Name != "" {
+		return json.Marshal(m.Name)
+	}
+	if m.Shape == nil {
+		return []byte("null"), nil
+	}
+	return json.Marshal(m.Shape)
+}
+
+// Options change how Parse works.
+type Options struct {
+	// LookupShape resolves a named strata.model at parse time, so that an
+	// unknown name is reported at its line and "auto" values that depend on
+	// the hidden size are filled in. cmd passes a wrapper of model.Lookup.
+	LookupShape func(name string) (Shape, error)
+}
+
+// Default values, as DeepSpeed documents them unless said otherwise.
+const (
+	DefaultLR                   = 1e-3
+	DefaultBeta1                = 0.9
+	DefaultBeta2                = 0.999
+	DefaultEps                  = 1e-8
+	DefaultWarmupMaxLR          = 1e-3
+	DefaultWarmupNumSteps       = 1000
+	DefaultStepsPerPrint        = 10
+	DefaultReduceBucketSize     = 500_000_000
+	DefaultAllgatherBucketSize  = 500_000_000
+	DefaultPersistenceThreshold = 100_000
+	DefaultPrefetchBucketSize   = 50_000_000
+	DefaultMaxLiveParameters    = 1_000_000_000
+	DefaultMaxReuseDistance     = 1_000_000_000
+	DefaultSubGroupSize         = 1_000_000_000
+	DefaultAIOBlockSize         = 1 << 20
+	DefaultAIOQueueDepth        = 8
+	DefaultAIOThreadCount       = 1
+	DefaultModel                = "tiny" // Strata
+	DefaultSteps                = 20     // Strata
+	DefaultSeed                 = 1      // Strata
+	DefaultMicroBatch           = 4      // Strata, only for Default() (no file)
+)
+
+// Default is the configuration of a run without --config: DeepSpeed's
+// defaults, micro-batch 4 on one device, the "tiny" model, 20 steps.
+func Default() *Config {
+	c := &Config{}
+	c.setDefaults()
+	c.batch = batchGiven{micro: DefaultMicroBatch}
+	if err := c.resolveBatch(); err != nil {
+		panic("config: default config is inconsistent: " + err.Error())
+	}
+	return c
+}
+
+func (c *Config) setDefaults() {
+	c.Optimizer = Optimizer{Type: "AdamW", Params: AdamParams{LR: DefaultLR, Betas: [2]float64{DefaultBeta1, DefaultBeta2}, Eps: DefaultEps, AdamWMode: true}}
+	c.Scheduler = Scheduler{Params: SchedulerParams{WarmupMaxLR: DefaultWarmupMaxLR, WarmupNumSteps: DefaultWarmupNumSteps, WarmupType: "log"}}
+	c.BF16 = BF16{Enabled: true}
+	c.StepsPerPrint = DefaultStepsPerPrint
+	c.ZeRO = ZeRO{
+		ContiguousGradients:             true,
+		ReduceBucketSize:                DefaultReduceBucketSize,
+		AllgatherBucketSize:             DefaultAllgatherBucketSize,
+		ReduceScatter:                   true,
+		Stage3ParamPersistenceThreshold: DefaultPersistenceThreshold,
+		Stage3PrefetchBucketSize:        DefaultPrefetchBucketSize,
+		Stage3MaxLiveParameters:         DefaultMaxLiveParameters,
+		Stage3MaxReuseDistance:          DefaultMaxReuseDistance,
+		SubGroupSize:                    DefaultSubGroupSize,
+		OffloadParam:                    OffloadParam{Device: DeviceNone, BufferCount: 5, BufferSize: 100_000_000, MaxInCPU: 1_000_000_000},
+		OffloadOptimizer:                OffloadOptimizer{Device: DeviceNone, BufferCount: 4, Ratio: 1},
+	}
+	c.AIO = AIO{BlockSize: DefaultAIOBlockSize, QueueDepth: DefaultAIOQueueDepth, ThreadCount: DefaultAIOThreadCount, OverlapEvents: true}
+	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", Steps: DefaultSteps}
+}
+
+// Load reads and parses a config file.
+func Load(path string, opts Options) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	return Parse(data, path, opts)
+}
+
+// Ignored returns the notices about DeepSpeed knobs that the file sets and
+// Strata accepts but does not use, one line each, to be shown once.
+func (c *Config) Ignored() []string { return append([]string(nil), c.ignored...) }
+
+// JSON returns the resolved config as indented JSON that Parse reads back.
+func (c *Config) JSON() []byte {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		panic("config: marshal: " + err.Error())
+	}
+	return b
+}
+
+// Shape returns the resolved model shape, or nil when strata.model is a name
+// that was not looked up (see Options.LookupShape and ResolveModel).
+func (c *Config) Shape() *Shape { return c.Strata.Model.Shape }
+
+// ResolveModel records the shape of a named strata.model and fills in the
+// zero_optimization values written as "auto" from its hidden size C, as the
+// Hugging Face integration does: reduce_bucket_size = C²,
+// stage3_prefetch_bucket_size = 0.9·C², stage3_param_persistence_threshold = 10·C.
+func (c *Config) ResolveModel(s Shape) {
+	c.Strata.Model.Shape = &s
+	hidden := int64(s.Dim)
+	for _, k := range c.ZeRO.auto {
+		switch k {
+		case "reduce_bucket_size":
+			c.ZeRO.ReduceBucketSize = hidden * hidden
+		case "stage3_prefetch_bucket_size":
+			c.ZeRO.Stage3PrefetchBucketSize = hidden * hidden * 9 / 10
+		case "stage3_param_persistence_threshold":
+			c.ZeRO.Stage3ParamPersistenceThreshold = 10 * hidden
+		}
+	}
+	c.ZeRO.auto = nil
+}
+
+// DecoupledWeightDecay says whether weight decay is applied AdamW-style
+// (true for AdamW, and for Adam unless adam_w_mode is false, as in DeepSpeed).
+func (o Optimizer) DecoupledWeightDecay() bool { return o.Type == "AdamW" || o.Params.AdamWMode }

@@ -1,0 +1,39 @@
+// Package config reads Strata's run configuration: a DeepSpeed JSON config
+// (the keys DeepSpeed users already have, with DeepSpeed's meaning and
+// defaults) plus Strata's own keys under "strata".
+//
+// What it owns: the key set, the defaults, the checks and the messages. It
+// imports nothing of Strata but internal/; a named strata.model is resolved
+// through Options.LookupShape, which cmd builds from model.Lookup.
+//
+// Parsing is two passes. encoding/json first checks the syntax, so that a
+// malformed file is reported with its line and column (computed from
+// json.SyntaxError.Offset). A token walk then builds a tree that remembers
+// where every key and value starts, and a decoder reads it section by
+// section: each read registers its key, so a key that no section read is
+// unknown and is reported with the nearest valid key (edit distance, or the
+// same key at another level). Problems are collected, not returned at the
+// first: one run shows everything that is wrong, in document order.
+//
+// Decisions (documented for users in bench/README-config.md):
+//   - bf16 mixed precision only. "bf16": {"enabled": false} is an error; a
+//     missing bf16 block is a notice. "fp16": {"enabled": true} is an error
+//     (no loss scaling in Strata); a disabled fp16 block is accepted.
+//   - "auto" (written by the Hugging Face integration) is accepted for the
+//     three batch keys (derived by DeepSpeed's rules) and for
+//     reduce_bucket_size, stage3_prefetch_bucket_size and
+//     stage3_param_persistence_threshold (derived from the hidden size as
+//     the HF integration does); elsewhere it is an error, because Strata has
+//     no Trainer to fill it in.
+//   - DeepSpeed knobs that Strata accepts but does not use (overlap_comm,
+//     buffer_count, pipeline_read, ...) become notices, Config.Ignored(),
+//     that cmd prints once.
+//
+// Lifecycle: Parse (or Load, or Default) returns a *Config that is resolved
+// and valid; SetDevices re-derives the batch for another device count;
+// ResolveModel records a shape looked up later. A Config is a plain value:
+// not safe for concurrent mutation, free to copy and to read from any
+// goroutine. Printing it (Config.JSON) gives a file that Parse reads back.
+//
+// Memory: none to speak of; the tree of a config file is dropped after Parse.
+package config

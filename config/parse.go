@@ -1,0 +1,637 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Parse reads a DeepSpeed-style JSON config. file names the source in
+// messages ("" for none). Every problem is reported with its line, column
+// and JSON path; when there are several, the error is an Errors.
+func Parse(data []byte, file string, opts Options) (*Config, error) {
+	root, err := parseTree(data, file)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{}
+	c.setDefaults()
+	d := &decoder{file: file, data: data, pos: map[string]int{}}
+	r := d.newSection(root, "")
+
+	batchKey(r, "train_batch_size", &c.batch.train)
+	batchKey(r, "train_micro_batch_size_per_gpu", &c.batch.micro)
+	batchKey(r, "gradient_accumulation_steps", &c.batch.accum)
+
+	c.decodeOptimizer(r.sub("optimizer"))
+	c.decodeScheduler(r.sub("scheduler"))
+	c.decodePrecision(r)
+	r.floatKey("gradient_clipping", &c.GradientClipping, nonNegative)
+	r.intKey("steps_per_print", &c.StepsPerPrint, atLeast(1))
+	r.boolKey("wall_clock_breakdown", &c.WallClockBreakdown)
+	if r.has("wall_clock_breakdown") {
+		r.notice("wall_clock_breakdown", "every run reports per-step times in its JSONL log")
+	}
+	c.decodeZeRO(r.sub("zero_optimization"))
+	c.decodeAIO(r.sub("aio"))
+	c.decodeStrata(r.sub("strata"), opts)
+	for _, k := range []string{"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
+		"gradient_predivide_factor", "communication_data_type", "memory_breakdown", "dump_state",
+		"activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "data_types"} {
+		r.ignore(k, "Strata has no such feature")
+	}
+	d.finish()
+	if len(d.errs) == 0 {
+		c.crossChecks(d)
+	}
+	if len(d.errs) == 0 {
+		if err := c.resolveBatch(); err != nil {
+			first := "train_batch_size"
+			for _, k := range []string{"train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps"} {
+				if _, ok := d.pos[k]; ok {
+					first = k
+					break
+				}
+			}
+			off, ok := d.pos[first]
+			if !ok {
+				off = -1
+			}
+			d.errAt(off, "", "%s", err.Error())
+		}
+	}
+	if len(d.errs) > 0 {
+		sortErrors(d.errs)
+		if len(d.errs) == 1 {
+			return nil, d.errs[0]
+		}
+		return nil, Errors(d.errs)
+	}
+	c.ignored = d.ignored
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// batchKey reads one of the three batch keys; "auto" means "derive it".
+func batchKey(r *section, key string, dst *int) {
+	if isAuto(r.get(key)) {
+		return
+	}
+	r.intKey(key, dst, atLeast(1))
+}
+
+func nonNegative(v float64) string {
+	if v < 0 {
+		return fmt.Sprintf("%v is negative", v)
+	}
+	return ""
+}
+
+func atLeast(lo int64) func(int64) string {
+	return func(v int64) string {
+		if v < lo {
+			return fmt.Sprintf("%d must be at least %d", v, lo)
+		}
+		return ""
+	}
+}
+
+func (c *Config) decodeOptimizer(s *section) {
+	if n := s.get("type"); n != nil {
+		if n.kind != kindString {
+			s.d.errAt(n.offset, "optimizer.type", "want a string, got %s", describe(n))
+		} else {
+			switch strings.ToLower(n.text) { // DeepSpeed compares lower-cased names
+			case "adam":
+				c.Optimizer.Type = "Adam"
+			case "adamw":
+				c.Optimizer.Type = "AdamW"
+			default:
+				s.d.errAt(n.offset, "optimizer.type", "%q is not supported: Strata implements \"Adam\" and \"AdamW\"", n.text)
+			}
+		}
+	} else if s.n != nil {
+		s.d.errAt(s.n.offset, "optimizer", `missing "type" ("Adam" or "AdamW")`)
+	}
+	p := s.sub("params")
+	a := &c.Optimizer.Params
+	p.floatKey("lr", &a.LR, nonNegative)
+	if n := p.get("betas"); n != nil {
+		if n.kind != kindArray || len(n.elems) != 2 {
+			p.d.errAt(n.offset, "optimizer.params.betas", "want a list of two numbers [beta1, beta2], got %s", describe(n))
+		} else {
+			for i, e := range n.elems {
+				path := fmt.Sprintf("optimizer.params.betas[%d]", i)
+				if e.kind != kindNumber {
+					p.d.errAt(e.offset, path, "want a number, got %s", describe(e))
+					continue
+				}
+				v, err := strconv.ParseFloat(e.text, 64)
+				if err != nil || !(v >= 0 && v < 1) {
+					p.d.errAt(e.offset, path, "%s is not in [0, 1)", e.text)
+					continue
+				}
+				a.Betas[i] = v
+			}
+		}
+	}
+	p.floatKey("eps", &a.Eps, func(v float64) string {
+		if !(v > 0) {
+			return fmt.Sprintf("%v must be > 0", v)
+		}
+		return ""
+	})
+	p.floatKey("weight_decay", &a.WeightDecay, nonNegative)
+	p.boolKey("adam_w_mode", &a.AdamWMode)
+	if c.Optimizer.Type == "AdamW" && p.has("adam_w_mode") && !a.AdamWMode {
+		p.d.errPath("optimizer.params.adam_w_mode", `false contradicts type "AdamW" (DeepSpeed would use AdamW anyway); use type "Adam" for L2-style weight decay`)
+	}
+	if c.Optimizer.Type == "AdamW" {
+		a.AdamWMode = true
+	}
+	var bias bool = true
+	p.boolKey("bias_correction", &bias)
+	if !bias {
+		p.d.errPath("optimizer.params.bias_correction", "false is not supported: Strata's Adam always corrects the bias")
+	}
+	var amsgrad bool
+	p.boolKey("amsgrad", &amsgrad)
+	if amsgrad {
+		p.d.errPath("optimizer.params.amsgrad", "true is not supported")
+	}
+	p.ignore("torch_adam", "Strata uses its own CPU and device Adam")
+}
+
+func (c *Config) decodeScheduler(s *section) {
+	sp := &c.Scheduler.Params
+	s.stringKey("type", &c.Scheduler.Type, "WarmupLR", "WarmupDecayLR")
+	if s.n != nil && !s.has("type") {
+		s.d.errAt(s.n.offset, "scheduler", `missing "type" ("WarmupLR" or "WarmupDecayLR")`)
+	}
+	p := s.sub("params")
+	p.floatKey("warmup_min_lr", &sp.WarmupMinLR, nonNegative)
+	p.floatKey("warmup_max_lr", &sp.WarmupMaxLR, nonNegative)
+	p.intKey("warmup_num_steps", &sp.WarmupNumSteps, atLeast(0))
+	p.stringKey("warmup_type", &sp.WarmupType, "log", "linear")
+	p.intKey("total_num_steps", &sp.TotalNumSteps, atLeast(1))
+	p.ignore("last_batch_iteration", "a run starts at step 0 (resuming restores the step from the checkpoint)")
+	switch {
+	case c.Scheduler.Type == "WarmupDecayLR" && !p.has("total_num_steps"):
+		off := -1
+		if p.n != nil {
+			off = p.n.offset
+		} else if s.n != nil {
+			off = s.n.offset
+		}
+		s.d.errAt(off, "scheduler.params", "WarmupDecayLR needs total_num_steps")
+	case c.Scheduler.Type == "WarmupLR" && p.has("total_num_steps"):
+		p.d.errPath("scheduler.params.total_num_steps", "applies to WarmupDecayLR only; WarmupLR stays at warmup_max_lr")
+	}
+}
+
+func (c *Config) decodePrecision(r *section) {
+	b := r.sub("bf16")
+	if n := b.get("enabled"); n != nil {
+		switch {
+		case isAuto(n):
+			b.d.ignored = append(b.d.ignored, `bf16.enabled "auto" is taken as true: Strata always trains in bf16`)
+		case n.kind != kindBool:
+			b.d.errAt(n.offset, "bf16.enabled", "want true or false, got %s", describe(n))
+		case !n.b:
+			b.d.errAt(n.offset, "bf16.enabled", "false is not supported: Strata trains only in bf16 mixed precision (fp32 master weights and moments)")
+		}
+	}
+	b.ignore("immediate_grad_update", "gradients are reduced into their shard as each chunk finishes")
+	if b.n == nil {
+		r.d.ignored = append(r.d.ignored, "bf16 is not set: Strata trains in bf16 mixed precision (DeepSpeed would train in fp32)")
+	}
+	// fp16: the block is accepted so that existing configs load; enabling it
+	// is an error because Strata has no fp16 path (no loss scaling).
+	f := r.get("fp16")
+	if f == nil {
+		return
+	}
+	if f.kind != kindObject {
+		r.d.errAt(f.offset, "fp16", "want an object, got %s", describe(f))
+		return
+	}
+	if en, _ := f.field("enabled"); en != nil && en.kind == kindBool && en.b {
+		i := -1
+		for j, k := range f.keys {
+			if k == "enabled" {
+				i = j
+			}
+		}
+		r.d.errAt(f.keyOff[i], "fp16.enabled", `true is not supported: Strata trains in bf16; set "fp16": {"enabled": false} and "bf16": {"enabled": true}`)
+		return
+	}
+	r.notice("fp16", "Strata trains in bf16 and needs no loss scaling")
+}
+
+var stage3Why = "the prefetch planner sizes prefetch from the recorded trace and the byte budgets"
+
+func (c *Config) decodeZeRO(s *section) {
+	z := &c.ZeRO
+	s.intKey("stage", &z.Stage, func(v int64) string {
+		if v < 0 || v > 3 {
+			return fmt.Sprintf("%d is not 0, 1, 2 or 3", v)
+		}
+		return ""
+	})
+	s.boolKey("contiguous_gradients", &z.ContiguousGradients)
+	if s.has("contiguous_gradients") {
+		s.notice("contiguous_gradients", "gradients always live in contiguous chunk buffers")
+	}
+	s.boolKey("overlap_comm", &z.OverlapComm)
+	if s.has("overlap_comm") {
+		s.notice("overlap_comm", "communication always overlaps compute, chunk by chunk")
+	}
+	autoCount := func(key string, dst *int64, lo int64) {
+		if isAuto(s.get(key)) {
+			z.auto = append(z.auto, key)
+			return
+		}
+		s.int64Key(key, dst, atLeast(lo))
+	}
+	autoCount("reduce_bucket_size", &z.ReduceBucketSize, 1)
+	s.int64Key("allgather_bucket_size", &z.AllgatherBucketSize, atLeast(1))
+	if s.has("allgather_bucket_size") {
+		s.notice("allgather_bucket_size", "AllGather moves whole chunks")
+	}
+	s.boolKey("reduce_scatter", &z.ReduceScatter)
+	if s.has("reduce_scatter") {
+		s.notice("reduce_scatter", "gradients are always reduced with ReduceScatter at stage 1-3")
+	}
+	autoCount("stage3_param_persistence_threshold", &z.Stage3ParamPersistenceThreshold, 0)
+	autoCount("stage3_prefetch_bucket_size", &z.Stage3PrefetchBucketSize, 0)
+	if s.has("stage3_prefetch_bucket_size") {
+		s.notice("stage3_prefetch_bucket_size", stage3Why)
+	}
+	for _, k := range []struct {
+		key string
+		dst *int64
+	}{{"stage3_max_live_parameters", &z.Stage3MaxLiveParameters}, {"stage3_max_reuse_distance", &z.Stage3MaxReuseDistance}} {
+		s.int64Key(k.key, k.dst, atLeast(0))
+		if s.has(k.key) {
+			s.notice(k.key, stage3Why)
+		}
+	}
+	s.boolKey("stage3_gather_16bit_weights_on_model_save", &z.Stage3Gather16bitWeightsOnModelSave)
+	if s.has("stage3_gather_16bit_weights_on_model_save") {
+		s.notice("stage3_gather_16bit_weights_on_model_save", "checkpoints are sharded; export gathers them")
+	}
+	s.int64Key("sub_group_size", &z.SubGroupSize, atLeast(1))
+	if s.has("sub_group_size") {
+		s.notice("sub_group_size", "the optimizer steps one chunk shard at a time")
+	}
+	for _, k := range []string{"round_robin_gradients", "load_from_fp32_weights", "elastic_checkpoint", "ignore_unused_parameters",
+		"stage3_gather_fp16_weights_on_model_save", "gather_16bit_weights_on_model_save", "memory_efficient_linear",
+		"zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients", "mics_shard_size", "mics_hierarchical_params_gather"} {
+		s.ignore(k, "Strata has no such feature")
+	}
+	if n := s.get("cpu_offload"); n != nil {
+		s.d.errAt(n.offset, "zero_optimization.cpu_offload", `is DeepSpeed's old spelling: write "offload_optimizer": {"device": "cpu"}`)
+	}
+
+	op := s.sub("offload_param")
+	op.stringKey("device", &z.OffloadParam.Device, DeviceNone, DeviceCPU, DeviceNVMe)
+	op.pathsKey("nvme_path", &z.OffloadParam.NVMePath)
+	op.boolKey("pin_memory", &z.OffloadParam.PinMemory)
+	if op.has("pin_memory") {
+		op.notice("pin_memory", "host buffers are always pinned")
+	}
+	op.intKey("buffer_count", &z.OffloadParam.BufferCount, atLeast(1))
+	op.bytesKey("buffer_size", &z.OffloadParam.BufferSize, nil)
+	op.int64Key("max_in_cpu", &z.OffloadParam.MaxInCPU, atLeast(0))
+	for _, k := range []string{"buffer_count", "buffer_size", "max_in_cpu"} {
+		if op.has(k) {
+			op.notice(k, "buffers are derived from the model and the plan; strata.host_budget bounds host RAM")
+		}
+	}
+
+	oo := s.sub("offload_optimizer")
+	oo.stringKey("device", &z.OffloadOptimizer.Device, DeviceNone, DeviceCPU, DeviceNVMe)
+	oo.pathsKey("nvme_path", &z.OffloadOptimizer.NVMePath)
+	oo.boolKey("pin_memory", &z.OffloadOptimizer.PinMemory)
+	if oo.has("pin_memory") {
+		oo.notice("pin_memory", "host buffers are always pinned")
+	}
+	oo.intKey("buffer_count", &z.OffloadOptimizer.BufferCount, atLeast(1))
+	if oo.has("buffer_count") {
+		oo.notice("buffer_count", "buffers are derived from the model and the plan")
+	}
+	for _, k := range []struct {
+		key string
+		dst *bool
+		why string
+	}{
+		{"fast_init", &z.OffloadOptimizer.FastInit, "optimizer state is initialised in place"},
+		{"pipeline_read", &z.OffloadOptimizer.PipelineRead, "the optimizer pipeline always reads ahead"},
+		{"pipeline_write", &z.OffloadOptimizer.PipelineWrite, "the optimizer pipeline always writes behind"},
+	} {
+		oo.boolKey(k.key, k.dst)
+		if oo.has(k.key) {
+			oo.notice(k.key, k.why)
+		}
+	}
+	oo.floatKey("ratio", &z.OffloadOptimizer.Ratio, func(v float64) string {
+		if !(v > 0 && v <= 1) {
+			return fmt.Sprintf("%v is not in (0, 1]", v)
+		}
+		return ""
+	})
+	if oo.has("ratio") {
+		oo.notice("ratio", "the whole optimizer state is offloaded; strata.host_budget splits host RAM and NVMe")
+	}
+}
+
+func (c *Config) decodeAIO(s *section) {
+	a := &c.AIO
+	s.bytesKey("block_size", &a.BlockSize, func(v int64) string {
+		if v <= 0 || v%4096 != 0 {
+			return fmt.Sprintf("%d is not a positive multiple of 4096 (O_DIRECT alignment)", v)
+		}
+		return ""
+	})
+	s.intKey("queue_depth", &a.QueueDepth, atLeast(1))
+	// The thread knob has two names; both may be written if they agree.
+	tc, iop := 0, 0
+	s.intKey("thread_count", &tc, atLeast(1))
+	s.intKey("intra_op_parallelism", &iop, atLeast(1))
+	switch {
+	case tc > 0 && iop > 0 && tc != iop:
+		s.d.errPath("aio.intra_op_parallelism", "%d disagrees with aio.thread_count %d (they name the same knob)", iop, tc)
+	case tc > 0:
+		a.ThreadCount = tc
+	case iop > 0:
+		a.ThreadCount = iop
+	}
+	for _, k := range []struct {
+		key string
+		dst *bool
+		why string
+	}{
+		{"single_submit", &a.SingleSubmit, "io_uring submits in batches"},
+		{"overlap_events", &a.OverlapEvents, "completions are always reaped while new requests are queued"},
+		{"use_gds", &a.UseGDS, "GPUDirect Storage is not supported; NVMe reads land in pinned host memory"},
+	} {
+		s.boolKey(k.key, k.dst)
+		if s.has(k.key) {
+			s.notice(k.key, k.why)
+		}
+	}
+}
+
+func (c *Config) decodeStrata(s *section, opts Options) {
+	st := &c.Strata
+	if n := s.get("model"); n != nil {
+		switch n.kind {
+		case kindString:
+			st.Model = ModelSpec{Name: n.text}
+			if opts.LookupShape != nil {
+				shape, err := opts.LookupShape(n.text)
+				if err != nil {
+					s.d.errAt(n.offset, "strata.model", "%v", err)
+				} else {
+					st.Model.Shape = &shape
+				}
+			}
+		case kindObject:
+			st.Model = ModelSpec{Shape: decodeShape(s.d.newSection(n, "strata.model"))}
+		default:
+			s.d.errAt(n.offset, "strata.model", `want a shape name such as "gpt2" or an object {"n_layer", "n_embd", "n_head", "vocab_size", "max_seq_len"}, got %s`, describe(n))
+		}
+	} else if opts.LookupShape != nil {
+		if shape, err := opts.LookupShape(st.Model.Name); err == nil {
+			st.Model.Shape = &shape
+		}
+	}
+	s.intKey("devices", &st.Devices, atLeast(1))
+	if s.has("devices") {
+		st.devicesMax = st.Devices
+	}
+	s.stringKey("backend", &st.Backend, "cpu", "cuda")
+	s.bytesKey("hbm_bytes", &st.HBMBytes, nil)
+	s.bytesKey("host_budget", &st.HostBudgetBytes, nil)
+	s.intKey("seq_len", &st.SeqLen, atLeast(0))
+	s.stringKey("data", &st.Data)
+	if n := s.get("seed"); n != nil {
+		v, msg := wholeNumber(n)
+		if msg == "" && v < 0 {
+			msg = fmt.Sprintf("%d is negative", v)
+		}
+		if msg != "" {
+			s.d.errAt(n.offset, "strata.seed", "%s", msg)
+		} else {
+			st.Seed = uint64(v)
+		}
+	}
+	s.stringKey("overlap", &st.Overlap, "exact", "dpu")
+	s.intKey("steps", &st.Steps, atLeast(1))
+	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
+		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
+	}
+}
+
+func decodeShape(s *section) *Shape {
+	sh := &Shape{}
+	s.stringKey("name", &sh.Name)
+	fields := []struct {
+		key string
+		dst *int
+	}{{"n_layer", &sh.Layers}, {"n_embd", &sh.Dim}, {"n_head", &sh.Heads}, {"vocab_size", &sh.Vocab}, {"max_seq_len", &sh.MaxSeq}}
+	var missing []string
+	for _, f := range fields {
+		if !s.has(f.key) {
+			s.get(f.key)
+			missing = append(missing, f.key)
+			continue
+		}
+		s.intKey(f.key, f.dst, atLeast(1))
+	}
+	if len(missing) > 0 {
+		s.d.errAt(s.n.offset, s.path, "missing %s", strings.Join(missing, ", "))
+	} else if sh.Heads > 0 && sh.Dim%sh.Heads != 0 {
+		s.d.errPath("strata.model.n_embd", "%d is not a multiple of n_head %d", sh.Dim, sh.Heads)
+	}
+	return sh
+}
+
+// crossChecks are the rules that involve more than one key.
+func (c *Config) crossChecks(d *decoder) {
+	z := &c.ZeRO
+	if z.OffloadParam.Device != DeviceNone && z.Stage != 3 {
+		d.errPath("zero_optimization.offload_param.device", "%q needs stage 3 (parameters are sharded only at stage 3), but stage is %d", z.OffloadParam.Device, z.Stage)
+	}
+	if z.OffloadOptimizer.Device != DeviceNone && z.Stage == 0 {
+		d.errPath("zero_optimization.offload_optimizer.device", "%q needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on), but stage is 0", z.OffloadOptimizer.Device)
+	}
+	if z.OffloadParam.Device == DeviceNVMe && len(z.OffloadParam.NVMePath) == 0 {
+		d.errPath("zero_optimization.offload_param.device", `"nvme" needs nvme_path (a directory on the NVMe drive, or a list of them)`)
+	}
+	if z.OffloadOptimizer.Device == DeviceNVMe && len(z.OffloadOptimizer.NVMePath) == 0 {
+		d.errPath("zero_optimization.offload_optimizer.device", `"nvme" needs nvme_path (a directory on the NVMe drive, or a list of them)`)
+	}
+	if sh := c.Strata.Model.Shape; sh != nil {
+		c.ResolveModel(*sh)
+	}
+	for _, k := range z.auto {
+		d.errPath("zero_optimization."+k, `"auto" needs the model's hidden size, but strata.model %q was not looked up`, c.Strata.Model.Name)
+	}
+}
+
+// resolveBatch applies DeepSpeed's rules: train_batch_size =
+// train_micro_batch_size_per_gpu × gradient_accumulation_steps × devices;
+// any two of the three determine the third; with only train_batch_size,
+// accumulation is 1; with only the micro-batch, accumulation is 1.
+func (c *Config) resolveBatch() error {
+	tb, mb, ga, n := c.batch.train, c.batch.micro, c.batch.accum, c.Strata.Devices
+	switch {
+	case tb > 0 && mb > 0 && ga > 0:
+		if tb != mb*ga*n {
+			return fmt.Errorf("train_batch_size %d != train_micro_batch_size_per_gpu %d × gradient_accumulation_steps %d × devices %d = %d",
+				tb, mb, ga, n, mb*ga*n)
+		}
+	case tb > 0 && mb > 0:
+		if tb%(mb*n) != 0 {
+			return fmt.Errorf("train_batch_size %d is not a multiple of train_micro_batch_size_per_gpu %d × devices %d = %d, so gradient_accumulation_steps cannot be derived",
+				tb, mb, n, mb*n)
+		}
+		ga = tb / (mb * n)
+	case tb > 0 && ga > 0:
+		if tb%(ga*n) != 0 {
+			return fmt.Errorf("train_batch_size %d is not a multiple of gradient_accumulation_steps %d × devices %d = %d, so train_micro_batch_size_per_gpu cannot be derived",
+				tb, ga, n, ga*n)
+		}
+		mb = tb / (ga * n)
+	case mb > 0 && ga > 0:
+		tb = mb * ga * n
+	case tb > 0:
+		if tb%n != 0 {
+			return fmt.Errorf("train_batch_size %d is not a multiple of devices %d", tb, n)
+		}
+		ga, mb = 1, tb/n
+	case mb > 0:
+		ga, tb = 1, mb*n
+	default:
+		return errors.New("set train_batch_size or train_micro_batch_size_per_gpu (DeepSpeed needs at least one of them)")
+	}
+	c.TrainBatchSize, c.TrainMicroBatchSizePerGPU, c.GradientAccumulationSteps = tb, mb, ga
+	return nil
+}
+
+// SetDevices runs the config on n devices (cmd's --devices): n may not
+// exceed strata.devices when the file sets it, and the batch keys the file
+// gave must still multiply out; the others are derived again.
+func (c *Config) SetDevices(n int) error {
+	if n < 1 {
+		return fmt.Errorf("config: %d devices: need at least 1", n)
+	}
+	if m := c.Strata.devicesMax; m > 0 && n > m {
+		return fmt.Errorf("config: %d devices requested, but strata.devices in the config allows at most %d", n, m)
+	}
+	if c.batch == (batchGiven{}) { // built in code: keep the micro-batch and accumulation
+		c.batch = batchGiven{micro: c.TrainMicroBatchSizePerGPU, accum: c.GradientAccumulationSteps}
+	}
+	old := c.Strata.Devices
+	c.Strata.Devices = n
+	if err := c.resolveBatch(); err != nil {
+		c.Strata.Devices = old
+		return fmt.Errorf("config: with %d devices: %w", n, err)
+	}
+	return nil
+}
+
+// Validate checks the resolved values, for a Config built or changed in code
+// as much as for a parsed one.
+func (c *Config) Validate() error {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Sprintf(format, args...)) }
+	if c.TrainMicroBatchSizePerGPU < 1 || c.GradientAccumulationSteps < 1 || c.Strata.Devices < 1 {
+		bad("train_micro_batch_size_per_gpu %d, gradient_accumulation_steps %d and strata.devices %d must be at least 1",
+			c.TrainMicroBatchSizePerGPU, c.GradientAccumulationSteps, c.Strata.Devices)
+	} else if c.TrainBatchSize != c.TrainMicroBatchSizePerGPU*c.GradientAccumulationSteps*c.Strata.Devices {
+		bad("train_batch_size %d != train_micro_batch_size_per_gpu %d × gradient_accumulation_steps %d × devices %d = %d",
+			c.TrainBatchSize, c.TrainMicroBatchSizePerGPU, c.GradientAccumulationSteps, c.Strata.Devices,
+			c.TrainMicroBatchSizePerGPU*c.GradientAccumulationSteps*c.Strata.Devices)
+	}
+	o := c.Optimizer
+	if o.Type != "Adam" && o.Type != "AdamW" {
+		bad("optimizer.type %q is not \"Adam\" or \"AdamW\"", o.Type)
+	}
+	if !(o.Params.LR >= 0) || !(o.Params.Eps > 0) || !(o.Params.WeightDecay >= 0) {
+		bad("optimizer.params: lr %v and weight_decay %v must be >= 0, eps %v > 0", o.Params.LR, o.Params.WeightDecay, o.Params.Eps)
+	}
+	for i, b := range o.Params.Betas {
+		if !(b >= 0 && b < 1) {
+			bad("optimizer.params.betas[%d] %v is not in [0, 1)", i, b)
+		}
+	}
+	sp := c.Scheduler.Params
+	switch c.Scheduler.Type {
+	case "", "WarmupLR":
+	case "WarmupDecayLR":
+		if sp.TotalNumSteps < 1 {
+			bad("scheduler.params.total_num_steps %d must be at least 1 for WarmupDecayLR", sp.TotalNumSteps)
+		}
+	default:
+		bad("scheduler.type %q is not \"WarmupLR\" or \"WarmupDecayLR\"", c.Scheduler.Type)
+	}
+	if c.Scheduler.Type != "" && (sp.WarmupType != "log" && sp.WarmupType != "linear" || sp.WarmupNumSteps < 0 || sp.WarmupMinLR < 0 || sp.WarmupMaxLR < 0) {
+		bad("scheduler.params: warmup_type %q must be \"log\" or \"linear\", warmup_num_steps %d and the learning rates must be >= 0", sp.WarmupType, sp.WarmupNumSteps)
+	}
+	if !c.BF16.Enabled {
+		bad("bf16.enabled is false: Strata trains only in bf16 mixed precision")
+	}
+	if c.GradientClipping < 0 || c.StepsPerPrint < 1 {
+		bad("gradient_clipping %v must be >= 0 and steps_per_print %d >= 1", c.GradientClipping, c.StepsPerPrint)
+	}
+	z := c.ZeRO
+	if z.Stage < 0 || z.Stage > 3 {
+		bad("zero_optimization.stage %d is not 0, 1, 2 or 3", z.Stage)
+	}
+	for _, d := range []struct{ name, dev string }{{"offload_param", z.OffloadParam.Device}, {"offload_optimizer", z.OffloadOptimizer.Device}} {
+		if d.dev != DeviceNone && d.dev != DeviceCPU && d.dev != DeviceNVMe {
+			bad("zero_optimization.%s.device %q is not \"none\", \"cpu\" or \"nvme\"", d.name, d.dev)
+		}
+	}
+	if z.OffloadParam.Device != DeviceNone && z.Stage != 3 {
+		bad("zero_optimization.offload_param needs stage 3, but stage is %d", z.Stage)
+	}
+	if z.OffloadOptimizer.Device != DeviceNone && z.Stage == 0 {
+		bad("zero_optimization.offload_optimizer needs stage 1, 2 or 3, but stage is 0")
+	}
+	if z.OffloadParam.Device == DeviceNVMe && len(z.OffloadParam.NVMePath) == 0 || z.OffloadOptimizer.Device == DeviceNVMe && len(z.OffloadOptimizer.NVMePath) == 0 {
+		bad("offload device \"nvme\" needs nvme_path")
+	}
+	if len(z.auto) > 0 {
+		bad("zero_optimization.%s is \"auto\" but the model shape is not resolved (see ResolveModel)", z.auto[0])
+	}
+	if z.ReduceBucketSize < 1 || z.Stage3ParamPersistenceThreshold < 0 {
+		bad("zero_optimization.reduce_bucket_size %d must be >= 1 and stage3_param_persistence_threshold %d >= 0", z.ReduceBucketSize, z.Stage3ParamPersistenceThreshold)
+	}
+	a := c.AIO
+	if a.BlockSize <= 0 || a.BlockSize%4096 != 0 || a.QueueDepth < 1 || a.ThreadCount < 1 {
+		bad("aio: block_size %d must be a positive multiple of 4096, queue_depth %d and thread_count %d at least 1", a.BlockSize, a.QueueDepth, a.ThreadCount)
+	}
+	st := c.Strata
+	if st.Backend != "cpu" && st.Backend != "cuda" {
+		bad("strata.backend %q is not \"cpu\" or \"cuda\"", st.Backend)
+	}
+	if st.Overlap != "exact" && st.Overlap != "dpu" {
+		bad("strata.overlap %q is not \"exact\" or \"dpu\"", st.Overlap)
+	}
+	if st.Steps < 1 || st.SeqLen < 0 || st.HBMBytes < 0 || st.HostBudgetBytes < 0 {
+		bad("strata: steps %d must be >= 1; seq_len %d, hbm_bytes %d and host_budget %d must be >= 0", st.Steps, st.SeqLen, st.HBMBytes, st.HostBudgetBytes)
+	}
+	if st.Model.Name == "" && st.Model.Shape == nil {
+		bad("strata.model is not set")
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("config: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
