@@ -221,7 +221,9 @@ func TestFallbackToPread(t *testing.T) {
 	checkLeaks(t)
 	saved := uringSetup
 	defer func() { uringSetup = saved }()
-	uringSetup = func(*Engine) (backend, error) { return nil, setupError(fmt.Errorf("io_uring_setup: %w", syscall.EPERM)) }
+	uringSetup = func(*Engine) (backend, error) {
+		return nil, setupError(fmt.Errorf("io_uring_setup: %w", syscall.EPERM))
+	}
 	e, err := Open(Options{})
 	if err != nil {
 		t.Fatal(err)
