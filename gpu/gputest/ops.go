@@ -1,0 +1,327 @@
+package gputest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// storage configurations: every float buffer F32, or every float buffer
+// BF16 (statistics and attention probabilities stay F32 as the interface
+// says).
+var storages = []gpu.DType{gpu.F32, gpu.BF16}
+
+func testOps(t *testing.T, nb NewBackend) {
+	d, s := one(t, nb)
+	t.Run("Gemm", func(t *testing.T) { testGemm(t, d, s) })
+	for _, dt := range storages {
+		t.Run("LayerNorm/"+dt.String(), func(t *testing.T) { testLayerNorm(t, d, s, dt) })
+		t.Run("Attention/"+dt.String(), func(t *testing.T) { testAttention(t, d, s, dt) })
+		t.Run("Gelu/"+dt.String(), func(t *testing.T) { testGelu(t, d, s, dt) })
+		t.Run("CrossEntropy/"+dt.String(), func(t *testing.T) { testCrossEntropy(t, d, s, dt) })
+		t.Run("Embedding/"+dt.String(), func(t *testing.T) { testEmbedding(t, d, s, dt) })
+		t.Run("BiasAdd/"+dt.String(), func(t *testing.T) { testBiasAdd(t, d, s, dt) })
+		t.Run("Add/"+dt.String(), func(t *testing.T) { testAdd(t, d, s, dt) })
+		t.Run("ScaleAxpy/"+dt.String(), func(t *testing.T) { testScaleAxpy(t, d, s, dt) })
+		t.Run("Adam/"+dt.String(), func(t *testing.T) { testAdam(t, d, s, dt) })
+	}
+	t.Run("CastFill", func(t *testing.T) { testCastFill(t, d, s) })
+	t.Run("SumSquares", func(t *testing.T) { testSumSquares(t, d, s) })
+}
+
+func testGemm(t *testing.T, d gpu.Device, s gpu.Stream) {
+	r := newRand(10)
+	sizes := [][3]int{{1, 1, 1}, {7, 13, 33}, {67, 131, 45}, {3, 5, 0}}
+	configs := [][3]gpu.DType{{gpu.F32, gpu.F32, gpu.F32}, {gpu.BF16, gpu.BF16, gpu.BF16}, {gpu.BF16, gpu.F32, gpu.F32}, {gpu.F32, gpu.BF16, gpu.BF16}}
+	for _, cfg := range configs {
+		for _, sz := range sizes {
+			m, n, k := sz[0], sz[1], sz[2]
+			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				for _, beta := range []float64{0, 1} {
+					name := fmt.Sprintf("%s/%dx%dx%d/tA=%v,tB=%v/beta=%v", dtName(cfg[:]...), m, n, k, tr[0], tr[1], beta)
+					a := stored(randVals(r, m*k, 1), cfg[0])
+					b := stored(randVals(r, k*n, 1), cfg[1])
+					c0 := stored(randVals(r, m*n, 1), cfg[2])
+					if beta == 0 {
+						c0 = constVals(m*n, math.NaN()) // must be ignored
+					}
+					alpha := 0.75
+					ga, gb := upload(t, d, s, a, cfg[0]), upload(t, d, s, b, cfg[1])
+					gc := upload(t, d, s, c0, cfg[2])
+					d.Ops().Gemm(s, tr[0], tr[1], m, n, k, float32(alpha), ga, gb, float32(beta), gc)
+					got := download(t, d, s, gc)
+					want, mag := gemmRef(tr[0], tr[1], m, n, k, alpha, a, b, beta, c0)
+					checkClose(t, name, got, want, mag, cfg[2], rtolF32)
+				}
+			}
+		}
+	}
+}
+
+func testLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(11)
+	for _, sz := range [][2]int{{1, 1}, {5, 37}, {17, 300}} {
+		rows, cols := sz[0], sz[1]
+		x := stored(randVals(r, rows*cols, 2), dt)
+		for i := range x { // an offset, so that the mean matters
+			x[i] = stored([]float64{x[i] + 0.5}, dt)[0]
+		}
+		g, b := stored(randVals(r, cols, 1.5), dt), stored(randVals(r, cols, 0.5), dt)
+		gx, gg, gb := upload(t, d, s, x, dt), upload(t, d, s, g, dt), upload(t, d, s, b, dt)
+		gy, gm, gr := alloc(t, d, rows*cols, dt), alloc(t, d, rows, gpu.F32), alloc(t, d, rows, gpu.F32)
+		d.Ops().LayerNormForward(s, gx, gg, gb, gy, gm, gr, rows, cols, 1e-5)
+		y, mean, rstd := layerNormRef(x, g, b, rows, cols, 1e-5)
+		mag := make([]float64, rows*cols)
+		meanMag := make([]float64, rows)
+		for i := range mag {
+			c := i % cols
+			mag[i] = math.Abs((y[i]-b[c])) + math.Abs(b[c]) + math.Abs(g[c])
+			meanMag[i/cols] += math.Abs(x[i]) / float64(cols)
+		}
+		name := fmt.Sprintf("%dx%d", rows, cols)
+		checkClose(t, name+" y", download(t, d, s, gy), y, mag, dt, rtolF32)
+		checkClose(t, name+" mean", download(t, d, s, gm), mean, meanMag, gpu.F32, rtolF32)
+		checkClose(t, name+" rstd", download(t, d, s, gr), rstd, nil, gpu.F32, rtolF32)
+	}
+}
+
+func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(12)
+	for _, sz := range [][4]int{{1, 1, 1, 1}, {2, 7, 3, 5}, {1, 33, 2, 16}} {
+		B, T, H, hd := sz[0], sz[1], sz[2], sz[3]
+		C := H * hd
+		qkv := stored(randVals(r, B*T*3*C, 2), dt)
+		gq := upload(t, d, s, qkv, dt)
+		gout, gatt := alloc(t, d, B*T*C, dt), upload(t, d, s, constVals(B*H*T*T, math.NaN()), gpu.F32)
+		d.Ops().AttentionForward(s, gq, gout, gatt, B, T, H, hd)
+		out, att, mag := attentionRef(qkv, B, T, H, hd)
+		name := fmt.Sprintf("B%d,T%d,H%d,hd%d", B, T, H, hd)
+		checkClose(t, name+" out", download(t, d, s, gout), out, mag, dt, rtolF32)
+		amag := make([]float64, len(att))
+		for i, v := range att {
+			amag[i] = v + 1e-6
+		}
+		checkClose(t, name+" att", download(t, d, s, gatt), att, amag, gpu.F32, rtolF32)
+	}
+}
+
+func testGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(13)
+	n := 40003 // crosses chunk boundaries of chunked backends
+	x := stored(randVals(r, n, 5), dt)
+	gx, gy := upload(t, d, s, x, dt), alloc(t, d, n, dt)
+	d.Ops().GeluForward(s, gx, gy, n)
+	want := make([]float64, n)
+	for i, v := range x {
+		want[i] = geluRef(v)
+	}
+	checkClose(t, "gelu", download(t, d, s, gy), want, absVals(x), dt, rtolF32)
+}
+
+func testCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(14)
+	rows, vocab := 6, 37
+	logits := stored(randVals(r, rows*vocab, 4), dt)
+	targets := make([]int, rows)
+	tv := make([]float64, rows)
+	for i := range targets {
+		targets[i] = r.IntN(vocab)
+		tv[i] = float64(targets[i])
+	}
+	targets[0], tv[0] = vocab-1, float64(vocab-1)
+	gl, gt, gloss := upload(t, d, s, logits, dt), upload(t, d, s, tv, gpu.I32), alloc(t, d, rows, dt)
+	d.Ops().CrossEntropyForward(s, gl, gt, gloss, rows, vocab)
+	want, mag := crossEntropyRef(logits, targets, rows, vocab)
+	checkClose(t, "losses", download(t, d, s, gloss), want, mag, dt, rtolF32)
+
+	// Backward, in place over the logits.
+	scale := 0.25
+	d.Ops().CrossEntropyBackward(s, gl, gt, gl, rows, vocab, float32(scale))
+	got := download(t, d, s, gl)
+	ref := make([]float64, rows*vocab)
+	for i := range rows {
+		p := softmaxRow(logits[i*vocab : (i+1)*vocab])
+		p[targets[i]]--
+		for c, v := range p {
+			ref[i*vocab+c] = v * scale
+		}
+	}
+	checkClose(t, "dlogits in place", got, ref, constVals(rows*vocab, scale), dt, rtolF32)
+}
+
+func testEmbedding(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(15)
+	B, T, dim, vocab, maxSeq := 2, 5, 7, 11, 9
+	ids := make([]int, B*T)
+	idv := make([]float64, B*T)
+	for i := range ids {
+		ids[i] = r.IntN(vocab)
+		idv[i] = float64(ids[i])
+	}
+	wte, wpe := stored(randVals(r, vocab*dim, 1), dt), stored(randVals(r, maxSeq*dim, 1), dt)
+	gi, gte, gpe := upload(t, d, s, idv, gpu.I32), upload(t, d, s, wte, dt), upload(t, d, s, wpe, dt)
+	gout := alloc(t, d, B*T*dim, dt)
+	d.Ops().EmbeddingForward(s, gi, gte, gpe, gout, B, T, dim)
+	want := embeddingRef(ids, wte, wpe, B, T, dim)
+	mag := make([]float64, len(want))
+	for bt := range B * T {
+		for c := range dim {
+			mag[bt*dim+c] = math.Abs(wte[ids[bt]*dim+c]) + math.Abs(wpe[bt%T*dim+c])
+		}
+	}
+	checkClose(t, "embedding", download(t, d, s, gout), want, mag, dt, rtolF32)
+}
+
+func testBiasAdd(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(16)
+	rows, cols := 9, 13
+	y, b := stored(randVals(r, rows*cols, 1), dt), stored(randVals(r, cols, 1), dt)
+	gy, gb := upload(t, d, s, y, dt), upload(t, d, s, b, dt)
+	d.Ops().BiasAdd(s, gy, gb, rows, cols)
+	want, mag := make([]float64, rows*cols), make([]float64, rows*cols)
+	for i := range want {
+		want[i] = y[i] + b[i%cols]
+		mag[i] = math.Abs(y[i]) + math.Abs(b[i%cols])
+	}
+	checkClose(t, "bias-add", download(t, d, s, gy), want, mag, dt, rtolF32)
+}
+
+func testAdd(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(17)
+	n := 20001
+	a, b := stored(randVals(r, n, 1), dt), stored(randVals(r, n, 1), dt)
+	ga, gb, gout := upload(t, d, s, a, dt), upload(t, d, s, b, dt), alloc(t, d, n, dt)
+	d.Ops().Add(s, ga, gb, gout, n)
+	want, mag := addVals(a, b), addVals(absVals(a), absVals(b))
+	checkClose(t, "add", download(t, d, s, gout), want, mag, dt, rtolF32)
+	d.Ops().Add(s, ga, gb, ga, n) // out aliases a
+	checkClose(t, "add in place", download(t, d, s, ga), want, mag, dt, rtolF32)
+}
+
+func testScaleAxpy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(18)
+	n := 20001
+	x, y := stored(randVals(r, n, 1), dt), stored(randVals(r, n, 1), dt)
+	gx, gy := upload(t, d, s, x, dt), upload(t, d, s, y, dt)
+	d.Ops().Scale(s, gx, 1.5)
+	want := make([]float64, n)
+	for i, v := range x {
+		want[i] = float64(float32(v) * 1.5)
+	}
+	checkClose(t, "scale", download(t, d, s, gx), stored(want, dt), nil, dt, 0)
+	d.Ops().Axpy(s, -0.5, gx, gy) // y += -0.5 * (1.5x)
+	mag := make([]float64, n)
+	for i := range want {
+		mag[i] = math.Abs(y[i]) + math.Abs(0.5*want[i])
+		want[i] = y[i] - 0.5*stored([]float64{want[i]}, dt)[0]
+	}
+	checkClose(t, "axpy", download(t, d, s, gy), want, mag, dt, rtolF32)
+}
+
+func testCastFill(t *testing.T, d gpu.Device, s gpu.Stream) {
+	r := newRand(19)
+	n := 1001
+	vals := randVals(r, n, 1000)
+	vals[0], vals[1], vals[2] = math.Inf(1), math.Inf(-1), 1e-40
+	ints := make([]float64, n)
+	for i := range ints {
+		ints[i] = float64(r.IntN(2000) - 1000)
+	}
+	floats := []gpu.DType{gpu.F32, gpu.BF16, gpu.F64}
+	for _, src := range append(floats, gpu.I32) {
+		for _, dst := range append(floats, gpu.I32) {
+			in := vals
+			if src == gpu.I32 || dst == gpu.I32 {
+				in = ints
+			}
+			in = stored(in, src)
+			gs, gd := upload(t, d, s, in, src), alloc(t, d, n, dst)
+			d.Ops().Cast(s, gd, gs)
+			if got, want := download(t, d, s, gd), stored(in, dst); !equalBits(got, want) {
+				t.Errorf("cast %s to %s: got %v, want %v", src, dst, got[:4], want[:4])
+			}
+		}
+	}
+	for _, dt := range append(floats, gpu.I32) {
+		x := alloc(t, d, 77, dt)
+		d.Ops().Fill(s, x, 2.5)
+		want := 2.5
+		if dt == gpu.I32 {
+			want = 2
+		}
+		for i, v := range download(t, d, s, x) {
+			if v != want {
+				t.Fatalf("fill %s: x[%d] = %v, want %v", dt, i, v, want)
+			}
+		}
+	}
+}
+
+func testSumSquares(t *testing.T, d gpu.Device, s gpu.Stream) {
+	r := newRand(20)
+	out := alloc(t, d, 4, gpu.F64)
+	for i, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+		x := stored(randVals(r, 100003, 3), dt)
+		d.Ops().SumSquares(s, upload(t, d, s, x, dt), out, i+1)
+		var want float64
+		for _, v := range x {
+			want += v * v
+		}
+		got := download(t, d, s, out)
+		if math.Abs(got[i+1]-want) > 1e-12*want || got[0] != 0 {
+			t.Errorf("sum of squares %s: got %v (out %v), want %v", dt, got[i+1], got, want)
+		}
+	}
+	x := upload(t, d, s, []float64{1, math.Inf(1), 2}, gpu.F32)
+	d.Ops().SumSquares(s, x, out, 0)
+	if got := download(t, d, s, out); !math.IsInf(got[0], 1) {
+		t.Errorf("sum of squares with +Inf: %v", got[0])
+	}
+	x = upload(t, d, s, []float64{1, math.NaN(), 2}, gpu.F32)
+	d.Ops().SumSquares(s, x, out, 0)
+	if got := download(t, d, s, out); !math.IsNaN(got[0]) {
+		t.Errorf("sum of squares with NaN: %v", got[0])
+	}
+}
+
+// testAdam checks AdamStep against the Adam formula in float64. The
+// backend rounds every operation to fp32, so the new parameter is compared
+// within 1e-5 of the step size plus 1e-6 of the parameter.
+func testAdam(t *testing.T, d gpu.Device, s gpu.Stream, gradDT gpu.DType) {
+	r := newRand(21)
+	n := 70001
+	for _, l2 := range []bool{false, true} {
+		p := gpu.AdamParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3, GradScale: 0.5, L2: l2}
+		param, grad := randVals(r, n, 1), stored(randVals(r, n, 1), gradDT)
+		m, v := randVals(r, n, 0.1), absVals(randVals(r, n, 0.01))
+		gp, gg, gm, gv := upload(t, d, s, param, gpu.F32), upload(t, d, s, grad, gradDT), upload(t, d, s, m, gpu.F32), upload(t, d, s, v, gpu.F32)
+		out := alloc(t, d, n, gpu.BF16)
+		d.Ops().AdamStep(s, gp, gg, gm, gv, out, p)
+		bc1, bc2 := 1-math.Pow(p.Beta1, 3), 1-math.Pow(p.Beta2, 3)
+		wantP, wantM, wantV, mag, magM := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
+		for i := range n {
+			g := grad[i] * p.GradScale
+			decay := 1 - p.LR*p.WeightDecay
+			if l2 {
+				g += p.WeightDecay * param[i]
+				decay = 1
+			}
+			wantM[i] = p.Beta1*m[i] + (1-p.Beta1)*g
+			magM[i] = math.Abs(p.Beta1*m[i]) + math.Abs((1-p.Beta1)*g)
+			wantV[i] = p.Beta2*v[i] + (1-p.Beta2)*g*g
+			step := p.LR / bc1 * wantM[i] / (math.Sqrt(wantV[i])/math.Sqrt(bc2) + p.Eps)
+			wantP[i] = param[i]*decay - step
+			mag[i] = math.Abs(param[i])/10 + math.Abs(step)
+		}
+		name := fmt.Sprintf("l2=%v", l2)
+		gotP := download(t, d, s, gp)
+		checkClose(t, name+" param", gotP, wantP, mag, gpu.F32, rtolF32)
+		checkClose(t, name+" m", download(t, d, s, gm), wantM, magM, gpu.F32, rtolF32)
+		checkClose(t, name+" v", download(t, d, s, gv), wantV, nil, gpu.F32, rtolF32)
+		if got := download(t, d, s, out); !equalBits(got, stored(gotP, gpu.BF16)) {
+			t.Errorf("%s: bf16 out is not the new params rounded", name)
+		}
+	}
+}
