@@ -1,0 +1,313 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
+)
+
+// DefaultShardAlignElems is the alignment of every rank's slice of a chunk,
+// in elements: 2048 elements are 4 KiB of bf16 and 8 KiB of fp32, so every
+// shard of every state starts and ends on an O_DIRECT (4 KiB) boundary.
+const DefaultShardAlignElems = 2048
+
+// ChunkParams returns the parameter count of each chunk of s in forward
+// order: chunk 0 the embeddings (Vocab·C + MaxSeq·C), chunks 1..L the
+// transformer blocks (12C² + 13C each), chunk L+1 the final layernorm (2C).
+// They sum to s.ParamCount().
+func ChunkParams(s model.Shape) []int64 {
+	out := make([]int64, 0, s.Layers+2)
+	out = append(out, s.EmbeddingParamCount())
+	for range s.Layers {
+		out = append(out, s.BlockParamCount())
+	}
+	return append(out, 2*int64(s.Dim))
+}
+
+// ShardElems is the length of each rank's slice of a chunk of chunkParams
+// elements sharded over devices ranks: ceil(chunkParams/devices) rounded up
+// to alignElems. Rank r owns elements [r·len, (r+1)·len) of the chunk padded
+// to devices·len; the padding is zero and is never updated.
+func ShardElems(chunkParams int64, devices int, alignElems int64) int64 {
+	if chunkParams < 1 || devices < 1 || alignElems < 1 {
+		panic(fmt.Sprintf("engine: ShardElems(%d, %d, %d): arguments must be positive", chunkParams, devices, alignElems))
+	}
+	n := int64(devices)
+	per := (chunkParams + n - 1) / n
+	return (per + alignElems - 1) / alignElems * alignElems
+}
+
+// MemoryOptions say where ZeRO keeps model state for mixed-precision Adam:
+// bf16 params and gradients, fp32 master weights and Adam moments (K = 12
+// bytes of optimizer state per parameter).
+type MemoryOptions struct {
+	ChunkParams []int64 // parameters per chunk, forward order (ChunkParams, or one chunk of Ψ)
+	Devices     int     // N, ranks sharing the model state
+	Stage       int     // ZeRO stage 0-3
+
+	// OptimizerTier holds fp32 master, m and v: HBM (offload_optimizer none),
+	// Host (cpu: ZeRO-Offload) or NVMe (ZeRO-Infinity). Host and NVMe need
+	// stage >= 1.
+	OptimizerTier shard.Tier
+	// ParamTier holds each rank's bf16 param shard between uses: HBM, Host
+	// or NVMe; Host and NVMe need stage 3.
+	ParamTier shard.Tier
+
+	ShardAlignElems int64       // alignment of each rank's slice; 0 = DefaultShardAlignElems, 1 = none
+	HostGradDType   dtype.DType // the reduced gradient shard copied to host when the optimizer is offloaded; 0 = BF16
+	// HostBudgetBytes (all ranks): with the optimizer on NVMe, optimizer
+	// state stays in host RAM up to this budget and only the rest is on
+	// NVMe. With the optimizer on the host, exceeding it is noted. 0 = none.
+	HostBudgetBytes int64
+	// PersistenceThreshold: at stage 3, a chunk with fewer parameters stays
+	// gathered (all N shards, on the device) like DeepSpeed's
+	// stage3_param_persistence_threshold. 0 = every chunk is sharded.
+	PersistenceThreshold int64
+}
+
+// Validate says what is wrong with o.
+func (o MemoryOptions) Validate() error {
+	switch {
+	case len(o.ChunkParams) == 0:
+		return errors.New("engine: estimate: no chunks")
+	case o.Devices < 1:
+		return fmt.Errorf("engine: estimate: %d devices: need at least 1", o.Devices)
+	case o.Stage < 0 || o.Stage > 3:
+		return fmt.Errorf("engine: estimate: stage %d is not 0, 1, 2 or 3", o.Stage)
+	case o.OptimizerTier >= shard.Tier(shard.TierCount) || o.ParamTier >= shard.Tier(shard.TierCount):
+		return errors.New("engine: estimate: unknown tier")
+	case o.OptimizerTier != shard.HBM && o.Stage == 0:
+		return fmt.Errorf("engine: estimate: offload_optimizer %s needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on)", deviceName(o.OptimizerTier))
+	case o.ParamTier != shard.HBM && o.Stage != 3:
+		return fmt.Errorf("engine: estimate: offload_param %s needs stage 3 (parameters are sharded only at stage 3)", deviceName(o.ParamTier))
+	case o.ShardAlignElems < 0 || o.HostBudgetBytes < 0 || o.PersistenceThreshold < 0:
+		return errors.New("engine: estimate: alignment, host budget and persistence threshold must be >= 0")
+	case o.HostGradDType != 0 && o.HostGradDType != dtype.BF16 && o.HostGradDType != dtype.F32:
+		return fmt.Errorf("engine: estimate: host gradient dtype %s is not bf16 or f32", o.HostGradDType)
+	}
+	for i, c := range o.ChunkParams {
+		if c < 1 {
+			return fmt.Errorf("engine: estimate: chunk %d has %d parameters", i, c)
+		}
+	}
+	return nil
+}
+
+// deviceName is DeepSpeed's name of a tier in offload_*.device.
+func deviceName(t shard.Tier) string {
+	switch t {
+	case shard.HBM:
+		return config.DeviceNone
+	case shard.Host:
+		return config.DeviceCPU
+	}
+	return config.DeviceNVMe
+}
+
+// Coef is a memory formula in the reference text's form: Full·Ψ + PerN·Ψ/N bytes.
+type Coef struct{ Full, PerN float64 }
+
+// Bytes evaluates the formula.
+func (c Coef) Bytes(params int64, devices int) float64 {
+	return c.Full*float64(params) + c.PerN*float64(params)/float64(devices)
+}
+
+func (c Coef) add(d Coef) Coef { return Coef{c.Full + d.Full, c.PerN + d.PerN} }
+
+// String writes "16Ψ", "4Ψ + 12Ψ/N", "16Ψ/N" or "0".
+func (c Coef) String() string {
+	var terms []string
+	if c.Full != 0 {
+		terms = append(terms, strconv.FormatFloat(c.Full, 'g', 4, 64)+"Ψ")
+	}
+	if c.PerN != 0 {
+		terms = append(terms, strconv.FormatFloat(c.PerN, 'g', 4, 64)+"Ψ/N")
+	}
+	if len(terms) == 0 {
+		return "0"
+	}
+	return strings.Join(terms, " + ")
+}
+
+// MemoryEstimate is the model state of one rank, per state and tier, exact
+// to the byte for Strata's layout (padded shards, persistent chunks), next
+// to the reference text's formula. It does not include the working set
+// (gathered chunks in flight, gradient buckets, staging buffers,
+// activations): the engine reports that separately.
+type MemoryEstimate struct {
+	Options         MemoryOptions // with defaults filled in
+	Params          int64         // Ψ
+	ShardElems      []int64       // per chunk, see ShardElems
+	RankElems       int64         // Σ ShardElems: elements each rank owns
+	PaddedElems     int64         // Σ N·ShardElems: a gathered (replicated) copy of the model
+	PersistentElems int64         // stage 3: Σ N·ShardElems of the chunks that stay gathered
+
+	// PerRank[state][tier] is the bytes of one rank's model state in that
+	// tier. Host and NVMe bytes are this rank's share; multiply by N for the
+	// machine (HostBytes, NVMeBytes).
+	PerRank [shard.StateCount][shard.TierCount]int64
+	// Formula[state][tier] is the same without padding, persistence or host
+	// budget, as the reference text writes it.
+	Formula [shard.StateCount][shard.TierCount]Coef
+	Notes   []string // what the caller should know (budget exceeded, budget split)
+}
+
+// EstimateMemory computes the model-state bytes of each rank for o.
+func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
+	if o.ShardAlignElems == 0 {
+		o.ShardAlignElems = DefaultShardAlignElems
+	}
+	if o.HostGradDType == 0 {
+		o.HostGradDType = dtype.BF16
+	}
+	if err := o.Validate(); err != nil {
+		return MemoryEstimate{}, err
+	}
+	e := MemoryEstimate{Options: o}
+	n := int64(o.Devices)
+	var shardedParams int64 // stage 3: elements of the param shards that are not persistent
+	for _, c := range o.ChunkParams {
+		s := ShardElems(c, o.Devices, o.ShardAlignElems)
+		e.Params += c
+		e.ShardElems = append(e.ShardElems, s)
+		e.RankElems += s
+		e.PaddedElems += n * s
+		if o.Stage == 3 && c < o.PersistenceThreshold {
+			e.PersistentElems += n * s
+		} else {
+			shardedParams += s
+		}
+	}
+	const bf16, f32 = 2, 4
+	full, rank := e.PaddedElems, e.RankElems
+	put := func(st shard.State, t shard.Tier, elems, size int64, f Coef) {
+		e.PerRank[st][t] += elems * size
+		e.Formula[st][t] = e.Formula[st][t].add(f)
+	}
+
+	// Parameters: replicated below stage 3; at stage 3 each rank keeps its
+	// shard in ParamTier, and persistent chunks stay gathered on the device.
+	if o.Stage < 3 {
+		put(shard.Param, shard.HBM, full, bf16, Coef{Full: 2})
+	} else {
+		e.PerRank[shard.Param][shard.HBM] += e.PersistentElems * bf16
+		put(shard.Param, o.ParamTier, shardedParams, bf16, Coef{PerN: 2})
+	}
+	// Gradients: full on the device at stages 0-1, the rank's shard from
+	// stage 2; with the optimizer off the device, the reduced shard is also
+	// copied to host memory for the CPU optimizer.
+	if o.Stage < 2 {
+		put(shard.Grad, shard.HBM, full, bf16, Coef{Full: 2})
+	} else {
+		put(shard.Grad, shard.HBM, rank, bf16, Coef{PerN: 2})
+	}
+	if o.OptimizerTier != shard.HBM {
+		g := int64(o.HostGradDType.Size())
+		put(shard.Grad, shard.Host, rank, g, Coef{PerN: float64(g)})
+	}
+	// Optimizer state: fp32 master, m, v; replicated at stage 0, the rank's
+	// shard from stage 1, in OptimizerTier.
+	for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+		if o.Stage == 0 {
+			put(st, shard.HBM, full, f32, Coef{Full: 4})
+		} else {
+			put(st, o.OptimizerTier, rank, f32, Coef{PerN: 4})
+		}
+	}
+
+	optRank := 3 * rank * f32
+	switch budget := o.HostBudgetBytes; {
+	case o.OptimizerTier == shard.Host && budget > 0 && optRank*n > budget:
+		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state on the host (%d B, all ranks) exceeds host_budget %d B: use offload_optimizer nvme to spill the rest",
+			optRank*n, budget))
+	case o.OptimizerTier == shard.NVMe && budget > 0:
+		// The budget is shared by the ranks; each keeps its share in host
+		// RAM, master first, then m, then v (the tier store moves whole
+		// shards, so the measured split may differ by one shard state).
+		left := min(budget/n, optRank)
+		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+			move := min(left, e.PerRank[st][shard.NVMe])
+			e.PerRank[st][shard.NVMe] -= move
+			e.PerRank[st][shard.Host] += move
+			left -= move
+		}
+		e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %d B of optimizer state (all ranks) in host RAM; the formula column places it all on NVMe",
+			min(budget/n, optRank)*n))
+	}
+	return e, nil
+}
+
+// TierBytes is the model state of one rank in tier t.
+func (e MemoryEstimate) TierBytes(t shard.Tier) int64 {
+	var sum int64
+	for st := range shard.StateCount {
+		sum += e.PerRank[st][t]
+	}
+	return sum
+}
+
+// TierFormula is the formula of one rank's model state in tier t.
+func (e MemoryEstimate) TierFormula(t shard.Tier) Coef {
+	var c Coef
+	for st := range shard.StateCount {
+		c = c.add(e.Formula[st][t])
+	}
+	return c
+}
+
+// DeviceBytes is the model state on each device: what the engine's
+// measured per-device peak is compared with (plus its working set).
+func (e MemoryEstimate) DeviceBytes() int64 { return e.TierBytes(shard.HBM) }
+
+// HostBytes is the model state in host memory, all ranks together.
+func (e MemoryEstimate) HostBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.Host) }
+
+// NVMeBytes is the model state on NVMe, all ranks together.
+func (e MemoryEstimate) NVMeBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.NVMe) }
+
+// StageEstimate is the estimate of one stage; Err says why the options do
+// not allow that stage (offload_optimizer at stage 0, offload_param below 3).
+type StageEstimate struct {
+	Stage int
+	MemoryEstimate
+	Err error
+}
+
+// EstimateStages estimates stages 0-3 with o's other settings.
+func EstimateStages(o MemoryOptions) []StageEstimate {
+	out := make([]StageEstimate, 4)
+	for s := range out {
+		o.Stage = s
+		e, err := EstimateMemory(o)
+		out[s] = StageEstimate{Stage: s, MemoryEstimate: e, Err: err}
+	}
+	return out
+}
+
+// MemoryOptionsFromConfig takes stage, devices, offload tiers, host budget
+// and persistence threshold from a config, and the chunks from the shape.
+func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, error) {
+	ot, err := shard.ParseTier(c.ZeRO.OffloadOptimizer.Device)
+	if err != nil {
+		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_optimizer: %w", err)
+	}
+	pt, err := shard.ParseTier(c.ZeRO.OffloadParam.Device)
+	if err != nil {
+		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_param: %w", err)
+	}
+	return MemoryOptions{
+		ChunkParams:          ChunkParams(s),
+		Devices:              c.Strata.Devices,
+		Stage:                c.ZeRO.Stage,
+		OptimizerTier:        ot,
+		ParamTier:            pt,
+		HostBudgetBytes:      c.Strata.HostBudgetBytes,
+		PersistenceThreshold: c.ZeRO.Stage3ParamPersistenceThreshold,
+	}, nil
+}

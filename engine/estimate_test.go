@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
+)
+
+func mustEstimate(t *testing.T, o MemoryOptions) MemoryEstimate {
+	t.Helper()
+	e, err := EstimateMemory(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// The reference text's example: Ψ = 7.5B on N = 64 devices gives 120 GB,
+// 31.4 GB, 16.6 GB and 1.9 GB per device for stages 0-3. With one chunk
+// divisible by N and no alignment the bytes are exact.
+func TestReferenceFormulas(t *testing.T) {
+	const psi = 7_500_000_000
+	want := []struct {
+		bytes   int64
+		rounded string
+		formula string
+	}{
+		{120_000_000_000, "120.0", "16Ψ"},
+		{31_406_250_000, "31.4", "4Ψ + 12Ψ/N"},
+		{16_640_625_000, "16.6", "2Ψ + 14Ψ/N"},
+		{1_875_000_000, "1.9", "16Ψ/N"},
+	}
+	for _, s := range EstimateStages(MemoryOptions{ChunkParams: []int64{psi}, Devices: 64, ShardAlignElems: 1}) {
+		if s.Err != nil {
+			t.Fatalf("stage %d: %v", s.Stage, s.Err)
+		}
+		w := want[s.Stage]
+		got := s.DeviceBytes()
+		if got != w.bytes {
+			t.Errorf("stage %d: %d bytes per device, want %d", s.Stage, got, w.bytes)
+		}
+		if r := fmt.Sprintf("%.1f", float64(got)/1e9); r != w.rounded {
+			t.Errorf("stage %d: %s GB, want %s GB", s.Stage, r, w.rounded)
+		}
+		f := s.TierFormula(shard.HBM)
+		if f.String() != w.formula {
+			t.Errorf("stage %d: formula %q, want %q", s.Stage, f, w.formula)
+		}
+		if f.Bytes(psi, 64) != float64(got) {
+			t.Errorf("stage %d: formula gives %v, estimate %d", s.Stage, f.Bytes(psi, 64), got)
+		}
+		if s.HostBytes() != 0 || s.NVMeBytes() != 0 {
+			t.Errorf("stage %d: host %d nvme %d with nothing offloaded", s.Stage, s.HostBytes(), s.NVMeBytes())
+		}
+	}
+}
+
+func TestChunkParams(t *testing.T) {
+	for _, name := range model.Names() {
+		s, _ := model.Lookup(name)
+		var sum int64
+		for _, c := range ChunkParams(s) {
+			sum += c
+		}
+		if sum != s.ParamCount() || len(ChunkParams(s)) != s.Layers+2 {
+			t.Errorf("%s: chunks sum to %d in %d chunks, want %d in %d", name, sum, len(ChunkParams(s)), s.ParamCount(), s.Layers+2)
+		}
+	}
+}
+
+func TestShardElems(t *testing.T) {
+	cases := []struct{ chunk, n, align, want int64 }{
+		{10240, 4, 2048, 4096}, {12704, 4, 2048, 4096}, {64, 4, 2048, 2048}, {64, 4, 1, 16},
+		{65, 4, 1, 17}, {8192, 4, 2048, 2048}, {8193, 4, 2048, 4096}, {7, 1, 1, 7}, {7, 1, 4, 8},
+	}
+	for _, c := range cases {
+		if got := ShardElems(c.chunk, int(c.n), c.align); got != c.want {
+			t.Errorf("ShardElems(%d, %d, %d) = %d, want %d", c.chunk, c.n, c.align, got, c.want)
+		}
+	}
+}
+
+// The tiny shape worked by hand, N = 4, default alignment 2048: chunk 0 has
+// (256+64)·32 = 10240 params, the two blocks 12·32²+13·32 = 12704, the final
+// layernorm 64; Ψ = 35712. Shards: 2560 -> 4096, 3176 -> 4096, 16 -> 2048,
+// so each rank owns 14336 elements and a gathered copy is 57344.
+func TestPaddingTiny(t *testing.T) {
+	s, _ := model.Lookup("tiny")
+	want := []int64{
+		16 * 57344,         // stage 0: everything replicated
+		4*57344 + 12*14336, // stage 1
+		2*57344 + 14*14336, // stage 2
+		16 * 14336,         // stage 3
+	}
+	for _, st := range EstimateStages(MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4}) {
+		if st.Params != 35712 || st.RankElems != 14336 || st.PaddedElems != 57344 {
+			t.Fatalf("Ψ %d rank %d padded %d", st.Params, st.RankElems, st.PaddedElems)
+		}
+		if got := st.DeviceBytes(); got != want[st.Stage] {
+			t.Errorf("stage %d: %d bytes, want %d", st.Stage, got, want[st.Stage])
+		}
+	}
+}
+
+// Padding adds at most one alignment unit per chunk and rank: the estimate
+// is never below the formula and never above it by more than that, and for
+// a real model it is within 0.1 % of the formula.
+func TestPaddingBounds(t *testing.T) {
+	for _, name := range []string{"tiny", "small", "gpt2", "gpt2-1.5b"} {
+		s, _ := model.Lookup(name)
+		chunks := ChunkParams(s)
+		for _, n := range []int{1, 2, 3, 4, 8} {
+			for _, st := range EstimateStages(MemoryOptions{ChunkParams: chunks, Devices: n}) {
+				formula := st.TierFormula(shard.HBM).Bytes(st.Params, n)
+				got := float64(st.DeviceBytes())
+				slack := float64(16 * int64(len(chunks)) * int64(n) * DefaultShardAlignElems)
+				if got < formula-1e-6 || got > formula+slack {
+					t.Errorf("%s N=%d stage %d: %v bytes, formula %v, slack %v", name, n, st.Stage, got, formula, slack)
+				}
+				if name == "gpt2" || name == "gpt2-1.5b" {
+					if r := got / formula; r > 1.001 {
+						t.Errorf("%s N=%d stage %d: padding adds %.3f%%", name, n, st.Stage, (r-1)*100)
+					}
+				}
+			}
+		}
+	}
+}
+
+// ZeRO-Offload and ZeRO-Infinity placements, per rank and for the machine.
+func TestOffload(t *testing.T) {
+	chunks := []int64{1 << 20, 1 << 20} // divisible, so padding is zero
+	const n = 4
+	r := int64(2 << 20 / n) // elements per rank
+	full := int64(2 << 20)
+
+	// Stage 2, optimizer on the host: the device keeps 2Ψ params and 2Ψ/N
+	// grads; the host 12Ψ/N per rank plus the bf16 grad shard.
+	e := mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 2, OptimizerTier: shard.Host})
+	if e.DeviceBytes() != 2*full+2*r || e.TierBytes(shard.Host) != 14*r || e.HostBytes() != n*14*r || e.NVMeBytes() != 0 {
+		t.Errorf("stage 2 cpu: device %d host %d nvme %d", e.DeviceBytes(), e.HostBytes(), e.NVMeBytes())
+	}
+	if f := e.TierFormula(shard.HBM).String(); f != "2Ψ + 2Ψ/N" {
+		t.Errorf("device formula %q", f)
+	}
+	if f := e.TierFormula(shard.Host).String(); f != "14Ψ/N" {
+		t.Errorf("host formula %q", f)
+	}
+	// fp32 host gradients.
+	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 1, OptimizerTier: shard.Host, HostGradDType: dtype.F32})
+	if e.DeviceBytes() != 4*full || e.TierBytes(shard.Host) != 16*r {
+		t.Errorf("stage 1 cpu f32 grads: device %d host/rank %d", e.DeviceBytes(), e.TierBytes(shard.Host))
+	}
+	// Stage 3, params and optimizer on the host: only the grad shard stays.
+	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, ParamTier: shard.Host})
+	if e.DeviceBytes() != 2*r || e.TierBytes(shard.Host) != 16*r {
+		t.Errorf("stage 3 cpu/cpu: device %d host/rank %d", e.DeviceBytes(), e.TierBytes(shard.Host))
+	}
+	// Stage 3, everything on NVMe: the host keeps only the grad shard.
+	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe})
+	if e.DeviceBytes() != 2*r || e.TierBytes(shard.Host) != 2*r || e.TierBytes(shard.NVMe) != 14*r {
+		t.Errorf("stage 3 nvme/nvme: device %d host %d nvme %d per rank", e.DeviceBytes(), e.TierBytes(shard.Host), e.TierBytes(shard.NVMe))
+	}
+	// A host budget keeps part of the optimizer state in RAM: master first.
+	budget := int64(n) * 6 * r // per rank: 6r bytes = master (4r) + half of m
+	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget})
+	if e.PerRank[shard.Master][shard.Host] != 4*r || e.PerRank[shard.AdamM][shard.Host] != 2*r || e.PerRank[shard.AdamM][shard.NVMe] != 2*r ||
+		e.PerRank[shard.AdamV][shard.NVMe] != 4*r || e.NVMeBytes() != int64(n)*6*r || e.HostBytes() != budget+int64(n)*2*r {
+		t.Errorf("budget split: %v", e.PerRank)
+	}
+	if len(e.Notes) != 1 {
+		t.Errorf("notes %q", e.Notes)
+	}
+	// The same budget with the optimizer on the host is exceeded: noted.
+	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, HostBudgetBytes: budget})
+	if len(e.Notes) != 1 || e.TierBytes(shard.Host) != 14*r {
+		t.Errorf("over budget: notes %q host %d", e.Notes, e.TierBytes(shard.Host))
+	}
+}
+
+// Stage 3 chunks below the persistence threshold stay gathered on the device.
+func TestPersistence(t *testing.T) {
+	s, _ := model.Lookup("tiny")
+	e := mustEstimate(t, MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, Stage: 3, ParamTier: shard.Host, PersistenceThreshold: 100_000})
+	if e.PersistentElems != e.PaddedElems || e.PerRank[shard.Param][shard.HBM] != 2*e.PaddedElems || e.PerRank[shard.Param][shard.Host] != 0 {
+		t.Errorf("all chunks persistent: %d of %d, params hbm %d host %d", e.PersistentElems, e.PaddedElems, e.PerRank[shard.Param][shard.HBM], e.PerRank[shard.Param][shard.Host])
+	}
+	// Only the final layernorm (64 params) is below 100.
+	e = mustEstimate(t, MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, Stage: 3, PersistenceThreshold: 100})
+	if e.PersistentElems != 4*2048 || e.PerRank[shard.Param][shard.HBM] != 2*(4*2048+4096*3) {
+		t.Errorf("final layernorm persistent: %d, params %d", e.PersistentElems, e.PerRank[shard.Param][shard.HBM])
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	cases := []struct {
+		o    MemoryOptions
+		want string
+	}{
+		{MemoryOptions{ChunkParams: []int64{10}, Devices: 2, Stage: 0, OptimizerTier: shard.Host},
+			"engine: estimate: offload_optimizer cpu needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on)"},
+		{MemoryOptions{ChunkParams: []int64{10}, Devices: 2, Stage: 2, ParamTier: shard.NVMe},
+			"engine: estimate: offload_param nvme needs stage 3 (parameters are sharded only at stage 3)"},
+		{MemoryOptions{ChunkParams: []int64{10}, Devices: 0}, "engine: estimate: 0 devices: need at least 1"},
+		{MemoryOptions{ChunkParams: []int64{10}, Devices: 1, Stage: 4}, "engine: estimate: stage 4 is not 0, 1, 2 or 3"},
+		{MemoryOptions{Devices: 1}, "engine: estimate: no chunks"},
+	}
+	for _, c := range cases {
+		if _, err := EstimateMemory(c.o); err == nil || err.Error() != c.want {
+			t.Errorf("got %v, want %s", err, c.want)
+		}
+	}
+	st := EstimateStages(MemoryOptions{ChunkParams: []int64{10}, Devices: 2, OptimizerTier: shard.Host})
+	if st[0].Err == nil || st[1].Err != nil {
+		t.Errorf("stages with cpu offload: %v / %v", st[0].Err, st[1].Err)
+	}
+}
+
+func TestOptionsFromConfig(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "testdata", "configs", "good_zero_infinity_nvme.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Parse(data, "", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := model.Lookup("gpt-2b")
+	o, err := MemoryOptionsFromConfig(c, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Stage != 3 || o.Devices != 2 || o.OptimizerTier != shard.NVMe || o.ParamTier != shard.NVMe || o.HostBudgetBytes != 8<<30 || o.PersistenceThreshold != 100_000 {
+		t.Errorf("options %+v", o)
+	}
+	e := mustEstimate(t, o)
+	// About 2B params: 16Ψ = 32 GB of model state plus the 2Ψ bf16 gradient
+	// copy on the host, nearly all of it off the device.
+	if total := e.DeviceBytes()*2 + e.HostBytes() + e.NVMeBytes(); total < 18*e.Params || total > 18*e.Params*1001/1000 {
+		t.Errorf("total model state %d for Ψ=%d", total, e.Params)
+	}
+}
