@@ -7,7 +7,8 @@
 // private mmap outside the Go heap; at most 1 GiB each by default, io_uring's
 // limit for one fixed buffer), aligned to 2 MiB and advised with
 // MADV_HUGEPAGE, faults every page in once (madvise(MADV_POPULATE_WRITE): a
-// first touch of fresh memory runs at 1-6 GB/s here, reuse at memory speed),
+// first touch of fresh memory runs at 1-3 GB/s here, a write to memory
+// already faulted in about 3x faster; bench/README-pinned.md),
 // and locks them with mlock when the kernel allows. When it does not (an
 // ordinary user past RLIMIT_MEMLOCK, without CAP_IPC_LOCK), the pool goes on
 // unlocked and Residency says so and how to fix it; LockRequired makes that

@@ -158,7 +158,7 @@ func (p *Pool) Options() Options { return p.opts }
 func (p *Pool) Residency() Residency { return p.residency }
 
 // Arenas are the mapped arenas, in index order, for consumers that register
-// them all at once (io_uring's register_buffers).
+// them all at once (io_uring's register_buffers). Valid until Close.
 func (p *Pool) Arenas() [][]byte {
 	out := make([][]byte, len(p.arenas))
 	for i, a := range p.arenas {
@@ -187,10 +187,14 @@ func (p *Pool) AddRegistrar(r Registrar) error {
 }
 
 // RemoveRegistrar calls r.Unregister for every arena, for a consumer that
-// shuts down before the pool. The errors of all arenas are joined.
+// shuts down before the pool. The errors of all arenas are joined. After
+// Close it does nothing (Close has unregistered every Registrar).
 func (p *Pool) RemoveRegistrar(r Registrar) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed.Load() {
+		return nil
+	}
 	i := -1
 	for j, q := range p.registrars {
 		if q == r {

@@ -390,6 +390,9 @@ func TestRegistrarCalledForEachArena(t *testing.T) {
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
+	if err := p.RemoveRegistrar(r1); err != nil || len(r1.dropped) != len(want) {
+		t.Fatalf("RemoveRegistrar after Close: %v, %d Unregister calls", err, len(r1.dropped))
+	}
 	mustPanic(t, func() { p.Get(1, "x") }, "Get after Close")
 }
 
