@@ -187,4 +187,3 @@ func sweepNVMe(c *cli.Context, base bench.NVMeOptions, run func(bench.NVMeOption
 	fmt.Fprintln(out, string(b))
 	return nil
 }
-
