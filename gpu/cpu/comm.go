@@ -311,4 +311,3 @@ func reduceF64(dst []float64, calls []call, off int, op gpu.ReduceOp) {
 		}
 	}
 }
-

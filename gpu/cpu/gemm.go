@@ -1,7 +1,6 @@
 package cpu
 
 import (
-
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 
@@ -158,4 +157,3 @@ func grow(s []float32, n int) []float32 {
 	}
 	return s[:n]
 }
-

@@ -77,7 +77,7 @@ func testLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		meanMag := make([]float64, rows)
 		for i := range mag {
 			c := i % cols
-			mag[i] = math.Abs((y[i]-b[c])) + math.Abs(b[c]) + math.Abs(g[c])
+			mag[i] = math.Abs((y[i] - b[c])) + math.Abs(b[c]) + math.Abs(g[c])
 			meanMag[i/cols] += math.Abs(x[i]) / float64(cols)
 		}
 		name := fmt.Sprintf("%dx%d", rows, cols)
