@@ -1,16 +1,384 @@
 package cmd
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
 )
 
-// estimateCommand is being built; see the open issues.
+// estimateCommand prints the model-state bytes per device, on the host and
+// on NVMe for each ZeRO stage: the arithmetic the engine reports.
 func estimateCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "estimate",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return errors.New("estimate: not built yet") },
+		Name:      "estimate",
+		Usage:     "model-state bytes per device, on the host and on NVMe for ZeRO stages 0-3",
+		UsageText: "strata estimate (--model NAME | --params N | --config FILE) [--devices N] [--stage S] [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme] [--json]",
+		Description: "For mixed-precision Adam (bf16 params and grads, fp32 master, m and v: 16 bytes per parameter),\n" +
+			"prints each rank's model state with Strata's padded shard layout, next to the formula of the ZeRO\n" +
+			"paper (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N). Activations and in-flight buffers are not included.\n" +
+			"With --config, model, devices, stage, offload devices, host_budget and the stage-3 persistence\n" +
+			"threshold come from the file; flags given explicitly override them.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Usage: "named shape: " + strings.Join(model.Names(), ", ")},
+			&cli.StringFlag{Name: "params", Usage: `parameter count Ψ instead of a shape ("124M", "1.5B", "7.5e9")`},
+			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config to take the settings from"},
+			&cli.IntFlag{Name: "devices", Value: 1, Usage: "N, devices sharing the model state"},
+			&cli.IntFlag{Name: "stage", Value: -1, Usage: "ZeRO stage 0-3 (default: a table of all stages)"},
+			&cli.StringFlag{Name: "offload-optimizer", Value: "none", Usage: "where fp32 master, m and v live: none (device), cpu or nvme"},
+			&cli.StringFlag{Name: "offload-param", Value: "none", Usage: "where bf16 param shards live at stage 3: none (device), cpu or nvme"},
+			&cli.StringFlag{Name: "host-budget", Usage: `optimizer state kept in host RAM with --offload-optimizer nvme ("8GiB"; default none)`},
+			&cli.Int64Flag{Name: "persistence-threshold", Usage: "stage 3: chunks with fewer parameters stay gathered (default 0, or the config's)"},
+			&cli.Int64Flag{Name: "align", Value: engine.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
+			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
+		},
+		Action: runEstimate,
 	}
+}
+
+func runEstimate(c *cli.Context) error {
+	if c.Args().Present() {
+		return usagef("estimate: unexpected argument %q", c.Args().First())
+	}
+	opts := engine.MemoryOptions{Devices: 1, ShardAlignElems: c.Int64("align")}
+	var shape *model.Shape
+	what := ""
+	if path := c.String("config"); path != "" {
+		cfg, err := config.Load(path, config.Options{LookupShape: func(name string) (config.Shape, error) {
+			s, err := model.Lookup(name)
+			return config.Shape(s), err
+		}})
+		if err != nil {
+			return err
+		}
+		for _, n := range cfg.Ignored() {
+			fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
+		}
+		s := model.Shape(*cfg.Shape())
+		if s.Name == "" {
+			s.Name = "config"
+		}
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("estimate: %s: %w", path, err)
+		}
+		if opts, err = engine.MemoryOptionsFromConfig(cfg, s); err != nil {
+			return err
+		}
+		opts.ShardAlignElems = c.Int64("align")
+		shape = &s
+		if !c.IsSet("stage") {
+			c.Set("stage", strconv.Itoa(cfg.ZeRO.Stage))
+		}
+	}
+	switch {
+	case c.IsSet("model") && c.IsSet("params"):
+		return usagef("estimate: give --model or --params, not both")
+	case c.IsSet("model"):
+		s, err := model.Lookup(c.String("model"))
+		if err != nil {
+			return usagef("estimate: %v", err)
+		}
+		shape = &s
+		opts.ChunkParams = engine.ChunkParams(s)
+	case c.IsSet("params"):
+		psi, err := parseParamCount(c.String("params"))
+		if err != nil {
+			return usagef("estimate: --params: %v", err)
+		}
+		shape = nil
+		opts.ChunkParams = []int64{psi}
+		what = fmt.Sprintf("Ψ = %s parameters as one chunk", groupDigits(psi))
+	case shape == nil:
+		return usagef("estimate: give --model NAME, --params N or --config FILE (models: %s)", strings.Join(model.Names(), ", "))
+	}
+	if shape != nil {
+		what = fmt.Sprintf("%s: Ψ = %s parameters in %d chunks", shape, groupDigits(shape.ParamCount()), len(opts.ChunkParams))
+	}
+	if c.IsSet("devices") || c.String("config") == "" {
+		opts.Devices = c.Int("devices")
+	}
+	var err error
+	if c.IsSet("offload-optimizer") || c.String("config") == "" {
+		if opts.OptimizerTier, err = parseDevice(c.String("offload-optimizer")); err != nil {
+			return usagef("estimate: --offload-optimizer: %v", err)
+		}
+	}
+	if c.IsSet("offload-param") || c.String("config") == "" {
+		if opts.ParamTier, err = parseDevice(c.String("offload-param")); err != nil {
+			return usagef("estimate: --offload-param: %v", err)
+		}
+	}
+	if c.IsSet("host-budget") {
+		if opts.HostBudgetBytes, err = units.ParseBytes(c.String("host-budget")); err != nil {
+			return usagef("estimate: --host-budget: %v", err)
+		}
+	}
+	if c.IsSet("persistence-threshold") {
+		opts.PersistenceThreshold = c.Int64("persistence-threshold")
+	}
+	switch g := c.String("host-grad"); g {
+	case "bf16":
+		opts.HostGradDType = dtype.BF16
+	case "fp32", "f32":
+		opts.HostGradDType = dtype.F32
+	default:
+		return usagef("estimate: --host-grad %q is not bf16 or fp32", g)
+	}
+	if opts.Devices < 1 || opts.ShardAlignElems < 1 {
+		return usagef("estimate: --devices and --align must be at least 1")
+	}
+
+	var stages []engine.StageEstimate
+	if s := c.Int("stage"); s >= 0 {
+		o := opts
+		o.Stage = s
+		e, err := engine.EstimateMemory(o)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		stages = []engine.StageEstimate{{Stage: s, MemoryEstimate: e}}
+	} else {
+		stages = engine.EstimateStages(opts)
+	}
+	if c.Bool("json") {
+		name := ""
+		if shape != nil {
+			name = shape.Name
+		}
+		return printEstimateJSON(c.App.Writer, name, what, opts, stages)
+	}
+	printEstimate(c.App.Writer, what, opts, stages, c.Int("stage") >= 0)
+	return nil
+}
+
+// parseDevice reads DeepSpeed's offload device names.
+func parseDevice(s string) (shard.Tier, error) {
+	switch s {
+	case config.DeviceNone:
+		return shard.HBM, nil
+	case config.DeviceCPU:
+		return shard.Host, nil
+	case config.DeviceNVMe:
+		return shard.NVMe, nil
+	}
+	return 0, fmt.Errorf("%q is not none, cpu or nvme", s)
+}
+
+// parseParamCount reads "124M", "1.5B", "7.5e9", "350000" (decimal suffixes
+// K, M, B or G, T, as parameter counts are written).
+func parseParamCount(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := 1.0
+	if n := len(t); n > 0 {
+		switch strings.ToUpper(t[n-1:]) {
+		case "K":
+			mult = 1e3
+		case "M":
+			mult = 1e6
+		case "B", "G":
+			mult = 1e9
+		case "T":
+			mult = 1e12
+		}
+		if mult != 1 {
+			t = t[:n-1]
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%q is not a positive parameter count (such as 124M, 1.5B or 7.5e9)", s)
+	}
+	v := math.Round(f * mult)
+	if v < 1 || v > 1e15 {
+		return 0, fmt.Errorf("%q is out of range", s)
+	}
+	return int64(v), nil
+}
+
+func groupDigits(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	var b strings.Builder
+	for i, r := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// machine turns a per-rank formula into the formula for all N ranks.
+func machine(c engine.Coef, n int) engine.Coef {
+	return engine.Coef{Full: c.Full*float64(n) + c.PerN}
+}
+
+func tierWord(t shard.Tier) string {
+	switch t {
+	case shard.Host:
+		return "host (cpu)"
+	case shard.NVMe:
+		return "nvme"
+	}
+	return "device (none)"
+}
+
+func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []engine.StageEstimate, breakdown bool) {
+	fmt.Fprintf(w, "%s\n", what)
+	fmt.Fprintf(w, "N = %d devices; optimizer state on %s; param shards on %s", o.Devices, tierWord(o.OptimizerTier), tierWord(o.ParamTier))
+	if o.OptimizerTier != shard.HBM {
+		fmt.Fprintf(w, "; reduced gradient shards copied to the host in %s", o.HostGradDType)
+	}
+	if o.HostBudgetBytes > 0 {
+		fmt.Fprintf(w, "; host_budget %s", units.FormatBytes(o.HostBudgetBytes))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, m, v (16 B/param); each rank's slice of a chunk padded to %d elements\n\n", o.ShardAlignElems)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "stage\tper device\tformula\thost (all ranks)\tformula\tnvme (all ranks)\tformula")
+	var notes []string
+	for _, s := range stages {
+		if s.Err != nil {
+			fmt.Fprintf(tw, "%d\tn/a\t\tn/a\t\tn/a\t\n", s.Stage)
+			notes = append(notes, fmt.Sprintf("stage %d: %s", s.Stage, strings.TrimPrefix(s.Err.Error(), "engine: estimate: ")))
+			continue
+		}
+		n := o.Devices
+		dev := units.FormatBytes(s.DeviceBytes())
+		if s.DeviceBytes() >= 100e6 {
+			dev += fmt.Sprintf(" (%.1f GB)", float64(s.DeviceBytes())/1e9)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Stage, dev, s.TierFormula(shard.HBM),
+			units.FormatBytes(s.HostBytes()), machine(s.TierFormula(shard.Host), n),
+			units.FormatBytes(s.NVMeBytes()), machine(s.TierFormula(shard.NVMe), n))
+		for _, note := range s.Notes {
+			notes = append(notes, fmt.Sprintf("stage %d: %s", s.Stage, note))
+		}
+	}
+	tw.Flush()
+	if ok := okStage(stages); ok != nil {
+		pad := float64(ok.RankElems*int64(o.Devices)-ok.Params) / float64(ok.Params) * 100
+		fmt.Fprintf(w, "\npadding: %s elements per gathered copy beyond Ψ (%+.3f%%); Ψ = %s\n",
+			groupDigits(ok.PaddedElems-ok.Params), pad, groupDigits(ok.Params))
+	}
+	if breakdown {
+		for _, s := range stages {
+			if s.Err != nil {
+				continue
+			}
+			fmt.Fprintf(w, "\nstage %d, one rank, by state:\n", s.Stage)
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "state\tdevice\thost\tnvme\tformula")
+			for st := range shard.StateCount {
+				var fs []string
+				for t := range shard.TierCount {
+					if f := s.Formula[st][t]; f != (engine.Coef{}) {
+						fs = append(fs, fmt.Sprintf("%s on %s", f, shard.Tier(t)))
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", shard.State(st),
+					units.FormatBytes(s.PerRank[st][shard.HBM]), units.FormatBytes(s.PerRank[st][shard.Host]),
+					units.FormatBytes(s.PerRank[st][shard.NVMe]), strings.Join(fs, ", "))
+			}
+			tw.Flush()
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	fmt.Fprintln(w, "\nbinary units (GiB = 2^30 B; GB = 10^9 B); --json gives exact bytes")
+	fmt.Fprintln(w, "not included: activations and the working set (gathered chunks in flight, gradient buckets, staging buffers)")
+}
+
+func okStage(stages []engine.StageEstimate) *engine.StageEstimate {
+	for i := range stages {
+		if stages[i].Err == nil {
+			return &stages[i]
+		}
+	}
+	return nil
+}
+
+type jsonTiers struct {
+	HBM  int64 `json:"hbm"`
+	Host int64 `json:"host"`
+	NVMe int64 `json:"nvme"`
+}
+
+type jsonStage struct {
+	Stage              int                  `json:"stage"`
+	Error              string               `json:"error,omitempty"`
+	DeviceBytes        int64                `json:"device_bytes"`
+	DeviceFormula      string               `json:"device_formula"`
+	DeviceFormulaBytes float64              `json:"device_formula_bytes"`
+	HostBytes          int64                `json:"host_bytes"`
+	HostFormula        string               `json:"host_formula"`
+	NVMeBytes          int64                `json:"nvme_bytes"`
+	NVMeFormula        string               `json:"nvme_formula"`
+	PerRank            map[string]jsonTiers `json:"per_rank,omitempty"`
+	Notes              []string             `json:"notes,omitempty"`
+}
+
+func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, stages []engine.StageEstimate) error {
+	out := struct {
+		Model            string      `json:"model,omitempty"`
+		Description      string      `json:"description"`
+		Params           int64       `json:"params"`
+		Chunks           int         `json:"chunks"`
+		Devices          int         `json:"devices"`
+		OffloadOptimizer string      `json:"offload_optimizer"`
+		OffloadParam     string      `json:"offload_param"`
+		ShardAlignElems  int64       `json:"shard_align_elems"`
+		HostGradDType    string      `json:"host_grad_dtype"`
+		HostBudgetBytes  int64       `json:"host_budget_bytes"`
+		Stages           []jsonStage `json:"stages"`
+	}{Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: deviceFlag(o.OptimizerTier),
+		OffloadParam: deviceFlag(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes}
+	for _, c := range o.ChunkParams {
+		out.Params += c
+	}
+	for _, s := range stages {
+		js := jsonStage{Stage: s.Stage}
+		if s.Err != nil {
+			js.Error = s.Err.Error()
+			out.Stages = append(out.Stages, js)
+			continue
+		}
+		f := s.TierFormula(shard.HBM)
+		js.DeviceBytes, js.DeviceFormula, js.DeviceFormulaBytes = s.DeviceBytes(), f.String(), f.Bytes(s.Params, o.Devices)
+		js.HostBytes, js.HostFormula = s.HostBytes(), machine(s.TierFormula(shard.Host), o.Devices).String()
+		js.NVMeBytes, js.NVMeFormula = s.NVMeBytes(), machine(s.TierFormula(shard.NVMe), o.Devices).String()
+		js.PerRank = map[string]jsonTiers{}
+		for st := range shard.StateCount {
+			p := s.PerRank[st]
+			js.PerRank[shard.State(st).String()] = jsonTiers{p[shard.HBM], p[shard.Host], p[shard.NVMe]}
+		}
+		js.Notes = s.Notes
+		out.Stages = append(out.Stages, js)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func deviceFlag(t shard.Tier) string {
+	switch t {
+	case shard.Host:
+		return config.DeviceCPU
+	case shard.NVMe:
+		return config.DeviceNVMe
+	}
+	return config.DeviceNone
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -224,8 +225,8 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 	optRank := 3 * rank * f32
 	switch budget := o.HostBudgetBytes; {
 	case o.OptimizerTier == shard.Host && budget > 0 && optRank*n > budget:
-		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state on the host (%d B, all ranks) exceeds host_budget %d B: use offload_optimizer nvme to spill the rest",
-			optRank*n, budget))
+		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state on the host (%s, all ranks) exceeds host_budget %s: use offload_optimizer nvme to spill the rest",
+			units.FormatBytes(optRank*n), units.FormatBytes(budget)))
 	case o.OptimizerTier == shard.NVMe && budget > 0:
 		// The budget is shared by the ranks; each keeps its share in host
 		// RAM, master first, then m, then v (the tier store moves whole
@@ -237,8 +238,8 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 			e.PerRank[st][shard.Host] += move
 			left -= move
 		}
-		e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %d B of optimizer state (all ranks) in host RAM; the formula column places it all on NVMe",
-			min(budget/n, optRank)*n))
+		e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %s of optimizer state (all ranks) in host RAM; the formula column places it all on NVMe",
+			units.FormatBytes(min(budget/n, optRank)*n)))
 	}
 	return e, nil
 }
