@@ -1,0 +1,152 @@
+package prefetch
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/strata-ai/strata/internal/shard"
+)
+
+// Link is a one-way path between adjacent tiers. The HBM links exist once per
+// device (rank); the NVMe links are shared by all ranks.
+type Link uint8
+
+const (
+	NVMeToHost Link = iota // NVMe read into pinned host memory
+	HostToHBM              // upload over PCIe/NVLink-C2C
+	HBMToHost              // download (gradients, write-backs)
+	HostToNVMe             // NVMe write (write-backs)
+	linkCount
+)
+
+// LinkCount is the number of links.
+const LinkCount = int(linkCount)
+
+func (l Link) String() string {
+	switch l {
+	case NVMeToHost:
+		return "nvme->host"
+	case HostToHBM:
+		return "host->hbm"
+	case HBMToHost:
+		return "hbm->host"
+	case HostToNVMe:
+		return "host->nvme"
+	}
+	return fmt.Sprintf("link(%d)", uint8(l))
+}
+
+// LinkOf returns the link from one tier to an adjacent one.
+func LinkOf(from, to shard.Tier) (Link, bool) {
+	switch {
+	case from == shard.NVMe && to == shard.Host:
+		return NVMeToHost, true
+	case from == shard.Host && to == shard.HBM:
+		return HostToHBM, true
+	case from == shard.HBM && to == shard.Host:
+		return HBMToHost, true
+	case from == shard.Host && to == shard.NVMe:
+		return HostToNVMe, true
+	}
+	return 0, false
+}
+
+// Options are the inputs of planning besides the trace and the residency.
+type Options struct {
+	// BudgetBytes per tier. The HBM budget applies to each device (rank)
+	// separately and should exclude what the engine keeps outside the
+	// planner (gathered chunks, activations). 0 means unlimited.
+	BudgetBytes [shard.TierCount]int64
+	// BandwidthBytesPerSec of each link, measured. HBM links are per device.
+	BandwidthBytesPerSec [LinkCount]float64
+	// Slack is the margin by which every transfer aims to finish before the
+	// deadline of the access that needs it.
+	Slack time.Duration
+	// Window is how many accesses ahead the planner looks; 0 means one
+	// whole step (the schedule is cyclic, so that reaches into the next one).
+	Window int
+}
+
+// DefaultOptions are budgets unlimited, PCIe 4 x16-like host links, one
+// NVMe drive, 1 ms of slack, a one-step window.
+func DefaultOptions() Options {
+	return Options{
+		BandwidthBytesPerSec: [LinkCount]float64{
+			NVMeToHost: 3e9,
+			HostToHBM:  20e9,
+			HBMToHost:  20e9,
+			HostToNVMe: 2e9,
+		},
+		Slack: time.Millisecond,
+	}
+}
+
+// Validate checks that every value is usable.
+func (o Options) Validate() error {
+	for t, b := range o.BudgetBytes {
+		if b < 0 {
+			return fmt.Errorf("prefetch: %s budget %d B is negative (0 means unlimited)", shard.Tier(t), b)
+		}
+	}
+	for l, bw := range o.BandwidthBytesPerSec {
+		if !(bw > 0) || math.IsInf(bw, 0) {
+			return fmt.Errorf("prefetch: %s bandwidth %v B/s must be positive and finite (measure it with strata bench nvme)", Link(l), bw)
+		}
+	}
+	if o.Slack < 0 {
+		return fmt.Errorf("prefetch: negative slack %v", o.Slack)
+	}
+	if o.Window < 0 {
+		return fmt.Errorf("prefetch: negative window %d", o.Window)
+	}
+	return nil
+}
+
+// TransferTime is the modeled time to move n bytes over link l, rounded up.
+func (o Options) TransferTime(l Link, n int64) time.Duration {
+	s := float64(n) / o.BandwidthBytesPerSec[l]
+	return time.Duration(math.Ceil(s * 1e9))
+}
+
+func (o Options) String() string {
+	var b strings.Builder
+	b.WriteString("budget")
+	for t, v := range o.BudgetBytes {
+		fmt.Fprintf(&b, " %s=%d", shard.Tier(t), v)
+	}
+	b.WriteString(" bandwidth")
+	for l, v := range o.BandwidthBytesPerSec {
+		fmt.Fprintf(&b, " %s=%.4g", Link(l), v)
+	}
+	fmt.Fprintf(&b, " slack=%v window=%d", o.Slack, o.Window)
+	return b.String()
+}
+
+// TierSet is a set of tiers.
+type TierSet uint8
+
+// Tiers builds a set.
+func Tiers(ts ...shard.Tier) TierSet {
+	var s TierSet
+	for _, t := range ts {
+		s |= 1 << t
+	}
+	return s
+}
+
+// Has reports whether t is in the set.
+func (s TierSet) Has(t shard.Tier) bool { return s&(1<<t) != 0 }
+
+// Placement is where one shard state lives when planning starts.
+type Placement struct {
+	SizeBytes int64
+	// Home is where the shard persists; its space there is always held.
+	Home shard.Tier
+	// Cached lists the other tiers that hold a clean copy.
+	Cached TierSet
+}
+
+// Residency is the placement of every shard the planner may see.
+type Residency map[shard.Key]Placement

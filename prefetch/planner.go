@@ -1,0 +1,1017 @@
+package prefetch
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/strata-ai/strata/internal/shard"
+)
+
+// Reason says why a Move exists.
+type Reason uint8
+
+const (
+	// Prefetch copies a shard one tier toward where a predicted access needs it.
+	Prefetch Reason = iota
+	// Demand copies a shard for an access that has already started (a miss).
+	Demand
+	// Evict frees a clean copy; a valid copy remains in a slower tier (To).
+	Evict
+	// WriteBack copies a dirty copy one tier down (From -> To) and then
+	// frees the From copy.
+	WriteBack
+	// Alloc reserves space in To for an access of kind Write.
+	Alloc
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Prefetch:
+		return "prefetch"
+	case Demand:
+		return "demand"
+	case Evict:
+		return "evict"
+	case WriteBack:
+		return "writeback"
+	case Alloc:
+		return "alloc"
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// Move is one instruction to the store.
+type Move struct {
+	ID        uint64
+	Key       shard.Key
+	From, To  shard.Tier
+	SizeBytes int64
+	Reason    Reason
+}
+
+// Instant reports whether the move completes as the store applies it (Evict,
+// Alloc): the planner has already counted it done and expects no Completed.
+func (m Move) Instant() bool { return m.Reason == Evict || m.Reason == Alloc }
+
+// Link is the link a transfer uses; false for instant moves.
+func (m Move) Link() (Link, bool) {
+	if m.Instant() {
+		return 0, false
+	}
+	return LinkOf(m.From, m.To)
+}
+
+func (m Move) String() string {
+	switch m.Reason {
+	case Evict:
+		return fmt.Sprintf("evict %s from %s", m.Key, m.From)
+	case Alloc:
+		return fmt.Sprintf("alloc %s in %s (%d B)", m.Key, m.To, m.SizeBytes)
+	}
+	return fmt.Sprintf("%s %s %s->%s (%d B)", m.Reason, m.Key, m.From, m.To, m.SizeBytes)
+}
+
+// Stats are the planner's counters since New.
+type Stats struct {
+	Accesses int64
+	Hits     int64 // the shard was ready in the access tier when the access began
+	Late     int64 // a prefetch was under way but had not landed
+	Misses   int64 // nothing was under way: demand fetch (or a write that had to wait for room)
+	// Divergences counts steps whose accesses differed from the trace;
+	// Rerecords counts traces replaced because of that.
+	Divergences int64
+	Rerecords   int64
+	Bytes       [LinkCount]int64 // bytes put on each link (all ranks)
+	MoveCount   [Alloc + 1]int64 // moves issued, by reason
+	// Stall is the time accesses waited for their shard, by access tier.
+	Stall [shard.TierCount]time.Duration
+}
+
+// HitRate is hits over accesses (1 when there were none).
+func (s Stats) HitRate() float64 {
+	if s.Accesses == 0 {
+		return 1
+	}
+	return float64(s.Hits) / float64(s.Accesses)
+}
+
+type copyState uint8
+
+const (
+	absent copyState = iota
+	reserved
+	incoming
+	present
+)
+
+const never = int64(math.MaxInt64)
+
+type keyState struct {
+	key       shard.Key
+	sizeBytes int64
+	home      shard.Tier
+	copies    [shard.TierCount]copyState
+	dirty     bool // the home copy is older than the newest one
+	pins      [shard.TierCount]int32
+	sources   [shard.TierCount]int32 // in-flight moves reading this copy
+	leaving   [shard.TierCount]bool  // a write-back of this copy is in flight
+	stale     [shard.TierCount]bool  // overwritten elsewhere: drop when free
+	lastUse   int64
+	version   uint32  // bumped by every write
+	occ       []int32 // positions in the trace
+}
+
+type taccess struct {
+	slot    int32
+	tier    shard.Tier
+	kind    Kind
+	compute time.Duration
+}
+
+type pending struct {
+	slot  int32
+	tier  shard.Tier
+	kind  Kind
+	g     int64
+	start time.Duration
+	rec   int
+}
+
+type use struct {
+	slot int32
+	tier shard.Tier
+	kind Kind
+}
+
+type flight struct {
+	m       Move
+	slot    int32
+	version uint32 // of the shard when the transfer was issued
+}
+
+// Planner is the online planner the engine drives. It is not safe for
+// concurrent use; the engine calls it from one goroutine.
+type Planner struct {
+	opts   Options
+	keys   []keyState
+	index  map[shard.Key]int32
+	pools  map[poolID]int
+	used   []int64
+	budget []int64
+	names  []string
+
+	trace     []taccess
+	known     Trace
+	stepBase  int64 // global index of the first access of this step
+	pos       int   // accesses begun in this step
+	diverged  bool
+	rec       Recorder
+	lastReady time.Duration // when the latest access became ready
+	lastPos   int           // trace position of the latest access, -1 if none or unknown
+	readyKnow bool
+
+	pending  []pending
+	inUse    []use
+	inflight map[uint64]flight
+	nextID   uint64
+	outbox   []Move
+	limit    int64 // accesses beyond this global index never happen (simulation); never = no limit
+
+	wakeAt  time.Duration
+	wakeSet bool
+	stats   Stats
+}
+
+type poolID struct {
+	tier shard.Tier
+	rank int32 // only for HBM
+}
+
+// New returns a planner for the shards of res, starting in recording mode
+// (every access on demand) until SetTrace or the end of the first step.
+func New(res Residency, opts Options) (*Planner, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Planner{
+		opts:     opts,
+		index:    make(map[shard.Key]int32, len(res)),
+		pools:    map[poolID]int{},
+		inflight: map[uint64]flight{},
+		limit:    never,
+		lastPos:  -1,
+	}
+	keys := make([]shard.Key, 0, len(res))
+	for k := range res {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keyLess(keys[i], keys[j]) })
+	p.pool(shard.Host, 0)
+	p.pool(shard.NVMe, 0)
+	for _, k := range keys {
+		pl := res[k]
+		if pl.SizeBytes <= 0 {
+			return nil, fmt.Errorf("prefetch: %s: size %d B is not positive", k, pl.SizeBytes)
+		}
+		if pl.Home >= shard.Tier(shard.TierCount) {
+			return nil, fmt.Errorf("prefetch: %s: unknown home tier %d", k, pl.Home)
+		}
+		ks := keyState{key: k, sizeBytes: pl.SizeBytes, home: pl.Home, lastUse: -1}
+		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
+			if t == pl.Home || pl.Cached.Has(t) {
+				ks.copies[t] = present
+				p.used[p.pool(t, k.Rank)] += pl.SizeBytes
+			}
+		}
+		p.index[k] = int32(len(p.keys))
+		p.keys = append(p.keys, ks)
+	}
+	for i, u := range p.used {
+		if b := p.budget[i]; b > 0 && u > b {
+			return nil, fmt.Errorf("prefetch: the starting residency puts %d B in %s, over its budget of %d B", u, p.names[i], b)
+		}
+	}
+	return p, nil
+}
+
+func keyLess(a, b shard.Key) bool {
+	if a.Chunk != b.Chunk {
+		return a.Chunk < b.Chunk
+	}
+	if a.Rank != b.Rank {
+		return a.Rank < b.Rank
+	}
+	return a.State < b.State
+}
+
+func (p *Planner) pool(t shard.Tier, rank int32) int {
+	id := poolID{tier: t}
+	if t == shard.HBM {
+		id.rank = rank
+	}
+	if i, ok := p.pools[id]; ok {
+		return i
+	}
+	i := len(p.used)
+	p.pools[id] = i
+	p.used = append(p.used, 0)
+	p.budget = append(p.budget, p.opts.BudgetBytes[t])
+	name := t.String()
+	if t == shard.HBM {
+		name = fmt.Sprintf("hbm of rank %d", rank)
+	}
+	p.names = append(p.names, name)
+	return i
+}
+
+func (p *Planner) poolOf(s int32, t shard.Tier) int { return p.pool(t, p.keys[s].key.Rank) }
+
+// SetTrace loads a known trace: planning starts at the next access. It fails,
+// naming the shard and the budget, when an access cannot fit at all.
+func (p *Planner) SetTrace(tr Trace) error {
+	if err := p.checkTrace(tr); err != nil {
+		return err
+	}
+	p.adopt(tr)
+	return nil
+}
+
+func (p *Planner) checkTrace(tr Trace) error {
+	if err := tr.Validate(); err != nil {
+		return err
+	}
+	for i, a := range tr.Accesses {
+		if err := p.checkAccess(a); err != nil {
+			return fmt.Errorf("%w (trace access %d)", err, i)
+		}
+	}
+	return nil
+}
+
+func (p *Planner) checkAccess(a Access) error {
+	s, ok := p.index[a.Key]
+	if !ok {
+		return fmt.Errorf("prefetch: %s has no placement", a.Key)
+	}
+	ks := &p.keys[s]
+	if a.Tier != shard.HBM && a.Tier != shard.Host {
+		return fmt.Errorf("prefetch: %s: compute cannot use a shard in %s", a.Key, a.Tier)
+	}
+	if a.SizeBytes != 0 && a.SizeBytes != ks.sizeBytes {
+		return fmt.Errorf("prefetch: %s: access of %d B, placement says %d B", a.Key, a.SizeBytes, ks.sizeBytes)
+	}
+	// The access tier, and every tier a read passes through, must hold it.
+	lo, hi := a.Tier, a.Tier
+	if a.Kind != Write {
+		hi = ks.home
+	}
+	for t := lo; t <= hi; t++ {
+		i := p.poolOf(s, t)
+		if b := p.budget[i]; b > 0 && ks.sizeBytes > b {
+			return fmt.Errorf("prefetch: %s (%d B) does not fit the %s budget of %d B", a.Key, ks.sizeBytes, p.names[i], b)
+		}
+	}
+	return nil
+}
+
+func (p *Planner) adopt(tr Trace) {
+	p.known = Trace{Accesses: append([]Access(nil), tr.Accesses...)}
+	p.trace = p.trace[:0]
+	for i := range p.keys {
+		p.keys[i].occ = p.keys[i].occ[:0]
+	}
+	for i, a := range tr.Accesses {
+		s := p.index[a.Key]
+		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, compute: a.Compute})
+		p.keys[s].occ = append(p.keys[s].occ, int32(i))
+	}
+}
+
+// Trace returns the trace the planner plans from.
+func (p *Planner) Trace() Trace { return Trace{Accesses: append([]Access(nil), p.known.Accesses...)} }
+
+// Stale reports whether the current step has diverged from the trace.
+func (p *Planner) Stale() bool { return p.diverged }
+
+// Stats returns the counters.
+func (p *Planner) Stats() Stats { return p.stats }
+
+// BeginStep marks the start of a training step at time now. The accesses of
+// the step that ended become the trace (their measured compute times
+// refresh the deadlines; when they diverged from the trace, this is the
+// re-recording).
+func (p *Planner) BeginStep(now time.Duration) {
+	if p.rec.Len() > 0 {
+		if len(p.trace) > 0 && (p.diverged || p.pos != len(p.trace)) {
+			if !p.diverged {
+				p.stats.Divergences++
+			}
+			p.stats.Rerecords++
+		}
+		tr := p.rec.Finish(now)
+		if p.checkTrace(tr) == nil { // accesses were checked one by one; this cannot fail
+			p.adopt(tr)
+		}
+	}
+	p.stepBase += int64(p.pos)
+	p.pos = 0
+	p.diverged = false
+	p.lastPos = -1
+}
+
+// Access tells the planner that the compute begins to use a.Key in a.Tier
+// at time now. hit is true when the shard is ready there. When it is not,
+// the access may proceed once Ready(a) is true, which happens after the
+// completion of a move for this key (returned now or by a later Next). The
+// returned moves are what Next(now) would return. The shard stays pinned in
+// a.Tier until Release. An access that differs from the trace is served on
+// demand and makes the planner re-record the step. err is non-nil only when
+// the access can never be served (unknown shard, larger than a budget).
+func (p *Planner) Access(a Access, now time.Duration) (hit bool, moves []Move, err error) {
+	if err := p.checkAccess(a); err != nil {
+		return false, nil, err
+	}
+	s := p.index[a.Key]
+	a.SizeBytes = p.keys[s].sizeBytes
+	ri := p.rec.Begin(a, now)
+	if len(p.trace) > 0 && !p.diverged {
+		if p.pos >= len(p.trace) || !p.known.Accesses[p.pos].sameSlot(a) {
+			p.diverged = true
+			p.stats.Divergences++
+		}
+	}
+	if p.diverged || len(p.trace) == 0 {
+		p.lastPos = -1
+	} else {
+		p.lastPos = p.pos
+	}
+	g := p.stepBase + int64(p.pos)
+	p.pos++
+	p.stats.Accesses++
+	ks := &p.keys[s]
+	ks.lastUse = g
+	ks.pins[a.Tier]++
+	p.inUse = append(p.inUse, use{slot: s, tier: a.Tier, kind: a.Kind})
+	if p.ready(s, a.Tier, a.Kind) {
+		p.stats.Hits++
+		p.rec.Ready(ri, now)
+		p.lastReady, p.readyKnow = now, true
+		return true, p.Next(now), nil
+	}
+	late := false
+	if a.Kind != Write {
+		for t := range ks.copies {
+			if ks.copies[t] == incoming && !ks.stale[t] {
+				late = true
+			}
+		}
+	}
+	p.readyKnow = false
+	p.pending = append(p.pending, pending{slot: s, tier: a.Tier, kind: a.Kind, g: g, start: now, rec: ri})
+	moves = p.Next(now)
+	if p.ready(s, a.Tier, a.Kind) {
+		// A write found room at once (Next saw it ready, with no stall).
+		p.stats.Hits++
+		return true, moves, nil
+	}
+	if late {
+		p.stats.Late++
+	} else {
+		p.stats.Misses++
+	}
+	return false, moves, nil
+}
+
+// Ready reports whether access a can run: its shard is valid in a.Tier (or,
+// for a Write, has room there).
+func (p *Planner) Ready(a Access) bool {
+	s, ok := p.index[a.Key]
+	return ok && p.ready(s, a.Tier, a.Kind)
+}
+
+func (p *Planner) valid(s int32, t shard.Tier) bool {
+	ks := &p.keys[s]
+	return ks.copies[t] == present && !ks.stale[t] && (t != ks.home || !ks.dirty)
+}
+
+func (p *Planner) ready(s int32, t shard.Tier, k Kind) bool {
+	if k == Write {
+		c := p.keys[s].copies[t]
+		return (c == present || c == reserved) && !p.keys[s].stale[t]
+	}
+	return p.valid(s, t)
+}
+
+// Release ends the access of key begun by the oldest unreleased Access of
+// it. For Update and Write it makes that copy the newest one: other copies
+// become stale and are evicted by the next Next.
+func (p *Planner) Release(key shard.Key, now time.Duration) {
+	s, ok := p.index[key]
+	i := -1
+	if ok {
+		for j, u := range p.inUse {
+			if u.slot == s {
+				i = j
+				break
+			}
+		}
+	}
+	if i < 0 {
+		panic(fmt.Sprintf("prefetch: release of %s, which is not in use", key))
+	}
+	u := p.inUse[i]
+	p.inUse = append(p.inUse[:i], p.inUse[i+1:]...)
+	ks := &p.keys[s]
+	ks.pins[u.tier]--
+	if u.kind != Read && (ks.copies[u.tier] == present || ks.copies[u.tier] == reserved) && !ks.stale[u.tier] {
+		ks.copies[u.tier] = present
+		ks.dirty = u.tier != ks.home
+		ks.version++
+		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
+			if t != u.tier && t != ks.home && ks.copies[t] == present {
+				ks.stale[t] = true // copies in flight are judged by version when they land
+			}
+		}
+	}
+	for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
+		p.dropStale(s, t)
+	}
+}
+
+// dropStale frees a stale copy once nothing holds it.
+func (p *Planner) dropStale(s int32, t shard.Tier) {
+	ks := &p.keys[s]
+	if !ks.stale[t] || t == ks.home || ks.pins[t] > 0 || ks.sources[t] > 0 || ks.leaving[t] || ks.copies[t] == incoming {
+		return
+	}
+	ks.stale[t] = false
+	if ks.copies[t] == absent {
+		return
+	}
+	ks.copies[t] = absent
+	p.used[p.poolOf(s, t)] -= ks.sizeBytes
+	p.emit(Move{Key: ks.key, From: t, To: ks.home, SizeBytes: ks.sizeBytes, Reason: Evict})
+}
+
+// Completed tells the planner that a transfer it issued has finished.
+func (p *Planner) Completed(m Move, now time.Duration) {
+	f, ok := p.inflight[m.ID]
+	if !ok {
+		panic(fmt.Sprintf("prefetch: completion of unknown move %d (%s)", m.ID, m))
+	}
+	delete(p.inflight, m.ID)
+	s := f.slot
+	ks := &p.keys[s]
+	m = f.m
+	ks.sources[m.From]--
+	switch m.Reason {
+	case WriteBack:
+		ks.leaving[m.From] = false
+		ks.copies[m.From] = absent
+		ks.stale[m.From] = false
+		p.used[p.poolOf(s, m.From)] -= ks.sizeBytes
+		ks.copies[m.To] = present
+		if m.To == ks.home {
+			ks.dirty = false
+		}
+	default:
+		ks.copies[m.To] = present
+		if f.version != ks.version {
+			ks.stale[m.To] = m.To != ks.home // the shard was rewritten while this copy travelled
+		} else if m.To == ks.home {
+			ks.dirty = false
+		}
+	}
+	p.dropStale(s, m.From)
+	p.dropStale(s, m.To)
+	p.checkPending(now)
+}
+
+func (p *Planner) checkPending(now time.Duration) {
+	j := 0
+	for _, w := range p.pending {
+		if p.ready(w.slot, w.tier, w.kind) {
+			p.stats.Stall[w.tier] += now - w.start
+			p.rec.Ready(w.rec, now)
+			if w.rec == p.rec.Len()-1 {
+				p.lastReady, p.readyKnow = now, true
+			}
+			continue
+		}
+		p.pending[j] = w
+		j++
+	}
+	p.pending = p.pending[:j]
+}
+
+func (p *Planner) emit(m Move) {
+	p.nextID++
+	m.ID = p.nextID
+	p.stats.MoveCount[m.Reason]++
+	if l, ok := m.Link(); ok {
+		p.stats.Bytes[l] += m.SizeBytes
+	}
+	p.outbox = append(p.outbox, m)
+}
+
+// WakeAt is the earliest time at which Next would issue a move that is not
+// due yet; false when nothing waits on time (only on completions or accesses).
+func (p *Planner) WakeAt() (time.Duration, bool) { return p.wakeAt, p.wakeSet }
+
+// hop is one transfer of a candidate chain.
+type hop struct {
+	from, to shard.Tier
+	link     int // link instance: Link, per rank for HBM links
+	xfer     time.Duration
+	finish   time.Duration // must land by
+	start    time.Duration // latest start (ALAP)
+}
+
+type cand struct {
+	slot     int32
+	tier     shard.Tier
+	g        int64
+	demand   bool
+	alloc    bool
+	ready    bool // the first hop's source is valid now
+	deadline time.Duration
+	hops     [2]hop
+	nhops    int
+}
+
+// Next returns the moves to issue at time now, in order: the store must
+// apply each Evict before the transfers after it.
+func (p *Planner) Next(now time.Duration) []Move {
+	cands := p.candidates(now)
+	p.alap(cands)
+	// Dispatch in order of latest start; the first hop only.
+	order := make([]int, 0, len(cands))
+	for i := range cands {
+		if cands[i].ready {
+			order = append(order, i)
+		}
+	}
+	sort.SliceStable(order, func(a, b int) bool {
+		ca, cb := &cands[order[a]], &cands[order[b]]
+		sa, sb := ca.firstStart(), cb.firstStart()
+		if sa != sb {
+			return sa < sb
+		}
+		return ca.g < cb.g
+	})
+	blocked := map[int]bool{}
+	p.wakeSet = false
+	for _, i := range order {
+		c := &cands[i]
+		st := c.firstStart()
+		if st > now && !c.demand {
+			if !p.wakeSet || st < p.wakeAt {
+				p.wakeAt, p.wakeSet = st, true
+			}
+			continue
+		}
+		to := c.tier
+		if !c.alloc {
+			to = c.hops[0].to
+		}
+		if pi := p.poolOf(c.slot, to); to != p.keys[c.slot].home { // a home copy has its room
+			if blocked[pi] {
+				continue
+			}
+			if !p.makeRoom(pi, p.keys[c.slot].sizeBytes, c.g, c.demand) {
+				blocked[pi] = true
+				continue
+			}
+		}
+		p.issue(c)
+	}
+	out := p.outbox
+	p.outbox = nil
+	p.checkPending(now)
+	return out
+}
+
+func (c *cand) firstStart() time.Duration {
+	if c.demand {
+		return math.MinInt64
+	}
+	if c.alloc {
+		return c.deadline
+	}
+	return c.hops[0].start
+}
+
+func (p *Planner) issue(c *cand) {
+	ks := &p.keys[c.slot]
+	if c.alloc {
+		ks.copies[c.tier] = reserved
+		ks.stale[c.tier] = false
+		p.used[p.poolOf(c.slot, c.tier)] += ks.sizeBytes
+		p.emit(Move{Key: ks.key, From: c.tier, To: c.tier, SizeBytes: ks.sizeBytes, Reason: Alloc})
+		return
+	}
+	h := c.hops[0]
+	reason := Prefetch
+	if c.demand {
+		reason = Demand
+	}
+	ks.copies[h.to] = incoming
+	ks.stale[h.to] = false
+	ks.sources[h.from]++
+	if h.to != ks.home {
+		p.used[p.poolOf(c.slot, h.to)] += ks.sizeBytes
+	}
+	p.emit(Move{Key: ks.key, From: h.from, To: h.to, SizeBytes: ks.sizeBytes, Reason: reason})
+	p.inflight[p.nextID] = flight{m: p.outbox[len(p.outbox)-1], slot: c.slot, version: ks.version}
+}
+
+// candidates lists the accesses that need a move: the started ones waiting
+// (demand), then the predicted ones within the window, each (shard, tier) once.
+func (p *Planner) candidates(now time.Duration) []cand {
+	var out []cand
+	seen := map[[2]int32]bool{}
+	// writer[s] is the tier of a write to s that comes first: a copy
+	// fetched elsewhere before it lands would be stale.
+	writer := map[int32]shard.Tier{}
+	for _, u := range p.inUse {
+		if u.kind != Read {
+			writer[u.slot] = u.tier
+		}
+	}
+	add := func(s int32, t shard.Tier, k Kind, g int64, deadline time.Duration, demand bool) {
+		id := [2]int32{s, int32(t)}
+		wt, written := writer[s]
+		if k != Read {
+			if _, ok := writer[s]; !ok {
+				writer[s] = t
+			}
+		}
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		if c, ok := p.chain(s, t, k); ok {
+			c.g, c.deadline, c.demand = g, deadline, demand
+			if written && wt != t && !c.alloc {
+				c.ready = false
+			}
+			out = append(out, c)
+		}
+	}
+	for _, w := range p.pending {
+		add(w.slot, w.tier, w.kind, w.g, now, true)
+	}
+	n := len(p.trace)
+	if n == 0 || p.diverged {
+		return out
+	}
+	// Predicted start of the next access.
+	t0 := now
+	if p.readyKnow && p.lastPos >= 0 && len(p.pending) == 0 {
+		if t := p.lastReady + p.trace[p.lastPos].compute; t > t0 {
+			t0 = t
+		}
+	}
+	w := p.opts.Window
+	if w <= 0 || w > n {
+		w = n
+	}
+	d := t0
+	for k := 0; k < w; k++ {
+		g := p.stepBase + int64(p.pos) + int64(k)
+		if g >= p.limit {
+			break
+		}
+		a := p.trace[(p.pos+k)%n]
+		add(a.slot, a.tier, a.kind, g, d, false)
+		d += a.compute
+	}
+	return out
+}
+
+// chain builds the transfers that bring slot into t, or reports that none is
+// needed (already there or on its way).
+func (p *Planner) chain(s int32, t shard.Tier, k Kind) (cand, bool) {
+	ks := &p.keys[s]
+	c := cand{slot: s, tier: t}
+	if k == Write {
+		if ks.copies[t] != absent && !ks.stale[t] {
+			return c, false
+		}
+		if ks.copies[t] != absent { // stale copy still held: wait for it to go
+			return c, false
+		}
+		c.alloc, c.ready = true, true
+		return c, true
+	}
+	if p.valid(s, t) || (ks.copies[t] == incoming && !ks.stale[t]) {
+		return c, false
+	}
+	if ks.copies[t] != absent && t != ks.home {
+		return c, false // a stale copy in the way; it goes when released
+	}
+	// Nearest tier with a valid (or incoming) copy; faster first on ties.
+	src, ready := shard.Tier(0), false
+	found := false
+	for d := 1; d < shard.TierCount && !found; d++ {
+		for _, u := range []int{int(t) - d, int(t) + d} {
+			if u < 0 || u >= shard.TierCount {
+				continue
+			}
+			ut := shard.Tier(u)
+			if p.valid(s, ut) && !ks.leaving[ut] {
+				src, ready, found = ut, true, true
+				break
+			}
+			if ks.copies[ut] == incoming || (p.valid(s, ut) && ks.leaving[ut]) {
+				src, ready, found = ut, false, true
+				break
+			}
+		}
+	}
+	if !found {
+		return c, false
+	}
+	step := shard.Tier(1)
+	if src > t {
+		c.nhops = int(src - t)
+		for i, from := 0, src; from != t; i, from = i+1, from-step {
+			c.hops[i] = p.hop(s, from, from-step)
+		}
+	} else {
+		c.nhops = int(t - src)
+		for i, from := 0, src; from != t; i, from = i+1, from+step {
+			c.hops[i] = p.hop(s, from, from+step)
+		}
+	}
+	// An intermediate tier that already holds (or waits for) a copy shortens the chain.
+	if c.nhops == 2 && ks.copies[c.hops[0].to] != absent && !(c.hops[0].to == ks.home && ks.dirty) {
+		return c, false
+	}
+	c.ready = ready
+	return c, true
+}
+
+func (p *Planner) hop(s int32, from, to shard.Tier) hop {
+	l, ok := LinkOf(from, to)
+	if !ok {
+		panic(fmt.Sprintf("prefetch: no link %s->%s", from, to))
+	}
+	inst := int(l)
+	if from == shard.HBM || to == shard.HBM {
+		inst = LinkCount * (1 + p.poolOf(s, shard.HBM))
+		inst += int(l)
+	}
+	return hop{from: from, to: to, link: inst, xfer: p.opts.TransferTime(l, p.keys[s].sizeBytes)}
+}
+
+// alap gives every hop its latest start: each link serves its hops one at a
+// time, the last hop of a chain must land by deadline-slack, an earlier hop
+// by the start of the next. Hops into HBM first, then into Host.
+func (p *Planner) alap(cands []cand) {
+	for _, into := range []shard.Tier{shard.HBM, shard.Host} {
+		type ref struct{ c, h int }
+		var refs []ref
+		for ci := range cands {
+			c := &cands[ci]
+			for hi := 0; hi < c.nhops; hi++ {
+				h := &c.hops[hi]
+				if h.to != into {
+					continue
+				}
+				if hi == c.nhops-1 {
+					h.finish = c.deadline - p.opts.Slack
+				} else {
+					h.finish = c.hops[hi+1].start
+				}
+				refs = append(refs, ref{ci, hi})
+			}
+		}
+		sort.SliceStable(refs, func(a, b int) bool {
+			ha, hb := &cands[refs[a].c].hops[refs[a].h], &cands[refs[b].c].hops[refs[b].h]
+			if ha.link != hb.link {
+				return ha.link < hb.link
+			}
+			return ha.finish > hb.finish
+		})
+		next := map[int]time.Duration{}
+		for _, r := range refs {
+			h := &cands[r.c].hops[r.h]
+			f := h.finish
+			if n, ok := next[h.link]; ok && n < f {
+				f = n
+			}
+			h.start = f - h.xfer
+			next[h.link] = h.start
+		}
+	}
+}
+
+// makeRoom frees space in pool pi for size bytes needed by the access at
+// global index g: Belady's rule picks the victims whose next use is furthest
+// away, never one used at or before g (do no harm) and never a pinned copy.
+// Clean victims go at once; dirty ones are written back and the room exists
+// when that completes. It reports whether the room exists now.
+//
+// A prefetch also waits rather than evict a copy used sooner than one that
+// is pinned now (in use or being read): once that one is free it is the
+// better victim. This keeps the evictions those of Belady's MIN, at the cost
+// of a later prefetch. A demand evicts what it can at once.
+func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
+	b := p.budget[pi]
+	if b == 0 || p.used[pi]+size <= b {
+		return true
+	}
+	var id poolID
+	for k, v := range p.pools {
+		if v == pi {
+			id = k
+		}
+	}
+	t := id.tier
+	var leaving int64
+	type victim struct {
+		s     int32
+		next  int64
+		dirty bool
+	}
+	var vs []victim
+	held := int64(-1) // furthest next use among pinned copies
+	for i := range p.keys {
+		ks := &p.keys[i]
+		if t == shard.HBM && ks.key.Rank != id.rank {
+			continue
+		}
+		if ks.leaving[t] {
+			leaving += ks.sizeBytes
+			continue
+		}
+		if t == ks.home || ks.stale[t] {
+			continue
+		}
+		if (ks.copies[t] == incoming && ks.pins[t] > 0) || (ks.copies[t] == present && (ks.pins[t] > 0 || ks.sources[t] > 0)) {
+			if n := p.nextUse(int32(i), t); n > held {
+				held = n
+			}
+			continue
+		}
+		if ks.copies[t] != present {
+			continue
+		}
+		vs = append(vs, victim{s: int32(i), next: p.nextUse(int32(i), t), dirty: p.needsWriteBack(int32(i), t)})
+	}
+	if p.used[pi]-leaving+size <= b {
+		return false // write-backs under way will make the room
+	}
+	sort.Slice(vs, func(a, c int) bool {
+		va, vc := vs[a], vs[c]
+		if va.next != vc.next {
+			return va.next > vc.next
+		}
+		if va.dirty != vc.dirty {
+			return !va.dirty
+		}
+		la, lc := p.keys[va.s].lastUse, p.keys[vc.s].lastUse
+		if la != lc {
+			return la < lc
+		}
+		return va.s < vc.s
+	})
+	for _, v := range vs {
+		if p.used[pi]-leaving+size <= b {
+			break
+		}
+		if v.next <= g {
+			break // do no harm: everything left is needed sooner
+		}
+		if !demand && v.next < held {
+			break // wait for the pinned copy, the better victim
+		}
+		ks := &p.keys[v.s]
+		if !v.dirty {
+			ks.copies[t] = absent
+			p.used[pi] -= ks.sizeBytes
+			to := t + 1
+			for int(to) < shard.TierCount && ks.copies[to] == absent {
+				to++
+			}
+			p.emit(Move{Key: ks.key, From: t, To: to, SizeBytes: ks.sizeBytes, Reason: Evict})
+			continue
+		}
+		down := t + 1
+		if down != ks.home {
+			if ks.copies[down] != absent {
+				continue
+			}
+			if !p.makeRoom(p.poolOf(v.s, down), ks.sizeBytes, g, demand) {
+				continue
+			}
+			p.used[p.poolOf(v.s, down)] += ks.sizeBytes
+		}
+		ks.copies[down] = incoming
+		if down == ks.home {
+			ks.copies[down] = present // the home copy stays allocated; it is invalid until the write-back lands
+		}
+		ks.leaving[t] = true
+		ks.sources[t]++
+		leaving += ks.sizeBytes
+		p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: WriteBack})
+		p.inflight[p.nextID] = flight{m: p.outbox[len(p.outbox)-1], slot: v.s, version: ks.version}
+	}
+	return p.used[pi]+size <= b
+}
+
+// needsWriteBack reports whether the copy in t holds data that no slower copy has.
+func (p *Planner) needsWriteBack(s int32, t shard.Tier) bool {
+	ks := &p.keys[s]
+	if !ks.dirty {
+		return false
+	}
+	for u := t + 1; int(u) < shard.TierCount; u++ {
+		if p.valid(s, u) {
+			return false
+		}
+	}
+	return true
+}
+
+// nextUse is the global index of the next access that needs the copy of s in
+// t: one that needs it in t, or in a faster tier when no faster copy exists.
+// A Write ends the copy's usefulness. never when there is none within a step.
+func (p *Planner) nextUse(s int32, t shard.Tier) int64 {
+	n := len(p.trace)
+	if n == 0 {
+		return never
+	}
+	ks := &p.keys[s]
+	fasterHeld := false
+	for u := shard.Tier(0); u < t; u++ {
+		if ks.copies[u] == present || ks.copies[u] == incoming {
+			fasterHeld = true
+		}
+	}
+	for pass := 0; pass < 2; pass++ {
+		for _, i := range ks.occ {
+			if pass == 0 && int(i) < p.pos {
+				continue
+			}
+			if pass == 1 && int(i) >= p.pos {
+				break
+			}
+			g := p.stepBase + int64(i) + int64(pass)*int64(n)
+			if g >= p.limit {
+				return never
+			}
+			a := p.trace[i]
+			if a.kind == Write {
+				return never
+			}
+			if a.tier == t || (!fasterHeld && a.tier < t) {
+				return g
+			}
+		}
+	}
+	return never
+}

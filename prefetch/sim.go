@@ -1,0 +1,413 @@
+package prefetch
+
+import (
+	"container/heap"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/strata-ai/strata/internal/shard"
+)
+
+// Outcome is how an access found its shard.
+type Outcome uint8
+
+const (
+	Hit  Outcome = iota // ready when the access began
+	Late                // a prefetch was under way
+	Miss                // fetched on demand
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Hit:
+		return "hit"
+	case Late:
+		return "late"
+	case Miss:
+		return "miss"
+	}
+	return fmt.Sprintf("outcome(%d)", uint8(o))
+}
+
+// ScheduledMove is a move of the simulated timeline. Seq numbers order all
+// events of a Schedule (moves and accesses) as the simulation applied them.
+type ScheduledMove struct {
+	Move
+	Step               int
+	Issue, Start, Done time.Duration // Start waits for the link; instant moves have all three equal
+	IssueSeq, DoneSeq  int
+}
+
+// ScheduledAccess is an access of the simulated timeline.
+type ScheduledAccess struct {
+	Access
+	Step, Index int
+	// Deadline is when the access would begin with no stall at all: the sum
+	// of the compute of every access before it.
+	Deadline           time.Duration
+	Start, Ready, End  time.Duration // Ready-Start is the stall; End is its Release
+	StartSeq, ReadySeq int
+	EndSeq             int
+	Outcome            Outcome
+}
+
+// Schedule is the simulated timeline of a run of the planner.
+type Schedule struct {
+	Options  Options
+	Moves    []ScheduledMove
+	Accesses []ScheduledAccess
+	Stats    Stats
+	// Stall is the predicted total time the compute waited.
+	Stall time.Duration
+	// StepEnd[i] is when step i ended.
+	StepEnd []time.Duration
+	stepSeq []int
+	// PeakBytes and BudgetBytes per pool name ("hbm of rank 0", "host", "nvme").
+	PeakBytes   map[string]int64
+	BudgetBytes map[string]int64
+	// Rerecorded lists the steps after which the trace was replaced because the step diverged.
+	Rerecorded []int
+}
+
+// Plan simulates stepCount steps of tr from the residency res: the planner
+// knows the trace from the start (the first, recording step is over) and
+// knows that nothing follows the last step. The engine is modeled as one
+// compute stream that runs the accesses in order and waits for a shard that
+// is not ready, and each link as a queue that serves one transfer at a time
+// at its bandwidth.
+func Plan(tr Trace, res Residency, opts Options, stepCount int) (*Schedule, error) {
+	if stepCount < 1 {
+		return nil, fmt.Errorf("prefetch: plan of %d steps", stepCount)
+	}
+	steps := make([]Trace, stepCount)
+	for i := range steps {
+		steps[i] = tr
+	}
+	return Simulate(tr, steps, res, opts)
+}
+
+// Simulate runs the planner against the modeled engine (see Plan) where step
+// i executes steps[i] and the planner starts knowing the trace known (empty:
+// the first step is recorded). Steps that differ from the trace exercise
+// divergence. It fails when the trace cannot fit the budgets or when the
+// compute would wait forever.
+func Simulate(known Trace, steps []Trace, res Residency, opts Options) (*Schedule, error) {
+	p, err := New(res, opts)
+	if err != nil {
+		return nil, err
+	}
+	if len(known.Accesses) > 0 {
+		if err := p.SetTrace(known); err != nil {
+			return nil, err
+		}
+	}
+	total := int64(0)
+	for i, st := range steps {
+		if err := p.checkTrace(st); err != nil {
+			return nil, fmt.Errorf("%w (step %d)", err, i)
+		}
+		total += int64(len(st.Accesses))
+	}
+	p.limit = total
+	sm := &sim{p: p, res: res, sched: &Schedule{Options: opts, PeakBytes: map[string]int64{}, BudgetBytes: map[string]int64{}}}
+	sm.linkFree = map[int]time.Duration{}
+	for i, name := range p.names {
+		sm.sched.BudgetBytes[name] = p.budget[i]
+	}
+	sm.ledgerInit()
+	var deadline time.Duration
+	for si, st := range steps {
+		sm.step = si
+		before := p.stats.Rerecords
+		p.BeginStep(sm.now)
+		sm.sched.stepSeq = append(sm.sched.stepSeq, sm.seqNext())
+		if p.stats.Rerecords > before {
+			sm.sched.Rerecorded = append(sm.sched.Rerecorded, si-1)
+		}
+		if err := sm.dispatch(p.Next(sm.now)); err != nil {
+			return nil, err
+		}
+		for ai, a := range st.Accesses {
+			sa := ScheduledAccess{Access: a, Step: si, Index: ai, Deadline: deadline, Start: sm.now, StartSeq: sm.seqNext()}
+			deadline += a.Compute
+			stBefore := p.stats
+			hit, moves, err := p.Access(a, sm.now)
+			if err != nil {
+				return nil, err
+			}
+			switch {
+			case hit:
+				sa.Outcome = Hit
+			case p.stats.Late > stBefore.Late:
+				sa.Outcome = Late
+			default:
+				sa.Outcome = Miss
+			}
+			if err := sm.dispatch(moves); err != nil {
+				return nil, err
+			}
+			for !p.Ready(a) {
+				ok, err := sm.advance(-1)
+				if err != nil {
+					return nil, err
+				}
+				if !ok {
+					return nil, sm.deadlock(a)
+				}
+			}
+			sa.Ready, sa.ReadySeq = sm.now, sm.seqNext()
+			if _, err := sm.advance(sm.now + a.Compute); err != nil {
+				return nil, err
+			}
+			p.Release(a.Key, sm.now)
+			sa.End, sa.EndSeq = sm.now, sm.seqNext()
+			sm.sched.Stall += sa.Ready - sa.Start
+			sm.sched.Accesses = append(sm.sched.Accesses, sa)
+			if err := sm.dispatch(p.Next(sm.now)); err != nil {
+				return nil, err
+			}
+		}
+		sm.sched.StepEnd = append(sm.sched.StepEnd, sm.now)
+	}
+	sm.sched.Stats = p.Stats()
+	return sm.sched, nil
+}
+
+type event struct {
+	at   time.Duration
+	seq  int
+	move int // index into sched.Moves; -1 for a wake-up
+}
+
+type events []event
+
+func (e events) Len() int { return len(e) }
+func (e events) Less(i, j int) bool {
+	if e[i].at != e[j].at {
+		return e[i].at < e[j].at
+	}
+	return e[i].seq < e[j].seq
+}
+func (e events) Swap(i, j int) { e[i], e[j] = e[j], e[i] }
+func (e *events) Push(x any)   { *e = append(*e, x.(event)) }
+func (e *events) Pop() any {
+	old := *e
+	x := old[len(old)-1]
+	*e = old[:len(old)-1]
+	return x
+}
+
+type sim struct {
+	p        *Planner
+	res      Residency
+	sched    *Schedule
+	now      time.Duration
+	step     int
+	seq      int
+	q        events
+	linkFree map[int]time.Duration
+	wakes    map[time.Duration]bool
+	// ledger: bytes per pool from the moves alone, independent of the planner's counters
+	used map[string]int64
+}
+
+func (s *sim) seqNext() int { s.seq++; return s.seq }
+
+func (s *sim) poolName(k shard.Key, t shard.Tier) string {
+	return s.p.names[s.p.pool(t, k.Rank)]
+}
+
+func (s *sim) ledgerInit() {
+	s.used = map[string]int64{}
+	s.wakes = map[time.Duration]bool{}
+	for k, pl := range s.res {
+		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
+			if t == pl.Home || pl.Cached.Has(t) {
+				s.add(s.poolName(k, t), pl.SizeBytes)
+			}
+		}
+	}
+}
+
+func (s *sim) add(pool string, n int64) {
+	s.used[pool] += n
+	if s.used[pool] > s.sched.PeakBytes[pool] {
+		s.sched.PeakBytes[pool] = s.used[pool]
+	}
+}
+
+func (s *sim) home(k shard.Key) shard.Tier { return s.res[k].Home }
+
+// dispatch applies moves the planner issued at s.now.
+func (s *sim) dispatch(moves []Move) error {
+	for _, m := range moves {
+		sm := ScheduledMove{Move: m, Step: s.step, Issue: s.now, Start: s.now, Done: s.now, IssueSeq: s.seqNext()}
+		switch m.Reason {
+		case Evict:
+			s.add(s.poolName(m.Key, m.From), -m.SizeBytes)
+			sm.DoneSeq = sm.IssueSeq
+		case Alloc:
+			s.add(s.poolName(m.Key, m.To), m.SizeBytes)
+			sm.DoneSeq = sm.IssueSeq
+		default:
+			if m.To != s.home(m.Key) {
+				s.add(s.poolName(m.Key, m.To), m.SizeBytes)
+			}
+			l, ok := m.Link()
+			if !ok {
+				return fmt.Errorf("prefetch: internal: move %s has no link", m)
+			}
+			inst := int(l)
+			if m.From == shard.HBM || m.To == shard.HBM {
+				inst = LinkCount*(1+s.p.pool(shard.HBM, m.Key.Rank)) + int(l)
+			}
+			start := s.now
+			if f := s.linkFree[inst]; f > start {
+				start = f
+			}
+			sm.Start = start
+			sm.Done = start + s.p.opts.TransferTime(l, m.SizeBytes)
+			s.linkFree[inst] = sm.Done
+			heap.Push(&s.q, event{at: sm.Done, seq: s.seqNext(), move: len(s.sched.Moves)})
+		}
+		s.sched.Moves = append(s.sched.Moves, sm)
+		for pool, u := range s.used {
+			if b := s.sched.BudgetBytes[pool]; b > 0 && u > b {
+				return fmt.Errorf("prefetch: internal: %s uses %d B over its budget %d B after %s", pool, u, b, m)
+			}
+		}
+	}
+	if w, ok := s.p.WakeAt(); ok && w > s.now && !s.wakes[w] {
+		s.wakes[w] = true
+		heap.Push(&s.q, event{at: w, seq: s.seqNext(), move: -1})
+	}
+	return nil
+}
+
+// advance processes events: up to and including time until (then sets now
+// to until), or, for until < 0, exactly one event. It reports false when
+// there was no event to process.
+func (s *sim) advance(until time.Duration) (bool, error) {
+	for {
+		if s.q.Len() == 0 || (until >= 0 && s.q[0].at > until) {
+			if until >= 0 {
+				s.now = until
+				return true, nil
+			}
+			return false, nil
+		}
+		e := heap.Pop(&s.q).(event)
+		s.now = e.at
+		if e.move >= 0 {
+			sm := &s.sched.Moves[e.move]
+			sm.DoneSeq = s.seqNext()
+			if sm.Reason == WriteBack {
+				s.add(s.poolName(sm.Key, sm.From), -sm.SizeBytes)
+			}
+			s.p.Completed(sm.Move, s.now)
+		} else {
+			delete(s.wakes, e.at)
+		}
+		if err := s.dispatch(s.p.Next(s.now)); err != nil {
+			return false, err
+		}
+		if until < 0 {
+			return true, nil
+		}
+	}
+}
+
+func (s *sim) deadlock(a Access) error {
+	var holders []string
+	for _, u := range s.p.inUse {
+		ks := &s.p.keys[u.slot]
+		holders = append(holders, fmt.Sprintf("%s in %s", ks.key, u.tier))
+	}
+	pi := s.p.pool(a.Tier, a.Key.Rank)
+	return fmt.Errorf("prefetch: %s cannot become ready in %s: %d of %d B are held and nothing can be evicted (in use: %s)",
+		a.Key, s.p.names[pi], s.p.used[pi], s.p.budget[pi], strings.Join(holders, ", "))
+}
+
+// Format writes the timeline, one event a line, then the totals.
+func (s *Schedule) Format(w io.Writer) {
+	type line struct {
+		seq  int
+		text string
+	}
+	var lines []line
+	for _, m := range s.Moves {
+		var t string
+		switch m.Reason {
+		case Evict:
+			t = fmt.Sprintf("%-8v evict     %s from %s", m.Issue, keyName(m.Key), m.From)
+		case Alloc:
+			t = fmt.Sprintf("%-8v alloc     %s in %s", m.Issue, keyName(m.Key), m.To)
+		default:
+			wait := ""
+			if m.Start > m.Issue {
+				wait = fmt.Sprintf(" start %v", m.Start)
+			}
+			t = fmt.Sprintf("%-8v %-9s %s %s->%s%s done %v", m.Issue, m.Reason, keyName(m.Key), m.From, m.To, wait, m.Done)
+		}
+		lines = append(lines, line{m.IssueSeq, t})
+	}
+	for _, a := range s.Accesses {
+		t := fmt.Sprintf("%-8v access    #%d %s %s %s@%s %s", a.Start, a.Index, a.Phase, a.Kind, keyName(a.Key), a.Tier, a.Outcome)
+		if a.Ready > a.Start {
+			t += fmt.Sprintf(" stall %v", a.Ready-a.Start)
+		}
+		lines = append(lines, line{a.StartSeq, t})
+	}
+	for i, seq := range s.stepSeq {
+		lines = append(lines, line{seq, fmt.Sprintf("step %d", i)})
+	}
+	sort.SliceStable(lines, func(i, j int) bool { return lines[i].seq < lines[j].seq })
+	for _, l := range lines {
+		fmt.Fprintln(w, l.text)
+	}
+	st := s.Stats
+	fmt.Fprintf(w, "accesses %d: hits %d, late %d, misses %d; stall %v", st.Accesses, st.Hits, st.Late, st.Misses, s.Stall)
+	if len(s.StepEnd) > 0 {
+		fmt.Fprintf(w, "; end %v", s.StepEnd[len(s.StepEnd)-1])
+	}
+	fmt.Fprintln(w)
+	fmt.Fprint(w, "bytes")
+	for l := Link(0); int(l) < LinkCount; l++ {
+		fmt.Fprintf(w, " %s=%d", l, st.Bytes[l])
+	}
+	fmt.Fprintln(w)
+	var pools []string
+	for name := range s.PeakBytes {
+		pools = append(pools, name)
+	}
+	sort.Strings(pools)
+	fmt.Fprint(w, "peak")
+	for _, name := range pools {
+		if b := s.BudgetBytes[name]; b > 0 {
+			fmt.Fprintf(w, " %s=%d/%d", strings.ReplaceAll(name, " ", "_"), s.PeakBytes[name], b)
+		} else {
+			fmt.Fprintf(w, " %s=%d", strings.ReplaceAll(name, " ", "_"), s.PeakBytes[name])
+		}
+	}
+	fmt.Fprintln(w)
+	if st.Divergences > 0 || st.Rerecords > 0 {
+		fmt.Fprintf(w, "divergences %d, re-recorded after steps %v\n", st.Divergences, s.Rerecorded)
+	}
+}
+
+func (s *Schedule) String() string {
+	var b strings.Builder
+	s.Format(&b)
+	return b.String()
+}
+
+// keyName is the short form the test files use: c3.param, c3.r1.param.
+func keyName(k shard.Key) string {
+	if k.Rank == 0 {
+		return fmt.Sprintf("c%d.%s", k.Chunk, k.State)
+	}
+	return fmt.Sprintf("c%d.r%d.%s", k.Chunk, k.Rank, k.State)
+}

@@ -1,0 +1,187 @@
+package prefetch
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/strata-ai/strata/internal/shard"
+)
+
+// Phase is the part of a training step an access belongs to.
+type Phase uint8
+
+const (
+	Forward Phase = iota
+	Backward
+	Optimizer
+)
+
+func (p Phase) String() string {
+	switch p {
+	case Forward:
+		return "fwd"
+	case Backward:
+		return "bwd"
+	case Optimizer:
+		return "opt"
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// Kind says what the compute does with the shard.
+type Kind uint8
+
+const (
+	// Read needs the current contents in the access tier (params in
+	// forward/backward, a gradient read by the optimizer).
+	Read Kind = iota
+	// Update reads and rewrites in place (master, m, v in the optimizer):
+	// the copy is dirty after Release.
+	Update
+	// Write produces the shard without reading it (a gradient in backward,
+	// the new bf16 param written by the optimizer): only space is needed,
+	// and every other copy is stale after Release.
+	Write
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Read:
+		return "read"
+	case Update:
+		return "update"
+	case Write:
+		return "write"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Access is one use of one shard by the compute.
+type Access struct {
+	Key   shard.Key
+	Phase Phase
+	// Tier is where the compute needs the shard: HBM for params in forward
+	// and backward, Host for master/m/v/grad in the optimizer.
+	Tier      shard.Tier
+	Kind      Kind
+	SizeBytes int64
+	// Compute is the measured time from the moment the shard was ready to
+	// the start of the next access: the compute this access feeds. It is
+	// what deadlines are summed from. Ignored by Planner.Access.
+	Compute time.Duration
+}
+
+func (a Access) String() string {
+	return fmt.Sprintf("%s %s@%s %s", a.Phase, a.Key, a.Tier, a.Kind)
+}
+
+// sameSlot reports whether b is the access the trace predicted (a).
+func (a Access) sameSlot(b Access) bool {
+	return a.Key == b.Key && a.Tier == b.Tier && a.Kind == b.Kind
+}
+
+// Trace is the recorded sequence of accesses of one training step. The
+// planner treats it as cyclic: step t+1 repeats step t.
+type Trace struct {
+	Accesses []Access
+}
+
+// Compute is the sum of the compute of every access: the step time with no stall.
+func (t Trace) Compute() time.Duration {
+	var d time.Duration
+	for _, a := range t.Accesses {
+		d += a.Compute
+	}
+	return d
+}
+
+// Validate checks the trace alone: access tiers, sizes and durations.
+func (t Trace) Validate() error {
+	size := map[shard.Key]int64{}
+	for i, a := range t.Accesses {
+		if a.Tier != shard.HBM && a.Tier != shard.Host {
+			return fmt.Errorf("prefetch: access %d (%s): compute cannot use a shard in %s", i, a.Key, a.Tier)
+		}
+		if a.Kind > Write || a.Phase > Optimizer {
+			return fmt.Errorf("prefetch: access %d (%s): unknown kind or phase", i, a.Key)
+		}
+		if a.SizeBytes <= 0 {
+			return fmt.Errorf("prefetch: access %d (%s): size %d B is not positive", i, a.Key, a.SizeBytes)
+		}
+		if a.Compute < 0 {
+			return fmt.Errorf("prefetch: access %d (%s): negative compute %v", i, a.Key, a.Compute)
+		}
+		if s, ok := size[a.Key]; ok && s != a.SizeBytes {
+			return fmt.Errorf("prefetch: access %d (%s): size %d B differs from an earlier %d B", i, a.Key, a.SizeBytes, s)
+		}
+		size[a.Key] = a.SizeBytes
+	}
+	return nil
+}
+
+// Recorder builds a Trace from the accesses of one step as they happen.
+// The compute of an access is measured as the time from its Ready to the
+// next Begin (or to Finish for the last one). The zero value is ready to use.
+type Recorder struct {
+	accesses []Access
+	beginAt  []time.Duration
+	readyAt  []time.Duration
+	ready    []bool
+}
+
+// Add appends an access whose compute is already known (Access.Compute).
+func (r *Recorder) Add(a Access) {
+	r.closeLast(-1)
+	r.accesses = append(r.accesses, a)
+	r.beginAt = append(r.beginAt, 0)
+	r.readyAt = append(r.readyAt, 0)
+	r.ready = append(r.ready, true)
+}
+
+// Begin records that access a starts at now (its shard may not be ready yet);
+// it returns the access's index in the recording.
+func (r *Recorder) Begin(a Access, now time.Duration) int {
+	r.closeLast(now)
+	a.Compute = 0
+	r.accesses = append(r.accesses, a)
+	r.beginAt = append(r.beginAt, now)
+	r.readyAt = append(r.readyAt, now)
+	r.ready = append(r.ready, false)
+	return len(r.accesses) - 1
+}
+
+// Ready records that access i found its shard ready at now.
+func (r *Recorder) Ready(i int, now time.Duration) {
+	if i < 0 || i >= len(r.accesses) {
+		panic(fmt.Sprintf("prefetch: recorder: ready for access %d of %d", i, len(r.accesses)))
+	}
+	r.readyAt[i] = now
+	r.ready[i] = true
+}
+
+// closeLast measures the compute of the last access if it was timed (now >= 0).
+func (r *Recorder) closeLast(now time.Duration) {
+	n := len(r.accesses)
+	if n == 0 || now < 0 || r.accesses[n-1].Compute != 0 {
+		return
+	}
+	from := r.beginAt[n-1]
+	if r.ready[n-1] {
+		from = r.readyAt[n-1]
+	}
+	if d := now - from; d > 0 {
+		r.accesses[n-1].Compute = d
+	}
+}
+
+// Len is the number of accesses recorded.
+func (r *Recorder) Len() int { return len(r.accesses) }
+
+// Finish closes the last access at now and returns the trace; the recorder
+// is empty afterwards.
+func (r *Recorder) Finish(now time.Duration) Trace {
+	r.closeLast(now)
+	t := Trace{Accesses: r.accesses}
+	*r = Recorder{}
+	return t
+}
