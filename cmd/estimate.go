@@ -67,6 +67,9 @@ func runEstimate(c *cli.Context) error {
 		for _, n := range cfg.Ignored() {
 			fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
 		}
+		if cfg.Shape() == nil {
+			return fmt.Errorf("estimate: %s: strata.model has no shape", path)
+		}
 		s := model.Shape(*cfg.Shape())
 		if s.Name == "" {
 			s.Name = "config"
