@@ -1,16 +1,80 @@
 package cmd
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"time"
 
+	"github.com/strata-ai/strata/bench"
+	"github.com/strata-ai/strata/cpuadam"
 	"github.com/urfave/cli/v2"
 )
 
-// benchAdamCommand is being built; see the open issues.
+// benchAdamCommand is `strata bench adam`: the CPU AdamW kernel against the
+// machine's memory bandwidth.
 func benchAdamCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "adam",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return errors.New("adam: not built yet") },
+		Name:  "adam",
+		Usage: "time the CPU AdamW step (params/s, GB/s) against the r4w3 memory roofline",
+		Description: "One AdamW step over --params parameters reads param, grad, m, v and writes param, m, v\n" +
+			"(28 B/param with fp32 gradients, 26 with bf16, +2 with --bf16-out). With --roofline each timed\n" +
+			"step alternates with one r4w3 pass (read 4 fp32 streams, write 3: ../shared/tools/membw.c's\n" +
+			"pattern) over the same arrays and threads, and the ratio of the medians is printed.",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "params", Value: 100_000_000, Usage: "parameters per step"},
+			&cli.IntFlag{Name: "threads", Value: 1, Usage: "kernel threads"},
+			&cli.StringFlag{Name: "grad", Value: "fp32", Usage: "gradient dtype: fp32 or bf16"},
+			&cli.BoolFlag{Name: "bf16-out", Usage: "also write the new params as bf16 (fused)"},
+			&cli.StringFlag{Name: "isa", Value: "auto", Usage: "kernels: auto, avx512, avx2 or go"},
+			&cli.BoolFlag{Name: "roofline", Value: true, Usage: "measure the r4w3 memory bandwidth in the same run"},
+			&cli.IntFlag{Name: "rounds", Value: 7, Usage: "timed steps (medians are reported)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+		},
+		Action: func(c *cli.Context) error {
+			isa, err := cpuadam.ParseISA(c.String("isa"))
+			if err != nil {
+				return usagef("%v", err)
+			}
+			o := bench.AdamOptions{
+				Params: c.Int("params"), Threads: c.Int("threads"), BF16Out: c.Bool("bf16-out"),
+				ISA: isa, Roofline: c.Bool("roofline"), Rounds: c.Int("rounds"),
+			}
+			switch c.String("grad") {
+			case "fp32":
+			case "bf16":
+				o.GradBF16 = true
+			default:
+				return usagef("--grad %q: want fp32 or bf16", c.String("grad"))
+			}
+			stderr := c.App.ErrWriter
+			o.Progress = func(round, rounds int, elapsed time.Duration) {
+				if elapsed > 3*time.Second {
+					fmt.Fprintf(stderr, "bench adam: round %d/%d, %.1fs\n", round, rounds, elapsed.Seconds())
+				}
+			}
+			res, err := bench.RunAdam(o)
+			if err != nil {
+				return err
+			}
+			w := c.App.Writer
+			if c.Bool("json") {
+				b, err := json.Marshal(res)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(w, string(b))
+				return nil
+			}
+			fmt.Fprintf(w, "adam: isa=%s threads=%d params=%d grad=%s bf16-out=%v rounds=%d\n",
+				res.ISA, res.Threads, res.Params, res.Grad, res.BF16Out, res.Rounds)
+			fmt.Fprintf(w, "  step %.1f ms median: %.3g params/s, %.2f GB/s at %d B/param (best %.2f GB/s)\n",
+				res.StepSeconds*1e3, res.ParamsPerS, res.GBps, res.BytesPerParam, res.GBpsBest)
+			if res.RooflineGBps > 0 {
+				fmt.Fprintf(w, "  roofline r4w3 (%s, same arrays and threads, 28 B/elem): %.2f GB/s median (best %.2f)\n",
+					res.RooflineISA, res.RooflineGBps, res.RooflineGBpsBest)
+				fmt.Fprintf(w, "  ratio to roofline: %.3f\n", res.Ratio)
+			}
+			return nil
+		},
 	}
 }

@@ -62,36 +62,36 @@ func (p Params) Validate() error {
 func StepF32(p Params, param, grad, m, v []float32, out []uint16) {
 	checkLens(len(param), len(grad), len(m), len(v), out)
 	k := makeConsts(p)
-	kernelsByISA[best].adamF32(&k, p.Mode, param, grad, m, v, out)
+	best.adamF32(&k, p.Mode, param, grad, m, v, out)
 }
 
 // StepBF16 is StepF32 with bf16 gradients.
 func StepBF16(p Params, param []float32, grad []uint16, m, v []float32, out []uint16) {
 	checkLens(len(param), len(grad), len(m), len(v), out)
 	k := makeConsts(p)
-	kernelsByISA[best].adamBF16(&k, p.Mode, param, grad, m, v, out)
+	best.adamBF16(&k, p.Mode, param, grad, m, v, out)
 }
 
 // SumSquares returns the sum of x[i]² in float64, in the order the package
 // doc defines (independent of ISA and threads). It is +Inf or NaN exactly
 // when some x[i] is.
 func SumSquares(x []float32) float64 {
-	return sumSquares(kernelsByISA[best], x, nil)
+	return sumSquares(best, x, nil)
 }
 
 // SumSquaresBF16 is SumSquares over bf16 values.
 func SumSquaresBF16(x []uint16) float64 {
-	return sumSquares(kernelsByISA[best], nil, x)
+	return sumSquares(best, nil, x)
 }
 
 // NonFinite reports whether some x[i] is ±Inf or NaN.
 func NonFinite(x []float32) bool {
-	return kernelsByISA[best].maxAbsF32(x) >= 0x7f800000
+	return best.maxAbsF32(x) >= 0x7f800000
 }
 
 // NonFiniteBF16 reports whether some bf16 x[i] is ±Inf or NaN.
 func NonFiniteBF16(x []uint16) bool {
-	return kernelsByISA[best].maxAbsBF16(x) >= 0x7f800000
+	return best.maxAbsBF16(x) >= 0x7f800000
 }
 
 func checkLens(n, g, m, v int, out []uint16) {

@@ -46,7 +46,7 @@ func ParseISA(s string) (ISA, error) {
 // Supported reports whether this CPU and build can run i's kernels.
 // ISAAuto and ISAGo always can.
 func (i ISA) Supported() bool {
-	return i == ISAAuto || (i < isaCount && kernelsByISA[i] != nil)
+	return i < isaCount && supported[i]
 }
 
 // Best is the ISA that ISAAuto and the plain functions use: AVX-512 where
@@ -55,43 +55,103 @@ func (i ISA) Supported() bool {
 // have only Go.
 func Best() ISA { return best }
 
-// kernelSet is one ISA's kernels over whole slices (lengths already
-// checked). Every set computes the same bits as goKernels.
-type kernelSet struct {
-	adamF32    func(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16)
-	adamBF16   func(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16)
-	sumSqF32   func(x []float32, acc *[16]float64) // acc[i%16] += x[i]²
-	sumSqBF16  func(x []uint16, acc *[16]float64)
-	maxAbsF32  func(x []float32) uint32 // max of the bits of |x[i]|
-	maxAbsBF16 func(x []uint16) uint32  // the same on the widened values
-	r4w3       func(a, b, c, d []float32)
+// The kernels of each ISA over whole slices (lengths already checked),
+// dispatched with a switch so that nothing escapes to the heap. Every ISA
+// computes the same bits as ISAGo. ISAAuto is resolved before these run.
+
+func (i ISA) adamF32(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
+	switch i {
+	case ISAAVX512:
+		adamF32AVX512(k, mode, param, grad, m, v, out)
+	case ISAAVX2:
+		adamF32AVX2(k, mode, param, grad, m, v, out)
+	default:
+		refF32(k, mode, param, grad, m, v, out)
+	}
 }
 
-var goKernels = kernelSet{
-	adamF32: refF32, adamBF16: refBF16,
-	sumSqF32: sumSqGoF32, sumSqBF16: sumSqGoBF16,
-	maxAbsF32: maxAbsGoF32, maxAbsBF16: maxAbsGoBF16,
-	r4w3: r4w3Go,
+func (i ISA) adamBF16(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
+	switch i {
+	case ISAAVX512:
+		adamBF16AVX512(k, mode, param, grad, m, v, out)
+	case ISAAVX2:
+		adamBF16AVX2(k, mode, param, grad, m, v, out)
+	default:
+		refBF16(k, mode, param, grad, m, v, out)
+	}
 }
 
-// kernelsByISA is the dispatch table; nil where unsupported. best is the
-// dispatch variable of the plain functions. Both are set once, in init.
+// sumSqF32 adds x[i]² to acc[i%16].
+func (i ISA) sumSqF32(x []float32, acc *[16]float64) {
+	switch i {
+	case ISAAVX512:
+		sumSqF32AVX512(x, acc)
+	case ISAAVX2:
+		sumSqF32AVX2(x, acc)
+	default:
+		sumSqGoF32(x, acc)
+	}
+}
+
+func (i ISA) sumSqBF16(x []uint16, acc *[16]float64) {
+	switch i {
+	case ISAAVX512:
+		sumSqBF16AVX512(x, acc)
+	case ISAAVX2:
+		sumSqBF16AVX2(x, acc)
+	default:
+		sumSqGoBF16(x, acc)
+	}
+}
+
+// maxAbsF32 is the largest bit pattern of |x[i]|.
+func (i ISA) maxAbsF32(x []float32) uint32 {
+	switch i {
+	case ISAAVX512:
+		return maxAbsF32AVX512(x)
+	case ISAAVX2:
+		return maxAbsF32AVX2(x)
+	}
+	return maxAbsGoF32(x)
+}
+
+func (i ISA) maxAbsBF16(x []uint16) uint32 {
+	switch i {
+	case ISAAVX512:
+		return maxAbsBF16AVX512(x)
+	case ISAAVX2:
+		return maxAbsBF16AVX2(x)
+	}
+	return maxAbsGoBF16(x)
+}
+
+func (i ISA) r4w3(a, b, c, d []float32) {
+	switch i {
+	case ISAAVX512:
+		r4w3F32AVX512(a, b, c, d)
+	case ISAAVX2:
+		r4w3F32AVX2(a, b, c, d)
+	default:
+		r4w3Go(a, b, c, d)
+	}
+}
+
+// supported says which ISAs this CPU and build run; best is the dispatch
+// variable of the plain functions. Both are set once, in init.
 var (
-	kernelsByISA [isaCount]*kernelSet
-	best         = ISAGo
+	supported [isaCount]bool
+	best      = ISAGo
 )
 
 func init() {
-	kernelsByISA[ISAGo] = &goKernels
-	avx2, avx512 := archKernels()
-	kernelsByISA[ISAAVX2], kernelsByISA[ISAAVX512] = avx2, avx512
+	supported[ISAAuto], supported[ISAGo] = true, true
+	supported[ISAAVX2], supported[ISAAVX512] = archSupport()
 	for _, i := range []ISA{ISAAVX512, ISAAVX2} {
-		if kernelsByISA[i] != nil {
+		if supported[i] {
 			best = i
 			break
 		}
 	}
-	kernelsByISA[ISAAuto] = kernelsByISA[best]
 }
 
 func sumSqGoF32(x []float32, acc *[16]float64) {
@@ -152,7 +212,7 @@ func reduce16(acc *[16]float64) float64 {
 
 // blockSums writes the sum of each sumBlockLen block of x (or xh) into
 // sums, one per block.
-func blockSums(ks *kernelSet, x []float32, xh []uint16, sums []float64) {
+func blockSums(ks ISA, x []float32, xh []uint16, sums []float64) {
 	n := len(x) + len(xh)
 	for b := range sums {
 		lo, hi := b*sumBlockLen, min((b+1)*sumBlockLen, n)
@@ -166,7 +226,7 @@ func blockSums(ks *kernelSet, x []float32, xh []uint16, sums []float64) {
 	}
 }
 
-func sumSquares(ks *kernelSet, x []float32, xh []uint16) float64 {
+func sumSquares(ks ISA, x []float32, xh []uint16) float64 {
 	n := len(x) + len(xh)
 	var total float64
 	var one [1]float64

@@ -42,108 +42,116 @@ func r4w3AVX512(a, b, c, d *float32, n int)
 //go:noescape
 func r4w3AVX2(a, b, c, d *float32, n int)
 
-func archKernels() (avx2, avx512 *kernelSet) {
-	// x/sys/cpu reports a feature only when the OS saves its registers,
-	// and honours GODEBUG=cpu.avx512f=off and friends.
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
-		avx2 = &kernelSet{
-			adamF32: func(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
-				adamVec(adamAVX2, 8, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), 0, m, v, out)
-				if t := len(param) &^ 7; t < len(param) {
-					refF32(k, mode, param[t:], grad[t:], m[t:], v[t:], tail(out, t))
-				}
-			},
-			adamBF16: func(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
-				adamVec(adamAVX2, 8, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), fGradBF16, m, v, out)
-				if t := len(param) &^ 7; t < len(param) {
-					refBF16(k, mode, param[t:], grad[t:], m[t:], v[t:], tail(out, t))
-				}
-			},
-			sumSqF32: func(x []float32, acc *[16]float64) {
-				t := len(x) &^ 15
-				if t > 0 {
-					sumSqAVX2(unsafe.Pointer(&x[0]), t, false, acc)
-				}
-				sumSqGoF32(x[t:], acc) // len(x[t:]) < 16: lanes 0.. continue
-			},
-			sumSqBF16: func(x []uint16, acc *[16]float64) {
-				t := len(x) &^ 15
-				if t > 0 {
-					sumSqAVX2(unsafe.Pointer(&x[0]), t, true, acc)
-				}
-				sumSqGoBF16(x[t:], acc)
-			},
-			maxAbsF32: func(x []float32) uint32 {
-				t := len(x) &^ 7
-				mx := maxAbsGoF32(x[t:])
-				if t > 0 {
-					mx = max(mx, maxAbsAVX2(unsafe.Pointer(&x[0]), t, false))
-				}
-				return mx
-			},
-			maxAbsBF16: func(x []uint16) uint32 {
-				t := len(x) &^ 7
-				mx := maxAbsGoBF16(x[t:])
-				if t > 0 {
-					mx = max(mx, maxAbsAVX2(unsafe.Pointer(&x[0]), t, true))
-				}
-				return mx
-			},
-			r4w3: func(a, b, c, d []float32) {
-				t := len(a) &^ 7
-				if t > 0 {
-					r4w3AVX2(&a[0], &b[0], &c[0], &d[0], t)
-				}
-				r4w3Go(a[t:], b[t:], c[t:], d[t:])
-			},
-		}
-	}
-	if cpu.X86.HasAVX512F {
-		avx512 = &kernelSet{
-			adamF32: func(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
-				adamVec(adamAVX512, 1, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), 0, m, v, out)
-			},
-			adamBF16: func(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
-				adamVec(adamAVX512, 1, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), fGradBF16, m, v, out)
-			},
-			sumSqF32: func(x []float32, acc *[16]float64) {
-				if len(x) > 0 {
-					sumSqAVX512(unsafe.Pointer(&x[0]), len(x), false, acc)
-				}
-			},
-			sumSqBF16: func(x []uint16, acc *[16]float64) {
-				if len(x) > 0 {
-					sumSqAVX512(unsafe.Pointer(&x[0]), len(x), true, acc)
-				}
-			},
-			maxAbsF32: func(x []float32) uint32 {
-				if len(x) == 0 {
-					return 0
-				}
-				return maxAbsAVX512(unsafe.Pointer(&x[0]), len(x), false)
-			},
-			maxAbsBF16: func(x []uint16) uint32 {
-				if len(x) == 0 {
-					return 0
-				}
-				return maxAbsAVX512(unsafe.Pointer(&x[0]), len(x), true)
-			},
-			r4w3: func(a, b, c, d []float32) {
-				if len(a) > 0 {
-					r4w3AVX512(&a[0], &b[0], &c[0], &d[0], len(a))
-				}
-			},
-		}
-	}
-	return avx2, avx512
+// archSupport reports which kernels this CPU runs. x/sys/cpu reports a
+// feature only when the OS saves its registers, and honours
+// GODEBUG=cpu.avx512f=off and friends.
+func archSupport() (avx2, avx512 bool) {
+	return cpu.X86.HasAVX2 && cpu.X86.HasFMA, cpu.X86.HasAVX512F
 }
 
-type adamAsm func(k *kconsts, param *float32, grad unsafe.Pointer, m, v *float32, out *uint16, n int, flags uintptr)
+func adamF32AVX2(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
+	adamVec(false, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), 0, m, v, out)
+	if t := len(param) &^ 7; t < len(param) {
+		refF32(k, mode, param[t:], grad[t:], m[t:], v[t:], tail(out, t))
+	}
+}
 
-// adamVec runs fn over the first len(param) rounded down to a multiple of
-// quantum elements.
-func adamVec(fn adamAsm, quantum int, k *kconsts, mode Mode, param []float32, grad unsafe.Pointer, flags uintptr, m, v []float32, out []uint16) {
-	n := len(param) / quantum * quantum
+func adamBF16AVX2(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
+	adamVec(false, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), fGradBF16, m, v, out)
+	if t := len(param) &^ 7; t < len(param) {
+		refBF16(k, mode, param[t:], grad[t:], m[t:], v[t:], tail(out, t))
+	}
+}
+
+func sumSqF32AVX2(x []float32, acc *[16]float64) {
+	t := len(x) &^ 15
+	if t > 0 {
+		sumSqAVX2(unsafe.Pointer(&x[0]), t, false, acc)
+	}
+	sumSqGoF32(x[t:], acc) // len(x[t:]) < 16: lanes 0.. continue
+}
+
+func sumSqBF16AVX2(x []uint16, acc *[16]float64) {
+	t := len(x) &^ 15
+	if t > 0 {
+		sumSqAVX2(unsafe.Pointer(&x[0]), t, true, acc)
+	}
+	sumSqGoBF16(x[t:], acc)
+}
+
+func maxAbsF32AVX2(x []float32) uint32 {
+	t := len(x) &^ 7
+	mx := maxAbsGoF32(x[t:])
+	if t > 0 {
+		mx = max(mx, maxAbsAVX2(unsafe.Pointer(&x[0]), t, false))
+	}
+	return mx
+}
+
+func maxAbsBF16AVX2(x []uint16) uint32 {
+	t := len(x) &^ 7
+	mx := maxAbsGoBF16(x[t:])
+	if t > 0 {
+		mx = max(mx, maxAbsAVX2(unsafe.Pointer(&x[0]), t, true))
+	}
+	return mx
+}
+
+func r4w3F32AVX2(a, b, c, d []float32) {
+	t := len(a) &^ 7
+	if t > 0 {
+		r4w3AVX2(&a[0], &b[0], &c[0], &d[0], t)
+	}
+	r4w3Go(a[t:], b[t:], c[t:], d[t:])
+}
+
+func adamF32AVX512(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
+	adamVec(true, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), 0, m, v, out)
+}
+
+func adamBF16AVX512(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
+	adamVec(true, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), fGradBF16, m, v, out)
+}
+
+func sumSqF32AVX512(x []float32, acc *[16]float64) {
+	if len(x) > 0 {
+		sumSqAVX512(unsafe.Pointer(&x[0]), len(x), false, acc)
+	}
+}
+
+func sumSqBF16AVX512(x []uint16, acc *[16]float64) {
+	if len(x) > 0 {
+		sumSqAVX512(unsafe.Pointer(&x[0]), len(x), true, acc)
+	}
+}
+
+func maxAbsF32AVX512(x []float32) uint32 {
+	if len(x) == 0 {
+		return 0
+	}
+	return maxAbsAVX512(unsafe.Pointer(&x[0]), len(x), false)
+}
+
+func maxAbsBF16AVX512(x []uint16) uint32 {
+	if len(x) == 0 {
+		return 0
+	}
+	return maxAbsAVX512(unsafe.Pointer(&x[0]), len(x), true)
+}
+
+func r4w3F32AVX512(a, b, c, d []float32) {
+	if len(a) > 0 {
+		r4w3AVX512(&a[0], &b[0], &c[0], &d[0], len(a))
+	}
+}
+
+// adamVec runs the AVX-512 kernel over all of param, or the AVX2 kernel
+// over its first len(param)&^7 elements.
+func adamVec(avx512 bool, k *kconsts, mode Mode, param []float32, grad unsafe.Pointer, flags uintptr, m, v []float32, out []uint16) {
+	n := len(param)
+	if !avx512 {
+		n &^= 7
+	}
 	if n == 0 {
 		return
 	}
@@ -154,7 +162,11 @@ func adamVec(fn adamAsm, quantum int, k *kconsts, mode Mode, param []float32, gr
 	if mode == AdamL2 {
 		flags |= fL2
 	}
-	fn(k, &param[0], grad, &m[0], &v[0], o, n, flags)
+	if avx512 {
+		adamAVX512(k, &param[0], grad, &m[0], &v[0], o, n, flags)
+	} else {
+		adamAVX2(k, &param[0], grad, &m[0], &v[0], o, n, flags)
+	}
 }
 
 func tail(out []uint16, t int) []uint16 {

@@ -2,5 +2,28 @@
 
 package cpuadam
 
-// archKernels: only the pure Go kernels in this build.
-func archKernels() (avx2, avx512 *kernelSet) { return nil, nil }
+// Only the pure Go kernels exist in this build.
+func archSupport() (avx2, avx512 bool) { return false, false }
+
+// The vector kernels are never called here: ISA.Supported is false.
+
+func adamF32AVX2(*kconsts, Mode, []float32, []float32, []float32, []float32, []uint16) { unreachable() }
+func adamBF16AVX2(*kconsts, Mode, []float32, []uint16, []float32, []float32, []uint16) { unreachable() }
+func sumSqF32AVX2([]float32, *[16]float64)                                             { unreachable() }
+func sumSqBF16AVX2([]uint16, *[16]float64)                                             { unreachable() }
+func maxAbsF32AVX2([]float32) uint32                                                   { unreachable(); return 0 }
+func maxAbsBF16AVX2([]uint16) uint32                                                   { unreachable(); return 0 }
+func r4w3F32AVX2(_, _, _, _ []float32)                                                 { unreachable() }
+func adamF32AVX512(*kconsts, Mode, []float32, []float32, []float32, []float32, []uint16) {
+	unreachable()
+}
+func adamBF16AVX512(*kconsts, Mode, []float32, []uint16, []float32, []float32, []uint16) {
+	unreachable()
+}
+func sumSqF32AVX512([]float32, *[16]float64) { unreachable() }
+func sumSqBF16AVX512([]uint16, *[16]float64) { unreachable() }
+func maxAbsF32AVX512([]float32) uint32       { unreachable(); return 0 }
+func maxAbsBF16AVX512([]uint16) uint32       { unreachable(); return 0 }
+func r4w3F32AVX512(_, _, _, _ []float32)     { unreachable() }
+
+func unreachable() { panic("cpuadam: vector kernel called in a build without assembly") }

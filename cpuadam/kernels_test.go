@@ -190,7 +190,7 @@ func runCase(t testing.TB, isa ISA, c config, p Params, s state, off offsets) {
 		gout = newGuardedU16(n, off.out)
 		out = gout.s()
 	}
-	ks := kernelsByISA[isa]
+	ks := isa
 	if c.gradBF16 {
 		ks.adamBF16(&k, p.Mode, gp.s(), gh.s(), gm.s(), gv.s(), out)
 	} else {
@@ -307,7 +307,7 @@ func TestBF16RoundingAllPatterns(t *testing.T) {
 		param := clone(xs)
 		out := make([]uint16, n)
 		k := makeConsts(p)
-		kernelsByISA[isa].adamF32(&k, AdamW, param, make([]float32, n), make([]float32, n), make([]float32, n), out)
+		isa.adamF32(&k, AdamW, param, make([]float32, n), make([]float32, n), make([]float32, n), out)
 		for i, x := range xs {
 			want := bf16.FromFloat32(x)
 			if x != x {
@@ -343,14 +343,14 @@ func TestSumSquaresAndNonFinite(t *testing.T) {
 				xh[i] = bf16.FromFloat32(x[i])
 				exact += float64(x[i]) * float64(x[i])
 			}
-			want := sumSquares(&goKernels, x, nil)
-			wantH := sumSquares(&goKernels, nil, xh)
+			want := sumSquares(ISAGo, x, nil)
+			wantH := sumSquares(ISAGo, nil, xh)
 			// Against a plain sequential float64 sum: n roundings at most.
 			if math.Abs(want-exact) > float64(n)*0x1p-52*exact {
 				t.Fatalf("n=%d: sum of squares %v, plain sum %v", n, want, exact)
 			}
 			for _, isa := range vectorISAs(t) {
-				ks := kernelsByISA[isa]
+				ks := isa
 				if got := sumSquares(ks, x, nil); got != want {
 					t.Fatalf("%v n=%d off=%d: sum of squares %v, reference %v", isa, n, off, got, want)
 				}
@@ -372,7 +372,7 @@ func TestSumSquaresAndNonFinite(t *testing.T) {
 					old, oldH := x[pos], xh[pos]
 					x[pos], xh[pos] = math.Float32frombits(bad), uint16(bad>>16)|uint16(bad&1)
 					for _, isa := range append(vectorISAs(t), ISAGo) {
-						ks := kernelsByISA[isa]
+						ks := isa
 						if ks.maxAbsF32(x) < 0x7f800000 || ks.maxAbsBF16(xh) < 0x7f800000 {
 							t.Fatalf("%v n=%d: %#x at %d not seen", isa, n, bad, pos)
 						}
@@ -384,7 +384,7 @@ func TestSumSquaresAndNonFinite(t *testing.T) {
 				}
 			}
 			for _, isa := range append(vectorISAs(t), ISAGo) {
-				ks := kernelsByISA[isa]
+				ks := isa
 				if ks.maxAbsF32(x) >= 0x7f800000 || ks.maxAbsBF16(xh) >= 0x7f800000 {
 					t.Fatalf("%v n=%d: finite data reported non-finite", isa, n)
 				}
@@ -406,7 +406,7 @@ func TestR4W3SameBits(t *testing.T) {
 		r4w3Go(want[0], want[1], want[2], want[3])
 		for _, isa := range vectorISAs(t) {
 			got := []([]float32){clone(s.param), clone(s.grad), clone(s.m), clone(s.v)}
-			kernelsByISA[isa].r4w3(got[0], got[1], got[2], got[3])
+			isa.r4w3(got[0], got[1], got[2], got[3])
 			for a := range got {
 				for i := range n {
 					if !sameF32(got[a][i], want[a][i]) {

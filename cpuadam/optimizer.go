@@ -69,7 +69,7 @@ func (o Options) String() string {
 // workers.
 type Optimizer struct {
 	opts Options
-	ks   *kernelSet
+	ks   ISA // resolved: never ISAAuto
 
 	mu     sync.Mutex
 	closed bool
@@ -77,6 +77,7 @@ type Optimizer struct {
 	done   chan struct{} // one receive per finished worker tile
 	exited sync.WaitGroup
 
+	k      kconsts // the current step's scalars, read by the workers
 	bounds [maxThreads + 1]int
 	maxAbs [maxThreads]uint32
 	sums   []float64
@@ -111,7 +112,7 @@ func New(opts Options) (*Optimizer, error) {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	o := &Optimizer{opts: opts, ks: kernelsByISA[opts.ISA], done: make(chan struct{}, opts.Threads)}
+	o := &Optimizer{opts: opts, ks: opts.ISA, done: make(chan struct{}, opts.Threads)}
 	o.work = make([]chan task, opts.Threads-1)
 	for i := range o.work {
 		o.work[i] = make(chan task, 1)
@@ -238,19 +239,19 @@ func (o *Optimizer) prepare(t *task, tile int) {
 // StepF32 is the package's StepF32 on the pool.
 func (o *Optimizer) StepF32(p Params, param, grad, m, v []float32, out []uint16) {
 	checkLens(len(param), len(grad), len(m), len(v), out)
-	k := makeConsts(p)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.do(task{kind: taskAdamF32, k: &k, mode: p.Mode, param: param, gf: grad, m: m, v: v, out: out}, len(param), 16, alignFirst(param))
+	o.k = makeConsts(p)
+	o.do(task{kind: taskAdamF32, k: &o.k, mode: p.Mode, param: param, gf: grad, m: m, v: v, out: out}, len(param), 16, alignFirst(param))
 }
 
 // StepBF16 is the package's StepBF16 on the pool.
 func (o *Optimizer) StepBF16(p Params, param []float32, grad []uint16, m, v []float32, out []uint16) {
 	checkLens(len(param), len(grad), len(m), len(v), out)
-	k := makeConsts(p)
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.do(task{kind: taskAdamBF16, k: &k, mode: p.Mode, param: param, gh: grad, m: m, v: v, out: out}, len(param), 16, alignFirst(param))
+	o.k = makeConsts(p)
+	o.do(task{kind: taskAdamBF16, k: &o.k, mode: p.Mode, param: param, gh: grad, m: m, v: v, out: out}, len(param), 16, alignFirst(param))
 }
 
 // SumSquares is the package's SumSquares on the pool; same bits.

@@ -67,7 +67,7 @@ func TestOptimizerReductionsSameBitsAnyThreads(t *testing.T) {
 		x[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(13)-6)))
 		xh[i] = bf16.FromFloat32(x[i])
 	}
-	want, wantH := sumSquares(&goKernels, x, nil), sumSquares(&goKernels, nil, xh)
+	want, wantH := sumSquares(ISAGo, x, nil), sumSquares(ISAGo, nil, xh)
 	if SumSquares(x) != want || SumSquaresBF16(xh) != wantH {
 		t.Fatalf("plain SumSquares %v %v, reference %v %v", SumSquares(x), SumSquaresBF16(xh), want, wantH)
 	}
@@ -78,7 +78,7 @@ func TestOptimizerReductionsSameBitsAnyThreads(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, m := range []int{0, 1, 100, sumBlockLen + 1, n} {
-				w, wh := sumSquares(&goKernels, x[:m], nil), sumSquares(&goKernels, nil, xh[:m])
+				w, wh := sumSquares(ISAGo, x[:m], nil), sumSquares(ISAGo, nil, xh[:m])
 				if got, gotH := o.SumSquares(x[:m]), o.SumSquaresBF16(xh[:m]); got != w || gotH != wh {
 					t.Fatalf("%v threads=%d n=%d: sum of squares %v %v, reference %v %v", isa, threads, m, got, gotH, w, wh)
 				}
@@ -182,12 +182,12 @@ func FuzzKernels(f *testing.F) {
 			runCase(t, isa, c, p, s, offsets{int(variant) % 16, int(step) % 16, 1, 2, int(step) % 32})
 		}
 		x := s.grad
-		want := sumSquares(&goKernels, x, nil)
+		want := sumSquares(ISAGo, x, nil)
 		for _, isa := range vectorISAs(t) {
-			if got := sumSquares(kernelsByISA[isa], x, nil); got != want && !(got != got && want != want) {
+			if got := sumSquares(isa, x, nil); got != want && !(got != got && want != want) {
 				t.Fatalf("%v: sum of squares %v, reference %v", isa, got, want)
 			}
-			if kernelsByISA[isa].maxAbsF32(x) != maxAbsGoF32(x) || kernelsByISA[isa].maxAbsBF16(s.gradH) != maxAbsGoBF16(s.gradH) {
+			if isa.maxAbsF32(x) != maxAbsGoF32(x) || isa.maxAbsBF16(s.gradH) != maxAbsGoBF16(s.gradH) {
 				t.Fatalf("%v: non-finite check differs", isa)
 			}
 		}

@@ -1,0 +1,206 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/internal/bf16"
+)
+
+// AdamOptions configure `strata bench adam`: one AdamW step over Params
+// parameters, timed Rounds times, alternating with the r4w3 roofline
+// (the memory anchor) on the same arrays and threads when Roofline is set.
+type AdamOptions struct {
+	Params   int         // parameters per step; default 100M
+	Threads  int         // kernel threads; default 1
+	GradBF16 bool        // bf16 gradients instead of fp32
+	BF16Out  bool        // also write the new params as bf16
+	ISA      cpuadam.ISA // ISAAuto: the best of this CPU
+	Roofline bool        // measure the r4w3 bandwidth in the same run
+	Rounds   int         // timed steps (and roofline passes); default 7
+	// Progress, when set, is told after each round; cmd prints it to
+	// stderr on long runs.
+	Progress func(round, rounds int, elapsed time.Duration)
+}
+
+// Validate fills defaults and checks ranges.
+func (o *AdamOptions) Validate() error {
+	if o.Params == 0 {
+		o.Params = 100_000_000
+	}
+	if o.Threads == 0 {
+		o.Threads = 1
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 7
+	}
+	switch {
+	case o.Params < 1 || o.Params > 1<<34:
+		return fmt.Errorf("bench: adam: --params %d out of range", o.Params)
+	case o.Rounds < 1:
+		return fmt.Errorf("bench: adam: rounds %d must be >= 1", o.Rounds)
+	case !o.ISA.Supported():
+		return fmt.Errorf("bench: adam: --isa %v not supported by this CPU or build (best: %v)", o.ISA, cpuadam.Best())
+	}
+	return nil
+}
+
+// BytesPerParam is the memory traffic one step moves per parameter, as
+// counted by the bench: read param, m, v (12) and the gradient (4 fp32 or
+// 2 bf16), write param, m, v (12), plus 2 for the bf16 output.
+func (o *AdamOptions) BytesPerParam() int {
+	b := 12 + 12 + 4
+	if o.GradBF16 {
+		b -= 2
+	}
+	if o.BF16Out {
+		b += 2
+	}
+	return b
+}
+
+// AdamResult is what `strata bench adam` reports (--json keeps these names).
+type AdamResult struct {
+	ISA           string  `json:"isa"`
+	Threads       int     `json:"threads"`
+	Params        int     `json:"params"`
+	Grad          string  `json:"grad"`
+	BF16Out       bool    `json:"bf16_out"`
+	Rounds        int     `json:"rounds"`
+	StepSeconds   float64 `json:"step_seconds_median"`
+	ParamsPerS    float64 `json:"params_per_s"`
+	BytesPerParam int     `json:"bytes_per_param"`
+	GBps          float64 `json:"gbps"`      // median step: BytesPerParam × Params / time, 1 GB = 1e9 B
+	GBpsBest      float64 `json:"gbps_best"` // fastest step
+	// RooflineGBps is the median r4w3 bandwidth (28 B per element) measured
+	// alternately with the steps; 0 without --roofline.
+	RooflineGBps     float64 `json:"roofline_gbps"`
+	RooflineGBpsBest float64 `json:"roofline_gbps_best"`
+	RooflineISA      string  `json:"roofline_isa,omitempty"`
+	Ratio            float64 `json:"ratio_to_roofline"` // GBps / RooflineGBps
+}
+
+// RunAdam allocates the state (param, grad, m, v and the bf16 output),
+// runs one untimed step to fault the pages in, then Rounds timed steps,
+// each followed by one r4w3 pass over the same param, grad (fp32), m and v
+// when Roofline is set, and reports medians.
+func RunAdam(o AdamOptions) (AdamResult, error) {
+	if err := o.Validate(); err != nil {
+		return AdamResult{}, err
+	}
+	opt, err := cpuadam.New(cpuadam.Options{Threads: o.Threads, ISA: o.ISA})
+	if err != nil {
+		return AdamResult{}, fmt.Errorf("bench: adam: %w", err)
+	}
+	defer opt.Close()
+	var roof *cpuadam.Optimizer
+	if o.Roofline {
+		// The anchor always runs the widest vector kernel, so it measures
+		// the memory, whatever --isa says.
+		if roof, err = cpuadam.New(cpuadam.Options{Threads: o.Threads}); err != nil {
+			return AdamResult{}, fmt.Errorf("bench: adam: %w", err)
+		}
+		defer roof.Close()
+	}
+
+	n := o.Params
+	param, m, v := make([]float32, n), make([]float32, n), make([]float32, n)
+	var gradF []float32
+	var gradH, out []uint16
+	if !o.GradBF16 || o.Roofline {
+		gradF = make([]float32, n)
+	}
+	if o.GradBF16 {
+		gradH = make([]uint16, n)
+	}
+	if o.BF16Out {
+		out = make([]uint16, n)
+	}
+	// Realistic magnitudes; a cheap generator so setup stays short.
+	x := uint32(12345)
+	for i := range n {
+		x = x*1664525 + 1013904223
+		f := float32(int32(x)) * 0x1p-31 // [-1, 1)
+		param[i], m[i], v[i] = f, f*1e-3, f*f*1e-6
+		if gradF != nil {
+			gradF[i] = f * 1e-2
+		}
+		if gradH != nil {
+			gradH[i] = bf16.FromFloat32(f * 1e-2)
+		}
+	}
+
+	p := cpuadam.Params{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, GradScale: 1, Mode: cpuadam.AdamW}
+	step := func(s int64) time.Duration {
+		p.Step = s
+		t0 := time.Now()
+		if o.GradBF16 {
+			opt.StepBF16(p, param, gradH, m, v, out)
+		} else {
+			opt.StepF32(p, param, gradF, m, v, out)
+		}
+		return time.Since(t0)
+	}
+	stream := func() time.Duration {
+		t0 := time.Now()
+		roof.StreamR4W3(param, gradF, m, v)
+		return time.Since(t0)
+	}
+	step(1) // first touch of every page; not timed
+	if roof != nil {
+		stream()
+	}
+	var steps, streams []float64
+	start := time.Now()
+	for r := range o.Rounds {
+		steps = append(steps, step(int64(r+2)).Seconds())
+		if roof != nil {
+			streams = append(streams, stream().Seconds())
+		}
+		if o.Progress != nil {
+			o.Progress(r+1, o.Rounds, time.Since(start))
+		}
+	}
+	if cpuadam.NonFinite(param) {
+		return AdamResult{}, errors.New("bench: adam: params became non-finite (bench bug)")
+	}
+
+	res := AdamResult{
+		ISA: opt.Options().ISA.String(), Threads: opt.Options().Threads, Params: n, Grad: "fp32", BF16Out: o.BF16Out,
+		Rounds: o.Rounds, BytesPerParam: o.BytesPerParam(),
+	}
+	if o.GradBF16 {
+		res.Grad = "bf16"
+	}
+	med, best := medianMin(steps)
+	res.StepSeconds = med
+	res.ParamsPerS = float64(n) / med
+	res.GBps = float64(n) * float64(res.BytesPerParam) / med / 1e9
+	res.GBpsBest = float64(n) * float64(res.BytesPerParam) / best / 1e9
+	if roof != nil {
+		med, best := medianMin(streams)
+		res.RooflineGBps = float64(n) * 28 / med / 1e9
+		res.RooflineGBpsBest = float64(n) * 28 / best / 1e9
+		res.RooflineISA = roof.Options().ISA.String()
+		res.Ratio = res.GBps / res.RooflineGBps
+	}
+	return res, nil
+}
+
+func medianMin(xs []float64) (median, minimum float64) {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		median = s[len(s)/2]
+	} else {
+		median = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	if math.IsNaN(median) {
+		return 0, 0
+	}
+	return median, s[0]
+}

@@ -1,0 +1,26 @@
+package cpuadam
+
+import "testing"
+
+func TestNoAllocPerCall(t *testing.T) {
+	n := 1 << 17
+	param, grad, m, v, out := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]uint16, n)
+	p := Params{LR: 1e-3, Beta1: .9, Beta2: .999, Eps: 1e-8, Step: 1, GradScale: 1}
+	o, err := New(Options{Threads: 2, MinTileLen: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for name, f := range map[string]func(){
+		"StepF32":              func() { StepF32(p, param, grad, m, v, out) },
+		"SumSquares":           func() { SumSquares(grad) },
+		"NonFinite":            func() { NonFinite(grad) },
+		"Optimizer.StepF32":    func() { o.StepF32(p, param, grad, m, v, out) },
+		"Optimizer.SumSquares": func() { o.SumSquares(grad) },
+		"Optimizer.NonFinite":  func() { o.NonFinite(grad) },
+	} {
+		if a := testing.AllocsPerRun(5, f); a != 0 {
+			t.Errorf("%s: %v allocations per call", name, a)
+		}
+	}
+}
