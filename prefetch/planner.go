@@ -433,13 +433,15 @@ func (p *Planner) Ready(a Access) bool {
 
 func (p *Planner) valid(s int32, t shard.Tier) bool {
 	ks := &p.keys[s]
-	return ks.copies[t] == present && !ks.stale[t] && (t != ks.home || !ks.dirty)
+	// A copy being written back is on its way out: an access waits for it
+	// to go and fetches it again (the store frees it when the write lands).
+	return ks.copies[t] == present && !ks.stale[t] && !ks.leaving[t] && (t != ks.home || !ks.dirty)
 }
 
 func (p *Planner) ready(s int32, t shard.Tier, k Kind) bool {
 	if k == Write {
 		c := p.keys[s].copies[t]
-		return (c == present || c == reserved) && !p.keys[s].stale[t]
+		return (c == present || c == reserved) && !p.keys[s].stale[t] && !p.keys[s].leaving[t]
 	}
 	return p.valid(s, t)
 }
@@ -584,9 +586,21 @@ type cand struct {
 // Next returns the moves to issue at time now, in order: the store must
 // apply each Evict before the transfers after it.
 func (p *Planner) Next(now time.Duration) []Move {
+	// An eviction can make a candidate of a shard that was resident when
+	// the list was built: after one, the list is built again.
+	for round := 0; p.dispatch(now) && round < 4*len(p.keys)+4; round++ {
+	}
+	out := p.outbox
+	p.outbox = nil
+	p.checkPending(now)
+	return out
+}
+
+// dispatch issues the due candidates in order of latest start (first hops
+// only) and reports whether it stopped early because it evicted something.
+func (p *Planner) dispatch(now time.Duration) bool {
 	cands := p.candidates(now)
 	p.alap(cands)
-	// Dispatch in order of latest start; the first hop only.
 	order := make([]int, 0, len(cands))
 	for i := range cands {
 		if cands[i].ready {
@@ -620,17 +634,21 @@ func (p *Planner) Next(now time.Duration) []Move {
 			if blocked[pi] {
 				continue
 			}
-			if !p.makeRoom(pi, p.keys[c.slot].sizeBytes, c.g, c.demand) {
+			evictions := p.stats.MoveCount[Evict] + p.stats.MoveCount[WriteBack]
+			ok := p.makeRoom(pi, p.keys[c.slot].sizeBytes, c.g, c.demand)
+			if ok {
+				p.issue(c)
+			} else {
 				blocked[pi] = true
-				continue
 			}
+			if p.stats.MoveCount[Evict]+p.stats.MoveCount[WriteBack] != evictions {
+				return true
+			}
+			continue
 		}
 		p.issue(c)
 	}
-	out := p.outbox
-	p.outbox = nil
-	p.checkPending(now)
-	return out
+	return false
 }
 
 func (c *cand) firstStart() time.Duration {
@@ -834,7 +852,10 @@ func (p *Planner) alap(cands []cand) {
 			if ha.link != hb.link {
 				return ha.link < hb.link
 			}
-			return ha.finish > hb.finish
+			if ha.finish != hb.finish {
+				return ha.finish > hb.finish
+			}
+			return cands[refs[a].c].g > cands[refs[b].c].g // the later access takes the later slot
 		})
 		next := map[int]time.Duration{}
 		for _, r := range refs {
@@ -873,12 +894,12 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 	t := id.tier
 	var leaving int64
 	type victim struct {
-		s     int32
-		next  int64
-		dirty bool
+		s         int32
+		next      int64 // next use after g
+		evictable bool  // free now and not needed before g
+		dirty     bool
 	}
 	var vs []victim
-	held := int64(-1) // furthest next use among pinned copies
 	for i := range p.keys {
 		ks := &p.keys[i]
 		if t == shard.HBM && ks.key.Rank != id.rank {
@@ -888,19 +909,18 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 			leaving += ks.sizeBytes
 			continue
 		}
-		if t == ks.home || ks.stale[t] {
+		if t == ks.home || ks.stale[t] || (ks.copies[t] != present && ks.copies[t] != incoming) {
 			continue
 		}
-		if (ks.copies[t] == incoming && ks.pins[t] > 0) || (ks.copies[t] == present && (ks.pins[t] > 0 || ks.sources[t] > 0)) {
-			if n := p.nextUse(int32(i), t); n > held {
-				held = n
-			}
-			continue
+		v := victim{s: int32(i), next: p.nextUse(int32(i), t, -1)}
+		v.evictable = ks.copies[t] == present && ks.pins[t] == 0 && ks.sources[t] == 0 && v.next > g
+		if v.next <= g {
+			v.next = p.nextUse(int32(i), t, g+1)
 		}
-		if ks.copies[t] != present {
-			continue
+		if v.evictable {
+			v.dirty = p.needsWriteBack(int32(i), t)
 		}
-		vs = append(vs, victim{s: int32(i), next: p.nextUse(int32(i), t), dirty: p.needsWriteBack(int32(i), t)})
+		vs = append(vs, v)
 	}
 	if p.used[pi]-leaving+size <= b {
 		return false // write-backs under way will make the room
@@ -909,6 +929,9 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		va, vc := vs[a], vs[c]
 		if va.next != vc.next {
 			return va.next > vc.next
+		}
+		if va.evictable != vc.evictable {
+			return va.evictable
 		}
 		if va.dirty != vc.dirty {
 			return !va.dirty
@@ -923,11 +946,11 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		if p.used[pi]-leaving+size <= b {
 			break
 		}
-		if v.next <= g {
-			break // do no harm: everything left is needed sooner
-		}
-		if !demand && v.next < held {
-			break // wait for the pinned copy, the better victim
+		if !v.evictable {
+			if demand {
+				continue
+			}
+			break // Belady's victim is busy or needed first: wait for it
 		}
 		ks := &p.keys[v.s]
 		if !v.dirty {
@@ -977,14 +1000,12 @@ func (p *Planner) needsWriteBack(s int32, t shard.Tier) bool {
 	return true
 }
 
-// nextUse is the global index of the next access that needs the copy of s in
-// t: one that needs it in t, or in a faster tier when no faster copy exists.
-// A Write ends the copy's usefulness. never when there is none within a step.
-func (p *Planner) nextUse(s int32, t shard.Tier) int64 {
-	n := len(p.trace)
-	if n == 0 {
-		return never
-	}
+// nextUse is the global index of the first access at or after from (from < 0:
+// the next access to begin) that needs the copy of s in t: one that needs it
+// in t, or in a faster tier when no faster copy exists. A Write before that
+// ends the copy's usefulness. never when there is none within a cycle.
+func (p *Planner) nextUse(s int32, t shard.Tier, from int64) int64 {
+	n := int64(len(p.trace))
 	ks := &p.keys[s]
 	fasterHeld := false
 	for u := shard.Tier(0); u < t; u++ {
@@ -992,26 +1013,42 @@ func (p *Planner) nextUse(s int32, t shard.Tier) int64 {
 			fasterHeld = true
 		}
 	}
-	for pass := 0; pass < 2; pass++ {
+	if from < 0 {
+		// A started access still waiting for this copy (or for it as its staging source).
+		for _, w := range p.pending {
+			if w.slot == s && w.kind != Write && (w.tier == t || (!fasterHeld && w.tier < t)) {
+				return w.g
+			}
+		}
+	}
+	if n == 0 {
+		return never
+	}
+	cur := p.stepBase + int64(p.pos)
+	if from < cur {
+		from = cur
+	}
+	// Scan from the next access, one cycle past from.
+	off := int64(p.pos)
+	for cyc := int64(0); ; cyc++ {
 		for _, i := range ks.occ {
-			if pass == 0 && int(i) < p.pos {
+			g := p.stepBase + cyc*n + int64(i)
+			if cyc == 0 && int64(i) < off {
 				continue
 			}
-			if pass == 1 && int(i) >= p.pos {
-				break
-			}
-			g := p.stepBase + int64(i) + int64(pass)*int64(n)
-			if g >= p.limit {
+			if g >= p.limit || g >= from+n {
 				return never
 			}
 			a := p.trace[i]
 			if a.kind == Write {
 				return never
 			}
-			if a.tier == t || (!fasterHeld && a.tier < t) {
+			if g >= from && (a.tier == t || (!fasterHeld && a.tier < t)) {
 				return g
 			}
 		}
+		if p.stepBase+cyc*n >= from+n || len(ks.occ) == 0 {
+			return never
+		}
 	}
-	return never
 }
