@@ -1,0 +1,76 @@
+// Package prefetch is the trace-driven planner: it turns the recorded access
+// trace of a training step, the per-tier byte budgets, the measured link
+// bandwidths and the measured compute time of every access into moves
+// (prefetch, demand, evict, write-back, alloc) that the tier store executes.
+//
+// # The arithmetic it rests on
+//
+// A 7B-parameter model has 14 GB of bf16 parameters. With parameters on
+// NVMe, every step reads them at least once (forward) and, when HBM cannot
+// keep them until backward, twice: 14-28 GB per step. At 2-6 GB/s per drive
+// that is 2.3-14 s of reading, against a compute time per step of roughly
+// 6·Ψ·tokens / FLOP/s = 6·7e9·16k tokens / 400 TFLOP/s ≈ 1.7 s on one H100.
+// So NVMe-resident parameters are hidden only with several striped drives,
+// a large batch, or HBM/host budgets that keep most of the trace resident;
+// the planner's job is to hide what can be hidden and report the rest as
+// predicted stall, not to make bandwidth appear.
+//
+// To hide the latency of a link, the transfer for an access must be in
+// flight before the compute reaches it: bytes in flight = bandwidth × lead
+// time. A 200 MB chunk shard over a 3 GB/s drive takes 67 ms; if a layer
+// computes in 20 ms, the read must start 3-4 layers ahead, so 3-4 shards
+// (600-800 MB) per rank are in flight or staged at any time, and that
+// memory must come out of the host budget. This is why the prefetch depth
+// is not a constant: each transfer is issued at its deadline (the sum of
+// the compute of the accesses before it) minus its transfer time minus a
+// slack, computed as late as possible per link (ALAP: a link serves one
+// transfer at a time, so queued transfers push earlier ones earlier), and
+// counted against its destination budget from issue until it is freed.
+//
+// # What it owns
+//
+// A Planner holds a model of where every shard state is (its home tier,
+// which is always allocated, plus cached copies, dirty or clean, in flight
+// or pinned by an access in use) and the trace it plans from. It does no
+// I/O, starts no goroutines and never reads the clock: time is an argument
+// (a duration since any fixed origin the engine chooses).
+//
+// # Lifecycle
+//
+// New(residency, options) starts in recording mode (no trace: every access
+// is fetched on demand) unless SetTrace loads one. The engine then drives it
+// from one goroutine:
+//
+//	p.BeginStep(now)                     // at the start of every step
+//	hit, moves, err := p.Access(a, now)  // before the compute uses a shard; pins it
+//	p.Release(a.Key, now)                // when that compute is done (applies writes)
+//	p.Completed(m, now)                  // when a transfer it issued lands
+//	moves := p.Next(now)                 // after each of the above, and at WakeAt
+//
+// Moves come in order; Evict and Alloc are instant (no Completed). A
+// WriteBack copies a dirty copy one tier down and frees the source when it
+// lands. When an access differs from the trace (another shard at that
+// position, extra or missing accesses) the rest of the step is served on
+// demand, and at the next BeginStep the recording of that step becomes the
+// trace; the planner never panics on divergence (it panics only on broken
+// contracts: Release of a shard not in use, Completed of an unknown move).
+// Every step's recording refreshes the compute times used for deadlines.
+//
+// # Eviction
+//
+// When a budget is full, the victim is the copy whose next use after the
+// access being served is furthest away (Belady's MIN). A copy needed before
+// that access is never evicted for it (do no harm), a pinned or in-flight
+// copy never, and when MIN's victim is busy a prefetch waits for it rather
+// than evict a worse one, so with uniform sizes the planner fetches exactly
+// as many shards as the optimum (tested against an exhaustive oracle). With
+// varied sizes furthest-next-use is a heuristic: on random small traces it
+// is never worse than LRU and within 1.25x of the optimal bytes (1.35x with
+// two cached tiers). Dirty copies are written back to the next tier down
+// before they are freed, and that costs link time on the reverse link.
+//
+// # Memory
+//
+// Per shard state a few dozen bytes, plus the trace (one small record per
+// access). Plan and Simulate keep the whole simulated timeline.
+package prefetch
