@@ -1,0 +1,105 @@
+package cmd
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+// run executes the CLI in-process and returns stdout, stderr and the error.
+func run(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := App(&out, &errOut).Run(append([]string{"strata"}, args...))
+	return out.String(), errOut.String(), err
+}
+
+func TestHelpListsCommands(t *testing.T) {
+	out, _, err := run(t, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []string{"train", "estimate", "bench", "version"} {
+		if !strings.Contains(out, c) {
+			t.Errorf("--help does not list %q:\n%s", c, out)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, _, err := run(t, "version")
+	if err != nil || !strings.HasPrefix(out, "strata ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("version: %q, %v", out, err)
+	}
+}
+
+func TestEstimateMatchesReferenceText(t *testing.T) {
+	// zero-stages-explained.txt: Ψ = 7.5B, N = 64: 120 GB, 31.4 GB, 16.6 GB, 1.9 GB per device.
+	out, _, err := run(t, "estimate", "--params", "7.5B", "--devices", "64", "--align", "1", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Stages []map[string]any `json:"stages"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("estimate --json printed %q: %v", out, err)
+	}
+	rows := doc.Stages
+	if len(rows) != 4 {
+		t.Fatalf("estimate --json: %d rows, want 4 stages:\n%s", len(rows), out)
+	}
+	want := []float64{120e9, 31.4e9, 16.6e9, 1.9e9}
+	for i, row := range rows {
+		got, ok := findNumber(row, "device_bytes")
+		if !ok {
+			t.Fatalf("row %d has no device_bytes: %v", i, row)
+		}
+		if d := got/want[i] - 1; d > 0.02 || d < -0.02 {
+			t.Errorf("stage %d: %g bytes per device, reference text says %g", i, got, want[i])
+		}
+	}
+}
+
+func findNumber(m map[string]any, key string) (float64, bool) {
+	if v, ok := m[key].(float64); ok {
+		return v, true
+	}
+	for _, v := range m {
+		if sub, ok := v.(map[string]any); ok {
+			if f, ok := findNumber(sub, key); ok {
+				return f, true
+			}
+		}
+	}
+	return 0, false
+}
+
+func TestEstimateBadInput(t *testing.T) {
+	cases := [][]string{
+		{"estimate", "--model", "gpt9"},
+		{"estimate", "--params", "lots"},
+		{"estimate", "--model", "gpt2", "--stage", "5"},
+		{"estimate", "--config", "../testdata/configs/bad_misspelled_key.json"},
+		{"estimate", "--config", "does-not-exist.json"},
+	}
+	for _, args := range cases {
+		_, _, err := run(t, args...)
+		if err == nil {
+			t.Errorf("%v succeeded", args)
+			continue
+		}
+		if msg := err.Error(); len(msg) < 10 || strings.Contains(msg, "panic") {
+			t.Errorf("%v: unhelpful error %q", args, msg)
+		}
+	}
+}
+
+func TestUsageErrorExitCode(t *testing.T) {
+	var ec exitCoder
+	if !errors.As(usagef("x"), &ec) || ec.ExitCode() != 2 {
+		t.Fatal("usage errors must exit 2")
+	}
+}
