@@ -23,6 +23,7 @@ type GemmOptions struct {
 	Layers     []string    // a subset of GemmLayers; default all
 	Workers    int         // CPU backend workers; default GOMAXPROCS
 	MinSeconds float64     // timed repetitions run until this much time has passed; default 0.5
+	Kernel     string      // CPU backend GEMM kernel: auto (default), avx512 or gonum
 }
 
 // GemmLayers are the linear layers of a GPT-2 block and the head.
@@ -48,6 +49,7 @@ func (o GemmOptions) WithDefaults() GemmOptions {
 	if o.MinSeconds == 0 {
 		o.MinSeconds = 0.5
 	}
+	o.Kernel = cpu.Options{Kernel: o.Kernel}.WithDefaults().Kernel
 	return o
 }
 
@@ -65,6 +67,9 @@ func (o GemmOptions) Validate() error {
 		if dt != gpu.F32 && dt != gpu.BF16 {
 			return fmt.Errorf("bench: gemm: dtype %s: want fp32 or bf16", dt)
 		}
+	}
+	if err := (cpu.Options{Kernel: o.Kernel}).WithDefaults().Validate(); err != nil {
+		return fmt.Errorf("bench: gemm: %w", err)
 	}
 	switch {
 	case o.Rows < 1 || o.Rows > 1<<20:
@@ -98,6 +103,7 @@ type GemmResult struct {
 	Shape   string     `json:"shape"`
 	Rows    int        `json:"rows"`
 	Workers int        `json:"workers"`
+	Kernel  string     `json:"kernel"`
 	Peak    CPUPeak    `json:"peak"`
 	Cases   []GemmCase `json:"cases"`
 	// Per dtype: total flops of all cases over their total time (the
@@ -129,12 +135,12 @@ func RunGemm(o GemmOptions) (*GemmResult, error) {
 		return nil, err
 	}
 	shape, _ := model.Lookup(o.Shape)
-	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 * units.GiB, Workers: o.Workers})
+	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 * units.GiB, Workers: o.Workers, Kernel: o.Kernel})
 	if err != nil {
 		return nil, fmt.Errorf("bench: gemm: %w", err)
 	}
 	dev := devs[0]
-	res := &GemmResult{Shape: shape.Name, Rows: o.Rows, Workers: o.Workers, Peak: DetectCPUPeak(o.Workers),
+	res := &GemmResult{Shape: shape.Name, Rows: o.Rows, Workers: o.Workers, Kernel: dev.Kernel(), Peak: DetectCPUPeak(o.Workers),
 		TotalGFLOPS: map[string]float64{}, TotalRatio: map[string]float64{}}
 	for _, dt := range o.DTypes {
 		var flops, secs float64
@@ -238,7 +244,7 @@ func gemmMeasure(dev *cpu.Device, c *GemmCase, dt gpu.DType, minSeconds float64)
 // String prints the result as a table.
 func (r *GemmResult) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "gemm: shape %s, %d rows (B*T), CPU backend with %d workers\n", r.Shape, r.Rows, r.Workers)
+	fmt.Fprintf(&b, "gemm: shape %s, %d rows (B*T), CPU backend with %d workers, %s kernel\n", r.Shape, r.Rows, r.Workers, r.Kernel)
 	fmt.Fprintf(&b, "peak: %s\n", r.Peak)
 	fmt.Fprintf(&b, "%-10s %-16s %-5s %6s %6s %6s %-6s %5s %10s %9s %7s\n", "layer", "pass", "dtype", "m", "n", "k", "op", "reps", "ms/gemm", "GFLOP/s", "ratio")
 	for _, c := range r.Cases {

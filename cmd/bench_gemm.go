@@ -27,12 +27,13 @@ func benchGemmCommand() *cli.Command {
 			&cli.StringFlag{Name: "dtype", Value: "fp32,bf16", Usage: "storage dtypes, comma-separated"},
 			&cli.StringFlag{Name: "layers", Value: strings.Join(bench.GemmLayers, ","), Usage: "layers to time, comma-separated"},
 			&cli.IntFlag{Name: "workers", Usage: "CPU backend workers (default GOMAXPROCS)"},
+			&cli.StringFlag{Name: "kernel", Value: "auto", Usage: "CPU backend GEMM kernel: auto, avx512 or gonum"},
 			&cli.Float64Flag{Name: "min-time", Value: 0.5, Usage: "seconds of repetitions per GEMM (at least one)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
 		Action: func(c *cli.Context) error {
 			o := bench.GemmOptions{Shape: c.String("shape"), Rows: c.Int("rows"), Workers: c.Int("workers"),
-				MinSeconds: c.Float64("min-time"), Layers: gemmSplitList(c.String("layers"))}
+				MinSeconds: c.Float64("min-time"), Kernel: c.String("kernel"), Layers: gemmSplitList(c.String("layers"))}
 			for _, name := range gemmSplitList(c.String("dtype")) {
 				dt, err := dtype.Parse(name)
 				if err != nil {

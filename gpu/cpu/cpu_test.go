@@ -16,15 +16,28 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 )
 
-func newBackend(t *testing.T, devices int) ([]gpu.Device, []gpu.Comm) {
-	devs, comms, err := cpu.New(cpu.Options{Devices: devices, HBMBytes: 64 * units.MiB, Workers: 3})
-	if err != nil {
-		t.Fatal(err)
+// kernels are the GEMM kernels this CPU and build can run.
+func kernels() []string {
+	ks := []string{cpu.KernelGonum}
+	if (cpu.Options{Kernel: cpu.KernelAVX512}).WithDefaults().Validate() == nil {
+		ks = append(ks, cpu.KernelAVX512)
 	}
-	return cpu.Devices(devs), comms
+	return ks
 }
 
-func TestConformance(t *testing.T) { gputest.Run(t, newBackend) }
+func TestConformance(t *testing.T) {
+	for _, k := range kernels() {
+		t.Run(k, func(t *testing.T) {
+			gputest.Run(t, func(t *testing.T, devices int) ([]gpu.Device, []gpu.Comm) {
+				devs, comms, err := cpu.New(cpu.Options{Devices: devices, HBMBytes: 64 * units.MiB, Workers: 3, Kernel: k})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return cpu.Devices(devs), comms
+			})
+		})
+	}
+}
 
 // upload copies float32 values into a new buffer of dt.
 func upload(t *testing.T, d *cpu.Device, vals []float32, dt gpu.DType) gpu.Buffer {
@@ -79,8 +92,8 @@ func randF32(r *rand.Rand, n int) []float32 {
 
 // runWorkload runs GEMMs, attention and the reducing backward ops on one
 // device and returns every output's bytes.
-func runWorkload(t *testing.T, workers int, dt gpu.DType) [][]byte {
-	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 256 * units.MiB, Workers: workers})
+func runWorkload(t *testing.T, kernel string, workers int, dt gpu.DType) [][]byte {
+	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 256 * units.MiB, Workers: workers, Kernel: kernel})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +103,7 @@ func runWorkload(t *testing.T, workers int, dt gpu.DType) [][]byte {
 	}
 	r := rand.New(rand.NewPCG(7, 7))
 	s, ops := d.DefaultStream(), d.Ops()
-	m, n, k := 130, 300, 70
+	m, n, k := 130, 300, 270
 	a, b := upload(t, d, randF32(r, m*k), dt), upload(t, d, randF32(r, k*n), dt)
 	c := upload(t, d, randF32(r, m*n), dt)
 	ops.Gemm(s, false, true, m, n, k, 1, a, b, 1, c)
@@ -137,15 +150,17 @@ func runWorkload(t *testing.T, workers int, dt gpu.DType) [][]byte {
 }
 
 // TestWorkersDoNotChangeBits: every output is bit-identical for 1, 2 and
-// 5 workers and across runs.
+// 5 workers and across runs, with each GEMM kernel.
 func TestWorkersDoNotChangeBits(t *testing.T) {
-	for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
-		want := runWorkload(t, 1, dt)
-		for _, w := range []int{2, 5, 5} {
-			got := runWorkload(t, w, dt)
-			for i := range want {
-				if !bytes.Equal(got[i], want[i]) {
-					t.Errorf("%s: output %d differs between 1 and %d workers", dt, i, w)
+	for _, kernel := range kernels() {
+		for _, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+			want := runWorkload(t, kernel, 1, dt)
+			for _, w := range []int{2, 5, 5} {
+				got := runWorkload(t, kernel, w, dt)
+				for i := range want {
+					if !bytes.Equal(got[i], want[i]) {
+						t.Errorf("%s %s: output %d differs between 1 and %d workers", kernel, dt, i, w)
+					}
 				}
 			}
 		}

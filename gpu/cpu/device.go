@@ -20,6 +20,7 @@ const granularityBytes = 64
 type Device struct {
 	index   int
 	workers int
+	packed  bool // GEMM through the packed AVX-512 kernel (else gonum)
 	budget  int64
 	ops     *Ops
 	def     *Stream
@@ -35,7 +36,7 @@ type Device struct {
 }
 
 func newDevice(index int, o Options) *Device {
-	d := &Device{index: index, workers: o.Workers, budget: o.HBMBytes, purpose: map[string]int64{}}
+	d := &Device{index: index, workers: o.Workers, budget: o.HBMBytes, purpose: map[string]int64{}, packed: o.Kernel == KernelAVX512}
 	d.ops = &Ops{d: d}
 	d.def = d.newStream()
 	return d
@@ -46,6 +47,14 @@ func (d *Device) Index() int { return d.index }
 
 // Name returns "cpu:<index>".
 func (d *Device) Name() string { return fmt.Sprintf("cpu:%d", d.index) }
+
+// Kernel returns the GEMM kernel: KernelAVX512 or KernelGonum.
+func (d *Device) Kernel() string {
+	if d.packed {
+		return KernelAVX512
+	}
+	return KernelGonum
+}
 
 // Workers returns the number of goroutines one heavy op uses.
 func (d *Device) Workers() int { return d.workers }

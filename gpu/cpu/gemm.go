@@ -53,6 +53,10 @@ func (o *Ops) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer
 		})
 		return
 	}
+	if o.d.packed {
+		o.gemmPacked(transA, transB, m, n, k, alpha, a, b, beta, c)
+		return
+	}
 	tm, tn := (m+gemmTileM-1)/gemmTileM, (n+gemmTileN-1)/gemmTileN
 	tA, tB := blas.NoTrans, blas.NoTrans
 	if transA {

@@ -19,7 +19,18 @@ type Options struct {
 	// (GEMM, attention, row-wise kernels). Default GOMAXPROCS/Devices, at
 	// least 1. Results do not depend on it.
 	Workers int
+	// Kernel selects the GEMM kernel: KernelAuto (default: KernelAVX512
+	// where the CPU and build have it, else KernelGonum), KernelAVX512 or
+	// KernelGonum.
+	Kernel string
 }
+
+// GEMM kernels.
+const (
+	KernelAuto   = "auto"
+	KernelAVX512 = "avx512" // packed 6×32 AVX-512 FMA kernel (sgemm_amd64.s)
+	KernelGonum  = "gonum"  // gonum.org/v1/gonum/blas/gonum Sgemm on fixed tiles
+)
 
 // DefaultHBMBytes is the per-device budget when Options.HBMBytes is 0.
 const DefaultHBMBytes = 8 * units.GiB
@@ -31,6 +42,12 @@ func (o Options) WithDefaults() Options {
 	}
 	if o.HBMBytes == 0 {
 		o.HBMBytes = DefaultHBMBytes
+	}
+	if o.Kernel == "" || o.Kernel == KernelAuto {
+		o.Kernel = KernelGonum
+		if hasPackedKernel {
+			o.Kernel = KernelAVX512
+		}
 	}
 	if o.Workers == 0 && o.Devices > 0 {
 		o.Workers = max(1, runtime.GOMAXPROCS(0)/o.Devices)
@@ -47,12 +64,16 @@ func (o Options) Validate() error {
 		return fmt.Errorf("cpu: hbm bytes %d must be >= 0", o.HBMBytes)
 	case o.Workers < 1:
 		return fmt.Errorf("cpu: workers %d must be >= 1", o.Workers)
+	case o.Kernel != KernelAVX512 && o.Kernel != KernelGonum:
+		return fmt.Errorf("cpu: gemm kernel %q: want %s, %s or %s", o.Kernel, KernelAuto, KernelAVX512, KernelGonum)
+	case o.Kernel == KernelAVX512 && !hasPackedKernel:
+		return fmt.Errorf("cpu: gemm kernel avx512: this CPU or build (noasm, purego) lacks it; use %s", KernelGonum)
 	}
 	return nil
 }
 
 func (o Options) String() string {
-	return fmt.Sprintf("cpu.Options{Devices: %d, HBMBytes: %s, Workers: %d}", o.Devices, units.FormatBytes(o.HBMBytes), o.Workers)
+	return fmt.Sprintf("cpu.Options{Devices: %d, HBMBytes: %s, Workers: %d, Kernel: %s}", o.Devices, units.FormatBytes(o.HBMBytes), o.Workers, o.Kernel)
 }
 
 // New creates o.Devices devices and one Comm per device (Comms()[i] is rank
