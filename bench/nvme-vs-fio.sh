@@ -4,7 +4,7 @@
 # file, size, block size and queue depth. Runs alternate (the order rotates
 # every round) and the table shows the median MB/s of each and the ratios.
 #
-# Usage: bench/nvme-vs-fio.sh [FILE] [SIZE_MIB] [ROUNDS]
+# Usage: [STRATA_BIN=path] bench/nvme-vs-fio.sh [FILE] [SIZE_MIB] [ROUNDS]
 #   defaults: /var/tmp/strata-nvme-vs-fio.dat 2048 5
 # Needs fio (apt-get install -y fio), python3 and Go. MB = 10^6 bytes.
 set -euo pipefail
@@ -16,10 +16,12 @@ anchor=${FIO_ANCHOR:-$(cd .. && pwd)/shared/tools/fio-anchor.sh}
 [ -x "$anchor" ] || anchor=/work/shared/tools/fio-anchor.sh
 command -v fio >/dev/null || { echo "nvme-vs-fio: fio is not installed (apt-get install -y fio)" >&2; exit 2; }
 export PATH=/usr/local/go/bin:$PATH
-bin=$(mktemp -d)/strata
-go build -o "$bin" .
-out=$(mktemp)
-trap 'rm -f "$out"; rm -rf "$(dirname "$bin")"' EXIT
+# STRATA_BIN: a prebuilt strata binary (else it is built from this checkout).
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+bin=${STRATA_BIN:-$tmp/strata}
+[ -n "${STRATA_BIN:-}" ] || go build -o "$bin" .
+out=$tmp/runs.txt
 
 # The read cells come first: fio-anchor writes the file once if it is missing.
 cells=("read 1M 32" "read 128K 32" "write 1M 32" "write 128K 32")

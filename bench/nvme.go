@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/strata-ai/strata/internal/units"
@@ -346,16 +347,6 @@ func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptio
 	qd := opts.QueueDepth
 	reqs := make([]nvme.Request, qd)
 	issued := make([]time.Time, qd)
-	doneAt := make([]time.Time, qd)
-	done := make(chan *nvme.Request, qd)
-	for i := range reqs {
-		reqs[i].Tag = uint64(i)
-		reqs[i].Buf = mem[int64(i)*opts.BlockBytes : int64(i+1)*opts.BlockBytes]
-		reqs[i].Done = func(r *nvme.Request) {
-			doneAt[r.Tag] = time.Now()
-			done <- r
-		}
-	}
 	var m measured
 	pass, next := 0, int64(0)
 	perm := order(0)
@@ -398,12 +389,64 @@ func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptio
 	}
 	expected := total * int64(loops) * opts.BlockBytes
 	m.latUs = make([]float64, 0, min(total*int64(loops), 1<<22))
+	// Each completion reissues its own request from the completion
+	// callback (a slot is always free: exactly QueueDepth requests exist),
+	// so the io_uring engine batches them into its next enter. mu guards
+	// the counters: the pread engine calls Done from several workers.
+	var (
+		mu       sync.Mutex
+		inflight int
+		firstErr error
+		finished = make(chan struct{})
+	)
+	var eng2 nvme.Device = eng
+	onDone := func(r *nvme.Request) {
+		now := time.Now()
+		mu.Lock()
+		i := r.Tag
+		if r.Err != nil && firstErr == nil {
+			firstErr = r.Err
+		}
+		m.latUs = append(m.latUs, float64(now.Sub(issued[i]).Nanoseconds())/1e3)
+		m.bytes += int64(r.N)
+		if r.Op == nvme.OpRead {
+			m.readBytes += int64(r.N)
+		} else {
+			m.writeBytes += int64(r.N)
+		}
+		again := firstErr == nil && assign(r)
+		if again {
+			issued[i] = time.Now()
+		} else {
+			inflight--
+		}
+		last := inflight == 0
+		mu.Unlock()
+		if again {
+			if err := eng2.Submit(r); err != nil {
+				mu.Lock()
+				if firstErr == nil {
+					firstErr = err
+				}
+				inflight--
+				last = inflight == 0
+				mu.Unlock()
+			}
+		}
+		if last {
+			close(finished)
+		}
+	}
+	for i := range reqs {
+		reqs[i].Tag = uint64(i)
+		reqs[i].Buf = mem[int64(i)*opts.BlockBytes : int64(i+1)*opts.BlockBytes]
+		reqs[i].Done = onDone
+	}
 	cpu0 := cpuTime()
 	start := time.Now()
 	deadline = start.Add(opts.Duration)
-	lastTick := start
 	batch := make([]*nvme.Request, 0, qd)
-	inflight := 0
+	mu.Lock()
 	for i := range reqs {
 		if !assign(&reqs[i]) {
 			break
@@ -412,51 +455,27 @@ func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptio
 		batch = append(batch, &reqs[i])
 	}
 	inflight = len(batch)
+	mu.Unlock()
 	if err := eng.Submit(batch...); err != nil {
 		return m, fmt.Errorf("bench: %w", err)
 	}
-	var firstErr error
-	for inflight > 0 {
-		batch = batch[:0]
-		r := <-done
-		for {
-			inflight--
-			i := r.Tag
-			if r.Err != nil && firstErr == nil {
-				firstErr = r.Err
-			}
-			m.latUs = append(m.latUs, float64(doneAt[i].Sub(issued[i]).Nanoseconds())/1e3)
-			m.bytes += int64(r.N)
-			if r.Op == nvme.OpRead {
-				m.readBytes += int64(r.N)
-			} else {
-				m.writeBytes += int64(r.N)
-			}
-			if firstErr == nil && assign(r) {
-				issued[i] = time.Now()
-				batch = append(batch, r)
-			}
-			select {
-			case r = <-done:
-				continue
-			default:
-			}
-			break
-		}
-		if len(batch) > 0 {
-			inflight += len(batch)
-			if err := eng.Submit(batch...); err != nil {
-				return m, fmt.Errorf("bench: %w", err)
-			}
-		}
-		if opts.Progress != nil {
-			if now := time.Now(); now.Sub(lastTick) >= opts.ProgressTick {
-				lastTick = now
+	tick := time.NewTicker(opts.ProgressTick)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-finished:
+			break wait
+		case now := <-tick.C:
+			if opts.Progress != nil {
+				mu.Lock()
+				done := m.bytes
+				mu.Unlock()
 				exp := expected
 				if opts.Duration > 0 {
 					exp = 0
 				}
-				opts.Progress(m.bytes, exp, now.Sub(start))
+				opts.Progress(done, exp, now.Sub(start))
 			}
 		}
 	}

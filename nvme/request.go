@@ -39,7 +39,10 @@ type Request struct {
 	Tag uint64
 
 	// Done, when set, is called once on completion from an engine goroutine.
-	// It must not block and must not wait for other requests.
+	// It must not block and must not wait for other requests. It may Submit
+	// requests (its own included) when a slot is sure to be free, e.g. when
+	// the caller never has more than QueueDepth requests outstanding: the
+	// io_uring engine then batches them into its next io_uring_enter.
 	Done func(*Request)
 	// Wait, when set, counts this request until it completes.
 	Wait *Completion

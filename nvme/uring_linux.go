@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -28,10 +29,14 @@ type uringBackend struct {
 	e    *Engine
 	ring *uring.Ring
 
-	mu       sync.Mutex // the SQ, bufs, fixedFd
-	bufs     []bufRegion
-	fixedFd  map[int]int32
-	stopping bool
+	mu      sync.Mutex // the SQ, bufs, fixedFd, reaping
+	bufs    []bufRegion
+	fixedFd map[int]int32
+	// reaping is set while the reaper runs completion callbacks: requests
+	// submitted meanwhile (often by those callbacks) are prepared but left
+	// for the reaper to hand over in one io_uring_enter that also waits for
+	// the next completion, as fio does.
+	reaping bool
 
 	reaperDone chan struct{}
 }
@@ -41,8 +46,10 @@ var uringSetup = func(e *Engine) (backend, error) { return newUringBackend(e) }
 
 func newUringBackend(e *Engine) (*uringBackend, error) {
 	entries := uint32(max(e.opts.QueueDepth, 8))
-	// Ask for cooperative task running (fewer IPIs, Linux 5.19+); fall back to
-	// plain setup on kernels that refuse the flag.
+	// Cooperative task running (Linux 5.19+): completions become task work
+	// of the submitting thread without an IPI; in steady state that is the
+	// reaper's locked thread, which sleeps in io_uring_enter and is woken.
+	// Fall back to plain setup on kernels that refuse the flag.
 	ring, err := uring.New(entries, 2*entries+2, uring.SetupClamp|uring.SetupCoopTaskrun)
 	if errors.Is(err, unix.EINVAL) {
 		ring, err = uring.New(entries, 2*entries+2, uring.SetupClamp)
@@ -98,7 +105,9 @@ func (b *uringBackend) issue(slots []int32) {
 		}
 		b.prep(sqe, idx)
 	}
-	b.submitLocked()
+	if !b.reaping {
+		b.submitLocked()
+	}
 }
 
 // submitLocked hands every prepared SQE to the kernel, retrying on the
@@ -168,19 +177,39 @@ func (b *uringBackend) findBuf(addr, n uintptr) (uint16, bool) {
 
 func (b *uringBackend) reap() {
 	defer close(b.reaperDone)
+	// One OS thread both waits and (in steady state) submits, so the task
+	// work of most completions runs in the thread that waits for them.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	cqes := make([]uring.CQE, b.ring.CQEntries())
 	again := make([]int32, 0, len(cqes))
 	for {
-		if err := b.ring.WaitCQE(1); err != nil {
-			if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY) {
-				continue
+		// Hand over what the last round of callbacks submitted and wait
+		// for the next completion, in one io_uring_enter.
+		b.mu.Lock()
+		toSubmit := b.ring.Pending()
+		b.reaping = false
+		var err error
+		if toSubmit > 0 {
+			_, err = b.ring.Submit(1)
+			if err != nil && !transient(err) {
+				panic(fmt.Sprintf("nvme: io_uring_enter: %v (broken ring state)", err))
 			}
-			panic(fmt.Sprintf("nvme: io_uring_enter (wait): %v (broken ring state)", err))
+			if b.ring.Pending() > 0 {
+				b.submitLocked()
+			}
 		}
-		// Taking mu orders this goroutine after the submitter that
+		b.mu.Unlock()
+		if toSubmit == 0 || err != nil {
+			if err := b.ring.WaitCQE(1); err != nil && !transient(err) {
+				panic(fmt.Sprintf("nvme: io_uring_enter (wait): %v (broken ring state)", err))
+			}
+		}
+		// Taking mu also orders this goroutine after the submitter that
 		// filled the slots (the kernel's ordering is invisible to Go).
 		b.mu.Lock()
 		n := b.ring.ReapCQEs(cqes)
+		b.reaping = n > 0
 		b.mu.Unlock()
 		stop := false
 		again = again[:0]
@@ -198,9 +227,17 @@ func (b *uringBackend) reap() {
 			b.issue(again)
 		}
 		if stop {
+			b.mu.Lock()
+			b.reaping = false
+			b.submitLocked()
+			b.mu.Unlock()
 			return
 		}
 	}
+}
+
+func transient(err error) bool {
+	return errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY)
 }
 
 func (b *uringBackend) registerBuffers(bufs [][]byte) error {
