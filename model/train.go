@@ -256,10 +256,11 @@ func (p rankParams) Grad(_ gpu.Stream, c int) gpu.Buffer { return p.grads[c] }
 // parameters were not updated.
 var ErrNonFinite = errors.New("model: non-finite loss or gradient")
 
-// Step runs one optimizer step on the step's global batch from data:
-// for each rank r in order, micro-batches data.RankBatch(step, r, k,
-// Accum, Batch) for k = 0..Accum-1, each backward scaled by
-// 1/(Ranks·Accum) so that the gradient is that of the mean loss.
+// Step runs one optimizer step on the step's global batch from data: for
+// each rank r in order, micro-batches data.RankBatch(i, r, k, Accum, Batch)
+// for k = 0..Accum-1, where i = StepResult.Step - 1 is the 0-based step
+// index; each backward is scaled by 1/(Ranks·Accum) so that the gradient is
+// that of the mean loss over the global batch.
 func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 	if data.Seq() != t.opts.Seq {
 		panic(fmt.Sprintf("model: sampler seq %d, trainer seq %d", data.Seq(), t.opts.Seq))
