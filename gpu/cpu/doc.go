@@ -27,10 +27,18 @@
 // in float64 and rounded to fp32. Heavy ops are split over Options.Workers
 // goroutines, but every output element is computed by one goroutine in a
 // fixed order, so results are bit-identical run to run and for any worker
-// count: GEMM uses fixed 64×128 tiles of C, each a serial gonum Sgemm over
-// the whole k; column sums (bias, layernorm and embedding gradients) run
+// count: GEMM cuts C into fixed tiles (the packed AVX-512 kernel: 384×512
+// tiles, k in blocks of 256, 6×32 FMA register blocks; the gonum kernel:
+// 64×128 tiles, each a serial Sgemm over the whole k); column sums (bias, layernorm and embedding gradients) run
 // in row order; collectives add in rank order (see comm.go). AdamStep calls
 // cpuadam, so device and host optimizers give identical bits.
+//
+// GEMM kernels (Options.Kernel): "avx512", a packed kernel in Go assembly
+// (sgemm_amd64.s, about 10× gonum here; packing widens bf16 and resolves
+// transposes), is the default where the CPU has AVX-512F and the build
+// lacks the noasm and purego tags; "gonum" (gonum.org/v1/gonum/blas/gonum
+// Sgemm) is the fallback. The two agree within fp32 rounding, not bit for
+// bit (the packed kernel fuses multiply-adds and blocks k).
 //
 // Counters: bytes moved host→device, device→host, between devices (counted
 // on the device whose stream runs the copy) and by collectives (the bytes a

@@ -16,8 +16,8 @@ const (
 	packedMR = 6
 	packedNR = 32
 	packedKC = 256
-	packedMC = 16 * packedMR // 96
-	packedNC = 8 * packedNR  // 256
+	packedMC = 64 * packedMR // 384
+	packedNC = 16 * packedNR // 512
 )
 
 type packedScratch struct {
