@@ -29,8 +29,10 @@ type Model struct {
 	a      activations
 
 	idsHost, targetsHost []byte    // staging for the uploads of ids and targets
-	lossHost             []byte    // per-token losses of the last Forward
+	pending              [][]byte  // per-token losses of the Forwards not yet read, oldest first
+	spare                [][]byte  // loss buffers already read, for reuse
 	staged               gpu.Event // the last uploads from the staging bytes
+	lastLoss             float64
 	forwarded            bool
 }
 
@@ -166,7 +168,7 @@ func New(dev gpu.Device, layout *Layout, batch, seq int) (*Model, error) {
 		}
 	}
 	bt := batch * seq
-	m.idsHost, m.targetsHost, m.lossHost = make([]byte, 4*bt), make([]byte, 4*bt), make([]byte, 4*bt)
+	m.idsHost, m.targetsHost = make([]byte, 4*bt), make([]byte, 4*bt)
 	m.staged = dev.NewEvent()
 	return m, nil
 }
@@ -233,7 +235,14 @@ func (m *Model) Forward(s gpu.Stream, p Params, ids, targets []int32) {
 	ops.Gemm(s, false, true, bt, v, c, 1, a.lnf, emb.Slice(0, v*c), 0, a.logits)
 	ops.CrossEntropyForward(s, a.logits, a.targets, a.losses, bt, v)
 	p.Release(s, EmbeddingChunk, PassForward)
-	m.dev.CopyDeviceToHost(s, m.lossHost, a.losses, 0)
+	var lossHost []byte
+	if n := len(m.spare); n > 0 {
+		lossHost, m.spare = m.spare[n-1], m.spare[:n-1]
+	} else {
+		lossHost = make([]byte, 4*bt)
+	}
+	m.dev.CopyDeviceToHost(s, lossHost, a.losses, 0)
+	m.pending = append(m.pending, lossHost)
 	m.forwarded = true
 }
 
@@ -337,17 +346,38 @@ func (m *Model) blockBackward(s gpu.Stream, l int, w, g gpu.Buffer) {
 
 // Loss synchronizes s and returns the mean cross-entropy (nats per token)
 // of the last Forward, summed in float64 in token order. A diverged model
-// returns NaN or +Inf without an error.
+// returns NaN or +Inf without an error. It drops the losses of earlier
+// Forwards that Losses did not read.
 func (m *Model) Loss(s gpu.Stream) (float64, error) {
 	if !m.forwarded {
 		panic("model: Loss without a Forward")
 	}
+	if _, err := m.Losses(s); err != nil {
+		return 0, err
+	}
+	return m.lastLoss, nil
+}
+
+// Losses synchronizes s and returns the mean loss of every Forward since
+// the last Loss or Losses, oldest first: a caller that enqueues several
+// micro-batches before waiting reads all their losses with one
+// synchronization.
+func (m *Model) Losses(s gpu.Stream) ([]float64, error) {
 	if err := s.Synchronize(); err != nil {
-		return 0, fmt.Errorf("model: forward: %w", err)
+		return nil, fmt.Errorf("model: forward: %w", err)
 	}
-	var sum float64
-	for _, l := range f32View(m.lossHost) {
-		sum += float64(l)
+	out := make([]float64, len(m.pending))
+	for i, b := range m.pending {
+		var sum float64
+		for _, l := range f32View(b) {
+			sum += float64(l)
+		}
+		out[i] = sum / float64(m.batch*m.seq)
 	}
-	return sum / float64(m.batch*m.seq), nil
+	if len(out) > 0 {
+		m.lastLoss = out[len(out)-1]
+	}
+	m.spare = append(m.spare, m.pending...)
+	m.pending = m.pending[:0]
+	return out, nil
 }

@@ -311,3 +311,52 @@ func TestBF16ForwardNearF32(t *testing.T) {
 }
 
 func errorsAs(err error, target any) bool { return errors.As(err, target) }
+
+// TestLossesOfSeveralForwards: enqueuing micro-batches back to back and
+// reading their losses with one synchronization gives what reading each
+// one right after its Forward gives.
+func TestLossesOfSeveralForwards(t *testing.T) {
+	dev := newDevice(t)
+	s := dev.DefaultStream()
+	shape, _ := Lookup("tiny")
+	l, _ := NewLayout(shape)
+	res, err := NewResident(dev, l, gpu.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Free()
+	res.Load(s, l.Init(1))
+	m, err := New(dev, l, 1, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	data, _ := NewSampler(randomTokens(rand.New(rand.NewPCG(1, 1)), 200, 256), 16, 1)
+	var one []float64
+	for i := 0; i < 3; i++ {
+		b := data.Batch(i, 0, 1)
+		m.Forward(s, res, b.IDs, b.Targets)
+		x, err := m.Loss(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		one = append(one, x)
+	}
+	for i := 0; i < 3; i++ {
+		b := data.Batch(i, 0, 1)
+		m.Forward(s, res, b.IDs, b.Targets)
+	}
+	all, err := m.Losses(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(all, one) || one[0] == one[1] {
+		t.Fatalf("Losses %v, one at a time %v", all, one)
+	}
+	if x, _ := m.Loss(s); x != one[2] {
+		t.Errorf("Loss after Losses: %v, want the last, %v", x, one[2])
+	}
+	if again, _ := m.Losses(s); len(again) != 0 {
+		t.Errorf("second Losses returned %v", again)
+	}
+}

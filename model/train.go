@@ -106,8 +106,9 @@ type StepResult struct {
 // parameters are the master weights; in bf16 mode AdamStep writes the new
 // bf16 parameters straight into the device copy the model reads.
 //
-// A step enqueues everything on one stream and synchronizes it to read the
-// losses and the gradient norm; it is the baseline the ZeRO engine is
+// A step enqueues everything on one stream and synchronizes it once, after
+// the backward passes, to read the losses and the gradient norm, and once
+// after the optimizer; it is the baseline the ZeRO engine is
 // compared with, not a fast path.
 type Trainer struct {
 	dev     gpu.Device
@@ -272,7 +273,6 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 		res.LR = o.Schedule(step)
 	}
 	scale := float32(1 / float64(o.Ranks*o.Accum))
-	var lossSum float64
 	for r := 0; r < o.Ranks; r++ {
 		var p Params = t.params
 		grads := t.params.grads
@@ -287,14 +287,8 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 			b := data.RankBatch(int(step-1), r, k, o.Accum, o.Batch)
 			t.model.Forward(s, p, b.IDs, b.Targets)
 			t.model.Backward(s, p, scale)
-			l, err := t.model.Loss(s)
-			if err != nil {
-				return res, fmt.Errorf("model: step %d: %w", step, err)
-			}
-			lossSum += l
 		}
 	}
-	res.Loss = lossSum / float64(o.Ranks*o.Accum)
 
 	// Sum the virtual ranks' gradients into rank 0's, in rank order, in fp32.
 	if o.Ranks > 1 {
@@ -312,9 +306,15 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 		ops.SumSquares(s, g, t.norms, c)
 	}
 	t.dev.CopyDeviceToHost(s, t.normsH, t.norms, 0)
-	if err := s.Synchronize(); err != nil {
+	losses, err := t.model.Losses(s) // synchronizes s: the norms are in too
+	if err != nil {
 		return res, fmt.Errorf("model: step %d: %w", step, err)
 	}
+	var lossSum float64
+	for _, l := range losses {
+		lossSum += l
+	}
+	res.Loss = lossSum / float64(len(losses))
 	var sq float64
 	for _, v := range f64View(t.normsH) {
 		sq += v
