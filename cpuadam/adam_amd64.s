@@ -21,6 +21,7 @@
 #define fGradBF16 1
 #define fOut      2
 #define fL2       4
+#define fOutNT    8
 
 // func adamAVX512(k *kconsts, param *float32, grad unsafe.Pointer, m, v *float32, out *uint16, n int, flags uintptr)
 //
@@ -128,7 +129,16 @@ a5nol2:
 	VPSRLD    $16, Z0, Z9
 	VPORD     Z28, Z9, Z9
 	VMOVDQA32 Z9, K2, Z8
-	VPMOVDW   Z8, K1, (DI)
+	TESTQ     $fOutNT, BX
+	JZ        a5outmask
+	CMPQ      CX, $16
+	JB        a5outmask
+	VPMOVDW   Z8, Y8
+	VMOVNTDQ  Y8, (DI) // DI is 32-byte aligned under fOutNT
+	JMP       a5next
+
+a5outmask:
+	VPMOVDW Z8, K1, (DI)
 
 a5next:
 	ADDQ $64, SI
@@ -140,6 +150,11 @@ a5next:
 	JG   a5loop
 
 a5done:
+	TESTQ $fOutNT, BX
+	JZ    a5ret
+	SFENCE
+
+a5ret:
 	VZEROUPPER
 	RET
 
