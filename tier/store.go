@@ -75,9 +75,9 @@ type entry struct {
 	key          shard.Key
 	spec         Spec
 	sizeBytes    int64
-	ioBytes      int64                   // sizeBytes rounded up to the swap alignment (host buffers and extents)
-	charge       [shard.TierCount]int64  // bytes a copy costs in each tier's budget
-	version      uint64                  // newest data; starts at 1 (the zeros of Register)
+	ioBytes      int64                  // sizeBytes rounded up to the swap alignment (host buffers and extents)
+	charge       [shard.TierCount]int64 // bytes a copy costs in each tier's budget
+	version      uint64                 // newest data; starts at 1 (the zeros of Register)
 	copies       [shard.TierCount]replica
 	stagingBytes int64 // host staging buffers of two-hop moves in flight
 }
@@ -970,7 +970,9 @@ type Stats struct {
 	Shards int
 }
 
-func (u usage) out() Usage { return Usage{BudgetBytes: u.budget, InUseBytes: u.inUse, PeakBytes: u.peak} }
+func (u usage) out() Usage {
+	return Usage{BudgetBytes: u.budget, InUseBytes: u.inUse, PeakBytes: u.peak}
+}
 
 // Stats returns a snapshot of the counters.
 func (s *Store) Stats() Stats {
