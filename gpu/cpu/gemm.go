@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"unsafe"
+
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 
@@ -54,7 +56,7 @@ func (o *Ops) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer
 		return
 	}
 	if o.d.packed {
-		o.gemmPacked(transA, transB, m, n, k, alpha, a, b, beta, c)
+		o.gemmPacked(true, transA, transB, m, n, k, alpha, a, b, beta, c)
 		return
 	}
 	tm, tn := (m+gemmTileM-1)/gemmTileM, (n+gemmTileN-1)/gemmTileN
@@ -160,4 +162,45 @@ func grow(s []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return s[:n]
+}
+
+// sgemm computes c (m×n) = alpha*op(a)*op(b) + beta*c on dense fp32 slices
+// on the calling goroutine, with the device's kernel (kernels inside other
+// parallel ops use it).
+func (o *Ops) sgemm(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 || !o.d.packed {
+		tA, tB := blas.NoTrans, blas.NoTrans
+		lda, ldb := k, n
+		if transA {
+			tA, lda = blas.Trans, m
+		}
+		if transB {
+			tB, ldb = blas.Trans, k
+		}
+		if k == 0 || alpha == 0 {
+			for i := range c[:m*n] {
+				if beta == 0 {
+					c[i] = 0
+				} else {
+					c[i] *= beta
+				}
+			}
+			return
+		}
+		blasImpl.Sgemm(tA, tB, m, n, k, alpha, a, max(1, lda), b, max(1, ldb), beta, c, max(1, n))
+		return
+	}
+	o.gemmPacked(false, transA, transB, m, n, k, alpha, sliceBuffer(a[:m*k]), sliceBuffer(b[:k*n]), beta, sliceBuffer(c[:m*n]))
+}
+
+// sliceBuffer wraps host fp32 memory as a Buffer for the kernels.
+func sliceBuffer(s []float32) *Buffer {
+	var mem []byte
+	if len(s) > 0 {
+		mem = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
+	}
+	return &Buffer{a: &allocation{mem: mem}, dt: gpu.F32, n: len(s)}
 }

@@ -1,6 +1,10 @@
 package cpu
 
-import "github.com/strata-ai/strata/gpu"
+import (
+	"sync"
+
+	"github.com/strata-ai/strata/gpu"
+)
 
 // The packed GEMM (AVX-512). C is cut into fixed packedMC×packedNC tiles,
 // spread over the workers; each tile walks k in blocks of packedKC: it
@@ -25,19 +29,29 @@ type packedScratch struct {
 	piece        [packedMR * packedNR]float32
 }
 
-func (o *Ops) gemmPacked(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
+var packedPool = sync.Pool{New: func() any { return new(packedScratch) }}
+
+// gemmPacked runs the tiles on the device's workers when par is set, else
+// on the calling goroutine.
+func (o *Ops) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	tm, tn := (m+packedMC-1)/packedMC, (n+packedNC-1)/packedNC
-	o.d.parallel(tm*tn, 1, func(lo, hi int) {
-		sc := &packedScratch{
-			a: make([]float32, packedMC*packedKC),
-			b: make([]float32, packedKC*packedNC),
-			c: make([]float32, packedMC*packedNC),
-		}
+	run := func(lo, hi int) {
+		sc := packedPool.Get().(*packedScratch)
+		mc := min(packedMC, (m+packedMR-1)/packedMR*packedMR)
+		nc := min(packedNC, (n+packedNR-1)/packedNR*packedNR)
+		kc := min(packedKC, k)
+		sc.a, sc.b, sc.c = grow(sc.a, mc*kc), grow(sc.b, kc*nc), grow(sc.c, mc*nc)
 		for t := lo; t < hi; t++ {
 			i0, j0 := t/tn*packedMC, t%tn*packedNC
 			packedTile(sc, transA, transB, m, n, k, alpha, a, b, beta, c, i0, j0, min(packedMC, m-i0), min(packedNC, n-j0))
 		}
-	})
+		packedPool.Put(sc)
+	}
+	if par {
+		o.d.parallel(tm*tn, 1, run)
+	} else {
+		run(0, tm*tn)
+	}
 }
 
 func packedTile(sc *packedScratch, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer, i0, j0, mb, nb int) {

@@ -104,9 +104,16 @@ func (o *Ops) LayerNormBackward(gs gpu.Stream, gdy, gx, ggamma, gmean, grstd, gd
 	})
 }
 
+// attnBlock is the number of query rows processed together: the scores of
+// rows [r0, r0+attnBlock) against keys [0, r1) are one GEMM, so the causal
+// mask wastes at most one block's triangle.
+const attnBlock = 64
+
 // AttentionForward: causal softmax(q·k/sqrt(headDim))·v per (batch, head),
 // llm.c layout: qkv[b,t,:] = [q heads | k heads | v heads]. att receives the
-// probabilities, with zeros above the diagonal.
+// probabilities, with zeros above the diagonal. Each (batch, head) runs on
+// one worker; per block of query rows, the scores and the output are GEMMs
+// (the device's kernel, serial), the softmax is row by row in float64.
 func (o *Ops) AttentionForward(gs gpu.Stream, gqkv, gout, gatt gpu.Buffer, batch, seq, heads, headDim int) {
 	nonNeg("attention", batch, seq, heads, headDim)
 	s := o.stream(gs)
@@ -116,36 +123,32 @@ func (o *Ops) AttentionForward(gs gpu.Stream, gqkv, gout, gatt gpu.Buffer, batch
 	s.enqueue(func() error {
 		scale := float32(1 / math.Sqrt(float64(headDim)))
 		av := att.f32()
+		hd := headDim
 		o.d.parallel(batch*heads, 1, func(lo, hi int) {
-			ah := newAttnHead(seq, headDim)
-			row := make([]float32, headDim)
+			ah := newAttnHead(seq, hd)
+			sc := make([]float32, min(attnBlock, seq)*seq)
+			ob := make([]float32, min(attnBlock, seq)*hd)
 			for bh := lo; bh < hi; bh++ {
 				b, h := bh/heads, bh%heads
 				ah.gather(qkv, b, h, heads)
-				for t := range seq {
-					a := av[(bh*seq+t)*seq : (bh*seq+t+1)*seq]
-					q := ah.q[t*headDim : (t+1)*headDim]
-					mx := float32(math.Inf(-1))
-					for t2 := 0; t2 <= t; t2++ {
-						a[t2] = dot(q, ah.k[t2*headDim:(t2+1)*headDim]) * scale
-						mx = max(mx, a[t2])
+				for r0 := 0; r0 < seq; r0 += attnBlock {
+					r1 := min(seq, r0+attnBlock)
+					rb := r1 - r0
+					p := sc[:rb*r1]
+					o.sgemm(false, true, rb, r1, hd, scale, ah.q[r0*hd:r1*hd], ah.k[:r1*hd], 0, p)
+					for i := range rb {
+						t := r0 + i
+						row := p[i*r1 : (i+1)*r1]
+						softmaxCausal(row[:t+1])
+						clear(row[t+1:])
+						a := av[(bh*seq+t)*seq : (bh*seq+t+1)*seq]
+						copy(a, row)
+						clear(a[r1:])
 					}
-					var sum float64
-					for t2 := 0; t2 <= t; t2++ {
-						e := math.Exp(float64(a[t2] - mx))
-						a[t2] = float32(e)
-						sum += e
+					o.sgemm(false, false, rb, hd, r1, 1, p, ah.v[:r1*hd], 0, ob[:rb*hd])
+					for i := range rb {
+						storeF32(out, (b*seq+r0+i)*C+h*hd, ob[i*hd:(i+1)*hd])
 					}
-					inv := float32(1 / sum)
-					for t2 := 0; t2 <= t; t2++ {
-						a[t2] *= inv
-					}
-					clear(a[t+1:])
-					clear(row)
-					for t2 := 0; t2 <= t; t2++ {
-						axpyF(a[t2], ah.v[t2*headDim:(t2+1)*headDim], row)
-					}
-					storeF32(out, (b*seq+t)*C+h*headDim, row)
 				}
 			}
 		})
@@ -153,9 +156,32 @@ func (o *Ops) AttentionForward(gs gpu.Stream, gqkv, gout, gatt gpu.Buffer, batch
 	})
 }
 
-// AttentionBackward writes dqkv from dout, qkv and att (llm.c's backward,
-// with the softmax backward in its O(T) form:
-// dpre = att*(datt - sum(att*datt))).
+// softmaxCausal replaces the scores of one row (the keys a query may see)
+// by their softmax: max-subtracted, exponentials and their sum in float64.
+func softmaxCausal(row []float32) {
+	mx := float32(math.Inf(-1))
+	for _, v := range row {
+		mx = max(mx, v)
+	}
+	var sum float64
+	for i, v := range row {
+		e := math.Exp(float64(v - mx))
+		row[i] = float32(e)
+		sum += e
+	}
+	inv := float32(1 / sum)
+	for i := range row {
+		row[i] *= inv
+	}
+}
+
+// AttentionBackward writes dqkv from dout, qkv and att. Per block of query
+// rows (P = att rows, S = scaled scores):
+//
+//	dP = dO·Vᵀ, dV += Pᵀ·dO, dS = P ⊙ (dP - rowsum(P ⊙ dP)) * scale,
+//	dQ = dS·K, dK += dSᵀ·Q
+//
+// with the blocks in order, so dK and dV are summed in a fixed order.
 func (o *Ops) AttentionBackward(gs gpu.Stream, gdout, gqkv, gatt, gdqkv gpu.Buffer, batch, seq, heads, headDim int) {
 	nonNeg("attention-backward", batch, seq, heads, headDim)
 	s := o.stream(gs)
@@ -166,40 +192,52 @@ func (o *Ops) AttentionBackward(gs gpu.Stream, gdout, gqkv, gatt, gdqkv gpu.Buff
 	s.enqueue(func() error {
 		scale := float32(1 / math.Sqrt(float64(headDim)))
 		av := att.f32()
+		hd := headDim
 		o.d.parallel(batch*heads, 1, func(lo, hi int) {
-			ah := newAttnHead(seq, headDim)
-			dq, dk, dv := make([]float32, seq*headDim), make([]float32, seq*headDim), make([]float32, seq*headDim)
-			datt := make([]float32, seq)
+			ah := newAttnHead(seq, hd)
+			dq, dk, dv := make([]float32, seq*hd), make([]float32, seq*hd), make([]float32, seq*hd)
+			nb := min(attnBlock, seq)
+			pb, dpb, dob := make([]float32, nb*seq), make([]float32, nb*seq), make([]float32, nb*hd)
 			var tmp []float32
 			for bh := lo; bh < hi; bh++ {
 				b, h := bh/heads, bh%heads
 				ah.gather(qkv, b, h, heads)
-				clear(dq)
 				clear(dk)
 				clear(dv)
-				for t := range seq {
-					a := av[(bh*seq+t)*seq : (bh*seq+t)*seq+t+1]
-					do := loadF32(dout, (b*seq+t)*C+h*headDim, (b*seq+t)*C+(h+1)*headDim, tmp)
-					tmp = do
-					var sum float32
-					for t2 := range a {
-						datt[t2] = dot(ah.v[t2*headDim:(t2+1)*headDim], do)
-						axpyF(a[t2], do, dv[t2*headDim:(t2+1)*headDim])
-						sum += a[t2] * datt[t2]
+				for r0 := 0; r0 < seq; r0 += attnBlock {
+					r1 := min(seq, r0+attnBlock)
+					rb := r1 - r0
+					p, dp, do := pb[:rb*r1], dpb[:rb*r1], dob[:rb*hd]
+					for i := range rb {
+						t := r0 + i
+						copy(p[i*r1:(i+1)*r1], av[(bh*seq+t)*seq:])
+						row := loadF32(dout, (b*seq+t)*C+h*hd, (b*seq+t)*C+(h+1)*hd, tmp)
+						if dout.dt != gpu.F32 {
+							tmp = row
+						}
+						copy(do[i*hd:], row)
 					}
-					q := ah.q[t*headDim : (t+1)*headDim]
-					dqt := dq[t*headDim : (t+1)*headDim]
-					for t2 := range a {
-						dp := a[t2] * (datt[t2] - sum) * scale
-						axpyF(dp, ah.k[t2*headDim:(t2+1)*headDim], dqt)
-						axpyF(dp, q, dk[t2*headDim:(t2+1)*headDim])
+					o.sgemm(false, true, rb, r1, hd, 1, do, ah.v[:r1*hd], 0, dp)
+					o.sgemm(true, false, r1, hd, rb, 1, p, do, 1, dv[:r1*hd])
+					for i := range rb {
+						pr, dr := p[i*r1:(i+1)*r1], dp[i*r1:(i+1)*r1]
+						var sum float64
+						for j, v := range pr {
+							sum += float64(v) * float64(dr[j])
+						}
+						sf := float32(sum)
+						for j, v := range pr {
+							dr[j] = v * (dr[j] - sf) * scale
+						}
 					}
+					o.sgemm(false, false, rb, hd, r1, 1, dp, ah.k[:r1*hd], 0, dq[r0*hd:r1*hd])
+					o.sgemm(true, false, r1, hd, rb, 1, dp, ah.q[r0*hd:r1*hd], 1, dk[:r1*hd])
 				}
 				for t := range seq {
-					base := (b*seq+t)*3*C + h*headDim
-					storeF32(dqkv, base, dq[t*headDim:(t+1)*headDim])
-					storeF32(dqkv, base+C, dk[t*headDim:(t+1)*headDim])
-					storeF32(dqkv, base+2*C, dv[t*headDim:(t+1)*headDim])
+					base := (b*seq+t)*3*C + h*hd
+					storeF32(dqkv, base, dq[t*hd:(t+1)*hd])
+					storeF32(dqkv, base+C, dk[t*hd:(t+1)*hd])
+					storeF32(dqkv, base+2*C, dv[t*hd:(t+1)*hd])
 				}
 			}
 		})
@@ -230,15 +268,6 @@ func (a *attnHead) gather(qkv *Buffer, b, h, heads int) {
 			}
 		}
 	}
-}
-
-func dot(a, b []float32) float32 {
-	var s float32
-	b = b[:len(a)]
-	for i, v := range a {
-		s += v * b[i]
-	}
-	return s
 }
 
 func axpyF(alpha float32, x, y []float32) {

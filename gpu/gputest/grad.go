@@ -150,21 +150,24 @@ func gradLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 
 func gradAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(33)
-	B, T, H, hd := 2, 5, 2, 3
-	C := H * hd
-	qkv := stored(randVals(r, B*T*3*C, 1.5), dt)
-	w := stored(randVals(r, B*T*C, 1), dt)
-	gq, gw := upload(t, d, s, qkv, dt), upload(t, d, s, w, dt)
-	gout, gatt := alloc(t, d, B*T*C, dt), alloc(t, d, B*H*T*T, gpu.F32)
-	gdq := upload(t, d, s, constVals(B*T*3*C, math.NaN()), dt) // written, not accumulated
-	ops := d.Ops()
-	ops.AttentionForward(s, gq, gout, gatt, B, T, H, hd)
-	ops.AttentionBackward(s, gw, gq, gatt, gdq, B, T, H, hd)
-	fd := fdGrad(func(v []float64) float64 {
-		out, _, _ := attentionRef(v, B, T, H, hd)
-		return dotVals(w, out)
-	}, qkv)
-	checkGrad(t, "dqkv", download(t, d, s, gdq), fd, nil, dt)
+	// The second size crosses the row blocks of blocked kernels.
+	for _, sz := range [][4]int{{2, 5, 2, 3}, {1, 67, 1, 2}} {
+		B, T, H, hd := sz[0], sz[1], sz[2], sz[3]
+		C := H * hd
+		qkv := stored(randVals(r, B*T*3*C, 1.5), dt)
+		w := stored(randVals(r, B*T*C, 1), dt)
+		gq, gw := upload(t, d, s, qkv, dt), upload(t, d, s, w, dt)
+		gout, gatt := alloc(t, d, B*T*C, dt), alloc(t, d, B*H*T*T, gpu.F32)
+		gdq := upload(t, d, s, constVals(B*T*3*C, math.NaN()), dt) // written, not accumulated
+		ops := d.Ops()
+		ops.AttentionForward(s, gq, gout, gatt, B, T, H, hd)
+		ops.AttentionBackward(s, gw, gq, gatt, gdq, B, T, H, hd)
+		fd := fdGrad(func(v []float64) float64 {
+			out, _, _ := attentionRef(v, B, T, H, hd)
+			return dotVals(w, out)
+		}, qkv)
+		checkGrad(t, fmt.Sprintf("T%d dqkv", T), download(t, d, s, gdq), fd, nil, dt)
+	}
 }
 
 func gradGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
