@@ -22,6 +22,7 @@ type TrainStepOptions struct {
 	Precision gpu.DType // gpu.F32 (default) or gpu.BF16
 	Steps     int       // measured steps after one warm-up step; default 2
 	Workers   int       // CPU backend workers; 0: GOMAXPROCS
+	Kernel    string    // CPU backend GEMM kernel (cpu.Options.Kernel); "" for its default
 	HBMBytes  int64     // device budget; default 32 GiB (host memory is used only as allocated)
 }
 
@@ -66,8 +67,8 @@ func (o TrainStepOptions) Validate() error {
 }
 
 func (o TrainStepOptions) String() string {
-	return fmt.Sprintf("shape=%s batch=%d seq=%d precision=%s steps=%d workers=%d hbm=%s",
-		o.Shape, o.Batch, o.Seq, o.Precision, o.Steps, o.Workers, units.FormatBytes(o.HBMBytes))
+	return fmt.Sprintf("shape=%s batch=%d seq=%d precision=%s steps=%d workers=%d kernel=%q hbm=%s",
+		o.Shape, o.Batch, o.Seq, o.Precision, o.Steps, o.Workers, o.Kernel, units.FormatBytes(o.HBMBytes))
 }
 
 // TrainStepResult is what the benchmark measured.
@@ -75,6 +76,7 @@ type TrainStepResult struct {
 	Options       TrainStepOptions
 	Shape         model.Shape
 	Workers       int
+	Kernel        string  // the GEMM kernel the backend chose
 	StepSeconds   float64 // mean over the measured steps
 	TokensPerSec  float64
 	StepFLOPs     float64 // 6·N·tokens + 12·L·C·T·tokens (N: params without wpe)
@@ -93,8 +95,8 @@ type TrainStepResult struct {
 
 func (r TrainStepResult) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "train step: %s, batch %d × seq %d, %s, cpu backend with %d workers\n",
-		r.Shape, r.Options.Batch, r.Options.Seq, r.Options.Precision, r.Workers)
+	fmt.Fprintf(&b, "train step: %s, batch %d × seq %d, %s, cpu backend with %d workers, gemm kernel %s\n",
+		r.Shape, r.Options.Batch, r.Options.Seq, r.Options.Precision, r.Workers, r.Kernel)
 	fmt.Fprintf(&b, "  step %.3f s (mean of %d after a warm-up), %.0f tokens/s, %.1f GFLOP/s (%.1f GFLOP per step)\n",
 		r.StepSeconds, r.Options.Steps, r.TokensPerSec, r.StepGFLOPS, r.StepFLOPs/1e9)
 	fmt.Fprintf(&b, "  anchor: GEMM of c_fc (%d tokens, %d→%d) on the same device %.1f GFLOP/s (x·Wᵀ %.1f, dy·W %.1f, dyᵀ·x %.1f); step/GEMM = %.2f\n",
@@ -117,12 +119,12 @@ func TrainStep(o TrainStepOptions) (TrainStepResult, error) {
 		return TrainStepResult{}, err
 	}
 	shape, _ := model.Lookup(o.Shape)
-	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: o.HBMBytes, Workers: o.Workers})
+	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: o.HBMBytes, Workers: o.Workers, Kernel: o.Kernel})
 	if err != nil {
 		return TrainStepResult{}, fmt.Errorf("bench: %w", err)
 	}
 	dev := devs[0]
-	r := TrainStepResult{Options: o, Shape: shape, Workers: dev.Workers()}
+	r := TrainStepResult{Options: o, Shape: shape, Workers: dev.Workers(), Kernel: dev.Kernel()}
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	corpus := make([]byte, 1<<16)
