@@ -1,0 +1,442 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/pinned"
+)
+
+// ErrNotBuilt says a configuration asks for something this engine does not
+// do yet (NVMe offload, parameter offload, the dpu overlap mode).
+var ErrNotBuilt = errors.New("engine: not built yet")
+
+// chunkPlan is how one chunk is laid out over the ranks.
+type chunkPlan struct {
+	len        int  // parameters
+	shard      int  // ShardElems: each rank's slice; the chunk padded is n·shard
+	persistent bool // stage 3: stays gathered on every device (below the persistence threshold)
+}
+
+// Engine trains one model with ZeRO across the local devices: one rank per
+// device, each a goroutine with a compute stream and a communication stream.
+// Construct with New, run Step (or Run) from one goroutine, read Params or
+// Master, Close at the end.
+type Engine struct {
+	cfg       *config.Config
+	opts      Options
+	shape     model.Shape
+	layout    *model.Layout
+	data      *model.Sampler
+	n         int
+	stage     int
+	precision gpu.DType
+	offload   bool // optimizer on the host (offload_optimizer.device = cpu)
+	seq       int
+	micro     int // B: rows per micro-batch
+	accum     int // A: micro-batches per rank and step
+	chunks    []chunkPlan
+	ranks     []*rank
+	pool      *pinned.Pool
+	opt       *cpuadam.Optimizer
+	estimate  MemoryEstimate // bf16 mixed-precision formula (EstimateMemory)
+	expected  int64          // model-state bytes per device this layout allocates
+	hostWant  int64          // model state on the host, all ranks, by the estimate (host optimizer)
+	notes     []string
+
+	step      int64
+	closed    bool
+	lastCount []gpu.LinkCounters
+}
+
+// New builds an engine for cfg on devices with one Comm per device (comms[i]
+// is rank i on devices[i]): it lays the model out in chunks, shards them for
+// the configured stage, allocates the model state (tagged gpu.ModelState),
+// each rank's activations, and initialises the parameters from
+// strata.seed. The config must be resolved for len(devices) devices
+// (config.SetDevices) and carry a model shape.
+func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) (*Engine, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	n := len(devices)
+	switch {
+	case n == 0:
+		return nil, errors.New("engine: no devices")
+	case len(comms) != n:
+		return nil, fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
+	case cfg.Strata.Devices != n:
+		return nil, fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
+	case cfg.Shape() == nil:
+		return nil, errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
+	}
+	for i, c := range comms {
+		if c.Rank() != i || c.Size() != n {
+			return nil, fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
+		}
+	}
+	z := cfg.ZeRO
+	switch {
+	case z.OffloadParam.Device != config.DeviceNone:
+		return nil, fmt.Errorf("%w: zero_optimization.offload_param.device %q (parameter offload comes with the tier store); use \"none\"", ErrNotBuilt, z.OffloadParam.Device)
+	case z.OffloadOptimizer.Device == config.DeviceNVMe:
+		return nil, fmt.Errorf("%w: zero_optimization.offload_optimizer.device \"nvme\" (comes with the tier store); use \"cpu\" or \"none\"", ErrNotBuilt)
+	case z.OffloadOptimizer.Device == config.DeviceCPU && z.Stage == 0:
+		return nil, errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
+	case cfg.Strata.Overlap == "dpu":
+		return nil, fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
+	}
+	shape := model.Shape(*cfg.Shape())
+	if shape.Name == "" {
+		shape.Name = "config"
+	}
+	layout, err := model.NewLayout(shape)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	seq := cfg.Strata.SeqLen
+	if seq == 0 {
+		seq = shape.MaxSeq
+	}
+	if seq > shape.MaxSeq {
+		return nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
+	}
+	tokens := opts.Tokens
+	if tokens == nil {
+		if cfg.Strata.Data != "" {
+			if tokens, err = LoadCorpus(cfg.Strata.Data); err != nil {
+				return nil, err
+			}
+		} else {
+			tokens = SyntheticCorpus(syntheticCorpusBytes)
+		}
+	}
+	for i, t := range tokens {
+		if t < 0 || int(t) >= shape.Vocab {
+			return nil, fmt.Errorf("engine: token %d (id %d) is outside the vocabulary [0, %d)", i, t, shape.Vocab)
+		}
+	}
+	data, err := model.NewSampler(tokens, seq, cfg.Strata.Seed)
+	if err != nil {
+		return nil, fmt.Errorf("engine: data: %w", err)
+	}
+
+	e := &Engine{
+		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: n, stage: z.Stage,
+		precision: opts.Precision, offload: z.OffloadOptimizer.Device == config.DeviceCPU,
+		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
+	}
+	mo, err := MemoryOptionsFromConfig(cfg, shape)
+	if err != nil {
+		return nil, err
+	}
+	if e.estimate, err = EstimateMemory(mo); err != nil {
+		return nil, err
+	}
+	for c, ch := range layout.Chunks {
+		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c])}
+		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
+		e.chunks = append(e.chunks, p)
+	}
+	e.expected = e.expectedDeviceBytes()
+	if e.offload {
+		ho := mo
+		ho.HostGradDType = e.precision // the gradient shard is copied to the host as the device holds it
+		he, err := EstimateMemory(ho)
+		if err != nil {
+			return nil, err
+		}
+		e.hostWant = he.HostBytes()
+	}
+	if e.stage == 2 && z.ReduceBucketSize != config.DefaultReduceBucketSize {
+		e.notes = append(e.notes, fmt.Sprintf("zero_optimization.reduce_bucket_size %d: gradients are reduced one chunk at a time (each chunk is a bucket)", z.ReduceBucketSize))
+	}
+	if e.offload {
+		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: opts.OptimizerThreads}); err != nil {
+			return nil, fmt.Errorf("engine: host optimizer: %w", err)
+		}
+		perRank := e.pinnedBytesPerRank()
+		if e.pool, err = pinned.New(pinned.Options{BudgetBytes: int64(n) * perRank, Lock: opts.PinnedLock}); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("engine: pinned host buffers: %w", err)
+		}
+	}
+	for r := range n {
+		rk, err := newRank(e, r, devices[r], comms[r])
+		if err != nil {
+			e.Close()
+			return nil, err
+		}
+		e.ranks = append(e.ranks, rk)
+	}
+	need := e.workspaceNeedBytes()
+	for _, r := range e.ranks {
+		if ms := r.dev.MemStats(); ms.BudgetBytes-ms.InUseBytes < need {
+			e.Close()
+			return nil, fmt.Errorf("engine: %s: %s left after model state and activations (%s), the step needs up to %s of workspace (gathered chunks, gradient buckets): raise strata.hbm_bytes or use more devices or a higher stage",
+				r.dev.Name(), units.FormatBytes(ms.BudgetBytes-ms.InUseBytes), ms, units.FormatBytes(need))
+		}
+	}
+	if err := e.initParams(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.lastCount = e.counters()
+	return e, nil
+}
+
+// pinnedBytesPerRank is one rank's pinned host memory: the reduced gradient
+// shard and the parameter upload staging, each padded to 4 KiB.
+func (e *Engine) pinnedBytesPerRank() int64 {
+	var elems int64
+	for _, p := range e.chunks {
+		elems += int64(p.shard)
+	}
+	sz := int64(e.precision.Size())
+	return units.AlignUp(elems*sz, 4096) * 2
+}
+
+// expectedDeviceBytes is the model state this layout allocates on each
+// device: the estimate's figure in bf16 mode; in fp32 mode the same
+// elements with 4-byte params and grads and no separate master.
+func (e *Engine) expectedDeviceBytes() int64 {
+	if e.precision == gpu.BF16 {
+		return e.estimate.DeviceBytes()
+	}
+	est := e.estimate
+	var b int64
+	for st := range shard.StateCount {
+		v := est.PerRank[st][shard.HBM]
+		switch shard.State(st) {
+		case shard.Param, shard.Grad:
+			v *= 2 // bf16 → fp32
+		case shard.Master:
+			v = 0 // the params are the master weights
+		}
+		b += v
+	}
+	return b
+}
+
+// Notes are what the engine wants the user to know once: config knobs it
+// reads differently from DeepSpeed.
+func (e *Engine) Notes() []string { return append([]string(nil), e.notes...) }
+
+// Layout returns the parameter layout.
+func (e *Engine) Layout() *model.Layout { return e.layout }
+
+// Config returns the config the engine runs.
+func (e *Engine) Config() *config.Config { return e.cfg }
+
+// Sampler returns the data sampler (its windows depend only on seed, step and row).
+func (e *Engine) Sampler() *model.Sampler { return e.data }
+
+// TokensPerStep is the tokens of one global batch: N·A·B·seq.
+func (e *Engine) TokensPerStep() int { return e.n * e.accum * e.micro * e.seq }
+
+// LR is the learning rate of step (1 for the first), as the config's
+// scheduler gives it (config.LR numbers updates from 0).
+func (e *Engine) LR(step int64) float64 { return e.cfg.LR(int(step - 1)) }
+
+// StepStats describe one optimizer step.
+type StepStats struct {
+	Step      int64   // 1 for the first
+	Loss      float64 // mean over the global batch's micro-batches of their mean loss
+	LR        float64
+	GradNorm  float64 // global L2 norm of the gradient before clipping
+	ClipCoef  float64 // factor applied to the gradient (1 when not clipped)
+	Duration  time.Duration
+	Tokens    int     // tokens of the global batch
+	TokensPer float64 // tokens per second of this step
+	// Moved is the bytes moved on each link by all devices together since
+	// the previous step's backward pass ended (so the previous step's
+	// parameter updates and gathers count in this step).
+	Moved gpu.LinkCounters
+}
+
+// Step runs one optimizer step on the step's global batch: every rank
+// accumulates its A micro-batches, gradients are reduced (AllReduce,
+// ReduceScatter per chunk), the global norm is taken, and Adam updates
+// each rank's shard on the device or the host. A non-finite loss or
+// gradient returns an error wrapping model.ErrNonFinite and leaves the
+// parameters unchanged.
+func (e *Engine) Step() (StepStats, error) {
+	if e.closed {
+		panic("engine: Step after Close")
+	}
+	start := time.Now()
+	step := e.step + 1
+	st := StepStats{Step: step, LR: e.LR(step), ClipCoef: 1, Tokens: e.TokensPerStep()}
+
+	if err := e.parallel(func(r *rank) error { return r.backward(step) }); err != nil {
+		return st, fmt.Errorf("engine: step %d: %w", step, err)
+	}
+	now := e.counters()
+	for i, c := range now {
+		st.Moved.HostToDevice += c.HostToDevice - e.lastCount[i].HostToDevice
+		st.Moved.DeviceToHost += c.DeviceToHost - e.lastCount[i].DeviceToHost
+		st.Moved.DeviceToDevice += c.DeviceToDevice - e.lastCount[i].DeviceToDevice
+		st.Moved.Collective += c.Collective - e.lastCount[i].Collective
+	}
+	e.lastCount = now
+
+	// Loss: the micro-batches in rank order, as model.Trainer sums them.
+	var lossSum float64
+	for _, r := range e.ranks {
+		for _, l := range r.losses {
+			lossSum += l
+		}
+	}
+	st.Loss = lossSum / float64(e.n*e.accum)
+	// Norm: chunk by chunk, the ranks' shard sums in rank order (stage 0:
+	// rank 0's sum over the whole chunk, as the single-device loop).
+	var sq float64
+	for c := range e.chunks {
+		for _, r := range e.ranks {
+			if e.stage == 0 && r.idx > 0 {
+				break
+			}
+			sq += r.normSq(c)
+		}
+	}
+	st.GradNorm = math.Sqrt(sq)
+	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
+		return st, fmt.Errorf("engine: %w: step %d loss %v grad norm %v; parameters not updated", model.ErrNonFinite, step, st.Loss, st.GradNorm)
+	}
+	if max := e.cfg.GradientClipping; max > 0 && st.GradNorm > max {
+		st.ClipCoef = max / (st.GradNorm + 1e-6) // torch.nn.utils.clip_grad_norm_
+	}
+	p := e.cfg.Optimizer.Params
+	ap := gpu.AdamParams{LR: st.LR, Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay,
+		Step: step, GradScale: st.ClipCoef, L2: !e.cfg.Optimizer.DecoupledWeightDecay()}
+	if err := e.parallel(func(r *rank) error { return r.update(ap) }); err != nil {
+		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
+	}
+	e.step = step
+	st.Duration = time.Since(start)
+	if s := st.Duration.Seconds(); s > 0 {
+		st.TokensPer = float64(st.Tokens) / s
+	}
+	return st, nil
+}
+
+// Run runs steps optimizer steps, calling fn (when not nil) after each; an
+// error from fn stops the run and is returned as is.
+func (e *Engine) Run(steps int, fn func(StepStats) error) error {
+	for range steps {
+		st, err := e.Step()
+		if err != nil {
+			return err
+		}
+		if fn != nil {
+			if err := fn(st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// StepCount is the number of optimizer steps taken.
+func (e *Engine) StepCount() int64 { return e.step }
+
+// parallel runs f on every rank, each on its own goroutine, and returns the
+// first error in rank order.
+func (e *Engine) parallel(f func(*rank) error) error {
+	errs := make([]error, e.n)
+	var wg sync.WaitGroup
+	for i, r := range e.ranks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = f(r)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) counters() []gpu.LinkCounters {
+	out := make([]gpu.LinkCounters, len(e.ranks))
+	for i, r := range e.ranks {
+		out[i] = r.dev.Counters()
+	}
+	return out
+}
+
+// Params synchronizes every device and returns the model's parameters as
+// the devices hold them (bf16 widened to float32 in bf16 mode), one
+// []float32 per chunk of Layout().Chunks, assembled from the ranks' shards.
+func (e *Engine) Params() ([][]float32, error) {
+	return e.collect(func(r *rank, c int) ([]float32, error) { return r.readParamShard(c) })
+}
+
+// Master synchronizes and returns the fp32 weights the optimizer updates
+// (the parameters themselves in fp32 mode), assembled from the shards.
+func (e *Engine) Master() ([][]float32, error) {
+	return e.collect(func(r *rank, c int) ([]float32, error) { return r.readMasterShard(c) })
+}
+
+func (e *Engine) collect(read func(*rank, int) ([]float32, error)) ([][]float32, error) {
+	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	out := make([][]float32, len(e.chunks))
+	for c, p := range e.chunks {
+		for _, r := range e.ranks {
+			v, err := read(r, c)
+			if err != nil {
+				return nil, fmt.Errorf("engine: chunk %d: %w", c, err)
+			}
+			out[c] = append(out[c], v...)
+			if e.stage == 0 { // replicated: rank 0's copy is the whole chunk
+				break
+			}
+		}
+		out[c] = out[c][:p.len]
+	}
+	return out, nil
+}
+
+// Close synchronizes the devices and frees everything the engine holds;
+// safe to call more than once.
+func (e *Engine) Close() error {
+	if e.closed {
+		return nil
+	}
+	e.closed = true
+	var first error
+	for _, r := range e.ranks {
+		if err := r.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	e.ranks = nil
+	if e.opt != nil {
+		e.opt.Close()
+	}
+	if e.pool != nil {
+		if err := e.pool.Close(); err != nil && first == nil {
+			first = fmt.Errorf("engine: %w", err)
+		}
+	}
+	return first
+}

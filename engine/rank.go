@@ -1,0 +1,261 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/pinned"
+)
+
+// rank is one device's share of the run: its streams, its model
+// (activations), its model state and its Params hooks. All of a rank's
+// methods run on one goroutine at a time.
+//
+// Streams: s runs the model and the device optimizer; cs runs every
+// collective and every host copy, so that collectives are issued to the
+// Comm in one program order on every rank. Events order the two: a gather
+// before the layer that reads it, a reduction after the layer that wrote
+// the gradient, the next step's reads of a chunk after its update
+// (paramReady, per chunk, so the next forward waits for one chunk's
+// update, not for the whole optimizer).
+type rank struct {
+	e     *Engine
+	idx   int
+	dev   gpu.Device
+	ops   gpu.Ops
+	comm  gpu.Comm
+	s, cs gpu.Stream
+	model *model.Model
+	st    *stateStore
+	h     *hooks
+
+	norms      gpu.Buffer // F64, one per chunk: the sum of squares of this rank's reduced gradient
+	normsHost  []byte
+	losses     []float64
+	paramReady []gpu.Event // per chunk: the last write of its parameters
+	leased     []*pinned.Buffer
+	ws         workspaceStats
+}
+
+// workspaceStats count the engine's own transient device memory.
+type workspaceStats struct {
+	gatheredBytes, gatheredPeakBytes int64 // stage 3: gathered chunks in flight
+	bucketBytes, bucketPeakBytes     int64 // stages 2-3: full gradient buckets and reduce shards in flight
+}
+
+func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
+	r := &rank{e: e, idx: idx, dev: dev, ops: dev.Ops(), comm: comm, s: dev.NewStream(), cs: dev.NewStream()}
+	var err error
+	if r.st, err = newStateStore(e, idx, dev); err != nil {
+		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
+	}
+	if r.model, err = model.New(dev, e.layout, e.micro, e.seq); err != nil {
+		r.st.free()
+		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
+	}
+	if r.norms, err = dev.Alloc(len(e.chunks), gpu.F64, gpu.Tag{Kind: gpu.Workspace, Purpose: "grad norms"}); err != nil {
+		r.model.Free()
+		r.st.free()
+		return nil, fmt.Errorf("engine: rank %d: grad norms: %w", idx, err)
+	}
+	r.normsHost = make([]byte, 8*len(e.chunks))
+	r.paramReady = make([]gpu.Event, len(e.chunks))
+	for c := range r.paramReady {
+		r.paramReady[c] = dev.NewEvent()
+	}
+	r.h = newHooks(r)
+	return r, nil
+}
+
+// load enqueues the upload of chunk c's initial values (padded to N·S) into
+// this rank's params and optimizer state.
+func (r *rank) load(c int, padded []float32) {
+	e, st := r.e, r.st
+	s := e.chunks[c].shard
+	if st.paramIsFull(c) {
+		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded, e.precision))
+	} else {
+		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded[r.idx*s:(r.idx+1)*s], e.precision))
+	}
+	if e.offload {
+		copy(st.hMaster[c], padded[r.idx*s:(r.idx+1)*s])
+		return
+	}
+	if st.master[c] != nil {
+		off, n := st.optOffset(c), st.optElems(c)
+		r.dev.CopyHostToDevice(r.s, st.master[c], 0, encode(padded[off:off+n], gpu.F32))
+	}
+}
+
+// initParams initialises every chunk (Layout.InitChunk with strata.seed)
+// on every rank and waits for the uploads.
+func (e *Engine) initParams() error {
+	for c, p := range e.chunks {
+		padded := make([]float32, e.n*p.shard)
+		copy(padded, e.layout.InitChunk(e.cfg.Strata.Seed, c))
+		for _, r := range e.ranks {
+			r.load(c, padded)
+		}
+	}
+	return e.parallel(func(r *rank) error { return r.sync() })
+}
+
+// sync waits for both streams, returns their first error and ends the
+// leases of the pinned buffers they used.
+func (r *rank) sync() error {
+	err := r.s.Synchronize()
+	if err2 := r.cs.Synchronize(); err == nil {
+		err = err2
+	}
+	for _, b := range r.leased {
+		b.Release()
+	}
+	r.leased = r.leased[:0]
+	return err
+}
+
+func (r *rank) lease(b *pinned.Buffer) {
+	b.Lease()
+	r.leased = append(r.leased, b)
+}
+
+// backward runs the rank's A micro-batches of step (forward, backward,
+// loss), the gradient reductions (enqueued by the hooks as each chunk's
+// gradient is final) and the norms of the reduced gradient, and waits for
+// all of it. Errors do not stop the program early: every rank must issue
+// the same collectives, so the first error is returned at the end.
+func (r *rank) backward(step int64) error {
+	e, st := r.e, r.st
+	var first error
+	keep := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	r.losses = r.losses[:0]
+	if e.stage < 2 {
+		for c := range e.chunks {
+			r.ops.Fill(r.s, st.gradFull(c), 0)
+		}
+	}
+	scale := float32(1 / float64(e.n*e.accum))
+	for k := range e.accum {
+		r.h.begin(k, k == e.accum-1)
+		b := e.data.RankBatch(int(step-1), r.idx, k, e.accum, e.micro)
+		r.model.Forward(r.s, r.h, b.IDs, b.Targets)
+		r.model.Backward(r.s, r.h, scale)
+		l, err := r.model.Loss(r.s)
+		keep(err)
+		r.losses = append(r.losses, l)
+		r.h.end()
+	}
+	r.dev.CopyDeviceToHost(r.cs, r.normsHost, r.norms, 0)
+	keep(r.sync())
+	r.h.freeAll()
+	return first
+}
+
+// reduced is called on the communication stream's program once chunk c's
+// gradient is final on this rank (after the last micro-batch's
+// reduction): its sum of squares, and with the host optimizer its copy to
+// pinned host memory.
+func (r *rank) reduced(c int) {
+	g := r.st.gradShard(c)
+	r.ops.SumSquares(r.cs, g, r.norms, c)
+	if r.e.offload {
+		_, _, _, hg, _ := r.st.hostOpt(c)
+		r.lease(r.st.pins[0])
+		r.dev.CopyDeviceToHost(r.cs, hg, g, 0)
+	}
+}
+
+// normSq is this rank's sum of squares of chunk c's reduced gradient, as
+// the last backward left it.
+func (r *rank) normSq(c int) float64 { return f64s(r.normsHost)[c] }
+
+// update runs Adam on the rank's shard of every chunk and brings the new
+// parameters where the next step reads them.
+func (r *rank) update(ap gpu.AdamParams) error {
+	e, st := r.e, r.st
+	var cp cpuadam.Params
+	if e.offload {
+		cp = cpuadam.Params{LR: ap.LR, Beta1: ap.Beta1, Beta2: ap.Beta2, Eps: ap.Eps, WeightDecay: ap.WeightDecay,
+			Step: ap.Step, GradScale: ap.GradScale, Mode: cpuadam.AdamW}
+		if ap.L2 {
+			cp.Mode = cpuadam.AdamL2
+		}
+		if err := cp.Validate(); err != nil {
+			return err
+		}
+	}
+	gather := e.stage >= 1 && e.n > 1
+	for c := range e.chunks {
+		if e.offload {
+			master, m, v, g, up := st.hostOpt(c)
+			if e.precision == gpu.BF16 {
+				e.opt.StepBF16(cp, master, u16s(g), m, v, u16s(up))
+			} else {
+				e.opt.StepF32(cp, master, f32s(g), m, v, nil)
+				copy(f32s(up), master)
+			}
+			r.lease(st.pins[1])
+			r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, up)
+		} else {
+			p, m, v, out := st.deviceOpt(c)
+			r.ops.AdamStep(r.s, p, st.gradShard(c), m, v, out, ap)
+			if !(gather && st.paramIsFull(c)) {
+				r.s.Record(r.paramReady[c])
+				continue
+			}
+			ev := r.dev.NewEvent()
+			r.s.Record(ev)
+			r.cs.Wait(ev)
+		}
+		if gather && st.paramIsFull(c) {
+			r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
+		}
+		r.cs.Record(r.paramReady[c])
+	}
+	return nil
+}
+
+// readParamShard synchronizes nothing: the caller has. It returns the
+// rank's slice of chunk c's parameters (stage 0: the whole padded chunk).
+func (r *rank) readParamShard(c int) ([]float32, error) {
+	return r.read(r.st.paramShard(c))
+}
+
+// readMasterShard returns the fp32 weights the optimizer updates for the
+// rank's slice of chunk c.
+func (r *rank) readMasterShard(c int) ([]float32, error) {
+	st := r.st
+	if r.e.offload {
+		return append([]float32(nil), st.hMaster[c]...), nil
+	}
+	p, _, _, _ := st.deviceOpt(c)
+	return r.read(p)
+}
+
+func (r *rank) read(b gpu.Buffer) ([]float32, error) {
+	raw := make([]byte, b.Bytes())
+	r.dev.CopyDeviceToHost(r.s, raw, b, 0)
+	if err := r.s.Synchronize(); err != nil {
+		return nil, err
+	}
+	return decode(raw, b.DType()), nil
+}
+
+func (r *rank) close() error {
+	err := r.sync()
+	r.h.freeAll()
+	r.model.Free()
+	r.dev.Free(r.norms)
+	r.st.free()
+	return err
+}
+
+// errAccessOrder is the panic of a Params call out of model.AccessOrder.
+var errAccessOrder = errors.New("engine: model called Params out of model.AccessOrder")

@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
+)
+
+// DeviceSummary is one device's memory over the run so far.
+type DeviceSummary struct {
+	Device string
+	// ModelStatePeakBytes is the measured peak of the device's allocations
+	// tagged gpu.ModelState (MemStats.PeakByKind).
+	ModelStatePeakBytes int64
+	// FormulaBytes is what the layout should hold: EstimateMemory's
+	// DeviceBytes in bf16 mode (the same arithmetic as `strata estimate`);
+	// in fp32 mode the same elements with 4-byte params and grads and no
+	// separate master copy.
+	FormulaBytes int64
+	Formula      string  // the reference text's formula, "2Ψ + 14Ψ/N"
+	FormulaRatio float64 // ModelStatePeakBytes / FormulaBytes
+
+	// The working set, named: the engine's own transient buffers and the
+	// model's activations.
+	GatheredPeakBytes   int64 // stage 3: gathered chunks in flight (at most MaxLiveChunks)
+	BucketPeakBytes     int64 // stages 2-3: full gradient buckets and reduce shards in flight
+	WorkspacePeakBytes  int64 // every allocation tagged gpu.Workspace (the two above and the norms)
+	ActivationPeakBytes int64
+	PeakBytes           int64 // everything on the device
+	Moved               gpu.LinkCounters
+}
+
+// Summary describes a run: its layout and each device's measured memory
+// next to the formula.
+type Summary struct {
+	Model       string
+	Params      int64 // Ψ
+	Devices     int
+	Stage       int
+	Precision   gpu.DType
+	Optimizer   string // "device" or "host (cpuadam, T threads)"
+	Overlap     string // "exact"
+	Micro       int
+	Accum       int
+	Seq         int
+	Steps       int64
+	PerDevice   []DeviceSummary
+	HostBytes   int64 // measured model state in host memory, all ranks (host optimizer)
+	HostFormula int64 // EstimateMemory's HostBytes (with the gradient shard's dtype)
+	// HostStagingBytes is the pinned parameter upload staging of the host
+	// optimizer, all ranks: working set, not model state.
+	HostStagingBytes int64
+	Notes            []string
+}
+
+// Summary reports the layout and the measured peaks so far.
+func (e *Engine) Summary() Summary {
+	s := Summary{
+		Model: e.shape.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
+		Optimizer: "device", Overlap: "exact", Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
+		Notes: e.Notes(),
+	}
+	if e.offload {
+		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
+		s.HostFormula = e.hostWant
+	}
+	formula := e.estimate.TierFormula(shard.HBM).String()
+	if e.precision == gpu.F32 {
+		formula = "fp32 layout"
+	}
+	for _, r := range e.ranks {
+		ms := r.dev.MemStats()
+		d := DeviceSummary{
+			Device:              r.dev.Name(),
+			ModelStatePeakBytes: ms.PeakByKind[gpu.ModelState],
+			FormulaBytes:        e.expected,
+			Formula:             formula,
+			GatheredPeakBytes:   r.ws.gatheredPeakBytes,
+			BucketPeakBytes:     r.ws.bucketPeakBytes,
+			WorkspacePeakBytes:  ms.PeakByKind[gpu.Workspace],
+			ActivationPeakBytes: ms.PeakByKind[gpu.Activation],
+			PeakBytes:           ms.PeakBytes,
+			Moved:               r.dev.Counters(),
+		}
+		if d.FormulaBytes > 0 {
+			d.FormulaRatio = float64(d.ModelStatePeakBytes) / float64(d.FormulaBytes)
+		}
+		s.PerDevice = append(s.PerDevice, d)
+		s.HostBytes += r.st.hostBytes
+		s.HostStagingBytes += r.st.stagingBytes
+	}
+	return s
+}
+
+// String prints the summary as a few lines of text with a table per device.
+func (s Summary) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model %s (%s params), stage %d on %d device(s), %s, optimizer on the %s, overlap %s\n",
+		s.Model, units.FormatSize(s.Params), s.Stage, s.Devices, precisionName(s.Precision), s.Optimizer, s.Overlap)
+	fmt.Fprintf(&b, "%-8s %14s %14s %7s %-12s %12s %12s %12s %12s\n", "device", "model state", "formula", "ratio", "formula", "gathered", "buckets", "workspace", "activations")
+	for _, d := range s.PerDevice {
+		fmt.Fprintf(&b, "%-8s %14s %14s %7.4f %-12s %12s %12s %12s %12s\n", d.Device,
+			units.FormatBytes(d.ModelStatePeakBytes), units.FormatBytes(d.FormulaBytes), d.FormulaRatio, d.Formula,
+			units.FormatBytes(d.GatheredPeakBytes), units.FormatBytes(d.BucketPeakBytes),
+			units.FormatBytes(d.WorkspacePeakBytes), units.FormatBytes(d.ActivationPeakBytes))
+	}
+	if s.HostFormula > 0 || s.HostBytes > 0 {
+		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s\n",
+			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
+	}
+	return b.String()
+}
+
+func precisionName(dt gpu.DType) string {
+	if dt == gpu.BF16 {
+		return "bf16 mixed precision"
+	}
+	return "fp32"
+}
+
+// workspaceNeedBytes is the most transient device memory a rank takes in a
+// step: MaxLiveChunks gathered chunks (stage 3) and three gradient buckets
+// with their reduce shards (stages 2-3), each the largest chunk.
+func (e *Engine) workspaceNeedBytes() int64 {
+	var maxPadded, maxShard int64
+	for _, p := range e.chunks {
+		maxPadded = max(maxPadded, int64(e.n*p.shard))
+		maxShard = max(maxShard, int64(p.shard))
+	}
+	sz := int64(e.precision.Size())
+	var need int64
+	if e.stage == 3 {
+		need += int64(e.opts.MaxLiveChunks) * maxPadded * sz
+	}
+	if e.stage >= 2 {
+		need += 3 * (maxPadded + maxShard) * sz
+	}
+	return need
+}
