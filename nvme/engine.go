@@ -299,8 +299,11 @@ func (e *Engine) Close() error {
 	if e.closed.Swap(true) {
 		return nil
 	}
+	// Wait for Submit calls that got past the closed check; later ones see
+	// closed and fail fast, so completion callbacks that resubmit cannot
+	// block the drain below.
 	e.gate.Lock()
-	defer e.gate.Unlock()
+	e.gate.Unlock()
 	for range e.opts.QueueDepth {
 		<-e.free
 	}

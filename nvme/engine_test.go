@@ -298,3 +298,59 @@ func TestOpenFileBadInput(t *testing.T) {
 		t.Fatalf("tmpfs: %v", err)
 	}
 }
+
+// TestCloseWhileResubmitting: requests that reissue themselves from their
+// completion callback (the bench's pattern) do not stall Close; their next
+// Submit fails with ErrClosed.
+func TestCloseWhileResubmitting(t *testing.T) {
+	for _, kind := range engines {
+		t.Run(kind, func(t *testing.T) {
+			checkLeaks(t)
+			e, err := Open(Options{Engine: kind, QueueDepth: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := openFile(t, diskDir(t), "loop", 1<<20)
+			buf := alignedBuf(t, 4*4096)
+			var mu sync.Mutex
+			completions, stopped := 0, 0
+			var closedErrs []error
+			started := make(chan struct{})
+			allStopped := make(chan struct{})
+			reqs := make([]*Request, 4)
+			for i := range reqs {
+				reqs[i] = &Request{Op: OpRead, File: f, Buf: buf[i*4096 : (i+1)*4096], Offset: int64(i) * 4096}
+				reqs[i].Done = func(r *Request) {
+					mu.Lock()
+					completions++
+					if completions == 50 {
+						close(started)
+					}
+					mu.Unlock()
+					if err := e.Submit(r); err != nil {
+						mu.Lock()
+						closedErrs = append(closedErrs, err)
+						stopped++
+						if stopped == len(reqs) {
+							close(allStopped)
+						}
+						mu.Unlock()
+					}
+				}
+			}
+			if err := e.Submit(reqs...); err != nil {
+				t.Fatal(err)
+			}
+			<-started
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			<-allStopped
+			for _, err := range closedErrs {
+				if !errors.Is(err, ErrClosed) {
+					t.Fatalf("resubmit after close: %v", err)
+				}
+			}
+		})
+	}
+}
