@@ -20,7 +20,8 @@
 //
 // Lifecycle: NewLayout(shape) → Layout.Init(seed) gives host fp32 chunks;
 // New(dev, layout, batch, seq) allocates the activations; per micro-batch
-// Forward, Backward (optional), Loss; Free releases the activations.
+// Forward, Backward (optional), then Loss (or Losses, once for several
+// micro-batches); Free releases the activations.
 // NewTrainer builds all of it on one device and Step runs one optimizer step.
 //
 // Memory rules: the model never allocates parameters or gradients; it reads
