@@ -28,6 +28,13 @@ func kernels() []string {
 func TestConformance(t *testing.T) {
 	for _, k := range kernels() {
 		t.Run(k, func(t *testing.T) {
+			if k == cpu.KernelAVX512 {
+				// Tiles of 12×64 and k blocks of 16, so that the suite's
+				// small matrices cross every blocking boundary; the
+				// production blocking runs in TestWorkersDoNotChangeBits
+				// and model tests.
+				defer cpu.SetPackedTiles(12, 64, 16)()
+			}
 			gputest.Run(t, func(t *testing.T, devices int) ([]gpu.Device, []gpu.Comm) {
 				devs, comms, err := cpu.New(cpu.Options{Devices: devices, HBMBytes: 64 * units.MiB, Workers: 3, Kernel: k})
 				if err != nil {

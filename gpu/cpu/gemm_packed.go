@@ -19,6 +19,11 @@ import (
 const (
 	packedMR = 6
 	packedNR = 32
+)
+
+// The blocking; variables only so that tests can shrink them to cross
+// every boundary with small matrices.
+var (
 	packedKC = 256
 	packedMC = 64 * packedMR // 384
 	packedNC = 16 * packedNR // 512

