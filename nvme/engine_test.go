@@ -254,6 +254,7 @@ func TestCloseWaitsAndRefuses(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			checkLeaks(t)
 			e, err := Open(Options{Engine: kind, QueueDepth: 4})
+			skipWithoutUring(t, err)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -307,6 +308,7 @@ func TestCloseWhileResubmitting(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			checkLeaks(t)
 			e, err := Open(Options{Engine: kind, QueueDepth: 4})
+			skipWithoutUring(t, err)
 			if err != nil {
 				t.Fatal(err)
 			}
