@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/internal/bf16"
@@ -264,5 +266,37 @@ func TestOptions(t *testing.T) {
 		if _, _, err := cpu.New(bad); err == nil {
 			t.Errorf("New(%v): no error", bad)
 		}
+	}
+}
+
+// TestStreamsLeaveNoGoroutines: a stream's goroutine exits once its queue
+// is empty, so backends need no closing.
+func TestStreamsLeaveNoGoroutines(t *testing.T) {
+	before := runtime.NumGoroutine()
+	devs, comms, err := cpu.New(cpu.Options{Devices: 3, HBMBytes: 16 * units.MiB, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r, d := range devs {
+		x, _ := d.Alloc(1000, gpu.F32, gpu.Tag{Purpose: "x"})
+		s := d.NewStream()
+		d.Ops().Fill(s, x, float32(r))
+		comms[r].AllReduce(s, x, gpu.Sum)
+		e := d.NewEvent()
+		s.Record(e)
+		d.DefaultStream().Wait(e)
+		d.Ops().Scale(d.DefaultStream(), x, 2)
+	}
+	for _, d := range devs {
+		if err := d.DefaultStream().Synchronize(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines, %d before the backend", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
