@@ -6,7 +6,8 @@
 # and then `strata bench adam --isa avx512 --json` with 1 and 2 threads for three variants:
 # fp32 grads (28 B/param), bf16 grads (26 B/param), fp32 grads + bf16 out (30 B/param).
 # The machine is shared and noisy, so the rounds alternate and medians are quoted:
-# membw's per-run median r4w3, bench adam's per-run median step, then the median over rounds.
+# membw's per-run median r4w3, bench adam's per-run median step, then the median over rounds;
+# also the median of per-round ratios (each adam run against the membw run just before it).
 #
 # Usage: bench/adam-vs-membw.sh [rounds, default 5] [params, default 100000000]
 #   STRATA=/path/to/strata uses a prebuilt binary instead of `go build`.
@@ -48,16 +49,19 @@ for r in $(seq 1 "$rounds"); do
 done
 
 printf '\nparams=%d rounds=%d isa=%s (GB/s, 1 GB = 1e9 B; medians over rounds)\n' "$params" "$rounds" "$isa"
-printf '%-26s %7s %9s %9s %9s %10s %10s\n' variant threads B/param adam_GBps membw_r4w3 adam/membw adam/inproc
+printf 'adam/membw: ratio of the medians; paired: median over rounds of (adam / membw of the same round);\n'
+printf 'adam/inproc: median of bench adam'"'"'s own ratio to the r4w3 pass alternated with each step.\n'
+printf '%-22s %7s %7s %9s %10s %10s %10s %11s\n' variant threads B/param adam_GBps membw_r4w3 adam/membw paired adam/inproc
 for v in "${variants[@]}"; do
   IFS=: read -r grad extra bytes <<< "$v"
   for t in 1 2; do
     f=$tmp/adam-$grad$extra-$t.jsonl
     a=$(field "$f" gbps | median)
-    in=$(field "$f" roofline_gbps | median)
+    in=$(field "$f" ratio_to_roofline | median)
     m=$(field "$tmp/membw$t.jsonl" r4w3_gbps_median | median)
-    awk -v n="grad=$grad $extra" -v t="$t" -v b="$bytes" -v a="$a" -v m="$m" -v i="$in" \
-      'BEGIN {printf "%-26s %7d %9d %9.2f %9.2f %10.3f %10.3f\n", n, t, b, a, m, a/m, a/i}'
+    paired=$(paste <(field "$f" gbps) <(field "$tmp/membw$t.jsonl" r4w3_gbps_median) | awk '{print $1/$2}' | median)
+    awk -v n="grad=$grad $extra" -v t="$t" -v b="$bytes" -v a="$a" -v m="$m" -v i="$in" -v p="$paired" \
+      'BEGIN {printf "%-22s %7d %7d %9.2f %10.2f %10.3f %10.3f %11.3f\n", n, t, b, a, m, a/m, p, i}'
   done
 done
 printf '\nall rounds, membw r4w3 median per run (t=1): %s\n' "$(field "$tmp/membw1.jsonl" r4w3_gbps_median | tr '\n' ' ')"
