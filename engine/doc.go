@@ -1,12 +1,14 @@
 // Package engine runs ZeRO stages 0-3 across the local devices: one rank per
-// device, the training step, the overlap modes. (The training engine itself
-// is being built; this file describes what exists and the rules it follows.)
+// device, each a goroutine with a compute stream and a communication
+// stream, the training step, the optimizer on the device or on the host
+// (ZeRO-Offload), and the model-state memory arithmetic (estimate.go) that
+// `strata estimate`, the engine's Summary and its tests share.
 //
-// What it owns today: the model-state memory arithmetic (estimate.go), so
-// that `strata estimate`, the engine's summary and its tests use one set of
-// numbers. For mixed-precision Adam a model of Ψ parameters has 16Ψ bytes of
-// model state: bf16 params 2Ψ, bf16 grads 2Ψ, fp32 master, m and v 12Ψ.
-// Per device on N devices, with the optimizer on the device:
+// # Memory arithmetic
+//
+// For mixed-precision Adam a model of Ψ parameters has 16Ψ bytes of model
+// state: bf16 params 2Ψ, bf16 grads 2Ψ, fp32 master, m and v 12Ψ. Per device
+// on N devices, with the optimizer on the device:
 //
 //	stage 0  16Ψ           everything replicated
 //	stage 1  4Ψ + 12Ψ/N    optimizer state sharded
@@ -18,13 +20,77 @@
 // and the host holds 12Ψ/N per rank plus the reduced gradient shard; with
 // offload_param the param shards leave the device too (stage 3).
 //
-// Layout rule the engine must follow so that measured bytes equal the
-// estimate: parameters are packed in chunks (ChunkParams: embeddings, one
-// per block, final layernorm); every chunk is sharded over the N ranks with
-// each rank's slice ShardElems long (ceil(chunk/N) rounded up to
-// DefaultShardAlignElems, zero padded); a gathered or replicated chunk
-// occupies N·ShardElems elements; at stage 3, chunks with fewer parameters
-// than stage3_param_persistence_threshold stay gathered on every device.
+// Layout rule the engine follows so that measured bytes equal the estimate:
+// parameters are packed in chunks (ChunkParams: embeddings, one per block,
+// final layernorm); every chunk is sharded over the N ranks with each rank's
+// slice ShardElems long (ceil(chunk/N) rounded up to DefaultShardAlignElems,
+// zero padded); a gathered or replicated chunk occupies N·ShardElems
+// elements; at stage 3, chunks with fewer parameters than
+// stage3_param_persistence_threshold stay gathered on every device. The
+// padding is zero and stays zero through Adam (zero grad, zero moments).
 //
-// Memory: the estimate is plain arithmetic and allocates only its result.
+// # One step (Engine.Step)
+//
+// Every rank zeroes its gradients (stages 0-1), runs its A micro-batches
+// (rank r's micro-batch k is the sampler's rows (r·A+k)·B onward, so the
+// ranks' micro-batches in rank order are the global batch), each backward
+// scaled by 1/(N·A). The model reaches memory only through the rank's
+// model.Params hooks (hooks.go), the single place where:
+//
+//   - stage 3 AllGathers a chunk into a workspace buffer at Acquire (and
+//     prefetches the next chunk of model.AccessOrder), and at Release
+//     records an event; a gathered chunk is freed when a new gather needs
+//     its room (at most Options.MaxLiveChunks live), after that event;
+//   - stages 0-1 reduce the accumulated gradient of a chunk at its last
+//     GradReady: AllReduce(Sum) in place (stage 0), ReduceScatter(Sum) in
+//     place into the rank's slice (stage 1);
+//   - stages 2-3 hand out a full gradient bucket per chunk and micro-batch
+//     (workspace) and at GradReady ReduceScatter it into the rank's
+//     persistent gradient shard (the first micro-batch writes the shard,
+//     later ones add to it, as DeepSpeed does), freeing the bucket when the
+//     reduction completes (at most one waits while the next fills).
+//
+// Then each rank takes the sum of squares of its reduced gradient per chunk
+// (with the host optimizer it also copies the shard once to pinned host
+// memory); the engine adds them chunk by chunk in rank order (stage 0:
+// rank 0's whole chunk), clips like torch.nn.utils.clip_grad_norm_, stops
+// with model.ErrNonFinite on a NaN or Inf loss or norm, and runs Adam on each
+// rank's slice: gpu.Ops.AdamStep on the device, or cpuadam on the host
+// writing the new bf16 params straight into a pinned upload buffer that is
+// copied to the device. Stages 1-2 (and persistent chunks) AllGather the
+// updated slices in place. The next step's reads of chunk c wait only for
+// chunk c's update (an event per chunk), not for the whole optimizer.
+//
+// Collectives are issued on the communication stream, in an order fixed by
+// model.AccessOrder and the chunk order, never by timing, so every rank
+// issues the same ones.
+//
+// # Numerics
+//
+// With A = 1 every stage, N and optimizer placement gives bits identical
+// to model.Trainer with Ranks = N: the Comm sums ranks in order in fp32 and
+// rounds once, as the Trainer's Cast→Axpy→Cast; Adam is elementwise and the
+// device and host paths call the same cpuadam kernels. With A > 1, stages
+// 0-1 stay identical; stages 2-3 reduce every micro-batch into a bf16 shard,
+// a different grouping of the sum (tests bound it). With clipping on,
+// sharded stages sum the squares per shard, a different float64 grouping
+// of the norm (relative 1e-15; tests bound it).
+//
+// # Lifecycle and memory
+//
+// New validates the config, lays the chunks out, allocates each rank's
+// model state (tagged gpu.ModelState, held until Close), its activations
+// (model.New, gpu.Activation) and the norms buffer, checks that the device
+// budget leaves room for the worst-case workspace (gathered chunks, buckets),
+// and initialises every chunk with Layout.InitChunk(strata.seed). With the
+// host optimizer it starts one cpuadam.Optimizer and a pinned.Pool holding,
+// per rank, the gradient shards and the upload staging; fp32 master, m and v
+// live in host memory per rank shard. Step and Run are called from one
+// goroutine; Params and Master synchronize and read the shards; Summary
+// reports measured peaks next to EstimateMemory; Close frees everything.
+// All state access goes through one stateStore per rank (state.go), so the
+// tier store can take over where each (chunk, state) lives.
+//
+// Not built here: offload_param and NVMe offload (the tier store), the
+// "dpu" overlap mode (New rejects them with ErrNotBuilt).
 package engine

@@ -13,11 +13,11 @@ import (
 	"github.com/strata-ai/strata/model"
 )
 
-// The tiny model of the tests: 2 blocks of width 32, byte vocabulary, 16
-// tokens per row. Its chunks (10240, 12704, 12704, 64 params) make a
+// The model of the tests: 2 blocks of width 16, byte vocabulary, 16
+// tokens per row. Its chunks (4352, 3280, 3280, 32 params) make a
 // persistence threshold of 1000 keep ln_f gathered at stage 3 and shard
 // the rest.
-const testShapeJSON = `{"n_layer": 2, "n_embd": 32, "n_head": 4, "vocab_size": 256, "max_seq_len": 64}`
+const testShapeJSON = `{"n_layer": 2, "n_embd": 16, "n_head": 2, "vocab_size": 256, "max_seq_len": 16}`
 
 const (
 	testSeq   = 16
@@ -192,6 +192,14 @@ func checkMemory(t *testing.T, s runSpec, e *Engine) {
 		if s.stage == 3 && d.GatheredPeakBytes == 0 {
 			t.Errorf("%v: %s: stage 3 gathered nothing", s, d.Device)
 		}
+		var maxPadded, maxShard int64
+		for _, p := range e.chunks {
+			maxPadded, maxShard = max(maxPadded, int64(e.n*p.shard)), max(maxShard, int64(p.shard))
+		}
+		sz := int64(e.precision.Size())
+		if d.GatheredPeakBytes > 2*maxPadded*sz || d.BucketPeakBytes > 3*(maxPadded+maxShard)*sz {
+			t.Errorf("%v: %s: gathered peak %d, bucket peak %d: more than 2 chunks / 3 buckets in flight", s, d.Device, d.GatheredPeakBytes, d.BucketPeakBytes)
+		}
 		if s.stage < 3 && d.GatheredPeakBytes != 0 || s.stage < 2 && d.BucketPeakBytes != 0 {
 			t.Errorf("%v: %s: gathered %d, buckets %d below stage 3/2", s, d.Device, d.GatheredPeakBytes, d.BucketPeakBytes)
 		}
@@ -271,9 +279,11 @@ func TestEquivalenceFP32(t *testing.T) {
 // sum is grouped (a0+b0)+(a1+b1) instead of (a0+a1)+(b0+b1), each with a
 // bf16 rounding: not bit-identical. The bound: bf16 gradients carry 8
 // significant bits, so one step's gradient differs by at most a few bf16
-// ulps relative; Adam normalizes by sqrt(v), so a param moves by at most
-// about lr per step either way, and after 10 steps the params stay within
-// 10·lr_max = 0.03 absolute (we see far less) and the losses within 1 %.
+// ulps relative; Adam normalizes the step by sqrt(v), so such a
+// difference moves a param by a small fraction of lr per step. Bound: after
+// 10 steps the params stay within lr_max = 3e-3 absolute (one full step;
+// measured: 2.4e-4, one bf16 ulp of the largest weights) and the losses
+// within 0.1 %.
 func TestAccumulation(t *testing.T) {
 	const steps = 10
 	base := runSpec{n: 2, micro: 1, accum: 2}
@@ -289,11 +299,11 @@ func TestAccumulation(t *testing.T) {
 			}
 			if stage >= 2 {
 				t.Logf("stage %d, A=2: %d params differ from the baseline, max |diff| %g", stage, m, d)
-				if d > 10*3e-3 {
-					t.Errorf("params differ by %g, more than 10·lr", d)
+				if d > 3e-3 {
+					t.Errorf("params differ by %g, more than lr_max", d)
 				}
 				for i := range got.losses {
-					if math.Abs(got.losses[i]-want.losses[i]) > 0.01*want.losses[i] {
+					if math.Abs(got.losses[i]-want.losses[i]) > 1e-3*want.losses[i] {
 						t.Errorf("step %d: loss %v, baseline %v", i+1, got.losses[i], want.losses[i])
 					}
 				}
@@ -340,8 +350,9 @@ func TestClipping(t *testing.T) {
 // TestAcrossDeviceCounts trains the same global batch of 4 rows on 1, 2
 // and 4 devices (A = 4, 2, 1): the gradients are summed in a different
 // grouping (bf16 accumulation inside a rank, fp32 reduction across
-// ranks), so the runs agree only approximately. Bound: losses within 1 %
-// at every step and params within 10·lr_max absolute (see TestAccumulation).
+// ranks), so the runs agree only approximately. Bound, as in
+// TestAccumulation: losses within 0.1 % at every step and params within
+// lr_max = 3e-3 absolute (measured: 2.4e-4 and 2e-6 relative).
 func TestAcrossDeviceCounts(t *testing.T) {
 	const steps = 10
 	var ref result
@@ -354,11 +365,11 @@ func TestAcrossDeviceCounts(t *testing.T) {
 		}
 		m, d := diff(got.params, ref.params)
 		t.Logf("N=%d vs N=1: %d params differ, max |diff| %g; final loss %.5f vs %.5f", n, m, d, got.losses[steps-1], ref.losses[steps-1])
-		if d > 10*3e-3 {
+		if d > 3e-3 {
 			t.Errorf("N=%d: params differ from N=1 by %g", n, d)
 		}
 		for k := range got.losses {
-			if math.Abs(got.losses[k]-ref.losses[k]) > 0.01*ref.losses[k] {
+			if math.Abs(got.losses[k]-ref.losses[k]) > 1e-3*ref.losses[k] {
 				t.Errorf("N=%d step %d: loss %v, N=1 %v", n, k+1, got.losses[k], ref.losses[k])
 			}
 		}

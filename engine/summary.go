@@ -20,8 +20,11 @@ type DeviceSummary struct {
 	// in fp32 mode the same elements with 4-byte params and grads and no
 	// separate master copy.
 	FormulaBytes int64
-	Formula      string  // the reference text's formula, "2Ψ + 14Ψ/N"
-	FormulaRatio float64 // ModelStatePeakBytes / FormulaBytes
+	Formula      string // the reference text's formula, "2Ψ + 14Ψ/N"
+	// FormulaPaperBytes is the formula evaluated without padding or
+	// persistent chunks (the reference text's number); 0 in fp32 mode.
+	FormulaPaperBytes int64
+	FormulaRatio      float64 // ModelStatePeakBytes / FormulaBytes
 
 	// The working set, named: the engine's own transient buffers and the
 	// model's activations.
@@ -68,8 +71,9 @@ func (e *Engine) Summary() Summary {
 		s.HostFormula = e.hostWant
 	}
 	formula := e.estimate.TierFormula(shard.HBM).String()
+	paper := int64(e.estimate.TierFormula(shard.HBM).Bytes(e.estimate.Params, e.n))
 	if e.precision == gpu.F32 {
-		formula = "fp32 layout"
+		formula, paper = "fp32 layout", 0
 	}
 	for _, r := range e.ranks {
 		ms := r.dev.MemStats()
@@ -78,6 +82,7 @@ func (e *Engine) Summary() Summary {
 			ModelStatePeakBytes: ms.PeakByKind[gpu.ModelState],
 			FormulaBytes:        e.expected,
 			Formula:             formula,
+			FormulaPaperBytes:   paper,
 			GatheredPeakBytes:   r.ws.gatheredPeakBytes,
 			BucketPeakBytes:     r.ws.bucketPeakBytes,
 			WorkspacePeakBytes:  ms.PeakByKind[gpu.Workspace],
@@ -100,13 +105,16 @@ func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "model %s (%s params), stage %d on %d device(s), %s, optimizer on the %s, overlap %s\n",
 		s.Model, units.FormatSize(s.Params), s.Stage, s.Devices, precisionName(s.Precision), s.Optimizer, s.Overlap)
-	fmt.Fprintf(&b, "%-8s %14s %14s %7s %-12s %12s %12s %12s %12s\n", "device", "model state", "formula", "ratio", "formula", "gathered", "buckets", "workspace", "activations")
+	fmt.Fprintf(&b, "%-8s %12s %12s %7s  %-12s %12s | %10s %10s %10s %11s\n", "device", "model state", "estimate", "ratio",
+		"formula", "unpadded", "gathered", "buckets", "workspace", "activations")
 	for _, d := range s.PerDevice {
-		fmt.Fprintf(&b, "%-8s %14s %14s %7.4f %-12s %12s %12s %12s %12s\n", d.Device,
-			units.FormatBytes(d.ModelStatePeakBytes), units.FormatBytes(d.FormulaBytes), d.FormulaRatio, d.Formula,
+		fmt.Fprintf(&b, "%-8s %12s %12s %7.4f  %-12s %12s | %10s %10s %10s %11s\n", d.Device,
+			units.FormatBytes(d.ModelStatePeakBytes), units.FormatBytes(d.FormulaBytes), d.FormulaRatio, d.Formula, units.FormatBytes(d.FormulaPaperBytes),
 			units.FormatBytes(d.GatheredPeakBytes), units.FormatBytes(d.BucketPeakBytes),
 			units.FormatBytes(d.WorkspacePeakBytes), units.FormatBytes(d.ActivationPeakBytes))
 	}
+	fmt.Fprintf(&b, "model state: measured peak of gpu.ModelState allocations; estimate: engine.EstimateMemory (padded shards, as `strata estimate`);\n"+
+		"working set (not model state): gathered = stage-3 chunks in flight, buckets = gradient buckets and reduce shards in flight\n")
 	if s.HostFormula > 0 || s.HostBytes > 0 {
 		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s\n",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))

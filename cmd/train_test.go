@@ -1,0 +1,174 @@
+package cmd
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runApp(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	err = App(&out, &errb).Run(append([]string{"strata"}, args...))
+	return out.String(), errb.String(), err
+}
+
+func writeFile(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// losses reads the loss of every line of steps.jsonl.
+func losses(t *testing.T, dir string) []float64 {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "steps.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l stepLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("steps.jsonl: %v", err)
+		}
+		if l.Step != int64(len(out)+1) || l.TokensPerSecond <= 0 || l.StepSeconds <= 0 {
+			t.Fatalf("steps.jsonl line %d: %+v", len(out)+1, l)
+		}
+		out = append(out, l.Loss)
+	}
+	return out
+}
+
+// mean of the first and last k values.
+func ends(v []float64, k int) (first, last float64) {
+	for i := range k {
+		first += v[i] / float64(k)
+		last += v[len(v)-k+i] / float64(k)
+	}
+	return first, last
+}
+
+// TestTrainDemo runs `strata train` with no config (shortened by --steps):
+// the loss goes down, the out directory has the resolved config, one JSONL
+// line per step and the summary, and the summary table reports each
+// device's model state at the estimate.
+func TestTrainDemo(t *testing.T) {
+	dir := t.TempDir()
+	stdout, stderr, err := runApp(t, "train", "--steps", "12", "--out", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	l := losses(t, dir)
+	if len(l) != 12 {
+		t.Fatalf("%d lines in steps.jsonl, want 12", len(l))
+	}
+	if first, last := ends(l, 3); !(last < first-0.5) {
+		t.Errorf("loss did not go down: %v", l)
+	}
+	for _, f := range []string{"config.json", "summary.json"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	var sum struct {
+		PerDevice []struct {
+			Ratio float64 `json:"ratio"`
+		} `json:"per_device"`
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "summary.json"))
+	if err := json.Unmarshal(b, &sum); err != nil || len(sum.PerDevice) != 2 {
+		t.Fatalf("summary.json: %v: %s", err, b)
+	}
+	for _, d := range sum.PerDevice {
+		if d.Ratio < 0.95 || d.Ratio > 1.05 {
+			t.Errorf("model state / estimate = %v", d.Ratio)
+		}
+	}
+	for _, want := range []string{"16Ψ/N", "cpu:0", "cpu:1", "gathered"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "loss") || !strings.Contains(stderr, "tok/s") || !strings.Contains(stderr, "moved") {
+		t.Errorf("progress bar lacks loss, tokens/s or bytes moved:\n%s", stderr)
+	}
+}
+
+// TestTrainData trains on a real text file with stage 3 on 2 devices for
+// a few dozen steps; the loss goes down.
+func TestTrainData(t *testing.T) {
+	cfg := writeFile(t, "stage3.json", `{
+  "train_micro_batch_size_per_gpu": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95]}},
+  "bf16": {"enabled": true},
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": {"device": "cpu"}},
+  "strata": {"model": "tiny", "devices": 2, "seq_len": 32, "seed": 3}
+}`)
+	dir := t.TempDir()
+	_, stderr, err := runApp(t, "train", "--config", cfg, "--data", "../testdata/train/corpus.txt", "--steps", "40", "--out", dir, "--no-progress")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	l := losses(t, dir)
+	if first, last := ends(l, 5); !(last < first-1) {
+		t.Errorf("loss did not go down by 1 nat: first steps %.3f, last %.3f: %v", first, last, l)
+	}
+}
+
+// TestTrainBadInput: each bad input is one clear error, no panic, and a
+// non-zero exit status.
+func TestTrainBadInput(t *testing.T) {
+	empty := writeFile(t, "empty.txt", "")
+	cases := []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"malformed json", []string{"--config", writeFile(t, "bad.json", "{\n  \"train_batch_size\": 8,,\n}\n")}, []string{"bad.json:2:"}},
+		{"misspelled key", []string{"--config", "../testdata/configs/bad_misspelled_key.json"}, []string{"train_micro_batch_size_per_gp", "train_micro_batch_size_per_gpu"}},
+		{"batch arithmetic", []string{"--config", "../testdata/configs/bad_batch_arithmetic.json"}, []string{"train_batch_size"}},
+		{"batch with devices", []string{"--config", writeFile(t, "b.json", `{"train_batch_size": 6, "train_micro_batch_size_per_gpu": 3, "strata": {"model": "tiny"}}`), "--devices", "4"}, []string{"train_batch_size 6", "4"}},
+		{"too many devices", []string{"--config", "../testdata/configs/good_tiny_stage3.json", "--devices", "8"}, []string{"8 devices", "at most 4"}},
+		{"missing data", []string{"--data", filepath.Join(t.TempDir(), "nope.txt")}, []string{"nope.txt", "no such file"}},
+		{"empty data", []string{"--data", empty}, []string{"empty.txt", "empty"}},
+		{"short data", []string{"--data", writeFile(t, "short.txt", "tiny")}, []string{"corpus too short"}},
+		{"steps", []string{"--steps", "0"}, []string{"--steps"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, _, err := runApp(t, append([]string{"train"}, c.args...)...)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+			if strings.Count(err.Error(), "\n") > 2 {
+				t.Errorf("error is not one clear message: %q", err)
+			}
+		})
+	}
+	// The exit status through Main.
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	saved := os.Stderr
+	os.Stderr = null
+	code := Main([]string{"strata", "train", "--data", empty})
+	os.Stderr = saved
+	if code == 0 {
+		t.Error("exit status 0 for an empty data file")
+	}
+}
