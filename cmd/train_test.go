@@ -64,13 +64,13 @@ func ends(v []float64, k int) (first, last float64) {
 // device's model state at the estimate.
 func TestTrainDemo(t *testing.T) {
 	dir := t.TempDir()
-	stdout, stderr, err := runApp(t, "train", "--steps", "12", "--out", dir)
+	stdout, stderr, err := runApp(t, "train", "--steps", "8", "--out", dir)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
 	l := losses(t, dir)
-	if len(l) != 12 {
-		t.Fatalf("%d lines in steps.jsonl, want 12", len(l))
+	if len(l) != 8 {
+		t.Fatalf("%d lines in steps.jsonl, want 8", len(l))
 	}
 	if first, last := ends(l, 3); !(last < first-0.5) {
 		t.Errorf("loss did not go down: %v", l)
