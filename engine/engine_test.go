@@ -415,3 +415,33 @@ func TestNewErrors(t *testing.T) {
 		t.Fatalf("got %v, want ErrCorpusTooShort", err)
 	}
 }
+
+// TestNonFinite: a NaN in one rank's parameters makes the step fail with
+// model.ErrNonFinite and leaves the optimizer state untouched.
+func TestNonFinite(t *testing.T) {
+	for _, offload := range []bool{false, true} {
+		s := runSpec{stage: 1, n: 2, micro: 1, accum: 1, offload: offload}
+		e := newTestEngine(t, s)
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+		before, err := e.Master()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := e.ranks[0]
+		c := e.layout.FinalNormChunk()
+		nan := encode([]float32{float32(math.NaN())}, e.precision)
+		r.dev.CopyHostToDevice(r.s, r.st.paramFull(c), 0, nan)
+		if _, err := e.Step(); !errors.Is(err, model.ErrNonFinite) {
+			t.Fatalf("%v: got %v, want ErrNonFinite", s, err)
+		}
+		after, err := e.Master()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, _ := diff(before, after); m != 0 || e.StepCount() != 1 {
+			t.Errorf("%v: %d master weights changed, step count %d after a non-finite step", s, m, e.StepCount())
+		}
+	}
+}
