@@ -255,3 +255,4 @@ func checkLeaks(t *testing.T) {
 		t.Errorf("leak: goroutines %d -> %d, fds %d -> %d\n%s", g0, g, fd0, fd, buf)
 	})
 }
+

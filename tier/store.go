@@ -619,7 +619,11 @@ func (s *Store) run(e *entry, op *Op, from, to shard.Tier, drop bool, stage *pin
 	switch {
 	case s.closed:
 		err = ErrClosed
-	case !e.valid(src):
+	case !src.present || src.version == 0 || src.lost != nil:
+		// Its own move failed: there is nothing to copy. (A source that
+		// is merely stale now, because the shard was written elsewhere
+		// after Submit, is copied with its version: the destination lands
+		// stale, as the planner expects.)
 		err = fmt.Errorf("the %s copy: %w", from, e.whyInvalid(src))
 	default:
 		ver, blank = src.version, src.blank
