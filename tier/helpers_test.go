@@ -255,4 +255,3 @@ func checkLeaks(t *testing.T) {
 		t.Errorf("leak: goroutines %d -> %d, fds %d -> %d\n%s", g0, g, fd0, fd, buf)
 	})
 }
-
