@@ -84,7 +84,14 @@ a5full:
 	KXNORW K1, K1, K1
 
 a5body:
-	VMOVUPS.Z (SI), K1, Z0 // x
+	// Software prefetch 1 KiB ahead in each input stream (never faults,
+	// even past the end): +15% on one core over the hardware prefetchers
+	// alone (bench/README-adam.md).
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1024(DX)
+	PREFETCHT0 1024(R8)
+	PREFETCHT0 1024(R9)
+	VMOVUPS.Z  (SI), K1, Z0 // x
 	TESTQ     $fGradBF16, BX
 	JNZ       a5gbf16
 	VMOVUPS.Z (DX), K1, Z1 // g
@@ -183,7 +190,11 @@ a2start:
 	JLE   a2done
 
 a2loop:
-	VMOVUPS (SI), Y0
+	PREFETCHT0 1024(SI)
+	PREFETCHT0 1024(DX)
+	PREFETCHT0 1024(R8)
+	PREFETCHT0 1024(R9)
+	VMOVUPS    (SI), Y0
 	TESTQ   $fGradBF16, BX
 	JNZ     a2gbf16
 	VMOVUPS (DX), Y1
