@@ -1,0 +1,199 @@
+package prefetch
+
+import (
+	"container/heap"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/strata-ai/strata/internal/shard"
+)
+
+// modelStep is one training step of a model of `layers` chunks on `ranks`
+// ranks with all five states, offloaded the way issue 6 runs it: params and
+// master/m/v homed on NVMe, gradients on host. Per rank a param shard is
+// paramBytes (grad the same, master/m/v twice that). Forward reads each
+// param in HBM, backward reads it again and writes the gradient in HBM, the
+// optimizer reads the gradient in host, updates master, m and v there and
+// writes the new param there.
+func modelStep(layers, ranks int, paramBytes int64, layerCompute, optCompute time.Duration) (Trace, Residency) {
+	res := Residency{}
+	key := func(c, r int, st shard.State) shard.Key {
+		return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: st}
+	}
+	for c := 0; c < layers; c++ {
+		for r := 0; r < ranks; r++ {
+			res[key(c, r, shard.Param)] = Placement{SizeBytes: paramBytes, Home: shard.NVMe}
+			res[key(c, r, shard.Grad)] = Placement{SizeBytes: paramBytes, Home: shard.Host}
+			for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+				res[key(c, r, st)] = Placement{SizeBytes: 2 * paramBytes, Home: shard.NVMe}
+			}
+		}
+	}
+	var tr Trace
+	add := func(c, r int, st shard.State, ph Phase, t shard.Tier, k Kind, d time.Duration) {
+		kk := key(c, r, st)
+		tr.Accesses = append(tr.Accesses, Access{Key: kk, Phase: ph, Tier: t, Kind: k, SizeBytes: res[kk].SizeBytes, Compute: d})
+	}
+	// The ranks compute in parallel: the layer's time is on the last rank's access.
+	last := func(r int, d time.Duration) time.Duration {
+		if r == ranks-1 {
+			return d
+		}
+		return 0
+	}
+	for c := 0; c < layers; c++ {
+		for r := 0; r < ranks; r++ {
+			add(c, r, shard.Param, Forward, shard.HBM, Read, last(r, layerCompute))
+		}
+	}
+	for c := layers - 1; c >= 0; c-- {
+		for r := 0; r < ranks; r++ {
+			add(c, r, shard.Param, Backward, shard.HBM, Read, 0)
+			add(c, r, shard.Grad, Backward, shard.HBM, Write, last(r, 2*layerCompute))
+		}
+	}
+	for c := layers - 1; c >= 0; c-- {
+		for r := 0; r < ranks; r++ {
+			add(c, r, shard.Grad, Optimizer, shard.Host, Read, 0)
+			add(c, r, shard.Master, Optimizer, shard.Host, Update, 0)
+			add(c, r, shard.AdamM, Optimizer, shard.Host, Update, 0)
+			add(c, r, shard.AdamV, Optimizer, shard.Host, Update, optCompute)
+			add(c, r, shard.Param, Optimizer, shard.Host, Write, 0)
+		}
+	}
+	return tr, res
+}
+
+// driver runs a planner against one compute stream and one queue per link,
+// like Simulate but keeping nothing: it is what BenchmarkPlannerStep times.
+type driver struct {
+	p        *Planner
+	now      time.Duration
+	q        events
+	moves    map[int]Move
+	linkFree map[int]time.Duration
+	seq      int
+	woken    map[time.Duration]bool
+}
+
+func newDriver(p *Planner) *driver {
+	return &driver{p: p, moves: map[int]Move{}, linkFree: map[int]time.Duration{}, woken: map[time.Duration]bool{}}
+}
+
+func (d *driver) dispatch(ms []Move) {
+	for _, m := range ms {
+		l, ok := m.Link()
+		if !ok {
+			continue
+		}
+		inst := int(l)
+		if m.From == shard.HBM || m.To == shard.HBM {
+			inst = LinkCount*(1+int(m.Key.Rank)) + int(l)
+		}
+		start := max(d.now, d.linkFree[inst])
+		done := start + d.p.opts.TransferTime(l, m.SizeBytes)
+		d.linkFree[inst] = done
+		d.seq++
+		d.moves[d.seq] = m
+		heap.Push(&d.q, event{at: done, seq: d.seq, move: d.seq})
+	}
+	if w, ok := d.p.WakeAt(); ok && w > d.now && !d.woken[w] {
+		d.woken[w] = true
+		d.seq++
+		heap.Push(&d.q, event{at: w, seq: d.seq, move: -1})
+	}
+}
+
+// advance processes the events up to until (until < 0: exactly one).
+func (d *driver) advance(until time.Duration) bool {
+	for {
+		if d.q.Len() == 0 || (until >= 0 && d.q[0].at > until) {
+			if until >= 0 {
+				d.now = until
+			}
+			return until >= 0
+		}
+		e := heap.Pop(&d.q).(event)
+		d.now = e.at
+		if e.move >= 0 {
+			d.p.Completed(d.moves[e.move], d.now)
+			delete(d.moves, e.move)
+		} else {
+			delete(d.woken, e.at)
+		}
+		d.dispatch(d.p.Next(d.now))
+		if until < 0 {
+			return true
+		}
+	}
+}
+
+func (d *driver) step(tb testing.TB, tr Trace) {
+	d.p.BeginStep(d.now)
+	d.dispatch(d.p.Next(d.now))
+	for _, a := range tr.Accesses {
+		_, moves, err := d.p.Access(a, d.now)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		d.dispatch(moves)
+		for !d.p.Ready(a) {
+			if !d.advance(-1) {
+				tb.Fatalf("%s never became ready", a)
+			}
+		}
+		d.advance(d.now + a.Compute)
+		d.p.Release(a.Key, d.now)
+		d.dispatch(d.p.Next(d.now))
+	}
+}
+
+// benchModel is the model of BenchmarkPlannerStep: 48 layers on 4 ranks,
+// 50 MB param shards (3 GB of params, 24 GB of model state), HBM per rank
+// room for 8 param shards, host room for the gradient homes plus 96
+// optimizer shards.
+func benchModel(layers int) (Trace, Residency, Options) {
+	const ranks = 4
+	const paramBytes = 50 << 20
+	tr, res := modelStep(layers, ranks, paramBytes, 20*time.Millisecond, 5*time.Millisecond)
+	opts := DefaultOptions()
+	opts.BudgetBytes[shard.HBM] = 8 * paramBytes
+	opts.BudgetBytes[shard.Host] = int64(layers*ranks)*paramBytes + 96*2*paramBytes
+	opts.BandwidthBytesPerSec[NVMeToHost] = 12e9
+	opts.BandwidthBytesPerSec[HostToNVMe] = 8e9
+	return tr, res, opts
+}
+
+// BenchmarkPlannerStep measures the planner's own cost: one training step
+// of Access/Release/Completed/Next per iteration, after a warm-up step, in
+// ns per access. The model of 48 layers is the one to quote; the smaller
+// ones show how the cost grows with the trace.
+func BenchmarkPlannerStep(b *testing.B) {
+	for _, layers := range []int{12, 24, 48} {
+		b.Run(fmt.Sprintf("layers=%d", layers), func(b *testing.B) { benchPlannerStep(b, layers) })
+	}
+}
+
+func benchPlannerStep(b *testing.B, layers int) {
+	tr, res, opts := benchModel(layers)
+	p, err := New(res, opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.SetTrace(tr); err != nil {
+		b.Fatal(err)
+	}
+	d := newDriver(p)
+	d.step(b, tr)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		d.step(b, tr)
+	}
+	b.StopTimer()
+	n := float64(b.N) * float64(len(tr.Accesses))
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/n, "ns/access")
+	st := p.Stats()
+	b.ReportMetric(100*st.HitRate(), "hit%")
+}
