@@ -440,6 +440,7 @@ func checkNamed(t *testing.T, err error, k shard.Key, paths []string) {
 		t.Errorf("error %v is not a *MoveError for %s", err, k)
 	}
 	msg := err.Error()
+	t.Log(msg)
 	if !strings.Contains(msg, k.String()) || !strings.Contains(msg, "offset") {
 		t.Errorf("error %q does not name the shard %q and the offset", msg, k)
 	}
