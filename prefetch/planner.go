@@ -1,8 +1,10 @@
 package prefetch
 
 import (
+	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 
@@ -121,6 +123,7 @@ type keyState struct {
 	lastUse   int64
 	version   uint32  // bumped by every write
 	occ       []int32 // positions in the trace
+	hbmPool   int32   // index of its HBM pool; 0 until known
 }
 
 type taccess struct {
@@ -154,13 +157,14 @@ type flight struct {
 // Planner is the online planner the engine drives. It is not safe for
 // concurrent use; the engine calls it from one goroutine.
 type Planner struct {
-	opts   Options
-	keys   []keyState
-	index  map[shard.Key]int32
-	pools  map[poolID]int
-	used   []int64
-	budget []int64
-	names  []string
+	opts    Options
+	keys    []keyState
+	index   map[shard.Key]int32
+	pools   map[poolID]int
+	poolIDs []poolID // by pool index
+	used    []int64
+	budget  []int64
+	names   []string
 
 	trace     []taccess
 	known     Trace
@@ -182,6 +186,19 @@ type Planner struct {
 	wakeAt  time.Duration
 	wakeSet bool
 	stats   Stats
+
+	// Scratch of Next, reused to keep it free of allocation.
+	cands      []cand
+	refs       []hopRef
+	order      []int32
+	blocked    []bool
+	linkNext   []time.Duration
+	linkSet    []bool
+	victims    []victim
+	seenGen    []uint32 // per (slot, tier): candidates() generation that saw it
+	writerGen  []uint32 // per slot: generation that recorded a write
+	writerTier []shard.Tier
+	gen        uint32
 }
 
 type poolID struct {
@@ -256,6 +273,7 @@ func (p *Planner) pool(t shard.Tier, rank int32) int {
 	}
 	i := len(p.used)
 	p.pools[id] = i
+	p.poolIDs = append(p.poolIDs, id)
 	p.used = append(p.used, 0)
 	p.budget = append(p.budget, p.opts.BudgetBytes[t])
 	name := t.String()
@@ -266,7 +284,19 @@ func (p *Planner) pool(t shard.Tier, rank int32) int {
 	return i
 }
 
-func (p *Planner) poolOf(s int32, t shard.Tier) int { return p.pool(t, p.keys[s].key.Rank) }
+func (p *Planner) poolOf(s int32, t shard.Tier) int {
+	switch t {
+	case shard.Host:
+		return 0 // made first by New
+	case shard.NVMe:
+		return 1
+	}
+	ks := &p.keys[s]
+	if ks.hbmPool == 0 { // 0 is the host pool: not known yet
+		ks.hbmPool = int32(p.pool(shard.HBM, ks.key.Rank))
+	}
+	return int(ks.hbmPool)
+}
 
 // SetTrace loads a known trace: planning starts at the next access. It fails,
 // naming the shard and the budget, when an access cannot fit at all.
@@ -601,21 +631,25 @@ func (p *Planner) Next(now time.Duration) []Move {
 func (p *Planner) dispatch(now time.Duration) bool {
 	cands := p.candidates(now)
 	p.alap(cands)
-	order := make([]int, 0, len(cands))
+	order := p.order[:0]
 	for i := range cands {
 		if cands[i].ready {
-			order = append(order, i)
+			order = append(order, int32(i))
 		}
 	}
-	sort.SliceStable(order, func(a, b int) bool {
-		ca, cb := &cands[order[a]], &cands[order[b]]
-		sa, sb := ca.firstStart(), cb.firstStart()
-		if sa != sb {
-			return sa < sb
+	slices.SortFunc(order, func(a, b int32) int { // (start, g) is a total order
+		ca, cb := &cands[a], &cands[b]
+		if c := cmp.Compare(ca.firstStart(), cb.firstStart()); c != 0 {
+			return c
 		}
-		return ca.g < cb.g
+		return cmp.Compare(ca.g, cb.g)
 	})
-	blocked := map[int]bool{}
+	p.order = order
+	if len(p.blocked) < len(p.used) {
+		p.blocked = make([]bool, len(p.used))
+	}
+	blocked := p.blocked
+	clear(blocked)
 	p.wakeSet = false
 	for _, i := range order {
 		c := &cands[i]
@@ -631,6 +665,10 @@ func (p *Planner) dispatch(now time.Duration) bool {
 			to = c.hops[0].to
 		}
 		if pi := p.poolOf(c.slot, to); to != p.keys[c.slot].home { // a home copy has its room
+			if pi >= len(blocked) {
+				blocked = append(blocked, make([]bool, pi+1-len(blocked))...)
+				p.blocked = blocked
+			}
 			if blocked[pi] {
 				continue
 			}
@@ -687,29 +725,39 @@ func (p *Planner) issue(c *cand) {
 
 // candidates lists the accesses that need a move: the started ones waiting
 // (demand), then the predicted ones within the window, each (shard, tier) once.
+// The list lives in p.cands and is valid until the next call.
 func (p *Planner) candidates(now time.Duration) []cand {
-	var out []cand
-	seen := map[[2]int32]bool{}
+	out := p.cands[:0]
+	p.gen++
+	if p.gen == 0 { // wrapped: clear the stamps
+		clear(p.seenGen)
+		clear(p.writerGen)
+		p.gen = 1
+	}
+	gen := p.gen
+	if len(p.seenGen) < len(p.keys)*shard.TierCount {
+		p.seenGen = make([]uint32, len(p.keys)*shard.TierCount)
+		p.writerGen = make([]uint32, len(p.keys))
+		p.writerTier = make([]shard.Tier, len(p.keys))
+	}
 	// writer[s] is the tier of a write to s that comes first: a copy
 	// fetched elsewhere before it lands would be stale.
-	writer := map[int32]shard.Tier{}
 	for _, u := range p.inUse {
 		if u.kind != Read {
-			writer[u.slot] = u.tier
+			p.writerGen[u.slot], p.writerTier[u.slot] = gen, u.tier
 		}
 	}
 	add := func(s int32, t shard.Tier, k Kind, g int64, deadline time.Duration, demand bool) {
-		id := [2]int32{s, int32(t)}
-		wt, written := writer[s]
-		if k != Read {
-			if _, ok := writer[s]; !ok {
-				writer[s] = t
-			}
+		id := int(s)*shard.TierCount + int(t)
+		written := p.writerGen[s] == gen
+		wt := p.writerTier[s]
+		if k != Read && !written {
+			p.writerGen[s], p.writerTier[s] = gen, t
 		}
-		if seen[id] {
+		if p.seenGen[id] == gen {
 			return
 		}
-		seen[id] = true
+		p.seenGen[id] = gen
 		if c, ok := p.chain(s, t, k); ok {
 			c.g, c.deadline, c.demand = g, deadline, demand
 			if written && wt != t && !c.alloc {
@@ -723,6 +771,7 @@ func (p *Planner) candidates(now time.Duration) []cand {
 	}
 	n := len(p.trace)
 	if n == 0 || p.diverged {
+		p.cands = out
 		return out
 	}
 	// Predicted start of the next access.
@@ -737,15 +786,20 @@ func (p *Planner) candidates(now time.Duration) []cand {
 		w = n
 	}
 	d := t0
+	i := p.pos % n
 	for k := 0; k < w; k++ {
 		g := p.stepBase + int64(p.pos) + int64(k)
 		if g >= p.limit {
 			break
 		}
-		a := p.trace[(p.pos+k)%n]
+		a := &p.trace[i]
 		add(a.slot, a.tier, a.kind, g, d, false)
 		d += a.compute
+		if i++; i == n {
+			i = 0
+		}
 	}
+	p.cands = out
 	return out
 }
 
@@ -829,10 +883,14 @@ func (p *Planner) hop(s int32, from, to shard.Tier) hop {
 // time, the last hop of a chain must land by deadline-slack, an earlier hop
 // by the start of the next. Hops into HBM first, then into Host.
 func (p *Planner) alap(cands []cand) {
+	if n := LinkCount * (1 + len(p.used)); len(p.linkNext) < n {
+		p.linkNext = make([]time.Duration, n)
+		p.linkSet = make([]bool, n)
+	}
 	for _, into := range []shard.Tier{shard.HBM, shard.Host} {
-		type ref struct{ c, h int }
-		var refs []ref
-		for ci := range cands {
+		refs := p.refs[:0]
+		// Fed latest first, the refs are nearly in sorted order already.
+		for ci := len(cands) - 1; ci >= 0; ci-- {
 			c := &cands[ci]
 			for hi := 0; hi < c.nhops; hi++ {
 				h := &c.hops[hi]
@@ -844,30 +902,41 @@ func (p *Planner) alap(cands []cand) {
 				} else {
 					h.finish = c.hops[hi+1].start
 				}
-				refs = append(refs, ref{ci, hi})
+				refs = append(refs, hopRef{int32(ci), int32(hi)})
 			}
 		}
-		sort.SliceStable(refs, func(a, b int) bool {
-			ha, hb := &cands[refs[a].c].hops[refs[a].h], &cands[refs[b].c].hops[refs[b].h]
+		// (link, finish, g) is a total order: no stability needed.
+		slices.SortFunc(refs, func(a, b hopRef) int {
+			ha, hb := &cands[a.c].hops[a.h], &cands[b.c].hops[b.h]
 			if ha.link != hb.link {
-				return ha.link < hb.link
+				return cmp.Compare(ha.link, hb.link)
 			}
 			if ha.finish != hb.finish {
-				return ha.finish > hb.finish
+				return cmp.Compare(hb.finish, ha.finish)
 			}
-			return cands[refs[a].c].g > cands[refs[b].c].g // the later access takes the later slot
+			return cmp.Compare(cands[b.c].g, cands[a.c].g) // the later access takes the later slot
 		})
-		next := map[int]time.Duration{}
+		clear(p.linkSet)
 		for _, r := range refs {
 			h := &cands[r.c].hops[r.h]
 			f := h.finish
-			if n, ok := next[h.link]; ok && n < f {
-				f = n
+			if p.linkSet[h.link] && p.linkNext[h.link] < f {
+				f = p.linkNext[h.link]
 			}
 			h.start = f - h.xfer
-			next[h.link] = h.start
+			p.linkNext[h.link], p.linkSet[h.link] = h.start, true
 		}
+		p.refs = refs
 	}
+}
+
+type hopRef struct{ c, h int32 }
+
+type victim struct {
+	s         int32
+	next      int64 // next use after g
+	evictable bool  // free now and not needed before g
+	dirty     bool
 }
 
 // makeRoom frees space in pool pi for size bytes needed by the access at
@@ -885,21 +954,11 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 	if b == 0 || p.used[pi]+size <= b {
 		return true
 	}
-	var id poolID
-	for k, v := range p.pools {
-		if v == pi {
-			id = k
-		}
-	}
+	id := p.poolIDs[pi]
 	t := id.tier
 	var leaving int64
-	type victim struct {
-		s         int32
-		next      int64 // next use after g
-		evictable bool  // free now and not needed before g
-		dirty     bool
-	}
-	var vs []victim
+	base := len(p.victims) // makeRoom recurses: each call owns the tail it appended
+	defer func() { p.victims = p.victims[:base] }()
 	for i := range p.keys {
 		ks := &p.keys[i]
 		if t == shard.HBM && ks.key.Rank != id.rank {
@@ -920,27 +979,32 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		if v.evictable {
 			v.dirty = p.needsWriteBack(int32(i), t)
 		}
-		vs = append(vs, v)
+		p.victims = append(p.victims, v)
 	}
+	vs := p.victims[base:]
 	if p.used[pi]-leaving+size <= b {
 		return false // write-backs under way will make the room
 	}
-	sort.Slice(vs, func(a, c int) bool {
-		va, vc := vs[a], vs[c]
+	slices.SortFunc(vs, func(va, vc victim) int {
 		if va.next != vc.next {
-			return va.next > vc.next
+			return cmp.Compare(vc.next, va.next)
 		}
 		if va.evictable != vc.evictable {
-			return va.evictable
+			if va.evictable {
+				return -1
+			}
+			return 1
 		}
 		if va.dirty != vc.dirty {
-			return !va.dirty
+			if !va.dirty {
+				return -1
+			}
+			return 1
 		}
-		la, lc := p.keys[va.s].lastUse, p.keys[vc.s].lastUse
-		if la != lc {
-			return la < lc
+		if la, lc := p.keys[va.s].lastUse, p.keys[vc.s].lastUse; la != lc {
+			return cmp.Compare(la, lc)
 		}
-		return va.s < vc.s
+		return cmp.Compare(va.s, vc.s)
 	})
 	for _, v := range vs {
 		if p.used[pi]-leaving+size <= b {
