@@ -27,7 +27,7 @@ var rewrite = flag.Bool("rewrite", false, "rewrite the expected output in testda
 //
 // Commands:
 //
-//	options          input: budget hbm=N host=N nvme=N | bw nvme-host=N/ms ... | slack D | window N
+//	options          input: budget hbm=N host=N nvme=N | bw nvme-host=N/ms ... | slack D | window N | writebehind on|off
 //	shards           input: c0.param 100 home=host [cached=hbm,host]   (c0.r1.param for rank 1)
 //	trace [name=X]   input: fwd c0.param hbm read 10ms
 //	plan [trace=X] [steps=N]
@@ -193,6 +193,15 @@ func (st *ddState) exec(name string, a map[string]string, input []string) (strin
 					return "", err
 				}
 				st.opts.Slack = d
+			case "writebehind":
+				switch f := strings.Fields(l); {
+				case len(f) == 2 && f[1] == "on":
+					st.opts.DisableWriteBehind = false
+				case len(f) == 2 && f[1] == "off":
+					st.opts.DisableWriteBehind = true
+				default:
+					return "", fmt.Errorf("writebehind on|off, not %q", l)
+				}
 			case "window":
 				n, err := strconv.Atoi(strings.Fields(l)[1])
 				if err != nil {

@@ -67,6 +67,9 @@ type Options struct {
 	// Window is how many accesses ahead the planner looks; 0 means one
 	// whole step (the schedule is cyclic, so that reaches into the next one).
 	Window int
+	// DisableWriteBehind turns off the write-behind of dirty copies (see
+	// Move.WriteBehind): they are then written back only when evicted.
+	DisableWriteBehind bool
 }
 
 // DefaultOptions are budgets unlimited, PCIe 4 x16-like host links, one
@@ -121,6 +124,9 @@ func (o Options) String() string {
 		fmt.Fprintf(&b, " %s=%.4g", Link(l), v)
 	}
 	fmt.Fprintf(&b, " slack=%v window=%d", o.Slack, o.Window)
+	if o.DisableWriteBehind {
+		b.WriteString(" writebehind=off")
+	}
 	return b.String()
 }
 

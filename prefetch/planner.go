@@ -51,6 +51,11 @@ type Move struct {
 	From, To  shard.Tier
 	SizeBytes int64
 	Reason    Reason
+	// WriteBehind marks a Prefetch that copies a dirty copy one tier down
+	// to its home while the link is idle, keeping the source: the copy is
+	// clean when it lands, so its eviction later is instant. The store
+	// executes it as any Prefetch (copy From -> To, the From copy stays).
+	WriteBehind bool
 }
 
 // Instant reports whether the move completes as the store applies it (Evict,
@@ -72,6 +77,9 @@ func (m Move) String() string {
 	case Alloc:
 		return fmt.Sprintf("alloc %s in %s (%d B)", m.Key, m.To, m.SizeBytes)
 	}
+	if m.WriteBehind {
+		return fmt.Sprintf("writebehind %s %s->%s (%d B)", m.Key, m.From, m.To, m.SizeBytes)
+	}
 	return fmt.Sprintf("%s %s %s->%s (%d B)", m.Reason, m.Key, m.From, m.To, m.SizeBytes)
 }
 
@@ -87,6 +95,9 @@ type Stats struct {
 	Rerecords   int64
 	Bytes       [LinkCount]int64 // bytes put on each link (all ranks)
 	MoveCount   [Alloc + 1]int64 // moves issued, by reason
+	// WriteBehinds counts the Prefetch moves that were write-behinds
+	// (Move.WriteBehind); they are in MoveCount[Prefetch] too.
+	WriteBehinds int64
 	// Stall is the time accesses waited for their shard, by access tier.
 	Stall [shard.TierCount]time.Duration
 }
@@ -152,6 +163,7 @@ type flight struct {
 	m       Move
 	slot    int32
 	version uint32 // of the shard when the transfer was issued
+	link    int    // link instance (see hop)
 }
 
 // Planner is the online planner the engine drives. It is not safe for
@@ -188,15 +200,23 @@ type Planner struct {
 	stats   Stats
 
 	// Scratch of Next, reused to keep it free of allocation.
-	cands      []cand
-	refs       []hopRef
-	order      []int32
-	blocked    []bool
-	linkNext   []time.Duration
-	linkSet    []bool
-	victims    []victim
-	seenGen    []uint32 // per (slot, tier): candidates() generation that saw it
-	writerGen  []uint32 // per slot: generation that recorded a write
+	cands    []cand
+	refs     []hopRef
+	order    []int32
+	blocked  []bool
+	linkNext []time.Duration
+	linkSet  []bool
+	victims  []victim
+
+	// Write-behind.
+	linkBusy   []int32         // planner transfers in flight per link instance
+	dirtyList  []dirtyCopy     // copies made dirty by a Release, not yet cleaned
+	linkDue    []time.Duration // per link instance: earliest planned start not issued
+	overflow   []bool          // per pool: the trace needs more than its budget
+	cum        []time.Duration // cum[i]: compute of trace accesses 0..i-1
+	t0         time.Duration   // predicted start of the next access (last candidates)
+	seenGen    []uint32        // per (slot, tier): candidates() generation that saw it
+	writerGen  []uint32        // per slot: generation that recorded a write
 	writerTier []shard.Tier
 	gen        uint32
 }
@@ -352,11 +372,186 @@ func (p *Planner) adopt(tr Trace) {
 	for i := range p.keys {
 		p.keys[i].occ = p.keys[i].occ[:0]
 	}
+	p.cum = append(p.cum[:0], 0)
 	for i, a := range tr.Accesses {
 		s := p.index[a.Key]
 		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, compute: a.Compute})
 		p.keys[s].occ = append(p.keys[s].occ, int32(i))
+		p.cum = append(p.cum, p.cum[i]+a.Compute)
 	}
+	p.footprint()
+}
+
+// footprint marks the pools whose budget is smaller than what the trace
+// would keep in them if nothing were ever evicted: the homes there plus one
+// copy of every shard an access needs there or stages through there. Only
+// in those pools can a dirty copy have to be evicted, so only there is a
+// write-behind worth its link time.
+func (p *Planner) footprint() {
+	fp := make([]int64, len(p.used))
+	seen := make(map[[2]int32]bool)
+	addTo := func(s int32, t shard.Tier) {
+		pi := p.poolOf(s, t)
+		for pi >= len(fp) {
+			fp = append(fp, 0)
+		}
+		if t == p.keys[s].home || seen[[2]int32{s, int32(t)}] {
+			return
+		}
+		seen[[2]int32{s, int32(t)}] = true
+		fp[pi] += p.keys[s].sizeBytes
+	}
+	for i := range p.keys {
+		ks := &p.keys[i]
+		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
+			if t == ks.home || ks.copies[t] != absent {
+				pi := p.poolOf(int32(i), t)
+				for pi >= len(fp) {
+					fp = append(fp, 0)
+				}
+				fp[pi] += ks.sizeBytes
+				seen[[2]int32{int32(i), int32(t)}] = true
+			}
+		}
+	}
+	for _, a := range p.trace {
+		addTo(a.slot, a.tier)
+		if a.kind != Write {
+			for t := a.tier + 1; t < p.keys[a.slot].home; t++ {
+				addTo(a.slot, t)
+			}
+		}
+	}
+	p.overflow = make([]bool, len(fp))
+	for pi, f := range fp {
+		p.overflow[pi] = pi < len(p.budget) && p.budget[pi] > 0 && f > p.budget[pi]
+	}
+}
+
+// computeUntil is the modeled compute from the next access to begin up to
+// the start of the access at global index g (g at or after it).
+func (p *Planner) computeUntil(g int64) time.Duration {
+	n := int64(len(p.trace))
+	cur := p.stepBase + int64(p.pos)
+	if n == 0 || g <= cur {
+		return 0
+	}
+	// Accesses cur..g-1, cyclic over the trace.
+	full := (g - cur) / n
+	d := time.Duration(full) * p.cum[n]
+	from, to := int64(p.pos)%n, (int64(p.pos)+(g-cur)%n)%n
+	if to >= from {
+		d += p.cum[to] - p.cum[from]
+	} else {
+		d += p.cum[n] - p.cum[from] + p.cum[to]
+	}
+	return d
+}
+
+// writeBehind copies dirty copies to their home while the link is idle
+// (see Move.WriteBehind). A copy qualifies when its home is the next tier
+// down (no room is needed anywhere: the home is always allocated), its pool
+// is one the trace overflows, nothing uses or reads it, no planner transfer
+// is on that link and none is planned to start there before this one would
+// end, and the next write of the shard is predicted to begin after it ends.
+func (p *Planner) writeBehind(now time.Duration) {
+	if len(p.dirtyList) == 0 || p.opts.DisableWriteBehind {
+		p.dirtyList = p.dirtyList[:0]
+		return
+	}
+	// Earliest planned start of a transfer not yet issued, per link.
+	for i := range p.linkDue {
+		p.linkDue[i] = math.MaxInt64
+	}
+	for i := range p.cands {
+		c := &p.cands[i]
+		if c.alloc || c.nhops == 0 {
+			continue
+		}
+		h := &c.hops[0]
+		if p.keys[c.slot].copies[h.to] == incoming {
+			continue // issued
+		}
+		for h.link >= len(p.linkDue) {
+			p.linkDue = append(p.linkDue, math.MaxInt64)
+		}
+		if st := max(c.firstStart(), now); st < p.linkDue[h.link] {
+			p.linkDue[h.link] = st
+		}
+	}
+	j := 0
+	for _, dc := range p.dirtyList {
+		ks := &p.keys[dc.slot]
+		t := dc.tier
+		if !ks.dirty || !p.valid(dc.slot, t) || !p.needsWriteBack(dc.slot, t) {
+			continue // cleaned, rewritten elsewhere or gone: drop from the list
+		}
+		down := t + 1
+		if down != ks.home || ks.copies[down] == incoming {
+			continue // only a write to an adjacent home needs no room
+		}
+		j0 := j
+		p.dirtyList[j] = dc
+		j++
+		pi := p.poolOf(dc.slot, t)
+		if ks.pins[t] > 0 || ks.sources[t] > 0 || (len(p.trace) > 0 && !p.overflow[pi]) || (len(p.trace) == 0 && p.budget[pi] == 0) {
+			continue
+		}
+		h := p.hop(dc.slot, t, down)
+		if h.link < len(p.linkBusy) && p.linkBusy[h.link] > 0 {
+			continue
+		}
+		end := now + h.xfer
+		if h.link < len(p.linkDue) && p.linkDue[h.link] < end {
+			continue
+		}
+		if p.writtenBefore(dc.slot, end) {
+			continue
+		}
+		ks.sources[t]++
+		p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: Prefetch, WriteBehind: true})
+		p.stats.WriteBehinds++
+		p.track(dc.slot, h.link, ks.version)
+		j = j0 // in flight: Completed decides whether it is still dirty
+	}
+	p.dirtyList = p.dirtyList[:j]
+}
+
+// writtenBefore reports whether an access that writes s is waiting, or is
+// predicted to begin before end.
+func (p *Planner) writtenBefore(s int32, end time.Duration) bool {
+	for _, w := range p.pending {
+		if w.slot == s && w.kind != Read {
+			return true
+		}
+	}
+	n := len(p.trace)
+	if n == 0 || p.diverged {
+		return false
+	}
+	ks := &p.keys[s]
+	if len(ks.occ) == 0 {
+		return false
+	}
+	// The occurrences from the current position on, cyclically: position o
+	// of the trace is global index base+o in this cycle, base+n+o in the next.
+	pos := p.pos % n
+	base := p.stepBase + int64(p.pos-pos)
+	k := sort.Search(len(ks.occ), func(i int) bool { return int(ks.occ[i]) >= pos })
+	for i := 0; i < len(ks.occ); i++ {
+		o, g := ks.occ[(k+i)%len(ks.occ)], base
+		if k+i >= len(ks.occ) {
+			g += int64(n)
+		}
+		g += int64(o)
+		if g >= p.limit || p.t0+p.computeUntil(g) >= end {
+			return false
+		}
+		if p.trace[o].kind != Read {
+			return true
+		}
+	}
+	return false
 }
 
 // Trace returns the trace the planner plans from.
@@ -469,6 +664,9 @@ func (p *Planner) valid(s int32, t shard.Tier) bool {
 }
 
 func (p *Planner) ready(s int32, t shard.Tier, k Kind) bool {
+	if k != Read && p.keys[s].sources[t] > 0 {
+		return false // the store lets a write in only when no move reads the copy
+	}
 	if k == Write {
 		c := p.keys[s].copies[t]
 		return (c == present || c == reserved) && !p.keys[s].stale[t] && !p.keys[s].leaving[t]
@@ -500,6 +698,9 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 	if u.kind != Read && (ks.copies[u.tier] == present || ks.copies[u.tier] == reserved) && !ks.stale[u.tier] {
 		ks.copies[u.tier] = present
 		ks.dirty = u.tier != ks.home
+		if ks.dirty {
+			p.dirtyList = append(p.dirtyList, dirtyCopy{s, u.tier})
+		}
 		ks.version++
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
 			if t != u.tier && t != ks.home && ks.copies[t] == present {
@@ -534,6 +735,7 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 		panic(fmt.Sprintf("prefetch: completion of unknown move %d (%s)", m.ID, m))
 	}
 	delete(p.inflight, m.ID)
+	p.linkBusy[f.link]--
 	s := f.slot
 	ks := &p.keys[s]
 	m = f.m
@@ -578,6 +780,15 @@ func (p *Planner) checkPending(now time.Duration) {
 	p.pending = p.pending[:j]
 }
 
+// track records the transfer just emitted as in flight on link instance link.
+func (p *Planner) track(s int32, link int, version uint32) {
+	p.inflight[p.nextID] = flight{m: p.outbox[len(p.outbox)-1], slot: s, version: version, link: link}
+	for link >= len(p.linkBusy) {
+		p.linkBusy = append(p.linkBusy, 0)
+	}
+	p.linkBusy[link]++
+}
+
 func (p *Planner) emit(m Move) {
 	p.nextID++
 	m.ID = p.nextID
@@ -620,6 +831,7 @@ func (p *Planner) Next(now time.Duration) []Move {
 	// the list was built: after one, the list is built again.
 	for round := 0; p.dispatch(now) && round < 4*len(p.keys)+4; round++ {
 	}
+	p.writeBehind(now)
 	out := p.outbox
 	p.outbox = nil
 	p.checkPending(now)
@@ -720,7 +932,7 @@ func (p *Planner) issue(c *cand) {
 		p.used[p.poolOf(c.slot, h.to)] += ks.sizeBytes
 	}
 	p.emit(Move{Key: ks.key, From: h.from, To: h.to, SizeBytes: ks.sizeBytes, Reason: reason})
-	p.inflight[p.nextID] = flight{m: p.outbox[len(p.outbox)-1], slot: c.slot, version: ks.version}
+	p.track(c.slot, h.link, ks.version)
 }
 
 // candidates lists the accesses that need a move: the started ones waiting
@@ -781,6 +993,7 @@ func (p *Planner) candidates(now time.Duration) []cand {
 			t0 = t
 		}
 	}
+	p.t0 = t0
 	w := p.opts.Window
 	if w <= 0 || w > n {
 		w = n
@@ -932,6 +1145,11 @@ func (p *Planner) alap(cands []cand) {
 
 type hopRef struct{ c, h int32 }
 
+type dirtyCopy struct {
+	slot int32
+	tier shard.Tier
+}
+
 type victim struct {
 	s         int32
 	next      int64 // next use after g
@@ -1006,6 +1224,33 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		}
 		return cmp.Compare(va.s, vc.s)
 	})
+	if !p.opts.DisableWriteBehind {
+		// With write-behind, a clean victim is taken before a dirty one
+		// and a prefetch does not wait for a busy victim that will still
+		// be dirty when free: either would put an NVMe or PCIe write on
+		// the critical path, which costs more than a fetch of a shard
+		// that Belady would have kept (fetches are prefetched and hidden).
+		waited := false
+		for _, v := range vs {
+			if p.used[pi]-leaving+size <= b {
+				break
+			}
+			if !v.evictable {
+				if demand || p.willBeDirty(v.s, t) {
+					continue
+				}
+				waited = true
+				break
+			}
+			if v.dirty {
+				continue
+			}
+			p.evictClean(v.s, t, pi)
+		}
+		if waited || p.used[pi]-leaving+size <= b {
+			return p.used[pi]+size <= b
+		}
+	}
 	for _, v := range vs {
 		if p.used[pi]-leaving+size <= b {
 			break
@@ -1017,14 +1262,11 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 			break // Belady's victim is busy or needed first: wait for it
 		}
 		ks := &p.keys[v.s]
+		if ks.copies[t] != present {
+			continue // evicted by the first pass
+		}
 		if !v.dirty {
-			ks.copies[t] = absent
-			p.used[pi] -= ks.sizeBytes
-			to := t + 1
-			for int(to) < shard.TierCount && ks.copies[to] == absent {
-				to++
-			}
-			p.emit(Move{Key: ks.key, From: t, To: to, SizeBytes: ks.sizeBytes, Reason: Evict})
+			p.evictClean(v.s, t, pi)
 			continue
 		}
 		down := t + 1
@@ -1045,9 +1287,37 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		ks.sources[t]++
 		leaving += ks.sizeBytes
 		p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: WriteBack})
-		p.inflight[p.nextID] = flight{m: p.outbox[len(p.outbox)-1], slot: v.s, version: ks.version}
+		p.track(v.s, p.hop(v.s, t, down).link, ks.version)
 	}
 	return p.used[pi]+size <= b
+}
+
+// evictClean frees the clean copy of s in t (pool pi).
+func (p *Planner) evictClean(s int32, t shard.Tier, pi int) {
+	ks := &p.keys[s]
+	ks.copies[t] = absent
+	p.used[pi] -= ks.sizeBytes
+	to := t + 1
+	for int(to) < shard.TierCount && ks.copies[to] == absent {
+		to++
+	}
+	p.emit(Move{Key: ks.key, From: t, To: to, SizeBytes: ks.sizeBytes, Reason: Evict})
+}
+
+// willBeDirty reports whether the copy of s in t, busy now, will need a
+// write-back once free: it holds data no slower copy has and no
+// write-behind of it is under way, or an access in use will write it.
+func (p *Planner) willBeDirty(s int32, t shard.Tier) bool {
+	ks := &p.keys[s]
+	if ks.copies[t] == incoming {
+		return false
+	}
+	for _, u := range p.inUse {
+		if u.slot == s && u.tier == t && u.kind != Read {
+			return t != ks.home
+		}
+	}
+	return ks.sources[t] == 0 && p.needsWriteBack(s, t)
 }
 
 // needsWriteBack reports whether the copy in t holds data that no slower copy has.

@@ -350,7 +350,11 @@ func (s *Schedule) Format(w io.Writer) {
 			if m.Start > m.Issue {
 				wait = fmt.Sprintf(" start %v", m.Start)
 			}
-			t = fmt.Sprintf("%-8v %-9s %s %s->%s%s done %v", m.Issue, m.Reason, keyName(m.Key), m.From, m.To, wait, m.Done)
+			name := m.Reason.String()
+			if m.WriteBehind {
+				name = "writebehind"
+			}
+			t = fmt.Sprintf("%-8v %-9s %s %s->%s%s done %v", m.Issue, name, keyName(m.Key), m.From, m.To, wait, m.Done)
 		}
 		lines = append(lines, line{m.IssueSeq, t})
 	}
@@ -370,6 +374,9 @@ func (s *Schedule) Format(w io.Writer) {
 	}
 	st := s.Stats
 	fmt.Fprintf(w, "accesses %d: hits %d, late %d, misses %d; stall %v", st.Accesses, st.Hits, st.Late, st.Misses, s.Stall)
+	if st.WriteBehinds > 0 {
+		fmt.Fprintf(w, "; write-behinds %d", st.WriteBehinds)
+	}
 	if len(s.StepEnd) > 0 {
 		fmt.Fprintf(w, "; end %v", s.StepEnd[len(s.StepEnd)-1])
 	}
