@@ -69,6 +69,37 @@
 // two cached tiers). Dirty copies are written back to the next tier down
 // before they are freed, and that costs link time on the reverse link.
 //
+// # Write-behind
+//
+// So that this write is not on the critical path, a copy made dirty by a
+// Release (a gradient written in HBM, master/m/v or the new param updated
+// in host) is copied to its home as soon as the reverse link (hbm->host,
+// host->nvme) has no planner transfer in flight and none planned to start
+// before this one would end: a Prefetch move with Move.WriteBehind set,
+// which keeps the source, so the copy is clean when it lands and its
+// eviction later is an instant Evict. It is done only when the home is the
+// next tier down (no room is needed: the home is always allocated), only
+// in a pool that the trace overflows (homes plus one copy of everything
+// the trace stages there exceed the budget; elsewhere nothing is ever
+// evicted and the write would be wasted), never for a copy in use or
+// being read, and not when the shard's next write is predicted to begin
+// before the copy lands (the store lets a write in only when no move reads
+// the copy, and Ready models that). With write-behind on, eviction takes a
+// clean victim before a dirty one and a prefetch does not wait for a busy
+// victim that would still be dirty once free or that is being written
+// behind: a later fetch costs hidden read time, a write-back costs stall.
+// Options.DisableWriteBehind restores write-back on eviction alone.
+// testdata/writebehind.txt and testdata/optimizer_pipeline.txt show the
+// stall it removes (19ms to 1ms, and 40.5ms to 0 over three steps).
+//
+// # Cost
+//
+// Next rebuilds the candidate list over the window (one step of accesses
+// by default) and orders each link's transfers (ALAP), so each call is
+// O(W log W) in the window W, and an eviction decision scans the shards of
+// the pool (O(K log K)). Its scratch slices are reused between calls.
+// BenchmarkPlannerStep measures it per access (see bench/README-prefetch.md).
+//
 // # Memory
 //
 // Per shard state a few dozen bytes, plus the trace (one small record per

@@ -130,6 +130,7 @@ type keyState struct {
 	pins      [shard.TierCount]int32
 	sources   [shard.TierCount]int32 // in-flight moves reading this copy
 	leaving   [shard.TierCount]bool  // a write-back of this copy is in flight
+	behind    [shard.TierCount]bool  // a write-behind of this copy is in flight
 	stale     [shard.TierCount]bool  // overwritten elsewhere: drop when free
 	lastUse   int64
 	version   uint32  // bumped by every write
@@ -509,6 +510,7 @@ func (p *Planner) writeBehind(now time.Duration) {
 			continue
 		}
 		ks.sources[t]++
+		ks.behind[t] = true
 		p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: Prefetch, WriteBehind: true})
 		p.stats.WriteBehinds++
 		p.track(dc.slot, h.link, ks.version)
@@ -740,6 +742,9 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 	ks := &p.keys[s]
 	m = f.m
 	ks.sources[m.From]--
+	if m.WriteBehind {
+		ks.behind[m.From] = false
+	}
 	switch m.Reason {
 	case WriteBack:
 		ks.leaving[m.From] = false
@@ -1236,7 +1241,10 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 				break
 			}
 			if !v.evictable {
-				if demand || p.willBeDirty(v.s, t) {
+				if demand || p.willBeDirty(v.s, t) || p.keys[v.s].behind[t] {
+					// Waiting for a copy under write-behind would make
+					// this prefetch late (it is due now); the next clean
+					// victim is as good: it is written already.
 					continue
 				}
 				waited = true
