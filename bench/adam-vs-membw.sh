@@ -66,5 +66,5 @@ for v in "${variants[@]}"; do
 done
 printf '\nall rounds, membw r4w3 median per run (t=1): %s\n' "$(field "$tmp/membw1.jsonl" r4w3_gbps_median | tr '\n' ' ')"
 printf 'all rounds, membw r4w3 median per run (t=2): %s\n' "$(field "$tmp/membw2.jsonl" r4w3_gbps_median | tr '\n' ' ')"
-printf 'all rounds, adam fp32 GB/s (t=1): %s\n' "$(field "$tmp/adam-fp32-1.jsonl" gbps | tr '\n' ' ')"
-printf 'all rounds, adam fp32 GB/s (t=2): %s\n' "$(field "$tmp/adam-fp32-2.jsonl" gbps | tr '\n' ' ')"
+printf 'all rounds, adam fp32 GB/s (t=1): %s\n' "$(field "$tmp/adam-fp32-1.jsonl" gbps | awk '{printf "%.2f ", $1}')"
+printf 'all rounds, adam fp32 GB/s (t=2): %s\n' "$(field "$tmp/adam-fp32-2.jsonl" gbps | awk '{printf "%.2f ", $1}')"
