@@ -40,7 +40,10 @@ type Engine struct {
 	n         int
 	stage     int
 	precision gpu.DType
-	offload   bool // optimizer on the host (offload_optimizer.device = cpu)
+	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme)
+	tiered    bool       // the tier store runs (offload_param, or NVMe offload)
+	paramTier shard.Tier // offload_param's tier (HBM: none)
+	tiers     *tiers     // the tier store and planners when tiered
 	seq       int
 	micro     int // B: rows per micro-batch
 	accum     int // A: micro-batches per rank and step
@@ -89,11 +92,11 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		}
 	}
 	z := cfg.ZeRO
+	tiered, err := checkTiered(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
 	switch {
-	case z.OffloadParam.Device != config.DeviceNone:
-		return nil, fmt.Errorf("%w: zero_optimization.offload_param.device %q (parameter offload comes with the tier store); use \"none\"", ErrNotBuilt, z.OffloadParam.Device)
-	case z.OffloadOptimizer.Device == config.DeviceNVMe:
-		return nil, fmt.Errorf("%w: zero_optimization.offload_optimizer.device \"nvme\" (comes with the tier store); use \"cpu\" or \"none\"", ErrNotBuilt)
 	case z.OffloadOptimizer.Device == config.DeviceCPU && z.Stage == 0:
 		return nil, errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
 	case cfg.Strata.Overlap == "dpu":
@@ -103,7 +106,8 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if shape.Name == "" {
 		shape.Name = "config"
 	}
-	layout, err := model.NewLayout(shape)
+	layout, lerr := model.NewLayout(shape)
+	err = lerr
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
@@ -136,13 +140,14 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 
 	e := &Engine{
 		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: n, stage: z.Stage,
-		precision: opts.Precision, offload: z.OffloadOptimizer.Device == config.DeviceCPU,
+		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 	}
 	mo, err := MemoryOptionsFromConfig(cfg, shape)
 	if err != nil {
 		return nil, err
 	}
+	e.tiered, e.paramTier = tiered, mo.ParamTier
 	if e.estimate, err = EstimateMemory(mo); err != nil {
 		return nil, err
 	}
@@ -183,6 +188,13 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		e.ranks = append(e.ranks, rk)
 	}
 	need := e.workspaceNeedBytes()
+	if tiered {
+		if e.tiers, err = newTiers(e, mo); err != nil {
+			e.Close()
+			return nil, err
+		}
+		need += e.tiers.hbmBudget
+	}
 	for _, r := range e.ranks {
 		if ms := r.dev.MemStats(); ms.BudgetBytes-ms.InUseBytes < need {
 			e.Close()
@@ -201,12 +213,15 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 // pinnedBytesPerRank is one rank's pinned host memory: the reduced gradient
 // shard and the parameter upload staging, each padded to 4 KiB.
 func (e *Engine) pinnedBytesPerRank() int64 {
-	var elems int64
-	for _, p := range e.chunks {
+	var elems, up int64
+	for c, p := range e.chunks {
 		elems += int64(p.shard)
+		if !e.paramTiered(c) {
+			up += int64(p.shard)
+		}
 	}
 	sz := int64(e.precision.Size())
-	return units.AlignUp(elems*sz, 4096) * 2
+	return units.AlignUp(elems*sz, 4096) + units.AlignUp(max(up, 1)*sz, 4096)
 }
 
 // expectedDeviceBytes is the model state this layout allocates on each
@@ -265,6 +280,11 @@ type StepStats struct {
 	// the previous step's backward pass ended (so the previous step's
 	// parameter updates and gathers count in this step).
 	Moved gpu.LinkCounters
+	// OptimizerTime is the wall time of the optimizer phase (all ranks).
+	OptimizerTime time.Duration
+	// Tier is the tier store's figures (hit rate, stalls, bytes per link,
+	// peak bytes per tier); nil when the engine runs without it.
+	Tier *TierStats
 }
 
 // Step runs one optimizer step on the step's global batch: every rank
@@ -281,6 +301,16 @@ func (e *Engine) Step() (StepStats, error) {
 	step := e.step + 1
 	st := StepStats{Step: step, LR: e.LR(step), ClipCoef: 1, Tokens: e.TokensPerStep()}
 
+	var snap tierSnap
+	if e.tiers != nil {
+		for _, d := range e.tiers.drivers {
+			if err := d.beginStep(); err != nil {
+				return st, fmt.Errorf("engine: step %d: %w", step, err)
+			}
+		}
+		e.tiers.store.ResetPeaks()
+		snap = e.tiers.snapshot()
+	}
 	if err := e.parallel(func(r *rank) error { return r.backward(step) }); err != nil {
 		return st, fmt.Errorf("engine: step %d: %w", step, err)
 	}
@@ -322,8 +352,14 @@ func (e *Engine) Step() (StepStats, error) {
 	p := e.cfg.Optimizer.Params
 	ap := gpu.AdamParams{LR: st.LR, Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay,
 		Step: step, GradScale: st.ClipCoef, L2: !e.cfg.Optimizer.DecoupledWeightDecay()}
+	optStart := time.Now()
 	if err := e.parallel(func(r *rank) error { return r.update(ap) }); err != nil {
 		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
+	}
+	st.OptimizerTime = time.Since(optStart)
+	if e.tiers != nil {
+		ts := e.tiers.since(snap)
+		st.Tier = &ts
 	}
 	e.step = step
 	st.Duration = time.Since(start)
@@ -399,6 +435,14 @@ func (e *Engine) collect(read func(*rank, int) ([]float32, error)) ([][]float32,
 	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	if e.tiers != nil {
+		// Reads go around the planners: stop them issuing moves meanwhile.
+		err := e.tiers.pause()
+		defer e.tiers.resume()
+		if err != nil {
+			return nil, err
+		}
+	}
 	out := make([][]float32, len(e.chunks))
 	for c, p := range e.chunks {
 		for _, r := range e.ranks {
@@ -426,6 +470,11 @@ func (e *Engine) Close() error {
 	var first error
 	for _, r := range e.ranks {
 		if err := r.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if e.tiers != nil {
+		if err := e.tiers.close(); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -389,8 +389,8 @@ func TestNewErrors(t *testing.T) {
 	}{
 		{"device count", runSpec{stage: 1, n: 2, micro: 1, accum: 1}.configJSON(), 1, "resolved for 2 devices"},
 		{"dpu", strings.Replace(runSpec{stage: 3, n: 2, micro: 1, accum: 1}.configJSON(), `"seed"`, `"overlap": "dpu", "seed"`, 1), 2, "dpu"},
-		{"nvme", strings.Replace(runSpec{stage: 3, n: 2, micro: 1, accum: 1}.configJSON(), `{"device": "none"}`, `{"device": "nvme", "nvme_path": "/tmp"}`, 1), 2, "nvme"},
-		{"param offload", strings.Replace(runSpec{stage: 3, n: 2, micro: 1, accum: 1}.configJSON(), `"offload_optimizer"`, `"offload_param": {"device": "cpu"}, "offload_optimizer"`, 1), 2, "offload_param"},
+		{"nvme below stage 3", strings.Replace(runSpec{stage: 2, n: 2, micro: 1, accum: 1}.configJSON(), `{"device": "none"}`, `{"device": "nvme", "nvme_path": "/tmp"}`, 1), 2, "needs stage 3"},
+		{"param offload without optimizer offload", strings.Replace(runSpec{stage: 3, n: 2, micro: 1, accum: 1}.configJSON(), `"offload_optimizer"`, `"offload_param": {"device": "cpu"}, "offload_optimizer"`, 1), 2, "needs offload_optimizer"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

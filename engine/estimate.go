@@ -153,6 +153,11 @@ type MemoryEstimate struct {
 	// tier. Host and NVMe bytes are this rank's share; multiply by N for the
 	// machine (HostBytes, NVMeBytes).
 	PerRank [shard.StateCount][shard.TierCount]int64
+	// HostStagingPerRank is the host memory the tier store keeps, per rank,
+	// for shards staged through the host beyond their homes (working set,
+	// not model state; see HostStagingBytes). With a host budget it comes
+	// out of the budget before any optimizer state is placed in host RAM.
+	HostStagingPerRank int64
 	// Formula[state][tier] is the same without padding, persistence or host
 	// budget, as the reference text writes it.
 	Formula [shard.StateCount][shard.TierCount]Coef
@@ -223,6 +228,7 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 	}
 
 	optRank := 3 * rank * f32
+	e.HostStagingPerRank = HostStagingBytes(o, e.ShardElems)
 	switch budget := o.HostBudgetBytes; {
 	case o.OptimizerTier == shard.Host && budget > 0 && optRank*n > budget:
 		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state on the host (%s, all ranks) exceeds host_budget %s: use offload_optimizer nvme to spill the rest",
@@ -231,17 +237,45 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		// The budget is shared by the ranks; each keeps its share in host
 		// RAM, master first, then m, then v (the tier store moves whole
 		// shards, so the measured split may differ by one shard state).
-		left := min(budget/n, optRank)
+		// The staging room and the param shards homed in host come first.
+		left := min(max(0, budget/n-e.HostStagingPerRank-e.PerRank[shard.Param][shard.Host]), optRank)
+		kept := left
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 			move := min(left, e.PerRank[st][shard.NVMe])
 			e.PerRank[st][shard.NVMe] -= move
 			e.PerRank[st][shard.Host] += move
 			left -= move
 		}
-		e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %s of optimizer state (all ranks) in host RAM; the formula column places it all on NVMe",
-			units.FormatBytes(min(budget/n, optRank)*n)))
+		e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %s of optimizer state (all ranks) in host RAM, after %s of staging room; the formula column places it all on NVMe",
+			units.FormatBytes(kept*n), units.FormatBytes(e.HostStagingPerRank*n)))
 	}
 	return e, nil
+}
+
+// TierReadAhead is how many chunks the tier store has room to stage in host
+// memory at once beyond the homes: the optimizer pipeline reads ahead and
+// writes behind up to this many chunks of master, m and v.
+const TierReadAhead = 3
+
+// HostStagingBytes is the host memory one rank's tier store keeps for shards
+// staged through the host (ZeRO-Infinity, stage 3): TierReadAhead chunks of
+// master, m and v (the largest chunk) when the optimizer state is on NVMe,
+// and TierReadAhead+1 param shards when the params are on NVMe (read ahead
+// NVMe->host->HBM, plus the one the optimizer is writing). 0 when nothing is
+// on NVMe.
+func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
+	var maxShard int64
+	for _, s := range shardElems {
+		maxShard = max(maxShard, s)
+	}
+	var b int64
+	if o.OptimizerTier == shard.NVMe {
+		b += TierReadAhead * 3 * 4 * maxShard
+	}
+	if o.ParamTier == shard.NVMe {
+		b += (TierReadAhead + 1) * 2 * maxShard
+	}
+	return b
 }
 
 // TierBytes is the model state of one rank in tier t.

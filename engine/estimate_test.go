@@ -167,18 +167,20 @@ func TestOffload(t *testing.T) {
 	if e.DeviceBytes() != 2*r || e.TierBytes(shard.Host) != 2*r || e.TierBytes(shard.NVMe) != 14*r {
 		t.Errorf("stage 3 nvme/nvme: device %d host %d nvme %d per rank", e.DeviceBytes(), e.TierBytes(shard.Host), e.TierBytes(shard.NVMe))
 	}
-	// A host budget keeps part of the optimizer state in RAM: master first.
-	budget := int64(n) * 6 * r // per rank: 6r bytes = master (4r) + half of m
+	// A host budget keeps part of the optimizer state in RAM: master first,
+	// after the staging room (TierReadAhead chunks of master, m, v).
+	staging := int64(TierReadAhead * 3 * 4 * (1 << 20 / n))
+	budget := int64(n) * (6*r + staging) // per rank: staging, then 6r bytes = master (4r) + half of m
 	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget})
-	if e.PerRank[shard.Master][shard.Host] != 4*r || e.PerRank[shard.AdamM][shard.Host] != 2*r || e.PerRank[shard.AdamM][shard.NVMe] != 2*r ||
-		e.PerRank[shard.AdamV][shard.NVMe] != 4*r || e.NVMeBytes() != int64(n)*6*r || e.HostBytes() != budget+int64(n)*2*r {
-		t.Errorf("budget split: %v", e.PerRank)
+	if e.HostStagingPerRank != staging || e.PerRank[shard.Master][shard.Host] != 4*r || e.PerRank[shard.AdamM][shard.Host] != 2*r || e.PerRank[shard.AdamM][shard.NVMe] != 2*r ||
+		e.PerRank[shard.AdamV][shard.NVMe] != 4*r || e.NVMeBytes() != int64(n)*6*r || e.HostBytes() != budget-int64(n)*staging+int64(n)*2*r {
+		t.Errorf("budget split: staging %d, %v", e.HostStagingPerRank, e.PerRank)
 	}
 	if len(e.Notes) != 1 {
 		t.Errorf("notes %q", e.Notes)
 	}
 	// The same budget with the optimizer on the host is exceeded: noted.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, HostBudgetBytes: budget})
+	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, HostBudgetBytes: int64(n) * 6 * r})
 	if len(e.Notes) != 1 || e.TierBytes(shard.Host) != 14*r {
 		t.Errorf("over budget: notes %q host %d", e.Notes, e.TierBytes(shard.Host))
 	}

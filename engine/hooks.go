@@ -4,7 +4,10 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/tier"
 )
 
 // hooks are a rank's model.Params: the single place where a chunk is
@@ -86,14 +89,14 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) gpu.Buffer {
 	}
 	g := h.live[c]
 	if g == nil {
-		g = h.gather(c)
+		g = h.gather(c, pass)
 	}
 	g.released = false
 	s.Wait(g.ready)
 	// Prefetch the next chunk this micro-batch acquires.
 	if h.cursor < len(h.acquires) {
-		if next := h.acquires[h.cursor].Chunk; !r.st.paramIsFull(next) && h.live[next] == nil {
-			h.gather(next)
+		if next := h.acquires[h.cursor]; !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil {
+			h.gather(next.Chunk, next.Pass)
 		}
 	}
 	return g.buf.Slice(0, n)
@@ -101,7 +104,7 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) gpu.Buffer {
 
 // gather enqueues the AllGather of chunk c's shards into a new workspace
 // buffer on the communication stream, after making room.
-func (h *hooks) gather(c int) *gathered {
+func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	r := h.r
 	for len(h.live) >= r.e.opts.MaxLiveChunks {
 		if !h.evictOldest() {
@@ -116,9 +119,32 @@ func (h *hooks) gather(c int) *gathered {
 	r.ws.gatheredBytes += buf.Bytes()
 	r.ws.gatheredPeakBytes = max(r.ws.gatheredPeakBytes, r.ws.gatheredBytes)
 	r.cs.Wait(r.paramReady[c])
-	r.comm.AllGather(r.cs, r.st.param[c], buf)
+	src := r.st.param[c]
+	var lease *tier.Lease
+	if r.e.paramTiered(c) {
+		// The tier store stages the rank's shard in HBM (the planner has
+		// fetched it ahead); it stays leased until the gather has read it.
+		ph := prefetch.Forward
+		if pass == model.PassBackward {
+			ph = prefetch.Backward
+		}
+		var err error
+		lease, err = r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read, SizeBytes: 2 * int64(p.shard)})
+		if err != nil {
+			// Every rank must issue the same collectives: gather from a
+			// buffer of the right size; the step fails with err.
+			r.fail(err)
+			src = r.st.grad[c]
+		} else {
+			src = lease.Buffer()
+		}
+	}
+	r.comm.AllGather(r.cs, src, buf)
 	g := &gathered{buf: buf, ready: r.dev.NewEvent()}
 	r.cs.Record(g.ready)
+	if lease != nil {
+		r.driver().done(lease, g.ready)
+	}
 	h.live[c] = g
 	return g
 }

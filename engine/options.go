@@ -3,9 +3,12 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/prefetch"
 )
 
 // Options configure an Engine beyond its config file.
@@ -31,6 +34,35 @@ type Options struct {
 	// PinnedLock is the mlock policy of the pinned host buffers (gradient
 	// shards and parameter uploads) of the host optimizer.
 	PinnedLock pinned.LockMode
+
+	// The tier store (ZeRO-Infinity: offload_param, or offload_optimizer
+	// nvme, at stage 3):
+
+	// NVMeDevice, when set, wraps the NVMe engine under the swap files
+	// (tests inject nvme.Faulty here). nil: the engine itself.
+	NVMeDevice func(nvme.Device) nvme.Device
+	// TierHBMBytes is the tier store's share of each device's memory: the
+	// param shard copies staged in HBM. 0: what is left after the model
+	// state, activations and workspace, at most the rank's param shards.
+	TierHBMBytes int64
+	// PrefetchSlack is how early every planned transfer aims to land
+	// before the access that needs it; 0 = 2 ms.
+	PrefetchSlack time.Duration
+	// LinkBandwidth is the bandwidth of each link the planner plans with,
+	// in bytes/s; zero entries take DefaultLinkBandwidth.
+	LinkBandwidth [prefetch.LinkCount]float64
+}
+
+// DefaultLinkBandwidth is what the planner assumes of each link when
+// Options.LinkBandwidth does not say: about this machine's virtio disk
+// (reads 1.5 GB/s, writes 1 GB/s) and a host memcpy for the CPU backend's
+// host<->device copies (6 GB/s). Lower than the truth makes the planner
+// issue transfers earlier (more memory held, fewer stalls).
+var DefaultLinkBandwidth = [prefetch.LinkCount]float64{
+	prefetch.NVMeToHost: 1.5e9,
+	prefetch.HostToHBM:  6e9,
+	prefetch.HBMToHost:  6e9,
+	prefetch.HostToNVMe: 1e9,
 }
 
 func (o Options) withDefaults() Options {
@@ -42,6 +74,14 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MaxLiveChunks == 0 {
 		o.MaxLiveChunks = 2
+	}
+	if o.PrefetchSlack == 0 {
+		o.PrefetchSlack = 2 * time.Millisecond
+	}
+	for l, bw := range o.LinkBandwidth {
+		if bw == 0 {
+			o.LinkBandwidth[l] = DefaultLinkBandwidth[l]
+		}
 	}
 	return o
 }
@@ -56,6 +96,13 @@ func (o Options) Validate() error {
 		return fmt.Errorf("engine: optimizer threads %d must be >= 1", o.OptimizerThreads)
 	case o.MaxLiveChunks < 2:
 		return fmt.Errorf("engine: max live chunks %d must be >= 2 (the chunk in use and the next)", o.MaxLiveChunks)
+	case o.TierHBMBytes < 0 || o.PrefetchSlack < 0:
+		return fmt.Errorf("engine: tier hbm bytes %d and prefetch slack %v must be >= 0", o.TierHBMBytes, o.PrefetchSlack)
+	}
+	for l, bw := range o.LinkBandwidth {
+		if !(bw > 0) {
+			return fmt.Errorf("engine: %s bandwidth %v B/s must be positive", prefetch.Link(l), bw)
+		}
 	}
 	return nil
 }
@@ -66,6 +113,6 @@ func (o Options) String() string {
 	if o.Tokens != nil {
 		src = fmt.Sprintf("%d tokens", len(o.Tokens))
 	}
-	return fmt.Sprintf("engine.Options{Data: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s}",
-		src, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock)
+	return fmt.Sprintf("engine.Options{Data: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v}",
+		src, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack)
 }

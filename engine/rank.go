@@ -6,8 +6,11 @@ import (
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/tier"
 )
 
 // rank is one device's share of the run: its streams, its model
@@ -38,6 +41,17 @@ type rank struct {
 	paramReady []gpu.Event // per chunk: the last write of its parameters
 	leased     []*pinned.Buffer
 	ws         workspaceStats
+	failed     error // the first tier failure of this step (the step returns it)
+}
+
+// driver is the rank's planner driver (tiered engines only).
+func (r *rank) driver() *driver { return r.e.tiers.drivers[r.idx] }
+
+// fail records the first error of a hook, which cannot return one.
+func (r *rank) fail(err error) {
+	if r.failed == nil {
+		r.failed = err
+	}
 }
 
 // workspaceStats count the engine's own transient device memory.
@@ -75,10 +89,16 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 func (r *rank) load(c int, padded []float32) {
 	e, st := r.e, r.st
 	s := e.chunks[c].shard
-	if st.paramIsFull(c) {
+	switch {
+	case st.paramIsFull(c):
 		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded, e.precision))
-	} else {
+	case e.paramTiered(c):
+		// written to its home by initTiers
+	default:
 		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded[r.idx*s:(r.idx+1)*s], e.precision))
+	}
+	if e.tiered {
+		return // master, m and v are in the tier store (initTiers)
 	}
 	if e.offload {
 		copy(st.hMaster[c], padded[r.idx*s:(r.idx+1)*s])
@@ -98,9 +118,29 @@ func (e *Engine) initParams() error {
 		copy(padded, e.layout.InitChunk(e.cfg.Strata.Seed, c))
 		for _, r := range e.ranks {
 			r.load(c, padded)
+			if err := r.initTiers(c, padded); err != nil {
+				return err
+			}
 		}
 	}
 	return e.parallel(func(r *rank) error { return r.sync() })
+}
+
+// initTiers writes chunk c's initial param shard and master weights to
+// their homes in the tier store (m and v start as the zeros of Register).
+func (r *rank) initTiers(c int, padded []float32) error {
+	e := r.e
+	if !e.tiered {
+		return nil
+	}
+	s := e.chunks[c].shard
+	slice := padded[r.idx*s : (r.idx+1)*s]
+	if e.paramTiered(c) {
+		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), encode(slice, gpu.BF16)); err != nil {
+			return err
+		}
+	}
+	return e.tiers.initShard(tkey(c, r.idx, shard.Master), encode(slice, gpu.F32))
 }
 
 // sync waits for both streams, returns their first error and ends the
@@ -155,6 +195,11 @@ func (r *rank) backward(step int64) error {
 	r.dev.CopyDeviceToHost(r.cs, r.normsHost, r.norms, 0)
 	keep(r.sync())
 	r.h.freeAll()
+	if e.tiers != nil {
+		r.driver().settle()
+		keep(r.failed)
+		r.failed = nil
+	}
 	return first
 }
 
@@ -166,9 +211,8 @@ func (r *rank) reduced(c int) {
 	g := r.st.gradShard(c)
 	r.ops.SumSquares(r.cs, g, r.norms, c)
 	if r.e.offload {
-		_, _, _, hg, _ := r.st.hostOpt(c)
 		r.lease(r.st.pins[0])
-		r.dev.CopyDeviceToHost(r.cs, hg, g, 0)
+		r.dev.CopyDeviceToHost(r.cs, r.st.hGrad[c], g, 0)
 	}
 }
 
@@ -192,14 +236,27 @@ func (r *rank) update(ap gpu.AdamParams) error {
 		}
 	}
 	gather := e.stage >= 1 && e.n > 1
+	var first error
 	for c := range e.chunks {
 		if e.offload {
-			master, m, v, g, up := st.hostOpt(c)
-			if e.precision == gpu.BF16 {
-				e.opt.StepBF16(cp, master, u16s(g), m, v, u16s(up))
+			var up []byte
+			if e.tiered {
+				var err error
+				if up, err = r.stepTiered(c, cp); err != nil && first == nil {
+					first = err // go on: every rank must issue the same collectives
+				}
+				if e.paramTiered(c) {
+					continue // the new param is in its host copy: the planner moves it
+				}
 			} else {
-				e.opt.StepF32(cp, master, f32s(g), m, v, nil)
-				copy(f32s(up), master)
+				master, m, v, g, u := st.hostOpt(c)
+				if e.precision == gpu.BF16 {
+					e.opt.StepBF16(cp, master, u16s(g), m, v, u16s(u))
+				} else {
+					e.opt.StepF32(cp, master, f32s(g), m, v, nil)
+					copy(f32s(u), master)
+				}
+				up = u
 			}
 			r.lease(st.pins[1])
 			r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, up)
@@ -219,12 +276,60 @@ func (r *rank) update(ap gpu.AdamParams) error {
 		}
 		r.cs.Record(r.paramReady[c])
 	}
-	return nil
+	return first
+}
+
+// stepTiered runs cpuadam on chunk c's shard with master, m and v leased
+// in host memory from the tier store (the planner has read them ahead; it
+// writes them behind), writing the new bf16 param into its host copy in the
+// store, or, for a chunk whose param is not in the store, into the upload
+// staging it returns.
+func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
+	e, st := r.e, r.st
+	d := r.driver()
+	up := st.hUpload[c]
+	s := int64(e.chunks[c].shard)
+	acc := func(state shard.State, kind prefetch.Kind, size int64) prefetch.Access {
+		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind, SizeBytes: size}
+	}
+	var ls [4]*tier.Lease
+	defer func() {
+		for _, l := range ls {
+			if l != nil {
+				d.done(l, nil)
+			}
+		}
+	}()
+	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+		l, err := d.use(acc(state, prefetch.Update, 4*s))
+		if err != nil {
+			return up, err
+		}
+		ls[i] = l
+	}
+	out := up
+	if e.paramTiered(c) {
+		l, err := d.use(acc(shard.Param, prefetch.Write, 2*s))
+		if err != nil {
+			return up, err
+		}
+		ls[3] = l
+		out = l.Bytes()
+	}
+	e.opt.StepBF16(cp, f32s(ls[0].Bytes()), u16s(st.hGrad[c]), f32s(ls[1].Bytes()), f32s(ls[2].Bytes()), u16s(out))
+	return up, nil
 }
 
 // readParamShard synchronizes nothing: the caller has. It returns the
 // rank's slice of chunk c's parameters (stage 0: the whole padded chunk).
 func (r *rank) readParamShard(c int) ([]float32, error) {
+	if r.e.paramTiered(c) {
+		b, err := r.e.tiers.readShard(tkey(c, r.idx, shard.Param))
+		if err != nil {
+			return nil, err
+		}
+		return decode(b, gpu.BF16), nil
+	}
 	return r.read(r.st.paramShard(c))
 }
 
@@ -232,6 +337,13 @@ func (r *rank) readParamShard(c int) ([]float32, error) {
 // rank's slice of chunk c.
 func (r *rank) readMasterShard(c int) ([]float32, error) {
 	st := r.st
+	if r.e.tiered {
+		b, err := r.e.tiers.readShard(tkey(c, r.idx, shard.Master))
+		if err != nil {
+			return nil, err
+		}
+		return decode(b, gpu.F32), nil
+	}
 	if r.e.offload {
 		return append([]float32(nil), st.hMaster[c]...), nil
 	}

@@ -67,9 +67,12 @@ func newStateStore(e *Engine, r int, dev gpu.Device) (*stateStore, error) {
 	for c, p := range e.chunks {
 		padded := e.n * p.shard
 		st.full[c] = e.stage < 3 || p.persistent
-		if st.full[c] {
+		switch {
+		case st.full[c]:
 			st.param[c], err = alloc(padded, pt, "param", c)
-		} else {
+		case e.paramTiered(c):
+			// in the tier store
+		default:
 			st.param[c], err = alloc(p.shard, pt, "param shard", c)
 		}
 		if err != nil {
@@ -118,30 +121,47 @@ func newStateStore(e *Engine, r int, dev gpu.Device) (*stateStore, error) {
 // sliced per chunk.
 func (st *stateStore) allocHost() error {
 	e := st.e
-	var elems int
-	for _, p := range e.chunks {
+	var elems, up int
+	for c, p := range e.chunks {
 		elems += p.shard
+		if !e.paramTiered(c) {
+			up += p.shard
+		}
 	}
 	sz := e.precision.Size()
-	for _, purpose := range []string{"grad shard", "param upload"} {
-		b, err := e.pool.Get(int64(elems*sz), fmt.Sprintf("rank %d %s", st.r, purpose))
+	for i, purpose := range []string{"grad shard", "param upload"} {
+		n := elems
+		if i == 1 {
+			n = max(up, 1) // the tier store holds the params it writes
+		}
+		b, err := e.pool.Get(int64(n*sz), fmt.Sprintf("rank %d %s", st.r, purpose))
 		if err != nil {
 			return fmt.Errorf("host %s: %w", purpose, err)
 		}
 		st.pins = append(st.pins, b)
 	}
-	off := 0
-	for _, p := range e.chunks {
+	off, uoff := 0, 0
+	st.hUpload = make([][]byte, len(e.chunks))
+	for c, p := range e.chunks {
 		nb := p.shard * sz
 		st.hGrad = append(st.hGrad, st.pins[0].Bytes()[off:off+nb:off+nb])
-		st.hUpload = append(st.hUpload, st.pins[1].Bytes()[off:off+nb:off+nb])
 		off += nb
+		if !e.paramTiered(c) {
+			st.hUpload[c] = st.pins[1].Bytes()[uoff : uoff+nb : uoff+nb]
+			uoff += nb
+		}
+		if e.tiered {
+			continue // master, m and v are in the tier store
+		}
 		st.hMaster = append(st.hMaster, make([]float32, p.shard))
 		st.hM = append(st.hM, make([]float32, p.shard))
 		st.hV = append(st.hV, make([]float32, p.shard))
 	}
-	st.hostBytes = int64(elems) * int64(12+sz)
-	st.stagingBytes = int64(elems) * int64(sz)
+	st.hostBytes = int64(elems) * int64(sz)
+	if !e.tiered {
+		st.hostBytes += int64(elems) * 12
+	}
+	st.stagingBytes = int64(up) * int64(sz)
 	return nil
 }
 
@@ -225,7 +245,8 @@ func (st *stateStore) deviceOpt(c int) (param, m, v, out gpu.Buffer) {
 	return st.master[c], st.m[c], st.v[c], st.paramShard(c)
 }
 
-// hostOpt returns the host optimizer's state of chunk c.
+// hostOpt returns the host optimizer's state of chunk c (without the tier
+// store).
 func (st *stateStore) hostOpt(c int) (master, m, v []float32, grad, upload []byte) {
 	return st.hMaster[c], st.hM[c], st.hV[c], st.hGrad[c], st.hUpload[c]
 }

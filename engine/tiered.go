@@ -1,0 +1,767 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/tier"
+)
+
+// tiers is the ZeRO-Infinity part of an engine (stage 3 with offload_param,
+// or offload_optimizer nvme): one tier.Store for all ranks, executing the
+// moves of one prefetch.Planner per rank (each rank's accesses are a
+// deterministic sequence, so each rank's trace repeats exactly), the NVMe
+// swap and the pinned pool the store's host copies come from.
+//
+// States in the store, per (chunk, rank): master, adam_m, adam_v of every
+// chunk (home host or NVMe: host up to strata.host_budget, master first,
+// the rest on NVMe), and the bf16 param shard of every sharded chunk when
+// offload_param is cpu or nvme (home there). The reduced gradient shard and
+// persistent (gathered) chunks stay where the non-tiered engine keeps them.
+type tiers struct {
+	e                  *Engine
+	paramTier, optTier shard.Tier
+	pool               *pinned.Pool
+	nvmeEng            *nvme.Engine
+	swap               *nvme.Swap
+	store              *tier.Store
+	drivers            []*driver
+	specs              map[shard.Key]tier.Spec
+	popts              prefetch.Options
+	t0                 time.Time
+
+	hbmBudget, hostBudget int64 // the store's: per device, all ranks
+	planHostBudget        int64 // each rank's planner's share of the host budget
+	homes                 [shard.StateCount][shard.TierCount]int64 // bytes, all ranks, by state and home tier
+	nvmePaths             []string
+	swapBytes             int64
+}
+
+// paramTiered says whether chunk c's param shard lives in the tier store.
+func (e *Engine) paramTiered(c int) bool {
+	return e.tiered && e.paramTier != shard.HBM && !e.chunks[c].persistent
+}
+
+func tkey(c, r int, s shard.State) shard.Key {
+	return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: s}
+}
+
+// checkTiered says whether cfg asks for the tier store and whether the
+// engine can run it.
+func checkTiered(cfg *config.Config, opts Options) (bool, error) {
+	z := cfg.ZeRO
+	p, o := z.OffloadParam.Device, z.OffloadOptimizer.Device
+	switch {
+	case o == config.DeviceNVMe && z.Stage != 3:
+		return false, fmt.Errorf("engine: offload_optimizer \"nvme\" needs stage 3 (ZeRO-Infinity, as in DeepSpeed), but stage is %d", z.Stage)
+	case p != config.DeviceNone && z.Stage != 3:
+		return false, fmt.Errorf("engine: offload_param %q needs stage 3, but stage is %d", p, z.Stage)
+	case p != config.DeviceNone && o == config.DeviceNone:
+		return false, fmt.Errorf("engine: offload_param %q needs offload_optimizer \"cpu\" or \"nvme\" (the new params are written by the host optimizer)", p)
+	}
+	tiered := p != config.DeviceNone || o == config.DeviceNVMe
+	if tiered && opts.Precision != gpu.BF16 {
+		return false, fmt.Errorf("engine: offload_param and NVMe offload need bf16 mixed precision, not %s", opts.Precision)
+	}
+	return tiered, nil
+}
+
+// newTiers lays out the homes, opens the swap, the pinned pool and the
+// store, registers every shard state and starts a planner per rank. The
+// ranks exist (device model state and activations are allocated), so the
+// HBM left for param copies is known.
+func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
+	cfg := e.cfg
+	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now()}
+	n := e.n
+
+	// HBM: the rank's param shards, at most, out of what is left.
+	var paramRank, maxParam, maxOpt int64
+	for c, p := range e.chunks {
+		maxOpt = max(maxOpt, int64(p.shard)*4)
+		if e.paramTiered(c) {
+			paramRank += int64(p.shard) * 2
+			maxParam = max(maxParam, int64(p.shard)*2)
+		}
+	}
+	need := e.workspaceNeedBytes()
+	if paramRank > 0 {
+		free := int64(-1)
+		for _, r := range e.ranks {
+			ms := r.dev.MemStats()
+			f := ms.BudgetBytes - ms.InUseBytes - need
+			if free < 0 || f < free {
+				free = f
+			}
+		}
+		t.hbmBudget = min(free, paramRank)
+		if e.opts.TierHBMBytes > 0 {
+			t.hbmBudget = e.opts.TierHBMBytes
+			if t.hbmBudget > free {
+				return nil, fmt.Errorf("engine: tier hbm budget %s is more than the %s left per device after model state, activations and workspace",
+					units.FormatBytes(t.hbmBudget), units.FormatBytes(free))
+			}
+		}
+		if t.hbmBudget < 2*maxParam {
+			return nil, fmt.Errorf("engine: %s of device memory left for param shards, the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
+				units.FormatBytes(max(t.hbmBudget, 0)), units.FormatBytes(2*maxParam))
+		}
+	}
+
+	// Homes. Params: offload_param's tier. Optimizer state: host, or NVMe
+	// with host_budget keeping master, then m, then v in RAM (coldest last).
+	est, err := EstimateMemory(mo)
+	if err != nil {
+		return nil, err
+	}
+	staging := est.HostStagingPerRank
+	homeOf := make(map[shard.Key]shard.Tier)
+	var hostRank int64 // per rank, the largest over ranks (they are equal)
+	for r := range n {
+		var host int64
+		for c, p := range e.chunks {
+			if e.paramTiered(c) {
+				k := tkey(c, r, shard.Param)
+				homeOf[k] = t.paramTier
+				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.BF16, Home: t.paramTier}
+				if t.paramTier == shard.Host {
+					host += int64(p.shard) * 2
+				}
+			}
+		}
+		keep := est.PerRank[shard.Master][shard.Host] + est.PerRank[shard.AdamM][shard.Host] + est.PerRank[shard.AdamV][shard.Host]
+		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+			for c, p := range e.chunks {
+				k := tkey(c, r, st)
+				b := int64(p.shard) * 4
+				home := t.optTier
+				if home == shard.NVMe && b <= keep {
+					home, keep = shard.Host, keep-b
+				}
+				if home == shard.Host {
+					host += b
+				}
+				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.F32, Home: home}
+			}
+		}
+		hostRank = max(hostRank, host)
+	}
+	for k, sp := range t.specs {
+		t.homes[k.State][sp.Home] += sp.SizeBytes()
+	}
+	// One spare shard per rank for reads outside the plan (Params, Master).
+	spare := max(maxOpt, maxParam)
+	t.planHostBudget = hostRank + staging
+	t.hostBudget = int64(n) * (t.planHostBudget + spare)
+	if b := cfg.Strata.HostBudgetBytes; b > 0 {
+		if b < t.hostBudget {
+			return nil, fmt.Errorf("engine: strata.host_budget %s is too small: the tier store needs %s (%s homes in host RAM, %s staging room, %s spare, all ranks): raise it%s",
+				units.FormatBytes(b), units.FormatBytes(t.hostBudget), units.FormatBytes(int64(n)*hostRank),
+				units.FormatBytes(int64(n)*staging), units.FormatBytes(int64(n)*spare), nvmeHint(t.optTier))
+		}
+		t.hostBudget = b
+		t.planHostBudget = b/int64(n) - spare
+	}
+	if t.pool, err = pinned.New(pinned.Options{BudgetBytes: t.hostBudget, Lock: e.opts.PinnedLock}); err != nil {
+		return nil, fmt.Errorf("engine: tier host memory: %w", err)
+	}
+	if err := t.openSwap(); err != nil {
+		t.close()
+		return nil, err
+	}
+	so := tier.Options{Host: t.pool, HostBudgetBytes: t.hostBudget, Swap: t.swap, OnComplete: t.onComplete}
+	for _, r := range e.ranks {
+		so.Devices = append(so.Devices, r.dev)
+	}
+	so.HBMBudgetBytes = max(t.hbmBudget, 1)
+	if t.store, err = tier.New(so); err != nil {
+		t.close()
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	for _, k := range sortedKeys(t.specs) {
+		if err := t.store.Register(k, t.specs[k]); err != nil {
+			t.close()
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
+	t.popts = prefetch.Options{BandwidthBytesPerSec: e.opts.LinkBandwidth, Slack: e.opts.PrefetchSlack}
+	t.popts.BudgetBytes[shard.HBM] = so.HBMBudgetBytes
+	t.popts.BudgetBytes[shard.Host] = t.planHostBudget
+	for r := range n {
+		res := prefetch.Residency{}
+		for k, sp := range t.specs {
+			if int(k.Rank) == r {
+				res[k] = prefetch.Placement{SizeBytes: sp.SizeBytes(), Home: sp.Home}
+			}
+		}
+		p, err := prefetch.New(res, t.popts)
+		if err != nil {
+			t.close()
+			return nil, fmt.Errorf("engine: rank %d: %w", r, err)
+		}
+		t.drivers = append(t.drivers, newDriver(t, r, p))
+	}
+	return t, nil
+}
+
+func nvmeHint(opt shard.Tier) string {
+	if opt == shard.Host {
+		return ", or put the optimizer state on NVMe (offload_optimizer nvme)"
+	}
+	return ""
+}
+
+func sortedKeys(m map[shard.Key]tier.Spec) []shard.Key {
+	keys := make([]shard.Key, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b shard.Key) int {
+		switch {
+		case a.Chunk != b.Chunk:
+			return int(a.Chunk - b.Chunk)
+		case a.Rank != b.Rank:
+			return int(a.Rank - b.Rank)
+		}
+		return int(a.State) - int(b.State)
+	})
+	return keys
+}
+
+// openSwap opens the NVMe engine (aio: queue_depth × thread_count requests
+// in flight) and a swap file per nvme_path (striped in aio.block_size
+// units) sized for every NVMe home.
+func (t *tiers) openSwap() error {
+	var nv int64
+	for st := range shard.StateCount {
+		nv += t.homes[st][shard.NVMe]
+	}
+	if nv == 0 {
+		return nil
+	}
+	z := t.e.cfg.ZeRO
+	seen := map[string]bool{}
+	for _, ps := range [][]string{z.OffloadParam.NVMePath, z.OffloadOptimizer.NVMePath} {
+		for _, p := range ps {
+			if !seen[p] {
+				seen[p] = true
+				t.nvmePaths = append(t.nvmePaths, p)
+			}
+		}
+	}
+	if len(t.nvmePaths) == 0 {
+		return errors.New("engine: NVMe offload needs nvme_path")
+	}
+	aio := t.e.cfg.AIO
+	qd := max(aio.QueueDepth, 1) * max(aio.ThreadCount, 1)
+	var err error
+	if t.nvmeEng, err = nvme.Open(nvme.Options{QueueDepth: min(qd, 4096)}); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	var dev nvme.Device = t.nvmeEng
+	if t.e.opts.NVMeDevice != nil {
+		dev = t.e.opts.NVMeDevice(dev)
+	}
+	stripe := aio.BlockSize
+	if stripe == 0 {
+		stripe = config.DefaultAIOBlockSize
+	}
+	// Room for every home plus fragmentation: extents smaller than two
+	// stripe units live in one file, so each file gets a few spare units.
+	paths := int64(len(t.nvmePaths))
+	t.swapBytes = nv + nv/16 + paths*4*stripe
+	if t.swap, err = nvme.NewSwap(dev, nvme.SwapOptions{Paths: t.nvmePaths, SizeBytes: t.swapBytes, StripeBytes: stripe}); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	return nil
+}
+
+// onComplete is the store's completion callback: it wakes the rank's
+// driver, which reaps the move (it must not block).
+func (t *tiers) onComplete(m tier.Move, _ error) {
+	if r := int(m.Key.Rank); r >= 0 && r < len(t.drivers) {
+		t.drivers[r].wake()
+	}
+}
+
+// now is the planner's clock.
+func (t *tiers) now() time.Duration { return time.Since(t.t0) }
+
+// initShard writes the initial contents of a state to its home.
+func (t *tiers) initShard(k shard.Key, data []byte) error {
+	home := t.specs[k].Home
+	if home == shard.NVMe {
+		if _, err := t.store.Submit(tier.Move{Key: k, To: shard.Host, Reason: tier.Alloc}); err != nil {
+			return fmt.Errorf("engine: init %s: %w", k, err)
+		}
+	}
+	l, err := t.store.Acquire(k, shard.Host, tier.Write)
+	if err != nil {
+		return fmt.Errorf("engine: init %s: %w", k, err)
+	}
+	copy(l.Bytes(), data)
+	l.Release()
+	if home == shard.NVMe {
+		op, err := t.store.Submit(tier.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: tier.WriteBack})
+		if err == nil {
+			err = op.Wait()
+		}
+		if err != nil {
+			return fmt.Errorf("engine: init %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// readShard returns the newest contents of a state (the drivers are
+// paused, nothing is in flight). A shard valid only on NVMe is fetched into
+// host memory for the read and evicted after, so the planner's picture of
+// the store stays true.
+func (t *tiers) readShard(k shard.Key) ([]byte, error) {
+	w, err := t.store.Where(k)
+	if err != nil {
+		return nil, err
+	}
+	if w.Lost != nil {
+		return nil, w.Lost
+	}
+	switch {
+	case w.Copies[shard.Host].Valid:
+	case w.Copies[shard.HBM].Valid:
+		l, err := t.store.Acquire(k, shard.HBM, tier.Read)
+		if err != nil {
+			return nil, err
+		}
+		defer l.Release()
+		r := t.e.ranks[k.Rank]
+		out := make([]byte, l.Buffer().Bytes())
+		r.dev.CopyDeviceToHost(r.s, out, l.Buffer(), 0)
+		return out, r.s.Synchronize()
+	default:
+		op, err := t.store.Fetch(k, shard.NVMe, shard.Host)
+		if err == nil {
+			err = op.Wait()
+		}
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if op, err := t.store.Evict(k, shard.Host); err == nil {
+				op.Wait()
+			}
+		}()
+	}
+	l, err := t.store.Acquire(k, shard.Host, tier.Read)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Release()
+	return append([]byte(nil), l.Bytes()...), nil
+}
+
+// pause stops every planner from issuing moves and waits for those in
+// flight; resume undoes it.
+func (t *tiers) pause() error {
+	var first error
+	for _, d := range t.drivers {
+		if err := d.pause(); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (t *tiers) resume() {
+	for _, d := range t.drivers {
+		d.resume()
+	}
+}
+
+func (t *tiers) close() error {
+	var errs []error
+	for _, d := range t.drivers {
+		d.stop()
+	}
+	if t.store != nil {
+		if err := t.store.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if t.swap != nil {
+		if err := t.swap.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if t.nvmeEng != nil {
+		if err := t.nvmeEng.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if t.pool != nil {
+		if err := t.pool.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("engine: tiers: %w", err)
+	}
+	return nil
+}
+
+// driver runs one rank's planner against the shared store: the rank's
+// goroutine tells it of accesses and releases (use, done), a goroutine of
+// its own reaps completed moves and issues moves when they fall due
+// (WakeAt). Every planner call happens under mu.
+type driver struct {
+	t    *tiers
+	rank int
+	p    *prefetch.Planner
+
+	mu     sync.Mutex
+	cond   *sync.Cond
+	flying []flight // submitted moves not yet reaped
+	held   []held   // leases whose compute is enqueued but may still run
+	err    error    // the first failure: the rank stops
+	paused bool
+	stall  [shard.TierCount]time.Duration // the rank's wait for shards, by access tier
+
+	kick    chan struct{}
+	quit    chan struct{}
+	stopped chan struct{}
+	timer   *time.Timer
+}
+
+type flight struct {
+	m  prefetch.Move
+	op *tier.Op
+}
+
+type held struct {
+	l  *tier.Lease
+	ev gpu.Event // nil: done now
+}
+
+func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
+	d := &driver{t: t, rank: r, p: p, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+	d.cond = sync.NewCond(&d.mu)
+	d.timer = time.NewTimer(time.Hour)
+	d.timer.Stop()
+	go d.loop()
+	return d
+}
+
+func (d *driver) wake() {
+	select {
+	case d.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (d *driver) loop() {
+	defer close(d.stopped)
+	for {
+		select {
+		case <-d.quit:
+			return
+		case <-d.kick:
+		case <-d.timer.C:
+		}
+		d.mu.Lock()
+		d.pumpLocked()
+		d.mu.Unlock()
+	}
+}
+
+func (d *driver) stop() {
+	select {
+	case <-d.quit:
+	default:
+		close(d.quit)
+		<-d.stopped
+	}
+	d.timer.Stop()
+}
+
+func (d *driver) failLocked(err error) {
+	if d.err == nil {
+		d.err = fmt.Errorf("engine: rank %d: %w", d.rank, err)
+	}
+}
+
+// pumpLocked reaps completed moves, tells the planner, issues what it asks
+// next, and wakes the rank.
+func (d *driver) pumpLocked() {
+	for round := 0; ; round++ {
+		progress := false
+		now := d.t.now()
+		for i := 0; i < len(d.flying); {
+			f := d.flying[i]
+			if !f.op.Done() {
+				i++
+				continue
+			}
+			d.flying[i] = d.flying[len(d.flying)-1]
+			d.flying = d.flying[:len(d.flying)-1]
+			progress = true
+			if err := f.op.Err(); err != nil {
+				d.failLocked(err)
+				continue
+			}
+			if !f.m.Instant() {
+				d.p.Completed(f.m, now)
+			}
+		}
+		if d.err == nil && !d.paused {
+			if ms := d.p.Next(now); len(ms) > 0 {
+				d.submitLocked(ms)
+				progress = true
+			}
+		}
+		if !progress || round > 64 {
+			break
+		}
+	}
+	if w, ok := d.p.WakeAt(); ok && d.err == nil && !d.paused {
+		d.timer.Reset(max(w-d.t.now(), 0))
+	}
+	d.cond.Broadcast()
+}
+
+func (d *driver) submitLocked(ms []prefetch.Move) {
+	for _, m := range ms {
+		if d.err != nil {
+			return
+		}
+		op, err := d.t.store.Submit(tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: tier.Reason(m.Reason)})
+		if err != nil {
+			d.failLocked(fmt.Errorf("the store refused the planner's %s: %w", m, err))
+			return
+		}
+		d.flying = append(d.flying, flight{m, op})
+	}
+}
+
+// releaseLocked ends the held leases whose compute has completed (all of
+// them, waiting, when wait is set).
+func (d *driver) releaseLocked(wait bool) {
+	j := 0
+	for _, h := range d.held {
+		if h.ev != nil && !h.ev.Done() {
+			if !wait {
+				d.held[j] = h
+				j++
+				continue
+			}
+			d.mu.Unlock()
+			h.ev.Synchronize()
+			d.mu.Lock()
+		}
+		k := h.l.Key()
+		h.l.Release()
+		d.p.Release(k, d.t.now())
+	}
+	clear(d.held[j:])
+	d.held = d.held[:j]
+}
+
+// use begins access a: it tells the planner, waits until the shard is
+// ready in a.Tier, and leases it there (Write for Update and Write
+// accesses). The wait counts as the rank's stall on a.Tier.
+func (d *driver) use(a prefetch.Access) (*tier.Lease, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return nil, d.err
+	}
+	d.releaseLocked(false)
+	d.pumpLocked()
+	now := d.t.now()
+	_, ms, err := d.p.Access(a, now)
+	if err != nil {
+		d.failLocked(err)
+		return nil, d.err
+	}
+	d.submitLocked(ms)
+	var t0 time.Time
+	for d.err == nil && !d.p.Ready(a) {
+		if t0.IsZero() {
+			t0 = time.Now()
+		}
+		d.pumpLocked()
+		if d.err != nil || d.p.Ready(a) {
+			break
+		}
+		switch {
+		case len(d.held) > 0:
+			// The planner may wait for room that a held lease gives back.
+			d.releaseLocked(true)
+			d.pumpLocked()
+		case len(d.flying) == 0:
+			if _, ok := d.p.WakeAt(); !ok {
+				d.failLocked(fmt.Errorf("planner stalled: %s is not ready and nothing is in flight", a))
+			} else {
+				d.cond.Wait()
+			}
+		default:
+			d.cond.Wait()
+		}
+	}
+	if !t0.IsZero() {
+		d.stall[a.Tier] += time.Since(t0)
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	mode := tier.Read
+	if a.Kind != prefetch.Read {
+		mode = tier.Write
+	}
+	l, err := d.t.store.Acquire(a.Key, a.Tier, mode)
+	if err != nil {
+		d.failLocked(err)
+		d.p.Release(a.Key, d.t.now())
+		return nil, d.err
+	}
+	return l, nil
+}
+
+// done ends a lease once ev (recorded after the compute that uses it) has
+// completed; nil: now.
+func (d *driver) done(l *tier.Lease, ev gpu.Event) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.held = append(d.held, held{l, ev})
+	if ev == nil {
+		d.releaseLocked(false)
+		d.pumpLocked()
+	}
+}
+
+// settle releases every held lease (the rank has synchronized its streams).
+func (d *driver) settle() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.releaseLocked(true)
+	d.pumpLocked()
+}
+
+func (d *driver) beginStep() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.releaseLocked(true)
+	d.p.BeginStep(d.t.now())
+	d.pumpLocked()
+	return d.err
+}
+
+func (d *driver) pause() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.paused = true
+	d.releaseLocked(true)
+	for {
+		d.pumpLocked()
+		if len(d.flying) == 0 {
+			break
+		}
+		d.cond.Wait()
+	}
+	return d.err
+}
+
+func (d *driver) resume() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.paused = false
+	d.pumpLocked()
+}
+
+// stats returns the planner's counters and the rank's stall.
+func (d *driver) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.p.Stats(), d.stall
+}
+
+func (d *driver) failure() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+// TierStats are one step's figures of the tier store and the planners.
+type TierStats struct {
+	// Accesses the planners served this step (all ranks), and of them:
+	// Hits found the shard ready in the access tier, Late found its
+	// prefetch under way, Misses fetched it on demand.
+	Accesses, Hits, Late, Misses int64
+	HitRate                      float64 // Hits / Accesses (1 with no access)
+	// Stall is the time the devices waited for shards to reach each
+	// access tier (HBM: param shards before their gather; host: optimizer
+	// state before cpuadam), the longest of the ranks.
+	Stall [shard.TierCount]time.Duration
+	// LinkBytes is the bytes moved on each link (tier.Link order:
+	// nvme->host, host->hbm, hbm->host, host->nvme).
+	LinkBytes [tier.LinkCount]int64
+	// PeakBytes is the store's peak use of each tier during the step (HBM:
+	// the largest of the devices), next to its BudgetBytes.
+	PeakBytes, BudgetBytes [shard.TierCount]int64
+}
+
+type tierSnap struct {
+	plan  []prefetch.Stats
+	stall [][shard.TierCount]time.Duration
+	store tier.Stats
+}
+
+func (t *tiers) snapshot() tierSnap {
+	var s tierSnap
+	for _, d := range t.drivers {
+		p, st := d.stats()
+		s.plan = append(s.plan, p)
+		s.stall = append(s.stall, st)
+	}
+	s.store = t.store.Stats()
+	return s
+}
+
+// since is the step's figures from the snapshot taken at its start.
+func (t *tiers) since(a tierSnap) TierStats {
+	b := t.snapshot()
+	var ts TierStats
+	for i := range b.plan {
+		p, q := a.plan[i], b.plan[i]
+		ts.Accesses += q.Accesses - p.Accesses
+		ts.Hits += q.Hits - p.Hits
+		ts.Late += q.Late - p.Late
+		ts.Misses += q.Misses - p.Misses
+		for tr := range ts.Stall {
+			ts.Stall[tr] = max(ts.Stall[tr], b.stall[i][tr]-a.stall[i][tr])
+		}
+	}
+	ts.HitRate = 1
+	if ts.Accesses > 0 {
+		ts.HitRate = float64(ts.Hits) / float64(ts.Accesses)
+	}
+	for l := range ts.LinkBytes {
+		ts.LinkBytes[l] = b.store.Links[l].Bytes - a.store.Links[l].Bytes
+	}
+	for _, u := range b.store.HBM {
+		ts.PeakBytes[shard.HBM] = max(ts.PeakBytes[shard.HBM], u.PeakBytes)
+		ts.BudgetBytes[shard.HBM] = u.BudgetBytes
+	}
+	ts.PeakBytes[shard.Host], ts.BudgetBytes[shard.Host] = b.store.Host.PeakBytes, b.store.Host.BudgetBytes
+	ts.PeakBytes[shard.NVMe], ts.BudgetBytes[shard.NVMe] = b.store.NVMe.PeakBytes, b.store.NVMe.BudgetBytes
+	return ts
+}
