@@ -40,7 +40,7 @@ type Engine struct {
 	n         int
 	stage     int
 	precision gpu.DType
-	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme)
+	offload   bool       // optimizer on the host (offload_optimizer.device cpu or nvme)
 	tiered    bool       // the tier store runs (offload_param, or NVMe offload)
 	paramTier shard.Tier // offload_param's tier (HBM: none)
 	tiers     *tiers     // the tier store and planners when tiered

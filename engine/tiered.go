@@ -41,8 +41,8 @@ type tiers struct {
 	popts              prefetch.Options
 	t0                 time.Time
 
-	hbmBudget, hostBudget int64 // the store's: per device, all ranks
-	planHostBudget        int64 // each rank's planner's share of the host budget
+	hbmBudget, hostBudget int64                                    // the store's: per device, all ranks
+	planHostBudget        int64                                    // each rank's planner's share of the host budget
 	homes                 [shard.StateCount][shard.TierCount]int64 // bytes, all ranks, by state and home tier
 	nvmePaths             []string
 	swapBytes             int64
