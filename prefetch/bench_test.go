@@ -17,6 +17,13 @@ import (
 // optimizer reads the gradient in host, updates master, m and v there and
 // writes the new param there.
 func modelStep(layers, ranks int, paramBytes int64, layerCompute, optCompute time.Duration) (Trace, Residency) {
+	return modelStepOrder(layers, ranks, paramBytes, layerCompute, optCompute, false)
+}
+
+// modelStepOrder is modelStep with the optimizer visiting the chunks in
+// ascending order when optAscending is set (as backward leaves them, in
+// descending order, otherwise).
+func modelStepOrder(layers, ranks int, paramBytes int64, layerCompute, optCompute time.Duration, optAscending bool) (Trace, Residency) {
 	res := Residency{}
 	key := func(c, r int, st shard.State) shard.Key {
 		return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: st}
@@ -53,7 +60,11 @@ func modelStep(layers, ranks int, paramBytes int64, layerCompute, optCompute tim
 			add(c, r, shard.Grad, Backward, shard.HBM, Write, last(r, 2*layerCompute))
 		}
 	}
-	for c := layers - 1; c >= 0; c-- {
+	for i := 0; i < layers; i++ {
+		c := layers - 1 - i
+		if optAscending {
+			c = i
+		}
 		for r := 0; r < ranks; r++ {
 			add(c, r, shard.Grad, Optimizer, shard.Host, Read, 0)
 			add(c, r, shard.Master, Optimizer, shard.Host, Update, 0)

@@ -1160,6 +1160,7 @@ type victim struct {
 	next      int64 // next use after g
 	evictable bool  // free now and not needed before g
 	dirty     bool
+	before    bool // needed at or before g
 }
 
 // makeRoom frees space in pool pi for size bytes needed by the access at
@@ -1197,6 +1198,7 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		v := victim{s: int32(i), next: p.nextUse(int32(i), t, -1)}
 		v.evictable = ks.copies[t] == present && ks.pins[t] == 0 && ks.sources[t] == 0 && v.next > g
 		if v.next <= g {
+			v.before = true
 			v.next = p.nextUse(int32(i), t, g+1)
 		}
 		if v.evictable {
@@ -1241,10 +1243,12 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 				break
 			}
 			if !v.evictable {
-				if demand || p.willBeDirty(v.s, t) || p.keys[v.s].behind[t] {
-					// Waiting for a copy under write-behind would make
-					// this prefetch late (it is due now); the next clean
-					// victim is as good: it is written already.
+				if demand || p.willBeDirty(v.s, t) || p.keys[v.s].behind[t] || (v.before && p.writesBefore(v.s, t, g)) {
+					// Waiting for a copy under write-behind, or for one
+					// that an access before g will update (it would then
+					// need a write first), would make this prefetch late
+					// (it is due now); the next clean victim is as good:
+					// it is written already.
 					continue
 				}
 				waited = true
@@ -1326,6 +1330,33 @@ func (p *Planner) willBeDirty(s int32, t shard.Tier) bool {
 		}
 	}
 	return ks.sources[t] == 0 && p.needsWriteBack(s, t)
+}
+
+// writesBefore reports whether an access predicted to begin before the one
+// at global index g writes the copy of s in t, which then needs a
+// write-back (t is not its home) before it can be evicted for g.
+func (p *Planner) writesBefore(s int32, t shard.Tier, g int64) bool {
+	n := int64(len(p.trace))
+	ks := &p.keys[s]
+	if n == 0 || p.diverged || t == ks.home {
+		return false
+	}
+	cur := p.stepBase + int64(p.pos)
+	for cyc := int64(0); p.stepBase+cyc*n < g; cyc++ {
+		for _, o := range ks.occ {
+			gi := p.stepBase + cyc*n + int64(o)
+			if gi < cur {
+				continue
+			}
+			if gi >= g {
+				return false
+			}
+			if a := p.trace[o]; a.kind != Read && a.tier == t {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // needsWriteBack reports whether the copy in t holds data that no slower copy has.
