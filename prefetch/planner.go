@@ -220,6 +220,11 @@ type Planner struct {
 	writerGen  []uint32        // per slot: generation that recorded a write
 	writerTier []shard.Tier
 	gen        uint32
+
+	// planned: the candidate list (p.cands, with its ALAP starts, planned
+	// for p.t0) is what candidates() would build now, up to a shift of
+	// time: nothing happened since it was built but the moves it issued.
+	planned bool
 }
 
 type poolID struct {
@@ -325,6 +330,7 @@ func (p *Planner) SetTrace(tr Trace) error {
 	if err := p.checkTrace(tr); err != nil {
 		return err
 	}
+	p.planned = false
 	p.adopt(tr)
 	return nil
 }
@@ -570,6 +576,7 @@ func (p *Planner) Stats() Stats { return p.stats }
 // refresh the deadlines; when they diverged from the trace, this is the
 // re-recording).
 func (p *Planner) BeginStep(now time.Duration) {
+	p.planned = false
 	if p.rec.Len() > 0 {
 		if len(p.trace) > 0 && (p.diverged || p.pos != len(p.trace)) {
 			if !p.diverged {
@@ -602,6 +609,7 @@ func (p *Planner) Access(a Access, now time.Duration) (hit bool, moves []Move, e
 	}
 	s := p.index[a.Key]
 	a.SizeBytes = p.keys[s].sizeBytes
+	p.planned = false
 	ri := p.rec.Begin(a, now)
 	if len(p.trace) > 0 && !p.diverged {
 		if p.pos >= len(p.trace) || !p.known.Accesses[p.pos].sameSlot(a) {
@@ -694,6 +702,7 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 		panic(fmt.Sprintf("prefetch: release of %s, which is not in use", key))
 	}
 	u := p.inUse[i]
+	p.planned = false
 	p.inUse = append(p.inUse[:i], p.inUse[i+1:]...)
 	ks := &p.keys[s]
 	ks.pins[u.tier]--
@@ -737,6 +746,7 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 		panic(fmt.Sprintf("prefetch: completion of unknown move %d (%s)", m.ID, m))
 	}
 	delete(p.inflight, m.ID)
+	p.planned = false
 	p.linkBusy[f.link]--
 	s := f.slot
 	ks := &p.keys[s]
@@ -832,15 +842,70 @@ type cand struct {
 // Next returns the moves to issue at time now, in order: the store must
 // apply each Evict before the transfers after it.
 func (p *Planner) Next(now time.Duration) []Move {
-	// An eviction can make a candidate of a shard that was resident when
-	// the list was built: after one, the list is built again.
-	for round := 0; p.dispatch(now) && round < 4*len(p.keys)+4; round++ {
+	if !p.replan(now) {
+		// An eviction can make a candidate of a shard that was resident
+		// when the list was built: after one, the list is built again.
+		p.planned = true
+		for round := 0; p.dispatch(now); round++ {
+			if round >= 4*len(p.keys)+4 {
+				p.planned = false
+				break
+			}
+		}
 	}
 	p.writeBehind(now)
 	out := p.outbox
 	p.outbox = nil
 	p.checkPending(now)
 	return out
+}
+
+// replan reports whether the plan of the last Next still holds at now, and
+// then shifts it to now. It holds when nothing happened since but the moves
+// that Next issued (an issued candidate only leaves the list, which delays
+// the others: ALAP starts depend on later transfers only), the predicted
+// start of the next access did not move earlier (the whole plan moves with
+// it: every deadline, and so every ALAP start, shifts by the same amount),
+// and no candidate became due: every due one was issued or found no room,
+// and room only changes with an Access, Release or Completed.
+func (p *Planner) replan(now time.Duration) bool {
+	if !p.planned {
+		return false
+	}
+	d := p.predictT0(now) - p.t0
+	if d < 0 || (p.wakeSet && now >= p.wakeAt+d) {
+		return false
+	}
+	if d == 0 {
+		return true
+	}
+	p.t0 += d
+	p.wakeAt += d
+	for i := range p.cands {
+		c := &p.cands[i]
+		c.deadline += d
+		for h := 0; h < c.nhops; h++ {
+			c.hops[h].start += d
+			c.hops[h].finish += d
+		}
+	}
+	return true
+}
+
+// predictT0 is the predicted start of the next access: now, or later when
+// the latest access is ready and its compute has not ended yet. Without a
+// trace to follow it is the last one planned for (nothing is predicted).
+func (p *Planner) predictT0(now time.Duration) time.Duration {
+	if len(p.trace) == 0 || p.diverged {
+		return p.t0
+	}
+	t0 := now
+	if p.readyKnow && p.lastPos >= 0 && len(p.pending) == 0 {
+		if t := p.lastReady + p.trace[p.lastPos].compute; t > t0 {
+			t0 = t
+		}
+	}
+	return t0
 }
 
 // dispatch issues the due candidates in order of latest start (first hops
@@ -991,13 +1056,7 @@ func (p *Planner) candidates(now time.Duration) []cand {
 		p.cands = out
 		return out
 	}
-	// Predicted start of the next access.
-	t0 := now
-	if p.readyKnow && p.lastPos >= 0 && len(p.pending) == 0 {
-		if t := p.lastReady + p.trace[p.lastPos].compute; t > t0 {
-			t0 = t
-		}
-	}
+	t0 := p.predictT0(now)
 	p.t0 = t0
 	w := p.opts.Window
 	if w <= 0 || w > n {

@@ -19,8 +19,8 @@ import (
 // optimizer computes 3ms per (chunk, rank), 48ms in all: 144ms a step.
 //
 // The arithmetic that makes zero stall possible:
-//   - host budget = grad homes (1600 B) + one copy of every param (1600 B)
-//   - half the optimizer state (4800 of 9600 B): at least 24 of the 48
+//   - host budget = grad homes (1600 B), one copy of every param (1600 B)
+//     and half the optimizer state (4800 of 9600 B): at least 24 of the 48
 //     master/m/v shards must be read again every step, and all 48 (9600 B,
 //     24ms) plus 16 new params (1600 B, 4ms) written, against 144ms of
 //     compute a step: each link is busy at most 24ms + 4ms of it.
