@@ -206,6 +206,9 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		e.Close()
 		return nil, err
 	}
+	if e.tiers != nil {
+		e.tiers.last = e.tiers.snapshot()
+	}
 	e.lastCount = e.counters()
 	return e, nil
 }
@@ -309,7 +312,7 @@ func (e *Engine) Step() (StepStats, error) {
 			}
 		}
 		e.tiers.store.ResetPeaks()
-		snap = e.tiers.snapshot()
+		snap = e.tiers.last // the previous step's end: moves between steps count in this one
 	}
 	if err := e.parallel(func(r *rank) error { return r.backward(step) }); err != nil {
 		return st, fmt.Errorf("engine: step %d: %w", step, err)

@@ -235,21 +235,41 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 			units.FormatBytes(optRank*n), units.FormatBytes(budget)))
 	case o.OptimizerTier == shard.NVMe && budget > 0:
 		// The budget is shared by the ranks; each keeps its share in host
-		// RAM, master first, then m, then v (the tier store moves whole
-		// shards, so the measured split may differ by one shard state).
+		// RAM, master first, then m, then v.
 		// The staging room and the param shards homed in host come first.
-		left := min(max(0, budget/n-e.HostStagingPerRank-e.PerRank[shard.Param][shard.Host]), optRank)
-		kept := left
+		left := min(max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-e.PerRank[shard.Param][shard.Host]), optRank)
+		// Whole shards, as the tier store places them: master, m, v, each
+		// chunk in order, while they fit.
+		kept := int64(0)
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-			move := min(left, e.PerRank[st][shard.NVMe])
-			e.PerRank[st][shard.NVMe] -= move
-			e.PerRank[st][shard.Host] += move
-			left -= move
+			for _, se := range e.ShardElems {
+				if b := se * f32; b <= left {
+					e.PerRank[st][shard.NVMe] -= b
+					e.PerRank[st][shard.Host] += b
+					left -= b
+					kept += b
+				}
+			}
 		}
 		e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %s of optimizer state (all ranks) in host RAM, after %s of staging room; the formula column places it all on NVMe",
 			units.FormatBytes(kept*n), units.FormatBytes(e.HostStagingPerRank*n)))
 	}
 	return e, nil
+}
+
+// TierHostBudget is the tier store's share of strata.host_budget: 4/5 of
+// it; the pinned pool holds the whole budget, and the rest absorbs the
+// fragmentation of shards of several sizes coming and going.
+func TierHostBudget(hostBudget int64) int64 { return hostBudget * 4 / 5 }
+
+// tierSpareBytes is the host room, per rank, the tier store keeps for reads
+// outside the plan (Engine.Params, Engine.Master): the largest fp32 shard.
+func tierSpareBytes(shardElems []int64) int64 {
+	var m int64
+	for _, s := range shardElems {
+		m = max(m, s)
+	}
+	return 4 * m
 }
 
 // TierReadAhead is how many chunks the tier store has room to stage in host

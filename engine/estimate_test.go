@@ -170,10 +170,11 @@ func TestOffload(t *testing.T) {
 	// A host budget keeps part of the optimizer state in RAM: master first,
 	// after the staging room (TierReadAhead chunks of master, m, v).
 	staging := int64(TierReadAhead * 3 * 4 * (1 << 20 / n))
-	budget := int64(n) * (6*r + staging) // per rank: staging, then 6r bytes = master (4r) + half of m
+	spare := int64(4 * (1 << 20 / n))
+	budget := int64(n) * (6*r + staging + spare) * 5 / 4 // the store's 4/5 per rank: staging, spare, then 6r bytes = master (4r) + half of m
 	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget})
 	if e.HostStagingPerRank != staging || e.PerRank[shard.Master][shard.Host] != 4*r || e.PerRank[shard.AdamM][shard.Host] != 2*r || e.PerRank[shard.AdamM][shard.NVMe] != 2*r ||
-		e.PerRank[shard.AdamV][shard.NVMe] != 4*r || e.NVMeBytes() != int64(n)*6*r || e.HostBytes() != budget-int64(n)*staging+int64(n)*2*r {
+		e.PerRank[shard.AdamV][shard.NVMe] != 4*r || e.NVMeBytes() != int64(n)*6*r || e.HostBytes() != int64(n)*(6*r+2*r) {
 		t.Errorf("budget split: staging %d, %v", e.HostStagingPerRank, e.PerRank)
 	}
 	if len(e.Notes) != 1 {

@@ -7,6 +7,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/tier"
 )
 
 // DeviceSummary is one device's memory over the run so far.
@@ -56,7 +57,90 @@ type Summary struct {
 	// HostStagingBytes is the pinned parameter upload staging of the host
 	// optimizer, all ranks: working set, not model state.
 	HostStagingBytes int64
-	Notes            []string
+	// Tier is the tier store's layout and figures; nil without it.
+	Tier  *TierSummary
+	Notes []string
+}
+
+// TierSummary is the tier store of a run: where the shard states live
+// (homes, all ranks, next to the estimate's arithmetic), the budgets, and
+// the figures summed over the run.
+type TierSummary struct {
+	ParamTier, OptimizerTier string   // "hbm", "host", "nvme"
+	NVMePaths                []string // the swap files' directories (striped)
+	SwapBytes                int64
+	// Homes of the param shards and the optimizer state (not the gradient
+	// shard, which stays in the engine's pinned buffers), all ranks.
+	HostHomeBytes, NVMeHomeBytes         int64
+	EstimateHostBytes, EstimateNVMeBytes int64 // EstimateMemory's, the same states
+	BudgetBytes                          [shard.TierCount]int64
+	PeakBytes                            [shard.TierCount]int64 // since New (HBM: the largest device's)
+	PinnedPoolBytes, PinnedPeakBytes     int64                  // the pinned pool (the host budget when given)
+	LinkBytes                            [tier.LinkCount]int64
+	Accesses, Hits, Late, Misses         int64
+	HitRate                              float64
+	Divergences, Rerecords               int64
+}
+
+func (t TierSummary) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "tiers: params in %s, optimizer state in %s", t.ParamTier, t.OptimizerTier)
+	if len(t.NVMePaths) > 0 {
+		fmt.Fprintf(&b, ", swap %s over %v", units.FormatBytes(t.SwapBytes), t.NVMePaths)
+	}
+	fmt.Fprintf(&b, "\nhomes: host %s (estimate %s), nvme %s (estimate %s)\n", units.FormatBytes(t.HostHomeBytes), units.FormatBytes(t.EstimateHostBytes),
+		units.FormatBytes(t.NVMeHomeBytes), units.FormatBytes(t.EstimateNVMeBytes))
+	fmt.Fprintf(&b, "peak/budget: hbm %s/%s per device, host %s/%s (pinned pool %s/%s), nvme %s/%s\n",
+		units.FormatBytes(t.PeakBytes[shard.HBM]), units.FormatBytes(t.BudgetBytes[shard.HBM]),
+		units.FormatBytes(t.PeakBytes[shard.Host]), units.FormatBytes(t.BudgetBytes[shard.Host]),
+		units.FormatBytes(t.PinnedPeakBytes), units.FormatBytes(t.PinnedPoolBytes),
+		units.FormatBytes(t.PeakBytes[shard.NVMe]), units.FormatBytes(t.BudgetBytes[shard.NVMe]))
+	b.WriteString("moved:")
+	for l, n := range t.LinkBytes {
+		fmt.Fprintf(&b, " %s %s", tier.Link(l), units.FormatBytes(n))
+	}
+	fmt.Fprintf(&b, "\nprefetch: %d accesses, hit rate %.4f (%d late, %d missed), %d divergences", t.Accesses, t.HitRate, t.Late, t.Misses, t.Divergences)
+	return b.String()
+}
+
+func (e *Engine) tierSummary() *TierSummary {
+	t := e.tiers
+	ts := &TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes}
+	for st := range shard.StateCount {
+		ts.HostHomeBytes += t.homes[st][shard.Host]
+		ts.NVMeHomeBytes += t.homes[st][shard.NVMe]
+		if shard.State(st) == shard.Grad {
+			continue
+		}
+		ts.EstimateHostBytes += int64(e.n) * e.estimate.PerRank[st][shard.Host]
+		ts.EstimateNVMeBytes += int64(e.n) * e.estimate.PerRank[st][shard.NVMe]
+	}
+	ss := t.store.Stats()
+	for _, u := range ss.HBM {
+		ts.PeakBytes[shard.HBM] = max(ts.PeakBytes[shard.HBM], t.peakHBM)
+		ts.BudgetBytes[shard.HBM] = u.BudgetBytes
+	}
+	ts.PeakBytes[shard.Host], ts.BudgetBytes[shard.Host] = t.peakHost, ss.Host.BudgetBytes
+	ts.PeakBytes[shard.NVMe], ts.BudgetBytes[shard.NVMe] = ss.NVMe.PeakBytes, ss.NVMe.BudgetBytes
+	ps := t.pool.Stats()
+	ts.PinnedPoolBytes, ts.PinnedPeakBytes = ps.BudgetBytes, ps.PeakBytes
+	for l := range ts.LinkBytes {
+		ts.LinkBytes[l] = ss.Links[l].Bytes
+	}
+	for _, d := range t.drivers {
+		p, _ := d.stats()
+		ts.Accesses += p.Accesses
+		ts.Hits += p.Hits
+		ts.Late += p.Late
+		ts.Misses += p.Misses
+		ts.Divergences += p.Divergences
+		ts.Rerecords += p.Rerecords
+	}
+	ts.HitRate = 1
+	if ts.Accesses > 0 {
+		ts.HitRate = float64(ts.Hits) / float64(ts.Accesses)
+	}
+	return ts
 }
 
 // Summary reports the layout and the measured peaks so far.
@@ -69,6 +153,10 @@ func (e *Engine) Summary() Summary {
 	if e.offload {
 		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
 		s.HostFormula = e.hostWant
+	}
+	if e.tiers != nil {
+		s.Tier = e.tierSummary()
+		s.HostBytes += s.Tier.HostHomeBytes
 	}
 	formula := e.estimate.TierFormula(shard.HBM).String()
 	paper := int64(e.estimate.TierFormula(shard.HBM).Bytes(e.estimate.Params, e.n))
@@ -118,6 +206,10 @@ func (s Summary) String() string {
 	if s.HostFormula > 0 || s.HostBytes > 0 {
 		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s\n",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
+	}
+	if s.Tier != nil {
+		b.WriteString(s.Tier.String())
+		b.WriteString("\n")
 	}
 	return b.String()
 }

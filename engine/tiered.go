@@ -46,6 +46,8 @@ type tiers struct {
 	homes                 [shard.StateCount][shard.TierCount]int64 // bytes, all ranks, by state and home tier
 	nvmePaths             []string
 	swapBytes             int64
+	peakHBM, peakHost     int64    // run-wide peaks (the store's are reset every step)
+	last                  tierSnap // at the end of the last step (or New)
 }
 
 // paramTiered says whether chunk c's param shard lives in the tier store.
@@ -161,19 +163,24 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 		t.homes[k.State][sp.Home] += sp.SizeBytes()
 	}
 	// One spare shard per rank for reads outside the plan (Params, Master).
-	spare := max(maxOpt, maxParam)
+	// The pinned pool gets a quarter more than the store's budget: shards
+	// of several sizes come and go, and the pool's free space fragments.
+	// With strata.host_budget the pool is the budget (the store's 4/5 of it).
+	spare := tierSpareBytes(est.ShardElems)
 	t.planHostBudget = hostRank + staging
 	t.hostBudget = int64(n) * (t.planHostBudget + spare)
+	poolBytes := t.hostBudget + t.hostBudget/4 + 4*spare
 	if b := cfg.Strata.HostBudgetBytes; b > 0 {
-		if b < t.hostBudget {
-			return nil, fmt.Errorf("engine: strata.host_budget %s is too small: the tier store needs %s (%s homes in host RAM, %s staging room, %s spare, all ranks): raise it%s",
+		if b*4/5 < t.hostBudget {
+			return nil, fmt.Errorf("engine: strata.host_budget %s is too small: the tier store needs %s (%s homes in host RAM, %s staging room, %s spare, all ranks) and a quarter more against fragmentation: raise it%s",
 				units.FormatBytes(b), units.FormatBytes(t.hostBudget), units.FormatBytes(int64(n)*hostRank),
 				units.FormatBytes(int64(n)*staging), units.FormatBytes(int64(n)*spare), nvmeHint(t.optTier))
 		}
-		t.hostBudget = b
-		t.planHostBudget = b/int64(n) - spare
+		poolBytes = b
+		t.hostBudget = TierHostBudget(b)
+		t.planHostBudget = t.hostBudget/int64(n) - spare
 	}
-	if t.pool, err = pinned.New(pinned.Options{BudgetBytes: t.hostBudget, Lock: e.opts.PinnedLock}); err != nil {
+	if t.pool, err = pinned.New(pinned.Options{BudgetBytes: poolBytes, Lock: e.opts.PinnedLock}); err != nil {
 		return nil, fmt.Errorf("engine: tier host memory: %w", err)
 	}
 	if err := t.openSwap(); err != nil {
@@ -739,6 +746,7 @@ func (t *tiers) snapshot() tierSnap {
 // since is the step's figures from the snapshot taken at its start.
 func (t *tiers) since(a tierSnap) TierStats {
 	b := t.snapshot()
+	t.last = b
 	var ts TierStats
 	for i := range b.plan {
 		p, q := a.plan[i], b.plan[i]
@@ -763,5 +771,7 @@ func (t *tiers) since(a tierSnap) TierStats {
 	}
 	ts.PeakBytes[shard.Host], ts.BudgetBytes[shard.Host] = b.store.Host.PeakBytes, b.store.Host.BudgetBytes
 	ts.PeakBytes[shard.NVMe], ts.BudgetBytes[shard.NVMe] = b.store.NVMe.PeakBytes, b.store.NVMe.BudgetBytes
+	t.peakHBM = max(t.peakHBM, ts.PeakBytes[shard.HBM])
+	t.peakHost = max(t.peakHost, ts.PeakBytes[shard.Host])
 	return ts
 }
