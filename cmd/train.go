@@ -15,8 +15,10 @@ import (
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/tier"
 )
 
 // trainCommand trains a model with ZeRO across the local devices.
@@ -85,6 +87,41 @@ type stepLine struct {
 	ElapsedSeconds   float64 `json:"elapsed_s"`
 	TokensThisStep   int     `json:"tokens"`
 	GlobalBatchLines int     `json:"global_batch_rows"`
+	OptimizerSeconds float64 `json:"optimizer_s"`
+	*TierLine                // with the tier store (offload_param, NVMe offload)
+}
+
+// TierLine is a step's tier figures: prefetch hits, the time the devices
+// waited for shards per access tier, bytes per link, peak bytes per tier.
+type TierLine struct {
+	HitRate         float64 `json:"prefetch_hit_rate"`
+	Accesses        int64   `json:"prefetch_accesses"`
+	Late            int64   `json:"prefetch_late"`
+	Misses          int64   `json:"prefetch_misses"`
+	StallHBM        float64 `json:"stall_hbm_s"`
+	StallHost       float64 `json:"stall_host_s"`
+	BytesNVMeToHost int64   `json:"bytes_nvme_to_host"`
+	BytesHostToHBM  int64   `json:"bytes_host_to_hbm"`
+	BytesHBMToHost  int64   `json:"bytes_hbm_to_host"`
+	BytesHostToNVMe int64   `json:"bytes_host_to_nvme"`
+	PeakHBM         int64   `json:"peak_hbm_bytes"`
+	PeakHost        int64   `json:"peak_host_bytes"`
+	PeakNVMe        int64   `json:"peak_nvme_bytes"`
+	BudgetHBM       int64   `json:"budget_hbm_bytes"`
+	BudgetHost      int64   `json:"budget_host_bytes"`
+	BudgetNVMe      int64   `json:"budget_nvme_bytes"`
+}
+
+func newTierLine(t *engine.TierStats) *TierLine {
+	if t == nil {
+		return nil
+	}
+	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses,
+		StallHBM: t.Stall[shard.HBM].Seconds(), StallHost: t.Stall[shard.Host].Seconds(),
+		BytesNVMeToHost: t.LinkBytes[tier.NVMeToHost], BytesHostToHBM: t.LinkBytes[tier.HostToHBM],
+		BytesHBMToHost: t.LinkBytes[tier.HBMToHost], BytesHostToNVMe: t.LinkBytes[tier.HostToNVMe],
+		PeakHBM: t.PeakBytes[shard.HBM], PeakHost: t.PeakBytes[shard.Host], PeakNVMe: t.PeakBytes[shard.NVMe],
+		BudgetHBM: t.BudgetBytes[shard.HBM], BudgetHost: t.BudgetBytes[shard.Host], BudgetNVMe: t.BudgetBytes[shard.NVMe]}
 }
 
 func runTrain(c *cli.Context) error {
@@ -194,18 +231,23 @@ func runTrain(c *cli.Context) error {
 			line := stepLine{Step: st.Step, Loss: st.Loss, LR: st.LR, GradNorm: st.GradNorm, ClipCoef: st.ClipCoef,
 				StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 				HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
-				ElapsedSeconds: time.Since(start).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: cfg.TrainBatchSize}
+				ElapsedSeconds: time.Since(start).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: cfg.TrainBatchSize,
+				OptimizerSeconds: st.OptimizerTime.Seconds(), TierLine: newTierLine(st.Tier)}
 			b, _ := json.Marshal(line)
 			if _, err := fmt.Fprintf(jsonl, "%s\n", b); err != nil {
 				return fmt.Errorf("train: write steps.jsonl: %w", err)
 			}
 		}
+		tiers := ""
+		if t := st.Tier; t != nil {
+			tiers = fmt.Sprintf("  hits %.1f%%  nvme %s/%s", 100*t.HitRate, units.FormatBytes(t.LinkBytes[tier.NVMeToHost]), units.FormatBytes(t.LinkBytes[tier.HostToNVMe]))
+		}
 		if bar != nil {
-			bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(moved)))
+			bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(moved), tiers))
 			bar.Add(1)
 		} else if st.Step%int64(cfg.StepsPerPrint) == 0 || st.Step == int64(steps) {
-			fmt.Fprintf(stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s\n",
-				st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(moved))
+			fmt.Fprintf(stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s%s\n",
+				st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(moved), tiers)
 		}
 		return nil
 	})
@@ -274,6 +316,6 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"model": s.Model, "params": s.Params, "devices": s.Devices, "stage": s.Stage, "precision": prec,
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
-		"host_staging_bytes": s.HostStagingBytes, "notes": s.Notes,
+		"host_staging_bytes": s.HostStagingBytes, "notes": s.Notes, "tier": s.Tier,
 	}
 }
