@@ -466,26 +466,6 @@ func (p *Planner) writeBehind(now time.Duration) {
 		p.dirtyList = p.dirtyList[:0]
 		return
 	}
-	// Earliest planned start of a transfer not yet issued, per link.
-	for i := range p.linkDue {
-		p.linkDue[i] = math.MaxInt64
-	}
-	for i := range p.cands {
-		c := &p.cands[i]
-		if c.alloc || c.nhops == 0 {
-			continue
-		}
-		h := &c.hops[0]
-		if p.keys[c.slot].copies[h.to] == incoming {
-			continue // issued
-		}
-		for h.link >= len(p.linkDue) {
-			p.linkDue = append(p.linkDue, math.MaxInt64)
-		}
-		if st := max(c.firstStart(), now); st < p.linkDue[h.link] {
-			p.linkDue[h.link] = st
-		}
-	}
 	j := 0
 	for _, dc := range p.dirtyList {
 		ks := &p.keys[dc.slot]
@@ -509,7 +489,7 @@ func (p *Planner) writeBehind(now time.Duration) {
 			continue
 		}
 		end := now + h.xfer
-		if h.link < len(p.linkDue) && p.linkDue[h.link] < end {
+		if h.link < len(p.linkDue) && max(p.linkDue[h.link], now) < end {
 			continue
 		}
 		if p.writtenBefore(dc.slot, end) {
@@ -523,6 +503,30 @@ func (p *Planner) writeBehind(now time.Duration) {
 		j = j0 // in flight: Completed decides whether it is still dirty
 	}
 	p.dirtyList = p.dirtyList[:j]
+}
+
+// planLinkDue sets linkDue to the earliest planned start of a transfer of
+// the plan not issued yet, per link instance.
+func (p *Planner) planLinkDue() {
+	for i := range p.linkDue {
+		p.linkDue[i] = math.MaxInt64
+	}
+	for i := range p.cands {
+		c := &p.cands[i]
+		if c.alloc || c.nhops == 0 {
+			continue
+		}
+		h := &c.hops[0]
+		if p.keys[c.slot].copies[h.to] == incoming {
+			continue // issued
+		}
+		for h.link >= len(p.linkDue) {
+			p.linkDue = append(p.linkDue, math.MaxInt64)
+		}
+		if st := c.firstStart(); st < p.linkDue[h.link] {
+			p.linkDue[h.link] = st
+		}
+	}
 }
 
 // writtenBefore reports whether an access that writes s is waiting, or is
@@ -852,6 +856,7 @@ func (p *Planner) Next(now time.Duration) []Move {
 				break
 			}
 		}
+		p.planLinkDue()
 	}
 	p.writeBehind(now)
 	out := p.outbox
@@ -881,6 +886,11 @@ func (p *Planner) replan(now time.Duration) bool {
 	}
 	p.t0 += d
 	p.wakeAt += d
+	for i, st := range p.linkDue {
+		if st != math.MaxInt64 && st != math.MinInt64 {
+			p.linkDue[i] = st + d
+		}
+	}
 	for i := range p.cands {
 		c := &p.cands[i]
 		c.deadline += d
@@ -913,11 +923,21 @@ func (p *Planner) predictT0(now time.Duration) time.Duration {
 func (p *Planner) dispatch(now time.Duration) bool {
 	cands := p.candidates(now)
 	p.alap(cands)
+	// Only the due candidates are issued, in order; the others set WakeAt.
 	order := p.order[:0]
+	p.wakeSet = false
 	for i := range cands {
-		if cands[i].ready {
-			order = append(order, int32(i))
+		c := &cands[i]
+		if !c.ready {
+			continue
 		}
+		if st := c.firstStart(); st > now && !c.demand {
+			if !p.wakeSet || st < p.wakeAt {
+				p.wakeAt, p.wakeSet = st, true
+			}
+			continue
+		}
+		order = append(order, int32(i))
 	}
 	slices.SortFunc(order, func(a, b int32) int { // (start, g) is a total order
 		ca, cb := &cands[a], &cands[b]
@@ -932,16 +952,8 @@ func (p *Planner) dispatch(now time.Duration) bool {
 	}
 	blocked := p.blocked
 	clear(blocked)
-	p.wakeSet = false
 	for _, i := range order {
 		c := &cands[i]
-		st := c.firstStart()
-		if st > now && !c.demand {
-			if !p.wakeSet || st < p.wakeAt {
-				p.wakeAt, p.wakeSet = st, true
-			}
-			continue
-		}
 		to := c.tier
 		if !c.alloc {
 			to = c.hops[0].to
