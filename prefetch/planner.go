@@ -136,6 +136,16 @@ type keyState struct {
 	version   uint32  // bumped by every write
 	occ       []int32 // positions in the trace
 	hbmPool   int32   // index of its HBM pool; 0 until known
+	// ver changes with copies, stale, leaving or dirty: what chain reads.
+	ver uint32
+}
+
+// chainMemo is the result of chain for one (shard, tier, write or not),
+// valid while the shard's ver is ver-1.
+type chainMemo struct {
+	ver uint32
+	ok  bool
+	c   cand
 }
 
 type taccess struct {
@@ -220,6 +230,7 @@ type Planner struct {
 	writerGen  []uint32        // per slot: generation that recorded a write
 	writerTier []shard.Tier
 	gen        uint32
+	memo       []chainMemo // per (slot, tier, write): chain's last answer
 
 	// planned: the candidate list (p.cands, with its ALAP starts, planned
 	// for p.t0) is what candidates() would build now, up to a shift of
@@ -711,6 +722,7 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 	ks := &p.keys[s]
 	ks.pins[u.tier]--
 	if u.kind != Read && (ks.copies[u.tier] == present || ks.copies[u.tier] == reserved) && !ks.stale[u.tier] {
+		ks.ver++
 		ks.copies[u.tier] = present
 		ks.dirty = u.tier != ks.home
 		if ks.dirty {
@@ -734,6 +746,7 @@ func (p *Planner) dropStale(s int32, t shard.Tier) {
 	if !ks.stale[t] || t == ks.home || ks.pins[t] > 0 || ks.sources[t] > 0 || ks.leaving[t] || ks.copies[t] == incoming {
 		return
 	}
+	ks.ver++
 	ks.stale[t] = false
 	if ks.copies[t] == absent {
 		return
@@ -755,6 +768,7 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 	s := f.slot
 	ks := &p.keys[s]
 	m = f.m
+	ks.ver++
 	ks.sources[m.From]--
 	if m.WriteBehind {
 		ks.behind[m.From] = false
@@ -995,6 +1009,7 @@ func (c *cand) firstStart() time.Duration {
 
 func (p *Planner) issue(c *cand) {
 	ks := &p.keys[c.slot]
+	ks.ver++
 	if c.alloc {
 		ks.copies[c.tier] = reserved
 		ks.stale[c.tier] = false
@@ -1031,6 +1046,7 @@ func (p *Planner) candidates(now time.Duration) []cand {
 	gen := p.gen
 	if len(p.seenGen) < len(p.keys)*shard.TierCount {
 		p.seenGen = make([]uint32, len(p.keys)*shard.TierCount)
+		p.memo = make([]chainMemo, 2*len(p.keys)*shard.TierCount)
 		p.writerGen = make([]uint32, len(p.keys))
 		p.writerTier = make([]shard.Tier, len(p.keys))
 	}
@@ -1052,7 +1068,17 @@ func (p *Planner) candidates(now time.Duration) []cand {
 			return
 		}
 		p.seenGen[id] = gen
-		if c, ok := p.chain(s, t, k); ok {
+		mi := 2 * id
+		if k == Write {
+			mi++
+		}
+		m := &p.memo[mi]
+		if m.ver != p.keys[s].ver+1 {
+			m.c, m.ok = p.chain(s, t, k)
+			m.ver = p.keys[s].ver + 1
+		}
+		if m.ok {
+			c := m.c
 			c.g, c.deadline, c.demand = g, deadline, demand
 			if written && wt != t && !c.alloc {
 				c.ready = false
@@ -1362,6 +1388,7 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 			}
 			p.used[p.poolOf(v.s, down)] += ks.sizeBytes
 		}
+		ks.ver++
 		ks.copies[down] = incoming
 		if down == ks.home {
 			ks.copies[down] = present // the home copy stays allocated; it is invalid until the write-back lands
@@ -1378,6 +1405,7 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 // evictClean frees the clean copy of s in t (pool pi).
 func (p *Planner) evictClean(s int32, t shard.Tier, pi int) {
 	ks := &p.keys[s]
+	ks.ver++
 	ks.copies[t] = absent
 	p.used[pi] -= ks.sizeBytes
 	to := t + 1
