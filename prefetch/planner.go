@@ -1258,6 +1258,25 @@ type victim struct {
 	evictable bool  // free now and not needed before g
 	dirty     bool
 	before    bool // needed at or before g
+	lastUse   int64
+}
+
+// victimFirst orders victims by Belady's rule: furthest next use first,
+// then free before busy, clean before dirty, least recently used, slot.
+func victimFirst(va, vc *victim) bool {
+	if va.next != vc.next {
+		return va.next > vc.next
+	}
+	if va.evictable != vc.evictable {
+		return va.evictable
+	}
+	if va.dirty != vc.dirty {
+		return !va.dirty
+	}
+	if va.lastUse != vc.lastUse {
+		return va.lastUse < vc.lastUse
+	}
+	return va.s < vc.s
 }
 
 // makeRoom frees space in pool pi for size bytes needed by the access at
@@ -1307,27 +1326,14 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 	if p.used[pi]-leaving+size <= b {
 		return false // write-backs under way will make the room
 	}
-	slices.SortFunc(vs, func(va, vc victim) int {
-		if va.next != vc.next {
-			return cmp.Compare(vc.next, va.next)
-		}
-		if va.evictable != vc.evictable {
-			if va.evictable {
-				return -1
-			}
-			return 1
-		}
-		if va.dirty != vc.dirty {
-			if !va.dirty {
-				return -1
-			}
-			return 1
-		}
-		if la, lc := p.keys[va.s].lastUse, p.keys[vc.s].lastUse; la != lc {
-			return cmp.Compare(la, lc)
-		}
-		return cmp.Compare(va.s, vc.s)
-	})
+	// Victims in order of Belady's rule (furthest next use first), sorted
+	// lazily: at(i) pops a heap, as few victims are needed at a time.
+	for i := range vs {
+		v := &vs[i]
+		v.lastUse = p.keys[v.s].lastUse
+	}
+	vo := victimOrder{vs: vs, heapN: len(vs)}
+	vo.heapify()
 	if !p.opts.DisableWriteBehind {
 		// With write-behind, a clean victim is taken before a dirty one
 		// and a prefetch does not wait for a busy victim that will still
@@ -1335,7 +1341,8 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		// the critical path, which costs more than a fetch of a shard
 		// that Belady would have kept (fetches are prefetched and hidden).
 		waited := false
-		for _, v := range vs {
+		for i := range vs {
+			v := vo.at(i)
 			if p.used[pi]-leaving+size <= b {
 				break
 			}
@@ -1360,10 +1367,11 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 			return p.used[pi]+size <= b
 		}
 	}
-	for _, v := range vs {
+	for i := range vs {
 		if p.used[pi]-leaving+size <= b {
 			break
 		}
+		v := vo.at(i)
 		if !v.evictable {
 			if demand {
 				continue
@@ -1400,6 +1408,49 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		p.track(v.s, p.hop(v.s, t, down).link, ks.version)
 	}
 	return p.used[pi]+size <= b
+}
+
+// victimOrder yields vs in victimFirst order, sorting lazily with a heap: vs[:heapN]
+// is a heap whose root comes first; popped victims fill vs from the end.
+type victimOrder struct {
+	vs    []victim
+	heapN int
+}
+
+func (o *victimOrder) heapify() {
+	for i := o.heapN/2 - 1; i >= 0; i-- {
+		o.down(i)
+	}
+}
+
+func (o *victimOrder) down(i int) {
+	vs, n := o.vs, o.heapN
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		j := l
+		if r := l + 1; r < n && victimFirst(&vs[r], &vs[l]) {
+			j = r
+		}
+		if !victimFirst(&vs[j], &vs[i]) {
+			return
+		}
+		vs[i], vs[j] = vs[j], vs[i]
+		i = j
+	}
+}
+
+// at returns the i-th victim in order.
+func (o *victimOrder) at(i int) victim {
+	k := len(o.vs)
+	for k-1-i < o.heapN {
+		o.heapN--
+		o.vs[0], o.vs[o.heapN] = o.vs[o.heapN], o.vs[0]
+		o.down(0)
+	}
+	return o.vs[k-1-i]
 }
 
 // evictClean frees the clean copy of s in t (pool pi).
