@@ -898,19 +898,12 @@ func (p *Planner) replan(now time.Duration) bool {
 	if d == 0 {
 		return true
 	}
+	// p.cands is not shifted: dispatch builds it again before reading it.
 	p.t0 += d
 	p.wakeAt += d
 	for i, st := range p.linkDue {
 		if st != math.MaxInt64 && st != math.MinInt64 {
 			p.linkDue[i] = st + d
-		}
-	}
-	for i := range p.cands {
-		c := &p.cands[i]
-		c.deadline += d
-		for h := 0; h < c.nhops; h++ {
-			c.hops[h].start += d
-			c.hops[h].finish += d
 		}
 	}
 	return true
@@ -1220,17 +1213,32 @@ func (p *Planner) alap(cands []cand) {
 				refs = append(refs, hopRef{int32(ci), int32(hi)})
 			}
 		}
-		// (link, finish, g) is a total order: no stability needed.
-		slices.SortFunc(refs, func(a, b hopRef) int {
+		// Each link serves its hops by (finish, g), latest first: the
+		// later access takes the later slot. (finish, g) is a total order,
+		// and the links are independent, so one order over all will do.
+		// The candidates come in access order, so fed latest first the
+		// refs are sorted already for the last hops (finish = deadline -
+		// slack); only first hops, which finish when the second starts,
+		// can be out of place: an insertion sort that gives up when the
+		// input is far from sorted.
+		later := func(a, b hopRef) bool {
 			ha, hb := &cands[a.c].hops[a.h], &cands[b.c].hops[b.h]
-			if ha.link != hb.link {
-				return cmp.Compare(ha.link, hb.link)
-			}
 			if ha.finish != hb.finish {
-				return cmp.Compare(hb.finish, ha.finish)
+				return ha.finish > hb.finish
 			}
-			return cmp.Compare(cands[b.c].g, cands[a.c].g) // the later access takes the later slot
-		})
+			return cands[a.c].g > cands[b.c].g
+		}
+		if !insertionSort(refs, later, 8*len(refs)+64) {
+			slices.SortFunc(refs, func(a, b hopRef) int {
+				switch {
+				case later(a, b):
+					return -1
+				case later(b, a):
+					return 1
+				}
+				return 0
+			})
+		}
 		clear(p.linkSet)
 		for _, r := range refs {
 			h := &cands[r.c].hops[r.h]
@@ -1246,6 +1254,26 @@ func (p *Planner) alap(cands []cand) {
 }
 
 type hopRef struct{ c, h int32 }
+
+// insertionSort sorts refs by less unless that takes more than maxMoves
+// moves; it reports whether it finished (refs is a permutation either way).
+func insertionSort(refs []hopRef, less func(a, b hopRef) bool, maxMoves int) bool {
+	moves := 0
+	for i := 1; i < len(refs); i++ {
+		r := refs[i]
+		j := i
+		for j > 0 && less(r, refs[j-1]) {
+			refs[j] = refs[j-1]
+			j--
+			if moves++; moves > maxMoves {
+				refs[j] = r
+				return false
+			}
+		}
+		refs[j] = r
+	}
+	return true
+}
 
 type dirtyCopy struct {
 	slot int32
