@@ -1,16 +1,91 @@
 package cmd
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"strings"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/strata-ai/strata/bench"
+	"github.com/strata-ai/strata/internal/units"
 )
 
-// benchStepCommand is being built; see the open issues.
+// benchStepCommand is `strata bench step`: one model and batch with
+// everything resident, offloaded to host RAM and offloaded to NVMe, run
+// alternately, with the ratios of their median step times.
 func benchStepCommand() *cli.Command {
 	return &cli.Command{
-		Name:   "step",
-		Usage:  "(not built yet)",
-		Action: func(*cli.Context) error { return errors.New("step: not built yet") },
+		Name:  "step",
+		Usage: "ZeRO-3 step time with everything resident, offloaded to host, and offloaded to NVMe (ratios)",
+		Description: "Builds three engines on the same model and batch (stage 3 on the CPU backend): resident\n" +
+			"(nothing offloaded), host (offload_param and offload_optimizer cpu) and nvme (offload_param nvme,\n" +
+			"the optimizer state in host RAM, or on NVMe too with --nvme-optimizer), and steps them alternately:\n" +
+			"one step of each per round, so the machine's noise falls on all three. Prints the median step\n" +
+			"times, the ratios nvme/host and host/resident, the prefetch hit rate, stalls and bytes per link.\n" +
+			"The default model (medium, 6.4M params, 4x256 tokens per device) is bound by compute, not by the disk.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "nvme-path", Value: "/var/tmp", Usage: "directory for the swap file (on the drive to measure; removed after)"},
+			&cli.StringFlag{Name: "model", Value: "medium", Usage: "model shape (tiny, small, medium, gpt2, gpt-2b, ...)"},
+			&cli.IntFlag{Name: "devices", Value: 1, Usage: "CPU backend devices"},
+			&cli.IntFlag{Name: "batch", Value: 4, Usage: "rows per device per step"},
+			&cli.IntFlag{Name: "seq", Value: 256, Usage: "tokens per row"},
+			&cli.IntFlag{Name: "steps", Value: 5, Usage: "measured steps per mode"},
+			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "steps per mode before measuring (the first records the trace)"},
+			&cli.BoolFlag{Name: "nvme-optimizer", Usage: "nvme mode: optimizer state on NVMe too (strata.host_budget keeps part in RAM)"},
+			&cli.StringFlag{Name: "host-budget", Usage: "nvme mode: strata.host_budget, e.g. 8GiB (default: the tier store's minimum)"},
+			&cli.StringFlag{Name: "hbm", Value: "8GiB", Usage: "per-device memory budget"},
+			&cli.StringFlag{Name: "tier-hbm", Usage: "offloaded modes: the tier store's share of each device (default: what is left)"},
+			&cli.StringFlag{Name: "modes", Value: "resident,host,nvme", Usage: "modes to run, comma-separated"},
+			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
+			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usagef("bench step: unexpected argument %q", c.Args().First())
+			}
+			o := bench.StepOptions{
+				Model: c.String("model"), Devices: c.Int("devices"), Batch: c.Int("batch"), Seq: c.Int("seq"),
+				Steps: c.Int("steps"), Warmup: c.Int("warmup"), NVMePath: c.String("nvme-path"),
+				NVMeOptimizer: c.Bool("nvme-optimizer"), Threads: c.Int("threads"),
+				Modes: strings.Split(c.String("modes"), ","),
+			}
+			for _, f := range []struct {
+				name string
+				dst  *int64
+			}{{"host-budget", &o.HostBudgetBytes}, {"hbm", &o.HBMBytes}, {"tier-hbm", &o.TierHBMBytes}} {
+				if v := c.String(f.name); v != "" {
+					n, err := units.ParseBytes(v)
+					if err != nil {
+						return usagef("--%s: %v", f.name, err)
+					}
+					*f.dst = n
+				}
+			}
+			if err := o.WithDefaults().Validate(); err != nil {
+				return usagef("%v", err)
+			}
+			res, err := bench.Step(o)
+			if err != nil {
+				return err
+			}
+			w := c.App.Writer
+			if c.Bool("json") {
+				b, err := json.Marshal(res.JSON())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(w, string(b))
+				return nil
+			}
+			fmt.Fprint(w, res.String())
+			if c.Bool("summary") {
+				for _, m := range res.Modes {
+					fmt.Fprintf(w, "\n== %s\n%s", m.Mode, m.Summary)
+				}
+			}
+			return nil
+		},
 	}
 }

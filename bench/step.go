@@ -1,0 +1,376 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/tier"
+)
+
+// StepOptions configure `strata bench step`: one model and batch trained at
+// ZeRO stage 3 with everything resident on the devices, with params and
+// optimizer state offloaded to host RAM, and offloaded to NVMe, the three
+// engines stepping alternately (interleaved rounds) so that the noise of a
+// shared machine falls on all of them alike.
+type StepOptions struct {
+	Model    string // a named model shape; default "medium" (6.4M params: compute bounds the step)
+	Devices  int    // CPU backend devices; default 1
+	Batch    int    // rows per device per step (train_micro_batch_size_per_gpu); default 4
+	Seq      int    // tokens per row; default 256
+	Steps    int    // measured steps per mode; default 5
+	Warmup   int    // steps per mode before measuring (the first records the trace); default 2
+	NVMePath string // directory of the swap file; default /var/tmp
+	// NVMeOptimizer puts the optimizer state on NVMe too in the NVMe mode
+	// (default: only the params; the optimizer state stays in host RAM as
+	// in the host mode, so the ratio is that of the params' tier).
+	NVMeOptimizer bool
+	// HostBudgetBytes is strata.host_budget of the NVMe mode (0: the tier
+	// store's minimum: staging room only).
+	HostBudgetBytes int64
+	HBMBytes        int64 // per-device budget; default 8 GiB (host memory is used only as allocated)
+	// TierHBMBytes is the tier store's share of each device (the param
+	// shards staged in HBM) in the offloaded modes; 0: what is left.
+	TierHBMBytes int64
+	Threads      int // cpuadam threads; 0: GOMAXPROCS
+	// Modes to run, among "resident", "host", "nvme"; default all three.
+	Modes []string
+}
+
+// StepModes are the placements `strata bench step` compares.
+var StepModes = []string{"resident", "host", "nvme"}
+
+// WithDefaults fills the zero fields.
+func (o StepOptions) WithDefaults() StepOptions {
+	if o.Model == "" {
+		o.Model = "medium"
+	}
+	if o.Devices == 0 {
+		o.Devices = 1
+	}
+	if o.Batch == 0 {
+		o.Batch = 4
+	}
+	if o.Seq == 0 {
+		o.Seq = 256
+	}
+	if o.Steps == 0 {
+		o.Steps = 5
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 2
+	}
+	if o.NVMePath == "" {
+		o.NVMePath = "/var/tmp"
+	}
+	if o.HBMBytes == 0 {
+		o.HBMBytes = 8 * units.GiB
+	}
+	if len(o.Modes) == 0 {
+		o.Modes = StepModes
+	}
+	return o
+}
+
+// Validate says what is wrong with o (after WithDefaults).
+func (o StepOptions) Validate() error {
+	s, err := model.Lookup(o.Model)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	switch {
+	case o.Devices < 1 || o.Batch < 1 || o.Seq < 1 || o.Steps < 1 || o.Warmup < 1:
+		return fmt.Errorf("bench: devices %d, batch %d, seq %d, steps %d, warmup %d must be >= 1", o.Devices, o.Batch, o.Seq, o.Steps, o.Warmup)
+	case o.Seq > s.MaxSeq:
+		return fmt.Errorf("bench: seq %d exceeds %s's max_seq_len %d", o.Seq, s.Name, s.MaxSeq)
+	case o.HostBudgetBytes < 0 || o.HBMBytes < 0 || o.TierHBMBytes < 0 || o.Threads < 0:
+		return errors.New("bench: budgets and threads must be >= 0")
+	}
+	for _, m := range o.Modes {
+		if !slices.Contains(StepModes, m) {
+			return fmt.Errorf("bench: mode %q is not one of %s", m, strings.Join(StepModes, ", "))
+		}
+	}
+	return nil
+}
+
+// StepConfig is the engine config of one mode (the nvme mode's swap in dir).
+func (o StepOptions) StepConfig(mode, dir string) (*config.Config, error) {
+	param, opt := "none", "none"
+	switch mode {
+	case "host":
+		param, opt = "cpu", "cpu"
+	case "nvme":
+		param, opt = "nvme", "cpu"
+		if o.NVMeOptimizer {
+			opt = "nvme"
+		}
+	}
+	path := func(dev string) string {
+		if dev != "nvme" {
+			return ""
+		}
+		return fmt.Sprintf(`, "nvme_path": %q`, dir)
+	}
+	hb := int64(0)
+	if mode == "nvme" {
+		hb = o.HostBudgetBytes
+	}
+	js := fmt.Sprintf(`{
+  "train_micro_batch_size_per_gpu": %d,
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+  "bf16": {"enabled": true},
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+    "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
+  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d}
+}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb)
+	lookup := func(name string) (config.Shape, error) {
+		s, err := model.Lookup(name)
+		return config.Shape(s), err
+	}
+	cfg, err := config.Parse([]byte(js), "bench-step-"+mode+".json", config.Options{LookupShape: lookup})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	return cfg, nil
+}
+
+// StepModeResult is one mode's figures over the measured steps.
+type StepModeResult struct {
+	Mode       string
+	Steps      []float64 // seconds, in order
+	MedianStep float64
+	Optimizer  float64 // median optimizer phase, seconds
+	// Tier figures summed over the measured steps (offloaded modes).
+	Accesses, Hits  int64
+	HitRate         float64
+	Stall           [shard.TierCount]float64 // seconds, summed
+	LinkBytes       [tier.LinkCount]int64    // per step (mean)
+	PeakBytes       [shard.TierCount]int64   // the largest step peak
+	BudgetBytes     [shard.TierCount]int64
+	ModelStateBytes int64 // 16Ψ
+	DevicePeakBytes int64 // the largest device's peak of all allocations
+	FinalLoss       float64
+	ParamsIdentical bool // the params after the run equal the resident mode's, bit for bit
+	Summary         string
+}
+
+// StepResult is what `strata bench step` measured.
+type StepResult struct {
+	Options StepOptions
+	Shape   model.Shape
+	Params  int64
+	Tokens  int // per step
+	Modes   []StepModeResult
+	// Ratios of median step times, when both modes ran.
+	RatioNVMeHost, RatioHostResident float64
+	Seconds                          float64
+}
+
+// Mode returns the result of mode m, or nil.
+func (r StepResult) Mode(m string) *StepModeResult {
+	for i := range r.Modes {
+		if r.Modes[i].Mode == m {
+			return &r.Modes[i]
+		}
+	}
+	return nil
+}
+
+// Step runs the benchmark.
+func Step(o StepOptions) (StepResult, error) {
+	o = o.WithDefaults()
+	if err := o.Validate(); err != nil {
+		return StepResult{}, err
+	}
+	start := time.Now()
+	res := StepResult{Options: o}
+	engines := make([]*engine.Engine, len(o.Modes))
+	defer func() {
+		for _, e := range engines {
+			if e != nil {
+				e.Close()
+			}
+		}
+	}()
+	var dir string
+	for i, m := range o.Modes {
+		if m == "nvme" {
+			d, err := os.MkdirTemp(o.NVMePath, "strata-bench-step-")
+			if err != nil {
+				return res, fmt.Errorf("bench: --nvme-path: %w", err)
+			}
+			dir = d
+			defer os.RemoveAll(d)
+		}
+		cfg, err := o.StepConfig(m, dir)
+		if err != nil {
+			return res, err
+		}
+		devs, comms, err := cpu.New(cpu.Options{Devices: o.Devices, HBMBytes: o.HBMBytes})
+		if err != nil {
+			return res, fmt.Errorf("bench: %w", err)
+		}
+		eo := engine.Options{OptimizerThreads: o.Threads}
+		if m != "resident" {
+			eo.TierHBMBytes = o.TierHBMBytes
+		}
+		if engines[i], err = engine.New(cfg, cpu.Devices(devs), comms, eo); err != nil {
+			return res, fmt.Errorf("bench: %s: %w", m, err)
+		}
+		res.Modes = append(res.Modes, StepModeResult{Mode: m})
+		res.Shape = model.Shape(*cfg.Shape())
+		res.Params = engines[i].Layout().ParamCount()
+		res.Tokens = engines[i].TokensPerStep()
+	}
+	// Interleaved rounds: warm-up, then measured steps, one per mode per round.
+	opt := make([][]float64, len(o.Modes))
+	for round := range o.Warmup + o.Steps {
+		for i, e := range engines {
+			st, err := e.Step()
+			if err != nil {
+				return res, fmt.Errorf("bench: %s: %w", o.Modes[i], err)
+			}
+			mr := &res.Modes[i]
+			mr.FinalLoss = st.Loss
+			if round < o.Warmup {
+				continue
+			}
+			mr.Steps = append(mr.Steps, st.Duration.Seconds())
+			opt[i] = append(opt[i], st.OptimizerTime.Seconds())
+			if t := st.Tier; t != nil {
+				mr.Accesses += t.Accesses
+				mr.Hits += t.Hits
+				for tr := range t.Stall {
+					mr.Stall[tr] += t.Stall[tr].Seconds()
+					mr.PeakBytes[tr] = max(mr.PeakBytes[tr], t.PeakBytes[tr])
+				}
+				mr.BudgetBytes = t.BudgetBytes
+				for l, b := range t.LinkBytes {
+					mr.LinkBytes[l] += b / int64(o.Steps)
+				}
+			}
+		}
+	}
+	var first [][]float32
+	for i, e := range engines {
+		mr := &res.Modes[i]
+		mr.MedianStep = median(mr.Steps)
+		mr.Optimizer = median(opt[i])
+		mr.HitRate = 1
+		if mr.Accesses > 0 {
+			mr.HitRate = float64(mr.Hits) / float64(mr.Accesses)
+		}
+		mr.ModelStateBytes = 16 * res.Params
+		for _, d := range e.Summary().PerDevice {
+			mr.DevicePeakBytes = max(mr.DevicePeakBytes, d.PeakBytes)
+		}
+		mr.Summary = e.Summary().String()
+		p, err := e.Params()
+		if err != nil {
+			return res, fmt.Errorf("bench: %s: %w", o.Modes[i], err)
+		}
+		if i == 0 {
+			first = p
+		}
+		mr.ParamsIdentical = equalParams(p, first)
+	}
+	if h, r := res.Mode("host"), res.Mode("resident"); h != nil && r != nil {
+		res.RatioHostResident = h.MedianStep / r.MedianStep
+	}
+	if nv, h := res.Mode("nvme"), res.Mode("host"); nv != nil && h != nil {
+		res.RatioNVMeHost = nv.MedianStep / h.MedianStep
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+func equalParams(a, b [][]float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !slices.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// String prints the result as a table with the ratios.
+func (r StepResult) String() string {
+	var b strings.Builder
+	o := r.Options
+	where := "params on NVMe, optimizer state in host RAM"
+	if o.NVMeOptimizer {
+		where = "params and optimizer state on NVMe"
+	}
+	fmt.Fprintf(&b, "model %s (%s params, model state %s), stage 3 on %d cpu device(s), %d tokens/step (batch %d x seq %d per device)\n",
+		r.Shape.Name, units.FormatSize(r.Params), units.FormatBytes(16*r.Params), o.Devices, r.Tokens, o.Batch, o.Seq)
+	fmt.Fprintf(&b, "modes run alternately, %d warm-up + %d measured steps each; nvme mode: %s (swap under %s)\n", o.Warmup, o.Steps, where, o.NVMePath)
+	fmt.Fprintf(&b, "%-9s %10s %10s %9s %10s %10s %11s %11s %11s %11s %10s\n", "mode", "step (med)", "optimizer", "hit rate",
+		"stall hbm", "stall host", "nvme->host", "host->hbm", "host->nvme", "peak host", "identical")
+	for _, m := range r.Modes {
+		fmt.Fprintf(&b, "%-9s %9.3fs %9.3fs %9.4f %9.3fs %9.3fs %11s %11s %11s %11s %10v\n", m.Mode, m.MedianStep, m.Optimizer, m.HitRate,
+			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[tier.NVMeToHost]), units.FormatBytes(m.LinkBytes[tier.HostToHBM]),
+			units.FormatBytes(m.LinkBytes[tier.HostToNVMe]), units.FormatBytes(m.PeakBytes[shard.Host]), m.ParamsIdentical)
+	}
+	b.WriteString("(bytes per step; stalls summed over the measured steps; identical: params bit-equal to the first mode's after the run)\n")
+	if r.RatioHostResident > 0 {
+		fmt.Fprintf(&b, "ratio host/resident %.3f\n", r.RatioHostResident)
+	}
+	if r.RatioNVMeHost > 0 {
+		fmt.Fprintf(&b, "ratio nvme/host     %.3f\n", r.RatioNVMeHost)
+	}
+	return b.String()
+}
+
+// JSON is the result for --json.
+func (r StepResult) JSON() map[string]any {
+	out := map[string]any{
+		"model": r.Shape.Name, "params": r.Params, "devices": r.Options.Devices, "batch": r.Options.Batch, "seq": r.Options.Seq,
+		"tokens_per_step": r.Tokens, "steps": r.Options.Steps, "warmup": r.Options.Warmup, "nvme_optimizer": r.Options.NVMeOptimizer,
+		"nvme_path": r.Options.NVMePath, "seconds": r.Seconds,
+	}
+	if r.RatioNVMeHost > 0 {
+		out["ratio_nvme_host"] = r.RatioNVMeHost
+	}
+	if r.RatioHostResident > 0 {
+		out["ratio_host_resident"] = r.RatioHostResident
+	}
+	for _, m := range r.Modes {
+		out["step_s_"+m.Mode] = m.MedianStep
+		out[m.Mode] = map[string]any{
+			"step_s": m.Steps, "step_s_median": m.MedianStep, "optimizer_s_median": m.Optimizer, "hit_rate": m.HitRate,
+			"stall_hbm_s": m.Stall[shard.HBM], "stall_host_s": m.Stall[shard.Host],
+			"bytes_per_step_nvme_to_host": m.LinkBytes[tier.NVMeToHost], "bytes_per_step_host_to_hbm": m.LinkBytes[tier.HostToHBM],
+			"bytes_per_step_hbm_to_host": m.LinkBytes[tier.HBMToHost], "bytes_per_step_host_to_nvme": m.LinkBytes[tier.HostToNVMe],
+			"peak_hbm_bytes": m.PeakBytes[shard.HBM], "peak_host_bytes": m.PeakBytes[shard.Host], "peak_nvme_bytes": m.PeakBytes[shard.NVMe],
+			"budget_hbm_bytes": m.BudgetBytes[shard.HBM], "budget_host_bytes": m.BudgetBytes[shard.Host], "budget_nvme_bytes": m.BudgetBytes[shard.NVMe],
+			"device_peak_bytes": m.DevicePeakBytes, "final_loss": m.FinalLoss, "params_identical": m.ParamsIdentical,
+		}
+	}
+	return out
+}
