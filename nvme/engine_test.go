@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+
+	"github.com/strata-ai/strata/internal/leaktest"
 )
 
 // TestRoundTrip writes random extents of many sizes at many offsets with
@@ -22,7 +24,7 @@ func TestRoundTrip(t *testing.T) {
 		for _, qd := range []int{1, 4, 32} {
 			for _, fixed := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/qd%d/fixed=%v", kind, qd, fixed), func(t *testing.T) {
-					checkLeaks(t)
+					leaktest.Check(t)
 					roundTrip(t, kind, qd, fixed)
 				})
 			}
@@ -108,7 +110,7 @@ func roundTrip(t *testing.T, kind string, qd int, fixed bool) {
 func TestShortTransfersAndRetries(t *testing.T) {
 	for _, kind := range engines {
 		t.Run(kind, func(t *testing.T) {
-			checkLeaks(t)
+			leaktest.Check(t)
 			e := openEngine(t, kind, 8)
 			var mu sync.Mutex
 			seen := map[*Request]int{}
@@ -155,7 +157,7 @@ func TestShortTransfersAndRetries(t *testing.T) {
 func TestErrorsNameFileOffsetLength(t *testing.T) {
 	for _, kind := range engines {
 		t.Run(kind, func(t *testing.T) {
-			checkLeaks(t)
+			leaktest.Check(t)
 			e := openEngine(t, kind, 4)
 			f := openFile(t, diskDir(t), "eof", 1<<20)
 			buf := alignedBuf(t, 1<<20)
@@ -188,7 +190,7 @@ func TestErrorsNameFileOffsetLength(t *testing.T) {
 func TestMisalignedRefused(t *testing.T) {
 	for _, kind := range engines {
 		t.Run(kind, func(t *testing.T) {
-			checkLeaks(t)
+			leaktest.Check(t)
 			e := openEngine(t, kind, 4)
 			f := openFile(t, diskDir(t), "mis", 1<<20)
 			buf := alignedBuf(t, 1<<20)
@@ -220,7 +222,7 @@ func TestMisalignedRefused(t *testing.T) {
 // TestFallbackToPread: when io_uring cannot be set up, auto falls back and
 // says why, and uring refuses.
 func TestFallbackToPread(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	saved := uringSetup
 	defer func() { uringSetup = saved }()
 	uringSetup = func(*Engine) (backend, error) {
@@ -252,7 +254,7 @@ func TestFallbackToPread(t *testing.T) {
 func TestCloseWaitsAndRefuses(t *testing.T) {
 	for _, kind := range engines {
 		t.Run(kind, func(t *testing.T) {
-			checkLeaks(t)
+			leaktest.Check(t)
 			e, err := Open(Options{Engine: kind, QueueDepth: 4})
 			skipWithoutUring(t, err)
 			if err != nil {
@@ -287,7 +289,7 @@ func TestCloseWaitsAndRefuses(t *testing.T) {
 }
 
 func TestOpenFileBadInput(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	if _, err := OpenFile("/nonexistent-dir/x", 0, 0); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Fatalf("missing path: %v", err)
 	}
@@ -306,7 +308,7 @@ func TestOpenFileBadInput(t *testing.T) {
 func TestCloseWhileResubmitting(t *testing.T) {
 	for _, kind := range engines {
 		t.Run(kind, func(t *testing.T) {
-			checkLeaks(t)
+			leaktest.Check(t)
 			e, err := Open(Options{Engine: kind, QueueDepth: 4})
 			skipWithoutUring(t, err)
 			if err != nil {

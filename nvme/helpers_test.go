@@ -5,9 +5,7 @@ package nvme
 import (
 	"errors"
 	"os"
-	"runtime"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -40,34 +38,6 @@ func diskDir(t testing.TB) string {
 		t.Skipf("no directory on a filesystem with O_DIRECT: %v", err)
 	}
 	return d
-}
-
-func countFDs(t testing.TB) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
-// checkLeaks fails the test if goroutines or file descriptors are left over
-// once it ends (after a short grace period for goroutines to exit).
-func checkLeaks(t *testing.T) {
-	t.Helper()
-	g0, fd0 := runtime.NumGoroutine(), countFDs(t)
-	t.Cleanup(func() {
-		var g, fd int
-		for range 200 {
-			g, fd = runtime.NumGoroutine(), countFDs(t)
-			if g <= g0 && fd <= fd0 {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		buf := make([]byte, 1<<16)
-		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("leak: goroutines %d -> %d, fds %d -> %d\n%s", g0, g, fd0, fd, buf)
-	})
 }
 
 func openEngine(t *testing.T, kind string, qd int) *Engine {

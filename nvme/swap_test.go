@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/strata-ai/strata/internal/leaktest"
 )
 
 func newSwap(t *testing.T, dev Device, paths []string, size int64) *Swap {
@@ -31,7 +33,7 @@ func TestSwapRoundTripStriped(t *testing.T) {
 	for _, kind := range engines {
 		for _, qd := range []int{2, 16} {
 			t.Run(fmt.Sprintf("%s/qd%d", kind, qd), func(t *testing.T) {
-				checkLeaks(t)
+				leaktest.Check(t)
 				e := openEngine(t, kind, qd)
 				paths := []string{diskDir(t), diskDir(t)}
 				s := newSwap(t, e, paths, 64<<20)
@@ -94,7 +96,7 @@ func TestSwapRoundTripStriped(t *testing.T) {
 }
 
 func TestSwapReadBeforeWriteAndDoubleFree(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	e := openEngine(t, EngineUring, 4)
 	s := newSwap(t, e, []string{diskDir(t)}, 4<<20)
 	ext, err := s.Alloc(1 << 20)
@@ -137,7 +139,7 @@ func TestSwapFaults(t *testing.T) {
 	for _, kind := range engines {
 		for _, c := range cases {
 			t.Run(fmt.Sprintf("%s/%v-%v", kind, c.fault.Kind, c.fault.Op), func(t *testing.T) {
-				checkLeaks(t)
+				leaktest.Check(t)
 				e := openEngine(t, kind, 8)
 				fd := NewFaulty(e, c.fault)
 				paths := []string{diskDir(t), diskDir(t)}
@@ -201,7 +203,7 @@ func TestSwapFaults(t *testing.T) {
 // TestSwapBadInput: each bad input is refused with a clear message and
 // leaves no file behind.
 func TestSwapBadInput(t *testing.T) {
-	checkLeaks(t)
+	leaktest.Check(t)
 	e := openEngine(t, EnginePread, 2)
 	good := diskDir(t)
 	leftovers := func() {

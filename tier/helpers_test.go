@@ -5,11 +5,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"testing"
-	"time"
 
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/internal/leaktest"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
@@ -228,30 +227,9 @@ func checkBudgets(t testing.TB, st Stats) {
 	check("nvme", st.NVMe)
 }
 
-func countFDs(t testing.TB) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // checkLeaks fails the test if goroutines or file descriptors outlive it
 // (its cleanups, registered later, run first: store, swap, engine, pool).
 func checkLeaks(t *testing.T) {
 	t.Helper()
-	g0, fd0 := runtime.NumGoroutine(), countFDs(t)
-	t.Cleanup(func() {
-		var g, fd int
-		for range 300 {
-			g, fd = runtime.NumGoroutine(), countFDs(t)
-			if g <= g0 && fd <= fd0 {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		buf := make([]byte, 1<<16)
-		buf = buf[:runtime.Stack(buf, true)]
-		t.Errorf("leak: goroutines %d -> %d, fds %d -> %d\n%s", g0, g, fd0, fd, buf)
-	})
+	leaktest.Check(t)
 }
