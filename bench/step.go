@@ -276,6 +276,9 @@ func Step(o StepOptions) (StepResult, error) {
 			mr.DevicePeakBytes = max(mr.DevicePeakBytes, d.PeakBytes)
 		}
 		mr.Summary = e.Summary().String()
+		if len(engines) == 1 {
+			continue // nothing to compare with
+		}
 		p, err := e.Params()
 		if err != nil {
 			return res, fmt.Errorf("bench: %s: %w", o.Modes[i], err)

@@ -88,9 +88,58 @@
 // live in host memory per rank shard. Step and Run are called from one
 // goroutine; Params and Master synchronize and read the shards; Summary
 // reports measured peaks next to EstimateMemory; Close frees everything.
-// All state access goes through one stateStore per rank (state.go), so the
-// tier store can take over where each (chunk, state) lives.
+// All state access goes through one stateStore per rank (state.go) and, with
+// tiers, the rank's driver (tiered.go). Close stops the drivers, closes the
+// store, removes the swap files and frees the pinned pools.
 //
-// Not built here: offload_param and NVMe offload (the tier store), the
-// "dpu" overlap mode (New rejects them with ErrNotBuilt).
+// # Tiers (ZeRO-Infinity, tiered.go)
+//
+// At stage 3 with offload_param cpu|nvme or offload_optimizer nvme, the
+// engine runs one tier.Store for all ranks and one prefetch.Planner per rank
+// (each rank's accesses are a fixed sequence, so its trace repeats exactly;
+// a shared planner would see the ranks interleaved by timing). Registered
+// per (chunk, rank): master, adam_m, adam_v of every chunk, and the bf16
+// param shard of every sharded chunk when offload_param is set. Homes:
+// params in offload_param's tier; optimizer state in host RAM, or with
+// offload_optimizer nvme on NVMe except what strata.host_budget keeps in
+// RAM (whole shards, master then m then v, chunk order: the split
+// EstimateMemory prints). The gradient shard stays in the device and in the
+// engine's pinned buffer, as without tiers; persistent chunks stay gathered.
+//
+// Budgets: the tier store's HBM share is what each device has left after
+// model state, activations and workspace (at most the rank's param shards;
+// Options.TierHBMBytes overrides); its host budget is the homes in RAM plus
+// staging room for TierReadAhead chunks (HostStagingBytes) plus one spare
+// shard per rank, or 4/5 of strata.host_budget when given (TierHostBudget:
+// the pinned pool is the whole budget, the rest absorbs fragmentation);
+// each rank's planner gets its share. NVMe: one swap file per nvme_path
+// (the union of offload_param's and offload_optimizer's), striped in
+// aio.block_size units, aio.queue_depth × thread_count requests in flight.
+//
+// Driving: each rank's model.Params hooks and optimizer tell the planner of
+// every access (params read in HBM before their gather, in forward and
+// backward; master, m, v updated and the new param written in host memory
+// by cpuadam), wait until it is ready, lease it from the store, and end the
+// lease when the compute that reads it has completed (an event). A driver
+// goroutine per rank reaps completed moves (the store's OnComplete wakes
+// it), feeds them to the planner, and issues the moves the planner asks for
+// when they fall due (WakeAt), so prefetch runs ahead of the compute and
+// across the step boundary; the optimizer's read-ahead and write-behind of
+// more than one chunk are the planner's moves within the host budget. The
+// first step records the trace; a step that diverges falls back to
+// on-demand moves and re-records (the planner's rule).
+//
+// Faults: a move that fails (an NVMe read error, a checksum mismatch, a
+// write error) stops the rank: the step returns the store's error, which
+// names the shard (chunk, rank, state), the move and, from nvme, the file
+// and offset; every later Step fails too. The hooks, which cannot return
+// errors, keep issuing the same collectives (gathering from a buffer of
+// the right size) so the other ranks do not hang, and the step returns the
+// error before any update. Nothing is replaced by zeros or stale data.
+//
+// Every step reports the planners' hits, late and missed accesses, the time
+// the ranks waited per access tier, the bytes per link and the peak bytes
+// per tier against their budgets (StepStats.Tier), and the optimizer time.
+//
+// Not built here: the "dpu" overlap mode (New rejects it with ErrNotBuilt).
 package engine

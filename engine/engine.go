@@ -173,8 +173,17 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: opts.OptimizerThreads}); err != nil {
 			return nil, fmt.Errorf("engine: host optimizer: %w", err)
 		}
-		perRank := e.pinnedBytesPerRank()
-		if e.pool, err = pinned.New(pinned.Options{BudgetBytes: int64(n) * perRank, Lock: opts.PinnedLock}); err != nil {
+		// Buffers do not span the pool's arenas (1 GiB): each arena may
+		// leave up to one buffer's worth unused at its end.
+		total := int64(n) * e.pinnedBytesPerRank()
+		var maxBuf int64
+		for _, p := range e.chunks {
+			maxBuf = max(maxBuf, units.AlignUp(int64(p.shard*e.precision.Size()), 4096))
+		}
+		if total > units.GiB {
+			total += (total/units.GiB + 1) * maxBuf
+		}
+		if e.pool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: opts.PinnedLock}); err != nil {
 			e.Close()
 			return nil, fmt.Errorf("engine: pinned host buffers: %w", err)
 		}
@@ -216,15 +225,16 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 // pinnedBytesPerRank is one rank's pinned host memory: the reduced gradient
 // shard and the parameter upload staging, each padded to 4 KiB.
 func (e *Engine) pinnedBytesPerRank() int64 {
-	var elems, up int64
+	sz := int64(e.precision.Size())
+	var b int64
 	for c, p := range e.chunks {
-		elems += int64(p.shard)
+		n := units.AlignUp(int64(p.shard)*sz, 4096)
+		b += n
 		if !e.paramTiered(c) {
-			up += int64(p.shard)
+			b += n
 		}
 	}
-	sz := int64(e.precision.Size())
-	return units.AlignUp(elems*sz, 4096) + units.AlignUp(max(up, 1)*sz, 4096)
+	return b
 }
 
 // expectedDeviceBytes is the model state this layout allocates on each

@@ -211,7 +211,7 @@ func (r *rank) reduced(c int) {
 	g := r.st.gradShard(c)
 	r.ops.SumSquares(r.cs, g, r.norms, c)
 	if r.e.offload {
-		r.lease(r.st.pins[0])
+		r.lease(r.st.gradPins[c])
 		r.dev.CopyDeviceToHost(r.cs, r.st.hGrad[c], g, 0)
 	}
 }
@@ -258,7 +258,7 @@ func (r *rank) update(ap gpu.AdamParams) error {
 				}
 				up = u
 			}
-			r.lease(st.pins[1])
+			r.lease(st.upPins[c])
 			r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, up)
 		} else {
 			p, m, v, out := st.deviceOpt(c)

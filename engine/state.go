@@ -42,10 +42,12 @@ type stateStore struct {
 
 	// host optimizer
 	hMaster, hM, hV [][]float32
-	hGrad, hUpload  [][]byte // views of the two pinned buffers, per chunk
-	pins            []*pinned.Buffer
-	hostBytes       int64 // master, m, v and the gradient shard: model state on the host
-	stagingBytes    int64 // the upload staging
+	hGrad, hUpload  [][]byte         // per chunk: the gradient shard and the parameter upload (pinned)
+	gradPins        []*pinned.Buffer // per chunk
+	upPins          []*pinned.Buffer // per chunk; nil where the tier store holds the params
+	pins            []*pinned.Buffer // all of them
+	hostBytes       int64            // master, m, v and the gradient shard: model state on the host
+	stagingBytes    int64            // the upload staging
 }
 
 func newStateStore(e *Engine, r int, dev gpu.Device) (*stateStore, error) {
@@ -117,38 +119,39 @@ func newStateStore(e *Engine, r int, dev gpu.Device) (*stateStore, error) {
 }
 
 // allocHost takes the host optimizer's state: fp32 master, m and v in host
-// memory, and two pinned buffers (gradient shards, parameter uploads)
-// sliced per chunk.
+// memory (without the tier store), and per chunk a pinned buffer for the
+// reduced gradient shard and one for the parameter upload (for chunks whose
+// params the tier store does not hold).
 func (st *stateStore) allocHost() error {
 	e := st.e
-	var elems, up int
-	for c, p := range e.chunks {
-		elems += p.shard
-		if !e.paramTiered(c) {
-			up += p.shard
-		}
-	}
 	sz := e.precision.Size()
-	for i, purpose := range []string{"grad shard", "param upload"} {
-		n := elems
-		if i == 1 {
-			n = max(up, 1) // the tier store holds the params it writes
-		}
-		b, err := e.pool.Get(int64(n*sz), fmt.Sprintf("rank %d %s", st.r, purpose))
+	var elems, up int
+	st.hGrad = make([][]byte, len(e.chunks))
+	st.hUpload = make([][]byte, len(e.chunks))
+	st.gradPins = make([]*pinned.Buffer, len(e.chunks))
+	st.upPins = make([]*pinned.Buffer, len(e.chunks))
+	get := func(n int, purpose string, c int) (*pinned.Buffer, error) {
+		b, err := e.pool.Get(int64(n), fmt.Sprintf("rank %d %s", st.r, purpose))
 		if err != nil {
-			return fmt.Errorf("host %s: %w", purpose, err)
+			return nil, fmt.Errorf("host %s of chunk %d: %w", purpose, c, err)
 		}
 		st.pins = append(st.pins, b)
+		return b, nil
 	}
-	off, uoff := 0, 0
-	st.hUpload = make([][]byte, len(e.chunks))
 	for c, p := range e.chunks {
 		nb := p.shard * sz
-		st.hGrad = append(st.hGrad, st.pins[0].Bytes()[off:off+nb:off+nb])
-		off += nb
+		elems += p.shard
+		b, err := get(nb, "grad shard", c)
+		if err != nil {
+			return err
+		}
+		st.gradPins[c], st.hGrad[c] = b, b.Bytes()[:nb:nb]
 		if !e.paramTiered(c) {
-			st.hUpload[c] = st.pins[1].Bytes()[uoff : uoff+nb : uoff+nb]
-			uoff += nb
+			up += p.shard
+			if b, err = get(nb, "param upload", c); err != nil {
+				return err
+			}
+			st.upPins[c], st.hUpload[c] = b, b.Bytes()[:nb:nb]
 		}
 		if e.tiered {
 			continue // master, m and v are in the tier store
