@@ -1,0 +1,676 @@
+package checkpoint
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
+)
+
+// The checkpoint directory:
+//
+//	DIR/latest                     the name of the newest complete checkpoint ("step-00000100\n"),
+//	                               replaced by rename
+//	DIR/step-00000100/manifest.json
+//	DIR/step-00000100/rank-00000.safetensors ... one per rank
+//	DIR/.tmp-*                     a save in progress (or one that crashed)
+//
+// A rank file is a safetensors file whose tensors are "chunk.{c}.{state}"
+// (state: param, master, adam_m, adam_v), 1-D, Chunks[c].ShardElems long.
+
+const (
+	// FormatName and FormatVersion identify a manifest.
+	FormatName    = "strata-checkpoint"
+	FormatVersion = 1
+
+	latestName   = "latest"
+	manifestName = "manifest.json"
+	stepPrefix   = "step-"
+	tmpPrefix    = ".tmp-"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Manifest describes one checkpoint; it is manifest.json.
+type Manifest struct {
+	Format          string          `json:"format"`
+	Version         int             `json:"version"`
+	Step            int64           `json:"step"`
+	Devices         int             `json:"devices"`
+	Stage           int             `json:"stage"`
+	Shape           model.Shape     `json:"shape"`
+	ShardAlignElems int             `json:"shard_align_elems"`
+	Chunks          []ChunkInfo     `json:"chunks"`
+	States          []ManifestState `json:"states"`
+	Files           []FileInfo      `json:"files"`
+	Created         time.Time       `json:"created"`
+	Config          json.RawMessage `json:"config,omitempty"`
+}
+
+// ManifestState is a StateSpec in the manifest: "param" "bf16".
+type ManifestState struct {
+	Name  string `json:"name"`
+	DType string `json:"dtype"`
+}
+
+// FileInfo is one rank file: its size and CRC-32C (Castagnoli) over every byte.
+type FileInfo struct {
+	Rank      int    `json:"rank"`
+	Name      string `json:"name"`
+	SizeBytes int64  `json:"size_bytes"`
+	CRC32C    uint32 `json:"crc32c"`
+}
+
+// ParamCount is the number of parameters of the checkpoint's chunks.
+func (m *Manifest) ParamCount() int64 {
+	var n int64
+	for _, c := range m.Chunks {
+		n += int64(c.Elems)
+	}
+	return n
+}
+
+// TotalBytes is the size of the rank files.
+func (m *Manifest) TotalBytes() int64 {
+	var n int64
+	for _, f := range m.Files {
+		n += f.SizeBytes
+	}
+	return n
+}
+
+func rankFileName(r int) string { return fmt.Sprintf("rank-%05d.safetensors", r) }
+
+func tensorName(c int, s shard.State) string { return "chunk." + strconv.Itoa(c) + "." + s.String() }
+
+func parseStateName(name string) (shard.State, bool) {
+	for s := range shard.StateCount {
+		if shard.State(s).String() == name {
+			return shard.State(s), true
+		}
+	}
+	return 0, false
+}
+
+// Options control Save.
+type Options struct {
+	// Keep is how many complete checkpoints stay in the directory, the one
+	// just saved included (default 2: the new one and the one before).
+	// The one "latest" names is never removed.
+	Keep int
+
+	// hook, for tests, is called at each named point of a save; an error
+	// stops the save there. errCrash stops it without cleaning up, as a
+	// crash would.
+	hook func(point string) error
+}
+
+// Validate says what is wrong with the options.
+func (o Options) Validate() error {
+	if o.Keep < 0 {
+		return fmt.Errorf("checkpoint: keep %d is negative", o.Keep)
+	}
+	return nil
+}
+
+func (o *Options) defaults() {
+	if o.Keep == 0 {
+		o.Keep = 2
+	}
+}
+
+// errCrash, returned by a test hook, simulates a crash: the save stops and
+// leaves what it wrote.
+var errCrash = errors.New("simulated crash")
+
+func (o *Options) at(point string) error {
+	if o.hook == nil {
+		return nil
+	}
+	return o.hook(point)
+}
+
+// Save writes st as the newest checkpoint in dir with default Options.
+func Save(dir string, st *State) error { return SaveWith(dir, st, Options{}) }
+
+// SaveWith writes st as the newest checkpoint in dir, crash-safe: the rank
+// files and the manifest go to a temporary directory and are fsynced, the
+// directory is renamed to step-NNNNNNNN and the parent fsynced, then the
+// "latest" file is replaced by rename. A crash at any point leaves "latest"
+// naming the previous complete checkpoint or the new one, never a part.
+// Older checkpoints beyond opts.Keep are removed afterwards, with leftovers
+// of crashed saves. One process saves into a directory at a time.
+func SaveWith(dir string, st *State, opts Options) (err error) {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	opts.defaults()
+	if err := st.Validate(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	name, err := freeStepName(dir, st.Step)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(dir, tmpPrefix+name+"-")
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	defer func() {
+		if err != nil && !errors.Is(err, errCrash) {
+			os.RemoveAll(tmp)
+		}
+	}()
+	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
+		Shape: st.Shape, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC()}
+	if len(st.Config) > 0 {
+		m.Config = json.RawMessage(st.Config)
+	}
+	for _, s := range st.States {
+		m.States = append(m.States, ManifestState{Name: s.Kind.String(), DType: s.DType.String()})
+	}
+	m.Files = make([]FileInfo, st.Devices)
+	errs := make([]error, st.Devices)
+	var wg sync.WaitGroup
+	for r := range st.Devices {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.Files[r], errs[r] = writeRankFile(filepath.Join(tmp, rankFileName(r)), st, r, &opts)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("checkpoint: save step %d: %w", st.Step, err)
+	}
+	mb, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("checkpoint: manifest: %w", err)
+	}
+	if err := opts.at("manifest"); err != nil {
+		return err
+	}
+	if err := writeSynced(filepath.Join(tmp, manifestName), append(mb, '\n')); err != nil {
+		return err
+	}
+	if err := syncDir(tmp); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := opts.at("rename"); err != nil {
+		return err
+	}
+	final := filepath.Join(dir, name)
+	if err := os.Rename(tmp, final); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if err := opts.at("latest"); err != nil {
+		return err
+	}
+	if err := writeFileAtomic(filepath.Join(dir, latestName), func(w io.Writer) error {
+		_, err := io.WriteString(w, name+"\n")
+		return err
+	}); err != nil {
+		return err
+	}
+	return prune(dir, name, opts.Keep)
+}
+
+// writeRankFile writes rank r's shards as a safetensors file, fsynced, and
+// returns its size and CRC-32C.
+func writeRankFile(path string, st *State, r int, opts *Options) (FileInfo, error) {
+	fi := FileInfo{Rank: r, Name: filepath.Base(path)}
+	var entries []entry
+	for c, ch := range st.Chunks {
+		for k, s := range st.States {
+			entries = append(entries, entry{name: tensorName(c, s.Kind), dt: s.DType, shape: []int{ch.ShardElems}, sizeBytes: int64(len(st.Data[r][c][k]))})
+		}
+	}
+	md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(st.Devices), MetaStep: strconv.FormatInt(st.Step, 10)}
+	hdr, err := encodeHeader(entries, md)
+	if err != nil {
+		return fi, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fi, err
+	}
+	crc := crc32.New(castagnoli)
+	cw := &countWriter{w: io.MultiWriter(f, crc)}
+	bw := bufio.NewWriterSize(cw, 1<<20)
+	err = func() error {
+		if _, err := bw.Write(hdr); err != nil {
+			return err
+		}
+		for c := range st.Chunks {
+			for k := range st.States {
+				if _, err := bw.Write(st.Data[r][c][k]); err != nil {
+					return err
+				}
+			}
+			if c == len(st.Chunks)/2 {
+				if err := opts.at("write " + fi.Name); err != nil {
+					return err
+				}
+			}
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return f.Sync()
+	}()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fi, fmt.Errorf("write %s: %w", path, err)
+	}
+	fi.SizeBytes, fi.CRC32C = cw.n, crc.Sum32()
+	return fi, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("checkpoint: write %s: %w", path, err)
+	}
+	return nil
+}
+
+// stepDir is a complete checkpoint directory's name, parsed.
+type stepDir struct {
+	name   string
+	step   int64
+	suffix int
+}
+
+func parseStepDir(name string) (stepDir, bool) {
+	rest, ok := strings.CutPrefix(name, stepPrefix)
+	if !ok {
+		return stepDir{}, false
+	}
+	num, suf, hasSuf := strings.Cut(rest, ".")
+	step, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || step < 0 {
+		return stepDir{}, false
+	}
+	d := stepDir{name: name, step: step}
+	if hasSuf {
+		if d.suffix, err = strconv.Atoi(suf); err != nil || d.suffix < 1 {
+			return stepDir{}, false
+		}
+	}
+	return d, true
+}
+
+// freeStepName is step-NNNNNNNN, or step-NNNNNNNN.K when a checkpoint of
+// that step exists (a step saved again after a resume).
+func freeStepName(dir string, step int64) (string, error) {
+	base := fmt.Sprintf("%s%08d", stepPrefix, step)
+	for k := 0; ; k++ {
+		name := base
+		if k > 0 {
+			name = base + "." + strconv.Itoa(k)
+		}
+		_, err := os.Lstat(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return name, nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+}
+
+// listStepDirs returns the checkpoint directories in dir, oldest first.
+func listStepDirs(dir string) ([]stepDir, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []stepDir
+	for _, e := range ents {
+		if d, ok := parseStepDir(e.Name()); ok && e.IsDir() {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].step != out[j].step {
+			return out[i].step < out[j].step
+		}
+		return out[i].suffix < out[j].suffix
+	})
+	return out, nil
+}
+
+// prune removes leftovers of crashed saves and all but the keep newest
+// checkpoints, never latest.
+func prune(dir, latest string, keep int) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), "."+latestName+".tmp-") {
+			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
+		}
+	}
+	dirs, err := listStepDirs(dir)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	kept := 1 // latest
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if dirs[i].name == latest {
+			continue
+		}
+		if kept < keep {
+			kept++
+			continue
+		}
+		errs = append(errs, os.RemoveAll(filepath.Join(dir, dirs[i].name)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("checkpoint: saved %s but could not remove old checkpoints: %w", latest, err)
+	}
+	return nil
+}
+
+// Resolve returns the checkpoint directory path names: path itself when it
+// holds a manifest, else the one path/latest names.
+func Resolve(path string) (string, error) {
+	if _, err := os.Stat(filepath.Join(path, manifestName)); err == nil {
+		return path, nil
+	}
+	b, err := os.ReadFile(filepath.Join(path, latestName))
+	if errors.Is(err, fs.ErrNotExist) {
+		if _, serr := os.Stat(path); serr != nil {
+			return "", fmt.Errorf("checkpoint: %w", serr)
+		}
+		return "", fmt.Errorf("checkpoint: no checkpoint in %s (neither %s nor %s)", path, latestName, manifestName)
+	}
+	if err != nil {
+		return "", fmt.Errorf("checkpoint: %w", err)
+	}
+	name := strings.TrimSpace(string(b))
+	if _, ok := parseStepDir(name); !ok {
+		return "", fmt.Errorf("checkpoint: %s names %q, not a checkpoint directory", filepath.Join(path, latestName), name)
+	}
+	return filepath.Join(path, name), nil
+}
+
+// ReadManifest reads and checks the manifest of the checkpoint at path
+// (a checkpoint directory or the directory holding "latest"), and returns
+// it with the checkpoint's directory.
+func ReadManifest(path string) (*Manifest, string, error) {
+	dir, err := Resolve(path)
+	if err != nil {
+		return nil, "", err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+	if err != nil {
+		return nil, "", fmt.Errorf("checkpoint: %w", err)
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, "", fmt.Errorf("checkpoint: %s: %w", filepath.Join(dir, manifestName), err)
+	}
+	if m.Format != FormatName || m.Version != FormatVersion {
+		return nil, "", fmt.Errorf("checkpoint: %s: format %q version %d, this build reads %q version %d", filepath.Join(dir, manifestName), m.Format, m.Version, FormatName, FormatVersion)
+	}
+	if len(m.Files) != m.Devices {
+		return nil, "", fmt.Errorf("checkpoint: %s lists %d files for %d devices", filepath.Join(dir, manifestName), len(m.Files), m.Devices)
+	}
+	for r, f := range m.Files {
+		if f.Rank != r || f.Name != rankFileName(r) {
+			return nil, "", fmt.Errorf("checkpoint: %s: file %d is %q for rank %d, want %q", filepath.Join(dir, manifestName), r, f.Name, f.Rank, rankFileName(r))
+		}
+	}
+	return &m, dir, nil
+}
+
+func (m *Manifest) specs() ([]StateSpec, error) {
+	var out []StateSpec
+	for _, s := range m.States {
+		kind, ok := parseStateName(s.Name)
+		dt, err := dtype.Parse(s.DType)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("checkpoint: manifest state %q %q unknown", s.Name, s.DType)
+		}
+		out = append(out, StateSpec{Kind: kind, DType: dt})
+	}
+	return out, nil
+}
+
+// ErrChecksum is matched (errors.Is) by a rank file whose size or CRC-32C
+// differs from its manifest.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// Load reads the checkpoint at path (the directory Save wrote into, whose
+// "latest" names the checkpoint, or a checkpoint directory itself),
+// verifying every rank file's size and CRC-32C and every tensor's name,
+// dtype and shape.
+func Load(path string) (*State, error) {
+	m, dir, err := ReadManifest(path)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := m.specs()
+	if err != nil {
+		return nil, err
+	}
+	st := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, ShardAlignElems: m.ShardAlignElems,
+		Config: []byte(m.Config), Chunks: m.Chunks, States: specs, Data: make([][][][]byte, m.Devices)}
+	errs := make([]error, m.Devices)
+	var wg sync.WaitGroup
+	for r := range m.Devices {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st.Data[r], errs[r] = readRankFile(filepath.Join(dir, m.Files[r].Name), m.Files[r], st)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
+	}
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
+	}
+	return st, nil
+}
+
+// LoadFor is Load for a run: it refuses a checkpoint of another shape or
+// without the run's states, and reshards one saved for another device
+// count or shard alignment.
+func LoadFor(path string, e Expect) (*State, error) {
+	st, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Match(e); err != nil {
+		return nil, fmt.Errorf("%w (checkpoint %s)", err, path)
+	}
+	if st.Devices != e.Devices || st.ShardAlignElems != e.ShardAlignElems {
+		return st.Reshard(e.Devices, e.ShardAlignElems)
+	}
+	return st, nil
+}
+
+func readRankFile(path string, fi FileInfo, st *State) ([][][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) != fi.SizeBytes {
+		return nil, fmt.Errorf("%s: %d bytes, the manifest says %d (truncated or replaced): %w", path, len(b), fi.SizeBytes, ErrChecksum)
+	}
+	if got := crc32.Checksum(b, castagnoli); got != fi.CRC32C {
+		return nil, fmt.Errorf("%s: crc32c %#08x, the manifest says %#08x (file corrupted): %w", path, got, fi.CRC32C, ErrChecksum)
+	}
+	h, tensors, err := parseFile(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	want := len(st.Chunks) * len(st.States)
+	if len(h.Tensors) != want {
+		return nil, fmt.Errorf("%s: %d tensors, the manifest implies %d", path, len(h.Tensors), want)
+	}
+	out := make([][][]byte, len(st.Chunks))
+	for c, ch := range st.Chunks {
+		out[c] = make([][]byte, len(st.States))
+		for k, s := range st.States {
+			name := tensorName(c, s.Kind)
+			t, ok := h.Tensor(name)
+			if !ok {
+				return nil, fmt.Errorf("%s: tensor %s missing", path, name)
+			}
+			if t.DType != DTypeName(s.DType) || len(t.Shape) != 1 || t.Shape[0] != int64(ch.ShardElems) {
+				return nil, fmt.Errorf("%s: tensor %s is %s %v, the manifest says %s [%d]", path, name, t.DType, t.Shape, DTypeName(s.DType), ch.ShardElems)
+			}
+			out[c][k] = tensors[name]
+		}
+	}
+	return out, nil
+}
+
+// FileCheck is the verification of one rank file.
+type FileCheck struct {
+	FileInfo
+	Err error // nil when size and CRC-32C match
+}
+
+// Verify checks every rank file of the checkpoint at path against its
+// manifest (size and CRC-32C), streaming, without loading the state.
+func Verify(path string) (*Manifest, []FileCheck, error) {
+	m, dir, err := ReadManifest(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	checks := make([]FileCheck, len(m.Files))
+	for i, fi := range m.Files {
+		checks[i] = FileCheck{FileInfo: fi, Err: verifyFile(filepath.Join(dir, fi.Name), fi)}
+	}
+	return m, checks, nil
+}
+
+func verifyFile(path string, fi FileInfo) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var crc hash.Hash32 = crc32.New(castagnoli)
+	n, err := io.Copy(crc, f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if n != fi.SizeBytes {
+		return fmt.Errorf("%s: %d bytes, the manifest says %d (truncated or replaced): %w", path, n, fi.SizeBytes, ErrChecksum)
+	}
+	if got := crc.Sum32(); got != fi.CRC32C {
+		return fmt.Errorf("%s: crc32c %#08x, the manifest says %#08x (file corrupted): %w", path, got, fi.CRC32C, ErrChecksum)
+	}
+	return nil
+}
+
+// Listing is what a checkpoint root directory holds.
+type Listing struct {
+	Latest      string   // the name "latest" holds; "" without one
+	Checkpoints []string // complete checkpoint directories, oldest first
+}
+
+// List describes the checkpoints in dir (the directory Save writes into).
+func List(dir string) (Listing, error) {
+	var l Listing
+	b, err := os.ReadFile(filepath.Join(dir, latestName))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return l, fmt.Errorf("checkpoint: %w", err)
+	}
+	l.Latest = strings.TrimSpace(string(b))
+	dirs, err := listStepDirs(dir)
+	if err != nil {
+		return l, fmt.Errorf("checkpoint: %w", err)
+	}
+	for _, d := range dirs {
+		l.Checkpoints = append(l.Checkpoints, d.name)
+	}
+	return l, nil
+}
+
+// ExportState writes the model's weights from a training checkpoint as a
+// safetensors file (Export): the fp32 master weights when the checkpoint
+// has them (the exact values the optimizer holds), else the params.
+func ExportState(path string, st *State, opts ExportOptions) error {
+	if err := st.Validate(); err != nil {
+		return err
+	}
+	l, err := model.NewLayout(st.Shape)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	k := st.StateIndex(shard.Master)
+	if k < 0 {
+		k = st.StateIndex(shard.Param)
+	}
+	if k < 0 {
+		return fmt.Errorf("checkpoint: export: the checkpoint holds neither master weights nor params (%s)", specList(st.States))
+	}
+	if opts.Step == 0 {
+		opts.Step = st.Step
+	}
+	if st.States[k].DType == dtype.BF16 {
+		chunks := make([][]uint16, len(st.Chunks))
+		for c := range st.Chunks {
+			chunks[c] = BF16s(st.Gather(c, k))
+		}
+		return ExportBF16(path, l, chunks, opts)
+	}
+	chunks := make([][]float32, len(st.Chunks))
+	for c := range st.Chunks {
+		chunks[c] = Float32s(st.Gather(c, k))
+	}
+	return Export(path, l, chunks, opts)
+}

@@ -1,0 +1,467 @@
+package checkpoint
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/model"
+)
+
+// Naming is how tensors are named in an exported or imported file.
+type Naming string
+
+const (
+	// NamesAuto (import only): Hugging Face names when the file holds
+	// "wte.weight" or "transformer.wte.weight", else Strata's.
+	NamesAuto Naming = ""
+	// NamesStrata are the layout's names (model.Layout): "wte", "wpe",
+	// "h.{l}.attn.c_attn.weight" ..., "ln_f.weight"; linear weights out×in.
+	NamesStrata Naming = "strata"
+	// NamesHF are those of Hugging Face transformers' GPT-2 (the keys of
+	// openai-community/gpt2's model.safetensors): "wte.weight",
+	// "wpe.weight", "h.{l}.ln_1.weight" ..., "ln_f.bias", the four Conv1D
+	// weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) stored in×out,
+	// the transpose of Strata's. The output head is tied to wte and not
+	// written. On import a "transformer." prefix is accepted, and the
+	// attention-mask buffers "h.{l}.attn.bias" and "h.{l}.attn.masked_bias"
+	// and a tied "lm_head.weight" are skipped.
+	NamesHF Naming = "hf"
+)
+
+// ParseNaming reads "strata", "hf" (or "huggingface") and "auto".
+func ParseNaming(s string) (Naming, error) {
+	switch strings.ToLower(s) {
+	case "", "auto":
+		return NamesAuto, nil
+	case "strata":
+		return NamesStrata, nil
+	case "hf", "huggingface":
+		return NamesHF, nil
+	}
+	return "", fmt.Errorf("checkpoint: unknown naming %q (want strata, hf or auto)", s)
+}
+
+// hfName maps a layout tensor to its Hugging Face name and whether its data
+// is transposed there.
+func hfName(t model.Tensor) (string, bool) {
+	switch t.Name {
+	case "wte", "wpe":
+		return t.Name + ".weight", false
+	}
+	if len(t.Shape) == 2 && strings.HasPrefix(t.Name, "h.") {
+		return t.Name, true // Conv1D: in×out
+	}
+	return t.Name, false
+}
+
+// fileTensor is how a layout tensor appears in a file.
+type fileTensor struct {
+	chunk      int
+	t          model.Tensor
+	name       string
+	shape      []int
+	transposed bool
+}
+
+func fileTensors(l *model.Layout, names Naming) []fileTensor {
+	var out []fileTensor
+	for c, ch := range l.Chunks {
+		for _, t := range ch.Tensors {
+			ft := fileTensor{chunk: c, t: t, name: t.Name, shape: t.Shape}
+			if names == NamesHF {
+				ft.name, ft.transposed = hfName(t)
+				if ft.transposed {
+					ft.shape = []int{t.Shape[1], t.Shape[0]}
+				}
+			}
+			out = append(out, ft)
+		}
+	}
+	return out
+}
+
+// ExportOptions control Export.
+type ExportOptions struct {
+	DType    dtype.DType       // F32 (default) or BF16 (round to nearest even)
+	Names    Naming            // NamesStrata (default) or NamesHF
+	Step     int64             // recorded as metadata "step"
+	Metadata map[string]string // more metadata; may not override the keys Export writes
+}
+
+func (o *ExportOptions) defaults() {
+	if o.DType == 0 {
+		o.DType = dtype.F32
+	}
+	if o.Names == NamesAuto {
+		o.Names = NamesStrata
+	}
+}
+
+// Validate says what is wrong with the options (after defaults).
+func (o ExportOptions) Validate() error {
+	o.defaults()
+	if o.DType != dtype.F32 && o.DType != dtype.BF16 {
+		return fmt.Errorf("checkpoint: export dtype %v (want f32 or bf16)", o.DType)
+	}
+	if o.Names != NamesStrata && o.Names != NamesHF {
+		return fmt.Errorf("checkpoint: export naming %q (want strata or hf)", o.Names)
+	}
+	if o.Step < 0 {
+		return fmt.Errorf("checkpoint: export step %d is negative", o.Step)
+	}
+	return nil
+}
+
+// Metadata keys written by Export (besides the "format": "pt" that
+// transformers requires to load a file).
+const (
+	MetaShape  = "strata.shape" // the shape's name
+	MetaLayers = "n_layer"
+	MetaDim    = "n_embd"
+	MetaHeads  = "n_head"
+	MetaVocab  = "vocab_size"
+	MetaMaxSeq = "max_seq_len"
+	MetaStep   = "step"
+	MetaNames  = "strata.names" // "strata" or "hf"
+)
+
+func exportMetadata(s model.Shape, o ExportOptions) (map[string]string, error) {
+	md := map[string]string{
+		"format":   "pt",
+		MetaShape:  s.Name,
+		MetaLayers: strconv.Itoa(s.Layers),
+		MetaDim:    strconv.Itoa(s.Dim),
+		MetaHeads:  strconv.Itoa(s.Heads),
+		MetaVocab:  strconv.Itoa(s.Vocab),
+		MetaMaxSeq: strconv.Itoa(s.MaxSeq),
+		MetaStep:   strconv.FormatInt(o.Step, 10),
+		MetaNames:  string(o.Names),
+	}
+	for k, v := range o.Metadata {
+		if _, ok := md[k]; ok {
+			return nil, fmt.Errorf("checkpoint: export metadata key %q is written by Export", k)
+		}
+		md[k] = v
+	}
+	return md, nil
+}
+
+// chunkSource yields element i of chunk c as float32 and in bf16; exactly
+// one of f32 and b16 is set.
+type chunkSource struct {
+	f32 [][]float32
+	b16 [][]uint16
+}
+
+func (s chunkSource) len(c int) int {
+	if s.f32 != nil {
+		return len(s.f32[c])
+	}
+	return len(s.b16[c])
+}
+
+func (s chunkSource) count() int {
+	if s.f32 != nil {
+		return len(s.f32)
+	}
+	return len(s.b16)
+}
+
+// put writes element src of chunk c at element dst of out in dt.
+func (s chunkSource) put(out []byte, dt dtype.DType, dst, c, src int) {
+	switch {
+	case dt == dtype.F32 && s.f32 != nil:
+		putF32(out[4*dst:], s.f32[c][src])
+	case dt == dtype.F32:
+		putF32(out[4*dst:], bf16.ToFloat32(s.b16[c][src]))
+	case s.f32 != nil:
+		putU16(out[2*dst:], bf16.FromFloat32(s.f32[c][src]))
+	default:
+		putU16(out[2*dst:], s.b16[c][src])
+	}
+}
+
+// Export writes every named tensor of layout from chunks (host fp32, one
+// slice per chunk, each at least the chunk's length; padding beyond it is
+// ignored) to a safetensors file at path, atomically, with metadata: the
+// shape (strata.shape, n_layer, n_embd, n_head, vocab_size, max_seq_len),
+// step, strata.names and format "pt".
+func Export(path string, layout *model.Layout, chunks [][]float32, opts ExportOptions) error {
+	return export(path, layout, chunkSource{f32: chunks}, opts)
+}
+
+// ExportBF16 is Export from bf16 chunks (the engine's parameter copies);
+// to an F32 file every value widens exactly.
+func ExportBF16(path string, layout *model.Layout, chunks [][]uint16, opts ExportOptions) error {
+	if chunks == nil {
+		chunks = [][]uint16{}
+	}
+	return export(path, layout, chunkSource{b16: chunks}, opts)
+}
+
+func export(path string, l *model.Layout, src chunkSource, opts ExportOptions) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	opts.defaults()
+	if src.count() != len(l.Chunks) {
+		return fmt.Errorf("checkpoint: export: %d chunks given, layout has %d", src.count(), len(l.Chunks))
+	}
+	for c, ch := range l.Chunks {
+		if src.len(c) < ch.Len {
+			return fmt.Errorf("checkpoint: export: chunk %d (%s) has %d elements, layout needs %d", c, ch.Name, src.len(c), ch.Len)
+		}
+	}
+	md, err := exportMetadata(l.Shape, opts)
+	if err != nil {
+		return err
+	}
+	fts := fileTensors(l, opts.Names)
+	entries := make([]entry, len(fts))
+	maxBytes := 0
+	for i, ft := range fts {
+		entries[i] = entry{name: ft.name, dt: opts.DType, shape: ft.shape, sizeBytes: int64(ft.t.Len * opts.DType.Size())}
+		maxBytes = max(maxBytes, ft.t.Len*opts.DType.Size())
+	}
+	hdr, err := encodeHeader(entries, md)
+	if err != nil {
+		return fmt.Errorf("checkpoint: export: %w", err)
+	}
+	buf := make([]byte, maxBytes)
+	return writeFileAtomic(path, func(w io.Writer) error {
+		if _, err := w.Write(hdr); err != nil {
+			return err
+		}
+		for _, ft := range fts {
+			out := buf[:ft.t.Len*opts.DType.Size()]
+			encodeTensor(out, opts.DType, src, ft)
+			if _, err := w.Write(out); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// encodeTensor writes ft's values from src into out in dt, transposed when
+// the file stores it so.
+func encodeTensor(out []byte, dt dtype.DType, src chunkSource, ft fileTensor) {
+	off := ft.t.Offset
+	if !ft.transposed {
+		if dt == dtype.F32 && src.f32 != nil {
+			PutFloat32s(out, src.f32[ft.chunk][off:off+ft.t.Len])
+			return
+		}
+		if dt == dtype.BF16 && src.b16 != nil {
+			PutBF16s(out, src.b16[ft.chunk][off:off+ft.t.Len])
+			return
+		}
+		for i := range ft.t.Len {
+			src.put(out, dt, i, ft.chunk, off+i)
+		}
+		return
+	}
+	rows, cols := ft.t.Shape[0], ft.t.Shape[1] // Strata: rows×cols; file: cols×rows
+	for r := range rows {
+		for c := range cols {
+			src.put(out, dt, c*rows+r, ft.chunk, off+r*cols+c)
+		}
+	}
+}
+
+// ImportOptions control Import.
+type ImportOptions struct {
+	Names Naming // NamesAuto (default), NamesStrata or NamesHF
+}
+
+// Import reads a safetensors file into one fp32 slice per chunk of layout
+// (each exactly the chunk's length). Every tensor of the layout must be in
+// the file under its name (see Naming) with its shape and dtype F32 or BF16
+// (widened exactly); a file tensor the layout lacks is an error too. The
+// error lists every problem found. It returns the file's header as well
+// (metadata: step and shape of an Export).
+func Import(path string, layout *model.Layout, opts ImportOptions) ([][]float32, *Header, error) {
+	f, err := OpenSafetensors(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	h := f.Header
+	names := opts.Names
+	if names == NamesAuto {
+		names = NamesStrata
+		for _, t := range h.Tensors {
+			if t.Name == "wte.weight" || t.Name == "transformer.wte.weight" {
+				names = NamesHF
+			}
+		}
+	}
+	if names != NamesStrata && names != NamesHF {
+		return nil, nil, fmt.Errorf("checkpoint: import naming %q (want strata, hf or auto)", names)
+	}
+	inFile := map[string]TensorInfo{}
+	for _, t := range h.Tensors {
+		name := t.Name
+		if names == NamesHF {
+			name = strings.TrimPrefix(name, "transformer.")
+			if name == "lm_head.weight" || strings.HasSuffix(name, ".attn.bias") || strings.HasSuffix(name, ".attn.masked_bias") {
+				continue
+			}
+		}
+		inFile[name] = t
+	}
+	var problems, missing []string
+	if msg := shapeMismatch(h.Metadata, layout.Shape); msg != "" {
+		problems = append(problems, msg)
+	}
+	fts := fileTensors(layout, names)
+	found := make([]TensorInfo, len(fts))
+	for i, ft := range fts {
+		t, ok := inFile[ft.name]
+		if !ok {
+			missing = append(missing, ft.name)
+			continue
+		}
+		delete(inFile, ft.name)
+		found[i] = t
+		if t.DType != "F32" && t.DType != "BF16" {
+			problems = append(problems, fmt.Sprintf("%s has dtype %s (import reads F32 or BF16)", t.Name, t.DType))
+		}
+		if !sameShape(t.Shape, ft.shape) {
+			problems = append(problems, fmt.Sprintf("%s has shape %v, the layout wants %v", t.Name, t.Shape, ft.shape))
+		}
+	}
+	if len(missing) > 0 {
+		problems = append(problems, fmt.Sprintf("%d missing: %s", len(missing), listSome(missing)))
+	}
+	if len(inFile) > 0 {
+		var extra []string
+		for _, t := range inFile {
+			extra = append(extra, t.Name)
+		}
+		sort.Strings(extra)
+		problems = append(problems, fmt.Sprintf("%d unexpected: %s", len(extra), listSome(extra)))
+	}
+	if len(problems) > 0 {
+		return nil, h, fmt.Errorf("checkpoint: import %s as %s (%s names): %s", path, layout.Shape.Name, names, strings.Join(problems, "; "))
+	}
+	out := make([][]float32, len(layout.Chunks))
+	for c, ch := range layout.Chunks {
+		out[c] = make([]float32, ch.Len)
+	}
+	var buf []byte
+	for i, ft := range fts {
+		t := found[i]
+		if int64(cap(buf)) < t.SizeBytes() {
+			buf = make([]byte, t.SizeBytes())
+		}
+		b := buf[:t.SizeBytes()]
+		if err := f.ReadTensor(t, b); err != nil {
+			return nil, h, err
+		}
+		decodeTensor(out[ft.chunk][ft.t.Offset:ft.t.Offset+ft.t.Len], b, t.DType, ft)
+	}
+	return out, h, nil
+}
+
+func decodeTensor(dst []float32, b []byte, dt string, ft fileTensor) {
+	at := func(i int) float32 {
+		if dt == "F32" {
+			return getF32(b[4*i:])
+		}
+		return bf16.ToFloat32(getU16(b[2*i:]))
+	}
+	if !ft.transposed {
+		if dt == "F32" {
+			GetFloat32s(dst, b)
+			return
+		}
+		for i := range dst {
+			dst[i] = at(i)
+		}
+		return
+	}
+	rows, cols := ft.t.Shape[0], ft.t.Shape[1]
+	for r := range rows {
+		for c := range cols {
+			dst[r*cols+c] = at(c*rows + r)
+		}
+	}
+}
+
+// shapeMismatch compares the shape recorded in an Export's metadata with s.
+func shapeMismatch(md map[string]string, s model.Shape) string {
+	if md == nil {
+		return ""
+	}
+	want := map[string]int{MetaLayers: s.Layers, MetaDim: s.Dim, MetaHeads: s.Heads, MetaVocab: s.Vocab, MetaMaxSeq: s.MaxSeq}
+	var diffs []string
+	for _, k := range []string{MetaLayers, MetaDim, MetaHeads, MetaVocab, MetaMaxSeq} {
+		v, ok := md[k]
+		if !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(v); err != nil || n != want[k] {
+			diffs = append(diffs, fmt.Sprintf("%s %s (layout %d)", k, v, want[k]))
+		}
+	}
+	if len(diffs) == 0 {
+		return ""
+	}
+	return "the file's metadata records another shape: " + strings.Join(diffs, ", ")
+}
+
+func sameShape(a []int64, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != int64(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func listSome(names []string) string {
+	const show = 8
+	if len(names) <= show {
+		return strings.Join(names, ", ")
+	}
+	return strings.Join(names[:show], ", ") + fmt.Sprintf(" and %d more", len(names)-show)
+}
+
+// ReadSafetensorsFile reads a whole file: its header and every tensor's
+// bytes, keyed by name.
+func ReadSafetensorsFile(path string) (*Header, map[string][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	h, data, err := parseFile(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+	}
+	return h, data, nil
+}
+
+// parseFile validates a whole file held in memory and returns each
+// tensor's bytes as a sub-slice of b.
+func parseFile(b []byte) (*Header, map[string][]byte, error) {
+	h, err := ReadHeader(bytesReaderAt(b), int64(len(b)))
+	if err != nil {
+		return nil, nil, err
+	}
+	data := b[h.DataStart():]
+	out := make(map[string][]byte, len(h.Tensors))
+	for _, t := range h.Tensors {
+		out[t.Name] = data[t.Begin:t.End:t.End]
+	}
+	return h, out, nil
+}

@@ -1,0 +1,254 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
+)
+
+// StateSpec is one state kept for every chunk shard, and its dtype: param
+// bf16 (or f32 in fp32 mode), master, adam_m and adam_v f32.
+type StateSpec struct {
+	Kind  shard.State
+	DType dtype.DType
+}
+
+func (s StateSpec) String() string { return s.Kind.String() + " " + s.DType.String() }
+
+// MixedPrecisionStates are the states of mixed-precision Adam: bf16 params,
+// fp32 master weights and moments.
+var MixedPrecisionStates = []StateSpec{
+	{shard.Param, dtype.BF16}, {shard.Master, dtype.F32}, {shard.AdamM, dtype.F32}, {shard.AdamV, dtype.F32},
+}
+
+// ChunkInfo is one chunk of the layout as the checkpoint shards it.
+type ChunkInfo struct {
+	Name       string `json:"name"`
+	Elems      int    `json:"elems"`       // the chunk's parameters (model.Chunk.Len)
+	ShardElems int    `json:"shard_elems"` // each rank's slice; the padded chunk is Devices·ShardElems
+}
+
+// State is a training checkpoint as plain data, so that the engine can fill
+// it and read it without this package knowing the engine.
+//
+// Whatever the ZeRO stage, rank r's shard of a chunk is elements
+// [r·S, (r+1)·S) of the chunk zero-padded to Devices·S, S =
+// Chunks[c].ShardElems: a state the engine keeps replicated (params at
+// stages 0-2, everything at stage 0) is saved as each rank's slice of its
+// copy, and Gather rebuilds the whole chunk. So the files do not depend on
+// the stage and a checkpoint can be resharded to another device count.
+type State struct {
+	Step            int64
+	Devices         int
+	Stage           int
+	Shape           model.Shape
+	ShardAlignElems int
+	Config          []byte // the run's configuration, JSON (stored compacted); may be empty
+	Chunks          []ChunkInfo
+	States          []StateSpec
+	// Data[r][c][k] is rank r's shard of chunk c in state States[k]:
+	// Chunks[c].ShardElems · States[k].DType.Size() bytes, little-endian.
+	Data [][][][]byte
+}
+
+// ShardElems is each rank's slice of a chunk of chunkElems elements over
+// devices ranks: ceil(chunkElems/devices) rounded up to alignElems, the
+// same rule as engine.ShardElems.
+func ShardElems(chunkElems, devices, alignElems int) int {
+	if chunkElems < 0 || devices < 1 || alignElems < 1 {
+		panic(fmt.Sprintf("checkpoint: ShardElems(%d, %d, %d): bad arguments", chunkElems, devices, alignElems))
+	}
+	per := (chunkElems + devices - 1) / devices
+	return (per + alignElems - 1) / alignElems * alignElems
+}
+
+// NewState returns a State for layout l sharded over devices ranks with
+// zeroed shards of every state, ready to be filled (Shard).
+func NewState(l *model.Layout, devices, stage, alignElems int, states []StateSpec) (*State, error) {
+	if devices < 1 || alignElems < 1 {
+		return nil, fmt.Errorf("checkpoint: devices %d and shard alignment %d must be >= 1", devices, alignElems)
+	}
+	st := &State{Devices: devices, Stage: stage, Shape: l.Shape, ShardAlignElems: alignElems,
+		States: append([]StateSpec(nil), states...)}
+	for _, ch := range l.Chunks {
+		st.Chunks = append(st.Chunks, ChunkInfo{Name: ch.Name, Elems: ch.Len, ShardElems: ShardElems(ch.Len, devices, alignElems)})
+	}
+	st.Data = st.alloc()
+	if err := st.Validate(); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+func (st *State) alloc() [][][][]byte {
+	data := make([][][][]byte, st.Devices)
+	for r := range data {
+		data[r] = make([][][]byte, len(st.Chunks))
+		for c, ch := range st.Chunks {
+			data[r][c] = make([][]byte, len(st.States))
+			for k, s := range st.States {
+				data[r][c][k] = make([]byte, ch.ShardElems*s.DType.Size())
+			}
+		}
+	}
+	return data
+}
+
+// StateIndex is the index in States of kind, or -1.
+func (st *State) StateIndex(kind shard.State) int {
+	for k, s := range st.States {
+		if s.Kind == kind {
+			return k
+		}
+	}
+	return -1
+}
+
+// Shard is rank r's shard of chunk c in state States[k] (Data[r][c][k]).
+func (st *State) Shard(r, c, k int) []byte { return st.Data[r][c][k] }
+
+// Validate checks that the State is consistent: a valid shape whose layout
+// has exactly Chunks, shard lengths that cover each chunk, known states
+// without repeats, and Data of the right sizes.
+func (st *State) Validate() error {
+	if err := st.Shape.Validate(); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	switch {
+	case st.Step < 0:
+		return fmt.Errorf("checkpoint: step %d is negative", st.Step)
+	case st.Devices < 1:
+		return fmt.Errorf("checkpoint: devices %d must be >= 1", st.Devices)
+	case st.Stage < 0 || st.Stage > 3:
+		return fmt.Errorf("checkpoint: ZeRO stage %d is not 0-3", st.Stage)
+	case st.ShardAlignElems < 1:
+		return fmt.Errorf("checkpoint: shard alignment %d must be >= 1", st.ShardAlignElems)
+	case len(st.Config) > 0 && !json.Valid(st.Config):
+		return fmt.Errorf("checkpoint: config is not valid JSON")
+	}
+	l, err := model.NewLayout(st.Shape)
+	if err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
+	}
+	if len(st.Chunks) != len(l.Chunks) {
+		return fmt.Errorf("checkpoint: %d chunks, the layout of %s has %d", len(st.Chunks), st.Shape.Name, len(l.Chunks))
+	}
+	for c, ch := range st.Chunks {
+		if ch.Elems != l.Chunks[c].Len {
+			return fmt.Errorf("checkpoint: chunk %d (%s) has %d elements, the layout has %d", c, ch.Name, ch.Elems, l.Chunks[c].Len)
+		}
+		if ch.ShardElems < 0 || ch.ShardElems*st.Devices < ch.Elems {
+			return fmt.Errorf("checkpoint: chunk %d: %d ranks of %d elements do not cover its %d", c, st.Devices, ch.ShardElems, ch.Elems)
+		}
+	}
+	seen := map[shard.State]bool{}
+	for _, s := range st.States {
+		if int(s.Kind) >= shard.StateCount || seen[s.Kind] {
+			return fmt.Errorf("checkpoint: state %v unknown or repeated", s.Kind)
+		}
+		seen[s.Kind] = true
+		if s.DType != dtype.F32 && s.DType != dtype.BF16 {
+			return fmt.Errorf("checkpoint: state %v has dtype %v (want f32 or bf16)", s.Kind, s.DType)
+		}
+	}
+	if len(st.Data) != st.Devices {
+		return fmt.Errorf("checkpoint: data for %d ranks, devices %d", len(st.Data), st.Devices)
+	}
+	for r := range st.Data {
+		if len(st.Data[r]) != len(st.Chunks) {
+			return fmt.Errorf("checkpoint: rank %d has data for %d chunks, want %d", r, len(st.Data[r]), len(st.Chunks))
+		}
+		for c, ch := range st.Chunks {
+			if len(st.Data[r][c]) != len(st.States) {
+				return fmt.Errorf("checkpoint: rank %d chunk %d has %d states, want %d", r, c, len(st.Data[r][c]), len(st.States))
+			}
+			for k, s := range st.States {
+				if want := ch.ShardElems * s.DType.Size(); len(st.Data[r][c][k]) != want {
+					return fmt.Errorf("checkpoint: rank %d chunk %d %v: %d bytes, want %d", r, c, s.Kind, len(st.Data[r][c][k]), want)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// Gather returns chunk c of state States[k] whole: the ranks' shards in
+// rank order without the padding, Chunks[c].Elems elements.
+func (st *State) Gather(c, k int) []byte {
+	sz := st.States[k].DType.Size()
+	out := make([]byte, 0, st.Chunks[c].Elems*sz)
+	rest := st.Chunks[c].Elems * sz
+	for r := 0; r < st.Devices && rest > 0; r++ {
+		b := st.Data[r][c][k]
+		n := min(len(b), rest)
+		out = append(out, b[:n]...)
+		rest -= n
+	}
+	return out
+}
+
+// Reshard returns the State split over devices ranks with shard alignment
+// alignElems: every chunk of every state gathered from the old ranks and
+// split again, the new padding zero. The values do not change.
+func (st *State) Reshard(devices, alignElems int) (*State, error) {
+	if devices < 1 || alignElems < 1 {
+		return nil, fmt.Errorf("checkpoint: reshard to %d devices with alignment %d", devices, alignElems)
+	}
+	out := *st
+	out.Devices, out.ShardAlignElems = devices, alignElems
+	out.Chunks = make([]ChunkInfo, len(st.Chunks))
+	for c, ch := range st.Chunks {
+		ch.ShardElems = ShardElems(ch.Elems, devices, alignElems)
+		out.Chunks[c] = ch
+	}
+	out.Data = out.alloc()
+	for c, ch := range out.Chunks {
+		for k, s := range st.States {
+			full := st.Gather(c, k)
+			per := ch.ShardElems * s.DType.Size()
+			for r := range devices {
+				lo := min(r*per, len(full))
+				copy(out.Data[r][c][k], full[lo:min(lo+per, len(full))])
+			}
+		}
+	}
+	return &out, nil
+}
+
+// Expect is what a run needs of a checkpoint: LoadFor refuses one saved for
+// another shape or without the run's states, and reshards one saved for
+// another device count or alignment.
+type Expect struct {
+	Shape           model.Shape
+	Devices         int
+	ShardAlignElems int
+	States          []StateSpec
+}
+
+// Match says why st cannot serve the run e (nil when it can, perhaps after
+// Reshard).
+func (st *State) Match(e Expect) error {
+	a, b := st.Shape, e.Shape
+	if a.Layers != b.Layers || a.Dim != b.Dim || a.Heads != b.Heads || a.Vocab != b.Vocab || a.MaxSeq != b.MaxSeq {
+		return fmt.Errorf("checkpoint: saved for shape %s, this run is %s; a checkpoint cannot change the model's shape (export the weights and import them instead)", a, b)
+	}
+	for _, want := range e.States {
+		k := st.StateIndex(want.Kind)
+		if k < 0 || st.States[k].DType != want.DType {
+			return fmt.Errorf("checkpoint: holds %s, the run needs %s (was it saved with another precision?)", specList(st.States), specList(e.States))
+		}
+	}
+	return nil
+}
+
+func specList(s []StateSpec) string {
+	var parts []string
+	for _, x := range s {
+		parts = append(parts, x.String())
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
