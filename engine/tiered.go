@@ -550,7 +550,7 @@ func (d *driver) submitLocked(ms []prefetch.Move) {
 		if d.err != nil {
 			return
 		}
-		op, err := d.t.store.Submit(tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: tier.Reason(m.Reason)})
+		op, err := d.t.store.Submit(tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: m.Reason})
 		if err != nil {
 			d.failLocked(fmt.Errorf("the store refused the planner's %s: %w", m, err))
 			return

@@ -9,49 +9,23 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 )
 
-// Link is a one-way path between adjacent tiers. The HBM links exist once per
-// device (rank); the NVMe links are shared by all ranks.
-type Link uint8
+// Link is a one-way path between adjacent tiers (shared with tier through
+// internal/shard). The HBM links exist once per device (rank); the NVMe links
+// are shared by all ranks.
+type Link = shard.Link
 
 const (
-	NVMeToHost Link = iota // NVMe read into pinned host memory
-	HostToHBM              // upload over PCIe/NVLink-C2C
-	HBMToHost              // download (gradients, write-backs)
-	HostToNVMe             // NVMe write (write-backs)
-	linkCount
+	NVMeToHost = shard.NVMeToHost // NVMe read into pinned host memory
+	HostToHBM  = shard.HostToHBM  // upload over PCIe/NVLink-C2C
+	HBMToHost  = shard.HBMToHost  // download (gradients, write-backs)
+	HostToNVMe = shard.HostToNVMe // NVMe write (write-backs)
 )
 
 // LinkCount is the number of links.
-const LinkCount = int(linkCount)
-
-func (l Link) String() string {
-	switch l {
-	case NVMeToHost:
-		return "nvme->host"
-	case HostToHBM:
-		return "host->hbm"
-	case HBMToHost:
-		return "hbm->host"
-	case HostToNVMe:
-		return "host->nvme"
-	}
-	return fmt.Sprintf("link(%d)", uint8(l))
-}
+const LinkCount = shard.LinkCount
 
 // LinkOf returns the link from one tier to an adjacent one.
-func LinkOf(from, to shard.Tier) (Link, bool) {
-	switch {
-	case from == shard.NVMe && to == shard.Host:
-		return NVMeToHost, true
-	case from == shard.Host && to == shard.HBM:
-		return HostToHBM, true
-	case from == shard.HBM && to == shard.Host:
-		return HBMToHost, true
-	case from == shard.Host && to == shard.NVMe:
-		return HostToNVMe, true
-	}
-	return 0, false
-}
+func LinkOf(from, to shard.Tier) (Link, bool) { return shard.LinkOf(from, to) }
 
 // Options are the inputs of planning besides the trace and the residency.
 type Options struct {

@@ -11,38 +11,24 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 )
 
-// Reason says why a Move exists.
-type Reason uint8
+// Reason says why a Move exists (shared with tier through internal/shard,
+// so the store executes a planned move by the same reason).
+type Reason = shard.Reason
 
 const (
-	// Prefetch copies a shard one tier toward where a predicted access needs it.
-	Prefetch Reason = iota
+	// Prefetch copies a shard one tier toward where a predicted access
+	// needs it, or (write-behind) a dirty copy toward its home.
+	Prefetch = shard.Prefetch
 	// Demand copies a shard for an access that has already started (a miss).
-	Demand
+	Demand = shard.Demand
 	// Evict frees a clean copy; a valid copy remains in a slower tier (To).
-	Evict
+	Evict = shard.Evict
 	// WriteBack copies a dirty copy one tier down (From -> To) and then
 	// frees the From copy.
-	WriteBack
+	WriteBack = shard.WriteBack
 	// Alloc reserves space in To for an access of kind Write.
-	Alloc
+	Alloc = shard.Alloc
 )
-
-func (r Reason) String() string {
-	switch r {
-	case Prefetch:
-		return "prefetch"
-	case Demand:
-		return "demand"
-	case Evict:
-		return "evict"
-	case WriteBack:
-		return "writeback"
-	case Alloc:
-		return "alloc"
-	}
-	return fmt.Sprintf("reason(%d)", uint8(r))
-}
 
 // Move is one instruction to the store.
 type Move struct {

@@ -7,46 +7,30 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 )
 
-// Reason says what a Move asks of the store. The values and their meaning
-// are those of prefetch.Reason, so the engine converts a planned move with
-// tier.Reason(m.Reason).
-type Reason uint8
+// Reason says what a Move asks of the store. It is shard.Reason, the type
+// prefetch plans with, so a planned move converts field by field.
+type Reason = shard.Reason
 
 const (
 	// Prefetch copies the shard From -> To; the From copy stays.
-	Prefetch Reason = iota
+	Prefetch = shard.Prefetch
 	// Demand is Prefetch for an access that is already waiting.
-	Demand
+	Demand = shard.Demand
 	// Evict drops the From copy. A copy that holds the only valid data of
 	// the shard is first written back to To (or home), then dropped.
-	Evict
+	Evict = shard.Evict
 	// WriteBack copies From -> To and then drops the From copy.
-	WriteBack
+	WriteBack = shard.WriteBack
 	// Alloc reserves space for the shard in To (contents undefined), for a
 	// Write lease.
-	Alloc
-	reasonCount
+	Alloc = shard.Alloc
 )
 
-func (r Reason) String() string {
-	switch r {
-	case Prefetch:
-		return "prefetch"
-	case Demand:
-		return "demand"
-	case Evict:
-		return "evict"
-	case WriteBack:
-		return "writeback"
-	case Alloc:
-		return "alloc"
-	}
-	return fmt.Sprintf("reason(%d)", uint8(r))
-}
+const reasonCount = shard.Reason(shard.ReasonCount)
 
 // Move is one instruction to the store. It has the fields of prefetch.Move:
 //
-//	tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: tier.Reason(m.Reason)}
+//	tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: m.Reason}
 type Move struct {
 	ID        uint64 // the caller's; the store only carries it
 	Key       shard.Key
@@ -65,48 +49,20 @@ func (m Move) String() string {
 	return fmt.Sprintf("%s %s %s->%s", m.Reason, m.Key, m.From, m.To)
 }
 
-// Link is a one-way path between adjacent tiers, numbered as prefetch.Link.
-type Link uint8
+// Link is a one-way path between adjacent tiers (shard.Link, as prefetch's).
+type Link = shard.Link
 
 const (
-	NVMeToHost Link = iota // NVMe read into pinned host memory
-	HostToHBM              // upload (host -> device copy)
-	HBMToHost              // download (device -> host copy)
-	HostToNVMe             // NVMe write
-	linkCount
+	NVMeToHost = shard.NVMeToHost // NVMe read into pinned host memory
+	HostToHBM  = shard.HostToHBM  // upload (host -> device copy)
+	HBMToHost  = shard.HBMToHost  // download (device -> host copy)
+	HostToNVMe = shard.HostToNVMe // NVMe write
 )
 
 // LinkCount is the number of links.
-const LinkCount = int(linkCount)
+const LinkCount = shard.LinkCount
 
-func (l Link) String() string {
-	switch l {
-	case NVMeToHost:
-		return "nvme->host"
-	case HostToHBM:
-		return "host->hbm"
-	case HBMToHost:
-		return "hbm->host"
-	case HostToNVMe:
-		return "host->nvme"
-	}
-	return fmt.Sprintf("link(%d)", uint8(l))
-}
-
-// linkOf returns the link between adjacent tiers.
-func linkOf(from, to shard.Tier) (Link, bool) {
-	switch {
-	case from == shard.NVMe && to == shard.Host:
-		return NVMeToHost, true
-	case from == shard.Host && to == shard.HBM:
-		return HostToHBM, true
-	case from == shard.HBM && to == shard.Host:
-		return HBMToHost, true
-	case from == shard.Host && to == shard.NVMe:
-		return HostToNVMe, true
-	}
-	return 0, false
-}
+func linkOf(from, to shard.Tier) (Link, bool) { return shard.LinkOf(from, to) }
 
 // Op is the handle of one submitted Move. It completes once: Done turns
 // true, Ready's channel closes, Wait returns, and Options.OnComplete is

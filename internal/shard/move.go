@@ -1,0 +1,88 @@
+package shard
+
+import "fmt"
+
+// Link is a one-way path between adjacent tiers. The HBM links exist once
+// per device (rank); the NVMe links are shared by all ranks.
+type Link uint8
+
+const (
+	NVMeToHost Link = iota // NVMe read into pinned host memory
+	HostToHBM              // upload (host -> device copy over PCIe/NVLink-C2C)
+	HBMToHost              // download (gradients, write-backs)
+	HostToNVMe             // NVMe write (write-backs)
+	linkCount
+)
+
+// LinkCount is the number of links.
+const LinkCount = int(linkCount)
+
+func (l Link) String() string {
+	switch l {
+	case NVMeToHost:
+		return "nvme->host"
+	case HostToHBM:
+		return "host->hbm"
+	case HBMToHost:
+		return "hbm->host"
+	case HostToNVMe:
+		return "host->nvme"
+	}
+	return fmt.Sprintf("link(%d)", uint8(l))
+}
+
+// LinkOf returns the link from one tier to an adjacent one.
+func LinkOf(from, to Tier) (Link, bool) {
+	switch {
+	case from == NVMe && to == Host:
+		return NVMeToHost, true
+	case from == Host && to == HBM:
+		return HostToHBM, true
+	case from == HBM && to == Host:
+		return HBMToHost, true
+	case from == Host && to == NVMe:
+		return HostToNVMe, true
+	}
+	return 0, false
+}
+
+// Reason says why a move exists: the planner (prefetch) emits moves with a
+// reason and the store (tier) executes them by it, so both share this type.
+type Reason uint8
+
+const (
+	// Prefetch copies a shard From -> To ahead of a predicted access; the
+	// From copy stays. (The planner's write-behind is a Prefetch toward the
+	// home tier, so a Prefetch does not always go toward a faster tier.)
+	Prefetch Reason = iota
+	// Demand is a Prefetch for an access that is already waiting (a miss).
+	Demand
+	// Evict drops the From copy; a valid copy remains in a slower tier (To).
+	// The store writes a copy that holds the only valid data back first.
+	Evict
+	// WriteBack copies a dirty copy From -> To, then drops the From copy.
+	WriteBack
+	// Alloc reserves space in To (contents undefined) for an access that
+	// only writes.
+	Alloc
+	reasonCount
+)
+
+// ReasonCount is the number of reasons.
+const ReasonCount = int(reasonCount)
+
+func (r Reason) String() string {
+	switch r {
+	case Prefetch:
+		return "prefetch"
+	case Demand:
+		return "demand"
+	case Evict:
+		return "evict"
+	case WriteBack:
+		return "writeback"
+	case Alloc:
+		return "alloc"
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}
