@@ -170,6 +170,8 @@ func SaveWith(dir string, st *State, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	final := filepath.Join(dir, name)
+	renamed := false
 	tmp, err := os.MkdirTemp(dir, tmpPrefix+name+"-")
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -177,6 +179,9 @@ func SaveWith(dir string, st *State, opts Options) (err error) {
 	defer func() {
 		if err != nil && !errors.Is(err, errCrash) {
 			os.RemoveAll(tmp)
+			if renamed { // complete but never named by latest
+				os.RemoveAll(final)
+			}
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
@@ -217,10 +222,10 @@ func SaveWith(dir string, st *State, opts Options) (err error) {
 	if err := opts.at("rename"); err != nil {
 		return err
 	}
-	final := filepath.Join(dir, name)
 	if err := os.Rename(tmp, final); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
+	renamed = true
 	if err := syncDir(dir); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -344,22 +349,29 @@ func parseStepDir(name string) (stepDir, bool) {
 	return d, true
 }
 
-// freeStepName is step-NNNNNNNN, or step-NNNNNNNN.K when a checkpoint of
-// that step exists (a step saved again after a resume).
+// freeStepName is step-NNNNNNNN, or step-NNNNNNNN.K when the checkpoint
+// "latest" names has that step (a step saved again after a resume). A
+// directory of that step that "latest" does not name is the leftover of a
+// save that crashed before naming it, or an older save of the same step:
+// the new save replaces it.
 func freeStepName(dir string, step int64) (string, error) {
+	ls, err := List(dir)
+	if err != nil {
+		return "", err
+	}
 	base := fmt.Sprintf("%s%08d", stepPrefix, step)
 	for k := 0; ; k++ {
 		name := base
 		if k > 0 {
 			name = base + "." + strconv.Itoa(k)
 		}
-		_, err := os.Lstat(filepath.Join(dir, name))
-		if errors.Is(err, fs.ErrNotExist) {
-			return name, nil
+		if name == ls.Latest {
+			continue
 		}
-		if err != nil {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
 			return "", fmt.Errorf("checkpoint: %w", err)
 		}
+		return name, nil
 	}
 }
 

@@ -1,0 +1,59 @@
+// Package checkpoint owns Strata's files: safetensors import and export of a
+// model's weights, and sharded, crash-safe training checkpoints of ZeRO
+// state.
+//
+// # Safetensors
+//
+// ReadHeader / OpenSafetensors / ReadSafetensorsFile read the format of
+// github.com/huggingface/safetensors and validate everything before using
+// it: the header length against the file and a 100 MB limit, a JSON object
+// with unique keys (only space padding after it), known dtypes, shapes
+// whose byte size (with overflow checks) equals the data_offsets range, and
+// ranges that cover the byte buffer exactly, no gap, no overlap, no
+// trailing bytes. Errors match ErrFormat and name the tensor and its
+// offsets; hostile input gives an error, never a panic or an allocation
+// larger than the file (FuzzReadHeader). WriteSafetensors writes the
+// header compactly (__metadata__ first, tensors in the order given), padded
+// with spaces so the data starts on an 8-byte boundary.
+//
+// Export writes every tensor of a model.Layout from host chunks (fp32 or
+// bf16) as F32 or BF16, with metadata (format "pt", strata.shape, n_layer,
+// n_embd, n_head, vocab_size, max_seq_len, step, strata.names), under the
+// layout's names or Hugging Face GPT-2's (NamesHF: the Conv1D weights
+// transposed to in×out). Import reads such a file, or one saved by
+// transformers, into one fp32 slice per chunk, checking every name, dtype
+// and shape and listing every problem in one error. ExportState writes the
+// weights held by a training checkpoint (fp32 master weights when present).
+//
+// # Training checkpoints
+//
+// A State is plain data (step, config JSON, shape, device count, stage,
+// shard alignment, and per rank, per chunk, per state the rank's shard as
+// little-endian bytes), so the engine fills it without this package knowing
+// the engine. Rank r's shard of chunk c is elements [r·S, (r+1)·S) of the
+// chunk zero-padded to N·S, S = ShardElems(chunk, N, align) as in the
+// engine, whatever the stage, so Gather and Reshard need nothing else.
+//
+// Save writes, under DIR, a directory step-NNNNNNNN holding one safetensors
+// file per rank ("chunk.{c}.{state}" tensors) and manifest.json (format
+// version, step, devices, stage, shape, shard alignment, chunks, states,
+// each file's size and CRC-32C, the config). Crash safety: everything is
+// written into DIR/.tmp-*, each file fsynced, the directory fsynced, renamed
+// to step-NNNNNNNN, DIR fsynced, and only then DIR/latest is replaced by
+// rename (after fsync). A crash at any point leaves latest naming the
+// previous complete checkpoint or the new one. Older checkpoints beyond
+// Options.Keep (default 2) and leftovers of crashed saves are removed after
+// a successful save. Load verifies every file's size and CRC-32C before
+// parsing it and names the file that fails; LoadFor also refuses a
+// checkpoint of another shape or precision and reshards one saved for
+// another device count or alignment.
+//
+// # Lifecycle and memory
+//
+// Nothing here holds resources between calls except a SafetensorsFile (an
+// open file; Close it). A loaded State holds each rank file in one heap
+// buffer and its shards are sub-slices of it: a checkpoint costs its size
+// in host memory while loaded, and Save needs the whole State in memory.
+// Export and Import stream tensor by tensor with one buffer of the largest
+// tensor. Saves into one directory must not run concurrently.
+package checkpoint
