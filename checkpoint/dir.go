@@ -552,15 +552,9 @@ func LoadFor(path string, e Expect) (*State, error) {
 }
 
 func readRankFile(path string, fi FileInfo, st *State) ([][][]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := readVerified(path, fi)
 	if err != nil {
 		return nil, err
-	}
-	if int64(len(b)) != fi.SizeBytes {
-		return nil, fmt.Errorf("%s: %d bytes, the manifest says %d (truncated or replaced): %w", path, len(b), fi.SizeBytes, ErrChecksum)
-	}
-	if got := crc32.Checksum(b, castagnoli); got != fi.CRC32C {
-		return nil, fmt.Errorf("%s: crc32c %#08x, the manifest says %#08x (file corrupted): %w", path, got, fi.CRC32C, ErrChecksum)
 	}
 	h, tensors, err := parseFile(b)
 	if err != nil {
@@ -586,6 +580,38 @@ func readRankFile(path string, fi FileInfo, st *State) ([][][]byte, error) {
 		}
 	}
 	return out, nil
+}
+
+// readVerified reads the file at path into one buffer, checking its size
+// first and its CRC-32C block by block as the blocks arrive (while they are
+// still in the CPU's caches).
+func readVerified(path string, fi FileInfo) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() != fi.SizeBytes {
+		return nil, fmt.Errorf("%s: %d bytes, the manifest says %d (truncated or replaced): %w", path, st.Size(), fi.SizeBytes, ErrChecksum)
+	}
+	const block = 1 << 20
+	b := make([]byte, fi.SizeBytes)
+	var crc uint32
+	for off := 0; off < len(b); off += block {
+		p := b[off:min(off+block, len(b))]
+		if _, err := io.ReadFull(f, p); err != nil {
+			return nil, fmt.Errorf("%s: read at %d: %w", path, off, err)
+		}
+		crc = crc32.Update(crc, castagnoli, p)
+	}
+	if crc != fi.CRC32C {
+		return nil, fmt.Errorf("%s: crc32c %#08x, the manifest says %#08x (file corrupted): %w", path, crc, fi.CRC32C, ErrChecksum)
+	}
+	return b, nil
 }
 
 // FileCheck is the verification of one rank file.
