@@ -175,3 +175,61 @@ func BenchmarkLoadVsRaw(b *testing.B) {
 	b.ReportMetric(float64(n)/mr.Seconds()/1e6, "raw-MB/s")
 	b.ReportMetric(ml.Seconds()/mr.Seconds(), "load/raw")
 }
+
+// BenchmarkExportImportVsRaw alternates Export (fp32) and Import of the
+// "medium" shape with a raw fsynced write and a read of the same bytes, and
+// reports the ratios; under Strata's names and under Hugging Face's (the
+// Conv1D weights transposed both ways).
+func BenchmarkExportImportVsRaw(b *testing.B) {
+	for _, names := range []Naming{NamesStrata, NamesHF} {
+		b.Run(string(names), func(b *testing.B) { benchExportImport(b, names) })
+	}
+}
+
+func benchExportImport(b *testing.B, names Naming) {
+	s, _ := model.Lookup("medium")
+	l, err := model.NewLayout(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	chunks := l.Init(1)
+	n := 4 * l.ParamCount()
+	raw := make([]byte, n)
+	dir := b.TempDir()
+	path, rawPath := filepath.Join(dir, "m.safetensors"), filepath.Join(dir, "raw")
+	var exp, imp, rw, rr []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if err := Export(path, l, chunks, ExportOptions{Names: names}); err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if _, _, err := Import(path, l, ImportOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		t2 := time.Now()
+		f, err := os.Create(rawPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := f.Write(raw); err != nil {
+			b.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		t3 := time.Now()
+		if _, err := os.ReadFile(rawPath); err != nil {
+			b.Fatal(err)
+		}
+		t4 := time.Now()
+		exp, imp = append(exp, t1.Sub(t0)), append(imp, t2.Sub(t1))
+		rw, rr = append(rw, t3.Sub(t2)), append(rr, t4.Sub(t3))
+	}
+	b.ReportMetric(float64(n)/median(exp).Seconds()/1e6, "export-MB/s")
+	b.ReportMetric(median(exp).Seconds()/median(rw).Seconds(), "export/raw")
+	b.ReportMetric(float64(n)/median(imp).Seconds()/1e6, "import-MB/s")
+	b.ReportMetric(median(imp).Seconds()/median(rr).Seconds(), "import/raw")
+}

@@ -268,6 +268,10 @@ func encodeTensor(out []byte, dt dtype.DType, src chunkSource, ft fileTensor) {
 		return
 	}
 	rows, cols := ft.t.Shape[0], ft.t.Shape[1] // Strata: rows×cols; file: cols×rows
+	if v := float32View(out); dt == dtype.F32 && src.f32 != nil && v != nil {
+		transpose(v, src.f32[ft.chunk][off:off+ft.t.Len], rows, cols)
+		return
+	}
 	for r := range rows {
 		for c := range cols {
 			src.put(out, dt, c*rows+r, ft.chunk, off+r*cols+c)
@@ -388,6 +392,10 @@ func decodeTensor(dst []float32, b []byte, dt string, ft fileTensor) {
 		return
 	}
 	rows, cols := ft.t.Shape[0], ft.t.Shape[1]
+	if v := float32View(b); dt == "F32" && v != nil {
+		transpose(dst, v, cols, rows) // the file holds cols×rows
+		return
+	}
 	for r := range rows {
 		for c := range cols {
 			dst[r*cols+c] = at(c*rows + r)
