@@ -339,3 +339,23 @@ func TestExportState(t *testing.T) {
 	}
 	_ = model.EmbeddingChunk
 }
+
+func TestSaveRejectsBadState(t *testing.T) {
+	dir := t.TempDir()
+	st := filledState(t, 2, 2048, 1)
+	st.Config = []byte(`{"a":`)
+	if err := Save(dir, st); err == nil || !strings.Contains(err.Error(), "config is not valid JSON") {
+		t.Errorf("bad config: %v", err)
+	}
+	st = filledState(t, 2, 2048, 1)
+	st.Data[1][2][3] = st.Data[1][2][3][:8]
+	if err := Save(dir, st); err == nil || !strings.Contains(err.Error(), "rank 1 chunk 2 adam_v: 8 bytes") {
+		t.Errorf("short shard: %v", err)
+	}
+	if err := SaveWith(dir, filledState(t, 1, 2048, 1), Options{Keep: -1}); err == nil {
+		t.Error("keep -1: no error")
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("refused saves left %d entries", len(ents))
+	}
+}
