@@ -35,6 +35,8 @@ func App(stdout, stderr io.Writer) *cli.App {
 			trainCommand(),
 			estimateCommand(),
 			benchCommand(),
+			exportCommand(),
+			inspectCommand(),
 			versionCommand(),
 		},
 	}
