@@ -27,7 +27,7 @@ func trainCommand() *cli.Command {
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
 		UsageText: "strata train [--config ds_config.json] [--data FILE] [--devices N] [--steps N] [--out DIR]",
-		Description: "Without --config, runs a short demonstration: the tiny model, ZeRO stage 3 on 2 devices,\n" +
+		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
 			"--out DIR writes config.json (the resolved config), steps.jsonl (one line per step) and summary.json.",
@@ -291,10 +291,14 @@ func openOut(dir string, cfg *config.Config) (*os.File, error) {
 type deviceJSON struct {
 	Device              string  `json:"device"`
 	ModelStatePeakBytes int64   `json:"model_state_peak_bytes"`
-	FormulaBytes        int64   `json:"formula_bytes"`
 	Formula             string  `json:"formula"`
-	FormulaPaperBytes   int64   `json:"formula_unpadded_bytes"`
-	Ratio               float64 `json:"ratio"`
+	FormulaBytes        int64   `json:"formula_bytes"`
+	PaddingBytes        int64   `json:"padding_bytes"`
+	PersistentBytes     int64   `json:"persistent_bytes"`
+	EstimateBytes       int64   `json:"estimate_bytes"`
+	FormulaRatio        float64 `json:"ratio_formula"`
+	EstimateRatio       float64 `json:"ratio_estimate"`
+	TierHBMBytes        int64   `json:"tier_hbm_peak_bytes"`
 	GatheredPeakBytes   int64   `json:"gathered_chunks_peak_bytes"`
 	BucketPeakBytes     int64   `json:"grad_buckets_peak_bytes"`
 	WorkspacePeakBytes  int64   `json:"workspace_peak_bytes"`
@@ -305,7 +309,8 @@ type deviceJSON struct {
 func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	var devs []deviceJSON
 	for _, d := range s.PerDevice {
-		devs = append(devs, deviceJSON{d.Device, d.ModelStatePeakBytes, d.FormulaBytes, d.Formula, d.FormulaPaperBytes, d.FormulaRatio,
+		devs = append(devs, deviceJSON{d.Device, d.ModelStatePeakBytes, d.Formula, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes,
+			d.EstimateBytes, d.FormulaRatio, d.EstimateRatio, d.TierHBMBytes,
 			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.PeakBytes})
 	}
 	prec := "bf16"

@@ -82,7 +82,9 @@ func TestTrainDemo(t *testing.T) {
 	}
 	var sum struct {
 		PerDevice []struct {
-			Ratio float64 `json:"ratio"`
+			Ratio        float64 `json:"ratio_estimate"`
+			FormulaRatio float64 `json:"ratio_formula"`
+			Padding      int64   `json:"padding_bytes"`
 		} `json:"per_device"`
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "summary.json"))
@@ -90,8 +92,8 @@ func TestTrainDemo(t *testing.T) {
 		t.Fatalf("summary.json: %v: %s", err, b)
 	}
 	for _, d := range sum.PerDevice {
-		if d.Ratio < 0.95 || d.Ratio > 1.05 {
-			t.Errorf("model state / estimate = %v", d.Ratio)
+		if d.Ratio < 0.95 || d.Ratio > 1.05 || d.FormulaRatio < 0.95 || d.FormulaRatio > 1.05 {
+			t.Errorf("model state / estimate = %v, / formula = %v (padding %d B)", d.Ratio, d.FormulaRatio, d.Padding)
 		}
 	}
 	for _, want := range []string{"16Ψ/N", "cpu:0", "cpu:1", "gathered"} {

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -14,9 +15,23 @@ import (
 )
 
 // DefaultShardAlignElems is the alignment of every rank's slice of a chunk,
-// in elements: 2048 elements are 4 KiB of bf16 and 8 KiB of fp32, so every
-// shard of every state starts and ends on an O_DIRECT (4 KiB) boundary.
-const DefaultShardAlignElems = 2048
+// in elements: 64 elements are whole cache lines in every dtype (128 B of
+// bf16, 256 B of fp32) and whole AVX-512 vectors, so no two ranks' slices
+// share a cache line and the kernels see no ragged tails. The shards need no I/O
+// alignment: the tier store pads its host buffers and NVMe extents to the
+// I/O alignment itself (IOAlignBytes), and the pinned buffers of the host
+// optimizer are padded by the pool. (It was 2048 elements, 4 KiB of bf16,
+// which padded the small models' state by up to 5 %.)
+const DefaultShardAlignElems = 64
+
+// IOAlignBytes is what a shard's copy costs beyond its bytes in the tier
+// store's host and NVMe budgets: pinned buffers and swap extents are
+// rounded up to 4 KiB (the pinned pool's and the swap's alignment, O_DIRECT's
+// unit). Budgets and the planner's sizes count shards rounded up to it.
+const IOAlignBytes = 4096
+
+// ioBytes is b rounded up to IOAlignBytes.
+func ioBytes(b int64) int64 { return units.AlignUp(b, IOAlignBytes) }
 
 // ChunkParams returns the parameter count of each chunk of s in forward
 // order: chunk 0 the embeddings (Vocab·C + MaxSeq·C), chunks 1..L the
@@ -148,6 +163,11 @@ type MemoryEstimate struct {
 	RankElems       int64         // Σ ShardElems: elements each rank owns
 	PaddedElems     int64         // Σ N·ShardElems: a gathered (replicated) copy of the model
 	PersistentElems int64         // stage 3: Σ N·ShardElems of the chunks that stay gathered
+	// PersistentBytes is what the persistent chunks add to each device
+	// beyond the formula's 2Ψ/N share of them: the other ranks' parts,
+	// 2·c·(N-1)/N bytes per chunk of c params (their padding is in
+	// PaddingBytes).
+	PersistentBytes int64
 
 	// PerRank[state][tier] is the bytes of one rank's model state in that
 	// tier. Host and NVMe bytes are this rank's share; multiply by N for the
@@ -161,7 +181,11 @@ type MemoryEstimate struct {
 	// Formula[state][tier] is the same without padding, persistence or host
 	// budget, as the reference text writes it.
 	Formula [shard.StateCount][shard.TierCount]Coef
-	Notes   []string // what the caller should know (budget exceeded, budget split)
+	// HostKept[state][chunk]: with the optimizer on NVMe and a host budget,
+	// the master/m/v shards homed in host RAM (the rest are on NVMe); the
+	// tier store places exactly these.
+	HostKept [shard.StateCount][]bool
+	Notes    []string // what the caller should know (budget exceeded, budget split)
 }
 
 // EstimateMemory computes the model-state bytes of each rank for o.
@@ -186,6 +210,7 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		e.PaddedElems += n * s
 		if o.Stage == 3 && c < o.PersistenceThreshold {
 			e.PersistentElems += n * s
+			e.PersistentBytes += 2 * c * (n - 1) / n
 		} else {
 			shardedParams += s
 		}
@@ -237,16 +262,27 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		// The budget is shared by the ranks; each keeps its share in host
 		// RAM, master first, then m, then v.
 		// The staging room and the param shards homed in host come first.
-		left := min(max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-e.PerRank[shard.Param][shard.Host]), optRank)
+		// Each shard costs its bytes rounded up to IOAlignBytes there.
+		var paramHost int64
+		if o.ParamTier == shard.Host {
+			for i, se := range e.ShardElems {
+				if !(o.Stage == 3 && o.ChunkParams[i] < o.PersistenceThreshold) {
+					paramHost += ioBytes(se * bf16)
+				}
+			}
+		}
+		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-paramHost)
 		// Whole shards, as the tier store places them: master, m, v, each
 		// chunk in order, while they fit.
 		kept := int64(0)
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-			for _, se := range e.ShardElems {
-				if b := se * f32; b <= left {
+			e.HostKept[st] = make([]bool, len(e.ShardElems))
+			for i, se := range e.ShardElems {
+				if b := se * f32; ioBytes(b) <= left {
 					e.PerRank[st][shard.NVMe] -= b
 					e.PerRank[st][shard.Host] += b
-					left -= b
+					e.HostKept[st][i] = true
+					left -= ioBytes(b)
 					kept += b
 				}
 			}
@@ -269,7 +305,7 @@ func tierSpareBytes(shardElems []int64) int64 {
 	for _, s := range shardElems {
 		m = max(m, s)
 	}
-	return 4 * m
+	return ioBytes(4 * m)
 }
 
 // TierReadAhead is how many chunks the tier store has room to stage in host
@@ -290,10 +326,10 @@ func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
 	}
 	var b int64
 	if o.OptimizerTier == shard.NVMe {
-		b += TierReadAhead * 3 * 4 * maxShard
+		b += TierReadAhead * 3 * ioBytes(4*maxShard)
 	}
 	if o.ParamTier == shard.NVMe {
-		b += (TierReadAhead + 1) * 2 * maxShard
+		b += (TierReadAhead + 1) * ioBytes(2*maxShard)
 	}
 	return b
 }
@@ -317,8 +353,22 @@ func (e MemoryEstimate) TierFormula(t shard.Tier) Coef {
 }
 
 // DeviceBytes is the model state on each device: what the engine's
-// measured per-device peak is compared with (plus its working set).
+// measured per-device peak is compared with (plus its working set). It is
+// FormulaDeviceBytes + PaddingBytes + PersistentBytes.
 func (e MemoryEstimate) DeviceBytes() int64 { return e.TierBytes(shard.HBM) }
+
+// FormulaDeviceBytes is the reference text's formula for each device's model
+// state (16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N, or the device share with the
+// optimizer or params offloaded), rounded to the byte.
+func (e MemoryEstimate) FormulaDeviceBytes() int64 {
+	return int64(math.Round(e.TierFormula(shard.HBM).Bytes(e.Params, e.Options.Devices)))
+}
+
+// PaddingBytes is what the shard alignment adds to each device's model
+// state: DeviceBytes - FormulaDeviceBytes - PersistentBytes.
+func (e MemoryEstimate) PaddingBytes() int64 {
+	return max(0, e.DeviceBytes()-e.FormulaDeviceBytes()-e.PersistentBytes)
+}
 
 // HostBytes is the model state in host memory, all ranks together.
 func (e MemoryEstimate) HostBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.Host) }

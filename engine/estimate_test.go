@@ -86,7 +86,7 @@ func TestShardElems(t *testing.T) {
 	}
 }
 
-// The tiny shape worked by hand, N = 4, default alignment 2048: chunk 0 has
+// The tiny shape worked by hand, N = 4, alignment 2048: chunk 0 has
 // (256+64)·32 = 10240 params, the two blocks 12·32²+13·32 = 12704, the final
 // layernorm 64; Ψ = 35712. Shards: 2560 -> 4096, 3176 -> 4096, 16 -> 2048,
 // so each rank owns 14336 elements and a gathered copy is 57344.
@@ -98,7 +98,7 @@ func TestPaddingTiny(t *testing.T) {
 		2*57344 + 14*14336, // stage 2
 		16 * 14336,         // stage 3
 	}
-	for _, st := range EstimateStages(MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4}) {
+	for _, st := range EstimateStages(MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, ShardAlignElems: 2048}) {
 		if st.Params != 35712 || st.RankElems != 14336 || st.PaddedElems != 57344 {
 			t.Fatalf("Ψ %d rank %d padded %d", st.Params, st.RankElems, st.PaddedElems)
 		}
@@ -195,9 +195,15 @@ func TestPersistence(t *testing.T) {
 		t.Errorf("all chunks persistent: %d of %d, params hbm %d host %d", e.PersistentElems, e.PaddedElems, e.PerRank[shard.Param][shard.HBM], e.PerRank[shard.Param][shard.Host])
 	}
 	// Only the final layernorm (64 params) is below 100.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, Stage: 3, PersistenceThreshold: 100})
+	e = mustEstimate(t, MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 2048})
 	if e.PersistentElems != 4*2048 || e.PerRank[shard.Param][shard.HBM] != 2*(4*2048+4096*3) {
 		t.Errorf("final layernorm persistent: %d, params %d", e.PersistentElems, e.PerRank[shard.Param][shard.HBM])
+	}
+	// Without padding the device holds the formula (16Ψ/N) plus the other
+	// ranks' parts of ln_f: 2 B × 64 × 3/4 = 96 B.
+	e = mustEstimate(t, MemoryOptions{ChunkParams: []int64{4096, 4096, 64}, Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 1})
+	if e.PersistentBytes != 96 || e.PaddingBytes() != 0 || e.DeviceBytes() != e.FormulaDeviceBytes()+96 || e.FormulaDeviceBytes() != 16*(4096+4096+64)/4 {
+		t.Errorf("persistent %d padding %d device %d formula %d", e.PersistentBytes, e.PaddingBytes(), e.DeviceBytes(), e.FormulaDeviceBytes())
 	}
 }
 

@@ -129,7 +129,7 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 			ph = prefetch.Backward
 		}
 		var err error
-		lease, err = r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read, SizeBytes: 2 * int64(p.shard)})
+		lease, err = r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
 		if err != nil {
 			// Every rank must issue the same collectives: gather from a
 			// buffer of the right size; the step fails with err.

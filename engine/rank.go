@@ -288,9 +288,9 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 	e, st := r.e, r.st
 	d := r.driver()
 	up := st.hUpload[c]
-	s := int64(e.chunks[c].shard)
-	acc := func(state shard.State, kind prefetch.Kind, size int64) prefetch.Access {
-		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind, SizeBytes: size}
+	// SizeBytes 0: the planner takes the placement's (the store's charge).
+	acc := func(state shard.State, kind prefetch.Kind) prefetch.Access {
+		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind}
 	}
 	var ls [4]*tier.Lease
 	defer func() {
@@ -301,7 +301,7 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 		}
 	}()
 	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-		l, err := d.use(acc(state, prefetch.Update, 4*s))
+		l, err := d.use(acc(state, prefetch.Update))
 		if err != nil {
 			return up, err
 		}
@@ -309,7 +309,7 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 	}
 	out := up
 	if e.paramTiered(c) {
-		l, err := d.use(acc(shard.Param, prefetch.Write, 2*s))
+		l, err := d.use(acc(shard.Param, prefetch.Write))
 		if err != nil {
 			return up, err
 		}

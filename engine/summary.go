@@ -16,16 +16,30 @@ type DeviceSummary struct {
 	// ModelStatePeakBytes is the measured peak of the device's allocations
 	// tagged gpu.ModelState (MemStats.PeakByKind).
 	ModelStatePeakBytes int64
-	// FormulaBytes is what the layout should hold: EstimateMemory's
-	// DeviceBytes in bf16 mode (the same arithmetic as `strata estimate`);
-	// in fp32 mode the same elements with 4-byte params and grads and no
-	// separate master copy.
+	// FormulaBytes is the reference text's formula for this device's model
+	// state (Formula: 16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N, or the device
+	// share with the optimizer or params offloaded), evaluated for the
+	// model; 0 in fp32 mode, which has no such formula.
 	FormulaBytes int64
-	Formula      string // the reference text's formula, "2Ψ + 14Ψ/N"
-	// FormulaPaperBytes is the formula evaluated without padding or
-	// persistent chunks (the reference text's number); 0 in fp32 mode.
-	FormulaPaperBytes int64
-	FormulaRatio      float64 // ModelStatePeakBytes / FormulaBytes
+	Formula      string // "2Ψ + 14Ψ/N"
+	// PaddingBytes is what the layout adds to the formula by aligning every
+	// rank's slice of a chunk (ShardElems), and PersistentBytes what the
+	// stage-3 chunks below the persistence threshold add by staying
+	// gathered on every device.
+	PaddingBytes, PersistentBytes int64
+	// EstimateBytes is what the layout should hold: FormulaBytes +
+	// PaddingBytes + PersistentBytes, EstimateMemory's DeviceBytes (the
+	// arithmetic of `strata estimate`); in fp32 mode the same elements with
+	// 4-byte params and grads and no separate master copy.
+	EstimateBytes int64
+	// EstimateRatio is ModelStatePeakBytes / EstimateBytes, FormulaRatio
+	// ModelStatePeakBytes / FormulaBytes (0 without a formula).
+	EstimateRatio, FormulaRatio float64
+	// TierHBMBytes is the tier store's peak of param copies staged on this
+	// device (ZeRO-Infinity; they are allocations tagged gpu.ModelState,
+	// counted in ModelStatePeakBytes, but a working set: the formula keeps
+	// offloaded params off the device).
+	TierHBMBytes int64
 
 	// The working set, named: the engine's own transient buffers and the
 	// model's activations.
@@ -40,20 +54,22 @@ type DeviceSummary struct {
 // Summary describes a run: its layout and each device's measured memory
 // next to the formula.
 type Summary struct {
-	Model       string
-	Params      int64 // Ψ
-	Devices     int
-	Stage       int
-	Precision   gpu.DType
-	Optimizer   string // "device" or "host (cpuadam, T threads)"
-	Overlap     string // "exact"
-	Micro       int
-	Accum       int
-	Seq         int
-	Steps       int64
-	PerDevice   []DeviceSummary
-	HostBytes   int64 // measured model state in host memory, all ranks (host optimizer)
-	HostFormula int64 // EstimateMemory's HostBytes (with the gradient shard's dtype)
+	Model     string
+	Params    int64 // Ψ
+	Devices   int
+	Stage     int
+	Precision gpu.DType
+	Optimizer string // "device" or "host (cpuadam, T threads)"
+	Overlap   string // "exact"
+	Micro     int
+	Accum     int
+	Seq       int
+	Steps     int64
+	// ShardAlignElems is the alignment of every rank's slice of a chunk.
+	ShardAlignElems int64
+	PerDevice       []DeviceSummary
+	HostBytes       int64 // measured model state in host memory, all ranks (host optimizer)
+	HostFormula     int64 // EstimateMemory's HostBytes (with the gradient shard's dtype)
 	// HostStagingBytes is the pinned parameter upload staging of the host
 	// optimizer, all ranks: working set, not model state.
 	HostStagingBytes int64
@@ -147,7 +163,8 @@ func (e *Engine) tierSummary() *TierSummary {
 func (e *Engine) Summary() Summary {
 	s := Summary{
 		Model: e.shape.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
-		Optimizer: "device", Overlap: "exact", Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
+		ShardAlignElems: e.estimate.Options.ShardAlignElems,
+		Optimizer:       "device", Overlap: "exact", Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
 		Notes: e.Notes(),
 	}
 	if e.offload {
@@ -158,25 +175,37 @@ func (e *Engine) Summary() Summary {
 		s.Tier = e.tierSummary()
 		s.HostBytes += s.Tier.HostHomeBytes
 	}
-	formula := e.estimate.TierFormula(shard.HBM).String()
-	paper := int64(e.estimate.TierFormula(shard.HBM).Bytes(e.estimate.Params, e.n))
+	formula, formulaBytes := e.estimate.TierFormula(shard.HBM).String(), e.estimate.FormulaDeviceBytes()
+	padding, persistent := e.estimate.PaddingBytes(), e.estimate.PersistentBytes
 	if e.precision == gpu.F32 {
-		formula, paper = "fp32 layout", 0
+		formula, formulaBytes, padding, persistent = "fp32 layout", 0, 0, 0
 	}
-	for _, r := range e.ranks {
+	var tierHBM []int64
+	if e.tiers != nil {
+		tierHBM = e.tiers.peakHBMByDevice
+	}
+	for i, r := range e.ranks {
 		ms := r.dev.MemStats()
 		d := DeviceSummary{
 			Device:              r.dev.Name(),
 			ModelStatePeakBytes: ms.PeakByKind[gpu.ModelState],
-			FormulaBytes:        e.expected,
+			FormulaBytes:        formulaBytes,
 			Formula:             formula,
-			FormulaPaperBytes:   paper,
+			PaddingBytes:        padding,
+			PersistentBytes:     persistent,
+			EstimateBytes:       e.expected,
 			GatheredPeakBytes:   r.ws.gatheredPeakBytes,
 			BucketPeakBytes:     r.ws.bucketPeakBytes,
 			WorkspacePeakBytes:  ms.PeakByKind[gpu.Workspace],
 			ActivationPeakBytes: ms.PeakByKind[gpu.Activation],
 			PeakBytes:           ms.PeakBytes,
 			Moved:               r.dev.Counters(),
+		}
+		if i < len(tierHBM) {
+			d.TierHBMBytes = tierHBM[i]
+		}
+		if d.EstimateBytes > 0 {
+			d.EstimateRatio = float64(d.ModelStatePeakBytes) / float64(d.EstimateBytes)
 		}
 		if d.FormulaBytes > 0 {
 			d.FormulaRatio = float64(d.ModelStatePeakBytes) / float64(d.FormulaBytes)
@@ -193,16 +222,20 @@ func (s Summary) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "model %s (%s params), stage %d on %d device(s), %s, optimizer on the %s, overlap %s\n",
 		s.Model, units.FormatSize(s.Params), s.Stage, s.Devices, precisionName(s.Precision), s.Optimizer, s.Overlap)
-	fmt.Fprintf(&b, "%-8s %12s %12s %7s  %-12s %12s | %10s %10s %10s %11s\n", "device", "model state", "estimate", "ratio",
-		"formula", "unpadded", "gathered", "buckets", "workspace", "activations")
+	fmt.Fprintf(&b, "%-8s %12s  %-12s %12s %10s %10s %8s %8s | %10s %10s %10s %10s %11s\n", "device", "model state",
+		"formula", "bytes", "padding", "persistent", "/formula", "/+pad", "tier hbm", "gathered", "buckets", "workspace", "activations")
 	for _, d := range s.PerDevice {
-		fmt.Fprintf(&b, "%-8s %12s %12s %7.4f  %-12s %12s | %10s %10s %10s %11s\n", d.Device,
-			units.FormatBytes(d.ModelStatePeakBytes), units.FormatBytes(d.FormulaBytes), d.FormulaRatio, d.Formula, units.FormatBytes(d.FormulaPaperBytes),
-			units.FormatBytes(d.GatheredPeakBytes), units.FormatBytes(d.BucketPeakBytes),
+		fmt.Fprintf(&b, "%-8s %12s  %-12s %12s %10s %10s %8.4f %8.4f | %10s %10s %10s %10s %11s\n", d.Device,
+			units.FormatBytes(d.ModelStatePeakBytes), d.Formula, units.FormatBytes(d.FormulaBytes),
+			units.FormatBytes(d.PaddingBytes), units.FormatBytes(d.PersistentBytes), d.FormulaRatio, d.EstimateRatio,
+			units.FormatBytes(d.TierHBMBytes), units.FormatBytes(d.GatheredPeakBytes), units.FormatBytes(d.BucketPeakBytes),
 			units.FormatBytes(d.WorkspacePeakBytes), units.FormatBytes(d.ActivationPeakBytes))
 	}
-	fmt.Fprintf(&b, "model state: measured peak of gpu.ModelState allocations; estimate: engine.EstimateMemory (padded shards, as `strata estimate`);\n"+
-		"working set (not model state): gathered = stage-3 chunks in flight, buckets = gradient buckets and reduce shards in flight\n")
+	fmt.Fprintf(&b, "model state: measured peak of gpu.ModelState allocations; formula: the reference text's, for this model;\n"+
+		"padding: shard alignment (%d elements); persistent: stage-3 chunks kept gathered; /formula: measured / formula;\n"+
+		"/+pad: measured / (formula + padding + persistent) = engine.EstimateMemory, as `strata estimate` prints it;\n"+
+		"working set (not in the formula): tier hbm = param copies the tier store staged on the device (in model state),\n"+
+		"gathered = stage-3 chunks in flight, buckets = gradient buckets and reduce shards in flight\n", s.ShardAlignElems)
 	if s.HostFormula > 0 || s.HostBytes > 0 {
 		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s\n",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))

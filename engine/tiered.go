@@ -47,6 +47,7 @@ type tiers struct {
 	nvmePaths             []string
 	swapBytes             int64
 	peakHBM, peakHost     int64    // run-wide peaks (the store's are reset every step)
+	peakHBMByDevice       []int64  // run-wide, per device
 	last                  tierSnap // at the end of the last step (or New)
 }
 
@@ -89,12 +90,13 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	n := e.n
 
 	// HBM: the rank's param shards, at most, out of what is left.
-	var paramRank, maxParam, maxOpt int64
+	// Shards count as the planner counts them: rounded up to IOAlignBytes
+	// (the store's host and NVMe charge, the largest of its charges).
+	var paramRank, maxParam int64
 	for c, p := range e.chunks {
-		maxOpt = max(maxOpt, int64(p.shard)*4)
 		if e.paramTiered(c) {
-			paramRank += int64(p.shard) * 2
-			maxParam = max(maxParam, int64(p.shard)*2)
+			paramRank += ioBytes(int64(p.shard) * 2)
+			maxParam = max(maxParam, ioBytes(int64(p.shard)*2))
 		}
 	}
 	need := e.workspaceNeedBytes()
@@ -138,21 +140,19 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 				homeOf[k] = t.paramTier
 				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.BF16, Home: t.paramTier}
 				if t.paramTier == shard.Host {
-					host += int64(p.shard) * 2
+					host += ioBytes(int64(p.shard) * 2)
 				}
 			}
 		}
-		keep := est.PerRank[shard.Master][shard.Host] + est.PerRank[shard.AdamM][shard.Host] + est.PerRank[shard.AdamV][shard.Host]
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 			for c, p := range e.chunks {
 				k := tkey(c, r, st)
-				b := int64(p.shard) * 4
 				home := t.optTier
-				if home == shard.NVMe && b <= keep {
-					home, keep = shard.Host, keep-b
+				if home == shard.NVMe && est.HostKept[st] != nil && est.HostKept[st][c] {
+					home = shard.Host
 				}
 				if home == shard.Host {
-					host += b
+					host += ioBytes(int64(p.shard) * 4)
 				}
 				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.F32, Home: home}
 			}
@@ -209,7 +209,15 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 		res := prefetch.Residency{}
 		for k, sp := range t.specs {
 			if int(k.Rank) == r {
-				res[k] = prefetch.Placement{SizeBytes: sp.SizeBytes(), Home: sp.Home}
+				// The planner counts what the store charges (the largest
+				// of a copy's charges: its padded host buffer), or the
+				// store would refuse moves the planner thought would fit.
+				w, err := t.store.Where(k)
+				if err != nil {
+					t.close()
+					return nil, fmt.Errorf("engine: %w", err)
+				}
+				res[k] = prefetch.Placement{SizeBytes: slices.Max(w.ChargeBytes[:]), Home: sp.Home}
 			}
 		}
 		p, err := prefetch.New(res, t.popts)
@@ -765,9 +773,13 @@ func (t *tiers) since(a tierSnap) TierStats {
 	for l := range ts.LinkBytes {
 		ts.LinkBytes[l] = b.store.Links[l].Bytes - a.store.Links[l].Bytes
 	}
-	for _, u := range b.store.HBM {
+	if len(t.peakHBMByDevice) < len(b.store.HBM) {
+		t.peakHBMByDevice = make([]int64, len(b.store.HBM))
+	}
+	for i, u := range b.store.HBM {
 		ts.PeakBytes[shard.HBM] = max(ts.PeakBytes[shard.HBM], u.PeakBytes)
 		ts.BudgetBytes[shard.HBM] = u.BudgetBytes
+		t.peakHBMByDevice[i] = max(t.peakHBMByDevice[i], u.PeakBytes)
 	}
 	ts.PeakBytes[shard.Host], ts.BudgetBytes[shard.Host] = b.store.Host.PeakBytes, b.store.Host.BudgetBytes
 	ts.PeakBytes[shard.NVMe], ts.BudgetBytes[shard.NVMe] = b.store.NVMe.PeakBytes, b.store.NVMe.BudgetBytes

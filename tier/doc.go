@@ -107,7 +107,9 @@
 // elements × dtype size in HBM (allocations tagged gpu.ModelState, purpose
 // the state's name), the pinned buffer's padded size in host, the extent
 // (padded to the swap's alignment) in NVMe. Give the planner the same sizes
-// (shards padded to 4 KiB make them equal). Pinned buffers handed to a copy
+// (Residency.ChargeBytes; the largest of them is safe for every tier), so
+// that the store never refuses a move the planner thought would fit; the
+// shards themselves need no alignment. Pinned buffers handed to a copy
 // stream or to the swap are leased (pinned.Buffer.Lease) until the
 // transfer's completion is reaped. Lease memory must not be used after
 // Release. All methods are safe for concurrent use; OnComplete must not

@@ -903,7 +903,11 @@ type CopyState struct {
 type Residency struct {
 	Spec      Spec
 	SizeBytes int64
-	Copies    [shard.TierCount]CopyState
+	// ChargeBytes is what a copy costs in each tier's budget: SizeBytes in
+	// HBM, the pinned buffer's padded size in host, the extent (padded to
+	// the swap's alignment) in NVMe. A planner must count these.
+	ChargeBytes [shard.TierCount]int64
+	Copies      [shard.TierCount]CopyState
 	// Dirty: the home copy does not hold the newest data.
 	Dirty bool
 	// Lost is non-nil when no copy holds the newest data and none is
@@ -919,7 +923,7 @@ func (s *Store) Where(key shard.Key) (Residency, error) {
 	if e == nil {
 		return Residency{}, fmt.Errorf("tier: where %s: %w", key, ErrUnknown)
 	}
-	r := Residency{Spec: e.spec, SizeBytes: e.sizeBytes}
+	r := Residency{Spec: e.spec, SizeBytes: e.sizeBytes, ChargeBytes: e.charge}
 	alive := false
 	var causes []error
 	for t := range e.copies {
