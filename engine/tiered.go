@@ -202,7 +202,7 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 			return nil, fmt.Errorf("engine: %w", err)
 		}
 	}
-	t.popts = prefetch.Options{BandwidthBytesPerSec: e.opts.LinkBandwidth, Slack: e.opts.PrefetchSlack}
+	t.popts = prefetch.Options{BandwidthBytesPerSec: e.opts.LinkBandwidth, Slack: e.opts.PrefetchSlack, WriteBehindDepth: tierWriteBehindDepth}
 	t.popts.BudgetBytes[shard.HBM] = so.HBMBudgetBytes
 	t.popts.BudgetBytes[shard.Host] = t.planHostBudget
 	for r := range n {
@@ -787,3 +787,9 @@ func (t *tiers) since(a tierSnap) TierStats {
 	t.peakHost = max(t.peakHost, ts.PeakBytes[shard.Host])
 	return ts
 }
+
+// tierWriteBehindDepth is how many write-behinds (dirty copies copied to
+// their home ahead of eviction) the planner keeps in flight per link: the
+// optimizer writes every param and, on NVMe, its master/m/v faster than
+// one write at a time drains them.
+const tierWriteBehindDepth = 4

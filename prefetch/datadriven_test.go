@@ -202,6 +202,15 @@ func (st *ddState) exec(name string, a map[string]string, input []string) (strin
 				default:
 					return "", fmt.Errorf("writebehind on|off, not %q", l)
 				}
+			case "eager":
+				switch f := strings.Fields(l); {
+				case len(f) == 2 && f[1] == "on":
+					st.opts.DisableEager = false
+				case len(f) == 2 && f[1] == "off":
+					st.opts.DisableEager = true
+				default:
+					return "", fmt.Errorf("eager on|off, not %q", l)
+				}
 			case "window":
 				n, err := strconv.Atoi(strings.Fields(l)[1])
 				if err != nil {

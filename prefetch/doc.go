@@ -27,6 +27,15 @@
 // transfer at a time, so queued transfers push earlier ones earlier), and
 // counted against its destination budget from issue until it is freed.
 //
+// ALAP holds memory no longer than needed, which matters only in a pool the
+// trace overflows. Into a pool it does not overflow (homes plus one copy of
+// everything the trace stages there fit the budget: typically HBM holding
+// every param shard of the rank) a transfer is issued eagerly, as soon as
+// its source is valid: the new params the optimizer writes in host memory
+// go up to HBM right away instead of just before the next forward, which
+// makes them immune to a late wake-up of the driver and to compute faster
+// than the trace measured (Options.DisableEager restores ALAP everywhere).
+//
 // # What it owns
 //
 // A Planner holds a model of where every shard state is (its home tier,
@@ -84,10 +93,11 @@
 // So that this write is not on the critical path, a copy made dirty by a
 // Release (a gradient written in HBM, master/m/v or the new param updated
 // in host) is copied to its home as soon as the reverse link (hbm->host,
-// host->nvme) has no planner transfer in flight and none planned to start
-// before this one would end: a Prefetch move with Move.WriteBehind set,
-// which keeps the source, so the copy is clean when it lands and its
-// eviction later is an instant Evict. It is done only when the home is the
+// host->nvme) has fewer than Options.WriteBehindDepth transfers in flight
+// (default 1: an idle link) and no planned one would start before this one
+// would end, counted behind those in flight: a Prefetch move with
+// Move.WriteBehind set, which keeps the source, so the copy is clean when
+// it lands and its eviction later is an instant Evict. It is done only when the home is the
 // next tier down (no room is needed: the home is always allocated), only
 // in a pool that the trace overflows (homes plus one copy of everything
 // the trace stages there exceed the budget; elsewhere nothing is ever

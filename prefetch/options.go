@@ -44,6 +44,15 @@ type Options struct {
 	// DisableWriteBehind turns off the write-behind of dirty copies (see
 	// Move.WriteBehind): they are then written back only when evicted.
 	DisableWriteBehind bool
+	// WriteBehindDepth is how many transfers may be in flight on a link
+	// when a write-behind is added to it (planner transfers and other
+	// write-behinds): 0 or 1 = only an idle link takes one. A drive with
+	// a deep queue (NVMe) writes several at once faster than one by one.
+	WriteBehindDepth int
+	// DisableEager keeps every transfer at its latest start (ALAP), also
+	// into pools that the trace does not overflow; by default those are
+	// issued as soon as their source is ready (see Planner's doc).
+	DisableEager bool
 }
 
 // DefaultOptions are budgets unlimited, PCIe 4 x16-like host links, one
@@ -78,6 +87,9 @@ func (o Options) Validate() error {
 	if o.Window < 0 {
 		return fmt.Errorf("prefetch: negative window %d", o.Window)
 	}
+	if o.WriteBehindDepth < 0 {
+		return fmt.Errorf("prefetch: negative write-behind depth %d", o.WriteBehindDepth)
+	}
 	return nil
 }
 
@@ -100,6 +112,9 @@ func (o Options) String() string {
 	fmt.Fprintf(&b, " slack=%v window=%d", o.Slack, o.Window)
 	if o.DisableWriteBehind {
 		b.WriteString(" writebehind=off")
+	}
+	if o.DisableEager {
+		b.WriteString(" eager=off")
 	}
 	return b.String()
 }

@@ -482,10 +482,14 @@ func (p *Planner) writeBehind(now time.Duration) {
 			continue
 		}
 		h := p.hop(dc.slot, t, down)
-		if h.link < len(p.linkBusy) && p.linkBusy[h.link] > 0 {
+		busy := 0
+		if h.link < len(p.linkBusy) {
+			busy = int(p.linkBusy[h.link])
+		}
+		if busy >= max(p.opts.WriteBehindDepth, 1) {
 			continue
 		}
-		end := now + h.xfer
+		end := now + time.Duration(busy+1)*h.xfer // behind those in flight
 		if h.link < len(p.linkDue) && max(p.linkDue[h.link], now) < end {
 			continue
 		}
@@ -924,7 +928,7 @@ func (p *Planner) dispatch(now time.Duration) bool {
 		if !c.ready {
 			continue
 		}
-		if st := c.firstStart(); st > now && !c.demand {
+		if st := c.firstStart(); st > now && !c.demand && !p.eager(c) {
 			if !p.wakeSet || st < p.wakeAt {
 				p.wakeAt, p.wakeSet = st, true
 			}
@@ -974,6 +978,28 @@ func (p *Planner) dispatch(now time.Duration) bool {
 		p.issue(c)
 	}
 	return false
+}
+
+// eager reports whether a prefetch may be issued as soon as its source is
+// ready rather than at its latest start: every pool it lands in is one the
+// trace does not overflow, so the copy takes room nobody else will want
+// (ALAP exists to hold memory only as long as needed), and issued early it
+// is immune to late wake-ups and to compute that runs faster than the trace
+// says. Allocations and transfers into overflowing pools stay ALAP.
+func (p *Planner) eager(c *cand) bool {
+	if c.alloc || c.nhops == 0 || p.opts.DisableEager || len(p.trace) == 0 || p.diverged {
+		return false
+	}
+	for i := 0; i < c.nhops; i++ {
+		to := c.hops[i].to
+		if to == p.keys[c.slot].home {
+			continue
+		}
+		if pi := p.poolOf(c.slot, to); pi >= len(p.overflow) || p.overflow[pi] {
+			return false
+		}
+	}
+	return true
 }
 
 func (c *cand) firstStart() time.Duration {
