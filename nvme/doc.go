@@ -11,7 +11,12 @@
 //     kernel.io_uring_disabled, an old kernel), and Info says which backend runs
 //     and why. Short transfers are resubmitted for the rest, EINTR and EAGAIN
 //     are retried, and every other failure completes the request with an
-//     *IOError naming the file, offset and length.
+//     *IOError naming the file, offset and length. An io_uring_enter that
+//     fails transiently (EINTR, EAGAIN, EBUSY, ENOMEM) is tried again,
+//     backing off without holding the submission lock so the reaper can
+//     drain the completion queue; after 10 s without progress the requests
+//     it would not take are withdrawn from the SQ and fail with an *IOError
+//     (nothing panics, nothing is submitted later behind the caller's back).
 //   - File: a file opened with O_DIRECT, with the alignment the kernel reports
 //     (statx STATX_DIOALIGN, else the device's logical block size). Misaligned
 //     buffers, offsets and lengths are refused with ErrMisaligned before

@@ -1,6 +1,7 @@
 package nvme
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -268,6 +269,19 @@ func (e *Engine) result(idx int32, res int) (again bool) {
 		e.finish(idx, r, nil)
 	}
 	return false
+}
+
+// fail completes slot idx with err, for a request the backend could not
+// hand to the kernel (the bytes done by earlier attempts are kept).
+func (e *Engine) fail(idx int32, err error) {
+	r := e.slots[idx]
+	var errno syscall.Errno
+	hint := ""
+	if errors.As(err, &errno) {
+		hint = errnoHint(errno)
+	}
+	e.finish(idx, r, &IOError{Op: r.Op, Path: r.File.path, Offset: r.Offset, Length: len(r.Buf),
+		DoneBytes: r.done, Hint: hint, Err: err})
 }
 
 func (e *Engine) finish(idx int32, r *Request, err error) {

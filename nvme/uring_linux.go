@@ -25,11 +25,19 @@ type bufRegion struct {
 
 // uringBackend submits under mu (single producer of the SQ) and reaps on one
 // goroutine (single consumer of the CQ), as liburing's threading rules want.
+//
+// Nobody sleeps holding mu: a submitter whose io_uring_enter fails
+// transiently (EAGAIN, EBUSY, ENOMEM: the kernel is short of memory or wants
+// the CQ drained) backs off with mu released, so that the reaper, which
+// needs mu to reap, can drain the CQ meanwhile; the reaper itself never backs
+// off inside a submission, it goes on reaping and tries again on its next
+// round. If io_uring_enter makes no progress for enterStallLimit, the SQEs it
+// would not take are withdrawn and their requests fail with the error.
 type uringBackend struct {
 	e    *Engine
 	ring *uring.Ring
 
-	mu      sync.Mutex // the SQ, bufs, fixedFd, reaping
+	mu      sync.Mutex // the SQ, backlog, stallSince, bufs, fixedFd, reaping
 	bufs    []bufRegion
 	fixedFd map[int]int32
 	// reaping is set while the reaper runs completion callbacks: requests
@@ -37,22 +45,82 @@ type uringBackend struct {
 	// for the reaper to hand over in one io_uring_enter that also waits for
 	// the next completion, as fio does.
 	reaping bool
+	// backlog holds, in order, slots issued while the SQ was full; they get
+	// SQEs as the kernel consumes the queue. At most QueueDepth slots exist,
+	// so its capacity is allocated once.
+	backlog []int32
+	// stallSince is when io_uring_enter began failing transiently without
+	// taking an SQE; zero while it makes progress.
+	stallSince time.Time
+	withdrawn  []uint64 // scratch for Withdraw
 
 	reaperDone chan struct{}
+	enterHook  func(toSubmit, minComplete, ready uint32) error
+}
+
+// enterStallLimit is how long io_uring_enter may keep failing transiently
+// before the requests it refuses are failed; enterBackoff is the pause
+// between tries. Tests shorten the limit.
+var (
+	enterStallLimit = 10 * time.Second
+	enterBackoff    = 50 * time.Microsecond
+)
+
+// transient says whether an io_uring_enter error is worth trying again: a
+// signal (EINTR), or the kernel short of memory or wanting the completion
+// queue drained first (EAGAIN, EBUSY, ENOMEM). Every other error (EBADF,
+// EFAULT, EINVAL) means the ring itself is broken: a bug, not an I/O error.
+func transient(err error) bool {
+	return errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY) ||
+		errors.Is(err, unix.ENOMEM)
+}
+
+// enter hands every prepared SQE to the kernel and waits for minComplete
+// completions. It returns how many SQEs the kernel took.
+func (b *uringBackend) enter(minComplete uint32) (int, error) {
+	if b.enterHook != nil {
+		if err := b.enterHook(b.ring.Unconsumed(), minComplete, b.ring.Ready()); err != nil {
+			return 0, err
+		}
+	}
+	return b.ring.Submit(minComplete)
+}
+
+// wait blocks until a completion is ready.
+func (b *uringBackend) wait() error {
+	if b.enterHook != nil {
+		if err := b.enterHook(0, 1, b.ring.Ready()); err != nil {
+			return err
+		}
+	}
+	return b.ring.WaitCQE(1)
 }
 
 // uringSetup is replaced by tests to simulate a kernel without io_uring.
 var uringSetup = func(e *Engine) (backend, error) { return newUringBackend(e) }
 
+// ringSizes chooses the SQ and CQ sizes for a queue depth; tests shrink
+// them to force full queues.
+var ringSizes = func(queueDepth int) (sqEntries, cqEntries uint32) {
+	n := uint32(max(queueDepth, 8))
+	return n, 2*n + 2
+}
+
+// enterHook, set only by tests before Open, is consulted before every
+// io_uring_enter of the backend (toSubmit SQEs, waiting for minComplete,
+// with ready completions unreaped); a non-nil error is returned as if the
+// kernel had failed the call, and the call is not made.
+var enterHook func(toSubmit, minComplete, ready uint32) error
+
 func newUringBackend(e *Engine) (*uringBackend, error) {
-	entries := uint32(max(e.opts.QueueDepth, 8))
+	entries, cqEntries := ringSizes(e.opts.QueueDepth)
 	// Cooperative task running (Linux 5.19+): completions become task work
 	// of the submitting thread without an IPI; in steady state that is the
 	// reaper's locked thread, which sleeps in io_uring_enter and is woken.
 	// Fall back to plain setup on kernels that refuse the flag.
-	ring, err := uring.New(entries, 2*entries+2, uring.SetupClamp|uring.SetupCoopTaskrun)
+	ring, err := uring.New(entries, cqEntries, uring.SetupClamp|uring.SetupCoopTaskrun)
 	if errors.Is(err, unix.EINVAL) {
-		ring, err = uring.New(entries, 2*entries+2, uring.SetupClamp)
+		ring, err = uring.New(entries, cqEntries, uring.SetupClamp)
 	}
 	if err != nil {
 		return nil, setupError(err)
@@ -71,7 +139,8 @@ func newUringBackend(e *Engine) (*uringBackend, error) {
 			return nil, fmt.Errorf("io_uring: kernel lacks IORING_OP_%s (needs Linux 5.6+)", op.name)
 		}
 	}
-	b := &uringBackend{e: e, ring: ring, reaperDone: make(chan struct{})}
+	b := &uringBackend{e: e, ring: ring, reaperDone: make(chan struct{}), enterHook: enterHook,
+		backlog: make([]int32, 0, e.opts.QueueDepth)}
 	e.info.SQEntries, e.info.CQEntries = ring.SQEntries(), ring.CQEntries()
 	go b.reap()
 	return b, nil
@@ -96,43 +165,113 @@ func setupError(err error) error {
 
 func (b *uringBackend) issue(slots []int32) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, idx := range slots {
-		sqe := b.ring.GetSQE()
-		for sqe == nil { // SQ full: hand what we have to the kernel first
-			b.submitLocked()
+	b.queueLocked(slots)
+	if b.reaping {
+		b.mu.Unlock()
+		return
+	}
+	failed, err := b.submitLocked()
+	b.mu.Unlock()
+	b.fail(failed, err)
+}
+
+// queueLocked prepares an SQE for each slot, after the backlog, in order;
+// what does not fit in the SQ joins the backlog.
+func (b *uringBackend) queueLocked(slots []int32) {
+	b.refillLocked()
+	for i, idx := range slots {
+		var sqe *uring.SQE
+		if len(b.backlog) == 0 {
 			sqe = b.ring.GetSQE()
+		}
+		if sqe == nil {
+			b.backlog = append(b.backlog, slots[i:]...)
+			return
 		}
 		b.prep(sqe, idx)
 	}
-	if !b.reaping {
-		b.submitLocked()
+}
+
+// refillLocked moves the backlog into free SQEs.
+func (b *uringBackend) refillLocked() {
+	n := 0
+	for ; n < len(b.backlog); n++ {
+		sqe := b.ring.GetSQE()
+		if sqe == nil {
+			break
+		}
+		b.prep(sqe, b.backlog[n])
+	}
+	if n > 0 {
+		b.backlog = b.backlog[:copy(b.backlog, b.backlog[n:])]
 	}
 }
 
-// submitLocked hands every prepared SQE to the kernel, retrying on the
-// transient errors of io_uring_enter.
-func (b *uringBackend) submitLocked() {
-	for tries := 0; b.ring.Pending() > 0 || tries == 0; tries++ {
-		_, err := b.ring.Submit(0)
-		switch {
-		case err == nil:
-			if b.ring.Pending() == 0 {
-				return
-			}
-		case errors.Is(err, unix.EINTR):
-		case errors.Is(err, unix.EAGAIN), errors.Is(err, unix.EBUSY), errors.Is(err, unix.ENOMEM):
-			// The kernel is short of resources or the CQ is backed up:
-			// let the reaper drain it and try again.
-			time.Sleep(50 * time.Microsecond)
-		default:
-			// EBADF, EFAULT, EINVAL on enter mean the ring itself is
-			// broken: a bug, not an I/O error.
-			panic(fmt.Sprintf("nvme: io_uring_enter: %v (broken ring state)", err))
+// submitLocked hands every prepared SQE and the backlog to the kernel. On a
+// transient failure it backs off with mu released (the reaper drains the CQ
+// meanwhile) and tries again; after enterStallLimit without progress it
+// withdraws what is left and returns those slots with the error, for the
+// caller to fail once it has released mu.
+func (b *uringBackend) submitLocked() ([]int32, error) {
+	for {
+		b.refillLocked()
+		if b.ring.Unconsumed() == 0 {
+			return nil, nil
 		}
-		if tries > 100000 {
-			panic(fmt.Sprintf("nvme: io_uring_enter: no progress after %d tries: %v", tries, err))
+		before := b.ring.Unconsumed()
+		_, err := b.enter(0)
+		if b.ring.Unconsumed() < before {
+			b.stallSince = time.Time{} // progress, whatever it says
+			continue
 		}
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err == nil {
+			err = unix.EAGAIN // took nothing without saying why
+		}
+		if failed, err := b.stalledLocked(err); failed != nil || err != nil {
+			return failed, err
+		}
+		b.mu.Unlock()
+		time.Sleep(enterBackoff)
+		b.mu.Lock()
+	}
+}
+
+// stalledLocked records a failed io_uring_enter that took nothing. It panics
+// on a broken ring; after enterStallLimit without progress it withdraws every
+// unconsumed SQE and the backlog and returns their slots and the error to
+// fail them with.
+func (b *uringBackend) stalledLocked(err error) ([]int32, error) {
+	if !transient(err) {
+		panic(fmt.Sprintf("nvme: io_uring_enter: %v (broken ring state)", err))
+	}
+	now := time.Now()
+	if b.stallSince.IsZero() {
+		b.stallSince = now
+	}
+	if now.Sub(b.stallSince) < enterStallLimit {
+		return nil, nil
+	}
+	b.stallSince = time.Time{}
+	b.withdrawn = b.ring.Withdraw(b.withdrawn[:0])
+	var failed []int32
+	for _, ud := range b.withdrawn {
+		if ud != wakeUserData {
+			failed = append(failed, int32(ud))
+		}
+	}
+	failed = append(failed, b.backlog...)
+	b.backlog = b.backlog[:0]
+	return failed, fmt.Errorf("io_uring_enter: %w (no progress for %v)", err, enterStallLimit)
+}
+
+// fail completes withdrawn slots with err; it runs without mu, since the
+// completion callbacks may submit.
+func (b *uringBackend) fail(slots []int32, err error) {
+	for _, idx := range slots {
+		b.e.fail(idx, err)
 	}
 }
 
@@ -184,25 +323,48 @@ func (b *uringBackend) reap() {
 	cqes := make([]uring.CQE, b.ring.CQEntries())
 	again := make([]int32, 0, len(cqes))
 	for {
-		// Hand over what the last round of callbacks submitted and wait
-		// for the next completion, in one io_uring_enter.
+		// Hand over what the last round of callbacks queued and wait for
+		// the next completion, in one io_uring_enter. On a transient
+		// failure do not block in a wait (the queued SQEs may be all there
+		// is to wait for): reap what is there and try again.
 		b.mu.Lock()
-		toSubmit := b.ring.Pending()
 		b.reaping = false
-		var err error
-		if toSubmit > 0 {
-			_, err = b.ring.Submit(1)
-			if err != nil && !transient(err) {
-				panic(fmt.Sprintf("nvme: io_uring_enter: %v (broken ring state)", err))
-			}
-			if b.ring.Pending() > 0 {
-				b.submitLocked()
+		b.refillLocked()
+		waited, backoff := false, false
+		var failed []int32
+		var failErr error
+		if b.ring.Unconsumed() > 0 {
+			n, err := b.enter(1)
+			switch {
+			case err == nil && n > 0:
+				b.stallSince = time.Time{}
+				waited = true
+			case b.ring.Unconsumed() == 0:
+				// Submitted; the wait was interrupted (EINTR).
+				b.stallSince = time.Time{}
+			case errors.Is(err, unix.EINTR):
+				backoff = true // nothing taken: try again at once
+			default:
+				if err == nil {
+					err = unix.EAGAIN // took nothing without saying why
+				}
+				failed, failErr = b.stalledLocked(err)
+				backoff = true
 			}
 		}
 		b.mu.Unlock()
-		if toSubmit == 0 || err != nil {
-			if err := b.ring.WaitCQE(1); err != nil && !transient(err) {
-				panic(fmt.Sprintf("nvme: io_uring_enter (wait): %v (broken ring state)", err))
+		b.fail(failed, failErr)
+		switch {
+		case backoff:
+			time.Sleep(enterBackoff)
+		case !waited:
+			if err := b.wait(); err != nil {
+				if !transient(err) {
+					panic(fmt.Sprintf("nvme: io_uring_enter (wait): %v (broken ring state)", err))
+				}
+				if !errors.Is(err, unix.EINTR) {
+					time.Sleep(enterBackoff)
+				}
 			}
 		}
 		// Taking mu also orders this goroutine after the submitter that
@@ -227,17 +389,11 @@ func (b *uringBackend) reap() {
 			b.issue(again)
 		}
 		if stop {
-			b.mu.Lock()
-			b.reaping = false
-			b.submitLocked()
-			b.mu.Unlock()
+			// Close sends the wake-up once every slot is free, so nothing
+			// is queued or in flight any more.
 			return
 		}
 	}
-}
-
-func transient(err error) bool {
-	return errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY)
 }
 
 func (b *uringBackend) registerBuffers(bufs [][]byte) error {
@@ -296,16 +452,23 @@ func (b *uringBackend) registerFiles(files []*File) error {
 }
 
 func (b *uringBackend) close() error {
+	// Every slot is free (Engine.Close waited for them), so the SQ has room
+	// for the wake-up unless the kernel still holds SQEs it refused.
 	b.mu.Lock()
-	sqe := b.ring.GetSQE()
-	for sqe == nil {
-		b.submitLocked()
-		sqe = b.ring.GetSQE()
+	var sqe *uring.SQE
+	for sqe = b.ring.GetSQE(); sqe == nil; sqe = b.ring.GetSQE() {
+		if _, err := b.submitLocked(); err != nil {
+			b.mu.Unlock()
+			return fmt.Errorf("wake the reaper: %w", err)
+		}
 	}
 	uring.PrepNop(sqe)
 	sqe.UserData = wakeUserData
-	b.submitLocked()
+	_, err := b.submitLocked()
 	b.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("wake the reaper: %w", err)
+	}
 	<-b.reaperDone
 	return b.ring.Close()
 }

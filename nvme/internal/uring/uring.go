@@ -276,6 +276,32 @@ func (r *Ring) GetSQE() *SQE {
 // Pending is the number of SQEs prepared but not yet published to the kernel.
 func (r *Ring) Pending() uint32 { return r.sqeTail - r.sqeHead }
 
+// Unconsumed is the number of SQEs prepared (published or not) that the
+// kernel has not consumed yet.
+func (r *Ring) Unconsumed() uint32 {
+	// io_uring_smp_load_acquire(sq->khead), as in io_uring_sq_ready.
+	return r.sqeTail - atomic.LoadUint32(r.sqHead)
+}
+
+// Withdraw takes back every SQE the kernel has not consumed (Unconsumed of
+// them, published or not): it appends their user_data to dst in queue order,
+// moves the tail back to the kernel's head and returns dst. The kernel reads
+// the SQ only inside io_uring_enter (this package never sets up SQPOLL), so
+// this is safe as long as no io_uring_enter that submits runs on the ring
+// meanwhile; the caller serialises them, as it does GetSQE and Submit.
+// liburing has no counterpart: it is what lets a caller give up on SQEs that
+// io_uring_enter keeps refusing, without them being submitted later.
+func (r *Ring) Withdraw(dst []uint64) []uint64 {
+	head := atomic.LoadUint32(r.sqHead)
+	for i := head; i != r.sqeTail; i++ {
+		dst = append(dst, r.sqes[i&r.sqMask].UserData) // the SQ array is the identity
+	}
+	r.sqeTail, r.sqeHead = head, head
+	// io_uring_smp_store_release(sq->ktail, ...), as in __io_uring_flush_sq.
+	atomic.StoreUint32(r.sqTail, head)
+	return dst
+}
+
 // flush publishes the prepared SQEs by moving the kernel-visible tail and
 // returns how many the kernel has yet to consume. Mirrors __io_uring_flush_sq.
 func (r *Ring) flush() uint32 {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"unsafe"
 
@@ -70,6 +71,43 @@ func TestNopAndFull(t *testing.T) {
 	}
 	if r.Ready() != 0 {
 		t.Fatal("CQ not empty after reap")
+	}
+}
+
+// TestWithdraw takes back published and unpublished SQEs, many times round
+// the ring: none of them may complete, and what is submitted afterwards
+// completes alone.
+func TestWithdraw(t *testing.T) {
+	r := newRing(t, 4)
+	cqes := make([]CQE, 16)
+	for round := range 7 {
+		for i := range 3 {
+			sqe := r.GetSQE()
+			PrepNop(sqe)
+			sqe.UserData = uint64(10*round + i)
+			if i == 1 {
+				r.flush() // the first two are published, the third is not
+			}
+		}
+		if r.Unconsumed() != 3 || r.Pending() != 1 {
+			t.Fatalf("round %d: unconsumed %d pending %d, want 3 and 1", round, r.Unconsumed(), r.Pending())
+		}
+		got := r.Withdraw(nil)
+		if want := []uint64{uint64(10 * round), uint64(10*round + 1), uint64(10*round + 2)}; !slices.Equal(got, want) {
+			t.Fatalf("round %d: withdrew %v, want %v", round, got, want)
+		}
+		if r.Unconsumed() != 0 || r.Pending() != 0 {
+			t.Fatalf("round %d: unconsumed %d pending %d after Withdraw", round, r.Unconsumed(), r.Pending())
+		}
+		sqe := r.GetSQE()
+		PrepNop(sqe)
+		sqe.UserData = 1000 + uint64(round)
+		if n, err := r.Submit(1); err != nil || n != 1 {
+			t.Fatalf("round %d: submit %d, %v; want 1 consumed", round, n, err)
+		}
+		if n := r.ReapCQEs(cqes); n != 1 || cqes[0].UserData != 1000+uint64(round) {
+			t.Fatalf("round %d: reaped %v", round, cqes[:n])
+		}
 	}
 }
 
