@@ -105,8 +105,14 @@
 // params in offload_param's tier; optimizer state in host RAM, or with
 // offload_optimizer nvme on NVMe except what strata.host_budget keeps in
 // RAM (whole shards, master then m then v, chunk order: the split
-// EstimateMemory prints). The gradient shard stays in the device and in the
-// engine's pinned buffer, as without tiers; persistent chunks stay gathered.
+// EstimateMemory prints). With offload_optimizer nvme (ZeRO-Infinity) the
+// reduced gradient shard is a tier-store state too: allocated on the device
+// for its reduction (workspace), copied once into its host copy in the store
+// (a Write access in backward), freed from the device when that copy is
+// done, read by cpuadam from the store; homed in host RAM before any
+// optimizer state, or on NVMe where the host budget is full. With
+// offload_optimizer cpu it stays on the device and in the engine's pinned
+// buffer, as without tiers; persistent chunks stay gathered.
 //
 // Budgets: the tier store's HBM share is what each device has left after
 // model state, activations and workspace (at most the rank's param shards;

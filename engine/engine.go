@@ -40,21 +40,25 @@ type Engine struct {
 	n         int
 	stage     int
 	precision gpu.DType
-	offload   bool       // optimizer on the host (offload_optimizer.device cpu or nvme)
-	tiered    bool       // the tier store runs (offload_param, or NVMe offload)
-	paramTier shard.Tier // offload_param's tier (HBM: none)
-	tiers     *tiers     // the tier store and planners when tiered
-	seq       int
-	micro     int // B: rows per micro-batch
-	accum     int // A: micro-batches per rank and step
-	chunks    []chunkPlan
-	ranks     []*rank
-	pool      *pinned.Pool
-	opt       *cpuadam.Optimizer
-	estimate  MemoryEstimate // bf16 mixed-precision formula (EstimateMemory)
-	expected  int64          // model-state bytes per device this layout allocates
-	hostWant  int64          // model state on the host, all ranks, by the estimate (host optimizer)
-	notes     []string
+	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme)
+	tiered    bool // the tier store runs (offload_param, or NVMe offload)
+	// gradTiered: the reduced gradient shard is a tier-store state too
+	// (optimizer state on NVMe, ZeRO-Infinity): the device holds it only
+	// until its copy to host memory completes.
+	gradTiered bool
+	paramTier  shard.Tier // offload_param's tier (HBM: none)
+	tiers      *tiers     // the tier store and planners when tiered
+	seq        int
+	micro      int // B: rows per micro-batch
+	accum      int // A: micro-batches per rank and step
+	chunks     []chunkPlan
+	ranks      []*rank
+	pool       *pinned.Pool
+	opt        *cpuadam.Optimizer
+	estimate   MemoryEstimate // bf16 mixed-precision formula (EstimateMemory)
+	expected   int64          // model-state bytes per device this layout allocates
+	hostWant   int64          // model state on the host, all ranks, by the estimate (host optimizer)
+	notes      []string
 
 	step      int64
 	closed    bool
@@ -148,6 +152,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		return nil, err
 	}
 	e.tiered, e.paramTier = tiered, mo.ParamTier
+	e.gradTiered = tiered && mo.OptimizerTier == shard.NVMe
 	if e.estimate, err = EstimateMemory(mo); err != nil {
 		return nil, err
 	}
@@ -183,9 +188,11 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		if total > units.GiB {
 			total += (total/units.GiB + 1) * maxBuf
 		}
-		if e.pool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: opts.PinnedLock}); err != nil {
-			e.Close()
-			return nil, fmt.Errorf("engine: pinned host buffers: %w", err)
+		if total > 0 { // none when the tier store holds params and gradients
+			if e.pool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: opts.PinnedLock}); err != nil {
+				e.Close()
+				return nil, fmt.Errorf("engine: pinned host buffers: %w", err)
+			}
 		}
 	}
 	for r := range n {
@@ -229,7 +236,9 @@ func (e *Engine) pinnedBytesPerRank() int64 {
 	var b int64
 	for c, p := range e.chunks {
 		n := units.AlignUp(int64(p.shard)*sz, 4096)
-		b += n
+		if !e.gradTiered {
+			b += n
+		}
 		if !e.paramTiered(c) {
 			b += n
 		}

@@ -233,9 +233,15 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 	// Gradients: full on the device at stages 0-1, the rank's shard from
 	// stage 2; with the optimizer off the device, the reduced shard is also
 	// copied to host memory for the CPU optimizer.
-	if o.Stage < 2 {
+	// ZeRO-Infinity (optimizer state on NVMe, stage 3) offloads the
+	// gradient too: the reduced shard lives on the device only until its
+	// copy reaches host memory (working set), and its home is host RAM,
+	// or NVMe where the host budget is full.
+	infinity := o.OptimizerTier == shard.NVMe && o.Stage == 3
+	switch {
+	case o.Stage < 2:
 		put(shard.Grad, shard.HBM, full, bf16, Coef{Full: 2})
-	} else {
+	case !infinity:
 		put(shard.Grad, shard.HBM, rank, bf16, Coef{PerN: 2})
 	}
 	if o.OptimizerTier != shard.HBM {
@@ -272,8 +278,23 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 			}
 		}
 		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-paramHost)
-		// Whole shards, as the tier store places them: master, m, v, each
-		// chunk in order, while they fit.
+		// Whole shards, as the tier store places them: the gradient shards
+		// first (at stage 3; 2 B/param, read every step), then master, m,
+		// v, each chunk in order, while they fit; a gradient shard that
+		// does not fit is homed on NVMe.
+		if infinity {
+			g := int64(o.HostGradDType.Size())
+			e.HostKept[shard.Grad] = make([]bool, len(e.ShardElems))
+			for i, se := range e.ShardElems {
+				if b := se * g; ioBytes(b) <= left {
+					e.HostKept[shard.Grad][i] = true
+					left -= ioBytes(b)
+				} else {
+					e.PerRank[shard.Grad][shard.Host] -= b
+					e.PerRank[shard.Grad][shard.NVMe] += b
+				}
+			}
+		}
 		kept := int64(0)
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 			e.HostKept[st] = make([]bool, len(e.ShardElems))
@@ -327,6 +348,11 @@ func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
 	var b int64
 	if o.OptimizerTier == shard.NVMe {
 		b += TierReadAhead * 3 * ioBytes(4*maxShard)
+		if o.Stage == 3 {
+			// gradient shards spilled to NVMe: written in backward, read
+			// back ahead of the optimizer
+			b += (TierReadAhead + 1) * ioBytes(int64(max(o.HostGradDType.Size(), 2))*maxShard)
+		}
 	}
 	if o.ParamTier == shard.NVMe {
 		b += (TierReadAhead + 1) * ioBytes(2*maxShard)

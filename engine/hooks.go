@@ -134,7 +134,7 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 			// Every rank must issue the same collectives: gather from a
 			// buffer of the right size; the step fails with err.
 			r.fail(err)
-			src = r.st.grad[c]
+			src = r.scratchShard(p.shard)
 		} else {
 			src = lease.Buffer()
 		}
@@ -255,6 +255,9 @@ func (h *hooks) GradReady(s gpu.Stream, c int) {
 			panic(fmt.Sprintf("engine: GradReady of chunk %d without Grad", c))
 		}
 		delete(h.buckets, c)
+		if e.gradTiered && h.micro == 0 {
+			r.allocGrad(c)
+		}
 		if h.micro == 0 {
 			r.comm.ReduceScatter(r.cs, b.full, st.gradShard(c), gpu.Sum)
 		} else {

@@ -42,6 +42,68 @@ type rank struct {
 	leased     []*pinned.Buffer
 	ws         workspaceStats
 	failed     error // the first tier failure of this step (the step returns it)
+	liveGrads  []liveGrad
+	scratch    gpu.Buffer // see scratchShard
+}
+
+// liveGrad is a reduced gradient shard on the device whose copy to the tier
+// store (ev, on cs) may still run (gradTiered engines).
+type liveGrad struct {
+	buf gpu.Buffer
+	ev  gpu.Event
+}
+
+// scratchShard is a device buffer of n elements that a failed step
+// gathers from, so that every rank still issues the same collectives (its
+// contents do not matter: the step returns the error). Freed by close.
+func (r *rank) scratchShard(n int) gpu.Buffer {
+	if r.scratch == nil || r.scratch.Len() < n {
+		if r.scratch != nil {
+			r.cs.Synchronize()
+			r.dev.Free(r.scratch)
+		}
+		b, err := r.dev.Alloc(n, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "scratch shard"})
+		if err != nil {
+			panic(fmt.Sprintf("engine: rank %d: scratch shard: %v", r.idx, err))
+		}
+		r.scratch = b
+	}
+	return r.scratch.Slice(0, n)
+}
+
+// allocGrad allocates chunk c's gradient shard for its reduction
+// (gradTiered engines: the tier store holds it between steps). With one
+// micro-batch per step at most two live at once: the oldest is freed, after
+// its copy, first.
+func (r *rank) allocGrad(c int) {
+	if r.e.accum == 1 {
+		for len(r.liveGrads) >= 2 {
+			r.freeGrad(0)
+		}
+	}
+	buf, err := r.dev.Alloc(r.e.chunks[c].shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "grad shard"})
+	if err != nil {
+		panic(fmt.Sprintf("engine: rank %d: gradient shard of chunk %d: %v", r.idx, c, err))
+	}
+	r.ws.bucketBytes += buf.Bytes()
+	r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
+	r.st.grad[c] = buf
+}
+
+// freeGrad waits for the i-th live gradient shard's copy and frees it.
+func (r *rank) freeGrad(i int) {
+	g := r.liveGrads[i]
+	g.ev.Synchronize()
+	r.ws.bucketBytes -= g.buf.Bytes()
+	r.dev.Free(g.buf)
+	r.liveGrads = append(r.liveGrads[:i], r.liveGrads[i+1:]...)
+}
+
+// freeGrads frees every live gradient shard (the streams have completed).
+func (r *rank) freeGrads() {
+	for len(r.liveGrads) > 0 {
+		r.freeGrad(0)
+	}
 }
 
 // driver is the rank's planner driver (tiered engines only).
@@ -195,6 +257,7 @@ func (r *rank) backward(step int64) error {
 	r.dev.CopyDeviceToHost(r.cs, r.normsHost, r.norms, 0)
 	keep(r.sync())
 	r.h.freeAll()
+	r.freeGrads()
 	if e.tiers != nil {
 		r.driver().settle()
 		keep(r.failed)
@@ -210,6 +273,24 @@ func (r *rank) backward(step int64) error {
 func (r *rank) reduced(c int) {
 	g := r.st.gradShard(c)
 	r.ops.SumSquares(r.cs, g, r.norms, c)
+	if r.e.gradTiered {
+		// Once to host memory, into the tier store (which spills it to
+		// NVMe when the host budget is full), then off the device.
+		l, err := r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
+		if err != nil {
+			r.fail(err)
+		} else {
+			r.dev.CopyDeviceToHost(r.cs, l.Bytes(), g, 0)
+		}
+		ev := r.dev.NewEvent()
+		r.cs.Record(ev)
+		if l != nil {
+			r.driver().done(l, ev)
+		}
+		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
+		r.st.grad[c] = nil
+		return
+	}
 	if r.e.offload {
 		r.lease(r.st.gradPins[c])
 		r.dev.CopyDeviceToHost(r.cs, r.st.hGrad[c], g, 0)
@@ -292,7 +373,7 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 	acc := func(state shard.State, kind prefetch.Kind) prefetch.Access {
 		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind}
 	}
-	var ls [4]*tier.Lease
+	var ls [5]*tier.Lease
 	defer func() {
 		for _, l := range ls {
 			if l != nil {
@@ -307,6 +388,15 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 		}
 		ls[i] = l
 	}
+	grad := st.hGrad[c]
+	if e.gradTiered {
+		l, err := d.use(acc(shard.Grad, prefetch.Read))
+		if err != nil {
+			return up, err
+		}
+		ls[4] = l
+		grad = l.Bytes()
+	}
 	out := up
 	if e.paramTiered(c) {
 		l, err := d.use(acc(shard.Param, prefetch.Write))
@@ -316,7 +406,7 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 		ls[3] = l
 		out = l.Bytes()
 	}
-	e.opt.StepBF16(cp, f32s(ls[0].Bytes()), u16s(st.hGrad[c]), f32s(ls[1].Bytes()), f32s(ls[2].Bytes()), u16s(out))
+	e.opt.StepBF16(cp, f32s(ls[0].Bytes()), u16s(grad), f32s(ls[1].Bytes()), f32s(ls[2].Bytes()), u16s(out))
 	return up, nil
 }
 
@@ -363,6 +453,10 @@ func (r *rank) read(b gpu.Buffer) ([]float32, error) {
 func (r *rank) close() error {
 	err := r.sync()
 	r.h.freeAll()
+	r.freeGrads()
+	if r.scratch != nil {
+		r.dev.Free(r.scratch)
+	}
 	r.model.Free()
 	r.dev.Free(r.norms)
 	r.st.free()

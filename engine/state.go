@@ -42,8 +42,8 @@ type stateStore struct {
 
 	// host optimizer
 	hMaster, hM, hV [][]float32
-	hGrad, hUpload  [][]byte         // per chunk: the gradient shard and the parameter upload (pinned)
-	gradPins        []*pinned.Buffer // per chunk
+	hGrad, hUpload  [][]byte         // per chunk: the gradient shard and the parameter upload (pinned); no hGrad when the tier store holds it
+	gradPins        []*pinned.Buffer // per chunk; nil where the tier store holds the gradient shard
 	upPins          []*pinned.Buffer // per chunk; nil where the tier store holds the params
 	pins            []*pinned.Buffer // all of them
 	hostBytes       int64            // master, m, v and the gradient shard: model state on the host
@@ -81,9 +81,12 @@ func newStateStore(e *Engine, r int, dev gpu.Device) (*stateStore, error) {
 			st.free()
 			return nil, err
 		}
-		if e.stage < 2 {
+		switch {
+		case e.stage < 2:
 			st.grad[c], err = alloc(padded, pt, "grad", c)
-		} else {
+		case e.gradTiered:
+			// allocated for the reduction, freed once copied to the tier store
+		default:
 			st.grad[c], err = alloc(p.shard, pt, "grad shard", c)
 		}
 		if err != nil {
@@ -140,13 +143,17 @@ func (st *stateStore) allocHost() error {
 	}
 	for c, p := range e.chunks {
 		nb := p.shard * sz
-		elems += p.shard
-		b, err := get(nb, "grad shard", c)
-		if err != nil {
-			return err
+		if !e.gradTiered { // else the tier store holds the gradient shard
+			elems += p.shard
+			b, err := get(nb, "grad shard", c)
+			if err != nil {
+				return err
+			}
+			st.gradPins[c], st.hGrad[c] = b, b.Bytes()[:nb:nb]
 		}
-		st.gradPins[c], st.hGrad[c] = b, b.Bytes()[:nb:nb]
 		if !e.paramTiered(c) {
+			var b *pinned.Buffer
+			var err error
 			up += p.shard
 			if b, err = get(nb, "param upload", c); err != nil {
 				return err

@@ -85,8 +85,8 @@ type TierSummary struct {
 	ParamTier, OptimizerTier string   // "hbm", "host", "nvme"
 	NVMePaths                []string // the swap files' directories (striped)
 	SwapBytes                int64
-	// Homes of the param shards and the optimizer state (not the gradient
-	// shard, which stays in the engine's pinned buffers), all ranks.
+	// Homes of the param shards, the optimizer state and (optimizer on
+	// NVMe) the gradient shards, all ranks.
 	HostHomeBytes, NVMeHomeBytes         int64
 	EstimateHostBytes, EstimateNVMeBytes int64 // EstimateMemory's, the same states
 	BudgetBytes                          [shard.TierCount]int64
@@ -125,8 +125,8 @@ func (e *Engine) tierSummary() *TierSummary {
 	for st := range shard.StateCount {
 		ts.HostHomeBytes += t.homes[st][shard.Host]
 		ts.NVMeHomeBytes += t.homes[st][shard.NVMe]
-		if shard.State(st) == shard.Grad {
-			continue
+		if shard.State(st) == shard.Grad && !e.gradTiered {
+			continue // in the engine's pinned buffers, not the store
 		}
 		ts.EstimateHostBytes += int64(e.n) * e.estimate.PerRank[st][shard.Host]
 		ts.EstimateNVMeBytes += int64(e.n) * e.estimate.PerRank[st][shard.NVMe]
@@ -255,8 +255,9 @@ func precisionName(dt gpu.DType) string {
 }
 
 // workspaceNeedBytes is the most transient device memory a rank takes in a
-// step: MaxLiveChunks gathered chunks (stage 3) and three gradient buckets
-// with their reduce shards (stages 2-3), each the largest chunk.
+// step: MaxLiveChunks gathered chunks (stage 3), three gradient buckets
+// with their reduce shards (stages 2-3), each the largest chunk, and the
+// gradient shards bound for the tier store.
 func (e *Engine) workspaceNeedBytes() int64 {
 	var maxPadded, maxShard int64
 	for _, p := range e.chunks {
@@ -270,6 +271,17 @@ func (e *Engine) workspaceNeedBytes() int64 {
 	}
 	if e.stage >= 2 {
 		need += 3 * (maxPadded + maxShard) * sz
+	}
+	if e.gradTiered {
+		// the reduced gradient shards on their way to the tier store: two
+		// (one micro-batch), or every chunk's through the step (A > 1)
+		if e.accum == 1 {
+			need += 2 * maxShard * sz
+		} else {
+			for _, p := range e.chunks {
+				need += int64(p.shard) * sz
+			}
+		}
 	}
 	return need
 }

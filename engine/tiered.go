@@ -26,9 +26,13 @@ import (
 //
 // States in the store, per (chunk, rank): master, adam_m, adam_v of every
 // chunk (home host or NVMe: host up to strata.host_budget, master first,
-// the rest on NVMe), and the bf16 param shard of every sharded chunk when
-// offload_param is cpu or nvme (home there). The reduced gradient shard and
-// persistent (gathered) chunks stay where the non-tiered engine keeps them.
+// the rest on NVMe), the bf16 param shard of every sharded chunk when
+// offload_param is cpu or nvme (home there), and with the optimizer state
+// on NVMe the reduced bf16 gradient shard (home host, or NVMe where the
+// host budget is full; placed before master/m/v): the device holds it only
+// from its reduction until its copy to host memory. Persistent (gathered)
+// chunks, and the gradient shard with the optimizer on the host, stay where
+// the non-tiered engine keeps them.
 type tiers struct {
 	e                  *Engine
 	paramTier, optTier shard.Tier
@@ -142,6 +146,21 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 				if t.paramTier == shard.Host {
 					host += ioBytes(int64(p.shard) * 2)
 				}
+			}
+		}
+		if e.gradTiered {
+			// The reduced gradient shard: host RAM, or NVMe where the host
+			// budget is full (est.HostKept: the estimate's split).
+			for c, p := range e.chunks {
+				k := tkey(c, r, shard.Grad)
+				home := shard.Host
+				if kept := est.HostKept[shard.Grad]; kept != nil && !kept[c] {
+					home = shard.NVMe
+				}
+				if home == shard.Host {
+					host += ioBytes(int64(p.shard) * 2)
+				}
+				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.BF16, Home: home}
 			}
 		}
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
