@@ -13,42 +13,45 @@ import (
 
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
+	"golang.org/x/sys/unix"
 )
 
 // NVMeOptions configure `strata bench nvme`: one workload of fixed block
 // size and queue depth over one file per path, the same shape as
 // fio --ioengine=io_uring --direct=1 --bs --iodepth --size.
+//
+// Zero fields are not valid: WithDefaults fills them, and callers apply it
+// only to what the user left unset (cmd uses the flags it was given), so
+// that an explicit 0 reaches Validate and is refused.
 type NVMeOptions struct {
 	// Paths: a file is used (and kept); a directory gets a temporary file
 	// strata-bench-nvme.dat that is removed afterwards. Several paths
-	// spread the blocks round-robin (several drives without RAID-0).
-	Paths        []string
-	RW           string        // read, write, randread, randwrite, mixed (default read)
-	BlockBytes   int64         // default 1 MiB
-	QueueDepth   int           // default 32
-	SizeBytes    int64         // per path; default 1 GiB
-	Engine       string        // uring (default), pread or auto
-	Loops        int           // passes over the file; default 1
-	Duration     time.Duration // if set, run passes until it has elapsed (instead of Loops)
-	NoFixed      bool          // do not register buffers and files with io_uring
-	TraceBlock   bool          // add device latency from the block-layer tracepoints (needs BPF)
-	Seed         uint64        // for the random orders
+	// spread the blocks round-robin (several drives without RAID-0); each
+	// must name a different file.
+	Paths      []string
+	RW         string // read, write, randread, randwrite, mixed (default read)
+	BlockBytes int64  // default 1 MiB
+	QueueDepth int    // default 32
+	SizeBytes  int64  // per path; default 1 GiB
+	Engine     string // auto (default: io_uring, else pread, and Info says why), uring or pread
+	// Loops is the number of passes over the files (default 1); Duration,
+	// instead, runs passes until it has elapsed. One of them, not both.
+	Loops        int
+	Duration     time.Duration
+	NoFixed      bool   // do not register buffers and files with io_uring
+	TraceBlock   bool   // add device latency from the block-layer tracepoints (needs BPF)
+	Seed         uint64 // for the random orders
 	Progress     func(doneBytes, totalBytes int64, elapsed time.Duration)
-	ProgressTick time.Duration // default 1 s
+	ProgressTick time.Duration // default 1 s; used only with Progress
 }
 
 var nvmeRWs = []string{"read", "write", "randread", "randwrite", "mixed"}
 
-// Validate fills defaults and checks ranges.
-func (o *NVMeOptions) Validate() error {
-	if len(o.Paths) == 0 {
-		return errors.New("bench: nvme: no --path given")
-	}
+// WithDefaults returns o with its zero fields set to the defaults (Loops only
+// when Duration is not set either).
+func (o NVMeOptions) WithDefaults() NVMeOptions {
 	if o.RW == "" {
 		o.RW = "read"
-	}
-	if !slices.Contains(nvmeRWs, o.RW) {
-		return fmt.Errorf("bench: nvme: --rw %q: want one of %s", o.RW, strings.Join(nvmeRWs, ", "))
 	}
 	if o.BlockBytes == 0 {
 		o.BlockBytes = units.MiB
@@ -60,27 +63,57 @@ func (o *NVMeOptions) Validate() error {
 		o.SizeBytes = units.GiB
 	}
 	if o.Engine == "" {
-		o.Engine = nvme.EngineUring
+		o.Engine = nvme.EngineAuto
 	}
-	if o.Loops == 0 {
+	if o.Loops == 0 && o.Duration == 0 {
 		o.Loops = 1
 	}
 	if o.ProgressTick == 0 {
 		o.ProgressTick = time.Second
+	}
+	return o
+}
+
+// Validate checks o as given; it changes nothing (see WithDefaults).
+func (o NVMeOptions) Validate() error {
+	if len(o.Paths) == 0 {
+		return errors.New("bench: nvme: no --path given")
+	}
+	seen := map[string]string{}
+	for _, p := range o.Paths {
+		c := filepath.Clean(p)
+		if first, ok := seen[c]; ok {
+			return fmt.Errorf("bench: nvme: --path %s and --path %s are the same place: give each drive once", first, p)
+		}
+		seen[c] = p
+	}
+	if !slices.Contains(nvmeRWs, o.RW) {
+		return fmt.Errorf("bench: nvme: --rw %q: want one of %s", o.RW, strings.Join(nvmeRWs, ", "))
+	}
+	switch o.Engine {
+	case nvme.EngineAuto, nvme.EngineUring, nvme.EnginePread:
+	default:
+		return fmt.Errorf("bench: nvme: --engine %q: want auto, uring or pread", o.Engine)
 	}
 	switch {
 	case o.BlockBytes < 512 || o.BlockBytes > 64*units.MiB:
 		return fmt.Errorf("bench: nvme: --bs %d: want 512 B .. 64 MiB", o.BlockBytes)
 	case o.QueueDepth < 1 || o.QueueDepth > 1024:
 		return fmt.Errorf("bench: nvme: --qd %d: want 1..1024", o.QueueDepth)
+	case o.SizeBytes < 1:
+		return fmt.Errorf("bench: nvme: --size %d: want > 0", o.SizeBytes)
 	case o.SizeBytes < o.BlockBytes:
 		return fmt.Errorf("bench: nvme: --size %s is smaller than --bs %s", units.FormatBytes(o.SizeBytes), units.FormatSize(o.BlockBytes))
 	case o.SizeBytes%o.BlockBytes != 0:
 		return fmt.Errorf("bench: nvme: --size %s is not a multiple of --bs %s", units.FormatBytes(o.SizeBytes), units.FormatSize(o.BlockBytes))
-	case o.Loops < 1:
-		return fmt.Errorf("bench: nvme: --loops %d: want >= 1", o.Loops)
 	case o.Duration < 0:
-		return fmt.Errorf("bench: nvme: --duration %v: want >= 0", o.Duration)
+		return fmt.Errorf("bench: nvme: --duration %v: want > 0", o.Duration)
+	case o.Duration > 0 && o.Loops != 0:
+		return fmt.Errorf("bench: nvme: --loops %d and --duration %v: give one or the other", o.Loops, o.Duration)
+	case o.Duration == 0 && o.Loops < 1:
+		return fmt.Errorf("bench: nvme: --loops %d: want >= 1", o.Loops)
+	case o.Progress != nil && o.ProgressTick <= 0:
+		return fmt.Errorf("bench: nvme: progress tick %v: want > 0", o.ProgressTick)
 	}
 	return nil
 }
@@ -137,7 +170,8 @@ type benchFile struct {
 	created bool // remove at the end
 }
 
-// RunNVMe runs the workload once and measures it.
+// RunNVMe runs the workload once and measures it. opts must pass Validate
+// (apply WithDefaults to what the user left unset first).
 func RunNVMe(opts NVMeOptions) (NVMeResult, error) {
 	if err := opts.Validate(); err != nil {
 		return NVMeResult{}, err
@@ -158,19 +192,17 @@ func RunNVMe(opts NVMeOptions) (NVMeResult, error) {
 	}
 	defer unmapAligned(mem)
 	fillRandom(mem, opts.Seed+1)
+	var fixedNote string
 	if eng.Info().Engine == nvme.EngineUring && !opts.NoFixed {
-		if err := eng.RegisterBuffers(mem); err != nil {
-			return NVMeResult{}, fmt.Errorf("bench: %w", err)
-		}
-		fs := make([]*nvme.File, len(files))
-		for i, f := range files {
-			fs[i] = f.f
-		}
-		if err := eng.RegisterFiles(fs...); err != nil {
-			return NVMeResult{}, fmt.Errorf("bench: %w", err)
+		if fixedNote, err = registerFixed(eng, files, mem); err != nil {
+			return NVMeResult{}, err
 		}
 	}
-	res := NVMeResult{Engine: eng.Info().Engine, EngineInfo: eng.Info().String(), RW: opts.RW, BlockBytes: opts.BlockBytes,
+	info := eng.Info().String()
+	if fixedNote != "" {
+		info += "; " + fixedNote
+	}
+	res := NVMeResult{Engine: eng.Info().Engine, EngineInfo: info, RW: opts.RW, BlockBytes: opts.BlockBytes,
 		QueueDepth: opts.QueueDepth, SizeBytes: opts.SizeBytes, Paths: opts.Paths}
 	var tracer *blockTracer
 	if opts.TraceBlock {
@@ -201,6 +233,62 @@ func RunNVMe(opts NVMeOptions) (NVMeResult, error) {
 	return res, nil
 }
 
+// registerFixed registers the buffers and files with io_uring. Pinning the
+// buffers needs RLIMIT_MEMLOCK room or CAP_IPC_LOCK; without them
+// (ENOMEM, EPERM) the run goes on with plain buffers and the returned note
+// says so.
+func registerFixed(eng *nvme.Engine, files []benchFile, mem []byte) (note string, err error) {
+	if err := eng.RegisterBuffers(mem); err != nil {
+		if !errors.Is(err, unix.ENOMEM) && !errors.Is(err, unix.EPERM) {
+			return "", fmt.Errorf("bench: %w", err)
+		}
+		note = fmt.Sprintf("fixed buffers off: %s could not be pinned (%v); running with plain buffers",
+			units.FormatBytes(int64(len(mem))), err)
+	}
+	fs := make([]*nvme.File, len(files))
+	for i, f := range files {
+		fs[i] = f.f
+	}
+	if err := eng.RegisterFiles(fs...); err != nil {
+		return "", fmt.Errorf("bench: %w", err)
+	}
+	return note, nil
+}
+
+// SweepTolerance is how far below the best MB/s a sweep setting may be and
+// still be recommended for holding fewer bytes in flight.
+const SweepTolerance = 0.03
+
+// BestNVMeSetting picks the setting a sweep recommends: it finds the highest
+// MB/s first, then, among the results within tolerance of it (MBps >=
+// best × (1 - tolerance)), the one with the fewest bytes in flight (bs × qd),
+// which holds the least pinned memory for the same bandwidth; ties go to the
+// higher MB/s, then to the earlier result. It returns an index into results,
+// or -1 if there are none.
+func BestNVMeSetting(results []NVMeResult, tolerance float64) int {
+	top := -1
+	for i, r := range results {
+		if top < 0 || r.MBps > results[top].MBps {
+			top = i
+		}
+	}
+	if top < 0 {
+		return -1
+	}
+	floor := results[top].MBps * (1 - tolerance)
+	best := top
+	for i, r := range results {
+		if r.MBps < floor {
+			continue
+		}
+		inflight, bestInflight := r.BlockBytes*int64(r.QueueDepth), results[best].BlockBytes*int64(results[best].QueueDepth)
+		if inflight < bestInflight || (inflight == bestInflight && r.MBps > results[best].MBps) {
+			best = i
+		}
+	}
+	return best
+}
+
 // percentile of sorted values, nearest rank.
 func percentile(sorted []float64, q float64) float64 {
 	if len(sorted) == 0 {
@@ -212,24 +300,71 @@ func percentile(sorted []float64, q float64) float64 {
 
 const benchFileName = "strata-bench-nvme.dat"
 
-func openBenchFiles(eng *nvme.Engine, opts NVMeOptions) ([]benchFile, error) {
-	var files []benchFile
-	for _, p := range opts.Paths {
-		name, created := p, false
+// benchTarget is the file a --path names.
+type benchTarget struct {
+	path, name string // as given; the file used
+	created    bool   // a directory was given: the file is temporary
+}
+
+// resolveBenchPaths names the file of each --path and refuses two paths
+// that lead to the same file (the same directory spelled twice, a
+// directory and its bench file, links): blocks would be counted twice.
+func resolveBenchPaths(paths []string) ([]benchTarget, error) {
+	var ts []benchTarget
+	for _, p := range paths {
+		t := benchTarget{path: p, name: p}
 		st, err := os.Stat(p)
 		switch {
 		case err == nil && st.IsDir():
-			name = filepath.Join(p, benchFileName)
-			created = true
+			t.name, t.created = filepath.Join(p, benchFileName), true
 		case err == nil && !st.Mode().IsRegular():
-			return files, fmt.Errorf("bench: nvme: --path %s is neither a directory nor a regular file", p)
+			return nil, fmt.Errorf("bench: nvme: --path %s is neither a directory nor a regular file", p)
 		case os.IsNotExist(err):
 			if _, derr := os.Stat(filepath.Dir(p)); derr != nil {
-				return files, fmt.Errorf("bench: nvme: --path %s: neither it nor its directory exists", p)
+				return nil, fmt.Errorf("bench: nvme: --path %s: neither it nor its directory exists", p)
 			}
 		case err != nil:
-			return files, fmt.Errorf("bench: nvme: --path %s: %w", p, err)
+			return nil, fmt.Errorf("bench: nvme: --path %s: %w", p, err)
 		}
+		for _, u := range ts {
+			if sameFile(u.name, t.name) {
+				return nil, fmt.Errorf("bench: nvme: --path %s and --path %s both lead to %s: give each drive once",
+					u.path, p, filepath.Clean(t.name))
+			}
+		}
+		ts = append(ts, t)
+	}
+	return ts, nil
+}
+
+// sameFile says whether two names are one file: the same cleaned name, or
+// the same inode (links, bind mounts), or files yet to be created in the
+// same directory under the same name.
+func sameFile(a, b string) bool {
+	if filepath.Clean(a) == filepath.Clean(b) {
+		return true
+	}
+	sa, ea := os.Stat(a)
+	sb, eb := os.Stat(b)
+	if ea == nil && eb == nil {
+		return os.SameFile(sa, sb)
+	}
+	if ea != nil && eb != nil && filepath.Base(a) == filepath.Base(b) {
+		da, e1 := os.Stat(filepath.Dir(a))
+		db, e2 := os.Stat(filepath.Dir(b))
+		return e1 == nil && e2 == nil && os.SameFile(da, db)
+	}
+	return false
+}
+
+func openBenchFiles(eng *nvme.Engine, opts NVMeOptions) ([]benchFile, error) {
+	targets, err := resolveBenchPaths(opts.Paths)
+	if err != nil {
+		return nil, err
+	}
+	var files []benchFile
+	for _, t := range targets {
+		name, created := t.name, t.created
 		var have int64
 		if st, err := os.Stat(name); err == nil {
 			have = st.Size()
@@ -354,6 +489,10 @@ func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptio
 	if opts.Duration > 0 {
 		loops = 1 << 30
 	}
+	expected := total * int64(loops) * opts.BlockBytes
+	if opts.Duration > 0 {
+		expected = 0 // unknown
+	}
 	var deadline time.Time
 	// assign points r at block number next of the current pass; false when
 	// the workload has no more blocks to issue.
@@ -387,7 +526,6 @@ func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptio
 		next++
 		return true
 	}
-	expected := total * int64(loops) * opts.BlockBytes
 	m.latUs = make([]float64, 0, min(total*int64(loops), 1<<22))
 	// Each completion reissues its own request from the completion
 	// callback (a slot is always free: exactly QueueDepth requests exist),
@@ -459,24 +597,22 @@ func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptio
 	if err := eng.Submit(batch...); err != nil {
 		return m, fmt.Errorf("bench: %w", err)
 	}
-	tick := time.NewTicker(opts.ProgressTick)
-	defer tick.Stop()
+	var tick <-chan time.Time
+	if opts.Progress != nil {
+		t := time.NewTicker(opts.ProgressTick)
+		defer t.Stop()
+		tick = t.C
+	}
 wait:
 	for {
 		select {
 		case <-finished:
 			break wait
-		case now := <-tick.C:
-			if opts.Progress != nil {
-				mu.Lock()
-				done := m.bytes
-				mu.Unlock()
-				exp := expected
-				if opts.Duration > 0 {
-					exp = 0
-				}
-				opts.Progress(done, exp, now.Sub(start))
-			}
+		case now := <-tick:
+			mu.Lock()
+			done := m.bytes
+			mu.Unlock()
+			opts.Progress(done, expected, now.Sub(start))
 		}
 	}
 	m.elapsed = time.Since(start)

@@ -25,13 +25,13 @@ func benchNVMeCommand() *cli.Command {
 			"--sweep runs block sizes x queue depths and prints the best setting as the \"aio\" block of the config.\n" +
 			"Compare with fio side by side: bench/nvme-vs-fio.sh.",
 		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "path", Usage: "file or directory on the drive to test (repeatable: several drives)", Required: true},
-			&cli.StringFlag{Name: "rw", Value: "read", Usage: "read, write, randread, randwrite or mixed (concurrent reads and writes)"},
-			&cli.StringFlag{Name: "bs", Value: "1M", Usage: "block size (binary suffixes: 128K, 1M)"},
-			&cli.IntFlag{Name: "qd", Value: 32, Usage: "requests in flight"},
-			&cli.StringFlag{Name: "size", Value: "1G", Usage: "bytes per path"},
-			&cli.StringFlag{Name: "engine", Value: "uring", Usage: "uring, pread, or auto (io_uring, else pread)"},
-			&cli.IntFlag{Name: "loops", Value: 1, Usage: "passes over the file"},
+			&cli.StringSliceFlag{Name: "path", Usage: "file or directory on the drive to test (repeatable: several drives, each once)", Required: true},
+			&cli.StringFlag{Name: "rw", Usage: "read, write, randread, randwrite or mixed (concurrent reads and writes)", DefaultText: nvmeDefaults.RW},
+			&cli.StringFlag{Name: "bs", Usage: "block size (binary suffixes: 128K, 1M)", DefaultText: units.FormatSize(nvmeDefaults.BlockBytes)},
+			&cli.IntFlag{Name: "qd", Usage: "requests in flight", DefaultText: strconv.Itoa(nvmeDefaults.QueueDepth)},
+			&cli.StringFlag{Name: "size", Usage: "bytes per path", DefaultText: units.FormatSize(nvmeDefaults.SizeBytes)},
+			&cli.StringFlag{Name: "engine", Usage: "auto (io_uring, else pread workers, and says why), uring or pread", DefaultText: nvmeDefaults.Engine},
+			&cli.IntFlag{Name: "loops", Usage: "passes over the file (not with --duration)", DefaultText: strconv.Itoa(nvmeDefaults.Loops)},
 			&cli.DurationFlag{Name: "duration", Usage: "run passes until this much time has elapsed (instead of --loops)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per run"},
 			&cli.BoolFlag{Name: "sweep", Usage: "run every --sweep-bs x --sweep-qd and print the best as the aio config block"},
@@ -45,19 +45,55 @@ func benchNVMeCommand() *cli.Command {
 	}
 }
 
+// nvmeDefaults are the library's defaults, shown in --help and applied to
+// the flags that were not given.
+var nvmeDefaults = bench.NVMeOptions{}.WithDefaults()
+
+// nvmeOptions turns the flags into options: the defaults for the flags that
+// were not given, the values of those that were (an explicit 0 stays 0, and
+// Validate refuses it).
+func nvmeOptions(c *cli.Context) (bench.NVMeOptions, error) {
+	o := bench.NVMeOptions{Paths: c.StringSlice("path"), Duration: c.Duration("duration"),
+		NoFixed: c.Bool("no-fixed"), TraceBlock: c.Bool("trace-block")}
+	if c.IsSet("duration") && o.Duration <= 0 {
+		return o, usagef("--duration %v: want > 0", o.Duration)
+	}
+	o = o.WithDefaults()
+	if c.IsSet("rw") {
+		o.RW = c.String("rw")
+	}
+	if c.IsSet("engine") {
+		o.Engine = c.String("engine")
+	}
+	if c.IsSet("qd") {
+		o.QueueDepth = c.Int("qd")
+	}
+	if c.IsSet("loops") {
+		o.Loops = c.Int("loops")
+	}
+	for _, f := range []struct {
+		name string
+		dst  *int64
+	}{{"bs", &o.BlockBytes}, {"size", &o.SizeBytes}} {
+		if !c.IsSet(f.name) {
+			continue
+		}
+		v, err := units.ParseBytes(c.String(f.name))
+		if err != nil {
+			return o, usagef("--%s: %v", f.name, err)
+		}
+		*f.dst = v
+	}
+	if err := o.Validate(); err != nil {
+		return o, usagef("%v", err)
+	}
+	return o, nil
+}
+
 func runBenchNVMe(c *cli.Context) error {
-	bs, err := units.ParseBytes(c.String("bs"))
+	opts, err := nvmeOptions(c)
 	if err != nil {
-		return usagef("--bs: %v", err)
-	}
-	size, err := units.ParseBytes(c.String("size"))
-	if err != nil {
-		return usagef("--size: %v", err)
-	}
-	opts := bench.NVMeOptions{
-		Paths: c.StringSlice("path"), RW: c.String("rw"), BlockBytes: bs, QueueDepth: c.Int("qd"), SizeBytes: size,
-		Engine: c.String("engine"), Loops: c.Int("loops"), Duration: c.Duration("duration"),
-		NoFixed: c.Bool("no-fixed"), TraceBlock: c.Bool("trace-block"),
+		return err
 	}
 	out, errOut := c.App.Writer, c.App.ErrWriter
 	if !c.Bool("quiet") {
@@ -89,9 +125,6 @@ func runBenchNVMe(c *cli.Context) error {
 		return r, nil
 	}
 	if !c.Bool("sweep") {
-		if err := opts.Validate(); err != nil {
-			return usagef("%v", err)
-		}
 		r, err := run(opts)
 		if err != nil {
 			return err
@@ -144,28 +177,38 @@ func sweepNVMe(c *cli.Context, base bench.NVMeOptions, run func(bench.NVMeOption
 	if err != nil {
 		return usagef("--sweep-qd: %v", err)
 	}
+	setting := func(bs, qd int64) bench.NVMeOptions {
+		o := base
+		o.BlockBytes, o.QueueDepth = bs, int(qd)
+		if bs > 0 && o.SizeBytes%bs != 0 {
+			o.SizeBytes = (o.SizeBytes/bs + 1) * bs
+		}
+		return o
+	}
+	// Refuse a bad setting before the first run, not after an hour.
+	for _, bs := range bss {
+		for _, qd := range qds {
+			if err := setting(bs, qd).Validate(); err != nil {
+				return usagef("--sweep: %v", err)
+			}
+		}
+	}
 	table := make([][]float64, len(bss))
-	var best bench.NVMeResult
+	var results []bench.NVMeResult
 	for i, bs := range bss {
 		table[i] = make([]float64, len(qds))
 		for j, qd := range qds {
-			o := base
-			o.BlockBytes, o.QueueDepth = bs, int(qd)
-			if o.SizeBytes%bs != 0 {
-				o.SizeBytes = (o.SizeBytes/bs + 1) * bs
-			}
-			r, err := run(o)
+			r, err := run(setting(bs, qd))
 			if err != nil {
 				return err
 			}
 			table[i][j] = r.MBps
-			// Prefer the smallest setting within 3% of the best: it
-			// holds less memory in flight for the same bandwidth.
-			if best.MBps == 0 || r.MBps > best.MBps*1.03 {
-				best = r
-			}
+			results = append(results, r)
 		}
 	}
+	// Within 3 % of the best, the setting with the fewest bytes in flight:
+	// it holds less pinned memory for the same bandwidth.
+	best := results[bench.BestNVMeSetting(results, bench.SweepTolerance)]
 	fmt.Fprintf(out, "strata bench nvme --sweep: %s MB/s (1 MB = 10^6 B), --rw %s --size %s --engine %s\n",
 		"rows --bs, columns --qd,", base.RW, units.FormatSize(base.SizeBytes), base.Engine)
 	fmt.Fprintf(out, "%8s", "bs \\ qd")
@@ -180,7 +223,8 @@ func sweepNVMe(c *cli.Context, base bench.NVMeOptions, run func(bench.NVMeOption
 		}
 		fmt.Fprintln(out)
 	}
-	fmt.Fprintf(out, "best: --bs %s --qd %d: %.0f MB/s; for the config:\n", units.FormatSize(best.BlockBytes), best.QueueDepth, best.MBps)
+	fmt.Fprintf(out, "best: --bs %s --qd %d: %.0f MB/s (the fewest bytes in flight within %.0f %% of the highest); for the config:\n",
+		units.FormatSize(best.BlockBytes), best.QueueDepth, best.MBps, 100*bench.SweepTolerance)
 	aio := map[string]any{"aio": map[string]any{"block_size": best.BlockBytes, "queue_depth": best.QueueDepth,
 		"thread_count": 1, "single_submit": false, "overlap_events": true}}
 	b, _ := json.MarshalIndent(aio, "", "  ")
