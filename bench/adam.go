@@ -15,7 +15,7 @@ import (
 // parameters, timed Rounds times, alternating with the r4w3 roofline
 // (the memory anchor) on the same arrays and threads when Roofline is set.
 type AdamOptions struct {
-	Params   int         // parameters per step; default 100M
+	Params   int         // parameters per step; default 100M (see WithDefaults)
 	Threads  int         // kernel threads; default 1
 	GradBF16 bool        // bf16 gradients instead of fp32
 	BF16Out  bool        // also write the new params as bf16
@@ -27,8 +27,10 @@ type AdamOptions struct {
 	Progress func(round, rounds int, elapsed time.Duration)
 }
 
-// Validate fills defaults and checks ranges.
-func (o *AdamOptions) Validate() error {
+// WithDefaults returns o with its zero fields set to the defaults. Callers
+// apply it only to what the user left unset (cmd uses the flags it was
+// given), so that an explicit 0 reaches Validate and is refused.
+func (o AdamOptions) WithDefaults() AdamOptions {
 	if o.Params == 0 {
 		o.Params = 100_000_000
 	}
@@ -38,11 +40,18 @@ func (o *AdamOptions) Validate() error {
 	if o.Rounds == 0 {
 		o.Rounds = 7
 	}
+	return o
+}
+
+// Validate checks o as given; it changes nothing (see WithDefaults).
+func (o AdamOptions) Validate() error {
 	switch {
 	case o.Params < 1 || o.Params > 1<<34:
-		return fmt.Errorf("bench: adam: --params %d out of range", o.Params)
+		return fmt.Errorf("bench: adam: --params %d: want 1 .. %d", o.Params, int64(1)<<34)
+	case o.Threads < 1 || o.Threads > 1024:
+		return fmt.Errorf("bench: adam: --threads %d: want 1 .. 1024", o.Threads)
 	case o.Rounds < 1:
-		return fmt.Errorf("bench: adam: rounds %d must be >= 1", o.Rounds)
+		return fmt.Errorf("bench: adam: --rounds %d: want >= 1", o.Rounds)
 	case !o.ISA.Supported():
 		return fmt.Errorf("bench: adam: --isa %v not supported by this CPU or build (best: %v)", o.ISA, cpuadam.Best())
 	}
@@ -52,7 +61,7 @@ func (o *AdamOptions) Validate() error {
 // BytesPerParam is the memory traffic one step moves per parameter, as
 // counted by the bench: read param, m, v (12) and the gradient (4 fp32 or
 // 2 bf16), write param, m, v (12), plus 2 for the bf16 output.
-func (o *AdamOptions) BytesPerParam() int {
+func (o AdamOptions) BytesPerParam() int {
 	b := 12 + 12 + 4
 	if o.GradBF16 {
 		b -= 2
@@ -84,7 +93,8 @@ type AdamResult struct {
 	Ratio            float64 `json:"ratio_to_roofline"` // GBps / RooflineGBps
 }
 
-// RunAdam allocates the state (param, grad, m, v and the bf16 output),
+// RunAdam (o must pass Validate: apply WithDefaults to what the user left
+// unset first) allocates the state (param, grad, m, v and the bf16 output),
 // runs one untimed step to fault the pages in, then Rounds timed steps,
 // each followed by one r4w3 pass over the same param, grad (fp32), m and v
 // when Roofline is set, and reports medians.

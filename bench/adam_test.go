@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/internal/leaktest"
 )
 
 func TestRunAdamSmall(t *testing.T) {
@@ -11,7 +13,7 @@ func TestRunAdamSmall(t *testing.T) {
 		{Params: 10_000, Rounds: 3, Roofline: true},
 		{Params: 999, Rounds: 2, GradBF16: true, BF16Out: true, Threads: 2, ISA: cpuadam.ISAGo},
 	} {
-		res, err := RunAdam(o)
+		res, err := RunAdam(o.WithDefaults())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,7 +28,46 @@ func TestRunAdamSmall(t *testing.T) {
 			t.Fatalf("%+v: figures missing: %+v", o, res)
 		}
 	}
-	if _, err := RunAdam(AdamOptions{Params: -1}); err == nil {
+	if _, err := RunAdam(AdamOptions{Params: -1}.WithDefaults()); err == nil {
 		t.Fatal("negative params accepted")
+	}
+}
+
+// TestAdamOptionsExplicitZeros: WithDefaults fills only zero fields, and an
+// explicit 0 or negative value that reaches Validate (or RunAdam) is
+// refused instead of silently becoming the default.
+func TestAdamOptionsExplicitZeros(t *testing.T) {
+	leaktest.Check(t)
+	def := AdamOptions{}.WithDefaults()
+	if def.Params != 100_000_000 || def.Threads != 1 || def.Rounds != 7 {
+		t.Fatalf("defaults %+v", def)
+	}
+	if got := (AdamOptions{Params: 5, Threads: 3, Rounds: 2}).WithDefaults(); got.Params != 5 || got.Threads != 3 || got.Rounds != 2 {
+		t.Fatalf("WithDefaults changed set fields: %+v", got)
+	}
+	cases := []struct {
+		edit func(*AdamOptions)
+		want string
+	}{
+		{func(o *AdamOptions) { o.Params = 0 }, "--params 0"},
+		{func(o *AdamOptions) { o.Params = -5 }, "--params -5"},
+		{func(o *AdamOptions) { o.Threads = 0 }, "--threads 0"},
+		{func(o *AdamOptions) { o.Threads = -1 }, "--threads -1"},
+		{func(o *AdamOptions) { o.Threads = 1025 }, "--threads 1025"},
+		{func(o *AdamOptions) { o.Rounds = 0 }, "--rounds 0"},
+	}
+	for _, c := range cases {
+		o := def
+		c.edit(&o)
+		before := o
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want an error containing %q", o, err, c.want)
+		}
+		if o.Params != before.Params || o.Threads != before.Threads || o.Rounds != before.Rounds {
+			t.Errorf("Validate changed the options: %+v -> %+v", before, o)
+		}
+		if _, err := RunAdam(o); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("RunAdam(%+v): got %v, want an error containing %q", o, err, c.want)
+		}
 	}
 }

@@ -3,12 +3,17 @@ package cmd
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/strata-ai/strata/bench"
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/urfave/cli/v2"
 )
+
+// adamDefaults are the library's defaults, shown in --help and applied to
+// the flags that were not given.
+var adamDefaults = bench.AdamOptions{}.WithDefaults()
 
 // benchAdamCommand is `strata bench adam`: the CPU AdamW kernel against the
 // machine's memory bandwidth.
@@ -21,13 +26,13 @@ func benchAdamCommand() *cli.Command {
 			"step alternates with one r4w3 pass (read 4 fp32 streams, write 3: ../shared/tools/membw.c's\n" +
 			"pattern) over the same arrays and threads, and the ratio of the medians is printed.",
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "params", Value: 100_000_000, Usage: "parameters per step"},
-			&cli.IntFlag{Name: "threads", Value: 1, Usage: "kernel threads"},
+			&cli.IntFlag{Name: "params", Usage: "parameters per step", DefaultText: strconv.Itoa(adamDefaults.Params)},
+			&cli.IntFlag{Name: "threads", Usage: "kernel threads", DefaultText: strconv.Itoa(adamDefaults.Threads)},
 			&cli.StringFlag{Name: "grad", Value: "fp32", Usage: "gradient dtype: fp32 or bf16"},
 			&cli.BoolFlag{Name: "bf16-out", Usage: "also write the new params as bf16 (fused)"},
 			&cli.StringFlag{Name: "isa", Value: "auto", Usage: "kernels: auto, avx512, avx2 or go"},
 			&cli.BoolFlag{Name: "roofline", Value: true, Usage: "measure the r4w3 memory bandwidth in the same run"},
-			&cli.IntFlag{Name: "rounds", Value: 7, Usage: "timed steps (medians are reported)"},
+			&cli.IntFlag{Name: "rounds", Usage: "timed steps (medians are reported)", DefaultText: strconv.Itoa(adamDefaults.Rounds)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 		},
 		Action: func(c *cli.Context) error {
@@ -35,9 +40,17 @@ func benchAdamCommand() *cli.Command {
 			if err != nil {
 				return usagef("%v", err)
 			}
-			o := bench.AdamOptions{
-				Params: c.Int("params"), Threads: c.Int("threads"), BF16Out: c.Bool("bf16-out"),
-				ISA: isa, Roofline: c.Bool("roofline"), Rounds: c.Int("rounds"),
+			// Defaults only for the flags not given: an explicit 0 is
+			// refused by Validate, not replaced.
+			o := bench.AdamOptions{BF16Out: c.Bool("bf16-out"), ISA: isa, Roofline: c.Bool("roofline")}.WithDefaults()
+			if c.IsSet("params") {
+				o.Params = c.Int("params")
+			}
+			if c.IsSet("threads") {
+				o.Threads = c.Int("threads")
+			}
+			if c.IsSet("rounds") {
+				o.Rounds = c.Int("rounds")
 			}
 			switch c.String("grad") {
 			case "fp32":
@@ -45,6 +58,9 @@ func benchAdamCommand() *cli.Command {
 				o.GradBF16 = true
 			default:
 				return usagef("--grad %q: want fp32 or bf16", c.String("grad"))
+			}
+			if err := o.Validate(); err != nil {
+				return usagef("%v", err)
 			}
 			stderr := c.App.ErrWriter
 			o.Progress = func(round, rounds int, elapsed time.Duration) {
