@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/leaktest"
 )
 
 func allISAs(t testing.TB) []ISA { return append(vectorISAs(t), ISAGo) }
@@ -192,4 +193,30 @@ func FuzzKernels(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCloseStopsWorkers: Close stops every worker goroutine of the
+// optimizers, whatever their thread count and ISA, and twice is harmless.
+func TestCloseStopsWorkers(t *testing.T) {
+	leaktest.Check(t)
+	for _, isa := range allISAs(t) {
+		for _, threads := range []int{1, 2, 5} {
+			o, err := New(Options{Threads: threads, ISA: isa, MinTileLen: 16})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := 1000
+			param, grad, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+			for i := range grad {
+				grad[i] = float32(i%7) - 3
+			}
+			o.StepF32(Params{LR: 1e-3, Beta1: .9, Beta2: .999, Eps: 1e-8, Step: 1, GradScale: 1}, param, grad, m, v, nil)
+			if err := o.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := o.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }
