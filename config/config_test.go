@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -31,21 +32,23 @@ func TestBadConfigs(t *testing.T) {
 	cases := map[string]string{
 		"bad_syntax_trailing_comma.json": `config: bad_syntax_trailing_comma.json:3:36: malformed JSON: invalid character '}' looking for beginning of object key string`,
 		"bad_syntax_eof.json":            `config: bad_syntax_eof.json:3:36: malformed JSON: unexpected end of input (a missing } or ]?)`,
-		"bad_misspelled_key.json":        `config: bad_misspelled_key.json:3:3: unknown key "train_micro_batch_size_per_gp"; did you mean "train_micro_batch_size_per_gpu"?`,
-		"bad_nested_typo.json":           `config: bad_nested_typo.json:5:27: unknown key "zero_optimization.offload_optimizer.devise"; did you mean "zero_optimization.offload_optimizer.device"?`,
-		"bad_misplaced_key.json":         `config: bad_misplaced_key.json:3:3: unknown key "stage"; did you mean "zero_optimization.stage"?`,
-		"bad_stage.json":                 `config: bad_stage.json:3:34: zero_optimization.stage: 4 is not 0, 1, 2 or 3`,
-		"bad_batch_arithmetic.json":      `config: bad_batch_arithmetic.json:2:3: train_batch_size 16 != train_micro_batch_size_per_gpu 2 × gradient_accumulation_steps 4 × devices 1 = 8`,
-		"bad_batch_not_divisible.json":   `config: bad_batch_not_divisible.json:2:3: train_batch_size 12 is not a multiple of train_micro_batch_size_per_gpu 8 × devices 1 = 8, so gradient_accumulation_steps cannot be derived`,
-		"bad_type.json":                  `config: bad_type.json:3:24: gradient_clipping: want a number, got string "1.0"`,
-		"bad_fp16.json":                  `config: bad_fp16.json:3:12: fp16.enabled: true is not supported: Strata trains in bf16; set "fp16": {"enabled": false} and "bf16": {"enabled": true}`,
-		"bad_offload_param_stage2.json":  `config: bad_offload_param_stage2.json:5:23: zero_optimization.offload_param.device: "cpu" needs stage 3 (parameters are sharded only at stage 3), but stage is 2`,
-		"bad_nvme_without_path.json":     `config: bad_nvme_without_path.json:5:27: zero_optimization.offload_optimizer.device: "nvme" needs nvme_path (a directory on the NVMe drive, or a list of them)`,
-		"bad_auto_lr.json":               `config: bad_auto_lr.json:3:51: optimizer.params.lr: "auto" is filled in by the Hugging Face Trainer, which Strata does not use: write a value`,
-		"bad_duplicate_key.json":         `config: bad_duplicate_key.json:4:3: duplicate key "zero_optimization" (first at line 3)`,
-		"bad_unknown_model.json":         `config: bad_unknown_model.json:3:23: strata.model: model: unknown shape "gpt3" (known: ` + strings.Join(model.Names(), ", ") + `)`,
-		"bad_optimizer_type.json":        `config: bad_optimizer_type.json:3:25: optimizer.type: "Lamb" is not supported: Strata implements "Adam" and "AdamW"`,
-		"bad_device_name.json":           `config: bad_device_name.json:3:65: zero_optimization.offload_param.device: "nvm" is not "none", "cpu" or "nvme"; did you mean "nvme"?`,
+		// A UTF-8 byte order mark is skipped; columns count from after it.
+		"bad_bom_trailing_comma.json":   `config: bad_bom_trailing_comma.json:1:38: malformed JSON: invalid character '}' looking for beginning of object key string`,
+		"bad_misspelled_key.json":       `config: bad_misspelled_key.json:3:3: unknown key "train_micro_batch_size_per_gp"; did you mean "train_micro_batch_size_per_gpu"?`,
+		"bad_nested_typo.json":          `config: bad_nested_typo.json:5:27: unknown key "zero_optimization.offload_optimizer.devise"; did you mean "zero_optimization.offload_optimizer.device"?`,
+		"bad_misplaced_key.json":        `config: bad_misplaced_key.json:3:3: unknown key "stage"; did you mean "zero_optimization.stage"?`,
+		"bad_stage.json":                `config: bad_stage.json:3:34: zero_optimization.stage: 4 is not 0, 1, 2 or 3`,
+		"bad_batch_arithmetic.json":     `config: bad_batch_arithmetic.json:2:3: train_batch_size 16 != train_micro_batch_size_per_gpu 2 × gradient_accumulation_steps 4 × devices 1 = 8`,
+		"bad_batch_not_divisible.json":  `config: bad_batch_not_divisible.json:2:3: train_batch_size 12 is not a multiple of train_micro_batch_size_per_gpu 8 × devices 1 = 8, so gradient_accumulation_steps cannot be derived`,
+		"bad_type.json":                 `config: bad_type.json:3:24: gradient_clipping: want a number, got string "1.0"`,
+		"bad_fp16.json":                 `config: bad_fp16.json:3:12: fp16.enabled: true is not supported: Strata trains in bf16; set "fp16": {"enabled": false} and "bf16": {"enabled": true}`,
+		"bad_offload_param_stage2.json": `config: bad_offload_param_stage2.json:5:23: zero_optimization.offload_param.device: "cpu" needs stage 3 (parameters are sharded only at stage 3), but stage is 2`,
+		"bad_nvme_without_path.json":    `config: bad_nvme_without_path.json:5:27: zero_optimization.offload_optimizer.device: "nvme" needs nvme_path (a directory on the NVMe drive, or a list of them)`,
+		"bad_auto_lr.json":              `config: bad_auto_lr.json:3:51: optimizer.params.lr: "auto" is filled in by the Hugging Face Trainer, which Strata does not use: write a value`,
+		"bad_duplicate_key.json":        `config: bad_duplicate_key.json:4:3: duplicate key "zero_optimization" (first at line 3)`,
+		"bad_unknown_model.json":        `config: bad_unknown_model.json:3:23: strata.model: model: unknown shape "gpt3" (known: ` + strings.Join(model.Names(), ", ") + `)`,
+		"bad_optimizer_type.json":       `config: bad_optimizer_type.json:3:25: optimizer.type: "Lamb" is not supported: Strata implements "Adam" and "AdamW"`,
+		"bad_device_name.json":          `config: bad_device_name.json:3:65: zero_optimization.offload_param.device: "nvm" is not "none", "cpu" or "nvme"; did you mean "nvme"?`,
 		"bad_several.json": `4 problems:
 config: bad_several.json:2:37: train_micro_batch_size_per_gpu: 0 must be at least 1
 config: bad_several.json:3:59: optimizer.params.betas[1]: 1.5 is not in [0, 1)
@@ -90,6 +93,20 @@ func TestGoodConfigs(t *testing.T) {
 		want := []string{"bf16 is not set: Strata trains in bf16 mixed precision (DeepSpeed would train in fp32)"}
 		if !reflect.DeepEqual(c.Ignored(), want) {
 			t.Errorf("notices %q, want %q", c.Ignored(), want)
+		}
+	})
+	t.Run("bom", func(t *testing.T) {
+		// Saved by an editor that writes a UTF-8 byte order mark.
+		c, err := load(t, "good_bom_minimal.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := load(t, "good_minimal.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(c.JSON(), plain.JSON()) {
+			t.Errorf("with a BOM:\n%s\nwithout:\n%s", c.JSON(), plain.JSON())
 		}
 	})
 	t.Run("tiny_stage3", func(t *testing.T) {

@@ -1,16 +1,24 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 )
 
+// utf8BOM is the byte order mark some editors write at the start of UTF-8
+// files; JSON (RFC 8259) lets a parser ignore it.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
+
 // Parse reads a DeepSpeed-style JSON config. file names the source in
 // messages ("" for none). Every problem is reported with its line, column
-// and JSON path; when there are several, the error is an Errors.
+// and JSON path; when there are several, the error is an Errors. A leading
+// UTF-8 byte order mark is skipped (it is invisible in editors, so columns
+// count from after it).
 func Parse(data []byte, file string, opts Options) (*Config, error) {
+	data = bytes.TrimPrefix(data, utf8BOM)
 	root, err := parseTree(data, file)
 	if err != nil {
 		return nil, err
