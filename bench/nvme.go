@@ -320,9 +320,10 @@ func resolveBenchPaths(paths []string) ([]benchTarget, error) {
 		case err == nil && !st.Mode().IsRegular():
 			return nil, fmt.Errorf("bench: nvme: --path %s is neither a directory nor a regular file", p)
 		case os.IsNotExist(err):
-			if _, derr := os.Stat(filepath.Dir(p)); derr != nil {
-				return nil, fmt.Errorf("bench: nvme: --path %s: neither it nor its directory exists", p)
-			}
+			// Never create a file at a mistyped path: it would measure
+			// whatever drive holds the parent directory.
+			return nil, fmt.Errorf("bench: nvme: --path %s does not exist: give a directory on the drive to test "+
+				"(a temporary file is created there and removed) or an existing file", p)
 		case err != nil:
 			return nil, fmt.Errorf("bench: nvme: --path %s: %w", p, err)
 		}

@@ -71,7 +71,7 @@ func TestRunNVMeBadInput(t *testing.T) {
 		o    NVMeOptions
 		want string
 	}{
-		{NVMeOptions{Paths: []string{"/does/not/exist/f"}, SizeBytes: 1 << 20}, "neither it nor its directory exists"},
+		{NVMeOptions{Paths: []string{"/does/not/exist/f"}, SizeBytes: 1 << 20}, "does not exist"},
 		{NVMeOptions{Paths: []string{d}, BlockBytes: 1000, SizeBytes: 1000 * 1024}, "not a multiple of the I/O alignment"},
 		{NVMeOptions{Paths: []string{d}, SizeBytes: 1 << 50}, "free"},
 		{NVMeOptions{Paths: []string{d}, RW: "readwrite"}, "--rw"},
@@ -166,15 +166,20 @@ func TestRunNVMeSameFileTwice(t *testing.T) {
 	if err := os.Symlink(d, link); err != nil {
 		t.Fatal(err)
 	}
-	for _, paths := range [][]string{
-		{d, filepath.Join(d, benchFileName)},
-		{d, link},
-		{link + "/", d},
+	for _, c := range []struct {
+		paths []string
+		want  string
+	}{
+		// The bench file of d does not exist yet: a path that does not exist is refused first.
+		{[]string{d, filepath.Join(d, benchFileName)}, "does not exist"},
+		{[]string{d, link}, "give each drive once"},
+		{[]string{link + "/", d}, "give each drive once"},
 	} {
+		paths := c.paths
 		o := NVMeOptions{Paths: paths, BlockBytes: 64 << 10, QueueDepth: 2, SizeBytes: 1 << 20}.WithDefaults()
 		_, err := RunNVMe(o)
-		if err == nil || !strings.Contains(err.Error(), "give each drive once") {
-			t.Errorf("%v: got %v, want a refusal", paths, err)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want a refusal containing %q", paths, err, c.want)
 		}
 		if _, err := os.Stat(filepath.Join(d, benchFileName)); !errors.Is(err, os.ErrNotExist) {
 			t.Fatalf("%v: a refused run left its file: %v", paths, err)

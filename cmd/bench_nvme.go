@@ -21,7 +21,7 @@ func benchNVMeCommand() *cli.Command {
 		Usage: "measure NVMe throughput and latency through Strata's engine (io_uring or pread, O_DIRECT)",
 		Description: "Reads or writes --size bytes per --path in --bs blocks with --qd requests in flight and prints\n" +
 			"MB/s (1 MB = 10^6 B), IOPS, completion latency p50/p99/p99.9 and CPU seconds per GB.\n" +
-			"A directory --path gets a temporary file; a file --path is used and kept (a read run writes it once first).\n" +
+			"A directory --path gets a temporary file; an existing file --path is used and kept; a path that does not exist is refused (a read run writes it once first).\n" +
 			"--sweep runs block sizes x queue depths and prints the best setting as the \"aio\" block of the config.\n" +
 			"Compare with fio side by side: bench/nvme-vs-fio.sh.",
 		Flags: []cli.Flag{

@@ -103,3 +103,35 @@ func TestUsageErrorExitCode(t *testing.T) {
 		t.Fatal("usage errors must exit 2")
 	}
 }
+
+func TestBenchNVMeBadInput(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		args []string
+		want string // a piece of the message
+		code int    // exit status through exitCoder; 0 means "any failure"
+	}{
+		{[]string{"bench", "nvme", "--path", dir, "--bs", "0"}, "bs", 2},
+		{[]string{"bench", "nvme", "--path", dir, "--qd", "-1"}, "qd", 2},
+		{[]string{"bench", "nvme", "--path", dir, "--loops", "3", "--duration", "1s"}, "duration", 2},
+		{[]string{"bench", "nvme", "--path", dir + "/does-not-exist", "--size", "1M"}, "does not exist", 0},
+		{[]string{"bench", "nvme", "--path", "/dev/shm", "--size", "1M"}, "O_DIRECT", 0},
+		{[]string{"bench", "nvme", "--path", dir, "--bs", "1000", "--size", "1000000"}, "alignment", 0},
+		{[]string{"bench", "nvme", "--path", dir, "--size", "100000G"}, "free", 0},
+		{[]string{"bench", "adam", "--params", "0"}, "params", 2},
+	}
+	for _, c := range cases {
+		_, _, err := run(t, c.args...)
+		if err == nil {
+			t.Errorf("%v succeeded", c.args)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: error %q does not mention %q", c.args, err, c.want)
+		}
+		var ec exitCoder
+		if c.code != 0 && (!errors.As(err, &ec) || ec.ExitCode() != c.code) {
+			t.Errorf("%v: error %q is not exit status %d", c.args, err, c.code)
+		}
+	}
+}
