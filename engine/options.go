@@ -46,7 +46,9 @@ type Options struct {
 	// state, activations and workspace, at most the rank's param shards.
 	TierHBMBytes int64
 	// PrefetchSlack is how early every planned transfer aims to land
-	// before the access that needs it; 0 = 2 ms.
+	// before the access that needs it; 0 = 20 ms: the planner's driver is
+	// a goroutine woken by a timer, and while compute goroutines hold every
+	// P the Go scheduler may run it up to a preemption quantum (10 ms) late.
 	PrefetchSlack time.Duration
 	// LinkBandwidth is the bandwidth of each link the planner plans with,
 	// in bytes/s; zero entries take DefaultLinkBandwidth.
@@ -76,7 +78,7 @@ func (o Options) withDefaults() Options {
 		o.MaxLiveChunks = 2
 	}
 	if o.PrefetchSlack == 0 {
-		o.PrefetchSlack = 2 * time.Millisecond
+		o.PrefetchSlack = 20 * time.Millisecond
 	}
 	for l, bw := range o.LinkBandwidth {
 		if bw == 0 {

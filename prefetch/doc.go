@@ -35,6 +35,13 @@
 // go up to HBM right away instead of just before the next forward, which
 // makes them immune to a late wake-up of the driver and to compute faster
 // than the trace measured (Options.DisableEager restores ALAP everywhere).
+// Into a pool the trace does overflow, a transfer is still issued early
+// when it takes only free room that no access before its own needs: the
+// candidates are walked in access order, summing the room each takes per
+// pool, and while that prefix fits the free room nothing issued early can
+// force an eviction before its own access. After the optimizer has made
+// the HBM copies of the old params stale, this uploads the new ones into
+// the room they left as soon as they are written.
 //
 // # What it owns
 //
@@ -76,7 +83,11 @@
 // varied sizes furthest-next-use is a heuristic: on random small traces it
 // is never worse than LRU and within 1.25x of the optimal bytes (1.35x with
 // two cached tiers). Dirty copies are written back to the next tier down
-// before they are freed, and that costs link time on the reverse link.
+// before they are freed, and that costs link time on the reverse link;
+// but a dirty copy is dropped without a write when another tier, faster or
+// slower, holds a valid copy (write-back caching): the new param written by
+// the optimizer in host memory and uploaded to HBM leaves host memory at
+// once, and reaches its NVMe home only if the HBM copy is evicted in turn.
 //
 // One exception keeps a pipeline flowing: with write-behind on, a prefetch
 // does not wait for a victim that an access before its own will update

@@ -218,6 +218,10 @@ type Planner struct {
 	gen        uint32
 	memo       []chainMemo // per (slot, tier, write): chain's last answer
 
+	freeOK   []bool  // per candidate: fits free room (markFree)
+	freeNeed []int64 // per pool, scratch of markFree
+	freeStop []bool
+
 	// planned: the candidate list (p.cands, with its ALAP starts, planned
 	// for p.t0) is what candidates() would build now, up to a shift of
 	// time: nothing happened since it was built but the moves it issued.
@@ -920,6 +924,7 @@ func (p *Planner) predictT0(now time.Duration) time.Duration {
 func (p *Planner) dispatch(now time.Duration) bool {
 	cands := p.candidates(now)
 	p.alap(cands)
+	p.markFree(cands)
 	// Only the due candidates are issued, in order; the others set WakeAt.
 	order := p.order[:0]
 	p.wakeSet = false
@@ -928,7 +933,7 @@ func (p *Planner) dispatch(now time.Duration) bool {
 		if !c.ready {
 			continue
 		}
-		if st := c.firstStart(); st > now && !c.demand && !p.eager(c) {
+		if st := c.firstStart(); st > now && !c.demand && !p.eager(c) && !p.freeOK[i] {
 			if !p.wakeSet || st < p.wakeAt {
 				p.wakeAt, p.wakeSet = st, true
 			}
@@ -978,6 +983,63 @@ func (p *Planner) dispatch(now time.Duration) bool {
 		p.issue(c)
 	}
 	return false
+}
+
+// markFree sets freeOK[i] for the candidates that may be issued now even
+// into a pool the trace overflows, because they take free room that no
+// access before theirs needs: walking the candidates in access order, the
+// room every one of them takes in each pool (allocations too) is summed,
+// and while that prefix fits the pool's free room, nothing issued early can
+// force an eviction before its own access (do no harm). In the optimizer
+// phase this uploads the new params into the HBM room their stale copies
+// left, right after they are written, instead of holding them in host
+// memory until their ALAP start in the next forward.
+func (p *Planner) markFree(cands []cand) {
+	if cap(p.freeOK) < len(cands) {
+		p.freeOK = make([]bool, len(cands))
+	}
+	p.freeOK = p.freeOK[:len(cands)]
+	clear(p.freeOK)
+	if p.opts.DisableEager || len(p.trace) == 0 || p.diverged {
+		return
+	}
+	if len(p.freeNeed) < len(p.used) {
+		p.freeNeed = make([]int64, len(p.used))
+		p.freeStop = make([]bool, len(p.used))
+	}
+	need, stop := p.freeNeed[:len(p.used)], p.freeStop[:len(p.used)]
+	clear(need)
+	clear(stop)
+	for i := range cands {
+		c := &cands[i]
+		if c.demand {
+			continue
+		}
+		ks := &p.keys[c.slot]
+		ok := true
+		add := func(t shard.Tier) {
+			if t == ks.home {
+				return
+			}
+			pi := p.poolOf(c.slot, t)
+			if pi >= len(need) || p.budget[pi] == 0 {
+				return
+			}
+			need[pi] += ks.sizeBytes
+			if stop[pi] || p.used[pi]+need[pi] > p.budget[pi] {
+				stop[pi] = true
+				ok = false
+			}
+		}
+		if c.alloc {
+			add(c.tier)
+			continue
+		}
+		for h := 0; h < c.nhops; h++ {
+			add(c.hops[h].to)
+		}
+		p.freeOK[i] = ok
+	}
 }
 
 // eager reports whether a prefetch may be issued as soon as its source is
@@ -1549,14 +1611,19 @@ func (p *Planner) writesBefore(s int32, t shard.Tier, g int64) bool {
 	return false
 }
 
-// needsWriteBack reports whether the copy in t holds data that no slower copy has.
+// needsWriteBack reports whether the copy in t holds data that no other
+// copy has. A faster valid copy counts too (write-back caching): the new
+// param the optimizer writes in host memory and then uploads to HBM needs
+// no NVMe write to leave host memory; the HBM copy carries the data, and
+// is written back (through host) only if it is evicted in turn. The store
+// drops such a copy without writing it (Evict keeps what survives elsewhere).
 func (p *Planner) needsWriteBack(s int32, t shard.Tier) bool {
 	ks := &p.keys[s]
 	if !ks.dirty {
 		return false
 	}
-	for u := t + 1; int(u) < shard.TierCount; u++ {
-		if p.valid(s, u) {
+	for u := shard.Tier(0); int(u) < shard.TierCount; u++ {
+		if u != t && p.valid(s, u) {
 			return false
 		}
 	}
