@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 )
@@ -120,5 +121,36 @@ func TestExportInspectBadInput(t *testing.T) {
 		if _, _, err := run(t, args...); err == nil {
 			t.Errorf("%v succeeded", args)
 		}
+	}
+}
+
+func TestTrainOutWritesWeights(t *testing.T) {
+	dir := t.TempDir()
+	if out, _, err := run(t, "train", "--steps", "2", "--out", dir, "--no-progress"); err != nil {
+		t.Fatalf("train: %v\n%s", err, out)
+	}
+	shape, _ := model.Lookup("small") // the demonstration's model
+	l, _ := model.NewLayout(shape)
+	chunks, hdr, err := checkpoint.Import(filepath.Join(dir, "model.safetensors"), l, checkpoint.ImportOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks) != len(l.Chunks) {
+		t.Fatalf("imported %d chunks, layout has %d", len(chunks), len(l.Chunks))
+	}
+	if step := hdr.Metadata["step"]; step != "2" {
+		t.Errorf("metadata step = %q, want 2", step)
+	}
+	// Trained weights differ from the initialisation (strata.seed defaults to 1).
+	init := l.InitChunk(config.DefaultSeed, 1)
+	same := true
+	for i := range init {
+		if init[i] != chunks[1][i] {
+			same = false
+			break
+		}
+	}
+	if same {
+		t.Error("exported block 0 equals its initialisation: were the trained weights written?")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
+	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
@@ -30,13 +31,13 @@ func trainCommand() *cli.Command {
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
-			"--out DIR writes config.json (the resolved config), steps.jsonl (one line per step) and summary.json.",
+			"--out DIR writes config.json (the resolved config), steps.jsonl (one line per step), summary.json and model.safetensors (the trained fp32 weights).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.StringFlag{Name: "data", Usage: "training text, any file, one token per byte (default: strata.data, else a built-in synthetic corpus)"},
 			&cli.IntFlag{Name: "devices", Usage: "local devices to use (default: strata.devices)"},
 			&cli.IntFlag{Name: "steps", Usage: "optimizer steps (default: strata.steps)"},
-			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl and summary.json"},
+			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl, summary.json and model.safetensors"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead"},
 		},
 		Action: runTrain,
@@ -269,6 +270,17 @@ func runTrain(c *cli.Context) error {
 		if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
 			return fmt.Errorf("train: %w", err)
 		}
+		// The trained weights (fp32 master weights, gathered from every
+		// rank's shards and tier) as one safetensors file.
+		weights, err := e.Master()
+		if err != nil {
+			return fmt.Errorf("train: --out: %w", err)
+		}
+		path := filepath.Join(dir, "model.safetensors")
+		if err := checkpoint.Export(path, e.Layout(), weights, checkpoint.ExportOptions{Step: e.StepCount()}); err != nil {
+			return fmt.Errorf("train: --out: %w", err)
+		}
+		fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
 	}
 	return nil
 }
