@@ -2,10 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/pinned"
 )
 
@@ -263,26 +263,9 @@ func (st *stateStore) hostOpt(c int) (master, m, v []float32, grad, upload []byt
 
 // byte views of host memory (little-endian, as the copies are).
 
-func f32s(b []byte) []float32 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func u16s(b []byte) []uint16 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
-}
-
-func f64s(b []byte) []float64 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
-}
+func f32s(b []byte) []float32 { return dtype.Float32s(b) }
+func u16s(b []byte) []uint16  { return dtype.Uint16s(b) }
+func f64s(b []byte) []float64 { return dtype.Float64s(b) }
 
 // encode returns v as fresh bytes of dtype dt (bf16: rounded to nearest even).
 func encode(v []float32, dt gpu.DType) []byte {

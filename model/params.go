@@ -2,10 +2,10 @@ package model
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // Pass says which pass of a micro-batch touches a chunk.
@@ -254,32 +254,9 @@ func download(dev gpu.Device, s gpu.Stream, bufs []gpu.Buffer) ([][]float32, err
 	return out, nil
 }
 
-// f32View, u16View and i32View reinterpret host bytes (little-endian, as the
-// copies are) in place.
-func f32View(b []byte) []float32 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func u16View(b []byte) []uint16 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
-}
-
-func i32View(b []byte) []int32 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&b[0])), len(b)/4)
-}
-
-func f64View(b []byte) []float64 {
-	if len(b) == 0 {
-		return nil
-	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
-}
+// f32View, u16View, i32View and f64View reinterpret host bytes
+// (little-endian, as the copies are) in place.
+func f32View(b []byte) []float32 { return dtype.Float32s(b) }
+func u16View(b []byte) []uint16  { return dtype.Uint16s(b) }
+func i32View(b []byte) []int32   { return dtype.Int32s(b) }
+func f64View(b []byte) []float64 { return dtype.Float64s(b) }
