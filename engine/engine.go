@@ -225,8 +225,23 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if e.tiers != nil {
 		e.tiers.last = e.tiers.snapshot()
 	}
+	// Say whether the pinned host memory is locked (root, or a high enough
+	// RLIMIT_MEMLOCK) or runs unlocked, and why.
+	for _, pool := range []*pinned.Pool{e.pool, e.tiersPool()} {
+		if pool != nil {
+			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(pool.Options().BudgetBytes), pool.Residency()))
+		}
+	}
 	e.lastCount = e.counters()
 	return e, nil
+}
+
+// tiersPool is the tier store's pinned pool, or nil.
+func (e *Engine) tiersPool() *pinned.Pool {
+	if e.tiers == nil {
+		return nil
+	}
+	return e.tiers.pool
 }
 
 // pinnedBytesPerRank is one rank's pinned host memory: the reduced gradient
