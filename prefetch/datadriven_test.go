@@ -211,6 +211,15 @@ func (st *ddState) exec(name string, a map[string]string, input []string) (strin
 				default:
 					return "", fmt.Errorf("eager on|off, not %q", l)
 				}
+			case "waitvictim":
+				switch f := strings.Fields(l); {
+				case len(f) == 2 && f[1] == "on":
+					st.opts.WaitForVictim = true
+				case len(f) == 2 && f[1] == "off":
+					st.opts.WaitForVictim = false
+				default:
+					return "", fmt.Errorf("waitvictim on|off, not %q", l)
+				}
 			case "window":
 				n, err := strconv.Atoi(strings.Fields(l)[1])
 				if err != nil {

@@ -78,8 +78,18 @@
 // access being served is furthest away (Belady's MIN). A copy needed before
 // that access is never evicted for it (do no harm), a pinned or in-flight
 // copy never, and when MIN's victim is busy a prefetch waits for it rather
-// than evict a worse one, so with uniform sizes the planner fetches exactly
-// as many shards as the optimum (tested against an exhaustive oracle). With
+// than evict a worse one, unless waiting would make it late: when the
+// victim is predicted to be free (the end of the access using it, or the
+// landing of the move reading or filling it) too late for the transfer to
+// land by its deadline, and later than now, the best victim free now goes
+// instead (clean first; a dirty one only if its write-back and the transfer
+// both fit before the deadline). The access then hits at the cost of at
+// most a hidden re-fetch later (Stats.LateVictims counts these; a full HBM
+// pool refilled layer by layer is the case: MIN's victim is often the shard
+// being computed). Options.WaitForVictim restores MIN's rule, with which
+// the planner fetches exactly as many shards as the optimum with uniform
+// sizes (tested against an exhaustive oracle; by default it does on the
+// traces where no victim was late, and never stalls longer). With
 // varied sizes furthest-next-use is a heuristic: on random small traces it
 // is never worse than LRU and within 1.25x of the optimal bytes (1.35x with
 // two cached tiers). Dirty copies are written back to the next tier down

@@ -53,6 +53,11 @@ type Options struct {
 	// into pools that the trace does not overflow; by default those are
 	// issued as soon as their source is ready (see Planner's doc).
 	DisableEager bool
+	// WaitForVictim makes a prefetch wait for Belady's busy victim even
+	// when waiting makes it land after its deadline (MIN's fetch count,
+	// at the cost of stall: the oracle tests). By default it then takes
+	// the best victim free now (see makeRoom).
+	WaitForVictim bool
 }
 
 // DefaultOptions are budgets unlimited, PCIe 4 x16-like host links, one

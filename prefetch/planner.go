@@ -84,6 +84,10 @@ type Stats struct {
 	// WriteBehinds counts the Prefetch moves that were write-behinds
 	// (Move.WriteBehind); they are in MoveCount[Prefetch] too.
 	WriteBehinds int64
+	// LateVictims counts the times a prefetch evicted the best victim
+	// free now instead of waiting for Belady's busy one, because waiting
+	// would have made it land after its deadline (Options.WaitForVictim).
+	LateVictims int64
 	// Stall is the time accesses waited for their shard, by access tier.
 	Stall [shard.TierCount]time.Duration
 }
@@ -969,7 +973,11 @@ func (p *Planner) dispatch(now time.Duration) bool {
 				continue
 			}
 			evictions := p.stats.MoveCount[Evict] + p.stats.MoveCount[WriteBack]
-			ok := p.makeRoom(pi, p.keys[c.slot].sizeBytes, c.g, c.demand)
+			u := urgency{now: now, deadline: c.deadline}
+			for h := 0; h < c.nhops; h++ {
+				u.need += c.hops[h].xfer
+			}
+			ok := p.makeRoom(pi, p.keys[c.slot].sizeBytes, c.g, c.demand, u)
 			if ok {
 				p.issue(c)
 			} else {
@@ -1357,6 +1365,7 @@ type dirtyCopy struct {
 type victim struct {
 	s         int32
 	next      int64 // next use after g
+	use       int64 // its use at or before g, when before
 	evictable bool  // free now and not needed before g
 	dirty     bool
 	before    bool // needed at or before g
@@ -1390,8 +1399,11 @@ func victimFirst(va, vc *victim) bool {
 // A prefetch also waits rather than evict a copy used sooner than one that
 // is pinned now (in use or being read): once that one is free it is the
 // better victim. This keeps the evictions those of Belady's MIN, at the cost
-// of a later prefetch. A demand evicts what it can at once.
-func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
+// of a later prefetch, unless waiting would make the transfer land after
+// its deadline (lateIfWait): then the best victims free now go instead,
+// clean first, a dirty one only if its write-back still lets the transfer
+// land in time. A demand evicts what it can at once.
+func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool, u urgency) bool {
 	b := p.budget[pi]
 	if b == 0 || p.used[pi]+size <= b {
 		return true
@@ -1417,6 +1429,7 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		v.evictable = ks.copies[t] == present && ks.pins[t] == 0 && ks.sources[t] == 0 && v.next > g
 		if v.next <= g {
 			v.before = true
+			v.use = v.next
 			v.next = p.nextUse(int32(i), t, g+1)
 		}
 		if v.evictable {
@@ -1436,6 +1449,12 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 	}
 	vo := victimOrder{vs: vs, heapN: len(vs)}
 	vo.heapify()
+	late := false // a busy victim was passed over because waiting is late
+	defer func(evictions int64) {
+		if late && p.stats.MoveCount[Evict]+p.stats.MoveCount[WriteBack] != evictions {
+			p.stats.LateVictims++
+		}
+	}(p.stats.MoveCount[Evict] + p.stats.MoveCount[WriteBack])
 	if !p.opts.DisableWriteBehind {
 		// With write-behind, a clean victim is taken before a dirty one
 		// and a prefetch does not wait for a busy victim that will still
@@ -1455,6 +1474,10 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 					// need a write first), would make this prefetch late
 					// (it is due now); the next clean victim is as good:
 					// it is written already.
+					continue
+				}
+				if p.lateIfWait(&v, t, u) {
+					late = true // see lateIfWait
 					continue
 				}
 				waited = true
@@ -1478,6 +1501,10 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 			if demand {
 				continue
 			}
+			if p.lateIfWait(&v, t, u) {
+				late = true
+				continue
+			}
 			break // Belady's victim is busy or needed first: wait for it
 		}
 		ks := &p.keys[v.s]
@@ -1489,11 +1516,19 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 			continue
 		}
 		down := t + 1
+		if late && !demand {
+			// Past a victim skipped because waiting for it is late, a
+			// dirty one is taken only if its write-back still lets the
+			// transfer land by the deadline.
+			if l, ok := LinkOf(t, down); !ok || u.now+p.opts.TransferTime(l, ks.sizeBytes)+u.need > u.deadline {
+				continue
+			}
+		}
 		if down != ks.home {
 			if ks.copies[down] != absent {
 				continue
 			}
-			if !p.makeRoom(p.poolOf(v.s, down), ks.sizeBytes, g, demand) {
+			if !p.makeRoom(p.poolOf(v.s, down), ks.sizeBytes, g, demand, u) {
 				continue
 			}
 			p.used[p.poolOf(v.s, down)] += ks.sizeBytes
@@ -1510,6 +1545,57 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool) bool {
 		p.track(v.s, p.hop(v.s, t, down).link, ks.version)
 	}
 	return p.used[pi]+size <= b
+}
+
+// urgency is what makeRoom needs to tell whether waiting for a busy
+// victim would make a transfer late: the time now, the deadline of the
+// access it serves, and the transfer time from issue to landing (every
+// hop). A demand has no deadline to keep: it evicts what it can at once.
+type urgency struct {
+	now, deadline, need time.Duration
+}
+
+// lateIfWait reports whether waiting for the busy victim v (of tier t)
+// would make the transfer u describes land after its deadline: v is
+// predicted to be free when the access using it ends (the next access to
+// begin, p.t0), when its last use at or before g ends, and when a move
+// that reads or fills it lands; the transfer can start only then. Only a
+// wait that delays it counts: free must be later than now (a transfer late
+// even if issued now gains nothing from a worse victim).
+func (p *Planner) lateIfWait(v *victim, t shard.Tier, u urgency) bool {
+	if p.opts.WaitForVictim {
+		return false
+	}
+	ks := &p.keys[v.s]
+	free := u.now
+	if ks.pins[t] > 0 && p.t0 > free {
+		free = p.t0
+	}
+	if v.before {
+		if e := p.t0 + p.computeUntil(v.use+1); e > free {
+			free = e
+		}
+	}
+	if ks.copies[t] == incoming || ks.sources[t] > 0 {
+		var x time.Duration // the slowest link into or out of t
+		for _, o := range []shard.Tier{t - 1, t + 1} {
+			if o < 0 || int(o) >= shard.TierCount {
+				continue
+			}
+			for _, l := range [][2]shard.Tier{{o, t}, {t, o}} {
+				if k, ok := LinkOf(l[0], l[1]); ok {
+					x = max(x, p.opts.TransferTime(k, ks.sizeBytes))
+				}
+			}
+		}
+		if e := u.now + x; e > free {
+			free = e
+		}
+	}
+	// Late only because of the wait: issued now, it would land sooner
+	// (when it is late even issued now, waiting costs stall only if the
+	// victim frees later than now).
+	return free > u.now && free+u.need > u.deadline
 }
 
 // victimOrder yields vs in victimFirst order, sorting lazily with a heap: vs[:heapN]
