@@ -53,6 +53,11 @@ type tiers struct {
 	peakHBM, peakHost     int64    // run-wide peaks (the store's are reset every step)
 	peakHBMByDevice       []int64  // run-wide, per device
 	last                  tierSnap // at the end of the last step (or New)
+
+	// The link bandwidths measured so far (EWMA of bytes/busy time, 0:
+	// not measured yet) and the bytes each measurement rests on.
+	bwMeasured [prefetch.LinkCount]float64
+	bwBytes    [prefetch.LinkCount]int64
 }
 
 // paramTiered says whether chunk c's param shard lives in the tier store.
@@ -134,6 +139,14 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 		return nil, err
 	}
 	staging := est.HostStagingPerRank
+	if t.paramTier == shard.NVMe && t.optTier == shard.Host && cfg.Strata.HostBudgetBytes == 0 {
+		// Every param shard passes through host memory on its way up (the
+		// trace's host working set is the homes plus one copy of each):
+		// with the optimizer state in RAM (12 B/param) that copy (2 B/param)
+		// is cheap, and without room for it the planner drops a param's
+		// host copy whenever HBM evicts it and reads it from NVMe again.
+		staging = max(staging, paramRank)
+	}
 	homeOf := make(map[shard.Key]shard.Tier)
 	var hostRank int64 // per rank, the largest over ranks (they are equal)
 	for r := range n {
@@ -721,6 +734,15 @@ func (d *driver) resume() {
 	d.pumpLocked()
 }
 
+// setBandwidth hands the planner new link bandwidths (between steps).
+func (d *driver) setBandwidth(bw [prefetch.LinkCount]float64) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.p.SetBandwidth(bw); err != nil {
+		panic(fmt.Sprintf("engine: measured bandwidths %v: %v", bw, err)) // clamped positive and finite
+	}
+}
+
 // stats returns the planner's counters and the rank's stall.
 func (d *driver) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
 	d.mu.Lock()
@@ -804,7 +826,61 @@ func (t *tiers) since(a tierSnap) TierStats {
 	ts.PeakBytes[shard.NVMe], ts.BudgetBytes[shard.NVMe] = b.store.NVMe.PeakBytes, b.store.NVMe.BudgetBytes
 	t.peakHBM = max(t.peakHBM, ts.PeakBytes[shard.HBM])
 	t.peakHost = max(t.peakHost, ts.PeakBytes[shard.Host])
+	t.measureBandwidth(a.store, b.store)
 	return ts
+}
+
+// Link bandwidth measurement: a link's step counts as a sample when it
+// moved at least bwSampleBytes; the planner keeps Options.LinkBandwidth for
+// a link until its samples add up to bwTrustBytes. The planner gets
+// bwSafety times the EWMA (weight bwWeight for the newest sample), clamped
+// to [1/bwClamp, bwClamp] times Options.LinkBandwidth: a lower bandwidth
+// than the truth only makes transfers start earlier (more memory held),
+// a higher one makes them late. Busy time is per hop and hops overlap (the
+// NVMe queue, several copies), so bytes/busy is at most the link's rate:
+// conservative for the planner, which serves one transfer at a time.
+const (
+	bwSampleBytes = 1 << 20
+	bwTrustBytes  = 4 << 20
+	bwSafety      = 0.7
+	bwWeight      = 0.5
+	bwClamp       = 8
+)
+
+// measureBandwidth folds the links' traffic between two snapshots of the
+// store into the measured bandwidths and hands the planners the result.
+func (t *tiers) measureBandwidth(a, b tier.Stats) {
+	bw := t.popts.BandwidthBytesPerSec
+	changed := false
+	for l := range prefetch.LinkCount {
+		n := b.Links[l].Bytes - a.Links[l].Bytes
+		busy := b.Links[l].Busy - a.Links[l].Busy
+		if n < bwSampleBytes || busy <= 0 {
+			continue
+		}
+		x := float64(n) / busy.Seconds()
+		if t.bwMeasured[l] == 0 {
+			t.bwMeasured[l] = x
+		} else {
+			t.bwMeasured[l] = bwWeight*x + (1-bwWeight)*t.bwMeasured[l]
+		}
+		t.bwBytes[l] += n
+		if t.bwBytes[l] < bwTrustBytes {
+			continue
+		}
+		base := t.e.opts.LinkBandwidth[l]
+		v := min(max(bwSafety*t.bwMeasured[l], base/bwClamp), base*bwClamp)
+		if v != bw[l] {
+			bw[l], changed = v, true
+		}
+	}
+	if !changed {
+		return
+	}
+	t.popts.BandwidthBytesPerSec = bw
+	for _, d := range t.drivers {
+		d.setBandwidth(bw)
+	}
 }
 
 // tierWriteBehindDepth is how many write-behinds (dirty copies copied to

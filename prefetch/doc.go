@@ -71,6 +71,8 @@
 // trace; the planner never panics on divergence (it panics only on broken
 // contracts: Release of a shard not in use, Completed of an unknown move).
 // Every step's recording refreshes the compute times used for deadlines.
+// SetBandwidth replaces the link bandwidths between steps (the engine feeds
+// it what the store measured): the next Next plans every transfer with them.
 //
 // # Eviction
 //

@@ -584,6 +584,24 @@ func (p *Planner) Stale() bool { return p.diverged }
 // Stats returns the counters.
 func (p *Planner) Stats() Stats { return p.stats }
 
+// Bandwidth returns the link bandwidths the planner plans with.
+func (p *Planner) Bandwidth() [LinkCount]float64 { return p.opts.BandwidthBytesPerSec }
+
+// SetBandwidth replaces the link bandwidths the planner plans with (bytes/s,
+// each positive and finite; measured ones, between steps). The next Next
+// plans with them: every transfer time and latest start is recomputed.
+// Transfers already issued keep their modeled completion.
+func (p *Planner) SetBandwidth(bw [LinkCount]float64) error {
+	o := p.opts
+	o.BandwidthBytesPerSec = bw
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	p.opts = o
+	p.planned = false
+	return nil
+}
+
 // BeginStep marks the start of a training step at time now. The accesses of
 // the step that ended become the trace (their measured compute times
 // refresh the deadlines; when they diverged from the trace, this is the
