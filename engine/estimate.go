@@ -338,8 +338,9 @@ const TierReadAhead = 3
 // staged through the host (ZeRO-Infinity, stage 3): TierReadAhead chunks of
 // master, m and v (the largest chunk) when the optimizer state is on NVMe,
 // and TierReadAhead+1 param shards when the params are on NVMe (read ahead
-// NVMe->host->HBM, plus the one the optimizer is writing). 0 when nothing is
-// on NVMe.
+// NVMe->host->HBM, plus the one the optimizer is writing) — or every param
+// shard when the optimizer state is in host RAM and no host budget is set.
+// 0 when nothing is on NVMe.
 func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
 	var maxShard int64
 	for _, s := range shardElems {
@@ -356,6 +357,22 @@ func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
 	}
 	if o.ParamTier == shard.NVMe {
 		b += (TierReadAhead + 1) * ioBytes(2*maxShard)
+		if o.OptimizerTier == shard.Host && o.HostBudgetBytes == 0 {
+			// Every param shard passes through host memory on its way up
+			// (the trace's host working set is the homes plus one copy of
+			// each). With the optimizer state in RAM (12 B/param) and no
+			// host budget, room for that copy (2 B/param) keeps the planner
+			// from dropping a param's host copy whenever HBM evicts it and
+			// reading it from NVMe again.
+			var all int64
+			for c, s := range shardElems {
+				if o.Stage == 3 && c < len(o.ChunkParams) && o.ChunkParams[c] < o.PersistenceThreshold {
+					continue // persistent: stays gathered on the device
+				}
+				all += ioBytes(2 * s)
+			}
+			b = max(b, all)
+		}
 	}
 	return b
 }

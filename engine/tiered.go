@@ -138,15 +138,7 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	if err != nil {
 		return nil, err
 	}
-	staging := est.HostStagingPerRank
-	if t.paramTier == shard.NVMe && t.optTier == shard.Host && cfg.Strata.HostBudgetBytes == 0 {
-		// Every param shard passes through host memory on its way up (the
-		// trace's host working set is the homes plus one copy of each):
-		// with the optimizer state in RAM (12 B/param) that copy (2 B/param)
-		// is cheap, and without room for it the planner drops a param's
-		// host copy whenever HBM evicts it and reads it from NVMe again.
-		staging = max(staging, paramRank)
-	}
+	staging := est.HostStagingPerRank // the same arithmetic strata estimate prints
 	homeOf := make(map[shard.Key]shard.Tier)
 	var hostRank int64 // per rank, the largest over ranks (they are equal)
 	for r := range n {
