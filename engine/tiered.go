@@ -517,6 +517,7 @@ func (d *driver) loop() {
 		case <-d.timer.C:
 		}
 		d.mu.Lock()
+		d.releaseLocked(false)
 		d.pumpLocked()
 		d.mu.Unlock()
 	}
@@ -592,26 +593,32 @@ func (d *driver) submitLocked(ms []prefetch.Move) {
 }
 
 // releaseLocked ends the held leases whose compute has completed (all of
-// them, waiting, when wait is set).
+// them, waiting, when wait is set). It may run on the rank's goroutine and
+// on the driver's loop at once: it waits with mu unlocked, so it scans
+// d.held again under the lock after every wait.
 func (d *driver) releaseLocked(wait bool) {
-	j := 0
-	for _, h := range d.held {
-		if h.ev != nil && !h.ev.Done() {
-			if !wait {
+	for {
+		j := 0
+		for _, h := range d.held {
+			if h.ev != nil && !h.ev.Done() {
 				d.held[j] = h
 				j++
 				continue
 			}
-			d.mu.Unlock()
-			h.ev.Synchronize()
-			d.mu.Lock()
+			k := h.l.Key()
+			h.l.Release()
+			d.p.Release(k, d.t.now())
 		}
-		k := h.l.Key()
-		h.l.Release()
-		d.p.Release(k, d.t.now())
+		clear(d.held[j:])
+		d.held = d.held[:j]
+		if !wait || len(d.held) == 0 {
+			return
+		}
+		ev := d.held[0].ev
+		d.mu.Unlock()
+		ev.Synchronize()
+		d.mu.Lock()
 	}
-	clear(d.held[j:])
-	d.held = d.held[:j]
 }
 
 // use begins access a: it tells the planner, waits until the shard is
@@ -681,10 +688,19 @@ func (d *driver) done(l *tier.Lease, ev gpu.Event) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.held = append(d.held, held{l, ev})
-	if ev == nil {
+	if ev == nil || ev.Done() {
 		d.releaseLocked(false)
 		d.pumpLocked()
+		return
 	}
+	// Release the lease as soon as the compute that reads it completes,
+	// not at the rank's next access: the planner may be waiting for this
+	// copy's room to stage the next shard (Belady's victim is often the
+	// shard just used).
+	go func() {
+		ev.Synchronize()
+		d.wake()
+	}()
 }
 
 // settle releases every held lease (the rank has synchronized its streams).

@@ -230,6 +230,10 @@ type Planner struct {
 	// for p.t0) is what candidates() would build now, up to a shift of
 	// time: nothing happened since it was built but the moves it issued.
 	planned bool
+
+	// hist holds the compute times of the last Options.ComputeSteps traces
+	// of the same accesses (see keepHistory), oldest first.
+	hist [][]time.Duration
 }
 
 type poolID struct {
@@ -379,6 +383,7 @@ func (p *Planner) checkAccess(a Access) error {
 }
 
 func (p *Planner) adopt(tr Trace) {
+	p.keepHistory(tr)
 	p.known = Trace{Accesses: append([]Access(nil), tr.Accesses...)}
 	p.trace = p.trace[:0]
 	for i := range p.keys {
@@ -387,11 +392,44 @@ func (p *Planner) adopt(tr Trace) {
 	p.cum = append(p.cum[:0], 0)
 	for i, a := range tr.Accesses {
 		s := p.index[a.Key]
-		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, compute: a.Compute})
+		c := a.Compute
+		for _, h := range p.hist {
+			c = min(c, h[i])
+		}
+		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, compute: c})
 		p.keys[s].occ = append(p.keys[s].occ, int32(i))
-		p.cum = append(p.cum, p.cum[i]+a.Compute)
+		p.cum = append(p.cum, p.cum[i]+c)
 	}
 	p.footprint()
+}
+
+// keepHistory records the compute times of tr among the last
+// Options.ComputeSteps traces of the same accesses (a trace with other
+// accesses starts the history again). adopt plans each access with the
+// shortest of them: compute measured on a busy machine varies from step to
+// step, and a deadline predicted too late makes a prefetch late, while one
+// predicted too early only holds its room a little longer.
+func (p *Planner) keepHistory(tr Trace) {
+	same := len(tr.Accesses) == len(p.known.Accesses)
+	for i := 0; same && i < len(tr.Accesses); i++ {
+		same = p.known.Accesses[i].sameSlot(tr.Accesses[i])
+	}
+	if !same {
+		p.hist = p.hist[:0]
+	}
+	n := p.opts.ComputeSteps
+	if n == 0 {
+		n = 4
+	}
+	var h []time.Duration
+	for len(p.hist) >= n { // reuse the oldest one's slice
+		h = p.hist[0][:0]
+		p.hist = append(p.hist[:0], p.hist[1:]...)
+	}
+	for _, a := range tr.Accesses {
+		h = append(h, a.Compute)
+	}
+	p.hist = append(p.hist, h)
 }
 
 // footprint marks the pools whose budget is smaller than what the trace
