@@ -267,3 +267,33 @@ func TestDeterministic(t *testing.T) {
 }
 
 func leU64(b []byte) uint64 { return *(*uint64)(unsafe.Pointer(&b[0])) }
+
+// TestHostRegistrar: page-locked host memory round-trips through the
+// device, and unregistering works.
+func TestHostRegistrar(t *testing.T) {
+	b := newBackend(t, 1, 64*units.MiB)
+	d := b.Device(0)
+	mem := make([]byte, 1<<20)
+	for i := range mem {
+		mem[i] = byte(i * 7)
+	}
+	reg := b.HostRegistrar()
+	if err := reg.Register(0, mem); err != nil {
+		t.Fatal(err)
+	}
+	x := put(t, d, mem, len(mem)/4, gpu.F32)
+	clear(mem)
+	s := d.DefaultStream()
+	d.CopyDeviceToHost(s, mem, x, 0)
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range mem {
+		if mem[i] != byte(i*7) {
+			t.Fatalf("byte %d = %d after a round trip through registered memory", i, mem[i])
+		}
+	}
+	if err := reg.Unregister(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"unsafe"
@@ -13,6 +14,11 @@ import (
 // ErrNoDriver is returned (wrapped) by New when no CUDA driver can be loaded
 // or the driver finds no device: the normal case on a machine without a GPU.
 var ErrNoDriver = errors.New("cuda: no CUDA driver or device")
+
+// EnvSpinWait, when set, makes collectives order streams with spin kernels
+// (wait_flag, write_flag) instead of cuStreamWaitValue32: the path taken
+// where the driver lacks stream memory operations, and a way to test it.
+const EnvSpinWait = "STRATA_CUDA_SPIN_WAIT"
 
 // cuResult is a CUresult of the driver API.
 type cuResult int32
@@ -207,7 +213,8 @@ func loadDriver(sp searchPath) (*driverAPI, error) {
 		return nil, t.err
 	}
 	d.hasStreamMemOps = t.optional(&d.cuStreamWaitValue32, "cuStreamWaitValue32", true) &&
-		t.optional(&d.cuStreamWriteValue32, "cuStreamWriteValue32", true)
+		t.optional(&d.cuStreamWriteValue32, "cuStreamWriteValue32", true) &&
+		os.Getenv(EnvSpinWait) == ""
 	return d, nil
 }
 

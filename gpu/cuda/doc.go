@@ -1,0 +1,82 @@
+// Package cuda is the gpu backend for NVIDIA GPUs. It loads the CUDA
+// libraries at run time with purego (github.com/ebitengine/purego), so it
+// builds and runs with CGO_ENABLED=0 and builds on machines without a GPU;
+// New returns an error wrapping ErrNoDriver there.
+//
+// What it owns: the driver API calls (contexts, memory, copies, streams,
+// events, modules, launches), the kernels of gpu.Ops as CUDA C
+// (kernels.cu, embedded in the binary and compiled by NVRTC), GEMM through
+// cuBLAS (cublasGemmEx), and collectives over the devices of the process.
+//
+// Library search (lib.go), for libcuda.so.1, libnvrtc.so.13/12 and
+// libcublas.so.13/12 (with libcublasLt from the same folder, and NVRTC's
+// builtins library from NVRTC's folder): first the folders of
+// $STRATA_CUDA_LIB_DIR (':'-separated), then the system CUDA and driver
+// folders (/usr/local/cuda/lib64, /usr/local/cuda/targets/x86_64-linux/lib,
+// /usr/local/nvidia/lib64, /usr/lib/x86_64-linux-gnu, ...), then the bare
+// sonames (LD_LIBRARY_PATH and the ldconfig cache), then the nvidia/*/lib
+// folders of Python installations (/usr/lib/python3*/, /usr/local/lib/python3*/,
+// /opt/*/.venv/lib/python3*/site-packages, ...; nvidia/cu13/lib first). A
+// failed load lists what was tried and names the override.
+//
+// Kernels: kernels.cu is compiled once per process per architecture for
+// exactly the device's compute capability (--gpu-architecture=sm_XX from
+// cuDeviceGetAttribute), with --fmad=false, IEEE division and square root
+// and denormals kept, and loaded as a cubin into each GPU's primary
+// context. The cache is in memory, keyed by source hash, architecture and
+// NVRTC version (kernelKey); there is no on-disk cache yet (compilation
+// takes about 2.5 s on an H200 machine).
+//
+// Lifecycle: the first New (or Probe) loads the libraries, retains each
+// GPU's primary context, compiles and loads the kernels; this process-wide
+// state stays until the process exits, so later backends start in
+// milliseconds. New(Options) returns a *Backend with its logical devices
+// and one Comm per device; Close synchronizes and destroys the backend's
+// streams and collective state. Logical device i runs on GPU i % GPUs: more
+// devices than GPUs share a GPU, each with its own budget, streams and
+// counters (that is how the conformance suite's 2- and 4-rank tests run on
+// one H200). Every driver call runs on a locked OS thread with the
+// device's context made current (cuCtxSetCurrent), so any goroutine may
+// call any method. Events are destroyed when garbage collected.
+//
+// Memory: Alloc takes cuMemAlloc memory, zeroed, accounted in multiples of
+// 256 bytes against the device's budget (Options.HBMBytes; default the
+// GPU's free memory less Options.ReserveBytes, split among the logical
+// devices on it) per Tag, with peaks, exactly as gpu/cpu accounts; a
+// request past the budget returns *gpu.OutOfMemoryError without calling
+// the driver, and a driver out-of-memory is returned the same way.
+// Temporaries (attention backward's dS, mixed-type GEMM operands,
+// collective staging, sum-of-squares partials, embedding links) come from
+// the stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync) outside the
+// budget, as gpu/cpu's temporaries live on the Go heap; ReserveBytes
+// leaves room for them. Host memory handed to copies should be pinned
+// (pinned.Pool with HostRegistrar) for copies to overlap; it must stay
+// valid until the copy completes.
+//
+// Streams and errors: every Stream is a non-blocking CUDA stream with an
+// error slot in device memory. Kernels that check runtime data (token ids,
+// targets) write the first bad value and its position there and make the
+// op's compute kernels skip, so bad data leaves the outputs unchanged;
+// Synchronize returns that error once, like gpu/cpu. Failed enqueues
+// (driver errors) and rejected Adam hyper-parameters are also returned by
+// the next Synchronize; broken contracts panic when the op is enqueued.
+//
+// Collectives (comm.go) use no NCCL: peer copies (cuMemcpyAsync over
+// unified addressing) into stream-ordered scratch and a rank-order
+// reduction kernel, driven by the rank that completes a round on the
+// group's own streams; each rank's stream waits on a flag in mapped host
+// memory (cuStreamWaitValue32, or spin kernels where the driver lacks
+// stream memory operations or STRATA_CUDA_SPIN_WAIT is set). Only the
+// one-GPU case was verified on hardware (1 to 4 logical ranks on one
+// H200); several physical GPUs take the same code path with peer copies.
+//
+// Determinism: every kernel reduces in a fixed order (fixed block sizes,
+// fixed trees, loops in index order), so results are bit-identical run to
+// run. BiasGrad, LayerNorm's parameter gradients, EmbeddingBackward and
+// Cast give gpu/cpu's bits; AdamStep gives cpuadam's bits (its scalars and
+// its FMAs are reproduced); row statistics and softmax normalisers are
+// summed in double by a tree, so they differ from gpu/cpu only by float64
+// rounding. GEMM is cuBLAS with fp32 compute (no TF32): reproducible on one
+// GPU model and cuBLAS version, not bit-equal to gpu/cpu. Collectives add
+// in rank order 0..N-1 in fp32 (float64 for F64) and round once.
+package cuda
