@@ -10,7 +10,6 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
-	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -24,7 +23,8 @@ import (
 // shared machine falls on all of them alike.
 type StepOptions struct {
 	Model    string // a named model shape; default "medium" (6.4M params: compute bounds the step)
-	Devices  int    // CPU backend devices; default 1
+	Devices  int    // devices (ranks); default 1
+	Backend  string // "cpu" (default) or "cuda"
 	Batch    int    // rows per device per step (train_micro_batch_size_per_gpu); default 4
 	Seq      int    // tokens per row; default 256
 	Steps    int    // measured steps per mode; default 5
@@ -56,6 +56,9 @@ func (o StepOptions) WithDefaults() StepOptions {
 	}
 	if o.Devices == 0 {
 		o.Devices = 1
+	}
+	if o.Backend == "" {
+		o.Backend = "cpu"
 	}
 	if o.Batch == 0 {
 		o.Batch = 4
@@ -94,6 +97,9 @@ func (o StepOptions) Validate() error {
 		return fmt.Errorf("bench: seq %d exceeds %s's max_seq_len %d", o.Seq, s.Name, s.MaxSeq)
 	case o.HostBudgetBytes < 0 || o.HBMBytes < 0 || o.TierHBMBytes < 0 || o.Threads < 0:
 		return errors.New("bench: budgets and threads must be >= 0")
+	}
+	if !slices.Contains(Backends, o.Backend) {
+		return fmt.Errorf("bench: backend %q is not one of %s", o.Backend, strings.Join(Backends, ", "))
 	}
 	for _, m := range o.Modes {
 		if !slices.Contains(StepModes, m) {
@@ -171,6 +177,8 @@ type StepResult struct {
 	Shape   model.Shape
 	Params  int64
 	Tokens  int // per step
+	// Backend describes the devices (backend, count, GPU).
+	Backend string
 	Modes   []StepModeResult
 	// Ratios of median step times, when both modes ran.
 	RatioNVMeHost, RatioHostResident float64
@@ -196,11 +204,15 @@ func Step(o StepOptions) (StepResult, error) {
 	start := time.Now()
 	res := StepResult{Options: o}
 	engines := make([]*engine.Engine, len(o.Modes))
+	var backends []*Devices
 	defer func() {
 		for _, e := range engines {
 			if e != nil {
 				e.Close()
 			}
+		}
+		for _, b := range backends {
+			b.Close()
 		}
 	}()
 	var dir string
@@ -217,15 +229,17 @@ func Step(o StepOptions) (StepResult, error) {
 		if err != nil {
 			return res, err
 		}
-		devs, comms, err := cpu.New(cpu.Options{Devices: o.Devices, HBMBytes: o.HBMBytes})
+		devs, err := OpenDevices(o.Backend, o.Devices, o.HBMBytes)
 		if err != nil {
-			return res, fmt.Errorf("bench: %w", err)
+			return res, err
 		}
+		backends = append(backends, devs)
+		res.Backend = devs.Describe
 		eo := engine.Options{OptimizerThreads: o.Threads}
 		if m != "resident" {
 			eo.TierHBMBytes = o.TierHBMBytes
 		}
-		if engines[i], err = engine.New(cfg, cpu.Devices(devs), comms, eo); err != nil {
+		if engines[i], err = engine.New(cfg, devs.Devs, devs.Comms, eo); err != nil {
 			return res, fmt.Errorf("bench: %s: %w", m, err)
 		}
 		res.Modes = append(res.Modes, StepModeResult{Mode: m})
@@ -330,8 +344,8 @@ func (r StepResult) String() string {
 	if o.NVMeOptimizer {
 		where = "params and optimizer state on NVMe"
 	}
-	fmt.Fprintf(&b, "model %s (%s params, model state %s), stage 3 on %d cpu device(s), %d tokens/step (batch %d x seq %d per device)\n",
-		r.Shape.Name, units.FormatSize(r.Params), units.FormatBytes(16*r.Params), o.Devices, r.Tokens, o.Batch, o.Seq)
+	fmt.Fprintf(&b, "model %s (%s params, model state %s), stage 3 on %s, %d tokens/step (batch %d x seq %d per device)\n",
+		r.Shape.Name, units.FormatSize(r.Params), units.FormatBytes(16*r.Params), r.Backend, r.Tokens, o.Batch, o.Seq)
 	fmt.Fprintf(&b, "modes run alternately, %d warm-up + %d measured steps each; nvme mode: %s (swap under %s)\n", o.Warmup, o.Steps, where, o.NVMePath)
 	fmt.Fprintf(&b, "%-9s %10s %10s %9s %10s %10s %11s %11s %11s %11s %10s\n", "mode", "step (med)", "optimizer", "hit rate",
 		"stall hbm", "stall host", "nvme->host", "host->hbm", "host->nvme", "peak host", "identical")
@@ -353,7 +367,7 @@ func (r StepResult) String() string {
 // JSON is the result for --json.
 func (r StepResult) JSON() map[string]any {
 	out := map[string]any{
-		"model": r.Shape.Name, "params": r.Params, "devices": r.Options.Devices, "batch": r.Options.Batch, "seq": r.Options.Seq,
+		"model": r.Shape.Name, "params": r.Params, "devices": r.Options.Devices, "backend": r.Options.Backend, "batch": r.Options.Batch, "seq": r.Options.Seq,
 		"tokens_per_step": r.Tokens, "steps": r.Options.Steps, "warmup": r.Options.Warmup, "nvme_optimizer": r.Options.NVMeOptimizer,
 		"nvme_path": r.Options.NVMePath, "seconds": r.Seconds,
 	}

@@ -18,7 +18,7 @@ func benchStepCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "step",
 		Usage: "ZeRO-3 step time with everything resident, offloaded to host, and offloaded to NVMe (ratios)",
-		Description: "Builds three engines on the same model and batch (stage 3 on the CPU backend): resident\n" +
+		Description: "Builds three engines on the same model and batch (stage 3, CPU backend or --backend cuda): resident\n" +
 			"(nothing offloaded), host (offload_param and offload_optimizer cpu) and nvme (offload_param nvme,\n" +
 			"the optimizer state in host RAM, or on NVMe too with --nvme-optimizer), and steps them alternately:\n" +
 			"one step of each per round, so the machine's noise falls on all three. Prints the median step\n" +
@@ -27,7 +27,8 @@ func benchStepCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "nvme-path", Value: "/var/tmp", Usage: "directory for the swap file (on the drive to measure; removed after)"},
 			&cli.StringFlag{Name: "model", Value: "medium", Usage: "model shape (tiny, small, medium, gpt2, gpt-2b, ...)"},
-			&cli.IntFlag{Name: "devices", Value: 1, Usage: "CPU backend devices"},
+			&cli.IntFlag{Name: "devices", Value: 1, Usage: "devices (ranks)"},
+			&cli.StringFlag{Name: "backend", Value: "cpu", Usage: "device backend: cpu, or cuda (NVIDIA GPUs through the driver API; more devices than GPUs share them)"},
 			&cli.IntFlag{Name: "batch", Value: 4, Usage: "rows per device per step"},
 			&cli.IntFlag{Name: "seq", Value: 256, Usage: "tokens per row"},
 			&cli.IntFlag{Name: "steps", Value: 5, Usage: "measured steps per mode"},
@@ -46,7 +47,7 @@ func benchStepCommand() *cli.Command {
 				return usagef("bench step: unexpected argument %q", c.Args().First())
 			}
 			o := bench.StepOptions{
-				Model: c.String("model"), Devices: c.Int("devices"), Batch: c.Int("batch"), Seq: c.Int("seq"),
+				Model: c.String("model"), Devices: c.Int("devices"), Backend: c.String("backend"), Batch: c.Int("batch"), Seq: c.Int("seq"),
 				Steps: c.Int("steps"), Warmup: c.Int("warmup"), NVMePath: c.String("nvme-path"),
 				NVMeOptimizer: c.Bool("nvme-optimizer"), Threads: c.Int("threads"),
 				Modes: strings.Split(c.String("modes"), ","),

@@ -1,0 +1,55 @@
+package bench
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/gpu/cuda"
+)
+
+// Backends are the device backends a workload can run on.
+var Backends = []string{"cpu", "cuda"}
+
+// Devices is a backend's devices and communicators for one engine.
+type Devices struct {
+	Backend string
+	Devs    []gpu.Device
+	Comms   []gpu.Comm
+	// Describe says what the backend found (GPU names, libraries).
+	Describe string
+	close    func() error
+}
+
+// Close releases the backend (after the engine that used it is closed).
+func (d *Devices) Close() error {
+	if d.close == nil {
+		return nil
+	}
+	return d.close()
+}
+
+// OpenDevices makes n devices of backend ("cpu" or "cuda"; "" is cpu),
+// each with a memory budget of hbmBytes (0: the backend's default: for
+// cuda the GPU's free memory, split among the devices sharing it).
+func OpenDevices(backend string, n int, hbmBytes int64) (*Devices, error) {
+	switch backend {
+	case "", "cpu":
+		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: hbmBytes})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: fmt.Sprintf("%d cpu device(s)", n)}, nil
+	case "cuda":
+		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %w", err)
+		}
+		desc := fmt.Sprintf("%d cuda device(s)", n)
+		if inf, err := cuda.Probe(); err == nil && len(inf.GPUs) > 0 {
+			desc = fmt.Sprintf("%d cuda device(s) on %d x %s (compute %s)", n, len(inf.GPUs), inf.GPUs[0].Name, inf.GPUs[0].ComputeCapability)
+		}
+		return &Devices{Backend: "cuda", Devs: b.Devices(), Comms: b.Comms(), Describe: desc, close: b.Close}, nil
+	}
+	return nil, fmt.Errorf("bench: unknown backend %q (one of %v)", backend, Backends)
+}
