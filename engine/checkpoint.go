@@ -1,0 +1,386 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/tier"
+)
+
+// Training checkpoints of an engine, written and read through checkpoint/.
+//
+// A checkpoint holds, per chunk and rank, the rank's slice [r·S, (r+1)·S)
+// of the chunk zero-padded to N·S (whatever the stage: a replicated state is
+// saved as each rank's slice of its copy), of:
+//
+//	param   as the devices hold it: bf16, or f32 in fp32 mode
+//	master  fp32 master weights (bf16 mode only; in fp32 mode the params are
+//	        the master weights)
+//	adam_m, adam_v  fp32
+//
+// and the step counter and the run's config. Nothing else decides the
+// values of the next steps: the learning rate is a function of the step
+// (the config's scheduler), the sampler's windows depend only on the seed,
+// the step and the row, gradients are rebuilt from zero every step, and the
+// tier store's and the planners' state (residency, recorded trace, measured
+// bandwidths) decide when bytes move, never what they hold. So an engine
+// restored from a checkpoint continues bit-identically to the engine that
+// saved it, given the same config and device count (results across device
+// counts differ by the grouping of the gradient sum; see TestAcrossDeviceCounts).
+//
+// Where each state is read from and written to: the device buffers of the
+// stateStore (params always unless the tier store holds them; master, m, v
+// with the device optimizer), the host optimizer's slices (hMaster, hM, hV),
+// or the tier store (master, m, v, and the param shards under
+// offload_param), through readShard and restoreTiered.
+
+// checkpointAlignElems is the shard alignment the engine lays chunks out
+// with (MemoryOptionsFromConfig leaves the default).
+const checkpointAlignElems = DefaultShardAlignElems
+
+// CheckpointStates are the states a checkpoint of this engine holds: param
+// bf16, master, adam_m and adam_v f32 (bf16 mode); param, adam_m and adam_v
+// f32 (fp32 mode).
+func (e *Engine) CheckpointStates() []checkpoint.StateSpec {
+	if e.precision == gpu.F32 {
+		return []checkpoint.StateSpec{{Kind: shard.Param, DType: dtype.F32}, {Kind: shard.AdamM, DType: dtype.F32}, {Kind: shard.AdamV, DType: dtype.F32}}
+	}
+	return append([]checkpoint.StateSpec(nil), checkpoint.MixedPrecisionStates...)
+}
+
+// checkpointExpect is what this engine needs of a checkpoint.
+func (e *Engine) checkpointExpect() checkpoint.Expect {
+	return checkpoint.Expect{Shape: e.shape, Devices: e.n, ShardAlignElems: checkpointAlignElems, States: e.CheckpointStates()}
+}
+
+// CheckpointState synchronizes the devices and returns the engine's
+// training state (every rank's shards, the step, the config) as plain data
+// in host memory: the model's 16Ψ bytes (14Ψ in fp32 mode).
+func (e *Engine) CheckpointState() (*checkpoint.State, error) {
+	if e.closed {
+		panic("engine: CheckpointState after Close")
+	}
+	st, err := checkpoint.NewState(e.layout, e.n, e.stage, checkpointAlignElems, e.CheckpointStates())
+	if err != nil {
+		return nil, fmt.Errorf("engine: checkpoint: %w", err)
+	}
+	e.checkShards(st)
+	st.Step = e.step
+	st.Config = e.cfg.JSON()
+	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+		return nil, fmt.Errorf("engine: checkpoint: %w", err)
+	}
+	if e.tiers != nil {
+		// Reads go around the planners: stop them issuing moves meanwhile.
+		err := e.tiers.pause()
+		defer e.tiers.resume()
+		if err != nil {
+			return nil, fmt.Errorf("engine: checkpoint: %w", err)
+		}
+	}
+	for _, r := range e.ranks {
+		for c := range e.chunks {
+			for k, spec := range st.States {
+				if err := r.saveShard(c, spec.Kind, st.Shard(r.idx, c, k)); err != nil {
+					return nil, fmt.Errorf("engine: checkpoint: chunk %d rank %d %s: %w", c, r.idx, spec.Kind, err)
+				}
+			}
+		}
+		if err := r.sync(); err != nil { // the device reads have landed
+			return nil, fmt.Errorf("engine: checkpoint: %w", err)
+		}
+	}
+	return st, nil
+}
+
+// SaveCheckpoint writes the training state as the newest checkpoint under
+// dir (checkpoint.SaveWith: crash-safe, CRC-32C per file, dir/latest
+// replaced last, opts.Keep checkpoints kept) and returns the checkpoint's
+// directory. Call it between steps, from the goroutine that runs them.
+func (e *Engine) SaveCheckpoint(dir string, opts checkpoint.Options) (string, error) {
+	st, err := e.CheckpointState()
+	if err != nil {
+		return "", err
+	}
+	if err := checkpoint.SaveWith(dir, st, opts); err != nil {
+		return "", fmt.Errorf("engine: save step %d: %w", st.Step, err)
+	}
+	path, err := checkpoint.Resolve(dir)
+	if err != nil {
+		return "", fmt.Errorf("engine: save step %d: %w", st.Step, err)
+	}
+	return path, nil
+}
+
+// LoadCheckpoint restores the training state from the checkpoint at path (a
+// checkpoint directory, or a directory whose "latest" names one): every
+// file's size and CRC-32C is verified first, a checkpoint of another model
+// shape or precision is refused with an error naming both, and one saved
+// on another device count is resharded. See RestoreState.
+func (e *Engine) LoadCheckpoint(path string) error {
+	st, err := checkpoint.LoadFor(path, e.checkpointExpect())
+	if err != nil {
+		return fmt.Errorf("engine: load checkpoint: %w", err)
+	}
+	return e.RestoreState(st)
+}
+
+// RestoreState replaces the engine's params, master weights, Adam moments
+// and step counter with st's (resharded when st was saved for another
+// device count). The stage may differ from the one st was saved with: the
+// files do not depend on it. An engine with the tier store must not have
+// run a step yet (its planners hold copies they consider current); others
+// may be restored at any point between steps.
+func (e *Engine) RestoreState(st *checkpoint.State) error {
+	if e.closed {
+		panic("engine: RestoreState after Close")
+	}
+	if err := st.Validate(); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	want := e.checkpointExpect()
+	if err := st.Match(want); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	if st.Devices != want.Devices || st.ShardAlignElems != want.ShardAlignElems {
+		var err error
+		if st, err = st.Reshard(want.Devices, want.ShardAlignElems); err != nil {
+			return fmt.Errorf("engine: restore: %w", err)
+		}
+	}
+	e.checkShards(st)
+	if e.tiers != nil {
+		for _, d := range e.tiers.drivers {
+			if ps, _ := d.stats(); ps.Accesses > 0 {
+				return fmt.Errorf("engine: restore: the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", ps.Accesses, d.rank)
+			}
+		}
+	}
+	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	if e.tiers != nil {
+		err := e.tiers.pause()
+		defer e.tiers.resume()
+		if err != nil {
+			return fmt.Errorf("engine: restore: %w", err)
+		}
+	}
+	idx := map[shard.State]int{}
+	for _, spec := range want.States {
+		idx[spec.Kind] = st.StateIndex(spec.Kind)
+	}
+	for c := range e.chunks {
+		// A replicated state's whole padded chunk: the ranks' slices in
+		// order (shared by every rank's upload, read only).
+		padded := map[shard.State][]byte{}
+		full := func(s shard.State) []byte {
+			if b, ok := padded[s]; ok {
+				return b
+			}
+			var b []byte
+			for r := range e.n {
+				b = append(b, st.Shard(r, c, idx[s])...)
+			}
+			padded[s] = b
+			return b
+		}
+		for _, r := range e.ranks {
+			for _, spec := range want.States {
+				s := spec.Kind
+				if err := r.restoreShard(c, s, st.Shard(r.idx, c, idx[s]), func() []byte { return full(s) }); err != nil {
+					return fmt.Errorf("engine: restore: chunk %d rank %d %s: %w", c, r.idx, s, err)
+				}
+			}
+		}
+		// The uploads read padded and st: wait for them chunk by chunk.
+		if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+			return fmt.Errorf("engine: restore: %w", err)
+		}
+	}
+	e.step = st.Step
+	// The restore's copies are not the next step's traffic.
+	e.lastCount = e.counters()
+	if e.tiers != nil {
+		e.tiers.last = e.tiers.snapshot()
+	}
+	return nil
+}
+
+// checkShards panics when st's shard lengths are not the engine's: both
+// follow ShardElems with the same alignment.
+func (e *Engine) checkShards(st *checkpoint.State) {
+	for c, p := range e.chunks {
+		if st.Chunks[c].ShardElems != p.shard || st.Chunks[c].Elems != p.len {
+			panic(fmt.Sprintf("engine: chunk %d: checkpoint shards of %d (chunk %d), the engine's %d (chunk %d)", c, st.Chunks[c].ShardElems, st.Chunks[c].Elems, p.shard, p.len))
+		}
+	}
+}
+
+// saveShard enqueues (device) or does (host, tier store) the copy of the
+// rank's slice of chunk c in state s into dst. Device reads land at the
+// rank's next sync.
+func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
+	e, st := r.e, r.st
+	sz := int64(e.chunks[c].shard) * 4 // f32 states
+	switch s {
+	case shard.Param:
+		switch {
+		case e.paramTiered(c):
+			return r.saveTiered(tkey(c, r.idx, shard.Param), dst)
+		case st.paramIsFull(c):
+			r.readDevice(dst, st.paramFull(c), int64(r.idx)*int64(len(dst)))
+		default:
+			r.readDevice(dst, st.param[c], 0)
+		}
+		return nil
+	case shard.Master, shard.AdamM, shard.AdamV:
+		if int64(len(dst)) != sz {
+			panic(fmt.Sprintf("engine: %s shard of chunk %d: %d bytes, want %d", s, c, len(dst), sz))
+		}
+		switch {
+		case e.tiered:
+			return r.saveTiered(tkey(c, r.idx, s), dst)
+		case e.offload:
+			checkpoint.PutFloat32s(dst, r.hostOpt(c, s))
+		case e.stage == 0: // the whole chunk, replicated: the rank's slice
+			r.readDevice(dst, r.deviceOpt(c, s), int64(r.idx)*sz)
+		default:
+			r.readDevice(dst, r.deviceOpt(c, s), 0)
+		}
+		return nil
+	}
+	panic(fmt.Sprintf("engine: no %s in a checkpoint", s))
+}
+
+// restoreShard writes src, the rank's slice of chunk c in state s, where
+// the engine keeps it; whole() is the padded chunk (all ranks' slices) for
+// a state the rank holds replicated. Device writes are enqueued on s and
+// complete at the rank's next sync.
+func (r *rank) restoreShard(c int, s shard.State, src []byte, whole func() []byte) error {
+	e, st := r.e, r.st
+	switch s {
+	case shard.Param:
+		switch {
+		case e.paramTiered(c):
+			return r.restoreTiered(tkey(c, r.idx, shard.Param), src)
+		case st.paramIsFull(c):
+			r.writeDevice(st.paramFull(c), whole())
+		default:
+			r.writeDevice(st.param[c], src)
+		}
+		if e.precision == gpu.F32 && e.offload {
+			checkpoint.GetFloat32s(st.hMaster[c], src) // fp32: the params are the master weights
+		}
+		return nil
+	case shard.Master, shard.AdamM, shard.AdamV:
+		switch {
+		case e.tiered:
+			return r.restoreTiered(tkey(c, r.idx, s), src)
+		case e.offload:
+			checkpoint.GetFloat32s(r.hostOpt(c, s), src)
+		case e.stage == 0:
+			r.writeDevice(r.deviceOpt(c, s), whole())
+		default:
+			r.writeDevice(r.deviceOpt(c, s), src)
+		}
+		return nil
+	}
+	panic(fmt.Sprintf("engine: no %s in a checkpoint", s))
+}
+
+// hostOpt is the host optimizer's state s of chunk c (without tiers).
+func (r *rank) hostOpt(c int, s shard.State) []float32 {
+	master, m, v, _, _ := r.st.hostOpt(c)
+	switch s {
+	case shard.Master:
+		return master
+	case shard.AdamM:
+		return m
+	case shard.AdamV:
+		return v
+	}
+	panic(fmt.Sprintf("engine: host optimizer has no %s", s))
+}
+
+// deviceOpt is the device optimizer's buffer of state s of chunk c (the
+// whole padded chunk at stage 0, else the rank's shard); bf16 mode only for
+// the master.
+func (r *rank) deviceOpt(c int, s shard.State) gpu.Buffer {
+	var b gpu.Buffer
+	switch s {
+	case shard.Master:
+		b = r.st.master[c]
+	case shard.AdamM:
+		b = r.st.m[c]
+	case shard.AdamV:
+		b = r.st.v[c]
+	}
+	if b == nil {
+		panic(fmt.Sprintf("engine: rank %d chunk %d: no device %s", r.idx, c, s))
+	}
+	return b
+}
+
+// readDevice enqueues the copy of len(dst) bytes of b from offBytes.
+func (r *rank) readDevice(dst []byte, b gpu.Buffer, offBytes int64) {
+	r.dev.CopyDeviceToHost(r.s, dst, b, offBytes)
+}
+
+// writeDevice enqueues the copy of src over the whole of b.
+func (r *rank) writeDevice(b gpu.Buffer, src []byte) {
+	if int64(len(src)) != b.Bytes() {
+		panic(fmt.Sprintf("engine: rank %d: restore %d bytes into a buffer of %d", r.idx, len(src), b.Bytes()))
+	}
+	r.dev.CopyHostToDevice(r.s, b, 0, src)
+}
+
+// saveTiered copies the newest contents of a tier-store state into dst.
+func (r *rank) saveTiered(k shard.Key, dst []byte) error {
+	b, err := r.e.tiers.readShard(k)
+	if err != nil {
+		return err
+	}
+	if len(b) != len(dst) {
+		panic(fmt.Sprintf("engine: %s: %d bytes in the tier store, the checkpoint's shard is %d", k, len(b), len(dst)))
+	}
+	copy(dst, b)
+	return nil
+}
+
+// restoreTiered writes src as the newest contents of a tier-store state
+// and leaves it where New's initialisation leaves it: in its home only (an
+// NVMe home is written through a host copy that the write-back drops). The
+// planners have not run (RestoreState checks), so their picture, every
+// state in its home, stays true.
+func (r *rank) restoreTiered(k shard.Key, src []byte) error {
+	t := r.e.tiers
+	home := t.specs[k].Home
+	if home == shard.NVMe {
+		if _, err := t.store.Submit(tier.Move{Key: k, To: shard.Host, Reason: tier.Alloc}); err != nil {
+			return err
+		}
+	}
+	l, err := t.store.Acquire(k, shard.Host, tier.Write)
+	if err != nil {
+		return err
+	}
+	if len(l.Bytes()) != len(src) {
+		panic(fmt.Sprintf("engine: %s: %d bytes in the tier store, the checkpoint's shard is %d", k, len(l.Bytes()), len(src)))
+	}
+	copy(l.Bytes(), src)
+	l.Release()
+	if home == shard.NVMe {
+		op, err := t.store.Submit(tier.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: tier.WriteBack})
+		if err == nil {
+			err = op.Wait()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
