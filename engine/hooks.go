@@ -85,6 +85,7 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) gpu.Buffer {
 	n := r.e.chunks[c].len
 	if r.st.paramIsFull(c) {
 		s.Wait(r.paramReady[c])
+		h.traceBegin(s)
 		return r.st.paramFull(c).Slice(0, n)
 	}
 	g := h.live[c]
@@ -93,6 +94,7 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) gpu.Buffer {
 	}
 	g.released = false
 	s.Wait(g.ready)
+	h.traceBegin(s)
 	// Prefetch the next chunk this micro-batch acquires.
 	if h.cursor < len(h.acquires) {
 		if next := h.acquires[h.cursor]; !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil {
@@ -139,9 +141,16 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 			src = lease.Buffer()
 		}
 	}
+	var from gpu.Event
+	if r.tr != nil {
+		from = r.tr.mark(r.cs)
+	}
 	r.comm.AllGather(r.cs, src, buf)
 	g := &gathered{buf: buf, ready: r.dev.NewEvent()}
 	r.cs.Record(g.ready)
+	if r.tr != nil {
+		r.tr.comm.span(from, g.ready, TraceComm, fmt.Sprintf("allgather %s (%s)", r.e.layout.Chunks[c].Name, pass), map[string]any{"chunk": c, "pass": pass.String()})
+	}
 	if lease != nil {
 		r.driver().done(lease, g.ready)
 	}
@@ -174,8 +183,24 @@ func (h *hooks) freeGathered(c int) {
 	delete(h.live, c)
 }
 
+// traceBegin opens the compute span of the chunk just acquired on s.
+func (h *hooks) traceBegin(s gpu.Stream) {
+	if rt := h.r.tr; rt != nil {
+		rt.computeC = rt.mark(s)
+	}
+}
+
 // Release implements model.Params.
-func (h *hooks) Release(s gpu.Stream, c int, _ model.Pass) {
+func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
+	if rt := h.r.tr; rt != nil && rt.computeC != nil {
+		dir := "fwd"
+		if pass == model.PassBackward {
+			dir = "bwd"
+		}
+		name := dir + " " + h.r.e.layout.Chunks[c].Name
+		rt.compute.span(rt.computeC, rt.mark(s), TraceCompute, name, map[string]any{"chunk": c, "pass": pass.String(), "micro": h.micro})
+		rt.computeC = nil
+	}
 	g := h.live[c]
 	if g == nil {
 		return // resident: nothing to give back
@@ -240,6 +265,10 @@ func (h *hooks) GradReady(s gpu.Stream, c int) {
 	ev := r.dev.NewEvent()
 	s.Record(ev)
 	r.cs.Wait(ev)
+	var from gpu.Event
+	if r.tr != nil && (e.n > 1 || e.stage >= 2) {
+		from = r.tr.mark(r.cs)
+	}
 	switch e.stage {
 	case 0:
 		if e.n > 1 {
@@ -275,6 +304,13 @@ func (h *hooks) GradReady(s gpu.Stream, c int) {
 		b.done = r.dev.NewEvent()
 		r.cs.Record(b.done)
 		h.pending = append(h.pending, b)
+	}
+	if from != nil {
+		op := "reducescatter"
+		if e.stage == 0 {
+			op = "allreduce"
+		}
+		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, fmt.Sprintf("%s %s", op, e.layout.Chunks[c].Name), map[string]any{"chunk": c, "micro": h.micro})
 	}
 	if h.last {
 		r.reduced(c)

@@ -56,6 +56,12 @@ type Options struct {
 	// measured on it (an average over steps, updated after each), within
 	// 1/8 and 8 times this value.
 	LinkBandwidth [prefetch.LinkCount]float64
+
+	// Trace, when set, records the run's timeline (compute and collectives
+	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
+	// for Engine.WriteTrace and Overlap (trace.go). One Tracer per Engine.
+	// nil: nothing is recorded (the hooks cost a nil check).
+	Trace *Tracer
 }
 
 // DefaultLinkBandwidth is what the planner assumes of each link when
@@ -118,6 +124,6 @@ func (o Options) String() string {
 	if o.Tokens != nil {
 		src = fmt.Sprintf("%d tokens", len(o.Tokens))
 	}
-	return fmt.Sprintf("engine.Options{Data: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v}",
-		src, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack)
+	return fmt.Sprintf("engine.Options{Data: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
+		src, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
@@ -44,6 +45,7 @@ type rank struct {
 	failed     error // the first tier failure of this step (the step returns it)
 	liveGrads  []liveGrad
 	scratch    gpu.Buffer // see scratchShard
+	tr         *rankTrace // the timeline (Options.Trace); nil: off
 }
 
 // liveGrad is a reduced gradient shard on the device whose copy to the tier
@@ -143,6 +145,14 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 		r.paramReady[c] = dev.NewEvent()
 	}
 	r.h = newHooks(r)
+	if e.opts.Trace != nil {
+		if r.tr, err = newRankTrace(e.opts.Trace, e, idx, dev); err != nil {
+			r.dev.Free(r.norms)
+			r.model.Free()
+			r.st.free()
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
@@ -238,6 +248,9 @@ func (r *rank) backward(step int64) error {
 		}
 	}
 	r.losses = r.losses[:0]
+	if r.tr != nil {
+		r.tr.t.stepBegin(step, time.Now())
+	}
 	if e.stage < 2 {
 		for c := range e.chunks {
 			r.ops.Fill(r.s, st.gradFull(c), 0)
@@ -272,6 +285,12 @@ func (r *rank) backward(step int64) error {
 // pinned host memory.
 func (r *rank) reduced(c int) {
 	g := r.st.gradShard(c)
+	if r.tr != nil {
+		from := r.tr.mark(r.cs)
+		defer func() {
+			r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "grad norm+to host "+r.e.layout.Chunks[c].Name, map[string]any{"chunk": c})
+		}()
+	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
 	if r.e.gradTiered {
 		// Once to host memory, into the tier store (which spills it to
@@ -318,6 +337,16 @@ func (r *rank) update(ap gpu.AdamParams) error {
 	}
 	gather := e.stage >= 1 && e.n > 1
 	var first error
+	var csFrom gpu.Event // trace: the open span on cs
+	var csName string
+	if r.tr != nil {
+		t0 := time.Now()
+		defer func() {
+			t1 := time.Now()
+			r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, fmt.Sprintf("optimizer step %d", ap.Step), t0, t1.Sub(t0), nil)
+			r.tr.t.stepEnd(ap.Step, t1)
+		}()
+	}
 	for c := range e.chunks {
 		if e.offload {
 			var up []byte
@@ -331,19 +360,31 @@ func (r *rank) update(ap gpu.AdamParams) error {
 				}
 			} else {
 				master, m, v, g, u := st.hostOpt(c)
+				t0 := r.traceNow()
 				if e.precision == gpu.BF16 {
 					e.opt.StepBF16(cp, master, u16s(g), m, v, u16s(u))
 				} else {
 					e.opt.StepF32(cp, master, f32s(g), m, v, nil)
 					copy(f32s(u), master)
 				}
+				r.traceAdam(c, t0)
 				up = u
+			}
+			if r.tr != nil {
+				csFrom, csName = r.tr.mark(r.cs), "upload "+e.layout.Chunks[c].Name
 			}
 			r.lease(st.upPins[c])
 			r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, up)
 		} else {
 			p, m, v, out := st.deviceOpt(c)
+			var from gpu.Event
+			if r.tr != nil {
+				from = r.tr.mark(r.s)
+			}
 			r.ops.AdamStep(r.s, p, st.gradShard(c), m, v, out, ap)
+			if r.tr != nil {
+				r.tr.compute.span(from, r.tr.mark(r.s), TraceCompute, "adam "+e.layout.Chunks[c].Name+" (device)", map[string]any{"chunk": c})
+			}
 			if !(gather && st.paramIsFull(c)) {
 				r.s.Record(r.paramReady[c])
 				continue
@@ -351,13 +392,35 @@ func (r *rank) update(ap gpu.AdamParams) error {
 			ev := r.dev.NewEvent()
 			r.s.Record(ev)
 			r.cs.Wait(ev)
+			if r.tr != nil {
+				csFrom, csName = r.tr.mark(r.cs), "allgather "+e.layout.Chunks[c].Name+" (update)"
+			}
 		}
 		if gather && st.paramIsFull(c) {
 			r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
 		}
 		r.cs.Record(r.paramReady[c])
+		if csFrom != nil {
+			r.tr.comm.span(csFrom, r.tr.mark(r.cs), TraceComm, csName, map[string]any{"chunk": c})
+			csFrom = nil
+		}
 	}
 	return first
+}
+
+// traceNow is the time when the timeline is on, else zero.
+func (r *rank) traceNow() time.Time {
+	if r.tr == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// traceAdam records cpuadam's run on chunk c, begun at t0.
+func (r *rank) traceAdam(c int, t0 time.Time) {
+	if r.tr != nil {
+		r.tr.t.span(r.idx, traceTidAdam, TraceAdam, "adam "+r.e.layout.Chunks[c].Name, t0, time.Since(t0), map[string]any{"chunk": c, "elems": r.e.chunks[c].shard})
+	}
 }
 
 // stepTiered runs cpuadam on chunk c's shard with master, m and v leased
@@ -406,7 +469,9 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 		ls[3] = l
 		out = l.Bytes()
 	}
+	t0 := r.traceNow()
 	e.opt.StepBF16(cp, f32s(ls[0].Bytes()), u16s(grad), f32s(ls[1].Bytes()), f32s(ls[2].Bytes()), u16s(out))
+	r.traceAdam(c, t0)
 	return up, nil
 }
 
@@ -452,6 +517,9 @@ func (r *rank) read(b gpu.Buffer) ([]float32, error) {
 
 func (r *rank) close() error {
 	err := r.sync()
+	if r.tr != nil {
+		r.tr.close()
+	}
 	r.h.freeAll()
 	r.freeGrads()
 	if r.scratch != nil {

@@ -484,6 +484,10 @@ type driver struct {
 type flight struct {
 	m  prefetch.Move
 	op *tier.Op
+	// The timeline only (Options.Trace): when the move was submitted, and
+	// the move (submitted at afterAt) filling the copy it copies, if any.
+	at, afterAt time.Time
+	after       *tier.Op
 }
 
 type held struct {
@@ -554,6 +558,9 @@ func (d *driver) pumpLocked() {
 			d.flying[i] = d.flying[len(d.flying)-1]
 			d.flying = d.flying[:len(d.flying)-1]
 			progress = true
+			if d.t.e.opts.Trace != nil {
+				d.traceMove(f)
+			}
 			if err := f.op.Err(); err != nil {
 				d.failLocked(err)
 				continue
@@ -583,13 +590,46 @@ func (d *driver) submitLocked(ms []prefetch.Move) {
 		if d.err != nil {
 			return
 		}
+		var at time.Time
+		if d.t.e.opts.Trace != nil {
+			at = time.Now()
+		}
 		op, err := d.t.store.Submit(tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: m.Reason})
 		if err != nil {
 			d.failLocked(fmt.Errorf("the store refused the planner's %s: %w", m, err))
 			return
 		}
-		d.flying = append(d.flying, flight{m, op})
+		f := flight{m: m, op: op}
+		if d.t.e.opts.Trace != nil {
+			f.at = at
+			for _, g := range d.flying {
+				if g.m.Key == m.Key && g.m.To == m.From && !g.m.Instant() {
+					f.after, f.afterAt = g.op, g.at
+				}
+			}
+		}
+		d.flying = append(d.flying, f)
 	}
+}
+
+// traceMove records a reaped move that put bytes on a link: from its
+// submit, or from the arrival of the copy it copies when that came later
+// (the store starts it then), to its completion.
+func (d *driver) traceMove(f flight) {
+	n := f.op.Bytes()
+	if n == 0 {
+		return // instant, a no-op, or a blank read: no link was used
+	}
+	start, end := f.at, f.at.Add(f.op.Duration())
+	if f.after != nil && f.after.Done() {
+		if a := f.afterAt.Add(f.after.Duration()); a.After(start) {
+			start = a
+			if start.After(end) {
+				start = end
+			}
+		}
+	}
+	d.t.e.opts.Trace.move(d.rank, f.m, start, end.Sub(start), n, d.t.specs[f.m.Key].SizeBytes(), f.op.Err())
 }
 
 // releaseLocked ends the held leases whose compute has completed (all of
@@ -664,7 +704,11 @@ func (d *driver) use(a prefetch.Access) (*tier.Lease, error) {
 		}
 	}
 	if !t0.IsZero() {
-		d.stall[a.Tier] += time.Since(t0)
+		w := time.Since(t0)
+		d.stall[a.Tier] += w
+		if tr := d.t.e.opts.Trace; tr != nil {
+			tr.stall(d.rank, a, t0, w)
+		}
 	}
 	if d.err != nil {
 		return nil, d.err
