@@ -1,11 +1,17 @@
 package cmd
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -27,11 +33,16 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json] [--data FILE] [--devices N] [--steps N] [--out DIR]",
+		UsageText: "strata train [--config ds_config.json] [--data FILE] [--devices N] [--steps N] [--out DIR [--save-every N [--keep K]]] [--resume PATH]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
-			"--out DIR writes config.json (the resolved config), steps.jsonl (one line per step), summary.json and model.safetensors (the trained fp32 weights).",
+			"--out DIR writes config.json (the resolved config), steps.jsonl (one line per step), summary.json and model.safetensors (the trained fp32 weights).\n" +
+			"--save-every N also writes a training checkpoint (params, fp32 master weights, Adam moments, step) every N steps and\n" +
+			"after the last one under DIR/checkpoints/ (crash-safe; the last --keep kept). --resume PATH continues a run from a\n" +
+			"checkpoint directory, a directory of checkpoints (its latest) or a run's --out directory (its checkpoints' latest):\n" +
+			"--steps is the total counted from step 1, the config is the checkpoint's unless --config is given, a different\n" +
+			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.StringFlag{Name: "data", Usage: "training text, any file, one token per byte (default: strata.data, else a built-in synthetic corpus)"},
@@ -39,6 +50,9 @@ func trainCommand() *cli.Command {
 			&cli.IntFlag{Name: "steps", Usage: "optimizer steps (default: strata.steps)"},
 			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl, summary.json and model.safetensors"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead"},
+			&cli.IntFlag{Name: "save-every", Usage: "write a training checkpoint every N steps and after the last, under --out DIR/checkpoints/"},
+			&cli.IntFlag{Name: "keep", Value: 2, Usage: "checkpoints kept under DIR/checkpoints/ (the newest)"},
+			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 		},
 		Action: runTrain,
 	}
@@ -55,6 +69,7 @@ func demoConfig(steps int) *config.Config {
 	cfg := config.Default()
 	s, _ := model.Lookup("small")
 	cfg.ResolveModel(config.Shape(s))
+	cfg.Strata.Model.Name = "small" // so that config.json and checkpoints read back as this shape
 	cfg.ZeRO.Stage = 3
 	cfg.ZeRO.Stage3ParamPersistenceThreshold = 1000 // shard every chunk but ln_f
 	cfg.Optimizer.Params.LR = 2e-3
@@ -130,11 +145,42 @@ func runTrain(c *cli.Context) error {
 		return usagef("train: unexpected argument %q (flags go before arguments; see strata train --help)", c.Args().First())
 	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	out := c.String("out")
+	saveEvery, keep := c.Int("save-every"), c.Int("keep")
+	switch {
+	case saveEvery < 0:
+		return usagef("train: --save-every %d: need a positive number of steps", saveEvery)
+	case saveEvery > 0 && out == "":
+		return usagef("train: --save-every needs --out DIR (checkpoints go to DIR/checkpoints/)")
+	case keep < 1:
+		return usagef("train: --keep %d: need at least 1", keep)
+	}
+	var resume *checkpoint.Manifest // the checkpoint to continue from
+	var resumeDir string
+	if path := c.String("resume"); path != "" {
+		var err error
+		if resume, resumeDir, err = resolveResume(path); err != nil {
+			return err
+		}
+	}
 	var cfg *config.Config
 	if path := c.String("config"); path != "" {
 		var err error
 		if cfg, err = config.Load(path, config.Options{LookupShape: lookupShape}); err != nil {
 			return err
+		}
+	} else if resume != nil {
+		// The run goes on with the config it was saved with.
+		if len(resume.Config) == 0 {
+			return fmt.Errorf("train: --resume %s: the checkpoint holds no config; pass --config", resumeDir)
+		}
+		saved := []byte(resume.Config)
+		if c.IsSet("devices") {
+			saved = forDevices(saved, c.Int("devices"))
+		}
+		var err error
+		if cfg, err = config.Parse(saved, filepath.Join(resumeDir, "manifest.json"), config.Options{LookupShape: lookupShape}); err != nil {
+			return fmt.Errorf("train: --resume: %w", err)
 		}
 	} else {
 		steps := demoSteps
@@ -171,6 +217,19 @@ func runTrain(c *cli.Context) error {
 	for _, n := range cfg.Ignored() {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
+	var start int64 // the step the run resumes after
+	if resume != nil {
+		start = resume.Step
+		if start >= int64(cfg.Strata.Steps) {
+			return usagef("train: --resume: %s is at step %d, and --steps (the total, counted from step 1) is %d: nothing to train; raise --steps above %d to continue",
+				resumeDir, start, cfg.Strata.Steps, start)
+		}
+		if c.IsSet("config") {
+			if d := configDiff(resume.Config, cfg.JSON()); d != "" {
+				fmt.Fprintf(stderr, "note: --config differs from the config %s was saved with: %s\n", resumeDir, d)
+			}
+		}
+	}
 	var tokens []int32
 	if cfg.Strata.Data != "" {
 		var err error
@@ -188,6 +247,12 @@ func runTrain(c *cli.Context) error {
 		return err
 	}
 	defer e.Close()
+	if resume != nil {
+		if err := e.LoadCheckpoint(resumeDir); err != nil {
+			return fmt.Errorf("train: --resume: %w", err)
+		}
+		start = e.StepCount()
+	}
 	for _, n := range e.Notes() {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
@@ -200,10 +265,13 @@ func runTrain(c *cli.Context) error {
 		sum.Model, units.FormatSize(sum.Params), sum.Stage, sum.Devices, cfg.Strata.Backend, sum.Optimizer, sum.Overlap)
 	fmt.Fprintf(stderr, "  global batch %d rows = %d devices × %d micro-batches × %d rows of %d tokens; data: %s; %d steps\n",
 		cfg.TrainBatchSize, sum.Devices, sum.Accum, sum.Micro, sum.Seq, data, cfg.Strata.Steps)
+	if resume != nil {
+		fmt.Fprintf(stderr, "resumed from step %d (%s)\n", start, resumeDir)
+	}
 
 	var jsonl io.Writer
-	if dir := c.String("out"); dir != "" {
-		f, err := openOut(dir, cfg)
+	if out != "" {
+		f, err := openOut(out, cfg, start)
 		if err != nil {
 			return err
 		}
@@ -217,12 +285,16 @@ func runTrain(c *cli.Context) error {
 		bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(stderr), progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(24), progressbar.OptionSetDescription("train"),
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetRenderBlankState(true))
+		if start > 0 {
+			bar.Set(int(start))
+		}
 	}
-	start := time.Now()
+	ckDir := filepath.Join(out, "checkpoints")
+	t0 := time.Now()
 	var first, last engine.StepStats
 	var moved int64
-	err = e.Run(steps, func(st engine.StepStats) error {
-		if st.Step == 1 {
+	err = e.Run(steps-int(start), func(st engine.StepStats) error {
+		if first.Step == 0 {
 			first = st
 		}
 		last = st
@@ -232,7 +304,7 @@ func runTrain(c *cli.Context) error {
 			line := stepLine{Step: st.Step, Loss: st.Loss, LR: st.LR, GradNorm: st.GradNorm, ClipCoef: st.ClipCoef,
 				StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 				HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
-				ElapsedSeconds: time.Since(start).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: cfg.TrainBatchSize,
+				ElapsedSeconds: time.Since(t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: cfg.TrainBatchSize,
 				OptimizerSeconds: st.OptimizerTime.Seconds(), TierLine: newTierLine(st.Tier)}
 			b, _ := json.Marshal(line)
 			if _, err := fmt.Fprintf(jsonl, "%s\n", b); err != nil {
@@ -250,6 +322,18 @@ func runTrain(c *cli.Context) error {
 			fmt.Fprintf(stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s%s\n",
 				st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(moved), tiers)
 		}
+		if saveEvery > 0 && (st.Step%int64(saveEvery) == 0 || st.Step == int64(steps)) {
+			// After the step's JSONL line, so that a resumed run finds it.
+			ts := time.Now()
+			path, err := e.SaveCheckpoint(ckDir, checkpoint.Options{Keep: keep})
+			if err != nil {
+				return fmt.Errorf("train: --save-every: %w", err)
+			}
+			if bar != nil {
+				bar.Clear()
+			}
+			fmt.Fprintf(stderr, "saved checkpoint of step %d to %s in %s\n", st.Step, path, time.Since(ts).Round(time.Millisecond))
+		}
 		return nil
 	})
 	if bar != nil {
@@ -259,13 +343,18 @@ func runTrain(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	elapsed := time.Since(start)
+	elapsed := time.Since(t0)
 	sum = e.Summary()
-	fmt.Fprintf(stdout, "trained %d steps in %s: loss %.4f -> %.4f, %.0f tokens/s, %s moved\n",
-		steps, elapsed.Round(time.Millisecond), first.Loss, last.Loss,
-		float64(steps*e.TokensPerStep())/elapsed.Seconds(), units.FormatBytes(moved))
+	ran := steps - int(start)
+	from := ""
+	if start > 0 {
+		from = fmt.Sprintf(" (steps %d-%d, resumed)", start+1, steps)
+	}
+	fmt.Fprintf(stdout, "trained %d steps%s in %s: loss %.4f -> %.4f, %.0f tokens/s, %s moved\n",
+		ran, from, elapsed.Round(time.Millisecond), first.Loss, last.Loss,
+		float64(ran*e.TokensPerStep())/elapsed.Seconds(), units.FormatBytes(moved))
 	fmt.Fprint(stdout, sum.String())
-	if dir := c.String("out"); dir != "" {
+	if dir := out; dir != "" {
 		b, _ := json.MarshalIndent(summaryJSON(sum, elapsed), "", "  ")
 		if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
 			return fmt.Errorf("train: %w", err)
@@ -285,19 +374,131 @@ func runTrain(c *cli.Context) error {
 	return nil
 }
 
-// openOut creates dir, writes the resolved config and opens steps.jsonl.
-func openOut(dir string, cfg *config.Config) (*os.File, error) {
+// openOut creates dir, writes the resolved config and opens steps.jsonl:
+// a new file, or for a run resumed after step start the existing one
+// without its lines past start (a run that went on after its last
+// checkpoint), ready to append to.
+func openOut(dir string, cfg *config.Config, start int64) (*os.File, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "config.json"), append(cfg.JSON(), '\n'), 0o644); err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)
 	}
-	f, err := os.Create(filepath.Join(dir, "steps.jsonl"))
+	path := filepath.Join(dir, "steps.jsonl")
+	var kept []byte
+	if start > 0 {
+		old, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("train: --out: %w", err)
+		}
+		for line := range bytes.Lines(old) {
+			var l struct {
+				Step int64 `json:"step"`
+			}
+			if json.Unmarshal(line, &l) == nil && l.Step >= 1 && l.Step <= start && bytes.HasSuffix(line, []byte("\n")) {
+				kept = append(kept, line...)
+			}
+		}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		_, err = f.Write(kept)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)
 	}
 	return f, nil
+}
+
+// resolveResume finds the checkpoint --resume names: a checkpoint
+// directory, a directory of checkpoints (its latest), or a run's --out
+// directory (its checkpoints' latest). It returns the manifest and the
+// checkpoint's directory.
+func resolveResume(path string) (*checkpoint.Manifest, string, error) {
+	m, dir, err := checkpoint.ReadManifest(path)
+	if err != nil {
+		sub := filepath.Join(path, "checkpoints")
+		if _, serr := os.Stat(sub); serr == nil {
+			m, dir, err = checkpoint.ReadManifest(sub)
+		}
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("train: --resume %s: %w", path, err)
+	}
+	return m, dir, nil
+}
+
+// forDevices rewrites a saved (resolved) config for n devices: the global
+// batch and the micro-batch stay, gradient_accumulation_steps is left for
+// the config to derive (train_batch_size / (micro × n)), and strata.devices
+// (the most the config allows) becomes n. A config that does not decode is
+// returned as is, for Parse to report.
+func forDevices(saved []byte, n int) []byte {
+	var m map[string]any
+	if json.Unmarshal(saved, &m) != nil {
+		return saved
+	}
+	delete(m, "gradient_accumulation_steps")
+	if st, ok := m["strata"].(map[string]any); ok {
+		st["devices"] = n
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return saved
+	}
+	return b
+}
+
+// configDiff lists the settings where two configs (JSON) differ, but the
+// total step count: "optimizer.params.lr 0.003 -> 0.001, ..." ("" when
+// none).
+func configDiff(saved, now []byte) string {
+	var a, b any
+	if json.Unmarshal(saved, &a) != nil || json.Unmarshal(now, &b) != nil {
+		return ""
+	}
+	fa, fb := map[string]string{}, map[string]string{}
+	flatten("", a, fa)
+	flatten("", b, fb)
+	keys := map[string]bool{}
+	for k := range fa {
+		keys[k] = true
+	}
+	for k := range fb {
+		keys[k] = true
+	}
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if k != "strata.steps" && fa[k] != fb[k] {
+			diffs = append(diffs, fmt.Sprintf("%s %s -> %s", k, orNone(fa[k]), orNone(fb[k])))
+		}
+	}
+	if len(diffs) > 6 {
+		diffs = append(diffs[:6], fmt.Sprintf("and %d more", len(diffs)-6))
+	}
+	return strings.Join(diffs, ", ")
+}
+
+func flatten(prefix string, v any, out map[string]string) {
+	if m, ok := v.(map[string]any); ok {
+		for k, x := range m {
+			if prefix != "" {
+				k = prefix + "." + k
+			}
+			flatten(k, x, out)
+		}
+		return
+	}
+	b, _ := json.Marshal(v)
+	out[prefix] = string(b)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
 }
 
 type deviceJSON struct {

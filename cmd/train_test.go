@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/strata-ai/strata/checkpoint"
 )
 
 func runApp(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -233,5 +236,148 @@ func TestTrainNVMe(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "tiers: params in nvme, optimizer state in nvme") || !strings.Contains(stdout, "hit rate") {
 		t.Errorf("summary does not name the tiers:\n%s", stdout)
+	}
+}
+
+// stepLosses reads steps.jsonl: the loss of each step, by step.
+func stepLosses(t *testing.T, dir string) map[int64]float64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "steps.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int64]float64{}
+	for i, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		var l stepLine
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatalf("steps.jsonl line %d: %v", i+1, err)
+		}
+		if _, dup := out[l.Step]; dup {
+			t.Fatalf("steps.jsonl: step %d twice", l.Step)
+		}
+		out[l.Step] = l.Loss
+	}
+	return out
+}
+
+// sameLosses checks that got has exactly steps from..to with the bits of
+// want's.
+func sameLosses(t *testing.T, what string, got, want map[int64]float64, from, to int64) {
+	t.Helper()
+	if len(got) != int(to-from+1) {
+		t.Errorf("%s: %d lines in steps.jsonl, want steps %d-%d", what, len(got), from, to)
+	}
+	for s := from; s <= to; s++ {
+		g, ok := got[s]
+		if !ok || g != want[s] {
+			t.Errorf("%s: step %d loss %v (present %v), uninterrupted %v", what, s, g, ok, want[s])
+		}
+	}
+}
+
+// TestTrainResume: 6 steps with --save-every 2 (keeping 2), then --resume
+// to 9 steps: the JSONL losses of steps 7-9 are bit-equal to those of an
+// uninterrupted 9-step run; so are those of a run resumed from the step-4
+// checkpoint with the checkpoint's own config (no --config) into a new
+// directory, and of one resumed from it into the first run's directory
+// (whose lines past step 4 are replaced). Resuming past --steps is refused
+// clearly.
+func TestTrainResume(t *testing.T) {
+	cfg := writeFile(t, "resume.json", `{
+  "train_micro_batch_size_per_gpu": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
+  "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3, "warmup_num_steps": 3, "total_num_steps": 9}},
+  "bf16": {"enabled": true},
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0, "offload_optimizer": {"device": "cpu"}},
+  "strata": {"model": "tiny", "devices": 2, "seq_len": 32, "seed": 3}
+}`)
+	train := func(args ...string) (string, string) {
+		t.Helper()
+		stdout, stderr, err := runApp(t, append([]string{"train", "--data", "../testdata/train/corpus.txt", "--no-progress"}, args...)...)
+		if err != nil {
+			t.Fatalf("strata train %v: %v\n%s", args, err, stderr)
+		}
+		return stdout, stderr
+	}
+	full := t.TempDir()
+	train("--config", cfg, "--steps", "9", "--out", full)
+	want := stepLosses(t, full)
+
+	run := t.TempDir()
+	_, stderr := train("--config", cfg, "--steps", "6", "--out", run, "--save-every", "2", "--keep", "2")
+	if strings.Count(stderr, "saved checkpoint of step") != 3 {
+		t.Errorf("want 3 checkpoints saved (steps 2, 4, 6):\n%s", stderr)
+	}
+	ck := filepath.Join(run, "checkpoints")
+	ls, err := checkpoint.List(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Latest != "step-00000006" || strings.Join(ls.Checkpoints, ",") != "step-00000004,step-00000006" {
+		t.Errorf("checkpoints %v latest %q, want steps 4 and 6 (--keep 2), latest 6", ls.Checkpoints, ls.Latest)
+	}
+	sameLosses(t, "first 6 steps", stepLosses(t, run), want, 1, 6)
+
+	// Resume from the run's directory (its latest: step 6) to 9 steps.
+	stdout, stderr := train("--config", cfg, "--steps", "9", "--resume", run, "--out", run)
+	if w := "resumed from step 6 (" + filepath.Join(ck, "step-00000006") + ")"; !strings.Contains(stderr, w) {
+		t.Errorf("stderr lacks %q:\n%s", w, stderr)
+	}
+	if !strings.Contains(stdout, "trained 3 steps (steps 7-9, resumed)") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+	sameLosses(t, "resumed at 6", stepLosses(t, run), want, 1, 9)
+
+	// From the step-4 checkpoint with its own config, into a new directory.
+	step4 := filepath.Join(ck, "step-00000004")
+	fresh := t.TempDir()
+	_, stderr = train("--steps", "9", "--resume", step4, "--out", fresh)
+	if !strings.Contains(stderr, "resumed from step 4 ("+step4+")") {
+		t.Errorf("stderr:\n%s", stderr)
+	}
+	sameLosses(t, "resumed at 4, saved config", stepLosses(t, fresh), want, 5, 9)
+
+	// From step 4 into the run's directory: its lines 5-9 are replaced.
+	train("--config", cfg, "--steps", "9", "--resume", step4, "--out", run)
+	sameLosses(t, "resumed at 4 into the same directory", stepLosses(t, run), want, 1, 9)
+
+	// From step 4 on 1 device (resharded; the saved config keeps the global
+	// batch: 2 micro-batches): step 5 starts from the same params on the
+	// same rows, so its loss is bit-equal; later steps sum the gradient in
+	// another grouping (engine.TestCheckpointReshard) and stay close.
+	one := t.TempDir()
+	train("--steps", "9", "--resume", step4, "--out", one, "--devices", "1")
+	got := stepLosses(t, one)
+	if got[5] != want[5] || len(got) != 5 {
+		t.Errorf("resumed on 1 device: step 5 loss %v, uninterrupted %v (%d lines)", got[5], want[5], len(got))
+	}
+	for s := int64(6); s <= 9; s++ {
+		if math.Abs(got[s]-want[s]) > 1e-3*want[s] {
+			t.Errorf("resumed on 1 device: step %d loss %v, uninterrupted %v", s, got[s], want[s])
+		}
+	}
+
+	// Nothing left to train, and the other misuses.
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--config", cfg, "--steps", "6", "--resume", run}, []string{"step 6", "--steps", "is 6", "nothing to train"}},
+		{[]string{"--config", cfg, "--steps", "3", "--resume", step4}, []string{"step 4", "is 3", "raise --steps"}},
+		{[]string{"--config", cfg, "--save-every", "2"}, []string{"--save-every needs --out"}},
+		{[]string{"--config", cfg, "--out", t.TempDir(), "--save-every", "2", "--keep", "0"}, []string{"--keep 0"}},
+		{[]string{"--config", cfg, "--resume", t.TempDir()}, []string{"--resume", "no checkpoint"}},
+	} {
+		_, _, err := runApp(t, append([]string{"train", "--no-progress"}, c.args...)...)
+		if err == nil {
+			t.Errorf("%v: no error", c.args)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: error %q lacks %q", c.args, err, w)
+			}
+		}
 	}
 }
