@@ -81,17 +81,20 @@ func (e *Engine) CheckpointState() (*checkpoint.State, error) {
 			return nil, fmt.Errorf("engine: checkpoint: %w", err)
 		}
 	}
-	for _, r := range e.ranks {
+	// Each rank's shards on its own goroutine (its streams, its tier-store
+	// keys), so the ranks' reads overlap.
+	err = e.parallel(func(r *rank) error {
 		for c := range e.chunks {
 			for k, spec := range st.States {
 				if err := r.saveShard(c, spec.Kind, st.Shard(r.idx, c, k)); err != nil {
-					return nil, fmt.Errorf("engine: checkpoint: chunk %d rank %d %s: %w", c, r.idx, spec.Kind, err)
+					return fmt.Errorf("chunk %d %s: %w", c, spec.Kind, err)
 				}
 			}
 		}
-		if err := r.sync(); err != nil { // the device reads have landed
-			return nil, fmt.Errorf("engine: checkpoint: %w", err)
-		}
+		return r.sync() // the device reads have landed
+	})
+	if err != nil {
+		return nil, fmt.Errorf("engine: checkpoint: %w", err)
 	}
 	return st, nil
 }
@@ -175,29 +178,29 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 	}
 	for c := range e.chunks {
 		// A replicated state's whole padded chunk: the ranks' slices in
-		// order (shared by every rank's upload, read only).
-		padded := map[shard.State][]byte{}
-		full := func(s shard.State) []byte {
-			if b, ok := padded[s]; ok {
-				return b
+		// order, built before the ranks run (they share it, read only).
+		whole := map[shard.State][]byte{}
+		for _, spec := range want.States {
+			if e.stage == 0 || (spec.Kind == shard.Param && e.ranks[0].st.paramIsFull(c)) {
+				var b []byte
+				for r := range e.n {
+					b = append(b, st.Shard(r, c, idx[spec.Kind])...)
+				}
+				whole[spec.Kind] = b
 			}
-			var b []byte
-			for r := range e.n {
-				b = append(b, st.Shard(r, c, idx[s])...)
-			}
-			padded[s] = b
-			return b
 		}
-		for _, r := range e.ranks {
+		// Each rank on its own goroutine (its streams, its tier-store
+		// keys); the uploads read st and whole: wait for them chunk by chunk.
+		err := e.parallel(func(r *rank) error {
 			for _, spec := range want.States {
 				s := spec.Kind
-				if err := r.restoreShard(c, s, st.Shard(r.idx, c, idx[s]), func() []byte { return full(s) }); err != nil {
-					return fmt.Errorf("engine: restore: chunk %d rank %d %s: %w", c, r.idx, s, err)
+				if err := r.restoreShard(c, s, st.Shard(r.idx, c, idx[s]), whole[s]); err != nil {
+					return fmt.Errorf("chunk %d %s: %w", c, s, err)
 				}
 			}
-		}
-		// The uploads read padded and st: wait for them chunk by chunk.
-		if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+			return r.sync()
+		})
+		if err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}
 	}
@@ -257,10 +260,10 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 }
 
 // restoreShard writes src, the rank's slice of chunk c in state s, where
-// the engine keeps it; whole() is the padded chunk (all ranks' slices) for
+// the engine keeps it; whole is the padded chunk (all ranks' slices) for
 // a state the rank holds replicated. Device writes are enqueued on s and
 // complete at the rank's next sync.
-func (r *rank) restoreShard(c int, s shard.State, src []byte, whole func() []byte) error {
+func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) error {
 	e, st := r.e, r.st
 	switch s {
 	case shard.Param:
@@ -268,7 +271,7 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole func() []byt
 		case e.paramTiered(c):
 			return r.restoreTiered(tkey(c, r.idx, shard.Param), src)
 		case st.paramIsFull(c):
-			r.writeDevice(st.paramFull(c), whole())
+			r.writeDevice(st.paramFull(c), whole)
 		default:
 			r.writeDevice(st.param[c], src)
 		}
@@ -283,7 +286,7 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole func() []byt
 		case e.offload:
 			checkpoint.GetFloat32s(r.hostOpt(c, s), src)
 		case e.stage == 0:
-			r.writeDevice(r.deviceOpt(c, s), whole())
+			r.writeDevice(r.deviceOpt(c, s), whole)
 		default:
 			r.writeDevice(r.deviceOpt(c, s), src)
 		}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/gpu/cpu"
@@ -252,7 +253,7 @@ func TestCheckpointMismatch(t *testing.T) {
 }
 
 // newEngineJSON builds an engine for a config text on n CPU devices.
-func newEngineJSON(t *testing.T, js string, n int) *Engine {
+func newEngineJSON(t testing.TB, js string, n int) *Engine {
 	t.Helper()
 	devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 256 << 20})
 	if err != nil {
@@ -362,5 +363,93 @@ func TestCheckpointTieredAfterStep(t *testing.T) {
 	st := stateOf(t, a)
 	if err := a.RestoreState(st); err == nil || !strings.Contains(err.Error(), "new engine") {
 		t.Errorf("restore after a step: %v", err)
+	}
+}
+
+// benchShapeJSON is 3.2M params: 51 MB of model state (16Ψ).
+const benchShapeJSON = `{"n_layer": 4, "n_embd": 256, "n_head": 4, "vocab_size": 256, "max_seq_len": 16}`
+
+// BenchmarkCheckpointVsRaw measures, side by side in one run (alternating
+// within each iteration), the engine's SaveCheckpoint (collect every
+// rank's shards from the devices, host memory or the tier store, then
+// checkpoint.SaveWith) against checkpoint.SaveWith of the same state
+// already in memory (the anchor: the files alone), LoadCheckpoint into a
+// new engine against checkpoint.Load, and a training step:
+//
+//	go test -run XXX -bench CheckpointVsRaw -benchtime 5x ./engine/
+//
+// save/raw and load/raw are the engine's overhead over the files; save/step
+// is what a checkpoint costs in steps (to choose --save-every).
+func BenchmarkCheckpointVsRaw(b *testing.B) {
+	type config struct {
+		name string
+		mk   func(b *testing.B) *Engine
+	}
+	host := runSpec{stage: 3, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+	dev := runSpec{stage: 2, n: 2, micro: 1, accum: 1, clip: 1}
+	nv := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: benchShapeJSON}
+	for _, c := range []config{
+		{"stage3-N2-host", func(b *testing.B) *Engine {
+			return newEngineJSON(b, strings.Replace(host.configJSON(), testShapeJSON, benchShapeJSON, 1), host.n)
+		}},
+		{"stage2-N2-device", func(b *testing.B) *Engine {
+			return newEngineJSON(b, strings.Replace(dev.configJSON(), testShapeJSON, benchShapeJSON, 1), dev.n)
+		}},
+		{"stage3-N2-nvme-nvme", func(b *testing.B) *Engine { return newTierEngine(b, nv, Options{}) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			e := c.mk(b)
+			if err := e.Run(2, nil); err != nil {
+				b.Fatal(err)
+			}
+			st, err := e.CheckpointState()
+			if err != nil {
+				b.Fatal(err)
+			}
+			dir, raw := b.TempDir(), b.TempDir()
+			var tSave, tRaw, tLoad, tRawLoad, tStep time.Duration
+			b.ResetTimer()
+			for range b.N {
+				t0 := time.Now()
+				if _, err := e.SaveCheckpoint(dir, checkpoint.Options{Keep: 1}); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
+				if err := checkpoint.SaveWith(raw, st, checkpoint.Options{Keep: 1}); err != nil {
+					b.Fatal(err)
+				}
+				t2 := time.Now()
+				if _, err := e.Step(); err != nil {
+					b.Fatal(err)
+				}
+				t3 := time.Now()
+				b.StopTimer()
+				fresh := c.mk(b)
+				b.StartTimer()
+				t4 := time.Now()
+				if err := fresh.LoadCheckpoint(dir); err != nil {
+					b.Fatal(err)
+				}
+				t5 := time.Now()
+				if _, err := checkpoint.Load(raw); err != nil {
+					b.Fatal(err)
+				}
+				t6 := time.Now()
+				b.StopTimer()
+				fresh.Close()
+				b.StartTimer()
+				tSave += t1.Sub(t0)
+				tRaw += t2.Sub(t1)
+				tStep += t3.Sub(t2)
+				tLoad += t5.Sub(t4)
+				tRawLoad += t6.Sub(t5)
+			}
+			n := float64(b.N)
+			b.ReportMetric(tSave.Seconds()*1e3/n, "save-ms")
+			b.ReportMetric(tSave.Seconds()/tRaw.Seconds(), "save/raw")
+			b.ReportMetric(tLoad.Seconds()/tRawLoad.Seconds(), "load/raw")
+			b.ReportMetric(tSave.Seconds()/tStep.Seconds(), "save/step")
+			b.ReportMetric(float64(16*e.layout.ParamCount())/1e6, "state-MB")
+		})
 	}
 }
