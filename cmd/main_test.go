@@ -6,6 +6,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/strata-ai/strata/gpu/cuda"
 )
 
 // run executes the CLI in-process and returns stdout, stderr and the error.
@@ -132,6 +134,25 @@ func TestBenchNVMeBadInput(t *testing.T) {
 		var ec exitCoder
 		if c.code != 0 && (!errors.As(err, &ec) || ec.ExitCode() != c.code) {
 			t.Errorf("%v: error %q is not exit status %d", c.args, err, c.code)
+		}
+	}
+}
+
+func TestBackendFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"train", "--backend", "rocm", "--steps", "1"},
+		{"bench", "step", "--backend", "rocm", "--model", "tiny", "--seq", "64"},
+	} {
+		_, _, err := run(t, args...)
+		if err == nil || !strings.Contains(err.Error(), `"rocm"`) || !strings.Contains(err.Error(), "cuda") {
+			t.Errorf("%v: error %v, want one naming the backend and the choices", args, err)
+		}
+	}
+	// Without an NVIDIA driver, --backend cuda says so and how to point at one.
+	if _, err := cuda.Probe(); err != nil {
+		_, _, err := run(t, "train", "--backend", "cuda", "--steps", "1", "--no-progress")
+		if err == nil || !strings.Contains(err.Error(), "STRATA_CUDA_LIB_DIR") {
+			t.Errorf("train --backend cuda without a driver: %v, want the driver error with STRATA_CUDA_LIB_DIR", err)
 		}
 	}
 }

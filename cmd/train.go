@@ -17,11 +17,11 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
+	"github.com/strata-ai/strata/bench"
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -47,6 +47,7 @@ func trainCommand() *cli.Command {
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.StringFlag{Name: "data", Usage: "training text, any file, one token per byte (default: strata.data, else a built-in synthetic corpus)"},
 			&cli.IntFlag{Name: "devices", Usage: "local devices to use (default: strata.devices)"},
+			&cli.StringFlag{Name: "backend", Usage: "device backend: cpu or cuda (default: strata.backend, cpu)"},
 			&cli.IntFlag{Name: "steps", Usage: "optimizer steps (default: strata.steps)"},
 			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl, summary.json and model.safetensors"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead"},
@@ -211,8 +212,11 @@ func runTrain(c *cli.Context) error {
 	if cfg.Shape() == nil {
 		return fmt.Errorf("train: strata.model %q has no shape", cfg.Strata.Model.Name)
 	}
-	if cfg.Strata.Backend != "cpu" {
-		return fmt.Errorf("train: strata.backend %q is not built yet; use \"cpu\"", cfg.Strata.Backend)
+	if c.IsSet("backend") {
+		if b := c.String("backend"); !slices.Contains(bench.Backends, b) {
+			return usagef("train: --backend %q is not one of %s", b, strings.Join(bench.Backends, ", "))
+		}
+		cfg.Strata.Backend = c.String("backend")
 	}
 	for _, n := range cfg.Ignored() {
 		fmt.Fprintf(stderr, "note: %s\n", n)
@@ -238,15 +242,19 @@ func runTrain(c *cli.Context) error {
 		}
 	}
 
-	devs, comms, err := cpu.New(cpu.Options{Devices: cfg.Strata.Devices, HBMBytes: cfg.Strata.HBMBytes})
+	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes)
 	if err != nil {
 		return err
 	}
-	e, err := engine.New(cfg, cpu.Devices(devs), comms, engine.Options{Tokens: tokens})
+	defer devs.Close()
+	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: tokens})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
+	if devs.Backend != "cpu" {
+		fmt.Fprintf(stderr, "devices: %s\n", devs.Describe)
+	}
 	if resume != nil {
 		if err := e.LoadCheckpoint(resumeDir); err != nil {
 			return fmt.Errorf("train: --resume: %w", err)
