@@ -89,7 +89,10 @@
 // per rank, the gradient shards and the upload staging; fp32 master, m and v
 // live in host memory per rank shard. Step and Run are called from one
 // goroutine; Params and Master synchronize and read the shards; Summary
-// reports measured peaks next to EstimateMemory; Close frees everything.
+// reports measured peaks next to EstimateMemory; SaveCheckpoint and
+// LoadCheckpoint (checkpoint.go) write and read every rank's params,
+// master, m, v and the step through checkpoint/ (a tier-store engine is
+// restored before its first step); Close frees everything.
 // All state access goes through one stateStore per rank (state.go) and, with
 // tiers, the rank's driver (tiered.go). Close stops the drivers, closes the
 // store, removes the swap files and frees the pinned pools.
