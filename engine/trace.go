@@ -724,6 +724,37 @@ func Overlap(events []TraceEvent) []StepOverlap {
 	return out
 }
 
+// TotalOverlap adds up steps' figures (Step is the number of steps): the
+// durations, stalls, busy times and bytes sum; ExposedFraction is the
+// total Exposed over the total TransferBusy.
+func TotalOverlap(steps []StepOverlap) StepOverlap {
+	var t StepOverlap
+	for i, o := range steps {
+		if i == 0 {
+			t.Start = o.Start
+		}
+		t.Step++
+		t.Duration += o.Duration
+		for r, d := range o.Stall {
+			for len(t.Stall) <= r {
+				t.Stall = append(t.Stall, 0)
+			}
+			t.Stall[r] += d
+		}
+		t.StallMax += o.StallMax
+		for l := range t.LinkBusy {
+			t.LinkBusy[l] += o.LinkBusy[l]
+			t.LinkBytes[l] += o.LinkBytes[l]
+		}
+		t.TransferBusy += o.TransferBusy
+		t.Exposed += o.Exposed
+	}
+	if t.TransferBusy > 0 {
+		t.ExposedFraction = float64(t.Exposed) / float64(t.TransferBusy)
+	}
+	return t
+}
+
 // span is a half-open interval [a, b).
 type span struct{ a, b time.Duration }
 

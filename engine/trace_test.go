@@ -76,6 +76,11 @@ func TestOverlapSynthetic(t *testing.T) {
 			t.Errorf("step %d:\n got %+v\nwant %+v", w.Step, g, w)
 		}
 	}
+	tot := TotalOverlap(got)
+	if tot.Step != 2 || tot.Duration != d(250) || tot.TransferBusy != d(150) || tot.Exposed != d(30) || tot.ExposedFraction != 0.2 ||
+		tot.LinkBytes[tier.NVMeToHost] != 7000 || !slices.Equal(tot.Stall, []time.Duration{d(45), d(5)}) || tot.StallMax != d(45) {
+		t.Errorf("total %+v", tot)
+	}
 	if s := got[0].String(); !strings.Contains(s, "exposed 30.0 ms = 37.5 %") {
 		t.Errorf("String: %s", s)
 	}
