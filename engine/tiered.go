@@ -617,7 +617,7 @@ func (d *driver) submitLocked(ms []prefetch.Move) {
 // (the store starts it then), to its completion.
 func (d *driver) traceMove(f flight) {
 	n := f.op.Bytes()
-	if n == 0 {
+	if n == 0 && f.op.Err() == nil {
 		return // instant, a no-op, or a blank read: no link was used
 	}
 	start, end := f.at, f.at.Add(f.op.Duration())

@@ -223,7 +223,7 @@ func (t *Tracer) stall(r int, a prefetch.Access, from time.Time, dur time.Durati
 }
 
 // move records a completed tier-store move of rank r's shard that put
-// bytes on the link from -> to (two hops: both links).
+// bytes on the link from -> to (two hops: both links), or failed.
 func (t *Tracer) move(r int, m prefetch.Move, from time.Time, dur time.Duration, bytes, hbmBytes int64, err error) {
 	reason := m.Reason.String()
 	if m.WriteBehind {
@@ -249,7 +249,9 @@ func (t *Tracer) move(r int, m prefetch.Move, from time.Time, dur time.Duration,
 		return
 	}
 	// HBM <-> NVMe through a host staging buffer: the store times the move
-	// as a whole, so both links get the whole span, each with its bytes.
+	// as a whole, so both links get the whole span, each with its bytes
+	// (a failed move may have put none on either).
+	hbmBytes = min(hbmBytes, bytes)
 	switch {
 	case m.From == shard.HBM && m.To == shard.NVMe:
 		one(tier.HBMToHost, hbmBytes, "hbm->host->nvme")
@@ -452,38 +454,33 @@ func traceTidName(pid, tid int) string {
 
 // WriteTrace waits for every rank's streams, lets the moves in flight
 // complete (as Params does), and writes the timeline recorded so far
-// (Tracer.WriteJSON); it fails when the engine runs without Options.Trace.
-// Call it between steps, from the goroutine that calls Step.
+// (Tracer.WriteJSON), also after a failed step; it fails when the engine
+// runs without Options.Trace. Call it between steps (or after Close), from
+// the goroutine that calls Step.
 func (e *Engine) WriteTrace(w io.Writer) error {
 	t := e.opts.Trace
 	if t == nil {
 		return errors.New("engine: write trace: the engine runs without Options.Trace")
 	}
-	if err := e.flushTrace(); err != nil {
-		return err
-	}
+	e.flushTrace()
 	return t.WriteJSON(w)
 }
 
-// flushTrace brings every span that has happened into the tracer.
-func (e *Engine) flushTrace() error {
+// flushTrace brings every span that has happened into the tracer. It
+// ignores the streams' and the drivers' errors: a failed step has
+// returned them already, and its timeline is worth writing.
+func (e *Engine) flushTrace() {
 	if e.closed || e.opts.Trace == nil {
-		return nil
+		return
 	}
-	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
+	e.parallel(func(r *rank) error { return r.sync() })
 	for _, r := range e.ranks {
 		r.tr.flush()
 	}
 	if e.tiers != nil {
-		err := e.tiers.pause()
+		e.tiers.pause()
 		e.tiers.resume()
-		if err != nil {
-			return err
-		}
 	}
-	return nil
 }
 
 // rankTrace is a rank's part of the tracer: the watchers of its two

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -180,7 +181,19 @@ func TestTrace(t *testing.T) {
 			if err := e.WriteTrace(&buf); err != nil {
 				t.Fatal(err)
 			}
+			var after tier.Stats
+			if e.tiers != nil {
+				// WriteTrace lets the planners go on: hold them while the
+				// store's counters and the timeline are read together.
+				if err := e.tiers.pause(); err != nil {
+					t.Fatal(err)
+				}
+				after = e.tiers.store.Stats()
+			}
 			evs := tr.Events()
+			if e.tiers != nil {
+				e.tiers.resume()
+			}
 			checkTraceJSON(t, buf.Bytes())
 			checkTracks(t, evs)
 			if tr.Dropped() != 0 {
@@ -226,7 +239,7 @@ func TestTrace(t *testing.T) {
 			}
 
 			if e.tiers != nil {
-				checkTierTrace(t, e, evs, before, stats, ov)
+				checkTierTrace(t, e, evs, before, after, stats, ov)
 			}
 
 			// The same run with the timeline off ends bit-identical.
@@ -259,7 +272,7 @@ func (e *Engine) deviceAdamSpans() int {
 }
 
 // checkTierTrace: moves and stalls against the store's and drivers' counters.
-func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before tier.Stats, stats []StepStats, ov []StepOverlap) {
+func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before, after tier.Stats, stats []StepStats, ov []StepOverlap) {
 	t.Helper()
 	var traced, inSteps [tier.LinkCount]int64
 	stallNs := make([]time.Duration, e.n)
@@ -267,14 +280,13 @@ func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before tier.Stats
 		switch ev.Cat {
 		case TraceMove:
 			traced[ev.Link] += ev.Bytes
-			if ev.Bytes <= 0 {
+			if ev.Bytes <= 0 && ev.Args["error"] == nil {
 				t.Errorf("move without bytes: %+v", ev)
 			}
 		case TraceStall:
 			stallNs[ev.Rank] += ev.Dur
 		}
 	}
-	after := e.tiers.store.Stats()
 	var stepBytes [tier.LinkCount]int64
 	for _, st := range stats {
 		for l, b := range st.Tier.LinkBytes {
@@ -442,5 +454,41 @@ func TestTraceBounded(t *testing.T) {
 	off := s.engine(t, nil)
 	if err := off.WriteTrace(&buf); err == nil {
 		t.Error("WriteTrace without a Tracer succeeded")
+	}
+}
+
+// TestTraceAfterFault: a step that fails on an NVMe read error still
+// leaves a timeline WriteTrace writes, with the failed move and its error.
+func TestTraceAfterFault(t *testing.T) {
+	skipWithoutDirectIO(t)
+	tr, err := NewTracer(TraceOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
+	e := newTierEngine(t, s, Options{Trace: tr, NVMeDevice: func(d nvme.Device) nvme.Device {
+		return nvme.NewFaulty(d, nvme.Fault{Kind: nvme.FaultEIO, Op: nvme.OpRead, Nth: 5})
+	}})
+	for range 5 {
+		if _, err = e.Step(); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatal("no step failed")
+	}
+	var buf bytes.Buffer
+	if werr := e.WriteTrace(&buf); werr != nil {
+		t.Fatalf("write trace after the failed step (%v): %v", err, werr)
+	}
+	checkTraceJSON(t, buf.Bytes())
+	failed := 0
+	for _, ev := range tr.Events() {
+		if ev.Cat == TraceMove && ev.Args["error"] != nil {
+			failed++
+		}
+	}
+	if failed == 0 {
+		t.Error("the failed move is not in the timeline")
 	}
 }
