@@ -44,6 +44,10 @@ type StepOptions struct {
 	Threads      int // cpuadam threads; 0: GOMAXPROCS
 	// Modes to run, among "resident", "host", "nvme"; default all three.
 	Modes []string
+	// TracePath, when set, receives the Chrome trace-event timeline of the
+	// last mode (engine.Tracer); with several modes their alternating
+	// steps fall inside its step windows, so trace one mode (--modes nvme).
+	TracePath string
 }
 
 // StepModes are the placements `strata bench step` compares.
@@ -183,6 +187,10 @@ type StepResult struct {
 	// Ratios of median step times, when both modes ran.
 	RatioNVMeHost, RatioHostResident float64
 	Seconds                          float64
+	// TraceMode is the mode traced to Options.TracePath; Overlap its
+	// measured steps' exposed transfer time (engine.Overlap).
+	TraceMode string
+	Overlap   []engine.StepOverlap
 }
 
 // Mode returns the result of mode m, or nil.
@@ -216,6 +224,7 @@ func Step(o StepOptions) (StepResult, error) {
 		}
 	}()
 	var dir string
+	var tracer *engine.Tracer
 	for i, m := range o.Modes {
 		if m == "nvme" {
 			d, err := os.MkdirTemp(o.NVMePath, "strata-bench-step-")
@@ -236,6 +245,12 @@ func Step(o StepOptions) (StepResult, error) {
 		backends = append(backends, devs)
 		res.Backend = devs.Describe
 		eo := engine.Options{OptimizerThreads: o.Threads}
+		if o.TracePath != "" && i == len(o.Modes)-1 {
+			if tracer, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
+				return res, err
+			}
+			eo.Trace, res.TraceMode = tracer, m
+		}
 		if m != "resident" {
 			eo.TierHBMBytes = o.TierHBMBytes
 		}
@@ -308,6 +323,13 @@ func Step(o StepOptions) (StepResult, error) {
 	if nv, h := res.Mode("nvme"), res.Mode("host"); nv != nil && h != nil {
 		res.RatioNVMeHost = nv.MedianStep / h.MedianStep
 	}
+	if tracer != nil {
+		if err := writeTraceFile(o.TracePath, engines[len(engines)-1]); err != nil {
+			return res, err
+		}
+		ov := engine.Overlap(tracer.Events())
+		res.Overlap = ov[min(o.Warmup, len(ov)):]
+	}
 	res.Seconds = time.Since(start).Seconds()
 	return res, nil
 }
@@ -350,9 +372,13 @@ func (r StepResult) String() string {
 	fmt.Fprintf(&b, "%-9s %10s %10s %9s %10s %10s %11s %11s %11s %11s %10s\n", "mode", "step (med)", "optimizer", "hit rate",
 		"stall hbm", "stall host", "nvme->host", "host->hbm", "host->nvme", "peak host", "identical")
 	for _, m := range r.Modes {
-		fmt.Fprintf(&b, "%-9s %9.3fs %9.3fs %9.4f %9.3fs %9.3fs %11s %11s %11s %11s %10v\n", m.Mode, m.MedianStep, m.Optimizer, m.HitRate,
+		same := fmt.Sprint(m.ParamsIdentical)
+		if len(r.Modes) == 1 {
+			same = "-" // nothing to compare with
+		}
+		fmt.Fprintf(&b, "%-9s %9.3fs %9.3fs %9.4f %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Mode, m.MedianStep, m.Optimizer, m.HitRate,
 			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[tier.NVMeToHost]), units.FormatBytes(m.LinkBytes[tier.HostToHBM]),
-			units.FormatBytes(m.LinkBytes[tier.HostToNVMe]), units.FormatBytes(m.PeakBytes[shard.Host]), m.ParamsIdentical)
+			units.FormatBytes(m.LinkBytes[tier.HostToNVMe]), units.FormatBytes(m.PeakBytes[shard.Host]), same)
 	}
 	b.WriteString("(bytes per step; stalls summed over the measured steps; identical: params bit-equal to the first mode's after the run)\n")
 	if r.RatioHostResident > 0 {
@@ -361,7 +387,28 @@ func (r StepResult) String() string {
 	if r.RatioNVMeHost > 0 {
 		fmt.Fprintf(&b, "ratio nvme/host     %.3f\n", r.RatioNVMeHost)
 	}
+	if r.TraceMode != "" {
+		t := engine.TotalOverlap(r.Overlap)
+		fmt.Fprintf(&b, "timeline of %s mode in %s: exposed transfer time %v of %v busy on the links (%.3f) over the %d measured steps\n",
+			r.TraceMode, o.TracePath, t.Exposed.Round(time.Microsecond), t.TransferBusy.Round(time.Microsecond), t.ExposedFraction, t.Step)
+	}
 	return b.String()
+}
+
+// writeTraceFile writes e's timeline to path.
+func writeTraceFile(path string, e *engine.Engine) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: --trace: %w", err)
+	}
+	if err := e.WriteTrace(f); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: --trace: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("bench: --trace: %w", err)
+	}
+	return nil
 }
 
 // JSON is the result for --json.

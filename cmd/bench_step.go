@@ -41,6 +41,7 @@ func benchStepCommand() *cli.Command {
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
 			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
+			&cli.StringFlag{Name: "trace", Usage: "write the last mode's Chrome trace-event timeline to FILE (use with one mode: --modes nvme)"},
 		},
 		Action: func(c *cli.Context) error {
 			if c.Args().Present() {
@@ -50,7 +51,7 @@ func benchStepCommand() *cli.Command {
 				Model: c.String("model"), Devices: c.Int("devices"), Backend: c.String("backend"), Batch: c.Int("batch"), Seq: c.Int("seq"),
 				Steps: c.Int("steps"), Warmup: c.Int("warmup"), NVMePath: c.String("nvme-path"),
 				NVMeOptimizer: c.Bool("nvme-optimizer"), Threads: c.Int("threads"),
-				Modes: strings.Split(c.String("modes"), ","),
+				Modes: strings.Split(c.String("modes"), ","), TracePath: c.String("trace"),
 			}
 			for _, f := range []struct {
 				name string

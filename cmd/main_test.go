@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -154,5 +155,52 @@ func TestBackendFlag(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "STRATA_CUDA_LIB_DIR") {
 			t.Errorf("train --backend cuda without a driver: %v, want the driver error with STRATA_CUDA_LIB_DIR", err)
 		}
+	}
+}
+
+// TestTraceFlag: --trace writes a timeline that parses as Chrome trace
+// events and says how much transfer time was exposed.
+func TestTraceFlag(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		file string
+	}{
+		{[]string{"train", "--steps", "2", "--no-progress"}, "train.json"},
+		{[]string{"bench", "step", "--model", "tiny", "--seq", "64", "--steps", "2", "--warmup", "1", "--modes", "nvme", "--nvme-path", dir}, "step.json"},
+	} {
+		path := dir + "/" + c.file
+		out, _, err := run(t, append(c.args, "--trace", path)...)
+		if err != nil {
+			t.Fatalf("%v: %v", c.args, err)
+		}
+		if !strings.Contains(out, "exposed transfer time") {
+			t.Errorf("%v: no exposed transfer time in the output:\n%s", c.args, out)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tr struct {
+			TraceEvents []struct {
+				Name string `json:"name"`
+				Ph   string `json:"ph"`
+			} `json:"traceEvents"`
+		}
+		if err := json.Unmarshal(b, &tr); err != nil {
+			t.Fatalf("%v: the timeline does not parse: %v", c.args, err)
+		}
+		spans := 0
+		for _, e := range tr.TraceEvents {
+			if e.Ph == "X" {
+				spans++
+			}
+		}
+		if spans == 0 {
+			t.Errorf("%v: %d events, no spans", c.args, len(tr.TraceEvents))
+		}
+	}
+	if _, _, err := run(t, "train", "--steps", "1", "--no-progress", "--trace", dir+"/no/such/dir/t.json"); err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Errorf("an unwritable --trace path: %v, want an error naming --trace", err)
 	}
 }

@@ -53,6 +53,7 @@ func trainCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead"},
 			&cli.IntFlag{Name: "save-every", Usage: "write a training checkpoint every N steps and after the last, under --out DIR/checkpoints/"},
 			&cli.IntFlag{Name: "keep", Value: 2, Usage: "checkpoints kept under DIR/checkpoints/ (the newest)"},
+			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 		},
 		Action: runTrain,
@@ -141,7 +142,7 @@ func newTierLine(t *engine.TierStats) *TierLine {
 		BudgetHBM: t.BudgetBytes[shard.HBM], BudgetHost: t.BudgetBytes[shard.Host], BudgetNVMe: t.BudgetBytes[shard.NVMe]}
 }
 
-func runTrain(c *cli.Context) error {
+func runTrain(c *cli.Context) (err error) {
 	if c.Args().Present() {
 		return usagef("train: unexpected argument %q (flags go before arguments; see strata train --help)", c.Args().First())
 	}
@@ -247,11 +248,33 @@ func runTrain(c *cli.Context) error {
 		return err
 	}
 	defer devs.Close()
-	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: tokens})
+	var tr *engine.Tracer
+	var trFile *os.File
+	if path := c.String("trace"); path != "" {
+		if tr, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
+			return err
+		}
+		// Created now, so that a path that cannot be written fails before
+		// the training rather than after it.
+		if trFile, err = os.Create(path); err != nil {
+			return fmt.Errorf("train: --trace: %w", err)
+		}
+		defer trFile.Close()
+	}
+	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: tokens, Trace: tr})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
+	if tr != nil {
+		// Written on every way out once the engine exists, a failed step
+		// included (the timeline shows what it was doing).
+		defer func() {
+			if werr := writeTrace(trFile, e, tr, stdout); werr != nil && err == nil {
+				err = werr
+			}
+		}()
+	}
 	if devs.Backend != "cpu" {
 		fmt.Fprintf(stderr, "devices: %s\n", devs.Describe)
 	}
