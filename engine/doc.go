@@ -92,7 +92,9 @@
 // reports measured peaks next to EstimateMemory; SaveCheckpoint and
 // LoadCheckpoint (checkpoint.go) write and read every rank's params,
 // master, m, v and the step through checkpoint/ (a tier-store engine is
-// restored before its first step); Close frees everything.
+// restored before its first step); with Options.Trace every step records
+// its timeline (trace.go: Chrome trace events, Overlap's exposed transfer
+// time); Close frees everything.
 // All state access goes through one stateStore per rank (state.go) and, with
 // tiers, the rank's driver (tiered.go). Close stops the drivers, closes the
 // store, removes the swap files and frees the pinned pools.
