@@ -164,13 +164,17 @@ func (d *driver) step(tb testing.TB, tr Trace) {
 // 50 MB param shards (3 GB of params, 24 GB of model state), HBM per rank
 // room for 8 param shards, host room for the gradient homes plus 96
 // optimizer shards.
-func benchModel(layers int) (Trace, Residency, Options) {
-	const ranks = 4
+func benchModel(layers int) (Trace, Residency, Options) { return benchModelRanks(layers, 4) }
+
+// benchModelRanks is benchModel with the given number of ranks in one
+// planner (the engine runs one planner per rank: ranks = 1, with the
+// budgets of one rank).
+func benchModelRanks(layers, ranks int) (Trace, Residency, Options) {
 	const paramBytes = 50 << 20
 	tr, res := modelStep(layers, ranks, paramBytes, 20*time.Millisecond, 5*time.Millisecond)
 	opts := DefaultOptions()
 	opts.BudgetBytes[shard.HBM] = 8 * paramBytes
-	opts.BudgetBytes[shard.Host] = int64(layers*ranks)*paramBytes + 96*2*paramBytes
+	opts.BudgetBytes[shard.Host] = int64(layers*ranks)*paramBytes + int64(24*ranks)*2*paramBytes
 	opts.BandwidthBytesPerSec[NVMeToHost] = 12e9
 	opts.BandwidthBytesPerSec[HostToNVMe] = 8e9
 	return tr, res, opts
@@ -186,8 +190,18 @@ func BenchmarkPlannerStep(b *testing.B) {
 	}
 }
 
-func benchPlannerStep(b *testing.B, layers int) {
-	tr, res, opts := benchModel(layers)
+// BenchmarkPlannerStepPerRank is the planner as the engine runs it: one
+// planner per rank, each seeing only its rank's accesses and shards.
+func BenchmarkPlannerStepPerRank(b *testing.B) {
+	for _, layers := range []int{48, 96} {
+		b.Run(fmt.Sprintf("layers=%d", layers), func(b *testing.B) { benchPlannerStepRanks(b, layers, 1) })
+	}
+}
+
+func benchPlannerStep(b *testing.B, layers int) { benchPlannerStepRanks(b, layers, 4) }
+
+func benchPlannerStepRanks(b *testing.B, layers, ranks int) {
+	tr, res, opts := benchModelRanks(layers, ranks)
 	p, err := New(res, opts)
 	if err != nil {
 		b.Fatal(err)
