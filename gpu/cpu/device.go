@@ -2,8 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"maps"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -21,22 +19,15 @@ type Device struct {
 	index   int
 	workers int
 	packed  bool // GEMM through the packed AVX-512 kernel (else gonum)
-	budget  int64
+	mem     *gpu.Budget
 	ops     *Ops
 	def     *Stream
-
-	mu        sync.Mutex
-	inUse     int64
-	peak      int64
-	inUseKind [gpu.KindCount]int64
-	peakKind  [gpu.KindCount]int64
-	purpose   map[string]int64
 
 	h2d, d2h, d2d, coll atomic.Int64
 }
 
 func newDevice(index int, o Options) *Device {
-	d := &Device{index: index, workers: o.Workers, budget: o.HBMBytes, purpose: map[string]int64{}, packed: o.Kernel == KernelAVX512}
+	d := &Device{index: index, workers: o.Workers, mem: gpu.NewBudget(index, o.HBMBytes), packed: o.Kernel == KernelAVX512}
 	d.ops = &Ops{d: d}
 	d.def = d.newStream()
 	return d
@@ -137,18 +128,9 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 	}
 	raw := int64(n) * int64(dt.Size())
 	size := (raw + granularityBytes - 1) / granularityBytes * granularityBytes
-	d.mu.Lock()
-	if d.inUse+size > d.budget {
-		err := &gpu.OutOfMemoryError{Device: d.index, RequestedBytes: size, Tag: tag, Stats: d.statsLocked()}
-		d.mu.Unlock()
+	if err := d.mem.Reserve(size, tag); err != nil {
 		return nil, err
 	}
-	d.inUse += size
-	d.peak = max(d.peak, d.inUse)
-	d.inUseKind[tag.Kind] += size
-	d.peakKind[tag.Kind] = max(d.peakKind[tag.Kind], d.inUseKind[tag.Kind])
-	d.purpose[tag.Purpose] += size
-	d.mu.Unlock()
 
 	a := &allocation{sizeBytes: size, tag: tag}
 	if raw > 0 {
@@ -176,41 +158,15 @@ func (d *Device) Free(gb gpu.Buffer) {
 	case !b.a.freed.CompareAndSwap(false, true):
 		panic(fmt.Sprintf("gpu/cpu: double free of %q", b.a.tag.Purpose))
 	}
-	d.mu.Lock()
-	d.inUse -= b.a.sizeBytes
-	d.inUseKind[b.a.tag.Kind] -= b.a.sizeBytes
-	if d.purpose[b.a.tag.Purpose] -= b.a.sizeBytes; d.purpose[b.a.tag.Purpose] == 0 {
-		delete(d.purpose, b.a.tag.Purpose)
-	}
-	d.mu.Unlock()
+	d.mem.Release(b.a.sizeBytes, b.a.tag)
 	b.a.mem = nil
 }
 
 // MemStats returns the device's memory statistics.
-func (d *Device) MemStats() gpu.MemStats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.statsLocked()
-}
-
-func (d *Device) statsLocked() gpu.MemStats {
-	return gpu.MemStats{
-		BudgetBytes:    d.budget,
-		InUseBytes:     d.inUse,
-		PeakBytes:      d.peak,
-		InUseByKind:    d.inUseKind,
-		PeakByKind:     d.peakKind,
-		InUseByPurpose: maps.Clone(d.purpose),
-	}
-}
+func (d *Device) MemStats() gpu.MemStats { return d.mem.Stats() }
 
 // ResetPeak sets every peak to the current in-use value.
-func (d *Device) ResetPeak() {
-	d.mu.Lock()
-	d.peak = d.inUse
-	d.peakKind = d.inUseKind
-	d.mu.Unlock()
-}
+func (d *Device) ResetPeak() { d.mem.ResetPeak() }
 
 // Counters returns the bytes moved on each link so far.
 func (d *Device) Counters() gpu.LinkCounters {

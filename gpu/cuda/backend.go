@@ -145,7 +145,7 @@ func New(o Options) (*Backend, error) {
 	}
 	for i := range o.Devices {
 		g := l.gpus[i%len(l.gpus)]
-		d := &Device{index: i, g: g, b: b, budget: budgets[i%len(l.gpus)], purpose: map[string]int64{}}
+		d := &Device{index: i, g: g, b: b, mem: gpu.NewBudget(i, budgets[i%len(l.gpus)])}
 		d.ops = &Ops{d: d}
 		s, err := b.newStream(d)
 		if err != nil {

@@ -2,8 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"maps"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -17,19 +15,12 @@ const granularityBytes = 256
 // Device is one logical device on a physical GPU: a byte budget over
 // cuMemAlloc, streams, and Ops that launch the NVRTC kernels and cuBLAS.
 type Device struct {
-	index  int
-	g      *gpuCtx
-	b      *Backend
-	budget int64
-	ops    *Ops
-	def    *Stream
-
-	mu        sync.Mutex
-	inUse     int64
-	peak      int64
-	inUseKind [gpu.KindCount]int64
-	peakKind  [gpu.KindCount]int64
-	purpose   map[string]int64
+	index int
+	g     *gpuCtx
+	b     *Backend
+	mem   *gpu.Budget
+	ops   *Ops
+	def   *Stream
 
 	h2d, d2h, d2d, coll atomic.Int64
 }
@@ -101,14 +92,9 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 	}
 	raw := int64(n) * int64(dt.Size())
 	size := (raw + granularityBytes - 1) / granularityBytes * granularityBytes
-	d.mu.Lock()
-	if d.inUse+size > d.budget {
-		err := &gpu.OutOfMemoryError{Device: d.index, RequestedBytes: size, Tag: tag, Stats: d.statsLocked()}
-		d.mu.Unlock()
+	if err := d.mem.Reserve(size, tag); err != nil {
 		return nil, err
 	}
-	d.account(size, tag, +1)
-	d.mu.Unlock()
 
 	a := &allocation{sizeBytes: size, tag: tag}
 	if raw > 0 {
@@ -128,31 +114,14 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 			if a.ptr != 0 {
 				d.g.do(func() error { drv.cuMemFree(a.ptr); return nil })
 			}
-			d.mu.Lock()
-			d.account(size, tag, -1)
-			stats := d.statsLocked()
-			d.mu.Unlock()
+			d.mem.Release(size, tag)
 			if res == cudaOutOfMemory {
-				return nil, &gpu.OutOfMemoryError{Device: d.index, RequestedBytes: size, Tag: tag, Stats: stats}
+				return nil, d.mem.OutOfMemory(size, tag)
 			}
 			return nil, fmt.Errorf("gpu/cuda: alloc %d bytes for %q on %s: %w", size, tag.Purpose, d.Name(), err)
 		}
 	}
 	return &Buffer{dev: d, a: a, dt: dt, n: n}, nil
-}
-
-// account adds (sign +1) or removes (-1) size bytes of tag; d.mu is held.
-func (d *Device) account(size int64, tag gpu.Tag, sign int64) {
-	d.inUse += sign * size
-	d.inUseKind[tag.Kind] += sign * size
-	d.purpose[tag.Purpose] += sign * size
-	if d.purpose[tag.Purpose] == 0 {
-		delete(d.purpose, tag.Purpose)
-	}
-	if sign > 0 {
-		d.peak = max(d.peak, d.inUse)
-		d.peakKind[tag.Kind] = max(d.peakKind[tag.Kind], d.inUseKind[tag.Kind])
-	}
 }
 
 // Free releases a buffer returned by Alloc (cuMemFree waits for the work
@@ -177,30 +146,14 @@ func (d *Device) Free(gb gpu.Buffer) {
 			d.def.fail(fmt.Errorf("gpu/cuda: free %q: %w", b.a.tag.Purpose, err))
 		}
 	}
-	d.mu.Lock()
-	d.account(b.a.sizeBytes, b.a.tag, -1)
-	d.mu.Unlock()
+	d.mem.Release(b.a.sizeBytes, b.a.tag)
 }
 
 // MemStats returns the device's memory statistics.
-func (d *Device) MemStats() gpu.MemStats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.statsLocked()
-}
-
-func (d *Device) statsLocked() gpu.MemStats {
-	return gpu.MemStats{BudgetBytes: d.budget, InUseBytes: d.inUse, PeakBytes: d.peak,
-		InUseByKind: d.inUseKind, PeakByKind: d.peakKind, InUseByPurpose: maps.Clone(d.purpose)}
-}
+func (d *Device) MemStats() gpu.MemStats { return d.mem.Stats() }
 
 // ResetPeak sets every peak to the current in-use value.
-func (d *Device) ResetPeak() {
-	d.mu.Lock()
-	d.peak = d.inUse
-	d.peakKind = d.inUseKind
-	d.mu.Unlock()
-}
+func (d *Device) ResetPeak() { d.mem.ResetPeak() }
 
 // Counters returns the bytes moved on each link so far (counted when the
 // copy is enqueued).
