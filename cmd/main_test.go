@@ -203,4 +203,16 @@ func TestTraceFlag(t *testing.T) {
 	if _, _, err := run(t, "train", "--steps", "1", "--no-progress", "--trace", dir+"/no/such/dir/t.json"); err == nil || !strings.Contains(err.Error(), "--trace") {
 		t.Errorf("an unwritable --trace path: %v, want an error naming --trace", err)
 	}
+	// An engine that cannot be built (16 KiB of device memory) leaves no
+	// empty timeline behind.
+	cfg := dir + "/small-hbm.json"
+	if err := os.WriteFile(cfg, []byte(`{"train_micro_batch_size_per_gpu": 1, "strata": {"model": "tiny", "hbm_bytes": 16384}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run(t, "train", "--config", cfg, "--steps", "1", "--no-progress", "--trace", dir+"/failed.json"); err == nil {
+		t.Error("an engine in 16 KiB of device memory was built")
+	}
+	if _, err := os.Stat(dir + "/failed.json"); !os.IsNotExist(err) {
+		t.Errorf("the timeline of a run whose engine was not built: %v, want no file", err)
+	}
 }

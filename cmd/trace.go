@@ -15,10 +15,10 @@ func writeTrace(f *os.File, e *engine.Engine, tr *engine.Tracer, w io.Writer) er
 	path := f.Name()
 	if err := e.WriteTrace(f); err != nil {
 		f.Close()
-		return fmt.Errorf("--trace: %w", err)
+		return fmt.Errorf("train: --trace: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("--trace: %w", err)
+		return fmt.Errorf("train: --trace: %w", err)
 	}
 	fmt.Fprintln(w, overlapLine(path, engine.Overlap(tr.Events()), 1))
 	if n := tr.Dropped(); n > 0 {

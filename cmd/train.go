@@ -219,8 +219,13 @@ func runTrain(c *cli.Context) (err error) {
 		}
 		cfg.Strata.Backend = c.String("backend")
 	}
-	for _, n := range cfg.Ignored() {
-		fmt.Fprintf(stderr, "note: %s\n", n)
+	if c.IsSet("config") || resume == nil {
+		// Not for the checkpoint's config: it is the resolved config, which
+		// names every knob, so each would read as set by the user (the run
+		// that saved it printed the notes of the config it was given).
+		for _, n := range cfg.Ignored() {
+			fmt.Fprintf(stderr, "note: %s\n", n)
+		}
 	}
 	var start int64 // the step the run resumes after
 	if resume != nil {
@@ -234,6 +239,9 @@ func runTrain(c *cli.Context) (err error) {
 				fmt.Fprintf(stderr, "note: --config differs from the config %s was saved with: %s\n", resumeDir, d)
 			}
 		}
+	}
+	if n := lrPastSchedule(cfg); n != "" {
+		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
 	var tokens []int32
 	if cfg.Strata.Data != "" {
@@ -263,6 +271,10 @@ func runTrain(c *cli.Context) (err error) {
 	}
 	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: tokens, Trace: tr})
 	if err != nil {
+		if trFile != nil { // nothing to write: no empty file left behind
+			trFile.Close()
+			os.Remove(trFile.Name())
+		}
 		return err
 	}
 	defer e.Close()
@@ -403,6 +415,18 @@ func runTrain(c *cli.Context) (err error) {
 		fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
 	}
 	return nil
+}
+
+// lrPastSchedule says when the run goes past the end of a WarmupDecayLR
+// schedule (a resumed run whose --steps outgrew the saved config, whose
+// total_num_steps it keeps): the steps after it run at warmup_min_lr.
+func lrPastSchedule(cfg *config.Config) string {
+	sc := cfg.Scheduler
+	if sc.Type != "WarmupDecayLR" || cfg.Strata.Steps <= sc.Params.TotalNumSteps {
+		return ""
+	}
+	return fmt.Sprintf("scheduler WarmupDecayLR ends at total_num_steps %d: steps %d-%d run at warmup_min_lr %g (a --config with a larger scheduler.params.total_num_steps decays over the whole run)",
+		sc.Params.TotalNumSteps, sc.Params.TotalNumSteps+1, cfg.Strata.Steps, sc.Params.WarmupMinLR)
 }
 
 // openOut creates dir, writes the resolved config and opens steps.jsonl:

@@ -337,6 +337,18 @@ func TestTrainResume(t *testing.T) {
 		t.Errorf("stderr:\n%s", stderr)
 	}
 	sameLosses(t, "resumed at 4, saved config", stepLosses(t, fresh), want, 5, 9)
+	// The saved config is the resolved one, naming every knob: its knobs
+	// are not reported as set by the user.
+	if strings.Contains(stderr, "accepted but not used") {
+		t.Errorf("resumed with the saved config, notes of knobs the user did not set:\n%s", stderr)
+	}
+
+	// Past the saved schedule's total_num_steps (9): the note says the
+	// steps after it run at warmup_min_lr.
+	_, stderr = train("--steps", "11", "--resume", step4, "--out", t.TempDir())
+	if w := "total_num_steps 9: steps 10-11 run at warmup_min_lr 0.0001"; !strings.Contains(stderr, w) {
+		t.Errorf("stderr lacks %q:\n%s", w, stderr)
+	}
 
 	// From step 4 into the run's directory: its lines 5-9 are replaced.
 	train("--config", cfg, "--steps", "9", "--resume", step4, "--out", run)
