@@ -204,13 +204,13 @@ func (r StepResult) Mode(m string) *StepModeResult {
 }
 
 // Step runs the benchmark.
-func Step(o StepOptions) (StepResult, error) {
+func Step(o StepOptions) (res StepResult, err error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return StepResult{}, err
 	}
 	start := time.Now()
-	res := StepResult{Options: o}
+	res = StepResult{Options: o}
 	engines := make([]*engine.Engine, len(o.Modes))
 	var backends []*Devices
 	defer func() {
@@ -223,8 +223,30 @@ func Step(o StepOptions) (StepResult, error) {
 			b.Close()
 		}
 	}()
-	var dir string
 	var tracer *engine.Tracer
+	var traceFile *os.File // open until the timeline is written
+	if o.TracePath != "" {
+		// Created now, so that a path that cannot be written fails before
+		// the run rather than after it.
+		if traceFile, err = os.Create(o.TracePath); err != nil {
+			return res, fmt.Errorf("bench: --trace: %w", err)
+		}
+		// Runs before the engines close: a failed run's timeline is
+		// written too (what it was doing), a run whose traced engine was
+		// never built leaves no empty file.
+		defer func() {
+			if traceFile == nil {
+				return
+			}
+			if e := engines[len(engines)-1]; e != nil {
+				writeTrace(traceFile, e) // the run's error is the one to report
+				return
+			}
+			traceFile.Close()
+			os.Remove(o.TracePath)
+		}()
+	}
+	var dir string
 	for i, m := range o.Modes {
 		if m == "nvme" {
 			d, err := os.MkdirTemp(o.NVMePath, "strata-bench-step-")
@@ -324,7 +346,9 @@ func Step(o StepOptions) (StepResult, error) {
 		res.RatioNVMeHost = nv.MedianStep / h.MedianStep
 	}
 	if tracer != nil {
-		if err := writeTraceFile(o.TracePath, engines[len(engines)-1]); err != nil {
+		f := traceFile
+		traceFile = nil
+		if err := writeTrace(f, engines[len(engines)-1]); err != nil {
 			return res, err
 		}
 		ov := engine.Overlap(tracer.Events())
@@ -395,12 +419,8 @@ func (r StepResult) String() string {
 	return b.String()
 }
 
-// writeTraceFile writes e's timeline to path.
-func writeTraceFile(path string, e *engine.Engine) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("bench: --trace: %w", err)
-	}
+// writeTrace writes e's timeline to f and closes it.
+func writeTrace(f *os.File, e *engine.Engine) error {
 	if err := e.WriteTrace(f); err != nil {
 		f.Close()
 		return fmt.Errorf("bench: --trace: %w", err)
@@ -423,6 +443,11 @@ func (r StepResult) JSON() map[string]any {
 	}
 	if r.RatioHostResident > 0 {
 		out["ratio_host_resident"] = r.RatioHostResident
+	}
+	if r.TraceMode != "" {
+		t := engine.TotalOverlap(r.Overlap)
+		out["trace"] = map[string]any{"path": r.Options.TracePath, "mode": r.TraceMode, "measured_steps": t.Step,
+			"exposed_transfer_s": t.Exposed.Seconds(), "transfer_busy_s": t.TransferBusy.Seconds(), "exposed_fraction": t.ExposedFraction}
 	}
 	for _, m := range r.Modes {
 		out["step_s_"+m.Mode] = m.MedianStep

@@ -203,6 +203,22 @@ func TestTraceFlag(t *testing.T) {
 	if _, _, err := run(t, "train", "--steps", "1", "--no-progress", "--trace", dir+"/no/such/dir/t.json"); err == nil || !strings.Contains(err.Error(), "--trace") {
 		t.Errorf("an unwritable --trace path: %v, want an error naming --trace", err)
 	}
+	// bench step --json carries the traced mode's figures; an unwritable
+	// path fails before the run.
+	step := []string{"bench", "step", "--model", "tiny", "--seq", "64", "--steps", "2", "--warmup", "1", "--modes", "host"}
+	out, _, err := run(t, append(step, "--json", "--trace", dir+"/step-json.json")...)
+	var res struct {
+		Trace *struct {
+			Mode  string `json:"mode"`
+			Steps int    `json:"measured_steps"`
+		} `json:"trace"`
+	}
+	if err != nil || json.Unmarshal([]byte(out), &res) != nil || res.Trace == nil || res.Trace.Mode != "host" || res.Trace.Steps != 2 {
+		t.Errorf("bench step --json --trace: %v: %s, want a trace object for the 2 measured steps of host mode", err, out)
+	}
+	if _, _, err := run(t, append(step, "--trace", dir+"/no/such/dir/t.json")...); err == nil || !strings.Contains(err.Error(), "--trace") {
+		t.Errorf("bench step, an unwritable --trace path: %v, want an error naming --trace", err)
+	}
 	// An engine that cannot be built (16 KiB of device memory) leaves no
 	// empty timeline behind.
 	cfg := dir + "/small-hbm.json"
