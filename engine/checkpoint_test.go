@@ -453,3 +453,37 @@ func BenchmarkCheckpointVsRaw(b *testing.B) {
 		})
 	}
 }
+
+// TestCheckpointRestoreInPlace: an engine without the tier store restored
+// between steps to a state it saved earlier (RestoreState's contract) goes
+// on exactly as it did from that state the first time: no gathered chunk,
+// optimizer copy or counter kept across the restore.
+func TestCheckpointRestoreInPlace(t *testing.T) {
+	const k = 3
+	for _, s := range []runSpec{
+		{stage: 3, n: 2, offload: true, micro: 1, accum: 1, clip: 1},
+		{stage: 3, n: 2, micro: 1, accum: 2, clip: 1},
+		{stage: 0, n: 2, micro: 1, accum: 1, fp32: true},
+	} {
+		t.Run(s.String(), func(t *testing.T) {
+			e := newTestEngine(t, s)
+			trainFor(t, e, k)
+			saved := stateOf(t, e)
+			first := trainFor(t, e, k)
+			end := stateOf(t, e)
+			if err := e.RestoreState(saved); err != nil {
+				t.Fatal(err)
+			}
+			if e.StepCount() != k {
+				t.Fatalf("step %d after the restore, want %d", e.StepCount(), k)
+			}
+			again := trainFor(t, e, k)
+			for i := range first {
+				if first[i] != again[i] {
+					t.Errorf("step %d: loss %v after the restore, %v the first time", k+i+1, again[i], first[i])
+				}
+			}
+			sameState(t, "after the restore vs the first time", end, stateOf(t, e))
+		})
+	}
+}
