@@ -43,7 +43,7 @@ func OpenDevices(backend string, n int, hbmBytes int64) (*Devices, error) {
 	case "cuda":
 		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes})
 		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
+			return nil, err // says cuda: and what to set
 		}
 		desc := fmt.Sprintf("%d cuda device(s)", n)
 		if inf, err := cuda.Probe(); err == nil && len(inf.GPUs) > 0 {

@@ -35,7 +35,7 @@ func loadCublas(sp searchPath) (*cublasAPI, error) {
 	// cuBLAS's dependency resolves to it.
 	_, path, err := dlopenFirst(libCublas, sp, fileExists)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	for _, p := range sameFolder(path, libCublasLt) {
 		if fileExists(p) {

@@ -154,7 +154,7 @@ func dlopenFirst(lib library, sp searchPath, exists func(string) bool) (uintptr,
 		}
 		errs = append(errs, err.Error())
 	}
-	return 0, "", fmt.Errorf("cuda: cannot load %s (tried %d paths; set %s to the folder holding %s): %s",
+	return 0, "", fmt.Errorf("cannot load %s (tried %d paths; set %s to the folder holding %s): %s",
 		lib.what, len(errs), EnvLibDir, lib.names[0], strings.Join(lastN(errs, 3), "; "))
 }
 

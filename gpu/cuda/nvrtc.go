@@ -33,7 +33,7 @@ type nvrtcAPI struct {
 func loadNVRTC(sp searchPath) (*nvrtcAPI, error) {
 	h, path, err := dlopenFirst(libNVRTC, sp, fileExists)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	// NVRTC dlopens its builtins library by soname at compile time; load it
 	// from the same folder first so that it is found wherever NVRTC was.
