@@ -479,6 +479,11 @@ type driver struct {
 	quit    chan struct{}
 	stopped chan struct{}
 	timer   *time.Timer
+	// evq hands the events behind held leases to the waiter, which wakes
+	// the loop when each completes (in order; full: the lease waits for
+	// the rank's next access, as it would without the waiter).
+	evq    chan gpu.Event
+	waited chan struct{} // closed when the waiter has returned
 }
 
 type flight struct {
@@ -496,12 +501,32 @@ type held struct {
 }
 
 func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
-	d := &driver{t: t, rank: r, p: p, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{})}
+	d := &driver{t: t, rank: r, p: p, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{}),
+		evq: make(chan gpu.Event, 64), waited: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
 	d.timer = time.NewTimer(time.Hour)
 	d.timer.Stop()
 	go d.loop()
+	go d.waiter()
 	return d
+}
+
+// waiter wakes the loop as soon as the compute behind a held lease has
+// completed, so that the lease is released then and not at the rank's next
+// access: the planner may be waiting for that copy's room to stage the
+// next shard (Belady's victim is often the shard just used). One goroutine
+// per driver, taking the events in the order the leases were handed over.
+func (d *driver) waiter() {
+	defer close(d.waited)
+	for {
+		select {
+		case <-d.quit:
+			return
+		case ev := <-d.evq:
+			ev.Synchronize()
+			d.wake()
+		}
+	}
 }
 
 func (d *driver) wake() {
@@ -533,6 +558,7 @@ func (d *driver) stop() {
 	default:
 		close(d.quit)
 		<-d.stopped
+		<-d.waited // the ranks' streams are synchronized: its event has completed
 	}
 	d.timer.Stop()
 }
@@ -737,14 +763,10 @@ func (d *driver) done(l *tier.Lease, ev gpu.Event) {
 		d.pumpLocked()
 		return
 	}
-	// Release the lease as soon as the compute that reads it completes,
-	// not at the rank's next access: the planner may be waiting for this
-	// copy's room to stage the next shard (Belady's victim is often the
-	// shard just used).
-	go func() {
-		ev.Synchronize()
-		d.wake()
-	}()
+	select {
+	case d.evq <- ev: // released when it completes (waiter)
+	default:
+	}
 }
 
 // settle releases every held lease (the rank has synchronized its streams).
