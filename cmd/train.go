@@ -234,6 +234,12 @@ func runTrain(c *cli.Context) (err error) {
 			return usagef("train: --resume: %s is at step %d, and --steps (the total, counted from step 1) is %d: nothing to train; raise --steps above %d to continue",
 				resumeDir, start, cfg.Strata.Steps, start)
 		}
+		if later, err := laterCheckpoints(out, start); err != nil {
+			return err
+		} else if len(later) > 0 {
+			return usagef("train: --resume: %s already holds checkpoints past step %d (%s): this run would mix with them; resume from the latest, or write this run to another --out",
+				filepath.Join(out, "checkpoints"), start, strings.Join(later, ", "))
+		}
 		if c.IsSet("config") {
 			if d := configDiff(resume.Config, cfg.JSON()); d != "" {
 				fmt.Fprintf(stderr, "note: --config differs from the config %s was saved with: %s\n", resumeDir, d)
@@ -591,4 +597,31 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
 		"host_staging_bytes": s.HostStagingBytes, "notes": s.Notes, "tier": s.Tier,
 	}
+}
+
+// laterCheckpoints names the checkpoints under the run directory out
+// (none without one) saved after step.
+func laterCheckpoints(out string, step int64) ([]string, error) {
+	if out == "" {
+		return nil, nil
+	}
+	dir := filepath.Join(out, "checkpoints")
+	l, err := checkpoint.List(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("train: --resume: %w", err)
+	}
+	var later []string
+	for _, name := range l.Checkpoints {
+		m, _, err := checkpoint.ReadManifest(filepath.Join(dir, name))
+		if err != nil {
+			return nil, fmt.Errorf("train: --resume: %w", err)
+		}
+		if m.Step > step {
+			later = append(later, name)
+		}
+	}
+	return later, nil
 }

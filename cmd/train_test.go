@@ -350,9 +350,14 @@ func TestTrainResume(t *testing.T) {
 		t.Errorf("stderr lacks %q:\n%s", w, stderr)
 	}
 
-	// From step 4 into the run's directory: its lines 5-9 are replaced.
-	train("--config", cfg, "--steps", "9", "--resume", step4, "--out", run)
-	sameLosses(t, "resumed at 4 into the same directory", stepLosses(t, run), want, 1, 9)
+	// From step 4 into the run's directory, which holds the checkpoint of
+	// step 6 of another continuation: refused (the two would mix, and
+	// --keep could prune the one resumed from), nothing touched.
+	_, _, err = runApp(t, "train", "--no-progress", "--data", "../testdata/train/corpus.txt", "--config", cfg, "--steps", "9", "--resume", step4, "--out", run)
+	if err == nil || !strings.Contains(err.Error(), "past step 4 (step-00000006)") || !strings.Contains(err.Error(), "another --out") {
+		t.Errorf("resume from step 4 into a run holding step 6: %v, want a refusal naming step-00000006", err)
+	}
+	sameLosses(t, "the run after the refused resume", stepLosses(t, run), want, 1, 9)
 
 	// From step 4 on 1 device (resharded; the saved config keeps the global
 	// batch: 2 micro-batches): step 5 starts from the same params on the
