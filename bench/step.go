@@ -213,7 +213,8 @@ func Step(o StepOptions) (res StepResult, err error) {
 	res = StepResult{Options: o}
 	engines := make([]*engine.Engine, len(o.Modes))
 	var backends []*Devices
-	defer func() {
+	var tmpDirs []string
+	defer func() { // engines, then their devices, then their swap files
 		for _, e := range engines {
 			if e != nil {
 				e.Close()
@@ -221,6 +222,9 @@ func Step(o StepOptions) (res StepResult, err error) {
 		}
 		for _, b := range backends {
 			b.Close()
+		}
+		for _, d := range tmpDirs {
+			os.RemoveAll(d)
 		}
 	}()
 	var tracer *engine.Tracer
@@ -254,7 +258,7 @@ func Step(o StepOptions) (res StepResult, err error) {
 				return res, fmt.Errorf("bench: --nvme-path: %w", err)
 			}
 			dir = d
-			defer os.RemoveAll(d)
+			tmpDirs = append(tmpDirs, d)
 		}
 		cfg, err := o.StepConfig(m, dir)
 		if err != nil {
