@@ -156,6 +156,8 @@ func runTrain(c *cli.Context) (err error) {
 		return usagef("train: --save-every needs --out DIR (checkpoints go to DIR/checkpoints/)")
 	case keep < 1:
 		return usagef("train: --keep %d: need at least 1", keep)
+	case c.IsSet("keep") && saveEvery == 0:
+		return usagef("train: --keep needs --save-every N (it bounds the checkpoints that writes)")
 	}
 	var resume *checkpoint.Manifest // the checkpoint to continue from
 	var resumeDir string
