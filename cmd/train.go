@@ -344,6 +344,10 @@ func runTrain(c *cli.Context) (err error) {
 	t0 := time.Now()
 	var first, last engine.StepStats
 	var moved int64
+	intr := watchInterrupts()
+	defer intr.stop()
+	var stopped os.Signal // the signal that stopped the run after a step
+	var stoppedAt string  // its checkpoint
 	err = e.Run(steps-int(start), func(st engine.StepStats) error {
 		if first.Step == 0 {
 			first = st
@@ -373,23 +377,39 @@ func runTrain(c *cli.Context) (err error) {
 			fmt.Fprintf(stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s%s\n",
 				st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(moved), tiers)
 		}
-		if saveEvery > 0 && (st.Step%int64(saveEvery) == 0 || st.Step == int64(steps)) {
+		sig := intr.requested()
+		if sig != nil && st.Step == int64(steps) {
+			sig = nil // the last step: the run ends as usual
+		}
+		saved := ""
+		if (saveEvery > 0 && (st.Step%int64(saveEvery) == 0 || st.Step == int64(steps))) || (sig != nil && out != "") {
 			// After the step's JSONL line, so that a resumed run finds it.
 			ts := time.Now()
 			path, err := e.SaveCheckpoint(ckDir, checkpoint.Options{Keep: keep})
 			if err != nil {
-				return fmt.Errorf("train: --save-every: %w", err)
+				return fmt.Errorf("train: save checkpoint: %w", err)
 			}
 			if bar != nil {
 				bar.Clear()
 			}
 			fmt.Fprintf(stderr, "saved checkpoint of step %d to %s in %s\n", st.Step, path, time.Since(ts).Round(time.Millisecond))
+			saved = path
+		}
+		if sig != nil {
+			stopped, stoppedAt = sig, saved
+			return errStopped
 		}
 		return nil
 	})
 	if bar != nil {
 		bar.Finish()
 		fmt.Fprintln(stderr)
+	}
+	if errors.Is(err, errStopped) {
+		// Stopped on a signal after a whole step: the summary and weights
+		// below are those of that step, and the run can go on.
+		err = nil
+		steps = int(last.Step)
 	}
 	if err != nil {
 		return err
@@ -422,8 +442,18 @@ func runTrain(c *cli.Context) (err error) {
 		}
 		fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
 	}
+	if stopped != nil {
+		if stoppedAt == "" {
+			return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", stopped, last.Step, cfg.Strata.Steps)}
+		}
+		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: strata train --resume %s --out %s --steps %d",
+			stopped, last.Step, cfg.Strata.Steps, stoppedAt, out, out, cfg.Strata.Steps)}
+	}
 	return nil
 }
+
+// errStopped ends Engine.Run after a step when a signal asked to stop.
+var errStopped = errors.New("stopped on a signal")
 
 // lrPastSchedule says when the run goes past the end of a WarmupDecayLR
 // schedule (a resumed run whose --steps outgrew the saved config, whose

@@ -4,11 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
 )
@@ -398,4 +402,66 @@ func TestTrainResume(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestTrainInterrupt: SIGINT during `strata train --out` stops after the
+// step in progress, saves a checkpoint of it (no --save-every needed),
+// writes the summary and weights, exits with status 130 and says how to
+// go on; the resumed run then matches an uninterrupted one.
+func TestTrainInterrupt(t *testing.T) {
+	cfg := writeFile(t, "intr.json", `{
+  "train_micro_batch_size_per_gpu": 2,
+  "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+  "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 2},
+  "strata": {"model": "tiny", "devices": 1, "seq_len": 16, "seed": 5}
+}`)
+	run := t.TempDir()
+	const steps = 100000 // far more than run before the signal
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			b, _ := os.ReadFile(filepath.Join(run, "steps.jsonl"))
+			if bytes.Count(b, []byte("\n")) >= 3 {
+				syscall.Kill(os.Getpid(), syscall.SIGINT)
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	stdout, stderr, err := runApp(t, "train", "--no-progress", "--data", "../testdata/train/corpus.txt", "--config", cfg,
+		"--steps", fmt.Sprint(steps), "--out", run)
+	<-done
+	var ec exitCoder
+	if err == nil || !errors.As(err, &ec) || ec.ExitCode() != 130 {
+		t.Fatalf("interrupted run: %v, want exit status 130\n%s", err, stderr)
+	}
+	got := stepLosses(t, run)
+	n := int64(len(got))
+	ck := filepath.Join(run, "checkpoints", fmt.Sprintf("step-%08d", n))
+	for _, w := range []string{fmt.Sprintf("stopped after step %d of %d", n, steps), "checkpoint " + ck, "--resume " + run} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q lacks %q", err, w)
+		}
+	}
+	if !strings.Contains(stdout, fmt.Sprintf("trained %d steps", n)) {
+		t.Errorf("stdout lacks the summary of %d steps:\n%s", n, stdout)
+	}
+	for _, f := range []string{filepath.Join(run, "summary.json"), filepath.Join(run, "model.safetensors"), filepath.Join(ck, "manifest.json")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("after the interrupt: %v", err)
+		}
+	}
+
+	// Resumed to n+2 steps it equals an uninterrupted run of n+2 steps.
+	total := fmt.Sprint(n + 2)
+	if _, stderr, err := runApp(t, "train", "--no-progress", "--data", "../testdata/train/corpus.txt", "--steps", total, "--resume", run, "--out", run); err != nil {
+		t.Fatalf("resume: %v\n%s", err, stderr)
+	}
+	full := t.TempDir()
+	if _, stderr, err := runApp(t, "train", "--no-progress", "--data", "../testdata/train/corpus.txt", "--config", cfg, "--steps", total, "--out", full); err != nil {
+		t.Fatalf("uninterrupted: %v\n%s", err, stderr)
+	}
+	sameLosses(t, "interrupted and resumed", stepLosses(t, run), stepLosses(t, full), 1, n+2)
 }
