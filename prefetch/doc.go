@@ -70,7 +70,11 @@
 // demand, and at the next BeginStep the recording of that step becomes the
 // trace; the planner never panics on divergence (it panics only on broken
 // contracts: Release of a shard not in use, Completed of an unknown move).
-// Every step's recording refreshes the compute times used for deadlines.
+// Every step's recording refreshes the compute times used for deadlines:
+// each access is planned with the shortest compute it took in the last
+// Options.ComputeSteps steps of the same accesses (4), because a deadline
+// predicted too late makes a prefetch late, one predicted early only holds
+// its room longer.
 // SetBandwidth replaces the link bandwidths between steps (the engine feeds
 // it what the store measured): the next Next plans every transfer with them.
 //
