@@ -6,7 +6,10 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/gpu/cuda"
+	"github.com/strata-ai/strata/pinned"
 )
+
+var _ pinned.Registrar = (*cuda.HostRegistrar)(nil)
 
 // Backends are the device backends a workload can run on.
 var Backends = []string{"cpu", "cuda"}
@@ -18,7 +21,10 @@ type Devices struct {
 	Comms   []gpu.Comm
 	// Describe says what the backend found (GPU names, libraries).
 	Describe string
-	close    func() error
+	// Registrar page-locks the engine's pinned host memory for the
+	// devices (engine.Options.HostRegistrar); nil for the CPU backend.
+	Registrar pinned.Registrar
+	close     func() error
 }
 
 // Close releases the backend (after the engine that used it is closed).
@@ -49,7 +55,7 @@ func OpenDevices(backend string, n int, hbmBytes int64) (*Devices, error) {
 		if inf, err := cuda.Probe(); err == nil && len(inf.GPUs) > 0 {
 			desc = fmt.Sprintf("%d cuda device(s) on %d x %s (compute %s)", n, len(inf.GPUs), inf.GPUs[0].Name, inf.GPUs[0].ComputeCapability)
 		}
-		return &Devices{Backend: "cuda", Devs: b.Devices(), Comms: b.Comms(), Describe: desc, close: b.Close}, nil
+		return &Devices{Backend: "cuda", Devs: b.Devices(), Comms: b.Comms(), Describe: desc, Registrar: b.HostRegistrar(), close: b.Close}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown backend %q (one of %v)", backend, Backends)
 }

@@ -270,7 +270,7 @@ func Step(o StepOptions) (res StepResult, err error) {
 		}
 		backends = append(backends, devs)
 		res.Backend = devs.Describe
-		eo := engine.Options{OptimizerThreads: o.Threads}
+		eo := engine.Options{OptimizerThreads: o.Threads, HostRegistrar: devs.Registrar}
 		if o.TracePath != "" && i == len(o.Modes)-1 {
 			if tracer, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
 				return res, err

@@ -277,7 +277,7 @@ func runTrain(c *cli.Context) (err error) {
 		}
 		defer trFile.Close()
 	}
-	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: tokens, Trace: tr})
+	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: tokens, Trace: tr, HostRegistrar: devs.Registrar})
 	if err != nil {
 		if trFile != nil { // nothing to write: no empty file left behind
 			trFile.Close()

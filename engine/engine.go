@@ -230,6 +230,14 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	for _, pool := range []*pinned.Pool{e.pool, e.tiersPool()} {
 		if pool != nil {
 			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(pool.Options().BudgetBytes), pool.Residency()))
+			if r := opts.HostRegistrar; r != nil {
+				// Best effort: unregistered, the copies still work (staged
+				// by the driver through its own page-locked buffers).
+				if err := pool.AddRegistrar(r); err != nil {
+					e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s not registered with the devices, host<->device copies are pageable: %v",
+						units.FormatBytes(pool.Options().BudgetBytes), err))
+				}
+			}
 		}
 	}
 	e.lastCount = e.counters()

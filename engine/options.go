@@ -57,6 +57,12 @@ type Options struct {
 	// 1/8 and 8 times this value.
 	LinkBandwidth [prefetch.LinkCount]float64
 
+	// HostRegistrar, when set, is given every pinned host arena of the
+	// engine (pinned.Pool.AddRegistrar) so that the device backend can
+	// page-lock it for DMA (gpu/cuda: Backend.HostRegistrar). A failure is
+	// a note (Notes), not an error: the copies then go through pageable
+	// memory. nil: nothing is registered (the CPU backend needs nothing).
+	HostRegistrar pinned.Registrar
 	// Trace, when set, records the run's timeline (compute and collectives
 	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
 	// for Engine.WriteTrace and Overlap (trace.go). One Tracer per Engine.

@@ -293,7 +293,10 @@ func TestHostRegistrar(t *testing.T) {
 			t.Fatalf("byte %d = %d after a round trip through registered memory", i, mem[i])
 		}
 	}
-	if err := reg.Unregister(); err != nil {
+	if err := reg.Unregister(0, mem); err != nil {
 		t.Fatal(err)
+	}
+	if err := reg.Unregister(0, mem); err == nil {
+		t.Error("a second Unregister of the same memory succeeded")
 	}
 }

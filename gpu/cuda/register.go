@@ -8,16 +8,17 @@ import (
 
 // HostRegistrar page-locks host memory with cuMemHostRegister so that
 // copies from and to it are truly asynchronous. It satisfies the
-// registration hook of package pinned (Register(arenaIndex, mem)).
+// registration hook of package pinned (pinned.Registrar): one registrar may
+// serve several pools (registrations are keyed by address).
 type HostRegistrar struct {
 	b   *Backend
 	mu  sync.Mutex
-	reg map[int]unsafe.Pointer
+	reg map[unsafe.Pointer]int // address -> bytes
 }
 
 // HostRegistrar returns a registrar for the backend's GPUs.
 func (b *Backend) HostRegistrar() *HostRegistrar {
-	return &HostRegistrar{b: b, reg: map[int]unsafe.Pointer{}}
+	return &HostRegistrar{b: b, reg: map[unsafe.Pointer]int{}}
 }
 
 // Register registers mem (portable: usable by every context).
@@ -35,23 +36,28 @@ func (r *HostRegistrar) Register(arenaIndex int, mem []byte) error {
 		return fmt.Errorf("gpu/cuda: register arena %d: %w", arenaIndex, err)
 	}
 	r.mu.Lock()
-	r.reg[arenaIndex] = p
+	r.reg[p] = len(mem)
 	r.mu.Unlock()
 	return nil
 }
 
-// Unregister releases every registration made by r.
-func (r *HostRegistrar) Unregister() error {
+// Unregister releases the registration of mem made by Register.
+func (r *HostRegistrar) Unregister(arenaIndex int, mem []byte) error {
+	if len(mem) == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(&mem[0])
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	_, ok := r.reg[p]
+	delete(r.reg, p)
+	r.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("gpu/cuda: unregister arena %d: not registered", arenaIndex)
+	}
 	g := r.b.l.gpus[0]
 	drv := r.b.l.drv
-	var first error
-	for i, p := range r.reg {
-		if err := g.do(func() error { return drv.check(drv.cuMemHostUnregister(p), "cuMemHostUnregister") }); err != nil && first == nil {
-			first = fmt.Errorf("gpu/cuda: unregister arena %d: %w", i, err)
-		}
-		delete(r.reg, i)
+	if err := g.do(func() error { return drv.check(drv.cuMemHostUnregister(p), "cuMemHostUnregister") }); err != nil {
+		return fmt.Errorf("gpu/cuda: unregister arena %d: %w", arenaIndex, err)
 	}
-	return first
+	return nil
 }
