@@ -133,7 +133,9 @@
 // every access (params read in HBM before their gather, in forward and
 // backward; master, m, v updated and the new param written in host memory
 // by cpuadam), wait until it is ready, lease it from the store, and end the
-// lease when the compute that reads it has completed (an event). A driver
+// lease when the compute that reads it has completed (an event; a waiter
+// goroutine per rank wakes the driver the moment it completes, so the room
+// goes back to the planner then, not at the rank's next access). A driver
 // goroutine per rank reaps completed moves (the store's OnComplete wakes
 // it), feeds them to the planner, and issues the moves the planner asks for
 // when they fall due (WakeAt), so prefetch runs ahead of the compute and
