@@ -191,6 +191,7 @@ func (c *Comm) enqueue(gs gpu.Stream, cl call) {
 	seq := c.seq.Add(1)
 	drv := c.dev.g.l.drv
 	gc := c.dev.g
+	// The rank's arrival: the round's transfers wait for this event.
 	s.run(func() error {
 		var ev uintptr
 		if err := drv.check(drv.cuEventCreate(&ev, cuEventDisableTiming), "cuEventCreate"); err != nil {
@@ -201,14 +202,30 @@ func (c *Comm) enqueue(gs gpu.Stream, cl call) {
 			return err
 		}
 		cl.arrived = ev
-		if drv.hasStreamMemOps {
-			return drv.check(drv.cuStreamWaitValue32(s.h, c.g.flag(c.rank), uint32(seq), cuStreamWaitValueGEQ), "cuStreamWaitValue32")
-		}
-		return gc.launch(s.h, "wait_flag", 1, 1, 0, devPtr(c.g.flag(c.rank)), uint32(seq))
+		return nil
 	})
-	if rd := c.g.join(seq, c.rank, cl); rd != nil {
-		c.g.execute(rd)
+	// Then the rank's stream waits for its flag, which the round's
+	// release sets. The rank that completes the round enqueues that wait
+	// after the release (execute), so its stream waits on device work
+	// alone; with one rank that is every call. A rank that arrives earlier
+	// waits on a release the host enqueues later: while it does, a driver
+	// call that waits for the whole GPU to go idle (cuMemFree) would wait
+	// forever on the driver thread the release needs (bench/README-cuda.md).
+	waitFlag := func() {
+		s.run(func() error {
+			if drv.hasStreamMemOps {
+				return drv.check(drv.cuStreamWaitValue32(s.h, c.g.flag(c.rank), uint32(seq), cuStreamWaitValueGEQ), "cuStreamWaitValue32")
+			}
+			return gc.launch(s.h, "wait_flag", 1, 1, 0, devPtr(c.g.flag(c.rank)), uint32(seq))
+		})
 	}
+	rd := c.g.join(seq, c.rank, cl)
+	if rd == nil {
+		waitFlag()
+		return
+	}
+	c.g.execute(rd)
+	waitFlag()
 }
 
 // join adds rank's call to round seq and returns the round when it is
