@@ -1,11 +1,9 @@
 package checkpoint
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"hash/crc32"
 	"io"
 	"io/fs"
@@ -14,7 +12,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/strata-ai/strata/internal/dtype"
@@ -155,14 +152,27 @@ func Save(dir string, st *State) error { return SaveWith(dir, st, Options{}) }
 // naming the previous complete checkpoint or the new one, never a part.
 // Older checkpoints beyond opts.Keep are removed afterwards, with leftovers
 // of crashed saves. One process saves into a directory at a time.
-func SaveWith(dir string, st *State, opts Options) (err error) {
+func SaveWith(dir string, st *State, opts Options) error {
+	if err := st.Validate(); err != nil {
+		return err
+	}
+	return save(dir, st.Meta(), func(c, k int, whole []byte) error {
+		per := st.Chunks[c].ShardElems * st.States[k].DType.Size()
+		for r := range st.Devices {
+			copy(whole[r*per:(r+1)*per], st.Data[r][c][k])
+		}
+		return nil
+	}, opts)
+}
+
+// save is SaveWith and SaveStream: meta describes the state, fill
+// produces its shards.
+func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	if err := opts.Validate(); err != nil {
 		return err
 	}
 	opts.defaults()
-	if err := st.Validate(); err != nil {
-		return err
-	}
+	st := meta
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -192,18 +202,8 @@ func SaveWith(dir string, st *State, opts Options) (err error) {
 	for _, s := range st.States {
 		m.States = append(m.States, ManifestState{Name: s.Kind.String(), DType: s.DType.String()})
 	}
-	m.Files = make([]FileInfo, st.Devices)
-	errs := make([]error, st.Devices)
-	var wg sync.WaitGroup
-	for r := range st.Devices {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			m.Files[r], errs[r] = writeRankFile(filepath.Join(tmp, rankFileName(r)), st, r, &opts)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	m.Files, err = writeRankFiles(tmp, st, fill, &opts)
+	if err != nil {
 		return fmt.Errorf("checkpoint: save step %d: %w", st.Step, err)
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
@@ -232,77 +232,13 @@ func SaveWith(dir string, st *State, opts Options) (err error) {
 	if err := opts.at("latest"); err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, latestName), func(w io.Writer) error {
+	if err := writeFileAtomicBuf(filepath.Join(dir, latestName), 64, func(w io.Writer) error {
 		_, err := io.WriteString(w, name+"\n")
 		return err
 	}); err != nil {
 		return err
 	}
 	return prune(dir, name, opts.Keep)
-}
-
-// writeRankFile writes rank r's shards as a safetensors file, fsynced, and
-// returns its size and CRC-32C.
-func writeRankFile(path string, st *State, r int, opts *Options) (FileInfo, error) {
-	fi := FileInfo{Rank: r, Name: filepath.Base(path)}
-	var entries []entry
-	for c, ch := range st.Chunks {
-		for k, s := range st.States {
-			entries = append(entries, entry{name: tensorName(c, s.Kind), dt: s.DType, shape: []int{ch.ShardElems}, sizeBytes: int64(len(st.Data[r][c][k]))})
-		}
-	}
-	md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(st.Devices), MetaStep: strconv.FormatInt(st.Step, 10)}
-	hdr, err := encodeHeader(entries, md)
-	if err != nil {
-		return fi, err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return fi, err
-	}
-	crc := crc32.New(castagnoli)
-	cw := &countWriter{w: io.MultiWriter(f, crc)}
-	bw := bufio.NewWriterSize(cw, 1<<20)
-	err = func() error {
-		if _, err := bw.Write(hdr); err != nil {
-			return err
-		}
-		for c := range st.Chunks {
-			for k := range st.States {
-				if _, err := bw.Write(st.Data[r][c][k]); err != nil {
-					return err
-				}
-			}
-			if c == len(st.Chunks)/2 {
-				if err := opts.at("write " + fi.Name); err != nil {
-					return err
-				}
-			}
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		return f.Sync()
-	}()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fi, fmt.Errorf("write %s: %w", path, err)
-	}
-	fi.SizeBytes, fi.CRC32C = cw.n, crc.Sum32()
-	return fi, nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
 }
 
 func writeSynced(path string, b []byte) error {
@@ -503,115 +439,54 @@ var ErrChecksum = errors.New("checksum mismatch")
 // Load reads the checkpoint at path (the directory Save wrote into, whose
 // "latest" names the checkpoint, or a checkpoint directory itself),
 // verifying every rank file's size and CRC-32C and every tensor's name,
-// dtype and shape.
+// dtype and shape, into memory (the checkpoint's size; Open and Read stream
+// it instead).
 func Load(path string) (*State, error) {
-	m, dir, err := ReadManifest(path)
+	rd, err := Open(path)
 	if err != nil {
 		return nil, err
 	}
-	specs, err := m.specs()
-	if err != nil {
-		return nil, err
-	}
-	st := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, ShardAlignElems: m.ShardAlignElems,
-		Config: []byte(m.Config), Chunks: m.Chunks, States: specs, Data: make([][][][]byte, m.Devices)}
-	errs := make([]error, m.Devices)
-	var wg sync.WaitGroup
-	for r := range m.Devices {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st.Data[r], errs[r] = readRankFile(filepath.Join(dir, m.Files[r].Name), m.Files[r], st)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
-	}
-	if err := st.Validate(); err != nil {
-		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
-	}
-	return st, nil
+	defer rd.Close()
+	return rd.load(rd.meta.Devices, rd.meta.ShardAlignElems)
 }
 
 // LoadFor is Load for a run: it refuses a checkpoint of another shape or
 // without the run's states, and reshards one saved for another device
 // count or shard alignment.
 func LoadFor(path string, e Expect) (*State, error) {
-	st, err := Load(path)
+	rd, err := OpenFor(path, e)
 	if err != nil {
 		return nil, err
 	}
-	if err := st.Match(e); err != nil {
-		return nil, fmt.Errorf("%w (checkpoint %s)", err, path)
+	defer rd.Close()
+	return rd.load(e.Devices, e.ShardAlignElems)
+}
+
+// load reads the whole checkpoint, every state it holds, for devices ranks
+// with shard alignment alignElems.
+func (rd *Reader) load(devices, alignElems int) (*State, error) {
+	st := rd.State()
+	st.Devices, st.ShardAlignElems = devices, alignElems
+	st.Chunks = make([]ChunkInfo, len(rd.meta.Chunks))
+	for c, ch := range rd.meta.Chunks {
+		ch.ShardElems = ShardElems(ch.Elems, devices, alignElems)
+		st.Chunks[c] = ch
 	}
-	if st.Devices != e.Devices || st.ShardAlignElems != e.ShardAlignElems {
-		return st.Reshard(e.Devices, e.ShardAlignElems)
+	st.Data = st.alloc()
+	err := rd.Read(Expect{Shape: st.Shape, Devices: devices, ShardAlignElems: alignElems, States: st.States}, func(c, k int, whole []byte) error {
+		per := st.Chunks[c].ShardElems * st.States[k].DType.Size()
+		for r := range st.Devices {
+			copy(st.Data[r][c][k], whole[r*per:(r+1)*per])
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w", rd.dir, err)
 	}
 	return st, nil
-}
-
-func readRankFile(path string, fi FileInfo, st *State) ([][][]byte, error) {
-	b, err := readVerified(path, fi)
-	if err != nil {
-		return nil, err
-	}
-	h, tensors, err := parseFile(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	want := len(st.Chunks) * len(st.States)
-	if len(h.Tensors) != want {
-		return nil, fmt.Errorf("%s: %d tensors, the manifest implies %d", path, len(h.Tensors), want)
-	}
-	out := make([][][]byte, len(st.Chunks))
-	for c, ch := range st.Chunks {
-		out[c] = make([][]byte, len(st.States))
-		for k, s := range st.States {
-			name := tensorName(c, s.Kind)
-			t, ok := h.Tensor(name)
-			if !ok {
-				return nil, fmt.Errorf("%s: tensor %s missing", path, name)
-			}
-			if t.DType != DTypeName(s.DType) || len(t.Shape) != 1 || t.Shape[0] != int64(ch.ShardElems) {
-				return nil, fmt.Errorf("%s: tensor %s is %s %v, the manifest says %s [%d]", path, name, t.DType, t.Shape, DTypeName(s.DType), ch.ShardElems)
-			}
-			out[c][k] = tensors[name]
-		}
-	}
-	return out, nil
-}
-
-// readVerified reads the file at path into one buffer, checking its size
-// first and its CRC-32C block by block as the blocks arrive (while they are
-// still in the CPU's caches).
-func readVerified(path string, fi FileInfo) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() != fi.SizeBytes {
-		return nil, fmt.Errorf("%s: %d bytes, the manifest says %d (truncated or replaced): %w", path, st.Size(), fi.SizeBytes, ErrChecksum)
-	}
-	const block = 1 << 20
-	b := make([]byte, fi.SizeBytes)
-	var crc uint32
-	for off := 0; off < len(b); off += block {
-		p := b[off:min(off+block, len(b))]
-		if _, err := io.ReadFull(f, p); err != nil {
-			return nil, fmt.Errorf("%s: read at %d: %w", path, off, err)
-		}
-		crc = crc32.Update(crc, castagnoli, p)
-	}
-	if crc != fi.CRC32C {
-		return nil, fmt.Errorf("%s: crc32c %#08x, the manifest says %#08x (file corrupted): %w", path, crc, fi.CRC32C, ErrChecksum)
-	}
-	return b, nil
 }
 
 // FileCheck is the verification of one rank file.
@@ -640,18 +515,7 @@ func verifyFile(path string, fi FileInfo) error {
 		return err
 	}
 	defer f.Close()
-	var crc hash.Hash32 = crc32.New(castagnoli)
-	n, err := io.Copy(crc, f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if n != fi.SizeBytes {
-		return fmt.Errorf("%s: %d bytes, the manifest says %d (truncated or replaced): %w", path, n, fi.SizeBytes, ErrChecksum)
-	}
-	if got := crc.Sum32(); got != fi.CRC32C {
-		return fmt.Errorf("%s: crc32c %#08x, the manifest says %#08x (file corrupted): %w", path, got, fi.CRC32C, ErrChecksum)
-	}
-	return nil
+	return verifyOpen(f, path, fi)
 }
 
 // Listing is what a checkpoint root directory holds.

@@ -429,6 +429,11 @@ func WriteSafetensorsFile(path string, tensors []Tensor, metadata map[string]str
 }
 
 func writeFileAtomic(path string, fill func(io.Writer) error) error {
+	return writeFileAtomicBuf(path, 1<<20, fill)
+}
+
+// writeFileAtomicBuf is writeFileAtomic through a buffer of bufBytes.
+func writeFileAtomicBuf(path string, bufBytes int, fill func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
@@ -440,7 +445,7 @@ func writeFileAtomic(path string, fill func(io.Writer) error) error {
 		os.Remove(tmp)
 		return fmt.Errorf("checkpoint: write %s: %w", path, err)
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := bufio.NewWriterSize(f, bufBytes)
 	if err := fill(bw); err != nil {
 		return fail(err)
 	}

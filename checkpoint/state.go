@@ -115,6 +115,15 @@ func (st *State) Shard(r, c, k int) []byte { return st.Data[r][c][k] }
 // has exactly Chunks, shard lengths that cover each chunk, known states
 // without repeats, and Data of the right sizes.
 func (st *State) Validate() error {
+	if err := st.validateMeta(); err != nil {
+		return err
+	}
+	return st.validateData()
+}
+
+// validateMeta is Validate without Data: what a streaming save
+// (SaveStream) needs of its description.
+func (st *State) validateMeta() error {
 	if err := st.Shape.Validate(); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
@@ -155,6 +164,10 @@ func (st *State) Validate() error {
 			return fmt.Errorf("checkpoint: state %v has dtype %v (want f32 or bf16)", s.Kind, s.DType)
 		}
 	}
+	return nil
+}
+
+func (st *State) validateData() error {
 	if len(st.Data) != st.Devices {
 		return fmt.Errorf("checkpoint: data for %d ranks, devices %d", len(st.Data), st.Devices)
 	}

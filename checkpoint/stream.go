@@ -1,0 +1,513 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+)
+
+// Streaming save and load: a checkpoint goes to and from disk one chunk of
+// one state at a time, so host memory does not grow with the model.
+//
+// The unit is the "whole" of chunk c in state k: every rank's shard of it
+// side by side, Devices·ShardElems elements (the chunk zero-padded), rank
+// r's shard at whole[r·n : (r+1)·n], n = ShardElems·DType.Size(). A save
+// pulls each whole from a ChunkFunc and writes rank r's shard to rank r's
+// file; a load reads each whole from the rank files (resharded if asked)
+// and hands it to a ChunkFunc. Both keep two such buffers, so that the
+// disk works on one while the caller fills or consumes the other.
+
+// ChunkFunc fills (SaveStream) or consumes (Reader.Read) whole, chunk c of
+// state States[k] across all ranks, as described above. It is called from
+// the goroutine that called SaveStream or Read, one call at a time, chunks
+// in order and, within a chunk, states in order. whole is reused after the
+// call returns: keep no reference to it.
+type ChunkFunc func(c, k int, whole []byte) error
+
+// verifyBlockBytes is the read size of the CRC-32C pass of a load.
+const verifyBlockBytes = 256 << 10
+
+// wholeBytes is the size of the whole of chunk c in state k.
+func (st *State) wholeBytes(c, k int) int {
+	return st.Devices * st.Chunks[c].ShardElems * st.States[k].DType.Size()
+}
+
+// MaxWholeBytes is the largest whole over every chunk and state: a
+// streaming save or load holds two buffers of this size, whatever the
+// number of chunks.
+func (st *State) MaxWholeBytes() int {
+	n := 0
+	for c := range st.Chunks {
+		for k := range st.States {
+			n = max(n, st.wholeBytes(c, k))
+		}
+	}
+	return n
+}
+
+// Meta returns st without Data: the description SaveStream needs.
+func (st *State) Meta() *State {
+	m := *st
+	m.Data = nil
+	return &m
+}
+
+// bufStats counts the buffers the streaming save and load allocate, so
+// tests can check the memory bound.
+var bufStats struct {
+	mu                       sync.Mutex
+	totalBytes, largestBytes int64
+}
+
+func allocBuf(n int) []byte {
+	bufStats.mu.Lock()
+	bufStats.totalBytes += int64(n)
+	bufStats.largestBytes = max(bufStats.largestBytes, int64(n))
+	bufStats.mu.Unlock()
+	return make([]byte, n)
+}
+
+// SaveStream writes, like SaveWith, the checkpoint of the state meta
+// describes (meta.Data is ignored), the same files byte for byte, with the
+// shards pulled from fill instead of memory: fill gets each whole zeroed
+// and must write every rank's shard of it (see ChunkFunc). The rank files
+// are written, each by its own goroutine, while fill produces the next
+// whole. Host memory: two buffers of meta.MaxWholeBytes(), whatever the
+// model's size.
+func SaveStream(dir string, meta *State, fill ChunkFunc, opts Options) error {
+	if err := meta.validateMeta(); err != nil {
+		return err
+	}
+	return save(dir, meta, fill, opts)
+}
+
+// rankWriter is one rank file being written.
+type rankWriter struct {
+	path string
+	f    *os.File
+	crc  uint32
+	n    int64
+}
+
+func (w *rankWriter) write(p []byte) error {
+	// CRC-32C a block at a time just before it is written, while it is in
+	// the caches.
+	const block = 1 << 20
+	for off := 0; off < len(p); off += block {
+		b := p[off:min(off+block, len(p))]
+		w.crc = crc32.Update(w.crc, castagnoli, b)
+		n, err := w.f.Write(b)
+		w.n += int64(n)
+		if err != nil {
+			return fmt.Errorf("write %s: %w", w.path, err)
+		}
+	}
+	return nil
+}
+
+// writeRankFiles writes every rank's file into tmp, pulling the shards from
+// fill, and returns their sizes and CRC-32Cs.
+func writeRankFiles(tmp string, meta *State, fill ChunkFunc, opts *Options) (_ []FileInfo, err error) {
+	ws := make([]*rankWriter, meta.Devices)
+	defer func() {
+		for _, w := range ws {
+			if w != nil && w.f != nil {
+				w.f.Close()
+			}
+		}
+	}()
+	for r := range ws {
+		entries := make([]entry, 0, len(meta.Chunks)*len(meta.States))
+		for c, ch := range meta.Chunks {
+			for _, s := range meta.States {
+				entries = append(entries, entry{name: tensorName(c, s.Kind), dt: s.DType, shape: []int{ch.ShardElems}, sizeBytes: int64(ch.ShardElems * s.DType.Size())})
+			}
+		}
+		md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(meta.Devices), MetaStep: strconv.FormatInt(meta.Step, 10)}
+		hdr, err := encodeHeader(entries, md)
+		if err != nil {
+			return nil, err
+		}
+		path := filepath.Join(tmp, rankFileName(r))
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		ws[r] = &rankWriter{path: path, f: f}
+		if err := ws[r].write(hdr); err != nil {
+			return nil, err
+		}
+	}
+
+	type job struct {
+		c, k  int
+		whole []byte
+	}
+	free := make(chan []byte, 2)
+	for range 2 {
+		free <- allocBuf(meta.MaxWholeBytes())
+	}
+	jobs := make(chan job)
+	failed := make(chan struct{})
+	done := make(chan struct{})
+	var werr error
+	go func() { // the writer: each whole's shards to the rank files, a goroutine per rank
+		defer close(done)
+		for j := range jobs {
+			if werr == nil {
+				if werr = writeShards(ws, meta, j.c, j.k, j.whole, opts); werr != nil {
+					close(failed)
+				}
+			}
+			free <- j.whole[:cap(j.whole)]
+		}
+	}()
+	var ferr error
+fill:
+	for c := range meta.Chunks {
+		for k, s := range meta.States {
+			var buf []byte
+			select {
+			case <-failed:
+				break fill
+			case buf = <-free:
+			}
+			whole := buf[:meta.wholeBytes(c, k)]
+			clear(whole)
+			if err := fill(c, k, whole); err != nil {
+				ferr = fmt.Errorf("chunk %d %s: %w", c, s.Kind, err)
+				break fill
+			}
+			jobs <- job{c, k, whole}
+		}
+	}
+	close(jobs)
+	<-done
+	if err := errors.Join(ferr, werr); err != nil {
+		return nil, err
+	}
+
+	infos := make([]FileInfo, meta.Devices)
+	errs := make([]error, meta.Devices)
+	var wg sync.WaitGroup
+	for r, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := w.f.Sync()
+			if cerr := w.f.Close(); err == nil {
+				err = cerr
+			}
+			w.f = nil
+			if err != nil {
+				errs[r] = fmt.Errorf("write %s: %w", w.path, err)
+			}
+			infos[r] = FileInfo{Rank: r, Name: filepath.Base(w.path), SizeBytes: w.n, CRC32C: w.crc}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return infos, nil
+}
+
+// writeShards writes each rank's shard of whole (chunk c, state k) to its
+// file, the ranks in parallel.
+func writeShards(ws []*rankWriter, meta *State, c, k int, whole []byte, opts *Options) error {
+	per := meta.Chunks[c].ShardElems * meta.States[k].DType.Size()
+	errs := make([]error, len(ws))
+	var wg sync.WaitGroup
+	for r, w := range ws {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[r] = w.write(whole[r*per : (r+1)*per])
+			if errs[r] == nil && c == len(meta.Chunks)/2 && k == len(meta.States)-1 {
+				if err := opts.at("write " + filepath.Base(w.path)); err != nil {
+					errs[r] = fmt.Errorf("write %s: %w", w.path, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Reader is an open checkpoint whose rank files have been verified (size,
+// CRC-32C, every tensor's name, dtype and shape); Read streams it chunk by
+// chunk. Close it when done. It holds one open file per rank and no data.
+type Reader struct {
+	meta  *State // Data nil
+	dir   string
+	paths []string
+	files []*os.File
+	offs  [][][]int64 // [r][c][k]: file offset of rank r's tensor chunk.c.States[k]
+}
+
+// Open opens the checkpoint at path (the directory Save wrote into, whose
+// "latest" names the checkpoint, or a checkpoint directory itself) and
+// verifies every rank file in a streaming pass: its size and CRC-32C first
+// (an error names the file and matches ErrChecksum), then the header's
+// tensors. Nothing is read into memory but the headers.
+func Open(path string) (*Reader, error) { return open(path, nil) }
+
+// OpenFor is Open for a run: it refuses, before reading the rank files, a
+// checkpoint of another shape or without the run's states.
+func OpenFor(path string, e Expect) (*Reader, error) { return open(path, &e) }
+
+func open(path string, e *Expect) (_ *Reader, err error) {
+	m, dir, err := ReadManifest(path)
+	if err != nil {
+		return nil, err
+	}
+	specs, err := m.specs()
+	if err != nil {
+		return nil, err
+	}
+	meta := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, ShardAlignElems: m.ShardAlignElems,
+		Config: []byte(m.Config), Chunks: m.Chunks, States: specs}
+	if err := meta.validateMeta(); err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
+	}
+	if e != nil {
+		if err := meta.Match(*e); err != nil {
+			return nil, fmt.Errorf("%w (checkpoint %s)", err, path)
+		}
+	}
+	rd := &Reader{meta: meta, dir: dir, paths: make([]string, m.Devices), files: make([]*os.File, m.Devices), offs: make([][][]int64, m.Devices)}
+	defer func() {
+		if err != nil {
+			rd.Close()
+		}
+	}()
+	errs := make([]error, m.Devices)
+	var wg sync.WaitGroup
+	for r := range m.Devices {
+		rd.paths[r] = filepath.Join(dir, m.Files[r].Name)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rd.files[r], rd.offs[r], errs[r] = openRankFile(rd.paths[r], m.Files[r], meta)
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
+	}
+	return rd, nil
+}
+
+// openRankFile verifies the rank file at path and returns it open with the
+// offset of each of its tensors.
+func openRankFile(path string, fi FileInfo, meta *State) (_ *os.File, _ [][]int64, err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+		}
+	}()
+	if err := verifyOpen(f, path, fi); err != nil {
+		return nil, nil, err
+	}
+	h, err := ReadHeader(f, fi.SizeBytes)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if want := len(meta.Chunks) * len(meta.States); len(h.Tensors) != want {
+		return nil, nil, fmt.Errorf("%s: %d tensors, the manifest implies %d", path, len(h.Tensors), want)
+	}
+	byName := make(map[string]TensorInfo, len(h.Tensors))
+	for _, t := range h.Tensors {
+		byName[t.Name] = t
+	}
+	offs := make([][]int64, len(meta.Chunks))
+	for c, ch := range meta.Chunks {
+		offs[c] = make([]int64, len(meta.States))
+		for k, s := range meta.States {
+			name := tensorName(c, s.Kind)
+			t, ok := byName[name]
+			if !ok {
+				return nil, nil, fmt.Errorf("%s: tensor %s missing", path, name)
+			}
+			if t.DType != DTypeName(s.DType) || len(t.Shape) != 1 || t.Shape[0] != int64(ch.ShardElems) {
+				return nil, nil, fmt.Errorf("%s: tensor %s is %s %v, the manifest says %s [%d]", path, name, t.DType, t.Shape, DTypeName(s.DType), ch.ShardElems)
+			}
+			offs[c][k] = h.DataStart() + t.Begin
+		}
+	}
+	return f, offs, nil
+}
+
+// verifyOpen checks the size of the open file f against fi, then its
+// CRC-32C, reading it from the start in blocks of verifyBlockBytes.
+func verifyOpen(f *os.File, path string, fi FileInfo) error {
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if st.Size() != fi.SizeBytes {
+		return fmt.Errorf("%s: %d bytes, the manifest says %d (truncated or replaced): %w", path, st.Size(), fi.SizeBytes, ErrChecksum)
+	}
+	buf := make([]byte, verifyBlockBytes)
+	var crc uint32
+	var off int64
+	for off < fi.SizeBytes {
+		b := buf[:min(int64(len(buf)), fi.SizeBytes-off)]
+		if _, err := f.ReadAt(b, off); err != nil {
+			if errors.Is(err, io.EOF) {
+				return fmt.Errorf("%s: ends at %d, the manifest says %d bytes (truncated): %w", path, off, fi.SizeBytes, ErrChecksum)
+			}
+			return fmt.Errorf("%s: read at %d: %w", path, off, err)
+		}
+		crc = crc32.Update(crc, castagnoli, b)
+		off += int64(len(b))
+	}
+	if crc != fi.CRC32C {
+		return fmt.Errorf("%s: crc32c %#08x, the manifest says %#08x (file corrupted): %w", path, crc, fi.CRC32C, ErrChecksum)
+	}
+	return nil
+}
+
+// State is the checkpoint's description as saved (step, devices, stage,
+// shape, alignment, config, chunks, states), without Data.
+func (rd *Reader) State() *State { return rd.meta.Meta() }
+
+// Dir is the checkpoint's directory.
+func (rd *Reader) Dir() string { return rd.dir }
+
+// Read streams the checkpoint to fn as the run to describes it: for every
+// chunk c and every state to.States[k], the whole of to.Devices ranks with
+// shards of ShardElems(chunk, to.Devices, to.ShardAlignElems) elements.
+// Saved for the same device count and alignment, the shards are the saved
+// bytes; otherwise the checkpoint is resharded on the fly: the chunk's
+// elements are read from the source shards that hold them into their
+// place in the whole (the element i of a chunk is at the same place in the
+// whole whatever the device count), and the new padding is zero. Host
+// memory: two buffers of the largest whole. An error stops the stream: fn
+// may have consumed some chunks (Open has verified every file, so only an
+// I/O error or fn's own can stop it midway).
+func (rd *Reader) Read(to Expect, fn ChunkFunc) error {
+	meta := rd.meta
+	if err := meta.Match(to); err != nil {
+		return fmt.Errorf("%w (checkpoint %s)", err, rd.dir)
+	}
+	if to.Devices < 1 || to.ShardAlignElems < 1 {
+		return fmt.Errorf("checkpoint: read for %d devices with alignment %d", to.Devices, to.ShardAlignElems)
+	}
+	dst := &State{Devices: to.Devices, ShardAlignElems: to.ShardAlignElems, States: to.States, Chunks: make([]ChunkInfo, len(meta.Chunks))}
+	for c, ch := range meta.Chunks {
+		ch.ShardElems = ShardElems(ch.Elems, to.Devices, to.ShardAlignElems)
+		dst.Chunks[c] = ch
+	}
+	src := make([]int, len(to.States)) // to.States[k] is meta.States[src[k]]
+	for k, s := range to.States {
+		src[k] = meta.StateIndex(s.Kind)
+	}
+	verbatim := to.Devices == meta.Devices && to.ShardAlignElems == meta.ShardAlignElems
+
+	type job struct {
+		c, k  int
+		whole []byte
+		err   error
+	}
+	free := make(chan []byte, 2)
+	for range 2 {
+		free <- allocBuf(dst.MaxWholeBytes())
+	}
+	full := make(chan job)
+	stop := make(chan struct{})
+	go func() { // the reader: each whole from the rank files
+		defer close(full)
+		for c := range dst.Chunks {
+			for k := range dst.States {
+				var buf []byte
+				select {
+				case <-stop:
+					return
+				case buf = <-free:
+				}
+				whole := buf[:dst.wholeBytes(c, k)]
+				err := rd.readWhole(c, src[k], whole, verbatim)
+				select {
+				case full <- job{c, k, whole, err}:
+				case <-stop:
+					return
+				}
+				if err != nil {
+					return
+				}
+			}
+		}
+	}()
+	var err error
+	for j := range full {
+		if j.err != nil {
+			err = fmt.Errorf("checkpoint: load %s: %w", rd.dir, j.err)
+			break
+		}
+		if err = fn(j.c, j.k, j.whole); err != nil {
+			break
+		}
+		free <- j.whole[:cap(j.whole)]
+	}
+	close(stop)
+	for range full { // let the reader finish
+	}
+	return err
+}
+
+// readWhole reads chunk c of the checkpoint's state k into whole: each
+// saved shard whole (verbatim), or each shard's part of the chunk's
+// elements into its place, the rest zero. The ranks' files are read in
+// parallel.
+func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
+	meta := rd.meta
+	sz := meta.States[k].DType.Size()
+	shardElems, elems := meta.Chunks[c].ShardElems, meta.Chunks[c].Elems
+	if !verbatim {
+		clear(whole)
+	}
+	errs := make([]error, meta.Devices)
+	var wg sync.WaitGroup
+	for r := range meta.Devices {
+		lo := r * shardElems
+		hi := lo + shardElems
+		if !verbatim {
+			hi = min(hi, elems)
+		}
+		if lo >= hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := whole[lo*sz : hi*sz]
+			if _, err := rd.files[r].ReadAt(p, rd.offs[r][c][k]); err != nil {
+				errs[r] = fmt.Errorf("%s: read tensor %s (%d bytes at %d): %w", rd.paths[r], tensorName(c, meta.States[k].Kind), len(p), rd.offs[r][c][k], err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Close closes the rank files.
+func (rd *Reader) Close() error {
+	var errs []error
+	for i, f := range rd.files {
+		if f != nil {
+			errs = append(errs, f.Close())
+			rd.files[i] = nil
+		}
+	}
+	return errors.Join(errs...)
+}
