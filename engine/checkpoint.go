@@ -35,7 +35,14 @@ import (
 // stateStore (params always unless the tier store holds them; master, m, v
 // with the device optimizer), the host optimizer's slices (hMaster, hM, hV),
 // or the tier store (master, m, v, and the param shards under
-// offload_param), through readShard and restoreTiered.
+// offload_param), through readShardInto and restoreTiered.
+//
+// SaveCheckpoint and LoadCheckpoint stream (checkpoint.SaveStream,
+// checkpoint.Reader): one chunk of one state at a time, all ranks' shards
+// side by side in one of two host buffers, so host memory for a checkpoint
+// is two padded chunks of f32 state (2·N of the largest shard), not 16Ψ.
+// CheckpointState and RestoreState keep the whole state in memory, for
+// small models and tests.
 
 // checkpointAlignElems is the shard alignment the engine lays chunks out
 // with (MemoryOptionsFromConfig leaves the default).
@@ -56,79 +63,162 @@ func (e *Engine) checkpointExpect() checkpoint.Expect {
 	return checkpoint.Expect{Shape: e.shape, Devices: e.n, ShardAlignElems: checkpointAlignElems, States: e.CheckpointStates()}
 }
 
+// checkpointMeta describes this engine's checkpoint (checkpoint.State
+// without Data): step, config, shape, devices, stage, chunks, states.
+func (e *Engine) checkpointMeta() *checkpoint.State {
+	st := &checkpoint.State{Step: e.step, Devices: e.n, Stage: e.stage, Shape: e.layout.Shape, ShardAlignElems: checkpointAlignElems,
+		Config: e.cfg.JSON(), States: e.CheckpointStates()}
+	for _, ch := range e.layout.Chunks {
+		st.Chunks = append(st.Chunks, checkpoint.ChunkInfo{Name: ch.Name, Elems: ch.Len, ShardElems: checkpoint.ShardElems(ch.Len, e.n, checkpointAlignElems)})
+	}
+	e.checkShards(st)
+	return st
+}
+
+// quiesce synchronizes every rank and pauses the tier store's planners
+// (checkpoint reads and writes go around them); call resume when done,
+// also after an error.
+func (e *Engine) quiesce() (resume func(), err error) {
+	resume = func() {}
+	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+		return resume, err
+	}
+	if e.tiers != nil {
+		resume = e.tiers.resume
+		return resume, e.tiers.pause()
+	}
+	return resume, nil
+}
+
+// fillChunk copies every rank's shard of chunk c in state s into dst(rank)
+// from wherever the engine keeps it, the ranks in parallel (each on its own
+// streams and tier-store keys), and waits for the copies.
+func (e *Engine) fillChunk(c int, s shard.State, dst func(rank int) []byte) error {
+	return e.parallel(func(r *rank) error {
+		if err := r.saveShard(c, s, dst(r.idx)); err != nil {
+			return err
+		}
+		return r.sync() // the device reads have landed
+	})
+}
+
+// restoreChunk writes every rank's shard of chunk c in state s, shards[r],
+// where the engine keeps it, and waits for the copies. whole is the padded
+// chunk (the shards side by side) or nil: it is built when a rank holds s
+// replicated.
+func (e *Engine) restoreChunk(c int, s shard.State, shards [][]byte, whole []byte) error {
+	if whole == nil && (e.stage == 0 || (s == shard.Param && e.ranks[0].st.paramIsFull(c))) {
+		for _, b := range shards {
+			whole = append(whole, b...)
+		}
+	}
+	// Each rank on its own goroutine (its streams, its tier-store keys);
+	// the uploads read shards and whole: wait for them before returning.
+	return e.parallel(func(r *rank) error {
+		if err := r.restoreShard(c, s, shards[r.idx], whole); err != nil {
+			return fmt.Errorf("chunk %d %s: %w", c, s, err)
+		}
+		return r.sync()
+	})
+}
+
 // CheckpointState synchronizes the devices and returns the engine's
 // training state (every rank's shards, the step, the config) as plain data
-// in host memory: the model's 16Ψ bytes (14Ψ in fp32 mode).
+// in host memory: the model's 16Ψ bytes (14Ψ in fp32 mode). For small
+// models and tests; SaveCheckpoint streams instead.
 func (e *Engine) CheckpointState() (*checkpoint.State, error) {
 	if e.closed {
 		panic("engine: CheckpointState after Close")
 	}
-	st, err := checkpoint.NewState(e.layout, e.n, e.stage, checkpointAlignElems, e.CheckpointStates())
+	meta := e.checkpointMeta()
+	st, err := checkpoint.NewState(e.layout, e.n, e.stage, checkpointAlignElems, meta.States)
 	if err != nil {
 		return nil, fmt.Errorf("engine: checkpoint: %w", err)
 	}
-	e.checkShards(st)
-	st.Step = e.step
-	st.Config = e.cfg.JSON()
-	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+	st.Step, st.Config = meta.Step, meta.Config
+	resume, err := e.quiesce()
+	defer resume()
+	if err != nil {
 		return nil, fmt.Errorf("engine: checkpoint: %w", err)
 	}
-	if e.tiers != nil {
-		// Reads go around the planners: stop them issuing moves meanwhile.
-		err := e.tiers.pause()
-		defer e.tiers.resume()
-		if err != nil {
-			return nil, fmt.Errorf("engine: checkpoint: %w", err)
-		}
-	}
-	// Each rank's shards on its own goroutine (its streams, its tier-store
-	// keys), so the ranks' reads overlap.
-	err = e.parallel(func(r *rank) error {
-		for c := range e.chunks {
-			for k, spec := range st.States {
-				if err := r.saveShard(c, spec.Kind, st.Shard(r.idx, c, k)); err != nil {
-					return fmt.Errorf("chunk %d %s: %w", c, spec.Kind, err)
-				}
+	for c := range e.chunks {
+		for k, spec := range st.States {
+			if err := e.fillChunk(c, spec.Kind, func(r int) []byte { return st.Shard(r, c, k) }); err != nil {
+				return nil, fmt.Errorf("engine: checkpoint: chunk %d %s: %w", c, spec.Kind, err)
 			}
 		}
-		return r.sync() // the device reads have landed
-	})
-	if err != nil {
-		return nil, fmt.Errorf("engine: checkpoint: %w", err)
 	}
 	return st, nil
 }
 
 // SaveCheckpoint writes the training state as the newest checkpoint under
-// dir (checkpoint.SaveWith: crash-safe, CRC-32C per file, dir/latest
-// replaced last, opts.Keep checkpoints kept) and returns the checkpoint's
-// directory. Call it between steps, from the goroutine that runs them.
+// dir and returns the checkpoint's directory. It streams
+// (checkpoint.SaveStream): chunk by chunk, state by state, every rank's
+// shard is copied from where it lives (device, host optimizer, tier store:
+// host RAM or NVMe) into one of two host buffers while the other is
+// written to the rank files, so host memory is two buffers of the largest
+// chunk's f32 state across the ranks, whatever the model's size. The files
+// are those of checkpoint.SaveWith: crash-safe, CRC-32C per file,
+// dir/latest replaced last, opts.Keep checkpoints kept. Call it between
+// steps, from the goroutine that runs them.
 func (e *Engine) SaveCheckpoint(dir string, opts checkpoint.Options) (string, error) {
-	st, err := e.CheckpointState()
-	if err != nil {
-		return "", err
+	if e.closed {
+		panic("engine: SaveCheckpoint after Close")
 	}
-	if err := checkpoint.SaveWith(dir, st, opts); err != nil {
-		return "", fmt.Errorf("engine: save step %d: %w", st.Step, err)
+	meta := e.checkpointMeta()
+	resume, err := e.quiesce()
+	defer resume()
+	if err != nil {
+		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
+	}
+	err = checkpoint.SaveStream(dir, meta, func(c, k int, whole []byte) error {
+		per := len(whole) / e.n
+		return e.fillChunk(c, meta.States[k].Kind, func(r int) []byte { return whole[r*per : (r+1)*per] })
+	}, opts)
+	if err != nil {
+		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
 	}
 	path, err := checkpoint.Resolve(dir)
 	if err != nil {
-		return "", fmt.Errorf("engine: save step %d: %w", st.Step, err)
+		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
 	}
 	return path, nil
 }
 
 // LoadCheckpoint restores the training state from the checkpoint at path (a
-// checkpoint directory, or a directory whose "latest" names one): every
-// file's size and CRC-32C is verified first, a checkpoint of another model
-// shape or precision is refused with an error naming both, and one saved
-// on another device count is resharded. See RestoreState.
+// checkpoint directory, or a directory whose "latest" names one). A
+// checkpoint of another model shape or precision is refused with an error
+// naming both, before its files are read; then every file's size and
+// CRC-32C is verified in a streaming pass, so a corrupt checkpoint
+// restores nothing; then the state streams in chunk by chunk
+// (checkpoint.Reader.Read: two host buffers of the largest chunk's f32
+// state), resharded on the fly when it was saved on another device count.
+// An I/O error in that last pass leaves the engine partly restored: do not
+// train it. See RestoreState for the engines that may be restored.
 func (e *Engine) LoadCheckpoint(path string) error {
-	st, err := checkpoint.LoadFor(path, e.checkpointExpect())
+	if e.closed {
+		panic("engine: LoadCheckpoint after Close")
+	}
+	want := e.checkpointExpect()
+	rd, err := checkpoint.OpenFor(path, want)
 	if err != nil {
 		return fmt.Errorf("engine: load checkpoint: %w", err)
 	}
-	return e.RestoreState(st)
+	defer rd.Close()
+	err = e.restore(rd.State().Step, func() error {
+		return rd.Read(want, func(c, k int, whole []byte) error {
+			per := len(whole) / e.n
+			shards := make([][]byte, e.n)
+			for r := range shards {
+				shards[r] = whole[r*per : (r+1)*per]
+			}
+			return e.restoreChunk(c, want.States[k].Kind, shards, whole)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("engine: load checkpoint: %w", err)
+	}
+	return nil
 }
 
 // RestoreState replaces the engine's params, master weights, Adam moments
@@ -155,56 +245,48 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 		}
 	}
 	e.checkShards(st)
+	err := e.restore(st.Step, func() error {
+		for c := range e.chunks {
+			for _, spec := range want.States {
+				k := st.StateIndex(spec.Kind)
+				shards := make([][]byte, e.n)
+				for r := range shards {
+					shards[r] = st.Shard(r, c, k)
+				}
+				if err := e.restoreChunk(c, spec.Kind, shards, nil); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	return nil
+}
+
+// restore is LoadCheckpoint and RestoreState: it checks that the engine
+// may be restored, quiesces it, runs run (which restores every chunk and
+// state with restoreChunk), then sets the step counter and takes the
+// restore's copies off the next step's traffic.
+func (e *Engine) restore(step int64, run func() error) error {
 	if e.tiers != nil {
 		for _, d := range e.tiers.drivers {
 			if ps, _ := d.stats(); ps.Accesses > 0 {
-				return fmt.Errorf("engine: restore: the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", ps.Accesses, d.rank)
+				return fmt.Errorf("the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", ps.Accesses, d.rank)
 			}
 		}
 	}
-	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
+	resume, err := e.quiesce()
+	defer resume()
+	if err != nil {
+		return err
 	}
-	if e.tiers != nil {
-		err := e.tiers.pause()
-		defer e.tiers.resume()
-		if err != nil {
-			return fmt.Errorf("engine: restore: %w", err)
-		}
+	if err := run(); err != nil {
+		return err
 	}
-	idx := map[shard.State]int{}
-	for _, spec := range want.States {
-		idx[spec.Kind] = st.StateIndex(spec.Kind)
-	}
-	for c := range e.chunks {
-		// A replicated state's whole padded chunk: the ranks' slices in
-		// order, built before the ranks run (they share it, read only).
-		whole := map[shard.State][]byte{}
-		for _, spec := range want.States {
-			if e.stage == 0 || (spec.Kind == shard.Param && e.ranks[0].st.paramIsFull(c)) {
-				var b []byte
-				for r := range e.n {
-					b = append(b, st.Shard(r, c, idx[spec.Kind])...)
-				}
-				whole[spec.Kind] = b
-			}
-		}
-		// Each rank on its own goroutine (its streams, its tier-store
-		// keys); the uploads read st and whole: wait for them chunk by chunk.
-		err := e.parallel(func(r *rank) error {
-			for _, spec := range want.States {
-				s := spec.Kind
-				if err := r.restoreShard(c, s, st.Shard(r.idx, c, idx[s]), whole[s]); err != nil {
-					return fmt.Errorf("chunk %d %s: %w", c, s, err)
-				}
-			}
-			return r.sync()
-		})
-		if err != nil {
-			return fmt.Errorf("engine: restore: %w", err)
-		}
-	}
-	e.step = st.Step
+	e.step = step
 	// The restore's copies are not the next step's traffic.
 	e.lastCount = e.counters()
 	if e.tiers != nil {
@@ -343,14 +425,59 @@ func (r *rank) writeDevice(b gpu.Buffer, src []byte) {
 
 // saveTiered copies the newest contents of a tier-store state into dst.
 func (r *rank) saveTiered(k shard.Key, dst []byte) error {
-	b, err := r.e.tiers.readShard(k)
+	return r.e.tiers.readShardInto(k, dst)
+}
+
+// readShardInto is tiers.readShard into the caller's buffer (a streaming
+// save allocates nothing per shard): the newest contents of a state, from
+// host RAM, HBM, or NVMe through a host copy that is dropped afterwards.
+// The drivers must be paused.
+func (t *tiers) readShardInto(k shard.Key, dst []byte) error {
+	w, err := t.store.Where(k)
 	if err != nil {
 		return err
 	}
-	if len(b) != len(dst) {
-		panic(fmt.Sprintf("engine: %s: %d bytes in the tier store, the checkpoint's shard is %d", k, len(b), len(dst)))
+	if w.Lost != nil {
+		return w.Lost
 	}
-	copy(dst, b)
+	check := func(n int64) {
+		if n != int64(len(dst)) {
+			panic(fmt.Sprintf("engine: %s: %d bytes in the tier store, the checkpoint's shard is %d", k, n, len(dst)))
+		}
+	}
+	switch {
+	case w.Copies[shard.Host].Valid:
+	case w.Copies[shard.HBM].Valid:
+		l, err := t.store.Acquire(k, shard.HBM, tier.Read)
+		if err != nil {
+			return err
+		}
+		defer l.Release()
+		check(l.Buffer().Bytes())
+		r := t.e.ranks[k.Rank]
+		r.dev.CopyDeviceToHost(r.s, dst, l.Buffer(), 0)
+		return r.s.Synchronize()
+	default:
+		op, err := t.store.Fetch(k, shard.NVMe, shard.Host)
+		if err == nil {
+			err = op.Wait()
+		}
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if op, err := t.store.Evict(k, shard.Host); err == nil {
+				op.Wait()
+			}
+		}()
+	}
+	l, err := t.store.Acquire(k, shard.Host, tier.Read)
+	if err != nil {
+		return err
+	}
+	defer l.Release()
+	check(int64(len(l.Bytes())))
+	copy(dst, l.Bytes())
 	return nil
 }
 
