@@ -48,12 +48,33 @@
 // checkpoint of another shape or precision and reshards one saved for
 // another device count or alignment.
 //
+// # Streaming
+//
+// SaveStream and Open/Reader.Read move a checkpoint one chunk of one state
+// at a time: the "whole" of chunk c in state k, every rank's shard side by
+// side (Devices·ShardElems elements). A save pulls each whole from a
+// ChunkFunc (the engine copies the shards from its devices, host memory or
+// tier store) into one of two buffers while a writer goroutine writes the
+// other's shards to the rank files (one goroutine per file), computing
+// CRC-32C as it writes; the header is written first, since every tensor's
+// size follows from the shape, N, alignment and dtype. A load first
+// verifies every file (size, CRC-32C, header) in a streaming pass, so a
+// corrupt checkpoint hands nothing to the caller, then reads whole by whole
+// into two buffers and hands each to a ChunkFunc. Resharding N→M needs no
+// gather: element i of a chunk sits at the same offset of the whole for
+// every N, so each source shard's part of the chunk is read straight into
+// its place and the new padding is zero. SaveWith, Load and LoadFor are
+// these with the data in a State; the files are the same byte for byte.
+//
 // # Lifecycle and memory
 //
-// Nothing here holds resources between calls except a SafetensorsFile (an
-// open file; Close it). A loaded State holds each rank file in one heap
-// buffer and its shards are sub-slices of it: a checkpoint costs its size
-// in host memory while loaded, and Save needs the whole State in memory.
-// Export and Import stream tensor by tensor with one buffer of the largest
-// tensor. Saves into one directory must not run concurrently.
+// Nothing here holds resources between calls except a SafetensorsFile or
+// a Reader (open files; Close them). A streaming save or load holds two
+// buffers of State.MaxWholeBytes (the largest chunk's largest state across
+// all ranks: 2·N of the largest shard tensor), plus 256 KiB per rank file
+// during the CRC pass of a load, whatever the number of chunks. A loaded
+// State costs the checkpoint's size in host memory, and SaveWith needs the
+// whole State in memory; both are for small models and tests. Export and
+// Import stream tensor by tensor with one buffer of the largest tensor.
+// Saves into one directory must not run concurrently.
 package checkpoint
