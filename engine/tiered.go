@@ -368,45 +368,11 @@ func (t *tiers) initShard(k shard.Key, data []byte) error {
 // host memory for the read and evicted after, so the planner's picture of
 // the store stays true.
 func (t *tiers) readShard(k shard.Key) ([]byte, error) {
-	w, err := t.store.Where(k)
-	if err != nil {
+	out := make([]byte, t.specs[k].SizeBytes())
+	if err := t.readShardInto(k, out); err != nil {
 		return nil, err
 	}
-	if w.Lost != nil {
-		return nil, w.Lost
-	}
-	switch {
-	case w.Copies[shard.Host].Valid:
-	case w.Copies[shard.HBM].Valid:
-		l, err := t.store.Acquire(k, shard.HBM, tier.Read)
-		if err != nil {
-			return nil, err
-		}
-		defer l.Release()
-		r := t.e.ranks[k.Rank]
-		out := make([]byte, l.Buffer().Bytes())
-		r.dev.CopyDeviceToHost(r.s, out, l.Buffer(), 0)
-		return out, r.s.Synchronize()
-	default:
-		op, err := t.store.Fetch(k, shard.NVMe, shard.Host)
-		if err == nil {
-			err = op.Wait()
-		}
-		if err != nil {
-			return nil, err
-		}
-		defer func() {
-			if op, err := t.store.Evict(k, shard.Host); err == nil {
-				op.Wait()
-			}
-		}()
-	}
-	l, err := t.store.Acquire(k, shard.Host, tier.Read)
-	if err != nil {
-		return nil, err
-	}
-	defer l.Release()
-	return append([]byte(nil), l.Bytes()...), nil
+	return out, nil
 }
 
 // pause stops every planner from issuing moves and waits for those in
