@@ -2,7 +2,6 @@ package checkpoint
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -70,7 +69,11 @@ type fileTensor struct {
 }
 
 func fileTensors(l *model.Layout, names Naming) []fileTensor {
-	var out []fileTensor
+	n := 0
+	for _, ch := range l.Chunks {
+		n += len(ch.Tensors)
+	}
+	out := make([]fileTensor, 0, n)
 	for c, ch := range l.Chunks {
 		for _, t := range ch.Tensors {
 			ft := fileTensor{chunk: c, t: t, name: t.Name, shape: t.Shape}
@@ -152,38 +155,31 @@ func exportMetadata(s model.Shape, o ExportOptions) (map[string]string, error) {
 	return md, nil
 }
 
-// chunkSource yields element i of chunk c as float32 and in bf16; exactly
-// one of f32 and b16 is set.
-type chunkSource struct {
-	f32 [][]float32
-	b16 [][]uint16
+// chunkData is one chunk's values, as float32 or bf16: exactly one of
+// f32 and b16 is set (an empty chunk may have neither).
+type chunkData struct {
+	f32 []float32
+	b16 []uint16
 }
 
-func (s chunkSource) len(c int) int {
-	if s.f32 != nil {
-		return len(s.f32[c])
-	}
-	return len(s.b16[c])
-}
-
-func (s chunkSource) count() int {
+func (s chunkData) len() int {
 	if s.f32 != nil {
 		return len(s.f32)
 	}
 	return len(s.b16)
 }
 
-// put writes element src of chunk c at element dst of out in dt.
-func (s chunkSource) put(out []byte, dt dtype.DType, dst, c, src int) {
+// put writes element src at element dst of out in dt.
+func (s chunkData) put(out []byte, dt dtype.DType, dst, src int) {
 	switch {
 	case dt == dtype.F32 && s.f32 != nil:
-		putF32(out[4*dst:], s.f32[c][src])
+		putF32(out[4*dst:], s.f32[src])
 	case dt == dtype.F32:
-		putF32(out[4*dst:], bf16.ToFloat32(s.b16[c][src]))
+		putF32(out[4*dst:], bf16.ToFloat32(s.b16[src]))
 	case s.f32 != nil:
-		putU16(out[2*dst:], bf16.FromFloat32(s.f32[c][src]))
+		putU16(out[2*dst:], bf16.FromFloat32(s.f32[src]))
 	default:
-		putU16(out[2*dst:], s.b16[c][src])
+		putU16(out[2*dst:], s.b16[src])
 	}
 }
 
@@ -191,57 +187,19 @@ func (s chunkSource) put(out []byte, dt dtype.DType, dst, c, src int) {
 // slice per chunk, each at least the chunk's length; padding beyond it is
 // ignored) to a safetensors file at path, atomically, with metadata: the
 // shape (strata.shape, n_layer, n_embd, n_head, vocab_size, max_seq_len),
-// step, strata.names and format "pt".
+// step, strata.names and format "pt". It is ExportStream handed the chunks
+// one by one.
 func Export(path string, layout *model.Layout, chunks [][]float32, opts ExportOptions) error {
-	return export(path, layout, chunkSource{f32: chunks}, opts)
-}
-
-// ExportBF16 is Export from bf16 chunks (the engine's parameter copies);
-// to an F32 file every value widens exactly.
-func ExportBF16(path string, layout *model.Layout, chunks [][]uint16, opts ExportOptions) error {
-	if chunks == nil {
-		chunks = [][]uint16{}
+	lens := make([]int, len(chunks))
+	for c, ch := range chunks {
+		lens[c] = len(ch)
 	}
-	return export(path, layout, chunkSource{b16: chunks}, opts)
-}
-
-func export(path string, l *model.Layout, src chunkSource, opts ExportOptions) error {
-	if err := opts.Validate(); err != nil {
+	if err := checkChunks(layout, lens, opts); err != nil {
 		return err
 	}
-	opts.defaults()
-	if src.count() != len(l.Chunks) {
-		return fmt.Errorf("checkpoint: export: %d chunks given, layout has %d", src.count(), len(l.Chunks))
-	}
-	for c, ch := range l.Chunks {
-		if src.len(c) < ch.Len {
-			return fmt.Errorf("checkpoint: export: chunk %d (%s) has %d elements, layout needs %d", c, ch.Name, src.len(c), ch.Len)
-		}
-	}
-	md, err := exportMetadata(l.Shape, opts)
-	if err != nil {
-		return err
-	}
-	fts := fileTensors(l, opts.Names)
-	entries := make([]entry, len(fts))
-	maxBytes := 0
-	for i, ft := range fts {
-		entries[i] = entry{name: ft.name, dt: opts.DType, shape: ft.shape, sizeBytes: int64(ft.t.Len * opts.DType.Size())}
-		maxBytes = max(maxBytes, ft.t.Len*opts.DType.Size())
-	}
-	hdr, err := encodeHeader(entries, md)
-	if err != nil {
-		return fmt.Errorf("checkpoint: export: %w", err)
-	}
-	buf := make([]byte, maxBytes)
-	return writeFileAtomic(path, func(w io.Writer) error {
-		if _, err := w.Write(hdr); err != nil {
-			return err
-		}
-		for _, ft := range fts {
-			out := buf[:ft.t.Len*opts.DType.Size()]
-			encodeTensor(out, opts.DType, src, ft)
-			if _, err := w.Write(out); err != nil {
+	return ExportStream(path, layout, opts, func(w *ExportWriter) error {
+		for c, ch := range chunks {
+			if err := w.F32(c, ch); err != nil {
 				return err
 			}
 		}
@@ -249,32 +207,69 @@ func export(path string, l *model.Layout, src chunkSource, opts ExportOptions) e
 	})
 }
 
-// encodeTensor writes ft's values from src into out in dt, transposed when
-// the file stores it so.
-func encodeTensor(out []byte, dt dtype.DType, src chunkSource, ft fileTensor) {
+// ExportBF16 is Export from bf16 chunks (the engine's parameter copies);
+// to an F32 file every value widens exactly.
+func ExportBF16(path string, layout *model.Layout, chunks [][]uint16, opts ExportOptions) error {
+	lens := make([]int, len(chunks))
+	for c, ch := range chunks {
+		lens[c] = len(ch)
+	}
+	if err := checkChunks(layout, lens, opts); err != nil {
+		return err
+	}
+	return ExportStream(path, layout, opts, func(w *ExportWriter) error {
+		for c, ch := range chunks {
+			if err := w.BF16(c, ch); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// checkChunks refuses, before a file is created, options ExportStream
+// refuses and chunks of the wrong number or length.
+func checkChunks(l *model.Layout, lens []int, opts ExportOptions) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	if len(lens) != len(l.Chunks) {
+		return fmt.Errorf("checkpoint: export: %d chunks given, layout has %d", len(lens), len(l.Chunks))
+	}
+	for c, ch := range l.Chunks {
+		if lens[c] < ch.Len {
+			return fmt.Errorf("checkpoint: export: chunk %d (%s) has %d elements, layout needs %d", c, ch.Name, lens[c], ch.Len)
+		}
+	}
+	return nil
+}
+
+// encodeTensor writes ft's values from its chunk's data src into out in
+// dt, transposed when the file stores it so.
+func encodeTensor(out []byte, dt dtype.DType, src chunkData, ft fileTensor) {
 	off := ft.t.Offset
 	if !ft.transposed {
 		if dt == dtype.F32 && src.f32 != nil {
-			PutFloat32s(out, src.f32[ft.chunk][off:off+ft.t.Len])
+			PutFloat32s(out, src.f32[off:off+ft.t.Len])
 			return
 		}
 		if dt == dtype.BF16 && src.b16 != nil {
-			PutBF16s(out, src.b16[ft.chunk][off:off+ft.t.Len])
+			PutBF16s(out, src.b16[off:off+ft.t.Len])
 			return
 		}
 		for i := range ft.t.Len {
-			src.put(out, dt, i, ft.chunk, off+i)
+			src.put(out, dt, i, off+i)
 		}
 		return
 	}
 	rows, cols := ft.t.Shape[0], ft.t.Shape[1] // Strata: rows×cols; file: cols×rows
 	if v := float32View(out); dt == dtype.F32 && src.f32 != nil && v != nil {
-		transpose(v, src.f32[ft.chunk][off:off+ft.t.Len], rows, cols)
+		transpose(v, src.f32[off:off+ft.t.Len], rows, cols)
 		return
 	}
 	for r := range rows {
 		for c := range cols {
-			src.put(out, dt, c*rows+r, ft.chunk, off+r*cols+c)
+			src.put(out, dt, c*rows+r, off+r*cols+c)
 		}
 	}
 }

@@ -1,13 +1,18 @@
 package checkpoint
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -208,4 +213,384 @@ func TestImportHFPrefixAndBuffers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// legacyChunks is the in-memory export's source before streaming: every
+// chunk at once, fp32 or bf16.
+type legacyChunks struct {
+	f32 [][]float32
+	b16 [][]uint16
+}
+
+func (s legacyChunks) put(out []byte, dt dtype.DType, dst, c, src int) {
+	switch {
+	case dt == dtype.F32 && s.f32 != nil:
+		putF32(out[4*dst:], s.f32[c][src])
+	case dt == dtype.F32:
+		putF32(out[4*dst:], bf16.ToFloat32(s.b16[c][src]))
+	case s.f32 != nil:
+		putU16(out[2*dst:], bf16.FromFloat32(s.f32[c][src]))
+	default:
+		putU16(out[2*dst:], s.b16[c][src])
+	}
+}
+
+// legacyExport is Export as it was before ExportStream (the whole model
+// in memory, encoded element by element), kept to check that the
+// streaming writer writes the same bytes.
+func legacyExport(t *testing.T, path string, l *model.Layout, src legacyChunks, opts ExportOptions) {
+	t.Helper()
+	opts.defaults()
+	md, err := exportMetadata(l.Shape, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fts := fileTensors(l, opts.Names)
+	entries := make([]entry, len(fts))
+	for i, ft := range fts {
+		entries[i] = entry{name: ft.name, dt: opts.DType, shape: ft.shape, sizeBytes: int64(ft.t.Len * opts.DType.Size())}
+	}
+	hdr, err := encodeHeader(entries, md)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := append([]byte(nil), hdr...)
+	for _, ft := range fts {
+		b := make([]byte, ft.t.Len*opts.DType.Size())
+		rows, cols := 1, ft.t.Len
+		if ft.transposed {
+			rows, cols = ft.t.Shape[0], ft.t.Shape[1]
+		}
+		for r := range rows {
+			for c := range cols {
+				dst := r*cols + c
+				if ft.transposed {
+					dst = c*rows + r
+				}
+				src.put(b, opts.DType, dst, ft.chunk, ft.t.Offset+r*cols+c)
+			}
+		}
+		out = append(out, b...)
+	}
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sameFile(t *testing.T, what, a, b string) {
+	t.Helper()
+	x, err := os.ReadFile(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err := os.ReadFile(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(x, y) {
+		i := 0
+		for i < min(len(x), len(y)) && x[i] == y[i] {
+			i++
+		}
+		t.Errorf("%s: %d bytes vs %d, first difference at byte %d", what, len(x), len(y), i)
+	}
+}
+
+// TestExportStreamSameBytes: Export and ExportBF16 (now ExportStream
+// handed the chunks) write the files the whole-model export wrote, byte
+// for byte, for Strata and Hugging Face names, F32 and BF16 files, from
+// fp32 and bf16 chunks (padded, and with a NaN, an infinity and -0 in
+// them, which are copied or rounded like any value).
+func TestExportStreamSameBytes(t *testing.T) {
+	l := tinyLayout(t)
+	f := l.Init(11)
+	b := make([][]uint16, len(f))
+	for c := range f {
+		f[c] = append(f[c], 1, 2, 3) // padding, ignored
+		b[c] = make([]uint16, len(f[c]))
+		bf16.FromFloat32s(b[c], f[c])
+	}
+	f[1][4] = float32(math.NaN())
+	f[2][7] = float32(math.Inf(1))
+	f[0][1] = float32(math.Copysign(0, -1))
+	dir := t.TempDir()
+	for _, names := range []Naming{NamesStrata, NamesHF} {
+		for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
+			opts := ExportOptions{Names: names, DType: dt, Step: 5, Metadata: map[string]string{"run": "x"}}
+			for _, in := range []string{"f32", "bf16"} {
+				what := fmt.Sprintf("%s names, %v file, %s chunks", names, dt, in)
+				got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
+				var err error
+				if in == "f32" {
+					err = Export(got, l, f, opts)
+					legacyExport(t, want, l, legacyChunks{f32: f}, opts)
+				} else {
+					err = ExportBF16(got, l, b, opts)
+					legacyExport(t, want, l, legacyChunks{b16: b}, opts)
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				sameFile(t, what, got, want)
+			}
+		}
+	}
+}
+
+// TestExportStreamErrors: a produce that fails or hands over too few
+// chunks leaves no file (nor a temporary one); a chunk too short is an
+// error naming it; a chunk out of order panics.
+func TestExportStreamErrors(t *testing.T) {
+	l := tinyLayout(t)
+	f := l.Init(1)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.safetensors")
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		what    string
+		produce func(w *ExportWriter) error
+		want    string
+	}{
+		{"failing produce", func(w *ExportWriter) error {
+			if err := w.F32(0, f[0]); err != nil {
+				return err
+			}
+			return boom
+		}, "boom"},
+		{"too few chunks", func(w *ExportWriter) error { return w.F32(0, f[0]) }, fmt.Sprintf("1 of the layout's %d chunks handed over", len(l.Chunks))},
+		{"short chunk", func(w *ExportWriter) error { return w.F32(0, f[0][:10]) }, fmt.Sprintf("chunk 0 (%s) has 10 elements, layout needs %d", l.Chunks[0].Name, l.Chunks[0].Len)},
+	} {
+		err := ExportStream(path, l, ExportOptions{}, tc.produce)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "checkpoint: write "+path) {
+			t.Errorf("%s: error %v, want it to say %q", tc.what, err, tc.want)
+		}
+		if tc.what == "failing produce" && !errors.Is(err, boom) {
+			t.Errorf("%s: %v does not wrap produce's error", tc.what, err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("%s: left %d files in %s", tc.what, len(ents), dir)
+		}
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "chunk 1 handed over, want chunk 0") {
+			t.Errorf("chunk out of order: recovered %v", r)
+		}
+	}()
+	ExportStream(path, l, ExportOptions{}, func(w *ExportWriter) error { return w.F32(1, f[1]) })
+}
+
+// exportState is ExportState before streaming: the whole checkpoint
+// loaded, the exported state gathered chunk by chunk, the legacy export.
+func exportStateLegacy(t *testing.T, dst, src string, opts ExportOptions) {
+	t.Helper()
+	st, err := Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := model.NewLayout(st.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := st.StateIndex(shard.Master)
+	if k < 0 {
+		k = st.StateIndex(shard.Param)
+	}
+	if opts.Step == 0 {
+		opts.Step = st.Step
+	}
+	var in legacyChunks
+	for c := range st.Chunks {
+		if st.States[k].DType == dtype.BF16 {
+			in.b16 = append(in.b16, BF16s(st.Gather(c, k)))
+		} else {
+			in.f32 = append(in.f32, Float32s(st.Gather(c, k)))
+		}
+	}
+	legacyExport(t, dst, l, in, opts)
+}
+
+// fillWeights writes chunk c's weights (l.InitChunk's, the same for every
+// device count; another seed per state) into the whole of states[k].
+func fillWeights(l *model.Layout, states []StateSpec) ChunkFunc {
+	return func(c, k int, whole []byte) error {
+		v := l.InitChunk(uint64(3+k), c)
+		if states[k].DType == dtype.BF16 {
+			h := make([]uint16, len(v))
+			bf16.FromFloat32s(h, v)
+			PutBF16s(whole[:2*len(v)], h)
+			return nil
+		}
+		PutFloat32s(whole[:4*len(v)], v)
+		return nil
+	}
+}
+
+// TestExportCheckpointSameBytes: the streaming ExportCheckpoint writes the
+// file that loading the whole checkpoint and exporting it wrote, byte for
+// byte: the master weights of a mixed-precision checkpoint, the bf16 or
+// fp32 params of one without, on 1 and 3 devices (padded shards), under
+// both namings and in both dtypes.
+func TestExportCheckpointSameBytes(t *testing.T) {
+	l := tinyLayout(t)
+	for _, states := range [][]StateSpec{
+		MixedPrecisionStates,
+		{{Kind: shard.Param, DType: dtype.BF16}},
+		{{Kind: shard.Param, DType: dtype.F32}, {Kind: shard.AdamM, DType: dtype.F32}, {Kind: shard.AdamV, DType: dtype.F32}},
+	} {
+		for _, devices := range []int{1, 3} {
+			meta, err := NewState(l, devices, 3, 8, states)
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta = meta.Meta()
+			meta.Step = 9
+			src := t.TempDir()
+			if err := SaveStream(src, meta, fillWeights(l, states), Options{}); err != nil {
+				t.Fatal(err)
+			}
+			for _, names := range []Naming{NamesStrata, NamesHF} {
+				for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
+					what := fmt.Sprintf("%s on %d devices, %s names, %v file", specList(states), devices, names, dt)
+					dir := t.TempDir()
+					got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
+					opts := ExportOptions{Names: names, DType: dt}
+					st, err := ExportCheckpoint(got, src, opts)
+					if err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					if st.Step != 9 || st.Devices != devices {
+						t.Errorf("%s: returned step %d, %d devices", what, st.Step, st.Devices)
+					}
+					exportStateLegacy(t, want, src, opts)
+					sameFile(t, what, got, want)
+					if names == NamesStrata && dt == dtype.F32 {
+						other := filepath.Join(dir, "state")
+						full, err := Load(src)
+						if err != nil {
+							t.Fatal(err)
+						}
+						if err := ExportState(other, full, opts); err != nil {
+							t.Fatal(err)
+						}
+						sameFile(t, what+" (ExportState)", got, other)
+					}
+				}
+			}
+		}
+	}
+	// Neither master weights nor params: the error ExportState gives.
+	meta, _ := NewState(l, 1, 3, 8, []StateSpec{{Kind: shard.AdamM, DType: dtype.F32}})
+	src := t.TempDir()
+	if err := SaveStream(src, meta.Meta(), fillWeights(l, meta.States), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "m")
+	if _, err := ExportCheckpoint(dst, src, ExportOptions{}); err == nil || !strings.Contains(err.Error(), "holds neither master weights nor params") {
+		t.Errorf("export of a checkpoint without weights: %v", err)
+	}
+	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("export of a checkpoint without weights wrote %s (%v)", dst, err)
+	}
+}
+
+// TestExportStreamMemoryBound is the must-show of the bound: exporting a
+// model of 7M parameters (28 MB of fp32 weights in 66 chunks, 770 tensors)
+// allocates on the heap, in all (the Go runtime's count of every byte
+// allocated while it runs, not just the live peak):
+//   - from a checkpoint (ExportCheckpoint): at most the Reader's two
+//     buffers of the largest padded chunk of master weights (0.44 MB),
+//     256 KiB per rank file for the CRC pass, the largest tensor (0.15 MB),
+//     the 1 MiB write buffer, 2 KiB per tensor for the header and its
+//     bookkeeping (names, shapes, the layout; they grow with the number of
+//     tensors, not their size) and 512 KiB for the rest: 4.7 MB, a sixth
+//     of the weights;
+//   - from chunks produced one at a time into one buffer (ExportStream, as
+//     `strata train --out` does): the largest tensor, the write buffer and
+//     the header and fixed overhead: 3.3 MB.
+//
+// Each file is then compared with the whole-model export's.
+func TestExportStreamMemoryBound(t *testing.T) {
+	l, err := model.NewLayout(model.Shape{Name: "bound", Layers: 64, Dim: 96, Heads: 4, Vocab: 64, MaxSeq: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const devices = 2
+	states := []StateSpec{{Kind: shard.Master, DType: dtype.F32}}
+	meta, err := NewState(l, devices, 3, 2048, states)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta = meta.Meta()
+	src := t.TempDir()
+	if err := SaveStream(src, meta, fillWeights(l, states), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	weights := 4 * l.ParamCount()
+	tensor := 0
+	for _, ch := range l.Chunks {
+		for _, ts := range ch.Tensors {
+			tensor = max(tensor, 4*ts.Len)
+		}
+	}
+	const writeBuf = 1 << 20
+	overhead := 512<<10 + 2<<10*len(fileTensors(l, NamesStrata))
+	whole := meta.MaxWholeBytes()
+	bound := 2*whole + devices*verifyBlockBytes + tensor + writeBuf + overhead
+	if weights < int64(5*bound) {
+		t.Fatalf("weights %d bytes are not much larger than the bound %d", weights, bound)
+	}
+	dir := t.TempDir()
+	got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
+	opts := ExportOptions{Names: NamesHF}
+
+	before := heapAllocated()
+	if _, err := ExportCheckpoint(got, src, opts); err != nil {
+		t.Fatal(err)
+	}
+	used := heapAllocated() - before
+	t.Logf("ExportCheckpoint of %d bytes of weights: %d bytes allocated (bound %d: 2 × %d + %d × %d + %d + %d + %d)",
+		weights, used, bound, whole, devices, verifyBlockBytes, tensor, writeBuf, overhead)
+	if used > uint64(bound) {
+		t.Errorf("ExportCheckpoint allocated %d bytes, over the bound %d", used, bound)
+	}
+	exportStateLegacy(t, want, src, opts)
+	sameFile(t, "ExportCheckpoint", got, want)
+
+	// From chunks produced one at a time into one buffer.
+	maxLen := 0
+	for _, ch := range l.Chunks {
+		maxLen = max(maxLen, ch.Len)
+	}
+	buf := make([]float32, maxLen)
+	gen := func(c int) []float32 {
+		v := buf[:l.Chunks[c].Len]
+		for i := range v {
+			v[i] = float32(c) + float32(i%1000)/1000
+		}
+		return v
+	}
+	bound = tensor + writeBuf + overhead
+	before = heapAllocated()
+	err = ExportStream(got, l, opts, func(w *ExportWriter) error {
+		for c := range l.Chunks {
+			if err := w.F32(c, gen(c)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used = heapAllocated() - before
+	t.Logf("ExportStream of %d bytes of weights: %d bytes allocated (bound %d)", weights, used, bound)
+	if used > uint64(bound) {
+		t.Errorf("ExportStream allocated %d bytes, over the bound %d", used, bound)
+	}
+	all := make([][]float32, len(l.Chunks))
+	for c := range all {
+		all[c] = append([]float32(nil), gen(c)...)
+	}
+	legacyExport(t, want, l, legacyChunks{f32: all}, opts)
+	sameFile(t, "ExportStream", got, want)
 }
