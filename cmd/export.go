@@ -49,12 +49,10 @@ func runExport(c *cli.Context) error {
 		return usagef("export: --dtype %q (want fp32 or bf16)", c.String("dtype"))
 	}
 	opts.DType = dt
-	st, err := checkpoint.Load(src)
+	// Streamed: the checkpoint's files are verified, then read and written
+	// one chunk at a time.
+	st, err := checkpoint.ExportCheckpoint(dst, src, opts)
 	if err != nil {
-		return err
-	}
-	opts.Step = st.Step
-	if err := checkpoint.ExportState(dst, st, opts); err != nil {
 		return err
 	}
 	fi, err := os.Stat(dst)

@@ -431,13 +431,13 @@ func runTrain(c *cli.Context) (err error) {
 			return fmt.Errorf("train: %w", err)
 		}
 		// The trained weights (fp32 master weights, gathered from every
-		// rank's shards and tier) as one safetensors file.
-		weights, err := e.Master()
-		if err != nil {
-			return fmt.Errorf("train: --out: %w", err)
-		}
+		// rank's shards and tier) as one safetensors file, streamed one
+		// chunk at a time.
 		path := filepath.Join(dir, "model.safetensors")
-		if err := checkpoint.Export(path, e.Layout(), weights, checkpoint.ExportOptions{Step: e.StepCount()}); err != nil {
+		err := checkpoint.ExportStream(path, e.Layout(), checkpoint.ExportOptions{Step: e.StepCount()}, func(w *checkpoint.ExportWriter) error {
+			return e.MasterChunks(w.F32)
+		})
+		if err != nil {
 			return fmt.Errorf("train: --out: %w", err)
 		}
 		fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)

@@ -514,3 +514,43 @@ func (r *rank) restoreTiered(k shard.Key, src []byte) error {
 	}
 	return nil
 }
+
+// MasterChunks hands fn the fp32 master weights (what Master returns: in
+// fp32 mode the params) one chunk at a time, chunks in order: data is
+// chunk c's elements, every rank's shard copied from where it lives
+// (device, host optimizer, tier store: host RAM or NVMe) side by side, as
+// SaveCheckpoint copies them. data is reused after fn returns: keep no
+// reference to it. Host memory: one buffer of the largest padded chunk in
+// f32 (N × its shard), whatever the model's size; Master holds 4Ψ. Call it
+// between steps, from the goroutine that runs them; fn's error is
+// returned as is.
+func (e *Engine) MasterChunks(fn func(c int, data []float32) error) error {
+	if e.closed {
+		panic("engine: MasterChunks after Close")
+	}
+	s := shard.Master
+	if e.precision == gpu.F32 {
+		s = shard.Param // the params are the master weights
+	}
+	resume, err := e.quiesce()
+	defer resume()
+	if err != nil {
+		return fmt.Errorf("engine: master weights: %w", err)
+	}
+	maxShard := 0
+	for _, p := range e.chunks {
+		maxShard = max(maxShard, p.shard)
+	}
+	buf := make([]byte, 4*e.n*maxShard)
+	for c, p := range e.chunks {
+		per := 4 * p.shard
+		whole := buf[:e.n*per]
+		if err := e.fillChunk(c, s, func(r int) []byte { return whole[r*per : (r+1)*per] }); err != nil {
+			return fmt.Errorf("engine: master weights: chunk %d: %w", c, err)
+		}
+		if err := fn(c, f32s(whole[:4*p.len])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
