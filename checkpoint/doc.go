@@ -74,7 +74,13 @@
 // all ranks: 2·N of the largest shard tensor), plus 256 KiB per rank file
 // during the CRC pass of a load, whatever the number of chunks. A loaded
 // State costs the checkpoint's size in host memory, and SaveWith needs the
-// whole State in memory; both are for small models and tests. Export and
-// Import stream tensor by tensor with one buffer of the largest tensor.
-// Saves into one directory must not run concurrently.
+// whole State in memory; both are for small models and tests.
+// ExportStream writes a weights file chunk by chunk (the header first,
+// from the layout), holding the largest tensor, a 1 MiB write buffer and
+// about 2 KiB per tensor; ExportCheckpoint feeds it from a checkpoint on
+// disk, one chunk at a time, adding two padded chunks and the CRC pass's
+// buffers; Export and ExportBF16 are thin wrappers, and ExportState the
+// whole-State path for small models. Import streams tensor by tensor with
+// one buffer of the largest tensor. Saves into one directory must not run
+// concurrently.
 package checkpoint

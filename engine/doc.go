@@ -88,7 +88,9 @@
 // host optimizer it starts one cpuadam.Optimizer and a pinned.Pool holding,
 // per rank, the gradient shards and the upload staging; fp32 master, m and v
 // live in host memory per rank shard. Step and Run are called from one
-// goroutine; Params and Master synchronize and read the shards; Summary
+// goroutine; Params and Master synchronize and read the shards
+// (MasterChunks hands them over one chunk at a time, for exports of models
+// larger than host memory); Summary
 // reports measured peaks next to EstimateMemory; SaveCheckpoint and
 // LoadCheckpoint (checkpoint.go) write and read every rank's params,
 // master, m, v and the step through checkpoint/ (a tier-store engine is
