@@ -581,20 +581,7 @@ func heapAllocated() uint64 {
 // 2.5 MB here (measured 1.2 - 1.9 MB) against 16Ψ = 29 MB for the whole-State save. For
 // the host optimizer and for params and optimizer on NVMe (tier store).
 func TestCheckpointStreamMemoryBound(t *testing.T) {
-	host := runSpec{stage: 3, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
-	nv := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: boundShapeJSON}
-	for _, c := range []struct {
-		name string
-		mk   func(t *testing.T) *Engine
-	}{
-		{host.String(), func(t *testing.T) *Engine {
-			return newEngineJSON(t, strings.Replace(host.configJSON(), testShapeJSON, boundShapeJSON, 1), host.n)
-		}},
-		{nv.String(), func(t *testing.T) *Engine {
-			skipWithoutDirectIO(t)
-			return newTierEngine(t, nv, Options{})
-		}},
-	} {
+	for _, c := range boundEngines() {
 		t.Run(c.name, func(t *testing.T) {
 			a := c.mk(t)
 			b := c.mk(t)
@@ -704,20 +691,7 @@ func TestCheckpointMasterChunks(t *testing.T) {
 // (Master's 4Ψ, which the export held before); the file is the one
 // checkpoint.Export of Master writes.
 func TestCheckpointExportMemoryBound(t *testing.T) {
-	host := runSpec{stage: 3, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
-	nv := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: boundShapeJSON}
-	for _, c := range []struct {
-		name string
-		mk   func(t *testing.T) *Engine
-	}{
-		{host.String(), func(t *testing.T) *Engine {
-			return newEngineJSON(t, strings.Replace(host.configJSON(), testShapeJSON, boundShapeJSON, 1), host.n)
-		}},
-		{nv.String(), func(t *testing.T) *Engine {
-			skipWithoutDirectIO(t)
-			return newTierEngine(t, nv, Options{})
-		}},
-	} {
+	for _, c := range boundEngines() {
 		t.Run(c.name, func(t *testing.T) {
 			e := c.mk(t)
 			trainFor(t, e, 1)
@@ -764,5 +738,27 @@ func TestCheckpointExportMemoryBound(t *testing.T) {
 				t.Errorf("the streamed export (%d bytes) differs from Export of Master (%d bytes)", len(a), len(b))
 			}
 		})
+	}
+}
+
+// boundEngine makes an engine of the bound tests' model (boundShapeJSON).
+type boundEngine struct {
+	name string
+	mk   func(t *testing.T) *Engine
+}
+
+// boundEngines are the memory-bound tests' setups: stage 3 on 2 devices
+// with the host optimizer, and with params and optimizer on NVMe.
+func boundEngines() []boundEngine {
+	host := runSpec{stage: 3, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+	nv := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: boundShapeJSON}
+	return []boundEngine{
+		{host.String(), func(t *testing.T) *Engine {
+			return newEngineJSON(t, strings.Replace(host.configJSON(), testShapeJSON, boundShapeJSON, 1), host.n)
+		}},
+		{nv.String(), func(t *testing.T) *Engine {
+			skipWithoutDirectIO(t)
+			return newTierEngine(t, nv, Options{})
+		}},
 	}
 }
