@@ -55,8 +55,8 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool, u urgency) 
 	id := p.poolIDs[pi]
 	t := id.tier
 	var leaving int64
-	base := len(p.victims) // makeRoom recurses: each call owns the tail it appended
-	defer func() { p.victims = p.victims[:base] }()
+	base := len(p.scratch.victims) // makeRoom recurses: each call owns the tail it appended
+	defer func() { p.scratch.victims = p.scratch.victims[:base] }()
 	for i := range p.keys {
 		ks := &p.keys[i]
 		if t == shard.HBM && ks.key.Rank != id.rank {
@@ -79,9 +79,9 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool, u urgency) 
 		if v.evictable {
 			v.dirty = p.needsWriteBack(int32(i), t)
 		}
-		p.victims = append(p.victims, v)
+		p.scratch.victims = append(p.scratch.victims, v)
 	}
-	vs := p.victims[base:]
+	vs := p.scratch.victims[base:]
 	if p.used[pi]-leaving+size <= b {
 		return false // write-backs under way will make the room
 	}

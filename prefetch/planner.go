@@ -160,70 +160,78 @@ type flight struct {
 // Planner is the online planner the engine drives. It is not safe for
 // concurrent use; the engine calls it from one goroutine.
 type Planner struct {
-	opts    Options
-	keys    []keyState
-	index   map[shard.Key]int32
-	pools   map[poolID]int
-	poolIDs []poolID // by pool index
-	used    []int64
-	budget  []int64
-	names   []string
+	opts  Options
+	keys  []keyState
+	index map[shard.Key]int32
+	// Pools (see pool): host, NVMe, then HBM per rank as shards are seen.
+	pools    map[poolID]int
+	poolIDs  []poolID // by pool index
+	used     []int64
+	budget   []int64
+	names    []string
+	overflow []bool // per pool: the trace needs more than its budget
 
+	// The trace and where the step is in it.
 	trace     []taccess
 	known     Trace
-	stepBase  int64 // global index of the first access of this step
-	pos       int   // accesses begun in this step
+	cum       []time.Duration // cum[i]: compute of trace accesses 0..i-1
+	stepBase  int64           // global index of the first access of this step
+	pos       int             // accesses begun in this step
 	diverged  bool
 	rec       Recorder
 	lastReady time.Duration // when the latest access became ready
 	lastPos   int           // trace position of the latest access, -1 if none or unknown
 	readyKnow bool
+	limit     int64 // accesses beyond this global index never happen (simulation); never = no limit
+	// hist holds the compute times of the last Options.ComputeSteps traces
+	// of the same accesses (see keepHistory), oldest first.
+	hist [][]time.Duration
 
-	pending  []pending
-	inUse    []use
-	inflight map[uint64]flight
-	nextID   uint64
-	outbox   []Move
-	limit    int64 // accesses beyond this global index never happen (simulation); never = no limit
+	// Accesses and moves under way.
+	pending   []pending
+	inUse     []use
+	inflight  map[uint64]flight
+	nextID    uint64
+	outbox    []Move
+	linkBusy  []int32     // planner transfers in flight per link instance
+	dirtyList []dirtyCopy // copies made dirty by a Release, not yet cleaned
 
+	// The plan of the last Next.
+	cands   []cand
+	t0      time.Duration   // predicted start of the next access (last candidates)
+	linkDue []time.Duration // per link instance: earliest planned start not issued
 	wakeAt  time.Duration
 	wakeSet bool
-	stats   Stats
-
-	// Scratch of Next, reused to keep it free of allocation.
-	cands    []cand
-	refs     []hopRef
-	order    []int32
-	blocked  []bool
-	linkNext []time.Duration
-	linkSet  []bool
-	victims  []victim
-
-	// Write-behind.
-	linkBusy   []int32         // planner transfers in flight per link instance
-	dirtyList  []dirtyCopy     // copies made dirty by a Release, not yet cleaned
-	linkDue    []time.Duration // per link instance: earliest planned start not issued
-	overflow   []bool          // per pool: the trace needs more than its budget
-	cum        []time.Duration // cum[i]: compute of trace accesses 0..i-1
-	t0         time.Duration   // predicted start of the next access (last candidates)
-	seenGen    []uint32        // per (slot, tier): candidates() generation that saw it
-	writerGen  []uint32        // per slot: generation that recorded a write
-	writerTier []shard.Tier
-	gen        uint32
-	memo       []chainMemo // per (slot, tier, write): chain's last answer
-
-	freeOK   []bool  // per candidate: fits free room (markFree)
-	freeNeed []int64 // per pool, scratch of markFree
-	freeStop []bool
-
 	// planned: the candidate list (p.cands, with its ALAP starts, planned
 	// for p.t0) is what candidates() would build now, up to a shift of
 	// time: nothing happened since it was built but the moves it issued.
 	planned bool
 
-	// hist holds the compute times of the last Options.ComputeSteps traces
-	// of the same accesses (see keepHistory), oldest first.
-	hist [][]time.Duration
+	stats   Stats
+	scratch scratch
+}
+
+// scratch is what Next reuses from call to call to stay free of
+// allocation: buffers whose contents do not outlive the call that fills
+// them, and the memo of chain.
+type scratch struct {
+	refs     []hopRef        // alap: the hops into one tier
+	linkNext []time.Duration // alap: per link instance, the start of its latest hop
+	linkSet  []bool
+	order    []int32  // dispatch: the due candidates
+	blocked  []bool   // dispatch: per pool, found no room
+	victims  []victim // makeRoom: each call owns the tail it appended
+	freeOK   []bool   // markFree: per candidate, fits free room
+	freeNeed []int64  // markFree: per pool
+	freeStop []bool
+
+	// candidates: stamps of the generation gen, so that each (slot, tier)
+	// is listed once and a write found first is seen by later reads.
+	seenGen    []uint32 // per (slot, tier): candidates() generation that saw it
+	writerGen  []uint32 // per slot: generation that recorded a write
+	writerTier []shard.Tier
+	gen        uint32
+	memo       []chainMemo // per (slot, tier, write): chain's last answer
 }
 
 type poolID struct {

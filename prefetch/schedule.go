@@ -114,14 +114,14 @@ func (p *Planner) dispatch(now time.Duration) bool {
 	p.alap(cands)
 	p.markFree(cands)
 	// Only the due candidates are issued, in order; the others set WakeAt.
-	order := p.order[:0]
+	order := p.scratch.order[:0]
 	p.wakeSet = false
 	for i := range cands {
 		c := &cands[i]
 		if !c.ready {
 			continue
 		}
-		if st := c.firstStart(); st > now && !c.demand && !p.eager(c) && !p.freeOK[i] {
+		if st := c.firstStart(); st > now && !c.demand && !p.eager(c) && !p.scratch.freeOK[i] {
 			if !p.wakeSet || st < p.wakeAt {
 				p.wakeAt, p.wakeSet = st, true
 			}
@@ -136,11 +136,11 @@ func (p *Planner) dispatch(now time.Duration) bool {
 		}
 		return cmp.Compare(ca.g, cb.g)
 	})
-	p.order = order
-	if len(p.blocked) < len(p.used) {
-		p.blocked = make([]bool, len(p.used))
+	p.scratch.order = order
+	if len(p.scratch.blocked) < len(p.used) {
+		p.scratch.blocked = make([]bool, len(p.used))
 	}
-	blocked := p.blocked
+	blocked := p.scratch.blocked
 	clear(blocked)
 	for _, i := range order {
 		c := &cands[i]
@@ -151,7 +151,7 @@ func (p *Planner) dispatch(now time.Duration) bool {
 		if pi := p.poolOf(c.slot, to); to != p.keys[c.slot].home { // a home copy has its room
 			if pi >= len(blocked) {
 				blocked = append(blocked, make([]bool, pi+1-len(blocked))...)
-				p.blocked = blocked
+				p.scratch.blocked = blocked
 			}
 			if blocked[pi] {
 				continue
@@ -187,19 +187,20 @@ func (p *Planner) dispatch(now time.Duration) bool {
 // left, right after they are written, instead of holding them in host
 // memory until their ALAP start in the next forward.
 func (p *Planner) markFree(cands []cand) {
-	if cap(p.freeOK) < len(cands) {
-		p.freeOK = make([]bool, len(cands))
+	sc := &p.scratch
+	if cap(sc.freeOK) < len(cands) {
+		sc.freeOK = make([]bool, len(cands))
 	}
-	p.freeOK = p.freeOK[:len(cands)]
-	clear(p.freeOK)
+	sc.freeOK = sc.freeOK[:len(cands)]
+	clear(sc.freeOK)
 	if p.opts.DisableEager || len(p.trace) == 0 || p.diverged {
 		return
 	}
-	if len(p.freeNeed) < len(p.used) {
-		p.freeNeed = make([]int64, len(p.used))
-		p.freeStop = make([]bool, len(p.used))
+	if len(sc.freeNeed) < len(p.used) {
+		sc.freeNeed = make([]int64, len(p.used))
+		sc.freeStop = make([]bool, len(p.used))
 	}
-	need, stop := p.freeNeed[:len(p.used)], p.freeStop[:len(p.used)]
+	need, stop := sc.freeNeed[:len(p.used)], sc.freeStop[:len(p.used)]
 	clear(need)
 	clear(stop)
 	for i := range cands {
@@ -230,7 +231,7 @@ func (p *Planner) markFree(cands []cand) {
 		for h := 0; h < c.nhops; h++ {
 			add(c.hops[h].to)
 		}
-		p.freeOK[i] = ok
+		sc.freeOK[i] = ok
 	}
 }
 
@@ -295,43 +296,44 @@ func (p *Planner) issue(c *cand) {
 // (demand), then the predicted ones within the window, each (shard, tier) once.
 // The list lives in p.cands and is valid until the next call.
 func (p *Planner) candidates(now time.Duration) []cand {
+	sc := &p.scratch
 	out := p.cands[:0]
-	p.gen++
-	if p.gen == 0 { // wrapped: clear the stamps
-		clear(p.seenGen)
-		clear(p.writerGen)
-		p.gen = 1
+	sc.gen++
+	if sc.gen == 0 { // wrapped: clear the stamps
+		clear(sc.seenGen)
+		clear(sc.writerGen)
+		sc.gen = 1
 	}
-	gen := p.gen
-	if len(p.seenGen) < len(p.keys)*shard.TierCount {
-		p.seenGen = make([]uint32, len(p.keys)*shard.TierCount)
-		p.memo = make([]chainMemo, 2*len(p.keys)*shard.TierCount)
-		p.writerGen = make([]uint32, len(p.keys))
-		p.writerTier = make([]shard.Tier, len(p.keys))
+	gen := sc.gen
+	if len(sc.seenGen) < len(p.keys)*shard.TierCount {
+		sc.seenGen = make([]uint32, len(p.keys)*shard.TierCount)
+		sc.memo = make([]chainMemo, 2*len(p.keys)*shard.TierCount)
+		sc.writerGen = make([]uint32, len(p.keys))
+		sc.writerTier = make([]shard.Tier, len(p.keys))
 	}
 	// writer[s] is the tier of a write to s that comes first: a copy
 	// fetched elsewhere before it lands would be stale.
 	for _, u := range p.inUse {
 		if u.kind != Read {
-			p.writerGen[u.slot], p.writerTier[u.slot] = gen, u.tier
+			sc.writerGen[u.slot], sc.writerTier[u.slot] = gen, u.tier
 		}
 	}
 	add := func(s int32, t shard.Tier, k Kind, g int64, deadline time.Duration, demand bool) {
 		id := int(s)*shard.TierCount + int(t)
-		written := p.writerGen[s] == gen
-		wt := p.writerTier[s]
+		written := sc.writerGen[s] == gen
+		wt := sc.writerTier[s]
 		if k != Read && !written {
-			p.writerGen[s], p.writerTier[s] = gen, t
+			sc.writerGen[s], sc.writerTier[s] = gen, t
 		}
-		if p.seenGen[id] == gen {
+		if sc.seenGen[id] == gen {
 			return
 		}
-		p.seenGen[id] = gen
+		sc.seenGen[id] = gen
 		mi := 2 * id
 		if k == Write {
 			mi++
 		}
-		m := &p.memo[mi]
+		m := &sc.memo[mi]
 		if m.ver != p.keys[s].ver+1 {
 			m.c, m.ok = p.chain(s, t, k)
 			m.ver = p.keys[s].ver + 1
@@ -457,12 +459,13 @@ func (p *Planner) hop(s int32, from, to shard.Tier) hop {
 // time, the last hop of a chain must land by deadline-slack, an earlier hop
 // by the start of the next. Hops into HBM first, then into Host.
 func (p *Planner) alap(cands []cand) {
-	if n := LinkCount * (1 + len(p.used)); len(p.linkNext) < n {
-		p.linkNext = make([]time.Duration, n)
-		p.linkSet = make([]bool, n)
+	sc := &p.scratch
+	if n := LinkCount * (1 + len(p.used)); len(sc.linkNext) < n {
+		sc.linkNext = make([]time.Duration, n)
+		sc.linkSet = make([]bool, n)
 	}
 	for _, into := range []shard.Tier{shard.HBM, shard.Host} {
-		refs := p.refs[:0]
+		refs := sc.refs[:0]
 		// Fed latest first, the refs are nearly in sorted order already.
 		for ci := len(cands) - 1; ci >= 0; ci-- {
 			c := &cands[ci]
@@ -505,17 +508,17 @@ func (p *Planner) alap(cands []cand) {
 				return 0
 			})
 		}
-		clear(p.linkSet)
+		clear(sc.linkSet)
 		for _, r := range refs {
 			h := &cands[r.c].hops[r.h]
 			f := h.finish
-			if p.linkSet[h.link] && p.linkNext[h.link] < f {
-				f = p.linkNext[h.link]
+			if sc.linkSet[h.link] && sc.linkNext[h.link] < f {
+				f = sc.linkNext[h.link]
 			}
 			h.start = f - h.xfer
-			p.linkNext[h.link], p.linkSet[h.link] = h.start, true
+			sc.linkNext[h.link], sc.linkSet[h.link] = h.start, true
 		}
-		p.refs = refs
+		sc.refs = refs
 	}
 }
 
