@@ -47,42 +47,22 @@ func victimFirst(va, vc *victim) bool {
 // its deadline (lateIfWait): then the best victims free now go instead,
 // clean first, a dirty one only if its write-back still lets the transfer
 // land in time. A demand evicts what it can at once.
+//
+// The steps: list the candidate victims (listVictims), order them lazily
+// (victimOrder), then, with write-behind on, take the clean ones first
+// (evictCleanFirst), and finally follow Belady's order, writing dirty
+// victims back (evictInOrder).
 func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool, u urgency) bool {
 	b := p.budget[pi]
 	if b == 0 || p.used[pi]+size <= b {
 		return true
 	}
-	id := p.poolIDs[pi]
-	t := id.tier
-	var leaving int64
+	r := room{pi: pi, t: p.poolIDs[pi].tier, size: size, g: g, demand: demand, u: u}
 	base := len(p.scratch.victims) // makeRoom recurses: each call owns the tail it appended
 	defer func() { p.scratch.victims = p.scratch.victims[:base] }()
-	for i := range p.keys {
-		ks := &p.keys[i]
-		if t == shard.HBM && ks.key.Rank != id.rank {
-			continue
-		}
-		if ks.leaving[t] {
-			leaving += ks.sizeBytes
-			continue
-		}
-		if t == ks.home || ks.stale[t] || (ks.copies[t] != present && ks.copies[t] != incoming) {
-			continue
-		}
-		v := victim{s: int32(i), next: p.nextUse(int32(i), t, -1)}
-		v.evictable = ks.copies[t] == present && ks.pins[t] == 0 && ks.sources[t] == 0 && v.next > g
-		if v.next <= g {
-			v.before = true
-			v.use = v.next
-			v.next = p.nextUse(int32(i), t, g+1)
-		}
-		if v.evictable {
-			v.dirty = p.needsWriteBack(int32(i), t)
-		}
-		p.scratch.victims = append(p.scratch.victims, v)
-	}
+	p.listVictims(&r)
 	vs := p.scratch.victims[base:]
-	if p.used[pi]-leaving+size <= b {
+	if r.enough(p) {
 		return false // write-backs under way will make the room
 	}
 	// Victims in order of Belady's rule (furthest next use first), sorted
@@ -93,60 +73,126 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool, u urgency) 
 	}
 	vo := victimOrder{vs: vs, heapN: len(vs)}
 	vo.heapify()
-	late := false // a busy victim was passed over because waiting is late
-	defer func(evictions int64) {
-		if late && p.stats.MoveCount[Evict]+p.stats.MoveCount[WriteBack] != evictions {
-			p.stats.LateVictims++
+	evictions := p.evictions()
+	if p.opts.DisableWriteBehind || !p.evictCleanFirst(&r, &vo) {
+		p.evictInOrder(&r, &vo)
+	}
+	if r.late && p.evictions() != evictions {
+		p.stats.LateVictims++
+	}
+	return p.used[pi]+size <= b
+}
+
+// room is one makeRoom call: the room asked for and what is known so far.
+type room struct {
+	pi     int // the pool
+	t      shard.Tier
+	size   int64 // bytes needed
+	g      int64 // global index of the access they are for
+	demand bool
+	u      urgency
+	// leaving counts the bytes of the pool's copies being written back:
+	// their room exists once the writes land.
+	leaving int64
+	// late: a busy victim was passed over because waiting for it would
+	// make the transfer late (see lateIfWait).
+	late bool
+}
+
+// enough reports whether the room will exist once the write-backs under
+// way land.
+func (r *room) enough(p *Planner) bool {
+	return p.used[r.pi]-r.leaving+r.size <= p.budget[r.pi]
+}
+
+// evictions counts the moves that free room: evictions and write-backs.
+func (p *Planner) evictions() int64 {
+	return p.stats.MoveCount[Evict] + p.stats.MoveCount[WriteBack]
+}
+
+// listVictims appends to p.scratch.victims every copy in r's pool that could
+// make room (held there, not its home, not stale), with its next use, and
+// counts in r.leaving the copies already being written back.
+func (p *Planner) listVictims(r *room) {
+	id, t := p.poolIDs[r.pi], r.t
+	for i := range p.keys {
+		ks := &p.keys[i]
+		if t == shard.HBM && ks.key.Rank != id.rank {
+			continue
 		}
-	}(p.stats.MoveCount[Evict] + p.stats.MoveCount[WriteBack])
-	if !p.opts.DisableWriteBehind {
-		// With write-behind, a clean victim is taken before a dirty one
-		// and a prefetch does not wait for a busy victim that will still
-		// be dirty when free: either would put an NVMe or PCIe write on
-		// the critical path, which costs more than a fetch of a shard
-		// that Belady would have kept (fetches are prefetched and hidden).
-		waited := false
-		for i := range vs {
-			v := vo.at(i)
-			if p.used[pi]-leaving+size <= b {
-				break
-			}
-			if !v.evictable {
-				if demand || p.willBeDirty(v.s, t) || p.keys[v.s].behind[t] || (v.before && p.writesBefore(v.s, t, g)) {
-					// Waiting for a copy under write-behind, or for one
-					// that an access before g will update (it would then
-					// need a write first), would make this prefetch late
-					// (it is due now); the next clean victim is as good:
-					// it is written already.
-					continue
-				}
-				if p.lateIfWait(&v, t, u) {
-					late = true // see lateIfWait
-					continue
-				}
-				waited = true
-				break
-			}
-			if v.dirty {
+		if ks.leaving[t] {
+			r.leaving += ks.sizeBytes
+			continue
+		}
+		if t == ks.home || ks.stale[t] || (ks.copies[t] != present && ks.copies[t] != incoming) {
+			continue
+		}
+		v := victim{s: int32(i), next: p.nextUse(int32(i), t, -1)}
+		v.evictable = ks.copies[t] == present && ks.pins[t] == 0 && ks.sources[t] == 0 && v.next > r.g
+		if v.next <= r.g {
+			v.before = true
+			v.use = v.next
+			v.next = p.nextUse(int32(i), t, r.g+1)
+		}
+		if v.evictable {
+			v.dirty = p.needsWriteBack(int32(i), t)
+		}
+		p.scratch.victims = append(p.scratch.victims, v)
+	}
+}
+
+// evictCleanFirst is the pass of write-behind: a clean victim is taken
+// before a dirty one, and a prefetch does not wait for a busy victim that
+// will still be dirty when free: either would put an NVMe or PCIe write on
+// the critical path, which costs more than a fetch of a shard that Belady
+// would have kept (fetches are prefetched and hidden). It reports whether
+// makeRoom is done: the room will exist, or the prefetch waits for a victim.
+func (p *Planner) evictCleanFirst(r *room, vo *victimOrder) bool {
+	t := r.t
+	for i := range vo.vs {
+		v := vo.at(i)
+		if r.enough(p) {
+			break
+		}
+		if !v.evictable {
+			if r.demand || p.willBeDirty(v.s, t) || p.keys[v.s].behind[t] || (v.before && p.writesBefore(v.s, t, r.g)) {
+				// Waiting for a copy under write-behind, or for one
+				// that an access before g will update (it would then
+				// need a write first), would make this prefetch late
+				// (it is due now); the next clean victim is as good:
+				// it is written already.
 				continue
 			}
-			p.evictClean(v.s, t, pi)
+			if p.lateIfWait(&v, t, r.u) {
+				r.late = true // see lateIfWait
+				continue
+			}
+			return true // wait for it
 		}
-		if waited || p.used[pi]-leaving+size <= b {
-			return p.used[pi]+size <= b
+		if v.dirty {
+			continue
 		}
+		p.evictClean(v.s, t, r.pi)
 	}
-	for i := range vs {
-		if p.used[pi]-leaving+size <= b {
+	return r.enough(p)
+}
+
+// evictInOrder takes the victims in Belady's order: clean ones go at once,
+// dirty ones are written back one tier down (writeBackVictim). A prefetch
+// stops at a busy victim (it waits for it) unless waiting is late.
+func (p *Planner) evictInOrder(r *room, vo *victimOrder) {
+	t := r.t
+	for i := range vo.vs {
+		if r.enough(p) {
 			break
 		}
 		v := vo.at(i)
 		if !v.evictable {
-			if demand {
+			if r.demand {
 				continue
 			}
-			if p.lateIfWait(&v, t, u) {
-				late = true
+			if p.lateIfWait(&v, t, r.u) {
+				r.late = true
 				continue
 			}
 			break // Belady's victim is busy or needed first: wait for it
@@ -156,39 +202,46 @@ func (p *Planner) makeRoom(pi int, size int64, g int64, demand bool, u urgency) 
 			continue // evicted by the first pass
 		}
 		if !v.dirty {
-			p.evictClean(v.s, t, pi)
+			p.evictClean(v.s, t, r.pi)
 			continue
 		}
-		down := t + 1
-		if late && !demand {
-			// Past a victim skipped because waiting for it is late, a
-			// dirty one is taken only if its write-back still lets the
-			// transfer land by the deadline.
-			if l, ok := LinkOf(t, down); !ok || u.now+p.opts.TransferTime(l, ks.sizeBytes)+u.need > u.deadline {
-				continue
-			}
-		}
-		if down != ks.home {
-			if ks.copies[down] != absent {
-				continue
-			}
-			if !p.makeRoom(p.poolOf(v.s, down), ks.sizeBytes, g, demand, u) {
-				continue
-			}
-			p.used[p.poolOf(v.s, down)] += ks.sizeBytes
-		}
-		ks.ver++
-		ks.copies[down] = incoming
-		if down == ks.home {
-			ks.copies[down] = present // the home copy stays allocated; it is invalid until the write-back lands
-		}
-		ks.leaving[t] = true
-		ks.sources[t]++
-		leaving += ks.sizeBytes
-		p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: WriteBack})
-		p.track(v.s, p.hop(v.s, t, down).link, ks.version)
+		p.writeBackVictim(r, v.s)
 	}
-	return p.used[pi]+size <= b
+}
+
+// writeBackVictim starts the write-back of the dirty copy of s in r's pool
+// to the next tier down, making room there first when that is not its
+// home, unless the write-back could not land in time (past a victim
+// skipped because waiting for it is late, a dirty one is taken only if its
+// write-back still lets the transfer land by the deadline).
+func (p *Planner) writeBackVictim(r *room, s int32) {
+	t := r.t
+	ks := &p.keys[s]
+	down := t + 1
+	if r.late && !r.demand {
+		if l, ok := LinkOf(t, down); !ok || r.u.now+p.opts.TransferTime(l, ks.sizeBytes)+r.u.need > r.u.deadline {
+			return
+		}
+	}
+	if down != ks.home {
+		if ks.copies[down] != absent {
+			return
+		}
+		if !p.makeRoom(p.poolOf(s, down), ks.sizeBytes, r.g, r.demand, r.u) {
+			return
+		}
+		p.used[p.poolOf(s, down)] += ks.sizeBytes
+	}
+	ks.ver++
+	ks.copies[down] = incoming
+	if down == ks.home {
+		ks.copies[down] = present // the home copy stays allocated; it is invalid until the write-back lands
+	}
+	ks.leaving[t] = true
+	ks.sources[t]++
+	r.leaving += ks.sizeBytes
+	p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: WriteBack})
+	p.track(s, p.hop(s, t, down).link, ks.version)
 }
 
 // urgency is what makeRoom needs to tell whether waiting for a busy
