@@ -60,69 +60,111 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 // time and bytes from the TraceMove spans (by Link). Interval arithmetic
 // only: exact on the durations given.
 func Overlap(events []TraceEvent) []StepOverlap {
-	type win struct {
-		step       int64
-		start, end time.Duration
-	}
-	var wins []win
-	ranks := 0
+	return overlapOf(intervalsOf(events))
+}
+
+// intervals is what the overlap analysis reads from a timeline.
+type intervals struct {
+	steps  []stepWindow // the steps' spans, in any order
+	stalls [][]span     // per rank: its shard waits
+	moves  []linkSpan
+}
+
+// stepWindow is a step's span, or (overlapOf) the window it is counted in.
+type stepWindow struct {
+	step       int64
+	start, end time.Duration
+}
+
+// linkSpan is a move: its span on a link and the bytes it put there.
+type linkSpan struct {
+	link  tier.Link
+	s     span
+	bytes int64
+}
+
+// intervalsOf takes the complete spans of steps, shard waits and moves
+// from events; a rank is counted from any of its shard-wait events.
+func intervalsOf(events []TraceEvent) intervals {
+	var iv intervals
 	for _, ev := range events {
-		if ev.Cat == TraceStep && ev.Phase == 'X' {
-			wins = append(wins, win{ev.Step, ev.Start, ev.End()})
-		}
 		if ev.Cat == TraceStall {
-			ranks = max(ranks, ev.Rank+1)
+			for len(iv.stalls) <= ev.Rank {
+				iv.stalls = append(iv.stalls, nil)
+			}
+		}
+		if ev.Phase != 'X' {
+			continue
+		}
+		s := span{ev.Start, ev.End()}
+		switch ev.Cat {
+		case TraceStep:
+			iv.steps = append(iv.steps, stepWindow{ev.Step, s.a, s.b})
+		case TraceStall:
+			iv.stalls[ev.Rank] = append(iv.stalls[ev.Rank], s)
+		case TraceMove:
+			iv.moves = append(iv.moves, linkSpan{ev.Link, s, ev.Bytes})
 		}
 	}
-	slices.SortFunc(wins, func(a, b win) int { return cmp.Compare(a.step, b.step) })
+	return iv
+}
+
+// overlapOf is the analysis proper, a pure function of the intervals: the
+// steps in order, each counted from the end of the one before (the first
+// from its own start) to its end; in each window the union of every
+// rank's waits, of each link's moves and of all moves, clipped to it; the
+// bytes of a move in the window where it ends (the first window also
+// takes the moves that end before it).
+func overlapOf(iv intervals) []StepOverlap {
+	wins := slices.Clone(iv.steps)
+	slices.SortFunc(wins, func(a, b stepWindow) int { return cmp.Compare(a.step, b.step) })
 	for i := 1; i < len(wins); i++ {
 		wins[i].start = min(wins[i-1].end, wins[i].start)
 	}
 	out := make([]StepOverlap, 0, len(wins))
 	for i, w := range wins {
-		o := StepOverlap{Step: w.step, Start: w.start, Duration: w.end - w.start, Stall: make([]time.Duration, ranks)}
-		var links [tier.LinkCount][]span
-		var all []span
-		stalls := make([][]span, ranks)
-		for _, ev := range events {
-			if ev.Phase != 'X' {
-				continue
-			}
-			s, ok := clip(span{ev.Start, ev.End()}, w.start, w.end)
-			switch ev.Cat {
-			case TraceMove:
-				// Bytes count where the move completed: (start, end], and
-				// the first window takes everything before it too.
-				if end := ev.End(); end <= w.end && (end > w.start || i == 0) {
-					o.LinkBytes[ev.Link] += ev.Bytes
-				}
-				if ok {
-					links[ev.Link] = append(links[ev.Link], s)
-					all = append(all, s)
-				}
-			case TraceStall:
-				if ok {
-					stalls[ev.Rank] = append(stalls[ev.Rank], s)
-				}
-			}
-		}
-		for l := range links {
-			o.LinkBusy[l] = length(union(links[l]))
-		}
-		busy := union(all)
-		o.TransferBusy = length(busy)
-		for r := range stalls {
-			u := union(stalls[r])
-			o.Stall[r] = length(u)
-			o.StallMax = max(o.StallMax, o.Stall[r])
-			o.Exposed = max(o.Exposed, length(intersect(u, busy)))
-		}
-		if o.TransferBusy > 0 {
-			o.ExposedFraction = float64(o.Exposed) / float64(o.TransferBusy)
-		}
-		out = append(out, o)
+		out = append(out, stepOverlap(w, i == 0, iv))
 	}
 	return out
+}
+
+// stepOverlap is the figures of the window w (first: the first window).
+func stepOverlap(w stepWindow, first bool, iv intervals) StepOverlap {
+	o := StepOverlap{Step: w.step, Start: w.start, Duration: w.end - w.start, Stall: make([]time.Duration, len(iv.stalls))}
+	var links [tier.LinkCount][]span
+	var all []span
+	for _, m := range iv.moves {
+		// Bytes count where the move completed: (start, end], and the
+		// first window takes everything before it too.
+		if m.s.b <= w.end && (m.s.b > w.start || first) {
+			o.LinkBytes[m.link] += m.bytes
+		}
+		if s, ok := clip(m.s, w.start, w.end); ok {
+			links[m.link] = append(links[m.link], s)
+			all = append(all, s)
+		}
+	}
+	for l := range links {
+		o.LinkBusy[l] = length(union(links[l]))
+	}
+	busy := union(all)
+	o.TransferBusy = length(busy)
+	for r, ss := range iv.stalls {
+		var in []span
+		for _, s := range ss {
+			if s, ok := clip(s, w.start, w.end); ok {
+				in = append(in, s)
+			}
+		}
+		u := union(in)
+		o.Stall[r] = length(u)
+		o.StallMax = max(o.StallMax, o.Stall[r])
+		o.Exposed = max(o.Exposed, length(intersect(u, busy)))
+	}
+	if o.TransferBusy > 0 {
+		o.ExposedFraction = float64(o.Exposed) / float64(o.TransferBusy)
+	}
+	return o
 }
 
 // TotalOverlap adds up steps' figures (Step is the number of steps): the
