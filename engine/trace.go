@@ -47,8 +47,8 @@ import (
 //
 // How the times are taken: stream spans (compute, comm) are bracketed by
 // two gpu.Events recorded on the stream; gpu.Event offers no timestamps, so
-// a watcher goroutine per stream waits for each event in stream order and
-// takes the host clock when it completes: the span starts when the stream
+// a watcher goroutine per stream (streamClock, trace_clock.go) waits for
+// each event in stream order and takes the host clock when it completes: the span starts when the stream
 // reached its first event (its waits satisfied, the work before it done)
 // and ends when the stream has run its work. The stamps are late by the
 // watcher's wake-up (scheduler latency), never early, and keep the
@@ -66,6 +66,9 @@ import (
 //
 // Memory: at most TraceOptions.MaxEvents events are kept; later ones are
 // counted in Dropped and the JSON says so.
+//
+// Overlap (trace_overlap.go) reads the exposed transfer time off the
+// events: interval arithmetic on the spans, with no clock and no engine.
 
 // Trace categories (TraceEvent.Cat).
 const (
