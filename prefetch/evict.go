@@ -6,6 +6,8 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 )
 
+// victim is a copy that makeRoom could evict, with what Belady's rule and
+// the do-no-harm rule need to know about it.
 type victim struct {
 	s         int32
 	next      int64 // next use after g

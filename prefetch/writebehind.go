@@ -123,6 +123,7 @@ func (p *Planner) writtenBefore(s int32, end time.Duration) bool {
 	return false
 }
 
+// dirtyCopy is a copy made dirty by a Release: a write-behind candidate.
 type dirtyCopy struct {
 	slot int32
 	tier shard.Tier
