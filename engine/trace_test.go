@@ -90,6 +90,86 @@ func TestOverlapSynthetic(t *testing.T) {
 	}
 }
 
+// TestOverlapIntervals: the overlap analysis proper (overlapOf), a pure
+// function of recorded intervals, case by case, every figure worked out
+// on paper in integer milliseconds.
+func TestOverlapIntervals(t *testing.T) {
+	d := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
+	sp := func(a, b int) span { return span{d(a), d(b)} }
+	step := func(s int64, a, b int) stepWindow { return stepWindow{s, d(a), d(b)} }
+	move := func(l tier.Link, a, b int, n int64) linkSpan { return linkSpan{l, sp(a, b), n} }
+	frac := func(a, b int) float64 { return float64(d(a)) / float64(d(b)) }
+	type links = [tier.LinkCount]time.Duration
+	type bytes = [tier.LinkCount]int64
+	for _, tc := range []struct {
+		name string
+		iv   intervals
+		want []StepOverlap
+	}{{
+		name: "no step: nothing to count in",
+		iv:   intervals{stalls: [][]span{{sp(0, 10)}}, moves: []linkSpan{move(tier.NVMeToHost, 0, 10, 1)}},
+		want: []StepOverlap{},
+	}, {
+		name: "a wait with no transfer is stall, not exposed",
+		iv:   intervals{steps: []stepWindow{step(1, 0, 100)}, stalls: [][]span{{sp(10, 30)}}},
+		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(20)}, StallMax: d(20)}},
+	}, {
+		name: "a transfer hidden behind compute",
+		iv:   intervals{steps: []stepWindow{step(1, 0, 100)}, moves: []linkSpan{move(tier.NVMeToHost, 10, 50, 1000)}},
+		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{},
+			LinkBusy: links{tier.NVMeToHost: d(40)}, LinkBytes: bytes{tier.NVMeToHost: 1000}, TransferBusy: d(40)}},
+	}, {
+		name: "a rank's overlapping waits count once",
+		iv: intervals{steps: []stepWindow{step(1, 0, 100)}, stalls: [][]span{{sp(30, 50), sp(20, 40)}},
+			moves: []linkSpan{move(tier.HostToHBM, 0, 60, 500)}},
+		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(30)}, StallMax: d(30),
+			LinkBusy: links{tier.HostToHBM: d(60)}, LinkBytes: bytes{tier.HostToHBM: 500}, TransferBusy: d(60),
+			Exposed: d(30), ExposedFraction: frac(30, 60)}},
+	}, {
+		name: "exposed is the worst rank's, not the longest stall's",
+		iv: intervals{steps: []stepWindow{step(1, 0, 100)}, stalls: [][]span{{sp(0, 10)}, {sp(20, 60)}, nil},
+			moves: []linkSpan{move(tier.NVMeToHost, 0, 40, 7)}},
+		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(10), d(40), 0}, StallMax: d(40),
+			LinkBusy: links{tier.NVMeToHost: d(40)}, LinkBytes: bytes{tier.NVMeToHost: 7}, TransferBusy: d(40),
+			Exposed: d(20), ExposedFraction: frac(20, 40)}},
+	}, {
+		name: "links busy at once count once in the transfer time",
+		iv: intervals{steps: []stepWindow{step(1, 0, 100)}, stalls: [][]span{{sp(50, 70)}},
+			moves: []linkSpan{move(tier.NVMeToHost, 0, 40, 1), move(tier.HostToHBM, 20, 60, 2), move(tier.HostToHBM, 50, 55, 4)}},
+		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(20)}, StallMax: d(20),
+			LinkBusy: links{tier.NVMeToHost: d(40), tier.HostToHBM: d(40)}, LinkBytes: bytes{tier.NVMeToHost: 1, tier.HostToHBM: 6},
+			TransferBusy: d(60), Exposed: d(10), ExposedFraction: frac(10, 60)}},
+	}, {
+		// Step 2's span starts at 60: its window starts where step 1
+		// ended (50). The read [40, 70] is busy in both windows, its bytes
+		// in step 2, where it ends; the read [-20, -10] ends before the
+		// first window, which takes its bytes; [90, 120] ends after the
+		// last step: busy in step 2, its bytes nowhere. The wait [45, 55]
+		// is cut in two.
+		name: "windows chain from the step before and clip the spans",
+		iv: intervals{steps: []stepWindow{step(2, 60, 100), step(1, 0, 50)}, stalls: [][]span{{sp(45, 55)}},
+			moves: []linkSpan{move(tier.NVMeToHost, 40, 70, 700), move(tier.NVMeToHost, -20, -10, 100), move(tier.NVMeToHost, 90, 120, 50)}},
+		want: []StepOverlap{{Step: 1, Duration: d(50), Stall: []time.Duration{d(5)}, StallMax: d(5),
+			LinkBusy: links{tier.NVMeToHost: d(10)}, LinkBytes: bytes{tier.NVMeToHost: 100}, TransferBusy: d(10),
+			Exposed: d(5), ExposedFraction: frac(5, 10)},
+			{Step: 2, Start: d(50), Duration: d(50), Stall: []time.Duration{d(5)}, StallMax: d(5),
+				LinkBusy: links{tier.NVMeToHost: d(30)}, LinkBytes: bytes{tier.NVMeToHost: 700}, TransferBusy: d(30),
+				Exposed: d(5), ExposedFraction: frac(5, 30)}},
+	}, {
+		name: "a step that starts before the one before ends keeps its start",
+		iv:   intervals{steps: []stepWindow{step(1, 0, 50), step(2, 40, 90)}},
+		want: []StepOverlap{{Step: 1, Duration: d(50), Stall: []time.Duration{}},
+			{Step: 2, Start: d(40), Duration: d(50), Stall: []time.Duration{}}},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := overlapOf(tc.iv)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
 // TestTraceLanes: moves that overlap on a link get lanes, each lane holds
 // disjoint spans, and a freed lane is reused.
 func TestTraceLanes(t *testing.T) {

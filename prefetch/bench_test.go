@@ -1,7 +1,6 @@
 package prefetch
 
 import (
-	"container/heap"
 	"fmt"
 	"testing"
 	"time"
@@ -76,90 +75,6 @@ func modelStepOrder(layers, ranks int, paramBytes int64, layerCompute, optComput
 	return tr, res
 }
 
-// driver runs a planner against one compute stream and one queue per link,
-// like Simulate but keeping nothing: it is what BenchmarkPlannerStep times.
-type driver struct {
-	p        *Planner
-	now      time.Duration
-	q        events
-	moves    map[int]Move
-	linkFree map[int]time.Duration
-	seq      int
-	woken    map[time.Duration]bool
-}
-
-func newDriver(p *Planner) *driver {
-	return &driver{p: p, moves: map[int]Move{}, linkFree: map[int]time.Duration{}, woken: map[time.Duration]bool{}}
-}
-
-func (d *driver) dispatch(ms []Move) {
-	for _, m := range ms {
-		l, ok := m.Link()
-		if !ok {
-			continue
-		}
-		inst := int(l)
-		if m.From == shard.HBM || m.To == shard.HBM {
-			inst = LinkCount*(1+int(m.Key.Rank)) + int(l)
-		}
-		start := max(d.now, d.linkFree[inst])
-		done := start + d.p.opts.TransferTime(l, m.SizeBytes)
-		d.linkFree[inst] = done
-		d.seq++
-		d.moves[d.seq] = m
-		heap.Push(&d.q, event{at: done, seq: d.seq, move: d.seq})
-	}
-	if w, ok := d.p.WakeAt(); ok && w > d.now && !d.woken[w] {
-		d.woken[w] = true
-		d.seq++
-		heap.Push(&d.q, event{at: w, seq: d.seq, move: -1})
-	}
-}
-
-// advance processes the events up to until (until < 0: exactly one).
-func (d *driver) advance(until time.Duration) bool {
-	for {
-		if d.q.Len() == 0 || (until >= 0 && d.q[0].at > until) {
-			if until >= 0 {
-				d.now = until
-			}
-			return until >= 0
-		}
-		e := heap.Pop(&d.q).(event)
-		d.now = e.at
-		if e.move >= 0 {
-			d.p.Completed(d.moves[e.move], d.now)
-			delete(d.moves, e.move)
-		} else {
-			delete(d.woken, e.at)
-		}
-		d.dispatch(d.p.Next(d.now))
-		if until < 0 {
-			return true
-		}
-	}
-}
-
-func (d *driver) step(tb testing.TB, tr Trace) {
-	d.p.BeginStep(d.now)
-	d.dispatch(d.p.Next(d.now))
-	for _, a := range tr.Accesses {
-		_, moves, err := d.p.Access(a, d.now)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		d.dispatch(moves)
-		for !d.p.Ready(a) {
-			if !d.advance(-1) {
-				tb.Fatalf("%s never became ready", a)
-			}
-		}
-		d.advance(d.now + a.Compute)
-		d.p.Release(a.Key, d.now)
-		d.dispatch(d.p.Next(d.now))
-	}
-}
-
 // benchModel is the model of BenchmarkPlannerStep: 48 layers on 4 ranks,
 // 50 MB param shards (3 GB of params, 24 GB of model state), HBM per rank
 // room for 8 param shards, host room for the gradient homes plus 96
@@ -209,12 +124,18 @@ func benchPlannerStepRanks(b *testing.B, layers, ranks int) {
 	if err := p.SetTrace(tr); err != nil {
 		b.Fatal(err)
 	}
-	d := newDriver(p)
-	d.step(b, tr)
+	// The harness of Simulate, keeping no timeline: what is timed is the
+	// planner's work and the modeled engine's event queue.
+	s := newSim(p, res, false)
+	if err := s.runStep(tr); err != nil {
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		d.step(b, tr)
+		if err := s.runStep(tr); err != nil {
+			b.Fatal(err)
+		}
 	}
 	b.StopTimer()
 	n := float64(b.N) * float64(len(tr.Accesses))

@@ -160,197 +160,221 @@ func (st *ddState) run(b block) string {
 func (st *ddState) exec(name string, a map[string]string, input []string) (string, error) {
 	switch name {
 	case "options":
-		for _, l := range input {
-			cmd, kv := args(l)
-			switch cmd {
-			case "budget":
-				for k, v := range kv {
-					t, err := shard.ParseTier(k)
-					if err != nil {
-						return "", err
-					}
-					n, err := units.ParseBytes(v)
-					if err != nil {
-						return "", err
-					}
-					st.opts.BudgetBytes[t] = n
-				}
-			case "bw":
-				for k, v := range kv {
-					l, err := parseLink(k)
-					if err != nil {
-						return "", err
-					}
-					bw, err := parseRate(v)
-					if err != nil {
-						return "", err
-					}
-					st.opts.BandwidthBytesPerSec[l] = bw
-				}
-			case "slack":
-				d, err := time.ParseDuration(strings.Fields(l)[1])
-				if err != nil {
-					return "", err
-				}
-				st.opts.Slack = d
-			case "writebehind":
-				switch f := strings.Fields(l); {
-				case len(f) == 2 && f[1] == "on":
-					st.opts.DisableWriteBehind = false
-				case len(f) == 2 && f[1] == "off":
-					st.opts.DisableWriteBehind = true
-				default:
-					return "", fmt.Errorf("writebehind on|off, not %q", l)
-				}
-			case "eager":
-				switch f := strings.Fields(l); {
-				case len(f) == 2 && f[1] == "on":
-					st.opts.DisableEager = false
-				case len(f) == 2 && f[1] == "off":
-					st.opts.DisableEager = true
-				default:
-					return "", fmt.Errorf("eager on|off, not %q", l)
-				}
-			case "waitvictim":
-				switch f := strings.Fields(l); {
-				case len(f) == 2 && f[1] == "on":
-					st.opts.WaitForVictim = true
-				case len(f) == 2 && f[1] == "off":
-					st.opts.WaitForVictim = false
-				default:
-					return "", fmt.Errorf("waitvictim on|off, not %q", l)
-				}
-			case "window":
-				n, err := strconv.Atoi(strings.Fields(l)[1])
-				if err != nil {
-					return "", err
-				}
-				st.opts.Window = n
-			default:
-				return "", fmt.Errorf("unknown option %q", cmd)
-			}
-		}
-		return "ok", st.opts.Validate()
+		return st.options(input)
 	case "shards":
-		for _, l := range input {
-			f := strings.Fields(l)
-			if len(f) < 3 {
-				return "", fmt.Errorf("shard line %q: want key size home=tier", l)
-			}
-			k, err := parseKey(f[0])
-			if err != nil {
-				return "", err
-			}
-			n, err := units.ParseBytes(f[1])
-			if err != nil {
-				return "", err
-			}
-			pl := Placement{SizeBytes: n}
-			for _, kv := range f[2:] {
-				key, v, _ := strings.Cut(kv, "=")
-				switch key {
-				case "home":
-					if pl.Home, err = shard.ParseTier(v); err != nil {
-						return "", err
-					}
-				case "cached":
-					for _, tn := range strings.Split(v, ",") {
-						tt, err := shard.ParseTier(tn)
-						if err != nil {
-							return "", err
-						}
-						pl.Cached |= Tiers(tt)
-					}
-				default:
-					return "", fmt.Errorf("shard line %q: unknown %q", l, key)
-				}
-			}
-			st.res[k] = pl
-		}
-		return fmt.Sprintf("%d shards", len(st.res)), nil
+		return st.shards(input)
 	case "trace":
-		var tr Trace
-		for _, l := range input {
-			f := strings.Fields(l)
-			if len(f) != 5 {
-				return "", fmt.Errorf("trace line %q: want phase key tier kind compute", l)
+		return st.trace(a, input)
+	case "plan":
+		return st.plan(a)
+	case "simulate":
+		return st.simulate(a)
+	}
+	return "", fmt.Errorf("unknown command %q", name)
+}
+
+// options sets the planner options (budget, bw, slack, writebehind, eager,
+// waitvictim, window).
+func (st *ddState) options(input []string) (string, error) {
+	for _, l := range input {
+		cmd, kv := args(l)
+		switch cmd {
+		case "budget":
+			for k, v := range kv {
+				t, err := shard.ParseTier(k)
+				if err != nil {
+					return "", err
+				}
+				n, err := units.ParseBytes(v)
+				if err != nil {
+					return "", err
+				}
+				st.opts.BudgetBytes[t] = n
 			}
-			var ac Access
-			var err error
-			if ac.Phase, err = parsePhase(f[0]); err != nil {
+		case "bw":
+			for k, v := range kv {
+				l, err := parseLink(k)
+				if err != nil {
+					return "", err
+				}
+				bw, err := parseRate(v)
+				if err != nil {
+					return "", err
+				}
+				st.opts.BandwidthBytesPerSec[l] = bw
+			}
+		case "slack":
+			d, err := time.ParseDuration(strings.Fields(l)[1])
+			if err != nil {
 				return "", err
 			}
-			if ac.Key, err = parseKey(f[1]); err != nil {
+			st.opts.Slack = d
+		case "writebehind", "eager", "waitvictim":
+			on, err := onOff(l)
+			if err != nil {
 				return "", err
 			}
-			if ac.Tier, err = shard.ParseTier(f[2]); err != nil {
+			switch cmd {
+			case "writebehind":
+				st.opts.DisableWriteBehind = !on
+			case "eager":
+				st.opts.DisableEager = !on
+			case "waitvictim":
+				st.opts.WaitForVictim = on
+			}
+		case "window":
+			n, err := strconv.Atoi(strings.Fields(l)[1])
+			if err != nil {
 				return "", err
 			}
-			if ac.Kind, err = parseKind(f[3]); err != nil {
-				return "", err
-			}
-			if ac.Compute, err = time.ParseDuration(f[4]); err != nil {
-				return "", err
-			}
-			pl, ok := st.res[ac.Key]
-			if !ok {
-				return "", fmt.Errorf("trace line %q: no shard %s", l, f[1])
-			}
-			ac.SizeBytes = pl.SizeBytes
-			tr.Accesses = append(tr.Accesses, ac)
+			st.opts.Window = n
+		default:
+			return "", fmt.Errorf("unknown option %q", cmd)
 		}
-		if err := tr.Validate(); err != nil {
+	}
+	return "ok", st.opts.Validate()
+}
+
+// onOff parses an option line "name on" or "name off".
+func onOff(l string) (bool, error) {
+	switch f := strings.Fields(l); {
+	case len(f) == 2 && f[1] == "on":
+		return true, nil
+	case len(f) == 2 && f[1] == "off":
+		return false, nil
+	default:
+		return false, fmt.Errorf("%s on|off, not %q", f[0], l)
+	}
+}
+
+// shards adds shards to the residency.
+func (st *ddState) shards(input []string) (string, error) {
+	for _, l := range input {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			return "", fmt.Errorf("shard line %q: want key size home=tier", l)
+		}
+		k, err := parseKey(f[0])
+		if err != nil {
 			return "", err
 		}
-		n := a["name"]
-		if n == "" {
-			n = "main"
+		n, err := units.ParseBytes(f[1])
+		if err != nil {
+			return "", err
 		}
-		st.traces[n] = tr
-		return fmt.Sprintf("%d accesses, compute %v", len(tr.Accesses), tr.Compute()), nil
-	case "plan":
-		n := a["trace"]
-		if n == "" {
-			n = "main"
+		pl := Placement{SizeBytes: n}
+		for _, kv := range f[2:] {
+			key, v, _ := strings.Cut(kv, "=")
+			switch key {
+			case "home":
+				if pl.Home, err = shard.ParseTier(v); err != nil {
+					return "", err
+				}
+			case "cached":
+				for _, tn := range strings.Split(v, ",") {
+					tt, err := shard.ParseTier(tn)
+					if err != nil {
+						return "", err
+					}
+					pl.Cached |= Tiers(tt)
+				}
+			default:
+				return "", fmt.Errorf("shard line %q: unknown %q", l, key)
+			}
 		}
+		st.res[k] = pl
+	}
+	return fmt.Sprintf("%d shards", len(st.res)), nil
+}
+
+// trace parses a named trace (main by default).
+func (st *ddState) trace(a map[string]string, input []string) (string, error) {
+	var tr Trace
+	for _, l := range input {
+		f := strings.Fields(l)
+		if len(f) != 5 {
+			return "", fmt.Errorf("trace line %q: want phase key tier kind compute", l)
+		}
+		var ac Access
+		var err error
+		if ac.Phase, err = parsePhase(f[0]); err != nil {
+			return "", err
+		}
+		if ac.Key, err = parseKey(f[1]); err != nil {
+			return "", err
+		}
+		if ac.Tier, err = shard.ParseTier(f[2]); err != nil {
+			return "", err
+		}
+		if ac.Kind, err = parseKind(f[3]); err != nil {
+			return "", err
+		}
+		if ac.Compute, err = time.ParseDuration(f[4]); err != nil {
+			return "", err
+		}
+		pl, ok := st.res[ac.Key]
+		if !ok {
+			return "", fmt.Errorf("trace line %q: no shard %s", l, f[1])
+		}
+		ac.SizeBytes = pl.SizeBytes
+		tr.Accesses = append(tr.Accesses, ac)
+	}
+	if err := tr.Validate(); err != nil {
+		return "", err
+	}
+	n := a["name"]
+	if n == "" {
+		n = "main"
+	}
+	st.traces[n] = tr
+	return fmt.Sprintf("%d accesses, compute %v", len(tr.Accesses), tr.Compute()), nil
+}
+
+// plan runs Plan on a trace.
+func (st *ddState) plan(a map[string]string) (string, error) {
+	n := a["trace"]
+	if n == "" {
+		n = "main"
+	}
+	tr, ok := st.traces[n]
+	if !ok {
+		return "", fmt.Errorf("no trace %q", n)
+	}
+	steps := 1
+	if v, ok := a["steps"]; ok {
+		var err error
+		if steps, err = strconv.Atoi(v); err != nil {
+			return "", err
+		}
+	}
+	s, err := Plan(tr, st.res, st.opts, steps)
+	if err != nil {
+		return "", err
+	}
+	return s.String(), nil
+}
+
+// simulate runs Simulate on a list of traces.
+func (st *ddState) simulate(a map[string]string) (string, error) {
+	var known Trace
+	if n, ok := a["known"]; ok {
+		if known, ok = st.traces[n]; !ok {
+			return "", fmt.Errorf("no trace %q", n)
+		}
+	}
+	var steps []Trace
+	for _, n := range strings.Split(a["run"], ",") {
 		tr, ok := st.traces[n]
 		if !ok {
 			return "", fmt.Errorf("no trace %q", n)
 		}
-		steps := 1
-		if v, ok := a["steps"]; ok {
-			var err error
-			if steps, err = strconv.Atoi(v); err != nil {
-				return "", err
-			}
-		}
-		s, err := Plan(tr, st.res, st.opts, steps)
-		if err != nil {
-			return "", err
-		}
-		return s.String(), nil
-	case "simulate":
-		var known Trace
-		if n, ok := a["known"]; ok {
-			if known, ok = st.traces[n]; !ok {
-				return "", fmt.Errorf("no trace %q", n)
-			}
-		}
-		var steps []Trace
-		for _, n := range strings.Split(a["run"], ",") {
-			tr, ok := st.traces[n]
-			if !ok {
-				return "", fmt.Errorf("no trace %q", n)
-			}
-			steps = append(steps, tr)
-		}
-		s, err := Simulate(known, steps, st.res, st.opts)
-		if err != nil {
-			return "", err
-		}
-		return s.String(), nil
+		steps = append(steps, tr)
 	}
-	return "", fmt.Errorf("unknown command %q", name)
+	s, err := Simulate(known, steps, st.res, st.opts)
+	if err != nil {
+		return "", err
+	}
+	return s.String(), nil
 }
 
 func parseLink(s string) (Link, error) {

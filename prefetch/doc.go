@@ -159,5 +159,15 @@
 // # Memory
 //
 // Per shard state a few dozen bytes, plus the trace (one small record per
-// access). Plan and Simulate keep the whole simulated timeline.
+// access). Plan and Simulate keep the whole simulated timeline; the
+// benchmarks run the same modeled engine keeping none of it.
+//
+// # Where the code is
+//
+// planner.go holds the state (shards, pools, accesses and moves under way)
+// and the engine-facing methods; adopt.go the adoption of a trace (checks,
+// compute history, the pools it overflows); schedule.go the plan
+// (candidates, chains of hops, ALAP, dispatch); evict.go makeRoom and the
+// choice of victims; writebehind.go the write-behind; sim.go the modeled
+// engine of Plan and Simulate.
 package prefetch

@@ -112,65 +112,11 @@ func Simulate(known Trace, steps []Trace, res Residency, opts Options) (*Schedul
 		total += int64(len(st.Accesses))
 	}
 	p.limit = total
-	sm := &sim{p: p, res: res, sched: &Schedule{Options: opts, PeakBytes: map[string]int64{}, BudgetBytes: map[string]int64{}}}
-	sm.linkFree = map[int]time.Duration{}
-	for i, name := range p.names {
-		sm.sched.BudgetBytes[name] = p.budget[i]
-	}
-	sm.ledgerInit()
-	var deadline time.Duration
-	for si, st := range steps {
-		sm.step = si
-		before := p.stats.Rerecords
-		p.BeginStep(sm.now)
-		sm.sched.stepSeq = append(sm.sched.stepSeq, sm.seqNext())
-		if p.stats.Rerecords > before {
-			sm.sched.Rerecorded = append(sm.sched.Rerecorded, si-1)
-		}
-		if err := sm.dispatch(p.Next(sm.now)); err != nil {
+	sm := newSim(p, res, true)
+	for _, st := range steps {
+		if err := sm.runStep(st); err != nil {
 			return nil, err
 		}
-		for ai, a := range st.Accesses {
-			sa := ScheduledAccess{Access: a, Step: si, Index: ai, Deadline: deadline, Start: sm.now, StartSeq: sm.seqNext()}
-			deadline += a.Compute
-			stBefore := p.stats
-			hit, moves, err := p.Access(a, sm.now)
-			if err != nil {
-				return nil, err
-			}
-			switch {
-			case hit:
-				sa.Outcome = Hit
-			case p.stats.Late > stBefore.Late:
-				sa.Outcome = Late
-			default:
-				sa.Outcome = Miss
-			}
-			if err := sm.dispatch(moves); err != nil {
-				return nil, err
-			}
-			for !p.Ready(a) {
-				ok, err := sm.advance(-1)
-				if err != nil {
-					return nil, err
-				}
-				if !ok {
-					return nil, sm.deadlock(a)
-				}
-			}
-			sa.Ready, sa.ReadySeq = sm.now, sm.seqNext()
-			if _, err := sm.advance(sm.now + a.Compute); err != nil {
-				return nil, err
-			}
-			p.Release(a.Key, sm.now)
-			sa.End, sa.EndSeq = sm.now, sm.seqNext()
-			sm.sched.Stall += sa.Ready - sa.Start
-			sm.sched.Accesses = append(sm.sched.Accesses, sa)
-			if err := sm.dispatch(p.Next(sm.now)); err != nil {
-				return nil, err
-			}
-		}
-		sm.sched.StepEnd = append(sm.sched.StepEnd, sm.now)
 	}
 	sm.sched.Stats = p.Stats()
 	return sm.sched, nil
@@ -179,7 +125,7 @@ func Simulate(known Trace, steps []Trace, res Residency, opts Options) (*Schedul
 type event struct {
 	at   time.Duration
 	seq  int
-	move int // index into sched.Moves; -1 for a wake-up
+	move int // the move's index (see sim.keep); -1 for a wake-up
 }
 
 type events []event
@@ -200,11 +146,24 @@ func (e *events) Pop() any {
 	return x
 }
 
+// sim is the modeled engine of Plan and Simulate, and the harness the
+// benchmarks time: one compute stream that runs the accesses in order and
+// waits for a shard that is not ready, and one queue per link instance that
+// serves one transfer at a time at its bandwidth. A ledger of bytes per
+// pool, kept from the moves alone (independent of the planner's counters),
+// checks every budget after every move.
 type sim struct {
-	p        *Planner
-	res      Residency
-	sched    *Schedule
+	p     *Planner
+	res   Residency
+	sched *Schedule
+	// record keeps the timeline (sched.Moves and sched.Accesses); without
+	// it the moves in flight live in flying, their slots reused once they
+	// land, and no access is kept.
+	record   bool
+	flying   []ScheduledMove
+	free     []int // slots of flying not in use
 	now      time.Duration
+	deadline time.Duration // when the next access would begin with no stall at all
 	step     int
 	seq      int
 	q        events
@@ -212,6 +171,84 @@ type sim struct {
 	wakes    map[time.Duration]bool
 	// ledger: bytes per pool from the moves alone, independent of the planner's counters
 	used map[string]int64
+}
+
+// newSim returns the modeled engine driving p, whose shards start as res
+// places them; record keeps the timeline in the Schedule.
+func newSim(p *Planner, res Residency, record bool) *sim {
+	s := &sim{p: p, res: res, record: record, linkFree: map[int]time.Duration{},
+		sched: &Schedule{Options: p.opts, PeakBytes: map[string]int64{}, BudgetBytes: map[string]int64{}}}
+	for i, name := range p.names {
+		s.sched.BudgetBytes[name] = p.budget[i]
+	}
+	s.ledgerInit()
+	return s
+}
+
+// runStep runs one training step of the accesses of st.
+func (s *sim) runStep(st Trace) error {
+	p := s.p
+	before := p.stats.Rerecords
+	p.BeginStep(s.now)
+	s.sched.stepSeq = append(s.sched.stepSeq, s.seqNext())
+	if p.stats.Rerecords > before {
+		s.sched.Rerecorded = append(s.sched.Rerecorded, s.step-1)
+	}
+	if err := s.dispatch(p.Next(s.now)); err != nil {
+		return err
+	}
+	for ai, a := range st.Accesses {
+		if err := s.access(ai, a); err != nil {
+			return err
+		}
+	}
+	s.sched.StepEnd = append(s.sched.StepEnd, s.now)
+	s.step++
+	return nil
+}
+
+// access runs access a, the ai-th of the step: it begins, waits until its
+// shard is ready, computes and is released.
+func (s *sim) access(ai int, a Access) error {
+	p := s.p
+	sa := ScheduledAccess{Access: a, Step: s.step, Index: ai, Deadline: s.deadline, Start: s.now, StartSeq: s.seqNext()}
+	s.deadline += a.Compute
+	late := p.stats.Late
+	hit, moves, err := p.Access(a, s.now)
+	if err != nil {
+		return err
+	}
+	switch {
+	case hit:
+		sa.Outcome = Hit
+	case p.stats.Late > late:
+		sa.Outcome = Late
+	default:
+		sa.Outcome = Miss
+	}
+	if err := s.dispatch(moves); err != nil {
+		return err
+	}
+	for !p.Ready(a) {
+		ok, err := s.advance(-1)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return s.deadlock(a)
+		}
+	}
+	sa.Ready, sa.ReadySeq = s.now, s.seqNext()
+	if _, err := s.advance(s.now + a.Compute); err != nil {
+		return err
+	}
+	p.Release(a.Key, s.now)
+	sa.End, sa.EndSeq = s.now, s.seqNext()
+	s.sched.Stall += sa.Ready - sa.Start
+	if s.record {
+		s.sched.Accesses = append(s.sched.Accesses, sa)
+	}
+	return s.dispatch(p.Next(s.now))
 }
 
 func (s *sim) seqNext() int { s.seq++; return s.seq }
@@ -253,27 +290,14 @@ func (s *sim) dispatch(moves []Move) error {
 			s.add(s.poolName(m.Key, m.To), m.SizeBytes)
 			sm.DoneSeq = sm.IssueSeq
 		default:
-			if m.To != s.home(m.Key) {
-				s.add(s.poolName(m.Key, m.To), m.SizeBytes)
+			if err := s.transfer(&sm); err != nil {
+				return err
 			}
-			l, ok := m.Link()
-			if !ok {
-				return fmt.Errorf("prefetch: internal: move %s has no link", m)
-			}
-			inst := int(l)
-			if m.From == shard.HBM || m.To == shard.HBM {
-				inst = LinkCount*(1+s.p.pool(shard.HBM, m.Key.Rank)) + int(l)
-			}
-			start := s.now
-			if f := s.linkFree[inst]; f > start {
-				start = f
-			}
-			sm.Start = start
-			sm.Done = start + s.p.opts.TransferTime(l, m.SizeBytes)
-			s.linkFree[inst] = sm.Done
-			heap.Push(&s.q, event{at: sm.Done, seq: s.seqNext(), move: len(s.sched.Moves)})
 		}
-		s.sched.Moves = append(s.sched.Moves, sm)
+		i := s.keep(sm)
+		if !m.Instant() {
+			heap.Push(&s.q, event{at: sm.Done, seq: s.seqNext(), move: i})
+		}
 		for pool, u := range s.used {
 			if b := s.sched.BudgetBytes[pool]; b > 0 && u > b {
 				return fmt.Errorf("prefetch: internal: %s uses %d B over its budget %d B after %s", pool, u, b, m)
@@ -285,6 +309,69 @@ func (s *sim) dispatch(moves []Move) error {
 		heap.Push(&s.q, event{at: w, seq: s.seqNext(), move: -1})
 	}
 	return nil
+}
+
+// transfer models the transfer sm on its link instance: it starts when the
+// link is free and takes the link's transfer time. Its room in the
+// destination counts from now (a home copy has its room).
+func (s *sim) transfer(sm *ScheduledMove) error {
+	m := sm.Move
+	if m.To != s.home(m.Key) {
+		s.add(s.poolName(m.Key, m.To), m.SizeBytes)
+	}
+	l, ok := m.Link()
+	if !ok {
+		return fmt.Errorf("prefetch: internal: move %s has no link", m)
+	}
+	inst := int(l)
+	if m.From == shard.HBM || m.To == shard.HBM {
+		inst = LinkCount*(1+s.p.pool(shard.HBM, m.Key.Rank)) + int(l)
+	}
+	start := s.now
+	if f := s.linkFree[inst]; f > start {
+		start = f
+	}
+	sm.Start = start
+	sm.Done = start + s.p.opts.TransferTime(l, m.SizeBytes)
+	s.linkFree[inst] = sm.Done
+	return nil
+}
+
+// keep stores sm and returns its index for moveAt: in the timeline when it
+// is recorded, else, for a transfer, in a slot of flying until it lands
+// (-1 for an instant move, which is not kept).
+func (s *sim) keep(sm ScheduledMove) int {
+	if s.record {
+		s.sched.Moves = append(s.sched.Moves, sm)
+		return len(s.sched.Moves) - 1
+	}
+	if sm.Instant() {
+		return -1
+	}
+	if n := len(s.free); n > 0 {
+		i := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.flying[i] = sm
+		return i
+	}
+	s.flying = append(s.flying, sm)
+	return len(s.flying) - 1
+}
+
+// moveAt is the move kept at index i (see keep).
+func (s *sim) moveAt(i int) *ScheduledMove {
+	if s.record {
+		return &s.sched.Moves[i]
+	}
+	return &s.flying[i]
+}
+
+// landed lets the slot of the move at index i be reused (without record).
+func (s *sim) landed(i int) {
+	if !s.record {
+		s.flying[i] = ScheduledMove{}
+		s.free = append(s.free, i)
+	}
 }
 
 // advance processes events: up to and including time until (then sets now
@@ -302,12 +389,13 @@ func (s *sim) advance(until time.Duration) (bool, error) {
 		e := heap.Pop(&s.q).(event)
 		s.now = e.at
 		if e.move >= 0 {
-			sm := &s.sched.Moves[e.move]
+			sm := s.moveAt(e.move)
 			sm.DoneSeq = s.seqNext()
 			if sm.Reason == WriteBack {
 				s.add(s.poolName(sm.Key, sm.From), -sm.SizeBytes)
 			}
 			s.p.Completed(sm.Move, s.now)
+			s.landed(e.move)
 		} else {
 			delete(s.wakes, e.at)
 		}
