@@ -21,9 +21,9 @@ const module = "github.com/strata-ai/strata"
 // are the only list of allowed imports. The test reads them, so the document
 // and the code cannot drift apart.
 const (
-	designDoc        = "docs/DESIGN.md"
-	edgesHeading     = "### Edges between Strata's packages"
-	thirdPartyHeadng = "### Third-party modules"
+	designDoc         = "docs/DESIGN.md"
+	edgesHeading      = "### Edges between Strata's packages"
+	thirdPartyHeading = "### Third-party modules"
 )
 
 // rules are the import rules of docs/DESIGN.md.
@@ -102,7 +102,7 @@ func parseRules(text string) (rules, error) {
 	if err := parse(edgesHeading, rs.edges); err != nil {
 		return rs, err
 	}
-	if err := parse(thirdPartyHeadng, rs.thirdParty); err != nil {
+	if err := parse(thirdPartyHeading, rs.thirdParty); err != nil {
 		return rs, err
 	}
 	for pkg, deps := range rs.edges {
@@ -359,7 +359,7 @@ func TestCheckEdgeRejects(t *testing.T) {
 func TestParseRulesRejects(t *testing.T) {
 	table := func(edges, third string) string {
 		return "x\n" + edgesHeading + "\n\n| package | may import | why |\n|---|---|---|\n" + edges +
-			"\n" + thirdPartyHeadng + "\n\n| module | may be imported by | why |\n|---|---|---|\n" + third
+			"\n" + thirdPartyHeading + "\n\n| module | may be imported by | why |\n|---|---|---|\n" + third
 	}
 	ok := table("| `a` | `b` | a needs b |\n| `b` | — | leaf |\n", "| `m.org/x` | `a` | why |\n")
 	rs, err := parseRules(ok)
