@@ -462,164 +462,208 @@ type measured struct {
 	latUs                        []float64
 }
 
-// runWorkload keeps QueueDepth requests in flight: each completion is
-// collected on one goroutine, which resubmits the freed requests in a batch.
-func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptions) (measured, error) {
-	nf := int64(len(files))
-	blocksPerFile := opts.SizeBytes / opts.BlockBytes
-	total := blocksPerFile * nf // blocks per pass
-	order := func(pass int) []int64 { return nil }
+// blockOrder hands out the blocks of a workload pass after pass: in order,
+// or for the rand workloads in a new random permutation each pass. Blocks
+// go round-robin over the files.
+type blockOrder struct {
+	files    []benchFile
+	opts     NVMeOptions
+	total    int64      // blocks per pass
+	loops    int        // passes at most
+	rng      *rand.Rand // nil: sequential
+	perm     []int64    // this pass's order; nil: sequential
+	pass     int
+	next     int64     // index of the next block in this pass
+	deadline time.Time // with Duration: no pass starts after it
+}
+
+func newBlockOrder(files []benchFile, opts NVMeOptions) *blockOrder {
+	o := &blockOrder{files: files, opts: opts, total: opts.SizeBytes / opts.BlockBytes * int64(len(files)), loops: opts.Loops}
+	if opts.Duration > 0 {
+		o.loops = 1 << 30
+	}
 	if strings.HasPrefix(opts.RW, "rand") {
-		r := rand.New(rand.NewPCG(opts.Seed, 1))
-		order = func(pass int) []int64 {
-			p := make([]int64, total)
-			for i := range p {
-				p[i] = int64(i)
-			}
-			r.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
-			return p
-		}
+		o.rng = rand.New(rand.NewPCG(opts.Seed, 1))
 	}
-	qd := opts.QueueDepth
-	reqs := make([]nvme.Request, qd)
-	issued := make([]time.Time, qd)
-	var m measured
-	pass, next := 0, int64(0)
-	perm := order(0)
-	loops := opts.Loops
-	if opts.Duration > 0 {
-		loops = 1 << 30
+	o.perm = o.order()
+	return o
+}
+
+// order is the block order of a new pass: nil for sequential workloads.
+func (o *blockOrder) order() []int64 {
+	if o.rng == nil {
+		return nil
 	}
-	expected := total * int64(loops) * opts.BlockBytes
-	if opts.Duration > 0 {
-		expected = 0 // unknown
+	p := make([]int64, o.total)
+	for i := range p {
+		p[i] = int64(i)
 	}
-	var deadline time.Time
-	// assign points r at block number next of the current pass; false when
-	// the workload has no more blocks to issue.
-	assign := func(r *nvme.Request) bool {
-		if next == total {
-			pass++
-			if pass >= loops || (opts.Duration > 0 && time.Now().After(deadline)) {
-				return false
-			}
-			next = 0
-			perm = order(pass)
+	o.rng.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
+	return p
+}
+
+// expectedBytes is what the whole workload transfers; 0 with Duration
+// (unknown).
+func (o *blockOrder) expectedBytes() int64 {
+	if o.opts.Duration > 0 {
+		return 0
+	}
+	return o.total * int64(o.loops) * o.opts.BlockBytes
+}
+
+// assign points r at the next block; false when the workload has no more
+// blocks to issue.
+func (o *blockOrder) assign(r *nvme.Request) bool {
+	if o.next == o.total {
+		o.pass++
+		if o.pass >= o.loops || (o.opts.Duration > 0 && time.Now().After(o.deadline)) {
+			return false
 		}
-		b := next
-		if perm != nil {
-			b = perm[next]
-		}
-		bf := &files[b%nf]
-		r.File = bf.f
-		r.Offset = (b / nf) * opts.BlockBytes
-		switch opts.RW {
-		case "read", "randread":
-			r.Op = nvme.OpRead
-		case "write", "randwrite":
+		o.next = 0
+		o.perm = o.order()
+	}
+	b := o.next
+	if o.perm != nil {
+		b = o.perm[o.next]
+	}
+	nf := int64(len(o.files))
+	r.File = o.files[b%nf].f
+	r.Offset = (b / nf) * o.opts.BlockBytes
+	switch o.opts.RW {
+	case "read", "randread":
+		r.Op = nvme.OpRead
+	case "write", "randwrite":
+		r.Op = nvme.OpWrite
+	default: // mixed: every other block is written while its neighbours are read
+		r.Op = nvme.OpRead
+		if o.next%2 == 1 {
 			r.Op = nvme.OpWrite
-		default: // mixed: every other block is written while its neighbours are read
-			r.Op = nvme.OpRead
-			if next%2 == 1 {
-				r.Op = nvme.OpWrite
+		}
+	}
+	o.next++
+	return true
+}
+
+// inflight keeps a fixed set of requests in flight: each completion is
+// counted and reissues its own request from the completion callback (a
+// slot is always free: exactly QueueDepth requests exist), so the io_uring
+// engine batches them into its next enter. mu guards everything but dev
+// and finished: the pread engine calls Done from several workers.
+type inflight struct {
+	dev      nvme.Device
+	order    *blockOrder
+	issued   []time.Time // per request Tag: when it was last submitted
+	mu       sync.Mutex
+	m        measured
+	count    int // requests submitted and not yet retired
+	firstErr error
+	finished chan struct{} // closed when the last request retires
+}
+
+// done is every request's Done callback.
+func (w *inflight) done(r *nvme.Request) {
+	now := time.Now()
+	w.mu.Lock()
+	i := r.Tag
+	if r.Err != nil && w.firstErr == nil {
+		w.firstErr = r.Err
+	}
+	w.m.latUs = append(w.m.latUs, float64(now.Sub(w.issued[i]).Nanoseconds())/1e3)
+	w.m.bytes += int64(r.N)
+	if r.Op == nvme.OpRead {
+		w.m.readBytes += int64(r.N)
+	} else {
+		w.m.writeBytes += int64(r.N)
+	}
+	again := w.firstErr == nil && w.order.assign(r)
+	if again {
+		w.issued[i] = time.Now()
+	} else {
+		w.count--
+	}
+	last := w.count == 0
+	w.mu.Unlock()
+	if again {
+		if err := w.dev.Submit(r); err != nil {
+			w.mu.Lock()
+			if w.firstErr == nil {
+				w.firstErr = err
 			}
-		}
-		next++
-		return true
-	}
-	m.latUs = make([]float64, 0, min(total*int64(loops), 1<<22))
-	// Each completion reissues its own request from the completion
-	// callback (a slot is always free: exactly QueueDepth requests exist),
-	// so the io_uring engine batches them into its next enter. mu guards
-	// the counters: the pread engine calls Done from several workers.
-	var (
-		mu       sync.Mutex
-		inflight int
-		firstErr error
-		finished = make(chan struct{})
-	)
-	var eng2 nvme.Device = eng
-	onDone := func(r *nvme.Request) {
-		now := time.Now()
-		mu.Lock()
-		i := r.Tag
-		if r.Err != nil && firstErr == nil {
-			firstErr = r.Err
-		}
-		m.latUs = append(m.latUs, float64(now.Sub(issued[i]).Nanoseconds())/1e3)
-		m.bytes += int64(r.N)
-		if r.Op == nvme.OpRead {
-			m.readBytes += int64(r.N)
-		} else {
-			m.writeBytes += int64(r.N)
-		}
-		again := firstErr == nil && assign(r)
-		if again {
-			issued[i] = time.Now()
-		} else {
-			inflight--
-		}
-		last := inflight == 0
-		mu.Unlock()
-		if again {
-			if err := eng2.Submit(r); err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				inflight--
-				last = inflight == 0
-				mu.Unlock()
-			}
-		}
-		if last {
-			close(finished)
+			w.count--
+			last = w.count == 0
+			w.mu.Unlock()
 		}
 	}
+	if last {
+		close(w.finished)
+	}
+}
+
+// start assigns a block to each request and submits them in one batch.
+func (w *inflight) start(reqs []nvme.Request) error {
+	batch := make([]*nvme.Request, 0, len(reqs))
+	w.mu.Lock()
 	for i := range reqs {
-		reqs[i].Tag = uint64(i)
-		reqs[i].Buf = mem[int64(i)*opts.BlockBytes : int64(i+1)*opts.BlockBytes]
-		reqs[i].Done = onDone
-	}
-	cpu0 := cpuTime()
-	start := time.Now()
-	deadline = start.Add(opts.Duration)
-	batch := make([]*nvme.Request, 0, qd)
-	mu.Lock()
-	for i := range reqs {
-		if !assign(&reqs[i]) {
+		if !w.order.assign(&reqs[i]) {
 			break
 		}
-		issued[i] = time.Now()
+		w.issued[i] = time.Now()
 		batch = append(batch, &reqs[i])
 	}
-	inflight = len(batch)
-	mu.Unlock()
-	if err := eng.Submit(batch...); err != nil {
-		return m, fmt.Errorf("bench: %w", err)
+	w.count = len(batch)
+	w.mu.Unlock()
+	if err := w.dev.Submit(batch...); err != nil {
+		return fmt.Errorf("bench: %w", err)
 	}
+	return nil
+}
+
+// wait returns when the last request has retired, telling opts.Progress
+// (when set) the bytes done at each tick.
+func (w *inflight) wait(start time.Time, opts NVMeOptions) {
 	var tick <-chan time.Time
 	if opts.Progress != nil {
 		t := time.NewTicker(opts.ProgressTick)
 		defer t.Stop()
 		tick = t.C
 	}
-wait:
+	expected := w.order.expectedBytes()
 	for {
 		select {
-		case <-finished:
-			break wait
+		case <-w.finished:
+			return
 		case now := <-tick:
-			mu.Lock()
-			done := m.bytes
-			mu.Unlock()
+			w.mu.Lock()
+			done := w.m.bytes
+			w.mu.Unlock()
 			opts.Progress(done, expected, now.Sub(start))
 		}
 	}
-	m.elapsed = time.Since(start)
-	m.cpu = cpuTime() - cpu0
-	if firstErr != nil {
-		return m, fmt.Errorf("bench: %w", firstErr)
+}
+
+// runWorkload keeps QueueDepth requests in flight over files until the
+// workload's passes (or its duration) are done, and measures them.
+func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptions) (measured, error) {
+	order := newBlockOrder(files, opts)
+	w := &inflight{dev: eng, order: order, issued: make([]time.Time, opts.QueueDepth), finished: make(chan struct{})}
+	w.m.latUs = make([]float64, 0, min(order.total*int64(order.loops), 1<<22))
+	reqs := make([]nvme.Request, opts.QueueDepth)
+	for i := range reqs {
+		reqs[i].Tag = uint64(i)
+		reqs[i].Buf = mem[int64(i)*opts.BlockBytes : int64(i+1)*opts.BlockBytes]
+		reqs[i].Done = w.done
 	}
-	return m, nil
+	cpu0 := cpuTime()
+	start := time.Now()
+	order.deadline = start.Add(opts.Duration)
+	if err := w.start(reqs); err != nil {
+		return w.m, err
+	}
+	w.wait(start, opts)
+	w.m.elapsed = time.Since(start)
+	w.m.cpu = cpuTime() - cpu0
+	if w.firstErr != nil {
+		return w.m, fmt.Errorf("bench: %w", w.firstErr)
+	}
+	return w.m, nil
 }

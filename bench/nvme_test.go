@@ -17,23 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nvmeTestDir is a directory on a filesystem with O_DIRECT.
-func nvmeTestDir(t *testing.T) string {
-	d := t.TempDir()
-	probe := filepath.Join(d, "probe")
-	if f, err := nvme.OpenFile(probe, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
-		f.Close()
-		os.Remove(probe)
-		return d
-	}
-	d, err := os.MkdirTemp("/var/tmp", "bench-nvme-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
 func TestRunNVMeAllModes(t *testing.T) {
 	leaktest.Check(t)
 	dirs := []string{nvmeTestDir(t), nvmeTestDir(t)}

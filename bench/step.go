@@ -203,122 +203,183 @@ func (r StepResult) Mode(m string) *StepModeResult {
 	return nil
 }
 
-// Step runs the benchmark.
-func Step(o StepOptions) (res StepResult, err error) {
+// Step runs the benchmark: it builds one engine per mode, steps them in
+// interleaved rounds, then compares the modes.
+func Step(o StepOptions) (StepResult, error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
 		return StepResult{}, err
 	}
 	start := time.Now()
-	res = StepResult{Options: o}
-	engines := make([]*engine.Engine, len(o.Modes))
-	var backends []*Devices
-	var tmpDirs []string
-	defer func() { // engines, then their devices, then their swap files
-		for _, e := range engines {
-			if e != nil {
-				e.Close()
-			}
-		}
-		for _, b := range backends {
-			b.Close()
-		}
-		for _, d := range tmpDirs {
-			os.RemoveAll(d)
-		}
-	}()
-	var tracer *engine.Tracer
-	var traceFile *os.File // open until the timeline is written
-	if o.TracePath != "" {
-		// Created now, so that a path that cannot be written fails before
-		// the run rather than after it.
-		if traceFile, err = os.Create(o.TracePath); err != nil {
-			return res, fmt.Errorf("bench: --trace: %w", err)
-		}
-		// Runs before the engines close: a failed run's timeline is
-		// written too (what it was doing), a run whose traced engine was
-		// never built leaves no empty file.
-		defer func() {
-			if traceFile == nil {
-				return
-			}
-			if e := engines[len(engines)-1]; e != nil {
-				writeTrace(traceFile, e) // the run's error is the one to report
-				return
-			}
-			traceFile.Close()
-			os.Remove(o.TracePath)
-		}()
+	res := StepResult{Options: o}
+	r := &stepRun{o: o, engines: make([]*engine.Engine, len(o.Modes))}
+	defer r.close()
+	if err := r.openTrace(); err != nil {
+		return res, err
 	}
+	defer r.abandonTrace()
+	if err := r.build(&res); err != nil {
+		return res, err
+	}
+	opt, err := r.rounds(&res)
+	if err != nil {
+		return res, err
+	}
+	if err := r.compare(&res, opt); err != nil {
+		return res, err
+	}
+	if err := r.writeTimeline(&res); err != nil {
+		return res, err
+	}
+	res.Seconds = time.Since(start).Seconds()
+	return res, nil
+}
+
+// stepRun is one run of Step: an engine per mode (nil until built), the
+// devices under them, the swap directories of the nvme mode, and the
+// tracer of the last mode with its file.
+type stepRun struct {
+	o         StepOptions
+	engines   []*engine.Engine
+	backends  []*Devices
+	tmpDirs   []string
+	tracer    *engine.Tracer
+	traceFile *os.File // open until the timeline is written
+}
+
+// close releases the engines, then their devices, then their swap files.
+func (r *stepRun) close() {
+	for _, e := range r.engines {
+		if e != nil {
+			e.Close()
+		}
+	}
+	for _, b := range r.backends {
+		b.Close()
+	}
+	for _, d := range r.tmpDirs {
+		os.RemoveAll(d)
+	}
+}
+
+// openTrace creates the trace file now, so that a path that cannot be
+// written fails before the run rather than after it.
+func (r *stepRun) openTrace() (err error) {
+	if r.o.TracePath == "" {
+		return nil
+	}
+	if r.traceFile, err = os.Create(r.o.TracePath); err != nil {
+		return fmt.Errorf("bench: --trace: %w", err)
+	}
+	return nil
+}
+
+// abandonTrace runs, before the engines close, on every way out that did
+// not write the timeline: a failed run's timeline is written too (what it
+// was doing), a run whose traced engine was never built leaves no empty
+// file.
+func (r *stepRun) abandonTrace() {
+	if r.traceFile == nil {
+		return
+	}
+	if e := r.engines[len(r.engines)-1]; e != nil {
+		writeTrace(r.traceFile, e) // the run's error is the one to report
+		return
+	}
+	r.traceFile.Close()
+	os.Remove(r.o.TracePath)
+}
+
+// build opens the devices and builds the engine of each mode, the last one
+// traced when asked.
+func (r *stepRun) build(res *StepResult) error {
+	o := r.o
 	var dir string
 	for i, m := range o.Modes {
 		if m == "nvme" {
 			d, err := os.MkdirTemp(o.NVMePath, "strata-bench-step-")
 			if err != nil {
-				return res, fmt.Errorf("bench: --nvme-path: %w", err)
+				return fmt.Errorf("bench: --nvme-path: %w", err)
 			}
 			dir = d
-			tmpDirs = append(tmpDirs, d)
+			r.tmpDirs = append(r.tmpDirs, d)
 		}
 		cfg, err := o.StepConfig(m, dir)
 		if err != nil {
-			return res, err
+			return err
 		}
 		devs, err := OpenDevices(o.Backend, o.Devices, o.HBMBytes)
 		if err != nil {
-			return res, err
+			return err
 		}
-		backends = append(backends, devs)
+		r.backends = append(r.backends, devs)
 		res.Backend = devs.Describe
 		eo := engine.Options{OptimizerThreads: o.Threads, HostRegistrar: devs.Registrar}
 		if o.TracePath != "" && i == len(o.Modes)-1 {
-			if tracer, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
-				return res, err
+			if r.tracer, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
+				return err
 			}
-			eo.Trace, res.TraceMode = tracer, m
+			eo.Trace, res.TraceMode = r.tracer, m
 		}
 		if m != "resident" {
 			eo.TierHBMBytes = o.TierHBMBytes
 		}
-		if engines[i], err = engine.New(cfg, devs.Devs, devs.Comms, eo); err != nil {
-			return res, fmt.Errorf("bench: %s: %w", m, err)
+		if r.engines[i], err = engine.New(cfg, devs.Devs, devs.Comms, eo); err != nil {
+			return fmt.Errorf("bench: %s: %w", m, err)
 		}
 		res.Modes = append(res.Modes, StepModeResult{Mode: m})
 		res.Shape = model.Shape(*cfg.Shape())
-		res.Params = engines[i].Layout().ParamCount()
-		res.Tokens = engines[i].TokensPerStep()
+		res.Params = r.engines[i].Layout().ParamCount()
+		res.Tokens = r.engines[i].TokensPerStep()
 	}
-	// Interleaved rounds: warm-up, then measured steps, one per mode per round.
-	opt := make([][]float64, len(o.Modes))
-	for round := range o.Warmup + o.Steps {
-		for i, e := range engines {
+	return nil
+}
+
+// rounds steps the engines in interleaved rounds, warm-up then measured
+// steps, one per mode per round, and returns each mode's optimizer phases.
+func (r *stepRun) rounds(res *StepResult) ([][]float64, error) {
+	opt := make([][]float64, len(r.o.Modes))
+	for round := range r.o.Warmup + r.o.Steps {
+		for i, e := range r.engines {
 			st, err := e.Step()
 			if err != nil {
-				return res, fmt.Errorf("bench: %s: %w", o.Modes[i], err)
+				return nil, fmt.Errorf("bench: %s: %w", r.o.Modes[i], err)
 			}
 			mr := &res.Modes[i]
 			mr.FinalLoss = st.Loss
-			if round < o.Warmup {
+			if round < r.o.Warmup {
 				continue
 			}
 			mr.Steps = append(mr.Steps, st.Duration.Seconds())
 			opt[i] = append(opt[i], st.OptimizerTime.Seconds())
-			if t := st.Tier; t != nil {
-				mr.Accesses += t.Accesses
-				mr.Hits += t.Hits
-				for tr := range t.Stall {
-					mr.Stall[tr] += t.Stall[tr].Seconds()
-					mr.PeakBytes[tr] = max(mr.PeakBytes[tr], t.PeakBytes[tr])
-				}
-				mr.BudgetBytes = t.BudgetBytes
-				for l, b := range t.LinkBytes {
-					mr.LinkBytes[l] += b / int64(o.Steps)
-				}
-			}
+			mr.addTier(st.Tier, r.o.Steps)
 		}
 	}
+	return opt, nil
+}
+
+// addTier adds one measured step's tier figures (nil: a resident mode).
+func (mr *StepModeResult) addTier(t *engine.TierStats, steps int) {
+	if t == nil {
+		return
+	}
+	mr.Accesses += t.Accesses
+	mr.Hits += t.Hits
+	for tr := range t.Stall {
+		mr.Stall[tr] += t.Stall[tr].Seconds()
+		mr.PeakBytes[tr] = max(mr.PeakBytes[tr], t.PeakBytes[tr])
+	}
+	mr.BudgetBytes = t.BudgetBytes
+	for l, b := range t.LinkBytes {
+		mr.LinkBytes[l] += b / int64(steps)
+	}
+}
+
+// compare fills each mode's medians, hit rate and peaks, checks its params
+// against the first mode's, and computes the ratios.
+func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 	var first [][]float32
-	for i, e := range engines {
+	for i, e := range r.engines {
 		mr := &res.Modes[i]
 		mr.MedianStep = median(mr.Steps)
 		mr.Optimizer = median(opt[i])
@@ -331,35 +392,41 @@ func Step(o StepOptions) (res StepResult, err error) {
 			mr.DevicePeakBytes = max(mr.DevicePeakBytes, d.PeakBytes)
 		}
 		mr.Summary = e.Summary().String()
-		if len(engines) == 1 {
+		if len(r.engines) == 1 {
 			continue // nothing to compare with
 		}
 		p, err := e.Params()
 		if err != nil {
-			return res, fmt.Errorf("bench: %s: %w", o.Modes[i], err)
+			return fmt.Errorf("bench: %s: %w", r.o.Modes[i], err)
 		}
 		if i == 0 {
 			first = p
 		}
 		mr.ParamsIdentical = equalParams(p, first)
 	}
-	if h, r := res.Mode("host"), res.Mode("resident"); h != nil && r != nil {
-		res.RatioHostResident = h.MedianStep / r.MedianStep
+	if h, rr := res.Mode("host"), res.Mode("resident"); h != nil && rr != nil {
+		res.RatioHostResident = h.MedianStep / rr.MedianStep
 	}
 	if nv, h := res.Mode("nvme"), res.Mode("host"); nv != nil && h != nil {
 		res.RatioNVMeHost = nv.MedianStep / h.MedianStep
 	}
-	if tracer != nil {
-		f := traceFile
-		traceFile = nil
-		if err := writeTrace(f, engines[len(engines)-1]); err != nil {
-			return res, err
-		}
-		ov := engine.Overlap(tracer.Events())
-		res.Overlap = ov[min(o.Warmup, len(ov)):]
+	return nil
+}
+
+// writeTimeline writes the traced mode's timeline and keeps the overlap
+// of its measured steps.
+func (r *stepRun) writeTimeline(res *StepResult) error {
+	if r.tracer == nil {
+		return nil
 	}
-	res.Seconds = time.Since(start).Seconds()
-	return res, nil
+	f := r.traceFile
+	r.traceFile = nil
+	if err := writeTrace(f, r.engines[len(r.engines)-1]); err != nil {
+		return err
+	}
+	ov := engine.Overlap(r.tracer.Events())
+	res.Overlap = ov[min(r.o.Warmup, len(ov)):]
+	return nil
 }
 
 func equalParams(a, b [][]float32) bool {

@@ -114,18 +114,47 @@ func (r TrainStepResult) String() string {
 // the anchor: step/GEMM is the share of pure-GEMM speed the whole step
 // keeps (the rest: attention, layernorm, the 50257-way softmax, Adam).
 func TrainStep(o TrainStepOptions) (TrainStepResult, error) {
+	run, err := newTrainStepRun(o)
+	if err != nil {
+		return TrainStepResult{}, err
+	}
+	defer run.close()
+	var measured time.Duration
+	for i := 0; i <= run.o.Steps; i++ {
+		d, err := run.step()
+		if err != nil {
+			return run.r, err
+		}
+		if i > 0 {
+			measured += d
+		}
+	}
+	return run.result(measured, run.o.Steps)
+}
+
+// trainStepRun is the set-up of TrainStep, built before any step is timed:
+// the device, the sampler over random byte tokens, and the trainer.
+type trainStepRun struct {
+	o     TrainStepOptions // with defaults
+	shape model.Shape
+	dev   *cpu.Device
+	data  *model.Sampler
+	tr    *model.Trainer
+	r     TrainStepResult // the losses so far
+}
+
+// newTrainStepRun validates o and builds the run; close frees it.
+func newTrainStepRun(o TrainStepOptions) (*trainStepRun, error) {
 	o = o.WithDefaults()
 	if err := o.Validate(); err != nil {
-		return TrainStepResult{}, err
+		return nil, err
 	}
 	shape, _ := model.Lookup(o.Shape)
 	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: o.HBMBytes, Workers: o.Workers, Kernel: o.Kernel})
 	if err != nil {
-		return TrainStepResult{}, fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	dev := devs[0]
-	r := TrainStepResult{Options: o, Shape: shape, Workers: dev.Workers(), Kernel: dev.Kernel()}
-
 	rng := rand.New(rand.NewPCG(1, 2))
 	corpus := make([]byte, 1<<16)
 	for i := range corpus {
@@ -133,39 +162,49 @@ func TrainStep(o TrainStepOptions) (TrainStepResult, error) {
 	}
 	data, err := model.NewSampler(model.Encode(corpus), o.Seq, 1)
 	if err != nil {
-		return r, fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
 	tr, err := model.NewTrainer(dev, shape, model.TrainOptions{Batch: o.Batch, Seq: o.Seq, Precision: o.Precision, LR: 1e-4, ClipNorm: 1, Seed: 1})
 	if err != nil {
-		return r, fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("bench: %w", err)
 	}
-	defer tr.Free()
 	dev.ResetPeak()
+	return &trainStepRun{o: o, shape: shape, dev: dev, data: data, tr: tr,
+		r: TrainStepResult{Options: o, Shape: shape, Workers: dev.Workers(), Kernel: dev.Kernel()}}, nil
+}
 
-	var measured time.Duration
-	for i := 0; i <= o.Steps; i++ {
-		start := time.Now()
-		res, err := tr.Step(data)
-		if err != nil {
-			return r, fmt.Errorf("bench: %w", err)
-		}
-		if i > 0 {
-			measured += time.Since(start)
-		}
-		r.Losses = append(r.Losses, res.Loss)
+func (t *trainStepRun) close() { t.tr.Free() }
+
+// step runs one training step and returns how long it took.
+func (t *trainStepRun) step() (time.Duration, error) {
+	start := time.Now()
+	res, err := t.tr.Step(t.data)
+	if err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
 	}
-	ms := dev.MemStats()
+	d := time.Since(start)
+	t.r.Losses = append(t.r.Losses, res.Loss)
+	return d, nil
+}
+
+// result is the run's figures for steps measured steps that took measured
+// in all: the peaks, the rates, and the GEMM anchor, measured now.
+func (t *trainStepRun) result(measured time.Duration, steps int) (TrainStepResult, error) {
+	r, o, shape := t.r, t.o, t.shape
+	r.Options.Steps = steps
+	ms := t.dev.MemStats()
 	r.ModelState, r.Activations, r.Workspace = ms.PeakByKind[gpu.ModelState], ms.PeakByKind[gpu.Activation], ms.PeakByKind[gpu.Workspace]
 	r.ActivationFor = model.ActivationBytes(shape, o.Batch, o.Seq)
 
 	tokens := float64(o.Batch * o.Seq)
 	n := float64(shape.ParamCount() - int64(shape.MaxSeq*shape.Dim))
 	r.StepFLOPs = 6*n*tokens + 12*float64(shape.Layers*shape.Dim*o.Seq)*tokens
-	r.StepSeconds = measured.Seconds() / float64(o.Steps)
+	r.StepSeconds = measured.Seconds() / float64(steps)
 	r.TokensPerSec = tokens / r.StepSeconds
 	r.StepGFLOPS = r.StepFLOPs / r.StepSeconds / 1e9
 
-	r.GemmForward, r.GemmDX, r.GemmDW, r.GemmGFLOPS, err = gemmRates(dev, o.Batch*o.Seq, shape.Dim, o.Precision, max(0.3, r.StepSeconds/6))
+	var err error
+	r.GemmForward, r.GemmDX, r.GemmDW, r.GemmGFLOPS, err = gemmRates(t.dev, o.Batch*o.Seq, shape.Dim, o.Precision, max(0.3, r.StepSeconds/6))
 	if err != nil {
 		return r, err
 	}

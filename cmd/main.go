@@ -1,5 +1,3 @@
-// Package cmd holds the strata command line: train, estimate and bench. It is
-// the only user of the CLI library and the only place that prints.
 package cmd
 
 import (
@@ -9,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 )
@@ -81,16 +80,27 @@ func versionCommand() *cli.Command {
 }
 
 func benchCommand() *cli.Command {
-	return &cli.Command{
-		Name:  "bench",
-		Usage: "measure the machine and the engine: nvme, adam, gemm, step",
-		Subcommands: []*cli.Command{
-			benchNVMeCommand(),
-			benchAdamCommand(),
-			benchGemmCommand(),
-			benchStepCommand(),
-		},
+	subs := []*cli.Command{
+		benchNVMeCommand(),
+		benchAdamCommand(),
+		benchGemmCommand(),
+		benchStepCommand(),
 	}
+	return &cli.Command{
+		Name:        "bench",
+		Usage:       "measure the machine and the engine: " + commandNames(subs),
+		Subcommands: subs,
+	}
+}
+
+// commandNames lists the commands' names, comma-separated: the help text
+// names each one there is, and only those.
+func commandNames(cmds []*cli.Command) string {
+	names := make([]string, len(cmds))
+	for i, c := range cmds {
+		names[i] = c.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // usageError is a bad-input error: exit status 2.

@@ -4,9 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"go/parser"
+	"go/token"
+	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
+
+	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/gpu/cuda"
 )
@@ -19,14 +26,74 @@ func run(t *testing.T, args ...string) (string, string, error) {
 	return out.String(), errOut.String(), err
 }
 
+// TestHelpListsCommands: `strata --help` lists every command of the App,
+// and `strata bench --help` (and the bench command's one-line usage) every
+// bench subcommand.
 func TestHelpListsCommands(t *testing.T) {
+	app := App(io.Discard, io.Discard)
+	if len(app.Commands) < 6 {
+		t.Fatalf("App has %d commands: %v", len(app.Commands), commandNames(app.Commands))
+	}
 	out, _, err := run(t, "--help")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []string{"train", "estimate", "bench", "version"} {
-		if !strings.Contains(out, c) {
-			t.Errorf("--help does not list %q:\n%s", c, out)
+	for _, c := range app.Commands {
+		if !listsCommand(out, c) {
+			t.Errorf("--help does not list %q with its usage:\n%s", c.Name, out)
+		}
+	}
+	bench := app.Command("bench")
+	if bench == nil || len(bench.Subcommands) == 0 {
+		t.Fatal("no bench command with subcommands")
+	}
+	out, _, err = run(t, "bench", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range bench.Subcommands {
+		if !listsCommand(out, c) {
+			t.Errorf("bench --help does not list %q with its usage:\n%s", c.Name, out)
+		}
+		if !slices.Contains(words(bench.Usage), c.Name) {
+			t.Errorf("bench's usage %q does not name %q", bench.Usage, c.Name)
+		}
+	}
+}
+
+// listsCommand says whether a help text has c's line: its name, then its
+// usage.
+func listsCommand(help string, c *cli.Command) bool {
+	for line := range strings.Lines(help) {
+		if f := strings.Fields(line); len(f) > 0 && strings.TrimSuffix(f[0], ",") == c.Name && strings.Contains(line, c.Usage) {
+			return true
+		}
+	}
+	return false
+}
+
+// words splits s into its words (runs of letters).
+func words(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return !unicode.IsLetter(r) })
+}
+
+// TestDocListsCommands: the package doc (doc.go) names every command of
+// the App and every bench subcommand.
+func TestDocListsCommands(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "doc.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Doc == nil {
+		t.Fatal("doc.go has no package doc")
+	}
+	doc := f.Doc.Text()
+	app := App(io.Discard, io.Discard)
+	cmds := slices.Clone(app.Commands)
+	cmds = append(cmds, app.Command("bench").Subcommands...)
+	for _, c := range cmds {
+		if !slices.Contains(words(doc), c.Name) {
+			t.Errorf("the package doc does not name the command %q:\n%s", c.Name, doc)
 		}
 	}
 }

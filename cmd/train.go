@@ -142,62 +142,192 @@ func newTierLine(t *engine.TierStats) *TierLine {
 		BudgetHBM: t.BudgetBytes[shard.HBM], BudgetHost: t.BudgetBytes[shard.Host], BudgetNVMe: t.BudgetBytes[shard.NVMe]}
 }
 
+// runTrain is `strata train`: the flags and the config make a plan, the
+// plan an engine on the devices, the engine runs the steps (progress,
+// checkpoints, signals), and the summary and outputs close the run.
 func runTrain(c *cli.Context) (err error) {
-	if c.Args().Present() {
-		return usagef("train: unexpected argument %q (flags go before arguments; see strata train --help)", c.Args().First())
+	f, err := parseTrainFlags(c)
+	if err != nil {
+		return err
 	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
-	out := c.String("out")
-	saveEvery, keep := c.Int("save-every"), c.Int("keep")
-	switch {
-	case saveEvery < 0:
-		return usagef("train: --save-every %d: need a positive number of steps", saveEvery)
-	case saveEvery > 0 && out == "":
-		return usagef("train: --save-every needs --out DIR (checkpoints go to DIR/checkpoints/)")
-	case keep < 1:
-		return usagef("train: --keep %d: need at least 1", keep)
-	case c.IsSet("keep") && saveEvery == 0:
-		return usagef("train: --keep needs --save-every N (it bounds the checkpoints that writes)")
+	p, err := planTrain(c, stderr)
+	if err != nil {
+		return err
 	}
-	var resume *checkpoint.Manifest // the checkpoint to continue from
-	var resumeDir string
+	cfg := p.cfg
+	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes)
+	if err != nil {
+		return err
+	}
+	defer devs.Close()
+	tr, trFile, err := openTrainTrace(f.tracePath)
+	if err != nil {
+		return err
+	}
+	if trFile != nil {
+		defer trFile.Close()
+	}
+	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: p.tokens, Trace: tr, HostRegistrar: devs.Registrar})
+	if err != nil {
+		if trFile != nil { // nothing to write: no empty file left behind
+			trFile.Close()
+			os.Remove(trFile.Name())
+		}
+		return err
+	}
+	defer e.Close()
+	if tr != nil {
+		// Written on every way out once the engine exists, a failed step
+		// included (the timeline shows what it was doing).
+		defer func() {
+			if werr := writeTrace(trFile, e, tr, stdout); werr != nil && err == nil {
+				err = werr
+			}
+		}()
+	}
+	if err := startTrain(e, p, devs, stderr); err != nil {
+		return err
+	}
+	var jsonl io.Writer // steps.jsonl, with --out
+	if f.out != "" {
+		file, err := openOut(f.out, cfg, p.start)
+		if err != nil {
+			return err
+		}
+		defer file.Close()
+		jsonl = file
+	}
+	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, jsonl: jsonl}
+	l.intr = watchInterrupts()
+	defer l.intr.stop() // through the outputs: a signal there does not cut them short
+	if err := l.run(); err != nil {
+		return err
+	}
+	return l.report(stdout)
+}
+
+// trainFlags are the flags of `strata train` that act around the config:
+// where the run writes, how often it saves, what it shows.
+type trainFlags struct {
+	out       string // --out DIR; "" for none
+	saveEvery int    // --save-every N; 0 for none
+	keep      int    // --keep K
+	progress  bool   // a progress bar, else a line per steps_per_print steps
+	tracePath string // --trace FILE; "" for none
+}
+
+// parseTrainFlags reads and checks the flags that need no config.
+func parseTrainFlags(c *cli.Context) (trainFlags, error) {
+	if c.Args().Present() {
+		return trainFlags{}, usagef("train: unexpected argument %q (flags go before arguments; see strata train --help)", c.Args().First())
+	}
+	f := trainFlags{out: c.String("out"), saveEvery: c.Int("save-every"), keep: c.Int("keep"),
+		progress: !c.Bool("no-progress"), tracePath: c.String("trace")}
+	switch {
+	case f.saveEvery < 0:
+		return f, usagef("train: --save-every %d: need a positive number of steps", f.saveEvery)
+	case f.saveEvery > 0 && f.out == "":
+		return f, usagef("train: --save-every needs --out DIR (checkpoints go to DIR/checkpoints/)")
+	case f.keep < 1:
+		return f, usagef("train: --keep %d: need at least 1", f.keep)
+	case c.IsSet("keep") && f.saveEvery == 0:
+		return f, usagef("train: --keep needs --save-every N (it bounds the checkpoints that writes)")
+	}
+	return f, nil
+}
+
+// trainPlan is the run to do.
+type trainPlan struct {
+	cfg       *config.Config
+	resume    *checkpoint.Manifest // the checkpoint to continue from; nil for a new run
+	resumeDir string               // its directory
+	start     int64                // the step the run resumes after
+	tokens    []int32              // the training text; nil for the synthetic corpus
+}
+
+// planTrain resolves the config (--config, else the checkpoint of
+// --resume, else the demonstration) with the flags applied, prints its
+// notes, checks a resumed run against --steps and --out, and loads the
+// training text.
+func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
+	p := &trainPlan{}
 	if path := c.String("resume"); path != "" {
 		var err error
-		if resume, resumeDir, err = resolveResume(path); err != nil {
-			return err
+		if p.resume, p.resumeDir, err = resolveResume(path); err != nil {
+			return nil, err
 		}
 	}
-	var cfg *config.Config
-	if path := c.String("config"); path != "" {
-		var err error
-		if cfg, err = config.Load(path, config.Options{LookupShape: lookupShape}); err != nil {
-			return err
+	cfg, err := trainConfig(c, p.resume, p.resumeDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := applyTrainFlags(c, cfg); err != nil {
+		return nil, err
+	}
+	p.cfg = cfg
+	if c.IsSet("config") || p.resume == nil {
+		// Not for the checkpoint's config: it is the resolved config, which
+		// names every knob, so each would read as set by the user (the run
+		// that saved it printed the notes of the config it was given).
+		for _, n := range cfg.Ignored() {
+			fmt.Fprintf(stderr, "note: %s\n", n)
 		}
-	} else if resume != nil {
+	}
+	if p.resume != nil {
+		if err := checkResume(c, p, stderr); err != nil {
+			return nil, err
+		}
+	}
+	if n := lrPastSchedule(cfg); n != "" {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
+	if cfg.Strata.Data != "" {
+		if p.tokens, err = engine.LoadCorpus(cfg.Strata.Data); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// trainConfig is the config the run starts from: --config, else the one
+// the checkpoint of --resume was saved with (for --devices devices when
+// given), else the demonstration's.
+func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) (*config.Config, error) {
+	switch {
+	case c.String("config") != "":
+		return config.Load(c.String("config"), config.Options{LookupShape: lookupShape})
+	case resume != nil:
 		// The run goes on with the config it was saved with.
 		if len(resume.Config) == 0 {
-			return fmt.Errorf("train: --resume %s: the checkpoint holds no config; pass --config", resumeDir)
+			return nil, fmt.Errorf("train: --resume %s: the checkpoint holds no config; pass --config", resumeDir)
 		}
 		saved := []byte(resume.Config)
 		if c.IsSet("devices") {
 			saved = forDevices(saved, c.Int("devices"))
 		}
-		var err error
-		if cfg, err = config.Parse(saved, filepath.Join(resumeDir, "manifest.json"), config.Options{LookupShape: lookupShape}); err != nil {
-			return fmt.Errorf("train: --resume: %w", err)
+		cfg, err := config.Parse(saved, filepath.Join(resumeDir, "manifest.json"), config.Options{LookupShape: lookupShape})
+		if err != nil {
+			return nil, fmt.Errorf("train: --resume: %w", err)
 		}
-	} else {
-		steps := demoSteps
-		if c.IsSet("steps") {
-			steps = max(1, c.Int("steps"))
-		}
-		cfg = demoConfig(steps)
-		if !c.IsSet("devices") {
-			if err := cfg.SetDevices(2); err != nil {
-				return err
-			}
+		return cfg, nil
+	}
+	steps := demoSteps
+	if c.IsSet("steps") {
+		steps = max(1, c.Int("steps"))
+	}
+	cfg := demoConfig(steps)
+	if !c.IsSet("devices") {
+		if err := cfg.SetDevices(2); err != nil {
+			return nil, err
 		}
 	}
+	return cfg, nil
+}
+
+// applyTrainFlags sets what --devices, --steps, --data and --backend say
+// on cfg.
+func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 	if c.IsSet("devices") {
 		if err := cfg.SetDevices(c.Int("devices")); err != nil {
 			return err
@@ -221,88 +351,64 @@ func runTrain(c *cli.Context) (err error) {
 		}
 		cfg.Strata.Backend = c.String("backend")
 	}
-	if c.IsSet("config") || resume == nil {
-		// Not for the checkpoint's config: it is the resolved config, which
-		// names every knob, so each would read as set by the user (the run
-		// that saved it printed the notes of the config it was given).
-		for _, n := range cfg.Ignored() {
-			fmt.Fprintf(stderr, "note: %s\n", n)
-		}
-	}
-	var start int64 // the step the run resumes after
-	if resume != nil {
-		start = resume.Step
-		if start >= int64(cfg.Strata.Steps) {
-			return usagef("train: --resume: %s is at step %d, and --steps (the total, counted from step 1) is %d: nothing to train; raise --steps above %d to continue",
-				resumeDir, start, cfg.Strata.Steps, start)
-		}
-		if later, err := laterCheckpoints(out, start); err != nil {
-			return err
-		} else if len(later) > 0 {
-			return usagef("train: --resume: %s already holds checkpoints past step %d (%s): this run would mix with them; resume from the latest, or write this run to another --out",
-				filepath.Join(out, "checkpoints"), start, strings.Join(later, ", "))
-		}
-		if c.IsSet("config") {
-			if d := configDiff(resume.Config, cfg.JSON()); d != "" {
-				fmt.Fprintf(stderr, "note: --config differs from the config %s was saved with: %s\n", resumeDir, d)
-			}
-		}
-	}
-	if n := lrPastSchedule(cfg); n != "" {
-		fmt.Fprintf(stderr, "note: %s\n", n)
-	}
-	var tokens []int32
-	if cfg.Strata.Data != "" {
-		var err error
-		if tokens, err = engine.LoadCorpus(cfg.Strata.Data); err != nil {
-			return err
-		}
-	}
+	return nil
+}
 
-	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes)
-	if err != nil {
+// checkResume refuses a resumed run with nothing to train or whose --out
+// holds later checkpoints, and notes how --config differs from the
+// checkpoint's config.
+func checkResume(c *cli.Context, p *trainPlan, stderr io.Writer) error {
+	p.start = p.resume.Step
+	steps := p.cfg.Strata.Steps
+	if p.start >= int64(steps) {
+		return usagef("train: --resume: %s is at step %d, and --steps (the total, counted from step 1) is %d: nothing to train; raise --steps above %d to continue",
+			p.resumeDir, p.start, steps, p.start)
+	}
+	out := c.String("out")
+	if later, err := laterCheckpoints(out, p.start); err != nil {
 		return err
+	} else if len(later) > 0 {
+		return usagef("train: --resume: %s already holds checkpoints past step %d (%s): this run would mix with them; resume from the latest, or write this run to another --out",
+			filepath.Join(out, "checkpoints"), p.start, strings.Join(later, ", "))
 	}
-	defer devs.Close()
-	var tr *engine.Tracer
-	var trFile *os.File
-	if path := c.String("trace"); path != "" {
-		if tr, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
-			return err
+	if c.IsSet("config") {
+		if d := configDiff(p.resume.Config, p.cfg.JSON()); d != "" {
+			fmt.Fprintf(stderr, "note: --config differs from the config %s was saved with: %s\n", p.resumeDir, d)
 		}
-		// Created now, so that a path that cannot be written fails before
-		// the training rather than after it.
-		if trFile, err = os.Create(path); err != nil {
-			return fmt.Errorf("train: --trace: %w", err)
-		}
-		defer trFile.Close()
 	}
-	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: tokens, Trace: tr, HostRegistrar: devs.Registrar})
+	return nil
+}
+
+// openTrainTrace makes the tracer of --trace and creates its file now, so
+// that a path that cannot be written fails before the training rather than
+// after it. Without --trace: nil, nil.
+func openTrainTrace(path string) (*engine.Tracer, *os.File, error) {
+	if path == "" {
+		return nil, nil, nil
+	}
+	tr, err := engine.NewTracer(engine.TraceOptions{})
 	if err != nil {
-		if trFile != nil { // nothing to write: no empty file left behind
-			trFile.Close()
-			os.Remove(trFile.Name())
-		}
-		return err
+		return nil, nil, err
 	}
-	defer e.Close()
-	if tr != nil {
-		// Written on every way out once the engine exists, a failed step
-		// included (the timeline shows what it was doing).
-		defer func() {
-			if werr := writeTrace(trFile, e, tr, stdout); werr != nil && err == nil {
-				err = werr
-			}
-		}()
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("train: --trace: %w", err)
 	}
+	return tr, f, nil
+}
+
+// startTrain loads the checkpoint of a resumed run into e and prints the
+// run's header: the devices, the engine's notes, the model and the batch.
+func startTrain(e *engine.Engine, p *trainPlan, devs *bench.Devices, stderr io.Writer) error {
+	cfg := p.cfg
 	if devs.Backend != "cpu" {
 		fmt.Fprintf(stderr, "devices: %s\n", devs.Describe)
 	}
-	if resume != nil {
-		if err := e.LoadCheckpoint(resumeDir); err != nil {
+	if p.resume != nil {
+		if err := e.LoadCheckpoint(p.resumeDir); err != nil {
 			return fmt.Errorf("train: --resume: %w", err)
 		}
-		start = e.StepCount()
+		p.start = e.StepCount()
 	}
 	for _, n := range e.Notes() {
 		fmt.Fprintf(stderr, "note: %s\n", n)
@@ -316,139 +422,189 @@ func runTrain(c *cli.Context) (err error) {
 		sum.Model, units.FormatSize(sum.Params), sum.Stage, sum.Devices, cfg.Strata.Backend, sum.Optimizer, sum.Overlap)
 	fmt.Fprintf(stderr, "  global batch %d rows = %d devices × %d micro-batches × %d rows of %d tokens; data: %s; %d steps\n",
 		cfg.TrainBatchSize, sum.Devices, sum.Accum, sum.Micro, sum.Seq, data, cfg.Strata.Steps)
-	if resume != nil {
-		fmt.Fprintf(stderr, "resumed from step %d (%s)\n", start, resumeDir)
+	if p.resume != nil {
+		fmt.Fprintf(stderr, "resumed from step %d (%s)\n", p.start, p.resumeDir)
 	}
+	return nil
+}
 
-	var jsonl io.Writer
-	if out != "" {
-		f, err := openOut(out, cfg, start)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		jsonl = f
-	}
+// trainLoop runs the steps of a run: one line of steps.jsonl per step, the
+// progress bar or a line per steps_per_print steps, the checkpoints of
+// --save-every, and a stop after the step in progress on a signal (with a
+// checkpoint of it under --out).
+type trainLoop struct {
+	e      *engine.Engine
+	cfg    *config.Config
+	flags  trainFlags
+	start  int64 // the step the run resumes after
+	steps  int   // the last step: cfg's, or the one a signal stopped the run after
+	stderr io.Writer
+	jsonl  io.Writer                // steps.jsonl; nil without --out
+	bar    *progressbar.ProgressBar // nil without a progress bar
+	intr   *interrupts
 
-	steps := cfg.Strata.Steps
-	var bar *progressbar.ProgressBar
-	if !c.Bool("no-progress") {
-		bar = progressbar.NewOptions(steps, progressbar.OptionSetWriter(stderr), progressbar.OptionShowCount(),
+	t0          time.Time
+	first, last engine.StepStats
+	moved       int64     // bytes, all links, since the run started
+	stopped     os.Signal // the signal that stopped the run after a step
+	stoppedAt   string    // its checkpoint
+}
+
+// run trains from l.start to l.steps; a stop on a signal is no error.
+func (l *trainLoop) run() error {
+	if l.flags.progress {
+		l.bar = progressbar.NewOptions(l.steps, progressbar.OptionSetWriter(l.stderr), progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(24), progressbar.OptionSetDescription("train"),
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetRenderBlankState(true))
-		if start > 0 {
-			bar.Set(int(start))
+		if l.start > 0 {
+			l.bar.Set(int(l.start))
 		}
 	}
-	ckDir := filepath.Join(out, "checkpoints")
-	t0 := time.Now()
-	var first, last engine.StepStats
-	var moved int64
-	intr := watchInterrupts()
-	defer intr.stop()
-	var stopped os.Signal // the signal that stopped the run after a step
-	var stoppedAt string  // its checkpoint
-	err = e.Run(steps-int(start), func(st engine.StepStats) error {
-		if first.Step == 0 {
-			first = st
-		}
-		last = st
-		m := st.Moved
-		moved += m.HostToDevice + m.DeviceToHost + m.DeviceToDevice + m.Collective
-		if jsonl != nil {
-			line := stepLine{Step: st.Step, Loss: st.Loss, LR: st.LR, GradNorm: st.GradNorm, ClipCoef: st.ClipCoef,
-				StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
-				HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
-				ElapsedSeconds: time.Since(t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: cfg.TrainBatchSize,
-				OptimizerSeconds: st.OptimizerTime.Seconds(), TierLine: newTierLine(st.Tier)}
-			b, _ := json.Marshal(line)
-			if _, err := fmt.Fprintf(jsonl, "%s\n", b); err != nil {
-				return fmt.Errorf("train: write steps.jsonl: %w", err)
-			}
-		}
-		tiers := ""
-		if t := st.Tier; t != nil {
-			tiers = fmt.Sprintf("  hits %.1f%%  nvme %s/%s", 100*t.HitRate, units.FormatBytes(t.LinkBytes[tier.NVMeToHost]), units.FormatBytes(t.LinkBytes[tier.HostToNVMe]))
-		}
-		if bar != nil {
-			bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(moved), tiers))
-			bar.Add(1)
-		} else if st.Step%int64(cfg.StepsPerPrint) == 0 || st.Step == int64(steps) {
-			fmt.Fprintf(stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s%s\n",
-				st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(moved), tiers)
-		}
-		sig := intr.requested()
-		if sig != nil && st.Step == int64(steps) {
-			sig = nil // the last step: the run ends as usual
-		}
-		saved := ""
-		if (saveEvery > 0 && (st.Step%int64(saveEvery) == 0 || st.Step == int64(steps))) || (sig != nil && out != "") {
-			// After the step's JSONL line, so that a resumed run finds it.
-			ts := time.Now()
-			path, err := e.SaveCheckpoint(ckDir, checkpoint.Options{Keep: keep})
-			if err != nil {
-				return fmt.Errorf("train: save checkpoint: %w", err)
-			}
-			if bar != nil {
-				bar.Clear()
-			}
-			fmt.Fprintf(stderr, "saved checkpoint of step %d to %s in %s\n", st.Step, path, time.Since(ts).Round(time.Millisecond))
-			saved = path
-		}
-		if sig != nil {
-			stopped, stoppedAt = sig, saved
-			return errStopped
-		}
-		return nil
-	})
-	if bar != nil {
-		bar.Finish()
-		fmt.Fprintln(stderr)
+	l.t0 = time.Now()
+	err := l.e.Run(l.steps-int(l.start), l.step)
+	if l.bar != nil {
+		l.bar.Finish()
+		fmt.Fprintln(l.stderr)
 	}
 	if errors.Is(err, errStopped) {
 		// Stopped on a signal after a whole step: the summary and weights
-		// below are those of that step, and the run can go on.
+		// that follow are those of that step, and the run can go on.
 		err = nil
-		steps = int(last.Step)
+		l.steps = int(l.last.Step)
 	}
-	if err != nil {
+	return err
+}
+
+// step is Engine.Run's callback: it records and shows st, saves a
+// checkpoint when one is due, and stops the run when a signal asked to.
+func (l *trainLoop) step(st engine.StepStats) error {
+	if l.first.Step == 0 {
+		l.first = st
+	}
+	l.last = st
+	m := st.Moved
+	l.moved += m.HostToDevice + m.DeviceToHost + m.DeviceToDevice + m.Collective
+	if err := l.writeLine(st); err != nil {
 		return err
 	}
-	elapsed := time.Since(t0)
-	sum = e.Summary()
-	ran := steps - int(start)
+	l.show(st)
+	sig := l.intr.requested()
+	if sig != nil && st.Step == int64(l.steps) {
+		sig = nil // the last step: the run ends as usual
+	}
+	saved := ""
+	every := l.flags.saveEvery
+	if (every > 0 && (st.Step%int64(every) == 0 || st.Step == int64(l.steps))) || (sig != nil && l.flags.out != "") {
+		// After the step's JSONL line, so that a resumed run finds it.
+		path, err := l.save(st)
+		if err != nil {
+			return err
+		}
+		saved = path
+	}
+	if sig != nil {
+		l.stopped, l.stoppedAt = sig, saved
+		return errStopped
+	}
+	return nil
+}
+
+// writeLine appends st to steps.jsonl (with --out).
+func (l *trainLoop) writeLine(st engine.StepStats) error {
+	if l.jsonl == nil {
+		return nil
+	}
+	m := st.Moved
+	line := stepLine{Step: st.Step, Loss: st.Loss, LR: st.LR, GradNorm: st.GradNorm, ClipCoef: st.ClipCoef,
+		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
+		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
+		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
+		OptimizerSeconds: st.OptimizerTime.Seconds(), TierLine: newTierLine(st.Tier)}
+	b, _ := json.Marshal(line)
+	if _, err := fmt.Fprintf(l.jsonl, "%s\n", b); err != nil {
+		return fmt.Errorf("train: write steps.jsonl: %w", err)
+	}
+	return nil
+}
+
+// show moves the progress bar, or prints a line every steps_per_print
+// steps and at the last.
+func (l *trainLoop) show(st engine.StepStats) {
+	tiers := ""
+	if t := st.Tier; t != nil {
+		tiers = fmt.Sprintf("  hits %.1f%%  nvme %s/%s", 100*t.HitRate, units.FormatBytes(t.LinkBytes[tier.NVMeToHost]), units.FormatBytes(t.LinkBytes[tier.HostToNVMe]))
+	}
+	if l.bar != nil {
+		l.bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(l.moved), tiers))
+		l.bar.Add(1)
+	} else if st.Step%int64(l.cfg.StepsPerPrint) == 0 || st.Step == int64(l.steps) {
+		fmt.Fprintf(l.stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s%s\n",
+			st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(l.moved), tiers)
+	}
+}
+
+// save writes a training checkpoint of the step just run under
+// --out DIR/checkpoints/ and returns its directory.
+func (l *trainLoop) save(st engine.StepStats) (string, error) {
+	ts := time.Now()
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep})
+	if err != nil {
+		return "", fmt.Errorf("train: save checkpoint: %w", err)
+	}
+	if l.bar != nil {
+		l.bar.Clear()
+	}
+	fmt.Fprintf(l.stderr, "saved checkpoint of step %d to %s in %s\n", st.Step, path, time.Since(ts).Round(time.Millisecond))
+	return path, nil
+}
+
+// report prints the run's summary, writes summary.json and the trained
+// weights under --out, and for a run stopped on a signal returns the error
+// that says how to go on.
+func (l *trainLoop) report(stdout io.Writer) error {
+	elapsed := time.Since(l.t0)
+	sum := l.e.Summary()
+	ran := l.steps - int(l.start)
 	from := ""
-	if start > 0 {
-		from = fmt.Sprintf(" (steps %d-%d, resumed)", start+1, steps)
+	if l.start > 0 {
+		from = fmt.Sprintf(" (steps %d-%d, resumed)", l.start+1, l.steps)
 	}
 	fmt.Fprintf(stdout, "trained %d steps%s in %s: loss %.4f -> %.4f, %.0f tokens/s, %s moved\n",
-		ran, from, elapsed.Round(time.Millisecond), first.Loss, last.Loss,
-		float64(ran*e.TokensPerStep())/elapsed.Seconds(), units.FormatBytes(moved))
+		ran, from, elapsed.Round(time.Millisecond), l.first.Loss, l.last.Loss,
+		float64(ran*l.e.TokensPerStep())/elapsed.Seconds(), units.FormatBytes(l.moved))
 	fmt.Fprint(stdout, sum.String())
-	if dir := out; dir != "" {
-		b, _ := json.MarshalIndent(summaryJSON(sum, elapsed), "", "  ")
-		if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("train: %w", err)
+	if dir := l.flags.out; dir != "" {
+		if err := writeRunOut(dir, l.e, sum, elapsed, stdout); err != nil {
+			return err
 		}
-		// The trained weights (fp32 master weights, gathered from every
-		// rank's shards and tier) as one safetensors file, streamed one
-		// chunk at a time.
-		path := filepath.Join(dir, "model.safetensors")
-		err := checkpoint.ExportStream(path, e.Layout(), checkpoint.ExportOptions{Step: e.StepCount()}, func(w *checkpoint.ExportWriter) error {
-			return e.MasterChunks(w.F32)
-		})
-		if err != nil {
-			return fmt.Errorf("train: --out: %w", err)
-		}
-		fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
 	}
-	if stopped != nil {
-		if stoppedAt == "" {
-			return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", stopped, last.Step, cfg.Strata.Steps)}
-		}
-		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: strata train --resume %s --out %s --steps %d",
-			stopped, last.Step, cfg.Strata.Steps, stoppedAt, out, out, cfg.Strata.Steps)}
+	if l.stopped == nil {
+		return nil
 	}
+	total, out := l.cfg.Strata.Steps, l.flags.out
+	if l.stoppedAt == "" {
+		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total)}
+	}
+	return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: strata train --resume %s --out %s --steps %d",
+		l.stopped, l.last.Step, total, l.stoppedAt, out, out, total)}
+}
+
+// writeRunOut writes summary.json and the trained weights (fp32 master
+// weights, gathered from every rank's shards and tier) as one safetensors
+// file, streamed one chunk at a time, under dir.
+func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, stdout io.Writer) error {
+	b, _ := json.MarshalIndent(summaryJSON(sum, elapsed), "", "  ")
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("train: %w", err)
+	}
+	path := filepath.Join(dir, "model.safetensors")
+	err := checkpoint.ExportStream(path, e.Layout(), checkpoint.ExportOptions{Step: e.StepCount()}, func(w *checkpoint.ExportWriter) error {
+		return e.MasterChunks(w.F32)
+	})
+	if err != nil {
+		return fmt.Errorf("train: --out: %w", err)
+	}
+	fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
 	return nil
 }
 

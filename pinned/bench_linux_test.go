@@ -12,8 +12,9 @@ import (
 // and population of a 64 MiB arena) and of writing every byte of an arena
 // already faulted in (reuse). It reports GB/s (1 GB = 10^9 B) per method, the
 // ratio of reuse to the default method (madvise) and of the default method to
-// plain MAP_POPULATE, the anchor. The order of the methods rotates each
-// iteration. Run:
+// plain MAP_POPULATE, the anchor, next to the default ns/op (one iteration:
+// every method once and the reuse pass). The order of the methods rotates
+// each iteration. Run:
 //
 //	go test -run '^$' -bench FirstTouch -benchtime 20x ./pinned
 func BenchmarkFirstTouchVsReuse(b *testing.B) {
@@ -65,5 +66,25 @@ func BenchmarkFirstTouchVsReuse(b *testing.B) {
 	b.ReportMetric(reuse, "reuse-GB/s")
 	b.ReportMetric(reuse/gbps(spent[0]), "reuse/madvise")
 	b.ReportMetric(gbps(spent[0])/gbps(spent[2]), "madvise/map-populate")
-	b.ReportMetric(0, "ns/op")
+}
+
+// TestFirstTouchBenchmarkReports runs the benchmark once as `go test -bench`
+// would and checks what it reports: the default ns/op (one iteration's
+// time, not overridden) and each custom metric.
+func TestFirstTouchBenchmarkReports(t *testing.T) {
+	if testing.Short() {
+		t.Skip("maps and faults in 64 MiB arenas for about a second")
+	}
+	r := testing.Benchmark(BenchmarkFirstTouchVsReuse)
+	if r.N == 0 {
+		t.Fatal("the benchmark failed (see its log)")
+	}
+	if _, over := r.Extra["ns/op"]; over || r.NsPerOp() <= 0 || r.NsPerOp() != r.T.Nanoseconds()/int64(r.N) {
+		t.Errorf("ns/op %d over %d iterations of %v: the default metric is overridden or missing", r.NsPerOp(), r.N, r.T)
+	}
+	for _, m := range []string{"madvise-GB/s", "touch-GB/s", "map-populate-GB/s", "touch-4k-GB/s", "reuse-GB/s", "reuse/madvise", "madvise/map-populate"} {
+		if v, ok := r.Extra[m]; !ok || !(v > 0) {
+			t.Errorf("%s = %v (reported %v), want > 0", m, v, ok)
+		}
+	}
 }

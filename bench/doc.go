@@ -1,0 +1,31 @@
+// Package bench holds the workloads behind `strata bench` and the
+// benchmark pages in this directory. Each is an options struct with
+// WithDefaults and Validate, one function that runs it, and a result that
+// prints as a table (String) and as one JSON object:
+//
+//   - RunNVMe: one fio-shaped workload (block size, queue depth, read /
+//     write / random / mixed) over a file per path through nvme.Engine,
+//     with device latency from the block-layer tracepoints when BPF is
+//     allowed (nvme_trace_linux.go, the only user of cilium/ebpf).
+//   - RunAdam: one cpuadam step, alternating with the r4w3 memory
+//     roofline on the same arrays and threads.
+//   - RunGemm: the CPU backend's GEMM at the linear layers of a GPT-2
+//     block, against the machine's fp32 peak (CPUPeak).
+//   - Step: the ZeRO engine at stage 3 with everything resident, offloaded
+//     to host RAM and offloaded to NVMe, stepped in interleaved rounds so
+//     that a shared machine's noise falls on every mode alike; it reports
+//     whether the offloaded modes end bit-identical to the resident one.
+//   - TrainStep: the plain one-device loop (model.Trainer) against the
+//     backend's GEMM at the model's c_fc shape.
+//
+// OpenDevices opens a backend's devices (cpu or cuda) for any of them and
+// for `strata train`. The package prints nothing: progress goes to an
+// optional callback where a workload is long, and cmd decides what to
+// show. The workloads report ratios against an anchor measured in the
+// same run (the GEMM, the memory roofline, the CPU peak; fio in
+// nvme-vs-fio.sh); the tests check what they report, never how fast.
+//
+// Memory: buffers handed to O_DIRECT I/O are mapped outside the Go heap
+// (mapAligned) and unmapped when the workload ends; files and swap
+// directories a workload creates are removed on every way out.
+package bench
