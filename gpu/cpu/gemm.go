@@ -27,17 +27,14 @@ const (
 var blasImpl gonum.Implementation
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C.
-func (o *Ops) Gemm(gs gpu.Stream, transA, transB bool, m, n, k int, alpha float32, ga, gb gpu.Buffer, beta float32, gc gpu.Buffer) {
-	nonNeg("gemm", m, n, k)
-	s := o.stream(gs)
-	a, b, c := o.float(ga, "gemm a", m*k), o.float(gb, "gemm b", k*n), o.float(gc, "gemm c", m*n)
+func (o *kernels) Gemm(s *Stream, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	s.enqueue(func() error {
 		o.gemm(transA, transB, m, n, k, alpha, a, b, beta, c)
 		return nil
 	})
 }
 
-func (o *Ops) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
+func (o *kernels) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -167,7 +164,7 @@ func grow(s []float32, n int) []float32 {
 // sgemm computes c (m×n) = alpha*op(a)*op(b) + beta*c on dense fp32 slices
 // on the calling goroutine, with the device's kernel (kernels inside other
 // parallel ops use it).
-func (o *Ops) sgemm(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
+func (o *kernels) sgemm(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
 	if m == 0 || n == 0 {
 		return
 	}

@@ -38,7 +38,7 @@ var packedPool = sync.Pool{New: func() any { return new(packedScratch) }}
 
 // gemmPacked runs the tiles on the device's workers when par is set, else
 // on the calling goroutine.
-func (o *Ops) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
+func (o *kernels) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	tm, tn := (m+packedMC-1)/packedMC, (n+packedNC-1)/packedNC
 	run := func(lo, hi int) {
 		sc := packedPool.Get().(*packedScratch)

@@ -88,10 +88,10 @@ func New(o Options) ([]*Device, []gpu.Comm, error) {
 	for i := range devs {
 		devs[i] = newDevice(i, o)
 	}
-	g := &group{n: o.Devices, rounds: map[uint64]*round{}}
+	g := newGroup(o.Devices)
 	comms := make([]gpu.Comm, o.Devices)
-	for i := range comms {
-		comms[i] = &Comm{g: g, rank: i, dev: devs[i]}
+	for i, d := range devs {
+		comms[i] = gpu.CheckedComm[*Stream, *Buffer](d.front, i, o.Devices, &comm{g: g, rank: i, dev: d})
 	}
 	return devs, comms, nil
 }

@@ -65,7 +65,7 @@ func (o Options) String() string {
 type Backend struct {
 	l     *lib
 	devs  []*Device
-	comms []*Comm
+	comms []gpu.Comm
 	group *group
 
 	mu      sync.Mutex
@@ -145,8 +145,7 @@ func New(o Options) (*Backend, error) {
 	}
 	for i := range o.Devices {
 		g := l.gpus[i%len(l.gpus)]
-		d := &Device{index: i, g: g, b: b, mem: gpu.NewBudget(i, budgets[i%len(l.gpus)])}
-		d.ops = &Ops{d: d}
+		d := newDevice(i, g, b, budgets[i%len(l.gpus)])
 		s, err := b.newStream(d)
 		if err != nil {
 			b.Close()
@@ -162,7 +161,7 @@ func New(o Options) (*Backend, error) {
 	}
 	b.group = grp
 	for i, d := range b.devs {
-		b.comms = append(b.comms, &Comm{g: grp, rank: i, dev: d})
+		b.comms = append(b.comms, gpu.CheckedComm[*Stream, *Buffer](d.front, i, len(b.devs), &comm{g: grp, rank: i, dev: d}))
 	}
 	return b, nil
 }
@@ -180,13 +179,7 @@ func (b *Backend) Devices() []gpu.Device {
 func (b *Backend) Device(i int) *Device { return b.devs[i] }
 
 // Comms returns one communicator per device.
-func (b *Backend) Comms() []gpu.Comm {
-	out := make([]gpu.Comm, len(b.comms))
-	for i, c := range b.comms {
-		out[i] = c
-	}
-	return out
-}
+func (b *Backend) Comms() []gpu.Comm { return append([]gpu.Comm(nil), b.comms...) }
 
 // Close synchronizes and destroys every stream of the backend and frees the
 // collective state. Buffers still allocated stay allocated (their memory
