@@ -43,6 +43,28 @@ type Call[B any] struct {
 	Root       int
 }
 
+// RingBytes is what rank's part of the collective c sends in a ring
+// algorithm over size ranks, the figure every backend adds to its
+// Collective link counter: AllGather (N-1)×send, ReduceScatter (N-1)×recv,
+// AllReduce 2(N-1)/N×buf, Broadcast buf for every rank but the one before
+// root in the ring (all of it when N = 1), Barrier nothing.
+func RingBytes[B Buffer](c Call[B], rank, size int) int64 {
+	n := int64(size)
+	switch c.Kind {
+	case CollAllGather:
+		return (n - 1) * c.Send.Bytes()
+	case CollReduceScatter:
+		return (n - 1) * c.Recv.Bytes()
+	case CollAllReduce:
+		return 2 * (n - 1) * c.Send.Bytes() / n
+	case CollBroadcast:
+		if rank != (c.Root+size-1)%size || size == 1 {
+			return c.Send.Bytes()
+		}
+	}
+	return 0
+}
+
 // Issuer is what a backend implements behind CheckedComm: Issue enqueues
 // on s the rank's seq-th collective call (1, 2, ...: the n-th call of
 // every rank belongs to round n), already checked.

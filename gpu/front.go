@@ -22,6 +22,10 @@ type Front struct {
 	name             string
 	granularityBytes int64
 	mem              *Budget
+
+	// Links counts the bytes the device moved, as LinkCounters reports
+	// them; the backend adds to them as it moves data.
+	Links struct{ HostToDevice, DeviceToHost, DeviceToDevice, Collective atomic.Int64 }
 }
 
 // NewFront returns the front end of device index of backend (the prefix
@@ -34,17 +38,33 @@ func NewFront(backend string, index int, name string, budgetBytes, granularityBy
 	return &Front{backend: backend, index: index, name: name, granularityBytes: granularityBytes, mem: NewBudget(index, budgetBytes)}
 }
 
-// Index returns the device's index in its backend.
-func (f *Front) Index() int { return f.index }
+// Ledger returns the device's report of itself, for the backend's Device
+// to embed.
+func (f *Front) Ledger() Ledger { return Ledger{f: f} }
 
-// Name returns the device's name in messages.
-func (f *Front) Name() string { return f.name }
+// Ledger is what every backend's device reports the same way: its index
+// and name, its memory accounting and its link counters (Device's Index,
+// Name, MemStats, ResetPeak and Counters). Backends embed it.
+type Ledger struct{ f *Front }
+
+// Index returns the device's index in its backend.
+func (l Ledger) Index() int { return l.f.index }
+
+// Name returns the device's name.
+func (l Ledger) Name() string { return l.f.name }
 
 // MemStats returns the device's memory accounting.
-func (f *Front) MemStats() MemStats { return f.mem.Stats() }
+func (l Ledger) MemStats() MemStats { return l.f.mem.Stats() }
 
 // ResetPeak sets every peak to the bytes in use now.
-func (f *Front) ResetPeak() { f.mem.ResetPeak() }
+func (l Ledger) ResetPeak() { l.f.mem.ResetPeak() }
+
+// Counters returns the bytes moved on each link so far.
+func (l Ledger) Counters() LinkCounters {
+	k := &l.f.Links
+	return LinkCounters{HostToDevice: k.HostToDevice.Load(), DeviceToHost: k.DeviceToHost.Load(),
+		DeviceToDevice: k.DeviceToDevice.Load(), Collective: k.Collective.Load()}
+}
 
 // Panicf panics with the backend's name before the message: a broken
 // contract found by the backend itself.
@@ -102,13 +122,60 @@ func (f *Front) Release(a *Allocation) { f.mem.Release(a.SizeBytes, a.Tag) }
 
 // Resident is what the front end reads of a backend's buffer besides the
 // Buffer methods: the device that owns it, its allocation and whether it
-// is a view.
+// is a view. Backends get these methods by embedding an Extent.
 type Resident interface {
 	Buffer
 	Home() *Front
 	Allocation() *Allocation
 	IsView() bool
 }
+
+// Extent is the backend-independent part of a buffer: the front end of its
+// device, the accounting of its allocation, its dtype, the elements
+// [Offset, Offset+Len) of the allocation it covers, and whether it is a
+// view. A backend's Buffer embeds it next to where the memory is, which
+// gives it the Buffer and Resident methods but Slice.
+type Extent struct {
+	home   *Front
+	alloc  *Allocation
+	dt     DType
+	off, n int
+	view   bool
+}
+
+// Extent returns the extent of a new allocation a of n elements of dt on
+// f's device.
+func (f *Front) Extent(a *Allocation, dt DType, n int) Extent {
+	return Extent{home: f, alloc: a, dt: dt, n: n}
+}
+
+// Scratch returns the extent of n elements of dt on no device: what a
+// backend's own kernels use to view their scratch memory as a buffer. The
+// front end refuses such a buffer.
+func Scratch(dt DType, n int) Extent { return Extent{dt: dt, n: n} }
+
+// Sub checks that elements [off, off+n) lie in e (Buffer.Slice) and
+// returns the extent of a view of them.
+func (e *Extent) Sub(off, n int) Extent {
+	if off < 0 || n < 0 || off+n > e.n {
+		e.home.Panicf("slice [%d, %d) of a buffer of %d elements", off, off+n, e.n)
+	}
+	return Extent{home: e.home, alloc: e.alloc, dt: e.dt, off: e.off + off, n: n, view: true}
+}
+
+func (e *Extent) DType() DType            { return e.dt }
+func (e *Extent) Len() int                { return e.n }
+func (e *Extent) Bytes() int64            { return int64(e.n) * int64(e.dt.Size()) }
+func (e *Extent) DeviceIndex() int        { return e.home.index }
+func (e *Extent) Home() *Front            { return e.home }
+func (e *Extent) Allocation() *Allocation { return e.alloc }
+func (e *Extent) IsView() bool            { return e.view }
+
+// Offset returns the index of the first element in the allocation.
+func (e *Extent) Offset() int { return e.off }
+
+// Tag returns what the allocation behind the buffer is for.
+func (e *Extent) Tag() Tag { return e.alloc.Tag }
 
 // Queue is what the front end reads of a backend's stream: the device
 // that owns it.
@@ -131,7 +198,8 @@ func BufferOf[B Resident](f *Front, b Buffer, what string) B {
 // any of its devices, and returns it.
 func AnyBufferOf[B Resident](f *Front, b Buffer, what string) B {
 	rb, ok := b.(B)
-	if !ok || b == nil || rb.Allocation() == nil {
+	var none B
+	if !ok || any(rb) == any(none) || rb.Allocation() == nil {
 		f.Panicf("%s is not a %s buffer (%T)", what, f.backend, b)
 	}
 	if a := rb.Allocation(); a.Freed() {
@@ -144,7 +212,8 @@ func AnyBufferOf[B Resident](f *Front, b Buffer, what string) B {
 // device and returns it.
 func StreamOf[S Queue](f *Front, s Stream) S {
 	rs, ok := s.(S)
-	if !ok || s == nil || rs.Home() == nil {
+	var none S
+	if !ok || any(rs) == any(none) {
 		f.Panicf("stream is not a %s stream (%T)", f.backend, s)
 	}
 	if h := rs.Home(); h != f {
@@ -158,8 +227,9 @@ func StreamOf[S Queue](f *Front, s Stream) S {
 // releases the memory, then calls Release.
 func Free[B Resident](f *Front, b Buffer) B {
 	rb, ok := b.(B)
+	var none B
 	switch {
-	case !ok || b == nil:
+	case !ok || any(rb) == any(none) || rb.Allocation() == nil:
 		f.Panicf("free of a foreign buffer %T", b)
 	case rb.Home() != f:
 		f.Panicf("free on %s of a buffer of %s", f.name, rb.Home().name)
@@ -169,14 +239,6 @@ func Free[B Resident](f *Front, b Buffer) B {
 		f.Panicf("double free of %q", rb.Allocation().Tag.Purpose)
 	}
 	return rb
-}
-
-// CheckSlice checks that elements [off, off+n) lie in a buffer of length
-// elements (Buffer.Slice).
-func (f *Front) CheckSlice(off, n, length int) {
-	if off < 0 || n < 0 || off+n > length {
-		f.Panicf("slice [%d, %d) of a buffer of %d elements", off, off+n, length)
-	}
 }
 
 // CheckRange checks that bytes [off, off+n) lie in a buffer of size bytes.

@@ -43,12 +43,12 @@ type round struct {
 }
 
 type group struct {
-	n      int
+	size   int
 	rounds *gpu.Rounds[*Buffer, chan *round]
 }
 
 func newGroup(n int) *group {
-	return &group{n: n, rounds: gpu.NewRounds[*Buffer, chan *round]("gpu/cpu", n)}
+	return &group{size: n, rounds: gpu.NewRounds[*Buffer, chan *round]("gpu/cpu", n)}
 }
 
 // comm is one rank of a communicator over the devices of one backend,
@@ -68,10 +68,10 @@ func (c *comm) Issue(s *Stream, seq uint64, cl call) {
 func (g *group) start(gr *gpu.Round[*Buffer, chan *round]) {
 	rd := &round{Round: gr, allRead: make(chan struct{})}
 	if cl := gr.Calls[0]; gr.Err == nil && cl.Kind == gpu.CollAllReduce {
-		if cl.Send.dt == gpu.F64 {
-			rd.sharedD = make([]float64, cl.Send.n)
+		if cl.Send.DType() == gpu.F64 {
+			rd.sharedD = make([]float64, cl.Send.Len())
 		} else {
-			rd.sharedF = make([]float32, cl.Send.n)
+			rd.sharedF = make([]float32, cl.Send.Len())
 		}
 	}
 	for _, w := range gr.Ranks {
@@ -89,7 +89,7 @@ func (rd *round) doneReading() {
 }
 
 func (c *comm) execute(seq uint64, cl call) error {
-	n, r := c.g.n, c.rank
+	n, r := c.g.size, c.rank
 	wake := make(chan *round, 1)
 	if gr := c.g.rounds.Join(seq, r, cl, wake); gr != nil {
 		c.g.start(gr)
@@ -98,6 +98,7 @@ func (c *comm) execute(seq uint64, cl call) error {
 	if rd.Err != nil {
 		return rd.Err
 	}
+	c.dev.front.Links.Collective.Add(gpu.RingBytes(cl, r, n))
 	var write func()
 	switch cl.Kind {
 	case gpu.CollBarrier:
@@ -108,19 +109,15 @@ func (c *comm) execute(seq uint64, cl call) error {
 			copy(tmp[q*sz:], rd.Calls[q].Send.raw())
 		}
 		write = func() { copy(cl.Recv.raw(), tmp) }
-		c.dev.coll.Add(int64((n - 1) * sz))
 	case gpu.CollBroadcast:
 		var tmp []byte
 		if r != cl.Root {
 			tmp = append([]byte(nil), rd.Calls[cl.Root].Send.raw()...)
 			write = func() { copy(cl.Recv.raw(), tmp) }
 		}
-		if r != (cl.Root+n-1)%n || n == 1 {
-			c.dev.coll.Add(cl.Send.Bytes())
-		}
 	case gpu.CollReduceScatter:
-		m := cl.Recv.n
-		if cl.Send.dt == gpu.F64 {
+		m := cl.Recv.Len()
+		if cl.Send.DType() == gpu.F64 {
 			tmp := make([]float64, m)
 			reduceF64(tmp, rd.Calls, r*m, cl.Op)
 			write = func() { copy(cl.Recv.f64(), tmp) }
@@ -129,9 +126,8 @@ func (c *comm) execute(seq uint64, cl call) error {
 			reduceF32(tmp, rd.Calls, r*m, cl.Op)
 			write = func() { storeF32(cl.Recv, 0, tmp) }
 		}
-		c.dev.coll.Add(int64(n-1) * cl.Recv.Bytes())
 	case gpu.CollAllReduce:
-		lo, hi := r*cl.Send.n/n, (r+1)*cl.Send.n/n
+		lo, hi := r*cl.Send.Len()/n, (r+1)*cl.Send.Len()/n
 		if rd.sharedD != nil {
 			reduceF64(rd.sharedD[lo:hi], rd.Calls, lo, cl.Op)
 			write = func() { copy(cl.Recv.f64(), rd.sharedD) }
@@ -139,7 +135,6 @@ func (c *comm) execute(seq uint64, cl call) error {
 			reduceF32(rd.sharedF[lo:hi], rd.Calls, lo, cl.Op)
 			write = func() { storeF32(cl.Recv, 0, rd.sharedF) }
 		}
-		c.dev.coll.Add(2 * int64(n-1) * cl.Send.Bytes() / int64(n))
 	}
 	rd.doneReading()
 	<-rd.allRead

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/strata-ai/strata/gpu"
@@ -16,30 +15,22 @@ const granularityBytes = 64
 // Device is one in-process device: host memory behind a byte budget, streams
 // run by goroutines, and Ops computed in Go.
 type Device struct {
-	front   *gpu.Front // budget and argument checks
 	workers int
-	packed  bool // GEMM through the packed AVX-512 kernel (else gonum)
-	k       *kernels
-	ops     gpu.Ops // k behind the front end's checks
-	def     *Stream
+	packed  bool    // GEMM through the packed AVX-512 kernel (else gonum)
+	def     *Stream // the default stream
 
-	h2d, d2h, d2d, coll atomic.Int64
+	gpu.Ledger            // index, name, memory accounting, link counters
+	front      *gpu.Front // budget and argument checks
+	ops        gpu.Ops    // the kernels behind the front end's checks
 }
 
 func newDevice(index int, o Options) *Device {
 	d := &Device{workers: o.Workers, packed: o.Kernel == KernelAVX512,
 		front: gpu.NewFront("gpu/cpu", index, fmt.Sprintf("cpu:%d", index), o.HBMBytes, granularityBytes)}
-	d.k = &kernels{d: d}
-	d.ops = gpu.CheckedOps[*Stream, *Buffer](d.front, d.k)
+	d.Ledger, d.ops = d.front.Ledger(), gpu.CheckedOps[*Stream, *Buffer](d.front, &kernels{d: d})
 	d.def = d.newStream()
 	return d
 }
-
-// Index returns the device's rank in its backend.
-func (d *Device) Index() int { return d.front.Index() }
-
-// Name returns "cpu:<index>".
-func (d *Device) Name() string { return d.front.Name() }
 
 // Kernel returns the GEMM kernel: KernelAVX512 or KernelGonum.
 func (d *Device) Kernel() string {
@@ -52,80 +43,57 @@ func (d *Device) Kernel() string {
 // Workers returns the number of goroutines one heavy op uses.
 func (d *Device) Workers() int { return d.workers }
 
-// allocation is one Alloc: its accounting and its aligned memory.
+// allocation is the memory of one Alloc, shared by its views (Free drops
+// it, so a use after free fails loudly).
 type allocation struct {
-	*gpu.Allocation
 	mem []byte
 }
 
-// Buffer is a typed view of device memory.
+// Buffer is a typed view of device memory: an extent (device, accounting,
+// dtype, elements) of an allocation's memory.
 type Buffer struct {
-	dev  *Device
-	a    *allocation
-	dt   gpu.DType
-	off  int // elements from the start of the allocation
-	n    int
-	view bool
+	gpu.Extent
+	dev *Device
+	a   *allocation
 }
-
-func (b *Buffer) DType() gpu.DType { return b.dt }
-func (b *Buffer) Len() int         { return b.n }
-func (b *Buffer) Bytes() int64     { return int64(b.n) * int64(b.dt.Size()) }
-func (b *Buffer) DeviceIndex() int { return b.dev.Index() }
 
 // Slice returns elements [off, off+n) as a view sharing memory.
 func (b *Buffer) Slice(off, n int) gpu.Buffer {
-	b.dev.front.CheckSlice(off, n, b.n)
-	return &Buffer{dev: b.dev, a: b.a, dt: b.dt, off: b.off + off, n: n, view: true}
+	return &Buffer{Extent: b.Sub(off, n), dev: b.dev, a: b.a}
 }
-
-// Tag returns what the allocation behind b is for.
-func (b *Buffer) Tag() gpu.Tag { return b.a.Tag }
-
-// Home, Allocation and IsView are what the front end checks (gpu.Resident).
-func (b *Buffer) Home() *gpu.Front { return b.dev.front }
-
-func (b *Buffer) Allocation() *gpu.Allocation {
-	if b == nil {
-		return nil
-	}
-	return b.a.Allocation
-}
-
-func (b *Buffer) IsView() bool { return b.view }
 
 // raw returns the bytes of b.
 func (b *Buffer) raw() []byte {
-	s := b.dt.Size()
-	return b.a.mem[b.off*s : (b.off+b.n)*s : (b.off+b.n)*s]
+	s := b.DType().Size()
+	return b.a.mem[b.Offset()*s : (b.Offset()+b.Len())*s : (b.Offset()+b.Len())*s]
 }
 
 func (b *Buffer) f32() []float32 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 func (b *Buffer) u16() []uint16 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 func (b *Buffer) i32() []int32 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 func (b *Buffer) f64() []float64 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*float64)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 // Alloc reserves n zeroed elements of dt against the budget.
@@ -134,7 +102,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &allocation{Allocation: acct}
+	a := &allocation{}
 	if raw := n * dt.Size(); raw > 0 {
 		mem := make([]byte, raw+granularityBytes-1)
 		shift := 0
@@ -143,7 +111,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 		}
 		a.mem = mem[shift : shift+raw : shift+raw]
 	}
-	return &Buffer{dev: d, a: a, dt: dt, n: n}, nil
+	return &Buffer{Extent: d.front.Extent(acct, dt, n), dev: d, a: a}, nil
 }
 
 // Free releases a buffer returned by Alloc. Freeing a view or freeing twice
@@ -151,18 +119,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 func (d *Device) Free(gb gpu.Buffer) {
 	b := gpu.Free[*Buffer](d.front, gb)
 	b.a.mem = nil
-	d.front.Release(b.a.Allocation)
-}
-
-// MemStats returns the device's memory statistics.
-func (d *Device) MemStats() gpu.MemStats { return d.front.MemStats() }
-
-// ResetPeak sets every peak to the current in-use value.
-func (d *Device) ResetPeak() { d.front.ResetPeak() }
-
-// Counters returns the bytes moved on each link so far.
-func (d *Device) Counters() gpu.LinkCounters {
-	return gpu.LinkCounters{HostToDevice: d.h2d.Load(), DeviceToHost: d.d2h.Load(), DeviceToDevice: d.d2d.Load(), Collective: d.coll.Load()}
+	d.front.Release(b.Allocation())
 }
 
 // Ops returns the device's kernels.
@@ -190,7 +147,7 @@ func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes in
 	s, dst := gpu.CopyIn[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, len(src))
 	s.enqueue(func() error {
 		copy(dst.raw()[dstOffBytes:], src)
-		d.h2d.Add(int64(len(src)))
+		d.front.Links.HostToDevice.Add(int64(len(src)))
 		return nil
 	})
 }
@@ -200,7 +157,7 @@ func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, sr
 	s, src := gpu.CopyOut[*Stream, *Buffer](d.front, gs, gsrc, srcOffBytes, len(dst))
 	s.enqueue(func() error {
 		copy(dst, src.raw()[srcOffBytes:])
-		d.d2h.Add(int64(len(dst)))
+		d.front.Links.DeviceToHost.Add(int64(len(dst)))
 		return nil
 	})
 }
@@ -213,7 +170,7 @@ func (d *Device) CopyDeviceToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes 
 	s.enqueue(func() error {
 		copy(dst.raw()[dstOffBytes:dstOffBytes+n], src.raw()[srcOffBytes:srcOffBytes+n])
 		if src.dev != d {
-			d.d2d.Add(n)
+			d.front.Links.DeviceToDevice.Add(n)
 		}
 		return nil
 	})

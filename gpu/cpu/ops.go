@@ -142,16 +142,16 @@ func (o *kernels) Add(s *Stream, a, b, out *Buffer, n int) {
 // f64 to bf16 rounds to f32 first (two roundings); floats to i32 truncate.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {
 	s.enqueue(func() error {
-		n := src.n
+		n := src.Len()
 		switch {
-		case dst.dt == src.dt:
+		case dst.DType() == src.DType():
 			copy(dst.raw(), src.raw())
-		case dst.dt == gpu.F64 && src.dt == gpu.I32:
+		case dst.DType() == gpu.F64 && src.DType() == gpu.I32:
 			d, sv := dst.f64(), src.i32()
 			for i, v := range sv {
 				d[i] = float64(v)
 			}
-		case dst.dt == gpu.I32 && src.dt == gpu.F64:
+		case dst.DType() == gpu.I32 && src.DType() == gpu.F64:
 			d, sv := dst.i32(), src.f64()
 			for i, v := range sv {
 				d[i] = int32(v)
@@ -168,7 +168,7 @@ func (o *kernels) Cast(s *Stream, dst, src *Buffer) {
 // Fill writes value into every element of x (any dtype).
 func (o *kernels) Fill(s *Stream, x *Buffer, value float32) {
 	s.enqueue(func() error {
-		switch x.dt {
+		switch x.DType() {
 		case gpu.F32:
 			v := x.f32()
 			for i := range v {
@@ -197,14 +197,14 @@ func (o *kernels) Fill(s *Stream, x *Buffer, value float32) {
 // Scale: x *= alpha (f64 buffers in float64).
 func (o *kernels) Scale(s *Stream, x *Buffer, alpha float32) {
 	s.enqueue(func() error {
-		if x.dt == gpu.F64 {
+		if x.DType() == gpu.F64 {
 			v := x.f64()
 			for i := range v {
 				v[i] *= float64(alpha)
 			}
 			return nil
 		}
-		o.elementwise(x.n, func(lo, hi int) {
+		o.elementwise(x.Len(), func(lo, hi int) {
 			v := loadF32(x, lo, hi, nil)
 			for i := range v {
 				v[i] *= alpha
@@ -218,14 +218,14 @@ func (o *kernels) Scale(s *Stream, x *Buffer, alpha float32) {
 // Axpy: y += alpha*x (fp32; float64 when both are f64).
 func (o *kernels) Axpy(s *Stream, alpha float32, x, y *Buffer) {
 	s.enqueue(func() error {
-		if x.dt == gpu.F64 && y.dt == gpu.F64 {
+		if x.DType() == gpu.F64 && y.DType() == gpu.F64 {
 			xv, yv := x.f64(), y.f64()
 			for i, v := range xv {
 				yv[i] += float64(alpha) * v
 			}
 			return nil
 		}
-		o.elementwise(x.n, func(lo, hi int) {
+		o.elementwise(x.Len(), func(lo, hi int) {
 			xv := loadF32(x, lo, hi, nil)
 			yv := loadF32(y, lo, hi, nil)
 			for i, v := range xv {
@@ -241,7 +241,7 @@ func (o *kernels) Axpy(s *Stream, alpha float32, x, y *Buffer) {
 func (o *kernels) SumSquares(s *Stream, x, out *Buffer, index int) {
 	s.enqueue(func() error {
 		var sum float64
-		switch x.dt {
+		switch x.DType() {
 		case gpu.F32:
 			for _, v := range x.f32() {
 				sum += float64(v) * float64(v)
@@ -272,7 +272,7 @@ const adamGrain = 1 << 16
 // is elementwise, so the bits equal one cpuadam call over the whole buffer.
 // The front end has validated p (a rejected set reaches Fail).
 func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.AdamParams) {
-	n := param.n
+	n := param.Len()
 	s.enqueue(func() error {
 		chunks := (n + adamGrain - 1) / adamGrain
 		o.d.parallel(chunks, 1, func(clo, chi int) {
@@ -282,7 +282,7 @@ func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.Adam
 				if out != nil {
 					ob = out.u16()[lo:hi]
 				}
-				if grad.dt == gpu.F32 {
+				if grad.DType() == gpu.F32 {
 					cpuadam.StepF32(p, param.f32()[lo:hi], grad.f32()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
 				} else {
 					cpuadam.StepBF16(p, param.f32()[lo:hi], grad.u16()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)

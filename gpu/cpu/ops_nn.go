@@ -192,7 +192,7 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, att, dqkv *Buffer, bat
 						t := r0 + i
 						copy(p[i*r1:(i+1)*r1], av[(bh*seq+t)*seq:])
 						row := loadF32(dout, (b*seq+t)*C+h*hd, (b*seq+t)*C+(h+1)*hd, tmp)
-						if dout.dt != gpu.F32 {
+						if dout.DType() != gpu.F32 {
 							tmp = row
 						}
 						copy(do[i*hd:], row)
@@ -243,7 +243,7 @@ func (a *attnHead) gather(qkv *Buffer, b, h, heads int) {
 		for i, dst := range [][]float32{a.q, a.k, a.v} {
 			src := loadF32(qkv, base+i*C, base+i*C+a.hd, a.tmp)
 			copy(dst[t*a.hd:(t+1)*a.hd], src)
-			if qkv.dt != gpu.F32 {
+			if qkv.DType() != gpu.F32 {
 				a.tmp = src
 			}
 		}
@@ -305,12 +305,12 @@ func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buff
 			var tmp []float32
 			for r := lo; r < hi; r++ {
 				l := loadF32(logits, r*vocab, (r+1)*vocab, tmp)
-				if logits.dt != gpu.F32 {
+				if logits.DType() != gpu.F32 {
 					tmp = l
 				}
 				mx, sum := softmaxStats(l)
 				var out []float32
-				if dlogits.dt == gpu.F32 {
+				if dlogits.DType() == gpu.F32 {
 					out = dlogits.f32()[r*vocab : (r+1)*vocab]
 				} else {
 					out = make([]float32, vocab)
@@ -342,7 +342,7 @@ func checkIDs(what string, ids []int32, limit int) error {
 // the vocabulary is an error on the stream and leaves out unchanged.
 func (o *kernels) EmbeddingForward(s *Stream, ids, wte, wpe, out *Buffer, batch, seq, dim int) {
 	s.enqueue(func() error {
-		vocab := wte.n / max(1, dim)
+		vocab := wte.Len() / max(1, dim)
 		if err := checkIDs("embedding: id", ids.i32(), vocab); err != nil {
 			return err
 		}
@@ -354,10 +354,10 @@ func (o *kernels) EmbeddingForward(s *Stream, ids, wte, wpe, out *Buffer, batch,
 				t, id := bt%seq, int(iv[bt])
 				e := loadF32(wte, id*dim, (id+1)*dim, t1)
 				p := loadF32(wpe, t*dim, (t+1)*dim, t2)
-				if wte.dt != gpu.F32 {
+				if wte.DType() != gpu.F32 {
 					t1 = e
 				}
-				if wpe.dt != gpu.F32 {
+				if wpe.DType() != gpu.F32 {
 					t2 = p
 				}
 				for c := range res {
@@ -375,7 +375,7 @@ func (o *kernels) EmbeddingForward(s *Stream, ids, wte, wpe, out *Buffer, batch,
 // b, then t, starting from its old value, and rounded once on store.
 func (o *kernels) EmbeddingBackward(s *Stream, ids, dout, dwte, dwpe *Buffer, batch, seq, dim int) {
 	s.enqueue(func() error {
-		vocab := dwte.n / max(1, dim)
+		vocab := dwte.Len() / max(1, dim)
 		if err := checkIDs("embedding: id", ids.i32(), vocab); err != nil {
 			return err
 		}
@@ -406,7 +406,7 @@ func (o *kernels) EmbeddingBackward(s *Stream, ids, dout, dwte, dwpe *Buffer, ba
 			var tmp []float32
 			for bt := range batch * seq {
 				d := loadF32(dout, bt*dim+lo, bt*dim+hi, tmp)
-				if dout.dt != gpu.F32 {
+				if dout.DType() != gpu.F32 {
 					tmp = d
 				}
 				axpyF(1, d, acc[slot[bt]*w:(slot[bt]+1)*w])

@@ -43,7 +43,7 @@ type round = gpu.Round[*Buffer, rankCall]
 
 type group struct {
 	b      *Backend
-	n      int
+	size   int
 	rounds *gpu.Rounds[*Buffer, rankCall]
 
 	flagsHost unsafe.Pointer // n uint32 in mapped, pinned host memory
@@ -54,7 +54,7 @@ type group struct {
 
 func newGroup(b *Backend) (*group, error) {
 	n := len(b.devs)
-	g := &group{b: b, n: n, rounds: gpu.NewRounds[*Buffer, rankCall]("gpu/cuda", n)}
+	g := &group{b: b, size: n, rounds: gpu.NewRounds[*Buffer, rankCall]("gpu/cuda", n)}
 	g0 := b.devs[0].g
 	drv := g0.l.drv
 	err := g0.do(func() error {
@@ -153,7 +153,7 @@ func (c *comm) Issue(s *Stream, seq uint64, cl call) {
 
 // execute drives a complete round on the group's streams.
 func (g *group) execute(rd *round) {
-	n := g.n
+	n := g.size
 	drv := g.b.l.drv
 	err := rd.Err
 	if err == nil {
@@ -187,7 +187,7 @@ func (g *group) execute(rd *round) {
 
 // transfer enqueues the four phases of the round on the group's streams.
 func (g *group) transfer(rd *round) error {
-	n := g.n
+	n := g.size
 	drv := g.b.l.drv
 	c0 := rd.Calls[0]
 	// on runs f for rank r with its device's context current.
@@ -276,27 +276,16 @@ func (g *group) transfer(rd *round) error {
 				return err
 			}
 			cl := rd.Calls[r]
-			d := rd.Ranks[r].s.dev
+			rd.Ranks[r].s.dev.front.Links.Collective.Add(gpu.RingBytes(cl, r, n))
 			switch cl.Kind {
-			case gpu.CollAllGather:
-				d.coll.Add(int64(n-1) * cl.Send.Bytes())
-				return copyAsync(cs, cl.Recv.Ptr(), temps[r], cl.Recv.Bytes())
-			case gpu.CollBroadcast:
-				if r != (cl.Root+n-1)%n || n == 1 {
-					d.coll.Add(cl.Send.Bytes())
-				}
+			case gpu.CollAllGather, gpu.CollBroadcast:
 				return copyAsync(cs, cl.Recv.Ptr(), temps[r], cl.Recv.Bytes())
 			case gpu.CollReduceScatter, gpu.CollAllReduce:
-				if cl.Kind == gpu.CollReduceScatter {
-					d.coll.Add(int64(n-1) * cl.Recv.Bytes())
-				} else {
-					d.coll.Add(2 * int64(n-1) * cl.Send.Bytes() / int64(n))
-				}
 				avg := int32(0)
 				if cl.Op == gpu.Avg {
 					avg = 1
 				}
-				m := int64(cl.Recv.n)
+				m := int64(cl.Recv.Len())
 				return cs.dev.g.launch(cs.h, "reduce_ranks", cs.dev.g.gridFor(m, 256), 256, 0, devPtr(temps[r]), dt(cl.Recv), m, int32(n), cl.Recv.p(), avg)
 			}
 			return nil

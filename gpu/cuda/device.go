@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/strata-ai/strata/gpu"
@@ -15,53 +14,37 @@ const granularityBytes = 256
 // Device is one logical device on a physical GPU: a byte budget over
 // cuMemAlloc, streams, and Ops that launch the NVRTC kernels and cuBLAS.
 type Device struct {
-	front *gpu.Front // budget and argument checks
-	g     *gpuCtx
-	b     *Backend
-	k     *kernels
-	ops   gpu.Ops // k behind the front end's checks
-	def   *Stream
+	g   *gpuCtx  // the physical GPU
+	b   *Backend // owns the streams
+	def *Stream  // the default stream, made by New
 
-	h2d, d2h, d2d, coll atomic.Int64
+	gpu.Ledger            // index, name, memory accounting, link counters
+	front      *gpu.Front // budget and argument checks
+	ops        gpu.Ops    // the kernels behind the front end's checks
 }
-
-// Index returns the device's rank in its backend.
-func (d *Device) Index() int { return d.front.Index() }
-
-// Name returns "cuda:<index> (<GPU name>, GPU <ordinal>)".
-func (d *Device) Name() string { return d.front.Name() }
 
 func newDevice(index int, g *gpuCtx, b *Backend, budgetBytes int64) *Device {
 	name := fmt.Sprintf("cuda:%d (%s, GPU %d)", index, g.name, g.ordinal)
 	d := &Device{g: g, b: b, front: gpu.NewFront("gpu/cuda", index, name, budgetBytes, granularityBytes)}
-	d.k = &kernels{d: d}
-	d.ops = gpu.CheckedOps[*Stream, *Buffer](d.front, d.k)
+	d.Ledger, d.ops = d.front.Ledger(), gpu.CheckedOps[*Stream, *Buffer](d.front, &kernels{d: d})
 	return d
 }
 
 // GPU returns the ordinal of the physical GPU the device runs on.
 func (d *Device) GPU() int { return d.g.ordinal }
 
-// allocation is one Alloc: its accounting and its device memory.
+// allocation is the device memory of one Alloc, shared by its views.
 type allocation struct {
-	*gpu.Allocation
 	ptr uint64
 }
 
-// Buffer is a typed view of device memory.
+// Buffer is a typed view of device memory: an extent (device, accounting,
+// dtype, elements) of an allocation's memory.
 type Buffer struct {
-	dev  *Device
-	a    *allocation
-	dt   gpu.DType
-	off  int
-	n    int
-	view bool
+	gpu.Extent
+	dev *Device
+	a   *allocation
 }
-
-func (b *Buffer) DType() gpu.DType { return b.dt }
-func (b *Buffer) Len() int         { return b.n }
-func (b *Buffer) Bytes() int64     { return int64(b.n) * int64(b.dt.Size()) }
-func (b *Buffer) DeviceIndex() int { return b.dev.Index() }
 
 // Ptr returns the device address of the first element (0 for an empty
 // allocation).
@@ -69,31 +52,15 @@ func (b *Buffer) Ptr() uint64 {
 	if b.a.ptr == 0 {
 		return 0
 	}
-	return b.a.ptr + uint64(b.off)*uint64(b.dt.Size())
+	return b.a.ptr + uint64(b.Offset())*uint64(b.DType().Size())
 }
 
 func (b *Buffer) p() devPtr { return devPtr(b.Ptr()) }
 
 // Slice returns elements [off, off+n) as a view sharing memory.
 func (b *Buffer) Slice(off, n int) gpu.Buffer {
-	b.dev.front.CheckSlice(off, n, b.n)
-	return &Buffer{dev: b.dev, a: b.a, dt: b.dt, off: b.off + off, n: n, view: true}
+	return &Buffer{Extent: b.Sub(off, n), dev: b.dev, a: b.a}
 }
-
-// Tag returns what the allocation behind b is for.
-func (b *Buffer) Tag() gpu.Tag { return b.a.Tag }
-
-// Home, Allocation and IsView are what the front end checks (gpu.Resident).
-func (b *Buffer) Home() *gpu.Front { return b.dev.front }
-
-func (b *Buffer) Allocation() *gpu.Allocation {
-	if b == nil {
-		return nil
-	}
-	return b.a.Allocation
-}
-
-func (b *Buffer) IsView() bool { return b.view }
 
 // Alloc reserves n zeroed elements of dt against the budget, then takes
 // them with cuMemAlloc. A request past the budget, or one the GPU itself
@@ -104,7 +71,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 		return nil, err
 	}
 	size := acct.SizeBytes
-	a := &allocation{Allocation: acct}
+	a := &allocation{}
 	if n*dt.Size() > 0 {
 		drv := d.g.l.drv
 		var res cuResult
@@ -129,7 +96,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 			return nil, fmt.Errorf("gpu/cuda: alloc %d bytes for %q on %s: %w", size, tag.Purpose, d.Name(), err)
 		}
 	}
-	return &Buffer{dev: d, a: a, dt: dt, n: n}, nil
+	return &Buffer{Extent: d.front.Extent(acct, dt, n), dev: d, a: a}, nil
 }
 
 // Free releases a buffer returned by Alloc (cuMemFree waits for the work
@@ -141,22 +108,10 @@ func (d *Device) Free(gb gpu.Buffer) {
 		if err := d.g.do(func() error { return drv.check(drv.cuMemFree(b.a.ptr), "cuMemFree") }); err != nil {
 			// The context is broken (a kernel faulted): the memory is gone
 			// with it; the accounting still releases it.
-			d.def.fail(fmt.Errorf("gpu/cuda: free %q: %w", b.a.Tag.Purpose, err))
+			d.def.fail(fmt.Errorf("gpu/cuda: free %q: %w", b.Tag().Purpose, err))
 		}
 	}
-	d.front.Release(b.a.Allocation)
-}
-
-// MemStats returns the device's memory statistics.
-func (d *Device) MemStats() gpu.MemStats { return d.front.MemStats() }
-
-// ResetPeak sets every peak to the current in-use value.
-func (d *Device) ResetPeak() { d.front.ResetPeak() }
-
-// Counters returns the bytes moved on each link so far (counted when the
-// copy is enqueued).
-func (d *Device) Counters() gpu.LinkCounters {
-	return gpu.LinkCounters{HostToDevice: d.h2d.Load(), DeviceToHost: d.d2h.Load(), DeviceToDevice: d.d2d.Load(), Collective: d.coll.Load()}
+	d.front.Release(b.Allocation())
 }
 
 // Ops returns the device's kernels.
@@ -183,7 +138,7 @@ func (d *Device) NewEvent() gpu.Event { return newEvent(d.g.l.drv) }
 // stages it and the call returns once src has been read.
 func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, src []byte) {
 	s, dst := gpu.CopyIn[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, len(src))
-	d.h2d.Add(int64(len(src)))
+	d.front.Links.HostToDevice.Add(int64(len(src)))
 	if len(src) == 0 {
 		return
 	}
@@ -196,7 +151,7 @@ func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes in
 // CopyDeviceToHost enqueues cuMemcpyDtoHAsync of len(dst) bytes.
 func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, srcOffBytes int64) {
 	s, src := gpu.CopyOut[*Stream, *Buffer](d.front, gs, gsrc, srcOffBytes, len(dst))
-	d.d2h.Add(int64(len(dst)))
+	d.front.Links.DeviceToHost.Add(int64(len(dst)))
 	if len(dst) == 0 {
 		return
 	}
@@ -212,7 +167,7 @@ func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, sr
 func (d *Device) CopyDeviceToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, gsrc gpu.Buffer, srcOffBytes int64, n int64) {
 	s, dst, src := gpu.CopyAcross[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, gsrc, srcOffBytes, n)
 	if src.dev != d {
-		d.d2d.Add(n)
+		d.front.Links.DeviceToDevice.Add(n)
 	}
 	if n == 0 {
 		return

@@ -14,7 +14,7 @@ import (
 // is reported by the stream's next Synchronize.
 type kernels struct{ d *Device }
 
-func dt(b *Buffer) int32 { return int32(b.dt) }
+func dt(b *Buffer) int32 { return int32(b.DType()) }
 
 // scratch takes n bytes from the GPU's stream-ordered pool, outside the
 // budget, and returns them with free (also stream-ordered). Called with
@@ -56,8 +56,8 @@ func (o *kernels) Add(s *Stream, a, b, out *Buffer, n int) {
 // Cast: dst = src converted, as gpu/cpu converts (bf16: nearest even; f64
 // to bf16 through f32; floats to i32 truncate). Same dtypes copy.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {
-	if dst.dt == src.dt {
-		if dst.n == 0 {
+	if dst.DType() == src.DType() {
+		if dst.Len() == 0 {
 			return
 		}
 		drv := o.d.g.l.drv
@@ -66,22 +66,22 @@ func (o *kernels) Cast(s *Stream, dst, src *Buffer) {
 		})
 		return
 	}
-	s.launchN("cast", int64(dst.n), dst.p(), dt(dst), src.p(), dt(src), int64(dst.n))
+	s.launchN("cast", int64(dst.Len()), dst.p(), dt(dst), src.p(), dt(src), int64(dst.Len()))
 }
 
 // Fill writes value into every element of x (any dtype).
 func (o *kernels) Fill(s *Stream, x *Buffer, value float32) {
-	s.launchN("fill", int64(x.n), x.p(), dt(x), value, int64(x.n))
+	s.launchN("fill", int64(x.Len()), x.p(), dt(x), value, int64(x.Len()))
 }
 
 // Scale: x *= alpha (f64 buffers in float64).
 func (o *kernels) Scale(s *Stream, x *Buffer, alpha float32) {
-	s.launchN("scale", int64(x.n), x.p(), dt(x), alpha, int64(x.n))
+	s.launchN("scale", int64(x.Len()), x.p(), dt(x), alpha, int64(x.Len()))
 }
 
 // Axpy: y += alpha*x (fp32; float64 when both are f64).
 func (o *kernels) Axpy(s *Stream, alpha float32, x, y *Buffer) {
-	s.launchN("axpy", int64(x.n), alpha, x.p(), dt(x), y.p(), dt(y), int64(x.n))
+	s.launchN("axpy", int64(x.Len()), alpha, x.p(), dt(x), y.p(), dt(y), int64(x.Len()))
 }
 
 // sumSquaresBlocks is SS_BLOCKS of kernels.cu.
@@ -99,7 +99,7 @@ func (o *kernels) SumSquares(s *Stream, x, out *Buffer, index int) {
 			return err
 		}
 		defer free()
-		if err := g.launch(s.h, "sumsq_partial", sumSquaresBlocks, 256, 0, x.p(), dt(x), int64(x.n), devPtr(partial)); err != nil {
+		if err := g.launch(s.h, "sumsq_partial", sumSquaresBlocks, 256, 0, x.p(), dt(x), int64(x.Len()), devPtr(partial)); err != nil {
 			return err
 		}
 		return g.launch(s.h, "sumsq_final", 1, 256, 0, devPtr(partial), devPtr(out.Ptr()+uint64(index)*8))
@@ -118,7 +118,7 @@ func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.Adam
 	if p.Mode == gpu.AdamL2 {
 		useL2 = 1
 	}
-	s.launchN("adam_step", int64(param.n), param.p(), grad.p(), dt(grad), m.p(), v.p(), outP, int64(param.n),
+	s.launchN("adam_step", int64(param.Len()), param.p(), grad.p(), dt(grad), m.p(), v.p(), outP, int64(param.Len()),
 		k.GradScale, k.Beta1, k.OneMinusB1, k.Beta2, k.OneMinusB2, k.NegStep, k.InvSqrtBC2, k.Eps, k.Decay, k.L2, useL2)
 }
 
@@ -148,9 +148,9 @@ func (o *kernels) Gemm(s *Stream, transA, transB bool, m, n, k int, alpha float3
 	}
 	if k == 0 || alpha == 0 { // C = beta*C without reading A and B (beta = 0: zeros, even over NaN)
 		if beta == 0 {
-			s.launchN("fill", int64(c.n), c.p(), dt(c), float32(0), int64(c.n))
+			s.launchN("fill", int64(c.Len()), c.p(), dt(c), float32(0), int64(c.Len()))
 		} else {
-			s.launchN("scale", int64(c.n), c.p(), dt(c), beta, int64(c.n))
+			s.launchN("scale", int64(c.Len()), c.p(), dt(c), beta, int64(c.Len()))
 		}
 		return
 	}
@@ -160,7 +160,7 @@ func (o *kernels) Gemm(s *Stream, transA, transB bool, m, n, k int, alpha float3
 func (o *kernels) gemm(s *Stream, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) error {
 	g := o.d.g
 	aPtr, bPtr, cPtr := a.Ptr(), b.Ptr(), c.Ptr()
-	aT, bT, cT := blasType(a.dt), blasType(b.dt), blasType(c.dt)
+	aT, bT, cT := blasType(a.DType()), blasType(b.DType()), blasType(c.DType())
 	var frees []func()
 	defer func() {
 		for _, f := range frees {
@@ -178,23 +178,23 @@ func (o *kernels) gemm(s *Stream, transA, transB bool, m, n, k int, alpha float3
 		}
 		return p, err
 	}
-	native := (a.dt == gpu.BF16 && b.dt == gpu.BF16) || (a.dt == gpu.F32 && b.dt == gpu.F32 && c.dt == gpu.F32)
+	native := (a.DType() == gpu.BF16 && b.DType() == gpu.BF16) || (a.DType() == gpu.F32 && b.DType() == gpu.F32 && c.DType() == gpu.F32)
 	narrowC := false
 	if !native {
 		var err error
-		if a.dt == gpu.BF16 {
+		if a.DType() == gpu.BF16 {
 			if aPtr, err = widen(a, m*k, true); err != nil {
 				return err
 			}
 			aT = cudaR32F
 		}
-		if b.dt == gpu.BF16 {
+		if b.DType() == gpu.BF16 {
 			if bPtr, err = widen(b, k*n, true); err != nil {
 				return err
 			}
 			bT = cudaR32F
 		}
-		if c.dt == gpu.BF16 {
+		if c.DType() == gpu.BF16 {
 			if cPtr, err = widen(c, m*n, beta != 0); err != nil {
 				return err
 			}

@@ -91,7 +91,7 @@ func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buff
 // EmbeddingForward: out[b,t,:] = wte[ids[b,t],:] + wpe[t,:]. An id outside
 // the vocabulary is an error on the stream and leaves out unchanged.
 func (o *kernels) EmbeddingForward(s *Stream, ids, wte, wpe, out *Buffer, batch, seq, dim int) {
-	s.checkIDs(ids, batch*seq, wte.n/max(1, dim), codeEmbeddingID)
+	s.checkIDs(ids, batch*seq, wte.Len()/max(1, dim), codeEmbeddingID)
 	s.launchN("emb_fwd", int64(batch*seq*dim), ids.p(), wte.p(), dt(wte), wpe.p(), dt(wpe), out.p(), dt(out),
 		int64(batch*seq), int32(seq), int64(dim), s.badFlag())
 }
@@ -103,7 +103,7 @@ func (o *kernels) EmbeddingForward(s *Stream, ids, wte, wpe, out *Buffer, batch,
 // per (first position, column) walks its list.
 func (o *kernels) EmbeddingBackward(s *Stream, ids, dout, dwte, dwpe *Buffer, batch, seq, dim int) {
 	bt := batch * seq
-	s.checkIDs(ids, bt, dwte.n/max(1, dim), codeEmbeddingID)
+	s.checkIDs(ids, bt, dwte.Len()/max(1, dim), codeEmbeddingID)
 	if bt == 0 || dim == 0 {
 		return
 	}
