@@ -57,11 +57,10 @@ func (o Options) WithDefaults() Options {
 
 // Validate says what is wrong with o (after defaults).
 func (o Options) Validate() error {
+	if err := gpu.ValidateDevices("cpu", o.Devices, o.HBMBytes); err != nil {
+		return err
+	}
 	switch {
-	case o.Devices < 1 || o.Devices > 1024:
-		return fmt.Errorf("cpu: devices %d must be in [1, 1024]", o.Devices)
-	case o.HBMBytes < 0:
-		return fmt.Errorf("cpu: hbm bytes %d must be >= 0", o.HBMBytes)
 	case o.Workers < 1:
 		return fmt.Errorf("cpu: workers %d must be >= 1", o.Workers)
 	case o.Kernel != KernelAVX512 && o.Kernel != KernelGonum:

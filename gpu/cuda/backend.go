@@ -42,12 +42,10 @@ func (o Options) WithDefaults(gpus int) Options {
 
 // Validate says what is wrong with o (after defaults).
 func (o Options) Validate() error {
-	switch {
-	case o.Devices < 1 || o.Devices > 1024:
-		return fmt.Errorf("cuda: devices %d must be in [1, 1024]", o.Devices)
-	case o.HBMBytes < 0:
-		return fmt.Errorf("cuda: hbm bytes %d must be >= 0 (0: the free memory)", o.HBMBytes)
-	case o.ReserveBytes < 0:
+	if err := gpu.ValidateDevices("cuda", o.Devices, o.HBMBytes); err != nil {
+		return err
+	}
+	if o.ReserveBytes < 0 {
 		return fmt.Errorf("cuda: reserve bytes %d must be >= 0", o.ReserveBytes)
 	}
 	return nil

@@ -79,16 +79,7 @@ func put(t *testing.T, d gpu.Device, data []byte, n int, dt gpu.DType) gpu.Buffe
 	return b
 }
 
-func get(t *testing.T, d gpu.Device, b gpu.Buffer) []byte {
-	t.Helper()
-	out := make([]byte, b.Bytes())
-	s := d.DefaultStream()
-	d.CopyDeviceToHost(s, out, b, 0)
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+func get(t *testing.T, d gpu.Device, b gpu.Buffer) []byte { return gputest.ReadBytes(t, d, b) }
 
 // TestAdamMatchesCPUAdam: the device Adam gives cpuadam's bits exactly
 // (the kernel follows cpuadam's reference operation for operation).

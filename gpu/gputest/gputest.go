@@ -110,6 +110,19 @@ func download(t *testing.T, d gpu.Device, s gpu.Stream, b gpu.Buffer) []float64 
 	return decode(dst, b.DType())
 }
 
+// ReadBytes copies b to the host on d's default stream, waits, and
+// returns its bytes: what backend tests compare bit for bit.
+func ReadBytes(t testing.TB, d gpu.Device, b gpu.Buffer) []byte {
+	t.Helper()
+	out := make([]byte, b.Bytes())
+	s := d.DefaultStream()
+	d.CopyDeviceToHost(s, out, b, 0)
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("read %d bytes back: %v", len(out), err)
+	}
+	return out
+}
+
 func waitStream(t *testing.T, s gpu.Stream) {
 	t.Helper()
 	if err := s.Synchronize(); err != nil {
