@@ -24,6 +24,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Collectives", func(t *testing.T) { testCollectives(t, newBackend) })
 	t.Run("Ops", func(t *testing.T) { testOps(t, newBackend) })
 	t.Run("Grad", func(t *testing.T) { testGrads(t, newBackend) })
+	t.Run("Contracts", func(t *testing.T) { testContracts(t, newBackend) })
 }
 
 // one returns a single fresh device and its default stream.
