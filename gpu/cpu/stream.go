@@ -22,12 +22,7 @@ type Stream struct {
 }
 
 // Home returns the front end of the stream's device (gpu.Queue).
-func (s *Stream) Home() *gpu.Front {
-	if s == nil {
-		return nil
-	}
-	return s.dev.front
-}
+func (s *Stream) Home() *gpu.Front { return s.dev.front }
 
 func (d *Device) newStream() *Stream {
 	s := &Stream{dev: d}

@@ -32,12 +32,7 @@ const (
 )
 
 // Home returns the front end of the stream's device (gpu.Queue).
-func (s *Stream) Home() *gpu.Front {
-	if s == nil {
-		return nil
-	}
-	return s.dev.front
-}
+func (s *Stream) Home() *gpu.Front { return s.dev.front }
 
 func (b *Backend) newStream(d *Device) (*Stream, error) {
 	s := &Stream{dev: d}
