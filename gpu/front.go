@@ -6,16 +6,18 @@ import (
 )
 
 // Front is the checked front end of one device of a backend: it holds the
-// device's budget and checks every argument of Device, Ops and Comm calls
-// against the contracts of this package before the backend sees them, so
-// every backend refuses the same calls with the same messages. A broken
-// contract panics with the backend's name ("gpu/cpu: ..."); an operating
-// error (out of memory, calls that disagree) is returned.
+// device's budget and link counters (which Ledger reports) and checks
+// every argument of Device, Ops and Comm calls against the contracts of
+// this package before the backend sees them, so every backend refuses the
+// same calls with the same messages. A broken contract panics with the
+// backend's name ("gpu/cpu: ..."); an operating error (out of memory,
+// calls that disagree) is returned.
 //
-// A backend makes one Front per device (NewFront), gives it to its
-// buffers and streams (Resident.Home, Queue.Home), and implements Ops and
-// Comm behind CheckedOps and CheckedComm, which call it with arguments
-// already checked and resolved to its own types. Safe for concurrent use.
+// A backend makes one Front per device (NewFront), places its buffers on
+// it (Extent) and names it as its streams' home (Queue), and implements
+// Ops and Comm behind CheckedOps and CheckedComm, which call the backend
+// with arguments already checked and resolved to its own types. Safe for
+// concurrent use.
 type Front struct {
 	backend          string
 	index            int
