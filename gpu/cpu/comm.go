@@ -25,12 +25,12 @@ import (
 // multiplication by 1/N), then one rounding on store (bf16: nearest even).
 // Every rank therefore holds identical bits, and runs are reproducible.
 //
-// Link counters count the bytes a ring algorithm would send from each rank:
-// AllGather (N-1)*send, ReduceScatter (N-1)*recv, AllReduce 2*(N-1)/N*buf,
-// Broadcast buf for every rank but the one before root in the ring.
+// Link counters count the bytes a ring algorithm would send from each rank
+// (gpu.RingBytes, as gpu/cuda counts).
 
 // call is one rank's checked call; round is a complete round as every
-// rank of it sees it.
+// rank of it sees it: gpu.Rounds hands it to the last rank to join, which
+// sends it to every rank's channel (Ranks).
 type call = gpu.Call[*Buffer]
 
 type round struct {
