@@ -1,59 +1,23 @@
 package cpuadam
 
 import (
-	"errors"
 	"fmt"
-	"math"
+
+	"github.com/strata-ai/strata/internal/adam"
 )
 
-// Mode selects how weight decay enters.
-type Mode uint8
+// Mode selects how weight decay enters (internal/adam's Mode).
+type Mode = adam.Mode
 
 const (
-	AdamW  Mode = iota // decoupled weight decay (PyTorch torch.optim.AdamW)
-	AdamL2             // classic Adam, decay added to the gradient (torch.optim.Adam weight_decay)
+	AdamW  = adam.W  // decoupled weight decay (PyTorch torch.optim.AdamW)
+	AdamL2 = adam.L2 // classic Adam, decay added to the gradient (torch.optim.Adam weight_decay)
 )
 
-func (m Mode) String() string {
-	switch m {
-	case AdamW:
-		return "adamw"
-	case AdamL2:
-		return "adam-l2"
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
-
-// Params are the hyper-parameters of one step.
-type Params struct {
-	LR, Beta1, Beta2, Eps, WeightDecay float64
-	Step                               int64   // 1 for the first step
-	GradScale                          float64 // multiplies every gradient first; 1 when unused
-	Mode                               Mode
-}
-
-// Validate says what is wrong with p.
-func (p Params) Validate() error {
-	switch {
-	case !(p.LR >= 0) || math.IsInf(p.LR, 0):
-		return fmt.Errorf("cpuadam: lr %v must be finite and >= 0", p.LR)
-	case !(p.Beta1 >= 0 && p.Beta1 < 1):
-		return fmt.Errorf("cpuadam: beta1 %v must be in [0, 1)", p.Beta1)
-	case !(p.Beta2 >= 0 && p.Beta2 < 1):
-		return fmt.Errorf("cpuadam: beta2 %v must be in [0, 1)", p.Beta2)
-	case !(p.Eps > 0):
-		return fmt.Errorf("cpuadam: eps %v must be > 0", p.Eps)
-	case !(p.WeightDecay >= 0):
-		return fmt.Errorf("cpuadam: weight decay %v must be >= 0", p.WeightDecay)
-	case p.Step < 1:
-		return fmt.Errorf("cpuadam: step %d must be >= 1", p.Step)
-	case !(p.GradScale > 0) || math.IsInf(p.GradScale, 0):
-		return fmt.Errorf("cpuadam: grad scale %v must be finite and > 0", p.GradScale)
-	case p.Mode > AdamL2:
-		return errors.New("cpuadam: unknown mode")
-	}
-	return nil
-}
+// Params are the hyper-parameters of one step: internal/adam's Params,
+// which are also gpu.AdamParams, so host and device optimizers take the
+// same value. Params.Validate says what is wrong with them.
+type Params = adam.Params
 
 // StepF32 is the single-threaded entry point: one Adam step over
 // param, grad (fp32), m and v, all of one length; out (bf16 bits) receives

@@ -8,8 +8,10 @@
 // The update formula (this doc; ref.go is its executable form and the
 // oracle), the kernels that compute it (AVX-512 and AVX2+FMA in Go
 // assembly, adam_amd64.s; pure Go elsewhere), their dispatch, and a pool
-// of worker goroutines (Optimizer). It imports nothing of Strata but
-// internal/bf16.
+// of worker goroutines (Optimizer). Its Params (hyper-parameters,
+// validation and the per-step scalars) are internal/adam's, the same type
+// as gpu.AdamParams. It imports nothing of Strata but internal/bf16 and
+// internal/adam.
 //
 // # The formula
 //

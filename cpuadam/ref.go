@@ -40,29 +40,24 @@ func (k *kconsts) set(r int, f float32) {
 
 func (k *kconsts) get(r int) float32 { return k.row[r][0] }
 
-// makeConsts computes the scalars of one step in float64 and rounds each
-// once to float32.
+// makeConsts lays out the scalars of one step (adam.Params.Scalars: each
+// computed in float64 and rounded once to float32) for the kernels.
 func makeConsts(p Params) kconsts {
-	bc1 := 1 - math.Pow(p.Beta1, float64(p.Step))
-	bc2 := 1 - math.Pow(p.Beta2, float64(p.Step))
+	sc := p.Scalars()
 	var k kconsts
-	k.set(kGradScale, float32(p.GradScale))
-	k.set(kBeta1, float32(p.Beta1))
-	k.set(kOneMinusB1, float32(1-p.Beta1))
-	k.set(kBeta2, float32(p.Beta2))
-	k.set(kOneMinusB2, float32(1-p.Beta2))
-	k.set(kNegStep, float32(-p.LR/bc1))
-	k.set(kInvSqrtBC2, float32(1/math.Sqrt(bc2)))
-	k.set(kEps, float32(p.Eps))
-	k.set(kDecay, 1)
+	k.set(kGradScale, sc.GradScale)
+	k.set(kBeta1, sc.Beta1)
+	k.set(kOneMinusB1, sc.OneMinusB1)
+	k.set(kBeta2, sc.Beta2)
+	k.set(kOneMinusB2, sc.OneMinusB2)
+	k.set(kNegStep, sc.NegStep)
+	k.set(kInvSqrtBC2, sc.InvSqrtBC2)
+	k.set(kEps, sc.Eps)
+	k.set(kDecay, sc.Decay)
+	k.set(kL2, sc.L2)
 	k.set(kI7FFF, math.Float32frombits(0x7fff))
 	k.set(kI1, math.Float32frombits(1))
 	k.set(kI40, math.Float32frombits(0x40))
-	if p.Mode == AdamW {
-		k.set(kDecay, float32(1-p.LR*p.WeightDecay))
-	} else {
-		k.set(kL2, float32(p.WeightDecay))
-	}
 	return k
 }
 

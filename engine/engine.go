@@ -396,7 +396,10 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	p := e.cfg.Optimizer.Params
 	ap := gpu.AdamParams{LR: st.LR, Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay,
-		Step: step, GradScale: st.ClipCoef, L2: !e.cfg.Optimizer.DecoupledWeightDecay()}
+		Step: step, GradScale: st.ClipCoef, Mode: gpu.AdamW}
+	if !e.cfg.Optimizer.DecoupledWeightDecay() {
+		ap.Mode = gpu.AdamL2
+	}
 	optStart := time.Now()
 	if err := e.parallel(func(r *rank) error { return r.update(ap) }); err != nil {
 		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)

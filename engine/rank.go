@@ -326,11 +326,7 @@ func (r *rank) update(ap gpu.AdamParams) error {
 	e, st := r.e, r.st
 	var cp cpuadam.Params
 	if e.offload {
-		cp = cpuadam.Params{LR: ap.LR, Beta1: ap.Beta1, Beta2: ap.Beta2, Eps: ap.Eps, WeightDecay: ap.WeightDecay,
-			Step: ap.Step, GradScale: ap.GradScale, Mode: cpuadam.AdamW}
-		if ap.L2 {
-			cp.Mode = cpuadam.AdamL2
-		}
+		cp = ap // gpu.AdamParams and cpuadam.Params are one type (internal/adam)
 		if err := cp.Validate(); err != nil {
 			return err
 		}

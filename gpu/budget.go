@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"maps"
 	"sync"
 )
@@ -90,4 +91,20 @@ func (b *Budget) ResetPeak() {
 	defer b.mu.Unlock()
 	b.peak = b.inUse
 	b.peakKind = b.inUseKind
+}
+
+// MaxDevices is the most devices one backend makes.
+const MaxDevices = 1024
+
+// ValidateDevices says what is wrong with the options every backend
+// takes: the number of devices, in [1, MaxDevices], and each device's
+// budget, at least 0. pkg names the backend's package in the error.
+func ValidateDevices(pkg string, devices int, hbmBytes int64) error {
+	switch {
+	case devices < 1 || devices > MaxDevices:
+		return fmt.Errorf("%s: devices %d must be in [1, %d]", pkg, devices, MaxDevices)
+	case hbmBytes < 0:
+		return fmt.Errorf("%s: hbm bytes %d must be >= 0", pkg, hbmBytes)
+	}
+	return nil
 }

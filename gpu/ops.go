@@ -1,5 +1,7 @@
 package gpu
 
+import "github.com/strata-ai/strata/internal/adam"
+
 // Ops are the kernels the model and the engine run on a device. Every method
 // enqueues work on stream s and returns at once; results are visible after
 // the stream (or an event recorded after the op) has completed. Buffers must
@@ -76,14 +78,19 @@ type Ops interface {
 	AdamStep(s Stream, param, grad, m, v, out Buffer, p AdamParams)
 }
 
-// AdamParams are the hyper-parameters of one Adam step; the formula is the
-// one documented in package cpuadam.
-type AdamParams struct {
-	LR, Beta1, Beta2, Eps, WeightDecay float64
-	Step                               int64   // 1 for the first step
-	GradScale                          float64 // multiplies every gradient first (1/loss-scale × clip coefficient)
-	L2                                 bool    // classic Adam with L2 (decay added to the gradient) instead of AdamW
-}
+// AdamParams are the hyper-parameters of one Adam step: internal/adam's
+// Params, the same type as cpuadam.Params, so host and device optimizers
+// take one value (no conversion). The formula is the one documented in
+// package cpuadam; Validate says what is wrong with them.
+type AdamParams = adam.Params
+
+// AdamMode selects how weight decay enters: AdamW or AdamL2.
+type AdamMode = adam.Mode
+
+const (
+	AdamW  = adam.W  // decoupled weight decay (torch.optim.AdamW)
+	AdamL2 = adam.L2 // classic Adam with L2: decay added to the gradient
+)
 
 // ReduceOp combines values across ranks.
 type ReduceOp uint8

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/strata-ai/strata/gpu"
@@ -16,28 +15,22 @@ const granularityBytes = 64
 // Device is one in-process device: host memory behind a byte budget, streams
 // run by goroutines, and Ops computed in Go.
 type Device struct {
-	index   int
 	workers int
-	packed  bool // GEMM through the packed AVX-512 kernel (else gonum)
-	mem     *gpu.Budget
-	ops     *Ops
-	def     *Stream
+	packed  bool    // GEMM through the packed AVX-512 kernel (else gonum)
+	def     *Stream // the default stream
 
-	h2d, d2h, d2d, coll atomic.Int64
+	gpu.Ledger            // index, name, memory accounting, link counters
+	front      *gpu.Front // budget and argument checks
+	ops        gpu.Ops    // the kernels behind the front end's checks
 }
 
 func newDevice(index int, o Options) *Device {
-	d := &Device{index: index, workers: o.Workers, mem: gpu.NewBudget(index, o.HBMBytes), packed: o.Kernel == KernelAVX512}
-	d.ops = &Ops{d: d}
+	d := &Device{workers: o.Workers, packed: o.Kernel == KernelAVX512,
+		front: gpu.NewFront("gpu/cpu", index, fmt.Sprintf("cpu:%d", index), o.HBMBytes, granularityBytes)}
+	d.Ledger, d.ops = d.front.Ledger(), gpu.CheckedOps[*Stream, *Buffer](d.front, &kernels{d: d})
 	d.def = d.newStream()
 	return d
 }
-
-// Index returns the device's rank in its backend.
-func (d *Device) Index() int { return d.index }
-
-// Name returns "cpu:<index>".
-func (d *Device) Name() string { return fmt.Sprintf("cpu:%d", d.index) }
 
 // Kernel returns the GEMM kernel: KernelAVX512 or KernelGonum.
 func (d *Device) Kernel() string {
@@ -50,127 +43,83 @@ func (d *Device) Kernel() string {
 // Workers returns the number of goroutines one heavy op uses.
 func (d *Device) Workers() int { return d.workers }
 
-// allocation is one Alloc: the aligned memory and its accounting.
+// allocation is the memory of one Alloc, shared by its views (Free drops
+// it, so a use after free fails loudly).
 type allocation struct {
-	mem       []byte
-	sizeBytes int64 // rounded to granularityBytes
-	tag       gpu.Tag
-	freed     atomic.Bool
+	mem []byte
 }
 
-// Buffer is a typed view of device memory.
+// Buffer is a typed view of device memory: an extent (device, accounting,
+// dtype, elements) of an allocation's memory.
 type Buffer struct {
-	dev  *Device
-	a    *allocation
-	dt   gpu.DType
-	off  int // elements from the start of the allocation
-	n    int
-	view bool
+	gpu.Extent
+	dev *Device
+	a   *allocation
 }
-
-func (b *Buffer) DType() gpu.DType { return b.dt }
-func (b *Buffer) Len() int         { return b.n }
-func (b *Buffer) Bytes() int64     { return int64(b.n) * int64(b.dt.Size()) }
-func (b *Buffer) DeviceIndex() int { return b.dev.index }
 
 // Slice returns elements [off, off+n) as a view sharing memory.
 func (b *Buffer) Slice(off, n int) gpu.Buffer {
-	if off < 0 || n < 0 || off+n > b.n {
-		panic(fmt.Sprintf("gpu/cpu: slice [%d, %d) of a buffer of %d elements", off, off+n, b.n))
-	}
-	return &Buffer{dev: b.dev, a: b.a, dt: b.dt, off: b.off + off, n: n, view: true}
+	return &Buffer{Extent: b.Sub(off, n), dev: b.dev, a: b.a}
 }
-
-// Tag returns what the allocation behind b is for.
-func (b *Buffer) Tag() gpu.Tag { return b.a.tag }
 
 // raw returns the bytes of b.
 func (b *Buffer) raw() []byte {
-	s := b.dt.Size()
-	return b.a.mem[b.off*s : (b.off+b.n)*s : (b.off+b.n)*s]
+	s := b.DType().Size()
+	return b.a.mem[b.Offset()*s : (b.Offset()+b.Len())*s : (b.Offset()+b.Len())*s]
 }
 
 func (b *Buffer) f32() []float32 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*float32)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 func (b *Buffer) u16() []uint16 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*uint16)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 func (b *Buffer) i32() []int32 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*int32)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*int32)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 func (b *Buffer) f64() []float64 {
-	if b.n == 0 {
+	if b.Len() == 0 {
 		return nil
 	}
-	return unsafe.Slice((*float64)(unsafe.Pointer(&b.raw()[0])), b.n)
+	return unsafe.Slice((*float64)(unsafe.Pointer(&b.raw()[0])), b.Len())
 }
 
 // Alloc reserves n zeroed elements of dt against the budget.
 func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
-	if n < 0 {
-		panic(fmt.Sprintf("gpu/cpu: alloc of %d elements", n))
-	}
-	if int(tag.Kind) >= gpu.KindCount {
-		panic(fmt.Sprintf("gpu/cpu: alloc with unknown kind %d", tag.Kind))
-	}
-	raw := int64(n) * int64(dt.Size())
-	size := (raw + granularityBytes - 1) / granularityBytes * granularityBytes
-	if err := d.mem.Reserve(size, tag); err != nil {
+	acct, err := d.front.Alloc(n, dt, tag)
+	if err != nil {
 		return nil, err
 	}
-
-	a := &allocation{sizeBytes: size, tag: tag}
-	if raw > 0 {
+	a := &allocation{}
+	if raw := n * dt.Size(); raw > 0 {
 		mem := make([]byte, raw+granularityBytes-1)
 		shift := 0
 		if r := uintptr(unsafe.Pointer(&mem[0])) % granularityBytes; r != 0 {
 			shift = int(granularityBytes - r)
 		}
-		a.mem = mem[shift : shift+int(raw) : shift+int(raw)]
+		a.mem = mem[shift : shift+raw : shift+raw]
 	}
-	return &Buffer{dev: d, a: a, dt: dt, n: n}, nil
+	return &Buffer{Extent: d.front.Extent(acct, dt, n), dev: d, a: a}, nil
 }
 
 // Free releases a buffer returned by Alloc. Freeing a view or freeing twice
 // panics.
 func (d *Device) Free(gb gpu.Buffer) {
-	b, ok := gb.(*Buffer)
-	switch {
-	case !ok:
-		panic(fmt.Sprintf("gpu/cpu: free of a foreign buffer %T", gb))
-	case b.dev != d:
-		panic(fmt.Sprintf("gpu/cpu: free on %s of a buffer of %s", d.Name(), b.dev.Name()))
-	case b.view:
-		panic("gpu/cpu: free of a view")
-	case !b.a.freed.CompareAndSwap(false, true):
-		panic(fmt.Sprintf("gpu/cpu: double free of %q", b.a.tag.Purpose))
-	}
-	d.mem.Release(b.a.sizeBytes, b.a.tag)
+	b := gpu.Free[*Buffer](d.front, gb)
 	b.a.mem = nil
-}
-
-// MemStats returns the device's memory statistics.
-func (d *Device) MemStats() gpu.MemStats { return d.mem.Stats() }
-
-// ResetPeak sets every peak to the current in-use value.
-func (d *Device) ResetPeak() { d.mem.ResetPeak() }
-
-// Counters returns the bytes moved on each link so far.
-func (d *Device) Counters() gpu.LinkCounters {
-	return gpu.LinkCounters{HostToDevice: d.h2d.Load(), DeviceToHost: d.d2h.Load(), DeviceToDevice: d.d2d.Load(), Collective: d.coll.Load()}
+	d.front.Release(b.Allocation())
 }
 
 // Ops returns the device's kernels.
@@ -187,55 +136,28 @@ func (d *Device) NewEvent() gpu.Event { return &Event{} }
 
 // buf checks that gb is a live buffer of d and returns it.
 func (d *Device) buf(gb gpu.Buffer, what string) *Buffer {
-	b := anyBuf(gb, what)
-	if b.dev != d {
-		panic(fmt.Sprintf("gpu/cpu: %s is on %s, not %s", what, b.dev.Name(), d.Name()))
-	}
-	return b
-}
-
-// anyBuf checks that gb is a live buffer of this backend on any device.
-func anyBuf(gb gpu.Buffer, what string) *Buffer {
-	b, ok := gb.(*Buffer)
-	if !ok || b == nil {
-		panic(fmt.Sprintf("gpu/cpu: %s is not a gpu/cpu buffer (%T)", what, gb))
-	}
-	if b.a.freed.Load() {
-		panic(fmt.Sprintf("gpu/cpu: %s (%q) was freed", what, b.a.tag.Purpose))
-	}
-	return b
+	return gpu.BufferOf[*Buffer](d.front, gb, what)
 }
 
 // stream checks that gs is a stream of d.
-func (d *Device) stream(gs gpu.Stream) *Stream {
-	s, ok := gs.(*Stream)
-	if !ok || s == nil {
-		panic(fmt.Sprintf("gpu/cpu: stream is not a gpu/cpu stream (%T)", gs))
-	}
-	if s.dev != d {
-		panic(fmt.Sprintf("gpu/cpu: stream of %s used on %s", s.dev.Name(), d.Name()))
-	}
-	return s
-}
+func (d *Device) stream(gs gpu.Stream) *Stream { return gpu.StreamOf[*Stream](d.front, gs) }
 
 // CopyHostToDevice copies src into dst at dstOffBytes, in order on s.
 func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, src []byte) {
-	s, dst := d.stream(gs), d.buf(gdst, "copy destination")
-	checkRange("host-to-device destination", dstOffBytes, int64(len(src)), dst.Bytes())
+	s, dst := gpu.CopyIn[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, len(src))
 	s.enqueue(func() error {
 		copy(dst.raw()[dstOffBytes:], src)
-		d.h2d.Add(int64(len(src)))
+		d.front.Links.HostToDevice.Add(int64(len(src)))
 		return nil
 	})
 }
 
 // CopyDeviceToHost copies len(dst) bytes of src from srcOffBytes, in order on s.
 func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, srcOffBytes int64) {
-	s, src := d.stream(gs), d.buf(gsrc, "copy source")
-	checkRange("device-to-host source", srcOffBytes, int64(len(dst)), src.Bytes())
+	s, src := gpu.CopyOut[*Stream, *Buffer](d.front, gs, gsrc, srcOffBytes, len(dst))
 	s.enqueue(func() error {
 		copy(dst, src.raw()[srcOffBytes:])
-		d.d2h.Add(int64(len(dst)))
+		d.front.Links.DeviceToHost.Add(int64(len(dst)))
 		return nil
 	})
 }
@@ -244,20 +166,12 @@ func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, sr
 // backend. Copies between two devices count n bytes on d's DeviceToDevice
 // link; copies within d count nothing.
 func (d *Device) CopyDeviceToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, gsrc gpu.Buffer, srcOffBytes int64, n int64) {
-	s, dst, src := d.stream(gs), d.buf(gdst, "copy destination"), anyBuf(gsrc, "copy source")
-	checkRange("device-to-device destination", dstOffBytes, n, dst.Bytes())
-	checkRange("device-to-device source", srcOffBytes, n, src.Bytes())
+	s, dst, src := gpu.CopyAcross[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, gsrc, srcOffBytes, n)
 	s.enqueue(func() error {
 		copy(dst.raw()[dstOffBytes:dstOffBytes+n], src.raw()[srcOffBytes:srcOffBytes+n])
 		if src.dev != d {
-			d.d2d.Add(n)
+			d.front.Links.DeviceToDevice.Add(n)
 		}
 		return nil
 	})
-}
-
-func checkRange(what string, off, n, size int64) {
-	if off < 0 || n < 0 || off+n > size {
-		panic(fmt.Sprintf("gpu/cpu: %s range [%d, %d) outside %d bytes", what, off, off+n, size))
-	}
 }

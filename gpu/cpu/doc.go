@@ -3,6 +3,11 @@
 // goroutines and whose kernels are Go. It runs everywhere (CI included) and
 // defines the numbers other backends are compared with.
 //
+// Front end: every Device, Ops and Comm call goes through package gpu's
+// checked front end (gpu.Front, gpu.CheckedOps, gpu.CheckedComm,
+// gpu.Rounds), as gpu/cuda's do, so both refuse the same calls; this
+// package implements what follows the checks (kernels, comm).
+//
 // Lifecycle: New returns the devices and one Comm per device. Nothing needs
 // closing: a stream starts a goroutine when work arrives and the goroutine
 // exits when the queue is empty. Buffers from Alloc are freed with Free once
@@ -18,9 +23,10 @@
 // Record enqueues the closing of a channel; Wait enqueues a receive from the
 // channel of the latest Record, so streams of any device can wait on each
 // other. An op that finds bad runtime data (a token id out of range,
-// collective calls that disagree) returns an error that the next
-// Synchronize of its stream reports; a broken contract (wrong length,
-// dtype, device) panics when the op is enqueued.
+// collective calls that disagree, Adam hyper-parameters gpu.AdamParams
+// rejects) returns an error that the next Synchronize of its stream
+// reports; a broken contract (wrong length, dtype, device) panics when
+// the op is enqueued, in the front end.
 //
 // Numerics: fp32 arithmetic, bf16 storage widened exactly and rounded once
 // (nearest even) on store. Row reductions and transcendentals are evaluated
@@ -31,7 +37,9 @@
 // tiles, k in blocks of 256, 6×32 FMA register blocks; the gonum kernel:
 // 64×128 tiles, each a serial Sgemm over the whole k); column sums (bias, layernorm and embedding gradients) run
 // in row order; collectives add in rank order (see comm.go). AdamStep calls
-// cpuadam, so device and host optimizers give identical bits.
+// cpuadam with the same gpu.AdamParams value (internal/adam's Params), so
+// device and host optimizers give identical bits; cpu_test checks it
+// against a float64 transcription of PyTorch's AdamW.
 //
 // GEMM kernels (Options.Kernel): "avx512", a packed kernel in Go assembly
 // (sgemm_amd64.s, about 10× gonum here; packing widens bf16 and resolves

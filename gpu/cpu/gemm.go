@@ -27,17 +27,14 @@ const (
 var blasImpl gonum.Implementation
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C.
-func (o *Ops) Gemm(gs gpu.Stream, transA, transB bool, m, n, k int, alpha float32, ga, gb gpu.Buffer, beta float32, gc gpu.Buffer) {
-	nonNeg("gemm", m, n, k)
-	s := o.stream(gs)
-	a, b, c := o.float(ga, "gemm a", m*k), o.float(gb, "gemm b", k*n), o.float(gc, "gemm c", m*n)
+func (o *kernels) Gemm(s *Stream, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	s.enqueue(func() error {
 		o.gemm(transA, transB, m, n, k, alpha, a, b, beta, c)
 		return nil
 	})
 }
 
-func (o *Ops) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
+func (o *kernels) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -85,7 +82,7 @@ func (o *Ops) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer
 			}
 			var cv []float32
 			ldc := n
-			if c.dt == gpu.F32 {
+			if c.DType() == gpu.F32 {
 				cv = c.f32()[i0*n+j0 : (i0+mb-1)*n+j0+nb]
 			} else {
 				ldc = nb
@@ -101,7 +98,7 @@ func (o *Ops) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer
 				}
 			}
 			blasImpl.Sgemm(tA, tB, mb, nb, k, alpha, av, lda, bv, ldb, beta, cv, ldc)
-			if c.dt != gpu.F32 {
+			if c.DType() != gpu.F32 {
 				u := c.u16()
 				for i := range mb {
 					bf16.FromFloat32s(u[(i0+i)*n+j0:(i0+i)*n+j0+nb], cv[i*nb:(i+1)*nb])
@@ -116,7 +113,7 @@ func (o *Ops) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Buffer
 // tmp for BF16.
 func panelA(a *Buffer, trans bool, m, k, i0, mb int, tmp []float32) ([]float32, int, []float32) {
 	if !trans { // A is m×k: rows i0.. are contiguous
-		if a.dt == gpu.F32 {
+		if a.DType() == gpu.F32 {
 			return a.f32()[i0*k : (i0+mb)*k], k, tmp
 		}
 		tmp = grow(tmp, mb*k)
@@ -124,7 +121,7 @@ func panelA(a *Buffer, trans bool, m, k, i0, mb int, tmp []float32) ([]float32, 
 		return tmp, k, tmp
 	}
 	// A is k×m: columns i0.. of every row.
-	if a.dt == gpu.F32 {
+	if a.DType() == gpu.F32 {
 		return a.f32()[i0 : (k-1)*m+i0+mb], m, tmp
 	}
 	tmp = grow(tmp, k*mb)
@@ -138,7 +135,7 @@ func panelA(a *Buffer, trans bool, m, k, i0, mb int, tmp []float32) ([]float32, 
 // panelB returns columns [j0, j0+nb) of op(B) in the layout Sgemm expects.
 func panelB(b *Buffer, trans bool, n, k, j0, nb int, tmp []float32) ([]float32, int, []float32) {
 	if trans { // B is n×k: rows j0.. are contiguous
-		if b.dt == gpu.F32 {
+		if b.DType() == gpu.F32 {
 			return b.f32()[j0*k : (j0+nb)*k], k, tmp
 		}
 		tmp = grow(tmp, nb*k)
@@ -146,7 +143,7 @@ func panelB(b *Buffer, trans bool, n, k, j0, nb int, tmp []float32) ([]float32, 
 		return tmp, k, tmp
 	}
 	// B is k×n: columns j0.. of every row.
-	if b.dt == gpu.F32 {
+	if b.DType() == gpu.F32 {
 		return b.f32()[j0 : (k-1)*n+j0+nb], n, tmp
 	}
 	tmp = grow(tmp, k*nb)
@@ -167,7 +164,7 @@ func grow(s []float32, n int) []float32 {
 // sgemm computes c (m×n) = alpha*op(a)*op(b) + beta*c on dense fp32 slices
 // on the calling goroutine, with the device's kernel (kernels inside other
 // parallel ops use it).
-func (o *Ops) sgemm(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
+func (o *kernels) sgemm(transA, transB bool, m, n, k int, alpha float32, a, b []float32, beta float32, c []float32) {
 	if m == 0 || n == 0 {
 		return
 	}
@@ -202,5 +199,5 @@ func sliceBuffer(s []float32) *Buffer {
 	if len(s) > 0 {
 		mem = unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
 	}
-	return &Buffer{a: &allocation{mem: mem}, dt: gpu.F32, n: len(s)}
+	return &Buffer{Extent: gpu.Scratch(gpu.F32, len(s)), a: &allocation{mem: mem}}
 }

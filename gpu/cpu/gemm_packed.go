@@ -38,7 +38,7 @@ var packedPool = sync.Pool{New: func() any { return new(packedScratch) }}
 
 // gemmPacked runs the tiles on the device's workers when par is set, else
 // on the calling goroutine.
-func (o *Ops) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
+func (o *kernels) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	tm, tn := (m+packedMC-1)/packedMC, (n+packedNC-1)/packedNC
 	run := func(lo, hi int) {
 		sc := packedPool.Get().(*packedScratch)
@@ -66,7 +66,7 @@ func packedTile(sc *packedScratch, transA, transB bool, m, n, k int, alpha float
 	} else {
 		for i := range mb {
 			row := loadF32(c, (i0+i)*n+j0, (i0+i)*n+j0+nb, sc.row)
-			if c.dt != gpu.F32 {
+			if c.DType() != gpu.F32 {
 				sc.row = row
 			}
 			for j, v := range row {
@@ -110,7 +110,7 @@ func packA(sc *packedScratch, a *Buffer, trans bool, m, k, i0, mb, p0, kb int) {
 	if !trans { // A is m×k
 		for i := range mb {
 			row := loadF32(a, (i0+i)*k+p0, (i0+i)*k+p0+kb, sc.row)
-			if a.dt != gpu.F32 {
+			if a.DType() != gpu.F32 {
 				sc.row = row
 			}
 			base, ii := i/packedMR*kb*packedMR, i%packedMR
@@ -122,7 +122,7 @@ func packA(sc *packedScratch, a *Buffer, trans bool, m, k, i0, mb, p0, kb int) {
 	}
 	for p := range kb { // A is k×m
 		row := loadF32(a, (p0+p)*m+i0, (p0+p)*m+i0+mb, sc.row)
-		if a.dt != gpu.F32 {
+		if a.DType() != gpu.F32 {
 			sc.row = row
 		}
 		for i, v := range row {
@@ -143,7 +143,7 @@ func packB(sc *packedScratch, b *Buffer, trans bool, n, k, j0, nb, p0, kb int) {
 	if !trans { // B is k×n
 		for p := range kb {
 			row := loadF32(b, (p0+p)*n+j0, (p0+p)*n+j0+nb, sc.row)
-			if b.dt != gpu.F32 {
+			if b.DType() != gpu.F32 {
 				sc.row = row
 			}
 			for jp := range pn {
@@ -155,7 +155,7 @@ func packB(sc *packedScratch, b *Buffer, trans bool, n, k, j0, nb, p0, kb int) {
 	}
 	for j := range nb { // B is n×k
 		row := loadF32(b, (j0+j)*k+p0, (j0+j)*k+p0+kb, sc.row)
-		if b.dt != gpu.F32 {
+		if b.DType() != gpu.F32 {
 			sc.row = row
 		}
 		base, jj := j/packedNR*kb*packedNR, j%packedNR

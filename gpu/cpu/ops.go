@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/strata-ai/strata/cpuadam"
@@ -9,49 +8,20 @@ import (
 	"github.com/strata-ai/strata/internal/bf16"
 )
 
-// Ops are the kernels of one Device. Arithmetic is fp32; row reductions
+// kernels are the Ops of one Device behind the front end's checks
+// (gpu.CheckedOps): every argument is checked and resolved when a method
+// is called. Arithmetic is fp32; row reductions
 // (layernorm statistics, softmax normalisers, sums of squares) and
 // transcendental functions are evaluated in float64 and rounded to fp32.
 // Every reduction runs in a fixed order that does not depend on the worker
 // count, so results are bit-reproducible.
-type Ops struct{ d *Device }
+type kernels struct{ d *Device }
 
 // chunkElems is the number of elements an elementwise op converts at a time.
 const chunkElems = 1 << 14
 
-func (o *Ops) stream(s gpu.Stream) *Stream { return o.d.stream(s) }
-
-// float checks that gb is an F32 or BF16 buffer of this device with n elements.
-func (o *Ops) float(gb gpu.Buffer, what string, n int) *Buffer {
-	b := o.d.buf(gb, what)
-	if b.dt != gpu.F32 && b.dt != gpu.BF16 {
-		panic(fmt.Sprintf("gpu/cpu: %s is %s, want f32 or bf16", what, b.dt))
-	}
-	if b.n != n {
-		panic(fmt.Sprintf("gpu/cpu: %s has %d elements, want %d", what, b.n, n))
-	}
-	return b
-}
-
-// typed checks that gb is a buffer of dt with n elements.
-func (o *Ops) typed(gb gpu.Buffer, what string, dt gpu.DType, n int) *Buffer {
-	b := o.d.buf(gb, what)
-	if b.dt != dt || b.n != n {
-		panic(fmt.Sprintf("gpu/cpu: %s is %d×%s, want %d×%s", what, b.n, b.dt, n, dt))
-	}
-	return b
-}
-
-func nonNeg(op string, dims ...int) {
-	for _, v := range dims {
-		if v < 0 {
-			panic(fmt.Sprintf("gpu/cpu: %s: negative dimension in %v", op, dims))
-		}
-	}
-}
-
 // elementwise runs fn over [0, n) in chunks, in parallel.
-func (o *Ops) elementwise(n int, fn func(lo, hi int)) {
+func (o *kernels) elementwise(n int, fn func(lo, hi int)) {
 	o.d.parallel((n+chunkElems-1)/chunkElems, 1, func(clo, chi int) {
 		for c := clo; c < chi; c++ {
 			fn(c*chunkElems, min(n, (c+1)*chunkElems))
@@ -60,9 +30,7 @@ func (o *Ops) elementwise(n int, fn func(lo, hi int)) {
 }
 
 // BiasAdd: y[r,c] += bias[c].
-func (o *Ops) BiasAdd(gs gpu.Stream, gy, gbias gpu.Buffer, rows, cols int) {
-	nonNeg("bias-add", rows, cols)
-	s, y, bias := o.stream(gs), o.float(gy, "bias-add y", rows*cols), o.float(gbias, "bias-add bias", cols)
+func (o *kernels) BiasAdd(s *Stream, y, bias *Buffer, rows, cols int) {
 	s.enqueue(func() error {
 		bv := loadF32(bias, 0, cols, nil)
 		o.d.parallel(rows, max(1, chunkElems/max(1, cols)), func(lo, hi int) {
@@ -81,9 +49,7 @@ func (o *Ops) BiasAdd(gs gpu.Stream, gy, gbias gpu.Buffer, rows, cols int) {
 }
 
 // BiasGrad: dbias[c] += sum_r dy[r,c], summed in row order in fp32.
-func (o *Ops) BiasGrad(gs gpu.Stream, gdy, gdbias gpu.Buffer, rows, cols int) {
-	nonNeg("bias-grad", rows, cols)
-	s, dy, dbias := o.stream(gs), o.float(gdy, "bias-grad dy", rows*cols), o.float(gdbias, "bias-grad dbias", cols)
+func (o *kernels) BiasGrad(s *Stream, dy, dbias *Buffer, rows, cols int) {
 	s.enqueue(func() error {
 		o.d.parallel(cols, 64, func(lo, hi int) {
 			acc := make([]float32, hi-lo)
@@ -111,9 +77,7 @@ func addInto(b *Buffer, off int, v []float32) {
 }
 
 // GeluForward: y = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
-func (o *Ops) GeluForward(gs gpu.Stream, gx, gy gpu.Buffer, n int) {
-	nonNeg("gelu", n)
-	s, x, y := o.stream(gs), o.float(gx, "gelu x", n), o.float(gy, "gelu y", n)
+func (o *kernels) GeluForward(s *Stream, x, y *Buffer, n int) {
 	s.enqueue(func() error {
 		o.elementwise(n, func(lo, hi int) {
 			xv := loadF32(x, lo, hi, nil)
@@ -143,9 +107,7 @@ func geluGrad(x float32) float32 {
 }
 
 // GeluBackward: dx = dy * gelu'(x).
-func (o *Ops) GeluBackward(gs gpu.Stream, gx, gdy, gdx gpu.Buffer, n int) {
-	nonNeg("gelu-backward", n)
-	s, x, dy, dx := o.stream(gs), o.float(gx, "gelu x", n), o.float(gdy, "gelu dy", n), o.float(gdx, "gelu dx", n)
+func (o *kernels) GeluBackward(s *Stream, x, dy, dx *Buffer, n int) {
 	s.enqueue(func() error {
 		o.elementwise(n, func(lo, hi int) {
 			xv := loadF32(x, lo, hi, nil)
@@ -161,9 +123,7 @@ func (o *Ops) GeluBackward(gs gpu.Stream, gx, gdy, gdx gpu.Buffer, n int) {
 }
 
 // Add: out = a + b; out may alias a or b.
-func (o *Ops) Add(gs gpu.Stream, ga, gb, gout gpu.Buffer, n int) {
-	nonNeg("add", n)
-	s, a, b, out := o.stream(gs), o.float(ga, "add a", n), o.float(gb, "add b", n), o.float(gout, "add out", n)
+func (o *kernels) Add(s *Stream, a, b, out *Buffer, n int) {
 	s.enqueue(func() error {
 		o.elementwise(n, func(lo, hi int) {
 			av := loadF32(a, lo, hi, nil)
@@ -180,22 +140,18 @@ func (o *Ops) Add(gs gpu.Stream, ga, gb, gout gpu.Buffer, n int) {
 
 // Cast: dst = src converted. Conversions into bf16 round to nearest even;
 // f64 to bf16 rounds to f32 first (two roundings); floats to i32 truncate.
-func (o *Ops) Cast(gs gpu.Stream, gdst, gsrc gpu.Buffer) {
-	s, dst, src := o.stream(gs), o.d.buf(gdst, "cast dst"), o.d.buf(gsrc, "cast src")
-	if dst.n != src.n {
-		panic(fmt.Sprintf("gpu/cpu: cast: dst has %d elements, src %d", dst.n, src.n))
-	}
+func (o *kernels) Cast(s *Stream, dst, src *Buffer) {
 	s.enqueue(func() error {
-		n := src.n
+		n := src.Len()
 		switch {
-		case dst.dt == src.dt:
+		case dst.DType() == src.DType():
 			copy(dst.raw(), src.raw())
-		case dst.dt == gpu.F64 && src.dt == gpu.I32:
+		case dst.DType() == gpu.F64 && src.DType() == gpu.I32:
 			d, sv := dst.f64(), src.i32()
 			for i, v := range sv {
 				d[i] = float64(v)
 			}
-		case dst.dt == gpu.I32 && src.dt == gpu.F64:
+		case dst.DType() == gpu.I32 && src.DType() == gpu.F64:
 			d, sv := dst.i32(), src.f64()
 			for i, v := range sv {
 				d[i] = int32(v)
@@ -210,10 +166,9 @@ func (o *Ops) Cast(gs gpu.Stream, gdst, gsrc gpu.Buffer) {
 }
 
 // Fill writes value into every element of x (any dtype).
-func (o *Ops) Fill(gs gpu.Stream, gx gpu.Buffer, value float32) {
-	s, x := o.stream(gs), o.d.buf(gx, "fill x")
+func (o *kernels) Fill(s *Stream, x *Buffer, value float32) {
 	s.enqueue(func() error {
-		switch x.dt {
+		switch x.DType() {
 		case gpu.F32:
 			v := x.f32()
 			for i := range v {
@@ -240,20 +195,16 @@ func (o *Ops) Fill(gs gpu.Stream, gx gpu.Buffer, value float32) {
 }
 
 // Scale: x *= alpha (f64 buffers in float64).
-func (o *Ops) Scale(gs gpu.Stream, gx gpu.Buffer, alpha float32) {
-	s, x := o.stream(gs), o.d.buf(gx, "scale x")
-	if x.dt == gpu.I32 {
-		panic("gpu/cpu: scale of an i32 buffer")
-	}
+func (o *kernels) Scale(s *Stream, x *Buffer, alpha float32) {
 	s.enqueue(func() error {
-		if x.dt == gpu.F64 {
+		if x.DType() == gpu.F64 {
 			v := x.f64()
 			for i := range v {
 				v[i] *= float64(alpha)
 			}
 			return nil
 		}
-		o.elementwise(x.n, func(lo, hi int) {
+		o.elementwise(x.Len(), func(lo, hi int) {
 			v := loadF32(x, lo, hi, nil)
 			for i := range v {
 				v[i] *= alpha
@@ -265,20 +216,16 @@ func (o *Ops) Scale(gs gpu.Stream, gx gpu.Buffer, alpha float32) {
 }
 
 // Axpy: y += alpha*x (fp32; float64 when both are f64).
-func (o *Ops) Axpy(gs gpu.Stream, alpha float32, gx, gy gpu.Buffer) {
-	s, x, y := o.stream(gs), o.d.buf(gx, "axpy x"), o.d.buf(gy, "axpy y")
-	if x.n != y.n || x.dt == gpu.I32 || y.dt == gpu.I32 {
-		panic(fmt.Sprintf("gpu/cpu: axpy: x %d×%s, y %d×%s", x.n, x.dt, y.n, y.dt))
-	}
+func (o *kernels) Axpy(s *Stream, alpha float32, x, y *Buffer) {
 	s.enqueue(func() error {
-		if x.dt == gpu.F64 && y.dt == gpu.F64 {
+		if x.DType() == gpu.F64 && y.DType() == gpu.F64 {
 			xv, yv := x.f64(), y.f64()
 			for i, v := range xv {
 				yv[i] += float64(alpha) * v
 			}
 			return nil
 		}
-		o.elementwise(x.n, func(lo, hi int) {
+		o.elementwise(x.Len(), func(lo, hi int) {
 			xv := loadF32(x, lo, hi, nil)
 			yv := loadF32(y, lo, hi, nil)
 			for i, v := range xv {
@@ -291,14 +238,10 @@ func (o *Ops) Axpy(gs gpu.Stream, alpha float32, gx, gy gpu.Buffer) {
 }
 
 // SumSquares: out[index] = sum x[i]^2 in float64, in index order.
-func (o *Ops) SumSquares(gs gpu.Stream, gx, gout gpu.Buffer, index int) {
-	s, x, out := o.stream(gs), o.d.buf(gx, "sum-squares x"), o.d.buf(gout, "sum-squares out")
-	if out.dt != gpu.F64 || index < 0 || index >= out.n {
-		panic(fmt.Sprintf("gpu/cpu: sum-squares: out %d×%s, index %d", out.n, out.dt, index))
-	}
+func (o *kernels) SumSquares(s *Stream, x, out *Buffer, index int) {
 	s.enqueue(func() error {
 		var sum float64
-		switch x.dt {
+		switch x.DType() {
 		case gpu.F32:
 			for _, v := range x.f32() {
 				sum += float64(v) * float64(v)
@@ -327,28 +270,10 @@ const adamGrain = 1 << 16
 
 // AdamStep calls cpuadam on chunks of the buffers, in parallel; the update
 // is elementwise, so the bits equal one cpuadam call over the whole buffer.
-// Hyper-parameters that cpuadam rejects are an error on the stream.
-func (o *Ops) AdamStep(gs gpu.Stream, gparam, ggrad, gm, gv, gout gpu.Buffer, p gpu.AdamParams) {
-	s := o.stream(gs)
-	param := o.d.buf(gparam, "adam param")
-	n := param.n
-	param = o.typed(gparam, "adam param", gpu.F32, n)
-	grad := o.float(ggrad, "adam grad", n)
-	m := o.typed(gm, "adam m", gpu.F32, n)
-	v := o.typed(gv, "adam v", gpu.F32, n)
-	var out *Buffer
-	if gout != nil {
-		out = o.typed(gout, "adam out", gpu.BF16, n)
-	}
-	cp := cpuadam.Params{LR: p.LR, Beta1: p.Beta1, Beta2: p.Beta2, Eps: p.Eps, WeightDecay: p.WeightDecay,
-		Step: p.Step, GradScale: p.GradScale, Mode: cpuadam.AdamW}
-	if p.L2 {
-		cp.Mode = cpuadam.AdamL2
-	}
+// The front end has validated p (a rejected set reaches Fail).
+func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.AdamParams) {
+	n := param.Len()
 	s.enqueue(func() error {
-		if err := cp.Validate(); err != nil {
-			return fmt.Errorf("gpu/cpu: adam step: %w", err)
-		}
 		chunks := (n + adamGrain - 1) / adamGrain
 		o.d.parallel(chunks, 1, func(clo, chi int) {
 			for c := clo; c < chi; c++ {
@@ -357,13 +282,16 @@ func (o *Ops) AdamStep(gs gpu.Stream, gparam, ggrad, gm, gv, gout gpu.Buffer, p 
 				if out != nil {
 					ob = out.u16()[lo:hi]
 				}
-				if grad.dt == gpu.F32 {
-					cpuadam.StepF32(cp, param.f32()[lo:hi], grad.f32()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
+				if grad.DType() == gpu.F32 {
+					cpuadam.StepF32(p, param.f32()[lo:hi], grad.f32()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
 				} else {
-					cpuadam.StepBF16(cp, param.f32()[lo:hi], grad.u16()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
+					cpuadam.StepBF16(p, param.f32()[lo:hi], grad.u16()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
 				}
 			}
 		})
 		return nil
 	})
 }
+
+// Fail puts err on s, in order: the next Synchronize returns it.
+func (o *kernels) Fail(s *Stream, err error) { s.enqueue(func() error { return err }) }

@@ -10,12 +10,7 @@ import (
 // LayerNormForward: per row, mean and variance (float64 sums, biased
 // variance), rstd = 1/sqrt(var+eps) stored as fp32, then
 // y = (x-mean)*rstd*gamma + beta in fp32 with the stored mean and rstd.
-func (o *Ops) LayerNormForward(gs gpu.Stream, gx, ggamma, gbeta, gy, gmean, grstd gpu.Buffer, rows, cols int, eps float32) {
-	nonNeg("layernorm", rows, cols)
-	s := o.stream(gs)
-	x, y := o.float(gx, "layernorm x", rows*cols), o.float(gy, "layernorm y", rows*cols)
-	gamma, beta := o.float(ggamma, "layernorm gamma", cols), o.float(gbeta, "layernorm beta", cols)
-	mean, rstd := o.typed(gmean, "layernorm mean", gpu.F32, rows), o.typed(grstd, "layernorm rstd", gpu.F32, rows)
+func (o *kernels) LayerNormForward(s *Stream, x, gamma, beta, y, mean, rstd *Buffer, rows, cols int, eps float32) {
 	s.enqueue(func() error {
 		g, b := loadF32(gamma, 0, cols, nil), loadF32(beta, 0, cols, nil)
 		mv, rv := mean.f32(), rstd.f32()
@@ -51,13 +46,7 @@ func (o *Ops) LayerNormForward(gs gpu.Stream, gx, ggamma, gbeta, gy, gmean, grst
 // with xhat = (x-mean)*rstd and g = dy*gamma,
 // dx += (g - mean(g) - xhat*mean(g*xhat)) * rstd, dgamma += sum_r dy*xhat,
 // dbeta += sum_r dy; the column sums run in row order.
-func (o *Ops) LayerNormBackward(gs gpu.Stream, gdy, gx, ggamma, gmean, grstd, gdx, gdgamma, gdbeta gpu.Buffer, rows, cols int) {
-	nonNeg("layernorm-backward", rows, cols)
-	s := o.stream(gs)
-	dy, x, dx := o.float(gdy, "layernorm dy", rows*cols), o.float(gx, "layernorm x", rows*cols), o.float(gdx, "layernorm dx", rows*cols)
-	gamma := o.float(ggamma, "layernorm gamma", cols)
-	dgamma, dbeta := o.float(gdgamma, "layernorm dgamma", cols), o.float(gdbeta, "layernorm dbeta", cols)
-	mean, rstd := o.typed(gmean, "layernorm mean", gpu.F32, rows), o.typed(grstd, "layernorm rstd", gpu.F32, rows)
+func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta *Buffer, rows, cols int) {
 	s.enqueue(func() error {
 		g := loadF32(gamma, 0, cols, nil)
 		mv, rv := mean.f32(), rstd.f32()
@@ -114,12 +103,8 @@ const attnBlock = 64
 // probabilities, with zeros above the diagonal. Each (batch, head) runs on
 // one worker; per block of query rows, the scores and the output are GEMMs
 // (the device's kernel, serial), the softmax is row by row in float64.
-func (o *Ops) AttentionForward(gs gpu.Stream, gqkv, gout, gatt gpu.Buffer, batch, seq, heads, headDim int) {
-	nonNeg("attention", batch, seq, heads, headDim)
-	s := o.stream(gs)
+func (o *kernels) AttentionForward(s *Stream, qkv, out, att *Buffer, batch, seq, heads, headDim int) {
 	C := heads * headDim
-	qkv, out := o.float(gqkv, "attention qkv", batch*seq*3*C), o.float(gout, "attention out", batch*seq*C)
-	att := o.typed(gatt, "attention att", gpu.F32, batch*heads*seq*seq)
 	s.enqueue(func() error {
 		scale := float32(1 / math.Sqrt(float64(headDim)))
 		av := att.f32()
@@ -182,13 +167,8 @@ func softmaxCausal(row []float32) {
 //	dQ = dS·K, dK += dSᵀ·Q
 //
 // with the blocks in order, so dK and dV are summed in a fixed order.
-func (o *Ops) AttentionBackward(gs gpu.Stream, gdout, gqkv, gatt, gdqkv gpu.Buffer, batch, seq, heads, headDim int) {
-	nonNeg("attention-backward", batch, seq, heads, headDim)
-	s := o.stream(gs)
+func (o *kernels) AttentionBackward(s *Stream, dout, qkv, att, dqkv *Buffer, batch, seq, heads, headDim int) {
 	C := heads * headDim
-	qkv, dqkv := o.float(gqkv, "attention qkv", batch*seq*3*C), o.float(gdqkv, "attention dqkv", batch*seq*3*C)
-	dout := o.float(gdout, "attention dout", batch*seq*C)
-	att := o.typed(gatt, "attention att", gpu.F32, batch*heads*seq*seq)
 	s.enqueue(func() error {
 		scale := float32(1 / math.Sqrt(float64(headDim)))
 		av := att.f32()
@@ -212,7 +192,7 @@ func (o *Ops) AttentionBackward(gs gpu.Stream, gdout, gqkv, gatt, gdqkv gpu.Buff
 						t := r0 + i
 						copy(p[i*r1:(i+1)*r1], av[(bh*seq+t)*seq:])
 						row := loadF32(dout, (b*seq+t)*C+h*hd, (b*seq+t)*C+(h+1)*hd, tmp)
-						if dout.dt != gpu.F32 {
+						if dout.DType() != gpu.F32 {
 							tmp = row
 						}
 						copy(do[i*hd:], row)
@@ -263,7 +243,7 @@ func (a *attnHead) gather(qkv *Buffer, b, h, heads int) {
 		for i, dst := range [][]float32{a.q, a.k, a.v} {
 			src := loadF32(qkv, base+i*C, base+i*C+a.hd, a.tmp)
 			copy(dst[t*a.hd:(t+1)*a.hd], src)
-			if qkv.dt != gpu.F32 {
+			if qkv.DType() != gpu.F32 {
 				a.tmp = src
 			}
 		}
@@ -280,11 +260,7 @@ func axpyF(alpha float32, x, y []float32) {
 // CrossEntropyForward: losses[r] = log(sum exp(l - max)) + max - l[target],
 // the sum in float64. A target outside [0, vocab) is an error on the stream
 // and leaves losses unchanged.
-func (o *Ops) CrossEntropyForward(gs gpu.Stream, glogits, gtargets, glosses gpu.Buffer, rows, vocab int) {
-	nonNeg("cross-entropy", rows, vocab)
-	s := o.stream(gs)
-	logits, losses := o.float(glogits, "cross-entropy logits", rows*vocab), o.float(glosses, "cross-entropy losses", rows)
-	targets := o.typed(gtargets, "cross-entropy targets", gpu.I32, rows)
+func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer, rows, vocab int) {
 	s.enqueue(func() error {
 		if err := checkIDs("cross-entropy: target", targets.i32(), vocab); err != nil {
 			return err
@@ -319,11 +295,7 @@ func softmaxStats(l []float32) (float32, float64) {
 
 // CrossEntropyBackward: dlogits = (softmax(logits) - onehot(target)) * scale.
 // dlogits may be the logits buffer itself (in place).
-func (o *Ops) CrossEntropyBackward(gs gpu.Stream, glogits, gtargets, gdlogits gpu.Buffer, rows, vocab int, scale float32) {
-	nonNeg("cross-entropy-backward", rows, vocab)
-	s := o.stream(gs)
-	logits, dlogits := o.float(glogits, "cross-entropy logits", rows*vocab), o.float(gdlogits, "cross-entropy dlogits", rows*vocab)
-	targets := o.typed(gtargets, "cross-entropy targets", gpu.I32, rows)
+func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buffer, rows, vocab int, scale float32) {
 	s.enqueue(func() error {
 		if err := checkIDs("cross-entropy: target", targets.i32(), vocab); err != nil {
 			return err
@@ -333,12 +305,12 @@ func (o *Ops) CrossEntropyBackward(gs gpu.Stream, glogits, gtargets, gdlogits gp
 			var tmp []float32
 			for r := lo; r < hi; r++ {
 				l := loadF32(logits, r*vocab, (r+1)*vocab, tmp)
-				if logits.dt != gpu.F32 {
+				if logits.DType() != gpu.F32 {
 					tmp = l
 				}
 				mx, sum := softmaxStats(l)
 				var out []float32
-				if dlogits.dt == gpu.F32 {
+				if dlogits.DType() == gpu.F32 {
 					out = dlogits.f32()[r*vocab : (r+1)*vocab]
 				} else {
 					out = make([]float32, vocab)
@@ -368,14 +340,9 @@ func checkIDs(what string, ids []int32, limit int) error {
 
 // EmbeddingForward: out[b,t,:] = wte[ids[b,t],:] + wpe[t,:]. An id outside
 // the vocabulary is an error on the stream and leaves out unchanged.
-func (o *Ops) EmbeddingForward(gs gpu.Stream, gids, gwte, gwpe, gout gpu.Buffer, batch, seq, dim int) {
-	nonNeg("embedding", batch, seq, dim)
-	s := o.stream(gs)
-	ids := o.typed(gids, "embedding ids", gpu.I32, batch*seq)
-	wte, wpe := o.embTable(gwte, "embedding wte", dim, 1), o.embTable(gwpe, "embedding wpe", dim, seq)
-	out := o.float(gout, "embedding out", batch*seq*dim)
+func (o *kernels) EmbeddingForward(s *Stream, ids, wte, wpe, out *Buffer, batch, seq, dim int) {
 	s.enqueue(func() error {
-		vocab := wte.n / max(1, dim)
+		vocab := wte.Len() / max(1, dim)
 		if err := checkIDs("embedding: id", ids.i32(), vocab); err != nil {
 			return err
 		}
@@ -387,10 +354,10 @@ func (o *Ops) EmbeddingForward(gs gpu.Stream, gids, gwte, gwpe, gout gpu.Buffer,
 				t, id := bt%seq, int(iv[bt])
 				e := loadF32(wte, id*dim, (id+1)*dim, t1)
 				p := loadF32(wpe, t*dim, (t+1)*dim, t2)
-				if wte.dt != gpu.F32 {
+				if wte.DType() != gpu.F32 {
 					t1 = e
 				}
-				if wpe.dt != gpu.F32 {
+				if wpe.DType() != gpu.F32 {
 					t2 = p
 				}
 				for c := range res {
@@ -403,29 +370,12 @@ func (o *Ops) EmbeddingForward(gs gpu.Stream, gids, gwte, gwpe, gout gpu.Buffer,
 	})
 }
 
-// embTable checks a (rows×dim) table with at least minRows rows.
-func (o *Ops) embTable(gb gpu.Buffer, what string, dim, minRows int) *Buffer {
-	b := o.d.buf(gb, what)
-	if b.dt != gpu.F32 && b.dt != gpu.BF16 {
-		panic(fmt.Sprintf("gpu/cpu: %s is %s, want f32 or bf16", what, b.dt))
-	}
-	if dim > 0 && (b.n%dim != 0 || b.n/dim < minRows) {
-		panic(fmt.Sprintf("gpu/cpu: %s has %d elements, want a multiple of dim %d with at least %d rows", what, b.n, dim, minRows))
-	}
-	return b
-}
-
 // EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] and
 // dwpe[t,:] += dout[b,t,:]. Each touched row is summed in fp32 in the order
 // b, then t, starting from its old value, and rounded once on store.
-func (o *Ops) EmbeddingBackward(gs gpu.Stream, gids, gdout, gdwte, gdwpe gpu.Buffer, batch, seq, dim int) {
-	nonNeg("embedding-backward", batch, seq, dim)
-	s := o.stream(gs)
-	ids := o.typed(gids, "embedding ids", gpu.I32, batch*seq)
-	dwte, dwpe := o.embTable(gdwte, "embedding dwte", dim, 1), o.embTable(gdwpe, "embedding dwpe", dim, seq)
-	dout := o.float(gdout, "embedding dout", batch*seq*dim)
+func (o *kernels) EmbeddingBackward(s *Stream, ids, dout, dwte, dwpe *Buffer, batch, seq, dim int) {
 	s.enqueue(func() error {
-		vocab := dwte.n / max(1, dim)
+		vocab := dwte.Len() / max(1, dim)
 		if err := checkIDs("embedding: id", ids.i32(), vocab); err != nil {
 			return err
 		}
@@ -456,7 +406,7 @@ func (o *Ops) EmbeddingBackward(gs gpu.Stream, gids, gdout, gdwte, gdwpe gpu.Buf
 			var tmp []float32
 			for bt := range batch * seq {
 				d := loadF32(dout, bt*dim+lo, bt*dim+hi, tmp)
-				if dout.dt != gpu.F32 {
+				if dout.DType() != gpu.F32 {
 					tmp = d
 				}
 				axpyF(1, d, acc[slot[bt]*w:(slot[bt]+1)*w])

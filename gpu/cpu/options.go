@@ -57,11 +57,10 @@ func (o Options) WithDefaults() Options {
 
 // Validate says what is wrong with o (after defaults).
 func (o Options) Validate() error {
+	if err := gpu.ValidateDevices("cpu", o.Devices, o.HBMBytes); err != nil {
+		return err
+	}
 	switch {
-	case o.Devices < 1 || o.Devices > 1024:
-		return fmt.Errorf("cpu: devices %d must be in [1, 1024]", o.Devices)
-	case o.HBMBytes < 0:
-		return fmt.Errorf("cpu: hbm bytes %d must be >= 0", o.HBMBytes)
 	case o.Workers < 1:
 		return fmt.Errorf("cpu: workers %d must be >= 1", o.Workers)
 	case o.Kernel != KernelAVX512 && o.Kernel != KernelGonum:
@@ -88,10 +87,10 @@ func New(o Options) ([]*Device, []gpu.Comm, error) {
 	for i := range devs {
 		devs[i] = newDevice(i, o)
 	}
-	g := &group{n: o.Devices, rounds: map[uint64]*round{}}
+	g := newGroup(o.Devices)
 	comms := make([]gpu.Comm, o.Devices)
-	for i := range comms {
-		comms[i] = &Comm{g: g, rank: i, dev: devs[i]}
+	for i, d := range devs {
+		comms[i] = gpu.CheckedComm[*Stream, *Buffer](d.front, i, o.Devices, &comm{g: g, rank: i, dev: d})
 	}
 	return devs, comms, nil
 }

@@ -33,7 +33,7 @@ func (d *Device) parallel(n, grain int, fn func(lo, hi int)) {
 // loadF32 returns elements [lo, hi) of b as float32: the memory itself for
 // F32, a conversion into tmp (grown when short) otherwise.
 func loadF32(b *Buffer, lo, hi int, tmp []float32) []float32 {
-	switch b.dt {
+	switch b.DType() {
 	case gpu.F32:
 		return b.f32()[lo:hi]
 	case gpu.BF16:
@@ -62,7 +62,7 @@ func loadF32(b *Buffer, lo, hi int, tmp []float32) []float32 {
 		}
 		return tmp
 	}
-	panic(fmt.Sprintf("gpu/cpu: unknown dtype %s", b.dt))
+	panic(fmt.Sprintf("gpu/cpu: unknown dtype %s", b.DType()))
 }
 
 // storeF32 writes v into b at element off, rounding once to b's dtype. It
@@ -71,7 +71,7 @@ func storeF32(b *Buffer, off int, v []float32) {
 	if len(v) == 0 {
 		return
 	}
-	switch b.dt {
+	switch b.DType() {
 	case gpu.F32:
 		dst := b.f32()[off : off+len(v)]
 		if &dst[0] != &v[0] {
@@ -90,6 +90,6 @@ func storeF32(b *Buffer, off int, v []float32) {
 			dst[i] = int32(x)
 		}
 	default:
-		panic(fmt.Sprintf("gpu/cpu: unknown dtype %s", b.dt))
+		panic(fmt.Sprintf("gpu/cpu: unknown dtype %s", b.DType()))
 	}
 }

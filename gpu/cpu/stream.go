@@ -21,6 +21,9 @@ type Stream struct {
 	err     error // first error since the last Synchronize
 }
 
+// Home returns the front end of the stream's device (gpu.Queue).
+func (s *Stream) Home() *gpu.Front { return s.dev.front }
+
 func (d *Device) newStream() *Stream {
 	s := &Stream{dev: d}
 	s.idle = sync.NewCond(&s.mu)

@@ -42,12 +42,10 @@ func (o Options) WithDefaults(gpus int) Options {
 
 // Validate says what is wrong with o (after defaults).
 func (o Options) Validate() error {
-	switch {
-	case o.Devices < 1 || o.Devices > 1024:
-		return fmt.Errorf("cuda: devices %d must be in [1, 1024]", o.Devices)
-	case o.HBMBytes < 0:
-		return fmt.Errorf("cuda: hbm bytes %d must be >= 0 (0: the free memory)", o.HBMBytes)
-	case o.ReserveBytes < 0:
+	if err := gpu.ValidateDevices("cuda", o.Devices, o.HBMBytes); err != nil {
+		return err
+	}
+	if o.ReserveBytes < 0 {
 		return fmt.Errorf("cuda: reserve bytes %d must be >= 0", o.ReserveBytes)
 	}
 	return nil
@@ -65,7 +63,7 @@ func (o Options) String() string {
 type Backend struct {
 	l     *lib
 	devs  []*Device
-	comms []*Comm
+	comms []gpu.Comm
 	group *group
 
 	mu      sync.Mutex
@@ -145,8 +143,7 @@ func New(o Options) (*Backend, error) {
 	}
 	for i := range o.Devices {
 		g := l.gpus[i%len(l.gpus)]
-		d := &Device{index: i, g: g, b: b, mem: gpu.NewBudget(i, budgets[i%len(l.gpus)])}
-		d.ops = &Ops{d: d}
+		d := newDevice(i, g, b, budgets[i%len(l.gpus)])
 		s, err := b.newStream(d)
 		if err != nil {
 			b.Close()
@@ -162,7 +159,7 @@ func New(o Options) (*Backend, error) {
 	}
 	b.group = grp
 	for i, d := range b.devs {
-		b.comms = append(b.comms, &Comm{g: grp, rank: i, dev: d})
+		b.comms = append(b.comms, gpu.CheckedComm[*Stream, *Buffer](d.front, i, len(b.devs), &comm{g: grp, rank: i, dev: d}))
 	}
 	return b, nil
 }
@@ -180,13 +177,7 @@ func (b *Backend) Devices() []gpu.Device {
 func (b *Backend) Device(i int) *Device { return b.devs[i] }
 
 // Comms returns one communicator per device.
-func (b *Backend) Comms() []gpu.Comm {
-	out := make([]gpu.Comm, len(b.comms))
-	for i, c := range b.comms {
-		out[i] = c
-	}
-	return out
-}
+func (b *Backend) Comms() []gpu.Comm { return append([]gpu.Comm(nil), b.comms...) }
 
 // Close synchronizes and destroys every stream of the backend and frees the
 // collective state. Buffers still allocated stay allocated (their memory

@@ -79,16 +79,7 @@ func put(t *testing.T, d gpu.Device, data []byte, n int, dt gpu.DType) gpu.Buffe
 	return b
 }
 
-func get(t *testing.T, d gpu.Device, b gpu.Buffer) []byte {
-	t.Helper()
-	out := make([]byte, b.Bytes())
-	s := d.DefaultStream()
-	d.CopyDeviceToHost(s, out, b, 0)
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
+func get(t *testing.T, d gpu.Device, b gpu.Buffer) []byte { return gputest.ReadBytes(t, d, b) }
 
 // TestAdamMatchesCPUAdam: the device Adam gives cpuadam's bits exactly
 // (the kernel follows cpuadam's reference operation for operation).
@@ -97,8 +88,8 @@ func TestAdamMatchesCPUAdam(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	n := 100_003
 	for _, gradDT := range []gpu.DType{gpu.F32, gpu.BF16} {
-		for _, l2 := range []bool{false, true} {
-			p := gpu.AdamParams{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 7, GradScale: 0.125, L2: l2}
+		for _, mode := range []gpu.AdamMode{gpu.AdamW, gpu.AdamL2} {
+			p := gpu.AdamParams{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Step: 7, GradScale: 0.125, Mode: mode}
 			param, grad, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
 			for i := range param {
 				param[i], grad[i] = float32(r.NormFloat64()), float32(r.NormFloat64()*10)
@@ -118,22 +109,18 @@ func TestAdamMatchesCPUAdam(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.Ops().AdamStep(d.DefaultStream(), gp, gg, gm, gv, out, p)
-			cp := cpuadam.Params{LR: p.LR, Beta1: p.Beta1, Beta2: p.Beta2, Eps: p.Eps, WeightDecay: p.WeightDecay, Step: p.Step, GradScale: p.GradScale}
-			if l2 {
-				cp.Mode = cpuadam.AdamL2
-			}
 			wantOut := make([]uint16, n)
 			if gradDT == gpu.F32 {
-				cpuadam.StepF32(cp, param, grad, m, v, wantOut)
+				cpuadam.StepF32(p, param, grad, m, v, wantOut)
 			} else {
-				cpuadam.StepBF16(cp, param, gb, m, v, wantOut)
+				cpuadam.StepBF16(p, param, gb, m, v, wantOut)
 			}
 			for name, pair := range map[string][2][]byte{
 				"param": {get(t, d, gp), f32bytes(param)}, "m": {get(t, d, gm), f32bytes(m)},
 				"v": {get(t, d, gv), f32bytes(v)}, "out": {get(t, d, out), u16bytes(wantOut)},
 			} {
 				if diff := firstDiff(pair[0], pair[1]); diff >= 0 {
-					t.Errorf("grad %s l2=%v: %s differs from cpuadam first at byte %d", gradDT, l2, name, diff)
+					t.Errorf("grad %s %s: %s differs from cpuadam first at byte %d", gradDT, mode, name, diff)
 				}
 			}
 			d.Free(out)

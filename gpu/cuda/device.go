@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/strata-ai/strata/gpu"
@@ -15,48 +14,37 @@ const granularityBytes = 256
 // Device is one logical device on a physical GPU: a byte budget over
 // cuMemAlloc, streams, and Ops that launch the NVRTC kernels and cuBLAS.
 type Device struct {
-	index int
-	g     *gpuCtx
-	b     *Backend
-	mem   *gpu.Budget
-	ops   *Ops
-	def   *Stream
+	g   *gpuCtx  // the physical GPU
+	b   *Backend // owns the streams
+	def *Stream  // the default stream, made by New
 
-	h2d, d2h, d2d, coll atomic.Int64
+	gpu.Ledger            // index, name, memory accounting, link counters
+	front      *gpu.Front // budget and argument checks
+	ops        gpu.Ops    // the kernels behind the front end's checks
 }
 
-// Index returns the device's rank in its backend.
-func (d *Device) Index() int { return d.index }
-
-// Name returns "cuda:<index> (<GPU name>, GPU <ordinal>)".
-func (d *Device) Name() string {
-	return fmt.Sprintf("cuda:%d (%s, GPU %d)", d.index, d.g.name, d.g.ordinal)
+func newDevice(index int, g *gpuCtx, b *Backend, budgetBytes int64) *Device {
+	name := fmt.Sprintf("cuda:%d (%s, GPU %d)", index, g.name, g.ordinal)
+	d := &Device{g: g, b: b, front: gpu.NewFront("gpu/cuda", index, name, budgetBytes, granularityBytes)}
+	d.Ledger, d.ops = d.front.Ledger(), gpu.CheckedOps[*Stream, *Buffer](d.front, &kernels{d: d})
+	return d
 }
 
 // GPU returns the ordinal of the physical GPU the device runs on.
 func (d *Device) GPU() int { return d.g.ordinal }
 
+// allocation is the device memory of one Alloc, shared by its views.
 type allocation struct {
-	ptr       uint64
-	sizeBytes int64
-	tag       gpu.Tag
-	freed     atomic.Bool
+	ptr uint64
 }
 
-// Buffer is a typed view of device memory.
+// Buffer is a typed view of device memory: an extent (device, accounting,
+// dtype, elements) of an allocation's memory.
 type Buffer struct {
-	dev  *Device
-	a    *allocation
-	dt   gpu.DType
-	off  int
-	n    int
-	view bool
+	gpu.Extent
+	dev *Device
+	a   *allocation
 }
-
-func (b *Buffer) DType() gpu.DType { return b.dt }
-func (b *Buffer) Len() int         { return b.n }
-func (b *Buffer) Bytes() int64     { return int64(b.n) * int64(b.dt.Size()) }
-func (b *Buffer) DeviceIndex() int { return b.dev.index }
 
 // Ptr returns the device address of the first element (0 for an empty
 // allocation).
@@ -64,40 +52,27 @@ func (b *Buffer) Ptr() uint64 {
 	if b.a.ptr == 0 {
 		return 0
 	}
-	return b.a.ptr + uint64(b.off)*uint64(b.dt.Size())
+	return b.a.ptr + uint64(b.Offset())*uint64(b.DType().Size())
 }
 
 func (b *Buffer) p() devPtr { return devPtr(b.Ptr()) }
 
 // Slice returns elements [off, off+n) as a view sharing memory.
 func (b *Buffer) Slice(off, n int) gpu.Buffer {
-	if off < 0 || n < 0 || off+n > b.n {
-		panic(fmt.Sprintf("gpu/cuda: slice [%d, %d) of a buffer of %d elements", off, off+n, b.n))
-	}
-	return &Buffer{dev: b.dev, a: b.a, dt: b.dt, off: b.off + off, n: n, view: true}
+	return &Buffer{Extent: b.Sub(off, n), dev: b.dev, a: b.a}
 }
-
-// Tag returns what the allocation behind b is for.
-func (b *Buffer) Tag() gpu.Tag { return b.a.tag }
 
 // Alloc reserves n zeroed elements of dt against the budget, then takes
 // them with cuMemAlloc. A request past the budget, or one the GPU itself
 // cannot hold, returns *gpu.OutOfMemoryError.
 func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
-	if n < 0 {
-		panic(fmt.Sprintf("gpu/cuda: alloc of %d elements", n))
-	}
-	if int(tag.Kind) >= gpu.KindCount {
-		panic(fmt.Sprintf("gpu/cuda: alloc with unknown kind %d", tag.Kind))
-	}
-	raw := int64(n) * int64(dt.Size())
-	size := (raw + granularityBytes - 1) / granularityBytes * granularityBytes
-	if err := d.mem.Reserve(size, tag); err != nil {
+	acct, err := d.front.Alloc(n, dt, tag)
+	if err != nil {
 		return nil, err
 	}
-
-	a := &allocation{sizeBytes: size, tag: tag}
-	if raw > 0 {
+	size := acct.SizeBytes
+	a := &allocation{}
+	if n*dt.Size() > 0 {
 		drv := d.g.l.drv
 		var res cuResult
 		err := d.g.do(func() error {
@@ -114,51 +89,29 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 			if a.ptr != 0 {
 				d.g.do(func() error { drv.cuMemFree(a.ptr); return nil })
 			}
-			d.mem.Release(size, tag)
+			d.front.Refund(acct)
 			if res == cudaOutOfMemory {
-				return nil, d.mem.OutOfMemory(size, tag)
+				return nil, d.front.OutOfMemory(acct)
 			}
 			return nil, fmt.Errorf("gpu/cuda: alloc %d bytes for %q on %s: %w", size, tag.Purpose, d.Name(), err)
 		}
 	}
-	return &Buffer{dev: d, a: a, dt: dt, n: n}, nil
+	return &Buffer{Extent: d.front.Extent(acct, dt, n), dev: d, a: a}, nil
 }
 
 // Free releases a buffer returned by Alloc (cuMemFree waits for the work
 // in flight on the GPU). Freeing a view or freeing twice panics.
 func (d *Device) Free(gb gpu.Buffer) {
-	b, ok := gb.(*Buffer)
-	switch {
-	case !ok:
-		panic(fmt.Sprintf("gpu/cuda: free of a foreign buffer %T", gb))
-	case b.dev != d:
-		panic(fmt.Sprintf("gpu/cuda: free on %s of a buffer of %s", d.Name(), b.dev.Name()))
-	case b.view:
-		panic("gpu/cuda: free of a view")
-	case !b.a.freed.CompareAndSwap(false, true):
-		panic(fmt.Sprintf("gpu/cuda: double free of %q", b.a.tag.Purpose))
-	}
+	b := gpu.Free[*Buffer](d.front, gb)
 	if b.a.ptr != 0 {
 		drv := d.g.l.drv
 		if err := d.g.do(func() error { return drv.check(drv.cuMemFree(b.a.ptr), "cuMemFree") }); err != nil {
 			// The context is broken (a kernel faulted): the memory is gone
 			// with it; the accounting still releases it.
-			d.def.fail(fmt.Errorf("gpu/cuda: free %q: %w", b.a.tag.Purpose, err))
+			d.def.fail(fmt.Errorf("gpu/cuda: free %q: %w", b.Tag().Purpose, err))
 		}
 	}
-	d.mem.Release(b.a.sizeBytes, b.a.tag)
-}
-
-// MemStats returns the device's memory statistics.
-func (d *Device) MemStats() gpu.MemStats { return d.mem.Stats() }
-
-// ResetPeak sets every peak to the current in-use value.
-func (d *Device) ResetPeak() { d.mem.ResetPeak() }
-
-// Counters returns the bytes moved on each link so far (counted when the
-// copy is enqueued).
-func (d *Device) Counters() gpu.LinkCounters {
-	return gpu.LinkCounters{HostToDevice: d.h2d.Load(), DeviceToHost: d.d2h.Load(), DeviceToDevice: d.d2d.Load(), Collective: d.coll.Load()}
+	d.front.Release(b.Allocation())
 }
 
 // Ops returns the device's kernels.
@@ -180,49 +133,12 @@ func (d *Device) NewStream() gpu.Stream {
 // NewEvent returns an event that was never recorded (so it is complete).
 func (d *Device) NewEvent() gpu.Event { return newEvent(d.g.l.drv) }
 
-func (d *Device) buf(gb gpu.Buffer, what string) *Buffer {
-	b := anyBuf(gb, what)
-	if b.dev != d {
-		panic(fmt.Sprintf("gpu/cuda: %s is on %s, not %s", what, b.dev.Name(), d.Name()))
-	}
-	return b
-}
-
-func anyBuf(gb gpu.Buffer, what string) *Buffer {
-	b, ok := gb.(*Buffer)
-	if !ok || b == nil {
-		panic(fmt.Sprintf("gpu/cuda: %s is not a gpu/cuda buffer (%T)", what, gb))
-	}
-	if b.a.freed.Load() {
-		panic(fmt.Sprintf("gpu/cuda: %s (%q) was freed", what, b.a.tag.Purpose))
-	}
-	return b
-}
-
-func (d *Device) stream(gs gpu.Stream) *Stream {
-	s, ok := gs.(*Stream)
-	if !ok || s == nil {
-		panic(fmt.Sprintf("gpu/cuda: stream is not a gpu/cuda stream (%T)", gs))
-	}
-	if s.dev != d {
-		panic(fmt.Sprintf("gpu/cuda: stream of %s used on %s", s.dev.Name(), d.Name()))
-	}
-	return s
-}
-
-func checkRange(what string, off, n, size int64) {
-	if off < 0 || n < 0 || off+n > size {
-		panic(fmt.Sprintf("gpu/cuda: %s range [%d, %d) outside %d bytes", what, off, off+n, size))
-	}
-}
-
 // CopyHostToDevice enqueues cuMemcpyHtoDAsync. src must stay valid and
 // unchanged until the copy completes; from pageable memory the driver
 // stages it and the call returns once src has been read.
 func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, src []byte) {
-	s, dst := d.stream(gs), d.buf(gdst, "copy destination")
-	checkRange("host-to-device destination", dstOffBytes, int64(len(src)), dst.Bytes())
-	d.h2d.Add(int64(len(src)))
+	s, dst := gpu.CopyIn[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, len(src))
+	d.front.Links.HostToDevice.Add(int64(len(src)))
 	if len(src) == 0 {
 		return
 	}
@@ -234,9 +150,8 @@ func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes in
 
 // CopyDeviceToHost enqueues cuMemcpyDtoHAsync of len(dst) bytes.
 func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, srcOffBytes int64) {
-	s, src := d.stream(gs), d.buf(gsrc, "copy source")
-	checkRange("device-to-host source", srcOffBytes, int64(len(dst)), src.Bytes())
-	d.d2h.Add(int64(len(dst)))
+	s, src := gpu.CopyOut[*Stream, *Buffer](d.front, gs, gsrc, srcOffBytes, len(dst))
+	d.front.Links.DeviceToHost.Add(int64(len(dst)))
 	if len(dst) == 0 {
 		return
 	}
@@ -250,11 +165,9 @@ func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, sr
 // addressing: src may be on another GPU). Copies between two logical
 // devices count n bytes on d's DeviceToDevice link.
 func (d *Device) CopyDeviceToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, gsrc gpu.Buffer, srcOffBytes int64, n int64) {
-	s, dst, src := d.stream(gs), d.buf(gdst, "copy destination"), anyBuf(gsrc, "copy source")
-	checkRange("device-to-device destination", dstOffBytes, n, dst.Bytes())
-	checkRange("device-to-device source", srcOffBytes, n, src.Bytes())
+	s, dst, src := gpu.CopyAcross[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, gsrc, srcOffBytes, n)
 	if src.dev != d {
-		d.d2d.Add(n)
+		d.front.Links.DeviceToDevice.Add(n)
 	}
 	if n == 0 {
 		return

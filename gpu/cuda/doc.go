@@ -27,6 +27,11 @@
 // NVRTC version (kernelKey); there is no on-disk cache yet (compilation
 // takes about 2.5 s on an H200 machine).
 //
+// Front end: every Device, Ops and Comm call goes through package gpu's
+// checked front end (gpu.Front, gpu.CheckedOps, gpu.CheckedComm,
+// gpu.Rounds), as gpu/cpu's do, so both refuse the same calls with the
+// same messages; this package implements what follows the checks.
+//
 // Lifecycle: the first New (or Probe) loads the libraries, retains each
 // GPU's primary context, compiles and loads the kernels; this process-wide
 // state stays until the process exits, so later backends start in
@@ -42,7 +47,7 @@
 // Memory: Alloc takes cuMemAlloc memory, zeroed, accounted in multiples of
 // 256 bytes against the device's budget (Options.HBMBytes; default the
 // GPU's free memory less Options.ReserveBytes, split among the logical
-// devices on it) per Tag, with peaks, exactly as gpu/cpu accounts; a
+// devices on it) per Tag, with peaks, by the same gpu.Front as gpu/cpu; a
 // request past the budget returns *gpu.OutOfMemoryError without calling
 // the driver, and a driver out-of-memory is returned the same way.
 // Temporaries (attention backward's dS, mixed-type GEMM operands,
@@ -59,12 +64,13 @@
 // op's compute kernels skip, so bad data leaves the outputs unchanged;
 // Synchronize returns that error once, like gpu/cpu. Failed enqueues
 // (driver errors) and rejected Adam hyper-parameters are also returned by
-// the next Synchronize; broken contracts panic when the op is enqueued.
+// the next Synchronize; broken contracts panic when the op is enqueued
+// (in the front end).
 //
 // Collectives (comm.go) use no NCCL: peer copies (cuMemcpyAsync over
 // unified addressing) into stream-ordered scratch and a rank-order
-// reduction kernel, driven by the rank that completes a round on the
-// group's own streams; each rank's stream waits on a flag in mapped host
+// reduction kernel, driven by the rank that completes a round
+// (gpu.Rounds hands it the round) on the group's own streams; each rank's stream waits on a flag in mapped host
 // memory (cuStreamWaitValue32, or spin kernels where the driver lacks
 // stream memory operations or STRATA_CUDA_SPIN_WAIT is set). Only the
 // one-GPU case was verified on hardware (1 to 4 logical ranks on one
@@ -73,9 +79,10 @@
 // Determinism: every kernel reduces in a fixed order (fixed block sizes,
 // fixed trees, loops in index order), so results are bit-identical run to
 // run. BiasGrad, LayerNorm's parameter gradients, EmbeddingBackward and
-// Cast give gpu/cpu's bits; AdamStep gives cpuadam's bits (its scalars and
-// its FMAs are reproduced); row statistics and softmax normalisers are
-// summed in double by a tree, so they differ from gpu/cpu only by float64
+// Cast give gpu/cpu's bits; AdamStep gives cpuadam's bits (both take
+// their scalars from adam.Params.Scalars, and the kernel fuses exactly
+// where cpuadam does); row statistics and softmax normalisers are summed
+// in double by a tree, so they differ from gpu/cpu only by float64
 // rounding. GEMM is cuBLAS with fp32 compute (no TF32): reproducible on one
 // GPU model and cuBLAS version, not bit-equal to gpu/cpu. Collectives add
 // in rank order 0..N-1 in fp32 (float64 for F64) and round once.

@@ -31,6 +31,9 @@ const (
 	codeTarget
 )
 
+// Home returns the front end of the stream's device (gpu.Queue).
+func (s *Stream) Home() *gpu.Front { return s.dev.front }
+
 func (b *Backend) newStream(d *Device) (*Stream, error) {
 	s := &Stream{dev: d}
 	slot, err := d.g.slot()

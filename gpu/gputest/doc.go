@@ -14,7 +14,11 @@
 //   - every op against a plain float64 reference, with F32 and BF16 storage
 //     and odd sizes;
 //   - finite-difference gradient checks of every backward op (GEMM, bias,
-//     layernorm, attention, GELU, cross-entropy, embedding) against float64.
+//     layernorm, attention, GELU, cross-entropy, embedding) against float64;
+//   - contracts: every Device, Ops and Comm call with a bad argument
+//     (length, dtype, dimension, range, device, stream, foreign or freed
+//     buffer, op, root) panics when it is made, without crashing inside
+//     the backend, enqueues nothing and takes no collective round.
 //
 // Tolerances (per element, ref = the float64 reference on the values the
 // device actually stores, mag = the sum of the magnitudes of the terms

@@ -24,6 +24,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Collectives", func(t *testing.T) { testCollectives(t, newBackend) })
 	t.Run("Ops", func(t *testing.T) { testOps(t, newBackend) })
 	t.Run("Grad", func(t *testing.T) { testGrads(t, newBackend) })
+	t.Run("Contracts", func(t *testing.T) { testContracts(t, newBackend) })
 }
 
 // one returns a single fresh device and its default stream.
@@ -108,6 +109,19 @@ func download(t *testing.T, d gpu.Device, s gpu.Stream, b gpu.Buffer) []float64 
 	d.CopyDeviceToHost(s, dst, b, 0)
 	waitStream(t, s)
 	return decode(dst, b.DType())
+}
+
+// ReadBytes copies b to the host on d's default stream, waits, and
+// returns its bytes: what backend tests compare bit for bit.
+func ReadBytes(t testing.TB, d gpu.Device, b gpu.Buffer) []byte {
+	t.Helper()
+	out := make([]byte, b.Bytes())
+	s := d.DefaultStream()
+	d.CopyDeviceToHost(s, out, b, 0)
+	if err := s.Synchronize(); err != nil {
+		t.Fatalf("read %d bytes back: %v", len(out), err)
+	}
+	return out
 }
 
 func waitStream(t *testing.T, s gpu.Stream) {

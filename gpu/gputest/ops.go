@@ -293,8 +293,9 @@ func testSumSquares(t *testing.T, d gpu.Device, s gpu.Stream) {
 func testAdam(t *testing.T, d gpu.Device, s gpu.Stream, gradDT gpu.DType) {
 	r := newRand(21)
 	n := 70001
-	for _, l2 := range []bool{false, true} {
-		p := gpu.AdamParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3, GradScale: 0.5, L2: l2}
+	for _, mode := range []gpu.AdamMode{gpu.AdamW, gpu.AdamL2} {
+		l2 := mode == gpu.AdamL2
+		p := gpu.AdamParams{LR: 1e-2, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1, Step: 3, GradScale: 0.5, Mode: mode}
 		param, grad := randVals(r, n, 1), stored(randVals(r, n, 1), gradDT)
 		m, v := randVals(r, n, 0.1), absVals(randVals(r, n, 0.01))
 		gp, gg, gm, gv := upload(t, d, s, param, gpu.F32), upload(t, d, s, grad, gradDT), upload(t, d, s, m, gpu.F32), upload(t, d, s, v, gpu.F32)

@@ -1,0 +1,244 @@
+package gpu
+
+// Kernels is what a backend implements behind CheckedOps: every method of
+// Ops, called only with arguments the front end has checked against the
+// contract (dimensions, dtypes, lengths, device), with the stream and
+// buffers resolved to the backend's types S and B. AdamStep's out is the
+// zero B when the caller passed nil, and it is called only with
+// hyper-parameters that Validate accepts; Fail puts the error of a
+// rejected call on the stream, for its next Synchronize.
+type Kernels[S, B any] interface {
+	Gemm(s S, transA, transB bool, m, n, k int, alpha float32, a, b B, beta float32, c B)
+	BiasAdd(s S, y, bias B, rows, cols int)
+	BiasGrad(s S, dy, dbias B, rows, cols int)
+	LayerNormForward(s S, x, gamma, beta, y, mean, rstd B, rows, cols int, eps float32)
+	LayerNormBackward(s S, dy, x, gamma, mean, rstd, dx, dgamma, dbeta B, rows, cols int)
+	AttentionForward(s S, qkv, out, att B, batch, seq, heads, headDim int)
+	AttentionBackward(s S, dout, qkv, att, dqkv B, batch, seq, heads, headDim int)
+	GeluForward(s S, x, y B, n int)
+	GeluBackward(s S, x, dy, dx B, n int)
+	Add(s S, a, b, out B, n int)
+	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
+	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
+	EmbeddingForward(s S, ids, wte, wpe, out B, batch, seq, dim int)
+	EmbeddingBackward(s S, ids, dout, dwte, dwpe B, batch, seq, dim int)
+	Cast(s S, dst, src B)
+	Fill(s S, x B, value float32)
+	Scale(s S, x B, alpha float32)
+	Axpy(s S, alpha float32, x, y B)
+	SumSquares(s S, x, out B, index int)
+	AdamStep(s S, param, grad, m, v, out B, p AdamParams)
+	Fail(s S, err error)
+}
+
+// CheckedOps returns the Ops of f's device: each call is checked against
+// the contract of Ops (a violation panics when the op is enqueued, naming
+// the backend and the argument) and then handed to k.
+func CheckedOps[S Queue, B Resident](f *Front, k Kernels[S, B]) Ops {
+	return &checkedOps[S, B]{f: f, k: k}
+}
+
+type checkedOps[S Queue, B Resident] struct {
+	f *Front
+	k Kernels[S, B]
+}
+
+func (o *checkedOps[S, B]) stream(s Stream) S { return StreamOf[S](o.f, s) }
+
+func (o *checkedOps[S, B]) buf(b Buffer, what string) B { return BufferOf[B](o.f, b, what) }
+
+// float checks that b is an F32 or BF16 buffer of n elements.
+func (o *checkedOps[S, B]) float(b Buffer, what string, n int) B {
+	rb := o.buf(b, what)
+	if dt := rb.DType(); dt != F32 && dt != BF16 {
+		o.f.Panicf("%s is %s, want f32 or bf16", what, dt)
+	}
+	if rb.Len() != n {
+		o.f.Panicf("%s has %d elements, want %d", what, rb.Len(), n)
+	}
+	return rb
+}
+
+// typed checks that b is a buffer of n elements of dt.
+func (o *checkedOps[S, B]) typed(b Buffer, what string, dt DType, n int) B {
+	rb := o.buf(b, what)
+	if rb.DType() != dt || rb.Len() != n {
+		o.f.Panicf("%s is %d×%s, want %d×%s", what, rb.Len(), rb.DType(), n, dt)
+	}
+	return rb
+}
+
+// table checks a rows×dim F32 or BF16 table with at least minRows rows.
+func (o *checkedOps[S, B]) table(b Buffer, what string, dim, minRows int) B {
+	rb := o.buf(b, what)
+	if dt := rb.DType(); dt != F32 && dt != BF16 {
+		o.f.Panicf("%s is %s, want f32 or bf16", what, dt)
+	}
+	if n := rb.Len(); dim > 0 && (n%dim != 0 || n/dim < minRows) {
+		o.f.Panicf("%s has %d elements, want a multiple of dim %d with at least %d rows", what, n, dim, minRows)
+	}
+	return rb
+}
+
+func (o *checkedOps[S, B]) dims(op string, dims ...int) {
+	for _, v := range dims {
+		if v < 0 {
+			o.f.Panicf("%s: negative dimension in %v", op, dims)
+		}
+	}
+}
+
+func (o *checkedOps[S, B]) Gemm(s Stream, transA, transB bool, m, n, k int, alpha float32, a, b Buffer, beta float32, c Buffer) {
+	o.dims("gemm", m, n, k)
+	rs := o.stream(s)
+	o.k.Gemm(rs, transA, transB, m, n, k, alpha, o.float(a, "gemm a", m*k), o.float(b, "gemm b", k*n), beta, o.float(c, "gemm c", m*n))
+}
+
+func (o *checkedOps[S, B]) BiasAdd(s Stream, y, bias Buffer, rows, cols int) {
+	o.dims("bias-add", rows, cols)
+	o.k.BiasAdd(o.stream(s), o.float(y, "bias-add y", rows*cols), o.float(bias, "bias-add bias", cols), rows, cols)
+}
+
+func (o *checkedOps[S, B]) BiasGrad(s Stream, dy, dbias Buffer, rows, cols int) {
+	o.dims("bias-grad", rows, cols)
+	o.k.BiasGrad(o.stream(s), o.float(dy, "bias-grad dy", rows*cols), o.float(dbias, "bias-grad dbias", cols), rows, cols)
+}
+
+func (o *checkedOps[S, B]) LayerNormForward(s Stream, x, gamma, beta, y, mean, rstd Buffer, rows, cols int, eps float32) {
+	o.dims("layernorm", rows, cols)
+	rs := o.stream(s)
+	rx, ry := o.float(x, "layernorm x", rows*cols), o.float(y, "layernorm y", rows*cols)
+	rg, rb := o.float(gamma, "layernorm gamma", cols), o.float(beta, "layernorm beta", cols)
+	rm, rr := o.typed(mean, "layernorm mean", F32, rows), o.typed(rstd, "layernorm rstd", F32, rows)
+	o.k.LayerNormForward(rs, rx, rg, rb, ry, rm, rr, rows, cols, eps)
+}
+
+func (o *checkedOps[S, B]) LayerNormBackward(s Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta Buffer, rows, cols int) {
+	o.dims("layernorm-backward", rows, cols)
+	rs := o.stream(s)
+	rdy, rx, rdx := o.float(dy, "layernorm dy", rows*cols), o.float(x, "layernorm x", rows*cols), o.float(dx, "layernorm dx", rows*cols)
+	rg := o.float(gamma, "layernorm gamma", cols)
+	rdg, rdb := o.float(dgamma, "layernorm dgamma", cols), o.float(dbeta, "layernorm dbeta", cols)
+	rm, rr := o.typed(mean, "layernorm mean", F32, rows), o.typed(rstd, "layernorm rstd", F32, rows)
+	o.k.LayerNormBackward(rs, rdy, rx, rg, rm, rr, rdx, rdg, rdb, rows, cols)
+}
+
+func (o *checkedOps[S, B]) AttentionForward(s Stream, qkv, out, att Buffer, batch, seq, heads, headDim int) {
+	o.dims("attention", batch, seq, heads, headDim)
+	rs := o.stream(s)
+	c := heads * headDim
+	rq, ro := o.float(qkv, "attention qkv", batch*seq*3*c), o.float(out, "attention out", batch*seq*c)
+	ra := o.typed(att, "attention att", F32, batch*heads*seq*seq)
+	o.k.AttentionForward(rs, rq, ro, ra, batch, seq, heads, headDim)
+}
+
+func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, att, dqkv Buffer, batch, seq, heads, headDim int) {
+	o.dims("attention-backward", batch, seq, heads, headDim)
+	rs := o.stream(s)
+	c := heads * headDim
+	rq, rdq := o.float(qkv, "attention qkv", batch*seq*3*c), o.float(dqkv, "attention dqkv", batch*seq*3*c)
+	rdo := o.float(dout, "attention dout", batch*seq*c)
+	ra := o.typed(att, "attention att", F32, batch*heads*seq*seq)
+	o.k.AttentionBackward(rs, rdo, rq, ra, rdq, batch, seq, heads, headDim)
+}
+
+func (o *checkedOps[S, B]) GeluForward(s Stream, x, y Buffer, n int) {
+	o.dims("gelu", n)
+	o.k.GeluForward(o.stream(s), o.float(x, "gelu x", n), o.float(y, "gelu y", n), n)
+}
+
+func (o *checkedOps[S, B]) GeluBackward(s Stream, x, dy, dx Buffer, n int) {
+	o.dims("gelu-backward", n)
+	o.k.GeluBackward(o.stream(s), o.float(x, "gelu x", n), o.float(dy, "gelu dy", n), o.float(dx, "gelu dx", n), n)
+}
+
+func (o *checkedOps[S, B]) Add(s Stream, a, b, out Buffer, n int) {
+	o.dims("add", n)
+	o.k.Add(o.stream(s), o.float(a, "add a", n), o.float(b, "add b", n), o.float(out, "add out", n), n)
+}
+
+func (o *checkedOps[S, B]) CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int) {
+	o.dims("cross-entropy", rows, vocab)
+	rs := o.stream(s)
+	rl, rloss := o.float(logits, "cross-entropy logits", rows*vocab), o.float(losses, "cross-entropy losses", rows)
+	o.k.CrossEntropyForward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rloss, rows, vocab)
+}
+
+func (o *checkedOps[S, B]) CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale float32) {
+	o.dims("cross-entropy-backward", rows, vocab)
+	rs := o.stream(s)
+	rl, rd := o.float(logits, "cross-entropy logits", rows*vocab), o.float(dlogits, "cross-entropy dlogits", rows*vocab)
+	o.k.CrossEntropyBackward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rd, rows, vocab, scale)
+}
+
+func (o *checkedOps[S, B]) EmbeddingForward(s Stream, ids, wte, wpe, out Buffer, batch, seq, dim int) {
+	o.dims("embedding", batch, seq, dim)
+	rs := o.stream(s)
+	ri := o.typed(ids, "embedding ids", I32, batch*seq)
+	rte, rpe := o.table(wte, "embedding wte", dim, 1), o.table(wpe, "embedding wpe", dim, seq)
+	o.k.EmbeddingForward(rs, ri, rte, rpe, o.float(out, "embedding out", batch*seq*dim), batch, seq, dim)
+}
+
+func (o *checkedOps[S, B]) EmbeddingBackward(s Stream, ids, dout, dwte, dwpe Buffer, batch, seq, dim int) {
+	o.dims("embedding-backward", batch, seq, dim)
+	rs := o.stream(s)
+	ri := o.typed(ids, "embedding ids", I32, batch*seq)
+	rte, rpe := o.table(dwte, "embedding dwte", dim, 1), o.table(dwpe, "embedding dwpe", dim, seq)
+	o.k.EmbeddingBackward(rs, ri, o.float(dout, "embedding dout", batch*seq*dim), rte, rpe, batch, seq, dim)
+}
+
+func (o *checkedOps[S, B]) Cast(s Stream, dst, src Buffer) {
+	rs, rd, rsrc := o.stream(s), o.buf(dst, "cast dst"), o.buf(src, "cast src")
+	if rd.Len() != rsrc.Len() {
+		o.f.Panicf("cast: dst has %d elements, src %d", rd.Len(), rsrc.Len())
+	}
+	o.k.Cast(rs, rd, rsrc)
+}
+
+func (o *checkedOps[S, B]) Fill(s Stream, x Buffer, value float32) {
+	o.k.Fill(o.stream(s), o.buf(x, "fill x"), value)
+}
+
+func (o *checkedOps[S, B]) Scale(s Stream, x Buffer, alpha float32) {
+	rs, rx := o.stream(s), o.buf(x, "scale x")
+	if rx.DType() == I32 {
+		o.f.Panicf("scale of an i32 buffer")
+	}
+	o.k.Scale(rs, rx, alpha)
+}
+
+func (o *checkedOps[S, B]) Axpy(s Stream, alpha float32, x, y Buffer) {
+	rs, rx, ry := o.stream(s), o.buf(x, "axpy x"), o.buf(y, "axpy y")
+	if rx.Len() != ry.Len() || rx.DType() == I32 || ry.DType() == I32 {
+		o.f.Panicf("axpy: x %d×%s, y %d×%s", rx.Len(), rx.DType(), ry.Len(), ry.DType())
+	}
+	o.k.Axpy(rs, alpha, rx, ry)
+}
+
+func (o *checkedOps[S, B]) SumSquares(s Stream, x, out Buffer, index int) {
+	rs, rx, ro := o.stream(s), o.buf(x, "sum-squares x"), o.buf(out, "sum-squares out")
+	if ro.DType() != F64 || index < 0 || index >= ro.Len() {
+		o.f.Panicf("sum-squares: out %d×%s, index %d", ro.Len(), ro.DType(), index)
+	}
+	o.k.SumSquares(rs, rx, ro, index)
+}
+
+// AdamStep checks the buffers (a contract: panics) and the
+// hyper-parameters (data: a rejected set is an error on the stream, and
+// nothing is updated).
+func (o *checkedOps[S, B]) AdamStep(s Stream, param, grad, m, v, out Buffer, p AdamParams) {
+	rs := o.stream(s)
+	n := o.buf(param, "adam param").Len()
+	rp := o.typed(param, "adam param", F32, n)
+	rg := o.float(grad, "adam grad", n)
+	rm, rv := o.typed(m, "adam m", F32, n), o.typed(v, "adam v", F32, n)
+	var ro B
+	if out != nil {
+		ro = o.typed(out, "adam out", BF16, n)
+	}
+	if err := p.Validate(); err != nil {
+		o.k.Fail(rs, o.f.Errorf("adam step: %w", err))
+		return
+	}
+	o.k.AdamStep(rs, rp, rg, rm, rv, ro, p)
+}
