@@ -76,57 +76,100 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	n := len(devices)
-	switch {
-	case n == 0:
-		return nil, errors.New("engine: no devices")
-	case len(comms) != n:
-		return nil, fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
-	case cfg.Strata.Devices != n:
-		return nil, fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
-	case cfg.Shape() == nil:
-		return nil, errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
-	}
-	for i, c := range comms {
-		if c.Rank() != i || c.Size() != n {
-			return nil, fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
-		}
-	}
-	z := cfg.ZeRO
-	tiered, err := checkTiered(cfg, opts)
+	tiered, err := checkNew(cfg, devices, comms, opts)
 	if err != nil {
 		return nil, err
-	}
-	switch {
-	case z.OffloadOptimizer.Device == config.DeviceCPU && z.Stage == 0:
-		return nil, errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
-	case cfg.Strata.Overlap == "dpu":
-		return nil, fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
 	}
 	shape := model.Shape(*cfg.Shape())
 	if shape.Name == "" {
 		shape.Name = "config"
 	}
-	layout, lerr := model.NewLayout(shape)
-	err = lerr
+	layout, err := model.NewLayout(shape)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	seq, data, err := newSampler(cfg, shape, opts)
+	if err != nil {
+		return nil, err
+	}
+	z := cfg.ZeRO
+	e := &Engine{
+		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: len(devices), stage: z.Stage,
+		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone, tiered: tiered,
+		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
+	}
+	mo, err := e.layOut()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.allocate(devices, comms, mo); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.initParams(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if e.tiers != nil {
+		e.tiers.last = e.tiers.snapshot()
+	}
+	e.notePinned()
+	e.lastCount = e.counters()
+	return e, nil
+}
+
+// checkNew checks New's arguments and the config, and says whether the
+// config asks for the tier store (checkTiered).
+func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) (bool, error) {
+	if err := cfg.Validate(); err != nil {
+		return false, fmt.Errorf("engine: %w", err)
+	}
+	n := len(devices)
+	switch {
+	case n == 0:
+		return false, errors.New("engine: no devices")
+	case len(comms) != n:
+		return false, fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
+	case cfg.Strata.Devices != n:
+		return false, fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
+	case cfg.Shape() == nil:
+		return false, errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
+	}
+	for i, c := range comms {
+		if c.Rank() != i || c.Size() != n {
+			return false, fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
+		}
+	}
+	z := cfg.ZeRO
+	tiered, err := checkTiered(cfg, opts)
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case z.OffloadOptimizer.Device == config.DeviceCPU && z.Stage == 0:
+		return false, errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
+	case cfg.Strata.Overlap == "dpu":
+		return false, fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
+	}
+	return tiered, nil
+}
+
+// newSampler returns the sequence length and the sampler over the corpus:
+// Options.Tokens, strata.data, or the synthetic corpus.
+func newSampler(cfg *config.Config, shape model.Shape, opts Options) (int, *model.Sampler, error) {
 	seq := cfg.Strata.SeqLen
 	if seq == 0 {
 		seq = shape.MaxSeq
 	}
 	if seq > shape.MaxSeq {
-		return nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
+		return 0, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
 	}
 	tokens := opts.Tokens
 	if tokens == nil {
 		if cfg.Strata.Data != "" {
+			var err error
 			if tokens, err = LoadCorpus(cfg.Strata.Data); err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 		} else {
 			tokens = SyntheticCorpus(syntheticCorpusBytes)
@@ -134,29 +177,29 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	}
 	for i, t := range tokens {
 		if t < 0 || int(t) >= shape.Vocab {
-			return nil, fmt.Errorf("engine: token %d (id %d) is outside the vocabulary [0, %d)", i, t, shape.Vocab)
+			return 0, nil, fmt.Errorf("engine: token %d (id %d) is outside the vocabulary [0, %d)", i, t, shape.Vocab)
 		}
 	}
 	data, err := model.NewSampler(tokens, seq, cfg.Strata.Seed)
 	if err != nil {
-		return nil, fmt.Errorf("engine: data: %w", err)
+		return 0, nil, fmt.Errorf("engine: data: %w", err)
 	}
+	return seq, data, nil
+}
 
-	e := &Engine{
-		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: n, stage: z.Stage,
-		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
-		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
-	}
-	mo, err := MemoryOptionsFromConfig(cfg, shape)
+// layOut takes the memory options from the config, the estimate, and lays
+// the chunks out as it does (ShardElems, persistent chunks).
+func (e *Engine) layOut() (MemoryOptions, error) {
+	mo, err := MemoryOptionsFromConfig(e.cfg, e.shape)
 	if err != nil {
-		return nil, err
+		return mo, err
 	}
-	e.tiered, e.paramTier = tiered, mo.ParamTier
-	e.gradTiered = tiered && mo.OptimizerTier == shard.NVMe
+	e.paramTier = mo.ParamTier
+	e.gradTiered = e.tiered && mo.OptimizerTier == shard.NVMe
 	if e.estimate, err = EstimateMemory(mo); err != nil {
-		return nil, err
+		return mo, err
 	}
-	for c, ch := range layout.Chunks {
+	for c, ch := range e.layout.Chunks {
 		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c])}
 		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
 		e.chunks = append(e.chunks, p)
@@ -167,81 +210,92 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		ho.HostGradDType = e.precision // the gradient shard is copied to the host as the device holds it
 		he, err := EstimateMemory(ho)
 		if err != nil {
-			return nil, err
+			return mo, err
 		}
 		e.hostWant = he.HostBytes()
 	}
-	if e.stage == 2 && z.ReduceBucketSize != config.DefaultReduceBucketSize {
+	if z := e.cfg.ZeRO; e.stage == 2 && z.ReduceBucketSize != config.DefaultReduceBucketSize {
 		e.notes = append(e.notes, fmt.Sprintf("zero_optimization.reduce_bucket_size %d: gradients are reduced one chunk at a time (each chunk is a bucket)", z.ReduceBucketSize))
 	}
+	return mo, nil
+}
+
+// allocate starts the host optimizer, allocates every rank's model state
+// and activations, starts the tier store, and checks that every device has
+// room left for the step's workspace.
+func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptions) error {
 	if e.offload {
-		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: opts.OptimizerThreads}); err != nil {
-			return nil, fmt.Errorf("engine: host optimizer: %w", err)
-		}
-		// Buffers do not span the pool's arenas (1 GiB): each arena may
-		// leave up to one buffer's worth unused at its end.
-		total := int64(n) * e.pinnedBytesPerRank()
-		var maxBuf int64
-		for _, p := range e.chunks {
-			maxBuf = max(maxBuf, units.AlignUp(int64(p.shard*e.precision.Size()), 4096))
-		}
-		if total > units.GiB {
-			total += (total/units.GiB + 1) * maxBuf
-		}
-		if total > 0 { // none when the tier store holds params and gradients
-			if e.pool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: opts.PinnedLock}); err != nil {
-				e.Close()
-				return nil, fmt.Errorf("engine: pinned host buffers: %w", err)
-			}
+		if err := e.startHostOptimizer(); err != nil {
+			return err
 		}
 	}
-	for r := range n {
+	for r := range e.n {
 		rk, err := newRank(e, r, devices[r], comms[r])
 		if err != nil {
-			e.Close()
-			return nil, err
+			return err
 		}
 		e.ranks = append(e.ranks, rk)
 	}
 	need := e.workspaceNeedBytes()
-	if tiered {
+	if e.tiered {
+		var err error
 		if e.tiers, err = newTiers(e, mo); err != nil {
-			e.Close()
-			return nil, err
+			return err
 		}
 		need += e.tiers.hbmBudget
 	}
 	for _, r := range e.ranks {
 		if ms := r.dev.MemStats(); ms.BudgetBytes-ms.InUseBytes < need {
-			e.Close()
-			return nil, fmt.Errorf("engine: %s: %s left after model state and activations (%s), the step needs up to %s of workspace (gathered chunks, gradient buckets): raise strata.hbm_bytes or use more devices or a higher stage",
+			return fmt.Errorf("engine: %s: %s left after model state and activations (%s), the step needs up to %s of workspace (gathered chunks, gradient buckets): raise strata.hbm_bytes or use more devices or a higher stage",
 				r.dev.Name(), units.FormatBytes(ms.BudgetBytes-ms.InUseBytes), ms, units.FormatBytes(need))
 		}
 	}
-	if err := e.initParams(); err != nil {
-		e.Close()
-		return nil, err
+	return nil
+}
+
+// startHostOptimizer starts cpuadam and the pinned pool of the host
+// optimizer's buffers.
+func (e *Engine) startHostOptimizer() error {
+	var err error
+	if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
+		return fmt.Errorf("engine: host optimizer: %w", err)
 	}
-	if e.tiers != nil {
-		e.tiers.last = e.tiers.snapshot()
+	// Buffers do not span the pool's arenas (1 GiB): each arena may
+	// leave up to one buffer's worth unused at its end.
+	total := int64(e.n) * e.pinnedBytesPerRank()
+	var maxBuf int64
+	for _, p := range e.chunks {
+		maxBuf = max(maxBuf, units.AlignUp(int64(p.shard*e.precision.Size()), 4096))
 	}
-	// Say whether the pinned host memory is locked (root, or a high enough
-	// RLIMIT_MEMLOCK) or runs unlocked, and why.
+	if total > units.GiB {
+		total += (total/units.GiB + 1) * maxBuf
+	}
+	if total > 0 { // none when the tier store holds params and gradients
+		if e.pool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: e.opts.PinnedLock}); err != nil {
+			return fmt.Errorf("engine: pinned host buffers: %w", err)
+		}
+	}
+	return nil
+}
+
+// notePinned says whether the pinned host memory is locked (root, or a
+// high enough RLIMIT_MEMLOCK) or runs unlocked, and why, and registers it
+// with the devices (Options.HostRegistrar).
+func (e *Engine) notePinned() {
 	for _, pool := range []*pinned.Pool{e.pool, e.tiersPool()} {
-		if pool != nil {
-			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(pool.Options().BudgetBytes), pool.Residency()))
-			if r := opts.HostRegistrar; r != nil {
-				// Best effort: unregistered, the copies still work (staged
-				// by the driver through its own page-locked buffers).
-				if err := pool.AddRegistrar(r); err != nil {
-					e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s not registered with the devices, host<->device copies are pageable: %v",
-						units.FormatBytes(pool.Options().BudgetBytes), err))
-				}
+		if pool == nil {
+			continue
+		}
+		e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(pool.Options().BudgetBytes), pool.Residency()))
+		if r := e.opts.HostRegistrar; r != nil {
+			// Best effort: unregistered, the copies still work (staged
+			// by the driver through its own page-locked buffers).
+			if err := pool.AddRegistrar(r); err != nil {
+				e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s not registered with the devices, host<->device copies are pageable: %v",
+					units.FormatBytes(pool.Options().BudgetBytes), err))
 			}
 		}
 	}
-	e.lastCount = e.counters()
-	return e, nil
 }
 
 // tiersPool is the tier store's pinned pool, or nil.
