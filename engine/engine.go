@@ -40,20 +40,18 @@ type Engine struct {
 	n         int
 	stage     int
 	precision gpu.DType
-	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme)
-	tiered    bool // the tier store runs (offload_param, or NVMe offload)
-	// gradTiered: the reduced gradient shard is a tier-store state too
-	// (optimizer state on NVMe, ZeRO-Infinity): the device holds it only
-	// until its copy to host memory completes.
+	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme): its state is in tiers
+	// gradTiered: the device holds the reduced gradient shard only until
+	// its copy to the tier store completes (optimizer state on NVMe,
+	// ZeRO-Infinity); else it keeps it from New to Close.
 	gradTiered bool
 	paramTier  shard.Tier // offload_param's tier (HBM: none)
-	tiers      *tiers     // the tier store and planners when tiered
+	tiers      *tiers     // the tier store, planners and upload staging of the host optimizer; nil without it
 	seq        int
 	micro      int // B: rows per micro-batch
 	accum      int // A: micro-batches per rank and step
 	chunks     []chunkPlan
 	ranks      []*rank
-	pool       *pinned.Pool
 	opt        *cpuadam.Optimizer
 	estimate   MemoryEstimate // bf16 mixed-precision formula (EstimateMemory)
 	expected   int64          // model-state bytes per device this layout allocates
@@ -76,8 +74,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	tiered, err := checkNew(cfg, devices, comms, opts)
-	if err != nil {
+	if err := checkNew(cfg, devices, comms, opts); err != nil {
 		return nil, err
 	}
 	shape := model.Shape(*cfg.Shape())
@@ -95,7 +92,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	z := cfg.ZeRO
 	e := &Engine{
 		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: len(devices), stage: z.Stage,
-		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone, tiered: tiered,
+		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 	}
 	mo, err := e.layOut()
@@ -118,40 +115,34 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	return e, nil
 }
 
-// checkNew checks New's arguments and the config, and says whether the
-// config asks for the tier store (checkTiered).
-func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) (bool, error) {
+// checkNew checks New's arguments and the config.
+func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) error {
 	if err := cfg.Validate(); err != nil {
-		return false, fmt.Errorf("engine: %w", err)
+		return fmt.Errorf("engine: %w", err)
 	}
 	n := len(devices)
 	switch {
 	case n == 0:
-		return false, errors.New("engine: no devices")
+		return errors.New("engine: no devices")
 	case len(comms) != n:
-		return false, fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
+		return fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
 	case cfg.Strata.Devices != n:
-		return false, fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
+		return fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
 	case cfg.Shape() == nil:
-		return false, errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
+		return errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
 	}
 	for i, c := range comms {
 		if c.Rank() != i || c.Size() != n {
-			return false, fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
+			return fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
 		}
 	}
-	z := cfg.ZeRO
-	tiered, err := checkTiered(cfg, opts)
-	if err != nil {
-		return false, err
+	if err := checkOffload(cfg, opts); err != nil {
+		return err
 	}
-	switch {
-	case z.OffloadOptimizer.Device == config.DeviceCPU && z.Stage == 0:
-		return false, errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
-	case cfg.Strata.Overlap == "dpu":
-		return false, fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
+	if cfg.Strata.Overlap == "dpu" {
+		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
 	}
-	return tiered, nil
+	return nil
 }
 
 // newSampler returns the sequence length and the sampler over the corpus:
@@ -195,7 +186,7 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 		return mo, err
 	}
 	e.paramTier = mo.ParamTier
-	e.gradTiered = e.tiered && mo.OptimizerTier == shard.NVMe
+	e.gradTiered = mo.OptimizerTier == shard.NVMe
 	if e.estimate, err = EstimateMemory(mo); err != nil {
 		return mo, err
 	}
@@ -220,15 +211,10 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 	return mo, nil
 }
 
-// allocate starts the host optimizer, allocates every rank's model state
-// and activations, starts the tier store, and checks that every device has
-// room left for the step's workspace.
+// allocate allocates every rank's device model state and activations,
+// starts the host optimizer and its tier store, and checks that every
+// device has room left for the step's workspace.
 func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptions) error {
-	if e.offload {
-		if err := e.startHostOptimizer(); err != nil {
-			return err
-		}
-	}
 	for r := range e.n {
 		rk, err := newRank(e, r, devices[r], comms[r])
 		if err != nil {
@@ -237,8 +223,11 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 		e.ranks = append(e.ranks, rk)
 	}
 	need := e.workspaceNeedBytes()
-	if e.tiered {
+	if e.offload {
 		var err error
+		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
+			return fmt.Errorf("engine: host optimizer: %w", err)
+		}
 		if e.tiers, err = newTiers(e, mo); err != nil {
 			return err
 		}
@@ -253,36 +242,14 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 	return nil
 }
 
-// startHostOptimizer starts cpuadam and the pinned pool of the host
-// optimizer's buffers.
-func (e *Engine) startHostOptimizer() error {
-	var err error
-	if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
-		return fmt.Errorf("engine: host optimizer: %w", err)
-	}
-	// Buffers do not span the pool's arenas (1 GiB): each arena may
-	// leave up to one buffer's worth unused at its end.
-	total := int64(e.n) * e.pinnedBytesPerRank()
-	var maxBuf int64
-	for _, p := range e.chunks {
-		maxBuf = max(maxBuf, units.AlignUp(int64(p.shard*e.precision.Size()), 4096))
-	}
-	if total > units.GiB {
-		total += (total/units.GiB + 1) * maxBuf
-	}
-	if total > 0 { // none when the tier store holds params and gradients
-		if e.pool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: e.opts.PinnedLock}); err != nil {
-			return fmt.Errorf("engine: pinned host buffers: %w", err)
-		}
-	}
-	return nil
-}
-
 // notePinned says whether the pinned host memory is locked (root, or a
 // high enough RLIMIT_MEMLOCK) or runs unlocked, and why, and registers it
 // with the devices (Options.HostRegistrar).
 func (e *Engine) notePinned() {
-	for _, pool := range []*pinned.Pool{e.pool, e.tiersPool()} {
+	if e.tiers == nil {
+		return
+	}
+	for _, pool := range []*pinned.Pool{e.tiers.pool, e.tiers.uploadPool} {
 		if pool == nil {
 			continue
 		}
@@ -296,31 +263,6 @@ func (e *Engine) notePinned() {
 			}
 		}
 	}
-}
-
-// tiersPool is the tier store's pinned pool, or nil.
-func (e *Engine) tiersPool() *pinned.Pool {
-	if e.tiers == nil {
-		return nil
-	}
-	return e.tiers.pool
-}
-
-// pinnedBytesPerRank is one rank's pinned host memory: the reduced gradient
-// shard and the parameter upload staging, each padded to 4 KiB.
-func (e *Engine) pinnedBytesPerRank() int64 {
-	sz := int64(e.precision.Size())
-	var b int64
-	for c, p := range e.chunks {
-		n := units.AlignUp(int64(p.shard)*sz, 4096)
-		if !e.gradTiered {
-			b += n
-		}
-		if !e.paramTiered(c) {
-			b += n
-		}
-	}
-	return b
 }
 
 // expectedDeviceBytes is the model state this layout allocates on each
@@ -521,40 +463,34 @@ func (e *Engine) counters() []gpu.LinkCounters {
 // the devices hold them (bf16 widened to float32 in bf16 mode), one
 // []float32 per chunk of Layout().Chunks, assembled from the ranks' shards.
 func (e *Engine) Params() ([][]float32, error) {
-	return e.collect(func(r *rank, c int) ([]float32, error) { return r.readParamShard(c) })
+	return e.collect(shard.Param, e.precision)
 }
 
 // Master synchronizes and returns the fp32 weights the optimizer updates
 // (the parameters themselves in fp32 mode), assembled from the shards.
 func (e *Engine) Master() ([][]float32, error) {
-	return e.collect(func(r *rank, c int) ([]float32, error) { return r.readMasterShard(c) })
+	if e.precision == gpu.F32 {
+		return e.collect(shard.Param, gpu.F32) // the params are the master weights
+	}
+	return e.collect(shard.Master, gpu.F32)
 }
 
-func (e *Engine) collect(read func(*rank, int) ([]float32, error)) ([][]float32, error) {
-	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+// collect reads state s of every chunk, each rank's shard from where it
+// lives (fillChunk, as a checkpoint reads it), widened to float32.
+func (e *Engine) collect(s shard.State, dt gpu.DType) ([][]float32, error) {
+	resume, err := e.quiesce()
+	defer resume()
+	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
-	}
-	if e.tiers != nil {
-		// Reads go around the planners: stop them issuing moves meanwhile.
-		err := e.tiers.pause()
-		defer e.tiers.resume()
-		if err != nil {
-			return nil, err
-		}
 	}
 	out := make([][]float32, len(e.chunks))
 	for c, p := range e.chunks {
-		for _, r := range e.ranks {
-			v, err := read(r, c)
-			if err != nil {
-				return nil, fmt.Errorf("engine: chunk %d: %w", c, err)
-			}
-			out[c] = append(out[c], v...)
-			if e.stage == 0 { // replicated: rank 0's copy is the whole chunk
-				break
-			}
+		per := p.shard * dt.Size()
+		whole := make([]byte, e.n*per)
+		if err := e.fillChunk(c, s, func(r int) []byte { return whole[r*per : (r+1)*per] }); err != nil {
+			return nil, fmt.Errorf("engine: chunk %d: %w", c, err)
 		}
-		out[c] = out[c][:p.len]
+		out[c] = decode(whole, dt)[:p.len]
 	}
 	return out, nil
 }
@@ -580,11 +516,6 @@ func (e *Engine) Close() error {
 	e.ranks = nil
 	if e.opt != nil {
 		e.opt.Close()
-	}
-	if e.pool != nil {
-		if err := e.pool.Close(); err != nil && first == nil {
-			first = fmt.Errorf("engine: %w", err)
-		}
 	}
 	return first
 }

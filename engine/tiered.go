@@ -11,27 +11,45 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/tier"
 )
 
-// tiers is the ZeRO-Infinity part of an engine (stage 3 with offload_param,
-// or offload_optimizer nvme): one tier.Store for all ranks, executing the
-// moves of one prefetch.Planner per rank (each rank's accesses are a
+// tiers is where the host optimizer's model state lives, ZeRO-Offload
+// (offload_optimizer cpu) and ZeRO-Infinity (stage 3 with offload_param, or
+// offload_optimizer nvme) alike: one tier.Store for all ranks, executing
+// the moves of one prefetch.Planner per rank (each rank's accesses are a
 // deterministic sequence, so each rank's trace repeats exactly), the NVMe
-// swap and the pinned pool the store's host copies come from.
+// swap, the pinned pool the store's host copies come from, and the pinned
+// staging of the parameter uploads.
 //
-// States in the store, per (chunk, rank): master, adam_m, adam_v of every
-// chunk (home host or NVMe: host up to strata.host_budget, master first,
-// the rest on NVMe), the bf16 param shard of every sharded chunk when
-// offload_param is cpu or nvme (home there), and with the optimizer state
-// on NVMe the reduced bf16 gradient shard (home host, or NVMe where the
-// host budget is full; placed before master/m/v): the device holds it only
-// from its reduction until its copy to host memory. Persistent (gathered)
-// chunks, and the gradient shard with the optimizer on the host, stay where
-// the non-tiered engine keeps them.
+// States in the store, per (chunk, rank), the rank's share of the chunk
+// (its shard; stage 0 would be the whole chunk, but the host optimizer
+// needs stage 1 or more):
+//
+//   - master, adam_m, adam_v (f32): home host, or NVMe with
+//     offload_optimizer nvme (host up to strata.host_budget, master first,
+//     the rest on NVMe);
+//   - grad, the reduced gradient (the device's dtype): home host, or NVMe
+//     where the host budget is full (placed before master/m/v). It is
+//     copied there once in backward (a Write access); with the optimizer
+//     state on NVMe the device holds it only until that copy completes;
+//   - param (bf16), the shard of every sharded chunk under offload_param
+//     (home in its tier).
+//
+// With offload_optimizer cpu and no offload_param every state is homed in
+// host RAM and never evicted (there is no NVMe tier and the planners'
+// host budget holds every home): the planners see every access hit.
+//
+// Staging: the new bf16 params of the chunks whose param the device holds
+// (all but offload_param's shards) are written by cpuadam into a pinned
+// upload buffer per (chunk, rank) and copied to the device from there. They
+// are not model state but the optimizer's output on its way up, so they
+// are a plain pinned area outside the store and outside strata.host_budget
+// (Summary.HostStagingBytes), with their own pool.
 type tiers struct {
 	e                  *Engine
 	paramTier, optTier shard.Tier
@@ -43,6 +61,10 @@ type tiers struct {
 	specs              map[shard.Key]tier.Spec
 	popts              prefetch.Options
 	t0                 time.Time
+
+	uploadPool   *pinned.Pool       // nil when the store holds every param
+	upload       [][]*pinned.Buffer // [rank][chunk]; nil where the store holds the param
+	stagingBytes int64              // the uploads' bytes, all ranks
 
 	hbmBudget, hostBudget int64                                    // the store's: per device, all ranks
 	planHostBudget        int64                                    // each rank's planner's share of the host budget
@@ -59,33 +81,33 @@ type tiers struct {
 	bwBytes    [prefetch.LinkCount]int64
 }
 
-// paramTiered says whether chunk c's param shard lives in the tier store.
+// paramTiered says whether chunk c's param shard lives in the tier store
+// (offload_param, which needs the host optimizer: checkOffload).
 func (e *Engine) paramTiered(c int) bool {
-	return e.tiered && e.paramTier != shard.HBM && !e.chunks[c].persistent
+	return e.paramTier != shard.HBM && !e.chunks[c].persistent
 }
 
 func tkey(c, r int, s shard.State) shard.Key {
 	return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: s}
 }
 
-// checkTiered says whether cfg asks for the tier store and whether the
-// engine can run it.
-func checkTiered(cfg *config.Config, opts Options) (bool, error) {
+// checkOffload says whether the engine can run cfg's offload settings.
+func checkOffload(cfg *config.Config, opts Options) error {
 	z := cfg.ZeRO
 	p, o := z.OffloadParam.Device, z.OffloadOptimizer.Device
 	switch {
 	case o == config.DeviceNVMe && z.Stage != 3:
-		return false, fmt.Errorf("engine: offload_optimizer \"nvme\" needs stage 3 (ZeRO-Infinity, as in DeepSpeed), but stage is %d", z.Stage)
+		return fmt.Errorf("engine: offload_optimizer \"nvme\" needs stage 3 (ZeRO-Infinity, as in DeepSpeed), but stage is %d", z.Stage)
 	case p != config.DeviceNone && z.Stage != 3:
-		return false, fmt.Errorf("engine: offload_param %q needs stage 3, but stage is %d", p, z.Stage)
+		return fmt.Errorf("engine: offload_param %q needs stage 3, but stage is %d", p, z.Stage)
 	case p != config.DeviceNone && o == config.DeviceNone:
-		return false, fmt.Errorf("engine: offload_param %q needs offload_optimizer \"cpu\" or \"nvme\" (the new params are written by the host optimizer)", p)
+		return fmt.Errorf("engine: offload_param %q needs offload_optimizer \"cpu\" or \"nvme\" (the new params are written by the host optimizer)", p)
+	case (p != config.DeviceNone || o == config.DeviceNVMe) && opts.Precision != gpu.BF16:
+		return fmt.Errorf("engine: offload_param and NVMe offload need bf16 mixed precision, not %s", opts.Precision)
+	case o == config.DeviceCPU && z.Stage == 0:
+		return errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
 	}
-	tiered := p != config.DeviceNone || o == config.DeviceNVMe
-	if tiered && opts.Precision != gpu.BF16 {
-		return false, fmt.Errorf("engine: offload_param and NVMe offload need bf16 mixed precision, not %s", opts.Precision)
-	}
-	return tiered, nil
+	return nil
 }
 
 // newTiers lays out the homes, sizes the budgets (tier.PlanBudgets), opens
@@ -110,6 +132,10 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	}
 	t.hbmBudget, t.hostBudget, t.planHostBudget = b.HBMBytes, b.HostBytes, b.PlanHostBytes
 	if err := t.open(b.PoolBytes); err != nil {
+		t.close()
+		return nil, err
+	}
+	if err := t.openStaging(); err != nil {
 		t.close()
 		return nil, err
 	}
@@ -138,9 +164,10 @@ func (e *Engine) hbmFreeBytes() int64 {
 // (t.specs, t.homes) and returns the sizes the budgets rest on. Params:
 // offload_param's tier. Optimizer state: host, or NVMe with host_budget
 // keeping master, then m, then v in RAM (coldest last); the gradient shard
-// (optimizer on NVMe) host, or NVMe where the budget is full. Shards count
-// as the planner counts them: rounded up to IOAlignBytes (the store's host
-// and NVMe charge, the largest of its charges).
+// host, or NVMe where the budget is full (est.HostKept: the estimate's
+// split). Shards count as the planner counts them: rounded up to
+// IOAlignBytes (the store's host and NVMe charge, the largest of its
+// charges).
 func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
 	e := t.e
 	s := tier.Sizes{Ranks: e.n, OptimizerOnHost: t.optTier == shard.Host}
@@ -158,19 +185,17 @@ func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
 			if e.paramTiered(c) {
 				put(tkey(c, r, shard.Param), p.shard, dtype.BF16, t.paramTier)
 			}
-			if e.gradTiered {
-				home := shard.Host
-				if kept := est.HostKept[shard.Grad]; kept != nil && !kept[c] {
-					home = shard.NVMe
-				}
-				put(tkey(c, r, shard.Grad), p.shard, dtype.BF16, home)
+			home := shard.Host
+			if kept := est.HostKept[shard.Grad]; kept != nil && !kept[c] {
+				home = shard.NVMe
 			}
+			put(tkey(c, r, shard.Grad), e.optElems(c), e.precision, home)
 			for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 				home := t.optTier
 				if home == shard.NVMe && est.HostKept[st] != nil && est.HostKept[st][c] {
 					home = shard.Host
 				}
-				put(tkey(c, r, st), p.shard, dtype.F32, home)
+				put(tkey(c, r, st), e.optElems(c), dtype.F32, home)
 			}
 		}
 	}
@@ -183,6 +208,70 @@ func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
 	}
 	s.HomeBytes = slices.Max(hostRank) // the ranks' are equal
 	return s
+}
+
+// openStaging takes the pinned upload buffer of every (chunk, rank) whose
+// param the device holds, from a pool of their own.
+func (t *tiers) openStaging() error {
+	e := t.e
+	sz := int64(e.precision.Size())
+	var perRank, maxBuf int64
+	for c := range e.chunks {
+		if !e.paramTiered(c) {
+			b := units.AlignUp(int64(e.optElems(c))*sz, 4096)
+			perRank += b
+			maxBuf = max(maxBuf, b)
+		}
+	}
+	if perRank == 0 {
+		return nil
+	}
+	// Buffers do not span the pool's arenas (1 GiB): each arena may leave
+	// up to one buffer's worth unused at its end.
+	total := int64(e.n) * perRank
+	if total > units.GiB {
+		total += (total/units.GiB + 1) * maxBuf
+	}
+	var err error
+	if t.uploadPool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: e.opts.PinnedLock}); err != nil {
+		return fmt.Errorf("engine: pinned upload staging: %w", err)
+	}
+	t.upload = make([][]*pinned.Buffer, e.n)
+	for r := range e.n {
+		t.upload[r] = make([]*pinned.Buffer, len(e.chunks))
+		for c := range e.chunks {
+			if e.paramTiered(c) {
+				continue
+			}
+			nb := int64(e.optElems(c)) * sz
+			b, err := t.uploadPool.Get(nb, fmt.Sprintf("rank %d param upload", r))
+			if err != nil {
+				return fmt.Errorf("engine: param upload of chunk %d: %w", c, err)
+			}
+			t.upload[r][c] = b
+			t.stagingBytes += nb
+		}
+	}
+	return nil
+}
+
+// uploadBytes is the pinned upload staging of chunk c on rank r.
+func (t *tiers) uploadBytes(r, c int) []byte {
+	nb := t.e.optElems(c) * t.e.precision.Size()
+	return t.upload[r][c].Bytes()[:nb:nb]
+}
+
+// static says that no state ever leaves its home: every home is in host
+// RAM and nothing is staged in HBM (ZeRO-Offload without offload_param), so
+// the planners never move anything and a restore may overwrite the homes
+// at any point between steps.
+func (t *tiers) static() bool {
+	for _, sp := range t.specs {
+		if sp.Home != shard.Host {
+			return false
+		}
+	}
+	return t.e.paramTier == shard.HBM
 }
 
 // open makes the pinned pool (poolBytes), the swap and the store, and
@@ -395,6 +484,19 @@ func (t *tiers) close() error {
 	}
 	if t.pool != nil {
 		if err := t.pool.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, bs := range t.upload {
+		for _, b := range bs {
+			if b != nil {
+				t.uploadPool.Put(b)
+			}
+		}
+	}
+	t.upload = nil
+	if t.uploadPool != nil {
+		if err := t.uploadPool.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
