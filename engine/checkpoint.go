@@ -225,9 +225,11 @@ func (e *Engine) LoadCheckpoint(path string) error {
 // RestoreState replaces the engine's params, master weights, Adam moments
 // and step counter with st's (resharded when st was saved for another
 // device count). The stage may differ from the one st was saved with: the
-// files do not depend on it. An engine with the tier store must not have
-// run a step yet (its planners hold copies they consider current); others
-// may be restored at any point between steps.
+// files do not depend on it. An engine whose tier store moves shards
+// (offload_param, NVMe offload) must not have run a step yet (its planners
+// hold copies they consider current); others, ZeRO-Offload included (every
+// state stays in its home in host RAM), may be restored at any point
+// between steps.
 func (e *Engine) RestoreState(st *checkpoint.State) error {
 	if e.closed {
 		panic("engine: RestoreState after Close")

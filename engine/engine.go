@@ -17,7 +17,7 @@ import (
 )
 
 // ErrNotBuilt says a configuration asks for something this engine does not
-// do yet (NVMe offload, parameter offload, the dpu overlap mode).
+// do yet (the dpu overlap mode).
 var ErrNotBuilt = errors.New("engine: not built yet")
 
 // chunkPlan is how one chunk is laid out over the ranks.
@@ -324,7 +324,7 @@ type StepStats struct {
 	// OptimizerTime is the wall time of the optimizer phase (all ranks).
 	OptimizerTime time.Duration
 	// Tier is the tier store's figures (hit rate, stalls, bytes per link,
-	// peak bytes per tier); nil when the engine runs without it.
+	// peak bytes per tier); nil with the optimizer on the device (no store).
 	Tier *TierStats
 }
 
