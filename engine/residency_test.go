@@ -10,8 +10,8 @@ import (
 // stages 1-3 the host optimizer's state lives in the tier store, homed in
 // host RAM: master, m, v and the reduced gradient of every (chunk, rank),
 // registered at the rank's shard length; nothing moves between tiers, every
-// access is a planned hit, the homes are the estimate's host model state,
-// and Master reads what the store holds.
+// access is a planned hit, the homes are the estimate's host model state
+// and fill the pinned pool, and the optimizer writes the store's copies.
 func TestOffloadResidency(t *testing.T) {
 	for stage := 1; stage <= 3; stage++ {
 		s := runSpec{stage: stage, n: 2, offload: true, micro: 1, accum: 1}
@@ -35,6 +35,11 @@ func TestOffloadResidency(t *testing.T) {
 						}
 					}
 				}
+			}
+			// The homes never come and go: the pinned pool is the homes and
+			// an arena's end, with no room against fragmentation.
+			if pb, hb := e.tiers.pool.Options().BudgetBytes, e.tiers.hostBudget; pb-hb > tierSpareBytes(e.estimate.ShardElems) {
+				t.Errorf("pinned pool %d B for %d B of host homes", pb, hb)
 			}
 			before := storeMaster(t, e)
 			var stats []StepStats

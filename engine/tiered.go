@@ -125,6 +125,7 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
 	sizes.SpareBytes = tierSpareBytes(est.ShardElems)
 	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
+	sizes.Static = t.static()
 	b, err := tier.PlanBudgets(sizes)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)

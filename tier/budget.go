@@ -33,6 +33,12 @@ type Sizes struct {
 	// OptimizerOnHost says that the optimizer state is homed in host RAM,
 	// so that a host budget too small for it can name NVMe as a way out.
 	OptimizerOnHost bool
+	// Static says that every shard stays in its home in host RAM (no NVMe
+	// tier, nothing staged in HBM: ZeRO-Offload). Its host buffers are
+	// taken once, at Register, and never come and go, so the store needs no
+	// spare room and the pool no room against fragmentation, only the
+	// arenas' ends: SpareBytes (the largest buffer) per pinned arena.
+	Static bool
 }
 
 // Budgets are a store's: Options.HBMBudgetBytes and HostBudgetBytes, each
@@ -53,7 +59,8 @@ func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
 // most what is left per device (or s.HBMBytes), and at least two of the
 // largest (one in use, the next arriving). Host: the homes in RAM, the
 // staging room and one spare shard per rank; the pinned pool a quarter more
-// (and four spare shards) against fragmentation. With a host budget the
+// (and four spare shards) against fragmentation, or for a static store
+// (Sizes.Static) only the homes and the arenas' ends. With a host budget the
 // pool is the budget and the store's share (HostShare) must hold the same.
 // The errors say what does not fit and what to raise.
 func PlanBudgets(s Sizes) (Budgets, error) {
@@ -76,9 +83,18 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 		}
 	}
 	n := int64(s.Ranks)
+	spare := s.SpareBytes
+	if s.Static {
+		spare = 0
+	}
 	b.PlanHostBytes = s.HomeBytes + s.StagingBytes
-	b.HostBytes = n * (b.PlanHostBytes + s.SpareBytes)
-	b.PoolBytes = b.HostBytes + b.HostBytes/4 + 4*s.SpareBytes
+	b.HostBytes = n * (b.PlanHostBytes + spare)
+	b.PoolBytes = b.HostBytes + b.HostBytes/4 + 4*spare
+	if s.Static {
+		// Buffers do not span the pool's arenas (1 GiB by default): each
+		// may leave up to one buffer's worth unused at its end.
+		b.PoolBytes = b.HostBytes + (b.HostBytes/units.GiB+1)*s.SpareBytes
+	}
 	if s.HostBudgetBytes > 0 {
 		if HostShare(s.HostBudgetBytes) < b.HostBytes {
 			hint := ""
@@ -87,11 +103,11 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 			}
 			return Budgets{}, fmt.Errorf("tier: strata.host_budget %s is too small: the tier store needs %s (%s homes in host RAM, %s staging room, %s spare, all ranks) and a quarter more against fragmentation: raise it%s",
 				units.FormatBytes(s.HostBudgetBytes), units.FormatBytes(b.HostBytes), units.FormatBytes(n*s.HomeBytes),
-				units.FormatBytes(n*s.StagingBytes), units.FormatBytes(n*s.SpareBytes), hint)
+				units.FormatBytes(n*s.StagingBytes), units.FormatBytes(n*spare), hint)
 		}
 		b.PoolBytes = s.HostBudgetBytes
 		b.HostBytes = HostShare(s.HostBudgetBytes)
-		b.PlanHostBytes = b.HostBytes/n - s.SpareBytes
+		b.PlanHostBytes = b.HostBytes/n - spare
 	}
 	return b, nil
 }
