@@ -144,7 +144,9 @@
 // (HostStagingBytes) plus one spare shard per rank, or 4/5 of
 // strata.host_budget when given (TierHostBudget: the pinned pool is the
 // whole budget, the rest absorbs fragmentation); each rank's planner gets
-// its share. NVMe: one swap file per nvme_path (the union of
+// its share. A store whose shards never leave their host homes
+// (ZeRO-Offload) needs no spare or staging room: its budget is the homes
+// and its pool the homes plus the pinned arenas' ends. NVMe: one swap file per nvme_path (the union of
 // offload_param's and offload_optimizer's), striped in aio.block_size
 // units, aio.queue_depth × thread_count requests in flight.
 //
