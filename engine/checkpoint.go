@@ -31,11 +31,12 @@ import (
 // saved it, given the same config and device count (results across device
 // counts differ by the grouping of the gradient sum; see TestAcrossDeviceCounts).
 //
-// Where each state is read from and written to: the device buffers of the
-// stateStore (params always unless the tier store holds them; master, m, v
-// with the device optimizer), the host optimizer's slices (hMaster, hM, hV),
-// or the tier store (master, m, v, and the param shards under
-// offload_param), through readShardInto and restoreTiered.
+// Where each state is read from and written to: the rank's device buffers
+// (devState: params unless the tier store holds them; master, m, v with the
+// device optimizer) or the tier store (master, m, v with the host
+// optimizer, and the param shards under offload_param), through
+// readShardInto and restoreTiered. Engine.Params and Engine.Master read
+// the same way (fillChunk).
 //
 // SaveCheckpoint and LoadCheckpoint stream (checkpoint.SaveStream,
 // checkpoint.Reader): one chunk of one state at a time, all ranks' shards
@@ -224,9 +225,11 @@ func (e *Engine) LoadCheckpoint(path string) error {
 // RestoreState replaces the engine's params, master weights, Adam moments
 // and step counter with st's (resharded when st was saved for another
 // device count). The stage may differ from the one st was saved with: the
-// files do not depend on it. An engine with the tier store must not have
-// run a step yet (its planners hold copies they consider current); others
-// may be restored at any point between steps.
+// files do not depend on it. An engine whose tier store moves shards
+// (offload_param, NVMe offload) must not have run a step yet (its planners
+// hold copies they consider current); others, ZeRO-Offload included (every
+// state stays in its home in host RAM), may be restored at any point
+// between steps.
 func (e *Engine) RestoreState(st *checkpoint.State) error {
 	if e.closed {
 		panic("engine: RestoreState after Close")
@@ -271,7 +274,7 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 // state with restoreChunk), then sets the step counter and takes the
 // restore's copies off the next step's traffic.
 func (e *Engine) restore(step int64, run func() error) error {
-	if e.tiers != nil {
+	if e.tiers != nil && !e.tiers.static() {
 		for _, d := range e.tiers.drivers {
 			if ps, _ := d.stats(); ps.Accesses > 0 {
 				return fmt.Errorf("the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", ps.Accesses, d.rank)
@@ -327,10 +330,8 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 			panic(fmt.Sprintf("engine: %s shard of chunk %d: %d bytes, want %d", s, c, len(dst), sz))
 		}
 		switch {
-		case e.tiered:
+		case e.tiers != nil:
 			return r.saveTiered(tkey(c, r.idx, s), dst)
-		case e.offload:
-			checkpoint.PutFloat32s(dst, r.hostOpt(c, s))
 		case e.stage == 0: // the whole chunk, replicated: the rank's slice
 			r.readDevice(dst, r.deviceOpt(c, s), int64(r.idx)*sz)
 		default:
@@ -357,16 +358,14 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		default:
 			r.writeDevice(st.param[c], src)
 		}
-		if e.precision == gpu.F32 && e.offload {
-			checkpoint.GetFloat32s(st.hMaster[c], src) // fp32: the params are the master weights
+		if e.precision == gpu.F32 && e.tiers != nil {
+			return r.restoreTiered(tkey(c, r.idx, shard.Master), src) // fp32: the params are the master weights
 		}
 		return nil
 	case shard.Master, shard.AdamM, shard.AdamV:
 		switch {
-		case e.tiered:
+		case e.tiers != nil:
 			return r.restoreTiered(tkey(c, r.idx, s), src)
-		case e.offload:
-			checkpoint.GetFloat32s(r.hostOpt(c, s), src)
 		case e.stage == 0:
 			r.writeDevice(r.deviceOpt(c, s), whole)
 		default:
@@ -375,20 +374,6 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		return nil
 	}
 	panic(fmt.Sprintf("engine: no %s in a checkpoint", s))
-}
-
-// hostOpt is the host optimizer's state s of chunk c (without tiers).
-func (r *rank) hostOpt(c int, s shard.State) []float32 {
-	master, m, v, _, _ := r.st.hostOpt(c)
-	switch s {
-	case shard.Master:
-		return master
-	case shard.AdamM:
-		return m
-	case shard.AdamV:
-		return v
-	}
-	panic(fmt.Sprintf("engine: host optimizer has no %s", s))
 }
 
 // deviceOpt is the device optimizer's buffer of state s of chunk c (the
@@ -484,8 +469,8 @@ func (t *tiers) readShardInto(k shard.Key, dst []byte) error {
 // restoreTiered writes src as the newest contents of a tier-store state
 // and leaves it where New's initialisation leaves it: in its home only (an
 // NVMe home is written through a host copy that the write-back drops). The
-// planners have not run (RestoreState checks), so their picture, every
-// state in its home, stays true.
+// planners have not run, or never move anything (restore checks), so their
+// picture, every state in its home, stays true.
 func (r *rank) restoreTiered(k shard.Key, src []byte) error {
 	t := r.e.tiers
 	home := t.specs[k].Home

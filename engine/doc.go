@@ -53,13 +53,14 @@
 //     reduction completes (at most one waits while the next fills).
 //
 // Then each rank takes the sum of squares of its reduced gradient per chunk
-// (with the host optimizer it also copies the shard once to pinned host
-// memory); the engine adds them chunk by chunk in rank order (stage 0:
-// rank 0's whole chunk), clips like torch.nn.utils.clip_grad_norm_, stops
-// with model.ErrNonFinite on a NaN or Inf loss or norm, and runs Adam on each
-// rank's slice: gpu.Ops.AdamStep on the device, or cpuadam on the host
-// writing the new bf16 params straight into a pinned upload buffer that is
-// copied to the device. Stages 1-2 (and persistent chunks) AllGather the
+// (with the host optimizer it also copies the shard once into its host copy
+// in the tier store); the engine adds them chunk by chunk in rank order
+// (stage 0: rank 0's whole chunk), clips like torch.nn.utils.clip_grad_norm_,
+// stops with model.ErrNonFinite on a NaN or Inf loss or norm, and runs Adam
+// on each rank's slice: gpu.Ops.AdamStep on the device, or cpuadam on the
+// host on state leased from the tier store, writing the new bf16 params
+// into their host copy in the store (offload_param) or into a pinned upload
+// buffer that is copied to the device. Stages 1-2 (and persistent chunks) AllGather the
 // updated slices in place. The next step's reads of chunk c wait only for
 // chunk c's update (an event per chunk), not for the whole optimizer.
 //
@@ -85,51 +86,69 @@
 // (model.New, gpu.Activation) and the norms buffer, checks that the device
 // budget leaves room for the worst-case workspace (gathered chunks, buckets),
 // and initialises every chunk with Layout.InitChunk(strata.seed). With the
-// host optimizer it starts one cpuadam.Optimizer and a pinned.Pool holding,
-// per rank, the gradient shards and the upload staging; fp32 master, m and v
-// live in host memory per rank shard. Step and Run are called from one
-// goroutine; Params and Master synchronize and read the shards
-// (MasterChunks hands them over one chunk at a time, for exports of models
-// larger than host memory); Summary
+// host optimizer it starts one cpuadam.Optimizer and the tier store that
+// holds its state (below). Step and Run are called from one goroutine;
+// Params and Master synchronize and read the shards from where they live,
+// as a checkpoint does (MasterChunks hands them over one chunk at a time,
+// for exports of models larger than host memory); Summary
 // reports measured peaks next to EstimateMemory; SaveCheckpoint and
 // LoadCheckpoint (checkpoint.go) write and read every rank's params,
-// master, m, v and the step through checkpoint/ (a tier-store engine is
-// restored before its first step); with Options.Trace every step records
+// master, m, v and the step through checkpoint/ (an engine whose store
+// moves shards, under offload_param or NVMe offload, is restored before its
+// first step); with Options.Trace every step records
 // its timeline (trace.go: Chrome trace events, Overlap's exposed transfer
 // time); Close frees everything.
-// All state access goes through one stateStore per rank (state.go) and, with
-// tiers, the rank's driver (tiered.go). Close stops the drivers, closes the
-// store, removes the swap files and frees the pinned pools.
+// Model state lives in one of two places: each rank's device buffers
+// (devState, state.go: params, gradients, and the device optimizer's
+// master, m, v) and, with the host optimizer, the tier store (tiered.go).
+// Close stops the drivers, closes the store, removes the swap files and
+// frees the pinned pools.
 //
-// # Tiers (ZeRO-Infinity, tiered.go)
+// # Residency of the host optimizer's state (tiered.go)
 //
-// At stage 3 with offload_param cpu|nvme or offload_optimizer nvme, the
-// engine runs one tier.Store for all ranks and one prefetch.Planner per rank
-// (each rank's accesses are a fixed sequence, so its trace repeats exactly;
-// a shared planner would see the ranks interleaved by timing). Registered
-// per (chunk, rank): master, adam_m, adam_v of every chunk, and the bf16
-// param shard of every sharded chunk when offload_param is set. Homes:
-// params in offload_param's tier; optimizer state in host RAM, or with
-// offload_optimizer nvme on NVMe except what strata.host_budget keeps in
-// RAM (whole shards, master then m then v, chunk order: the split
-// EstimateMemory prints). With offload_optimizer nvme (ZeRO-Infinity) the
-// reduced gradient shard is a tier-store state too: allocated on the device
-// for its reduction (workspace), copied once into its host copy in the store
-// (a Write access in backward), freed from the device when that copy is
-// done, read by cpuadam from the store; homed in host RAM before any
-// optimizer state, or on NVMe where the host budget is full. With
-// offload_optimizer cpu it stays on the device and in the engine's pinned
-// buffer, as without tiers; persistent chunks stay gathered.
+// With the optimizer on the host, ZeRO-Offload (offload_optimizer cpu,
+// stages 1-3) and ZeRO-Infinity (stage 3 with offload_param cpu|nvme or
+// offload_optimizer nvme) are one system: the engine runs one tier.Store
+// for all ranks and one prefetch.Planner per rank (each rank's accesses are
+// a fixed sequence, so its trace repeats exactly; a shared planner would
+// see the ranks interleaved by timing). Registered per (chunk, rank), each
+// the rank's shard: master, adam_m, adam_v (f32), the reduced gradient (as
+// the device holds it), and the bf16 param shard of every sharded chunk
+// when offload_param is set. Homes: params in offload_param's tier;
+// optimizer state in host RAM, or with offload_optimizer nvme on NVMe
+// except what strata.host_budget keeps in RAM (whole shards, master then m
+// then v, chunk order: the split EstimateMemory prints); the gradient in
+// host RAM before any optimizer state, or on NVMe where the host budget is
+// full. With offload_optimizer cpu and no offload_param every home is in
+// host RAM and nothing is ever evicted (no NVMe tier, and the planners'
+// budget holds every home): each access is a hit and the planner only
+// records and leases. The gradient is copied once into its host copy (a
+// Write access in backward) and read by cpuadam from the store; with the
+// optimizer state on NVMe the device allocates it for its reduction only
+// (workspace) and frees it when that copy is done. Persistent chunks stay
+// gathered on the devices.
 //
-// Budgets: the tier store's HBM share is what each device has left after
-// model state, activations and workspace (at most the rank's param shards;
-// Options.TierHBMBytes overrides); its host budget is the homes in RAM plus
-// staging room for TierReadAhead chunks (HostStagingBytes) plus one spare
-// shard per rank, or 4/5 of strata.host_budget when given (TierHostBudget:
-// the pinned pool is the whole budget, the rest absorbs fragmentation);
-// each rank's planner gets its share. NVMe: one swap file per nvme_path
-// (the union of offload_param's and offload_optimizer's), striped in
-// aio.block_size units, aio.queue_depth × thread_count requests in flight.
+// The new params of the chunks the device holds (every chunk without
+// offload_param, the persistent ones with it) are not a store state: cpuadam
+// writes them into a pinned upload buffer per (chunk, rank), a plain
+// staging area of the tiers object with its own pool, copied to the device
+// on the communication stream. They are the optimizer's output on its way
+// up, not model state; keeping them out of the store keeps them out of
+// strata.host_budget and out of the planners' traces, as before the store
+// held ZeRO-Offload's state (Summary.HostStagingBytes reports them).
+//
+// Budgets (tier.PlanBudgets): the tier store's HBM share is what each
+// device has left after model state, activations and workspace (at most
+// the rank's param shards; Options.TierHBMBytes overrides); its host budget
+// is the homes in RAM plus staging room for TierReadAhead chunks
+// (HostStagingBytes) plus one spare shard per rank, or 4/5 of
+// strata.host_budget when given (TierHostBudget: the pinned pool is the
+// whole budget, the rest absorbs fragmentation); each rank's planner gets
+// its share. A store whose shards never leave their host homes
+// (ZeRO-Offload) needs no spare or staging room: its budget is the homes
+// and its pool the homes plus the pinned arenas' ends. NVMe: one swap file per nvme_path (the union of
+// offload_param's and offload_optimizer's), striped in aio.block_size
+// units, aio.queue_depth × thread_count requests in flight.
 //
 // Driving: each rank's model.Params hooks and optimizer tell the planner of
 // every access (params read in HBM before their gather, in forward and

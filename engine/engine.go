@@ -17,7 +17,7 @@ import (
 )
 
 // ErrNotBuilt says a configuration asks for something this engine does not
-// do yet (NVMe offload, parameter offload, the dpu overlap mode).
+// do yet (the dpu overlap mode).
 var ErrNotBuilt = errors.New("engine: not built yet")
 
 // chunkPlan is how one chunk is laid out over the ranks.
@@ -40,20 +40,18 @@ type Engine struct {
 	n         int
 	stage     int
 	precision gpu.DType
-	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme)
-	tiered    bool // the tier store runs (offload_param, or NVMe offload)
-	// gradTiered: the reduced gradient shard is a tier-store state too
-	// (optimizer state on NVMe, ZeRO-Infinity): the device holds it only
-	// until its copy to host memory completes.
+	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme): its state is in tiers
+	// gradTiered: the device holds the reduced gradient shard only until
+	// its copy to the tier store completes (optimizer state on NVMe,
+	// ZeRO-Infinity); else it keeps it from New to Close.
 	gradTiered bool
 	paramTier  shard.Tier // offload_param's tier (HBM: none)
-	tiers      *tiers     // the tier store and planners when tiered
+	tiers      *tiers     // the tier store, planners and upload staging of the host optimizer; nil without it
 	seq        int
 	micro      int // B: rows per micro-batch
 	accum      int // A: micro-batches per rank and step
 	chunks     []chunkPlan
 	ranks      []*rank
-	pool       *pinned.Pool
 	opt        *cpuadam.Optimizer
 	estimate   MemoryEstimate // bf16 mixed-precision formula (EstimateMemory)
 	expected   int64          // model-state bytes per device this layout allocates
@@ -76,57 +74,93 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	n := len(devices)
-	switch {
-	case n == 0:
-		return nil, errors.New("engine: no devices")
-	case len(comms) != n:
-		return nil, fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
-	case cfg.Strata.Devices != n:
-		return nil, fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
-	case cfg.Shape() == nil:
-		return nil, errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
-	}
-	for i, c := range comms {
-		if c.Rank() != i || c.Size() != n {
-			return nil, fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
-		}
-	}
-	z := cfg.ZeRO
-	tiered, err := checkTiered(cfg, opts)
-	if err != nil {
+	if err := checkNew(cfg, devices, comms, opts); err != nil {
 		return nil, err
-	}
-	switch {
-	case z.OffloadOptimizer.Device == config.DeviceCPU && z.Stage == 0:
-		return nil, errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
-	case cfg.Strata.Overlap == "dpu":
-		return nil, fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
 	}
 	shape := model.Shape(*cfg.Shape())
 	if shape.Name == "" {
 		shape.Name = "config"
 	}
-	layout, lerr := model.NewLayout(shape)
-	err = lerr
+	layout, err := model.NewLayout(shape)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
+	seq, data, err := newSampler(cfg, shape, opts)
+	if err != nil {
+		return nil, err
+	}
+	z := cfg.ZeRO
+	e := &Engine{
+		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: len(devices), stage: z.Stage,
+		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
+		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
+	}
+	mo, err := e.layOut()
+	if err != nil {
+		return nil, err
+	}
+	if err := e.allocate(devices, comms, mo); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.initParams(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	if e.tiers != nil {
+		e.tiers.last = e.tiers.snapshot()
+	}
+	e.notePinned()
+	e.lastCount = e.counters()
+	return e, nil
+}
+
+// checkNew checks New's arguments and the config.
+func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	n := len(devices)
+	switch {
+	case n == 0:
+		return errors.New("engine: no devices")
+	case len(comms) != n:
+		return fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
+	case cfg.Strata.Devices != n:
+		return fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
+	case cfg.Shape() == nil:
+		return errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
+	}
+	for i, c := range comms {
+		if c.Rank() != i || c.Size() != n {
+			return fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
+		}
+	}
+	if err := checkOffload(cfg, opts); err != nil {
+		return err
+	}
+	if cfg.Strata.Overlap == "dpu" {
+		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
+	}
+	return nil
+}
+
+// newSampler returns the sequence length and the sampler over the corpus:
+// Options.Tokens, strata.data, or the synthetic corpus.
+func newSampler(cfg *config.Config, shape model.Shape, opts Options) (int, *model.Sampler, error) {
 	seq := cfg.Strata.SeqLen
 	if seq == 0 {
 		seq = shape.MaxSeq
 	}
 	if seq > shape.MaxSeq {
-		return nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
+		return 0, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
 	}
 	tokens := opts.Tokens
 	if tokens == nil {
 		if cfg.Strata.Data != "" {
+			var err error
 			if tokens, err = LoadCorpus(cfg.Strata.Data); err != nil {
-				return nil, err
+				return 0, nil, err
 			}
 		} else {
 			tokens = SyntheticCorpus(syntheticCorpusBytes)
@@ -134,29 +168,29 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	}
 	for i, t := range tokens {
 		if t < 0 || int(t) >= shape.Vocab {
-			return nil, fmt.Errorf("engine: token %d (id %d) is outside the vocabulary [0, %d)", i, t, shape.Vocab)
+			return 0, nil, fmt.Errorf("engine: token %d (id %d) is outside the vocabulary [0, %d)", i, t, shape.Vocab)
 		}
 	}
 	data, err := model.NewSampler(tokens, seq, cfg.Strata.Seed)
 	if err != nil {
-		return nil, fmt.Errorf("engine: data: %w", err)
+		return 0, nil, fmt.Errorf("engine: data: %w", err)
 	}
+	return seq, data, nil
+}
 
-	e := &Engine{
-		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: n, stage: z.Stage,
-		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
-		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
-	}
-	mo, err := MemoryOptionsFromConfig(cfg, shape)
+// layOut takes the memory options from the config, the estimate, and lays
+// the chunks out as it does (ShardElems, persistent chunks).
+func (e *Engine) layOut() (MemoryOptions, error) {
+	mo, err := MemoryOptionsFromConfig(e.cfg, e.shape)
 	if err != nil {
-		return nil, err
+		return mo, err
 	}
-	e.tiered, e.paramTier = tiered, mo.ParamTier
-	e.gradTiered = tiered && mo.OptimizerTier == shard.NVMe
+	e.paramTier = mo.ParamTier
+	e.gradTiered = mo.OptimizerTier == shard.NVMe
 	if e.estimate, err = EstimateMemory(mo); err != nil {
-		return nil, err
+		return mo, err
 	}
-	for c, ch := range layout.Chunks {
+	for c, ch := range e.layout.Chunks {
 		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c])}
 		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
 		e.chunks = append(e.chunks, p)
@@ -167,106 +201,68 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		ho.HostGradDType = e.precision // the gradient shard is copied to the host as the device holds it
 		he, err := EstimateMemory(ho)
 		if err != nil {
-			return nil, err
+			return mo, err
 		}
 		e.hostWant = he.HostBytes()
 	}
-	if e.stage == 2 && z.ReduceBucketSize != config.DefaultReduceBucketSize {
+	if z := e.cfg.ZeRO; e.stage == 2 && z.ReduceBucketSize != config.DefaultReduceBucketSize {
 		e.notes = append(e.notes, fmt.Sprintf("zero_optimization.reduce_bucket_size %d: gradients are reduced one chunk at a time (each chunk is a bucket)", z.ReduceBucketSize))
 	}
-	if e.offload {
-		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: opts.OptimizerThreads}); err != nil {
-			return nil, fmt.Errorf("engine: host optimizer: %w", err)
-		}
-		// Buffers do not span the pool's arenas (1 GiB): each arena may
-		// leave up to one buffer's worth unused at its end.
-		total := int64(n) * e.pinnedBytesPerRank()
-		var maxBuf int64
-		for _, p := range e.chunks {
-			maxBuf = max(maxBuf, units.AlignUp(int64(p.shard*e.precision.Size()), 4096))
-		}
-		if total > units.GiB {
-			total += (total/units.GiB + 1) * maxBuf
-		}
-		if total > 0 { // none when the tier store holds params and gradients
-			if e.pool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: opts.PinnedLock}); err != nil {
-				e.Close()
-				return nil, fmt.Errorf("engine: pinned host buffers: %w", err)
-			}
-		}
-	}
-	for r := range n {
+	return mo, nil
+}
+
+// allocate allocates every rank's device model state and activations,
+// starts the host optimizer and its tier store, and checks that every
+// device has room left for the step's workspace.
+func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptions) error {
+	for r := range e.n {
 		rk, err := newRank(e, r, devices[r], comms[r])
 		if err != nil {
-			e.Close()
-			return nil, err
+			return err
 		}
 		e.ranks = append(e.ranks, rk)
 	}
 	need := e.workspaceNeedBytes()
-	if tiered {
+	if e.offload {
+		var err error
+		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
+			return fmt.Errorf("engine: host optimizer: %w", err)
+		}
 		if e.tiers, err = newTiers(e, mo); err != nil {
-			e.Close()
-			return nil, err
+			return err
 		}
 		need += e.tiers.hbmBudget
 	}
 	for _, r := range e.ranks {
 		if ms := r.dev.MemStats(); ms.BudgetBytes-ms.InUseBytes < need {
-			e.Close()
-			return nil, fmt.Errorf("engine: %s: %s left after model state and activations (%s), the step needs up to %s of workspace (gathered chunks, gradient buckets): raise strata.hbm_bytes or use more devices or a higher stage",
+			return fmt.Errorf("engine: %s: %s left after model state and activations (%s), the step needs up to %s of workspace (gathered chunks, gradient buckets): raise strata.hbm_bytes or use more devices or a higher stage",
 				r.dev.Name(), units.FormatBytes(ms.BudgetBytes-ms.InUseBytes), ms, units.FormatBytes(need))
 		}
 	}
-	if err := e.initParams(); err != nil {
-		e.Close()
-		return nil, err
+	return nil
+}
+
+// notePinned says whether the pinned host memory is locked (root, or a
+// high enough RLIMIT_MEMLOCK) or runs unlocked, and why, and registers it
+// with the devices (Options.HostRegistrar).
+func (e *Engine) notePinned() {
+	if e.tiers == nil {
+		return
 	}
-	if e.tiers != nil {
-		e.tiers.last = e.tiers.snapshot()
-	}
-	// Say whether the pinned host memory is locked (root, or a high enough
-	// RLIMIT_MEMLOCK) or runs unlocked, and why.
-	for _, pool := range []*pinned.Pool{e.pool, e.tiersPool()} {
-		if pool != nil {
-			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(pool.Options().BudgetBytes), pool.Residency()))
-			if r := opts.HostRegistrar; r != nil {
-				// Best effort: unregistered, the copies still work (staged
-				// by the driver through its own page-locked buffers).
-				if err := pool.AddRegistrar(r); err != nil {
-					e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s not registered with the devices, host<->device copies are pageable: %v",
-						units.FormatBytes(pool.Options().BudgetBytes), err))
-				}
+	for _, pool := range []*pinned.Pool{e.tiers.pool, e.tiers.uploadPool} {
+		if pool == nil {
+			continue
+		}
+		e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(pool.Options().BudgetBytes), pool.Residency()))
+		if r := e.opts.HostRegistrar; r != nil {
+			// Best effort: unregistered, the copies still work (staged
+			// by the driver through its own page-locked buffers).
+			if err := pool.AddRegistrar(r); err != nil {
+				e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s not registered with the devices, host<->device copies are pageable: %v",
+					units.FormatBytes(pool.Options().BudgetBytes), err))
 			}
 		}
 	}
-	e.lastCount = e.counters()
-	return e, nil
-}
-
-// tiersPool is the tier store's pinned pool, or nil.
-func (e *Engine) tiersPool() *pinned.Pool {
-	if e.tiers == nil {
-		return nil
-	}
-	return e.tiers.pool
-}
-
-// pinnedBytesPerRank is one rank's pinned host memory: the reduced gradient
-// shard and the parameter upload staging, each padded to 4 KiB.
-func (e *Engine) pinnedBytesPerRank() int64 {
-	sz := int64(e.precision.Size())
-	var b int64
-	for c, p := range e.chunks {
-		n := units.AlignUp(int64(p.shard)*sz, 4096)
-		if !e.gradTiered {
-			b += n
-		}
-		if !e.paramTiered(c) {
-			b += n
-		}
-	}
-	return b
 }
 
 // expectedDeviceBytes is the model state this layout allocates on each
@@ -328,7 +324,7 @@ type StepStats struct {
 	// OptimizerTime is the wall time of the optimizer phase (all ranks).
 	OptimizerTime time.Duration
 	// Tier is the tier store's figures (hit rate, stalls, bytes per link,
-	// peak bytes per tier); nil when the engine runs without it.
+	// peak bytes per tier); nil with the optimizer on the device (no store).
 	Tier *TierStats
 }
 
@@ -470,40 +466,34 @@ func (e *Engine) counters() []gpu.LinkCounters {
 // the devices hold them (bf16 widened to float32 in bf16 mode), one
 // []float32 per chunk of Layout().Chunks, assembled from the ranks' shards.
 func (e *Engine) Params() ([][]float32, error) {
-	return e.collect(func(r *rank, c int) ([]float32, error) { return r.readParamShard(c) })
+	return e.collect(shard.Param, e.precision)
 }
 
 // Master synchronizes and returns the fp32 weights the optimizer updates
 // (the parameters themselves in fp32 mode), assembled from the shards.
 func (e *Engine) Master() ([][]float32, error) {
-	return e.collect(func(r *rank, c int) ([]float32, error) { return r.readMasterShard(c) })
+	if e.precision == gpu.F32 {
+		return e.collect(shard.Param, gpu.F32) // the params are the master weights
+	}
+	return e.collect(shard.Master, gpu.F32)
 }
 
-func (e *Engine) collect(read func(*rank, int) ([]float32, error)) ([][]float32, error) {
-	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+// collect reads state s of every chunk, each rank's shard from where it
+// lives (fillChunk, as a checkpoint reads it), widened to float32.
+func (e *Engine) collect(s shard.State, dt gpu.DType) ([][]float32, error) {
+	resume, err := e.quiesce()
+	defer resume()
+	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
-	}
-	if e.tiers != nil {
-		// Reads go around the planners: stop them issuing moves meanwhile.
-		err := e.tiers.pause()
-		defer e.tiers.resume()
-		if err != nil {
-			return nil, err
-		}
 	}
 	out := make([][]float32, len(e.chunks))
 	for c, p := range e.chunks {
-		for _, r := range e.ranks {
-			v, err := read(r, c)
-			if err != nil {
-				return nil, fmt.Errorf("engine: chunk %d: %w", c, err)
-			}
-			out[c] = append(out[c], v...)
-			if e.stage == 0 { // replicated: rank 0's copy is the whole chunk
-				break
-			}
+		per := p.shard * dt.Size()
+		whole := make([]byte, e.n*per)
+		if err := e.fillChunk(c, s, func(r int) []byte { return whole[r*per : (r+1)*per] }); err != nil {
+			return nil, fmt.Errorf("engine: chunk %d: %w", c, err)
 		}
-		out[c] = out[c][:p.len]
+		out[c] = decode(whole, dt)[:p.len]
 	}
 	return out, nil
 }
@@ -529,11 +519,6 @@ func (e *Engine) Close() error {
 	e.ranks = nil
 	if e.opt != nil {
 		e.opt.Close()
-	}
-	if e.pool != nil {
-		if err := e.pool.Close(); err != nil && first == nil {
-			first = fmt.Errorf("engine: %w", err)
-		}
 	}
 	return first
 }

@@ -31,8 +31,8 @@ type Options struct {
 	// When a gather would exceed it, the rank waits for the oldest
 	// released chunk's last use and frees it.
 	MaxLiveChunks int
-	// PinnedLock is the mlock policy of the pinned host buffers (gradient
-	// shards and parameter uploads) of the host optimizer.
+	// PinnedLock is the mlock policy of the pinned host memory of the host
+	// optimizer: the tier store's host copies and the parameter uploads.
 	PinnedLock pinned.LockMode
 
 	// The tier store (ZeRO-Infinity: offload_param, or offload_optimizer

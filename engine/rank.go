@@ -33,7 +33,7 @@ type rank struct {
 	comm  gpu.Comm
 	s, cs gpu.Stream
 	model *model.Model
-	st    *stateStore
+	st    *devState
 	h     *hooks
 
 	norms      gpu.Buffer // F64, one per chunk: the sum of squares of this rank's reduced gradient
@@ -108,7 +108,7 @@ func (r *rank) freeGrads() {
 	}
 }
 
-// driver is the rank's planner driver (tiered engines only).
+// driver is the rank's planner driver (host optimizer only).
 func (r *rank) driver() *driver { return r.e.tiers.drivers[r.idx] }
 
 // fail records the first error of a hook, which cannot return one.
@@ -127,7 +127,7 @@ type workspaceStats struct {
 func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	r := &rank{e: e, idx: idx, dev: dev, ops: dev.Ops(), comm: comm, s: dev.NewStream(), cs: dev.NewStream()}
 	var err error
-	if r.st, err = newStateStore(e, idx, dev); err != nil {
+	if r.st, err = newDevState(e, idx, dev); err != nil {
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
 	}
 	if r.model, err = model.New(dev, e.layout, e.micro, e.seq); err != nil {
@@ -157,27 +157,19 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 }
 
 // load enqueues the upload of chunk c's initial values (padded to N·S) into
-// this rank's params and optimizer state.
+// this rank's device params and optimizer state; initTiers writes those the
+// tier store holds.
 func (r *rank) load(c int, padded []float32) {
 	e, st := r.e, r.st
 	s := e.chunks[c].shard
 	switch {
 	case st.paramIsFull(c):
 		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded, e.precision))
-	case e.paramTiered(c):
-		// written to its home by initTiers
-	default:
+	case st.param[c] != nil:
 		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded[r.idx*s:(r.idx+1)*s], e.precision))
 	}
-	if e.tiered {
-		return // master, m and v are in the tier store (initTiers)
-	}
-	if e.offload {
-		copy(st.hMaster[c], padded[r.idx*s:(r.idx+1)*s])
-		return
-	}
 	if st.master[c] != nil {
-		off, n := st.optOffset(c), st.optElems(c)
+		off, n := e.optOffset(c, r.idx), e.optElems(c)
 		r.dev.CopyHostToDevice(r.s, st.master[c], 0, encode(padded[off:off+n], gpu.F32))
 	}
 }
@@ -198,21 +190,22 @@ func (e *Engine) initParams() error {
 	return e.parallel(func(r *rank) error { return r.sync() })
 }
 
-// initTiers writes chunk c's initial param shard and master weights to
-// their homes in the tier store (m and v start as the zeros of Register).
+// initTiers writes chunk c's initial param shard (offload_param) and
+// master weights to their homes in the tier store (m, v and the gradient
+// start as the zeros of Register).
 func (r *rank) initTiers(c int, padded []float32) error {
 	e := r.e
-	if !e.tiered {
+	if e.tiers == nil {
 		return nil
 	}
-	s := e.chunks[c].shard
-	slice := padded[r.idx*s : (r.idx+1)*s]
 	if e.paramTiered(c) {
-		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), encode(slice, gpu.BF16)); err != nil {
+		s := e.chunks[c].shard
+		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), encode(padded[r.idx*s:(r.idx+1)*s], gpu.BF16)); err != nil {
 			return err
 		}
 	}
-	return e.tiers.initShard(tkey(c, r.idx, shard.Master), encode(slice, gpu.F32))
+	off, n := e.optOffset(c, r.idx), e.optElems(c)
+	return e.tiers.initShard(tkey(c, r.idx, shard.Master), encode(padded[off:off+n], gpu.F32))
 }
 
 // sync waits for both streams, returns their first error and ends the
@@ -282,7 +275,8 @@ func (r *rank) backward(step int64) error {
 // reduced is called on the communication stream's program once chunk c's
 // gradient is final on this rank (after the last micro-batch's
 // reduction): its sum of squares, and with the host optimizer its copy to
-// pinned host memory.
+// the tier store (a Write access in backward; from there the store spills
+// it to NVMe when the host budget is full).
 func (r *rank) reduced(c int) {
 	g := r.st.gradShard(c)
 	if r.tr != nil {
@@ -292,27 +286,23 @@ func (r *rank) reduced(c int) {
 		}()
 	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
-	if r.e.gradTiered {
-		// Once to host memory, into the tier store (which spills it to
-		// NVMe when the host budget is full), then off the device.
-		l, err := r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
-		if err != nil {
-			r.fail(err)
-		} else {
-			r.dev.CopyDeviceToHost(r.cs, l.Bytes(), g, 0)
-		}
-		ev := r.dev.NewEvent()
-		r.cs.Record(ev)
-		if l != nil {
-			r.driver().done(l, ev)
-		}
-		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
-		r.st.grad[c] = nil
+	if r.e.tiers == nil {
 		return
 	}
-	if r.e.offload {
-		r.lease(r.st.gradPins[c])
-		r.dev.CopyDeviceToHost(r.cs, r.st.hGrad[c], g, 0)
+	l, err := r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
+	if err != nil {
+		r.fail(err)
+	} else {
+		r.dev.CopyDeviceToHost(r.cs, l.Bytes(), g, 0)
+	}
+	ev := r.dev.NewEvent()
+	r.cs.Record(ev)
+	if l != nil {
+		r.driver().done(l, ev)
+	}
+	if r.e.gradTiered { // off the device once copied
+		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
+		r.st.grad[c] = nil
 	}
 }
 
@@ -345,32 +335,17 @@ func (r *rank) update(ap gpu.AdamParams) error {
 	}
 	for c := range e.chunks {
 		if e.offload {
-			var up []byte
-			if e.tiered {
-				var err error
-				if up, err = r.stepTiered(c, cp); err != nil && first == nil {
-					first = err // go on: every rank must issue the same collectives
-				}
-				if e.paramTiered(c) {
-					continue // the new param is in its host copy: the planner moves it
-				}
-			} else {
-				master, m, v, g, u := st.hostOpt(c)
-				t0 := r.traceNow()
-				if e.precision == gpu.BF16 {
-					e.opt.StepBF16(cp, master, u16s(g), m, v, u16s(u))
-				} else {
-					e.opt.StepF32(cp, master, f32s(g), m, v, nil)
-					copy(f32s(u), master)
-				}
-				r.traceAdam(c, t0)
-				up = u
+			if err := r.stepHost(c, cp); err != nil && first == nil {
+				first = err // go on: every rank must issue the same collectives
+			}
+			if e.paramTiered(c) {
+				continue // the new param is in its host copy: the planner moves it
 			}
 			if r.tr != nil {
 				csFrom, csName = r.tr.mark(r.cs), "upload "+e.layout.Chunks[c].Name
 			}
-			r.lease(st.upPins[c])
-			r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, up)
+			r.lease(e.tiers.upload[r.idx][c])
+			r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
 		} else {
 			p, m, v, out := st.deviceOpt(c)
 			var from gpu.Event
@@ -419,15 +394,14 @@ func (r *rank) traceAdam(c int, t0 time.Time) {
 	}
 }
 
-// stepTiered runs cpuadam on chunk c's shard with master, m and v leased
-// in host memory from the tier store (the planner has read them ahead; it
-// writes them behind), writing the new bf16 param into its host copy in the
-// store, or, for a chunk whose param is not in the store, into the upload
-// staging it returns.
-func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
-	e, st := r.e, r.st
+// stepHost runs cpuadam on chunk c's shard with master, m, v and the
+// reduced gradient leased in host memory from the tier store (the planner
+// has read them ahead; it writes them behind), writing the new params into
+// their host copy in the store (offload_param) or into the chunk's pinned
+// upload staging (tiers.upload), which update copies to the device.
+func (r *rank) stepHost(c int, cp cpuadam.Params) error {
+	e := r.e
 	d := r.driver()
-	up := st.hUpload[c]
 	// SizeBytes 0: the planner takes the placement's (the store's charge).
 	acc := func(state shard.State, kind prefetch.Kind) prefetch.Access {
 		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind}
@@ -443,72 +417,36 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 		l, err := d.use(acc(state, prefetch.Update))
 		if err != nil {
-			return up, err
+			return err
 		}
 		ls[i] = l
 	}
-	grad := st.hGrad[c]
-	if e.gradTiered {
-		l, err := d.use(acc(shard.Grad, prefetch.Read))
-		if err != nil {
-			return up, err
-		}
-		ls[4] = l
-		grad = l.Bytes()
+	l, err := d.use(acc(shard.Grad, prefetch.Read))
+	if err != nil {
+		return err
 	}
-	out := up
+	ls[4] = l
+	var out []byte
 	if e.paramTiered(c) {
 		l, err := d.use(acc(shard.Param, prefetch.Write))
 		if err != nil {
-			return up, err
+			return err
 		}
 		ls[3] = l
 		out = l.Bytes()
+	} else {
+		out = e.tiers.uploadBytes(r.idx, c)
 	}
+	master, grad, m, v := f32s(ls[0].Bytes()), ls[4].Bytes(), f32s(ls[1].Bytes()), f32s(ls[2].Bytes())
 	t0 := r.traceNow()
-	e.opt.StepBF16(cp, f32s(ls[0].Bytes()), u16s(grad), f32s(ls[1].Bytes()), f32s(ls[2].Bytes()), u16s(out))
+	if e.precision == gpu.BF16 {
+		e.opt.StepBF16(cp, master, u16s(grad), m, v, u16s(out))
+	} else {
+		e.opt.StepF32(cp, master, f32s(grad), m, v, nil)
+		copy(f32s(out), master)
+	}
 	r.traceAdam(c, t0)
-	return up, nil
-}
-
-// readParamShard synchronizes nothing: the caller has. It returns the
-// rank's slice of chunk c's parameters (stage 0: the whole padded chunk).
-func (r *rank) readParamShard(c int) ([]float32, error) {
-	if r.e.paramTiered(c) {
-		b, err := r.e.tiers.readShard(tkey(c, r.idx, shard.Param))
-		if err != nil {
-			return nil, err
-		}
-		return decode(b, gpu.BF16), nil
-	}
-	return r.read(r.st.paramShard(c))
-}
-
-// readMasterShard returns the fp32 weights the optimizer updates for the
-// rank's slice of chunk c.
-func (r *rank) readMasterShard(c int) ([]float32, error) {
-	st := r.st
-	if r.e.tiered {
-		b, err := r.e.tiers.readShard(tkey(c, r.idx, shard.Master))
-		if err != nil {
-			return nil, err
-		}
-		return decode(b, gpu.F32), nil
-	}
-	if r.e.offload {
-		return append([]float32(nil), st.hMaster[c]...), nil
-	}
-	p, _, _, _ := st.deviceOpt(c)
-	return r.read(p)
-}
-
-func (r *rank) read(b gpu.Buffer) ([]float32, error) {
-	raw := make([]byte, b.Bytes())
-	r.dev.CopyDeviceToHost(r.s, raw, b, 0)
-	if err := r.s.Synchronize(); err != nil {
-		return nil, err
-	}
-	return decode(raw, b.DType()), nil
+	return nil
 }
 
 func (r *rank) close() error {

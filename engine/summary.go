@@ -68,7 +68,7 @@ type Summary struct {
 	// ShardAlignElems is the alignment of every rank's slice of a chunk.
 	ShardAlignElems int64
 	PerDevice       []DeviceSummary
-	HostBytes       int64 // measured model state in host memory, all ranks (host optimizer)
+	HostBytes       int64 // measured model state in host memory, all ranks (host optimizer: the tier store's host homes)
 	HostFormula     int64 // EstimateMemory's HostBytes (with the gradient shard's dtype)
 	// HostStagingBytes is the pinned parameter upload staging of the host
 	// optimizer, all ranks: working set, not model state.
@@ -125,11 +125,12 @@ func (e *Engine) tierSummary() *TierSummary {
 	for st := range shard.StateCount {
 		ts.HostHomeBytes += t.homes[st][shard.Host]
 		ts.NVMeHomeBytes += t.homes[st][shard.NVMe]
-		if shard.State(st) == shard.Grad && !e.gradTiered {
-			continue // in the engine's pinned buffers, not the store
+		scale := int64(1)
+		if shard.State(st) == shard.Grad && e.precision == gpu.F32 {
+			scale = 2 // the estimate's host gradient is bf16, the store's as the device holds it
 		}
-		ts.EstimateHostBytes += int64(e.n) * e.estimate.PerRank[st][shard.Host]
-		ts.EstimateNVMeBytes += int64(e.n) * e.estimate.PerRank[st][shard.NVMe]
+		ts.EstimateHostBytes += scale * int64(e.n) * e.estimate.PerRank[st][shard.Host]
+		ts.EstimateNVMeBytes += scale * int64(e.n) * e.estimate.PerRank[st][shard.NVMe]
 	}
 	ss := t.store.Stats()
 	for _, u := range ss.HBM {
@@ -173,7 +174,8 @@ func (e *Engine) Summary() Summary {
 	}
 	if e.tiers != nil {
 		s.Tier = e.tierSummary()
-		s.HostBytes += s.Tier.HostHomeBytes
+		s.HostBytes = s.Tier.HostHomeBytes
+		s.HostStagingBytes = e.tiers.stagingBytes
 	}
 	formula, formulaBytes := e.estimate.TierFormula(shard.HBM).String(), e.estimate.FormulaDeviceBytes()
 	padding, persistent := e.estimate.PaddingBytes(), e.estimate.PersistentBytes
@@ -211,8 +213,6 @@ func (e *Engine) Summary() Summary {
 			d.FormulaRatio = float64(d.ModelStatePeakBytes) / float64(d.FormulaBytes)
 		}
 		s.PerDevice = append(s.PerDevice, d)
-		s.HostBytes += r.st.hostBytes
-		s.HostStagingBytes += r.st.stagingBytes
 	}
 	return s
 }

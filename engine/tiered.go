@@ -11,28 +11,44 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/shard"
-	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/tier"
 )
 
-// tiers is the ZeRO-Infinity part of an engine (stage 3 with offload_param,
-// or offload_optimizer nvme): one tier.Store for all ranks, executing the
-// moves of one prefetch.Planner per rank (each rank's accesses are a
+// tiers is where the host optimizer's model state lives, ZeRO-Offload
+// (offload_optimizer cpu) and ZeRO-Infinity (stage 3 with offload_param, or
+// offload_optimizer nvme) alike: one tier.Store for all ranks, executing
+// the moves of one prefetch.Planner per rank (each rank's accesses are a
 // deterministic sequence, so each rank's trace repeats exactly), the NVMe
-// swap and the pinned pool the store's host copies come from.
+// swap, the pinned pool the store's host copies come from, and the pinned
+// staging of the parameter uploads.
 //
-// States in the store, per (chunk, rank): master, adam_m, adam_v of every
-// chunk (home host or NVMe: host up to strata.host_budget, master first,
-// the rest on NVMe), the bf16 param shard of every sharded chunk when
-// offload_param is cpu or nvme (home there), and with the optimizer state
-// on NVMe the reduced bf16 gradient shard (home host, or NVMe where the
-// host budget is full; placed before master/m/v): the device holds it only
-// from its reduction until its copy to host memory. Persistent (gathered)
-// chunks, and the gradient shard with the optimizer on the host, stay where
-// the non-tiered engine keeps them.
+// States in the store, per (chunk, rank), the rank's share of the chunk
+// (its shard; stage 0 would be the whole chunk, but the host optimizer
+// needs stage 1 or more):
+//
+//   - master, adam_m, adam_v (f32): home host, or NVMe with
+//     offload_optimizer nvme (host up to strata.host_budget, master first,
+//     the rest on NVMe);
+//   - grad, the reduced gradient (the device's dtype): home host, or NVMe
+//     where the host budget is full (placed before master/m/v). It is
+//     copied there once in backward (a Write access); with the optimizer
+//     state on NVMe the device holds it only until that copy completes;
+//   - param (bf16), the shard of every sharded chunk under offload_param
+//     (home in its tier).
+//
+// With offload_optimizer cpu and no offload_param every state is homed in
+// host RAM and never evicted (there is no NVMe tier and the planners'
+// host budget holds every home): the planners see every access hit.
+//
+// Staging: the new bf16 params of the chunks whose param the device holds
+// (all but offload_param's shards) are written by cpuadam into a pinned
+// upload buffer per (chunk, rank) and copied to the device from there. They
+// are not model state but the optimizer's output on its way up, so they
+// are a plain pinned area outside the store and outside strata.host_budget
+// (Summary.HostStagingBytes), with their own pool.
 type tiers struct {
 	e                  *Engine
 	paramTier, optTier shard.Tier
@@ -44,6 +60,10 @@ type tiers struct {
 	specs              map[shard.Key]tier.Spec
 	popts              prefetch.Options
 	t0                 time.Time
+
+	uploadPool   *pinned.Pool       // nil when the store holds every param
+	upload       [][]*pinned.Buffer // [rank][chunk]; nil where the store holds the param
+	stagingBytes int64              // the uploads' bytes, all ranks
 
 	hbmBudget, hostBudget int64                                    // the store's: per device, all ranks
 	planHostBudget        int64                                    // each rank's planner's share of the host budget
@@ -60,176 +80,170 @@ type tiers struct {
 	bwBytes    [prefetch.LinkCount]int64
 }
 
-// paramTiered says whether chunk c's param shard lives in the tier store.
+// paramTiered says whether chunk c's param shard lives in the tier store
+// (offload_param, which needs the host optimizer: checkOffload).
 func (e *Engine) paramTiered(c int) bool {
-	return e.tiered && e.paramTier != shard.HBM && !e.chunks[c].persistent
+	return e.paramTier != shard.HBM && !e.chunks[c].persistent
 }
 
 func tkey(c, r int, s shard.State) shard.Key {
 	return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: s}
 }
 
-// checkTiered says whether cfg asks for the tier store and whether the
-// engine can run it.
-func checkTiered(cfg *config.Config, opts Options) (bool, error) {
+// checkOffload says whether the engine can run cfg's offload settings.
+func checkOffload(cfg *config.Config, opts Options) error {
 	z := cfg.ZeRO
 	p, o := z.OffloadParam.Device, z.OffloadOptimizer.Device
 	switch {
 	case o == config.DeviceNVMe && z.Stage != 3:
-		return false, fmt.Errorf("engine: offload_optimizer \"nvme\" needs stage 3 (ZeRO-Infinity, as in DeepSpeed), but stage is %d", z.Stage)
+		return fmt.Errorf("engine: offload_optimizer \"nvme\" needs stage 3 (ZeRO-Infinity, as in DeepSpeed), but stage is %d", z.Stage)
 	case p != config.DeviceNone && z.Stage != 3:
-		return false, fmt.Errorf("engine: offload_param %q needs stage 3, but stage is %d", p, z.Stage)
+		return fmt.Errorf("engine: offload_param %q needs stage 3, but stage is %d", p, z.Stage)
 	case p != config.DeviceNone && o == config.DeviceNone:
-		return false, fmt.Errorf("engine: offload_param %q needs offload_optimizer \"cpu\" or \"nvme\" (the new params are written by the host optimizer)", p)
+		return fmt.Errorf("engine: offload_param %q needs offload_optimizer \"cpu\" or \"nvme\" (the new params are written by the host optimizer)", p)
+	case (p != config.DeviceNone || o == config.DeviceNVMe) && opts.Precision != gpu.BF16:
+		return fmt.Errorf("engine: offload_param and NVMe offload need bf16 mixed precision, not %s", opts.Precision)
+	case o == config.DeviceCPU && z.Stage == 0:
+		return errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
 	}
-	tiered := p != config.DeviceNone || o == config.DeviceNVMe
-	if tiered && opts.Precision != gpu.BF16 {
-		return false, fmt.Errorf("engine: offload_param and NVMe offload need bf16 mixed precision, not %s", opts.Precision)
-	}
-	return tiered, nil
+	return nil
 }
 
-// newTiers lays out the homes, opens the swap, the pinned pool and the
-// store, registers every shard state and starts a planner per rank. The
-// ranks exist (device model state and activations are allocated), so the
-// HBM left for param copies is known.
+// newTiers lays out the homes, sizes the budgets (tier.PlanBudgets), opens
+// the pinned pool, the swap and the store, registers every shard state and
+// starts a planner per rank. The ranks exist (device model state and
+// activations are allocated), so the HBM left for param copies is known.
 func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
-	cfg := e.cfg
 	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now()}
-	n := e.n
-
-	// HBM: the rank's param shards, at most, out of what is left.
-	// Shards count as the planner counts them: rounded up to IOAlignBytes
-	// (the store's host and NVMe charge, the largest of its charges).
-	var paramRank, maxParam int64
-	for c, p := range e.chunks {
-		if e.paramTiered(c) {
-			paramRank += ioBytes(int64(p.shard) * 2)
-			maxParam = max(maxParam, ioBytes(int64(p.shard)*2))
-		}
-	}
-	need := e.workspaceNeedBytes()
-	if paramRank > 0 {
-		free := int64(-1)
-		for _, r := range e.ranks {
-			ms := r.dev.MemStats()
-			f := ms.BudgetBytes - ms.InUseBytes - need
-			if free < 0 || f < free {
-				free = f
-			}
-		}
-		t.hbmBudget = min(free, paramRank)
-		if e.opts.TierHBMBytes > 0 {
-			t.hbmBudget = e.opts.TierHBMBytes
-			if t.hbmBudget > free {
-				return nil, fmt.Errorf("engine: tier hbm budget %s is more than the %s left per device after model state, activations and workspace",
-					units.FormatBytes(t.hbmBudget), units.FormatBytes(free))
-			}
-		}
-		if t.hbmBudget < 2*maxParam {
-			return nil, fmt.Errorf("engine: %s of device memory left for param shards, the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
-				units.FormatBytes(max(t.hbmBudget, 0)), units.FormatBytes(2*maxParam))
-		}
-	}
-
-	// Homes. Params: offload_param's tier. Optimizer state: host, or NVMe
-	// with host_budget keeping master, then m, then v in RAM (coldest last).
 	est, err := EstimateMemory(mo)
 	if err != nil {
 		return nil, err
 	}
-	staging := est.HostStagingPerRank // the same arithmetic strata estimate prints
-	homeOf := make(map[shard.Key]shard.Tier)
-	var hostRank int64 // per rank, the largest over ranks (they are equal)
-	for r := range n {
-		var host int64
+	sizes := t.layOut(est)
+	sizes.HBMFreeBytes = e.hbmFreeBytes()
+	sizes.HBMBytes = e.opts.TierHBMBytes
+	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
+	sizes.SpareBytes = tierSpareBytes(est.ShardElems)
+	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
+	sizes.Static = t.static()
+	b, err := tier.PlanBudgets(sizes)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	t.hbmBudget, t.hostBudget, t.planHostBudget = b.HBMBytes, b.HostBytes, b.PlanHostBytes
+	if err := t.open(b.PoolBytes); err != nil {
+		t.close()
+		return nil, err
+	}
+	if err := t.openStaging(); err != nil {
+		t.close()
+		return nil, err
+	}
+	if err := t.startPlanners(); err != nil {
+		t.close()
+		return nil, err
+	}
+	return t, nil
+}
+
+// hbmFreeBytes is the least device memory any rank has left after its
+// model state, activations and the step's workspace.
+func (e *Engine) hbmFreeBytes() int64 {
+	need := e.workspaceNeedBytes()
+	free := int64(-1)
+	for _, r := range e.ranks {
+		ms := r.dev.MemStats()
+		if f := ms.BudgetBytes - ms.InUseBytes - need; free < 0 || f < free {
+			free = f
+		}
+	}
+	return free
+}
+
+// layOut registers nothing yet: it decides every state's spec and home
+// (t.specs, t.homes) and returns the sizes the budgets rest on. Params:
+// offload_param's tier. Optimizer state: host, or NVMe with host_budget
+// keeping master, then m, then v in RAM (coldest last); the gradient shard
+// host, or NVMe where the budget is full (est.HostKept: the estimate's
+// split). Shards count as the planner counts them: rounded up to
+// IOAlignBytes (the store's host and NVMe charge, the largest of its
+// charges).
+func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
+	e := t.e
+	s := tier.Sizes{Ranks: e.n, OptimizerOnHost: t.optTier == shard.Host}
+	for c, p := range e.chunks {
+		if e.paramTiered(c) {
+			s.ParamBytes += ioBytes(int64(p.shard) * 2)
+			s.MaxParamBytes = max(s.MaxParamBytes, ioBytes(int64(p.shard)*2))
+		}
+	}
+	put := func(k shard.Key, elems int, dt dtype.DType, home shard.Tier) {
+		t.specs[k] = tier.Spec{Elems: elems, DType: dt, Home: home}
+	}
+	for r := range e.n {
 		for c, p := range e.chunks {
 			if e.paramTiered(c) {
-				k := tkey(c, r, shard.Param)
-				homeOf[k] = t.paramTier
-				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.BF16, Home: t.paramTier}
-				if t.paramTier == shard.Host {
-					host += ioBytes(int64(p.shard) * 2)
-				}
+				put(tkey(c, r, shard.Param), p.shard, dtype.BF16, t.paramTier)
 			}
-		}
-		if e.gradTiered {
-			// The reduced gradient shard: host RAM, or NVMe where the host
-			// budget is full (est.HostKept: the estimate's split).
-			for c, p := range e.chunks {
-				k := tkey(c, r, shard.Grad)
-				home := shard.Host
-				if kept := est.HostKept[shard.Grad]; kept != nil && !kept[c] {
-					home = shard.NVMe
-				}
-				if home == shard.Host {
-					host += ioBytes(int64(p.shard) * 2)
-				}
-				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.BF16, Home: home}
+			home := shard.Host
+			if kept := est.HostKept[shard.Grad]; kept != nil && !kept[c] {
+				home = shard.NVMe
 			}
-		}
-		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-			for c, p := range e.chunks {
-				k := tkey(c, r, st)
+			put(tkey(c, r, shard.Grad), e.optElems(c), e.precision, home)
+			for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 				home := t.optTier
 				if home == shard.NVMe && est.HostKept[st] != nil && est.HostKept[st][c] {
 					home = shard.Host
 				}
-				if home == shard.Host {
-					host += ioBytes(int64(p.shard) * 4)
-				}
-				t.specs[k] = tier.Spec{Elems: p.shard, DType: dtype.F32, Home: home}
+				put(tkey(c, r, st), e.optElems(c), dtype.F32, home)
 			}
 		}
-		hostRank = max(hostRank, host)
 	}
+	hostRank := make([]int64, e.n)
 	for k, sp := range t.specs {
 		t.homes[k.State][sp.Home] += sp.SizeBytes()
-	}
-	// One spare shard per rank for reads outside the plan (Params, Master).
-	// The pinned pool gets a quarter more than the store's budget: shards
-	// of several sizes come and go, and the pool's free space fragments.
-	// With strata.host_budget the pool is the budget (the store's 4/5 of it).
-	spare := tierSpareBytes(est.ShardElems)
-	t.planHostBudget = hostRank + staging
-	t.hostBudget = int64(n) * (t.planHostBudget + spare)
-	poolBytes := t.hostBudget + t.hostBudget/4 + 4*spare
-	if b := cfg.Strata.HostBudgetBytes; b > 0 {
-		if b*4/5 < t.hostBudget {
-			return nil, fmt.Errorf("engine: strata.host_budget %s is too small: the tier store needs %s (%s homes in host RAM, %s staging room, %s spare, all ranks) and a quarter more against fragmentation: raise it%s",
-				units.FormatBytes(b), units.FormatBytes(t.hostBudget), units.FormatBytes(int64(n)*hostRank),
-				units.FormatBytes(int64(n)*staging), units.FormatBytes(int64(n)*spare), nvmeHint(t.optTier))
+		if sp.Home == shard.Host {
+			hostRank[k.Rank] += ioBytes(sp.SizeBytes())
 		}
-		poolBytes = b
-		t.hostBudget = TierHostBudget(b)
-		t.planHostBudget = t.hostBudget/int64(n) - spare
 	}
+	s.HomeBytes = slices.Max(hostRank) // the ranks' are equal
+	return s
+}
+
+// open makes the pinned pool (poolBytes), the swap and the store, and
+// registers every state.
+func (t *tiers) open(poolBytes int64) error {
+	e := t.e
+	var err error
 	if t.pool, err = pinned.New(pinned.Options{BudgetBytes: poolBytes, Lock: e.opts.PinnedLock}); err != nil {
-		return nil, fmt.Errorf("engine: tier host memory: %w", err)
+		return fmt.Errorf("engine: tier host memory: %w", err)
 	}
 	if err := t.openSwap(); err != nil {
-		t.close()
-		return nil, err
+		return err
 	}
-	so := tier.Options{Host: t.pool, HostBudgetBytes: t.hostBudget, Swap: t.swap, OnComplete: t.onComplete}
+	so := tier.Options{Host: t.pool, HostBudgetBytes: t.hostBudget, Swap: t.swap, OnComplete: t.onComplete, HBMBudgetBytes: max(t.hbmBudget, 1)}
 	for _, r := range e.ranks {
 		so.Devices = append(so.Devices, r.dev)
 	}
-	so.HBMBudgetBytes = max(t.hbmBudget, 1)
 	if t.store, err = tier.New(so); err != nil {
-		t.close()
-		return nil, fmt.Errorf("engine: %w", err)
+		return fmt.Errorf("engine: %w", err)
 	}
 	for _, k := range sortedKeys(t.specs) {
 		if err := t.store.Register(k, t.specs[k]); err != nil {
-			t.close()
-			return nil, fmt.Errorf("engine: %w", err)
+			return fmt.Errorf("engine: %w", err)
 		}
 	}
+	return nil
+}
+
+// startPlanners starts a planner and its driver per rank, with the store's
+// budgets: each rank's planner gets its share of the host budget.
+func (t *tiers) startPlanners() error {
+	e := t.e
 	t.popts = prefetch.Options{BandwidthBytesPerSec: e.opts.LinkBandwidth, Slack: e.opts.PrefetchSlack, WriteBehindDepth: tierWriteBehindDepth}
-	t.popts.BudgetBytes[shard.HBM] = so.HBMBudgetBytes
+	t.popts.BudgetBytes[shard.HBM] = max(t.hbmBudget, 1)
 	t.popts.BudgetBytes[shard.Host] = t.planHostBudget
-	for r := range n {
+	for r := range e.n {
 		res := prefetch.Residency{}
 		for k, sp := range t.specs {
 			if int(k.Rank) == r {
@@ -238,27 +252,18 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 				// store would refuse moves the planner thought would fit.
 				w, err := t.store.Where(k)
 				if err != nil {
-					t.close()
-					return nil, fmt.Errorf("engine: %w", err)
+					return fmt.Errorf("engine: %w", err)
 				}
 				res[k] = prefetch.Placement{SizeBytes: slices.Max(w.ChargeBytes[:]), Home: sp.Home}
 			}
 		}
 		p, err := prefetch.New(res, t.popts)
 		if err != nil {
-			t.close()
-			return nil, fmt.Errorf("engine: rank %d: %w", r, err)
+			return fmt.Errorf("engine: rank %d: %w", r, err)
 		}
 		t.drivers = append(t.drivers, newDriver(t, r, p))
 	}
-	return t, nil
-}
-
-func nvmeHint(opt shard.Tier) string {
-	if opt == shard.Host {
-		return ", or put the optimizer state on NVMe (offload_optimizer nvme)"
-	}
-	return ""
+	return nil
 }
 
 func sortedKeys(m map[shard.Key]tier.Spec) []shard.Key {
@@ -415,6 +420,19 @@ func (t *tiers) close() error {
 	}
 	if t.pool != nil {
 		if err := t.pool.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, bs := range t.upload {
+		for _, b := range bs {
+			if b != nil {
+				t.uploadPool.Put(b)
+			}
+		}
+	}
+	t.upload = nil
+	if t.uploadPool != nil {
+		if err := t.uploadPool.Close(); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -1,0 +1,77 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/pinned"
+)
+
+// The pinned upload staging of the host optimizer: the new params of the
+// chunks whose param the device holds, on their way from cpuadam to the
+// device (see tiers and the package doc).
+
+// openStaging takes the pinned upload buffer of every (chunk, rank) whose
+// param the device holds, from a pool of their own.
+func (t *tiers) openStaging() error {
+	e := t.e
+	sz := int64(e.precision.Size())
+	var perRank, maxBuf int64
+	for c := range e.chunks {
+		if !e.paramTiered(c) {
+			b := units.AlignUp(int64(e.optElems(c))*sz, 4096)
+			perRank += b
+			maxBuf = max(maxBuf, b)
+		}
+	}
+	if perRank == 0 {
+		return nil
+	}
+	// Buffers do not span the pool's arenas (1 GiB): each arena may leave
+	// up to one buffer's worth unused at its end.
+	total := int64(e.n) * perRank
+	if total > units.GiB {
+		total += (total/units.GiB + 1) * maxBuf
+	}
+	var err error
+	if t.uploadPool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: e.opts.PinnedLock}); err != nil {
+		return fmt.Errorf("engine: pinned upload staging: %w", err)
+	}
+	t.upload = make([][]*pinned.Buffer, e.n)
+	for r := range e.n {
+		t.upload[r] = make([]*pinned.Buffer, len(e.chunks))
+		for c := range e.chunks {
+			if e.paramTiered(c) {
+				continue
+			}
+			nb := int64(e.optElems(c)) * sz
+			b, err := t.uploadPool.Get(nb, fmt.Sprintf("rank %d param upload", r))
+			if err != nil {
+				return fmt.Errorf("engine: param upload of chunk %d: %w", c, err)
+			}
+			t.upload[r][c] = b
+			t.stagingBytes += nb
+		}
+	}
+	return nil
+}
+
+// uploadBytes is the pinned upload staging of chunk c on rank r.
+func (t *tiers) uploadBytes(r, c int) []byte {
+	nb := t.e.optElems(c) * t.e.precision.Size()
+	return t.upload[r][c].Bytes()[:nb:nb]
+}
+
+// static says that no state ever leaves its home: every home is in host
+// RAM and nothing is staged in HBM (ZeRO-Offload without offload_param), so
+// the planners never move anything and a restore may overwrite the homes
+// at any point between steps.
+func (t *tiers) static() bool {
+	for _, sp := range t.specs {
+		if sp.Home != shard.Host {
+			return false
+		}
+	}
+	return t.e.paramTier == shard.HBM
+}

@@ -1,0 +1,113 @@
+package tier
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/internal/units"
+)
+
+// Sizes are what a store's budgets are derived from. Shard bytes count as
+// the store charges them (rounded up to the I/O alignment), per rank unless
+// named otherwise; the ranks' shares are equal.
+type Sizes struct {
+	Ranks int // devices, one rank each
+
+	// HBMFreeBytes is the least any device has left after the model state
+	// the store does not hold, the activations and the workspace.
+	HBMFreeBytes int64
+	// ParamBytes is one rank's param shards that the store stages in HBM
+	// (0: none, and no HBM budget), MaxParamBytes the largest of them.
+	ParamBytes, MaxParamBytes int64
+	// HBMBytes overrides the HBM budget (engine.Options.TierHBMBytes); 0:
+	// ParamBytes, at most HBMFreeBytes.
+	HBMBytes int64
+
+	// HomeBytes is one rank's shards homed in host RAM, StagingBytes the
+	// room for shards staged through the host beyond their homes
+	// (engine.HostStagingBytes), SpareBytes the room for reads outside the
+	// plan (the largest fp32 shard).
+	HomeBytes, StagingBytes, SpareBytes int64
+	// HostBudgetBytes is strata.host_budget (all ranks; 0: none): the
+	// pinned pool is then exactly this, the store gets HostShare of it.
+	HostBudgetBytes int64
+	// OptimizerOnHost says that the optimizer state is homed in host RAM,
+	// so that a host budget too small for it can name NVMe as a way out.
+	OptimizerOnHost bool
+	// Static says that every shard stays in its home in host RAM (no NVMe
+	// tier, nothing staged in HBM: ZeRO-Offload). Its host buffers are
+	// taken once, at Register, and never come and go, so the store needs no
+	// spare room and the pool no room against fragmentation, only the
+	// arenas' ends: SpareBytes (the largest buffer) per pinned arena.
+	Static bool
+}
+
+// Budgets are a store's: Options.HBMBudgetBytes and HostBudgetBytes, each
+// rank's planner's share of the host budget, and the pinned pool to make.
+type Budgets struct {
+	HBMBytes      int64 // per device; 0 when no param shard is staged in HBM
+	HostBytes     int64 // all ranks
+	PlanHostBytes int64 // each rank's planner: its homes and staging room
+	PoolBytes     int64 // the pinned pool the host copies come from
+}
+
+// HostShare is the store's share of a host budget given as a whole: 4/5 of
+// it. The pinned pool holds the whole budget; the rest absorbs the
+// fragmentation of shards of several sizes coming and going.
+func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
+
+// PlanBudgets derives the budgets from s. HBM: the rank's param shards, at
+// most what is left per device (or s.HBMBytes), and at least two of the
+// largest (one in use, the next arriving). Host: the homes in RAM, the
+// staging room and one spare shard per rank; the pinned pool a quarter more
+// (and four spare shards) against fragmentation, or for a static store
+// (Sizes.Static) only the homes and the arenas' ends. With a host budget the
+// pool is the budget and the store's share (HostShare) must hold the same.
+// The errors say what does not fit and what to raise.
+func PlanBudgets(s Sizes) (Budgets, error) {
+	if s.Ranks < 1 {
+		panic(fmt.Sprintf("tier: PlanBudgets for %d ranks", s.Ranks))
+	}
+	var b Budgets
+	if s.ParamBytes > 0 {
+		b.HBMBytes = min(s.HBMFreeBytes, s.ParamBytes)
+		if s.HBMBytes > 0 {
+			b.HBMBytes = s.HBMBytes
+			if s.HBMBytes > s.HBMFreeBytes {
+				return Budgets{}, fmt.Errorf("tier: hbm budget %s is more than the %s left per device after model state, activations and workspace: lower it or raise strata.hbm_bytes",
+					units.FormatBytes(s.HBMBytes), units.FormatBytes(s.HBMFreeBytes))
+			}
+		}
+		if b.HBMBytes < 2*s.MaxParamBytes {
+			return Budgets{}, fmt.Errorf("tier: %s of device memory left for param shards, the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
+				units.FormatBytes(max(b.HBMBytes, 0)), units.FormatBytes(2*s.MaxParamBytes))
+		}
+	}
+	n := int64(s.Ranks)
+	spare := s.SpareBytes
+	if s.Static {
+		spare = 0
+	}
+	b.PlanHostBytes = s.HomeBytes + s.StagingBytes
+	b.HostBytes = n * (b.PlanHostBytes + spare)
+	b.PoolBytes = b.HostBytes + b.HostBytes/4 + 4*spare
+	if s.Static {
+		// Buffers do not span the pool's arenas (1 GiB by default): each
+		// may leave up to one buffer's worth unused at its end.
+		b.PoolBytes = b.HostBytes + (b.HostBytes/units.GiB+1)*s.SpareBytes
+	}
+	if s.HostBudgetBytes > 0 {
+		if HostShare(s.HostBudgetBytes) < b.HostBytes {
+			hint := ""
+			if s.OptimizerOnHost {
+				hint = ", or put the optimizer state on NVMe (offload_optimizer nvme)"
+			}
+			return Budgets{}, fmt.Errorf("tier: strata.host_budget %s is too small: the tier store needs %s (%s homes in host RAM, %s staging room, %s spare, all ranks) and a quarter more against fragmentation: raise it%s",
+				units.FormatBytes(s.HostBudgetBytes), units.FormatBytes(b.HostBytes), units.FormatBytes(n*s.HomeBytes),
+				units.FormatBytes(n*s.StagingBytes), units.FormatBytes(n*spare), hint)
+		}
+		b.PoolBytes = s.HostBudgetBytes
+		b.HostBytes = HostShare(s.HostBudgetBytes)
+		b.PlanHostBytes = b.HostBytes/n - spare
+	}
+	return b, nil
+}
