@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -53,9 +54,12 @@ func stepWithin(t *testing.T, e *Engine) (StepStats, error) {
 	case r := <-done:
 		return r.st, r.err
 	case <-time.After(time.Minute):
-		// Not t.Fatal: the engine's Close, a cleanup, would wait for the
-		// hung streams too.
-		panic(fmt.Sprintf("%s: step %d hangs: a rank waits for a collective its failed peer never issues", t.Name(), e.StepCount()+1))
+		// Not t.Fatal: the engine's Close, a cleanup, waits for the hung
+		// streams too (the panic ends in the runtime's deadlock report or
+		// go test's timeout); say why first.
+		msg := fmt.Sprintf("%s: step %d hangs: a rank waits for a collective its failed peer never issues", t.Name(), e.StepCount()+1)
+		fmt.Fprintln(os.Stderr, msg)
+		panic(msg)
 	}
 }
 
