@@ -87,7 +87,7 @@ func checkFaultMessage(t *testing.T, err error, more ...string) {
 
 // TestPassOOM: device memory exhausted inside a pass (a gathered chunk, a
 // gradient bucket, a reduce shard; injected on the last rank at a chosen
-// allocation) ends Step with one error naming the chunk, the rank, the
+// allocation; N = 1, 2, 4) ends Step with one error naming the chunk, the rank, the
 // state and the allocation, without hanging the other ranks; the
 // parameters and master weights are unchanged, no device memory is left
 // behind, and retrying the step gives the bits of a run that never failed.
@@ -105,7 +105,7 @@ func TestPassOOM(t *testing.T) {
 		{runSpec{stage: 2, micro: 1, accum: 2}, "reduce shard", 1, "grad"},
 	}
 	const steps = 3
-	for _, n := range []int{1, 2} {
+	for _, n := range []int{1, 2, 4} {
 		for _, c := range cases {
 			s := c.spec
 			s.n = n
