@@ -27,7 +27,9 @@ import (
 // decides the collectives (which chunks are live, which buckets wait) and
 // issues each collective on a scratch buffer of the right size (one
 // gathered chunk, allocated once, in the workspace room New checked and the
-// failure just freed); drain makes the calls the model no longer makes, in
+// failure just freed; scratchPair) — stages 0-1 reduce the rank's own
+// gradient buffers in place, which the next step zeroes first — and
+// drain makes the calls the model no longer makes, in
 // model.AccessOrder, for the rest of the micro-batch, and the rank drains
 // its later micro-batches the same way. The rank then returns the error;
 // the step ends before the optimizer, so nothing is updated, and every
