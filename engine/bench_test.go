@@ -43,11 +43,10 @@ func BenchmarkStep(b *testing.B) {
 			b.Run(fmt.Sprintf("stage%d-N2-opt-%s", stage, off), func(b *testing.B) {
 				cfg := testConfig(b, fmt.Sprintf(js, stage, off))
 				devs, comms, _ := cpu.New(cpu.Options{Devices: 2})
-				e, err := New(cfg, cpu.Devices(devs), comms, Options{Tokens: tokens})
+				e, err := startEngine(b, cfg, cpu.Devices(devs), comms, Options{Tokens: tokens})
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer e.Close()
 				for b.Loop() {
 					if _, err := e.Step(); err != nil {
 						b.Fatal(err)

@@ -260,11 +260,10 @@ func newEngineJSON(t testing.TB, js string, n int) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(testConfig(t, js), cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 2})
+	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { e.Close() })
 	return e
 }
 

@@ -168,10 +168,23 @@
 // Faults: a move that fails (an NVMe read error, a checksum mismatch, a
 // write error) stops the rank: the step returns the store's error, which
 // names the shard (chunk, rank, state), the move and, from nvme, the file
-// and offset; every later Step fails too. The hooks, which cannot return
-// errors, keep issuing the same collectives (gathering from a buffer of
-// the right size) so the other ranks do not hang, and the step returns the
-// error before any update. Nothing is replaced by zeros or stale data.
+// and offset; every later Step fails too. Nothing is replaced by zeros or
+// stale data.
+//
+// # Errors inside a pass
+//
+// The hooks return errors (a failed fetch; device memory exhausted for a
+// gathered chunk, a gradient bucket or shard: the gpu's out-of-memory error,
+// which names the purpose), and the model stops its pass at the first. The
+// failed rank still issues every collective its peers issue, on a scratch
+// buffer, to the end of the step (hooks.go says how), so the peers do not
+// hang; the step then returns one error, "engine: step S: rank R: " and
+// the cause naming the chunk and state (and, from nvme, the file), before
+// the optimizer: nothing is updated. A move that failed during the pass
+// without a hook waiting for it fails the step there too. After a device
+// OOM the next Step runs normally; after a tier fault it fails. A fault
+// that first shows in the optimizer phase stops the ranks that see it, but
+// a rank that does not may already have updated its shards.
 //
 // Every step reports the planners' hits, late and missed accesses, the time
 // the ranks waited per access tier, the bytes per link and the peak bytes

@@ -344,9 +344,9 @@ func (e *Engine) Step() (StepStats, error) {
 
 	var snap tierSnap
 	if e.tiers != nil {
-		for _, d := range e.tiers.drivers {
+		for i, d := range e.tiers.drivers {
 			if err := d.beginStep(); err != nil {
-				return st, fmt.Errorf("engine: step %d: %w", step, err)
+				return st, fmt.Errorf("engine: step %d: rank %d: %w", step, i, err)
 			}
 		}
 		e.tiers.store.ResetPeaks()

@@ -10,6 +10,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/internal/leaktest"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -86,12 +87,31 @@ func newTestEngine(t testing.TB, s runSpec) *Engine {
 	if s.fp32 {
 		opts.Precision = gpu.F32
 	}
-	e, err := New(cfg, cpu.Devices(devs), comms, opts)
+	e, err := startEngine(t, cfg, cpu.Devices(devs), comms, opts)
 	if err != nil {
 		t.Fatalf("%v: %v", s, err)
 	}
-	t.Cleanup(func() { e.Close() })
 	return e
+}
+
+// startEngine is New for tests: it registers the engine's Close (its
+// error fails the test) and, before that, internal/leaktest's check, so that
+// once the test is over no goroutine the engine started and no descriptor it
+// opened outlives Close (cleanups run last registered first). A failing New
+// is checked too.
+func startEngine(t testing.TB, cfg *config.Config, devs []gpu.Device, comms []gpu.Comm, opts Options) (*Engine, error) {
+	t.Helper()
+	leaktest.Check(t)
+	e, err := New(cfg, devs, comms, opts)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return e, nil
 }
 
 type result struct {
@@ -185,15 +205,16 @@ func checkMemory(t *testing.T, s runSpec, e *Engine) {
 	t.Helper()
 	sum := e.Summary()
 	for _, d := range sum.PerDevice {
-		// The layout allocates exactly the estimate (formula + padding +
-		// persistent chunks). The formula alone is checked on the small
-		// model (TestMemorySmall): this model has 11k params in 4 chunks,
-		// where one alignment unit per chunk and rank is 6 % at N = 4.
+		// The layout allocates exactly the estimate, and that is the
+		// formula plus the padding and persistent chunks computed here from
+		// the chunk lengths alone. The formula's ratio is checked on the
+		// small model (TestMemorySmall): this model has 11k params in 4
+		// chunks, where one alignment unit per chunk and rank is 6 % at N = 4.
 		if d.ModelStatePeakBytes != d.EstimateBytes {
 			t.Errorf("%v: %s: model-state peak %d bytes, estimate %d", s, d.Device, d.ModelStatePeakBytes, d.EstimateBytes)
 		}
-		if !s.fp32 && d.FormulaBytes+d.PaddingBytes+d.PersistentBytes != d.EstimateBytes {
-			t.Errorf("%v: %s: formula %d + padding %d + persistent %d != estimate %d", s, d.Device, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes, d.EstimateBytes)
+		if !s.fp32 {
+			checkLayoutBytes(t, e, d, s.offload, testPersistence)
 		}
 		if s.stage == 3 && d.GatheredPeakBytes == 0 {
 			t.Errorf("%v: %s: stage 3 gathered nothing", s, d.Device)
@@ -212,6 +233,89 @@ func checkMemory(t *testing.T, s runSpec, e *Engine) {
 	}
 	if s.offload && sum.HostBytes != sum.HostFormula {
 		t.Errorf("%v: host model state %d bytes, formula %d", s, sum.HostBytes, sum.HostFormula)
+	}
+}
+
+// testPersistence is the stage3_param_persistence_threshold of the tests'
+// configs.
+const testPersistence = 1000
+
+// layoutFigures are a device's model-state bytes as the formula, the
+// padding and the persistent chunks make them up, each times N (so that
+// shares of Ψ/N are integers).
+type layoutFigures struct{ formula, padding, persistent int64 }
+
+// layoutFiguresN computes a device's layoutFigures from the chunk lengths
+// alone, without the estimate (bf16 params and grads, fp32 master, m and
+// v): rank r's slice of a chunk of L params is S = ceil(L/N) rounded up to
+// 64 elements; a state replicated on every device occupies N·S elements
+// where the formula counts L, a sharded one S where it counts L/N. At
+// stage 3 a chunk below the persistence threshold keeps its params
+// gathered: N·S elements, of which the formula counts L/N, the persistent
+// chunks the other ranks' L(N-1)/N, and the padding the rest.
+func layoutFiguresN(lens []int, n, stage int, offload bool, persistence int) layoutFigures {
+	const align = 64
+	var f layoutFigures
+	N := int64(n)
+	for _, l := range lens {
+		L := int64(l)
+		S := ((L+N-1)/N + align - 1) / align * align
+		replicated := func(b int64) {
+			f.formula += b * L * N
+			f.padding += b * (N*S - L) * N
+		}
+		sharded := func(b int64) {
+			f.formula += b * L
+			f.padding += b * (N*S - L)
+		}
+		switch {
+		case stage < 3:
+			replicated(2) // params
+		case l < persistence:
+			f.formula += 2 * L
+			f.persistent += 2 * L * (N - 1)
+			f.padding += 2 * (N*S - L) * N
+		default:
+			sharded(2)
+		}
+		if stage < 2 {
+			replicated(2) // grads
+		} else {
+			sharded(2)
+		}
+		switch {
+		case offload: // master, m and v on the host
+		case stage == 0:
+			replicated(12)
+		default:
+			sharded(12)
+		}
+	}
+	return f
+}
+
+// checkLayoutBytes compares a device's summary with layoutFiguresN, to the
+// byte: the measured model-state peak is formula + padding + persistent,
+// and each figure is the summary's.
+func checkLayoutBytes(t *testing.T, e *Engine, d DeviceSummary, offload bool, persistence int) {
+	t.Helper()
+	var lens []int
+	for _, ch := range e.layout.Chunks {
+		lens = append(lens, ch.Len)
+	}
+	f := layoutFiguresN(lens, e.n, e.stage, offload, persistence)
+	n := int64(e.n)
+	if f.formula%n != 0 || f.padding%n != 0 || f.persistent%n != 0 {
+		t.Fatalf("chunk lengths %v are not multiples of N = %d: the figures are not whole bytes", lens, n)
+	}
+	formula, padding, persistent := f.formula/n, f.padding/n, f.persistent/n
+	if d.ModelStatePeakBytes != formula+padding+persistent {
+		t.Errorf("%s: measured %d bytes, the layout's formula %d + padding %d + persistent %d = %d",
+			d.Device, d.ModelStatePeakBytes, formula, padding, persistent, formula+padding+persistent)
+	}
+	if d.FormulaBytes != formula || d.PaddingBytes != padding || d.PersistentBytes != persistent {
+		t.Errorf("%s: summary formula %d, padding %d, persistent %d; from the layout %d, %d, %d",
+			d.Device, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes, formula, padding, persistent)
 	}
 }
 
@@ -401,7 +505,7 @@ func TestNewErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := testConfig(t, c.js)
-			_, err := New(cfg, cpu.Devices(devs)[:c.n], comms[:c.n], Options{Tokens: testTokens})
+			_, err := startEngine(t, cfg, cpu.Devices(devs)[:c.n], comms[:c.n], Options{Tokens: testTokens})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error about %q", err, c.want)
 			}
@@ -409,14 +513,14 @@ func TestNewErrors(t *testing.T) {
 	}
 	// Too little device memory for the model state is an error, not a panic.
 	small, smallComms, _ := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 << 10})
-	_, err = New(testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(small), smallComms, Options{Tokens: testTokens})
+	_, err = startEngine(t, testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(small), smallComms, Options{Tokens: testTokens})
 	var oom *gpu.OutOfMemoryError
 	if !errors.As(err, &oom) {
 		t.Fatalf("got %v, want an out-of-memory error", err)
 	}
 	// A corpus shorter than a row.
 	one, oneComms, _ := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 << 20})
-	_, err = New(testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(one), oneComms, Options{Tokens: []int32{1, 2, 3}})
+	_, err = startEngine(t, testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(one), oneComms, Options{Tokens: []int32{1, 2, 3}})
 	if !errors.Is(err, model.ErrCorpusTooShort) {
 		t.Fatalf("got %v, want ErrCorpusTooShort", err)
 	}
@@ -478,11 +582,10 @@ func TestMemorySmall(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					e, err := New(cfg, cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 1})
+					e, err := startEngine(t, cfg, cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 1})
 					if err != nil {
 						t.Fatal(err)
 					}
-					defer e.Close()
 					if err := e.Run(2, nil); err != nil {
 						t.Fatal(err)
 					}
@@ -491,9 +594,7 @@ func TestMemorySmall(t *testing.T) {
 						t.Fatalf("Ψ = %d, want the small model's 858880", sum.Params)
 					}
 					for _, d := range sum.PerDevice {
-						if d.FormulaBytes+d.PaddingBytes+d.PersistentBytes != d.EstimateBytes {
-							t.Errorf("%s: formula %d + padding %d + persistent %d != estimate %d", d.Device, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes, d.EstimateBytes)
-						}
+						checkLayoutBytes(t, e, d, off == "cpu", testPersistence)
 						if d.ModelStatePeakBytes != d.EstimateBytes {
 							t.Errorf("%s: measured %d bytes, formula + padding + persistent %d", d.Device, d.ModelStatePeakBytes, d.EstimateBytes)
 						}

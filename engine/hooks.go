@@ -16,23 +16,46 @@ import (
 // stages). The model calls them in model.AccessOrder, from the rank's
 // goroutine; every decision that issues a collective depends only on that
 // order, never on timing, so all ranks issue the same collectives.
+//
+// Errors. A hook that fails (device memory exhausted for a gathered chunk,
+// a gradient bucket or shard; a tier fetch or write that failed) returns
+// the error, and the model stops the pass. The peers go on with the pass
+// and would wait forever in a collective the failed rank never issues, so
+// the failed rank keeps issuing the same collectives to the end of the
+// step: at the failure it waits for its streams, frees its gathered chunks
+// and buckets, and from then on every hook only keeps the bookkeeping that
+// decides the collectives (which chunks are live, which buckets wait) and
+// issues each collective on a scratch buffer of the right size (one
+// gathered chunk, allocated once, in the workspace room New checked and the
+// failure just freed; scratchPair) — stages 0-1 reduce the rank's own
+// gradient buffers in place, which the next step zeroes first — and
+// drain makes the calls the model no longer makes, in
+// model.AccessOrder, for the rest of the micro-batch, and the rank drains
+// its later micro-batches the same way. The rank then returns the error;
+// the step ends before the optimizer, so nothing is updated, and every
+// rank's state is ready for the next step.
 type hooks struct {
-	r        *rank
-	acquires []model.Access // the Acquire calls of one micro-batch, in order
-	cursor   int            // index of the next Acquire in acquires
-	micro    int            // micro-batch index within the step
-	last     bool           // the step's last micro-batch
+	r     *rank
+	order []model.Access // one micro-batch's calls (model.AccessOrder)
+	pos   int            // index of the next call in order
+	micro int            // micro-batch index within the step
+	last  bool           // the step's last micro-batch
 
 	// stage 3: gathered chunks, at most Options.MaxLiveChunks
 	live   map[int]*gathered
 	relSeq int
 
-	// stages 2-3: full gradient buffers being accumulated, and those whose
+	// stages 2-3: full gradient buckets being accumulated, and those whose
 	// reduction is enqueued (freed once it completes)
 	buckets map[int]*bucket
 	pending []*bucket
+
+	err     error      // the step's first failure: the hooks only drain (see above)
+	scratch gpu.Buffer // the failed step's collectives' buffer; nil until needed
 }
 
+// gathered is a chunk gathered on the device; after a failure its buffer
+// and events are nil (the entry only keeps the bookkeeping).
 type gathered struct {
 	buf      gpu.Buffer // N·S elements, Workspace
 	ready    gpu.Event  // the AllGather into buf (on cs)
@@ -41,6 +64,8 @@ type gathered struct {
 	relSeq   int
 }
 
+// bucket is a full gradient buffer; after a failure its buffers and event
+// are nil.
 type bucket struct {
 	c     int
 	full  gpu.Buffer // N·S elements, Workspace
@@ -50,62 +75,155 @@ type bucket struct {
 }
 
 func newHooks(r *rank) *hooks {
-	h := &hooks{r: r, live: map[int]*gathered{}, buckets: map[int]*bucket{}}
-	for _, a := range model.AccessOrder(r.e.shape.Layers) {
-		if a.Kind == model.AccessAcquire {
-			h.acquires = append(h.acquires, a)
-		}
-	}
-	return h
+	return &hooks{r: r, order: model.AccessOrder(r.e.shape.Layers), live: map[int]*gathered{}, buckets: map[int]*bucket{}}
 }
 
 // begin starts micro-batch k of a step.
 func (h *hooks) begin(k int, last bool) {
-	h.micro, h.last, h.cursor = k, last, 0
+	h.micro, h.last, h.pos = k, last, 0
 }
 
-// end checks that the micro-batch made every Acquire; after the last one it
+// next checks that a is the call model.AccessOrder lists next and moves on.
+func (h *hooks) next(a model.Access) {
+	if h.pos >= len(h.order) || h.order[h.pos] != a {
+		panic(fmt.Sprintf("%v: call %d is %v", errAccessOrder, h.pos, a))
+	}
+	h.pos++
+}
+
+// end checks that the micro-batch made every call; after the last one it
 // leaves nothing to do but wait.
 func (h *hooks) end() {
-	if h.cursor != len(h.acquires) {
-		panic(fmt.Sprintf("%v: %d of %d acquires", errAccessOrder, h.cursor, len(h.acquires)))
+	if h.pos != len(h.order) {
+		panic(fmt.Sprintf("%v: %d of %d calls", errAccessOrder, h.pos, len(h.order)))
 	}
 	if len(h.buckets) != 0 {
 		panic(fmt.Sprintf("engine: %d gradient buckets never got GradReady", len(h.buckets)))
 	}
 }
 
-// Acquire implements model.Params.
-func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) gpu.Buffer {
-	r := h.r
-	if h.cursor >= len(h.acquires) || h.acquires[h.cursor] != (model.Access{Kind: model.AccessAcquire, Chunk: c, Pass: pass}) {
-		panic(fmt.Sprintf("%v: acquire %d of chunk %d (%s)", errAccessOrder, h.cursor, c, pass))
+// drain makes the rest of the micro-batch's calls after a failure, as the
+// model would have made them, so that the rank issues every collective its
+// peers issue; nothing when the micro-batch made every call.
+func (h *hooks) drain(s gpu.Stream) {
+	if h.pos < len(h.order) && h.err == nil {
+		panic(fmt.Sprintf("engine: drain of a micro-batch that did not fail, at call %d of %d", h.pos, len(h.order)))
 	}
-	h.cursor++
+	for h.pos < len(h.order) {
+		a := h.order[h.pos]
+		switch a.Kind {
+		case model.AccessAcquire:
+			h.Acquire(s, a.Chunk, a.Pass)
+		case model.AccessRelease:
+			h.Release(s, a.Chunk, a.Pass)
+		case model.AccessGrad:
+			h.Grad(s, a.Chunk)
+		case model.AccessGradReady:
+			h.GradReady(s, a.Chunk)
+		}
+	}
+}
+
+// fail records the step's first failure: it waits for the rank's streams
+// (every collective on them is one the peers issue too, so they complete)
+// and frees the gathered chunks and buckets, keeping their entries.
+func (h *hooks) fail(err error) {
+	if h.err != nil {
+		panic(fmt.Sprintf("engine: rank %d: a hook failed after the step failed: %v", h.r.idx, err))
+	}
+	h.err = err
+	r := h.r
+	r.s.Synchronize() // its error, if any, is a consequence: the step returns err
+	r.cs.Synchronize()
+	if r.tr != nil {
+		r.tr.computeC = nil
+	}
+	for _, g := range h.live {
+		h.dropGathered(g)
+	}
+	for _, b := range h.buckets {
+		h.dropBucket(b)
+	}
+	for _, b := range h.pending {
+		h.dropBucket(b)
+	}
+}
+
+// takeErr returns the step's failure and clears it for the next step.
+func (h *hooks) takeErr() error {
+	err := h.err
+	h.err = nil
+	return err
+}
+
+// scratchPair is a failed step's buffers for a collective over a chunk of
+// shardElems elements per rank: N·shardElems elements of one scratch buffer
+// and the rank's slice of them (in place, as NCCL allows). The scratch is
+// the size of the largest gathered chunk, which the workspace room New
+// checked holds and the failure has just freed; if even that allocation
+// fails, device memory was taken from outside the engine, and the rank can
+// neither go on nor let its peers go on: it panics rather than hang them.
+func (h *hooks) scratchPair(shardElems int) (slice, full gpu.Buffer) {
+	r := h.r
+	if h.scratch == nil {
+		var maxPadded int
+		for _, p := range r.e.chunks {
+			maxPadded = max(maxPadded, r.e.n*p.shard)
+		}
+		b, err := r.dev.Alloc(maxPadded, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "scratch of a failed step"})
+		if err != nil {
+			panic(fmt.Sprintf("engine: rank %d: no device memory to keep the collectives in step after %v: %v", r.idx, h.err, err))
+		}
+		h.scratch = b
+	}
+	return h.scratch.Slice(r.idx*shardElems, shardElems), h.scratch.Slice(0, r.e.n*shardElems)
+}
+
+// Acquire implements model.Params.
+func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error) {
+	r := h.r
+	h.next(model.Access{Kind: model.AccessAcquire, Chunk: c, Pass: pass})
 	n := r.e.chunks[c].len
 	if r.st.paramIsFull(c) {
+		if h.err != nil {
+			return nil, h.err
+		}
 		s.Wait(r.paramReady[c])
 		h.traceBegin(s)
-		return r.st.paramFull(c).Slice(0, n)
+		return r.st.paramFull(c).Slice(0, n), nil
 	}
 	g := h.live[c]
 	if g == nil {
 		g = h.gather(c, pass)
 	}
 	g.released = false
-	s.Wait(g.ready)
-	h.traceBegin(s)
+	if h.err == nil {
+		s.Wait(g.ready)
+		h.traceBegin(s)
+	}
 	// Prefetch the next chunk this micro-batch acquires.
-	if h.cursor < len(h.acquires) {
-		if next := h.acquires[h.cursor]; !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil {
-			h.gather(next.Chunk, next.Pass)
+	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil {
+		h.gather(next.Chunk, next.Pass)
+	}
+	if h.err != nil {
+		return nil, h.err
+	}
+	return g.buf.Slice(0, n), nil
+}
+
+// nextAcquire is the next Acquire of the micro-batch after the current call.
+func (h *hooks) nextAcquire() (model.Access, bool) {
+	for _, a := range h.order[h.pos:] {
+		if a.Kind == model.AccessAcquire {
+			return a, true
 		}
 	}
-	return g.buf.Slice(0, n)
+	return model.Access{}, false
 }
 
 // gather enqueues the AllGather of chunk c's shards into a new workspace
-// buffer on the communication stream, after making room.
+// buffer on the communication stream, after making room. A failure (here
+// or before) gathers on the scratch buffer instead.
 func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	r := h.r
 	for len(h.live) >= r.e.opts.MaxLiveChunks {
@@ -114,39 +232,51 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 		}
 	}
 	p := r.e.chunks[c]
-	buf, err := r.dev.Alloc(r.e.n*p.shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "gathered chunk"})
-	if err != nil {
-		panic(fmt.Sprintf("engine: rank %d: gather of chunk %d: %v", r.idx, c, err))
-	}
-	r.ws.gatheredBytes += buf.Bytes()
-	r.ws.gatheredPeakBytes = max(r.ws.gatheredPeakBytes, r.ws.gatheredBytes)
-	r.cs.Wait(r.paramReady[c])
-	src := r.st.param[c]
-	var lease *tier.Lease
-	if r.e.paramTiered(c) {
-		// The tier store stages the rank's shard in HBM (the planner has
-		// fetched it ahead); it stays leased until the gather has read it.
-		ph := prefetch.Forward
-		if pass == model.PassBackward {
-			ph = prefetch.Backward
-		}
-		var err error
-		lease, err = r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
+	g := &gathered{}
+	if h.err == nil {
+		buf, err := r.dev.Alloc(r.e.n*p.shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "gathered chunk"})
 		if err != nil {
-			// Every rank must issue the same collectives: gather from a
-			// buffer of the right size; the step fails with err.
-			r.fail(err)
-			src = r.scratchShard(p.shard)
+			h.fail(fmt.Errorf("gather chunk %d param (%s): %w", c, pass, err))
 		} else {
-			src = lease.Buffer()
+			g.buf = buf
+			r.ws.gatheredBytes += buf.Bytes()
+			r.ws.gatheredPeakBytes = max(r.ws.gatheredPeakBytes, r.ws.gatheredBytes)
 		}
+	}
+	var src gpu.Buffer
+	var lease *tier.Lease
+	if h.err == nil {
+		r.cs.Wait(r.paramReady[c])
+		src = r.st.param[c]
+		if r.e.paramTiered(c) {
+			// The tier store stages the rank's shard in HBM (the planner has
+			// fetched it ahead); it stays leased until the gather has read it.
+			ph := prefetch.Forward
+			if pass == model.PassBackward {
+				ph = prefetch.Backward
+			}
+			var err error
+			lease, err = r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
+			if err != nil {
+				h.fail(err)
+				h.dropGathered(g) // not live yet: fail did not free it
+			} else {
+				src = lease.Buffer()
+			}
+		}
+	}
+	h.live[c] = g
+	if h.err != nil {
+		slice, full := h.scratchPair(p.shard)
+		r.comm.AllGather(r.cs, slice, full)
+		return g
 	}
 	var from gpu.Event
 	if r.tr != nil {
 		from = r.tr.mark(r.cs)
 	}
-	r.comm.AllGather(r.cs, src, buf)
-	g := &gathered{buf: buf, ready: r.dev.NewEvent()}
+	r.comm.AllGather(r.cs, src, g.buf)
+	g.ready = r.dev.NewEvent()
 	r.cs.Record(g.ready)
 	if r.tr != nil {
 		r.tr.comm.span(from, g.ready, TraceComm, fmt.Sprintf("allgather %s (%s)", r.e.layout.Chunks[c].Name, pass), map[string]any{"chunk": c, "pass": pass.String()})
@@ -154,7 +284,6 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	if lease != nil {
 		r.driver().done(lease, g.ready)
 	}
-	h.live[c] = g
 	return g
 }
 
@@ -170,17 +299,25 @@ func (h *hooks) evictOldest() bool {
 	if victim < 0 {
 		return false
 	}
-	g := h.live[victim]
-	g.relEv.Synchronize()
+	if ev := h.live[victim].relEv; ev != nil {
+		ev.Synchronize()
+	}
 	h.freeGathered(victim)
 	return true
 }
 
 func (h *hooks) freeGathered(c int) {
-	g := h.live[c]
-	h.r.ws.gatheredBytes -= g.buf.Bytes()
-	h.r.dev.Free(g.buf)
+	h.dropGathered(h.live[c])
 	delete(h.live, c)
+}
+
+// dropGathered frees g's buffer (its uses have completed) and keeps the entry.
+func (h *hooks) dropGathered(g *gathered) {
+	if g.buf != nil {
+		h.r.ws.gatheredBytes -= g.buf.Bytes()
+		h.r.dev.Free(g.buf)
+	}
+	g.buf, g.ready, g.relEv = nil, nil, nil
 }
 
 // traceBegin opens the compute span of the chunk just acquired on s.
@@ -192,6 +329,7 @@ func (h *hooks) traceBegin(s gpu.Stream) {
 
 // Release implements model.Params.
 func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
+	h.next(model.Access{Kind: model.AccessRelease, Chunk: c, Pass: pass})
 	if rt := h.r.tr; rt != nil && rt.computeC != nil {
 		dir := "fwd"
 		if pass == model.PassBackward {
@@ -206,48 +344,68 @@ func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
 		return // resident: nothing to give back
 	}
 	g.released = true
-	g.relEv = h.r.dev.NewEvent()
-	s.Record(g.relEv)
+	if h.err == nil {
+		g.relEv = h.r.dev.NewEvent()
+		s.Record(g.relEv)
+	}
 	h.relSeq++
 	g.relSeq = h.relSeq
 }
 
 // Grad implements model.Params.
-func (h *hooks) Grad(_ gpu.Stream, c int) gpu.Buffer {
+func (h *hooks) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) {
 	r := h.r
+	h.next(model.Access{Kind: model.AccessGrad, Chunk: c, Pass: model.PassBackward})
 	n := r.e.chunks[c].len
 	if r.e.stage < 2 {
-		return r.st.gradFull(c).Slice(0, n)
+		if h.err != nil {
+			return nil, h.err
+		}
+		return r.st.gradFull(c).Slice(0, n), nil
 	}
-	if b := h.buckets[c]; b != nil {
-		return b.full.Slice(0, n)
+	if h.buckets[c] != nil {
+		panic(fmt.Sprintf("engine: Grad of chunk %d twice in a micro-batch", c))
 	}
 	// At most one bucket waits for its reduction while the next fills.
 	for len(h.pending) > 1 {
 		h.freeBucket()
 	}
 	p := r.e.chunks[c]
-	full, err := r.dev.Alloc(r.e.n*p.shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "grad bucket"})
-	if err != nil {
-		panic(fmt.Sprintf("engine: rank %d: gradient bucket of chunk %d: %v", r.idx, c, err))
-	}
-	b := &bucket{c: c, full: full, bytes: full.Bytes()}
-	r.ws.bucketBytes += b.bytes
-	r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
+	b := &bucket{c: c}
 	h.buckets[c] = b
-	return full.Slice(0, n)
+	if h.err == nil {
+		full, err := r.dev.Alloc(r.e.n*p.shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "grad bucket"})
+		if err != nil {
+			h.fail(fmt.Errorf("chunk %d grad bucket: %w", c, err))
+			return nil, h.err
+		}
+		b.full, b.bytes = full, full.Bytes()
+		r.ws.bucketBytes += b.bytes
+		r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
+		return full.Slice(0, n), nil
+	}
+	return nil, h.err
 }
 
 // freeBucket waits for the oldest pending reduction and frees its buffers.
 func (h *hooks) freeBucket() {
 	b := h.pending[0]
 	h.pending = h.pending[1:]
-	b.done.Synchronize()
-	h.r.dev.Free(b.full)
-	if b.tmp != nil {
-		h.r.dev.Free(b.tmp)
+	if b.done != nil {
+		b.done.Synchronize()
+	}
+	h.dropBucket(b)
+}
+
+// dropBucket frees b's buffers (their uses have completed).
+func (h *hooks) dropBucket(b *bucket) {
+	for _, buf := range []gpu.Buffer{b.full, b.tmp} {
+		if buf != nil {
+			h.r.dev.Free(buf)
+		}
 	}
 	h.r.ws.bucketBytes -= b.bytes
+	b.full, b.tmp, b.done, b.bytes = nil, nil, nil, 0
 }
 
 // GradReady implements model.Params: chunk c's gradient of this
@@ -256,19 +414,24 @@ func (h *hooks) freeBucket() {
 // slice, in place); stages 2-3 ReduceScatter every micro-batch's gradient
 // into the rank's shard (the first one writes it, later ones add to it)
 // and free the full buffer once that completes.
-func (h *hooks) GradReady(s gpu.Stream, c int) {
+func (h *hooks) GradReady(s gpu.Stream, c int) error {
 	r := h.r
 	e, st := r.e, r.st
+	h.next(model.Access{Kind: model.AccessGradReady, Chunk: c, Pass: model.PassBackward})
 	if e.stage < 2 && !h.last {
-		return
+		return h.err
 	}
-	ev := r.dev.NewEvent()
-	s.Record(ev)
-	r.cs.Wait(ev)
 	var from gpu.Event
-	if r.tr != nil && (e.n > 1 || e.stage >= 2) {
-		from = r.tr.mark(r.cs)
+	if h.err == nil {
+		ev := r.dev.NewEvent()
+		s.Record(ev)
+		r.cs.Wait(ev)
+		if r.tr != nil && (e.n > 1 || e.stage >= 2) {
+			from = r.tr.mark(r.cs)
+		}
 	}
+	// After a failure the reductions of stages 0-1 still run in place on
+	// the rank's gradient (the next step zeroes it first).
 	switch e.stage {
 	case 0:
 		if e.n > 1 {
@@ -284,28 +447,9 @@ func (h *hooks) GradReady(s gpu.Stream, c int) {
 			panic(fmt.Sprintf("engine: GradReady of chunk %d without Grad", c))
 		}
 		delete(h.buckets, c)
-		if e.gradTiered && h.micro == 0 {
-			r.allocGrad(c)
-		}
-		if h.micro == 0 {
-			r.comm.ReduceScatter(r.cs, b.full, st.gradShard(c), gpu.Sum)
-		} else {
-			tmp, err := r.dev.Alloc(e.chunks[c].shard, e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "reduce shard"})
-			if err != nil {
-				panic(fmt.Sprintf("engine: rank %d: reduce shard of chunk %d: %v", r.idx, c, err))
-			}
-			b.tmp = tmp
-			b.bytes += tmp.Bytes()
-			r.ws.bucketBytes += tmp.Bytes()
-			r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
-			r.comm.ReduceScatter(r.cs, b.full, tmp, gpu.Sum)
-			r.ops.Axpy(r.cs, 1, tmp, st.gradShard(c))
-		}
-		b.done = r.dev.NewEvent()
-		r.cs.Record(b.done)
-		h.pending = append(h.pending, b)
+		h.reduceBucket(c, b)
 	}
-	if from != nil {
+	if from != nil && h.err == nil {
 		op := "reducescatter"
 		if e.stage == 0 {
 			op = "allreduce"
@@ -313,12 +457,53 @@ func (h *hooks) GradReady(s gpu.Stream, c int) {
 		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, fmt.Sprintf("%s %s", op, e.layout.Chunks[c].Name), map[string]any{"chunk": c, "micro": h.micro})
 	}
 	if h.last {
-		r.reduced(c)
+		if err := r.reduced(c, h.err != nil); err != nil {
+			h.fail(err)
+		}
 	}
+	return h.err
 }
 
-// freeAll frees every gathered chunk and gradient bucket; the streams must
-// have completed (the caller synchronized them).
+// reduceBucket enqueues the ReduceScatter of bucket b (chunk c, stages
+// 2-3) into the rank's gradient shard, or, after a failure, on the scratch.
+func (h *hooks) reduceBucket(c int, b *bucket) {
+	r := h.r
+	e, st := r.e, r.st
+	if h.err == nil && e.gradTiered && h.micro == 0 {
+		if err := r.allocGrad(c); err != nil {
+			h.fail(err)
+		}
+	}
+	if h.err == nil && h.micro > 0 {
+		tmp, err := r.dev.Alloc(e.chunks[c].shard, e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "reduce shard"})
+		if err != nil {
+			h.fail(fmt.Errorf("chunk %d grad reduce shard: %w", c, err))
+		} else {
+			b.tmp = tmp
+			b.bytes += tmp.Bytes()
+			r.ws.bucketBytes += tmp.Bytes()
+			r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
+		}
+	}
+	h.pending = append(h.pending, b)
+	if h.err != nil {
+		h.dropBucket(b) // no longer in buckets: fail did not free it
+		slice, full := h.scratchPair(e.chunks[c].shard)
+		r.comm.ReduceScatter(r.cs, full, slice, gpu.Sum)
+		return
+	}
+	if h.micro == 0 {
+		r.comm.ReduceScatter(r.cs, b.full, st.gradShard(c), gpu.Sum)
+	} else {
+		r.comm.ReduceScatter(r.cs, b.full, b.tmp, gpu.Sum)
+		r.ops.Axpy(r.cs, 1, b.tmp, st.gradShard(c))
+	}
+	b.done = r.dev.NewEvent()
+	r.cs.Record(b.done)
+}
+
+// freeAll frees every gathered chunk, gradient bucket and the scratch; the
+// streams must have completed (the caller synchronized them).
 func (h *hooks) freeAll() {
 	for c := range h.live {
 		h.freeGathered(c)
@@ -327,8 +512,11 @@ func (h *hooks) freeAll() {
 		h.freeBucket()
 	}
 	for c, b := range h.buckets {
-		h.r.dev.Free(b.full)
-		h.r.ws.bucketBytes -= b.bytes
+		h.dropBucket(b)
 		delete(h.buckets, c)
+	}
+	if h.scratch != nil {
+		h.r.dev.Free(h.scratch)
+		h.scratch = nil
 	}
 }

@@ -42,42 +42,22 @@ type rank struct {
 	paramReady []gpu.Event // per chunk: the last write of its parameters
 	leased     []*pinned.Buffer
 	ws         workspaceStats
-	failed     error // the first tier failure of this step (the step returns it)
 	liveGrads  []liveGrad
-	scratch    gpu.Buffer // see scratchShard
 	tr         *rankTrace // the timeline (Options.Trace); nil: off
 }
 
 // liveGrad is a reduced gradient shard on the device whose copy to the tier
-// store (ev, on cs) may still run (gradTiered engines).
+// store (ev, on cs; nil: none) may still run (gradTiered engines).
 type liveGrad struct {
 	buf gpu.Buffer
 	ev  gpu.Event
-}
-
-// scratchShard is a device buffer of n elements that a failed step
-// gathers from, so that every rank still issues the same collectives (its
-// contents do not matter: the step returns the error). Freed by close.
-func (r *rank) scratchShard(n int) gpu.Buffer {
-	if r.scratch == nil || r.scratch.Len() < n {
-		if r.scratch != nil {
-			r.cs.Synchronize()
-			r.dev.Free(r.scratch)
-		}
-		b, err := r.dev.Alloc(n, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "scratch shard"})
-		if err != nil {
-			panic(fmt.Sprintf("engine: rank %d: scratch shard: %v", r.idx, err))
-		}
-		r.scratch = b
-	}
-	return r.scratch.Slice(0, n)
 }
 
 // allocGrad allocates chunk c's gradient shard for its reduction
 // (gradTiered engines: the tier store holds it between steps). With one
 // micro-batch per step at most two live at once: the oldest is freed, after
 // its copy, first.
-func (r *rank) allocGrad(c int) {
+func (r *rank) allocGrad(c int) error {
 	if r.e.accum == 1 {
 		for len(r.liveGrads) >= 2 {
 			r.freeGrad(0)
@@ -85,17 +65,20 @@ func (r *rank) allocGrad(c int) {
 	}
 	buf, err := r.dev.Alloc(r.e.chunks[c].shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "grad shard"})
 	if err != nil {
-		panic(fmt.Sprintf("engine: rank %d: gradient shard of chunk %d: %v", r.idx, c, err))
+		return fmt.Errorf("chunk %d grad shard: %w", c, err)
 	}
 	r.ws.bucketBytes += buf.Bytes()
 	r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
 	r.st.grad[c] = buf
+	return nil
 }
 
 // freeGrad waits for the i-th live gradient shard's copy and frees it.
 func (r *rank) freeGrad(i int) {
 	g := r.liveGrads[i]
-	g.ev.Synchronize()
+	if g.ev != nil {
+		g.ev.Synchronize()
+	}
 	r.ws.bucketBytes -= g.buf.Bytes()
 	r.dev.Free(g.buf)
 	r.liveGrads = append(r.liveGrads[:i], r.liveGrads[i+1:]...)
@@ -110,13 +93,6 @@ func (r *rank) freeGrads() {
 
 // driver is the rank's planner driver (host optimizer only).
 func (r *rank) driver() *driver { return r.e.tiers.drivers[r.idx] }
-
-// fail records the first error of a hook, which cannot return one.
-func (r *rank) fail(err error) {
-	if r.failed == nil {
-		r.failed = err
-	}
-}
 
 // workspaceStats count the engine's own transient device memory.
 type workspaceStats struct {
@@ -230,8 +206,9 @@ func (r *rank) lease(b *pinned.Buffer) {
 // backward runs the rank's A micro-batches of step (forward, backward,
 // loss), the gradient reductions (enqueued by the hooks as each chunk's
 // gradient is final) and the norms of the reduced gradient, and waits for
-// all of it. Errors do not stop the program early: every rank must issue
-// the same collectives, so the first error is returned at the end.
+// all of it. A hook's failure stops the rank's pass, but not its
+// collectives: the hooks drain the rest of the step's (see hooks), and the
+// failure is returned at the end, before any update.
 func (r *rank) backward(step int64) error {
 	e, st := r.e, r.st
 	var first error
@@ -252,12 +229,19 @@ func (r *rank) backward(step int64) error {
 	scale := float32(1 / float64(e.n*e.accum))
 	for k := range e.accum {
 		r.h.begin(k, k == e.accum-1)
-		b := e.data.RankBatch(int(step-1), r.idx, k, e.accum, e.micro)
-		r.model.Forward(r.s, r.h, b.IDs, b.Targets)
-		r.model.Backward(r.s, r.h, scale)
-		l, err := r.model.Loss(r.s)
-		keep(err)
-		r.losses = append(r.losses, l)
+		if r.h.err == nil {
+			b := e.data.RankBatch(int(step-1), r.idx, k, e.accum, e.micro)
+			err := r.model.Forward(r.s, r.h, b.IDs, b.Targets)
+			if err == nil {
+				err = r.model.Backward(r.s, r.h, scale)
+			}
+			if err == nil {
+				l, err := r.model.Loss(r.s)
+				keep(err)
+				r.losses = append(r.losses, l)
+			}
+		}
+		r.h.drain(r.s)
 		r.h.end()
 	}
 	r.dev.CopyDeviceToHost(r.cs, r.normsHost, r.norms, 0)
@@ -266,8 +250,12 @@ func (r *rank) backward(step int64) error {
 	r.freeGrads()
 	if e.tiers != nil {
 		r.driver().settle()
-		keep(r.failed)
-		r.failed = nil
+		// A move that failed during the pass (one the rank did not wait
+		// for) fails the step here, before any rank updates.
+		keep(r.driver().failure())
+	}
+	if err := r.h.takeErr(); err != nil {
+		return err // the cause; what followed from it is secondary
 	}
 	return first
 }
@@ -276,8 +264,16 @@ func (r *rank) backward(step int64) error {
 // gradient is final on this rank (after the last micro-batch's
 // reduction): its sum of squares, and with the host optimizer its copy to
 // the tier store (a Write access in backward; from there the store spills
-// it to NVMe when the host budget is full).
-func (r *rank) reduced(c int) {
+// it to NVMe when the host budget is full). After a failure (failed) it
+// only gives up the rank's gradient shard.
+func (r *rank) reduced(c int, failed bool) error {
+	if failed {
+		if r.e.gradTiered && r.st.grad[c] != nil {
+			r.liveGrads = append(r.liveGrads, liveGrad{buf: r.st.grad[c]})
+			r.st.grad[c] = nil
+		}
+		return nil
+	}
 	g := r.st.gradShard(c)
 	if r.tr != nil {
 		from := r.tr.mark(r.cs)
@@ -287,12 +283,10 @@ func (r *rank) reduced(c int) {
 	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
 	if r.e.tiers == nil {
-		return
+		return nil
 	}
 	l, err := r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
-	if err != nil {
-		r.fail(err)
-	} else {
+	if err == nil {
 		r.dev.CopyDeviceToHost(r.cs, l.Bytes(), g, 0)
 	}
 	ev := r.dev.NewEvent()
@@ -304,6 +298,7 @@ func (r *rank) reduced(c int) {
 		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
 		r.st.grad[c] = nil
 	}
+	return err
 }
 
 // normSq is this rank's sum of squares of chunk c's reduced gradient, as
@@ -456,9 +451,6 @@ func (r *rank) close() error {
 	}
 	r.h.freeAll()
 	r.freeGrads()
-	if r.scratch != nil {
-		r.dev.Free(r.scratch)
-	}
 	r.model.Free()
 	r.dev.Free(r.norms)
 	r.st.free()

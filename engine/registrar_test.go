@@ -54,7 +54,7 @@ func TestHostRegistrar(t *testing.T) {
 		if reg != nil {
 			opts.HostRegistrar = reg
 		}
-		e, err := New(testConfig(t, s.configJSON()), cpu.Devices(devs), comms, opts)
+		e, err := startEngine(t, testConfig(t, s.configJSON()), cpu.Devices(devs), comms, opts)
 		if err != nil {
 			t.Fatal(err)
 		}

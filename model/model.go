@@ -195,7 +195,10 @@ func (m *Model) Seq() int { return m.seq }
 // targets are batch×seq token ids in [0, Vocab), row-major; targets[i] is
 // the token that follows ids[i]. It computes the per-token cross-entropy
 // whose mean Loss returns. Forward copies ids and targets before it returns.
-func (m *Model) Forward(s gpu.Stream, p Params, ids, targets []int32) {
+// An error of p stops the pass at once and is returned as it is (see
+// Params); the micro-batch has no loss then, and Backward and Loss need a
+// new Forward.
+func (m *Model) Forward(s gpu.Stream, p Params, ids, targets []int32) error {
 	bt, c, v := m.batch*m.seq, m.shape.Dim, m.shape.Vocab
 	if len(ids) != bt || len(targets) != bt {
 		panic(fmt.Sprintf("model: Forward got %d ids and %d targets, want batch*seq = %d", len(ids), len(targets), bt))
@@ -205,6 +208,7 @@ func (m *Model) Forward(s gpu.Stream, p Params, ids, targets []int32) {
 			panic(fmt.Sprintf("model: token %d (id %d, target %d) outside the vocabulary [0, %d)", i, ids[i], targets[i], v))
 		}
 	}
+	m.forwarded = false
 	// The staging bytes may still be read by the previous upload.
 	m.staged.Synchronize()
 	copy(i32View(m.idsHost), ids)
@@ -214,23 +218,34 @@ func (m *Model) Forward(s gpu.Stream, p Params, ids, targets []int32) {
 	s.Record(m.staged)
 
 	ops, a := m.ops, &m.a
-	emb := p.Acquire(s, EmbeddingChunk, PassForward)
+	emb, err := p.Acquire(s, EmbeddingChunk, PassForward)
+	if err != nil {
+		return err
+	}
 	wte, wpe := emb.Slice(0, v*c), emb.Slice(v*c, m.seq*c)
 	ops.EmbeddingForward(s, a.ids, wte, wpe, a.res[0], m.batch, m.seq, c)
 	p.Release(s, EmbeddingChunk, PassForward)
 
 	for l := 0; l < m.shape.Layers; l++ {
-		w := p.Acquire(s, BlockChunk(l), PassForward)
+		w, err := p.Acquire(s, BlockChunk(l), PassForward)
+		if err != nil {
+			return err
+		}
 		m.blockForward(s, l, w)
 		p.Release(s, BlockChunk(l), PassForward)
 	}
 
 	fc := m.layout.FinalNormChunk()
-	fin := p.Acquire(s, fc, PassForward)
+	fin, err := p.Acquire(s, fc, PassForward)
+	if err != nil {
+		return err
+	}
 	ops.LayerNormForward(s, a.res[m.shape.Layers], fin.Slice(0, c), fin.Slice(c, c), a.lnf, a.lnfMean, a.lnfRstd, bt, c, LayerNormEps)
 	p.Release(s, fc, PassForward)
 
-	emb = p.Acquire(s, EmbeddingChunk, PassForward)
+	if emb, err = p.Acquire(s, EmbeddingChunk, PassForward); err != nil {
+		return err
+	}
 	// logits (BT×V) = lnf (BT×C) · wteᵀ
 	ops.Gemm(s, false, true, bt, v, c, 1, a.lnf, emb.Slice(0, v*c), 0, a.logits)
 	ops.CrossEntropyForward(s, a.logits, a.targets, a.losses, bt, v)
@@ -244,6 +259,7 @@ func (m *Model) Forward(s gpu.Stream, p Params, ids, targets []int32) {
 	m.dev.CopyDeviceToHost(s, lossHost, a.losses, 0)
 	m.pending = append(m.pending, lossHost)
 	m.forwarded = true
+	return nil
 }
 
 // blockForward runs block l with its parameter chunk w:
@@ -283,8 +299,10 @@ func linearBackward(ops gpu.Ops, s gpu.Stream, dy, x, w, dx, dw, db gpu.Buffer, 
 // Backward enqueues the backward pass of the last Forward on s and
 // accumulates gradScale × the gradient of its mean loss into the Params'
 // gradient buffers. The trainer passes 1/micro-batches-per-step so that the
-// accumulated gradient is that of the step's mean loss.
-func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) {
+// accumulated gradient is that of the step's mean loss. An error of p stops
+// the pass at once and is returned as it is (see Params); the gradients are
+// then partial.
+func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 	if !m.forwarded {
 		panic("model: Backward without a Forward")
 	}
@@ -292,8 +310,10 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) {
 	bt, c, v, nl := m.batch*m.seq, m.shape.Dim, m.shape.Vocab, m.shape.Layers
 
 	// Head: dlogits, then d lnf into dtmp and dwte += dlogitsᵀ·lnf.
-	emb := p.Acquire(s, EmbeddingChunk, PassBackward)
-	gemb := p.Grad(s, EmbeddingChunk)
+	emb, gemb, err := acquireWithGrad(s, p, EmbeddingChunk)
+	if err != nil {
+		return err
+	}
 	dwte, dwpe := gemb.Slice(0, v*c), gemb.Slice(v*c, m.seq*c)
 	ops.CrossEntropyBackward(s, a.logits, a.targets, a.dlogits, bt, v, float32(float64(gradScale)/float64(bt)))
 	ops.Gemm(s, false, false, bt, c, v, 1, a.dlogits, emb.Slice(0, v*c), 0, a.dtmp)
@@ -301,23 +321,42 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) {
 	p.Release(s, EmbeddingChunk, PassBackward)
 
 	fc := m.layout.FinalNormChunk()
-	fin := p.Acquire(s, fc, PassBackward)
-	gfin := p.Grad(s, fc)
+	fin, gfin, err := acquireWithGrad(s, p, fc)
+	if err != nil {
+		return err
+	}
 	ops.Fill(s, a.dres, 0)
 	ops.LayerNormBackward(s, a.dtmp, a.res[nl], fin.Slice(0, c), a.lnfMean, a.lnfRstd, a.dres, gfin.Slice(0, c), gfin.Slice(c, c), bt, c)
 	p.Release(s, fc, PassBackward)
-	p.GradReady(s, fc)
+	if err := p.GradReady(s, fc); err != nil {
+		return err
+	}
 
 	for l := nl - 1; l >= 0; l-- {
-		w := p.Acquire(s, BlockChunk(l), PassBackward)
-		g := p.Grad(s, BlockChunk(l))
+		w, g, err := acquireWithGrad(s, p, BlockChunk(l))
+		if err != nil {
+			return err
+		}
 		m.blockBackward(s, l, w, g)
 		p.Release(s, BlockChunk(l), PassBackward)
-		p.GradReady(s, BlockChunk(l))
+		if err := p.GradReady(s, BlockChunk(l)); err != nil {
+			return err
+		}
 	}
 
 	ops.EmbeddingBackward(s, a.ids, a.dres, dwte, dwpe, m.batch, m.seq, c)
-	p.GradReady(s, EmbeddingChunk)
+	return p.GradReady(s, EmbeddingChunk)
+}
+
+// acquireWithGrad is the backward's Acquire then Grad of chunk c.
+func acquireWithGrad(s gpu.Stream, p Params, c int) (w, g gpu.Buffer, err error) {
+	if w, err = p.Acquire(s, c, PassBackward); err != nil {
+		return nil, nil, err
+	}
+	if g, err = p.Grad(s, c); err != nil {
+		return nil, nil, err
+	}
+	return w, g, nil
 }
 
 // blockBackward turns dres, the gradient with respect to block l's output,

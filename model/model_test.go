@@ -2,6 +2,7 @@ package model
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -92,8 +93,12 @@ func TestGradientCheckWholeModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Free()
-	m.Forward(s, res, ids, targets)
-	m.Backward(s, res, 1)
+	if err := m.Forward(s, res, ids, targets); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Backward(s, res, 1); err != nil {
+		t.Fatal(err)
+	}
 	loss, err := m.Loss(s)
 	if err != nil {
 		t.Fatal(err)
@@ -156,23 +161,42 @@ func TestGradientCheckWholeModel(t *testing.T) {
 // recorder is a Params that logs every call and serves a Resident.
 type recorder struct {
 	*Resident
-	log []Access
+	log    []Access
+	failAt int // the 1-based call that fails; 0: none
 }
 
-func (r *recorder) Acquire(s gpu.Stream, c int, p Pass) gpu.Buffer {
+func (r *recorder) Acquire(s gpu.Stream, c int, p Pass) (gpu.Buffer, error) {
 	r.log = append(r.log, Access{AccessAcquire, c, p})
+	if err := r.fail(); err != nil {
+		return nil, err
+	}
 	return r.Resident.Acquire(s, c, p)
 }
 func (r *recorder) Release(s gpu.Stream, c int, p Pass) {
 	r.log = append(r.log, Access{AccessRelease, c, p})
 }
-func (r *recorder) Grad(s gpu.Stream, c int) gpu.Buffer {
+func (r *recorder) Grad(s gpu.Stream, c int) (gpu.Buffer, error) {
 	r.log = append(r.log, Access{AccessGrad, c, PassBackward})
+	if err := r.fail(); err != nil {
+		return nil, err
+	}
 	return r.Resident.Grad(s, c)
 }
-func (r *recorder) GradReady(s gpu.Stream, c int) {
+func (r *recorder) GradReady(s gpu.Stream, c int) error {
 	r.log = append(r.log, Access{AccessGradReady, c, PassBackward})
+	return r.fail()
 }
+
+// fail returns errInjected for the call that makes the log failAt long
+// (0: never).
+func (r *recorder) fail() error {
+	if len(r.log) == r.failAt {
+		return fmt.Errorf("call %d: %w", r.failAt, errInjected)
+	}
+	return nil
+}
+
+var errInjected = errors.New("injected failure")
 
 func TestModelFollowsAccessOrder(t *testing.T) {
 	dev := newDevice(t)
@@ -195,14 +219,75 @@ func TestModelFollowsAccessOrder(t *testing.T) {
 	ids := Encode([]byte("abcdefghi"))
 	for range 2 { // the order is the same for every micro-batch
 		rec.log = nil
-		m.Forward(s, rec, ids[:8], ids[1:])
-		m.Backward(s, rec, 1)
+		if err := m.Forward(s, rec, ids[:8], ids[1:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Backward(s, rec, 1); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := m.Loss(s); err != nil {
 			t.Fatal(err)
 		}
 		if want := AccessOrder(shape.Layers); !slices.Equal(rec.log, want) {
 			t.Fatalf("calls:\n%v\nAccessOrder:\n%v", rec.log, want)
 		}
+	}
+}
+
+// TestModelStopsAtFailedAccess: whichever Params call fails, the pass
+// makes no call after it and returns that error; a failed Forward leaves
+// no loss behind, and a later micro-batch runs normally.
+func TestModelStopsAtFailedAccess(t *testing.T) {
+	dev := newDevice(t)
+	s := dev.DefaultStream()
+	shape, _ := Lookup("tiny")
+	shape.Layers = 2
+	l, _ := NewLayout(shape)
+	res, err := NewResident(dev, l, gpu.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Free()
+	res.Load(s, l.Init(1))
+	m, err := New(dev, l, 1, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	ids := Encode([]byte("abcdefghi"))
+	order := AccessOrder(shape.Layers)
+	forwardCalls := slices.IndexFunc(order, func(a Access) bool { return a.Pass == PassBackward })
+	for i := range order {
+		if order[i].Kind == AccessRelease {
+			continue // cannot fail
+		}
+		rec := &recorder{Resident: res, failAt: i + 1}
+		err := m.Forward(s, rec, ids[:8], ids[1:])
+		if i >= forwardCalls {
+			if err != nil {
+				t.Fatalf("call %d (%v): forward failed: %v", i+1, order[i], err)
+			}
+			err = m.Backward(s, rec, 1)
+		}
+		if !errors.Is(err, errInjected) {
+			t.Fatalf("call %d (%v) failed, the pass returned %v", i+1, order[i], err)
+		}
+		if !slices.Equal(rec.log, order[:i+1]) {
+			t.Fatalf("call %d (%v) failed, the model went on:\n%v", i+1, order[i], rec.log[i:])
+		}
+		if _, err := m.Losses(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A failed Forward has no loss; the next micro-batch's is whole.
+	if err := m.Forward(s, &recorder{Resident: res, failAt: 3}, ids[:8], ids[1:]); !errors.Is(err, errInjected) {
+		t.Fatalf("forward: %v", err)
+	}
+	if err := m.Forward(s, res, ids[:8], ids[1:]); err != nil {
+		t.Fatal(err)
+	}
+	if ls, err := m.Losses(s); err != nil || len(ls) != 1 {
+		t.Fatalf("losses %v, %v: want the one of the whole forward", ls, err)
 	}
 }
 
@@ -280,9 +365,13 @@ func TestBF16ForwardNearF32(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m.Forward(s, res, ids[:64], ids[1:65])
+		if err := m.Forward(s, res, ids[:64], ids[1:65]); err != nil {
+			t.Fatal(err)
+		}
 		res.ZeroGrads(s)
-		m.Backward(s, res, 1)
+		if err := m.Backward(s, res, 1); err != nil {
+			t.Fatal(err)
+		}
 		if losses[i], err = m.Loss(s); err != nil {
 			t.Fatal(err)
 		}
@@ -335,7 +424,9 @@ func TestLossesOfSeveralForwards(t *testing.T) {
 	var one []float64
 	for i := 0; i < 3; i++ {
 		b := data.Batch(i, 0, 1)
-		m.Forward(s, res, b.IDs, b.Targets)
+		if err := m.Forward(s, res, b.IDs, b.Targets); err != nil {
+			t.Fatal(err)
+		}
 		x, err := m.Loss(s)
 		if err != nil {
 			t.Fatal(err)
@@ -344,7 +435,9 @@ func TestLossesOfSeveralForwards(t *testing.T) {
 	}
 	for i := 0; i < 3; i++ {
 		b := data.Batch(i, 0, 1)
-		m.Forward(s, res, b.IDs, b.Targets)
+		if err := m.Forward(s, res, b.IDs, b.Targets); err != nil {
+			t.Fatal(err)
+		}
 	}
 	all, err := m.Losses(s)
 	if err != nil {

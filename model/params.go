@@ -45,19 +45,28 @@ func (p Pass) String() string {
 // Grad(0) is called once, at the head, and its buffer stays in use until
 // GradReady(0): the embedding backward at the end of the pass accumulates
 // into it without acquiring the parameters again.
+//
+// Errors: Acquire, Grad and GradReady may fail (a fetch that failed, device
+// memory exhausted). The model then enqueues nothing more and makes no
+// further call: Forward or Backward returns that error as it is (it is the
+// implementation's own, already named), and the accesses after it in
+// AccessOrder are never made. An implementation that must keep something in
+// step with the missing calls (collectives with other devices) does so
+// itself, from AccessOrder. Release cannot fail: it only marks the end of a
+// use.
 type Params interface {
 	// Acquire returns chunk c's parameters (F32 or BF16, Layout.Chunks[c].Len
 	// elements), usable by work enqueued on s after the call.
-	Acquire(s gpu.Stream, c int, pass Pass) gpu.Buffer
+	Acquire(s gpu.Stream, c int, pass Pass) (gpu.Buffer, error)
 	// Release says the model has enqueued its last use of chunk c for this
 	// pass on s.
 	Release(s gpu.Stream, c int, pass Pass)
 	// Grad returns chunk c's gradient buffer (F32 or BF16, the chunk's
 	// length); the model accumulates (+=) into it.
-	Grad(s gpu.Stream, c int) gpu.Buffer
+	Grad(s gpu.Stream, c int) (gpu.Buffer, error)
 	// GradReady says chunk c's gradient contribution of this micro-batch is
 	// fully enqueued on s.
-	GradReady(s gpu.Stream, c int)
+	GradReady(s gpu.Stream, c int) error
 }
 
 // AccessKind is one of the four Params calls.
@@ -111,8 +120,9 @@ func AccessOrder(layers int) []Access {
 
 // Resident keeps every chunk's parameters and gradients allocated on one
 // device for the whole run: the Params of the plain training loop and the
-// tests. Acquire and Grad return the same buffers every time; Release and
-// GradReady do nothing because there is no other stream to tell.
+// tests. Acquire and Grad return the same buffers every time and never
+// fail; Release and GradReady do nothing because there is no other stream
+// to tell.
 type Resident struct {
 	dev    gpu.Device
 	layout *Layout
@@ -162,16 +172,18 @@ func (r *Resident) Param(c int) gpu.Buffer { return r.params[c] }
 func (r *Resident) GradBuffer(c int) gpu.Buffer { return r.grads[c] }
 
 // Acquire implements Params.
-func (r *Resident) Acquire(_ gpu.Stream, c int, _ Pass) gpu.Buffer { return r.params[c] }
+func (r *Resident) Acquire(_ gpu.Stream, c int, _ Pass) (gpu.Buffer, error) {
+	return r.params[c], nil
+}
 
 // Release implements Params.
 func (r *Resident) Release(gpu.Stream, int, Pass) {}
 
 // Grad implements Params.
-func (r *Resident) Grad(_ gpu.Stream, c int) gpu.Buffer { return r.grads[c] }
+func (r *Resident) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) { return r.grads[c], nil }
 
 // GradReady implements Params.
-func (r *Resident) GradReady(gpu.Stream, int) {}
+func (r *Resident) GradReady(gpu.Stream, int) error { return nil }
 
 // Load enqueues the upload of host parameters (one []float32 per chunk, as
 // Layout.Init returns) on s, rounding to bf16 on the host when the params

@@ -251,7 +251,7 @@ type rankParams struct {
 	grads []gpu.Buffer
 }
 
-func (p rankParams) Grad(_ gpu.Stream, c int) gpu.Buffer { return p.grads[c] }
+func (p rankParams) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) { return p.grads[c], nil }
 
 // ErrNonFinite says a step produced a NaN or infinite loss or gradient; the
 // parameters were not updated.
@@ -285,8 +285,12 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 		}
 		for k := 0; k < o.Accum; k++ {
 			b := data.RankBatch(int(step-1), r, k, o.Accum, o.Batch)
-			t.model.Forward(s, p, b.IDs, b.Targets)
-			t.model.Backward(s, p, scale)
+			if err := t.model.Forward(s, p, b.IDs, b.Targets); err != nil {
+				return res, fmt.Errorf("model: step %d: %w", step, err)
+			}
+			if err := t.model.Backward(s, p, scale); err != nil {
+				return res, fmt.Errorf("model: step %d: %w", step, err)
+			}
 		}
 	}
 

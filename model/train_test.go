@@ -97,8 +97,12 @@ func TestTrainerRanksSumInRankOrder(t *testing.T) {
 			for r := 0; r < 2; r++ {
 				b := data.RankBatch(0, r, 0, 1, 2)
 				ref.ZeroGrads(s)
-				m.Forward(s, ref, b.IDs, b.Targets)
-				m.Backward(s, ref, 0.5)
+				if err := m.Forward(s, ref, b.IDs, b.Targets); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Backward(s, ref, 0.5); err != nil {
+					t.Fatal(err)
+				}
 				loss, err := m.Loss(s)
 				if err != nil {
 					t.Fatal(err)
