@@ -104,6 +104,7 @@ type Store struct {
 	entries map[shard.Key]*entry
 	pools   []usage // poolHost, poolNVMe, then poolHBM+rank
 	wg      sync.WaitGroup
+	runners map[int32]*Runner // woken when a move of their rank completes
 
 	links                                 [LinkCount]linkCounters
 	submitted, completed, failed, instant int64
@@ -136,6 +137,7 @@ func New(o Options) (*Store, error) {
 		ioAlign:   1,
 		hostAlign: o.Host.Options().AlignBytes,
 		entries:   map[shard.Key]*entry{},
+		runners:   map[int32]*Runner{},
 		pools:     make([]usage, poolHBM+len(o.Devices)),
 	}
 	if s.hostAlign == 0 {

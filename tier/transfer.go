@@ -327,10 +327,14 @@ func (s *Store) run(e *entry, op *Op, from, to shard.Tier, drop bool, stage *pin
 	s.inFlight--
 	s.flightTime += op.took
 	s.cond.Broadcast()
+	runner := s.runners[e.key.Rank]
 	s.mu.Unlock()
 	close(op.done)
 	if cb := s.opts.OnComplete; cb != nil {
 		cb(op.move, err)
+	}
+	if runner != nil {
+		runner.wake()
 	}
 }
 
