@@ -27,6 +27,7 @@ type rigConfig struct {
 	stripeBytes     int64
 	nvmeBudgetBytes int64
 	faults          []nvme.Fault
+	wrap            func(nvme.Device) nvme.Device // wraps the device (after faults)
 	onComplete      func(Move, error)
 }
 
@@ -110,6 +111,9 @@ func newRig(t testing.TB, c rigConfig) *rig {
 		if len(c.faults) > 0 {
 			r.faulty = nvme.NewFaulty(eng, c.faults...)
 			dev = r.faulty
+		}
+		if c.wrap != nil {
+			dev = c.wrap(dev)
 		}
 		t.Cleanup(func() { eng.Close() })
 		for range c.swapPaths {
