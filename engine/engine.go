@@ -349,7 +349,7 @@ func (e *Engine) Step() (StepStats, error) {
 	var snap tierSnap
 	if e.tiers != nil {
 		for _, d := range e.tiers.drivers {
-			if err := d.beginStep(); err != nil {
+			if err := d.BeginStep(); err != nil {
 				return st, fmt.Errorf("engine: step %d: %w", step, err)
 			}
 		}

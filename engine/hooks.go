@@ -131,7 +131,7 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 			ph = prefetch.Backward
 		}
 		var err error
-		lease, err = r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
+		lease, err = r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
 		if err != nil {
 			// Every rank must issue the same collectives: gather from a
 			// buffer of the right size; the step fails with err.
@@ -152,7 +152,7 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 		r.tr.comm.span(from, g.ready, TraceComm, fmt.Sprintf("allgather %s (%s)", r.e.layout.Chunks[c].Name, pass), map[string]any{"chunk": c, "pass": pass.String()})
 	}
 	if lease != nil {
-		r.driver().done(lease, g.ready)
+		r.driver().Done(lease, g.ready)
 	}
 	h.live[c] = g
 	return g

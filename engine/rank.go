@@ -272,7 +272,7 @@ func (r *rank) backward(step int64) error {
 	r.h.freeAll()
 	r.freeGrads()
 	if e.tiers != nil {
-		r.driver().settle()
+		r.driver().Settle()
 		keep(r.failed)
 		r.failed = nil
 	}
@@ -295,7 +295,7 @@ func (r *rank) reduced(c int) {
 	if r.e.gradTiered {
 		// Once to host memory, into the tier store (which spills it to
 		// NVMe when the host budget is full), then off the device.
-		l, err := r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
+		l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
 		if err != nil {
 			r.fail(err)
 		} else {
@@ -304,7 +304,7 @@ func (r *rank) reduced(c int) {
 		ev := r.dev.NewEvent()
 		r.cs.Record(ev)
 		if l != nil {
-			r.driver().done(l, ev)
+			r.driver().Done(l, ev)
 		}
 		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
 		r.st.grad[c] = nil
@@ -440,12 +440,12 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 	defer func() {
 		for _, l := range ls {
 			if l != nil {
-				d.done(l, nil)
+				d.Done(l, nil)
 			}
 		}
 	}()
 	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-		l, err := d.use(acc(state, prefetch.Update))
+		l, err := d.Use(acc(state, prefetch.Update))
 		if err != nil {
 			return up, err
 		}
@@ -453,7 +453,7 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 	}
 	grad := st.hGrad[c]
 	if e.gradTiered {
-		l, err := d.use(acc(shard.Grad, prefetch.Read))
+		l, err := d.Use(acc(shard.Grad, prefetch.Read))
 		if err != nil {
 			return up, err
 		}
@@ -462,7 +462,7 @@ func (r *rank) stepTiered(c int, cp cpuadam.Params) ([]byte, error) {
 	}
 	out := up
 	if e.paramTiered(c) {
-		l, err := d.use(acc(shard.Param, prefetch.Write))
+		l, err := d.Use(acc(shard.Param, prefetch.Write))
 		if err != nil {
 			return up, err
 		}
