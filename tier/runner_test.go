@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -150,6 +151,9 @@ func TestRunnerPauseWaits(t *testing.T) {
 	checkLeaks(t)
 	gate := make(chan struct{})
 	r := newRig(t, rigConfig{swapBytes: 4 * units.MiB, wrap: func(d nvme.Device) nvme.Device { return gatedDevice{d, gate} }})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the store's Close, which waits for the held read
 	k := shard.Key{Chunk: 2, State: shard.Master}
 	if err := r.s.Register(k, Spec{Elems: 4096, DType: dtype.F32, Home: shard.NVMe}); err != nil {
 		t.Fatal(err)
@@ -179,7 +183,7 @@ func TestRunnerPauseWaits(t *testing.T) {
 		t.Fatalf("Pause returned (%v) while a move was in flight", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	close(gate)
+	open()
 	if err := <-paused; err != nil {
 		t.Fatal(err)
 	}
