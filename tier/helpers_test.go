@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/gpu/cpu"
@@ -236,4 +237,17 @@ func checkBudgets(t testing.TB, st Stats) {
 func checkLeaks(t *testing.T) {
 	t.Helper()
 	leaktest.Check(t)
+}
+
+// checkOnce fails unless err names this package once: an error of tier kept
+// as a cause and wrapped again must not repeat "tier:".
+func checkOnce(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		t.Error("no error")
+		return
+	}
+	if n := strings.Count(err.Error(), "tier:"); n != 1 {
+		t.Errorf("error %q names tier %d times, want once", err, n)
+	}
 }

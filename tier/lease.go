@@ -66,7 +66,7 @@ func (s *Store) Acquire(key shard.Key, t shard.Tier, kind Kind) (*Lease, error) 
 		}
 		switch {
 		case !c.present && c.failed != nil:
-			return nil, fmt.Errorf("tier: acquire %s in %s: %w: %w", key, t, ErrNotResident, c.failed)
+			return nil, fmt.Errorf("tier: acquire %s in %s: %w: %w", key, t, ErrNotResident, inner{c.failed})
 		case !c.present:
 			return nil, fmt.Errorf("tier: acquire %s in %s: %w", key, t, ErrNotResident)
 		case c.leaving:

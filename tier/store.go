@@ -393,7 +393,7 @@ func (s *Store) Where(key shard.Key) (Residency, error) {
 		cs := CopyState{Present: c.present, Valid: e.valid(c), Incoming: c.incoming != nil, Leaving: c.leaving, Leases: c.leases, Readers: c.readers}
 		if c.lost != nil {
 			cs.Err = c.lost
-			causes = append(causes, c.lost)
+			causes = append(causes, inner{c.lost})
 		} else if c.failed != nil && !cs.Valid {
 			cs.Err = c.failed
 		}

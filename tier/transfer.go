@@ -133,9 +133,9 @@ func (s *Store) evictLocked(e *entry, m Move) (*Op, error) {
 func (e *entry) whyInvalid(c *replica) error {
 	switch {
 	case c.lost != nil:
-		return fmt.Errorf("%w: %w", ErrLost, c.lost)
+		return fmt.Errorf("%w: %w", ErrLost, inner{c.lost})
 	case c.version == 0 && c.failed != nil:
-		return fmt.Errorf("%w: never completed: %w", ErrNotResident, c.failed)
+		return fmt.Errorf("%w: never completed: %w", ErrNotResident, inner{c.failed})
 	case c.version == 0:
 		return fmt.Errorf("%w: reserved, never written", ErrNotResident)
 	}
@@ -158,7 +158,7 @@ func (s *Store) transferLocked(e *entry, m Move, drop bool, orig Move) (*Op, err
 	switch {
 	case !src.present:
 		if src.failed != nil {
-			return nil, fmt.Errorf("tier: %s: no copy in %s: %w: %w", orig, from, ErrNotResident, src.failed)
+			return nil, fmt.Errorf("tier: %s: no copy in %s: %w: %w", orig, from, ErrNotResident, inner{src.failed})
 		}
 		return nil, fmt.Errorf("tier: %s: no copy in %s: %w", orig, from, ErrNotResident)
 	case src.leaving:
