@@ -177,8 +177,9 @@ func (r *Runner) loop() {
 }
 
 // Close stops the runner's goroutines; it waits for the event the waiter
-// is on, if any (synchronize the rank's streams first). Leases still held
-// stay held. A second Close does nothing.
+// is on, if any (synchronize the rank's streams first). A Use still waiting
+// returns ErrClosed, as do later ones; leases still held stay held. A
+// second Close does nothing.
 func (r *Runner) Close() {
 	r.mu.Lock()
 	if r.closed {
@@ -186,6 +187,8 @@ func (r *Runner) Close() {
 		return
 	}
 	r.closed = true
+	r.failLocked(fmt.Errorf("tier: runner of rank %d: %w", r.opts.Rank, ErrClosed))
+	r.cond.Broadcast()
 	r.mu.Unlock()
 	close(r.quit)
 	<-r.stopped
