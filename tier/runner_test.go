@@ -200,3 +200,44 @@ func TestRunnerPauseWaits(t *testing.T) {
 	run.Done(u.l, nil)
 	run.Resume()
 }
+
+// TestRunnerCloseEndsUse: a Use waiting for a move returns ErrClosed when
+// the runner is closed, as does every later one.
+func TestRunnerCloseEndsUse(t *testing.T) {
+	checkLeaks(t)
+	gate := make(chan struct{})
+	r := newRig(t, rigConfig{swapBytes: 4 * units.MiB, wrap: func(d nvme.Device) nvme.Device { return gatedDevice{d, gate} }})
+	t.Cleanup(func() { close(gate) }) // before the store's Close, which waits for the held read
+	k := shard.Key{Chunk: 4, State: shard.AdamV}
+	if err := r.s.Register(k, Spec{Elems: 4096, DType: dtype.F32, Home: shard.NVMe}); err != nil {
+		t.Fatal(err)
+	}
+	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.put(t, k, shard.Host, pattern(k, 1, 4096*4))
+	r.mustWait(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}))
+	_, run := plannerFor(t, r, k)
+	a := shard.Access{Key: k, Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Update}
+	used := make(chan error, 1)
+	go func() {
+		l, err := run.Use(a)
+		if err == nil {
+			run.Done(l, nil)
+		}
+		used <- err
+	}()
+	for r.s.Stats().InFlight == 0 { // the demand read is held at the gate
+		time.Sleep(time.Millisecond)
+	}
+	run.Close()
+	select {
+	case err := <-used:
+		if !errors.Is(err, ErrClosed) {
+			t.Errorf("Use waiting at Close: %v, want ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not end the waiting Use")
+	}
+	if _, err := run.Use(a); !errors.Is(err, ErrClosed) {
+		t.Errorf("Use after Close: %v, want ErrClosed", err)
+	}
+}
