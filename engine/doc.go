@@ -150,18 +150,18 @@
 // offload_param's and offload_optimizer's), striped in aio.block_size
 // units, aio.queue_depth × thread_count requests in flight.
 //
-// Driving: each rank's model.Params hooks and optimizer tell the planner of
-// every access (params read in HBM before their gather, in forward and
-// backward; master, m, v updated and the new param written in host memory
-// by cpuadam), wait until it is ready, lease it from the store, and end the
-// lease when the compute that reads it has completed (an event; a waiter
-// goroutine per rank wakes the driver the moment it completes, so the room
-// goes back to the planner then, not at the rank's next access). A driver
-// goroutine per rank reaps completed moves (the store's OnComplete wakes
-// it), feeds them to the planner, and issues the moves the planner asks for
-// when they fall due (WakeAt), so prefetch runs ahead of the compute and
-// across the step boundary; the optimizer's read-ahead and write-behind of
-// more than one chunk are the planner's moves within the host budget. The
+// Driving: each rank's model.Params hooks and optimizer declare every
+// access to the rank's tier.Runner (params read in HBM before their gather,
+// in forward and backward; master, m, v updated and the new param written
+// in host memory by cpuadam) and receive a lease (Use), which they end when
+// the compute that reads it has completed (Done with an event: the runner
+// releases it the moment the event completes, so the room goes back to the
+// planner then, not at the rank's next access). The runner, in tier, runs
+// the planner against the store: it reaps completed moves, feeds them to
+// the planner, and issues the moves the planner asks for when they fall due
+// (WakeAt), so prefetch runs ahead of the compute and across the step
+// boundary; the optimizer's read-ahead and write-behind of more than one
+// chunk are the planner's moves within the host budget. The
 // first step records the trace; a step that diverges falls back to
 // on-demand moves and re-records (the planner's rule).
 //

@@ -345,7 +345,7 @@ func (e *Engine) Step() (StepStats, error) {
 	var snap tierSnap
 	if e.tiers != nil {
 		for i, d := range e.tiers.drivers {
-			if err := d.beginStep(); err != nil {
+			if err := d.BeginStep(); err != nil {
 				return st, fmt.Errorf("engine: step %d: rank %d: %w", step, i, err)
 			}
 		}

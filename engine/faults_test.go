@@ -273,7 +273,7 @@ func TestTierFaultInPass(t *testing.T) {
 func readTierState(t *testing.T, e *Engine) (params, master [][]float32) {
 	t.Helper()
 	for _, d := range e.tiers.drivers {
-		d.pause() // its error is the one the step returned
+		d.Pause() // its error is the one the step returned
 	}
 	defer e.tiers.resume()
 	for _, r := range e.ranks {

@@ -256,7 +256,7 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 				ph = prefetch.Backward
 			}
 			var err error
-			lease, err = r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
+			lease, err = r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
 			if err != nil {
 				h.fail(err)
 				h.dropGathered(g) // not live yet: fail did not free it
@@ -282,7 +282,7 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 		r.tr.comm.span(from, g.ready, TraceComm, fmt.Sprintf("allgather %s (%s)", r.e.layout.Chunks[c].Name, pass), map[string]any{"chunk": c, "pass": pass.String()})
 	}
 	if lease != nil {
-		r.driver().done(lease, g.ready)
+		r.driver().Done(lease, g.ready)
 	}
 	return g
 }

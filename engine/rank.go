@@ -249,10 +249,10 @@ func (r *rank) backward(step int64) error {
 	r.h.freeAll()
 	r.freeGrads()
 	if e.tiers != nil {
-		r.driver().settle()
+		r.driver().Settle()
 		// A move that failed during the pass (one the rank did not wait
 		// for) fails the step here, before any rank updates.
-		keep(r.driver().failure())
+		keep(r.driver().Err())
 	}
 	if err := r.h.takeErr(); err != nil {
 		return err // the cause; what followed from it is secondary
@@ -285,14 +285,14 @@ func (r *rank) reduced(c int, failed bool) error {
 	if r.e.tiers == nil {
 		return nil
 	}
-	l, err := r.driver().use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
+	l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
 	if err == nil {
 		r.dev.CopyDeviceToHost(r.cs, l.Bytes(), g, 0)
 	}
 	ev := r.dev.NewEvent()
 	r.cs.Record(ev)
 	if l != nil {
-		r.driver().done(l, ev)
+		r.driver().Done(l, ev)
 	}
 	if r.e.gradTiered { // off the device once copied
 		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
@@ -405,25 +405,25 @@ func (r *rank) stepHost(c int, cp cpuadam.Params) error {
 	defer func() {
 		for _, l := range ls {
 			if l != nil {
-				d.done(l, nil)
+				d.Done(l, nil)
 			}
 		}
 	}()
 	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-		l, err := d.use(acc(state, prefetch.Update))
+		l, err := d.Use(acc(state, prefetch.Update))
 		if err != nil {
 			return err
 		}
 		ls[i] = l
 	}
-	l, err := d.use(acc(shard.Grad, prefetch.Read))
+	l, err := d.Use(acc(shard.Grad, prefetch.Read))
 	if err != nil {
 		return err
 	}
 	ls[4] = l
 	var out []byte
 	if e.paramTiered(c) {
-		l, err := d.use(acc(shard.Param, prefetch.Write))
+		l, err := d.Use(acc(shard.Param, prefetch.Write))
 		if err != nil {
 			return err
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/strata-ai/strata/config"
@@ -221,7 +220,7 @@ func (t *tiers) open(poolBytes int64) error {
 	if err := t.openSwap(); err != nil {
 		return err
 	}
-	so := tier.Options{Host: t.pool, HostBudgetBytes: t.hostBudget, Swap: t.swap, OnComplete: t.onComplete, HBMBudgetBytes: max(t.hbmBudget, 1)}
+	so := tier.Options{Host: t.pool, HostBudgetBytes: t.hostBudget, Swap: t.swap, HBMBudgetBytes: max(t.hbmBudget, 1)}
 	for _, r := range e.ranks {
 		so.Devices = append(so.Devices, r.dev)
 	}
@@ -331,14 +330,6 @@ func (t *tiers) openSwap() error {
 	return nil
 }
 
-// onComplete is the store's completion callback: it wakes the rank's
-// driver, which reaps the move (it must not block).
-func (t *tiers) onComplete(m tier.Move, _ error) {
-	if r := int(m.Key.Rank); r >= 0 && r < len(t.drivers) {
-		t.drivers[r].wake()
-	}
-}
-
 // now is the planner's clock.
 func (t *tiers) now() time.Duration { return time.Since(t.t0) }
 
@@ -385,7 +376,7 @@ func (t *tiers) readShard(k shard.Key) ([]byte, error) {
 func (t *tiers) pause() error {
 	var first error
 	for _, d := range t.drivers {
-		if err := d.pause(); err != nil && first == nil {
+		if err := d.Pause(); err != nil && first == nil {
 			first = err
 		}
 	}
@@ -394,14 +385,14 @@ func (t *tiers) pause() error {
 
 func (t *tiers) resume() {
 	for _, d := range t.drivers {
-		d.resume()
+		d.Resume()
 	}
 }
 
 func (t *tiers) close() error {
 	var errs []error
 	for _, d := range t.drivers {
-		d.stop()
+		d.Close()
 	}
 	if t.store != nil {
 		if err := t.store.Close(); err != nil {
@@ -442,376 +433,48 @@ func (t *tiers) close() error {
 	return nil
 }
 
-// driver runs one rank's planner against the shared store: the rank's
-// goroutine tells it of accesses and releases (use, done), a goroutine of
-// its own reaps completed moves and issues moves when they fall due
-// (WakeAt). Every planner call happens under mu.
+// driver is one rank's handle on the tier runtime: the tier.Runner that
+// executes the rank's planner on the store (the rank declares accesses with
+// Use and ends them with Done; Settle, BeginStep, Pause, Resume, Close), and
+// the planner itself, whose counters and bandwidths only the engine reads
+// and sets, through the runner (which serializes planner calls).
 type driver struct {
-	t    *tiers
-	rank int
+	*tier.Runner
 	p    *prefetch.Planner
-
-	mu     sync.Mutex
-	cond   *sync.Cond
-	flying []flight // submitted moves not yet reaped
-	held   []held   // leases whose compute is enqueued but may still run
-	err    error    // the first failure: the rank stops
-	paused bool
-	stall  [shard.TierCount]time.Duration // the rank's wait for shards, by access tier
-
-	kick    chan struct{}
-	quit    chan struct{}
-	stopped chan struct{}
-	timer   *time.Timer
-	// evq hands the events behind held leases to the waiter, which wakes
-	// the loop when each completes (in order; full: the lease waits for
-	// the rank's next access, as it would without the waiter).
-	evq    chan gpu.Event
-	waited chan struct{} // closed when the waiter has returned
+	rank int
 }
 
-type flight struct {
-	m  prefetch.Move
-	op *tier.Op
-	// The timeline only (Options.Trace): when the move was submitted, and
-	// the move (submitted at afterAt) filling the copy it copies, if any.
-	at, afterAt time.Time
-	after       *tier.Op
-}
-
-type held struct {
-	l  *tier.Lease
-	ev gpu.Event // nil: done now
-}
-
+// newDriver starts rank r's runner, reporting its moves and stalls to the
+// engine's Tracer when there is one.
 func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
-	d := &driver{t: t, rank: r, p: p, kick: make(chan struct{}, 1), quit: make(chan struct{}), stopped: make(chan struct{}),
-		evq: make(chan gpu.Event, 64), waited: make(chan struct{})}
-	d.cond = sync.NewCond(&d.mu)
-	d.timer = time.NewTimer(time.Hour)
-	d.timer.Stop()
-	go d.loop()
-	go d.waiter()
-	return d
-}
-
-// waiter wakes the loop as soon as the compute behind a held lease has
-// completed, so that the lease is released then and not at the rank's next
-// access: the planner may be waiting for that copy's room to stage the
-// next shard (Belady's victim is often the shard just used). One goroutine
-// per driver, taking the events in the order the leases were handed over.
-func (d *driver) waiter() {
-	defer close(d.waited)
-	for {
-		select {
-		case <-d.quit:
-			return
-		case ev := <-d.evq:
-			ev.Synchronize()
-			d.wake()
+	o := tier.RunnerOptions{Rank: int32(r), Clock: t.now}
+	if tr := t.e.opts.Trace; tr != nil {
+		o.OnMove = func(sp tier.MoveSpan) {
+			tr.move(r, sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
 		}
+		o.OnStall = func(a shard.Access, start time.Time, waited time.Duration) { tr.stall(r, a, start, waited) }
 	}
-}
-
-func (d *driver) wake() {
-	select {
-	case d.kick <- struct{}{}:
-	default:
-	}
-}
-
-func (d *driver) loop() {
-	defer close(d.stopped)
-	for {
-		select {
-		case <-d.quit:
-			return
-		case <-d.kick:
-		case <-d.timer.C:
-		}
-		d.mu.Lock()
-		d.releaseLocked(false)
-		d.pumpLocked()
-		d.mu.Unlock()
-	}
-}
-
-func (d *driver) stop() {
-	select {
-	case <-d.quit:
-	default:
-		close(d.quit)
-		<-d.stopped
-		<-d.waited // the ranks' streams are synchronized: its event has completed
-	}
-	d.timer.Stop()
-}
-
-func (d *driver) failLocked(err error) {
-	if d.err == nil {
-		d.err = err // the store's errors name the shard (chunk, rank, state); the step names the rank
-	}
-}
-
-// pumpLocked reaps completed moves, tells the planner, issues what it asks
-// next, and wakes the rank.
-func (d *driver) pumpLocked() {
-	for round := 0; ; round++ {
-		progress := false
-		now := d.t.now()
-		for i := 0; i < len(d.flying); {
-			f := d.flying[i]
-			if !f.op.Done() {
-				i++
-				continue
-			}
-			d.flying[i] = d.flying[len(d.flying)-1]
-			d.flying = d.flying[:len(d.flying)-1]
-			progress = true
-			if d.t.e.opts.Trace != nil {
-				d.traceMove(f)
-			}
-			if err := f.op.Err(); err != nil {
-				d.failLocked(err)
-				continue
-			}
-			if !f.m.Instant() {
-				d.p.Completed(f.m, now)
-			}
-		}
-		if d.err == nil && !d.paused {
-			if ms := d.p.Next(now); len(ms) > 0 {
-				d.submitLocked(ms)
-				progress = true
-			}
-		}
-		if !progress || round > 64 {
-			break
-		}
-	}
-	if w, ok := d.p.WakeAt(); ok && d.err == nil && !d.paused {
-		d.timer.Reset(max(w-d.t.now(), 0))
-	}
-	d.cond.Broadcast()
-}
-
-func (d *driver) submitLocked(ms []prefetch.Move) {
-	for _, m := range ms {
-		if d.err != nil {
-			return
-		}
-		var at time.Time
-		if d.t.e.opts.Trace != nil {
-			at = time.Now()
-		}
-		op, err := d.t.store.Submit(tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: m.Reason})
-		if err != nil {
-			d.failLocked(fmt.Errorf("the store refused the planner's %s: %w", m, err))
-			return
-		}
-		f := flight{m: m, op: op}
-		if d.t.e.opts.Trace != nil {
-			f.at = at
-			for _, g := range d.flying {
-				if g.m.Key == m.Key && g.m.To == m.From && !g.m.Instant() {
-					f.after, f.afterAt = g.op, g.at
-				}
-			}
-		}
-		d.flying = append(d.flying, f)
-	}
-}
-
-// traceMove records a reaped move that put bytes on a link: from its
-// submit, or from the arrival of the copy it copies when that came later
-// (the store starts it then), to its completion.
-func (d *driver) traceMove(f flight) {
-	n := f.op.Bytes()
-	if n == 0 && f.op.Err() == nil {
-		return // instant, a no-op, or a blank read: no link was used
-	}
-	start, end := f.at, f.at.Add(f.op.Duration())
-	if f.after != nil && f.after.Done() {
-		if a := f.afterAt.Add(f.after.Duration()); a.After(start) {
-			start = a
-			if start.After(end) {
-				start = end
-			}
-		}
-	}
-	d.t.e.opts.Trace.move(d.rank, f.m, start, end.Sub(start), n, d.t.specs[f.m.Key].SizeBytes(), f.op.Err())
-}
-
-// releaseLocked ends the held leases whose compute has completed (all of
-// them, waiting, when wait is set). It may run on the rank's goroutine and
-// on the driver's loop at once: it waits with mu unlocked, so it scans
-// d.held again under the lock after every wait.
-func (d *driver) releaseLocked(wait bool) {
-	for {
-		j := 0
-		for _, h := range d.held {
-			if h.ev != nil && !h.ev.Done() {
-				d.held[j] = h
-				j++
-				continue
-			}
-			k := h.l.Key()
-			h.l.Release()
-			d.p.Release(k, d.t.now())
-		}
-		clear(d.held[j:])
-		d.held = d.held[:j]
-		if !wait || len(d.held) == 0 {
-			return
-		}
-		ev := d.held[0].ev
-		d.mu.Unlock()
-		ev.Synchronize()
-		d.mu.Lock()
-	}
-}
-
-// use begins access a: it tells the planner, waits until the shard is
-// ready in a.Tier, and leases it there (Write for Update and Write
-// accesses). The wait counts as the rank's stall on a.Tier.
-func (d *driver) use(a prefetch.Access) (*tier.Lease, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.err != nil {
-		return nil, d.err
-	}
-	d.releaseLocked(false)
-	d.pumpLocked()
-	now := d.t.now()
-	_, ms, err := d.p.Access(a, now)
+	run, err := tier.NewRunner(t.store, p, o)
 	if err != nil {
-		d.failLocked(err)
-		return nil, d.err
+		panic(fmt.Sprintf("engine: rank %d: %v", r, err)) // a fresh store, one runner per rank
 	}
-	d.submitLocked(ms)
-	var t0 time.Time
-	for d.err == nil && !d.p.Ready(a) {
-		if t0.IsZero() {
-			t0 = time.Now()
-		}
-		d.pumpLocked()
-		if d.err != nil || d.p.Ready(a) {
-			break
-		}
-		switch {
-		case len(d.held) > 0:
-			// The planner may wait for room that a held lease gives back.
-			d.releaseLocked(true)
-			d.pumpLocked()
-		case len(d.flying) == 0:
-			if _, ok := d.p.WakeAt(); !ok {
-				d.failLocked(fmt.Errorf("planner stalled: %s is not ready and nothing is in flight", a))
-			} else {
-				d.cond.Wait()
-			}
-		default:
-			d.cond.Wait()
-		}
-	}
-	if !t0.IsZero() {
-		w := time.Since(t0)
-		d.stall[a.Tier] += w
-		if tr := d.t.e.opts.Trace; tr != nil {
-			tr.stall(d.rank, a, t0, w)
-		}
-	}
-	if d.err != nil {
-		return nil, d.err
-	}
-	mode := tier.Read
-	if a.Kind != prefetch.Read {
-		mode = tier.Write
-	}
-	l, err := d.t.store.Acquire(a.Key, a.Tier, mode)
-	if err != nil {
-		d.failLocked(err)
-		d.p.Release(a.Key, d.t.now())
-		return nil, d.err
-	}
-	return l, nil
-}
-
-// done ends a lease once ev (recorded after the compute that uses it) has
-// completed; nil: now.
-func (d *driver) done(l *tier.Lease, ev gpu.Event) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.held = append(d.held, held{l, ev})
-	if ev == nil || ev.Done() {
-		d.releaseLocked(false)
-		d.pumpLocked()
-		return
-	}
-	select {
-	case d.evq <- ev: // released when it completes (waiter)
-	default:
-	}
-}
-
-// settle releases every held lease (the rank has synchronized its streams).
-func (d *driver) settle() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.releaseLocked(true)
-	d.pumpLocked()
-}
-
-func (d *driver) beginStep() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.releaseLocked(true)
-	d.p.BeginStep(d.t.now())
-	d.pumpLocked()
-	return d.err
-}
-
-func (d *driver) pause() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.paused = true
-	d.releaseLocked(true)
-	for {
-		d.pumpLocked()
-		if len(d.flying) == 0 {
-			break
-		}
-		d.cond.Wait()
-	}
-	return d.err
-}
-
-func (d *driver) resume() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.paused = false
-	d.pumpLocked()
+	return &driver{Runner: run, p: p, rank: r}
 }
 
 // setBandwidth hands the planner new link bandwidths (between steps).
 func (d *driver) setBandwidth(bw [prefetch.LinkCount]float64) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.p.SetBandwidth(bw); err != nil {
+	var err error
+	d.Do(func() { err = d.p.SetBandwidth(bw) })
+	if err != nil {
 		panic(fmt.Sprintf("engine: measured bandwidths %v: %v", bw, err)) // clamped positive and finite
 	}
 }
 
 // stats returns the planner's counters and the rank's stall.
 func (d *driver) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.p.Stats(), d.stall
-}
-
-func (d *driver) failure() error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.err
+	var ps prefetch.Stats
+	d.Do(func() { ps = d.p.Stats() })
+	return ps, d.Stall()
 }
 
 // TierStats are one step's figures of the tier store and the planners.

@@ -86,7 +86,7 @@ func (p *Planner) adopt(tr Trace) {
 func (p *Planner) keepHistory(tr Trace) {
 	same := len(tr.Accesses) == len(p.known.Accesses)
 	for i := 0; same && i < len(tr.Accesses); i++ {
-		same = p.known.Accesses[i].sameSlot(tr.Accesses[i])
+		same = p.known.Accesses[i].SameSlot(tr.Accesses[i])
 	}
 	if !same {
 		p.hist = p.hist[:0]

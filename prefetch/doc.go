@@ -54,8 +54,8 @@
 // # Lifecycle
 //
 // New(residency, options) starts in recording mode (no trace: every access
-// is fetched on demand) unless SetTrace loads one. The engine then drives it
-// from one goroutine:
+// is fetched on demand) unless SetTrace loads one. A tier.Runner (one per
+// rank, wired by the engine) then drives it from one goroutine at a time:
 //
 //	p.BeginStep(now)                     // at the start of every step
 //	hit, moves, err := p.Access(a, now)  // before the compute uses a shard; pins it
@@ -141,7 +141,7 @@
 //
 // # Cost
 //
-// The engine calls Next after every event (about 12 times per access in
+// The runner calls Next after every event (about 12 times per access in
 // BenchmarkPlannerStep), but most calls follow nothing but the passing of
 // time: Next then keeps the last plan, shifted by the move of the predicted
 // start of the next access (ALAP is invariant under a shift of every

@@ -9,8 +9,8 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 )
 
-// Reason says why a Move exists (shared with tier through internal/shard,
-// so the store executes a planned move by the same reason).
+// Reason says why a Move exists (shard.Reason: the store executes a
+// planned move by the same reason).
 type Reason = shard.Reason
 
 const (
@@ -28,44 +28,9 @@ const (
 	Alloc = shard.Alloc
 )
 
-// Move is one instruction to the store.
-type Move struct {
-	ID        uint64
-	Key       shard.Key
-	From, To  shard.Tier
-	SizeBytes int64
-	Reason    Reason
-	// WriteBehind marks a Prefetch that copies a dirty copy one tier down
-	// to its home while the link is idle, keeping the source: the copy is
-	// clean when it lands, so its eviction later is instant. The store
-	// executes it as any Prefetch (copy From -> To, the From copy stays).
-	WriteBehind bool
-}
-
-// Instant reports whether the move completes as the store applies it (Evict,
-// Alloc): the planner has already counted it done and expects no Completed.
-func (m Move) Instant() bool { return m.Reason == Evict || m.Reason == Alloc }
-
-// Link is the link a transfer uses; false for instant moves.
-func (m Move) Link() (Link, bool) {
-	if m.Instant() {
-		return 0, false
-	}
-	return LinkOf(m.From, m.To)
-}
-
-func (m Move) String() string {
-	switch m.Reason {
-	case Evict:
-		return fmt.Sprintf("evict %s from %s", m.Key, m.From)
-	case Alloc:
-		return fmt.Sprintf("alloc %s in %s (%d B)", m.Key, m.To, m.SizeBytes)
-	}
-	if m.WriteBehind {
-		return fmt.Sprintf("writebehind %s %s->%s (%d B)", m.Key, m.From, m.To, m.SizeBytes)
-	}
-	return fmt.Sprintf("%s %s %s->%s (%d B)", m.Reason, m.Key, m.From, m.To, m.SizeBytes)
-}
+// Move is one instruction to the store: shard.Move, the type tier
+// executes, so a planned move is submitted as it is.
+type Move = shard.Move
 
 // Stats are the planner's counters since New.
 type Stats struct {
@@ -399,7 +364,7 @@ func (p *Planner) Access(a Access, now time.Duration) (hit bool, moves []Move, e
 	p.planned = false
 	ri := p.rec.Begin(a, now)
 	if len(p.trace) > 0 && !p.diverged {
-		if p.pos >= len(p.trace) || !p.known.Accesses[p.pos].sameSlot(a) {
+		if p.pos >= len(p.trace) || !p.known.Accesses[p.pos].SameSlot(a) {
 			p.diverged = true
 			p.stats.Divergences++
 		}

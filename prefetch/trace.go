@@ -7,78 +7,35 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 )
 
-// Phase is the part of a training step an access belongs to.
-type Phase uint8
+// Phase is the part of a training step an access belongs to (shard.Phase).
+type Phase = shard.Phase
 
 const (
-	Forward Phase = iota
-	Backward
-	Optimizer
+	Forward   = shard.Forward
+	Backward  = shard.Backward
+	Optimizer = shard.Optimizer
 )
 
-func (p Phase) String() string {
-	switch p {
-	case Forward:
-		return "fwd"
-	case Backward:
-		return "bwd"
-	case Optimizer:
-		return "opt"
-	}
-	return fmt.Sprintf("phase(%d)", uint8(p))
-}
-
-// Kind says what the compute does with the shard.
-type Kind uint8
+// Kind says what the compute does with the shard (shard.Kind: the store
+// leases by the same kind).
+type Kind = shard.Kind
 
 const (
 	// Read needs the current contents in the access tier (params in
 	// forward/backward, a gradient read by the optimizer).
-	Read Kind = iota
+	Read = shard.Read
 	// Update reads and rewrites in place (master, m, v in the optimizer):
 	// the copy is dirty after Release.
-	Update
+	Update = shard.Update
 	// Write produces the shard without reading it (a gradient in backward,
 	// the new bf16 param written by the optimizer): only space is needed,
 	// and every other copy is stale after Release.
-	Write
+	Write = shard.Write
 )
 
-func (k Kind) String() string {
-	switch k {
-	case Read:
-		return "read"
-	case Update:
-		return "update"
-	case Write:
-		return "write"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
-
-// Access is one use of one shard by the compute.
-type Access struct {
-	Key   shard.Key
-	Phase Phase
-	// Tier is where the compute needs the shard: HBM for params in forward
-	// and backward, Host for master/m/v/grad in the optimizer.
-	Tier      shard.Tier
-	Kind      Kind
-	SizeBytes int64
-	// Compute is the measured time from the moment the shard was ready to
-	// the start of the next access: the compute this access feeds. It is
-	// what deadlines are summed from. Ignored by Planner.Access.
-	Compute time.Duration
-}
-
-func (a Access) String() string {
-	return fmt.Sprintf("%s %s@%s %s", a.Phase, a.Key, a.Tier, a.Kind)
-}
-
-// sameSlot reports whether b is the access the trace predicted (a).
-func (a Access) sameSlot(b Access) bool {
-	return a.Key == b.Key && a.Tier == b.Tier && a.Kind == b.Kind
-}
+// Access is one use of one shard by the compute (shard.Access). Its
+// Compute is what deadlines are summed from; Planner.Access ignores it.
+type Access = shard.Access
 
 // Trace is the recorded sequence of accesses of one training step. The
 // planner treats it as cyclic: step t+1 repeats step t.

@@ -2,7 +2,9 @@
 // each (chunk, rank, state) is (HBM of its device, pinned host RAM, an NVMe
 // swap extent), where it is going, who holds it — and executes the moves
 // between those tiers under byte budgets that are never exceeded. It does not
-// choose moves: prefetch plans them, the engine hands them to Submit.
+// choose moves: a planner (prefetch.Planner, through the small Planner
+// interface declared here) plans them, and a Runner per rank hands them to
+// the store.
 //
 // # The arithmetic it rests on
 //
@@ -37,8 +39,8 @@
 // one copy makes every other copy stale; a shard is dirty while its home copy
 // is not valid.
 //
-// Moves (Submit, or Fetch and Evict) follow prefetch.Move: Prefetch and
-// Demand copy From -> To; WriteBack copies and then drops From; Evict drops
+// Moves (Submit, or Fetch and Evict) are shard.Move, the type prefetch plans
+// with: Prefetch (a write-behind included) and Demand copy From -> To; WriteBack copies and then drops From; Evict drops
 // From, after writing it back (to To, else home) when it is the only valid
 // copy; Alloc reserves space. Adjacent tiers are one hop: HBM->host (a
 // device-to-host copy on the device's copy stream, completion by event),
@@ -53,15 +55,35 @@
 // Instant moves (a clean Evict, Alloc, a copy whose destination is already
 // valid) are done when Submit returns; every other move also calls
 // Options.OnComplete once, from a store goroutine, after the residency
-// reflects its outcome, so the engine and the planner learn of completion
-// without polling.
+// reflects its outcome, and wakes the Runner of the shard's rank, so the
+// planner learns of completion without polling.
 //
-// Leases: Acquire(key, tier, mode) returns the copy's memory (a gpu.Buffer in
-// HBM, a []byte of pinned memory in host) and pins it. Acquire blocks while a
-// move fills that copy (the wait is counted per tier in Stats.Waited); a
-// Write lease also waits until no move reads the copy. A leased copy is never
-// dropped, evicted or overwritten: such a move is refused with ErrLeased;
-// eviction never waits (the planner picks unpinned victims).
+// Leases: Acquire(key, tier, kind) returns the copy's memory (a gpu.Buffer in
+// HBM, a []byte of pinned memory in host) and pins it, for an access of that
+// kind (shard.Kind, the kind the planner plans with): Read and Update need
+// the newest data; Update and Write leases also wait until no move reads the
+// copy and make it the newest version at Release. Acquire blocks while a
+// move fills that copy (the wait is counted per tier in Stats.Waited). A
+// leased copy is never dropped, evicted or overwritten: such a move is
+// refused with ErrLeased; eviction never waits (the planner picks unpinned
+// victims).
+//
+// # Runner
+//
+// A Runner executes one rank's planner on the store. The rank declares each
+// access (Use: the planner is told, the runner waits until the shard is
+// ready in the access tier, counting the wait as stall, and leases it) and
+// ends it when the compute that used it is done (Done with a gpu.Event: a
+// waiter goroutine releases the lease the moment the event completes, so
+// its room goes back to the planner then). A goroutine per runner reaps
+// completed moves (the store wakes the runner of the move's rank), tells
+// the planner, and submits the moves it asks for, including those that fall
+// due later (Planner.WakeAt). Pause waits for the moves in flight and stops
+// new ones until Resume; BeginStep marks a step for the planner. The first
+// failure stops the rank: a move that failed (its *MoveError), a move the
+// store refused, an access the planner cannot serve; Use and BeginStep
+// return it from then on. RunnerOptions.OnMove and OnStall report every
+// move and stall to a timeline.
 //
 // # Errors and faults
 //
@@ -93,6 +115,12 @@
 //	l, err := s.Acquire(key, shard.Host, tier.Write) // waits for op
 //	... l.Bytes() ...
 //	l.Release()
+//
+//	run, err := tier.NewRunner(s, planner, tier.RunnerOptions{Rank: r})
+//	l, err = run.Use(shard.Access{Key: key, Tier: shard.Host, Kind: shard.Update})
+//	... compute, then record ev ...
+//	run.Done(l, ev)
+//	run.Close() // before the store
 //	s.Close() // cancels moves not started, waits for the rest, frees every copy
 //
 // The store owns none of its resources: close it before the swap, the nvme

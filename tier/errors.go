@@ -46,6 +46,16 @@ func (e *MoveError) Error() string {
 
 func (e *MoveError) Unwrap() error { return e.Err }
 
+// inner presents an error of this package (a *MoveError kept as a copy's
+// cause) inside another one: errors.Is and As still see it, and its message
+// drops the "tier: " prefix the outer error already has, so the chain names
+// the package once.
+type inner struct{ err error }
+
+func (e inner) Error() string { return strings.TrimPrefix(e.err.Error(), "tier: ") }
+
+func (e inner) Unwrap() error { return e.err }
+
 // ChunkUse is the bytes one chunk holds in a tier.
 type ChunkUse struct {
 	Chunk shard.ChunkID

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/gpu/cpu"
@@ -27,6 +28,7 @@ type rigConfig struct {
 	stripeBytes     int64
 	nvmeBudgetBytes int64
 	faults          []nvme.Fault
+	wrap            func(nvme.Device) nvme.Device // wraps the device (after faults)
 	onComplete      func(Move, error)
 }
 
@@ -110,6 +112,9 @@ func newRig(t testing.TB, c rigConfig) *rig {
 		if len(c.faults) > 0 {
 			r.faulty = nvme.NewFaulty(eng, c.faults...)
 			dev = r.faulty
+		}
+		if c.wrap != nil {
+			dev = c.wrap(dev)
 		}
 		t.Cleanup(func() { eng.Close() })
 		for range c.swapPaths {
@@ -232,4 +237,17 @@ func checkBudgets(t testing.TB, st Stats) {
 func checkLeaks(t *testing.T) {
 	t.Helper()
 	leaktest.Check(t)
+}
+
+// checkOnce fails unless err names this package once: an error of tier kept
+// as a cause and wrapped again must not repeat "tier:".
+func checkOnce(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		t.Error("no error")
+		return
+	}
+	if n := strings.Count(err.Error(), "tier:"); n != 1 {
+		t.Errorf("error %q names tier %d times, want once", err, n)
+	}
 }

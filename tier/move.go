@@ -1,14 +1,13 @@
 package tier
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/strata-ai/strata/internal/shard"
 )
 
-// Reason says what a Move asks of the store. It is shard.Reason, the type
-// prefetch plans with, so a planned move converts field by field.
+// Reason says what a Move asks of the store (shard.Reason, the reason
+// prefetch plans with).
 type Reason = shard.Reason
 
 const (
@@ -28,26 +27,29 @@ const (
 
 const reasonCount = shard.Reason(shard.ReasonCount)
 
-// Move is one instruction to the store. It has the fields of prefetch.Move:
-//
-//	tier.Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: m.Reason}
-type Move struct {
-	ID        uint64 // the caller's; the store only carries it
-	Key       shard.Key
-	From, To  shard.Tier
-	SizeBytes int64 // informative; the store uses the registered size
-	Reason    Reason
-}
+// Move is one instruction to the store: shard.Move, the type prefetch plans
+// with, so a planned move is submitted as it is. The store ignores
+// WriteBehind (it is a Prefetch) and SizeBytes (it uses the registered size).
+type Move = shard.Move
 
-func (m Move) String() string {
-	switch m.Reason {
-	case Evict:
-		return fmt.Sprintf("evict %s from %s", m.Key, m.From)
-	case Alloc:
-		return fmt.Sprintf("alloc %s in %s", m.Key, m.To)
-	}
-	return fmt.Sprintf("%s %s %s->%s", m.Reason, m.Key, m.From, m.To)
-}
+// Kind is what a lease holder does with the copy (shard.Kind, the kind of
+// the access the lease serves).
+type Kind = shard.Kind
+
+const (
+	// Read leases share the copy with other leases and with moves reading
+	// it; the copy must hold the newest data.
+	Read = shard.Read
+	// Update leases read and rewrite the copy: it must hold the newest
+	// data, as for Read, and the lease is exclusive of moves, as for Write.
+	Update = shard.Update
+	// Write leases wait until no move reads the copy; moves from the copy
+	// wait until the lease is released. The copy's old contents are
+	// undefined (space reserved by Alloc will do). Release makes the copy
+	// the newest: every other copy becomes stale, and the shard is dirty
+	// unless the copy is home.
+	Write = shard.Write
+)
 
 // Link is a one-way path between adjacent tiers (shard.Link, as prefetch's).
 type Link = shard.Link

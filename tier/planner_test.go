@@ -10,49 +10,20 @@ import (
 	"github.com/strata-ai/strata/prefetch"
 )
 
-// TestReasonsMatchPrefetch: tier.Move is prefetch.Move with tier.Reason for
-// prefetch.Reason and the same numbering of links, so the engine converts
-// with a field-by-field copy.
-func TestReasonsMatchPrefetch(t *testing.T) {
-	for r := prefetch.Prefetch; r <= prefetch.Alloc; r++ {
-		if Reason(r).String() != r.String() {
-			t.Errorf("reason %d: tier %q, prefetch %q", r, Reason(r), r)
-		}
-		m := prefetch.Move{Reason: r}
-		if Instant := Reason(r) == Evict || Reason(r) == Alloc; Instant != m.Instant() {
-			t.Errorf("reason %s: instant differs", r)
-		}
-	}
-	for l := range prefetch.LinkCount {
-		if Link(l).String() != prefetch.Link(l).String() {
-			t.Errorf("link %d: tier %q, prefetch %q", l, Link(l), prefetch.Link(l))
-		}
-	}
-}
-
-func fromPlanner(m prefetch.Move) Move {
-	return Move{ID: m.ID, Key: m.Key, From: m.From, To: m.To, SizeBytes: m.SizeBytes, Reason: Reason(m.Reason)}
-}
-
 // TestPlannerDriven runs three training steps of a two-chunk model whose
-// optimizer state lives on NVMe, as the engine will: the planner decides
-// the moves, the store executes them, leases serve the accesses. Every
+// optimizer state lives on NVMe, as the engine does: a Runner executes the
+// planner's moves on the store and serves the accesses with leases. Every
 // access sees the newest data (params written by the optimizer, master
 // weights updated in place and written back to NVMe), every move the
-// planner issues is accepted, and no budget is exceeded.
+// planner issues is accepted (a refusal fails Use), no eviction the
+// planner thought clean has to write back, and no budget is exceeded.
 func TestPlannerDriven(t *testing.T) {
 	const unit = 4096 // every size a multiple of the pinned and swap alignment: the planner's bytes are the store's
 	budget := [shard.TierCount]int64{shard.HBM: 3 * unit, shard.Host: 6 * unit}
 	r := newRig(t, rigConfig{hbmBudgetBytes: budget[shard.HBM], hostBudgetBytes: budget[shard.Host], swapBytes: 4 << 20})
-	key := func(c shard.ChunkID, s shard.State) shard.Key { return shard.Key{Chunk: c, State: s} }
-	specs := map[shard.Key]Spec{}
-	res := prefetch.Residency{}
+	specs := plannedSpecs(unit)
 	want := map[shard.Key][]byte{}
-	for c := range shard.ChunkID(2) {
-		specs[key(c, shard.Param)] = Spec{Elems: unit / 2, DType: dtype.BF16, Home: shard.Host}
-		specs[key(c, shard.Grad)] = Spec{Elems: unit / 2, DType: dtype.BF16, Home: shard.Host}
-		specs[key(c, shard.Master)] = Spec{Elems: unit / 2, DType: dtype.F32, Home: shard.NVMe}
-	}
+	res := prefetch.Residency{}
 	for k, sp := range specs {
 		if err := r.s.Register(k, sp); err != nil {
 			t.Fatal(err)
@@ -62,7 +33,7 @@ func TestPlannerDriven(t *testing.T) {
 	}
 	// Initial params in their host homes.
 	for c := range shard.ChunkID(2) {
-		k := key(c, shard.Param)
+		k := plannedKey(c, shard.Param)
 		want[k] = pattern(k, 100, specs[k].SizeBytes())
 		r.put(t, k, shard.Host, want[k])
 	}
@@ -72,88 +43,26 @@ func TestPlannerDriven(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms := time.Millisecond
-	acc := func(ph prefetch.Phase, k shard.Key, tr shard.Tier, kind prefetch.Kind, d time.Duration) prefetch.Access {
-		return prefetch.Access{Key: k, Phase: ph, Tier: tr, Kind: kind, SizeBytes: specs[k].SizeBytes(), Compute: d}
-	}
-	var tr prefetch.Trace
-	for c := range shard.ChunkID(2) {
-		tr.Accesses = append(tr.Accesses, acc(prefetch.Forward, key(c, shard.Param), shard.HBM, prefetch.Read, 5*ms))
-	}
-	for c := shard.ChunkID(1); c >= 0; c-- {
-		tr.Accesses = append(tr.Accesses,
-			acc(prefetch.Backward, key(c, shard.Param), shard.HBM, prefetch.Read, 5*ms),
-			acc(prefetch.Backward, key(c, shard.Grad), shard.HBM, prefetch.Write, ms))
-	}
-	for c := shard.ChunkID(1); c >= 0; c-- {
-		tr.Accesses = append(tr.Accesses,
-			acc(prefetch.Optimizer, key(c, shard.Grad), shard.Host, prefetch.Read, 0),
-			acc(prefetch.Optimizer, key(c, shard.Master), shard.Host, prefetch.Update, 3*ms),
-			acc(prefetch.Optimizer, key(c, shard.Param), shard.Host, prefetch.Write, 0))
-	}
+	tr := plannedTrace(specs)
 	if err := p.SetTrace(tr); err != nil {
 		t.Fatal(err)
 	}
-
-	type flight struct {
-		m  prefetch.Move
-		op *Op
-	}
-	var pending []flight
-	now := time.Duration(0)
-	exec := func(moves []prefetch.Move) {
-		t.Helper()
-		for _, m := range moves {
-			op, err := r.s.Submit(fromPlanner(m))
-			if err != nil {
-				t.Fatalf("store refused the planner's %s: %v", m, err)
-			}
-			if m.Instant() {
-				if !op.Done() {
-					t.Fatalf("the planner's %s is instant, the store's is not (a dirty copy?)", m)
-				}
-				continue
-			}
-			pending = append(pending, flight{m, op})
+	run, err := NewRunner(r.s, p, RunnerOptions{OnMove: func(sp MoveSpan) {
+		if sp.Move.Instant() && sp.Err == nil {
+			t.Errorf("the planner's %s is instant, the store's is not (a dirty copy?)", sp.Move)
 		}
+	}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	reap := func() {
-		t.Helper()
-		f := pending[0]
-		pending = pending[1:]
-		if err := f.op.Wait(); err != nil {
-			t.Fatalf("%s: %v", f.m, err)
-		}
-		now += ms / 4
-		p.Completed(f.m, now)
-	}
+	defer run.Close()
 	version := uint64(0)
 	for step := range 3 {
-		p.BeginStep(now)
+		if err := run.BeginStep(); err != nil {
+			t.Fatal(err)
+		}
 		for _, a := range tr.Accesses {
-			_, moves, err := p.Access(a, now)
-			if err != nil {
-				t.Fatal(err)
-			}
-			exec(moves)
-			for i := 0; !p.Ready(a); i++ {
-				if i > 1000 {
-					t.Fatalf("step %d: %s never became ready", step, a)
-				}
-				if len(pending) > 0 {
-					reap()
-				} else if w, ok := p.WakeAt(); ok {
-					now = max(now, w)
-				} else {
-					now += ms
-				}
-				exec(p.Next(now))
-			}
-			mode := Read
-			if a.Kind != prefetch.Read {
-				mode = Write
-			}
-			l, err := r.s.Acquire(a.Key, a.Tier, mode)
+			l, err := run.Use(a)
 			if err != nil {
 				t.Fatalf("step %d: %s: %v", step, a, err)
 			}
@@ -169,31 +78,79 @@ func TestPlannerDriven(t *testing.T) {
 					copy(l.Bytes(), want[a.Key])
 				}
 			}
-			l.Release()
-			p.Release(a.Key, now)
-			now += a.Compute
-			exec(p.Next(now))
+			time.Sleep(a.Compute)
+			run.Done(l, nil)
 			checkBudgets(t, r.s.Stats())
 		}
 	}
-	for len(pending) > 0 {
-		reap()
-		exec(p.Next(now))
+	if err := run.Pause(); err != nil {
+		t.Fatal(err)
 	}
 	st := r.s.Stats()
 	checkBudgets(t, st)
+	if st.InFlight != 0 {
+		t.Errorf("%d moves in flight after Pause", st.InFlight)
+	}
 	if st.Links[HostToNVMe].Moves == 0 || st.Links[NVMeToHost].Moves == 0 {
 		t.Errorf("master weights never went through NVMe: %s", st)
 	}
-	// The newest master weights are where the store says they are.
+	checkMasters(t, r, want)
+	var ps prefetch.Stats
+	run.Do(func() { ps = p.Stats() })
+	t.Logf("planner: hit rate %.2f, moves %v; stall %v; store: %s", ps.HitRate(), ps.MoveCount, run.Stall(), st)
+}
+
+func plannedKey(c shard.ChunkID, s shard.State) shard.Key { return shard.Key{Chunk: c, State: s} }
+
+// plannedSpecs are two chunks of params and grads (home host, a unit each) and master
+// weights (home NVMe, two units each).
+func plannedSpecs(unit int) map[shard.Key]Spec {
+	specs := map[shard.Key]Spec{}
 	for c := range shard.ChunkID(2) {
-		k := key(c, shard.Master)
+		specs[plannedKey(c, shard.Param)] = Spec{Elems: unit / 2, DType: dtype.BF16, Home: shard.Host}
+		specs[plannedKey(c, shard.Grad)] = Spec{Elems: unit / 2, DType: dtype.BF16, Home: shard.Host}
+		specs[plannedKey(c, shard.Master)] = Spec{Elems: unit / 2, DType: dtype.F32, Home: shard.NVMe}
+	}
+	return specs
+}
+
+// plannedTrace is one step: forward, backward (params read, grads
+// written in HBM), optimizer (grads read, master updated, params written
+// in host).
+func plannedTrace(specs map[shard.Key]Spec) prefetch.Trace {
+	ms := time.Millisecond
+	acc := func(ph prefetch.Phase, k shard.Key, tr shard.Tier, kind prefetch.Kind, d time.Duration) prefetch.Access {
+		return prefetch.Access{Key: k, Phase: ph, Tier: tr, Kind: kind, SizeBytes: specs[k].SizeBytes(), Compute: d}
+	}
+	var tr prefetch.Trace
+	for c := range shard.ChunkID(2) {
+		tr.Accesses = append(tr.Accesses, acc(prefetch.Forward, plannedKey(c, shard.Param), shard.HBM, prefetch.Read, 5*ms))
+	}
+	for c := shard.ChunkID(1); c >= 0; c-- {
+		tr.Accesses = append(tr.Accesses,
+			acc(prefetch.Backward, plannedKey(c, shard.Param), shard.HBM, prefetch.Read, 5*ms),
+			acc(prefetch.Backward, plannedKey(c, shard.Grad), shard.HBM, prefetch.Write, ms))
+	}
+	for c := shard.ChunkID(1); c >= 0; c-- {
+		tr.Accesses = append(tr.Accesses,
+			acc(prefetch.Optimizer, plannedKey(c, shard.Grad), shard.Host, prefetch.Read, 0),
+			acc(prefetch.Optimizer, plannedKey(c, shard.Master), shard.Host, prefetch.Update, 3*ms),
+			acc(prefetch.Optimizer, plannedKey(c, shard.Param), shard.Host, prefetch.Write, 0))
+	}
+	return tr
+}
+
+// checkMasters reads the newest master weights from where the store says
+// they are (the runner is paused: nothing is in flight).
+func checkMasters(t *testing.T, r *rig, want map[shard.Key][]byte) {
+	for c := range shard.ChunkID(2) {
+		k := plannedKey(c, shard.Master)
 		where, _ := r.s.Where(k)
 		if where.Lost != nil {
 			t.Fatal(where.Lost)
 		}
 		if !where.Copies[shard.Host].Valid {
-			o := key(1-c, shard.Master) // make room: write the other one back
+			o := plannedKey(1-c, shard.Master) // make room: write the other one back
 			if w, _ := r.s.Where(o); w.Copies[shard.Host].Present {
 				r.mustWait(r.s.Evict(o, shard.Host))
 			}
@@ -204,6 +161,4 @@ func TestPlannerDriven(t *testing.T) {
 			t.Errorf("%s after three steps: err %v", k, err)
 		}
 	}
-	ps := p.Stats()
-	t.Logf("planner: hit rate %.2f, moves %v; store: %s", ps.HitRate(), ps.MoveCount, st)
 }

@@ -30,114 +30,47 @@ func TestRandomMoves(t *testing.T) {
 	}
 }
 
+const (
+	randomWorkers = 3
+	randomKeysPer = 5
+	randomSteps   = 400
+)
+
+// shardModel is what a shard must hold: the bytes of its last write.
+type shardModel struct {
+	key  shard.Key
+	want []byte
+}
+
+// randomCounts are the outcomes the test must have exercised.
+type randomCounts struct {
+	mu             sync.Mutex
+	budget, waited int // Submits refused for budget, moves waited for
+}
+
+func (c *randomCounts) add(budget, waited int) {
+	c.mu.Lock()
+	c.budget += budget
+	c.waited += waited
+	c.mu.Unlock()
+}
+
 func randomMoves(t *testing.T, seed uint64) {
 	checkLeaks(t)
-	const (
-		workers = 3
-		keysPer = 5
-		steps   = 400
-	)
 	hbmBudget, hostBudget, nvmeBudget := 48*units.KiB, 128*units.KiB, 640*units.KiB
 	r := newRig(t, rigConfig{devices: 2, hbmBudgetBytes: hbmBudget, poolBytes: 1 * units.MiB, hostBudgetBytes: hostBudget,
 		swapBytes: 4 * units.MiB, nvmeBudgetBytes: nvmeBudget, stripeBytes: 8 * units.KiB})
 	var (
-		mu      sync.Mutex
-		budgetN int
-		okMoves int
+		counts randomCounts
+		mu     sync.Mutex
+		all    []*shardModel
+		wg     sync.WaitGroup
 	)
-	type model struct {
-		key  shard.Key
-		want []byte
-	}
-	var all []*model
-	var wg sync.WaitGroup
-	for w := range workers {
+	for w := range randomWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, uint64(w)))
-			var keys []*model
-			for i := range keysPer {
-				k := shard.Key{Chunk: shard.ChunkID(w*keysPer + i), Rank: int32(rng.IntN(2)), State: shard.State(rng.IntN(shard.StateCount))}
-				elems := 64 * (1 + rng.IntN(96)) // 256 B .. 24 KiB of f32, a multiple of the device's 64 B granule
-				home := []shard.Tier{shard.Host, shard.NVMe, shard.NVMe, shard.HBM}[rng.IntN(4)]
-				if home == shard.Host && i > 0 {
-					home = shard.NVMe // keep host homes few, so the host tier has room to move
-				}
-				if err := r.s.Register(k, Spec{Elems: elems, DType: dtype.F32, Home: home}); err != nil {
-					if errors.Is(err, ErrBudget) {
-						continue
-					}
-					t.Error(err)
-					return
-				}
-				keys = append(keys, &model{key: k, want: make([]byte, elems*4)})
-			}
-			var ops []*Op
-			for step := 0; step < steps && !t.Failed(); step++ {
-				m := keys[rng.IntN(len(keys))]
-				switch x := rng.IntN(10); {
-				case x < 5: // a random move
-					mv := Move{Key: m.key, From: shard.Tier(rng.IntN(3)), To: shard.Tier(rng.IntN(3)), Reason: Reason(rng.IntN(int(reasonCount)))}
-					op, err := r.s.Submit(mv)
-					switch {
-					case err == nil:
-						ops = append(ops, op)
-					case errors.Is(err, ErrBudget):
-						mu.Lock()
-						budgetN++
-						mu.Unlock()
-					case errors.Is(err, ErrBusy), errors.Is(err, ErrNotResident), errors.Is(err, ErrBadMove):
-					default:
-						t.Errorf("%s: unexpected error %v", mv, err)
-					}
-				case x < 7 && len(ops) > 0: // wait for a move
-					i := rng.IntN(len(ops))
-					if err := ops[i].Wait(); err != nil {
-						t.Errorf("%s: %v", ops[i].Move(), err)
-					}
-					mu.Lock()
-					okMoves++
-					mu.Unlock()
-					ops = append(ops[:i], ops[i+1:]...)
-				case x < 8: // write a new version
-					tr := shard.Tier(rng.IntN(2))
-					l, err := r.s.Acquire(m.key, tr, Write)
-					if err != nil {
-						if !errors.Is(err, ErrNotResident) {
-							t.Errorf("write %s in %s: %v", m.key, tr, err)
-						}
-						continue
-					}
-					data := pattern(m.key, rng.Uint64(), int64(len(m.want)))
-					if tr == shard.HBM {
-						writeDevice(t, r, l.Buffer(), data)
-					} else {
-						copy(l.Bytes(), data)
-					}
-					l.Release()
-					m.want = data
-				default: // read and check
-					tr := shard.Tier(rng.IntN(2))
-					l, err := r.s.Acquire(m.key, tr, Read)
-					if err != nil {
-						if !errors.Is(err, ErrNotResident) {
-							t.Errorf("read %s in %s: %v", m.key, tr, err)
-						}
-						continue
-					}
-					if got := r.contents(t, l); !bytes.Equal(got, m.want) {
-						t.Errorf("step %d: %s in %s: a Read lease sees data that is not the last write", step, m.key, tr)
-					}
-					l.Release()
-				}
-				checkBudgets(t, r.s.Stats())
-			}
-			for _, op := range ops {
-				if err := op.Wait(); err != nil {
-					t.Errorf("%s: %v", op.Move(), err)
-				}
-			}
+			keys := randomWorker(t, r, seed, w, &counts)
 			mu.Lock()
 			all = append(all, keys...)
 			mu.Unlock()
@@ -147,8 +80,116 @@ func randomMoves(t *testing.T, seed uint64) {
 	if t.Failed() {
 		return
 	}
-	// Everything home (host copies first: HBM write-backs to NVMe need host
-	// staging), then read every shard back through host.
+	checkHome(t, r, all)
+	st := r.s.Stats()
+	checkBudgets(t, st)
+	for i, d := range r.devs {
+		if p := d.MemStats().PeakByKind[gpu.ModelState]; p > hbmBudget {
+			t.Errorf("device %d: model-state peak %d over the store's budget %d", i, p, hbmBudget)
+		}
+	}
+	if p := r.pool.Stats().PeakBytes; p > hostBudget {
+		t.Errorf("pinned pool peak %d over the host budget %d", p, hostBudget)
+	}
+	if counts.budget == 0 || counts.waited == 0 || st.Links[NVMeToHost].Moves == 0 || st.Links[HBMToHost].Moves == 0 {
+		t.Errorf("the test did not exercise the store: %d budget refusals, %d moves waited; %s", counts.budget, counts.waited, st)
+	}
+	t.Logf("%d budget refusals, %d moves waited; %s", counts.budget, counts.waited, st)
+}
+
+// randomWorker registers a few shards of its own and runs random moves,
+// writes and reads on them; it returns the shards with their last writes.
+func randomWorker(t *testing.T, r *rig, seed uint64, w int, counts *randomCounts) []*shardModel {
+	rng := rand.New(rand.NewPCG(seed, uint64(w)))
+	var keys []*shardModel
+	for i := range randomKeysPer {
+		k := shard.Key{Chunk: shard.ChunkID(w*randomKeysPer + i), Rank: int32(rng.IntN(2)), State: shard.State(rng.IntN(shard.StateCount))}
+		elems := 64 * (1 + rng.IntN(96)) // 256 B .. 24 KiB of f32, a multiple of the device's 64 B granule
+		home := []shard.Tier{shard.Host, shard.NVMe, shard.NVMe, shard.HBM}[rng.IntN(4)]
+		if home == shard.Host && i > 0 {
+			home = shard.NVMe // keep host homes few, so the host tier has room to move
+		}
+		if err := r.s.Register(k, Spec{Elems: elems, DType: dtype.F32, Home: home}); err != nil {
+			if errors.Is(err, ErrBudget) {
+				continue
+			}
+			t.Error(err)
+			return nil
+		}
+		keys = append(keys, &shardModel{key: k, want: make([]byte, elems*4)})
+	}
+	var ops []*Op
+	for step := 0; step < randomSteps && !t.Failed(); step++ {
+		m := keys[rng.IntN(len(keys))]
+		switch x := rng.IntN(10); {
+		case x < 5: // a random move
+			mv := Move{Key: m.key, From: shard.Tier(rng.IntN(3)), To: shard.Tier(rng.IntN(3)), Reason: Reason(rng.IntN(int(reasonCount)))}
+			op, err := r.s.Submit(mv)
+			switch {
+			case err == nil:
+				ops = append(ops, op)
+			case errors.Is(err, ErrBudget):
+				counts.add(1, 0)
+			case errors.Is(err, ErrBusy), errors.Is(err, ErrNotResident), errors.Is(err, ErrBadMove):
+			default:
+				t.Errorf("%s: unexpected error %v", mv, err)
+			}
+		case x < 7 && len(ops) > 0: // wait for a move
+			i := rng.IntN(len(ops))
+			if err := ops[i].Wait(); err != nil {
+				t.Errorf("%s: %v", ops[i].Move(), err)
+			}
+			counts.add(0, 1)
+			ops = append(ops[:i], ops[i+1:]...)
+		case x < 8: // write a new version
+			randomWrite(t, r, m, shard.Tier(rng.IntN(2)), rng.Uint64())
+		default: // read and check
+			tr := shard.Tier(rng.IntN(2))
+			l, err := r.s.Acquire(m.key, tr, Read)
+			if err != nil {
+				if !errors.Is(err, ErrNotResident) {
+					t.Errorf("read %s in %s: %v", m.key, tr, err)
+				}
+				continue
+			}
+			if got := r.contents(t, l); !bytes.Equal(got, m.want) {
+				t.Errorf("step %d: %s in %s: a Read lease sees data that is not the last write", step, m.key, tr)
+			}
+			l.Release()
+		}
+		checkBudgets(t, r.s.Stats())
+	}
+	for _, op := range ops {
+		if err := op.Wait(); err != nil {
+			t.Errorf("%s: %v", op.Move(), err)
+		}
+	}
+	return keys
+}
+
+// randomWrite writes a new version of m's shard through a Write lease in tr.
+func randomWrite(t *testing.T, r *rig, m *shardModel, tr shard.Tier, seed uint64) {
+	l, err := r.s.Acquire(m.key, tr, Write)
+	if err != nil {
+		if !errors.Is(err, ErrNotResident) {
+			t.Errorf("write %s in %s: %v", m.key, tr, err)
+		}
+		return
+	}
+	data := pattern(m.key, seed, int64(len(m.want)))
+	if tr == shard.HBM {
+		writeDevice(t, r, l.Buffer(), data)
+	} else {
+		copy(l.Bytes(), data)
+	}
+	l.Release()
+	m.want = data
+}
+
+// checkHome evicts every copy to its home (host copies first: HBM
+// write-backs to NVMe need host staging), then reads every shard back
+// through host and compares it with its last write.
+func checkHome(t *testing.T, r *rig, all []*shardModel) {
 	for _, tr := range []shard.Tier{shard.Host, shard.NVMe, shard.HBM} {
 		for _, m := range all {
 			res, _ := r.s.Where(m.key)
@@ -197,20 +238,6 @@ func randomMoves(t *testing.T, seed uint64) {
 			}
 		}
 	}
-	st := r.s.Stats()
-	checkBudgets(t, st)
-	for i, d := range r.devs {
-		if p := d.MemStats().PeakByKind[gpu.ModelState]; p > hbmBudget {
-			t.Errorf("device %d: model-state peak %d over the store's budget %d", i, p, hbmBudget)
-		}
-	}
-	if p := r.pool.Stats().PeakBytes; p > hostBudget {
-		t.Errorf("pinned pool peak %d over the host budget %d", p, hostBudget)
-	}
-	if budgetN == 0 || okMoves == 0 || st.Links[NVMeToHost].Moves == 0 || st.Links[HBMToHost].Moves == 0 {
-		t.Errorf("the test did not exercise the store: %d budget refusals, %d moves waited; %s", budgetN, okMoves, st)
-	}
-	t.Logf("%d budget refusals, %d moves waited; %s", budgetN, okMoves, st)
 }
 
 func writeDevice(t testing.TB, r *rig, b gpu.Buffer, data []byte) {

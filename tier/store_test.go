@@ -441,6 +441,7 @@ func checkNamed(t *testing.T, err error, k shard.Key, paths []string) {
 	}
 	msg := err.Error()
 	t.Log(msg)
+	checkOnce(t, err)
 	if !strings.Contains(msg, k.String()) || !strings.Contains(msg, "offset") {
 		t.Errorf("error %q does not name the shard %q and the offset", msg, k)
 	}
@@ -470,9 +471,11 @@ func TestFaultEIO(t *testing.T) {
 	if res.Copies[shard.Host].Present || !res.Copies[shard.NVMe].Valid || res.Lost != nil {
 		t.Fatalf("after EIO: %+v", res)
 	}
-	if _, err := r.s.Acquire(k, shard.Host, Read); !errors.Is(err, ErrNotResident) || !errors.Is(err, syscall.EIO) {
+	_, err = r.s.Acquire(k, shard.Host, Read)
+	if !errors.Is(err, ErrNotResident) || !errors.Is(err, syscall.EIO) {
 		t.Errorf("acquire after the failed fetch: %v", err)
 	}
+	checkOnce(t, err)
 	if st := r.s.Stats(); st.Failed != 1 || st.Host.InUseBytes != 0 {
 		t.Errorf("after EIO: %s", st)
 	}
@@ -499,9 +502,12 @@ func TestFaultFlipByte(t *testing.T) {
 			if res.Copies[shard.HBM].Present || res.Copies[shard.NVMe].Valid || !errors.Is(res.Lost, ErrLost) || !errors.Is(res.Lost, nvme.ErrCorrupt) {
 				t.Fatalf("after corruption: %+v", res)
 			}
-			if _, err := r.s.Fetch(k, shard.NVMe, shard.Host); !errors.Is(err, ErrLost) {
+			checkOnce(t, res.Lost)
+			_, err = r.s.Fetch(k, shard.NVMe, shard.Host)
+			if !errors.Is(err, ErrLost) {
 				t.Errorf("fetch of a lost copy: %v", err)
 			}
+			checkOnce(t, err)
 			if _, err := r.s.Acquire(k, shard.HBM, Read); !errors.Is(err, ErrNotResident) {
 				t.Errorf("acquire after the failed move: %v", err)
 			}

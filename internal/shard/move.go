@@ -47,7 +47,7 @@ func LinkOf(from, to Tier) (Link, bool) {
 }
 
 // Reason says why a move exists: the planner (prefetch) emits moves with a
-// reason and the store (tier) executes them by it, so both share this type.
+// reason and the store (tier) executes them by it.
 type Reason uint8
 
 const (
@@ -85,4 +85,47 @@ func (r Reason) String() string {
 		return "alloc"
 	}
 	return fmt.Sprintf("reason(%d)", uint8(r))
+}
+
+// Move is one instruction from a planner to a store: prefetch emits moves,
+// tier executes them.
+type Move struct {
+	ID        uint64 // the planner's; the store only carries it
+	Key       Key
+	From, To  Tier
+	SizeBytes int64 // informative; the store uses the registered size
+	Reason    Reason
+	// WriteBehind marks a Prefetch that copies a dirty copy one tier down
+	// to its home while the link is idle, keeping the source: the copy is
+	// clean when it lands, so its eviction later is instant. The store
+	// executes it as any Prefetch (copy From -> To, the From copy stays).
+	WriteBehind bool
+}
+
+// Instant reports whether the move completes as the store applies it
+// (Evict, Alloc): a planner counts it done when it emits it.
+func (m Move) Instant() bool { return m.Reason == Evict || m.Reason == Alloc }
+
+// Link is the link a transfer uses; false for instant moves.
+func (m Move) Link() (Link, bool) {
+	if m.Instant() {
+		return 0, false
+	}
+	return LinkOf(m.From, m.To)
+}
+
+func (m Move) String() string {
+	size := ""
+	if m.SizeBytes > 0 {
+		size = fmt.Sprintf(" (%d B)", m.SizeBytes)
+	}
+	switch {
+	case m.Reason == Evict:
+		return fmt.Sprintf("evict %s from %s", m.Key, m.From)
+	case m.Reason == Alloc:
+		return fmt.Sprintf("alloc %s in %s%s", m.Key, m.To, size)
+	case m.WriteBehind:
+		return fmt.Sprintf("writebehind %s %s->%s%s", m.Key, m.From, m.To, size)
+	}
+	return fmt.Sprintf("%s %s %s->%s%s", m.Reason, m.Key, m.From, m.To, size)
 }

@@ -1,7 +1,9 @@
 // Package shard is the vocabulary of movement shared by engine, tier and
 // prefetch: a chunk (all parameters of one transformer block, or a bounded
 // slice of a large one) is sharded across the local ranks, and each shard
-// has up to five states, each of which lives in one tier.
+// has up to five states, each of which lives in one tier. An Access says
+// what the compute does with a shard (its Phase and Kind); a Move is what a
+// planner asks a store to do with one. It holds types and no state.
 package shard
 
 import "fmt"

@@ -1,0 +1,83 @@
+package shard
+
+import (
+	"fmt"
+	"time"
+)
+
+// Phase is the part of a training step an access belongs to.
+type Phase uint8
+
+const (
+	Forward Phase = iota
+	Backward
+	Optimizer
+)
+
+func (p Phase) String() string {
+	switch p {
+	case Forward:
+		return "fwd"
+	case Backward:
+		return "bwd"
+	case Optimizer:
+		return "opt"
+	}
+	return fmt.Sprintf("phase(%d)", uint8(p))
+}
+
+// Kind says what the compute does with the shard. The planner plans by it
+// and the store leases by it: a Read lease shares the copy, Update and
+// Write leases are exclusive of moves reading the copy and make it the
+// newest version at release.
+type Kind uint8
+
+const (
+	// Read needs the current contents in the access tier (params in
+	// forward/backward, a gradient read by the optimizer).
+	Read Kind = iota
+	// Update reads and rewrites in place (master, m, v in the optimizer):
+	// the copy is dirty after release.
+	Update
+	// Write produces the shard without reading it (a gradient in backward,
+	// the new bf16 param written by the optimizer): only space is needed,
+	// and every other copy is stale after release.
+	Write
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Read:
+		return "read"
+	case Update:
+		return "update"
+	case Write:
+		return "write"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Access is one use of one shard by the compute.
+type Access struct {
+	Key   Key
+	Phase Phase
+	// Tier is where the compute needs the shard: HBM for params in forward
+	// and backward, Host for master/m/v/grad in the optimizer.
+	Tier      Tier
+	Kind      Kind
+	SizeBytes int64
+	// Compute is the measured time from the moment the shard was ready to
+	// the start of the next access: the compute this access feeds. It is
+	// what a planner sums deadlines from; ignored where an access begins.
+	Compute time.Duration
+}
+
+func (a Access) String() string {
+	return fmt.Sprintf("%s %s@%s %s", a.Phase, a.Key, a.Tier, a.Kind)
+}
+
+// SameSlot reports whether b is the access a predicted: the same shard,
+// tier and kind (phase, size and compute aside).
+func (a Access) SameSlot(b Access) bool {
+	return a.Key == b.Key && a.Tier == b.Tier && a.Kind == b.Kind
+}
