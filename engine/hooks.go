@@ -251,12 +251,8 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 		if r.e.paramTiered(c) {
 			// The tier store stages the rank's shard in HBM (the planner has
 			// fetched it ahead); it stays leased until the gather has read it.
-			ph := prefetch.Forward
-			if pass == model.PassBackward {
-				ph = prefetch.Backward
-			}
 			var err error
-			lease, err = r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: ph, Tier: shard.HBM, Kind: prefetch.Read})
+			lease, err = r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: pass, Tier: shard.HBM, Kind: prefetch.Read})
 			if err != nil {
 				h.fail(err)
 				h.dropGathered(g) // not live yet: fail did not free it
@@ -331,11 +327,7 @@ func (h *hooks) traceBegin(s gpu.Stream) {
 func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
 	h.next(model.Access{Kind: model.AccessRelease, Chunk: c, Pass: pass})
 	if rt := h.r.tr; rt != nil && rt.computeC != nil {
-		dir := "fwd"
-		if pass == model.PassBackward {
-			dir = "bwd"
-		}
-		name := dir + " " + h.r.e.layout.Chunks[c].Name
+		name := pass.String() + " " + h.r.e.layout.Chunks[c].Name
 		rt.compute.span(rt.computeC, rt.mark(s), TraceCompute, name, map[string]any{"chunk": c, "pass": pass.String(), "micro": h.micro})
 		rt.computeC = nil
 	}

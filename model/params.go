@@ -6,22 +6,18 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
 )
 
-// Pass says which pass of a micro-batch touches a chunk.
-type Pass uint8
+// Pass says which pass of a micro-batch touches a chunk: shard.Phase, the
+// phase the planner and the tier store know accesses by, so the engine
+// declares a hook's access without converting it.
+type Pass = shard.Phase
 
 const (
-	PassForward Pass = iota
-	PassBackward
+	PassForward  = shard.Forward
+	PassBackward = shard.Backward
 )
-
-func (p Pass) String() string {
-	if p == PassForward {
-		return "forward"
-	}
-	return "backward"
-}
 
 // Params is how the model reaches parameter and gradient memory, which it
 // does not own: the caller (Resident here, the ZeRO engine elsewhere)
