@@ -3,6 +3,7 @@ package nvme
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 )
 
@@ -77,3 +78,15 @@ func errnoHint(errno syscall.Errno) string {
 	}
 	return ""
 }
+
+// inner is an error of this package wrapped in another of its errors (a
+// request's IOError inside a swap extent's): it prints without its own
+// "nvme: " prefix, on every line of a joined error, so the chain names the
+// package once. errors.Is and errors.As see through it.
+type inner struct{ err error }
+
+func (i inner) Error() string {
+	return strings.ReplaceAll(strings.TrimPrefix(i.err.Error(), "nvme: "), "\nnvme: ", "\n")
+}
+
+func (i inner) Unwrap() error { return i.err }

@@ -355,10 +355,10 @@ func (s *Swap) Write(e *Extent, buf []byte) error {
 		ptrs[i] = &reqs[i]
 	}
 	if err := s.dev.Submit(ptrs...); err != nil {
-		return fmt.Errorf("nvme: swap write extent %d: %w", e.id, err)
+		return fmt.Errorf("nvme: swap write extent %d: %w", e.id, inner{err})
 	}
 	if err := c.Wait(); err != nil {
-		return fmt.Errorf("nvme: swap write extent %d (%s): lost: %w", e.id, units.FormatBytes(e.sizeBytes), err)
+		return fmt.Errorf("nvme: swap write extent %d (%s): lost: %w", e.id, units.FormatBytes(e.sizeBytes), inner{err})
 	}
 	e.valid.Store(true)
 	return nil
@@ -379,10 +379,10 @@ func (s *Swap) Read(e *Extent, buf []byte) error {
 		ptrs[i] = &reqs[i]
 	}
 	if err := s.dev.Submit(ptrs...); err != nil {
-		return fmt.Errorf("nvme: swap read extent %d: %w", e.id, err)
+		return fmt.Errorf("nvme: swap read extent %d: %w", e.id, inner{err})
 	}
 	if err := c.Wait(); err != nil {
-		return fmt.Errorf("nvme: swap read extent %d (%s): %w", e.id, units.FormatBytes(e.sizeBytes), err)
+		return fmt.Errorf("nvme: swap read extent %d (%s): %w", e.id, units.FormatBytes(e.sizeBytes), inner{err})
 	}
 	var errs []error
 	for _, p := range e.pieces {
@@ -391,7 +391,7 @@ func (s *Swap) Read(e *Extent, buf []byte) error {
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("nvme: swap read: %w", errors.Join(errs...))
+		return fmt.Errorf("nvme: swap read: %w", inner{errors.Join(errs...)})
 	}
 	return nil
 }

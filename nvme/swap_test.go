@@ -168,6 +168,11 @@ func TestSwapFaults(t *testing.T) {
 					if !named || !strings.Contains(msg, wantInMsg) {
 						t.Fatalf("%s: error does not name extent, file, offset and %q: %v", what, wantInMsg, msg)
 					}
+					// Wrapped once at the package boundary: "nvme:" leads and
+					// is not repeated by the request error inside.
+					if !strings.HasPrefix(msg, "nvme: ") || strings.Count(msg, "nvme:") != 1 {
+						t.Fatalf("%s: names the package %d times: %v", what, strings.Count(msg, "nvme:"), msg)
+					}
 				}
 				if c.writeErr != nil {
 					checkErr("write", err, c.writeErr, c.wantInMsg)
