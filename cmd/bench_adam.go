@@ -23,7 +23,7 @@ func benchAdamCommand() *cli.Command {
 		Usage: "time the CPU AdamW step (params/s, GB/s) against the r4w3 memory roofline",
 		Description: "One AdamW step over --params parameters reads param, grad, m, v and writes param, m, v\n" +
 			"(28 B/param with fp32 gradients, 26 with bf16, +2 with --bf16-out). With --roofline each timed\n" +
-			"step alternates with one r4w3 pass (read 4 fp32 streams, write 3: ../shared/tools/membw.c's\n" +
+			"step alternates with one r4w3 pass (read 4 fp32 streams, write 3: the membw roofline's\n" +
 			"pattern) over the same arrays and threads, and the ratio of the medians is printed.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "params", Usage: "parameters per step", DefaultText: strconv.Itoa(adamDefaults.Params)},

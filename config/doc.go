@@ -15,7 +15,7 @@
 // same key at another level). Problems are collected, not returned at the
 // first: one run shows everything that is wrong, in document order.
 //
-// Decisions (documented for users in bench/README-config.md):
+// Decisions (documented for users in config/README.md):
 //   - bf16 mixed precision only. "bf16": {"enabled": false} is an error; a
 //     missing bf16 block is a notice. "fp16": {"enabled": true} is an error
 //     (no loss scaling in Strata); a disabled fp16 block is accepted.

@@ -493,7 +493,7 @@ m2done:
 
 // func r4w3AVX512(a, b, c, d *float32, n int)
 //
-// The roofline anchor: the r4w3 loop of ../shared/tools/membw.c (read four
+// The roofline anchor: the r4w3 loop of membw.c (the team's memory-bandwidth roofline, $MEMBW in bench/adam-vs-membw.sh) (read four
 // streams, write three, in place), 16 lanes at a time, masked tail:
 //
 //	for i := 0; i < n; i++ {

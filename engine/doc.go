@@ -96,12 +96,13 @@
 // master, m, v and the step through checkpoint/ (an engine whose store
 // moves shards, under offload_param or NVMe offload, is restored before its
 // first step); with Options.Trace every step records
-// its timeline (trace.go: Chrome trace events, Overlap's exposed transfer
-// time); Close frees everything.
+// its timeline (trace.go: Chrome trace events; trace_clock.go: the stream
+// clocks; trace_overlap.go: Overlap's exposed transfer time, a pure
+// function of the recorded intervals); Close frees everything.
 // Model state lives in one of two places: each rank's device buffers
 // (devState, state.go: params, gradients, and the device optimizer's
 // master, m, v) and, with the host optimizer, the tier store (tiered.go).
-// Close stops the drivers, closes the store, removes the swap files and
+// Close stops the runners, closes the store, removes the swap files and
 // frees the pinned pools.
 //
 // # Residency of the host optimizer's state (tiered.go)

@@ -21,8 +21,8 @@ import (
 // share a cache line and the kernels see no ragged tails. The shards need no I/O
 // alignment: the tier store pads its host buffers and NVMe extents to the
 // I/O alignment itself (IOAlignBytes), and the pinned buffers of the host
-// optimizer are padded by the pool. (It was 2048 elements, 4 KiB of bf16,
-// which padded the small models' state by up to 5 %.)
+// optimizer are padded by the pool. (A 4 KiB alignment, 2048 elements of
+// bf16, would pad the small models' state by up to 5 %.)
 const DefaultShardAlignElems = 64
 
 // IOAlignBytes is what a shard's copy costs beyond its bytes in the tier

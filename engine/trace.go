@@ -34,7 +34,7 @@ import (
 //	                             tid 2 comm stream: "allgather", "reducescatter",
 //	                             "allreduce", "grad to host", "upload"
 //	                             tid 3 shard waits: the rank waiting in
-//	                             driver.use for a shard to reach a tier
+//	                             tier.Runner.Use for a shard to reach a tier
 //	                             tid 4 optimizer: the rank's optimizer phase
 //	                             tid 5 cpu adam: cpuadam on one chunk shard
 //	                             tid 200+k host->hbm, 300+k hbm->host: the
@@ -54,7 +54,7 @@ import (
 // watcher's wake-up (scheduler latency), never early, and keep the
 // stream's order. Shard waits, cpuadam and the optimizer phase are host
 // times around synchronous code on the rank's goroutine. A move spans from
-// the driver's Submit (or, when it copies a copy still arriving, from that
+// the runner's Submit (or, when it copies a copy still arriving, from that
 // copy's arrival) to its completion (Submit plus tier.Op.Duration); bytes
 // are what it put on the link (tier.Op.Bytes), so per link they add up to
 // the store's counters.
@@ -218,7 +218,7 @@ func (t *Tracer) stepEnd(step int64, at time.Time) {
 	}
 }
 
-// stall records the rank's wait in driver.use for access a.
+// stall records the rank's wait in tier.Runner.Use for access a.
 func (t *Tracer) stall(r int, a prefetch.Access, from time.Time, dur time.Duration) {
 	t.span(r, traceTidStall, TraceStall, fmt.Sprintf("wait %s in %s", a.Key, a.Tier), from, dur,
 		map[string]any{"key": a.Key.String(), "tier": a.Tier.String(), "phase": a.Phase.String(), "kind": a.Kind.String()})

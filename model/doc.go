@@ -9,7 +9,7 @@
 // What it owns:
 //   - Shape and the named shapes (tiny .. gpt-7b) with their parameter counts;
 //   - Layout: the parameters grouped in chunks, the unit of movement of
-//     DESIGN.md (chunk 0 embeddings, 1..L one block each, L+1 the final
+//     docs/DESIGN.md (chunk 0 embeddings, 1..L one block each, L+1 the final
 //     layernorm), each a flat run of elements with named tensors at fixed
 //     offsets, and their seeded GPT-2 initialisation per chunk;
 //   - Model: the activations of one micro-batch shape and the passes;

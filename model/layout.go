@@ -17,7 +17,7 @@ type Tensor struct {
 	Len    int // elements: the product of Shape
 }
 
-// Chunk is the unit of movement of DESIGN.md: a contiguous run of parameters
+// Chunk is the unit of movement of docs/DESIGN.md: a contiguous run of parameters
 // stored in one flat buffer, its tensors packed densely in the order listed.
 type Chunk struct {
 	Index   int

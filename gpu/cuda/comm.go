@@ -133,7 +133,7 @@ func (c *comm) Issue(s *Stream, seq uint64, cl call) {
 	// alone; with one rank that is every call. A rank that arrives earlier
 	// waits on a release the host enqueues later: while it does, a driver
 	// call that waits for the whole GPU to go idle (cuMemFree) would wait
-	// forever on the driver thread the release needs (bench/README-cuda.md).
+	// forever on the driver thread the release needs (gpu/cuda/README.md).
 	waitFlag := func() {
 		s.run(func() error {
 			if drv.hasStreamMemOps {
