@@ -149,8 +149,8 @@ func (rs rules) checkEdge(pkg, dep string, isTest bool) string {
 		return "nothing but main imports cmd"
 	case dep == "bench" && !(pkg == "cmd" && !isTest):
 		return "nothing but cmd imports bench"
-	case dep == "internal/leaktest" && !isTest:
-		return "internal/leaktest is for test files"
+	case strings.HasSuffix(dep, "test") && !isTest:
+		return dep + " is a test helper, for test files"
 	case isInternal(pkg):
 		if !isInternal(dep) {
 			return "internal/ packages import nothing of Strata but internal/"
@@ -317,7 +317,7 @@ func TestCheckEdgeRejects(t *testing.T) {
 	rs := loadRules(t)
 	bad := [][2]string{{"pinned", "nvme"}, {"nvme", "pinned"}, {"model", "engine"}, {"cpuadam", "gpu"},
 		{"engine", "cmd"}, {"tier", "bench"}, {"prefetch", "tier"}, {"internal/units", "gpu"},
-		{"checkpoint", "tier"}, {"gpu", "cpuadam"}, {"engine", "internal/leaktest"}, {"engine", "nosuch"}}
+		{"checkpoint", "tier"}, {"gpu", "cpuadam"}, {"engine", "internal/leaktest"}, {"engine", "gpu/gputest"}, {"bench", "nvme/nvmetest"}, {"engine", "nosuch"}}
 	for _, e := range bad {
 		if rs.checkEdge(e[0], e[1], false) == "" {
 			t.Errorf("edge %s -> %s was allowed", e[0], e[1])

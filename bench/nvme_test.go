@@ -14,12 +14,13 @@ import (
 
 	"github.com/strata-ai/strata/internal/leaktest"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 	"golang.org/x/sys/unix"
 )
 
 func TestRunNVMeAllModes(t *testing.T) {
 	leaktest.Check(t)
-	dirs := []string{nvmeTestDir(t), nvmeTestDir(t)}
+	dirs := []string{nvmetest.Dir(t), nvmetest.Dir(t)}
 	for _, engine := range []string{nvme.EngineUring, nvme.EnginePread} {
 		for _, rw := range nvmeRWs {
 			o := NVMeOptions{Paths: dirs, RW: rw, BlockBytes: 64 << 10, QueueDepth: 4, SizeBytes: 4 << 20, Engine: engine, Loops: 2}
@@ -49,7 +50,7 @@ func TestRunNVMeAllModes(t *testing.T) {
 
 func TestRunNVMeBadInput(t *testing.T) {
 	leaktest.Check(t)
-	d := nvmeTestDir(t)
+	d := nvmetest.Dir(t)
 	cases := []struct {
 		o    NVMeOptions
 		want string
@@ -144,7 +145,7 @@ func TestNVMeOptionsExplicitZeros(t *testing.T) {
 // file is created; they would count each block twice.
 func TestRunNVMeSameFileTwice(t *testing.T) {
 	leaktest.Check(t)
-	d := nvmeTestDir(t)
+	d := nvmetest.Dir(t)
 	link := filepath.Join(t.TempDir(), "link")
 	if err := os.Symlink(d, link); err != nil {
 		t.Fatal(err)
@@ -178,7 +179,7 @@ func TestRunNVMeSameFileTwice(t *testing.T) {
 // ENOMEM; the run must go on without them and say so.
 func TestRunNVMeWithoutIPCLock(t *testing.T) {
 	leaktest.Check(t)
-	d := nvmeTestDir(t)
+	d := nvmetest.Dir(t)
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl); err != nil {
 		t.Fatal(err)

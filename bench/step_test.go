@@ -3,6 +3,8 @@ package bench
 import (
 	"os"
 	"testing"
+
+	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
 // TestStep runs `strata bench step`'s workload on a tiny model: every mode
@@ -10,7 +12,7 @@ import (
 // one, the NVMe mode moves bytes over the NVMe links, and the JSON has the
 // keys the issue names.
 func TestStep(t *testing.T) {
-	dir := nvmeTestDir(t)
+	dir := nvmetest.Dir(t)
 	res, err := Step(StepOptions{Model: "tiny", Batch: 1, Seq: 16, Steps: 2, Warmup: 1, NVMePath: dir, NVMeOptimizer: true, Threads: 1})
 	if err != nil {
 		t.Fatal(err) // the directory does direct I/O: any error is a failure

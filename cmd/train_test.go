@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
 func runApp(t *testing.T, args ...string) (stdout, stderr string, err error) {
@@ -187,7 +188,7 @@ func TestTrainBadInput(t *testing.T) {
 // down, every JSONL line carries the tier figures (hit rate, bytes per link,
 // peak bytes within each budget), and the summary names the tiers.
 func TestTrainNVMe(t *testing.T) {
-	d1, d2 := nvmeTestDir(t), nvmeTestDir(t)
+	d1, d2 := nvmetest.Dir(t), nvmetest.Dir(t)
 	cfg := writeFile(t, "nvme.json", `{
   "train_micro_batch_size_per_gpu": 2,
   "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95]}},

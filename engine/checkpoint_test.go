@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
 // trainFor runs steps steps and returns their losses.
@@ -119,7 +120,7 @@ func TestCheckpointResume(t *testing.T) {
 	}
 	s := tierSpec{n: 2, param: "nvme", opt: "nvme"}
 	t.Run(s.String(), func(t *testing.T) {
-		skipWithoutDirectIO(t)
+		nvmetest.Require(t)
 		checkResume(t, func(t *testing.T) *Engine {
 			e := newTierEngine(t, s, Options{})
 			if e.tiers == nil || e.tiers.swap == nil {
@@ -158,7 +159,7 @@ func TestCheckpointResumeAll(t *testing.T) {
 			s := tierSpec{n: n, param: where[0], opt: where[1], shapeJSON: deepShapeJSON}
 			t.Run(s.String(), func(t *testing.T) {
 				if where[1] == "nvme" {
-					skipWithoutDirectIO(t)
+					nvmetest.Require(t)
 				}
 				checkResume(t, func(t *testing.T) *Engine { return newTierEngine(t, s, Options{}) }, k)
 			})
@@ -528,7 +529,7 @@ func TestCheckpointStreamSameFiles(t *testing.T) {
 	}
 	nv := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
 	cs = append(cs, config{nv.String(), func(t *testing.T) *Engine {
-		skipWithoutDirectIO(t)
+		nvmetest.Require(t)
 		return newTierEngine(t, nv, Options{})
 	}})
 	for _, c := range cs {
@@ -633,7 +634,7 @@ func TestCheckpointMasterChunks(t *testing.T) {
 	}
 	nv := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
 	cs = append(cs, config{nv.String(), func(t *testing.T) *Engine {
-		skipWithoutDirectIO(t)
+		nvmetest.Require(t)
 		return newTierEngine(t, nv, Options{})
 	}})
 	for _, c := range cs {
@@ -756,7 +757,7 @@ func boundEngines() []boundEngine {
 			return newEngineJSON(t, strings.Replace(host.configJSON(), testShapeJSON, boundShapeJSON, 1), host.n)
 		}},
 		{nv.String(), func(t *testing.T) *Engine {
-			skipWithoutDirectIO(t)
+			nvmetest.Require(t)
 			return newTierEngine(t, nv, Options{})
 		}},
 	}

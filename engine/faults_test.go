@@ -13,6 +13,7 @@ import (
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
 // allocFaults is a device that, once armed with k, refuses the k-th
@@ -226,7 +227,7 @@ func (d *switchNVMe) Sync(f *nvme.File) error { return d.dev().Sync(f) }
 // before. (Read around the failed planners: Params and Master refuse to
 // run after a tier failure, as every later Step does.)
 func TestTierFaultInPass(t *testing.T) {
-	skipWithoutDirectIO(t)
+	nvmetest.Require(t)
 	for _, n := range []int{1, 2} {
 		t.Run(fmt.Sprintf("N%d", n), func(t *testing.T) {
 			var sw *switchNVMe

@@ -3,16 +3,13 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"os"
-	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
 // tierSpec is a stage-3 run with the tier store: where the params and the
@@ -67,7 +64,7 @@ func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
 	t.Helper()
 	dir := ""
 	if s.param == "nvme" || s.opt == "nvme" {
-		dir = directIODir(t)
+		dir = nvmetest.Dir(t)
 	}
 	cfg := testConfig(t, s.configJSON(dir))
 	hbm := s.hbmBytes
@@ -89,96 +86,6 @@ func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
 		t.Fatalf("%v: %v", s, err)
 	}
 	return e
-}
-
-// skipWithoutDirectIO skips the test when no directory of directIODirs
-// supports O_DIRECT (see directIODir).
-func skipWithoutDirectIO(t *testing.T) {
-	t.Helper()
-	directIOBase(t)
-}
-
-// directIODir returns a new empty directory, removed after the test, on
-// the first file system of directIODirs where nvme.OpenFile can open a
-// file with O_DIRECT: the swap files of the ZeRO-Infinity tests go there.
-// The test is skipped only when none can (tmpfs, some FUSE, not Linux),
-// naming each directory tried and why it failed; any other error fails it.
-func directIODir(t testing.TB) string {
-	t.Helper()
-	base := directIOBase(t)
-	if base == "" {
-		return t.TempDir()
-	}
-	dir, err := os.MkdirTemp(base, "strata-engine-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// directIODirs are the directories directIODir tries, in order: "" is the
-// test's own temporary directory (t.TempDir, under $TMPDIR, often tmpfs),
-// then /var/tmp (a disk on most systems), then the package directory.
-var directIODirs = []string{"", "/var/tmp", "."}
-
-var directIOProbe struct {
-	sync.Mutex
-	done    bool
-	base    string
-	skipped string // why every directory failed; "" when one works
-}
-
-// directIOBase probes directIODirs once per process and returns the first
-// that supports O_DIRECT.
-func directIOBase(t testing.TB) string {
-	t.Helper()
-	p := &directIOProbe
-	p.Lock()
-	defer p.Unlock()
-	if !p.done {
-		var why []string
-		found := false
-		for _, base := range directIODirs {
-			dir := base
-			if base == "" {
-				dir = t.TempDir()
-			}
-			err := probeDirectIO(dir)
-			if err == nil {
-				p.base, found = base, true
-				break
-			}
-			if !errors.Is(err, nvme.ErrNoDirectIO) && runtime.GOOS == "linux" {
-				t.Fatalf("probing O_DIRECT in %s: %v", dir, err)
-			}
-			why = append(why, fmt.Sprintf("%s: %v", dir, err))
-		}
-		p.done = true
-		if !found {
-			p.skipped = strings.Join(why, "; ")
-		}
-	}
-	if p.skipped != "" {
-		t.Skipf("no directory supports O_DIRECT for the swap files: %s", p.skipped)
-	}
-	return p.base
-}
-
-// probeDirectIO opens a new file in dir with O_DIRECT and removes it.
-func probeDirectIO(dir string) error {
-	f, err := os.CreateTemp(dir, "strata-probe-")
-	if err != nil {
-		return err
-	}
-	name := f.Name()
-	f.Close()
-	defer os.Remove(name)
-	nf, err := nvme.OpenFile(name, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	return nf.Close()
 }
 
 // deepShapeJSON has more chunks (8) than the host staging room holds, so
@@ -219,7 +126,7 @@ func runTier(t *testing.T, s tierSpec, opts Options, steps int) (tierRun, *Engin
 // kernel on the same bytes (the device optimizer calls it too), and every
 // shard moves between tiers as bytes, unchanged.
 func TestTierEquivalence(t *testing.T) {
-	skipWithoutDirectIO(t)
+	nvmetest.Require(t)
 	for _, n := range []int{1, 2, 4} {
 		base, _ := runTier(t, tierSpec{n: n, param: "none", opt: "none", shapeJSON: deepShapeJSON}, Options{}, testSteps)
 		for _, where := range [][2]string{{"nvme", "nvme"}, {"cpu", "cpu"}, {"none", "nvme"}, {"cpu", "nvme"}} {
@@ -267,7 +174,7 @@ func TestTierEquivalence(t *testing.T) {
 // backend's own peak), the tier store's HBM share, its host budget and the
 // pinned pool (strata.host_budget), the swap.
 func TestTierBudgets(t *testing.T) {
-	skipWithoutDirectIO(t)
+	nvmetest.Require(t)
 	const shape = `{"n_layer": 24, "n_embd": 128, "n_head": 4, "vocab_size": 256, "max_seq_len": 8}`
 	s := tierSpec{n: 4, param: "nvme", opt: "nvme", shapeJSON: shape, seq: 8, hostBudget: 24 << 20, hbmBytes: 7 << 20}
 	res, e := runTier(t, s, Options{}, 3)
@@ -318,7 +225,7 @@ func TestTierBudgets(t *testing.T) {
 // every step also reads NVMe, and the optimizer phase is bound by the disk:
 // `strata bench step` reports that hit rate.)
 func TestTierHitRate(t *testing.T) {
-	skipWithoutDirectIO(t)
+	nvmetest.Require(t)
 	const shape = `{"n_layer": 6, "n_embd": 64, "n_head": 2, "vocab_size": 256, "max_seq_len": 64}`
 	s := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: shape, seq: 64, hostBudget: 16 << 20}
 	res, e := runTier(t, s, Options{PrefetchSlack: time.Second}, 8)
@@ -358,7 +265,7 @@ func TestTierHitRate(t *testing.T) {
 // state) and the swap file; the next step fails too (nothing is silently
 // replaced).
 func TestTierFaults(t *testing.T) {
-	skipWithoutDirectIO(t)
+	nvmetest.Require(t)
 	for _, kind := range []nvme.FaultKind{nvme.FaultEIO, nvme.FaultFlipByte} {
 		t.Run(kind.String(), func(t *testing.T) {
 			var faulty *nvme.Faulty

@@ -14,6 +14,7 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -241,7 +242,7 @@ func TestTrace(t *testing.T) {
 	for _, s := range traceSpecs {
 		t.Run(s.name, func(t *testing.T) {
 			if s.nvme {
-				skipWithoutDirectIO(t)
+				nvmetest.Require(t)
 			}
 			const steps = 3
 			tr, err := NewTracer(TraceOptions{})
@@ -540,7 +541,7 @@ func TestTraceBounded(t *testing.T) {
 // TestTraceAfterFault: a step that fails on an NVMe read error still
 // leaves a timeline WriteTrace writes, with the failed move and its error.
 func TestTraceAfterFault(t *testing.T) {
-	skipWithoutDirectIO(t)
+	nvmetest.Require(t)
 	tr, err := NewTracer(TraceOptions{})
 	if err != nil {
 		t.Fatal(err)
