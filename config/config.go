@@ -153,7 +153,7 @@ type Strata struct {
 	Devices         int       `json:"devices"`     // local devices to use; default 1
 	Backend         string    `json:"backend"`     // "cpu" (default) or "cuda"
 	HBMBytes        int64     `json:"hbm_bytes"`   // per-device budget; 0 = the backend's capacity
-	HostBudgetBytes int64     `json:"host_budget"` // optimizer state kept in host RAM, all ranks; 0 = no limit
+	HostBudgetBytes int64     `json:"host_budget"` // the tier store's pinned host RAM (gradient shards, optimizer state, param copies, staging), all ranks; 0 = no limit
 	SeqLen          int       `json:"seq_len"`     // tokens per sample; 0 = the model's max_seq_len
 	Data            string    `json:"data"`        // training text; "" = built-in synthetic corpus
 	Seed            uint64    `json:"seed"`        // default 1
