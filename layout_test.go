@@ -450,10 +450,18 @@ func checkLink(root, path, target string) string {
 	if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 		return "" // a web address
 	}
-	if filepath.IsAbs(target) {
-		return "is an absolute path: link inside the repository, relative to the page"
+	var abs string
+	switch {
+	case strings.HasPrefix(target, "/"):
+		// From the repository root, as GitHub reads it.
+		abs = filepath.Join(root, filepath.FromSlash(target))
+	case strings.HasPrefix(target, "../"):
+		// Up from the page: tools that do not resolve it (and readers of
+		// the file alone) take it for a link out of the repository.
+		return "climbs out of the page's folder: link from the repository root (/docs/DESIGN.md)"
+	default:
+		abs = filepath.Join(root, filepath.Dir(path), filepath.FromSlash(target))
 	}
-	abs := filepath.Join(root, filepath.Dir(path), filepath.FromSlash(target))
 	if rel, err := filepath.Rel(root, abs); err != nil || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		return "leaves the repository"
 	}
@@ -475,8 +483,9 @@ func TestCheckLinkRejects(t *testing.T) {
 		path, target string
 		ok           bool
 	}{
-		{"a/b/p.md", "../x.md", true},
-		{"a/b/p.md", "../x.md#part", true},
+		{"a/b/p.md", "/a/x.md", true},
+		{"a/b/p.md", "/a/x.md#part", true},
+		{"a/b/p.md", "../x.md", false},
 		{"a/b/p.md", "#part", true},
 		{"a/b/p.md", "https://example.org/x", true},
 		{"p.md", "a/b", true},
@@ -484,6 +493,7 @@ func TestCheckLinkRejects(t *testing.T) {
 		{"p.md", "../shared/DESIGN.md", false},
 		{"a/p.md", "../../x.md", false},
 		{"p.md", "/etc/passwd", false},
+		{"a/p.md", "/../x.md", false},
 	} {
 		if got := checkLink(root, c.path, c.target) == ""; got != c.ok {
 			t.Errorf("checkLink(%s, %s) ok = %v, want %v", c.path, c.target, got, c.ok)
