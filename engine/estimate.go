@@ -262,9 +262,9 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 	optRank := 3 * rank * f32
 	e.HostStagingPerRank = HostStagingBytes(o, e.ShardElems)
 	switch budget := o.HostBudgetBytes; {
-	case o.OptimizerTier == shard.Host && budget > 0 && optRank*n > budget:
-		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state on the host (%s, all ranks) exceeds host_budget %s: use offload_optimizer nvme to spill the rest",
-			units.FormatBytes(optRank*n), units.FormatBytes(budget)))
+	case o.OptimizerTier == shard.Host && budget > 0 && (optRank+rank*int64(o.HostGradDType.Size()))*n > budget:
+		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state and gradient shards on the host (%s, all ranks) exceed host_budget %s: use offload_optimizer nvme to spill the rest",
+			units.FormatBytes((optRank+rank*int64(o.HostGradDType.Size()))*n), units.FormatBytes(budget)))
 	case o.OptimizerTier == shard.NVMe && budget > 0:
 		// The budget is shared by the ranks; each keeps its share in host
 		// RAM, master first, then m, then v.

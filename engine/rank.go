@@ -330,7 +330,8 @@ func (r *rank) update(ap gpu.AdamParams) error {
 	}
 	for c := range e.chunks {
 		if e.offload {
-			if err := r.stepHost(c, cp); err != nil && first == nil {
+			err := r.stepHost(c, cp)
+			if err != nil && first == nil {
 				first = err // go on: every rank must issue the same collectives
 			}
 			if e.paramTiered(c) {
@@ -339,8 +340,10 @@ func (r *rank) update(ap gpu.AdamParams) error {
 			if r.tr != nil {
 				csFrom, csName = r.tr.mark(r.cs), "upload "+e.layout.Chunks[c].Name
 			}
-			r.lease(e.tiers.upload[r.idx][c])
-			r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+			if err == nil { // else the staging buffer holds no new params: keep the old ones
+				r.lease(e.tiers.upload[r.idx][c])
+				r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+			}
 		} else {
 			p, m, v, out := st.deviceOpt(c)
 			var from gpu.Event

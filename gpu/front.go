@@ -160,7 +160,11 @@ func Scratch(dt DType, n int) Extent { return Extent{dt: dt, n: n} }
 // returns the extent of a view of them.
 func (e *Extent) Sub(off, n int) Extent {
 	if off < 0 || n < 0 || off+n > e.n {
-		e.home.Panicf("slice [%d, %d) of a buffer of %d elements", off, off+n, e.n)
+		msg := fmt.Sprintf("slice [%d, %d) of a buffer of %d elements", off, off+n, e.n)
+		if e.home == nil { // a Scratch extent: no backend to name
+			panic("gpu: " + msg)
+		}
+		e.home.Panicf("%s", msg)
 	}
 	return Extent{home: e.home, alloc: e.alloc, dt: e.dt, off: e.off + off, n: n, view: true}
 }
@@ -243,8 +247,8 @@ func Free[B Resident](f *Front, b Buffer) B {
 	return rb
 }
 
-// CheckRange checks that bytes [off, off+n) lie in a buffer of size bytes.
-func (f *Front) CheckRange(what string, off, n, size int64) {
+// checkRange checks that bytes [off, off+n) lie in a buffer of size bytes.
+func (f *Front) checkRange(what string, off, n, size int64) {
 	if off < 0 || n < 0 || off+n > size {
 		f.Panicf("%s range [%d, %d) outside %d bytes", what, off, off+n, size)
 	}
@@ -254,7 +258,7 @@ func (f *Front) CheckRange(what string, off, n, size int64) {
 // on s and returns the stream and buffer.
 func CopyIn[S Queue, B Resident](f *Front, s Stream, dst Buffer, dstOffBytes int64, n int) (S, B) {
 	rs, rd := StreamOf[S](f, s), BufferOf[B](f, dst, "copy destination")
-	f.CheckRange("host-to-device destination", dstOffBytes, int64(n), rd.Bytes())
+	f.checkRange("host-to-device destination", dstOffBytes, int64(n), rd.Bytes())
 	return rs, rd
 }
 
@@ -262,7 +266,7 @@ func CopyIn[S Queue, B Resident](f *Front, s Stream, dst Buffer, dstOffBytes int
 // on s and returns the stream and buffer.
 func CopyOut[S Queue, B Resident](f *Front, s Stream, src Buffer, srcOffBytes int64, n int) (S, B) {
 	rs, rb := StreamOf[S](f, s), BufferOf[B](f, src, "copy source")
-	f.CheckRange("device-to-host source", srcOffBytes, int64(n), rb.Bytes())
+	f.checkRange("device-to-host source", srcOffBytes, int64(n), rb.Bytes())
 	return rs, rb
 }
 
@@ -271,7 +275,7 @@ func CopyOut[S Queue, B Resident](f *Front, s Stream, src Buffer, srcOffBytes in
 // stream and buffers.
 func CopyAcross[S Queue, B Resident](f *Front, s Stream, dst Buffer, dstOffBytes int64, src Buffer, srcOffBytes, n int64) (S, B, B) {
 	rs, rd, rb := StreamOf[S](f, s), BufferOf[B](f, dst, "copy destination"), AnyBufferOf[B](f, src, "copy source")
-	f.CheckRange("device-to-device destination", dstOffBytes, n, rd.Bytes())
-	f.CheckRange("device-to-device source", srcOffBytes, n, rb.Bytes())
+	f.checkRange("device-to-device destination", dstOffBytes, n, rd.Bytes())
+	f.checkRange("device-to-device source", srcOffBytes, n, rb.Bytes())
 	return rs, rd, rb
 }

@@ -61,7 +61,8 @@ func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
 // staging room and one spare shard per rank; the pinned pool a quarter more
 // (and four spare shards) against fragmentation, or for a static store
 // (Sizes.Static) only the homes and the arenas' ends. With a host budget the
-// pool is the budget and the store's share (HostShare) must hold the same.
+// pool is the budget and the store's share (HostShare) must hold the same;
+// a static store's pool must fit in the budget, and stays its own size.
 // The errors say what does not fit and what to raise.
 func PlanBudgets(s Sizes) (Budgets, error) {
 	if s.Ranks < 1 {
@@ -95,12 +96,21 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 		// may leave up to one buffer's worth unused at its end.
 		b.PoolBytes = b.HostBytes + (b.HostBytes/units.GiB+1)*s.SpareBytes
 	}
+	hint := ""
+	if s.OptimizerOnHost {
+		hint = ", or put the optimizer state on NVMe (offload_optimizer nvme)"
+	}
+	if s.HostBudgetBytes > 0 && s.Static {
+		// The homes never move: the pool pins what they take, not the
+		// whole budget, and the budget bounds it.
+		if b.PoolBytes > s.HostBudgetBytes {
+			return Budgets{}, fmt.Errorf("tier: strata.host_budget %s is too small: the state homed in host RAM takes %s (%s homes, all ranks, and the pinned arenas' ends): raise it%s",
+				units.FormatBytes(s.HostBudgetBytes), units.FormatBytes(b.PoolBytes), units.FormatBytes(n*s.HomeBytes), hint)
+		}
+		return b, nil
+	}
 	if s.HostBudgetBytes > 0 {
 		if HostShare(s.HostBudgetBytes) < b.HostBytes {
-			hint := ""
-			if s.OptimizerOnHost {
-				hint = ", or put the optimizer state on NVMe (offload_optimizer nvme)"
-			}
 			return Budgets{}, fmt.Errorf("tier: strata.host_budget %s is too small: the tier store needs %s (%s homes in host RAM, %s staging room, %s spare, all ranks) and a quarter more against fragmentation: raise it%s",
 				units.FormatBytes(s.HostBudgetBytes), units.FormatBytes(b.HostBytes), units.FormatBytes(n*s.HomeBytes),
 				units.FormatBytes(n*s.StagingBytes), units.FormatBytes(n*spare), hint)

@@ -35,7 +35,7 @@
 // from Register to Unregister; other copies come and go with moves. Each copy
 // is valid (holds the newest version of the shard), stale (an older
 // version), reserved (Alloc: space without data) or lost (its data failed a
-// checksum). The version advances when a Write lease is released, so writing
+// checksum). The version advances when a Write or Update lease is released, so writing
 // one copy makes every other copy stale; a shard is dirty while its home copy
 // is not valid.
 //

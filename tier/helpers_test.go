@@ -3,8 +3,6 @@ package tier
 import (
 	"errors"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/pinned"
 )
 
@@ -40,34 +39,6 @@ type rig struct {
 	swap   *nvme.Swap
 	faulty *nvme.Faulty
 	paths  []string
-}
-
-// diskDir is a temporary directory on a filesystem with O_DIRECT (t.TempDir
-// is on ext4 here; tmpfs elsewhere would refuse O_DIRECT).
-func diskDir(t testing.TB) string {
-	t.Helper()
-	d := t.TempDir()
-	if err := probeDirect(d); err == nil {
-		return d
-	}
-	d, err := os.MkdirTemp("/var/tmp", "tier-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	if err := probeDirect(d); err != nil {
-		t.Skipf("no directory on a filesystem with O_DIRECT (needed for the nvme tier): %v", err)
-	}
-	return d
-}
-
-func probeDirect(dir string) error {
-	f, err := nvme.OpenFile(filepath.Join(dir, "probe"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return err
-	}
-	f.Close()
-	return os.Remove(filepath.Join(dir, "probe"))
 }
 
 func newRig(t testing.TB, c rigConfig) *rig {
@@ -118,7 +89,7 @@ func newRig(t testing.TB, c rigConfig) *rig {
 		}
 		t.Cleanup(func() { eng.Close() })
 		for range c.swapPaths {
-			r.paths = append(r.paths, diskDir(t))
+			r.paths = append(r.paths, nvmetest.Dir(t))
 		}
 		r.swap, err = nvme.NewSwap(dev, nvme.SwapOptions{Paths: r.paths, SizeBytes: c.swapBytes, StripeBytes: c.stripeBytes})
 		if err != nil {

@@ -64,8 +64,6 @@ const (
 // LinkCount is the number of links.
 const LinkCount = shard.LinkCount
 
-func linkOf(from, to shard.Tier) (Link, bool) { return shard.LinkOf(from, to) }
-
 // Op is the handle of one submitted Move. It completes once: Done turns
 // true, Ready's channel closes, Wait returns, and Options.OnComplete is
 // called (for moves that were not already complete when Submit returned).

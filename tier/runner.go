@@ -456,6 +456,15 @@ func (r *Runner) Pause() error {
 		if len(r.flying) == 0 {
 			break
 		}
+		if r.closed {
+			// Nothing wakes a closed runner (its loop has stopped and
+			// the store no longer knows it): wait for the move itself.
+			op := r.flying[0].op
+			r.mu.Unlock()
+			<-op.Ready()
+			r.mu.Lock()
+			continue
+		}
 		r.cond.Wait()
 	}
 	return r.err

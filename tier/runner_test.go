@@ -201,6 +201,50 @@ func TestRunnerPauseWaits(t *testing.T) {
 	run.Resume()
 }
 
+// TestRunnerPauseThenClose: a Pause waiting for a move returns once the
+// move completes even when the runner is closed meanwhile (nothing wakes a
+// closed runner's waiters but the move itself).
+func TestRunnerPauseThenClose(t *testing.T) {
+	checkLeaks(t)
+	gate := make(chan struct{})
+	r := newRig(t, rigConfig{swapBytes: 4 * units.MiB, wrap: func(d nvme.Device) nvme.Device { return gatedDevice{d, gate} }})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open) // before the store's Close, which waits for the held read
+	k := shard.Key{Chunk: 2, State: shard.Master}
+	if err := r.s.Register(k, Spec{Elems: 4096, DType: dtype.F32, Home: shard.NVMe}); err != nil {
+		t.Fatal(err)
+	}
+	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.put(t, k, shard.Host, pattern(k, 7, 4096*4))
+	r.mustWait(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}))
+	_, run := plannerFor(t, r, k)
+	used := make(chan error, 1)
+	go func() {
+		l, err := run.Use(shard.Access{Key: k, Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Read})
+		if l != nil {
+			l.Release()
+		}
+		used <- err
+	}()
+	for r.s.Stats().InFlight == 0 { // the demand read is held at the gate
+		time.Sleep(time.Millisecond)
+	}
+	paused := make(chan error, 1)
+	go func() { paused <- run.Pause() }()
+	time.Sleep(20 * time.Millisecond) // Pause is waiting (or about to)
+	run.Close()
+	open()
+	select {
+	case <-paused: // ErrClosed or nil: either is an answer
+	case <-time.After(10 * time.Second):
+		t.Fatal("Pause did not return after the move completed on a closed runner")
+	}
+	if err := <-used; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Use on a closed runner: %v, want ErrClosed", err)
+	}
+}
+
 // TestRunnerCloseEndsUse: a Use waiting for a move returns ErrClosed when
 // the runner is closed, as does every later one.
 func TestRunnerCloseEndsUse(t *testing.T) {

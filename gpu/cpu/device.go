@@ -134,14 +134,6 @@ func (d *Device) NewStream() gpu.Stream { return d.newStream() }
 // NewEvent returns an event that was never recorded (so it is complete).
 func (d *Device) NewEvent() gpu.Event { return &Event{} }
 
-// buf checks that gb is a live buffer of d and returns it.
-func (d *Device) buf(gb gpu.Buffer, what string) *Buffer {
-	return gpu.BufferOf[*Buffer](d.front, gb, what)
-}
-
-// stream checks that gs is a stream of d.
-func (d *Device) stream(gs gpu.Stream) *Stream { return gpu.StreamOf[*Stream](d.front, gs) }
-
 // CopyHostToDevice copies src into dst at dstOffBytes, in order on s.
 func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, src []byte) {
 	s, dst := gpu.CopyIn[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, len(src))
