@@ -175,6 +175,64 @@ func TestPassOOM(t *testing.T) {
 	}
 }
 
+// TestTierPassOOM: as TestPassOOM, with params and optimizer state on NVMe
+// and a host budget that makes the planners move shards every step: a
+// device out-of-memory in the gather of a chunk (the last rank) ends the
+// step with one error and no update, the planners' traces (the failed step
+// stopped part-way) fall back to on-demand moves and re-record, and the
+// retried steps end with the bits of the run that never failed.
+func TestTierPassOOM(t *testing.T) {
+	nvmetest.Require(t)
+	const steps = 4
+	for _, n := range []int{1, 2} {
+		t.Run(fmt.Sprintf("N%d", n), func(t *testing.T) {
+			s := tierSpec{n: n, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
+			want, _ := runTier(t, s, Options{}, steps)
+			var faulty *allocFaults
+			s.wrap = func(devs []gpu.Device) []gpu.Device {
+				faulty = &allocFaults{Device: devs[n-1], purpose: "gathered chunk"}
+				devs[n-1] = faulty
+				return devs
+			}
+			e := newTierEngine(t, s, Options{})
+			if _, err := e.Step(); err != nil {
+				t.Fatal(err)
+			}
+			params, master := readState(t, e)
+			faulty.arm(4)
+			_, err := stepWithin(t, e)
+			if err == nil {
+				t.Fatalf("step 2 succeeded; %d allocations refused", faulty.failed.Load())
+			}
+			t.Logf("%v", err)
+			var oom *gpu.OutOfMemoryError
+			if !errors.As(err, &oom) || oom.Tag.Purpose != "gathered chunk" {
+				t.Errorf("%v is not the refused gathered chunk", err)
+			}
+			checkFaultMessage(t, err, "step 2", fmt.Sprintf("rank %d", n-1), "param")
+			p2, m2 := readState(t, e)
+			if m, _ := diff(p2, params); m != 0 {
+				t.Errorf("%d params changed in the failed step", m)
+			}
+			if m, _ := diff(m2, master); m != 0 {
+				t.Errorf("%d master weights changed in the failed step", m)
+			}
+			for e.StepCount() < steps {
+				if _, err := stepWithin(t, e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p3, m3 := readState(t, e)
+			if m, d := diff(p3, want.params); m != 0 {
+				t.Errorf("after the retry: %d params differ from the run without a failure (max %g)", m, d)
+			}
+			if m, d := diff(m3, want.master); m != 0 {
+				t.Errorf("after the retry: %d master weights differ (max %g)", m, d)
+			}
+		})
+	}
+}
+
 func readState(t *testing.T, e *Engine) (params, master [][]float32) {
 	t.Helper()
 	var err error

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/nvme"
@@ -23,6 +24,9 @@ type tierSpec struct {
 	shapeJSON   string
 	persistence int64
 	seq         int // 0 = testSeq
+	// wrap, when set, stands in for the devices the engine is given (a
+	// fault injector over them).
+	wrap func([]gpu.Device) []gpu.Device
 }
 
 func (s tierSpec) String() string {
@@ -81,7 +85,11 @@ func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
 	if opts.OptimizerThreads == 0 {
 		opts.OptimizerThreads = 2
 	}
-	e, err := startEngine(t, cfg, cpu.Devices(devs), comms, opts)
+	gdevs := cpu.Devices(devs)
+	if s.wrap != nil {
+		gdevs = s.wrap(gdevs)
+	}
+	e, err := startEngine(t, cfg, gdevs, comms, opts)
 	if err != nil {
 		t.Fatalf("%v: %v", s, err)
 	}
