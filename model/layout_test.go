@@ -135,15 +135,15 @@ func TestAccessOrderShape(t *testing.T) {
 		got[i] = x.String()
 	}
 	want := []string{
-		"forward acquire 0", "forward release 0",
-		"forward acquire 1", "forward release 1", "forward acquire 2", "forward release 2",
-		"forward acquire 3", "forward release 3",
-		"forward acquire 0", "forward release 0",
-		"backward acquire 0", "backward grad 0", "backward release 0",
-		"backward acquire 3", "backward grad 3", "backward release 3", "backward grad-ready 3",
-		"backward acquire 2", "backward grad 2", "backward release 2", "backward grad-ready 2",
-		"backward acquire 1", "backward grad 1", "backward release 1", "backward grad-ready 1",
-		"backward grad-ready 0",
+		"fwd acquire 0", "fwd release 0",
+		"fwd acquire 1", "fwd release 1", "fwd acquire 2", "fwd release 2",
+		"fwd acquire 3", "fwd release 3",
+		"fwd acquire 0", "fwd release 0",
+		"bwd acquire 0", "bwd grad 0", "bwd release 0",
+		"bwd acquire 3", "bwd grad 3", "bwd release 3", "bwd grad-ready 3",
+		"bwd acquire 2", "bwd grad 2", "bwd release 2", "bwd grad-ready 2",
+		"bwd acquire 1", "bwd grad 1", "bwd release 1", "bwd grad-ready 1",
+		"bwd grad-ready 0",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("AccessOrder(2):\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
