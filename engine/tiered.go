@@ -243,18 +243,9 @@ func (t *tiers) startPlanners() error {
 	t.popts.BudgetBytes[shard.HBM] = max(t.hbmBudget, 1)
 	t.popts.BudgetBytes[shard.Host] = t.planHostBudget
 	for r := range e.n {
-		res := prefetch.Residency{}
-		for k, sp := range t.specs {
-			if int(k.Rank) == r {
-				// The planner counts what the store charges (the largest
-				// of a copy's charges: its padded host buffer), or the
-				// store would refuse moves the planner thought would fit.
-				w, err := t.store.Where(k)
-				if err != nil {
-					return fmt.Errorf("engine: %w", err)
-				}
-				res[k] = prefetch.Placement{SizeBytes: slices.Max(w.ChargeBytes[:]), Home: sp.Home}
-			}
+		res, err := t.residency(r)
+		if err != nil {
+			return err
 		}
 		p, err := prefetch.New(res, t.popts)
 		if err != nil {
@@ -263,6 +254,24 @@ func (t *tiers) startPlanners() error {
 		t.drivers = append(t.drivers, newDriver(t, r, p))
 	}
 	return nil
+}
+
+// residency is what rank r's planner plans with: each of the rank's states
+// at the size the store charges for it (the largest of a copy's charges:
+// its padded host buffer; the store would refuse moves the planner thought
+// would fit otherwise) and its home.
+func (t *tiers) residency(r int) (prefetch.Residency, error) {
+	res := prefetch.Residency{}
+	for k, sp := range t.specs {
+		if int(k.Rank) == r {
+			w, err := t.store.Where(k)
+			if err != nil {
+				return nil, fmt.Errorf("engine: %w", err)
+			}
+			res[k] = prefetch.Placement{SizeBytes: slices.Max(w.ChargeBytes[:]), Home: sp.Home}
+		}
+	}
+	return res, nil
 }
 
 func sortedKeys(m map[shard.Key]tier.Spec) []shard.Key {
