@@ -91,6 +91,10 @@ type keyState struct {
 	hbmPool   int32   // index of its HBM pool; 0 until known
 	// ver changes with copies, stale, leaving or dirty: what chain reads.
 	ver uint32
+	// member[t] is 1 + the index of this shard in the member list of its
+	// pool of tier t (see setCopy); 0 when it holds no copy there or t is
+	// its home.
+	member [shard.TierCount]int32
 }
 
 type taccess struct {
@@ -135,6 +139,11 @@ type Planner struct {
 	budget   []int64
 	names    []string
 	overflow []bool // per pool: the trace needs more than its budget
+	// members lists per pool the shards holding a copy there that is not
+	// their home (reserved, incoming or present): the only possible
+	// victims, so that choosing one costs O(copies in the pool), not
+	// O(shards).
+	members [][]int32
 
 	// The trace and where the step is in it.
 	trace     []taccess
@@ -236,12 +245,17 @@ func New(res Residency, opts Options) (*Planner, error) {
 		ks := keyState{key: k, sizeBytes: pl.SizeBytes, home: pl.Home, lastUse: -1}
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
 			if t == pl.Home || pl.Cached.Has(t) {
-				ks.copies[t] = present
 				p.used[p.pool(t, k.Rank)] += pl.SizeBytes
 			}
 		}
-		p.index[k] = int32(len(p.keys))
+		s := int32(len(p.keys))
+		p.index[k] = s
 		p.keys = append(p.keys, ks)
+		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
+			if t == pl.Home || pl.Cached.Has(t) {
+				p.setCopy(s, t, present)
+			}
+		}
 	}
 	for i, u := range p.used {
 		if b := p.budget[i]; b > 0 && u > b {
@@ -279,7 +293,32 @@ func (p *Planner) pool(t shard.Tier, rank int32) int {
 		name = fmt.Sprintf("hbm of rank %d", rank)
 	}
 	p.names = append(p.names, name)
+	p.members = append(p.members, nil)
 	return i
+}
+
+// setCopy sets the state of the copy of s in t and keeps the member list
+// of its pool (copies that are not the home) in step.
+func (p *Planner) setCopy(s int32, t shard.Tier, c copyState) {
+	ks := &p.keys[s]
+	ks.copies[t] = c
+	if t == ks.home {
+		return
+	}
+	switch in := ks.member[t] != 0; {
+	case c != absent && !in:
+		pi := p.poolOf(s, t)
+		p.members[pi] = append(p.members[pi], s)
+		ks.member[t] = int32(len(p.members[pi]))
+	case c == absent && in:
+		pi := p.poolOf(s, t)
+		ms := p.members[pi]
+		i, last := ks.member[t]-1, ms[len(ms)-1]
+		ms[i] = last
+		p.keys[last].member[t] = i + 1
+		p.members[pi] = ms[:len(ms)-1]
+		ks.member[t] = 0
+	}
 }
 
 func (p *Planner) poolOf(s int32, t shard.Tier) int {
@@ -460,7 +499,7 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 	ks.pins[u.tier]--
 	if u.kind != Read && (ks.copies[u.tier] == present || ks.copies[u.tier] == reserved) && !ks.stale[u.tier] {
 		ks.ver++
-		ks.copies[u.tier] = present
+		p.setCopy(s, u.tier, present)
 		ks.dirty = u.tier != ks.home
 		if ks.dirty {
 			p.dirtyList = append(p.dirtyList, dirtyCopy{s, u.tier})
@@ -488,7 +527,7 @@ func (p *Planner) dropStale(s int32, t shard.Tier) {
 	if ks.copies[t] == absent {
 		return
 	}
-	ks.copies[t] = absent
+	p.setCopy(s, t, absent)
 	p.used[p.poolOf(s, t)] -= ks.sizeBytes
 	p.emit(Move{Key: ks.key, From: t, To: ks.home, SizeBytes: ks.sizeBytes, Reason: Evict})
 }
@@ -513,15 +552,15 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 	switch m.Reason {
 	case WriteBack:
 		ks.leaving[m.From] = false
-		ks.copies[m.From] = absent
+		p.setCopy(s, m.From, absent)
 		ks.stale[m.From] = false
 		p.used[p.poolOf(s, m.From)] -= ks.sizeBytes
-		ks.copies[m.To] = present
+		p.setCopy(s, m.To, present)
 		if m.To == ks.home {
 			ks.dirty = false
 		}
 	default:
-		ks.copies[m.To] = present
+		p.setCopy(s, m.To, present)
 		if f.version != ks.version {
 			ks.stale[m.To] = m.To != ks.home // the shard was rewritten while this copy travelled
 		} else if m.To == ks.home {

@@ -271,7 +271,7 @@ func (p *Planner) issue(c *cand) {
 	ks := &p.keys[c.slot]
 	ks.ver++
 	if c.alloc {
-		ks.copies[c.tier] = reserved
+		p.setCopy(c.slot, c.tier, reserved)
 		ks.stale[c.tier] = false
 		p.used[p.poolOf(c.slot, c.tier)] += ks.sizeBytes
 		p.emit(Move{Key: ks.key, From: c.tier, To: c.tier, SizeBytes: ks.sizeBytes, Reason: Alloc})
@@ -282,7 +282,7 @@ func (p *Planner) issue(c *cand) {
 	if c.demand {
 		reason = Demand
 	}
-	ks.copies[h.to] = incoming
+	p.setCopy(c.slot, h.to, incoming)
 	ks.stale[h.to] = false
 	ks.sources[h.from]++
 	if h.to != ks.home {
