@@ -95,6 +95,8 @@ type keyState struct {
 	// pool of tier t (see setCopy); 0 when it holds no copy there or t is
 	// its home.
 	member [shard.TierCount]int32
+	// followed: in Planner.written.
+	followed bool
 }
 
 type taccess struct {
@@ -157,6 +159,7 @@ type Planner struct {
 	lastPos   int           // trace position of the latest access, -1 if none or unknown
 	readyKnow bool
 	limit     int64 // accesses beyond this global index never happen (simulation); never = no limit
+	window    int   // accesses the plan looks ahead (horizon), set with the trace
 	// hist holds the compute times of the last Options.ComputeSteps traces
 	// of the same accesses (see keepHistory), oldest first.
 	hist [][]time.Duration
@@ -169,6 +172,9 @@ type Planner struct {
 	outbox    []Move
 	linkBusy  []int32     // planner transfers in flight per link instance
 	dirtyList []dirtyCopy // copies made dirty by a Release, not yet cleaned
+	// written lists the shards written by a Release whose next access may
+	// lie beyond the window (see followWritten).
+	written []int32
 
 	// The plan of the last Next.
 	cands   []cand
@@ -206,6 +212,7 @@ type scratch struct {
 	writerTier []shard.Tier
 	gen        uint32
 	memo       []chainMemo // per (slot, tier, write): chain's last answer
+	followed   []followed  // candidates: the next accesses of written shards
 }
 
 type poolID struct {
@@ -359,6 +366,7 @@ func (p *Planner) SetBandwidth(bw [LinkCount]float64) error {
 	}
 	p.opts = o
 	p.planned = false
+	p.window = p.horizon()
 	return nil
 }
 
@@ -503,6 +511,10 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 		ks.dirty = u.tier != ks.home
 		if ks.dirty {
 			p.dirtyList = append(p.dirtyList, dirtyCopy{s, u.tier})
+		}
+		if !ks.followed {
+			ks.followed = true
+			p.written = append(p.written, s)
 		}
 		ks.version++
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
