@@ -80,18 +80,26 @@ func (p *Planner) adopt(tr Trace) {
 
 // horizon is the number of accesses the plan looks ahead (Options.Window;
 // 0: automatic). The automatic window covers, from any position of the
-// trace, the accesses predicted to start within HorizonChains × lead of
-// it, lead being the longest transfer chain an access of the trace can
-// need (every hop from its home, at the current bandwidths) plus the
-// slack: a transfer is planned before its latest start, with room for the
-// transfers queued behind it on the same links. It is never fewer than
-// MinWindow accesses nor more than the trace.
+// trace, the accesses predicted to start within HorizonChains × ranks ×
+// lead of it, lead being the longest transfer chain an access of the
+// trace can need (every hop from its home, at the current bandwidths)
+// plus the slack, and ranks the ranks this planner plans for (their
+// transfers queue on the same NVMe links): a transfer is planned before
+// its latest start, with room for the transfers queued behind it on the
+// same links. It is never fewer than MinWindow accesses nor more than the
+// trace.
 func (p *Planner) horizon() int {
 	n := len(p.trace)
 	if w := p.opts.Window; w > 0 || n == 0 {
 		return min(w, n)
 	}
-	span := time.Duration(HorizonChains) * (p.longestChain() + p.opts.Slack)
+	ranks := 0 // that share the NVMe links: one HBM pool each
+	for _, id := range p.poolIDs {
+		if id.tier == shard.HBM {
+			ranks++
+		}
+	}
+	span := time.Duration(HorizonChains*max(ranks, 1)) * (p.longestChain() + p.opts.Slack)
 	// at(e): the compute of trace accesses 0..e-1, cyclically (e < 2n).
 	at := func(e int) time.Duration {
 		if e <= n {

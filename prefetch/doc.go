@@ -144,11 +144,13 @@
 // The plan looks a bounded number of accesses ahead (Options.Window). The
 // automatic window (Window 0) is, over every position of the trace, the
 // most accesses predicted to start within HorizonChains (4) times the
-// lead of the trace: the longest chain of transfers an access can need
-// (every hop from its home at the current bandwidths) plus the slack. One
-// lead brings each transfer into view by its latest start; the other
-// three cover the transfers queued behind it on the same link, as the
-// arithmetic above has 3-4 shards in flight per rank. It is never fewer
+// lead of the trace per rank planned for: the lead is the longest chain of
+// transfers an access can need (every hop from its home at the current
+// bandwidths) plus the slack. One lead brings each transfer into view by
+// its latest start; the other three cover the transfers queued behind it
+// on the same link, as the arithmetic above has 3-4 shards in flight per
+// rank; a planner of several ranks queues all of theirs on the one NVMe
+// link, hence the factor. It is never fewer
 // than MinWindow (32) accesses, which keeps a plan at least a few layers
 // deep when compute per access is long against the links, and never more
 // than the trace; it is computed with the trace and with SetBandwidth.

@@ -47,9 +47,9 @@ type Options struct {
 	ComputeSteps int
 	// Window is how many accesses ahead the planner looks (its horizon:
 	// every plan build is linear in it, see the package doc's Cost). 0
-	// means automatic (Planner.Window): the accesses that cover
-	// HorizonChains times the longest transfer chain of the trace, at
-	// least MinWindow. A window at least the trace's length is one whole
+	// means automatic (see HorizonChains): the accesses that cover
+	// HorizonChains times the longest transfer chain of the trace per
+	// rank, at least MinWindow. A window at least the trace's length is one whole
 	// step (the schedule is cyclic, so that reaches into the next one).
 	Window int
 	// DisableWriteBehind turns off the write-behind of dirty copies (see
@@ -72,9 +72,10 @@ type Options struct {
 }
 
 // The automatic window (Options.Window 0): the accesses predicted to start
-// within HorizonChains × (the longest transfer chain any access of the
-// trace can need, from its home at the current bandwidths, plus the slack)
-// of any access, and never fewer than MinWindow.
+// within HorizonChains × ranks × (the longest transfer chain any access of
+// the trace can need, from its home at the current bandwidths, plus the
+// slack) of any access, ranks being those this planner plans for (their
+// transfers share the NVMe links), and never fewer than MinWindow.
 const (
 	HorizonChains = 4
 	MinWindow     = 32
