@@ -165,7 +165,9 @@
 //     queued on a link beyond it no longer push earlier ones earlier, so
 //     where the trace saturates a link past the window a transfer starts
 //     when its access comes into view, not as early as the backlog would
-//     have it (the link is busy with earlier ones until then).
+//     have it, and the link may idle before: more stall where a burst of
+//     reads (the optimizer's, on NVMe) needs more lead than the window
+//     holds. A Window at least the trace's length plans the whole step.
 //   - Eager issue and markFree reach the accesses of the window. A shard
 //     made valid by a write (the new params the optimizer writes in host
 //     memory) is followed past the window to its next access, so a
