@@ -43,8 +43,8 @@ import (
 // allowed (hit rate 127/128).
 //
 // The planner looks ahead a bounded window: by default (Options.Window 0)
-// MinWindow = 32 of the 128 accesses of a step (HorizonChains × the
-// longest chain, 750µs, covers fewer), and in the last two cases 8. The
+// MinWindow = 32 of the 128 accesses of a step (HorizonChains × 2 ranks
+// × the lead, 500µs of chain plus 250µs of slack, covers fewer), and in the last two cases 8. The
 // bounds are the same: the optimizer's reads are due within a chunk of
 // their access, and the new params it writes in host memory go up to HBM
 // when written although the next forward that reads them is beyond the
