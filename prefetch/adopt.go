@@ -75,6 +75,72 @@ func (p *Planner) adopt(tr Trace) {
 		p.cum = append(p.cum, p.cum[i]+c)
 	}
 	p.footprint()
+	p.window = p.horizon()
+}
+
+// horizon is the number of accesses the plan looks ahead (Options.Window;
+// 0: automatic). The automatic window covers, from any position of the
+// trace, the accesses predicted to start within HorizonChains × ranks ×
+// lead of it, lead being the longest transfer chain an access of the
+// trace can need (every hop from its home, at the current bandwidths)
+// plus the slack, and ranks the ranks this planner plans for (their
+// transfers queue on the same NVMe links): a transfer is planned before
+// its latest start, with room for the transfers queued behind it on the
+// same links. It is never fewer than MinWindow accesses nor more than the
+// trace.
+func (p *Planner) horizon() int {
+	n := len(p.trace)
+	if w := p.opts.Window; w > 0 || n == 0 {
+		return min(w, n)
+	}
+	ranks := 0 // that share the NVMe links: one HBM pool each
+	for _, id := range p.poolIDs {
+		if id.tier == shard.HBM {
+			ranks++
+		}
+	}
+	span := time.Duration(HorizonChains*max(ranks, 1)) * (p.longestChain() + p.opts.Slack)
+	// at(e): the compute of trace accesses 0..e-1, cyclically (e < 2n).
+	at := func(e int) time.Duration {
+		if e <= n {
+			return p.cum[e]
+		}
+		return p.cum[n] + p.cum[e-n]
+	}
+	most, e := 0, 0
+	for i := 0; i < n && most < n; i++ {
+		e = max(e, i)
+		for e < i+n && at(e)-at(i) <= span {
+			e++
+		}
+		most = max(most, e-i)
+	}
+	return min(max(most, MinWindow), n)
+}
+
+// longestChain is the longest transfer time, summed over its hops, that
+// an access of the trace can need: the read of its shard from its home.
+func (p *Planner) longestChain() time.Duration {
+	var most time.Duration
+	for _, a := range p.trace {
+		if a.kind == Write {
+			continue
+		}
+		ks := &p.keys[a.slot]
+		var d time.Duration
+		for from := ks.home; from != a.tier; {
+			to := from - 1
+			if from < a.tier {
+				to = from + 1
+			}
+			if l, ok := LinkOf(from, to); ok {
+				d += p.opts.TransferTime(l, ks.sizeBytes)
+			}
+			from = to
+		}
+		most = max(most, d)
+	}
+	return most
 }
 
 // keepHistory records the compute times of tr among the last

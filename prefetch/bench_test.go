@@ -108,7 +108,7 @@ func BenchmarkPlannerStep(b *testing.B) {
 // BenchmarkPlannerStepPerRank is the planner as the engine runs it: one
 // planner per rank, each seeing only its rank's accesses and shards.
 func BenchmarkPlannerStepPerRank(b *testing.B) {
-	for _, layers := range []int{48, 96} {
+	for _, layers := range []int{48, 96, 192} {
 		b.Run(fmt.Sprintf("layers=%d", layers), func(b *testing.B) { benchPlannerStepRanks(b, layers, 1) })
 	}
 }

@@ -139,6 +139,43 @@
 // testdata/writebehind.txt and testdata/optimizer_pipeline.txt show the
 // stall it removes (19ms to 1ms, and 40.5ms to 0 over three steps).
 //
+// # Horizon
+//
+// The plan looks a bounded number of accesses ahead (Options.Window). The
+// automatic window (Window 0) is, over every position of the trace, the
+// most accesses predicted to start within HorizonChains (4) times the
+// lead of the trace per rank planned for: the lead is the longest chain of
+// transfers an access can need (every hop from its home at the current
+// bandwidths) plus the slack. One lead brings each transfer into view by
+// its latest start; the other three cover the transfers queued behind it
+// on the same link, as the arithmetic above has 3-4 shards in flight per
+// rank; a planner of several ranks queues all of theirs on the one NVMe
+// link, hence the factor. It is never fewer
+// than MinWindow (32) accesses, which keeps a plan at least a few layers
+// deep when compute per access is long against the links, and never more
+// than the trace; it is computed with the trace and with SetBandwidth.
+// What the planner sees beyond the window, and what a window that cuts
+// the trace changes:
+//
+//   - Eviction sees the whole cycle: the next use of a copy comes from the
+//     shard's occurrences in the trace (O(occurrences of that shard)), so
+//     Belady's order, do-no-harm and the late-victim rule are those of the
+//     whole step. The oracle tests hold unchanged with a window of 2.
+//   - ALAP and dispatch see only the transfers of the window: transfers
+//     queued on a link beyond it no longer push earlier ones earlier, so
+//     where the trace saturates a link past the window a transfer starts
+//     when its access comes into view, not as early as the backlog would
+//     have it, and the link may idle before: more stall where a burst of
+//     reads (the optimizer's, on NVMe) needs more lead than the window
+//     holds. A Window at least the trace's length plans the whole step.
+//   - Eager issue and markFree reach the accesses of the window. A shard
+//     made valid by a write (the new params the optimizer writes in host
+//     memory) is followed past the window to its next access, so a
+//     transfer into a pool the trace does not overflow still goes as soon
+//     as the write ends; a shard valid all along is fetched eagerly when
+//     its access enters the window rather than at the step's start.
+//   - Write-behind yields to the planned starts of the window's transfers.
+//
 // # Cost
 //
 // The runner calls Next after every event (about 12 times per access in
@@ -147,14 +184,17 @@
 // start of the next access (ALAP is invariant under a shift of every
 // deadline), and returns at once unless a planned start has come. After an
 // Access, Release or Completed it builds the plan again: one pass over the
-// window (one step of accesses by default), with the transfers each shard
-// needs memoized per shard and its state version, so O(W) cheap steps; the
+// window (the horizon above), with the transfers each shard needs
+// memoized per shard and its state version, so O(W) cheap steps; the
 // ALAP pass without a full sort (candidates come in access order, only
 // first hops can be out of place); a sort of the due candidates only; and
-// an eviction decision that scans the pool's shards (O(K)) and orders only
-// as many victims as it takes (a heap). Scratch is reused between calls.
-// A plan build is still linear in the window, so the cost per access grows
-// with the trace (BenchmarkPlannerStep: see bench/README-prefetch.md).
+// an eviction decision that scans the copies held in the pool (a member
+// list per pool, not every shard) and orders only as many victims as it
+// takes (a heap). Scratch is reused between calls. Nothing per call is
+// linear in the trace, so with the window bounded the cost per access does
+// not grow with the model (BenchmarkPlannerStepPerRank, 48 to 192 layers
+// per rank: see bench/README-prefetch.md); it grows with the window, the
+// copies a pool holds and the transfers pending.
 //
 // # Memory
 //

@@ -116,12 +116,9 @@ func (p *Planner) evictions() int64 {
 // make room (held there, not its home, not stale), with its next use, and
 // counts in r.leaving the copies already being written back.
 func (p *Planner) listVictims(r *room) {
-	id, t := p.poolIDs[r.pi], r.t
-	for i := range p.keys {
+	t := r.t
+	for _, i := range p.members[r.pi] {
 		ks := &p.keys[i]
-		if t == shard.HBM && ks.key.Rank != id.rank {
-			continue
-		}
 		if ks.leaving[t] {
 			r.leaving += ks.sizeBytes
 			continue
@@ -129,15 +126,15 @@ func (p *Planner) listVictims(r *room) {
 		if t == ks.home || ks.stale[t] || (ks.copies[t] != present && ks.copies[t] != incoming) {
 			continue
 		}
-		v := victim{s: int32(i), next: p.nextUse(int32(i), t, -1)}
+		v := victim{s: i, next: p.nextUse(i, t, -1)}
 		v.evictable = ks.copies[t] == present && ks.pins[t] == 0 && ks.sources[t] == 0 && v.next > r.g
 		if v.next <= r.g {
 			v.before = true
 			v.use = v.next
-			v.next = p.nextUse(int32(i), t, r.g+1)
+			v.next = p.nextUse(i, t, r.g+1)
 		}
 		if v.evictable {
-			v.dirty = p.needsWriteBack(int32(i), t)
+			v.dirty = p.needsWriteBack(i, t)
 		}
 		p.scratch.victims = append(p.scratch.victims, v)
 	}
@@ -235,9 +232,10 @@ func (p *Planner) writeBackVictim(r *room, s int32) {
 		p.used[p.poolOf(s, down)] += ks.sizeBytes
 	}
 	ks.ver++
-	ks.copies[down] = incoming
 	if down == ks.home {
 		ks.copies[down] = present // the home copy stays allocated; it is invalid until the write-back lands
+	} else {
+		p.setCopy(s, down, incoming)
 	}
 	ks.leaving[t] = true
 	ks.sources[t]++
@@ -344,7 +342,7 @@ func (o *victimOrder) at(i int) victim {
 func (p *Planner) evictClean(s int32, t shard.Tier, pi int) {
 	ks := &p.keys[s]
 	ks.ver++
-	ks.copies[t] = absent
+	p.setCopy(s, t, absent)
 	p.used[pi] -= ks.sizeBytes
 	to := t + 1
 	for int(to) < shard.TierCount && ks.copies[to] == absent {

@@ -45,8 +45,12 @@ type Options struct {
 	// did in the step before; predicting the shorter time issues the
 	// transfer earlier rather than late.
 	ComputeSteps int
-	// Window is how many accesses ahead the planner looks; 0 means one
-	// whole step (the schedule is cyclic, so that reaches into the next one).
+	// Window is how many accesses ahead the planner looks (its horizon:
+	// every plan build is linear in it, see the package doc's Cost). 0
+	// means automatic (see HorizonChains): the accesses that cover
+	// HorizonChains times the longest transfer chain of the trace per
+	// rank, at least MinWindow. A window at least the trace's length is one whole
+	// step (the schedule is cyclic, so that reaches into the next one).
 	Window int
 	// DisableWriteBehind turns off the write-behind of dirty copies (see
 	// Move.WriteBehind): they are then written back only when evicted.
@@ -67,8 +71,18 @@ type Options struct {
 	WaitForVictim bool
 }
 
+// The automatic window (Options.Window 0): the accesses predicted to start
+// within HorizonChains × ranks × (the longest transfer chain any access of
+// the trace can need, from its home at the current bandwidths, plus the
+// slack) of any access, ranks being those this planner plans for (their
+// transfers share the NVMe links), and never fewer than MinWindow.
+const (
+	HorizonChains = 4
+	MinWindow     = 32
+)
+
 // DefaultOptions are budgets unlimited, PCIe 4 x16-like host links, one
-// NVMe drive, 1 ms of slack, a one-step window.
+// NVMe drive, 1 ms of slack, the automatic window.
 func DefaultOptions() Options {
 	return Options{
 		BandwidthBytesPerSec: [LinkCount]float64{

@@ -91,6 +91,12 @@ type keyState struct {
 	hbmPool   int32   // index of its HBM pool; 0 until known
 	// ver changes with copies, stale, leaving or dirty: what chain reads.
 	ver uint32
+	// member[t] is 1 + the index of this shard in the member list of its
+	// pool of tier t (see setCopy); 0 when it holds no copy there or t is
+	// its home.
+	member [shard.TierCount]int32
+	// followed: in Planner.written.
+	followed bool
 }
 
 type taccess struct {
@@ -135,6 +141,11 @@ type Planner struct {
 	budget   []int64
 	names    []string
 	overflow []bool // per pool: the trace needs more than its budget
+	// members lists per pool the shards holding a copy there that is not
+	// their home (reserved, incoming or present): the only possible
+	// victims, so that choosing one costs O(copies in the pool), not
+	// O(shards).
+	members [][]int32
 
 	// The trace and where the step is in it.
 	trace     []taccess
@@ -148,6 +159,7 @@ type Planner struct {
 	lastPos   int           // trace position of the latest access, -1 if none or unknown
 	readyKnow bool
 	limit     int64 // accesses beyond this global index never happen (simulation); never = no limit
+	window    int   // accesses the plan looks ahead (horizon), set with the trace
 	// hist holds the compute times of the last Options.ComputeSteps traces
 	// of the same accesses (see keepHistory), oldest first.
 	hist [][]time.Duration
@@ -160,6 +172,9 @@ type Planner struct {
 	outbox    []Move
 	linkBusy  []int32     // planner transfers in flight per link instance
 	dirtyList []dirtyCopy // copies made dirty by a Release, not yet cleaned
+	// written lists the shards written by a Release whose next access may
+	// lie beyond the window (see followWritten).
+	written []int32
 
 	// The plan of the last Next.
 	cands   []cand
@@ -197,6 +212,7 @@ type scratch struct {
 	writerTier []shard.Tier
 	gen        uint32
 	memo       []chainMemo // per (slot, tier, write): chain's last answer
+	followed   []followed  // candidates: the next accesses of written shards
 }
 
 type poolID struct {
@@ -236,12 +252,17 @@ func New(res Residency, opts Options) (*Planner, error) {
 		ks := keyState{key: k, sizeBytes: pl.SizeBytes, home: pl.Home, lastUse: -1}
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
 			if t == pl.Home || pl.Cached.Has(t) {
-				ks.copies[t] = present
 				p.used[p.pool(t, k.Rank)] += pl.SizeBytes
 			}
 		}
-		p.index[k] = int32(len(p.keys))
+		s := int32(len(p.keys))
+		p.index[k] = s
 		p.keys = append(p.keys, ks)
+		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
+			if t == pl.Home || pl.Cached.Has(t) {
+				p.setCopy(s, t, present)
+			}
+		}
 	}
 	for i, u := range p.used {
 		if b := p.budget[i]; b > 0 && u > b {
@@ -279,7 +300,32 @@ func (p *Planner) pool(t shard.Tier, rank int32) int {
 		name = fmt.Sprintf("hbm of rank %d", rank)
 	}
 	p.names = append(p.names, name)
+	p.members = append(p.members, nil)
 	return i
+}
+
+// setCopy sets the state of the copy of s in t and keeps the member list
+// of its pool (copies that are not the home) in step.
+func (p *Planner) setCopy(s int32, t shard.Tier, c copyState) {
+	ks := &p.keys[s]
+	ks.copies[t] = c
+	if t == ks.home {
+		return
+	}
+	switch in := ks.member[t] != 0; {
+	case c != absent && !in:
+		pi := p.poolOf(s, t)
+		p.members[pi] = append(p.members[pi], s)
+		ks.member[t] = int32(len(p.members[pi]))
+	case c == absent && in:
+		pi := p.poolOf(s, t)
+		ms := p.members[pi]
+		i, last := ks.member[t]-1, ms[len(ms)-1]
+		ms[i] = last
+		p.keys[last].member[t] = i + 1
+		p.members[pi] = ms[:len(ms)-1]
+		ks.member[t] = 0
+	}
 }
 
 func (p *Planner) poolOf(s int32, t shard.Tier) int {
@@ -320,6 +366,7 @@ func (p *Planner) SetBandwidth(bw [LinkCount]float64) error {
 	}
 	p.opts = o
 	p.planned = false
+	p.window = p.horizon()
 	return nil
 }
 
@@ -460,10 +507,14 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 	ks.pins[u.tier]--
 	if u.kind != Read && (ks.copies[u.tier] == present || ks.copies[u.tier] == reserved) && !ks.stale[u.tier] {
 		ks.ver++
-		ks.copies[u.tier] = present
+		p.setCopy(s, u.tier, present)
 		ks.dirty = u.tier != ks.home
 		if ks.dirty {
 			p.dirtyList = append(p.dirtyList, dirtyCopy{s, u.tier})
+		}
+		if !ks.followed {
+			ks.followed = true
+			p.written = append(p.written, s)
 		}
 		ks.version++
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
@@ -488,7 +539,7 @@ func (p *Planner) dropStale(s int32, t shard.Tier) {
 	if ks.copies[t] == absent {
 		return
 	}
-	ks.copies[t] = absent
+	p.setCopy(s, t, absent)
 	p.used[p.poolOf(s, t)] -= ks.sizeBytes
 	p.emit(Move{Key: ks.key, From: t, To: ks.home, SizeBytes: ks.sizeBytes, Reason: Evict})
 }
@@ -513,15 +564,15 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 	switch m.Reason {
 	case WriteBack:
 		ks.leaving[m.From] = false
-		ks.copies[m.From] = absent
+		p.setCopy(s, m.From, absent)
 		ks.stale[m.From] = false
 		p.used[p.poolOf(s, m.From)] -= ks.sizeBytes
-		ks.copies[m.To] = present
+		p.setCopy(s, m.To, present)
 		if m.To == ks.home {
 			ks.dirty = false
 		}
 	default:
-		ks.copies[m.To] = present
+		p.setCopy(s, m.To, present)
 		if f.version != ks.version {
 			ks.stale[m.To] = m.To != ks.home // the shard was rewritten while this copy travelled
 		} else if m.To == ks.home {

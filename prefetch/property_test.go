@@ -66,7 +66,8 @@ func randomStep(r *rand.Rand, chunks, ranks int) (Trace, Residency) {
 // TestPropertyBudgetsAndResidency replays every schedule with its own
 // accounting, independent of the planner's: no pool ever goes over its
 // budget, and every access finds its shard valid in its tier when it is
-// ready (and at its start when reported a hit).
+// ready (and at its start when reported a hit). Each case runs with the
+// automatic window and with a window of 3 accesses.
 func TestPropertyBudgetsAndResidency(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for iter := 0; iter < 60; iter++ {
@@ -102,11 +103,16 @@ func TestPropertyBudgetsAndResidency(t *testing.T) {
 			alt.Accesses[n-1], alt.Accesses[n-2] = alt.Accesses[n-2], alt.Accesses[n-1]
 			steps[1] = alt
 		}
-		s, err := Simulate(known, steps, res, opts)
-		if err != nil {
-			t.Fatalf("iter %d: %v", iter, err)
+		// The automatic window, then a horizon of 3 accesses that cuts
+		// every trace: the invariants hold whatever the planner sees.
+		for _, w := range []int{0, 3} {
+			opts.Window = w
+			s, err := Simulate(known, steps, res, opts)
+			if err != nil {
+				t.Fatalf("iter %d window %d: %v", iter, w, err)
+			}
+			replay(t, iter, s, res, opts)
 		}
-		replay(t, iter, s, res, opts)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/strata-ai/strata/internal/shard"
@@ -271,7 +272,7 @@ func (p *Planner) issue(c *cand) {
 	ks := &p.keys[c.slot]
 	ks.ver++
 	if c.alloc {
-		ks.copies[c.tier] = reserved
+		p.setCopy(c.slot, c.tier, reserved)
 		ks.stale[c.tier] = false
 		p.used[p.poolOf(c.slot, c.tier)] += ks.sizeBytes
 		p.emit(Move{Key: ks.key, From: c.tier, To: c.tier, SizeBytes: ks.sizeBytes, Reason: Alloc})
@@ -282,7 +283,7 @@ func (p *Planner) issue(c *cand) {
 	if c.demand {
 		reason = Demand
 	}
-	ks.copies[h.to] = incoming
+	p.setCopy(c.slot, h.to, incoming)
 	ks.stale[h.to] = false
 	ks.sources[h.from]++
 	if h.to != ks.home {
@@ -357,7 +358,7 @@ func (p *Planner) candidates(now time.Duration) []cand {
 	}
 	t0 := p.predictT0(now)
 	p.t0 = t0
-	w := p.opts.Window
+	w := p.window
 	if w <= 0 || w > n {
 		w = n
 	}
@@ -375,8 +376,81 @@ func (p *Planner) candidates(now time.Duration) []cand {
 			i = 0
 		}
 	}
+	// Shards written beyond the window's reach: their next access, when
+	// an eager transfer serves it (see followWritten).
+	for _, f := range p.followWritten(p.stepBase + int64(p.pos) + int64(w)) {
+		a := &p.trace[f.pos]
+		before := len(out)
+		add(a.slot, a.tier, a.kind, f.g, t0+p.computeUntil(f.g), false)
+		if len(out) > before && !p.eager(&out[before]) {
+			out = out[:before]
+			p.keys[a.slot].followed = false // the window will reach it
+		}
+	}
+	p.written = slices.DeleteFunc(p.written, func(s int32) bool { return !p.keys[s].followed })
 	p.cands = out
 	return out
+}
+
+// followed is the next access of a shard written by a Release (see
+// followWritten): its global index and trace position.
+type followed struct {
+	g   int64
+	pos int32
+}
+
+// followWritten returns, in access order, the next access of each shard
+// written by a Release (p.written) when it lies at or beyond end, the
+// first global index past the window, and drops the others from
+// p.written: the window sees them, or they never come. This keeps the
+// eager rule (a transfer into a pool the trace does not overflow goes as
+// soon as its source is valid) for the shards a write makes valid, such as
+// the new params the optimizer writes in host memory, whose next access
+// (the next forward) is usually far beyond the window. candidates drops
+// those a transfer would not serve eagerly; once issued, chain finds
+// nothing to do and they leave the list here at the next build. The list
+// holds only written shards whose transfer has not been issued, so this is
+// O(transfers pending), not O(trace).
+func (p *Planner) followWritten(end int64) []followed {
+	out := p.scratch.followed[:0]
+	j := 0
+	for _, s := range p.written {
+		ks := &p.keys[s]
+		g, pos, ok := p.nextAccess(s)
+		if !ok || g < end || g >= p.limit {
+			ks.followed = false
+			continue
+		}
+		if m := &p.scratch.memo[2*(int(s)*shard.TierCount+int(p.trace[pos].tier))]; p.trace[pos].kind != Write && m.ver == ks.ver+1 && !m.ok {
+			ks.followed = false // nothing to move (issued, or there already)
+			continue
+		}
+		p.written[j] = s
+		j++
+		out = append(out, followed{g: g, pos: pos})
+	}
+	p.written = p.written[:j]
+	slices.SortFunc(out, func(a, b followed) int { return cmp.Compare(a.g, b.g) })
+	p.scratch.followed = out
+	return out
+}
+
+// nextAccess is the global index and trace position of the first access
+// of s from the next one to begin on, cyclically; false when the trace has
+// none.
+func (p *Planner) nextAccess(s int32) (int64, int32, bool) {
+	n := len(p.trace)
+	occ := p.keys[s].occ
+	if n == 0 || p.diverged || len(occ) == 0 {
+		return 0, 0, false
+	}
+	pos := p.pos % n
+	base := p.stepBase + int64(p.pos-pos)
+	k := sort.Search(len(occ), func(i int) bool { return int(occ[i]) >= pos })
+	if k == len(occ) {
+		return base + int64(n) + int64(occ[0]), occ[0], true
+	}
+	return base + int64(occ[k]), occ[k], true
 }
 
 // chain builds the transfers that bring slot into t, or reports that none is

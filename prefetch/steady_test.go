@@ -42,6 +42,17 @@ import (
 // host->hbm transfer (25µs) per step is inherent, and it is the only stall
 // allowed (hit rate 127/128).
 //
+// The planner looks ahead a bounded window: by default (Options.Window 0)
+// MinWindow = 32 of the 128 accesses of a step (HorizonChains × 2 ranks
+// × the lead, 500µs of chain plus 250µs of slack, covers fewer), and in the last two cases 8. The
+// bounds are the same: the optimizer's reads are due within a chunk of
+// their access, and the new params it writes in host memory go up to HBM
+// when written although the next forward that reads them is beyond the
+// window (Planner.followWritten). Without that, with a window of 16, the
+// uploads of the params written first waited until the window reached the
+// next forward and queued at the step boundary in front of the last one
+// (50µs of stall a step in backward order).
+//
 // This failed before the planner stopped waiting for a victim that an
 // access before the prefetched one will update (step 1: 114/128 hits, 7ms
 // of stall: the m and v reads of every (chunk, rank) 500µs late).
@@ -53,15 +64,19 @@ func TestSimulateSteadyState(t *testing.T) {
 		optAscending bool
 		stallMax     time.Duration // per step, from the second on
 		missesMax    int           // per step, from the second on
+		window       int           // Options.Window
 	}{
-		{"optimizer ascending", true, 0, 0},
-		{"optimizer in backward order", false, 25 * time.Microsecond, 1},
+		{"optimizer ascending", true, 0, 0, 0},
+		{"optimizer in backward order", false, 25 * time.Microsecond, 1, 0},
+		{"optimizer ascending, window 8", true, 0, 0, 8},
+		{"optimizer in backward order, window 8", false, 25 * time.Microsecond, 1, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, res := modelStepOrder(layers, ranks, paramBytes, 4*time.Millisecond, 3*time.Millisecond, tc.optAscending)
 			opts := DefaultOptions()
 			opts.BandwidthBytesPerSec = [LinkCount]float64{NVMeToHost: 400e3, HostToNVMe: 400e3, HostToHBM: 4000e3, HBMToHost: 4000e3}
 			opts.Slack = 250 * time.Microsecond
+			opts.Window = tc.window
 			const optState = layers * ranks * 3 * 2 * paramBytes
 			opts.BudgetBytes[shard.Host] = layers*ranks*paramBytes /* grads */ + layers*ranks*paramBytes /* params */ + optState/2
 			if d := opts.TransferTime(HostToHBM, paramBytes); d != 25*time.Microsecond {
