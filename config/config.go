@@ -157,7 +157,7 @@ type Strata struct {
 	SeqLen          int       `json:"seq_len"`     // tokens per sample; 0 = the model's max_seq_len
 	Data            string    `json:"data"`        // training text; "" = built-in synthetic corpus
 	Seed            uint64    `json:"seed"`        // default 1
-	Overlap         string    `json:"overlap"`     // "exact" (default) or "dpu"
+	Overlap         string    `json:"overlap"`     // "exact" (default), "serial" (the optimizer after the step, a reference) or "dpu"
 	Steps           int       `json:"steps"`       // optimizer steps; default 20
 
 	devicesMax int // strata.devices as the file gave it (0: not given): the most SetDevices allows

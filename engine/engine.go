@@ -61,6 +61,11 @@ type Engine struct {
 	step      int64
 	closed    bool
 	lastCount []gpu.LinkCounters
+
+	overlap  string       // strata.overlap: OverlapExact or OverlapSerial
+	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
+	t0       time.Time    // the engine's clock (busyLog)
+	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
 }
 
 // New builds an engine for cfg on devices with one Comm per device (comms[i]
@@ -94,11 +99,13 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
+		overlap: cfg.Strata.Overlap, t0: time.Now(),
 	}
 	mo, err := e.layOut()
 	if err != nil {
 		return nil, err
 	}
+	e.fwdOrder = forwardOrder(shape.Layers, len(e.chunks))
 	if err := e.allocate(devices, comms, mo); err != nil {
 		e.Close()
 		return nil, err
@@ -326,6 +333,12 @@ type StepStats struct {
 	// Tier is the tier store's figures (hit rate, stalls, bytes per link,
 	// peak bytes per tier); nil with the optimizer on the device (no store).
 	Tier *TierStats
+	// HostOpt is the host optimizer's time (cpuadam, its state's waits)
+	// and how much of it the devices did not hide, of the optimizer runs
+	// that completed in this Step: with overlap exact the previous step's
+	// (it runs under this step's forward), with serial this step's own.
+	// Zero with the optimizer on the device.
+	HostOpt HostOptStats
 }
 
 // Step runs one optimizer step on the step's global batch: every rank
@@ -397,7 +410,21 @@ func (e *Engine) Step() (StepStats, error) {
 		ap.Mode = gpu.AdamL2
 	}
 	optStart := time.Now()
-	if err := e.parallel(func(r *rank) error { return r.update(ap) }); err != nil {
+	update := func(r *rank) error {
+		err := r.update(ap)
+		r.hostFig.add(r.takeHostOpt())
+		return err
+	}
+	if e.offload && e.overlap == OverlapExact {
+		update = func(r *rank) error { return r.updateExact(ap) }
+	}
+	err := e.parallel(update)
+	for _, r := range e.ranks {
+		st.HostOpt.add(r.hostFig)
+		r.hostFig = HostOptStats{}
+	}
+	e.hostOpt.add(st.HostOpt)
+	if err != nil {
 		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
 	}
 	st.OptimizerTime = time.Since(optStart)
@@ -504,8 +531,8 @@ func (e *Engine) Close() error {
 	if e.closed {
 		return nil
 	}
+	first := e.settle()
 	e.closed = true
-	var first error
 	for _, r := range e.ranks {
 		if err := r.close(); err != nil && first == nil {
 			first = err

@@ -185,6 +185,7 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 	h.next(model.Access{Kind: model.AccessAcquire, Chunk: c, Pass: pass})
 	n := r.e.chunks[c].len
 	if r.st.paramIsFull(c) {
+		r.flushChunk(c) // the previous step's update of c, also after a failure
 		if h.err != nil {
 			return nil, h.err
 		}
@@ -226,6 +227,7 @@ func (h *hooks) nextAcquire() (model.Access, bool) {
 // or before) gathers on the scratch buffer instead.
 func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	r := h.r
+	r.flushChunk(c) // the previous step's update of c, also after a failure
 	for len(h.live) >= r.e.opts.MaxLiveChunks {
 		if !h.evictOldest() {
 			break
