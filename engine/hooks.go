@@ -202,8 +202,12 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 		s.Wait(g.ready)
 		h.traceBegin(s)
 	}
-	// Prefetch the next chunk this micro-batch acquires.
-	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil {
+	// Prefetch the next chunk this micro-batch acquires, unless its
+	// pending update (exact overlap) is still in cpuadam: waiting for it
+	// here would hold back this chunk's compute. Either way the gather is
+	// issued before any other collective (in a forward only gathers
+	// follow), so every rank issues the same sequence.
+	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && r.updateReady(next.Chunk) {
 		h.gather(next.Chunk, next.Pass)
 	}
 	if h.err != nil {

@@ -250,6 +250,21 @@ func (r *rank) flushChunk(c int) {
 	r.uploadChunk(c)
 }
 
+// updateReady says whether chunk c's params can be read without waiting
+// for cpuadam: no pending update, or chunk c's part of it has run.
+func (r *rank) updateReady(c int) bool {
+	run := r.run
+	if run == nil || run.flushed[c] {
+		return true
+	}
+	select {
+	case <-run.ready[c]:
+		return true
+	default:
+		return false
+	}
+}
+
 // uploadChunk enqueues the copy of chunk c's new param shard from its
 // upload staging to the device, the AllGather of the updated slices
 // (stages 1-2, persistent chunks) and paramReady[c], on cs. With
