@@ -298,6 +298,9 @@ func (e *Engine) expectedDeviceBytes() int64 {
 // reads differently from DeepSpeed.
 func (e *Engine) Notes() []string { return append([]string(nil), e.notes...) }
 
+// HostOptimizer says whether the optimizer runs on the host (offload_optimizer cpu or nvme).
+func (e *Engine) HostOptimizer() bool { return e.offload }
+
 // Layout returns the parameter layout.
 func (e *Engine) Layout() *model.Layout { return e.layout }
 

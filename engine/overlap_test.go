@@ -1,0 +1,147 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-ai/strata/nvme/nvmetest"
+)
+
+// withOverlap sets strata.overlap in a test config.
+func withOverlap(js, overlap string) string {
+	return strings.Replace(js, `"strata": {`, fmt.Sprintf(`"strata": {"overlap": %q, `, overlap), 1)
+}
+
+// overlapRun trains steps steps of the config js on n devices and returns
+// the losses, params, master weights and per-step stats, with pending[i]
+// whether every rank still had a host update pending when Step i+1
+// returned.
+type overlapRun struct {
+	res     result
+	stats   []StepStats
+	pending []bool
+}
+
+func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
+	t.Helper()
+	e := newEngineJSON(t, js, n)
+	var out overlapRun
+	for range steps {
+		st, err := e.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.res.losses = append(out.res.losses, st.Loss)
+		out.stats = append(out.stats, st)
+		all := true
+		for _, r := range e.ranks {
+			all = all && r.run != nil
+		}
+		out.pending = append(out.pending, all)
+	}
+	var err error
+	if out.res.params, err = e.Params(); err != nil {
+		t.Fatal(err)
+	}
+	if out.res.master, err = e.Master(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range e.ranks {
+		if r.run != nil {
+			t.Errorf("rank %d: a host update still pending after Params", r.idx)
+		}
+	}
+	if s := e.Summary(); s.Overlap == "" || s.HostOpt.Adam <= 0 {
+		t.Errorf("summary: overlap %q, host optimizer %+v", s.Overlap, s.HostOpt)
+	}
+	return out
+}
+
+// TestOverlapExact: with the optimizer on the host, overlap exact (Step
+// returns with every rank's update pending; the next step's reads of a
+// chunk wait for that chunk) ends bit-identical to serial (the update
+// inside Step) at stages 1-3 on 2 devices, with params and optimizer state
+// in host RAM and on NVMe: params, master weights and every loss. It also
+// checks where the host optimizer's figures are reported: with serial in
+// the step that ran it, with exact in the next one.
+func TestOverlapExact(t *testing.T) {
+	const steps = 6
+	type spec struct {
+		name string
+		js   func(t *testing.T) string
+	}
+	var specs []spec
+	for _, stage := range []int{1, 2, 3} {
+		s := runSpec{stage: stage, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+		specs = append(specs, spec{s.String(), func(*testing.T) string { return s.configJSON() }})
+	}
+	ts := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
+	specs = append(specs, spec{ts.String(), func(t *testing.T) string { return ts.configJSON(nvmetest.Dir(t)) }})
+	for _, sp := range specs {
+		t.Run(sp.name, func(t *testing.T) {
+			serial := runOverlap(t, withOverlap(sp.js(t), OverlapSerial), 2, steps)
+			exact := runOverlap(t, withOverlap(sp.js(t), OverlapExact), 2, steps) // its own swap directory
+			if !slices.Equal(serial.res.losses, exact.res.losses) {
+				t.Errorf("losses differ:\nserial %v\nexact  %v", serial.res.losses, exact.res.losses)
+			}
+			if m, d := diff(exact.res.params, serial.res.params); m != 0 {
+				t.Errorf("params: %d differ (max %g)", m, d)
+			}
+			if m, d := diff(exact.res.master, serial.res.master); m != 0 {
+				t.Errorf("master: %d differ (max %g)", m, d)
+			}
+			for i := range steps {
+				if serial.pending[i] || !exact.pending[i] {
+					t.Errorf("step %d: update pending after Step: serial %v, exact %v (want false, true)", i+1, serial.pending[i], exact.pending[i])
+				}
+				if serial.stats[i].HostOpt.Adam <= 0 {
+					t.Errorf("step %d: serial reports no cpu adam time", i+1)
+				}
+				if got := exact.stats[i].HostOpt.Adam > 0; got != (i > 0) {
+					t.Errorf("step %d: exact reports cpu adam time %v (want it from step 2 on: the previous step's update)", i+1, exact.stats[i].HostOpt.Adam)
+				}
+				if h := serial.stats[i].HostOpt; h.AdamExposed > h.Adam || h.IOExposed > h.IOWait {
+					t.Errorf("step %d: exposed above busy: %+v", i+1, h)
+				}
+			}
+		})
+	}
+}
+
+// TestExposedOf: the overlap figures of cpuadam against the compute
+// stream are interval arithmetic: busy time sums the runs, exposed time is
+// what of their union no compute span covers.
+func TestExposedOf(t *testing.T) {
+	ms := func(a, b int) span { return span{time.Duration(a) * time.Millisecond, time.Duration(b) * time.Millisecond} }
+	for _, tc := range []struct {
+		name                string
+		busy, adam, wait    []span
+		adam_, exp, io, ioE int // ms
+	}{
+		{"none", nil, nil, nil, 0, 0, 0, 0},
+		{"all exposed", nil, []span{ms(0, 2), ms(5, 6)}, []span{ms(2, 3)}, 3, 3, 1, 1},
+		{"hidden", []span{ms(0, 10)}, []span{ms(1, 3), ms(4, 9)}, []span{ms(3, 4)}, 7, 0, 1, 0},
+		{"partly", []span{ms(2, 4), ms(3, 6), ms(8, 9)}, []span{ms(0, 5), ms(7, 10)}, []span{ms(5, 8)}, 8, 4, 3, 2},
+	} {
+		h := exposedOf(tc.busy, tc.adam, tc.wait)
+		want := HostOptStats{Adam: ms(0, tc.adam_).b, AdamExposed: ms(0, tc.exp).b, IOWait: ms(0, tc.io).b, IOExposed: ms(0, tc.ioE).b}
+		if h != want {
+			t.Errorf("%s: %+v, want %+v", tc.name, h, want)
+		}
+	}
+	if f := (HostOptStats{Adam: 4, AdamExposed: 1}).AdamExposedFraction(); f != 0.25 {
+		t.Errorf("exposed fraction %v, want 0.25", f)
+	}
+}
+
+// TestForwardOrder: the host optimizer runs the chunks in the order the
+// forward first reads them: the embeddings, the blocks, the final
+// layernorm.
+func TestForwardOrder(t *testing.T) {
+	if got := forwardOrder(3, 5); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Errorf("forward order %v", got)
+	}
+}
