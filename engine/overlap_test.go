@@ -115,7 +115,9 @@ func TestOverlapExact(t *testing.T) {
 // stream are interval arithmetic: busy time sums the runs, exposed time is
 // what of their union no compute span covers.
 func TestExposedOf(t *testing.T) {
-	ms := func(a, b int) span { return span{time.Duration(a) * time.Millisecond, time.Duration(b) * time.Millisecond} }
+	ms := func(a, b int) span {
+		return span{time.Duration(a) * time.Millisecond, time.Duration(b) * time.Millisecond}
+	}
 	for _, tc := range []struct {
 		name                string
 		busy, adam, wait    []span
