@@ -183,7 +183,8 @@ func (r *rank) hostWindow() int {
 
 // updateExact leases every chunk's optimizer state in forward order and
 // hands it to a goroutine that runs cpuadam; it returns when the last
-// chunk is handed over (the run is pending, r.run).
+// chunk is handed over (the run is pending, r.run), with the first error
+// of the tier store's leases (the chunks that failed are not updated).
 func (r *rank) updateExact(ap gpu.AdamParams) error {
 	e := r.e
 	cp := cpuadam.Params(ap) // one type (internal/adam)
@@ -207,15 +208,19 @@ func (r *rank) updateExact(ap gpu.AdamParams) error {
 	r.run = run
 	go r.hostLoop(run, cp)
 	w := r.hostWindow()
+	var first error
 	for i, c := range e.fwdOrder {
 		if i >= w {
 			<-run.ready[e.fwdOrder[i-w]] // its leases are given back
 		}
 		ls, err := r.leaseHost(c)
+		if err != nil && first == nil {
+			first = err // go on: the run must close every chunk's ready
+		}
 		run.jobs <- hostJob{c: c, ls: ls, err: err}
 	}
 	close(run.jobs)
-	return nil
+	return first
 }
 
 // hostLoop runs the pending update's cpuadam chunk by chunk.
