@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -238,6 +239,11 @@ func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 		}
 		run.errs[j.c] = j.err
 		close(run.ready[j.c])
+		// Let the rank's goroutine, woken by ready, enqueue the chunk's
+		// upload and the forward behind it now: cpuadam's next chunk
+		// would hold every P (its kernels are not preemptible) and the
+		// devices would wait for the whole update.
+		runtime.Gosched()
 	}
 }
 
@@ -411,10 +417,28 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls [5]*tier.Lease) {
 	master, grad, m, v := f32s(ls[0].Bytes()), ls[4].Bytes(), f32s(ls[1].Bytes()), f32s(ls[2].Bytes())
 	t0 := r.traceNow()
 	if e.precision == gpu.BF16 {
-		e.opt.StepBF16(cp, master, u16s(grad), m, v, u16s(out))
+		g, o := u16s(grad), u16s(out)
+		for lo := 0; lo < len(master); lo += adamPieceElems {
+			hi := min(lo+adamPieceElems, len(master))
+			e.opt.StepBF16(cp, master[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], o[lo:hi])
+			yield()
+		}
 	} else {
 		e.opt.StepF32(cp, master, f32s(grad), m, v, nil)
 		copy(f32s(out), master)
 	}
 	r.traceAdam(c, t0)
 }
+
+// adamPieceElems is the piece of a chunk cpuadam updates at a time: Adam is
+// elementwise (the same bits in any split), and between pieces the other
+// goroutines get the cores (yield).
+const adamPieceElems = 1 << 16
+
+// yield lets the goroutines cpuadam's pool kept off the cores run (the
+// rank's, which enqueues the devices' work; on the CPU backend the streams
+// and their clocks): the pool's goroutines hand the cores to each other
+// through channels, and its kernels are not preemptible, so without it a
+// whole update can run before anything else does. Only the pipelined
+// update yields; serial keeps the rank's goroutine waiting anyway.
+func yield() { runtime.Gosched() }
