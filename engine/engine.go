@@ -66,6 +66,9 @@ type Engine struct {
 	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
 	t0       time.Time    // the engine's clock (busyLog)
 	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
+	// gradFault, set by tests, makes rank r's reduced gradient of chunk c
+	// NaN when it returns true.
+	gradFault func(r, c int) bool
 }
 
 // New builds an engine for cfg on devices with one Comm per device (comms[i]
@@ -118,6 +121,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		e.tiers.last = e.tiers.snapshot()
 	}
 	e.notePinned()
+	e.noteBwd()
 	e.lastCount = e.counters()
 	return e, nil
 }
@@ -368,7 +372,14 @@ func (e *Engine) Step() (StepStats, error) {
 		e.tiers.store.ResetPeaks()
 		snap = e.tiers.last // the previous step's end: moves between steps count in this one
 	}
+	if e.bwdEnabled() { // cpuadam during the backward: no clipping, so GradScale 1
+		if err := e.parallel(func(r *rank) (err error) { r.next, err = r.startRun(e.adamParams(step, 1)); return err }); err != nil {
+			e.abortNext()
+			return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
+		}
+	}
 	if err := e.parallel(func(r *rank) error { return r.backward(step) }); err != nil {
+		e.abortNext()
 		return st, fmt.Errorf("engine: step %d: %w", step, err)
 	}
 	now := e.counters()
@@ -401,17 +412,13 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	st.GradNorm = math.Sqrt(sq)
 	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
+		e.abortNext() // undo the updates of the backward
 		return st, fmt.Errorf("engine: %w: step %d loss %v grad norm %v; parameters not updated", model.ErrNonFinite, step, st.Loss, st.GradNorm)
 	}
 	if max := e.cfg.GradientClipping; max > 0 && st.GradNorm > max {
 		st.ClipCoef = max / (st.GradNorm + 1e-6) // torch.nn.utils.clip_grad_norm_
 	}
-	p := e.cfg.Optimizer.Params
-	ap := gpu.AdamParams{LR: st.LR, Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay,
-		Step: step, GradScale: st.ClipCoef, Mode: gpu.AdamW}
-	if !e.cfg.Optimizer.DecoupledWeightDecay() {
-		ap.Mode = gpu.AdamL2
-	}
+	ap := e.adamParams(step, st.ClipCoef)
 	optStart := time.Now()
 	update := func(r *rank) error {
 		err := r.update(ap)
@@ -420,6 +427,9 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	if e.offload && e.overlap == OverlapExact {
 		update = func(r *rank) error { return r.updateExact(ap) }
+		if e.bwdEnabled() {
+			update = func(r *rank) error { return r.commitNext() }
+		}
 	}
 	err := e.parallel(update)
 	for _, r := range e.ranks {
@@ -441,6 +451,24 @@ func (e *Engine) Step() (StepStats, error) {
 		st.TokensPer = float64(st.Tokens) / s
 	}
 	return st, nil
+}
+
+// adamParams is Adam's parameters of step with the clipping factor coef.
+func (e *Engine) adamParams(step int64, coef float64) gpu.AdamParams {
+	p := e.cfg.Optimizer.Params
+	ap := gpu.AdamParams{LR: e.LR(step), Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay,
+		Step: step, GradScale: coef, Mode: gpu.AdamW}
+	if !e.cfg.Optimizer.DecoupledWeightDecay() {
+		ap.Mode = gpu.AdamL2
+	}
+	return ap
+}
+
+// abortNext undoes every rank's updates of a failed step's backward.
+func (e *Engine) abortNext() {
+	for _, r := range e.ranks {
+		r.abortNext()
+	}
 }
 
 // Run runs steps optimizer steps, calling fn (when not nil) after each; an

@@ -162,12 +162,23 @@ type hostRun struct {
 	errs    []error         // per chunk, written before ready[c] is closed
 	done    chan struct{}   // the goroutine has run every job
 	flushed []bool          // per chunk: the device side is enqueued (the rank's goroutine only)
+	handed  []bool          // per chunk: leased and handed to the goroutine (the rank's goroutine only)
+	// held is, per chunk updated during the backward, its leases, kept
+	// until the step is known finite (written before ready[c] closes).
+	held [][5]*tier.Lease
 }
 
 type hostJob struct {
 	c   int
 	ls  [5]*tier.Lease // master, m, v, the new param (offload_param), the gradient
 	err error          // leasing failed: nothing to compute
+	// During the backward (overlap_bwd.go): ev is the gradient's copy to
+	// host memory, which cpuadam waits for; keep saves what undoes the
+	// update and keeps the leases (held) until the step's verdict.
+	ev   gpu.Event
+	keep bool
+	// release (no chunk): give back every held lease, the step is finite.
+	release bool
 }
 
 // hostWindow is how many chunks' state the rank leases ahead of cpuadam:
@@ -187,37 +198,60 @@ func (r *rank) hostWindow() int {
 // chunk is handed over (the run is pending, r.run), with the first error
 // of the tier store's leases (the chunks that failed are not updated).
 func (r *rank) updateExact(ap gpu.AdamParams) error {
-	e := r.e
-	cp := cpuadam.Params(ap) // one type (internal/adam)
-	if err := cp.Validate(); err != nil {
+	run, err := r.startRun(ap)
+	if err != nil {
 		return err
 	}
+	return r.leaseRest(run)
+}
+
+// startRun starts a host update of step ap.Step: its goroutine, waiting
+// for jobs.
+func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
+	cp := cpuadam.Params(ap) // one type (internal/adam)
+	if err := cp.Validate(); err != nil {
+		return nil, err
+	}
+	n := len(r.e.chunks)
+	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
+		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n)}
+	for c := range run.ready {
+		run.ready[c] = make(chan struct{})
+	}
+	go r.hostLoop(run, cp)
+	return run, nil
+}
+
+// leaseRest leases, in forward order, every chunk not yet handed to run
+// and hands it over, then closes the run's jobs: the run is r.run, pending.
+func (r *rank) leaseRest(run *hostRun) error {
+	e := r.e
 	if r.tr != nil {
 		t0 := time.Now()
 		defer func() {
 			t1 := time.Now()
-			r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, fmt.Sprintf("optimizer step %d (issue)", ap.Step), t0, t1.Sub(t0), nil)
-			r.tr.t.stepEnd(ap.Step, t1)
+			r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, fmt.Sprintf("optimizer step %d (issue)", run.step), t0, t1.Sub(t0), nil)
+			r.tr.t.stepEnd(run.step, t1)
 		}()
 	}
-	n := len(e.chunks)
-	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n), ready: make([]chan struct{}, n), errs: make([]error, n),
-		done: make(chan struct{}), flushed: make([]bool, n)}
-	for c := range run.ready {
-		run.ready[c] = make(chan struct{})
-	}
 	r.run = run
-	go r.hostLoop(run, cp)
 	w := r.hostWindow()
 	var first error
-	for i, c := range e.fwdOrder {
+	var order []int
+	for _, c := range e.fwdOrder {
+		if !run.handed[c] {
+			order = append(order, c)
+		}
+	}
+	for i, c := range order {
 		if i >= w {
-			<-run.ready[e.fwdOrder[i-w]] // its leases are given back
+			<-run.ready[order[i-w]] // its leases are given back
 		}
 		ls, err := r.leaseHost(c)
 		if err != nil && first == nil {
 			first = err // go on: the run must close every chunk's ready
 		}
+		run.handed[c] = true
 		run.jobs <- hostJob{c: c, ls: ls, err: err}
 	}
 	close(run.jobs)
@@ -227,15 +261,27 @@ func (r *rank) updateExact(ap gpu.AdamParams) error {
 // hostLoop runs the pending update's cpuadam chunk by chunk.
 func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 	defer close(run.done)
-	d := r.driver()
 	for j := range run.jobs {
+		if j.release {
+			for c, ls := range run.held {
+				r.doneLeases(ls)
+				run.held[c] = [5]*tier.Lease{}
+			}
+			continue
+		}
 		if j.err == nil {
+			if j.ev != nil {
+				j.ev.Synchronize() // the gradient has reached its host copy
+			}
+			if j.keep {
+				r.saveUndo(j.c, j.ls)
+			}
 			r.adamHost(j.c, cp, j.ls)
 		}
-		for _, l := range j.ls {
-			if l != nil {
-				d.Done(l, nil)
-			}
+		if j.keep {
+			run.held[j.c] = j.ls
+		} else {
+			r.doneLeases(j.ls)
 		}
 		run.errs[j.c] = j.err
 		close(run.ready[j.c])
@@ -401,6 +447,15 @@ func (r *rank) leaseHost(c int) (ls [5]*tier.Lease, err error) {
 		}
 	}
 	return ls, nil
+}
+
+// doneLeases ends the leases of ls (nil entries: none).
+func (r *rank) doneLeases(ls [5]*tier.Lease) {
+	for _, l := range ls {
+		if l != nil {
+			r.driver().Done(l, nil)
+		}
+	}
 }
 
 // adamHost runs cpuadam on chunk c's leased state, writing the new params

@@ -1,12 +1,14 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
@@ -20,9 +22,10 @@ func withOverlap(js, overlap string) string {
 // whether every rank still had a host update pending when Step i+1
 // returned.
 type overlapRun struct {
-	res     result
-	stats   []StepStats
-	pending []bool
+	res       result
+	stats     []StepStats
+	pending   []bool
+	bwdChunks int // chunks updated during a backward, all ranks
 }
 
 func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
@@ -53,6 +56,9 @@ func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
 		if r.run != nil {
 			t.Errorf("rank %d: a host update still pending after Params", r.idx)
 		}
+	}
+	for _, r := range e.ranks {
+		out.bwdChunks += r.bwdChunks
 	}
 	if s := e.Summary(); s.Overlap == "" || s.HostOpt.Adam <= 0 {
 		t.Errorf("summary: overlap %q, host optimizer %+v", s.Overlap, s.HostOpt)
@@ -146,4 +152,74 @@ func TestForwardOrder(t *testing.T) {
 	if got := forwardOrder(3, 5); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
 		t.Errorf("forward order %v", got)
 	}
+}
+
+// TestOverlapDuringBackward: without clipping, each chunk's cpuadam starts
+// during the backward, once its reduced gradient is in host memory, and
+// the run still ends bit-identical to serial (stages 1-3 on 2 devices,
+// optimizer state in host RAM).
+func TestOverlapDuringBackward(t *testing.T) {
+	const steps = 5
+	for _, stage := range []int{1, 2, 3} {
+		s := runSpec{stage: stage, n: 2, offload: true, micro: 1, accum: 1}
+		t.Run(s.String(), func(t *testing.T) {
+			serial := runOverlap(t, withOverlap(s.configJSON(), OverlapSerial), 2, steps)
+			exact := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, steps)
+			if !slices.Equal(serial.res.losses, exact.res.losses) {
+				t.Errorf("losses differ:\nserial %v\nexact  %v", serial.res.losses, exact.res.losses)
+			}
+			if m, d := diff(exact.res.params, serial.res.params); m != 0 {
+				t.Errorf("params: %d differ (max %g)", m, d)
+			}
+			if m, d := diff(exact.res.master, serial.res.master); m != 0 {
+				t.Errorf("master: %d differ (max %g)", m, d)
+			}
+			// Every chunk of every rank in every step (none is a
+			// tier-store param without offload_param).
+			if want := steps * 2 * 4; exact.bwdChunks != want || serial.bwdChunks != 0 {
+				t.Errorf("chunks updated during the backward: exact %d (want %d), serial %d (want 0)", exact.bwdChunks, want, serial.bwdChunks)
+			}
+		})
+	}
+}
+
+// TestNonFiniteDuringBackward: a NaN in one rank's gradient of the chunk
+// reduced last (the embeddings), on 2 ranks, stops the step after the
+// other chunks were updated during the backward: the step fails with
+// ErrNonFinite and every state (params, master, m, v, the step) is what
+// it was before it; the step retried without the NaN ends bit-identical
+// to a run that never saw it.
+func TestNonFiniteDuringBackward(t *testing.T) {
+	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1}
+	js := withOverlap(s.configJSON(), OverlapExact)
+	e := newEngineJSON(t, js, 2)
+	clean := newEngineJSON(t, js, 2)
+	for range 2 {
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := clean.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := stateOf(t, e)
+	emb := e.layout.Chunks[0].Name
+	e.gradFault = func(r, c int) bool { return r == 1 && c == 0 }
+	if _, err := e.Step(); !errors.Is(err, model.ErrNonFinite) {
+		t.Fatalf("got %v, want ErrNonFinite (NaN in rank 1's %s gradient)", err, emb)
+	}
+	e.gradFault = nil
+	if n := e.ranks[0].bwdChunks; n < 3*4-1 {
+		t.Fatalf("rank 0 updated %d chunks during the backward, want the failed step's too", n)
+	}
+	sameState(t, "after the non-finite step vs before it", stateOf(t, e), before)
+	for range 2 {
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := clean.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameState(t, "retried vs never failed", stateOf(t, e), stateOf(t, clean))
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
@@ -45,6 +46,9 @@ type rank struct {
 	tr         *rankTrace   // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
 	run        *hostRun     // the pending host update (exact overlap); nil: none
 	hostFig    HostOptStats // the host optimizer's figures taken in this step (takeHostOpt)
+	next       *hostRun     // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
+	undo       [][]byte     // per chunk: master, m and v before the update of the backward
+	bwdChunks  int          // chunks updated during a backward so far
 }
 
 // liveGrad is a reduced gradient shard on the device whose copy to the tier
@@ -287,6 +291,9 @@ func (r *rank) reduced(c int, failed bool) error {
 			r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "grad norm+to host "+r.e.layout.Chunks[c].Name, map[string]any{"chunk": c})
 		}()
 	}
+	if f := r.e.gradFault; f != nil && f(r.idx, c) {
+		r.ops.Fill(r.cs, g, float32(math.NaN())) // tests: a non-finite gradient on one rank
+	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
 	if r.e.tiers == nil {
 		return nil
@@ -305,7 +312,10 @@ func (r *rank) reduced(c int, failed bool) error {
 		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
 		r.st.grad[c] = nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return r.handBackward(c, ev) // cpuadam during the backward (overlap_bwd.go)
 }
 
 // normSq is this rank's sum of squares of chunk c's reduced gradient, as
