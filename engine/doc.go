@@ -117,6 +117,23 @@
 // state and file. A NaN or Inf loss or norm stops the step before any
 // update is issued, as before.
 //
+// During the backward (overlap_bwd.go): with gradient_clipping 0 or absent
+// and the optimizer state in host RAM, a chunk's update does not depend on
+// the global norm, so the rank hands chunk c to its step's run in
+// reduced(c) (a point model.AccessOrder fixes; its leases are declared
+// there), and cpuadam starts once the gradient's copy to host memory has
+// completed, while the backward goes on with the chunks before it. A NaN
+// or Inf anywhere in the step must still update nothing: before cpuadam
+// writes a chunk's master, m and v during the backward the rank copies
+// them (host memory the size of the rank's optimizer state, a note at New
+// says how much) and keeps the chunk's leases until the step's verdict; a
+// failed step (a hook's error, a non-finite loss or norm) waits for those
+// updates, copies master, m and v back and drops the run (the new params
+// were only written into the upload staging, which nothing uploads). No
+// collective is added: the verdict is the norm every rank already has.
+// Chunks whose new param is a tier-store state (offload_param) are updated
+// after the norm, as with clipping on.
+//
 // Measured (whenever the host optimizer runs, with or without a Tracer):
 // each rank logs its compute stream's chunk spans (the stream clock),
 // cpuadam's runs and the optimizer-phase waits of its runner (busyLog);
@@ -250,7 +267,5 @@
 // the ranks waited per access tier, the bytes per link and the peak bytes
 // per tier against their budgets (StepStats.Tier), and the optimizer time.
 //
-// Not built here: the "dpu" overlap mode (New rejects it with ErrNotBuilt),
-// and cpuadam during the backward (a chunk's update still waits for the
-// global norm and the non-finite check of the whole step).
+// Not built here: the "dpu" overlap mode (New rejects it with ErrNotBuilt).
 package engine
