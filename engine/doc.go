@@ -113,8 +113,9 @@
 // update (in forward order) and waits for the devices. A tier fault while
 // leasing is returned by the Step that leased, as in serial; the update's
 // errors are kept per chunk and returned again by the next Step (its
-// pass, finishRun) or by settle, naming the optimizer step, chunk, rank,
-// state and file. A NaN or Inf loss or norm stops the step before any
+// pass, finishRun) or by settle (Params, checkpoints), naming the
+// optimizer step, chunk, rank, state and file; Close drains the update
+// without repeating it. A NaN or Inf loss or norm stops the step before any
 // update is issued, as before.
 //
 // During the backward (overlap_bwd.go): with gradient_clipping 0 or absent

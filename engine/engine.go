@@ -562,8 +562,11 @@ func (e *Engine) Close() error {
 	if e.closed {
 		return nil
 	}
-	first := e.settle()
+	// Finish the pending host update; its error is a lease's, which the
+	// Step that leased returned already.
+	e.settle()
 	e.closed = true
+	var first error
 	for _, r := range e.ranks {
 		if err := r.close(); err != nil && first == nil {
 			first = err

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
@@ -222,4 +223,34 @@ func TestNonFiniteDuringBackward(t *testing.T) {
 		}
 	}
 	sameState(t, "retried vs never failed", stateOf(t, e), stateOf(t, clean))
+}
+
+// TestTierFaultInOptimizer: with the optimizer state on NVMe (params in
+// host RAM, so every NVMe read is the optimizer's), an NVMe read error
+// under the pipelined update ends a Step (the one that leases, or the next
+// one, whose pass finishes the update) with one error naming the engine
+// once, the shard and the swap file, on 2 ranks, without hanging; the
+// next Step fails too, and Close (a cleanup) ends every goroutine.
+func TestTierFaultInOptimizer(t *testing.T) {
+	nvmetest.Require(t)
+	var faulty *nvme.Faulty
+	s := tierSpec{n: 2, param: "cpu", opt: "nvme", shapeJSON: deepShapeJSON}
+	e := newTierEngine(t, s, Options{NVMeDevice: func(d nvme.Device) nvme.Device {
+		faulty = nvme.NewFaulty(d, nvme.Fault{Kind: nvme.FaultEIO, Op: nvme.OpRead, Nth: 3})
+		return faulty
+	}})
+	var err error
+	for range 5 {
+		if _, err = stepWithin(t, e); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatalf("5 steps without an error; %d faults injected", faulty.Injected(nvme.FaultEIO))
+	}
+	t.Logf("step %d: %v", e.StepCount()+1, err)
+	checkFaultMessage(t, err, "strata.swap", "EIO")
+	if _, err2 := stepWithin(t, e); err2 == nil {
+		t.Error("the step after the failure succeeded")
+	}
 }
