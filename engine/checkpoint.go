@@ -292,6 +292,9 @@ func (e *Engine) restore(step int64, run func() error) error {
 	if err := run(); err != nil {
 		return err
 	}
+	if err := e.restorePending(step); err != nil {
+		return err
+	}
 	e.step = step
 	// The restore's copies are not the next step's traffic.
 	e.lastCount = e.counters()

@@ -17,7 +17,8 @@ import (
 )
 
 // ErrNotBuilt says a configuration asks for something this engine does not
-// do yet (the dpu overlap mode).
+// do yet (the dpu overlap mode with the optimizer on the device or with
+// offload_param).
 var ErrNotBuilt = errors.New("engine: not built yet")
 
 // chunkPlan is how one chunk is laid out over the ranks.
@@ -150,8 +151,8 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 	if err := checkOffload(cfg, opts); err != nil {
 		return err
 	}
-	if cfg.Strata.Overlap == "dpu" {
-		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
+	if z := cfg.ZeRO; cfg.Strata.Overlap == OverlapDPU && (z.OffloadOptimizer.Device == config.DeviceNone || z.OffloadParam.Device != config.DeviceNone) {
+		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update) with the optimizer on the device or offload_param: it needs offload_optimizer cpu or nvme and the params on the devices; use \"exact\"", ErrNotBuilt)
 	}
 	return nil
 }
@@ -425,7 +426,7 @@ func (e *Engine) Step() (StepStats, error) {
 		r.hostFig.add(r.takeHostOpt())
 		return err
 	}
-	if e.offload && e.overlap == OverlapExact {
+	if e.offload && e.overlap != OverlapSerial {
 		update = func(r *rank) error { return r.updateExact(ap) }
 		if e.bwdEnabled() {
 			update = func(r *rank) error { return r.commitNext() }

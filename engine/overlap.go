@@ -25,6 +25,11 @@ const (
 	// backward, and returns when it is done: the schedule before exact, a
 	// reference for measurements.
 	OverlapSerial = "serial"
+	// OverlapDPU is the delayed parameter update (ZeRO-Offload): after
+	// strata.dpu_warmup_steps exact steps, step t's forward and backward
+	// use the params of step t-1 while the host updates them with step
+	// t-1's gradient (overlap_dpu.go).
+	OverlapDPU = "dpu"
 )
 
 // HostOptStats is the host optimizer's time (cpuadam and the waits for
@@ -163,6 +168,7 @@ type hostRun struct {
 	done    chan struct{}   // the goroutine has run every job
 	flushed []bool          // per chunk: the device side is enqueued (the rank's goroutine only)
 	handed  []bool          // per chunk: leased and handed to the goroutine (the rank's goroutine only)
+	delayed bool            // dpu: the next pass reads the params before this update; its end uploads it
 	// held is, per chunk updated during the backward, its leases, kept
 	// until the step is known finite (written before ready[c] closes).
 	held [][5]*tier.Lease
@@ -214,7 +220,8 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 	}
 	n := len(r.e.chunks)
 	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
-		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n)}
+		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n),
+		delayed: r.e.delayed(ap.Step)}
 	for c := range run.ready {
 		run.ready[c] = make(chan struct{})
 	}
@@ -298,6 +305,14 @@ func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 // 1-2, persistent chunks) and paramReady[c]. Called before anything of
 // the next step reads chunk c's params, at points model.AccessOrder fixes.
 func (r *rank) flushChunk(c int) {
+	if run := r.run; run != nil && run.delayed {
+		return // dpu: the pass reads the params before the update; finishRun uploads it
+	}
+	r.flushNow(c)
+}
+
+// flushNow is flushChunk, also for a delayed update.
+func (r *rank) flushNow(c int) {
 	run := r.run
 	if run == nil || run.flushed[c] {
 		return
@@ -311,7 +326,7 @@ func (r *rank) flushChunk(c int) {
 // for cpuadam: no pending update, or chunk c's part of it has run.
 func (r *rank) updateReady(c int) bool {
 	run := r.run
-	if run == nil || run.flushed[c] {
+	if run == nil || run.flushed[c] || run.delayed {
 		return true
 	}
 	select {
@@ -366,8 +381,15 @@ func (r *rank) finishRun() error {
 	if run == nil {
 		return nil
 	}
+	if run.delayed {
+		// dpu: the pass just enqueued may still read the params the
+		// uploads overwrite (replicated chunks are read in place).
+		ev := r.dev.NewEvent()
+		r.s.Record(ev)
+		r.cs.Wait(ev)
+	}
 	for _, c := range r.e.fwdOrder {
-		r.flushChunk(c)
+		r.flushNow(c)
 	}
 	<-run.done
 	r.run = nil
@@ -397,6 +419,9 @@ func (e *Engine) settle() error {
 	}
 	figs := make([]HostOptStats, e.n)
 	err := e.parallel(func(r *rank) error {
+		if run := r.run; run != nil && run.delayed {
+			return r.settleDelayed() // dpu: the devices keep the params the next pass reads
+		}
 		err := r.finishRun()
 		if err2 := r.sync(); err == nil {
 			err = err2
