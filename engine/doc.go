@@ -268,5 +268,13 @@
 // the ranks waited per access tier, the bytes per link and the peak bytes
 // per tier against their budgets (StepStats.Tier), and the optimizer time.
 //
-// Not built here: the "dpu" overlap mode (New rejects it with ErrNotBuilt).
+// "dpu" (overlap_dpu.go), the delayed parameter update of the ZeRO-Offload
+// paper: after strata.dpu_warmup_steps exact steps, step t+1's pass reads
+// the params of step t-1 while the host updates them with step t's
+// gradient, and the end of the pass uploads them (finishRun, in forward
+// order on every rank, after the pass's compute). It needs the host
+// optimizer and the params on the devices (New refuses it otherwise with
+// ErrNotBuilt). A checkpoint holds the devices' params and the updated
+// master, m, v; the upload it owes is master rounded to the params' dtype
+// (what cpuadam writes), rebuilt at restore, so resume is bit-identical.
 package engine
