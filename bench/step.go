@@ -22,12 +22,17 @@ import (
 // engines stepping alternately (interleaved rounds) so that the noise of a
 // shared machine falls on all of them alike.
 type StepOptions struct {
-	Model    string // a named model shape; default "medium" (6.4M params: compute bounds the step)
-	Devices  int    // devices (ranks); default 1
-	Backend  string // "cpu" (default) or "cuda"
-	Batch    int    // rows per device per step (train_micro_batch_size_per_gpu); default 4
-	Seq      int    // tokens per row; default 256
-	Steps    int    // measured steps per mode; default 5
+	Model   string // a named model shape; default "medium" (6.4M params: compute bounds the step)
+	Devices int    // devices (ranks); default 1
+	Backend string // "cpu" (default) or "cuda"
+	Batch   int    // rows per device per step (train_micro_batch_size_per_gpu); default 4
+	Seq     int    // tokens per row; default 256
+	Steps   int    // measured steps per mode; default 5
+	// Block is the steps each engine takes in a row per measured round,
+	// the first not measured when Block > 1; default 1: one measured step
+	// per engine and round (a pending exact update then always runs on an
+	// idle device, so compare overlaps with 3, the CLI's default).
+	Block    int
 	Warmup   int    // steps per mode before measuring (the first records the trace); default 2
 	NVMePath string // directory of the swap file; default /var/tmp
 	// NVMeOptimizer puts the optimizer state on NVMe too in the NVMe mode
@@ -44,6 +49,10 @@ type StepOptions struct {
 	Threads      int // cpuadam threads; 0: GOMAXPROCS
 	// Modes to run, among "resident", "host", "nvme"; default all three.
 	Modes []string
+	// Overlaps are the host optimizer's schedules (strata.overlap) each
+	// offloaded mode runs with, among "serial" and "exact"; default exact.
+	// Each (mode, overlap) is one engine; all step alternately.
+	Overlaps []string
 	// TracePath, when set, receives the Chrome trace-event timeline of the
 	// last mode (engine.Tracer); with several modes their alternating
 	// steps fall inside its step windows, so trace one mode (--modes nvme).
@@ -52,6 +61,9 @@ type StepOptions struct {
 
 // StepModes are the placements `strata bench step` compares.
 var StepModes = []string{"resident", "host", "nvme"}
+
+// StepOverlaps are the host optimizer's schedules it compares.
+var StepOverlaps = []string{engine.OverlapSerial, engine.OverlapExact}
 
 // WithDefaults fills the zero fields.
 func (o StepOptions) WithDefaults() StepOptions {
@@ -76,6 +88,9 @@ func (o StepOptions) WithDefaults() StepOptions {
 	if o.Warmup == 0 {
 		o.Warmup = 2
 	}
+	if o.Block == 0 {
+		o.Block = 1
+	}
 	if o.NVMePath == "" {
 		o.NVMePath = "/var/tmp"
 	}
@@ -84,6 +99,9 @@ func (o StepOptions) WithDefaults() StepOptions {
 	}
 	if len(o.Modes) == 0 {
 		o.Modes = StepModes
+	}
+	if len(o.Overlaps) == 0 {
+		o.Overlaps = []string{engine.OverlapExact}
 	}
 	return o
 }
@@ -95,8 +113,8 @@ func (o StepOptions) Validate() error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	switch {
-	case o.Devices < 1 || o.Batch < 1 || o.Seq < 1 || o.Steps < 1 || o.Warmup < 1:
-		return fmt.Errorf("bench: devices %d, batch %d, seq %d, steps %d, warmup %d must be >= 1", o.Devices, o.Batch, o.Seq, o.Steps, o.Warmup)
+	case o.Devices < 1 || o.Batch < 1 || o.Seq < 1 || o.Steps < 1 || o.Warmup < 1 || o.Block < 1:
+		return fmt.Errorf("bench: devices %d, batch %d, seq %d, steps %d, warmup %d, block %d must be >= 1", o.Devices, o.Batch, o.Seq, o.Steps, o.Warmup, o.Block)
 	case o.Seq > s.MaxSeq:
 		return fmt.Errorf("bench: seq %d exceeds %s's max_seq_len %d", o.Seq, s.Name, s.MaxSeq)
 	case o.HostBudgetBytes < 0 || o.HBMBytes < 0 || o.TierHBMBytes < 0 || o.Threads < 0:
@@ -110,11 +128,22 @@ func (o StepOptions) Validate() error {
 			return fmt.Errorf("bench: mode %q is not one of %s", m, strings.Join(StepModes, ", "))
 		}
 	}
+	for _, v := range o.Overlaps {
+		if !slices.Contains(StepOverlaps, v) {
+			return fmt.Errorf("bench: overlap %q is not one of %s", v, strings.Join(StepOverlaps, ", "))
+		}
+	}
 	return nil
 }
 
-// StepConfig is the engine config of one mode (the nvme mode's swap in dir).
+// StepConfig is the engine config of one mode (the nvme mode's swap in dir)
+// with the first of Overlaps.
 func (o StepOptions) StepConfig(mode, dir string) (*config.Config, error) {
+	return o.stepConfig(mode, o.WithDefaults().Overlaps[0], dir)
+}
+
+// stepConfig is the engine config of one mode and overlap.
+func (o StepOptions) stepConfig(mode, overlap, dir string) (*config.Config, error) {
 	param, opt := "none", "none"
 	switch mode {
 	case "host":
@@ -142,8 +171,8 @@ func (o StepOptions) StepConfig(mode, dir string) (*config.Config, error) {
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
-  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d}
-}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb)
+  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q}
+}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, overlap)
 	lookup := func(name string) (config.Shape, error) {
 		s, err := model.Lookup(name)
 		return config.Shape(s), err
@@ -155,9 +184,11 @@ func (o StepOptions) StepConfig(mode, dir string) (*config.Config, error) {
 	return cfg, nil
 }
 
-// StepModeResult is one mode's figures over the measured steps.
+// StepModeResult is one mode's figures over the measured steps, with one
+// overlap schedule.
 type StepModeResult struct {
 	Mode       string
+	Overlap    string    // strata.overlap; "" in the resident mode (no host optimizer)
 	Steps      []float64 // seconds, in order
 	MedianStep float64
 	Optimizer  float64 // median optimizer phase, seconds
@@ -173,6 +204,21 @@ type StepModeResult struct {
 	FinalLoss       float64
 	ParamsIdentical bool // the params after the run equal the resident mode's, bit for bit
 	Summary         string
+	// HostOpt is the host optimizer's time over the measured steps:
+	// cpuadam busy time and what no compute stream hid (exposed), the
+	// optimizer-state waits and their exposed part (engine.HostOptStats).
+	HostOpt engine.HostOptStats
+	// RatioSerial is MedianStep over the same mode's serial median (0 when
+	// serial did not run).
+	RatioSerial float64
+}
+
+// Name is the mode, with the overlap when there is one ("host/exact").
+func (m StepModeResult) Name() string {
+	if m.Overlap == "" {
+		return m.Mode
+	}
+	return m.Mode + "/" + m.Overlap
 }
 
 // StepResult is what `strata bench step` measured.
@@ -212,7 +258,8 @@ func Step(o StepOptions) (StepResult, error) {
 	}
 	start := time.Now()
 	res := StepResult{Options: o}
-	r := &stepRun{o: o, engines: make([]*engine.Engine, len(o.Modes))}
+	modes, _ := o.runs()
+	r := &stepRun{o: o, engines: make([]*engine.Engine, len(modes))}
 	defer r.close()
 	if err := r.openTrace(); err != nil {
 		return res, err
@@ -244,7 +291,8 @@ type stepRun struct {
 	backends  []*Devices
 	tmpDirs   []string
 	tracer    *engine.Tracer
-	traceFile *os.File // open until the timeline is written
+	traceFile *os.File       // open until the timeline is written
+	measured  map[int64]bool // the traced (last) engine's measured steps
 }
 
 // close releases the engines, then their devices, then their swap files.
@@ -290,12 +338,28 @@ func (r *stepRun) abandonTrace() {
 	os.Remove(r.o.TracePath)
 }
 
-// build opens the devices and builds the engine of each mode, the last one
+// runs is the (mode, overlap) pairs, an engine each: the resident mode
+// once (no host optimizer), the others once per overlap.
+func (o StepOptions) runs() (modes, overlaps []string) {
+	for _, m := range o.Modes {
+		if m == "resident" {
+			modes, overlaps = append(modes, m), append(overlaps, "")
+			continue
+		}
+		for _, v := range o.Overlaps {
+			modes, overlaps = append(modes, m), append(overlaps, v)
+		}
+	}
+	return modes, overlaps
+}
+
+// build opens the devices and builds the engine of each run, the last one
 // traced when asked.
 func (r *stepRun) build(res *StepResult) error {
 	o := r.o
 	var dir string
-	for i, m := range o.Modes {
+	modes, overlaps := o.runs()
+	for i, m := range modes {
 		if m == "nvme" {
 			d, err := os.MkdirTemp(o.NVMePath, "strata-bench-step-")
 			if err != nil {
@@ -304,7 +368,11 @@ func (r *stepRun) build(res *StepResult) error {
 			dir = d
 			r.tmpDirs = append(r.tmpDirs, d)
 		}
-		cfg, err := o.StepConfig(m, dir)
+		ov := overlaps[i]
+		if ov == "" {
+			ov = engine.OverlapExact
+		}
+		cfg, err := o.stepConfig(m, ov, dir)
 		if err != nil {
 			return err
 		}
@@ -315,7 +383,7 @@ func (r *stepRun) build(res *StepResult) error {
 		r.backends = append(r.backends, devs)
 		res.Backend = devs.Describe
 		eo := engine.Options{OptimizerThreads: o.Threads, HostRegistrar: devs.Registrar}
-		if o.TracePath != "" && i == len(o.Modes)-1 {
+		if o.TracePath != "" && i == len(modes)-1 {
 			if r.tracer, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
 				return err
 			}
@@ -327,7 +395,7 @@ func (r *stepRun) build(res *StepResult) error {
 		if r.engines[i], err = engine.New(cfg, devs.Devs, devs.Comms, eo); err != nil {
 			return fmt.Errorf("bench: %s: %w", m, err)
 		}
-		res.Modes = append(res.Modes, StepModeResult{Mode: m})
+		res.Modes = append(res.Modes, StepModeResult{Mode: m, Overlap: overlaps[i]})
 		res.Shape = model.Shape(*cfg.Shape())
 		res.Params = r.engines[i].Layout().ParamCount()
 		res.Tokens = r.engines[i].TokensPerStep()
@@ -336,23 +404,58 @@ func (r *stepRun) build(res *StepResult) error {
 }
 
 // rounds steps the engines in interleaved rounds, warm-up then measured
-// steps, one per mode per round, and returns each mode's optimizer phases.
+// steps, and returns each mode's optimizer phases. Warm-up rounds take one
+// step of each engine; measured rounds Block steps of each, in a row, the
+// first of a block not measured when Block > 1 (an exact engine's pending
+// update ran while the other engines stepped, its device idle).
 func (r *stepRun) rounds(res *StepResult) ([][]float64, error) {
-	opt := make([][]float64, len(r.o.Modes))
-	for round := range r.o.Warmup + r.o.Steps {
-		for i, e := range r.engines {
-			st, err := e.Step()
-			if err != nil {
-				return nil, fmt.Errorf("bench: %s: %w", r.o.Modes[i], err)
+	opt := make([][]float64, len(r.engines))
+	step := func(i int, measure bool) error {
+		st, err := r.engines[i].Step()
+		if err != nil {
+			return fmt.Errorf("bench: %s: %w", res.Modes[i].Name(), err)
+		}
+		mr := &res.Modes[i]
+		mr.FinalLoss = st.Loss
+		if !measure {
+			return nil
+		}
+		mr.Steps = append(mr.Steps, st.Duration.Seconds())
+		opt[i] = append(opt[i], st.OptimizerTime.Seconds())
+		if i == len(r.engines)-1 {
+			if r.measured == nil {
+				r.measured = map[int64]bool{}
 			}
-			mr := &res.Modes[i]
-			mr.FinalLoss = st.Loss
-			if round < r.o.Warmup {
-				continue
+			r.measured[st.Step] = true
+		}
+		h := &mr.HostOpt
+		h.Adam += st.HostOpt.Adam
+		h.AdamExposed += st.HostOpt.AdamExposed
+		h.IOWait += st.HostOpt.IOWait
+		h.IOExposed += st.HostOpt.IOExposed
+		mr.addTier(st.Tier, r.o.Steps)
+		return nil
+	}
+	for range r.o.Warmup {
+		for i := range r.engines {
+			if err := step(i, false); err != nil {
+				return nil, err
 			}
-			mr.Steps = append(mr.Steps, st.Duration.Seconds())
-			opt[i] = append(opt[i], st.OptimizerTime.Seconds())
-			mr.addTier(st.Tier, r.o.Steps)
+		}
+	}
+	per := max(r.o.Block-1, 1) // measured steps per block
+	for done := 0; done < r.o.Steps; done += per {
+		for i := range r.engines {
+			if r.o.Block > 1 {
+				if err := step(i, false); err != nil {
+					return nil, err
+				}
+			}
+			for range min(per, r.o.Steps-done) {
+				if err := step(i, true); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	return opt, nil
@@ -397,12 +500,20 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 		}
 		p, err := e.Params()
 		if err != nil {
-			return fmt.Errorf("bench: %s: %w", r.o.Modes[i], err)
+			return fmt.Errorf("bench: %s: %w", res.Modes[i].Name(), err)
 		}
 		if i == 0 {
 			first = p
 		}
 		mr.ParamsIdentical = equalParams(p, first)
+	}
+	for i := range res.Modes {
+		mr := &res.Modes[i]
+		for _, s := range res.Modes {
+			if s.Mode == mr.Mode && s.Overlap == engine.OverlapSerial && s.MedianStep > 0 {
+				mr.RatioSerial = mr.MedianStep / s.MedianStep
+			}
+		}
 	}
 	if h, rr := res.Mode("host"), res.Mode("resident"); h != nil && rr != nil {
 		res.RatioHostResident = h.MedianStep / rr.MedianStep
@@ -424,8 +535,11 @@ func (r *stepRun) writeTimeline(res *StepResult) error {
 	if err := writeTrace(f, r.engines[len(r.engines)-1]); err != nil {
 		return err
 	}
-	ov := engine.Overlap(r.tracer.Events())
-	res.Overlap = ov[min(r.o.Warmup, len(ov)):]
+	for _, o := range engine.Overlap(r.tracer.Events()) {
+		if r.measured[o.Step] {
+			res.Overlap = append(res.Overlap, o)
+		}
+	}
 	return nil
 }
 
@@ -463,19 +577,37 @@ func (r StepResult) String() string {
 	}
 	fmt.Fprintf(&b, "model %s (%s params, model state %s), stage 3 on %s, %d tokens/step (batch %d x seq %d per device)\n",
 		r.Shape.Name, units.FormatSize(r.Params), units.FormatBytes(16*r.Params), r.Backend, r.Tokens, o.Batch, o.Seq)
-	fmt.Fprintf(&b, "modes run alternately, %d warm-up + %d measured steps each; nvme mode: %s (swap under %s)\n", o.Warmup, o.Steps, where, o.NVMePath)
-	fmt.Fprintf(&b, "%-9s %10s %10s %9s %10s %10s %11s %11s %11s %11s %10s\n", "mode", "step (med)", "optimizer", "hit rate",
+	fmt.Fprintf(&b, "modes run alternately, %d warm-up + %d measured steps each, in blocks of %d (the first of a block not measured); nvme mode: %s (swap under %s)\n",
+		o.Warmup, o.Steps, o.Block, where, o.NVMePath)
+	fmt.Fprintf(&b, "%-14s %10s %10s %9s %10s %10s %11s %11s %11s %11s %10s\n", "mode", "step (med)", "optimizer", "hit rate",
 		"stall hbm", "stall host", "nvme->host", "host->hbm", "host->nvme", "peak host", "identical")
 	for _, m := range r.Modes {
 		same := fmt.Sprint(m.ParamsIdentical)
 		if len(r.Modes) == 1 {
 			same = "-" // nothing to compare with
 		}
-		fmt.Fprintf(&b, "%-9s %9.3fs %9.3fs %9.4f %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Mode, m.MedianStep, m.Optimizer, m.HitRate,
+		fmt.Fprintf(&b, "%-14s %9.3fs %9.3fs %9.4f %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Name(), m.MedianStep, m.Optimizer, m.HitRate,
 			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[tier.NVMeToHost]), units.FormatBytes(m.LinkBytes[tier.HostToHBM]),
 			units.FormatBytes(m.LinkBytes[tier.HostToNVMe]), units.FormatBytes(m.PeakBytes[shard.Host]), same)
 	}
 	b.WriteString("(bytes per step; stalls summed over the measured steps; identical: params bit-equal to the first mode's after the run)\n")
+	if r.hasHostOpt() {
+		fmt.Fprintf(&b, "%-14s %10s %10s %10s %9s %10s %10s %9s\n", "host optimizer", "step (med)", "/serial", "cpu adam", "exposed", "/adam", "opt waits", "exposed")
+		for _, m := range r.Modes {
+			if m.Overlap == "" {
+				continue
+			}
+			h := m.HostOpt
+			ratio := "-"
+			if m.RatioSerial > 0 {
+				ratio = fmt.Sprintf("%.3f", m.RatioSerial)
+			}
+			fmt.Fprintf(&b, "%-14s %9.3fs %10s %9.3fs %8.3fs %10.3f %9.3fs %8.3fs\n", m.Name(), m.MedianStep, ratio,
+				h.Adam.Seconds(), h.AdamExposed.Seconds(), h.AdamExposedFraction(), h.IOWait.Seconds(), h.IOExposed.Seconds())
+		}
+		b.WriteString("(summed over the measured steps and ranks; exposed: cpu adam, or the wait for master/m/v, with the rank's compute stream idle;\n" +
+			" on the CPU backend the streams and cpu adam share the cores, so the step time cannot show the gain: the exposed fraction is the figure)\n")
+	}
 	if r.RatioHostResident > 0 {
 		fmt.Fprintf(&b, "ratio host/resident %.3f\n", r.RatioHostResident)
 	}
@@ -488,6 +620,11 @@ func (r StepResult) String() string {
 			r.TraceMode, o.TracePath, t.Exposed.Round(time.Microsecond), t.TransferBusy.Round(time.Microsecond), t.ExposedFraction, t.Step)
 	}
 	return b.String()
+}
+
+// hasHostOpt says whether a run has the host optimizer (an overlap).
+func (r StepResult) hasHostOpt() bool {
+	return slices.ContainsFunc(r.Modes, func(m StepModeResult) bool { return m.Overlap != "" })
 }
 
 // writeTrace writes e's timeline to f and closes it.
@@ -506,7 +643,7 @@ func writeTrace(f *os.File, e *engine.Engine) error {
 func (r StepResult) JSON() map[string]any {
 	out := map[string]any{
 		"model": r.Shape.Name, "params": r.Params, "devices": r.Options.Devices, "backend": r.Options.Backend, "batch": r.Options.Batch, "seq": r.Options.Seq,
-		"tokens_per_step": r.Tokens, "steps": r.Options.Steps, "warmup": r.Options.Warmup, "nvme_optimizer": r.Options.NVMeOptimizer,
+		"tokens_per_step": r.Tokens, "steps": r.Options.Steps, "warmup": r.Options.Warmup, "block": r.Options.Block, "nvme_optimizer": r.Options.NVMeOptimizer,
 		"nvme_path": r.Options.NVMePath, "seconds": r.Seconds,
 	}
 	if r.RatioNVMeHost > 0 {
@@ -520,7 +657,20 @@ func (r StepResult) JSON() map[string]any {
 		out["trace"] = map[string]any{"path": r.Options.TracePath, "mode": r.TraceMode, "measured_steps": t.Step,
 			"exposed_transfer_s": t.Exposed.Seconds(), "transfer_busy_s": t.TransferBusy.Seconds(), "exposed_fraction": t.ExposedFraction}
 	}
+	var runs []map[string]any
 	for _, m := range r.Modes {
+		h := m.HostOpt
+		runs = append(runs, map[string]any{"mode": m.Mode, "overlap": m.Overlap, "step_s": m.MedianStep, "ratio_serial": m.RatioSerial,
+			"adam_s": h.Adam.Seconds(), "adam_exposed_s": h.AdamExposed.Seconds(), "adam_exposed_fraction": h.AdamExposedFraction(),
+			"opt_io_s": h.IOWait.Seconds(), "opt_io_exposed_s": h.IOExposed.Seconds(), "opt_io_exposed_fraction": h.IOExposedFraction(),
+			"params_identical": m.ParamsIdentical})
+	}
+	out["runs"] = runs
+	out["overlaps"] = r.Options.Overlaps
+	for _, m := range r.Modes {
+		if m.Overlap != "" && m.Overlap != r.Options.Overlaps[0] {
+			continue // the keys per mode are the first overlap's; "runs" has them all
+		}
 		out["step_s_"+m.Mode] = m.MedianStep
 		out[m.Mode] = map[string]any{
 			"step_s": m.Steps, "step_s_median": m.MedianStep, "optimizer_s_median": m.Optimizer, "hit_rate": m.HitRate,

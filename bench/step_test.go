@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/nvme/nvmetest"
@@ -37,5 +38,54 @@ func TestStep(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("swap left behind: %v", ents)
+	}
+}
+
+// TestStepOverlap: `--overlap serial,exact` builds an engine per offloaded
+// mode and schedule (the resident mode once), steps them in blocks, ends
+// every schedule bit-identical, reports cpu adam time for both with serial
+// exposed whole, the ratio to serial, and the JSON keys the issue names.
+func TestStepOverlap(t *testing.T) {
+	res, err := Step(StepOptions{Model: "tiny", Batch: 1, Seq: 16, Steps: 4, Warmup: 1, Block: 3, Threads: 1,
+		Modes: []string{"resident", "host"}, Overlaps: []string{"serial", "exact"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.String())
+	var names []string
+	for _, m := range res.Modes {
+		names = append(names, m.Name())
+		if !m.ParamsIdentical {
+			t.Errorf("%s: params differ from the resident mode's", m.Name())
+		}
+		if len(m.Steps) != 4 {
+			t.Errorf("%s: %d measured steps, want 4", m.Name(), len(m.Steps))
+		}
+		if m.Overlap == "" {
+			continue
+		}
+		if h := m.HostOpt; h.Adam <= 0 || h.AdamExposed > h.Adam {
+			t.Errorf("%s: cpu adam %v, exposed %v", m.Name(), h.Adam, h.AdamExposed)
+		}
+		if m.RatioSerial <= 0 {
+			t.Errorf("%s: no ratio to serial", m.Name())
+		}
+	}
+	if want := "resident host/serial host/exact"; strings.Join(names, " ") != want {
+		t.Errorf("runs %q, want %q", strings.Join(names, " "), want)
+	}
+	if h := res.Modes[1].HostOpt; h.AdamExposed != h.Adam {
+		t.Errorf("serial: exposed %v of %v cpu adam, want all of it (nothing runs on the device during the update)", h.AdamExposed, h.Adam)
+	}
+	runs, _ := res.JSON()["runs"].([]map[string]any)
+	if len(runs) != 3 {
+		t.Fatalf("json runs: %v", res.JSON()["runs"])
+	}
+	for _, r := range runs[1:] {
+		for _, k := range []string{"overlap", "step_s", "adam_s", "adam_exposed_s", "ratio_serial"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("json run %v has no %s", r, k)
+			}
+		}
 	}
 }

@@ -23,6 +23,8 @@ func benchStepCommand() *cli.Command {
 			"the optimizer state in host RAM, or on NVMe too with --nvme-optimizer), and steps them alternately:\n" +
 			"one step of each per round, so the machine's noise falls on all three. Prints the median step\n" +
 			"times, the ratios nvme/host and host/resident, the prefetch hit rate, stalls and bytes per link.\n" +
+			"--overlap serial,exact runs each offloaded mode with both host optimizer schedules, alternately, and prints\n" +
+			"cpu adam's time, the part of it no compute stream hid (exposed) and the step time over serial's.\n" +
 			"The default model (medium, 6.4M params, 4x256 tokens per device) is bound by compute, not by the disk.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "nvme-path", Value: "/var/tmp", Usage: "directory for the swap file (on the drive to measure; removed after)"},
@@ -33,11 +35,13 @@ func benchStepCommand() *cli.Command {
 			&cli.IntFlag{Name: "seq", Value: 256, Usage: "tokens per row"},
 			&cli.IntFlag{Name: "steps", Value: 5, Usage: "measured steps per mode"},
 			&cli.IntFlag{Name: "warmup", Value: 2, Usage: "steps per mode before measuring (the first records the trace)"},
+			&cli.IntFlag{Name: "block", Value: 3, Usage: "steps each mode takes in a row per measured round, the first not measured (1: alternate every step)"},
 			&cli.BoolFlag{Name: "nvme-optimizer", Usage: "nvme mode: optimizer state on NVMe too (strata.host_budget keeps part in RAM)"},
 			&cli.StringFlag{Name: "host-budget", Usage: "nvme mode: strata.host_budget, e.g. 8GiB (default: the tier store's minimum)"},
 			&cli.StringFlag{Name: "hbm", Value: "8GiB", Usage: "per-device memory budget"},
 			&cli.StringFlag{Name: "tier-hbm", Usage: "offloaded modes: the tier store's share of each device (default: what is left)"},
 			&cli.StringFlag{Name: "modes", Value: "resident,host,nvme", Usage: "modes to run, comma-separated"},
+			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
 			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
@@ -49,9 +53,9 @@ func benchStepCommand() *cli.Command {
 			}
 			o := bench.StepOptions{
 				Model: c.String("model"), Devices: c.Int("devices"), Backend: c.String("backend"), Batch: c.Int("batch"), Seq: c.Int("seq"),
-				Steps: c.Int("steps"), Warmup: c.Int("warmup"), NVMePath: c.String("nvme-path"),
+				Steps: c.Int("steps"), Warmup: c.Int("warmup"), Block: c.Int("block"), NVMePath: c.String("nvme-path"),
 				NVMeOptimizer: c.Bool("nvme-optimizer"), Threads: c.Int("threads"),
-				Modes: strings.Split(c.String("modes"), ","), TracePath: c.String("trace"),
+				Modes: strings.Split(c.String("modes"), ","), Overlaps: strings.Split(c.String("overlap"), ","), TracePath: c.String("trace"),
 			}
 			for _, f := range []struct {
 				name string
@@ -84,7 +88,7 @@ func benchStepCommand() *cli.Command {
 			fmt.Fprint(w, res.String())
 			if c.Bool("summary") {
 				for _, m := range res.Modes {
-					fmt.Fprintf(w, "\n== %s\n%s", m.Mode, m.Summary)
+					fmt.Fprintf(w, "\n== %s\n%s", m.Name(), m.Summary)
 				}
 			}
 			return nil

@@ -107,6 +107,24 @@ type stepLine struct {
 	GlobalBatchLines int     `json:"global_batch_rows"`
 	OptimizerSeconds float64 `json:"optimizer_s"`
 	*TierLine                // with the tier store (offload_param, NVMe offload)
+	*HostOptLine             // with the host optimizer
+}
+
+// HostOptLine is the host optimizer's time of the runs completed in a step
+// (engine.HostOptStats): cpu adam and its exposed part (no compute stream
+// busy), the waits for its state and their exposed part.
+type HostOptLine struct {
+	AdamSeconds        float64 `json:"adam_s"`
+	AdamExposedSeconds float64 `json:"adam_exposed_s"`
+	IOSeconds          float64 `json:"opt_io_s"`
+	IOExposedSeconds   float64 `json:"opt_io_exposed_s"`
+}
+
+func newHostOptLine(e *engine.Engine, h engine.HostOptStats) *HostOptLine {
+	if !e.HostOptimizer() {
+		return nil
+	}
+	return &HostOptLine{h.Adam.Seconds(), h.AdamExposed.Seconds(), h.IOWait.Seconds(), h.IOExposed.Seconds()}
 }
 
 // TierLine is a step's tier figures: prefetch hits, the time the devices
@@ -519,7 +537,7 @@ func (l *trainLoop) writeLine(st engine.StepStats) error {
 		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
-		OptimizerSeconds: st.OptimizerTime.Seconds(), TierLine: newTierLine(st.Tier)}
+		OptimizerSeconds: st.OptimizerTime.Seconds(), TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
 	b, _ := json.Marshal(line)
 	if _, err := fmt.Fprintf(l.jsonl, "%s\n", b); err != nil {
 		return fmt.Errorf("train: write steps.jsonl: %w", err)
@@ -784,6 +802,8 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
 		"host_staging_bytes": s.HostStagingBytes, "notes": s.Notes, "tier": s.Tier,
+		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
+			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}
 }
 

@@ -157,8 +157,11 @@ type Strata struct {
 	SeqLen          int       `json:"seq_len"`     // tokens per sample; 0 = the model's max_seq_len
 	Data            string    `json:"data"`        // training text; "" = built-in synthetic corpus
 	Seed            uint64    `json:"seed"`        // default 1
-	Overlap         string    `json:"overlap"`     // "exact" (default) or "dpu"
-	Steps           int       `json:"steps"`       // optimizer steps; default 20
+	Overlap         string    `json:"overlap"`     // "exact" (default), "serial" (the optimizer after the step, a reference) or "dpu"
+	// DPUWarmupSteps are the first steps of an overlap "dpu" run that run
+	// exact (default 40, after the ZeRO-Offload paper).
+	DPUWarmupSteps int `json:"dpu_warmup_steps"`
+	Steps          int `json:"steps"` // optimizer steps; default 20
 
 	devicesMax int // strata.devices as the file gave it (0: not given): the most SetDevices allows
 }
@@ -222,6 +225,7 @@ const (
 	DefaultModel                = "tiny" // Strata
 	DefaultSteps                = 20     // Strata
 	DefaultSeed                 = 1      // Strata
+	DefaultDPUWarmupSteps       = 40     // Strata: exact steps before the delayed update
 	DefaultMicroBatch           = 4      // Strata, only for Default() (no file)
 )
 
@@ -256,7 +260,7 @@ func (c *Config) setDefaults() {
 		OffloadOptimizer:                OffloadOptimizer{Device: DeviceNone, BufferCount: 4, Ratio: 1},
 	}
 	c.AIO = AIO{BlockSize: DefaultAIOBlockSize, QueueDepth: DefaultAIOQueueDepth, ThreadCount: DefaultAIOThreadCount, OverlapEvents: true}
-	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", Steps: DefaultSteps}
+	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", DPUWarmupSteps: DefaultDPUWarmupSteps, Steps: DefaultSteps}
 }
 
 // Load reads and parses a config file.

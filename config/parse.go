@@ -437,7 +437,8 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 			st.Seed = uint64(v)
 		}
 	}
-	s.stringKey("overlap", &st.Overlap, "exact", "dpu")
+	s.stringKey("overlap", &st.Overlap, "exact", "serial", "dpu")
+	s.intKey("dpu_warmup_steps", &st.DPUWarmupSteps, atLeast(0))
 	s.intKey("steps", &st.Steps, atLeast(1))
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
@@ -629,8 +630,8 @@ func (c *Config) Validate() error {
 	if st.Backend != "cpu" && st.Backend != "cuda" {
 		bad("strata.backend %q is not \"cpu\" or \"cuda\"", st.Backend)
 	}
-	if st.Overlap != "exact" && st.Overlap != "dpu" {
-		bad("strata.overlap %q is not \"exact\" or \"dpu\"", st.Overlap)
+	if st.Overlap != "exact" && st.Overlap != "serial" && st.Overlap != "dpu" {
+		bad("strata.overlap %q is not \"exact\", \"serial\" or \"dpu\"", st.Overlap)
 	}
 	if st.Steps < 1 || st.SeqLen < 0 || st.HBMBytes < 0 || st.HostBudgetBytes < 0 {
 		bad("strata: steps %d must be >= 1; seq_len %d, hbm_bytes %d and host_budget %d must be >= 0", st.Steps, st.SeqLen, st.HBMBytes, st.HostBudgetBytes)

@@ -76,11 +76,14 @@ func (e *Engine) checkpointMeta() *checkpoint.State {
 	return st
 }
 
-// quiesce synchronizes every rank and pauses the tier store's planners
+// quiesce finishes the pending host updates (settle), synchronizes every rank and pauses the tier store's planners
 // (checkpoint reads and writes go around them); call resume when done,
 // also after an error.
 func (e *Engine) quiesce() (resume func(), err error) {
 	resume = func() {}
+	if err := e.settle(); err != nil {
+		return resume, err
+	}
 	if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
 		return resume, err
 	}
@@ -287,6 +290,9 @@ func (e *Engine) restore(step int64, run func() error) error {
 		return err
 	}
 	if err := run(); err != nil {
+		return err
+	}
+	if err := e.restorePending(step); err != nil {
 		return err
 	}
 	e.step = step

@@ -68,6 +68,83 @@
 // model.AccessOrder and the chunk order, never by timing, so every rank
 // issues the same ones.
 //
+// # The host optimizer under the next step (overlap.go)
+//
+// strata.overlap "exact" (the default) runs the host optimizer of step t
+// under the devices' work of step t+1; "serial" keeps the schedule before
+// it (the update inside Step, after the whole backward), as a reference.
+// Both give the same bits: the same cpuadam calls on the same bytes.
+// Exact splits each rank's update in three parts:
+//
+//  1. The rank's goroutine, still inside Step, declares cpuadam's accesses
+//     to its tier.Runner chunk by chunk, in the order the next forward
+//     first reads the chunks (forwardOrder), and hands each chunk's leases
+//     to the rank's optimizer goroutine (hostRun); Step returns once the
+//     last chunk is handed over. The runner sees the accesses of the
+//     serial schedule, in the same order, from one goroutine, so each
+//     rank's trace still repeats exactly. The rank leases every chunk at
+//     once when the optimizer state never leaves host RAM (every access is
+//     a hit), else two chunks ahead of cpuadam (chunk c+1's reads are
+//     declared while chunk c updates; the planner reads further ahead
+//     within its budget).
+//  2. The optimizer goroutine runs cpuadam chunk by chunk into the upload
+//     staging (or, with offload_param, the param's host copy in the store),
+//     ends the chunk's leases and closes its ready channel. It does host
+//     work only: no stream, no collective.
+//  3. The rank's goroutine enqueues chunk c's device side (the upload, the
+//     AllGather at stages 1-2 and of persistent chunks, paramReady[c])
+//     when the next step first needs chunk c: at the Acquire of a
+//     replicated chunk, or before the gather of a sharded one (flushChunk,
+//     called from the hooks also after a failure, when they drain), and at
+//     the end of the rank's pass for any chunk left (finishRun). These
+//     points are fixed by model.AccessOrder, so every rank issues the
+//     same collectives in the same order. One exception is timed, and it
+//     issues no different collectives: the stage-3 prefetch of the next
+//     chunk at an Acquire is skipped while that chunk is still in cpuadam
+//     (waiting would hold back the acquired chunk's compute); its gather is
+//     then issued at its own Acquire, and in a forward nothing but gathers
+//     lie between the two, so the sequence of collectives is the same.
+//
+// The gradient's host copy is written again in the next backward; the rank
+// waits for its optimizer goroutine to end before that write (waitHost).
+// Everything that reads or writes params or optimizer state outside a
+// step (Params, Master, MasterChunks, checkpoints save and load, the
+// timeline, Close) first calls settle, which finishes every rank's pending
+// update (in forward order) and waits for the devices. A tier fault while
+// leasing is returned by the Step that leased, as in serial; the update's
+// errors are kept per chunk and returned again by the next Step (its
+// pass, finishRun) or by settle (Params, checkpoints), naming the
+// optimizer step, chunk, rank, state and file; Close drains the update
+// without repeating it. A NaN or Inf loss or norm stops the step before any
+// update is issued, as before.
+//
+// During the backward (overlap_bwd.go): with gradient_clipping 0 or absent
+// and the optimizer state in host RAM, a chunk's update does not depend on
+// the global norm, so the rank hands chunk c to its step's run in
+// reduced(c) (a point model.AccessOrder fixes; its leases are declared
+// there), and cpuadam starts once the gradient's copy to host memory has
+// completed, while the backward goes on with the chunks before it. A NaN
+// or Inf anywhere in the step must still update nothing: before cpuadam
+// writes a chunk's master, m and v during the backward the rank copies
+// them (host memory the size of the rank's optimizer state, a note at New
+// says how much) and keeps the chunk's leases until the step's verdict; a
+// failed step (a hook's error, a non-finite loss or norm) waits for those
+// updates, copies master, m and v back and drops the run (the new params
+// were only written into the upload staging, which nothing uploads). No
+// collective is added: the verdict is the norm every rank already has.
+// Chunks whose new param is a tier-store state (offload_param) are updated
+// after the norm, as with clipping on.
+//
+// Measured (whenever the host optimizer runs, with or without a Tracer):
+// each rank logs its compute stream's chunk spans (the stream clock),
+// cpuadam's runs and the optimizer-phase waits of its runner (busyLog);
+// StepStats.HostOpt and Summary.HostOpt give cpuadam's busy time and the
+// part of it during which the rank's compute stream was idle (exposed),
+// and the same for the waits, summed over the ranks (exposedOf, interval
+// arithmetic). With exact a step reports the previous step's update, which
+// ran under it. On the CPU backend the streams and cpuadam share the
+// cores, so the step time cannot show the gain; the exposed fraction can.
+//
 // # Numerics
 //
 // With A = 1 every stage, N and optimizer placement gives bits identical
@@ -191,5 +268,13 @@
 // the ranks waited per access tier, the bytes per link and the peak bytes
 // per tier against their budgets (StepStats.Tier), and the optimizer time.
 //
-// Not built here: the "dpu" overlap mode (New rejects it with ErrNotBuilt).
+// "dpu" (overlap_dpu.go), the delayed parameter update of the ZeRO-Offload
+// paper: after strata.dpu_warmup_steps exact steps, step t+1's pass reads
+// the params of step t-1 while the host updates them with step t's
+// gradient, and the end of the pass uploads them (finishRun, in forward
+// order on every rank, after the pass's compute). It needs the host
+// optimizer and the params on the devices (New refuses it otherwise with
+// ErrNotBuilt). A checkpoint holds the devices' params and the updated
+// master, m, v; the upload it owes is master rounded to the params' dtype
+// (what cpuadam writes), rebuilt at restore, so resume is bit-identical.
 package engine

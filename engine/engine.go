@@ -17,7 +17,8 @@ import (
 )
 
 // ErrNotBuilt says a configuration asks for something this engine does not
-// do yet (the dpu overlap mode).
+// do yet (the dpu overlap mode with the optimizer on the device or with
+// offload_param).
 var ErrNotBuilt = errors.New("engine: not built yet")
 
 // chunkPlan is how one chunk is laid out over the ranks.
@@ -61,6 +62,14 @@ type Engine struct {
 	step      int64
 	closed    bool
 	lastCount []gpu.LinkCounters
+
+	overlap  string       // strata.overlap: OverlapExact or OverlapSerial
+	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
+	t0       time.Time    // the engine's clock (busyLog)
+	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
+	// gradFault, set by tests, makes rank r's reduced gradient of chunk c
+	// NaN when it returns true.
+	gradFault func(r, c int) bool
 }
 
 // New builds an engine for cfg on devices with one Comm per device (comms[i]
@@ -94,11 +103,13 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
+		overlap: cfg.Strata.Overlap, t0: time.Now(),
 	}
 	mo, err := e.layOut()
 	if err != nil {
 		return nil, err
 	}
+	e.fwdOrder = forwardOrder(shape.Layers, len(e.chunks))
 	if err := e.allocate(devices, comms, mo); err != nil {
 		e.Close()
 		return nil, err
@@ -111,6 +122,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		e.tiers.last = e.tiers.snapshot()
 	}
 	e.notePinned()
+	e.noteBwd()
 	e.lastCount = e.counters()
 	return e, nil
 }
@@ -139,8 +151,8 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 	if err := checkOffload(cfg, opts); err != nil {
 		return err
 	}
-	if cfg.Strata.Overlap == "dpu" {
-		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update); use \"exact\"", ErrNotBuilt)
+	if z := cfg.ZeRO; cfg.Strata.Overlap == OverlapDPU && (z.OffloadOptimizer.Device == config.DeviceNone || z.OffloadParam.Device != config.DeviceNone) {
+		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update) with the optimizer on the device or offload_param: it needs offload_optimizer cpu or nvme and the params on the devices; use \"exact\"", ErrNotBuilt)
 	}
 	return nil
 }
@@ -291,6 +303,9 @@ func (e *Engine) expectedDeviceBytes() int64 {
 // reads differently from DeepSpeed.
 func (e *Engine) Notes() []string { return append([]string(nil), e.notes...) }
 
+// HostOptimizer says whether the optimizer runs on the host (offload_optimizer cpu or nvme).
+func (e *Engine) HostOptimizer() bool { return e.offload }
+
 // Layout returns the parameter layout.
 func (e *Engine) Layout() *model.Layout { return e.layout }
 
@@ -326,6 +341,12 @@ type StepStats struct {
 	// Tier is the tier store's figures (hit rate, stalls, bytes per link,
 	// peak bytes per tier); nil with the optimizer on the device (no store).
 	Tier *TierStats
+	// HostOpt is the host optimizer's time (cpuadam, its state's waits)
+	// and how much of it the devices did not hide, of the optimizer runs
+	// that completed in this Step: with overlap exact the previous step's
+	// (it runs under this step's forward), with serial this step's own.
+	// Zero with the optimizer on the device.
+	HostOpt HostOptStats
 }
 
 // Step runs one optimizer step on the step's global batch: every rank
@@ -352,7 +373,14 @@ func (e *Engine) Step() (StepStats, error) {
 		e.tiers.store.ResetPeaks()
 		snap = e.tiers.last // the previous step's end: moves between steps count in this one
 	}
+	if e.bwdEnabled() { // cpuadam during the backward: no clipping, so GradScale 1
+		if err := e.parallel(func(r *rank) (err error) { r.next, err = r.startRun(e.adamParams(step, 1)); return err }); err != nil {
+			e.abortNext()
+			return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
+		}
+	}
 	if err := e.parallel(func(r *rank) error { return r.backward(step) }); err != nil {
+		e.abortNext()
 		return st, fmt.Errorf("engine: step %d: %w", step, err)
 	}
 	now := e.counters()
@@ -385,19 +413,32 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	st.GradNorm = math.Sqrt(sq)
 	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
+		e.abortNext() // undo the updates of the backward
 		return st, fmt.Errorf("engine: %w: step %d loss %v grad norm %v; parameters not updated", model.ErrNonFinite, step, st.Loss, st.GradNorm)
 	}
 	if max := e.cfg.GradientClipping; max > 0 && st.GradNorm > max {
 		st.ClipCoef = max / (st.GradNorm + 1e-6) // torch.nn.utils.clip_grad_norm_
 	}
-	p := e.cfg.Optimizer.Params
-	ap := gpu.AdamParams{LR: st.LR, Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay,
-		Step: step, GradScale: st.ClipCoef, Mode: gpu.AdamW}
-	if !e.cfg.Optimizer.DecoupledWeightDecay() {
-		ap.Mode = gpu.AdamL2
-	}
+	ap := e.adamParams(step, st.ClipCoef)
 	optStart := time.Now()
-	if err := e.parallel(func(r *rank) error { return r.update(ap) }); err != nil {
+	update := func(r *rank) error {
+		err := r.update(ap)
+		r.hostFig.add(r.takeHostOpt())
+		return err
+	}
+	if e.offload && e.overlap != OverlapSerial {
+		update = func(r *rank) error { return r.updateExact(ap) }
+		if e.bwdEnabled() {
+			update = func(r *rank) error { return r.commitNext() }
+		}
+	}
+	err := e.parallel(update)
+	for _, r := range e.ranks {
+		st.HostOpt.add(r.hostFig)
+		r.hostFig = HostOptStats{}
+	}
+	e.hostOpt.add(st.HostOpt)
+	if err != nil {
 		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
 	}
 	st.OptimizerTime = time.Since(optStart)
@@ -411,6 +452,24 @@ func (e *Engine) Step() (StepStats, error) {
 		st.TokensPer = float64(st.Tokens) / s
 	}
 	return st, nil
+}
+
+// adamParams is Adam's parameters of step with the clipping factor coef.
+func (e *Engine) adamParams(step int64, coef float64) gpu.AdamParams {
+	p := e.cfg.Optimizer.Params
+	ap := gpu.AdamParams{LR: e.LR(step), Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay,
+		Step: step, GradScale: coef, Mode: gpu.AdamW}
+	if !e.cfg.Optimizer.DecoupledWeightDecay() {
+		ap.Mode = gpu.AdamL2
+	}
+	return ap
+}
+
+// abortNext undoes every rank's updates of a failed step's backward.
+func (e *Engine) abortNext() {
+	for _, r := range e.ranks {
+		r.abortNext()
+	}
 }
 
 // Run runs steps optimizer steps, calling fn (when not nil) after each; an
@@ -504,6 +563,9 @@ func (e *Engine) Close() error {
 	if e.closed {
 		return nil
 	}
+	// Finish the pending host update; its error is a lease's, which the
+	// Step that leased returned already.
+	e.settle()
 	e.closed = true
 	var first error
 	for _, r := range e.ranks {

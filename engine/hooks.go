@@ -185,6 +185,7 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 	h.next(model.Access{Kind: model.AccessAcquire, Chunk: c, Pass: pass})
 	n := r.e.chunks[c].len
 	if r.st.paramIsFull(c) {
+		r.flushChunk(c) // the previous step's update of c, also after a failure
 		if h.err != nil {
 			return nil, h.err
 		}
@@ -201,8 +202,12 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 		s.Wait(g.ready)
 		h.traceBegin(s)
 	}
-	// Prefetch the next chunk this micro-batch acquires.
-	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil {
+	// Prefetch the next chunk this micro-batch acquires, unless its
+	// pending update (exact overlap) is still in cpuadam: waiting for it
+	// here would hold back this chunk's compute. Either way the gather is
+	// issued before any other collective (in a forward only gathers
+	// follow), so every rank issues the same sequence.
+	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && r.updateReady(next.Chunk) {
 		h.gather(next.Chunk, next.Pass)
 	}
 	if h.err != nil {
@@ -226,6 +231,7 @@ func (h *hooks) nextAcquire() (model.Access, bool) {
 // or before) gathers on the scratch buffer instead.
 func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	r := h.r
+	r.flushChunk(c) // the previous step's update of c, also after a failure
 	for len(h.live) >= r.e.opts.MaxLiveChunks {
 		if !h.evictOldest() {
 			break

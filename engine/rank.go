@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
@@ -11,7 +12,6 @@ import (
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/prefetch"
-	"github.com/strata-ai/strata/tier"
 )
 
 // rank is one device's share of the run: its streams, its model
@@ -43,7 +43,12 @@ type rank struct {
 	leased     []*pinned.Buffer
 	ws         workspaceStats
 	liveGrads  []liveGrad
-	tr         *rankTrace // the timeline (Options.Trace); nil: off
+	tr         *rankTrace   // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
+	run        *hostRun     // the pending host update (exact overlap); nil: none
+	hostFig    HostOptStats // the host optimizer's figures taken in this step (takeHostOpt)
+	next       *hostRun     // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
+	undo       [][]byte     // per chunk: master, m and v before the update of the backward
+	bwdChunks  int          // chunks updated during a backward so far
 }
 
 // liveGrad is a reduced gradient shard on the device whose copy to the tier
@@ -121,7 +126,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 		r.paramReady[c] = dev.NewEvent()
 	}
 	r.h = newHooks(r)
-	if e.opts.Trace != nil {
+	if e.opts.Trace != nil || e.offload {
 		if r.tr, err = newRankTrace(e.opts.Trace, e, idx, dev); err != nil {
 			r.dev.Free(r.norms)
 			r.model.Free()
@@ -244,8 +249,13 @@ func (r *rank) backward(step int64) error {
 		r.h.drain(r.s)
 		r.h.end()
 	}
+	// The previous step's host update is flushed by now (every chunk is
+	// acquired in forward); a failed pass flushes the rest here, in the
+	// same order on every rank.
+	keep(r.finishRun())
 	r.dev.CopyDeviceToHost(r.cs, r.normsHost, r.norms, 0)
 	keep(r.sync())
+	r.hostFig = r.takeHostOpt()
 	r.h.freeAll()
 	r.freeGrads()
 	if e.tiers != nil {
@@ -281,10 +291,14 @@ func (r *rank) reduced(c int, failed bool) error {
 			r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "grad norm+to host "+r.e.layout.Chunks[c].Name, map[string]any{"chunk": c})
 		}()
 	}
+	if f := r.e.gradFault; f != nil && f(r.idx, c) {
+		r.ops.Fill(r.cs, g, float32(math.NaN())) // tests: a non-finite gradient on one rank
+	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
 	if r.e.tiers == nil {
 		return nil
 	}
+	r.waitHost() // the pending update has read the gradient's host copy
 	l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
 	if err == nil {
 		r.dev.CopyDeviceToHost(r.cs, l.Bytes(), g, 0)
@@ -298,7 +312,10 @@ func (r *rank) reduced(c int, failed bool) error {
 		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
 		r.st.grad[c] = nil
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return r.handBackward(c, ev) // cpuadam during the backward (overlap_bwd.go)
 }
 
 // normSq is this rank's sum of squares of chunk c's reduced gradient, as
@@ -388,7 +405,9 @@ func (r *rank) traceNow() time.Time {
 // traceAdam records cpuadam's run on chunk c, begun at t0.
 func (r *rank) traceAdam(c int, t0 time.Time) {
 	if r.tr != nil {
-		r.tr.t.span(r.idx, traceTidAdam, TraceAdam, "adam "+r.e.layout.Chunks[c].Name, t0, time.Since(t0), map[string]any{"chunk": c, "elems": r.e.chunks[c].shard})
+		t1 := time.Now()
+		r.tr.t.span(r.idx, traceTidAdam, TraceAdam, "adam "+r.e.layout.Chunks[c].Name, t0, t1.Sub(t0), map[string]any{"chunk": c, "elems": r.e.chunks[c].shard})
+		r.tr.log.put(&r.tr.log.adam, t0, t1)
 	}
 }
 
@@ -396,54 +415,19 @@ func (r *rank) traceAdam(c int, t0 time.Time) {
 // reduced gradient leased in host memory from the tier store (the planner
 // has read them ahead; it writes them behind), writing the new params into
 // their host copy in the store (offload_param) or into the chunk's pinned
-// upload staging (tiers.upload), which update copies to the device.
+// upload staging (tiers.upload), which update copies to the device. The
+// serial schedule; updateExact runs the same two halves apart.
 func (r *rank) stepHost(c int, cp cpuadam.Params) error {
-	e := r.e
-	d := r.driver()
-	// SizeBytes 0: the planner takes the placement's (the store's charge).
-	acc := func(state shard.State, kind prefetch.Kind) prefetch.Access {
-		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind}
-	}
-	var ls [5]*tier.Lease
-	defer func() {
-		for _, l := range ls {
-			if l != nil {
-				d.Done(l, nil)
-			}
-		}
-	}()
-	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-		l, err := d.Use(acc(state, prefetch.Update))
-		if err != nil {
-			return err
-		}
-		ls[i] = l
-	}
-	l, err := d.Use(acc(shard.Grad, prefetch.Read))
+	ls, err := r.leaseHost(c)
 	if err != nil {
 		return err
 	}
-	ls[4] = l
-	var out []byte
-	if e.paramTiered(c) {
-		l, err := d.Use(acc(shard.Param, prefetch.Write))
-		if err != nil {
-			return err
+	r.adamHost(c, cp, ls)
+	for _, l := range ls {
+		if l != nil {
+			r.driver().Done(l, nil)
 		}
-		ls[3] = l
-		out = l.Bytes()
-	} else {
-		out = e.tiers.uploadBytes(r.idx, c)
 	}
-	master, grad, m, v := f32s(ls[0].Bytes()), ls[4].Bytes(), f32s(ls[1].Bytes()), f32s(ls[2].Bytes())
-	t0 := r.traceNow()
-	if e.precision == gpu.BF16 {
-		e.opt.StepBF16(cp, master, u16s(grad), m, v, u16s(out))
-	} else {
-		e.opt.StepF32(cp, master, f32s(grad), m, v, nil)
-		copy(f32s(out), master)
-	}
-	r.traceAdam(c, t0)
 	return nil
 }
 

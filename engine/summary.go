@@ -60,7 +60,7 @@ type Summary struct {
 	Stage     int
 	Precision gpu.DType
 	Optimizer string // "device" or "host (cpuadam, T threads)"
-	Overlap   string // "exact"
+	Overlap   string // strata.overlap: "exact" or "serial"
 	Micro     int
 	Accum     int
 	Seq       int
@@ -73,6 +73,9 @@ type Summary struct {
 	// HostStagingBytes is the pinned parameter upload staging of the host
 	// optimizer, all ranks: working set, not model state.
 	HostStagingBytes int64
+	// HostOpt is the host optimizer's figures summed over the runs taken
+	// so far (a run pending under exact overlap counts once it completes).
+	HostOpt HostOptStats
 	// Tier is the tier store's layout and figures; nil without it.
 	Tier  *TierSummary
 	Notes []string
@@ -165,7 +168,7 @@ func (e *Engine) Summary() Summary {
 	s := Summary{
 		Model: e.shape.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
-		Optimizer:       "device", Overlap: "exact", Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
+		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
 		Notes: e.Notes(),
 	}
 	if e.offload {
@@ -239,6 +242,10 @@ func (s Summary) String() string {
 	if s.HostFormula > 0 || s.HostBytes > 0 {
 		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s\n",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
+	}
+	if h := s.HostOpt; h.Adam > 0 {
+		fmt.Fprintf(&b, "host optimizer: cpu adam %.3fs, exposed %.3fs (%.3f); optimizer-state waits %.3fs, exposed %.3fs\n",
+			h.Adam.Seconds(), h.AdamExposed.Seconds(), h.AdamExposedFraction(), h.IOWait.Seconds(), h.IOExposed.Seconds())
 	}
 	if s.Tier != nil {
 		b.WriteString(s.Tier.String())

@@ -461,7 +461,15 @@ func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
 		o.OnMove = func(sp tier.MoveSpan) {
 			tr.move(r, sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
 		}
-		o.OnStall = func(a shard.Access, start time.Time, waited time.Duration) { tr.stall(r, a, start, waited) }
+	}
+	// The optimizer-state waits count in the overlap figures with or
+	// without a timeline (the ranks exist before the tiers).
+	log := t.e.ranks[r].tr.log
+	o.OnStall = func(a shard.Access, start time.Time, waited time.Duration) {
+		t.e.opts.Trace.stall(r, a, start, waited)
+		if a.Phase == shard.Optimizer {
+			log.put(&log.wait, start, start.Add(waited))
+		}
 	}
 	run, err := tier.NewRunner(t.store, p, o)
 	if err != nil {

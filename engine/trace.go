@@ -183,6 +183,9 @@ func (t *Tracer) attach(e *Engine, idx int, dev gpu.Device) error {
 }
 
 func (t *Tracer) add(ev TraceEvent) {
+	if t == nil {
+		return // measuring without a timeline (rankTrace.log only)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.events) >= t.opts.MaxEvents {
@@ -194,10 +197,16 @@ func (t *Tracer) add(ev TraceEvent) {
 
 // span records a host-timed span of rank r (a tid of its device).
 func (t *Tracer) span(r, tid int, cat, name string, from time.Time, dur time.Duration, args map[string]any) {
+	if t == nil {
+		return
+	}
 	t.add(TraceEvent{Name: name, Cat: cat, Phase: 'X', Pid: 1 + r, Tid: tid, Start: t.since(from), Dur: dur, Rank: r, Args: args})
 }
 
 func (t *Tracer) stepBegin(step int64, at time.Time) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ts := t.since(at)
@@ -210,6 +219,9 @@ func (t *Tracer) stepBegin(step int64, at time.Time) {
 }
 
 func (t *Tracer) stepEnd(step int64, at time.Time) {
+	if t == nil {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ts := t.since(at)
@@ -220,6 +232,9 @@ func (t *Tracer) stepEnd(step int64, at time.Time) {
 
 // stall records the rank's wait in tier.Runner.Use for access a.
 func (t *Tracer) stall(r int, a prefetch.Access, from time.Time, dur time.Duration) {
+	if t == nil {
+		return
+	}
 	t.span(r, traceTidStall, TraceStall, fmt.Sprintf("wait %s in %s", a.Key, a.Tier), from, dur,
 		map[string]any{"key": a.Key.String(), "tier": a.Tier.String(), "phase": a.Phase.String(), "kind": a.Kind.String()})
 }
@@ -475,6 +490,7 @@ func (e *Engine) flushTrace() {
 	if e.closed || e.opts.Trace == nil {
 		return
 	}
+	e.settle() // the pending host updates' cpuadam spans belong in it
 	e.parallel(func(r *rank) error { return r.sync() })
 	for _, r := range e.ranks {
 		r.tr.flush()

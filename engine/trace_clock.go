@@ -8,9 +8,12 @@ import (
 )
 
 // rankTrace is a rank's part of the tracer: the watchers of its two
-// streams. nil when the engine runs without a Tracer.
+// streams, and the log of the host optimizer's overlap (busyLog). nil when
+// the engine runs without a Tracer and without the host optimizer; t is
+// nil when only the overlap is measured (no timeline).
 type rankTrace struct {
 	t        *Tracer
+	log      *busyLog // the compute stream's, cpuadam's and the optimizer-state waits' spans
 	r        int
 	dev      gpu.Device
 	compute  *streamClock // the rank's s
@@ -20,10 +23,15 @@ type rankTrace struct {
 }
 
 func newRankTrace(t *Tracer, e *Engine, r int, dev gpu.Device) (*rankTrace, error) {
-	if err := t.attach(e, r, dev); err != nil {
-		return nil, err
+	if t != nil {
+		if err := t.attach(e, r, dev); err != nil {
+			return nil, err
+		}
 	}
-	return &rankTrace{t: t, r: r, dev: dev, compute: newStreamClock(t, r, traceTidCompute), comm: newStreamClock(t, r, traceTidComm)}, nil
+	log := &busyLog{t0: e.t0}
+	compute := newStreamClock(t, r, traceTidCompute)
+	compute.log = log.compute
+	return &rankTrace{t: t, log: log, r: r, dev: dev, compute: compute, comm: newStreamClock(t, r, traceTidComm)}, nil
 }
 
 // mark records a new event on s.
@@ -55,6 +63,7 @@ type streamClock struct {
 	queue    []streamSpan
 	inFlight bool // the goroutine holds a span it has not recorded yet
 	closed   bool
+	log      func(t0, t1 time.Time) // also given every span's times (the compute stream's busy time); nil: none
 	stopped  chan struct{}
 }
 
@@ -104,6 +113,9 @@ func (c *streamClock) loop() {
 		sp.to.Synchronize()
 		t1 := time.Now()
 		c.t.span(c.rank, c.tid, sp.cat, sp.name, t0, t1.Sub(t0), sp.args)
+		if c.log != nil {
+			c.log(t0, t1)
+		}
 		c.mu.Lock()
 		c.inFlight = false
 		c.cond.Broadcast()

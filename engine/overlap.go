@@ -1,0 +1,524 @@
+package engine
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/tier"
+)
+
+// Overlap modes of the host optimizer (strata.overlap).
+const (
+	// OverlapExact (the default) runs the host optimizer of step t under
+	// the devices' work of step t+1: Step returns once the updates are
+	// issued, each chunk's new params go to the device when the next
+	// forward first needs them. Bit-identical to OverlapSerial.
+	OverlapExact = "exact"
+	// OverlapSerial runs the host optimizer inside Step, after the whole
+	// backward, and returns when it is done: the schedule before exact, a
+	// reference for measurements.
+	OverlapSerial = "serial"
+	// OverlapDPU is the delayed parameter update (ZeRO-Offload): after
+	// strata.dpu_warmup_steps exact steps, step t's forward and backward
+	// use the params of step t-1 while the host updates them with step
+	// t-1's gradient (overlap_dpu.go).
+	OverlapDPU = "dpu"
+)
+
+// HostOptStats is the host optimizer's time (cpuadam and the waits for
+// its state), measured on each rank and summed over the ranks.
+type HostOptStats struct {
+	// Adam is cpuadam's busy time: the sum over the ranks and chunks of
+	// its runs.
+	Adam time.Duration
+	// AdamExposed is the time in which a rank's cpuadam ran and that rank's
+	// compute stream was idle (summed over the ranks): what the devices
+	// did not hide.
+	AdamExposed time.Duration
+	// IOWait is the time the ranks waited for master, m, v and the
+	// gradient to reach host memory for the optimizer (the tier store's
+	// optimizer-phase stalls); IOExposed the part of it with the rank's
+	// compute stream idle.
+	IOWait, IOExposed time.Duration
+}
+
+// AdamExposedFraction is AdamExposed / Adam (0 without cpuadam time).
+func (h HostOptStats) AdamExposedFraction() float64 {
+	if h.Adam <= 0 {
+		return 0
+	}
+	return float64(h.AdamExposed) / float64(h.Adam)
+}
+
+// IOExposedFraction is IOExposed / IOWait (0 without waits).
+func (h HostOptStats) IOExposedFraction() float64 {
+	if h.IOWait <= 0 {
+		return 0
+	}
+	return float64(h.IOExposed) / float64(h.IOWait)
+}
+
+func (h *HostOptStats) add(o HostOptStats) {
+	h.Adam += o.Adam
+	h.AdamExposed += o.AdamExposed
+	h.IOWait += o.IOWait
+	h.IOExposed += o.IOExposed
+}
+
+// busyLog is one rank's record of what the overlap figures need: the
+// spans its compute stream was busy (the chunks' forward and backward, as
+// the stream clock times them), cpuadam's runs and the optimizer-state
+// waits, on the engine's clock. It is kept whenever the host optimizer
+// runs, with or without a timeline.
+type busyLog struct {
+	t0               time.Time
+	mu               sync.Mutex
+	busy, adam, wait []span
+}
+
+func (l *busyLog) at(t time.Time) time.Duration { return t.Sub(l.t0) }
+
+func (l *busyLog) put(to *[]span, t0, t1 time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*to = append(*to, span{l.at(t0), l.at(t1)})
+}
+
+func (l *busyLog) compute(t0, t1 time.Time) { l.put(&l.busy, t0, t1) }
+
+// take computes the figures of the cpuadam runs and waits logged so far
+// and forgets every span (the caller has flushed the compute clock).
+func (l *busyLog) take() HostOptStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := exposedOf(l.busy, l.adam, l.wait)
+	l.busy, l.adam, l.wait = l.busy[:0], l.adam[:0], l.wait[:0]
+	return h
+}
+
+// exposedOf is the figures of cpuadam runs adam and waits wait against
+// the compute stream's busy spans: a pure function of the intervals.
+func exposedOf(busy, adam, wait []span) HostOptStats {
+	b := union(busy)
+	var h HostOptStats
+	for _, s := range adam {
+		h.Adam += s.b - s.a
+	}
+	for _, s := range wait {
+		h.IOWait += s.b - s.a
+	}
+	a, w := union(adam), union(wait)
+	h.AdamExposed = length(a) - length(intersect(a, b))
+	h.IOExposed = length(w) - length(intersect(w, b))
+	return h
+}
+
+// takeHostOpt is the rank's figures since the last take; its compute
+// stream has completed what the figures need (the caller synchronized).
+func (r *rank) takeHostOpt() HostOptStats {
+	if r.tr == nil || !r.e.offload {
+		return HostOptStats{}
+	}
+	r.tr.compute.flush()
+	return r.tr.log.take()
+}
+
+// forwardOrder is the chunks in the order of their first Acquire in a
+// micro-batch (model.AccessOrder): the order the next forward reads them,
+// which the host optimizer follows.
+func forwardOrder(layers, chunks int) []int {
+	seen := make([]bool, chunks)
+	var out []int
+	for _, a := range model.AccessOrder(layers) {
+		if a.Kind == model.AccessAcquire && !seen[a.Chunk] {
+			seen[a.Chunk] = true
+			out = append(out, a.Chunk)
+		}
+	}
+	for c := range chunks {
+		if !seen[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// hostRun is one rank's pending host update (exact overlap): the rank's
+// goroutine has leased each chunk's state from the tier store (in
+// forward order, so the planner sees the accesses of the serial
+// schedule) and handed it to the run's goroutine, which runs cpuadam
+// chunk by chunk and closes ready[c] when chunk c's new params are in
+// their staging (or host copy). The device side of chunk c (upload, the
+// AllGather at stages 1-2 and for persistent chunks, paramReady[c]) is
+// enqueued by the rank's goroutine when the next step first needs chunk c
+// (flushChunk) or at the drain (finishRun): at points fixed by
+// model.AccessOrder, so every rank issues its collectives in one order.
+type hostRun struct {
+	step    int64
+	jobs    chan hostJob
+	ready   []chan struct{} // per chunk
+	errs    []error         // per chunk, written before ready[c] is closed
+	done    chan struct{}   // the goroutine has run every job
+	flushed []bool          // per chunk: the device side is enqueued (the rank's goroutine only)
+	handed  []bool          // per chunk: leased and handed to the goroutine (the rank's goroutine only)
+	delayed bool            // dpu: the next pass reads the params before this update; its end uploads it
+	// held is, per chunk updated during the backward, its leases, kept
+	// until the step is known finite (written before ready[c] closes).
+	held [][5]*tier.Lease
+}
+
+type hostJob struct {
+	c   int
+	ls  [5]*tier.Lease // master, m, v, the new param (offload_param), the gradient
+	err error          // leasing failed: nothing to compute
+	// During the backward (overlap_bwd.go): ev is the gradient's copy to
+	// host memory, which cpuadam waits for; keep saves what undoes the
+	// update and keeps the leases (held) until the step's verdict.
+	ev   gpu.Event
+	keep bool
+	// release (no chunk): give back every held lease, the step is finite.
+	release bool
+}
+
+// hostWindow is how many chunks' state the rank leases ahead of cpuadam:
+// every chunk when the optimizer state never leaves host RAM (each lease
+// is a hit and needs no room), else two (chunk c+1's reads are issued
+// while chunk c is updated; the planner's read-ahead stages more within
+// its budget).
+func (r *rank) hostWindow() int {
+	if r.e.tiers.swap == nil {
+		return len(r.e.chunks)
+	}
+	return 2
+}
+
+// updateExact leases every chunk's optimizer state in forward order and
+// hands it to a goroutine that runs cpuadam; it returns when the last
+// chunk is handed over (the run is pending, r.run), with the first error
+// of the tier store's leases (the chunks that failed are not updated).
+func (r *rank) updateExact(ap gpu.AdamParams) error {
+	run, err := r.startRun(ap)
+	if err != nil {
+		return err
+	}
+	return r.leaseRest(run)
+}
+
+// startRun starts a host update of step ap.Step: its goroutine, waiting
+// for jobs.
+func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
+	cp := cpuadam.Params(ap) // one type (internal/adam)
+	if err := cp.Validate(); err != nil {
+		return nil, err
+	}
+	n := len(r.e.chunks)
+	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
+		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n),
+		delayed: r.e.delayed(ap.Step)}
+	for c := range run.ready {
+		run.ready[c] = make(chan struct{})
+	}
+	go r.hostLoop(run, cp)
+	return run, nil
+}
+
+// leaseRest leases, in forward order, every chunk not yet handed to run
+// and hands it over, then closes the run's jobs: the run is r.run, pending.
+func (r *rank) leaseRest(run *hostRun) error {
+	e := r.e
+	if r.tr != nil {
+		t0 := time.Now()
+		defer func() {
+			t1 := time.Now()
+			r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, fmt.Sprintf("optimizer step %d (issue)", run.step), t0, t1.Sub(t0), nil)
+			r.tr.t.stepEnd(run.step, t1)
+		}()
+	}
+	r.run = run
+	w := r.hostWindow()
+	var first error
+	var order []int
+	for _, c := range e.fwdOrder {
+		if !run.handed[c] {
+			order = append(order, c)
+		}
+	}
+	for i, c := range order {
+		if i >= w {
+			<-run.ready[order[i-w]] // its leases are given back
+		}
+		ls, err := r.leaseHost(c)
+		if err != nil && first == nil {
+			first = err // go on: the run must close every chunk's ready
+		}
+		run.handed[c] = true
+		run.jobs <- hostJob{c: c, ls: ls, err: err}
+	}
+	close(run.jobs)
+	return first
+}
+
+// hostLoop runs the pending update's cpuadam chunk by chunk.
+func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
+	defer close(run.done)
+	for j := range run.jobs {
+		if j.release {
+			for c, ls := range run.held {
+				r.doneLeases(ls)
+				run.held[c] = [5]*tier.Lease{}
+			}
+			continue
+		}
+		if j.err == nil {
+			if j.ev != nil {
+				j.ev.Synchronize() // the gradient has reached its host copy
+			}
+			if j.keep {
+				r.saveUndo(j.c, j.ls)
+			}
+			r.adamHost(j.c, cp, j.ls)
+		}
+		if j.keep {
+			run.held[j.c] = j.ls
+		} else {
+			r.doneLeases(j.ls)
+		}
+		run.errs[j.c] = j.err
+		close(run.ready[j.c])
+		// Let the rank's goroutine, woken by ready, enqueue the chunk's
+		// upload and the forward behind it now: cpuadam's next chunk
+		// would hold every P (its kernels are not preemptible) and the
+		// devices would wait for the whole update.
+		runtime.Gosched()
+	}
+}
+
+// flushChunk enqueues the device side of chunk c's pending update, after
+// its cpuadam: the upload of the new param shard, the AllGather (stages
+// 1-2, persistent chunks) and paramReady[c]. Called before anything of
+// the next step reads chunk c's params, at points model.AccessOrder fixes.
+func (r *rank) flushChunk(c int) {
+	if run := r.run; run != nil && run.delayed {
+		return // dpu: the pass reads the params before the update; finishRun uploads it
+	}
+	r.flushNow(c)
+}
+
+// flushNow is flushChunk, also for a delayed update.
+func (r *rank) flushNow(c int) {
+	run := r.run
+	if run == nil || run.flushed[c] {
+		return
+	}
+	run.flushed[c] = true
+	<-run.ready[c]
+	r.uploadChunk(c)
+}
+
+// updateReady says whether chunk c's params can be read without waiting
+// for cpuadam: no pending update, or chunk c's part of it has run.
+func (r *rank) updateReady(c int) bool {
+	run := r.run
+	if run == nil || run.flushed[c] || run.delayed {
+		return true
+	}
+	select {
+	case <-run.ready[c]:
+		return true
+	default:
+		return false
+	}
+}
+
+// uploadChunk enqueues the copy of chunk c's new param shard from its
+// upload staging to the device, the AllGather of the updated slices
+// (stages 1-2, persistent chunks) and paramReady[c], on cs. With
+// offload_param the new param is in its host copy in the store: nothing.
+func (r *rank) uploadChunk(c int) {
+	e, st := r.e, r.st
+	if e.paramTiered(c) {
+		return
+	}
+	var from gpu.Event
+	if r.tr != nil {
+		from = r.tr.mark(r.cs)
+	}
+	r.lease(e.tiers.upload[r.idx][c])
+	r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+	name := "upload " + e.layout.Chunks[c].Name
+	if e.stage >= 1 && e.n > 1 && st.paramIsFull(c) {
+		r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
+		name += " + allgather"
+	}
+	r.cs.Record(r.paramReady[c])
+	if from != nil {
+		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, name, map[string]any{"chunk": c})
+	}
+}
+
+// waitHost waits until the pending update's goroutine has run every chunk
+// (its leases are given back): before the rank's next access to the tier
+// store outside the forward (the gradient's host copy).
+func (r *rank) waitHost() {
+	if r.run != nil {
+		<-r.run.done
+	}
+}
+
+// finishRun completes the pending update: the device side of every chunk
+// not yet flushed, in forward order (the same on every rank), then the
+// goroutine's end. It returns the first chunk's failure, naming the
+// optimizer step.
+func (r *rank) finishRun() error {
+	run := r.run
+	if run == nil {
+		return nil
+	}
+	if run.delayed {
+		// dpu: the pass just enqueued may still read the params the
+		// uploads overwrite (replicated chunks are read in place).
+		ev := r.dev.NewEvent()
+		r.s.Record(ev)
+		r.cs.Wait(ev)
+	}
+	for _, c := range r.e.fwdOrder {
+		r.flushNow(c)
+	}
+	<-run.done
+	r.run = nil
+	for _, c := range r.e.fwdOrder {
+		if err := run.errs[c]; err != nil {
+			return fmt.Errorf("optimizer step %d: %w", run.step, err)
+		}
+	}
+	return nil
+}
+
+// settle finishes every rank's pending host update (exact overlap) and
+// waits for the devices: called before anything reads or writes the
+// params or the optimizer state outside a step (Params, Master,
+// checkpoints, exports, the timeline, Close). Its error is the pending
+// update's failure; the figures of the runs go to the engine's totals.
+func (e *Engine) settle() error {
+	if e.closed || !e.offload {
+		return nil
+	}
+	pending := false
+	for _, r := range e.ranks {
+		pending = pending || r.run != nil
+	}
+	if !pending {
+		return nil
+	}
+	figs := make([]HostOptStats, e.n)
+	err := e.parallel(func(r *rank) error {
+		if run := r.run; run != nil && run.delayed {
+			return r.settleDelayed() // dpu: the devices keep the params the next pass reads
+		}
+		err := r.finishRun()
+		if err2 := r.sync(); err == nil {
+			err = err2
+		}
+		figs[r.idx] = r.takeHostOpt()
+		return err
+	})
+	for _, f := range figs {
+		e.hostOpt.add(f)
+	}
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	return nil
+}
+
+// leaseHost declares cpuadam's accesses of chunk c to the tier store and
+// leases master, m, v (update), the gradient (read) and, with
+// offload_param, the new param's host copy (write). On an error the
+// leases taken are given back.
+func (r *rank) leaseHost(c int) (ls [5]*tier.Lease, err error) {
+	d := r.driver()
+	// SizeBytes 0: the planner takes the placement's (the store's charge).
+	acc := func(state shard.State, kind prefetch.Kind) prefetch.Access {
+		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind}
+	}
+	defer func() {
+		if err != nil {
+			for i, l := range ls {
+				if l != nil {
+					d.Done(l, nil)
+					ls[i] = nil
+				}
+			}
+		}
+	}()
+	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+		if ls[i], err = d.Use(acc(state, prefetch.Update)); err != nil {
+			return ls, err
+		}
+	}
+	if ls[4], err = d.Use(acc(shard.Grad, prefetch.Read)); err != nil {
+		return ls, err
+	}
+	if r.e.paramTiered(c) {
+		if ls[3], err = d.Use(acc(shard.Param, prefetch.Write)); err != nil {
+			return ls, err
+		}
+	}
+	return ls, nil
+}
+
+// doneLeases ends the leases of ls (nil entries: none).
+func (r *rank) doneLeases(ls [5]*tier.Lease) {
+	for _, l := range ls {
+		if l != nil {
+			r.driver().Done(l, nil)
+		}
+	}
+}
+
+// adamHost runs cpuadam on chunk c's leased state, writing the new params
+// into their host copy in the store (offload_param) or into the chunk's
+// pinned upload staging.
+func (r *rank) adamHost(c int, cp cpuadam.Params, ls [5]*tier.Lease) {
+	e := r.e
+	var out []byte
+	if ls[3] != nil {
+		out = ls[3].Bytes()
+	} else {
+		out = e.tiers.uploadBytes(r.idx, c)
+	}
+	master, grad, m, v := f32s(ls[0].Bytes()), ls[4].Bytes(), f32s(ls[1].Bytes()), f32s(ls[2].Bytes())
+	t0 := r.traceNow()
+	if e.precision == gpu.BF16 {
+		g, o := u16s(grad), u16s(out)
+		for lo := 0; lo < len(master); lo += adamPieceElems {
+			hi := min(lo+adamPieceElems, len(master))
+			e.opt.StepBF16(cp, master[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], o[lo:hi])
+			yield()
+		}
+	} else {
+		e.opt.StepF32(cp, master, f32s(grad), m, v, nil)
+		copy(f32s(out), master)
+	}
+	r.traceAdam(c, t0)
+}
+
+// adamPieceElems is the piece of a chunk cpuadam updates at a time: Adam is
+// elementwise (the same bits in any split), and between pieces the other
+// goroutines get the cores (yield).
+const adamPieceElems = 1 << 16
+
+// yield lets the goroutines cpuadam's pool kept off the cores run (the
+// rank's, which enqueues the devices' work; on the CPU backend the streams
+// and their clocks): the pool's goroutines hand the cores to each other
+// through channels, and its kernels are not preemptible, so without it a
+// whole update can run before anything else does. Only the pipelined
+// update yields; serial keeps the rank's goroutine waiting anyway.
+func yield() { runtime.Gosched() }

@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/tier"
+)
+
+// The host update during the backward (overlap exact, gradient_clipping 0
+// or absent, optimizer state in host RAM): without clipping a chunk's
+// update does not depend on the global norm, so cpuadam can run on chunk c
+// as soon as its reduced gradient is in host memory, while the backward
+// goes on with the chunks before it. The guarantee that a NaN or Inf loss
+// or gradient anywhere in the step updates nothing is kept by undoing:
+// before cpuadam writes chunk c's master, m and v, the rank copies them
+// (undo, host memory the size of the rank's optimizer state, allocated at
+// the first use), and it keeps the chunk's leases until the step's
+// verdict. A finite step gives the leases back (a release job, after every
+// update of the backward); a failed one (a hook's error, a non-finite loss
+// or norm) waits for the updates of the backward, copies master, m and v
+// back, and drops the run: the new params were only written into the
+// upload staging, which nothing uploads. Chunks whose new param is a
+// tier-store state (offload_param) are updated after the backward, as
+// without this (undoing them would need their param copies too).
+//
+// Determinism: the rank hands chunk c over in reduced(c), at a point fixed
+// by model.AccessOrder; its leases are declared there, so each rank's
+// access trace still repeats exactly; no collective is added. The bits are
+// those of the update after the norm: the same cpuadam call (GradScale 1
+// without clipping) on the same bytes.
+
+// bwdEnabled says whether the engine updates chunks during the backward.
+func (e *Engine) bwdEnabled() bool {
+	return e.offload && e.overlap == OverlapExact && !(e.cfg.GradientClipping > 0) && e.tiers != nil && e.tiers.swap == nil
+}
+
+// noteBwd tells the user once what the update during the backward costs.
+func (e *Engine) noteBwd() {
+	if !e.bwdEnabled() {
+		return
+	}
+	var b int64
+	for c := range e.chunks {
+		if !e.paramTiered(c) {
+			b += int64(12 * e.optElems(c))
+		}
+	}
+	e.notes = append(e.notes, fmt.Sprintf("gradient_clipping 0: each chunk's cpu adam starts during the backward; up to %s of host memory per rank keeps master, m and v to undo a step that turns out non-finite",
+		units.FormatBytes(b)))
+}
+
+// handBackward hands chunk c's update to the step's run during the
+// backward, once its gradient's copy to host memory (ev) is enqueued.
+func (r *rank) handBackward(c int, ev gpu.Event) error {
+	run := r.next
+	if run == nil || r.e.paramTiered(c) {
+		return nil
+	}
+	ls, err := r.leaseHost(c)
+	run.handed[c] = true
+	run.jobs <- hostJob{c: c, ls: ls, err: err, ev: ev, keep: true}
+	r.bwdChunks++
+	return err
+}
+
+// saveUndo copies chunk c's master, m and v (leased in ls) before cpuadam
+// writes them.
+func (r *rank) saveUndo(c int, ls [5]*tier.Lease) {
+	if r.undo == nil {
+		r.undo = make([][]byte, len(r.e.chunks))
+	}
+	u := r.undo[c][:0]
+	for _, l := range ls[:3] {
+		u = append(u, l.Bytes()...)
+	}
+	r.undo[c] = u
+}
+
+// restoreUndo copies chunk c's saved master, m and v back into ls.
+func (r *rank) restoreUndo(c int, ls [5]*tier.Lease) {
+	u := r.undo[c]
+	for _, l := range ls[:3] {
+		u = u[copy(l.Bytes(), u):]
+	}
+}
+
+// commitNext (the step is finite): the updates of the backward give their
+// leases back once done, the other chunks are leased and handed over in
+// forward order, and the run is pending (r.run).
+func (r *rank) commitNext() error {
+	run := r.next
+	if run == nil {
+		return nil
+	}
+	r.next = nil
+	run.jobs <- hostJob{c: -1, release: true}
+	return r.leaseRest(run)
+}
+
+// abortNext (the step failed): it waits for the updates of the backward,
+// undoes them and gives their leases back; nothing of the run reaches the
+// devices.
+func (r *rank) abortNext() {
+	run := r.next
+	if run == nil {
+		return
+	}
+	r.next = nil
+	close(run.jobs)
+	<-run.done
+	for c, ls := range run.held {
+		if run.handed[c] && run.errs[c] == nil {
+			r.restoreUndo(c, ls)
+		}
+		r.doneLeases(ls)
+	}
+}

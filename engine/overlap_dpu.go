@@ -1,0 +1,84 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
+)
+
+// The delayed parameter update (strata.overlap "dpu", the ZeRO-Offload
+// paper's DPU): after strata.dpu_warmup_steps exact steps, the host update
+// of step t is not read by step t+1's forward: the pass of step t+1 runs
+// on the params of step t (the devices' copy is not touched), while the
+// host runs cpuadam on step t's gradient; the end of step t+1's pass
+// (finishRun, in the same order on every rank) uploads the new params,
+// before step t+1's own update starts. The rank's goroutine still waits
+// for the update to end before it writes the gradient's host copy again
+// (waitHost), so cpuadam overlaps the forward and the backward up to the
+// first reduced chunk. Not with offload_param (the new param is a
+// tier-store state the pass would read) nor with clipping during the
+// backward (dpu updates after the norm).
+//
+// Checkpoints: a checkpoint of step t holds what an uninterrupted run
+// holds at that point: the devices' params (those of step t-1, which step
+// t+1's pass reads) and master, m and v after step t's update (settle
+// waits for cpuadam but uploads nothing). The pending part is the upload
+// of the new params, and those are master rounded to the params' dtype
+// (cpuadam writes exactly that), so a restored engine rebuilds it from the
+// master weights (pendingFromMaster): resume is bit-identical to the run
+// it was saved from, with no gradient in the checkpoint.
+
+// delayed says whether the update of step runs delayed (dpu, after the
+// warm-up).
+func (e *Engine) delayed(step int64) bool {
+	return e.overlap == OverlapDPU && step > int64(e.cfg.Strata.DPUWarmupSteps)
+}
+
+// settleDelayed waits for a delayed update's cpuadam and leaves its upload
+// pending; it returns the update's first error.
+func (r *rank) settleDelayed() error {
+	run := r.run
+	<-run.done
+	for _, c := range r.e.fwdOrder {
+		if err := run.errs[c]; err != nil {
+			return fmt.Errorf("optimizer step %d: %w", run.step, err)
+		}
+	}
+	return nil
+}
+
+// pendingFromMaster makes the upload a restored dpu engine owes its
+// devices: every chunk's new params are master rounded to the params'
+// dtype, in the upload staging, as cpuadam would have left them.
+func (r *rank) pendingFromMaster(step int64) error {
+	e := r.e
+	n := len(e.chunks)
+	run := &hostRun{step: step, ready: make([]chan struct{}, n), errs: make([]error, n), done: make(chan struct{}),
+		flushed: make([]bool, n), handed: make([]bool, n), held: nil, delayed: true}
+	for c := range run.ready {
+		master := make([]byte, 4*e.chunks[c].shard)
+		if err := r.saveShard(c, shard.Master, master); err != nil {
+			return err
+		}
+		copy(e.tiers.uploadBytes(r.idx, c), encode(decode(master, gpu.F32), e.precision))
+		run.ready[c] = make(chan struct{})
+		close(run.ready[c])
+		run.handed[c] = true
+	}
+	close(run.done)
+	r.run = run
+	return nil
+}
+
+// restorePending drops every rank's pending update after a restore and,
+// for a dpu engine past its warm-up, rebuilds the upload it owes.
+func (e *Engine) restorePending(step int64) error {
+	for _, r := range e.ranks {
+		r.run = nil
+	}
+	if !e.offload || !e.delayed(step) {
+		return nil
+	}
+	return e.parallel(func(r *rank) error { return r.pendingFromMaster(step) })
+}

@@ -1,0 +1,313 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/nvme/nvmetest"
+)
+
+// withOverlap sets strata.overlap in a test config.
+func withOverlap(js, overlap string) string {
+	return strings.Replace(js, `"strata": {`, fmt.Sprintf(`"strata": {"overlap": %q, `, overlap), 1)
+}
+
+// overlapRun trains steps steps of the config js on n devices and returns
+// the losses, params, master weights and per-step stats, with pending[i]
+// whether every rank still had a host update pending when Step i+1
+// returned.
+type overlapRun struct {
+	res       result
+	stats     []StepStats
+	pending   []bool
+	bwdChunks int // chunks updated during a backward, all ranks
+}
+
+func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
+	t.Helper()
+	e := newEngineJSON(t, js, n)
+	var out overlapRun
+	for range steps {
+		st, err := e.Step()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.res.losses = append(out.res.losses, st.Loss)
+		out.stats = append(out.stats, st)
+		all := true
+		for _, r := range e.ranks {
+			all = all && r.run != nil
+		}
+		out.pending = append(out.pending, all)
+	}
+	var err error
+	if out.res.params, err = e.Params(); err != nil {
+		t.Fatal(err)
+	}
+	if out.res.master, err = e.Master(); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range e.ranks {
+		if r.run != nil && !r.run.delayed { // dpu: the upload waits for the next pass
+			t.Errorf("rank %d: a host update still pending after Params", r.idx)
+		}
+	}
+	for _, r := range e.ranks {
+		out.bwdChunks += r.bwdChunks
+	}
+	if s := e.Summary(); s.Overlap == "" || s.HostOpt.Adam <= 0 {
+		t.Errorf("summary: overlap %q, host optimizer %+v", s.Overlap, s.HostOpt)
+	}
+	return out
+}
+
+// TestOverlapExact: with the optimizer on the host, overlap exact (Step
+// returns with every rank's update pending; the next step's reads of a
+// chunk wait for that chunk) ends bit-identical to serial (the update
+// inside Step) at stages 1-3 on 2 devices, with params and optimizer state
+// in host RAM and on NVMe: params, master weights and every loss. It also
+// checks where the host optimizer's figures are reported: with serial in
+// the step that ran it, with exact in the next one.
+func TestOverlapExact(t *testing.T) {
+	const steps = 6
+	type spec struct {
+		name string
+		js   func(t *testing.T) string
+	}
+	var specs []spec
+	for _, stage := range []int{1, 2, 3} {
+		s := runSpec{stage: stage, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+		specs = append(specs, spec{s.String(), func(*testing.T) string { return s.configJSON() }})
+	}
+	ts := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
+	specs = append(specs, spec{ts.String(), func(t *testing.T) string { return ts.configJSON(nvmetest.Dir(t)) }})
+	for _, sp := range specs {
+		t.Run(sp.name, func(t *testing.T) {
+			serial := runOverlap(t, withOverlap(sp.js(t), OverlapSerial), 2, steps)
+			exact := runOverlap(t, withOverlap(sp.js(t), OverlapExact), 2, steps) // its own swap directory
+			if !slices.Equal(serial.res.losses, exact.res.losses) {
+				t.Errorf("losses differ:\nserial %v\nexact  %v", serial.res.losses, exact.res.losses)
+			}
+			if m, d := diff(exact.res.params, serial.res.params); m != 0 {
+				t.Errorf("params: %d differ (max %g)", m, d)
+			}
+			if m, d := diff(exact.res.master, serial.res.master); m != 0 {
+				t.Errorf("master: %d differ (max %g)", m, d)
+			}
+			for i := range steps {
+				if serial.pending[i] || !exact.pending[i] {
+					t.Errorf("step %d: update pending after Step: serial %v, exact %v (want false, true)", i+1, serial.pending[i], exact.pending[i])
+				}
+				if serial.stats[i].HostOpt.Adam <= 0 {
+					t.Errorf("step %d: serial reports no cpu adam time", i+1)
+				}
+				if got := exact.stats[i].HostOpt.Adam > 0; got != (i > 0) {
+					t.Errorf("step %d: exact reports cpu adam time %v (want it from step 2 on: the previous step's update)", i+1, exact.stats[i].HostOpt.Adam)
+				}
+				if h := serial.stats[i].HostOpt; h.AdamExposed > h.Adam || h.IOExposed > h.IOWait {
+					t.Errorf("step %d: exposed above busy: %+v", i+1, h)
+				}
+			}
+		})
+	}
+}
+
+// TestExposedOf: the overlap figures of cpuadam against the compute
+// stream are interval arithmetic: busy time sums the runs, exposed time is
+// what of their union no compute span covers.
+func TestExposedOf(t *testing.T) {
+	ms := func(a, b int) span {
+		return span{time.Duration(a) * time.Millisecond, time.Duration(b) * time.Millisecond}
+	}
+	for _, tc := range []struct {
+		name                string
+		busy, adam, wait    []span
+		adam_, exp, io, ioE int // ms
+	}{
+		{"none", nil, nil, nil, 0, 0, 0, 0},
+		{"all exposed", nil, []span{ms(0, 2), ms(5, 6)}, []span{ms(2, 3)}, 3, 3, 1, 1},
+		{"hidden", []span{ms(0, 10)}, []span{ms(1, 3), ms(4, 9)}, []span{ms(3, 4)}, 7, 0, 1, 0},
+		{"partly", []span{ms(2, 4), ms(3, 6), ms(8, 9)}, []span{ms(0, 5), ms(7, 10)}, []span{ms(5, 8)}, 8, 4, 3, 2},
+	} {
+		h := exposedOf(tc.busy, tc.adam, tc.wait)
+		want := HostOptStats{Adam: ms(0, tc.adam_).b, AdamExposed: ms(0, tc.exp).b, IOWait: ms(0, tc.io).b, IOExposed: ms(0, tc.ioE).b}
+		if h != want {
+			t.Errorf("%s: %+v, want %+v", tc.name, h, want)
+		}
+	}
+	if f := (HostOptStats{Adam: 4, AdamExposed: 1}).AdamExposedFraction(); f != 0.25 {
+		t.Errorf("exposed fraction %v, want 0.25", f)
+	}
+}
+
+// TestForwardOrder: the host optimizer runs the chunks in the order the
+// forward first reads them: the embeddings, the blocks, the final
+// layernorm.
+func TestForwardOrder(t *testing.T) {
+	if got := forwardOrder(3, 5); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+		t.Errorf("forward order %v", got)
+	}
+}
+
+// TestOverlapDuringBackward: without clipping, each chunk's cpuadam starts
+// during the backward, once its reduced gradient is in host memory, and
+// the run still ends bit-identical to serial (stages 1-3 on 2 devices,
+// optimizer state in host RAM).
+func TestOverlapDuringBackward(t *testing.T) {
+	const steps = 5
+	for _, stage := range []int{1, 2, 3} {
+		s := runSpec{stage: stage, n: 2, offload: true, micro: 1, accum: 1}
+		t.Run(s.String(), func(t *testing.T) {
+			serial := runOverlap(t, withOverlap(s.configJSON(), OverlapSerial), 2, steps)
+			exact := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, steps)
+			if !slices.Equal(serial.res.losses, exact.res.losses) {
+				t.Errorf("losses differ:\nserial %v\nexact  %v", serial.res.losses, exact.res.losses)
+			}
+			if m, d := diff(exact.res.params, serial.res.params); m != 0 {
+				t.Errorf("params: %d differ (max %g)", m, d)
+			}
+			if m, d := diff(exact.res.master, serial.res.master); m != 0 {
+				t.Errorf("master: %d differ (max %g)", m, d)
+			}
+			// Every chunk of every rank in every step (none is a
+			// tier-store param without offload_param).
+			if want := steps * 2 * 4; exact.bwdChunks != want || serial.bwdChunks != 0 {
+				t.Errorf("chunks updated during the backward: exact %d (want %d), serial %d (want 0)", exact.bwdChunks, want, serial.bwdChunks)
+			}
+		})
+	}
+}
+
+// TestNonFiniteDuringBackward: a NaN in one rank's gradient of the chunk
+// reduced last (the embeddings), on 2 ranks, stops the step after the
+// other chunks were updated during the backward: the step fails with
+// ErrNonFinite and every state (params, master, m, v, the step) is what
+// it was before it; the step retried without the NaN ends bit-identical
+// to a run that never saw it.
+func TestNonFiniteDuringBackward(t *testing.T) {
+	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1}
+	js := withOverlap(s.configJSON(), OverlapExact)
+	e := newEngineJSON(t, js, 2)
+	clean := newEngineJSON(t, js, 2)
+	for range 2 {
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := clean.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := stateOf(t, e)
+	emb := e.layout.Chunks[0].Name
+	e.gradFault = func(r, c int) bool { return r == 1 && c == 0 }
+	if _, err := e.Step(); !errors.Is(err, model.ErrNonFinite) {
+		t.Fatalf("got %v, want ErrNonFinite (NaN in rank 1's %s gradient)", err, emb)
+	}
+	e.gradFault = nil
+	if n := e.ranks[0].bwdChunks; n < 3*4-1 {
+		t.Fatalf("rank 0 updated %d chunks during the backward, want the failed step's too", n)
+	}
+	sameState(t, "after the non-finite step vs before it", stateOf(t, e), before)
+	for range 2 {
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := clean.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameState(t, "retried vs never failed", stateOf(t, e), stateOf(t, clean))
+}
+
+// TestTierFaultInOptimizer: with the optimizer state on NVMe (params in
+// host RAM, so every NVMe read is the optimizer's), an NVMe read error
+// under the pipelined update ends a Step (the one that leases, or the next
+// one, whose pass finishes the update) with one error naming the engine
+// once, the shard and the swap file, on 2 ranks, without hanging; the
+// next Step fails too, and Close (a cleanup) ends every goroutine.
+func TestTierFaultInOptimizer(t *testing.T) {
+	nvmetest.Require(t)
+	var faulty *nvme.Faulty
+	s := tierSpec{n: 2, param: "cpu", opt: "nvme", shapeJSON: deepShapeJSON}
+	e := newTierEngine(t, s, Options{NVMeDevice: func(d nvme.Device) nvme.Device {
+		faulty = nvme.NewFaulty(d, nvme.Fault{Kind: nvme.FaultEIO, Op: nvme.OpRead, Nth: 3})
+		return faulty
+	}})
+	var err error
+	for range 5 {
+		if _, err = stepWithin(t, e); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		t.Fatalf("5 steps without an error; %d faults injected", faulty.Injected(nvme.FaultEIO))
+	}
+	t.Logf("step %d: %v", e.StepCount()+1, err)
+	checkFaultMessage(t, err, "strata.swap", "EIO")
+	if _, err2 := stepWithin(t, e); err2 == nil {
+		t.Error("the step after the failure succeeded")
+	}
+}
+
+// dpuSpec is a host-optimizer run with overlap dpu after warm steps.
+func dpuJSON(s runSpec, warm int) string {
+	return strings.Replace(withOverlap(s.configJSON(), OverlapDPU), `"strata": {`, fmt.Sprintf(`"strata": {"dpu_warmup_steps": %d, `, warm), 1)
+}
+
+// TestDPU: the delayed parameter update. (1) During the warm-up it is
+// exact: bit-identical to exact. (2) After it, step t's pass reads the
+// params of step t-1: the first delayed step's loss equals exact's (same
+// params), the next differs. (3) Resume: train k steps, save, train k more;
+// a new engine loads the checkpoint and trains k steps: bit-identical
+// states and losses (the pending upload is rebuilt from master). (4)
+// Convergence against exact on the same data: over 40 steps (warm-up 5)
+// the mean loss of the last 10 steps is within 2 % of exact's (measured:
+// see the log), and it goes down.
+func TestDPU(t *testing.T) {
+	const warm = 5
+	for _, stage := range []int{1, 2, 3} {
+		s := runSpec{stage: stage, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+		t.Run(s.String(), func(t *testing.T) {
+			exact := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, warm+2)
+			dpu := runOverlap(t, dpuJSON(s, warm), 2, warm+2)
+			for i := range warm + 1 {
+				if dpu.res.losses[i] != exact.res.losses[i] {
+					t.Errorf("step %d: dpu loss %v, exact %v: want equal (warm-up, or the first delayed step's pass on the same params)", i+1, dpu.res.losses[i], exact.res.losses[i])
+				}
+			}
+			if dpu.res.losses[warm+1] == exact.res.losses[warm+1] {
+				t.Errorf("step %d: dpu loss equals exact's: the update was not delayed", warm+2)
+			}
+			js := dpuJSON(s, warm)
+			checkResume(t, func(t *testing.T) *Engine { return newEngineJSON(t, js, 2) }, warm+2) // saved past the warm-up
+		})
+	}
+	t.Run("convergence", func(t *testing.T) {
+		s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+		const steps = 40
+		exact := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, steps)
+		dpu := runOverlap(t, dpuJSON(s, warm), 2, steps)
+		mean := func(l []float64) float64 {
+			var sum float64
+			for _, v := range l {
+				sum += v
+			}
+			return sum / float64(len(l))
+		}
+		e, d := mean(exact.res.losses[steps-10:]), mean(dpu.res.losses[steps-10:])
+		t.Logf("mean loss of steps %d-%d: exact %.4f, dpu %.4f (%+.2f %%); first %.4f", steps-9, steps, e, d, 100*(d-e)/e, exact.res.losses[0])
+		if math.Abs(d-e) > 0.02*e {
+			t.Errorf("dpu's mean loss %.4f is not within 2 %% of exact's %.4f", d, e)
+		}
+		if d >= dpu.res.losses[0] {
+			t.Errorf("dpu's loss did not go down: %.4f -> %.4f", dpu.res.losses[0], d)
+		}
+	})
+}
