@@ -161,7 +161,13 @@ type Strata struct {
 	// DPUWarmupSteps are the first steps of an overlap "dpu" run that run
 	// exact (default 40, after the ZeRO-Offload paper).
 	DPUWarmupSteps int `json:"dpu_warmup_steps"`
-	Steps          int `json:"steps"` // optimizer steps; default 20
+	// UpdateInBackward (overlap "exact", gradient_clipping 0, optimizer
+	// state in host RAM) starts each chunk's cpuadam during the backward,
+	// as soon as its gradient is final. Off by default: keeping the
+	// guarantee that a non-finite step updates nothing costs a copy of the
+	// optimizer state in host RAM (12 B per parameter per rank).
+	UpdateInBackward bool `json:"update_in_backward"`
+	Steps            int  `json:"steps"` // optimizer steps; default 20
 
 	devicesMax int // strata.devices as the file gave it (0: not given): the most SetDevices allows
 }

@@ -439,6 +439,7 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	}
 	s.stringKey("overlap", &st.Overlap, "exact", "serial", "dpu")
 	s.intKey("dpu_warmup_steps", &st.DPUWarmupSteps, atLeast(0))
+	s.boolKey("update_in_backward", &st.UpdateInBackward)
 	s.intKey("steps", &st.Steps, atLeast(1))
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)

@@ -8,8 +8,9 @@ import (
 	"github.com/strata-ai/strata/tier"
 )
 
-// The host update during the backward (overlap exact, gradient_clipping 0
-// or absent, optimizer state in host RAM): without clipping a chunk's
+// The host update during the backward (strata.update_in_backward, overlap
+// exact, gradient_clipping 0 or absent, optimizer state in host RAM; off by
+// default for the undo copy below): without clipping a chunk's
 // update does not depend on the global norm, so cpuadam can run on chunk c
 // as soon as its reduced gradient is in host memory, while the backward
 // goes on with the chunks before it. The guarantee that a NaN or Inf loss
@@ -33,11 +34,15 @@ import (
 
 // bwdEnabled says whether the engine updates chunks during the backward.
 func (e *Engine) bwdEnabled() bool {
-	return e.offload && e.overlap == OverlapExact && !(e.cfg.GradientClipping > 0) && e.tiers != nil && e.tiers.swap == nil
+	return e.cfg.Strata.UpdateInBackward && e.offload && e.overlap == OverlapExact && !(e.cfg.GradientClipping > 0) && e.tiers != nil && e.tiers.swap == nil
 }
 
-// noteBwd tells the user once what the update during the backward costs.
+// noteBwd tells the user once what the update during the backward costs,
+// or why strata.update_in_backward does nothing.
 func (e *Engine) noteBwd() {
+	if e.cfg.Strata.UpdateInBackward && !e.bwdEnabled() {
+		e.notes = append(e.notes, "strata.update_in_backward needs overlap \"exact\", gradient_clipping 0, the optimizer on the host and no NVMe: the update runs after the backward")
+	}
 	if !e.bwdEnabled() {
 		return
 	}

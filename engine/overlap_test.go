@@ -156,7 +156,8 @@ func TestForwardOrder(t *testing.T) {
 	}
 }
 
-// TestOverlapDuringBackward: without clipping, each chunk's cpuadam starts
+// TestOverlapDuringBackward: with strata.update_in_backward and without
+// clipping, each chunk's cpuadam starts
 // during the backward, once its reduced gradient is in host memory, and
 // the run still ends bit-identical to serial (stages 1-3 on 2 devices,
 // optimizer state in host RAM).
@@ -165,8 +166,8 @@ func TestOverlapDuringBackward(t *testing.T) {
 	for _, stage := range []int{1, 2, 3} {
 		s := runSpec{stage: stage, n: 2, offload: true, micro: 1, accum: 1}
 		t.Run(s.String(), func(t *testing.T) {
-			serial := runOverlap(t, withOverlap(s.configJSON(), OverlapSerial), 2, steps)
-			exact := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, steps)
+			serial := runOverlap(t, inBackward(withOverlap(s.configJSON(), OverlapSerial)), 2, steps)
+			exact := runOverlap(t, inBackward(withOverlap(s.configJSON(), OverlapExact)), 2, steps)
 			if !slices.Equal(serial.res.losses, exact.res.losses) {
 				t.Errorf("losses differ:\nserial %v\nexact  %v", serial.res.losses, exact.res.losses)
 			}
@@ -181,8 +182,18 @@ func TestOverlapDuringBackward(t *testing.T) {
 			if want := steps * 2 * 4; exact.bwdChunks != want || serial.bwdChunks != 0 {
 				t.Errorf("chunks updated during the backward: exact %d (want %d), serial %d (want 0)", exact.bwdChunks, want, serial.bwdChunks)
 			}
+			// Off by default: the undo copy costs host RAM the size of
+			// the optimizer state.
+			if def := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, 1); def.bwdChunks != 0 {
+				t.Errorf("without strata.update_in_backward %d chunks were updated during the backward", def.bwdChunks)
+			}
 		})
 	}
+}
+
+// inBackward switches strata.update_in_backward on in a test config.
+func inBackward(js string) string {
+	return strings.Replace(js, `"strata": {`, `"strata": {"update_in_backward": true, `, 1)
 }
 
 // TestNonFiniteDuringBackward: a NaN in one rank's gradient of the chunk
@@ -193,7 +204,7 @@ func TestOverlapDuringBackward(t *testing.T) {
 // to a run that never saw it.
 func TestNonFiniteDuringBackward(t *testing.T) {
 	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1}
-	js := withOverlap(s.configJSON(), OverlapExact)
+	js := inBackward(withOverlap(s.configJSON(), OverlapExact))
 	e := newEngineJSON(t, js, 2)
 	clean := newEngineJSON(t, js, 2)
 	for range 2 {
