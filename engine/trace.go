@@ -46,13 +46,14 @@ import (
 // ... so that no track holds overlapping spans.
 //
 // How the times are taken: stream spans (compute, comm) are bracketed by
-// two gpu.Events recorded on the stream; gpu.Event offers no timestamps, so
-// a watcher goroutine per stream (streamClock, trace_clock.go) waits for
-// each event in stream order and takes the host clock when it completes: the span starts when the stream
-// reached its first event (its waits satisfied, the work before it done)
-// and ends when the stream has run its work. The stamps are late by the
-// watcher's wake-up (scheduler latency), never early, and keep the
-// stream's order. Shard waits, cpuadam and the optimizer phase are host
+// two gpu.Events recorded on the stream; a watcher goroutine per stream
+// (streamClock, trace_clock.go) waits for each event in stream order and
+// takes its time: the backend's stamp where the event has one
+// (gpu.TimedEvent: the CPU backend stamps it as its stream reaches it),
+// else the host clock when the watcher sees it complete (late by the
+// watcher's wake-up, never early). The span starts when the stream reached
+// its first event (its waits satisfied, the work before it done) and ends
+// when the stream has run its work, in the stream's order. Shard waits, cpuadam and the optimizer phase are host
 // times around synchronous code on the rank's goroutine. A move spans from
 // the runner's Submit (or, when it copies a copy still arriving, from that
 // copy's arrival) to its completion (Submit plus tier.Op.Duration); bytes

@@ -52,8 +52,9 @@ func (rt *rankTrace) close() {
 }
 
 // streamClock times spans of one stream: a goroutine waits for each span's
-// two events in the order they were recorded (the stream's order) and
-// takes the host clock as each completes.
+// two events in the order they were recorded (the stream's order) and takes
+// the time each completed: the backend's stamp (gpu.TimedEvent: the CPU
+// backend's), else the host clock when the goroutine sees it.
 type streamClock struct {
 	t        *Tracer
 	rank     int
@@ -109,9 +110,9 @@ func (c *streamClock) loop() {
 		c.inFlight = true
 		c.mu.Unlock()
 		sp.from.Synchronize()
-		t0 := time.Now()
+		t0 := completedAt(sp.from)
 		sp.to.Synchronize()
-		t1 := time.Now()
+		t1 := completedAt(sp.to)
 		c.t.span(c.rank, c.tid, sp.cat, sp.name, t0, t1.Sub(t0), sp.args)
 		if c.log != nil {
 			c.log(t0, t1)
@@ -120,6 +121,18 @@ func (c *streamClock) loop() {
 		c.inFlight = false
 		c.cond.Broadcast()
 	}
+}
+
+// completedAt is when ev (complete) completed: the backend's stamp where
+// it has one (gpu.TimedEvent), else now, which is late by the clock's
+// wake-up.
+func completedAt(ev gpu.Event) time.Time {
+	if te, ok := ev.(gpu.TimedEvent); ok {
+		if t, ok := te.CompletedAt(); ok {
+			return t
+		}
+	}
+	return time.Now()
 }
 
 // flush waits until every queued span is recorded (its events completed).

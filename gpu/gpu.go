@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/units"
@@ -169,4 +170,16 @@ type Event interface {
 	Synchronize()
 	// Done reports whether the recorded work has completed, without blocking.
 	Done() bool
+}
+
+// TimedEvent is an Event that knows when the work it recorded completed,
+// on the host clock: the CPU backend stamps it as its stream reaches it.
+// Timelines use it where a backend offers it; other events are timed by a
+// host goroutine that waits on them, late by its wake-up (on a busy host,
+// by as long as the other goroutines keep every core).
+type TimedEvent interface {
+	Event
+	// CompletedAt is when the recorded work completed; false while it has
+	// not, or when the event was never recorded.
+	CompletedAt() (time.Time, bool)
 }

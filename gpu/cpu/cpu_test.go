@@ -384,3 +384,46 @@ func TestStreamsLeaveNoGoroutines(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestEventStamps: a CPU event is a gpu.TimedEvent stamped when its stream
+// reaches it: not before (an event behind a wait on another stream is
+// stamped after the event it waited for), in the stream's order, and never
+// after the host sees it complete; an event never recorded has no stamp.
+func TestEventStamps(t *testing.T) {
+	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 16 * units.MiB})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	var te gpu.TimedEvent
+	if te, _ = d.NewEvent().(gpu.TimedEvent); te == nil {
+		t.Fatal("a gpu/cpu event is not a gpu.TimedEvent")
+	}
+	if _, ok := te.CompletedAt(); ok {
+		t.Fatal("an event never recorded has a stamp")
+	}
+	other, s := d.NewStream(), d.NewStream()
+	x, _ := d.Alloc(1<<16, gpu.F32, gpu.Tag{Purpose: "x"})
+	s.Record(te) // s reaches it at once
+	blocker := d.NewEvent()
+	d.Ops().Fill(other, x, 1) // work on the other stream
+	other.Record(blocker)     // completes after that work
+	s.Wait(blocker)           // s waits for the other stream
+	late := d.NewEvent().(gpu.TimedEvent)
+	s.Record(late) // reached only once blocker has completed
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	seen := time.Now()
+	t0, ok0 := te.CompletedAt()
+	t1, ok1 := late.CompletedAt()
+	tb, okb := blocker.(gpu.TimedEvent).CompletedAt()
+	switch {
+	case !ok0 || !ok1 || !okb:
+		t.Fatalf("complete events without stamps: %v %v %v", ok0, ok1, okb)
+	case t1.Before(tb):
+		t.Errorf("the event after the wait is stamped %v before the event it waited for (%v)", t1, tb)
+	case t1.Before(t0) || seen.Before(t1):
+		t.Errorf("stamps out of order: first %v, after the wait %v, seen %v", t0, t1, seen)
+	}
+}

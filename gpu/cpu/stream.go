@@ -3,6 +3,7 @@ package cpu
 import (
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/strata-ai/strata/gpu"
 )
@@ -67,11 +68,11 @@ func (s *Stream) run() {
 // Record marks the current end of the queue in e.
 func (s *Stream) Record(ge gpu.Event) {
 	e := event(ge)
-	ch := make(chan struct{})
+	ch, at := make(chan struct{}), new(time.Time)
 	e.mu.Lock()
-	e.ch = ch
+	e.ch, e.at = ch, at
 	e.mu.Unlock()
-	s.enqueue(func() error { close(ch); return nil })
+	s.enqueue(func() error { *at = time.Now(); close(ch); return nil })
 }
 
 // Wait makes later work on s wait for the work e recorded when Wait was
@@ -105,6 +106,7 @@ func (s *Stream) Synchronize() error {
 type Event struct {
 	mu sync.Mutex
 	ch chan struct{} // nil: never recorded
+	at *time.Time    // when the stream reached the record, written before ch is closed
 }
 
 func event(ge gpu.Event) *Event {
@@ -119,6 +121,23 @@ func (e *Event) current() chan struct{} {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.ch
+}
+
+// CompletedAt is when the stream reached the last Record of e (the work
+// before it had completed), once it has: gpu.TimedEvent.
+func (e *Event) CompletedAt() (time.Time, bool) {
+	e.mu.Lock()
+	ch, at := e.ch, e.at
+	e.mu.Unlock()
+	if ch == nil {
+		return time.Time{}, false
+	}
+	select {
+	case <-ch:
+		return *at, true
+	default:
+		return time.Time{}, false
+	}
 }
 
 // Synchronize blocks until the recorded work has completed.
