@@ -47,7 +47,9 @@ type StepOptions struct {
 	// shards staged in HBM) in the offloaded modes; 0: what is left.
 	TierHBMBytes int64
 	Threads      int // cpuadam threads; 0: GOMAXPROCS
-	// Modes to run, among "resident", "host", "nvme"; default all three.
+	// Modes to run, among "resident", "host", "nvme" (the default) and
+	// "offload" (ZeRO-Offload: the optimizer state in host RAM, the params
+	// on the devices).
 	Modes []string
 	// Overlaps are the host optimizer's schedules (strata.overlap) each
 	// offloaded mode runs with, among "serial" and "exact"; default exact.
@@ -59,11 +61,13 @@ type StepOptions struct {
 	TracePath string
 }
 
-// StepModes are the placements `strata bench step` compares.
-var StepModes = []string{"resident", "host", "nvme"}
+// StepModes are the placements `strata bench step` compares, the first
+// three by default.
+var StepModes = []string{"resident", "host", "nvme", "offload"}
 
-// StepOverlaps are the host optimizer's schedules it compares.
-var StepOverlaps = []string{engine.OverlapSerial, engine.OverlapExact}
+// StepOverlaps are the host optimizer's schedules it compares. dpu needs
+// the params on the devices: the offload mode.
+var StepOverlaps = []string{engine.OverlapSerial, engine.OverlapExact, engine.OverlapDPU}
 
 // WithDefaults fills the zero fields.
 func (o StepOptions) WithDefaults() StepOptions {
@@ -98,7 +102,7 @@ func (o StepOptions) WithDefaults() StepOptions {
 		o.HBMBytes = 8 * units.GiB
 	}
 	if len(o.Modes) == 0 {
-		o.Modes = StepModes
+		o.Modes = StepModes[:3]
 	}
 	if len(o.Overlaps) == 0 {
 		o.Overlaps = []string{engine.OverlapExact}
@@ -133,6 +137,9 @@ func (o StepOptions) Validate() error {
 			return fmt.Errorf("bench: overlap %q is not one of %s", v, strings.Join(StepOverlaps, ", "))
 		}
 	}
+	if slices.Contains(o.Overlaps, engine.OverlapDPU) && (slices.Contains(o.Modes, "host") || slices.Contains(o.Modes, "nvme")) {
+		return errors.New("bench: overlap dpu needs the params on the devices: run it with --modes offload (the host and nvme modes offload the params)")
+	}
 	return nil
 }
 
@@ -146,6 +153,8 @@ func (o StepOptions) StepConfig(mode, dir string) (*config.Config, error) {
 func (o StepOptions) stepConfig(mode, overlap, dir string) (*config.Config, error) {
 	param, opt := "none", "none"
 	switch mode {
+	case "offload":
+		opt = "cpu"
 	case "host":
 		param, opt = "cpu", "cpu"
 	case "nvme":
@@ -171,8 +180,8 @@ func (o StepOptions) stepConfig(mode, overlap, dir string) (*config.Config, erro
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
-  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q}
-}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, overlap)
+  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "dpu_warmup_steps": %d}
+}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, overlap, o.Warmup)
 	lookup := func(name string) (config.Shape, error) {
 		s, err := model.Lookup(name)
 		return config.Shape(s), err

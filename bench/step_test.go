@@ -89,3 +89,33 @@ func TestStepOverlap(t *testing.T) {
 		}
 	}
 }
+
+// TestStepDPU: the offload mode (params on the device, optimizer state in
+// host RAM) runs the delayed parameter update next to serial, its warm-up
+// steps exact; dpu is refused, saying why, with the modes that offload the
+// params.
+func TestStepDPU(t *testing.T) {
+	res, err := Step(StepOptions{Model: "tiny", Batch: 1, Seq: 16, Steps: 3, Warmup: 1, Block: 2, Threads: 1,
+		Modes: []string{"offload"}, Overlaps: []string{"serial", "dpu"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + res.String())
+	var names []string
+	for _, m := range res.Modes {
+		names = append(names, m.Name())
+		if h := m.HostOpt; h.Adam <= 0 || h.AdamExposed > h.Adam {
+			t.Errorf("%s: cpu adam %v, exposed %v", m.Name(), h.Adam, h.AdamExposed)
+		}
+	}
+	if want := "offload/serial offload/dpu"; strings.Join(names, " ") != want {
+		t.Errorf("runs %q, want %q", strings.Join(names, " "), want)
+	}
+	if res.Modes[1].ParamsIdentical {
+		t.Error("dpu ended with serial's params: the update was not delayed")
+	}
+	_, err = Step(StepOptions{Model: "tiny", Batch: 1, Seq: 16, Steps: 1, Modes: []string{"host"}, Overlaps: []string{"dpu"}})
+	if err == nil || !strings.Contains(err.Error(), "--modes offload") {
+		t.Errorf("dpu with offloaded params: %v, want a refusal naming --modes offload", err)
+	}
+}
