@@ -801,7 +801,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"model": s.Model, "params": s.Params, "devices": s.Devices, "stage": s.Stage, "precision": prec,
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
-		"host_staging_bytes": s.HostStagingBytes, "notes": s.Notes, "tier": s.Tier,
+		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": s.Tier,
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}

@@ -270,11 +270,12 @@
 //
 // "dpu" (overlap_dpu.go), the delayed parameter update of the ZeRO-Offload
 // paper: after strata.dpu_warmup_steps exact steps, step t+1's pass reads
-// the params of step t-1 while the host updates them with step t's
-// gradient, and the end of the pass uploads them (finishRun, in forward
+// the params step t read (updated with step t-1's gradient) while the host
+// updates them with step t's gradient, and the end of the pass uploads them (finishRun, in forward
 // order on every rank, after the pass's compute). It needs the host
-// optimizer and the params on the devices (New refuses it otherwise with
-// ErrNotBuilt). A checkpoint holds the devices' params and the updated
+// optimizer, the params on the devices and bf16 (New refuses it otherwise
+// with ErrNotBuilt: in fp32 the params are the master weights, and under dpu
+// they lag the update, so a checkpoint could not hold the pending one). A checkpoint holds the devices' params and the updated
 // master, m, v; the upload it owes is master rounded to the params' dtype
 // (what cpuadam writes), rebuilt at restore, so resume is bit-identical.
 package engine

@@ -63,7 +63,7 @@ type Engine struct {
 	closed    bool
 	lastCount []gpu.LinkCounters
 
-	overlap  string       // strata.overlap: OverlapExact or OverlapSerial
+	overlap  string       // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
 	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
 	t0       time.Time    // the engine's clock (busyLog)
 	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
@@ -153,6 +153,11 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 	}
 	if z := cfg.ZeRO; cfg.Strata.Overlap == OverlapDPU && (z.OffloadOptimizer.Device == config.DeviceNone || z.OffloadParam.Device != config.DeviceNone) {
 		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update) with the optimizer on the device or offload_param: it needs offload_optimizer cpu or nvme and the params on the devices; use \"exact\"", ErrNotBuilt)
+	}
+	if cfg.Strata.Overlap == OverlapDPU && opts.Precision == gpu.F32 {
+		// fp32 keeps no master apart from the params, which lag the
+		// update under dpu: a checkpoint could not hold the pending one.
+		return fmt.Errorf("%w: strata.overlap \"dpu\" in fp32 (the params are the master weights, and under dpu they lag the update); use bf16 or \"exact\"", ErrNotBuilt)
 	}
 	return nil
 }

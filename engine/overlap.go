@@ -169,6 +169,9 @@ type hostRun struct {
 	flushed []bool          // per chunk: the device side is enqueued (the rank's goroutine only)
 	handed  []bool          // per chunk: leased and handed to the goroutine (the rank's goroutine only)
 	delayed bool            // dpu: the next pass reads the params before this update; its end uploads it
+	// reported: a chunk's lease failed and the Step that leased returned
+	// it; finishRun does not return it again (the rank goroutine only).
+	reported bool
 	// held is, per chunk updated during the backward, its leases, kept
 	// until the step is known finite (written before ready[c] closes).
 	held [][5]*tier.Lease
@@ -257,6 +260,7 @@ func (r *rank) leaseRest(run *hostRun) error {
 		ls, err := r.leaseHost(c)
 		if err != nil && first == nil {
 			first = err // go on: the run must close every chunk's ready
+			run.reported = true
 		}
 		run.handed[c] = true
 		run.jobs <- hostJob{c: c, ls: ls, err: err}
@@ -319,7 +323,7 @@ func (r *rank) flushNow(c int) {
 	}
 	run.flushed[c] = true
 	<-run.ready[c]
-	r.uploadChunk(c)
+	r.uploadChunk(c, run.errs[c] == nil)
 }
 
 // updateReady says whether chunk c's params can be read without waiting
@@ -341,7 +345,7 @@ func (r *rank) updateReady(c int) bool {
 // upload staging to the device, the AllGather of the updated slices
 // (stages 1-2, persistent chunks) and paramReady[c], on cs. With
 // offload_param the new param is in its host copy in the store: nothing.
-func (r *rank) uploadChunk(c int) {
+func (r *rank) uploadChunk(c int, updated bool) {
 	e, st := r.e, r.st
 	if e.paramTiered(c) {
 		return
@@ -350,8 +354,10 @@ func (r *rank) uploadChunk(c int) {
 	if r.tr != nil {
 		from = r.tr.mark(r.cs)
 	}
-	r.lease(e.tiers.upload[r.idx][c])
-	r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+	if updated { // else the staging holds no new params: keep the old ones (the collectives go on)
+		r.lease(e.tiers.upload[r.idx][c])
+		r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+	}
 	name := "upload " + e.layout.Chunks[c].Name
 	if e.stage >= 1 && e.n > 1 && st.paramIsFull(c) {
 		r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
@@ -394,7 +400,7 @@ func (r *rank) finishRun() error {
 	<-run.done
 	r.run = nil
 	for _, c := range r.e.fwdOrder {
-		if err := run.errs[c]; err != nil {
+		if err := run.errs[c]; err != nil && !run.reported {
 			return fmt.Errorf("optimizer step %d: %w", run.step, err)
 		}
 	}
@@ -519,6 +525,7 @@ const adamPieceElems = 1 << 16
 // rank's, which enqueues the devices' work; on the CPU backend the streams
 // and their clocks): the pool's goroutines hand the cores to each other
 // through channels, and its kernels are not preemptible, so without it a
-// whole update can run before anything else does. Only the pipelined
-// update yields; serial keeps the rank's goroutine waiting anyway.
+// whole update can run before anything else does. It yields under every
+// schedule; only the pipelined update gains from it (under serial the
+// rank's goroutine waits for the update anyway).
 func yield() { runtime.Gosched() }

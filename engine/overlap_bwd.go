@@ -46,14 +46,23 @@ func (e *Engine) noteBwd() {
 	if !e.bwdEnabled() {
 		return
 	}
+	e.notes = append(e.notes, fmt.Sprintf("gradient_clipping 0: each chunk's cpu adam starts during the backward; up to %s of host memory per rank keeps master, m and v to undo a step that turns out non-finite",
+		units.FormatBytes(e.undoBytes())))
+}
+
+// undoBytes is one rank's undo copy at most (0 without the update during
+// the backward): master, m and v of every chunk updated in the backward.
+func (e *Engine) undoBytes() int64 {
+	if !e.bwdEnabled() {
+		return 0
+	}
 	var b int64
 	for c := range e.chunks {
 		if !e.paramTiered(c) {
 			b += int64(12 * e.optElems(c))
 		}
 	}
-	e.notes = append(e.notes, fmt.Sprintf("gradient_clipping 0: each chunk's cpu adam starts during the backward; up to %s of host memory per rank keeps master, m and v to undo a step that turns out non-finite",
-		units.FormatBytes(b)))
+	return b
 }
 
 // handBackward hands chunk c's update to the step's run during the
@@ -65,6 +74,7 @@ func (r *rank) handBackward(c int, ev gpu.Event) error {
 	}
 	ls, err := r.leaseHost(c)
 	run.handed[c] = true
+	run.reported = run.reported || err != nil // the backward returns it
 	run.jobs <- hostJob{c: c, ls: ls, err: err, ev: ev, keep: true}
 	r.bwdChunks++
 	return err

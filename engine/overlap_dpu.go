@@ -10,7 +10,8 @@ import (
 // The delayed parameter update (strata.overlap "dpu", the ZeRO-Offload
 // paper's DPU): after strata.dpu_warmup_steps exact steps, the host update
 // of step t is not read by step t+1's forward: the pass of step t+1 runs
-// on the params of step t (the devices' copy is not touched), while the
+// on the params step t read, updated with step t-1's gradient (the
+// devices' copy is not touched), while the
 // host runs cpuadam on step t's gradient; the end of step t+1's pass
 // (finishRun, in the same order on every rank) uploads the new params,
 // before step t+1's own update starts. The rank's goroutine still waits

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
@@ -27,7 +29,9 @@ type overlapRun struct {
 	res       result
 	stats     []StepStats
 	pending   []bool
-	bwdChunks int // chunks updated during a backward, all ranks
+	bwdChunks int   // chunks updated during a backward, all ranks
+	undoBytes int64 // Summary.HostUndoBytes
+	hostBytes int64 // Summary.HostBytes: the store's host homes
 }
 
 func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
@@ -62,9 +66,11 @@ func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
 	for _, r := range e.ranks {
 		out.bwdChunks += r.bwdChunks
 	}
-	if s := e.Summary(); s.Overlap == "" || s.HostOpt.Adam <= 0 {
+	s := e.Summary()
+	if s.Overlap == "" || s.HostOpt.Adam <= 0 {
 		t.Errorf("summary: overlap %q, host optimizer %+v", s.Overlap, s.HostOpt)
 	}
+	out.undoBytes, out.hostBytes = s.HostUndoBytes, s.HostBytes
 	return out
 }
 
@@ -184,8 +190,14 @@ func TestOverlapDuringBackward(t *testing.T) {
 			}
 			// Off by default: the undo copy costs host RAM the size of
 			// the optimizer state.
-			if def := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, 1); def.bwdChunks != 0 {
-				t.Errorf("without strata.update_in_backward %d chunks were updated during the backward", def.bwdChunks)
+			if def := runOverlap(t, withOverlap(s.configJSON(), OverlapExact), 2, 1); def.bwdChunks != 0 || def.undoBytes != 0 {
+				t.Errorf("without strata.update_in_backward %d chunks were updated during the backward, undo copy %d B", def.bwdChunks, def.undoBytes)
+			}
+			// The undo copy is counted: master, m and v (12 B) of every
+			// element whose state is homed in host RAM with its bf16
+			// gradient shard (2 B), every rank.
+			if exact.undoBytes == 0 || 14*exact.undoBytes != 12*exact.hostBytes {
+				t.Errorf("summary: undo copy %d B, want 12/14 of the %d B of host homes", exact.undoBytes, exact.hostBytes)
 			}
 		})
 	}
@@ -319,6 +331,19 @@ func TestDPU(t *testing.T) {
 		}
 		if d >= dpu.res.losses[0] {
 			t.Errorf("dpu's loss did not go down: %.4f -> %.4f", dpu.res.losses[0], d)
+		}
+	})
+	t.Run("fp32 refused", func(t *testing.T) {
+		// fp32 keeps no master apart from the params, which lag the
+		// update under dpu: a checkpoint could not hold the pending one.
+		s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+		devs, comms, err := cpu.New(cpu.Options{Devices: 2, HBMBytes: 256 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = New(testConfig(t, dpuJSON(s, warm)), cpu.Devices(devs), comms, Options{Tokens: testTokens, Precision: gpu.F32})
+		if !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "fp32") {
+			t.Errorf("dpu in fp32: %v, want ErrNotBuilt naming fp32", err)
 		}
 	})
 }

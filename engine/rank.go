@@ -255,7 +255,7 @@ func (r *rank) backward(step int64) error {
 	keep(r.finishRun())
 	r.dev.CopyDeviceToHost(r.cs, r.normsHost, r.norms, 0)
 	keep(r.sync())
-	r.hostFig = r.takeHostOpt()
+	r.hostFig.add(r.takeHostOpt())
 	r.h.freeAll()
 	r.freeGrads()
 	if e.tiers != nil {

@@ -60,7 +60,7 @@ type Summary struct {
 	Stage     int
 	Precision gpu.DType
 	Optimizer string // "device" or "host (cpuadam, T threads)"
-	Overlap   string // strata.overlap: "exact" or "serial"
+	Overlap   string // strata.overlap: "exact", "serial" or "dpu"
 	Micro     int
 	Accum     int
 	Seq       int
@@ -73,6 +73,10 @@ type Summary struct {
 	// HostStagingBytes is the pinned parameter upload staging of the host
 	// optimizer, all ranks: working set, not model state.
 	HostStagingBytes int64
+	// HostUndoBytes is, with strata.update_in_backward, the copy of the
+	// optimizer state kept to undo a non-finite step, all ranks (Go heap,
+	// taken at the first use): working set, not model state.
+	HostUndoBytes int64
 	// HostOpt is the host optimizer's figures summed over the runs taken
 	// so far (a run pending under exact overlap counts once it completes).
 	HostOpt HostOptStats
@@ -179,6 +183,7 @@ func (e *Engine) Summary() Summary {
 		s.Tier = e.tierSummary()
 		s.HostBytes = s.Tier.HostHomeBytes
 		s.HostStagingBytes = e.tiers.stagingBytes
+		s.HostUndoBytes = int64(e.n) * e.undoBytes()
 	}
 	formula, formulaBytes := e.estimate.TierFormula(shard.HBM).String(), e.estimate.FormulaDeviceBytes()
 	padding, persistent := e.estimate.PaddingBytes(), e.estimate.PersistentBytes
@@ -240,8 +245,12 @@ func (s Summary) String() string {
 		"working set (not in the formula): tier hbm = param copies the tier store staged on the device (in model state),\n"+
 		"gathered = stage-3 chunks in flight, buckets = gradient buckets and reduce shards in flight\n", s.ShardAlignElems)
 	if s.HostFormula > 0 || s.HostBytes > 0 {
-		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s\n",
+		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
+		if s.HostUndoBytes > 0 {
+			fmt.Fprintf(&b, ", undo copy of the optimizer state %s (update_in_backward)", units.FormatBytes(s.HostUndoBytes))
+		}
+		b.WriteString("\n")
 	}
 	if h := s.HostOpt; h.Adam > 0 {
 		fmt.Fprintf(&b, "host optimizer: cpu adam %.3fs, exposed %.3fs (%.3f); optimizer-state waits %.3fs, exposed %.3fs\n",

@@ -89,6 +89,9 @@ func (c *streamClock) span(from, to gpu.Event, cat, name string, args map[string
 	if c.closed {
 		panic("engine: trace span after close")
 	}
+	if c.t == nil && c.log == nil {
+		return // no timeline and no busy log: nothing would record it
+	}
 	c.queue = append(c.queue, streamSpan{from, to, cat, name, args})
 	c.cond.Broadcast()
 }
