@@ -172,6 +172,11 @@ type hostRun struct {
 	// reported: a chunk's lease failed and the Step that leased returned
 	// it; finishRun does not return it again (the rank goroutine only).
 	reported bool
+	// start, for a delayed (dpu) update, holds its cpuadam back until the
+	// next step's forward has begun (begin): started at the step's end, it
+	// would run while the devices are idle between the steps.
+	start     chan struct{}
+	startOnce sync.Once
 	// held is, per chunk updated during the backward, its leases, kept
 	// until the step is known finite (written before ready[c] closes).
 	held [][5]*tier.Lease
@@ -225,6 +230,9 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
 		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n),
 		delayed: r.e.delayed(ap.Step)}
+	if run.delayed {
+		run.start = make(chan struct{})
+	}
 	for c := range run.ready {
 		run.ready[c] = make(chan struct{})
 	}
@@ -272,6 +280,9 @@ func (r *rank) leaseRest(run *hostRun) error {
 // hostLoop runs the pending update's cpuadam chunk by chunk.
 func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 	defer close(run.done)
+	if run.start != nil {
+		<-run.start
+	}
 	for j := range run.jobs {
 		if j.release {
 			for c, ls := range run.held {
@@ -304,13 +315,28 @@ func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 	}
 }
 
+// begin lets a delayed update's cpuadam start (once).
+func (run *hostRun) begin() {
+	if run.start != nil {
+		run.startOnce.Do(func() { close(run.start) })
+	}
+}
+
+// wait waits for the update's goroutine to have run every job (letting a
+// delayed one start first).
+func (run *hostRun) wait() {
+	run.begin()
+	<-run.done
+}
+
 // flushChunk enqueues the device side of chunk c's pending update, after
 // its cpuadam: the upload of the new param shard, the AllGather (stages
 // 1-2, persistent chunks) and paramReady[c]. Called before anything of
 // the next step reads chunk c's params, at points model.AccessOrder fixes.
 func (r *rank) flushChunk(c int) {
 	if run := r.run; run != nil && run.delayed {
-		return // dpu: the pass reads the params before the update; finishRun uploads it
+		run.begin() // the forward has begun: the devices have work
+		return      // dpu: the pass reads the params before the update; finishRun uploads it
 	}
 	r.flushNow(c)
 }
@@ -374,7 +400,7 @@ func (r *rank) uploadChunk(c int, updated bool) {
 // store outside the forward (the gradient's host copy).
 func (r *rank) waitHost() {
 	if r.run != nil {
-		<-r.run.done
+		r.run.wait()
 	}
 }
 
@@ -397,7 +423,7 @@ func (r *rank) finishRun() error {
 	for _, c := range r.e.fwdOrder {
 		r.flushNow(c)
 	}
-	<-run.done
+	run.wait()
 	r.run = nil
 	for _, c := range r.e.fwdOrder {
 		if err := run.errs[c]; err != nil && !run.reported {

@@ -124,7 +124,7 @@ func (r *rank) abortNext() {
 	}
 	r.next = nil
 	close(run.jobs)
-	<-run.done
+	run.wait()
 	for c, ls := range run.held {
 		if run.handed[c] && run.errs[c] == nil {
 			r.restoreUndo(c, ls)

@@ -40,7 +40,7 @@ func (e *Engine) delayed(step int64) bool {
 // pending; it returns the update's first error.
 func (r *rank) settleDelayed() error {
 	run := r.run
-	<-run.done
+	run.wait()
 	for _, c := range r.e.fwdOrder {
 		if err := run.errs[c]; err != nil {
 			return fmt.Errorf("optimizer step %d: %w", run.step, err)
