@@ -147,3 +147,30 @@ func TestResumeOtherDevices(t *testing.T) {
 		t.Errorf("resume on 4 devices (resharded): %v\n%s", err, stderr)
 	}
 }
+
+// inspect, export and train --resume accept the same forms of a
+// checkpoint: a run's --out directory, its checkpoints/, a step directory,
+// and a manifest.json.
+func TestCheckpointPathForms(t *testing.T) {
+	run := t.TempDir()
+	if _, stderr, err := runApp(t, "train", "--steps", "2", "--save-every", "2", "--no-progress", "--out", run); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	step := filepath.Join(run, "checkpoints", "step-00000002")
+	for _, p := range []string{run, filepath.Join(run, "checkpoints"), step, filepath.Join(step, "manifest.json")} {
+		out, _, err := runApp(t, "inspect", "--json", p)
+		var got struct {
+			Dir string `json:"dir"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &got) != nil || filepath.Clean(got.Dir) != step {
+			t.Errorf("inspect %s: %v, dir %q\n%s", p, err, got.Dir, out)
+		}
+		dst := filepath.Join(t.TempDir(), "m.safetensors")
+		if _, _, err := runApp(t, "export", p, dst); err != nil {
+			t.Errorf("export %s: %v", p, err)
+		}
+		if _, stderr, err := runApp(t, "train", "--resume", p, "--steps", "3", "--no-progress", "--out", t.TempDir()); err != nil {
+			t.Errorf("train --resume %s: %v\n%s", p, err, stderr)
+		}
+	}
+}

@@ -738,12 +738,10 @@ func openOut(dir string, cfg *config.Config, start int64) (*os.File, error) {
 // directory (its checkpoints' latest). It returns the manifest and the
 // checkpoint's directory.
 func resolveResume(path string) (*checkpoint.Manifest, string, error) {
-	m, dir, err := checkpoint.ReadManifest(path)
-	if err != nil {
-		sub := filepath.Join(path, "checkpoints")
-		if _, serr := os.Stat(sub); serr == nil {
-			m, dir, err = checkpoint.ReadManifest(sub)
-		}
+	dir, _, err := resolveCheckpoint(path) // the same three forms as inspect and export
+	var m *checkpoint.Manifest
+	if err == nil {
+		m, dir, err = checkpoint.ReadManifest(dir)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("train: --resume %s: %w", path, err)
