@@ -174,3 +174,17 @@ func TestCheckpointPathForms(t *testing.T) {
 		}
 	}
 }
+
+// A CPU-backend hbm_bytes the host cannot hold is refused before training
+// starts, saying what to lower.
+func TestTrainHostRAM(t *testing.T) {
+	cfg := writeFile(t, "big.json", `{"train_micro_batch_size_per_gpu": 2, "strata": {"devices": 2, "hbm_bytes": "1024TiB"}}`)
+	out := t.TempDir()
+	_, _, err := runApp(t, "train", "--config", cfg, "--steps", "1", "--out", out)
+	if err == nil || !strings.Contains(err.Error(), "lower strata.hbm_bytes to at most") {
+		t.Errorf("got %v", err)
+	}
+	if _, serr := os.Stat(filepath.Join(out, "config.json")); serr == nil {
+		t.Error("the refused run wrote config.json: it started")
+	}
+}

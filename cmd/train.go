@@ -22,6 +22,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -423,6 +424,13 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 			return usagef("train: --backend %q is not one of %s", b, strings.Join(bench.Backends, ", "))
 		}
 		cfg.Strata.Backend = c.String("backend")
+	}
+	if cfg.Strata.Backend == "cpu" && cfg.Strata.HBMBytes > 0 {
+		// The CPU backend's devices are host RAM: a budget the host cannot
+		// hold is refused now, not killed for memory mid-run.
+		if err := cpu.CheckHostRAM(cfg.Strata.Devices, cfg.Strata.HBMBytes); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
 	}
 	return nil
 }
