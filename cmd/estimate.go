@@ -57,7 +57,11 @@ func runEstimate(c *cli.Context) error {
 	var shape *model.Shape
 	what := ""
 	if path := c.String("config"); path != "" {
-		cfg, err := config.Load(path, config.Options{LookupShape: func(name string) (config.Shape, error) {
+		devices := 0 // --devices decides over strata.devices, as in train
+		if c.IsSet("devices") {
+			devices = c.Int("devices")
+		}
+		cfg, err := config.Load(path, config.Options{Devices: devices, LookupShape: func(name string) (config.Shape, error) {
 			s, err := model.Lookup(name)
 			return config.Shape(s), err
 		}})

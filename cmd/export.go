@@ -19,8 +19,8 @@ func exportCommand() *cli.Command {
 		Name:      "export",
 		Usage:     "write a training checkpoint's weights as one safetensors file",
 		UsageText: "strata export [--names strata|hf] [--dtype fp32|bf16] CHECKPOINT OUT.safetensors",
-		Description: "CHECKPOINT is the directory `strata train --out` writes (its \"latest\" is exported) or a\n" +
-			"step-NNNNNNNN directory in it. Every rank file's checksum is verified first. --names hf writes\n" +
+		Description: "CHECKPOINT is named as --resume names it: a run's --out directory or its checkpoints/ (the\n" +
+			"\"latest\" is exported), a step-NNNNNNNN directory, or its manifest.json. Every rank file's checksum is verified first. --names hf writes\n" +
 			"Hugging Face GPT-2 keys (Conv1D weights transposed to in×out, head tied to wte).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "names", Value: "strata", Usage: "tensor names: strata (the layout's) or hf (Hugging Face GPT-2)"},
@@ -51,7 +51,11 @@ func runExport(c *cli.Context) error {
 	opts.DType = dt
 	// Streamed: the checkpoint's files are verified, then read and written
 	// one chunk at a time.
-	st, err := checkpoint.ExportCheckpoint(dst, src, opts)
+	dir, _, err := resolveCheckpoint(src)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	st, err := checkpoint.ExportCheckpoint(dst, dir, opts)
 	if err != nil {
 		return err
 	}

@@ -25,8 +25,8 @@ func inspectCommand() *cli.Command {
 		Usage:     "list a safetensors file's tensors, or summarise and verify a training checkpoint",
 		UsageText: "strata inspect [--json] [--no-verify] PATH",
 		Description: "PATH is a .safetensors file (the header is validated; tensors are listed with dtype, shape,\n" +
-			"parameters and bytes, with the metadata), or a checkpoint directory: the one `strata train --out`\n" +
-			"writes into (its \"latest\" is inspected) or a step-NNNNNNNN directory in it. For a checkpoint it\n" +
+			"parameters and bytes, with the metadata), or a checkpoint, named as --resume names it: a run's\n" +
+			"--out directory or its checkpoints/ (the \"latest\" is inspected), a step-NNNNNNNN directory, or its manifest.json. For a checkpoint it\n" +
 			"prints the manifest (step, devices, stage, shape, states, files) and verifies every rank file's\n" +
 			"size and CRC-32C; a mismatch makes the command fail.",
 		Flags: []cli.Flag{
@@ -40,9 +40,9 @@ func inspectCommand() *cli.Command {
 			path := c.Args().First()
 			fi, err := os.Stat(path)
 			if err != nil {
-				return err
+				return fmt.Errorf("inspect: %w", err)
 			}
-			if fi.IsDir() {
+			if fi.IsDir() || filepath.Base(path) == manifestFile {
 				return inspectCheckpoint(c.App.Writer, path, c.Bool("json"), !c.Bool("no-verify"))
 			}
 			return inspectSafetensors(c.App.Writer, path, c.Bool("json"))
@@ -123,10 +123,40 @@ type inspectCheckpointOut struct {
 	Files       []inspectCkptFile    `json:"files"`
 }
 
+// manifestFile is the name of a checkpoint's manifest.
+const manifestFile = "manifest.json"
+
+// resolveCheckpoint finds the checkpoint a user names, the same way for
+// train --resume, inspect and export: a checkpoint directory (step-N), its
+// manifest.json, a directory of checkpoints (its "latest") or a run's --out
+// directory (the "latest" of its checkpoints/). It returns the checkpoint's
+// directory and the directory of checkpoints holding it ("" when path named
+// the checkpoint itself).
+func resolveCheckpoint(path string) (dir, list string, err error) {
+	if fi, serr := os.Stat(path); serr == nil && !fi.IsDir() && filepath.Base(path) == manifestFile {
+		return filepath.Dir(path), "", nil
+	}
+	dir, err = checkpoint.Resolve(path)
+	if err == nil {
+		if filepath.Clean(dir) != filepath.Clean(path) {
+			list = path
+		}
+		return dir, list, nil
+	}
+	sub := filepath.Join(path, "checkpoints")
+	if _, serr := os.Stat(sub); serr != nil {
+		return "", "", err
+	}
+	if dir, err = checkpoint.Resolve(sub); err != nil {
+		return "", "", err
+	}
+	return dir, sub, nil
+}
+
 func inspectCheckpoint(w io.Writer, path string, asJSON, verify bool) error {
-	dir, err := checkpoint.Resolve(path)
+	dir, list, err := resolveCheckpoint(path)
 	if err != nil {
-		return err
+		return fmt.Errorf("inspect: %w", err)
 	}
 	var m *checkpoint.Manifest
 	var checks []checkpoint.FileCheck
@@ -139,8 +169,8 @@ func inspectCheckpoint(w io.Writer, path string, asJSON, verify bool) error {
 		return err
 	}
 	out := inspectCheckpointOut{Path: path, Dir: dir, Manifest: m, Params: m.ParamCount(), TotalBytes: m.TotalBytes()}
-	if filepath.Clean(dir) != filepath.Clean(path) {
-		if ls, err := checkpoint.List(path); err == nil {
+	if list != "" {
+		if ls, err := checkpoint.List(list); err == nil {
 			out.Latest, out.Checkpoints = ls.Latest, ls.Checkpoints
 		}
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -33,7 +34,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json] [--data FILE] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]]] [--resume PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]]] [--resume PATH] [--trace FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -46,9 +47,12 @@ func trainCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.StringFlag{Name: "data", Usage: "training text, any file, one token per byte (default: strata.data, else a built-in synthetic corpus)"},
-			&cli.IntFlag{Name: "devices", Usage: "local devices to use (default: strata.devices)"},
+			&cli.IntFlag{Name: "devices", Usage: "local devices to use; decides over strata.devices, which is only the default (as DeepSpeed's launcher decides)"},
 			&cli.StringFlag{Name: "backend", Usage: "device backend: cpu or cuda (default: strata.backend, cpu)"},
-			&cli.IntFlag{Name: "steps", Usage: "optimizer steps (default: strata.steps)"},
+			&cli.IntFlag{Name: "steps", Usage: "optimizer steps (default: strata.steps); also fills scheduler total_num_steps \"auto\""},
+			&cli.Float64Flag{Name: "lr", Usage: "fills optimizer.params.lr \"auto\" (and warmup_max_lr \"auto\") (default 1e-3)"},
+			&cli.IntFlag{Name: "micro-batch", Usage: "fills train_micro_batch_size_per_gpu \"auto\" (default 4 when no batch key is given)"},
+			&cli.IntFlag{Name: "warmup-steps", Usage: "fills scheduler warmup_num_steps \"auto\" (default 0)"},
 			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl, summary.json and model.safetensors"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead"},
 			&cli.IntFlag{Name: "save-every", Usage: "write a training checkpoint every N steps and after the last, under --out DIR/checkpoints/"},
@@ -291,6 +295,9 @@ func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
 		for _, n := range cfg.Ignored() {
 			fmt.Fprintf(stderr, "note: %s\n", n)
 		}
+		if ch := cfg.AutoChosen(); len(ch) > 0 {
+			fmt.Fprintf(stderr, "note: \"auto\" values filled in (written to --out's config.json): %s\n", strings.Join(ch, "; "))
+		}
 	}
 	if p.resume != nil {
 		if err := checkResume(c, p, stderr); err != nil {
@@ -312,9 +319,20 @@ func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
 // the checkpoint of --resume was saved with (for --devices devices when
 // given), else the demonstration's.
 func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) (*config.Config, error) {
+	if c.String("config") == "" {
+		for _, name := range []string{"lr", "micro-batch", "warmup-steps"} {
+			if c.IsSet(name) {
+				return nil, usagef("train: --%s fills the \"auto\" values of a --config file; without --config, write the value in a config", name)
+			}
+		}
+	}
 	switch {
 	case c.String("config") != "":
-		return config.Load(c.String("config"), config.Options{LookupShape: lookupShape})
+		opts, err := configOptions(c)
+		if err != nil {
+			return nil, err
+		}
+		return config.Load(c.String("config"), opts)
 	case resume != nil:
 		// The run goes on with the config it was saved with.
 		if len(resume.Config) == 0 {
@@ -326,7 +344,7 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) 
 		}
 		cfg, err := config.Parse(saved, filepath.Join(resumeDir, "manifest.json"), config.Options{LookupShape: lookupShape})
 		if err != nil {
-			return nil, fmt.Errorf("train: --resume: %w", err)
+			return nil, resumeDevicesError(resume, resumeDir, c, err)
 		}
 		return cfg, nil
 	}
@@ -341,6 +359,44 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) 
 		}
 	}
 	return cfg, nil
+}
+
+// configOptions are the parse options of --config: --devices decides the
+// device count, and --lr, --micro-batch, --warmup-steps and --steps fill the
+// keys written "auto".
+func configOptions(c *cli.Context) (config.Options, error) {
+	opts := config.Options{LookupShape: lookupShape}
+	for _, name := range []string{"devices", "micro-batch", "warmup-steps", "steps"} {
+		if c.IsSet(name) && c.Int(name) < 1 {
+			return opts, usagef("train: --%s %d: need at least 1", name, c.Int(name))
+		}
+	}
+	if c.IsSet("lr") && !(c.Float64("lr") > 0) {
+		return opts, usagef("train: --lr %v: need a positive learning rate", c.Float64("lr"))
+	}
+	opts.Devices = c.Int("devices")
+	opts.Auto = config.Auto{LR: c.Float64("lr"), MicroBatch: c.Int("micro-batch"), WarmupSteps: c.Int("warmup-steps"), Steps: c.Int("steps")}
+	return opts, nil
+}
+
+// resumeDevicesError explains a checkpoint's config that does not fit the
+// --devices of the resumed run: the saved batch, the new device count, and
+// how to go on (the checkpoint itself reshards to any device count).
+func resumeDevicesError(m *checkpoint.Manifest, dir string, c *cli.Context, err error) error {
+	if !c.IsSet("devices") || c.Int("devices") == m.Devices {
+		return fmt.Errorf("train: --resume: %w", err)
+	}
+	var saved struct {
+		Train int `json:"train_batch_size"`
+		Micro int `json:"train_micro_batch_size_per_gpu"`
+	}
+	n := c.Int("devices")
+	if json.Unmarshal(m.Config, &saved) != nil || saved.Micro < 1 || saved.Train%(saved.Micro*n) == 0 {
+		return fmt.Errorf("train: --resume: %w", err)
+	}
+	return fmt.Errorf("train: --resume %s: the run was saved on %d devices with train_batch_size %d (micro-batch %d); on --devices %d that global batch does not split: %d is not a multiple of micro-batch %d × %d devices. "+
+		"The checkpoint reshards to any device count: pick --devices so that %d × devices divides %d, or pass --config with a batch for %d devices (a different global batch changes the run)",
+		dir, m.Devices, saved.Train, saved.Micro, n, saved.Train, saved.Micro, n, saved.Micro, saved.Train, n)
 }
 
 // applyTrainFlags sets what --devices, --steps, --data and --backend say
@@ -368,6 +424,13 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 			return usagef("train: --backend %q is not one of %s", b, strings.Join(bench.Backends, ", "))
 		}
 		cfg.Strata.Backend = c.String("backend")
+	}
+	if cfg.Strata.Backend == "cpu" && cfg.Strata.HBMBytes > 0 {
+		// The CPU backend's devices are host RAM: a budget the host cannot
+		// hold is refused now, not killed for memory mid-run.
+		if err := cpu.CheckHostRAM(cfg.Strata.Devices, cfg.Strata.HBMBytes); err != nil {
+			return fmt.Errorf("train: %w", err)
+		}
 	}
 	return nil
 }
@@ -683,12 +746,10 @@ func openOut(dir string, cfg *config.Config, start int64) (*os.File, error) {
 // directory (its checkpoints' latest). It returns the manifest and the
 // checkpoint's directory.
 func resolveResume(path string) (*checkpoint.Manifest, string, error) {
-	m, dir, err := checkpoint.ReadManifest(path)
-	if err != nil {
-		sub := filepath.Join(path, "checkpoints")
-		if _, serr := os.Stat(sub); serr == nil {
-			m, dir, err = checkpoint.ReadManifest(sub)
-		}
+	dir, _, err := resolveCheckpoint(path) // the same three forms as inspect and export
+	var m *checkpoint.Manifest
+	if err == nil {
+		m, dir, err = checkpoint.ReadManifest(dir)
 	}
 	if err != nil {
 		return nil, "", fmt.Errorf("train: --resume %s: %w", path, err)

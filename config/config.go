@@ -29,6 +29,8 @@ type Config struct {
 
 	ignored []string   // "said once" notices, in document order
 	batch   batchGiven // which of the three batch keys the file gave
+	file    string     // the file the config was parsed from, for messages
+	chosen  []string   // the "auto" values Strata filled in, "key = value (from)", in document order
 }
 
 // batchGiven records the batch keys the user wrote (0 = absent or "auto"), so
@@ -169,7 +171,7 @@ type Strata struct {
 	UpdateInBackward bool `json:"update_in_backward"`
 	Steps            int  `json:"steps"` // optimizer steps; default 20
 
-	devicesMax int // strata.devices as the file gave it (0: not given): the most SetDevices allows
+	devicesFrom string // where Devices came from, for messages: "--devices", "strata.devices in FILE" or "" (the default)
 }
 
 // Shape is a model shape written out in the config. It has the fields of
@@ -207,6 +209,12 @@ type Options struct {
 	// unknown name is reported at its line and "auto" values that depend on
 	// the hidden size are filled in. cmd passes a wrapper of model.Lookup.
 	LookupShape func(name string) (Shape, error)
+	// Devices is cmd's --devices: when > 0 it decides the device count, as
+	// DeepSpeed's launcher does; strata.devices is only the default.
+	Devices int
+	// Auto holds the trainer's values for keys written as "auto" (cmd's
+	// flags); a zero field takes the documented default (see Auto).
+	Auto Auto
 }
 
 // Default values, as DeepSpeed documents them unless said otherwise.
@@ -306,10 +314,13 @@ func (c *Config) ResolveModel(s Shape) {
 		switch k {
 		case "reduce_bucket_size":
 			c.ZeRO.ReduceBucketSize = hidden * hidden
+			c.chosen = append(c.chosen, fmt.Sprintf("zero_optimization.%s = %d (n_embd²)", k, c.ZeRO.ReduceBucketSize))
 		case "stage3_prefetch_bucket_size":
 			c.ZeRO.Stage3PrefetchBucketSize = hidden * hidden * 9 / 10
+			c.chosen = append(c.chosen, fmt.Sprintf("zero_optimization.%s = %d (0.9·n_embd²)", k, c.ZeRO.Stage3PrefetchBucketSize))
 		case "stage3_param_persistence_threshold":
 			c.ZeRO.Stage3ParamPersistenceThreshold = 10 * hidden
+			c.chosen = append(c.chosen, fmt.Sprintf("zero_optimization.%s = %d (10·n_embd)", k, c.ZeRO.Stage3ParamPersistenceThreshold))
 		}
 	}
 	c.ZeRO.auto = nil

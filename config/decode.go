@@ -20,6 +20,7 @@ type decoder struct {
 	ignored  []string
 	sections []*section
 	pos      map[string]int // JSON path -> offset of its key, for cross-key messages
+	autos    []string       // JSON paths written as "auto" that Strata fills in (see fillAuto)
 }
 
 // section is one JSON object of the config (the root, "optimizer",
@@ -47,6 +48,20 @@ func (d *decoder) errPath(path, format string, args ...any) {
 		off = -1
 	}
 	d.errAt(off, path, format, args...)
+}
+
+// name is the file for messages.
+func (d *decoder) name() string {
+	if d.file == "" {
+		return "the config"
+	}
+	return d.file
+}
+
+// given says whether the file writes the key at path (null included).
+func (d *decoder) given(path string) bool {
+	_, ok := d.pos[path]
+	return ok
 }
 
 func (d *decoder) newSection(n *node, path string) *section {
@@ -124,7 +139,7 @@ func describe(n *node) string {
 	return n.kind.String()
 }
 
-const autoMsg = `"auto" is filled in by the Hugging Face Trainer, which Strata does not use: write a value`
+const autoMsg = `"auto" is not accepted here: write a value (Strata fills in "auto" for the batch, optimizer, scheduler, gradient_clipping, bf16/fp16 and bucket keys)`
 
 func isAuto(n *node) bool { return n != nil && n.kind == kindString && n.text == "auto" }
 

@@ -19,12 +19,19 @@
 //   - bf16 mixed precision only. "bf16": {"enabled": false} is an error; a
 //     missing bf16 block is a notice. "fp16": {"enabled": true} is an error
 //     (no loss scaling in Strata); a disabled fp16 block is accepted.
-//   - "auto" (written by the Hugging Face integration) is accepted for the
-//     three batch keys (derived by DeepSpeed's rules) and for
-//     reduce_bucket_size, stage3_prefetch_bucket_size and
-//     stage3_param_persistence_threshold (derived from the hidden size as
-//     the HF integration does); elsewhere it is an error, because Strata has
-//     no Trainer to fill it in.
+//   - "auto" (written by the Hugging Face and DeepSpeed example configs):
+//     Strata is the trainer and fills it in (auto.go), from Options.Auto
+//     (cmd's --lr, --micro-batch, --warmup-steps, --steps) or documented
+//     defaults, for the three batch keys, optimizer.params (lr, betas, eps,
+//     weight_decay), the scheduler's warmup_min_lr, warmup_max_lr,
+//     warmup_num_steps and total_num_steps, gradient_clipping, bf16/fp16
+//     enabled, and reduce_bucket_size, stage3_prefetch_bucket_size,
+//     stage3_param_persistence_threshold (from the hidden size, as the HF
+//     integration does). Config.AutoChosen lists what was chosen; the
+//     resolved values are in Config.JSON. Elsewhere "auto" is an error.
+//   - --devices decides (Options.Devices, SetDevices): strata.devices is a
+//     default, never a cap, as DeepSpeed's launcher decides the device
+//     count. Batch errors say where each factor came from.
 //   - DeepSpeed knobs that Strata accepts but does not use (overlap_comm,
 //     buffer_count, pipeline_read, ...) become notices, Config.Ignored(),
 //     that cmd prints once.

@@ -35,7 +35,9 @@ func Parse(data []byte, file string, opts Options) (*Config, error) {
 	c.decodeOptimizer(r.sub("optimizer"))
 	c.decodeScheduler(r.sub("scheduler"))
 	c.decodePrecision(r)
-	r.floatKey("gradient_clipping", &c.GradientClipping, nonNegative)
+	if !r.autoKey("gradient_clipping") {
+		r.floatKey("gradient_clipping", &c.GradientClipping, nonNegative)
+	}
 	r.intKey("steps_per_print", &c.StepsPerPrint, atLeast(1))
 	r.boolKey("wall_clock_breakdown", &c.WallClockBreakdown)
 	if r.has("wall_clock_breakdown") {
@@ -44,12 +46,17 @@ func Parse(data []byte, file string, opts Options) (*Config, error) {
 	c.decodeZeRO(r.sub("zero_optimization"))
 	c.decodeAIO(r.sub("aio"))
 	c.decodeStrata(r.sub("strata"), opts)
+	c.fillAuto(d, opts.Auto)
 	for _, k := range []string{"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
 		"gradient_predivide_factor", "communication_data_type", "memory_breakdown", "dump_state",
 		"activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "data_types"} {
 		r.ignore(k, "Strata has no such feature")
 	}
 	d.finish()
+	c.file = file
+	if opts.Devices > 0 {
+		c.Strata.Devices, c.Strata.devicesFrom = opts.Devices, "--devices"
+	}
 	if len(d.errs) == 0 {
 		c.crossChecks(d)
 	}
@@ -66,7 +73,9 @@ func Parse(data []byte, file string, opts Options) (*Config, error) {
 			if !ok {
 				off = -1
 			}
-			d.errAt(off, "", "%s", err.Error())
+			d.errAt(off, "", "%s (%s)", err.Error(), c.batchSources())
+		} else {
+			c.chooseBatch(d)
 		}
 	}
 	if len(d.errs) > 0 {
@@ -85,7 +94,7 @@ func Parse(data []byte, file string, opts Options) (*Config, error) {
 
 // batchKey reads one of the three batch keys; "auto" means "derive it".
 func batchKey(r *section, key string, dst *int) {
-	if isAuto(r.get(key)) {
+	if r.autoKey(key) {
 		return
 	}
 	r.intKey(key, dst, atLeast(1))
@@ -126,8 +135,10 @@ func (c *Config) decodeOptimizer(s *section) {
 	}
 	p := s.sub("params")
 	a := &c.Optimizer.Params
-	p.floatKey("lr", &a.LR, nonNegative)
-	if n := p.get("betas"); n != nil {
+	if !p.autoKey("lr") {
+		p.floatKey("lr", &a.LR, nonNegative)
+	}
+	if n := p.get("betas"); n != nil && !p.autoKey("betas") {
 		if n.kind != kindArray || len(n.elems) != 2 {
 			p.d.errAt(n.offset, "optimizer.params.betas", "want a list of two numbers [beta1, beta2], got %s", describe(n))
 		} else {
@@ -146,13 +157,17 @@ func (c *Config) decodeOptimizer(s *section) {
 			}
 		}
 	}
-	p.floatKey("eps", &a.Eps, func(v float64) string {
-		if !(v > 0) {
-			return fmt.Sprintf("%v must be > 0", v)
-		}
-		return ""
-	})
-	p.floatKey("weight_decay", &a.WeightDecay, nonNegative)
+	if !p.autoKey("eps") {
+		p.floatKey("eps", &a.Eps, func(v float64) string {
+			if !(v > 0) {
+				return fmt.Sprintf("%v must be > 0", v)
+			}
+			return ""
+		})
+	}
+	if !p.autoKey("weight_decay") {
+		p.floatKey("weight_decay", &a.WeightDecay, nonNegative)
+	}
 	p.boolKey("adam_w_mode", &a.AdamWMode)
 	if c.Optimizer.Type == "AdamW" && p.has("adam_w_mode") && !a.AdamWMode {
 		p.d.errPath("optimizer.params.adam_w_mode", `false contradicts type "AdamW" (DeepSpeed would use AdamW anyway); use type "Adam" for L2-style weight decay`)
@@ -180,11 +195,19 @@ func (c *Config) decodeScheduler(s *section) {
 		s.d.errAt(s.n.offset, "scheduler", `missing "type" ("WarmupLR" or "WarmupDecayLR")`)
 	}
 	p := s.sub("params")
-	p.floatKey("warmup_min_lr", &sp.WarmupMinLR, nonNegative)
-	p.floatKey("warmup_max_lr", &sp.WarmupMaxLR, nonNegative)
-	p.intKey("warmup_num_steps", &sp.WarmupNumSteps, atLeast(0))
+	if !p.autoKey("warmup_min_lr") {
+		p.floatKey("warmup_min_lr", &sp.WarmupMinLR, nonNegative)
+	}
+	if !p.autoKey("warmup_max_lr") {
+		p.floatKey("warmup_max_lr", &sp.WarmupMaxLR, nonNegative)
+	}
+	if !p.autoKey("warmup_num_steps") {
+		p.intKey("warmup_num_steps", &sp.WarmupNumSteps, atLeast(0))
+	}
 	p.stringKey("warmup_type", &sp.WarmupType, "log", "linear")
-	p.intKey("total_num_steps", &sp.TotalNumSteps, atLeast(1))
+	if !p.autoKey("total_num_steps") {
+		p.intKey("total_num_steps", &sp.TotalNumSteps, atLeast(1))
+	}
 	p.ignore("last_batch_iteration", "a run starts at step 0 (resuming restores the step from the checkpoint)")
 	switch {
 	case c.Scheduler.Type == "WarmupDecayLR" && !p.has("total_num_steps"):
@@ -204,8 +227,7 @@ func (c *Config) decodePrecision(r *section) {
 	b := r.sub("bf16")
 	if n := b.get("enabled"); n != nil {
 		switch {
-		case isAuto(n):
-			b.d.ignored = append(b.d.ignored, `bf16.enabled "auto" is taken as true: Strata always trains in bf16`)
+		case b.autoKey("enabled"):
 		case n.kind != kindBool:
 			b.d.errAt(n.offset, "bf16.enabled", "want true or false, got %s", describe(n))
 		case !n.b:
@@ -226,7 +248,9 @@ func (c *Config) decodePrecision(r *section) {
 		r.d.errAt(f.offset, "fp16", "want an object, got %s", describe(f))
 		return
 	}
-	if en, _ := f.field("enabled"); en != nil && en.kind == kindBool && en.b {
+	if en, _ := f.field("enabled"); isAuto(en) {
+		r.d.autos = append(r.d.autos, "fp16.enabled")
+	} else if en != nil && en.kind == kindBool && en.b {
 		i := -1
 		for j, k := range f.keys {
 			if k == "enabled" {
@@ -419,7 +443,7 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	}
 	s.intKey("devices", &st.Devices, atLeast(1))
 	if s.has("devices") {
-		st.devicesMax = st.Devices
+		st.devicesFrom = "strata.devices in " + s.d.name()
 	}
 	s.stringKey("backend", &st.Backend, "cpu", "cuda")
 	s.bytesKey("hbm_bytes", &st.HBMBytes, nil)
@@ -533,26 +557,53 @@ func (c *Config) resolveBatch() error {
 	return nil
 }
 
-// SetDevices runs the config on n devices (cmd's --devices): n may not
-// exceed strata.devices when the file sets it, and the batch keys the file
-// gave must still multiply out; the others are derived again.
+// SetDevices runs the config on n devices (cmd's --devices, which decides:
+// strata.devices is only the default, as in DeepSpeed, where the launcher
+// decides). The batch keys the file gave must still multiply out; the
+// others are derived again.
 func (c *Config) SetDevices(n int) error {
 	if n < 1 {
 		return fmt.Errorf("config: %d devices: need at least 1", n)
 	}
-	if m := c.Strata.devicesMax; m > 0 && n > m {
-		return fmt.Errorf("config: %d devices requested, but strata.devices in the config allows at most %d", n, m)
-	}
 	if c.batch == (batchGiven{}) { // built in code: keep the micro-batch and accumulation
 		c.batch = batchGiven{micro: c.TrainMicroBatchSizePerGPU, accum: c.GradientAccumulationSteps}
 	}
-	old := c.Strata.Devices
-	c.Strata.Devices = n
+	old, oldFrom := c.Strata.Devices, c.Strata.devicesFrom
+	c.Strata.Devices, c.Strata.devicesFrom = n, "--devices"
 	if err := c.resolveBatch(); err != nil {
-		c.Strata.Devices = old
-		return fmt.Errorf("config: with %d devices: %w", n, err)
+		src := c.batchSources()
+		c.Strata.Devices, c.Strata.devicesFrom = old, oldFrom
+		return fmt.Errorf("config: with %d devices: %w (%s)", n, err, src)
 	}
 	return nil
+}
+
+// batchSources says where the factors of the batch arithmetic came from:
+// the batch keys from the file (or "auto"), the device count from
+// --devices, strata.devices or the default.
+func (c *Config) batchSources() string {
+	src := c.file
+	if src == "" {
+		src = "the config"
+	}
+	var keys []string
+	for _, k := range []struct {
+		name string
+		v    int
+	}{{"train_batch_size", c.batch.train}, {"train_micro_batch_size_per_gpu", c.batch.micro}, {"gradient_accumulation_steps", c.batch.accum}} {
+		if k.v > 0 {
+			keys = append(keys, k.name)
+		}
+	}
+	given := "no batch key"
+	if len(keys) > 0 {
+		given = strings.Join(keys, ", ") + " from " + src
+	}
+	devs := fmt.Sprintf("devices %d from %s", c.Strata.Devices, c.Strata.devicesFrom)
+	if c.Strata.devicesFrom == "" {
+		devs = fmt.Sprintf("devices %d is the default (no --devices, no strata.devices)", c.Strata.Devices)
+	}
+	return given + "; " + devs
 }
 
 // Validate checks the resolved values, for a Config built or changed in code

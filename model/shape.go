@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/strata-ai/strata/internal/units"
 )
 
 // Shape is the architecture of a GPT-2-style decoder.
@@ -75,7 +77,33 @@ func (s Shape) Validate() error {
 	case s.Vocab < 1 || s.MaxSeq < 1:
 		return fmt.Errorf("model: vocab_size %d and max_seq_len %d must be >= 1", s.Vocab, s.MaxSeq)
 	}
+	if _, ok := s.checkedParamCount(); !ok {
+		return fmt.Errorf("model: n_layer %d, n_embd %d, vocab_size %d, max_seq_len %d: the model state (%d bytes per parameter) would exceed 2^63 bytes: lower n_layer or n_embd",
+			s.Layers, s.Dim, s.Vocab, s.MaxSeq, maxBytesPerParam)
+	}
 	return nil
+}
+
+// maxBytesPerParam is the most bytes any tier keeps per parameter (bf16
+// param and gradient, fp32 master and two moments: 16 B), and so the factor
+// every size is checked against: a shape whose Ψ × 16 B fits in an int64
+// can be multiplied out everywhere without overflow.
+const maxBytesPerParam = 16
+
+// checkedParamCount is ParamCount through checked arithmetic: false when Ψ,
+// or its model state at maxBytesPerParam bytes, does not fit in an int64.
+func (s Shape) checkedParamCount() (int64, bool) {
+	c, l := int64(s.Dim), int64(s.Layers)
+	c2, ok1 := units.Mul(c, c)
+	block, ok2 := units.Mul(12, c2)
+	c13, ok0 := units.Mul(13, c)
+	block, ok3 := units.Add(block, c13)
+	blocks, ok4 := units.Mul(l, block)
+	rows, ok8 := units.Add(int64(s.Vocab), int64(s.MaxSeq))
+	emb, ok5 := units.Mul(rows, c)
+	psi, ok6 := units.Add(emb, blocks, 2*c)
+	_, ok7 := units.Mul(psi, maxBytesPerParam)
+	return psi, ok0 && ok8 && ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7
 }
 
 // HeadDim is Dim / Heads.

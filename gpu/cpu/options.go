@@ -2,7 +2,11 @@ package cpu
 
 import (
 	"fmt"
+	"math"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
@@ -13,7 +17,8 @@ type Options struct {
 	// Devices is the number of in-process devices (ranks). Default 1.
 	Devices int
 	// HBMBytes is the memory budget of each device. Default 8 GiB. It is only
-	// a budget: host memory is taken by Alloc, not reserved up front.
+	// a budget: host memory is taken by Alloc, not reserved up front
+	// (CheckHostRAM says whether the host can hold it).
 	HBMBytes int64
 	// Workers is the number of goroutines each device uses for one heavy op
 	// (GEMM, attention, row-wise kernels). Default GOMAXPROCS/Devices, at
@@ -102,4 +107,53 @@ func Devices(ds []*Device) []gpu.Device {
 		out[i] = d
 	}
 	return out
+}
+
+// meminfoPath is where the kernel reports the host's available memory.
+const meminfoPath = "/proc/meminfo"
+
+// CheckHostRAM refuses devices × hbmBytes (what the CPU backend's devices
+// may allocate, all of it host RAM) above the host's MemAvailable, with an
+// error that says what to lower. cmd calls it before a training run with a
+// budget the user set, so that the run is refused at the start rather than
+// killed for memory later. Where /proc/meminfo cannot be read (not Linux),
+// nothing is checked.
+func CheckHostRAM(devices int, hbmBytes int64) error {
+	return checkHostRAM(devices, hbmBytes, meminfoPath)
+}
+
+func checkHostRAM(devices int, hbmBytes int64, meminfo string) error {
+	avail, ok := memAvailable(meminfo)
+	if !ok {
+		return nil
+	}
+	total, fits := units.Mul(int64(devices), hbmBytes)
+	if fits && total <= avail {
+		return nil
+	}
+	want := "more than 2^63 bytes"
+	if fits {
+		want = units.FormatBytes(total)
+	}
+	return fmt.Errorf("cpu: %d devices × hbm_bytes %s = %s, but the host has %s available (MemAvailable in %s), and the CPU backend's devices live in host RAM: lower strata.hbm_bytes to at most %s per device, or use fewer devices",
+		devices, units.FormatBytes(hbmBytes), want, units.FormatBytes(avail), meminfo, units.FormatBytes(avail/int64(devices)))
+}
+
+// memAvailable reads MemAvailable (bytes) from a meminfo file.
+func memAvailable(path string) (int64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "MemAvailable:" {
+			kib, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil || kib < 0 || kib > math.MaxInt64/1024 {
+				return 0, false
+			}
+			return kib * 1024, true
+		}
+	}
+	return 0, false
 }

@@ -5,6 +5,7 @@ package units
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -104,4 +105,35 @@ func AlignUp(n, align int64) int64 {
 		panic("units: AlignUp with non-positive alignment")
 	}
 	return (n + align - 1) / align * align
+}
+
+// Mul returns the product of its factors, and false when a factor is
+// negative or the product does not fit in an int64. Every size that is a
+// product of user-given counts (a model's parameters, their bytes) goes
+// through it, so that a huge shape is refused rather than wrapped around.
+func Mul(factors ...int64) (int64, bool) {
+	p := int64(1)
+	for _, f := range factors {
+		if f < 0 {
+			return 0, false
+		}
+		if f != 0 && p > math.MaxInt64/f {
+			return 0, false
+		}
+		p *= f
+	}
+	return p, true
+}
+
+// Add returns the sum of its non-negative terms, and false when a term is
+// negative or the sum does not fit in an int64.
+func Add(terms ...int64) (int64, bool) {
+	s := int64(0)
+	for _, t := range terms {
+		if t < 0 || s > math.MaxInt64-t {
+			return 0, false
+		}
+		s += t
+	}
+	return s, true
 }

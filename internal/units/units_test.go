@@ -1,6 +1,9 @@
 package units
 
-import "testing"
+import (
+	"math"
+	"testing"
+)
 
 func TestParseBytes(t *testing.T) {
 	good := map[string]int64{"4096": 4096, "128K": 128 << 10, "128KiB": 128 << 10, "64KB": 64 << 10,
@@ -30,5 +33,31 @@ func TestFormat(t *testing.T) {
 	}
 	if AlignUp(4097, 4096) != 8192 || AlignUp(0, 512) != 0 {
 		t.Error("AlignUp")
+	}
+}
+
+func TestMulAdd(t *testing.T) {
+	for _, c := range []struct {
+		f    []int64
+		want int64
+		ok   bool
+	}{
+		{nil, 1, true}, {[]int64{3, 4}, 12, true}, {[]int64{0, math.MaxInt64, 2}, 0, true},
+		{[]int64{1 << 32, 1 << 31}, 0, false}, {[]int64{math.MaxInt64, 1}, math.MaxInt64, true},
+		{[]int64{-1, 2}, 0, false}, {[]int64{1_000_000, 1_000_000, 12_000_000}, 0, false},
+	} {
+		got, ok := Mul(c.f...)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("Mul(%v) = %d, %v; want %d, %v", c.f, got, ok, c.want, c.ok)
+		}
+	}
+	if s, ok := Add(math.MaxInt64-1, 1); !ok || s != math.MaxInt64 {
+		t.Errorf("Add at the edge: %d %v", s, ok)
+	}
+	if _, ok := Add(math.MaxInt64, 1); ok {
+		t.Error("Add overflow not detected")
+	}
+	if _, ok := Add(-1); ok {
+		t.Error("Add of a negative term not refused")
 	}
 }
