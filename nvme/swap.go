@@ -50,13 +50,13 @@ func (o *SwapOptions) Validate() error {
 	if o.StripeBytes < 512 || o.StripeBytes > maxRequestBytes {
 		return fmt.Errorf("nvme: swap: stripe size %d: want 512 B .. 1 GiB", o.StripeBytes)
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{} // NewSwap also resolves symlinks and relative paths
 	for _, p := range o.Paths {
 		c := filepath.Clean(p)
-		if seen[c] {
-			return fmt.Errorf("nvme: swap: path %s given twice", p)
+		if q, ok := seen[c]; ok {
+			return fmt.Errorf("nvme: swap paths %s and %s are one directory (%s): give it once", q, p, c)
 		}
-		seen[c] = true
+		seen[c] = p
 	}
 	return nil
 }
