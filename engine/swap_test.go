@@ -138,4 +138,3 @@ func TestTierNVMePathSpelledTwice(t *testing.T) {
 		}
 	}
 }
-
