@@ -23,18 +23,18 @@ type Registrar interface {
 
 // Residency says how the arenas sit in RAM, for cmd to print.
 type Residency struct {
-	Locked       bool           // mlock succeeded for every arena
-	LockNote     string         // why (not) locked, with the fix when not
-	HugePages    bool           // MADV_HUGEPAGE was requested
-	THPMode      string         // /sys/kernel/mm/transparent_hugepage/enabled: always, madvise or never
+	Locked    bool   // mlock succeeded for every arena
+	LockNote  string // why (not) locked, with the fix when not
+	HugePages bool   // MADV_HUGEPAGE was requested
+	THPMode   string // /sys/kernel/mm/transparent_hugepage/enabled: always, madvise or never
 	// HugePageBytes of MappedBytes are backed by transparent huge pages
 	// after populating (AnonHugePages in /proc/self/smaps; -1 when it could
 	// not be read). On 4 KiB pages a 1 MiB O_DIRECT request needs 256
 	// segments, more than many disks take (max_segments), and is split.
 	HugePageBytes int64
 	MappedBytes   int64
-	Populate     PopulateMethod // the method that faulted the pages in
-	PopulateTime time.Duration  // time to map and populate every arena
+	Populate      PopulateMethod // the method that faulted the pages in
+	PopulateTime  time.Duration  // time to map and populate every arena
 }
 
 func (r Residency) String() string {
