@@ -221,11 +221,17 @@ func (t *tiers) open(poolBytes int64) error {
 		return err
 	}
 	so := tier.Options{Host: t.pool, HostBudgetBytes: t.hostBudget, Swap: t.swap, HBMBudgetBytes: max(t.hbmBudget, 1)}
+	if t.nvmeEng != nil {
+		so.FixedIO = t.nvmeEng // the pool's arenas and the swap files, as io_uring fixed buffers and files
+	}
 	for _, r := range e.ranks {
 		so.Devices = append(so.Devices, r.dev)
 	}
 	if t.store, err = tier.New(so); err != nil {
 		return fmt.Errorf("engine: %w", err)
+	}
+	if note := t.store.Registration().Note; note != "" {
+		e.notes = append(e.notes, "NVMe swap I/O: "+note)
 	}
 	for _, k := range sortedKeys(t.specs) {
 		if err := t.store.Register(k, t.specs[k]); err != nil {
