@@ -1,7 +1,14 @@
 package engine
 
 import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -137,4 +144,118 @@ func TestTierNVMePathSpelledTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+const swapChildEnv = "STRATA_ENGINE_SWAP_CHILD"
+
+// runDigest is a digest of a run's losses, params and master weights: equal
+// digests are bit-identical runs.
+func runDigest(r tierRun) string {
+	h := sha256.New()
+	for _, l := range r.losses {
+		binary.Write(h, binary.LittleEndian, math.Float64bits(l))
+	}
+	for _, xs := range append(append([][]float32(nil), r.params...), r.master...) {
+		for _, x := range xs {
+			binary.Write(h, binary.LittleEndian, math.Float32bits(x))
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestTierTwoProcessesOnOneNVMePath: two processes (this test binary,
+// re-executed) open engines on one nvme_path, both hold their swap files at
+// once, then train together; each ends bit-identical to a lone run in this
+// process, and each removed its own file at exit.
+func TestTierTwoProcessesOnOneNVMePath(t *testing.T) {
+	s := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
+	const steps = 6
+	if dir := os.Getenv(swapChildEnv); dir != "" {
+		swapChild(t, s, dir, steps)
+		return
+	}
+	nvmetest.Require(t)
+	lone, _ := runTier(t, s, Options{}, steps)
+	want := runDigest(lone)
+	dir := nvmetest.Dir(t)
+	type child struct {
+		cmd *exec.Cmd
+		in  *os.File
+		out *bufio.Reader
+	}
+	var kids []child
+	for range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestTierTwoProcessesOnOneNVMePath$")
+		cmd.Env = append(os.Environ(), swapChildEnv+"="+dir)
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdin = r
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		kids = append(kids, child{cmd, w, bufio.NewReader(out)})
+	}
+	readLine := func(k child, prefix string) string {
+		for {
+			line, err := k.out.ReadString('\n')
+			if err != nil {
+				t.Fatalf("child %d: waiting for %q: %v", k.cmd.Process.Pid, prefix, err)
+			}
+			if rest, ok := strings.CutPrefix(line, prefix); ok {
+				return strings.TrimSpace(rest)
+			}
+		}
+	}
+	for _, k := range kids {
+		readLine(k, "ready")
+	}
+	if got := swapFiles(t, dir); len(got) != 2 {
+		t.Fatalf("two processes on %s: swap files %v, want two", dir, got)
+	}
+	for _, k := range kids {
+		fmt.Fprintln(k.in, "go")
+		k.in.Close()
+	}
+	for i, k := range kids {
+		if got := readLine(k, "digest "); got != want {
+			t.Errorf("process %d on a shared nvme_path: digest %s, want the lone run's %s", i, got, want)
+		}
+		if err := k.cmd.Wait(); err != nil {
+			t.Errorf("process %d: %v", i, err)
+		}
+	}
+	if got := swapFiles(t, dir); len(got) != 0 {
+		t.Fatalf("swap files left after both processes exited: %v", got)
+	}
+}
+
+// swapChild opens an engine on dir, says "ready", trains once the parent
+// says "go" (on stdin), and prints the run's digest.
+func swapChild(t *testing.T, s tierSpec, dir string, steps int) {
+	e := newTierEngineJSON(t, s, s.configJSON(dir))
+	fmt.Println("ready")
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		t.Fatalf("waiting for go: %v", err)
+	}
+	var r tierRun
+	if err := e.Run(steps, func(st StepStats) error { r.losses = append(r.losses, st.Loss); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if r.params, err = e.Params(); err != nil {
+		t.Fatal(err)
+	}
+	if r.master, err = e.Master(); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("digest " + runDigest(r))
 }
