@@ -205,11 +205,13 @@ func TestTierTwoProcessesOnOneNVMePath(t *testing.T) {
 		kids = append(kids, child{cmd, w, bufio.NewReader(out)})
 	}
 	readLine := func(k child, prefix string) string {
+		var skipped []string // the child's test output: its failure, if any
 		for {
 			line, err := k.out.ReadString('\n')
 			if err != nil {
-				t.Fatalf("child %d: waiting for %q: %v", k.cmd.Process.Pid, prefix, err)
+				t.Fatalf("child %d: waiting for %q: %v; it said:\n%s", k.cmd.Process.Pid, prefix, err, strings.Join(skipped, ""))
 			}
+			skipped = append(skipped, line)
 			if rest, ok := strings.CutPrefix(line, prefix); ok {
 				return strings.TrimSpace(rest)
 			}
