@@ -76,7 +76,8 @@ func swapCandidates(dir string) ([]string, error) {
 }
 
 // StaleSwapFiles lists the swap files in dir that no live run holds (their
-// lock is free). A file a live run holds is never listed.
+// lock is free). A file a live run holds is never listed, nor one this
+// process may not open (another user's).
 func StaleSwapFiles(dir string) ([]StaleFile, error) {
 	return staleSwapFiles(dir, false)
 }

@@ -59,7 +59,9 @@ func staleSwapFiles(dir string, remove bool) ([]StaleFile, error) {
 	for _, name := range names {
 		fd, err := unix.Open(name, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 		if err != nil {
-			if !errors.Is(err, unix.ENOENT) { // gone meanwhile: its run closed
+			// Gone meanwhile (its run closed), or another user's (not ours
+			// to report or remove): skipped.
+			if !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EACCES) && !errors.Is(err, unix.EPERM) {
 				errs = append(errs, fmt.Errorf("nvme: open swap file %s: %w", name, err))
 			}
 			continue
