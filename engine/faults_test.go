@@ -305,7 +305,7 @@ func TestTierFaultInPass(t *testing.T) {
 				t.Fatalf("step 2 succeeded; %d faults injected", sw.faulty.Injected(nvme.FaultEIO))
 			}
 			t.Logf("%v", err)
-			checkFaultMessage(t, err, "step 2", "strata.swap")
+			checkFaultMessage(t, err, "step 2", ".swap")
 			if !strings.Contains(err.Error(), "EIO") {
 				t.Errorf("%q does not say EIO", err)
 			}

@@ -273,7 +273,7 @@ func TestTierFaultInOptimizer(t *testing.T) {
 		t.Fatalf("5 steps without an error; %d faults injected", faulty.Injected(nvme.FaultEIO))
 	}
 	t.Logf("step %d: %v", e.StepCount()+1, err)
-	checkFaultMessage(t, err, "strata.swap", "EIO")
+	checkFaultMessage(t, err, ".swap", "EIO")
 	if _, err2 := stepWithin(t, e); err2 == nil {
 		t.Error("the step after the failure succeeded")
 	}

@@ -221,11 +221,17 @@ func (t *tiers) open(poolBytes int64) error {
 		return err
 	}
 	so := tier.Options{Host: t.pool, HostBudgetBytes: t.hostBudget, Swap: t.swap, HBMBudgetBytes: max(t.hbmBudget, 1)}
+	if t.nvmeEng != nil {
+		so.FixedIO = t.nvmeEng // the pool's arenas and the swap files, as io_uring fixed buffers and files
+	}
 	for _, r := range e.ranks {
 		so.Devices = append(so.Devices, r.dev)
 	}
 	if t.store, err = tier.New(so); err != nil {
 		return fmt.Errorf("engine: %w", err)
+	}
+	if note := t.store.Registration().Note; note != "" {
+		e.notes = append(e.notes, "NVMe swap I/O: "+note)
 	}
 	for _, k := range sortedKeys(t.specs) {
 		if err := t.store.Register(k, t.specs[k]); err != nil {
@@ -302,18 +308,8 @@ func (t *tiers) openSwap() error {
 	if nv == 0 {
 		return nil
 	}
-	z := t.e.cfg.ZeRO
-	seen := map[string]bool{}
-	for _, ps := range [][]string{z.OffloadParam.NVMePath, z.OffloadOptimizer.NVMePath} {
-		for _, p := range ps {
-			if !seen[p] {
-				seen[p] = true
-				t.nvmePaths = append(t.nvmePaths, p)
-			}
-		}
-	}
-	if len(t.nvmePaths) == 0 {
-		return errors.New("engine: NVMe offload needs nvme_path")
+	if err := t.resolveNVMePaths(); err != nil {
+		return err
 	}
 	aio := t.e.cfg.AIO
 	qd := max(aio.QueueDepth, 1) * max(aio.ThreadCount, 1)
@@ -335,6 +331,38 @@ func (t *tiers) openSwap() error {
 	t.swapBytes = nv + nv/16 + paths*4*stripe
 	if t.swap, err = nvme.NewSwap(dev, nvme.SwapOptions{Paths: t.nvmePaths, SizeBytes: t.swapBytes, StripeBytes: stripe}); err != nil {
 		return fmt.Errorf("engine: %w", err)
+	}
+	for _, f := range t.swap.Stale() {
+		t.e.notes = append(t.e.notes, fmt.Sprintf("stale swap file %s: a killed run left it, no live run holds its lock; remove it to reclaim the space (rm %s)", f, f.Path))
+	}
+	return nil
+}
+
+// resolveNVMePaths collects the nvme_path directories of offload_param and
+// offload_optimizer, each once: spellings of one directory (a trailing
+// slash, a relative path, a symlink) are merged into one swap file there,
+// with a note when they were spelled differently.
+func (t *tiers) resolveNVMePaths() error {
+	z := t.e.cfg.ZeRO
+	first := map[string]string{}
+	for _, ps := range [][]string{z.OffloadParam.NVMePath, z.OffloadOptimizer.NVMePath} {
+		for _, p := range ps {
+			r, err := nvme.ResolvePath(p)
+			if err != nil {
+				return fmt.Errorf("engine: %w", err)
+			}
+			if q, ok := first[r]; ok {
+				if q != p {
+					t.e.notes = append(t.e.notes, fmt.Sprintf("nvme_path %s and %s are one directory (%s): one swap file there", q, p, r))
+				}
+				continue
+			}
+			first[r] = p
+			t.nvmePaths = append(t.nvmePaths, r)
+		}
+	}
+	if len(t.nvmePaths) == 0 {
+		return errors.New("engine: NVMe offload needs nvme_path")
 	}
 	return nil
 }

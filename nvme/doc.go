@@ -23,7 +23,12 @@
 //     anything reaches the kernel.
 //   - Swap: preallocated files on one or more paths, an extent allocator, large
 //     extents striped across the paths, and a CRC-32C per stripe unit of every
-//     extent, verified on read (a mismatch is a *CorruptionError).
+//     extent, verified on read (a mismatch is a *CorruptionError). Each Swap
+//     has files of its own ("strata-<pid>-<random>.swap"), held under an
+//     exclusive flock until Close removes them, so runs sharing a path never
+//     share a file; paths are compared resolved (ResolvePath). The files of
+//     a killed run stay until removed: StaleSwapFiles lists those no live
+//     run holds (their lock is free), RemoveStaleSwapFiles removes them.
 //   - Faulty: a Device wrapper that injects EIO, short reads and writes,
 //     ENOSPC and flipped bytes, for tests of everything above it.
 //

@@ -76,6 +76,11 @@ type Stats struct {
 	Retries        uint64 // EINTR/EAGAIN resubmissions
 	ShortResubmits uint64 // short transfers resubmitted for the rest
 	Errors         uint64
+	// FixedBuffers and FixedFiles count the io_uring submissions (first
+	// tries and resubmissions) that used a registered buffer (READ_FIXED,
+	// WRITE_FIXED) and a registered file.
+	FixedBuffers uint64
+	FixedFiles   uint64
 }
 
 // Engine is the request engine: a fixed table of QueueDepth slots served by
@@ -91,6 +96,7 @@ type Engine struct {
 	closed atomic.Bool
 
 	requests, bytesRead, bytesWritten, retries, shorts, errs atomic.Uint64
+	fixedBufs, fixedFiles                                    atomic.Uint64 // SQEs issued with a fixed buffer / file
 
 	// resHook, set only by tests before any I/O, rewrites the result of a
 	// transfer attempt (to simulate short transfers, EAGAIN, EINTR).
@@ -143,7 +149,8 @@ func (e *Engine) Options() Options { return e.opts }
 // Stats returns the counters.
 func (e *Engine) Stats() Stats {
 	return Stats{Requests: e.requests.Load(), BytesRead: e.bytesRead.Load(), BytesWritten: e.bytesWritten.Load(),
-		Retries: e.retries.Load(), ShortResubmits: e.shorts.Load(), Errors: e.errs.Load()}
+		Retries: e.retries.Load(), ShortResubmits: e.shorts.Load(), Errors: e.errs.Load(),
+		FixedBuffers: e.fixedBufs.Load(), FixedFiles: e.fixedFiles.Load()}
 }
 
 // RegisterBuffers registers caller-owned buffers with the kernel (io_uring

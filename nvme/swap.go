@@ -23,8 +23,11 @@ type SwapOptions struct {
 	// StripeMinBytes: extents at least this large are striped over all
 	// paths; smaller ones live in one file. Default 2 × StripeBytes.
 	StripeMinBytes int64
-	FileName       string // default "strata.swap"
-	KeepFiles      bool   // keep the files at Close (default: remove them)
+	// FileName: default a name of this Swap's own ("strata-<pid>-<random>.swap"),
+	// so runs sharing a path never share a file. A fixed name is locked
+	// the same way: a second Swap on it fails with ErrSwapInUse.
+	FileName  string
+	KeepFiles bool // keep the files at Close (default: remove them)
 }
 
 // Validate fills defaults and checks what can be checked without the disks.
@@ -42,18 +45,18 @@ func (o *SwapOptions) Validate() error {
 		o.StripeMinBytes = 2 * o.StripeBytes
 	}
 	if o.FileName == "" {
-		o.FileName = "strata.swap"
+		o.FileName = newSwapFileName()
 	}
 	if o.StripeBytes < 512 || o.StripeBytes > maxRequestBytes {
 		return fmt.Errorf("nvme: swap: stripe size %d: want 512 B .. 1 GiB", o.StripeBytes)
 	}
-	seen := map[string]bool{}
+	seen := map[string]string{} // NewSwap also resolves symlinks and relative paths
 	for _, p := range o.Paths {
 		c := filepath.Clean(p)
-		if seen[c] {
-			return fmt.Errorf("nvme: swap: path %s given twice", p)
+		if q, ok := seen[c]; ok {
+			return fmt.Errorf("nvme: swap paths %s and %s are one directory (%s): give it once", q, p, c)
 		}
-		seen[c] = true
+		seen[c] = p
 	}
 	return nil
 }
@@ -118,65 +121,127 @@ type Swap struct {
 	nextID uint64
 	rr     int // round-robin start for unstriped extents
 	closed bool
+
+	fixedName bool        // opts.FileName was given, not made unique
+	resolved  []string    // opts.Paths resolved (ResolvePath)
+	stale     []StaleFile // found on the paths at NewSwap
 }
 
 // NewSwap checks every path (exists, is a directory, allows O_DIRECT, has the
-// space), and only then creates and preallocates one file per path. On error
-// it leaves nothing behind.
+// space, is not another path spelled differently), and only then creates,
+// locks (flock, held until Close) and preallocates one file per path. It
+// lists the stale swap files of killed runs it finds there (Stale). On
+// error it leaves nothing behind.
 func NewSwap(dev Device, opts SwapOptions) (*Swap, error) {
+	fixed := opts.FileName != ""
 	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Swap{opts: opts, dev: dev, fixedName: fixed}
+	if err := s.checkPaths(); err != nil {
 		return nil, err
 	}
 	n := int64(len(opts.Paths))
 	perPath := units.AlignUp((opts.SizeBytes+n-1)/n, opts.StripeBytes)
-	for _, p := range opts.Paths {
-		st, err := os.Stat(p)
-		if err != nil {
-			if os.IsNotExist(err) {
-				return nil, fmt.Errorf("nvme: swap path %s does not exist", p)
-			}
-			return nil, fmt.Errorf("nvme: swap path %s: %w", p, err)
-		}
-		if !st.IsDir() {
-			return nil, fmt.Errorf("nvme: swap path %s is not a directory", p)
-		}
-		if err := checkDirectIOFS(p); err != nil {
-			return nil, err
-		}
-		free, err := FreeBytes(p)
-		if err != nil {
-			return nil, err
-		}
-		if old, err := os.Stat(filepath.Join(p, opts.FileName)); err == nil {
-			free += old.Size() // a leftover file is replaced
-		}
-		if perPath > free {
-			return nil, fmt.Errorf("nvme: swap: %s needs %s, only %s free: %w", p,
-				units.FormatBytes(perPath), units.FormatBytes(free), ErrNoSpace)
-		}
-	}
-	s := &Swap{opts: opts, dev: dev}
-	for _, p := range opts.Paths {
-		name := filepath.Join(p, opts.FileName)
-		f, err := OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			s.closeFiles(true)
-			return nil, err
-		}
-		s.files = append(s.files, &swapFile{f: f, sizeBytes: perPath, free: []span{{0, perPath}}, freeBytes: perPath})
-		if opts.StripeBytes%f.Alignment() != 0 {
-			s.closeFiles(true)
-			return nil, fmt.Errorf("nvme: swap: stripe size %d is not a multiple of the I/O alignment %d of %s (%s)",
-				opts.StripeBytes, f.Alignment(), p, f.AlignmentSource())
-		}
-		s.align = max(s.align, f.Alignment())
-		if err := f.Allocate(perPath); err != nil {
+	for i, p := range opts.Paths {
+		if err := s.openFile(p, s.resolved[i], perPath); err != nil {
 			s.closeFiles(true)
 			return nil, err
 		}
 	}
 	return s, nil
 }
+
+// checkPaths resolves every path, refuses two spellings of one directory,
+// and checks each is a directory doing direct I/O with the space.
+func (s *Swap) checkPaths() error {
+	opts := s.opts
+	n := int64(len(opts.Paths))
+	perPath := units.AlignUp((opts.SizeBytes+n-1)/n, opts.StripeBytes)
+	first := map[string]string{}
+	for _, p := range opts.Paths {
+		r, err := ResolvePath(p)
+		if err != nil {
+			return err
+		}
+		if q, ok := first[r]; ok {
+			return fmt.Errorf("nvme: swap paths %s and %s are one directory (%s): give it once", q, p, r)
+		}
+		first[r] = p
+		s.resolved = append(s.resolved, r)
+		st, err := os.Stat(r)
+		if err != nil {
+			return fmt.Errorf("nvme: swap path %s: %w", p, err)
+		}
+		if !st.IsDir() {
+			return fmt.Errorf("nvme: swap path %s is not a directory", p)
+		}
+		if err := checkDirectIOFS(r); err != nil {
+			return err
+		}
+		stale, err := StaleSwapFiles(r)
+		if err != nil {
+			return err
+		}
+		s.stale = append(s.stale, stale...)
+		free, err := FreeBytes(r)
+		if err != nil {
+			return err
+		}
+		if perPath > free {
+			return fmt.Errorf("nvme: swap: %s needs %s, only %s free%s: %w", p,
+				units.FormatBytes(perPath), units.FormatBytes(free), staleHint(stale), ErrNoSpace)
+		}
+	}
+	return nil
+}
+
+// staleHint says how much space stale swap files hold, for an ENOSPC error.
+func staleHint(stale []StaleFile) string {
+	if len(stale) == 0 {
+		return ""
+	}
+	var b int64
+	for _, f := range stale {
+		b += f.SizeBytes
+	}
+	return fmt.Sprintf(" (%d stale swap files of killed runs hold %s: remove them, e.g. %s)", len(stale), units.FormatBytes(b), stale[0].Path)
+}
+
+// openFile creates (or, for a fixed FileName, opens) the swap file in dir,
+// locks it, and preallocates it.
+func (s *Swap) openFile(p, dir string, sizeBytes int64) error {
+	name := filepath.Join(dir, s.opts.FileName)
+	flag := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	if s.fixedName {
+		flag = os.O_RDWR | os.O_CREATE // a fixed name: the lock decides
+	}
+	f, err := OpenFile(name, flag, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := lockSwap(f); err != nil {
+		f.Close() // not ours: never removed
+		return err
+	}
+	if s.fixedName {
+		if err := os.Truncate(name, 0); err != nil { // ours now: no old data counts
+			f.Close()
+			return fmt.Errorf("nvme: truncate swap file %s: %w", name, err)
+		}
+	}
+	s.files = append(s.files, &swapFile{f: f, sizeBytes: sizeBytes, free: []span{{0, sizeBytes}}, freeBytes: sizeBytes})
+	if s.opts.StripeBytes%f.Alignment() != 0 {
+		return fmt.Errorf("nvme: swap: stripe size %d is not a multiple of the I/O alignment %d of %s (%s)",
+			s.opts.StripeBytes, f.Alignment(), p, f.AlignmentSource())
+	}
+	s.align = max(s.align, f.Alignment())
+	return f.Allocate(sizeBytes)
+}
+
+// Stale lists the swap files of killed runs (no live holder) that NewSwap
+// found on its paths; they are left alone (see RemoveStaleSwapFiles).
+func (s *Swap) Stale() []StaleFile { return append([]StaleFile(nil), s.stale...) }
 
 // Alignment is the multiple every extent size, buffer address and length
 // must respect.

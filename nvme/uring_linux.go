@@ -289,6 +289,9 @@ func (b *uringBackend) prep(sqe *uring.SQE, idx int32) {
 		rest := r.Buf[r.done:]
 		addr, n, off := bufAddr(rest), uint32(len(rest)), uint64(r.Offset)+uint64(r.done)
 		bi, isFixed := b.findBuf(addr, uintptr(n))
+		if isFixed {
+			b.e.fixedBufs.Add(1)
+		}
 		switch {
 		case r.Op == OpRead && isFixed:
 			uring.PrepReadFixed(sqe, fd, addr, n, off, bi)
@@ -302,6 +305,7 @@ func (b *uringBackend) prep(sqe *uring.SQE, idx int32) {
 	}
 	if fixed {
 		sqe.Flags |= uring.SQEFixedFile
+		b.e.fixedFiles.Add(1)
 	}
 	sqe.UserData = uint64(idx)
 }

@@ -209,3 +209,29 @@ func TestResidencyString(t *testing.T) {
 		}
 	}
 }
+
+// TestHugePages: the pool's arenas, advised with MADV_HUGEPAGE, are backed
+// by transparent huge pages (AnonHugePages in /proc/self/smaps), and
+// Residency says how much; without the advice under THP "madvise" none are,
+// and Residency says what that costs.
+func TestHugePages(t *testing.T) {
+	mode := thpMode()
+	if mode == "never" || mode == "unavailable" {
+		t.Skipf("THP is %q on this machine: no huge pages to check (Residency then says so)", mode)
+	}
+	p := newPool(t, Options{BudgetBytes: 16 * mib})
+	r := p.Residency()
+	if r.MappedBytes != 16*mib || r.HugePageBytes < 2*mib {
+		t.Fatalf("huge pages %d of %d mapped, want at least one 2 MiB page (THP %s): %s", r.HugePageBytes, r.MappedBytes, mode, r)
+	}
+	if !strings.Contains(r.String(), "on huge pages") {
+		t.Errorf("%q does not say how much is on huge pages", r)
+	}
+	if mode != "madvise" {
+		return // under "always" memory without the advice gets huge pages too
+	}
+	q := newPool(t, Options{BudgetBytes: 16 * mib, NoHugePages: true})
+	if r := q.Residency(); r.HugePageBytes != 0 || !strings.Contains(r.String(), "no huge pages") {
+		t.Fatalf("without MADV_HUGEPAGE under THP madvise: %d huge page bytes, %q", r.HugePageBytes, r)
+	}
+}

@@ -34,3 +34,5 @@ func lockNote(err error, totalBytes int64) string {
 func hasIPCLock() bool { return false }
 
 func thpMode() string { return "n/a (not Linux)" }
+
+func sysHugePageBytes([][]byte) (int64, error) { return 0, errNotLinux }

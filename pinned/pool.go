@@ -23,12 +23,18 @@ type Registrar interface {
 
 // Residency says how the arenas sit in RAM, for cmd to print.
 type Residency struct {
-	Locked       bool           // mlock succeeded for every arena
-	LockNote     string         // why (not) locked, with the fix when not
-	HugePages    bool           // MADV_HUGEPAGE was requested
-	THPMode      string         // /sys/kernel/mm/transparent_hugepage/enabled: always, madvise or never
-	Populate     PopulateMethod // the method that faulted the pages in
-	PopulateTime time.Duration  // time to map and populate every arena
+	Locked    bool   // mlock succeeded for every arena
+	LockNote  string // why (not) locked, with the fix when not
+	HugePages bool   // MADV_HUGEPAGE was requested
+	THPMode   string // /sys/kernel/mm/transparent_hugepage/enabled: always, madvise or never
+	// HugePageBytes of MappedBytes are backed by transparent huge pages
+	// after populating (AnonHugePages in /proc/self/smaps; -1 when it could
+	// not be read). On 4 KiB pages a 1 MiB O_DIRECT request needs 256
+	// segments, more than many disks take (max_segments), and is split.
+	HugePageBytes int64
+	MappedBytes   int64
+	Populate      PopulateMethod // the method that faulted the pages in
+	PopulateTime  time.Duration  // time to map and populate every arena
 }
 
 func (r Residency) String() string {
@@ -38,6 +44,14 @@ func (r Residency) String() string {
 		if r.THPMode == "never" {
 			hp += " (disabled: 4 KiB pages)"
 		}
+	}
+	switch {
+	case r.HugePageBytes < 0:
+		hp += ", huge pages unknown (no /proc/self/smaps)"
+	case r.HugePageBytes == 0 && r.MappedBytes > 0:
+		hp += ", no huge pages: 1 MiB O_DIRECT requests may be split by the disk's max_segments"
+	case r.MappedBytes > 0:
+		hp += fmt.Sprintf(", %s of %s on huge pages", units.FormatBytes(r.HugePageBytes), units.FormatBytes(r.MappedBytes))
 	}
 	return fmt.Sprintf("%s; %s; populated by %s in %s", r.LockNote, hp, r.Populate, r.PopulateTime.Round(time.Millisecond))
 }
@@ -129,6 +143,12 @@ func New(o Options) (*Pool, error) {
 		totalBytes += size
 	}
 	p.residency.PopulateTime = time.Since(start)
+	p.residency.MappedBytes = totalBytes
+	hugeBytes, err := sysHugePageBytes(p.Arenas())
+	if err != nil {
+		hugeBytes = -1
+	}
+	p.residency.HugePageBytes = hugeBytes
 	if o.Lock == LockNever {
 		p.residency.LockNote = "mlock: off (LockNever); running unlocked"
 		return p, nil

@@ -16,24 +16,41 @@ import (
 // transfers as raw nvme.Swap writes and reads of the same extents from the
 // same kind of pinned buffers (the anchor). Compare the two ns/op side by
 // side: their ratio is the store's overhead (bookkeeping, goroutines,
-// leases). Run:
+// leases). The -plain variants run without registering the arenas and swap
+// files with io_uring (as the store did before it registered them); the
+// hugepage-% metric is how much of the pool the kernel backs with huge
+// pages. Run:
 //
-//	go test -run '^$' -bench NVMeRoundTrip -benchtime 30x ./tier
+//	go test -run '^$' -bench NVMeRoundTrip -benchtime 40x -count 3 ./tier
 func BenchmarkNVMeRoundTrip(b *testing.B) {
 	const shards = 4
 	for _, size := range []int64{256 * units.KiB, 1 * units.MiB} {
 		name := units.FormatSize(size)
-		b.Run(fmt.Sprintf("swap/%s", name), func(b *testing.B) { benchSwap(b, shards, size) })
-		b.Run(fmt.Sprintf("store/%s", name), func(b *testing.B) { benchStore(b, shards, size) })
+		for _, fixed := range []bool{true, false} {
+			v := ""
+			if !fixed {
+				v = "-plain"
+			}
+			b.Run(fmt.Sprintf("swap%s/%s", v, name), func(b *testing.B) { benchSwap(b, shards, size, fixed) })
+			b.Run(fmt.Sprintf("store%s/%s", v, name), func(b *testing.B) { benchStore(b, shards, size, fixed) })
+		}
 	}
 }
 
-func benchRig(b *testing.B, shards int, size int64) *rig {
-	return newRig(b, rigConfig{poolBytes: int64(shards)*size + units.MiB, swapBytes: int64(2*shards)*size + 4*units.MiB, stripeBytes: 128 * units.KiB})
+func benchRig(b *testing.B, shards int, size int64, fixed bool) *rig {
+	return newRig(b, rigConfig{poolBytes: int64(shards)*size + units.MiB, swapBytes: int64(2*shards)*size + 4*units.MiB, stripeBytes: 128 * units.KiB, noFixedIO: !fixed})
 }
 
-func benchSwap(b *testing.B, shards int, size int64) {
-	r := benchRig(b, shards, size)
+// reportHugePages adds the share of the pool on huge pages (after the
+// timed loop: ResetTimer drops metrics reported before it).
+func reportHugePages(b *testing.B, r *rig) {
+	if res := r.pool.Residency(); res.MappedBytes > 0 {
+		b.ReportMetric(100*float64(max(res.HugePageBytes, 0))/float64(res.MappedBytes), "hugepage-%")
+	}
+}
+
+func benchSwap(b *testing.B, shards int, size int64, fixed bool) {
+	r := benchRig(b, shards, size, fixed)
 	var exts []*nvme.Extent
 	var bufs [][]byte
 	for i := range shards {
@@ -69,10 +86,11 @@ func benchSwap(b *testing.B, shards int, size int64) {
 		each(func(i int) error { return r.swap.Write(exts[i], bufs[i]) })
 		each(func(i int) error { return r.swap.Read(exts[i], bufs[i]) })
 	}
+	reportHugePages(b, r)
 }
 
-func benchStore(b *testing.B, shards int, size int64) {
-	r := benchRig(b, shards, size)
+func benchStore(b *testing.B, shards int, size int64, fixed bool) {
+	r := benchRig(b, shards, size, fixed)
 	var keys []shard.Key
 	for i := range shards {
 		k := shard.Key{Chunk: shard.ChunkID(i), State: shard.Master}
@@ -109,4 +127,5 @@ func benchStore(b *testing.B, shards int, size int64) {
 		}
 		b.StartTimer()
 	}
+	reportHugePages(b, r)
 }

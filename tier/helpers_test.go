@@ -28,6 +28,7 @@ type rigConfig struct {
 	nvmeBudgetBytes int64
 	faults          []nvme.Fault
 	wrap            func(nvme.Device) nvme.Device // wraps the device (after faults)
+	noFixedIO       bool                          // do not register arenas and swap files (as before the store did)
 	onComplete      func(Move, error)
 }
 
@@ -38,6 +39,7 @@ type rig struct {
 	pool   *pinned.Pool
 	swap   *nvme.Swap
 	faulty *nvme.Faulty
+	eng    *nvme.Engine
 	paths  []string
 }
 
@@ -78,6 +80,10 @@ func newRig(t testing.TB, c rigConfig) *rig {
 		eng, err := nvme.Open(nvme.Options{QueueDepth: 16})
 		if err != nil {
 			t.Fatal(err)
+		}
+		r.eng = eng
+		if !c.noFixedIO {
+			o.FixedIO = eng
 		}
 		var dev nvme.Device = eng
 		if len(c.faults) > 0 {

@@ -28,6 +28,11 @@ type Options struct {
 	HostBudgetBytes int64
 	// Swap is the NVMe swap space. Optional.
 	Swap *nvme.Swap
+	// FixedIO, when set, is the engine under Swap: New registers the Host
+	// pool's arenas (fixed buffers) and the swap files (fixed files) with
+	// it, and Close unregisters them. Optional; a registration that fails
+	// is reported by Registration, not returned.
+	FixedIO FixedIO
 	// NVMeBudgetBytes caps the store's swap bytes (extents, padded to the
 	// swap's alignment). Default: the swap's free bytes at New.
 	NVMeBudgetBytes int64

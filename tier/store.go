@@ -95,7 +95,9 @@ type Store struct {
 	h2d, d2h  []gpu.Stream
 	pool      *pinned.Pool
 	swap      *nvme.Swap
-	ioAlign   int64 // the swap's alignment, or 1
+	reg       Registration
+	registrar *registrar // the pool's, while registered
+	ioAlign   int64      // the swap's alignment, or 1
 	hostAlign int64
 
 	mu      sync.Mutex
@@ -157,6 +159,7 @@ func New(o Options) (*Store, error) {
 		s.h2d = append(s.h2d, d.NewStream())
 		s.d2h = append(s.d2h, d.NewStream())
 	}
+	s.register()
 	return s, nil
 }
 
@@ -423,6 +426,7 @@ func (s *Store) Close() error {
 	s.cond.Broadcast()
 	s.mu.Unlock()
 	s.wg.Wait()
+	regErr := s.unregister()
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -450,9 +454,9 @@ func (s *Store) Close() error {
 		s.removeIfEmptyLocked(e)
 	}
 	if len(leased) > 0 {
-		return fmt.Errorf("tier: closed with leases outstanding (their copies are freed at the last Release): %s", strings.Join(leased, ", "))
+		return errors.Join(regErr, fmt.Errorf("tier: closed with leases outstanding (their copies are freed at the last Release): %s", strings.Join(leased, ", ")))
 	}
-	return nil
+	return regErr
 }
 
 // removeIfEmptyLocked forgets a shard with no copy left (after Close).
