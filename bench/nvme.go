@@ -167,7 +167,10 @@ type NVMeResult struct {
 	DeviceP99us  float64 `json:"device_p99_us,omitempty"`
 	DeviceP999us float64 `json:"device_p999_us,omitempty"`
 	DeviceIOs    int64   `json:"device_ios,omitempty"`
-	TraceNote    string  `json:"trace_note,omitempty"` // why there is no device latency
+	// DeviceAvgBytes is the average size of the requests the tracer saw
+	// issued (rq->__data_len at block_rq_issue).
+	DeviceAvgBytes int64  `json:"device_avg_bytes,omitempty"`
+	TraceNote      string `json:"trace_note,omitempty"` // why there is no device latency
 	// Buffers says what memory the I/O buffers are in (huge pages, or why
 	// not); HugePageBytes of BufferBytes are backed by huge pages.
 	Buffers       string `json:"buffers"`
@@ -240,6 +243,7 @@ func RunNVMe(ctx context.Context, opts NVMeOptions) (NVMeResult, error) {
 	stats.stop(&res, opts, buf.hugeBytes == int64(len(mem)))
 	if tracer != nil {
 		res.DeviceP50us, res.DeviceP99us, res.DeviceP999us, res.DeviceIOs, res.TraceNote = tracer.stop()
+		res.DeviceAvgBytes = tracer.avgBytes()
 	}
 	if err != nil {
 		return res, err

@@ -79,11 +79,12 @@ func TestSplitNote(t *testing.T) {
 }
 
 // TestRunNVMeBlockStats: a run on a file with a block device reports the
-// device, its request count and their average size, and its buffers.
+// device, its request count and their average size, and its buffers;
+// with --trace-block, the tracer's count and average size as well.
 func TestRunNVMeBlockStats(t *testing.T) {
 	leaktest.Check(t)
 	d := nvmetest.Dir(t)
-	o := NVMeOptions{Paths: []string{d}, RW: "read", BlockBytes: 1 << 20, QueueDepth: 4, SizeBytes: 16 << 20}.WithDefaults()
+	o := NVMeOptions{Paths: []string{d}, RW: "read", BlockBytes: 1 << 20, QueueDepth: 4, SizeBytes: 16 << 20, TraceBlock: true}.WithDefaults()
 	r, err := RunNVMe(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -94,5 +95,10 @@ func TestRunNVMeBlockStats(t *testing.T) {
 	}
 	if r.BlockRequests <= 0 || r.BlockAvgBytes < 4096 || r.Buffers == "" || r.BufferBytes != 4<<20 {
 		t.Fatalf("result %+v", r)
+	}
+	// With BPF (root, BTF) the tracer counts the requests and their size too.
+	t.Logf("trace: %d requests of %d B; %s", r.DeviceIOs, r.DeviceAvgBytes, r.TraceNote)
+	if r.TraceNote == "" && (r.DeviceIOs <= 0 || r.DeviceAvgBytes < 4096 || r.DeviceAvgBytes > 64<<20) {
+		t.Fatalf("traced, but %d requests of %d B", r.DeviceIOs, r.DeviceAvgBytes)
 	}
 }

@@ -33,3 +33,4 @@ func startBlockTrace([]benchFile) (*blockTracer, string) {
 	return nil, "no device latency: block tracepoints need Linux"
 }
 func (t *blockTracer) stop() (p50, p99, p999 float64, ios int64, note string) { return }
+func (t *blockTracer) avgBytes() int64                                        { return 0 }

@@ -159,8 +159,8 @@ func printNVMe(w io.Writer, o bench.NVMeOptions, r bench.NVMeResult) {
 	fmt.Fprintf(w, ", %.0f IOPS, %s in %.2f s\n", r.IOPS, units.FormatBytes(r.Bytes), r.Seconds)
 	fmt.Fprintf(w, "latency:    p50 %.0f us, p99 %.0f us, p99.9 %.0f us (submit to completion)\n", r.P50us, r.P99us, r.P999us)
 	if r.DeviceIOs > 0 {
-		fmt.Fprintf(w, "device:     p50 %.0f us, p99 %.0f us, p99.9 %.0f us (block_rq_issue to block_rq_complete, %d requests)\n",
-			r.DeviceP50us, r.DeviceP99us, r.DeviceP999us, r.DeviceIOs)
+		fmt.Fprintf(w, "device:     p50 %.0f us, p99 %.0f us, p99.9 %.0f us (block_rq_issue to block_rq_complete, %d requests of %s on average)\n",
+			r.DeviceP50us, r.DeviceP99us, r.DeviceP999us, r.DeviceIOs, units.FormatBytes(r.DeviceAvgBytes))
 	}
 	if r.TraceNote != "" {
 		fmt.Fprintf(w, "trace:      %s\n", r.TraceNote)
