@@ -61,10 +61,14 @@ func newIOBuffers(n int64) (*ioBuffers, error) {
 		b.note = fmt.Sprintf("%s in hugetlb pages (MAP_HUGETLB; THP %s gave %s)", units.FormatBytes(n), thp, units.FormatBytes(thpGot))
 		return b, nil
 	}
+	fix := "echo madvise >/sys/kernel/mm/transparent_hugepage/enabled"
+	if thp != "never" {
+		fix = "memory is too fragmented for huge pages: echo 1 >/proc/sys/vm/compact_memory"
+	}
 	b.note = fmt.Sprintf("%s in 4 KiB pages: THP %s gave %s of huge pages and no hugetlb pages are free "+
 		"(vm.nr_hugepages), so a block of more than max_segments pages is split by the block layer; "+
-		"to fix: echo madvise >/sys/kernel/mm/transparent_hugepage/enabled, or reserve hugetlb pages",
-		units.FormatBytes(n), thp, units.FormatBytes(thpGot))
+		"to fix: %s, or reserve hugetlb pages (vm.nr_hugepages)",
+		units.FormatBytes(n), thp, units.FormatBytes(thpGot), fix)
 	return b, nil
 }
 
