@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# CPU Adam against the memory roofline of ../shared/tools/membw.sh, measured alternately.
+# CPU Adam against the memory roofline of bench/tools/membw.sh, measured alternately.
 #
 # For PARAMS parameters (default 100M), each round runs membw.sh (r4w3: read 4 fp32 arrays,
 # write 3, 28 B/elem; OpenMP C, -O3 -march=native; arrays of PARAMS floats; 1 and 2 threads)
-# and then `strata bench adam --isa avx512 --json` with 1 and 2 threads for three variants:
+# and then `strata bench adam --isa auto --json` (the best ISA this CPU has: avx512, avx2 or go; ISA= to force one) with 1 and 2 threads for three variants:
 # fp32 grads (28 B/param), bf16 grads (26 B/param), fp32 grads + bf16 out (30 B/param).
 # The machine is shared and noisy, so the rounds alternate and medians are quoted:
 # membw's per-run median r4w3, bench adam's per-run median step, then the median over rounds;
@@ -11,19 +11,20 @@
 #
 # Usage: bench/adam-vs-membw.sh [rounds, default 5] [params, default 100000000]
 #   STRATA=/path/to/strata uses a prebuilt binary instead of `go build`.
+# Needs, from a fresh clone: Go (unless STRATA) and a C compiler with OpenMP (apt-get install -y gcc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-5}
 params=${2:-100000000}
-isa=${ISA:-avx512}
-membw=${MEMBW:-../shared/tools/membw.sh}
-[ -x "$membw" ] || membw=/work/shared/tools/membw.sh
+isa=${ISA:-auto}
+membw=bench/tools/membw.sh
 mib=$(( (params * 4 + 1048575) / 1048576 ))
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 strata=${STRATA:-}
 if [ -z "$strata" ]; then
   strata=$tmp/strata
+  command -v go >/dev/null || { echo "adam-vs-membw: go is not on PATH (https://go.dev/dl), or give STRATA" >&2; exit 2; }
   go build -o "$strata" .
 fi
 
@@ -48,7 +49,8 @@ for r in $(seq 1 "$rounds"); do
   done
 done
 
-printf '\nparams=%d rounds=%d isa=%s (GB/s, 1 GB = 1e9 B; medians over rounds)\n' "$params" "$rounds" "$isa"
+used=$(grep -oh '"isa": *"[a-z0-9]*"' "$tmp"/adam-*.jsonl | sed 's/.*"\([a-z0-9]*\)"$/\1/' | sort -u | tr '\n' ' ')
+printf '\nparams=%d rounds=%d isa=%s, run as: %s(GB/s, 1 GB = 1e9 B; medians over rounds)\n' "$params" "$rounds" "$isa" "$used"
 printf 'adam/membw: ratio of the medians; paired: median over rounds of (adam / membw of the same round);\n'
 printf 'adam/inproc: median of bench adam'"'"'s own ratio to the r4w3 pass alternated with each step.\n'
 printf '%-22s %7s %7s %9s %10s %10s %10s %11s\n' variant threads B/param adam_GBps membw_r4w3 adam/membw paired adam/inproc

@@ -25,7 +25,10 @@
 // same run (the GEMM, the memory roofline, the CPU peak; fio in
 // nvme-vs-fio.sh); the tests check what they report, never how fast.
 //
-// Memory: buffers handed to O_DIRECT I/O are mapped outside the Go heap
-// (mapAligned) and unmapped when the workload ends; files and swap
-// directories a workload creates are removed on every way out.
+// Memory: buffers handed to O_DIRECT I/O come from a pinned pool in 2 MiB
+// huge pages (newIOBuffers; MAP_HUGETLB or 4 KiB pages when THP gives
+// none, and the result says which) and are unmapped when the workload
+// ends. Files and swap directories a workload creates are removed on every
+// way out, a stop through the context included; RunNVMe never writes into
+// or extends a file it did not create unless NVMeOptions.Force.
 package bench

@@ -1,62 +1,77 @@
 #!/usr/bin/env bash
-# Side by side: Strata's NVMe engine (io_uring and pread) against fio
-# (--ioengine=io_uring --direct=1, ../shared/tools/fio-anchor.sh) on the same
-# file, size, block size and queue depth. Runs alternate (the order rotates
-# every round) and the table shows the median MB/s of each and the ratios.
+# Side by side: Strata's NVMe engine (io_uring, and pread with TOOLS="fio uring pread") against fio
+# (--ioengine=io_uring --direct=1 --mem=shmhuge: huge-page buffers, fio's best case; bench/tools/fio-anchor.sh)
+# on the same file, size, block size and queue depth. Runs alternate (the order rotates every round) and
+# the table shows the median MB/s of each, the ratios, and each side's block-layer requests: how many
+# reached the disk per GiB and their average size (/sys/block/<dev>/stat deltas), so a split shows.
 #
-# Usage: [STRATA_BIN=path] bench/nvme-vs-fio.sh [FILE] [SIZE_MIB] [ROUNDS]
-#   defaults: /var/tmp/strata-nvme-vs-fio.dat 2048 5
-# Needs fio (apt-get install -y fio), python3 and Go. MB = 10^6 bytes.
+# Usage: [STRATA_BIN=path] [TOOLS="fio uring"] bench/nvme-vs-fio.sh [FILE] [SIZE_MIB] [ROUNDS]
+#   defaults: /var/tmp/strata-nvme-vs-fio.dat 2048 7. FILE is created by the first read cell if missing,
+#   and the write cells overwrite it (strata with --force): give a file of this bench's own.
+# Needs, from a fresh clone: Go (to build strata, unless STRATA_BIN), fio and python3
+# (apt-get update && apt-get install -y fio python3). Root lets fio reserve huge pages. MB = 10^6 bytes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 file=${1:-/var/tmp/strata-nvme-vs-fio.dat}
 size=${2:-2048}
-rounds=${3:-5}
-anchor=${FIO_ANCHOR:-$(cd .. && pwd)/shared/tools/fio-anchor.sh}
-[ -x "$anchor" ] || anchor=/work/shared/tools/fio-anchor.sh
-command -v fio >/dev/null || { echo "nvme-vs-fio: fio is not installed (apt-get install -y fio)" >&2; exit 2; }
-export PATH=/usr/local/go/bin:$PATH
-# STRATA_BIN: a prebuilt strata binary (else it is built from this checkout).
+rounds=${3:-7}
+anchor=bench/tools/fio-anchor.sh
+read -r -a tools <<<"${TOOLS:-fio uring pread}"
+command -v fio >/dev/null || { echo "nvme-vs-fio: fio is not installed (apt-get update && apt-get install -y fio)" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "nvme-vs-fio: python3 is not installed (apt-get install -y python3)" >&2; exit 2; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 bin=${STRATA_BIN:-$tmp/strata}
-[ -n "${STRATA_BIN:-}" ] || go build -o "$bin" .
+if [ -z "${STRATA_BIN:-}" ]; then
+  command -v go >/dev/null || { echo "nvme-vs-fio: go is not on PATH (https://go.dev/dl), or give STRATA_BIN" >&2; exit 2; }
+  go build -o "$bin" .
+fi
 out=$tmp/runs.txt
+thp=$(sed 's/.*\[\(.*\)\].*/\1/' /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo unknown)
 
 # The read cells come first: fio-anchor writes the file once if it is missing.
 cells=("read 1M 32" "read 128K 32" "write 1M 32" "write 128K 32")
-tools=(fio uring pread)
-echo "file $file, ${size} MiB, $rounds rounds; fio: $(fio --version)" >&2
+echo "file $file, ${size} MiB, $rounds rounds, THP $thp; $(fio --version)" >&2
 for ((round = 0; round < rounds; round++)); do
   for cell in "${cells[@]}"; do
     read -r rw bs qd <<<"$cell"
     for ((k = 0; k < ${#tools[@]}; k++)); do
       tool=${tools[$(((k + round) % ${#tools[@]}))]}
       if [ "$tool" = fio ]; then
-        mbps=$("$anchor" "$file" "$size" "$rw" "$bs" "$qd" | python3 -c 'import json,sys; print(json.load(sys.stdin)["mbps"])')
+        line=$("$anchor" "$file" "$size" "$rw" "$bs" "$qd" | python3 -c 'import json,sys; j=json.load(sys.stdin)
+print(j["mbps"], j["block_requests"] or 0, (j["block_avg_kib"] or 0), j["mem"])')
       else
-        mbps=$("$bin" bench nvme --quiet --json --path "$file" --size "${size}M" --rw "$rw" --bs "$bs" --qd "$qd" --engine "$tool" |
-          python3 -c 'import json,sys; print(round(json.load(sys.stdin)["mbps"], 1))')
+        line=$("$bin" bench nvme --quiet --json --force --path "$file" --size "${size}M" --rw "$rw" --bs "$bs" --qd "$qd" --engine "$tool" |
+          python3 -c 'import json,sys; j=json.load(sys.stdin)
+print(round(j["mbps"], 1), j["block_requests"], round(j["block_avg_bytes"]/1024), "huge" if j["huge_page_bytes"] == j["buffer_bytes"] else "4k")')
       fi
-      echo "$rw $bs $qd $tool $mbps" | tee -a "$out" >&2
+      echo "$rw $bs $qd $tool $line" | tee -a "$out" >&2
     done
   done
 done
 
-python3 - "$out" "$size" "$rounds" <<'PY'
+python3 - "$out" "$size" "$rounds" "$thp" "${tools[*]}" <<'PY'
 import sys, statistics, collections
 rows = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    rw, bs, qd, tool, mbps = line.split()
-    rows[(rw, bs, qd, tool)].append(float(mbps))
-print(f"\nmedian MB/s (1 MB = 10^6 B) of {sys.argv[3]} alternating rounds, {sys.argv[2]} MiB file, O_DIRECT")
-print("| rw | bs | qd | fio io_uring | strata uring | strata pread | uring / fio | pread / fio |")
-print("|---|---|---|---:|---:|---:|---:|---:|")
+    rw, bs, qd, tool, mbps, reqs, avg, mem = line.split()
+    rows[(rw, bs, qd, tool)].append((float(mbps), int(reqs), int(avg), mem))
+size_mib, tools = int(sys.argv[2]), sys.argv[5].split()
+print(f"\nmedian MB/s (1 MB = 10^6 B) of {sys.argv[3]} alternating rounds, {size_mib} MiB file, O_DIRECT, THP {sys.argv[4]};")
+print("block: the median of the block layer's requests per GiB and their average size in KiB (whole device)")
+hdr = ["rw", "bs", "qd"] + [f"{t} MB/s" for t in tools] + [f"{t} / fio" for t in tools if t != "fio"] + [f"{t} block req/GiB @ KiB" for t in tools]
+print("| " + " | ".join(hdr) + " |")
+print("|" + "---|" * 3 + "---:|" * (len(hdr) - 3))
 seen = []
 for (rw, bs, qd, _) in rows:
     if (rw, bs, qd) not in seen:
         seen.append((rw, bs, qd))
 for rw, bs, qd in seen:
-    m = {t: statistics.median(rows[(rw, bs, qd, t)]) for t in ("fio", "uring", "pread")}
-    print(f"| {rw} | {bs} | {qd} | {m['fio']:.0f} | {m['uring']:.0f} | {m['pread']:.0f} | {m['uring']/m['fio']:.3f} | {m['pread']/m['fio']:.3f} |")
+    m = {t: statistics.median(r[0] for r in rows[(rw, bs, qd, t)]) for t in tools}
+    blk = {t: (statistics.median(r[1] for r in rows[(rw, bs, qd, t)]) * 1024 / size_mib,
+               statistics.median(r[2] for r in rows[(rw, bs, qd, t)]),
+               "/".join(sorted(set(r[3] for r in rows[(rw, bs, qd, t)])))) for t in tools}
+    cells = [rw, bs, qd] + [f"{m[t]:.0f}" for t in tools] + [f"{m[t]/m['fio']:.3f}" for t in tools if t != "fio"]
+    cells += [f"{blk[t][0]:.0f} @ {blk[t][1]:.0f} ({blk[t][2]})" for t in tools]
+    print("| " + " | ".join(cells) + " |")
 PY

@@ -1,10 +1,10 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,11 +24,15 @@ import (
 // only to what the user left unset (cmd uses the flags it was given), so
 // that an explicit 0 reaches Validate and is refused.
 type NVMeOptions struct {
-	// Paths: a file is used (and kept); a directory gets a temporary file
-	// strata-bench-nvme.dat that is removed afterwards. Several paths
-	// spread the blocks round-robin (several drives without RAID-0); each
-	// must name a different file.
+	// Paths: a directory gets a temporary file strata-bench-nvme-*.dat
+	// (created with O_EXCL, removed afterwards, also on errors and when
+	// the run is stopped through its context); an existing file is kept,
+	// and only read: a write run on it, or a read run that would extend
+	// it, is refused unless Force. Several paths spread the blocks
+	// round-robin (several drives without RAID-0); each must name a
+	// different file.
 	Paths      []string
+	Force      bool   // allow writing into, and extending, an existing file
 	RW         string // read, write, randread, randwrite, mixed (default read)
 	BlockBytes int64  // default 1 MiB
 	QueueDepth int    // default 32
@@ -132,6 +136,9 @@ func (o NVMeOptions) String() string {
 	if o.NoFixed {
 		s += " --no-fixed"
 	}
+	if o.Force {
+		s += " --force"
+	}
 	return s
 }
 
@@ -160,7 +167,24 @@ type NVMeResult struct {
 	DeviceP99us  float64 `json:"device_p99_us,omitempty"`
 	DeviceP999us float64 `json:"device_p999_us,omitempty"`
 	DeviceIOs    int64   `json:"device_ios,omitempty"`
-	TraceNote    string  `json:"trace_note,omitempty"` // why there is no device latency
+	// DeviceAvgBytes is the average size of the requests the tracer saw
+	// issued (rq->__data_len at block_rq_issue).
+	DeviceAvgBytes int64  `json:"device_avg_bytes,omitempty"`
+	TraceNote      string `json:"trace_note,omitempty"` // why there is no device latency
+	// Buffers says what memory the I/O buffers are in (huge pages, or why
+	// not); HugePageBytes of BufferBytes are backed by huge pages.
+	Buffers       string `json:"buffers"`
+	BufferBytes   int64  `json:"buffer_bytes"`
+	HugePageBytes int64  `json:"huge_page_bytes"`
+	// The block layer's view of the run (/sys/dev/block/MAJ:MIN/stat
+	// deltas of the devices holding the files, in the run's direction;
+	// other processes' I/O to them included): requests and their average
+	// size, and BlockNote, a warning when requests were split below the
+	// block size (with the likely cause), or why there are no figures.
+	BlockRequests int64  `json:"block_requests"`
+	BlockAvgBytes int64  `json:"block_avg_bytes"`
+	BlockDevices  string `json:"block_devices,omitempty"`
+	BlockNote     string `json:"block_note,omitempty"`
 }
 
 // benchFile is one file of the workload.
@@ -171,8 +195,10 @@ type benchFile struct {
 }
 
 // RunNVMe runs the workload once and measures it. opts must pass Validate
-// (apply WithDefaults to what the user left unset first).
-func RunNVMe(opts NVMeOptions) (NVMeResult, error) {
+// (apply WithDefaults to what the user left unset first). When ctx is done
+// the run stops issuing requests, lets those in flight complete, removes
+// its temporary files and returns an error wrapping context.Cause(ctx).
+func RunNVMe(ctx context.Context, opts NVMeOptions) (NVMeResult, error) {
 	if err := opts.Validate(); err != nil {
 		return NVMeResult{}, err
 	}
@@ -181,16 +207,17 @@ func RunNVMe(opts NVMeOptions) (NVMeResult, error) {
 		return NVMeResult{}, fmt.Errorf("bench: %w", err)
 	}
 	defer eng.Close()
-	files, err := openBenchFiles(eng, opts)
+	files, err := openBenchFiles(ctx, eng, opts)
 	defer closeBenchFiles(files)
 	if err != nil {
 		return NVMeResult{}, err
 	}
-	mem, err := mapAligned(int64(opts.QueueDepth) * opts.BlockBytes)
+	buf, err := newIOBuffers(int64(opts.QueueDepth) * opts.BlockBytes)
 	if err != nil {
 		return NVMeResult{}, err
 	}
-	defer unmapAligned(mem)
+	defer buf.close()
+	mem := buf.mem
 	fillRandom(mem, opts.Seed+1)
 	var fixedNote string
 	if eng.Info().Engine == nvme.EngineUring && !opts.NoFixed {
@@ -203,16 +230,20 @@ func RunNVMe(opts NVMeOptions) (NVMeResult, error) {
 		info += "; " + fixedNote
 	}
 	res := NVMeResult{Engine: eng.Info().Engine, EngineInfo: info, RW: opts.RW, BlockBytes: opts.BlockBytes,
-		QueueDepth: opts.QueueDepth, SizeBytes: opts.SizeBytes, Paths: opts.Paths}
+		QueueDepth: opts.QueueDepth, SizeBytes: opts.SizeBytes, Paths: opts.Paths,
+		Buffers: buf.note, BufferBytes: int64(len(mem)), HugePageBytes: buf.hugeBytes}
 	var tracer *blockTracer
 	if opts.TraceBlock {
 		var note string
 		tracer, note = startBlockTrace(files)
 		res.TraceNote = note
 	}
-	m, err := runWorkload(eng, files, mem, opts)
+	stats := startBlockStats(files)
+	m, err := runWorkload(ctx, eng, files, mem, opts)
+	stats.stop(&res, opts, buf.hugeBytes == int64(len(mem)))
 	if tracer != nil {
 		res.DeviceP50us, res.DeviceP99us, res.DeviceP999us, res.DeviceIOs, res.TraceNote = tracer.stop()
+		res.DeviceAvgBytes = tracer.avgBytes()
 	}
 	if err != nil {
 		return res, err
@@ -298,153 +329,6 @@ func percentile(sorted []float64, q float64) float64 {
 	return sorted[min(max(i, 0), len(sorted)-1)]
 }
 
-const benchFileName = "strata-bench-nvme.dat"
-
-// benchTarget is the file a --path names.
-type benchTarget struct {
-	path, name string // as given; the file used
-	created    bool   // a directory was given: the file is temporary
-}
-
-// resolveBenchPaths names the file of each --path and refuses two paths
-// that lead to the same file (the same directory spelled twice, a
-// directory and its bench file, links): blocks would be counted twice.
-func resolveBenchPaths(paths []string) ([]benchTarget, error) {
-	var ts []benchTarget
-	for _, p := range paths {
-		t := benchTarget{path: p, name: p}
-		st, err := os.Stat(p)
-		switch {
-		case err == nil && st.IsDir():
-			t.name, t.created = filepath.Join(p, benchFileName), true
-		case err == nil && !st.Mode().IsRegular():
-			return nil, fmt.Errorf("bench: nvme: --path %s is neither a directory nor a regular file", p)
-		case os.IsNotExist(err):
-			// Never create a file at a mistyped path: it would measure
-			// whatever drive holds the parent directory.
-			return nil, fmt.Errorf("bench: nvme: --path %s does not exist: give a directory on the drive to test "+
-				"(a temporary file is created there and removed) or an existing file", p)
-		case err != nil:
-			return nil, fmt.Errorf("bench: nvme: --path %s: %w", p, err)
-		}
-		for _, u := range ts {
-			if sameFile(u.name, t.name) {
-				return nil, fmt.Errorf("bench: nvme: --path %s and --path %s both lead to %s: give each drive once",
-					u.path, p, filepath.Clean(t.name))
-			}
-		}
-		ts = append(ts, t)
-	}
-	return ts, nil
-}
-
-// sameFile says whether two names are one file: the same cleaned name, or
-// the same inode (links, bind mounts), or files yet to be created in the
-// same directory under the same name.
-func sameFile(a, b string) bool {
-	if filepath.Clean(a) == filepath.Clean(b) {
-		return true
-	}
-	sa, ea := os.Stat(a)
-	sb, eb := os.Stat(b)
-	if ea == nil && eb == nil {
-		return os.SameFile(sa, sb)
-	}
-	if ea != nil && eb != nil && filepath.Base(a) == filepath.Base(b) {
-		da, e1 := os.Stat(filepath.Dir(a))
-		db, e2 := os.Stat(filepath.Dir(b))
-		return e1 == nil && e2 == nil && os.SameFile(da, db)
-	}
-	return false
-}
-
-func openBenchFiles(eng *nvme.Engine, opts NVMeOptions) ([]benchFile, error) {
-	targets, err := resolveBenchPaths(opts.Paths)
-	if err != nil {
-		return nil, err
-	}
-	var files []benchFile
-	for _, t := range targets {
-		name, created := t.name, t.created
-		var have int64
-		if st, err := os.Stat(name); err == nil {
-			have = st.Size()
-		}
-		if need := opts.SizeBytes - have; need > 0 {
-			free, err := nvme.FreeBytes(filepath.Dir(name))
-			if err != nil {
-				return files, fmt.Errorf("bench: %w", err)
-			}
-			if need > free {
-				return files, fmt.Errorf("bench: nvme: %s needs %s more, only %s free on its filesystem: %w",
-					name, units.FormatBytes(need), units.FormatBytes(free), nvme.ErrNoSpace)
-			}
-		}
-		f, err := nvme.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
-		if err != nil {
-			return files, fmt.Errorf("bench: %w", err)
-		}
-		files = append(files, benchFile{f: f, path: name, created: created})
-		if opts.BlockBytes%f.Alignment() != 0 {
-			return files, fmt.Errorf("bench: nvme: --bs %d is not a multiple of the I/O alignment %d of %s (%s)",
-				opts.BlockBytes, f.Alignment(), name, f.AlignmentSource())
-		}
-		if have < opts.SizeBytes {
-			if err := f.Allocate(opts.SizeBytes); err != nil {
-				return files, fmt.Errorf("bench: %w", err)
-			}
-			// Preallocated blocks read as zeros without touching the
-			// device; a read workload needs them written once.
-			if opts.RW != "write" && opts.RW != "randwrite" {
-				if err := fillFile(eng, f, have, opts.SizeBytes); err != nil {
-					return files, err
-				}
-			}
-		}
-	}
-	return files, nil
-}
-
-func closeBenchFiles(files []benchFile) {
-	for _, f := range files {
-		f.f.Close()
-		if f.created {
-			os.Remove(f.path)
-		}
-	}
-}
-
-// fillFile writes [from, to) with random data, 1 MiB at a time, 16 in flight.
-func fillFile(eng *nvme.Engine, f *nvme.File, from, to int64) error {
-	const chunk = units.MiB
-	from = from / chunk * chunk
-	mem, err := mapAligned(16 * chunk)
-	if err != nil {
-		return err
-	}
-	defer unmapAligned(mem)
-	fillRandom(mem, 7)
-	for off := from; off < to; {
-		var c nvme.Completion
-		var reqs []*nvme.Request
-		for i := 0; i < 16 && off < to; i++ {
-			n := min(chunk, to-off)
-			reqs = append(reqs, &nvme.Request{Op: nvme.OpWrite, File: f, Buf: mem[int64(i)*chunk : int64(i)*chunk+n], Offset: off, Wait: &c})
-			off += n
-		}
-		if err := eng.Submit(reqs...); err != nil {
-			return fmt.Errorf("bench: prepare %s: %w", f.Path(), err)
-		}
-		if err := c.Wait(); err != nil {
-			return fmt.Errorf("bench: prepare %s: %w", f.Path(), err)
-		}
-	}
-	if err := eng.Sync(f); err != nil {
-		return fmt.Errorf("bench: prepare %s: %w", f.Path(), err)
-	}
-	return nil
-}
-
 func fillRandom(b []byte, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 0x5eed))
 	for i := 0; i+8 <= len(b); i += 8 {
@@ -475,6 +359,8 @@ type blockOrder struct {
 	pass     int
 	next     int64     // index of the next block in this pass
 	deadline time.Time // with Duration: no pass starts after it
+	stop     <-chan struct{}
+	stopped  bool // stop was closed: no more blocks were handed out
 }
 
 func newBlockOrder(files []benchFile, opts NVMeOptions) *blockOrder {
@@ -514,6 +400,12 @@ func (o *blockOrder) expectedBytes() int64 {
 // assign points r at the next block; false when the workload has no more
 // blocks to issue.
 func (o *blockOrder) assign(r *nvme.Request) bool {
+	select {
+	case <-o.stop:
+		o.stopped = true
+		return false
+	default:
+	}
 	if o.next == o.total {
 		o.pass++
 		if o.pass >= o.loops || (o.opts.Duration > 0 && time.Now().After(o.deadline)) {
@@ -612,6 +504,10 @@ func (w *inflight) start(reqs []nvme.Request) error {
 	}
 	w.count = len(batch)
 	w.mu.Unlock()
+	if len(batch) == 0 { // stopped before the first request
+		close(w.finished)
+		return nil
+	}
 	if err := w.dev.Submit(batch...); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
@@ -643,8 +539,9 @@ func (w *inflight) wait(start time.Time, opts NVMeOptions) {
 
 // runWorkload keeps QueueDepth requests in flight over files until the
 // workload's passes (or its duration) are done, and measures them.
-func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptions) (measured, error) {
+func runWorkload(ctx context.Context, eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptions) (measured, error) {
 	order := newBlockOrder(files, opts)
+	order.stop = ctx.Done()
 	w := &inflight{dev: eng, order: order, issued: make([]time.Time, opts.QueueDepth), finished: make(chan struct{})}
 	w.m.latUs = make([]float64, 0, min(order.total*int64(order.loops), 1<<22))
 	reqs := make([]nvme.Request, opts.QueueDepth)
@@ -664,6 +561,9 @@ func runWorkload(eng *nvme.Engine, files []benchFile, mem []byte, opts NVMeOptio
 	w.m.cpu = cpuTime() - cpu0
 	if w.firstErr != nil {
 		return w.m, fmt.Errorf("bench: %w", w.firstErr)
+	}
+	if ctx.Err() != nil && order.stopped {
+		return w.m, fmt.Errorf("bench: nvme: stopped after %s: %w", units.FormatBytes(w.m.bytes), context.Cause(ctx))
 	}
 	return w.m, nil
 }

@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -24,7 +25,7 @@ func TestRunNVMeAllModes(t *testing.T) {
 	for _, engine := range []string{nvme.EngineUring, nvme.EnginePread} {
 		for _, rw := range nvmeRWs {
 			o := NVMeOptions{Paths: dirs, RW: rw, BlockBytes: 64 << 10, QueueDepth: 4, SizeBytes: 4 << 20, Engine: engine, Loops: 2}
-			r, err := RunNVMe(o)
+			r, err := RunNVMe(context.Background(), o)
 			if engine == nvme.EngineUring && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS)) {
 				t.Logf("io_uring unavailable here, uring runs skipped: %v", err)
 				continue
@@ -42,9 +43,7 @@ func TestRunNVMeAllModes(t *testing.T) {
 		}
 	}
 	for _, d := range dirs {
-		if _, err := os.Stat(filepath.Join(d, benchFileName)); err == nil {
-			t.Fatalf("temporary bench file left in %s", d)
-		}
+		noLeftovers(t, d)
 	}
 }
 
@@ -69,14 +68,12 @@ func TestRunNVMeBadInput(t *testing.T) {
 		}{NVMeOptions{Paths: []string{"/dev/shm"}, SizeBytes: 1 << 20}, "tmpfs"})
 	}
 	for _, c := range cases {
-		_, err := RunNVMe(c.o.WithDefaults())
+		_, err := RunNVMe(context.Background(), c.o.WithDefaults())
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: got %v, want an error containing %q", c.o, err, c.want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(d, benchFileName)); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a refused run left its file: %v", err)
-	}
+	noLeftovers(t, d)
 }
 
 // TestNVMeOptionsExplicitZeros: WithDefaults fills only zero fields, and an
@@ -128,7 +125,7 @@ func TestNVMeOptionsExplicitZeros(t *testing.T) {
 			t.Errorf("Validate changed the options: %s -> %s", before, after)
 		}
 		// RunNVMe refuses the same before touching anything.
-		if _, err := RunNVMe(o); err == nil || !strings.Contains(err.Error(), c.want) {
+		if _, err := RunNVMe(context.Background(), o); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("RunNVMe(%s): got %v, want an error containing %q", before, err, c.want)
 		}
 	}
@@ -155,19 +152,17 @@ func TestRunNVMeSameFileTwice(t *testing.T) {
 		want  string
 	}{
 		// The bench file of d does not exist yet: a path that does not exist is refused first.
-		{[]string{d, filepath.Join(d, benchFileName)}, "does not exist"},
+		{[]string{d, filepath.Join(d, "strata-bench-nvme.dat")}, "does not exist"},
 		{[]string{d, link}, "give each drive once"},
 		{[]string{link + "/", d}, "give each drive once"},
 	} {
 		paths := c.paths
 		o := NVMeOptions{Paths: paths, BlockBytes: 64 << 10, QueueDepth: 2, SizeBytes: 1 << 20}.WithDefaults()
-		_, err := RunNVMe(o)
+		_, err := RunNVMe(context.Background(), o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want a refusal containing %q", paths, err, c.want)
 		}
-		if _, err := os.Stat(filepath.Join(d, benchFileName)); !errors.Is(err, os.ErrNotExist) {
-			t.Fatalf("%v: a refused run left its file: %v", paths, err)
-		}
+		noLeftovers(t, d)
 	}
 }
 
@@ -204,7 +199,7 @@ func TestRunNVMeWithoutIPCLock(t *testing.T) {
 			return
 		}
 		o := NVMeOptions{Paths: []string{d}, QueueDepth: 16, SizeBytes: 16 << 20, Engine: nvme.EngineUring}.WithDefaults()
-		res, err := RunNVMe(o)
+		res, err := RunNVMe(context.Background(), o)
 		done <- outcome{res, err}
 	}()
 	out := <-done
@@ -238,4 +233,16 @@ func dropIPCLock() error {
 		return fmt.Errorf("drop CAP_IPC_LOCK: %w", err)
 	}
 	return nil
+}
+
+// noLeftovers fails the test when dir holds a temporary bench file.
+func noLeftovers(t *testing.T, dir string) {
+	t.Helper()
+	left, err := filepath.Glob(filepath.Join(dir, benchFilePattern))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		t.Fatalf("temporary bench files left: %v", left)
+	}
 }

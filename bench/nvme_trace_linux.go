@@ -24,7 +24,10 @@ import (
 // counted, other processes' included.
 type blockTracer struct {
 	start, hist *ebpf.Map
+	sizes       *ebpf.Map // [0]: requests issued, [1]: their bytes (rq->__data_len)
 	progs       []*ebpf.Program
+	issued      uint64 // read from sizes by stop
+	issuedBytes uint64
 	links       []link.Link
 }
 
@@ -37,7 +40,7 @@ const (
 // startBlockTrace attaches the tracer, or returns nil and says exactly why not.
 func startBlockTrace(files []benchFile) (*blockTracer, string) {
 	_ = rlimit.RemoveMemlock() // kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK
-	partOff, devOff, err := requestOffsets()
+	partOff, devOff, lenOff, err := requestOffsets()
 	if err != nil {
 		return nil, "no device latency: " + err.Error()
 	}
@@ -63,10 +66,15 @@ func startBlockTrace(files []benchFile) (*blockTracer, string) {
 		t.close()
 		return nil, traceWhyNot("create BPF map", err)
 	}
+	t.sizes, err = ebpf.NewMap(&ebpf.MapSpec{Name: "strata_rq_sizes", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 2})
+	if err != nil {
+		t.close()
+		return nil, traceWhyNot("create BPF map", err)
+	}
 	for _, tp := range []struct {
 		name string
 		ins  asm.Instructions
-	}{{"block_rq_issue", issueProgram(t.start.FD(), partOff, devOff, devs)}, {"block_rq_complete", completeProgram(t.start.FD(), t.hist.FD())}} {
+	}{{"block_rq_issue", issueProgram(t.start.FD(), t.sizes.FD(), partOff, devOff, lenOff, devs)}, {"block_rq_complete", completeProgram(t.start.FD(), t.hist.FD())}} {
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "strata_" + tp.name[:12], Type: ebpf.RawTracepoint, License: "GPL", Instructions: tp.ins})
 		if err != nil {
 			t.close()
@@ -93,12 +101,13 @@ func traceWhyNot(what string, err error) string {
 	return fmt.Sprintf("no device latency: %s: %v", what, err)
 }
 
-// requestOffsets finds offsetof(struct request, part) and
-// offsetof(struct block_device, bd_dev) in the running kernel's BTF.
-func requestOffsets() (partOff, devOff int16, err error) {
+// requestOffsets finds offsetof(struct request, part),
+// offsetof(struct block_device, bd_dev) and offsetof(struct request,
+// __data_len) in the running kernel's BTF.
+func requestOffsets() (partOff, devOff, lenOff int16, err error) {
 	spec, err := btf.LoadKernelSpec()
 	if err != nil {
-		return 0, 0, fmt.Errorf("kernel BTF unavailable (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF): %w", err)
+		return 0, 0, 0, fmt.Errorf("kernel BTF unavailable (/sys/kernel/btf/vmlinux; CONFIG_DEBUG_INFO_BTF): %w", err)
 	}
 	off := func(structName, member string) (int16, error) {
 		var st *btf.Struct
@@ -113,14 +122,18 @@ func requestOffsets() (partOff, devOff int16, err error) {
 		return 0, fmt.Errorf("kernel BTF: struct %s has no member %s", structName, member)
 	}
 	if partOff, err = off("request", "part"); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
+	}
+	if lenOff, err = off("request", "__data_len"); err != nil {
+		return 0, 0, 0, err
 	}
 	devOff, err = off("block_device", "bd_dev")
-	return partOff, devOff, err
+	return partOff, devOff, lenOff, err
 }
 
-// issueProgram: if rq->part->bd_dev is one of devs, start[rq] = ktime_get_ns().
-func issueProgram(startFD int, partOff, devOff int16, devs []uint32) asm.Instructions {
+// issueProgram: if rq->part->bd_dev is one of devs, sizes[0] += 1,
+// sizes[1] += rq->__data_len and start[rq] = ktime_get_ns().
+func issueProgram(startFD, sizesFD int, partOff, devOff, lenOff int16, devs []uint32) asm.Instructions {
 	ins := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),               // r6 = ctx (struct bpf_raw_tracepoint_args)
 		asm.LoadMem(asm.R7, asm.R6, 0, asm.DWord), // r7 = args[0]: struct request *rq
@@ -149,7 +162,33 @@ func issueProgram(startFD int, partOff, devOff int16, devs []uint32) asm.Instruc
 	}
 	ins = append(ins,
 		asm.Ja.Label("out"),
-		asm.FnKtimeGetNs.Call().WithSymbol("match"),
+		// bpf_probe_read_kernel(fp-32, 4, &rq->__data_len)
+		asm.Mov.Reg(asm.R1, asm.RFP).WithSymbol("match"),
+		asm.Add.Imm(asm.R1, -32),
+		asm.Mov.Imm(asm.R2, 4),
+		asm.Mov.Reg(asm.R3, asm.R7),
+		asm.Add.Imm(asm.R3, int32(lenOff)),
+		asm.FnProbeReadKernel.Call(),
+		asm.JNE.Imm(asm.R0, 0, "timing"),
+		asm.LoadMem(asm.R8, asm.RFP, -32, asm.Word),
+	)
+	for _, add := range []struct {
+		key int64
+		reg asm.Register
+	}{{0, asm.R9}, {1, asm.R8}} {
+		ins = append(ins,
+			asm.Mov.Imm(asm.R9, 1),
+			asm.StoreImm(asm.RFP, -36, add.key, asm.Word),
+			asm.LoadMapPtr(asm.R1, sizesFD),
+			asm.Mov.Reg(asm.R2, asm.RFP),
+			asm.Add.Imm(asm.R2, -36),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "timing"),
+			asm.StoreXAdd(asm.R0, add.reg, asm.DWord),
+		)
+	}
+	ins = append(ins,
+		asm.FnKtimeGetNs.Call().WithSymbol("timing"),
 		asm.StoreMem(asm.RFP, -16, asm.R0, asm.DWord),
 		asm.LoadMapPtr(asm.R1, startFD),
 		asm.Mov.Reg(asm.R2, asm.RFP),
@@ -225,12 +264,19 @@ func completeProgram(startFD, histFD int) asm.Instructions {
 	return ins
 }
 
-// stop detaches and turns the histogram into percentiles (bucket midpoints).
+// stop detaches, reads the requests issued and their bytes, and turns the
+// histogram into percentiles (bucket midpoints).
 func (t *blockTracer) stop() (p50, p99, p999 float64, ios int64, note string) {
 	for _, l := range t.links {
 		l.Close()
 	}
 	t.links = nil
+	for i, dst := range []*uint64{&t.issued, &t.issuedBytes} {
+		if err := t.sizes.Lookup(uint32(i), dst); err != nil {
+			t.close()
+			return 0, 0, 0, 0, fmt.Sprintf("no device latency: read BPF request sizes: %v", err)
+		}
+	}
 	counts := make([]uint64, histBuckets)
 	for i := range counts {
 		if err := t.hist.Lookup(uint32(i), &counts[i]); err != nil {
@@ -278,4 +324,16 @@ func (t *blockTracer) close() {
 	if t.hist != nil {
 		t.hist.Close()
 	}
+	if t.sizes != nil {
+		t.sizes.Close()
+	}
+}
+
+// avgBytes is the average size of the requests the issue program counted
+// (read after stop); 0 when none.
+func (t *blockTracer) avgBytes() int64 {
+	if t.issued == 0 {
+		return 0
+	}
+	return int64(t.issuedBytes / t.issued)
 }

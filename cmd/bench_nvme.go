@@ -1,11 +1,16 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/strata-ai/strata/bench"
@@ -21,7 +26,11 @@ func benchNVMeCommand() *cli.Command {
 		Usage: "measure NVMe throughput and latency through Strata's engine (io_uring or pread, O_DIRECT)",
 		Description: "Reads or writes --size bytes per --path in --bs blocks with --qd requests in flight and prints\n" +
 			"MB/s (1 MB = 10^6 B), IOPS, completion latency p50/p99/p99.9 and CPU seconds per GB.\n" +
-			"A directory --path gets a temporary file; an existing file --path is used and kept; a path that does not exist is refused (a read run writes it once first).\n" +
+			"A directory --path gets a temporary file, removed at the end, on errors and on Ctrl-C or SIGTERM.\n" +
+			"An existing file --path is only read, never changed: a write run on it, or a read run with --size above its size,\n" +
+			"is refused unless --force (then it is overwritten or extended). A path that does not exist is refused.\n" +
+			"The I/O buffers are in huge pages (the \"buffers:\" line says when they cannot be), and the \"block:\" line gives the\n" +
+			"block layer's request count and average size for the run, with a warning when requests were split below --bs.\n" +
 			"--sweep runs block sizes x queue depths and prints the best setting as the \"aio\" block of the config.\n" +
 			"Compare with fio side by side: bench/nvme-vs-fio.sh.",
 		Flags: []cli.Flag{
@@ -39,6 +48,7 @@ func benchNVMeCommand() *cli.Command {
 			&cli.StringFlag{Name: "sweep-qd", Value: "4,8,16,32,64", Usage: "queue depths for --sweep"},
 			&cli.BoolFlag{Name: "trace-block", Usage: "add device latency from the block:block_rq_issue/complete tracepoints (needs BPF)"},
 			&cli.BoolFlag{Name: "no-fixed", Usage: "do not register buffers and files with io_uring"},
+			&cli.BoolFlag{Name: "force", Usage: "allow a write run to overwrite an existing --path file, and a read run to extend it"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
 		},
 		Action: runBenchNVMe,
@@ -54,7 +64,7 @@ var nvmeDefaults = bench.NVMeOptions{}.WithDefaults()
 // Validate refuses it).
 func nvmeOptions(c *cli.Context) (bench.NVMeOptions, error) {
 	o := bench.NVMeOptions{Paths: c.StringSlice("path"), Duration: c.Duration("duration"),
-		NoFixed: c.Bool("no-fixed"), TraceBlock: c.Bool("trace-block")}
+		NoFixed: c.Bool("no-fixed"), TraceBlock: c.Bool("trace-block"), Force: c.Bool("force")}
 	if c.IsSet("duration") && o.Duration <= 0 {
 		return o, usagef("--duration %v: want > 0", o.Duration)
 	}
@@ -107,16 +117,18 @@ func runBenchNVMe(c *cli.Context) error {
 		}
 	}
 	asJSON := c.Bool("json")
+	ctx, stop := stopOnSignal(errOut)
+	defer stop()
 	run := func(o bench.NVMeOptions) (bench.NVMeResult, error) {
 		if err := o.Validate(); err != nil {
 			return bench.NVMeResult{}, usagef("%v", err)
 		}
-		r, err := bench.RunNVMe(o)
+		r, err := bench.RunNVMe(ctx, o)
 		if o.Progress != nil && r.Seconds >= 1 {
 			fmt.Fprint(errOut, "\r\033[K")
 		}
 		if err != nil {
-			return r, err
+			return r, signalExit(ctx, err)
 		}
 		if asJSON {
 			b, _ := json.Marshal(r)
@@ -147,13 +159,25 @@ func printNVMe(w io.Writer, o bench.NVMeOptions, r bench.NVMeResult) {
 	fmt.Fprintf(w, ", %.0f IOPS, %s in %.2f s\n", r.IOPS, units.FormatBytes(r.Bytes), r.Seconds)
 	fmt.Fprintf(w, "latency:    p50 %.0f us, p99 %.0f us, p99.9 %.0f us (submit to completion)\n", r.P50us, r.P99us, r.P999us)
 	if r.DeviceIOs > 0 {
-		fmt.Fprintf(w, "device:     p50 %.0f us, p99 %.0f us, p99.9 %.0f us (block_rq_issue to block_rq_complete, %d requests)\n",
-			r.DeviceP50us, r.DeviceP99us, r.DeviceP999us, r.DeviceIOs)
+		fmt.Fprintf(w, "device:     p50 %.0f us, p99 %.0f us, p99.9 %.0f us (block_rq_issue to block_rq_complete, %d requests of %s on average)\n",
+			r.DeviceP50us, r.DeviceP99us, r.DeviceP999us, r.DeviceIOs, units.FormatBytes(r.DeviceAvgBytes))
 	}
 	if r.TraceNote != "" {
 		fmt.Fprintf(w, "trace:      %s\n", r.TraceNote)
 	}
 	fmt.Fprintf(w, "cpu:        %.3f s per GB (%.2f s user+sys)\n", r.CPUsPerGB, r.CPUSeconds)
+	fmt.Fprintf(w, "buffers:    %s\n", r.Buffers)
+	if r.BlockRequests > 0 {
+		fmt.Fprintf(w, "block:      %d requests of %s on average on %s (/sys/dev/block stat deltas, other I/O to it included)\n",
+			r.BlockRequests, units.FormatBytes(r.BlockAvgBytes), r.BlockDevices)
+	}
+	if r.BlockNote != "" {
+		prefix := "block:      "
+		if r.BlockRequests > 0 {
+			prefix = "warning:    "
+		}
+		fmt.Fprintf(w, "%s%s\n", prefix, r.BlockNote)
+	}
 }
 
 func parseList(s string, parse func(string) (int64, error)) ([]int64, error) {
@@ -231,3 +255,60 @@ func sweepNVMe(c *cli.Context, base bench.NVMeOptions, run func(bench.NVMeOption
 	fmt.Fprintln(out, string(b))
 	return nil
 }
+
+// signalStop is the cause of a run stopped by SIGINT or SIGTERM.
+type signalStop struct{ sig syscall.Signal }
+
+func (e signalStop) Error() string { return "stopped by " + e.sig.String() }
+
+// stopOnSignal returns a context that the first SIGINT or SIGTERM cancels
+// (the run stops, lets its requests complete and removes its temporary
+// files); a second one exits at once, leaving them.
+func stopOnSignal(errOut io.Writer) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	ch := make(chan os.Signal, 2)
+	done := make(chan struct{})
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		var first os.Signal
+		for {
+			select {
+			case <-done:
+				return
+			case s := <-ch:
+				sig := s.(syscall.Signal)
+				if first != nil {
+					fmt.Fprintf(errOut, "\nbench nvme: second %s: exiting now; a temporary strata-bench-nvme-*.dat may remain\n", sig)
+					os.Exit(128 + int(sig))
+				}
+				first = s
+				fmt.Fprintf(errOut, "\nbench nvme: %s: stopping; the requests in flight complete and temporary files are removed\n", sig)
+				cancel(signalStop{sig})
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// signalExit turns an error of a run stopped by a signal into exit status
+// 128 + the signal's number (130 for SIGINT, 143 for SIGTERM).
+func signalExit(ctx context.Context, err error) error {
+	var s signalStop
+	if !errors.As(context.Cause(ctx), &s) {
+		return err
+	}
+	return signalExitError{err: fmt.Errorf("%w; temporary files removed", err), code: 128 + int(s.sig)}
+}
+
+type signalExitError struct {
+	err  error
+	code int
+}
+
+func (e signalExitError) Error() string { return e.err.Error() }
+func (e signalExitError) Unwrap() error { return e.err }
+func (e signalExitError) ExitCode() int { return e.code }

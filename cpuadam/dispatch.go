@@ -184,7 +184,7 @@ func maxAbsGoBF16(x []uint16) uint32 {
 	return mx
 }
 
-// r4w3Go is the r4w3 loop of membw.c (the team's memory-bandwidth roofline, $MEMBW in bench/adam-vs-membw.sh) (see r4w3AVX512).
+// r4w3Go is the r4w3 loop of membw.c (bench/tools/membw.c, the memory-bandwidth roofline) (see r4w3AVX512).
 func r4w3Go(a, b, c, d []float32) {
 	b, c, d = b[:len(a)], c[:len(a)], d[:len(a)]
 	for i := range a {

@@ -314,7 +314,7 @@ func (o *Optimizer) maxAbsOf(t task, n int) uint32 {
 }
 
 // StreamR4W3 runs the roofline anchor of `strata bench adam` on the pool:
-// the r4w3 loop of membw.c (the team's memory-bandwidth roofline, $MEMBW in bench/adam-vs-membw.sh) (read a, b, c, d; write a, c,
+// the r4w3 loop of membw.c (bench/tools/membw.c, the memory-bandwidth roofline) (read a, b, c, d; write a, c,
 // d, in place; documented at r4w3AVX512), with the same tiles as StepF32.
 // It measures the memory, not Adam: its values mean nothing.
 func (o *Optimizer) StreamR4W3(a, b, c, d []float32) {
