@@ -495,3 +495,63 @@ func TestTrainInterrupt(t *testing.T) {
 	}
 	sameLosses(t, "interrupted and resumed", stepLosses(t, run), stepLosses(t, full), 1, n+2)
 }
+
+// TestQuickStart runs the `strata train` lines of README.md's quick start
+// in order, as written, in one directory: each line that resumes goes on
+// from the step where the previous run into its --out stopped, and each run
+// into an --out leaves its latest checkpoint at its last step.
+func TestQuickStart(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "## Quick start")
+	if _, block, ok = strings.Cut(block, "```sh\n"); !ok {
+		t.Fatal("README.md: no sh block after ## Quick start")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	t.Chdir(t.TempDir())
+	end := map[string]int64{} // --out DIR -> the step its run ended at
+	lines := 0
+	for line := range strings.Lines(block) {
+		line, _, _ = strings.Cut(line, "#")
+		args := strings.Fields(line)
+		if len(args) < 2 || args[0] != "./strata" || args[1] != "train" {
+			continue
+		}
+		lines++
+		args = append(args[1:], "--no-progress")
+		flags := map[string]string{}
+		for i := 1; i+1 < len(args); i++ {
+			if strings.HasPrefix(args[i], "--") {
+				flags[args[i]] = args[i+1]
+			}
+		}
+		_, stderr, err := runApp(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, stderr)
+		}
+		if from := flags["--resume"]; from != "" {
+			if w := fmt.Sprintf("resumed from step %d", end[from]); end[from] == 0 || !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr lacks %q (the previous run into %s ended at step %d):\n%s", line, w, from, end[from], stderr)
+			}
+		}
+		if out := flags["--out"]; out != "" {
+			m, _, err := checkpoint.ReadManifest(filepath.Join(out, "checkpoints"))
+			if err != nil {
+				t.Fatalf("%s: no checkpoint: %v", line, err)
+			}
+			steps := int64(demoSteps)
+			if s := flags["--steps"]; s != "" {
+				fmt.Sscan(s, &steps)
+			}
+			if m.Step != steps {
+				t.Errorf("%s: latest checkpoint at step %d, the run ended at %d: a resume would redo steps %d-%d", line, m.Step, steps, m.Step+1, steps)
+			}
+			end[out] = steps
+		}
+	}
+	if lines < 3 {
+		t.Fatalf("README.md's quick start has %d `./strata train` lines", lines)
+	}
+}
