@@ -32,7 +32,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json] [--data FILE] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]]] [--resume PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json] [--data FILE] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH] [--trace FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -41,7 +41,10 @@ func trainCommand() *cli.Command {
 			"after the last one under DIR/checkpoints/ (crash-safe; the last --keep kept). --resume PATH continues a run from a\n" +
 			"checkpoint directory, a directory of checkpoints (its latest) or a run's --out directory (its checkpoints' latest):\n" +
 			"--steps is the total counted from step 1, the config is the checkpoint's unless --config is given, a different\n" +
-			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.",
+			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.\n" +
+			"A run directory belongs to one run: locked while it runs; a new run into a non-empty --out is refused unless\n" +
+			"--overwrite; --keep prunes only this run's checkpoints. Ctrl-C or SIGTERM stops after the step in progress and\n" +
+			"saves it (exit 130, SIGTERM 143); a second one aborts the save (the previous complete checkpoint survives).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.StringFlag{Name: "data", Usage: "training text, any file, one token per byte (default: strata.data, else a built-in synthetic corpus)"},
