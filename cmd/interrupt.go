@@ -28,8 +28,10 @@ type interrupts struct {
 	second func(os.Signal) string // what a second one aborts and what survives
 }
 
+// watchInterrupts starts watching; the command writes to in.stderr from
+// then on (its messages and the command's own lines do not interleave).
 func watchInterrupts(stderr io.Writer) *interrupts {
-	in := &interrupts{sig: make(chan os.Signal, 2), done: make(chan struct{}), stderr: stderr}
+	in := &interrupts{sig: make(chan os.Signal, 2), done: make(chan struct{}), stderr: &syncWriter{w: stderr}}
 	signal.Notify(in.sig, os.Interrupt, syscall.SIGTERM)
 	go in.watch()
 	return in
@@ -80,6 +82,19 @@ func (in *interrupts) requested(fn ...func()) os.Signal {
 	return in.got
 }
 
+// syncWriter serializes the writes of the command and of the signal
+// watcher.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
 // stop restores the default handling.
 func (in *interrupts) stop() {
 	signal.Stop(in.sig)
@@ -117,7 +132,7 @@ func (e interruptedError) ExitCode() int { return e.status }
 // stops after (the one in progress, or the next when this step's end has
 // looked already), and where the checkpoint goes. It runs under in.mu.
 func (l *trainLoop) stopping(s os.Signal) string {
-	step := min(l.checked+1, int64(l.steps))
+	step := min(l.checked+1, int64(l.cfg.Strata.Steps))
 	if l.flags.out == "" {
 		return fmt.Sprintf("stopping after step %d; nothing is saved (no --out); %s stops at once", step, again(s))
 	}

@@ -175,6 +175,7 @@ func runTrain(c *cli.Context) (err error) {
 	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
 	intr := watchInterrupts(stderr)
+	stderr = intr.stderr
 	defer intr.stop() // through the outputs: a signal there does not cut them short
 	intr.explain(func(os.Signal) string { return "stopping before training starts; nothing is written" },
 		func(os.Signal) string { return "stopping at once" })
