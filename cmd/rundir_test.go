@@ -252,3 +252,37 @@ func TestSignals(t *testing.T) {
 		}
 	})
 }
+
+// TestIncompleteCheckpointIgnored: an empty step-00000040 (what a kill
+// during pruning left before pruning renamed first) and a step directory
+// whose rank file is missing do not stop a resume, latest or explicit:
+// they are ignored and reported.
+func TestIncompleteCheckpointIgnored(t *testing.T) {
+	cfg := tinyConfig(t)
+	dir := t.TempDir()
+	if _, stderr, err := runApp(t, trainArgs(cfg, "--steps", "4", "--out", dir, "--save-every", "2")...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	ck := filepath.Join(dir, "checkpoints")
+	os.Mkdir(filepath.Join(ck, "step-00000040"), 0o755)
+	os.Mkdir(filepath.Join(ck, "step-00000030"), 0o755)
+	b, _ := os.ReadFile(filepath.Join(ck, "step-00000004", "manifest.json"))
+	os.WriteFile(filepath.Join(ck, "step-00000030", "manifest.json"), b, 0o644)
+	_, stderr, err := runApp(t, trainArgs(cfg, "--steps", "6", "--resume", dir, "--out", dir, "--save-every", "2")...)
+	if err != nil || !strings.Contains(stderr, "resumed from step 4") {
+		t.Fatalf("resume with incomplete checkpoint directories: %v\n%s", err, stderr)
+	}
+	for _, w := range []string{"ignored incomplete checkpoint directories", "step-00000030 (no rank-00000.safetensors)", "step-00000040 (no manifest.json)"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	_, stderr, err = runApp(t, trainArgs(cfg, "--steps", "6", "--resume", filepath.Join(ck, "step-00000004"), "--out", dir)...)
+	if err != nil || !strings.Contains(stderr, "resumed from step 4") || !strings.Contains(stderr, "moved back to step-00000004") {
+		t.Errorf("resume from an explicit older checkpoint: %v\n%s", err, stderr)
+	}
+	_, _, err = runApp(t, trainArgs(cfg, "--steps", "6", "--resume", filepath.Join(ck, "step-00000040"), "--out", t.TempDir())...)
+	if err == nil || !strings.Contains(err.Error(), "incomplete checkpoint") || !strings.Contains(err.Error(), "the newest complete checkpoint is") {
+		t.Errorf("resume from the incomplete directory itself: %v", err)
+	}
+}
