@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +58,9 @@ type Manifest struct {
 	Files           []FileInfo      `json:"files"`
 	Created         time.Time       `json:"created"`
 	Config          json.RawMessage `json:"config,omitempty"`
+	// Run is the id of the run that saved it (Options.RunID); pruning
+	// and Rewind touch only the checkpoints of one run.
+	Run string `json:"run,omitempty"`
 }
 
 // ManifestState is a StateSpec in the manifest: "param" "bf16".
@@ -111,10 +115,17 @@ type Options struct {
 	// The one "latest" names is never removed.
 	Keep int
 
-	// hook, for tests, is called at each named point of a save; an error
-	// stops the save there. errCrash stops it without cleaning up, as a
-	// crash would.
-	hook func(point string) error
+	// RunID names the run that saves (written to the manifest). Pruning
+	// counts and removes only the checkpoints of this run: another run's
+	// checkpoints in the same directory are never touched.
+	RunID string
+
+	// Hook, for tests, is called at each named point of a save and of its
+	// pruning ("write rank-00000.safetensors", "manifest", "rename",
+	// "latest", "prune step-NNNNNNNN", "remove .tmp-prune-step-NNNNNNNN");
+	// an error stops the save there. ErrCrash stops it without cleaning up,
+	// as a crash would. Nil in production.
+	Hook func(point string) error
 }
 
 // Validate says what is wrong with the options.
@@ -131,15 +142,15 @@ func (o *Options) defaults() {
 	}
 }
 
-// errCrash, returned by a test hook, simulates a crash: the save stops and
+// ErrCrash, returned by a test Hook, simulates a crash: the save stops and
 // leaves what it wrote.
-var errCrash = errors.New("simulated crash")
+var ErrCrash = errors.New("simulated crash")
 
 func (o *Options) at(point string) error {
-	if o.hook == nil {
+	if o.Hook == nil {
 		return nil
 	}
-	return o.hook(point)
+	return o.Hook(point)
 }
 
 // Save writes st as the newest checkpoint in dir with default Options.
@@ -176,7 +187,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	name, err := freeStepName(dir, st.Step)
+	name, err := freeStepName(dir, st.Step, opts.RunID)
 	if err != nil {
 		return err
 	}
@@ -187,7 +198,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	defer func() {
-		if err != nil && !errors.Is(err, errCrash) {
+		if err != nil && !errors.Is(err, ErrCrash) {
 			os.RemoveAll(tmp)
 			if renamed { // complete but never named by latest
 				os.RemoveAll(final)
@@ -195,7 +206,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
-		Shape: st.Shape, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC()}
+		Shape: st.Shape, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID}
 	if len(st.Config) > 0 {
 		m.Config = json.RawMessage(st.Config)
 	}
@@ -238,7 +249,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	}); err != nil {
 		return err
 	}
-	return prune(dir, name, opts.Keep)
+	return prune(dir, name, &opts)
 }
 
 func writeSynced(path string, b []byte) error {
@@ -286,14 +297,21 @@ func parseStepDir(name string) (stepDir, bool) {
 }
 
 // freeStepName is step-NNNNNNNN, or step-NNNNNNNN.K when the checkpoint
-// "latest" names has that step (a step saved again after a resume). A
-// directory of that step that "latest" does not name is the leftover of a
-// save that crashed before naming it, or an older save of the same step:
-// the new save replaces it.
-func freeStepName(dir string, step int64) (string, error) {
+// "latest" names has that step (a step saved again after a resume) or a
+// complete checkpoint of another run holds the name. A directory of that
+// step that "latest" does not name, of this run or incomplete, is the
+// leftover of a save that crashed before naming it, or an older save of
+// the same step: the new save replaces it.
+func freeStepName(dir string, step int64, run string) (string, error) {
 	ls, err := List(dir)
 	if err != nil {
 		return "", err
+	}
+	others := map[string]bool{}
+	for _, c := range ls.Complete {
+		if c.Run != run {
+			others[c.Name] = true
+		}
 	}
 	base := fmt.Sprintf("%s%08d", stepPrefix, step)
 	for k := 0; ; k++ {
@@ -301,7 +319,7 @@ func freeStepName(dir string, step int64) (string, error) {
 		if k > 0 {
 			name = base + "." + strconv.Itoa(k)
 		}
-		if name == ls.Latest {
+		if name == ls.Latest || others[name] {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
@@ -311,7 +329,8 @@ func freeStepName(dir string, step int64) (string, error) {
 	}
 }
 
-// listStepDirs returns the checkpoint directories in dir, oldest first.
+// listStepDirs returns the directories in dir named like checkpoints,
+// complete or not, oldest first.
 func listStepDirs(dir string) ([]stepDir, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -332,9 +351,36 @@ func listStepDirs(dir string) ([]stepDir, error) {
 	return out, nil
 }
 
-// prune removes leftovers of crashed saves and all but the keep newest
-// checkpoints, never latest.
-func prune(dir, latest string, keep int) error {
+// incomplete says why the checkpoint directory dir is not a complete
+// checkpoint ("" when it is: a readable manifest and every rank file of
+// the manifest's size), and returns its manifest when it has one. The
+// CRC-32C is checked by Load and Verify, not here.
+func incomplete(dir string) (*Manifest, string) {
+	m, err := readManifestFile(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, "no " + manifestName
+		}
+		return nil, err.Error()
+	}
+	for _, f := range m.Files {
+		fi, err := os.Stat(filepath.Join(dir, f.Name))
+		switch {
+		case err != nil:
+			return m, "no " + f.Name
+		case fi.Size() != f.SizeBytes:
+			return m, fmt.Sprintf("%s is %d bytes, the manifest says %d", f.Name, fi.Size(), f.SizeBytes)
+		}
+	}
+	return m, ""
+}
+
+// prune removes leftovers of crashed saves and removals, and all but the
+// keep newest checkpoints of opts.RunID's run, never latest; another
+// run's checkpoints and incomplete directories are left alone. A
+// checkpoint is renamed to .tmp-prune-NAME before it is removed, so that a
+// removal cut short leaves no directory that looks like a checkpoint.
+func prune(dir, latest string, opts *Options) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -345,21 +391,34 @@ func prune(dir, latest string, keep int) error {
 			errs = append(errs, os.RemoveAll(filepath.Join(dir, e.Name())))
 		}
 	}
-	dirs, err := listStepDirs(dir)
+	ls, err := List(dir)
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return err
 	}
 	kept := 1 // latest
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if dirs[i].name == latest {
+	for i := len(ls.Complete) - 1; i >= 0; i-- {
+		c := ls.Complete[i]
+		if c.Name == latest || c.Run != opts.RunID {
 			continue
 		}
-		if kept < keep {
+		if kept < opts.Keep {
 			kept++
 			continue
 		}
-		errs = append(errs, os.RemoveAll(filepath.Join(dir, dirs[i].name)))
+		if err := opts.at("prune " + c.Name); err != nil {
+			return err
+		}
+		gone := filepath.Join(dir, tmpPrefix+"prune-"+c.Name)
+		if err := os.Rename(filepath.Join(dir, c.Name), gone); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := opts.at("remove " + filepath.Base(gone)); err != nil {
+			return err
+		}
+		errs = append(errs, os.RemoveAll(gone))
 	}
+	errs = append(errs, syncDir(dir))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("checkpoint: saved %s but could not remove old checkpoints: %w", latest, err)
 	}
@@ -367,7 +426,9 @@ func prune(dir, latest string, keep int) error {
 }
 
 // Resolve returns the checkpoint directory path names: path itself when it
-// holds a manifest, else the one path/latest names.
+// holds a manifest, else the one path/latest names. An incomplete
+// checkpoint (a save or a removal cut short) is refused, naming the newest
+// complete one to resume from instead.
 func Resolve(path string) (string, error) {
 	if _, err := os.Stat(filepath.Join(path, manifestName)); err == nil {
 		return path, nil
@@ -377,6 +438,10 @@ func Resolve(path string) (string, error) {
 		if _, serr := os.Stat(path); serr != nil {
 			return "", fmt.Errorf("checkpoint: %w", serr)
 		}
+		if _, ok := parseStepDir(filepath.Base(path)); ok {
+			return "", fmt.Errorf("checkpoint: %s is an incomplete checkpoint (no %s: a save or a removal was cut short)%s",
+				path, manifestName, newestHint(filepath.Dir(path)))
+		}
 		return "", fmt.Errorf("checkpoint: no checkpoint in %s (neither %s nor %s)", path, latestName, manifestName)
 	}
 	if err != nil {
@@ -384,9 +449,49 @@ func Resolve(path string) (string, error) {
 	}
 	name := strings.TrimSpace(string(b))
 	if _, ok := parseStepDir(name); !ok {
-		return "", fmt.Errorf("checkpoint: %s names %q, not a checkpoint directory", filepath.Join(path, latestName), name)
+		return "", fmt.Errorf("checkpoint: %s names %q, not a checkpoint directory%s", filepath.Join(path, latestName), name, newestHint(path))
+	}
+	if _, err := os.Stat(filepath.Join(path, name, manifestName)); err != nil {
+		// A rank file that is short or missing is reported by Load, which
+		// checks each one against the manifest.
+		return "", fmt.Errorf("checkpoint: %s names %s, which is incomplete (no %s)%s", filepath.Join(path, latestName), name, manifestName, newestHint(path))
 	}
 	return filepath.Join(path, name), nil
+}
+
+// newestHint names the newest complete checkpoint in dir for an error:
+// "; the newest complete checkpoint is DIR/step-…: resume from it".
+func newestHint(dir string) string {
+	ls, err := List(dir)
+	if err != nil || len(ls.Complete) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; the newest complete checkpoint is %s: resume from it", filepath.Join(dir, ls.Complete[len(ls.Complete)-1].Name))
+}
+
+// readManifestFile reads and checks dir/manifest.json.
+func readManifestFile(dir string) (*Manifest, error) {
+	path := filepath.Join(dir, manifestName)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if m.Format != FormatName || m.Version != FormatVersion {
+		return nil, fmt.Errorf("%s: format %q version %d, this build reads %q version %d", path, m.Format, m.Version, FormatName, FormatVersion)
+	}
+	if len(m.Files) != m.Devices {
+		return nil, fmt.Errorf("%s lists %d files for %d devices", path, len(m.Files), m.Devices)
+	}
+	for r, f := range m.Files {
+		if f.Rank != r || f.Name != rankFileName(r) {
+			return nil, fmt.Errorf("%s: file %d is %q for rank %d, want %q", path, r, f.Name, f.Rank, rankFileName(r))
+		}
+	}
+	return &m, nil
 }
 
 // ReadManifest reads and checks the manifest of the checkpoint at path
@@ -397,26 +502,11 @@ func ReadManifest(path string) (*Manifest, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	b, err := os.ReadFile(filepath.Join(dir, manifestName))
+	m, err := readManifestFile(dir)
 	if err != nil {
 		return nil, "", fmt.Errorf("checkpoint: %w", err)
 	}
-	var m Manifest
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, "", fmt.Errorf("checkpoint: %s: %w", filepath.Join(dir, manifestName), err)
-	}
-	if m.Format != FormatName || m.Version != FormatVersion {
-		return nil, "", fmt.Errorf("checkpoint: %s: format %q version %d, this build reads %q version %d", filepath.Join(dir, manifestName), m.Format, m.Version, FormatName, FormatVersion)
-	}
-	if len(m.Files) != m.Devices {
-		return nil, "", fmt.Errorf("checkpoint: %s lists %d files for %d devices", filepath.Join(dir, manifestName), len(m.Files), m.Devices)
-	}
-	for r, f := range m.Files {
-		if f.Rank != r || f.Name != rankFileName(r) {
-			return nil, "", fmt.Errorf("checkpoint: %s: file %d is %q for rank %d, want %q", filepath.Join(dir, manifestName), r, f.Name, f.Rank, rankFileName(r))
-		}
-	}
-	return &m, dir, nil
+	return m, dir, nil
 }
 
 func (m *Manifest) specs() ([]StateSpec, error) {
@@ -520,8 +610,20 @@ func verifyFile(path string, fi FileInfo) error {
 
 // Listing is what a checkpoint root directory holds.
 type Listing struct {
-	Latest      string   // the name "latest" holds; "" without one
-	Checkpoints []string // complete checkpoint directories, oldest first
+	Latest      string       // the name "latest" holds; "" without one
+	Checkpoints []string     // complete checkpoint directories, oldest first
+	Complete    []Checkpoint // the same with their step and run
+	// Incomplete are the directories named like checkpoints that are not
+	// complete (a save or a removal cut short), "NAME (why)"; they are
+	// ignored: never loaded, pruned or counted.
+	Incomplete []string
+}
+
+// Checkpoint is one complete checkpoint of a Listing.
+type Checkpoint struct {
+	Name string
+	Step int64
+	Run  string // Manifest.Run
 }
 
 // List describes the checkpoints in dir (the directory Save writes into).
@@ -537,9 +639,67 @@ func List(dir string) (Listing, error) {
 		return l, fmt.Errorf("checkpoint: %w", err)
 	}
 	for _, d := range dirs {
+		m, why := incomplete(filepath.Join(dir, d.name))
+		if why != "" {
+			l.Incomplete = append(l.Incomplete, d.name+" ("+why+")")
+			continue
+		}
 		l.Checkpoints = append(l.Checkpoints, d.name)
+		l.Complete = append(l.Complete, Checkpoint{Name: d.name, Step: m.Step, Run: m.Run})
 	}
 	return l, nil
+}
+
+// asidePrefix names a checkpoint set aside by Rewind: no longer one of
+// the directory's checkpoints (never loaded, counted or pruned), kept for
+// the user to remove.
+const asidePrefix = "aside-"
+
+// Rewind makes the complete checkpoint name the latest of dir again, for a
+// run that resumes from it into its own directory: "latest" is replaced
+// first, then every complete checkpoint of the same run saved after it is
+// renamed to aside-NAME (set aside, not removed). It returns the new names
+// of those set aside. A crash in between leaves latest naming name, and
+// Rewind can be called again.
+func Rewind(dir, name string) ([]string, error) {
+	ls, err := List(dir)
+	if err != nil {
+		return nil, err
+	}
+	i := slices.IndexFunc(ls.Complete, func(c Checkpoint) bool { return c.Name == name })
+	if i < 0 {
+		return nil, fmt.Errorf("checkpoint: rewind %s to %s: not a complete checkpoint there", dir, name)
+	}
+	target := ls.Complete[i]
+	if ls.Latest != name {
+		if err := writeFileAtomicBuf(filepath.Join(dir, latestName), 64, func(w io.Writer) error {
+			_, err := io.WriteString(w, name+"\n")
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	var aside []string
+	for _, c := range ls.Complete[i+1:] {
+		if c.Run != target.Run {
+			continue
+		}
+		to := asidePrefix + c.Name
+		for k := 1; ; k++ {
+			if _, err := os.Lstat(filepath.Join(dir, to)); errors.Is(err, fs.ErrNotExist) {
+				break
+			}
+			to = fmt.Sprintf("%s%s-%d", asidePrefix, c.Name, k)
+		}
+		if err := os.Rename(filepath.Join(dir, c.Name), filepath.Join(dir, to)); err != nil {
+			return aside, fmt.Errorf("checkpoint: rewind %s to %s: %w", dir, name, err)
+		}
+		aside = append(aside, to)
+	}
+	if err := syncDir(dir); err != nil {
+		return aside, fmt.Errorf("checkpoint: %w", err)
+	}
+	return aside, nil
 }
 
 // ExportState writes the model's weights from a training checkpoint as a

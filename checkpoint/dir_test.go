@@ -113,9 +113,9 @@ func TestCrashLeavesPreviousLoadable(t *testing.T) {
 				next.Step = 200
 				injected := errors.New("injected EIO")
 				if crash {
-					injected = errCrash
+					injected = ErrCrash
 				}
-				err := SaveWith(dir, next, Options{hook: func(p string) error {
+				err := SaveWith(dir, next, Options{Hook: func(p string) error {
 					if p == point {
 						return injected
 					}

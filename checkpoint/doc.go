@@ -43,7 +43,16 @@
 // rename (after fsync). A crash at any point leaves latest naming the
 // previous complete checkpoint or the new one. Older checkpoints beyond
 // Options.Keep (default 2) and leftovers of crashed saves are removed after
-// a successful save. Load verifies every file's size and CRC-32C before
+// a successful save, each renamed to .tmp-prune-NAME before it is removed
+// (a removal cut short leaves nothing that looks like a checkpoint).
+// Pruning counts and removes only the checkpoints of the saving run
+// (Options.RunID, recorded in each manifest): several runs' checkpoints can
+// share a directory without one pruning the other's. A directory named
+// like a checkpoint without a readable manifest or with a rank file of the
+// wrong size is incomplete: List reports it (Listing.Incomplete) and
+// nothing loads, counts or prunes it. Rewind makes an older checkpoint
+// latest again for a run resumed from it, setting the run's later ones
+// aside (renamed aside-NAME, kept). Load verifies every file's size and CRC-32C before
 // parsing it and names the file that fails; LoadFor also refuses a
 // checkpoint of another shape or precision and reshards one saved for
 // another device count or alignment.

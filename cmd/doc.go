@@ -13,7 +13,17 @@
 // unset so that an explicit bad value reaches Validate and is refused.
 //
 // Exit status: 0 on success, 1 for a failed command, 2 for bad usage
-// (usageError), 130 for a run stopped on SIGINT or SIGTERM (train stops
+// (usageError), 130 for a run stopped on SIGINT and 143 on SIGTERM (train
+// says at once which step it stops after and where it saves; it stops
 // after the step in progress and, with --out, saves a checkpoint of it; a
-// second signal ends the process at once).
+// second signal says what survives, the last complete checkpoint, and ends
+// the process at once; a signal during start-up ends it before the first
+// step, closing the engine, which removes its swap files).
+//
+// A run directory (train --out) belongs to one run: strata.lock is
+// flock(2)ed while a run writes into it (a second run is refused, naming
+// the holder's pid), run.json holds the run's id, which every checkpoint
+// it saves records; a new run refuses a non-empty directory unless
+// --overwrite, and a resumed run takes the directory of the run it
+// continues.
 package cmd

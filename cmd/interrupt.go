@@ -1,45 +1,98 @@
 package cmd
 
 import (
+	"fmt"
+	"io"
 	"os"
 	"os/signal"
-	"sync/atomic"
+	"path/filepath"
+	"sync"
 	"syscall"
+
+	"github.com/strata-ai/strata/checkpoint"
 )
 
 // interrupts turns the first SIGINT or SIGTERM of a long command into a
 // request to stop at the next safe point (train: after the current step,
-// with a checkpoint); a second one ends the process at once with status
-// 130, as an uncaught SIGINT would.
+// with a checkpoint), and says at once what will happen; a second one says
+// what survives and ends the process at once with the signal's status (130
+// for SIGINT, 143 for SIGTERM, as an uncaught signal would).
 type interrupts struct {
-	sig  chan os.Signal
-	done chan struct{}
-	got  atomic.Value // os.Signal
+	sig    chan os.Signal
+	done   chan struct{}
+	stderr io.Writer
+
+	mu     sync.Mutex // guards got and the explanations, and runs in's callbacks
+	got    os.Signal
+	first  func(os.Signal) string // what the first signal will do
+	second func(os.Signal) string // what a second one aborts and what survives
 }
 
-func watchInterrupts() *interrupts {
-	in := &interrupts{sig: make(chan os.Signal, 2), done: make(chan struct{})}
+// watchInterrupts starts watching; the command writes to in.stderr from
+// then on (its messages and the command's own lines do not interleave).
+func watchInterrupts(stderr io.Writer) *interrupts {
+	in := &interrupts{sig: make(chan os.Signal, 2), done: make(chan struct{}), stderr: &syncWriter{w: stderr}}
 	signal.Notify(in.sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		select {
-		case <-in.done:
-			return
-		case s := <-in.sig:
-			in.got.Store(s)
-		}
-		select {
-		case <-in.done:
-		case <-in.sig:
-			os.Exit(130)
-		}
-	}()
+	go in.watch()
 	return in
 }
 
-// requested returns the signal that asked to stop, or nil.
-func (in *interrupts) requested() os.Signal {
-	s, _ := in.got.Load().(os.Signal)
-	return s
+func (in *interrupts) watch() {
+	var s os.Signal
+	select {
+	case <-in.done:
+		return
+	case s = <-in.sig:
+	}
+	in.mu.Lock()
+	in.got = s
+	msg := in.first(s)
+	in.mu.Unlock()
+	fmt.Fprintf(in.stderr, "\nstrata: %v: %s\n", s, msg)
+	select {
+	case <-in.done:
+	case s = <-in.sig:
+		in.mu.Lock()
+		msg := in.second(s)
+		in.mu.Unlock()
+		fmt.Fprintf(in.stderr, "\nstrata: %v again: %s\n", s, msg)
+		os.Exit(exitStatus(s))
+	}
+}
+
+// explain sets what the first signal will do and what a second one
+// aborts, and returns the signal already received (nil when none), both at
+// one instant: a signal is explained by the text of the phase that acts
+// on it.
+func (in *interrupts) explain(first, second func(os.Signal) string) os.Signal {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.first, in.second = first, second
+	return in.got
+}
+
+// requested returns the signal that asked to stop, or nil; fn (if any)
+// runs at the same instant, under the lock the explanations run under.
+func (in *interrupts) requested(fn ...func()) os.Signal {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for _, f := range fn {
+		f()
+	}
+	return in.got
+}
+
+// syncWriter serializes the writes of the command and of the signal
+// watcher.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
 
 // stop restores the default handling.
@@ -48,9 +101,70 @@ func (in *interrupts) stop() {
 	close(in.done)
 }
 
-// interruptedError ends a command that stopped early on a signal: status
-// 130, the shell's for SIGINT.
-type interruptedError struct{ msg string }
+// again names the way to send a second signal.
+func again(s os.Signal) string {
+	if s == syscall.SIGTERM {
+		return "another SIGTERM"
+	}
+	return "Ctrl-C again"
+}
+
+// exitStatus is the shell's status of a process ended by s: 128 + its
+// number (SIGINT 130, SIGTERM 143).
+func exitStatus(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 130
+}
+
+// interruptedError ends a command that stopped early on a signal, with
+// the signal's status.
+type interruptedError struct {
+	msg    string
+	status int
+}
 
 func (e interruptedError) Error() string { return e.msg }
-func (e interruptedError) ExitCode() int { return 130 }
+func (e interruptedError) ExitCode() int { return e.status }
+
+// stopping says what the first signal during training does: the step it
+// stops after (the one in progress, or the next when this step's end has
+// looked already), and where the checkpoint goes. It runs under in.mu.
+func (l *trainLoop) stopping(s os.Signal) string {
+	step := min(l.checked+1, int64(l.cfg.Strata.Steps))
+	if l.flags.out == "" {
+		return fmt.Sprintf("stopping after step %d; nothing is saved (no --out); %s stops at once", step, again(s))
+	}
+	return fmt.Sprintf("stopping after step %d, then saving a checkpoint to %s, summary.json and model.safetensors; %s aborts the save",
+		step, filepath.Join(l.flags.out, "checkpoints"), again(s))
+}
+
+// aborting says what a second signal aborts and what survives: the newest
+// complete checkpoint ("latest"; a save cut short never replaces it).
+func (l *trainLoop) aborting(os.Signal) string {
+	what := "stopping at once"
+	if l.saving.Load() {
+		what = "the checkpoint being saved is aborted"
+	}
+	if l.flags.out == "" {
+		return what + "; nothing was saved (no --out)"
+	}
+	ck := filepath.Join(l.flags.out, "checkpoints")
+	if m, dir, err := checkpoint.ReadManifest(ck); err == nil {
+		return fmt.Sprintf("%s; what survives is the complete checkpoint of step %d, %s (resume from it: strata train --resume %s --out %s)",
+			what, m.Step, dir, l.flags.out, l.flags.out)
+	}
+	return what + "; no complete checkpoint of this run survives in " + ck
+}
+
+// testHook, for tests, is called at named points of a run ("start-up")
+// and of its checkpoint saves (checkpoint.Options.Hook); nil otherwise.
+var testHook func(point string) error
+
+func testPoint(point string) error {
+	if testHook == nil {
+		return nil
+	}
+	return testHook(point)
+}

@@ -1,17 +1,16 @@
 package cmd
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -34,7 +33,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]]] [--resume PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH] [--trace FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -43,7 +42,10 @@ func trainCommand() *cli.Command {
 			"after the last one under DIR/checkpoints/ (crash-safe; the last --keep kept). --resume PATH continues a run from a\n" +
 			"checkpoint directory, a directory of checkpoints (its latest) or a run's --out directory (its checkpoints' latest):\n" +
 			"--steps is the total counted from step 1, the config is the checkpoint's unless --config is given, a different\n" +
-			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.",
+			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.\n" +
+			"A run directory belongs to one run: locked while it runs; a new run into a non-empty --out is refused unless\n" +
+			"--overwrite; --keep prunes only this run's checkpoints. Ctrl-C or SIGTERM stops after the step in progress and\n" +
+			"saves it (exit 130, SIGTERM 143); a second one aborts the save (the previous complete checkpoint survives).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.StringFlag{Name: "data", Usage: "training text, any file, one token per byte (default: strata.data, else a built-in synthetic corpus)"},
@@ -59,6 +61,7 @@ func trainCommand() *cli.Command {
 			&cli.IntFlag{Name: "keep", Value: 2, Usage: "checkpoints kept under DIR/checkpoints/ (the newest)"},
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
+			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
 		},
 		Action: runTrain,
 	}
@@ -166,16 +169,30 @@ func newTierLine(t *engine.TierStats) *TierLine {
 
 // runTrain is `strata train`: the flags and the config make a plan, the
 // plan an engine on the devices, the engine runs the steps (progress,
-// checkpoints, signals), and the summary and outputs close the run.
+// checkpoints, signals), and the summary and outputs close the run. A
+// signal before the first step ends the run there, every start-up path
+// closing what it opened (the engine's Close removes its swap files).
 func runTrain(c *cli.Context) (err error) {
 	f, err := parseTrainFlags(c)
 	if err != nil {
 		return err
 	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	intr := watchInterrupts(stderr)
+	stderr = intr.stderr
+	defer intr.stop() // through the outputs: a signal there does not cut them short
+	intr.explain(func(os.Signal) string { return "stopping before training starts; nothing is written" },
+		func(os.Signal) string { return "stopping at once" })
 	p, err := planTrain(c, stderr)
 	if err != nil {
 		return err
+	}
+	var rd *runDir
+	if f.out != "" {
+		if rd, err = claimOut(f.out, p.resume, p.resumeDir, f.overwrite); err != nil {
+			return err
+		}
+		defer rd.close()
 	}
 	cfg := p.cfg
 	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes)
@@ -208,21 +225,25 @@ func runTrain(c *cli.Context) (err error) {
 			}
 		}()
 	}
+	if err := testPoint("start-up"); err != nil {
+		return err
+	}
 	if err := startTrain(e, p, devs, stderr); err != nil {
 		return err
 	}
-	var jsonl io.Writer // steps.jsonl, with --out
-	if f.out != "" {
-		file, err := openOut(f.out, cfg, p.start)
+	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr}
+	l.checked = p.start
+	if s := intr.explain(l.stopping, l.aborting); s != nil {
+		return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
+	}
+	if rd != nil {
+		file, err := rd.open(cfg, p, stderr)
 		if err != nil {
 			return err
 		}
 		defer file.Close()
-		jsonl = file
+		l.jsonl, l.runID = file, rd.id
 	}
-	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, jsonl: jsonl}
-	l.intr = watchInterrupts()
-	defer l.intr.stop() // through the outputs: a signal there does not cut them short
 	if err := l.run(); err != nil {
 		return err
 	}
@@ -237,6 +258,7 @@ type trainFlags struct {
 	keep      int    // --keep K
 	progress  bool   // a progress bar, else a line per steps_per_print steps
 	tracePath string // --trace FILE; "" for none
+	overwrite bool   // --overwrite: a new run may take a directory holding another run's files
 }
 
 // parseTrainFlags reads and checks the flags that need no config.
@@ -245,7 +267,7 @@ func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 		return trainFlags{}, usagef("train: unexpected argument %q (flags go before arguments; see strata train --help)", c.Args().First())
 	}
 	f := trainFlags{out: c.String("out"), saveEvery: c.Int("save-every"), keep: c.Int("keep"),
-		progress: !c.Bool("no-progress"), tracePath: c.String("trace")}
+		progress: !c.Bool("no-progress"), tracePath: c.String("trace"), overwrite: c.Bool("overwrite")}
 	switch {
 	case f.saveEvery < 0:
 		return f, usagef("train: --save-every %d: need a positive number of steps", f.saveEvery)
@@ -255,6 +277,8 @@ func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 		return f, usagef("train: --keep %d: need at least 1", f.keep)
 	case c.IsSet("keep") && f.saveEvery == 0:
 		return f, usagef("train: --keep needs --save-every N (it bounds the checkpoints that writes)")
+	case f.overwrite && f.out == "":
+		return f, usagef("train: --overwrite needs --out DIR (it lets this run take a directory that holds another run's files)")
 	}
 	return f, nil
 }
@@ -435,8 +459,7 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 	return nil
 }
 
-// checkResume refuses a resumed run with nothing to train or whose --out
-// holds later checkpoints, and notes how --config differs from the
+// checkResume refuses a resumed run with nothing to train, and notes how --config differs from the
 // checkpoint's config.
 func checkResume(c *cli.Context, p *trainPlan, stderr io.Writer) error {
 	p.start = p.resume.Step
@@ -444,13 +467,6 @@ func checkResume(c *cli.Context, p *trainPlan, stderr io.Writer) error {
 	if p.start >= int64(steps) {
 		return usagef("train: --resume: %s is at step %d, and --steps (the total, counted from step 1) is %d: nothing to train; raise --steps above %d to continue",
 			p.resumeDir, p.start, steps, p.start)
-	}
-	out := c.String("out")
-	if later, err := laterCheckpoints(out, p.start); err != nil {
-		return err
-	} else if len(later) > 0 {
-		return usagef("train: --resume: %s already holds checkpoints past step %d (%s): this run would mix with them; resume from the latest, or write this run to another --out",
-			filepath.Join(out, "checkpoints"), p.start, strings.Join(later, ", "))
 	}
 	if c.IsSet("config") {
 		if d := configDiff(p.resume.Config, p.cfg.JSON()); d != "" {
@@ -523,6 +539,10 @@ type trainLoop struct {
 	jsonl  io.Writer                // steps.jsonl; nil without --out
 	bar    *progressbar.ProgressBar // nil without a progress bar
 	intr   *interrupts
+	runID  string // the run's id (--out), in every checkpoint it saves
+
+	checked int64       // the last step whose end looked for a signal (under intr.mu)
+	saving  atomic.Bool // a checkpoint is being written
 
 	t0          time.Time
 	first, last engine.StepStats
@@ -569,7 +589,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		return err
 	}
 	l.show(st)
-	sig := l.intr.requested()
+	sig := l.intr.requested(func() { l.checked = st.Step })
 	if sig != nil && st.Step == int64(l.steps) {
 		sig = nil // the last step: the run ends as usual
 	}
@@ -628,7 +648,9 @@ func (l *trainLoop) show(st engine.StepStats) {
 // --out DIR/checkpoints/ and returns its directory.
 func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	ts := time.Now()
-	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep})
+	l.saving.Store(true)
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Hook: testHook})
+	l.saving.Store(false)
 	if err != nil {
 		return "", fmt.Errorf("train: save checkpoint: %w", err)
 	}
@@ -664,10 +686,10 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	}
 	total, out := l.cfg.Strata.Steps, l.flags.out
 	if l.stoppedAt == "" {
-		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total)}
+		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total), exitStatus(l.stopped)}
 	}
 	return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: strata train --resume %s --out %s --steps %d",
-		l.stopped, l.last.Step, total, l.stoppedAt, out, out, total)}
+		l.stopped, l.last.Step, total, l.stoppedAt, out, out, total), exitStatus(l.stopped)}
 }
 
 // writeRunOut writes summary.json and the trained weights (fp32 master
@@ -702,43 +724,6 @@ func lrPastSchedule(cfg *config.Config) string {
 	}
 	return fmt.Sprintf("scheduler WarmupDecayLR ends at total_num_steps %d: steps %d-%d run at warmup_min_lr %g (a --config with a larger scheduler.params.total_num_steps decays over the whole run)",
 		sc.Params.TotalNumSteps, sc.Params.TotalNumSteps+1, cfg.Strata.Steps, sc.Params.WarmupMinLR)
-}
-
-// openOut creates dir, writes the resolved config and opens steps.jsonl:
-// a new file, or for a run resumed after step start the existing one
-// without its lines past start (a run that went on after its last
-// checkpoint), ready to append to.
-func openOut(dir string, cfg *config.Config, start int64) (*os.File, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("train: --out: %w", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "config.json"), append(cfg.JSON(), '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("train: --out: %w", err)
-	}
-	path := filepath.Join(dir, "steps.jsonl")
-	var kept []byte
-	if start > 0 {
-		old, err := os.ReadFile(path)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("train: --out: %w", err)
-		}
-		for line := range bytes.Lines(old) {
-			var l struct {
-				Step int64 `json:"step"`
-			}
-			if json.Unmarshal(line, &l) == nil && l.Step >= 1 && l.Step <= start && bytes.HasSuffix(line, []byte("\n")) {
-				kept = append(kept, line...)
-			}
-		}
-	}
-	f, err := os.Create(path)
-	if err == nil {
-		_, err = f.Write(kept)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("train: --out: %w", err)
-	}
-	return f, nil
 }
 
 // resolveResume finds the checkpoint --resume names: a checkpoint
@@ -866,31 +851,4 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}
-}
-
-// laterCheckpoints names the checkpoints under the run directory out
-// (none without one) saved after step.
-func laterCheckpoints(out string, step int64) ([]string, error) {
-	if out == "" {
-		return nil, nil
-	}
-	dir := filepath.Join(out, "checkpoints")
-	l, err := checkpoint.List(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("train: --resume: %w", err)
-	}
-	var later []string
-	for _, name := range l.Checkpoints {
-		m, _, err := checkpoint.ReadManifest(filepath.Join(dir, name))
-		if err != nil {
-			return nil, fmt.Errorf("train: --resume: %w", err)
-		}
-		if m.Step > step {
-			later = append(later, name)
-		}
-	}
-	return later, nil
 }

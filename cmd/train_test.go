@@ -353,15 +353,6 @@ func TestTrainResume(t *testing.T) {
 		t.Errorf("stderr lacks %q:\n%s", w, stderr)
 	}
 
-	// From step 4 into the run's directory, which holds the checkpoint of
-	// step 6 of another continuation: refused (the two would mix, and
-	// --keep could prune the one resumed from), nothing touched.
-	_, _, err = runApp(t, "train", "--no-progress", "--data", "../testdata/train/corpus.txt", "--config", cfg, "--steps", "9", "--resume", step4, "--out", run)
-	if err == nil || !strings.Contains(err.Error(), "past step 4 (step-00000006)") || !strings.Contains(err.Error(), "another --out") {
-		t.Errorf("resume from step 4 into a run holding step 6: %v, want a refusal naming step-00000006", err)
-	}
-	sameLosses(t, "the run after the refused resume", stepLosses(t, run), want, 1, 9)
-
 	// From step 4 on 1 device (resharded; the saved config keeps the global
 	// batch: 2 micro-batches): step 5 starts from the same params on the
 	// same rows, so its loss is bit-equal; later steps sum the gradient in
@@ -400,6 +391,46 @@ func TestTrainResume(t *testing.T) {
 				t.Errorf("%v: error %q lacks %q", c.args, err, w)
 			}
 		}
+	}
+
+	resumeOlder(t, train, cfg, run, want)
+}
+
+// resumeOlder: with the run's latest checkpoint (step 6) corrupt, resuming
+// from its intact step-4 checkpoint into the run's own directory is
+// allowed: latest moves back to step 4, step 6 is set aside (said so), and
+// the run ends as the uninterrupted one, steps.jsonl one run of 9 steps.
+func resumeOlder(t *testing.T, train func(...string) (string, string), cfg, run string, want map[int64]float64) {
+	t.Helper()
+	ck := filepath.Join(run, "checkpoints")
+	rank := filepath.Join(ck, "step-00000006", "rank-00001.safetensors")
+	b, err := os.ReadFile(rank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 1
+	if err := os.WriteFile(rank, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runApp(t, "train", "--no-progress", "--steps", "9", "--resume", run, "--out", run); err == nil || !strings.Contains(err.Error(), "checksum mismatch") {
+		t.Fatalf("resume from a corrupt latest: %v, want a checksum mismatch", err)
+	}
+	_, stderr := train("--config", cfg, "--steps", "9", "--resume", filepath.Join(ck, "step-00000004"), "--out", run, "--save-every", "2")
+	for _, w := range []string{"latest moved back to step-00000004 (step 4)", "set aside", "aside-step-00000006"} {
+		if !strings.Contains(stderr, w) {
+			t.Errorf("resume from the older checkpoint: stderr lacks %q:\n%s", w, stderr)
+		}
+	}
+	sameLosses(t, "resumed from the older checkpoint into its run", stepLosses(t, run), want, 1, 9)
+	ls, err := checkpoint.List(ck)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ls.Latest != "step-00000009" || strings.Join(ls.Checkpoints, ",") != "step-00000008,step-00000009" {
+		t.Errorf("checkpoints %v latest %q, want steps 8 and 9", ls.Checkpoints, ls.Latest)
+	}
+	if _, err := os.Stat(filepath.Join(ck, "aside-step-00000006", "manifest.json")); err != nil {
+		t.Errorf("the set-aside checkpoint: %v", err)
 	}
 }
 
@@ -463,4 +494,64 @@ func TestTrainInterrupt(t *testing.T) {
 		t.Fatalf("uninterrupted: %v\n%s", err, stderr)
 	}
 	sameLosses(t, "interrupted and resumed", stepLosses(t, run), stepLosses(t, full), 1, n+2)
+}
+
+// TestQuickStart runs the `strata train` lines of README.md's quick start
+// in order, as written, in one directory: each line that resumes goes on
+// from the step where the previous run into its --out stopped, and each run
+// into an --out leaves its latest checkpoint at its last step.
+func TestQuickStart(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(readme), "## Quick start")
+	if _, block, ok = strings.Cut(block, "```sh\n"); !ok {
+		t.Fatal("README.md: no sh block after ## Quick start")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	t.Chdir(t.TempDir())
+	end := map[string]int64{} // --out DIR -> the step its run ended at
+	lines := 0
+	for line := range strings.Lines(block) {
+		line, _, _ = strings.Cut(line, "#")
+		args := strings.Fields(line)
+		if len(args) < 2 || args[0] != "./strata" || args[1] != "train" {
+			continue
+		}
+		lines++
+		args = append(args[1:], "--no-progress")
+		flags := map[string]string{}
+		for i := 1; i+1 < len(args); i++ {
+			if strings.HasPrefix(args[i], "--") {
+				flags[args[i]] = args[i+1]
+			}
+		}
+		_, stderr, err := runApp(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", line, err, stderr)
+		}
+		if from := flags["--resume"]; from != "" {
+			if w := fmt.Sprintf("resumed from step %d", end[from]); end[from] == 0 || !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr lacks %q (the previous run into %s ended at step %d):\n%s", line, w, from, end[from], stderr)
+			}
+		}
+		if out := flags["--out"]; out != "" {
+			m, _, err := checkpoint.ReadManifest(filepath.Join(out, "checkpoints"))
+			if err != nil {
+				t.Fatalf("%s: no checkpoint: %v", line, err)
+			}
+			steps := int64(demoSteps)
+			if s := flags["--steps"]; s != "" {
+				fmt.Sscan(s, &steps)
+			}
+			if m.Step != steps {
+				t.Errorf("%s: latest checkpoint at step %d, the run ended at %d: a resume would redo steps %d-%d", line, m.Step, steps, m.Step+1, steps)
+			}
+			end[out] = steps
+		}
+	}
+	if lines < 3 {
+		t.Fatalf("README.md's quick start has %d `./strata train` lines", lines)
+	}
 }

@@ -1,0 +1,139 @@
+package cmd
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestMain runs this test binary as `strata` when STRATA_TEST_MAIN holds
+// the arguments (JSON): the tests' child processes. STRATA_TEST_BLOCK
+// ("POINT#N") blocks the child at the N-th pass through a named point of
+// the run or of its checkpoint saves (testHook): it prints "AT POINT" on
+// stdout, then waits until the file STRATA_TEST_GO exists (without one,
+// until it is killed).
+func TestMain(m *testing.M) {
+	args := os.Getenv("STRATA_TEST_MAIN")
+	if args == "" {
+		os.Exit(m.Run())
+	}
+	var argv []string
+	if err := json.Unmarshal([]byte(args), &argv); err != nil {
+		fmt.Fprintln(os.Stderr, "STRATA_TEST_MAIN:", err)
+		os.Exit(3)
+	}
+	if block := os.Getenv("STRATA_TEST_BLOCK"); block != "" {
+		point, nth, _ := strings.Cut(block, "#")
+		n, _ := strconv.Atoi(nth)
+		var mu sync.Mutex
+		seen := 0
+		testHook = func(p string) error {
+			mu.Lock()
+			if p == point {
+				seen++
+			}
+			hit := p == point && seen == max(n, 1)
+			mu.Unlock()
+			if !hit {
+				return nil
+			}
+			fmt.Printf("AT %s\n", p)
+			for goFile := os.Getenv("STRATA_TEST_GO"); ; {
+				if _, err := os.Stat(goFile); goFile != "" && err == nil {
+					return nil
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
+	os.Exit(Main(append([]string{"strata"}, argv...)))
+}
+
+// child is a `strata` process: this test binary run by TestMain.
+type child struct {
+	cmd    *exec.Cmd
+	stdout *bufio.Reader
+	stderr *lockedBuffer
+}
+
+// startChild starts `strata args...` in a process, blocked at block
+// ("POINT#N", "" for none) until goFile exists.
+func startChild(t *testing.T, block, goFile string, args ...string) *child {
+	t.Helper()
+	a, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "STRATA_TEST_MAIN="+string(a), "STRATA_TEST_BLOCK="+block, "STRATA_TEST_GO="+goFile)
+	c := &child{cmd: cmd, stderr: &lockedBuffer{}}
+	cmd.Stderr = c.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c.stdout = bufio.NewReader(out)
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return c
+}
+
+// waitAt reads the child's stdout until it says it is blocked at point.
+func (c *child) waitAt(t *testing.T, point string) {
+	t.Helper()
+	for {
+		line, err := c.stdout.ReadString('\n')
+		if strings.TrimSpace(line) == "AT "+point {
+			return
+		}
+		if err != nil {
+			c.cmd.Wait()
+			t.Fatalf("child ended before %q: %v\n%s", point, err, c.stderr.String())
+		}
+	}
+}
+
+// wait drains stdout and returns the exit status.
+func (c *child) wait() int {
+	io.Copy(io.Discard, c.stdout)
+	c.cmd.Wait()
+	return c.cmd.ProcessState.ExitCode()
+}
+
+// waitStderr waits until the child's stderr holds s, or it ends.
+func (c *child) waitStderr(t *testing.T, s string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if strings.Contains(c.stderr.String(), s) {
+			return
+		}
+		if c.cmd.ProcessState != nil || i > 60000 {
+			t.Fatalf("child's stderr never said %q:\n%s", s, c.stderr.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}

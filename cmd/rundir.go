@@ -1,0 +1,278 @@
+package cmd
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/config"
+)
+
+// A run directory (--out) belongs to one run:
+//
+//	DIR/strata.lock   flock(2)ed while a run writes into DIR; holds its pid
+//	DIR/run.json      the run's id; every checkpoint it saves carries it
+//
+// A new run claims an empty directory (or, with --overwrite, one that
+// holds another run's files); a resumed run claims the directory of the
+// run it continues (a checkpoint with the directory's run id).
+const (
+	lockFileName = "strata.lock"
+	runFileName  = "run.json"
+)
+
+// runDir is a claimed --out directory.
+type runDir struct {
+	path string
+	id   string   // this run's id, in run.json and every checkpoint's manifest
+	lock *os.File // flock(LOCK_EX) held until close
+	// continues is true when the run resumes the run that owns the
+	// directory (its checkpoints are this run's history).
+	continues bool
+	replaced  string // with --overwrite: what the earlier run left (a note)
+}
+
+// runFile is run.json.
+type runFile struct {
+	Run     string    `json:"run"`
+	Started time.Time `json:"started"`
+	PID     int       `json:"pid"`
+}
+
+// claimOut locks the run directory out (created if missing) and decides
+// whether this run may write into it: an empty directory, the directory of
+// the run that resume (nil for a new run) continues, or, with overwrite,
+// any directory. Another run holding the lock is named by its pid.
+func claimOut(out string, resume *checkpoint.Manifest, resumeDir string, overwrite bool) (*runDir, error) {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("train: --out: %w", err)
+	}
+	lockPath := filepath.Join(out, lockFileName)
+	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("train: --out: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := io.ReadAll(f)
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("train: --out %s is in use by another run (pid %s holds %s): wait for it to end, or choose another --out",
+				out, strings.TrimSpace(string(b)), lockPath)
+		}
+		return nil, fmt.Errorf("train: --out: lock %s: %w", lockPath, err)
+	}
+	rd := &runDir{path: out, lock: f}
+	if err := rd.decide(resume, resumeDir, overwrite); err != nil {
+		rd.close()
+		return nil, err
+	}
+	if err := f.Truncate(0); err == nil {
+		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	if err != nil {
+		rd.close()
+		return nil, fmt.Errorf("train: --out: %s: %w", lockPath, err)
+	}
+	return rd, nil
+}
+
+// decide sets the run's id: the directory's for the run it continues, a
+// new one for a new run into an empty directory (or, with overwrite, one
+// that holds another run's files); anything else is refused.
+func (rd *runDir) decide(resume *checkpoint.Manifest, resumeDir string, overwrite bool) error {
+	ents, err := os.ReadDir(rd.path)
+	if err != nil {
+		return fmt.Errorf("train: --out: %w", err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.Name() != lockFileName {
+			names = append(names, e.Name())
+		}
+	}
+	owner, err := readRunFile(rd.path)
+	if err != nil {
+		return err
+	}
+	inside := resumeDir != "" && sameDir(filepath.Dir(resumeDir), filepath.Join(rd.path, "checkpoints"))
+	switch {
+	case len(names) == 0:
+	case resume != nil && owner != nil && resume.Run == owner.Run:
+		rd.id, rd.continues = owner.Run, true
+		return nil
+	case resume != nil && owner == nil && resume.Run == "" && inside:
+		// A run directory written before run ids: its checkpoints are this
+		// run's history; new checkpoints carry a new id.
+		rd.continues = true
+	case overwrite:
+		rd.replaced = strings.Join(names, ", ")
+	default:
+		what := "files of another run"
+		if owner == nil {
+			what = "files that are not a Strata run's"
+		}
+		hint := ""
+		if owner != nil && slices.Contains(names, "checkpoints") {
+			hint = fmt.Sprintf("resume that run (--resume %s --out %s), ", rd.path, rd.path)
+		}
+		if len(names) > 6 {
+			names = append(names[:6], fmt.Sprintf("and %d more", len(names)-6))
+		}
+		return usagef("train: --out %s is not empty (%s) and holds %s: a run directory belongs to one run; %schoose an empty --out, or pass --overwrite to replace its config.json, steps.jsonl, summary.json and model.safetensors (its checkpoints stay, never pruned by this run)",
+			rd.path, strings.Join(names, ", "), what, hint)
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	rd.id = hex.EncodeToString(b[:])
+	return nil
+}
+
+// readRunFile reads dir/run.json; nil, nil without one.
+func readRunFile(dir string) (*runFile, error) {
+	b, err := os.ReadFile(filepath.Join(dir, runFileName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: --out: %w", err)
+	}
+	var rf runFile
+	if err := json.Unmarshal(b, &rf); err != nil || rf.Run == "" {
+		return nil, fmt.Errorf("train: --out: %s is not a run file (%v): remove it or choose another --out", filepath.Join(dir, runFileName), err)
+	}
+	return &rf, nil
+}
+
+// writeRunFile records the run's id in run.json.
+func (rd *runDir) writeRunFile() error {
+	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid()}, "", "  ")
+	if err := os.WriteFile(filepath.Join(rd.path, runFileName), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("train: --out: %w", err)
+	}
+	return nil
+}
+
+// close releases the lock (the file stays: removing it would let a third
+// run lock a new file while a second holds the old one).
+func (rd *runDir) close() {
+	if rd != nil && rd.lock != nil {
+		rd.lock.Close()
+		rd.lock = nil
+	}
+}
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// open makes the directory this run's: for a run resumed from an older
+// checkpoint of the directory's own run, "latest" moves back to it and the
+// later checkpoints of the run are set aside (said on stderr); then
+// run.json, the resolved config, and steps.jsonl: a new file, or for a
+// resumed run the existing one without its lines past the resumed step (a
+// run that went on after its checkpoint), ready to append to.
+func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.File, error) {
+	if rd.replaced != "" {
+		fmt.Fprintf(stderr, "note: --overwrite: %s held another run's files (%s): its config.json, steps.jsonl, summary.json and model.safetensors are replaced; its checkpoints stay, and this run never prunes them\n",
+			rd.path, rd.replaced)
+	}
+	ck := filepath.Join(rd.path, "checkpoints")
+	if ls, err := checkpoint.List(ck); err == nil && len(ls.Incomplete) > 0 {
+		fmt.Fprintf(stderr, "note: %s: ignored incomplete checkpoint directories (a save or a removal cut short; remove them): %s\n",
+			ck, strings.Join(ls.Incomplete, ", "))
+	}
+	if rd.continues {
+		if err := rd.rewind(p, stderr); err != nil {
+			return nil, err
+		}
+	}
+	if err := rd.writeRunFile(); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(rd.path, "config.json"), append(cfg.JSON(), '\n'), 0o644); err != nil {
+		return nil, fmt.Errorf("train: --out: %w", err)
+	}
+	path := filepath.Join(rd.path, "steps.jsonl")
+	var kept []byte
+	if rd.continues && p.start > 0 {
+		old, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("train: --out: %w", err)
+		}
+		for line := range bytes.Lines(old) {
+			var l struct {
+				Step int64 `json:"step"`
+			}
+			if json.Unmarshal(line, &l) == nil && l.Step >= 1 && l.Step <= p.start && bytes.HasSuffix(line, []byte("\n")) {
+				kept = append(kept, line...)
+			}
+		}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		_, err = f.Write(kept)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: --out: %w", err)
+	}
+	return f, nil
+}
+
+// rewind handles a run resumed into its own directory from a checkpoint
+// older than the run's newest: when the checkpoint is in the directory,
+// latest moves back to it and the later ones are set aside; a copy from
+// elsewhere is refused (the two histories would mix).
+func (rd *runDir) rewind(p *trainPlan, stderr io.Writer) error {
+	ck := filepath.Join(rd.path, "checkpoints")
+	ls, err := checkpoint.List(ck)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("train: --out: %w", err)
+	}
+	var later []string
+	for _, c := range ls.Complete {
+		if c.Run == p.resume.Run && c.Step > p.start {
+			later = append(later, c.Name)
+		}
+	}
+	inside := sameDir(filepath.Dir(p.resumeDir), ck)
+	if !inside {
+		if len(later) > 0 {
+			return usagef("train: --resume: %s already holds checkpoints of this run past step %d (%s): this run would mix with them; resume from the latest, or from a checkpoint in %s, or write this run to another --out",
+				ck, p.start, strings.Join(later, ", "), ck)
+		}
+		return nil
+	}
+	name := filepath.Base(p.resumeDir)
+	if ls.Latest == name && len(later) == 0 {
+		return nil
+	}
+	aside, err := checkpoint.Rewind(ck, name)
+	if err != nil {
+		return fmt.Errorf("train: --resume: %w", err)
+	}
+	msg := ""
+	if len(aside) > 0 {
+		msg = fmt.Sprintf("; the later checkpoints of this run are set aside, not loaded or pruned (remove them when you no longer need them): %s", strings.Join(aside, ", "))
+	}
+	fmt.Fprintf(stderr, "note: %s/latest moved back to %s (step %d)%s\n", ck, name, p.start, msg)
+	return nil
+}
