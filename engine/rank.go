@@ -40,7 +40,7 @@ type rank struct {
 	normsHost  []byte
 	losses     []float64
 	batches    []model.Batch // this step's micro-batches (Engine.readBatches)
-	paramReady []gpu.Event // per chunk: the last write of its parameters
+	paramReady []gpu.Event   // per chunk: the last write of its parameters
 	leased     []*pinned.Buffer
 	ws         workspaceStats
 	liveGrads  []liveGrad
