@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/bench"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -51,12 +51,11 @@ func TestTrainDataStreamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes)
+	devs, comms, err := cpu.New(cpu.Options{Devices: cfg.Strata.Devices, HBMBytes: cfg.Strata.HBMBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer devs.Close()
-	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: model.Encode(text)})
+	e, err := engine.New(cfg, cpu.Devices(devs), comms, engine.Options{Tokens: model.Encode(text)})
 	if err != nil {
 		t.Fatal(err)
 	}
