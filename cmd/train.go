@@ -187,6 +187,11 @@ func runTrain(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	var opts engine.Options
+	if p.corpus != nil {
+		defer p.corpus.Close()
+		opts.Corpus = p.corpus
+	}
 	var rd *runDir
 	if f.out != "" {
 		if rd, err = claimOut(f.out, p.resume, p.resumeDir, f.overwrite); err != nil {
@@ -207,7 +212,8 @@ func runTrain(c *cli.Context) (err error) {
 	if trFile != nil {
 		defer trFile.Close()
 	}
-	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{Tokens: p.tokens, Trace: tr, HostRegistrar: devs.Registrar})
+	opts.Trace, opts.HostRegistrar = tr, devs.Registrar
+	e, err := engine.New(cfg, devs.Devs, devs.Comms, opts)
 	if err != nil {
 		if trFile != nil { // nothing to write: no empty file left behind
 			trFile.Close()
@@ -289,12 +295,12 @@ type trainPlan struct {
 	resume    *checkpoint.Manifest // the checkpoint to continue from; nil for a new run
 	resumeDir string               // its directory
 	start     int64                // the step the run resumes after
-	tokens    []int32              // the training text; nil for the synthetic corpus
+	corpus    *model.FileCorpus    // the training text, read in windows; nil for the synthetic corpus
 }
 
 // planTrain resolves the config (--config, else the checkpoint of
 // --resume, else the demonstration) with the flags applied, prints its
-// notes, checks a resumed run against --steps and --out, and loads the
+// notes, checks a resumed run against --steps and --out, and opens the
 // training text.
 func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
 	p := &trainPlan{}
@@ -332,7 +338,7 @@ func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
 	if cfg.Strata.Data != "" {
-		if p.tokens, err = engine.LoadCorpus(cfg.Strata.Data); err != nil {
+		if p.corpus, err = engine.OpenCorpus(cfg.Strata.Data); err != nil {
 			return nil, err
 		}
 	}

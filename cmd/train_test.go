@@ -140,6 +140,11 @@ func TestTrainData(t *testing.T) {
 // non-zero exit status.
 func TestTrainBadInput(t *testing.T) {
 	empty := writeFile(t, "empty.txt", "")
+	dataDir := t.TempDir()
+	fifo := filepath.Join(dataDir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -153,6 +158,9 @@ func TestTrainBadInput(t *testing.T) {
 		{"missing data", []string{"--data", filepath.Join(t.TempDir(), "nope.txt")}, []string{"nope.txt", "no such file"}},
 		{"empty data", []string{"--data", empty}, []string{"empty.txt", "empty"}},
 		{"short data", []string{"--data", writeFile(t, "short.txt", "tiny")}, []string{"corpus too short"}},
+		{"data from a device", []string{"--data", "/dev/zero"}, []string{"/dev/zero", "not a regular file", "a character device"}},
+		{"data from a directory", []string{"--data", dataDir}, []string{dataDir, "not a regular file", "a directory"}},
+		{"data from a pipe", []string{"--data", fifo}, []string{fifo, "not a regular file", "a named pipe"}},
 		{"steps", []string{"--steps", "0"}, []string{"--steps"}},
 	}
 	for _, c := range cases {

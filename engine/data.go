@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strings"
 
 	"github.com/strata-ai/strata/model"
@@ -13,17 +12,20 @@ import (
 // ErrEmptyCorpus says a data file has no bytes.
 var ErrEmptyCorpus = errors.New("engine: data file is empty")
 
-// LoadCorpus reads a text file (any bytes) and tokenizes it byte by byte.
-// A missing or empty file is an error that names it.
-func LoadCorpus(path string) ([]int32, error) {
-	b, err := os.ReadFile(path)
+// OpenCorpus opens a data file (any bytes, one token per byte) to be read
+// in windows (model.FileCorpus): memory does not grow with its size. A
+// missing or empty file, or one that is not a regular file (a device such
+// as /dev/zero, a pipe, a directory), is an error that names it.
+func OpenCorpus(path string) (*model.FileCorpus, error) {
+	c, err := model.OpenCorpus(path)
 	if err != nil {
-		return nil, fmt.Errorf("engine: data: %w", err)
+		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if len(b) == 0 {
+	if c.Len() == 0 {
+		c.Close()
 		return nil, fmt.Errorf("%w: %s has no bytes to train on", ErrEmptyCorpus, path)
 	}
-	return model.Encode(b), nil
+	return c, nil
 }
 
 // SyntheticCorpus is the built-in training text of a run without data: about

@@ -38,6 +38,7 @@ type Engine struct {
 	shape     model.Shape
 	layout    *model.Layout
 	data      *model.Sampler
+	dataFile  *model.FileCorpus // the corpus New opened from strata.data, closed by Close; nil for one given in Options
 	n         int
 	stage     int
 	precision gpu.DType
@@ -94,19 +95,20 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	seq, data, err := newSampler(cfg, shape, opts)
+	seq, data, dataFile, err := newSampler(cfg, shape, opts)
 	if err != nil {
 		return nil, err
 	}
 	z := cfg.ZeRO
 	e := &Engine{
-		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: len(devices), stage: z.Stage,
+		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, dataFile: dataFile, n: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, t0: time.Now(),
 	}
 	mo, err := e.layOut()
 	if err != nil {
+		e.closeData()
 		return nil, err
 	}
 	e.fwdOrder = forwardOrder(shape.Layers, len(e.chunks))
@@ -163,36 +165,92 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 }
 
 // newSampler returns the sequence length and the sampler over the corpus:
-// Options.Tokens, strata.data, or the synthetic corpus.
-func newSampler(cfg *config.Config, shape model.Shape, opts Options) (int, *model.Sampler, error) {
+// Options.Corpus, Options.Tokens, strata.data (streamed from the file,
+// which it returns to be closed with the engine), or the synthetic corpus.
+func newSampler(cfg *config.Config, shape model.Shape, opts Options) (int, *model.Sampler, *model.FileCorpus, error) {
 	seq := cfg.Strata.SeqLen
 	if seq == 0 {
 		seq = shape.MaxSeq
 	}
 	if seq > shape.MaxSeq {
-		return 0, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
+		return 0, nil, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
 	}
-	tokens := opts.Tokens
-	if tokens == nil {
-		if cfg.Strata.Data != "" {
-			var err error
-			if tokens, err = LoadCorpus(cfg.Strata.Data); err != nil {
-				return 0, nil, err
-			}
-		} else {
-			tokens = SyntheticCorpus(syntheticCorpusBytes)
+	var file *model.FileCorpus
+	corpus := opts.Corpus
+	switch {
+	case corpus != nil:
+	case opts.Tokens != nil:
+		corpus = model.Tokens(opts.Tokens)
+	case cfg.Strata.Data != "":
+		var err error
+		if file, err = OpenCorpus(cfg.Strata.Data); err != nil {
+			return 0, nil, nil, err
+		}
+		corpus = file
+	default:
+		corpus = model.Tokens(SyntheticCorpus(syntheticCorpusBytes))
+	}
+	if t, ok := corpus.(model.Tokens); ok {
+		// Checked whole here; a corpus read in windows is checked a batch
+		// at a time (readBatches).
+		if err := checkVocab(t, shape.Vocab); err != nil {
+			return 0, nil, nil, fmt.Errorf("engine: %w", err)
 		}
 	}
-	for i, t := range tokens {
-		if t < 0 || int(t) >= shape.Vocab {
-			return 0, nil, fmt.Errorf("engine: token %d (id %d) is outside the vocabulary [0, %d)", i, t, shape.Vocab)
-		}
-	}
-	data, err := model.NewSampler(tokens, seq, cfg.Strata.Seed)
+	data, err := model.NewCorpusSampler(corpus, seq, cfg.Strata.Seed)
 	if err != nil {
-		return 0, nil, fmt.Errorf("engine: data: %w", err)
+		if file != nil {
+			file.Close()
+		}
+		return 0, nil, nil, fmt.Errorf("engine: data: %w", err)
 	}
-	return seq, data, nil
+	return seq, data, file, nil
+}
+
+// checkVocab says which token of tokens is outside the vocabulary
+// [0, vocab).
+func checkVocab(tokens []int32, vocab int) error {
+	for i, t := range tokens {
+		if t < 0 || int(t) >= vocab {
+			return fmt.Errorf("token %d (id %d) is outside the vocabulary [0, %d)", i, t, vocab)
+		}
+	}
+	return nil
+}
+
+// readBatches reads every rank's micro-batches of step before any rank
+// starts, so that a read error (an I/O error, a data file that shrank)
+// ends the step before anything ran, on every rank alike, and the step
+// can be retried. A corpus not checked whole by New (one read in windows)
+// has each batch's tokens checked against the vocabulary.
+func (e *Engine) readBatches(step int64) error {
+	_, checked := e.data.Corpus().(model.Tokens)
+	for _, r := range e.ranks {
+		r.batches = r.batches[:0]
+		for k := range e.accum {
+			b, err := e.data.RankBatch(int(step-1), r.idx, k, e.accum, e.micro)
+			if err == nil && !checked {
+				if err = checkVocab(b.IDs, e.shape.Vocab); err == nil {
+					err = checkVocab(b.Targets, e.shape.Vocab)
+				}
+			}
+			if err != nil {
+				return fmt.Errorf("engine: step %d: rank %d micro-batch %d: %w", step, r.idx, k, err)
+			}
+			r.batches = append(r.batches, b)
+		}
+	}
+	return nil
+}
+
+// closeData closes the data file New opened, if any.
+func (e *Engine) closeData() error {
+	if e.dataFile == nil {
+		return nil
+	}
+	f := e.dataFile
+	e.dataFile = nil
+	return f.Close()
 }
 
 // layOut takes the memory options from the config, the estimate, and lays
@@ -368,6 +426,9 @@ func (e *Engine) Step() (StepStats, error) {
 	step := e.step + 1
 	st := StepStats{Step: step, LR: e.LR(step), ClipCoef: 1, Tokens: e.TokensPerStep()}
 
+	if err := e.readBatches(step); err != nil {
+		return st, err
+	}
 	var snap tierSnap
 	if e.tiers != nil {
 		for i, d := range e.tiers.drivers {
@@ -586,6 +647,9 @@ func (e *Engine) Close() error {
 	e.ranks = nil
 	if e.opt != nil {
 		e.opt.Close()
+	}
+	if err := e.closeData(); err != nil && first == nil {
+		first = err
 	}
 	return first
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/prefetch"
@@ -13,8 +14,13 @@ import (
 
 // Options configure an Engine beyond its config file.
 type Options struct {
-	// Tokens is the training corpus (byte-level ids, model.Encode). nil
-	// reads strata.data from the config (LoadCorpus), or the built-in
+	// Corpus is the training corpus, read a window at a time (a
+	// model.FileCorpus from OpenCorpus streams a file; the caller closes
+	// it after the engine). nil: Tokens.
+	Corpus model.Corpus
+	// Tokens is the training corpus held in memory (byte-level ids,
+	// model.Encode). nil, with Corpus nil too, streams strata.data from
+	// the config (OpenCorpus; the engine closes it), or uses the built-in
 	// synthetic corpus when that is empty too.
 	Tokens []int32
 	// Precision is the dtype of the device params and grads: gpu.BF16
@@ -115,6 +121,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("engine: max live chunks %d must be >= 2 (the chunk in use and the next)", o.MaxLiveChunks)
 	case o.TierHBMBytes < 0 || o.PrefetchSlack < 0:
 		return fmt.Errorf("engine: tier hbm bytes %d and prefetch slack %v must be >= 0", o.TierHBMBytes, o.PrefetchSlack)
+	case o.Corpus != nil && o.Tokens != nil:
+		return fmt.Errorf("engine: options give both a Corpus and Tokens; give one")
 	}
 	for l, bw := range o.LinkBandwidth {
 		if !(bw > 0) {
@@ -127,8 +135,15 @@ func (o Options) Validate() error {
 func (o Options) String() string {
 	o = o.withDefaults()
 	src := "config"
-	if o.Tokens != nil {
-		src = fmt.Sprintf("%d tokens", len(o.Tokens))
+	switch c := o.Corpus.(type) {
+	case nil:
+		if o.Tokens != nil {
+			src = fmt.Sprintf("%d tokens", len(o.Tokens))
+		}
+	case *model.FileCorpus:
+		src = fmt.Sprintf("file %s (%d tokens)", c.Path(), c.Len())
+	default:
+		src = fmt.Sprintf("%d tokens", c.Len())
 	}
 	return fmt.Sprintf("engine.Options{Data: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
 		src, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)

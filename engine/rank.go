@@ -39,7 +39,8 @@ type rank struct {
 	norms      gpu.Buffer // F64, one per chunk: the sum of squares of this rank's reduced gradient
 	normsHost  []byte
 	losses     []float64
-	paramReady []gpu.Event // per chunk: the last write of its parameters
+	batches    []model.Batch // this step's micro-batches (Engine.readBatches)
+	paramReady []gpu.Event   // per chunk: the last write of its parameters
 	leased     []*pinned.Buffer
 	ws         workspaceStats
 	liveGrads  []liveGrad
@@ -235,7 +236,7 @@ func (r *rank) backward(step int64) error {
 	for k := range e.accum {
 		r.h.begin(k, k == e.accum-1)
 		if r.h.err == nil {
-			b := e.data.RankBatch(int(step-1), r.idx, k, e.accum, e.micro)
+			b := r.batches[k]
 			err := r.model.Forward(r.s, r.h, b.IDs, b.Targets)
 			if err == nil {
 				err = r.model.Backward(r.s, r.h, scale)

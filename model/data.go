@@ -41,14 +41,16 @@ type Batch struct {
 // Sampler draws training windows from a tokenized corpus, deterministically:
 // the window of row r of step t depends only on (seed, t, r), never on the
 // order of calls, so every run, every rank and every way of splitting a
-// global batch see the same data.
+// global batch see the same data, and the same text gives the same windows
+// whether it is held in memory (Tokens) or read from a file (FileCorpus).
 //
 // A step's global batch is rows 0..G-1. Split across N ranks with A
 // micro-batches of B rows each (G = N·A·B), rank r's micro-batch k is rows
 // (r·A + k)·B .. (r·A + k + 1)·B - 1 (RankBatch): the ranks' micro-batches
 // in rank order are the global batch in row order.
 type Sampler struct {
-	tokens []int32
+	corpus Corpus
+	len    int64 // corpus.Len()
 	seq    int
 	seed   uint64
 }
@@ -59,38 +61,52 @@ var ErrCorpusTooShort = errors.New("model: corpus too short")
 // NewSampler samples windows of seq tokens (plus the next token as the
 // last target) from tokens. It keeps tokens without copying.
 func NewSampler(tokens []int32, seq int, seed uint64) (*Sampler, error) {
+	return NewCorpusSampler(Tokens(tokens), seq, seed)
+}
+
+// NewCorpusSampler samples windows of seq tokens (plus the next token as
+// the last target) from c, reading each when a batch asks for it.
+func NewCorpusSampler(c Corpus, seq int, seed uint64) (*Sampler, error) {
 	if seq < 1 {
 		return nil, fmt.Errorf("model: sampler seq %d must be >= 1", seq)
 	}
-	if len(tokens) < seq+1 {
-		return nil, fmt.Errorf("%w: %d tokens, need at least seq+1 = %d", ErrCorpusTooShort, len(tokens), seq+1)
+	if n := c.Len(); n < int64(seq)+1 {
+		return nil, fmt.Errorf("%w: %d tokens, need at least seq+1 = %d", ErrCorpusTooShort, n, seq+1)
 	}
-	return &Sampler{tokens: tokens, seq: seq, seed: seed}, nil
+	return &Sampler{corpus: c, len: c.Len(), seq: seq, seed: seed}, nil
 }
+
+// Corpus returns the corpus the sampler reads.
+func (s *Sampler) Corpus() Corpus { return s.corpus }
 
 // Seq returns the window length.
 func (s *Sampler) Seq() int { return s.seq }
 
 // Window returns the first token index of row row of step step.
-func (s *Sampler) Window(step, row int) int {
+func (s *Sampler) Window(step, row int) int64 {
 	rng := rand.New(rand.NewPCG(s.seed, uint64(step)<<32^uint64(uint32(row))))
-	return rng.IntN(len(s.tokens) - s.seq)
+	return rng.Int64N(s.len - int64(s.seq))
 }
 
-// Batch returns rows firstRow .. firstRow+rows-1 of step step.
-func (s *Sampler) Batch(step, firstRow, rows int) Batch {
+// Batch returns rows firstRow .. firstRow+rows-1 of step step: for each
+// row, one read of its seq+1 tokens. A read error is returned as the
+// corpus gives it (a FileCorpus names the file and the offset).
+func (s *Sampler) Batch(step, firstRow, rows int) (Batch, error) {
 	b := Batch{Rows: rows, Seq: s.seq, IDs: make([]int32, rows*s.seq), Targets: make([]int32, rows*s.seq)}
+	win := make([]int32, s.seq+1)
 	for r := 0; r < rows; r++ {
-		w := s.Window(step, firstRow+r)
-		copy(b.IDs[r*s.seq:(r+1)*s.seq], s.tokens[w:w+s.seq])
-		copy(b.Targets[r*s.seq:(r+1)*s.seq], s.tokens[w+1:w+1+s.seq])
+		if err := s.corpus.Read(s.Window(step, firstRow+r), win); err != nil {
+			return Batch{}, err
+		}
+		copy(b.IDs[r*s.seq:(r+1)*s.seq], win[:s.seq])
+		copy(b.Targets[r*s.seq:(r+1)*s.seq], win[1:])
 	}
-	return b
+	return b, nil
 }
 
 // RankBatch returns micro-batch micro (0 <= micro < accum) of rank rank for
 // step step, microRows rows each: rows (rank·accum + micro)·microRows onward.
-func (s *Sampler) RankBatch(step, rank, micro, accum, microRows int) Batch {
+func (s *Sampler) RankBatch(step, rank, micro, accum, microRows int) (Batch, error) {
 	if micro < 0 || micro >= accum || rank < 0 {
 		panic(fmt.Sprintf("model: RankBatch rank %d micro %d of %d", rank, micro, accum))
 	}

@@ -16,7 +16,9 @@
 //   - Params: the interface through which a pass reaches parameter and
 //     gradient memory chunk by chunk, in the fixed order AccessOrder lists,
 //     and Resident, its all-on-one-device implementation;
-//   - Encode/Decode, Sampler, Trainer and Train.
+//   - Encode/Decode; Corpus, the text a Sampler reads a window at a time,
+//     held in memory (Tokens) or read from a regular file with pread
+//     (FileCorpus, one token per byte); Sampler, Trainer and Train.
 //
 // Lifecycle: NewLayout(shape) → Layout.Init(seed) gives host fp32 chunks;
 // New(dev, layout, batch, seq) allocates the activations; per micro-batch
@@ -36,5 +38,6 @@
 // memory is bounded by the micro-batch shape and does not grow during a
 // pass. Activations are fp32; parameters and gradients are F32 or BF16 as
 // the Params hand them out. Host memory: small staging buffers for the token
-// ids and per-token losses.
+// ids and per-token losses; a Sampler's batch holds only its rows' windows
+// (a FileCorpus keeps nothing per byte of its file).
 package model

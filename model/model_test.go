@@ -423,7 +423,10 @@ func TestLossesOfSeveralForwards(t *testing.T) {
 	data, _ := NewSampler(randomTokens(rand.New(rand.NewPCG(1, 1)), 200, 256), 16, 1)
 	var one []float64
 	for i := 0; i < 3; i++ {
-		b := data.Batch(i, 0, 1)
+		b, err := data.Batch(i, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := m.Forward(s, res, b.IDs, b.Targets); err != nil {
 			t.Fatal(err)
 		}
@@ -434,7 +437,10 @@ func TestLossesOfSeveralForwards(t *testing.T) {
 		one = append(one, x)
 	}
 	for i := 0; i < 3; i++ {
-		b := data.Batch(i, 0, 1)
+		b, err := data.Batch(i, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := m.Forward(s, res, b.IDs, b.Targets); err != nil {
 			t.Fatal(err)
 		}

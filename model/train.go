@@ -284,7 +284,10 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 			ops.Fill(s, g, 0)
 		}
 		for k := 0; k < o.Accum; k++ {
-			b := data.RankBatch(int(step-1), r, k, o.Accum, o.Batch)
+			b, err := data.RankBatch(int(step-1), r, k, o.Accum, o.Batch)
+			if err != nil {
+				return res, fmt.Errorf("model: step %d: %w", step, err)
+			}
 			if err := t.model.Forward(s, p, b.IDs, b.Targets); err != nil {
 				return res, fmt.Errorf("model: step %d: %w", step, err)
 			}

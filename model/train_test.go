@@ -95,7 +95,10 @@ func TestTrainerRanksSumInRankOrder(t *testing.T) {
 			var rankGrads [2][][]float32
 			var lossSum float64
 			for r := 0; r < 2; r++ {
-				b := data.RankBatch(0, r, 0, 1, 2)
+				b, err := data.RankBatch(0, r, 0, 1, 2)
+				if err != nil {
+					t.Fatal(err)
+				}
 				ref.ZeroGrads(s)
 				if err := m.Forward(s, ref, b.IDs, b.Targets); err != nil {
 					t.Fatal(err)
