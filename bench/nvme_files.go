@@ -190,7 +190,10 @@ func closeBenchFiles(files []benchFile) {
 // flight, from huge-page buffers; it stops early when ctx is done.
 func fillFile(ctx context.Context, eng *nvme.Engine, f *nvme.File, from, to int64) error {
 	const chunk = units.MiB
-	from = from / chunk * chunk
+	// Up, never down: the bytes the file already had are not the bench's
+	// to overwrite (O_DIRECT writes whole aligned chunks). The gap up to
+	// the first whole MiB stays a hole, read as zeros.
+	from = units.AlignUp(from, chunk)
 	buf, err := newIOBuffers(16 * chunk)
 	if err != nil {
 		return err

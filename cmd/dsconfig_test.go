@@ -70,6 +70,7 @@ func TestDeepSpeedAutoExamples(t *testing.T) {
 		total      int
 	}{
 		{"zero3 offload, defaults", offload, nil, 1e-3, 4, 0, 0},
+		{"zero3 offload, --warmup-steps 0 (the default, said)", offload, []string{"--warmup-steps", "0"}, 1e-3, 4, 0, 0},
 		{"zero-infinity, flags", infinity, []string{"--lr", "3e-4", "--micro-batch", "2", "--warmup-steps", "1"}, 3e-4, 2, 1, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -26,12 +26,17 @@ type interrupts struct {
 	got    os.Signal
 	first  func(os.Signal) string // what the first signal will do
 	second func(os.Signal) string // what a second one aborts and what survives
+	// atExit runs before a second signal ends the process: what must not
+	// outlive it (train: the swap files, engine.RemoveSwapFiles).
+	atExit func() string
 }
 
-// watchInterrupts starts watching; the command writes to in.stderr from
-// then on (its messages and the command's own lines do not interleave).
-func watchInterrupts(stderr io.Writer) *interrupts {
-	in := &interrupts{sig: make(chan os.Signal, 2), done: make(chan struct{}), stderr: &syncWriter{w: stderr}}
+// watchInterrupts starts watching with the explanations of the first
+// phase (explain changes them); the command writes to in.stderr from then
+// on (its messages and the command's own lines do not interleave).
+func watchInterrupts(stderr io.Writer, first, second func(os.Signal) string, atExit func() string) *interrupts {
+	in := &interrupts{sig: make(chan os.Signal, 2), done: make(chan struct{}), stderr: &syncWriter{w: stderr},
+		first: first, second: second, atExit: atExit}
 	signal.Notify(in.sig, os.Interrupt, syscall.SIGTERM)
 	go in.watch()
 	return in
@@ -55,6 +60,11 @@ func (in *interrupts) watch() {
 		in.mu.Lock()
 		msg := in.second(s)
 		in.mu.Unlock()
+		if in.atExit != nil {
+			if done := in.atExit(); done != "" {
+				msg += "; " + done
+			}
+		}
 		fmt.Fprintf(in.stderr, "\nstrata: %v again: %s\n", s, msg)
 		os.Exit(exitStatus(s))
 	}

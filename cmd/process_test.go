@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -114,11 +115,27 @@ func (c *child) waitStderr(t *testing.T, s string) {
 		if strings.Contains(c.stderr.String(), s) {
 			return
 		}
-		if c.cmd.ProcessState != nil || i > 60000 {
+		if c.ended() || i > 60000 {
+			time.Sleep(50 * time.Millisecond) // what it wrote last
+			if strings.Contains(c.stderr.String(), s) {
+				return
+			}
 			t.Fatalf("child's stderr never said %q:\n%s", s, c.stderr.String())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// ended says whether the child has exited (a zombie not reaped yet, or
+// gone): its state in /proc, since only Wait, which the test calls last,
+// sets ProcessState.
+func (c *child) ended() bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')') // the state follows the command's name
+	return i > 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
 }
 
 type lockedBuffer struct {

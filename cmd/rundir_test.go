@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/nvme/nvmetest"
@@ -210,6 +211,10 @@ func TestSignals(t *testing.T) {
 			if bytes.Count(b, []byte("\n")) >= 4 { // the save of step 3 is done
 				break
 			}
+			if c.ended() {
+				t.Fatalf("the child ended before step 4:\n%s", c.stderr.String())
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 		c.cmd.Process.Signal(syscall.SIGINT)
 		c.waitAt(t, "manifest") // the next save: the one of the stop
@@ -249,6 +254,34 @@ func TestSignals(t *testing.T) {
 		}
 		if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != lockFileName {
 			t.Errorf("SIGINT at start-up left %v in --out", ents)
+		}
+	})
+	t.Run("second sigint at start-up", func(t *testing.T) {
+		// The second signal ends the process without closing the engine:
+		// its swap files' names go first (engine.RemoveSwapFiles).
+		nv, dir := nvmetest.Dir(t), t.TempDir()
+		ncfg := writeFile(t, "nvme.json", `{
+  "train_micro_batch_size_per_gpu": 2,
+  "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "`+nv+`"}, "offload_optimizer": {"device": "nvme", "nvme_path": "`+nv+`"}},
+  "strata": {"model": "tiny", "devices": 1, "seq_len": 16}
+}`)
+		c := startChild(t, "start-up#1", "", "train", "--no-progress", "--config", ncfg, "--steps", "50", "--out", dir)
+		c.waitAt(t, "start-up")
+		if ents, _ := os.ReadDir(nv); len(ents) == 0 {
+			t.Fatalf("no swap file in %s at start-up", nv)
+		}
+		c.cmd.Process.Signal(syscall.SIGINT)
+		c.waitStderr(t, "stopping before training starts")
+		c.cmd.Process.Signal(syscall.SIGINT)
+		if st := c.wait(); st != 130 {
+			t.Errorf("second SIGINT at start-up: exit status %d, want 130\n%s", st, c.stderr.String())
+		}
+		if !strings.Contains(c.stderr.String(), "removed the swap files") {
+			t.Errorf("the second SIGINT does not say it removed the swap files:\n%s", c.stderr.String())
+		}
+		if ents, _ := os.ReadDir(nv); len(ents) != 0 {
+			t.Errorf("a second SIGINT at start-up left %v in %s", ents, nv)
 		}
 	})
 }

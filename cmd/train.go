@@ -178,11 +178,10 @@ func runTrain(c *cli.Context) (err error) {
 		return err
 	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
-	intr := watchInterrupts(stderr)
+	intr := watchInterrupts(stderr, func(os.Signal) string { return "stopping before training starts; nothing is written" },
+		func(os.Signal) string { return "stopping at once" }, removeSwapFiles)
 	stderr = intr.stderr
 	defer intr.stop() // through the outputs: a signal there does not cut them short
-	intr.explain(func(os.Signal) string { return "stopping before training starts; nothing is written" },
-		func(os.Signal) string { return "stopping at once" })
 	p, err := planTrain(c, stderr)
 	if err != nil {
 		return err
@@ -396,10 +395,13 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) 
 // keys written "auto".
 func configOptions(c *cli.Context) (config.Options, error) {
 	opts := config.Options{LookupShape: lookupShape}
-	for _, name := range []string{"devices", "micro-batch", "warmup-steps", "steps"} {
+	for _, name := range []string{"devices", "micro-batch", "steps"} {
 		if c.IsSet(name) && c.Int(name) < 1 {
 			return opts, usagef("train: --%s %d: need at least 1", name, c.Int(name))
 		}
+	}
+	if c.IsSet("warmup-steps") && c.Int("warmup-steps") < 0 {
+		return opts, usagef("train: --warmup-steps %d: need 0 or more", c.Int("warmup-steps"))
 	}
 	if c.IsSet("lr") && !(c.Float64("lr") > 0) {
 		return opts, usagef("train: --lr %v: need a positive learning rate", c.Float64("lr"))
@@ -857,4 +859,15 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}
+}
+
+// removeSwapFiles removes the names of this process's swap files before a
+// second signal ends it without closing the engine (the kernel frees their
+// space at exit), and says which.
+func removeSwapFiles() string {
+	removed := engine.RemoveSwapFiles()
+	if len(removed) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("removed the swap files %s", strings.Join(removed, ", "))
 }

@@ -297,6 +297,13 @@ func sortedKeys(m map[shard.Key]tier.Spec) []shard.Key {
 	return keys
 }
 
+// RemoveSwapFiles removes the names of the swap files of every engine of
+// this process not closed yet, and returns them: for a process about to
+// exit without Close (a second Ctrl-C). A step in flight can still read
+// and write them (their descriptors stay open); the kernel frees their
+// space when the process exits.
+func RemoveSwapFiles() []string { return nvme.UnlinkLive() }
+
 // openSwap opens the NVMe engine (aio: queue_depth × thread_count requests
 // in flight) and a swap file per nvme_path (striped in aio.block_size
 // units) sized for every NVMe home.

@@ -149,6 +149,9 @@ func NewSwap(dev Device, opts SwapOptions) (*Swap, error) {
 			return nil, err
 		}
 	}
+	if !opts.KeepFiles {
+		live.add(s)
+	}
 	return s, nil
 }
 
@@ -470,19 +473,22 @@ func (s *Swap) Close() error {
 		return nil
 	}
 	s.closed = true
+	live.remove(s)
 	return s.closeFiles(!s.opts.KeepFiles)
 }
 
 func (s *Swap) closeFiles(remove bool) error {
 	var errs []error
 	for _, f := range s.files {
-		if err := f.f.Close(); err != nil {
-			errs = append(errs, err)
-		}
+		// The name goes first, while the lock is held: closing releases
+		// it, and a run waiting for it must not lock a name about to go.
 		if remove {
 			if err := os.Remove(f.f.path); err != nil && !os.IsNotExist(err) {
 				errs = append(errs, fmt.Errorf("nvme: remove %s: %w", f.f.path, err))
 			}
+		}
+		if err := f.f.Close(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	s.files = nil

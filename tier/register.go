@@ -37,7 +37,12 @@ func (r *registrar) Register(arenaIndex int, mem []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.mems[arenaIndex] = mem
-	return r.io.RegisterBuffers(r.sortedLocked()...)
+	if err := r.io.RegisterBuffers(r.sortedLocked()...); err != nil {
+		// Not registered: the pool's rollback must not put it back.
+		delete(r.mems, arenaIndex)
+		return err
+	}
+	return nil
 }
 
 func (r *registrar) Unregister(arenaIndex int, _ []byte) error {
