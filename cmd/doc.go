@@ -16,9 +16,10 @@
 // (usageError), 130 for a run stopped on SIGINT and 143 on SIGTERM (train
 // says at once which step it stops after and where it saves; it stops
 // after the step in progress and, with --out, saves a checkpoint of it; a
-// second signal says what survives, the last complete checkpoint, and ends
-// the process at once; a signal during start-up ends it before the first
-// step, closing the engine, which removes its swap files).
+// second signal says what survives, the last complete checkpoint, removes
+// the run's swap files' names and ends the process at once; a signal during
+// start-up ends it before the first step, closing the engine, which removes
+// its swap files).
 //
 // A run directory (train --out) belongs to one run: strata.lock is
 // flock(2)ed while a run writes into it (a second run is refused, naming

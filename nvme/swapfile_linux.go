@@ -21,7 +21,7 @@ func lockSwap(f *File) error {
 		return nil
 	}
 	if errors.Is(err, unix.EWOULDBLOCK) {
-		return fmt.Errorf("nvme: swap file %s: %w (%s): give each run its own nvme_path, or stop the other run", f.path, ErrSwapInUse, lockHolder(f.fd))
+		return fmt.Errorf("nvme: swap file %s: %w (%s): a swap file with a fixed name (SwapOptions.FileName) serves one run: give this run another name or path, or stop the other run", f.path, ErrSwapInUse, lockHolder(f.fd))
 	}
 	return fmt.Errorf("nvme: lock swap file %s: %w", f.path, err)
 }
