@@ -1,12 +1,7 @@
 package bench
 
 import (
-	"bufio"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
-	"unsafe"
 
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/pinned"
@@ -45,8 +40,9 @@ func newIOBuffers(n int64) (*ioBuffers, error) {
 		return nil, fmt.Errorf("bench: I/O buffers: %w", err)
 	}
 	b := &ioBuffers{mem: buf.Bytes(), pool: pool, buf: buf}
-	thp := pool.Residency().THPMode
-	b.hugeBytes = anonHugeBytes(b.mem)
+	res := pool.Residency() // the pool's one arena holds the buffer
+	thp := res.THPMode
+	b.hugeBytes = min(max(res.HugePageBytes, 0), int64(len(b.mem)))
 	if b.hugeBytes >= int64(len(b.mem)) {
 		b.note = fmt.Sprintf("%s in 2 MiB huge pages (THP %s)", units.FormatBytes(n), thp)
 		return b, nil
@@ -79,40 +75,4 @@ func (b *ioBuffers) close() {
 	}
 	b.pool.Put(b.buf)
 	b.pool.Close()
-}
-
-// anonHugeBytes is how much of mem the kernel backs with transparent huge
-// pages: the AnonHugePages of the mappings in /proc/self/smaps that lie
-// within mem (the pool's arena is exactly one mapping). 0 when unknown.
-func anonHugeBytes(mem []byte) int64 {
-	f, err := os.Open("/proc/self/smaps")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	lo := uint64(uintptr(unsafe.Pointer(unsafe.SliceData(mem))))
-	hi := lo + uint64(len(mem))
-	var total int64
-	inside := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		fields := strings.Fields(line)
-		if len(fields) == 0 {
-			continue
-		}
-		if r := strings.SplitN(fields[0], "-", 2); len(r) == 2 && !strings.HasSuffix(fields[0], ":") {
-			start, e1 := strconv.ParseUint(r[0], 16, 64)
-			end, e2 := strconv.ParseUint(r[1], 16, 64)
-			if e1 == nil && e2 == nil {
-				inside = start < hi && end > lo
-				continue
-			}
-		}
-		if inside && fields[0] == "AnonHugePages:" && len(fields) >= 2 {
-			kb, _ := strconv.ParseInt(fields[1], 10, 64)
-			total += kb << 10
-		}
-	}
-	return min(total, int64(len(mem)))
 }
