@@ -12,18 +12,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/internal/flock"
 )
 
 // A run directory (--out) belongs to one run:
 //
-//	DIR/strata.lock   flock(2)ed while a run writes into DIR; holds its pid
+//	DIR/strata.lock   flock(2)ed while a run writes into DIR (internal/flock
+//	                  names the holder from /proc/locks)
 //	DIR/run.json      the run's id; every checkpoint it saves carries it
 //
 // A new run claims an empty directory (or, with --overwrite, one that
@@ -65,12 +65,12 @@ func claimOut(out string, resume *checkpoint.Manifest, resumeDir string, overwri
 	if err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)
 	}
-	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		b, _ := io.ReadAll(f)
+	if err := flock.TryLock(int(f.Fd())); err != nil {
+		holder := strings.TrimPrefix(flock.Holder(int(f.Fd())), "held by ")
 		f.Close()
-		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("train: --out %s is in use by another run (pid %s holds %s): wait for it to end, or choose another --out",
-				out, strings.TrimSpace(string(b)), lockPath)
+		if errors.Is(err, flock.ErrHeld) {
+			return nil, fmt.Errorf("train: --out %s is in use by another run (%s holds %s): wait for it to end, or choose another --out",
+				out, holder, lockPath)
 		}
 		return nil, fmt.Errorf("train: --out: lock %s: %w", lockPath, err)
 	}
@@ -78,13 +78,6 @@ func claimOut(out string, resume *checkpoint.Manifest, resumeDir string, overwri
 	if err := rd.decide(resume, resumeDir, overwrite); err != nil {
 		rd.close()
 		return nil, err
-	}
-	if err := f.Truncate(0); err == nil {
-		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	}
-	if err != nil {
-		rd.close()
-		return nil, fmt.Errorf("train: --out: %s: %w", lockPath, err)
 	}
 	return rd, nil
 }

@@ -1,52 +1,26 @@
 package nvme
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/strata-ai/strata/internal/flock"
 	"golang.org/x/sys/unix"
 )
 
-// lockSwap takes the exclusive lock that says a run is using the file. The
-// lock is the open file's (flock), so it goes with the last close, or the
-// death of the process, never to a stale holder.
+// lockSwap takes the exclusive lock that says a run is using the file
+// (internal/flock: it goes with the last close or the process).
 func lockSwap(f *File) error {
-	err := unix.Flock(f.fd, unix.LOCK_EX|unix.LOCK_NB)
-	if err == nil {
-		return nil
+	err := flock.TryLock(f.fd)
+	if errors.Is(err, flock.ErrHeld) {
+		return fmt.Errorf("nvme: swap file %s: %w (%w): a swap file with a fixed name (SwapOptions.FileName) serves one run: give this run another name or path, or stop the other run", f.path, ErrSwapInUse, err)
 	}
-	if errors.Is(err, unix.EWOULDBLOCK) {
-		return fmt.Errorf("nvme: swap file %s: %w (%s): a swap file with a fixed name (SwapOptions.FileName) serves one run: give this run another name or path, or stop the other run", f.path, ErrSwapInUse, lockHolder(f.fd))
-	}
-	return fmt.Errorf("nvme: lock swap file %s: %w", f.path, err)
-}
-
-// lockHolder names the process that holds the flock of fd's file, from
-// /proc/locks ("1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF").
-func lockHolder(fd int) string {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil {
-		return "holder unknown"
-	}
-	fh, err := os.Open("/proc/locks")
 	if err != nil {
-		return "holder unknown"
+		return fmt.Errorf("nvme: lock swap file %s: %w", f.path, err)
 	}
-	defer fh.Close()
-	want := ":" + strconv.FormatUint(st.Ino, 10)
-	sc := bufio.NewScanner(fh)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) >= 6 && f[1] == "FLOCK" && strings.HasSuffix(f[5], want) {
-			return "held by pid " + f[4]
-		}
-	}
-	return "holder unknown"
+	return nil
 }
 
 func staleSwapFiles(dir string, remove bool) ([]StaleFile, error) {
@@ -66,7 +40,7 @@ func staleSwapFiles(dir string, remove bool) ([]StaleFile, error) {
 			}
 			continue
 		}
-		if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		if flock.TryLock(fd) != nil {
 			unix.Close(fd) // a live run holds it
 			continue
 		}
