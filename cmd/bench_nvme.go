@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -105,7 +104,9 @@ func runBenchNVMe(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	out, errOut := c.App.Writer, c.App.ErrWriter
+	out := c.App.Writer
+	ctx, errOut, stop := stopOnSignal(c.App.ErrWriter) // errOut: shared with the signal's messages
+	defer stop()
 	if !c.Bool("quiet") {
 		opts.Progress = func(done, total int64, elapsed time.Duration) {
 			rate := float64(done) / 1e6 / elapsed.Seconds()
@@ -117,8 +118,6 @@ func runBenchNVMe(c *cli.Context) error {
 		}
 	}
 	asJSON := c.Bool("json")
-	ctx, stop := stopOnSignal(errOut)
-	defer stop()
 	run := func(o bench.NVMeOptions) (bench.NVMeResult, error) {
 		if err := o.Validate(); err != nil {
 			return bench.NVMeResult{}, usagef("%v", err)
@@ -262,34 +261,20 @@ type signalStop struct{ sig syscall.Signal }
 func (e signalStop) Error() string { return "stopped by " + e.sig.String() }
 
 // stopOnSignal returns a context that the first SIGINT or SIGTERM cancels
-// (the run stops, lets its requests complete and removes its temporary
-// files); a second one exits at once, leaving them.
-func stopOnSignal(errOut io.Writer) (context.Context, func()) {
+// (the run stops issuing requests, lets those in flight complete and
+// removes its temporary files), on the commands' one signal watcher
+// (interrupts): a second signal exits at once. errOut is stderr shared
+// with the watcher's messages.
+func stopOnSignal(stderr io.Writer) (ctx context.Context, errOut io.Writer, stop func()) {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	ch := make(chan os.Signal, 2)
-	done := make(chan struct{})
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		var first os.Signal
-		for {
-			select {
-			case <-done:
-				return
-			case s := <-ch:
-				sig := s.(syscall.Signal)
-				if first != nil {
-					fmt.Fprintf(errOut, "\nbench nvme: second %s: exiting now; a temporary strata-bench-nvme-*.dat may remain\n", sig)
-					os.Exit(128 + int(sig))
-				}
-				first = s
-				fmt.Fprintf(errOut, "\nbench nvme: %s: stopping; the requests in flight complete and temporary files are removed\n", sig)
-				cancel(signalStop{sig})
-			}
-		}
-	}()
-	return ctx, func() {
-		signal.Stop(ch)
-		close(done)
+	in := watchInterrupts(stderr,
+		func(s os.Signal) string {
+			cancel(signalStop{s.(syscall.Signal)})
+			return "stopping; the requests in flight complete and temporary files are removed"
+		},
+		func(os.Signal) string { return "exiting now; a temporary strata-bench-nvme-*.dat may remain" }, nil)
+	return ctx, in.stderr, func() {
+		in.stop()
 		cancel(nil)
 	}
 }
@@ -301,14 +286,5 @@ func signalExit(ctx context.Context, err error) error {
 	if !errors.As(context.Cause(ctx), &s) {
 		return err
 	}
-	return signalExitError{err: fmt.Errorf("%w; temporary files removed", err), code: 128 + int(s.sig)}
+	return interruptedError{fmt.Sprintf("%v; temporary files removed", err), exitStatus(s.sig)}
 }
-
-type signalExitError struct {
-	err  error
-	code int
-}
-
-func (e signalExitError) Error() string { return e.err.Error() }
-func (e signalExitError) Unwrap() error { return e.err }
-func (e signalExitError) ExitCode() int { return e.code }
