@@ -55,7 +55,7 @@ func TestTrainDataStreamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(cfg, cpu.Devices(devs), comms, engine.Options{Tokens: model.Encode(text)})
+	e, err := engine.New(cfg, cpu.Devices(devs), comms, engine.Options{Corpus: model.Tokens(model.Encode(text))})
 	if err != nil {
 		t.Fatal(err)
 	}

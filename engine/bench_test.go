@@ -43,7 +43,7 @@ func BenchmarkStep(b *testing.B) {
 			b.Run(fmt.Sprintf("stage%d-N2-opt-%s", stage, off), func(b *testing.B) {
 				cfg := testConfig(b, fmt.Sprintf(js, stage, off))
 				devs, comms, _ := cpu.New(cpu.Options{Devices: 2})
-				e, err := startEngine(b, cfg, cpu.Devices(devs), comms, Options{Tokens: tokens})
+				e, err := startEngine(b, cfg, cpu.Devices(devs), comms, Options{Corpus: model.Tokens(tokens)})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
@@ -261,7 +262,7 @@ func newEngineJSON(t testing.TB, js string, n int) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 2})
+	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2})
 	if err != nil {
 		t.Fatal(err)
 	}

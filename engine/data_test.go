@@ -97,7 +97,7 @@ func sameResult(t *testing.T, what string, got, want result) {
 // ends bit-identical to one that never failed.
 func TestDataReadError(t *testing.T) {
 	s := runSpec{stage: 3, n: 2, offload: true, micro: 2, accum: 2}
-	want := dataRun(t, s, Options{Tokens: testTokens}, 4, nil)
+	want := dataRun(t, s, Options{Corpus: model.Tokens(testTokens)}, 4, nil)
 	fc := &faultyCorpus{Corpus: model.Tokens(testTokens)}
 	tries := map[int]int{}
 	got := dataRun(t, s, Options{Corpus: fc}, 4, func(step int) bool {
@@ -122,7 +122,7 @@ func TestDataFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := runSpec{stage: 2, n: 2, offload: true, micro: 2, accum: 1}
-	want := dataRun(t, s, Options{Tokens: model.Encode(text)}, 3, nil)
+	want := dataRun(t, s, Options{Corpus: model.Tokens(model.Encode(text))}, 3, nil)
 
 	js := strings.Replace(s.configJSON(), `"strata": {`, fmt.Sprintf(`"strata": {"data": %q, `, path), 1)
 	devs, comms, err := cpu.New(cpu.Options{Devices: s.n, HBMBytes: 256 << 20})

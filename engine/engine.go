@@ -165,7 +165,7 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 }
 
 // newSampler returns the sequence length and the sampler over the corpus:
-// Options.Corpus, Options.Tokens, strata.data (streamed from the file,
+// Options.Corpus, strata.data (streamed from the file,
 // which it returns to be closed with the engine), or the synthetic corpus.
 func newSampler(cfg *config.Config, shape model.Shape, opts Options) (int, *model.Sampler, *model.FileCorpus, error) {
 	seq := cfg.Strata.SeqLen
@@ -179,8 +179,6 @@ func newSampler(cfg *config.Config, shape model.Shape, opts Options) (int, *mode
 	corpus := opts.Corpus
 	switch {
 	case corpus != nil:
-	case opts.Tokens != nil:
-		corpus = model.Tokens(opts.Tokens)
 	case cfg.Strata.Data != "":
 		var err error
 		if file, err = OpenCorpus(cfg.Strata.Data); err != nil {

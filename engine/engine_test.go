@@ -83,7 +83,7 @@ func newTestEngine(t testing.TB, s runSpec) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := Options{Tokens: testTokens, OptimizerThreads: 2}
+	opts := Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2}
 	if s.fp32 {
 		opts.Precision = gpu.F32
 	}
@@ -505,7 +505,7 @@ func TestNewErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := testConfig(t, c.js)
-			_, err := startEngine(t, cfg, cpu.Devices(devs)[:c.n], comms[:c.n], Options{Tokens: testTokens})
+			_, err := startEngine(t, cfg, cpu.Devices(devs)[:c.n], comms[:c.n], Options{Corpus: model.Tokens(testTokens)})
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("got %v, want an error about %q", err, c.want)
 			}
@@ -513,14 +513,14 @@ func TestNewErrors(t *testing.T) {
 	}
 	// Too little device memory for the model state is an error, not a panic.
 	small, smallComms, _ := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 << 10})
-	_, err = startEngine(t, testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(small), smallComms, Options{Tokens: testTokens})
+	_, err = startEngine(t, testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(small), smallComms, Options{Corpus: model.Tokens(testTokens)})
 	var oom *gpu.OutOfMemoryError
 	if !errors.As(err, &oom) {
 		t.Fatalf("got %v, want an out-of-memory error", err)
 	}
 	// A corpus shorter than a row.
 	one, oneComms, _ := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 << 20})
-	_, err = startEngine(t, testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(one), oneComms, Options{Tokens: []int32{1, 2, 3}})
+	_, err = startEngine(t, testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON()), cpu.Devices(one), oneComms, Options{Corpus: model.Tokens([]int32{1, 2, 3})})
 	if !errors.Is(err, model.ErrCorpusTooShort) {
 		t.Fatalf("got %v, want ErrCorpusTooShort", err)
 	}
@@ -582,7 +582,7 @@ func TestMemorySmall(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					e, err := startEngine(t, cfg, cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 1})
+					e, err := startEngine(t, cfg, cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 1})
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -12,6 +12,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
@@ -121,7 +122,7 @@ func TestPassOOM(t *testing.T) {
 				devs := cpu.Devices(cdevs)
 				faulty := &allocFaults{Device: devs[n-1], purpose: c.purpose}
 				devs[n-1] = faulty
-				e, err := startEngine(t, cfg, devs, comms, Options{Tokens: testTokens, OptimizerThreads: 2})
+				e, err := startEngine(t, cfg, devs, comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2})
 				if err != nil {
 					t.Fatal(err)
 				}

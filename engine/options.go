@@ -14,15 +14,13 @@ import (
 
 // Options configure an Engine beyond its config file.
 type Options struct {
-	// Corpus is the training corpus, read a window at a time (a
-	// model.FileCorpus from OpenCorpus streams a file; the caller closes
-	// it after the engine). nil: Tokens.
+	// Corpus is the training corpus, read a window at a time: in memory
+	// (model.Tokens of byte-level ids, model.Encode), or streamed from a
+	// file (a model.FileCorpus from OpenCorpus; the caller closes it after
+	// the engine). nil streams strata.data from the config (OpenCorpus; the
+	// engine closes it), or uses the built-in synthetic corpus when that is
+	// empty too.
 	Corpus model.Corpus
-	// Tokens is the training corpus held in memory (byte-level ids,
-	// model.Encode). nil, with Corpus nil too, streams strata.data from
-	// the config (OpenCorpus; the engine closes it), or uses the built-in
-	// synthetic corpus when that is empty too.
-	Tokens []int32
 	// Precision is the dtype of the device params and grads: gpu.BF16
 	// (default, the config's bf16 mixed precision: fp32 master weights and
 	// moments) or gpu.F32 (fp32 everywhere, the params are the master
@@ -121,8 +119,6 @@ func (o Options) Validate() error {
 		return fmt.Errorf("engine: max live chunks %d must be >= 2 (the chunk in use and the next)", o.MaxLiveChunks)
 	case o.TierHBMBytes < 0 || o.PrefetchSlack < 0:
 		return fmt.Errorf("engine: tier hbm bytes %d and prefetch slack %v must be >= 0", o.TierHBMBytes, o.PrefetchSlack)
-	case o.Corpus != nil && o.Tokens != nil:
-		return fmt.Errorf("engine: options give both a Corpus and Tokens; give one")
 	}
 	for l, bw := range o.LinkBandwidth {
 		if !(bw > 0) {
@@ -137,9 +133,6 @@ func (o Options) String() string {
 	src := "config"
 	switch c := o.Corpus.(type) {
 	case nil:
-		if o.Tokens != nil {
-			src = fmt.Sprintf("%d tokens", len(o.Tokens))
-		}
 	case *model.FileCorpus:
 		src = fmt.Sprintf("file %s (%d tokens)", c.Path(), c.Len())
 	default:

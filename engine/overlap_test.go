@@ -341,7 +341,7 @@ func TestDPU(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = New(testConfig(t, dpuJSON(s, warm)), cpu.Devices(devs), comms, Options{Tokens: testTokens, Precision: gpu.F32})
+		_, err = New(testConfig(t, dpuJSON(s, warm)), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), Precision: gpu.F32})
 		if !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "fp32") {
 			t.Errorf("dpu in fp32: %v, want ErrNotBuilt naming fp32", err)
 		}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/model"
 )
 
 // fakeRegistrar records what the engine's pinned pools hand a device
@@ -50,7 +51,7 @@ func TestHostRegistrar(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		opts := Options{Tokens: testTokens, OptimizerThreads: 2}
+		opts := Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2}
 		if reg != nil {
 			opts.HostRegistrar = reg
 		}

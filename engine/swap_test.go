@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
@@ -26,7 +27,7 @@ func newTierEngineJSON(t *testing.T, s tierSpec, js string) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 2})
+	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2})
 	if err != nil {
 		t.Fatalf("%v: %v", s, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/prefetch"
@@ -80,8 +81,8 @@ func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if opts.Tokens == nil {
-		opts.Tokens = testTokens
+	if opts.Corpus == nil {
+		opts.Corpus = model.Tokens(testTokens)
 	}
 	if opts.OptimizerThreads == 0 {
 		opts.OptimizerThreads = 2

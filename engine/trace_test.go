@@ -217,7 +217,7 @@ func (s traceSpec) engine(t *testing.T, tr *Tracer) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := New(cfg, cpu.Devices(devs), comms, Options{Tokens: testTokens, OptimizerThreads: 2, Trace: tr})
+	e, err := New(cfg, cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2, Trace: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -526,7 +526,7 @@ func TestTraceBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e2, err := New(cfg, cpu.Devices(devs), comms, Options{Tokens: testTokens, Trace: tr}); err == nil {
+	if e2, err := New(cfg, cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), Trace: tr}); err == nil {
 		e2.Close()
 		t.Error("a second engine on one Tracer was accepted")
 	} else {
