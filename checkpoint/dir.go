@@ -36,10 +36,12 @@ const (
 	FormatName    = "strata-checkpoint"
 	FormatVersion = 1
 
-	latestName   = "latest"
-	manifestName = "manifest.json"
-	stepPrefix   = "step-"
-	tmpPrefix    = ".tmp-"
+	// ManifestName is a checkpoint directory's manifest.
+	ManifestName = "manifest.json"
+
+	latestName = "latest"
+	stepPrefix = "step-"
+	tmpPrefix  = ".tmp-"
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -224,7 +226,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	if err := opts.at("manifest"); err != nil {
 		return err
 	}
-	if err := writeSynced(filepath.Join(tmp, manifestName), append(mb, '\n')); err != nil {
+	if err := writeSynced(filepath.Join(tmp, ManifestName), append(mb, '\n')); err != nil {
 		return err
 	}
 	if err := syncDir(tmp); err != nil {
@@ -359,7 +361,7 @@ func incomplete(dir string) (*Manifest, string) {
 	m, err := readManifestFile(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
-			return nil, "no " + manifestName
+			return nil, "no " + ManifestName
 		}
 		return nil, err.Error()
 	}
@@ -430,7 +432,7 @@ func prune(dir, latest string, opts *Options) error {
 // checkpoint (a save or a removal cut short) is refused, naming the newest
 // complete one to resume from instead.
 func Resolve(path string) (string, error) {
-	if _, err := os.Stat(filepath.Join(path, manifestName)); err == nil {
+	if _, err := os.Stat(filepath.Join(path, ManifestName)); err == nil {
 		return path, nil
 	}
 	b, err := os.ReadFile(filepath.Join(path, latestName))
@@ -440,9 +442,9 @@ func Resolve(path string) (string, error) {
 		}
 		if _, ok := parseStepDir(filepath.Base(path)); ok {
 			return "", fmt.Errorf("checkpoint: %s is an incomplete checkpoint (no %s: a save or a removal was cut short)%s",
-				path, manifestName, newestHint(filepath.Dir(path)))
+				path, ManifestName, newestHint(filepath.Dir(path)))
 		}
-		return "", fmt.Errorf("checkpoint: no checkpoint in %s (neither %s nor %s)", path, latestName, manifestName)
+		return "", fmt.Errorf("checkpoint: no checkpoint in %s (neither %s nor %s)", path, latestName, ManifestName)
 	}
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: %w", err)
@@ -451,10 +453,10 @@ func Resolve(path string) (string, error) {
 	if _, ok := parseStepDir(name); !ok {
 		return "", fmt.Errorf("checkpoint: %s names %q, not a checkpoint directory%s", filepath.Join(path, latestName), name, newestHint(path))
 	}
-	if _, err := os.Stat(filepath.Join(path, name, manifestName)); err != nil {
+	if _, err := os.Stat(filepath.Join(path, name, ManifestName)); err != nil {
 		// A rank file that is short or missing is reported by Load, which
 		// checks each one against the manifest.
-		return "", fmt.Errorf("checkpoint: %s names %s, which is incomplete (no %s)%s", filepath.Join(path, latestName), name, manifestName, newestHint(path))
+		return "", fmt.Errorf("checkpoint: %s names %s, which is incomplete (no %s)%s", filepath.Join(path, latestName), name, ManifestName, newestHint(path))
 	}
 	return filepath.Join(path, name), nil
 }
@@ -471,7 +473,7 @@ func newestHint(dir string) string {
 
 // readManifestFile reads and checks dir/manifest.json.
 func readManifestFile(dir string) (*Manifest, error) {
-	path := filepath.Join(dir, manifestName)
+	path := filepath.Join(dir, ManifestName)
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -610,13 +612,21 @@ func verifyFile(path string, fi FileInfo) error {
 
 // Listing is what a checkpoint root directory holds.
 type Listing struct {
-	Latest      string       // the name "latest" holds; "" without one
-	Checkpoints []string     // complete checkpoint directories, oldest first
-	Complete    []Checkpoint // the same with their step and run
+	Latest   string       // the name "latest" holds; "" without one
+	Complete []Checkpoint // complete checkpoint directories, oldest first, with their step and run
 	// Incomplete are the directories named like checkpoints that are not
 	// complete (a save or a removal cut short), "NAME (why)"; they are
 	// ignored: never loaded, pruned or counted.
 	Incomplete []string
+}
+
+// Names are the complete checkpoints' directory names, oldest first.
+func (l Listing) Names() []string {
+	out := make([]string, len(l.Complete))
+	for i, c := range l.Complete {
+		out[i] = c.Name
+	}
+	return out
 }
 
 // Checkpoint is one complete checkpoint of a Listing.
@@ -644,7 +654,6 @@ func List(dir string) (Listing, error) {
 			l.Incomplete = append(l.Incomplete, d.name+" ("+why+")")
 			continue
 		}
-		l.Checkpoints = append(l.Checkpoints, d.name)
 		l.Complete = append(l.Complete, Checkpoint{Name: d.name, Step: m.Step, Run: m.Run})
 	}
 	return l, nil

@@ -297,7 +297,7 @@ func TestKeepAndSameStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls.Latest != "step-00000003.1" || strings.Join(ls.Checkpoints, ",") != "step-00000003,step-00000003.1" {
+	if ls.Latest != "step-00000003.1" || strings.Join(ls.Names(), ",") != "step-00000003,step-00000003.1" {
 		t.Errorf("listing %+v", ls)
 	}
 	got, err := Load(filepath.Join(dir, "step-00000003")) // a checkpoint directory itself

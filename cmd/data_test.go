@@ -46,7 +46,7 @@ func TestTrainDataStreamed(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr)
 	}
 
-	// The same run, its corpus in memory (engine.Options.Tokens).
+	// The same run, its corpus in memory (model.Tokens as engine.Options.Corpus).
 	cfg, err := config.Load(filepath.Join(dir, "config.json"), config.Options{LookupShape: lookupShape})
 	if err != nil {
 		t.Fatal(err)

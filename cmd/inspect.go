@@ -42,7 +42,7 @@ func inspectCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("inspect: %w", err)
 			}
-			if fi.IsDir() || filepath.Base(path) == manifestFile {
+			if fi.IsDir() || filepath.Base(path) == checkpoint.ManifestName {
 				return inspectCheckpoint(c.App.Writer, path, c.Bool("json"), !c.Bool("no-verify"))
 			}
 			return inspectSafetensors(c.App.Writer, path, c.Bool("json"))
@@ -123,9 +123,6 @@ type inspectCheckpointOut struct {
 	Files       []inspectCkptFile    `json:"files"`
 }
 
-// manifestFile is the name of a checkpoint's manifest.
-const manifestFile = "manifest.json"
-
 // resolveCheckpoint finds the checkpoint a user names, the same way for
 // train --resume, inspect and export: a checkpoint directory (step-N), its
 // manifest.json, a directory of checkpoints (its "latest") or a run's --out
@@ -133,7 +130,7 @@ const manifestFile = "manifest.json"
 // directory and the directory of checkpoints holding it ("" when path named
 // the checkpoint itself).
 func resolveCheckpoint(path string) (dir, list string, err error) {
-	if fi, serr := os.Stat(path); serr == nil && !fi.IsDir() && filepath.Base(path) == manifestFile {
+	if fi, serr := os.Stat(path); serr == nil && !fi.IsDir() && filepath.Base(path) == checkpoint.ManifestName {
 		return filepath.Dir(path), "", nil
 	}
 	dir, err = checkpoint.Resolve(path)
@@ -171,7 +168,7 @@ func inspectCheckpoint(w io.Writer, path string, asJSON, verify bool) error {
 	out := inspectCheckpointOut{Path: path, Dir: dir, Manifest: m, Params: m.ParamCount(), TotalBytes: m.TotalBytes()}
 	if list != "" {
 		if ls, err := checkpoint.List(list); err == nil {
-			out.Latest, out.Checkpoints = ls.Latest, ls.Checkpoints
+			out.Latest, out.Checkpoints = ls.Latest, ls.Names()
 		}
 	}
 	var bad []string

@@ -110,8 +110,8 @@ func TestRunDirBelongsToOneRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls.Latest != "step-00000003" || strings.Join(ls.Checkpoints, ",") != "step-00000002,step-00000003,step-00000004" {
-		t.Errorf("after --overwrite: checkpoints %v latest %q, want the earlier run's 2 and 4 and the new run's 3", ls.Checkpoints, ls.Latest)
+	if ls.Latest != "step-00000003" || strings.Join(ls.Names(), ",") != "step-00000002,step-00000003,step-00000004" {
+		t.Errorf("after --overwrite: checkpoints %v latest %q, want the earlier run's 2 and 4 and the new run's 3", ls.Names(), ls.Latest)
 	}
 	_, stderr, err = runApp(t, trainArgs(cfg, "--steps", "5", "--resume", a, "--out", a, "--save-every", "1", "--keep", "1")...)
 	if err != nil || !strings.Contains(stderr, "resumed from step 3") {
@@ -119,8 +119,8 @@ func TestRunDirBelongsToOneRun(t *testing.T) {
 	}
 	// Its step 4 was saved as step-00000004.1 (run A holds step-00000004),
 	// then pruned (--keep 1) when step 5 was saved; run A's stay.
-	if ls, _ = checkpoint.List(ck); strings.Join(ls.Checkpoints, ",") != "step-00000002,step-00000004,step-00000005" || ls.Latest != "step-00000005" {
-		t.Errorf("after the resume: checkpoints %v latest %q, want the earlier run's 2 and 4 and the new run's 5", ls.Checkpoints, ls.Latest)
+	if ls, _ = checkpoint.List(ck); strings.Join(ls.Names(), ",") != "step-00000002,step-00000004,step-00000005" || ls.Latest != "step-00000005" {
+		t.Errorf("after the resume: checkpoints %v latest %q, want the earlier run's 2 and 4 and the new run's 5", ls.Names(), ls.Latest)
 	}
 	if !strings.Contains(stderr, "step-00000004.1") {
 		t.Errorf("the new run's step 4 was not saved beside the earlier run's:\n%s", stderr)

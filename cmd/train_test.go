@@ -325,8 +325,8 @@ func TestTrainResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls.Latest != "step-00000006" || strings.Join(ls.Checkpoints, ",") != "step-00000004,step-00000006" {
-		t.Errorf("checkpoints %v latest %q, want steps 4 and 6 (--keep 2), latest 6", ls.Checkpoints, ls.Latest)
+	if ls.Latest != "step-00000006" || strings.Join(ls.Names(), ",") != "step-00000004,step-00000006" {
+		t.Errorf("checkpoints %v latest %q, want steps 4 and 6 (--keep 2), latest 6", ls.Names(), ls.Latest)
 	}
 	sameLosses(t, "first 6 steps", stepLosses(t, run), want, 1, 6)
 
@@ -434,8 +434,8 @@ func resumeOlder(t *testing.T, train func(...string) (string, string), cfg, run 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ls.Latest != "step-00000009" || strings.Join(ls.Checkpoints, ",") != "step-00000008,step-00000009" {
-		t.Errorf("checkpoints %v latest %q, want steps 8 and 9", ls.Checkpoints, ls.Latest)
+	if ls.Latest != "step-00000009" || strings.Join(ls.Names(), ",") != "step-00000008,step-00000009" {
+		t.Errorf("checkpoints %v latest %q, want steps 8 and 9", ls.Names(), ls.Latest)
 	}
 	if _, err := os.Stat(filepath.Join(ck, "aside-step-00000006", "manifest.json")); err != nil {
 		t.Errorf("the set-aside checkpoint: %v", err)
