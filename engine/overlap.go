@@ -244,14 +244,7 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 // and hands it over, then closes the run's jobs: the run is r.run, pending.
 func (r *rank) leaseRest(run *hostRun) error {
 	e := r.e
-	if r.tr != nil {
-		t0 := time.Now()
-		defer func() {
-			t1 := time.Now()
-			r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, fmt.Sprintf("optimizer step %d (issue)", run.step), t0, t1.Sub(t0), nil)
-			r.tr.t.stepEnd(run.step, t1)
-		}()
-	}
+	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step)()
 	r.run = run
 	w := r.hostWindow()
 	var first error

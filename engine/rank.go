@@ -338,14 +338,7 @@ func (r *rank) update(ap gpu.AdamParams) error {
 	var first error
 	var csFrom gpu.Event // trace: the open span on cs
 	var csName string
-	if r.tr != nil {
-		t0 := time.Now()
-		defer func() {
-			t1 := time.Now()
-			r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, fmt.Sprintf("optimizer step %d", ap.Step), t0, t1.Sub(t0), nil)
-			r.tr.t.stepEnd(ap.Step, t1)
-		}()
-	}
+	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
 	for c := range e.chunks {
 		if e.offload {
 			err := r.stepHost(c, cp)
@@ -447,3 +440,18 @@ func (r *rank) close() error {
 
 // errAccessOrder is the panic of a Params call out of model.AccessOrder.
 var errAccessOrder = errors.New("engine: model called Params out of model.AccessOrder")
+
+// traceOptimizer opens the rank's optimizer span of step on the timeline;
+// the function it returns closes it and ends the step there (a no-op
+// without a timeline).
+func (r *rank) traceOptimizer(name string, step int64) func() {
+	if r.tr == nil {
+		return func() {}
+	}
+	t0 := time.Now()
+	return func() {
+		t1 := time.Now()
+		r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, name, t0, t1.Sub(t0), nil)
+		r.tr.t.stepEnd(step, t1)
+	}
+}
