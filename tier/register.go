@@ -2,8 +2,6 @@ package tier
 
 import (
 	"fmt"
-	"slices"
-	"sync"
 
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
@@ -25,46 +23,6 @@ type Registration struct {
 	Note           string // a registration that failed and its cause; "" when all went well or none was asked
 }
 
-// registrar is the pool's pinned.Registrar for a FixedIO: io_uring takes one
-// table of fixed buffers, so every change registers the whole set again.
-type registrar struct {
-	io   FixedIO
-	mu   sync.Mutex
-	mems map[int][]byte
-}
-
-func (r *registrar) Register(arenaIndex int, mem []byte) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.mems[arenaIndex] = mem
-	if err := r.io.RegisterBuffers(r.sortedLocked()...); err != nil {
-		// Not registered: the pool's rollback must not put it back.
-		delete(r.mems, arenaIndex)
-		return err
-	}
-	return nil
-}
-
-func (r *registrar) Unregister(arenaIndex int, _ []byte) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.mems, arenaIndex)
-	return r.io.RegisterBuffers(r.sortedLocked()...)
-}
-
-func (r *registrar) sortedLocked() [][]byte {
-	idx := make([]int, 0, len(r.mems))
-	for i := range r.mems {
-		idx = append(idx, i)
-	}
-	slices.Sort(idx)
-	out := make([][]byte, len(idx))
-	for k, i := range idx {
-		out[k] = r.mems[i]
-	}
-	return out
-}
-
 // register registers the pool's arenas and the swap files with
 // Options.FixedIO. A failure is not an error: the I/O runs with plain
 // buffers or files, and Registration().Note says why (pinning the arenas
@@ -75,17 +33,18 @@ func (s *Store) register() {
 		return
 	}
 	var notes []string
-	r := &registrar{io: io, mems: map[int][]byte{}}
-	if err := s.pool.AddRegistrar(r); err != nil {
+	// The pool's arenas are mapped at its New and fixed until its Close:
+	// io_uring takes them as one table, once.
+	arenas := s.pool.Arenas()
+	if err := io.RegisterBuffers(arenas...); err != nil {
 		var total int64
-		for _, a := range s.pool.Arenas() {
+		for _, a := range arenas {
 			total += int64(len(a))
 		}
 		notes = append(notes, fmt.Sprintf("fixed buffers off: the pinned arenas (%s) could not be registered with io_uring (%v); swap I/O uses plain buffers",
 			units.FormatBytes(total), err))
 	} else {
-		s.reg.Buffers = len(s.pool.Arenas())
-		s.registrar = r
+		s.reg.Buffers = len(arenas)
 	}
 	files := s.swap.Files()
 	if err := io.RegisterFiles(files...); err != nil {
@@ -104,9 +63,9 @@ func (s *Store) register() {
 // unregister undoes register (at Close, with nothing in flight).
 func (s *Store) unregister() error {
 	var err error
-	if s.registrar != nil {
-		err = s.pool.RemoveRegistrar(s.registrar)
-		s.registrar = nil
+	if s.reg.Buffers > 0 {
+		err = s.opts.FixedIO.RegisterBuffers()
+		s.reg.Buffers = 0
 	}
 	if s.reg.Files > 0 {
 		if e := s.opts.FixedIO.RegisterFiles(); e != nil && err == nil {

@@ -96,8 +96,7 @@ type Store struct {
 	pool      *pinned.Pool
 	swap      *nvme.Swap
 	reg       Registration
-	registrar *registrar // the pool's, while registered
-	ioAlign   int64      // the swap's alignment, or 1
+	ioAlign   int64 // the swap's alignment, or 1
 	hostAlign int64
 
 	mu      sync.Mutex
