@@ -246,7 +246,7 @@ type Expect struct {
 // Reshard).
 func (st *State) Match(e Expect) error {
 	a, b := st.Shape, e.Shape
-	if a.Layers != b.Layers || a.Dim != b.Dim || a.Heads != b.Heads || a.Vocab != b.Vocab || a.MaxSeq != b.MaxSeq {
+	if a.Canonical() != b.Canonical() {
 		return fmt.Errorf("checkpoint: saved for shape %s, this run is %s; a checkpoint cannot change the model's shape (export the weights and import them instead)", a, b)
 	}
 	for _, want := range e.States {

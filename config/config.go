@@ -183,6 +183,13 @@ type Shape struct {
 	Heads  int    `json:"n_head"`
 	Vocab  int    `json:"vocab_size"`
 	MaxSeq int    `json:"max_seq_len"`
+
+	Arch          string  `json:"arch,omitempty"`
+	KVHeads       int     `json:"n_kv_head,omitempty"`
+	FFN           int     `json:"n_inner,omitempty"`
+	RopeTheta     float64 `json:"rope_theta,omitempty"`
+	NormEps       float64 `json:"norm_eps,omitempty"`
+	TieEmbeddings bool    `json:"tie_word_embeddings,omitempty"`
 }
 
 // ModelSpec is strata.model: a named shape ("gpt2") or an explicit one.

@@ -486,10 +486,22 @@ func decodeShape(s *section) *Shape {
 		}
 		s.intKey(f.key, f.dst, atLeast(1))
 	}
-	if len(missing) > 0 {
+	// The Llama family's keys (model.Shape documents their defaults).
+	s.stringKey("arch", &sh.Arch, "gpt2", "llama", "qwen2")
+	s.intKey("n_kv_head", &sh.KVHeads, atLeast(1))
+	s.intKey("n_inner", &sh.FFN, atLeast(1))
+	s.floatKey("rope_theta", &sh.RopeTheta, nonNegative)
+	s.floatKey("norm_eps", &sh.NormEps, nonNegative)
+	s.boolKey("tie_word_embeddings", &sh.TieEmbeddings)
+	switch {
+	case len(missing) > 0:
 		s.d.errAt(s.n.offset, s.path, "missing %s", strings.Join(missing, ", "))
-	} else if sh.Heads > 0 && sh.Dim%sh.Heads != 0 {
+	case sh.Heads > 0 && sh.Dim%sh.Heads != 0:
 		s.d.errPath("strata.model.n_embd", "%d is not a multiple of n_head %d", sh.Dim, sh.Heads)
+	case sh.KVHeads > 0 && sh.Heads%sh.KVHeads != 0:
+		s.d.errPath("strata.model.n_kv_head", "n_head %d is not a multiple of %d", sh.Heads, sh.KVHeads)
+	case sh.Arch != "llama" && sh.Arch != "qwen2" && (sh.KVHeads > 0 || sh.RopeTheta != 0 || sh.TieEmbeddings):
+		s.d.errPath("strata.model.arch", "n_kv_head, rope_theta and tie_word_embeddings need arch \"llama\" or \"qwen2\"")
 	}
 	return sh
 }

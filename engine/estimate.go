@@ -35,16 +35,16 @@ const IOAlignBytes = 4096
 func ioBytes(b int64) int64 { return units.AlignUp(b, IOAlignBytes) }
 
 // ChunkParams returns the parameter count of each chunk of s in forward
-// order: chunk 0 the embeddings (Vocab·C + MaxSeq·C), chunks 1..L the
-// transformer blocks (12C² + 13C each), chunk L+1 the final layernorm (2C).
-// They sum to s.ParamCount().
+// order (model.Layout): chunk 0 the embeddings, chunks 1..L the transformer
+// blocks, chunk L+1 the final norm (and an untied output head). They sum to
+// s.ParamCount().
 func ChunkParams(s model.Shape) []int64 {
 	out := make([]int64, 0, s.Layers+2)
 	out = append(out, s.EmbeddingParamCount())
 	for range s.Layers {
 		out = append(out, s.BlockParamCount())
 	}
-	return append(out, 2*int64(s.Dim))
+	return append(out, s.FinalParamCount())
 }
 
 // ShardElems is the length of each rank's slice of a chunk of chunkParams

@@ -237,7 +237,7 @@ func (r *rank) backward(step int64) error {
 		r.h.begin(k, k == e.accum-1)
 		if r.h.err == nil {
 			b := r.batches[k]
-			err := r.model.Forward(r.s, r.h, b.IDs, b.Targets)
+			err := r.model.Forward(r.s, r.h, b)
 			if err == nil {
 				err = r.model.Backward(r.s, r.h, scale)
 			}

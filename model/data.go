@@ -32,11 +32,24 @@ func Decode(ids []int32) ([]byte, error) {
 }
 
 // Batch is one micro-batch: Rows sequences of Seq tokens, row-major.
-// Targets[i] is the token that follows IDs[i] in the corpus.
+// Targets[i] is the token that follows IDs[i] in the corpus, or IgnoreTarget
+// where the loss leaves token i out (a prompt token, padding): it then
+// contributes nothing to the loss or the gradient, and the micro-batch's
+// loss is the mean over the tokens that have a target.
+//
+// Pos, when not nil, is each token's position within its example: a packed
+// row holds several examples, example e starting at column s_e has
+// positions 0, 1, ... from s_e on, and a token attends only to the tokens
+// of its own example (query i sees keys i-Pos[i] .. i of its row). Nil
+// means one example per row: Pos[i] is i's column.
 type Batch struct {
 	Rows, Seq    int
 	IDs, Targets []int32
+	Pos          []int32
 }
+
+// IgnoreTarget marks a token without a target (Batch.Targets).
+const IgnoreTarget = -1
 
 // Sampler draws training windows from a tokenized corpus, deterministically:
 // the window of row r of step t depends only on (seed, t, r), never on the

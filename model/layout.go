@@ -36,27 +36,50 @@ func (c Chunk) Tensor(name string) (Tensor, bool) {
 	return Tensor{}, false
 }
 
-// Layout is the arrangement of a shape's parameters in chunks:
+// Layout is the arrangement of a shape's parameters in chunks. GPT-2:
 //
 //	chunk 0       embeddings: wte (Vocab×C), wpe (MaxSeq×C); wte is also the output head
 //	chunk 1..L    block l-1: ln_1 g,b (C), attn.c_attn W (3C×C), b (3C), attn.c_proj W (C×C), b (C),
-//	              ln_2 g,b (C), mlp.c_fc W (4C×C), b (4C), mlp.c_proj W (C×4C), b (C)
+//	              ln_2 g,b (C), mlp.c_fc W (F×C), b (F), mlp.c_proj W (C×F), b (C)
 //	chunk L+1     ln_f g,b (C)
 //
-// The sum of the chunk lengths is Shape.ParamCount().
+// The Llama family (D the head dimension, KV the key/value heads), with
+// Hugging Face's names less the "model." prefix:
+//
+//	chunk 0       embeddings: embed_tokens.weight (Vocab×C)
+//	chunk 1..L    block l-1: layers.l-1. input_layernorm.weight (C),
+//	              self_attn.q_proj.weight (C×C), k_proj.weight (KV·D×C), v_proj.weight (KV·D×C),
+//	              [Qwen2: self_attn.q_proj.bias (C), k_proj.bias (KV·D), v_proj.bias (KV·D)],
+//	              self_attn.o_proj.weight (C×C), post_attention_layernorm.weight (C),
+//	              mlp.gate_proj.weight (F×C), mlp.up_proj.weight (F×C), mlp.down_proj.weight (C×F)
+//	chunk L+1     norm: norm.weight (C), lm_head.weight (Vocab×C) unless the head is tied
+//
+// q, k and v (and their biases) are adjacent, so one GEMM with the
+// (C + 2·KV·D)×C matrix starting at q_proj.weight computes all three; gate
+// and up likewise form one 2F×C matrix. The sum of the chunk lengths is
+// Shape.ParamCount().
 type Layout struct {
 	Shape  Shape
 	Chunks []Chunk
 }
 
-// EmbeddingChunk is the chunk of wte and wpe.
+// EmbeddingChunk is the chunk of the token (and GPT-2's position) embeddings.
 const EmbeddingChunk = 0
 
 // BlockChunk is the chunk of block (layer) l, 0 <= l < L.
 func BlockChunk(l int) int { return 1 + l }
 
-// FinalNormChunk is the chunk of the final layernorm.
+// FinalNormChunk is the chunk of the final norm (and an untied output head).
 func (l *Layout) FinalNormChunk() int { return l.Shape.Layers + 1 }
+
+// HeadChunk is the chunk holding the output head: EmbeddingChunk when it is
+// tied, else the final chunk.
+func (l *Layout) HeadChunk() int {
+	if l.Shape.TiedHead() {
+		return EmbeddingChunk
+	}
+	return l.FinalNormChunk()
+}
 
 // NewLayout lays out the parameters of s.
 func NewLayout(s Shape) (*Layout, error) {
@@ -65,17 +88,32 @@ func NewLayout(s Shape) (*Layout, error) {
 	}
 	c := s.Dim
 	l := &Layout{Shape: s}
-	l.Chunks = append(l.Chunks, makeChunk(0, "embeddings", []string{"wte", "wpe"}, [][]int{{s.Vocab, c}, {s.MaxSeq, c}}))
+	if s.IsLlama() {
+		l.Chunks = append(l.Chunks, makeChunk(0, "embeddings", []string{"embed_tokens.weight"}, [][]int{{s.Vocab, c}}))
+	} else {
+		l.Chunks = append(l.Chunks, makeChunk(0, "embeddings", []string{"wte", "wpe"}, [][]int{{s.Vocab, c}, {s.MaxSeq, c}}))
+	}
 	for i := 0; i < s.Layers; i++ {
-		names, shapes := blockTensors(i, c)
+		names, shapes := blockTensors(s, i)
 		l.Chunks = append(l.Chunks, makeChunk(1+i, fmt.Sprintf("block %d", i), names, shapes))
 	}
-	l.Chunks = append(l.Chunks, makeChunk(s.Layers+1, "ln_f", []string{"ln_f.weight", "ln_f.bias"}, [][]int{{c}, {c}}))
+	switch {
+	case !s.IsLlama():
+		l.Chunks = append(l.Chunks, makeChunk(s.Layers+1, "ln_f", []string{"ln_f.weight", "ln_f.bias"}, [][]int{{c}, {c}}))
+	case s.TiedHead():
+		l.Chunks = append(l.Chunks, makeChunk(s.Layers+1, "norm", []string{"norm.weight"}, [][]int{{c}}))
+	default:
+		l.Chunks = append(l.Chunks, makeChunk(s.Layers+1, "norm", []string{"norm.weight", "lm_head.weight"}, [][]int{{c}, {s.Vocab, c}}))
+	}
 	return l, nil
 }
 
-// The tensors of a block in chunk order; blockOffsets mirrors it.
-func blockTensors(i, c int) ([]string, [][]int) {
+// blockTensors are the names and shapes of block i's tensors in chunk order.
+func blockTensors(s Shape, i int) ([]string, [][]int) {
+	c, f := s.Dim, s.FFNDim()
+	if s.IsLlama() {
+		return llamaBlockTensors(s, i)
+	}
 	p := fmt.Sprintf("h.%d.", i)
 	return []string{
 			p + "ln_1.weight", p + "ln_1.bias",
@@ -89,9 +127,25 @@ func blockTensors(i, c int) ([]string, [][]int) {
 			{3 * c, c}, {3 * c},
 			{c, c}, {c},
 			{c}, {c},
-			{4 * c, c}, {4 * c},
-			{c, 4 * c}, {c},
+			{f, c}, {f},
+			{c, f}, {c},
 		}
+}
+
+func llamaBlockTensors(s Shape, i int) ([]string, [][]int) {
+	c, f, kv := s.Dim, s.FFNDim(), s.KVHeadCount()*s.HeadDim()
+	p := fmt.Sprintf("layers.%d.", i)
+	names := []string{p + "input_layernorm.weight",
+		p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}
+	shapes := [][]int{{c}, {c, c}, {kv, c}, {kv, c}}
+	if s.QKVBias() {
+		names = append(names, p+"self_attn.q_proj.bias", p+"self_attn.k_proj.bias", p+"self_attn.v_proj.bias")
+		shapes = append(shapes, []int{c}, []int{kv}, []int{kv})
+	}
+	names = append(names, p+"self_attn.o_proj.weight", p+"post_attention_layernorm.weight",
+		p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight", p+"mlp.down_proj.weight")
+	shapes = append(shapes, []int{c, c}, []int{c}, []int{f, c}, []int{f, c}, []int{c, f})
+	return names, shapes
 }
 
 func makeChunk(index int, name string, names []string, shapes [][]int) Chunk {
@@ -122,7 +176,11 @@ type blockOffsets struct {
 	ln1g, ln1b, qkvW, qkvB, projW, projB, ln2g, ln2b, fcW, fcB, fcpW, fcpB int
 }
 
+// block returns a GPT-2 layout's block offsets.
 func (l *Layout) block() blockOffsets {
+	if l.Shape.IsLlama() {
+		return blockOffsets{}
+	}
 	t := l.Chunks[1].Tensors
 	return blockOffsets{t[0].Offset, t[1].Offset, t[2].Offset, t[3].Offset, t[4].Offset, t[5].Offset,
 		t[6].Offset, t[7].Offset, t[8].Offset, t[9].Offset, t[10].Offset, t[11].Offset}
@@ -131,9 +189,11 @@ func (l *Layout) block() blockOffsets {
 // InitStd is the standard deviation of GPT-2's weight initialisation.
 const InitStd = 0.02
 
-// InitChunk returns chunk c's initial parameters, GPT-2 style: weights and
+// InitChunk returns chunk c's initial parameters. GPT-2: weights and
 // embeddings N(0, 0.02), the residual projections (attn.c_proj and
 // mlp.c_proj weights) N(0, 0.02/sqrt(2L)), layernorm gains 1, biases 0.
+// The Llama family, as Hugging Face initialises it (initializer_range
+// 0.02): every matrix N(0, 0.02), norm gains 1, biases 0.
 // The values depend only on (seed, c), so a chunk (or every rank's shard of
 // it) can be initialised without the others.
 func (l *Layout) InitChunk(seed uint64, c int) []float32 {
@@ -147,7 +207,7 @@ func (l *Layout) InitChunk(seed uint64, c int) []float32 {
 	for _, t := range ch.Tensors {
 		v := out[t.Offset : t.Offset+t.Len]
 		switch {
-		case len(t.Shape) == 2 && (strings.HasSuffix(t.Name, "attn.c_proj.weight") || strings.HasSuffix(t.Name, "mlp.c_proj.weight")):
+		case len(t.Shape) == 2 && !l.Shape.IsLlama() && (strings.HasSuffix(t.Name, "attn.c_proj.weight") || strings.HasSuffix(t.Name, "mlp.c_proj.weight")):
 			fillNormal(rng, v, residStd)
 		case len(t.Shape) == 2:
 			fillNormal(rng, v, InitStd)

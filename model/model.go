@@ -153,6 +153,9 @@ func New(dev gpu.Device, layout *Layout, batch, seq int) (*Model, error) {
 	if seq > s.MaxSeq {
 		return nil, fmt.Errorf("model: seq %d exceeds max_seq_len %d", seq, s.MaxSeq)
 	}
+	if s.IsLlama() {
+		return nil, fmt.Errorf("model: arch %s: the forward and backward passes are not built yet", s.Arch)
+	}
 	m := &Model{layout: layout, shape: s, dev: dev, ops: dev.Ops(), batch: batch, seq: seq, bo: layout.block()}
 	for _, al := range planActivations(s, batch, seq, &m.a) {
 		buf, err := dev.Alloc(al.elements(), al.dtype, gpu.Tag{Kind: gpu.Activation, Purpose: "activations " + al.purpose})
@@ -191,15 +194,20 @@ func (m *Model) Batch() int { return m.batch }
 // Seq returns the tokens per sequence.
 func (m *Model) Seq() int { return m.seq }
 
-// Forward enqueues the forward pass of one micro-batch on s: ids and
-// targets are batch×seq token ids in [0, Vocab), row-major; targets[i] is
-// the token that follows ids[i]. It computes the per-token cross-entropy
-// whose mean Loss returns. Forward copies ids and targets before it returns.
+// Forward enqueues the forward pass of one micro-batch on s: b.IDs and
+// b.Targets are batch×seq token ids in [0, Vocab), row-major (see Batch);
+// b.Targets[i] is the token that follows b.IDs[i]. It computes the per-token
+// cross-entropy whose mean Loss returns. Forward copies what it needs of b
+// before it returns.
 // An error of p stops the pass at once and is returned as it is (see
 // Params); the micro-batch has no loss then, and Backward and Loss need a
 // new Forward.
-func (m *Model) Forward(s gpu.Stream, p Params, ids, targets []int32) error {
+func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
+	ids, targets := b.IDs, b.Targets
 	bt, c, v := m.batch*m.seq, m.shape.Dim, m.shape.Vocab
+	if b.Pos != nil {
+		panic("model: Forward: packed rows (Batch.Pos) are not built yet")
+	}
 	if len(ids) != bt || len(targets) != bt {
 		panic(fmt.Sprintf("model: Forward got %d ids and %d targets, want batch*seq = %d", len(ids), len(targets), bt))
 	}

@@ -93,7 +93,7 @@ func TestGradientCheckWholeModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Free()
-	if err := m.Forward(s, res, ids, targets); err != nil {
+	if err := m.Forward(s, res, Batch{IDs: ids, Targets: targets}); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Backward(s, res, 1); err != nil {
@@ -219,7 +219,7 @@ func TestModelFollowsAccessOrder(t *testing.T) {
 	ids := Encode([]byte("abcdefghi"))
 	for range 2 { // the order is the same for every micro-batch
 		rec.log = nil
-		if err := m.Forward(s, rec, ids[:8], ids[1:]); err != nil {
+		if err := m.Forward(s, rec, Batch{IDs: ids[:8], Targets: ids[1:]}); err != nil {
 			t.Fatal(err)
 		}
 		if err := m.Backward(s, rec, 1); err != nil {
@@ -262,7 +262,7 @@ func TestModelStopsAtFailedAccess(t *testing.T) {
 			continue // cannot fail
 		}
 		rec := &recorder{Resident: res, failAt: i + 1}
-		err := m.Forward(s, rec, ids[:8], ids[1:])
+		err := m.Forward(s, rec, Batch{IDs: ids[:8], Targets: ids[1:]})
 		if i >= forwardCalls {
 			if err != nil {
 				t.Fatalf("call %d (%v): forward failed: %v", i+1, order[i], err)
@@ -280,10 +280,10 @@ func TestModelStopsAtFailedAccess(t *testing.T) {
 		}
 	}
 	// A failed Forward has no loss; the next micro-batch's is whole.
-	if err := m.Forward(s, &recorder{Resident: res, failAt: 3}, ids[:8], ids[1:]); !errors.Is(err, errInjected) {
+	if err := m.Forward(s, &recorder{Resident: res, failAt: 3}, Batch{IDs: ids[:8], Targets: ids[1:]}); !errors.Is(err, errInjected) {
 		t.Fatalf("forward: %v", err)
 	}
-	if err := m.Forward(s, res, ids[:8], ids[1:]); err != nil {
+	if err := m.Forward(s, res, Batch{IDs: ids[:8], Targets: ids[1:]}); err != nil {
 		t.Fatal(err)
 	}
 	if ls, err := m.Losses(s); err != nil || len(ls) != 1 {
@@ -365,7 +365,7 @@ func TestBF16ForwardNearF32(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Forward(s, res, ids[:64], ids[1:65]); err != nil {
+		if err := m.Forward(s, res, Batch{IDs: ids[:64], Targets: ids[1:65]}); err != nil {
 			t.Fatal(err)
 		}
 		res.ZeroGrads(s)
@@ -427,7 +427,7 @@ func TestLossesOfSeveralForwards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Forward(s, res, b.IDs, b.Targets); err != nil {
+		if err := m.Forward(s, res, b); err != nil {
 			t.Fatal(err)
 		}
 		x, err := m.Loss(s)
@@ -441,7 +441,7 @@ func TestLossesOfSeveralForwards(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := m.Forward(s, res, b.IDs, b.Targets); err != nil {
+		if err := m.Forward(s, res, b); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -8,7 +8,17 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 )
 
-// Shape is the architecture of a GPT-2-style decoder.
+// Architectures a Shape can name (Shape.Arch).
+const (
+	ArchGPT2  = "gpt2"  // GPT-2: learned positions, LayerNorm, GELU MLP, head tied to wte
+	ArchLlama = "llama" // Llama family (and Mistral without sliding window): RMSNorm, rotary positions, SwiGLU, grouped-query attention
+	ArchQwen2 = "qwen2" // Qwen2: Llama with biases on q, k and v
+)
+
+// Shape is the architecture of a decoder: GPT-2 (Arch "" or "gpt2") or the
+// Llama family ("llama", "qwen2"). The fields after MaxSeq are the Llama
+// family's; zero means the default each method names, and GPT-2 shapes leave
+// them zero.
 type Shape struct {
 	Name   string `json:"name,omitempty"`
 	Layers int    `json:"n_layer"`
@@ -16,10 +26,23 @@ type Shape struct {
 	Heads  int    `json:"n_head"`
 	Vocab  int    `json:"vocab_size"`
 	MaxSeq int    `json:"max_seq_len"`
+
+	Arch    string `json:"arch,omitempty"`      // "" = ArchGPT2
+	KVHeads int    `json:"n_kv_head,omitempty"` // key/value heads (grouped-query attention); 0 = Heads
+	FFN     int    `json:"n_inner,omitempty"`   // MLP hidden size (intermediate_size); 0 = 4·Dim
+	// RopeTheta is the rotary embedding base (rope_theta); 0 = 10000.
+	RopeTheta float64 `json:"rope_theta,omitempty"`
+	// NormEps is the normalisation epsilon (rms_norm_eps,
+	// layer_norm_epsilon); 0 = 1e-5.
+	NormEps float64 `json:"norm_eps,omitempty"`
+	// TieEmbeddings (tie_word_embeddings) makes a Llama-family output head
+	// the token embedding, as GPT-2's always is; false = its own lm_head.
+	TieEmbeddings bool `json:"tie_word_embeddings,omitempty"`
 }
 
 // Named shapes: tiny ones for tests, GPT-2 sizes and a 7B-class shape for
-// estimates and benchmarks. Byte-level models use vocabulary 256.
+// estimates and benchmarks, and the Llama family's published configurations.
+// Byte-level models use vocabulary 256.
 var shapes = map[string]Shape{
 	"tiny":      {Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 64},
 	"small":     {Layers: 4, Dim: 128, Heads: 4, Vocab: 256, MaxSeq: 256},
@@ -30,6 +53,15 @@ var shapes = map[string]Shape{
 	"gpt2-1.5b": {Layers: 48, Dim: 1600, Heads: 25, Vocab: 50257, MaxSeq: 1024},
 	"gpt-2b":    {Layers: 40, Dim: 2048, Heads: 16, Vocab: 256, MaxSeq: 1024},
 	"gpt-7b":    {Layers: 32, Dim: 4096, Heads: 32, Vocab: 50257, MaxSeq: 2048},
+
+	// Byte-level Llama-family shapes for tests: grouped-query attention
+	// (2 query heads per key/value head) and an untied head.
+	"tiny-llama": {Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 64, Arch: ArchLlama, KVHeads: 2, FFN: 64},
+	"tiny-qwen2": {Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 64, Arch: ArchQwen2, KVHeads: 2, FFN: 64, NormEps: 1e-6},
+	// config.json of meta-llama/Meta-Llama-3-8B, -70B and Qwen/Qwen2-7B.
+	"llama-3-8b":  {Layers: 32, Dim: 4096, Heads: 32, Vocab: 128256, MaxSeq: 8192, Arch: ArchLlama, KVHeads: 8, FFN: 14336, RopeTheta: 500000},
+	"llama-3-70b": {Layers: 80, Dim: 8192, Heads: 64, Vocab: 128256, MaxSeq: 8192, Arch: ArchLlama, KVHeads: 8, FFN: 28672, RopeTheta: 500000},
+	"qwen2-7b":    {Layers: 28, Dim: 3584, Heads: 28, Vocab: 152064, MaxSeq: 32768, Arch: ArchQwen2, KVHeads: 4, FFN: 18944, RopeTheta: 1000000, NormEps: 1e-6},
 }
 
 func init() {
@@ -37,7 +69,8 @@ func init() {
 		s.Name = n
 		shapes[n] = s
 	}
-	aliases := map[string]string{"gpt2-124m": "gpt2", "gpt2-medium": "gpt2-350m", "gpt2-large": "gpt2-774m", "gpt2-xl": "gpt2-1.5b"}
+	aliases := map[string]string{"gpt2-124m": "gpt2", "gpt2-medium": "gpt2-350m", "gpt2-large": "gpt2-774m", "gpt2-xl": "gpt2-1.5b",
+		"llama3-8b": "llama-3-8b", "llama3-70b": "llama-3-70b"}
 	for a, n := range aliases {
 		s := shapes[n]
 		shapes[a] = s
@@ -61,13 +94,18 @@ func Names() []string {
 			names = append(names, n)
 		}
 	}
-	sort.Slice(names, func(i, j int) bool { return shapes[names[i]].ParamCount() < shapes[names[j]].ParamCount() })
+	sort.Slice(names, func(i, j int) bool {
+		a, b := shapes[names[i]].ParamCount(), shapes[names[j]].ParamCount()
+		return a < b || a == b && names[i] < names[j]
+	})
 	return names
 }
 
 // Validate says what is wrong with s.
 func (s Shape) Validate() error {
 	switch {
+	case s.Arch != "" && s.Arch != ArchGPT2 && s.Arch != ArchLlama && s.Arch != ArchQwen2:
+		return fmt.Errorf("model: arch %q is not one of %s, %s, %s", s.Arch, ArchGPT2, ArchLlama, ArchQwen2)
 	case s.Layers < 1:
 		return fmt.Errorf("model: n_layer %d must be >= 1", s.Layers)
 	case s.Dim < 1 || s.Heads < 1:
@@ -76,6 +114,14 @@ func (s Shape) Validate() error {
 		return fmt.Errorf("model: n_embd %d is not a multiple of n_head %d", s.Dim, s.Heads)
 	case s.Vocab < 1 || s.MaxSeq < 1:
 		return fmt.Errorf("model: vocab_size %d and max_seq_len %d must be >= 1", s.Vocab, s.MaxSeq)
+	case s.KVHeads < 0 || s.FFN < 0 || s.RopeTheta < 0 || s.NormEps < 0:
+		return fmt.Errorf("model: n_kv_head %d, n_inner %d, rope_theta %g and norm_eps %g must not be negative", s.KVHeads, s.FFN, s.RopeTheta, s.NormEps)
+	case s.Heads%s.KVHeadCount() != 0:
+		return fmt.Errorf("model: n_head %d is not a multiple of n_kv_head %d", s.Heads, s.KVHeadCount())
+	case !s.IsLlama() && (s.KVHeads != 0 && s.KVHeads != s.Heads || s.RopeTheta != 0 || s.TieEmbeddings):
+		return fmt.Errorf("model: n_kv_head, rope_theta and tie_word_embeddings are the Llama family's (arch %q or %q); GPT-2 has none of them", ArchLlama, ArchQwen2)
+	case s.IsLlama() && s.HeadDim()%2 != 0:
+		return fmt.Errorf("model: head dimension %d (n_embd/n_head) must be even for rotary embeddings", s.HeadDim())
 	}
 	if _, ok := s.checkedParamCount(); !ok {
 		return fmt.Errorf("model: n_layer %d, n_embd %d, vocab_size %d, max_seq_len %d: the model state (%d bytes per parameter) would exceed 2^63 bytes: lower n_layer or n_embd",
@@ -92,40 +138,141 @@ const maxBytesPerParam = 16
 
 // checkedParamCount is ParamCount through checked arithmetic: false when Ψ,
 // or its model state at maxBytesPerParam bytes, does not fit in an int64.
+// It checks a bound on every product ParamCount forms,
+// L·(13·C² + 3·C·F + 16·C) + (2·V + T + 4)·C.
 func (s Shape) checkedParamCount() (int64, bool) {
-	c, l := int64(s.Dim), int64(s.Layers)
+	c, l, f := int64(s.Dim), int64(s.Layers), int64(s.FFNDim())
 	c2, ok1 := units.Mul(c, c)
-	block, ok2 := units.Mul(12, c2)
-	c13, ok0 := units.Mul(13, c)
-	block, ok3 := units.Add(block, c13)
-	blocks, ok4 := units.Mul(l, block)
-	rows, ok8 := units.Add(int64(s.Vocab), int64(s.MaxSeq))
-	emb, ok5 := units.Mul(rows, c)
-	psi, ok6 := units.Add(emb, blocks, 2*c)
-	_, ok7 := units.Mul(psi, maxBytesPerParam)
-	return psi, ok0 && ok8 && ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7
+	c2x13, ok2 := units.Mul(c2, 13)
+	cf, ok3 := units.Mul(c, f)
+	cfx3, ok4 := units.Mul(cf, 3)
+	c16, ok5 := units.Mul(c, 16)
+	block, ok6 := units.Add(c2x13, cfx3, c16)
+	blocks, ok7 := units.Mul(block, l)
+	rows, ok8 := units.Add(int64(s.Vocab), int64(s.Vocab), int64(s.MaxSeq), 4)
+	emb, ok9 := units.Mul(rows, c)
+	bound, ok10 := units.Add(blocks, emb)
+	_, ok11 := units.Mul(bound, maxBytesPerParam)
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8 && ok9 && ok10 && ok11) {
+		return 0, false
+	}
+	return s.ParamCount(), true
+}
+
+// Canonical is s without its name and with every default written out, so
+// that two shapes describe the same architecture when their Canonical
+// forms are equal.
+func (s Shape) Canonical() Shape {
+	s.Name, s.Arch = "", s.ArchName()
+	s.KVHeads, s.FFN, s.NormEps = s.KVHeadCount(), s.FFNDim(), s.Eps()
+	if s.IsLlama() {
+		s.RopeTheta = s.Theta()
+	}
+	return s
+}
+
+// IsLlama says whether s is of the Llama family (ArchLlama or ArchQwen2).
+func (s Shape) IsLlama() bool { return s.Arch == ArchLlama || s.Arch == ArchQwen2 }
+
+// ArchName is Arch with the default filled in.
+func (s Shape) ArchName() string {
+	if s.Arch == "" {
+		return ArchGPT2
+	}
+	return s.Arch
 }
 
 // HeadDim is Dim / Heads.
 func (s Shape) HeadDim() int { return s.Dim / s.Heads }
 
-// BlockParamCount is the number of parameters of one transformer block:
-// ln1 (2C), qkv (3C·C + 3C), proj (C·C + C), ln2 (2C), fc (4C·C + 4C), fcproj (4C·C + C).
-func (s Shape) BlockParamCount() int64 {
-	c := int64(s.Dim)
-	return 12*c*c + 13*c
+// KVHeadCount is the number of key/value heads: KVHeads, or Heads when 0.
+func (s Shape) KVHeadCount() int {
+	if s.KVHeads == 0 {
+		return s.Heads
+	}
+	return s.KVHeads
 }
 
-// EmbeddingParamCount is wte (Vocab·C) + wpe (MaxSeq·C); the output head is tied to wte.
+// FFNDim is the MLP hidden size: FFN, or 4·Dim when 0.
+func (s Shape) FFNDim() int {
+	if s.FFN == 0 {
+		return 4 * s.Dim
+	}
+	return s.FFN
+}
+
+// Theta is the rotary embedding base: RopeTheta, or 10000 when 0.
+func (s Shape) Theta() float64 {
+	if s.RopeTheta == 0 {
+		return 10000
+	}
+	return s.RopeTheta
+}
+
+// Eps is the normalisation epsilon: NormEps, or 1e-5 when 0.
+func (s Shape) Eps() float64 {
+	if s.NormEps == 0 {
+		return 1e-5
+	}
+	return s.NormEps
+}
+
+// TiedHead says whether the output head is the token embedding (chunk 0)
+// rather than a tensor of the final chunk: always for GPT-2.
+func (s Shape) TiedHead() bool { return !s.IsLlama() || s.TieEmbeddings }
+
+// QKVBias says whether the attention's q, k and v projections have biases
+// (GPT-2's c_attn and Qwen2's do, Llama's do not).
+func (s Shape) QKVBias() bool { return s.Arch != ArchLlama }
+
+// BlockParamCount is the number of parameters of one transformer block.
+// GPT-2: ln1 (2C), qkv (3C·C + 3C), proj (C·C + C), ln2 (2C), fc (F·C + F),
+// fcproj (C·F + C). Llama: input norm (C), q (C·C), k and v (KV·D·C each),
+// o (C·C), post-attention norm (C), gate, up and down (3·C·F); Qwen2 adds
+// q, k and v biases (C + 2·KV·D).
+func (s Shape) BlockParamCount() int64 {
+	c, f := int64(s.Dim), int64(s.FFNDim())
+	if !s.IsLlama() {
+		return 4*c*c + 2*c*f + 9*c + f
+	}
+	kv := int64(s.KVHeadCount() * s.HeadDim())
+	n := 2*c*c + 2*kv*c + 3*c*f + 2*c
+	if s.QKVBias() {
+		n += c + 2*kv
+	}
+	return n
+}
+
+// EmbeddingParamCount is the embedding chunk: GPT-2's wte (Vocab·C) and wpe
+// (MaxSeq·C), the Llama family's embed_tokens (Vocab·C).
 func (s Shape) EmbeddingParamCount() int64 {
+	if s.IsLlama() {
+		return int64(s.Vocab) * int64(s.Dim)
+	}
 	return int64(s.Vocab+s.MaxSeq) * int64(s.Dim)
 }
 
-// ParamCount is Ψ: embeddings, L blocks and the final layernorm (2C).
+// FinalParamCount is the final chunk: GPT-2's ln_f (2C); the Llama family's
+// norm (C) and, when the head is not tied, lm_head (Vocab·C).
+func (s Shape) FinalParamCount() int64 {
+	c := int64(s.Dim)
+	switch {
+	case !s.IsLlama():
+		return 2 * c
+	case s.TiedHead():
+		return c
+	}
+	return c + int64(s.Vocab)*c
+}
+
+// ParamCount is Ψ: embeddings, L blocks and the final chunk.
 func (s Shape) ParamCount() int64 {
-	return s.EmbeddingParamCount() + int64(s.Layers)*s.BlockParamCount() + 2*int64(s.Dim)
+	return s.EmbeddingParamCount() + int64(s.Layers)*s.BlockParamCount() + s.FinalParamCount()
 }
 
 func (s Shape) String() string {
+	if s.IsLlama() {
+		return fmt.Sprintf("%s (%s L=%d C=%d H=%d KV=%d F=%d V=%d T=%d, %.1fM params)", s.Name, s.Arch, s.Layers, s.Dim, s.Heads, s.KVHeadCount(), s.FFNDim(), s.Vocab, s.MaxSeq, float64(s.ParamCount())/1e6)
+	}
 	return fmt.Sprintf("%s (L=%d C=%d H=%d V=%d T=%d, %.1fM params)", s.Name, s.Layers, s.Dim, s.Heads, s.Vocab, s.MaxSeq, float64(s.ParamCount())/1e6)
 }

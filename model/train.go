@@ -288,7 +288,7 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 			if err != nil {
 				return res, fmt.Errorf("model: step %d: %w", step, err)
 			}
-			if err := t.model.Forward(s, p, b.IDs, b.Targets); err != nil {
+			if err := t.model.Forward(s, p, b); err != nil {
 				return res, fmt.Errorf("model: step %d: %w", step, err)
 			}
 			if err := t.model.Backward(s, p, scale); err != nil {

@@ -100,7 +100,7 @@ func TestTrainerRanksSumInRankOrder(t *testing.T) {
 					t.Fatal(err)
 				}
 				ref.ZeroGrads(s)
-				if err := m.Forward(s, ref, b.IDs, b.Targets); err != nil {
+				if err := m.Forward(s, ref, b); err != nil {
 					t.Fatal(err)
 				}
 				if err := m.Backward(s, ref, 0.5); err != nil {
