@@ -50,6 +50,13 @@ type rank struct {
 	next       *hostRun     // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
 	undo       [][]byte     // per chunk: master, m and v before the update of the backward
 	bwdChunks  int          // chunks updated during a backward so far
+	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
+	// (freeze.go): the largest frozen chunk, written by the model's
+	// parameter-gradient GEMMs and never read; nil with nothing frozen.
+	frozenGrad gpu.Buffer
+	// reductions counts, per chunk, the gradient collectives (AllReduce,
+	// ReduceScatter) the rank has issued for it.
+	reductions []int64
 }
 
 // liveGrad is a reduced gradient shard on the device whose copy to the tier
@@ -121,6 +128,15 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 		r.st.free()
 		return nil, fmt.Errorf("engine: rank %d: grad norms: %w", idx, err)
 	}
+	if n := e.frozenGradElems(); n > 0 {
+		if r.frozenGrad, err = dev.Alloc(n, e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "frozen grad scratch"}); err != nil {
+			r.dev.Free(r.norms)
+			r.model.Free()
+			r.st.free()
+			return nil, fmt.Errorf("engine: rank %d: gradient scratch of the frozen chunks: %w", idx, err)
+		}
+	}
+	r.reductions = make([]int64, len(e.chunks))
 	r.normsHost = make([]byte, 8*len(e.chunks))
 	r.paramReady = make([]gpu.Event, len(e.chunks))
 	for c := range r.paramReady {
@@ -129,6 +145,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	r.h = newHooks(r)
 	if e.opts.Trace != nil || e.offload {
 		if r.tr, err = newRankTrace(e.opts.Trace, e, idx, dev); err != nil {
+			r.freeFrozenGrad()
 			r.dev.Free(r.norms)
 			r.model.Free()
 			r.st.free()
@@ -228,8 +245,10 @@ func (r *rank) backward(step int64) error {
 		r.tr.t.stepBegin(step, time.Now())
 	}
 	if e.stage < 2 {
-		for c := range e.chunks {
-			r.ops.Fill(r.s, st.gradFull(c), 0)
+		for c, p := range e.chunks {
+			if !p.frozen {
+				r.ops.Fill(r.s, st.gradFull(c), 0)
+			}
 		}
 	}
 	scale := float32(1 / float64(e.n*e.accum))
@@ -339,7 +358,10 @@ func (r *rank) update(ap gpu.AdamParams) error {
 	var csFrom gpu.Event // trace: the open span on cs
 	var csName string
 	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
-	for c := range e.chunks {
+	for c, p := range e.chunks {
+		if p.frozen {
+			continue // no update: the params stay as they are, paramReady[c] too
+		}
 		if e.offload {
 			err := r.stepHost(c, cp)
 			if err != nil && first == nil {
@@ -361,7 +383,7 @@ func (r *rank) update(ap gpu.AdamParams) error {
 			if r.tr != nil {
 				from = r.tr.mark(r.s)
 			}
-			r.ops.AdamStep(r.s, p, st.gradShard(c), m, v, out, ap)
+			r.ops.AdamStep(r.s, p, st.gradShard(c), m, v, out, e.chunkAdam(c, ap))
 			if r.tr != nil {
 				r.tr.compute.span(from, r.tr.mark(r.s), TraceCompute, "adam "+e.layout.Chunks[c].Name+" (device)", map[string]any{"chunk": c})
 			}
@@ -432,10 +454,20 @@ func (r *rank) close() error {
 	}
 	r.h.freeAll()
 	r.freeGrads()
+	r.freeFrozenGrad()
 	r.model.Free()
 	r.dev.Free(r.norms)
 	r.st.free()
 	return err
+}
+
+// freeFrozenGrad frees the frozen chunks' gradient scratch (the streams
+// that wrote it have completed).
+func (r *rank) freeFrozenGrad() {
+	if r.frozenGrad != nil {
+		r.dev.Free(r.frozenGrad)
+		r.frozenGrad = nil
+	}
 }
 
 // errAccessOrder is the panic of a Params call out of model.AccessOrder.

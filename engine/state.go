@@ -27,6 +27,9 @@ import (
 //	        device optimizer only: stage 0 the full chunk, else the rank's
 //	        shard; no master in fp32 mode (the params are the master weights)
 //
+// A frozen chunk (strata.freeze) has its params only: no grad, master, m
+// or v (its Grad is the rank's scratch, frozenGrad).
+//
 // Every device allocation here is tagged gpu.ModelState and lives from New
 // to Close, so the device's model-state peak is exactly their sum.
 type devState struct {
@@ -77,8 +80,8 @@ func (st *devState) alloc(c int) error {
 	case !e.paramTiered(c): // else in the tier store
 		err = get(&st.param[c], p.shard, pt, "param shard")
 	}
-	if err != nil {
-		return err
+	if err != nil || p.frozen {
+		return err // frozen: params only (freeze.go)
 	}
 	switch {
 	case e.stage < 2:
