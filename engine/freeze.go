@@ -104,8 +104,12 @@ func FrozenChunks(l *model.Layout, patterns []string) ([]bool, error) {
 		}
 	}
 	if len(partial) > 0 {
-		return nil, fmt.Errorf("engine: strata.freeze: a chunk (the unit of optimizer state) is frozen whole or not at all; %s: add patterns for the rest of each chunk, or drop the ones that match part of it",
-			strings.Join(partial, "; "))
+		more := ""
+		if len(partial) > 3 {
+			partial, more = partial[:3], fmt.Sprintf("; and %d more chunks alike", len(partial)-3)
+		}
+		return nil, fmt.Errorf("engine: strata.freeze: a chunk (the unit of optimizer state) is frozen whole or not at all; %s%s: add patterns for the rest of each chunk, or drop the ones that match part of it",
+			strings.Join(partial, "; "), more)
 	}
 	for _, f := range frozen {
 		if !f {

@@ -79,11 +79,12 @@ type tiers struct {
 	bwMeasured [prefetch.LinkCount]float64
 	bwBytes    [prefetch.LinkCount]int64
 
-	// nvmeBytes[chunk][state] is the bytes the runners' moves to or from
-	// NVMe put on links, all ranks (both hops of a two-hop move): what a
-	// frozen chunk's state never costs (freeze_test.go). The moves of New
-	// and of a restore go around the runners and are not counted.
-	nvmeBytes [][shard.StateCount]atomic.Int64
+	// nvmeRead and nvmeWritten [chunk][state] are the bytes the runners'
+	// moves from and to NVMe put on links, all ranks (both hops of a
+	// two-hop move): what a frozen chunk's optimizer state never costs
+	// (freeze_test.go). The moves of New and of a restore go around the
+	// runners and are not counted.
+	nvmeRead, nvmeWritten [][shard.StateCount]atomic.Int64
 }
 
 // paramTiered says whether chunk c's param shard lives in the tier store
@@ -121,7 +122,7 @@ func checkOffload(cfg *config.Config, opts Options) error {
 // activations are allocated), so the HBM left for param copies is known.
 func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
-		nvmeBytes: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
+		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
 	est, err := EstimateMemory(mo)
 	if err != nil {
 		return nil, err
@@ -509,8 +510,11 @@ func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
 	o := tier.RunnerOptions{Rank: int32(r), Clock: t.now}
 	tr := t.e.opts.Trace
 	o.OnMove = func(sp tier.MoveSpan) {
-		if m := sp.Move; m.From == shard.NVMe || m.To == shard.NVMe {
-			t.nvmeBytes[m.Key.Chunk][m.Key.State].Add(sp.Bytes)
+		switch m := sp.Move; {
+		case m.From == shard.NVMe:
+			t.nvmeRead[m.Key.Chunk][m.Key.State].Add(sp.Bytes)
+		case m.To == shard.NVMe:
+			t.nvmeWritten[m.Key.Chunk][m.Key.State].Add(sp.Bytes)
 		}
 		if tr != nil {
 			tr.move(r, sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
