@@ -184,15 +184,15 @@ func (c Coef) String() string {
 // (gathered chunks in flight, gradient buckets, staging buffers,
 // activations): the engine reports that separately.
 type MemoryEstimate struct {
-	Options         MemoryOptions // with defaults filled in
-	Params          int64         // Ψ
+	Options MemoryOptions // with defaults filled in
+	Params  int64         // Ψ
 	// TrainableParams (Ψₜ) and FrozenParams are Ψ split by
 	// MemoryOptions.Frozen; Ψₜ = Ψ with nothing frozen.
 	TrainableParams, FrozenParams int64
-	ShardElems      []int64       // per chunk, see ShardElems
-	RankElems       int64         // Σ ShardElems: elements each rank owns
-	PaddedElems     int64         // Σ N·ShardElems: a gathered (replicated) copy of the model
-	PersistentElems int64         // stage 3: Σ N·ShardElems of the chunks that stay gathered
+	ShardElems                    []int64 // per chunk, see ShardElems
+	RankElems                     int64   // Σ ShardElems: elements each rank owns
+	PaddedElems                   int64   // Σ N·ShardElems: a gathered (replicated) copy of the model
+	PersistentElems               int64   // stage 3: Σ N·ShardElems of the chunks that stay gathered
 	// PersistentBytes is what the persistent chunks add to each device
 	// beyond the formula's 2Ψ/N share of them: the other ranks' parts,
 	// 2·c·(N-1)/N bytes per chunk of c params (their padding is in
