@@ -851,7 +851,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	if s.Precision == gpu.F32 {
 		prec = "fp32"
 	}
-	return map[string]any{
+	out := map[string]any{
 		"model": s.Model, "params": s.Params, "devices": s.Devices, "stage": s.Stage, "precision": prec,
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
@@ -859,6 +859,10 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}
+	if s.FrozenParams > 0 {
+		out["frozen"] = frozenJSON(s)
+	}
+	return out
 }
 
 // removeSwapFiles removes the names of this process's swap files before a

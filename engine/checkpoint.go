@@ -38,6 +38,14 @@ import (
 // readShardInto and restoreTiered. Engine.Params and Engine.Master read
 // the same way (fillChunk).
 //
+// A frozen chunk (strata.freeze) has no optimizer state: its checkpoint
+// holds its params, as master the params widened to fp32, and zero m and
+// v, so the files do not depend on the freeze set. Restored into a run
+// that freezes a chunk the checkpoint trained, the chunk keeps the
+// checkpoint's params and its optimizer state is not read; a chunk frozen
+// in the checkpoint that trains in the restoring run is refused
+// (checkFreezeRestore, from the checkpoint's config).
+//
 // SaveCheckpoint and LoadCheckpoint stream (checkpoint.SaveStream,
 // checkpoint.Reader): one chunk of one state at a time, all ranks' shards
 // side by side in one of two host buffers, so host memory for a checkpoint

@@ -268,6 +268,26 @@
 // the ranks waited per access tier, the bytes per link and the peak bytes
 // per tier against their budgets (StepStats.Tier), and the optimizer time.
 //
+// # Frozen chunks (freeze.go)
+//
+// strata.freeze names tensors by pattern (a substring, or a path.Match
+// glob over the whole name when it has * ? [); FrozenChunks resolves them
+// to whole chunks and refuses a pattern that matches nothing, a set that
+// covers part of a chunk, or one that freezes every chunk. A frozen chunk
+// keeps its params, which move as params (gathers, tier-store reads),
+// and nothing else: no gradient buffer or shard, no reduction, no master,
+// m, v, no tier-store state but its param, no upload staging, no update,
+// no share of the global norm. The model still calls Grad and GradReady
+// for it: Grad returns a scratch of the largest frozen chunk (one per
+// rank, Workspace, allocated at New) that its parameter-gradient GEMMs
+// write and nothing reads; GradReady does nothing. EstimateMemory counts
+// it at its params (MemoryOptions.Frozen; the formula's gradient and
+// optimizer terms are then on Ψₜ, the trainable parameters), and the
+// Summary reports the frozen chunks and the model state they do not keep.
+// A checkpoint saves a frozen chunk's params, as master its params widened
+// and zero m and v; a checkpoint in which a chunk that trains here was
+// frozen is refused (its optimizer state is not in it).
+//
 // "dpu" (overlap_dpu.go), the delayed parameter update of the ZeRO-Offload
 // paper: after strata.dpu_warmup_steps exact steps, step t+1's pass reads
 // the params step t read (updated with step t-1's gradient) while the host
