@@ -511,7 +511,8 @@ func TestFreezeCheckpoint(t *testing.T) {
 	}
 	t.Run("fp32", func(t *testing.T) {
 		s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1, fp32: true}
-		js := withFreeze(strings.Replace(s.configJSON(), testShapeJSON, deepShapeJSON, 1), freezePatterns)
+		plain := strings.Replace(s.configJSON(), testShapeJSON, deepShapeJSON, 1)
+		js := withFreeze(plain, freezePatterns)
 		newFP32 := func(t *testing.T) *Engine {
 			devs, comms, err := cpu.New(cpu.Options{Devices: s.n, HBMBytes: 256 << 20})
 			if err != nil {
@@ -524,6 +525,23 @@ func TestFreezeCheckpoint(t *testing.T) {
 			return e
 		}
 		checkResume(t, newFP32, k)
+		// fp32 counts 4-byte gradients and no device master: the
+		// reference holds exactly what the summary says is not kept.
+		e := newFP32(t)
+		trainFor(t, e, 1)
+		js = plain
+		ref := newFP32(t)
+		trainFor(t, ref, 1)
+		sum, rsum := e.Summary(), ref.Summary()
+		for i, d := range sum.PerDevice {
+			saved := rsum.PerDevice[i].ModelStatePeakBytes - d.ModelStatePeakBytes
+			if d.ModelStatePeakBytes != d.EstimateBytes || saved != sum.FrozenSavedTierBytes(shard.HBM)/2 || saved == 0 {
+				t.Errorf("%s: peak %d, estimate %d; the reference holds %d more, the summary says %d", d.Device, d.ModelStatePeakBytes, d.EstimateBytes, saved, sum.FrozenSavedTierBytes(shard.HBM)/2)
+			}
+		}
+		if saved := rsum.HostBytes - sum.HostBytes; saved != sum.FrozenSavedTierBytes(shard.Host) || sum.HostBytes != sum.HostFormula {
+			t.Errorf("host %d (estimate %d), the reference's %d: the summary says %d not kept", sum.HostBytes, sum.HostFormula, rsum.HostBytes, sum.FrozenSavedTierBytes(shard.Host))
+		}
 	})
 }
 
