@@ -30,5 +30,3 @@ func checkGrid(op string, blocks int) {
 		panic(fmt.Sprintf("gpu/cuda: %s: %d blocks", op, blocks))
 	}
 }
-
-

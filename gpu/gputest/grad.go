@@ -167,4 +167,3 @@ func gradGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	}, x)
 	checkGrad(t, "dx", download(t, d, s, gdx), fd, nil, dt)
 }
-
