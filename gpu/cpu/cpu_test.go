@@ -181,6 +181,39 @@ func TestWorkersDoNotChangeBits(t *testing.T) {
 	}
 }
 
+// TestAttentionHoldsNoSeqSquared: the attention forward and backward at
+// seq 4096 allocate (Go heap, scratch included) less than a quarter of one
+// seq×seq fp32 matrix (64 MiB): the tiled algorithm holds O(seq·headDim)
+// per head plus attnTile² tiles, never the scores of a whole row block.
+func TestAttentionHoldsNoSeqSquared(t *testing.T) {
+	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 * units.MiB, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, r := devs[0], rand.New(rand.NewPCG(3, 3))
+	const T, hd = 4096, 16
+	qkv := upload(t, d, randF32(r, T*3*hd), gpu.F32)
+	out, lse := upload(t, d, make([]float32, T*hd), gpu.F32), upload(t, d, make([]float32, T), gpu.F32)
+	dout, dqkv := upload(t, d, randF32(r, T*hd), gpu.F32), upload(t, d, make([]float32, T*3*hd), gpu.F32)
+	s := d.DefaultStream()
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	d.Ops().AttentionForward(s, qkv, out, lse, nil, 1, T, 1, 1, hd)
+	d.Ops().AttentionBackward(s, dout, qkv, out, lse, nil, dqkv, 1, T, 1, 1, hd)
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	if got, limit := after.TotalAlloc-before.TotalAlloc, uint64(T*T*4/4); got > limit {
+		t.Errorf("attention at seq %d allocated %d bytes, limit %d (a seq×seq fp32 matrix is %d)", T, got, limit, T*T*4)
+	} else {
+		t.Logf("attention at seq %d allocated %d bytes (a seq×seq fp32 matrix is %d)", T, got, T*T*4)
+	}
+}
+
 // torchAdam is a float64 transcription of one step of PyTorch's
 // torch.optim.AdamW (_single_tensor_adamw, amsgrad=False,
 // maximize=False), and of torch.optim.Adam with weight_decay for
