@@ -16,14 +16,14 @@ func (m *Model) gpt2BlockForward(s gpu.Stream, l int, w gpu.Buffer) {
 	eps := float32(m.shape.Eps())
 	x, out := m.a.res[l], m.a.res[l+1]
 	ops.LayerNormForward(s, x, w.Slice(o.ln1g, c), w.Slice(o.ln1b, c), la.ln1, la.ln1Mean, la.ln1Rstd, bt, c, eps) // ln1 (bt×C)
-	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), la.qkv, bt, c, 3*c)          // qkv (bt×3C)
-	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim()) // atty (bt×C), lse (B×H×T)
-	linearForward(ops, s, la.atty, w.Slice(o.projW, c*c), w.Slice(o.projB, c), la.res2, bt, c, c)            // res2 (bt×C)
+	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), la.qkv, bt, c, 3*c)                // qkv (bt×3C)
+	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim())       // atty (bt×C), lse (B×H×T)
+	linearForward(ops, s, la.atty, w.Slice(o.projW, c*c), w.Slice(o.projB, c), la.res2, bt, c, c)                  // res2 (bt×C)
 	ops.Add(s, x, la.res2, la.res2, bt*c)
 	ops.LayerNormForward(s, la.res2, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), la.ln2, la.ln2Mean, la.ln2Rstd, bt, c, eps) // ln2 (bt×C)
-	linearForward(ops, s, la.ln2, w.Slice(o.fcW, f*c), w.Slice(o.fcB, f), la.fch, bt, c, f)                                // fch (bt×F)
-	ops.GeluForward(s, la.fch, la.fchAct, bt*f)                                                                            // gelu (bt×F)
-	linearForward(ops, s, la.fchAct, w.Slice(o.fcpW, c*f), w.Slice(o.fcpB, c), out, bt, f, c)                             // out (bt×C)
+	linearForward(ops, s, la.ln2, w.Slice(o.fcW, f*c), w.Slice(o.fcB, f), la.fch, bt, c, f)                              // fch (bt×F)
+	ops.GeluForward(s, la.fch, la.fchAct, bt*f)                                                                          // gelu (bt×F)
+	linearForward(ops, s, la.fchAct, w.Slice(o.fcpW, c*f), w.Slice(o.fcpB, c), out, bt, f, c)                            // out (bt×C)
 	ops.Add(s, la.res2, out, out, bt*c)
 }
 
