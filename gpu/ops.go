@@ -65,8 +65,9 @@ type Ops interface {
 	// freq_i = theta^(-2i/headDim), angle = pos·freq_i, and
 	// (x_i, x_{i+D/2}) -> (x_i·cos − x_{i+D/2}·sin, x_{i+D/2}·cos + x_i·sin).
 	// cos and sin are computed in float64 and rounded to fp32. pos as in
-	// AttentionForward (nil: pos[b,t] = t; a negative pos is an error on
-	// the stream); the value heads are untouched. headDim must be even.
+	// AttentionForward (nil: pos[b,t] = t), here any value (generation
+	// rotates a token at its position in the whole sequence); the value
+	// heads are untouched. headDim must be even.
 	RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32)
 	// RopeBackward applies the inverse rotation, in place, to the query and
 	// key heads of dqkv.

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/strata-ai/strata/gpu"
@@ -115,18 +114,13 @@ func (t *ropeTable) fill(p int, cos, sin []float32) {
 // rope rotates the query and key heads of packed qkv rows in place:
 // forward (x1, x2) -> (x1·c - x2·s, x2·c + x1·s); inverse (the backward)
 // (d1, d2) -> (d1·c + d2·s, d2·c - d1·s). Each token runs on one worker.
-// Positions below seq come from one table; a larger one (a caller's
+// Positions in [0, seq) come from one table; any other (a caller's
 // position past its rows, as in generation) is computed for its token.
 func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, hd int, theta float32, inverse bool) {
 	s.enqueue(func() error {
 		var pv []int32
 		if pos != nil {
 			pv = pos.i32()
-			for i, p := range pv {
-				if p < 0 {
-					return fmt.Errorf("gpu/cpu: rope: position %d of row %d, column %d is negative", p, i/seq, i%seq)
-				}
-			}
 		}
 		tab := newRopeTable(seq, hd, theta)
 		half, width, rotated := hd/2, (heads+2*kvHeads)*hd, (heads+kvHeads)*hd
@@ -139,7 +133,7 @@ func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, 
 					p = int(pv[bt])
 				}
 				cos, sin := cosOwn, sinOwn
-				if p < seq {
+				if p >= 0 && p < seq {
 					cos, sin = tab.cos[p*half:(p+1)*half], tab.sin[p*half:(p+1)*half]
 				} else {
 					tab.fill(p, cos, sin)
