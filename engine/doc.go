@@ -22,8 +22,8 @@
 //
 // Layout rule the engine follows so that measured bytes equal the estimate:
 // parameters are packed in chunks (ChunkParams: embeddings, one per block,
-// final layernorm); every chunk is sharded over the N ranks with each rank's
-// slice ShardElems long (ceil(chunk/N) rounded up to DefaultShardAlignElems
+// final norm and an untied output head); every chunk is sharded over the N
+// ranks with each rank's slice ShardElems long (ceil(chunk/N) rounded up to DefaultShardAlignElems
 // = 64 elements, zero padded; the tier store pads its own host buffers and
 // NVMe extents to the I/O alignment, and the planner counts shards at those
 // padded sizes, IOAlignBytes); a gathered or replicated chunk occupies N·ShardElems

@@ -116,7 +116,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		e.closeData()
 		return nil, err
 	}
-	e.fwdOrder = forwardOrder(shape.Layers, len(e.chunks))
+	e.fwdOrder = forwardOrder(shape, len(e.chunks))
 	if err := e.allocate(devices, comms, mo); err != nil {
 		e.Close()
 		return nil, err

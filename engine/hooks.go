@@ -75,7 +75,7 @@ type bucket struct {
 }
 
 func newHooks(r *rank) *hooks {
-	return &hooks{r: r, order: model.AccessOrder(r.e.shape.Layers), live: map[int]*gathered{}, buckets: map[int]*bucket{}}
+	return &hooks{r: r, order: model.AccessOrder(r.e.shape), live: map[int]*gathered{}, buckets: map[int]*bucket{}}
 }
 
 // begin starts micro-batch k of a step.

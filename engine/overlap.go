@@ -133,10 +133,10 @@ func (r *rank) takeHostOpt() HostOptStats {
 // forwardOrder is the chunks in the order of their first Acquire in a
 // micro-batch (model.AccessOrder): the order the next forward reads them,
 // which the host optimizer follows.
-func forwardOrder(layers, chunks int) []int {
+func forwardOrder(shape model.Shape, chunks int) []int {
 	seen := make([]bool, chunks)
 	var out []int
-	for _, a := range model.AccessOrder(layers) {
+	for _, a := range model.AccessOrder(shape) {
 		if a.Kind == model.AccessAcquire && !seen[a.Chunk] {
 			seen[a.Chunk] = true
 			out = append(out, a.Chunk)
