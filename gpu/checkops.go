@@ -13,15 +13,21 @@ type Kernels[S, B any] interface {
 	BiasGrad(s S, dy, dbias B, rows, cols int)
 	LayerNormForward(s S, x, gamma, beta, y, mean, rstd B, rows, cols int, eps float32)
 	LayerNormBackward(s S, dy, x, gamma, mean, rstd, dx, dgamma, dbeta B, rows, cols int)
-	AttentionForward(s S, qkv, out, att B, batch, seq, heads, headDim int)
-	AttentionBackward(s S, dout, qkv, att, dqkv B, batch, seq, heads, headDim int)
+	RMSNormForward(s S, x, gamma, y, rstd B, rows, cols int, eps float32)
+	RMSNormBackward(s S, dy, x, gamma, rstd, dx, dgamma B, rows, cols int)
+	AttentionForward(s S, qkv, out, lse, pos B, batch, seq, heads, kvHeads, headDim int)
+	AttentionBackward(s S, dout, qkv, out, lse, pos, dqkv B, batch, seq, heads, kvHeads, headDim int)
+	RopeForward(s S, qkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
+	RopeBackward(s S, dqkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
+	SwiGLUForward(s S, gateUp, y B, rows, ffn int)
+	SwiGLUBackward(s S, gateUp, dy, dgateUp B, rows, ffn int)
 	GeluForward(s S, x, y B, n int)
 	GeluBackward(s S, x, dy, dx B, n int)
 	Add(s S, a, b, out B, n int)
 	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
 	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
-	EmbeddingForward(s S, ids, wte, wpe, out B, batch, seq, dim int)
-	EmbeddingBackward(s S, ids, dout, dwte, dwpe B, batch, seq, dim int)
+	EmbeddingForward(s S, ids, pos, wte, wpe, out B, batch, seq, dim int)
+	EmbeddingBackward(s S, ids, pos, dout, dwte, dwpe B, batch, seq, dim int)
 	Cast(s S, dst, src B)
 	Fill(s S, x B, value float32)
 	Scale(s S, x B, alpha float32)
@@ -123,23 +129,97 @@ func (o *checkedOps[S, B]) LayerNormBackward(s Stream, dy, x, gamma, mean, rstd,
 	o.k.LayerNormBackward(rs, rdy, rx, rg, rm, rr, rdx, rdg, rdb, rows, cols)
 }
 
-func (o *checkedOps[S, B]) AttentionForward(s Stream, qkv, out, att Buffer, batch, seq, heads, headDim int) {
-	o.dims("attention", batch, seq, heads, headDim)
-	rs := o.stream(s)
-	c := heads * headDim
-	rq, ro := o.float(qkv, "attention qkv", batch*seq*3*c), o.float(out, "attention out", batch*seq*c)
-	ra := o.typed(att, "attention att", F32, batch*heads*seq*seq)
-	o.k.AttentionForward(rs, rq, ro, ra, batch, seq, heads, headDim)
+// optional checks a buffer that may be nil (the zero B then) with check.
+func (o *checkedOps[S, B]) optional(b Buffer, check func() B) B {
+	var none B
+	if b == nil {
+		return none
+	}
+	return check()
 }
 
-func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, att, dqkv Buffer, batch, seq, heads, headDim int) {
-	o.dims("attention-backward", batch, seq, heads, headDim)
+// pos checks an optional I32 position buffer of batch×seq.
+func (o *checkedOps[S, B]) pos(b Buffer, what string, batch, seq int) B {
+	return o.optional(b, func() B { return o.typed(b, what, I32, batch*seq) })
+}
+
+// heads checks a grouped-query head configuration.
+func (o *checkedOps[S, B]) heads(op string, heads, kvHeads int) {
+	if heads > 0 && (kvHeads <= 0 || heads%kvHeads != 0) {
+		o.f.Panicf("%s: %d heads are not a multiple of %d key/value heads", op, heads, kvHeads)
+	}
+}
+
+func (o *checkedOps[S, B]) RMSNormForward(s Stream, x, gamma, y, rstd Buffer, rows, cols int, eps float32) {
+	o.dims("rmsnorm", rows, cols)
 	rs := o.stream(s)
-	c := heads * headDim
-	rq, rdq := o.float(qkv, "attention qkv", batch*seq*3*c), o.float(dqkv, "attention dqkv", batch*seq*3*c)
-	rdo := o.float(dout, "attention dout", batch*seq*c)
-	ra := o.typed(att, "attention att", F32, batch*heads*seq*seq)
-	o.k.AttentionBackward(rs, rdo, rq, ra, rdq, batch, seq, heads, headDim)
+	rx, ry := o.float(x, "rmsnorm x", rows*cols), o.float(y, "rmsnorm y", rows*cols)
+	o.k.RMSNormForward(rs, rx, o.float(gamma, "rmsnorm gamma", cols), ry, o.typed(rstd, "rmsnorm rstd", F32, rows), rows, cols, eps)
+}
+
+func (o *checkedOps[S, B]) RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dgamma Buffer, rows, cols int) {
+	o.dims("rmsnorm-backward", rows, cols)
+	rs := o.stream(s)
+	rdy, rx, rdx := o.float(dy, "rmsnorm dy", rows*cols), o.float(x, "rmsnorm x", rows*cols), o.float(dx, "rmsnorm dx", rows*cols)
+	rg, rdg := o.float(gamma, "rmsnorm gamma", cols), o.float(dgamma, "rmsnorm dgamma", cols)
+	o.k.RMSNormBackward(rs, rdy, rx, rg, o.typed(rstd, "rmsnorm rstd", F32, rows), rdx, rdg, rows, cols)
+}
+
+func (o *checkedOps[S, B]) AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int) {
+	o.dims("attention", batch, seq, heads, kvHeads, headDim)
+	o.heads("attention", heads, kvHeads)
+	rs := o.stream(s)
+	w := (heads + 2*kvHeads) * headDim
+	rq, ro := o.float(qkv, "attention qkv", batch*seq*w), o.float(out, "attention out", batch*seq*heads*headDim)
+	rl, rp := o.typed(lse, "attention lse", F32, batch*heads*seq), o.pos(pos, "attention pos", batch, seq)
+	o.k.AttentionForward(rs, rq, ro, rl, rp, batch, seq, heads, kvHeads, headDim)
+}
+
+func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int) {
+	o.dims("attention-backward", batch, seq, heads, kvHeads, headDim)
+	o.heads("attention-backward", heads, kvHeads)
+	rs := o.stream(s)
+	w, c := (heads+2*kvHeads)*headDim, heads*headDim
+	rq, rdq := o.float(qkv, "attention qkv", batch*seq*w), o.float(dqkv, "attention dqkv", batch*seq*w)
+	rdo, ro := o.float(dout, "attention dout", batch*seq*c), o.float(out, "attention out", batch*seq*c)
+	rl, rp := o.typed(lse, "attention lse", F32, batch*heads*seq), o.pos(pos, "attention pos", batch, seq)
+	o.k.AttentionBackward(rs, rdo, rq, ro, rl, rp, rdq, batch, seq, heads, kvHeads, headDim)
+}
+
+func (o *checkedOps[S, B]) rope(op string, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int) (B, B) {
+	o.dims(op, batch, seq, heads, kvHeads, headDim)
+	o.heads(op, heads, kvHeads)
+	if headDim%2 != 0 {
+		o.f.Panicf("%s: head dimension %d is odd", op, headDim)
+	}
+	return o.float(qkv, op+" qkv", batch*seq*(heads+2*kvHeads)*headDim), o.pos(pos, op+" pos", batch, seq)
+}
+
+func (o *checkedOps[S, B]) RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	rs := o.stream(s)
+	rq, rp := o.rope("rope", qkv, pos, batch, seq, heads, kvHeads, headDim)
+	o.k.RopeForward(rs, rq, rp, batch, seq, heads, kvHeads, headDim, theta)
+}
+
+func (o *checkedOps[S, B]) RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	rs := o.stream(s)
+	rq, rp := o.rope("rope-backward", dqkv, pos, batch, seq, heads, kvHeads, headDim)
+	o.k.RopeBackward(rs, rq, rp, batch, seq, heads, kvHeads, headDim, theta)
+}
+
+func (o *checkedOps[S, B]) SwiGLUForward(s Stream, gateUp, y Buffer, rows, ffn int) {
+	o.dims("swiglu", rows, ffn)
+	o.k.SwiGLUForward(o.stream(s), o.float(gateUp, "swiglu gateUp", rows*2*ffn), o.float(y, "swiglu y", rows*ffn), rows, ffn)
+}
+
+func (o *checkedOps[S, B]) SwiGLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int) {
+	o.dims("swiglu-backward", rows, ffn)
+	rs := o.stream(s)
+	rg, rdg := o.float(gateUp, "swiglu gateUp", rows*2*ffn), o.float(dgateUp, "swiglu dgateUp", rows*2*ffn)
+	if gateUp == dgateUp {
+		o.f.Panicf("swiglu-backward: dgateUp aliases gateUp")
+	}
+	o.k.SwiGLUBackward(rs, rg, o.float(dy, "swiglu dy", rows*ffn), rdg, rows, ffn)
 }
 
 func (o *checkedOps[S, B]) GeluForward(s Stream, x, y Buffer, n int) {
@@ -171,20 +251,32 @@ func (o *checkedOps[S, B]) CrossEntropyBackward(s Stream, logits, targets, dlogi
 	o.k.CrossEntropyBackward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rd, rows, vocab, scale)
 }
 
-func (o *checkedOps[S, B]) EmbeddingForward(s Stream, ids, wte, wpe, out Buffer, batch, seq, dim int) {
-	o.dims("embedding", batch, seq, dim)
-	rs := o.stream(s)
-	ri := o.typed(ids, "embedding ids", I32, batch*seq)
-	rte, rpe := o.table(wte, "embedding wte", dim, 1), o.table(wpe, "embedding wpe", dim, seq)
-	o.k.EmbeddingForward(rs, ri, rte, rpe, o.float(out, "embedding out", batch*seq*dim), batch, seq, dim)
+// posRows is the least number of rows of a position table: seq when pos
+// is nil (positions 0..seq-1); otherwise the positions are data, checked
+// by the backend when the op runs.
+func posRows(pos Buffer, seq int) int {
+	if pos == nil {
+		return seq
+	}
+	return 1
 }
 
-func (o *checkedOps[S, B]) EmbeddingBackward(s Stream, ids, dout, dwte, dwpe Buffer, batch, seq, dim int) {
+func (o *checkedOps[S, B]) EmbeddingForward(s Stream, ids, pos, wte, wpe, out Buffer, batch, seq, dim int) {
+	o.dims("embedding", batch, seq, dim)
+	rs := o.stream(s)
+	ri, rp := o.typed(ids, "embedding ids", I32, batch*seq), o.pos(pos, "embedding pos", batch, seq)
+	rte := o.table(wte, "embedding wte", dim, 1)
+	rpe := o.optional(wpe, func() B { return o.table(wpe, "embedding wpe", dim, posRows(pos, seq)) })
+	o.k.EmbeddingForward(rs, ri, rp, rte, rpe, o.float(out, "embedding out", batch*seq*dim), batch, seq, dim)
+}
+
+func (o *checkedOps[S, B]) EmbeddingBackward(s Stream, ids, pos, dout, dwte, dwpe Buffer, batch, seq, dim int) {
 	o.dims("embedding-backward", batch, seq, dim)
 	rs := o.stream(s)
-	ri := o.typed(ids, "embedding ids", I32, batch*seq)
-	rte, rpe := o.table(dwte, "embedding dwte", dim, 1), o.table(dwpe, "embedding dwpe", dim, seq)
-	o.k.EmbeddingBackward(rs, ri, o.float(dout, "embedding dout", batch*seq*dim), rte, rpe, batch, seq, dim)
+	ri, rp := o.typed(ids, "embedding ids", I32, batch*seq), o.pos(pos, "embedding pos", batch, seq)
+	rte := o.table(dwte, "embedding dwte", dim, 1)
+	rpe := o.optional(dwpe, func() B { return o.table(dwpe, "embedding dwpe", dim, posRows(pos, seq)) })
+	o.k.EmbeddingBackward(rs, ri, rp, o.float(dout, "embedding dout", batch*seq*dim), rte, rpe, batch, seq, dim)
 }
 
 func (o *checkedOps[S, B]) Cast(s Stream, dst, src Buffer) {

@@ -30,13 +30,48 @@ type Ops interface {
 	// LayerNormBackward accumulates into dx, dgamma and dbeta.
 	LayerNormBackward(s Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta Buffer, rows, cols int)
 
-	// AttentionForward is causal multi-head self-attention. qkv is
-	// (batch, seq, 3*heads*headDim) holding Q, K and V side by side; out is
-	// (batch, seq, heads*headDim); att (F32, batch×heads×seq×seq) receives
-	// the softmax probabilities, kept for the backward pass.
-	AttentionForward(s Stream, qkv, out, att Buffer, batch, seq, heads, headDim int)
-	// AttentionBackward writes dqkv from dout, qkv and att.
-	AttentionBackward(s Stream, dout, qkv, att, dqkv Buffer, batch, seq, heads, headDim int)
+	// RMSNormForward writes rstd[r] = 1/sqrt(mean_c x[r,c]^2 + eps) (F32,
+	// rows) and y = x * rstd * gamma per row of x (rows×cols): Llama's
+	// RMSNorm.
+	RMSNormForward(s Stream, x, gamma, y, rstd Buffer, rows, cols int, eps float32)
+	// RMSNormBackward accumulates into dx and dgamma.
+	RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dgamma Buffer, rows, cols int)
+
+	// AttentionForward is causal grouped-query self-attention with softmax
+	// scale 1/sqrt(headDim), computed tile by tile with an online softmax
+	// (the flash-attention algorithm): no batch×heads×seq×seq storage.
+	// qkv is (batch, seq, (heads+2*kvHeads)*headDim): for each token the q
+	// heads, then the k heads, then the v heads; query head h uses
+	// key/value head h/(heads/kvHeads). out is (batch, seq, heads*headDim);
+	// lse (F32, batch×heads×seq) receives each query row's log-sum-exp of
+	// the scaled scores, kept for the backward. pos (I32, batch×seq: each
+	// token's position within its example) may be nil, meaning pos[b,t] =
+	// t; query (b,i) attends to keys j of row b with i-pos[b,i] <= j <= i.
+	AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int)
+	// AttentionBackward writes dqkv (packed as qkv) from dout, recomputing
+	// the probabilities tile by tile from lse (with D_i = rowsum(dout_i *
+	// out_i), as FlashAttention-2). Deterministic: the same inputs give the
+	// same bits on every call.
+	AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int)
+
+	// RopeForward rotates, in place, the q and k heads of packed qkv (as
+	// AttentionForward's) by Hugging Face's convention: for i < D/2,
+	// freq_i = theta^(-2i/D), angle = pos*freq_i, (x_i, x_{i+D/2}) ->
+	// (x_i*cos - x_{i+D/2}*sin, x_{i+D/2}*cos + x_i*sin), cos and sin
+	// computed in float64 and rounded to fp32. v is untouched; pos as
+	// AttentionForward's.
+	RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32)
+	// RopeBackward applies the transpose (inverse) rotation in place to the
+	// q and k parts of dqkv.
+	RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32)
+
+	// SwiGLUForward writes y (rows×ffn) = silu(gate) * up, silu(x) =
+	// x*sigmoid(x), where gateUp is rows×2ffn: gate in columns [0,ffn), up
+	// in [ffn,2ffn).
+	SwiGLUForward(s Stream, gateUp, y Buffer, rows, ffn int)
+	// SwiGLUBackward writes dgateUp (rows×2ffn): d gate = dy*up*silu'(gate),
+	// d up = dy*silu(gate). dgateUp may not alias gateUp.
+	SwiGLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int)
 
 	// GeluForward writes y = gelu(x) (tanh approximation, as GPT-2) for n elements.
 	GeluForward(s Stream, x, y Buffer, n int)
@@ -47,17 +82,22 @@ type Ops interface {
 	Add(s Stream, a, b, out Buffer, n int)
 
 	// CrossEntropyForward writes losses[r] = -log softmax(logits[r])[targets[r]]
-	// for logits rows×vocab and targets (I32, rows).
+	// for logits rows×vocab and targets (I32, rows); a target < 0
+	// (model.IgnoreTarget) gives loss 0.
 	CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int)
-	// CrossEntropyBackward writes dlogits = (softmax(logits) - onehot(targets)) * scale.
+	// CrossEntropyBackward writes dlogits = (softmax(logits) - onehot(targets)) * scale;
+	// a row whose target is < 0 gets dlogits = 0.
 	CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale float32)
 
-	// EmbeddingForward writes out[b,t,:] = wte[ids[b,t],:] + wpe[t,:] for ids
-	// (I32, batch×seq), wte (vocab×dim), wpe (maxSeq×dim), out (batch×seq×dim).
-	EmbeddingForward(s Stream, ids, wte, wpe, out Buffer, batch, seq, dim int)
-	// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] and
-	// dwpe[t,:] += dout[b,t,:], in the fixed order b, then t.
-	EmbeddingBackward(s Stream, ids, dout, dwte, dwpe Buffer, batch, seq, dim int)
+	// EmbeddingForward writes out[b,t,:] = wte[ids[b,t],:] (+ wpe[pos[b,t],:]
+	// when wpe is not nil; the Llama family passes nil) for ids (I32,
+	// batch×seq), wte (vocab×dim), wpe (maxPos×dim), out (batch×seq×dim);
+	// pos as AttentionForward's.
+	EmbeddingForward(s Stream, ids, pos, wte, wpe, out Buffer, batch, seq, dim int)
+	// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] (and
+	// dwpe[pos[b,t],:] += dout[b,t,:] when dwpe is not nil), in the fixed
+	// order b, then t.
+	EmbeddingBackward(s Stream, ids, pos, dout, dwte, dwpe Buffer, batch, seq, dim int)
 
 	// Cast writes dst = src converted to dst's dtype; lengths must match.
 	Cast(s Stream, dst, src Buffer)

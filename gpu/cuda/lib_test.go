@@ -101,7 +101,7 @@ func TestNVRTCOptions(t *testing.T) {
 // TestKernelsDeclared checks that every kernel the Go side looks up is an
 // extern "C" kernel of kernels.cu, and that every kernel there is looked up.
 func TestKernelsDeclared(t *testing.T) {
-	re := regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+	re := regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(`)
 	var declared []string
 	for _, m := range re.FindAllStringSubmatch(kernelSource, -1) {
 		declared = append(declared, m[1])
