@@ -454,7 +454,10 @@ extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, in
     const bool rowOK = i < T;
     const i64 bT = (i64)b * T;
     attn_tile(Qs, qkv, dq, bT, q0, AF_BQ, T, W, (i64)h * D, D, AF_NT);
-    if (threadIdx.x < AF_BQ) los[threadIdx.x] = q0 + threadIdx.x < T ? attn_lo(pos, bT, q0 + threadIdx.x) : T;
+    if (threadIdx.x < AF_BQ) {
+        int t = q0 + (int)threadIdx.x;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+    }
     __syncthreads();
     const int lo = los[r];
     int jmin = T;
@@ -682,7 +685,10 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
         int rr = e / D, d = e % D, t = q0 + rr;
         Os[rr * ATT_DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
     }
-    if (threadIdx.x < AB_BQ) los[threadIdx.x] = q0 + threadIdx.x < T ? attn_lo(pos, bT, q0 + threadIdx.x) : T;
+    if (threadIdx.x < AB_BQ) {
+        int t = q0 + (int)threadIdx.x;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+    }
     const float lsev = rowOK ? lse[lrow + i] : 0.0f, drv = rowOK ? drow[lrow + i] : 0.0f;
     __syncthreads();
     const int lo = los[r];
