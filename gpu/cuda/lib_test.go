@@ -142,6 +142,9 @@ func TestErrorText(t *testing.T) {
 	if want := "gpu/cuda: cross-entropy: target 99 at position 2 outside [0, 10)"; se.Error() != want {
 		t.Errorf("slot error %q, want %q", se, want)
 	}
+	if se, want := slotError([8]int32{codePos, 70, 3, 64}), "gpu/cuda: embedding: pos 70 at position 3 outside [0, 64)"; se.Error() != want {
+		t.Errorf("slot error %q, want %q", se, want)
+	}
 }
 
 func TestOptions(t *testing.T) {
