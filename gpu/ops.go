@@ -44,9 +44,10 @@ type Ops interface {
 	// heads, then the k heads, then the v heads; query head h uses
 	// key/value head h/(heads/kvHeads). out is (batch, seq, heads*headDim);
 	// lse (F32, batch×heads×seq) receives each query row's log-sum-exp of
-	// the scaled scores (natural log), kept for the backward. pos (I32, batch×seq: each
-	// token's position within its example) may be nil, meaning pos[b,t] =
-	// t; query (b,i) attends to keys j of row b with i-pos[b,i] <= j <= i.
+	// the scaled scores (natural log), kept for the backward. pos (I32,
+	// batch×seq: each token's position within its example) may be nil,
+	// meaning pos[b,t] = t; query (b,i) attends to keys j of row b with
+	// i-pos[b,i] <= j <= i.
 	AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int)
 	// AttentionBackward writes dqkv (packed as qkv) from dout, recomputing
 	// the probabilities tile by tile from lse (with D_i = rowsum(dout_i *
