@@ -101,7 +101,7 @@ func TestNVRTCOptions(t *testing.T) {
 // TestKernelsDeclared checks that every kernel the Go side looks up is an
 // extern "C" kernel of kernels.cu, and that every kernel there is looked up.
 func TestKernelsDeclared(t *testing.T) {
-	re := regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+	re := regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(`)
 	var declared []string
 	for _, m := range re.FindAllStringSubmatch(kernelSource, -1) {
 		declared = append(declared, m[1])
@@ -140,6 +140,9 @@ func TestErrorText(t *testing.T) {
 	}
 	se := slotError([8]int32{codeTarget, 99, 2, 10})
 	if want := "gpu/cuda: cross-entropy: target 99 at position 2 outside [0, 10)"; se.Error() != want {
+		t.Errorf("slot error %q, want %q", se, want)
+	}
+	if se, want := slotError([8]int32{codePos, 70, 3, 64}), "gpu/cuda: embedding: pos 70 at position 3 outside [0, 64)"; se.Error() != want {
 		t.Errorf("slot error %q, want %q", se, want)
 	}
 }

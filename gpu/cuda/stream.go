@@ -29,6 +29,7 @@ type Stream struct {
 const (
 	codeEmbeddingID = iota + 1
 	codeTarget
+	codePos
 )
 
 // Home returns the front end of the stream's device (gpu.Queue).
@@ -114,10 +115,16 @@ func (s *Stream) launchN(name string, n int64, args ...any) {
 }
 
 // checkIDs enqueues check_ids over ids (n int32 values that must lie in
-// [0, limit)); the kernels of the same op skip when it finds one outside.
-func (s *Stream) checkIDs(ids *Buffer, n, limit int, code int32) {
+// [lo, limit)); the kernels of the same op skip when it finds one outside.
+// The second check of an op passes accumulate, so that the op's kernels
+// skip when either check failed.
+func (s *Stream) checkIDs(ids *Buffer, n, lo, limit int, code int32, accumulate bool) {
 	s.checked.Store(true)
-	s.launch("check_ids", 1, 256, ids.p(), int64(n), int32(limit), code, devPtr(s.slot))
+	acc := int32(0)
+	if accumulate {
+		acc = 1
+	}
+	s.launch("check_ids", 1, 256, ids.p(), int64(n), int32(lo), int32(limit), code, devPtr(s.slot), acc)
 }
 
 // badFlag is the device address of the slot word that says the latest
@@ -183,8 +190,11 @@ func (s *Stream) Synchronize() error {
 
 func slotError(slot [8]int32) error {
 	what := "embedding: id"
-	if slot[0] == codeTarget {
+	switch slot[0] {
+	case codeTarget:
 		what = "cross-entropy: target"
+	case codePos:
+		what = "embedding: pos"
 	}
 	return fmt.Errorf("gpu/cuda: %s %d at position %d outside [0, %d)", what, slot[1], slot[2], slot[3])
 }
