@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"hash/maphash"
 	"sync"
 )
@@ -26,6 +25,12 @@ func (t *Tokenizer) bpe(piece string, s *scratch, out []int32) []int32 {
 	if len(piece) > heapFromBytes {
 		return t.bpeHeap(piece, s, out)
 	}
+	return t.bpeScan(piece, s, out)
+}
+
+// bpeScan is bpe with a rank kept per adjacent pair, the lowest found by a
+// scan after each merge.
+func (t *Tokenizer) bpeScan(piece string, s *scratch, out []int32) []int32 {
 	ids := s.ids[:0]
 	for i := 0; i < len(piece); i++ {
 		ids = append(ids, t.byteID[piece[i]])
@@ -86,19 +91,48 @@ type candidate struct {
 	left, right int32 // the ids of the pair
 }
 
+// candidates is a binary min-heap of candidate merges by (rank, pos).
 type candidates []candidate
 
-func (c candidates) Len() int { return len(c) }
-func (c candidates) Less(i, j int) bool {
-	return c[i].rank < c[j].rank || (c[i].rank == c[j].rank && c[i].pos < c[j].pos)
+func (c candidate) before(d candidate) bool {
+	return c.rank < d.rank || (c.rank == d.rank && c.pos < d.pos)
 }
-func (c candidates) Swap(i, j int) { c[i], c[j] = c[j], c[i] }
-func (c *candidates) Push(x any)   { *c = append(*c, x.(candidate)) }
-func (c *candidates) Pop() any {
-	old := *c
-	x := old[len(old)-1]
-	*c = old[:len(old)-1]
-	return x
+
+func (h *candidates) push(c candidate) {
+	*h = append(*h, c)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !a[i].before(a[parent]) {
+			break
+		}
+		a[i], a[parent] = a[parent], a[i]
+		i = parent
+	}
+}
+
+func (h *candidates) pop() candidate {
+	a := *h
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a = a[:n]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < n && a[l].before(a[least]) {
+			least = l
+		}
+		if r < n && a[r].before(a[least]) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		a[i], a[least] = a[least], a[i]
+		i = least
+	}
+	*h = a
+	return top
 }
 
 // bpeHeap is bpe with the candidate merges in a heap ordered by (rank,
@@ -118,14 +152,14 @@ func (t *Tokenizer) bpeHeap(piece string, s *scratch, out []int32) []int32 {
 		}
 		a, b := syms[pos].id, syms[right].id
 		if m, ok := t.merges[pairKey(a, b)]; ok {
-			heap.Push(&h, candidate{rank: m.rank, pos: pos, left: a, right: b})
+			h.push(candidate{rank: m.rank, pos: pos, left: a, right: b})
 		}
 	}
 	for i := 0; i < n-1; i++ {
 		push(int32(i))
 	}
-	for h.Len() > 0 {
-		c := heap.Pop(&h).(candidate)
+	for len(h) > 0 {
+		c := h.pop()
 		sym := &syms[c.pos]
 		if sym.size == 0 || sym.next < 0 || sym.id != c.left || syms[sym.next].id != c.right {
 			continue // stale: one side has been merged since

@@ -9,7 +9,7 @@ import "unicode/utf8"
 // themselves; the other 68 (controls, space, DEL, NBSP, soft hyphen) are
 // U+0100 onward in byte order (space is 'Ġ', U+0120; '\n' is 'Ċ', U+010A).
 var (
-	byteRune [256]rune      // byte → its character
+	byteRune [256]rune         // byte → its character
 	runeByte = map[rune]byte{} // character → byte (the decoder's table)
 )
 

@@ -16,19 +16,27 @@ import (
 // code), and generated documents that mix the hard cases at random.
 // Deterministic for a given repository.
 func corpus(t testing.TB) []string {
+	text, random := corpusParts(t)
+	return append(text, random...)
+}
+
+// corpusParts returns the corpus in two parts: the written text (mixed.txt
+// whole and by paragraph, the repository's files) and the generated
+// documents.
+func corpusParts(t testing.TB) (text, random []string) {
 	t.Helper()
 	mixed, err := os.ReadFile("testdata/mixed.txt")
 	if err != nil {
 		t.Fatal(err)
 	}
-	docs := []string{string(mixed)}
-	docs = append(docs, strings.Split(string(mixed), "\n\n")...)
-	docs = append(docs, repoDocs(t, 600<<10)...)
+	text = []string{string(mixed)}
+	text = append(text, strings.Split(string(mixed), "\n\n")...)
+	text = append(text, repoDocs(t, 600<<10)...)
 	rng := rand.New(rand.NewPCG(13, 3))
 	for range 400 {
-		docs = append(docs, randomDoc(rng, 50+rng.IntN(400)))
+		random = append(random, randomDoc(rng, 50+rng.IntN(400)))
 	}
-	return docs
+	return text, random
 }
 
 // repoDocs returns the repository's Markdown and Go files, in path order,

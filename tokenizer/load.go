@@ -181,12 +181,12 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 		return o.unsupported("type", "byte-level BPE only")
 	}
 	var (
-		dropout                  *float64
-		prefix, suffix           string
-		byteFallback, ignore     bool
-		vocab                    map[string]int64
-		strMerges                []string
-		pairMerges               [][]string
+		dropout              *float64
+		prefix, suffix       string
+		byteFallback, ignore bool
+		vocab                map[string]int64
+		strMerges            []string
+		pairMerges           [][]string
 	)
 	for key, v := range map[string]any{"dropout": &dropout, "continuing_subword_prefix": &prefix,
 		"end_of_word_suffix": &suffix, "byte_fallback": &byteFallback, "ignore_merges": &ignore, "vocab": &vocab} {

@@ -39,9 +39,14 @@ func newRegexSplitter(pattern string) (splitter, error) {
 	case qwen2Pattern:
 		return llamaSplitter{maxDigits: 1}, nil
 	}
+	return compileRegexp2(pattern)
+}
+
+// compileRegexp2 returns the regexp2 splitter of pattern.
+func compileRegexp2(pattern string) (regexSplitter, error) {
 	re, err := regexp2.Compile(pattern, regexp2.None)
 	if err != nil {
-		return nil, err
+		return regexSplitter{}, err
 	}
 	return regexSplitter{re}, nil
 }

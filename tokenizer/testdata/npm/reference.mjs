@@ -8,8 +8,10 @@
 //     post-processor's special tokens when "special" is true.
 //   node reference.mjs bench TOKENIZER_JSON ITEMS_JSON REPEATS
 //     encodes every text once to warm the cache, then REPEATS times more,
-//     timed; prints {"bytes": B, "seconds": S, "mb_per_s": B/S/1e6}, B the
-//     UTF-8 bytes encoded in the timed passes.
+//     timed; prints {"bytes": B, "seconds": S, "mb_per_s": B/S/1e6,
+//     "cpu_seconds": C, "cpu_mb_per_s": B/C/1e6}, B the UTF-8 bytes encoded
+//     in the timed passes, S their wall time, C their CPU time (user and
+//     system, all threads).
 import { Tokenizer } from "@huggingface/tokenizers";
 import fs from "node:fs";
 
@@ -29,7 +31,13 @@ if (mode === "encode") {
   items.forEach(encode);
   const bytes = items.reduce((n, it) => n + Buffer.byteLength(it.text, "utf8"), 0) * repeats;
   const start = process.hrtime.bigint();
+  const cpu0 = process.cpuUsage();
   for (let r = 0; r < repeats; r++) items.forEach(encode);
+  const cpu = process.cpuUsage(cpu0);
   const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-  process.stdout.write(JSON.stringify({ bytes, seconds, mb_per_s: bytes / seconds / 1e6 }));
+  const cpuSeconds = (cpu.user + cpu.system) / 1e6;
+  process.stdout.write(JSON.stringify({
+    bytes, seconds, mb_per_s: bytes / seconds / 1e6,
+    cpu_seconds: cpuSeconds, cpu_mb_per_s: bytes / cpuSeconds / 1e6,
+  }));
 }
