@@ -24,7 +24,7 @@ func cpuTime(b *testing.B) time.Duration {
 
 // BenchmarkEncode encodes a part of the corpus with each real vocabulary
 // (text: prose and code, about 0.6 MB; random: the generated documents,
-// about 1.5 MB, a third of it long runs of one character), one document
+// about 1.6 MB, half of it long runs of one character or word), one document
 // at a time with the merge cache warm (a dataset pipeline's steady
 // state), and runs tokenizers.js on the same documents, its cache warmed
 // the same way. Both speeds are taken over CPU time (user and system, all
@@ -98,6 +98,19 @@ func BenchmarkPreTokenize(b *testing.B) {
 			for range b.N {
 				for _, d := range docs {
 					c.sp.split(d, func(string) {})
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkLoad reads each real tokenizer.json.
+func BenchmarkLoad(b *testing.B) {
+	for _, v := range vocabularies {
+		b.Run(v.name, func(b *testing.B) {
+			for range b.N {
+				if _, err := Load(vocabPath(b, v.pkg)); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,13 +130,11 @@ func brief(raw json.RawMessage) string {
 	if isNull(raw) {
 		return "null"
 	}
-	var buf strings.Builder
-	s := strings.Join(strings.Fields(string(raw)), " ")
-	buf.WriteString(s)
-	if len(s) > 80 {
-		return s[:77] + "..."
+	s := strings.Join(strings.Fields(string(raw[:min(len(raw), 400)])), " ")
+	if len(s) > 80 || len(raw) > 400 {
+		return s[:min(len(s), 77)] + "..."
 	}
-	return buf.String()
+	return s
 }
 
 // typ returns the component's "type".
@@ -154,7 +153,7 @@ func (o *object) get(key string, v any) error {
 		return nil
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%s.%s: %s: want %T", o.path, key, brief(raw), v)
+		return fmt.Errorf("%s.%s: %s: %s", o.path, key, brief(raw), strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
 }
@@ -207,11 +206,16 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 		return fmt.Errorf("model.vocab: %s: want a non-empty object of token → id", brief(o.fields["vocab"]))
 	}
 	t.ignoreMerges = ignore
-	if err := o.get("merges", &strMerges); err != nil {
-		if err2 := o.get("merges", &pairMerges); err2 != nil {
-			return fmt.Errorf("model.merges: %s: want strings \"a b\" or pairs [\"a\", \"b\"]", brief(o.fields["merges"]))
-		}
-		strMerges = nil
+	// Merges are strings "a b" (older files) or pairs ["a", "b"]; the first
+	// element says which.
+	merges := bytes.TrimLeft(o.fields["merges"], " \t\r\n")
+	merges = bytes.TrimLeft(bytes.TrimPrefix(merges, []byte("[")), " \t\r\n")
+	into := any(&strMerges)
+	if len(merges) > 0 && merges[0] == '[' {
+		into = &pairMerges
+	}
+	if err := o.get("merges", into); err != nil {
+		return fmt.Errorf("model.merges: %s: want strings \"a b\" or pairs [\"a\", \"b\"]", brief(o.fields["merges"]))
 	}
 	if err := t.buildVocab(vocab); err != nil {
 		return err

@@ -354,6 +354,7 @@ func TestLoadErrors(t *testing.T) {
 		{"merge pair form", func(m map[string]any) { model(m)["merges"] = raw(`[["a", "b", "c"]]`) }, `model.merges[0]`, false},
 		{"missing byte", func(m map[string]any) { delete(model(m)["vocab"].(map[string]any), "Ġ") }, `no token for byte 0x20`, true},
 		{"duplicate id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["zz"] = 5 }, `both have id 5`, false},
+		{"id not an integer", func(m map[string]any) { model(m)["vocab"].(map[string]any)["zz"] = 5.5 }, `model.vocab: {`, false},
 		{"NFKC", func(m map[string]any) { m["normalizer"] = raw(`{"type": "NFKC"}`) }, `normalizer.type: "NFKC" is not supported`, true},
 		{"nested normalizer", func(m map[string]any) {
 			m["normalizer"] = raw(`{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]}`)
