@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
 )
@@ -121,8 +122,8 @@ func parseObject(path string, raw json.RawMessage) (*object, error) {
 }
 
 func isNull(raw json.RawMessage) bool {
-	s := strings.TrimSpace(string(raw))
-	return s == "" || s == "null"
+	s := bytes.TrimSpace(raw)
+	return len(s) == 0 || string(s) == "null"
 }
 
 // brief is a JSON value as an error shows it: compact, at most 80 bytes.
@@ -131,10 +132,14 @@ func brief(raw json.RawMessage) string {
 		return "null"
 	}
 	s := strings.Join(strings.Fields(string(raw[:min(len(raw), 400)])), " ")
-	if len(s) > 80 || len(raw) > 400 {
-		return s[:min(len(s), 77)] + "..."
+	if len(s) <= 80 && len(raw) <= 400 {
+		return s
 	}
-	return s
+	cut := min(len(s), 77)
+	for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "") + "..."
 }
 
 // typ returns the component's "type".
@@ -187,9 +192,12 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 		strMerges            []string
 		pairMerges           [][]string
 	)
-	for key, v := range map[string]any{"dropout": &dropout, "continuing_subword_prefix": &prefix,
-		"end_of_word_suffix": &suffix, "byte_fallback": &byteFallback, "ignore_merges": &ignore, "vocab": &vocab} {
-		if err := o.get(key, v); err != nil {
+	for _, f := range []struct {
+		key string
+		v   any
+	}{{"dropout", &dropout}, {"continuing_subword_prefix", &prefix}, {"end_of_word_suffix", &suffix},
+		{"byte_fallback", &byteFallback}, {"ignore_merges", &ignore}, {"vocab", &vocab}} {
+		if err := o.get(f.key, f.v); err != nil {
 			return err
 		}
 	}
@@ -215,7 +223,7 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 		into = &pairMerges
 	}
 	if err := o.get("merges", into); err != nil {
-		return fmt.Errorf("model.merges: %s: want strings \"a b\" or pairs [\"a\", \"b\"]", brief(o.fields["merges"]))
+		return fmt.Errorf("%w (want strings \"a b\" or pairs [\"a\", \"b\"])", err)
 	}
 	if err := t.buildVocab(vocab); err != nil {
 		return err

@@ -267,9 +267,11 @@ func (l llamaSplitter) next(s string, i int) int {
 }
 
 // regexSplitter is a Split pre-tokenizer with a pattern that has no
-// hand-written matcher, run by regexp2 (a backtracking engine with .NET's
-// syntax, which covers what tokenizer.json patterns use from Oniguruma's:
-// lookaround, \p{..} classes, (?i:...), possessive-free quantifiers).
+// hand-written matcher, run by regexp2: a backtracking engine with .NET's
+// syntax, which has what tokenizer.json patterns take from Oniguruma's
+// (lookaround, \p{..} classes, (?i:...), atomic groups) but not
+// possessive quantifiers (a pattern with them fails to compile and Load
+// refuses it). Its \s, \p{L} and \p{N} are the Unicode classes, as here.
 type regexSplitter struct{ re *regexp2.Regexp }
 
 func (r regexSplitter) split(s string, emit func(string)) {

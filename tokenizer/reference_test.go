@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -314,6 +315,39 @@ func TestReferenceLoads(t *testing.T) {
 		}
 		if id, ok := tok.TokenID(w.special); !ok || fmt.Sprint(tok.Encode(w.special, false)) != fmt.Sprint([]int32{id}) {
 			t.Errorf("%s: special token %q: TokenID %d %v, Encode %v", v.name, w.special, id, ok, tok.Encode(w.special, false))
+		}
+	}
+}
+
+// TestRoundTripReal: with each real vocabulary, documents of the corpus
+// with bytes that are not UTF-8 spliced in, and strings of random bytes,
+// decode back exactly (for Qwen's NFC normalizer: their NFC).
+func TestRoundTripReal(t *testing.T) {
+	text, random := corpusParts(t)
+	docs := append(text[:10], random[:30]...)
+	rng := rand.New(rand.NewPCG(11, 11))
+	for i, d := range docs {
+		b := []byte(d)
+		for range 1 + len(b)/200 {
+			k := rng.IntN(len(b) + 1)
+			b = append(b[:k], append([]byte{byte(0x80 + rng.IntN(128))}, b[k:]...)...)
+		}
+		docs[i] = string(b)
+	}
+	for range 200 {
+		b := make([]byte, rng.IntN(300))
+		for i := range b {
+			b[i] = byte(rng.UintN(256))
+		}
+		docs = append(docs, string(b))
+	}
+	for _, v := range vocabularies {
+		tok, err := Load(vocabPath(t, v.pkg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range docs {
+			checkRoundTrip(t, tok, item{Text: d, Special: i%2 == 0}, tok.Encode(d, i%2 == 0), i)
 		}
 	}
 }

@@ -496,3 +496,19 @@ func TestCacheBounded(t *testing.T) {
 		t.Error("nothing cached")
 	}
 }
+
+// TestBrief: values in errors are compact, short and valid UTF-8.
+func TestBrief(t *testing.T) {
+	for in, want := range map[string]string{
+		"null":                               "null",
+		"":                                   "null",
+		` {"a":  1,` + "\n" + `"b": 2} `:     `{"a": 1, "b": 2}`,
+		`"` + strings.Repeat("é", 100) + `"`: `"` + strings.Repeat("é", 38) + "...",
+		`[` + strings.Repeat(`"x", `, 1000) + `"y"]`: `[` + strings.Repeat(`"x", `, 15) + `"...`,
+	} {
+		got := brief(json.RawMessage(in))
+		if got != want {
+			t.Errorf("brief(%.20q...) = %q, want %q", in, got, want)
+		}
+	}
+}
