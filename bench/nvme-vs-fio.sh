@@ -79,7 +79,10 @@ for line in open(sys.argv[1]):
 size_mib, tools = int(sys.argv[2]), sys.argv[5].split()
 print(f"\nmedian MB/s (1 MB = 10^6 B) of {sys.argv[3]} alternating rounds, {size_mib} MiB file, O_DIRECT, THP {sys.argv[4]};")
 print("block: the median of the block layer's requests per GiB and their average size in KiB (whole device)")
-hdr = ["rw", "bs", "qd"] + [f"{t} MB/s" for t in tools] + [f"{t} / fio" for t in tools if t != "fio"] + [f"{t} block req/GiB @ KiB" for t in tools]
+print("won: the rounds in which the tool was faster than fio in the same round")
+others = [t for t in tools if t != "fio"]
+hdr = (["rw", "bs", "qd"] + [f"{t} MB/s" for t in tools] + [f"{t} / fio" for t in others] + [f"{t} won" for t in others] +
+       [f"{t} block req/GiB @ KiB" for t in tools])
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * 3 + "---:|" * (len(hdr) - 3))
 seen = []
@@ -91,7 +94,10 @@ for rw, bs, qd in seen:
     blk = {t: (statistics.median(r[1] for r in rows[(rw, bs, qd, t)]) * 1024 / size_mib,
                statistics.median(r[2] for r in rows[(rw, bs, qd, t)]),
                "/".join(sorted(set(r[3] for r in rows[(rw, bs, qd, t)])))) for t in tools}
-    cells = [rw, bs, qd] + [f"{m[t]:.0f}" for t in tools] + [f"{m[t]/m['fio']:.3f}" for t in tools if t != "fio"]
+    fio = [r[0] for r in rows[(rw, bs, qd, "fio")]]
+    won = {t: sum(a[0] > b for a, b in zip(rows[(rw, bs, qd, t)], fio)) for t in others}
+    cells = [rw, bs, qd] + [f"{m[t]:.0f}" for t in tools] + [f"{m[t]/m['fio']:.3f}" for t in others]
+    cells += [f"{won[t]}/{len(fio)}" for t in others]
     cells += [f"{blk[t][0]:.0f} @ {blk[t][1]:.0f} ({blk[t][2]})" for t in tools]
     print("| " + " | ".join(cells) + " |")
 PY
