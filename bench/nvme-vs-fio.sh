@@ -54,8 +54,12 @@ for ((round = 0; round < rounds; round++)); do
     for ((k = 0; k < ${#tools[@]}; k++)); do
       tool=${tools[$(((k + round) % ${#tools[@]}))]}
       if [ "$tool" = fio ]; then
-        line=$("$anchor" "$file" "$size" "$rw" "$bs" "$qd" | python3 -c 'import json,sys; j=json.load(sys.stdin)
-print(j["mbps"], j["block_requests"] or 0, (j["block_avg_kib"] or 0), j["mem"])')
+        # A run can fail on a shared machine (another process changed vm.nr_hugepages under fio): one more try,
+        # then the script stops.
+        json=$("$anchor" "$file" "$size" "$rw" "$bs" "$qd") ||
+          { echo "nvme-vs-fio: fio-anchor $rw $bs failed (exit $?); once more" >&2; json=$("$anchor" "$file" "$size" "$rw" "$bs" "$qd"); }
+        line=$(python3 -c 'import json,sys; j=json.loads(sys.argv[1])
+print(j["mbps"], j["block_requests"] or 0, (j["block_avg_kib"] or 0), j["mem"])' "$json")
       else
         engine=${tool%%-b*} batch=1
         [ "$engine" = "$tool" ] || batch=${tool##*-b}
