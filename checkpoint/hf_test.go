@@ -2,9 +2,9 @@ package checkpoint
 
 import (
 	"bytes"
-	"fmt"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -437,9 +437,9 @@ func TestHFConfigRefuses(t *testing.T) {
 func TestHFImportRefuses(t *testing.T) {
 	f := llamaFixture
 	for _, tc := range []struct {
-		name  string
+		name   string
 		break_ func(ts []fileEntry) []fileEntry
-		want  []string
+		want   []string
 	}{
 		{"missing", func(ts []fileEntry) []fileEntry { return ts[1:] }, []string{"1 missing: model.embed_tokens.weight"}},
 		{"misshaped", func(ts []fileEntry) []fileEntry {
