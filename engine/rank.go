@@ -156,20 +156,41 @@ func (r *rank) load(c int, padded []float32) {
 	}
 }
 
-// initParams initialises every chunk (Layout.InitChunk with strata.seed)
-// on every rank and waits for the uploads.
+// initParams initialises every chunk on every rank, one chunk at a time:
+// from Options.Init when set (an imported model), else Layout.InitChunk
+// with strata.seed. Each chunk's uploads are waited for before the next
+// chunk is read into the same buffer, so host memory holds one padded
+// chunk (and each rank's encoded shards of it) whatever the model's size,
+// and the weights go to every rank's shards wherever they live: device
+// buffers, the tier store's host copies, NVMe.
 func (e *Engine) initParams() error {
+	most := 0
+	for _, p := range e.chunks {
+		most = max(most, e.n*p.shard)
+	}
+	buf := make([]float32, most)
 	for c, p := range e.chunks {
-		padded := make([]float32, e.n*p.shard)
-		copy(padded, e.layout.InitChunk(e.cfg.Strata.Seed, c))
+		padded := buf[:e.n*p.shard]
+		vals := padded[:e.layout.Chunks[c].Len]
+		if src := e.opts.Init; src != nil {
+			if err := src.ReadChunk(c, vals); err != nil {
+				return fmt.Errorf("engine: initial weights of chunk %d (%s): %w", c, e.layout.Chunks[c].Name, err)
+			}
+		} else {
+			copy(vals, e.layout.InitChunk(e.cfg.Strata.Seed, c))
+		}
+		clear(padded[len(vals):])
 		for _, r := range e.ranks {
 			r.load(c, padded)
 			if err := r.initTiers(c, padded); err != nil {
 				return err
 			}
 		}
+		if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+			return err
+		}
 	}
-	return e.parallel(func(r *rank) error { return r.sync() })
+	return nil
 }
 
 // initTiers writes chunk c's initial param shard (offload_param) and
