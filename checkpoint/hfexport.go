@@ -195,6 +195,9 @@ func ExportHF(dir string, layout *model.Layout, opts HFExportOptions, produce fu
 			out.Tokenizer = append(out.Tokenizer, name)
 		}
 	}
+	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700, as a directory made by mkdir
+		return fail(err)
+	}
 	if err := syncDir(tmp); err != nil {
 		return fail(err)
 	}
