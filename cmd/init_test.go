@@ -147,6 +147,14 @@ func TestTrainInitHF(t *testing.T) {
 		}
 	}
 
+	// A resumed run keeps the source in its new checkpoints.
+	if _, errOut, err = runApp(t, "train", "--resume", runDir, "--out", runDir, "--steps", "3", "--save-every", "3", "--no-progress"); err != nil {
+		t.Fatalf("resume: %v\n%s", err, errOut)
+	}
+	if m, _, err := checkpoint.ReadManifest(filepath.Join(runDir, "checkpoints")); err != nil || m.Step != 3 || m.Source == nil || m.Source.Path != abs {
+		t.Errorf("the resumed run's checkpoint: %v, source %+v", err, m)
+	}
+
 	// --init from the run: its weights, a new run (step 1), the same source.
 	run2 := filepath.Join(dir, "run2")
 	if out, errOut, err = runApp(t, "train", "--init", runDir, "--config", cfg, "--steps", "1", "--out", run2, "--no-progress"); err != nil {
