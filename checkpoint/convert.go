@@ -181,3 +181,12 @@ func transposeStrided(dst []float32, stride int, src []float32, k, n int) {
 		}
 	}
 }
+
+// uint16View is b as []uint16 without a copy, when the host is
+// little-endian and b is 2-byte aligned; else nil.
+func uint16View(b []byte) []uint16 {
+	if !littleEndian || len(b) < 2 || uintptr(unsafe.Pointer(&b[0]))%2 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}

@@ -256,6 +256,10 @@ func encodeTensor(out []byte, dt dtype.DType, src chunkData, ft fileTensor) {
 			PutBF16s(out, src.b16[off:off+ft.t.Len])
 			return
 		}
+		if v := uint16View(out); dt == dtype.BF16 && src.f32 != nil && v != nil {
+			bf16.FromFloat32s(v, src.f32[off:off+ft.t.Len])
+			return
+		}
 		for i := range ft.t.Len {
 			src.put(out, dt, i, off+i)
 		}

@@ -217,10 +217,20 @@ func widen(dst []float32, b []byte, dt string) {
 	case "F32":
 		GetFloat32s(dst, b)
 	case "BF16":
+		if v := uint16View(b); v != nil {
+			bf16.ToFloat32s(dst, v)
+			return
+		}
 		for i := range dst {
 			dst[i] = bf16.ToFloat32(getU16(b[2*i:]))
 		}
 	case "F16":
+		if v := uint16View(b); v != nil {
+			for i, h := range v[:len(dst)] {
+				dst[i] = F16ToFloat32(h)
+			}
+			return
+		}
 		for i := range dst {
 			dst[i] = F16ToFloat32(getU16(b[2*i:]))
 		}
