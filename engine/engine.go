@@ -77,8 +77,8 @@ type Engine struct {
 // is rank i on devices[i]): it lays the model out in chunks, shards them for
 // the configured stage, allocates the model state (tagged gpu.ModelState),
 // each rank's activations, and initialises the parameters from
-// strata.seed, or from opts.Init. The config must be resolved for len(devices) devices
-// (config.SetDevices) and carry a model shape.
+// strata.seed, or from opts.Init. The config must be resolved for
+// len(devices) devices (config.SetDevices) and carry a model shape.
 func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
