@@ -162,7 +162,11 @@
 // model state (tagged gpu.ModelState, held until Close), its activations
 // (model.New, gpu.Activation) and the norms buffer, checks that the device
 // budget leaves room for the worst-case workspace (gathered chunks, buckets),
-// and initialises every chunk with Layout.InitChunk(strata.seed). With the
+// and initialises every chunk with Layout.InitChunk(strata.seed), or from
+// Options.Init (an imported model: a ChunkSource read one chunk at a time,
+// each chunk's uploads to every rank's shards, in whatever tier they live,
+// waited for before the next is read, so host memory holds one padded
+// chunk whatever the model's size). With the
 // host optimizer it starts one cpuadam.Optimizer and the tier store that
 // holds its state (below). Step and Run are called from one goroutine;
 // Params and Master synchronize and read the shards from where they live,

@@ -82,8 +82,8 @@ type Engine struct {
 // is rank i on devices[i]): it lays the model out in chunks, shards them for
 // the configured stage, allocates the model state (tagged gpu.ModelState),
 // each rank's activations, and initialises the parameters from
-// strata.seed. The config must be resolved for len(devices) devices
-// (config.SetDevices) and carry a model shape.
+// strata.seed, or from opts.Init. The config must be resolved for
+// len(devices) devices (config.SetDevices) and carry a model shape.
 func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -99,6 +99,9 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	layout, err := model.NewLayout(shape)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if src := opts.Init; src != nil && src.Shape().Canonical() != shape.Canonical() {
+		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), shape)
 	}
 	seq, data, dataFile, err := newSampler(cfg, shape, opts)
 	if err != nil {

@@ -155,56 +155,89 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	return r, nil
 }
 
+// initBufs are a rank's host buffers for initParams: the encoded values
+// its uploads read (kept until the chunk's uploads are waited for) and
+// those the tier store copies, reused chunk after chunk, so that
+// initialising makes no garbage per chunk.
+type initBufs struct{ param, master, tier []byte }
+
 // load enqueues the upload of chunk c's initial values (padded to N·S) into
 // this rank's device params and optimizer state; initTiers writes those the
 // tier store holds.
-func (r *rank) load(c int, padded []float32) {
+func (r *rank) load(c int, padded []float32, b *initBufs) {
 	e, st := r.e, r.st
 	s := e.chunks[c].shard
 	switch {
 	case st.paramIsFull(c):
-		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded, e.precision))
+		b.param = encodeInto(b.param, padded, e.precision)
+		r.dev.CopyHostToDevice(r.s, st.param[c], 0, b.param)
 	case st.param[c] != nil:
-		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded[r.idx*s:(r.idx+1)*s], e.precision))
+		b.param = encodeInto(b.param, padded[r.idx*s:(r.idx+1)*s], e.precision)
+		r.dev.CopyHostToDevice(r.s, st.param[c], 0, b.param)
 	}
 	if st.master[c] != nil {
 		off, n := e.optOffset(c, r.idx), e.optElems(c)
-		r.dev.CopyHostToDevice(r.s, st.master[c], 0, encode(padded[off:off+n], gpu.F32))
+		b.master = encodeInto(b.master, padded[off:off+n], gpu.F32)
+		r.dev.CopyHostToDevice(r.s, st.master[c], 0, b.master)
 	}
 }
 
-// initParams initialises every chunk (Layout.InitChunk with strata.seed)
-// on every rank and waits for the uploads.
+// initParams initialises every chunk on every rank, one chunk at a time:
+// from Options.Init when set (an imported model), else Layout.InitChunk
+// with strata.seed. Each chunk's uploads are waited for before the next
+// chunk is read into the same buffers, so host memory holds one padded
+// chunk and each rank's encoded shards of it, whatever the model's size,
+// and the weights go to every rank's shards wherever they live: device
+// buffers, the tier store's host copies, NVMe.
 func (e *Engine) initParams() error {
+	most := 0
+	for _, p := range e.chunks {
+		most = max(most, e.n*p.shard)
+	}
+	buf := make([]float32, most)
+	bufs := make([]initBufs, e.n)
 	for c, p := range e.chunks {
-		padded := make([]float32, e.n*p.shard)
-		copy(padded, e.layout.InitChunk(e.cfg.Strata.Seed, c))
-		for _, r := range e.ranks {
-			r.load(c, padded)
-			if err := r.initTiers(c, padded); err != nil {
+		padded := buf[:e.n*p.shard]
+		vals := padded[:e.layout.Chunks[c].Len]
+		if src := e.opts.Init; src != nil {
+			if err := src.ReadChunk(c, vals); err != nil {
+				return fmt.Errorf("engine: initial weights of chunk %d (%s): %w", c, e.layout.Chunks[c].Name, err)
+			}
+		} else {
+			e.layout.InitChunkInto(e.cfg.Strata.Seed, c, vals)
+		}
+		clear(padded[len(vals):])
+		for i, r := range e.ranks {
+			r.load(c, padded, &bufs[i])
+			if err := r.initTiers(c, padded, &bufs[i]); err != nil {
 				return err
 			}
 		}
+		if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+			return err
+		}
 	}
-	return e.parallel(func(r *rank) error { return r.sync() })
+	return nil
 }
 
 // initTiers writes chunk c's initial param shard (offload_param) and
 // master weights to their homes in the tier store (m, v and the gradient
 // start as the zeros of Register).
-func (r *rank) initTiers(c int, padded []float32) error {
+func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	e := r.e
 	if e.tiers == nil {
 		return nil
 	}
 	if e.paramTiered(c) {
 		s := e.chunks[c].shard
-		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), encode(padded[r.idx*s:(r.idx+1)*s], gpu.BF16)); err != nil {
+		b.tier = encodeInto(b.tier, padded[r.idx*s:(r.idx+1)*s], gpu.BF16)
+		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), b.tier); err != nil {
 			return err
 		}
 	}
 	off, n := e.optOffset(c, r.idx), e.optElems(c)
-	return e.tiers.initShard(tkey(c, r.idx, shard.Master), encode(padded[off:off+n], gpu.F32))
+	b.tier = encodeInto(b.tier, padded[off:off+n], gpu.F32)
+	return e.tiers.initShard(tkey(c, r.idx, shard.Master), b.tier)
 }
 
 // sync waits for both streams, returns their first error and ends the

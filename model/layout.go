@@ -226,8 +226,19 @@ func (l *Layout) InitChunk(seed uint64, c int) []float32 {
 	if c < 0 || c >= len(l.Chunks) {
 		panic(fmt.Sprintf("model: chunk %d out of range [0, %d)", c, len(l.Chunks)))
 	}
+	out := make([]float32, l.Chunks[c].Len)
+	l.InitChunkInto(seed, c, out)
+	return out
+}
+
+// InitChunkInto is InitChunk into out, exactly the chunk's length (what
+// it held is overwritten).
+func (l *Layout) InitChunkInto(seed uint64, c int, out []float32) {
+	if c < 0 || c >= len(l.Chunks) || len(out) != l.Chunks[c].Len {
+		panic(fmt.Sprintf("model: init chunk %d of [0, %d) into %d values", c, len(l.Chunks), len(out)))
+	}
 	ch := l.Chunks[c]
-	out := make([]float32, ch.Len)
+	clear(out)
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15^uint64(c)))
 	residStd := InitStd / math.Sqrt(2*float64(l.Shape.Layers))
 	for _, t := range ch.Tensors {
@@ -244,7 +255,6 @@ func (l *Layout) InitChunk(seed uint64, c int) []float32 {
 		default: // biases stay 0
 		}
 	}
-	return out
 }
 
 // Init returns every chunk's initial parameters (InitChunk for each).
