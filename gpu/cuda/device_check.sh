@@ -9,8 +9,9 @@
 # references and finite differences, collectives, memory, streams) on the
 # CUDA backend, and the package's GPU tests: bits equal to gpu/cpu and
 # cpuadam where documented, the Llama ops (GQA flash attention, RoPE, RMSNorm,
-# SwiGLU, embedding without wpe, ignored targets) against gpu/cpu, and
-# bit-identical reruns (attention included).
+# SwiGLU, embedding without wpe, ignored targets) against gpu/cpu, attention
+# positions outside [0, t] as errors, and bit-identical reruns (attention
+# included).
 # Its duration on a GPU is not measured yet; -test.timeout 9m bounds it.
 set -e
 cd "$(dirname "$0")"
@@ -20,4 +21,4 @@ if [ "$1" = build ]; then
 	exit
 fi
 exec ../../.cudabin/cuda.test -test.v -test.count 1 -test.timeout 9m \
-	-test.run '^(TestProbe|TestConformance|TestDeterministic|TestMatchesCPUBackend|TestLlamaOpsMatchCPUBackend|TestAdamMatchesCPUAdam|TestHostRegistrar|TestKernelsCompile)$' "$@"
+	-test.run '^(TestProbe|TestConformance|TestDeterministic|TestMatchesCPUBackend|TestLlamaOpsMatchCPUBackend|TestAttentionPositionErrors|TestAdamMatchesCPUAdam|TestHostRegistrar|TestKernelsCompile)$' "$@"

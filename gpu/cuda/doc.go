@@ -69,9 +69,10 @@
 //
 // Streams and errors: every Stream is a non-blocking CUDA stream with an
 // error slot in device memory. Kernels that check runtime data (token ids,
-// targets) write the first bad value and its position there and make the
-// op's compute kernels skip, so bad data leaves the outputs unchanged;
-// Synchronize returns that error once, like gpu/cpu. Failed enqueues
+// targets, embedding and attention positions: check_ids, check_pos)
+// write the first bad value and its position there and make the op's
+// compute kernels skip, so bad data leaves the outputs unchanged;
+// Synchronize returns that error once, worded like gpu/cpu's. Failed enqueues
 // (driver errors) and rejected Adam hyper-parameters are also returned by
 // the next Synchronize; broken contracts panic when the op is enqueued
 // (in the front end).

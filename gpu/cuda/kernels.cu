@@ -91,6 +91,20 @@ __device__ float block_max_f(float v, float* sh) {
 // last read it, [1] the bad value, [2] its position, [3] the limit, [4] 1 when
 // the latest checked op found bad data (its compute kernels then skip).
 
+// slot_report, by thread 0 after the scan: first < n is the index of the
+// first bad value (n: none). It sets [4] (or, with accumulate, ORs into it)
+// and, when no error is pending, fills [0..3].
+__device__ void slot_report(int* slot, unsigned long long first, i64 n, int value, int limit, int code, int accumulate) {
+    int bad = first < (unsigned long long)n;
+    slot[4] = accumulate ? (slot[4] | bad) : bad;
+    if (bad && slot[0] == 0) {
+        slot[0] = code;
+        slot[1] = value;
+        slot[2] = (int)first;
+        slot[3] = limit;
+    }
+}
+
 // check_ids: every ids[i] must lie in [lo, limit). An op that checks two
 // arrays runs it twice, the second time with accumulate = 1 so that [4]
 // says whether either was bad.
@@ -107,14 +121,30 @@ extern "C" __global__ void check_ids(const int* ids, i64 n, int lo, int limit, i
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int bad = first < (unsigned long long)n;
-        slot[4] = accumulate ? (slot[4] | bad) : bad;
-        if (bad && slot[0] == 0) {
-            slot[0] = code;
-            slot[1] = ids[first];
-            slot[2] = (int)first;
-            slot[3] = limit;
+        int v = first < (unsigned long long)n ? ids[first] : 0;
+        slot_report(slot, first, n, v, limit, code, accumulate);
+    }
+}
+
+// check_pos: the positions of an attention op (pos, n = B·T of them): the
+// token at column t = i % T must have 0 <= pos[i] <= t, or its window
+// [t-pos, t] would reach outside its row. [3] receives T, from which the
+// host names the row and column of the token.
+extern "C" __global__ void check_pos(const int* pos, i64 n, int T, int code, int* slot) {
+    __shared__ unsigned long long first;
+    if (threadIdx.x == 0) first = (unsigned long long)n;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        int p = pos[i];
+        if (p < 0 || p > (int)(i % T)) {
+            atomicMin(&first, (unsigned long long)i);
+            break;
         }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int v = first < (unsigned long long)n ? pos[first] : 0;
+        slot_report(slot, first, n, v, T, code, 0);
     }
 }
 
@@ -194,31 +224,31 @@ extern "C" __global__ void bias_grad(const void* dy, int ddy, void* db, int ddb,
 
 // ---- SwiGLU --------------------------------------------------------------
 //
-// gateUp is rows×2F: gate in columns [0,F), up in [F,2F). sigmoid and silu
-// in double, rounded to fp32; the products in fp32.
+// gateUp is rows×2F: gate in columns [0,F), up in [F,2F). Computed in
+// double, products in gpu/cpu's order, and rounded once on store (the
+// formulas of gpu/cpu's SwiGLU, so the two differ only where CUDA's exp
+// and Go's math.Exp do).
 
 extern "C" __global__ void swiglu_fwd(const void* gu, int dgu, void* y, int dy, i64 F, i64 n) {
     GRID_STRIDE(x, n) {
         i64 gi = (x / F) * 2 * F + x % F;
         double g = (double)ld(gu, dgu, gi);
         double sg = 1.0 / (1.0 + exp(-g));
-        float silu = (float)(g * sg);
-        st(y, dy, x, silu * ld(gu, dgu, gi + F));
+        st(y, dy, x, (float)(g * sg * (double)ld(gu, dgu, gi + F)));
     }
 }
 
 // swiglu_bwd: d gate = dy·up·silu'(gate), d up = dy·silu(gate), with
-// silu'(g) = s·(1 + g·(1-s)), s = sigmoid(g). dgu may not alias gu.
+// silu'(g) = s·(1 + g·(1-s)), s = sigmoid(g). dgu may not alias gu (the
+// front end refuses it).
 extern "C" __global__ void swiglu_bwd(const void* gu, int dgu, const void* dy, int ddy, void* dgo, int ddgo, i64 F, i64 n) {
     GRID_STRIDE(x, n) {
         i64 gi = (x / F) * 2 * F + x % F;
-        double g = (double)ld(gu, dgu, gi);
+        double g = (double)ld(gu, dgu, gi), u = (double)ld(gu, dgu, gi + F);
         double sg = 1.0 / (1.0 + exp(-g));
-        float silu = (float)(g * sg);
-        float dsilu = (float)(sg * (1.0 + g * (1.0 - sg)));
-        float d = ld(dy, ddy, x);
-        st(dgo, ddgo, gi, d * ld(gu, dgu, gi + F) * dsilu);
-        st(dgo, ddgo, gi + F, d * silu);
+        double d = (double)ld(dy, ddy, x);
+        st(dgo, ddgo, gi, (float)(d * u * sg * (1.0 + g * (1.0 - sg))));
+        st(dgo, ddgo, gi + F, (float)(d * g * sg));
     }
 }
 
@@ -380,8 +410,9 @@ extern "C" __global__ void rmsnorm_bwd_gamma(const void* dy, int ddy, const void
 // heads 0..KV-1, v heads 0..KV-1. Query head h reads key/value head
 // h / (H/KV). out is (B, T, H·D); lse and the backward's row dots are
 // (B, H, T). Query (b,i) sees keys j with lo_i <= j <= i, lo_i = i -
-// pos[b,i] clamped to [0, i+1] (pos null: pos[b,i] = i, so lo_i = 0; a
-// negative pos leaves no key: out 0, lse -inf). Scores s = (q·k)·scale,
+// pos[b,i] (pos null: pos[b,i] = i, so lo_i = 0). check_pos has refused a
+// pos outside [0, i] before the kernels run (bad set: they return at
+// once), so every query sees at least its own key. Scores s = (q·k)·scale,
 // q·k summed in fp32 in index order. No B×H×T×T storage: tiles of q, k, v
 // (widened to fp32) go through shared memory, padded to ATT_DP floats a
 // row against bank conflicts. Every sum has a fixed order and every output
@@ -408,14 +439,9 @@ static_assert(AF_NT <= NT && AB_NT <= NT, "attention blocks are at most NT threa
 
 #define NEG_INF __int_as_float(0xff800000)
 
-// attn_lo is the first key query i of batch row b (bT = b·T) sees; i+1: none.
-__device__ __forceinline__ int attn_lo(const int* pos, i64 bT, int i) {
-    if (!pos) return 0;
-    i64 lo = (i64)i - (i64)pos[bT + i];
-    if (lo < 0) return 0;
-    if (lo > i) return i + 1;
-    return (int)lo;
-}
+// attn_lo is the first key query i of batch row b (bT = b·T) sees, in
+// [0, i] (check_pos refused any other pos).
+__device__ __forceinline__ int attn_lo(const int* pos, i64 bT, int i) { return pos ? i - pos[bT + i] : 0; }
 
 // attn_tile loads rows [r0, r0+n) of one head of qkv (column offset col =
 // head·D within a row) into tile (n rows of ATT_DP floats); rows past T
@@ -434,14 +460,16 @@ __device__ __forceinline__ void attn_tile(float* tile, const void* qkv, int dq, 
 // scores of key columns part + AF_TPR·k, and output dims part + AF_TPR·k.
 // Per key tile: S = Q·Kᵀ·scale (masked: -inf), the row max m, P =
 // exp(S - m) in fp32, l = l·exp(m_old - m) + rowsum(P), O = O·exp(m_old - m)
-// + P·V. At the end out = O / l and lse = m + log(l).
+// + P·V. At the end out = O / l and lse = m + log(l). bad: check_pos's
+// flag (null when pos is null and nothing was checked).
 extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, int dq, void* out, int dout, float* lse,
                                                              const int* pos, int T, int H, int KV, int D, int nqt,
-                                                             float scale) {
+                                                             float scale, const int* bad) {
     __shared__ float Qs[AF_BQ * ATT_DP];
     __shared__ float KVs[AF_BK * ATT_DP];
     __shared__ float Ps[AF_BQ * (AF_BK + 1)];
     __shared__ int los[AF_BQ];
+    if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
     const i64 blk = blockIdx.x;
     const int qt = nqt - 1 - (int)(blk % nqt);
@@ -565,7 +593,7 @@ __device__ __forceinline__ void attn_bwd_p(const float* Qs, const float* Os, con
 extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dout, int ddo, const void* qkv, int dq,
                                                                  const float* lse, const float* drow, const int* pos,
                                                                  void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                 int nkt, float scale) {
+                                                                 int nkt, float scale, const int* bad) {
     __shared__ float Ks[AB_BK * ATT_DP];
     __shared__ float Vs[AB_BK * ATT_DP];
     __shared__ float Qs[AB_BQ * ATT_DP];
@@ -573,6 +601,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
     __shared__ float Ps[AB_BQ * (AB_BK + 1)];
     __shared__ float lses[AB_BQ], drs[AB_BQ];
     __shared__ int los[AB_BQ];
+    if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
     const i64 blk = blockIdx.x;
     const int kt = (int)(blk % nkt);
@@ -661,13 +690,14 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
 extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout, int ddo, const void* qkv, int dq,
                                                                 const float* lse, const float* drow, const int* pos,
                                                                 void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                int nqt, float scale) {
+                                                                int nqt, float scale, const int* bad) {
     __shared__ float Qs[AB_BQ * ATT_DP];
     __shared__ float Os[AB_BQ * ATT_DP];
     __shared__ float Ks[AB_BK * ATT_DP];
     __shared__ float Vs[AB_BK * ATT_DP];
     __shared__ float Ps[AB_BQ * (AB_BK + 1)];
     __shared__ int los[AB_BQ];
+    if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
     const i64 blk = blockIdx.x;
     const int qt = nqt - 1 - (int)(blk % nqt);

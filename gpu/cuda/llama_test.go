@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -169,6 +170,97 @@ func TestLlamaOpsMatchCPUBackend(t *testing.T) {
 			if l := floats(t, d, losses.g)[r]; l != 0 {
 				t.Errorf("%s: loss of ignored row %d is %v", dt, r, l)
 			}
+		}
+	}
+}
+
+// TestAttentionPositionErrors: an attention position outside [0, t] is an
+// error at Synchronize naming the op, the token (row, column) and the
+// value, in the forward and in the backward, and the op leaves out, lse
+// and dqkv unchanged; attention without pos, enqueued after an op that
+// found bad data (a target past the vocabulary), still runs. gpu/cpu runs
+// the same checks (the contract of gpu.Ops, worded as gpu/cpu words it;
+// its backward names itself "attention"), so this test is checked here
+// without a GPU too.
+func TestAttentionPositionErrors(t *testing.T) {
+	t.Run("cpu", func(t *testing.T) {
+		devs, _, err := cpu.New(cpu.Options{HBMBytes: 64 * units.MiB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		attnPositionErrors(t, devs[0], "gpu/cpu: attention", "gpu/cpu: attention")
+	})
+	t.Run("cuda", func(t *testing.T) {
+		attnPositionErrors(t, newBackend(t, 1, 64*units.MiB).Device(0), "gpu/cuda: attention", "gpu/cuda: attention-backward")
+	})
+}
+
+func attnPositionErrors(t *testing.T, d gpu.Device, fwd, bwd string) {
+	const B, T, H, KV, D, vocab = 2, 5, 2, 1, 4, 7
+	W := (H + 2*KV) * D
+	r := rand.New(rand.NewPCG(3, 4))
+	randF32 := func(n int) gpu.Buffer {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(r.NormFloat64())
+		}
+		return put(t, d, f32bytes(v), n, gpu.F32)
+	}
+	nan := func(n int) gpu.Buffer {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(math.NaN())
+		}
+		return put(t, d, f32bytes(v), n, gpu.F32)
+	}
+	s, o := d.DefaultStream(), d.Ops()
+	qkv, dout := randF32(B*T*W), randF32(B*T*H*D)
+	out, lse, dqkv := nan(B*T*H*D), nan(B*H*T), nan(B*T*W)
+	for _, c := range []struct {
+		at   int
+		val  int32
+		want string
+	}{
+		{3, -1, "position -1 of row 0, column 3 outside [0, 3]"},
+		{7, 3, "position 3 of row 1, column 2 outside [0, 2]"},
+		{0, math.MaxInt32, "position 2147483647 of row 0, column 0 outside [0, 0]"},
+		{9, math.MinInt32, "position -2147483648 of row 1, column 4 outside [0, 4]"},
+	} {
+		pv := make([]int32, B*T)
+		for i := range pv {
+			pv[i] = int32(i % T)
+		}
+		pv[c.at] = c.val
+		if c.at+1 < len(pv) {
+			pv[c.at+1] = -2 // a later bad token: the first is reported
+		}
+		pos := put(t, d, idb32(pv), len(pv), gpu.I32)
+		before := [][]byte{get(t, d, out), get(t, d, lse), get(t, d, dqkv)}
+		o.AttentionForward(s, qkv, out, lse, pos, B, T, H, KV, D)
+		if err := s.Synchronize(); err == nil || err.Error() != fwd+": "+c.want {
+			t.Errorf("forward, pos %d at token %d: error %v, want %q", c.val, c.at, err, fwd+": "+c.want)
+		}
+		o.AttentionBackward(s, dout, qkv, out, lse, pos, dqkv, B, T, H, KV, D)
+		if err := s.Synchronize(); err == nil || err.Error() != bwd+": "+c.want {
+			t.Errorf("backward, pos %d at token %d: error %v, want %q", c.val, c.at, err, bwd+": "+c.want)
+		}
+		for i, b := range []gpu.Buffer{out, lse, dqkv} {
+			if firstDiff(get(t, d, b), before[i]) != -1 {
+				t.Errorf("pos %d at token %d: %s changed", c.val, c.at, []string{"out", "lse", "dqkv"}[i])
+			}
+		}
+	}
+	// A check that failed before (a bad target) does not stop attention
+	// without pos, which checks nothing.
+	targets := put(t, d, idb32([]int32{vocab}), 1, gpu.I32)
+	o.CrossEntropyForward(s, randF32(vocab), targets, nan(1), 1, vocab)
+	o.AttentionForward(s, qkv, out, lse, nil, B, T, H, KV, D)
+	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "cross-entropy: target") {
+		t.Errorf("bad target: error %v", err)
+	}
+	for i, v := range floats(t, d, out) {
+		if math.IsNaN(float64(v)) {
+			t.Fatalf("attention without pos after a failed check: out[%d] not written", i)
 		}
 	}
 }

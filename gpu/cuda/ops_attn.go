@@ -50,16 +50,18 @@ func attnScale(headDim int) float32 { return float32(1 / math.Sqrt(float64(headD
 // algorithm (attn_fwd): one block of 128 threads per (batch, head, tile of
 // 32 query rows), K and V through shared memory 32 rows at a time, online
 // softmax in fp32; writes out and lse. No batch×heads×seq×seq storage.
-// An unsupported shape (head dimension past 128) is an error on the
-// stream and leaves out and lse unchanged.
+// An unsupported shape (head dimension past 128) or a position outside
+// [0, its column] (check_pos) is an error on the stream and leaves out
+// and lse unchanged.
 func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch, seq, heads, kvHeads, headDim int) {
 	if err := attnCheck("attention", batch, seq, heads, kvHeads, headDim); err != nil {
 		s.fail(err)
 		return
 	}
+	bad := s.checkPos(pos, batch, seq, codeAttnPos)
 	sh := attnShapes(batch, seq, heads, kvHeads)
 	s.launch("attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
-		int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim))
+		int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim), bad)
 }
 
 // AttentionBackward writes dqkv as FlashAttention-2 does, deterministic
@@ -69,12 +71,14 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 // from lse for each query tile that can see the keys, for the group's
 // query heads in order, and writes dK and dV; attn_bwd_dq (one block per
 // (batch, head, tile of 16 queries)) loops over the key tiles and writes
-// dQ. dqkv may not alias qkv, dout or out.
+// dQ. dqkv may not alias qkv, dout or out. A position outside [0, its
+// column] (check_pos) is an error on the stream and leaves dqkv unchanged.
 func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int) {
 	if err := attnCheck("attention-backward", batch, seq, heads, kvHeads, headDim); err != nil {
 		s.fail(err)
 		return
 	}
+	bad := s.checkPos(pos, batch, seq, codeAttnBwdPos)
 	sh := attnShapes(batch, seq, heads, kvHeads)
 	if sh.dkvGrid == 0 && sh.dqGrid == 0 {
 		return
@@ -94,12 +98,12 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		}
 		if err := g.launch(s.h, "attn_bwd_dkv", uint32(sh.dkvGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
-			int32(sh.bwdTiles), scale); err != nil {
+			int32(sh.bwdTiles), scale, bad); err != nil {
 			return err
 		}
 		return g.launch(s.h, "attn_bwd_dq", uint32(sh.dqGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
-			int32(sh.bwdTiles), scale)
+			int32(sh.bwdTiles), scale, bad)
 	})
 }
 

@@ -9,6 +9,7 @@
 
 #include "../../kernels.cu"
 
+#include <climits>
 #include <functional>
 #include <string>
 
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
         if (want("attention")) {
             testAttentionReference();
             testAttention(seed);
+            testAttentionBadPositions();
         }
         if (want("rmsnorm")) testRMSNorm();
         if (want("rope")) testRope();
