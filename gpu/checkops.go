@@ -169,6 +169,9 @@ func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, out, lse, pos,
 	rq, rdq := o.float(qkv, "attention qkv", bt*w), o.float(dqkv, "attention dqkv", bt*w)
 	rdo, ro := o.float(dout, "attention dout", bt*heads*headDim), o.float(out, "attention out", bt*heads*headDim)
 	rl := o.typed(lse, "attention lse", F32, batch*heads*seq)
+	if overlap(rdq, rq) || overlap(rdq, rdo) || overlap(rdq, ro) {
+		o.f.Panicf("attention-backward: dqkv aliases qkv, dout or out")
+	}
 	o.k.AttentionBackward(rs, rdo, rq, ro, rl, o.optPos(pos, "attention pos", bt), rdq, batch, seq, heads, kvHeads, headDim)
 }
 

@@ -50,7 +50,8 @@ type Ops interface {
 	// AttentionBackward writes dqkv (packed as qkv) from dout, recomputing
 	// the probabilities tile by tile from lse, with D_i = rowsum(dout_i ⊙
 	// out_i) as in FlashAttention-2. Deterministic: the same inputs give
-	// the same bits on every call (a fixed accumulation order).
+	// the same bits on every call (a fixed accumulation order). dqkv may not
+	// alias qkv, dout or out. The CUDA backend takes headDim up to 128.
 	AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int)
 
 	// RMSNormForward writes rstd[r] = 1/sqrt(mean_c x[r,c]² + eps) (F32,

@@ -111,6 +111,12 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"attention-backward with a short out", func() {
 			ops.AttentionBackward(s, y.Slice(0, 16), x.Slice(0, 48), y.Slice(16, 15), y.Slice(32, 8), nil, x.Slice(0, 48), 1, 8, 1, 1, 2)
 		}},
+		{"attention-backward into its own qkv", func() {
+			ops.AttentionBackward(s, y.Slice(0, 16), x.Slice(0, 48), y.Slice(16, 16), y.Slice(32, 8), nil, x.Slice(8, 48), 1, 8, 1, 1, 2)
+		}},
+		{"attention-backward into its dout", func() {
+			ops.AttentionBackward(s, y.Slice(0, 16), x.Slice(0, 48), x.Slice(48, 16), y.Slice(56, 8), nil, y.Slice(0, 48), 1, 8, 1, 1, 2)
+		}},
 		{"rmsnorm with bf16 rstd", func() { ops.RMSNormForward(s, x, y.Slice(0, 8), y, h.Slice(0, 8), 8, 8, 1e-5) }},
 		{"rmsnorm-backward with a short dgamma", func() {
 			ops.RMSNormBackward(s, x, x, y.Slice(0, 8), y.Slice(8, 8), y, y.Slice(16, 7), 8, 8)
