@@ -64,6 +64,14 @@ type Engine struct {
 	step      int64
 	closed    bool
 	lastCount []gpu.LinkCounters
+	// driverAt1 is every device's driver counters when the first step
+	// completed (nil before): the allocations after it are the summary's
+	// DeviceAllocsAfterStep1.
+	driverAt1 []gpu.DriverCounters
+	// registration is the outcome of registering each pinned pool with
+	// the devices (Options.HostRegistrar), in the order notePinned met
+	// them.
+	registration []HostRegistration
 
 	overlap  string       // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
 	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
@@ -296,9 +304,10 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 	return mo, nil
 }
 
-// allocate allocates every rank's device model state and activations,
-// starts the host optimizer and its tier store, and checks that every
-// device has room left for the step's workspace.
+// allocate allocates every rank's device model state, activations and
+// workspace rings (after checking that each device has room for them),
+// and starts the host optimizer and its tier store, whose HBM slots take
+// what is left.
 func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptions) error {
 	for r := range e.n {
 		rk, err := newRank(e, r, devices[r], comms[r])
@@ -308,6 +317,18 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 		e.ranks = append(e.ranks, rk)
 	}
 	need := e.workspaceNeedBytes()
+	for _, r := range e.ranks {
+		if ms := r.dev.MemStats(); ms.BudgetBytes-ms.InUseBytes < need {
+			return fmt.Errorf("engine: %s: %s left after model state and activations (%s), the step needs up to %s of workspace (gathered chunks, gradient buckets): raise strata.hbm_bytes or use more devices or a higher stage",
+				r.dev.Name(), units.FormatBytes(ms.BudgetBytes-ms.InUseBytes), ms, units.FormatBytes(need))
+		}
+		if err := r.newRings(); err != nil {
+			return fmt.Errorf("engine: rank %d: workspace: %w", r.idx, err)
+		}
+		if err := r.reserveCommScratch(); err != nil {
+			return fmt.Errorf("engine: rank %d: collective scratch: %w", r.idx, err)
+		}
+	}
 	if e.offload {
 		var err error
 		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
@@ -316,37 +337,39 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 		if e.tiers, err = newTiers(e, mo); err != nil {
 			return err
 		}
-		need += e.tiers.hbmBudget
-	}
-	for _, r := range e.ranks {
-		if ms := r.dev.MemStats(); ms.BudgetBytes-ms.InUseBytes < need {
-			return fmt.Errorf("engine: %s: %s left after model state and activations (%s), the step needs up to %s of workspace (gathered chunks, gradient buckets): raise strata.hbm_bytes or use more devices or a higher stage",
-				r.dev.Name(), units.FormatBytes(ms.BudgetBytes-ms.InUseBytes), ms, units.FormatBytes(need))
-		}
 	}
 	return nil
 }
 
 // notePinned says whether the pinned host memory is locked (root, or a
 // high enough RLIMIT_MEMLOCK) or runs unlocked, and why, and registers it
-// with the devices (Options.HostRegistrar).
+// with the devices (Options.HostRegistrar), recording the outcome.
 func (e *Engine) notePinned() {
 	if e.tiers == nil {
 		return
 	}
-	for _, pool := range []*pinned.Pool{e.tiers.pool, e.tiers.uploadPool} {
-		if pool == nil {
+	for _, p := range []struct {
+		pool *pinned.Pool
+		name string
+	}{{e.tiers.pool, "tier host copies"}, {e.tiers.uploadPool, "param upload staging and grad norms"}} {
+		if p.pool == nil {
 			continue
 		}
-		e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(pool.Options().BudgetBytes), pool.Residency()))
+		budget := p.pool.Options().BudgetBytes
+		e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(budget), p.pool.Residency()))
+		reg := HostRegistration{Pool: p.name, Bytes: p.pool.Stats().BudgetBytes, Outcome: RegistrationNone}
 		if r := e.opts.HostRegistrar; r != nil {
 			// Best effort: unregistered, the copies still work (staged
 			// by the driver through its own page-locked buffers).
-			if err := pool.AddRegistrar(r); err != nil {
+			if err := p.pool.AddRegistrar(r); err != nil {
+				reg.Outcome, reg.Error = RegistrationFailed, err.Error()
 				e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s not registered with the devices, host<->device copies are pageable: %v",
-					units.FormatBytes(pool.Options().BudgetBytes), err))
+					units.FormatBytes(budget), err))
+			} else {
+				reg.Outcome, reg.RegisteredBytes = RegistrationOK, reg.Bytes
 			}
 		}
+		e.registration = append(e.registration, reg)
 	}
 }
 
@@ -526,6 +549,9 @@ func (e *Engine) Step() (StepStats, error) {
 		st.Tier = &ts
 	}
 	e.step = step
+	if e.driverAt1 == nil {
+		e.driverAt1 = e.driverCounters()
+	}
 	st.Duration = time.Since(start)
 	if s := st.Duration.Seconds(); s > 0 {
 		st.TokensPer = float64(st.Tokens) / s
@@ -599,6 +625,14 @@ func (e *Engine) parallel(f func(*rank) error) error {
 		}
 	}
 	return nil
+}
+
+func (e *Engine) driverCounters() []gpu.DriverCounters {
+	out := make([]gpu.DriverCounters, len(e.ranks))
+	for i, r := range e.ranks {
+		out[i] = r.dev.DriverCounters()
+	}
+	return out
 }
 
 func (e *Engine) counters() []gpu.LinkCounters {

@@ -87,24 +87,24 @@ func checkFaultMessage(t *testing.T, err error, more ...string) {
 	}
 }
 
-// TestPassOOM: device memory exhausted inside a pass (a gathered chunk, a
-// gradient bucket, a reduce shard; injected on the last rank at a chosen
-// allocation; N = 1, 2, 4) ends Step with one error naming the chunk, the rank, the
-// state and the allocation, without hanging the other ranks; the
-// parameters and master weights are unchanged, no device memory is left
-// behind, and retrying the step gives the bits of a run that never failed.
-func TestPassOOM(t *testing.T) {
+// TestWorkspaceOOM: the device memory a step uses (gathered chunks,
+// gradient buckets, reduce shards, the gradient shards bound for the tier
+// store, the tier store's HBM slots) is taken at New, so a device that
+// cannot hold it is refused there, on the last rank (N = 1, 2, 4), with
+// the *gpu.OutOfMemoryError naming the allocation and one error naming the
+// engine once and the rank; nothing is left allocated on any device, and
+// an engine made next on the same devices trains to the bits of a run that
+// never failed. (No step allocates: TestNoDeviceAllocsAfterStep1.)
+func TestWorkspaceOOM(t *testing.T) {
 	cases := []struct {
 		spec    runSpec
 		purpose string
-		k       int    // the k-th allocation of purpose in the step fails
-		state   string // what the error names
+		k       int // the k-th allocation of purpose fails
 	}{
-		{runSpec{stage: 3, micro: 1, accum: 1}, "gathered chunk", 3, "param"},
-		{runSpec{stage: 3, micro: 1, accum: 2}, "gathered chunk", 2, "param"}, // micro-batch 0 of 2: the rank drains micro-batch 1
-		{runSpec{stage: 3, micro: 1, accum: 1, offload: true}, "grad bucket", 2, "grad"},
-		{runSpec{stage: 2, micro: 1, accum: 1}, "grad bucket", 3, "grad"},
-		{runSpec{stage: 2, micro: 1, accum: 2}, "reduce shard", 1, "grad"},
+		{runSpec{stage: 3, micro: 1, accum: 1}, "gathered chunk", 2},
+		{runSpec{stage: 3, micro: 1, accum: 2}, "grad bucket", 3},
+		{runSpec{stage: 2, micro: 1, accum: 1}, "grad bucket", 1},
+		{runSpec{stage: 2, micro: 1, accum: 2}, "reduce shard", 2},
 	}
 	const steps = 3
 	for _, n := range []int{1, 2, 4} {
@@ -113,8 +113,6 @@ func TestPassOOM(t *testing.T) {
 			s.n = n
 			t.Run(fmt.Sprintf("%v/%s%d", s, strings.ReplaceAll(c.purpose, " ", "-"), c.k), func(t *testing.T) {
 				want, _ := runEngine(t, s, steps)
-
-				cfg := testConfig(t, s.configJSON())
 				cdevs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 256 << 20})
 				if err != nil {
 					t.Fatal(err)
@@ -122,115 +120,87 @@ func TestPassOOM(t *testing.T) {
 				devs := cpu.Devices(cdevs)
 				faulty := &allocFaults{Device: devs[n-1], purpose: c.purpose}
 				devs[n-1] = faulty
-				e, err := startEngine(t, cfg, devs, comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2})
+				faulty.arm(c.k)
+				cfg := testConfig(t, s.configJSON())
+				opts := Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2}
+				_, err = startEngine(t, cfg, devs, comms, opts)
+				checkNewOOM(t, err, faulty, c.purpose, n-1)
+				e, err := startEngine(t, cfg, devs, comms, opts)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, err := e.Step(); err != nil {
-					t.Fatal(err)
+				trainFor(t, e, steps)
+				p, m := readState(t, e)
+				if d, x := diff(p, want.params); d != 0 {
+					t.Errorf("%d params differ from the run without a failure (max %g)", d, x)
 				}
-				params, master := readState(t, e)
-				inUse := memInUse(e)
-
-				faulty.arm(c.k)
-				_, err = stepWithin(t, e)
-				if err == nil {
-					t.Fatalf("step 2 succeeded; %d allocations refused", faulty.failed.Load())
-				}
-				t.Logf("%v", err)
-				var oom *gpu.OutOfMemoryError
-				if !errors.As(err, &oom) || oom.Tag.Purpose != c.purpose {
-					t.Errorf("%v is not the refused %q", err, c.purpose)
-				}
-				checkFaultMessage(t, err, "step 2", fmt.Sprintf("rank %d", n-1), c.state)
-				if e.StepCount() != 1 {
-					t.Errorf("step count %d after the failed step, want 1", e.StepCount())
-				}
-				p2, m2 := readState(t, e)
-				if m, _ := diff(p2, params); m != 0 {
-					t.Errorf("%d params changed in the failed step", m)
-				}
-				if m, _ := diff(m2, master); m != 0 {
-					t.Errorf("%d master weights changed in the failed step", m)
-				}
-				if got := memInUse(e); fmt.Sprint(got) != fmt.Sprint(inUse) {
-					t.Errorf("device memory in use %v after the failed step, %v before", got, inUse)
-				}
-
-				// The failure left nothing behind: the step retried, and the
-				// rest of the run, give the bits of the run that never failed.
-				for e.StepCount() < steps {
-					if _, err := stepWithin(t, e); err != nil {
-						t.Fatal(err)
-					}
-				}
-				p3, m3 := readState(t, e)
-				if m, d := diff(p3, want.params); m != 0 {
-					t.Errorf("after the retry: %d params differ from the run without a failure (max %g)", m, d)
-				}
-				if m, d := diff(m3, want.master); m != 0 {
-					t.Errorf("after the retry: %d master weights differ (max %g)", m, d)
+				if d, x := diff(m, want.master); d != 0 {
+					t.Errorf("%d master weights differ (max %g)", d, x)
 				}
 			})
 		}
 	}
 }
 
-// TestTierPassOOM: as TestPassOOM, with params and optimizer state on NVMe
-// and a host budget that makes the planners move shards every step: a
-// device out-of-memory in the gather of a chunk (the last rank) ends the
-// step with one error and no update, the planners' traces (the failed step
-// stopped part-way) fall back to on-demand moves and re-record, and the
-// retried steps end with the bits of the run that never failed.
-func TestTierPassOOM(t *testing.T) {
+// checkNewOOM checks New's error err: the refused allocation of purpose
+// on faulty (rank), named once by the engine with the rank, and every
+// device empty again.
+func checkNewOOM(t *testing.T, err error, faulty *allocFaults, purpose string, rank int) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("New succeeded; %d allocations refused", faulty.failed.Load())
+	}
+	t.Logf("%v", err)
+	var oom *gpu.OutOfMemoryError
+	if !errors.As(err, &oom) || oom.Tag.Purpose != purpose {
+		t.Errorf("%v is not the refused %q", err, purpose)
+	}
+	msg := err.Error()
+	if strings.Count(msg, "engine:") != 1 || !strings.Contains(msg, fmt.Sprintf("rank %d", rank)) {
+		t.Errorf("%q does not name the engine once and rank %d", msg, rank)
+	}
+	if in := faulty.MemStats().InUseBytes; in != 0 {
+		t.Errorf("%d bytes left on the device after the failed New", in)
+	}
+}
+
+// TestTierSlotOOM: as TestWorkspaceOOM for the tier store's HBM slots
+// (params and optimizer state on NVMe, N = 1, 2) and for the gradient
+// shards bound for it.
+func TestTierSlotOOM(t *testing.T) {
 	nvmetest.Require(t)
-	const steps = 4
+	const steps = 3
 	for _, n := range []int{1, 2} {
-		t.Run(fmt.Sprintf("N%d", n), func(t *testing.T) {
-			s := tierSpec{n: n, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
-			want, _ := runTier(t, s, Options{}, steps)
-			var faulty *allocFaults
-			s.wrap = func(devs []gpu.Device) []gpu.Device {
-				faulty = &allocFaults{Device: devs[n-1], purpose: "gathered chunk"}
-				devs[n-1] = faulty
-				return devs
-			}
-			e := newTierEngine(t, s, Options{})
-			if _, err := e.Step(); err != nil {
-				t.Fatal(err)
-			}
-			params, master := readState(t, e)
-			faulty.arm(4)
-			_, err := stepWithin(t, e)
-			if err == nil {
-				t.Fatalf("step 2 succeeded; %d allocations refused", faulty.failed.Load())
-			}
-			t.Logf("%v", err)
-			var oom *gpu.OutOfMemoryError
-			if !errors.As(err, &oom) || oom.Tag.Purpose != "gathered chunk" {
-				t.Errorf("%v is not the refused gathered chunk", err)
-			}
-			checkFaultMessage(t, err, "step 2", fmt.Sprintf("rank %d", n-1), "param")
-			p2, m2 := readState(t, e)
-			if m, _ := diff(p2, params); m != 0 {
-				t.Errorf("%d params changed in the failed step", m)
-			}
-			if m, _ := diff(m2, master); m != 0 {
-				t.Errorf("%d master weights changed in the failed step", m)
-			}
-			for e.StepCount() < steps {
-				if _, err := stepWithin(t, e); err != nil {
+		for _, purpose := range []string{"tier hbm copies", "grad shard"} {
+			t.Run(fmt.Sprintf("N%d/%s", n, strings.ReplaceAll(purpose, " ", "-")), func(t *testing.T) {
+				s := tierSpec{n: n, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
+				want, _ := runTier(t, s, Options{}, steps)
+				cdevs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 256 << 20})
+				if err != nil {
 					t.Fatal(err)
 				}
-			}
-			p3, m3 := readState(t, e)
-			if m, d := diff(p3, want.params); m != 0 {
-				t.Errorf("after the retry: %d params differ from the run without a failure (max %g)", m, d)
-			}
-			if m, d := diff(m3, want.master); m != 0 {
-				t.Errorf("after the retry: %d master weights differ (max %g)", m, d)
-			}
-		})
+				devs := cpu.Devices(cdevs)
+				faulty := &allocFaults{Device: devs[n-1], purpose: purpose}
+				devs[n-1] = faulty
+				faulty.arm(1)
+				cfg := testConfig(t, s.configJSON(nvmetest.Dir(t)))
+				opts := Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2}
+				_, err = startEngine(t, cfg, devs, comms, opts)
+				checkNewOOM(t, err, faulty, purpose, n-1)
+				e, err := startEngine(t, cfg, devs, comms, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				trainFor(t, e, steps)
+				p, m := readState(t, e)
+				if d, x := diff(p, want.params); d != 0 {
+					t.Errorf("%d params differ from the run without a failure (max %g)", d, x)
+				}
+				if d, x := diff(m, want.master); d != 0 {
+					t.Errorf("%d master weights differ (max %g)", d, x)
+				}
+			})
+		}
 	}
 }
 

@@ -252,8 +252,8 @@ func checkFrozenCosts(t *testing.T, s freezeSpec, got, ref frozenRun, steps int)
 	sum, rsum := e.Summary(), ref.e.Summary()
 	checkFrozenSummary(t, e, sum)
 	for i, d := range sum.PerDevice {
-		if d.ModelStatePeakBytes != d.EstimateBytes+d.TierHBMBytes {
-			t.Errorf("%s: model-state peak %d, estimate %d + tier-store param copies %d", d.Device, d.ModelStatePeakBytes, d.EstimateBytes, d.TierHBMBytes)
+		if d.ModelStatePeakBytes != d.EstimateBytes+d.TierSlotBytes {
+			t.Errorf("%s: model-state peak %d, estimate %d + tier-store param slots %d", d.Device, d.ModelStatePeakBytes, d.EstimateBytes, d.TierSlotBytes)
 		}
 		saved := rsum.PerDevice[i].ModelStatePeakBytes - d.ModelStatePeakBytes
 		if want := sum.FrozenSavedTierBytes(shard.HBM) / int64(s.n); saved != want {

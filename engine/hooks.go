@@ -17,18 +17,24 @@ import (
 // goroutine; every decision that issues a collective depends only on that
 // order, never on timing, so all ranks issue the same collectives.
 //
-// Errors. A hook that fails (device memory exhausted for a gathered chunk,
-// a gradient bucket or shard; a tier fetch or write that failed) returns
+// Memory. Gathered chunks, gradient buckets, reduce shards and the
+// gradient shards bound for the tier store come from the rank's rings
+// (workspace.go), taken at New: a hook takes a slot and gives it back with
+// the event of its last use, and the slot's next holder waits for it on
+// its own stream. No hook allocates or frees device memory.
+//
+// Errors. A hook that fails (a tier fetch or write that failed; a ring
+// that must grow past what New took and finds no device memory) returns
 // the error, and the model stops the pass. The peers go on with the pass
 // and would wait forever in a collective the failed rank never issues, so
 // the failed rank keeps issuing the same collectives to the end of the
-// step: at the failure it waits for its streams, frees its gathered chunks
-// and buckets, and from then on every hook only keeps the bookkeeping that
-// decides the collectives (which chunks are live, which buckets wait) and
-// issues each collective on a scratch buffer of the right size (one
-// gathered chunk, allocated once, in the workspace room New checked and the
-// failure just freed; scratchPair) — stages 0-1 reduce the rank's own
-// gradient buffers in place, which the next step zeroes first — and
+// step: at the failure it waits for its streams, gives back its gathered
+// chunks and buckets, and from then on every hook only keeps the
+// bookkeeping that decides the collectives (which chunks are live, which
+// buckets wait) and issues each collective on a scratch buffer of the
+// right size (a slot of a ring the failure just emptied; scratchPair) —
+// stages 0-1 reduce the rank's own gradient buffers in place, which the
+// next step zeroes first — and
 // drain makes the calls the model no longer makes, in
 // model.AccessOrder, for the rest of the micro-batch, and the rank drains
 // its later micro-batches the same way. The rank then returns the error;
@@ -46,7 +52,8 @@ type hooks struct {
 	relSeq int
 
 	// stages 2-3: full gradient buckets being accumulated, and those whose
-	// reduction is enqueued (freed once it completes)
+	// reduction is enqueued (their slots go back, with the reduction as
+	// their last use, when the next bucket needs room)
 	buckets map[int]*bucket
 	pending []*bucket
 
@@ -54,24 +61,28 @@ type hooks struct {
 	scratch gpu.Buffer // the failed step's collectives' buffer; nil until needed
 }
 
-// gathered is a chunk gathered on the device; after a failure its buffer
-// and events are nil (the entry only keeps the bookkeeping).
+// gathered is a chunk gathered on the device, in a slot of the rank's
+// gathered ring; after a failure its buffer and events are nil (the entry
+// only keeps the bookkeeping).
 type gathered struct {
-	buf      gpu.Buffer // N·S elements, Workspace
-	ready    gpu.Event  // the AllGather into buf (on cs)
+	buf      gpu.Buffer // N·S elements of the slot
+	slot     int
+	ready    gpu.Event // the AllGather into buf (on cs)
 	released bool
 	relEv    gpu.Event // the last use, on s
 	relSeq   int
 }
 
-// bucket is a full gradient buffer; after a failure its buffers and event
-// are nil.
+// bucket is a full gradient buffer, in a slot of the rank's bucket ring;
+// after a failure its buffers and event are nil.
 type bucket struct {
-	c     int
-	full  gpu.Buffer // N·S elements, Workspace
-	tmp   gpu.Buffer // the reduced shard of a micro-batch after the first (A > 1); nil else
-	done  gpu.Event  // the reduction (on cs)
-	bytes int64
+	c        int
+	full     gpu.Buffer // N·S elements of the slot
+	tmp      gpu.Buffer // the reduced shard of a micro-batch after the first (A > 1), in a reduce ring slot; nil else
+	fullSlot int
+	tmpSlot  int
+	done     gpu.Event // the reduction (on cs)
+	bytes    int64
 }
 
 func newHooks(r *rank) *hooks {
@@ -126,15 +137,16 @@ func (h *hooks) drain(s gpu.Stream) {
 
 // fail records the step's first failure: it waits for the rank's streams
 // (every collective on them is one the peers issue too, so they complete)
-// and frees the gathered chunks and buckets, keeping their entries.
+// and gives back the gathered chunks and buckets, keeping their entries.
 func (h *hooks) fail(err error) {
 	if h.err != nil {
 		panic(fmt.Sprintf("engine: rank %d: a hook failed after the step failed: %v", h.r.idx, err))
 	}
 	h.err = err
 	r := h.r
-	r.s.Synchronize() // its error, if any, is a consequence: the step returns err
-	r.cs.Synchronize()
+	for _, s := range r.streams() {
+		s.Synchronize() // its error, if any, is a consequence: the step returns err
+	}
 	if r.tr != nil {
 		r.tr.computeC = nil
 	}
@@ -147,6 +159,7 @@ func (h *hooks) fail(err error) {
 	for _, b := range h.pending {
 		h.dropBucket(b)
 	}
+	r.settleRings()
 }
 
 // takeErr returns the step's failure and clears it for the next step.
@@ -158,26 +171,19 @@ func (h *hooks) takeErr() error {
 
 // scratchPair is a failed step's buffers for a collective over a chunk of
 // shardElems elements per rank: N·shardElems elements of one scratch buffer
-// and the rank's slice of them (in place, as NCCL allows). The scratch is
-// the size of the largest gathered chunk (below stage 3, of the largest
-// reduced one: frozen chunks have no reduction), which the workspace room New
-// checked holds and the failure has just freed; if even that allocation
-// fails, device memory was taken from outside the engine, and the rank can
-// neither go on nor let its peers go on: it panics rather than hang them.
+// and the rank's slice of them (in place, as NCCL allows). The scratch is a
+// slot the failure has just given back: at stage 3 of the gathered ring
+// (the largest chunk), at stage 2 of the bucket ring (the largest
+// trainable chunk, all a reduction needs). The failed step gathers and
+// buckets nothing else.
 func (h *hooks) scratchPair(shardElems int) (slice, full gpu.Buffer) {
 	r := h.r
 	if h.scratch == nil {
-		var maxPadded int
-		for _, p := range r.e.chunks {
-			if r.e.stage == 3 || !p.frozen { // below stage 3 only reductions, of trainable chunks
-				maxPadded = max(maxPadded, r.e.n*p.shard)
-			}
+		g := r.rings.buckets
+		if r.e.stage == 3 {
+			g = r.rings.gathered
 		}
-		b, err := r.dev.Alloc(maxPadded, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "scratch of a failed step"})
-		if err != nil {
-			panic(fmt.Sprintf("engine: rank %d: no device memory to keep the collectives in step after %v: %v", r.idx, h.err, err))
-		}
-		h.scratch = b
+		h.scratch = g.slot(0)
 	}
 	return h.scratch.Slice(r.idx*shardElems, shardElems), h.scratch.Slice(0, r.e.n*shardElems)
 }
@@ -229,9 +235,10 @@ func (h *hooks) nextAcquire() (model.Access, bool) {
 	return model.Access{}, false
 }
 
-// gather enqueues the AllGather of chunk c's shards into a new workspace
-// buffer on the communication stream, after making room. A failure (here
-// or before) gathers on the scratch buffer instead.
+// gather enqueues the AllGather of chunk c's shards into a slot of the
+// gathered ring on the communication stream, after making room (the slot's
+// last reads, on s, come first). A failure (here or before) gathers on the
+// scratch buffer instead.
 func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	r := h.r
 	r.flushChunk(c) // the previous step's update of c, also after a failure
@@ -242,12 +249,13 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	}
 	p := r.e.chunks[c]
 	g := &gathered{}
+	var after gpu.Event
 	if h.err == nil {
-		buf, err := r.dev.Alloc(r.e.n*p.shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "gathered chunk"})
+		slot, buf, ev, err := r.rings.gathered.take(r.e.n * p.shard)
 		if err != nil {
 			h.fail(fmt.Errorf("gather chunk %d param (%s): %w", c, pass, err))
 		} else {
-			g.buf = buf
+			g.buf, g.slot, after = buf, slot, ev
 			r.ws.gatheredBytes += buf.Bytes()
 			r.ws.gatheredPeakBytes = max(r.ws.gatheredPeakBytes, r.ws.gatheredBytes)
 		}
@@ -255,6 +263,9 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	var src gpu.Buffer
 	var lease *tier.Lease
 	if h.err == nil {
+		if after != nil {
+			r.cs.Wait(after)
+		}
 		r.cs.Wait(r.paramReady[c])
 		src = r.st.param[c]
 		if r.e.paramTiered(c) {
@@ -292,8 +303,9 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 	return g
 }
 
-// evictOldest frees the gathered chunk released longest ago, after its
-// last use has run; false when every live chunk is in use.
+// evictOldest gives back the slot of the gathered chunk released longest
+// ago, with its last use (the next gather into it waits for it on cs);
+// false when every live chunk is in use.
 func (h *hooks) evictOldest() bool {
 	victim := -1
 	for c, g := range h.live {
@@ -304,9 +316,6 @@ func (h *hooks) evictOldest() bool {
 	if victim < 0 {
 		return false
 	}
-	if ev := h.live[victim].relEv; ev != nil {
-		ev.Synchronize()
-	}
 	h.freeGathered(victim)
 	return true
 }
@@ -316,11 +325,16 @@ func (h *hooks) freeGathered(c int) {
 	delete(h.live, c)
 }
 
-// dropGathered frees g's buffer (its uses have completed) and keeps the entry.
+// dropGathered gives g's slot back, with its last use (the release on s,
+// or the gather when it was never acquired), and keeps the entry.
 func (h *hooks) dropGathered(g *gathered) {
 	if g.buf != nil {
 		h.r.ws.gatheredBytes -= g.buf.Bytes()
-		h.r.dev.Free(g.buf)
+		last := g.relEv
+		if last == nil {
+			last = g.ready
+		}
+		h.r.rings.gathered.put(g.slot, last)
 	}
 	g.buf, g.ready, g.relEv = nil, nil, nil
 }
@@ -353,8 +367,10 @@ func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
 	g.relSeq = h.relSeq
 }
 
-// Grad implements model.Params.
-func (h *hooks) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) {
+// Grad implements model.Params. At stages 2-3 the bucket is a slot of the
+// bucket ring, zeroed on s (the model adds into it) once its last use is
+// done.
+func (h *hooks) Grad(s gpu.Stream, c int) (gpu.Buffer, error) {
 	r := h.r
 	h.next(model.Access{Kind: model.AccessGrad, Chunk: c, Pass: model.PassBackward})
 	n := r.e.chunks[c].len
@@ -377,18 +393,22 @@ func (h *hooks) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) {
 	}
 	// At most one bucket waits for its reduction while the next fills.
 	for len(h.pending) > 1 {
-		h.freeBucket()
+		h.retireBucket()
 	}
 	p := r.e.chunks[c]
 	b := &bucket{c: c}
 	h.buckets[c] = b
 	if h.err == nil {
-		full, err := r.dev.Alloc(r.e.n*p.shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "grad bucket"})
+		slot, full, after, err := r.rings.buckets.take(r.e.n * p.shard)
 		if err != nil {
 			h.fail(fmt.Errorf("chunk %d grad bucket: %w", c, err))
 			return nil, h.err
 		}
-		b.full, b.bytes = full, full.Bytes()
+		if after != nil {
+			s.Wait(after)
+		}
+		r.ops.Fill(s, full, 0) // padding included: the reduction reads it
+		b.full, b.fullSlot, b.tmpSlot, b.bytes = full, slot, -1, full.Bytes()
 		r.ws.bucketBytes += b.bytes
 		r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
 		return full.Slice(0, n), nil
@@ -396,22 +416,23 @@ func (h *hooks) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) {
 	return nil, h.err
 }
 
-// freeBucket waits for the oldest pending reduction and frees its buffers.
-func (h *hooks) freeBucket() {
+// retireBucket gives back the slots of the oldest pending bucket, its
+// reduction as their last use.
+func (h *hooks) retireBucket() {
 	b := h.pending[0]
 	h.pending = h.pending[1:]
-	if b.done != nil {
-		b.done.Synchronize()
-	}
 	h.dropBucket(b)
 }
 
-// dropBucket frees b's buffers (their uses have completed).
+// dropBucket gives b's slots back, with its reduction as their last use
+// (nil when it was never reduced: its writes are done, the rank's streams
+// were synchronized).
 func (h *hooks) dropBucket(b *bucket) {
-	for _, buf := range []gpu.Buffer{b.full, b.tmp} {
-		if buf != nil {
-			h.r.dev.Free(buf)
-		}
+	if b.full != nil {
+		h.r.rings.buckets.put(b.fullSlot, b.done)
+	}
+	if b.tmp != nil {
+		h.r.rings.reduce.put(b.tmpSlot, b.done)
 	}
 	h.r.ws.bucketBytes -= b.bytes
 	b.full, b.tmp, b.done, b.bytes = nil, nil, nil, 0
@@ -486,11 +507,14 @@ func (h *hooks) reduceBucket(c int, b *bucket) {
 		}
 	}
 	if h.err == nil && h.micro > 0 {
-		tmp, err := r.dev.Alloc(e.chunks[c].shard, e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "reduce shard"})
+		slot, tmp, after, err := r.rings.reduce.take(e.chunks[c].shard)
 		if err != nil {
 			h.fail(fmt.Errorf("chunk %d grad reduce shard: %w", c, err))
 		} else {
-			b.tmp = tmp
+			if after != nil {
+				r.cs.Wait(after)
+			}
+			b.tmp, b.tmpSlot = tmp, slot
 			b.bytes += tmp.Bytes()
 			r.ws.bucketBytes += tmp.Bytes()
 			r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
@@ -514,21 +538,20 @@ func (h *hooks) reduceBucket(c int, b *bucket) {
 	r.cs.Record(b.done)
 }
 
-// freeAll frees every gathered chunk, gradient bucket and the scratch; the
-// streams must have completed (the caller synchronized them).
+// freeAll gives back every gathered chunk and gradient bucket and forgets
+// the scratch; the streams must have completed (the caller synchronized
+// them).
 func (h *hooks) freeAll() {
 	for c := range h.live {
 		h.freeGathered(c)
 	}
 	for len(h.pending) > 0 {
-		h.freeBucket()
+		h.retireBucket()
 	}
 	for c, b := range h.buckets {
 		h.dropBucket(b)
 		delete(h.buckets, c)
 	}
-	if h.scratch != nil {
-		h.r.dev.Free(h.scratch)
-		h.scratch = nil
-	}
+	h.scratch = nil
+	h.r.settleRings()
 }

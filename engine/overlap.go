@@ -365,30 +365,28 @@ func (r *rank) updateReady(c int) bool {
 }
 
 // uploadChunk enqueues the copy of chunk c's new param shard from its
-// upload staging to the device, the AllGather of the updated slices
-// (stages 1-2, persistent chunks) and paramReady[c], on cs. With
-// offload_param the new param is in its host copy in the store: nothing.
+// upload staging to the device (up), then the AllGather of the updated
+// slices (stages 1-2, persistent chunks; cs, after the upload), and
+// paramReady[c] after the last of them. With offload_param the new param
+// is in its host copy in the store: nothing.
 func (r *rank) uploadChunk(c int, updated bool) {
 	e, st := r.e, r.st
 	if e.paramTiered(c) {
 		return
 	}
+	r.upload(c, updated) // not updated: the staging holds no new params, keep the old ones (the collectives go on)
+	if !(e.stage >= 1 && e.n > 1 && st.paramIsFull(c)) {
+		return
+	}
+	r.cs.Wait(r.paramReady[c])
 	var from gpu.Event
 	if r.tr != nil {
 		from = r.tr.mark(r.cs)
 	}
-	if updated { // else the staging holds no new params: keep the old ones (the collectives go on)
-		r.lease(e.tiers.upload[r.idx][c])
-		r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
-	}
-	name := "upload " + e.layout.Chunks[c].Name
-	if e.stage >= 1 && e.n > 1 && st.paramIsFull(c) {
-		r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
-		name += " + allgather"
-	}
+	r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
 	r.cs.Record(r.paramReady[c])
 	if from != nil {
-		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, name, map[string]any{"chunk": c})
+		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "allgather "+e.layout.Chunks[c].Name+" (update)", map[string]any{"chunk": c})
 	}
 }
 
@@ -412,9 +410,11 @@ func (r *rank) finishRun() error {
 	}
 	if run.delayed {
 		// dpu: the pass just enqueued may still read the params the
-		// uploads overwrite (replicated chunks are read in place).
+		// uploads and gathers overwrite (replicated chunks are read in
+		// place).
 		ev := r.dev.NewEvent()
 		r.s.Record(ev)
+		r.up.Wait(ev)
 		r.cs.Wait(ev)
 	}
 	for _, c := range r.e.fwdOrder {

@@ -19,22 +19,29 @@ import (
 // methods run on one goroutine at a time.
 //
 // Streams: s runs the model and the device optimizer; cs runs every
-// collective and every host copy, so that collectives are issued to the
-// Comm in one program order on every rank. Events order the two: a gather
-// before the layer that reads it, a reduction after the layer that wrote
-// the gradient, the next step's reads of a chunk after its update
+// collective, so that collectives are issued to the Comm in one program
+// order on every rank; up and down copy between host and device (the new
+// params of the host optimizer up, the reduced gradients and the norms
+// down), so that no copy queues behind a collective's wait and no
+// collective behind a copy. Events order them: a gather before the layer
+// that reads it, a reduction after the layer that wrote the gradient, a
+// gradient's download after its reduction, an upload before the gather
+// that reads it, the next step's reads of a chunk after its update
 // (paramReady, per chunk, so the next forward waits for one chunk's
-// update, not for the whole optimizer).
+// update, not for the whole optimizer), and a workspace slot's next
+// holder after its last holder's last use (workspace.go).
 type rank struct {
-	e     *Engine
-	idx   int
-	dev   gpu.Device
-	ops   gpu.Ops
-	comm  gpu.Comm
-	s, cs gpu.Stream
-	model *model.Model
-	st    *devState
-	h     *hooks
+	e        *Engine
+	idx      int
+	dev      gpu.Device
+	ops      gpu.Ops
+	comm     gpu.Comm
+	s, cs    gpu.Stream
+	up, down gpu.Stream
+	model    *model.Model
+	st       *devState
+	h        *hooks
+	rings    rings // the workspace, taken at New (workspace.go)
 
 	norms      gpu.Buffer // F64, one per chunk: the sum of squares of this rank's reduced gradient
 	normsHost  []byte
@@ -57,51 +64,62 @@ type rank struct {
 	// reductions counts, per chunk, the gradient collectives (AllReduce,
 	// ReduceScatter) the rank has issued for it.
 	reductions []int64
+	// gradSlot is, per chunk, the gradient ring's slot of its shard while
+	// it is on the device (gradTiered engines).
+	gradSlot []int
 }
 
-// liveGrad is a reduced gradient shard on the device whose copy to the tier
-// store (ev, on cs; nil: none) may still run (gradTiered engines).
+// liveGrad is a reduced gradient shard on the device, in slot of the
+// rank's gradient ring, whose copy to the tier store (ev, on down; nil:
+// none) may still run (gradTiered engines).
 type liveGrad struct {
-	buf gpu.Buffer
-	ev  gpu.Event
+	buf  gpu.Buffer
+	ev   gpu.Event
+	slot int
 }
 
-// allocGrad allocates chunk c's gradient shard for its reduction
-// (gradTiered engines: the tier store holds it between steps). With one
-// micro-batch per step at most two live at once: the oldest is freed, after
-// its copy, first.
+// allocGrad takes chunk c's gradient shard for its reduction from the
+// rank's gradient ring (gradTiered engines: the tier store holds it between
+// steps), and makes cs, where the reduction writes it, wait for the slot's
+// last use. With one micro-batch per step the ring has two slots: the
+// oldest live shard gives its slot back first, with its copy as its last
+// use.
 func (r *rank) allocGrad(c int) error {
 	if r.e.accum == 1 {
 		for len(r.liveGrads) >= 2 {
-			r.freeGrad(0)
+			r.retireGrad(0)
 		}
 	}
-	buf, err := r.dev.Alloc(r.e.chunks[c].shard, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "grad shard"})
+	slot, buf, after, err := r.rings.grads.take(r.e.chunks[c].shard)
 	if err != nil {
 		return fmt.Errorf("chunk %d grad shard: %w", c, err)
+	}
+	if after != nil {
+		r.cs.Wait(after)
 	}
 	r.ws.bucketBytes += buf.Bytes()
 	r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
 	r.st.grad[c] = buf
+	r.gradSlot[c] = slot
 	return nil
 }
 
-// freeGrad waits for the i-th live gradient shard's copy and frees it.
-func (r *rank) freeGrad(i int) {
+// retireGrad gives the i-th live gradient shard's slot back, its copy to
+// the tier store as its last use.
+func (r *rank) retireGrad(i int) {
 	g := r.liveGrads[i]
-	if g.ev != nil {
-		g.ev.Synchronize()
-	}
 	r.ws.bucketBytes -= g.buf.Bytes()
-	r.dev.Free(g.buf)
+	r.rings.grads.put(g.slot, g.ev)
 	r.liveGrads = append(r.liveGrads[:i], r.liveGrads[i+1:]...)
 }
 
-// freeGrads frees every live gradient shard (the streams have completed).
+// freeGrads gives back every live gradient shard (the streams have
+// completed).
 func (r *rank) freeGrads() {
 	for len(r.liveGrads) > 0 {
-		r.freeGrad(0)
+		r.retireGrad(0)
 	}
+	r.settleRings()
 }
 
 // driver is the rank's planner driver (host optimizer only).
@@ -114,7 +132,7 @@ type workspaceStats struct {
 }
 
 func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
-	r := &rank{e: e, idx: idx, dev: dev, ops: dev.Ops(), comm: comm, s: dev.NewStream(), cs: dev.NewStream()}
+	r := &rank{e: e, idx: idx, dev: dev, ops: dev.Ops(), comm: comm, s: dev.NewStream(), cs: dev.NewStream(), up: dev.NewStream(), down: dev.NewStream()}
 	var err error
 	if r.st, err = newDevState(e, idx, dev); err != nil {
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
@@ -137,6 +155,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 		}
 	}
 	r.reductions = make([]int64, len(e.chunks))
+	r.gradSlot = make([]int, len(e.chunks))
 	r.normsHost = make([]byte, 8*len(e.chunks))
 	r.paramReady = make([]gpu.Event, len(e.chunks))
 	for c := range r.paramReady {
@@ -240,18 +259,30 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	return e.tiers.initShard(tkey(c, r.idx, shard.Master), b.tier)
 }
 
-// sync waits for both streams, returns their first error and ends the
-// leases of the pinned buffers they used.
+// sync waits for the rank's streams, returns their first error and ends
+// the leases of the pinned buffers they used.
 func (r *rank) sync() error {
-	err := r.s.Synchronize()
-	if err2 := r.cs.Synchronize(); err == nil {
-		err = err2
+	var err error
+	for _, s := range r.streams() {
+		if err2 := s.Synchronize(); err == nil {
+			err = err2
+		}
 	}
 	for _, b := range r.leased {
 		b.Release()
 	}
 	r.leased = r.leased[:0]
 	return err
+}
+
+// streams are the rank's streams: compute, collectives, uploads, downloads.
+func (r *rank) streams() []gpu.Stream { return []gpu.Stream{r.s, r.cs, r.up, r.down} }
+
+// after makes stream to wait for the work enqueued on from so far.
+func (r *rank) after(to, from gpu.Stream) {
+	ev := r.dev.NewEvent()
+	from.Record(ev)
+	to.Wait(ev)
 }
 
 func (r *rank) lease(b *pinned.Buffer) {
@@ -306,7 +337,11 @@ func (r *rank) backward(step int64) error {
 	// acquired in forward); a failed pass flushes the rest here, in the
 	// same order on every rank.
 	keep(r.finishRun())
-	r.dev.CopyDeviceToHost(r.cs, r.normsHost, r.norms, 0)
+	r.after(r.down, r.cs) // the norms are summed on cs
+	if t := e.tiers; t != nil {
+		r.lease(t.norms[r.idx]) // pinned (host optimizer): registered with the devices
+	}
+	r.dev.CopyDeviceToHost(r.down, r.normsHost, r.norms, 0)
 	keep(r.sync())
 	r.hostFig.add(r.takeHostOpt())
 	r.h.freeAll()
@@ -332,37 +367,46 @@ func (r *rank) backward(step int64) error {
 func (r *rank) reduced(c int, failed bool) error {
 	if failed {
 		if r.e.gradTiered && r.st.grad[c] != nil {
-			r.liveGrads = append(r.liveGrads, liveGrad{buf: r.st.grad[c]})
+			r.liveGrads = append(r.liveGrads, liveGrad{buf: r.st.grad[c], slot: r.gradSlot[c]})
 			r.st.grad[c] = nil
 		}
 		return nil
 	}
 	g := r.st.gradShard(c)
+	name := r.e.layout.Chunks[c].Name
+	var from gpu.Event
 	if r.tr != nil {
-		from := r.tr.mark(r.cs)
-		defer func() {
-			r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "grad norm+to host "+r.e.layout.Chunks[c].Name, map[string]any{"chunk": c})
-		}()
+		from = r.tr.mark(r.cs)
 	}
 	if f := r.e.gradFault; f != nil && f(r.idx, c) {
 		r.ops.Fill(r.cs, g, float32(math.NaN())) // tests: a non-finite gradient on one rank
 	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
+	if r.tr != nil {
+		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "grad norm "+name, map[string]any{"chunk": c})
+	}
 	if r.e.tiers == nil {
 		return nil
 	}
 	r.waitHost() // the pending update has read the gradient's host copy
 	l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
 	if err == nil {
-		r.dev.CopyDeviceToHost(r.cs, l.Bytes(), g, 0)
+		r.after(r.down, r.cs) // the reduction
+		if r.tr != nil {
+			from = r.tr.mark(r.down)
+		}
+		r.dev.CopyDeviceToHost(r.down, l.Bytes(), g, 0)
 	}
 	ev := r.dev.NewEvent()
-	r.cs.Record(ev)
+	r.down.Record(ev)
+	if err == nil && r.tr != nil {
+		r.tr.copy.span(from, ev, TraceComm, "grad to host "+name, map[string]any{"chunk": c})
+	}
 	if l != nil {
 		r.driver().Done(l, ev)
 	}
 	if r.e.gradTiered { // off the device once copied
-		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev})
+		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev, slot: r.gradSlot[c]})
 		r.st.grad[c] = nil
 	}
 	if err != nil {
@@ -403,12 +447,13 @@ func (r *rank) update(ap gpu.AdamParams) error {
 			if e.paramTiered(c) {
 				continue // the new param is in its host copy: the planner moves it
 			}
-			if r.tr != nil {
-				csFrom, csName = r.tr.mark(r.cs), "upload "+e.layout.Chunks[c].Name
+			r.upload(c, err == nil) // else the staging buffer holds no new params: keep the old ones
+			if !(gather && st.paramIsFull(c)) {
+				continue // paramReady[c] is the upload's
 			}
-			if err == nil { // else the staging buffer holds no new params: keep the old ones
-				r.lease(e.tiers.upload[r.idx][c])
-				r.dev.CopyHostToDevice(r.cs, st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+			r.cs.Wait(r.paramReady[c])
+			if r.tr != nil {
+				csFrom, csName = r.tr.mark(r.cs), "allgather "+e.layout.Chunks[c].Name+" (update)"
 			}
 		} else {
 			p, m, v, out := st.deviceOpt(c)
@@ -487,11 +532,32 @@ func (r *rank) close() error {
 	}
 	r.h.freeAll()
 	r.freeGrads()
+	r.releaseRings()
 	r.freeFrozenGrad()
 	r.model.Free()
 	r.dev.Free(r.norms)
 	r.st.free()
 	return err
+}
+
+// upload enqueues chunk c's new param shard's copy from its pinned upload
+// staging to the device on up, when updated (else only the event), and
+// records paramReady[c] there; a gather of the new slices (cs) waits for
+// it.
+func (r *rank) upload(c int, updated bool) {
+	e := r.e
+	var from gpu.Event
+	if r.tr != nil {
+		from = r.tr.mark(r.up)
+	}
+	if updated {
+		r.lease(e.tiers.upload[r.idx][c])
+		r.dev.CopyHostToDevice(r.up, r.st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+	}
+	r.up.Record(r.paramReady[c])
+	if from != nil {
+		r.tr.copy.span(from, r.tr.mark(r.up), TraceComm, "upload "+e.layout.Chunks[c].Name, map[string]any{"chunk": c})
+	}
 }
 
 // freeFrozenGrad frees the frozen chunks' gradient scratch (the streams

@@ -13,20 +13,20 @@ import (
 // device (see tiers and the package doc).
 
 // openStaging takes the pinned upload buffer of every (chunk, rank) whose
-// param the device holds, from a pool of their own.
+// param the device holds, and each rank's buffer of the gradient norms it
+// downloads every step, from a pool of their own.
 func (t *tiers) openStaging() error {
 	e := t.e
 	sz := int64(e.precision.Size())
-	var perRank, maxBuf int64
+	normBytes := int64(8 * len(e.chunks))
+	perRank := units.AlignUp(normBytes, 4096)
+	maxBuf := perRank
 	for c := range e.chunks {
 		if e.uploads(c) {
 			b := units.AlignUp(int64(e.optElems(c))*sz, 4096)
 			perRank += b
 			maxBuf = max(maxBuf, b)
 		}
-	}
-	if perRank == 0 {
-		return nil
 	}
 	// Buffers do not span the pool's arenas (1 GiB): each arena may leave
 	// up to one buffer's worth unused at its end.
@@ -39,7 +39,14 @@ func (t *tiers) openStaging() error {
 		return fmt.Errorf("engine: pinned upload staging: %w", err)
 	}
 	t.upload = make([][]*pinned.Buffer, e.n)
+	t.norms = make([]*pinned.Buffer, e.n)
 	for r := range e.n {
+		b, err := t.uploadPool.Get(normBytes, fmt.Sprintf("rank %d grad norms", r))
+		if err != nil {
+			return fmt.Errorf("engine: gradient norms of rank %d: %w", r, err)
+		}
+		t.norms[r] = b
+		e.ranks[r].normsHost = b.Bytes()[:normBytes:normBytes]
 		t.upload[r] = make([]*pinned.Buffer, len(e.chunks))
 		for c := range e.chunks {
 			if !e.uploads(c) {

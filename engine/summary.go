@@ -36,19 +36,49 @@ type DeviceSummary struct {
 	// ModelStatePeakBytes / FormulaBytes (0 without a formula).
 	EstimateRatio, FormulaRatio float64
 	// TierHBMBytes is the tier store's peak of param copies staged on this
-	// device (ZeRO-Infinity; they are allocations tagged gpu.ModelState,
-	// counted in ModelStatePeakBytes, but a working set: the formula keeps
-	// offloaded params off the device).
+	// device (ZeRO-Infinity: a working set; the formula keeps offloaded
+	// params off the device).
 	TierHBMBytes int64
+	// TierSlotBytes is the device memory that holds those copies: the
+	// store's HBM slots, taken at New (tier.Store.ReserveHBM), tagged
+	// gpu.ModelState and so counted in ModelStatePeakBytes.
+	TierSlotBytes int64
 
 	// The working set, named: the engine's own transient buffers and the
 	// model's activations.
 	GatheredPeakBytes   int64 // stage 3: gathered chunks in flight (at most MaxLiveChunks)
 	BucketPeakBytes     int64 // stages 2-3: full gradient buckets and reduce shards in flight
-	WorkspacePeakBytes  int64 // every allocation tagged gpu.Workspace (the two above and the norms)
+	// WorkspaceRingBytes is the rings the two above (and the gradient
+	// shards bound for the tier store) come from, taken at New.
+	WorkspaceRingBytes  int64
+	WorkspacePeakBytes  int64 // every allocation tagged gpu.Workspace (the rings and the norms)
 	ActivationPeakBytes int64
 	PeakBytes           int64 // everything on the device
 	Moved               gpu.LinkCounters
+	// Driver is the device's driver allocations and frees since it was
+	// made (gpu.DriverCounters), DeviceAllocsAfterStep1 those after the
+	// first step completed (0 before it): every buffer a step uses is
+	// taken at New or in the first step, so it stays 0.
+	Driver                 gpu.DriverCounters
+	DeviceAllocsAfterStep1 int64
+}
+
+// Outcomes of registering pinned host memory with the devices
+// (HostRegistration.Outcome).
+const (
+	RegistrationOK     = "ok"     // registered: copies from and to it are page-locked DMA
+	RegistrationFailed = "failed" // the registrar refused it (Error says why): pageable copies
+	RegistrationNone   = "none"   // no Options.HostRegistrar: pageable copies on a GPU
+)
+
+// HostRegistration is the outcome of registering one pinned pool of the
+// engine with the devices (Options.HostRegistrar).
+type HostRegistration struct {
+	Pool            string // "tier host copies", "param upload staging and grad norms"
+	Bytes           int64  // the pool's mapped bytes
+	Outcome         string // RegistrationOK, RegistrationFailed, RegistrationNone
+	RegisteredBytes int64  // Bytes when ok, else 0
+	Error           string // why it failed
 }
 
 // Summary describes a run: its layout and each device's measured memory
@@ -82,6 +112,10 @@ type Summary struct {
 	HostOpt HostOptStats
 	// Tier is the tier store's layout and figures; nil without it.
 	Tier *TierSummary
+	// HostRegistration is the outcome of registering each pinned pool
+	// with the devices; empty without pinned memory (optimizer on the
+	// device).
+	HostRegistration []HostRegistration
 	// The frozen chunks (strata.freeze) by name, their parameters, and
 	// the model state they do not keep: FrozenSavedBytes[state][tier] is
 	// their gradients and master, m, v, all ranks, in the tier they would
@@ -225,6 +259,7 @@ func (e *Engine) Summary() Summary {
 		s.HostBytes = s.Tier.HostHomeBytes
 		s.HostStagingBytes = e.tiers.stagingBytes
 		s.HostUndoBytes = int64(e.n) * e.undoBytes()
+		s.HostRegistration = append([]HostRegistration(nil), e.registration...)
 	}
 	fr := e.estimate.Options.Frozen
 	s.FrozenChunks, s.FrozenDescribed, s.FrozenParams, s.FrozenSavedBytes = frozenNames(e.layout, fr), DescribeChunks(e.layout, fr), e.estimate.FrozenParams, e.frozenSaved()
@@ -233,9 +268,9 @@ func (e *Engine) Summary() Summary {
 	if e.precision == gpu.F32 {
 		formula, formulaBytes, padding, persistent = "fp32 layout", 0, 0, 0
 	}
-	var tierHBM []int64
+	var tierHBM, tierSlots []int64
 	if e.tiers != nil {
-		tierHBM = e.tiers.peakHBMByDevice
+		tierHBM, tierSlots = e.tiers.peakHBMByDevice, e.tiers.store.SlotBytes()
 	}
 	for i, r := range e.ranks {
 		ms := r.dev.MemStats()
@@ -249,13 +284,21 @@ func (e *Engine) Summary() Summary {
 			EstimateBytes:       e.expected,
 			GatheredPeakBytes:   r.ws.gatheredPeakBytes,
 			BucketPeakBytes:     r.ws.bucketPeakBytes,
+			WorkspaceRingBytes:  r.ringBytes(),
 			WorkspacePeakBytes:  ms.PeakByKind[gpu.Workspace],
 			ActivationPeakBytes: ms.PeakByKind[gpu.Activation],
 			PeakBytes:           ms.PeakBytes,
 			Moved:               r.dev.Counters(),
+			Driver:              r.dev.DriverCounters(),
+		}
+		if i < len(e.driverAt1) {
+			d.DeviceAllocsAfterStep1 = d.Driver.Total() - e.driverAt1[i].Total()
 		}
 		if i < len(tierHBM) {
 			d.TierHBMBytes = tierHBM[i]
+		}
+		if i < len(tierSlots) {
+			d.TierSlotBytes = tierSlots[i]
 		}
 		if d.EstimateBytes > 0 {
 			d.EstimateRatio = float64(d.ModelStatePeakBytes) / float64(d.EstimateBytes)
@@ -292,6 +335,18 @@ func (s Summary) String() string {
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
 		if s.HostUndoBytes > 0 {
 			fmt.Fprintf(&b, ", undo copy of the optimizer state %s (update_in_backward)", units.FormatBytes(s.HostUndoBytes))
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("device allocations and frees after step 1:")
+	for _, d := range s.PerDevice {
+		fmt.Fprintf(&b, " %s %d", d.Device, d.DeviceAllocsAfterStep1)
+	}
+	b.WriteString("\n")
+	for _, h := range s.HostRegistration {
+		fmt.Fprintf(&b, "pinned %s (%s) registered with the devices: %s", h.Pool, units.FormatBytes(h.Bytes), h.Outcome)
+		if h.Error != "" {
+			fmt.Fprintf(&b, " (%s)", h.Error)
 		}
 		b.WriteString("\n")
 	}

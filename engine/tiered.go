@@ -61,8 +61,9 @@ type tiers struct {
 	popts              prefetch.Options
 	t0                 time.Time
 
-	uploadPool   *pinned.Pool       // nil when the store holds every param
+	uploadPool   *pinned.Pool       // the uploads' and the norms' pinned memory
 	upload       [][]*pinned.Buffer // [rank][chunk]; nil where the store holds the param
+	norms        []*pinned.Buffer   // [rank]: the gradient norms' download (rank.normsHost)
 	stagingBytes int64              // the uploads' bytes, all ranks
 
 	hbmBudget, hostBudget int64                                    // the store's: per device, all ranks
@@ -143,6 +144,14 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 		t.close()
 		return nil, err
 	}
+	if t.hbmBudget > 0 {
+		// The param copies' HBM, taken now: the step moves them in and
+		// out of these slots without allocating.
+		if err := t.store.ReserveHBM(shard.Param); err != nil {
+			t.close()
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+	}
 	if err := t.openStaging(); err != nil {
 		t.close()
 		return nil, err
@@ -155,13 +164,12 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 }
 
 // hbmFreeBytes is the least device memory any rank has left after its
-// model state, activations and the step's workspace.
+// model state, activations and workspace rings (all taken by now).
 func (e *Engine) hbmFreeBytes() int64 {
-	need := e.workspaceNeedBytes()
 	free := int64(-1)
 	for _, r := range e.ranks {
 		ms := r.dev.MemStats()
-		if f := ms.BudgetBytes - ms.InUseBytes - need; free < 0 || f < free {
+		if f := ms.BudgetBytes - ms.InUseBytes; free < 0 || f < free {
 			free = f
 		}
 	}
@@ -183,6 +191,7 @@ func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
 		if e.paramTiered(c) {
 			s.ParamBytes += ioBytes(int64(p.shard) * 2)
 			s.MaxParamBytes = max(s.MaxParamBytes, ioBytes(int64(p.shard)*2))
+			s.ParamShardBytes = append(s.ParamShardBytes, int64(p.shard)*2)
 		}
 	}
 	put := func(k shard.Key, elems int, dt dtype.DType, home shard.Tier) {
@@ -474,14 +483,19 @@ func (t *tiers) close() error {
 			errs = append(errs, err)
 		}
 	}
-	for _, bs := range t.upload {
+	for _, bs := range append(t.upload, t.norms) {
 		for _, b := range bs {
 			if b != nil {
 				t.uploadPool.Put(b)
 			}
 		}
 	}
-	t.upload = nil
+	for i, b := range t.norms {
+		if b != nil && i < len(t.e.ranks) {
+			t.e.ranks[i].normsHost = make([]byte, len(t.e.ranks[i].normsHost)) // the pool's memory is gone
+		}
+	}
+	t.upload, t.norms = nil, nil
 	if t.uploadPool != nil {
 		if err := t.uploadPool.Close(); err != nil {
 			errs = append(errs, err)

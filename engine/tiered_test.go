@@ -29,6 +29,9 @@ type tierSpec struct {
 	// wrap, when set, stands in for the devices the engine is given (a
 	// fault injector over them).
 	wrap func([]gpu.Device) []gpu.Device
+	// registrar registers the pinned pools with the CPU backend's
+	// devices (Options.HostRegistrar).
+	registrar bool
 }
 
 func (s tierSpec) String() string {
@@ -86,6 +89,9 @@ func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
 	}
 	if opts.OptimizerThreads == 0 {
 		opts.OptimizerThreads = 2
+	}
+	if s.registrar {
+		opts.HostRegistrar = devs[0].HostRegistrar()
 	}
 	gdevs := cpu.Devices(devs)
 	if s.wrap != nil {

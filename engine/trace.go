@@ -92,6 +92,7 @@ const (
 	traceTidStall     = 3
 	traceTidOptimizer = 4
 	traceTidAdam      = 5
+	traceTidCopy      = 6
 	traceLaneCount    = 100 // lanes per link; more in flight share the last
 )
 
@@ -466,6 +467,8 @@ func traceTidName(pid, tid int) string {
 		return "optimizer"
 	case traceTidAdam:
 		return "cpu adam"
+	case traceTidCopy:
+		return "copy streams"
 	}
 	return ""
 }

@@ -18,6 +18,7 @@ type rankTrace struct {
 	dev      gpu.Device
 	compute  *streamClock // the rank's s
 	comm     *streamClock // the rank's cs
+	copy     *streamClock // the rank's up and down (uploads, downloads)
 	computeC gpu.Event    // the open compute span's first event (Acquire)
 	stepAt   time.Time
 }
@@ -31,7 +32,7 @@ func newRankTrace(t *Tracer, e *Engine, r int, dev gpu.Device) (*rankTrace, erro
 	log := &busyLog{t0: e.t0}
 	compute := newStreamClock(t, r, traceTidCompute)
 	compute.log = log.compute
-	return &rankTrace{t: t, log: log, r: r, dev: dev, compute: compute, comm: newStreamClock(t, r, traceTidComm)}, nil
+	return &rankTrace{t: t, log: log, r: r, dev: dev, compute: compute, comm: newStreamClock(t, r, traceTidComm), copy: newStreamClock(t, r, traceTidCopy)}, nil
 }
 
 // mark records a new event on s.
@@ -44,11 +45,13 @@ func (rt *rankTrace) mark(s gpu.Stream) gpu.Event {
 func (rt *rankTrace) flush() {
 	rt.compute.flush()
 	rt.comm.flush()
+	rt.copy.flush()
 }
 
 func (rt *rankTrace) close() {
 	rt.compute.close()
 	rt.comm.close()
+	rt.copy.close()
 }
 
 // streamClock times spans of one stream: a goroutine waits for each span's

@@ -140,6 +140,32 @@ func (c *checkedComm[S, B]) Broadcast(s Stream, buf Buffer, root int) {
 
 func (c *checkedComm[S, B]) Barrier(s Stream) { c.issue(s, Call[B]{Kind: CollBarrier}) }
 
+// ScratchReserver is a Comm that can take, ahead of the calls, the scratch
+// memory its backend's collectives use (every Comm CheckedComm returns is
+// one; a backend without such scratch does nothing): so that a training
+// loop takes it at start, not in its steps, and a device that cannot hold
+// it is refused there.
+type ScratchReserver interface {
+	// ReserveScratch makes room for calls of kind whose largest buffer
+	// (an AllGather's recv, a ReduceScatter's send, an AllReduce's or a
+	// Broadcast's buffer) has up to elems elements of dt.
+	ReserveScratch(kind Collective, elems int, dt DType) error
+}
+
+// ReserveScratch implements ScratchReserver: it hands the request to the
+// backend's Issuer when it has the method, and checks it first.
+func (c *checkedComm[S, B]) ReserveScratch(kind Collective, elems int, dt DType) error {
+	if elems < 0 || kind > CollBarrier {
+		c.f.Panicf("reserve scratch of %d elements for %s", elems, kind)
+	}
+	if r, ok := c.is.(interface {
+		ReserveScratch(Collective, int, DType) error
+	}); ok {
+		return r.ReserveScratch(kind, elems, dt)
+	}
+	return nil
+}
+
 // Round is one collective of a communicator: every rank's call, by rank,
 // and what the backend attached to each (Ranks).
 type Round[B Buffer, R any] struct {

@@ -26,8 +26,17 @@ type Front struct {
 	mem              *Budget
 
 	// Links counts the bytes the device moved, as LinkCounters reports
-	// them; the backend adds to them as it moves data.
-	Links struct{ HostToDevice, DeviceToHost, DeviceToDevice, Collective atomic.Int64 }
+	// them; the backend adds to them as it moves data (the pageable
+	// bytes through HostCopy).
+	Links struct {
+		HostToDevice, DeviceToHost, DeviceToDevice, Collective atomic.Int64
+		HostToDevicePageable, DeviceToHostPageable             atomic.Int64
+	}
+	// Driver counts the backend's calls that take device memory from its
+	// driver and give it back, as DriverCounters reports them.
+	Driver struct{ Allocs, Frees atomic.Int64 }
+
+	hosts atomic.Pointer[HostRegistry] // the host memory registered with the backend; nil: none
 }
 
 // NewFront returns the front end of device index of backend (the prefix
@@ -65,7 +74,32 @@ func (l Ledger) ResetPeak() { l.f.mem.ResetPeak() }
 func (l Ledger) Counters() LinkCounters {
 	k := &l.f.Links
 	return LinkCounters{HostToDevice: k.HostToDevice.Load(), DeviceToHost: k.DeviceToHost.Load(),
-		DeviceToDevice: k.DeviceToDevice.Load(), Collective: k.Collective.Load()}
+		DeviceToDevice: k.DeviceToDevice.Load(), Collective: k.Collective.Load(),
+		HostToDevicePageable: k.HostToDevicePageable.Load(), DeviceToHostPageable: k.DeviceToHostPageable.Load()}
+}
+
+// DriverCounters returns the driver allocations and frees so far.
+func (l Ledger) DriverCounters() DriverCounters {
+	return DriverCounters{Allocs: l.f.Driver.Allocs.Load(), Frees: l.f.Driver.Frees.Load()}
+}
+
+// UseHostRegistry names the host memory registered with the device's
+// backend: copies from or to memory outside it count as pageable.
+func (f *Front) UseHostRegistry(r *HostRegistry) { f.hosts.Store(r) }
+
+// HostCopy counts the bytes of a copy of host memory mem (toDevice:
+// host-to-device) that is not registered with the backend on the pageable
+// counter of its direction. The backend calls it for every host copy, next
+// to the link's own counter.
+func (f *Front) HostCopy(toDevice bool, mem []byte) {
+	if len(mem) == 0 || f.hosts.Load().Contains(mem) {
+		return
+	}
+	if toDevice {
+		f.Links.HostToDevicePageable.Add(int64(len(mem)))
+	} else {
+		f.Links.DeviceToHostPageable.Add(int64(len(mem)))
+	}
 }
 
 // Panicf panics with the backend's name before the message: a broken

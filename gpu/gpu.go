@@ -116,7 +116,26 @@ type LinkCounters struct {
 	DeviceToHost   int64
 	DeviceToDevice int64 // copies between buffers of different devices
 	Collective     int64 // bytes this device sent in collectives
+	// HostToDevicePageable and DeviceToHostPageable are the bytes of
+	// HostToDevice and DeviceToHost whose host memory was not registered
+	// with the backend (HostRegistry): on a GPU such copies are staged by
+	// the driver and do not overlap.
+	HostToDevicePageable int64
+	DeviceToHostPageable int64
 }
+
+// DriverCounters count the device's calls that take memory from its
+// driver or give it back (gpu/cuda: cuMemAlloc, cuMemAllocAsync, cuMemFree,
+// cuMemFreeAsync; gpu/cpu: the Go allocations behind Alloc and the
+// collectives' scratch), since the device was created. A training step
+// that takes all its memory from rings sized at start adds none: on a GPU
+// a free waits for the device to go idle.
+type DriverCounters struct {
+	Allocs, Frees int64
+}
+
+// Total is Allocs + Frees.
+func (c DriverCounters) Total() int64 { return c.Allocs + c.Frees }
 
 // Device is one accelerator. All methods are safe for concurrent use.
 type Device interface {
@@ -148,6 +167,8 @@ type Device interface {
 
 	Ops() Ops
 	Counters() LinkCounters
+	// DriverCounters returns the device's driver allocations and frees so far.
+	DriverCounters() DriverCounters
 }
 
 // Stream is an in-order queue of work on one device. Work is enqueued

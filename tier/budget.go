@@ -18,6 +18,9 @@ type Sizes struct {
 	// ParamBytes is one rank's param shards that the store stages in HBM
 	// (0: none, and no HBM budget), MaxParamBytes the largest of them.
 	ParamBytes, MaxParamBytes int64
+	// ParamShardBytes is the exact size of each of them (the HBM slots of
+	// Store.ReserveHBM hold them: SlabBytes); nil: no slots.
+	ParamShardBytes []int64
 	// HBMBytes overrides the HBM budget (engine.Options.TierHBMBytes); 0:
 	// ParamBytes, at most HBMFreeBytes.
 	HBMBytes int64
@@ -45,6 +48,7 @@ type Sizes struct {
 // rank's planner's share of the host budget, and the pinned pool to make.
 type Budgets struct {
 	HBMBytes      int64 // per device; 0 when no param shard is staged in HBM
+	HBMSlabBytes  int64 // per device: the slots that hold HBMBytes of param shards (SlabBytes)
 	HostBytes     int64 // all ranks
 	PlanHostBytes int64 // each rank's planner: its homes and staging room
 	PoolBytes     int64 // the pinned pool the host copies come from
@@ -57,7 +61,9 @@ func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
 
 // PlanBudgets derives the budgets from s. HBM: the rank's param shards, at
 // most what is left per device (or s.HBMBytes), and at least two of the
-// largest (one in use, the next arriving). Host: the homes in RAM, the
+// largest (one in use, the next arriving); the slots that hold them
+// (HBMSlabBytes) must fit in what is left too, which may lower the default
+// budget below what is left when shards of several sizes share it. Host: the homes in RAM, the
 // staging room and one spare shard per rank; the pinned pool a quarter more
 // (and four spare shards) against fragmentation, or for a static store
 // (Sizes.Static) only the homes and the arenas' ends. With a host budget the
@@ -78,10 +84,20 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 					units.FormatBytes(s.HBMBytes), units.FormatBytes(s.HBMFreeBytes))
 			}
 		}
+		slab := SlabBytes(b.HBMBytes, s.ParamShardBytes)
+		switch {
+		case slab > s.HBMFreeBytes && s.HBMBytes > 0:
+			return Budgets{}, fmt.Errorf("tier: hbm budget %s takes %s of device memory in slots (one per shard it can hold, per shard size), more than the %s left per device after model state, activations and workspace: lower it or raise strata.hbm_bytes",
+				units.FormatBytes(s.HBMBytes), units.FormatBytes(slab), units.FormatBytes(s.HBMFreeBytes))
+		case slab > s.HBMFreeBytes:
+			b.HBMBytes = largestBudget(b.HBMBytes, s.HBMFreeBytes, s.ParamShardBytes)
+			slab = SlabBytes(b.HBMBytes, s.ParamShardBytes)
+		}
 		if b.HBMBytes < 2*s.MaxParamBytes {
 			return Budgets{}, fmt.Errorf("tier: %s of device memory left for param shards, the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
 				units.FormatBytes(max(b.HBMBytes, 0)), units.FormatBytes(2*s.MaxParamBytes))
 		}
+		b.HBMSlabBytes = slab
 	}
 	n := int64(s.Ranks)
 	spare := s.SpareBytes
@@ -120,4 +136,19 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 		b.PlanHostBytes = b.HostBytes/n - spare
 	}
 	return b, nil
+}
+
+// largestBudget is the largest HBM budget up to hi whose slots
+// (SlabBytes, nondecreasing in the budget) fit in freeBytes.
+func largestBudget(hi, freeBytes int64, shardBytes []int64) int64 {
+	lo := int64(0) // SlabBytes(0) = 0 fits
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if SlabBytes(mid, shardBytes) <= freeBytes {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
 }

@@ -109,7 +109,7 @@ func (l *Lease) Release() {
 	}
 	s := l.s
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	c := &l.e.copies[l.tier]
 	c.leases--
 	if l.kind != Read {

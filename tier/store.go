@@ -26,11 +26,21 @@ type Spec struct {
 // SizeBytes is Elems × DType.Size().
 func (s Spec) SizeBytes() int64 { return int64(s.Elems) * int64(s.DType.Size()) }
 
-// mem is the memory of one copy: exactly one field is set.
+// mem is the memory of one copy: exactly one of dev, host, ext is set. An
+// HBM copy in a slot (ReserveHBM) names its class and index.
 type mem struct {
-	dev  gpu.Buffer
-	host *pinned.Buffer
-	ext  *nvme.Extent
+	dev       gpu.Buffer
+	host      *pinned.Buffer
+	ext       *nvme.Extent
+	slot      *hbmClass
+	slotIndex int
+}
+
+// pendingFree is a device buffer dropped with s.mu held, freed once it is
+// released (unlock).
+type pendingFree struct {
+	rank int32
+	buf  gpu.Buffer
 }
 
 // replica is the state of a shard's copy in one tier.
@@ -99,9 +109,15 @@ type Store struct {
 	ioAlign   int64 // the swap's alignment, or 1
 	hostAlign int64
 
+	// mu guards the residency. Nothing that may wait for a device runs
+	// while it is held (Device.Free: cuMemFree waits for the whole GPU,
+	// whose streams may wait for another rank that needs mu): buffers
+	// dropped under it are freed by unlock, after it is released.
 	mu      sync.Mutex
 	cond    *sync.Cond
 	closed  bool
+	frees   []pendingFree
+	slots   hbmSlots
 	entries map[shard.Key]*entry
 	pools   []usage // poolHost, poolNVMe, then poolHBM+rank
 	wg      sync.WaitGroup
@@ -245,7 +261,7 @@ func (s *Store) Register(key shard.Key, spec Spec) error {
 // leased or in flight.
 func (s *Store) Unregister(key shard.Key) error {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	e := s.entries[key]
 	if e == nil {
 		return fmt.Errorf("tier: unregister %s: %w", key, ErrUnknown)
@@ -268,10 +284,14 @@ func (s *Store) Unregister(key shard.Key) error {
 	return nil
 }
 
-// allocMem takes the memory of a copy of e in t (no lock held).
+// allocMem takes the memory of a copy of e in t (no lock held): in HBM a
+// slot (ReserveHBM), else a device allocation.
 func (s *Store) allocMem(e *entry, t shard.Tier) (mem, error) {
 	switch t {
 	case shard.HBM:
+		if m, ok := s.takeSlot(e); ok {
+			return m, nil
+		}
 		b, err := s.devs[e.key.Rank].Alloc(e.spec.Elems, e.spec.DType, gpu.Tag{Kind: gpu.ModelState, Purpose: e.key.State.String()})
 		return mem{dev: b}, err
 	case shard.Host:
@@ -283,10 +303,25 @@ func (s *Store) allocMem(e *entry, t shard.Tier) (mem, error) {
 	}
 }
 
+// freeMem gives back the memory of a copy (no lock held).
 func (s *Store) freeMem(e *entry, m mem) {
-	switch {
-	case m.dev != nil:
+	if m.dev != nil && m.slot == nil {
 		s.devs[e.key.Rank].Free(m.dev)
+		return
+	}
+	s.mu.Lock()
+	s.freeMemLocked(e, m)
+	s.unlock()
+}
+
+// freeMemLocked gives back the memory of a copy with s.mu held: a device
+// buffer outside the slots is freed by unlock.
+func (s *Store) freeMemLocked(e *entry, m mem) {
+	switch {
+	case m.slot != nil:
+		s.putSlotLocked(m)
+	case m.dev != nil:
+		s.frees = append(s.frees, pendingFree{e.key.Rank, m.dev})
 	case m.host != nil:
 		s.pool.Put(m.host)
 	case m.ext != nil:
@@ -294,10 +329,21 @@ func (s *Store) freeMem(e *entry, m mem) {
 	}
 }
 
+// unlock releases s.mu, then frees the device buffers dropped while it was
+// held.
+func (s *Store) unlock() {
+	frees := s.frees
+	s.frees = nil
+	s.mu.Unlock()
+	for _, f := range frees {
+		s.devs[f.rank].Free(f.buf)
+	}
+}
+
 // dropLocked frees the copy of e in t and returns its bytes to the budget.
 func (s *Store) dropLocked(e *entry, t shard.Tier) {
 	c := &e.copies[t]
-	s.freeMem(e, c.m)
+	s.freeMemLocked(e, c.m)
 	s.unreserveLocked(e, t, e.charge[t])
 	*c = replica{}
 }
@@ -428,7 +474,7 @@ func (s *Store) Close() error {
 	regErr := s.unregister()
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	keys := make([]shard.Key, 0, len(s.entries))
 	for k := range s.entries {
 		keys = append(keys, k)
@@ -452,6 +498,7 @@ func (s *Store) Close() error {
 	for _, e := range s.entries {
 		s.removeIfEmptyLocked(e)
 	}
+	s.closeSlotsLocked()
 	if len(leased) > 0 {
 		return errors.Join(regErr, fmt.Errorf("tier: closed with leases outstanding (their copies are freed at the last Release): %s", strings.Join(leased, ", ")))
 	}

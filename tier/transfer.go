@@ -23,7 +23,7 @@ func (s *Store) Submit(m Move) (*Op, error) {
 		return nil, fmt.Errorf("tier: %s: %w", m, ErrBadMove)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.closed {
 		return nil, fmt.Errorf("tier: %s: %w", m, ErrClosed)
 	}
@@ -328,7 +328,7 @@ func (s *Store) run(e *entry, op *Op, from, to shard.Tier, drop bool, stage *pin
 	s.flightTime += op.took
 	s.cond.Broadcast()
 	runner := s.runners[e.key.Rank]
-	s.mu.Unlock()
+	s.unlock()
 	close(op.done)
 	if cb := s.opts.OnComplete; cb != nil {
 		cb(op.move, err)

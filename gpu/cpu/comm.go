@@ -36,19 +36,27 @@ type call = gpu.Call[*Buffer]
 type round struct {
 	*gpu.Round[*Buffer, chan *round] // Ranks: where each rank waits for the round
 	mu                               sync.Mutex
-	read                             int
+	read, written                    int
 	allRead                          chan struct{} // closed when every rank has read its inputs
-	sharedF                          []float32     // AllReduce: the reduced buffer
-	sharedD                          []float64
+	allWritten                       chan struct{} // AllReduce: closed when every rank has written its output
+	// AllReduce: rank q reduces segment q of the buffer into seg[q], taken
+	// from its scratch and given back once every rank has written its
+	// output (every rank reads every segment).
+	seg [][]byte
 }
 
 type group struct {
-	size   int
-	rounds *gpu.Rounds[*Buffer, chan *round]
+	size    int
+	rounds  *gpu.Rounds[*Buffer, chan *round]
+	scratch []*scratch // per rank
 }
 
-func newGroup(n int) *group {
-	return &group{size: n, rounds: gpu.NewRounds[*Buffer, chan *round]("gpu/cpu", n)}
+func newGroup(devs []*Device) *group {
+	g := &group{size: len(devs), rounds: gpu.NewRounds[*Buffer, chan *round]("gpu/cpu", len(devs))}
+	for _, d := range devs {
+		g.scratch = append(g.scratch, &scratch{dev: d})
+	}
+	return g
 }
 
 // comm is one rank of a communicator over the devices of one backend,
@@ -66,14 +74,7 @@ func (c *comm) Issue(s *Stream, seq uint64, cl call) {
 
 // start hands the round completed by the last rank to every rank.
 func (g *group) start(gr *gpu.Round[*Buffer, chan *round]) {
-	rd := &round{Round: gr, allRead: make(chan struct{})}
-	if cl := gr.Calls[0]; gr.Err == nil && cl.Kind == gpu.CollAllReduce {
-		if cl.Send.DType() == gpu.F64 {
-			rd.sharedD = make([]float64, cl.Send.Len())
-		} else {
-			rd.sharedF = make([]float32, cl.Send.Len())
-		}
-	}
+	rd := &round{Round: gr, allRead: make(chan struct{}), allWritten: make(chan struct{}), seg: make([][]byte, g.size)}
 	for _, w := range gr.Ranks {
 		w <- rd
 	}
@@ -88,6 +89,19 @@ func (rd *round) doneReading() {
 	rd.mu.Unlock()
 }
 
+// doneWriting counts a rank's output as written.
+func (rd *round) doneWriting() {
+	rd.mu.Lock()
+	rd.written++
+	if rd.written == len(rd.Calls) {
+		close(rd.allWritten)
+	}
+	rd.mu.Unlock()
+}
+
+// reduceTmpElems is the most elements reduceF32 widens at a time.
+const reduceTmpElems = 4096
+
 func (c *comm) execute(seq uint64, cl call) error {
 	n, r := c.g.size, c.rank
 	wake := make(chan *round, 1)
@@ -99,57 +113,114 @@ func (c *comm) execute(seq uint64, cl call) error {
 		return rd.Err
 	}
 	c.dev.front.Links.Collective.Add(gpu.RingBytes(cl, r, n))
+	sc := c.g.scratch[r]
+	var tmp []byte // the rank's scratch for this round, given back after its write
 	var write func()
 	switch cl.Kind {
 	case gpu.CollBarrier:
 	case gpu.CollAllGather:
 		sz := len(cl.Send.raw())
-		tmp := make([]byte, n*sz)
+		tmp = sc.get(n * sz)
 		for q := range n {
 			copy(tmp[q*sz:], rd.Calls[q].Send.raw())
 		}
-		write = func() { copy(cl.Recv.raw(), tmp) }
+		write = func() { copy(cl.Recv.raw(), tmp[:n*sz]) }
 	case gpu.CollBroadcast:
-		var tmp []byte
 		if r != cl.Root {
-			tmp = append([]byte(nil), rd.Calls[cl.Root].Send.raw()...)
-			write = func() { copy(cl.Recv.raw(), tmp) }
+			src := rd.Calls[cl.Root].Send.raw()
+			tmp = sc.get(len(src))
+			copy(tmp, src)
+			write = func() { copy(cl.Recv.raw(), tmp[:len(src)]) }
 		}
 	case gpu.CollReduceScatter:
 		m := cl.Recv.Len()
 		if cl.Send.DType() == gpu.F64 {
-			tmp := make([]float64, m)
-			reduceF64(tmp, rd.Calls, r*m, cl.Op)
-			write = func() { copy(cl.Recv.f64(), tmp) }
+			tmp = sc.get(8 * m)
+			out := f64View(tmp, m)
+			reduceF64(out, rd.Calls, r*m, cl.Op)
+			write = func() { copy(cl.Recv.f64(), out) }
 		} else {
-			tmp := make([]float32, m)
-			reduceF32(tmp, rd.Calls, r*m, cl.Op)
-			write = func() { storeF32(cl.Recv, 0, tmp) }
+			tmp = sc.get(4 * (m + min(m, reduceTmpElems)))
+			out, wide := f32View(tmp, m), f32View(tmp[4*m:], min(m, reduceTmpElems))
+			reduceF32(out, rd.Calls, r*m, cl.Op, wide)
+			write = func() { storeF32(cl.Recv, 0, out) }
 		}
 	case gpu.CollAllReduce:
-		lo, hi := r*cl.Send.Len()/n, (r+1)*cl.Send.Len()/n
-		if rd.sharedD != nil {
-			reduceF64(rd.sharedD[lo:hi], rd.Calls, lo, cl.Op)
-			write = func() { copy(cl.Recv.f64(), rd.sharedD) }
-		} else {
-			reduceF32(rd.sharedF[lo:hi], rd.Calls, lo, cl.Op)
-			write = func() { storeF32(cl.Recv, 0, rd.sharedF) }
-		}
+		write = c.allReduce(rd, cl)
 	}
 	rd.doneReading()
 	<-rd.allRead
 	if write != nil {
 		write()
 	}
+	if tmp != nil {
+		sc.put(tmp)
+	}
+	if cl.Kind == gpu.CollAllReduce {
+		// The peers read the rank's segment until they have written: it
+		// goes back to the scratch after that, before the rank's next
+		// round can take it.
+		rd.doneWriting()
+		<-rd.allWritten
+		if b := rd.seg[r]; b != nil {
+			sc.put(b)
+		}
+	}
 	return nil
 }
 
-// reduceF32 writes dst[i] = reduction over ranks of send[off+i], in rank order.
-func reduceF32(dst []float32, calls []call, off int, op gpu.ReduceOp) {
-	const chunk = 4096
-	tmp := make([]float32, min(chunk, len(dst)))
-	for lo := 0; lo < len(dst); lo += chunk {
-		hi := min(lo+chunk, len(dst))
+// ReserveScratch keeps, in the rank's scratch, a buffer for calls of kind
+// whose largest buffer has elems elements of dt (gpu.ScratchReserver).
+func (c *comm) ReserveScratch(kind gpu.Collective, elems int, dt gpu.DType) error {
+	n := c.g.size
+	var bytes int
+	switch kind {
+	case gpu.CollAllGather, gpu.CollBroadcast:
+		bytes = elems * dt.Size()
+	case gpu.CollReduceScatter, gpu.CollAllReduce:
+		m := (elems + n - 1) / n // a rank's shard or (at most) segment
+		bytes = 8 * m            // F64: the reduced values
+		if dt != gpu.F64 {
+			bytes = 4 * (m + min(m, reduceTmpElems)) // F32 sums and the widened inputs
+		}
+	}
+	c.g.scratch[c.rank].put(c.g.scratch[c.rank].get(bytes))
+	return nil
+}
+
+// allReduce reduces the rank's segment of the buffer, [r·len/N,
+// (r+1)·len/N), into a buffer of its scratch (rd.seg) and returns the
+// write: every rank's segments, in rank order, into its buffer.
+func (c *comm) allReduce(rd *round, cl call) func() {
+	n, r, l := c.g.size, c.rank, cl.Send.Len()
+	lo, hi := r*l/n, (r+1)*l/n
+	if cl.Send.DType() == gpu.F64 {
+		rd.seg[r] = c.g.scratch[r].get(8 * (hi - lo))
+		reduceF64(f64View(rd.seg[r], hi-lo), rd.Calls, lo, cl.Op)
+		return func() {
+			for q := range n {
+				ql, qh := q*l/n, (q+1)*l/n
+				copy(cl.Recv.f64()[ql:qh], f64View(rd.seg[q], qh-ql))
+			}
+		}
+	}
+	k := min(hi-lo, reduceTmpElems)
+	rd.seg[r] = c.g.scratch[r].get(4 * (hi - lo + k))
+	reduceF32(f32View(rd.seg[r], hi-lo), rd.Calls, lo, cl.Op, f32View(rd.seg[r][4*(hi-lo):], k))
+	return func() {
+		for q := range n {
+			ql, qh := q*l/n, (q+1)*l/n
+			storeF32(cl.Recv, ql, f32View(rd.seg[q], qh-ql))
+		}
+	}
+}
+
+// reduceF32 writes dst[i] = reduction over ranks of send[off+i], in rank
+// order; tmp (at least min(len(dst), reduceTmpElems) elements) holds the
+// widened bf16 inputs.
+func reduceF32(dst []float32, calls []call, off int, op gpu.ReduceOp, tmp []float32) {
+	for lo := 0; lo < len(dst); lo += reduceTmpElems {
+		hi := min(lo+reduceTmpElems, len(dst))
 		d := dst[lo:hi]
 		for q, cl := range calls {
 			x := loadF32(cl.Send, off+lo, off+hi, tmp)

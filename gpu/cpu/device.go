@@ -19,18 +19,26 @@ type Device struct {
 	packed  bool    // GEMM through the packed AVX-512 kernel (else gonum)
 	def     *Stream // the default stream
 
-	gpu.Ledger            // index, name, memory accounting, link counters
-	front      *gpu.Front // budget and argument checks
-	ops        gpu.Ops    // the kernels behind the front end's checks
+	gpu.Ledger                   // index, name, memory accounting, link and driver counters
+	front      *gpu.Front        // budget and argument checks
+	ops        gpu.Ops           // the kernels behind the front end's checks
+	hosts      *gpu.HostRegistry // shared by the backend's devices
 }
 
-func newDevice(index int, o Options) *Device {
-	d := &Device{workers: o.Workers, packed: o.Kernel == KernelAVX512,
+func newDevice(index int, o Options, hosts *gpu.HostRegistry) *Device {
+	d := &Device{workers: o.Workers, packed: o.Kernel == KernelAVX512, hosts: hosts,
 		front: gpu.NewFront("gpu/cpu", index, fmt.Sprintf("cpu:%d", index), o.HBMBytes, granularityBytes)}
 	d.Ledger, d.ops = d.front.Ledger(), gpu.CheckedOps[*Stream, *Buffer](d.front, &kernels{d: d})
+	d.front.UseHostRegistry(hosts)
 	d.def = d.newStream()
 	return d
 }
+
+// HostRegistrar returns the host memory registered with the backend's
+// devices, a pinned.Registrar: it only records the ranges (there is no DMA
+// to page-lock for), so that the link counters tell copies of registered
+// memory from pageable ones as gpu/cuda's do.
+func (d *Device) HostRegistrar() *gpu.HostRegistry { return d.hosts }
 
 // Kernel returns the GEMM kernel: KernelAVX512 or KernelGonum.
 func (d *Device) Kernel() string {
@@ -104,6 +112,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 	}
 	a := &allocation{}
 	if raw := n * dt.Size(); raw > 0 {
+		d.front.Driver.Allocs.Add(1)
 		mem := make([]byte, raw+granularityBytes-1)
 		shift := 0
 		if r := uintptr(unsafe.Pointer(&mem[0])) % granularityBytes; r != 0 {
@@ -118,6 +127,9 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 // panics.
 func (d *Device) Free(gb gpu.Buffer) {
 	b := gpu.Free[*Buffer](d.front, gb)
+	if b.a.mem != nil {
+		d.front.Driver.Frees.Add(1)
+	}
 	b.a.mem = nil
 	d.front.Release(b.Allocation())
 }
@@ -137,6 +149,7 @@ func (d *Device) NewEvent() gpu.Event { return &Event{} }
 // CopyHostToDevice copies src into dst at dstOffBytes, in order on s.
 func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, src []byte) {
 	s, dst := gpu.CopyIn[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, len(src))
+	d.front.HostCopy(true, src)
 	s.enqueue(func() error {
 		copy(dst.raw()[dstOffBytes:], src)
 		d.front.Links.HostToDevice.Add(int64(len(src)))
@@ -147,6 +160,7 @@ func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes in
 // CopyDeviceToHost copies len(dst) bytes of src from srcOffBytes, in order on s.
 func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, srcOffBytes int64) {
 	s, src := gpu.CopyOut[*Stream, *Buffer](d.front, gs, gsrc, srcOffBytes, len(dst))
+	d.front.HostCopy(false, dst)
 	s.enqueue(func() error {
 		copy(dst, src.raw()[srcOffBytes:])
 		d.front.Links.DeviceToHost.Add(int64(len(dst)))

@@ -89,10 +89,11 @@ func New(o Options) ([]*Device, []gpu.Comm, error) {
 		return nil, nil, err
 	}
 	devs := make([]*Device, o.Devices)
+	hosts := gpu.NewHostRegistry()
 	for i := range devs {
-		devs[i] = newDevice(i, o)
+		devs[i] = newDevice(i, o, hosts)
 	}
-	g := newGroup(o.Devices)
+	g := newGroup(devs)
 	comms := make([]gpu.Comm, o.Devices)
 	for i, d := range devs {
 		comms[i] = gpu.CheckedComm[*Stream, *Buffer](d.front, i, o.Devices, &comm{g: g, rank: i, dev: d})

@@ -65,6 +65,7 @@ type Backend struct {
 	devs  []*Device
 	comms []gpu.Comm
 	group *group
+	hosts *gpu.HostRegistry // what HostRegistrar registered: copies of it count as page-locked
 
 	mu      sync.Mutex
 	streams []*Stream // every stream made, destroyed by Close
@@ -123,7 +124,7 @@ func New(o Options) (*Backend, error) {
 			return nil, fmt.Errorf("cuda: %s (GPU %d) lacks stream-ordered allocation (cuMemAllocAsync), which the backend needs", g.name, g.ordinal)
 		}
 	}
-	b := &Backend{l: l}
+	b := &Backend{l: l, hosts: gpu.NewHostRegistry()}
 	perGPU := make([]int, len(l.gpus))
 	for i := range o.Devices {
 		perGPU[i%len(l.gpus)]++

@@ -27,6 +27,7 @@ func newDevice(index int, g *gpuCtx, b *Backend, budgetBytes int64) *Device {
 	name := fmt.Sprintf("cuda:%d (%s, GPU %d)", index, g.name, g.ordinal)
 	d := &Device{g: g, b: b, front: gpu.NewFront("gpu/cuda", index, name, budgetBytes, granularityBytes)}
 	d.Ledger, d.ops = d.front.Ledger(), gpu.CheckedOps[*Stream, *Buffer](d.front, &kernels{d: d})
+	d.front.UseHostRegistry(b.hosts)
 	return d
 }
 
@@ -80,6 +81,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 			if err := drv.check(res, "cuMemAlloc %d bytes", size); err != nil {
 				return err
 			}
+			d.front.Driver.Allocs.Add(1)
 			if err := drv.check(drv.cuMemsetD8Async(a.ptr, 0, uint64(size), d.g.internal), "cuMemsetD8Async"); err != nil {
 				return err
 			}
@@ -88,6 +90,7 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 		if err != nil {
 			if a.ptr != 0 {
 				d.g.do(func() error { drv.cuMemFree(a.ptr); return nil })
+				d.front.Driver.Frees.Add(1)
 			}
 			d.front.Refund(acct)
 			if res == cudaOutOfMemory {
@@ -100,10 +103,12 @@ func (d *Device) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error) {
 }
 
 // Free releases a buffer returned by Alloc (cuMemFree waits for the work
-// in flight on the GPU). Freeing a view or freeing twice panics.
+// in flight on the GPU: never call it holding a lock another rank may
+// need). Freeing a view or freeing twice panics.
 func (d *Device) Free(gb gpu.Buffer) {
 	b := gpu.Free[*Buffer](d.front, gb)
 	if b.a.ptr != 0 {
+		d.front.Driver.Frees.Add(1)
 		drv := d.g.l.drv
 		if err := d.g.do(func() error { return drv.check(drv.cuMemFree(b.a.ptr), "cuMemFree") }); err != nil {
 			// The context is broken (a kernel faulted): the memory is gone
@@ -139,6 +144,7 @@ func (d *Device) NewEvent() gpu.Event { return newEvent(d.g.l.drv) }
 func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes int64, src []byte) {
 	s, dst := gpu.CopyIn[*Stream, *Buffer](d.front, gs, gdst, dstOffBytes, len(src))
 	d.front.Links.HostToDevice.Add(int64(len(src)))
+	d.front.HostCopy(true, src)
 	if len(src) == 0 {
 		return
 	}
@@ -152,6 +158,7 @@ func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes in
 func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, srcOffBytes int64) {
 	s, src := gpu.CopyOut[*Stream, *Buffer](d.front, gs, gsrc, srcOffBytes, len(dst))
 	d.front.Links.DeviceToHost.Add(int64(len(dst)))
+	d.front.HostCopy(false, dst)
 	if len(dst) == 0 {
 		return
 	}

@@ -16,18 +16,6 @@ type kernels struct{ d *Device }
 
 func dt(b *Buffer) int32 { return int32(b.DType()) }
 
-// scratch takes n bytes from the GPU's stream-ordered pool, outside the
-// budget, and returns them with free (also stream-ordered). Called with
-// the context current.
-func (s *Stream) scratch(n int64) (uint64, func(), error) {
-	drv := s.dev.g.l.drv
-	var p uint64
-	if err := drv.check(drv.cuMemAllocAsync(&p, uint64(max(n, 1)), s.h), "cuMemAllocAsync %d bytes of scratch", n); err != nil {
-		return 0, nil, err
-	}
-	return p, func() { drv.cuMemFreeAsync(p, s.h) }, nil
-}
-
 // BiasAdd: y[r,c] += bias[c].
 func (o *kernels) BiasAdd(s *Stream, y, bias *Buffer, rows, cols int) {
 	s.launchN("bias_add", int64(rows*cols), y.p(), dt(y), bias.p(), dt(bias), int64(rows), int64(cols))

@@ -38,6 +38,10 @@ func (r *HostRegistrar) Register(arenaIndex int, mem []byte) error {
 	r.mu.Lock()
 	r.reg[p] = len(mem)
 	r.mu.Unlock()
+	// The devices' link counters count copies of it as page-locked. An
+	// overlap would be a second registration of the same memory, which
+	// cuMemHostRegister refuses before this.
+	_ = r.b.hosts.Register(arenaIndex, mem)
 	return nil
 }
 
@@ -54,6 +58,7 @@ func (r *HostRegistrar) Unregister(arenaIndex int, mem []byte) error {
 	if !ok {
 		return fmt.Errorf("gpu/cuda: unregister arena %d: not registered", arenaIndex)
 	}
+	_ = r.b.hosts.Unregister(arenaIndex, mem)
 	g := r.b.l.gpus[0]
 	drv := r.b.l.drv
 	if err := g.do(func() error { return drv.check(drv.cuMemHostUnregister(p), "cuMemHostUnregister") }); err != nil {

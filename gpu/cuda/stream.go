@@ -23,6 +23,8 @@ type Stream struct {
 	err       error // first host-side error since the last Synchronize
 	destroyed bool
 	checked   atomic.Bool // a checking op was enqueued since the last Synchronize
+
+	sc streamScratch // the ops' and collectives' scratch (scratch.go)
 }
 
 // Error codes written by check_ids and check_pos (kernels.cu).
@@ -72,6 +74,9 @@ func (s *Stream) destroy() error {
 	s.mu.Unlock()
 	drv := s.dev.g.l.drv
 	err := s.dev.g.do(func() error {
+		s.sc.mu.Lock()
+		s.sc.release(s)
+		s.sc.mu.Unlock()
 		e1 := drv.check(drv.cuStreamSynchronize(s.h), "cuStreamSynchronize")
 		e2 := drv.check(drv.cuStreamDestroy(s.h), "cuStreamDestroy")
 		return errors.Join(e1, e2)

@@ -1,0 +1,184 @@
+package tier
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/internal/units"
+)
+
+// HBM slots. A copy in HBM that came and went with device allocations
+// would allocate and free device memory at every eviction, during the
+// step, and a free waits for the whole device to go idle (cuMemFree). So
+// the store takes its HBM copies' memory once, at ReserveHBM, as slots:
+// per device and per shard size (elements and dtype) one device buffer of
+// slots of that size. The budget still decides what fits, byte for byte;
+// the slots only hold it. A class of shards of s bytes needs at most
+// min(its shards, ⌊budget / s⌋) slots, because the budget never holds more
+// of them at once and each shard has one HBM copy at most, so no copy ever
+// waits for a slot and none is ever refused for fragmentation. When the
+// budget holds every shard (the default) that is exactly the shards'
+// bytes; when it holds fewer, the classes other than the largest cost
+// their slots on top (SlabBytes).
+
+// hbmClass is the slots of one device for shards of one size.
+type hbmClass struct {
+	rank  int32
+	elems int
+	dt    dtype.DType
+	n     int        // slots
+	buf   gpu.Buffer // n × elems elements; nil once freed
+	free  []int      // slot indices not holding a copy
+}
+
+type hbmClassKey struct {
+	rank  int32
+	elems int
+	dt    dtype.DType
+}
+
+// hbmSlots are the store's slots (ReserveHBM), guarded by their own mutex:
+// a slot is taken without the store's lock (allocMem) and given back with
+// it (dropLocked); neither calls the device.
+type hbmSlots struct {
+	mu      sync.Mutex
+	classes map[hbmClassKey]*hbmClass
+	bytes   []int64 // per device
+	closed  bool    // Close: a class is freed once all its slots are back
+}
+
+// SlabBytes is the device memory the slots of ReserveHBM take for a budget
+// of budgetBytes per device and shards of shardBytes (one rank's, HBM
+// charges: their exact bytes): for each distinct size s, min(the shards of
+// that size, ⌊budgetBytes / s⌋) slots of s bytes.
+func SlabBytes(budgetBytes int64, shardBytes []int64) int64 {
+	count := map[int64]int64{}
+	for _, b := range shardBytes {
+		if b > 0 {
+			count[b]++
+		}
+	}
+	var total int64
+	for s, n := range count {
+		total += min(n, max(budgetBytes, 0)/s) * s
+	}
+	return total
+}
+
+// ReserveHBM takes, on every device, the slots of the HBM copies of the
+// shards of the given states that are registered now and not homed in HBM
+// (their copies come and go with moves): one allocation per shard size,
+// tagged gpu.ModelState, "tier hbm copies". Later copies of those shards
+// in HBM take a slot and give it back, with no device allocation; copies
+// of other shards are allocated and freed as before. Call it once, after
+// registering the shards, before the first move; a device that cannot
+// hold the slots is an error wrapping its *gpu.OutOfMemoryError, with
+// nothing taken.
+func (s *Store) ReserveHBM(states ...shard.State) error {
+	s.slots.mu.Lock()
+	twice := s.slots.classes != nil
+	s.slots.mu.Unlock()
+	if twice {
+		return fmt.Errorf("tier: ReserveHBM called twice: %w", ErrBadMove)
+	}
+	want := map[hbmClassKey]int64{}
+	s.mu.Lock()
+	for _, e := range s.entries {
+		if e.spec.Home != shard.HBM && slices.Contains(states, e.key.State) && int(e.key.Rank) < len(s.devs) {
+			want[hbmClassKey{e.key.Rank, e.spec.Elems, e.spec.DType}]++
+		}
+	}
+	s.mu.Unlock()
+	keys := make([]hbmClassKey, 0, len(want))
+	for k := range want {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b hbmClassKey) int {
+		if a.rank != b.rank {
+			return int(a.rank - b.rank)
+		}
+		return b.elems*b.dt.Size() - a.elems*a.dt.Size()
+	})
+	classes := map[hbmClassKey]*hbmClass{}
+	bytes := make([]int64, len(s.devs))
+	undo := func() {
+		for k, c := range classes {
+			s.devs[k.rank].Free(c.buf)
+		}
+	}
+	for _, k := range keys {
+		size := int64(k.elems) * int64(k.dt.Size())
+		n := min(want[k], s.pools[poolHBM+int(k.rank)].budget/size)
+		if n == 0 {
+			continue
+		}
+		buf, err := s.devs[k.rank].Alloc(int(n)*k.elems, k.dt, gpu.Tag{Kind: gpu.ModelState, Purpose: "tier hbm copies"})
+		if err != nil {
+			undo()
+			return fmt.Errorf("tier: rank %d: %d hbm slots of %s: %w", k.rank, n, units.FormatBytes(size), err)
+		}
+		c := &hbmClass{rank: k.rank, elems: k.elems, dt: k.dt, n: int(n), buf: buf}
+		for i := range int(n) {
+			c.free = append(c.free, int(n)-1-i)
+		}
+		classes[k] = c
+		bytes[k.rank] += buf.Bytes()
+	}
+	s.slots.mu.Lock()
+	s.slots.classes, s.slots.bytes = classes, bytes
+	s.slots.mu.Unlock()
+	return nil
+}
+
+// SlotBytes is the device memory of each device's HBM slots (ReserveHBM).
+func (s *Store) SlotBytes() []int64 {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	return append([]int64(nil), s.slots.bytes...)
+}
+
+// takeSlot returns a free slot for a copy of e in HBM; ok is false when e
+// has no slots (or, against the arithmetic above, none is free).
+func (s *Store) takeSlot(e *entry) (mem, bool) {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	c := s.slots.classes[hbmClassKey{e.key.Rank, e.spec.Elems, e.spec.DType}]
+	if c == nil || len(c.free) == 0 {
+		return mem{}, false
+	}
+	i := c.free[len(c.free)-1]
+	c.free = c.free[:len(c.free)-1]
+	return mem{dev: c.buf.Slice(i*c.elems, c.elems), slot: c, slotIndex: i}, true
+}
+
+// putSlotLocked gives a slot back (s.mu held). After Close, the class's
+// memory is freed with its last slot, once s.mu is released.
+func (s *Store) putSlotLocked(m mem) {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	c := m.slot
+	c.free = append(c.free, m.slotIndex)
+	if s.slots.closed && len(c.free) == c.n && c.buf != nil {
+		s.frees = append(s.frees, pendingFree{c.rank, c.buf})
+		c.buf = nil
+	}
+}
+
+// closeSlotsLocked frees, once s.mu is released, the memory of every class
+// whose slots are all back (Close, s.mu held); the others follow their
+// last slot (putSlotLocked).
+func (s *Store) closeSlotsLocked() {
+	s.slots.mu.Lock()
+	defer s.slots.mu.Unlock()
+	s.slots.closed = true
+	for _, c := range s.slots.classes {
+		if len(c.free) == c.n && c.buf != nil {
+			s.frees = append(s.frees, pendingFree{c.rank, c.buf})
+			c.buf = nil
+		}
+	}
+}
