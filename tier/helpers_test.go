@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/leaktest"
 	"github.com/strata-ai/strata/internal/shard"
@@ -30,6 +31,7 @@ type rigConfig struct {
 	wrap            func(nvme.Device) nvme.Device // wraps the device (after faults)
 	noFixedIO       bool                          // do not register arenas and swap files (as before the store did)
 	onComplete      func(Move, error)
+	wrapDevs        func([]gpu.Device) []gpu.Device // stands in for the devices the store is given
 }
 
 type rig struct {
@@ -75,7 +77,11 @@ func newRig(t testing.TB, c rigConfig) *rig {
 			t.Errorf("pinned pool close: %v", err)
 		}
 	})
-	o := Options{Devices: cpu.Devices(devs), HBMBudgetBytes: c.hbmBudgetBytes, Host: r.pool, HostBudgetBytes: c.hostBudgetBytes, OnComplete: c.onComplete}
+	gdevs := cpu.Devices(devs)
+	if c.wrapDevs != nil {
+		gdevs = c.wrapDevs(gdevs)
+	}
+	o := Options{Devices: gdevs, HBMBudgetBytes: c.hbmBudgetBytes, Host: r.pool, HostBudgetBytes: c.hostBudgetBytes, OnComplete: c.onComplete}
 	if c.swapBytes > 0 {
 		eng, err := nvme.Open(nvme.Options{QueueDepth: 16})
 		if err != nil {
