@@ -200,7 +200,8 @@ func cycleHBM(r *rig, k shard.Key, data []byte, dirty bool) error {
 // free: it waits until another goroutine has taken and released it. Held
 // by the caller (cuMemFree under the store's mutex: the GPU waits for a
 // rank that waits for the mutex), that never happens, and the probe
-// reports it once it has waited a minute (a hang guard, not a timing).
+// reports it once it has waited 20 seconds (a hang guard, not a timing),
+// then stops probing.
 type freeProbe struct {
 	gpu.Device
 	s      atomic.Pointer[Store]
@@ -209,7 +210,7 @@ type freeProbe struct {
 }
 
 func (p *freeProbe) Free(b gpu.Buffer) {
-	if s := p.s.Load(); s != nil {
+	if s := p.s.Load(); s != nil && p.locked.Load() == 0 { // one hang is enough to fail
 		done := make(chan struct{})
 		go func() {
 			s.mu.Lock()
@@ -218,7 +219,7 @@ func (p *freeProbe) Free(b gpu.Buffer) {
 		}()
 		select {
 		case <-done:
-		case <-time.After(time.Minute):
+		case <-time.After(20 * time.Second):
 			p.locked.Add(1)
 		}
 		p.frees.Add(1)
