@@ -21,8 +21,9 @@ type Devices struct {
 	Comms   []gpu.Comm
 	// Describe says what the backend found (GPU names, libraries).
 	Describe string
-	// Registrar page-locks the engine's pinned host memory for the
-	// devices (engine.Options.HostRegistrar); nil for the CPU backend.
+	// Registrar registers the engine's pinned host memory with the
+	// devices (engine.Options.HostRegistrar): gpu/cuda page-locks it,
+	// gpu/cpu records it (its link counters then tell pageable copies).
 	Registrar pinned.Registrar
 	close     func() error
 }
@@ -45,7 +46,7 @@ func OpenDevices(backend string, n int, hbmBytes int64) (*Devices, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: fmt.Sprintf("%d cpu device(s)", n)}, nil
+		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: fmt.Sprintf("%d cpu device(s)", n), Registrar: devs[0].HostRegistrar()}, nil
 	case "cuda":
 		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes})
 		if err != nil {

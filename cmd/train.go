@@ -885,6 +885,27 @@ type deviceJSON struct {
 	WorkspacePeakBytes  int64   `json:"workspace_peak_bytes"`
 	ActivationPeakBytes int64   `json:"activation_peak_bytes"`
 	PeakBytes           int64   `json:"peak_bytes"`
+	// The device memory a step does not take: the rings and slots New
+	// took, the driver's allocations and frees in all and after step 1
+	// (0: every step's memory came from them).
+	WorkspaceRingBytes     int64 `json:"workspace_ring_bytes"`
+	TierSlotBytes          int64 `json:"tier_hbm_slot_bytes"`
+	DriverAllocs           int64 `json:"driver_allocs"`
+	DriverFrees            int64 `json:"driver_frees"`
+	DeviceAllocsAfterStep1 int64 `json:"device_allocs_after_step1"`
+	// Host copies of memory not registered with the device (pageable).
+	PageableH2DBytes int64 `json:"pageable_host_to_device_bytes"`
+	PageableD2HBytes int64 `json:"pageable_device_to_host_bytes"`
+}
+
+// registrationJSON is summary.json's "host_registration": each pinned
+// pool's registration with the devices.
+type registrationJSON struct {
+	Pool            string `json:"pool"`
+	Bytes           int64  `json:"bytes"`
+	Outcome         string `json:"outcome"`
+	RegisteredBytes int64  `json:"registered_bytes"`
+	Error           string `json:"error,omitempty"`
 }
 
 func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
@@ -892,7 +913,13 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	for _, d := range s.PerDevice {
 		devs = append(devs, deviceJSON{d.Device, d.ModelStatePeakBytes, d.Formula, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes,
 			d.EstimateBytes, d.FormulaRatio, d.EstimateRatio, d.TierHBMBytes,
-			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.PeakBytes})
+			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.PeakBytes,
+			d.WorkspaceRingBytes, d.TierSlotBytes, d.Driver.Allocs, d.Driver.Frees, d.DeviceAllocsAfterStep1,
+			d.Moved.HostToDevicePageable, d.Moved.DeviceToHostPageable})
+	}
+	regs := []registrationJSON{}
+	for _, h := range s.HostRegistration {
+		regs = append(regs, registrationJSON{h.Pool, h.Bytes, h.Outcome, h.RegisteredBytes, h.Error})
 	}
 	prec := "bf16"
 	if s.Precision == gpu.F32 {
@@ -903,6 +930,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
 		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": s.Tier,
+		"host_registration": regs,
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}

@@ -93,6 +93,8 @@ func TestTrainDemo(t *testing.T) {
 			Ratio        float64 `json:"ratio_estimate"`
 			FormulaRatio float64 `json:"ratio_formula"`
 			Padding      int64   `json:"padding_bytes"`
+			Allocs       int64   `json:"driver_allocs"`
+			AllocsAfter1 *int64  `json:"device_allocs_after_step1"`
 		} `json:"per_device"`
 	}
 	b, _ := os.ReadFile(filepath.Join(dir, "summary.json"))
@@ -102,6 +104,9 @@ func TestTrainDemo(t *testing.T) {
 	for _, d := range sum.PerDevice {
 		if d.Ratio < 0.95 || d.Ratio > 1.05 || d.FormulaRatio < 0.95 || d.FormulaRatio > 1.05 {
 			t.Errorf("model state / estimate = %v, / formula = %v (padding %d B)", d.Ratio, d.FormulaRatio, d.Padding)
+		}
+		if d.AllocsAfter1 == nil || *d.AllocsAfter1 != 0 || d.Allocs == 0 {
+			t.Errorf("device allocations after step 1: %v of %d in all, want 0", d.AllocsAfter1, d.Allocs)
 		}
 	}
 	for _, want := range []string{"16Ψ/N", "cpu:0", "cpu:1", "gathered"} {

@@ -11,7 +11,9 @@
 # cpuadam where documented, the Llama ops (GQA flash attention, RoPE, RMSNorm,
 # SwiGLU, embedding without wpe, ignored targets) against gpu/cpu, attention
 # positions outside [0, t] as errors, and bit-identical reruns (attention
-# included).
+# included); the conformance suite's Scratch case and
+# TestEngineNoAllocsAfterStep1 check that nothing allocates or frees device
+# memory once the sizes have been met (the engine: after its first step).
 # Its duration on a GPU is not measured yet; -test.timeout 9m bounds it.
 set -e
 cd "$(dirname "$0")"
@@ -21,4 +23,4 @@ if [ "$1" = build ]; then
 	exit
 fi
 exec ../../.cudabin/cuda.test -test.v -test.count 1 -test.timeout 9m \
-	-test.run '^(TestProbe|TestConformance|TestDeterministic|TestMatchesCPUBackend|TestLlamaOpsMatchCPUBackend|TestAttentionPositionErrors|TestAdamMatchesCPUAdam|TestHostRegistrar|TestKernelsCompile)$' "$@"
+	-test.run '^(TestProbe|TestConformance|TestDeterministic|TestMatchesCPUBackend|TestLlamaOpsMatchCPUBackend|TestAttentionPositionErrors|TestAdamMatchesCPUAdam|TestHostRegistrar|TestKernelsCompile|TestEngineNoAllocsAfterStep1)$' "$@"

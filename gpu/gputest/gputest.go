@@ -25,6 +25,7 @@ func Run(t *testing.T, newBackend NewBackend) {
 	t.Run("Ops", func(t *testing.T) { testOps(t, newBackend) })
 	t.Run("Grad", func(t *testing.T) { testGrads(t, newBackend) })
 	t.Run("Contracts", func(t *testing.T) { testContracts(t, newBackend) })
+	t.Run("Scratch", func(t *testing.T) { testScratch(t, newBackend) })
 }
 
 // one returns a single fresh device and its default stream.
