@@ -46,8 +46,8 @@ type DeviceSummary struct {
 
 	// The working set, named: the engine's own transient buffers and the
 	// model's activations.
-	GatheredPeakBytes   int64 // stage 3: gathered chunks in flight (at most MaxLiveChunks)
-	BucketPeakBytes     int64 // stages 2-3: full gradient buckets and reduce shards in flight
+	GatheredPeakBytes int64 // stage 3: gathered chunks in flight (at most MaxLiveChunks)
+	BucketPeakBytes   int64 // stages 2-3: full gradient buckets and reduce shards in flight
 	// WorkspaceRingBytes is the rings the two above (and the gradient
 	// shards bound for the tier store) come from, taken at New.
 	WorkspaceRingBytes  int64
