@@ -39,18 +39,21 @@
 // scaled by 1/(N·A). The model reaches memory only through the rank's
 // model.Params hooks (hooks.go), the single place where:
 //
-//   - stage 3 AllGathers a chunk into a workspace buffer at Acquire (and
-//     prefetches the next chunk of model.AccessOrder), and at Release
-//     records an event; a gathered chunk is freed when a new gather needs
-//     its room (at most Options.MaxLiveChunks live), after that event;
+//   - stage 3 AllGathers a chunk into a slot of the rank's gathered ring
+//     at Acquire (and prefetches the next chunk of model.AccessOrder), and
+//     at Release records an event; a gathered chunk's slot goes back when
+//     a new gather needs room (at most Options.MaxLiveChunks live), and
+//     the gather into it waits for that event on the communication stream;
 //   - stages 0-1 reduce the accumulated gradient of a chunk at its last
 //     GradReady: AllReduce(Sum) in place (stage 0), ReduceScatter(Sum) in
 //     place into the rank's slice (stage 1);
 //   - stages 2-3 hand out a full gradient bucket per chunk and micro-batch
-//     (workspace) and at GradReady ReduceScatter it into the rank's
+//     (a slot of the bucket ring, zeroed on the compute stream after its
+//     last reduction) and at GradReady ReduceScatter it into the rank's
 //     persistent gradient shard (the first micro-batch writes the shard,
-//     later ones add to it, as DeepSpeed does), freeing the bucket when the
-//     reduction completes (at most one waits while the next fills).
+//     later ones add to it, as DeepSpeed does); the bucket's slot goes back,
+//     its reduction as its last use, when the next bucket needs room (at
+//     most one waits while the next fills).
 //
 // Then each rank takes the sum of squares of its reduced gradient per chunk
 // (with the host optimizer it also copies the shard once into its host copy
@@ -66,7 +69,28 @@
 //
 // Collectives are issued on the communication stream, in an order fixed by
 // model.AccessOrder and the chunk order, never by timing, so every rank
-// issues the same ones.
+// issues the same ones. Host copies have two streams of their own (rank.go):
+// uploads (the host optimizer's new params) and downloads (the reduced
+// gradients to the tier store, the norms), ordered against the collectives
+// by events, so that a copy never queues behind a collective's wait.
+//
+// # Memory of a step (workspace.go)
+//
+// A step allocates and frees no device memory: on a GPU a free waits for
+// the whole device to go idle (and, while a collective's stream waits for
+// another rank, for ever). New takes what the steps use, sized from the
+// layout: the rings of gathered chunks (MaxLiveChunks slots of the largest
+// padded chunk), gradient buckets (three of the largest trainable chunk)
+// and reduce shards (A > 1), the gradient shards bound for the tier store
+// (optimizer state on NVMe: two, or one per chunk when A > 1), the tier
+// store's HBM slots (tier.Store.ReserveHBM) and the collectives' scratch
+// (gpu.ScratchReserver); the backends' own scratch for ops grows in the
+// first step and is kept. A slot given back carries the event of its last
+// use; its next holder's first writer waits for it on its own stream. The
+// devices count their driver allocations and frees (gpu.DriverCounters):
+// Summary.PerDevice[].DeviceAllocsAfterStep1 stays 0, and a device that
+// cannot hold the rings or slots is refused at New with the
+// *gpu.OutOfMemoryError naming them.
 //
 // # The host optimizer under the next step (overlap.go)
 //
@@ -161,8 +185,8 @@
 // New validates the config, lays the chunks out, allocates each rank's
 // model state (tagged gpu.ModelState, held until Close), its activations
 // (model.New, gpu.Activation) and the norms buffer, checks that the device
-// budget leaves room for the worst-case workspace (gathered chunks, buckets),
-// and initialises every chunk with Layout.InitChunk(strata.seed), or from
+// budget leaves room for the worst-case workspace (gathered chunks, buckets)
+// and takes it (the rings above), and initialises every chunk with Layout.InitChunk(strata.seed), or from
 // Options.Init (an imported model: a ChunkSource read one chunk at a time,
 // each chunk's uploads to every rank's shards, in whatever tier they live,
 // waited for before the next is read, so host memory holds one padded
@@ -201,27 +225,32 @@
 // except what strata.host_budget keeps in RAM (whole shards, master then m
 // then v, chunk order: the split EstimateMemory prints); the gradient in
 // host RAM before any optimizer state, or on NVMe where the host budget is
-// full. With offload_optimizer cpu and no offload_param every home is in
+// full. The param copies the store stages in HBM live in its HBM slots,
+// taken at New. With offload_optimizer cpu and no offload_param every home is in
 // host RAM and nothing is ever evicted (no NVMe tier, and the planners'
 // budget holds every home): each access is a hit and the planner only
 // records and leases. The gradient is copied once into its host copy (a
-// Write access in backward) and read by cpuadam from the store; with the
-// optimizer state on NVMe the device allocates it for its reduction only
-// (workspace) and frees it when that copy is done. Persistent chunks stay
-// gathered on the devices.
+// Write access in backward, on the download stream) and read by cpuadam
+// from the store; with the optimizer state on NVMe the device holds it for
+// its reduction only (a slot of the gradient ring), given back when that
+// copy is done. Persistent chunks stay gathered on the devices.
 //
 // The new params of the chunks the device holds (every chunk without
 // offload_param, the persistent ones with it) are not a store state: cpuadam
 // writes them into a pinned upload buffer per (chunk, rank), a plain
 // staging area of the tiers object with its own pool, copied to the device
-// on the communication stream. They are the optimizer's output on its way
+// on the upload stream (the pool also holds each rank's norms, downloaded
+// every step). Both pinned pools are registered with the devices
+// (Options.HostRegistrar) and the outcome is in the Summary
+// (HostRegistration). They are the optimizer's output on its way
 // up, not model state; keeping them out of the store keeps them out of
 // strata.host_budget and out of the planners' traces, as before the store
 // held ZeRO-Offload's state (Summary.HostStagingBytes reports them).
 //
 // Budgets (tier.PlanBudgets): the tier store's HBM share is what each
 // device has left after model state, activations and workspace (at most
-// the rank's param shards; Options.TierHBMBytes overrides); its host budget
+// the rank's param shards, and with its HBM slots inside what is left;
+// Options.TierHBMBytes overrides); its host budget
 // is the homes in RAM plus staging room for TierReadAhead chunks
 // (HostStagingBytes) plus one spare shard per rank, or 4/5 of
 // strata.host_budget when given (TierHostBudget: the pinned pool is the
@@ -255,9 +284,10 @@
 //
 // # Errors inside a pass
 //
-// The hooks return errors (a failed fetch; device memory exhausted for a
-// gathered chunk, a gradient bucket or shard: the gpu's out-of-memory error,
-// which names the purpose), and the model stops its pass at the first. The
+// The hooks return errors (a failed fetch; device memory exhausted where a
+// ring must grow past what New took, which model.AccessOrder never asks
+// for: the gpu's out-of-memory error, which names the purpose), and the
+// model stops its pass at the first. The
 // failed rank still issues every collective its peers issue, on a scratch
 // buffer, to the end of the step (hooks.go says how), so the peers do not
 // hang; the step then returns one error, "engine: step S: rank R: " and

@@ -51,4 +51,15 @@
 // streams that use them have completed. Memory is accounted per Tag (kind and
 // purpose); MemStats and OutOfMemoryError say who uses what. AdamParams is
 // internal/adam's Params, the type cpuadam takes too.
+//
+// Counters: besides the link counters, each device counts the calls that
+// take memory from its driver or give it back (DriverCounters: gpu/cuda's
+// cuMemAlloc, cuMemFree, cuMemAllocAsync, cuMemFreeAsync; gpu/cpu's
+// allocations behind Alloc and its collectives' scratch), so that a
+// training loop can check that its steps take none; a Comm of CheckedComm
+// is a ScratchReserver, which lets the loop have the backend take its
+// collectives' scratch ahead. A backend's HostRegistry records the host
+// memory registered with it (a pinned.Registrar; gpu/cuda page-locks it
+// too): the link counters count the bytes of copies of other host memory
+// as pageable (LinkCounters.HostToDevicePageable, DeviceToHostPageable).
 package gpu

@@ -132,8 +132,7 @@
 // are charged before any memory is taken and never exceeded: a destination
 // counts from Submit, its source until the move completes and is dropped, a
 // staging buffer while its move runs. Charges are what the memory costs:
-// elements × dtype size in HBM (allocations tagged gpu.ModelState, purpose
-// the state's name), the pinned buffer's padded size in host, the extent
+// elements × dtype size in HBM, the pinned buffer's padded size in host, the extent
 // (padded to the swap's alignment) in NVMe. Give the planner the same sizes
 // (Residency.ChargeBytes; the largest of them is safe for every tier), so
 // that the store never refuses a move the planner thought would fit; the
@@ -142,4 +141,17 @@
 // transfer's completion is reaped. Lease memory must not be used after
 // Release. All methods are safe for concurrent use; OnComplete must not
 // block or call Close.
+//
+// HBM memory: after ReserveHBM(states...) (once, after Register, before the
+// first move) the HBM copies of the shards of those states live in slots
+// taken then, one device allocation per device and shard size (tagged
+// gpu.ModelState, "tier hbm copies"), min(shards of the size, ⌊budget /
+// size⌋) slots each (SlabBytes): the budget never holds more of them, so a
+// copy always finds a slot and a move in or out of HBM allocates and frees
+// no device memory. Other HBM copies are device allocations of their own
+// (purpose the state's name), made outside the store's lock and freed after
+// it is released (unlock): nothing that may wait for a device runs under
+// the lock, since a device free (cuMemFree) waits for the whole GPU, whose
+// streams may wait for a collective of a rank that needs the lock. A slot
+// leased at Close is freed with its last Release.
 package tier

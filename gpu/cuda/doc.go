@@ -61,11 +61,21 @@
 // the driver, and a driver out-of-memory is returned the same way.
 // Temporaries (attention backward's row dots, mixed-type GEMM operands,
 // collective staging, sum-of-squares partials, embedding links) come from
-// the stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync) outside the
-// budget, as gpu/cpu's temporaries live on the Go heap; ReserveBytes
-// leaves room for them. Host memory handed to copies should be pinned
-// (pinned.Pool with HostRegistrar) for copies to overlap; it must stay
-// valid until the copy completes.
+// a block of the stream-ordered pool (cuMemAllocAsync) per stream
+// (scratch.go), outside the budget, as gpu/cpu's temporaries live on the
+// Go heap; ReserveBytes leaves room for them. The block is handed out
+// front to back and reused once every piece is back (stream order makes
+// that safe); a request it cannot hold gets a block of its own and raises
+// the next block's size, so once the largest round of ops has run nothing
+// is allocated again (a Comm's ReserveScratch sizes its collective
+// stream's block ahead). Every cuMemAlloc, cuMemFree, cuMemAllocAsync and
+// cuMemFreeAsync is counted (gpu.DriverCounters). Free runs cuMemFree,
+// which waits for the whole GPU: never call it holding a lock another
+// rank may need. Host memory handed to copies should be pinned
+// (pinned.Pool with HostRegistrar, which page-locks it and records it in
+// the backend's gpu.HostRegistry, so that the link counters count copies
+// of other memory as pageable) for copies to overlap; it must stay valid
+// until the copy completes.
 //
 // Streams and errors: every Stream is a non-blocking CUDA stream with an
 // error slot in device memory. Kernels that check runtime data (token ids,
