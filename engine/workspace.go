@@ -141,7 +141,7 @@ func (r *rank) newRings() error {
 		}
 		return out
 	}
-	make1 := func(dst **ring, purpose string, sizes []int) error {
+	alloc := func(dst **ring, purpose string, sizes []int) error {
 		if len(sizes) == 0 || sizes[0] == 0 {
 			return nil
 		}
@@ -151,19 +151,19 @@ func (r *rank) newRings() error {
 	}
 	var err error
 	if e.stage == 3 {
-		err = make1(&r.rings.gathered, "gathered chunk", repeat(e.opts.MaxLiveChunks, maxPadded))
+		err = alloc(&r.rings.gathered, "gathered chunk", repeat(e.opts.MaxLiveChunks, maxPadded))
 	}
 	if err == nil && e.stage >= 2 {
-		err = make1(&r.rings.buckets, "grad bucket", repeat(3, maxGradPadded))
+		err = alloc(&r.rings.buckets, "grad bucket", repeat(3, maxGradPadded))
 		if err == nil && e.accum > 1 {
-			err = make1(&r.rings.reduce, "reduce shard", repeat(3, maxGradShard))
+			err = alloc(&r.rings.reduce, "reduce shard", repeat(3, maxGradShard))
 		}
 	}
 	if err == nil && e.gradTiered {
 		if e.accum == 1 {
 			shards = repeat(2, maxGradShard)
 		}
-		err = make1(&r.rings.grads, "grad shard", shards)
+		err = alloc(&r.rings.grads, "grad shard", shards)
 	}
 	if err != nil {
 		r.releaseRings()
