@@ -51,8 +51,9 @@ type Engine struct {
 	paramTier  shard.Tier // offload_param's tier (HBM: none)
 	tiers      *tiers     // the tier store, planners and upload staging of the host optimizer; nil without it
 	seq        int
-	micro      int // B: rows per micro-batch
-	accum      int // A: micro-batches per rank and step
+	act        model.ActivationOptions // how each rank's model keeps its activations (ActivationOptionsFromConfig)
+	micro      int                     // B: rows per micro-batch
+	accum      int                     // A: micro-batches per rank and step
 	chunks     []chunkPlan
 	ranks      []*rank
 	opt        *cpuadam.Optimizer
@@ -110,6 +111,11 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, t0: time.Now(),
+	}
+	e.act = ActivationOptionsFromConfig(cfg, shape, opts.Precision)
+	if err := e.act.Validate(shape); err != nil {
+		e.closeData()
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	mo, err := e.layOut()
 	if err != nil {

@@ -119,7 +119,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	if r.st, err = newDevState(e, idx, dev); err != nil {
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
 	}
-	if r.model, err = model.New(dev, e.layout, e.micro, e.seq); err != nil {
+	if r.model, err = model.NewWith(dev, e.layout, e.micro, e.seq, e.act); err != nil {
 		r.st.free()
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
 	}
