@@ -316,6 +316,9 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
 			return fmt.Errorf("engine: host optimizer: %w", err)
 		}
+	}
+	if e.offload || e.act.Offload {
+		var err error
 		if e.tiers, err = newTiers(e, mo); err != nil {
 			return err
 		}

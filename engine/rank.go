@@ -194,8 +194,8 @@ func (e *Engine) initParams() error {
 // start as the zeros of Register).
 func (r *rank) initTiers(c int, padded []float32) error {
 	e := r.e
-	if e.tiers == nil {
-		return nil
+	if !e.offload {
+		return nil // no model state in the tier store
 	}
 	if e.paramTiered(c) {
 		s := e.chunks[c].shard
@@ -315,7 +315,7 @@ func (r *rank) reduced(c int, failed bool) error {
 		r.ops.Fill(r.cs, g, float32(math.NaN())) // tests: a non-finite gradient on one rank
 	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
-	if r.e.tiers == nil {
+	if !r.e.offload {
 		return nil
 	}
 	r.waitHost() // the pending update has read the gradient's host copy
