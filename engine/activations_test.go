@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"testing"
@@ -239,5 +240,51 @@ func TestActivationOptionsFromConfig(t *testing.T) {
 		if got := ActivationOptionsFromConfig(cfg, s, c.prec); got != c.want {
 			t.Errorf("%s %s %s: %+v, want %+v", c.extra, c.strata, c.prec, got, c.want)
 		}
+	}
+}
+
+// TestRestoreInputOOM: with cpu_checkpointing at stage 3 on 2 devices, the
+// last rank's device refusing the HBM copy of a saved input (the tier
+// store's move that brings it back) ends the step with one error naming
+// the chunk, the rank and the state, without hanging the other rank, and
+// updates nothing. (A tier store move that failed stops the rank's
+// planner: the later steps refuse to run, as after an NVMe error.)
+func TestRestoreInputOOM(t *testing.T) {
+	s := runSpec{stage: 3, n: 2, micro: 1, accum: 1, ckpt: `{"cpu_checkpointing": true}`}
+	devs, comms, err := cpu.New(cpu.Options{Devices: 2, HBMBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gdevs := cpu.Devices(devs)
+	faulty := &allocFaults{Device: gdevs[1], purpose: shard.Activation.String()}
+	gdevs[1] = faulty
+	e, err := startEngine(t, testConfig(t, s.configJSON()), gdevs, comms, Options{Corpus: model.Tokens(testTokens)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Step(); err != nil {
+		t.Fatal(err)
+	}
+	params, master := readState(t, e)
+	faulty.arm(1)
+	_, err = stepWithin(t, e)
+	if err == nil {
+		t.Fatalf("step 2 succeeded; %d allocations refused", faulty.failed.Load())
+	}
+	t.Logf("%v", err)
+	var oom *gpu.OutOfMemoryError
+	if !errors.As(err, &oom) || oom.Tag.Purpose != "activation" {
+		t.Errorf("%v is not the refused input copy", err)
+	}
+	checkFaultMessage(t, err, "step 2", "rank 1", "restore block")
+	p2, m2 := readTierState(t, e)
+	if m, _ := diff(p2, params); m != 0 {
+		t.Errorf("%d params changed in the failed step", m)
+	}
+	if m, _ := diff(m2, master); m != 0 {
+		t.Errorf("%d master weights changed in the failed step", m)
+	}
+	if _, err := stepWithin(t, e); err == nil {
+		t.Error("the step after the failure succeeded")
 	}
 }
