@@ -125,16 +125,20 @@ func checkOffloadedInputs(t *testing.T, e, base *Engine) {
 
 // TestCheckpointingTiered: with params and optimizer state on NVMe or in
 // host memory (stage 3, the tier store's HBM budget shared by param
-// shards and restored inputs) cpu_checkpointing ends 20 steps bit-identical
-// to the same run without checkpointing.
+// shards and restored inputs; with a host budget the saved inputs' homes
+// come out of it before the optimizer state kept in RAM) cpu_checkpointing
+// ends 20 steps bit-identical to the same run without checkpointing.
 func TestCheckpointingTiered(t *testing.T) {
 	nvmetest.Require(t)
-	for _, where := range [][2]string{{"cpu", "cpu"}, {"nvme", "nvme"}, {"none", "nvme"}} {
-		base := tierSpec{n: 2, param: where[0], opt: where[1], shapeJSON: deepShapeJSON}
+	for _, c := range []struct {
+		param, opt string
+		hostBudget int64
+	}{{"cpu", "cpu", 0}, {"nvme", "nvme", 0}, {"none", "nvme", 0}, {"nvme", "nvme", 1 << 20}} {
+		base := tierSpec{n: 2, param: c.param, opt: c.opt, shapeJSON: deepShapeJSON, hostBudget: c.hostBudget}
 		want, be := runTier(t, base, Options{}, testSteps)
 		s := base
 		s.ckpt = `{"cpu_checkpointing": true}`
-		t.Run(s.String()+"/cpu_checkpointing", func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v/host%d/cpu_checkpointing", s, c.hostBudget), func(t *testing.T) {
 			got, e := runTier(t, s, Options{}, testSteps)
 			sameRun(t, result{params: got.params, master: got.master, losses: got.losses, norms: stepNorms(got.stats)},
 				result{params: want.params, master: want.master, losses: want.losses, norms: stepNorms(want.stats)})
@@ -337,5 +341,28 @@ func TestCheckpointingResume(t *testing.T) {
 		t.Run(s.String(), func(t *testing.T) {
 			checkResume(t, func(t *testing.T) *Engine { return newTestEngine(t, s) }, 3)
 		})
+	}
+}
+
+// TestEstimateActivationHostBytes: with the optimizer on NVMe and a host
+// budget, the saved inputs' host homes come out of the budget first: the
+// optimizer state kept in host RAM shrinks by whole shards, at least by
+// what the inputs take.
+func TestEstimateActivationHostBytes(t *testing.T) {
+	s, _ := model.Lookup("gpt2")
+	o := MemoryOptions{ChunkParams: ChunkParams(s), Devices: 2, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe, HostBudgetBytes: 4 << 30}
+	kept := func(o MemoryOptions) int64 {
+		e, err := EstimateMemory(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.TierBytes(shard.Host)
+	}
+	without := kept(o)
+	act := model.ActivationOptions{DType: gpu.BF16, Checkpoint: s.Layers, Offload: true}
+	o.ActivationHostBytes = inputHostBytes(s, 8, 1024, act)
+	with := kept(o)
+	if o.ActivationHostBytes != 12*ioBytes(8*1024*768*2) || without-with < o.ActivationHostBytes {
+		t.Errorf("inputs take %d B of host RAM per rank; the optimizer state kept there went from %d to %d", o.ActivationHostBytes, without, with)
 	}
 }

@@ -269,6 +269,7 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 	if err != nil {
 		return mo, err
 	}
+	mo.ActivationHostBytes = inputHostBytes(e.shape, e.micro, e.seq, e.act) // the engine's precision
 	e.paramTier = mo.ParamTier
 	e.gradTiered = mo.OptimizerTier == shard.NVMe
 	if e.estimate, err = EstimateMemory(mo); err != nil {

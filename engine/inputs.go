@@ -129,3 +129,20 @@ func (e *Engine) inputHBMBytes() int64 {
 	}
 	return 2 * ioBytes(model.InputBytes(e.shape, e.micro, e.seq, e.act))
 }
+
+// inputHostBytes is one rank's saved inputs in host RAM as the tier store
+// charges them (each rounded up to IOAlignBytes) for shape s, micro×seq
+// tokens per micro-batch and activation options o: 0 without
+// cpu_checkpointing.
+func inputHostBytes(s model.Shape, micro, seq int, o model.ActivationOptions) int64 {
+	if !o.Offload {
+		return 0
+	}
+	var n int64
+	for l := range s.Layers {
+		if o.Checkpointed(l, s.Layers) {
+			n += ioBytes(model.InputBytes(s, micro, seq, o))
+		}
+	}
+	return n
+}
