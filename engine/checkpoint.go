@@ -352,7 +352,7 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 		switch {
 		case e.chunks[c].frozen:
 			return r.saveFrozen(c, s, dst)
-		case e.tiers != nil:
+		case e.offload:
 			return r.saveTiered(tkey(c, r.idx, s), dst)
 		case e.stage == 0: // the whole chunk, replicated: the rank's slice
 			r.readDevice(dst, r.deviceOpt(c, s), int64(r.idx)*sz)
@@ -380,7 +380,7 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		default:
 			r.writeDevice(st.param[c], src)
 		}
-		if e.precision == gpu.F32 && e.tiers != nil && !e.chunks[c].frozen {
+		if e.precision == gpu.F32 && e.offload && !e.chunks[c].frozen {
 			return r.restoreTiered(tkey(c, r.idx, shard.Master), src) // fp32: the params are the master weights
 		}
 		return nil
@@ -388,7 +388,7 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		switch {
 		case e.chunks[c].frozen:
 			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
-		case e.tiers != nil:
+		case e.offload:
 			return r.restoreTiered(tkey(c, r.idx, s), src)
 		case e.stage == 0:
 			r.writeDevice(r.deviceOpt(c, s), whole)

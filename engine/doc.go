@@ -50,7 +50,18 @@
 //     (workspace) and at GradReady ReduceScatter it into the rank's
 //     persistent gradient shard (the first micro-batch writes the shard,
 //     later ones add to it, as DeepSpeed does), freeing the bucket when the
-//     reduction completes (at most one waits while the next fills).
+//     reduction completes (at most one waits while the next fills);
+//   - with cpu_checkpointing (the hooks are also the model's InputStore,
+//     inputs.go) a checkpointed block's input goes to its host home in the
+//     tier store after the block's forward and comes back, staged by the
+//     planner, for its backward.
+//
+// Activations (activations.go): each rank's model keeps them as
+// ActivationOptionsFromConfig says (bf16 in bf16 mixed precision unless
+// strata.activation_dtype is fp32; activation checkpointing and
+// cpu_checkpointing from the activation_checkpointing block), allocated
+// once at New; EstimateActivations is what they take per device, and the
+// Summary reports the measured peak beside it.
 //
 // Then each rank takes the sum of squares of its reduced gradient per chunk
 // (with the host optimizer it also copies the shard once into its host copy
@@ -221,7 +232,8 @@
 //
 // Budgets (tier.PlanBudgets): the tier store's HBM share is what each
 // device has left after model state, activations and workspace (at most
-// the rank's param shards; Options.TierHBMBytes overrides); its host budget
+// the rank's param shards; Options.TierHBMBytes overrides), plus room for
+// two restored block inputs with cpu_checkpointing; its host budget
 // is the homes in RAM plus staging room for TierReadAhead chunks
 // (HostStagingBytes) plus one spare shard per rank, or 4/5 of
 // strata.host_budget when given (TierHostBudget: the pinned pool is the
@@ -235,7 +247,8 @@
 // Driving: each rank's model.Params hooks and optimizer declare every
 // access to the rank's tier.Runner (params read in HBM before their gather,
 // in forward and backward; master, m, v updated and the new param written
-// in host memory by cpuadam) and receive a lease (Use), which they end when
+// in host memory by cpuadam; a saved block input written in host memory in
+// forward and read in HBM in backward) and receive a lease (Use), which they end when
 // the compute that reads it has completed (Done with an event: the runner
 // releases it the moment the event completes, so the room goes back to the
 // planner then, not at the rank's next access). The runner, in tier, runs

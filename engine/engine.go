@@ -51,8 +51,9 @@ type Engine struct {
 	paramTier  shard.Tier // offload_param's tier (HBM: none)
 	tiers      *tiers     // the tier store, planners and upload staging of the host optimizer; nil without it
 	seq        int
-	micro      int // B: rows per micro-batch
-	accum      int // A: micro-batches per rank and step
+	act        model.ActivationOptions // how each rank's model keeps its activations (ActivationOptionsFromConfig)
+	micro      int                     // B: rows per micro-batch
+	accum      int                     // A: micro-batches per rank and step
 	chunks     []chunkPlan
 	ranks      []*rank
 	opt        *cpuadam.Optimizer
@@ -113,6 +114,11 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, t0: time.Now(),
+	}
+	e.act = ActivationOptionsFromConfig(cfg, shape, opts.Precision)
+	if err := e.act.Validate(shape); err != nil {
+		e.closeData()
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	mo, err := e.layOut()
 	if err != nil {
@@ -266,6 +272,7 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 	if err != nil {
 		return mo, err
 	}
+	mo.ActivationHostBytes = inputHostBytes(e.shape, e.micro, e.seq, e.act) // the engine's precision
 	e.paramTier = mo.ParamTier
 	e.gradTiered = mo.OptimizerTier == shard.NVMe
 	if e.estimate, err = EstimateMemory(mo); err != nil {
@@ -313,6 +320,9 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
 			return fmt.Errorf("engine: host optimizer: %w", err)
 		}
+	}
+	if e.offload || e.act.Offload {
+		var err error
 		if e.tiers, err = newTiers(e, mo); err != nil {
 			return err
 		}

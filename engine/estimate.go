@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
@@ -91,6 +92,11 @@ type MemoryOptions struct {
 	// FrozenChunks): it keeps its params only, no gradient and no
 	// optimizer state. nil: every chunk trains.
 	Frozen []bool
+	// ActivationHostBytes is, per rank, the host RAM the tier store's
+	// saved block inputs take (cpu_checkpointing; each rounded up to
+	// IOAlignBytes): with the optimizer on NVMe and a host budget, it
+	// comes out of the budget before any optimizer state is kept in RAM.
+	ActivationHostBytes int64
 }
 
 // frozen says whether chunk c is frozen.
@@ -111,8 +117,8 @@ func (o MemoryOptions) Validate() error {
 		return fmt.Errorf("engine: estimate: offload_optimizer %s needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on)", deviceName(o.OptimizerTier))
 	case o.ParamTier != shard.HBM && o.Stage != 3:
 		return fmt.Errorf("engine: estimate: offload_param %s needs stage 3 (parameters are sharded only at stage 3)", deviceName(o.ParamTier))
-	case o.ShardAlignElems < 0 || o.HostBudgetBytes < 0 || o.PersistenceThreshold < 0:
-		return errors.New("engine: estimate: alignment, host budget and persistence threshold must be >= 0")
+	case o.ShardAlignElems < 0 || o.HostBudgetBytes < 0 || o.PersistenceThreshold < 0 || o.ActivationHostBytes < 0:
+		return errors.New("engine: estimate: alignment, host budget, persistence threshold and activation host bytes must be >= 0")
 	case o.HostGradDType != 0 && o.HostGradDType != dtype.BF16 && o.HostGradDType != dtype.F32:
 		return fmt.Errorf("engine: estimate: host gradient dtype %s is not bf16 or f32", o.HostGradDType)
 	}
@@ -332,7 +338,7 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 				}
 			}
 		}
-		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-paramHost)
+		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
 		// Whole shards, as the tier store places them: the gradient shards
 		// first (at stage 3; 2 B/param, read every step), then master, m,
 		// v, each chunk in order, while they fit; a gradient shard that
@@ -514,8 +520,10 @@ func EstimateStages(o MemoryOptions) []StageEstimate {
 }
 
 // MemoryOptionsFromConfig takes stage, devices, offload tiers, host budget,
-// persistence threshold and the frozen chunks (strata.freeze, FrozenChunks)
-// from a config, and the chunks from the shape.
+// persistence threshold, the frozen chunks (strata.freeze, FrozenChunks)
+// and the host RAM of the saved block inputs (cpu_checkpointing, bf16
+// params: ActivationOptionsFromConfig) from a config, and the chunks from
+// the shape.
 func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, error) {
 	ot, err := shard.ParseTier(c.ZeRO.OffloadOptimizer.Device)
 	if err != nil {
@@ -544,5 +552,15 @@ func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, er
 		HostBudgetBytes:      c.Strata.HostBudgetBytes,
 		PersistenceThreshold: c.ZeRO.Stage3ParamPersistenceThreshold,
 		Frozen:               frozen,
+		ActivationHostBytes:  inputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
 	}, nil
+}
+
+// seqOf is the config's tokens per sequence: strata.seq_len, or the
+// model's max_seq_len.
+func seqOf(c *config.Config, s model.Shape) int {
+	if c.Strata.SeqLen > 0 {
+		return c.Strata.SeqLen
+	}
+	return s.MaxSeq
 }

@@ -34,7 +34,10 @@ type Options struct {
 	// (default, the config's bf16 mixed precision: fp32 master weights and
 	// moments) or gpu.F32 (fp32 everywhere, the params are the master
 	// weights). The config has no fp32 mode; this is for library users and
-	// the tests.
+	// the tests. The activations are bf16 with gpu.BF16 (fp32 with the
+	// config's strata.activation_dtype "fp32") and fp32 with gpu.F32
+	// (ActivationOptionsFromConfig), as model.Trainer keeps them with the
+	// same Precision.
 	Precision gpu.DType
 	// OptimizerThreads is the number of goroutines of the host optimizer
 	// (cpuadam) when offload_optimizer.device is cpu; 0 = GOMAXPROCS.

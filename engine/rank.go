@@ -119,7 +119,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	if r.st, err = newDevState(e, idx, dev); err != nil {
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
 	}
-	if r.model, err = model.New(dev, e.layout, e.micro, e.seq); err != nil {
+	if r.model, err = model.NewWith(dev, e.layout, e.micro, e.seq, e.act); err != nil {
 		r.st.free()
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
 	}
@@ -225,8 +225,8 @@ func (e *Engine) initParams() error {
 // start as the zeros of Register).
 func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	e := r.e
-	if e.tiers == nil {
-		return nil
+	if !e.offload {
+		return nil // no model state in the tier store
 	}
 	if e.paramTiered(c) {
 		s := e.chunks[c].shard
@@ -348,7 +348,7 @@ func (r *rank) reduced(c int, failed bool) error {
 		r.ops.Fill(r.cs, g, float32(math.NaN())) // tests: a non-finite gradient on one rank
 	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
-	if r.e.tiers == nil {
+	if !r.e.offload {
 		return nil
 	}
 	r.waitHost() // the pending update has read the gradient's host copy
