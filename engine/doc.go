@@ -40,7 +40,7 @@
 // model.Params hooks (hooks.go), the single place where:
 //
 //   - stage 3 AllGathers a chunk into a workspace buffer at Acquire (and
-//     prefetches the next chunk of model.AccessOrder), and at Release
+//     prefetches the next chunk of Model.AccessOrder), and at Release
 //     records an event; a gathered chunk is freed when a new gather needs
 //     its room (at most Options.MaxLiveChunks live), after that event;
 //   - stages 0-1 reduce the accumulated gradient of a chunk at its last
@@ -65,7 +65,7 @@
 // chunk c's update (an event per chunk), not for the whole optimizer.
 //
 // Collectives are issued on the communication stream, in an order fixed by
-// model.AccessOrder and the chunk order, never by timing, so every rank
+// Model.AccessOrder and the chunk order, never by timing, so every rank
 // issues the same ones.
 //
 // # The host optimizer under the next step (overlap.go)
@@ -97,7 +97,7 @@
 //     replicated chunk, or before the gather of a sharded one (flushChunk,
 //     called from the hooks also after a failure, when they drain), and at
 //     the end of the rank's pass for any chunk left (finishRun). These
-//     points are fixed by model.AccessOrder, so every rank issues the
+//     points are fixed by Model.AccessOrder, so every rank issues the
 //     same collectives in the same order. One exception is timed, and it
 //     issues no different collectives: the stage-3 prefetch of the next
 //     chunk at an Acquire is skipped while that chunk is still in cpuadam
@@ -121,7 +121,7 @@
 // During the backward (overlap_bwd.go): with gradient_clipping 0 or absent
 // and the optimizer state in host RAM, a chunk's update does not depend on
 // the global norm, so the rank hands chunk c to its step's run in
-// reduced(c) (a point model.AccessOrder fixes; its leases are declared
+// reduced(c) (a point Model.AccessOrder fixes; its leases are declared
 // there), and cpuadam starts once the gradient's copy to host memory has
 // completed, while the backward goes on with the chunks before it. A NaN
 // or Inf anywhere in the step must still update nothing: before cpuadam

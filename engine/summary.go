@@ -211,7 +211,7 @@ func (e *Engine) tierSummary() *TierSummary {
 // Summary reports the layout and the measured peaks so far.
 func (e *Engine) Summary() Summary {
 	s := Summary{
-		Model: e.shape.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
+		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
 		Notes: e.Notes(),
