@@ -31,6 +31,21 @@
 // stage3_param_persistence_threshold stay gathered on every device. The
 // padding is zero and stays zero through Adam (zero grad, zero moments).
 //
+// # The model (model.go)
+//
+// The engine trains a Model: the decoder the config's strata.model names
+// (package model's GPT-2 and Llama family, through a thin adapter), or a
+// model a Go program defines (Options.Model; strata.model is then left out
+// or names it, and Options.Init is refused). Both go through the same
+// methods: Layout (the chunks: everything below is per chunk), AccessOrder
+// (the Params calls of one micro-batch, checked at New against the rules
+// the hooks, the host optimizer's flush order and the workspace sizing
+// rely on: checkAccessOrder), InitChunk, Vocab and MaxSeq (the batches'
+// bounds), and New, which makes each rank's Instance: its activations and
+// its Forward, Backward and Losses. A custom model's checkpoint records
+// its name and tensors instead of a shape (checkpoint.LayoutChunks).
+// docs/library.md is the guide for library users.
+//
 // # One step (Engine.Step)
 //
 // Every rank zeroes its gradients (stages 0-1), runs its A micro-batches
@@ -160,9 +175,9 @@
 //
 // New validates the config, lays the chunks out, allocates each rank's
 // model state (tagged gpu.ModelState, held until Close), its activations
-// (model.New, gpu.Activation) and the norms buffer, checks that the device
+// (Model.New, gpu.Activation) and the norms buffer, checks that the device
 // budget leaves room for the worst-case workspace (gathered chunks, buckets),
-// and initialises every chunk with Layout.InitChunk(strata.seed), or from
+// and initialises every chunk with Model.InitChunk(strata.seed), or from
 // Options.Init (an imported model: a ChunkSource read one chunk at a time,
 // each chunk's uploads to every rank's shards, in whatever tier they live,
 // waited for before the next is read, so host memory holds one padded

@@ -37,7 +37,6 @@ type Engine struct {
 	cfg       *config.Config
 	opts      Options
 	model     Model          // what trains: Options.Model or the config's decoder (model.go)
-	shape     model.Shape    // the decoder's shape; zero for Options.Model
 	layout    *model.Layout  // model.Layout()
 	order     []model.Access // e.model.AccessOrder(), checked
 	data      *model.Sampler
@@ -99,9 +98,8 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if err != nil {
 		return nil, err
 	}
-	shape := layout.Shape
-	if src := opts.Init; src != nil && src.Shape().Canonical() != shape.Canonical() {
-		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), shape)
+	if src := opts.Init; src != nil && src.Shape().Canonical() != layout.Shape.Canonical() {
+		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), layout.Shape)
 	}
 	seq, data, dataFile, err := newSampler(cfg, m, opts)
 	if err != nil {
@@ -109,7 +107,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	}
 	z := cfg.ZeRO
 	e := &Engine{
-		cfg: cfg, opts: opts, model: m, shape: shape, layout: layout, order: order, data: data, dataFile: dataFile, n: len(devices), stage: z.Stage,
+		cfg: cfg, opts: opts, model: m, layout: layout, order: order, data: data, dataFile: dataFile, n: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, t0: time.Now(),

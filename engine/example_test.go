@@ -180,7 +180,7 @@ func (r *mlpRun) Backward(s gpu.Stream, p model.Params, gradScale float32) error
 	dlogits := r.logits
 	r.ops.CrossEntropyBackward(s, r.logits, r.targets, dlogits, n, v, scale)
 	r.ops.Gemm(s, false, false, n, hid, v, 1, dlogits, r.view(w, 2, 0), 0, r.da) // da = dlogits·head
-	r.ops.Gemm(s, true, false, v, hid, n, 1, dlogits, r.a, 1, r.view(g, 2, 0))  // dhead += dlogitsᵀ·a
+	r.ops.Gemm(s, true, false, v, hid, n, 1, dlogits, r.a, 1, r.view(g, 2, 0))   // dhead += dlogitsᵀ·a
 	r.ops.BiasGrad(s, dlogits, r.view(g, 2, 1), n, v)
 	p.Release(s, 2, model.PassBackward)
 	if err := p.GradReady(s, 2); err != nil {

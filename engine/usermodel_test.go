@@ -132,11 +132,26 @@ func TestUserModelStages(t *testing.T) {
 				continue // the host optimizer needs a sharded optimizer state (stages 1-3)
 			}
 			name := fmt.Sprintf("stage%d/offload=%v", stage, offload)
-			e, err := newUserEngine(t, userConfig(t, stage, offload, ""), mustByteMLP(t, 16, 32))
+			cfg, m := userConfig(t, stage, offload, ""), mustByteMLP(t, 16, 32)
+			e, err := newUserEngine(t, cfg, m)
 			if err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			got := runUser(t, e, steps)
+			// The estimate from the model's chunks is what each device held.
+			mo, err := engine.MemoryOptionsFromConfig(cfg, m.Layout())
+			if err != nil {
+				t.Fatal(err)
+			}
+			est, err := engine.EstimateMemory(mo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range e.Summary().PerDevice {
+				if d.ModelStatePeakBytes != est.DeviceBytes() || d.EstimateBytes != est.DeviceBytes() {
+					t.Errorf("%s: %s: model-state peak %d bytes, summary's estimate %d, EstimateMemory %d", name, d.Device, d.ModelStatePeakBytes, d.EstimateBytes, est.DeviceBytes())
+				}
+			}
 			if refName == "" {
 				ref, refName = got, name
 				if !(got.losses[steps-1] < got.losses[0]-0.5) {
@@ -148,6 +163,25 @@ func TestUserModelStages(t *testing.T) {
 				t.Errorf("%s differs from %s: %s", name, refName, d)
 			}
 		}
+	}
+}
+
+// TestUserModelFreeze: strata.freeze names a library model's tensors; the
+// frozen chunk ends as it began, the others train.
+func TestUserModelFreeze(t *testing.T) {
+	m := mustByteMLP(t, 16, 32)
+	e, err := newUserEngine(t, userConfig(t, 3, true, `, "freeze": ["embed."]`), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := e.Params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := runUser(t, e, 4).params
+	if !slices.Equal(before[0], after[0]) || slices.Equal(before[1], after[1]) || slices.Equal(before[2], after[2]) {
+		t.Errorf("frozen embedding changed %v, hidden changed %v, head changed %v",
+			!slices.Equal(before[0], after[0]), !slices.Equal(before[1], after[1]), !slices.Equal(before[2], after[2]))
 	}
 }
 
@@ -263,6 +297,7 @@ func TestUserModelRefused(t *testing.T) {
 		{"a chunk without gradient", userConfig(t, 1, false, ""), bad(stack[:len(stack)-4]), "chunk 0 has no Grad and GradReady"},
 		{"forward after backward", userConfig(t, 1, false, ""), bad(slices.Concat(stack, stack[:2])), "a forward call after the backward began"},
 		{"chunk out of range", userConfig(t, 1, false, ""), bad(slices.Concat(stack[:6], []model.Access{{Kind: model.AccessAcquire, Chunk: 3}}, stack[6:])), "chunk 3 is outside the layout's 3 chunks"},
+		{"a decoder's layout", userConfig(t, 1, false, ""), decoderMLP{m}, "has a layout of package model"},
 	}
 	// The model names itself in strata.model: accepted.
 	named := userConfig(t, 1, false, `, "model": "byte-mlp"`)
@@ -294,6 +329,18 @@ type orderedMLP struct {
 }
 
 func (m orderedMLP) AccessOrder() []model.Access { return m.order }
+
+// decoderMLP is byteMLP claiming a decoder's layout.
+type decoderMLP struct{ *byteMLP }
+
+func (decoderMLP) Layout() *model.Layout {
+	s, _ := model.Lookup("tiny")
+	l, err := model.NewLayout(s)
+	if err != nil {
+		panic(err)
+	}
+	return l
+}
 
 // fakeSource is a ChunkSource New must refuse before reading it.
 type fakeSource struct{}
