@@ -169,7 +169,10 @@ func (o Options) String() string {
 	}
 	mod := "config"
 	if o.Model != nil {
-		mod = fmt.Sprintf("%q", o.Model.Layout().Name)
+		mod = "library model"
+		if l := o.Model.Layout(); l != nil {
+			mod = fmt.Sprintf("%q", l.Name)
+		}
 	}
 	return fmt.Sprintf("engine.Options{Model: %s, Data: %s, Init: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
 		mod, src, init, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)
