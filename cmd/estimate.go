@@ -87,10 +87,11 @@ func runEstimate(c *cli.Context) error {
 		if s.Name == "" {
 			s.Name = "config"
 		}
-		if err := s.Validate(); err != nil {
+		l, err := model.NewLayout(s)
+		if err != nil {
 			return fmt.Errorf("estimate: %s: %w", path, err)
 		}
-		if opts, err = engine.MemoryOptionsFromConfig(cfg, s); err != nil {
+		if opts, err = engine.MemoryOptionsFromConfig(cfg, l); err != nil {
 			return err
 		}
 		opts.ShardAlignElems = c.Int64("align")
@@ -108,8 +109,12 @@ func runEstimate(c *cli.Context) error {
 		if err != nil {
 			return usagef("estimate: %v", err)
 		}
+		l, err := model.NewLayout(s)
+		if err != nil {
+			return usagef("estimate: %v", err)
+		}
 		shape = &s
-		opts.ChunkParams = engine.ChunkParams(s)
+		opts.ChunkParams = engine.ChunkParams(l)
 	case c.IsSet("params"):
 		psi, err := parseParamCount(c.String("params"))
 		if err != nil {

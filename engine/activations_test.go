@@ -88,10 +88,10 @@ func checkOffloadedInputs(t *testing.T, e, base *Engine) {
 		return
 	}
 	sum := e.Summary()
-	in := model.InputBytes(e.shape, e.micro, e.seq, e.act)
+	in := model.InputBytes(e.layout.Shape, e.micro, e.seq, e.act)
 	blocks := int64(0)
-	for l := range e.shape.Layers {
-		if e.act.Checkpointed(l, e.shape.Layers) {
+	for l := range e.layout.Shape.Layers {
+		if e.act.Checkpointed(l, e.layout.Shape.Layers) {
 			blocks++
 		}
 	}
@@ -180,7 +180,7 @@ func TestActivationPeakMatchesEstimate(t *testing.T) {
 				if _, err := e.Step(); err != nil {
 					t.Fatal(err)
 				}
-				want := EstimateActivations(e.shape, c.micro, 256, e.act).DeviceBytes()
+				want := EstimateActivations(e.layout.Shape, c.micro, 256, e.act).DeviceBytes()
 				for _, d := range e.Summary().PerDevice {
 					t.Logf("%s: activation peak %d, estimate %d (%.4f)", d.Device, d.ActivationPeakBytes, want, d.ActivationRatio)
 					if d.ActivationEstimateBytes != want || d.ActivationRatio < 0.95 || d.ActivationRatio > 1.05 {
@@ -350,7 +350,11 @@ func TestCheckpointingResume(t *testing.T) {
 // what the inputs take.
 func TestEstimateActivationHostBytes(t *testing.T) {
 	s, _ := model.Lookup("gpt2")
-	o := MemoryOptions{ChunkParams: ChunkParams(s), Devices: 2, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe, HostBudgetBytes: 4 << 30}
+	l, err := model.NewLayout(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := MemoryOptions{ChunkParams: ChunkParams(l), Devices: 2, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe, HostBudgetBytes: 4 << 30}
 	kept := func(o MemoryOptions) int64 {
 		e, err := EstimateMemory(o)
 		if err != nil {

@@ -36,17 +36,16 @@ const IOAlignBytes = 4096
 // ioBytes is b rounded up to IOAlignBytes.
 func ioBytes(b int64) int64 { return units.AlignUp(b, IOAlignBytes) }
 
-// ChunkParams returns the parameter count of each chunk of s in forward
-// order (model.Layout): chunk 0 the embeddings, chunks 1..L the transformer
-// blocks, chunk L+1 the final norm (and an untied output head). They sum to
-// s.ParamCount().
-func ChunkParams(s model.Shape) []int64 {
-	out := make([]int64, 0, s.Layers+2)
-	out = append(out, s.EmbeddingParamCount())
-	for range s.Layers {
-		out = append(out, s.BlockParamCount())
+// ChunkParams returns the parameter count of each chunk of l in layout
+// order (for a decoder of package model: chunk 0 the embeddings, chunks
+// 1..L the transformer blocks, chunk L+1 the final norm and an untied
+// output head). They sum to l.ParamCount().
+func ChunkParams(l *model.Layout) []int64 {
+	out := make([]int64, len(l.Chunks))
+	for c, ch := range l.Chunks {
+		out[c] = int64(ch.Len)
 	}
-	return append(out, s.FinalParamCount())
+	return out
 }
 
 // ShardElems is the length of each rank's slice of a chunk of chunkParams
@@ -523,8 +522,8 @@ func EstimateStages(o MemoryOptions) []StageEstimate {
 // persistence threshold, the frozen chunks (strata.freeze, FrozenChunks)
 // and the host RAM of the saved block inputs (cpu_checkpointing, bf16
 // params: ActivationOptionsFromConfig) from a config, and the chunks from
-// the shape.
-func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, error) {
+// the layout (model.NewLayout of the config's shape, or a library model's).
+func MemoryOptionsFromConfig(c *config.Config, l *model.Layout) (MemoryOptions, error) {
 	ot, err := shard.ParseTier(c.ZeRO.OffloadOptimizer.Device)
 	if err != nil {
 		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_optimizer: %w", err)
@@ -533,18 +532,13 @@ func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, er
 	if err != nil {
 		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_param: %w", err)
 	}
-	var frozen []bool
-	if len(c.Strata.Freeze) > 0 {
-		l, err := model.NewLayout(s)
-		if err != nil {
-			return MemoryOptions{}, fmt.Errorf("engine: %w", err)
-		}
-		if frozen, err = FrozenChunks(l, c.Strata.Freeze); err != nil {
-			return MemoryOptions{}, err
-		}
+	frozen, err := FrozenChunks(l, c.Strata.Freeze)
+	if err != nil {
+		return MemoryOptions{}, err
 	}
+	s := l.Shape // zero for a library model: no saved block inputs
 	return MemoryOptions{
-		ChunkParams:          ChunkParams(s),
+		ChunkParams:          ChunkParams(l),
 		Devices:              c.Strata.Devices,
 		Stage:                c.ZeRO.Stage,
 		OptimizerTier:        ot,

@@ -14,7 +14,7 @@ import (
 // model.InputStore: inputs.go): the single place where a chunk is
 // gathered before its use and released after it (stage 3), and where a
 // chunk's gradient is handed out and reduced when it is ready (all
-// stages). The model calls them in model.AccessOrder, from the rank's
+// stages). The model calls them in Model.AccessOrder, from the rank's
 // goroutine; every decision that issues a collective depends only on that
 // order, never on timing, so all ranks issue the same collectives.
 //
@@ -31,13 +31,13 @@ import (
 // failure just freed; scratchPair) — stages 0-1 reduce the rank's own
 // gradient buffers in place, which the next step zeroes first — and
 // drain makes the calls the model no longer makes, in
-// model.AccessOrder, for the rest of the micro-batch, and the rank drains
+// Model.AccessOrder, for the rest of the micro-batch, and the rank drains
 // its later micro-batches the same way. The rank then returns the error;
 // the step ends before the optimizer, so nothing is updated, and every
 // rank's state is ready for the next step.
 type hooks struct {
 	r     *rank
-	order []model.Access // one micro-batch's calls (model.AccessOrder)
+	order []model.Access // one micro-batch's calls (Model.AccessOrder)
 	pos   int            // index of the next call in order
 	micro int            // micro-batch index within the step
 	last  bool           // the step's last micro-batch
@@ -82,7 +82,7 @@ type bucket struct {
 }
 
 func newHooks(r *rank) *hooks {
-	return &hooks{r: r, order: model.AccessOrderWith(r.e.shape, r.e.act), live: map[int]*gathered{}, buckets: map[int]*bucket{},
+	return &hooks{r: r, order: r.e.order, live: map[int]*gathered{}, buckets: map[int]*bucket{},
 		inputs: map[int]*tier.Lease{}, saved: map[int]gpu.Event{}}
 }
 
@@ -91,7 +91,7 @@ func (h *hooks) begin(k int, last bool) {
 	h.micro, h.last, h.pos = k, last, 0
 }
 
-// next checks that a is the call model.AccessOrder lists next and moves on.
+// next checks that a is the call Model.AccessOrder lists next and moves on.
 func (h *hooks) next(a model.Access) {
 	if h.pos >= len(h.order) || h.order[h.pos] != a {
 		panic(fmt.Sprintf("%v: call %d is %v", errAccessOrder, h.pos, a))

@@ -108,10 +108,10 @@ func (e *Engine) inputSpecs() map[shard.Key]tier.Spec {
 	if !e.act.Offload {
 		return out
 	}
-	elems := e.micro * e.seq * e.shape.Dim
+	elems := e.micro * e.seq * e.layout.Shape.Dim
 	for r := range e.n {
-		for l := range e.shape.Layers {
-			if e.act.Offload && e.act.Checkpointed(l, e.shape.Layers) {
+		for l := range e.layout.Shape.Layers {
+			if e.act.Offload && e.act.Checkpointed(l, e.layout.Shape.Layers) {
 				out[akey(l, r)] = tier.Spec{Elems: elems, DType: e.act.DType, Home: shard.Host}
 			}
 		}
@@ -127,7 +127,7 @@ func (e *Engine) inputHBMBytes() int64 {
 	if !e.act.Offload {
 		return 0
 	}
-	return 2 * ioBytes(model.InputBytes(e.shape, e.micro, e.seq, e.act))
+	return 2 * ioBytes(model.InputBytes(e.layout.Shape, e.micro, e.seq, e.act))
 }
 
 // inputHostBytes is one rank's saved inputs in host RAM as the tier store

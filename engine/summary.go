@@ -227,12 +227,12 @@ func (e *Engine) tierSummary() *TierSummary {
 // Summary reports the layout and the measured peaks so far.
 func (e *Engine) Summary() Summary {
 	s := Summary{
-		Model: e.shape.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
+		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
-		Notes: e.Notes(), Activations: describeActivations(e.act, e.shape.Layers),
+		Notes: e.Notes(), Activations: describeActivations(e.act, e.layout.Shape.Layers),
 	}
-	act := EstimateActivations(e.shape, e.micro, e.seq, e.act)
+	act := EstimateActivations(e.layout.Shape, e.micro, e.seq, e.act)
 	if e.offload {
 		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
 		s.HostFormula = e.hostWant

@@ -40,6 +40,11 @@
 //     InputStore, its optional interface through which a model hands its
 //     checkpointed blocks' inputs away and takes them back, in the order
 //     AccessOrderWith lists;
+//   - for models defined elsewhere (a Go program's own, trained through
+//     engine.Options.Model): CustomLayout (a named layout of their chunks
+//     and tensors, Shape zero, Layout.Custom), Layout.Validate (the rules
+//     every layout keeps) and StackOrder (the access order of a stack of
+//     chunks); they reach memory through Params as Model does (net.go);
 //   - Encode/Decode; Corpus, the text a Sampler reads a window at a time,
 //     held in memory (Tokens) or read from a regular file with pread
 //     (FileCorpus, one token per byte); Sampler, Trainer and Train.
