@@ -201,9 +201,11 @@ func TestDecoderScoreMatchesForward(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e := maxRelErr(got, want[0]); !(e <= decodeTol) {
+			e := maxRelErr(got, want[0])
+			if !(e <= decodeTol) {
 				t.Errorf("logits differ from the forward's by %.3g relative (tolerance %g)", e, decodeTol)
 			}
+			t.Logf("%s: logits %.2e relative, mean loss %.2e relative", s.ArchName(), e, math.Abs(sum/float64(counted)-wantLoss)/wantLoss)
 			if counted != n-2 {
 				t.Errorf("%d tokens counted, want %d", counted, n-2)
 			}

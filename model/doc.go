@@ -33,6 +33,14 @@
 //     gradient memory chunk by chunk, in the fixed order AccessOrder(shape)
 //     lists (it depends on whether the head is tied; params.go writes both
 //     orders out), and Resident, its all-on-one-device implementation;
+//   - Decoder (decoder.go): inference with a key/value cache, one sequence
+//     on one device: Step runs new tokens (a prompt, then one generated
+//     token at a time) and returns the next token's logits, Score runs a
+//     window against its targets (eval); each block's keys and values of
+//     the tokens so far stay in the cache and the new tokens' attention
+//     reads it (gpu.Ops.AttentionCached). Weights (weights.go): every
+//     parameter resident on one device and no gradient, the Params of
+//     inference;
 //   - Encode/Decode; Corpus, the text a Sampler reads a window at a time,
 //     held in memory (Tokens) or read from a regular file with pread
 //     (FileCorpus, one token per byte); Sampler, Trainer and Train.
@@ -44,6 +52,9 @@
 // ends the pass: Forward or Backward returns its error unchanged and makes
 // no further call.
 // NewTrainer builds all of it on one device and Step runs one optimizer step.
+// Inference: NewWeights, LoadChunk per chunk; NewDecoder(dev, layout,
+// DecoderOptions) allocates the cache and one step's rows
+// (DecoderBytes); Step or Score, Reset to start another sequence; Free.
 //
 // Memory rules: the model never allocates parameters or gradients; it reads
 // chunk c only between Params.Acquire and Params.Release and accumulates
