@@ -507,3 +507,33 @@ func TestEvalRefuses(t *testing.T) {
 		t.Errorf("the refusal does not say what the model needs: %v", err)
 	}
 }
+
+// TestEvalSeededRunAndBOS: a run trained from the seeded initialisation
+// (no source, vocabulary 256) is evaluated with the byte tokenizer, one
+// token per byte; --bos puts the tokenizer's BOS first, so every token of
+// the file is predicted, and is refused for a tokenizer without one.
+func TestEvalSeededRunAndBOS(t *testing.T) {
+	dir := t.TempDir()
+	run := filepath.Join(dir, "run")
+	if out, errOut, err := runApp(t, trainArgs(tinyConfig(t), "--steps", "2", "--out", run, "--save-every", "2")...); err != nil {
+		t.Fatalf("train: %v\n%s\n%s", err, out, errOut)
+	}
+	data := filepath.Join(dir, "text.txt")
+	if err := os.WriteFile(data, []byte(evalText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, errOut := evalJSON(t, "--model", run, "--data", data, "--seq", "32")
+	if !strings.Contains(errOut, "tokenizer bytes") || r.Tokens != int64(len(evalText)-1) {
+		t.Errorf("%d tokens (want %d, one per byte less the first), stderr:\n%s", r.Tokens, len(evalText)-1, errOut)
+	}
+	if _, _, err := runApp(t, "eval", "--model", run, "--data", data, "--bos"); err == nil || !strings.Contains(err.Error(), "names no BOS") {
+		t.Errorf("--bos with the byte tokenizer: %v", err)
+	}
+	hf := filepath.Join(dir, "hf")
+	writeHFEvalModel(t, hf, evalTorchShapes[0], 4, dtype.F32, testTokenizer{merges: gpt2Merges, special: []string{"<|endoftext|>"}})
+	plain, _ := evalJSON(t, "--model", hf, "--data", data)
+	bos, _ := evalJSON(t, "--model", hf, "--data", data, "--bos")
+	if bos.Tokens != plain.Tokens+1 {
+		t.Errorf("--bos: %d tokens predicted, without %d: want one more", bos.Tokens, plain.Tokens)
+	}
+}

@@ -118,8 +118,9 @@ func openInference(c *cli.Context, cmd string, decoderOpts func(model.Shape, *to
 	if m.dec, err = model.NewDecoder(m.dev, m.layout, opts); err != nil {
 		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
-	fmt.Fprintf(stderr, "loaded %s parameters (%s on the device) in %.1fs\n", formatCount(m.layout.ParamCount()),
-		units.FormatBytes(model.WeightsBytes(m.layout, m.dt)), time.Since(start).Seconds())
+	fmt.Fprintf(stderr, "loaded %s parameters in %.1fs; %s holds them (%s) and %s of activations and key/value cache for %d tokens\n",
+		formatCount(m.layout.ParamCount()), time.Since(start).Seconds(), m.dev.Name(), units.FormatBytes(model.WeightsBytes(m.layout, m.dt)),
+		units.FormatBytes(model.DecoderBytes(im.shape, opts)), opts.Capacity)
 	return m, nil
 }
 
