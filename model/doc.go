@@ -45,6 +45,14 @@
 //     and tensors, Shape zero, Layout.Custom), Layout.Validate (the rules
 //     every layout keeps) and StackOrder (the access order of a stack of
 //     chunks); they reach memory through Params as Model does (net.go);
+//   - Decoder (decoder.go): inference with a key/value cache, one sequence
+//     on one device: Step runs new tokens (a prompt, then one generated
+//     token at a time) and returns the next token's logits, Score runs a
+//     window against its targets (eval); each block's keys and values of
+//     the tokens so far stay in the cache and the new tokens' attention
+//     reads it (gpu.Ops.AttentionCached). Weights (weights.go): every
+//     parameter resident on one device and no gradient, the Params of
+//     inference;
 //   - Encode/Decode; Corpus, the text a Sampler reads a window at a time,
 //     held in memory (Tokens) or read from a regular file with pread
 //     (FileCorpus, one token per byte); Sampler, Trainer and Train.
@@ -57,6 +65,9 @@
 // ends the pass: Forward or Backward returns its error unchanged and makes
 // no further call.
 // NewTrainer builds all of it on one device and Step runs one optimizer step.
+// Inference: NewWeights, LoadChunk per chunk; NewDecoder(dev, layout,
+// DecoderOptions) allocates the cache and one step's rows
+// (DecoderBytes); Step or Score, Reset to start another sequence; Free.
 //
 // Memory rules: the model never allocates parameters or gradients; it reads
 // chunk c only between Params.Acquire and Params.Release and accumulates

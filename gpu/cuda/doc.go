@@ -30,7 +30,11 @@
 // examples, fp32 tiles through shared memory, online softmax, lse kept;
 // the backward recomputes P from lse, dK/dV by the block owning each key
 // tile and dQ by the block owning each query tile, so no atomics and no
-// batch×heads×seq×seq storage); head dimensions up to 128. The Llama
+// batch×heads×seq×seq storage); head dimensions up to 128.
+// AttentionCached (generation) appends the new keys and values to the
+// caches (kv_append) and, for one new token, runs attn_cached, one block
+// per (token, head) over the cache in tiles of 256 keys; a first call
+// (start 0) runs attn_fwd on the new tokens. The Llama
 // kernels (RMSNorm, RoPE with cos/sin from double math in the kernel,
 // SwiGLU) and this attention were checked without a GPU (NVRTC compile,
 // a CPU model of the kernels under sanitizers; README.md) and have not
