@@ -232,7 +232,10 @@ func (e *Engine) Summary() Summary {
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
 		Notes: e.Notes(), Activations: describeActivations(e.act, e.layout.Shape.Layers),
 	}
-	act := EstimateActivations(e.layout.Shape, e.micro, e.seq, e.act)
+	var actEstimate int64 // a library model's activations are its own: no estimate
+	if !e.layout.Custom() {
+		actEstimate = EstimateActivations(e.layout.Shape, e.micro, e.seq, e.act).DeviceBytes()
+	}
 	if e.offload {
 		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
 		s.HostFormula = e.hostWant
@@ -269,7 +272,7 @@ func (e *Engine) Summary() Summary {
 			BucketPeakBytes:         r.ws.bucketPeakBytes,
 			WorkspacePeakBytes:      ms.PeakByKind[gpu.Workspace],
 			ActivationPeakBytes:     ms.PeakByKind[gpu.Activation],
-			ActivationEstimateBytes: act.DeviceBytes(),
+			ActivationEstimateBytes: actEstimate,
 			PeakBytes:               ms.PeakBytes,
 			Moved:                   r.dev.Counters(),
 		}
