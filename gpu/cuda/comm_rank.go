@@ -94,7 +94,9 @@ func (g *group) freeScratch() error {
 		if sb.acct == nil {
 			continue
 		}
-		err := g.on(r, func(cs *Stream) error { return drv.check(drv.cuMemFreeAsync(sb.ptr, cs.h), "cuMemFreeAsync collective scratch") })
+		err := g.on(r, func(cs *Stream) error {
+			return drv.check(drv.cuMemFreeAsync(sb.ptr, cs.h), "cuMemFreeAsync collective scratch")
+		})
 		if err != nil && first == nil {
 			first = err
 		}
