@@ -466,6 +466,7 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	s.boolKey("update_in_backward", &st.UpdateInBackward)
 	s.intKey("steps", &st.Steps, atLeast(1))
 	s.patternsKey("freeze", &st.Freeze)
+	s.boolKey("deterministic", &st.Deterministic)
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
 	}

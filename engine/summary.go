@@ -91,7 +91,9 @@ type Summary struct {
 	FrozenDescribed  string // FrozenChunks with consecutive blocks as ranges (DescribeChunks)
 	FrozenParams     int64
 	FrozenSavedBytes [shard.StateCount][shard.TierCount]int64
-	Notes            []string
+	// Collectives is what ran the collectives (Options.Collectives).
+	Collectives string
+	Notes       []string
 }
 
 // FrozenOptimizerSavedBytes is the optimizer state (master, m, v) the
@@ -214,7 +216,7 @@ func (e *Engine) Summary() Summary {
 		Model: e.shape.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
-		Notes: e.Notes(),
+		Notes: e.Notes(), Collectives: e.opts.Collectives,
 	}
 	if e.offload {
 		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
