@@ -15,7 +15,8 @@
 # included). Its duration on a GPU is not measured yet; -test.timeout 9m
 # bounds it.
 #
-# multirank (issue 12, item 4; about 3 minutes when nothing hangs):
+# multirank (issue 12, item 4; estimated at 3 minutes, not measured yet;
+# every part is under a timeout, so at most about 9 minutes if all hang):
 #   1. `strata train` with 2 and then 4 logical ranks on the GPU (the backend
 #      maps rank r to GPU r % GPUs), ZeRO stage 3 with params and optimizer
 #      state offloaded to host RAM (testdata/configs/ds_zero3_offload.json,
@@ -34,7 +35,7 @@
 # Logs and run directories go to $OUT/multirank (the device tool's $OUT
 # comes back) or /tmp/multirank. Knobs, for a dry run on the CPU backend
 # here (gpu/cuda's TestDeviceScript does one): STRATA_BIN, BACKEND (cuda),
-# RANKS ("2 4"), RUNS (5), STEPS (20), RUN_TIMEOUT (seconds, 90), CUDA_TEST
+# RANKS ("2 4"), RUNS (5), STEPS (20), RUN_TIMEOUT (seconds, 60), CUDA_TEST
 # (.cudabin/cuda.test; skipped when absent), HANG (1; 0 skips step 4).
 set -e
 cd "$(dirname "$0")"
@@ -63,7 +64,7 @@ field() {
 
 multirank() {
 	: "${STRATA_BIN:=$root/.cudabin/strata}" "${BACKEND:=cuda}" "${RANKS:=2 4}" "${RUNS:=5}" "${STEPS:=20}"
-	: "${RUN_TIMEOUT:=90}" "${CUDA_TEST:=$root/.cudabin/cuda.test}" "${HANG:=1}"
+	: "${RUN_TIMEOUT:=60}" "${CUDA_TEST:=$root/.cudabin/cuda.test}" "${HANG:=1}"
 	out=${OUT:-/tmp}/multirank
 	rm -rf "$out"
 	mkdir -p "$out"
@@ -124,11 +125,11 @@ multirank() {
 
 	if [ -x "$CUDA_TEST" ]; then
 		rc=0
-		"$CUDA_TEST" -test.v -test.count 1 -test.timeout 4m \
+		"$CUDA_TEST" -test.v -test.count 1 -test.timeout 90s \
 			-test.run '^(TestNCCLOneRank|TestNCCLNeedsAGPUPerRank|TestCollectiveScratchInBudget)$' >"$out/cuda-test.log" 2>&1 || rc=$?
-		"$CUDA_TEST" -test.v -test.count 1 -test.timeout 4m \
+		"$CUDA_TEST" -test.v -test.count 1 -test.timeout 90s \
 			-test.run '^TestConformance$/^Collectives$' >>"$out/cuda-test.log" 2>&1 || rc=$?
-		grep -E '^(---|ok|FAIL|PASS)|    (comm|nccl)_.*test.go' "$out/cuda-test.log" | grep -v -- '--- PASS: TestConformance/Collectives/' || true
+		grep -E '^(---|ok|FAIL|PASS)|--- FAIL|\.go:[0-9]+: ' "$out/cuda-test.log" || true
 		report="${report}collective tests (cuda.test): exit $rc (log $out/cuda-test.log)
 "
 		[ "$rc" -eq 0 ] || failed=1
@@ -139,7 +140,7 @@ multirank() {
 
 	if [ "$HANG" = 1 ] && [ "$BACKEND" = cuda ]; then
 		rc=0
-		GOTRACEBACK=all timeout -s QUIT -k 15 180 "$STRATA_BIN" bench step --backend cuda --model medium \
+		GOTRACEBACK=all timeout -s QUIT -k 15 120 "$STRATA_BIN" bench step --backend cuda --model medium \
 			--tier-hbm 4MiB --host-budget 123.5MiB --modes nvme >"$out/hang.log" 2>&1 || rc=$?
 		report="${report}README's hang command (bench step --model medium --modes nvme --tier-hbm 4MiB): exit $rc$([ "$rc" -eq 124 ] && echo ', HUNG: goroutine dump in the log') (log $out/hang.log)
 "
