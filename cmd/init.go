@@ -55,6 +55,9 @@ func probeInit(path string) (*initModel, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: --init %s is neither a Hugging Face model directory (a config.json with \"architectures\") nor a Strata checkpoint: %w", path, err)
 	}
+	if m.Model != "" {
+		return nil, fmt.Errorf("train: --init %s is a checkpoint of %q, a model a Go program defines (engine.Options.Model), which strata train cannot build; start it from Go (docs/library.md)", path, m.Model)
+	}
 	im.ckpt, im.shape, im.source = dir, m.Shape, m.Source
 	if im.source == nil {
 		abs, _ := filepath.Abs(dir)

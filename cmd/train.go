@@ -884,6 +884,8 @@ type deviceJSON struct {
 	BucketPeakBytes     int64   `json:"grad_buckets_peak_bytes"`
 	WorkspacePeakBytes  int64   `json:"workspace_peak_bytes"`
 	ActivationPeakBytes int64   `json:"activation_peak_bytes"`
+	ActivationEstimate  int64   `json:"activation_estimate_bytes"`
+	ActivationRatio     float64 `json:"ratio_activation_estimate"`
 	PeakBytes           int64   `json:"peak_bytes"`
 }
 
@@ -892,7 +894,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	for _, d := range s.PerDevice {
 		devs = append(devs, deviceJSON{d.Device, d.ModelStatePeakBytes, d.Formula, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes,
 			d.EstimateBytes, d.FormulaRatio, d.EstimateRatio, d.TierHBMBytes,
-			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.PeakBytes})
+			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.ActivationEstimateBytes, d.ActivationRatio, d.PeakBytes})
 	}
 	prec := "bf16"
 	if s.Precision == gpu.F32 {
@@ -903,6 +905,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
 		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": s.Tier,
+		"activations": s.Activations, "activation_host_bytes": s.ActivationHostBytes,
 		"collectives": s.Collectives,
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
