@@ -209,7 +209,7 @@ func runTrain(c *cli.Context) (err error) {
 		defer rd.close()
 	}
 	cfg := p.cfg
-	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes)
+	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
 	if err != nil {
 		return err
 	}
@@ -221,7 +221,7 @@ func runTrain(c *cli.Context) (err error) {
 	if trFile != nil {
 		defer trFile.Close()
 	}
-	opts.Trace, opts.HostRegistrar = tr, devs.Registrar
+	opts.Trace, opts.HostRegistrar, opts.Collectives = tr, devs.Registrar, devs.Collectives
 	e, err := engine.New(cfg, devs.Devs, devs.Comms, opts)
 	if err != nil {
 		if trFile != nil { // nothing to write: no empty file left behind
@@ -906,6 +906,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
 		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": s.Tier,
 		"activations": s.Activations, "activation_host_bytes": s.ActivationHostBytes,
+		"collectives": s.Collectives,
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}

@@ -185,6 +185,13 @@ type Strata struct {
 	// chunk keeps its params only: no gradient reduction, no optimizer
 	// state, no update. Empty: everything trains.
 	Freeze []string `json:"freeze,omitempty"`
+	// Deterministic keeps the rank-order collectives (peer copies, ranks
+	// added in order 0..N-1 and rounded once), so that every run of the
+	// same config gives the same bits, on every rank. false lets the cuda
+	// backend run them with NCCL where it can (faster on several GPUs; its
+	// reduction order is its own, so runs may differ in the last bits).
+	// Default true.
+	Deterministic bool `json:"deterministic"`
 
 	devicesFrom string // where Devices came from, for messages: "--devices", "strata.devices in FILE" or "" (the default)
 }
@@ -297,7 +304,7 @@ func (c *Config) setDefaults() {
 	}
 	c.AIO = AIO{BlockSize: DefaultAIOBlockSize, QueueDepth: DefaultAIOQueueDepth, ThreadCount: DefaultAIOThreadCount, OverlapEvents: true}
 	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", DPUWarmupSteps: DefaultDPUWarmupSteps, Steps: DefaultSteps,
-		ActivationDType: ActivationBF16}
+		ActivationDType: ActivationBF16, Deterministic: true}
 }
 
 // Load reads and parses a config file.

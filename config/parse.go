@@ -468,6 +468,7 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	s.intKey("steps", &st.Steps, atLeast(1))
 	s.patternsKey("freeze", &st.Freeze)
 	s.stringKey("activation_dtype", &st.ActivationDType, ActivationBF16, ActivationFP32)
+	s.boolKey("deterministic", &st.Deterministic)
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
 	}

@@ -85,6 +85,9 @@ type Options struct {
 	// a note (Notes), not an error: the copies then go through pageable
 	// memory. nil: nothing is registered (the CPU backend needs nothing).
 	HostRegistrar pinned.Registrar
+	// Collectives is what runs the comms' collectives, as the backend
+	// says it (bench.Devices.Collectives), reported in Summary.
+	Collectives string
 	// Trace, when set, records the run's timeline (compute and collectives
 	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
 	// for Engine.WriteTrace and Overlap (trace.go). One Tracer per Engine.

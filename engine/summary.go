@@ -104,7 +104,9 @@ type Summary struct {
 	FrozenDescribed  string // FrozenChunks with consecutive blocks as ranges (DescribeChunks)
 	FrozenParams     int64
 	FrozenSavedBytes [shard.StateCount][shard.TierCount]int64
-	Notes            []string
+	// Collectives is what ran the collectives (Options.Collectives).
+	Collectives string
+	Notes       []string
 }
 
 // FrozenOptimizerSavedBytes is the optimizer state (master, m, v) the
@@ -230,7 +232,7 @@ func (e *Engine) Summary() Summary {
 		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
-		Notes: e.Notes(), Activations: describeActivations(e.act, e.layout.Shape.Layers),
+		Notes: e.Notes(), Collectives: e.opts.Collectives, Activations: describeActivations(e.act, e.layout.Shape.Layers),
 	}
 	var actEstimate int64 // a library model's activations are its own: no estimate
 	if !e.layout.Custom() {

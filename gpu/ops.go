@@ -170,7 +170,8 @@ const (
 // order, each on a stream of its own device, and each call completes when
 // all ranks have joined it. Reductions add in fixed rank order (0, 1, ...,
 // N-1) in fp32 and round once on store, so results are deterministic and
-// identical on every rank.
+// identical on every rank. (gpu/cuda's NCCL communicator, opt-in, is the
+// exception: identical on every rank, in NCCL's order.)
 type Comm interface {
 	Rank() int
 	Size() int
