@@ -102,7 +102,7 @@ func openInference(c *cli.Context, cmd string, decoderOpts func(model.Shape, *to
 	if err != nil {
 		return nil, err
 	}
-	if m.devs, err = bench.OpenDevices(backend, 1, hbm); err != nil {
+	if m.devs, err = bench.OpenDevices(backend, 1, hbm, true); err != nil {
 		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	m.dev = m.devs.Devs[0]
