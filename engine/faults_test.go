@@ -15,6 +15,7 @@ import (
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
+	"github.com/strata-ai/strata/tier"
 )
 
 // allocFaults is a device that, once armed with k, refuses the k-th
@@ -165,15 +166,19 @@ func checkNewOOM(t *testing.T, err error, faulty *allocFaults, purpose string, r
 }
 
 // TestTierSlotOOM: as TestWorkspaceOOM for the tier store's HBM slots
-// (params and optimizer state on NVMe, N = 1, 2) and for the gradient
-// shards bound for it.
+// (params and optimizer state on NVMe, N = 1, 2), for the gradient shards
+// bound for it, and, with cpu_checkpointing, for the saved inputs' slots
+// (taken after the params', which the failure gives back).
 func TestTierSlotOOM(t *testing.T) {
 	nvmetest.Require(t)
 	const steps = 3
 	for _, n := range []int{1, 2} {
-		for _, purpose := range []string{"tier hbm copies", "grad shard"} {
+		for _, purpose := range []string{tier.SlotPurpose, "grad shard", tier.InputSlotPurpose} {
 			t.Run(fmt.Sprintf("N%d/%s", n, strings.ReplaceAll(purpose, " ", "-")), func(t *testing.T) {
 				s := tierSpec{n: n, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
+				if purpose == tier.InputSlotPurpose {
+					s.ckpt = `{"cpu_checkpointing": true}` // the inputs' slots after the params'
+				}
 				want, _ := runTier(t, s, Options{}, steps)
 				cdevs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 256 << 20})
 				if err != nil {

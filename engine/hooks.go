@@ -10,10 +10,11 @@ import (
 	"github.com/strata-ai/strata/tier"
 )
 
-// hooks are a rank's model.Params: the single place where a chunk is
+// hooks are a rank's model.Params (and, with cpu_checkpointing, its
+// model.InputStore: inputs.go): the single place where a chunk is
 // gathered before its use and released after it (stage 3), and where a
 // chunk's gradient is handed out and reduced when it is ready (all
-// stages). The model calls them in model.AccessOrder, from the rank's
+// stages). The model calls them in Model.AccessOrder, from the rank's
 // goroutine; every decision that issues a collective depends only on that
 // order, never on timing, so all ranks issue the same collectives.
 //
@@ -36,13 +37,13 @@ import (
 // stages 0-1 reduce the rank's own gradient buffers in place, which the
 // next step zeroes first — and
 // drain makes the calls the model no longer makes, in
-// model.AccessOrder, for the rest of the micro-batch, and the rank drains
+// Model.AccessOrder, for the rest of the micro-batch, and the rank drains
 // its later micro-batches the same way. The rank then returns the error;
 // the step ends before the optimizer, so nothing is updated, and every
 // rank's state is ready for the next step.
 type hooks struct {
 	r     *rank
-	order []model.Access // one micro-batch's calls (model.AccessOrder)
+	order []model.Access // one micro-batch's calls (Model.AccessOrder)
 	pos   int            // index of the next call in order
 	micro int            // micro-batch index within the step
 	last  bool           // the step's last micro-batch
@@ -59,6 +60,12 @@ type hooks struct {
 
 	err     error      // the step's first failure: the hooks only drain (see above)
 	scratch gpu.Buffer // the failed step's collectives' buffer; nil until needed
+
+	// cpu_checkpointing (inputs.go): the restored block inputs in use, by
+	// block, leased from the tier store until ReleaseInput, and the copies
+	// of the saved ones to host memory not yet waited for.
+	inputs map[int]*tier.Lease
+	saved  map[int]gpu.Event
 }
 
 // gathered is a chunk gathered on the device, in a slot of the rank's
@@ -86,7 +93,8 @@ type bucket struct {
 }
 
 func newHooks(r *rank) *hooks {
-	return &hooks{r: r, order: model.AccessOrder(r.e.shape), live: map[int]*gathered{}, buckets: map[int]*bucket{}}
+	return &hooks{r: r, order: r.e.order, live: map[int]*gathered{}, buckets: map[int]*bucket{},
+		inputs: map[int]*tier.Lease{}, saved: map[int]gpu.Event{}}
 }
 
 // begin starts micro-batch k of a step.
@@ -94,7 +102,7 @@ func (h *hooks) begin(k int, last bool) {
 	h.micro, h.last, h.pos = k, last, 0
 }
 
-// next checks that a is the call model.AccessOrder lists next and moves on.
+// next checks that a is the call Model.AccessOrder lists next and moves on.
 func (h *hooks) next(a model.Access) {
 	if h.pos >= len(h.order) || h.order[h.pos] != a {
 		panic(fmt.Sprintf("%v: call %d is %v", errAccessOrder, h.pos, a))
@@ -131,6 +139,12 @@ func (h *hooks) drain(s gpu.Stream) {
 			h.Grad(s, a.Chunk)
 		case model.AccessGradReady:
 			h.GradReady(s, a.Chunk)
+		case model.AccessSaveInput:
+			h.SaveInput(s, a.Chunk-1, nil)
+		case model.AccessRestoreInput:
+			h.RestoreInput(s, a.Chunk-1)
+		case model.AccessReleaseInput:
+			h.ReleaseInput(s, a.Chunk-1)
 		}
 	}
 }
@@ -160,6 +174,7 @@ func (h *hooks) fail(err error) {
 		h.dropBucket(b)
 	}
 	r.settleRings()
+	h.dropInputs()
 }
 
 // takeErr returns the step's failure and clears it for the next step.
@@ -215,8 +230,12 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 	// pending update (exact overlap) is still in cpuadam: waiting for it
 	// here would hold back this chunk's compute. Either way the gather is
 	// issued before any other collective (in a forward only gathers
-	// follow), so every rank issues the same sequence.
-	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && r.updateReady(next.Chunk) {
+	// follow), so every rank issues the same sequence. With offloaded
+	// param shards and saved inputs in the tier store (cpu_checkpointing)
+	// the gather's access must keep its place among the saved inputs'
+	// accesses, step after step, or the planner's trace diverges: it is
+	// always issued here, waiting for the update if need be.
+	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && (r.updateReady(next.Chunk) || h.fixedOrder()) {
 		h.gather(next.Chunk, next.Pass)
 	}
 	if h.err != nil {
@@ -224,6 +243,10 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 	}
 	return g.buf.Slice(0, n), nil
 }
+
+// fixedOrder says whether the gathers' tier accesses must come in the same
+// order every step: param shards and saved inputs both in the tier store.
+func (h *hooks) fixedOrder() bool { return h.r.e.act.Offload && h.r.e.paramTier != shard.HBM }
 
 // nextAcquire is the next Acquire of the micro-batch after the current call.
 func (h *hooks) nextAcquire() (model.Access, bool) {
@@ -554,4 +577,5 @@ func (h *hooks) freeAll() {
 	}
 	h.scratch = nil
 	h.r.settleRings()
+	h.dropInputs()
 }

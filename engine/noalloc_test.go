@@ -7,8 +7,10 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
+	"github.com/strata-ai/strata/tier"
 )
 
 // noAllocSteps is how long each run of the tests below trains: step 1
@@ -21,7 +23,7 @@ const noAllocSteps = 4
 // checkNoAllocs checks the summary's driver counters of e after its steps:
 // something was allocated (the counters count), nothing after step 1; the
 // workspace rings; the pinned pools' registration (every one ok with the
-// host optimizer, none without). It returns the bytes each device copied
+// tier store, for the host optimizer or cpu_checkpointing, none without). It returns the bytes each device copied
 // from and to pageable host memory after step 1 (after1: the link
 // counters then).
 func checkNoAllocs(t *testing.T, e *Engine, after1 []gpu.LinkCounters) (up, down []int64) {
@@ -46,8 +48,8 @@ func checkNoAllocs(t *testing.T, e *Engine, after1 []gpu.LinkCounters) (up, down
 			t.Errorf("registration %+v", h)
 		}
 	}
-	if e.offload != (len(sum.HostRegistration) == 2) {
-		t.Errorf("host optimizer %v, registrations %+v", e.offload, sum.HostRegistration)
+	if (e.tiers != nil) != (len(sum.HostRegistration) == 2) {
+		t.Errorf("tier store %v, registrations %+v", e.tiers != nil, sum.HostRegistration)
 	}
 	return up, down
 }
@@ -202,6 +204,58 @@ func TestTierNoDeviceAllocsAfterStep1(t *testing.T) {
 						t.Fatalf("the hbm share %d B holds every param shard (%d B): nothing is evicted", e.tiers.hbmBudget, shards)
 					}
 				})
+			}
+		}
+	}
+}
+
+// TestTierNoDeviceAllocsCheckpointing: as TestTierNoDeviceAllocsAfterStep1
+// with activation checkpointing and cpu_checkpointing (every block, or
+// one): the saved inputs go to their host homes in the tier store and
+// come back every step into the store's HBM slots, beside the param
+// copies (params on the device, on the host, on NVMe, with the default
+// HBM share and a squeezed one), and after step 1 no device memory is
+// allocated or freed. The inputs' slots are on every device, tagged as
+// activations, and the inputs moved up after step 1.
+func TestTierNoDeviceAllocsCheckpointing(t *testing.T) {
+	nvmetest.Require(t)
+	for _, n := range []int{1, 2} {
+		base := newTierEngine(t, tierSpec{n: n, param: "none", opt: "none", shapeJSON: deepShapeJSON}, Options{})
+		baseUp, baseDown := checkNoAllocs(t, base, trainCounting(t, base))
+		for _, ck := range []string{`{"cpu_checkpointing": true}`, `{"number_checkpoints": 1, "cpu_checkpointing": true}`} {
+			for _, where := range [][2]string{{"none", "none"}, {"none", "cpu"}, {"cpu", "cpu"}, {"nvme", "nvme"}} {
+				for _, squeeze := range []bool{false, true} {
+					if squeeze && where[0] == "none" {
+						continue
+					}
+					s := tierSpec{n: n, param: where[0], opt: where[1], shapeJSON: deepShapeJSON, registrar: true, ckpt: ck}
+					t.Run(fmt.Sprintf("%v/ckpt%s/squeeze%v", s, ck, squeeze), func(t *testing.T) {
+						opts := Options{}
+						if squeeze {
+							opts.TierHBMBytes = 2 * ioBytes(int64(4352/n)*2) // two of the largest param shard
+						}
+						e := newTierEngine(t, s, opts)
+						up, down := checkNoAllocs(t, e, trainCounting(t, e))
+						checkPageable(t, e, up, down, baseUp, baseDown)
+						for _, r := range e.ranks {
+							ms := r.dev.MemStats()
+							if ms.InUseByPurpose[tier.InputSlotPurpose] == 0 {
+								t.Errorf("%s: no HBM slots for the saved inputs (%s)", r.dev.Name(), ms)
+							}
+						}
+						// Every step, every rank brought each saved input back.
+						var blocks int64
+						for l := range e.layout.Shape.Layers {
+							if e.act.Checkpointed(l, e.layout.Shape.Layers) {
+								blocks++
+							}
+						}
+						in := model.InputBytes(e.layout.Shape, e.micro, e.seq, e.act)
+						if up, want := e.Summary().Tier.LinkBytes[shard.HostToHBM], noAllocSteps*int64(n)*blocks*in; up < want {
+							t.Errorf("moved %d B up in %d steps, want at least %d (the saved inputs)", up, noAllocSteps, want)
+						}
+					})
+				}
 			}
 		}
 	}

@@ -18,12 +18,18 @@ type Sizes struct {
 	// ParamBytes is one rank's param shards that the store stages in HBM
 	// (0: none, and no HBM budget), MaxParamBytes the largest of them.
 	ParamBytes, MaxParamBytes int64
-	// ParamShardBytes is the exact size of each of them (the HBM slots of
-	// Store.ReserveHBM hold them: SlabBytes); nil: no slots.
-	ParamShardBytes []int64
+	// SlotShards are the classes of one rank's shards whose HBM copies the
+	// slots of Store.ReserveHBM hold (SlabBytes): its param shards staged
+	// in HBM and, with cpu_checkpointing, its saved block inputs; nil: no
+	// slots.
+	SlotShards []SlotClass
 	// HBMBytes overrides the HBM budget (engine.Options.TierHBMBytes); 0:
 	// ParamBytes, at most HBMFreeBytes.
 	HBMBytes int64
+	// ActivationHBMBytes is the HBM room, beyond the params', for the
+	// copies of saved block inputs brought back for the backward
+	// (cpu_checkpointing); 0: none.
+	ActivationHBMBytes int64
 
 	// HomeBytes is one rank's shards homed in host RAM, StagingBytes the
 	// room for shards staged through the host beyond their homes
@@ -47,8 +53,8 @@ type Sizes struct {
 // Budgets are a store's: Options.HBMBudgetBytes and HostBudgetBytes, each
 // rank's planner's share of the host budget, and the pinned pool to make.
 type Budgets struct {
-	HBMBytes      int64 // per device; 0 when no param shard is staged in HBM
-	HBMSlabBytes  int64 // per device: the slots that hold HBMBytes of param shards (SlabBytes)
+	HBMBytes      int64 // per device; 0 when nothing is staged in HBM
+	HBMSlabBytes  int64 // per device: the slots that hold HBMBytes of Sizes.SlotShards (SlabBytes)
 	HostBytes     int64 // all ranks
 	PlanHostBytes int64 // each rank's planner: its homes and staging room
 	PoolBytes     int64 // the pinned pool the host copies come from
@@ -61,9 +67,11 @@ func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
 
 // PlanBudgets derives the budgets from s. HBM: the rank's param shards, at
 // most what is left per device (or s.HBMBytes), and at least two of the
-// largest (one in use, the next arriving); the slots that hold them
-// (HBMSlabBytes) must fit in what is left too, which may lower the default
-// budget below what is left when shards of several sizes share it. Host: the homes in RAM, the
+// largest (one in use, the next arriving), plus the room for saved block
+// inputs (s.ActivationHBMBytes); the slots that hold the shards of that
+// budget (HBMSlabBytes, SlabBytes of s.SlotShards) must fit in what is
+// left too, which may lower the params' default room below what is left
+// when shards of several classes share it. Host: the homes in RAM, the
 // staging room and one spare shard per rank; the pinned pool a quarter more
 // (and four spare shards) against fragmentation, or for a static store
 // (Sizes.Static) only the homes and the arenas' ends. With a host budget the
@@ -74,30 +82,9 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 	if s.Ranks < 1 {
 		panic(fmt.Sprintf("tier: PlanBudgets for %d ranks", s.Ranks))
 	}
-	var b Budgets
-	if s.ParamBytes > 0 {
-		b.HBMBytes = min(s.HBMFreeBytes, s.ParamBytes)
-		if s.HBMBytes > 0 {
-			b.HBMBytes = s.HBMBytes
-			if s.HBMBytes > s.HBMFreeBytes {
-				return Budgets{}, fmt.Errorf("tier: hbm budget %s is more than the %s left per device after model state, activations and workspace: lower it or raise strata.hbm_bytes",
-					units.FormatBytes(s.HBMBytes), units.FormatBytes(s.HBMFreeBytes))
-			}
-		}
-		slab := SlabBytes(b.HBMBytes, s.ParamShardBytes)
-		switch {
-		case slab > s.HBMFreeBytes && s.HBMBytes > 0:
-			return Budgets{}, fmt.Errorf("tier: hbm budget %s takes %s of device memory in slots (one per shard it can hold, per shard size), more than the %s left per device after model state, activations and workspace: lower it or raise strata.hbm_bytes",
-				units.FormatBytes(s.HBMBytes), units.FormatBytes(slab), units.FormatBytes(s.HBMFreeBytes))
-		case slab > s.HBMFreeBytes:
-			b.HBMBytes = largestBudget(b.HBMBytes, s.HBMFreeBytes, s.ParamShardBytes)
-			slab = SlabBytes(b.HBMBytes, s.ParamShardBytes)
-		}
-		if b.HBMBytes < 2*s.MaxParamBytes {
-			return Budgets{}, fmt.Errorf("tier: %s of device memory left for param shards, the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
-				units.FormatBytes(max(b.HBMBytes, 0)), units.FormatBytes(2*s.MaxParamBytes))
-		}
-		b.HBMSlabBytes = slab
+	b, err := planHBM(s)
+	if err != nil {
+		return Budgets{}, err
 	}
 	n := int64(s.Ranks)
 	spare := s.SpareBytes
@@ -138,13 +125,57 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 	return b, nil
 }
 
-// largestBudget is the largest HBM budget up to hi whose slots
-// (SlabBytes, nondecreasing in the budget) fit in freeBytes.
-func largestBudget(hi, freeBytes int64, shardBytes []int64) int64 {
-	lo := int64(0) // SlabBytes(0) = 0 fits
+// planHBM is PlanBudgets' HBM part: the params' room, the saved inputs'
+// room beyond it, and the slots of both.
+func planHBM(s Sizes) (Budgets, error) {
+	var room int64 // the params'
+	if s.ParamBytes > 0 {
+		room = min(s.HBMFreeBytes, s.ParamBytes)
+		if s.HBMBytes > 0 {
+			room = s.HBMBytes
+			if s.HBMBytes > s.HBMFreeBytes {
+				return Budgets{}, fmt.Errorf("tier: hbm budget %s is more than the %s left per device after model state, activations and workspace: lower it or raise strata.hbm_bytes",
+					units.FormatBytes(s.HBMBytes), units.FormatBytes(s.HBMFreeBytes))
+			}
+		}
+		if room < 2*s.MaxParamBytes {
+			return Budgets{}, fmt.Errorf("tier: %s of device memory left for param shards, the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
+				units.FormatBytes(max(room, 0)), units.FormatBytes(2*s.MaxParamBytes))
+		}
+	}
+	act := s.ActivationHBMBytes
+	if left := s.HBMFreeBytes - room; act > 0 && act > left {
+		return Budgets{}, fmt.Errorf("tier: %s of device memory left beyond the params' room, the saved block inputs need %s (two, brought back for the backward): raise strata.hbm_bytes or use more devices",
+			units.FormatBytes(max(left, 0)), units.FormatBytes(act))
+	}
+	slab := SlabBytes(room+act, s.SlotShards)
+	if slab > 0 && slab > s.HBMFreeBytes {
+		inputs := ""
+		if act > 0 {
+			inputs = fmt.Sprintf(" with the saved block inputs' %s", units.FormatBytes(act))
+		}
+		if s.HBMBytes > 0 {
+			return Budgets{}, fmt.Errorf("tier: hbm budget %s%s takes %s of device memory in slots (one per shard it can hold, per shard size), more than the %s left per device after model state, activations and workspace: lower it or raise strata.hbm_bytes",
+				units.FormatBytes(s.HBMBytes), inputs, units.FormatBytes(slab), units.FormatBytes(s.HBMFreeBytes))
+		}
+		room = largestRoom(room, act, s.HBMFreeBytes, s.SlotShards)
+		slab = SlabBytes(room+act, s.SlotShards)
+		if room < 2*s.MaxParamBytes || slab > s.HBMFreeBytes {
+			return Budgets{}, fmt.Errorf("tier: %s of device memory left for param shards once their slots%s fit in the %s left per device (one slot per shard the budget can hold, per shard size), the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
+				units.FormatBytes(room), inputs, units.FormatBytes(s.HBMFreeBytes), units.FormatBytes(2*s.MaxParamBytes))
+		}
+	}
+	return Budgets{HBMBytes: room + act, HBMSlabBytes: slab}, nil
+}
+
+// largestRoom is the largest params' room up to hi whose slots, with the
+// saved inputs' room act beside it (SlabBytes of room+act, nondecreasing
+// in it), fit in freeBytes; 0 when none does.
+func largestRoom(hi, act, freeBytes int64, shards []SlotClass) int64 {
+	lo := int64(0)
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2
-		if SlabBytes(mid, shardBytes) <= freeBytes {
+		if SlabBytes(mid+act, shards) <= freeBytes {
 			lo = mid
 		} else {
 			hi = mid - 1

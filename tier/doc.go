@@ -132,7 +132,9 @@
 // are charged before any memory is taken and never exceeded: a destination
 // counts from Submit, its source until the move completes and is dropped, a
 // staging buffer while its move runs. Charges are what the memory costs:
-// elements × dtype size in HBM, the pinned buffer's padded size in host, the extent
+// elements × dtype size in HBM (allocations and slots tagged
+// gpu.ModelState; gpu.Activation for shard.Activation, a saved block input
+// brought back for its backward), the pinned buffer's padded size in host, the extent
 // (padded to the swap's alignment) in NVMe. Give the planner the same sizes
 // (Residency.ChargeBytes; the largest of them is safe for every tier), so
 // that the store never refuses a move the planner thought would fit; the
@@ -144,9 +146,11 @@
 //
 // HBM memory: after ReserveHBM(states...) (once, after Register, before the
 // first move) the HBM copies of the shards of those states live in slots
-// taken then, one device allocation per device and shard size (tagged
-// gpu.ModelState, "tier hbm copies"), min(shards of the size, ⌊budget /
-// size⌋) slots each (SlabBytes): the budget never holds more of them, so a
+// taken then, one device allocation per device and slot class (elements
+// and dtype; tagged gpu.ModelState, "tier hbm copies", or gpu.Activation,
+// "tier hbm inputs", for a class of saved block inputs only),
+// min(shards of the class, ⌊budget / size⌋) slots each (SlabBytes, whatever
+// states share the budget): the budget never holds more of them, so a
 // copy always finds a slot and a move in or out of HBM allocates and frees
 // no device memory. Other HBM copies are device allocations of their own
 // (purpose the state's name), made outside the store's lock and freed after

@@ -15,17 +15,39 @@ import (
 // would allocate and free device memory at every eviction, during the
 // step, and a free waits for the whole device to go idle (cuMemFree). So
 // the store takes its HBM copies' memory once, at ReserveHBM, as slots:
-// per device and per shard size (elements and dtype) one device buffer of
-// slots of that size. The budget still decides what fits, byte for byte;
+// per device and per slot class (elements and dtype) one device buffer of
+// slots of that class. The budget still decides what fits, byte for byte;
 // the slots only hold it. A class of shards of s bytes needs at most
 // min(its shards, ⌊budget / s⌋) slots, because the budget never holds more
 // of them at once and each shard has one HBM copy at most, so no copy ever
 // waits for a slot and none is ever refused for fragmentation. When the
 // budget holds every shard (the default) that is exactly the shards'
 // bytes; when it holds fewer, the classes other than the largest cost
-// their slots on top (SlabBytes).
+// their slots on top (SlabBytes). The rule holds whatever the states of a
+// class: param shards and the saved block inputs of cpu_checkpointing
+// (shard.Activation) share one HBM budget, and the planner may hold more
+// inputs than the budget's room for two when it has evicted param copies
+// for them, so the inputs' class gets min(inputs, ⌊budget / input⌋) slots
+// too.
 
-// hbmClass is the slots of one device for shards of one size.
+// The purposes of the slots' device allocations (gpu.Tag): param shards
+// (and any class with model state), and saved block inputs.
+const (
+	SlotPurpose      = "tier hbm copies"
+	InputSlotPurpose = "tier hbm inputs"
+)
+
+// SlotClass is what a shard's HBM copy needs of a slot: its elements and
+// dtype. Shards of one class (per device) share one buffer of slots.
+type SlotClass struct {
+	Elems int
+	DType dtype.DType
+}
+
+// Bytes is the class's slot size: Elems × DType.Size().
+func (c SlotClass) Bytes() int64 { return int64(c.Elems) * int64(c.DType.Size()) }
+
+// hbmClass is the slots of one device for shards of one class.
 type hbmClass struct {
 	rank  int32
 	elems int
@@ -52,32 +74,33 @@ type hbmSlots struct {
 }
 
 // SlabBytes is the device memory the slots of ReserveHBM take for a budget
-// of budgetBytes per device and shards of shardBytes (one rank's, HBM
-// charges: their exact bytes): for each distinct size s, min(the shards of
-// that size, ⌊budgetBytes / s⌋) slots of s bytes.
-func SlabBytes(budgetBytes int64, shardBytes []int64) int64 {
-	count := map[int64]int64{}
-	for _, b := range shardBytes {
-		if b > 0 {
-			count[b]++
+// of budgetBytes per device and the shards of one rank (their classes, one
+// per shard, in any order): for each class of s bytes, min(the shards of
+// that class, ⌊budgetBytes / s⌋) slots of s bytes.
+func SlabBytes(budgetBytes int64, shards []SlotClass) int64 {
+	count := map[SlotClass]int64{}
+	for _, c := range shards {
+		if c.Bytes() > 0 {
+			count[c]++
 		}
 	}
 	var total int64
-	for s, n := range count {
-		total += min(n, max(budgetBytes, 0)/s) * s
+	for c, n := range count {
+		total += min(n, max(budgetBytes, 0)/c.Bytes()) * c.Bytes()
 	}
 	return total
 }
 
 // ReserveHBM takes, on every device, the slots of the HBM copies of the
 // shards of the given states that are registered now and not homed in HBM
-// (their copies come and go with moves): one allocation per shard size,
-// tagged gpu.ModelState, "tier hbm copies". Later copies of those shards
-// in HBM take a slot and give it back, with no device allocation; copies
-// of other shards are allocated and freed as before. Call it once, after
-// registering the shards, before the first move; a device that cannot
-// hold the slots is an error wrapping its *gpu.OutOfMemoryError, with
-// nothing taken.
+// (their copies come and go with moves): one allocation per slot class,
+// tagged gpu.ModelState, "tier hbm copies", or, for a class of saved block
+// inputs only (shard.Activation), gpu.Activation, "tier hbm inputs". Later
+// copies of those shards in HBM take a slot and give it back, with no
+// device allocation; copies of other shards are allocated and freed as
+// before. Call it once, after registering the shards, before the first
+// move; a device that cannot hold the slots is an error wrapping its
+// *gpu.OutOfMemoryError, with nothing taken.
 func (s *Store) ReserveHBM(states ...shard.State) error {
 	s.slots.mu.Lock()
 	twice := s.slots.classes != nil
@@ -86,10 +109,13 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 		return fmt.Errorf("tier: ReserveHBM called twice: %w", ErrBadMove)
 	}
 	want := map[hbmClassKey]int64{}
+	models := map[hbmClassKey]bool{} // classes that hold model state (not only saved inputs)
 	s.mu.Lock()
 	for _, e := range s.entries {
 		if e.spec.Home != shard.HBM && slices.Contains(states, e.key.State) && int(e.key.Rank) < len(s.devs) {
-			want[hbmClassKey{e.key.Rank, e.spec.Elems, e.spec.DType}]++
+			k := hbmClassKey{e.key.Rank, e.spec.Elems, e.spec.DType}
+			want[k]++
+			models[k] = models[k] || e.key.State != shard.Activation
 		}
 	}
 	s.mu.Unlock()
@@ -116,7 +142,11 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 		if n == 0 {
 			continue
 		}
-		buf, err := s.devs[k.rank].Alloc(int(n)*k.elems, k.dt, gpu.Tag{Kind: gpu.ModelState, Purpose: "tier hbm copies"})
+		tag := gpu.Tag{Kind: gpu.ModelState, Purpose: SlotPurpose}
+		if !models[k] {
+			tag = gpu.Tag{Kind: gpu.Activation, Purpose: InputSlotPurpose}
+		}
+		buf, err := s.devs[k.rank].Alloc(int(n)*k.elems, k.dt, tag)
 		if err != nil {
 			undo()
 			return fmt.Errorf("tier: rank %d: %d hbm slots of %s: %w", k.rank, n, units.FormatBytes(size), err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,8 +17,11 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 )
 
+// bf16 is the slot class of a bf16 shard of the given bytes.
+func bf16(bytes int64) SlotClass { return SlotClass{Elems: int(bytes / 2), DType: dtype.BF16} }
+
 func TestSlabBytes(t *testing.T) {
-	shards := []int64{1000, 300, 300, 300, 300, 0}
+	shards := []SlotClass{bf16(1000), bf16(300), bf16(300), bf16(300), bf16(300), bf16(0)}
 	for _, c := range []struct{ budget, want int64 }{
 		{0, 0},
 		{299, 0},
@@ -31,17 +35,24 @@ func TestSlabBytes(t *testing.T) {
 			t.Errorf("SlabBytes(%d) = %d, want %d", c.budget, got, c.want)
 		}
 	}
+	// 150 f32 elements are 600 bytes as 300 bf16 are, but another class
+	// (another buffer of slots): 2 of them fit in 1300 beside 4 of bf16.
+	if got := SlabBytes(1300, append(shards, SlotClass{Elems: 150, DType: dtype.F32}, SlotClass{Elems: 150, DType: dtype.F32})); got != 1000+1200+1200 {
+		t.Errorf("SlabBytes(1300) with two f32 shards = %d, want %d", got, 1000+1200+1200)
+	}
 }
 
 // TestPlanBudgetsSlots: the HBM slots must fit what is left on the device:
 // the default budget is lowered until they do; an explicit one that does
-// not fit is an error saying so.
+// not fit is an error saying so. With the saved inputs of
+// cpu_checkpointing the params' room is lowered, the inputs' kept, and
+// the inputs' class has as many slots as the whole budget can hold.
 func TestPlanBudgetsSlots(t *testing.T) {
-	shards := []int64{1000}
+	shards := []SlotClass{bf16(1000)}
 	for range 10 {
-		shards = append(shards, 300)
+		shards = append(shards, bf16(300))
 	}
-	s := Sizes{Ranks: 1, ParamBytes: 4000, MaxParamBytes: 1000, ParamShardBytes: shards, HBMFreeBytes: 3500}
+	s := Sizes{Ranks: 1, ParamBytes: 4000, MaxParamBytes: 1000, SlotShards: shards, HBMFreeBytes: 3500}
 	b, err := PlanBudgets(s)
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +70,39 @@ func TestPlanBudgetsSlots(t *testing.T) {
 	if b, err := PlanBudgets(s); err != nil || b.HBMBytes != 4000 || b.HBMSlabBytes != 4000 {
 		t.Errorf("room for every shard: %+v, %v", b, err)
 	}
+
+	// Six saved inputs of 400 bytes (f32), room for two (800): the budget
+	// is 4000 + 800, which could hold all six inputs at once (the planner
+	// may evict params for them), so they get six slots.
+	in := SlotClass{Elems: 100, DType: dtype.F32}
+	s = Sizes{Ranks: 1, ParamBytes: 4000, MaxParamBytes: 1000, HBMFreeBytes: 1 << 20, ActivationHBMBytes: 800,
+		SlotShards: append(slices.Clone(shards), in, in, in, in, in, in)}
+	if b, err := PlanBudgets(s); err != nil || b.HBMBytes != 4800 || b.HBMSlabBytes != 4000+2400 {
+		t.Errorf("room for every shard and input: %+v, %v; want budget 4800, slots 6400", b, err)
+	}
+	// 6200 left: 4000 + 800 of budget would take 1000 + 10×300 + 6×400 =
+	// 6400 of slots; up to 2999 (2199 for the params, 800 for the inputs)
+	// it takes 1000 + 9×300 + 6×400 = 6100, which fits.
+	s.HBMFreeBytes = 6200
+	if b, err := PlanBudgets(s); err != nil || b.HBMBytes != 2999 || b.HBMSlabBytes != 6100 {
+		t.Errorf("6200 left: %+v, %v; want budget 2999, slots 6100", b, err)
+	}
+	// 5000 left: the slots of any budget with two of the largest params
+	// (2000) beside the inputs' room take more.
+	s.HBMFreeBytes = 5000
+	if _, err := PlanBudgets(s); err == nil || !strings.Contains(err.Error(), "at least two of the largest") || !strings.Contains(err.Error(), "saved block inputs") {
+		t.Errorf("5000 left: %v", err)
+	}
+	// An explicit budget whose slots, inputs included, do not fit.
+	s.HBMFreeBytes, s.HBMBytes = 6200, 4000
+	if _, err := PlanBudgets(s); err == nil || !strings.Contains(err.Error(), "slots") || !strings.Contains(err.Error(), "saved block inputs") {
+		t.Errorf("an explicit budget whose slots with the inputs' do not fit: %v", err)
+	}
+	// Inputs only (the optimizer on the device): two slots, the room.
+	s = Sizes{Ranks: 1, HBMFreeBytes: 1000, ActivationHBMBytes: 800, SlotShards: []SlotClass{in, in, in, in}}
+	if b, err := PlanBudgets(s); err != nil || b.HBMBytes != 800 || b.HBMSlabBytes != 800 {
+		t.Errorf("inputs only: %+v, %v; want budget and slots 800", b, err)
+	}
 }
 
 // TestHBMSlots: with ReserveHBM, copies of the reserved shards move in and
@@ -75,7 +119,7 @@ func TestHBMSlots(t *testing.T) {
 		data []byte
 	}
 	var keys []shardOf
-	var sizes []int64
+	var sizes []SlotClass
 	for rank := range int32(2) {
 		for c, n := range []int{1000, 300, 300, 300, 300, 300} {
 			k := shard.Key{Chunk: shard.ChunkID(c), Rank: rank, State: shard.Param}
@@ -86,7 +130,7 @@ func TestHBMSlots(t *testing.T) {
 			r.put(t, k, shard.Host, d)
 			keys = append(keys, shardOf{k, d})
 			if rank == 0 {
-				sizes = append(sizes, int64(2*n))
+				sizes = append(sizes, bf16(int64(2*n)))
 			}
 		}
 		// Optimizer state is not reserved: it never goes to HBM here.
@@ -154,6 +198,60 @@ func TestHBMSlots(t *testing.T) {
 		if in := d.MemStats().InUseBytes; in != 0 {
 			t.Errorf("device %d: %d B left after Close and the last Release", i, in)
 		}
+	}
+}
+
+// TestHBMInputSlots: saved block inputs (shard.Activation) reserved with
+// the params get slots of their own class, tagged gpu.Activation ("tier
+// hbm inputs", so the device counts them with the activations), as many
+// as the whole budget can hold (it is shared with the params); a class
+// that holds a param too is model state. Their copies move in and out of
+// HBM with no device allocation.
+func TestHBMInputSlots(t *testing.T) {
+	checkLeaks(t)
+	const budget = 2*1000 + 2*800 // two params, two inputs
+	r := newRig(t, rigConfig{devices: 1, hbmBudgetBytes: budget})
+	var keys []shard.Key
+	var data [][]byte
+	reg := func(c int, st shard.State, n int, dt dtype.DType) {
+		k := shard.Key{Chunk: shard.ChunkID(c), State: st}
+		if err := r.s.Register(k, Spec{Elems: n, DType: dt, Home: shard.Host}); err != nil {
+			t.Fatal(err)
+		}
+		d := pattern(k, 3, int64(n*dt.Size()))
+		r.put(t, k, shard.Host, d)
+		keys, data = append(keys, k), append(data, d)
+	}
+	for c := range 3 {
+		reg(c, shard.Param, 500, dtype.BF16)
+	}
+	for c := range 5 {
+		reg(c, shard.Activation, 200, dtype.F32) // 800 B: 4 fit in the budget
+	}
+	reg(9, shard.Activation, 500, dtype.BF16) // a param's class: model state
+	if err := r.s.ReserveHBM(shard.Param, shard.Activation); err != nil {
+		t.Fatal(err)
+	}
+	ms := r.devs[0].MemStats()
+	if got, want := ms.InUseByPurpose[InputSlotPurpose], units.AlignUp(4*800, 64); got != want {
+		t.Errorf("input slots: %d B, want %d (4 of the 5 inputs: the budget holds 4)", got, want)
+	}
+	if got, want := ms.InUseByPurpose[SlotPurpose], units.AlignUp(3*1000, 64); got != want {
+		t.Errorf("param slots: %d B, want %d (3 params and the input of their class: the budget holds 3)", got, want)
+	}
+	if got, want := ms.InUseByKind[gpu.Activation], ms.InUseByPurpose[InputSlotPurpose]; got != want {
+		t.Errorf("activation memory %d B, want the input slots' %d", got, want)
+	}
+	before := r.devs[0].DriverCounters()
+	for round := range 3 {
+		for i, k := range keys {
+			if err := cycleHBM(r, k, data[i], (round+i)%2 == 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got := r.devs[0].DriverCounters(); got != before {
+		t.Errorf("driver counters %+v after the moves, %+v before", got, before)
 	}
 }
 

@@ -2,18 +2,20 @@ package cuda
 
 import (
 	"sync"
-
-	"github.com/strata-ai/strata/gpu"
 )
 
 // scratchAlignBytes aligns every piece of a stream's scratch (cuMemAlloc's
 // alignment, so that kernels may read it as any type).
+//
+// This is the ops' scratch. The rank-order collectives have their own,
+// charged to the device budget and taken ahead by ReserveScratch
+// (comm_rank.go); NCCL keeps its buffers itself.
 const scratchAlignBytes = 256
 
 // streamScratch is a stream's scratch memory: one block from the GPU's
 // stream-ordered pool (cuMemAllocAsync), outside the device's budget (in
-// Options.ReserveBytes), handed out front to back to the ops and
-// collectives enqueued on the stream and reused from the front once every
+// Options.ReserveBytes), handed out front to back to the ops enqueued on
+// the stream and reused from the front once every
 // piece is given back. The stream's order makes the reuse safe: a kernel
 // enqueued later on the same stream runs after every kernel that used the
 // piece before. A request that does not fit gets a block of its own (freed
@@ -92,29 +94,4 @@ func (sc *streamScratch) release(s *Stream) {
 	s.dev.g.l.drv.cuMemFreeAsync(sc.base, s.h)
 	s.dev.front.Driver.Frees.Add(1)
 	sc.base, sc.size, sc.used = 0, 0, 0
-}
-
-// ReserveScratch makes room in the rank's collective stream's scratch for
-// calls of kind whose largest buffer has elems elements of dt
-// (gpu.ScratchReserver): the round copies every rank's input into it
-// (comm.go), N times the buffer for AllReduce, the buffer else.
-func (c *comm) ReserveScratch(kind gpu.Collective, elems int, dt gpu.DType) error {
-	bytes := int64(elems) * int64(dt.Size())
-	if kind == gpu.CollAllReduce {
-		bytes *= int64(c.g.size)
-	}
-	if kind == gpu.CollBarrier || bytes == 0 {
-		return nil
-	}
-	s := c.g.cs[c.rank]
-	return s.dev.g.do(func() error {
-		sc := &s.sc
-		sc.mu.Lock()
-		defer sc.mu.Unlock()
-		sc.want = max(sc.want, (bytes+scratchAlignBytes-1)/scratchAlignBytes*scratchAlignBytes)
-		if sc.live == 0 && sc.want > sc.size {
-			return sc.regrow(s)
-		}
-		return nil
-	})
 }

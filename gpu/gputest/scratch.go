@@ -10,10 +10,10 @@ import (
 // collectives from its driver only until it has met their sizes, so that a
 // training step repeated takes none (gpu.DriverCounters): after one round
 // of collectives of each kind (AllGather, ReduceScatter, AllReduce, with
-// scratch reserved for them ahead, gpu.ScratchReserver) and ops with
-// scratch (a GEMM of mixed dtypes, sum of squares) on two devices, a
-// second identical round leaves every device's counters as they were and
-// gives the same bits.
+// scratch reserved for them ahead, gpu.ScratchReserver, so that their
+// first round takes none either) and ops with scratch (a GEMM of mixed
+// dtypes, sum of squares) on two devices, a second identical round leaves
+// every device's counters as they were and gives the same bits.
 func testScratch(t *testing.T, nb NewBackend) {
 	const n = 2
 	devs, comms := nb(t, n)
@@ -47,13 +47,33 @@ func testScratch(t *testing.T, nb NewBackend) {
 			}
 		}
 	}
-	round := func() [][]byte {
+	collectives := func() {
 		for r, d := range devs {
 			b := rs[r]
 			d.CopyDeviceToDevice(b.s, b.full, 0, b.src, 0, b.src.Bytes()) // the AllReduce sums in place
 			comms[r].AllGather(b.s, b.send, b.gathered)
 			comms[r].ReduceScatter(b.s, b.gathered, b.reduced, gpu.Sum)
 			comms[r].AllReduce(b.s, b.full, gpu.Sum)
+		}
+	}
+	// The collectives' scratch was taken by ReserveScratch: their first
+	// round takes none.
+	reserved := make([]gpu.DriverCounters, n)
+	for r, d := range devs {
+		waitStream(t, rs[r].s) // the uploads
+		reserved[r] = d.DriverCounters()
+	}
+	collectives()
+	for r, d := range devs {
+		waitStream(t, rs[r].s)
+		if got := d.DriverCounters(); got != reserved[r] {
+			t.Errorf("%s: driver counters %+v after the first round of collectives, %+v after ReserveScratch", d.Name(), got, reserved[r])
+		}
+	}
+	round := func() [][]byte {
+		collectives()
+		for r, d := range devs {
+			b := rs[r]
 			d.Ops().Gemm(b.s, false, false, 33, 29, 47, 1, b.a, b.b, 0, b.c)
 			d.Ops().SumSquares(b.s, b.full, b.norms, 0)
 			d.Ops().SumSquares(b.s, b.c, b.norms, 1)
