@@ -17,7 +17,9 @@ import (
 // before step t+1's own update starts. The rank's goroutine still waits
 // for the update to end before it writes the gradient's host copy again
 // (waitHost), so cpuadam overlaps the forward and the backward up to the
-// first reduced chunk. Not with offload_param (the new param is a
+// first reduced chunk. It starts once the pass's compute is under way
+// (beginDelayed), not at the step's end nor at the pass's first Acquire,
+// where the devices are idle. Not with offload_param (the new param is a
 // tier-store state the pass would read) nor with clipping during the
 // backward (dpu updates after the norm).
 //
