@@ -83,16 +83,16 @@ type Options struct {
 // Stats describe a tokenized data file.
 type Stats struct {
 	Format   Format
-	Lines    int64             // JSONL lines read (blank ones included)
-	Examples int64             // examples kept
-	Skipped  int64             // JSONL examples with no trained target, left out
-	Kinds    [kindCount]int64  // kept examples by kind (KindText, KindCompletion, KindChat)
-	Tokens   int64             // tokens of the kept examples (raw text: of the file)
-	Trained  int64             // tokens whose prediction counts in the loss
-	Width    int               // bytes per id in the token file (0: none written)
-	Bytes    int64             // the token file's size (0: none written)
-	Source   int64             // the data file's size
-	Template string            // the chat template's source, when a line needed it
+	Lines    int64            // JSONL lines read (blank ones included)
+	Examples int64            // examples kept
+	Skipped  int64            // JSONL examples with no trained target, left out
+	Kinds    [kindCount]int64 // kept examples by kind (KindText, KindCompletion, KindChat)
+	Tokens   int64            // tokens of the kept examples (raw text: of the file)
+	Trained  int64            // tokens whose prediction counts in the loss
+	Width    int              // bytes per id in the token file (0: none written)
+	Bytes    int64            // the token file's size (0: none written)
+	Source   int64            // the data file's size
+	Template string           // the chat template's source, when a line needed it
 }
 
 // Source is an open data file: raw text as a corpus of windows, or JSONL

@@ -40,7 +40,10 @@ func init() {
 		"safe":       func(_ *renderer, v any, _ []any, _ *dict) (any, error) { return v, nil },
 		"int":        fInt,
 		"float":      fFloat,
-		"list":       func(_ *renderer, v any, _ []any, _ *dict) (any, error) { xs, err := items(v); return append([]any{}, xs...), err },
+		"list": func(_ *renderer, v any, _ []any, _ *dict) (any, error) {
+			xs, err := items(v)
+			return append([]any{}, xs...), err
+		},
 		"replace":    fReplace,
 		"select":     selectFilter(false, false),
 		"reject":     selectFilter(true, false),
@@ -469,7 +472,9 @@ func fReverse(_ *renderer, v any, _ []any, _ *dict) (any, error) {
 
 // method is the method name of v (a string's or a dict's), nil when v has none.
 func method(v any, name string) *fn {
-	m := func(f func(args []any, kw *dict) (any, error)) *fn { return &fn{name: typeName(v) + "." + name, call: f} }
+	m := func(f func(args []any, kw *dict) (any, error)) *fn {
+		return &fn{name: typeName(v) + "." + name, call: f}
+	}
 	switch x := v.(type) {
 	case string:
 		return strMethod(x, name, m)
