@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -124,6 +125,9 @@ func Open(path string, o Options) (*Source, error) {
 	if o.Tokenizer == nil {
 		o.Tokenizer = Bytes{}
 	}
+	if err := checkRegular(path); err != nil {
+		return nil, err
+	}
 	format := Text
 	if o.Format != nil {
 		format = *o.Format
@@ -181,18 +185,43 @@ func Open(path string, o Options) (*Source, error) {
 // ErrEmpty says a data file has nothing to train on.
 var ErrEmpty = errors.New("nothing to train on")
 
+// checkRegular refuses what is not a regular file (a device such as
+// /dev/zero, a pipe, a directory), naming it and what it is: rows are
+// drawn from a file of known size, and a pipe could be read only once.
+func checkRegular(path string) error {
+	fi, err := os.Stat(path) // a Stat: opening a named pipe would block
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	m := fi.Mode()
+	if m.IsRegular() {
+		return nil
+	}
+	what := "a special file"
+	switch {
+	case m.IsDir():
+		what = "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		what = "a named pipe"
+	case m&fs.ModeSocket != 0:
+		what = "a socket"
+	case m&fs.ModeCharDevice != 0:
+		what = "a character device"
+	case m&fs.ModeDevice != 0:
+		what = "a block device"
+	}
+	return fmt.Errorf("data: %s: %w (%s): give a regular file", path, model.ErrNotRegular, what)
+}
+
 // openRegular opens a data file, refusing what is not a regular file.
 func openRegular(path string) (*os.File, error) {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("data: %s: %w: give a regular file", path, model.ErrNotRegular)
-	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("data: %s: %w: give a regular file", path, model.ErrNotRegular)
 	}
 	return f, nil
 }

@@ -1,0 +1,210 @@
+package engine
+
+import (
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/strata-ai/strata/data"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/model"
+)
+
+// heldOutSet is a raw held-out text cut into windows of testSeq: 32 full
+// rows, so that 2 ranks × 2 rows per round divide it and no row is padded
+// (every target counts).
+func heldOutSet(t *testing.T) *data.EvalSet {
+	t.Helper()
+	text := strings.Repeat("A held-out line, not in the training text; ", 40)[:32*testSeq+1]
+	src := &data.Source{Corpus: model.Tokens(model.Encode([]byte(text))), Stats: data.Stats{Format: data.Text}}
+	set, err := data.NewEvalSet(src, testSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Len() != 32 {
+		t.Fatalf("held-out set of %d rows, want 32", set.Len())
+	}
+	return set
+}
+
+// evalRun trains steps steps of e, evaluating set after every step when
+// set is not nil, and returns the training result and the eval losses.
+func evalRun(t *testing.T, e *Engine, steps int, set *data.EvalSet) (result, []float64) {
+	t.Helper()
+	var res result
+	var evals []float64
+	for range steps {
+		st, err := stepWithin(t, e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.losses = append(res.losses, st.Loss)
+		if set != nil {
+			es, err := e.Eval(set)
+			if err != nil {
+				t.Fatalf("eval after step %d: %v", st.Step, err)
+			}
+			if es.Tokens != set.Targets() || es.Rows != set.Len() || !(es.Loss > 0) {
+				t.Fatalf("eval after step %d: %+v, want %d tokens over %d rows", st.Step, es, set.Targets(), set.Len())
+			}
+			evals = append(evals, es.Loss)
+		}
+	}
+	var err error
+	if res.params, err = e.Params(); err != nil {
+		t.Fatal(err)
+	}
+	if res.master, err = e.Master(); err != nil {
+		t.Fatal(err)
+	}
+	return res, evals
+}
+
+// refEval is the held-out loss of params computed apart from the engine:
+// one device, the params resident (model.Resident), the model's forward on
+// the same micro-batches of B rows in the same order, weighted by their
+// target counts.
+func refEval(t *testing.T, params [][]float32, set *data.EvalSet, micro int) float64 {
+	t.Helper()
+	cfg := testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON())
+	layout, err := model.NewLayout(model.Shape(*cfg.Shape()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := devs[0]
+	res, err := model.NewResident(dev, layout, gpu.BF16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Free()
+	m, err := model.New(dev, layout, micro, testSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Free()
+	s := dev.NewStream()
+	res.Load(s, params)
+	var sum float64
+	var n int64
+	for first := int64(0); first < set.Len(); first += int64(micro) {
+		b, err := set.Rows(first, micro)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Forward(s, res, b); err != nil {
+			t.Fatal(err)
+		}
+		l, err := m.Loss(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var k int64
+		for _, tg := range b.Targets {
+			if tg != model.IgnoreTarget {
+				k++
+			}
+		}
+		sum += l * float64(k)
+		n += k
+	}
+	return sum / float64(n)
+}
+
+// TestEvalKeepsTraining: Eval after every step changes nothing of the
+// training: the losses, params and master weights of 5 steps are
+// bit-identical to the same run without it, at stages 0-3, with the
+// optimizer on the device, on the host under the next step (exact), with
+// the delayed update (dpu) and with params and optimizer state on NVMe.
+// Its loss is the held-out loss of the engine's params computed apart
+// (refEval: the same kernels on the same bits, so equal), and it falls
+// as the model trains.
+func TestEvalKeepsTraining(t *testing.T) {
+	set := heldOutSet(t)
+	const steps = 5
+	type run struct {
+		name string
+		mk   func(t *testing.T) *Engine
+	}
+	js := func(s runSpec) func(t *testing.T) *Engine {
+		return func(t *testing.T) *Engine { return newEngineJSON(t, s.configJSON(), s.n) }
+	}
+	runs := []run{
+		{"stage0/device", js(runSpec{stage: 0, n: 2, micro: 2, accum: 2, clip: 1})},
+		{"stage2/host-exact", js(runSpec{stage: 2, n: 2, offload: true, micro: 2, accum: 1, clip: 1})},
+		{"stage3/host-exact", js(runSpec{stage: 3, n: 2, offload: true, micro: 2, accum: 1})},
+		{"stage3/dpu", func(t *testing.T) *Engine {
+			return newEngineJSON(t, dpuJSON(runSpec{stage: 3, n: 2, offload: true, micro: 2, accum: 1, clip: 1}, 2), 2)
+		}},
+		{"stage3/param-nvme-opt-nvme", func(t *testing.T) *Engine {
+			return newTierEngine(t, tierSpec{n: 2, param: "nvme", opt: "nvme"}, Options{})
+		}},
+	}
+	for _, r := range runs {
+		t.Run(r.name, func(t *testing.T) {
+			want, _ := evalRun(t, r.mk(t), steps, nil)
+			e := r.mk(t)
+			got, evals := evalRun(t, e, steps, set)
+			sameResult(t, "training with Eval after every step", got, want)
+			// Eval's loss is that of the params it evaluated: those of the
+			// last step (check the last, whose params the run returned;
+			// under dpu the devices hold the step before's, which Params
+			// returns too).
+			micro := e.micro
+			if ref := refEval(t, got.params, set, micro); evals[steps-1] != ref {
+				t.Errorf("eval loss %v, the same params evaluated apart %v", evals[steps-1], ref)
+			}
+			if !(evals[steps-1] < evals[0]) {
+				t.Errorf("held-out loss did not fall: %v", evals)
+			}
+		})
+	}
+}
+
+// TestEvalPadding: rows past the set's end are padding without targets:
+// a set of 5 rows on 2 ranks of 2 rows reads 8 rows in 2 rounds and
+// averages over the 5 rows' targets only.
+func TestEvalPadding(t *testing.T) {
+	text := strings.Repeat("padding test ", 20)[:5*testSeq+1]
+	src := &data.Source{Corpus: model.Tokens(model.Encode([]byte(text))), Stats: data.Stats{Format: data.Text}}
+	set, err := data.NewEvalSet(src, testSeq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngineJSON(t, runSpec{stage: 3, n: 2, offload: true, micro: 2, accum: 1}.configJSON(), 2)
+	st, err := e.Eval(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	params, err := e.Params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Tokens != 5*testSeq || st.Rows != 5 {
+		t.Fatalf("eval of 5 rows: %+v", st)
+	}
+	if ref := refEval(t, params, set, 1); math.Abs(st.Loss-ref) > 1e-12*ref {
+		// The engine sums per micro-batch of 2 rows, the reference per row:
+		// the same per-token losses, summed in another order (float64).
+		t.Errorf("eval loss %v, reference %v", st.Loss, ref)
+	}
+	if _, err := e.Eval(heldOutSetSeq(t, 8)); err == nil || !strings.Contains(err.Error(), "the set's rows are 8 tokens, the run's seq_len is 16") {
+		t.Errorf("a set of another row length: %v", err)
+	}
+}
+
+// heldOutSetSeq is a held-out set of rows of seq tokens.
+func heldOutSetSeq(t *testing.T, seq int) *data.EvalSet {
+	t.Helper()
+	src := &data.Source{Corpus: model.Tokens(model.Encode([]byte(strings.Repeat("x", 100)))), Stats: data.Stats{Format: data.Text}}
+	set, err := data.NewEvalSet(src, seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
