@@ -50,6 +50,7 @@ type encoder struct {
 	chat   *ChatTemplate
 	eos    int32
 	hasEOS bool
+	ex     example // reused from line to line
 }
 
 func newEncoder(tok Tokenizer, chat *ChatTemplate) *encoder {
@@ -87,7 +88,8 @@ func (e *encoder) line(b []byte, where string) (example, int, error) {
 	if err := strictJSON(b, &r); err != nil {
 		return example{}, 0, fmt.Errorf("%s: %w", where, err)
 	}
-	var ex example
+	ex := example{ids: e.ex.ids[:0], train: e.ex.train[:0]}
+	defer func() { e.ex = ex }()
 	kind := -1
 	have := 0
 	if r.Text != nil {

@@ -38,6 +38,10 @@ type Packed struct {
 	cur    cursor
 	starts []int64 // starts[e]: the first row of epoch e, for every epoch reached
 	perm   perm    // the order of epoch perm.epoch
+	// scratch of fill, reused (under mu)
+	ids   []int32
+	train []bool
+	bytes []byte
 }
 
 // cursor is where the next row of a Packed begins.
@@ -198,9 +202,11 @@ func (p *Packed) next(c *cursor, b *model.Batch, r int) error {
 // fill writes the piece of take columns from token tok at b's position
 // at: inputs tok .. tok+take-1, their targets where the loss bit is set.
 func (p *Packed) fill(b *model.Batch, at int, tok int64, take int) error {
-	ids := make([]int32, take+1)
-	train := make([]bool, take+1)
-	if err := p.tf.Read(tok, ids, train); err != nil {
+	if cap(p.ids) < take+1 {
+		p.ids, p.train = make([]int32, take+1), make([]bool, take+1)
+	}
+	ids, train := p.ids[:take+1], p.train[:take+1]
+	if err := p.tf.read(tok, ids, train, &p.bytes); err != nil {
 		return err
 	}
 	for j := range take {

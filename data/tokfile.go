@@ -268,11 +268,27 @@ func (t *TokenFile) Span(i int64) (start, end int64, err error) {
 // Read reads tokens off .. off+len(ids)-1: their ids, and into train (when
 // not nil, as long as ids) their loss bits.
 func (t *TokenFile) Read(off int64, ids []int32, train []bool) error {
+	return t.read(off, ids, train, nil)
+}
+
+// read is Read with a scratch buffer for the bytes (nil: one is made).
+func (t *TokenFile) read(off int64, ids []int32, train []bool, scratch *[]byte) error {
 	n := int64(len(ids))
 	if off < 0 || off+n > t.tokens {
 		return fmt.Errorf("data: token file %s: read %d tokens at %d of %d", t.name, n, off, t.tokens)
 	}
-	buf := make([]byte, n*int64(t.width))
+	var own []byte
+	if scratch == nil {
+		scratch = &own
+	}
+	need := n * int64(t.width)
+	if train != nil {
+		need = max(need, (off+n+7)/8-off/8)
+	}
+	if int64(cap(*scratch)) < need {
+		*scratch = make([]byte, need)
+	}
+	buf := (*scratch)[:n*int64(t.width)]
 	if err := t.readAt(buf, t.idsOff+off*int64(t.width)); err != nil {
 		return err
 	}
@@ -290,7 +306,7 @@ func (t *TokenFile) Read(off int64, ids []int32, train []bool) error {
 		return nil
 	}
 	lo, hi := off/8, (off+n+7)/8
-	bits := make([]byte, hi-lo)
+	bits := (*scratch)[:hi-lo]
 	if err := t.readAt(bits, t.maskOff+lo); err != nil {
 		return err
 	}

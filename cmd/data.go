@@ -1,0 +1,189 @@
+package cmd
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/data"
+	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/internal/units"
+)
+
+// dataFlags are train's flags for what it trains on and evaluates.
+func dataFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data", Usage: "training data: raw text (random windows) or JSONL ({\"text\"}, {\"prompt\", \"completion\"}, {\"messages\"}; by extension .jsonl, else a first line that is such an object), packed into rows (default: strata.data, else a built-in synthetic corpus)"},
+		&cli.StringFlag{Name: "eval-data", Usage: "held-out data (the same formats): its mean loss over the target tokens after every --eval-every steps and at the end"},
+		&cli.IntFlag{Name: "eval-every", Usage: "evaluate --eval-data every N steps (0: only at the end)"},
+		&cli.IntFlag{Name: "epochs", Usage: "train N passes over the data instead of --steps (JSONL: its packed rows; raw text: as many windows as it has tokens)"},
+		&cli.BoolFlag{Name: "no-shuffle", Usage: "JSONL: pack the examples in file order in every epoch (default: an order shuffled per epoch from strata.seed)"},
+		&cli.StringFlag{Name: "chat-template", Usage: "the chat template of {\"messages\"} lines: a model directory (chat_template.jinja or tokenizer_config.json), a tokenizer_config.json or a .jinja file (default: ChatML)"},
+	}
+}
+
+// runData is what a run trains on and evaluates.
+type runData struct {
+	train   *engine.TrainData // nil: the synthetic corpus
+	eval    *data.EvalSet     // nil: no --eval-data
+	evalSrc *data.Source
+	every   int
+}
+
+// Close closes the data files.
+func (d *runData) Close() {
+	if d.train != nil {
+		d.train.Close()
+	}
+	if d.evalSrc != nil {
+		d.evalSrc.Close()
+	}
+}
+
+// runTokenizer is the tokenizer the run's data is tokenized with: the
+// byte-level one, which every model Strata builds today reads.
+func runTokenizer(*config.Config) data.Tokenizer { return data.Bytes{} }
+
+// checkDataFlags refuses data flags that do not go together.
+func checkDataFlags(c *cli.Context) error {
+	switch {
+	case c.IsSet("epochs") && c.IsSet("steps"):
+		return usagef("train: --epochs and --steps both say how long to train: give one")
+	case c.IsSet("epochs") && c.Int("epochs") < 1:
+		return usagef("train: --epochs %d: need at least 1", c.Int("epochs"))
+	case c.Int("eval-every") < 0:
+		return usagef("train: --eval-every %d: need 0 (only at the end) or more", c.Int("eval-every"))
+	case c.IsSet("eval-every") && c.String("eval-data") == "":
+		return usagef("train: --eval-every needs --eval-data FILE")
+	}
+	return nil
+}
+
+// tokenDir is where the run's token files go: --out when it exists, else
+// the directory it will be created in (the run's disk, not a RAM-backed
+// /tmp), else os.TempDir.
+func tokenDir(out string) string {
+	for _, d := range []string{out, filepath.Dir(filepath.Clean(out))} {
+		if fi, err := os.Stat(d); out != "" && err == nil && fi.IsDir() {
+			return d
+		}
+	}
+	return ""
+}
+
+// openRunData opens strata.data and --eval-data for a run of cfg (data
+// files are tokenized in one streaming pass: JSONL always, raw text with
+// a tokenizer other than bytes) and says what they hold.
+func openRunData(c *cli.Context, cfg *config.Config, stderr io.Writer) (*runData, error) {
+	d := &runData{every: c.Int("eval-every")}
+	o := data.Options{Tokenizer: runTokenizer(cfg), Dir: tokenDir(c.String("out"))}
+	if p := c.String("chat-template"); p != "" {
+		chat, err := data.LoadChatTemplate(p)
+		if err != nil {
+			return nil, fmt.Errorf("train: --chat-template: %w", err)
+		}
+		o.Chat = chat
+	}
+	if path := cfg.Strata.Data; path != "" {
+		t0 := time.Now()
+		td, err := engine.OpenTrainData(path, cfg, o, !c.Bool("no-shuffle"))
+		if err != nil {
+			return nil, fmt.Errorf("train: --data: %w", err)
+		}
+		d.train = td
+		describeData(stderr, "data", td.Source, time.Since(t0))
+	}
+	if path := c.String("eval-data"); path != "" {
+		t0 := time.Now()
+		src, err := data.Open(path, o)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("train: --eval-data: %w", err)
+		}
+		d.evalSrc = src
+		if d.eval, err = data.NewEvalSet(src, engine.SeqLen(cfg)); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("train: --eval-data: %w", err)
+		}
+		describeData(stderr, "eval data", src, time.Since(t0))
+	}
+	return d, nil
+}
+
+// describeData prints what a data file holds and how it is read.
+func describeData(w io.Writer, what string, s *data.Source, took time.Duration) {
+	st := s.Stats
+	if st.Format == data.Text && s.File == nil {
+		fmt.Fprintf(w, "%s: %s, raw text, %s tokens (one per byte), read in place in windows\n", what, s.Path, units.FormatSize(st.Tokens))
+		return
+	}
+	kinds := ""
+	if st.Format == data.JSONL {
+		kinds = fmt.Sprintf(" (%d text, %d prompt/completion, %d chat)", st.Kinds[data.KindText], st.Kinds[data.KindCompletion], st.Kinds[data.KindChat])
+	}
+	fmt.Fprintf(w, "%s: %s, %s, %d examples%s, %s tokens of which %s trained; token file %s (%d B/id), tokenized in %s\n",
+		what, s.Path, st.Format, st.Examples, kinds, units.FormatSize(st.Tokens), units.FormatSize(st.Trained),
+		units.FormatBytes(st.Bytes), st.Width, took.Round(time.Millisecond))
+	if st.Template != "" {
+		fmt.Fprintf(w, "  chat template: %s\n", st.Template)
+	}
+	if st.Skipped > 0 {
+		fmt.Fprintf(w, "note: %s: %d examples had no trained token and were left out\n", s.Path, st.Skipped)
+	}
+}
+
+// epochSteps is the number of steps of epochs passes over the training
+// data with global batches of cfg's train_batch_size rows: JSONL, the
+// rows the epochs pack into (the last step reads on into the next epoch);
+// raw text, as many windows of seq_len as it has tokens, per epoch.
+func epochSteps(d *runData, cfg *config.Config, epochs int) (int, error) {
+	g := int64(cfg.TrainBatchSize)
+	var rows int64
+	switch {
+	case d.train == nil:
+		return 0, usagef("train: --epochs needs --data (the synthetic corpus has no epochs)")
+	case d.train.Packed != nil:
+		var err error
+		if rows, err = d.train.Packed.EpochStart(epochs); err != nil {
+			return 0, fmt.Errorf("train: --epochs: %w", err)
+		}
+	default:
+		rows = int64(epochs) * (d.train.Corpus.Len() / int64(engine.SeqLen(cfg)))
+	}
+	steps := (rows + g - 1) / g
+	if steps < 1 || steps > math.MaxInt32 {
+		return 0, fmt.Errorf("train: --epochs %d: %d rows make %d steps of %d rows", epochs, rows, steps, g)
+	}
+	return int(steps), nil
+}
+
+// evalDue says whether the held-out set is evaluated after step (of last).
+func (d *runData) evalDue(step int64, last int) bool {
+	if d == nil || d.eval == nil {
+		return false
+	}
+	return step == int64(last) || (d.every > 0 && step%int64(d.every) == 0)
+}
+
+// evalLine is an evaluation in steps.jsonl and summary.json.
+type evalLine struct {
+	Loss   float64 `json:"eval_loss"`
+	Tokens int64   `json:"eval_tokens"`
+}
+
+// runEval evaluates the held-out set after step and prints the result.
+func runEval(e *engine.Engine, d *runData, step int64, w io.Writer) (*evalLine, error) {
+	st, err := e.Eval(d.eval)
+	if err != nil {
+		return nil, fmt.Errorf("train: eval after step %d: %w", step, err)
+	}
+	fmt.Fprintf(w, "eval after step %d: loss %.4f (ppl %.2f) over %d tokens of %s, %s\n",
+		step, st.Loss, math.Exp(st.Loss), st.Tokens, d.evalSrc.Path, st.Duration.Round(time.Millisecond))
+	return &evalLine{Loss: st.Loss, Tokens: st.Tokens}, nil
+}
