@@ -171,19 +171,19 @@ func (d *runData) evalDue(step int64, last int) bool {
 	return step == int64(last) || (d.every > 0 && step%int64(d.every) == 0)
 }
 
-// evalLine is an evaluation in steps.jsonl and summary.json.
-type evalLine struct {
+// EvalLine is an evaluation of --eval-data in steps.jsonl and summary.json.
+type EvalLine struct {
 	Loss   float64 `json:"eval_loss"`
 	Tokens int64   `json:"eval_tokens"`
 }
 
 // runEval evaluates the held-out set after step and prints the result.
-func runEval(e *engine.Engine, d *runData, step int64, w io.Writer) (*evalLine, error) {
+func runEval(e *engine.Engine, d *runData, step int64, w io.Writer) (*EvalLine, error) {
 	st, err := e.Eval(d.eval)
 	if err != nil {
 		return nil, fmt.Errorf("train: eval after step %d: %w", step, err)
 	}
 	fmt.Fprintf(w, "eval after step %d: loss %.4f (ppl %.2f) over %d tokens of %s, %s\n",
 		step, st.Loss, math.Exp(st.Loss), st.Tokens, d.evalSrc.Path, st.Duration.Round(time.Millisecond))
-	return &evalLine{Loss: st.Loss, Tokens: st.Tokens}, nil
+	return &EvalLine{Loss: st.Loss, Tokens: st.Tokens}, nil
 }

@@ -113,7 +113,7 @@ type stepLine struct {
 	TokensThisStep   int     `json:"tokens"`
 	GlobalBatchLines int     `json:"global_batch_rows"`
 	OptimizerSeconds float64 `json:"optimizer_s"`
-	*evalLine                // after an evaluation of --eval-data
+	*EvalLine                // after an evaluation of --eval-data
 	*TierLine                // with the tier store (offload_param, NVMe offload)
 	*HostOptLine             // with the host optimizer
 }
@@ -584,7 +584,7 @@ type trainLoop struct {
 	runID  string   // the run's id (--out), in every checkpoint it saves
 	data   *runData // --eval-data and how often it is evaluated
 
-	firstEval, lastEval *evalLine // the run's first and last evaluations
+	firstEval, lastEval *EvalLine // the run's first and last evaluations
 
 	checked int64       // the last step whose end looked for a signal (under intr.mu)
 	saving  atomic.Bool // a checkpoint is being written
@@ -630,7 +630,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 	l.last = st
 	m := st.Moved
 	l.moved += m.HostToDevice + m.DeviceToHost + m.DeviceToDevice + m.Collective
-	var ev *evalLine
+	var ev *EvalLine
 	if l.data.evalDue(st.Step, l.steps) {
 		if l.bar != nil {
 			l.bar.Clear()
@@ -671,7 +671,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 
 // writeLine appends st (and the evaluation after it, if any) to
 // steps.jsonl (with --out).
-func (l *trainLoop) writeLine(st engine.StepStats, ev *evalLine) error {
+func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 	if l.jsonl == nil {
 		return nil
 	}
@@ -680,7 +680,7 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *evalLine) error {
 		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
-		OptimizerSeconds: st.OptimizerTime.Seconds(), evalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
+		OptimizerSeconds: st.OptimizerTime.Seconds(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
 	b, _ := json.Marshal(line)
 	if _, err := fmt.Fprintf(l.jsonl, "%s\n", b); err != nil {
 		return fmt.Errorf("train: write steps.jsonl: %w", err)
@@ -759,7 +759,7 @@ func (l *trainLoop) report(stdout io.Writer) error {
 // was one) and the trained weights (fp32 master weights, gathered from
 // every rank's shards and tier) as one safetensors file, streamed one
 // chunk at a time, under dir.
-func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, ev *evalLine, stdout io.Writer) error {
+func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, ev *EvalLine, stdout io.Writer) error {
 	js := summaryJSON(sum, elapsed)
 	if ev != nil {
 		js["eval_loss"], js["eval_tokens"] = ev.Loss, ev.Tokens
