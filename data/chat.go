@@ -203,9 +203,11 @@ func (c *ChatTemplate) spans(messages []any) ([]span, error) {
 		if err != nil {
 			return nil, fmt.Errorf("message %d (the assistant's): rendering the messages before it: %w", i+1, err)
 		}
-		upto, err := c.Render(messages[:i+1], false)
-		if err != nil {
-			return nil, fmt.Errorf("message %d (the assistant's): rendering the messages up to it: %w", i+1, err)
+		upto := full // the last message: the whole conversation
+		if i+1 < len(messages) {
+			if upto, err = c.Render(messages[:i+1], false); err != nil {
+				return nil, fmt.Errorf("message %d (the assistant's): rendering the messages up to it: %w", i+1, err)
+			}
 		}
 		if !strings.HasPrefix(upto, before) || !strings.HasPrefix(full, upto) || len(before) < pos {
 			return nil, fmt.Errorf("message %d (the assistant's): chat template %s renders the conversation before it (with the generation prompt) and up to it as texts that do not extend each other, so its tokens cannot be told: use a template that renders each prefix of a conversation as a prefix", i+1, c.source)

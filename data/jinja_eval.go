@@ -80,17 +80,19 @@ func (l *loopInfo) attr(name string) any {
 
 // render runs a parsed template with the given variables.
 func render(body []tmplNode, vars map[string]any) (string, error) {
-	r := &renderer{scopes: []map[string]any{globals(), vars, {}}}
+	r := &renderer{scopes: []map[string]any{globalFuncs, vars, {}}}
 	if err := r.exec(body); err != nil {
 		return "", err
 	}
 	return r.out.String(), nil
 }
 
-// globals are the functions Hugging Face gives chat templates, but
+// globalFuncs are the functions Hugging Face gives chat templates, but
 // strftime_now: a template asking for today's date would make the
 // training data depend on the day (Llama-3.1-style templates then use
-// their own default date).
+// their own default date). Read only: a set writes to an inner scope.
+var globalFuncs = globals()
+
 func globals() map[string]any {
 	return map[string]any{
 		"raise_exception": &fn{name: "raise_exception", call: func(args []any, _ *dict) (any, error) {

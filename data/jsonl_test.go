@@ -1,9 +1,12 @@
 package data
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -262,5 +265,59 @@ func TestTextCut(t *testing.T) {
 		if got := textCut([]byte(c.s)); got != c.want {
 			t.Errorf("textCut(%q) = %d, want %d", c.s, got, c.want)
 		}
+	}
+}
+
+// plain turns a decodeOrdered value into encoding/json's shapes (maps,
+// float64 numbers) to compare the two decoders.
+func plain(v any) any {
+	switch x := v.(type) {
+	case *dict:
+		m := map[string]any{}
+		for k, w := range x.m {
+			m[k] = plain(w)
+		}
+		return m
+	case []any:
+		out := make([]any, len(x))
+		for i, w := range x {
+			out[i] = plain(w)
+		}
+		return out
+	case int64:
+		return float64(x)
+	}
+	return v
+}
+
+// TestDecodeOrdered: the messages' decoder reads what encoding/json reads
+// (escapes, surrogate pairs and lone surrogates, invalid UTF-8, numbers,
+// nesting), keeps the keys' order, and refuses what it refuses.
+func TestDecodeOrdered(t *testing.T) {
+	for _, in := range []string{
+		`{"b": 1, "a": [true, false, null, -2.5e3, 0, 12345678901234]}`,
+		`"plain"`, `"esc \" \\ \/ \b \f \n \r \t \u00e9 \u20ac"`, `"pair \ud83d\ude00 end"`,
+		`"lone \ud83d x"`, `"lone low \ude00"`, `"two highs \ud83d\ud83d"`, "\"bad \xff utf8 \xe2\x82\"", `"ünïcode ✓"`,
+		`[]`, `{}`, `[[[]]]`, ` { "k" : { "x" : [ 1 , 2 ] } } `, `1.0`, `-0`, `1e400`,
+	} {
+		var want any
+		werr := json.Unmarshal([]byte(in), &want)
+		got, gerr := decodeOrdered([]byte(in))
+		if (werr != nil) != (gerr != nil) {
+			t.Errorf("%q: encoding/json error %v, decodeOrdered error %v", in, werr, gerr)
+			continue
+		}
+		if werr == nil && !reflect.DeepEqual(plain(got), want) {
+			t.Errorf("%q: %#v, encoding/json %#v", in, plain(got), want)
+		}
+	}
+	for _, bad := range []string{`{"a" 1}`, `[1,]`, `{"a":1,}`, `"open`, `tru`, `{1: 2}`, "\"ctl \x01\"", `[1] x`, `"\u12"`} {
+		if _, err := decodeOrdered([]byte(bad)); err == nil {
+			t.Errorf("%q decoded without an error", bad)
+		}
+	}
+	v, _ := decodeOrdered([]byte(`{"z": 1, "a": 2, "m": 3}`))
+	if keys := v.(*dict).keys; !slices.Equal(keys, []string{"z", "a", "m"}) {
+		t.Errorf("keys %v, want the document's order", keys)
 	}
 }

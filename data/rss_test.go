@@ -154,7 +154,9 @@ func vmRSS(pid int) int64 {
 // TestStreamedMemory: tokenizing a 256 MiB JSONL file into its token file
 // and reading every row of two shuffled epochs and of the file as an eval
 // set, in a child process capped at the same work on an 8 MiB file plus
-// 8 MiB, is done with memory that does not grow with the file: its peak
+// 16 MiB (the larger of two runs: the garbage collector's peaks vary by
+// several MiB from run to run on a loaded machine), is done with memory
+// that does not grow with the file: its peak
 // RSS is within that cap and at most a quarter of the file. Under the race
 // detector (shadow memory several times the heap's, code many times
 // slower) the large file is 32 MiB and only the cap is checked.
@@ -170,8 +172,8 @@ func TestStreamedMemory(t *testing.T) {
 		largeBytes = 32 << 20
 	}
 	writeJSONL(t, large, largeBytes)
-	const slackBytes = 8 << 20
-	base := childPeak(t, small, 0)
+	const slackBytes = 16 << 20
+	base := max(childPeak(t, small, 0), childPeak(t, small, 0))
 	bound := base + slackBytes
 	peak := childPeak(t, large, bound)
 	t.Logf("peak RSS: %.1f MiB on an 8 MiB file, %.1f MiB on a %d MiB file (cap %.1f MiB)", float64(base)/(1<<20), float64(peak)/(1<<20), largeBytes>>20, float64(bound)/(1<<20))
