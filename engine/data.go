@@ -108,8 +108,8 @@ const syntheticCorpusBytes = 64 << 10
 type batches struct {
 	sampler *model.Sampler
 	dataset Dataset
-	checked bool        // every token was checked against the vocabulary at New (model.Tokens)
-	file    *TrainData  // the data New opened from strata.data, closed by Close; nil for data given in Options
+	checked bool       // every token was checked against the vocabulary at New (model.Tokens)
+	file    *TrainData // the data New opened from strata.data, closed by Close; nil for data given in Options
 }
 
 // newBatches returns the sequence length and the source of rows:

@@ -207,4 +207,3 @@ func heldOutSetSeq(t *testing.T, seq int) *data.EvalSet {
 	}
 	return set
 }
-
