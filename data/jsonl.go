@@ -64,7 +64,7 @@ func newEncoder(tok Tokenizer, chat *ChatTemplate) *encoder {
 		// The model's eos_token text (tokenizer_config.json) decides over
 		// the tokenizer's default when the vocabulary has it.
 		if s, ok := chat.vars["eos_token"].(string); ok && s != "" {
-			if id, ok := tok.SpecialID(s); ok {
+			if id, ok := tok.TokenID(s); ok {
 				e.eos, e.hasEOS = id, true
 			}
 		}

@@ -8,7 +8,8 @@ import (
 
 // Tokenizer is what a dataset needs of a tokenizer: text to ids, the
 // special tokens, the vocabulary's size. Bytes is the byte-level one;
-// package tokenizer's byte-level BPE (tokenizer.json) has the same methods.
+// package tokenizer's *Tokenizer (byte-level BPE from tokenizer.json, and
+// tokenizer.Bytes) has these methods.
 type Tokenizer interface {
 	// Encode returns the ids of text. Special-token strings in text (the
 	// tokenizer's added tokens, such as "<|im_start|>" or
@@ -16,10 +17,10 @@ type Tokenizer interface {
 	// by default. With addSpecial the tokenizer also adds what its
 	// post-processor adds to a sequence (Llama-3: BOS first; GPT-2 and
 	// Qwen2: nothing); without it nothing is added.
-	Encode(text string, addSpecial bool) ([]int32, error)
-	// SpecialID is the id of a special token given by its text, false
-	// when the vocabulary has none by that text.
-	SpecialID(token string) (int32, bool)
+	Encode(text string, addSpecial bool) []int32
+	// TokenID is the id of a special (added) token given by its text,
+	// false when the vocabulary has none by that text.
+	TokenID(token string) (int32, bool)
 	// VocabSize is the number of ids: every id Encode returns is below it.
 	VocabSize() int
 	// BOS and EOS are the beginning- and end-of-sequence tokens' ids,
@@ -34,12 +35,10 @@ type Tokenizer interface {
 type Bytes struct{}
 
 // Encode returns one id per byte of text (model.Encode).
-func (Bytes) Encode(text string, addSpecial bool) ([]int32, error) {
-	return model.Encode([]byte(text)), nil
-}
+func (Bytes) Encode(text string, addSpecial bool) []int32 { return model.Encode([]byte(text)) }
 
-// SpecialID is always false: bytes have no special tokens.
-func (Bytes) SpecialID(string) (int32, bool) { return 0, false }
+// TokenID is always false: bytes have no special tokens.
+func (Bytes) TokenID(string) (int32, bool) { return 0, false }
 
 // VocabSize is model.ByteVocab (256).
 func (Bytes) VocabSize() int { return model.ByteVocab }
@@ -63,10 +62,7 @@ func isBytes(tok Tokenizer) bool {
 // encode is tok.Encode with its ids checked against the vocabulary, an
 // error naming where the text came from.
 func encode(tok Tokenizer, text string, addSpecial bool, where string) ([]int32, error) {
-	ids, err := tok.Encode(text, addSpecial)
-	if err != nil {
-		return nil, fmt.Errorf("%s: tokenize: %w", where, err)
-	}
+	ids := tok.Encode(text, addSpecial)
 	v := tok.VocabSize()
 	for i, id := range ids {
 		if id < 0 || int(id) >= v {
