@@ -217,7 +217,8 @@ func isStd(p string) bool {
 }
 
 // walkRepo calls fn for every file of the repository outside .git, hidden
-// and underscore directories (and testdata when skipTestdata).
+// and underscore directories, installed npm packages (node_modules), and
+// testdata when skipTestdata.
 func walkRepo(skipTestdata bool, fn func(path string) error) error {
 	return filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -225,7 +226,7 @@ func walkRepo(skipTestdata bool, fn func(path string) error) error {
 		}
 		if d.IsDir() {
 			name := d.Name()
-			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || (skipTestdata && name == "testdata")) {
+			if path != "." && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "node_modules" || (skipTestdata && name == "testdata")) {
 				return filepath.SkipDir
 			}
 			return nil

@@ -40,8 +40,12 @@ type NVMeOptions struct {
 	Engine     string // auto (default: io_uring, else pread, and Info says why), uring or pread
 	// Loops is the number of passes over the files (default 1); Duration,
 	// instead, runs passes until it has elapsed. One of them, not both.
-	Loops        int
-	Duration     time.Duration
+	Loops    int
+	Duration time.Duration
+	// SubmitBatch is nvme.Options.SubmitBatch: the most requests io_uring
+	// hands to the kernel per io_uring_enter (default 1: none merged by
+	// the block plug; larger values show what merging does).
+	SubmitBatch  int
 	NoFixed      bool   // do not register buffers and files with io_uring
 	TraceBlock   bool   // add device latency from the block-layer tracepoints (needs BPF)
 	Seed         uint64 // for the random orders
@@ -68,6 +72,9 @@ func (o NVMeOptions) WithDefaults() NVMeOptions {
 	}
 	if o.Engine == "" {
 		o.Engine = nvme.EngineAuto
+	}
+	if o.SubmitBatch == 0 {
+		o.SubmitBatch = 1
 	}
 	if o.Loops == 0 && o.Duration == 0 {
 		o.Loops = 1
@@ -104,6 +111,8 @@ func (o NVMeOptions) Validate() error {
 		return fmt.Errorf("bench: nvme: --bs %d: want 512 B .. 64 MiB", o.BlockBytes)
 	case o.QueueDepth < 1 || o.QueueDepth > 1024:
 		return fmt.Errorf("bench: nvme: --qd %d: want 1..1024", o.QueueDepth)
+	case o.SubmitBatch < 1 || o.SubmitBatch > 1024:
+		return fmt.Errorf("bench: nvme: --submit-batch %d: want 1..1024", o.SubmitBatch)
 	case o.SizeBytes < 1:
 		return fmt.Errorf("bench: nvme: --size %d: want > 0", o.SizeBytes)
 	case o.SizeBytes < o.BlockBytes:
@@ -132,6 +141,9 @@ func (o NVMeOptions) String() string {
 		s += " --duration " + o.Duration.String()
 	} else {
 		s += fmt.Sprintf(" --loops %d", o.Loops)
+	}
+	if o.SubmitBatch != 1 {
+		s += fmt.Sprintf(" --submit-batch %d", o.SubmitBatch)
 	}
 	if o.NoFixed {
 		s += " --no-fixed"
@@ -162,6 +174,12 @@ type NVMeResult struct {
 	P999us     float64  `json:"p999_us"`
 	CPUSeconds float64  `json:"cpu_s"`
 	CPUsPerGB  float64  `json:"cpu_s_per_gb"`
+	// SubmitBatch is the most SQEs per io_uring_enter; Enters and SQEs
+	// are the engine's count of the io_uring_enter calls that submitted
+	// over the workload and of the SQEs they took (0 with pread).
+	SubmitBatch int    `json:"submit_batch"`
+	Enters      uint64 `json:"enters"`
+	SQEs        uint64 `json:"sqes"`
 	// Device-level latency (block_rq_issue → block_rq_complete), with --trace-block.
 	DeviceP50us  float64 `json:"device_p50_us,omitempty"`
 	DeviceP99us  float64 `json:"device_p99_us,omitempty"`
@@ -202,7 +220,7 @@ func RunNVMe(ctx context.Context, opts NVMeOptions) (NVMeResult, error) {
 	if err := opts.Validate(); err != nil {
 		return NVMeResult{}, err
 	}
-	eng, err := nvme.Open(nvme.Options{Engine: opts.Engine, QueueDepth: opts.QueueDepth})
+	eng, err := nvme.Open(nvme.Options{Engine: opts.Engine, QueueDepth: opts.QueueDepth, SubmitBatch: opts.SubmitBatch})
 	if err != nil {
 		return NVMeResult{}, fmt.Errorf("bench: %w", err)
 	}
@@ -239,8 +257,11 @@ func RunNVMe(ctx context.Context, opts NVMeOptions) (NVMeResult, error) {
 		res.TraceNote = note
 	}
 	stats := startBlockStats(files)
+	st0 := eng.Stats()
 	m, err := runWorkload(ctx, eng, files, mem, opts)
 	stats.stop(&res, opts, buf.hugeBytes == int64(len(mem)))
+	st := eng.Stats()
+	res.SubmitBatch, res.Enters, res.SQEs = opts.SubmitBatch, st.Enters-st0.Enters, st.SQEs-st0.SQEs
 	if tracer != nil {
 		res.DeviceP50us, res.DeviceP99us, res.DeviceP999us, res.DeviceIOs, res.TraceNote = tracer.stop()
 		res.DeviceAvgBytes = tracer.avgBytes()

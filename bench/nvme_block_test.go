@@ -4,12 +4,16 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/internal/leaktest"
+	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
+	"golang.org/x/sys/unix"
 )
 
 // TestIOBuffersHugePages: the bench's I/O buffers are in huge pages
@@ -86,5 +90,36 @@ func TestRunNVMeBlockStats(t *testing.T) {
 	t.Logf("trace: %d requests of %d B; %s", r.DeviceIOs, r.DeviceAvgBytes, r.TraceNote)
 	if r.TraceNote == "" && (r.DeviceIOs <= 0 || r.DeviceAvgBytes < 4096 || r.DeviceAvgBytes > 64<<20) {
 		t.Fatalf("traced, but %d requests of %d B", r.DeviceIOs, r.DeviceAvgBytes)
+	}
+}
+
+// TestRunNVMeSubmitBatch: by default every request goes to the kernel in an
+// io_uring_enter of its own (so the block plug merges none: each reaches
+// the disk at --bs), as the run's enters and sqes show; with SubmitBatch 8
+// the first 8 requests go in one enter, so there are fewer enters than
+// SQEs. 64 blocks of 64 KiB, 8 in flight.
+func TestRunNVMeSubmitBatch(t *testing.T) {
+	leaktest.Check(t)
+	d := nvmetest.Dir(t)
+	for _, batch := range []int{0, 8} {
+		o := NVMeOptions{Paths: []string{d}, RW: "read", BlockBytes: 64 << 10, QueueDepth: 8, SizeBytes: 4 << 20,
+			Engine: nvme.EngineUring, SubmitBatch: batch}.WithDefaults()
+		r, err := RunNVMe(context.Background(), o)
+		if errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS) {
+			t.Skipf("io_uring unavailable here: %v", err)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("batch %d: %d SQEs in %d enters; block: %d requests of %d B", r.SubmitBatch, r.SQEs, r.Enters, r.BlockRequests, r.BlockAvgBytes)
+		if r.SQEs < 64 || r.SubmitBatch != max(batch, 1) || !strings.Contains(r.EngineInfo, fmt.Sprintf("%d SQE", r.SubmitBatch)) {
+			t.Fatalf("batch %d: %+v", batch, r)
+		}
+		if batch == 0 && r.Enters != r.SQEs {
+			t.Fatalf("default: %d SQEs in %d enters, want one each", r.SQEs, r.Enters)
+		}
+		if batch == 8 && r.Enters > r.SQEs-7 {
+			t.Fatalf("batch 8: %d SQEs in %d enters, want the first 8 in one", r.SQEs, r.Enters)
+		}
 	}
 }

@@ -24,7 +24,7 @@ func TestRunNVMeAllModes(t *testing.T) {
 	dirs := []string{nvmetest.Dir(t), nvmetest.Dir(t)}
 	for _, engine := range []string{nvme.EngineUring, nvme.EnginePread} {
 		for _, rw := range nvmeRWs {
-			o := NVMeOptions{Paths: dirs, RW: rw, BlockBytes: 64 << 10, QueueDepth: 4, SizeBytes: 4 << 20, Engine: engine, Loops: 2}
+			o := NVMeOptions{Paths: dirs, RW: rw, BlockBytes: 64 << 10, QueueDepth: 4, SizeBytes: 4 << 20, Engine: engine, Loops: 2}.WithDefaults()
 			r, err := RunNVMe(context.Background(), o)
 			if engine == nvme.EngineUring && (errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENOSYS)) {
 				t.Logf("io_uring unavailable here, uring runs skipped: %v", err)
@@ -83,7 +83,7 @@ func TestRunNVMeBadInput(t *testing.T) {
 func TestNVMeOptionsExplicitZeros(t *testing.T) {
 	def := NVMeOptions{Paths: []string{"/x"}}.WithDefaults()
 	if def.Engine != nvme.EngineAuto || def.RW != "read" || def.BlockBytes != 1<<20 || def.QueueDepth != 32 ||
-		def.SizeBytes != 1<<30 || def.Loops != 1 || def.Duration != 0 {
+		def.SizeBytes != 1<<30 || def.Loops != 1 || def.Duration != 0 || def.SubmitBatch != 1 {
 		t.Fatalf("defaults %+v", def)
 	}
 	if d := (NVMeOptions{Paths: []string{"/x"}, Duration: time.Second}).WithDefaults(); d.Loops != 0 {
@@ -102,6 +102,8 @@ func TestNVMeOptionsExplicitZeros(t *testing.T) {
 		{func(o *NVMeOptions) { o.QueueDepth = -1 }, "--qd -1"},
 		{func(o *NVMeOptions) { o.SizeBytes = 0 }, "--size 0"},
 		{func(o *NVMeOptions) { o.SizeBytes = -1 << 20 }, "--size -1048576"},
+		{func(o *NVMeOptions) { o.SubmitBatch = 0 }, "--submit-batch 0"},
+		{func(o *NVMeOptions) { o.SubmitBatch = 1025 }, "--submit-batch 1025"},
 		{func(o *NVMeOptions) { o.Loops = 0 }, "--loops 0"},
 		{func(o *NVMeOptions) { o.Loops = -2 }, "--loops -2"},
 		{func(o *NVMeOptions) { o.Loops, o.Duration = 3, time.Second }, "--loops 3 and --duration 1s: give one or the other"},

@@ -162,3 +162,31 @@ func float32View(b []byte) []float32 {
 	}
 	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
 }
+
+// transposeStrided writes the transpose of src (k×n, row-major) into
+// rows of dst stride apart: dst[r·stride + i] = src[i·n + r] for i < k,
+// r < n; in 8×8 tiles, as transpose.
+func transposeStrided(dst []float32, stride int, src []float32, k, n int) {
+	const tile = 8
+	for i0 := 0; i0 < k; i0 += tile {
+		i1 := min(i0+tile, k)
+		for r0 := 0; r0 < n; r0 += tile {
+			r1 := min(r0+tile, n)
+			for r := r0; r < r1; r++ {
+				d := dst[r*stride : r*stride+i1]
+				for i := i0; i < i1; i++ {
+					d[i] = src[i*n+r]
+				}
+			}
+		}
+	}
+}
+
+// uint16View is b as []uint16 without a copy, when the host is
+// little-endian and b is 2-byte aligned; else nil.
+func uint16View(b []byte) []uint16 {
+	if !littleEndian || len(b) < 2 || uintptr(unsafe.Pointer(&b[0]))%2 != 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
+}

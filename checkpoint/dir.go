@@ -63,6 +63,9 @@ type Manifest struct {
 	// Run is the id of the run that saved it (Options.RunID); pruning
 	// and Rewind touch only the checkpoints of one run.
 	Run string `json:"run,omitempty"`
+	// Source is where the run's initial weights came from
+	// (Options.Source); nil for a run from the seeded initialisation.
+	Source *Source `json:"source,omitempty"`
 }
 
 // ManifestState is a StateSpec in the manifest: "param" "bf16".
@@ -121,6 +124,10 @@ type Options struct {
 	// counts and removes only the checkpoints of this run: another run's
 	// checkpoints in the same directory are never touched.
 	RunID string
+
+	// Source, when set, is recorded in the manifest: where the run's
+	// initial weights came from (its tokenizer files, its config.json).
+	Source *Source
 
 	// Hook, for tests, is called at each named point of a save and of its
 	// pruning ("write rank-00000.safetensors", "manifest", "rename",
@@ -208,7 +215,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
-		Shape: st.Shape, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID}
+		Shape: st.Shape, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source}
 	if len(st.Config) > 0 {
 		m.Config = json.RawMessage(st.Config)
 	}

@@ -19,11 +19,35 @@
 // Export writes every tensor of a model.Layout from host chunks (fp32 or
 // bf16) as F32 or BF16, with metadata (format "pt", strata.shape, n_layer,
 // n_embd, n_head, vocab_size, max_seq_len, step, strata.names), under the
-// layout's names or Hugging Face GPT-2's (NamesHF: the Conv1D weights
-// transposed to in×out). Import reads such a file, or one saved by
-// transformers, into one fp32 slice per chunk, checking every name, dtype
-// and shape and listing every problem in one error. ExportState writes the
-// weights held by a training checkpoint (fp32 master weights when present).
+// layout's names or Hugging Face's less their prefix (NamesHF: GPT-2's
+// Conv1D weights transposed to in×out). Import reads such a file, or one
+// saved by transformers, into one fp32 slice per chunk, checking every
+// name, dtype (F32, BF16, F16, each widened exactly) and shape and listing
+// every problem in one error. ExportState writes the weights held by a
+// training checkpoint (fp32 master weights when present).
+//
+// # Hugging Face model directories
+//
+// ReadHFConfig/ParseHFConfig read config.json into a model.Shape
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel)
+// and refuse, in one error naming the file and each key, what Strata does
+// not compute (rope_scaling, a head_dim other than hidden/heads, another
+// activation, biases Llama lacks, sliding windows: Mistral's only when
+// shorter than the run's sequence, HFConfig.CheckSeq). OpenHF opens a
+// directory: config.json, then model.safetensors or the shards that
+// model.safetensors.index.json names, every header checked against the
+// layout (names with or without "model."/"transformer.", mask and rotary
+// buffers and a tied lm_head skipped), every problem in one error naming
+// file and tensor. HFModel.ReadChunk reads one chunk with pread, a block of
+// at most 4 MiB at a time, into the caller's fp32 buffer: an HFModel (or a
+// Reader, whose ReadChunk reads a checkpoint's weights) is the
+// engine.Options.Init of `strata train --init`. HFConfigJSON writes
+// config.json back (keeping the other keys of the source's), and ExportHF
+// writes a directory as transformers' save_pretrained does: weight files of
+// at most MaxShardBytes (model.safetensors, or model-0000N-of-0000M with
+// model.safetensors.index.json), transformers' names, the source's
+// tokenizer files; ExportCheckpointHF feeds it from a training checkpoint
+// whose manifest names the run's Source (where its weights came from).
 //
 // # Training checkpoints
 //
@@ -89,7 +113,9 @@
 // about 2 KiB per tensor; ExportCheckpoint feeds it from a checkpoint on
 // disk, one chunk at a time, adding two padded chunks and the CRC pass's
 // buffers; Export and ExportBF16 are thin wrappers, and ExportState the
-// whole-State path for small models. Import streams tensor by tensor with
-// one buffer of the largest tensor. Saves into one directory must not run
-// concurrently.
+// whole-State path for small models. Import returns the whole model (small
+// models, tests) but reads it through one buffer of at most 4 MiB (and a
+// widened copy of it for a transposed non-F32 tensor); OpenHF holds those
+// and its open files, nothing of the model. ExportHF holds ExportStream's
+// buffers. Saves into one directory must not run concurrently.
 package checkpoint

@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"fmt"
 	"os"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -257,6 +256,10 @@ func encodeTensor(out []byte, dt dtype.DType, src chunkData, ft fileTensor) {
 			PutBF16s(out, src.b16[off:off+ft.t.Len])
 			return
 		}
+		if v := uint16View(out); dt == dtype.BF16 && src.f32 != nil && v != nil {
+			bf16.FromFloat32s(v, src.f32[off:off+ft.t.Len])
+			return
+		}
 		for i := range ft.t.Len {
 			src.put(out, dt, i, off+i)
 		}
@@ -281,10 +284,12 @@ type ImportOptions struct {
 
 // Import reads a safetensors file into one fp32 slice per chunk of layout
 // (each exactly the chunk's length). Every tensor of the layout must be in
-// the file under its name (see Naming) with its shape and dtype F32 or BF16
-// (widened exactly); a file tensor the layout lacks is an error too. The
-// error lists every problem found. It returns the file's header as well
-// (metadata: step and shape of an Export).
+// the file under its name (see Naming) with its shape and dtype F32, BF16
+// or F16 (widened exactly); a file tensor the layout lacks is an error too.
+// The error lists every problem found. It returns the file's header as
+// well (metadata: step and shape of an Export). It reads a block of at
+// most 4 MiB at a time (OpenHF reads a Hugging Face directory chunk by
+// chunk).
 func Import(path string, layout *model.Layout, opts ImportOptions) ([][]float32, *Header, error) {
 	f, err := OpenSafetensors(path)
 	if err != nil {
@@ -296,7 +301,8 @@ func Import(path string, layout *model.Layout, opts ImportOptions) ([][]float32,
 	if names == NamesAuto {
 		names = NamesStrata
 		for _, t := range h.Tensors {
-			if t.Name == "wte.weight" || t.Name == "transformer.wte.weight" {
+			switch t.Name {
+			case "wte.weight", "transformer.wte.weight", "model.embed_tokens.weight":
 				names = NamesHF
 			}
 		}
@@ -304,48 +310,13 @@ func Import(path string, layout *model.Layout, opts ImportOptions) ([][]float32,
 	if names != NamesStrata && names != NamesHF {
 		return nil, nil, fmt.Errorf("checkpoint: import naming %q (want strata, hf or auto)", names)
 	}
-	inFile := map[string]TensorInfo{}
-	for _, t := range h.Tensors {
-		name := t.Name
-		if names == NamesHF {
-			name = strings.TrimPrefix(name, "transformer.")
-			if name == "lm_head.weight" || strings.HasSuffix(name, ".attn.bias") || strings.HasSuffix(name, ".attn.masked_bias") {
-				continue
-			}
-		}
-		inFile[name] = t
+	wn := weightNames{names: names, canon: func(n string) (string, bool) { return n, true }, display: func(n string) string { return n }}
+	if names == NamesHF {
+		wn.canon = hfCanon(layout.Shape)
 	}
-	var problems, missing []string
+	w, problems := matchWeights(layout, []*SafetensorsFile{f}, wn)
 	if msg := shapeMismatch(h.Metadata, layout.Shape); msg != "" {
-		problems = append(problems, msg)
-	}
-	fts := fileTensors(layout, names)
-	found := make([]TensorInfo, len(fts))
-	for i, ft := range fts {
-		t, ok := inFile[ft.name]
-		if !ok {
-			missing = append(missing, ft.name)
-			continue
-		}
-		delete(inFile, ft.name)
-		found[i] = t
-		if t.DType != "F32" && t.DType != "BF16" {
-			problems = append(problems, fmt.Sprintf("%s has dtype %s (import reads F32 or BF16)", t.Name, t.DType))
-		}
-		if !sameShape(t.Shape, ft.shape) {
-			problems = append(problems, fmt.Sprintf("%s has shape %v, the layout wants %v", t.Name, t.Shape, ft.shape))
-		}
-	}
-	if len(missing) > 0 {
-		problems = append(problems, fmt.Sprintf("%d missing: %s", len(missing), listSome(missing)))
-	}
-	if len(inFile) > 0 {
-		var extra []string
-		for _, t := range inFile {
-			extra = append(extra, t.Name)
-		}
-		sort.Strings(extra)
-		problems = append(problems, fmt.Sprintf("%d unexpected: %s", len(extra), listSome(extra)))
+		problems = append([]string{msg}, problems...)
 	}
 	if len(problems) > 0 {
 		return nil, h, fmt.Errorf("checkpoint: import %s as %s (%s names): %s", path, layout.Shape.Name, names, strings.Join(problems, "; "))
@@ -353,49 +324,48 @@ func Import(path string, layout *model.Layout, opts ImportOptions) ([][]float32,
 	out := make([][]float32, len(layout.Chunks))
 	for c, ch := range layout.Chunks {
 		out[c] = make([]float32, ch.Len)
-	}
-	var buf []byte
-	for i, ft := range fts {
-		t := found[i]
-		if int64(cap(buf)) < t.SizeBytes() {
-			buf = make([]byte, t.SizeBytes())
-		}
-		b := buf[:t.SizeBytes()]
-		if err := f.ReadTensor(t, b); err != nil {
+		if err := w.readChunk(c, out[c]); err != nil {
 			return nil, h, err
 		}
-		decodeTensor(out[ft.chunk][ft.t.Offset:ft.t.Offset+ft.t.Len], b, t.DType, ft)
 	}
 	return out, h, nil
 }
 
-func decodeTensor(dst []float32, b []byte, dt string, ft fileTensor) {
-	at := func(i int) float32 {
-		if dt == "F32" {
-			return getF32(b[4*i:])
-		}
-		return bf16.ToFloat32(getU16(b[2*i:]))
-	}
-	if !ft.transposed {
-		if dt == "F32" {
-			GetFloat32s(dst, b)
-			return
-		}
-		for i := range dst {
-			dst[i] = at(i)
-		}
-		return
-	}
-	rows, cols := ft.t.Shape[0], ft.t.Shape[1]
-	if v := float32View(b); dt == "F32" && v != nil {
-		transpose(dst, v, cols, rows) // the file holds cols×rows
-		return
-	}
-	for r := range rows {
-		for c := range cols {
-			dst[r*cols+c] = at(c*rows + r)
+// hfCanon maps a Hugging Face tensor name of a model of shape s to the
+// name fileTensors gives it under NamesHF (the prefix "transformer." of
+// GPT-2, "model." of the Llama family, dropped), or false for what import
+// skips: GPT-2's attention-mask buffers (attn.bias, attn.masked_bias) and
+// tied lm_head, the Llama family's rotary_emb.inv_freq buffers and a tied
+// lm_head (transformers ties it to the embedding whatever the file holds).
+func hfCanon(s model.Shape) func(string) (string, bool) {
+	if !s.IsLlama() {
+		return func(n string) (string, bool) {
+			n = strings.TrimPrefix(n, "transformer.")
+			if n == "lm_head.weight" || strings.HasSuffix(n, ".attn.bias") || strings.HasSuffix(n, ".attn.masked_bias") {
+				return "", false
+			}
+			return n, true
 		}
 	}
+	return func(n string) (string, bool) {
+		if n == "lm_head.weight" && s.TiedHead() || strings.HasSuffix(n, ".rotary_emb.inv_freq") {
+			return "", false
+		}
+		return strings.TrimPrefix(n, "model."), true
+	}
+}
+
+// hfPrefixed is the name transformers gives a tensor named n by
+// fileTensors under NamesHF: "transformer." or "model." before it
+// (lm_head.weight has none).
+func hfPrefixed(s model.Shape, n string) string {
+	switch {
+	case !s.IsLlama():
+		return "transformer." + n
+	case n == "lm_head.weight":
+		return n
+	}
+	return "model." + n
 }
 
 // shapeMismatch compares the shape recorded in an Export's metadata with s.

@@ -9,6 +9,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"unsafe"
+
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
 )
 
 // Streaming save and load: a checkpoint goes to and from disk one chunk of
@@ -248,6 +253,8 @@ type Reader struct {
 	paths []string
 	files []*os.File
 	offs  [][][]int64 // [r][c][k]: file offset of rank r's tensor chunk.c.States[k]
+	src   *Source     // the manifest's Source
+	buf   []byte      // ReadChunk's bf16 block
 }
 
 // Open opens the checkpoint at path (the directory Save wrote into, whose
@@ -280,7 +287,7 @@ func open(path string, e *Expect) (_ *Reader, err error) {
 			return nil, fmt.Errorf("%w (checkpoint %s)", err, path)
 		}
 	}
-	rd := &Reader{meta: meta, dir: dir, paths: make([]string, m.Devices), files: make([]*os.File, m.Devices), offs: make([][][]int64, m.Devices)}
+	rd := &Reader{meta: meta, dir: dir, paths: make([]string, m.Devices), files: make([]*os.File, m.Devices), offs: make([][][]int64, m.Devices), src: m.Source}
 	defer func() {
 		if err != nil {
 			rd.Close()
@@ -498,6 +505,63 @@ func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// Shape is the checkpoint's model shape.
+func (rd *Reader) Shape() model.Shape { return rd.meta.Shape }
+
+// Source is the manifest's Source: where the run's initial weights came
+// from; nil when it started from the seeded initialisation.
+func (rd *Reader) Source() *Source { return rd.src }
+
+// ReadChunk fills dst, exactly the length of chunk c, with the
+// checkpoint's weights of chunk c as fp32: the master weights when it holds
+// them, else the params (bf16 widened exactly), each rank's part of the
+// chunk read from its file with pread (bf16 through a block of at most
+// 4 MiB). Weights only: the optimizer's moments are not read. It makes a
+// Reader a source of initial weights for another run (engine.Options.Init).
+func (rd *Reader) ReadChunk(c int, dst []float32) error {
+	meta := rd.meta
+	if c < 0 || c >= len(meta.Chunks) || len(dst) != meta.Chunks[c].Elems {
+		panic(fmt.Sprintf("checkpoint: read chunk %d into %d values (%d chunks)", c, len(dst), len(meta.Chunks)))
+	}
+	k := meta.StateIndex(shard.Master)
+	if k < 0 {
+		k = meta.StateIndex(shard.Param)
+	}
+	if k < 0 {
+		return fmt.Errorf("checkpoint: %s holds neither master weights nor params (%s)", rd.dir, specList(meta.States))
+	}
+	dt := meta.States[k].DType
+	shardElems := meta.Chunks[c].ShardElems
+	for r := range meta.Devices {
+		lo, hi := r*shardElems, min((r+1)*shardElems, len(dst))
+		for at := lo; at < hi; {
+			n := hi - at
+			var b []byte
+			if dt == dtype.F32 && littleEndian {
+				b = unsafe.Slice((*byte)(unsafe.Pointer(&dst[at])), 4*n)
+			} else {
+				n = min(n, readBlockBytes/dt.Size())
+				if cap(rd.buf) < n*dt.Size() {
+					rd.buf = make([]byte, n*dt.Size())
+				}
+				b = rd.buf[:n*dt.Size()]
+			}
+			off := rd.offs[r][c][k] + int64((at-lo)*dt.Size())
+			if _, err := rd.files[r].ReadAt(b, off); err != nil {
+				return fmt.Errorf("checkpoint: %s: read tensor %s (%d bytes at %d): %w", rd.paths[r], tensorName(c, meta.States[k].Kind), len(b), off, err)
+			}
+			switch {
+			case dt == dtype.BF16:
+				widen(dst[at:at+n], b, "BF16")
+			case !littleEndian:
+				widen(dst[at:at+n], b, "F32")
+			}
+			at += n
+		}
+	}
+	return nil
 }
 
 // Close closes the rank files.

@@ -29,6 +29,9 @@ type ExportWriter struct {
 	at   int          // fts[at] is the next tensor to write
 	next int          // the next chunk expected
 	buf  []byte
+	// begin, when set, is called before tensor fts[i] is written (ExportHF
+	// starts each weight file there, setting w); nil for one file.
+	begin func(i int) error
 }
 
 // F32 writes the tensors of chunk c from its fp32 values (at least the
@@ -54,6 +57,11 @@ func (w *ExportWriter) put(c int, src chunkData) error {
 	w.next++
 	for ; w.at < len(w.fts) && w.fts[w.at].chunk == c; w.at++ {
 		ft := w.fts[w.at]
+		if w.begin != nil {
+			if err := w.begin(w.at); err != nil {
+				return err
+			}
+		}
 		if err := w.writeTensor(src, ft); err != nil {
 			return fmt.Errorf("export: tensor %s: %w", ft.name, err)
 		}
@@ -141,41 +149,64 @@ func ExportCheckpoint(dst, src string, opts ExportOptions) (*State, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	cw, err := openCheckpointWeights(src)
+	if err != nil {
+		return nil, err
+	}
+	defer cw.rd.Close()
+	if opts.Step == 0 {
+		opts.Step = cw.meta.Step
+	}
+	if err := ExportStream(dst, cw.layout, opts, cw.produce); err != nil {
+		return nil, err
+	}
+	return cw.meta, nil
+}
+
+// checkpointWeights are the weights of an open training checkpoint, to
+// hand to an ExportWriter: the fp32 master weights when it holds them,
+// else the params.
+type checkpointWeights struct {
+	rd     *Reader
+	meta   *State
+	layout *model.Layout
+	k      int // the state exported
+}
+
+func openCheckpointWeights(src string) (*checkpointWeights, error) {
 	rd, err := Open(src)
 	if err != nil {
 		return nil, err
 	}
-	defer rd.Close()
 	meta := rd.State()
 	k := meta.StateIndex(shard.Master)
 	if k < 0 {
 		k = meta.StateIndex(shard.Param)
 	}
 	if k < 0 {
+		rd.Close()
 		return nil, fmt.Errorf("checkpoint: export: the checkpoint holds neither master weights nor params (%s)", specList(meta.States))
 	}
 	l, err := model.NewLayout(meta.Shape)
 	if err != nil {
+		rd.Close()
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
-	if opts.Step == 0 {
-		opts.Step = meta.Step
-	}
-	spec := meta.States[k]
+	return &checkpointWeights{rd: rd, meta: meta, layout: l, k: k}, nil
+}
+
+// produce hands every chunk of the exported state to w, all ranks'
+// shards side by side (element i of the chunk is element i of the whole).
+func (cw *checkpointWeights) produce(w *ExportWriter) error {
+	meta, spec := cw.meta, cw.meta.States[cw.k]
 	to := Expect{Shape: meta.Shape, Devices: meta.Devices, ShardAlignElems: meta.ShardAlignElems, States: []StateSpec{spec}}
-	err = ExportStream(dst, l, opts, func(w *ExportWriter) error {
-		return rd.Read(to, func(c, _ int, whole []byte) error {
-			b := whole[:meta.Chunks[c].Elems*spec.DType.Size()] // element i of the chunk is at i in the whole
-			if spec.DType == dtype.BF16 {
-				return w.BF16(c, bf16sOf(b))
-			}
-			return w.F32(c, float32sOf(b))
-		})
+	return cw.rd.Read(to, func(c, _ int, whole []byte) error {
+		b := whole[:meta.Chunks[c].Elems*spec.DType.Size()]
+		if spec.DType == dtype.BF16 {
+			return w.BF16(c, bf16sOf(b))
+		}
+		return w.F32(c, float32sOf(b))
 	})
-	if err != nil {
-		return nil, err
-	}
-	return meta, nil
 }
 
 // float32sOf is b's little-endian fp32 values: b itself when the host's

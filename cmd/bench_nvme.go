@@ -46,6 +46,7 @@ func benchNVMeCommand() *cli.Command {
 			&cli.StringFlag{Name: "sweep-bs", Value: "128K,256K,512K,1M,4M", Usage: "block sizes for --sweep"},
 			&cli.StringFlag{Name: "sweep-qd", Value: "4,8,16,32,64", Usage: "queue depths for --sweep"},
 			&cli.BoolFlag{Name: "trace-block", Usage: "add device latency from the block:block_rq_issue/complete tracepoints (needs BPF)"},
+			&cli.IntFlag{Name: "submit-batch", Usage: "requests per io_uring_enter at most (above 1 the block layer may merge adjacent ones)", DefaultText: strconv.Itoa(nvmeDefaults.SubmitBatch)},
 			&cli.BoolFlag{Name: "no-fixed", Usage: "do not register buffers and files with io_uring"},
 			&cli.BoolFlag{Name: "force", Usage: "allow a write run to overwrite an existing --path file, and a read run to extend it"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
@@ -79,6 +80,9 @@ func nvmeOptions(c *cli.Context) (bench.NVMeOptions, error) {
 	}
 	if c.IsSet("loops") {
 		o.Loops = c.Int("loops")
+	}
+	if c.IsSet("submit-batch") {
+		o.SubmitBatch = c.Int("submit-batch")
 	}
 	for _, f := range []struct {
 		name string

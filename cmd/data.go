@@ -1,8 +1,10 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -10,10 +12,12 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/tokenizer"
 )
 
 // dataFlags are train's flags for what it trains on and evaluates.
@@ -38,6 +42,9 @@ type runData struct {
 
 // Close closes the data files.
 func (d *runData) Close() {
+	if d == nil {
+		return
+	}
 	if d.train != nil {
 		d.train.Close()
 	}
@@ -47,8 +54,47 @@ func (d *runData) Close() {
 }
 
 // runTokenizer is the tokenizer the run's data is tokenized with: the
-// byte-level one, which every model Strata builds today reads.
-func runTokenizer(*config.Config) data.Tokenizer { return data.Bytes{} }
+// tokenizer.json of the model the run started from (--init, or the
+// resumed run's record of it), else the byte-level one. It returns a
+// description for the run's header.
+func runTokenizer(cfg *config.Config, source *checkpoint.Source) (data.Tokenizer, string, error) {
+	if source == nil || source.TokenizerPath() == "" {
+		return data.Bytes{}, "bytes", nil
+	}
+	path := source.TokenizerPath()
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("train: the model's tokenizer: %w", err)
+	}
+	if v := cfg.Shape().Vocab; tok.VocabSize() > v {
+		return nil, "", fmt.Errorf("train: the tokenizer %s has %d ids, more than the model's vocabulary of %d", path, tok.VocabSize(), v)
+	}
+	return tok, path, nil
+}
+
+// runChat is the chat template of {"messages"} lines: --chat-template,
+// else the one of the Hugging Face model the run started from, else nil
+// (ChatML).
+func runChat(c *cli.Context, source *checkpoint.Source) (*data.ChatTemplate, error) {
+	if p := c.String("chat-template"); p != "" {
+		chat, err := data.LoadChatTemplate(p)
+		if err != nil {
+			return nil, fmt.Errorf("train: --chat-template: %w", err)
+		}
+		return chat, nil
+	}
+	if source == nil || source.Format != checkpoint.SourceHF {
+		return nil, nil
+	}
+	chat, err := data.LoadChatTemplate(source.Path)
+	if errors.Is(err, fs.ErrNotExist) { // no tokenizer_config.json
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: the model's chat template: %w", err)
+	}
+	return chat, nil
+}
 
 // checkDataFlags refuses data flags that do not go together.
 func checkDataFlags(c *cli.Context) error {
@@ -77,19 +123,25 @@ func tokenDir(out string) string {
 	return ""
 }
 
-// openRunData opens strata.data and --eval-data for a run of cfg (data
-// files are tokenized in one streaming pass: JSONL always, raw text with
-// a tokenizer other than bytes) and says what they hold.
-func openRunData(c *cli.Context, cfg *config.Config, stderr io.Writer) (*runData, error) {
+// openRunData opens strata.data and --eval-data for a run of cfg from
+// source (data files are tokenized in one streaming pass with the model's
+// tokenizer: JSONL always, raw text with a tokenizer other than bytes)
+// and says what they hold.
+func openRunData(c *cli.Context, cfg *config.Config, source *checkpoint.Source, stderr io.Writer) (*runData, error) {
 	d := &runData{every: c.Int("eval-every")}
-	o := data.Options{Tokenizer: runTokenizer(cfg), Dir: tokenDir(c.String("out"))}
-	if p := c.String("chat-template"); p != "" {
-		chat, err := data.LoadChatTemplate(p)
-		if err != nil {
-			return nil, fmt.Errorf("train: --chat-template: %w", err)
-		}
-		o.Chat = chat
+	if cfg.Strata.Data == "" && c.String("eval-data") == "" {
+		return d, nil
 	}
+	tok, tokName, err := runTokenizer(cfg, source)
+	if err != nil {
+		return nil, err
+	}
+	chat, err := runChat(c, source)
+	if err != nil {
+		return nil, err
+	}
+	o := data.Options{Tokenizer: tok, Chat: chat, Dir: tokenDir(c.String("out"))}
+	fmt.Fprintf(stderr, "tokenizer: %s\n", tokName)
 	if path := cfg.Strata.Data; path != "" {
 		t0 := time.Now()
 		td, err := engine.OpenTrainData(path, cfg, o, !c.Bool("no-shuffle"))

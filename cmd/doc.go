@@ -24,7 +24,8 @@
 // A run directory (train --out) belongs to one run: strata.lock is
 // flock(2)ed while a run writes into it (a second run is refused, naming
 // the holder's pid), run.json holds the run's id, which every checkpoint
-// it saves records; a new run refuses a non-empty directory unless
-// --overwrite, and a resumed run takes the directory of the run it
-// continues.
+// it saves records, and the source of its weights (train --init: a
+// Hugging Face directory and its tokenizer files, init.go); a new run
+// refuses a non-empty directory unless --overwrite, and a resumed run
+// takes the directory of the run it continues.
 package cmd

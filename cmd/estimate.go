@@ -25,12 +25,14 @@ func estimateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "estimate",
 		Usage:     "model-state bytes per device, on the host and on NVMe for ZeRO stages 0-3",
-		UsageText: "strata estimate (--model NAME | --params N | --config FILE) [--devices N] [--stage S] [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme] [--json]",
+		UsageText: "strata estimate (--model NAME | --params N | --config FILE) [--devices N] [--stage S] [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme] [--freeze PATTERN ...] [--json]",
 		Description: "For mixed-precision Adam (bf16 params and grads, fp32 master, m and v: 16 bytes per parameter),\n" +
 			"prints each rank's model state with Strata's padded shard layout, next to the formula of the ZeRO\n" +
 			"paper (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N). Activations and in-flight buffers are not included.\n" +
-			"With --config, model, devices, stage, offload devices, host_budget and the stage-3 persistence\n" +
-			"threshold come from the file; flags given explicitly override them.",
+			"With --config, model, devices, stage, offload devices, host_budget, the stage-3 persistence\n" +
+			"threshold and strata.freeze come from the file; flags given explicitly override them.\n" +
+			"--freeze (strata.freeze) counts frozen chunks at their params only: no gradient, no master, m, v\n" +
+			"(the formula's gradient and optimizer terms are then on Ψₜ, the trainable parameters).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "named shape: " + strings.Join(model.Names(), ", ")},
 			&cli.StringFlag{Name: "params", Usage: `parameter count Ψ instead of a shape ("124M", "1.5B", "7.5e9")`},
@@ -43,6 +45,7 @@ func estimateCommand() *cli.Command {
 			&cli.Int64Flag{Name: "persistence-threshold", Usage: "stage 3: chunks with fewer parameters stay gathered (default 0, or the config's)"},
 			&cli.Int64Flag{Name: "align", Value: engine.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
+			&cli.StringSliceFlag{Name: "freeze", Usage: `tensor-name patterns of the parameters that do not train, as strata.freeze ("wte,wpe" or repeated; needs --model or --config)`},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 		},
 		Action: runEstimate,
@@ -55,6 +58,7 @@ func runEstimate(c *cli.Context) error {
 	}
 	opts := engine.MemoryOptions{Devices: 1, ShardAlignElems: c.Int64("align")}
 	var shape *model.Shape
+	var freeze []string // strata.freeze, then --freeze
 	what := ""
 	if path := c.String("config"); path != "" {
 		devices := 0 // --devices decides over strata.devices, as in train
@@ -85,6 +89,7 @@ func runEstimate(c *cli.Context) error {
 			return err
 		}
 		opts.ShardAlignElems = c.Int64("align")
+		freeze = cfg.Strata.Freeze
 		shape = &s
 		if !c.IsSet("stage") {
 			c.Set("stage", strconv.Itoa(cfg.ZeRO.Stage))
@@ -147,6 +152,18 @@ func runEstimate(c *cli.Context) error {
 	if opts.Devices < 1 || opts.ShardAlignElems < 1 {
 		return usagef("estimate: --devices and --align must be at least 1")
 	}
+	if c.IsSet("freeze") {
+		freeze = c.StringSlice("freeze")
+	}
+	if err := estimateFreeze(&opts, shape, freeze); err != nil {
+		return err
+	}
+	if f := opts.Frozen; f != nil && shape != nil {
+		l, _ := model.NewLayout(*shape) // valid: the frozen chunks were resolved over it
+		what += fmt.Sprintf("\nfrozen: %s (%s parameters, %.1f%%) keep their params only; Ψₜ = %s trainable",
+			engine.DescribeChunks(l, f), groupDigits(engine.FrozenParams(l, f)), 100*float64(engine.FrozenParams(l, f))/float64(l.ParamCount()),
+			groupDigits(l.ParamCount()-engine.FrozenParams(l, f)))
+	}
 
 	var stages []engine.StageEstimate
 	if s := c.Int("stage"); s >= 0 {
@@ -168,6 +185,27 @@ func runEstimate(c *cli.Context) error {
 		return printEstimateJSON(c.App.Writer, name, what, opts, stages)
 	}
 	printEstimate(c.App.Writer, what, opts, stages, c.Int("stage") >= 0)
+	return nil
+}
+
+// estimateFreeze sets o.Frozen from the patterns (strata.freeze, or
+// --freeze) over shape's tensor names (engine.FrozenChunks: the rule and
+// the errors of strata.freeze), after --model may have changed the shape.
+func estimateFreeze(o *engine.MemoryOptions, shape *model.Shape, patterns []string) error {
+	o.Frozen = nil
+	if len(patterns) == 0 {
+		return nil
+	}
+	if shape == nil {
+		return usagef("estimate: --freeze (or strata.freeze) matches tensor names: give --model or --config, not --params")
+	}
+	l, err := model.NewLayout(*shape)
+	if err != nil {
+		return fmt.Errorf("estimate: %w", err)
+	}
+	if o.Frozen, err = engine.FrozenChunks(l, patterns); err != nil {
+		return fmt.Errorf("estimate: --freeze: %w", err)
+	}
 	return nil
 }
 
@@ -229,7 +267,7 @@ func groupDigits(n int64) string {
 
 // machine turns a per-rank formula into the formula for all N ranks.
 func machine(c engine.Coef, n int) engine.Coef {
-	return engine.Coef{Full: c.Full*float64(n) + c.PerN}
+	return engine.Coef{Full: c.Full*float64(n) + c.PerN, TrainFull: c.TrainFull*float64(n) + c.TrainPerN}
 }
 
 func tierWord(t shard.Tier) string {
@@ -254,7 +292,12 @@ func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []en
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, m, v (16 B/param); each rank's slice of a chunk padded to %d elements\n\n", o.ShardAlignElems)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "stage\tper device\tformula\thost (all ranks)\tformula\tnvme (all ranks)\tformula")
+	frozen := o.Frozen != nil
+	head := "stage\tper device\tformula\thost (all ranks)\tformula\tnvme (all ranks)\tformula"
+	if frozen {
+		head += "\tnot kept, frozen (device, host, nvme)"
+	}
+	fmt.Fprintln(tw, head)
 	var notes []string
 	for _, s := range stages {
 		if s.Err != nil {
@@ -267,9 +310,14 @@ func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []en
 		if s.DeviceBytes() >= 100e6 {
 			dev += fmt.Sprintf(" (%.1f GB)", float64(s.DeviceBytes())/1e9)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Stage, dev, s.TierFormula(shard.HBM),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s", s.Stage, dev, s.TierFormula(shard.HBM),
 			units.FormatBytes(s.HostBytes()), machine(s.TierFormula(shard.Host), n),
 			units.FormatBytes(s.NVMeBytes()), machine(s.TierFormula(shard.NVMe), n))
+		if frozen {
+			fmt.Fprintf(tw, "\t%s, %s, %s", units.FormatBytes(s.FrozenSavedBytes(shard.HBM)/int64(n)),
+				units.FormatBytes(s.FrozenSavedBytes(shard.Host)), units.FormatBytes(s.FrozenSavedBytes(shard.NVMe)))
+		}
+		fmt.Fprintln(tw)
 		for _, note := range s.Notes {
 			notes = append(notes, fmt.Sprintf("stage %d: %s", s.Stage, note))
 		}
@@ -335,7 +383,11 @@ type jsonStage struct {
 	NVMeBytes          int64                `json:"nvme_bytes"`
 	NVMeFormula        string               `json:"nvme_formula"`
 	PerRank            map[string]jsonTiers `json:"per_rank,omitempty"`
-	Notes              []string             `json:"notes,omitempty"`
+	// FrozenSaved is what the frozen chunks do not keep (gradients and
+	// master, m, v): hbm per device, host and nvme all ranks, as the
+	// columns above.
+	FrozenSaved *jsonTiers `json:"frozen_saved_bytes,omitempty"`
+	Notes       []string   `json:"notes,omitempty"`
 }
 
 func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, stages []engine.StageEstimate) error {
@@ -350,11 +402,17 @@ func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, s
 		ShardAlignElems  int64       `json:"shard_align_elems"`
 		HostGradDType    string      `json:"host_grad_dtype"`
 		HostBudgetBytes  int64       `json:"host_budget_bytes"`
+		FrozenChunks     []int       `json:"frozen_chunks,omitempty"`
+		FrozenParams     int64       `json:"frozen_params"`
 		Stages           []jsonStage `json:"stages"`
 	}{Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: deviceFlag(o.OptimizerTier),
 		OffloadParam: deviceFlag(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes}
-	for _, c := range o.ChunkParams {
+	for i, c := range o.ChunkParams {
 		out.Params += c
+		if i < len(o.Frozen) && o.Frozen[i] {
+			out.FrozenChunks = append(out.FrozenChunks, i)
+			out.FrozenParams += c
+		}
 	}
 	for _, s := range stages {
 		js := jsonStage{Stage: s.Stage}
@@ -364,7 +422,10 @@ func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, s
 			continue
 		}
 		f := s.TierFormula(shard.HBM)
-		js.DeviceBytes, js.DeviceFormula, js.DeviceFormulaBytes = s.DeviceBytes(), f.String(), f.Bytes(s.Params, o.Devices)
+		js.DeviceBytes, js.DeviceFormula, js.DeviceFormulaBytes = s.DeviceBytes(), f.String(), f.Bytes(s.Params, s.TrainableParams, o.Devices)
+		if o.Frozen != nil {
+			js.FrozenSaved = &jsonTiers{s.FrozenSavedBytes(shard.HBM) / int64(o.Devices), s.FrozenSavedBytes(shard.Host), s.FrozenSavedBytes(shard.NVMe)}
+		}
 		js.HostBytes, js.HostFormula = s.HostBytes(), machine(s.TierFormula(shard.Host), o.Devices).String()
 		js.NVMeBytes, js.NVMeFormula = s.NVMeBytes(), machine(s.TierFormula(shard.NVMe), o.Devices).String()
 		js.PerRank = map[string]jsonTiers{}

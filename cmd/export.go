@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,18 +14,26 @@ import (
 
 // exportCommand is `strata export CKPT OUT.safetensors`: the model weights of
 // a training checkpoint (fp32 master weights when it holds them, else the
-// params) gathered from every rank's shards into one safetensors file.
+// params) gathered from every rank's shards into one safetensors file; with
+// --format hf, a Hugging Face model directory.
 func exportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "export",
-		Usage:     "write a training checkpoint's weights as one safetensors file",
-		UsageText: "strata export [--names strata|hf] [--dtype fp32|bf16] CHECKPOINT OUT.safetensors",
+		Usage:     "write a training checkpoint's weights as one safetensors file, or as a Hugging Face model directory",
+		UsageText: "strata export [--names strata|hf] [--dtype fp32|bf16] CHECKPOINT OUT.safetensors\n   strata export --format hf [--dtype fp32|bf16] [--max-shard-size 5GB] CHECKPOINT OUTDIR",
 		Description: "CHECKPOINT is named as --resume names it: a run's --out directory or its checkpoints/ (the\n" +
-			"\"latest\" is exported), a step-NNNNNNNN directory, or its manifest.json. Every rank file's checksum is verified first. --names hf writes\n" +
-			"Hugging Face GPT-2 keys (Conv1D weights transposed to in×out, head tied to wte).",
+			"\"latest\" is exported), a step-NNNNNNNN directory, or its manifest.json. Every rank file's checksum is verified first,\n" +
+			"then the weights stream one chunk at a time. --names hf writes Hugging Face GPT-2 keys (Conv1D weights transposed to\n" +
+			"in×out, head tied to wte).\n" +
+			"--format hf writes OUTDIR (new or empty) as transformers' save_pretrained does: config.json (the architecture's keys,\n" +
+			"torch_dtype; a run started with --init from a Hugging Face directory keeps that config.json's other keys), the weights\n" +
+			"in files of at most --max-shard-size (model.safetensors, or model-0000N-of-0000M.safetensors with\n" +
+			"model.safetensors.index.json) under transformers' names, and the tokenizer files of the run's --init directory.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "names", Value: "strata", Usage: "tensor names: strata (the layout's) or hf (Hugging Face GPT-2)"},
+			&cli.StringFlag{Name: "format", Value: "safetensors", Usage: "safetensors (one file) or hf (a Hugging Face model directory)"},
+			&cli.StringFlag{Name: "names", Value: "strata", Usage: "tensor names of --format safetensors: strata (the layout's) or hf (Hugging Face GPT-2)"},
 			&cli.StringFlag{Name: "dtype", Value: "fp32", Usage: "stored dtype: fp32 or bf16 (round to nearest even)"},
+			&cli.StringFlag{Name: "max-shard-size", Value: "5GB", Usage: "--format hf: the most tensor bytes per weight file, as transformers reads it (GB = 10^9 B, GiB = 2^30 B)"},
 		},
 		Action: runExport,
 	}
@@ -32,10 +41,32 @@ func exportCommand() *cli.Command {
 
 func runExport(c *cli.Context) error {
 	if c.NArg() != 2 {
-		return usagef("export: want CHECKPOINT and OUT.safetensors, got %d arguments", c.NArg())
+		return usagef("export: want CHECKPOINT and OUT, got %d arguments", c.NArg())
 	}
 	src, dst := c.Args().Get(0), c.Args().Get(1)
-	opts := checkpoint.ExportOptions{}
+	dt, err := dtype.Parse(c.String("dtype"))
+	if err != nil || (dt != dtype.F32 && dt != dtype.BF16) {
+		return usagef("export: --dtype %q (want fp32 or bf16)", c.String("dtype"))
+	}
+	format := c.String("format")
+	switch {
+	case format != "safetensors" && format != "hf":
+		return usagef("export: --format %q (want safetensors or hf)", format)
+	case format == "hf" && c.IsSet("names"):
+		return usagef("export: --names is for --format safetensors; --format hf writes transformers' names")
+	case format != "hf" && c.IsSet("max-shard-size"):
+		return usagef("export: --max-shard-size is for --format hf")
+	}
+	// Streamed: the checkpoint's files are verified, then read and written
+	// one chunk at a time.
+	dir, _, err := resolveCheckpoint(src)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	if format == "hf" {
+		return exportHF(c, src, dir, dst, dt)
+	}
+	opts := checkpoint.ExportOptions{DType: dt}
 	switch n := c.String("names"); n {
 	case "strata":
 		opts.Names = checkpoint.NamesStrata
@@ -43,17 +74,6 @@ func runExport(c *cli.Context) error {
 		opts.Names = checkpoint.NamesHF
 	default:
 		return usagef("export: --names %q (want strata or hf)", n)
-	}
-	dt, err := dtype.Parse(c.String("dtype"))
-	if err != nil || (dt != dtype.F32 && dt != dtype.BF16) {
-		return usagef("export: --dtype %q (want fp32 or bf16)", c.String("dtype"))
-	}
-	opts.DType = dt
-	// Streamed: the checkpoint's files are verified, then read and written
-	// one chunk at a time.
-	dir, _, err := resolveCheckpoint(src)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
 	}
 	st, err := checkpoint.ExportCheckpoint(dst, dir, opts)
 	if err != nil {
@@ -65,5 +85,28 @@ func runExport(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s (%s, %s names, %s)\n",
 		st.Step, src, st.Shape.ParamCount(), dst, dt, opts.Names, units.FormatBytes(fi.Size()))
+	return nil
+}
+
+// exportHF is `strata export --format hf`: the checkpoint at dir (named
+// src) as a Hugging Face directory at dst.
+func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
+	maxBytes, err := checkpoint.ParseShardSize(c.String("max-shard-size"))
+	if err != nil {
+		return usagef("export: --max-shard-size: %v", err)
+	}
+	out, st, err := checkpoint.ExportCheckpointHF(dst, dir, checkpoint.HFExportOptions{DType: dt, MaxShardBytes: maxBytes})
+	if err != nil {
+		return err
+	}
+	for _, n := range out.Notes {
+		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
+	}
+	tok := "no tokenizer files (the run did not start from a Hugging Face directory with them)"
+	if len(out.Tokenizer) > 0 {
+		tok = "tokenizer files " + strings.Join(out.Tokenizer, ", ")
+	}
+	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s\n",
+		st.Step, src, st.Shape.ParamCount(), dst, len(out.Files), units.FormatBytes(out.TotalBytes), dt, strings.Join(out.Files, ", "), tok)
 	return nil
 }

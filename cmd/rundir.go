@@ -50,6 +50,10 @@ type runFile struct {
 	Run     string    `json:"run"`
 	Started time.Time `json:"started"`
 	PID     int       `json:"pid"`
+	// Source is where the run's weights came from (--init, or the
+	// resumed checkpoint's record of it): the tokenizer.json of a Hugging
+	// Face model is Source.TokenizerPath().
+	Source *checkpoint.Source `json:"source,omitempty"`
 }
 
 // claimOut locks the run directory out (created if missing) and decides
@@ -149,9 +153,10 @@ func readRunFile(dir string) (*runFile, error) {
 	return &rf, nil
 }
 
-// writeRunFile records the run's id in run.json.
-func (rd *runDir) writeRunFile() error {
-	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid()}, "", "  ")
+// writeRunFile records the run's id and the source of its weights in
+// run.json.
+func (rd *runDir) writeRunFile(source *checkpoint.Source) error {
+	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid(), Source: source}, "", "  ")
 	if err := os.WriteFile(filepath.Join(rd.path, runFileName), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("train: --out: %w", err)
 	}
@@ -195,7 +200,7 @@ func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.
 			return nil, err
 		}
 	}
-	if err := rd.writeRunFile(); err != nil {
+	if err := rd.writeRunFile(p.source); err != nil {
 		return nil, err
 	}
 	if err := os.WriteFile(filepath.Join(rd.path, "config.json"), append(cfg.JSON(), '\n'), 0o644); err != nil {

@@ -34,7 +34,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH | --init PATH] [--trace FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -44,6 +44,11 @@ func trainCommand() *cli.Command {
 			"checkpoint directory, a directory of checkpoints (its latest) or a run's --out directory (its checkpoints' latest):\n" +
 			"--steps is the total counted from step 1, the config is the checkpoint's unless --config is given, a different\n" +
 			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.\n" +
+			"--init PATH starts a new run (step 1, a new optimizer) from the weights at PATH: a Hugging Face model directory\n" +
+			"(config.json and safetensors: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel), or a Strata\n" +
+			"checkpoint named as for --resume, of which only the weights are taken, not its optimizer state or step. The model's\n" +
+			"shape comes from PATH (a --config without strata.model takes it; one with another shape is refused); the weights\n" +
+			"stream one chunk at a time into every rank's shards, in HBM, host RAM or NVMe, and the run records PATH's tokenizer.json.\n" +
 			"A run directory belongs to one run: locked while it runs; a new run into a non-empty --out is refused unless\n" +
 			"--overwrite; --keep prunes only this run's checkpoints. Ctrl-C or SIGTERM stops after the step in progress and\n" +
 			"saves it (exit 130, SIGTERM 143); a second one aborts the save (the previous complete checkpoint survives).",
@@ -61,6 +66,7 @@ func trainCommand() *cli.Command {
 			&cli.IntFlag{Name: "keep", Value: 2, Usage: "checkpoints kept under DIR/checkpoints/ (the newest)"},
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
+			&cli.StringFlag{Name: "init", Usage: "start from the weights (only) of a Hugging Face model directory or a Strata checkpoint/run directory; the shape comes from it"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
 		}, dataFlags()...),
 		Action: runTrain,
@@ -188,6 +194,10 @@ func runTrain(c *cli.Context) (err error) {
 		return err
 	}
 	var opts engine.Options
+	if p.init != nil {
+		defer p.init.close()
+		opts.Init = p.init.src
+	}
 	defer p.data.Close()
 	if p.data.train != nil {
 		p.data.train.Apply(&opts)
@@ -237,7 +247,7 @@ func runTrain(c *cli.Context) (err error) {
 	if err := startTrain(e, p, devs, stderr); err != nil {
 		return err
 	}
-	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, data: p.data}
+	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data}
 	l.checked = p.start
 	if s := intr.explain(l.stopping, l.aborting); s != nil {
 		return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
@@ -296,6 +306,11 @@ type trainPlan struct {
 	resumeDir string               // its directory
 	start     int64                // the step the run resumes after
 	data      *runData             // the training data (nil train: the synthetic corpus) and --eval-data
+	init      *initModel           // --init: the model the run starts from; nil for the seeded initialisation
+	// source is where the run's weights came from (--init, or the
+	// resumed checkpoint's record of it): its tokenizer is
+	// source.TokenizerPath(). nil for a run from the seeded weights.
+	source *checkpoint.Source
 }
 
 // planTrain resolves the config (--config, else the checkpoint of
@@ -307,27 +322,47 @@ func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 		return nil, err
 	}
 	p := &trainPlan{}
+	if c.String("init") != "" && c.String("resume") != "" {
+		return nil, usagef("train: --init starts a new run from a model's weights, --resume continues a run: give one of them")
+	}
 	if path := c.String("resume"); path != "" {
 		var err error
 		if p.resume, p.resumeDir, err = resolveResume(path); err != nil {
 			return nil, err
 		}
+		p.source = p.resume.Source
 	}
-	cfg, err := trainConfig(c, p.resume, p.resumeDir)
+	if path := c.String("init"); path != "" {
+		var err error
+		if p.init, err = probeInit(path); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := trainConfig(c, p.resume, p.resumeDir, p.init)
 	if err != nil {
 		return nil, err
 	}
 	if err := applyTrainFlags(c, cfg); err != nil {
 		return nil, err
 	}
-	if p.data, err = openRunData(c, cfg, stderr); err != nil {
-		return nil, err
+	if p.init != nil {
+		if err := p.init.apply(cfg); err != nil {
+			return nil, err
+		}
+		if err := p.init.open(); err != nil {
+			return nil, err
+		}
+		p.source = p.init.source
 	}
 	defer func() {
 		if err != nil {
+			p.init.close()
 			p.data.Close()
 		}
 	}()
+	if p.data, err = openRunData(c, cfg, p.source, stderr); err != nil {
+		return nil, err
+	}
 	if c.IsSet("epochs") {
 		if cfg, err = epochConfig(c, p, cfg, stderr); err != nil {
 			return nil, err
@@ -367,9 +402,12 @@ func epochConfig(c *cli.Context, p *trainPlan, cfg *config.Config, stderr io.Wri
 	if err := c.Set("steps", strconv.Itoa(n)); err != nil {
 		return nil, fmt.Errorf("train: --epochs: %w", err)
 	}
-	again, err := trainConfig(c, p.resume, p.resumeDir)
+	again, err := trainConfig(c, p.resume, p.resumeDir, p.init)
 	if err == nil {
 		err = applyTrainFlags(c, again)
+	}
+	if err == nil && p.init != nil {
+		err = p.init.apply(again)
 	}
 	if err != nil {
 		return nil, err
@@ -380,8 +418,8 @@ func epochConfig(c *cli.Context, p *trainPlan, cfg *config.Config, stderr io.Wri
 
 // trainConfig is the config the run starts from: --config, else the one
 // the checkpoint of --resume was saved with (for --devices devices when
-// given), else the demonstration's.
-func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) (*config.Config, error) {
+// given), else the demonstration's; with --init (im), of its model.
+func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string, im *initModel) (*config.Config, error) {
 	if c.String("config") == "" {
 		for _, name := range []string{"lr", "micro-batch", "warmup-steps"} {
 			if c.IsSet(name) {
@@ -394,6 +432,9 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) 
 		opts, err := configOptions(c)
 		if err != nil {
 			return nil, err
+		}
+		if im != nil {
+			return im.loadConfig(c.String("config"), opts)
 		}
 		return config.Load(c.String("config"), opts)
 	case resume != nil:
@@ -416,6 +457,9 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string) 
 		steps = max(1, c.Int("steps"))
 	}
 	cfg := demoConfig(steps)
+	if im != nil {
+		im.demo(cfg)
+	}
 	if !c.IsSet("devices") {
 		if err := cfg.SetDevices(2); err != nil {
 			return nil, err
@@ -564,6 +608,9 @@ func startTrain(e *engine.Engine, p *trainPlan, devs *bench.Devices, stderr io.W
 	if p.resume != nil {
 		fmt.Fprintf(stderr, "resumed from step %d (%s)\n", p.start, p.resumeDir)
 	}
+	if p.init != nil {
+		fmt.Fprintf(stderr, "initial weights: %s\n", p.init.describe())
+	}
 	return nil
 }
 
@@ -581,8 +628,9 @@ type trainLoop struct {
 	jsonl  io.Writer                // steps.jsonl; nil without --out
 	bar    *progressbar.ProgressBar // nil without a progress bar
 	intr   *interrupts
-	runID  string   // the run's id (--out), in every checkpoint it saves
-	data   *runData // --eval-data and how often it is evaluated
+	runID  string             // the run's id (--out), in every checkpoint it saves
+	source *checkpoint.Source // where the weights came from, in every checkpoint it saves
+	data   *runData           // --eval-data and how often it is evaluated
 
 	firstEval, lastEval *EvalLine // the run's first and last evaluations
 
@@ -709,7 +757,7 @@ func (l *trainLoop) show(st engine.StepStats) {
 func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	ts := time.Now()
 	l.saving.Store(true)
-	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Hook: testHook})
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Hook: testHook})
 	l.saving.Store(false)
 	if err != nil {
 		return "", fmt.Errorf("train: save checkpoint: %w", err)
@@ -911,7 +959,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	if s.Precision == gpu.F32 {
 		prec = "fp32"
 	}
-	return map[string]any{
+	out := map[string]any{
 		"model": s.Model, "params": s.Params, "devices": s.Devices, "stage": s.Stage, "precision": prec,
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
@@ -919,6 +967,10 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}
+	if s.FrozenParams > 0 {
+		out["frozen"] = frozenJSON(s)
+	}
+	return out
 }
 
 // removeSwapFiles removes the names of this process's swap files before a

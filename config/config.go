@@ -170,6 +170,15 @@ type Strata struct {
 	// optimizer state in host RAM (12 B per parameter per rank).
 	UpdateInBackward bool `json:"update_in_backward"`
 	Steps            int  `json:"steps"` // optimizer steps; default 20
+	// Freeze names the parameters that do not train, as patterns over the
+	// model's tensor names (model.Layout): a pattern without any of * ? [
+	// matches every tensor whose name contains it ("layers.0." is layer 0,
+	// not 10); one with them is a path.Match glob over the whole name
+	// ("h.[0-3].*"). The engine freezes whole chunks: the patterns must
+	// cover every tensor of a chunk or none (engine.FrozenChunks). A frozen
+	// chunk keeps its params only: no gradient reduction, no optimizer
+	// state, no update. Empty: everything trains.
+	Freeze []string `json:"freeze,omitempty"`
 
 	devicesFrom string // where Devices came from, for messages: "--devices", "strata.devices in FILE" or "" (the default)
 }

@@ -49,6 +49,7 @@ func TestBadConfigs(t *testing.T) {
 		"bad_unknown_model.json":        `config: bad_unknown_model.json:3:23: strata.model: model: unknown shape "gpt3" (known: ` + strings.Join(model.Names(), ", ") + `)`,
 		"bad_optimizer_type.json":       `config: bad_optimizer_type.json:3:25: optimizer.type: "Lamb" is not supported: Strata implements "Adam" and "AdamW"`,
 		"bad_device_name.json":          `config: bad_device_name.json:3:65: zero_optimization.offload_param.device: "nvm" is not "none", "cpu" or "nvme"; did you mean "nvme"?`,
+		"bad_freeze_glob.json":          `config: bad_freeze_glob.json:3:49: strata.freeze[1]: "h.[0-3.*" is not a valid glob (path.Match: syntax error in pattern)`,
 		"bad_several.json": `4 problems:
 config: bad_several.json:2:37: train_micro_batch_size_per_gpu: 0 must be at least 1
 config: bad_several.json:3:59: optimizer.params.betas[1]: 1.5 is not in [0, 1)

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"path"
 	"strconv"
 	"strings"
 
@@ -332,6 +333,47 @@ func (s *section) pathsKey(key string, dst *[]string) {
 		}
 	}
 	*dst = out
+}
+
+// patternsKey reads a list of tensor-name patterns (strata.freeze): each a
+// non-empty string, a valid path.Match glob when it has * ? or [.
+func (s *section) patternsKey(key string, dst *[]string) {
+	n := s.get(key)
+	if n == nil {
+		return
+	}
+	p := join(s.path, key)
+	if n.kind != kindArray {
+		s.d.errAt(n.offset, p, `want a list of tensor-name patterns such as ["embed_tokens", "layers.0."], got %s`, describe(n))
+		return
+	}
+	var out []string
+	for i, e := range n.elems {
+		msg := ""
+		if e.kind != kindString {
+			msg = "want a pattern string, got " + describe(e)
+		} else {
+			msg = patternProblem(e.text)
+		}
+		if msg != "" {
+			s.d.errAt(e.offset, fmt.Sprintf("%s[%d]", p, i), "%s", msg)
+			return
+		}
+		out = append(out, e.text)
+	}
+	*dst = out
+}
+
+// patternProblem says what is wrong with a strata.freeze pattern ("" when
+// nothing is).
+func patternProblem(p string) string {
+	if strings.TrimSpace(p) == "" {
+		return "the pattern is empty"
+	}
+	if _, err := path.Match(p, ""); err != nil {
+		return fmt.Sprintf("%q is not a valid glob (path.Match: %v)", p, err)
+	}
+	return ""
 }
 
 // finish reports every key that no section read, naming the nearest valid

@@ -465,6 +465,7 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	s.intKey("dpu_warmup_steps", &st.DPUWarmupSteps, atLeast(0))
 	s.boolKey("update_in_backward", &st.UpdateInBackward)
 	s.intKey("steps", &st.Steps, atLeast(1))
+	s.patternsKey("freeze", &st.Freeze)
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
 	}
@@ -702,6 +703,11 @@ func (c *Config) Validate() error {
 	}
 	if st.Model.Name == "" && st.Model.Shape == nil {
 		bad("strata.model is not set")
+	}
+	for i, p := range st.Freeze {
+		if msg := patternProblem(p); msg != "" {
+			bad("strata.freeze[%d]: %s", i, msg)
+		}
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("config: %s", strings.Join(errs, "; "))

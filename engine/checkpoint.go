@@ -38,6 +38,14 @@ import (
 // readShardInto and restoreTiered. Engine.Params and Engine.Master read
 // the same way (fillChunk).
 //
+// A frozen chunk (strata.freeze) has no optimizer state: its checkpoint
+// holds its params, as master the params widened to fp32, and zero m and
+// v, so the files do not depend on the freeze set. Restored into a run
+// that freezes a chunk the checkpoint trained, the chunk keeps the
+// checkpoint's params and its optimizer state is not read; a chunk frozen
+// in the checkpoint that trains in the restoring run is refused
+// (checkFreezeRestore, from the checkpoint's config).
+//
 // SaveCheckpoint and LoadCheckpoint stream (checkpoint.SaveStream,
 // checkpoint.Reader): one chunk of one state at a time, all ranks' shards
 // side by side in one of two host buffers, so host memory for a checkpoint
@@ -209,6 +217,9 @@ func (e *Engine) LoadCheckpoint(path string) error {
 		return fmt.Errorf("engine: load checkpoint: %w", err)
 	}
 	defer rd.Close()
+	if err := e.checkFreezeRestore(rd.State().Config, rd.State().Step); err != nil {
+		return fmt.Errorf("engine: load checkpoint %s: %w", path, err)
+	}
 	err = e.restore(rd.State().Step, func() error {
 		return rd.Read(want, func(c, k int, whole []byte) error {
 			per := len(whole) / e.n
@@ -242,6 +253,9 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 	}
 	want := e.checkpointExpect()
 	if err := st.Match(want); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	if err := e.checkFreezeRestore(st.Config, st.Step); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
 	if st.Devices != want.Devices || st.ShardAlignElems != want.ShardAlignElems {
@@ -336,6 +350,8 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 			panic(fmt.Sprintf("engine: %s shard of chunk %d: %d bytes, want %d", s, c, len(dst), sz))
 		}
 		switch {
+		case e.chunks[c].frozen:
+			return r.saveFrozen(c, s, dst)
 		case e.tiers != nil:
 			return r.saveTiered(tkey(c, r.idx, s), dst)
 		case e.stage == 0: // the whole chunk, replicated: the rank's slice
@@ -364,12 +380,14 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		default:
 			r.writeDevice(st.param[c], src)
 		}
-		if e.precision == gpu.F32 && e.tiers != nil {
+		if e.precision == gpu.F32 && e.tiers != nil && !e.chunks[c].frozen {
 			return r.restoreTiered(tkey(c, r.idx, shard.Master), src) // fp32: the params are the master weights
 		}
 		return nil
 	case shard.Master, shard.AdamM, shard.AdamV:
 		switch {
+		case e.chunks[c].frozen:
+			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
 		case e.tiers != nil:
 			return r.restoreTiered(tkey(c, r.idx, s), src)
 		case e.stage == 0:
@@ -380,6 +398,25 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		return nil
 	}
 	panic(fmt.Sprintf("engine: no %s in a checkpoint", s))
+}
+
+// saveFrozen writes what a checkpoint holds of a frozen chunk's optimizer
+// state (freeze.go): as master the rank's param slice widened to f32
+// (exact), zeros as m and v.
+func (r *rank) saveFrozen(c int, s shard.State, dst []byte) error {
+	if s != shard.Master {
+		clear(dst)
+		return nil
+	}
+	p := make([]byte, r.e.chunks[c].shard*r.e.precision.Size())
+	if err := r.saveShard(c, shard.Param, p); err != nil {
+		return err
+	}
+	if err := r.s.Synchronize(); err != nil { // the device read has landed
+		return err
+	}
+	copy(dst, encode(decode(p, r.e.precision), gpu.F32))
+	return nil
 }
 
 // deviceOpt is the device optimizer's buffer of state s of chunk c (the

@@ -22,8 +22,8 @@
 //
 // Layout rule the engine follows so that measured bytes equal the estimate:
 // parameters are packed in chunks (ChunkParams: embeddings, one per block,
-// final layernorm); every chunk is sharded over the N ranks with each rank's
-// slice ShardElems long (ceil(chunk/N) rounded up to DefaultShardAlignElems
+// final norm and an untied output head); every chunk is sharded over the N
+// ranks with each rank's slice ShardElems long (ceil(chunk/N) rounded up to DefaultShardAlignElems
 // = 64 elements, zero padded; the tier store pads its own host buffers and
 // NVMe extents to the I/O alignment, and the planner counts shards at those
 // padded sizes, IOAlignBytes); a gathered or replicated chunk occupies N·ShardElems
@@ -162,7 +162,11 @@
 // model state (tagged gpu.ModelState, held until Close), its activations
 // (model.New, gpu.Activation) and the norms buffer, checks that the device
 // budget leaves room for the worst-case workspace (gathered chunks, buckets),
-// and initialises every chunk with Layout.InitChunk(strata.seed). With the
+// and initialises every chunk with Layout.InitChunk(strata.seed), or from
+// Options.Init (an imported model: a ChunkSource read one chunk at a time,
+// each chunk's uploads to every rank's shards, in whatever tier they live,
+// waited for before the next is read, so host memory holds one padded
+// chunk whatever the model's size). With the
 // host optimizer it starts one cpuadam.Optimizer and the tier store that
 // holds its state (below). Step and Run are called from one goroutine;
 // Params and Master synchronize and read the shards from where they live,
@@ -267,6 +271,26 @@
 // Every step reports the planners' hits, late and missed accesses, the time
 // the ranks waited per access tier, the bytes per link and the peak bytes
 // per tier against their budgets (StepStats.Tier), and the optimizer time.
+//
+// # Frozen chunks (freeze.go)
+//
+// strata.freeze names tensors by pattern (a substring, or a path.Match
+// glob over the whole name when it has * ? [); FrozenChunks resolves them
+// to whole chunks and refuses a pattern that matches nothing, a set that
+// covers part of a chunk, or one that freezes every chunk. A frozen chunk
+// keeps its params, which move as params (gathers, tier-store reads),
+// and nothing else: no gradient buffer or shard, no reduction, no master,
+// m, v, no tier-store state but its param, no upload staging, no update,
+// no share of the global norm. The model still calls Grad and GradReady
+// for it: Grad returns a scratch of the largest frozen chunk (one per
+// rank, Workspace, allocated at New) that its parameter-gradient GEMMs
+// write and nothing reads; GradReady does nothing. EstimateMemory counts
+// it at its params (MemoryOptions.Frozen; the formula's gradient and
+// optimizer terms are then on Ψₜ, the trainable parameters), and the
+// Summary reports the frozen chunks and the model state they do not keep.
+// A checkpoint saves a frozen chunk's params, as master its params widened
+// and zero m and v; a checkpoint in which a chunk that trains here was
+// frozen is refused (its optimizer state is not in it).
 //
 // "dpu" (overlap_dpu.go), the delayed parameter update of the ZeRO-Offload
 // paper: after strata.dpu_warmup_steps exact steps, step t+1's pass reads

@@ -26,6 +26,7 @@ type chunkPlan struct {
 	len        int  // parameters
 	shard      int  // ShardElems: each rank's slice; the chunk padded is n·shard
 	persistent bool // stage 3: stays gathered on every device (below the persistence threshold)
+	frozen     bool // strata.freeze: params only, no gradient, no optimizer state, no update (freeze.go)
 }
 
 // Engine trains one model with ZeRO across the local devices: one rank per
@@ -70,14 +71,18 @@ type Engine struct {
 	// gradFault, set by tests, makes rank r's reduced gradient of chunk c
 	// NaN when it returns true.
 	gradFault func(r, c int) bool
+	// zeroLR, set by tests before the first step, gives chunk c's updates
+	// learning rate 0 and weight decay 0 where zeroLR[c] (the reference
+	// run of frozen chunks: they train but never change).
+	zeroLR []bool
 }
 
 // New builds an engine for cfg on devices with one Comm per device (comms[i]
 // is rank i on devices[i]): it lays the model out in chunks, shards them for
 // the configured stage, allocates the model state (tagged gpu.ModelState),
 // each rank's activations, and initialises the parameters from
-// strata.seed. The config must be resolved for len(devices) devices
-// (config.SetDevices) and carry a model shape.
+// strata.seed, or from opts.Init. The config must be resolved for
+// len(devices) devices (config.SetDevices) and carry a model shape.
 func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -93,6 +98,9 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	layout, err := model.NewLayout(shape)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if src := opts.Init; src != nil && src.Shape().Canonical() != shape.Canonical() {
+		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), shape)
 	}
 	seq, data, err := newBatches(cfg, shape, opts)
 	if err != nil {
@@ -110,7 +118,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		e.closeData()
 		return nil, err
 	}
-	e.fwdOrder = forwardOrder(shape.Layers, len(e.chunks))
+	e.fwdOrder = forwardOrder(shape, len(e.chunks))
 	if err := e.allocate(devices, comms, mo); err != nil {
 		e.Close()
 		return nil, err
@@ -201,9 +209,13 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 		return mo, err
 	}
 	for c, ch := range e.layout.Chunks {
-		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c])}
+		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c]), frozen: mo.frozen(c)}
 		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
 		e.chunks = append(e.chunks, p)
+	}
+	if e.estimate.FrozenParams > 0 {
+		e.notes = append(e.notes, fmt.Sprintf("strata.freeze: %s frozen (%d of %d params): no gradient reduction, no optimizer state, no update; their parameter-gradient GEMMs still run, into a discarded scratch buffer per device",
+			DescribeChunks(e.layout, mo.Frozen), e.estimate.FrozenParams, e.estimate.Params))
 	}
 	e.expected = e.expectedDeviceBytes()
 	if e.offload {
@@ -410,7 +422,10 @@ func (e *Engine) Step() (StepStats, error) {
 	// Norm: chunk by chunk, the ranks' shard sums in rank order (stage 0:
 	// rank 0's sum over the whole chunk, as the single-device loop).
 	var sq float64
-	for c := range e.chunks {
+	for c, p := range e.chunks {
+		if p.frozen {
+			continue // no gradient: the norm is the trainable chunks'
+		}
 		for _, r := range e.ranks {
 			if e.stage == 0 && r.idx > 0 {
 				break
@@ -459,6 +474,15 @@ func (e *Engine) Step() (StepStats, error) {
 		st.TokensPer = float64(st.Tokens) / s
 	}
 	return st, nil
+}
+
+// chunkAdam is ap for chunk c: ap itself, or for a chunk the tests give
+// learning rate 0 (zeroLR) ap with LR and WeightDecay 0.
+func (e *Engine) chunkAdam(c int, ap gpu.AdamParams) gpu.AdamParams {
+	if c < len(e.zeroLR) && e.zeroLR[c] {
+		ap.LR, ap.WeightDecay = 0, 0
+	}
+	return ap
 }
 
 // adamParams is Adam's parameters of step with the clipping factor coef.

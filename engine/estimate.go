@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -86,7 +87,14 @@ type MemoryOptions struct {
 	// gathered (all N shards, on the device) like DeepSpeed's
 	// stage3_param_persistence_threshold. 0 = every chunk is sharded.
 	PersistenceThreshold int64
+	// Frozen[c] says that chunk c does not train (strata.freeze,
+	// FrozenChunks): it keeps its params only, no gradient and no
+	// optimizer state. nil: every chunk trains.
+	Frozen []bool
 }
+
+// frozen says whether chunk c is frozen.
+func (o MemoryOptions) frozen(c int) bool { return c < len(o.Frozen) && o.Frozen[c] }
 
 // Validate says what is wrong with o.
 func (o MemoryOptions) Validate() error {
@@ -113,6 +121,14 @@ func (o MemoryOptions) Validate() error {
 			return fmt.Errorf("engine: estimate: chunk %d has %d parameters", i, c)
 		}
 	}
+	if len(o.Frozen) > 0 {
+		if len(o.Frozen) != len(o.ChunkParams) {
+			return fmt.Errorf("engine: estimate: %d frozen flags for %d chunks", len(o.Frozen), len(o.ChunkParams))
+		}
+		if !slices.Contains(o.Frozen, false) {
+			return errors.New("engine: estimate: every chunk is frozen: nothing would train")
+		}
+	}
 	return nil
 }
 
@@ -127,25 +143,35 @@ func deviceName(t shard.Tier) string {
 	return config.DeviceNVMe
 }
 
-// Coef is a memory formula in the reference text's form: Full·Ψ + PerN·Ψ/N bytes.
-type Coef struct{ Full, PerN float64 }
+// Coef is a memory formula in the reference text's form: Full·Ψ +
+// PerN·Ψ/N bytes, and with frozen chunks (MemoryOptions.Frozen) also
+// TrainFull·Ψₜ + TrainPerN·Ψₜ/N for the states only trainable parameters
+// have (gradients, master, m, v), Ψₜ being the trainable parameters. With
+// nothing frozen Ψₜ = Ψ and every term is on Ψ.
+type Coef struct{ Full, PerN, TrainFull, TrainPerN float64 }
 
-// Bytes evaluates the formula.
-func (c Coef) Bytes(params int64, devices int) float64 {
-	return c.Full*float64(params) + c.PerN*float64(params)/float64(devices)
+// Bytes evaluates the formula for params = Ψ, trainable = Ψₜ.
+func (c Coef) Bytes(params, trainable int64, devices int) float64 {
+	return c.Full*float64(params) + c.PerN*float64(params)/float64(devices) +
+		c.TrainFull*float64(trainable) + c.TrainPerN*float64(trainable)/float64(devices)
 }
 
-func (c Coef) add(d Coef) Coef { return Coef{c.Full + d.Full, c.PerN + d.PerN} }
+func (c Coef) add(d Coef) Coef {
+	return Coef{c.Full + d.Full, c.PerN + d.PerN, c.TrainFull + d.TrainFull, c.TrainPerN + d.TrainPerN}
+}
 
-// String writes "16Ψ", "4Ψ + 12Ψ/N", "16Ψ/N" or "0".
+// String writes "16Ψ", "4Ψ + 12Ψ/N", "16Ψ/N", "2Ψ/N + 14Ψₜ/N" or "0".
 func (c Coef) String() string {
 	var terms []string
-	if c.Full != 0 {
-		terms = append(terms, strconv.FormatFloat(c.Full, 'g', 4, 64)+"Ψ")
+	term := func(v float64, unit string) {
+		if v != 0 {
+			terms = append(terms, strconv.FormatFloat(v, 'g', 4, 64)+unit)
+		}
 	}
-	if c.PerN != 0 {
-		terms = append(terms, strconv.FormatFloat(c.PerN, 'g', 4, 64)+"Ψ/N")
-	}
+	term(c.Full, "Ψ")
+	term(c.PerN, "Ψ/N")
+	term(c.TrainFull, "Ψₜ")
+	term(c.TrainPerN, "Ψₜ/N")
 	if len(terms) == 0 {
 		return "0"
 	}
@@ -158,12 +184,15 @@ func (c Coef) String() string {
 // (gathered chunks in flight, gradient buckets, staging buffers,
 // activations): the engine reports that separately.
 type MemoryEstimate struct {
-	Options         MemoryOptions // with defaults filled in
-	Params          int64         // Ψ
-	ShardElems      []int64       // per chunk, see ShardElems
-	RankElems       int64         // Σ ShardElems: elements each rank owns
-	PaddedElems     int64         // Σ N·ShardElems: a gathered (replicated) copy of the model
-	PersistentElems int64         // stage 3: Σ N·ShardElems of the chunks that stay gathered
+	Options MemoryOptions // with defaults filled in
+	Params  int64         // Ψ
+	// TrainableParams (Ψₜ) and FrozenParams are Ψ split by
+	// MemoryOptions.Frozen; Ψₜ = Ψ with nothing frozen.
+	TrainableParams, FrozenParams int64
+	ShardElems                    []int64 // per chunk, see ShardElems
+	RankElems                     int64   // Σ ShardElems: elements each rank owns
+	PaddedElems                   int64   // Σ N·ShardElems: a gathered (replicated) copy of the model
+	PersistentElems               int64   // stage 3: Σ N·ShardElems of the chunks that stay gathered
 	// PersistentBytes is what the persistent chunks add to each device
 	// beyond the formula's 2Ψ/N share of them: the other ranks' parts,
 	// 2·c·(N-1)/N bytes per chunk of c params (their padding is in
@@ -182,6 +211,11 @@ type MemoryEstimate struct {
 	// Formula[state][tier] is the same without padding, persistence or host
 	// budget, as the reference text writes it.
 	Formula [shard.StateCount][shard.TierCount]Coef
+	// FrozenSavedPerRank[state][tier] is the model state one rank does not
+	// keep because its chunks are frozen: their gradients and master, m, v,
+	// in the tier the formula places them (a host budget's split between
+	// host RAM and NVMe is not applied). Zero with nothing frozen.
+	FrozenSavedPerRank [shard.StateCount][shard.TierCount]int64
 	// HostKept[state][chunk]: with the optimizer on NVMe and a host budget,
 	// the master/m/v shards homed in host RAM (the rest are on NVMe); the
 	// tier store places exactly these.
@@ -203,7 +237,11 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 	e := MemoryEstimate{Options: o}
 	n := int64(o.Devices)
 	var shardedParams int64 // stage 3: elements of the param shards that are not persistent
-	for _, c := range o.ChunkParams {
+	// The gradients and the optimizer state exist for the trainable chunks
+	// only: their elements, gathered (full) and one rank's (rank), and the
+	// frozen chunks' (what freezing saves).
+	var full, rank, frozenFull, frozenRank int64
+	for i, c := range o.ChunkParams {
 		s := ShardElems(c, o.Devices, o.ShardAlignElems)
 		e.Params += c
 		e.ShardElems = append(e.ShardElems, s)
@@ -215,18 +253,34 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		} else {
 			shardedParams += s
 		}
+		if o.frozen(i) {
+			e.FrozenParams += c
+			frozenFull, frozenRank = frozenFull+n*s, frozenRank+s
+		} else {
+			full, rank = full+n*s, rank+s
+		}
 	}
+	e.TrainableParams = e.Params - e.FrozenParams
 	const bf16, f32 = 2, 4
-	full, rank := e.PaddedElems, e.RankElems
 	put := func(st shard.State, t shard.Tier, elems, size int64, f Coef) {
 		e.PerRank[st][t] += elems * size
 		e.Formula[st][t] = e.Formula[st][t].add(f)
+	}
+	// putTrained places a state of the trainable chunks only: its formula
+	// is on Ψₜ when anything is frozen, and what the frozen chunks would
+	// have held is what freezing saves.
+	putTrained := func(st shard.State, t shard.Tier, elems, frozenElems, size int64, f Coef) {
+		if e.FrozenParams > 0 {
+			f = Coef{TrainFull: f.Full, TrainPerN: f.PerN}
+		}
+		put(st, t, elems, size, f)
+		e.FrozenSavedPerRank[st][t] += frozenElems * size
 	}
 
 	// Parameters: replicated below stage 3; at stage 3 each rank keeps its
 	// shard in ParamTier, and persistent chunks stay gathered on the device.
 	if o.Stage < 3 {
-		put(shard.Param, shard.HBM, full, bf16, Coef{Full: 2})
+		put(shard.Param, shard.HBM, e.PaddedElems, bf16, Coef{Full: 2})
 	} else {
 		e.PerRank[shard.Param][shard.HBM] += e.PersistentElems * bf16
 		put(shard.Param, o.ParamTier, shardedParams, bf16, Coef{PerN: 2})
@@ -241,21 +295,21 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 	infinity := o.OptimizerTier == shard.NVMe && o.Stage == 3
 	switch {
 	case o.Stage < 2:
-		put(shard.Grad, shard.HBM, full, bf16, Coef{Full: 2})
+		putTrained(shard.Grad, shard.HBM, full, frozenFull, bf16, Coef{Full: 2})
 	case !infinity:
-		put(shard.Grad, shard.HBM, rank, bf16, Coef{PerN: 2})
+		putTrained(shard.Grad, shard.HBM, rank, frozenRank, bf16, Coef{PerN: 2})
 	}
 	if o.OptimizerTier != shard.HBM {
 		g := int64(o.HostGradDType.Size())
-		put(shard.Grad, shard.Host, rank, g, Coef{PerN: float64(g)})
+		putTrained(shard.Grad, shard.Host, rank, frozenRank, g, Coef{PerN: float64(g)})
 	}
 	// Optimizer state: fp32 master, m, v; replicated at stage 0, the rank's
 	// shard from stage 1, in OptimizerTier.
 	for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 		if o.Stage == 0 {
-			put(st, shard.HBM, full, f32, Coef{Full: 4})
+			putTrained(st, shard.HBM, full, frozenFull, f32, Coef{Full: 4})
 		} else {
-			put(st, o.OptimizerTier, rank, f32, Coef{PerN: 4})
+			putTrained(st, o.OptimizerTier, rank, frozenRank, f32, Coef{PerN: 4})
 		}
 	}
 
@@ -287,6 +341,9 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 			g := int64(o.HostGradDType.Size())
 			e.HostKept[shard.Grad] = make([]bool, len(e.ShardElems))
 			for i, se := range e.ShardElems {
+				if o.frozen(i) {
+					continue // no gradient
+				}
 				if b := se * g; ioBytes(b) <= left {
 					e.HostKept[shard.Grad][i] = true
 					left -= ioBytes(b)
@@ -300,6 +357,9 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 			e.HostKept[st] = make([]bool, len(e.ShardElems))
 			for i, se := range e.ShardElems {
+				if o.frozen(i) {
+					continue // no optimizer state
+				}
 				if b := se * f32; ioBytes(b) <= left {
 					e.PerRank[st][shard.NVMe] -= b
 					e.PerRank[st][shard.Host] += b
@@ -344,17 +404,20 @@ const TierReadAhead = 3
 // shard when the optimizer state is in host RAM and no host budget is set.
 // 0 when nothing is on NVMe.
 func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
-	var maxShard int64
-	for _, s := range shardElems {
+	var maxShard, maxTrained int64 // every chunk's param shard; the trainable chunks' optimizer state
+	for c, s := range shardElems {
 		maxShard = max(maxShard, s)
+		if !o.frozen(c) {
+			maxTrained = max(maxTrained, s)
+		}
 	}
 	var b int64
 	if o.OptimizerTier == shard.NVMe {
-		b += TierReadAhead * 3 * ioBytes(4*maxShard)
+		b += TierReadAhead * 3 * ioBytes(4*maxTrained)
 		if o.Stage == 3 {
 			// gradient shards spilled to NVMe: written in backward, read
 			// back ahead of the optimizer
-			b += (TierReadAhead + 1) * ioBytes(int64(max(o.HostGradDType.Size(), 2))*maxShard)
+			b += (TierReadAhead + 1) * ioBytes(int64(max(o.HostGradDType.Size(), 2))*maxTrained)
 		}
 	}
 	if o.ParamTier == shard.NVMe {
@@ -406,7 +469,17 @@ func (e MemoryEstimate) DeviceBytes() int64 { return e.TierBytes(shard.HBM) }
 // state (16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N, or the device share with the
 // optimizer or params offloaded), rounded to the byte.
 func (e MemoryEstimate) FormulaDeviceBytes() int64 {
-	return int64(math.Round(e.TierFormula(shard.HBM).Bytes(e.Params, e.Options.Devices)))
+	return int64(math.Round(e.TierFormula(shard.HBM).Bytes(e.Params, e.TrainableParams, e.Options.Devices)))
+}
+
+// FrozenSavedBytes is the model state the frozen chunks do not keep, all
+// ranks together, in tier t (FrozenSavedPerRank).
+func (e MemoryEstimate) FrozenSavedBytes(t shard.Tier) int64 {
+	var sum int64
+	for st := range shard.StateCount {
+		sum += e.FrozenSavedPerRank[st][t]
+	}
+	return int64(e.Options.Devices) * sum
 }
 
 // PaddingBytes is what the shard alignment adds to each device's model
@@ -440,8 +513,9 @@ func EstimateStages(o MemoryOptions) []StageEstimate {
 	return out
 }
 
-// MemoryOptionsFromConfig takes stage, devices, offload tiers, host budget
-// and persistence threshold from a config, and the chunks from the shape.
+// MemoryOptionsFromConfig takes stage, devices, offload tiers, host budget,
+// persistence threshold and the frozen chunks (strata.freeze, FrozenChunks)
+// from a config, and the chunks from the shape.
 func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, error) {
 	ot, err := shard.ParseTier(c.ZeRO.OffloadOptimizer.Device)
 	if err != nil {
@@ -451,6 +525,16 @@ func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, er
 	if err != nil {
 		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_param: %w", err)
 	}
+	var frozen []bool
+	if len(c.Strata.Freeze) > 0 {
+		l, err := model.NewLayout(s)
+		if err != nil {
+			return MemoryOptions{}, fmt.Errorf("engine: %w", err)
+		}
+		if frozen, err = FrozenChunks(l, c.Strata.Freeze); err != nil {
+			return MemoryOptions{}, err
+		}
+	}
 	return MemoryOptions{
 		ChunkParams:          ChunkParams(s),
 		Devices:              c.Strata.Devices,
@@ -459,5 +543,6 @@ func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, er
 		ParamTier:            pt,
 		HostBudgetBytes:      c.Strata.HostBudgetBytes,
 		PersistenceThreshold: c.ZeRO.Stage3ParamPersistenceThreshold,
+		Frozen:               frozen,
 	}, nil
 }

@@ -52,8 +52,8 @@ func TestReferenceFormulas(t *testing.T) {
 		if f.String() != w.formula {
 			t.Errorf("stage %d: formula %q, want %q", s.Stage, f, w.formula)
 		}
-		if f.Bytes(psi, 64) != float64(got) {
-			t.Errorf("stage %d: formula gives %v, estimate %d", s.Stage, f.Bytes(psi, 64), got)
+		if f.Bytes(psi, psi, 64) != float64(got) {
+			t.Errorf("stage %d: formula gives %v, estimate %d", s.Stage, f.Bytes(psi, psi, 64), got)
 		}
 		if s.HostBytes() != 0 || s.NVMeBytes() != 0 {
 			t.Errorf("stage %d: host %d nvme %d with nothing offloaded", s.Stage, s.HostBytes(), s.NVMeBytes())
@@ -117,7 +117,7 @@ func TestPaddingBounds(t *testing.T) {
 		chunks := ChunkParams(s)
 		for _, n := range []int{1, 2, 3, 4, 8} {
 			for _, st := range EstimateStages(MemoryOptions{ChunkParams: chunks, Devices: n}) {
-				formula := st.TierFormula(shard.HBM).Bytes(st.Params, n)
+				formula := st.TierFormula(shard.HBM).Bytes(st.Params, st.Params, n)
 				got := float64(st.DeviceBytes())
 				slack := float64(16 * int64(len(chunks)) * int64(n) * DefaultShardAlignElems)
 				if got < formula-1e-6 || got > formula+slack {

@@ -77,7 +77,7 @@ type bucket struct {
 }
 
 func newHooks(r *rank) *hooks {
-	full := model.AccessOrder(r.e.shape.Layers)
+	full := model.AccessOrder(r.e.shape)
 	n := 0
 	for n < len(full) && full[n].Pass == model.PassForward {
 		n++
@@ -171,7 +171,8 @@ func (h *hooks) takeErr() error {
 // scratchPair is a failed step's buffers for a collective over a chunk of
 // shardElems elements per rank: N·shardElems elements of one scratch buffer
 // and the rank's slice of them (in place, as NCCL allows). The scratch is
-// the size of the largest gathered chunk, which the workspace room New
+// the size of the largest gathered chunk (below stage 3, of the largest
+// reduced one: frozen chunks have no reduction), which the workspace room New
 // checked holds and the failure has just freed; if even that allocation
 // fails, device memory was taken from outside the engine, and the rank can
 // neither go on nor let its peers go on: it panics rather than hang them.
@@ -180,7 +181,9 @@ func (h *hooks) scratchPair(shardElems int) (slice, full gpu.Buffer) {
 	if h.scratch == nil {
 		var maxPadded int
 		for _, p := range r.e.chunks {
-			maxPadded = max(maxPadded, r.e.n*p.shard)
+			if r.e.stage == 3 || !p.frozen { // below stage 3 only reductions, of trainable chunks
+				maxPadded = max(maxPadded, r.e.n*p.shard)
+			}
 		}
 		b, err := r.dev.Alloc(maxPadded, r.e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "scratch of a failed step"})
 		if err != nil {
@@ -367,6 +370,14 @@ func (h *hooks) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) {
 	r := h.r
 	h.next(model.Access{Kind: model.AccessGrad, Chunk: c, Pass: model.PassBackward})
 	n := r.e.chunks[c].len
+	if r.e.chunks[c].frozen {
+		// The model's gradient GEMMs write the scratch, which nothing
+		// reads (freeze.go); no bucket, no reduction.
+		if h.err != nil {
+			return nil, h.err
+		}
+		return r.frozenGrad.Slice(0, n), nil
+	}
 	if r.e.stage < 2 {
 		if h.err != nil {
 			return nil, h.err
@@ -428,8 +439,8 @@ func (h *hooks) GradReady(s gpu.Stream, c int) error {
 	r := h.r
 	e, st := r.e, r.st
 	h.next(model.Access{Kind: model.AccessGradReady, Chunk: c, Pass: model.PassBackward})
-	if e.stage < 2 && !h.last {
-		return h.err
+	if e.stage < 2 && !h.last || e.chunks[c].frozen {
+		return h.err // frozen: no reduction, no norm, no host copy
 	}
 	var from gpu.Event
 	if h.err == nil {
@@ -446,10 +457,12 @@ func (h *hooks) GradReady(s gpu.Stream, c int) error {
 	case 0:
 		if e.n > 1 {
 			r.comm.AllReduce(r.cs, st.gradFull(c), gpu.Sum)
+			r.reductions[c]++
 		}
 	case 1:
 		if e.n > 1 {
 			r.comm.ReduceScatter(r.cs, st.gradFull(c), st.gradShard(c), gpu.Sum)
+			r.reductions[c]++
 		}
 	default:
 		b := h.buckets[c]
@@ -496,6 +509,7 @@ func (h *hooks) reduceBucket(c int, b *bucket) {
 		}
 	}
 	h.pending = append(h.pending, b)
+	r.reductions[c]++
 	if h.err != nil {
 		h.dropBucket(b) // no longer in buckets: fail did not free it
 		slice, full := h.scratchPair(e.chunks[c].shard)

@@ -26,6 +26,15 @@ type Options struct {
 	// file in os.TempDir, shuffled; the engine closes it), or uses the
 	// built-in synthetic corpus when that is empty too.
 	Dataset Dataset
+	// Init, when set, gives the initial parameters instead of the seeded
+	// initialisation (Layout.InitChunk with strata.seed): an imported
+	// model (checkpoint.OpenHF, a training checkpoint's weights through
+	// checkpoint.Open). Its shape must be the config's. New reads one
+	// chunk at a time, in order, and writes it to every rank's shards
+	// wherever they live (device, host, NVMe): the fp32 master weights
+	// are the source's values, the bf16 params those rounded to nearest
+	// even. The caller closes it after New.
+	Init ChunkSource
 	// Precision is the dtype of the device params and grads: gpu.BF16
 	// (default, the config's bf16 mixed precision: fp32 master weights and
 	// moments) or gpu.F32 (fp32 everywhere, the params are the master
@@ -77,6 +86,16 @@ type Options struct {
 	// for Engine.WriteTrace and Overlap (trace.go). One Tracer per Engine.
 	// nil: nothing is recorded (the hooks cost a nil check).
 	Trace *Tracer
+}
+
+// ChunkSource gives a model's parameters one chunk at a time
+// (Options.Init).
+type ChunkSource interface {
+	// Shape is the shape of the model the source holds.
+	Shape() model.Shape
+	// ReadChunk fills dst, exactly the length of chunk c of the shape's
+	// layout, with the chunk's values as fp32.
+	ReadChunk(c int, dst []float32) error
 }
 
 // DefaultLinkBandwidth is what the planner assumes of each link when
@@ -148,6 +167,10 @@ func (o Options) String() string {
 	default:
 		src = fmt.Sprintf("%d tokens", c.Len())
 	}
-	return fmt.Sprintf("engine.Options{Data: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
-		src, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)
+	init := "seed"
+	if o.Init != nil {
+		init = o.Init.Shape().Name
+	}
+	return fmt.Sprintf("engine.Options{Data: %s, Init: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
+		src, init, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)
 }

@@ -133,10 +133,10 @@ func (r *rank) takeHostOpt() HostOptStats {
 // forwardOrder is the chunks in the order of their first Acquire in a
 // micro-batch (model.AccessOrder): the order the next forward reads them,
 // which the host optimizer follows.
-func forwardOrder(layers, chunks int) []int {
+func forwardOrder(shape model.Shape, chunks int) []int {
 	seen := make([]bool, chunks)
 	var out []int
-	for _, a := range model.AccessOrder(layers) {
+	for _, a := range model.AccessOrder(shape) {
 		if a.Kind == model.AccessAcquire && !seen[a.Chunk] {
 			seen[a.Chunk] = true
 			out = append(out, a.Chunk)
@@ -235,6 +235,10 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 	}
 	for c := range run.ready {
 		run.ready[c] = make(chan struct{})
+		if r.e.chunks[c].frozen { // no update: nothing to wait for, nothing to upload
+			close(run.ready[c])
+			run.flushed[c] = true
+		}
 	}
 	go r.hostLoop(run, cp)
 	return run, nil
@@ -250,7 +254,7 @@ func (r *rank) leaseRest(run *hostRun) error {
 	var first error
 	var order []int
 	for _, c := range e.fwdOrder {
-		if !run.handed[c] {
+		if !run.handed[c] && !e.chunks[c].frozen {
 			order = append(order, c)
 		}
 	}
@@ -519,6 +523,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls [5]*tier.Lease) {
 	} else {
 		out = e.tiers.uploadBytes(r.idx, c)
 	}
+	cp = cpuadam.Params(e.chunkAdam(c, gpu.AdamParams(cp)))
 	master, grad, m, v := f32s(ls[0].Bytes()), ls[4].Bytes(), f32s(ls[1].Bytes()), f32s(ls[2].Bytes())
 	t0 := r.traceNow()
 	if e.precision == gpu.BF16 {

@@ -57,8 +57,8 @@ func (e *Engine) undoBytes() int64 {
 		return 0
 	}
 	var b int64
-	for c := range e.chunks {
-		if !e.paramTiered(c) {
+	for c, p := range e.chunks {
+		if !e.paramTiered(c) && !p.frozen {
 			b += int64(12 * e.optElems(c))
 		}
 	}

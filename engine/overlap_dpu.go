@@ -58,13 +58,17 @@ func (r *rank) pendingFromMaster(step int64) error {
 	run := &hostRun{step: step, ready: make([]chan struct{}, n), errs: make([]error, n), done: make(chan struct{}),
 		flushed: make([]bool, n), handed: make([]bool, n), held: nil, delayed: true}
 	for c := range run.ready {
+		run.ready[c] = make(chan struct{})
+		close(run.ready[c])
+		if e.chunks[c].frozen {
+			run.flushed[c] = true // no update, nothing to upload
+			continue
+		}
 		master := make([]byte, 4*e.chunks[c].shard)
 		if err := r.saveShard(c, shard.Master, master); err != nil {
 			return err
 		}
 		copy(e.tiers.uploadBytes(r.idx, c), encode(decode(master, gpu.F32), e.precision))
-		run.ready[c] = make(chan struct{})
-		close(run.ready[c])
 		run.handed[c] = true
 	}
 	close(run.done)

@@ -50,6 +50,13 @@ type rank struct {
 	next       *hostRun     // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
 	undo       [][]byte     // per chunk: master, m and v before the update of the backward
 	bwdChunks  int          // chunks updated during a backward so far
+	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
+	// (freeze.go): the largest frozen chunk, written by the model's
+	// parameter-gradient GEMMs and never read; nil with nothing frozen.
+	frozenGrad gpu.Buffer
+	// reductions counts, per chunk, the gradient collectives (AllReduce,
+	// ReduceScatter) the rank has issued for it.
+	reductions []int64
 }
 
 // liveGrad is a reduced gradient shard on the device whose copy to the tier
@@ -121,6 +128,15 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 		r.st.free()
 		return nil, fmt.Errorf("engine: rank %d: grad norms: %w", idx, err)
 	}
+	if n := e.frozenGradElems(); n > 0 {
+		if r.frozenGrad, err = dev.Alloc(n, e.precision, gpu.Tag{Kind: gpu.Workspace, Purpose: "frozen grad scratch"}); err != nil {
+			r.dev.Free(r.norms)
+			r.model.Free()
+			r.st.free()
+			return nil, fmt.Errorf("engine: rank %d: gradient scratch of the frozen chunks: %w", idx, err)
+		}
+	}
+	r.reductions = make([]int64, len(e.chunks))
 	r.normsHost = make([]byte, 8*len(e.chunks))
 	r.paramReady = make([]gpu.Event, len(e.chunks))
 	for c := range r.paramReady {
@@ -129,6 +145,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	r.h = newHooks(r)
 	if e.opts.Trace != nil || e.offload {
 		if r.tr, err = newRankTrace(e.opts.Trace, e, idx, dev); err != nil {
+			r.freeFrozenGrad()
 			r.dev.Free(r.norms)
 			r.model.Free()
 			r.st.free()
@@ -138,56 +155,89 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	return r, nil
 }
 
+// initBufs are a rank's host buffers for initParams: the encoded values
+// its uploads read (kept until the chunk's uploads are waited for) and
+// those the tier store copies, reused chunk after chunk, so that
+// initialising makes no garbage per chunk.
+type initBufs struct{ param, master, tier []byte }
+
 // load enqueues the upload of chunk c's initial values (padded to N·S) into
 // this rank's device params and optimizer state; initTiers writes those the
 // tier store holds.
-func (r *rank) load(c int, padded []float32) {
+func (r *rank) load(c int, padded []float32, b *initBufs) {
 	e, st := r.e, r.st
 	s := e.chunks[c].shard
 	switch {
 	case st.paramIsFull(c):
-		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded, e.precision))
+		b.param = encodeInto(b.param, padded, e.precision)
+		r.dev.CopyHostToDevice(r.s, st.param[c], 0, b.param)
 	case st.param[c] != nil:
-		r.dev.CopyHostToDevice(r.s, st.param[c], 0, encode(padded[r.idx*s:(r.idx+1)*s], e.precision))
+		b.param = encodeInto(b.param, padded[r.idx*s:(r.idx+1)*s], e.precision)
+		r.dev.CopyHostToDevice(r.s, st.param[c], 0, b.param)
 	}
 	if st.master[c] != nil {
 		off, n := e.optOffset(c, r.idx), e.optElems(c)
-		r.dev.CopyHostToDevice(r.s, st.master[c], 0, encode(padded[off:off+n], gpu.F32))
+		b.master = encodeInto(b.master, padded[off:off+n], gpu.F32)
+		r.dev.CopyHostToDevice(r.s, st.master[c], 0, b.master)
 	}
 }
 
-// initParams initialises every chunk (Layout.InitChunk with strata.seed)
-// on every rank and waits for the uploads.
+// initParams initialises every chunk on every rank, one chunk at a time:
+// from Options.Init when set (an imported model), else Layout.InitChunk
+// with strata.seed. Each chunk's uploads are waited for before the next
+// chunk is read into the same buffers, so host memory holds one padded
+// chunk and each rank's encoded shards of it, whatever the model's size,
+// and the weights go to every rank's shards wherever they live: device
+// buffers, the tier store's host copies, NVMe.
 func (e *Engine) initParams() error {
+	most := 0
+	for _, p := range e.chunks {
+		most = max(most, e.n*p.shard)
+	}
+	buf := make([]float32, most)
+	bufs := make([]initBufs, e.n)
 	for c, p := range e.chunks {
-		padded := make([]float32, e.n*p.shard)
-		copy(padded, e.layout.InitChunk(e.cfg.Strata.Seed, c))
-		for _, r := range e.ranks {
-			r.load(c, padded)
-			if err := r.initTiers(c, padded); err != nil {
+		padded := buf[:e.n*p.shard]
+		vals := padded[:e.layout.Chunks[c].Len]
+		if src := e.opts.Init; src != nil {
+			if err := src.ReadChunk(c, vals); err != nil {
+				return fmt.Errorf("engine: initial weights of chunk %d (%s): %w", c, e.layout.Chunks[c].Name, err)
+			}
+		} else {
+			e.layout.InitChunkInto(e.cfg.Strata.Seed, c, vals)
+		}
+		clear(padded[len(vals):])
+		for i, r := range e.ranks {
+			r.load(c, padded, &bufs[i])
+			if err := r.initTiers(c, padded, &bufs[i]); err != nil {
 				return err
 			}
 		}
+		if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+			return err
+		}
 	}
-	return e.parallel(func(r *rank) error { return r.sync() })
+	return nil
 }
 
 // initTiers writes chunk c's initial param shard (offload_param) and
 // master weights to their homes in the tier store (m, v and the gradient
 // start as the zeros of Register).
-func (r *rank) initTiers(c int, padded []float32) error {
+func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	e := r.e
 	if e.tiers == nil {
 		return nil
 	}
 	if e.paramTiered(c) {
 		s := e.chunks[c].shard
-		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), encode(padded[r.idx*s:(r.idx+1)*s], gpu.BF16)); err != nil {
+		b.tier = encodeInto(b.tier, padded[r.idx*s:(r.idx+1)*s], gpu.BF16)
+		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), b.tier); err != nil {
 			return err
 		}
 	}
 	off, n := e.optOffset(c, r.idx), e.optElems(c)
-	return e.tiers.initShard(tkey(c, r.idx, shard.Master), encode(padded[off:off+n], gpu.F32))
+	b.tier = encodeInto(b.tier, padded[off:off+n], gpu.F32)
+	return e.tiers.initShard(tkey(c, r.idx, shard.Master), b.tier)
 }
 
 // sync waits for both streams, returns their first error and ends the
@@ -228,8 +278,10 @@ func (r *rank) backward(step int64) error {
 		r.tr.t.stepBegin(step, time.Now())
 	}
 	if e.stage < 2 {
-		for c := range e.chunks {
-			r.ops.Fill(r.s, st.gradFull(c), 0)
+		for c, p := range e.chunks {
+			if !p.frozen {
+				r.ops.Fill(r.s, st.gradFull(c), 0)
+			}
 		}
 	}
 	scale := float32(1 / float64(e.n*e.accum))
@@ -339,7 +391,10 @@ func (r *rank) update(ap gpu.AdamParams) error {
 	var csFrom gpu.Event // trace: the open span on cs
 	var csName string
 	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
-	for c := range e.chunks {
+	for c, p := range e.chunks {
+		if p.frozen {
+			continue // no update: the params stay as they are, paramReady[c] too
+		}
 		if e.offload {
 			err := r.stepHost(c, cp)
 			if err != nil && first == nil {
@@ -361,7 +416,7 @@ func (r *rank) update(ap gpu.AdamParams) error {
 			if r.tr != nil {
 				from = r.tr.mark(r.s)
 			}
-			r.ops.AdamStep(r.s, p, st.gradShard(c), m, v, out, ap)
+			r.ops.AdamStep(r.s, p, st.gradShard(c), m, v, out, e.chunkAdam(c, ap))
 			if r.tr != nil {
 				r.tr.compute.span(from, r.tr.mark(r.s), TraceCompute, "adam "+e.layout.Chunks[c].Name+" (device)", map[string]any{"chunk": c})
 			}
@@ -432,10 +487,20 @@ func (r *rank) close() error {
 	}
 	r.h.freeAll()
 	r.freeGrads()
+	r.freeFrozenGrad()
 	r.model.Free()
 	r.dev.Free(r.norms)
 	r.st.free()
 	return err
+}
+
+// freeFrozenGrad frees the frozen chunks' gradient scratch (the streams
+// that wrote it have completed).
+func (r *rank) freeFrozenGrad() {
+	if r.frozenGrad != nil {
+		r.dev.Free(r.frozenGrad)
+		r.frozenGrad = nil
+	}
 }
 
 // errAccessOrder is the panic of a Params call out of model.AccessOrder.

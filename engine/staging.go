@@ -9,7 +9,7 @@ import (
 )
 
 // The pinned upload staging of the host optimizer: the new params of the
-// chunks whose param the device holds, on their way from cpuadam to the
+// trainable chunks whose param the device holds, on their way from cpuadam to the
 // device (see tiers and the package doc).
 
 // openStaging takes the pinned upload buffer of every (chunk, rank) whose
@@ -19,7 +19,7 @@ func (t *tiers) openStaging() error {
 	sz := int64(e.precision.Size())
 	var perRank, maxBuf int64
 	for c := range e.chunks {
-		if !e.paramTiered(c) {
+		if e.uploads(c) {
 			b := units.AlignUp(int64(e.optElems(c))*sz, 4096)
 			perRank += b
 			maxBuf = max(maxBuf, b)
@@ -42,7 +42,7 @@ func (t *tiers) openStaging() error {
 	for r := range e.n {
 		t.upload[r] = make([]*pinned.Buffer, len(e.chunks))
 		for c := range e.chunks {
-			if e.paramTiered(c) {
+			if !e.uploads(c) {
 				continue
 			}
 			nb := int64(e.optElems(c)) * sz
@@ -56,6 +56,11 @@ func (t *tiers) openStaging() error {
 	}
 	return nil
 }
+
+// uploads says whether the host optimizer uploads chunk c's new params
+// from a staging buffer: a chunk that trains and whose param the device
+// holds.
+func (e *Engine) uploads(c int) bool { return !e.paramTiered(c) && !e.chunks[c].frozen }
 
 // uploadBytes is the pinned upload staging of chunk c on rank r.
 func (t *tiers) uploadBytes(r, c int) []byte {

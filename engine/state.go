@@ -27,6 +27,9 @@ import (
 //	        device optimizer only: stage 0 the full chunk, else the rank's
 //	        shard; no master in fp32 mode (the params are the master weights)
 //
+// A frozen chunk (strata.freeze) has its params only: no grad, master, m
+// or v (its Grad is the rank's scratch, frozenGrad).
+//
 // Every device allocation here is tagged gpu.ModelState and lives from New
 // to Close, so the device's model-state peak is exactly their sum.
 type devState struct {
@@ -77,8 +80,8 @@ func (st *devState) alloc(c int) error {
 	case !e.paramTiered(c): // else in the tier store
 		err = get(&st.param[c], p.shard, pt, "param shard")
 	}
-	if err != nil {
-		return err
+	if err != nil || p.frozen {
+		return err // frozen: params only (freeze.go)
 	}
 	switch {
 	case e.stage < 2:
@@ -186,17 +189,26 @@ func f64s(b []byte) []float64 { return dtype.Float64s(b) }
 
 // encode returns v as fresh bytes of dtype dt (bf16: rounded to nearest even).
 func encode(v []float32, dt gpu.DType) []byte {
+	return encodeInto(nil, v, dt)
+}
+
+// encodeInto is encode into buf when it has room, else into fresh bytes;
+// it returns the bytes written.
+func encodeInto(buf []byte, v []float32, dt gpu.DType) []byte {
+	n := len(v) * dt.Size()
+	if cap(buf) < n {
+		buf = make([]byte, n)
+	}
+	b := buf[:n]
 	switch dt {
 	case gpu.F32:
-		b := make([]byte, 4*len(v))
 		copy(f32s(b), v)
-		return b
 	case gpu.BF16:
-		b := make([]byte, 2*len(v))
 		bf16.FromFloat32s(u16s(b), v)
-		return b
+	default:
+		panic(fmt.Sprintf("engine: encode as %s", dt))
 	}
-	panic(fmt.Sprintf("engine: encode as %s", dt))
+	return b
 }
 
 // decode widens bytes of dtype dt to float32.

@@ -81,8 +81,49 @@ type Summary struct {
 	// so far (a run pending under exact overlap counts once it completes).
 	HostOpt HostOptStats
 	// Tier is the tier store's layout and figures; nil without it.
-	Tier  *TierSummary
-	Notes []string
+	Tier *TierSummary
+	// The frozen chunks (strata.freeze) by name, their parameters, and
+	// the model state they do not keep: FrozenSavedBytes[state][tier] is
+	// their gradients and master, m, v, all ranks, in the tier they would
+	// have been in (device rows are N times one device's). Empty and zero
+	// with nothing frozen.
+	FrozenChunks     []string
+	FrozenDescribed  string // FrozenChunks with consecutive blocks as ranges (DescribeChunks)
+	FrozenParams     int64
+	FrozenSavedBytes [shard.StateCount][shard.TierCount]int64
+	Notes            []string
+}
+
+// FrozenOptimizerSavedBytes is the optimizer state (master, m, v) the
+// frozen chunks do not keep, all ranks and tiers.
+func (s Summary) FrozenOptimizerSavedBytes() int64 {
+	var b int64
+	for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+		for t := range shard.TierCount {
+			b += s.FrozenSavedBytes[st][t]
+		}
+	}
+	return b
+}
+
+// FrozenGradSavedBytes is the gradient memory (device buffers and shards,
+// host copies) the frozen chunks do not keep, all ranks and tiers.
+func (s Summary) FrozenGradSavedBytes() int64 {
+	var b int64
+	for t := range shard.TierCount {
+		b += s.FrozenSavedBytes[shard.Grad][t]
+	}
+	return b
+}
+
+// FrozenSavedTierBytes is what the frozen chunks do not keep in tier t,
+// all ranks.
+func (s Summary) FrozenSavedTierBytes(t shard.Tier) int64 {
+	var b int64
+	for st := range shard.StateCount {
+		b += s.FrozenSavedBytes[st][t]
+	}
+	return b
 }
 
 // TierSummary is the tier store of a run: where the shard states live
@@ -185,6 +226,8 @@ func (e *Engine) Summary() Summary {
 		s.HostStagingBytes = e.tiers.stagingBytes
 		s.HostUndoBytes = int64(e.n) * e.undoBytes()
 	}
+	fr := e.estimate.Options.Frozen
+	s.FrozenChunks, s.FrozenDescribed, s.FrozenParams, s.FrozenSavedBytes = frozenNames(e.layout, fr), DescribeChunks(e.layout, fr), e.estimate.FrozenParams, e.frozenSaved()
 	formula, formulaBytes := e.estimate.TierFormula(shard.HBM).String(), e.estimate.FormulaDeviceBytes()
 	padding, persistent := e.estimate.PaddingBytes(), e.estimate.PersistentBytes
 	if e.precision == gpu.F32 {
@@ -252,6 +295,13 @@ func (s Summary) String() string {
 		}
 		b.WriteString("\n")
 	}
+	if s.FrozenParams > 0 {
+		fmt.Fprintf(&b, "frozen: %s (%s of %s params); not kept: optimizer state (master, m, v) %s, gradients %s, all ranks (device %s per device, host %s, nvme %s)\n",
+			s.FrozenDescribed, units.FormatSize(s.FrozenParams), units.FormatSize(s.Params),
+			units.FormatBytes(s.FrozenOptimizerSavedBytes()), units.FormatBytes(s.FrozenGradSavedBytes()),
+			units.FormatBytes(s.FrozenSavedTierBytes(shard.HBM)/int64(max(s.Devices, 1))), units.FormatBytes(s.FrozenSavedTierBytes(shard.Host)),
+			units.FormatBytes(s.FrozenSavedTierBytes(shard.NVMe)))
+	}
 	if h := s.HostOpt; h.Adam > 0 {
 		fmt.Fprintf(&b, "host optimizer: cpu adam %.3fs, exposed %.3fs (%.3f); optimizer-state waits %.3fs, exposed %.3fs\n",
 			h.Adam.Seconds(), h.AdamExposed.Seconds(), h.AdamExposedFraction(), h.IOWait.Seconds(), h.IOExposed.Seconds())
@@ -263,6 +313,29 @@ func (s Summary) String() string {
 	return b.String()
 }
 
+// frozenSaved is the model state the frozen chunks do not keep, all ranks,
+// by state and tier: the estimate's (bf16 arithmetic), in fp32 mode with
+// 4-byte gradients and no master on the device (the params are the master
+// weights; the host optimizer keeps one).
+func (e *Engine) frozenSaved() [shard.StateCount][shard.TierCount]int64 {
+	var out [shard.StateCount][shard.TierCount]int64
+	for st := range shard.StateCount {
+		for t := range shard.TierCount {
+			v := int64(e.n) * e.estimate.FrozenSavedPerRank[st][t]
+			if e.precision == gpu.F32 {
+				switch {
+				case shard.State(st) == shard.Grad:
+					v *= 2
+				case shard.State(st) == shard.Master && shard.Tier(t) == shard.HBM:
+					v = 0
+				}
+			}
+			out[st][t] = v
+		}
+	}
+	return out
+}
+
 func precisionName(dt gpu.DType) string {
 	if dt == gpu.BF16 {
 		return "bf16 mixed precision"
@@ -271,14 +344,18 @@ func precisionName(dt gpu.DType) string {
 }
 
 // workspaceNeedBytes is the most transient device memory a rank takes in a
-// step: MaxLiveChunks gathered chunks (stage 3), three gradient buckets
-// with their reduce shards (stages 2-3), each the largest chunk, and the
-// gradient shards bound for the tier store.
+// step: MaxLiveChunks gathered chunks (stage 3), each the largest chunk,
+// three gradient buckets with their reduce shards (stages 2-3), each the
+// largest trainable chunk, and the gradient shards bound for the tier
+// store. (The frozen chunks' gradient scratch is allocated at New.)
 func (e *Engine) workspaceNeedBytes() int64 {
-	var maxPadded, maxShard int64
+	var maxPadded, maxGradPadded, maxGradShard int64
 	for _, p := range e.chunks {
 		maxPadded = max(maxPadded, int64(e.n*p.shard))
-		maxShard = max(maxShard, int64(p.shard))
+		if !p.frozen {
+			maxGradPadded = max(maxGradPadded, int64(e.n*p.shard))
+			maxGradShard = max(maxGradShard, int64(p.shard))
+		}
 	}
 	sz := int64(e.precision.Size())
 	var need int64
@@ -286,16 +363,18 @@ func (e *Engine) workspaceNeedBytes() int64 {
 		need += int64(e.opts.MaxLiveChunks) * maxPadded * sz
 	}
 	if e.stage >= 2 {
-		need += 3 * (maxPadded + maxShard) * sz
+		need += 3 * (maxGradPadded + maxGradShard) * sz
 	}
 	if e.gradTiered {
 		// the reduced gradient shards on their way to the tier store: two
 		// (one micro-batch), or every chunk's through the step (A > 1)
 		if e.accum == 1 {
-			need += 2 * maxShard * sz
+			need += 2 * maxGradShard * sz
 		} else {
 			for _, p := range e.chunks {
-				need += int64(p.shard) * sz
+				if !p.frozen {
+					need += int64(p.shard) * sz
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/strata-ai/strata/config"
@@ -77,6 +78,13 @@ type tiers struct {
 	// not measured yet) and the bytes each measurement rests on.
 	bwMeasured [prefetch.LinkCount]float64
 	bwBytes    [prefetch.LinkCount]int64
+
+	// nvmeRead and nvmeWritten [chunk][state] are the bytes the runners'
+	// moves from and to NVMe put on links, all ranks (both hops of a
+	// two-hop move): what a frozen chunk's optimizer state never costs
+	// (freeze_test.go). The moves of New and of a restore go around the
+	// runners and are not counted.
+	nvmeRead, nvmeWritten [][shard.StateCount]atomic.Int64
 }
 
 // paramTiered says whether chunk c's param shard lives in the tier store
@@ -113,7 +121,8 @@ func checkOffload(cfg *config.Config, opts Options) error {
 // starts a planner per rank. The ranks exist (device model state and
 // activations are allocated), so the HBM left for param copies is known.
 func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
-	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now()}
+	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
+		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
 	est, err := EstimateMemory(mo)
 	if err != nil {
 		return nil, err
@@ -183,6 +192,9 @@ func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
 		for c, p := range e.chunks {
 			if e.paramTiered(c) {
 				put(tkey(c, r, shard.Param), p.shard, dtype.BF16, t.paramTier)
+			}
+			if p.frozen {
+				continue // no gradient, no optimizer state (freeze.go)
 			}
 			home := shard.Host
 			if kept := est.HostKept[shard.Grad]; kept != nil && !kept[c] {
@@ -377,8 +389,12 @@ func (t *tiers) resolveNVMePaths() error {
 // now is the planner's clock.
 func (t *tiers) now() time.Duration { return time.Since(t.t0) }
 
-// initShard writes the initial contents of a state to its home.
+// initShard writes the initial contents of a state to its home. A frozen
+// chunk's optimizer state does not exist: its initial master is dropped.
 func (t *tiers) initShard(k shard.Key, data []byte) error {
+	if k.State != shard.Param && t.e.isFrozen(int(k.Chunk)) {
+		return nil
+	}
 	home := t.specs[k].Home
 	if home == shard.NVMe {
 		if _, err := t.store.Submit(tier.Move{Key: k, To: shard.Host, Reason: tier.Alloc}); err != nil {
@@ -492,8 +508,15 @@ type driver struct {
 // engine's Tracer when there is one.
 func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
 	o := tier.RunnerOptions{Rank: int32(r), Clock: t.now}
-	if tr := t.e.opts.Trace; tr != nil {
-		o.OnMove = func(sp tier.MoveSpan) {
+	tr := t.e.opts.Trace
+	o.OnMove = func(sp tier.MoveSpan) {
+		switch m := sp.Move; {
+		case m.From == shard.NVMe:
+			t.nvmeRead[m.Key.Chunk][m.Key.State].Add(sp.Bytes)
+		case m.To == shard.NVMe:
+			t.nvmeWritten[m.Key.Chunk][m.Key.State].Add(sp.Bytes)
+		}
+		if tr != nil {
 			tr.move(r, sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
 		}
 	}

@@ -3,8 +3,8 @@ package gpu
 // Kernels is what a backend implements behind CheckedOps: every method of
 // Ops, called only with arguments the front end has checked against the
 // contract (dimensions, dtypes, lengths, device), with the stream and
-// buffers resolved to the backend's types S and B. AdamStep's out is the
-// zero B when the caller passed nil, and it is called only with
+// buffers resolved to the backend's types S and B. An optional buffer the
+// caller passed as nil (pos, wpe, dwpe, AdamStep's out) is the zero B, and it is called only with
 // hyper-parameters that Validate accepts; Fail puts the error of a
 // rejected call on the stream, for its next Synchronize.
 type Kernels[S, B any] interface {
@@ -13,15 +13,21 @@ type Kernels[S, B any] interface {
 	BiasGrad(s S, dy, dbias B, rows, cols int)
 	LayerNormForward(s S, x, gamma, beta, y, mean, rstd B, rows, cols int, eps float32)
 	LayerNormBackward(s S, dy, x, gamma, mean, rstd, dx, dgamma, dbeta B, rows, cols int)
-	AttentionForward(s S, qkv, out, att B, batch, seq, heads, headDim int)
-	AttentionBackward(s S, dout, qkv, att, dqkv B, batch, seq, heads, headDim int)
+	AttentionForward(s S, qkv, out, lse, pos B, batch, seq, heads, kvHeads, headDim int)
+	AttentionBackward(s S, dout, qkv, out, lse, pos, dqkv B, batch, seq, heads, kvHeads, headDim int)
+	RMSNormForward(s S, x, gamma, y, rstd B, rows, cols int, eps float32)
+	RMSNormBackward(s S, dy, x, gamma, rstd, dx, dgamma B, rows, cols int)
+	RopeForward(s S, qkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
+	RopeBackward(s S, dqkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
+	SwiGLUForward(s S, gateUp, y B, rows, ffn int)
+	SwiGLUBackward(s S, gateUp, dy, dgateUp B, rows, ffn int)
 	GeluForward(s S, x, y B, n int)
 	GeluBackward(s S, x, dy, dx B, n int)
 	Add(s S, a, b, out B, n int)
 	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
 	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
-	EmbeddingForward(s S, ids, wte, wpe, out B, batch, seq, dim int)
-	EmbeddingBackward(s S, ids, dout, dwte, dwpe B, batch, seq, dim int)
+	EmbeddingForward(s S, ids, pos, wte, wpe, out B, batch, seq, dim int)
+	EmbeddingBackward(s S, ids, pos, dout, dwte, dwpe B, batch, seq, dim int)
 	Cast(s S, dst, src B)
 	Fill(s S, x B, value float32)
 	Scale(s S, x B, alpha float32)
@@ -123,23 +129,111 @@ func (o *checkedOps[S, B]) LayerNormBackward(s Stream, dy, x, gamma, mean, rstd,
 	o.k.LayerNormBackward(rs, rdy, rx, rg, rm, rr, rdx, rdg, rdb, rows, cols)
 }
 
-func (o *checkedOps[S, B]) AttentionForward(s Stream, qkv, out, att Buffer, batch, seq, heads, headDim int) {
-	o.dims("attention", batch, seq, heads, headDim)
-	rs := o.stream(s)
-	c := heads * headDim
-	rq, ro := o.float(qkv, "attention qkv", batch*seq*3*c), o.float(out, "attention out", batch*seq*c)
-	ra := o.typed(att, "attention att", F32, batch*heads*seq*seq)
-	o.k.AttentionForward(rs, rq, ro, ra, batch, seq, heads, headDim)
+// heads checks the head counts of the attention and rotary ops: kvHeads
+// divides heads (grouped-query attention), and rotary needs an even
+// headDim.
+func (o *checkedOps[S, B]) heads(op string, heads, kvHeads, headDim int, rotary bool) {
+	switch {
+	case kvHeads < 1 && heads > 0 || kvHeads > 0 && heads%kvHeads != 0:
+		o.f.Panicf("%s: %d heads are not a multiple of %d key/value heads", op, heads, kvHeads)
+	case rotary && headDim%2 != 0:
+		o.f.Panicf("%s: head dimension %d is odd", op, headDim)
+	}
 }
 
-func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, att, dqkv Buffer, batch, seq, heads, headDim int) {
-	o.dims("attention-backward", batch, seq, heads, headDim)
+// optPos checks pos (I32, batch×seq) when it is not nil.
+func (o *checkedOps[S, B]) optPos(pos Buffer, what string, n int) B {
+	var none B
+	if pos == nil {
+		return none
+	}
+	return o.typed(pos, what, I32, n)
+}
+
+func (o *checkedOps[S, B]) AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int) {
+	o.dims("attention", batch, seq, heads, kvHeads, headDim)
+	o.heads("attention", heads, kvHeads, headDim, false)
 	rs := o.stream(s)
-	c := heads * headDim
-	rq, rdq := o.float(qkv, "attention qkv", batch*seq*3*c), o.float(dqkv, "attention dqkv", batch*seq*3*c)
-	rdo := o.float(dout, "attention dout", batch*seq*c)
-	ra := o.typed(att, "attention att", F32, batch*heads*seq*seq)
-	o.k.AttentionBackward(rs, rdo, rq, ra, rdq, batch, seq, heads, headDim)
+	bt := batch * seq
+	rq := o.float(qkv, "attention qkv", bt*(heads+2*kvHeads)*headDim)
+	ro := o.float(out, "attention out", bt*heads*headDim)
+	rl := o.typed(lse, "attention lse", F32, batch*heads*seq)
+	o.k.AttentionForward(rs, rq, ro, rl, o.optPos(pos, "attention pos", bt), batch, seq, heads, kvHeads, headDim)
+}
+
+func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int) {
+	o.dims("attention-backward", batch, seq, heads, kvHeads, headDim)
+	o.heads("attention-backward", heads, kvHeads, headDim, false)
+	rs := o.stream(s)
+	bt, w := batch*seq, (heads+2*kvHeads)*headDim
+	rq, rdq := o.float(qkv, "attention qkv", bt*w), o.float(dqkv, "attention dqkv", bt*w)
+	rdo, ro := o.float(dout, "attention dout", bt*heads*headDim), o.float(out, "attention out", bt*heads*headDim)
+	rl := o.typed(lse, "attention lse", F32, batch*heads*seq)
+	if overlap(rdq, rq) || overlap(rdq, rdo) || overlap(rdq, ro) {
+		o.f.Panicf("attention-backward: dqkv aliases qkv, dout or out")
+	}
+	o.k.AttentionBackward(rs, rdo, rq, ro, rl, o.optPos(pos, "attention pos", bt), rdq, batch, seq, heads, kvHeads, headDim)
+}
+
+func (o *checkedOps[S, B]) RMSNormForward(s Stream, x, gamma, y, rstd Buffer, rows, cols int, eps float32) {
+	o.dims("rmsnorm", rows, cols)
+	rs := o.stream(s)
+	rx, ry := o.float(x, "rmsnorm x", rows*cols), o.float(y, "rmsnorm y", rows*cols)
+	rg, rr := o.float(gamma, "rmsnorm gamma", cols), o.typed(rstd, "rmsnorm rstd", F32, rows)
+	o.k.RMSNormForward(rs, rx, rg, ry, rr, rows, cols, eps)
+}
+
+func (o *checkedOps[S, B]) RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dgamma Buffer, rows, cols int) {
+	o.dims("rmsnorm-backward", rows, cols)
+	rs := o.stream(s)
+	rdy, rx, rdx := o.float(dy, "rmsnorm dy", rows*cols), o.float(x, "rmsnorm x", rows*cols), o.float(dx, "rmsnorm dx", rows*cols)
+	rg, rdg := o.float(gamma, "rmsnorm gamma", cols), o.float(dgamma, "rmsnorm dgamma", cols)
+	o.k.RMSNormBackward(rs, rdy, rx, rg, o.typed(rstd, "rmsnorm rstd", F32, rows), rdx, rdg, rows, cols)
+}
+
+func (o *checkedOps[S, B]) RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	o.dims("rope", batch, seq, heads, kvHeads, headDim)
+	o.heads("rope", heads, kvHeads, headDim, true)
+	if !(theta > 0) {
+		o.f.Panicf("rope: theta %v must be > 0", theta)
+	}
+	rs, bt := o.stream(s), batch*seq
+	rq := o.float(qkv, "rope qkv", bt*(heads+2*kvHeads)*headDim)
+	o.k.RopeForward(rs, rq, o.optPos(pos, "rope pos", bt), batch, seq, heads, kvHeads, headDim, theta)
+}
+
+func (o *checkedOps[S, B]) RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	o.dims("rope-backward", batch, seq, heads, kvHeads, headDim)
+	o.heads("rope-backward", heads, kvHeads, headDim, true)
+	if !(theta > 0) {
+		o.f.Panicf("rope-backward: theta %v must be > 0", theta)
+	}
+	rs, bt := o.stream(s), batch*seq
+	rq := o.float(dqkv, "rope dqkv", bt*(heads+2*kvHeads)*headDim)
+	o.k.RopeBackward(rs, rq, o.optPos(pos, "rope pos", bt), batch, seq, heads, kvHeads, headDim, theta)
+}
+
+func (o *checkedOps[S, B]) SwiGLUForward(s Stream, gateUp, y Buffer, rows, ffn int) {
+	o.dims("swiglu", rows, ffn)
+	rs := o.stream(s)
+	o.k.SwiGLUForward(rs, o.float(gateUp, "swiglu gate|up", rows*2*ffn), o.float(y, "swiglu y", rows*ffn), rows, ffn)
+}
+
+func (o *checkedOps[S, B]) SwiGLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int) {
+	o.dims("swiglu-backward", rows, ffn)
+	rs := o.stream(s)
+	rg, rdy := o.float(gateUp, "swiglu gate|up", rows*2*ffn), o.float(dy, "swiglu dy", rows*ffn)
+	rdg := o.float(dgateUp, "swiglu d gate|up", rows*2*ffn)
+	if overlap(rg, rdg) {
+		o.f.Panicf("swiglu-backward: d gate|up aliases gate|up")
+	}
+	o.k.SwiGLUBackward(rs, rg, rdy, rdg, rows, ffn)
+}
+
+// overlap says whether two buffers share elements of one allocation.
+func overlap[B Resident](a, b B) bool {
+	ao, bo := a.Offset(), b.Offset()
+	return a.Allocation() == b.Allocation() && ao < bo+b.Len() && bo < ao+a.Len()
 }
 
 func (o *checkedOps[S, B]) GeluForward(s Stream, x, y Buffer, n int) {
@@ -171,20 +265,29 @@ func (o *checkedOps[S, B]) CrossEntropyBackward(s Stream, logits, targets, dlogi
 	o.k.CrossEntropyBackward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rd, rows, vocab, scale)
 }
 
-func (o *checkedOps[S, B]) EmbeddingForward(s Stream, ids, wte, wpe, out Buffer, batch, seq, dim int) {
-	o.dims("embedding", batch, seq, dim)
-	rs := o.stream(s)
-	ri := o.typed(ids, "embedding ids", I32, batch*seq)
-	rte, rpe := o.table(wte, "embedding wte", dim, 1), o.table(wpe, "embedding wpe", dim, seq)
-	o.k.EmbeddingForward(rs, ri, rte, rpe, o.float(out, "embedding out", batch*seq*dim), batch, seq, dim)
+// optTable is table for a buffer that may be nil (the position table).
+func (o *checkedOps[S, B]) optTable(b Buffer, what string, dim, minRows int) B {
+	var none B
+	if b == nil {
+		return none
+	}
+	return o.table(b, what, dim, minRows)
 }
 
-func (o *checkedOps[S, B]) EmbeddingBackward(s Stream, ids, dout, dwte, dwpe Buffer, batch, seq, dim int) {
+func (o *checkedOps[S, B]) EmbeddingForward(s Stream, ids, pos, wte, wpe, out Buffer, batch, seq, dim int) {
+	o.dims("embedding", batch, seq, dim)
+	rs := o.stream(s)
+	ri, rp := o.typed(ids, "embedding ids", I32, batch*seq), o.optPos(pos, "embedding pos", batch*seq)
+	rte, rpe := o.table(wte, "embedding wte", dim, 1), o.optTable(wpe, "embedding wpe", dim, seq)
+	o.k.EmbeddingForward(rs, ri, rp, rte, rpe, o.float(out, "embedding out", batch*seq*dim), batch, seq, dim)
+}
+
+func (o *checkedOps[S, B]) EmbeddingBackward(s Stream, ids, pos, dout, dwte, dwpe Buffer, batch, seq, dim int) {
 	o.dims("embedding-backward", batch, seq, dim)
 	rs := o.stream(s)
-	ri := o.typed(ids, "embedding ids", I32, batch*seq)
-	rte, rpe := o.table(dwte, "embedding dwte", dim, 1), o.table(dwpe, "embedding dwpe", dim, seq)
-	o.k.EmbeddingBackward(rs, ri, o.float(dout, "embedding dout", batch*seq*dim), rte, rpe, batch, seq, dim)
+	ri, rp := o.typed(ids, "embedding ids", I32, batch*seq), o.optPos(pos, "embedding pos", batch*seq)
+	rte, rpe := o.table(dwte, "embedding dwte", dim, 1), o.optTable(dwpe, "embedding dwpe", dim, seq)
+	o.k.EmbeddingBackward(rs, ri, rp, o.float(dout, "embedding dout", batch*seq*dim), rte, rpe, batch, seq, dim)
 }
 
 func (o *checkedOps[S, B]) Cast(s Stream, dst, src Buffer) {

@@ -123,13 +123,15 @@ func (f *Front) OutOfMemory(a *Allocation) error { return f.mem.OutOfMemory(a.Si
 func (f *Front) Release(a *Allocation) { f.mem.Release(a.SizeBytes, a.Tag) }
 
 // Resident is what the front end reads of a backend's buffer besides the
-// Buffer methods: the device that owns it, its allocation and whether it
-// is a view. Backends get these methods by embedding an Extent.
+// Buffer methods: the device that owns it, its allocation, whether it is a
+// view and where in the allocation it starts. Backends get these methods
+// by embedding an Extent.
 type Resident interface {
 	Buffer
 	Home() *Front
 	Allocation() *Allocation
 	IsView() bool
+	Offset() int
 }
 
 // Extent is the backend-independent part of a buffer: the front end of its

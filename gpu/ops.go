@@ -14,6 +14,8 @@ import "github.com/strata-ai/strata/internal/adam"
 // the op is enqueued.
 //
 // "writes" means the output is overwritten; "accumulates" means out += value.
+// A buffer argument is never nil except where its method says it may be
+// (pos, wpe, dwpe).
 type Ops interface {
 	// Gemm computes C = alpha*op(A)*op(B) + beta*C with fp32 accumulation.
 	// op(A) is m×k (A is k×m when transA), op(B) is k×n (B is n×k when
@@ -30,13 +32,55 @@ type Ops interface {
 	// LayerNormBackward accumulates into dx, dgamma and dbeta.
 	LayerNormBackward(s Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta Buffer, rows, cols int)
 
-	// AttentionForward is causal multi-head self-attention. qkv is
-	// (batch, seq, 3*heads*headDim) holding Q, K and V side by side; out is
-	// (batch, seq, heads*headDim); att (F32, batch×heads×seq×seq) receives
-	// the softmax probabilities, kept for the backward pass.
-	AttentionForward(s Stream, qkv, out, att Buffer, batch, seq, heads, headDim int)
-	// AttentionBackward writes dqkv from dout, qkv and att.
-	AttentionBackward(s Stream, dout, qkv, att, dqkv Buffer, batch, seq, heads, headDim int)
+	// AttentionForward is causal grouped-query self-attention, computed
+	// tile by tile with an online softmax (the flash-attention algorithm):
+	// nothing of size seq×seq is stored anywhere. qkv is (batch, seq,
+	// (heads+2·kvHeads)·headDim), each token's row holding its query heads
+	// 0..heads-1, then its key heads 0..kvHeads-1, then its value heads
+	// (GPT-2: kvHeads = heads, the layout of c_attn); query head h uses
+	// key/value head h/(heads/kvHeads) (Hugging Face's repeat_kv grouping).
+	// The softmax scale is 1/sqrt(headDim). pos (I32, batch×seq) is each
+	// token's position within its example, or nil for pos[b,t] = t: the
+	// query at (b,i) attends to the keys j of row b with
+	// i-pos[b,i] <= j <= i (causal, and never across packed examples); a
+	// pos outside [0, t] is an error on the stream. out is (batch, seq,
+	// heads·headDim); lse (F32, batch×heads×seq) receives each query row's
+	// log-sum-exp of its scaled scores (natural log), kept for the backward.
+	AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int)
+	// AttentionBackward writes dqkv (packed as qkv) from dout, recomputing
+	// the probabilities tile by tile from lse, with D_i = rowsum(dout_i ⊙
+	// out_i) as in FlashAttention-2. Deterministic: the same inputs give
+	// the same bits on every call (a fixed accumulation order). dqkv may not
+	// alias qkv, dout or out. The CUDA backend takes headDim up to 128.
+	AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int)
+
+	// RMSNormForward writes rstd[r] = 1/sqrt(mean_c x[r,c]² + eps) (F32,
+	// rows) and y = x·rstd·gamma per row of x (rows×cols): Llama's RMSNorm.
+	RMSNormForward(s Stream, x, gamma, y, rstd Buffer, rows, cols int, eps float32)
+	// RMSNormBackward accumulates into dx and dgamma.
+	RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dgamma Buffer, rows, cols int)
+
+	// RopeForward rotates, in place, the query and key heads of packed qkv
+	// (as AttentionForward reads it) by Hugging Face's rotary convention
+	// (rotate_half over the two halves of each head): for i < headDim/2,
+	// freq_i = theta^(-2i/headDim), angle = pos·freq_i, and
+	// (x_i, x_{i+D/2}) -> (x_i·cos − x_{i+D/2}·sin, x_{i+D/2}·cos + x_i·sin).
+	// cos and sin are computed in float64 and rounded to fp32. pos as in
+	// AttentionForward (nil: pos[b,t] = t), here any value (generation
+	// rotates a token at its position in the whole sequence); the value
+	// heads are untouched. headDim must be even.
+	RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32)
+	// RopeBackward applies the inverse rotation, in place, to the query and
+	// key heads of dqkv.
+	RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32)
+
+	// SwiGLUForward writes y (rows×ffn) = silu(gate)·up, silu(x) =
+	// x·sigmoid(x), where gateUp (rows×2·ffn) holds gate in columns [0, ffn)
+	// and up in [ffn, 2·ffn) (the fused gate|up GEMM's output).
+	SwiGLUForward(s Stream, gateUp, y Buffer, rows, ffn int)
+	// SwiGLUBackward writes dgateUp (rows×2·ffn): d gate = dy·up·silu'(gate),
+	// d up = dy·silu(gate). dgateUp may not alias gateUp.
+	SwiGLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int)
 
 	// GeluForward writes y = gelu(x) (tanh approximation, as GPT-2) for n elements.
 	GeluForward(s Stream, x, y Buffer, n int)
@@ -47,17 +91,24 @@ type Ops interface {
 	Add(s Stream, a, b, out Buffer, n int)
 
 	// CrossEntropyForward writes losses[r] = -log softmax(logits[r])[targets[r]]
-	// for logits rows×vocab and targets (I32, rows).
+	// for logits rows×vocab and targets (I32, rows). A target < 0
+	// (model.IgnoreTarget) gives loss 0; a target >= vocab is an error on
+	// the stream.
 	CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int)
-	// CrossEntropyBackward writes dlogits = (softmax(logits) - onehot(targets)) * scale.
+	// CrossEntropyBackward writes dlogits = (softmax(logits) - onehot(targets)) * scale,
+	// and dlogits = 0 for a row whose target is < 0. dlogits may be logits.
 	CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale float32)
 
-	// EmbeddingForward writes out[b,t,:] = wte[ids[b,t],:] + wpe[t,:] for ids
-	// (I32, batch×seq), wte (vocab×dim), wpe (maxSeq×dim), out (batch×seq×dim).
-	EmbeddingForward(s Stream, ids, wte, wpe, out Buffer, batch, seq, dim int)
-	// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] and
-	// dwpe[t,:] += dout[b,t,:], in the fixed order b, then t.
-	EmbeddingBackward(s Stream, ids, dout, dwte, dwpe Buffer, batch, seq, dim int)
+	// EmbeddingForward writes out[b,t,:] = wte[ids[b,t],:] (+ wpe[pos[b,t],:]
+	// when wpe is not nil) for ids (I32, batch×seq), wte (vocab×dim), wpe
+	// (at least seq rows of dim), out (batch×seq×dim). pos as in
+	// AttentionForward (nil: pos[b,t] = t); the Llama family passes no wpe.
+	// An id or position outside its table is an error on the stream.
+	EmbeddingForward(s Stream, ids, pos, wte, wpe, out Buffer, batch, seq, dim int)
+	// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] (and
+	// dwpe[pos[b,t],:] += dout[b,t,:] when dwpe is not nil), in the fixed
+	// order b, then t.
+	EmbeddingBackward(s Stream, ids, pos, dout, dwte, dwpe Buffer, batch, seq, dim int)
 
 	// Cast writes dst = src converted to dst's dtype; lengths must match.
 	Cast(s Stream, dst, src Buffer)

@@ -1,21 +1,38 @@
-// Package model is a GPT-2-style decoder whose forward and backward passes
-// run through gpu.Ops: token and position embeddings, L pre-LN blocks
-// (causal self-attention, MLP with GELU), a final layernorm and an output
-// head tied to the token embedding. It also holds the byte-level tokenizer
-// (vocabulary 256: any file is training data), a deterministic batch
-// sampler, and the plain single-device training loop (Trainer) that the
-// ZeRO engine is compared with.
+// Package model holds the decoders Strata trains, whose forward and
+// backward passes run through gpu.Ops: GPT-2 (token and learned position
+// embeddings, L pre-LN blocks of causal self-attention and a GELU MLP, a
+// final layernorm, an output head tied to the token embedding) and the
+// Llama family (Llama, Mistral without sliding window, Qwen2: token
+// embeddings, L blocks of RMSNorm, grouped-query attention with rotary
+// positions — Qwen2 with q, k, v biases — and a SwiGLU MLP, a final
+// RMSNorm, an untied lm_head or a tied one), as Hugging Face's modeling
+// code defines them (testdata/hf_reference.py is the fp32 PyTorch
+// transcription the tests compare with). It also holds the byte-level
+// tokenizer (vocabulary 256: any file is training data), a deterministic
+// batch sampler, and the plain single-device training loop (Trainer) that
+// the ZeRO engine is compared with.
 //
 // What it owns:
-//   - Shape and the named shapes (tiny .. gpt-7b) with their parameter counts;
+//   - Shape and the named shapes (tiny .. gpt-7b, tiny-llama, tiny-qwen2,
+//     llama-3-8b/70b, qwen2-7b) with their parameter counts;
 //   - Layout: the parameters grouped in chunks, the unit of movement of
 //     docs/DESIGN.md (chunk 0 embeddings, 1..L one block each, L+1 the final
-//     layernorm), each a flat run of elements with named tensors at fixed
-//     offsets, and their seeded GPT-2 initialisation per chunk;
-//   - Model: the activations of one micro-batch shape and the passes;
+//     norm and an untied lm_head), each a flat run of elements with named
+//     tensors at fixed offsets (Hugging Face's names for the Llama family;
+//     q, k, v adjacent so one GEMM computes them, gate and up likewise), and
+//     their seeded initialisation per chunk;
+//   - Model: the activations of one micro-batch shape and the passes, one
+//     plain function per layer (model.go drives the chunks, gpt2.go and
+//     llama.go hold the blocks, activations.go plans the memory);
+//   - Batch: ids, targets (IgnoreTarget leaves a token out of the loss; the
+//     loss is the mean over the tokens with a target, and a micro-batch
+//     without any has loss 0 and adds a zero gradient) and positions (Pos
+//     packs several examples in a row: positions restart at each example
+//     and attention stays inside it);
 //   - Params: the interface through which a pass reaches parameter and
-//     gradient memory chunk by chunk, in the fixed order AccessOrder lists,
-//     and Resident, its all-on-one-device implementation;
+//     gradient memory chunk by chunk, in the fixed order AccessOrder(shape)
+//     lists (it depends on whether the head is tied; params.go writes both
+//     orders out), and Resident, its all-on-one-device implementation;
 //   - Encode/Decode; Corpus, the text a Sampler reads a window at a time,
 //     held in memory (Tokens) or read from a regular file with pread
 //     (FileCorpus, one token per byte); Sampler, Trainer and Train.
@@ -32,12 +49,14 @@
 // chunk c only between Params.Acquire and Params.Release and accumulates
 // into a gradient only between Params.Grad and Params.GradReady. Its own
 // device memory is the activations, allocated once by New (tagged
-// gpu.Activation, ActivationBytes(shape, batch, seq) bytes: per token
-// 16·C + 4 floats per block plus H·T attention probabilities, the logits
-// and their gradient, and 6·C floats of backward scratch), so activation
-// memory is bounded by the micro-batch shape and does not grow during a
-// pass. Activations are fp32; parameters and gradients are F32 or BF16 as
-// the Params hand them out. Host memory: small staging buffers for the token
-// ids and per-token losses; a Sampler's batch holds only its rows' windows
-// (a FileCorpus keeps nothing per byte of its file).
+// gpu.Activation, ActivationBytes(shape, batch, seq) bytes: per token and
+// block, GPT-2 8C + 2F + 4 + H floats, the Llama family 6C + 2·KV·D + 3F +
+// 2 + H — attention keeps H row log-sum-exps, never seq×seq scores — plus
+// the embedding output, the head's logits and their gradient, and the
+// backward scratch), so activation memory is linear in batch and seq,
+// bounded by the micro-batch shape and does not grow during a pass.
+// Activations are fp32; parameters and gradients are F32 or BF16 as the
+// Params hand them out. Host memory: small staging buffers for the token
+// ids, targets, positions and per-token losses; a Sampler's batch holds
+// only its rows' windows (a FileCorpus keeps nothing per byte of its file).
 package model

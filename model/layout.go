@@ -170,8 +170,8 @@ func (l *Layout) ParamCount() int64 {
 	return n
 }
 
-// blockOffsets are the element offsets of a block chunk's tensors; the same
-// for every block.
+// blockOffsets are the element offsets of a GPT-2 block chunk's tensors;
+// the same for every block.
 type blockOffsets struct {
 	ln1g, ln1b, qkvW, qkvB, projW, projB, ln2g, ln2b, fcW, fcB, fcpW, fcpB int
 }
@@ -184,6 +184,32 @@ func (l *Layout) block() blockOffsets {
 	t := l.Chunks[1].Tensors
 	return blockOffsets{t[0].Offset, t[1].Offset, t[2].Offset, t[3].Offset, t[4].Offset, t[5].Offset,
 		t[6].Offset, t[7].Offset, t[8].Offset, t[9].Offset, t[10].Offset, t[11].Offset}
+}
+
+// llamaOffsets are the element offsets of a Llama-family block chunk's
+// tensors: the input norm, the fused q|k|v weight (q_proj.weight, k and v
+// following) and bias (-1 without biases), o_proj, the post-attention
+// norm, the fused gate|up weight (gate_proj.weight, up following) and
+// down_proj.
+type llamaOffsets struct {
+	ln1, qkvW, qkvB, oW, ln2, gateUpW, downW int
+}
+
+// llamaBlock returns a Llama-family layout's block offsets.
+func (l *Layout) llamaBlock() llamaOffsets {
+	if !l.Shape.IsLlama() {
+		return llamaOffsets{}
+	}
+	off := func(suffix string) int {
+		for _, t := range l.Chunks[1].Tensors {
+			if strings.HasSuffix(t.Name, suffix) {
+				return t.Offset
+			}
+		}
+		return -1
+	}
+	return llamaOffsets{ln1: off(".input_layernorm.weight"), qkvW: off(".q_proj.weight"), qkvB: off(".q_proj.bias"),
+		oW: off(".o_proj.weight"), ln2: off(".post_attention_layernorm.weight"), gateUpW: off(".gate_proj.weight"), downW: off(".down_proj.weight")}
 }
 
 // InitStd is the standard deviation of GPT-2's weight initialisation.
@@ -200,8 +226,19 @@ func (l *Layout) InitChunk(seed uint64, c int) []float32 {
 	if c < 0 || c >= len(l.Chunks) {
 		panic(fmt.Sprintf("model: chunk %d out of range [0, %d)", c, len(l.Chunks)))
 	}
+	out := make([]float32, l.Chunks[c].Len)
+	l.InitChunkInto(seed, c, out)
+	return out
+}
+
+// InitChunkInto is InitChunk into out, exactly the chunk's length (what
+// it held is overwritten).
+func (l *Layout) InitChunkInto(seed uint64, c int, out []float32) {
+	if c < 0 || c >= len(l.Chunks) || len(out) != l.Chunks[c].Len {
+		panic(fmt.Sprintf("model: init chunk %d of [0, %d) into %d values", c, len(l.Chunks), len(out)))
+	}
 	ch := l.Chunks[c]
-	out := make([]float32, ch.Len)
+	clear(out)
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15^uint64(c)))
 	residStd := InitStd / math.Sqrt(2*float64(l.Shape.Layers))
 	for _, t := range ch.Tensors {
@@ -218,7 +255,6 @@ func (l *Layout) InitChunk(seed uint64, c int) []float32 {
 		default: // biases stay 0
 		}
 	}
-	return out
 }
 
 // Init returns every chunk's initial parameters (InitChunk for each).

@@ -128,13 +128,12 @@ func TestInitChunk(t *testing.T) {
 	}
 }
 
+// TestAccessOrderShape spells out both orders for two layers: the tied
+// head comes back to chunk 0 at the end of the forward; the untied one
+// ends the forward with the final chunk and asks for the embedding's
+// gradient only for the embedding backward.
 func TestAccessOrderShape(t *testing.T) {
-	a := AccessOrder(2)
-	got := make([]string, len(a))
-	for i, x := range a {
-		got[i] = x.String()
-	}
-	want := []string{
+	tied := []string{
 		"fwd acquire 0", "fwd release 0",
 		"fwd acquire 1", "fwd release 1", "fwd acquire 2", "fwd release 2",
 		"fwd acquire 3", "fwd release 3",
@@ -145,7 +144,29 @@ func TestAccessOrderShape(t *testing.T) {
 		"bwd acquire 1", "bwd grad 1", "bwd release 1", "bwd grad-ready 1",
 		"bwd grad-ready 0",
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("AccessOrder(2):\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	untied := []string{
+		"fwd acquire 0", "fwd release 0",
+		"fwd acquire 1", "fwd release 1", "fwd acquire 2", "fwd release 2",
+		"fwd acquire 3", "fwd release 3",
+		"bwd acquire 3", "bwd grad 3", "bwd release 3", "bwd grad-ready 3",
+		"bwd acquire 2", "bwd grad 2", "bwd release 2", "bwd grad-ready 2",
+		"bwd acquire 1", "bwd grad 1", "bwd release 1", "bwd grad-ready 1",
+		"bwd grad 0", "bwd grad-ready 0",
+	}
+	llama, _ := Lookup("tiny-llama")
+	tiedLlama := llama
+	tiedLlama.TieEmbeddings = true
+	for _, c := range []struct {
+		shape Shape
+		want  []string
+	}{{Shape{Layers: 2}, tied}, {tiedLlama, tied}, {llama, untied}} {
+		a := AccessOrder(c.shape)
+		got := make([]string, len(a))
+		for i, x := range a {
+			got[i] = x.String()
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("AccessOrder(%s, tied %v):\n%s\nwant\n%s", c.shape.ArchName(), c.shape.TiedHead(), strings.Join(got, "\n"), strings.Join(c.want, "\n"))
+		}
 	}
 }

@@ -6,16 +6,18 @@ import (
 	"github.com/strata-ai/strata/gpu"
 )
 
-// LayerNormEps is GPT-2's layernorm epsilon.
-const LayerNormEps = 1e-5
-
-// Model is a GPT-2-style decoder bound to one device and one micro-batch
-// shape (Batch sequences of Seq tokens). It owns its activations, allocated
-// once by New (ActivationBytes says how much), and nothing else: parameters
-// and gradients come from a Params for every pass.
+// Model is a decoder (GPT-2 or the Llama family, Shape.Arch) bound to one
+// device and one micro-batch shape (Batch sequences of Seq tokens). It owns
+// its activations, allocated once by New (ActivationBytes says how much),
+// and nothing else: parameters and gradients come from a Params for every
+// pass.
 //
 // A micro-batch is Forward, then optionally Backward, then Loss; the model
 // keeps the activations of the last Forward until the next one.
+//
+// The passes are plain functions per layer, as in llm.c: this file drives
+// them chunk by chunk (embedding, blocks, final norm and head), gpt2.go and
+// llama.go hold each architecture's block.
 type Model struct {
 	layout *Layout
 	shape  Shape
@@ -23,123 +25,27 @@ type Model struct {
 	ops    gpu.Ops
 	batch  int
 	seq    int
-	bo     blockOffsets
+	bo     blockOffsets // GPT-2
+	lo     llamaOffsets // the Llama family
 
 	allocs []gpu.Buffer
 	a      activations
 
-	idsHost, targetsHost []byte    // staging for the uploads of ids and targets
-	pending              [][]byte  // per-token losses of the Forwards not yet read, oldest first
-	spare                [][]byte  // loss buffers already read, for reuse
-	staged               gpu.Event // the last uploads from the staging bytes
-	lastLoss             float64
-	forwarded            bool
+	idsHost, targetsHost, posHost []byte    // staging for the uploads of ids, targets and positions
+	pending                       []pending // the Forwards whose losses are not read yet, oldest first
+	spare                         [][]byte  // loss buffers already read, for reuse
+	staged                        gpu.Event // the last uploads from the staging bytes
+	lastLoss                      float64
+	forwarded                     bool
+	packed                        bool // the last Forward had Batch.Pos
+	counted                       int  // tokens with a target in the last Forward
 }
 
-// activations are views into the model's allocations; see planActivations.
-type activations struct {
-	ids, targets gpu.Buffer // I32 (B·T)
-	res          []gpu.Buffer
-	layers       []layerActs
-	lnf          gpu.Buffer // B·T·C
-	lnfMean      gpu.Buffer // B·T
-	lnfRstd      gpu.Buffer // B·T
-	logits       gpu.Buffer // B·T·V
-	dlogits      gpu.Buffer // B·T·V
-	losses       gpu.Buffer // B·T
-	dres         gpu.Buffer // B·T·C: gradient of the residual stream
-	dtmp         gpu.Buffer // B·T·C
-	dbig         gpu.Buffer // B·T·4C: gradient of qkv or of the MLP hidden layer
-}
-
-// layerActs are what one block saves for its backward.
-type layerActs struct {
-	ln1, ln1Mean, ln1Rstd gpu.Buffer // B·T·C, B·T, B·T
-	qkv                   gpu.Buffer // B·T·3C
-	atty                  gpu.Buffer // B·T·C: attention output before c_proj
-	att                   gpu.Buffer // B·H·T·T: softmax probabilities
-	res2                  gpu.Buffer // B·T·C: residual after attention
-	ln2, ln2Mean, ln2Rstd gpu.Buffer // B·T·C, B·T, B·T
-	fch                   gpu.Buffer // B·T·4C: c_fc output
-	fchGelu               gpu.Buffer // B·T·4C: gelu(fch); reused for d fch in backward
-}
-
-// segment is one named tensor inside an activation allocation.
-type segment struct {
-	name string
-	n    int
-	dst  *gpu.Buffer
-}
-
-// allocation is one device allocation holding several segments.
-type allocation struct {
-	purpose string
-	dtype   gpu.DType
-	segs    []segment
-}
-
-// segmentAlign keeps every activation tensor 256-byte aligned within its
-// allocation, as a GPU kernel wants.
-const segmentAlign = 64
-
-func alignUp(n int) int { return (n + segmentAlign - 1) / segmentAlign * segmentAlign }
-
-func (a allocation) elements() int {
-	n := 0
-	for _, s := range a.segs {
-		n += alignUp(s.n)
-	}
-	return n
-}
-
-// planActivations lists the allocations of a model of shape s for batch×seq
-// tokens; when a is not nil, each segment's dst points into it.
-func planActivations(s Shape, batch, seq int, a *activations) []allocation {
-	if a == nil {
-		a = &activations{}
-	}
-	bt, c, v := batch*seq, s.Dim, s.Vocab
-	a.res = make([]gpu.Buffer, s.Layers+1)
-	a.layers = make([]layerActs, s.Layers)
-	plan := []allocation{
-		{"tokens", gpu.I32, []segment{{"ids", bt, &a.ids}, {"targets", bt, &a.targets}}},
-		{"embedding out", gpu.F32, []segment{{"res0", bt * c, &a.res[0]}}},
-	}
-	for l := 0; l < s.Layers; l++ {
-		la := &a.layers[l]
-		plan = append(plan, allocation{fmt.Sprintf("block %d", l), gpu.F32, []segment{
-			{"ln1", bt * c, &la.ln1}, {"ln1 mean", bt, &la.ln1Mean}, {"ln1 rstd", bt, &la.ln1Rstd},
-			{"qkv", bt * 3 * c, &la.qkv}, {"atty", bt * c, &la.atty},
-			{"att", batch * s.Heads * seq * seq, &la.att}, {"res2", bt * c, &la.res2},
-			{"ln2", bt * c, &la.ln2}, {"ln2 mean", bt, &la.ln2Mean}, {"ln2 rstd", bt, &la.ln2Rstd},
-			{"fch", bt * 4 * c, &la.fch}, {"fch gelu", bt * 4 * c, &la.fchGelu},
-			{"out", bt * c, &a.res[l+1]},
-		}})
-	}
-	plan = append(plan,
-		allocation{"head", gpu.F32, []segment{
-			{"lnf", bt * c, &a.lnf}, {"lnf mean", bt, &a.lnfMean}, {"lnf rstd", bt, &a.lnfRstd},
-			{"logits", bt * v, &a.logits}, {"dlogits", bt * v, &a.dlogits}, {"losses", bt, &a.losses},
-		}},
-		allocation{"backward scratch", gpu.F32, []segment{
-			{"dres", bt * c, &a.dres}, {"dtmp", bt * c, &a.dtmp}, {"dbig", bt * 4 * c, &a.dbig},
-		}},
-	)
-	return plan
-}
-
-// ActivationBytes is the device memory a Model of shape s allocates for
-// micro-batches of batch sequences of seq tokens: every block's saved
-// activations (per token 16·C + 4 floats, plus H·T attention
-// probabilities), the head (logits and their gradient, 2·V per token) and
-// the backward scratch (6·C per token), each tensor padded to 256 bytes.
-// It does not include the device's allocation granularity.
-func ActivationBytes(s Shape, batch, seq int) int64 {
-	var n int64
-	for _, a := range planActivations(s, batch, seq, nil) {
-		n += int64(a.elements()) * int64(a.dtype.Size())
-	}
-	return n
+// pending is one Forward's per-token losses on their way to the host and
+// the number of tokens that have a target.
+type pending struct {
+	losses  []byte
+	counted int
 }
 
 // New allocates the activations of a model laid out by layout for
@@ -153,10 +59,7 @@ func New(dev gpu.Device, layout *Layout, batch, seq int) (*Model, error) {
 	if seq > s.MaxSeq {
 		return nil, fmt.Errorf("model: seq %d exceeds max_seq_len %d", seq, s.MaxSeq)
 	}
-	if s.IsLlama() {
-		return nil, fmt.Errorf("model: arch %s: the forward and backward passes are not built yet", s.Arch)
-	}
-	m := &Model{layout: layout, shape: s, dev: dev, ops: dev.Ops(), batch: batch, seq: seq, bo: layout.block()}
+	m := &Model{layout: layout, shape: s, dev: dev, ops: dev.Ops(), batch: batch, seq: seq, bo: layout.block(), lo: layout.llamaBlock()}
 	for _, al := range planActivations(s, batch, seq, &m.a) {
 		buf, err := dev.Alloc(al.elements(), al.dtype, gpu.Tag{Kind: gpu.Activation, Purpose: "activations " + al.purpose})
 		if err != nil {
@@ -171,7 +74,7 @@ func New(dev gpu.Device, layout *Layout, batch, seq int) (*Model, error) {
 		}
 	}
 	bt := batch * seq
-	m.idsHost, m.targetsHost = make([]byte, 4*bt), make([]byte, 4*bt)
+	m.idsHost, m.targetsHost, m.posHost = make([]byte, 4*bt), make([]byte, 4*bt), make([]byte, 4*bt)
 	m.staged = dev.NewEvent()
 	return m, nil
 }
@@ -194,35 +97,62 @@ func (m *Model) Batch() int { return m.batch }
 // Seq returns the tokens per sequence.
 func (m *Model) Seq() int { return m.seq }
 
+// checkBatch panics unless b is a micro-batch of the model's shape: ids in
+// [0, Vocab), targets in [0, Vocab) or IgnoreTarget, positions (when
+// given) restarting at 0 at column 0 and otherwise either 0 or one more
+// than the column before. It returns the number of tokens with a target.
+func (m *Model) checkBatch(b Batch) int {
+	bt, v := m.batch*m.seq, m.shape.Vocab
+	if (b.Rows != 0 || b.Seq != 0) && (b.Rows != m.batch || b.Seq != m.seq) {
+		panic(fmt.Sprintf("model: Forward got a %d×%d batch, the model is %d×%d", b.Rows, b.Seq, m.batch, m.seq))
+	}
+	if len(b.IDs) != bt || len(b.Targets) != bt || b.Pos != nil && len(b.Pos) != bt {
+		panic(fmt.Sprintf("model: Forward got %d ids, %d targets and %d positions, want batch*seq = %d", len(b.IDs), len(b.Targets), len(b.Pos), bt))
+	}
+	counted := 0
+	for i, id := range b.IDs {
+		tg := b.Targets[i]
+		if uint32(id) >= uint32(v) || uint32(tg) >= uint32(v) && tg != IgnoreTarget {
+			panic(fmt.Sprintf("model: token %d (id %d, target %d) outside the vocabulary [0, %d)", i, id, tg, v))
+		}
+		if tg != IgnoreTarget {
+			counted++
+		}
+		if b.Pos == nil {
+			continue
+		}
+		if p, t := b.Pos[i], i%m.seq; !(p == 0 || t > 0 && p == b.Pos[i-1]+1) {
+			panic(fmt.Sprintf("model: position %d at row %d, column %d: positions restart at 0 and count up by one within an example", p, i/m.seq, t))
+		}
+	}
+	return counted
+}
+
 // Forward enqueues the forward pass of one micro-batch on s: b.IDs and
 // b.Targets are batch×seq token ids in [0, Vocab), row-major (see Batch);
-// b.Targets[i] is the token that follows b.IDs[i]. It computes the per-token
-// cross-entropy whose mean Loss returns. Forward copies what it needs of b
-// before it returns.
+// b.Targets[i] is the token that follows b.IDs[i], or IgnoreTarget. b.Pos,
+// when not nil, packs several examples in a row: positions (GPT-2's wpe
+// rows, the Llama family's rotary angles) restart at each example and
+// attention stays inside it. It computes the per-token cross-entropy whose
+// mean over the tokens with a target Loss returns. Forward copies what it
+// needs of b before it returns; a b that breaks these rules panics.
 // An error of p stops the pass at once and is returned as it is (see
 // Params); the micro-batch has no loss then, and Backward and Loss need a
 // new Forward.
 func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
-	ids, targets := b.IDs, b.Targets
-	bt, c, v := m.batch*m.seq, m.shape.Dim, m.shape.Vocab
-	if b.Pos != nil {
-		panic("model: Forward: packed rows (Batch.Pos) are not built yet")
-	}
-	if len(ids) != bt || len(targets) != bt {
-		panic(fmt.Sprintf("model: Forward got %d ids and %d targets, want batch*seq = %d", len(ids), len(targets), bt))
-	}
-	for i := range ids {
-		if uint32(ids[i]) >= uint32(v) || uint32(targets[i]) >= uint32(v) {
-			panic(fmt.Sprintf("model: token %d (id %d, target %d) outside the vocabulary [0, %d)", i, ids[i], targets[i], v))
-		}
-	}
+	counted := m.checkBatch(b)
+	bt, c, nl := m.batch*m.seq, m.shape.Dim, m.shape.Layers
 	m.forwarded = false
 	// The staging bytes may still be read by the previous upload.
 	m.staged.Synchronize()
-	copy(i32View(m.idsHost), ids)
-	copy(i32View(m.targetsHost), targets)
+	copy(i32View(m.idsHost), b.IDs)
+	copy(i32View(m.targetsHost), b.Targets)
 	m.dev.CopyHostToDevice(s, m.a.ids, 0, m.idsHost)
 	m.dev.CopyHostToDevice(s, m.a.targets, 0, m.targetsHost)
+	if m.packed = b.Pos != nil; m.packed {
+		copy(i32View(m.posHost), b.Pos)
+		m.dev.CopyHostToDevice(s, m.a.pos, 0, m.posHost)
+	}
 	s.Record(m.staged)
 
 	ops, a := m.ops, &m.a
@@ -230,16 +160,19 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	if err != nil {
 		return err
 	}
-	wte, wpe := emb.Slice(0, v*c), emb.Slice(v*c, m.seq*c)
-	ops.EmbeddingForward(s, a.ids, wte, wpe, a.res[0], m.batch, m.seq, c)
+	m.embeddingForward(s, emb)
 	p.Release(s, EmbeddingChunk, PassForward)
 
-	for l := 0; l < m.shape.Layers; l++ {
+	for l := 0; l < nl; l++ {
 		w, err := p.Acquire(s, BlockChunk(l), PassForward)
 		if err != nil {
 			return err
 		}
-		m.blockForward(s, l, w)
+		if m.shape.IsLlama() {
+			m.llamaBlockForward(s, l, w)
+		} else {
+			m.gpt2BlockForward(s, l, w)
+		}
 		p.Release(s, BlockChunk(l), PassForward)
 	}
 
@@ -248,16 +181,19 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	if err != nil {
 		return err
 	}
-	ops.LayerNormForward(s, a.res[m.shape.Layers], fin.Slice(0, c), fin.Slice(c, c), a.lnf, a.lnfMean, a.lnfRstd, bt, c, LayerNormEps)
-	p.Release(s, fc, PassForward)
-
-	if emb, err = p.Acquire(s, EmbeddingChunk, PassForward); err != nil {
-		return err
+	m.finalNormForward(s, fin)
+	head := fin
+	if m.shape.TiedHead() {
+		p.Release(s, fc, PassForward)
+		if head, err = p.Acquire(s, EmbeddingChunk, PassForward); err != nil {
+			return err
+		}
 	}
-	// logits (BT×V) = lnf (BT×C) · wteᵀ
-	ops.Gemm(s, false, true, bt, v, c, 1, a.lnf, emb.Slice(0, v*c), 0, a.logits)
-	ops.CrossEntropyForward(s, a.logits, a.targets, a.losses, bt, v)
-	p.Release(s, EmbeddingChunk, PassForward)
+	// logits (BT×V) = lnf (BT×C) · Wᵀ, W the head (V×C)
+	ops.Gemm(s, false, true, bt, m.shape.Vocab, c, 1, a.lnf, m.headWeight(head), 0, a.logits)
+	ops.CrossEntropyForward(s, a.logits, a.targets, a.losses, bt, m.shape.Vocab)
+	p.Release(s, m.layout.HeadChunk(), PassForward)
+
 	var lossHost []byte
 	if n := len(m.spare); n > 0 {
 		lossHost, m.spare = m.spare[n-1], m.spare[:n-1]
@@ -265,76 +201,125 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 		lossHost = make([]byte, 4*bt)
 	}
 	m.dev.CopyDeviceToHost(s, lossHost, a.losses, 0)
-	m.pending = append(m.pending, lossHost)
+	m.pending = append(m.pending, pending{lossHost, counted})
+	m.counted = counted
 	m.forwarded = true
 	return nil
 }
 
-// blockForward runs block l with its parameter chunk w:
-//
-//	res2 = x + c_proj(attn(c_attn(ln_1(x))))
-//	out  = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))
-func (m *Model) blockForward(s gpu.Stream, l int, w gpu.Buffer) {
-	ops, o, la := m.ops, m.bo, &m.a.layers[l]
-	bt, c := m.batch*m.seq, m.shape.Dim
-	x, out := m.a.res[l], m.a.res[l+1]
-	ops.LayerNormForward(s, x, w.Slice(o.ln1g, c), w.Slice(o.ln1b, c), la.ln1, la.ln1Mean, la.ln1Rstd, bt, c, LayerNormEps)
-	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), la.qkv, bt, c, 3*c)
-	ops.AttentionForward(s, la.qkv, la.atty, la.att, m.batch, m.seq, m.shape.Heads, m.shape.HeadDim())
-	linearForward(ops, s, la.atty, w.Slice(o.projW, c*c), w.Slice(o.projB, c), la.res2, bt, c, c)
-	ops.Add(s, x, la.res2, la.res2, bt*c)
-	ops.LayerNormForward(s, la.res2, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), la.ln2, la.ln2Mean, la.ln2Rstd, bt, c, LayerNormEps)
-	linearForward(ops, s, la.ln2, w.Slice(o.fcW, 4*c*c), w.Slice(o.fcB, 4*c), la.fch, bt, c, 4*c)
-	ops.GeluForward(s, la.fch, la.fchGelu, bt*4*c)
-	linearForward(ops, s, la.fchGelu, w.Slice(o.fcpW, 4*c*c), w.Slice(o.fcpB, c), out, bt, 4*c, c)
-	ops.Add(s, la.res2, out, out, bt*c)
+// posBuffer is the positions of the last Forward, or nil when its rows
+// were not packed (pos[b,t] = t).
+func (m *Model) posBuffer() gpu.Buffer {
+	if m.packed {
+		return m.a.pos
+	}
+	return nil
 }
 
-// linearForward writes y (rows×out) = x (rows×in) · Wᵀ + b, W out×in.
+// embeddingForward: res0[b,t,:] = wte[id] (+ GPT-2's wpe[pos]) with the
+// embedding chunk emb.
+func (m *Model) embeddingForward(s gpu.Stream, emb gpu.Buffer) {
+	v, c := m.shape.Vocab, m.shape.Dim
+	var wpe gpu.Buffer
+	if !m.shape.IsLlama() {
+		wpe = emb.Slice(v*c, m.seq*c)
+	}
+	m.ops.EmbeddingForward(s, m.a.ids, m.posBuffer(), emb.Slice(0, v*c), wpe, m.a.res[0], m.batch, m.seq, c)
+}
+
+// finalNormForward: lnf = norm(res[L]) with the final chunk fin (GPT-2's
+// ln_f g, b; the Llama family's norm.weight).
+func (m *Model) finalNormForward(s gpu.Stream, fin gpu.Buffer) {
+	a, bt, c := &m.a, m.batch*m.seq, m.shape.Dim
+	x, eps := a.res[m.shape.Layers], float32(m.shape.Eps())
+	if m.shape.IsLlama() {
+		m.ops.RMSNormForward(s, x, fin.Slice(0, c), a.lnf, a.lnfRstd, bt, c, eps)
+		return
+	}
+	m.ops.LayerNormForward(s, x, fin.Slice(0, c), fin.Slice(c, c), a.lnf, a.lnfMean, a.lnfRstd, bt, c, eps)
+}
+
+// finalNormBackward accumulates dres += d norm(res[L]) from dlnf and the
+// final chunk's gradient g.
+func (m *Model) finalNormBackward(s gpu.Stream, dlnf, fin, g gpu.Buffer) {
+	a, bt, c := &m.a, m.batch*m.seq, m.shape.Dim
+	x := a.res[m.shape.Layers]
+	if m.shape.IsLlama() {
+		m.ops.RMSNormBackward(s, dlnf, x, fin.Slice(0, c), a.lnfRstd, a.dres, g.Slice(0, c), bt, c)
+		return
+	}
+	m.ops.LayerNormBackward(s, dlnf, x, fin.Slice(0, c), a.lnfMean, a.lnfRstd, a.dres, g.Slice(0, c), g.Slice(c, c), bt, c)
+}
+
+// headWeight is the output head (Vocab×C) in buf, the chunk
+// Layout.HeadChunk: the token embedding when tied, else lm_head after the
+// final norm's weight.
+func (m *Model) headWeight(buf gpu.Buffer) gpu.Buffer {
+	v, c := m.shape.Vocab, m.shape.Dim
+	if m.shape.TiedHead() {
+		return buf.Slice(0, v*c)
+	}
+	return buf.Slice(c, v*c)
+}
+
+// linearForward writes y (rows×out) = x (rows×in) · Wᵀ + b, W out×in; b
+// may be nil (no bias).
 func linearForward(ops gpu.Ops, s gpu.Stream, x, w, b, y gpu.Buffer, rows, in, out int) {
 	ops.Gemm(s, false, true, rows, out, in, 1, x, w, 0, y)
-	ops.BiasAdd(s, y, b, rows, out)
+	if b != nil {
+		ops.BiasAdd(s, y, b, rows, out)
+	}
 }
 
 // linearBackward, for y = x·Wᵀ + b, writes dx = dy·W and accumulates
-// dW += dyᵀ·x and db += Σ_rows dy.
+// dW += dyᵀ·x and db += Σ_rows dy (db may be nil: no bias).
 func linearBackward(ops gpu.Ops, s gpu.Stream, dy, x, w, dx, dw, db gpu.Buffer, rows, in, out int) {
 	ops.Gemm(s, false, false, rows, in, out, 1, dy, w, 0, dx)
 	ops.Gemm(s, true, false, out, in, rows, 1, dy, x, 1, dw)
-	ops.BiasGrad(s, dy, db, rows, out)
+	if db != nil {
+		ops.BiasGrad(s, dy, db, rows, out)
+	}
 }
 
 // Backward enqueues the backward pass of the last Forward on s and
 // accumulates gradScale × the gradient of its mean loss into the Params'
-// gradient buffers. The trainer passes 1/micro-batches-per-step so that the
-// accumulated gradient is that of the step's mean loss. An error of p stops
-// the pass at once and is returned as it is (see Params); the gradients are
-// then partial.
+// gradient buffers: the loss is the mean over the tokens that have a
+// target, so each token's dlogits is scaled by gradScale / that count; a
+// micro-batch without any target has loss 0 and adds a zero gradient
+// (every Params call is still made, in AccessOrder). The trainer passes
+// 1/micro-batches-per-step so that the accumulated gradient is that of the
+// step's mean loss. An error of p stops the pass at once and is returned
+// as it is (see Params); the gradients are then partial.
 func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 	if !m.forwarded {
 		panic("model: Backward without a Forward")
 	}
 	ops, a := m.ops, &m.a
 	bt, c, v, nl := m.batch*m.seq, m.shape.Dim, m.shape.Vocab, m.shape.Layers
+	scale := float32(0)
+	if m.counted > 0 {
+		scale = float32(float64(gradScale) / float64(m.counted))
+	}
+	fc, hc := m.layout.FinalNormChunk(), m.layout.HeadChunk()
 
-	// Head: dlogits, then d lnf into dtmp and dwte += dlogitsᵀ·lnf.
-	emb, gemb, err := acquireWithGrad(s, p, EmbeddingChunk)
+	// Head: dlogits, then d lnf into dtmp and dW += dlogitsᵀ·lnf.
+	hw, hg, err := acquireWithGrad(s, p, hc)
 	if err != nil {
 		return err
 	}
-	dwte, dwpe := gemb.Slice(0, v*c), gemb.Slice(v*c, m.seq*c)
-	ops.CrossEntropyBackward(s, a.logits, a.targets, a.dlogits, bt, v, float32(float64(gradScale)/float64(bt)))
-	ops.Gemm(s, false, false, bt, c, v, 1, a.dlogits, emb.Slice(0, v*c), 0, a.dtmp)
-	ops.Gemm(s, true, false, v, c, bt, 1, a.dlogits, a.lnf, 1, dwte)
-	p.Release(s, EmbeddingChunk, PassBackward)
-
-	fc := m.layout.FinalNormChunk()
-	fin, gfin, err := acquireWithGrad(s, p, fc)
-	if err != nil {
-		return err
+	ops.CrossEntropyBackward(s, a.logits, a.targets, a.dlogits, bt, v, scale)
+	ops.Gemm(s, false, false, bt, c, v, 1, a.dlogits, m.headWeight(hw), 0, a.dtmp)
+	ops.Gemm(s, true, false, v, c, bt, 1, a.dlogits, a.lnf, 1, m.headWeight(hg))
+	gemb := hg // the embedding gradient, when the head is tied
+	fin, gfin := hw, hg
+	if hc != fc {
+		p.Release(s, hc, PassBackward)
+		if fin, gfin, err = acquireWithGrad(s, p, fc); err != nil {
+			return err
+		}
 	}
 	ops.Fill(s, a.dres, 0)
-	ops.LayerNormBackward(s, a.dtmp, a.res[nl], fin.Slice(0, c), a.lnfMean, a.lnfRstd, a.dres, gfin.Slice(0, c), gfin.Slice(c, c), bt, c)
+	m.finalNormBackward(s, a.dtmp, fin, gfin)
 	p.Release(s, fc, PassBackward)
 	if err := p.GradReady(s, fc); err != nil {
 		return err
@@ -345,14 +330,27 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 		if err != nil {
 			return err
 		}
-		m.blockBackward(s, l, w, g)
+		if m.shape.IsLlama() {
+			m.llamaBlockBackward(s, l, w, g)
+		} else {
+			m.gpt2BlockBackward(s, l, w, g)
+		}
 		p.Release(s, BlockChunk(l), PassBackward)
 		if err := p.GradReady(s, BlockChunk(l)); err != nil {
 			return err
 		}
 	}
 
-	ops.EmbeddingBackward(s, a.ids, a.dres, dwte, dwpe, m.batch, m.seq, c)
+	if !m.shape.TiedHead() {
+		if gemb, err = p.Grad(s, EmbeddingChunk); err != nil {
+			return err
+		}
+	}
+	var dwpe gpu.Buffer
+	if !m.shape.IsLlama() {
+		dwpe = gemb.Slice(v*c, m.seq*c)
+	}
+	ops.EmbeddingBackward(s, a.ids, m.posBuffer(), a.dres, gemb.Slice(0, v*c), dwpe, m.batch, m.seq, c)
 	return p.GradReady(s, EmbeddingChunk)
 }
 
@@ -367,34 +365,11 @@ func acquireWithGrad(s gpu.Stream, p Params, c int) (w, g gpu.Buffer, err error)
 	return w, g, nil
 }
 
-// blockBackward turns dres, the gradient with respect to block l's output,
-// into the gradient with respect to its input, accumulating the block's
-// parameter gradients into g.
-func (m *Model) blockBackward(s gpu.Stream, l int, w, g gpu.Buffer) {
-	ops, o, la, a := m.ops, m.bo, &m.a.layers[l], &m.a
-	bt, c := m.batch*m.seq, m.shape.Dim
-	dres, dtmp := a.dres, a.dtmp
-
-	// out = res2 + c_proj(gelu(fch)): dres flows to res2 unchanged.
-	dgelu := a.dbig
-	linearBackward(ops, s, dres, la.fchGelu, w.Slice(o.fcpW, 4*c*c), dgelu, g.Slice(o.fcpW, 4*c*c), g.Slice(o.fcpB, c), bt, 4*c, c)
-	dfch := la.fchGelu // gelu(fch) is no longer needed
-	ops.GeluBackward(s, la.fch, dgelu, dfch, bt*4*c)
-	linearBackward(ops, s, dfch, la.ln2, w.Slice(o.fcW, 4*c*c), dtmp, g.Slice(o.fcW, 4*c*c), g.Slice(o.fcB, 4*c), bt, c, 4*c)
-	ops.LayerNormBackward(s, dtmp, la.res2, w.Slice(o.ln2g, c), la.ln2Mean, la.ln2Rstd, dres, g.Slice(o.ln2g, c), g.Slice(o.ln2b, c), bt, c)
-
-	// res2 = x + c_proj(atty): dres flows to x unchanged.
-	linearBackward(ops, s, dres, la.atty, w.Slice(o.projW, c*c), dtmp, g.Slice(o.projW, c*c), g.Slice(o.projB, c), bt, c, c)
-	dqkv := a.dbig.Slice(0, bt*3*c)
-	ops.AttentionBackward(s, dtmp, la.qkv, la.att, dqkv, m.batch, m.seq, m.shape.Heads, m.shape.HeadDim())
-	linearBackward(ops, s, dqkv, la.ln1, w.Slice(o.qkvW, 3*c*c), dtmp, g.Slice(o.qkvW, 3*c*c), g.Slice(o.qkvB, 3*c), bt, c, 3*c)
-	ops.LayerNormBackward(s, dtmp, a.res[l], w.Slice(o.ln1g, c), la.ln1Mean, la.ln1Rstd, dres, g.Slice(o.ln1g, c), g.Slice(o.ln1b, c), bt, c)
-}
-
-// Loss synchronizes s and returns the mean cross-entropy (nats per token)
-// of the last Forward, summed in float64 in token order. A diverged model
-// returns NaN or +Inf without an error. It drops the losses of earlier
-// Forwards that Losses did not read.
+// Loss synchronizes s and returns the mean cross-entropy (nats per token
+// with a target) of the last Forward, summed in float64 in token order; 0
+// when no token has a target. A diverged model returns NaN or +Inf without
+// an error. It drops the losses of earlier Forwards that Losses did not
+// read.
 func (m *Model) Loss(s gpu.Stream) (float64, error) {
 	if !m.forwarded {
 		panic("model: Loss without a Forward")
@@ -414,17 +389,19 @@ func (m *Model) Losses(s gpu.Stream) ([]float64, error) {
 		return nil, fmt.Errorf("model: forward: %w", err)
 	}
 	out := make([]float64, len(m.pending))
-	for i, b := range m.pending {
+	for i, pd := range m.pending {
 		var sum float64
-		for _, l := range f32View(b) {
+		for _, l := range f32View(pd.losses) {
 			sum += float64(l)
 		}
-		out[i] = sum / float64(m.batch*m.seq)
+		if pd.counted > 0 {
+			out[i] = sum / float64(pd.counted)
+		}
+		m.spare = append(m.spare, pd.losses)
 	}
 	if len(out) > 0 {
 		m.lastLoss = out[len(out)-1]
 	}
-	m.spare = append(m.spare, m.pending...)
 	m.pending = m.pending[:0]
 	return out, nil
 }

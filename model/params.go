@@ -27,13 +27,15 @@ const (
 // model's work on a chunk is done.
 //
 // The model calls the methods in exactly the order AccessOrder lists, from
-// one goroutine, for every micro-batch (Forward then Backward):
+// one goroutine, for every micro-batch (Forward then Backward). With the
+// output head tied to the token embedding (GPT-2, and a Llama-family shape
+// with TieEmbeddings):
 //
 //	forward:   Acquire(0) Release(0)                 embedding
 //	           Acquire(c) Release(c)  c = 1..L       blocks
-//	           Acquire(L+1) Release(L+1)             final layernorm
+//	           Acquire(L+1) Release(L+1)             final norm
 //	           Acquire(0) Release(0)                 tied output head: logits and loss
-//	backward:  Acquire(0) Grad(0) Release(0)         head: dlogits, d ln_f out, dwte +=
+//	backward:  Acquire(0) Grad(0) Release(0)         head: dlogits, d lnf, dwte +=
 //	           Acquire(L+1) Grad(L+1) Release(L+1) GradReady(L+1)
 //	           Acquire(c) Grad(c) Release(c) GradReady(c)   c = L..1
 //	           GradReady(0)                          after the embedding backward (dwte, dwpe +=)
@@ -41,6 +43,18 @@ const (
 // Grad(0) is called once, at the head, and its buffer stays in use until
 // GradReady(0): the embedding backward at the end of the pass accumulates
 // into it without acquiring the parameters again.
+//
+// With an untied head (lm_head in the final chunk) the forward ends with
+// the final chunk and never comes back to chunk 0, and the embedding's
+// gradient is asked for only when the embedding backward needs it:
+//
+//	forward:   Acquire(0) Release(0)                 embedding
+//	           Acquire(c) Release(c)  c = 1..L       blocks
+//	           Acquire(L+1) Release(L+1)             final norm, lm_head: logits and loss
+//	backward:  Acquire(L+1) Grad(L+1) Release(L+1) GradReady(L+1)   head and final norm
+//	           Acquire(c) Grad(c) Release(c) GradReady(c)   c = L..1
+//	           Grad(0) GradReady(0)                  embedding backward (d embed_tokens +=),
+//	                                                 which reads no parameter
 //
 // Errors: Acquire, Grad and GradReady may fail (a fetch that failed, device
 // memory exhausted). The model then enqueues nothing more and makes no
@@ -89,9 +103,10 @@ type Access struct {
 func (a Access) String() string { return fmt.Sprintf("%s %s %d", a.Pass, a.Kind, a.Chunk) }
 
 // AccessOrder lists the Params calls of one micro-batch (Forward then
-// Backward) of a model with the given number of layers, in the order the
-// model makes them. The planner may rely on it.
-func AccessOrder(layers int) []Access {
+// Backward) of a model of shape s, in the order the model makes them (the
+// two orders of the Params doc, by Shape.TiedHead). The planner may rely
+// on it.
+func AccessOrder(s Shape) []Access {
 	var a []Access
 	use := func(c int, p Pass) {
 		a = append(a, Access{AccessAcquire, c, p})
@@ -100,18 +115,22 @@ func AccessOrder(layers int) []Access {
 		}
 		a = append(a, Access{AccessRelease, c, p})
 	}
-	use(0, PassForward)
-	for c := 1; c <= layers+1; c++ {
+	final := s.Layers + 1
+	for c := 0; c <= final; c++ {
 		use(c, PassForward)
 	}
-	use(0, PassForward)
-	use(0, PassBackward)
-	for c := layers + 1; c >= 1; c-- {
+	if s.TiedHead() {
+		use(EmbeddingChunk, PassForward)
+		use(EmbeddingChunk, PassBackward)
+	}
+	for c := final; c >= 1; c-- {
 		use(c, PassBackward)
 		a = append(a, Access{AccessGradReady, c, PassBackward})
 	}
-	a = append(a, Access{AccessGradReady, 0, PassBackward})
-	return a
+	if !s.TiedHead() {
+		a = append(a, Access{AccessGrad, EmbeddingChunk, PassBackward})
+	}
+	return append(a, Access{AccessGradReady, EmbeddingChunk, PassBackward})
 }
 
 // Resident keeps every chunk's parameters and gradients allocated on one

@@ -5,7 +5,14 @@
 //
 //   - Engine: the request engine. Requests are submitted in batches and
 //     completed one by one, each keyed by a slot index in a fixed table of
-//     QueueDepth slots (a full table blocks Submit: back-pressure). The io_uring
+//     QueueDepth slots (a full table blocks Submit: back-pressure). The
+//     io_uring backend hands the kernel at most Options.SubmitBatch SQEs
+//     per io_uring_enter, by default one, so that each request reaches the
+//     block layer as the caller sized it: io_uring plugs a submission of
+//     several SQEs and the block layer merges adjacent requests in the plug
+//     up to max_sectors_kb, which leaves fewer requests in flight (on a
+//     virtio disk 0.79-0.89x fio, bench/README-nvme.md). Stats.Enters and
+//     Stats.SQEs count what went to the kernel. The io_uring
 //     backend (nvme/internal/uring) is the default; a pool of pread/pwrite
 //     workers serves the same API when io_uring cannot be set up (seccomp,
 //     kernel.io_uring_disabled, an old kernel), and Info says which backend runs

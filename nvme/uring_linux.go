@@ -42,8 +42,8 @@ type uringBackend struct {
 	fixedFd map[int]int32
 	// reaping is set while the reaper runs completion callbacks: requests
 	// submitted meanwhile (often by those callbacks) are prepared but left
-	// for the reaper to hand over in one io_uring_enter that also waits for
-	// the next completion, as fio does.
+	// for the reaper to hand over, batch per io_uring_enter, the last
+	// enter also waiting for the next completion.
 	reaping bool
 	// backlog holds, in order, slots issued while the SQ was full; they get
 	// SQEs as the kernel consumes the queue. At most QueueDepth slots exist,
@@ -53,6 +53,10 @@ type uringBackend struct {
 	// taking an SQE; zero while it makes progress.
 	stallSince time.Time
 	withdrawn  []uint64 // scratch for Withdraw
+
+	// batch is Options.SubmitBatch: the most SQEs one io_uring_enter
+	// hands over. More are handed over in several calls, in order.
+	batch uint32
 
 	reaperDone chan struct{}
 	enterHook  func(toSubmit, minComplete, ready uint32) error
@@ -75,15 +79,21 @@ func transient(err error) bool {
 		errors.Is(err, unix.ENOMEM)
 }
 
-// enter hands every prepared SQE to the kernel and waits for minComplete
-// completions. It returns how many SQEs the kernel took.
+// enter hands the oldest prepared SQEs to the kernel, at most batch of
+// them, and waits for minComplete completions. It returns how many SQEs the
+// kernel took, and counts the call and the SQEs in the engine's Stats.
 func (b *uringBackend) enter(minComplete uint32) (int, error) {
 	if b.enterHook != nil {
-		if err := b.enterHook(b.ring.Unconsumed(), minComplete, b.ring.Ready()); err != nil {
+		if err := b.enterHook(min(b.ring.Unconsumed(), b.batch), minComplete, b.ring.Ready()); err != nil {
 			return 0, err
 		}
 	}
-	return b.ring.Submit(minComplete)
+	n, err := b.ring.SubmitN(b.batch, minComplete)
+	if n > 0 {
+		b.e.enters.Add(1)
+		b.e.sqes.Add(uint64(n))
+	}
+	return n, err
 }
 
 // wait blocks until a completion is ready.
@@ -107,7 +117,7 @@ var ringSizes = func(queueDepth int) (sqEntries, cqEntries uint32) {
 }
 
 // enterHook, set only by tests before Open, is consulted before every
-// io_uring_enter of the backend (toSubmit SQEs, waiting for minComplete,
+// io_uring_enter of the backend (toSubmit SQEs, at most SubmitBatch, waiting for minComplete,
 // with ready completions unreaped); a non-nil error is returned as if the
 // kernel had failed the call, and the call is not made.
 var enterHook func(toSubmit, minComplete, ready uint32) error
@@ -140,8 +150,9 @@ func newUringBackend(e *Engine) (*uringBackend, error) {
 		}
 	}
 	b := &uringBackend{e: e, ring: ring, reaperDone: make(chan struct{}), enterHook: enterHook,
-		backlog: make([]int32, 0, e.opts.QueueDepth)}
+		backlog: make([]int32, 0, e.opts.QueueDepth), batch: uint32(e.opts.SubmitBatch)}
 	e.info.SQEntries, e.info.CQEntries = ring.SQEntries(), ring.CQEntries()
+	e.info.SubmitBatch = e.opts.SubmitBatch
 	go b.reap()
 	return b, nil
 }
@@ -328,34 +339,13 @@ func (b *uringBackend) reap() {
 	again := make([]int32, 0, len(cqes))
 	for {
 		// Hand over what the last round of callbacks queued and wait for
-		// the next completion, in one io_uring_enter. On a transient
-		// failure do not block in a wait (the queued SQEs may be all there
-		// is to wait for): reap what is there and try again.
+		// the next completion in the last io_uring_enter of the handover.
+		// On a transient failure do not block in a wait (the queued SQEs
+		// may be all there is to wait for): reap what is there and try
+		// again.
 		b.mu.Lock()
 		b.reaping = false
-		b.refillLocked()
-		waited, backoff := false, false
-		var failed []int32
-		var failErr error
-		if b.ring.Unconsumed() > 0 {
-			n, err := b.enter(1)
-			switch {
-			case err == nil && n > 0:
-				b.stallSince = time.Time{}
-				waited = true
-			case b.ring.Unconsumed() == 0:
-				// Submitted; the wait was interrupted (EINTR).
-				b.stallSince = time.Time{}
-			case errors.Is(err, unix.EINTR):
-				backoff = true // nothing taken: try again at once
-			default:
-				if err == nil {
-					err = unix.EAGAIN // took nothing without saying why
-				}
-				failed, failErr = b.stalledLocked(err)
-				backoff = true
-			}
-		}
+		waited, backoff, failed, failErr := b.handOverLocked()
 		b.mu.Unlock()
 		b.fail(failed, failErr)
 		switch {
@@ -396,6 +386,44 @@ func (b *uringBackend) reap() {
 			// Close sends the wake-up once every slot is free, so nothing
 			// is queued or in flight any more.
 			return
+		}
+	}
+}
+
+// handOverLocked gives the kernel what the last round of callbacks queued,
+// batch SQEs per io_uring_enter, the last of them also waiting for the next
+// completion. waited: that wait happened. backoff: an enter took nothing
+// (EINTR, or a transient error: failed and failErr, from stalledLocked, are
+// the requests to fail, if any); the reaper pauses and reaps what is there
+// instead of blocking, since the SQEs left may be all there is to wait for.
+func (b *uringBackend) handOverLocked() (waited, backoff bool, failed []int32, failErr error) {
+	for {
+		b.refillLocked()
+		left := b.ring.Unconsumed()
+		if left == 0 {
+			return false, false, nil, nil
+		}
+		var minComplete uint32
+		if left <= b.batch {
+			minComplete = 1
+		}
+		n, err := b.enter(minComplete)
+		switch {
+		case b.ring.Unconsumed() < left:
+			b.stallSince = time.Time{}
+			if minComplete == 1 {
+				// Submitted; err is the wait's (EINTR), if any. SQEs
+				// the kernel left go at the next round.
+				return err == nil && n > 0, false, nil, nil
+			}
+		case errors.Is(err, unix.EINTR):
+			return false, true, nil, nil // nothing taken: try again soon
+		default:
+			if err == nil {
+				err = unix.EAGAIN // took nothing without saying why
+			}
+			failed, failErr = b.stalledLocked(err)
+			return false, true, failed, failErr
 		}
 	}
 }

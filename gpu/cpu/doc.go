@@ -36,7 +36,18 @@
 // count: GEMM cuts C into fixed tiles (the packed AVX-512 kernel: 384×512
 // tiles, k in blocks of 256, 6×32 FMA register blocks; the gonum kernel:
 // 64×128 tiles, each a serial Sgemm over the whole k); column sums (bias, layernorm and embedding gradients) run
-// in row order; collectives add in rank order (see comm.go). AdamStep calls
+// in row order; collectives add in rank order (see comm.go).
+//
+// Attention (attention.go) is the flash-attention algorithm on fp32 tiles
+// of 64 queries × 64 keys, each product a GEMM of the device's kernel: the
+// forward runs per (batch, query head) with an online softmax (running
+// maximum, float64 running sum) and stores out and the row log-sum-exp;
+// the backward (FlashAttention-2) runs per (batch, key/value head), which
+// owns that head's dK and dV and adds its query heads' contributions in
+// head order, recomputing the probabilities from the log-sum-exp. Nothing
+// of size seq×seq is allocated (a test bounds the scratch). RMSNorm,
+// rotary embeddings (cos and sin from float64) and SwiGLU are in
+// ops_llama.go. AdamStep calls
 // cpuadam with the same gpu.AdamParams value (internal/adam's Params), so
 // device and host optimizers give identical bits; cpu_test checks it
 // against a float64 transcription of PyTorch's AdamW.

@@ -154,8 +154,8 @@ func firstDiff(a, b []byte) int {
 }
 
 // TestMatchesCPUBackend runs ops whose summation order gpu/cuda documents
-// as gpu/cpu's (embedding backward, bias gradient, cast) on both backends
-// and compares bits; and GEMM, attention and layernorm within tolerance.
+// as gpu/cpu's (embedding backward, with and without pos, and the bias
+// gradient) on both backends and compares bits.
 func TestMatchesCPUBackend(t *testing.T) {
 	d := newBackend(t, 1, 512*units.MiB).Device(0)
 	cdevs, _, err := cpu.New(cpu.Options{HBMBytes: 512 * units.MiB})
@@ -191,12 +191,17 @@ func TestMatchesCPUBackend(t *testing.T) {
 		gdo, cdo := both(enc(randF(B*T*dim)), B*T*dim, dt)
 		gwte, cwte := both(enc(randF(vocab*dim)), vocab*dim, dt)
 		gwpe, cwpe := both(enc(randF(T*dim)), T*dim, dt)
-		d.Ops().EmbeddingBackward(d.DefaultStream(), gi, gdo, gwte, gwpe, B, T, dim)
-		c.Ops().EmbeddingBackward(c.DefaultStream(), ci, cdo, cwte, cwpe, B, T, dim)
+		d.Ops().EmbeddingBackward(d.DefaultStream(), gi, nil, gdo, gwte, gwpe, B, T, dim)
+		c.Ops().EmbeddingBackward(c.DefaultStream(), ci, nil, cdo, cwte, cwpe, B, T, dim)
+		// packed examples: positions restart, so rows of dwpe repeat
+		gp, cp := both(idb32(packedPos(r, B, T)), B*T, gpu.I32)
+		gwpe2, cwpe2 := both(enc(randF(T*dim)), T*dim, dt)
+		d.Ops().EmbeddingBackward(d.DefaultStream(), gi, gp, gdo, gwte, gwpe2, B, T, dim)
+		c.Ops().EmbeddingBackward(c.DefaultStream(), ci, cp, cdo, cwte, cwpe2, B, T, dim)
 		gb, cb := both(enc(randF(dim)), dim, dt)
 		d.Ops().BiasGrad(d.DefaultStream(), gdo, gb, B*T, dim)
 		c.Ops().BiasGrad(c.DefaultStream(), cdo, cb, B*T, dim)
-		for name, pair := range map[string][2]gpu.Buffer{"dwte": {gwte, cwte}, "dwpe": {gwpe, cwpe}, "dbias": {gb, cb}} {
+		for name, pair := range map[string][2]gpu.Buffer{"dwte": {gwte, cwte}, "dwpe": {gwpe, cwpe}, "dwpe with pos": {gwpe2, cwpe2}, "dbias": {gb, cb}} {
 			if i := firstDiff(get(t, d, pair[0]), get(t, c, pair[1])); i >= 0 {
 				t.Errorf("%s %s: bits differ from gpu/cpu at byte %d", dt, name, i)
 			}
@@ -217,25 +222,27 @@ func TestDeterministic(t *testing.T) {
 		b[i] = bf16.FromFloat32(float32(r.NormFloat64()))
 	}
 	ga, gb := put(t, d, u16bytes(a), m*k, gpu.BF16), put(t, d, u16bytes(b), k*n, gpu.BF16)
-	B, T, H, hd := 2, 200, 4, 16
-	qkv := make([]float32, B*T*3*H*hd)
+	// grouped-query attention over packed examples, head dimension 64
+	B, T, H, KV, hd := 2, 200, 4, 2, 64
+	qkv := make([]float32, B*T*(H+2*KV)*hd)
 	for i := range qkv {
 		qkv[i] = float32(r.NormFloat64())
 	}
 	gq := put(t, d, f32bytes(qkv), len(qkv), gpu.F32)
+	gp := put(t, d, idb32(packedPos(r, B, T)), B*T, gpu.I32)
 	var prev [][]byte
 	for run := range 2 {
 		c, _ := d.Alloc(m*n, gpu.F32, gpu.Tag{Kind: gpu.Workspace, Purpose: "c"})
 		out, _ := d.Alloc(B*T*H*hd, gpu.BF16, gpu.Tag{Kind: gpu.Workspace, Purpose: "out"})
-		att, _ := d.Alloc(B*H*T*T, gpu.F32, gpu.Tag{Kind: gpu.Workspace, Purpose: "att"})
+		lse, _ := d.Alloc(B*H*T, gpu.F32, gpu.Tag{Kind: gpu.Workspace, Purpose: "lse"})
 		dq, _ := d.Alloc(len(qkv), gpu.F32, gpu.Tag{Kind: gpu.Workspace, Purpose: "dqkv"})
 		ss, _ := d.Alloc(1, gpu.F64, gpu.Tag{Kind: gpu.Workspace, Purpose: "ss"})
 		s := d.DefaultStream()
 		d.Ops().Gemm(s, false, true, m, n, k, 1, ga, gb.Slice(0, k*n), 0, c)
-		d.Ops().AttentionForward(s, gq, out, att, B, T, H, hd)
-		d.Ops().AttentionBackward(s, out, gq, att, dq, B, T, H, hd)
+		d.Ops().AttentionForward(s, gq, out, lse, gp, B, T, H, KV, hd)
+		d.Ops().AttentionBackward(s, out, gq, out, lse, gp, dq, B, T, H, KV, hd)
 		d.Ops().SumSquares(s, dq, ss, 0)
-		res := [][]byte{get(t, d, c), get(t, d, out), get(t, d, att), get(t, d, dq), get(t, d, ss)}
+		res := [][]byte{get(t, d, c), get(t, d, out), get(t, d, lse), get(t, d, dq), get(t, d, ss)}
 		if run == 1 {
 			for i := range res {
 				if firstDiff(res[i], prev[i]) >= 0 {
@@ -244,7 +251,7 @@ func TestDeterministic(t *testing.T) {
 			}
 		}
 		prev = res
-		for _, x := range []gpu.Buffer{c, out, att, dq, ss} {
+		for _, x := range []gpu.Buffer{c, out, lse, dq, ss} {
 			d.Free(x)
 		}
 	}
@@ -254,6 +261,26 @@ func TestDeterministic(t *testing.T) {
 }
 
 func leU64(b []byte) uint64 { return *(*uint64)(unsafe.Pointer(&b[0])) }
+
+func idb32(v []int32) []byte {
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(v))), 4*len(v))
+}
+
+// packedPos returns positions of batch rows of seq tokens packed with
+// examples of random lengths (each position restarts at 0).
+func packedPos(r *rand.Rand, batch, seq int) []int32 {
+	pos := make([]int32, batch*seq)
+	for b := range batch {
+		start := 0
+		for t := range seq {
+			if t > 0 && r.IntN(9) == 0 {
+				start = t
+			}
+			pos[b*seq+t] = int32(t - start)
+		}
+	}
+	return pos
+}
 
 // TestHostRegistrar: page-locked host memory round-trips through the
 // device, and unregistering works.

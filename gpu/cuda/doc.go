@@ -25,7 +25,16 @@
 // and denormals kept, and loaded as a cubin into each GPU's primary
 // context. The cache is in memory, keyed by source hash, architecture and
 // NVRTC version (kernelKey); there is no on-disk cache yet (compilation
-// takes about 2.5 s on an H200 machine).
+// takes about 2.5 s on an H200 machine). Attention is the flash-attention
+// algorithm (ops_attn.go: causal grouped-query attention over packed
+// examples, fp32 tiles through shared memory, online softmax, lse kept;
+// the backward recomputes P from lse, dK/dV by the block owning each key
+// tile and dQ by the block owning each query tile, so no atomics and no
+// batch×heads×seq×seq storage); head dimensions up to 128. The Llama
+// kernels (RMSNorm, RoPE with cos/sin from double math in the kernel,
+// SwiGLU) and this attention were checked without a GPU (NVRTC compile,
+// a CPU model of the kernels under sanitizers; README.md) and have not
+// yet run on one.
 //
 // Front end: every Device, Ops and Comm call goes through package gpu's
 // checked front end (gpu.Front, gpu.CheckedOps, gpu.CheckedComm,
@@ -50,7 +59,7 @@
 // devices on it) per Tag, with peaks, by the same gpu.Front as gpu/cpu; a
 // request past the budget returns *gpu.OutOfMemoryError without calling
 // the driver, and a driver out-of-memory is returned the same way.
-// Temporaries (attention backward's dS, mixed-type GEMM operands,
+// Temporaries (attention backward's row dots, mixed-type GEMM operands,
 // collective staging, sum-of-squares partials, embedding links) come from
 // the stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync) outside the
 // budget, as gpu/cpu's temporaries live on the Go heap; ReserveBytes
@@ -60,9 +69,10 @@
 //
 // Streams and errors: every Stream is a non-blocking CUDA stream with an
 // error slot in device memory. Kernels that check runtime data (token ids,
-// targets) write the first bad value and its position there and make the
-// op's compute kernels skip, so bad data leaves the outputs unchanged;
-// Synchronize returns that error once, like gpu/cpu. Failed enqueues
+// targets, embedding and attention positions: check_ids, check_pos)
+// write the first bad value and its position there and make the op's
+// compute kernels skip, so bad data leaves the outputs unchanged;
+// Synchronize returns that error once, worded like gpu/cpu's. Failed enqueues
 // (driver errors) and rejected Adam hyper-parameters are also returned by
 // the next Synchronize; broken contracts panic when the op is enqueued
 // (in the front end).
@@ -78,8 +88,8 @@
 //
 // Determinism: every kernel reduces in a fixed order (fixed block sizes,
 // fixed trees, loops in index order), so results are bit-identical run to
-// run. BiasGrad, LayerNorm's parameter gradients, EmbeddingBackward and
-// Cast give gpu/cpu's bits; AdamStep gives cpuadam's bits (both take
+// run. BiasGrad, LayerNorm's parameter gradients, EmbeddingBackward (with
+// or without pos) and Cast give gpu/cpu's bits; AdamStep gives cpuadam's bits (both take
 // their scalars from adam.Params.Scalars, and the kernel fuses exactly
 // where cpuadam does); row statistics and softmax normalisers are summed
 // in double by a tree, so they differ from gpu/cpu only by float64

@@ -91,27 +91,60 @@ __device__ float block_max_f(float v, float* sh) {
 // last read it, [1] the bad value, [2] its position, [3] the limit, [4] 1 when
 // the latest checked op found bad data (its compute kernels then skip).
 
-extern "C" __global__ void check_ids(const int* ids, i64 n, int limit, int code, int* slot) {
+// slot_report, by thread 0 after the scan: first < n is the index of the
+// first bad value (n: none). It sets [4] (or, with accumulate, ORs into it)
+// and, when no error is pending, fills [0..3].
+__device__ void slot_report(int* slot, unsigned long long first, i64 n, int value, int limit, int code, int accumulate) {
+    int bad = first < (unsigned long long)n;
+    slot[4] = accumulate ? (slot[4] | bad) : bad;
+    if (bad && slot[0] == 0) {
+        slot[0] = code;
+        slot[1] = value;
+        slot[2] = (int)first;
+        slot[3] = limit;
+    }
+}
+
+// check_ids: every ids[i] must lie in [lo, limit). An op that checks two
+// arrays runs it twice, the second time with accumulate = 1 so that [4]
+// says whether either was bad.
+extern "C" __global__ void check_ids(const int* ids, i64 n, int lo, int limit, int code, int* slot, int accumulate) {
     __shared__ unsigned long long first;
     if (threadIdx.x == 0) first = (unsigned long long)n;
     __syncthreads();
     for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
         int id = ids[i];
-        if (id < 0 || id >= limit) {
+        if (id < lo || id >= limit) {
             atomicMin(&first, (unsigned long long)i);
             break;
         }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int bad = first < (unsigned long long)n;
-        slot[4] = bad;
-        if (bad && slot[0] == 0) {
-            slot[0] = code;
-            slot[1] = ids[first];
-            slot[2] = (int)first;
-            slot[3] = limit;
+        int v = first < (unsigned long long)n ? ids[first] : 0;
+        slot_report(slot, first, n, v, limit, code, accumulate);
+    }
+}
+
+// check_pos: the positions of an attention op (pos, n = B·T of them): the
+// token at column t = i % T must have 0 <= pos[i] <= t, or its window
+// [t-pos, t] would reach outside its row. [3] receives T, from which the
+// host names the row and column of the token.
+extern "C" __global__ void check_pos(const int* pos, i64 n, int T, int code, int* slot) {
+    __shared__ unsigned long long first;
+    if (threadIdx.x == 0) first = (unsigned long long)n;
+    __syncthreads();
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        int p = pos[i];
+        if (p < 0 || p > (int)(i % T)) {
+            atomicMin(&first, (unsigned long long)i);
+            break;
         }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int v = first < (unsigned long long)n ? pos[first] : 0;
+        slot_report(slot, first, n, v, T, code, 0);
     }
 }
 
@@ -189,6 +222,68 @@ extern "C" __global__ void bias_grad(const void* dy, int ddy, void* db, int ddb,
     }
 }
 
+// ---- SwiGLU --------------------------------------------------------------
+//
+// gateUp is rows×2F: gate in columns [0,F), up in [F,2F). Computed in
+// double, products in gpu/cpu's order, and rounded once on store (the
+// formulas of gpu/cpu's SwiGLU, so the two differ only where CUDA's exp
+// and Go's math.Exp do).
+
+extern "C" __global__ void swiglu_fwd(const void* gu, int dgu, void* y, int dy, i64 F, i64 n) {
+    GRID_STRIDE(x, n) {
+        i64 gi = (x / F) * 2 * F + x % F;
+        double g = (double)ld(gu, dgu, gi);
+        double sg = 1.0 / (1.0 + exp(-g));
+        st(y, dy, x, (float)(g * sg * (double)ld(gu, dgu, gi + F)));
+    }
+}
+
+// swiglu_bwd: d gate = dy·up·silu'(gate), d up = dy·silu(gate), with
+// silu'(g) = s·(1 + g·(1-s)), s = sigmoid(g). dgu may not alias gu (the
+// front end refuses it).
+extern "C" __global__ void swiglu_bwd(const void* gu, int dgu, const void* dy, int ddy, void* dgo, int ddgo, i64 F, i64 n) {
+    GRID_STRIDE(x, n) {
+        i64 gi = (x / F) * 2 * F + x % F;
+        double g = (double)ld(gu, dgu, gi), u = (double)ld(gu, dgu, gi + F);
+        double sg = 1.0 / (1.0 + exp(-g));
+        double d = (double)ld(dy, ddy, x);
+        st(dgo, ddgo, gi, (float)(d * u * sg * (1.0 + g * (1.0 - sg))));
+        st(dgo, ddgo, gi + F, (float)(d * g * sg));
+    }
+}
+
+// ---- rotary embedding ----------------------------------------------------
+//
+// rope rotates, in place, the q and k heads of packed qkv rows (the first
+// (H+KV)·D values of each row of W = (H+2·KV)·D): for k < D/2 the pair
+// (x_k, x_{k+D/2}) by angle pos·theta^(-2k/D), cos and sin from double
+// math rounded to fp32 (no table), the rotation in fp32. inverse applies
+// the transpose (RopeBackward). One thread per (token, head, pair);
+// n = B·T·(H+KV)·(D/2).
+extern "C" __global__ void rope(void* qkv, int dt, const int* pos, int T, int H, int KV, int D, float theta, int inverse,
+                                i64 n) {
+    int half = D / 2;
+    i64 W = (i64)(H + 2 * KV) * D;
+    GRID_STRIDE(x, n) {
+        int k = (int)(x % half);
+        i64 rest = x / half;
+        int hh = (int)(rest % (H + KV));
+        i64 bt = rest / (H + KV);
+        int p = pos ? pos[bt] : (int)(bt % T);
+        double ang = (double)p * pow((double)theta, -2.0 * (double)k / (double)D);
+        float c = (float)cos(ang), s = (float)sin(ang);
+        i64 i1 = bt * W + (i64)hh * D + k, i2 = i1 + half;
+        float x1 = ld(qkv, dt, i1), x2 = ld(qkv, dt, i2);
+        if (inverse) {
+            st(qkv, dt, i1, x1 * c + x2 * s);
+            st(qkv, dt, i2, x2 * c - x1 * s);
+        } else {
+            st(qkv, dt, i1, x1 * c - x2 * s);
+            st(qkv, dt, i2, x2 * c + x1 * s);
+        }
+    }
+}
+
 // ---- layernorm -----------------------------------------------------------
 
 extern "C" __global__ void layernorm_fwd(const void* x, int dx, const void* gamma, int dg, const void* beta, int db,
@@ -255,118 +350,419 @@ extern "C" __global__ void layernorm_bwd_params(const void* dy, int ddy, const v
     }
 }
 
-// ---- attention -----------------------------------------------------------
+// ---- RMSNorm -------------------------------------------------------------
+
+// rmsnorm_fwd: one block per row; the sum of squares in double over a
+// fixed tree; rstd = 1/sqrt(mean(x^2)+eps); y = x*rstd*gamma in fp32.
+extern "C" __global__ void rmsnorm_fwd(const void* x, int dx, const void* gamma, int dg, void* y, int dy, float* rstd,
+                                       i64 cols, float eps) {
+    __shared__ double sh[NT];
+    i64 r = blockIdx.x;
+    i64 base = r * cols;
+    double ss = 0;
+    for (i64 c = threadIdx.x; c < cols; c += NT) {
+        double v = (double)ld(x, dx, base + c);
+        ss += v * v;
+    }
+    ss = block_sum_d(ss, sh);
+    float rf = (float)(1.0 / sqrt(ss / (double)cols + (double)eps));
+    for (i64 c = threadIdx.x; c < cols; c += NT) st(y, dy, base + c, ld(x, dx, base + c) * rf * ld(gamma, dg, c));
+    if (threadIdx.x == 0) rstd[r] = rf;
+}
+
+// rmsnorm_bwd_dx: per row, with xhat = x*rstd and g = dy*gamma,
+// dx += (g - xhat*mean(g*xhat)) * rstd.
+extern "C" __global__ void rmsnorm_bwd_dx(const void* dy, int ddy, const void* x, int dx_, const void* gamma, int dg,
+                                          const float* rstd, void* dx, int ddx, i64 cols) {
+    __shared__ double sh[NT];
+    i64 r = blockIdx.x;
+    i64 base = r * cols;
+    float rr = rstd[r];
+    double sgx = 0;
+    for (i64 c = threadIdx.x; c < cols; c += NT) {
+        float xh = ld(x, dx_, base + c) * rr;
+        float gh = ld(dy, ddy, base + c) * ld(gamma, dg, c);
+        sgx += (double)gh * (double)xh;
+    }
+    sgx = block_sum_d(sgx, sh);
+    float mgx = (float)(sgx / (double)cols);
+    for (i64 c = threadIdx.x; c < cols; c += NT) {
+        float xh = ld(x, dx_, base + c) * rr;
+        float gh = ld(dy, ddy, base + c) * ld(gamma, dg, c);
+        st(dx, ddx, base + c, ld(dx, ddx, base + c) + (gh - xh * mgx) * rr);
+    }
+}
+
+// rmsnorm_bwd_gamma: dgamma[c] += sum_r dy*x*rstd, one thread per column,
+// fp32 in row order (as layernorm_bwd_params).
+extern "C" __global__ void rmsnorm_bwd_gamma(const void* dy, int ddy, const void* x, int dx_, const float* rstd,
+                                             void* dgamma, int ddg, i64 rows, i64 cols) {
+    GRID_STRIDE(c, cols) {
+        float ag = 0;
+        for (i64 r = 0; r < rows; r++) ag += ld(dy, ddy, r * cols + c) * (ld(x, dx_, r * cols + c) * rstd[r]);
+        st(dgamma, ddg, c, ld(dgamma, ddg, c) + ag);
+    }
+}
+
+// ---- attention (flash-attention algorithm, fp32 tiles) -------------------
 //
-// qkv[b,t,:] = [q heads | k heads | v heads], C = heads*hd; att[b,h,t,t2].
+// Packed qkv: token (b,t) holds W = (H+2·KV)·D values: q heads 0..H-1, k
+// heads 0..KV-1, v heads 0..KV-1. Query head h reads key/value head
+// h / (H/KV). out is (B, T, H·D); lse and the backward's row dots are
+// (B, H, T). Query (b,i) sees keys j with lo_i <= j <= i, lo_i = i -
+// pos[b,i] (pos null: pos[b,i] = i, so lo_i = 0). check_pos has refused a
+// pos outside [0, i] before the kernels run (bad set: they return at
+// once), so every query sees at least its own key. Scores s = (q·k)·scale,
+// q·k summed in fp32 in index order. No B×H×T×T storage: tiles of q, k, v
+// (widened to fp32) go through shared memory, padded to ATT_DP floats a
+// row against bank conflicts. Every sum has a fixed order and every output
+// element one writer: no atomics, bit-identical run to run.
 
-#define QKV(b, t, part, h, i) ((((i64)(b) * T + (t)) * 3 + (part)) * C + (i64)(h) * hd + (i))
+#define ATT_D 128   // the largest head dimension
+#define ATT_DP 129  // row stride of the q/k/v tiles in shared memory
+#define AF_BQ 32    // forward: query rows of a block
+#define AF_BK 32    // forward: key rows of a tile
+#define AF_NT 128   // forward: threads of a block
+#define AF_TPR (AF_NT / AF_BQ)  // threads per query row (4)
+#define AF_CPT (AF_BK / AF_TPR) // scores per thread per tile (8)
+#define AF_DPT (ATT_D / AF_TPR) // output dims per thread (32)
+#define AB_BQ 16    // backward: query rows of a tile
+#define AB_BK 16    // backward: key rows of a tile
+#define AB_NT 128   // backward: threads of a block
+#define AB_TPR (AB_NT / AB_BK)  // threads per owned row (8)
+#define AB_EPT (AB_BQ / AB_TPR) // score entries per thread per tile (2)
+#define AB_DPT (ATT_D / AB_TPR) // owned dims per thread (16)
 
-// attn_fwd: one block per (b, h, t) query row.
-extern "C" __global__ void attn_fwd(const void* qkv, int dq, void* out, int dout, float* att, int T, int H, int hd,
-                                    float scale) {
-    __shared__ double shd[NT];
-    __shared__ float shf[NT];
-    int C = H * hd;
-    i64 row = blockIdx.x; // (b*H + h)*T + t
-    int t = (int)(row % T);
-    int h = (int)((row / T) % H);
-    int b = (int)(row / ((i64)T * H));
-    float* a = att + row * T;
-    float mx = __int_as_float(0xff800000);
-    for (int t2 = threadIdx.x; t2 < T; t2 += NT) {
-        if (t2 > t) {
-            a[t2] = 0;
-            continue;
-        }
-        float s = 0;
-        for (int i = 0; i < hd; i++) s += ld(qkv, dq, QKV(b, t, 0, h, i)) * ld(qkv, dq, QKV(b, t2, 1, h, i));
-        s *= scale;
-        a[t2] = s;
-        mx = fmaxf(mx, s);
+static_assert(AF_NT % AF_BQ == 0 && AF_BK % AF_TPR == 0 && ATT_D % AF_TPR == 0, "forward tile shape");
+static_assert(AB_BQ == AB_BK && AB_NT % AB_BK == 0 && AB_BQ % AB_TPR == 0 && ATT_D % AB_TPR == 0, "backward tile shape");
+static_assert(AF_NT <= NT && AB_NT <= NT, "attention blocks are at most NT threads");
+
+#define NEG_INF __int_as_float(0xff800000)
+
+// attn_lo is the first key query i of batch row b (bT = b·T) sees, in
+// [0, i] (check_pos refused any other pos).
+__device__ __forceinline__ int attn_lo(const int* pos, i64 bT, int i) { return pos ? i - pos[bT + i] : 0; }
+
+// attn_tile loads rows [r0, r0+n) of one head of qkv (column offset col =
+// head·D within a row) into tile (n rows of ATT_DP floats); rows past T
+// read as zeros. nt threads share the work.
+__device__ __forceinline__ void attn_tile(float* tile, const void* qkv, int dq, i64 bT, int r0, int n, int T, i64 W,
+                                          i64 col, int D, int nt) {
+    for (int e = threadIdx.x; e < n * D; e += nt) {
+        int rr = e / D, d = e % D;
+        int t = r0 + rr;
+        tile[rr * ATT_DP + d] = t < T ? ld(qkv, dq, (bT + t) * W + col + d) : 0.0f;
     }
-    mx = block_max_f(mx, shf);
-    double sum = 0;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += NT) {
-        double e = exp((double)(a[t2] - mx));
-        a[t2] = (float)e;
-        sum += e;
+}
+
+// attn_fwd: one block of AF_NT threads per (b, h, query tile of AF_BQ
+// rows), longest tiles first; thread (r, part) owns query row r, the
+// scores of key columns part + AF_TPR·k, and output dims part + AF_TPR·k.
+// Per key tile: S = Q·Kᵀ·scale (masked: -inf), the row max m, P =
+// exp(S - m) in fp32, l = l·exp(m_old - m) + rowsum(P), O = O·exp(m_old - m)
+// + P·V. At the end out = O / l and lse = m + log(l). bad: check_pos's
+// flag (null when pos is null and nothing was checked).
+extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, int dq, void* out, int dout, float* lse,
+                                                             const int* pos, int T, int H, int KV, int D, int nqt,
+                                                             float scale, const int* bad) {
+    __shared__ float Qs[AF_BQ * ATT_DP];
+    __shared__ float KVs[AF_BK * ATT_DP];
+    __shared__ float Ps[AF_BQ * (AF_BK + 1)];
+    __shared__ int los[AF_BQ];
+    if (bad && *bad) return; // the same for every thread
+    const i64 W = (i64)(H + 2 * KV) * D;
+    const i64 blk = blockIdx.x;
+    const int qt = nqt - 1 - (int)(blk % nqt);
+    const int h = (int)((blk / nqt) % H);
+    const int b = (int)(blk / nqt / H);
+    const int g = h / (H / KV);
+    const int q0 = qt * AF_BQ;
+    const int r = threadIdx.x / AF_TPR, part = threadIdx.x % AF_TPR;
+    const int i = q0 + r;
+    const bool rowOK = i < T;
+    const i64 bT = (i64)b * T;
+    attn_tile(Qs, qkv, dq, bT, q0, AF_BQ, T, W, (i64)h * D, D, AF_NT);
+    if (threadIdx.x < AF_BQ) {
+        int t = q0 + (int)threadIdx.x;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
     }
-    sum = block_sum_d(sum, shd);
-    float inv = (float)(1.0 / sum);
-    for (int t2 = threadIdx.x; t2 <= t; t2 += NT) a[t2] *= inv;
     __syncthreads();
-    for (int i = threadIdx.x; i < hd; i += NT) {
-        float o = 0;
-        for (int t2 = 0; t2 <= t; t2++) o += a[t2] * ld(qkv, dq, QKV(b, t2, 2, h, i));
-        st(out, dout, ((i64)b * T + t) * C + (i64)h * hd + i, o);
-    }
-}
-
-// attn_bwd_ds: one block per (b, h, t): dP = dO·V, dS = P ⊙ (dP - rowsum(P ⊙ dP)) * scale.
-extern "C" __global__ void attn_bwd_ds(const void* dout, int ddo, const void* qkv, int dq, const float* att, float* ds,
-                                       int T, int H, int hd, float scale) {
-    __shared__ double shd[NT];
-    int C = H * hd;
-    i64 row = blockIdx.x;
-    int t = (int)(row % T);
-    int h = (int)((row / T) % H);
-    int b = (int)(row / ((i64)T * H));
-    const float* p = att + row * T;
-    float* d = ds + row * T;
-    double sum = 0;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += NT) {
-        float dp = 0;
-        for (int i = 0; i < hd; i++)
-            dp += ld(dout, ddo, ((i64)b * T + t) * C + (i64)h * hd + i) * ld(qkv, dq, QKV(b, t2, 2, h, i));
-        d[t2] = dp;
-        sum += (double)p[t2] * (double)dp;
-    }
-    sum = block_sum_d(sum, shd);
-    float sf = (float)sum;
-    for (int t2 = threadIdx.x; t2 <= t; t2 += NT) d[t2] = p[t2] * (d[t2] - sf) * scale;
-}
-
-// attn_bwd_dq: one thread per (b, h, t, i): dQ[t,i] = sum_{t2<=t} dS[t,t2] K[t2,i].
-extern "C" __global__ void attn_bwd_dq(const void* qkv, int dq, const float* ds, void* dqkv, int ddq, int B, int T,
-                                       int H, int hd) {
-    int C = H * hd;
-    GRID_STRIDE(j, (i64)B * H * T * hd) {
-        int i = (int)(j % hd);
-        i64 row = j / hd;
-        int t = (int)(row % T);
-        int h = (int)((row / T) % H);
-        int b = (int)(row / ((i64)T * H));
-        const float* d = ds + row * T;
-        float acc = 0;
-        for (int t2 = 0; t2 <= t; t2++) acc += d[t2] * ld(qkv, dq, QKV(b, t2, 1, h, i));
-        st(dqkv, ddq, QKV(b, t, 0, h, i), acc);
-    }
-}
-
-// attn_bwd_dkv: one thread per (b, h, t2, i): dK[t2,i] = sum_{t>=t2} dS[t,t2] Q[t,i],
-// dV[t2,i] = sum_{t>=t2} P[t,t2] dO[t,i].
-extern "C" __global__ void attn_bwd_dkv(const void* dout, int ddo, const void* qkv, int dq, const float* att,
-                                        const float* ds, void* dqkv, int ddq, int B, int T, int H, int hd) {
-    int C = H * hd;
-    GRID_STRIDE(j, (i64)B * H * T * hd) {
-        int i = (int)(j % hd);
-        i64 row = j / hd;
-        int t2 = (int)(row % T);
-        i64 bh = row / T;
-        int h = (int)(bh % H);
-        int b = (int)(bh / H);
-        float dk = 0, dv = 0;
-        for (int t = t2; t < T; t++) {
-            i64 at = (bh * T + t) * T + t2;
-            dk += ds[at] * ld(qkv, dq, QKV(b, t, 0, h, i));
-            dv += att[at] * ld(dout, ddo, ((i64)b * T + t) * C + (i64)h * hd + i);
+    const int lo = los[r];
+    int jmin = T;
+    for (int rr = 0; rr < AF_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmax = min(q0 + AF_BQ, T) - 1;
+    float m = NEG_INF, l = 0;
+    float o[AF_DPT];
+#pragma unroll
+    for (int k = 0; k < AF_DPT; k++) o[k] = 0;
+    const float* q = Qs + r * ATT_DP;
+    float* prow = Ps + r * (AF_BK + 1);
+    for (int k0 = (jmin / AF_BK) * AF_BK; k0 <= jmax; k0 += AF_BK) {
+        __syncthreads(); // the previous tile's reads of KVs and Ps are done
+        attn_tile(KVs, qkv, dq, bT, k0, AF_BK, T, W, (i64)(H + g) * D, D, AF_NT);
+        __syncthreads();
+        float s[AF_CPT];
+#pragma unroll
+        for (int kk = 0; kk < AF_CPT; kk++) {
+            int c = part + AF_TPR * kk, j = k0 + c;
+            float v = NEG_INF;
+            if (rowOK && j >= lo && j <= i) {
+                const float* kr = KVs + c * ATT_DP;
+                float a = 0;
+                for (int d = 0; d < D; d++) a += q[d] * kr[d];
+                v = a * scale;
+            }
+            s[kk] = v;
+            prow[c] = v;
         }
-        st(dqkv, ddq, QKV(b, t2, 1, h, i), dk);
-        st(dqkv, ddq, QKV(b, t2, 2, h, i), dv);
+        __syncthreads(); // the scores are in Ps; K is no longer read
+        attn_tile(KVs, qkv, dq, bT, k0, AF_BK, T, W, (i64)(H + KV + g) * D, D, AF_NT);
+        float mt = m;
+        for (int c = 0; c < AF_BK; c++) mt = fmaxf(mt, prow[c]);
+#pragma unroll
+        for (int kk = 0; kk < AF_CPT; kk++) s[kk] = s[kk] == NEG_INF ? 0.0f : expf(s[kk] - mt);
+        __syncthreads(); // every thread has read its row's scores; V is loaded
+#pragma unroll
+        for (int kk = 0; kk < AF_CPT; kk++) prow[part + AF_TPR * kk] = s[kk];
+        __syncthreads();
+        if (mt != NEG_INF) {
+            float alpha = m == NEG_INF ? 0.0f : expf(m - mt);
+            float rs = 0;
+            for (int c = 0; c < AF_BK; c++) rs += prow[c];
+            l = l * alpha + rs;
+            m = mt;
+#pragma unroll
+            for (int k = 0; k < AF_DPT; k++) {
+                int d = part + AF_TPR * k;
+                if (d < D) {
+                    float a = o[k] * alpha;
+                    for (int c = 0; c < AF_BK; c++) a += prow[c] * KVs[c * ATT_DP + d];
+                    o[k] = a;
+                }
+            }
+        }
+    }
+    if (!rowOK) return;
+#pragma unroll
+    for (int k = 0; k < AF_DPT; k++) {
+        int d = part + AF_TPR * k;
+        if (d < D) st(out, dout, (bT + i) * ((i64)H * D) + (i64)h * D + d, l > 0 ? o[k] / l : 0.0f);
+    }
+    if (part == 0) lse[((i64)b * H + h) * T + i] = l > 0 ? m + logf(l) : NEG_INF;
+}
+
+// attn_bwd_rowdot: drow[(b,h,t)] = sum_d dout·out over the head's D values,
+// fp32 in index order (FlashAttention-2's D_i). n = B·H·T.
+extern "C" __global__ void attn_bwd_rowdot(const void* dout, int ddo, const void* out, int dto, float* drow, int T,
+                                           int H, int D, i64 n) {
+    GRID_STRIDE(x, n) {
+        i64 t = x % T, bh = x / T;
+        i64 h = bh % H, b = bh / H;
+        i64 base = (b * T + t) * ((i64)H * D) + h * D;
+        float a = 0;
+        for (int d = 0; d < D; d++) a += ld(dout, ddo, base + d) * ld(out, dto, base + d);
+        drow[x] = a;
+    }
+}
+
+// attn_bwd_p recomputes, for query row rr of the tile at q0 and key c of
+// the tile at k0, P = exp(S - lse) and dS = P·(dO·V - drow), or zeros
+// outside the mask.
+__device__ __forceinline__ void attn_bwd_p(const float* Qs, const float* Os, const float* Ks, const float* Vs, int rr,
+                                           int c, int i, int j, int lo, float lsev, float drv, int T, int D,
+                                           float scale, float* p, float* ds) {
+    *p = 0;
+    *ds = 0;
+    if (i >= T || j < lo || j > i) return;
+    const float *q = Qs + rr * ATT_DP, *k = Ks + c * ATT_DP, *go = Os + rr * ATT_DP, *v = Vs + c * ATT_DP;
+    float a = 0;
+    for (int d = 0; d < D; d++) a += q[d] * k[d];
+    float pv = expf(a * scale - lsev);
+    float dp = 0;
+    for (int d = 0; d < D; d++) dp += go[d] * v[d];
+    *p = pv;
+    *ds = pv * (dp - drv);
+}
+
+// attn_bwd_dkv: one block of AB_NT threads per (b, key/value head g, key
+// tile of AB_BK rows); thread (c, part) owns key row c and dims part +
+// AB_TPR·k of dK and dV, accumulated in registers over the group's query
+// heads in order and, for each, over the query tiles at or after the key
+// tile in order (tiles no row of which sees a key of this tile are
+// skipped): dV += Pᵀ·dO, dK += dSᵀ·Q; then dK·scale and dV are written.
+extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dout, int ddo, const void* qkv, int dq,
+                                                                 const float* lse, const float* drow, const int* pos,
+                                                                 void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                 int nkt, float scale, const int* bad) {
+    __shared__ float Ks[AB_BK * ATT_DP];
+    __shared__ float Vs[AB_BK * ATT_DP];
+    __shared__ float Qs[AB_BQ * ATT_DP];
+    __shared__ float Os[AB_BQ * ATT_DP];
+    __shared__ float Ps[AB_BQ * (AB_BK + 1)];
+    __shared__ float lses[AB_BQ], drs[AB_BQ];
+    __shared__ int los[AB_BQ];
+    if (bad && *bad) return; // the same for every thread
+    const i64 W = (i64)(H + 2 * KV) * D;
+    const i64 blk = blockIdx.x;
+    const int kt = (int)(blk % nkt);
+    const int g = (int)((blk / nkt) % KV);
+    const int b = (int)(blk / nkt / KV);
+    const int R = H / KV;
+    const int k0 = kt * AB_BK, kend = min(k0 + AB_BK, T) - 1;
+    const int c = threadIdx.x / AB_TPR, part = threadIdx.x % AB_TPR;
+    const int j = k0 + c;
+    const i64 bT = (i64)b * T;
+    attn_tile(Ks, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + g) * D, D, AB_NT);
+    attn_tile(Vs, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + KV + g) * D, D, AB_NT);
+    float dk[AB_DPT], dv[AB_DPT];
+#pragma unroll
+    for (int k = 0; k < AB_DPT; k++) dk[k] = dv[k] = 0;
+    for (int h = g * R; h < (g + 1) * R; h++) {
+        const i64 lrow = ((i64)b * H + h) * T;
+        for (int q0 = (k0 / AB_BQ) * AB_BQ; q0 < T; q0 += AB_BQ) {
+            __syncthreads(); // the previous tile's reads are done
+            attn_tile(Qs, qkv, dq, bT, q0, AB_BQ, T, W, (i64)h * D, D, AB_NT);
+            for (int e = threadIdx.x; e < AB_BQ * D; e += AB_NT) {
+                int rr = e / D, d = e % D, t = q0 + rr;
+                Os[rr * ATT_DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
+            }
+            if (threadIdx.x < AB_BQ) {
+                int t = q0 + threadIdx.x;
+                lses[threadIdx.x] = t < T ? lse[lrow + t] : 0.0f;
+                drs[threadIdx.x] = t < T ? drow[lrow + t] : 0.0f;
+                los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+            }
+            __syncthreads();
+            bool any = false;
+            for (int rr = 0; rr < AB_BQ; rr++) {
+                int t = q0 + rr;
+                any = any || (t < T && max(los[rr], k0) <= min(t, kend));
+            }
+            if (!any) continue; // the same for every thread of the block
+            float ds[AB_EPT];
+#pragma unroll
+            for (int e = 0; e < AB_EPT; e++) {
+                int rr = part + AB_TPR * e;
+                float p;
+                attn_bwd_p(Qs, Os, Ks, Vs, rr, c, q0 + rr, j, los[rr], lses[rr], drs[rr], T, D, scale, &p, &ds[e]);
+                Ps[rr * (AB_BK + 1) + c] = p;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < AB_DPT; k++) {
+                int d = part + AB_TPR * k;
+                if (d < D) {
+                    float a = dv[k];
+                    for (int rr = 0; rr < AB_BQ; rr++) a += Ps[rr * (AB_BK + 1) + c] * Os[rr * ATT_DP + d];
+                    dv[k] = a;
+                }
+            }
+            __syncthreads(); // P is read; dS replaces it
+#pragma unroll
+            for (int e = 0; e < AB_EPT; e++) Ps[(part + AB_TPR * e) * (AB_BK + 1) + c] = ds[e];
+            __syncthreads();
+#pragma unroll
+            for (int k = 0; k < AB_DPT; k++) {
+                int d = part + AB_TPR * k;
+                if (d < D) {
+                    float a = dk[k];
+                    for (int rr = 0; rr < AB_BQ; rr++) a += Ps[rr * (AB_BK + 1) + c] * Qs[rr * ATT_DP + d];
+                    dk[k] = a;
+                }
+            }
+        }
+    }
+    if (j >= T) return;
+#pragma unroll
+    for (int k = 0; k < AB_DPT; k++) {
+        int d = part + AB_TPR * k;
+        if (d < D) {
+            st(dqkv, ddq, (bT + j) * W + (i64)(H + g) * D + d, dk[k] * scale);
+            st(dqkv, ddq, (bT + j) * W + (i64)(H + KV + g) * D + d, dv[k]);
+        }
+    }
+}
+
+// attn_bwd_dq: one block of AB_NT threads per (b, h, query tile of AB_BQ
+// rows), longest tiles first; thread (r, part) owns query row r and dims
+// part + AB_TPR·k of dQ, accumulated over the key tiles in order: dQ +=
+// dS·K; then dQ·scale is written.
+extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout, int ddo, const void* qkv, int dq,
+                                                                const float* lse, const float* drow, const int* pos,
+                                                                void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                int nqt, float scale, const int* bad) {
+    __shared__ float Qs[AB_BQ * ATT_DP];
+    __shared__ float Os[AB_BQ * ATT_DP];
+    __shared__ float Ks[AB_BK * ATT_DP];
+    __shared__ float Vs[AB_BK * ATT_DP];
+    __shared__ float Ps[AB_BQ * (AB_BK + 1)];
+    __shared__ int los[AB_BQ];
+    if (bad && *bad) return; // the same for every thread
+    const i64 W = (i64)(H + 2 * KV) * D;
+    const i64 blk = blockIdx.x;
+    const int qt = nqt - 1 - (int)(blk % nqt);
+    const int h = (int)((blk / nqt) % H);
+    const int b = (int)(blk / nqt / H);
+    const int g = h / (H / KV);
+    const int q0 = qt * AB_BQ;
+    const int r = threadIdx.x / AB_TPR, part = threadIdx.x % AB_TPR;
+    const int i = q0 + r;
+    const bool rowOK = i < T;
+    const i64 bT = (i64)b * T;
+    const i64 lrow = ((i64)b * H + h) * T;
+    attn_tile(Qs, qkv, dq, bT, q0, AB_BQ, T, W, (i64)h * D, D, AB_NT);
+    for (int e = threadIdx.x; e < AB_BQ * D; e += AB_NT) {
+        int rr = e / D, d = e % D, t = q0 + rr;
+        Os[rr * ATT_DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
+    }
+    if (threadIdx.x < AB_BQ) {
+        int t = q0 + (int)threadIdx.x;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+    }
+    const float lsev = rowOK ? lse[lrow + i] : 0.0f, drv = rowOK ? drow[lrow + i] : 0.0f;
+    __syncthreads();
+    const int lo = los[r];
+    int jmin = T;
+    for (int rr = 0; rr < AB_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmax = min(q0 + AB_BQ, T) - 1;
+    float acc[AB_DPT];
+#pragma unroll
+    for (int k = 0; k < AB_DPT; k++) acc[k] = 0;
+    for (int k0 = (jmin / AB_BK) * AB_BK; k0 <= jmax; k0 += AB_BK) {
+        __syncthreads(); // the previous tile's reads are done
+        attn_tile(Ks, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + g) * D, D, AB_NT);
+        attn_tile(Vs, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + KV + g) * D, D, AB_NT);
+        __syncthreads();
+#pragma unroll
+        for (int e = 0; e < AB_EPT; e++) {
+            int c = part + AB_TPR * e;
+            float p, ds;
+            attn_bwd_p(Qs, Os, Ks, Vs, r, c, i, k0 + c, lo, lsev, drv, T, D, scale, &p, &ds);
+            Ps[r * (AB_BK + 1) + c] = ds;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < AB_DPT; k++) {
+            int d = part + AB_TPR * k;
+            if (d < D) {
+                float a = acc[k];
+                for (int c = 0; c < AB_BK; c++) a += Ps[r * (AB_BK + 1) + c] * Ks[c * ATT_DP + d];
+                acc[k] = a;
+            }
+        }
+    }
+    if (!rowOK) return;
+#pragma unroll
+    for (int k = 0; k < AB_DPT; k++) {
+        int d = part + AB_TPR * k;
+        if (d < D) st(dqkv, ddq, (bT + i) * W + (i64)h * D + d, acc[k] * scale);
     }
 }
 
 // ---- cross-entropy -------------------------------------------------------
+//
+// A row whose target is < 0 (model.IgnoreTarget) is ignored: loss 0,
+// dlogits 0. Targets >= vocab were refused by check_ids.
 
 extern "C" __global__ void xent_fwd(const void* logits, int dl, const int* targets, void* losses, int dlo, i64 vocab,
                                     const int* bad) {
@@ -374,15 +770,19 @@ extern "C" __global__ void xent_fwd(const void* logits, int dl, const int* targe
     __shared__ float shf[NT];
     if (*bad) return;
     i64 r = blockIdx.x;
+    int tg = targets[r];
+    if (tg < 0) { // the same for the whole block
+        if (threadIdx.x == 0) st(losses, dlo, r, 0.0f);
+        return;
+    }
     i64 base = r * vocab;
-    float mx = __int_as_float(0xff800000);
+    float mx = NEG_INF;
     for (i64 c = threadIdx.x; c < vocab; c += NT) mx = fmaxf(mx, ld(logits, dl, base + c));
     mx = block_max_f(mx, shf);
     double s = 0;
     for (i64 c = threadIdx.x; c < vocab; c += NT) s += exp((double)(ld(logits, dl, base + c) - mx));
     s = block_sum_d(s, shd);
-    if (threadIdx.x == 0)
-        st(losses, dlo, r, (float)(log(s) + (double)mx - (double)ld(logits, dl, base + targets[r])));
+    if (threadIdx.x == 0) st(losses, dlo, r, (float)(log(s) + (double)mx - (double)ld(logits, dl, base + tg)));
 }
 
 // xent_bwd: dlogits = (softmax - onehot) * scale; dlogits may be logits.
@@ -393,13 +793,17 @@ extern "C" __global__ void xent_bwd(const void* logits, int dl, const int* targe
     if (*bad) return;
     i64 r = blockIdx.x;
     i64 base = r * vocab;
-    float mx = __int_as_float(0xff800000);
+    int tg = targets[r];
+    if (tg < 0) { // the same for the whole block
+        for (i64 c = threadIdx.x; c < vocab; c += NT) st(dlogits, ddl, base + c, 0.0f);
+        return;
+    }
+    float mx = NEG_INF;
     for (i64 c = threadIdx.x; c < vocab; c += NT) mx = fmaxf(mx, ld(logits, dl, base + c));
     mx = block_max_f(mx, shf);
     double s = 0;
     for (i64 c = threadIdx.x; c < vocab; c += NT) s += exp((double)(ld(logits, dl, base + c) - mx));
     s = block_sum_d(s, shd);
-    int tg = targets[r];
     for (i64 c = threadIdx.x; c < vocab; c += NT) {
         float p = (float)(exp((double)(ld(logits, dl, base + c) - mx)) / s);
         if (c == tg) p -= 1.0f;
@@ -408,32 +812,40 @@ extern "C" __global__ void xent_bwd(const void* logits, int dl, const int* targe
 }
 
 // ---- embedding -----------------------------------------------------------
+//
+// The position of token (b,t) is pos[b,t], or t when pos is null; wpe
+// null: no position table (the Llama family).
 
-extern "C" __global__ void emb_fwd(const int* ids, const void* wte, int dte, const void* wpe, int dpe, void* out,
-                                   int dout, i64 BT, int T, i64 dim, const int* bad) {
+extern "C" __global__ void emb_fwd(const int* ids, const int* pos, const void* wte, int dte, const void* wpe, int dpe,
+                                   void* out, int dout, i64 BT, int T, i64 dim, const int* bad) {
     if (*bad) return;
     GRID_STRIDE(j, BT * dim) {
         i64 bt = j / dim, c = j % dim;
-        i64 t = bt % T;
-        st(out, dout, j, ld(wte, dte, (i64)ids[bt] * dim + c) + ld(wpe, dpe, t * dim + c));
+        float v = ld(wte, dte, (i64)ids[bt] * dim + c);
+        if (wpe) {
+            i64 t = pos ? (i64)pos[bt] : bt % T;
+            v += ld(wpe, dpe, t * dim + c);
+        }
+        st(out, dout, j, v);
     }
 }
 
-// emb_links: next[bt] is the next position with the same id (-1: none);
-// first[bt] is 1 when no earlier position has it.
-extern "C" __global__ void emb_links(const int* ids, i64 BT, int* next, int* first, const int* bad) {
+// emb_links: next[bt] is the next position with the same key (-1: none);
+// first[bt] is 1 when no earlier position has it. keys are the token ids
+// (or the positions, for dwpe with pos).
+extern "C" __global__ void emb_links(const int* keys, i64 BT, int* next, int* first, const int* bad) {
     if (*bad) return;
     GRID_STRIDE(bt, BT) {
-        int id = ids[bt];
+        int id = keys[bt];
         int nx = -1;
         for (i64 j = bt + 1; j < BT; j++)
-            if (ids[j] == id) {
+            if (keys[j] == id) {
                 nx = (int)j;
                 break;
             }
         int f = 1;
         for (i64 j = 0; j < bt; j++)
-            if (ids[j] == id) {
+            if (keys[j] == id) {
                 f = 0;
                 break;
             }
@@ -442,22 +854,23 @@ extern "C" __global__ void emb_links(const int* ids, i64 BT, int* next, int* fir
     }
 }
 
-// emb_bwd_wte: for each first occurrence, dwte[id,c] += dout[bt,c] over the
-// positions holding id, in position order, from the old value, in fp32.
-extern "C" __global__ void emb_bwd_wte(const int* ids, const void* dout, int ddo, void* dwte, int dte, const int* next,
-                                       const int* first, i64 BT, i64 dim, const int* bad) {
+// emb_bwd_rows: for each first occurrence of a key, table[key,c] +=
+// dout[bt,c] over the positions holding that key, in position order (b,
+// then t), from the old value, in fp32.
+extern "C" __global__ void emb_bwd_rows(const int* keys, const void* dout, int ddo, void* table, int dtt, const int* next,
+                                        const int* first, i64 BT, i64 dim, const int* bad) {
     if (*bad) return;
     GRID_STRIDE(j, BT * dim) {
         i64 bt = j / dim, c = j % dim;
         if (!first[bt]) continue;
-        i64 w = (i64)ids[bt] * dim + c;
-        float acc = ld(dwte, dte, w);
+        i64 w = (i64)keys[bt] * dim + c;
+        float acc = ld(table, dtt, w);
         for (i64 k = bt; k >= 0; k = next[k]) acc += ld(dout, ddo, k * dim + c);
-        st(dwte, dte, w, acc);
+        st(table, dtt, w, acc);
     }
 }
 
-// emb_bwd_wpe: dwpe[t,c] += dout[b,t,c] for b in order.
+// emb_bwd_wpe: dwpe[t,c] += dout[b,t,c] for b in order (pos null).
 extern "C" __global__ void emb_bwd_wpe(const void* dout, int ddo, void* dwpe, int dpe, int B, int T, i64 dim,
                                        const int* bad) {
     if (*bad) return;

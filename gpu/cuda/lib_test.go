@@ -101,7 +101,7 @@ func TestNVRTCOptions(t *testing.T) {
 // TestKernelsDeclared checks that every kernel the Go side looks up is an
 // extern "C" kernel of kernels.cu, and that every kernel there is looked up.
 func TestKernelsDeclared(t *testing.T) {
-	re := regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+	re := regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(`)
 	var declared []string
 	for _, m := range re.FindAllStringSubmatch(kernelSource, -1) {
 		declared = append(declared, m[1])
@@ -141,6 +141,20 @@ func TestErrorText(t *testing.T) {
 	se := slotError([8]int32{codeTarget, 99, 2, 10})
 	if want := "gpu/cuda: cross-entropy: target 99 at position 2 outside [0, 10)"; se.Error() != want {
 		t.Errorf("slot error %q, want %q", se, want)
+	}
+	for _, c := range []struct {
+		slot [8]int32
+		want string
+	}{
+		{[8]int32{codePos, 70, 3, 64}, "gpu/cuda: embedding: position 70 at position 3 outside [0, 64)"},
+		{[8]int32{codeEmbeddingID, -4, 9, 50}, "gpu/cuda: embedding: id -4 at position 9 outside [0, 50)"},
+		// check_pos: [2] the token's index, [3] seq: row 2, column 3
+		{[8]int32{codeAttnPos, 4, 2*7 + 3, 7}, "gpu/cuda: attention: position 4 of row 2, column 3 outside [0, 3]"},
+		{[8]int32{codeAttnBwdPos, -1, 0, 7}, "gpu/cuda: attention-backward: position -1 of row 0, column 0 outside [0, 0]"},
+	} {
+		if se := slotError(c.slot); se.Error() != c.want {
+			t.Errorf("slot error %q, want %q", se, c.want)
+		}
 	}
 }
 

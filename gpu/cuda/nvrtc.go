@@ -30,8 +30,12 @@ type nvrtcAPI struct {
 	nvrtcGetCUBIN          func(p uintptr, bin *byte) int32
 }
 
-func loadNVRTC(sp searchPath) (*nvrtcAPI, error) {
-	h, path, err := dlopenFirst(libNVRTC, sp, fileExists)
+func loadNVRTC(sp searchPath) (*nvrtcAPI, error) { return loadNVRTCLib(libNVRTC, sp) }
+
+// loadNVRTCLib loads NVRTC by the names of lib (tests add older sonames:
+// NVRTC compiles without a GPU).
+func loadNVRTCLib(lib library, sp searchPath) (*nvrtcAPI, error) {
+	h, path, err := dlopenFirst(lib, sp, fileExists)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -103,13 +107,21 @@ func kernelKey(src string, major, minor int, nvrtcVersion string) string {
 
 // compile compiles src for sm_<major><minor> and returns the cubin.
 func (n *nvrtcAPI) compile(src, name string, major, minor int) ([]byte, error) {
+	bin, _, err := n.compileLog(src, name, major, minor)
+	return bin, err
+}
+
+// compileLog is compile with extra options after nvrtcOptions', returning
+// the compiler's log too (with --ptxas-options=-v: each kernel's
+// registers and shared memory).
+func (n *nvrtcAPI) compileLog(src, name string, major, minor int, extra ...string) ([]byte, string, error) {
 	var prog uintptr
 	csrc, cname := cString(src), cString(name)
 	if err := n.check(n.nvrtcCreateProgram(&prog, &csrc[0], &cname[0], 0, nil, nil), "nvrtcCreateProgram"); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer n.nvrtcDestroyProgram(&prog)
-	opts := nvrtcOptions(major, minor)
+	opts := append(nvrtcOptions(major, minor), extra...)
 	cs := make([][]byte, len(opts))
 	ptrs := make([]*byte, len(opts))
 	for i, o := range opts {
@@ -117,28 +129,28 @@ func (n *nvrtcAPI) compile(src, name string, major, minor int) ([]byte, error) {
 		ptrs[i] = &cs[i][0]
 	}
 	res := n.nvrtcCompileProgram(prog, int32(len(ptrs)), unsafe.Pointer(&ptrs[0]))
-	if res != 0 {
-		var logSize uint64
-		log := ""
-		if n.nvrtcGetProgramLogSize(prog, &logSize) == 0 && logSize > 1 {
-			b := make([]byte, logSize)
-			if n.nvrtcGetProgramLog(prog, &b[0]) == 0 {
-				log = strings.TrimRight(string(b), "\x00\n ")
-			}
+	var logSize uint64
+	log := ""
+	if n.nvrtcGetProgramLogSize(prog, &logSize) == 0 && logSize > 1 {
+		b := make([]byte, logSize)
+		if n.nvrtcGetProgramLog(prog, &b[0]) == 0 {
+			log = strings.TrimRight(string(b), "\x00\n ")
 		}
+	}
+	if res != 0 {
 		err := n.check(res, "nvrtc compile "+name+" "+strings.Join(opts, " "))
 		if log != "" {
 			err = fmt.Errorf("%w:\n%s", err, log)
 		}
-		return nil, err
+		return nil, log, err
 	}
 	var size uint64
 	if err := n.check(n.nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize"); err != nil {
-		return nil, err
+		return nil, log, err
 	}
 	bin := make([]byte, size)
 	if err := n.check(n.nvrtcGetCUBIN(prog, &bin[0]), "nvrtcGetCUBIN"); err != nil {
-		return nil, err
+		return nil, log, err
 	}
-	return bin, nil
+	return bin, log, nil
 }

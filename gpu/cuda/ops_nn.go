@@ -31,79 +31,103 @@ func checkGrid(op string, blocks int) {
 	}
 }
 
-// AttentionForward: causal softmax(q·k/sqrt(headDim))·v, one block per
-// (batch, head, query row): scores in fp32, max-subtracted exponentials
-// and their sum in double, probabilities written to att (zeros above the
-// diagonal), the output summed in fp32 in key order.
-func (o *kernels) AttentionForward(s *Stream, qkv, out, att *Buffer, batch, seq, heads, headDim int) {
-	checkGrid("attention", batch*heads*seq)
-	scale := float32(1 / math.Sqrt(float64(headDim)))
-	s.launch("attn_fwd", uint32(batch*heads*seq), rowThreads, qkv.p(), dt(qkv), out.p(), dt(out), att.p(),
-		int32(seq), int32(heads), int32(headDim), scale)
+// RMSNormForward: one block per row; the sum of squares in double over a
+// fixed tree; rstd = 1/sqrt(mean(x²)+eps); y = x*rstd*gamma in fp32.
+func (o *kernels) RMSNormForward(s *Stream, x, gamma, y, rstd *Buffer, rows, cols int, eps float32) {
+	checkGrid("rmsnorm", rows)
+	s.launch("rmsnorm_fwd", uint32(rows), rowThreads, x.p(), dt(x), gamma.p(), dt(gamma), y.p(), dt(y), rstd.p(), int64(cols), eps)
 }
 
-// AttentionBackward writes dqkv: dS = P ⊙ (dO·Vᵀ - rowsum(P ⊙ dO·Vᵀ)) *
-// scale into scratch (batch×heads×seq×seq fp32, outside the budget), then
-// dQ = dS·K, dK = dSᵀ·Q, dV = Pᵀ·dO, each element summed in a fixed order.
-func (o *kernels) AttentionBackward(s *Stream, dout, qkv, att, dqkv *Buffer, batch, seq, heads, headDim int) {
-	checkGrid("attention-backward", batch*heads*seq)
-	if batch*heads*seq == 0 {
-		return
-	}
-	scale := float32(1 / math.Sqrt(float64(headDim)))
-	g := o.d.g
-	s.run(func() error {
-		ds, free, err := s.scratch(int64(batch*heads*seq) * int64(seq) * 4)
-		if err != nil {
-			return err
-		}
-		defer free()
-		if err := g.launch(s.h, "attn_bwd_ds", uint32(batch*heads*seq), rowThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv),
-			att.p(), devPtr(ds), int32(seq), int32(heads), int32(headDim), scale); err != nil {
-			return err
-		}
-		n := int64(batch*heads*seq) * int64(headDim)
-		if err := g.launch(s.h, "attn_bwd_dq", g.gridFor(n, 256), 256, 0, qkv.p(), dt(qkv), devPtr(ds), dqkv.p(), dt(dqkv),
-			int32(batch), int32(seq), int32(heads), int32(headDim)); err != nil {
-			return err
-		}
-		return g.launch(s.h, "attn_bwd_dkv", g.gridFor(n, 256), 256, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), att.p(),
-			devPtr(ds), dqkv.p(), dt(dqkv), int32(batch), int32(seq), int32(heads), int32(headDim))
-	})
+// RMSNormBackward accumulates dx (one block per row, double sums) and
+// dgamma (one thread per column, fp32 in row order, as LayerNormBackward's
+// parameter gradients: deterministic, no atomics).
+func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buffer, rows, cols int) {
+	checkGrid("rmsnorm-backward", rows)
+	s.launch("rmsnorm_bwd_dx", uint32(rows), rowThreads, dy.p(), dt(dy), x.p(), dt(x), gamma.p(), dt(gamma), rstd.p(),
+		dx.p(), dt(dx), int64(cols))
+	s.launchN("rmsnorm_bwd_gamma", int64(cols), dy.p(), dt(dy), x.p(), dt(x), rstd.p(), dgamma.p(), dt(dgamma),
+		int64(rows), int64(cols))
+}
+
+// SwiGLUForward: y = silu(gate) * up, one thread per output element;
+// sigmoid and silu in double rounded to fp32, the product in fp32.
+func (o *kernels) SwiGLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int) {
+	n := int64(rows) * int64(ffn)
+	s.launchN("swiglu_fwd", n, gateUp.p(), dt(gateUp), y.p(), dt(y), int64(ffn), n)
+}
+
+// SwiGLUBackward writes dgateUp: d gate = dy*up*silu'(gate), d up =
+// dy*silu(gate), one thread per (row, column of gate).
+func (o *kernels) SwiGLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int) {
+	n := int64(rows) * int64(ffn)
+	s.launchN("swiglu_bwd", n, gateUp.p(), dt(gateUp), dy.p(), dt(dy), dgateUp.p(), dt(dgateUp), int64(ffn), n)
 }
 
 // CrossEntropyForward: one block per row; losses[r] = log(sum exp(l-max))
-// + max - l[target] with the sum in double. A target outside [0, vocab)
-// is an error on the stream and leaves losses unchanged.
+// + max - l[target] with the sum in double, or 0 where the target is < 0
+// (ignored). A target >= vocab is an error on the stream and leaves
+// losses unchanged.
 func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer, rows, vocab int) {
-	s.checkIDs(targets, rows, vocab, codeTarget)
+	checkGrid("cross-entropy", rows)
+	s.checkIDs(targets, rows, math.MinInt32, vocab, codeTarget, false)
 	s.launch("xent_fwd", uint32(rows), rowThreads, logits.p(), dt(logits), targets.p(), losses.p(), dt(losses), int64(vocab), s.badFlag())
 }
 
 // CrossEntropyBackward: dlogits = (softmax(logits) - onehot(target)) *
-// scale; dlogits may be the logits buffer itself.
+// scale, or 0 for a row whose target is < 0; dlogits may be the logits
+// buffer itself.
 func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buffer, rows, vocab int, scale float32) {
-	s.checkIDs(targets, rows, vocab, codeTarget)
+	checkGrid("cross-entropy-backward", rows)
+	s.checkIDs(targets, rows, math.MinInt32, vocab, codeTarget, false)
 	s.launch("xent_bwd", uint32(rows), rowThreads, logits.p(), dt(logits), targets.p(), dlogits.p(), dt(dlogits),
 		int64(vocab), scale, s.badFlag())
 }
 
-// EmbeddingForward: out[b,t,:] = wte[ids[b,t],:] + wpe[t,:]. An id outside
-// the vocabulary is an error on the stream and leaves out unchanged.
-func (o *kernels) EmbeddingForward(s *Stream, ids, wte, wpe, out *Buffer, batch, seq, dim int) {
-	s.checkIDs(ids, batch*seq, wte.Len()/max(1, dim), codeEmbeddingID)
-	s.launchN("emb_fwd", int64(batch*seq*dim), ids.p(), wte.p(), dt(wte), wpe.p(), dt(wpe), out.p(), dt(out),
+// optP is b's device address, or 0 (a null pointer in the kernel) for an
+// absent optional buffer; optDT its dtype code, 0 when absent.
+func optP(b *Buffer) devPtr {
+	if b == nil {
+		return 0
+	}
+	return b.p()
+}
+
+func optDT(b *Buffer) int32 {
+	if b == nil {
+		return 0
+	}
+	return dt(b)
+}
+
+// checkEmbedding enqueues the runtime checks of an embedding op: ids in
+// [0, vocab) and, with a position table, pos in [0, its rows).
+func (s *Stream) checkEmbedding(ids, pos, table, wpe *Buffer, n, dim int) {
+	s.checkIDs(ids, n, 0, table.Len()/max(1, dim), codeEmbeddingID, false)
+	if wpe != nil && pos != nil {
+		s.checkIDs(pos, n, 0, wpe.Len()/max(1, dim), codePos, true)
+	}
+}
+
+// EmbeddingForward: out[b,t,:] = wte[ids[b,t],:] (+ wpe[pos[b,t],:], pos
+// nil meaning t, when wpe is not nil). An id outside the vocabulary or a
+// position outside wpe is an error on the stream and leaves out
+// unchanged.
+func (o *kernels) EmbeddingForward(s *Stream, ids, pos, wte, wpe, out *Buffer, batch, seq, dim int) {
+	s.checkEmbedding(ids, pos, wte, wpe, batch*seq, dim)
+	s.launchN("emb_fwd", int64(batch*seq*dim), ids.p(), optP(pos), wte.p(), dt(wte), optP(wpe), optDT(wpe), out.p(), dt(out),
 		int64(batch*seq), int32(seq), int64(dim), s.badFlag())
 }
 
-// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] and
-// dwpe[t,:] += dout[b,t,:]: each touched row is summed in fp32 in the order
-// b, then t, from its old value, and rounded once — the bits of gpu/cpu.
-// Positions holding the same id are linked (emb_links), and one thread
-// per (first position, column) walks its list.
-func (o *kernels) EmbeddingBackward(s *Stream, ids, dout, dwte, dwpe *Buffer, batch, seq, dim int) {
+// EmbeddingBackward accumulates dwte[ids[b,t],:] += dout[b,t,:] and, when
+// dwpe is not nil, dwpe[pos[b,t],:] += dout[b,t,:]: each touched row is
+// summed in fp32 in the order b, then t, from its old value, and rounded
+// once — the bits of gpu/cpu. Positions holding the same key (id, or
+// position with pos) are linked (emb_links), and one thread per (first
+// position, column) walks its list; without pos, dwpe's row t is summed
+// over b by one thread per (t, column).
+func (o *kernels) EmbeddingBackward(s *Stream, ids, pos, dout, dwte, dwpe *Buffer, batch, seq, dim int) {
 	bt := batch * seq
-	s.checkIDs(ids, bt, dwte.Len()/max(1, dim), codeEmbeddingID)
+	s.checkEmbedding(ids, pos, dwte, dwpe, bt, dim)
 	if bt == 0 || dim == 0 {
 		return
 	}
@@ -115,12 +139,18 @@ func (o *kernels) EmbeddingBackward(s *Stream, ids, dout, dwte, dwpe *Buffer, ba
 		}
 		defer free()
 		next, first := devPtr(links), devPtr(links+uint64(bt)*4)
-		if err := g.launch(s.h, "emb_links", g.gridFor(int64(bt), 256), 256, 0, ids.p(), int64(bt), next, first, s.badFlag()); err != nil {
+		rows := func(keys, table *Buffer) error {
+			if err := g.launch(s.h, "emb_links", g.gridFor(int64(bt), 256), 256, 0, keys.p(), int64(bt), next, first, s.badFlag()); err != nil {
+				return err
+			}
+			return g.launch(s.h, "emb_bwd_rows", g.gridFor(int64(bt*dim), 256), 256, 0, keys.p(), dout.p(), dt(dout), table.p(), dt(table),
+				next, first, int64(bt), int64(dim), s.badFlag())
+		}
+		if err := rows(ids, dwte); err != nil || dwpe == nil {
 			return err
 		}
-		if err := g.launch(s.h, "emb_bwd_wte", g.gridFor(int64(bt*dim), 256), 256, 0, ids.p(), dout.p(), dt(dout), dwte.p(), dt(dwte),
-			next, first, int64(bt), int64(dim), s.badFlag()); err != nil {
-			return err
+		if pos != nil { // the links of the positions reuse the scratch, in stream order
+			return rows(pos, dwpe)
 		}
 		return g.launch(s.h, "emb_bwd_wpe", g.gridFor(int64(seq*dim), 256), 256, 0, dout.p(), dt(dout), dwpe.p(), dt(dwpe),
 			int32(batch), int32(seq), int64(dim), s.badFlag())

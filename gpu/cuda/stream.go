@@ -25,10 +25,13 @@ type Stream struct {
 	checked   atomic.Bool // a checking op was enqueued since the last Synchronize
 }
 
-// Error codes written by check_ids (kernels.cu).
+// Error codes written by check_ids and check_pos (kernels.cu).
 const (
 	codeEmbeddingID = iota + 1
 	codeTarget
+	codePos        // an embedding position past wpe (check_ids)
+	codeAttnPos    // an attention position outside [0, t] (check_pos)
+	codeAttnBwdPos // the same in attention-backward
 )
 
 // Home returns the front end of the stream's device (gpu.Queue).
@@ -114,10 +117,31 @@ func (s *Stream) launchN(name string, n int64, args ...any) {
 }
 
 // checkIDs enqueues check_ids over ids (n int32 values that must lie in
-// [0, limit)); the kernels of the same op skip when it finds one outside.
-func (s *Stream) checkIDs(ids *Buffer, n, limit int, code int32) {
+// [lo, limit)); the kernels of the same op skip when it finds one outside.
+// The second check of an op passes accumulate, so that the op's kernels
+// skip when either check failed.
+func (s *Stream) checkIDs(ids *Buffer, n, lo, limit int, code int32, accumulate bool) {
 	s.checked.Store(true)
-	s.launch("check_ids", 1, 256, ids.p(), int64(n), int32(limit), code, devPtr(s.slot))
+	acc := int32(0)
+	if accumulate {
+		acc = 1
+	}
+	s.launch("check_ids", 1, 256, ids.p(), int64(n), int32(lo), int32(limit), code, devPtr(s.slot), acc)
+}
+
+// checkPos enqueues check_pos over an attention op's positions (batch×seq,
+// each in [0, its column]; code names the op in the error) and returns
+// the flag the op's kernels read to skip. With nothing to check (pos nil,
+// or no token) it returns a null flag, so that the kernels never read one
+// an earlier op left.
+func (s *Stream) checkPos(pos *Buffer, batch, seq int, code int32) devPtr {
+	n := int64(batch) * int64(seq)
+	if pos == nil || n == 0 {
+		return 0
+	}
+	s.checked.Store(true)
+	s.launch("check_pos", 1, 256, pos.p(), n, int32(seq), code, devPtr(s.slot))
+	return s.badFlag()
 }
 
 // badFlag is the device address of the slot word that says the latest
@@ -181,10 +205,23 @@ func (s *Stream) Synchronize() error {
 	return err
 }
 
+// slotError is the error of a filled slot: [0] the code, [1] the bad
+// value, [2] its index, [3] the limit (check_pos: seq, so that the index
+// names the token's row and column), with gpu/cpu's wording.
 func slotError(slot [8]int32) error {
 	what := "embedding: id"
-	if slot[0] == codeTarget {
+	switch slot[0] {
+	case codeTarget:
 		what = "cross-entropy: target"
+	case codePos:
+		what = "embedding: position"
+	case codeAttnPos, codeAttnBwdPos:
+		op, seq := "attention", max(slot[3], 1)
+		if slot[0] == codeAttnBwdPos {
+			op = "attention-backward"
+		}
+		t := slot[2] % seq
+		return fmt.Errorf("gpu/cuda: %s: position %d of row %d, column %d outside [0, %d]", op, slot[1], slot[2]/seq, t, t)
 	}
 	return fmt.Errorf("gpu/cuda: %s %d at position %d outside [0, %d)", what, slot[1], slot[2], slot[3])
 }

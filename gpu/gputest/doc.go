@@ -12,9 +12,16 @@
 //     order, identical on every rank and across two runs; calls that
 //     disagree are an error, not a deadlock;
 //   - every op against a plain float64 reference, with F32 and BF16 storage
-//     and odd sizes;
+//     and odd sizes; attention (attention.go) at head dimensions 64 and 128
+//     and small ones, seq not a multiple of any usual tile, several
+//     batch×head counts, grouped-query ratios 1, 2 and 4 and packed
+//     examples, its backward against a float64 backward (with the out the
+//     op is given) and for identical bits on a second call; the Llama
+//     family's ops (llama.go) and the token ops with ignored targets and
+//     positions (tokens.go);
 //   - finite-difference gradient checks of every backward op (GEMM, bias,
-//     layernorm, attention, GELU, cross-entropy, embedding) against float64;
+//     layernorm, RMSNorm, attention, rotary, GELU, SwiGLU, cross-entropy,
+//     embedding) against float64;
 //   - contracts: every Device, Ops and Comm call with a bad argument
 //     (length, dtype, dimension, range, device, stream, foreign or freed
 //     buffer, op, root) panics when it is made, without crashing inside
@@ -29,5 +36,8 @@
 // backend's fp32 backward against a central difference (h = 1e-6) of the
 // float64 forward, |got-fd| <= 1e-4*max|fd| + 1e-4*|fd|: the truncation
 // error of the difference is ~h^2 and the fp32 backward is ~1e-6
-// relative, while a wrong formula is off by O(1).
+// relative, while a wrong formula is off by O(1). Attention's output
+// magnitude adds the effect of an fp32 score's rounding (attentionRef);
+// its bf16 finite-difference check allows 4·2^-8 of the largest gradient,
+// as the backward reads the bf16-rounded out (gradAttention).
 package gputest

@@ -63,6 +63,9 @@ func testGrads(t *testing.T, nb NewBackend) {
 		t.Run("Bias/"+dt.String(), func(t *testing.T) { gradBias(t, d, s, dt) })
 		t.Run("LayerNorm/"+dt.String(), func(t *testing.T) { gradLayerNorm(t, d, s, dt) })
 		t.Run("Attention/"+dt.String(), func(t *testing.T) { gradAttention(t, d, s, dt) })
+		t.Run("RMSNorm/"+dt.String(), func(t *testing.T) { gradRMSNorm(t, d, s, dt) })
+		t.Run("Rope/"+dt.String(), func(t *testing.T) { gradRope(t, d, s, dt) })
+		t.Run("SwiGLU/"+dt.String(), func(t *testing.T) { gradSwiGLU(t, d, s, dt) })
 		t.Run("Gelu/"+dt.String(), func(t *testing.T) { gradGelu(t, d, s, dt) })
 		t.Run("CrossEntropy/"+dt.String(), func(t *testing.T) { gradCrossEntropy(t, d, s, dt) })
 		t.Run("Embedding/"+dt.String(), func(t *testing.T) { gradEmbedding(t, d, s, dt) })
@@ -148,28 +151,6 @@ func gradLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	checkGrad(t, "dbeta", download(t, d, s, gdb), fdGrad(func(v []float64) float64 { return loss(x, g, v) }, b), db0, dt)
 }
 
-func gradAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
-	r := newRand(33)
-	// The second size crosses the row blocks of blocked kernels.
-	for _, sz := range [][4]int{{2, 5, 2, 3}, {1, 67, 1, 2}} {
-		B, T, H, hd := sz[0], sz[1], sz[2], sz[3]
-		C := H * hd
-		qkv := stored(randVals(r, B*T*3*C, 1.5), dt)
-		w := stored(randVals(r, B*T*C, 1), dt)
-		gq, gw := upload(t, d, s, qkv, dt), upload(t, d, s, w, dt)
-		gout, gatt := alloc(t, d, B*T*C, dt), alloc(t, d, B*H*T*T, gpu.F32)
-		gdq := upload(t, d, s, constVals(B*T*3*C, math.NaN()), dt) // written, not accumulated
-		ops := d.Ops()
-		ops.AttentionForward(s, gq, gout, gatt, B, T, H, hd)
-		ops.AttentionBackward(s, gw, gq, gatt, gdq, B, T, H, hd)
-		fd := fdGrad(func(v []float64) float64 {
-			out, _, _ := attentionRef(v, B, T, H, hd)
-			return dotVals(w, out)
-		}, qkv)
-		checkGrad(t, fmt.Sprintf("T%d dqkv", T), download(t, d, s, gdq), fd, nil, dt)
-	}
-}
-
 func gradGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(34)
 	n := 51
@@ -185,49 +166,4 @@ func gradGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		return l
 	}, x)
 	checkGrad(t, "dx", download(t, d, s, gdx), fd, nil, dt)
-}
-
-func gradCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
-	r := newRand(35)
-	rows, vocab := 4, 9
-	scale := 1.0 / 4
-	logits := stored(randVals(r, rows*vocab, 3), dt)
-	targets := make([]int, rows)
-	tv := make([]float64, rows)
-	for i := range targets {
-		targets[i] = r.IntN(vocab)
-		tv[i] = float64(targets[i])
-	}
-	gl, gt := upload(t, d, s, logits, dt), upload(t, d, s, tv, gpu.I32)
-	gdl := upload(t, d, s, constVals(rows*vocab, math.NaN()), dt)
-	d.Ops().CrossEntropyBackward(s, gl, gt, gdl, rows, vocab, float32(scale))
-	fd := fdGrad(func(v []float64) float64 {
-		loss, _ := crossEntropyRef(v, targets, rows, vocab)
-		var l float64
-		for _, x := range loss {
-			l += scale * x
-		}
-		return l
-	}, logits)
-	checkGrad(t, "dlogits", download(t, d, s, gdl), fd, nil, dt)
-}
-
-func gradEmbedding(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
-	r := newRand(36)
-	B, T, dim, vocab, maxSeq := 2, 3, 4, 5, 4
-	ids := []int{1, 3, 1, 4, 1, 0} // repeats: accumulation order matters
-	idv := make([]float64, len(ids))
-	for i, v := range ids {
-		idv[i] = float64(v)
-	}
-	wte, wpe := stored(randVals(r, vocab*dim, 1), dt), stored(randVals(r, maxSeq*dim, 1), dt)
-	w := stored(randVals(r, B*T*dim, 1), dt)
-	dte0, dpe0 := stored(randVals(r, vocab*dim, 1), dt), stored(randVals(r, maxSeq*dim, 1), dt)
-	gi, gw := upload(t, d, s, idv, gpu.I32), upload(t, d, s, w, dt)
-	gdte, gdpe := upload(t, d, s, dte0, dt), upload(t, d, s, dpe0, dt)
-	d.Ops().EmbeddingBackward(s, gi, gw, gdte, gdpe, B, T, dim)
-	fdTE := fdGrad(func(v []float64) float64 { return dotVals(w, embeddingRef(ids, v, wpe, B, T, dim)) }, wte)
-	fdPE := fdGrad(func(v []float64) float64 { return dotVals(w, embeddingRef(ids, wte, v, B, T, dim)) }, wpe)
-	checkGrad(t, "dwte", download(t, d, s, gdte), fdTE, dte0, dt)
-	checkGrad(t, "dwpe", download(t, d, s, gdpe), fdPE, dpe0, dt)
 }

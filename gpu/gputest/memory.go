@@ -250,7 +250,7 @@ func testStreams(t *testing.T, nb NewBackend) {
 	wte := upload(t, d, s, randVals(newRand(3), 10*4, 1), gpu.F32)
 	wpe := upload(t, d, s, randVals(newRand(4), 4*4, 1), gpu.F32)
 	emb := alloc(t, d, 4*4, gpu.F32)
-	ops.EmbeddingForward(s, ids, wte, wpe, emb, 1, 4, 4)
+	ops.EmbeddingForward(s, ids, nil, wte, wpe, emb, 1, 4, 4)
 	if err := s.Synchronize(); err == nil {
 		t.Error("embedding with id 99 of a vocabulary of 10: no error")
 	}

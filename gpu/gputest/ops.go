@@ -19,6 +19,9 @@ func testOps(t *testing.T, nb NewBackend) {
 	for _, dt := range storages {
 		t.Run("LayerNorm/"+dt.String(), func(t *testing.T) { testLayerNorm(t, d, s, dt) })
 		t.Run("Attention/"+dt.String(), func(t *testing.T) { testAttention(t, d, s, dt) })
+		t.Run("RMSNorm/"+dt.String(), func(t *testing.T) { testRMSNorm(t, d, s, dt) })
+		t.Run("Rope/"+dt.String(), func(t *testing.T) { testRope(t, d, s, dt) })
+		t.Run("SwiGLU/"+dt.String(), func(t *testing.T) { testSwiGLU(t, d, s, dt) })
 		t.Run("Gelu/"+dt.String(), func(t *testing.T) { testGelu(t, d, s, dt) })
 		t.Run("CrossEntropy/"+dt.String(), func(t *testing.T) { testCrossEntropy(t, d, s, dt) })
 		t.Run("Embedding/"+dt.String(), func(t *testing.T) { testEmbedding(t, d, s, dt) })
@@ -87,27 +90,6 @@ func testLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	}
 }
 
-func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
-	r := newRand(12)
-	// T = 70 crosses the row blocks of blocked kernels.
-	for _, sz := range [][4]int{{1, 1, 1, 1}, {2, 7, 3, 5}, {1, 33, 2, 16}, {1, 70, 2, 4}} {
-		B, T, H, hd := sz[0], sz[1], sz[2], sz[3]
-		C := H * hd
-		qkv := stored(randVals(r, B*T*3*C, 2), dt)
-		gq := upload(t, d, s, qkv, dt)
-		gout, gatt := alloc(t, d, B*T*C, dt), upload(t, d, s, constVals(B*H*T*T, math.NaN()), gpu.F32)
-		d.Ops().AttentionForward(s, gq, gout, gatt, B, T, H, hd)
-		out, att, mag := attentionRef(qkv, B, T, H, hd)
-		name := fmt.Sprintf("B%d,T%d,H%d,hd%d", B, T, H, hd)
-		checkClose(t, name+" out", download(t, d, s, gout), out, mag, dt, rtolF32)
-		amag := make([]float64, len(att))
-		for i, v := range att {
-			amag[i] = v + 1e-6
-		}
-		checkClose(t, name+" att", download(t, d, s, gatt), att, amag, gpu.F32, rtolF32)
-	}
-}
-
 func testGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(13)
 	n := 40003 // crosses chunk boundaries of chunked backends
@@ -119,60 +101,6 @@ func testGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		want[i] = geluRef(v)
 	}
 	checkClose(t, "gelu", download(t, d, s, gy), want, absVals(x), dt, rtolF32)
-}
-
-func testCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
-	r := newRand(14)
-	rows, vocab := 6, 37
-	logits := stored(randVals(r, rows*vocab, 4), dt)
-	targets := make([]int, rows)
-	tv := make([]float64, rows)
-	for i := range targets {
-		targets[i] = r.IntN(vocab)
-		tv[i] = float64(targets[i])
-	}
-	targets[0], tv[0] = vocab-1, float64(vocab-1)
-	gl, gt, gloss := upload(t, d, s, logits, dt), upload(t, d, s, tv, gpu.I32), alloc(t, d, rows, dt)
-	d.Ops().CrossEntropyForward(s, gl, gt, gloss, rows, vocab)
-	want, mag := crossEntropyRef(logits, targets, rows, vocab)
-	checkClose(t, "losses", download(t, d, s, gloss), want, mag, dt, rtolF32)
-
-	// Backward, in place over the logits.
-	scale := 0.25
-	d.Ops().CrossEntropyBackward(s, gl, gt, gl, rows, vocab, float32(scale))
-	got := download(t, d, s, gl)
-	ref := make([]float64, rows*vocab)
-	for i := range rows {
-		p := softmaxRow(logits[i*vocab : (i+1)*vocab])
-		p[targets[i]]--
-		for c, v := range p {
-			ref[i*vocab+c] = v * scale
-		}
-	}
-	checkClose(t, "dlogits in place", got, ref, constVals(rows*vocab, scale), dt, rtolF32)
-}
-
-func testEmbedding(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
-	r := newRand(15)
-	B, T, dim, vocab, maxSeq := 2, 5, 7, 11, 9
-	ids := make([]int, B*T)
-	idv := make([]float64, B*T)
-	for i := range ids {
-		ids[i] = r.IntN(vocab)
-		idv[i] = float64(ids[i])
-	}
-	wte, wpe := stored(randVals(r, vocab*dim, 1), dt), stored(randVals(r, maxSeq*dim, 1), dt)
-	gi, gte, gpe := upload(t, d, s, idv, gpu.I32), upload(t, d, s, wte, dt), upload(t, d, s, wpe, dt)
-	gout := alloc(t, d, B*T*dim, dt)
-	d.Ops().EmbeddingForward(s, gi, gte, gpe, gout, B, T, dim)
-	want := embeddingRef(ids, wte, wpe, B, T, dim)
-	mag := make([]float64, len(want))
-	for bt := range B * T {
-		for c := range dim {
-			mag[bt*dim+c] = math.Abs(wte[ids[bt]*dim+c]) + math.Abs(wpe[bt%T*dim+c])
-		}
-	}
-	checkClose(t, "embedding", download(t, d, s, gout), want, mag, dt, rtolF32)
 }
 
 func testBiasAdd(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {

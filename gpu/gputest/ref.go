@@ -64,70 +64,8 @@ func layerNormRef(x, g, b []float64, rows, cols int, eps float64) (y, mean, rstd
 	return y, mean, rstd
 }
 
-func attentionRef(qkv []float64, batch, seq, heads, hd int) (out, att, mag []float64) {
-	C := heads * hd
-	out, mag = make([]float64, batch*seq*C), make([]float64, batch*seq*C)
-	att = make([]float64, batch*heads*seq*seq)
-	scale := 1 / math.Sqrt(float64(hd))
-	for b := range batch {
-		for h := range heads {
-			q := func(t, i int) float64 { return qkv[(b*seq+t)*3*C+h*hd+i] }
-			k := func(t, i int) float64 { return qkv[(b*seq+t)*3*C+C+h*hd+i] }
-			v := func(t, i int) float64 { return qkv[(b*seq+t)*3*C+2*C+h*hd+i] }
-			for t := range seq {
-				a := att[((b*heads+h)*seq+t)*seq:][:seq]
-				mx := math.Inf(-1)
-				for t2 := 0; t2 <= t; t2++ {
-					var s float64
-					for i := range hd {
-						s += q(t, i) * k(t2, i)
-					}
-					a[t2] = s * scale
-					mx = math.Max(mx, a[t2])
-				}
-				var sum float64
-				for t2 := 0; t2 <= t; t2++ {
-					a[t2] = math.Exp(a[t2] - mx)
-					sum += a[t2]
-				}
-				for t2 := 0; t2 <= t; t2++ {
-					a[t2] /= sum
-				}
-				for i := range hd {
-					var s, g float64
-					for t2 := 0; t2 <= t; t2++ {
-						s += a[t2] * v(t2, i)
-						g += a[t2] * math.Abs(v(t2, i))
-					}
-					out[(b*seq+t)*C+h*hd+i] = s
-					mag[(b*seq+t)*C+h*hd+i] = g
-				}
-			}
-		}
-	}
-	return out, att, mag
-}
-
 func geluRef(x float64) float64 {
 	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
-}
-
-func crossEntropyRef(logits []float64, targets []int, rows, vocab int) (loss, mag []float64) {
-	loss, mag = make([]float64, rows), make([]float64, rows)
-	for r := range rows {
-		l := logits[r*vocab : (r+1)*vocab]
-		mx := math.Inf(-1)
-		for _, v := range l {
-			mx = math.Max(mx, v)
-		}
-		var s float64
-		for _, v := range l {
-			s += math.Exp(v - mx)
-		}
-		loss[r] = math.Log(s) + mx - l[targets[r]]
-		mag[r] = math.Abs(math.Log(s)) + math.Abs(mx) + math.Abs(l[targets[r]])
-	}
-	return loss, mag
 }
 
 func softmaxRow(l []float64) []float64 {
@@ -145,17 +83,6 @@ func softmaxRow(l []float64) []float64 {
 		p[i] /= s
 	}
 	return p
-}
-
-func embeddingRef(ids []int, wte, wpe []float64, batch, seq, dim int) []float64 {
-	out := make([]float64, batch*seq*dim)
-	for bt := range batch * seq {
-		t := bt % seq
-		for c := range dim {
-			out[bt*dim+c] = wte[ids[bt]*dim+c] + wpe[t*dim+c]
-		}
-	}
-	return out
 }
 
 func absVals(x []float64) []float64 {

@@ -320,8 +320,15 @@ func (r *Ring) flush() uint32 {
 // waiting for at least waitNr completions when waitNr > 0. It returns the
 // number of SQEs the kernel consumed. EINTR is returned as is (the caller
 // decides to retry).
-func (r *Ring) Submit(waitNr uint32) (int, error) {
-	toSubmit := r.flush()
+func (r *Ring) Submit(waitNr uint32) (int, error) { return r.SubmitN(^uint32(0), waitNr) }
+
+// SubmitN is Submit handing the kernel at most limit of the prepared SQEs,
+// the oldest first (io_uring_enter's to_submit); the rest stay published in
+// the SQ for a later call. A caller that submits one SQE per call keeps
+// io_uring from plugging the block layer, so adjacent requests are not
+// merged (fio's iodepth_batch_submit=1).
+func (r *Ring) SubmitN(limit, waitNr uint32) (int, error) {
+	toSubmit := min(r.flush(), limit)
 	var flags uint32
 	if waitNr > 0 {
 		flags |= enterGetEvents
@@ -329,8 +336,7 @@ func (r *Ring) Submit(waitNr uint32) (int, error) {
 	if toSubmit == 0 && waitNr == 0 {
 		return 0, nil
 	}
-	n, err := r.Enter(toSubmit, waitNr, flags)
-	return n, err
+	return r.Enter(toSubmit, waitNr, flags)
 }
 
 // Enter is the raw io_uring_enter(2) system call.

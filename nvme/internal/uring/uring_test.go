@@ -178,3 +178,28 @@ func TestReadWriteFixedFsyncProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSubmitN: SubmitN hands the kernel at most limit SQEs, the oldest
+// first; the rest stay queued for the next call, in order.
+func TestSubmitN(t *testing.T) {
+	r := newRing(t, 4)
+	for i := range 3 {
+		sqe := r.GetSQE()
+		PrepNop(sqe)
+		sqe.UserData = uint64(10 + i)
+	}
+	var got []uint64
+	cqes := make([]CQE, 8)
+	for _, want := range []struct{ limit, took, left uint32 }{{1, 1, 2}, {1, 1, 1}, {5, 1, 0}} {
+		n, err := r.SubmitN(want.limit, 1)
+		if err != nil || uint32(n) != want.took || r.Unconsumed() != want.left {
+			t.Fatalf("SubmitN(%d): took %d (%v), %d left; want %d, %d left", want.limit, n, err, r.Unconsumed(), want.took, want.left)
+		}
+		for _, c := range cqes[:r.ReapCQEs(cqes)] {
+			got = append(got, c.UserData)
+		}
+	}
+	if !slices.Equal(got, []uint64{10, 11, 12}) {
+		t.Fatalf("completed %v, want 10, 11, 12 in order", got)
+	}
+}

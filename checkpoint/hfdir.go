@@ -1,0 +1,252 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/strata-ai/strata/model"
+)
+
+// HFModel is an open Hugging Face model directory: config.json read into
+// a shape, and every weight file's header checked against the shape's
+// layout (each tensor's name, shape and dtype), nothing else read yet.
+// ReadChunk then reads one chunk at a time, so a model larger than host
+// memory passes through it a chunk at a time. Close it when done. Not safe
+// for concurrent use.
+type HFModel struct {
+	Dir    string
+	Config *HFConfig
+	Layout *model.Layout
+	// Files are the weight files: model.safetensors, or the shards the
+	// index names (sorted).
+	Files []string
+	// Tokenizer are the files of HFTokenizerFiles the directory holds.
+	Tokenizer []string
+	w         *weights
+}
+
+// OpenHF opens the Hugging Face model directory dir: config.json (see
+// ParseHFConfig), then the weights, model.safetensors or else the shards
+// model.safetensors.index.json names. Tensors are F32, BF16 or F16 (read
+// as fp32, each value exactly), named as transformers names them, with or
+// without the "model." (Llama family) or "transformer." (GPT-2) prefix;
+// GPT-2's Conv1D weights are stored in×out. What is not the layout's is
+// refused in one error that names the directory and lists every problem,
+// each with its file and tensor: a tensor missing, in two places, of the
+// wrong shape or dtype, one the layout lacks, an index entry that its file
+// does not hold. Skipped: attention-mask and rotary buffers, and an
+// lm_head.weight the config ties to the embedding.
+func OpenHF(dir string) (_ *HFModel, err error) {
+	cfg, err := ReadHFConfig(dir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := model.NewLayout(cfg.Shape)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %s: %w", filepath.Join(dir, HFConfigName), err)
+	}
+	m := &HFModel{Dir: dir, Config: cfg, Layout: l}
+	index, err := m.findWeights()
+	if err != nil {
+		return nil, err
+	}
+	files := make([]*SafetensorsFile, 0, len(m.Files))
+	defer func() {
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+		}
+	}()
+	for _, name := range m.Files {
+		f, err := OpenSafetensors(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	prefix := "transformer."
+	if cfg.Shape.IsLlama() {
+		prefix = "model."
+	}
+	prefixed := false
+	for _, f := range files {
+		for _, t := range f.Header.Tensors {
+			prefixed = prefixed || strings.HasPrefix(t.Name, prefix)
+		}
+	}
+	display := func(n string) string { return n }
+	if prefixed {
+		display = func(n string) string { return hfPrefixed(cfg.Shape, n) }
+	}
+	w, problems := matchWeights(l, files, weightNames{names: NamesHF, canon: hfCanon(cfg.Shape), display: display})
+	problems = append(problems, checkIndex(index, files)...)
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("checkpoint: import Hugging Face model %s (%s): %s", dir, describeHF(cfg), strings.Join(problems, "; "))
+	}
+	m.w = w
+	for _, name := range HFTokenizerFiles {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() {
+			m.Tokenizer = append(m.Tokenizer, name)
+		}
+	}
+	return m, nil
+}
+
+func describeHF(c *HFConfig) string {
+	s := c.Shape
+	return fmt.Sprintf("%s, L=%d C=%d H=%d KV=%d V=%d", c.Architecture, s.Layers, s.Dim, s.Heads, s.KVHeadCount(), s.Vocab)
+}
+
+// findWeights sets m.Files: model.safetensors when there is one (as
+// transformers prefers it), else the files of the index, whose weight_map
+// it returns.
+func (m *HFModel) findWeights() (map[string]string, error) {
+	single := filepath.Join(m.Dir, HFWeightsName)
+	if _, err := os.Stat(single); err == nil {
+		m.Files = []string{HFWeightsName}
+		return nil, nil
+	}
+	indexPath := filepath.Join(m.Dir, HFIndexName)
+	b, err := os.ReadFile(indexPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		hint := ""
+		for _, other := range []string{"pytorch_model.bin", "pytorch_model.bin.index.json", "model.pt", "consolidated.00.pth"} {
+			if _, err := os.Stat(filepath.Join(m.Dir, other)); err == nil {
+				hint = fmt.Sprintf(" (it holds %s: Strata reads safetensors only; convert it, e.g. with transformers' save_pretrained(..., safe_serialization=True))", other)
+				break
+			}
+		}
+		return nil, fmt.Errorf("checkpoint: %s holds neither %s nor %s%s", m.Dir, HFWeightsName, HFIndexName, hint)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	var index struct {
+		WeightMap map[string]string `json:"weight_map"`
+	}
+	if err := json.Unmarshal(b, &index); err != nil || len(index.WeightMap) == 0 {
+		return nil, fmt.Errorf("checkpoint: %s: not an index with a weight_map of tensor names to files (%v)", indexPath, err)
+	}
+	seen := map[string]bool{}
+	for name, file := range index.WeightMap {
+		if file == "" || filepath.Base(file) != file || file == "." || file == ".." {
+			return nil, fmt.Errorf("checkpoint: %s: tensor %q is in %q, which is not a file name in the directory", indexPath, name, file)
+		}
+		if !seen[file] {
+			seen[file] = true
+			m.Files = append(m.Files, file)
+		}
+	}
+	sort.Strings(m.Files)
+	return index.WeightMap, nil
+}
+
+// checkIndex lists the index entries whose file does not hold the tensor.
+func checkIndex(index map[string]string, files []*SafetensorsFile) []string {
+	if index == nil {
+		return nil
+	}
+	holds := map[string]map[string]bool{}
+	for _, f := range files {
+		names := map[string]bool{}
+		for _, t := range f.Header.Tensors {
+			names[t.Name] = true
+		}
+		holds[shortPath(f.Path)] = names
+	}
+	var bad []string
+	for name, file := range index {
+		if !holds[file][name] {
+			bad = append(bad, fmt.Sprintf("%s (in %s)", name, file))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	sort.Strings(bad)
+	return []string{fmt.Sprintf("%s lists %d tensors their file does not hold: %s", HFIndexName, len(bad), listSome(bad))}
+}
+
+// Shape is the model's shape.
+func (m *HFModel) Shape() model.Shape { return m.Config.Shape }
+
+// ReadChunk fills dst, exactly the length of chunk c of the layout, with
+// the chunk's values as fp32: each tensor read from its file with pread, a
+// block of at most 4 MiB at a time (an F32 tensor the layout stores as the
+// file does, straight into dst), so host memory holds the caller's chunk
+// and one block, whatever the model's size; the page cache holds what the
+// kernel keeps of the files.
+func (m *HFModel) ReadChunk(c int, dst []float32) error {
+	if err := m.w.readChunk(c, dst); err != nil {
+		return fmt.Errorf("%w (chunk %d, %s)", err, c, m.Layout.Chunks[c].Name)
+	}
+	return nil
+}
+
+// Source is the model as a run's Source: where its tokenizer files are.
+func (m *HFModel) Source() *Source {
+	dir, err := filepath.Abs(m.Dir)
+	if err != nil {
+		dir = m.Dir
+	}
+	return &Source{Path: dir, Format: SourceHF, Tokenizer: m.Tokenizer}
+}
+
+// Close closes the weight files.
+func (m *HFModel) Close() error {
+	var errs []error
+	for _, f := range m.w.files {
+		errs = append(errs, f.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Source is where a run's initial weights came from (`strata train
+// --init`), recorded in each of its checkpoints' manifests (and in the
+// run's run.json) so that the run's tokenizer and, for a Hugging Face
+// model, its config.json can be found again (`strata export --format hf`
+// copies them).
+type Source struct {
+	Path   string `json:"path"`   // absolute
+	Format string `json:"format"` // SourceHF or SourceStrata
+	// Tokenizer are the files of HFTokenizerFiles in Path (a Hugging Face
+	// directory); tokenizer.json is what the data pipeline reads.
+	Tokenizer []string `json:"tokenizer,omitempty"`
+}
+
+// Source formats.
+const (
+	SourceHF     = "hf"     // a Hugging Face model directory
+	SourceStrata = "strata" // a Strata checkpoint without a Source of its own
+)
+
+// TokenizerPath is the path of Path's tokenizer.json, "" when the source
+// has none.
+func (s *Source) TokenizerPath() string {
+	return s.file("tokenizer.json")
+}
+
+// TokenizerConfigPath is the path of Path's tokenizer_config.json, "" when
+// the source has none.
+func (s *Source) TokenizerConfigPath() string {
+	return s.file("tokenizer_config.json")
+}
+
+func (s *Source) file(name string) string {
+	if s == nil {
+		return ""
+	}
+	for _, t := range s.Tokenizer {
+		if t == name {
+			return filepath.Join(s.Path, name)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,342 @@
+package checkpoint
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/model"
+)
+
+// DefaultMaxShardBytes bounds the tensor bytes of each weight file of an
+// exported Hugging Face directory: transformers' save_pretrained default,
+// "5GB" (decimal).
+const DefaultMaxShardBytes = 5_000_000_000
+
+// ParseShardSize reads a shard size as transformers' max_shard_size does:
+// decimal suffixes KB, MB, GB, TB (10^3 ...), binary KiB, MiB, GiB, TiB
+// (2^10 ...), or a number of bytes.
+func ParseShardSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		mult   int64
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"TIB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || !(f > 0) || f*float64(mult) > 1<<62 {
+		return 0, fmt.Errorf("checkpoint: shard size %q: want a positive size such as 5GB (10^9 B), 2GiB (2^30 B) or 1000000", s)
+	}
+	return int64(f * float64(mult)), nil
+}
+
+// HFExportOptions control ExportHF.
+type HFExportOptions struct {
+	DType dtype.DType // F32 (default) or BF16 (round to nearest even)
+	// MaxShardBytes bounds each weight file's tensor bytes (0:
+	// DefaultMaxShardBytes); a tensor larger than it gets a file of its
+	// own, as in transformers.
+	MaxShardBytes int64
+	// Source, when it is a Hugging Face directory (Format SourceHF),
+	// gives config.json its other keys (HFConfigJSON's base) and the
+	// tokenizer files to copy (Source.Tokenizer).
+	Source *Source
+}
+
+func (o *HFExportOptions) defaults() {
+	if o.DType == 0 {
+		o.DType = dtype.F32
+	}
+	if o.MaxShardBytes == 0 {
+		o.MaxShardBytes = DefaultMaxShardBytes
+	}
+}
+
+// Validate says what is wrong with the options (after defaults).
+func (o HFExportOptions) Validate() error {
+	o.defaults()
+	if o.DType != dtype.F32 && o.DType != dtype.BF16 {
+		return fmt.Errorf("checkpoint: export dtype %v (want f32 or bf16)", o.DType)
+	}
+	if o.MaxShardBytes < 1 {
+		return fmt.Errorf("checkpoint: export max shard size %d bytes must be positive", o.MaxShardBytes)
+	}
+	return nil
+}
+
+// HFExport is what ExportHF wrote.
+type HFExport struct {
+	Dir        string
+	Files      []string // the weight files, in order
+	TotalBytes int64    // the tensors' bytes (the index's total_size)
+	Tokenizer  []string // files copied from the source
+	Notes      []string // what of the source could not be used
+}
+
+// hfShard is one weight file: tensors fts[first:end].
+type hfShard struct {
+	name       string
+	first, end int
+	bytes      int64
+}
+
+// planShards splits the tensors, in order, into files of at most max
+// tensor bytes (one larger tensor alone), named as transformers names
+// them: model.safetensors when one file suffices, else
+// model-0000N-of-0000M.safetensors.
+func planShards(sizes []int64, maxBytes int64) []hfShard {
+	var out []hfShard
+	for i, n := range sizes {
+		if len(out) == 0 || out[len(out)-1].bytes+n > maxBytes && out[len(out)-1].end > out[len(out)-1].first {
+			out = append(out, hfShard{first: i, end: i})
+		}
+		s := &out[len(out)-1]
+		s.end, s.bytes = i+1, s.bytes+n
+	}
+	for i := range out {
+		out[i].name = HFWeightsName
+		if len(out) > 1 {
+			out[i].name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(out))
+		}
+	}
+	return out
+}
+
+// ExportHF writes a Hugging Face model directory at dir (which must not
+// exist or be empty): config.json (HFConfigJSON, torch_dtype from
+// opts.DType), the weights in files of at most opts.MaxShardBytes with
+// model.safetensors.index.json when there are several, each tensor under
+// the name transformers gives it ("model." or "transformer." before the
+// layout's Hugging Face name, GPT-2's Conv1D weights transposed to
+// in×out; a tied head is not written), metadata {"format": "pt"}; and the
+// tokenizer files of opts.Source. produce hands the chunks over as for
+// ExportStream, so the weights stream one chunk at a time: host memory is
+// ExportStream's (one tensor in the file's dtype and a 1 MiB write buffer)
+// besides what produce holds. Everything is written into a temporary
+// directory beside dir, each file fsynced, then renamed to dir: a failure
+// leaves no dir.
+func ExportHF(dir string, layout *model.Layout, opts HFExportOptions, produce func(w *ExportWriter) error) (*HFExport, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	if err := checkOutDir(dir); err != nil {
+		return nil, err
+	}
+	out := &HFExport{Dir: dir}
+	var base []byte
+	if src := opts.Source; src != nil && src.Format == SourceHF {
+		b, err := os.ReadFile(filepath.Join(src.Path, HFConfigName))
+		if err != nil {
+			out.Notes = append(out.Notes, fmt.Sprintf("config.json written from the shape alone: the source's could not be read (%v)", err))
+		}
+		base = b
+	}
+	cfg, err := HFConfigJSON(layout.Shape, opts.DType, base)
+	if err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dir)), "."+filepath.Base(filepath.Clean(dir))+".tmp-*")
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint: export: %w", err)
+	}
+	fail := func(err error) (*HFExport, error) {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("checkpoint: export %s: %w", dir, err)
+	}
+	if err := writeSynced(filepath.Join(tmp, HFConfigName), cfg); err != nil {
+		return fail(err)
+	}
+	fts := fileTensors(layout, NamesHF)
+	sizes := make([]int64, len(fts))
+	for i := range fts {
+		fts[i].name = hfPrefixed(layout.Shape, fts[i].name)
+		sizes[i] = int64(fts[i].t.Len * opts.DType.Size())
+		out.TotalBytes += sizes[i]
+	}
+	shards := planShards(sizes, opts.MaxShardBytes)
+	if err := writeHFShards(tmp, layout, fts, shards, opts.DType, produce); err != nil {
+		return fail(err)
+	}
+	weightMap := map[string]string{}
+	for _, s := range shards {
+		out.Files = append(out.Files, s.name)
+		for _, ft := range fts[s.first:s.end] {
+			weightMap[ft.name] = s.name
+		}
+	}
+	if len(shards) > 1 {
+		index := map[string]any{"metadata": map[string]any{"total_size": out.TotalBytes}, "weight_map": weightMap}
+		b, _ := json.MarshalIndent(index, "", "  ")
+		if err := writeSynced(filepath.Join(tmp, HFIndexName), append(b, '\n')); err != nil {
+			return fail(err)
+		}
+	}
+	if src := opts.Source; src != nil && src.Format == SourceHF {
+		for _, name := range src.Tokenizer {
+			if err := copySynced(filepath.Join(tmp, name), filepath.Join(src.Path, name)); err != nil {
+				out.Notes = append(out.Notes, fmt.Sprintf("tokenizer file not copied: %v", err))
+				continue
+			}
+			out.Tokenizer = append(out.Tokenizer, name)
+		}
+	}
+	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700, as a directory made by mkdir
+		return fail(err)
+	}
+	if err := syncDir(tmp); err != nil {
+		return fail(err)
+	}
+	os.Remove(dir) // empty, or absent (checkOutDir)
+	if err := os.Rename(tmp, dir); err != nil {
+		return fail(err)
+	}
+	if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		return nil, fmt.Errorf("checkpoint: export %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+// checkOutDir refuses a dir that exists and is not an empty directory.
+func checkOutDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil
+	case err != nil:
+		return fmt.Errorf("checkpoint: export: %w", err)
+	case len(ents) > 0:
+		names := make([]string, 0, len(ents))
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		sort.Strings(names)
+		return fmt.Errorf("checkpoint: export: %s is not empty (%s): choose a new directory", dir, listSome(names))
+	}
+	return nil
+}
+
+// writeHFShards writes the weight files of shards into dir, streaming the
+// chunks produce hands over.
+func writeHFShards(dir string, layout *model.Layout, fts []fileTensor, shards []hfShard, dt dtype.DType, produce func(w *ExportWriter) error) (err error) {
+	var f *os.File
+	var bw *bufio.Writer
+	closeFile := func() error {
+		if f == nil {
+			return nil
+		}
+		err := bw.Flush()
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		f = nil
+		return err
+	}
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	maxBytes := 0
+	for _, ft := range fts {
+		maxBytes = max(maxBytes, ft.t.Len*dt.Size())
+	}
+	next := 0 // the next shard to start
+	w := &ExportWriter{l: layout, dt: dt, fts: fts, buf: make([]byte, maxBytes)}
+	w.begin = func(i int) error {
+		if next == len(shards) || i != shards[next].first {
+			return nil
+		}
+		if err := closeFile(); err != nil {
+			return err
+		}
+		s := shards[next]
+		entries := make([]entry, 0, s.end-s.first)
+		for _, ft := range fts[s.first:s.end] {
+			entries = append(entries, entry{name: ft.name, dt: dt, shape: ft.shape, sizeBytes: int64(ft.t.Len * dt.Size())})
+		}
+		hdr, err := encodeHeader(entries, map[string]string{"format": "pt"})
+		if err != nil {
+			return err
+		}
+		if f, err = os.Create(filepath.Join(dir, s.name)); err != nil {
+			return err
+		}
+		bw = bufio.NewWriterSize(f, 1<<20)
+		w.w = bw
+		next++
+		_, err = bw.Write(hdr)
+		return err
+	}
+	if err := produce(w); err != nil {
+		return err
+	}
+	if w.next != len(layout.Chunks) {
+		return fmt.Errorf("export: %d of the layout's %d chunks handed over", w.next, len(layout.Chunks))
+	}
+	return closeFile()
+}
+
+// copySynced copies the file src to dst and fsyncs it.
+func copySynced(dst, src string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.Create(dst)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in)
+	if err == nil {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ExportCheckpointHF writes the weights of the training checkpoint at src
+// (as ExportCheckpoint names and reads it: every rank file verified first,
+// then the fp32 master weights, else the params, one chunk at a time) as a
+// Hugging Face model directory at dst (ExportHF). opts.Source nil takes
+// the checkpoint's own (Manifest.Source): the tokenizer and config.json
+// of the model its run started from. It returns the checkpoint's
+// description as well.
+func ExportCheckpointHF(dst, src string, opts HFExportOptions) (*HFExport, *State, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, nil, err
+	}
+	cw, err := openCheckpointWeights(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cw.rd.Close()
+	if opts.Source == nil {
+		opts.Source = cw.rd.Source()
+	}
+	out, err := ExportHF(dst, cw.layout, opts, cw.produce)
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, cw.meta, nil
+}

@@ -1,0 +1,291 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// attnTile is the side of the attention tiles: attnTile query rows meet
+// attnTile keys at a time, so the scores of a tile are one attnTile×attnTile
+// GEMM and nothing of size seq×seq is ever held.
+const attnTile = 64
+
+// attnGeom is the shape of one attention call: qkv rows of
+// (heads+2·kvHeads)·hd values, query head h reading key/value head h/rep.
+type attnGeom struct {
+	batch, seq, heads, kvHeads, hd, rep int
+	scale                               float32
+	pos                                 []int32 // nil: pos[b,t] = t
+}
+
+func newAttnGeom(batch, seq, heads, kvHeads, hd int, pos *Buffer) (attnGeom, error) {
+	g := attnGeom{batch: batch, seq: seq, heads: heads, kvHeads: kvHeads, hd: hd,
+		scale: float32(1 / math.Sqrt(float64(hd)))}
+	if kvHeads > 0 {
+		g.rep = heads / kvHeads
+	}
+	if pos != nil {
+		g.pos = pos.i32()
+		for i, p := range g.pos {
+			if t := i % seq; p < 0 || int(p) > t {
+				return g, fmt.Errorf("gpu/cpu: attention: position %d of row %d, column %d outside [0, %d]", p, i/seq, t, t)
+			}
+		}
+	}
+	return g, nil
+}
+
+// width is the number of values of one token's qkv row.
+func (g *attnGeom) width() int { return (g.heads + 2*g.kvHeads) * g.hd }
+
+// first is the first key the query at (b, i) attends to.
+func (g *attnGeom) first(b, i int) int {
+	if g.pos == nil {
+		return 0
+	}
+	return i - int(g.pos[b*g.seq+i])
+}
+
+// firstOfTile is the first key any query of rows [r0, r1) of row b attends to.
+func (g *attnGeom) firstOfTile(b, r0, r1 int) int {
+	lo := r0
+	for i := r0; i < r1; i++ {
+		lo = min(lo, g.first(b, i))
+	}
+	return lo
+}
+
+// loadHead copies head h (at value offset off within a token's row) of
+// batch row b of buf, seq×hd, into dst as contiguous fp32 rows.
+func loadHead(buf *Buffer, dst []float32, b, off, rowWidth, seq, hd int, tmp []float32) []float32 {
+	for t := range seq {
+		base := (b*seq+t)*rowWidth + off
+		src := loadF32(buf, base, base+hd, tmp)
+		copy(dst[t*hd:(t+1)*hd], src)
+		if buf.DType() != gpu.F32 {
+			tmp = src
+		}
+	}
+	return tmp
+}
+
+// storeHead writes src (seq×hd contiguous) into head offset off of batch
+// row b of buf.
+func storeHead(buf *Buffer, src []float32, b, off, rowWidth, seq, hd int) {
+	for t := range seq {
+		storeF32(buf, (b*seq+t)*rowWidth+off, src[t*hd:(t+1)*hd])
+	}
+}
+
+// AttentionForward is the flash-attention forward on fp32 tiles. Each
+// (batch, head) runs on one worker: for every tile of attnTile query rows,
+// the key tiles that any of its rows may see, in order; per key tile the
+// scores S = Q·Kᵀ·scale are one GEMM, masked to each row's keys
+// [i-pos[i], i], and the running row maximum m, running sum l (float64)
+// and output accumulator O (fp32) are updated online:
+//
+//	m' = max(m, max_j S_ij), P_ij = exp(S_ij - m') (float64, rounded to fp32),
+//	l = l·exp(m - m') + Σ_j P_ij, O = O·exp(m - m') + P·V (one GEMM)
+//
+// then out = O/l and lse = m + log l.
+func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch, seq, heads, kvHeads, headDim int) {
+	s.enqueue(func() error {
+		g, err := newAttnGeom(batch, seq, heads, kvHeads, headDim, pos)
+		if err != nil {
+			return err
+		}
+		lv := lse.f32()
+		o.d.parallel(batch*heads, 1, func(lo, hi int) {
+			w := newAttnWork(seq, headDim)
+			for bh := lo; bh < hi; bh++ {
+				b, h := bh/heads, bh%heads
+				kv := h / g.rep
+				w.tmp = loadHead(qkv, w.q, b, h*headDim, g.width(), seq, headDim, w.tmp)
+				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*headDim, g.width(), seq, headDim, w.tmp)
+				w.tmp = loadHead(qkv, w.v, b, (heads+kvHeads+kv)*headDim, g.width(), seq, headDim, w.tmp)
+				for r0 := 0; r0 < seq; r0 += attnTile {
+					o.attnForwardTile(&g, w, b, r0, min(seq, r0+attnTile), lv[bh*seq:(bh+1)*seq])
+				}
+				storeHead(out, w.o, b, h*headDim, heads*headDim, seq, headDim)
+			}
+		})
+		return nil
+	})
+}
+
+// attnWork is one worker's scratch: a head's q, k, v (and for the
+// backward dout, dq, dk, dv) as seq×hd rows, and two tiles.
+type attnWork struct {
+	q, k, v, o     []float32
+	do, dq, dk, dv []float32
+	s, dp          []float32 // attnTile×attnTile
+	m              []float32 // attnTile running maxima
+	l              []float64 // attnTile running sums
+	dsum           []float32 // seq: D_i = rowsum(dout ⊙ out)
+	tmp            []float32
+	seq, hd        int
+}
+
+func newAttnWork(seq, hd int) *attnWork {
+	n := seq * hd
+	t := min(attnTile, seq)
+	return &attnWork{q: make([]float32, n), k: make([]float32, n), v: make([]float32, n), o: make([]float32, n),
+		s: make([]float32, t*t), dp: make([]float32, t*t), m: make([]float32, t), l: make([]float64, t), seq: seq, hd: hd}
+}
+
+func (w *attnWork) withBackward() *attnWork {
+	n := w.seq * w.hd
+	w.do, w.dq, w.dk, w.dv, w.dsum = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, w.seq)
+	return w
+}
+
+// attnForwardTile computes query rows [r0, r1) of the head in w into w.o
+// and lse.
+func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1 int, lse []float32) {
+	hd, rb := g.hd, r1-r0
+	ninf := float32(math.Inf(-1))
+	m, l := w.m[:rb], w.l[:rb]
+	for i := range rb {
+		m[i], l[i] = ninf, 0
+	}
+	acc := w.o[r0*hd : r1*hd]
+	clear(acc)
+	for c0 := g.firstOfTile(b, r0, r1) / attnTile * attnTile; c0 < r1; c0 += attnTile {
+		c1 := min(r1, c0+attnTile)
+		cb := c1 - c0
+		sc := w.s[:rb*cb]
+		o.sgemm(false, true, rb, cb, hd, g.scale, w.q[r0*hd:r1*hd], w.k[c0*hd:c1*hd], 0, sc)
+		for i := range rb {
+			row := sc[i*cb : (i+1)*cb]
+			lo, hi := max(g.first(b, r0+i), c0)-c0, min(r0+i+1, c1)-c0 // the row's keys in this tile
+			if lo >= hi {
+				clear(row)
+				continue
+			}
+			mt := m[i]
+			for _, x := range row[lo:hi] {
+				mt = max(mt, x)
+			}
+			alpha := float32(0)
+			if m[i] != ninf {
+				alpha = float32(math.Exp(float64(m[i]) - float64(mt)))
+			}
+			var sum float64
+			for j := range row {
+				if j < lo || j >= hi {
+					row[j] = 0
+					continue
+				}
+				p := float32(math.Exp(float64(row[j]) - float64(mt)))
+				row[j] = p
+				sum += float64(p)
+			}
+			m[i], l[i] = mt, l[i]*float64(alpha)+sum
+			if alpha != 1 {
+				for d := range acc[i*hd : (i+1)*hd] {
+					acc[i*hd+d] *= alpha
+				}
+			}
+		}
+		o.sgemm(false, false, rb, hd, cb, 1, sc, w.v[c0*hd:c1*hd], 1, acc)
+	}
+	for i := range rb {
+		inv := float32(1 / l[i])
+		for d := range acc[i*hd : (i+1)*hd] {
+			acc[i*hd+d] *= inv
+		}
+		lse[r0+i] = float32(float64(m[i]) + math.Log(l[i]))
+	}
+}
+
+// AttentionBackward is FlashAttention-2's backward on fp32 tiles. Each
+// (batch, key/value head) runs on one worker, which owns that head's dK
+// and dV: for each query head of its group in order, D_i = rowsum(dO_i ⊙
+// O_i) (float64), then for each key tile j and each query tile i that
+// sees it (both in order) the probabilities are recomputed from lse,
+//
+//	P = exp(Q_i·K_jᵀ·scale - lse_i) masked, dV_j += Pᵀ·dO_i, dP = dO_i·V_jᵀ,
+//	dS = P ⊙ (dP - D_i)·scale, dQ_i += dS·K_j, dK_j += dSᵀ·Q_i,
+//
+// each product one GEMM. Every sum runs in this fixed order, so the bits
+// do not depend on the worker count or the run.
+func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int) {
+	s.enqueue(func() error {
+		g, err := newAttnGeom(batch, seq, heads, kvHeads, headDim, pos)
+		if err != nil {
+			return err
+		}
+		lv := lse.f32()
+		hd, width := headDim, g.width()
+		o.d.parallel(batch*kvHeads, 1, func(lo, hi int) {
+			w := newAttnWork(seq, hd).withBackward()
+			for bk := lo; bk < hi; bk++ {
+				b, kv := bk/kvHeads, bk%kvHeads
+				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*hd, width, seq, hd, w.tmp)
+				w.tmp = loadHead(qkv, w.v, b, (heads+kvHeads+kv)*hd, width, seq, hd, w.tmp)
+				clear(w.dk)
+				clear(w.dv)
+				for h := kv * g.rep; h < (kv+1)*g.rep; h++ {
+					w.tmp = loadHead(qkv, w.q, b, h*hd, width, seq, hd, w.tmp)
+					w.tmp = loadHead(dout, w.do, b, h*hd, heads*hd, seq, hd, w.tmp)
+					w.tmp = loadHead(out, w.o, b, h*hd, heads*hd, seq, hd, w.tmp)
+					for i := range seq {
+						var d float64
+						for c := range hd {
+							d += float64(w.do[i*hd+c]) * float64(w.o[i*hd+c])
+						}
+						w.dsum[i] = float32(d)
+					}
+					clear(w.dq)
+					ls := lv[(b*heads+h)*seq : (b*heads+h+1)*seq]
+					for c0 := 0; c0 < seq; c0 += attnTile {
+						c1 := min(seq, c0+attnTile)
+						for r0 := c0; r0 < seq; r0 += attnTile { // queries before c0 see no key of the tile
+							r1 := min(seq, r0+attnTile)
+							if g.firstOfTile(b, r0, r1) < c1 {
+								o.attnBackwardTile(&g, w, b, r0, r1, c0, c1, ls)
+							}
+						}
+					}
+					storeHead(dqkv, w.dq, b, h*hd, width, seq, hd)
+				}
+				storeHead(dqkv, w.dk, b, (heads+kv)*hd, width, seq, hd)
+				storeHead(dqkv, w.dv, b, (heads+kvHeads+kv)*hd, width, seq, hd)
+			}
+		})
+		return nil
+	})
+}
+
+// attnBackwardTile adds the contributions of query rows [r0, r1) against
+// keys [c0, c1) of the head in w to w.dq, w.dk and w.dv.
+func (o *kernels) attnBackwardTile(g *attnGeom, w *attnWork, b, r0, r1, c0, c1 int, lse []float32) {
+	hd, rb, cb := g.hd, r1-r0, c1-c0
+	p, dp := w.s[:rb*cb], w.dp[:rb*cb]
+	q, do := w.q[r0*hd:r1*hd], w.do[r0*hd:r1*hd]
+	o.sgemm(false, true, rb, cb, hd, g.scale, q, w.k[c0*hd:c1*hd], 0, p)
+	for i := range rb {
+		row := p[i*cb : (i+1)*cb]
+		lo, hi := max(g.first(b, r0+i), c0)-c0, min(r0+i+1, c1)-c0
+		for j := range row {
+			if j < lo || j >= hi {
+				row[j] = 0
+				continue
+			}
+			row[j] = float32(math.Exp(float64(row[j]) - float64(lse[r0+i])))
+		}
+	}
+	o.sgemm(true, false, cb, hd, rb, 1, p, do, 1, w.dv[c0*hd:c1*hd])
+	o.sgemm(false, true, rb, cb, hd, 1, do, w.v[c0*hd:c1*hd], 0, dp)
+	for i := range rb {
+		di := w.dsum[r0+i]
+		for j := range cb {
+			k := i*cb + j
+			dp[k] = p[k] * (dp[k] - di) * g.scale
+		}
+	}
+	o.sgemm(false, false, rb, hd, cb, 1, dp, w.k[c0*hd:c1*hd], 1, w.dq[r0*hd:r1*hd])
+	o.sgemm(true, false, cb, hd, rb, 1, dp, q, 1, w.dk[c0*hd:c1*hd])
+}

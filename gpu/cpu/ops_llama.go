@@ -1,0 +1,226 @@
+package cpu
+
+import (
+	"math"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// The Llama family's ops: RMSNorm, rotary embeddings and SwiGLU.
+
+// RMSNormForward: per row, the mean of squares in float64, rstd =
+// 1/sqrt(ms+eps) stored as fp32, then y = (x·rstd)·gamma in fp32 with the
+// stored rstd (Hugging Face's LlamaRMSNorm: normalise, then weight).
+func (o *kernels) RMSNormForward(s *Stream, x, gamma, y, rstd *Buffer, rows, cols int, eps float32) {
+	s.enqueue(func() error {
+		g := loadF32(gamma, 0, cols, nil)
+		rv := rstd.f32()
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
+			out := make([]float32, cols)
+			var tmp []float32
+			for r := lo; r < hi; r++ {
+				xr := loadF32(x, r*cols, (r+1)*cols, tmp)
+				if x.DType() != gpu.F32 {
+					tmp = xr
+				}
+				var ss float64
+				for _, v := range xr {
+					ss += float64(v) * float64(v)
+				}
+				rf := float32(1 / math.Sqrt(ss/float64(cols)+float64(eps)))
+				for c, v := range xr {
+					out[c] = v * rf * g[c]
+				}
+				rv[r] = rf
+				storeF32(y, r*cols, out)
+			}
+		})
+		return nil
+	})
+}
+
+// RMSNormBackward accumulates dx and dgamma: with xhat = x·rstd and
+// g = dy·gamma, dx += (g - xhat·mean(g·xhat))·rstd, dgamma += sum_r dy·xhat;
+// the row mean in float64, the column sums in row order.
+func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buffer, rows, cols int) {
+	s.enqueue(func() error {
+		g := loadF32(gamma, 0, cols, nil)
+		rv := rstd.f32()
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
+			xh := make([]float32, cols)
+			var tx, td, tdx []float32
+			for r := lo; r < hi; r++ {
+				xr := loadF32(x, r*cols, (r+1)*cols, tx)
+				dr := loadF32(dy, r*cols, (r+1)*cols, td)
+				tx, td = xr, dr
+				var sgx float64
+				for c := range cols {
+					xh[c] = xr[c] * rv[r]
+					sgx += float64(dr[c]*g[c]) * float64(xh[c])
+				}
+				mgx := float32(sgx / float64(cols))
+				dxr := loadF32(dx, r*cols, (r+1)*cols, tdx)
+				tdx = dxr
+				for c := range cols {
+					dxr[c] += (dr[c]*g[c] - xh[c]*mgx) * rv[r]
+				}
+				storeF32(dx, r*cols, dxr)
+			}
+		})
+		o.d.parallel(cols, 64, func(lo, hi int) {
+			ag := make([]float32, hi-lo)
+			var tx, td []float32
+			for r := range rows {
+				xr := loadF32(x, r*cols+lo, r*cols+hi, tx)
+				dr := loadF32(dy, r*cols+lo, r*cols+hi, td)
+				tx, td = xr, dr
+				for i := range ag {
+					ag[i] += dr[i] * (xr[i] * rv[r])
+				}
+			}
+			addInto(dgamma, lo, ag)
+		})
+		return nil
+	})
+}
+
+// ropeTable holds cos and sin (fp32, rounded from float64) of angle
+// p·theta^(-2i/hd) for positions p < rows and i < hd/2.
+type ropeTable struct {
+	half     int
+	freq     []float64
+	cos, sin []float32
+}
+
+func newRopeTable(rows, hd int, theta float32) *ropeTable {
+	half := hd / 2
+	t := &ropeTable{half: half, freq: make([]float64, half), cos: make([]float32, rows*half), sin: make([]float32, rows*half)}
+	for i := range half {
+		t.freq[i] = math.Pow(float64(theta), -2*float64(i)/float64(hd))
+	}
+	for p := range rows {
+		t.fill(p, t.cos[p*half:(p+1)*half], t.sin[p*half:(p+1)*half])
+	}
+	return t
+}
+
+func (t *ropeTable) fill(p int, cos, sin []float32) {
+	for i, f := range t.freq {
+		sn, cs := math.Sincos(float64(p) * f)
+		cos[i], sin[i] = float32(cs), float32(sn)
+	}
+}
+
+// rope rotates the query and key heads of packed qkv rows in place:
+// forward (x1, x2) -> (x1·c - x2·s, x2·c + x1·s); inverse (the backward)
+// (d1, d2) -> (d1·c + d2·s, d2·c - d1·s). Each token runs on one worker.
+// Positions in [0, seq) come from one table; any other (a caller's
+// position past its rows, as in generation) is computed for its token.
+func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, hd int, theta float32, inverse bool) {
+	s.enqueue(func() error {
+		var pv []int32
+		if pos != nil {
+			pv = pos.i32()
+		}
+		tab := newRopeTable(seq, hd, theta)
+		half, width, rotated := hd/2, (heads+2*kvHeads)*hd, (heads+kvHeads)*hd
+		o.d.parallel(batch*seq, max(1, 4096/max(1, width)), func(lo, hi int) {
+			var tmp []float32
+			cosOwn, sinOwn := make([]float32, half), make([]float32, half)
+			for bt := lo; bt < hi; bt++ {
+				p := bt % seq
+				if pv != nil {
+					p = int(pv[bt])
+				}
+				cos, sin := cosOwn, sinOwn
+				if p >= 0 && p < seq {
+					cos, sin = tab.cos[p*half:(p+1)*half], tab.sin[p*half:(p+1)*half]
+				} else {
+					tab.fill(p, cos, sin)
+				}
+				row := loadF32(qkv, bt*width, bt*width+rotated, tmp)
+				if qkv.DType() != gpu.F32 {
+					tmp = row
+				}
+				for h := 0; h < rotated; h += hd {
+					x1, x2 := row[h:h+half], row[h+half:h+hd]
+					for i := range half {
+						a, b, c, sn := x1[i], x2[i], cos[i], sin[i]
+						if inverse {
+							sn = -sn
+						}
+						x1[i], x2[i] = a*c-b*sn, b*c+a*sn
+					}
+				}
+				storeF32(qkv, bt*width, row)
+			}
+		})
+		return nil
+	})
+}
+
+// RopeForward rotates q and k of qkv in place (rope).
+func (o *kernels) RopeForward(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	o.rope(s, qkv, pos, batch, seq, heads, kvHeads, headDim, theta, false)
+}
+
+// RopeBackward applies the inverse rotation to q and k of dqkv in place
+// (rope).
+func (o *kernels) RopeBackward(s *Stream, dqkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	o.rope(s, dqkv, pos, batch, seq, heads, kvHeads, headDim, theta, true)
+}
+
+// sigmoid64 is 1/(1+exp(-x)) in float64.
+func sigmoid64(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// SwiGLUForward: y = silu(gate)·up, silu and the product in float64,
+// rounded once.
+func (o *kernels) SwiGLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int) {
+	s.enqueue(func() error {
+		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int) {
+			out := make([]float32, ffn)
+			var tmp []float32
+			for r := lo; r < hi; r++ {
+				gu := loadF32(gateUp, r*2*ffn, (r+1)*2*ffn, tmp)
+				if gateUp.DType() != gpu.F32 {
+					tmp = gu
+				}
+				for c := range ffn {
+					g := float64(gu[c])
+					out[c] = float32(g * sigmoid64(g) * float64(gu[ffn+c]))
+				}
+				storeF32(y, r*ffn, out)
+			}
+		})
+		return nil
+	})
+}
+
+// SwiGLUBackward: with sig = sigmoid(gate), d gate = dy·up·sig·(1 +
+// gate·(1-sig)) and d up = dy·gate·sig, in float64, rounded once.
+func (o *kernels) SwiGLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int) {
+	s.enqueue(func() error {
+		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int) {
+			out := make([]float32, 2*ffn)
+			var tg, td []float32
+			for r := lo; r < hi; r++ {
+				gu := loadF32(gateUp, r*2*ffn, (r+1)*2*ffn, tg)
+				d := loadF32(dy, r*ffn, (r+1)*ffn, td)
+				if gateUp.DType() != gpu.F32 {
+					tg = gu
+				}
+				if dy.DType() != gpu.F32 {
+					td = d
+				}
+				for c := range ffn {
+					g, u, dv := float64(gu[c]), float64(gu[ffn+c]), float64(d[c])
+					sig := sigmoid64(g)
+					out[c] = float32(dv * u * sig * (1 + g*(1-sig)))
+					out[ffn+c] = float32(dv * g * sig)
+				}
+				storeF32(dgateUp, r*2*ffn, out)
+			}
+		})
+		return nil
+	})
+}

@@ -1,0 +1,241 @@
+package cuda
+
+import (
+	"go/ast"
+	"go/importer"
+	"go/parser"
+	"go/token"
+	"go/types"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// These tests need no GPU: they check the Go side's kernel launches
+// against kernels.cu's declarations, and the launch arithmetic.
+
+// kernelParams parses kernels.cu's extern "C" kernels into their
+// parameter kinds: "ptr" (any pointer), "int", "unsigned", "i64", "float".
+func kernelParams(t *testing.T) map[string][]string {
+	t.Helper()
+	re := regexp.MustCompile(`extern "C" __global__ void (?:__launch_bounds__\(\w+\) )?(\w+)\(([^)]*)\)`)
+	out := map[string][]string{}
+	for _, m := range re.FindAllStringSubmatch(kernelSource, -1) {
+		var kinds []string
+		for _, p := range strings.Split(m[2], ",") {
+			p = strings.Join(strings.Fields(p), " ")
+			switch {
+			case p == "":
+				continue
+			case strings.Contains(p, "*"):
+				kinds = append(kinds, "ptr")
+			case strings.HasPrefix(p, "int "), strings.HasPrefix(p, "i64 "), strings.HasPrefix(p, "float "), strings.HasPrefix(p, "unsigned "):
+				kinds = append(kinds, strings.Fields(p)[0])
+			default:
+				t.Fatalf("kernel %s: parameter %q of an unknown kind", m[1], p)
+			}
+		}
+		out[m[1]] = kinds
+	}
+	return out
+}
+
+// launchSite is one launch in the Go source: the kernel, the kinds of the
+// arguments as the kernel receives them, and the block size when it is a
+// constant.
+type launchSite struct {
+	pos    string
+	kernel string
+	kinds  []string
+	block  int64 // -1: not a constant
+}
+
+// goLaunches type-checks the package's non-test Go files and returns every
+// call of Stream.launch, Stream.launchN and gpuCtx.launch.
+func goLaunches(t *testing.T) []launchSite {
+	t.Helper()
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed []*ast.File
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		af, err := parser.ParseFile(fset, f, src, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed = append(parsed, af)
+	}
+	info := &types.Info{Types: map[ast.Expr]types.TypeAndValue{}}
+	conf := types.Config{Importer: importer.ForCompiler(fset, "source", nil)}
+	if _, err := conf.Check("github.com/strata-ai/strata/gpu/cuda", fset, parsed, info); err != nil {
+		t.Fatalf("type-checking the package: %v", err)
+	}
+	kind := func(e ast.Expr) string {
+		switch tv := info.Types[e]; tv.Type.String() {
+		case "github.com/strata-ai/strata/gpu/cuda.devPtr":
+			return "ptr"
+		case "int32":
+			return "int"
+		case "uint32":
+			return "unsigned"
+		case "int64":
+			return "i64"
+		case "float32":
+			return "float"
+		default:
+			return "unpackable " + tv.Type.String()
+		}
+	}
+	var sites []launchSite
+	for _, af := range parsed {
+		ast.Inspect(af, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok {
+				return true
+			}
+			sel, ok := call.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			recv := info.Types[sel.X].Type
+			if recv == nil {
+				return true
+			}
+			var nameAt, blockAt, argsAt int
+			switch r := recv.String(); {
+			case sel.Sel.Name == "launch" && r == "*github.com/strata-ai/strata/gpu/cuda.Stream":
+				nameAt, blockAt, argsAt = 0, 2, 3
+			case sel.Sel.Name == "launchN" && r == "*github.com/strata-ai/strata/gpu/cuda.Stream":
+				nameAt, blockAt, argsAt = 0, -1, 2
+			case sel.Sel.Name == "launch" && r == "*github.com/strata-ai/strata/gpu/cuda.gpuCtx":
+				nameAt, blockAt, argsAt = 1, 3, 5
+			default:
+				return true
+			}
+			site := launchSite{pos: fset.Position(call.Pos()).String(), block: 256}
+			lit, ok := call.Args[nameAt].(*ast.BasicLit)
+			if !ok {
+				return true // the generic launchers themselves pass name through
+			}
+			site.kernel, _ = strconv.Unquote(lit.Value)
+			if blockAt >= 0 {
+				site.block = -1
+				if v := info.Types[call.Args[blockAt]].Value; v != nil {
+					site.block, _ = strconv.ParseInt(v.ExactString(), 10, 64)
+				}
+			}
+			for _, a := range call.Args[argsAt:] {
+				site.kinds = append(site.kinds, kind(a))
+			}
+			sites = append(sites, site)
+			return true
+		})
+	}
+	return sites
+}
+
+// TestLaunchArguments: every launch passes the kernel's parameters in
+// number, order and size (a mismatch would read garbage on the GPU, not
+// fail to compile), and every kernel is launched somewhere.
+func TestLaunchArguments(t *testing.T) {
+	params := kernelParams(t)
+	sites := goLaunches(t)
+	launched := map[string]bool{}
+	for _, s := range sites {
+		want, ok := params[s.kernel]
+		if !ok {
+			t.Errorf("%s: launches %s, which kernels.cu does not declare", s.pos, s.kernel)
+			continue
+		}
+		launched[s.kernel] = true
+		if !slices.Equal(s.kinds, want) {
+			t.Errorf("%s: %s launched with %v, the kernel takes %v", s.pos, s.kernel, s.kinds, want)
+		}
+	}
+	for k := range params {
+		if !launched[k] {
+			t.Errorf("kernel %s is never launched", k)
+		}
+	}
+	if len(sites) < len(params) {
+		t.Errorf("found %d launch sites for %d kernels", len(sites), len(params))
+	}
+}
+
+// TestLaunchBlockSizes: kernels that reduce over NT threads with
+// block_sum_d/block_max_f, or are built for a fixed block (the attention
+// kernels' __launch_bounds__), are launched with exactly that many.
+func TestLaunchBlockSizes(t *testing.T) {
+	want := map[string]int64{
+		"layernorm_fwd": rowThreads, "layernorm_bwd_dx": rowThreads, "rmsnorm_fwd": rowThreads, "rmsnorm_bwd_dx": rowThreads,
+		"xent_fwd": rowThreads, "xent_bwd": rowThreads, "sumsq_partial": 256, "sumsq_final": 256, "check_ids": 256, "check_pos": 256,
+		"attn_fwd": attnFwdThreads, "attn_bwd_dkv": attnBwdThreads, "attn_bwd_dq": attnBwdThreads,
+	}
+	seen := map[string]bool{}
+	for _, s := range goLaunches(t) {
+		if w, ok := want[s.kernel]; ok {
+			seen[s.kernel] = true
+			if s.block != w {
+				t.Errorf("%s: %s launched with %d threads a block, want %d", s.pos, s.kernel, s.block, w)
+			}
+		}
+	}
+	for k := range want {
+		if !seen[k] {
+			t.Errorf("no launch of %s found", k)
+		}
+	}
+	for _, c := range []struct {
+		def  string
+		want int
+	}{
+		{"ATT_D", attnMaxHeadDim}, {"AF_BQ", attnFwdRows}, {"AF_BK", attnFwdRows}, {"AF_NT", attnFwdThreads},
+		{"AB_BQ", attnBwdRows}, {"AB_BK", attnBwdRows}, {"AB_NT", attnBwdThreads}, {"NT", rowThreads},
+	} {
+		if !regexp.MustCompile(`(?m)^#define ` + c.def + ` ` + strconv.Itoa(c.want) + `\b`).MatchString(kernelSource) {
+			t.Errorf("kernels.cu: %s is not %d", c.def, c.want)
+		}
+	}
+}
+
+// TestAttnShapes: the grids cover every query and key row once, with
+// partial last tiles, and grouped-query attention has one dK/dV block per
+// key/value head.
+func TestAttnShapes(t *testing.T) {
+	for _, c := range []struct {
+		batch, seq, heads, kv int
+		want                  attnShape
+	}{
+		{1, 1, 1, 1, attnShape{fwdTiles: 1, bwdTiles: 1, fwdGrid: 1, dqGrid: 1, dkvGrid: 1}},
+		{2, 32, 4, 4, attnShape{fwdTiles: 1, bwdTiles: 2, fwdGrid: 8, dqGrid: 16, dkvGrid: 16}},
+		{2, 33, 4, 4, attnShape{fwdTiles: 2, bwdTiles: 3, fwdGrid: 16, dqGrid: 24, dkvGrid: 24}},
+		{3, 100, 8, 2, attnShape{fwdTiles: 4, bwdTiles: 7, fwdGrid: 96, dqGrid: 168, dkvGrid: 42}},
+		{1, 0, 8, 2, attnShape{}},
+	} {
+		if got := attnShapes(c.batch, c.seq, c.heads, c.kv); got != c.want {
+			t.Errorf("attnShapes(%d, %d, %d, %d) = %+v, want %+v", c.batch, c.seq, c.heads, c.kv, got, c.want)
+		}
+	}
+	if err := attnCheck("attention", 1, 8, 2, 1, 129); err == nil || !strings.Contains(err.Error(), "at most 128") {
+		t.Errorf("head dimension 129: %v", err)
+	}
+	if err := attnCheck("attention", 1, 8, 2, 1, 128); err != nil {
+		t.Errorf("head dimension 128: %v", err)
+	}
+	if err := attnCheck("attention", 1<<20, 1<<20, 64, 8, 64); err == nil {
+		t.Error("a grid past 2^31 blocks was accepted")
+	}
+}

@@ -1,0 +1,125 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+)
+
+// The tile shapes of kernels.cu's attention (checked against its #defines
+// by TestKernelsDeclared).
+const (
+	attnMaxHeadDim = 128 // ATT_D
+	attnFwdRows    = 32  // AF_BQ: query rows of a forward block (and AF_BK keys a tile)
+	attnFwdThreads = 128 // AF_NT
+	attnBwdRows    = 16  // AB_BQ = AB_BK: query and key rows of a backward tile
+	attnBwdThreads = 128 // AB_NT
+)
+
+// attnShape is the launch arithmetic of one attention call: the number of
+// query tiles of a forward block (fwdTiles) and of a backward tile
+// (bwdTiles), and the grids: forward and dQ one block per (batch, head,
+// query tile), dK/dV one block per (batch, key/value head, key tile).
+type attnShape struct {
+	fwdTiles, bwdTiles       int
+	fwdGrid, dqGrid, dkvGrid int
+}
+
+func attnShapes(batch, seq, heads, kvHeads int) attnShape {
+	ft := (seq + attnFwdRows - 1) / attnFwdRows
+	bt := (seq + attnBwdRows - 1) / attnBwdRows
+	return attnShape{fwdTiles: ft, bwdTiles: bt, fwdGrid: batch * heads * ft, dqGrid: batch * heads * bt, dkvGrid: batch * kvHeads * bt}
+}
+
+// attnCheck returns the error of an attention call the kernels cannot run
+// (a head dimension past ATT_D, a grid past 2^31-1 blocks, a dimension
+// past int32), or nil.
+func attnCheck(op string, batch, seq, heads, kvHeads, headDim int) error {
+	if headDim > attnMaxHeadDim {
+		return fmt.Errorf("gpu/cuda: %s: head dimension %d; the kernels take at most %d", op, headDim, attnMaxHeadDim)
+	}
+	sh := attnShapes(batch, seq, heads, kvHeads)
+	if seq > math.MaxInt32 || heads+2*kvHeads > math.MaxInt32 || max(sh.fwdGrid, sh.dqGrid, sh.dkvGrid) > math.MaxInt32 {
+		return fmt.Errorf("gpu/cuda: %s: batch %d, seq %d, heads %d+%d: the grid is past 2^31-1 blocks", op, batch, seq, heads, kvHeads)
+	}
+	return nil
+}
+
+func attnScale(headDim int) float32 { return float32(1 / math.Sqrt(float64(headDim))) }
+
+// AttentionForward: causal grouped-query attention by the flash-attention
+// algorithm (attn_fwd): one block of 128 threads per (batch, head, tile of
+// 32 query rows), K and V through shared memory 32 rows at a time, online
+// softmax in fp32; writes out and lse. No batch×heads×seq×seq storage.
+// An unsupported shape (head dimension past 128) or a position outside
+// [0, its column] (check_pos) is an error on the stream and leaves out
+// and lse unchanged.
+func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch, seq, heads, kvHeads, headDim int) {
+	if err := attnCheck("attention", batch, seq, heads, kvHeads, headDim); err != nil {
+		s.fail(err)
+		return
+	}
+	bad := s.checkPos(pos, batch, seq, codeAttnPos)
+	sh := attnShapes(batch, seq, heads, kvHeads)
+	s.launch("attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
+		int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim), bad)
+}
+
+// AttentionBackward writes dqkv as FlashAttention-2 does, deterministic
+// and without atomics: attn_bwd_rowdot computes D_i = rowsum(dout∘out)
+// into scratch (batch×heads×seq floats, outside the budget); attn_bwd_dkv
+// (one block per (batch, key/value head, tile of 16 keys)) recomputes P
+// from lse for each query tile that can see the keys, for the group's
+// query heads in order, and writes dK and dV; attn_bwd_dq (one block per
+// (batch, head, tile of 16 queries)) loops over the key tiles and writes
+// dQ. dqkv may not alias qkv, dout or out. A position outside [0, its
+// column] (check_pos) is an error on the stream and leaves dqkv unchanged.
+func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int) {
+	if err := attnCheck("attention-backward", batch, seq, heads, kvHeads, headDim); err != nil {
+		s.fail(err)
+		return
+	}
+	bad := s.checkPos(pos, batch, seq, codeAttnBwdPos)
+	sh := attnShapes(batch, seq, heads, kvHeads)
+	if sh.dkvGrid == 0 && sh.dqGrid == 0 {
+		return
+	}
+	scale := attnScale(headDim)
+	g := o.d.g
+	s.run(func() error {
+		n := int64(batch) * int64(heads) * int64(seq)
+		drow, free, err := s.scratch(n * 4)
+		if err != nil {
+			return err
+		}
+		defer free()
+		if err := g.launch(s.h, "attn_bwd_rowdot", g.gridFor(n, 256), 256, 0, dout.p(), dt(dout), out.p(), dt(out), devPtr(drow),
+			int32(seq), int32(heads), int32(headDim), n); err != nil {
+			return err
+		}
+		if err := g.launch(s.h, "attn_bwd_dkv", uint32(sh.dkvGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
+			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
+			int32(sh.bwdTiles), scale, bad); err != nil {
+			return err
+		}
+		return g.launch(s.h, "attn_bwd_dq", uint32(sh.dqGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
+			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
+			int32(sh.bwdTiles), scale, bad)
+	})
+}
+
+// RopeForward rotates the q and k heads of qkv in place (rope): one
+// thread per (token, q or k head, pair), cos and sin from double math in
+// the kernel (no table), the rotation in fp32.
+func (o *kernels) RopeForward(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	o.rope(s, qkv, pos, batch, seq, heads, kvHeads, headDim, theta, 0)
+}
+
+// RopeBackward applies the transpose rotation to dqkv in place.
+func (o *kernels) RopeBackward(s *Stream, dqkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+	o.rope(s, dqkv, pos, batch, seq, heads, kvHeads, headDim, theta, 1)
+}
+
+func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32, inverse int32) {
+	n := int64(batch) * int64(seq) * int64(heads+kvHeads) * int64(headDim/2)
+	s.launchN("rope", n, qkv.p(), dt(qkv), optP(pos), int32(seq), int32(heads), int32(kvHeads), int32(headDim), theta, inverse, n)
+}

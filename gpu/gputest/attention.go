@@ -1,0 +1,308 @@
+package gputest
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// attnCase is one attention configuration: batch, seq, heads, key/value
+// heads and head dimension, and the positions (nil: pos[b,t] = t).
+type attnCase struct {
+	B, T, H, KV, D int
+	pos            []int
+}
+
+func (c attnCase) String() string {
+	p := ""
+	if c.pos != nil {
+		p = ",packed"
+	}
+	return fmt.Sprintf("B%d,T%d,H%d,KV%d,D%d%s", c.B, c.T, c.H, c.KV, c.D, p)
+}
+
+// width is the number of values of one token's packed qkv row.
+func (c attnCase) width() int { return (c.H + 2*c.KV) * c.D }
+
+// first is the first key the query at (b, i) sees.
+func (c attnCase) first(b, i int) int {
+	if c.pos == nil {
+		return 0
+	}
+	return i - c.pos[b*c.T+i]
+}
+
+// packedPositions returns positions for batch rows of seq tokens holding
+// examples of random lengths (1 to maxLen): positions restart at 0 at each
+// example's first token. Every row starts an example at column 0.
+func packedPositions(r *rand.Rand, batch, seq, maxLen int) []int {
+	pos := make([]int, batch*seq)
+	for b := range batch {
+		left := 0
+		for t := range seq {
+			if left == 0 {
+				left = 1 + r.IntN(maxLen)
+			} else {
+				pos[b*seq+t] = pos[b*seq+t-1] + 1
+			}
+			left--
+		}
+	}
+	return pos
+}
+
+func intVals(v []int) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// attnProbs returns the softmax probabilities of query (b, h, i) over the
+// keys j in [first, i], the score magnitude A_ij = scale·Σ_d |q_d·k_d| of
+// each, and the log-sum-exp of the scaled scores.
+func attnProbs(qkv []float64, c attnCase, b, h, i int) (p, amag []float64, lse float64) {
+	W, kvh := c.width(), h/(c.H/c.KV)
+	scale := 1 / math.Sqrt(float64(c.D))
+	q := qkv[(b*c.T+i)*W+h*c.D:][:c.D]
+	lo := c.first(b, i)
+	p, amag = make([]float64, i+1-lo), make([]float64, i+1-lo)
+	mx := math.Inf(-1)
+	for j := lo; j <= i; j++ {
+		k := qkv[(b*c.T+j)*W+(c.H+kvh)*c.D:][:c.D]
+		var sc, a float64
+		for d := range c.D {
+			sc += q[d] * k[d]
+			a += math.Abs(q[d] * k[d])
+		}
+		p[j-lo], amag[j-lo] = sc*scale, a*scale
+		mx = math.Max(mx, sc*scale)
+	}
+	var sum float64
+	for j := range p {
+		p[j] = math.Exp(p[j] - mx)
+		sum += p[j]
+	}
+	for j := range p {
+		p[j] /= sum
+	}
+	return p, amag, mx + math.Log(sum)
+}
+
+// attentionRef is causal grouped-query attention in float64. mag bounds
+// the rounding error of each output: Σ_j p_j|v_j| (the fp32 sums) plus
+// max_j A_ij · Σ_j p_j|v_j - out| (an fp32 score is off by about ε·A_ij,
+// which moves the output by p_j·δs_j·(v_j - out)); lseMag is |lse| + max_j
+// A_ij for the same reason.
+func attentionRef(qkv []float64, c attnCase) (out, lse, mag, lseMag []float64) {
+	W := c.width()
+	out, mag = make([]float64, c.B*c.T*c.H*c.D), make([]float64, c.B*c.T*c.H*c.D)
+	lse, lseMag = make([]float64, c.B*c.H*c.T), make([]float64, c.B*c.H*c.T)
+	for b := range c.B {
+		for h := range c.H {
+			kvh := h / (c.H / c.KV)
+			for i := range c.T {
+				p, amag, l := attnProbs(qkv, c, b, h, i)
+				lo := c.first(b, i)
+				var amax float64
+				for _, a := range amag {
+					amax = math.Max(amax, a)
+				}
+				o := out[(b*c.T+i)*c.H*c.D+h*c.D:][:c.D]
+				for j := lo; j <= i; j++ {
+					v := qkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
+					for d := range c.D {
+						o[d] += p[j-lo] * v[d]
+					}
+				}
+				mg := mag[(b*c.T+i)*c.H*c.D+h*c.D:][:c.D]
+				for j := lo; j <= i; j++ {
+					v := qkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
+					for d := range c.D {
+						mg[d] += p[j-lo] * (math.Abs(v[d]) + amax*math.Abs(v[d]-o[d]))
+					}
+				}
+				lse[(b*c.H+h)*c.T+i], lseMag[(b*c.H+h)*c.T+i] = l, math.Abs(l)+amax
+			}
+		}
+	}
+	return out, lse, mag, lseMag
+}
+
+// attentionBackwardRef is the gradient of Σ dout ⊙ attention(qkv) with
+// respect to qkv, in float64, by the formulas of the op's contract: the
+// probabilities recomputed exactly, D_i = dout_i · out_i from the out the
+// op is given (so a bf16 out enters as the device holds it).
+func attentionBackwardRef(dout, qkv, out []float64, c attnCase) []float64 {
+	W, C := c.width(), c.H*c.D
+	scale := 1 / math.Sqrt(float64(c.D))
+	dqkv := make([]float64, len(qkv))
+	for b := range c.B {
+		for h := range c.H {
+			kvh := h / (c.H / c.KV)
+			for i := range c.T {
+				p, _, _ := attnProbs(qkv, c, b, h, i)
+				lo := c.first(b, i)
+				do := dout[(b*c.T+i)*C+h*c.D:][:c.D]
+				o := out[(b*c.T+i)*C+h*c.D:][:c.D]
+				var di float64
+				for d := range c.D {
+					di += do[d] * o[d]
+				}
+				q := qkv[(b*c.T+i)*W+h*c.D:][:c.D]
+				dq := dqkv[(b*c.T+i)*W+h*c.D:][:c.D]
+				for j := lo; j <= i; j++ {
+					k := qkv[(b*c.T+j)*W+(c.H+kvh)*c.D:][:c.D]
+					v := qkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
+					dk := dqkv[(b*c.T+j)*W+(c.H+kvh)*c.D:][:c.D]
+					dv := dqkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
+					var dp float64
+					for d := range c.D {
+						dp += do[d] * v[d]
+					}
+					pj := p[j-lo]
+					ds := pj * (dp - di) * scale
+					for d := range c.D {
+						dv[d] += pj * do[d]
+						dq[d] += ds * k[d]
+						dk[d] += ds * q[d]
+					}
+				}
+			}
+		}
+	}
+	return dqkv
+}
+
+// attentionCases cover head dimensions 64 and 128 and small ones, seq not
+// a multiple of any usual tile (33, 70, 100, 130 cross tiles of 16-128),
+// batch×head counts from 1 to 24, grouped-query ratios 1, 2 and 4, and
+// packed examples that cross tile boundaries.
+func attentionCases(r *rand.Rand) []attnCase {
+	return []attnCase{
+		{B: 1, T: 1, H: 1, KV: 1, D: 64},
+		{B: 2, T: 7, H: 3, KV: 3, D: 5},
+		{B: 2, T: 70, H: 4, KV: 4, D: 64},
+		{B: 1, T: 130, H: 4, KV: 2, D: 128},
+		{B: 3, T: 33, H: 8, KV: 2, D: 64},
+		{B: 2, T: 130, H: 4, KV: 1, D: 64, pos: packedPositions(r, 2, 130, 90)},
+		{B: 2, T: 100, H: 2, KV: 2, D: 128, pos: packedPositions(r, 2, 100, 40)},
+		{B: 3, T: 20, H: 2, KV: 1, D: 8, pos: packedPositions(r, 3, 20, 3)},
+	}
+}
+
+// testAttention checks AttentionForward (out and lse) and
+// AttentionBackward against the float64 references on every case, the
+// backward twice for identical bits, and a position outside [0, t] as an
+// error on the stream.
+//
+// Tolerances: out and lse 1e-5 × their magnitudes (attentionRef), plus
+// 2^-8|ref| for a bf16 out; dqkv against attentionBackwardRef 1e-4 × (the
+// largest |ref| of the case + |ref|), as the gradient checks (the fp32
+// tile sums add errors of ~sqrt(T)·2^-24 of their terms), plus 2^-8|ref|
+// for a bf16 dqkv.
+func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(12)
+	ops := d.Ops()
+	for _, c := range attentionCases(r) {
+		qkv := stored(randVals(r, c.B*c.T*c.width(), 2), dt)
+		dout := stored(randVals(r, c.B*c.T*c.H*c.D, 1), dt)
+		gq, gdo := upload(t, d, s, qkv, dt), upload(t, d, s, dout, dt)
+		var gpos gpu.Buffer
+		if c.pos != nil {
+			gpos = upload(t, d, s, intVals(c.pos), gpu.I32)
+		}
+		gout := upload(t, d, s, constVals(c.B*c.T*c.H*c.D, math.NaN()), dt)
+		glse := upload(t, d, s, constVals(c.B*c.H*c.T, math.NaN()), gpu.F32)
+		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
+		out, lse, mag, lseMag := attentionRef(qkv, c)
+		gotOut := download(t, d, s, gout)
+		checkClose(t, c.String()+" out", gotOut, out, mag, dt, rtolF32)
+		checkClose(t, c.String()+" lse", download(t, d, s, glse), lse, lseMag, gpu.F32, rtolF32)
+
+		var first []byte
+		for run := range 2 {
+			gdq := upload(t, d, s, constVals(len(qkv), math.NaN()), dt) // written, not accumulated
+			ops.AttentionBackward(s, gdo, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D)
+			if run == 0 {
+				want := attentionBackwardRef(dout, qkv, gotOut, c)
+				got := download(t, d, s, gdq)
+				checkClose(t, c.String()+" dqkv", got, want, gradMag(want), dt, rtolGrad)
+				first = ReadBytes(t, d, gdq)
+			} else if !bytes.Equal(ReadBytes(t, d, gdq), first) {
+				t.Errorf("%v: the backward's bits differ between two calls", c)
+			}
+		}
+	}
+
+	// A position past its column is an error on the stream.
+	c := attnCase{B: 1, T: 4, H: 1, KV: 1, D: 2}
+	gq, gout := upload(t, d, s, randVals(r, c.B*c.T*c.width(), 1), dt), alloc(t, d, c.T*c.D, dt)
+	gpos, glse := upload(t, d, s, []float64{0, 1, 3, 0}, gpu.I32), alloc(t, d, c.T, gpu.F32)
+	ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
+	if err := s.Synchronize(); err == nil {
+		t.Error("attention with position 3 at column 2: no error on the stream")
+	}
+}
+
+// gradMag is the gradient checks' magnitude: max|ref| + |ref| per element.
+func gradMag(ref []float64) []float64 {
+	var mx float64
+	for _, v := range ref {
+		mx = math.Max(mx, math.Abs(v))
+	}
+	mag := make([]float64, len(ref))
+	for i, v := range ref {
+		mag[i] = mx + math.Abs(v)
+	}
+	return mag
+}
+
+// gradAttention checks AttentionBackward after AttentionForward against
+// central differences of the float64 forward, on small cases (every
+// element of qkv is perturbed): across a tile boundary, with grouped
+// heads and with packed examples.
+//
+// Tolerance: fp32 storage as every gradient check (1e-4 of the largest
+// gradient). bf16 storage: the backward reads out as stored, and
+// D_i = dout_i·out_i then carries bf16's 2^-9 relative rounding of out,
+// which moves dS by up to P·2^-9·|dout||out|·scale — an error of order
+// 2^-8 of the largest gradient, so the bound is 4·2^-8 of it (a wrong
+// formula is off by O(1)).
+func gradAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(33)
+	cases := []attnCase{
+		{B: 2, T: 5, H: 2, KV: 1, D: 4},
+		{B: 1, T: 67, H: 2, KV: 1, D: 2},
+		{B: 2, T: 70, H: 4, KV: 2, D: 2, pos: packedPositions(r, 2, 70, 30)},
+	}
+	ops := d.Ops()
+	for _, c := range cases {
+		qkv := stored(randVals(r, c.B*c.T*c.width(), 1.5), dt)
+		w := stored(randVals(r, c.B*c.T*c.H*c.D, 1), dt)
+		gq, gw := upload(t, d, s, qkv, dt), upload(t, d, s, w, dt)
+		var gpos gpu.Buffer
+		if c.pos != nil {
+			gpos = upload(t, d, s, intVals(c.pos), gpu.I32)
+		}
+		gout, glse := alloc(t, d, c.B*c.T*c.H*c.D, dt), alloc(t, d, c.B*c.H*c.T, gpu.F32)
+		gdq := upload(t, d, s, constVals(len(qkv), math.NaN()), dt)
+		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
+		ops.AttentionBackward(s, gw, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D)
+		fd := fdGrad(func(v []float64) float64 {
+			out, _, _, _ := attentionRef(v, c)
+			return dotVals(w, out)
+		}, qkv)
+		got := download(t, d, s, gdq)
+		if dt == gpu.F32 {
+			checkGrad(t, c.String()+" dqkv", got, fd, nil, dt)
+		} else {
+			checkClose(t, c.String()+" dqkv", got, fd, gradMag(fd), dt, 4*rtolBF16)
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package gputest
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// The Llama family's ops: RMSNorm, rotary embeddings, SwiGLU.
+
+func rmsNormRef(x, g []float64, rows, cols int, eps float64) (y, rstd []float64) {
+	y, rstd = make([]float64, rows*cols), make([]float64, rows)
+	for r := range rows {
+		xr := x[r*cols : (r+1)*cols]
+		var ss float64
+		for _, v := range xr {
+			ss += v * v
+		}
+		rs := 1 / math.Sqrt(ss/float64(cols)+eps)
+		for c, v := range xr {
+			y[r*cols+c] = v * rs * g[c]
+		}
+		rstd[r] = rs
+	}
+	return y, rstd
+}
+
+func testRMSNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(51)
+	for _, sz := range [][2]int{{1, 1}, {5, 37}, {17, 300}} {
+		rows, cols := sz[0], sz[1]
+		x, g := stored(randVals(r, rows*cols, 2), dt), stored(randVals(r, cols, 1.5), dt)
+		gx, gg := upload(t, d, s, x, dt), upload(t, d, s, g, dt)
+		gy, gr := alloc(t, d, rows*cols, dt), alloc(t, d, rows, gpu.F32)
+		d.Ops().RMSNormForward(s, gx, gg, gy, gr, rows, cols, 1e-6)
+		y, rstd := rmsNormRef(x, g, rows, cols, 1e-6)
+		name := fmt.Sprintf("%dx%d", rows, cols)
+		checkClose(t, name+" y", download(t, d, s, gy), y, absVals(y), dt, rtolF32)
+		checkClose(t, name+" rstd", download(t, d, s, gr), rstd, nil, gpu.F32, rtolF32)
+	}
+}
+
+// gradRMSNorm: dx and dgamma accumulate onto what the buffers held.
+func gradRMSNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(52)
+	rows, cols := 3, 8
+	const eps = 1e-5
+	x, g := stored(randVals(r, rows*cols, 2), dt), stored(randVals(r, cols, 1.5), dt)
+	w := stored(randVals(r, rows*cols, 1), dt)
+	dx0, dg0 := stored(randVals(r, rows*cols, 1), dt), stored(randVals(r, cols, 1), dt)
+	gx, gg, gw := upload(t, d, s, x, dt), upload(t, d, s, g, dt), upload(t, d, s, w, dt)
+	gy, gr := alloc(t, d, rows*cols, dt), alloc(t, d, rows, gpu.F32)
+	gdx, gdg := upload(t, d, s, dx0, dt), upload(t, d, s, dg0, dt)
+	ops := d.Ops()
+	ops.RMSNormForward(s, gx, gg, gy, gr, rows, cols, eps)
+	ops.RMSNormBackward(s, gw, gx, gg, gr, gdx, gdg, rows, cols)
+	loss := func(x, g []float64) float64 {
+		y, _ := rmsNormRef(x, g, rows, cols, eps)
+		return dotVals(w, y)
+	}
+	checkGrad(t, "dx", download(t, d, s, gdx), fdGrad(func(v []float64) float64 { return loss(v, g) }, x), dx0, dt)
+	checkGrad(t, "dgamma", download(t, d, s, gdg), fdGrad(func(v []float64) float64 { return loss(x, v) }, g), dg0, dt)
+}
+
+// ropeCase is a rotary configuration on packed qkv rows.
+type ropeCase struct {
+	B, T, H, KV, D int
+	theta          float64
+	pos            []int // nil: pos[b,t] = t
+}
+
+// ropeRef rotates the q and k heads of qkv in float64 (inverse: the
+// transpose rotation); mag is |x_i| + |x_{i+D/2}| per element, the scale
+// of the error fp32 cos and sin (rounded from float64) make.
+func ropeRef(qkv []float64, c ropeCase, inverse bool) (out, mag []float64) {
+	W, half := (c.H+2*c.KV)*c.D, c.D/2
+	out, mag = append([]float64(nil), qkv...), absVals(qkv)
+	for bt := range c.B * c.T {
+		p := bt % c.T
+		if c.pos != nil {
+			p = c.pos[bt]
+		}
+		for h := 0; h < c.H+c.KV; h++ {
+			base := bt*W + h*c.D
+			for i := range half {
+				a := float64(p) * math.Pow(c.theta, -2*float64(i)/float64(c.D))
+				cs, sn := math.Cos(a), math.Sin(a)
+				if inverse {
+					sn = -sn
+				}
+				x1, x2 := qkv[base+i], qkv[base+half+i]
+				out[base+i], out[base+half+i] = x1*cs-x2*sn, x2*cs+x1*sn
+				mag[base+i], mag[base+half+i] = math.Abs(x1)+math.Abs(x2), math.Abs(x1)+math.Abs(x2)
+			}
+		}
+	}
+	return out, mag
+}
+
+// testRope checks RopeForward and RopeBackward against the float64
+// rotation (values untouched bit for bit), at head dimensions 8, 64 and
+// 128, Llama-3's theta, grouped heads, packed positions and positions past
+// seq (as generation with a cache uses). Tolerance 1e-5·(|x_i| + |x_{i+D/2}|): fp32 cos and
+// sin are within 2^-24 of the float64 ones.
+func testRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(53)
+	cases := []ropeCase{
+		{B: 2, T: 9, H: 4, KV: 2, D: 8, theta: 10000},
+		{B: 1, T: 70, H: 2, KV: 1, D: 64, theta: 500000},
+		{B: 2, T: 33, H: 2, KV: 2, D: 128, theta: 10000, pos: packedPositions(r, 2, 33, 10)},
+		{B: 1, T: 3, H: 1, KV: 1, D: 8, theta: 10000, pos: []int{5000, 7, 100}},
+	}
+	ops := d.Ops()
+	for _, c := range cases {
+		W := (c.H + 2*c.KV) * c.D
+		x := stored(randVals(r, c.B*c.T*W, 2), dt)
+		var gpos gpu.Buffer
+		if c.pos != nil {
+			gpos = upload(t, d, s, intVals(c.pos), gpu.I32)
+		}
+		name := fmt.Sprintf("B%d,T%d,H%d,KV%d,D%d,theta%g,pos=%v", c.B, c.T, c.H, c.KV, c.D, c.theta, c.pos != nil)
+		for _, inverse := range []bool{false, true} {
+			gx := upload(t, d, s, x, dt)
+			if inverse {
+				ops.RopeBackward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, float32(c.theta))
+			} else {
+				ops.RopeForward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, float32(c.theta))
+			}
+			want, mag := ropeRef(x, c, inverse)
+			got := download(t, d, s, gx)
+			checkClose(t, fmt.Sprintf("%s inverse=%v", name, inverse), got, want, mag, dt, rtolF32)
+			for bt := range c.B * c.T {
+				v := bt*W + (c.H+c.KV)*c.D
+				if !equalBits(got[v:v+c.KV*c.D], x[v:v+c.KV*c.D]) {
+					t.Fatalf("%s: the value heads of token %d changed", name, bt)
+				}
+			}
+		}
+	}
+}
+
+// gradRope: RopeBackward of w is the gradient of Σ w ⊙ rope(x), by
+// central differences of the float64 rotation.
+func gradRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(54)
+	c := ropeCase{B: 2, T: 5, H: 2, KV: 1, D: 6, theta: 10000, pos: []int{0, 1, 2, 0, 1, 0, 1, 2, 3, 4}}
+	W := (c.H + 2*c.KV) * c.D
+	x, w := stored(randVals(r, c.B*c.T*W, 1), dt), stored(randVals(r, c.B*c.T*W, 1), dt)
+	gw, gpos := upload(t, d, s, w, dt), upload(t, d, s, intVals(c.pos), gpu.I32)
+	d.Ops().RopeBackward(s, gw, gpos, c.B, c.T, c.H, c.KV, c.D, float32(c.theta))
+	fd := fdGrad(func(v []float64) float64 {
+		y, _ := ropeRef(v, c, false)
+		return dotVals(w, y)
+	}, x)
+	checkGrad(t, "dqkv", download(t, d, s, gw), fd, nil, dt)
+}
+
+func siluRef(x float64) float64 { return x / (1 + math.Exp(-x)) }
+
+func swigluRef(gu []float64, rows, ffn int) (y, mag []float64) {
+	y, mag = make([]float64, rows*ffn), make([]float64, rows*ffn)
+	for r := range rows {
+		for c := range ffn {
+			g, u := gu[r*2*ffn+c], gu[r*2*ffn+ffn+c]
+			y[r*ffn+c] = siluRef(g) * u
+			mag[r*ffn+c] = math.Abs(siluRef(g) * u)
+		}
+	}
+	return y, mag
+}
+
+func testSwiGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(55)
+	for _, sz := range [][2]int{{1, 1}, {7, 37}, {3, 3000}} {
+		rows, ffn := sz[0], sz[1]
+		gu := stored(randVals(r, rows*2*ffn, 6), dt)
+		ggu, gy := upload(t, d, s, gu, dt), alloc(t, d, rows*ffn, dt)
+		d.Ops().SwiGLUForward(s, ggu, gy, rows, ffn)
+		want, mag := swigluRef(gu, rows, ffn)
+		checkClose(t, fmt.Sprintf("%dx%d", rows, ffn), download(t, d, s, gy), want, mag, dt, rtolF32)
+	}
+}
+
+// gradSwiGLU: d gate|up is written (the buffer starts as NaN).
+func gradSwiGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(56)
+	rows, ffn := 4, 9
+	gu, w := stored(randVals(r, rows*2*ffn, 5), dt), stored(randVals(r, rows*ffn, 1), dt)
+	ggu, gw := upload(t, d, s, gu, dt), upload(t, d, s, w, dt)
+	gd := upload(t, d, s, constVals(rows*2*ffn, math.NaN()), dt)
+	d.Ops().SwiGLUBackward(s, ggu, gw, gd, rows, ffn)
+	fd := fdGrad(func(v []float64) float64 {
+		y, _ := swigluRef(v, rows, ffn)
+		return dotVals(w, y)
+	}, gu)
+	checkGrad(t, "d gate|up", download(t, d, s, gd), fd, nil, dt)
+}

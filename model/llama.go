@@ -1,0 +1,75 @@
+package model
+
+import "github.com/strata-ai/strata/gpu"
+
+// The Llama family's block (Hugging Face's LlamaDecoderLayer; Qwen2 adds
+// q, k and v biases): pre-RMSNorm, grouped-query attention with rotary
+// positions, SwiGLU MLP. B·T = bt rows, C the width, H query heads and KV
+// key/value heads of D = C/H, Q = (H + 2·KV)·D the packed q|k|v width, F
+// the MLP width. q_proj, k_proj and v_proj are adjacent in the chunk (one
+// Q×C GEMM), and so are gate_proj and up_proj (one 2F×C GEMM).
+
+// llamaBlockForward runs block l with its parameter chunk w:
+//
+//	res2 = x + o_proj(attn(rope(qkv_proj(rmsnorm_1(x)))))
+//	out  = res2 + down_proj(silu(gate_proj(h)) · up_proj(h)), h = rmsnorm_2(res2)
+func (m *Model) llamaBlockForward(s gpu.Stream, l int, w gpu.Buffer) {
+	ops, o, la := m.ops, m.lo, &m.a.layers[l]
+	bt, c, f, q := m.batch*m.seq, m.shape.Dim, m.shape.FFNDim(), qkvWidth(m.shape)
+	h, kv, d := m.shape.Heads, m.shape.KVHeadCount(), m.shape.HeadDim()
+	eps, theta := float32(m.shape.Eps()), float32(m.shape.Theta())
+	x, out := m.a.res[l], m.a.res[l+1]
+	ops.RMSNormForward(s, x, w.Slice(o.ln1, c), la.ln1, la.ln1Rstd, bt, c, eps)               // ln1 (bt×C)
+	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, q*c), m.qkvBias(w), la.qkv, bt, c, q)       // qkv (bt×Q)
+	ops.RopeForward(s, la.qkv, m.posBuffer(), m.batch, m.seq, h, kv, d, theta)                // q, k rotated in place
+	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, kv, d) // atty (bt×C), lse (B×H×T)
+	linearForward(ops, s, la.atty, w.Slice(o.oW, c*c), nil, la.res2, bt, c, c)                // res2 (bt×C)
+	ops.Add(s, x, la.res2, la.res2, bt*c)                                                     // + x
+	ops.RMSNormForward(s, la.res2, w.Slice(o.ln2, c), la.ln2, la.ln2Rstd, bt, c, eps)         // ln2 (bt×C)
+	linearForward(ops, s, la.ln2, w.Slice(o.gateUpW, 2*f*c), nil, la.fch, bt, c, 2*f)         // gate|up (bt×2F)
+	ops.SwiGLUForward(s, la.fch, la.fchAct, bt, f)                                            // silu(gate)·up (bt×F)
+	linearForward(ops, s, la.fchAct, w.Slice(o.downW, c*f), nil, out, bt, f, c)               // out (bt×C)
+	ops.Add(s, la.res2, out, out, bt*c)                                                       // + res2
+}
+
+// qkvBias is the fused q|k|v bias of block chunk w (Qwen2), or nil.
+func (m *Model) qkvBias(w gpu.Buffer) gpu.Buffer {
+	if m.lo.qkvB < 0 {
+		return nil
+	}
+	return w.Slice(m.lo.qkvB, qkvWidth(m.shape))
+}
+
+// llamaBlockBackward turns dres, the gradient with respect to block l's
+// output, into the gradient with respect to its input, accumulating the
+// block's parameter gradients into g.
+func (m *Model) llamaBlockBackward(s gpu.Stream, l int, w, g gpu.Buffer) {
+	ops, o, la, a := m.ops, m.lo, &m.a.layers[l], &m.a
+	bt, c, f, q := m.batch*m.seq, m.shape.Dim, m.shape.FFNDim(), qkvWidth(m.shape)
+	h, kv, d := m.shape.Heads, m.shape.KVHeadCount(), m.shape.HeadDim()
+	theta := float32(m.shape.Theta())
+	dres, dtmp := a.dres, a.dtmp
+
+	// out = res2 + down_proj(act): dres flows to res2 unchanged. The down
+	// projection's weight gradient reads act first; then d act overwrites
+	// it (act is no longer needed).
+	ops.Gemm(s, true, false, c, f, bt, 1, dres, la.fchAct, 1, g.Slice(o.downW, c*f)) // d down += dresᵀ·act
+	dact := la.fchAct
+	ops.Gemm(s, false, false, bt, f, c, 1, dres, w.Slice(o.downW, c*f), 0, dact) // d act (bt×F) = dres·down
+	dgu := a.dbig.Slice(0, bt*2*f)
+	ops.SwiGLUBackward(s, la.fch, dact, dgu, bt, f) // d gate|up (bt×2F)
+	linearBackward(ops, s, dgu, la.ln2, w.Slice(o.gateUpW, 2*f*c), dtmp, g.Slice(o.gateUpW, 2*f*c), nil, bt, c, 2*f)
+	ops.RMSNormBackward(s, dtmp, la.res2, w.Slice(o.ln2, c), la.ln2Rstd, dres, g.Slice(o.ln2, c), bt, c)
+
+	// res2 = x + o_proj(atty): dres flows to x unchanged.
+	linearBackward(ops, s, dres, la.atty, w.Slice(o.oW, c*c), dtmp, g.Slice(o.oW, c*c), nil, bt, c, c) // d atty (bt×C)
+	dqkv := a.dbig.Slice(0, bt*q)
+	ops.AttentionBackward(s, dtmp, la.qkv, la.atty, la.lse, m.posBuffer(), dqkv, m.batch, m.seq, h, kv, d) // d rotated qkv (bt×Q)
+	ops.RopeBackward(s, dqkv, m.posBuffer(), m.batch, m.seq, h, kv, d, theta)                              // d qkv
+	var dbias gpu.Buffer
+	if o.qkvB >= 0 {
+		dbias = g.Slice(o.qkvB, q)
+	}
+	linearBackward(ops, s, dqkv, la.ln1, w.Slice(o.qkvW, q*c), dtmp, g.Slice(o.qkvW, q*c), dbias, bt, c, q) // d ln1 (bt×C)
+	ops.RMSNormBackward(s, dtmp, a.res[l], w.Slice(o.ln1, c), la.ln1Rstd, dres, g.Slice(o.ln1, c), bt, c)
+}

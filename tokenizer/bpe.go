@@ -1,0 +1,245 @@
+package tokenizer
+
+import (
+	"hash/maphash"
+	"sync"
+)
+
+// merge is one rule of the merge table: the pair it applies to becomes
+// token id, and lower ranks apply first.
+type merge struct{ rank, id int32 }
+
+// pairKey is the merge table's key for the adjacent tokens (a, b).
+func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b)) }
+
+// noMerge is the rank of a pair the table does not hold.
+const noMerge = int32(1<<31 - 1)
+
+// bpe turns a piece of raw bytes into token ids by merges: it starts from
+// one token per byte and, while some adjacent pair has a merge rule,
+// applies the rule of lowest rank at its leftmost occurrence (Hugging Face
+// tokenizers' Word::merge_all; GPT-2's bpe()). Short pieces scan a rank
+// per adjacent pair; long ones use a heap so that a piece of n bytes costs
+// O(n log n), not O(n²).
+func (t *Tokenizer) bpe(piece string, s *scratch, out []int32) []int32 {
+	if len(piece) > heapFromBytes {
+		return t.bpeHeap(piece, s, out)
+	}
+	return t.bpeScan(piece, s, out)
+}
+
+// bpeScan is bpe with a rank kept per adjacent pair, the lowest found by a
+// scan after each merge.
+func (t *Tokenizer) bpeScan(piece string, s *scratch, out []int32) []int32 {
+	ids := s.ids[:0]
+	for i := 0; i < len(piece); i++ {
+		ids = append(ids, t.byteID[piece[i]])
+	}
+	// ranks[k] is the rank of the pair (ids[k], ids[k+1]).
+	ranks := s.ranks[:0]
+	for k := 0; k+1 < len(ids); k++ {
+		ranks = append(ranks, t.rank(ids[k], ids[k+1]))
+	}
+	for len(ids) > 1 {
+		best := 0
+		for k := 1; k < len(ranks); k++ {
+			if ranks[k] < ranks[best] {
+				best = k
+			}
+		}
+		if ranks[best] == noMerge {
+			break
+		}
+		ids[best] = t.merges[pairKey(ids[best], ids[best+1])].id
+		ids = append(ids[:best+1], ids[best+2:]...)
+		ranks = append(ranks[:best], ranks[best+1:]...)
+		if best > 0 {
+			ranks[best-1] = t.rank(ids[best-1], ids[best])
+		}
+		if best < len(ranks) {
+			ranks[best] = t.rank(ids[best], ids[best+1])
+		}
+	}
+	s.ids, s.ranks = ids, ranks
+	return append(out, ids...)
+}
+
+// heapFromBytes is the piece length from which bpe keeps its candidate
+// merges in a heap (measured: the scan is faster below it).
+const heapFromBytes = 48
+
+func (t *Tokenizer) rank(a, b int32) int32 {
+	if m, ok := t.merges[pairKey(a, b)]; ok {
+		return m.rank
+	}
+	return noMerge
+}
+
+// symbol is one token of a word being merged, in a doubly linked list over
+// the word's byte positions; size 0 marks a symbol merged into its left
+// neighbour.
+type symbol struct {
+	id         int32
+	prev, next int32 // positions, -1 at the ends
+	size       int32
+}
+
+// candidate is a merge of the symbols at pos and its right neighbour,
+// valid while those two still have the ids it was made from.
+type candidate struct {
+	rank, pos   int32
+	left, right int32 // the ids of the pair
+}
+
+// candidates is a binary min-heap of candidate merges by (rank, pos).
+type candidates []candidate
+
+func (c candidate) before(d candidate) bool {
+	return c.rank < d.rank || (c.rank == d.rank && c.pos < d.pos)
+}
+
+func (h *candidates) push(c candidate) {
+	*h = append(*h, c)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !a[i].before(a[parent]) {
+			break
+		}
+		a[i], a[parent] = a[parent], a[i]
+		i = parent
+	}
+}
+
+func (h *candidates) pop() candidate {
+	a := *h
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a = a[:n]
+	for i := 0; ; {
+		least, l, r := i, 2*i+1, 2*i+2
+		if l < n && a[l].before(a[least]) {
+			least = l
+		}
+		if r < n && a[r].before(a[least]) {
+			least = r
+		}
+		if least == i {
+			break
+		}
+		a[i], a[least] = a[least], a[i]
+		i = least
+	}
+	*h = a
+	return top
+}
+
+// bpeHeap is bpe with the candidate merges in a heap ordered by (rank,
+// position): the same merges in the same order.
+func (t *Tokenizer) bpeHeap(piece string, s *scratch, out []int32) []int32 {
+	n := len(piece)
+	syms := s.syms[:0]
+	for i := 0; i < n; i++ {
+		syms = append(syms, symbol{id: t.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1), size: 1})
+	}
+	syms[n-1].next = -1
+	h := s.heap[:0]
+	push := func(pos int32) {
+		right := syms[pos].next
+		if right < 0 {
+			return
+		}
+		a, b := syms[pos].id, syms[right].id
+		if m, ok := t.merges[pairKey(a, b)]; ok {
+			h.push(candidate{rank: m.rank, pos: pos, left: a, right: b})
+		}
+	}
+	for i := 0; i < n-1; i++ {
+		push(int32(i))
+	}
+	for len(h) > 0 {
+		c := h.pop()
+		sym := &syms[c.pos]
+		if sym.size == 0 || sym.next < 0 || sym.id != c.left || syms[sym.next].id != c.right {
+			continue // stale: one side has been merged since
+		}
+		right := sym.next
+		sym.id = t.merges[pairKey(c.left, c.right)].id
+		sym.size += syms[right].size
+		sym.next = syms[right].next
+		syms[right].size = 0
+		if sym.next >= 0 {
+			syms[sym.next].prev = c.pos
+		}
+		if sym.prev >= 0 {
+			push(sym.prev)
+		}
+		push(c.pos)
+	}
+	for p := int32(0); p >= 0; p = syms[p].next {
+		out = append(out, syms[p].id)
+	}
+	s.syms, s.heap = syms, h
+	return out
+}
+
+// cache remembers the ids of pieces already merged, so the merges of a
+// frequent word are paid once. It is bounded: cacheShards shards of at
+// most cacheShardEntries pieces, each of at most cacheMaxPieceBytes bytes;
+// a full shard is emptied and refilled. Safe for concurrent use.
+type cache struct {
+	seed   maphash.Seed
+	shards [cacheShards]cacheShard
+}
+
+const (
+	cacheShards        = 64
+	cacheShardEntries  = 2048 // 131072 pieces in all: a few MB
+	cacheMaxPieceBytes = 256
+)
+
+type cacheShard struct {
+	mu sync.Mutex
+	m  map[string][]int32
+}
+
+func newCache() *cache {
+	c := &cache{seed: maphash.MakeSeed()}
+	for i := range c.shards {
+		c.shards[i].m = make(map[string][]int32)
+	}
+	return c
+}
+
+func (c *cache) shard(piece string) *cacheShard {
+	return &c.shards[maphash.String(c.seed, piece)%cacheShards]
+}
+
+func (c *cache) get(piece string) ([]int32, bool) {
+	sh := c.shard(piece)
+	sh.mu.Lock()
+	ids, ok := sh.m[piece]
+	sh.mu.Unlock()
+	return ids, ok
+}
+
+func (c *cache) put(piece string, ids []int32) {
+	sh := c.shard(piece)
+	sh.mu.Lock()
+	if len(sh.m) >= cacheShardEntries {
+		clear(sh.m)
+	}
+	sh.m[piece] = ids
+	sh.mu.Unlock()
+}
+
+// reset empties the cache (benchmarks of the cold path).
+func (c *cache) reset() {
+	for i := range c.shards {
+		sh := &c.shards[i]
+		sh.mu.Lock()
+		clear(sh.m)
+		sh.mu.Unlock()
+	}
+}

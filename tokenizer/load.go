@@ -1,0 +1,367 @@
+package tokenizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
+)
+
+// ErrUnsupported matches (errors.Is) the error of a tokenizer.json that
+// asks for something this package does not implement.
+var ErrUnsupported = errors.New("not supported")
+
+// maxTokenID bounds the ids a file may use (the decode table has one entry
+// per id): real vocabularies are below 300,000.
+const maxTokenID = 1 << 24
+
+// fileJSON is the top level of tokenizer.json. truncation and padding are
+// not read: they are batch policies, and Encode returns the whole text.
+type fileJSON struct {
+	AddedTokens   []addedTokenJSON `json:"added_tokens"`
+	Normalizer    json.RawMessage  `json:"normalizer"`
+	PreTokenizer  json.RawMessage  `json:"pre_tokenizer"`
+	Model         json.RawMessage  `json:"model"`
+	PostProcessor json.RawMessage  `json:"post_processor"`
+	Decoder       json.RawMessage  `json:"decoder"`
+}
+
+type addedTokenJSON struct {
+	ID         *int64 `json:"id"`
+	Content    string `json:"content"`
+	SingleWord bool   `json:"single_word"`
+	LStrip     bool   `json:"lstrip"`
+	RStrip     bool   `json:"rstrip"`
+	Normalized bool   `json:"normalized"`
+	Special    bool   `json:"special"`
+}
+
+// Load reads a Hugging Face tokenizer.json: a BPE model over the
+// byte-level alphabet (GPT-2, Llama-3, Qwen2 and their kin). Anything it
+// does not implement is refused with an error that names the JSON path and
+// the value (errors.Is ErrUnsupported). A tokenizer_config.json beside it,
+// if there is one, names BOS and EOS where the post-processor does not.
+func Load(path string) (*Tokenizer, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	t, err := parse(b)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer: %s: %w", path, err)
+	}
+	if err := t.readConfig(filepath.Join(filepath.Dir(path), "tokenizer_config.json")); err != nil {
+		return nil, fmt.Errorf("tokenizer: %w", err)
+	}
+	return t, nil
+}
+
+// parse builds a Tokenizer from the bytes of a tokenizer.json.
+func parse(b []byte) (*Tokenizer, error) {
+	var f fileJSON
+	if err := json.Unmarshal(b, &f); err != nil {
+		var syn *json.SyntaxError
+		if errors.As(err, &syn) {
+			return nil, fmt.Errorf("not valid JSON at byte %d: %v", syn.Offset, err)
+		}
+		return nil, fmt.Errorf("not a tokenizer.json: %v", err)
+	}
+	t := &Tokenizer{bos: -1, eos: -1, cache: newCache()}
+	if err := t.parseModel(f.Model); err != nil {
+		return nil, err
+	}
+	if err := t.parseNormalizer("normalizer", f.Normalizer); err != nil {
+		return nil, err
+	}
+	if err := t.parseAdded(f.AddedTokens); err != nil {
+		return nil, err
+	}
+	if err := t.parsePreTokenizer("pre_tokenizer", f.PreTokenizer); err != nil {
+		return nil, err
+	}
+	if n := len(t.steps); n == 0 || !t.steps[n-1].byteLevel {
+		return nil, fmt.Errorf("pre_tokenizer: %s: a byte-level BPE needs ByteLevel as its last pre-tokenizer: %w", brief(f.PreTokenizer), ErrUnsupported)
+	}
+	if err := t.parsePostProcessor("post_processor", f.PostProcessor); err != nil {
+		return nil, err
+	}
+	if err := parseDecoder("decoder", f.Decoder); err != nil {
+		return nil, err
+	}
+	if len(t.prefix) == 1 {
+		t.bos = t.prefix[0]
+	}
+	if len(t.suffix) == 1 {
+		t.eos = t.suffix[0]
+	}
+	return t, nil
+}
+
+// object is one component of tokenizer.json, by its JSON path.
+type object struct {
+	path   string
+	fields map[string]json.RawMessage
+}
+
+// parseObject reads the component at path; null is (nil, nil).
+func parseObject(path string, raw json.RawMessage) (*object, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	o := &object{path: path}
+	if err := json.Unmarshal(raw, &o.fields); err != nil {
+		return nil, fmt.Errorf("%s: %s: want an object", path, brief(raw))
+	}
+	return o, nil
+}
+
+func isNull(raw json.RawMessage) bool {
+	s := bytes.TrimSpace(raw)
+	return len(s) == 0 || string(s) == "null"
+}
+
+// brief is a JSON value as an error shows it: compact, at most 80 bytes.
+func brief(raw json.RawMessage) string {
+	if isNull(raw) {
+		return "null"
+	}
+	s := strings.Join(strings.Fields(string(raw[:min(len(raw), 400)])), " ")
+	if len(s) <= 80 && len(raw) <= 400 {
+		return s
+	}
+	cut := min(len(s), 77)
+	for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strings.ToValidUTF8(s[:cut], "") + "..."
+}
+
+// typ returns the component's "type".
+func (o *object) typ() (string, error) {
+	var s string
+	if err := json.Unmarshal(o.fields["type"], &s); err != nil {
+		return "", fmt.Errorf("%s.type: %s: want a string", o.path, brief(o.fields["type"]))
+	}
+	return s, nil
+}
+
+// get decodes field key into v; an absent or null field leaves v as it is.
+func (o *object) get(key string, v any) error {
+	raw, ok := o.fields[key]
+	if !ok || isNull(raw) {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s.%s: %s: %s", o.path, key, brief(raw), strings.TrimPrefix(err.Error(), "json: "))
+	}
+	return nil
+}
+
+// unsupported is the error of a value this package does not implement.
+func (o *object) unsupported(key, want string) error {
+	return fmt.Errorf("%s.%s: %s is %w (%s)", o.path, key, brief(o.fields[key]), ErrUnsupported, want)
+}
+
+// parseModel reads "model": vocab, merges and the BPE options.
+func (t *Tokenizer) parseModel(raw json.RawMessage) error {
+	o, err := parseObject("model", raw)
+	if err != nil {
+		return err
+	}
+	if o == nil {
+		return fmt.Errorf("model: missing")
+	}
+	typ, err := o.typ()
+	if err != nil {
+		return err
+	}
+	if typ != "BPE" {
+		return o.unsupported("type", "byte-level BPE only")
+	}
+	var (
+		dropout              *float64
+		prefix, suffix       string
+		byteFallback, ignore bool
+		vocab                map[string]int64
+		strMerges            []string
+		pairMerges           [][]string
+	)
+	for _, f := range []struct {
+		key string
+		v   any
+	}{{"dropout", &dropout}, {"continuing_subword_prefix", &prefix}, {"end_of_word_suffix", &suffix},
+		{"byte_fallback", &byteFallback}, {"ignore_merges", &ignore}, {"vocab", &vocab}} {
+		if err := o.get(f.key, f.v); err != nil {
+			return err
+		}
+	}
+	switch {
+	case dropout != nil && *dropout != 0:
+		return o.unsupported("dropout", "BPE dropout is for training a tokenizer; want null")
+	case prefix != "":
+		return o.unsupported("continuing_subword_prefix", "want null or \"\"")
+	case suffix != "":
+		return o.unsupported("end_of_word_suffix", "want null or \"\"")
+	case byteFallback:
+		return o.unsupported("byte_fallback", "byte-level BPE needs no fallback; want false")
+	case len(vocab) == 0:
+		return fmt.Errorf("model.vocab: %s: want a non-empty object of token → id", brief(o.fields["vocab"]))
+	}
+	t.ignoreMerges = ignore
+	// Merges are strings "a b" (older files) or pairs ["a", "b"]; the first
+	// element says which.
+	merges := bytes.TrimLeft(o.fields["merges"], " \t\r\n")
+	merges = bytes.TrimLeft(bytes.TrimPrefix(merges, []byte("[")), " \t\r\n")
+	into := any(&strMerges)
+	if len(merges) > 0 && merges[0] == '[' {
+		into = &pairMerges
+	}
+	if err := o.get("merges", into); err != nil {
+		return fmt.Errorf("%w (want strings \"a b\" or pairs [\"a\", \"b\"])", err)
+	}
+	if err := t.buildVocab(vocab); err != nil {
+		return err
+	}
+	return t.buildMerges(vocab, strMerges, pairMerges)
+}
+
+// buildVocab fills the id tables from tokenizer.json's vocab (tokens in
+// the byte-level alphabet).
+func (t *Tokenizer) buildVocab(vocab map[string]int64) error {
+	maxID := int64(-1)
+	for tok, id := range vocab {
+		if id < 0 || id >= maxTokenID {
+			return fmt.Errorf("model.vocab[%q]: id %d out of range [0, %d)", tok, id, maxTokenID)
+		}
+		maxID = max(maxID, id)
+	}
+	t.grow(int(maxID) + 1)
+	t.vocab = make(map[string]int32, len(vocab))
+	byID := make([]string, maxID+1)
+	for tok, id := range vocab {
+		if t.known[id] {
+			return fmt.Errorf("model.vocab: %q and %q both have id %d", byID[id], tok, id)
+		}
+		raw, ok := unmapByteLevel(tok)
+		if ok {
+			t.vocab[raw] = int32(id)
+		}
+		t.pieces[id], t.known[id], byID[id] = raw, true, tok
+	}
+	for b := 0; b < 256; b++ {
+		id, ok := t.vocab[string([]byte{byte(b)})]
+		if !ok {
+			return fmt.Errorf("model.vocab: no token for byte 0x%02x (%q): not a byte-level vocabulary: %w", b, string(byteRune[b]), ErrUnsupported)
+		}
+		t.byteID[b] = id
+	}
+	return nil
+}
+
+// grow makes the id tables hold ids below n.
+func (t *Tokenizer) grow(n int) {
+	for len(t.pieces) < n {
+		t.pieces = append(t.pieces, "")
+		t.known = append(t.known, false)
+	}
+	t.vocabSize = max(t.vocabSize, n)
+}
+
+// buildMerges fills the merge table; rank is the position in the list, and
+// a pair listed twice keeps its later rank (as Hugging Face's map does).
+func (t *Tokenizer) buildMerges(vocab map[string]int64, strMerges []string, pairMerges [][]string) error {
+	n := max(len(strMerges), len(pairMerges))
+	t.merges = make(map[uint64]merge, n)
+	for i := 0; i < n; i++ {
+		var a, b string
+		if strMerges != nil {
+			parts := strings.Split(strMerges[i], " ")
+			if len(parts) != 2 {
+				return fmt.Errorf("model.merges[%d]: %q: want two tokens separated by one space", i, strMerges[i])
+			}
+			a, b = parts[0], parts[1]
+		} else {
+			if len(pairMerges[i]) != 2 {
+				return fmt.Errorf("model.merges[%d]: %q: want a pair of tokens", i, pairMerges[i])
+			}
+			a, b = pairMerges[i][0], pairMerges[i][1]
+		}
+		ids := [3]int64{}
+		for k, tok := range [3]string{a, b, a + b} {
+			id, ok := vocab[tok]
+			if !ok {
+				return fmt.Errorf("model.merges[%d]: %q %q: %q is not in model.vocab", i, a, b, tok)
+			}
+			ids[k] = id
+		}
+		t.merges[pairKey(int32(ids[0]), int32(ids[1]))] = merge{rank: int32(i), id: int32(ids[2])}
+	}
+	return nil
+}
+
+// parseAdded reads added_tokens. Tokens marked normalized are matched
+// after the normalizer (when there is one), the others in the raw text.
+func (t *Tokenizer) parseAdded(tokens []addedTokenJSON) error {
+	t.added, t.addedNormalized = newAddedSet(), newAddedSet()
+	t.addedByContent = make(map[string]int32, len(tokens))
+	for i, a := range tokens {
+		path := fmt.Sprintf("added_tokens[%d]", i)
+		switch {
+		case a.ID == nil || *a.ID < 0 || *a.ID >= maxTokenID:
+			return fmt.Errorf("%s.id: want an id in [0, %d)", path, maxTokenID)
+		case a.Content == "":
+			return fmt.Errorf("%s.content: empty", path)
+		case a.SingleWord:
+			return fmt.Errorf("%s.single_word: true is %w", path, ErrUnsupported)
+		case a.LStrip:
+			return fmt.Errorf("%s.lstrip: true is %w", path, ErrUnsupported)
+		case a.RStrip:
+			return fmt.Errorf("%s.rstrip: true is %w", path, ErrUnsupported)
+		}
+		id := int32(*a.ID)
+		t.grow(int(id) + 1)
+		t.pieces[id], t.known[id] = a.Content, true
+		t.addedByContent[a.Content] = id
+		if a.Normalized && t.nfc {
+			t.addedNormalized.add(norm.NFC.String(a.Content), id)
+		} else {
+			t.added.add(a.Content, id)
+		}
+	}
+	return nil
+}
+
+// parseNormalizer reads the normalizer: null, NFC, or a Sequence of them.
+func (t *Tokenizer) parseNormalizer(path string, raw json.RawMessage) error {
+	o, err := parseObject(path, raw)
+	if err != nil || o == nil {
+		return err
+	}
+	typ, err := o.typ()
+	if err != nil {
+		return err
+	}
+	switch typ {
+	case "NFC":
+		t.nfc = true
+		return nil
+	case "Sequence":
+		var list []json.RawMessage
+		if err := o.get("normalizers", &list); err != nil {
+			return err
+		}
+		for i, n := range list {
+			if err := t.parseNormalizer(fmt.Sprintf("%s.normalizers[%d]", path, i), n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return o.unsupported("type", "supported: null, NFC, or a Sequence of them")
+}
