@@ -172,15 +172,15 @@ func openRunData(c *cli.Context, cfg *config.Config, source *checkpoint.Source, 
 func describeData(w io.Writer, what string, s *data.Source, took time.Duration) {
 	st := s.Stats
 	if st.Format == data.Text && s.File == nil {
-		fmt.Fprintf(w, "%s: %s, raw text, %s tokens (one per byte), read in place in windows\n", what, s.Path, units.FormatSize(st.Tokens))
+		fmt.Fprintf(w, "%s: %s, raw text, %d tokens (one per byte), read in place in windows\n", what, s.Path, st.Tokens)
 		return
 	}
 	kinds := ""
 	if st.Format == data.JSONL {
 		kinds = fmt.Sprintf(" (%d text, %d prompt/completion, %d chat)", st.Kinds[data.KindText], st.Kinds[data.KindCompletion], st.Kinds[data.KindChat])
 	}
-	fmt.Fprintf(w, "%s: %s, %s, %d examples%s, %s tokens of which %s trained; token file %s (%d B/id), tokenized in %s\n",
-		what, s.Path, st.Format, st.Examples, kinds, units.FormatSize(st.Tokens), units.FormatSize(st.Trained),
+	fmt.Fprintf(w, "%s: %s, %s, %d examples%s, %d tokens of which %d trained; token file %s (%d B/id), tokenized in %s\n",
+		what, s.Path, st.Format, st.Examples, kinds, st.Tokens, st.Trained,
 		units.FormatBytes(st.Bytes), st.Width, took.Round(time.Millisecond))
 	if st.Template != "" {
 		fmt.Fprintf(w, "  chat template: %s\n", st.Template)

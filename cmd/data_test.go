@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -136,15 +136,17 @@ func TestTrainDataRSS(t *testing.T) {
 }
 
 // childPeakRSS runs `strata args...` in a child process and returns its
-// peak RSS in bytes (getrusage's maxrss). With bound > 0 it samples the
-// child's RSS every 10 ms and kills it once above bound, returning the
-// sample.
+// peak RSS in bytes: the largest VmHWM read from /proc every 10 ms (not
+// getrusage's maxrss, which on Linux also counts the test process's own
+// peak: the child is exec'd from a vfork that shares its memory). With
+// bound > 0 it kills the child once its RSS is above bound, returning
+// that sample.
 func childPeakRSS(t *testing.T, bound int64, args ...string) int64 {
 	t.Helper()
 	c := startChild(t, "", "", args...)
 	done := make(chan int, 1)
 	go func() { done <- c.wait() }()
-	var over int64
+	var over, peak int64
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -156,9 +158,11 @@ func childPeakRSS(t *testing.T, bound int64, args ...string) int64 {
 			if code != 0 {
 				t.Fatalf("strata %s: exit status %d\n%s", strings.Join(args, " "), code, c.stderr.String())
 			}
-			return c.cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10 // KiB on Linux
+			return peak
 		case <-tick.C:
-			if rss := procRSS(c.cmd.Process.Pid); bound > 0 && rss > bound && over == 0 {
+			rss, hwm := procRSS(c.cmd.Process.Pid)
+			peak = max(peak, hwm)
+			if bound > 0 && rss > bound && over == 0 {
 				over = rss
 				c.cmd.Process.Kill()
 			}
@@ -166,20 +170,26 @@ func childPeakRSS(t *testing.T, bound int64, args ...string) int64 {
 	}
 }
 
-// procRSS is the resident set size of process pid in bytes (VmRSS of
-// /proc/pid/status), 0 when it cannot be read.
-func procRSS(pid int) int64 {
+// procRSS is the resident set size of process pid and its peak, in bytes
+// (VmRSS and VmHWM of /proc/pid/status), 0 when they cannot be read.
+func procRSS(pid int) (rss, hwm int64) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
 	if err != nil {
-		return 0
+		return 0, 0
+	}
+	kib := func(v string) int64 {
+		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+		return n << 10
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kib, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kib << 10
+			rss = kib(v)
+		}
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			hwm = kib(v)
 		}
 	}
-	return 0
+	return rss, hwm
 }
 
 // chatConfig is a small run for the chat tests: the small model (max_seq
@@ -430,18 +440,35 @@ func TestTrainJSONLRSS(t *testing.T) {
 	}
 }
 
-// writeChatFile writes about sizeBytes of generated chat JSONL.
+// writeChatFile writes about sizeBytes of JSONL: text lines of 100-3000
+// bytes, and every 20th line a block of generated conversations and
+// prompt/completion lines (chatJSONL).
 func writeChatFile(t *testing.T, path string, sizeBytes int64) {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	block := chatJSONL(2000, 4)
-	for n := int64(0); n < sizeBytes; n += int64(len(block)) {
-		if _, err := f.WriteString(block); err != nil {
+	w := bufio.NewWriterSize(f, 1<<20)
+	chat := chatJSONL(20, 4)
+	words := strings.Fields("the quick brown fox jumps over a lazy dog while seven engines hum along the river")
+	for n, i := int64(0), 0; n < sizeBytes; i++ {
+		var b strings.Builder
+		for j := 0; b.Len() < 100+(i*7919)%2900; j++ {
+			b.WriteString(words[(i+j*j)%len(words)] + " ")
+		}
+		line, _ := json.Marshal(map[string]string{"text": b.String()})
+		line = append(line, '\n')
+		if i%20 == 0 {
+			line = append(line, chat...)
+		}
+		if _, err := w.Write(line); err != nil {
 			t.Fatal(err)
 		}
+		n += int64(len(line))
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)

@@ -105,21 +105,38 @@ func (p *Packed) EpochStart(e int) (int64, error) {
 
 // Rows returns rows first .. first+n-1 as a batch of n rows.
 func (p *Packed) Rows(first int64, n int) (model.Batch, error) {
-	if first < 0 || n < 1 {
+	if n < 1 {
 		panic(fmt.Sprintf("data: Rows(%d, %d)", first, n))
+	}
+	b := emptyBatch(n, p.seq)
+	if err := p.RowsInto(&b, first); err != nil {
+		return model.Batch{}, err
+	}
+	return b, nil
+}
+
+// RowsInto fills b, a batch of b.Rows rows of Seq tokens with IDs,
+// Targets and Pos of that length, with rows first .. first+b.Rows-1,
+// reusing its slices (no allocation).
+func (p *Packed) RowsInto(b *model.Batch, first int64) error {
+	n := b.Rows * p.seq
+	if first < 0 || b.Rows < 1 || b.Seq != p.seq || len(b.IDs) != n || len(b.Targets) != n || len(b.Pos) != n {
+		panic(fmt.Sprintf("data: RowsInto row %d of a %d×%d batch (%d ids, %d targets, %d positions) of rows of %d", first, b.Rows, b.Seq, len(b.IDs), len(b.Targets), len(b.Pos), p.seq))
+	}
+	for i := range b.IDs {
+		b.IDs[i], b.Targets[i], b.Pos[i] = 0, model.IgnoreTarget, int32(i%p.seq)
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.seek(first); err != nil {
-		return model.Batch{}, err
+		return err
 	}
-	b := emptyBatch(n, p.seq)
-	for r := range n {
-		if err := p.next(&p.cur, &b, r); err != nil {
-			return model.Batch{}, err
+	for r := range b.Rows {
+		if err := p.next(&p.cur, b, r); err != nil {
+			return err
 		}
 	}
-	return b, nil
+	return nil
 }
 
 // emptyBatch is n rows of padding: id 0, no targets, positions 0 .. seq-1.

