@@ -93,9 +93,10 @@
 // mapped pages would count in the process's RSS, and an address-space
 // limit would refuse a mapping larger than it), and the permutation and
 // the packing cursor are a few words. TestStreamedMemory measures it in a
-// child process: tokenizing a 256 MiB JSONL file and reading every row of
-// two shuffled epochs peaks at 23 MiB of RSS, as the same work on an
-// 8 MiB file does (22 MiB).
+// child process (its VmHWM): tokenizing a 256 MiB JSONL file and reading
+// every row of two shuffled epochs peaks at 15-18 MiB of RSS, as the same
+// work on an 8 MiB file does (14-16 MiB); `strata train` on 512 MiB of
+// JSONL peaks at 28 MiB, on 16 MiB at 26 (TestTrainJSONLRSS).
 //
 // # No cache of tokenized examples (ristretto)
 //
