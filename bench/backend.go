@@ -19,8 +19,13 @@ type Devices struct {
 	Backend string
 	Devs    []gpu.Device
 	Comms   []gpu.Comm
-	// Describe says what the backend found (GPU names, libraries).
+	// Describe says what the backend found (GPU names, libraries, and
+	// Collectives).
 	Describe string
+	// Collectives says what runs the collectives: the rank-order path or
+	// NCCL, why NCCL was not used when strata.deterministic is false, and
+	// how the GPUs reach each other.
+	Collectives string
 	// Registrar page-locks the engine's pinned host memory for the
 	// devices (engine.Options.HostRegistrar); nil for the CPU backend.
 	Registrar pinned.Registrar
@@ -37,17 +42,20 @@ func (d *Devices) Close() error {
 
 // OpenDevices makes n devices of backend ("cpu" or "cuda"; "" is cpu),
 // each with a memory budget of hbmBytes (0: the backend's default: for
-// cuda the GPU's free memory, split among the devices sharing it).
-func OpenDevices(backend string, n int, hbmBytes int64) (*Devices, error) {
+// cuda the GPU's free memory, split among the devices sharing it). With
+// deterministic false (strata.deterministic) the cuda backend runs the
+// collectives with NCCL where it can; the cpu backend's are always in
+// rank order.
+func OpenDevices(backend string, n int, hbmBytes int64, deterministic bool) (*Devices, error) {
 	switch backend {
 	case "", "cpu":
 		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: hbmBytes})
 		if err != nil {
 			return nil, fmt.Errorf("bench: %w", err)
 		}
-		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: fmt.Sprintf("%d cpu device(s)", n)}, nil
+		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: fmt.Sprintf("%d cpu device(s)", n), Collectives: "rank-order"}, nil
 	case "cuda":
-		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes})
+		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes, NCCL: !deterministic})
 		if err != nil {
 			return nil, err // says cuda: and what to set
 		}
@@ -55,7 +63,12 @@ func OpenDevices(backend string, n int, hbmBytes int64) (*Devices, error) {
 		if inf, err := cuda.Probe(); err == nil && len(inf.GPUs) > 0 {
 			desc = fmt.Sprintf("%d cuda device(s) on %d x %s (compute %s)", n, len(inf.GPUs), inf.GPUs[0].Name, inf.GPUs[0].ComputeCapability)
 		}
-		return &Devices{Backend: "cuda", Devs: b.Devices(), Comms: b.Comms(), Describe: desc, Registrar: b.HostRegistrar(), close: b.Close}, nil
+		coll := b.Collectives() // with strata.deterministic false, why NCCL did not run, if it did not
+		if deterministic {
+			coll += " (strata.deterministic: bit-identical runs; false runs NCCL where it can)"
+		}
+		desc += "; collectives: " + coll
+		return &Devices{Backend: "cuda", Devs: b.Devices(), Comms: b.Comms(), Describe: desc, Collectives: coll, Registrar: b.HostRegistrar(), close: b.Close}, nil
 	}
 	return nil, fmt.Errorf("bench: unknown backend %q (one of %v)", backend, Backends)
 }

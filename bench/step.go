@@ -385,13 +385,13 @@ func (r *stepRun) build(res *StepResult) error {
 		if err != nil {
 			return err
 		}
-		devs, err := OpenDevices(o.Backend, o.Devices, o.HBMBytes)
+		devs, err := OpenDevices(o.Backend, o.Devices, o.HBMBytes, cfg.Strata.Deterministic)
 		if err != nil {
 			return err
 		}
 		r.backends = append(r.backends, devs)
 		res.Backend = devs.Describe
-		eo := engine.Options{OptimizerThreads: o.Threads, HostRegistrar: devs.Registrar}
+		eo := engine.Options{OptimizerThreads: o.Threads, HostRegistrar: devs.Registrar, Collectives: devs.Collectives}
 		if o.TracePath != "" && i == len(modes)-1 {
 			if r.tracer, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
 				return err

@@ -90,7 +90,7 @@ type TrainStepResult struct {
 	ModelState    int64 // measured peak bytes per kind on the device
 	Activations   int64
 	Workspace     int64
-	ActivationFor int64 // model.ActivationBytes for the shape, batch and seq
+	ActivationFor int64 // model.ActivationBytesWith for the shape, batch, seq and the trainer's activations
 }
 
 func (r TrainStepResult) String() string {
@@ -101,7 +101,7 @@ func (r TrainStepResult) String() string {
 		r.StepSeconds, r.Options.Steps, r.TokensPerSec, r.StepGFLOPS, r.StepFLOPs/1e9)
 	fmt.Fprintf(&b, "  anchor: GEMM of c_fc (%d tokens, %d→%d) on the same device %.1f GFLOP/s (x·Wᵀ %.1f, dy·W %.1f, dyᵀ·x %.1f); step/GEMM = %.2f\n",
 		r.Options.Batch*r.Options.Seq, r.Shape.Dim, 4*r.Shape.Dim, r.GemmGFLOPS, r.GemmForward, r.GemmDX, r.GemmDW, r.Ratio)
-	fmt.Fprintf(&b, "  peak device bytes: model state %s, activations %s (model.ActivationBytes %s), workspace %s\n",
+	fmt.Fprintf(&b, "  peak device bytes: model state %s, activations %s (model.ActivationBytesWith %s), workspace %s\n",
 		units.FormatBytes(r.ModelState), units.FormatBytes(r.Activations), units.FormatBytes(r.ActivationFor), units.FormatBytes(r.Workspace))
 	fmt.Fprintf(&b, "  losses %.4f", r.Losses)
 	return b.String()
@@ -194,7 +194,7 @@ func (t *trainStepRun) result(measured time.Duration, steps int) (TrainStepResul
 	r.Options.Steps = steps
 	ms := t.dev.MemStats()
 	r.ModelState, r.Activations, r.Workspace = ms.PeakByKind[gpu.ModelState], ms.PeakByKind[gpu.Activation], ms.PeakByKind[gpu.Workspace]
-	r.ActivationFor = model.ActivationBytes(shape, o.Batch, o.Seq)
+	r.ActivationFor = model.ActivationBytesWith(shape, o.Batch, o.Seq, t.tr.Options().Activations)
 
 	tokens := float64(o.Batch * o.Seq)
 	n := float64(shape.ParamCount() - int64(shape.MaxSeq*shape.Dim))

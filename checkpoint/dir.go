@@ -53,7 +53,8 @@ type Manifest struct {
 	Step            int64           `json:"step"`
 	Devices         int             `json:"devices"`
 	Stage           int             `json:"stage"`
-	Shape           model.Shape     `json:"shape"`
+	Shape           model.Shape     `json:"shape,omitzero"`
+	Model           string          `json:"model,omitempty"` // a custom model's name (State.Model); no shape then
 	ShardAlignElems int             `json:"shard_align_elems"`
 	Chunks          []ChunkInfo     `json:"chunks"`
 	States          []ManifestState `json:"states"`
@@ -215,7 +216,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
-		Shape: st.Shape, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source}
+		Shape: st.Shape, Model: st.Model, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source}
 	if len(st.Config) > 0 {
 		m.Config = json.RawMessage(st.Config)
 	}
@@ -572,7 +573,7 @@ func (rd *Reader) load(devices, alignElems int) (*State, error) {
 		st.Chunks[c] = ch
 	}
 	st.Data = st.alloc()
-	err := rd.Read(Expect{Shape: st.Shape, Devices: devices, ShardAlignElems: alignElems, States: st.States}, func(c, k int, whole []byte) error {
+	err := rd.Read(Expect{Shape: st.Shape, Model: st.Model, Chunks: st.Chunks, Devices: devices, ShardAlignElems: alignElems, States: st.States}, func(c, k int, whole []byte) error {
 		per := st.Chunks[c].ShardElems * st.States[k].DType.Size()
 		for r := range st.Devices {
 			copy(st.Data[r][c][k], whole[r*per:(r+1)*per])
@@ -725,9 +726,9 @@ func ExportState(path string, st *State, opts ExportOptions) error {
 	if err := st.Validate(); err != nil {
 		return err
 	}
-	l, err := model.NewLayout(st.Shape)
+	l, err := st.Layout()
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return err
 	}
 	k := st.StateIndex(shard.Master)
 	if k < 0 {

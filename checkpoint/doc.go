@@ -81,6 +81,15 @@
 // checkpoint of another shape or precision and reshards one saved for
 // another device count or alignment.
 //
+// A custom model's checkpoint (model.CustomLayout: a model a Go program
+// defines and trains through engine.Options.Model) has no shape: State.Model
+// and the manifest's "model" name it, and every chunk lists its tensors,
+// name and shape (ChunkInfo.Tensors), from which State.Layout rebuilds its
+// layout. It restores only into a run of that model with the same chunks
+// and tensors (Match, naming the first chunk that differs), exports under
+// the model's own tensor names with "strata.model" in the metadata, and
+// refuses Hugging Face names and directories (custom.go).
+//
 // # Streaming
 //
 // SaveStream and Open/Reader.Read move a checkpoint one chunk of one state

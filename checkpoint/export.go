@@ -124,6 +124,7 @@ func (o ExportOptions) Validate() error {
 // transformers requires to load a file).
 const (
 	MetaShape  = "strata.shape" // the shape's name
+	MetaModel  = "strata.model" // a custom model's name (model.CustomLayout), instead of the shape's keys
 	MetaLayers = "n_layer"
 	MetaDim    = "n_embd"
 	MetaHeads  = "n_head"
@@ -133,7 +134,11 @@ const (
 	MetaNames  = "strata.names" // "strata" or "hf"
 )
 
-func exportMetadata(s model.Shape, o ExportOptions) (map[string]string, error) {
+// exportMetadata is the metadata of an export of layout l: for a decoder
+// of package model its shape, for a custom model (whose tensors have only
+// the names its layout gives: NamesHF is refused) its name (MetaModel).
+func exportMetadata(l *model.Layout, o ExportOptions) (map[string]string, error) {
+	s := l.Shape
 	md := map[string]string{
 		"format":   "pt",
 		MetaShape:  s.Name,
@@ -144,6 +149,12 @@ func exportMetadata(s model.Shape, o ExportOptions) (map[string]string, error) {
 		MetaMaxSeq: strconv.Itoa(s.MaxSeq),
 		MetaStep:   strconv.FormatInt(o.Step, 10),
 		MetaNames:  string(o.Names),
+	}
+	if l.Custom() {
+		if o.Names == NamesHF {
+			return nil, fmt.Errorf("checkpoint: export of %q under Hugging Face names: it is a custom model, whose tensors have only the names of its layout (use strata names)", l.Name)
+		}
+		md = map[string]string{"format": "pt", MetaModel: l.Name, MetaStep: md[MetaStep], MetaNames: md[MetaNames]}
 	}
 	for k, v := range o.Metadata {
 		if _, ok := md[k]; ok {
@@ -310,16 +321,19 @@ func Import(path string, layout *model.Layout, opts ImportOptions) ([][]float32,
 	if names != NamesStrata && names != NamesHF {
 		return nil, nil, fmt.Errorf("checkpoint: import naming %q (want strata, hf or auto)", names)
 	}
+	if names == NamesHF && layout.Custom() {
+		return nil, nil, fmt.Errorf("checkpoint: import %s under Hugging Face names into %q, a custom model, whose tensors have only the names of its layout", path, layout.Name)
+	}
 	wn := weightNames{names: names, canon: func(n string) (string, bool) { return n, true }, display: func(n string) string { return n }}
 	if names == NamesHF {
 		wn.canon = hfCanon(layout.Shape)
 	}
 	w, problems := matchWeights(layout, []*SafetensorsFile{f}, wn)
-	if msg := shapeMismatch(h.Metadata, layout.Shape); msg != "" {
+	if msg := shapeMismatch(h.Metadata, layout); msg != "" {
 		problems = append([]string{msg}, problems...)
 	}
 	if len(problems) > 0 {
-		return nil, h, fmt.Errorf("checkpoint: import %s as %s (%s names): %s", path, layout.Shape.Name, names, strings.Join(problems, "; "))
+		return nil, h, fmt.Errorf("checkpoint: import %s as %s (%s names): %s", path, layout.Name, names, strings.Join(problems, "; "))
 	}
 	out := make([][]float32, len(layout.Chunks))
 	for c, ch := range layout.Chunks {
@@ -368,11 +382,16 @@ func hfPrefixed(s model.Shape, n string) string {
 	return "model." + n
 }
 
-// shapeMismatch compares the shape recorded in an Export's metadata with s.
-func shapeMismatch(md map[string]string, s model.Shape) string {
+// shapeMismatch compares the shape (a custom model's name) recorded in an
+// Export's metadata with layout l's.
+func shapeMismatch(md map[string]string, l *model.Layout) string {
 	if md == nil {
 		return ""
 	}
+	if n, ok := md[MetaModel]; ok && n != l.Name || !ok && l.Custom() && md[MetaShape] != "" {
+		return fmt.Sprintf("the file's metadata records another model: %s %q, %s %q (layout %q)", MetaModel, n, MetaShape, md[MetaShape], l.Name)
+	}
+	s := l.Shape
 	want := map[string]int{MetaLayers: s.Layers, MetaDim: s.Dim, MetaHeads: s.Heads, MetaVocab: s.Vocab, MetaMaxSeq: s.MaxSeq}
 	var diffs []string
 	for _, k := range []string{MetaLayers, MetaDim, MetaHeads, MetaVocab, MetaMaxSeq} {

@@ -241,7 +241,7 @@ func (s legacyChunks) put(out []byte, dt dtype.DType, dst, c, src int) {
 func legacyExport(t *testing.T, path string, l *model.Layout, src legacyChunks, opts ExportOptions) {
 	t.Helper()
 	opts.defaults()
-	md, err := exportMetadata(l.Shape, opts)
+	md, err := exportMetadata(l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -134,6 +134,9 @@ func ExportHF(dir string, layout *model.Layout, opts HFExportOptions, produce fu
 		return nil, err
 	}
 	opts.defaults()
+	if layout.Custom() {
+		return nil, fmt.Errorf("checkpoint: export %s: %q is a custom model, which a Hugging Face config.json cannot describe; export its weights as one safetensors file under its own tensor names (ExportCheckpoint, strata export --format safetensors)", dir, layout.Name)
+	}
 	if err := checkOutDir(dir); err != nil {
 		return nil, err
 	}

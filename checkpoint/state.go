@@ -30,6 +30,9 @@ type ChunkInfo struct {
 	Name       string `json:"name"`
 	Elems      int    `json:"elems"`       // the chunk's parameters (model.Chunk.Len)
 	ShardElems int    `json:"shard_elems"` // each rank's slice; the padded chunk is Devices·ShardElems
+	// Tensors are the chunk's tensors in layout order, for a custom
+	// model's checkpoint (State.Model) only: its layout (custom.go).
+	Tensors []ChunkTensor `json:"tensors,omitempty"`
 }
 
 // State is a training checkpoint as plain data, so that the engine can fill
@@ -42,10 +45,14 @@ type ChunkInfo struct {
 // copy, and Gather rebuilds the whole chunk. So the files do not depend on
 // the stage and a checkpoint can be resharded to another device count.
 type State struct {
-	Step            int64
-	Devices         int
-	Stage           int
-	Shape           model.Shape
+	Step    int64
+	Devices int
+	Stage   int
+	Shape   model.Shape
+	// Model names a model defined outside package model (a custom
+	// layout, custom.go); Shape is then zero and every chunk lists its
+	// tensors. Empty for the decoders of package model.
+	Model           string
 	ShardAlignElems int
 	Config          []byte // the run's configuration, JSON (stored compacted); may be empty
 	Chunks          []ChunkInfo
@@ -73,9 +80,9 @@ func NewState(l *model.Layout, devices, stage, alignElems int, states []StateSpe
 		return nil, fmt.Errorf("checkpoint: devices %d and shard alignment %d must be >= 1", devices, alignElems)
 	}
 	st := &State{Devices: devices, Stage: stage, Shape: l.Shape, ShardAlignElems: alignElems,
-		States: append([]StateSpec(nil), states...)}
-	for _, ch := range l.Chunks {
-		st.Chunks = append(st.Chunks, ChunkInfo{Name: ch.Name, Elems: ch.Len, ShardElems: ShardElems(ch.Len, devices, alignElems)})
+		States: append([]StateSpec(nil), states...), Chunks: LayoutChunks(l, devices, alignElems)}
+	if l.Custom() {
+		st.Model = l.Name
 	}
 	st.Data = st.alloc()
 	if err := st.Validate(); err != nil {
@@ -111,8 +118,8 @@ func (st *State) StateIndex(kind shard.State) int {
 // Shard is rank r's shard of chunk c in state States[k] (Data[r][c][k]).
 func (st *State) Shard(r, c, k int) []byte { return st.Data[r][c][k] }
 
-// Validate checks that the State is consistent: a valid shape whose layout
-// has exactly Chunks, shard lengths that cover each chunk, known states
+// Validate checks that the State is consistent: a valid shape (or a custom
+// model's name and tensors) whose layout has exactly Chunks, shard lengths that cover each chunk, known states
 // without repeats, and Data of the right sizes.
 func (st *State) Validate() error {
 	if err := st.validateMeta(); err != nil {
@@ -124,9 +131,6 @@ func (st *State) Validate() error {
 // validateMeta is Validate without Data: what a streaming save
 // (SaveStream) needs of its description.
 func (st *State) validateMeta() error {
-	if err := st.Shape.Validate(); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
 	switch {
 	case st.Step < 0:
 		return fmt.Errorf("checkpoint: step %d is negative", st.Step)
@@ -139,12 +143,12 @@ func (st *State) validateMeta() error {
 	case len(st.Config) > 0 && !json.Valid(st.Config):
 		return fmt.Errorf("checkpoint: config is not valid JSON")
 	}
-	l, err := model.NewLayout(st.Shape)
+	l, err := st.Layout()
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return err
 	}
 	if len(st.Chunks) != len(l.Chunks) {
-		return fmt.Errorf("checkpoint: %d chunks, the layout of %s has %d", len(st.Chunks), st.Shape.Name, len(l.Chunks))
+		return fmt.Errorf("checkpoint: %d chunks, the layout of %s has %d", len(st.Chunks), l.Name, len(l.Chunks))
 	}
 	for c, ch := range st.Chunks {
 		if ch.Elems != l.Chunks[c].Len {
@@ -233,10 +237,15 @@ func (st *State) Reshard(devices, alignElems int) (*State, error) {
 }
 
 // Expect is what a run needs of a checkpoint: LoadFor refuses one saved for
-// another shape or without the run's states, and reshards one saved for
-// another device count or alignment.
+// another shape or model or without the run's states, and reshards one
+// saved for another device count or alignment.
 type Expect struct {
-	Shape           model.Shape
+	Shape model.Shape
+	// Model and Chunks describe a custom model instead of Shape (as in
+	// State: ExpectLayout fills them): the checkpoint must have its name
+	// and every chunk's length and tensors. ShardElems are not compared.
+	Model           string
+	Chunks          []ChunkInfo
 	Devices         int
 	ShardAlignElems int
 	States          []StateSpec
@@ -245,8 +254,10 @@ type Expect struct {
 // Match says why st cannot serve the run e (nil when it can, perhaps after
 // Reshard).
 func (st *State) Match(e Expect) error {
-	a, b := st.Shape, e.Shape
-	if a.Canonical() != b.Canonical() {
+	if err := st.matchModel(e); err != nil {
+		return err
+	}
+	if a, b := st.Shape, e.Shape; st.Model == "" && a.Canonical() != b.Canonical() {
 		return fmt.Errorf("checkpoint: saved for shape %s, this run is %s; a checkpoint cannot change the model's shape (export the weights and import them instead)", a, b)
 	}
 	for _, want := range e.States {

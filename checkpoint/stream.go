@@ -277,7 +277,7 @@ func open(path string, e *Expect) (_ *Reader, err error) {
 	if err != nil {
 		return nil, err
 	}
-	meta := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, ShardAlignElems: m.ShardAlignElems,
+	meta := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, Model: m.Model, ShardAlignElems: m.ShardAlignElems,
 		Config: []byte(m.Config), Chunks: m.Chunks, States: specs}
 	if err := meta.validateMeta(); err != nil {
 		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
@@ -507,7 +507,8 @@ func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
 	return errors.Join(errs...)
 }
 
-// Shape is the checkpoint's model shape.
+// Shape is the checkpoint's model shape (zero for a custom model's: see
+// State.Model).
 func (rd *Reader) Shape() model.Shape { return rd.meta.Shape }
 
 // Source is the manifest's Source: where the run's initial weights came

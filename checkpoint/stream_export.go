@@ -103,7 +103,7 @@ func ExportStream(path string, layout *model.Layout, opts ExportOptions, produce
 		return err
 	}
 	opts.defaults()
-	md, err := exportMetadata(layout.Shape, opts)
+	md, err := exportMetadata(layout, opts)
 	if err != nil {
 		return err
 	}
@@ -187,10 +187,10 @@ func openCheckpointWeights(src string) (*checkpointWeights, error) {
 		rd.Close()
 		return nil, fmt.Errorf("checkpoint: export: the checkpoint holds neither master weights nor params (%s)", specList(meta.States))
 	}
-	l, err := model.NewLayout(meta.Shape)
+	l, err := meta.Layout()
 	if err != nil {
 		rd.Close()
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, err
 	}
 	return &checkpointWeights{rd: rd, meta: meta, layout: l, k: k}, nil
 }
@@ -199,7 +199,7 @@ func openCheckpointWeights(src string) (*checkpointWeights, error) {
 // shards side by side (element i of the chunk is element i of the whole).
 func (cw *checkpointWeights) produce(w *ExportWriter) error {
 	meta, spec := cw.meta, cw.meta.States[cw.k]
-	to := Expect{Shape: meta.Shape, Devices: meta.Devices, ShardAlignElems: meta.ShardAlignElems, States: []StateSpec{spec}}
+	to := Expect{Shape: meta.Shape, Model: meta.Model, Chunks: meta.Chunks, Devices: meta.Devices, ShardAlignElems: meta.ShardAlignElems, States: []StateSpec{spec}}
 	return cw.rd.Read(to, func(c, _ int, whole []byte) error {
 		b := whole[:meta.Chunks[c].Elems*spec.DType.Size()]
 		if spec.DType == dtype.BF16 {

@@ -229,8 +229,8 @@ type EvalLine struct {
 	Tokens int64   `json:"eval_tokens"`
 }
 
-// runEval evaluates the held-out set after step and prints the result.
-func runEval(e *engine.Engine, d *runData, step int64, w io.Writer) (*EvalLine, error) {
+// evalHeldOut evaluates --eval-data after step and prints the result.
+func evalHeldOut(e *engine.Engine, d *runData, step int64, w io.Writer) (*EvalLine, error) {
 	st, err := e.Eval(d.eval)
 	if err != nil {
 		return nil, fmt.Errorf("train: eval after step %d: %w", step, err)

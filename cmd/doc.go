@@ -1,6 +1,6 @@
-// Package cmd is the strata command line: train, estimate, bench (nvme,
-// adam, gemm, step), export, inspect and version. TestDocListsCommands
-// keeps this list equal to the App's commands.
+// Package cmd is the strata command line: train, eval, generate, estimate,
+// bench (nvme, adam, gemm, step), export, inspect and version.
+// TestDocListsCommands keeps this list equal to the App's commands.
 //
 // It is the only user of the CLI library (urfave/cli) and the only place
 // that prints: the libraries return errors, results and counters, and cmd
@@ -11,6 +11,16 @@
 // does the work (config.Config for train, bench.NVMeOptions,
 // bench.StepOptions ...), applying defaults only to what the user left
 // unset so that an explicit bad value reaches Validate and is refused.
+//
+// eval and generate (infer.go) open --model as train --init opens its PATH
+// (init.go's probeModel and open), hold every parameter resident on one
+// device (model.Weights, uploaded a chunk at a time: host memory holds one
+// chunk), refuse a model that does not fit with what it needs, and run a
+// model.Decoder: eval a window at a time of a file tokenized a block at a
+// time, generate the prompt in one step and then a token a step through
+// the key/value cache. The tokenizer is the model's tokenizer.json (a
+// Strata checkpoint's: its run's recorded source), else the byte
+// tokenizer for a vocabulary of 256.
 //
 // Exit status: 0 on success, 1 for a failed command, 2 for bad usage
 // (usageError), 130 for a run stopped on SIGINT and 143 on SIGTERM (train

@@ -25,15 +25,18 @@ func estimateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "estimate",
 		Usage:     "model-state bytes per device, on the host and on NVMe for ZeRO stages 0-3",
-		UsageText: "strata estimate (--model NAME | --params N | --config FILE) [--devices N] [--stage S] [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme] [--freeze PATTERN ...] [--json]",
+		UsageText: "strata estimate (--model NAME | --params N | --config FILE) [--devices N] [--stage S] [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme] [--freeze PATTERN ...] [--batch B] [--seq T] [--hbm BYTES] [--json]",
 		Description: "For mixed-precision Adam (bf16 params and grads, fp32 master, m and v: 16 bytes per parameter),\n" +
 			"prints each rank's model state with Strata's padded shard layout, next to the formula of the ZeRO\n" +
-			"paper (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N). Activations and in-flight buffers are not included.\n" +
+			"paper (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N). For a shape (--model or --config) it then prints each\n" +
+			"device's activations per micro-batch of --batch × --seq tokens, term by term, without activation\n" +
+			"checkpointing, with it and with cpu_checkpointing, the working set (gathered chunks, gradient\n" +
+			"buckets, staged shards), and per stage the total; with --hbm, which configuration fits.\n" +
 			"With --config, model, devices, stage, offload devices, host_budget, the stage-3 persistence\n" +
 			"threshold and strata.freeze come from the file; flags given explicitly override them.\n" +
 			"--freeze (strata.freeze) counts frozen chunks at their params only: no gradient, no master, m, v\n" +
 			"(the formula's gradient and optimizer terms are then on Ψₜ, the trainable parameters).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "named shape: " + strings.Join(model.Names(), ", ")},
 			&cli.StringFlag{Name: "params", Usage: `parameter count Ψ instead of a shape ("124M", "1.5B", "7.5e9")`},
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config to take the settings from"},
@@ -47,7 +50,7 @@ func estimateCommand() *cli.Command {
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
 			&cli.StringSliceFlag{Name: "freeze", Usage: `tensor-name patterns of the parameters that do not train, as strata.freeze ("wte,wpe" or repeated; needs --model or --config)`},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
-		},
+		}, estimateActFlags()...),
 		Action: runEstimate,
 	}
 }
@@ -58,6 +61,7 @@ func runEstimate(c *cli.Context) error {
 	}
 	opts := engine.MemoryOptions{Devices: 1, ShardAlignElems: c.Int64("align")}
 	var shape *model.Shape
+	var cfg *config.Config
 	var freeze []string // strata.freeze, then --freeze
 	what := ""
 	if path := c.String("config"); path != "" {
@@ -65,7 +69,8 @@ func runEstimate(c *cli.Context) error {
 		if c.IsSet("devices") {
 			devices = c.Int("devices")
 		}
-		cfg, err := config.Load(path, config.Options{Devices: devices, LookupShape: func(name string) (config.Shape, error) {
+		var err error
+		cfg, err = config.Load(path, config.Options{Devices: devices, LookupShape: func(name string) (config.Shape, error) {
 			s, err := model.Lookup(name)
 			return config.Shape(s), err
 		}})
@@ -82,10 +87,11 @@ func runEstimate(c *cli.Context) error {
 		if s.Name == "" {
 			s.Name = "config"
 		}
-		if err := s.Validate(); err != nil {
+		l, err := model.NewLayout(s)
+		if err != nil {
 			return fmt.Errorf("estimate: %s: %w", path, err)
 		}
-		if opts, err = engine.MemoryOptionsFromConfig(cfg, s); err != nil {
+		if opts, err = engine.MemoryOptionsFromConfig(cfg, l); err != nil {
 			return err
 		}
 		opts.ShardAlignElems = c.Int64("align")
@@ -103,8 +109,12 @@ func runEstimate(c *cli.Context) error {
 		if err != nil {
 			return usagef("estimate: %v", err)
 		}
+		l, err := model.NewLayout(s)
+		if err != nil {
+			return usagef("estimate: %v", err)
+		}
 		shape = &s
-		opts.ChunkParams = engine.ChunkParams(s)
+		opts.ChunkParams = engine.ChunkParams(l)
 	case c.IsSet("params"):
 		psi, err := parseParamCount(c.String("params"))
 		if err != nil {
@@ -177,14 +187,29 @@ func runEstimate(c *cli.Context) error {
 	} else {
 		stages = engine.EstimateStages(opts)
 	}
+	var act *actEstimate
+	if shape != nil {
+		var err error
+		if act, err = newActEstimate(c, cfg, *shape); err != nil {
+			return err
+		}
+	}
 	if c.Bool("json") {
 		name := ""
+		var ja *jsonActivations
 		if shape != nil {
 			name = shape.Name
+			ja = act.json(stages)
 		}
-		return printEstimateJSON(c.App.Writer, name, what, opts, stages)
+		return printEstimateJSON(c.App.Writer, name, what, opts, stages, ja)
 	}
-	printEstimate(c.App.Writer, what, opts, stages, c.Int("stage") >= 0)
+	w := c.App.Writer
+	printEstimate(w, what, opts, stages, c.Int("stage") >= 0)
+	if act == nil {
+		fmt.Fprintln(w, "not included: activations and the working set (they need a shape: --model or --config)")
+		return nil
+	}
+	act.print(w, stages)
 	return nil
 }
 
@@ -337,6 +362,9 @@ func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []en
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "state\tdevice\thost\tnvme\tformula")
 			for st := range shard.StateCount {
+				if shard.State(st) == shard.Activation {
+					continue // not model state: the activation section
+				}
 				var fs []string
 				for t := range shard.TierCount {
 					if f := s.Formula[st][t]; f != (engine.Coef{}) {
@@ -354,7 +382,6 @@ func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []en
 		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	fmt.Fprintln(w, "\nbinary units (GiB = 2^30 B; GB = 10^9 B); --json gives exact bytes")
-	fmt.Fprintln(w, "not included: activations and the working set (gathered chunks in flight, gradient buckets, staging buffers)")
 }
 
 func okStage(stages []engine.StageEstimate) *engine.StageEstimate {
@@ -390,7 +417,7 @@ type jsonStage struct {
 	Notes       []string   `json:"notes,omitempty"`
 }
 
-func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, stages []engine.StageEstimate) error {
+func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, stages []engine.StageEstimate, act *jsonActivations) error {
 	out := struct {
 		Model            string      `json:"model,omitempty"`
 		Description      string      `json:"description"`
@@ -405,7 +432,10 @@ func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, s
 		FrozenChunks     []int       `json:"frozen_chunks,omitempty"`
 		FrozenParams     int64       `json:"frozen_params"`
 		Stages           []jsonStage `json:"stages"`
-	}{Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: deviceFlag(o.OptimizerTier),
+		// Activations is each device's activations and the totals per
+		// stage (estimate_act.go); absent without a shape.
+		Activations *jsonActivations `json:"activations,omitempty"`
+	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: deviceFlag(o.OptimizerTier),
 		OffloadParam: deviceFlag(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes}
 	for i, c := range o.ChunkParams {
 		out.Params += c
@@ -430,6 +460,9 @@ func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, s
 		js.NVMeBytes, js.NVMeFormula = s.NVMeBytes(), machine(s.TierFormula(shard.NVMe), o.Devices).String()
 		js.PerRank = map[string]jsonTiers{}
 		for st := range shard.StateCount {
+			if shard.State(st) == shard.Activation {
+				continue
+			}
 			p := s.PerRank[st]
 			js.PerRank[shard.State(st).String()] = jsonTiers{p[shard.HBM], p[shard.Host], p[shard.NVMe]}
 		}

@@ -84,7 +84,7 @@ func runExport(c *cli.Context) error {
 		return err
 	}
 	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s (%s, %s names, %s)\n",
-		st.Step, src, st.Shape.ParamCount(), dst, dt, opts.Names, units.FormatBytes(fi.Size()))
+		st.Step, src, st.ParamCount(), dst, dt, opts.Names, units.FormatBytes(fi.Size()))
 	return nil
 }
 
@@ -107,6 +107,6 @@ func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
 		tok = "tokenizer files " + strings.Join(out.Tokenizer, ", ")
 	}
 	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s\n",
-		st.Step, src, st.Shape.ParamCount(), dst, len(out.Files), units.FormatBytes(out.TotalBytes), dt, strings.Join(out.Files, ", "), tok)
+		st.Step, src, st.ParamCount(), dst, len(out.Files), units.FormatBytes(out.TotalBytes), dt, strings.Join(out.Files, ", "), tok)
 	return nil
 }

@@ -22,6 +22,7 @@ import (
 // which reads them one chunk at a time.
 type initModel struct {
 	path  string
+	flag  string // the command and flag that named path, for errors ("train: --init")
 	shape model.Shape
 	hf    *checkpoint.HFConfig // a Hugging Face directory: its config.json
 	ckpt  string               // a Strata checkpoint: its directory
@@ -37,12 +38,16 @@ type initModel struct {
 
 // probeInit reads the shape of the model at path: config.json of a
 // Hugging Face directory, else the manifest of a Strata checkpoint.
-func probeInit(path string) (*initModel, error) {
-	im := &initModel{path: path}
+func probeInit(path string) (*initModel, error) { return probeModel(path, "train: --init") }
+
+// probeModel is probeInit for the command and flag flag (eval and
+// generate's --model).
+func probeModel(path, flag string) (*initModel, error) {
+	im := &initModel{path: path, flag: flag}
 	if checkpoint.IsHFDir(path) {
 		cfg, err := checkpoint.ReadHFConfig(path)
 		if err != nil {
-			return nil, fmt.Errorf("train: --init: %w", err)
+			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
 		im.hf, im.shape = cfg, cfg.Shape
 		return im, nil
@@ -53,7 +58,10 @@ func probeInit(path string) (*initModel, error) {
 		m, dir, err = checkpoint.ReadManifest(dir)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("train: --init %s is neither a Hugging Face model directory (a config.json with \"architectures\") nor a Strata checkpoint: %w", path, err)
+		return nil, fmt.Errorf("%s %s is neither a Hugging Face model directory (a config.json with \"architectures\") nor a Strata checkpoint: %w", flag, path, err)
+	}
+	if m.Model != "" {
+		return nil, fmt.Errorf("train: --init %s is a checkpoint of %q, a model a Go program defines (engine.Options.Model), which strata train cannot build; start it from Go (docs/library.md)", path, m.Model)
 	}
 	im.ckpt, im.shape, im.source = dir, m.Shape, m.Source
 	if im.source == nil {
@@ -170,14 +178,14 @@ func (im *initModel) open() error {
 	if im.hf != nil {
 		m, err := checkpoint.OpenHF(im.path)
 		if err != nil {
-			return fmt.Errorf("train: --init: %w", err)
+			return fmt.Errorf("%s: %w", im.flag, err)
 		}
 		im.src, im.source = m, m.Source()
 		return nil
 	}
 	rd, err := checkpoint.Open(im.ckpt)
 	if err != nil {
-		return fmt.Errorf("train: --init: %w", err)
+		return fmt.Errorf("%s: %w", im.flag, err)
 	}
 	im.src = rd
 	return nil

@@ -204,7 +204,11 @@ func printCheckpoint(w io.Writer, out inspectCheckpointOut) {
 	}
 	fmt.Fprintf(w, "checkpoint %s\n", out.Dir)
 	fmt.Fprintf(w, "  step          %d (saved %s)\n", m.Step, m.Created.Format("2006-01-02 15:04:05 MST"))
-	fmt.Fprintf(w, "  shape         %s\n", m.Shape)
+	if m.Model != "" {
+		fmt.Fprintf(w, "  model         %s (custom: its layout is in the manifest)\n", m.Model)
+	} else {
+		fmt.Fprintf(w, "  shape         %s\n", m.Shape)
+	}
 	fmt.Fprintf(w, "  devices       %d, ZeRO stage %d, shard alignment %d elements\n", m.Devices, m.Stage, m.ShardAlignElems)
 	var states []string
 	for _, s := range m.States {

@@ -32,6 +32,8 @@ func App(stdout, stderr io.Writer) *cli.App {
 		ExitErrHandler: func(*cli.Context, error) {},
 		Commands: []*cli.Command{
 			trainCommand(),
+			evalCommand(),
+			generateCommand(),
 			estimateCommand(),
 			benchCommand(),
 			exportCommand(),

@@ -210,7 +210,7 @@ func runTrain(c *cli.Context) (err error) {
 		defer rd.close()
 	}
 	cfg := p.cfg
-	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes)
+	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func runTrain(c *cli.Context) (err error) {
 	if trFile != nil {
 		defer trFile.Close()
 	}
-	opts.Trace, opts.HostRegistrar = tr, devs.Registrar
+	opts.Trace, opts.HostRegistrar, opts.Collectives = tr, devs.Registrar, devs.Collectives
 	e, err := engine.New(cfg, devs.Devs, devs.Comms, opts)
 	if err != nil {
 		if trFile != nil { // nothing to write: no empty file left behind
@@ -684,7 +684,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 			l.bar.Clear()
 		}
 		var err error
-		if ev, err = runEval(l.e, l.data, st.Step, l.stderr); err != nil {
+		if ev, err = evalHeldOut(l.e, l.data, st.Step, l.stderr); err != nil {
 			return err
 		}
 		if l.firstEval == nil {
@@ -945,6 +945,8 @@ type deviceJSON struct {
 	BucketPeakBytes     int64   `json:"grad_buckets_peak_bytes"`
 	WorkspacePeakBytes  int64   `json:"workspace_peak_bytes"`
 	ActivationPeakBytes int64   `json:"activation_peak_bytes"`
+	ActivationEstimate  int64   `json:"activation_estimate_bytes"`
+	ActivationRatio     float64 `json:"ratio_activation_estimate"`
 	PeakBytes           int64   `json:"peak_bytes"`
 }
 
@@ -953,7 +955,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	for _, d := range s.PerDevice {
 		devs = append(devs, deviceJSON{d.Device, d.ModelStatePeakBytes, d.Formula, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes,
 			d.EstimateBytes, d.FormulaRatio, d.EstimateRatio, d.TierHBMBytes,
-			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.PeakBytes})
+			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.ActivationEstimateBytes, d.ActivationRatio, d.PeakBytes})
 	}
 	prec := "bf16"
 	if s.Precision == gpu.F32 {
@@ -964,6 +966,8 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
 		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": s.Tier,
+		"activations": s.Activations, "activation_host_bytes": s.ActivationHostBytes,
+		"collectives": s.Collectives,
 		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
 			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
 	}

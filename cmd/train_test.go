@@ -89,7 +89,8 @@ func TestTrainDemo(t *testing.T) {
 		}
 	}
 	var sum struct {
-		PerDevice []struct {
+		Collectives string `json:"collectives"`
+		PerDevice   []struct {
 			Ratio        float64 `json:"ratio_estimate"`
 			FormulaRatio float64 `json:"ratio_formula"`
 			Padding      int64   `json:"padding_bytes"`
@@ -98,6 +99,9 @@ func TestTrainDemo(t *testing.T) {
 	b, _ := os.ReadFile(filepath.Join(dir, "summary.json"))
 	if err := json.Unmarshal(b, &sum); err != nil || len(sum.PerDevice) != 2 {
 		t.Fatalf("summary.json: %v: %s", err, b)
+	}
+	if sum.Collectives != "rank-order" {
+		t.Errorf("summary.json collectives %q, want rank-order (the cpu backend's)", sum.Collectives)
 	}
 	for _, d := range sum.PerDevice {
 		if d.Ratio < 0.95 || d.Ratio > 1.05 || d.FormulaRatio < 0.95 || d.FormulaRatio > 1.05 {

@@ -23,9 +23,11 @@ type Config struct {
 	StepsPerPrint      int     `json:"steps_per_print"`
 	WallClockBreakdown bool    `json:"wall_clock_breakdown"`
 
-	ZeRO   ZeRO   `json:"zero_optimization"`
-	AIO    AIO    `json:"aio"`
-	Strata Strata `json:"strata"`
+	ZeRO ZeRO `json:"zero_optimization"`
+	AIO  AIO  `json:"aio"`
+	// ActivationCheckpointing is on when the file has the block (nil: off).
+	ActivationCheckpointing *ActivationCheckpointing `json:"activation_checkpointing,omitempty"`
+	Strata                  Strata                   `json:"strata"`
 
 	ignored []string   // "said once" notices, in document order
 	batch   batchGiven // which of the three batch keys the file gave
@@ -170,6 +172,10 @@ type Strata struct {
 	// optimizer state in host RAM (12 B per parameter per rank).
 	UpdateInBackward bool `json:"update_in_backward"`
 	Steps            int  `json:"steps"` // optimizer steps; default 20
+	// ActivationDType is the dtype the model keeps its activations in:
+	// "bf16" (the default; norm and softmax statistics, the loss and the
+	// residual gradient stay fp32) or "fp32", for checks.
+	ActivationDType string `json:"activation_dtype"`
 	// Freeze names the parameters that do not train, as patterns over the
 	// model's tensor names (model.Layout): a pattern without any of * ? [
 	// matches every tensor whose name contains it ("layers.0." is layer 0,
@@ -179,6 +185,13 @@ type Strata struct {
 	// chunk keeps its params only: no gradient reduction, no optimizer
 	// state, no update. Empty: everything trains.
 	Freeze []string `json:"freeze,omitempty"`
+	// Deterministic keeps the rank-order collectives (peer copies, ranks
+	// added in order 0..N-1 and rounded once), so that every run of the
+	// same config gives the same bits, on every rank. false lets the cuda
+	// backend run them with NCCL where it can (faster on several GPUs; its
+	// reduction order is its own, so runs may differ in the last bits).
+	// Default true.
+	Deterministic bool `json:"deterministic"`
 
 	devicesFrom string // where Devices came from, for messages: "--devices", "strata.devices in FILE" or "" (the default)
 }
@@ -290,7 +303,8 @@ func (c *Config) setDefaults() {
 		OffloadOptimizer:                OffloadOptimizer{Device: DeviceNone, BufferCount: 4, Ratio: 1},
 	}
 	c.AIO = AIO{BlockSize: DefaultAIOBlockSize, QueueDepth: DefaultAIOQueueDepth, ThreadCount: DefaultAIOThreadCount, OverlapEvents: true}
-	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", DPUWarmupSteps: DefaultDPUWarmupSteps, Steps: DefaultSteps}
+	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", DPUWarmupSteps: DefaultDPUWarmupSteps, Steps: DefaultSteps,
+		ActivationDType: ActivationBF16, Deterministic: true}
 }
 
 // Load reads and parses a config file.

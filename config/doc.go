@@ -35,6 +35,12 @@
 //   - DeepSpeed knobs that Strata accepts but does not use (overlap_comm,
 //     buffer_count, pipeline_read, ...) become notices, Config.Ignored(),
 //     that cmd prints once.
+//   - activation_checkpointing (activations.go): the block's presence turns
+//     checkpointing on, every block unless number_checkpoints (at most the
+//     model's blocks) says how many; cpu_checkpointing is read; the block's
+//     other knobs, when true, are notices saying what Strata does instead.
+//     strata.activation_dtype ("bf16", "fp32") keeps fp32 activations for
+//     checks.
 //
 // Lifecycle: Parse (or Load, or Default) returns a *Config that is resolved
 // and valid; SetDevices re-derives the batch for another device count;

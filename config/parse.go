@@ -45,11 +45,12 @@ func Parse(data []byte, file string, opts Options) (*Config, error) {
 	}
 	c.decodeZeRO(r.sub("zero_optimization"))
 	c.decodeAIO(r.sub("aio"))
+	c.decodeActivations(r)
 	c.decodeStrata(r.sub("strata"), opts)
 	c.fillAuto(d, opts.Auto)
 	for _, k := range []string{"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
 		"gradient_predivide_factor", "communication_data_type", "memory_breakdown", "dump_state",
-		"activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "data_types"} {
+		"flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "data_types"} {
 		r.ignore(k, "Strata has no such feature")
 	}
 	d.finish()
@@ -466,6 +467,8 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	s.boolKey("update_in_backward", &st.UpdateInBackward)
 	s.intKey("steps", &st.Steps, atLeast(1))
 	s.patternsKey("freeze", &st.Freeze)
+	s.stringKey("activation_dtype", &st.ActivationDType, ActivationBF16, ActivationFP32)
+	s.boolKey("deterministic", &st.Deterministic)
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
 	}
@@ -525,6 +528,7 @@ func (c *Config) crossChecks(d *decoder) {
 	if sh := c.Strata.Model.Shape; sh != nil {
 		c.ResolveModel(*sh)
 	}
+	c.checkActivations(d)
 	for _, k := range z.auto {
 		d.errPath("zero_optimization."+k, `"auto" needs the model's hidden size, but strata.model %q was not looked up`, c.Strata.Model.Name)
 	}
@@ -703,6 +707,12 @@ func (c *Config) Validate() error {
 	}
 	if st.Model.Name == "" && st.Model.Shape == nil {
 		bad("strata.model is not set")
+	}
+	if st.ActivationDType != ActivationBF16 && st.ActivationDType != ActivationFP32 {
+		bad("strata.activation_dtype %q is not \"bf16\" or \"fp32\"", st.ActivationDType)
+	}
+	if ac := c.ActivationCheckpointing; ac != nil && (ac.NumberCheckpoints < 0 || st.Model.Shape != nil && ac.NumberCheckpoints > st.Model.Shape.Layers) {
+		bad("activation_checkpointing.number_checkpoints %d: want 1 to the model's blocks, or 0 for every block", ac.NumberCheckpoints)
 	}
 	for i, p := range st.Freeze {
 		if msg := patternProblem(p); msg != "" {

@@ -69,17 +69,16 @@ func (e *Engine) CheckpointStates() []checkpoint.StateSpec {
 
 // checkpointExpect is what this engine needs of a checkpoint.
 func (e *Engine) checkpointExpect() checkpoint.Expect {
-	return checkpoint.Expect{Shape: e.shape, Devices: e.n, ShardAlignElems: checkpointAlignElems, States: e.CheckpointStates()}
+	return checkpoint.ExpectLayout(e.layout, e.n, checkpointAlignElems, e.CheckpointStates())
 }
 
 // checkpointMeta describes this engine's checkpoint (checkpoint.State
-// without Data): step, config, shape, devices, stage, chunks, states.
+// without Data): step, config, shape (or a library model's name and
+// tensors: checkpoint.LayoutChunks), devices, stage, chunks, states.
 func (e *Engine) checkpointMeta() *checkpoint.State {
-	st := &checkpoint.State{Step: e.step, Devices: e.n, Stage: e.stage, Shape: e.layout.Shape, ShardAlignElems: checkpointAlignElems,
-		Config: e.cfg.JSON(), States: e.CheckpointStates()}
-	for _, ch := range e.layout.Chunks {
-		st.Chunks = append(st.Chunks, checkpoint.ChunkInfo{Name: ch.Name, Elems: ch.Len, ShardElems: checkpoint.ShardElems(ch.Len, e.n, checkpointAlignElems)})
-	}
+	want := e.checkpointExpect()
+	st := &checkpoint.State{Step: e.step, Devices: e.n, Stage: e.stage, Shape: want.Shape, Model: want.Model, ShardAlignElems: checkpointAlignElems,
+		Config: e.cfg.JSON(), States: want.States, Chunks: checkpoint.LayoutChunks(e.layout, e.n, checkpointAlignElems)}
 	e.checkShards(st)
 	return st
 }
@@ -199,7 +198,8 @@ func (e *Engine) SaveCheckpoint(dir string, opts checkpoint.Options) (string, er
 
 // LoadCheckpoint restores the training state from the checkpoint at path (a
 // checkpoint directory, or a directory whose "latest" names one). A
-// checkpoint of another model shape or precision is refused with an error
+// checkpoint of another model shape or precision (of a library model:
+// another name, or other chunks or tensors) is refused with an error
 // naming both, before its files are read; then every file's size and
 // CRC-32C is verified in a streaming pass, so a corrupt checkpoint
 // restores nothing; then the state streams in chunk by chunk
@@ -352,7 +352,7 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 		switch {
 		case e.chunks[c].frozen:
 			return r.saveFrozen(c, s, dst)
-		case e.tiers != nil:
+		case e.offload:
 			return r.saveTiered(tkey(c, r.idx, s), dst)
 		case e.stage == 0: // the whole chunk, replicated: the rank's slice
 			r.readDevice(dst, r.deviceOpt(c, s), int64(r.idx)*sz)
@@ -380,7 +380,7 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		default:
 			r.writeDevice(st.param[c], src)
 		}
-		if e.precision == gpu.F32 && e.tiers != nil && !e.chunks[c].frozen {
+		if e.precision == gpu.F32 && e.offload && !e.chunks[c].frozen {
 			return r.restoreTiered(tkey(c, r.idx, shard.Master), src) // fp32: the params are the master weights
 		}
 		return nil
@@ -388,7 +388,7 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		switch {
 		case e.chunks[c].frozen:
 			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
-		case e.tiers != nil:
+		case e.offload:
 			return r.restoreTiered(tkey(c, r.idx, s), src)
 		case e.stage == 0:
 			r.writeDevice(r.deviceOpt(c, s), whole)

@@ -31,12 +31,16 @@ type EvalSet interface {
 }
 
 // SeqLen is the row length of a run of cfg: strata.seq_len, else the
-// model's max_seq_len.
+// max_seq_len of its strata.model (0 when the config names no shape: a
+// library user's Options.Model sets its own seq_len).
 func SeqLen(cfg *config.Config) int {
 	if cfg.Strata.SeqLen > 0 {
 		return cfg.Strata.SeqLen
 	}
-	return cfg.Shape().MaxSeq
+	if s := cfg.Shape(); s != nil {
+		return s.MaxSeq
+	}
+	return 0
 }
 
 // TrainData is a data file opened for a run: raw text (Source.Corpus,
@@ -116,10 +120,13 @@ type batches struct {
 // Options.Dataset, Options.Corpus, strata.data (opened with
 // OpenTrainData, byte-level, shuffled; closed with the engine), or the
 // synthetic corpus.
-func newBatches(cfg *config.Config, shape model.Shape, opts Options) (int, *batches, error) {
-	seq := SeqLen(cfg)
-	if seq > shape.MaxSeq {
-		return 0, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, shape.MaxSeq)
+func newBatches(cfg *config.Config, m Model, opts Options) (int, *batches, error) {
+	seq := cfg.Strata.SeqLen
+	if seq == 0 {
+		seq = m.MaxSeq()
+	}
+	if seq > m.MaxSeq() {
+		return 0, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, m.MaxSeq())
 	}
 	b := &batches{}
 	corpus := opts.Corpus
@@ -151,7 +158,7 @@ func newBatches(cfg *config.Config, shape model.Shape, opts Options) (int, *batc
 	if t, ok := corpus.(model.Tokens); ok {
 		// Checked whole here; a corpus read in windows is checked a batch
 		// at a time (readBatches).
-		if err := checkVocab(t, shape.Vocab, false); err != nil {
+		if err := checkVocab(t, m.Vocab(), false); err != nil {
 			return 0, nil, fmt.Errorf("engine: %w", err)
 		}
 		b.checked = true
@@ -193,10 +200,10 @@ func (e *Engine) checkBatch(b model.Batch) error {
 	if b.Rows != e.micro || b.Seq != e.seq || len(b.IDs) != e.micro*e.seq || len(b.Targets) != len(b.IDs) || (b.Pos != nil && len(b.Pos) != len(b.IDs)) {
 		return fmt.Errorf("the data gave a batch of %d×%d (%d ids, %d targets, %d positions), want %d×%d", b.Rows, b.Seq, len(b.IDs), len(b.Targets), len(b.Pos), e.micro, e.seq)
 	}
-	if err := checkVocab(b.IDs, e.shape.Vocab, false); err != nil {
+	if err := checkVocab(b.IDs, e.model.Vocab(), false); err != nil {
 		return err
 	}
-	if err := checkVocab(b.Targets, e.shape.Vocab, true); err != nil {
+	if err := checkVocab(b.Targets, e.model.Vocab(), true); err != nil {
 		return err
 	}
 	for i, p := range b.Pos {

@@ -31,6 +31,21 @@
 // stage3_param_persistence_threshold stay gathered on every device. The
 // padding is zero and stays zero through Adam (zero grad, zero moments).
 //
+// # The model (model.go)
+//
+// The engine trains a Model: the decoder the config's strata.model names
+// (package model's GPT-2 and Llama family, through a thin adapter), or a
+// model a Go program defines (Options.Model; strata.model is then left out
+// or names it, and Options.Init is refused). Both go through the same
+// methods: Layout (the chunks: everything below is per chunk), AccessOrder
+// (the Params calls of one micro-batch, checked at New against the rules
+// the hooks, the host optimizer's flush order and the workspace sizing
+// rely on: checkAccessOrder), InitChunk, Vocab and MaxSeq (the batches'
+// bounds), and New, which makes each rank's Instance: its activations and
+// its Forward, Backward and Losses. A custom model's checkpoint records
+// its name and tensors instead of a shape (checkpoint.LayoutChunks).
+// docs/library.md is the guide for library users.
+//
 // # One step (Engine.Step)
 //
 // Every rank zeroes its gradients (stages 0-1), runs its A micro-batches
@@ -40,7 +55,7 @@
 // model.Params hooks (hooks.go), the single place where:
 //
 //   - stage 3 AllGathers a chunk into a workspace buffer at Acquire (and
-//     prefetches the next chunk of model.AccessOrder), and at Release
+//     prefetches the next chunk of Model.AccessOrder), and at Release
 //     records an event; a gathered chunk is freed when a new gather needs
 //     its room (at most Options.MaxLiveChunks live), after that event;
 //   - stages 0-1 reduce the accumulated gradient of a chunk at its last
@@ -50,7 +65,18 @@
 //     (workspace) and at GradReady ReduceScatter it into the rank's
 //     persistent gradient shard (the first micro-batch writes the shard,
 //     later ones add to it, as DeepSpeed does), freeing the bucket when the
-//     reduction completes (at most one waits while the next fills).
+//     reduction completes (at most one waits while the next fills);
+//   - with cpu_checkpointing (the hooks are also the model's InputStore,
+//     inputs.go) a checkpointed block's input goes to its host home in the
+//     tier store after the block's forward and comes back, staged by the
+//     planner, for its backward.
+//
+// Activations (activations.go): each rank's model keeps them as
+// ActivationOptionsFromConfig says (bf16 in bf16 mixed precision unless
+// strata.activation_dtype is fp32; activation checkpointing and
+// cpu_checkpointing from the activation_checkpointing block), allocated
+// once at New; EstimateActivations is what they take per device, and the
+// Summary reports the measured peak beside it.
 //
 // Then each rank takes the sum of squares of its reduced gradient per chunk
 // (with the host optimizer it also copies the shard once into its host copy
@@ -65,7 +91,7 @@
 // chunk c's update (an event per chunk), not for the whole optimizer.
 //
 // Collectives are issued on the communication stream, in an order fixed by
-// model.AccessOrder and the chunk order, never by timing, so every rank
+// Model.AccessOrder and the chunk order, never by timing, so every rank
 // issues the same ones.
 //
 // # The host optimizer under the next step (overlap.go)
@@ -97,7 +123,7 @@
 //     replicated chunk, or before the gather of a sharded one (flushChunk,
 //     called from the hooks also after a failure, when they drain), and at
 //     the end of the rank's pass for any chunk left (finishRun). These
-//     points are fixed by model.AccessOrder, so every rank issues the
+//     points are fixed by Model.AccessOrder, so every rank issues the
 //     same collectives in the same order. One exception is timed, and it
 //     issues no different collectives: the stage-3 prefetch of the next
 //     chunk at an Acquire is skipped while that chunk is still in cpuadam
@@ -121,7 +147,7 @@
 // During the backward (overlap_bwd.go): with gradient_clipping 0 or absent
 // and the optimizer state in host RAM, a chunk's update does not depend on
 // the global norm, so the rank hands chunk c to its step's run in
-// reduced(c) (a point model.AccessOrder fixes; its leases are declared
+// reduced(c) (a point Model.AccessOrder fixes; its leases are declared
 // there), and cpuadam starts once the gradient's copy to host memory has
 // completed, while the backward goes on with the chunks before it. A NaN
 // or Inf anywhere in the step must still update nothing: before cpuadam
@@ -160,9 +186,9 @@
 //
 // New validates the config, lays the chunks out, allocates each rank's
 // model state (tagged gpu.ModelState, held until Close), its activations
-// (model.New, gpu.Activation) and the norms buffer, checks that the device
+// (Model.New, gpu.Activation) and the norms buffer, checks that the device
 // budget leaves room for the worst-case workspace (gathered chunks, buckets),
-// and initialises every chunk with Layout.InitChunk(strata.seed), or from
+// and initialises every chunk with Model.InitChunk(strata.seed), or from
 // Options.Init (an imported model: a ChunkSource read one chunk at a time,
 // each chunk's uploads to every rank's shards, in whatever tier they live,
 // waited for before the next is read, so host memory holds one padded
@@ -221,7 +247,8 @@
 //
 // Budgets (tier.PlanBudgets): the tier store's HBM share is what each
 // device has left after model state, activations and workspace (at most
-// the rank's param shards; Options.TierHBMBytes overrides); its host budget
+// the rank's param shards; Options.TierHBMBytes overrides), plus room for
+// two restored block inputs with cpu_checkpointing; its host budget
 // is the homes in RAM plus staging room for TierReadAhead chunks
 // (HostStagingBytes) plus one spare shard per rank, or 4/5 of
 // strata.host_budget when given (TierHostBudget: the pinned pool is the
@@ -235,7 +262,8 @@
 // Driving: each rank's model.Params hooks and optimizer declare every
 // access to the rank's tier.Runner (params read in HBM before their gather,
 // in forward and backward; master, m, v updated and the new param written
-// in host memory by cpuadam) and receive a lease (Use), which they end when
+// in host memory by cpuadam; a saved block input written in host memory in
+// forward and read in HBM in backward) and receive a lease (Use), which they end when
 // the compute that reads it has completed (Done with an event: the runner
 // releases it the moment the event completes, so the room goes back to the
 // planner then, not at the rank's next access). The runner, in tier, runs

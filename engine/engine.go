@@ -36,9 +36,10 @@ type chunkPlan struct {
 type Engine struct {
 	cfg       *config.Config
 	opts      Options
-	shape     model.Shape
-	layout    *model.Layout
-	data      *batches // the rows of every step (data.go)
+	model     Model          // what trains: Options.Model or the config's decoder (model.go)
+	layout    *model.Layout  // model.Layout()
+	order     []model.Access // e.model.AccessOrder(), checked
+	data      *batches       // the rows of every step (data.go)
 	n         int
 	stage     int
 	precision gpu.DType
@@ -50,8 +51,9 @@ type Engine struct {
 	paramTier  shard.Tier // offload_param's tier (HBM: none)
 	tiers      *tiers     // the tier store, planners and upload staging of the host optimizer; nil without it
 	seq        int
-	micro      int // B: rows per micro-batch
-	accum      int // A: micro-batches per rank and step
+	act        model.ActivationOptions // how each rank's model keeps its activations (ActivationOptionsFromConfig)
+	micro      int                     // B: rows per micro-batch
+	accum      int                     // A: micro-batches per rank and step
 	chunks     []chunkPlan
 	ranks      []*rank
 	opt        *cpuadam.Optimizer
@@ -82,7 +84,8 @@ type Engine struct {
 // the configured stage, allocates the model state (tagged gpu.ModelState),
 // each rank's activations, and initialises the parameters from
 // strata.seed, or from opts.Init. The config must be resolved for
-// len(devices) devices (config.SetDevices) and carry a model shape.
+// len(devices) devices (config.SetDevices) and carry a model shape, unless
+// opts.Model brings the model (newModel says what strata.model may be then).
 func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Options) (*Engine, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -91,34 +94,31 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if err := checkNew(cfg, devices, comms, opts); err != nil {
 		return nil, err
 	}
-	shape := model.Shape(*cfg.Shape())
-	if shape.Name == "" {
-		shape.Name = "config"
-	}
-	layout, err := model.NewLayout(shape)
+	m, layout, order, cfg, err := newModel(cfg, opts)
 	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
+		return nil, err
 	}
-	if src := opts.Init; src != nil && src.Shape().Canonical() != shape.Canonical() {
-		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), shape)
+	if src := opts.Init; src != nil && src.Shape().Canonical() != layout.Shape.Canonical() {
+		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), layout.Shape)
 	}
-	seq, data, err := newBatches(cfg, shape, opts)
+	seq, data, err := newBatches(cfg, m, opts)
 	if err != nil {
 		return nil, err
 	}
 	z := cfg.ZeRO
 	e := &Engine{
-		cfg: cfg, opts: opts, shape: shape, layout: layout, data: data, n: len(devices), stage: z.Stage,
+		cfg: cfg, opts: opts, model: m, layout: layout, order: order, data: data, n: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, t0: time.Now(),
 	}
+	e.act = activationsOf(m, cfg, opts)
 	mo, err := e.layOut()
 	if err != nil {
 		e.closeData()
 		return nil, err
 	}
-	e.fwdOrder = forwardOrder(shape, len(e.chunks))
+	e.fwdOrder = forwardOrder(order, len(e.chunks))
 	if err := e.allocate(devices, comms, mo); err != nil {
 		e.Close()
 		return nil, err
@@ -149,8 +149,6 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 		return fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
 	case cfg.Strata.Devices != n:
 		return fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
-	case cfg.Shape() == nil:
-		return errors.New("engine: strata.model has no shape (parse with config.Options.LookupShape)")
 	}
 	for i, c := range comms {
 		if c.Rank() != i || c.Size() != n {
@@ -199,10 +197,11 @@ func (e *Engine) closeData() error { return e.data.close() }
 // layOut takes the memory options from the config, the estimate, and lays
 // the chunks out as it does (ShardElems, persistent chunks).
 func (e *Engine) layOut() (MemoryOptions, error) {
-	mo, err := MemoryOptionsFromConfig(e.cfg, e.shape)
+	mo, err := MemoryOptionsFromConfig(e.cfg, e.layout)
 	if err != nil {
 		return mo, err
 	}
+	mo.ActivationHostBytes = inputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
 	e.paramTier = mo.ParamTier
 	e.gradTiered = mo.OptimizerTier == shard.NVMe
 	if e.estimate, err = EstimateMemory(mo); err != nil {
@@ -250,6 +249,9 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 		if e.opt, err = cpuadam.New(cpuadam.Options{Threads: e.opts.OptimizerThreads}); err != nil {
 			return fmt.Errorf("engine: host optimizer: %w", err)
 		}
+	}
+	if e.offload || e.act.Offload {
+		var err error
 		if e.tiers, err = newTiers(e, mo); err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
@@ -35,17 +36,16 @@ const IOAlignBytes = 4096
 // ioBytes is b rounded up to IOAlignBytes.
 func ioBytes(b int64) int64 { return units.AlignUp(b, IOAlignBytes) }
 
-// ChunkParams returns the parameter count of each chunk of s in forward
-// order (model.Layout): chunk 0 the embeddings, chunks 1..L the transformer
-// blocks, chunk L+1 the final norm (and an untied output head). They sum to
-// s.ParamCount().
-func ChunkParams(s model.Shape) []int64 {
-	out := make([]int64, 0, s.Layers+2)
-	out = append(out, s.EmbeddingParamCount())
-	for range s.Layers {
-		out = append(out, s.BlockParamCount())
+// ChunkParams returns the parameter count of each chunk of l in layout
+// order (for a decoder of package model: chunk 0 the embeddings, chunks
+// 1..L the transformer blocks, chunk L+1 the final norm and an untied
+// output head). They sum to l.ParamCount().
+func ChunkParams(l *model.Layout) []int64 {
+	out := make([]int64, len(l.Chunks))
+	for c, ch := range l.Chunks {
+		out[c] = int64(ch.Len)
 	}
-	return append(out, s.FinalParamCount())
+	return out
 }
 
 // ShardElems is the length of each rank's slice of a chunk of chunkParams
@@ -91,6 +91,11 @@ type MemoryOptions struct {
 	// FrozenChunks): it keeps its params only, no gradient and no
 	// optimizer state. nil: every chunk trains.
 	Frozen []bool
+	// ActivationHostBytes is, per rank, the host RAM the tier store's
+	// saved block inputs take (cpu_checkpointing; each rounded up to
+	// IOAlignBytes): with the optimizer on NVMe and a host budget, it
+	// comes out of the budget before any optimizer state is kept in RAM.
+	ActivationHostBytes int64
 }
 
 // frozen says whether chunk c is frozen.
@@ -111,8 +116,8 @@ func (o MemoryOptions) Validate() error {
 		return fmt.Errorf("engine: estimate: offload_optimizer %s needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on)", deviceName(o.OptimizerTier))
 	case o.ParamTier != shard.HBM && o.Stage != 3:
 		return fmt.Errorf("engine: estimate: offload_param %s needs stage 3 (parameters are sharded only at stage 3)", deviceName(o.ParamTier))
-	case o.ShardAlignElems < 0 || o.HostBudgetBytes < 0 || o.PersistenceThreshold < 0:
-		return errors.New("engine: estimate: alignment, host budget and persistence threshold must be >= 0")
+	case o.ShardAlignElems < 0 || o.HostBudgetBytes < 0 || o.PersistenceThreshold < 0 || o.ActivationHostBytes < 0:
+		return errors.New("engine: estimate: alignment, host budget, persistence threshold and activation host bytes must be >= 0")
 	case o.HostGradDType != 0 && o.HostGradDType != dtype.BF16 && o.HostGradDType != dtype.F32:
 		return fmt.Errorf("engine: estimate: host gradient dtype %s is not bf16 or f32", o.HostGradDType)
 	}
@@ -332,7 +337,7 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 				}
 			}
 		}
-		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-paramHost)
+		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
 		// Whole shards, as the tier store places them: the gradient shards
 		// first (at stage 3; 2 B/param, read every step), then master, m,
 		// v, each chunk in order, while they fit; a gradient shard that
@@ -514,9 +519,11 @@ func EstimateStages(o MemoryOptions) []StageEstimate {
 }
 
 // MemoryOptionsFromConfig takes stage, devices, offload tiers, host budget,
-// persistence threshold and the frozen chunks (strata.freeze, FrozenChunks)
-// from a config, and the chunks from the shape.
-func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, error) {
+// persistence threshold, the frozen chunks (strata.freeze, FrozenChunks)
+// and the host RAM of the saved block inputs (cpu_checkpointing, bf16
+// params: ActivationOptionsFromConfig) from a config, and the chunks from
+// the layout (model.NewLayout of the config's shape, or a library model's).
+func MemoryOptionsFromConfig(c *config.Config, l *model.Layout) (MemoryOptions, error) {
 	ot, err := shard.ParseTier(c.ZeRO.OffloadOptimizer.Device)
 	if err != nil {
 		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_optimizer: %w", err)
@@ -525,18 +532,13 @@ func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, er
 	if err != nil {
 		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_param: %w", err)
 	}
-	var frozen []bool
-	if len(c.Strata.Freeze) > 0 {
-		l, err := model.NewLayout(s)
-		if err != nil {
-			return MemoryOptions{}, fmt.Errorf("engine: %w", err)
-		}
-		if frozen, err = FrozenChunks(l, c.Strata.Freeze); err != nil {
-			return MemoryOptions{}, err
-		}
+	frozen, err := FrozenChunks(l, c.Strata.Freeze)
+	if err != nil {
+		return MemoryOptions{}, err
 	}
+	s := l.Shape // zero for a library model: no saved block inputs
 	return MemoryOptions{
-		ChunkParams:          ChunkParams(s),
+		ChunkParams:          ChunkParams(l),
 		Devices:              c.Strata.Devices,
 		Stage:                c.ZeRO.Stage,
 		OptimizerTier:        ot,
@@ -544,5 +546,15 @@ func MemoryOptionsFromConfig(c *config.Config, s model.Shape) (MemoryOptions, er
 		HostBudgetBytes:      c.Strata.HostBudgetBytes,
 		PersistenceThreshold: c.ZeRO.Stage3ParamPersistenceThreshold,
 		Frozen:               frozen,
+		ActivationHostBytes:  inputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
 	}, nil
+}
+
+// seqOf is the config's tokens per sequence: strata.seq_len, or the
+// model's max_seq_len.
+func seqOf(c *config.Config, s model.Shape) int {
+	if c.Strata.SeqLen > 0 {
+		return c.Strata.SeqLen
+	}
+	return s.MaxSeq
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/strata-ai/strata/config"
@@ -61,17 +62,35 @@ func TestReferenceFormulas(t *testing.T) {
 	}
 }
 
+// TestChunkParams: the layout's chunks are the shape's arithmetic (the
+// embeddings, L equal blocks, the final chunk) and sum to Ψ.
 func TestChunkParams(t *testing.T) {
 	for _, name := range model.Names() {
 		s, _ := model.Lookup(name)
+		got := chunkParams(t, s)
+		want := []int64{s.EmbeddingParamCount()}
+		for range s.Layers {
+			want = append(want, s.BlockParamCount())
+		}
+		want = append(want, s.FinalParamCount())
 		var sum int64
-		for _, c := range ChunkParams(s) {
+		for _, c := range got {
 			sum += c
 		}
-		if sum != s.ParamCount() || len(ChunkParams(s)) != s.Layers+2 {
-			t.Errorf("%s: chunks sum to %d in %d chunks, want %d in %d", name, sum, len(ChunkParams(s)), s.ParamCount(), s.Layers+2)
+		if !slices.Equal(got, want) || sum != s.ParamCount() {
+			t.Errorf("%s: chunks %v sum to %d, want %v summing to %d", name, got, sum, want, s.ParamCount())
 		}
 	}
+}
+
+// chunkParams is ChunkParams of s's layout.
+func chunkParams(t testing.TB, s model.Shape) []int64 {
+	t.Helper()
+	l, err := model.NewLayout(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ChunkParams(l)
 }
 
 func TestShardElems(t *testing.T) {
@@ -98,7 +117,7 @@ func TestPaddingTiny(t *testing.T) {
 		2*57344 + 14*14336, // stage 2
 		16 * 14336,         // stage 3
 	}
-	for _, st := range EstimateStages(MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, ShardAlignElems: 2048}) {
+	for _, st := range EstimateStages(MemoryOptions{ChunkParams: chunkParams(t, s), Devices: 4, ShardAlignElems: 2048}) {
 		if st.Params != 35712 || st.RankElems != 14336 || st.PaddedElems != 57344 {
 			t.Fatalf("Ψ %d rank %d padded %d", st.Params, st.RankElems, st.PaddedElems)
 		}
@@ -114,7 +133,7 @@ func TestPaddingTiny(t *testing.T) {
 func TestPaddingBounds(t *testing.T) {
 	for _, name := range []string{"tiny", "small", "gpt2", "gpt2-1.5b"} {
 		s, _ := model.Lookup(name)
-		chunks := ChunkParams(s)
+		chunks := chunkParams(t, s)
 		for _, n := range []int{1, 2, 3, 4, 8} {
 			for _, st := range EstimateStages(MemoryOptions{ChunkParams: chunks, Devices: n}) {
 				formula := st.TierFormula(shard.HBM).Bytes(st.Params, st.Params, n)
@@ -199,12 +218,12 @@ func TestOffload(t *testing.T) {
 // Stage 3 chunks below the persistence threshold stay gathered on the device.
 func TestPersistence(t *testing.T) {
 	s, _ := model.Lookup("tiny")
-	e := mustEstimate(t, MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, Stage: 3, ParamTier: shard.Host, PersistenceThreshold: 100_000})
+	e := mustEstimate(t, MemoryOptions{ChunkParams: chunkParams(t, s), Devices: 4, Stage: 3, ParamTier: shard.Host, PersistenceThreshold: 100_000})
 	if e.PersistentElems != e.PaddedElems || e.PerRank[shard.Param][shard.HBM] != 2*e.PaddedElems || e.PerRank[shard.Param][shard.Host] != 0 {
 		t.Errorf("all chunks persistent: %d of %d, params hbm %d host %d", e.PersistentElems, e.PaddedElems, e.PerRank[shard.Param][shard.HBM], e.PerRank[shard.Param][shard.Host])
 	}
 	// Only the final layernorm (64 params) is below 100.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: ChunkParams(s), Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 2048})
+	e = mustEstimate(t, MemoryOptions{ChunkParams: chunkParams(t, s), Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 2048})
 	if e.PersistentElems != 4*2048 || e.PerRank[shard.Param][shard.HBM] != 2*(4*2048+4096*3) {
 		t.Errorf("final layernorm persistent: %d, params %d", e.PersistentElems, e.PerRank[shard.Param][shard.HBM])
 	}
@@ -250,7 +269,11 @@ func TestOptionsFromConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := model.Lookup("gpt-2b")
-	o, err := MemoryOptionsFromConfig(c, s)
+	l, err := model.NewLayout(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := MemoryOptionsFromConfig(c, l)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,13 @@ func (r *rank) evalMicro(b model.Batch) (float64, error) {
 	var err error
 	if r.h.err == nil {
 		if err = r.model.Forward(r.s, r.h, b); err == nil {
-			loss, err = r.model.Loss(r.s)
+			var ls []float64
+			if ls, err = r.model.Losses(r.s); err == nil && len(ls) != 1 {
+				err = fmt.Errorf("engine: rank %d: the model gave %d losses for one micro-batch (Instance.Losses returns one per Forward)", r.idx, len(ls))
+			}
+			if err == nil {
+				loss = ls[0]
+			}
 		}
 	}
 	r.h.drain(r.s)

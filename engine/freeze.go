@@ -100,7 +100,7 @@ func FrozenChunks(l *model.Layout, patterns []string) ([]bool, error) {
 	for i, p := range patterns {
 		if !used[i] {
 			return nil, fmt.Errorf("engine: strata.freeze: pattern %q matches no tensor of %s (its tensors are named like %s; a pattern without * ? [ matches the names that contain it, one with them is a glob over the whole name)",
-				p, l.Shape.Name, exampleNames(l))
+				p, l.Name, exampleNames(l))
 		}
 	}
 	if len(partial) > 0 {
@@ -116,7 +116,7 @@ func FrozenChunks(l *model.Layout, patterns []string) ([]bool, error) {
 			return frozen, nil
 		}
 	}
-	return nil, fmt.Errorf("engine: strata.freeze %q freezes every chunk of %s: nothing would train", patterns, l.Shape.Name)
+	return nil, fmt.Errorf("engine: strata.freeze %q freezes every chunk of %s: nothing would train", patterns, l.Name)
 }
 
 // nameList writes up to max names, then how many more.

@@ -10,10 +10,11 @@ import (
 	"github.com/strata-ai/strata/tier"
 )
 
-// hooks are a rank's model.Params: the single place where a chunk is
+// hooks are a rank's model.Params (and, with cpu_checkpointing, its
+// model.InputStore: inputs.go): the single place where a chunk is
 // gathered before its use and released after it (stage 3), and where a
 // chunk's gradient is handed out and reduced when it is ready (all
-// stages). The model calls them in model.AccessOrder, from the rank's
+// stages). The model calls them in Model.AccessOrder, from the rank's
 // goroutine; every decision that issues a collective depends only on that
 // order, never on timing, so all ranks issue the same collectives.
 //
@@ -30,14 +31,14 @@ import (
 // failure just freed; scratchPair) — stages 0-1 reduce the rank's own
 // gradient buffers in place, which the next step zeroes first — and
 // drain makes the calls the model no longer makes, in
-// model.AccessOrder, for the rest of the micro-batch, and the rank drains
+// Model.AccessOrder, for the rest of the micro-batch, and the rank drains
 // its later micro-batches the same way. The rank then returns the error;
 // the step ends before the optimizer, so nothing is updated, and every
 // rank's state is ready for the next step.
 type hooks struct {
 	r     *rank
 	order []model.Access // this micro-batch's calls: full, or fwd for Eval
-	full  []model.Access // a training micro-batch's calls (model.AccessOrder)
+	full  []model.Access // a training micro-batch's calls (Model.AccessOrder)
 	fwd   []model.Access // a forward-only micro-batch's calls (Eval): full's forward part
 	pos   int            // index of the next call in order
 	micro int            // micro-batch index within the step
@@ -54,6 +55,12 @@ type hooks struct {
 
 	err     error      // the step's first failure: the hooks only drain (see above)
 	scratch gpu.Buffer // the failed step's collectives' buffer; nil until needed
+
+	// cpu_checkpointing (inputs.go): the restored block inputs in use, by
+	// block, leased from the tier store until ReleaseInput, and the copies
+	// of the saved ones to host memory not yet waited for.
+	inputs map[int]*tier.Lease
+	saved  map[int]gpu.Event
 }
 
 // gathered is a chunk gathered on the device; after a failure its buffer
@@ -77,12 +84,13 @@ type bucket struct {
 }
 
 func newHooks(r *rank) *hooks {
-	full := model.AccessOrder(r.e.shape)
+	full := r.e.order
 	n := 0
 	for n < len(full) && full[n].Pass == model.PassForward {
 		n++
 	}
-	return &hooks{r: r, order: full, full: full, fwd: full[:n], live: map[int]*gathered{}, buckets: map[int]*bucket{}}
+	return &hooks{r: r, order: full, full: full, fwd: full[:n], live: map[int]*gathered{}, buckets: map[int]*bucket{},
+		inputs: map[int]*tier.Lease{}, saved: map[int]gpu.Event{}}
 }
 
 // begin starts micro-batch k of a step.
@@ -95,7 +103,7 @@ func (h *hooks) beginEval() {
 	h.order, h.micro, h.last, h.pos = h.fwd, 0, false, 0
 }
 
-// next checks that a is the call model.AccessOrder lists next and moves on.
+// next checks that a is the call Model.AccessOrder lists next and moves on.
 func (h *hooks) next(a model.Access) {
 	if h.pos >= len(h.order) || h.order[h.pos] != a {
 		panic(fmt.Sprintf("%v: call %d is %v", errAccessOrder, h.pos, a))
@@ -132,6 +140,12 @@ func (h *hooks) drain(s gpu.Stream) {
 			h.Grad(s, a.Chunk)
 		case model.AccessGradReady:
 			h.GradReady(s, a.Chunk)
+		case model.AccessSaveInput:
+			h.SaveInput(s, a.Chunk-1, nil)
+		case model.AccessRestoreInput:
+			h.RestoreInput(s, a.Chunk-1)
+		case model.AccessReleaseInput:
+			h.ReleaseInput(s, a.Chunk-1)
 		}
 	}
 }
@@ -159,6 +173,7 @@ func (h *hooks) fail(err error) {
 	for _, b := range h.pending {
 		h.dropBucket(b)
 	}
+	h.dropInputs()
 }
 
 // takeErr returns the step's failure and clears it for the next step.
@@ -221,8 +236,12 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 	// pending update (exact overlap) is still in cpuadam: waiting for it
 	// here would hold back this chunk's compute. Either way the gather is
 	// issued before any other collective (in a forward only gathers
-	// follow), so every rank issues the same sequence.
-	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && r.updateReady(next.Chunk) {
+	// follow), so every rank issues the same sequence. With offloaded
+	// param shards and saved inputs in the tier store (cpu_checkpointing)
+	// the gather's access must keep its place among the saved inputs'
+	// accesses, step after step, or the planner's trace diverges: it is
+	// always issued here, waiting for the update if need be.
+	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && (r.updateReady(next.Chunk) || h.fixedOrder()) {
 		h.gather(next.Chunk, next.Pass)
 	}
 	if h.err != nil {
@@ -230,6 +249,10 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 	}
 	return g.buf.Slice(0, n), nil
 }
+
+// fixedOrder says whether the gathers' tier accesses must come in the same
+// order every step: param shards and saved inputs both in the tier store.
+func (h *hooks) fixedOrder() bool { return h.r.e.act.Offload && h.r.e.paramTier != shard.HBM }
 
 // nextAcquire is the next Acquire of the micro-batch after the current call.
 func (h *hooks) nextAcquire() (model.Access, bool) {
@@ -543,4 +566,5 @@ func (h *hooks) freeAll() {
 		h.r.dev.Free(h.scratch)
 		h.scratch = nil
 	}
+	h.dropInputs()
 }

@@ -59,8 +59,8 @@ func runLlamaEngine(t *testing.T, js string, n, steps int) tierRun {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !e.shape.IsLlama() || e.layout.ParamCount() != e.shape.ParamCount() {
-		t.Fatalf("engine shape %v, %d params in its layout", e.shape, e.layout.ParamCount())
+	if s := e.layout.Shape; !s.IsLlama() || e.layout.ParamCount() != s.ParamCount() {
+		t.Fatalf("engine shape %v, %d params in its layout", s, e.layout.ParamCount())
 	}
 	var res tierRun
 	if err := e.Run(steps, func(st StepStats) error {

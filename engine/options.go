@@ -19,6 +19,12 @@ type Options struct {
 	// from a file (model.FileCorpus, or a token file: OpenTrainData; the
 	// caller closes it after the engine).
 	Corpus model.Corpus
+	// Model, when set, is the model to train, defined by the caller (a Go
+	// program's own architecture; see Model and docs/library.md) instead
+	// of the config's strata.model, which must then be left out or name
+	// it (its Layout's Name). Init must be nil: the initial values come
+	// from its InitChunk.
+	Model Model
 	// Dataset is packed training examples (data.Packed from
 	// OpenTrainData, a JSONL file): the rows of each step by global index.
 	// At most one of Corpus and Dataset; with neither, New opens
@@ -39,7 +45,10 @@ type Options struct {
 	// (default, the config's bf16 mixed precision: fp32 master weights and
 	// moments) or gpu.F32 (fp32 everywhere, the params are the master
 	// weights). The config has no fp32 mode; this is for library users and
-	// the tests.
+	// the tests. The activations are bf16 with gpu.BF16 (fp32 with the
+	// config's strata.activation_dtype "fp32") and fp32 with gpu.F32
+	// (ActivationOptionsFromConfig), as model.Trainer keeps them with the
+	// same Precision.
 	Precision gpu.DType
 	// OptimizerThreads is the number of goroutines of the host optimizer
 	// (cpuadam) when offload_optimizer.device is cpu; 0 = GOMAXPROCS.
@@ -81,6 +90,9 @@ type Options struct {
 	// a note (Notes), not an error: the copies then go through pageable
 	// memory. nil: nothing is registered (the CPU backend needs nothing).
 	HostRegistrar pinned.Registrar
+	// Collectives is what runs the comms' collectives, as the backend
+	// says it (bench.Devices.Collectives), reported in Summary.
+	Collectives string
 	// Trace, when set, records the run's timeline (compute and collectives
 	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
 	// for Engine.WriteTrace and Overlap (trace.go). One Tracer per Engine.
@@ -171,6 +183,13 @@ func (o Options) String() string {
 	if o.Init != nil {
 		init = o.Init.Shape().Name
 	}
-	return fmt.Sprintf("engine.Options{Data: %s, Init: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
-		src, init, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)
+	mod := "config"
+	if o.Model != nil {
+		mod = "library model"
+		if l := o.Model.Layout(); l != nil {
+			mod = fmt.Sprintf("%q", l.Name)
+		}
+	}
+	return fmt.Sprintf("engine.Options{Model: %s, Data: %s, Init: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
+		mod, src, init, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)
 }

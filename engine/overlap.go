@@ -131,12 +131,12 @@ func (r *rank) takeHostOpt() HostOptStats {
 }
 
 // forwardOrder is the chunks in the order of their first Acquire in a
-// micro-batch (model.AccessOrder): the order the next forward reads them,
+// micro-batch's access order: the order the next forward reads them,
 // which the host optimizer follows.
-func forwardOrder(shape model.Shape, chunks int) []int {
+func forwardOrder(order []model.Access, chunks int) []int {
 	seen := make([]bool, chunks)
 	var out []int
-	for _, a := range model.AccessOrder(shape) {
+	for _, a := range order {
 		if a.Kind == model.AccessAcquire && !seen[a.Chunk] {
 			seen[a.Chunk] = true
 			out = append(out, a.Chunk)
@@ -159,7 +159,7 @@ func forwardOrder(shape model.Shape, chunks int) []int {
 // AllGather at stages 1-2 and for persistent chunks, paramReady[c]) is
 // enqueued by the rank's goroutine when the next step first needs chunk c
 // (flushChunk) or at the drain (finishRun): at points fixed by
-// model.AccessOrder, so every rank issues its collectives in one order.
+// Model.AccessOrder, so every rank issues its collectives in one order.
 type hostRun struct {
 	step    int64
 	jobs    chan hostJob
@@ -329,7 +329,7 @@ func (run *hostRun) wait() {
 // flushChunk enqueues the device side of chunk c's pending update, after
 // its cpuadam: the upload of the new param shard, the AllGather (stages
 // 1-2, persistent chunks) and paramReady[c]. Called before anything of
-// the next step reads chunk c's params, at points model.AccessOrder fixes.
+// the next step reads chunk c's params, at points Model.AccessOrder fixes.
 func (r *rank) flushChunk(c int) {
 	if run := r.run; run != nil && run.delayed {
 		run.begin() // the forward has begun: the devices have work

@@ -27,7 +27,7 @@ import (
 // without this (undoing them would need their param copies too).
 //
 // Determinism: the rank hands chunk c over in reduced(c), at a point fixed
-// by model.AccessOrder; its leases are declared there, so each rank's
+// by Model.AccessOrder; its leases are declared there, so each rank's
 // access trace still repeats exactly; no collective is added. The bits are
 // those of the update after the norm: the same cpuadam call (GradScale 1
 // without clipping) on the same bytes.

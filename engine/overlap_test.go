@@ -157,7 +157,7 @@ func TestExposedOf(t *testing.T) {
 // forward first reads them: the embeddings, the blocks, the final
 // layernorm.
 func TestForwardOrder(t *testing.T) {
-	if got := forwardOrder(model.Shape{Layers: 3}, 5); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
+	if got := forwardOrder(model.AccessOrder(model.Shape{Layers: 3}), 5); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
 		t.Errorf("forward order %v", got)
 	}
 }

@@ -32,7 +32,7 @@ type rank struct {
 	ops   gpu.Ops
 	comm  gpu.Comm
 	s, cs gpu.Stream
-	model *model.Model
+	model Instance // the model's passes and activations on this device
 	st    *devState
 	h     *hooks
 
@@ -119,7 +119,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	if r.st, err = newDevState(e, idx, dev); err != nil {
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
 	}
-	if r.model, err = model.New(dev, e.layout, e.micro, e.seq); err != nil {
+	if r.model, err = e.model.New(dev, e.micro, e.seq); err != nil {
 		r.st.free()
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
 	}
@@ -183,7 +183,7 @@ func (r *rank) load(c int, padded []float32, b *initBufs) {
 }
 
 // initParams initialises every chunk on every rank, one chunk at a time:
-// from Options.Init when set (an imported model), else Layout.InitChunk
+// from Options.Init when set (an imported model), else Model.InitChunk
 // with strata.seed. Each chunk's uploads are waited for before the next
 // chunk is read into the same buffers, so host memory holds one padded
 // chunk and each rank's encoded shards of it, whatever the model's size,
@@ -204,7 +204,7 @@ func (e *Engine) initParams() error {
 				return fmt.Errorf("engine: initial weights of chunk %d (%s): %w", c, e.layout.Chunks[c].Name, err)
 			}
 		} else {
-			e.layout.InitChunkInto(e.cfg.Strata.Seed, c, vals)
+			e.model.InitChunk(e.cfg.Strata.Seed, c, vals)
 		}
 		clear(padded[len(vals):])
 		for i, r := range e.ranks {
@@ -225,8 +225,8 @@ func (e *Engine) initParams() error {
 // start as the zeros of Register).
 func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	e := r.e
-	if e.tiers == nil {
-		return nil
+	if !e.offload {
+		return nil // no model state in the tier store
 	}
 	if e.paramTiered(c) {
 		s := e.chunks[c].shard
@@ -289,14 +289,9 @@ func (r *rank) backward(step int64) error {
 		r.h.begin(k, k == e.accum-1)
 		if r.h.err == nil {
 			b := r.batches[k]
-			err := r.model.Forward(r.s, r.h, b)
-			if err == nil {
+			if err := r.model.Forward(r.s, r.h, b); err == nil {
 				err = r.model.Backward(r.s, r.h, scale)
-			}
-			if err == nil {
-				l, err := r.model.Loss(r.s)
-				keep(err)
-				r.losses = append(r.losses, l)
+				keep(r.loss(err != nil)) // also after a failed backward: no loss stays pending
 			}
 		}
 		r.h.drain(r.s)
@@ -321,6 +316,24 @@ func (r *rank) backward(step int64) error {
 		return err // the cause; what followed from it is secondary
 	}
 	return first
+}
+
+// loss reads the loss of the micro-batch just run into r.losses; after a
+// failed pass (failed) it only takes it off the model (the step's error is
+// the hook's).
+func (r *rank) loss(failed bool) error {
+	ls, err := r.model.Losses(r.s)
+	if failed {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(ls) != 1 {
+		return fmt.Errorf("engine: rank %d: the model gave %d losses for one micro-batch (Instance.Losses returns one per Forward)", r.idx, len(ls))
+	}
+	r.losses = append(r.losses, ls[0])
+	return nil
 }
 
 // reduced is called on the communication stream's program once chunk c's
@@ -348,7 +361,7 @@ func (r *rank) reduced(c int, failed bool) error {
 		r.ops.Fill(r.cs, g, float32(math.NaN())) // tests: a non-finite gradient on one rank
 	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
-	if r.e.tiers == nil {
+	if !r.e.offload {
 		return nil
 	}
 	r.waitHost() // the pending update has read the gradient's host copy
@@ -503,8 +516,8 @@ func (r *rank) freeFrozenGrad() {
 	}
 }
 
-// errAccessOrder is the panic of a Params call out of model.AccessOrder.
-var errAccessOrder = errors.New("engine: model called Params out of model.AccessOrder")
+// errAccessOrder is the panic of a Params call out of Model.AccessOrder.
+var errAccessOrder = errors.New("engine: model called Params out of Model.AccessOrder")
 
 // traceOptimizer opens the rank's optimizer span of step on the timeline;
 // the function it returns closes it and ends the step there (a no-op

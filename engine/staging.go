@@ -68,13 +68,16 @@ func (t *tiers) uploadBytes(r, c int) []byte {
 	return t.upload[r][c].Bytes()[:nb:nb]
 }
 
-// static says that no state ever leaves its home: every home is in host
-// RAM and nothing is staged in HBM (ZeRO-Offload without offload_param), so
-// the planners never move anything and a restore may overwrite the homes
-// at any point between steps.
+// static says that no model state ever leaves its home: every home is in
+// host RAM and nothing is staged in HBM (ZeRO-Offload without
+// offload_param), so the planners never move model state and a restore may
+// overwrite the homes at any point between steps. The saved block inputs
+// of cpu_checkpointing do not count: their host homes never move either
+// (their HBM copies come and go in the HBM budget), and a restore does not
+// touch them.
 func (t *tiers) static() bool {
-	for _, sp := range t.specs {
-		if sp.Home != shard.Host {
+	for k, sp := range t.specs {
+		if k.State != shard.Activation && sp.Home != shard.Host {
 			return false
 		}
 	}

@@ -43,12 +43,20 @@ type DeviceSummary struct {
 
 	// The working set, named: the engine's own transient buffers and the
 	// model's activations.
-	GatheredPeakBytes   int64 // stage 3: gathered chunks in flight (at most MaxLiveChunks)
-	BucketPeakBytes     int64 // stages 2-3: full gradient buckets and reduce shards in flight
-	WorkspacePeakBytes  int64 // every allocation tagged gpu.Workspace (the two above and the norms)
-	ActivationPeakBytes int64
-	PeakBytes           int64 // everything on the device
-	Moved               gpu.LinkCounters
+	GatheredPeakBytes  int64 // stage 3: gathered chunks in flight (at most MaxLiveChunks)
+	BucketPeakBytes    int64 // stages 2-3: full gradient buckets and reduce shards in flight
+	WorkspacePeakBytes int64 // every allocation tagged gpu.Workspace (the two above and the norms)
+	// ActivationPeakBytes is the measured peak of the device's allocations
+	// tagged gpu.Activation: the model's activations and, with
+	// cpu_checkpointing, the saved inputs the tier store brought back;
+	// ActivationEstimateBytes is EstimateActivations' DeviceBytes (what
+	// `strata estimate` prints) and ActivationRatio the first over the
+	// second.
+	ActivationPeakBytes     int64
+	ActivationEstimateBytes int64
+	ActivationRatio         float64
+	PeakBytes               int64 // everything on the device
+	Moved                   gpu.LinkCounters
 }
 
 // Summary describes a run: its layout and each device's measured memory
@@ -82,6 +90,11 @@ type Summary struct {
 	HostOpt HostOptStats
 	// Tier is the tier store's layout and figures; nil without it.
 	Tier *TierSummary
+	// Activations says how the model keeps its activations (dtype,
+	// checkpointing, cpu_checkpointing), and ActivationHostBytes is the
+	// saved inputs' pinned host memory with cpu_checkpointing, all ranks.
+	Activations         string
+	ActivationHostBytes int64
 	// The frozen chunks (strata.freeze) by name, their parameters, and
 	// the model state they do not keep: FrozenSavedBytes[state][tier] is
 	// their gradients and master, m, v, all ranks, in the tier they would
@@ -91,7 +104,9 @@ type Summary struct {
 	FrozenDescribed  string // FrozenChunks with consecutive blocks as ranges (DescribeChunks)
 	FrozenParams     int64
 	FrozenSavedBytes [shard.StateCount][shard.TierCount]int64
-	Notes            []string
+	// Collectives is what ran the collectives (Options.Collectives).
+	Collectives string
+	Notes       []string
 }
 
 // FrozenOptimizerSavedBytes is the optimizer state (master, m, v) the
@@ -171,6 +186,9 @@ func (e *Engine) tierSummary() *TierSummary {
 	t := e.tiers
 	ts := &TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes}
 	for st := range shard.StateCount {
+		if shard.State(st) == shard.Activation {
+			continue // not model state: Summary.ActivationHostBytes
+		}
 		ts.HostHomeBytes += t.homes[st][shard.Host]
 		ts.NVMeHomeBytes += t.homes[st][shard.NVMe]
 		scale := int64(1)
@@ -211,10 +229,14 @@ func (e *Engine) tierSummary() *TierSummary {
 // Summary reports the layout and the measured peaks so far.
 func (e *Engine) Summary() Summary {
 	s := Summary{
-		Model: e.shape.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
+		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
-		Notes: e.Notes(),
+		Notes: e.Notes(), Collectives: e.opts.Collectives, Activations: describeActivations(e.act, e.layout.Shape.Layers),
+	}
+	var actEstimate int64 // a library model's activations are its own: no estimate
+	if !e.layout.Custom() {
+		actEstimate = EstimateActivations(e.layout.Shape, e.micro, e.seq, e.act).DeviceBytes()
 	}
 	if e.offload {
 		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
@@ -225,6 +247,7 @@ func (e *Engine) Summary() Summary {
 		s.HostBytes = s.Tier.HostHomeBytes
 		s.HostStagingBytes = e.tiers.stagingBytes
 		s.HostUndoBytes = int64(e.n) * e.undoBytes()
+		s.ActivationHostBytes = e.tiers.homes[shard.Activation][shard.Host]
 	}
 	fr := e.estimate.Options.Frozen
 	s.FrozenChunks, s.FrozenDescribed, s.FrozenParams, s.FrozenSavedBytes = frozenNames(e.layout, fr), DescribeChunks(e.layout, fr), e.estimate.FrozenParams, e.frozenSaved()
@@ -240,19 +263,23 @@ func (e *Engine) Summary() Summary {
 	for i, r := range e.ranks {
 		ms := r.dev.MemStats()
 		d := DeviceSummary{
-			Device:              r.dev.Name(),
-			ModelStatePeakBytes: ms.PeakByKind[gpu.ModelState],
-			FormulaBytes:        formulaBytes,
-			Formula:             formula,
-			PaddingBytes:        padding,
-			PersistentBytes:     persistent,
-			EstimateBytes:       e.expected,
-			GatheredPeakBytes:   r.ws.gatheredPeakBytes,
-			BucketPeakBytes:     r.ws.bucketPeakBytes,
-			WorkspacePeakBytes:  ms.PeakByKind[gpu.Workspace],
-			ActivationPeakBytes: ms.PeakByKind[gpu.Activation],
-			PeakBytes:           ms.PeakBytes,
-			Moved:               r.dev.Counters(),
+			Device:                  r.dev.Name(),
+			ModelStatePeakBytes:     ms.PeakByKind[gpu.ModelState],
+			FormulaBytes:            formulaBytes,
+			Formula:                 formula,
+			PaddingBytes:            padding,
+			PersistentBytes:         persistent,
+			EstimateBytes:           e.expected,
+			GatheredPeakBytes:       r.ws.gatheredPeakBytes,
+			BucketPeakBytes:         r.ws.bucketPeakBytes,
+			WorkspacePeakBytes:      ms.PeakByKind[gpu.Workspace],
+			ActivationPeakBytes:     ms.PeakByKind[gpu.Activation],
+			ActivationEstimateBytes: actEstimate,
+			PeakBytes:               ms.PeakBytes,
+			Moved:                   r.dev.Counters(),
+		}
+		if d.ActivationEstimateBytes > 0 {
+			d.ActivationRatio = float64(d.ActivationPeakBytes) / float64(d.ActivationEstimateBytes)
 		}
 		if i < len(tierHBM) {
 			d.TierHBMBytes = tierHBM[i]
@@ -287,6 +314,16 @@ func (s Summary) String() string {
 		"/+pad: measured / (formula + padding + persistent) = engine.EstimateMemory, as `strata estimate` prints it;\n"+
 		"working set (not in the formula): tier hbm = param copies the tier store staged on the device (in model state),\n"+
 		"gathered = stage-3 chunks in flight, buckets = gradient buckets and reduce shards in flight\n", s.ShardAlignElems)
+	if len(s.PerDevice) > 0 {
+		fmt.Fprintf(&b, "activations: %s; measured peak / estimate per device:", s.Activations)
+		for _, d := range s.PerDevice {
+			fmt.Fprintf(&b, " %s %s / %s (%.4f)", d.Device, units.FormatBytes(d.ActivationPeakBytes), units.FormatBytes(d.ActivationEstimateBytes), d.ActivationRatio)
+		}
+		if s.ActivationHostBytes > 0 {
+			fmt.Fprintf(&b, "; saved block inputs in host memory %s, all ranks", units.FormatBytes(s.ActivationHostBytes))
+		}
+		b.WriteString("\n")
+	}
 	if s.HostFormula > 0 || s.HostBytes > 0 {
 		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
@@ -347,36 +384,15 @@ func precisionName(dt gpu.DType) string {
 // step: MaxLiveChunks gathered chunks (stage 3), each the largest chunk,
 // three gradient buckets with their reduce shards (stages 2-3), each the
 // largest trainable chunk, and the gradient shards bound for the tier
-// store. (The frozen chunks' gradient scratch is allocated at New.)
+// store (workingSet). (The frozen chunks' gradient scratch is allocated at
+// New, the tier store's HBM room is added by allocate.)
 func (e *Engine) workspaceNeedBytes() int64 {
-	var maxPadded, maxGradPadded, maxGradShard int64
-	for _, p := range e.chunks {
-		maxPadded = max(maxPadded, int64(e.n*p.shard))
-		if !p.frozen {
-			maxGradPadded = max(maxGradPadded, int64(e.n*p.shard))
-			maxGradShard = max(maxGradShard, int64(p.shard))
-		}
-	}
-	sz := int64(e.precision.Size())
-	var need int64
-	if e.stage == 3 {
-		need += int64(e.opts.MaxLiveChunks) * maxPadded * sz
-	}
-	if e.stage >= 2 {
-		need += 3 * (maxGradPadded + maxGradShard) * sz
-	}
-	if e.gradTiered {
-		// the reduced gradient shards on their way to the tier store: two
-		// (one micro-batch), or every chunk's through the step (A > 1)
-		if e.accum == 1 {
-			need += 2 * maxGradShard * sz
-		} else {
-			for _, p := range e.chunks {
-				if !p.frozen {
-					need += int64(p.shard) * sz
-				}
-			}
-		}
-	}
-	return need
+	w := e.workingSet()
+	return w.GatheredBytes + w.BucketBytes + w.GradShardBytes
+}
+
+// workingSet is the working set of each rank (activations.go).
+func (e *Engine) workingSet() WorkingSet {
+	o := e.estimate.Options
+	return workingSet(o.ChunkParams, e.estimate.ShardElems, o.Frozen, e.n, e.stage, e.opts.MaxLiveChunks, e.accum, o, int64(e.precision.Size()))
 }

@@ -19,7 +19,9 @@ import (
 
 // tiers is where the host optimizer's model state lives, ZeRO-Offload
 // (offload_optimizer cpu) and ZeRO-Infinity (stage 3 with offload_param, or
-// offload_optimizer nvme) alike: one tier.Store for all ranks, executing
+// offload_optimizer nvme) alike, and the saved block inputs of
+// cpu_checkpointing (inputs.go; with the optimizer on the device they are
+// all the store holds): one tier.Store for all ranks, executing
 // the moves of one prefetch.Planner per rank (each rank's accesses are a
 // deterministic sequence, so each rank's trace repeats exactly), the NVMe
 // swap, the pinned pool the store's host copies come from, and the pinned
@@ -37,7 +39,11 @@ import (
 //     copied there once in backward (a Write access); with the optimizer
 //     state on NVMe the device holds it only until that copy completes;
 //   - param (bf16), the shard of every sharded chunk under offload_param
-//     (home in its tier).
+//     (home in its tier);
+//   - activation, with cpu_checkpointing, per checkpointed block (keyed by
+//     its chunk) and rank: the block's input of the last forward (B·T·C of
+//     the activation dtype), home host, read back into HBM for the block's
+//     backward.
 //
 // With offload_optimizer cpu and no offload_param every state is homed in
 // host RAM and never evicted (there is no NVMe tier and the planners'
@@ -134,6 +140,7 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	sizes.SpareBytes = tierSpareBytes(est.ShardElems)
 	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
 	sizes.Static = t.static()
+	sizes.ActivationHBMBytes = e.inputHBMBytes()
 	b, err := tier.PlanBudgets(sizes)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -188,7 +195,13 @@ func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
 	put := func(k shard.Key, elems int, dt dtype.DType, home shard.Tier) {
 		t.specs[k] = tier.Spec{Elems: elems, DType: dt, Home: home}
 	}
+	for k, sp := range e.inputSpecs() {
+		t.specs[k] = sp // cpu_checkpointing: the saved block inputs (inputs.go)
+	}
 	for r := range e.n {
+		if !e.offload {
+			break // no host optimizer: the store holds the saved inputs only
+		}
 		for c, p := range e.chunks {
 			if e.paramTiered(c) {
 				put(tkey(c, r, shard.Param), p.shard, dtype.BF16, t.paramTier)
@@ -522,10 +535,13 @@ func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
 	}
 	// The optimizer-state waits count in the overlap figures with or
 	// without a timeline (the ranks exist before the tiers).
-	log := t.e.ranks[r].tr.log
+	var log *busyLog // nil: no host optimizer, no timeline (the store holds saved inputs only)
+	if rt := t.e.ranks[r].tr; rt != nil {
+		log = rt.log
+	}
 	o.OnStall = func(a shard.Access, start time.Time, waited time.Duration) {
 		t.e.opts.Trace.stall(r, a, start, waited)
-		if a.Phase == shard.Optimizer {
+		if a.Phase == shard.Optimizer && log != nil {
 			log.put(&log.wait, start, start.Add(waited))
 		}
 	}

@@ -25,7 +25,8 @@ type tierSpec struct {
 	hbmBytes    int64
 	shapeJSON   string
 	persistence int64
-	seq         int // 0 = testSeq
+	seq         int    // 0 = testSeq
+	ckpt        string // an activation_checkpointing block; "" for none
 	// wrap, when set, stands in for the devices the engine is given (a
 	// fault injector over them).
 	wrap func([]gpu.Device) []gpu.Device
@@ -61,9 +62,9 @@ func (s tierSpec) configJSON(dir string) string {
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": %d,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
-  "aio": {"block_size": 65536, "queue_depth": 8, "intra_op_parallelism": 2},
+  "aio": {"block_size": 65536, "queue_depth": 8, "intra_op_parallelism": 2},%s
   "strata": {"model": %s, "devices": %d, "seq_len": %d, "seed": %d, "host_budget": %d}
-}`, persist, s.param, path, s.opt, path, shape, s.n, seq, testSeed, s.hostBudget)
+}`, persist, s.param, path, s.opt, path, runSpec{ckpt: s.ckpt}.ckptJSON(), shape, s.n, seq, testSeed, s.hostBudget)
 }
 
 func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {

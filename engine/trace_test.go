@@ -283,7 +283,7 @@ func TestTrace(t *testing.T) {
 
 			// Compute spans: every Acquire of every micro-batch and step.
 			acq := 0
-			for _, a := range model.AccessOrder(e.shape) {
+			for _, a := range e.order {
 				if a.Kind == model.AccessAcquire {
 					acq++
 				}

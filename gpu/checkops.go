@@ -15,6 +15,7 @@ type Kernels[S, B any] interface {
 	LayerNormBackward(s S, dy, x, gamma, mean, rstd, dx, dgamma, dbeta B, rows, cols int)
 	AttentionForward(s S, qkv, out, lse, pos B, batch, seq, heads, kvHeads, headDim int)
 	AttentionBackward(s S, dout, qkv, out, lse, pos, dqkv B, batch, seq, heads, kvHeads, headDim int)
+	AttentionCached(s S, qkv, kCache, vCache, out B, start, n, heads, kvHeads, headDim int)
 	RMSNormForward(s S, x, gamma, y, rstd B, rows, cols int, eps float32)
 	RMSNormBackward(s S, dy, x, gamma, rstd, dx, dgamma B, rows, cols int)
 	RopeForward(s S, qkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
@@ -173,6 +174,20 @@ func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, out, lse, pos,
 		o.f.Panicf("attention-backward: dqkv aliases qkv, dout or out")
 	}
 	o.k.AttentionBackward(rs, rdo, rq, ro, rl, o.optPos(pos, "attention pos", bt), rdq, batch, seq, heads, kvHeads, headDim)
+}
+
+func (o *checkedOps[S, B]) AttentionCached(s Stream, qkv, kCache, vCache, out Buffer, start, n, heads, kvHeads, headDim int) {
+	o.dims("attention-cached", start, n, heads, kvHeads, headDim)
+	o.heads("attention-cached", heads, kvHeads, headDim, false)
+	rs := o.stream(s)
+	rq := o.float(qkv, "attention-cached qkv", n*(heads+2*kvHeads)*headDim)
+	rk := o.table(kCache, "attention-cached k cache", kvHeads*headDim, start+n)
+	rv := o.table(vCache, "attention-cached v cache", kvHeads*headDim, start+n)
+	ro := o.float(out, "attention-cached out", n*heads*headDim)
+	if overlap(rk, rv) || overlap(rq, rk) || overlap(rq, rv) || overlap(ro, rk) || overlap(ro, rv) || overlap(ro, rq) {
+		o.f.Panicf("attention-cached: qkv, the caches and out overlap")
+	}
+	o.k.AttentionCached(rs, rq, rk, rv, ro, start, n, heads, kvHeads, headDim)
 }
 
 func (o *checkedOps[S, B]) RMSNormForward(s Stream, x, gamma, y, rstd Buffer, rows, cols int, eps float32) {

@@ -53,6 +53,20 @@ type Ops interface {
 	// the same bits on every call (a fixed accumulation order). dqkv may not
 	// alias qkv, dout or out. The CUDA backend takes headDim up to 128.
 	AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int)
+	// AttentionCached is the attention of generation with a key/value
+	// cache: n new tokens of one sequence, at positions start..start+n-1,
+	// attend to every token before them and to themselves causally. qkv
+	// (n, (heads+2·kvHeads)·headDim) is packed as AttentionForward reads
+	// it; kCache and vCache (F32 or BF16, capacity rows of kvHeads·headDim,
+	// capacity >= start+n) hold the keys and values of positions
+	// 0..start-1 from earlier calls. It first writes each new token's key
+	// and value heads into row start+i of kCache and vCache, then the query
+	// of token i attends to cache rows 0..start+i (the rows as stored:
+	// rounded to bf16 in a bf16 cache), with query head h on key/value
+	// head h/(heads/kvHeads) and scale 1/sqrt(headDim). out is (n,
+	// heads·headDim). With start = 0 it computes what AttentionForward
+	// does for one row of n tokens (and fills the cache).
+	AttentionCached(s Stream, qkv, kCache, vCache, out Buffer, start, n, heads, kvHeads, headDim int)
 
 	// RMSNormForward writes rstd[r] = 1/sqrt(mean_c x[r,c]² + eps) (F32,
 	// rows) and y = x·rstd·gamma per row of x (rows×cols): Llama's RMSNorm.
@@ -156,7 +170,8 @@ const (
 // order, each on a stream of its own device, and each call completes when
 // all ranks have joined it. Reductions add in fixed rank order (0, 1, ...,
 // N-1) in fp32 and round once on store, so results are deterministic and
-// identical on every rank.
+// identical on every rank. (gpu/cuda's NCCL communicator, opt-in, is the
+// exception: identical on every rank, in NCCL's order.)
 type Comm interface {
 	Rank() int
 	Size() int

@@ -6,30 +6,106 @@ import (
 	"github.com/strata-ai/strata/gpu"
 )
 
+// ActivationOptions say how a Model keeps its activations. The zero value
+// is fp32 activations without checkpointing.
+type ActivationOptions struct {
+	// DType is the dtype of the saved activations and of the backward's
+	// scratch: gpu.F32 (0 means F32) or gpu.BF16. Whatever it is, the norm
+	// statistics, attention's row log-sum-exps, the logits of the loss
+	// chunk, the per-token losses and the gradient of the residual stream
+	// (which every block's backward accumulates into) are fp32.
+	DType gpu.DType
+	// Checkpoint is the number of blocks whose activations are recomputed
+	// in the backward (activation checkpointing), 0 for none, at most the
+	// number of blocks; Checkpointed says which. A checkpointed block keeps
+	// only its input from the forward; its backward runs its forward again
+	// from that input, with the same parameters, into one work set that all
+	// checkpointed blocks share, so the gradients are bit-identical to a
+	// run without checkpointing.
+	Checkpoint int
+	// Offload (cpu_checkpointing) hands the inputs of the checkpointed
+	// blocks to the Params' InputStore after their forward and takes them
+	// back for their backward: the device keeps only a ring of three
+	// residual buffers for them. Needs Checkpoint > 0 and Params that
+	// implement InputStore.
+	Offload bool
+}
+
+// dtype is o.DType with the zero value resolved.
+func (o ActivationOptions) dtype() gpu.DType {
+	if o.DType == 0 {
+		return gpu.F32
+	}
+	return o.DType
+}
+
+// Validate says what is wrong with o for shape s.
+func (o ActivationOptions) Validate(s Shape) error {
+	switch dt := o.dtype(); {
+	case dt != gpu.F32 && dt != gpu.BF16:
+		return fmt.Errorf("model: activation dtype %s is not f32 or bf16", dt)
+	case o.Checkpoint < 0 || o.Checkpoint > s.Layers:
+		return fmt.Errorf("model: %d checkpointed blocks: want 0 to the model's %d blocks", o.Checkpoint, s.Layers)
+	case o.Offload && o.Checkpoint == 0:
+		return fmt.Errorf("model: offloading the checkpointed inputs (cpu_checkpointing) needs activation checkpointing")
+	}
+	return nil
+}
+
+func (o ActivationOptions) String() string {
+	return fmt.Sprintf("activations %s, %d checkpointed blocks, offload %t", o.dtype(), o.Checkpoint, o.Offload)
+}
+
+// Checkpointed says whether block l of a model of layers blocks is
+// recomputed in the backward: the o.Checkpoint checkpointed blocks are
+// spread evenly, block l being one when ⌊(l+1)·k/L⌋ > ⌊l·k/L⌋ (k =
+// o.Checkpoint, L = layers): every block for k = L, every second one
+// (1, 3, 5, ...) for k = L/2, the last one for k = 1.
+func (o ActivationOptions) Checkpointed(l, layers int) bool {
+	k := o.Checkpoint
+	return k > 0 && (l+1)*k/layers > l*k/layers
+}
+
+// offloaded says whether block l's input goes through the InputStore.
+func (o ActivationOptions) offloaded(l, layers int) bool {
+	return o.Offload && o.Checkpointed(l, layers)
+}
+
+// offloadRing is the number of device buffers the offloaded block inputs
+// pass through in the forward: the input being read, the output being
+// written, and the one whose copy to the InputStore is still running.
+const offloadRing = 3
+
 // activations are views into the model's allocations; see planActivations.
 type activations struct {
 	ids, targets, pos gpu.Buffer // I32 (B·T)
-	res               []gpu.Buffer
-	layers            []layerActs
-	lnf               gpu.Buffer // B·T·C: the final norm's output
-	lnfMean           gpu.Buffer // B·T (GPT-2's layernorm only)
-	lnfRstd           gpu.Buffer // B·T
-	logits            gpu.Buffer // B·T·V
-	dlogits           gpu.Buffer // B·T·V
-	losses            gpu.Buffer // B·T
-	dres              gpu.Buffer // B·T·C: gradient of the residual stream
-	dtmp              gpu.Buffer // B·T·C
-	dbig              gpu.Buffer // B·T·max(qkv width, MLP gradient width): gradient of qkv or of the MLP hidden layer
+	// res[i] is block i's input (i < L) and res[L] the final norm's: its
+	// own buffer, or nil for an offloaded input, which passes through ring.
+	res    []gpu.Buffer
+	ring   []gpu.Buffer // offloaded inputs in the forward (offloadRing), B·T·C each
+	ringEv []gpu.Event  // per ring slot: the InputStore's read of its last occupant; nil: none
+	// layers[l] is what block l saves for its backward: its own, or, for a
+	// checkpointed block, work, which every checkpointed block shares.
+	layers  []*layerActs
+	work    layerActs
+	lnf     gpu.Buffer // B·T·C: the final norm's output
+	lnfMean gpu.Buffer // B·T (GPT-2's layernorm only)
+	lnfRstd gpu.Buffer // B·T
+	logits  gpu.Buffer // lossRows·V, F32: the loss chunk (logits, then their gradient, of a slice of tokens)
+	losses  gpu.Buffer // B·T, F32
+	dres    gpu.Buffer // B·T·C, F32: gradient of the residual stream
+	dtmp    gpu.Buffer // B·T·C
+	dbig    gpu.Buffer // B·T·max(qkv width, MLP gradient width): gradient of qkv or of the MLP hidden layer
 }
 
 // layerActs are what one block saves for its backward. GPT-2 fills every
 // field; the Llama family has no norm means (RMSNorm), and its fch is the
 // fused gate|up output (2F wide).
 type layerActs struct {
-	ln1, ln1Mean, ln1Rstd gpu.Buffer // B·T·C, B·T, B·T: the first norm's output and statistics
+	ln1, ln1Mean, ln1Rstd gpu.Buffer // B·T·C, B·T, B·T: the first norm's output and statistics (F32)
 	qkv                   gpu.Buffer // B·T·(H+2·KV)·D: q, k, v (rotated, for the Llama family)
 	atty                  gpu.Buffer // B·T·C: attention output before the output projection
-	lse                   gpu.Buffer // B·H·T: attention's row log-sum-exp
+	lse                   gpu.Buffer // B·H·T, F32: attention's row log-sum-exp
 	res2                  gpu.Buffer // B·T·C: residual after attention
 	ln2, ln2Mean, ln2Rstd gpu.Buffer // B·T·C, B·T, B·T
 	fch                   gpu.Buffer // B·T·F (GPT-2: c_fc output) or B·T·2F (gate|up output)
@@ -43,9 +119,23 @@ type segment struct {
 	dst  *gpu.Buffer
 }
 
+// Activation terms: what each allocation of planActivations is for, as
+// ActivationTerms names them.
+const (
+	TermTokens       = "token ids, targets, positions"
+	TermResidual     = "residual stream (block inputs kept on the device)"
+	TermOffloadRing  = "offload ring (3 block inputs on their way to the host)"
+	TermBlocks       = "saved block activations"
+	TermWorkSet      = "recompute work set (one block)"
+	TermHead         = "final norm output"
+	TermLossChunk    = "loss chunk (fp32 logits of a token slice)"
+	TermBackwardTemp = "backward scratch"
+)
+
 // allocation is one device allocation holding several segments.
 type allocation struct {
 	purpose string
+	term    string
 	dtype   gpu.DType
 	segs    []segment
 }
@@ -64,6 +154,8 @@ func (a allocation) elements() int {
 	return n
 }
 
+func (a allocation) bytes() int64 { return int64(a.elements()) * int64(a.dtype.Size()) }
+
 // qkvWidth is the number of values of one token's packed q|k|v row.
 func qkvWidth(s Shape) int { return (s.Heads + 2*s.KVHeadCount()) * s.HeadDim() }
 
@@ -76,76 +168,164 @@ func mlpWidth(s Shape) int {
 	return s.FFNDim()
 }
 
+// lossChunkMaxBytes bounds the loss chunk: the fp32 logits of a slice of
+// the micro-batch's tokens, which the loss and its gradient go through one
+// slice at a time. A variable so that tests can make small models slice.
+var lossChunkMaxBytes int64 = 64 << 20
+
+// lossRows is the number of tokens of each slice of the loss (the last
+// may be shorter): the bt tokens in as few equal slices as keep the fp32
+// logits of one slice within lossChunkMaxBytes, at least one token each.
+func lossRows(bt, vocab int) int {
+	total := int64(bt) * int64(vocab) * 4
+	slices := int((total + lossChunkMaxBytes - 1) / lossChunkMaxBytes)
+	slices = max(1, min(slices, bt))
+	return (bt + slices - 1) / slices
+}
+
 // planActivations lists the allocations of a model of shape s for batch×seq
-// tokens; when a is not nil, each segment's dst points into it.
+// tokens with options o; when a is not nil, each segment's dst points into
+// it. Stored activations are o's dtype, the statistics and the loss fp32.
 //
-// Per token: the embedding output (C). Per token and block: GPT-2 saves
-// ln1, res2, ln2, the attention output and the block output (C each), qkv
+// Per token: the residual stream, C per block input kept on the device
+// (every one, less the offloaded inputs of checkpointed blocks, which pass
+// through a ring of three) and C for the final norm's input. Per token and
+// block not checkpointed, and once for the work set the checkpointed ones
+// share: GPT-2 saves ln1, res2, ln2 and the attention output (C each), qkv
 // (3C), c_fc's output and its gelu (F each), four norm statistics and H
-// attention row statistics: 8C + 2F + 4 + H (16C + 4 + H with F = 4C). The
-// Llama family saves ln1, res2, ln2, the attention output and the block
-// output (C each), qkv (C + 2·KV·D), gate|up (2F), the SwiGLU output (F),
-// two norm statistics and H: 6C + 2·KV·D + 3F + 2 + H. The head holds the
-// final norm (C and its 2 or 1 statistics), the logits and their gradient
-// (2V) and the losses (1); the backward scratch is 2C plus the wider of
+// attention row statistics: 7C + 2F + 4 + H (15C + 4 + H with F = 4C). The
+// Llama family saves ln1, res2, ln2 and the attention output (C each), qkv
+// (C + 2·KV·D), gate|up (2F), the SwiGLU output (F), two norm statistics
+// and H: 5C + 2·KV·D + 3F + 2 + H. The head holds the final norm (C and
+// its 2 or 1 statistics) and the losses (1); the loss chunk is lossRows
+// tokens of V fp32 logits (once: the backward recomputes them); the
+// backward scratch is the residual gradient (C, fp32), C, and the wider of
 // qkv and the MLP's gradient (GPT-2 max(3C, F), Llama max(C + 2·KV·D, 2F)).
-func planActivations(s Shape, batch, seq int, a *activations) []allocation {
+func planActivations(s Shape, batch, seq int, o ActivationOptions, a *activations) []allocation {
 	if a == nil {
 		a = &activations{}
 	}
-	bt, c, v, ffn := batch*seq, s.Dim, s.Vocab, s.FFNDim()
-	llama := s.IsLlama()
+	bt, c, v := batch*seq, s.Dim, s.Vocab
+	dt := o.dtype()
 	a.res = make([]gpu.Buffer, s.Layers+1)
-	a.layers = make([]layerActs, s.Layers)
+	a.layers = make([]*layerActs, s.Layers)
 	plan := []allocation{
-		{"tokens", gpu.I32, []segment{{"ids", bt, &a.ids}, {"targets", bt, &a.targets}, {"pos", bt, &a.pos}}},
-		{"embedding out", gpu.F32, []segment{{"res0", bt * c, &a.res[0]}}},
+		{"tokens", TermTokens, gpu.I32, []segment{{"ids", bt, &a.ids}, {"targets", bt, &a.targets}, {"pos", bt, &a.pos}}},
 	}
-	// stats are a norm's statistics: mean and rstd for LayerNorm, rstd for RMSNorm.
-	stats := func(mean, rstd *gpu.Buffer, name string) []segment {
-		if llama {
-			return []segment{{name + " rstd", bt, rstd}}
+	var res []segment
+	for i := 0; i <= s.Layers; i++ {
+		if i == s.Layers || !o.offloaded(i, s.Layers) {
+			res = append(res, segment{fmt.Sprintf("res%d", i), bt * c, &a.res[i]})
 		}
-		return []segment{{name + " mean", bt, mean}, {name + " rstd", bt, rstd}}
+	}
+	plan = append(plan, allocation{"residual stream", TermResidual, dt, res})
+	if o.Offload && o.Checkpoint > 0 {
+		a.ring, a.ringEv = make([]gpu.Buffer, offloadRing), make([]gpu.Event, offloadRing)
+		var ring []segment
+		for i := range a.ring {
+			ring = append(ring, segment{fmt.Sprintf("ring%d", i), bt * c, &a.ring[i]})
+		}
+		plan = append(plan, allocation{"offload ring", TermOffloadRing, dt, ring})
+	}
+	if o.Checkpoint > 0 {
+		plan = append(plan, blockAllocations(s, bt, batch, seq, dt, "recompute work set", TermWorkSet, &a.work)...)
 	}
 	for l := 0; l < s.Layers; l++ {
-		la := &a.layers[l]
-		segs := []segment{{"ln1", bt * c, &la.ln1}}
-		segs = append(segs, stats(&la.ln1Mean, &la.ln1Rstd, "ln1")...)
-		segs = append(segs, segment{"qkv", bt * qkvWidth(s), &la.qkv}, segment{"atty", bt * c, &la.atty},
-			segment{"lse", batch * s.Heads * seq, &la.lse}, segment{"res2", bt * c, &la.res2}, segment{"ln2", bt * c, &la.ln2})
-		segs = append(segs, stats(&la.ln2Mean, &la.ln2Rstd, "ln2")...)
-		segs = append(segs, segment{"fch", bt * mlpWidth(s), &la.fch}, segment{"fch act", bt * ffn, &la.fchAct},
-			segment{"out", bt * c, &a.res[l+1]})
-		plan = append(plan, allocation{fmt.Sprintf("block %d", l), gpu.F32, segs})
+		if o.Checkpointed(l, s.Layers) {
+			a.layers[l] = &a.work
+			continue
+		}
+		a.layers[l] = &layerActs{}
+		plan = append(plan, blockAllocations(s, bt, batch, seq, dt, fmt.Sprintf("block %d", l), TermBlocks, a.layers[l])...)
 	}
 	head := []segment{{"lnf", bt * c, &a.lnf}}
-	head = append(head, stats(&a.lnfMean, &a.lnfRstd, "lnf")...)
-	head = append(head, segment{"logits", bt * v, &a.logits}, segment{"dlogits", bt * v, &a.dlogits}, segment{"losses", bt, &a.losses})
 	plan = append(plan,
-		allocation{"head", gpu.F32, head},
-		allocation{"backward scratch", gpu.F32, []segment{
-			{"dres", bt * c, &a.dres}, {"dtmp", bt * c, &a.dtmp}, {"dbig", bt * max(qkvWidth(s), mlpWidth(s)), &a.dbig},
+		allocation{"head", TermHead, dt, head},
+		allocation{"head statistics", TermHead, gpu.F32, append(normStats(s, bt, &a.lnfMean, &a.lnfRstd, "lnf"), segment{"losses", bt, &a.losses})},
+		allocation{"loss chunk", TermLossChunk, gpu.F32, []segment{{"logits", lossRows(bt, v) * v, &a.logits}}},
+		allocation{"residual gradient", TermBackwardTemp, gpu.F32, []segment{{"dres", bt * c, &a.dres}}},
+		allocation{"backward scratch", TermBackwardTemp, dt, []segment{
+			{"dtmp", bt * c, &a.dtmp}, {"dbig", bt * max(qkvWidth(s), mlpWidth(s)), &a.dbig},
 		}},
 	)
 	return plan
 }
 
-// ActivationBytes is the device memory a Model of shape s allocates for
-// micro-batches of batch sequences of seq tokens: the embedding output (C
-// floats per token), every block's saved activations (per token, GPT-2:
-// 8C + 2F + 4 + H floats; the Llama family: 6C + 2·KV·D + 3F + 2 + H), the
-// head (the final norm, the logits and their gradient, 2V per token) and
-// the backward scratch (2C + the wider of qkv and the MLP gradient per
-// token), each tensor padded to 256 bytes, and the token ids, targets and
-// positions (3 int32 per token); planActivations lists them. Attention keeps H
-// log-sum-exp values per token, not the seq×seq probabilities, so the
-// bytes are linear in seq. It does not include the device's allocation
-// granularity.
-func ActivationBytes(s Shape, batch, seq int) int64 {
+// normStats are a norm's statistics: mean and rstd for LayerNorm, rstd for
+// RMSNorm (fp32).
+func normStats(s Shape, bt int, mean, rstd *gpu.Buffer, name string) []segment {
+	if s.IsLlama() {
+		return []segment{{name + " rstd", bt, rstd}}
+	}
+	return []segment{{name + " mean", bt, mean}, {name + " rstd", bt, rstd}}
+}
+
+// blockAllocations are the allocations of one block's saved activations
+// la: the tensors in dt, the statistics in fp32.
+func blockAllocations(s Shape, bt, batch, seq int, dt gpu.DType, purpose, term string, la *layerActs) []allocation {
+	c := s.Dim
+	segs := []segment{{"ln1", bt * c, &la.ln1}, {"qkv", bt * qkvWidth(s), &la.qkv}, {"atty", bt * c, &la.atty},
+		{"res2", bt * c, &la.res2}, {"ln2", bt * c, &la.ln2}, {"fch", bt * mlpWidth(s), &la.fch}, {"fch act", bt * s.FFNDim(), &la.fchAct}}
+	stats := normStats(s, bt, &la.ln1Mean, &la.ln1Rstd, "ln1")
+	stats = append(stats, normStats(s, bt, &la.ln2Mean, &la.ln2Rstd, "ln2")...)
+	stats = append(stats, segment{"lse", batch * s.Heads * seq, &la.lse})
+	return []allocation{{purpose, term, dt, segs}, {purpose + " statistics", term, gpu.F32, stats}}
+}
+
+// ActivationTerm is one named part of a model's activation memory.
+type ActivationTerm struct {
+	Name  string
+	Bytes int64
+}
+
+// ActivationTerms are the device bytes a Model of shape s with options o
+// allocates for micro-batches of batch sequences of seq tokens, by term
+// (the Term constants, in the order of planActivations; a term it does not
+// allocate is left out): what ActivationBytes sums. Each tensor is padded
+// to 256 bytes; the device's allocation granularity is not included.
+// Attention keeps H log-sum-exp values per token, not the seq×seq
+// probabilities, so the bytes are linear in seq.
+func ActivationTerms(s Shape, batch, seq int, o ActivationOptions) []ActivationTerm {
+	var out []ActivationTerm
+	idx := map[string]int{}
+	for _, a := range planActivations(s, batch, seq, o, nil) {
+		i, ok := idx[a.term]
+		if !ok {
+			i = len(out)
+			idx[a.term] = i
+			out = append(out, ActivationTerm{Name: a.term})
+		}
+		out[i].Bytes += a.bytes()
+	}
+	return out
+}
+
+// ActivationBytesWith is the device memory a Model of shape s with options
+// o allocates for micro-batches of batch sequences of seq tokens: the sum
+// of ActivationTerms. With o.Offload the inputs of the checkpointed blocks
+// live in the InputStore between their forward and their backward, which
+// this does not count.
+func ActivationBytesWith(s Shape, batch, seq int, o ActivationOptions) int64 {
 	var n int64
-	for _, a := range planActivations(s, batch, seq, nil) {
-		n += int64(a.elements()) * int64(a.dtype.Size())
+	for _, a := range planActivations(s, batch, seq, o, nil) {
+		n += a.bytes()
 	}
 	return n
+}
+
+// ActivationBytes is ActivationBytesWith for fp32 activations without
+// checkpointing (New's): per token, the embedding output and every block's
+// output (C floats each), every block's saved activations (GPT-2: 7C + 2F
+// + 4 + H floats; the Llama family: 5C + 2·KV·D + 3F + 2 + H), the head
+// (the final norm and the losses), the loss chunk and the backward scratch
+// (2C + the wider of qkv and the MLP gradient), and the token ids, targets
+// and positions (3 int32).
+func ActivationBytes(s Shape, batch, seq int) int64 {
+	return ActivationBytesWith(s, batch, seq, ActivationOptions{})
+}
+
+// InputBytes is the size of one block input of a micro-batch (B·T·C in
+// dtype o.DType): what the InputStore holds per offloaded block.
+func InputBytes(s Shape, batch, seq int, o ActivationOptions) int64 {
+	return int64(batch) * int64(seq) * int64(s.Dim) * int64(o.dtype().Size())
 }

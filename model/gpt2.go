@@ -6,15 +6,18 @@ import "github.com/strata-ai/strata/gpu"
 // (heads = key/value heads), GELU MLP. B·T = bt rows, C the width, F the
 // MLP width, H heads of D = C/H.
 
-// gpt2BlockForward runs block l with its parameter chunk w:
+// gpt2BlockForward runs a block with its parameter chunk w from its input
+// x, saving into la:
 //
 //	res2 = x + c_proj(attn(c_attn(ln_1(x))))
 //	out  = res2 + mlp.c_proj(gelu(mlp.c_fc(ln_2(res2))))
-func (m *Model) gpt2BlockForward(s gpu.Stream, l int, w gpu.Buffer) {
-	ops, o, la := m.ops, m.bo, &m.a.layers[l]
+//
+// With recompute it stops after gelu (out is nil): the backward reads
+// everything but out.
+func (m *Model) gpt2BlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerActs, recompute bool) {
+	ops, o := m.ops, m.bo
 	bt, c, f, h := m.batch*m.seq, m.shape.Dim, m.shape.FFNDim(), m.shape.Heads
 	eps := float32(m.shape.Eps())
-	x, out := m.a.res[l], m.a.res[l+1]
 	ops.LayerNormForward(s, x, w.Slice(o.ln1g, c), w.Slice(o.ln1b, c), la.ln1, la.ln1Mean, la.ln1Rstd, bt, c, eps) // ln1 (bt×C)
 	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), la.qkv, bt, c, 3*c)                // qkv (bt×3C)
 	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim())       // atty (bt×C), lse (B×H×T)
@@ -23,15 +26,18 @@ func (m *Model) gpt2BlockForward(s gpu.Stream, l int, w gpu.Buffer) {
 	ops.LayerNormForward(s, la.res2, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), la.ln2, la.ln2Mean, la.ln2Rstd, bt, c, eps) // ln2 (bt×C)
 	linearForward(ops, s, la.ln2, w.Slice(o.fcW, f*c), w.Slice(o.fcB, f), la.fch, bt, c, f)                              // fch (bt×F)
 	ops.GeluForward(s, la.fch, la.fchAct, bt*f)                                                                          // gelu (bt×F)
-	linearForward(ops, s, la.fchAct, w.Slice(o.fcpW, c*f), w.Slice(o.fcpB, c), out, bt, f, c)                            // out (bt×C)
+	if recompute {
+		return
+	}
+	linearForward(ops, s, la.fchAct, w.Slice(o.fcpW, c*f), w.Slice(o.fcpB, c), out, bt, f, c) // out (bt×C)
 	ops.Add(s, la.res2, out, out, bt*c)
 }
 
-// gpt2BlockBackward turns dres, the gradient with respect to block l's
-// output, into the gradient with respect to its input, accumulating the
-// block's parameter gradients into g.
-func (m *Model) gpt2BlockBackward(s gpu.Stream, l int, w, g gpu.Buffer) {
-	ops, o, la, a := m.ops, m.bo, &m.a.layers[l], &m.a
+// gpt2BlockBackward turns dres, the gradient with respect to a block's
+// output, into the gradient with respect to its input x, from what the
+// block saved in la, accumulating its parameter gradients into g.
+func (m *Model) gpt2BlockBackward(s gpu.Stream, w, g, x gpu.Buffer, la *layerActs) {
+	ops, o, a := m.ops, m.bo, &m.a
 	bt, c, f, h := m.batch*m.seq, m.shape.Dim, m.shape.FFNDim(), m.shape.Heads
 	dres, dtmp := a.dres, a.dtmp
 
@@ -48,5 +54,5 @@ func (m *Model) gpt2BlockBackward(s gpu.Stream, l int, w, g gpu.Buffer) {
 	dqkv := a.dbig.Slice(0, bt*3*c)
 	ops.AttentionBackward(s, dtmp, la.qkv, la.atty, la.lse, m.posBuffer(), dqkv, m.batch, m.seq, h, h, m.shape.HeadDim())
 	linearBackward(ops, s, dqkv, la.ln1, w.Slice(o.qkvW, 3*c*c), dtmp, g.Slice(o.qkvW, 3*c*c), g.Slice(o.qkvB, 3*c), bt, c, 3*c)
-	ops.LayerNormBackward(s, dtmp, a.res[l], w.Slice(o.ln1g, c), la.ln1Mean, la.ln1Rstd, dres, g.Slice(o.ln1g, c), g.Slice(o.ln1b, c), bt, c)
+	ops.LayerNormBackward(s, dtmp, x, w.Slice(o.ln1g, c), la.ln1Mean, la.ln1Rstd, dres, g.Slice(o.ln1g, c), g.Slice(o.ln1b, c), bt, c)
 }

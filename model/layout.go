@@ -58,8 +58,12 @@ func (c Chunk) Tensor(name string) (Tensor, bool) {
 // (C + 2·KV·D)×C matrix starting at q_proj.weight computes all three; gate
 // and up likewise form one 2F×C matrix. The sum of the chunk lengths is
 // Shape.ParamCount().
+//
+// A model defined outside this package (CustomLayout) has a Layout too:
+// its name, its chunks and their tensors, and a zero Shape.
 type Layout struct {
-	Shape  Shape
+	Name   string // the model's: the shape's name, or CustomLayout's
+	Shape  Shape  // the decoder's; zero for a custom layout
 	Chunks []Chunk
 }
 
@@ -87,7 +91,7 @@ func NewLayout(s Shape) (*Layout, error) {
 		return nil, err
 	}
 	c := s.Dim
-	l := &Layout{Shape: s}
+	l := &Layout{Name: s.Name, Shape: s}
 	if s.IsLlama() {
 		l.Chunks = append(l.Chunks, makeChunk(0, "embeddings", []string{"embed_tokens.weight"}, [][]int{{s.Vocab, c}}))
 	} else {

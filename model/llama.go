@@ -9,16 +9,19 @@ import "github.com/strata-ai/strata/gpu"
 // the MLP width. q_proj, k_proj and v_proj are adjacent in the chunk (one
 // Q×C GEMM), and so are gate_proj and up_proj (one 2F×C GEMM).
 
-// llamaBlockForward runs block l with its parameter chunk w:
+// llamaBlockForward runs a block with its parameter chunk w from its
+// input x, saving into la:
 //
 //	res2 = x + o_proj(attn(rope(qkv_proj(rmsnorm_1(x)))))
 //	out  = res2 + down_proj(silu(gate_proj(h)) · up_proj(h)), h = rmsnorm_2(res2)
-func (m *Model) llamaBlockForward(s gpu.Stream, l int, w gpu.Buffer) {
-	ops, o, la := m.ops, m.lo, &m.a.layers[l]
+//
+// With recompute it stops after SwiGLU (out is nil): the backward reads
+// everything but out.
+func (m *Model) llamaBlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerActs, recompute bool) {
+	ops, o := m.ops, m.lo
 	bt, c, f, q := m.batch*m.seq, m.shape.Dim, m.shape.FFNDim(), qkvWidth(m.shape)
 	h, kv, d := m.shape.Heads, m.shape.KVHeadCount(), m.shape.HeadDim()
 	eps, theta := float32(m.shape.Eps()), float32(m.shape.Theta())
-	x, out := m.a.res[l], m.a.res[l+1]
 	ops.RMSNormForward(s, x, w.Slice(o.ln1, c), la.ln1, la.ln1Rstd, bt, c, eps)               // ln1 (bt×C)
 	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, q*c), m.qkvBias(w), la.qkv, bt, c, q)       // qkv (bt×Q)
 	ops.RopeForward(s, la.qkv, m.posBuffer(), m.batch, m.seq, h, kv, d, theta)                // q, k rotated in place
@@ -28,8 +31,11 @@ func (m *Model) llamaBlockForward(s gpu.Stream, l int, w gpu.Buffer) {
 	ops.RMSNormForward(s, la.res2, w.Slice(o.ln2, c), la.ln2, la.ln2Rstd, bt, c, eps)         // ln2 (bt×C)
 	linearForward(ops, s, la.ln2, w.Slice(o.gateUpW, 2*f*c), nil, la.fch, bt, c, 2*f)         // gate|up (bt×2F)
 	ops.SwiGLUForward(s, la.fch, la.fchAct, bt, f)                                            // silu(gate)·up (bt×F)
-	linearForward(ops, s, la.fchAct, w.Slice(o.downW, c*f), nil, out, bt, f, c)               // out (bt×C)
-	ops.Add(s, la.res2, out, out, bt*c)                                                       // + res2
+	if recompute {
+		return
+	}
+	linearForward(ops, s, la.fchAct, w.Slice(o.downW, c*f), nil, out, bt, f, c) // out (bt×C)
+	ops.Add(s, la.res2, out, out, bt*c)                                         // + res2
 }
 
 // qkvBias is the fused q|k|v bias of block chunk w (Qwen2), or nil.
@@ -40,11 +46,11 @@ func (m *Model) qkvBias(w gpu.Buffer) gpu.Buffer {
 	return w.Slice(m.lo.qkvB, qkvWidth(m.shape))
 }
 
-// llamaBlockBackward turns dres, the gradient with respect to block l's
-// output, into the gradient with respect to its input, accumulating the
-// block's parameter gradients into g.
-func (m *Model) llamaBlockBackward(s gpu.Stream, l int, w, g gpu.Buffer) {
-	ops, o, la, a := m.ops, m.lo, &m.a.layers[l], &m.a
+// llamaBlockBackward turns dres, the gradient with respect to a block's
+// output, into the gradient with respect to its input x, from what the
+// block saved in la, accumulating its parameter gradients into g.
+func (m *Model) llamaBlockBackward(s gpu.Stream, w, g, x gpu.Buffer, la *layerActs) {
+	ops, o, a := m.ops, m.lo, &m.a
 	bt, c, f, q := m.batch*m.seq, m.shape.Dim, m.shape.FFNDim(), qkvWidth(m.shape)
 	h, kv, d := m.shape.Heads, m.shape.KVHeadCount(), m.shape.HeadDim()
 	theta := float32(m.shape.Theta())
@@ -71,5 +77,5 @@ func (m *Model) llamaBlockBackward(s gpu.Stream, l int, w, g gpu.Buffer) {
 		dbias = g.Slice(o.qkvB, q)
 	}
 	linearBackward(ops, s, dqkv, la.ln1, w.Slice(o.qkvW, q*c), dtmp, g.Slice(o.qkvW, q*c), dbias, bt, c, q) // d ln1 (bt×C)
-	ops.RMSNormBackward(s, dtmp, a.res[l], w.Slice(o.ln1, c), la.ln1Rstd, dres, g.Slice(o.ln1, c), bt, c)
+	ops.RMSNormBackward(s, dtmp, x, w.Slice(o.ln1, c), la.ln1Rstd, dres, g.Slice(o.ln1, c), bt, c)
 }

@@ -8,16 +8,16 @@ import (
 
 // Model is a decoder (GPT-2 or the Llama family, Shape.Arch) bound to one
 // device and one micro-batch shape (Batch sequences of Seq tokens). It owns
-// its activations, allocated once by New (ActivationBytes says how much),
-// and nothing else: parameters and gradients come from a Params for every
-// pass.
+// its activations, allocated once by New (ActivationBytesWith says how
+// much), and nothing else: parameters and gradients come from a Params for
+// every pass.
 //
 // A micro-batch is Forward, then optionally Backward, then Loss; the model
 // keeps the activations of the last Forward until the next one.
 //
 // The passes are plain functions per layer, as in llm.c: this file drives
-// them chunk by chunk (embedding, blocks, final norm and head), gpt2.go and
-// llama.go hold each architecture's block.
+// them chunk by chunk (embedding, blocks, final norm and head), loss.go
+// holds the chunked loss, gpt2.go and llama.go each architecture's block.
 type Model struct {
 	layout *Layout
 	shape  Shape
@@ -25,6 +25,7 @@ type Model struct {
 	ops    gpu.Ops
 	batch  int
 	seq    int
+	act    ActivationOptions
 	bo     blockOffsets // GPT-2
 	lo     llamaOffsets // the Llama family
 
@@ -48,10 +49,16 @@ type pending struct {
 	counted int
 }
 
-// New allocates the activations of a model laid out by layout for
-// micro-batches of batch sequences of seq tokens on dev. The allocations
-// are tagged gpu.Activation; an *gpu.OutOfMemoryError comes back wrapped.
+// New is NewWith fp32 activations and no checkpointing.
 func New(dev gpu.Device, layout *Layout, batch, seq int) (*Model, error) {
+	return NewWith(dev, layout, batch, seq, ActivationOptions{})
+}
+
+// NewWith allocates the activations of a model laid out by layout for
+// micro-batches of batch sequences of seq tokens on dev, kept as o says.
+// The allocations are tagged gpu.Activation; an *gpu.OutOfMemoryError
+// comes back wrapped.
+func NewWith(dev gpu.Device, layout *Layout, batch, seq int, o ActivationOptions) (*Model, error) {
 	s := layout.Shape
 	if batch < 1 || seq < 1 {
 		return nil, fmt.Errorf("model: batch %d and seq %d must be >= 1", batch, seq)
@@ -59,8 +66,11 @@ func New(dev gpu.Device, layout *Layout, batch, seq int) (*Model, error) {
 	if seq > s.MaxSeq {
 		return nil, fmt.Errorf("model: seq %d exceeds max_seq_len %d", seq, s.MaxSeq)
 	}
-	m := &Model{layout: layout, shape: s, dev: dev, ops: dev.Ops(), batch: batch, seq: seq, bo: layout.block(), lo: layout.llamaBlock()}
-	for _, al := range planActivations(s, batch, seq, &m.a) {
+	if err := o.Validate(s); err != nil {
+		return nil, err
+	}
+	m := &Model{layout: layout, shape: s, dev: dev, ops: dev.Ops(), batch: batch, seq: seq, act: o, bo: layout.block(), lo: layout.llamaBlock()}
+	for _, al := range planActivations(s, batch, seq, o, &m.a) {
 		buf, err := dev.Alloc(al.elements(), al.dtype, gpu.Tag{Kind: gpu.Activation, Purpose: "activations " + al.purpose})
 		if err != nil {
 			m.Free()
@@ -96,6 +106,9 @@ func (m *Model) Batch() int { return m.batch }
 
 // Seq returns the tokens per sequence.
 func (m *Model) Seq() int { return m.seq }
+
+// Activations returns the options the activations are kept with.
+func (m *Model) Activations() ActivationOptions { return m.act }
 
 // checkBatch panics unless b is a micro-batch of the model's shape: ids in
 // [0, Vocab), targets in [0, Vocab) or IgnoreTarget, positions (when
@@ -138,11 +151,16 @@ func (m *Model) checkBatch(b Batch) int {
 // needs of b before it returns; a b that breaks these rules panics.
 // An error of p stops the pass at once and is returned as it is (see
 // Params); the micro-batch has no loss then, and Backward and Loss need a
-// new Forward.
+// new Forward. With ActivationOptions.Offload, p must implement
+// InputStore.
 func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	counted := m.checkBatch(b)
-	bt, c, nl := m.batch*m.seq, m.shape.Dim, m.shape.Layers
+	bt, nl := m.batch*m.seq, m.shape.Layers
 	m.forwarded = false
+	store, err := m.inputStore(p)
+	if err != nil {
+		return err
+	}
 	// The staging bytes may still be read by the previous upload.
 	m.staged.Synchronize()
 	copy(i32View(m.idsHost), b.IDs)
@@ -155,12 +173,13 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	}
 	s.Record(m.staged)
 
-	ops, a := m.ops, &m.a
 	emb, err := p.Acquire(s, EmbeddingChunk, PassForward)
 	if err != nil {
 		return err
 	}
-	m.embeddingForward(s, emb)
+	next := 0 // the ring slot the next offloaded input takes
+	x, xSlot := m.residual(s, 0, &next)
+	m.embeddingForward(s, emb, x)
 	p.Release(s, EmbeddingChunk, PassForward)
 
 	for l := 0; l < nl; l++ {
@@ -168,12 +187,17 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 		if err != nil {
 			return err
 		}
-		if m.shape.IsLlama() {
-			m.llamaBlockForward(s, l, w)
-		} else {
-			m.gpt2BlockForward(s, l, w)
-		}
+		out, outSlot := m.residual(s, l+1, &next)
+		m.blockForward(s, l, w, x, out, false)
 		p.Release(s, BlockChunk(l), PassForward)
+		if xSlot >= 0 {
+			ev, err := store.SaveInput(s, l, x)
+			if err != nil {
+				return err
+			}
+			m.a.ringEv[xSlot] = ev
+		}
+		x, xSlot = out, outSlot
 	}
 
 	fc := m.layout.FinalNormChunk()
@@ -189,9 +213,7 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 			return err
 		}
 	}
-	// logits (BT×V) = lnf (BT×C) · Wᵀ, W the head (V×C)
-	ops.Gemm(s, false, true, bt, m.shape.Vocab, c, 1, a.lnf, m.headWeight(head), 0, a.logits)
-	ops.CrossEntropyForward(s, a.logits, a.targets, a.losses, bt, m.shape.Vocab)
+	m.lossForward(s, m.headWeight(head))
 	p.Release(s, m.layout.HeadChunk(), PassForward)
 
 	var lossHost []byte
@@ -200,11 +222,66 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	} else {
 		lossHost = make([]byte, 4*bt)
 	}
-	m.dev.CopyDeviceToHost(s, lossHost, a.losses, 0)
+	m.dev.CopyDeviceToHost(s, lossHost, m.a.losses, 0)
 	m.pending = append(m.pending, pending{lossHost, counted})
 	m.counted = counted
 	m.forwarded = true
 	return nil
+}
+
+// inputStore is p as an InputStore when the model offloads its
+// checkpointed inputs (nil otherwise), or an error naming what p lacks.
+func (m *Model) inputStore(p Params) (InputStore, error) {
+	if !m.act.Offload {
+		return nil, nil
+	}
+	store, ok := p.(InputStore)
+	if !ok {
+		return nil, fmt.Errorf("model: offloaded checkpoint inputs (cpu_checkpointing) need Params that implement model.InputStore; %T does not", p)
+	}
+	return store, nil
+}
+
+// residual is the device buffer the forward writes residual i into (the
+// embedding's output for i = 0, block i-1's for i > 0): res[i] (slot -1),
+// or for an offloaded input ring slot *next, once the InputStore has read
+// what that slot held before; *next moves on.
+func (m *Model) residual(s gpu.Stream, i int, next *int) (gpu.Buffer, int) {
+	a := &m.a
+	if a.res[i] != nil {
+		return a.res[i], -1
+	}
+	k := *next
+	*next = (k + 1) % offloadRing
+	if ev := a.ringEv[k]; ev != nil {
+		s.Wait(ev)
+		a.ringEv[k] = nil
+	}
+	return a.ring[k], k
+}
+
+// blockForward runs block l of the model's architecture (see gpt2.go and
+// llama.go) from its input x into out, saving into its layerActs; with
+// recompute (the backward of a checkpointed block) out is nil and the
+// block stops before its output projection, which its backward does not
+// read.
+func (m *Model) blockForward(s gpu.Stream, l int, w, x, out gpu.Buffer, recompute bool) {
+	if m.shape.IsLlama() {
+		m.llamaBlockForward(s, w, x, out, m.a.layers[l], recompute)
+	} else {
+		m.gpt2BlockForward(s, w, x, out, m.a.layers[l], recompute)
+	}
+}
+
+// blockBackward turns dres, the gradient with respect to block l's
+// output, into the gradient with respect to its input x, accumulating the
+// block's parameter gradients into g.
+func (m *Model) blockBackward(s gpu.Stream, l int, w, g, x gpu.Buffer) {
+	if m.shape.IsLlama() {
+		m.llamaBlockBackward(s, w, g, x, m.a.layers[l])
+	} else {
+		m.gpt2BlockBackward(s, w, g, x, m.a.layers[l])
+	}
 }
 
 // posBuffer is the positions of the last Forward, or nil when its rows
@@ -216,15 +293,15 @@ func (m *Model) posBuffer() gpu.Buffer {
 	return nil
 }
 
-// embeddingForward: res0[b,t,:] = wte[id] (+ GPT-2's wpe[pos]) with the
+// embeddingForward: out[b,t,:] = wte[id] (+ GPT-2's wpe[pos]) with the
 // embedding chunk emb.
-func (m *Model) embeddingForward(s gpu.Stream, emb gpu.Buffer) {
+func (m *Model) embeddingForward(s gpu.Stream, emb, out gpu.Buffer) {
 	v, c := m.shape.Vocab, m.shape.Dim
 	var wpe gpu.Buffer
 	if !m.shape.IsLlama() {
 		wpe = emb.Slice(v*c, m.seq*c)
 	}
-	m.ops.EmbeddingForward(s, m.a.ids, m.posBuffer(), emb.Slice(0, v*c), wpe, m.a.res[0], m.batch, m.seq, c)
+	m.ops.EmbeddingForward(s, m.a.ids, m.posBuffer(), emb.Slice(0, v*c), wpe, out, m.batch, m.seq, c)
 }
 
 // finalNormForward: lnf = norm(res[L]) with the final chunk fin (GPT-2's
@@ -288,28 +365,32 @@ func linearBackward(ops gpu.Ops, s gpu.Stream, dy, x, w, dx, dw, db gpu.Buffer, 
 // micro-batch without any target has loss 0 and adds a zero gradient
 // (every Params call is still made, in AccessOrder). The trainer passes
 // 1/micro-batches-per-step so that the accumulated gradient is that of the
-// step's mean loss. An error of p stops the pass at once and is returned
-// as it is (see Params); the gradients are then partial.
+// step's mean loss. A checkpointed block runs its forward again from its
+// saved input before its backward, with the parameters it acquires for
+// the backward. An error of p stops the pass at once and is returned as
+// it is (see Params); the gradients are then partial.
 func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 	if !m.forwarded {
 		panic("model: Backward without a Forward")
 	}
 	ops, a := m.ops, &m.a
-	bt, c, v, nl := m.batch*m.seq, m.shape.Dim, m.shape.Vocab, m.shape.Layers
+	c, v, nl := m.shape.Dim, m.shape.Vocab, m.shape.Layers
 	scale := float32(0)
 	if m.counted > 0 {
 		scale = float32(float64(gradScale) / float64(m.counted))
 	}
+	store, err := m.inputStore(p)
+	if err != nil {
+		return err
+	}
 	fc, hc := m.layout.FinalNormChunk(), m.layout.HeadChunk()
 
-	// Head: dlogits, then d lnf into dtmp and dW += dlogitsᵀ·lnf.
+	// Head: d lnf into dtmp and dW += dlogitsᵀ·lnf, a token slice at a time.
 	hw, hg, err := acquireWithGrad(s, p, hc)
 	if err != nil {
 		return err
 	}
-	ops.CrossEntropyBackward(s, a.logits, a.targets, a.dlogits, bt, v, scale)
-	ops.Gemm(s, false, false, bt, c, v, 1, a.dlogits, m.headWeight(hw), 0, a.dtmp)
-	ops.Gemm(s, true, false, v, c, bt, 1, a.dlogits, a.lnf, 1, m.headWeight(hg))
+	m.lossBackward(s, m.headWeight(hw), m.headWeight(hg), scale)
 	gemb := hg // the embedding gradient, when the head is tied
 	fin, gfin := hw, hg
 	if hc != fc {
@@ -326,17 +407,7 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 	}
 
 	for l := nl - 1; l >= 0; l-- {
-		w, g, err := acquireWithGrad(s, p, BlockChunk(l))
-		if err != nil {
-			return err
-		}
-		if m.shape.IsLlama() {
-			m.llamaBlockBackward(s, l, w, g)
-		} else {
-			m.gpt2BlockBackward(s, l, w, g)
-		}
-		p.Release(s, BlockChunk(l), PassBackward)
-		if err := p.GradReady(s, BlockChunk(l)); err != nil {
+		if err := m.blockPass(s, p, store, l); err != nil {
 			return err
 		}
 	}
@@ -352,6 +423,33 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 	}
 	ops.EmbeddingBackward(s, a.ids, m.posBuffer(), a.dres, gemb.Slice(0, v*c), dwpe, m.batch, m.seq, c)
 	return p.GradReady(s, EmbeddingChunk)
+}
+
+// blockPass is block l's backward: its input (res[l], or taken back from
+// the InputStore), its forward again when it is checkpointed, then its
+// backward, in AccessOrder's calls.
+func (m *Model) blockPass(s gpu.Stream, p Params, store InputStore, l int) error {
+	c := BlockChunk(l)
+	w, g, err := acquireWithGrad(s, p, c)
+	if err != nil {
+		return err
+	}
+	x := m.a.res[l]
+	off := m.act.offloaded(l, m.shape.Layers)
+	if off {
+		if x, err = store.RestoreInput(s, l); err != nil {
+			return err
+		}
+	}
+	if m.act.Checkpointed(l, m.shape.Layers) {
+		m.blockForward(s, l, w, x, nil, true)
+	}
+	m.blockBackward(s, l, w, g, x)
+	p.Release(s, c, PassBackward)
+	if off {
+		store.ReleaseInput(s, l)
+	}
+	return p.GradReady(s, c)
 }
 
 // acquireWithGrad is the backward's Acquire then Grad of chunk c.

@@ -367,33 +367,88 @@ func TestActivationBytesMatchesDevice(t *testing.T) {
 	}
 }
 
-// TestActivationBytesFormula: ActivationBytes is the per-token count of
-// its doc, within the 256-byte padding of each tensor (0.1 % here), for
-// GPT-2 124M at seq 1024 and Llama-3-8B at seq 256.
+// TestActivationBytesFormula: ActivationBytesWith is the per-token count of
+// planActivations' doc plus the loss chunk, within the 256-byte padding of
+// each tensor (0.1 % here), for GPT-2 124M at seq 1024 and Llama-3-8B at
+// seq 256, fp32 and bf16, with every block, half the blocks or none
+// checkpointed, and with the checkpointed inputs offloaded.
 func TestActivationBytesFormula(t *testing.T) {
 	for _, c := range []struct {
-		name     string
-		batch    int
-		seq      int
-		perToken func(s Shape) int64
+		name       string
+		batch, seq int
+		// block is a saved block's values per token (its dtype) and
+		// statistics (fp32); scratch the backward's values besides dres.
+		block   func(s Shape) (vals, stats int64)
+		scratch func(s Shape) int64
 	}{
-		{"gpt2", 1, 1024, func(s Shape) int64 {
+		{"gpt2", 1, 1024, func(s Shape) (int64, int64) {
 			c, f, h := int64(s.Dim), int64(s.FFNDim()), int64(s.Heads)
-			return c + int64(s.Layers)*(8*c+2*f+4+h) + c + 2 + 2*int64(s.Vocab) + 1 + 2*c + max(3*c, f)
-		}},
-		{"llama-3-8b", 2, 256, func(s Shape) int64 {
+			return 7*c + 2*f, 4 + h
+		}, func(s Shape) int64 { return int64(s.Dim) + max(3*int64(s.Dim), int64(s.FFNDim())) }},
+		{"llama-3-8b", 2, 256, func(s Shape) (int64, int64) {
 			c, f, h, kvd := int64(s.Dim), int64(s.FFNDim()), int64(s.Heads), int64(s.KVHeadCount()*s.HeadDim())
-			return c + int64(s.Layers)*(6*c+2*kvd+3*f+2+h) + c + 1 + 2*int64(s.Vocab) + 1 + 2*c + max(c+2*kvd, 2*f)
+			return 5*c + 2*kvd + 3*f, 2 + h
+		}, func(s Shape) int64 {
+			c, f, kvd := int64(s.Dim), int64(s.FFNDim()), int64(s.KVHeadCount()*s.HeadDim())
+			return c + max(c+2*kvd, 2*f)
 		}},
 	} {
 		s, _ := Lookup(c.name)
-		tokens := int64(c.batch * c.seq)
-		want := tokens * (4*c.perToken(s) + 3*4) // fp32 activations, int32 ids, targets, positions
-		got := ActivationBytes(s, c.batch, c.seq)
-		if d := float64(got-want) / float64(want); d < 0 || d > 1e-3 {
-			t.Errorf("%s B=%d T=%d: ActivationBytes %d, per-token formula %d (%+.4f)", c.name, c.batch, c.seq, got, want, d)
+		L := int64(s.Layers)
+		for _, o := range []ActivationOptions{{}, {DType: gpu.BF16}, {DType: gpu.BF16, Checkpoint: s.Layers},
+			{DType: gpu.BF16, Checkpoint: s.Layers / 2}, {DType: gpu.BF16, Checkpoint: s.Layers, Offload: true}} {
+			d, C := int64(o.dtype().Size()), int64(s.Dim)
+			vals, stats := c.block(s)
+			k := int64(o.Checkpoint)
+			saved := L - k // blocks with their own activations
+			if k > 0 {
+				saved++ // the work set
+			}
+			residual := (L + 1) * C * d
+			if o.Offload {
+				residual = (1 + 3) * C * d // the final norm's input and the ring
+			}
+			normStats := int64(2)
+			if s.IsLlama() {
+				normStats = 1
+			}
+			perToken := residual + saved*(vals*d+stats*4) + C*d + (normStats+1)*4 + C*4 + c.scratch(s)*d + 3*4
+			tokens := int64(c.batch * c.seq)
+			want := tokens*perToken + int64(lossRows(c.batch*c.seq, s.Vocab))*int64(s.Vocab)*4
+			got := ActivationBytesWith(s, c.batch, c.seq, o)
+			if dv := float64(got-want) / float64(want); dv < 0 || dv > 1e-3 {
+				t.Errorf("%s B=%d T=%d %v: ActivationBytes %d, per-token formula %d (%+.4f)", c.name, c.batch, c.seq, o, got, want, dv)
+			}
+			var sum int64
+			for _, term := range ActivationTerms(s, c.batch, c.seq, o) {
+				sum += term.Bytes
+			}
+			if sum != got {
+				t.Errorf("%s %v: terms sum to %d, ActivationBytesWith %d", c.name, o, sum, got)
+			}
+			t.Logf("%s B=%d T=%d %v: %s", c.name, c.batch, c.seq, o, units.FormatBytes(got))
 		}
-		t.Logf("%s B=%d T=%d: %s of activations", c.name, c.batch, c.seq, units.FormatBytes(got))
+	}
+}
+
+// TestCheckpointedSpread: Checkpointed picks exactly Checkpoint blocks,
+// every block for all of them, every second for half, the last for one.
+func TestCheckpointedSpread(t *testing.T) {
+	for _, c := range []struct {
+		layers, k int
+		want      string
+	}{{4, 4, "xxxx"}, {4, 2, ".x.x"}, {4, 1, "...x"}, {4, 0, "...."}, {6, 4, ".xx.xx"}, {5, 2, "..x.x"}} {
+		got := ""
+		for l := range c.layers {
+			if (ActivationOptions{Checkpoint: c.k}).Checkpointed(l, c.layers) {
+				got += "x"
+			} else {
+				got += "."
+			}
+		}
+		if got != c.want {
+			t.Errorf("L=%d k=%d: %s, want %s", c.layers, c.k, got, c.want)
+		}
 	}
 }
 
@@ -417,9 +472,10 @@ func TestNewRejectsBadShapes(t *testing.T) {
 	}
 }
 
-// TestBF16ForwardNearF32: the same parameters, rounded to bf16, give a
-// loss within 2 % (bf16 keeps 8 bits of mantissa: each weight moves by up
-// to 2^-9 relative, and at init the loss is near ln 256).
+// TestBF16ForwardNearF32: the same parameters, rounded to bf16, with bf16
+// activations give a loss within 2 % (bf16 keeps 8 bits of mantissa: each
+// weight and each stored activation moves by up to 2^-9 relative, and at
+// init the loss is near ln 256).
 func TestBF16ForwardNearF32(t *testing.T) {
 	dev := newDevice(t)
 	s := dev.DefaultStream()
@@ -434,7 +490,7 @@ func TestBF16ForwardNearF32(t *testing.T) {
 			t.Fatal(err)
 		}
 		res.Load(s, init)
-		m, err := New(dev, l, 2, 32)
+		m, err := NewWith(dev, l, 2, 32, ActivationOptions{DType: dt})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,7 +79,41 @@ type Params interface {
 	GradReady(s gpu.Stream, c int) error
 }
 
-// AccessKind is one of the four Params calls.
+// InputStore is the optional interface of a Params through which a model
+// with ActivationOptions.Offload (cpu_checkpointing) keeps the inputs of
+// its checkpointed blocks off the device between their forward and their
+// backward: the ZeRO engine implements it with the tier store (the input
+// goes to pinned host memory and the planner brings it back ahead of the
+// block's backward, as it brings params). The model calls it in the order
+// AccessOrderWith lists (Chunk = BlockChunk(l)), from the goroutine that
+// calls the other methods: a checkpointed block's forward is
+//
+//	Acquire(c) Release(c) SaveInput(c)
+//
+// and its backward
+//
+//	Acquire(c) Grad(c) RestoreInput(c) Release(c) ReleaseInput(c) GradReady(c)
+//
+// SaveInput and RestoreInput may fail like Acquire (the model then stops
+// the pass and returns the error); ReleaseInput cannot.
+type InputStore interface {
+	// SaveInput takes block l's input x (B·T·C of the activation dtype),
+	// written by work enqueued on s before the call; the implementation
+	// makes its copy wait for that work. The model does not write x again
+	// until the returned event has completed (nil: the copy is already
+	// ordered on s), so the copy can overlap the next blocks' compute.
+	SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error)
+	// RestoreInput returns a device buffer holding block l's input as the
+	// forward saved it, readable by work enqueued on s after the call until
+	// ReleaseInput.
+	RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error)
+	// ReleaseInput says the model has enqueued its last read of block l's
+	// restored input on s.
+	ReleaseInput(s gpu.Stream, l int)
+}
+
+// AccessKind is one of the Params calls: the four of Params and the three
+// of InputStore.
 type AccessKind uint8
 
 const (
@@ -87,10 +121,13 @@ const (
 	AccessRelease
 	AccessGrad
 	AccessGradReady
+	AccessSaveInput
+	AccessRestoreInput
+	AccessReleaseInput
 )
 
 func (k AccessKind) String() string {
-	return [...]string{"acquire", "release", "grad", "grad-ready"}[k]
+	return [...]string{"acquire", "release", "grad", "grad-ready", "save-input", "restore-input", "release-input"}[k]
 }
 
 // Access is one Params call: what, which chunk, and in which pass.
@@ -105,15 +142,32 @@ func (a Access) String() string { return fmt.Sprintf("%s %s %d", a.Pass, a.Kind,
 // AccessOrder lists the Params calls of one micro-batch (Forward then
 // Backward) of a model of shape s, in the order the model makes them (the
 // two orders of the Params doc, by Shape.TiedHead). The planner may rely
-// on it.
-func AccessOrder(s Shape) []Access {
+// on it. Activation checkpointing does not change it: a checkpointed
+// block's recompute uses the parameters its backward acquires.
+func AccessOrder(s Shape) []Access { return AccessOrderWith(s, ActivationOptions{}) }
+
+// AccessOrderWith is AccessOrder for a model whose activations are kept as
+// o says: with o.Offload, the InputStore calls of each checkpointed block
+// (see InputStore) come among its Params calls.
+func AccessOrderWith(s Shape, o ActivationOptions) []Access {
 	var a []Access
 	use := func(c int, p Pass) {
+		off := c >= 1 && c <= s.Layers && o.offloaded(c-1, s.Layers)
 		a = append(a, Access{AccessAcquire, c, p})
 		if p == PassBackward {
 			a = append(a, Access{AccessGrad, c, p})
+			if off {
+				a = append(a, Access{AccessRestoreInput, c, p})
+			}
 		}
 		a = append(a, Access{AccessRelease, c, p})
+		if off {
+			kind := AccessSaveInput
+			if p == PassBackward {
+				kind = AccessReleaseInput
+			}
+			a = append(a, Access{kind, c, p})
+		}
 	}
 	final := s.Layers + 1
 	for c := 0; c <= final; c++ {

@@ -24,6 +24,12 @@ type TrainOptions struct {
 	// gpu.F32 (default), or gpu.BF16 for mixed precision with fp32 master
 	// weights and Adam moments.
 	Precision gpu.DType
+	// Activations say how the model keeps its activations: their dtype
+	// (default Precision: bf16 activations in mixed precision, as the ZeRO
+	// engine keeps them unless told otherwise) and how many blocks are
+	// checkpointed. Offload is the engine's (it needs an InputStore): the
+	// plain loop refuses it.
+	Activations ActivationOptions
 
 	LR          float64 // default 1e-3
 	Beta1       float64 // default 0.9
@@ -54,6 +60,9 @@ func (o TrainOptions) WithDefaults(s Shape) TrainOptions {
 	if o.Precision == 0 {
 		o.Precision = gpu.F32
 	}
+	if o.Activations.DType == 0 {
+		o.Activations.DType = o.Precision
+	}
 	if o.LR == 0 {
 		o.LR = 1e-3
 	}
@@ -78,17 +87,19 @@ func (o TrainOptions) Validate(s Shape) error {
 		return fmt.Errorf("model: seq %d exceeds max_seq_len %d", o.Seq, s.MaxSeq)
 	case o.Precision != gpu.F32 && o.Precision != gpu.BF16:
 		return fmt.Errorf("model: precision %s is not fp32 or bf16", o.Precision)
+	case o.Activations.Offload:
+		return fmt.Errorf("model: the plain training loop has no InputStore to offload checkpointed inputs to (cpu_checkpointing is the engine's)")
 	case !(o.LR >= 0) || !(o.Beta1 >= 0 && o.Beta1 < 1) || !(o.Beta2 >= 0 && o.Beta2 < 1) || !(o.Eps > 0) || !(o.WeightDecay >= 0):
 		return fmt.Errorf("model: invalid optimizer settings lr %v betas (%v, %v) eps %v weight decay %v", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
 	case !(o.ClipNorm >= 0):
 		return fmt.Errorf("model: clip norm %v must be >= 0", o.ClipNorm)
 	}
-	return nil
+	return o.Activations.Validate(s)
 }
 
 func (o TrainOptions) String() string {
-	return fmt.Sprintf("batch=%d seq=%d accum=%d ranks=%d precision=%s lr=%g betas=(%g,%g) eps=%g wd=%g clip=%g schedule=%t seed=%d",
-		o.Batch, o.Seq, o.Accum, o.Ranks, o.Precision, o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.ClipNorm, o.Schedule != nil, o.Seed)
+	return fmt.Sprintf("batch=%d seq=%d accum=%d ranks=%d precision=%s activations=%s checkpoint=%d lr=%g betas=(%g,%g) eps=%g wd=%g clip=%g schedule=%t seed=%d",
+		o.Batch, o.Seq, o.Accum, o.Ranks, o.Precision, o.Activations.dtype(), o.Activations.Checkpoint, o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, o.ClipNorm, o.Schedule != nil, o.Seed)
 }
 
 // StepResult describes one optimizer step.
@@ -143,7 +154,7 @@ func NewTrainer(dev gpu.Device, shape Shape, opts TrainOptions) (*Trainer, error
 	if t.params, err = NewResident(dev, layout, opts.Precision); err != nil {
 		return nil, err
 	}
-	if t.model, err = New(dev, layout, opts.Batch, opts.Seq); err != nil {
+	if t.model, err = NewWith(dev, layout, opts.Batch, opts.Seq, opts.Activations); err != nil {
 		t.Free()
 		return nil, err
 	}

@@ -87,7 +87,7 @@ func TestTrainerRanksSumInRankOrder(t *testing.T) {
 			}
 			defer ref.Free()
 			ref.Load(s, l.Init(opts.Seed))
-			m, err := New(dev, l, 2, 16)
+			m, err := NewWith(dev, l, 2, 16, tr.Options().Activations)
 			if err != nil {
 				t.Fatal(err)
 			}

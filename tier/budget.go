@@ -21,6 +21,10 @@ type Sizes struct {
 	// HBMBytes overrides the HBM budget (engine.Options.TierHBMBytes); 0:
 	// ParamBytes, at most HBMFreeBytes.
 	HBMBytes int64
+	// ActivationHBMBytes is the HBM room, beyond the params', for the
+	// copies of saved block inputs brought back for the backward
+	// (cpu_checkpointing); 0: none.
+	ActivationHBMBytes int64
 
 	// HomeBytes is one rank's shards homed in host RAM, StagingBytes the
 	// room for shards staged through the host beyond their homes
@@ -44,7 +48,7 @@ type Sizes struct {
 // Budgets are a store's: Options.HBMBudgetBytes and HostBudgetBytes, each
 // rank's planner's share of the host budget, and the pinned pool to make.
 type Budgets struct {
-	HBMBytes      int64 // per device; 0 when no param shard is staged in HBM
+	HBMBytes      int64 // per device; 0 when nothing is staged in HBM
 	HostBytes     int64 // all ranks
 	PlanHostBytes int64 // each rank's planner: its homes and staging room
 	PoolBytes     int64 // the pinned pool the host copies come from
@@ -57,7 +61,8 @@ func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
 
 // PlanBudgets derives the budgets from s. HBM: the rank's param shards, at
 // most what is left per device (or s.HBMBytes), and at least two of the
-// largest (one in use, the next arriving). Host: the homes in RAM, the
+// largest (one in use, the next arriving), plus the room for saved block
+// inputs (s.ActivationHBMBytes). Host: the homes in RAM, the
 // staging room and one spare shard per rank; the pinned pool a quarter more
 // (and four spare shards) against fragmentation, or for a static store
 // (Sizes.Static) only the homes and the arenas' ends. With a host budget the
@@ -82,6 +87,13 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 			return Budgets{}, fmt.Errorf("tier: %s of device memory left for param shards, the tier store needs at least two of the largest (%s): raise strata.hbm_bytes or use more devices",
 				units.FormatBytes(max(b.HBMBytes, 0)), units.FormatBytes(2*s.MaxParamBytes))
 		}
+	}
+	if s.ActivationHBMBytes > 0 {
+		if left := s.HBMFreeBytes - b.HBMBytes; s.ActivationHBMBytes > left {
+			return Budgets{}, fmt.Errorf("tier: %s of device memory left beyond the params' room, the saved block inputs need %s (two, brought back for the backward): raise strata.hbm_bytes or use more devices",
+				units.FormatBytes(max(left, 0)), units.FormatBytes(s.ActivationHBMBytes))
+		}
+		b.HBMBytes += s.ActivationHBMBytes
 	}
 	n := int64(s.Ranks)
 	spare := s.SpareBytes

@@ -7,7 +7,7 @@ import (
 
 // TestPlanBudgets covers each branch of the budget arithmetic: no param in
 // HBM, the HBM share from what is left, the override, the two errors of
-// HBM, the host budget derived from the homes, the strata.host_budget case
+// HBM, the room for saved block inputs and its error, the host budget derived from the homes, the strata.host_budget case
 // and its error with and without the NVMe hint.
 func TestPlanBudgets(t *testing.T) {
 	const k = 4096
@@ -35,6 +35,10 @@ func TestPlanBudgets(t *testing.T) {
 			err: []string{"12.0 KiB of device memory", "at least two of the largest (16.0 KiB)", "raise strata.hbm_bytes"}},
 		{name: "hbm: nothing left", s: with(params, func(s *Sizes) { s.HBMFreeBytes = -k }),
 			err: []string{"0 B of device memory"}},
+		{name: "hbm: saved inputs beyond the params", s: with(params, func(s *Sizes) { s.ActivationHBMBytes = 2 * k }), want: withHBM(derived, 10*k)},
+		{name: "hbm: saved inputs only", s: with(host, func(s *Sizes) { s.HBMFreeBytes, s.ActivationHBMBytes = 3*k, 2*k }), want: withHBM(derived, 2*k)},
+		{name: "hbm: no room for the saved inputs", s: with(params, func(s *Sizes) { s.HBMFreeBytes, s.ActivationHBMBytes = 9*k, 2*k }),
+			err: []string{"4.0 KiB of device memory left beyond the params' room", "saved block inputs need 8.0 KiB", "raise strata.hbm_bytes"}},
 		{name: "host budget", s: with(host, func(s *Sizes) { s.HostBudgetBytes = 50 * k }),
 			want: Budgets{HostBytes: 40 * k, PlanHostBytes: 19 * k, PoolBytes: 50 * k}},
 		{name: "host budget exactly enough", s: with(host, func(s *Sizes) { s.HostBudgetBytes = 35 * k }),

@@ -133,7 +133,8 @@
 // counts from Submit, its source until the move completes and is dropped, a
 // staging buffer while its move runs. Charges are what the memory costs:
 // elements × dtype size in HBM (allocations tagged gpu.ModelState, purpose
-// the state's name), the pinned buffer's padded size in host, the extent
+// the state's name; gpu.Activation for shard.Activation, a saved block
+// input brought back for its backward), the pinned buffer's padded size in host, the extent
 // (padded to the swap's alignment) in NVMe. Give the planner the same sizes
 // (Residency.ChargeBytes; the largest of them is safe for every tier), so
 // that the store never refuses a move the planner thought would fit; the

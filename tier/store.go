@@ -272,7 +272,11 @@ func (s *Store) Unregister(key shard.Key) error {
 func (s *Store) allocMem(e *entry, t shard.Tier) (mem, error) {
 	switch t {
 	case shard.HBM:
-		b, err := s.devs[e.key.Rank].Alloc(e.spec.Elems, e.spec.DType, gpu.Tag{Kind: gpu.ModelState, Purpose: e.key.State.String()})
+		kind := gpu.ModelState
+		if e.key.State == shard.Activation {
+			kind = gpu.Activation // a restored block input: the device counts it with the activations
+		}
+		b, err := s.devs[e.key.Rank].Alloc(e.spec.Elems, e.spec.DType, gpu.Tag{Kind: kind, Purpose: e.key.State.String()})
 		return mem{dev: b}, err
 	case shard.Host:
 		b, err := s.pool.Get(e.ioBytes, e.key.State.String())

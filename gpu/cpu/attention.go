@@ -106,7 +106,7 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*headDim, g.width(), seq, headDim, w.tmp)
 				w.tmp = loadHead(qkv, w.v, b, (heads+kvHeads+kv)*headDim, g.width(), seq, headDim, w.tmp)
 				for r0 := 0; r0 < seq; r0 += attnTile {
-					o.attnForwardTile(&g, w, b, r0, min(seq, r0+attnTile), lv[bh*seq:(bh+1)*seq])
+					o.attnForwardTile(&g, w, b, r0, min(seq, r0+attnTile), 0, lv[bh*seq:(bh+1)*seq])
 				}
 				storeHead(out, w.o, b, h*headDim, heads*headDim, seq, headDim)
 			}
@@ -142,8 +142,9 @@ func (w *attnWork) withBackward() *attnWork {
 }
 
 // attnForwardTile computes query rows [r0, r1) of the head in w into w.o
-// and lse.
-func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1 int, lse []float32) {
+// and lse. Query row i sees keys up to i+shift (shift > 0: the keys of w
+// start shift tokens before the queries, AttentionCached's cache).
+func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1, shift int, lse []float32) {
 	hd, rb := g.hd, r1-r0
 	ninf := float32(math.Inf(-1))
 	m, l := w.m[:rb], w.l[:rb]
@@ -152,14 +153,14 @@ func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1 int, lse [
 	}
 	acc := w.o[r0*hd : r1*hd]
 	clear(acc)
-	for c0 := g.firstOfTile(b, r0, r1) / attnTile * attnTile; c0 < r1; c0 += attnTile {
-		c1 := min(r1, c0+attnTile)
+	for c0 := g.firstOfTile(b, r0, r1) / attnTile * attnTile; c0 < r1+shift; c0 += attnTile {
+		c1 := min(r1+shift, c0+attnTile)
 		cb := c1 - c0
 		sc := w.s[:rb*cb]
 		o.sgemm(false, true, rb, cb, hd, g.scale, w.q[r0*hd:r1*hd], w.k[c0*hd:c1*hd], 0, sc)
 		for i := range rb {
 			row := sc[i*cb : (i+1)*cb]
-			lo, hi := max(g.first(b, r0+i), c0)-c0, min(r0+i+1, c1)-c0 // the row's keys in this tile
+			lo, hi := max(g.first(b, r0+i), c0)-c0, min(r0+i+1+shift, c1)-c0 // the row's keys in this tile
 			if lo >= hi {
 				clear(row)
 				continue

@@ -45,7 +45,11 @@
 // the backward (FlashAttention-2) runs per (batch, key/value head), which
 // owns that head's dK and dV and adds its query heads' contributions in
 // head order, recomputing the probabilities from the log-sum-exp. Nothing
-// of size seq×seq is allocated (a test bounds the scratch). RMSNorm,
+// of size seq×seq is allocated (a test bounds the scratch).
+// AttentionCached (attention_cached.go) appends the new tokens' keys and
+// values to the caches and runs the same forward tiles over the cache,
+// query row i seeing cache rows up to start+i (with start 0, the bits of
+// AttentionForward on one row). RMSNorm,
 // rotary embeddings (cos and sin from float64) and SwiGLU are in
 // ops_llama.go. AdamStep calls
 // cpuadam with the same gpu.AdamParams value (internal/adam's Params), so

@@ -21,8 +21,14 @@ type Options struct {
 	HBMBytes int64
 	// ReserveBytes is left outside the default budget for what the backend
 	// allocates outside it (cuBLAS workspace, kernel module, the scratch of
-	// attention backward, mixed-type GEMM and collectives). Default 1 GiB.
+	// attention backward, mixed-type GEMM; NCCL's own buffers). Default 1 GiB.
 	ReserveBytes int64
+	// NCCL runs the collectives with NCCL (faster on several GPUs; its
+	// reductions are not in rank order, so runs are not bit-identical to
+	// the rank-order path's) where libnccl loads and every rank has a GPU
+	// of its own; elsewhere the rank-order path runs and
+	// Backend.Collectives says why. Default false: the rank-order path.
+	NCCL bool
 }
 
 // DefaultReserveBytes is Options.ReserveBytes when it is 0.
@@ -56,7 +62,7 @@ func (o Options) String() string {
 	if o.HBMBytes > 0 {
 		hbm = units.FormatBytes(o.HBMBytes)
 	}
-	return fmt.Sprintf("cuda.Options{Devices: %d, HBMBytes: %s, ReserveBytes: %s}", o.Devices, hbm, units.FormatBytes(o.ReserveBytes))
+	return fmt.Sprintf("cuda.Options{Devices: %d, HBMBytes: %s, ReserveBytes: %s, NCCL: %t}", o.Devices, hbm, units.FormatBytes(o.ReserveBytes), o.NCCL)
 }
 
 // Backend is the set of logical devices and communicators made by New.
@@ -65,6 +71,9 @@ type Backend struct {
 	devs  []*Device
 	comms []gpu.Comm
 	group *group
+	// collectives says which path runs the collectives (and why NCCL,
+	// when asked for, does not) and how the GPUs reach each other.
+	collectives string
 
 	mu      sync.Mutex
 	streams []*Stream // every stream made, destroyed by Close
@@ -158,6 +167,7 @@ func New(o Options) (*Backend, error) {
 		return nil, err
 	}
 	b.group = grp
+	b.chooseCollectives(o)
 	for i, d := range b.devs {
 		b.comms = append(b.comms, gpu.CheckedComm[*Stream, *Buffer](d.front, i, len(b.devs), &comm{g: grp, rank: i, dev: d}))
 	}
@@ -179,6 +189,32 @@ func (b *Backend) Device(i int) *Device { return b.devs[i] }
 // Comms returns one communicator per device.
 func (b *Backend) Comms() []gpu.Comm { return append([]gpu.Comm(nil), b.comms...) }
 
+// Collectives says which path runs the collectives: "rank-order" or
+// "nccl VERSION (PATH)"; after the rank-order path, why NCCL was not used
+// when Options.NCCL asked for it; then how the GPUs reach each other
+// (peer access), with several GPUs.
+func (b *Backend) Collectives() string { return b.collectives }
+
+// chooseCollectives enables peer access between the backend's GPUs and
+// makes the NCCL communicator when o asks for it and it can be made.
+func (b *Backend) chooseCollectives(o Options) {
+	gpus := b.l.gpus[:min(len(b.devs), len(b.l.gpus))]
+	misses := enablePeers(b.l.drv, gpus)
+	desc := "rank-order"
+	if o.NCCL {
+		nc, err := newNCCLComms(b)
+		if err != nil {
+			desc = fmt.Sprintf("rank-order (NCCL not used: %v)", err)
+		} else {
+			b.group.nccl, desc = nc, nc.describe()
+		}
+	}
+	if p := describePeers(len(gpus), misses); p != "" {
+		desc += "; " + p
+	}
+	b.collectives = desc
+}
+
 // Close synchronizes and destroys every stream of the backend and frees the
 // collective state. Buffers still allocated stay allocated (their memory
 // is the caller's to free). Closing twice is a no-op.
@@ -197,6 +233,9 @@ func (b *Backend) Close() error {
 		if err != nil && first == nil {
 			first = err
 		}
+	}
+	if b.group != nil {
+		keep(b.group.freeScratch()) // stream-ordered, before the streams go
 	}
 	for _, s := range streams {
 		keep(s.destroy())

@@ -8,24 +8,22 @@ import (
 	"github.com/strata-ai/strata/gpu"
 )
 
-// Collectives without NCCL: peer copies and a rank-order reduction kernel,
-// ordered by events and by flags in mapped host memory.
+// Collectives: rounds, ordered by events and by flags in mapped host
+// memory, executed by one of two transports: the rank-order path
+// (comm_rank.go: peer copies and a rank-order reduction kernel,
+// deterministic, the default) or NCCL (comm_nccl.go, Options.NCCL).
 //
 // Every rank's call, when enqueued, records an "arrived" event on the
 // rank's stream and makes the stream wait until the rank's flag reaches the
 // call's sequence number (cuStreamWaitValue32; a spin kernel where the
 // driver lacks stream memory operations). The host side joins the call to
 // its round; the rank that completes a round checks that the calls agree
-// and then drives the collective on the group's own streams, one per rank:
-// (1) wait for every rank's arrived event; (2) each rank copies the inputs
-// it needs into stream-ordered scratch on its own GPU, then records "read";
-// (3) wait for every rank's read; (4) each rank writes its output (copies,
-// or reduce_ranks adding the ranks in order 0..N-1 in fp32, float64 for
-// F64, dividing by N for Avg, rounding once) and sets its flag, which
-// releases the rank's stream. Outputs are written only after every rank has
-// read, so outputs may alias inputs; results are identical on every rank
-// and run to run. Calls that disagree release the streams without touching
-// any buffer and make each rank's next Synchronize return the error.
+// and then drives the collective on the group's own streams, one per rank,
+// each of which first waits for the arrivals it needs; then it sets every
+// rank's flag on the group's stream of that rank, which releases the
+// rank's stream once the collective's work there is done. Calls that
+// disagree release the streams without touching any buffer and make each
+// rank's next Synchronize return the error.
 //
 // Link counters count what a ring algorithm would send from each rank, as
 // gpu/cpu does.
@@ -45,16 +43,21 @@ type group struct {
 	b      *Backend
 	size   int
 	rounds *gpu.Rounds[*Buffer, rankCall]
+	nccl   *ncclComms // nil: the rank-order path
 
 	flagsHost unsafe.Pointer // n uint32 in mapped, pinned host memory
 	flagsDev  uint64
 	cs        []*Stream // the group's stream on each rank's device
-	readEv    []uintptr // one CUevent per rank, in its context
+	// Two events per rank, in its context, for the rank-order path's
+	// barriers between phases: midEv after a rank's reads (or its part of
+	// an AllReduce), doneEv when it no longer reads any peer's memory.
+	midEv, doneEv []uintptr
+	scratch       []scratchBuf // the rank-order path's scratch, per rank
 }
 
 func newGroup(b *Backend) (*group, error) {
 	n := len(b.devs)
-	g := &group{b: b, size: n, rounds: gpu.NewRounds[*Buffer, rankCall]("gpu/cuda", n)}
+	g := &group{b: b, size: n, rounds: gpu.NewRounds[*Buffer, rankCall]("gpu/cuda", n), scratch: make([]scratchBuf, n)}
 	g0 := b.devs[0].g
 	drv := g0.l.drv
 	err := g0.do(func() error {
@@ -74,28 +77,48 @@ func newGroup(b *Backend) (*group, error) {
 			return nil, err
 		}
 		g.cs = append(g.cs, s)
-		var ev uintptr
-		if err := d.g.do(func() error { return drv.check(drv.cuEventCreate(&ev, cuEventDisableTiming), "cuEventCreate") }); err != nil {
+		var mid, done uintptr
+		err = d.g.do(func() error {
+			if err := drv.check(drv.cuEventCreate(&mid, cuEventDisableTiming), "cuEventCreate"); err != nil {
+				return err
+			}
+			return drv.check(drv.cuEventCreate(&done, cuEventDisableTiming), "cuEventCreate")
+		})
+		if mid != 0 {
+			g.midEv = append(g.midEv, mid)
+		}
+		if done != 0 {
+			g.doneEv = append(g.doneEv, done)
+		}
+		if err != nil {
 			g.close()
 			return nil, fmt.Errorf("gpu/cuda: collectives: %w", err)
 		}
-		g.readEv = append(g.readEv, ev)
 	}
 	return g, nil
 }
 
+// close destroys the NCCL communicators and the events and frees the
+// flags. The streams are the backend's (destroyed before, synchronized).
 func (g *group) close() error {
 	drv := g.b.l.drv
-	for r, ev := range g.readEv {
-		g.cs[r].dev.g.do(func() error { drv.cuEventDestroy(ev); return nil })
+	var errs []error
+	if g.nccl != nil {
+		errs = append(errs, g.nccl.destroy(g.b))
+		g.nccl = nil
 	}
-	g.readEv = nil
+	for _, evs := range [][]uintptr{g.midEv, g.doneEv} {
+		for r, ev := range evs {
+			g.b.devs[r].g.do(func() error { drv.cuEventDestroy(ev); return nil })
+		}
+	}
+	g.midEv, g.doneEv = nil, nil
 	if g.flagsHost != nil {
 		p := g.flagsHost
 		g.flagsHost = nil
-		return g.b.devs[0].g.do(func() error { return drv.check(drv.cuMemFreeHost(p), "cuMemFreeHost") })
+		errs = append(errs, g.b.devs[0].g.do(func() error { return drv.check(drv.cuMemFreeHost(p), "cuMemFreeHost") }))
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // comm is one rank of a communicator over the devices of one backend,
@@ -151,13 +174,20 @@ func (c *comm) Issue(s *Stream, seq uint64, cl call) {
 	waitFlag()
 }
 
-// execute drives a complete round on the group's streams.
+// execute drives a complete round on the group's streams. Rounds are
+// executed one at a time: the rank that completes round k joins round k+1
+// only after executing k, and round k+1 completes only when every rank
+// has joined it.
 func (g *group) execute(rd *round) {
 	n := g.size
 	drv := g.b.l.drv
 	err := rd.Err
 	if err == nil {
-		err = g.transfer(rd)
+		if g.nccl != nil {
+			err = g.ncclTransfer(rd)
+		} else {
+			err = g.rankOrderTransfer(rd)
+		}
 	}
 	if err != nil {
 		for _, rc := range rd.Ranks {
@@ -185,114 +215,42 @@ func (g *group) execute(rd *round) {
 	}
 }
 
-// transfer enqueues the four phases of the round on the group's streams.
-func (g *group) transfer(rd *round) error {
-	n := g.size
+// on runs f for rank r with its device's context current.
+func (g *group) on(r int, f func(cs *Stream) error) error {
+	cs := g.cs[r]
+	return cs.dev.g.do(func() error { return f(cs) })
+}
+
+// waitEvents makes cs wait for the events evs(q) of the ranks q in qs
+// (0: none).
+func (g *group) waitEvents(cs *Stream, qs []int, evs func(q int) uintptr) error {
 	drv := g.b.l.drv
-	c0 := rd.Calls[0]
-	// on runs f for rank r with its device's context current.
-	on := func(r int, f func(cs *Stream) error) error {
-		cs := g.cs[r]
-		return cs.dev.g.do(func() error { return f(cs) })
-	}
-	waitAll := func(cs *Stream, evs func(q int) uintptr) error {
-		for q := range n {
-			if ev := evs(q); ev != 0 {
-				if err := drv.check(drv.cuStreamWaitEvent(cs.h, ev, 0), "cuStreamWaitEvent"); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
-	copyAsync := func(cs *Stream, dst, src uint64, bytes int64) error {
-		if bytes == 0 || dst == src {
-			return nil
-		}
-		return drv.check(drv.cuMemcpyAsync(dst, src, uint64(bytes), cs.h), "cuMemcpyAsync %d bytes", bytes)
-	}
-	temps := make([]uint64, n)
-	frees := make([]func(), n)
-	defer func() {
-		for r, f := range frees {
-			if f != nil {
-				on(r, func(*Stream) error { f(); return nil })
-			}
-		}
-	}()
-	// (1) and (2): wait for all arrivals, read the inputs into scratch.
-	for r := range n {
-		err := on(r, func(cs *Stream) error {
-			if err := waitAll(cs, func(q int) uintptr { return rd.Ranks[q].arrived }); err != nil {
+	for _, q := range qs {
+		if ev := evs(q); ev != 0 {
+			if err := drv.check(drv.cuStreamWaitEvent(cs.h, ev, 0), "cuStreamWaitEvent"); err != nil {
 				return err
 			}
-			cl := rd.Calls[r]
-			var size int64
-			switch cl.Kind {
-			case gpu.CollAllGather, gpu.CollAllReduce:
-				size = int64(n) * cl.Send.Bytes()
-			case gpu.CollReduceScatter:
-				size = int64(n) * cl.Recv.Bytes()
-			case gpu.CollBroadcast:
-				size = cl.Send.Bytes()
-			}
-			if size > 0 {
-				p, free, err := cs.scratch(size)
-				if err != nil {
-					return err
-				}
-				temps[r], frees[r] = p, free
-			}
-			switch cl.Kind {
-			case gpu.CollAllGather, gpu.CollAllReduce:
-				seg := cl.Send.Bytes()
-				for q := range n {
-					if err := copyAsync(cs, temps[r]+uint64(int64(q)*seg), rd.Calls[q].Send.Ptr(), seg); err != nil {
-						return err
-					}
-				}
-			case gpu.CollReduceScatter:
-				seg := cl.Recv.Bytes()
-				for q := range n {
-					if err := copyAsync(cs, temps[r]+uint64(int64(q)*seg), rd.Calls[q].Send.Ptr()+uint64(int64(r)*seg), seg); err != nil {
-						return err
-					}
-				}
-			case gpu.CollBroadcast:
-				if err := copyAsync(cs, temps[r], rd.Calls[cl.Root].Send.Ptr(), size); err != nil {
-					return err
-				}
-			}
-			return drv.check(drv.cuEventRecord(g.readEv[r], cs.h), "cuEventRecord")
-		})
-		if err != nil {
-			return fmt.Errorf("gpu/cuda: collective %d (%s) rank %d: %w", rd.Seq, c0.Kind, r, err)
-		}
-	}
-	// (3) and (4): wait for all reads, write the outputs.
-	for r := range n {
-		err := on(r, func(cs *Stream) error {
-			if err := waitAll(cs, func(q int) uintptr { return g.readEv[q] }); err != nil {
-				return err
-			}
-			cl := rd.Calls[r]
-			rd.Ranks[r].s.dev.front.Links.Collective.Add(gpu.RingBytes(cl, r, n))
-			switch cl.Kind {
-			case gpu.CollAllGather, gpu.CollBroadcast:
-				return copyAsync(cs, cl.Recv.Ptr(), temps[r], cl.Recv.Bytes())
-			case gpu.CollReduceScatter, gpu.CollAllReduce:
-				avg := int32(0)
-				if cl.Op == gpu.Avg {
-					avg = 1
-				}
-				m := int64(cl.Recv.Len())
-				return cs.dev.g.launch(cs.h, "reduce_ranks", cs.dev.g.gridFor(m, 256), 256, 0, devPtr(temps[r]), dt(cl.Recv), m, int32(n), cl.Recv.p(), avg)
-			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("gpu/cuda: collective %d (%s) rank %d: %w", rd.Seq, c0.Kind, r, err)
 		}
 	}
 	return nil
+}
+
+// copyAsync enqueues a device-to-device copy on cs (nothing when empty or
+// in place).
+func (g *group) copyAsync(cs *Stream, dst, src uint64, bytes int64) error {
+	if bytes == 0 || dst == src {
+		return nil
+	}
+	drv := g.b.l.drv
+	return drv.check(drv.cuMemcpyAsync(dst, src, uint64(bytes), cs.h), "cuMemcpyAsync %d bytes", bytes)
+}
+
+// bufExtent is the device addresses a buffer covers.
+func bufExtent(b *Buffer) extent { return extent{b.Ptr(), uint64(b.Bytes())} }
+
+// countLinks adds each rank's ring figure to its collective counter.
+func (g *group) countLinks(rd *round) {
+	for r, cl := range rd.Calls {
+		rd.Ranks[r].s.dev.front.Links.Collective.Add(gpu.RingBytes(cl, r, g.size))
+	}
 }

@@ -8,9 +8,10 @@
 // (kernels.cu, embedded in the binary and compiled by NVRTC), GEMM through
 // cuBLAS (cublasGemmEx), and collectives over the devices of the process.
 //
-// Library search (lib.go), for libcuda.so.1, libnvrtc.so.13/12 and
+// Library search (lib.go), for libcuda.so.1, libnvrtc.so.13/12,
 // libcublas.so.13/12 (with libcublasLt from the same folder, and NVRTC's
-// builtins library from NVRTC's folder): first the folders of
+// builtins library from NVRTC's folder) and, when Options.NCCL asks for
+// it, libnccl.so.2: first the folders of
 // $STRATA_CUDA_LIB_DIR (':'-separated), then the system CUDA and driver
 // folders (/usr/local/cuda/lib64, /usr/local/cuda/targets/x86_64-linux/lib,
 // /usr/local/nvidia/lib64, /usr/lib/x86_64-linux-gnu, ...), then the bare
@@ -30,7 +31,11 @@
 // examples, fp32 tiles through shared memory, online softmax, lse kept;
 // the backward recomputes P from lse, dK/dV by the block owning each key
 // tile and dQ by the block owning each query tile, so no atomics and no
-// batch×heads×seq×seq storage); head dimensions up to 128. The Llama
+// batch×heads×seq×seq storage); head dimensions up to 128.
+// AttentionCached (generation) appends the new keys and values to the
+// caches (kv_append) and, for one new token, runs attn_cached, one block
+// per (token, head) over the cache in tiles of 256 keys; a first call
+// (start 0) runs attn_fwd on the new tokens. The Llama
 // kernels (RMSNorm, RoPE with cos/sin from double math in the kernel,
 // SwiGLU) and this attention were checked without a GPU (NVRTC compile,
 // a CPU model of the kernels under sanitizers; README.md) and have not
@@ -60,12 +65,14 @@
 // request past the budget returns *gpu.OutOfMemoryError without calling
 // the driver, and a driver out-of-memory is returned the same way.
 // Temporaries (attention backward's row dots, mixed-type GEMM operands,
-// collective staging, sum-of-squares partials, embedding links) come from
-// the stream-ordered pool (cuMemAllocAsync/cuMemFreeAsync) outside the
-// budget, as gpu/cpu's temporaries live on the Go heap; ReserveBytes
-// leaves room for them. Host memory handed to copies should be pinned
-// (pinned.Pool with HostRegistrar) for copies to overlap; it must stay
-// valid until the copy completes.
+// sum-of-squares partials, embedding links) come from the stream-ordered
+// pool (cuMemAllocAsync/cuMemFreeAsync) outside the budget, as gpu/cpu's
+// temporaries live on the Go heap; ReserveBytes leaves room for them and
+// for NCCL's own buffers. The rank-order collectives' scratch is pool
+// memory charged to the budget (workspace, "collective scratch"), grown
+// to the largest collective's need and held until Close. Host memory
+// handed to copies should be pinned (pinned.Pool with HostRegistrar) for
+// copies to overlap; it must stay valid until the copy completes.
 //
 // Streams and errors: every Stream is a non-blocking CUDA stream with an
 // error slot in device memory. Kernels that check runtime data (token ids,
@@ -77,14 +84,23 @@
 // the next Synchronize; broken contracts panic when the op is enqueued
 // (in the front end).
 //
-// Collectives (comm.go) use no NCCL: peer copies (cuMemcpyAsync over
-// unified addressing) into stream-ordered scratch and a rank-order
-// reduction kernel, driven by the rank that completes a round
-// (gpu.Rounds hands it the round) on the group's own streams; each rank's stream waits on a flag in mapped host
-// memory (cuStreamWaitValue32, or spin kernels where the driver lacks
-// stream memory operations or STRATA_CUDA_SPIN_WAIT is set). Only the
-// one-GPU case was verified on hardware (1 to 4 logical ranks on one
-// H200); several physical GPUs take the same code path with peer copies.
+// Collectives (comm.go) are rounds: each rank's stream records its
+// arrival and waits on a flag in mapped host memory
+// (cuStreamWaitValue32, or spin kernels where the driver lacks stream
+// memory operations or STRATA_CUDA_SPIN_WAIT is set); the rank that
+// completes a round (gpu.Rounds hands it the round, checked) drives it on
+// the group's own streams and sets the flags. Two transports: the
+// rank-order path (comm_rank.go, the default: peer copies in rotated
+// order, with peer access enabled between GPUs at New (peer.go), and a
+// rank-order reduction kernel; AllReduce in two phases) and NCCL
+// (comm_nccl.go, nccl.go: Options.NCCL, one communicator per backend from
+// ncclGetUniqueId and ncclCommInitRank, every rank's call issued from one
+// thread between ncclGroupStart and ncclGroupEnd), used where libnccl
+// loads and every rank has a GPU of its own; Backend.Collectives says
+// which runs and why. NCCL's binding is checked against nccl.h without a
+// GPU; the peer access, the rotated reads, the two-phase AllReduce and
+// NCCL itself have not run on a GPU yet (device_check.sh multirank runs
+// them).
 //
 // Determinism: every kernel reduces in a fixed order (fixed block sizes,
 // fixed trees, loops in index order), so results are bit-identical run to
@@ -94,6 +110,8 @@
 // where cpuadam does); row statistics and softmax normalisers are summed
 // in double by a tree, so they differ from gpu/cpu only by float64
 // rounding. GEMM is cuBLAS with fp32 compute (no TF32): reproducible on one
-// GPU model and cuBLAS version, not bit-equal to gpu/cpu. Collectives add
-// in rank order 0..N-1 in fp32 (float64 for F64) and round once.
+// GPU model and cuBLAS version, not bit-equal to gpu/cpu. The rank-order
+// collectives add in rank order 0..N-1 in fp32 (float64 for F64) and round
+// once; NCCL's (Options.NCCL) add in its algorithm's order, identical on
+// every rank but not the rank-order bits.
 package cuda

@@ -61,6 +61,8 @@ type driverAPI struct {
 	cuDeviceTotalMem          func(b *uint64, d int32) cuResult
 	cuDevicePrimaryCtxRetain  func(ctx *uintptr, d int32) cuResult
 	cuCtxSetCurrent           func(ctx uintptr) cuResult
+	cuDeviceCanAccessPeer     func(can *int32, d, peer int32) cuResult
+	cuCtxEnablePeerAccess     func(peerCtx uintptr, flags uint32) cuResult
 	cuMemGetInfo              func(free, total *uint64) cuResult
 	cuMemAlloc                func(p *uint64, n uint64) cuResult
 	cuMemFree                 func(p uint64) cuResult
@@ -182,6 +184,8 @@ func loadDriver(sp searchPath) (*driverAPI, error) {
 	t.bind(&d.cuDeviceTotalMem, "cuDeviceTotalMem", true)
 	t.bind(&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", false)
 	t.bind(&d.cuCtxSetCurrent, "cuCtxSetCurrent", false)
+	t.bind(&d.cuDeviceCanAccessPeer, "cuDeviceCanAccessPeer", false)
+	t.bind(&d.cuCtxEnablePeerAccess, "cuCtxEnablePeerAccess", false)
 	t.bind(&d.cuMemGetInfo, "cuMemGetInfo", true)
 	t.bind(&d.cuMemAlloc, "cuMemAlloc", true)
 	t.bind(&d.cuMemFree, "cuMemFree", true)

@@ -759,6 +759,75 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
     }
 }
 
+// ---- attention against a key/value cache (generation) --------------------
+//
+// kv_append copies the key and value heads of n packed qkv rows into rows
+// start, start+1, ... of the caches (KV·D values a row); n counts values.
+// attn_cached: one block of NT threads per (new token i, head h), the token
+// at position start+i seeing cache rows 0..start+i, in tiles of NT keys
+// with one score per thread (q in shared memory, q·k in fp32 in index
+// order, times scale); the tile's maximum and its sum of exp(s - m)
+// (double) by block_max_f's and block_sum_d's fixed trees, the running max
+// m and sum l updated online as in attn_fwd; thread d < D owns output dim
+// d: o = o·exp(m_old - m) + Σ_c p_c·v_c,d in key order; out = o / l.
+// Deterministic. Keys are not shared between queries through shared
+// memory: it is the kernel of one new token at a time (decode), and a
+// call with start = 0 and caches of qkv's dtype runs attn_fwd instead
+// (ops_attn.go).
+
+extern "C" __global__ void kv_append(const void* qkv, int dq, void* kc, int dk, void* vc, int dv, int start, int H, int KV,
+                                     int D, i64 n) {
+    const i64 KW = (i64)KV * D, W = (i64)(H + 2 * KV) * D;
+    GRID_STRIDE(x, n) {
+        i64 row = x / KW, e = x % KW;
+        i64 dst = ((i64)start + row) * KW + e;
+        st(kc, dk, dst, ld(qkv, dq, row * W + (i64)H * D + e));
+        st(vc, dv, dst, ld(qkv, dq, row * W + (i64)(H + KV) * D + e));
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(NT) attn_cached(const void* qkv, int dq, const void* kc, int dk,
+                                                             const void* vc, int dv, void* out, int dout, int start,
+                                                             int H, int KV, int D, float scale) {
+    __shared__ float qs[ATT_D];
+    __shared__ float ps[NT];
+    __shared__ float shf[NT];
+    __shared__ double shd[NT];
+    const int h = (int)(blockIdx.x % H);
+    const i64 i = blockIdx.x / H;
+    const int g = h / (H / KV);
+    const i64 W = (i64)(H + 2 * KV) * D, KW = (i64)KV * D;
+    const i64 last = (i64)start + i;
+    for (int d = threadIdx.x; d < D; d += NT) qs[d] = ld(qkv, dq, i * W + (i64)h * D + d);
+    __syncthreads();
+    float m = NEG_INF, o = 0;
+    double l = 0;
+    for (i64 k0 = 0; k0 <= last; k0 += NT) {
+        const i64 j = k0 + threadIdx.x;
+        float sc = NEG_INF;
+        if (j <= last) {
+            float a = 0;
+            for (int d = 0; d < D; d++) a += qs[d] * ld(kc, dk, j * KW + (i64)g * D + d);
+            sc = a * scale;
+        }
+        const float mt = fmaxf(m, block_max_f(sc, shf)); // key k0 <= last: finite
+        const float p = sc == NEG_INF ? 0.0f : expf(sc - mt);
+        ps[threadIdx.x] = p;
+        const double rs = block_sum_d((double)p, shd); // its barriers publish ps
+        const float alpha = m == NEG_INF ? 0.0f : expf(m - mt);
+        l = l * alpha + rs;
+        m = mt;
+        if (threadIdx.x < D) {
+            const int nk = last + 1 - k0 < NT ? (int)(last + 1 - k0) : NT;
+            float a = o * alpha;
+            for (int c = 0; c < nk; c++) a += ps[c] * ld(vc, dv, (k0 + c) * KW + (i64)g * D + threadIdx.x);
+            o = a;
+        }
+        __syncthreads(); // every thread has read ps before the next tile writes it
+    }
+    if (threadIdx.x < D) st(out, dout, i * ((i64)H * D) + (i64)h * D + threadIdx.x, (float)((double)o / l));
+}
+
 // ---- cross-entropy -------------------------------------------------------
 //
 // A row whose target is < 0 (model.IgnoreTarget) is ignored: loss 0,

@@ -182,7 +182,7 @@ func TestLaunchBlockSizes(t *testing.T) {
 	want := map[string]int64{
 		"layernorm_fwd": rowThreads, "layernorm_bwd_dx": rowThreads, "rmsnorm_fwd": rowThreads, "rmsnorm_bwd_dx": rowThreads,
 		"xent_fwd": rowThreads, "xent_bwd": rowThreads, "sumsq_partial": 256, "sumsq_final": 256, "check_ids": 256, "check_pos": 256,
-		"attn_fwd": attnFwdThreads, "attn_bwd_dkv": attnBwdThreads, "attn_bwd_dq": attnBwdThreads,
+		"attn_fwd": attnFwdThreads, "attn_bwd_dkv": attnBwdThreads, "attn_bwd_dq": attnBwdThreads, "attn_cached": rowThreads,
 	}
 	seen := map[string]bool{}
 	for _, s := range goLaunches(t) {

@@ -107,6 +107,47 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 	})
 }
 
+// AttentionCached appends the n new tokens' keys and values to the caches
+// (kv_append), then attends: with start = 0 and caches of qkv's dtype
+// (what the caches hold is qkv's values) by the flash forward attn_fwd on
+// the n tokens as one row, its lse into stream-ordered scratch; otherwise
+// by attn_cached, one block of 256 threads per (new token, head) reading
+// the caches (the decode kernel: one token a call). An unsupported shape
+// (head dimension past 128, a grid past 2^31-1 blocks) is an error on the
+// stream and leaves the caches and out unchanged.
+func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n, heads, kvHeads, headDim int) {
+	err := attnCheck("attention-cached", 1, start+n, heads, kvHeads, headDim)
+	if err == nil && int64(n)*int64(heads) > math.MaxInt32 {
+		err = fmt.Errorf("gpu/cuda: attention-cached: %d tokens × %d heads: the grid is past 2^31-1 blocks", n, heads)
+	}
+	if err != nil {
+		s.fail(err)
+		return
+	}
+	if n == 0 || heads == 0 || headDim == 0 {
+		return
+	}
+	kvN := int64(n) * int64(kvHeads) * int64(headDim)
+	s.launchN("kv_append", kvN, qkv.p(), dt(qkv), kc.p(), dt(kc), vc.p(), dt(vc), int32(start), int32(heads), int32(kvHeads),
+		int32(headDim), kvN)
+	if start > 0 || kc.DType() != qkv.DType() || vc.DType() != qkv.DType() {
+		s.launch("attn_cached", uint32(n*heads), rowThreads, qkv.p(), dt(qkv), kc.p(), dt(kc), vc.p(), dt(vc), out.p(), dt(out),
+			int32(start), int32(heads), int32(kvHeads), int32(headDim), attnScale(headDim))
+		return
+	}
+	sh := attnShapes(1, n, heads, kvHeads)
+	g := o.d.g
+	s.run(func() error {
+		lse, free, err := s.scratch(int64(heads) * int64(n) * 4)
+		if err != nil {
+			return err
+		}
+		defer free()
+		return g.launch(s.h, "attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out), devPtr(lse), devPtr(0),
+			int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim), devPtr(0)) // no pos: no check flag
+	})
+}
+
 // RopeForward rotates the q and k heads of qkv in place (rope): one
 // thread per (token, q or k head, pair), cos and sin from double math in
 // the kernel (no table), the rotation in fp32.

@@ -117,6 +117,22 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"attention-backward into its dout", func() {
 			ops.AttentionBackward(s, y.Slice(0, 16), x.Slice(0, 48), x.Slice(48, 16), y.Slice(56, 8), nil, y.Slice(0, 48), 1, 8, 1, 1, 2)
 		}},
+		{"attention-cached with a short k cache", func() {
+			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 6), y.Slice(8, 8), y.Slice(16, 4), 2, 2, 1, 1, 2)
+		}},
+		{"attention-cached with an i32 v cache", func() { ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), ids, y.Slice(16, 4), 2, 2, 1, 1, 2) }},
+		{"attention-cached with overlapping caches", func() {
+			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), y.Slice(4, 8), y.Slice(16, 4), 2, 2, 1, 1, 2)
+		}},
+		{"attention-cached writing out into its k cache", func() {
+			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), y.Slice(8, 8), y.Slice(4, 4), 2, 2, 1, 1, 2)
+		}},
+		{"attention-cached at a negative start", func() {
+			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 4), -1, 2, 1, 1, 2)
+		}},
+		{"attention-cached with 3 heads over 2 key/value heads", func() {
+			ops.AttentionCached(s, x.Slice(0, 14), y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 6), 0, 1, 3, 2, 2)
+		}},
 		{"rmsnorm with bf16 rstd", func() { ops.RMSNormForward(s, x, y.Slice(0, 8), y, h.Slice(0, 8), 8, 8, 1e-5) }},
 		{"rmsnorm-backward with a short dgamma", func() {
 			ops.RMSNormBackward(s, x, x, y.Slice(0, 8), y.Slice(8, 8), y, y.Slice(16, 7), 8, 8)

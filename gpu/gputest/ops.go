@@ -19,6 +19,7 @@ func testOps(t *testing.T, nb NewBackend) {
 	for _, dt := range storages {
 		t.Run("LayerNorm/"+dt.String(), func(t *testing.T) { testLayerNorm(t, d, s, dt) })
 		t.Run("Attention/"+dt.String(), func(t *testing.T) { testAttention(t, d, s, dt) })
+		t.Run("AttentionCached/"+dt.String(), func(t *testing.T) { testAttentionCached(t, d, s, dt) })
 		t.Run("RMSNorm/"+dt.String(), func(t *testing.T) { testRMSNorm(t, d, s, dt) })
 		t.Run("Rope/"+dt.String(), func(t *testing.T) { testRope(t, d, s, dt) })
 		t.Run("SwiGLU/"+dt.String(), func(t *testing.T) { testSwiGLU(t, d, s, dt) })

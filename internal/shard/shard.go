@@ -1,7 +1,9 @@
 // Package shard is the vocabulary of movement shared by engine, tier and
 // prefetch: a chunk (all parameters of one transformer block, or a bounded
 // slice of a large one) is sharded across the local ranks, and each shard
-// has up to five states, each of which lives in one tier. An Access says
+// has up to five states, each of which lives in one tier (and a block's
+// chunk names one more thing that moves between tiers: the saved input of
+// activation checkpointing, rank by rank). An Access says
 // what the compute does with a shard (its Phase and Kind); a Move is what a
 // planner asks a store to do with one. It holds types and no state.
 package shard
@@ -11,7 +13,8 @@ import "fmt"
 // ChunkID numbers the chunks of a model in forward order.
 type ChunkID int32
 
-// State is one of the per-shard tensors of mixed-precision Adam.
+// State is one of the per-shard tensors of mixed-precision Adam, or a
+// block's saved input (Activation).
 type State uint8
 
 const (
@@ -20,6 +23,11 @@ const (
 	Master              // fp32 master weights (4 B/param)
 	AdamM               // fp32 first moment (4 B/param)
 	AdamV               // fp32 second moment (4 B/param)
+	// Activation is not model state: a checkpointed block's saved input
+	// (B·T·C of the activation dtype), kept in host memory between the
+	// block's forward and its backward (cpu_checkpointing). Its Key names
+	// the block's chunk.
+	Activation
 	stateCount
 )
 
@@ -38,6 +46,8 @@ func (s State) String() string {
 		return "adam_m"
 	case AdamV:
 		return "adam_v"
+	case Activation:
+		return "activation"
 	}
 	return fmt.Sprintf("state(%d)", uint8(s))
 }

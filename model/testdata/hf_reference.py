@@ -2,6 +2,7 @@
 """An independent fp32 reference for Strata's decoders, in PyTorch.
 
 Usage: hf_reference.py MODEL_DIR BATCH_JSON OUT_SAFETENSORS
+       hf_reference.py --greedy N MODEL_DIR PROMPT_JSON OUT_JSON
 
 MODEL_DIR is a Hugging Face model directory: config.json
 (GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM or
@@ -15,6 +16,11 @@ OUT_SAFETENSORS receives, in fp32: "logits" (rows, seq, vocab), "loss"
 (1: the mean cross-entropy over the tokens with a target, natural log)
 and "grad.NAME" for every parameter NAME of model.safetensors (the
 gradient of that loss, in the tensor's own layout).
+
+With --greedy, PROMPT_JSON holds "ids" (one row of token ids) and
+OUT_JSON receives {"tokens": [...]}: N tokens generated greedily by full
+recomputation (the whole sequence through the model at every step, the
+next token the first index of the largest logit, as torch.argmax picks).
 
 The architectures are written here from Hugging Face's modeling code,
 without transformers: LlamaRMSNorm, rotate_half / apply_rotary_pos_emb with
@@ -220,7 +226,29 @@ def main(model_dir, batch_path, out_path):
     write_safetensors(out_path, out)
 
 
+def greedy(n, model_dir, prompt_path, out_path):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
+    arch = cfg["architectures"][0]
+    params = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    with open(prompt_path) as f:
+        seq = list(json.load(f)["ids"])
+    out = []
+    with torch.no_grad():
+        for _ in range(int(n)):
+            ids = torch.tensor([seq], dtype=torch.int64)
+            logits = FORWARD[arch](cfg, params, ids, torch.arange(len(seq)).expand(1, len(seq)))
+            nxt = int(torch.argmax(logits[0, -1]))
+            out.append(nxt)
+            seq.append(nxt)
+    with open(out_path, "w") as f:
+        json.dump({"tokens": out}, f)
+
+
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
+    if len(sys.argv) == 6 and sys.argv[1] == "--greedy":
+        greedy(*sys.argv[2:])
+    elif len(sys.argv) == 4:
+        main(*sys.argv[1:])
+    else:
         sys.exit(__doc__)
-    main(*sys.argv[1:])

@@ -78,6 +78,7 @@ static unsigned gridFor(i64 n) { return (unsigned)std::min<i64>((n + 255) / 256,
 static const char* dtName(int dt) { return dt == DT_BF16 ? "bf16" : "f32"; }
 
 #include "emu_attn.inc"
+#include "emu_cached.inc"
 #include "emu_ops.inc"
 
 // main runs every test, or those whose names contain argv[1], twice: with
@@ -91,6 +92,7 @@ int main(int argc, char** argv) {
             testAttention(seed);
             testAttentionBadPositions();
         }
+        if (want("attention-cached")) testAttentionCached();
         if (want("rmsnorm")) testRMSNorm();
         if (want("rope")) testRope();
         if (want("swiglu")) testSwiGLU();

@@ -1,0 +1,192 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
+)
+
+// ActivationOptionsFromConfig is how the engine keeps a model's
+// activations for cfg with params and grads of dtype precision: bf16
+// activations in bf16 mixed precision unless strata.activation_dtype is
+// "fp32" (fp32 with fp32 params); activation checkpointing of
+// CheckpointedBlocks blocks with the activation_checkpointing block, their
+// inputs offloaded with cpu_checkpointing.
+func ActivationOptionsFromConfig(cfg *config.Config, s model.Shape, precision gpu.DType) model.ActivationOptions {
+	o := model.ActivationOptions{DType: gpu.F32, Checkpoint: cfg.CheckpointedBlocks(s.Layers)}
+	if precision == gpu.BF16 && !cfg.ActivationsFP32() {
+		o.DType = gpu.BF16
+	}
+	o.Offload = o.Checkpoint > 0 && cfg.ActivationCheckpointing.CPUCheckpointing
+	return o
+}
+
+// ActivationEstimate is one device's activation memory for micro-batches
+// of Micro sequences of Seq tokens, by term: what each rank's model
+// allocates (model.ActivationTerms) and, with cpu_checkpointing, the tier
+// store's room for the saved inputs brought back to the device, and the
+// host memory that keeps them.
+type ActivationEstimate struct {
+	Options    model.ActivationOptions
+	Micro, Seq int
+	Terms      []model.ActivationTerm
+	// RestoredInputBytes is, with cpu_checkpointing, the HBM the tier
+	// store keeps for saved inputs brought back for the backward (two, in
+	// the planner's IOAlignBytes units): tagged gpu.Activation on the
+	// device. 0 without.
+	RestoredInputBytes int64
+	// HostInputBytes is, with cpu_checkpointing, one rank's saved inputs in
+	// pinned host memory. 0 without.
+	HostInputBytes int64
+}
+
+// RestoredInputTerm names ActivationEstimate.RestoredInputBytes.
+const RestoredInputTerm = "restored inputs (tier store room: 2 block inputs)"
+
+// EstimateActivations is the activation memory of one device for shape s
+// with o at micro×seq tokens per micro-batch.
+func EstimateActivations(s model.Shape, micro, seq int, o model.ActivationOptions) ActivationEstimate {
+	e := ActivationEstimate{Options: o, Micro: micro, Seq: seq, Terms: model.ActivationTerms(s, micro, seq, o)}
+	if o.Offload {
+		in := model.InputBytes(s, micro, seq, o)
+		e.RestoredInputBytes = 2 * ioBytes(in)
+		for l := range s.Layers {
+			if o.Checkpointed(l, s.Layers) {
+				e.HostInputBytes += in
+			}
+		}
+	}
+	return e
+}
+
+// DeviceBytes is the activation memory of each device: the terms and the
+// restored inputs.
+func (a ActivationEstimate) DeviceBytes() int64 {
+	n := a.RestoredInputBytes
+	for _, t := range a.Terms {
+		n += t.Bytes
+	}
+	return n
+}
+
+// AllTerms are Terms with the restored inputs as one more term.
+func (a ActivationEstimate) AllTerms() []model.ActivationTerm {
+	out := append([]model.ActivationTerm(nil), a.Terms...)
+	if a.RestoredInputBytes > 0 {
+		out = append(out, model.ActivationTerm{Name: RestoredInputTerm, Bytes: a.RestoredInputBytes})
+	}
+	return out
+}
+
+// Describe says how the activations are kept: "bf16, every block
+// checkpointed, inputs in host memory".
+func (a ActivationEstimate) Describe() string { return describeActivations(a.Options, -1) }
+
+// describeActivations says how o keeps a model's activations; layers < 0
+// when the block count is not at hand.
+func describeActivations(o model.ActivationOptions, layers int) string {
+	dt := "fp32"
+	if o.DType == gpu.BF16 {
+		dt = "bf16"
+	}
+	switch {
+	case o.Checkpoint == 0:
+		return dt + ", no checkpointing"
+	case o.Checkpoint == layers:
+		dt += ", every block checkpointed"
+	default:
+		dt += fmt.Sprintf(", %d blocks checkpointed", o.Checkpoint)
+	}
+	if o.Offload {
+		return dt + ", inputs in host memory (cpu_checkpointing)"
+	}
+	return dt
+}
+
+// WorkingSet is the engine's transient device memory in a step, by term
+// (workingSet): the largest it can take, which New checks each device has
+// room for beyond the model state and the activations.
+type WorkingSet struct {
+	GatheredBytes  int64 // stage 3: MaxLiveChunks gathered chunks, the largest
+	BucketBytes    int64 // stages 2-3: three gradient buckets and their reduce shards
+	GradShardBytes int64 // optimizer on NVMe: reduced gradient shards on their way to the host
+	// ParamStagingBytes is, with offload_param, the least HBM the tier
+	// store needs for param shards (two of the largest: the one in use and
+	// the next arriving); the engine gives it what is left, at most every
+	// shard of the rank.
+	ParamStagingBytes int64
+	// FrozenGradBytes is the frozen chunks' gradient scratch (freeze.go).
+	FrozenGradBytes int64
+}
+
+// Bytes is the whole working set.
+func (w WorkingSet) Bytes() int64 {
+	return w.GatheredBytes + w.BucketBytes + w.GradShardBytes + w.ParamStagingBytes + w.FrozenGradBytes
+}
+
+// Terms names the working set's parts that are not zero.
+func (w WorkingSet) Terms() []model.ActivationTerm {
+	var out []model.ActivationTerm
+	for _, t := range []model.ActivationTerm{
+		{Name: "gathered chunks (stage 3, 2 in flight)", Bytes: w.GatheredBytes},
+		{Name: "gradient buckets (stages 2-3, 3 in flight)", Bytes: w.BucketBytes},
+		{Name: "gradient shards bound for the host", Bytes: w.GradShardBytes},
+		{Name: "param shards staged in HBM (offload_param, at least 2)", Bytes: w.ParamStagingBytes},
+		{Name: "frozen chunks' gradient scratch", Bytes: w.FrozenGradBytes},
+	} {
+		if t.Bytes > 0 {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// workingSet is the working set of one rank of a layout of chunks over n
+// devices (shardElems per chunk, frozen ones marked) at stage, in dtype of
+// size sz, with maxLive gathered chunks and accum micro-batches per step.
+func workingSet(chunkParams, shardElems []int64, frozen []bool, n, stage, maxLive, accum int, o MemoryOptions, sz int64) WorkingSet {
+	var maxPadded, maxGradPadded, maxGradShard, maxFrozen, gradShards, maxParamShard int64
+	for c, s := range shardElems {
+		padded := int64(n) * s
+		maxPadded = max(maxPadded, padded)
+		if c < len(frozen) && frozen[c] {
+			maxFrozen = max(maxFrozen, chunkParams[c])
+			continue
+		}
+		maxGradPadded, maxGradShard = max(maxGradPadded, padded), max(maxGradShard, s)
+		gradShards += s
+		if !(stage == 3 && chunkParams[c] < o.PersistenceThreshold) {
+			maxParamShard = max(maxParamShard, s)
+		}
+	}
+	var w WorkingSet
+	if stage == 3 {
+		w.GatheredBytes = int64(maxLive) * maxPadded * sz
+	}
+	if stage >= 2 {
+		w.BucketBytes = 3 * (maxGradPadded + maxGradShard) * sz
+	}
+	if o.OptimizerTier == shard.NVMe {
+		// two (one micro-batch), or every trainable chunk's through the step
+		w.GradShardBytes = 2 * maxGradShard * sz
+		if accum > 1 {
+			w.GradShardBytes = gradShards * sz
+		}
+	}
+	if o.ParamTier != shard.HBM {
+		w.ParamStagingBytes = 2 * ioBytes(2*maxParamShard)
+	}
+	w.FrozenGradBytes = maxFrozen * sz
+	return w
+}
+
+// EstimateWorkingSet is the working set of one rank for the memory
+// options o (bf16 mixed precision) with accum micro-batches per step and
+// the engine's default MaxLiveChunks (2).
+func EstimateWorkingSet(e MemoryEstimate, accum int) WorkingSet {
+	o := e.Options
+	return workingSet(o.ChunkParams, e.ShardElems, o.Frozen, o.Devices, o.Stage, 2, accum, o, 2)
+}

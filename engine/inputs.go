@@ -1,0 +1,148 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/tier"
+)
+
+// cpu_checkpointing: the hooks are the model's InputStore. A checkpointed
+// block's input is a state of the tier store (shard.Activation, keyed by
+// the block's chunk and the rank; home pinned host memory): after the
+// block's forward the rank copies it from the model's ring buffer into its
+// host home (a Write access in the host tier), and its backward reads it in
+// HBM (a Read access there), which the planner has fetched ahead as it
+// fetches params, from the trace of the step before. The HBM copies are the
+// store's, tagged gpu.Activation, within the store's HBM budget (room for
+// two inputs beyond the params: the one in use and the next arriving); the
+// next forward's write makes them stale and the planner drops them.
+
+// akey is rank r's saved input of block l.
+func akey(l, r int) shard.Key {
+	return shard.Key{Chunk: shard.ChunkID(model.BlockChunk(l)), Rank: int32(r), State: shard.Activation}
+}
+
+// SaveInput implements model.InputStore: block l's input x goes to its
+// host home on the communication stream, after the model's work on s; the
+// event it returns marks the end of the copy.
+func (h *hooks) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error) {
+	r := h.r
+	h.next(model.Access{Kind: model.AccessSaveInput, Chunk: model.BlockChunk(l), Pass: model.PassForward})
+	if h.err != nil {
+		return nil, h.err
+	}
+	lease, err := r.driver().Use(prefetch.Access{Key: akey(l, r.idx), Phase: prefetch.Forward, Tier: shard.Host, Kind: prefetch.Write})
+	if err != nil {
+		h.fail(fmt.Errorf("save block %d input: %w", l, err))
+		return nil, h.err
+	}
+	ev := r.dev.NewEvent()
+	s.Record(ev)
+	r.cs.Wait(ev)
+	r.dev.CopyDeviceToHost(r.cs, lease.Bytes(), x, 0)
+	done := r.dev.NewEvent()
+	r.cs.Record(done)
+	r.driver().Done(lease, done)
+	h.saved[l] = done
+	return done, nil
+}
+
+// RestoreInput implements model.InputStore: block l's input, in HBM,
+// leased until ReleaseInput.
+func (h *hooks) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
+	r := h.r
+	h.next(model.Access{Kind: model.AccessRestoreInput, Chunk: model.BlockChunk(l), Pass: model.PassBackward})
+	if h.err != nil {
+		return nil, h.err
+	}
+	// The host copy is the newest version once the forward's copy has run
+	// and its lease is released (Use releases the leases whose events are
+	// done): until then the planner still holds the previous step's HBM
+	// copy valid. The copy ran during the forward; this wait is for form.
+	if ev := h.saved[l]; ev != nil {
+		ev.Synchronize()
+		delete(h.saved, l)
+	}
+	lease, err := r.driver().Use(prefetch.Access{Key: akey(l, r.idx), Phase: prefetch.Backward, Tier: shard.HBM, Kind: prefetch.Read})
+	if err != nil {
+		h.fail(fmt.Errorf("restore block %d input: %w", l, err))
+		return nil, h.err
+	}
+	h.inputs[l] = lease
+	return lease.Buffer(), nil
+}
+
+// ReleaseInput implements model.InputStore: the lease of block l's input
+// ends when the work enqueued on s so far has run.
+func (h *hooks) ReleaseInput(s gpu.Stream, l int) {
+	r := h.r
+	h.next(model.Access{Kind: model.AccessReleaseInput, Chunk: model.BlockChunk(l), Pass: model.PassBackward})
+	lease := h.inputs[l]
+	if lease == nil {
+		return // after a failure: fail gave it back
+	}
+	delete(h.inputs, l)
+	ev := r.dev.NewEvent()
+	s.Record(ev)
+	r.driver().Done(lease, ev)
+}
+
+// dropInputs gives back the restored inputs a failed pass still holds (its
+// streams have completed).
+func (h *hooks) dropInputs() {
+	for l, lease := range h.inputs {
+		h.r.driver().Done(lease, nil)
+		delete(h.inputs, l)
+	}
+}
+
+// inputSpecs are the tier store's specs of the saved inputs of every rank
+// (cpu_checkpointing): one per offloaded block and rank, B·T·C of the
+// activation dtype, homed in host memory.
+func (e *Engine) inputSpecs() map[shard.Key]tier.Spec {
+	out := map[shard.Key]tier.Spec{}
+	if !e.act.Offload {
+		return out
+	}
+	elems := e.micro * e.seq * e.layout.Shape.Dim
+	for r := range e.n {
+		for l := range e.layout.Shape.Layers {
+			if e.act.Offload && e.act.Checkpointed(l, e.layout.Shape.Layers) {
+				out[akey(l, r)] = tier.Spec{Elems: elems, DType: e.act.DType, Home: shard.Host}
+			}
+		}
+	}
+	return out
+}
+
+// inputHBMBytes is the room the tier store's HBM budget keeps for
+// restored inputs: two (the one in use and the next arriving), as the
+// planner charges them (rounded up to IOAlignBytes); 0 without
+// cpu_checkpointing.
+func (e *Engine) inputHBMBytes() int64 {
+	if !e.act.Offload {
+		return 0
+	}
+	return 2 * ioBytes(model.InputBytes(e.layout.Shape, e.micro, e.seq, e.act))
+}
+
+// inputHostBytes is one rank's saved inputs in host RAM as the tier store
+// charges them (each rounded up to IOAlignBytes) for shape s, micro×seq
+// tokens per micro-batch and activation options o: 0 without
+// cpu_checkpointing.
+func inputHostBytes(s model.Shape, micro, seq int, o model.ActivationOptions) int64 {
+	if !o.Offload {
+		return 0
+	}
+	var n int64
+	for l := range s.Layers {
+		if o.Checkpointed(l, s.Layers) {
+			n += ioBytes(model.InputBytes(s, micro, seq, o))
+		}
+	}
+	return n
+}
