@@ -124,6 +124,11 @@ func TestTrainDataRSS(t *testing.T) {
 	}
 	f.Close()
 
+	// The children's garbage collector is held to 32 MiB of Go memory:
+	// on a loaded machine its lag lets garbage pile up by tens of MiB,
+	// which is not what this measures (memory kept past the limit still
+	// shows, and a run holding the file could not stay under it).
+	t.Setenv("GOMEMLIMIT", "32MiB")
 	const slackBytes = 32 << 20
 	base := childPeakRSS(t, 0, "train", "--config", cfgPath, "--data", small, "--steps", "3", "--no-progress")
 	bound := base + slackBytes
@@ -426,6 +431,11 @@ func TestTrainJSONLRSS(t *testing.T) {
 		largeBytes = 64 << 20
 	}
 	writeChatFile(t, large, largeBytes)
+	// The children's garbage collector is held to 32 MiB of Go memory:
+	// on a loaded machine its lag lets garbage pile up by tens of MiB,
+	// which is not what this measures (memory kept past the limit still
+	// shows, and a run holding the file could not stay under it).
+	t.Setenv("GOMEMLIMIT", "32MiB")
 	const slackBytes = 32 << 20
 	base := childPeakRSS(t, 0, "train", "--config", cfgPath, "--data", small, "--steps", "3", "--no-progress")
 	bound := base + slackBytes

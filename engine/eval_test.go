@@ -66,9 +66,9 @@ func evalRun(t *testing.T, e *Engine, steps int, set *data.EvalSet) (result, []f
 }
 
 // refEval is the held-out loss of params computed apart from the engine:
-// one device, the params resident (model.Resident), the model's forward on
-// the same micro-batches of B rows in the same order, weighted by their
-// target counts.
+// one device, the params resident (model.Resident), the model (with the
+// engine's activation options) forward on the same micro-batches of B
+// rows in the same order, weighted by their target counts.
 func refEval(t *testing.T, params [][]float32, set *data.EvalSet, micro int) float64 {
 	t.Helper()
 	cfg := testConfig(t, runSpec{stage: 0, n: 1, micro: 1, accum: 1}.configJSON())
@@ -86,7 +86,8 @@ func refEval(t *testing.T, params [][]float32, set *data.EvalSet, micro int) flo
 		t.Fatal(err)
 	}
 	defer res.Free()
-	m, err := model.New(dev, layout, micro, testSeq)
+	// The activations the engine's model keeps in bf16 mode (bf16).
+	m, err := model.NewWith(dev, layout, micro, testSeq, ActivationOptionsFromConfig(cfg, layout.Shape, gpu.BF16))
 	if err != nil {
 		t.Fatal(err)
 	}
