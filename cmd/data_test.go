@@ -200,7 +200,7 @@ func procRSS(pid int) (rss, hwm int64) {
 // chatConfig is a small run for the chat tests: the small model (max_seq
 // 256), rows of 128, ZeRO-3 on 2 devices with the optimizer on the host.
 const chatConfig = `{
-  "train_micro_batch_size_per_gpu": 4,
+  "train_micro_batch_size_per_gpu": 2,
   "gradient_accumulation_steps": 1,
   "optimizer": {"type": "AdamW", "params": {"lr": 3e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
   "bf16": {"enabled": true},
@@ -482,5 +482,82 @@ func writeChatFile(t *testing.T, path string, sizeBytes int64) {
 	}
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// byteLevelTokenizerJSON is a byte-level BPE tokenizer.json (GPT-2's
+// byte-to-character map, no merges: ids 0-255 are the bytes) with
+// "<|im_start|>" and "<|im_end|>" as special tokens 256 and 257.
+func byteLevelTokenizerJSON() string {
+	var bs []int
+	for b := '!'; b <= '~'; b++ {
+		bs = append(bs, int(b))
+	}
+	for b := 0xa1; b <= 0xac; b++ {
+		bs = append(bs, b)
+	}
+	for b := 0xae; b <= 0xff; b++ {
+		bs = append(bs, b)
+	}
+	char := map[int]rune{}
+	for _, b := range bs {
+		char[b] = rune(b)
+	}
+	n := 0
+	for b := range 256 {
+		if _, ok := char[b]; !ok {
+			char[b] = rune(256 + n)
+			n++
+		}
+	}
+	vocab := map[string]int{}
+	for b := range 256 {
+		vocab[string(char[b])] = b
+	}
+	v, _ := json.Marshal(vocab)
+	added := `[{"id": 256, "content": "<|im_start|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true},
+	           {"id": 257, "content": "<|im_end|>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}]`
+	return `{"version": "1.0", "truncation": null, "padding": null, "added_tokens": ` + added + `, "normalizer": null,
+	  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": true},
+	  "post_processor": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": false, "use_regex": true},
+	  "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+	  "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "", "end_of_word_suffix": "",
+	    "fuse_unk": false, "byte_fallback": false, "ignore_merges": false, "vocab": ` + string(v) + `, "merges": []}}`
+}
+
+// TestTrainInitTokenizer: `strata train --init HF --data chat.jsonl
+// --eval-data` tokenizes both with the model's tokenizer.json (its
+// special tokens one id each) and renders the conversations with the chat
+// template of its tokenizer_config.json, whose eos_token ends each turn.
+func TestTrainInitTokenizer(t *testing.T) {
+	dir := t.TempDir()
+	hf := filepath.Join(dir, "model")
+	shape := initShape
+	shape.Vocab = 264 // the 256 bytes and the two special tokens fit
+	writeHFModel(t, hf, shape, 11)
+	files := map[string]string{
+		"tokenizer.json": byteLevelTokenizerJSON(),
+		"tokenizer_config.json": `{"eos_token": "<|im_end|>", "chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}` +
+			`{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"}`,
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(hf, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	line := `{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}` + "\n"
+	chat := writeFile(t, "chat.jsonl", strings.Repeat(line, 3))
+	cfg := writeFile(t, "cfg.json", fmt.Sprintf(frozenConfig, ""))
+	_, stderr, err := runApp(t, "train", "--init", hf, "--config", cfg, "--data", chat, "--eval-data", chat, "--steps", "2", "--no-progress")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	// "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nyo<|im_end|>\n": 65 bytes, 25 ids
+	// (each special token one); "yo<|im_end|>\n" trained: 4 ids.
+	for _, want := range []string{"tokenizer: " + filepath.Join(hf, "tokenizer.json"), "3 examples (0 text, 0 prompt/completion, 3 chat), 75 tokens of which 12 trained",
+		"chat template: " + filepath.Join(hf, "tokenizer_config.json"), "over 12 tokens"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr)
+		}
 	}
 }
