@@ -374,7 +374,12 @@ func TestActivationOptionsFromConfig(t *testing.T) {
 // store's move that brings it back) ends the step with one error naming
 // the chunk, the rank and the state, without hanging the other rank, and
 // updates nothing. (A tier store move that failed stops the rank's
-// planner: the later steps refuse to run, as after an NVMe error.)
+// planner: the later steps refuse to run, as after an NVMe error.) The
+// error names the refused move (the input's copy host->hbm); which access
+// of the rank reports it depends on timing: the restore of the input, or,
+// when the planner brought it back as soon as its save ended and the rank
+// was slower than the copy (a loaded machine), the rank's next save or
+// restore of another block.
 func TestRestoreInputOOM(t *testing.T) {
 	s := runSpec{stage: 3, n: 2, micro: 1, accum: 1, ckpt: `{"cpu_checkpointing": true}`}
 	devs, comms, err := cpu.New(cpu.Options{Devices: 2, HBMBytes: 256 << 20})
@@ -402,7 +407,7 @@ func TestRestoreInputOOM(t *testing.T) {
 	if !errors.As(err, &oom) || oom.Tag.Purpose != "activation" {
 		t.Errorf("%v is not the refused input copy", err)
 	}
-	checkFaultMessage(t, err, "step 2", "rank 1", "restore block")
+	checkFaultMessage(t, err, "step 2", "rank 1", "activation host->hbm")
 	p2, m2 := readTierState(t, e)
 	if m, _ := diff(p2, params); m != 0 {
 		t.Errorf("%d params changed in the failed step", m)
