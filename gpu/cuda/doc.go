@@ -24,9 +24,12 @@
 // exactly the device's compute capability (--gpu-architecture=sm_XX from
 // cuDeviceGetAttribute), with --fmad=false, IEEE division and square root
 // and denormals kept, and loaded as a cubin into each GPU's primary
-// context. The cache is in memory, keyed by source hash, architecture and
-// NVRTC version (kernelKey); there is no on-disk cache yet (compilation
-// takes about 2.5 s on an H200 machine). Attention is the flash-attention
+// context. Compiled modules are cached in memory and on disk
+// (kernelcache.go, os.UserCacheDir()/strata/kernels or $STRATA_KERNEL_CACHE,
+// "off" to disable), keyed by a hash of source, options, architecture,
+// NVRTC and driver version (kernelKey); entries are written atomically and
+// checked by length and sha256 when read, a bad one rebuilt, so a warm
+// start compiles nothing (compilation takes about 2.5 s on an H200). Attention is the flash-attention
 // algorithm (ops_attn.go: causal grouped-query attention over packed
 // examples, fp32 tiles through shared memory, online softmax, lse kept;
 // the backward recomputes P from lse, dK/dV by the block owning each key
