@@ -117,6 +117,8 @@ summarize() {
 	case $st in ok*) [ "${fail:-0}" -eq 0 ] || bad=1 ;; "not run") ;; *) bad=1 ;; esac
 	gemm=$(sed -n 's/.*\(bf16 GEMMs: [^;]*\).*/\1/p' "$DIR/conformance.log" 2>/dev/null | head -n 1)
 	echo "gemm path: ${gemm:-unknown (no TestProbe line)}"
+	kc=$(sed -n 's/.*; \(kernel cache [^;]*\)$/\1/p' "$DIR/conformance.log" 2>/dev/null | head -n 1)
+	echo "kernels: ${kc:-unknown (no TestProbe line)}"
 
 	st=$(status_of gpt2)
 	s=$(json_num "$DIR/gpt2.log" step_s_resident)

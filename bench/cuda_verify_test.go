@@ -102,7 +102,7 @@ func canned(t *testing.T, parts string, files map[string]string) string {
 
 func goodRun() map[string]string {
 	return map[string]string{
-		"conformance.log": "=== RUN   TestProbe\n    cuda_test.go:46: driver /usr/lib/libcuda.so.1 (CUDA 13000), nvrtc 13.0 (/x), cublas /y; bf16 GEMMs: cuBLASLt /y/libcublasLt.so.13, fp32 accumulation; f32 GEMMs: cublasGemmEx fp32\n" +
+		"conformance.log": "=== RUN   TestProbe\n    cuda_test.go:46: driver /usr/lib/libcuda.so.1 (CUDA 13000), nvrtc 13.0 (/x), cublas /y; bf16 GEMMs: cuBLASLt /y/libcublasLt.so.13, fp32 accumulation; f32 GEMMs: cublasGemmEx fp32; kernel cache /root/.cache/strata/kernels: 0 of 1 modules read from it\n" +
 			"--- PASS: TestProbe (0.01s)\n--- PASS: TestConformance (40.00s)\n    --- PASS: TestConformance/Gemm (1.00s)\n--- PASS: TestDeterministic (2.00s)\nPASS\n",
 		"gpt2.log":  "some progress line\n" + `{"backend":"cuda","model":"gpt2","step_s_resident":0.6,"tokens_per_step":16384,"resident":{"params_identical":true}}` + "\n",
 		"torch.log": `{"device": "NVIDIA H200", "params": 124439808, "sdpa": true, "step_s": [0.5, 0.5, 0.5], "tokens_per_step": 16384, "torch": "2.5.1", "torch_step_s_median": 0.5}` + "\n",
@@ -127,6 +127,7 @@ func TestCudaVerifySummary(t *testing.T) {
 	for _, want := range []string{
 		"conformance: ok (41 s); 3 tests passed, 0 failed\n",
 		"gemm path: bf16 GEMMs: cuBLASLt /y/libcublasLt.so.13, fp32 accumulation\n",
+		"kernels: kernel cache /root/.cache/strata/kernels: 0 of 1 modules read from it\n",
 		"gpt2 step B=16 T=1024, strata: 0.6 s [ok (30 s)]\n",
 		"gpt2 step B=16 T=1024, torch 2.5.1 bf16 autocast, sdpa true: 0.5 s [ok (20 s)]\n",
 		"gpt2 strata/torch: 1.20 (target <= 1.5: met)\n",

@@ -184,3 +184,20 @@ func cubinForCache(c kernelCache, nvrtcVersion string, driverVersion, major, min
 	cubins[key] = b
 	return b, nil
 }
+
+// kernelCacheStatus says where compiled kernels come from in this
+// process: the cache folder (or that it is off), how many modules were
+// read from it, and the last failure to write it.
+func kernelCacheStatus() string {
+	c := kernelCacheFromEnv()
+	cubinMu.Lock()
+	defer cubinMu.Unlock()
+	s := fmt.Sprintf("kernel cache off (%s=off or no cache folder): NVRTC compiles at each start", EnvKernelCache)
+	if c.dir != "" {
+		s = fmt.Sprintf("kernel cache %s: %d of %d modules read from it", c.dir, kernelCacheHits, len(cubins))
+	}
+	if kernelCacheErr != nil {
+		s += fmt.Sprintf(" (last write failed: %v)", kernelCacheErr)
+	}
+	return s
+}

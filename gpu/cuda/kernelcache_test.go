@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -131,5 +132,26 @@ func TestCubinForCacheWarmStart(t *testing.T) {
 	}
 	if _, err := cubinForCache(c, "13.0", 13010, 9, 0, compile); err != nil || calls != 2 {
 		t.Fatalf("a new driver must recompile: calls %d err %v", calls, err)
+	}
+}
+
+func TestKernelCacheStatus(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(EnvKernelCache, dir)
+	cubinMu.Lock()
+	saved, hits := cubins, kernelCacheHits
+	cubins, kernelCacheHits = map[string][]byte{"a": nil, "b": nil}, 1
+	cubinMu.Unlock()
+	t.Cleanup(func() {
+		cubinMu.Lock()
+		cubins, kernelCacheHits = saved, hits
+		cubinMu.Unlock()
+	})
+	if got, want := kernelCacheStatus(), "kernel cache "+dir+": 1 of 2 modules read from it"; got != want {
+		t.Errorf("status %q, want %q", got, want)
+	}
+	t.Setenv(EnvKernelCache, "off")
+	if got := kernelCacheStatus(); !strings.HasPrefix(got, "kernel cache off") {
+		t.Errorf("status when off: %q", got)
 	}
 }
