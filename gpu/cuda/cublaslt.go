@@ -62,6 +62,7 @@ const (
 	ltPrefMaxWorkspaceBytes = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES
 	ltSearchBestFit         = 0 // CUBLASLT_SEARCH_BEST_FIT
 	ltPrefReductionMask     = 3 // CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK
+	ltPrefMinAlignA         = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES (B, C, D: 6, 7, 8)
 
 	ltReductionInplace     = 1 // CUBLASLT_REDUCTION_SCHEME_INPLACE
 	ltReductionComputeType = 2 // CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
@@ -137,10 +138,31 @@ type ltLayout struct {
 // our B and its B our A; each layout describes the stored matrix (before
 // its op), as cublasLtMatmul wants.
 type ltGemmShape struct {
-	opA, opB   int32 // cuBLASLt's transa (for our B), transb (for our A)
+	opA, opB int32 // cuBLASLt's transa (for our B), transb (for our A)
+	// align: the byte alignment of cuBLASLt's A, B and C (= D) pointers,
+	// at most 256 (buffers may be views at any element offset, and the
+	// heuristic must not pick an algorithm that needs more).
+	align      [3]uint32
 	a, b, c    ltLayout
 	m, n, k    int
 	aT, bT, cT int32
+}
+
+// ptrAlign is the largest power of two dividing p, at most 256.
+func ptrAlign(p uint64) uint32 {
+	a := uint32(256)
+	for a > 1 && p%uint64(a) != 0 {
+		a /= 2
+	}
+	return a
+}
+
+// ldBytes is a layout's leading dimension in bytes.
+func ldBytes(l ltLayout) uint64 {
+	if l.typ == cudaR16BF {
+		return uint64(l.ld) * 2
+	}
+	return uint64(l.ld) * 4
 }
 
 func newLtGemmShape(transA, transB bool, m, n, k int, aT, bT, cT int32) ltGemmShape {
@@ -250,6 +272,12 @@ func ltPlanFor(g *gpuCtx, api *cublasLtAPI, s ltGemmShape, desc uintptr, lay [3]
 	if err := cublasCheck(api.cublasLtMatmulPreferenceSetAttribute(pref, ltPrefReductionMask, unsafe.Pointer(&mask), 4), "cublasLtMatmulPreferenceSetAttribute"); err != nil {
 		return 0, nil, err
 	}
+	for i, a := range [4]uint32{s.align[0], s.align[1], s.align[2], s.align[2]} { // A, B, C, D (= C)
+		a := a
+		if err := cublasCheck(api.cublasLtMatmulPreferenceSetAttribute(pref, ltPrefMinAlignA+int32(i), unsafe.Pointer(&a), 4), "cublasLtMatmulPreferenceSetAttribute"); err != nil {
+			return 0, nil, err
+		}
+	}
 	var res ltHeuristicResult
 	var n int32
 	r := api.cublasLtMatmulAlgoGetHeuristic(h, desc, lay[0], lay[1], lay[2], lay[2], pref, 1, &res, &n)
@@ -265,7 +293,8 @@ func ltPlanFor(g *gpuCtx, api *cublasLtAPI, s ltGemmShape, desc uintptr, lay [3]
 
 // ltGemm runs C = alpha·op(A)·op(B) + beta·C through cuBLASLt on stream s
 // with fp32 compute and scale. It returns false (and no error) where
-// cuBLASLt is unavailable or has no algorithm for the shape.
+// cuBLASLt is unavailable, has no algorithm for the shape or refuses the
+// call; no GEMM has been enqueued then, and the caller runs cublasGemmEx.
 func ltGemm(s *Stream, transA, transB bool, m, n, k int, alpha float32, aPtr uint64, aT int32, bPtr uint64, bT int32, beta float32, cPtr uint64, cT int32) (bool, error) {
 	g := s.dev.g
 	api, err := ltLoad(g.l)
@@ -273,6 +302,9 @@ func ltGemm(s *Stream, transA, transB bool, m, n, k int, alpha float32, aPtr uin
 		return false, nil
 	}
 	sh := newLtGemmShape(transA, transB, m, n, k, aT, bT, cT)
+	// The alignment covers the pointer and the leading dimension in bytes
+	// (cuBLASLt's requirement is on both); cuBLASLt's A is our B.
+	sh.align = [3]uint32{ptrAlign(bPtr | ldBytes(sh.a)), ptrAlign(aPtr | ldBytes(sh.b)), ptrAlign(cPtr | ldBytes(sh.c))}
 	var desc uintptr
 	if err := cublasCheck(api.cublasLtMatmulDescCreate(&desc, cublasCompute32F, cudaR32F), "cublasLtMatmulDescCreate"); err != nil {
 		return false, err
@@ -308,9 +340,18 @@ func ltGemm(s *Stream, transA, transB bool, m, n, k int, alpha float32, aPtr uin
 		ws = p
 	}
 	al, be := alpha, beta
-	g.blasMu.Lock() // one GEMM library call at a time per GPU, as for cuBLAS
-	defer g.blasMu.Unlock()
-	err = cublasCheck(api.cublasLtMatmul(h, desc, unsafe.Pointer(&al), bPtr, lay[0], aPtr, lay[1], unsafe.Pointer(&be),
-		cPtr, lay[2], cPtr, lay[2], &plan.algo, ws, plan.workspace, s.h), fmt.Sprintf("cublasLtMatmul %d×%d×%d", m, n, k))
-	return err == nil, err
+	g.blasMu.Lock()
+	r := api.cublasLtMatmul(h, desc, unsafe.Pointer(&al), bPtr, lay[0], aPtr, lay[1], unsafe.Pointer(&be),
+		cPtr, lay[2], cPtr, lay[2], &plan.algo, ws, plan.workspace, s.h)
+	g.blasMu.Unlock()
+	if r != cublasStatusSuccess {
+		// Refused at launch (the checks are synchronous): this shape goes
+		// to cublasGemmEx from now on, and GemmPath says so.
+		ltState.mu.Lock()
+		ltState.plans[ltPlanKey{g, sh}] = nil
+		ltState.missed = fmt.Sprintf("%d×%d×%d (cublasLtMatmul: %v)", m, n, k, cublasCheck(r, "cublasLtMatmul"))
+		ltState.mu.Unlock()
+		return false, nil
+	}
+	return true, nil
 }

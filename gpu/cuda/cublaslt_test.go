@@ -139,7 +139,9 @@ func TestCublasLtHeader(t *testing.T) {
 		"CUBLASLT_MATMUL_PREF_SEARCH_MODE": ltPrefSearchMode, "CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES": ltPrefMaxWorkspaceBytes,
 		"CUBLASLT_SEARCH_BEST_FIT": ltSearchBestFit, "CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK": ltPrefReductionMask,
 		"CUBLASLT_REDUCTION_SCHEME_INPLACE": ltReductionInplace, "CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE": ltReductionComputeType,
-		"CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE": ltReductionOutputType,
+		"CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE":      ltReductionOutputType,
+		"CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES": ltPrefMinAlignA, "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES": ltPrefMinAlignA + 1,
+		"CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES": ltPrefMinAlignA + 2, "CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES": ltPrefMinAlignA + 3,
 	} {
 		want, ok := h.enums[name]
 		if !ok {
@@ -291,5 +293,20 @@ func TestLtGemmShape(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestPtrAlign(t *testing.T) {
+	for p, want := range map[uint64]uint32{0: 256, 0x7f0000000000: 256, 0x7f0000000100: 256, 0x7f0000000080: 128, 0x7f0000000002: 2, 0x7f0000000006: 2, 0x7f0000000010: 16, 1: 1} {
+		if got := ptrAlign(p); got != want {
+			t.Errorf("ptrAlign(%#x) = %d, want %d", p, got, want)
+		}
+	}
+	// A bf16 layout with ld 3 (6 bytes) at a 256-aligned pointer: 2.
+	if got := ptrAlign(0x7f0000000000 | ldBytes(ltLayout{typ: cudaR16BF, ld: 3})); got != 2 {
+		t.Errorf("bf16 ld 3: alignment %d, want 2", got)
+	}
+	if got := ptrAlign(0x7f0000000000 | ldBytes(ltLayout{typ: cudaR32F, ld: 64})); got != 256 {
+		t.Errorf("f32 ld 64: alignment %d, want 256", got)
 	}
 }
