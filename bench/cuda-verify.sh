@@ -27,7 +27,8 @@
 #
 # Knobs: OUT (/tmp/cuda-verify), STRATA_BIN (.cudabin/strata), CUDA_TEST
 # (.cudabin/cuda.test), PYTHON (python3), NVME_PATH (/tmp), PEAK_TFLOPS
-# (989), T_CONFORMANCE, T_GPT2, T_TORCH, T_MFU, T_OFFLOAD (limits, seconds).
+# (989), BACKEND (cuda; cpu for a dry run of the timeouts here), T_CONFORMANCE,
+# T_GPT2, T_TORCH, T_MFU, T_OFFLOAD (limits, seconds).
 # bench/cuda_verify_test.go runs the argument handling and the summary on
 # canned outputs without a GPU.
 set -e
@@ -66,10 +67,10 @@ mfu_config() {
 part_cmd() {
 	case $1 in
 	conformance) echo "$CUDA_TEST -test.v -test.count 1 -test.timeout $(($(limit_of conformance) - 10))s -test.run '^(TestProbe|TestConformance|TestDeterministic|TestMatchesCPUBackend|TestLlamaOpsMatchCPUBackend|TestAdamMatchesCPUAdam|TestKernelsCompile)\$'" ;;
-	gpt2) echo "$STRATA_BIN bench step --backend cuda --model gpt2 --batch 16 --seq 1024 --warmup 2 --steps 3 --block 1 --modes resident --hbm 100GiB --json" ;;
+	gpt2) echo "$STRATA_BIN bench step --backend $BACKEND --model gpt2 --batch 16 --seq 1024 --warmup 2 --steps 3 --block 1 --modes resident --hbm 100GiB --json" ;;
 	torch) echo "$PYTHON $here/tools/torch_gpt2_step.py --model gpt2 --batch 16 --seq 1024 --warmup 2 --steps 3" ;;
-	mfu) echo "$STRATA_BIN train --backend cuda --config $OUT/mfu.json --steps 4 --no-progress --out $OUT/mfu" ;;
-	offload) echo "$STRATA_BIN bench step --backend cuda --model gpt2 --batch 4 --seq 1024 --warmup 1 --steps 2 --block 1 --modes resident,host,nvme --hbm 60GiB --nvme-path $NVME_PATH --json" ;;
+	mfu) echo "$STRATA_BIN train --backend $BACKEND --config $OUT/mfu.json --steps 4 --no-progress --out $OUT/mfu" ;;
+	offload) echo "$STRATA_BIN bench step --backend $BACKEND --model gpt2 --batch 4 --seq 1024 --warmup 1 --steps 2 --block 1 --modes resident,host,nvme --hbm 60GiB --nvme-path $NVME_PATH --json" ;;
 	esac
 }
 
@@ -201,7 +202,7 @@ while [ $# -gt 0 ]; do
 	esac
 done
 : "${OUT:=/tmp/cuda-verify}" "${STRATA_BIN:=$root/.cudabin/strata}" "${CUDA_TEST:=$root/.cudabin/cuda.test}"
-: "${PYTHON:=python3}" "${NVME_PATH:=/tmp}"
+: "${PYTHON:=python3}" "${NVME_PATH:=/tmp}" "${BACKEND:=cuda}"
 total=0
 for p in $parts; do total=$((total + $(limit_of "$p"))); done
 if [ "$dry" -eq 1 ]; then

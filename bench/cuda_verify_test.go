@@ -165,3 +165,34 @@ func TestCudaVerifySummary(t *testing.T) {
 		}
 	}
 }
+
+// TestCudaVerifyTimeout runs one part for real on the CPU backend with a
+// limit far below its run time: the part gets SIGQUIT, its log holds the
+// goroutine dump, and the summary says TIMEOUT.
+func TestCudaVerifyTimeout(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds strata")
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go tool: %v", err)
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "strata")
+	build := exec.Command(goTool, "build", "-o", bin, "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, rc := runVerify(t, []string{"OUT=" + dir, "STRATA_BIN=" + bin, "CUDA_TEST=" + bin, "BACKEND=cpu", "T_GPT2=3"}, "--parts", "gpt2")
+	if rc == 0 || !strings.Contains(out, "== gpt2: exit 124") || !strings.Contains(out, "gpt2 step B=16 T=1024, strata: ? s [TIMEOUT after ") {
+		t.Errorf("a part past its limit: exit %d\n%s", rc, out)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "gpt2.log"))
+	if err != nil || !strings.Contains(string(log), "SIGQUIT") || !strings.Contains(string(log), "goroutine ") {
+		t.Errorf("gpt2.log holds no goroutine dump (%v):\n%.2000s", err, log)
+	}
+	if sum, err := os.ReadFile(filepath.Join(dir, "summary.txt")); err != nil || !strings.Contains(string(sum), "result: FAIL") {
+		t.Errorf("summary.txt: %v\n%s", err, sum)
+	}
+}
