@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,22 +192,9 @@ func checkRegular(path string) error {
 	if err != nil {
 		return fmt.Errorf("data: %w", err)
 	}
-	m := fi.Mode()
-	if m.IsRegular() {
+	what := model.FileKind(fi.Mode())
+	if what == "" {
 		return nil
-	}
-	what := "a special file"
-	switch {
-	case m.IsDir():
-		what = "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		what = "a named pipe"
-	case m&fs.ModeSocket != 0:
-		what = "a socket"
-	case m&fs.ModeCharDevice != 0:
-		what = "a character device"
-	case m&fs.ModeDevice != 0:
-		what = "a block device"
 	}
 	return fmt.Errorf("data: %s: %w (%s): give a regular file", path, model.ErrNotRegular, what)
 }
