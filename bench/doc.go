@@ -24,6 +24,10 @@
 // show. The workloads report ratios against an anchor measured in the
 // same run (the GEMM, the memory roofline, the CPU peak; fio in
 // nvme-vs-fio.sh); the tests check what they report, never how fast.
+// cuda-verify.sh is the GPU run of issue 17 (conformance, the gpt2 step
+// against PyTorch's, MFU of a gpt-7b-shape stack, the offload modes'
+// equivalence); cuda_verify_test.go checks its arguments and summary
+// without a GPU.
 //
 // Memory: buffers handed to O_DIRECT I/O come from a pinned pool in 2 MiB
 // huge pages (newIOBuffers; MAP_HUGETLB or 4 KiB pages when THP gives

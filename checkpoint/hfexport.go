@@ -297,8 +297,9 @@ func writeHFShards(dir string, layout *model.Layout, fts []fileTensor, shards []
 	return closeFile()
 }
 
-// copySynced copies the file src to dst and fsyncs it.
-func copySynced(dst, src string) error {
+// copySynced copies the file src to dst and fsyncs it; on an error it
+// removes dst, so no partial copy is left behind.
+func copySynced(dst, src string) (err error) {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -308,6 +309,11 @@ func copySynced(dst, src string) error {
 	if err != nil {
 		return err
 	}
+	defer func() {
+		if err != nil {
+			os.Remove(dst)
+		}
+	}()
 	_, err = io.Copy(out, in)
 	if err == nil {
 		err = out.Sync()

@@ -55,6 +55,46 @@ func estimateCommand() *cli.Command {
 	}
 }
 
+// estimateFromConfig reads --config: the config, its shape and the memory
+// options it gives (--devices decides over strata.devices, as in train;
+// its stage becomes --stage unless that is given).
+func estimateFromConfig(c *cli.Context, path string) (*config.Config, *model.Shape, engine.MemoryOptions, error) {
+	devices := 0
+	if c.IsSet("devices") {
+		devices = c.Int("devices")
+	}
+	cfg, err := config.Load(path, config.Options{Devices: devices, LookupShape: func(name string) (config.Shape, error) {
+		s, err := model.Lookup(name)
+		return config.Shape(s), err
+	}})
+	if err != nil {
+		return nil, nil, engine.MemoryOptions{}, err
+	}
+	for _, n := range cfg.Ignored() {
+		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
+	}
+	if cfg.Shape() == nil {
+		return nil, nil, engine.MemoryOptions{}, fmt.Errorf("estimate: %s: strata.model has no shape", path)
+	}
+	s := model.Shape(*cfg.Shape())
+	if s.Name == "" {
+		s.Name = "config"
+	}
+	l, err := model.NewLayout(s)
+	if err != nil {
+		return nil, nil, engine.MemoryOptions{}, fmt.Errorf("estimate: %s: %w", path, err)
+	}
+	opts, err := engine.MemoryOptionsFromConfig(cfg, l)
+	if err != nil {
+		return nil, nil, engine.MemoryOptions{}, err
+	}
+	opts.ShardAlignElems = c.Int64("align")
+	if !c.IsSet("stage") {
+		c.Set("stage", strconv.Itoa(cfg.ZeRO.Stage))
+	}
+	return cfg, &s, opts, nil
+}
+
 func runEstimate(c *cli.Context) error {
 	if c.Args().Present() {
 		return usagef("estimate: unexpected argument %q", c.Args().First())
@@ -65,41 +105,11 @@ func runEstimate(c *cli.Context) error {
 	var freeze []string // strata.freeze, then --freeze
 	what := ""
 	if path := c.String("config"); path != "" {
-		devices := 0 // --devices decides over strata.devices, as in train
-		if c.IsSet("devices") {
-			devices = c.Int("devices")
-		}
 		var err error
-		cfg, err = config.Load(path, config.Options{Devices: devices, LookupShape: func(name string) (config.Shape, error) {
-			s, err := model.Lookup(name)
-			return config.Shape(s), err
-		}})
-		if err != nil {
+		if cfg, shape, opts, err = estimateFromConfig(c, path); err != nil {
 			return err
 		}
-		for _, n := range cfg.Ignored() {
-			fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
-		}
-		if cfg.Shape() == nil {
-			return fmt.Errorf("estimate: %s: strata.model has no shape", path)
-		}
-		s := model.Shape(*cfg.Shape())
-		if s.Name == "" {
-			s.Name = "config"
-		}
-		l, err := model.NewLayout(s)
-		if err != nil {
-			return fmt.Errorf("estimate: %s: %w", path, err)
-		}
-		if opts, err = engine.MemoryOptionsFromConfig(cfg, l); err != nil {
-			return err
-		}
-		opts.ShardAlignElems = c.Int64("align")
 		freeze = cfg.Strata.Freeze
-		shape = &s
-		if !c.IsSet("stage") {
-			c.Set("stage", strconv.Itoa(cfg.ZeRO.Stage))
-		}
 	}
 	switch {
 	case c.IsSet("model") && c.IsSet("params"):

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH | --init PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH | --init PATH] [--trace FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -51,9 +52,8 @@ func trainCommand() *cli.Command {
 			"A run directory belongs to one run: locked while it runs; a new run into a non-empty --out is refused unless\n" +
 			"--overwrite; --keep prunes only this run's checkpoints. Ctrl-C or SIGTERM stops after the step in progress and\n" +
 			"saves it (exit 130, SIGTERM 143); a second one aborts the save (the previous complete checkpoint survives).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
-			&cli.StringFlag{Name: "data", Usage: "training text, any file, one token per byte (default: strata.data, else a built-in synthetic corpus)"},
 			&cli.IntFlag{Name: "devices", Usage: "local devices to use; decides over strata.devices, which is only the default (as DeepSpeed's launcher decides)"},
 			&cli.StringFlag{Name: "backend", Usage: "device backend: cpu or cuda (default: strata.backend, cpu)"},
 			&cli.IntFlag{Name: "steps", Usage: "optimizer steps (default: strata.steps); also fills scheduler total_num_steps \"auto\""},
@@ -68,7 +68,7 @@ func trainCommand() *cli.Command {
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 			&cli.StringFlag{Name: "init", Usage: "start from the weights (only) of a Hugging Face model directory or a Strata checkpoint/run directory; the shape comes from it"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
-		},
+		}, dataFlags()...),
 		Action: runTrain,
 	}
 }
@@ -119,6 +119,7 @@ type stepLine struct {
 	TokensThisStep   int     `json:"tokens"`
 	GlobalBatchLines int     `json:"global_batch_rows"`
 	OptimizerSeconds float64 `json:"optimizer_s"`
+	*EvalLine                // after an evaluation of --eval-data
 	*TierLine                // with the tier store (offload_param, NVMe offload)
 	*HostOptLine             // with the host optimizer
 }
@@ -197,9 +198,9 @@ func runTrain(c *cli.Context) (err error) {
 		defer p.init.close()
 		opts.Init = p.init.src
 	}
-	if p.corpus != nil {
-		defer p.corpus.Close()
-		opts.Corpus = p.corpus
+	defer p.data.Close()
+	if p.data.train != nil {
+		p.data.train.Apply(&opts)
 	}
 	var rd *runDir
 	if f.out != "" {
@@ -246,7 +247,7 @@ func runTrain(c *cli.Context) (err error) {
 	if err := startTrain(e, p, devs, stderr); err != nil {
 		return err
 	}
-	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source}
+	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data}
 	l.checked = p.start
 	if s := intr.explain(l.stopping, l.aborting); s != nil {
 		return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
@@ -304,7 +305,7 @@ type trainPlan struct {
 	resume    *checkpoint.Manifest // the checkpoint to continue from; nil for a new run
 	resumeDir string               // its directory
 	start     int64                // the step the run resumes after
-	corpus    *model.FileCorpus    // the training text, read in windows; nil for the synthetic corpus
+	data      *runData             // the training data (nil train: the synthetic corpus) and --eval-data
 	init      *initModel           // --init: the model the run starts from; nil for the seeded initialisation
 	// source is where the run's weights came from (--init, or the
 	// resumed checkpoint's record of it): its tokenizer is
@@ -316,7 +317,10 @@ type trainPlan struct {
 // --resume, else the demonstration) with the flags applied, prints its
 // notes, checks a resumed run against --steps and --out, and opens the
 // training text.
-func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
+func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
+	if err := checkDataFlags(c); err != nil {
+		return nil, err
+	}
 	p := &trainPlan{}
 	if c.String("init") != "" && c.String("resume") != "" {
 		return nil, usagef("train: --init starts a new run from a model's weights, --resume continues a run: give one of them")
@@ -345,6 +349,24 @@ func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
 		if err := p.init.apply(cfg); err != nil {
 			return nil, err
 		}
+		if err := p.init.open(); err != nil {
+			return nil, err
+		}
+		p.source = p.init.source
+	}
+	defer func() {
+		if err != nil {
+			p.init.close()
+			p.data.Close()
+		}
+	}()
+	if p.data, err = openRunData(c, cfg, p.source, stderr); err != nil {
+		return nil, err
+	}
+	if c.IsSet("epochs") {
+		if cfg, err = epochConfig(c, p, cfg, stderr); err != nil {
+			return nil, err
+		}
 	}
 	p.cfg = cfg
 	if c.IsSet("config") || p.resume == nil {
@@ -366,19 +388,32 @@ func planTrain(c *cli.Context, stderr io.Writer) (*trainPlan, error) {
 	if n := lrPastSchedule(cfg); n != "" {
 		fmt.Fprintf(stderr, "note: %s\n", n)
 	}
-	if p.init != nil {
-		if err := p.init.open(); err != nil {
-			return nil, err
-		}
-		p.source = p.init.source
-	}
-	if cfg.Strata.Data != "" {
-		if p.corpus, err = engine.OpenCorpus(cfg.Strata.Data); err != nil {
-			p.init.close()
-			return nil, err
-		}
-	}
 	return p, nil
+}
+
+// epochConfig is the config of a run of --epochs: the steps the epochs
+// take (epochSteps), given as --steps is (strata.steps, and a scheduler
+// total_num_steps written "auto").
+func epochConfig(c *cli.Context, p *trainPlan, cfg *config.Config, stderr io.Writer) (*config.Config, error) {
+	n, err := epochSteps(p.data, cfg, c.Int("epochs"))
+	if err != nil {
+		return nil, err
+	}
+	if err := c.Set("steps", strconv.Itoa(n)); err != nil {
+		return nil, fmt.Errorf("train: --epochs: %w", err)
+	}
+	again, err := trainConfig(c, p.resume, p.resumeDir, p.init)
+	if err == nil {
+		err = applyTrainFlags(c, again)
+	}
+	if err == nil && p.init != nil {
+		err = p.init.apply(again)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(stderr, "note: --epochs %d: %d steps of %d rows\n", c.Int("epochs"), n, again.TrainBatchSize)
+	return again, nil
 }
 
 // trainConfig is the config the run starts from: --config, else the one
@@ -595,6 +630,9 @@ type trainLoop struct {
 	intr   *interrupts
 	runID  string             // the run's id (--out), in every checkpoint it saves
 	source *checkpoint.Source // where the weights came from, in every checkpoint it saves
+	data   *runData           // --eval-data and how often it is evaluated
+
+	firstEval, lastEval *EvalLine // the run's first and last evaluations
 
 	checked int64       // the last step whose end looked for a signal (under intr.mu)
 	saving  atomic.Bool // a checkpoint is being written
@@ -640,7 +678,21 @@ func (l *trainLoop) step(st engine.StepStats) error {
 	l.last = st
 	m := st.Moved
 	l.moved += m.HostToDevice + m.DeviceToHost + m.DeviceToDevice + m.Collective
-	if err := l.writeLine(st); err != nil {
+	var ev *EvalLine
+	if l.data.evalDue(st.Step, l.steps) {
+		if l.bar != nil {
+			l.bar.Clear()
+		}
+		var err error
+		if ev, err = evalHeldOut(l.e, l.data, st.Step, l.stderr); err != nil {
+			return err
+		}
+		if l.firstEval == nil {
+			l.firstEval = ev
+		}
+		l.lastEval = ev
+	}
+	if err := l.writeLine(st, ev); err != nil {
 		return err
 	}
 	l.show(st)
@@ -665,8 +717,9 @@ func (l *trainLoop) step(st engine.StepStats) error {
 	return nil
 }
 
-// writeLine appends st to steps.jsonl (with --out).
-func (l *trainLoop) writeLine(st engine.StepStats) error {
+// writeLine appends st (and the evaluation after it, if any) to
+// steps.jsonl (with --out).
+func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 	if l.jsonl == nil {
 		return nil
 	}
@@ -675,7 +728,7 @@ func (l *trainLoop) writeLine(st engine.StepStats) error {
 		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
-		OptimizerSeconds: st.OptimizerTime.Seconds(), TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
+		OptimizerSeconds: st.OptimizerTime.Seconds(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
 	b, _ := json.Marshal(line)
 	if _, err := fmt.Fprintf(l.jsonl, "%s\n", b); err != nil {
 		return fmt.Errorf("train: write steps.jsonl: %w", err)
@@ -730,9 +783,12 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	fmt.Fprintf(stdout, "trained %d steps%s in %s: loss %.4f -> %.4f, %.0f tokens/s, %s moved\n",
 		ran, from, elapsed.Round(time.Millisecond), l.first.Loss, l.last.Loss,
 		float64(ran*l.e.TokensPerStep())/elapsed.Seconds(), units.FormatBytes(l.moved))
+	if l.firstEval != nil {
+		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
+	}
 	fmt.Fprint(stdout, sum.String())
 	if dir := l.flags.out; dir != "" {
-		if err := writeRunOut(dir, l.e, sum, elapsed, stdout); err != nil {
+		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, stdout); err != nil {
 			return err
 		}
 	}
@@ -747,11 +803,16 @@ func (l *trainLoop) report(stdout io.Writer) error {
 		l.stopped, l.last.Step, total, l.stoppedAt, out, out, total), exitStatus(l.stopped)}
 }
 
-// writeRunOut writes summary.json and the trained weights (fp32 master
-// weights, gathered from every rank's shards and tier) as one safetensors
-// file, streamed one chunk at a time, under dir.
-func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, stdout io.Writer) error {
-	b, _ := json.MarshalIndent(summaryJSON(sum, elapsed), "", "  ")
+// writeRunOut writes summary.json (with the last evaluation, when there
+// was one) and the trained weights (fp32 master weights, gathered from
+// every rank's shards and tier) as one safetensors file, streamed one
+// chunk at a time, under dir.
+func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, ev *EvalLine, stdout io.Writer) error {
+	js := summaryJSON(sum, elapsed)
+	if ev != nil {
+		js["eval_loss"], js["eval_tokens"] = ev.Loss, ev.Tokens
+	}
+	b, _ := json.MarshalIndent(js, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("train: %w", err)
 	}

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
@@ -13,6 +15,7 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
+	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -79,11 +82,12 @@ func TestCheckpointingEquivalence(t *testing.T) {
 }
 
 // checkOffloadedInputs: with cpu_checkpointing the saved inputs went to
-// the host and came back every step, and from the third step on (the
-// planner plans from the step before) most were ready or on their way
-// when the backward asked for them: e missed no more accesses than base,
-// the same run without checkpointing, the first two steps' restores and
-// half of the later steps' (see below).
+// the host and came back every step, and each rank's planner brings them
+// back ahead of the backward as it does params (checkInputsPlanned).
+// Whether a planned upload lands before its access in real time depends on
+// how busy this machine is (the planner's deadlines come from the compute
+// times it measured and the bandwidths the store measured), so the
+// real-time hit, late and miss counts are only logged.
 func checkOffloadedInputs(t *testing.T, e, base *Engine) {
 	t.Helper()
 	if !e.act.Offload {
@@ -111,26 +115,128 @@ func checkOffloadedInputs(t *testing.T, e, base *Engine) {
 	if up := ts.LinkBytes[shard.HostToHBM]; up < testSteps*perStep {
 		t.Errorf("moved %d B up in %d steps, want at least %d", up, testSteps, testSteps*perStep)
 	}
-	t.Logf("tier: %d accesses, %d hits, %d late, %d missed, %d divergences", ts.Accesses, ts.Hits, ts.Late, ts.Misses, ts.Divergences)
 	var baseMisses int64
 	if bt := base.Summary().Tier; bt != nil {
 		baseMisses = bt.Misses
 	}
-	// Not prefetched, every restore would miss: 20 steps' worth. The first
-	// step's miss (the planner has no trace yet), and the second's may
-	// (its compute times come from the first, slowed by the demand
-	// fetches). From the third on, up to half may miss too: no step waits
-	// on the host for the device (no device free in a step), so the host
-	// runs ahead of the device and asks for a block's input before the
-	// device has finished the backward of the block two above, whose
-	// input's room (the store keeps room for two) is only then given back;
-	// the planner counts that as a miss though the device still has the
-	// block between to run. The first restore of a backward, of the input
-	// the forward saved last, misses the same way.
-	first := int64(e.n*e.accum) * blocks
-	if allowed := baseMisses + 2*first + (testSteps-2)*first/2; ts.Misses > allowed {
-		t.Errorf("%d accesses missed, more than the run without checkpointing (%d), twice the %d restores of the first step and half of the later steps': the saved inputs are not prefetched", ts.Misses, baseMisses, first)
+	t.Logf("tier (real time, not asserted): %d accesses, %d hits, %d late, %d missed (%d without checkpointing), %d divergences",
+		ts.Accesses, ts.Hits, ts.Late, ts.Misses, baseMisses, ts.Divergences)
+	for r := range e.ranks {
+		checkInputsPlanned(t, e, r)
 	}
+}
+
+// checkInputsPlanned: rank r's planner plans its saved inputs from its
+// trace (the last step it recorded), as it does params. The trace declares
+// them, per micro-batch: each checkpointed block's input written in host
+// memory in the forward, in block order, then read in HBM in the backward,
+// in reverse order. And the planner, replaying that trace in its simulated
+// time (prefetch.Plan, as checkPlanHitRate: the configured bandwidths, every
+// access computing for twice the longest transfer of any shard of the
+// trace, so that nothing depends on this machine's load), brings every
+// one of them up ahead (checkRestores).
+func checkInputsPlanned(t *testing.T, e *Engine, r int) {
+	t.Helper()
+	d := e.tiers.drivers[r]
+	var tr prefetch.Trace
+	d.Do(func() { tr = d.p.Trace() })
+	var got, want []string
+	for _, a := range tr.Accesses {
+		if a.Key.State == shard.Activation {
+			got = append(got, a.String())
+		}
+	}
+	layers := e.layout.Shape.Layers
+	for range e.accum {
+		for l := range layers {
+			if e.act.Checkpointed(l, layers) {
+				want = append(want, prefetch.Access{Key: akey(l, r), Phase: prefetch.Forward, Tier: shard.Host, Kind: prefetch.Write}.String())
+			}
+		}
+		for l := layers - 1; l >= 0; l-- {
+			if e.act.Checkpointed(l, layers) {
+				want = append(want, prefetch.Access{Key: akey(l, r), Phase: prefetch.Backward, Tier: shard.HBM, Kind: prefetch.Read}.String())
+			}
+		}
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("rank %d: the planner's trace has the saved-input accesses\n%s\nwant\n%s", r, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	resid, err := e.tiers.residency(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := e.tiers.popts
+	opts.BandwidthBytesPerSec = e.opts.LinkBandwidth // the configured ones, not the measured
+	var longest time.Duration
+	for _, a := range tr.Accesses {
+		for l := range prefetch.LinkCount {
+			longest = max(longest, opts.TransferTime(prefetch.Link(l), resid[a.Key].SizeBytes))
+		}
+	}
+	for i := range tr.Accesses {
+		tr.Accesses[i].Compute = 2 * longest
+	}
+	const steps = 3
+	sched, err := prefetch.Plan(tr, resid, opts, steps)
+	if err != nil {
+		t.Fatalf("rank %d: %v", r, err)
+	}
+	hits, late := checkRestores(t, r, sched, len(tr.Accesses))
+	if n := (steps - 1) * len(want) / 2; hits+late != n {
+		t.Errorf("rank %d: %d restores simulated from the second step, want %d", r, hits+late, n)
+	}
+	t.Logf("rank %d: %d saved-input restores a step in the trace; simulated steps 2-%d: %d prefetched and landed, %d prefetched right after their save (late)", r, len(want)/2, steps, hits, late)
+}
+
+// checkRestores: in the simulated schedule sched, from the second step
+// (accesses from index n on), the HBM copy of every restored input is
+// brought by a Prefetch from host memory (never a demand fetch) issued
+// after the input's save was released and before its restore began; it
+// has landed by then (a hit) unless the restore is the very next access
+// after the save (the last checkpointed block: its input is written and
+// read back with no access between, so no transfer can land in between
+// and the restore is late, its prefetch issued as soon as the save ended).
+// It returns the hits and the late ones.
+func checkRestores(t *testing.T, r int, sched *prefetch.Schedule, n int) (hits, late int) {
+	t.Helper()
+	saved := map[shard.Key]prefetch.ScheduledAccess{}
+	for _, a := range sched.Accesses {
+		if a.Key.State != shard.Activation {
+			continue
+		}
+		if a.Kind == prefetch.Write {
+			saved[a.Key] = a
+			continue
+		}
+		sv, ok := saved[a.Key]
+		if a.Step == 0 && (!ok || a.Index < n) {
+			continue
+		}
+		if !ok || sv.Step != a.Step {
+			t.Errorf("rank %d, simulated step %d: %s restored with no save before it", r, a.Step+1, a.Key)
+			continue
+		}
+		var up *prefetch.ScheduledMove // the last move into HBM issued between the save and the restore
+		for i := range sched.Moves {
+			m := &sched.Moves[i]
+			if m.Key == a.Key && m.To == shard.HBM && !m.Instant() && m.IssueSeq > sv.EndSeq && m.IssueSeq < a.StartSeq {
+				up = m
+			}
+		}
+		adjacent := a.Index == sv.Index+1
+		switch {
+		case up == nil || up.Reason != prefetch.Prefetch || up.From != shard.Host:
+			t.Errorf("rank %d, simulated step %d: the restore of %s (a %s) found no prefetch from host memory issued after its save (%+v)", r, a.Step+1, a.Key, a.Outcome, up)
+		case a.Outcome == prefetch.Hit && up.DoneSeq < a.StartSeq:
+			hits++
+		case a.Outcome == prefetch.Late && adjacent:
+			late++
+		default:
+			t.Errorf("rank %d, simulated step %d: the restore of %s is a %s (%d accesses after its save), its prefetch issued at %v, landed at %v, the restore began at %v", r, a.Step+1, a.Key, a.Outcome, a.Index-sv.Index, up.Issue, up.Done, a.Start)
+		}
+	}
+	return hits, late
 }
 
 // TestCheckpointingTiered: with params and optimizer state on NVMe or in

@@ -1,31 +1,84 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/model"
 )
 
-// ErrEmptyCorpus says a data file has no bytes.
-var ErrEmptyCorpus = errors.New("engine: data file is empty")
+// Dataset is a source of packed training rows (data.Packed): row g of
+// the run, by global index, the same for every rank and way of splitting
+// the global batch. Step t (from 1) reads rows (t-1)·G .. (t-1)·G+G-1 with
+// G = N·A·B, and rank r's micro-batch k is B rows from (t-1)·G + (r·A+k)·B,
+// the split model.Sampler documents for raw windows.
+type Dataset interface {
+	// Seq is the row length; it must be the run's seq_len.
+	Seq() int
+	// Rows returns rows first .. first+n-1 as a batch of n rows.
+	Rows(first int64, n int) (model.Batch, error)
+}
 
-// OpenCorpus opens a data file (any bytes, one token per byte) to be read
-// in windows (model.FileCorpus): memory does not grow with its size. A
-// missing or empty file, or one that is not a regular file (a device such
-// as /dev/zero, a pipe, a directory), is an error that names it.
-func OpenCorpus(path string) (*model.FileCorpus, error) {
-	c, err := model.OpenCorpus(path)
+// EvalSet is a held-out set of rows (data.EvalSet) that Eval reads whole;
+// rows from Len on are padding without targets.
+type EvalSet interface {
+	Dataset
+	// Len is the number of rows.
+	Len() int64
+}
+
+// SeqLen is the row length of a run of cfg: strata.seq_len, else the
+// max_seq_len of its strata.model (0 when the config names no shape: a
+// library user's Options.Model sets its own seq_len).
+func SeqLen(cfg *config.Config) int {
+	if cfg.Strata.SeqLen > 0 {
+		return cfg.Strata.SeqLen
+	}
+	if s := cfg.Shape(); s != nil {
+		return s.MaxSeq
+	}
+	return 0
+}
+
+// TrainData is a data file opened for a run: raw text (Source.Corpus,
+// drawn from in random windows) or JSONL (Packed). Close it after the
+// engine.
+type TrainData struct {
+	*data.Source
+	Packed *data.Packed // JSONL; nil for raw text
+}
+
+// OpenTrainData opens the data file at path for a run of cfg (data.Open,
+// with o's tokenizer, chat template and token-file directory): raw text
+// is read as windows, JSONL examples are packed into rows of the run's
+// seq_len, in an order shuffled per epoch from strata.seed (file order
+// without shuffle).
+func OpenTrainData(path string, cfg *config.Config, o data.Options, shuffle bool) (*TrainData, error) {
+	src, err := data.Open(path, o)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	if c.Len() == 0 {
-		c.Close()
-		return nil, fmt.Errorf("%w: %s has no bytes to train on", ErrEmptyCorpus, path)
+	d := &TrainData{Source: src}
+	if src.Stats.Format == data.JSONL {
+		if d.Packed, err = data.NewPacked(src.File, SeqLen(cfg), cfg.Strata.Seed, shuffle); err != nil {
+			src.Close()
+			return nil, fmt.Errorf("engine: %w", err)
+		}
 	}
-	return c, nil
+	return d, nil
+}
+
+// Apply gives opts the data: Corpus for raw text, Dataset for JSONL.
+func (d *TrainData) Apply(opts *Options) {
+	opts.Corpus, opts.Dataset = nil, nil
+	if d.Packed != nil {
+		opts.Dataset = d.Packed
+	} else {
+		opts.Corpus = d.Corpus
+	}
 }
 
 // SyntheticCorpus is the built-in training text of a run without data: about
@@ -53,3 +106,121 @@ func SyntheticCorpus(sizeBytes int) []int32 {
 
 // syntheticCorpusBytes is the size of the built-in corpus.
 const syntheticCorpusBytes = 64 << 10
+
+// batches is the engine's source of training rows: a model.Sampler of
+// random windows over a raw corpus, or a Dataset of packed rows.
+type batches struct {
+	sampler *model.Sampler
+	dataset Dataset
+	checked bool       // every token was checked against the vocabulary at New (model.Tokens)
+	file    *TrainData // the data New opened from strata.data, closed by Close; nil for data given in Options
+}
+
+// newBatches returns the sequence length and the source of rows:
+// Options.Dataset, Options.Corpus, strata.data (opened with
+// OpenTrainData, byte-level, shuffled; closed with the engine), or the
+// synthetic corpus.
+func newBatches(cfg *config.Config, m Model, opts Options) (int, *batches, error) {
+	seq := cfg.Strata.SeqLen
+	if seq == 0 {
+		seq = m.MaxSeq()
+	}
+	if seq > m.MaxSeq() {
+		return 0, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, m.MaxSeq())
+	}
+	b := &batches{}
+	corpus := opts.Corpus
+	switch {
+	case opts.Dataset != nil:
+		b.dataset = opts.Dataset
+	case corpus != nil:
+	case cfg.Strata.Data != "":
+		d, err := OpenTrainData(cfg.Strata.Data, cfg, data.Options{}, true)
+		if err != nil {
+			return 0, nil, err
+		}
+		b.file = d
+		if d.Packed != nil {
+			b.dataset = d.Packed
+		} else {
+			corpus = d.Corpus
+		}
+	default:
+		corpus = model.Tokens(SyntheticCorpus(syntheticCorpusBytes))
+	}
+	if b.dataset != nil {
+		if b.dataset.Seq() != seq {
+			b.close()
+			return 0, nil, fmt.Errorf("engine: the dataset's rows are %d tokens, the run's seq_len is %d", b.dataset.Seq(), seq)
+		}
+		return seq, b, nil
+	}
+	if t, ok := corpus.(model.Tokens); ok {
+		// Checked whole here; a corpus read in windows is checked a batch
+		// at a time (readBatches).
+		if err := checkVocab(t, m.Vocab(), false); err != nil {
+			return 0, nil, fmt.Errorf("engine: %w", err)
+		}
+		b.checked = true
+	}
+	s, err := model.NewCorpusSampler(corpus, seq, cfg.Strata.Seed)
+	if err != nil {
+		b.close()
+		return 0, nil, fmt.Errorf("engine: data: %w", err)
+	}
+	b.sampler = s
+	return seq, b, nil
+}
+
+// close closes the data file New opened, if any.
+func (b *batches) close() error {
+	if b == nil || b.file == nil {
+		return nil
+	}
+	f := b.file
+	b.file = nil
+	return f.Close()
+}
+
+// rows returns rank rank's micro-batch micro of step (from 1): rows
+// (rank·A+micro)·B onward of the step's global batch.
+func (e *Engine) rows(step int64, rank, micro int) (model.Batch, error) {
+	d := e.data
+	if d.sampler != nil {
+		return d.sampler.RankBatch(int(step-1), rank, micro, e.accum, e.micro)
+	}
+	first := (step-1)*int64(e.n*e.accum*e.micro) + int64((rank*e.accum+micro)*e.micro)
+	return d.dataset.Rows(first, e.micro)
+}
+
+// checkBatch checks a batch read in windows against the vocabulary and
+// its shape: ids and targets in [0, vocab) (targets may be
+// model.IgnoreTarget), positions within the row.
+func (e *Engine) checkBatch(b model.Batch) error {
+	if b.Rows != e.micro || b.Seq != e.seq || len(b.IDs) != e.micro*e.seq || len(b.Targets) != len(b.IDs) || (b.Pos != nil && len(b.Pos) != len(b.IDs)) {
+		return fmt.Errorf("the data gave a batch of %d×%d (%d ids, %d targets, %d positions), want %d×%d", b.Rows, b.Seq, len(b.IDs), len(b.Targets), len(b.Pos), e.micro, e.seq)
+	}
+	if err := checkVocab(b.IDs, e.model.Vocab(), false); err != nil {
+		return err
+	}
+	if err := checkVocab(b.Targets, e.model.Vocab(), true); err != nil {
+		return err
+	}
+	for i, p := range b.Pos {
+		if p < 0 || int(p) > i%e.seq {
+			return fmt.Errorf("token %d has position %d: a position is at most its column (%d)", i, p, i%e.seq)
+		}
+	}
+	return nil
+}
+
+// checkVocab says which token of tokens is outside the vocabulary
+// [0, vocab) (model.IgnoreTarget allowed when ignore).
+func checkVocab(tokens []int32, vocab int, ignore bool) error {
+	for i, t := range tokens {
+		if (t < 0 || int(t) >= vocab) && !(ignore && t == model.IgnoreTarget) {
+			return fmt.Errorf("token %d (id %d) is outside the vocabulary [0, %d)", i, t, vocab)
+		}
+	}
+	return nil
+}

@@ -332,6 +332,17 @@
 // the ranks waited per access tier, the bytes per link and the peak bytes
 // per tier against their budgets (StepStats.Tier), and the optimizer time.
 //
+// # Data and evaluation (data.go, eval.go)
+//
+// A step's rows come from a model.Sampler of random windows over a raw
+// corpus (Options.Corpus) or from a Dataset of packed examples
+// (Options.Dataset, data.Packed), read by global row index: step t reads
+// rows (t-1)·G .. (t-1)·G+G-1, rank r's micro-batch k the B rows from
+// (r·A+k)·B, so every split of the global batch reads the same rows. Eval
+// runs the forward pass alone over an EvalSet, through the same hooks
+// (hooks.beginEval: the forward's part of model.AccessOrder), after
+// completing the pending host update; it changes no training state.
+//
 // # Frozen chunks (freeze.go)
 //
 // strata.freeze names tensors by pattern (a substring, or a path.Match

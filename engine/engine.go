@@ -39,8 +39,7 @@ type Engine struct {
 	model     Model          // what trains: Options.Model or the config's decoder (model.go)
 	layout    *model.Layout  // model.Layout()
 	order     []model.Access // e.model.AccessOrder(), checked
-	data      *model.Sampler
-	dataFile  *model.FileCorpus // the corpus New opened from strata.data, closed by Close; nil for one given in Options
+	data      *batches       // the rows of every step (data.go)
 	n         int
 	stage     int
 	precision gpu.DType
@@ -110,13 +109,13 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if src := opts.Init; src != nil && src.Shape().Canonical() != layout.Shape.Canonical() {
 		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), layout.Shape)
 	}
-	seq, data, dataFile, err := newSampler(cfg, m, opts)
+	seq, data, err := newBatches(cfg, m, opts)
 	if err != nil {
 		return nil, err
 	}
 	z := cfg.ZeRO
 	e := &Engine{
-		cfg: cfg, opts: opts, model: m, layout: layout, order: order, data: data, dataFile: dataFile, n: len(devices), stage: z.Stage,
+		cfg: cfg, opts: opts, model: m, layout: layout, order: order, data: data, n: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, t0: time.Now(),
@@ -178,73 +177,18 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 	return nil
 }
 
-// newSampler returns the sequence length and the sampler over the corpus:
-// Options.Corpus, strata.data (streamed from the file,
-// which it returns to be closed with the engine), or the synthetic corpus.
-func newSampler(cfg *config.Config, m Model, opts Options) (int, *model.Sampler, *model.FileCorpus, error) {
-	seq := cfg.Strata.SeqLen
-	if seq == 0 {
-		seq = m.MaxSeq()
-	}
-	if seq > m.MaxSeq() {
-		return 0, nil, nil, fmt.Errorf("engine: seq_len %d exceeds the model's max_seq_len %d", seq, m.MaxSeq())
-	}
-	var file *model.FileCorpus
-	corpus := opts.Corpus
-	switch {
-	case corpus != nil:
-	case cfg.Strata.Data != "":
-		var err error
-		if file, err = OpenCorpus(cfg.Strata.Data); err != nil {
-			return 0, nil, nil, err
-		}
-		corpus = file
-	default:
-		corpus = model.Tokens(SyntheticCorpus(syntheticCorpusBytes))
-	}
-	if t, ok := corpus.(model.Tokens); ok {
-		// Checked whole here; a corpus read in windows is checked a batch
-		// at a time (readBatches).
-		if err := checkVocab(t, m.Vocab()); err != nil {
-			return 0, nil, nil, fmt.Errorf("engine: %w", err)
-		}
-	}
-	data, err := model.NewCorpusSampler(corpus, seq, cfg.Strata.Seed)
-	if err != nil {
-		if file != nil {
-			file.Close()
-		}
-		return 0, nil, nil, fmt.Errorf("engine: data: %w", err)
-	}
-	return seq, data, file, nil
-}
-
-// checkVocab says which token of tokens is outside the vocabulary
-// [0, vocab).
-func checkVocab(tokens []int32, vocab int) error {
-	for i, t := range tokens {
-		if t < 0 || int(t) >= vocab {
-			return fmt.Errorf("token %d (id %d) is outside the vocabulary [0, %d)", i, t, vocab)
-		}
-	}
-	return nil
-}
-
 // readBatches reads every rank's micro-batches of step before any rank
 // starts, so that a read error (an I/O error, a data file that shrank)
 // ends the step before anything ran, on every rank alike, and the step
-// can be retried. A corpus not checked whole by New (one read in windows)
-// has each batch's tokens checked against the vocabulary.
+// can be retried. Data read in windows (all but model.Tokens, checked
+// whole by New) has each batch checked against the vocabulary.
 func (e *Engine) readBatches(step int64) error {
-	_, checked := e.data.Corpus().(model.Tokens)
 	for _, r := range e.ranks {
 		r.batches = r.batches[:0]
 		for k := range e.accum {
-			b, err := e.data.RankBatch(int(step-1), r.idx, k, e.accum, e.micro)
-			if err == nil && !checked {
-				if err = checkVocab(b.IDs, e.model.Vocab()); err == nil {
-					err = checkVocab(b.Targets, e.model.Vocab())
-				}
+			b, err := e.rows(step, r.idx, k)
+			if err == nil && !e.data.checked {
+				err = e.checkBatch(b)
 			}
 			if err != nil {
 				return fmt.Errorf("engine: step %d: rank %d micro-batch %d: %w", step, r.idx, k, err)
@@ -256,14 +200,7 @@ func (e *Engine) readBatches(step int64) error {
 }
 
 // closeData closes the data file New opened, if any.
-func (e *Engine) closeData() error {
-	if e.dataFile == nil {
-		return nil
-	}
-	f := e.dataFile
-	e.dataFile = nil
-	return f.Close()
-}
+func (e *Engine) closeData() error { return e.data.close() }
 
 // layOut takes the memory options from the config, the estimate, and lays
 // the chunks out as it does (ShardElems, persistent chunks).
@@ -410,8 +347,14 @@ func (e *Engine) Layout() *model.Layout { return e.layout }
 // Config returns the config the engine runs.
 func (e *Engine) Config() *config.Config { return e.cfg }
 
-// Sampler returns the data sampler (its windows depend only on seed, step and row).
-func (e *Engine) Sampler() *model.Sampler { return e.data }
+// Sampler returns the sampler of random windows over a raw corpus (its
+// windows depend only on seed, step and row); nil when the data is a
+// Dataset of packed rows.
+func (e *Engine) Sampler() *model.Sampler { return e.data.sampler }
+
+// Dataset returns the packed rows the engine trains on; nil for a raw
+// corpus (Sampler).
+func (e *Engine) Dataset() Dataset { return e.data.dataset }
 
 // TokensPerStep is the tokens of one global batch: N·A·B·seq.
 func (e *Engine) TokensPerStep() int { return e.n * e.accum * e.micro * e.seq }

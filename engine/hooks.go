@@ -43,7 +43,9 @@ import (
 // rank's state is ready for the next step.
 type hooks struct {
 	r     *rank
-	order []model.Access // one micro-batch's calls (Model.AccessOrder)
+	order []model.Access // this micro-batch's calls: full, or fwd for Eval
+	full  []model.Access // a training micro-batch's calls (Model.AccessOrder)
+	fwd   []model.Access // a forward-only micro-batch's calls (Eval): full's forward part
 	pos   int            // index of the next call in order
 	micro int            // micro-batch index within the step
 	last  bool           // the step's last micro-batch
@@ -93,13 +95,23 @@ type bucket struct {
 }
 
 func newHooks(r *rank) *hooks {
-	return &hooks{r: r, order: r.e.order, live: map[int]*gathered{}, buckets: map[int]*bucket{},
+	full := r.e.order
+	n := 0
+	for n < len(full) && full[n].Pass == model.PassForward {
+		n++
+	}
+	return &hooks{r: r, order: full, full: full, fwd: full[:n], live: map[int]*gathered{}, buckets: map[int]*bucket{},
 		inputs: map[int]*tier.Lease{}, saved: map[int]gpu.Event{}}
 }
 
 // begin starts micro-batch k of a step.
 func (h *hooks) begin(k int, last bool) {
-	h.micro, h.last, h.pos = k, last, 0
+	h.order, h.micro, h.last, h.pos = h.full, k, last, 0
+}
+
+// beginEval starts a forward-only micro-batch (Eval): the forward's calls.
+func (h *hooks) beginEval() {
+	h.order, h.micro, h.last, h.pos = h.fwd, 0, false, 0
 }
 
 // next checks that a is the call Model.AccessOrder lists next and moves on.

@@ -14,12 +14,10 @@ import (
 
 // Options configure an Engine beyond its config file.
 type Options struct {
-	// Corpus is the training corpus, read a window at a time: in memory
-	// (model.Tokens of byte-level ids, model.Encode), or streamed from a
-	// file (a model.FileCorpus from OpenCorpus; the caller closes it after
-	// the engine). nil streams strata.data from the config (OpenCorpus; the
-	// engine closes it), or uses the built-in synthetic corpus when that is
-	// empty too.
+	// Corpus is a raw training text, drawn from in random windows
+	// (model.Sampler): in memory (model.Tokens, model.Encode), or streamed
+	// from a file (model.FileCorpus, or a token file: OpenTrainData; the
+	// caller closes it after the engine).
 	Corpus model.Corpus
 	// Model, when set, is the model to train, defined by the caller (a Go
 	// program's own architecture; see Model and docs/library.md) instead
@@ -27,6 +25,13 @@ type Options struct {
 	// it (its Layout's Name). Init must be nil: the initial values come
 	// from its InitChunk.
 	Model Model
+	// Dataset is packed training examples (data.Packed from
+	// OpenTrainData, a JSONL file): the rows of each step by global index.
+	// At most one of Corpus and Dataset; with neither, New opens
+	// strata.data (OpenTrainData: the byte-level tokenizer, ChatML, token
+	// file in os.TempDir, shuffled; the engine closes it), or uses the
+	// built-in synthetic corpus when that is empty too.
+	Dataset Dataset
 	// Init, when set, gives the initial parameters instead of the seeded
 	// initialisation (Layout.InitChunk with strata.seed): an imported
 	// model (checkpoint.OpenHF, a training checkpoint's weights through
@@ -148,6 +153,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("engine: optimizer threads %d must be >= 1", o.OptimizerThreads)
 	case o.MaxLiveChunks < 2:
 		return fmt.Errorf("engine: max live chunks %d must be >= 2 (the chunk in use and the next)", o.MaxLiveChunks)
+	case o.Corpus != nil && o.Dataset != nil:
+		return fmt.Errorf("engine: options give both a Corpus and a Dataset: give one")
 	case o.TierHBMBytes < 0 || o.PrefetchSlack < 0:
 		return fmt.Errorf("engine: tier hbm bytes %d and prefetch slack %v must be >= 0", o.TierHBMBytes, o.PrefetchSlack)
 	}
@@ -164,6 +171,9 @@ func (o Options) String() string {
 	src := "config"
 	switch c := o.Corpus.(type) {
 	case nil:
+		if o.Dataset != nil {
+			src = fmt.Sprintf("packed rows of %d", o.Dataset.Seq())
+		}
 	case *model.FileCorpus:
 		src = fmt.Sprintf("file %s (%d tokens)", c.Path(), c.Len())
 	default:

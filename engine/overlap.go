@@ -177,6 +177,14 @@ type hostRun struct {
 	// would run while the devices are idle between the steps.
 	start     chan struct{}
 	startOnce sync.Once
+	// startEv (set with start's close): cpuadam waits for it too, a mark
+	// on the compute stream behind the first chunks of the next forward,
+	// so that it starts once the devices' compute is under way (nil: at
+	// once).
+	startEv gpu.Event
+	// flushes counts flushChunk's calls on a delayed run (the rank
+	// goroutine only): begin records startEv at the dpuStartFlush-th.
+	flushes int
 	// held is, per chunk updated during the backward, its leases, kept
 	// until the step is known finite (written before ready[c] closes).
 	held [][5]*tier.Lease
@@ -279,6 +287,9 @@ func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 	defer close(run.done)
 	if run.start != nil {
 		<-run.start
+		if run.startEv != nil {
+			run.startEv.Synchronize() // the next forward's compute is under way
+		}
 	}
 	for j := range run.jobs {
 		if j.release {
@@ -312,17 +323,21 @@ func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 	}
 }
 
-// begin lets a delayed update's cpuadam start (once).
-func (run *hostRun) begin() {
+// begin lets a delayed update's cpuadam start (once), after ev when ev
+// is not nil.
+func (run *hostRun) begin(ev gpu.Event) {
 	if run.start != nil {
-		run.startOnce.Do(func() { close(run.start) })
+		run.startOnce.Do(func() {
+			run.startEv = ev
+			close(run.start)
+		})
 	}
 }
 
 // wait waits for the update's goroutine to have run every job (letting a
 // delayed one start first).
 func (run *hostRun) wait() {
-	run.begin()
+	run.begin(nil)
 	<-run.done
 }
 
@@ -332,8 +347,8 @@ func (run *hostRun) wait() {
 // the next step reads chunk c's params, at points Model.AccessOrder fixes.
 func (r *rank) flushChunk(c int) {
 	if run := r.run; run != nil && run.delayed {
-		run.begin() // the forward has begun: the devices have work
-		return      // dpu: the pass reads the params before the update; finishRun uploads it
+		r.beginDelayed(run)
+		return // dpu: the pass reads the params before the update; finishRun uploads it
 	}
 	r.flushNow(c)
 }

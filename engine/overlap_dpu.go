@@ -17,7 +17,9 @@ import (
 // before step t+1's own update starts. The rank's goroutine still waits
 // for the update to end before it writes the gradient's host copy again
 // (waitHost), so cpuadam overlaps the forward and the backward up to the
-// first reduced chunk. Not with offload_param (the new param is a
+// first reduced chunk. It starts once the pass's compute is under way
+// (beginDelayed), not at the step's end nor at the pass's first Acquire,
+// where the devices are idle. Not with offload_param (the new param is a
 // tier-store state the pass would read) nor with clipping during the
 // backward (dpu updates after the norm).
 //
@@ -34,6 +36,29 @@ import (
 // warm-up).
 func (e *Engine) delayed(step int64) bool {
 	return e.overlap == OverlapDPU && step > int64(e.cfg.Strata.DPUWarmupSteps)
+}
+
+// dpuStartFlush is the flushChunk call of the next pass at which a delayed
+// update's cpuadam is let go: the third, which comes once the pass has
+// enqueued its first chunk's compute (at stages 0-2 the first two; at
+// stage 3 the Acquire of the second chunk gathers the third ahead).
+// Started at the first, cpuadam took the cores before the pass had
+// enqueued anything, and its first pieces ran with the devices idle.
+const dpuStartFlush = 3
+
+// beginDelayed counts the next pass's flushChunk calls on the delayed run
+// and, at the dpuStartFlush-th, lets its cpuadam start after a mark on the
+// compute stream: once the compute enqueued so far has run, i.e. while
+// the devices work on the chunk the pass enqueues next. A model with
+// fewer chunks starts it at the pass's end (finishRun's wait).
+func (r *rank) beginDelayed(run *hostRun) {
+	run.flushes++
+	if run.flushes != dpuStartFlush {
+		return
+	}
+	ev := r.dev.NewEvent()
+	r.s.Record(ev)
+	run.begin(ev)
 }
 
 // settleDelayed waits for a delayed update's cpuadam and leaves its upload

@@ -347,3 +347,41 @@ func TestDPU(t *testing.T) {
 		}
 	})
 }
+
+// TestDPUStart: a delayed update's cpuadam is let go at the next pass's
+// dpuStartFlush-th flushChunk, after a mark on the compute stream, not at
+// the first (when the pass has enqueued nothing and the devices are idle);
+// the waits that need the update start it with no mark.
+func TestDPUStart(t *testing.T) {
+	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
+	e := newEngineJSON(t, dpuJSON(s, 0), 2)
+	r := e.ranks[0]
+	run := &hostRun{delayed: true, start: make(chan struct{})}
+	r.run = run
+	defer func() { r.run = nil }()
+	closed := func() bool {
+		select {
+		case <-run.start:
+			return true
+		default:
+			return false
+		}
+	}
+	for i := 1; i < dpuStartFlush; i++ {
+		r.flushChunk(0)
+		if closed() {
+			t.Fatalf("cpuadam let go at flushChunk call %d, want at %d", i, dpuStartFlush)
+		}
+	}
+	r.flushChunk(0)
+	if !closed() || run.startEv == nil {
+		t.Fatalf("after %d flushChunk calls: started %v, mark %v; want started after a mark on the compute stream", dpuStartFlush, closed(), run.startEv)
+	}
+	run.startEv.Synchronize()
+	r.flushChunk(0) // later calls change nothing
+	other := &hostRun{delayed: true, start: make(chan struct{})}
+	other.begin(nil) // wait's path: at once, no mark
+	if other.startEv != nil {
+		t.Error("begin(nil) left a mark")
+	}
+}

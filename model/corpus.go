@@ -79,22 +79,9 @@ func OpenCorpus(path string) (*FileCorpus, error) {
 
 // regular refuses what is not a regular file, saying what it is.
 func regular(path string, fi fs.FileInfo) error {
-	m := fi.Mode()
-	if m.IsRegular() {
+	what := FileKind(fi.Mode())
+	if what == "" {
 		return nil
-	}
-	what := "a special file"
-	switch {
-	case m.IsDir():
-		what = "a directory"
-	case m&fs.ModeNamedPipe != 0:
-		what = "a named pipe"
-	case m&fs.ModeSocket != 0:
-		what = "a socket"
-	case m&fs.ModeCharDevice != 0:
-		what = "a character device"
-	case m&fs.ModeDevice != 0:
-		what = "a block device"
 	}
 	return fmt.Errorf("model: data %s: %w (%s): training draws windows at random offsets and needs a file of known size; give a regular file", path, ErrNotRegular, what)
 }
@@ -124,3 +111,25 @@ func (c *FileCorpus) Read(off int64, dst []int32) error {
 
 // Close closes the file.
 func (c *FileCorpus) Close() error { return c.f.Close() }
+
+// FileKind names what a file of mode m is when it is not a regular file
+// ("a directory", "a named pipe", ...), and is "" for a regular file: the
+// words of the errors that refuse a data file that cannot be read at
+// random offsets.
+func FileKind(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return ""
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file"
+}

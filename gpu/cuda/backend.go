@@ -87,6 +87,9 @@ type Info struct {
 	DriverVersion                     int // 13000 for CUDA 13.0
 	NVRTCVersion                      string
 	GPUs                              []GPUInfo
+	// Gemm says which library runs the GEMMs (GemmPath); KernelCache
+	// where the compiled kernels came from (kernelcache.go).
+	Gemm, KernelCache string
 }
 
 // GPUInfo describes one physical GPU.
@@ -109,6 +112,8 @@ func Probe() (Info, error) {
 	}
 	inf := Info{DriverPath: l.drv.path, NVRTCPath: l.nvrtc.path, CublasPath: l.blas.path,
 		DriverVersion: l.driverVersion, NVRTCVersion: l.nvrtc.version()}
+	_, _ = ltLoad(l) // so that Gemm says whether cuBLASLt runs the bf16 GEMMs
+	inf.Gemm, inf.KernelCache = GemmPath(), kernelCacheStatus()
 	for _, g := range l.gpus {
 		inf.GPUs = append(inf.GPUs, GPUInfo{Ordinal: g.ordinal, Name: g.name, ComputeCapability: fmt.Sprintf("%d.%d", g.major, g.minor),
 			Multiprocessors: g.sms, TotalBytes: int64(g.totalBytes), StreamMemoryOps: l.drv.hasStreamMemOps, StreamOrderedMalloc: g.memPools})

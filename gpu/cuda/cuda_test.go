@@ -43,7 +43,7 @@ func TestProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("driver %s (CUDA %d), nvrtc %s (%s), cublas %s", inf.DriverPath, inf.DriverVersion, inf.NVRTCVersion, inf.NVRTCPath, inf.CublasPath)
+	t.Logf("driver %s (CUDA %d), nvrtc %s (%s), cublas %s; %s; %s", inf.DriverPath, inf.DriverVersion, inf.NVRTCVersion, inf.NVRTCPath, inf.CublasPath, inf.Gemm, inf.KernelCache)
 	for _, g := range inf.GPUs {
 		t.Logf("GPU %d: %s, compute %s, %d SMs, %s, stream memory ops %v", g.Ordinal, g.Name, g.ComputeCapability, g.Multiprocessors, units.FormatBytes(g.TotalBytes), g.StreamMemoryOps)
 	}

@@ -6,7 +6,8 @@
 // What it owns: the driver API calls (contexts, memory, copies, streams,
 // events, modules, launches), the kernels of gpu.Ops as CUDA C
 // (kernels.cu, embedded in the binary and compiled by NVRTC), GEMM through
-// cuBLAS (cublasGemmEx), and collectives over the devices of the process.
+// cuBLASLt (bf16 operands, tensor cores, fp32 accumulation; cublaslt.go) or
+// cuBLAS (cublasGemmEx, everything else and the fallback), and collectives over the devices of the process.
 //
 // Library search (lib.go), for libcuda.so.1, libnvrtc.so.13/12,
 // libcublas.so.13/12 (with libcublasLt from the same folder, and NVRTC's
@@ -24,9 +25,12 @@
 // exactly the device's compute capability (--gpu-architecture=sm_XX from
 // cuDeviceGetAttribute), with --fmad=false, IEEE division and square root
 // and denormals kept, and loaded as a cubin into each GPU's primary
-// context. The cache is in memory, keyed by source hash, architecture and
-// NVRTC version (kernelKey); there is no on-disk cache yet (compilation
-// takes about 2.5 s on an H200 machine). Attention is the flash-attention
+// context. Compiled modules are cached in memory and on disk
+// (kernelcache.go, os.UserCacheDir()/strata/kernels or $STRATA_KERNEL_CACHE,
+// "off" to disable), keyed by a hash of source, options, architecture,
+// NVRTC and driver version (kernelKey); entries are written atomically and
+// checked by length and sha256 when read, a bad one rebuilt, so a warm
+// start compiles nothing (compilation takes about 2.5 s on an H200). Attention is the flash-attention
 // algorithm (ops_attn.go: causal grouped-query attention over packed
 // examples, fp32 tiles through shared memory, online softmax, lse kept;
 // the backward recomputes P from lse, dK/dV by the block owning each key
@@ -65,8 +69,8 @@
 // request past the budget returns *gpu.OutOfMemoryError without calling
 // the driver, and a driver out-of-memory is returned the same way.
 // Temporaries (attention backward's row dots, mixed-type GEMM operands,
-// sum-of-squares partials, embedding links) come from a block of the
-// stream-ordered pool (cuMemAllocAsync) per stream (scratch.go), outside
+// cuBLASLt's workspace, sum-of-squares partials, embedding links) come
+// from a block of the stream-ordered pool (cuMemAllocAsync) per stream (scratch.go), outside
 // the budget, as gpu/cpu's temporaries live on the Go heap; ReserveBytes
 // leaves room for them and for NCCL's own buffers. The block is handed out
 // front to back and reused once every piece is back (stream order makes
@@ -120,8 +124,9 @@
 // their scalars from adam.Params.Scalars, and the kernel fuses exactly
 // where cpuadam does); row statistics and softmax normalisers are summed
 // in double by a tree, so they differ from gpu/cpu only by float64
-// rounding. GEMM is cuBLAS with fp32 compute (no TF32): reproducible on one
-// GPU model and cuBLAS version, not bit-equal to gpu/cpu. The rank-order
+// rounding. GEMM is cuBLAS(Lt) with fp32 compute (no TF32; bf16 operands
+// on tensor cores with fp32 accumulation, split-K never reduced in place):
+// reproducible on one GPU model and cuBLAS version, not bit-equal to gpu/cpu. The rank-order
 // collectives add in rank order 0..N-1 in fp32 (float64 for F64) and round
 // once; NCCL's (Options.NCCL) add in its algorithm's order, identical on
 // every rank but not the rank-order bits.

@@ -87,10 +87,12 @@ func TestNVRTCOptions(t *testing.T) {
 	if got := nvrtcOptions(12, 1)[0]; got != "--gpu-architecture=sm_121" {
 		t.Errorf("arch option for 12.1: %q", got)
 	}
-	k := kernelKey("src", 9, 0, "13.0")
-	for _, other := range []string{kernelKey("src2", 9, 0, "13.0"), kernelKey("src", 8, 0, "13.0"), kernelKey("src", 9, 0, "13.1")} {
+	o := nvrtcOptions(9, 0)
+	k := kernelKey("src", o, 9, 0, "13.0", 13000)
+	for _, other := range []string{kernelKey("src2", o, 9, 0, "13.0", 13000), kernelKey("src", o, 8, 0, "13.0", 13000),
+		kernelKey("src", o, 9, 0, "13.1", 13000), kernelKey("src", o, 9, 0, "13.0", 13010), kernelKey("src", o[1:], 9, 0, "13.0", 13000)} {
 		if other == k {
-			t.Errorf("kernel key %q does not change with source, arch and nvrtc version", k)
+			t.Errorf("kernel key %q does not change with source, options, arch, nvrtc and driver version", k)
 		}
 	}
 	if !strings.Contains(k, "sm_90") || !strings.Contains(k, "nvrtc13.0") {

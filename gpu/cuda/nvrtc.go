@@ -1,9 +1,7 @@
 package cuda
 
 import (
-	"crypto/sha256"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -96,13 +94,6 @@ func nvrtcOptions(major, minor int) []string {
 		"--std=c++17",
 		"-default-device",
 	}
-}
-
-// kernelKey names a compiled module: the source hash, the architecture and
-// the NVRTC version.
-func kernelKey(src string, major, minor int, nvrtcVersion string) string {
-	h := sha256.Sum256([]byte(src))
-	return fmt.Sprintf("%s-sm_%d%d-nvrtc%s", hex.EncodeToString(h[:8]), major, minor, nvrtcVersion)
 }
 
 // compile compiles src for sm_<major><minor> and returns the cubin.

@@ -121,8 +121,10 @@ func blasType(d gpu.DType) int32 {
 	return cudaR32F
 }
 
-// Gemm computes C = alpha*op(A)*op(B) + beta*C through cublasGemmEx with
-// fp32 compute. cuBLAS is column-major, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ
+// Gemm computes C = alpha*op(A)*op(B) + beta*C with fp32 compute: A and B
+// both bf16 through cuBLASLt (tensor cores, fp32 accumulation; cublaslt.go)
+// where it is loaded and has an algorithm for the shape, everything else
+// through cublasGemmEx. cuBLAS is column-major, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ
 // on the row-major buffers read as their transposes. A and B both bf16, or
 // all three f32, go to cuBLAS directly; other mixes widen the bf16
 // operands to f32 scratch (exactly), run the fp32 GEMM into an f32 C and
@@ -165,6 +167,11 @@ func (o *kernels) gemm(s *Stream, transA, transB bool, m, n, k int, alpha float3
 			err = g.launch(s.h, "cast", g.gridFor(int64(count), 256), 256, 0, devPtr(p), int32(gpu.F32), src.p(), dt(src), int64(count))
 		}
 		return p, err
+	}
+	if a.DType() == gpu.BF16 && b.DType() == gpu.BF16 { // tensor cores through cuBLASLt (cublaslt.go), else cublasGemmEx below
+		if ok, err := ltGemm(s, transA, transB, m, n, k, alpha, aPtr, aT, bPtr, bT, beta, cPtr, cT); ok || err != nil {
+			return err
+		}
 	}
 	native := (a.DType() == gpu.BF16 && b.DType() == gpu.BF16) || (a.DType() == gpu.F32 && b.DType() == gpu.F32 && c.DType() == gpu.F32)
 	narrowC := false

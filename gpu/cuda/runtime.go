@@ -26,10 +26,6 @@ var (
 	libOnce sync.Once
 	theLib  *lib
 	libErr  error
-
-	// cubins compiled in this process, by kernelKey.
-	cubinMu sync.Mutex
-	cubins  = map[string][]byte{}
 )
 
 // kernelNames are the kernels of kernels.cu looked up after loading.
@@ -153,7 +149,7 @@ func newGPUCtx(l *lib, ordinal int) (*gpuCtx, error) {
 	if err := d.check(d.cuDevicePrimaryCtxRetain(&g.ctx, g.dev), "cuDevicePrimaryCtxRetain %d", ordinal); err != nil {
 		return nil, err
 	}
-	bin, err := cubinFor(l.nvrtc, g.major, g.minor)
+	bin, err := cubinFor(l.nvrtc, g.major, g.minor, l.driverVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -176,22 +172,6 @@ func newGPUCtx(l *lib, ordinal int) (*gpuCtx, error) {
 		return nil, err
 	}
 	return g, nil
-}
-
-// cubinFor compiles kernels.cu for sm_<major><minor> once per process.
-func cubinFor(n *nvrtcAPI, major, minor int) ([]byte, error) {
-	key := kernelKey(kernelSource, major, minor, n.version())
-	cubinMu.Lock()
-	defer cubinMu.Unlock()
-	if b, ok := cubins[key]; ok {
-		return b, nil
-	}
-	b, err := n.compile(kernelSource, "strata_kernels.cu", major, minor)
-	if err != nil {
-		return nil, err
-	}
-	cubins[key] = b
-	return b, nil
 }
 
 // do runs f on a locked OS thread with g's context current: the driver

@@ -1,0 +1,241 @@
+package cmd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/data"
+	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/tokenizer"
+)
+
+// dataFlags are train's flags for what it trains on and evaluates.
+func dataFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "data", Usage: "training data: raw text (random windows) or JSONL ({\"text\"}, {\"prompt\", \"completion\"}, {\"messages\"}; by extension .jsonl, else a first line that is such an object), packed into rows (default: strata.data, else a built-in synthetic corpus)"},
+		&cli.StringFlag{Name: "eval-data", Usage: "held-out data (the same formats): its mean loss over the target tokens after every --eval-every steps and at the end"},
+		&cli.IntFlag{Name: "eval-every", Usage: "evaluate --eval-data every N steps (0: only at the end)"},
+		&cli.IntFlag{Name: "epochs", Usage: "train N passes over the data instead of --steps (JSONL: its packed rows; raw text: as many windows as it has tokens)"},
+		&cli.BoolFlag{Name: "no-shuffle", Usage: "JSONL: pack the examples in file order in every epoch (default: an order shuffled per epoch from strata.seed)"},
+		&cli.StringFlag{Name: "chat-template", Usage: "the chat template of {\"messages\"} lines: a model directory (chat_template.jinja or tokenizer_config.json), a tokenizer_config.json or a .jinja file (default: ChatML)"},
+	}
+}
+
+// runData is what a run trains on and evaluates.
+type runData struct {
+	train   *engine.TrainData // nil: the synthetic corpus
+	eval    *data.EvalSet     // nil: no --eval-data
+	evalSrc *data.Source
+	every   int
+}
+
+// Close closes the data files.
+func (d *runData) Close() {
+	if d == nil {
+		return
+	}
+	if d.train != nil {
+		d.train.Close()
+	}
+	if d.evalSrc != nil {
+		d.evalSrc.Close()
+	}
+}
+
+// runTokenizer is the tokenizer the run's data is tokenized with: the
+// tokenizer.json of the model the run started from (--init, or the
+// resumed run's record of it), else the byte-level one. It returns a
+// description for the run's header.
+func runTokenizer(cfg *config.Config, source *checkpoint.Source) (data.Tokenizer, string, error) {
+	if source == nil || source.TokenizerPath() == "" {
+		return data.Bytes{}, "bytes", nil
+	}
+	path := source.TokenizerPath()
+	tok, err := tokenizer.Load(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("train: the model's tokenizer: %w", err)
+	}
+	if v := cfg.Shape().Vocab; tok.VocabSize() > v {
+		return nil, "", fmt.Errorf("train: the tokenizer %s has %d ids, more than the model's vocabulary of %d", path, tok.VocabSize(), v)
+	}
+	return tok, path, nil
+}
+
+// runChat is the chat template of {"messages"} lines: --chat-template,
+// else the one of the Hugging Face model the run started from, else nil
+// (ChatML).
+func runChat(c *cli.Context, source *checkpoint.Source) (*data.ChatTemplate, error) {
+	if p := c.String("chat-template"); p != "" {
+		chat, err := data.LoadChatTemplate(p)
+		if err != nil {
+			return nil, fmt.Errorf("train: --chat-template: %w", err)
+		}
+		return chat, nil
+	}
+	if source == nil || source.Format != checkpoint.SourceHF {
+		return nil, nil
+	}
+	chat, err := data.LoadChatTemplate(source.Path)
+	if errors.Is(err, fs.ErrNotExist) { // no tokenizer_config.json
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("train: the model's chat template: %w", err)
+	}
+	return chat, nil
+}
+
+// checkDataFlags refuses data flags that do not go together.
+func checkDataFlags(c *cli.Context) error {
+	switch {
+	case c.IsSet("epochs") && c.IsSet("steps"):
+		return usagef("train: --epochs and --steps both say how long to train: give one")
+	case c.IsSet("epochs") && c.Int("epochs") < 1:
+		return usagef("train: --epochs %d: need at least 1", c.Int("epochs"))
+	case c.Int("eval-every") < 0:
+		return usagef("train: --eval-every %d: need 0 (only at the end) or more", c.Int("eval-every"))
+	case c.IsSet("eval-every") && c.String("eval-data") == "":
+		return usagef("train: --eval-every needs --eval-data FILE")
+	}
+	return nil
+}
+
+// tokenDir is where the run's token files go: --out when it exists, else
+// the directory it will be created in (the run's disk, not a RAM-backed
+// /tmp), else os.TempDir.
+func tokenDir(out string) string {
+	for _, d := range []string{out, filepath.Dir(filepath.Clean(out))} {
+		if fi, err := os.Stat(d); out != "" && err == nil && fi.IsDir() {
+			return d
+		}
+	}
+	return ""
+}
+
+// openRunData opens strata.data and --eval-data for a run of cfg from
+// source (data files are tokenized in one streaming pass with the model's
+// tokenizer: JSONL always, raw text with a tokenizer other than bytes)
+// and says what they hold.
+func openRunData(c *cli.Context, cfg *config.Config, source *checkpoint.Source, stderr io.Writer) (*runData, error) {
+	d := &runData{every: c.Int("eval-every")}
+	if cfg.Strata.Data == "" && c.String("eval-data") == "" {
+		return d, nil
+	}
+	tok, tokName, err := runTokenizer(cfg, source)
+	if err != nil {
+		return nil, err
+	}
+	chat, err := runChat(c, source)
+	if err != nil {
+		return nil, err
+	}
+	o := data.Options{Tokenizer: tok, Chat: chat, Dir: tokenDir(c.String("out"))}
+	fmt.Fprintf(stderr, "tokenizer: %s\n", tokName)
+	if path := cfg.Strata.Data; path != "" {
+		t0 := time.Now()
+		td, err := engine.OpenTrainData(path, cfg, o, !c.Bool("no-shuffle"))
+		if err != nil {
+			return nil, fmt.Errorf("train: --data: %w", err)
+		}
+		d.train = td
+		describeData(stderr, "data", td.Source, time.Since(t0))
+	}
+	if path := c.String("eval-data"); path != "" {
+		t0 := time.Now()
+		src, err := data.Open(path, o)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("train: --eval-data: %w", err)
+		}
+		d.evalSrc = src
+		if d.eval, err = data.NewEvalSet(src, engine.SeqLen(cfg)); err != nil {
+			d.Close()
+			return nil, fmt.Errorf("train: --eval-data: %w", err)
+		}
+		describeData(stderr, "eval data", src, time.Since(t0))
+	}
+	return d, nil
+}
+
+// describeData prints what a data file holds and how it is read.
+func describeData(w io.Writer, what string, s *data.Source, took time.Duration) {
+	st := s.Stats
+	if st.Format == data.Text && s.File == nil {
+		fmt.Fprintf(w, "%s: %s, raw text, %d tokens (one per byte), read in place in windows\n", what, s.Path, st.Tokens)
+		return
+	}
+	kinds := ""
+	if st.Format == data.JSONL {
+		kinds = fmt.Sprintf(" (%d text, %d prompt/completion, %d chat)", st.Kinds[data.KindText], st.Kinds[data.KindCompletion], st.Kinds[data.KindChat])
+	}
+	fmt.Fprintf(w, "%s: %s, %s, %d examples%s, %d tokens of which %d trained; token file %s (%d B/id), tokenized in %s\n",
+		what, s.Path, st.Format, st.Examples, kinds, st.Tokens, st.Trained,
+		units.FormatBytes(st.Bytes), st.Width, took.Round(time.Millisecond))
+	if st.Template != "" {
+		fmt.Fprintf(w, "  chat template: %s\n", st.Template)
+	}
+	if st.Skipped > 0 {
+		fmt.Fprintf(w, "note: %s: %d examples had no trained token and were left out\n", s.Path, st.Skipped)
+	}
+}
+
+// epochSteps is the number of steps of epochs passes over the training
+// data with global batches of cfg's train_batch_size rows: JSONL, the
+// rows the epochs pack into (the last step reads on into the next epoch);
+// raw text, as many windows of seq_len as it has tokens, per epoch.
+func epochSteps(d *runData, cfg *config.Config, epochs int) (int, error) {
+	g := int64(cfg.TrainBatchSize)
+	var rows int64
+	switch {
+	case d.train == nil:
+		return 0, usagef("train: --epochs needs --data (the synthetic corpus has no epochs)")
+	case d.train.Packed != nil:
+		var err error
+		if rows, err = d.train.Packed.EpochStart(epochs); err != nil {
+			return 0, fmt.Errorf("train: --epochs: %w", err)
+		}
+	default:
+		rows = int64(epochs) * (d.train.Corpus.Len() / int64(engine.SeqLen(cfg)))
+	}
+	steps := (rows + g - 1) / g
+	if steps < 1 || steps > math.MaxInt32 {
+		return 0, fmt.Errorf("train: --epochs %d: %d rows make %d steps of %d rows", epochs, rows, steps, g)
+	}
+	return int(steps), nil
+}
+
+// evalDue says whether the held-out set is evaluated after step (of last).
+func (d *runData) evalDue(step int64, last int) bool {
+	if d == nil || d.eval == nil {
+		return false
+	}
+	return step == int64(last) || (d.every > 0 && step%int64(d.every) == 0)
+}
+
+// EvalLine is an evaluation of --eval-data in steps.jsonl and summary.json.
+type EvalLine struct {
+	Loss   float64 `json:"eval_loss"`
+	Tokens int64   `json:"eval_tokens"`
+}
+
+// evalHeldOut evaluates --eval-data after step and prints the result.
+func evalHeldOut(e *engine.Engine, d *runData, step int64, w io.Writer) (*EvalLine, error) {
+	st, err := e.Eval(d.eval)
+	if err != nil {
+		return nil, fmt.Errorf("train: eval after step %d: %w", step, err)
+	}
+	fmt.Fprintf(w, "eval after step %d: loss %.4f (ppl %.2f) over %d tokens of %s, %s\n",
+		step, st.Loss, math.Exp(st.Loss), st.Tokens, d.evalSrc.Path, st.Duration.Round(time.Millisecond))
+	return &EvalLine{Loss: st.Loss, Tokens: st.Tokens}, nil
+}

@@ -1,0 +1,341 @@
+package data
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/strata-ai/strata/model"
+)
+
+// Format is the format of a data file.
+type Format int
+
+const (
+	// Text is raw text: one token stream, drawn from as random windows.
+	Text Format = iota
+	// JSONL is one example per line ({"text"}, {"prompt", "completion"}
+	// or {"messages"}), packed into rows.
+	JSONL
+)
+
+func (f Format) String() string { return [...]string{"text", "jsonl"}[f] }
+
+// MaxLineBytes bounds a JSONL line: one example is held whole while it is
+// tokenized.
+const MaxLineBytes = 64 << 20
+
+// DetectFormat says how a data file is read: JSONL when its name ends in
+// .jsonl, .json-lines or .jsonlines, or when its first line (after
+// whitespace and a UTF-8 byte-order mark) is a JSON object with a "text",
+// "prompt", "completion" or "messages" key; raw text otherwise.
+func DetectFormat(path string) (Format, error) {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jsonl", ".json-lines", ".jsonlines":
+		return JSONL, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, fmt.Errorf("data: %w", err)
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 1<<16)
+	head, err := r.Peek(1 << 16)
+	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
+		return 0, fmt.Errorf("data: %s: %w", path, err)
+	}
+	head = bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(head, " \t\r\n"), []byte("\xef\xbb\xbf")), " \t\r\n")
+	if len(head) == 0 || head[0] != '{' {
+		return Text, nil
+	}
+	line, _, _ := bytes.Cut(head, []byte("\n"))
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(line, &keys) == nil {
+		for _, k := range []string{"text", "prompt", "completion", "messages"} {
+			if _, ok := keys[k]; ok {
+				return JSONL, nil
+			}
+		}
+	}
+	return Text, nil
+}
+
+// Options say how a data file becomes tokens.
+type Options struct {
+	// Tokenizer is the model's; nil: Bytes.
+	Tokenizer Tokenizer
+	// Chat renders {"messages"} lines; nil: DefaultChatTemplate.
+	Chat *ChatTemplate
+	// Dir is where the token file is written (os.TempDir() when ""): the
+	// run's directory, so that it lands on the run's disk rather than a
+	// RAM-backed /tmp. Its name is removed at once; it lives while open.
+	Dir string
+	// Format, when set, decides over DetectFormat.
+	Format *Format
+}
+
+// Stats describe a tokenized data file.
+type Stats struct {
+	Format   Format
+	Lines    int64            // JSONL lines read (blank ones included)
+	Examples int64            // examples kept
+	Skipped  int64            // JSONL examples with no trained target, left out
+	Kinds    [kindCount]int64 // kept examples by kind (KindText, KindCompletion, KindChat)
+	Tokens   int64            // tokens of the kept examples (raw text: of the file)
+	Trained  int64            // tokens whose prediction counts in the loss
+	Width    int              // bytes per id in the token file (0: none written)
+	Bytes    int64            // the token file's size (0: none written)
+	Source   int64            // the data file's size
+	Template string           // the chat template's source, when a line needed it
+}
+
+// Source is an open data file: raw text as a corpus of windows, or JSONL
+// as a token file of examples.
+type Source struct {
+	Path   string
+	Stats  Stats
+	Corpus model.Corpus // Text: model.FileCorpus (bytes) or the token file's ids
+	File   *TokenFile   // JSONL, or Text with a tokenizer other than bytes
+	closer io.Closer
+}
+
+// Close closes the file(s) the source reads.
+func (s *Source) Close() error {
+	if s.closer == nil {
+		return nil
+	}
+	c := s.closer
+	s.closer = nil
+	return c.Close()
+}
+
+// Open opens a data file for training or evaluation: raw text tokenized
+// with the byte-level tokenizer is read in place (model.OpenCorpus);
+// anything else is tokenized in one streaming pass into a token file in
+// o.Dir. A bad JSONL line is an error naming the file, the line and what
+// is wrong; a file with nothing to train on is an error too.
+func Open(path string, o Options) (*Source, error) {
+	if o.Tokenizer == nil {
+		o.Tokenizer = Bytes{}
+	}
+	if err := checkRegular(path); err != nil {
+		return nil, err
+	}
+	format := Text
+	if o.Format != nil {
+		format = *o.Format
+	} else {
+		var err error
+		if format, err = DetectFormat(path); err != nil {
+			return nil, err
+		}
+	}
+	if format == Text && isBytes(o.Tokenizer) {
+		c, err := model.OpenCorpus(path)
+		if err != nil {
+			return nil, fmt.Errorf("data: %w", err)
+		}
+		if c.Len() == 0 {
+			c.Close()
+			return nil, fmt.Errorf("data: %s: %w", path, ErrEmpty)
+		}
+		return &Source{Path: path, Corpus: c, closer: c, Stats: Stats{Format: Text, Tokens: c.Len(), Trained: c.Len(), Source: c.Len()}}, nil
+	}
+	f, err := openRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	w, err := newTokenWriter(o.Dir, o.Tokenizer.VocabSize())
+	if err != nil {
+		return nil, err
+	}
+	var st Stats
+	if format == JSONL {
+		st, err = buildJSONL(w, f, path, o)
+	} else {
+		st, err = buildText(w, f, path, o.Tokenizer)
+	}
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	tf, err := w.finish()
+	if err != nil {
+		return nil, err
+	}
+	st.Width, st.Bytes = tf.Width(), tf.Bytes()
+	if fi, err := f.Stat(); err == nil {
+		st.Source = fi.Size()
+	}
+	s := &Source{Path: path, Stats: st, File: tf, closer: tf}
+	if format == Text {
+		s.Corpus = tokenCorpus{tf}
+	}
+	return s, nil
+}
+
+// ErrEmpty says a data file has nothing to train on.
+var ErrEmpty = errors.New("nothing to train on")
+
+// checkRegular refuses what is not a regular file (a device such as
+// /dev/zero, a pipe, a directory), naming it and what it is: rows are
+// drawn from a file of known size, and a pipe could be read only once.
+func checkRegular(path string) error {
+	fi, err := os.Stat(path) // a Stat: opening a named pipe would block
+	if err != nil {
+		return fmt.Errorf("data: %w", err)
+	}
+	what := model.FileKind(fi.Mode())
+	if what == "" {
+		return nil
+	}
+	return fmt.Errorf("data: %s: %w (%s): give a regular file", path, model.ErrNotRegular, what)
+}
+
+// openRegular opens a data file, refusing what is not a regular file.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("data: %s: %w: give a regular file", path, model.ErrNotRegular)
+	}
+	return f, nil
+}
+
+// buildJSONL tokenizes a JSONL file line by line into w.
+func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, error) {
+	st := Stats{Format: JSONL}
+	enc := newEncoder(o.Tokenizer, o.Chat)
+	br := bufio.NewReaderSize(r, 1<<16)
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line[:0], chunk...)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			if len(line) > MaxLineBytes {
+				return st, fmt.Errorf("data: %s:%d: a line of more than %d bytes", path, st.Lines+1, MaxLineBytes)
+			}
+			chunk, err = br.ReadSlice('\n')
+			line = append(line, chunk...)
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return st, fmt.Errorf("data: %s: read line %d: %w", path, st.Lines+1, err)
+		}
+		if len(line) == 0 && err != nil {
+			break
+		}
+		st.Lines++
+		if len(bytes.TrimSpace(line)) > 0 {
+			if lerr := addLine(w, enc, &st, line, fmt.Sprintf("%s:%d", path, st.Lines)); lerr != nil {
+				return st, fmt.Errorf("data: %w", lerr)
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
+	if st.Examples == 0 {
+		return st, fmt.Errorf("data: %s: %w: %d lines, %d examples without a trained token (a prompt without a completion, a conversation without the assistant's turn, text of one token)", path, ErrEmpty, st.Lines, st.Skipped)
+	}
+	if o.Chat != nil && st.Kinds[KindChat] > 0 {
+		st.Template = o.Chat.Source()
+	} else if st.Kinds[KindChat] > 0 {
+		st.Template = DefaultChatTemplate().Source()
+	}
+	return st, nil
+}
+
+// addLine encodes one line and writes it, or counts it as skipped.
+func addLine(w *tokenWriter, enc *encoder, st *Stats, line []byte, where string) error {
+	ex, kind, err := enc.line(line, where)
+	if err != nil {
+		return err
+	}
+	n := ex.targets()
+	if n == 0 {
+		st.Skipped++
+		return nil
+	}
+	if err := w.add(ex.ids, ex.train); err != nil {
+		return fmt.Errorf("write token file: %w", err)
+	}
+	st.Examples++
+	st.Kinds[kind]++
+	st.Tokens += int64(len(ex.ids))
+	st.Trained += int64(n)
+	return nil
+}
+
+// textChunkBytes is how much raw text is tokenized at a time.
+const textChunkBytes = 1 << 20
+
+// buildText tokenizes raw text into w as one example, a chunk at a time.
+// A chunk ends after a line break between two non-space characters: the
+// pre-tokenizers of GPT-2, Llama-3 and Qwen2 split on both sides of it
+// there too, so the ids are those of the whole text tokenized at once.
+// Nothing is added (no BOS, no EOS).
+func buildText(w *tokenWriter, r io.Reader, path string, tok Tokenizer) (Stats, error) {
+	st := Stats{Format: Text}
+	var ids []int32
+	buf := make([]byte, 0, 2*textChunkBytes)
+	tmp := make([]byte, textChunkBytes)
+	for eof := false; !eof; {
+		n, err := io.ReadFull(r, tmp)
+		buf = append(buf, tmp[:n]...)
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			eof = true
+		case err != nil:
+			return st, fmt.Errorf("data: %s: %w", path, err)
+		}
+		cut := len(buf)
+		if !eof {
+			if cut = textCut(buf); cut < 0 {
+				if len(buf) > MaxLineBytes {
+					return st, fmt.Errorf("data: %s: more than %d bytes without a line break to cut the text at", path, MaxLineBytes)
+				}
+				continue
+			}
+		}
+		more, err := encode(tok, string(buf[:cut]), false, path)
+		if err != nil {
+			return st, fmt.Errorf("data: %w", err)
+		}
+		ids = append(ids, more...)
+		buf = append(buf[:0], buf[cut:]...)
+		// One example is one token stream: write it in pieces, keeping no
+		// more than a chunk's ids (the offsets name only its start).
+		if err := w.addPart(ids, eof); err != nil {
+			return st, fmt.Errorf("data: write token file: %w", err)
+		}
+		st.Tokens += int64(len(ids))
+		ids = ids[:0]
+	}
+	if st.Tokens < 2 {
+		return st, fmt.Errorf("data: %s: %w: %d tokens", path, ErrEmpty, st.Tokens)
+	}
+	st.Examples, st.Trained = 1, st.Tokens-1
+	return st, nil
+}
+
+// textCut is where to cut raw text: after the last line break that sits
+// between two non-space bytes, -1 when there is none.
+func textCut(b []byte) int {
+	space := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f' }
+	for i := len(b) - 1; i > 1; i-- {
+		if b[i-1] == '\n' && !space(b[i]) && !space(b[i-2]) {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,227 @@
+package data
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// ChatMLTemplate is the chat template used when the model brings none:
+// ChatML, each message "<|im_start|>ROLE\nCONTENT<|im_end|>\n", and
+// "<|im_start|>assistant\n" as the generation prompt (Qwen2's format
+// without its default system message).
+const ChatMLTemplate = "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+
+// ChatTemplate renders a conversation ({"messages": [...]}) as text, the
+// way Hugging Face's apply_chat_template does: a Jinja template rendered
+// with trim_blocks and lstrip_blocks, given messages, add_generation_prompt,
+// tools and documents (none), the special tokens' texts (bos_token,
+// eos_token, ...) and raise_exception. The interpreter (jinja_*.go) covers
+// what the Llama-3, Llama-3.1 and Qwen2 templates and their like use: if,
+// for (loop variables, loop filters, else), set (namespaces, block set),
+// break/continue, inline if, Python's operators and string and dict
+// methods, and the filters and tests in filters and tests; strftime_now is
+// not given (the data would depend on the day). A template using anything
+// else is refused when it is loaded.
+type ChatTemplate struct {
+	body   []tmplNode
+	vars   map[string]any
+	source string
+}
+
+// ParseChatTemplate parses a chat template; source names it in errors;
+// special gives the texts of the special tokens it may print (bos_token,
+// eos_token, ...).
+func ParseChatTemplate(src, source string, special map[string]string) (*ChatTemplate, error) {
+	body, err := parseTemplate(src)
+	if err != nil {
+		return nil, fmt.Errorf("data: chat template %s: %w", source, err)
+	}
+	vars := map[string]any{}
+	for k, v := range special {
+		vars[k] = v
+	}
+	return &ChatTemplate{body: body, vars: vars, source: source}, nil
+}
+
+// DefaultChatTemplate is ChatML (ChatMLTemplate).
+func DefaultChatTemplate() *ChatTemplate {
+	c, err := ParseChatTemplate(ChatMLTemplate, "default (ChatML)", nil)
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// Source says where the template came from.
+func (c *ChatTemplate) Source() string { return c.source }
+
+// LoadChatTemplate reads the chat template of a model: path is a model
+// directory (its chat_template.jinja, else its tokenizer_config.json), a
+// tokenizer_config.json, or a template file (.jinja). The special tokens'
+// texts come from tokenizer_config.json. A model without a template gets
+// DefaultChatTemplate (its Source says so); a template the interpreter
+// cannot render is an error naming the file and what it does not support.
+func LoadChatTemplate(path string) (*ChatTemplate, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("data: chat template: %w", err)
+	}
+	cfgPath, tmplPath := path, ""
+	switch {
+	case fi.IsDir():
+		cfgPath = filepath.Join(path, "tokenizer_config.json")
+		if _, err := os.Stat(filepath.Join(path, "chat_template.jinja")); err == nil {
+			tmplPath = filepath.Join(path, "chat_template.jinja")
+		}
+	case strings.HasSuffix(path, ".jinja"):
+		cfgPath, tmplPath = filepath.Join(filepath.Dir(path), "tokenizer_config.json"), path
+	}
+	special, src, err := readTokenizerConfig(cfgPath)
+	if err != nil && !(tmplPath != "" && errors.Is(err, fs.ErrNotExist)) {
+		return nil, err
+	}
+	name := cfgPath
+	if tmplPath != "" {
+		b, err := os.ReadFile(tmplPath)
+		if err != nil {
+			return nil, fmt.Errorf("data: chat template: %w", err)
+		}
+		src, name = string(b), tmplPath
+	}
+	if src == "" {
+		c := DefaultChatTemplate()
+		c.source = fmt.Sprintf("default (ChatML): %s has no chat_template", name)
+		for k, v := range special {
+			c.vars[k] = v
+		}
+		return c, nil
+	}
+	return ParseChatTemplate(src, name, special)
+}
+
+// readTokenizerConfig reads the special tokens' texts and the chat
+// template (the "default" one of a list) of a tokenizer_config.json.
+func readTokenizerConfig(path string) (map[string]string, string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, "", fmt.Errorf("data: chat template: %w", err)
+	}
+	var cfg map[string]json.RawMessage
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return nil, "", fmt.Errorf("data: chat template: %s: %w", path, err)
+	}
+	special := map[string]string{}
+	for _, k := range []string{"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"} {
+		raw, ok := cfg[k]
+		if !ok {
+			continue
+		}
+		var s string
+		var obj struct {
+			Content string `json:"content"`
+		}
+		switch {
+		case json.Unmarshal(raw, &s) == nil:
+			special[k] = s
+		case json.Unmarshal(raw, &obj) == nil: // an AddedToken object
+			special[k] = obj.Content
+		}
+	}
+	raw, ok := cfg["chat_template"]
+	if !ok || string(raw) == "null" {
+		return special, "", nil
+	}
+	var src string
+	if json.Unmarshal(raw, &src) == nil {
+		return special, src, nil
+	}
+	var named []struct {
+		Name     string `json:"name"`
+		Template string `json:"template"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil {
+		return nil, "", fmt.Errorf("data: chat template: %s: chat_template is neither a string nor a list of {name, template}", path)
+	}
+	for _, n := range named {
+		if n.Name == "default" {
+			return special, n.Template, nil
+		}
+	}
+	return nil, "", fmt.Errorf("data: chat template: %s: chat_template lists no template named \"default\"", path)
+}
+
+// Render renders messages (each a *dict with role and content) with
+// add_generation_prompt.
+func (c *ChatTemplate) Render(messages []any, addGenerationPrompt bool) (string, error) {
+	vars := map[string]any{}
+	for k, v := range c.vars {
+		vars[k] = v
+	}
+	vars["messages"] = messages
+	vars["add_generation_prompt"] = addGenerationPrompt
+	vars["tools"] = nil
+	vars["documents"] = nil
+	out, err := render(c.body, vars)
+	if err != nil {
+		return "", fmt.Errorf("chat template %s: %w", c.source, err)
+	}
+	return out, nil
+}
+
+// span is a piece of a rendered conversation: the assistant's (trained)
+// or not.
+type span struct {
+	text  string
+	train bool
+}
+
+// spans renders a conversation and marks the assistant's messages: for
+// each one, the conversation before it rendered with the generation
+// prompt must be where the conversation up to it begins, and that must be
+// where the whole conversation begins; what the message adds (its content
+// and the template's end of turn) is the assistant's. A template that
+// renders a prefix of the conversation differently (one that drops
+// earlier reasoning, say) is refused: the assistant's tokens could not be
+// told.
+func (c *ChatTemplate) spans(messages []any) ([]span, error) {
+	full, err := c.Render(messages, false)
+	if err != nil {
+		return nil, err
+	}
+	var out []span
+	pos := 0
+	for i, m := range messages {
+		if role, _ := m.(*dict).get("role"); role != "assistant" {
+			continue
+		}
+		before, err := c.Render(messages[:i], true)
+		if err != nil {
+			return nil, fmt.Errorf("message %d (the assistant's): rendering the messages before it: %w", i+1, err)
+		}
+		upto := full // the last message: the whole conversation
+		if i+1 < len(messages) {
+			if upto, err = c.Render(messages[:i+1], false); err != nil {
+				return nil, fmt.Errorf("message %d (the assistant's): rendering the messages up to it: %w", i+1, err)
+			}
+		}
+		if !strings.HasPrefix(upto, before) || !strings.HasPrefix(full, upto) || len(before) < pos {
+			return nil, fmt.Errorf("message %d (the assistant's): chat template %s renders the conversation before it (with the generation prompt) and up to it as texts that do not extend each other, so its tokens cannot be told: use a template that renders each prefix of a conversation as a prefix", i+1, c.source)
+		}
+		if len(before) > pos {
+			out = append(out, span{text: full[pos:len(before)]})
+		}
+		if len(upto) > len(before) {
+			out = append(out, span{text: full[len(before):len(upto)], train: true})
+		}
+		pos = len(upto)
+	}
+	if pos < len(full) {
+		out = append(out, span{text: full[pos:]})
+	}
+	return out, nil
+}

@@ -1,0 +1,119 @@
+// Package data turns data files into the rows a training step reads:
+// raw text drawn from in random windows, or JSONL examples tokenized once
+// into a token file and packed into rows, with the loss only on what the
+// model should learn to say; and held-out files as evaluation sets.
+//
+// # The arithmetic
+//
+// A fine-tuning set of 10 GB of JSONL is about 2.5G tokens. Held as int32
+// ids with a bool per token it would take 12.5 GB of RAM; in the token
+// file, at the width the vocabulary needs (1 byte up to 256 ids, 2 up to
+// 65536: Llama-3's 128256 and Qwen2's 152064 take 4), it takes 10 GB of
+// disk plus a bit per token and 8 bytes per example, and the process keeps
+// none of it: each row is a few preads (an example's span, its ids, its
+// bits) of the page cache. A row of 2048 tokens is read in about 35 µs on
+// this machine (BenchmarkPackedRows: 55-60M tokens/s), under a thousandth
+// of the step that consumes it for a 7B model on an H200 (about 24k
+// tokens/s), and the page cache holds the token file at 1-4 bytes a token.
+//
+// # Formats (Open, DetectFormat)
+//
+// A file is JSONL when its name ends in .jsonl, .json-lines or .jsonlines,
+// or when its first line is a JSON object with a "text", "prompt",
+// "completion" or "messages" key; raw text otherwise. Each JSONL line is
+// one example; blank lines are skipped; keys other than these are ignored:
+//
+//	{"text": T}                       T with the tokenizer's special tokens
+//	                                  (BOS for Llama-3), then EOS: all trained
+//	{"prompt": P, "completion": C}    P with them, not trained; C without,
+//	                                  then EOS: trained
+//	{"messages": [{"role", "content"}, ...]}
+//	                                  the chat template's rendering: the
+//	                                  assistant's messages (and the
+//	                                  template's end of their turns) trained
+//
+// EOS is added when the tokenizer has one (the byte-level tokenizer has
+// none). An example without a trained target (an empty completion, a
+// conversation without the assistant) is left out and counted
+// (Stats.Skipped); a file without any is an error (ErrEmpty). A bad line
+// is one error naming the file, the line and what is wrong. Raw text gets
+// no special tokens; with the byte-level tokenizer it is read in place
+// (model.FileCorpus), with any other it is tokenized into a token file a
+// chunk at a time, cut where the pre-tokenizers split anyway.
+//
+// # Chat templates (ChatTemplate, LoadChatTemplate)
+//
+// A model's chat template comes from its tokenizer_config.json (or
+// chat_template.jinja), rendered as Hugging Face's apply_chat_template
+// renders it, by an interpreter of the Jinja that chat templates use
+// (jinja_*.go; the real Llama-3 and Qwen2 templates, Llama-3.1- and
+// Qwen2.5-style ones with tools and the rest of testdata/templates render
+// to the byte as Jinja2 does). A template using what the interpreter lacks
+// (macros, call blocks, a filter or test not listed in jinja_filters.go)
+// is refused when it is loaded, naming the line; without a template the
+// default is ChatML (ChatMLTemplate). The assistant's tokens are found by
+// rendering prefixes: the conversation before each assistant message with
+// the generation prompt must begin the conversation up to it, which must
+// begin the whole; a template that renders earlier turns differently once
+// later ones follow is refused.
+//
+// # The token file
+//
+// Open tokenizes a JSONL file in one streaming pass (a line at a time)
+// into a token file (tokfile.go: ids at the vocabulary's width, a loss
+// bit per token, an offset per example) in Options.Dir, the run's
+// directory by default of cmd, so that it lands on the run's disk; its name
+// is removed at once, so a crash leaves nothing, and it lives while open.
+//
+// # Packing (Packed)
+//
+// Each epoch takes the examples in an order shuffled from (seed, epoch)
+// by a Feistel permutation (no table: O(1) memory for any number of
+// examples) or in file order, and packs them greedily (next fit) into rows
+// of seq columns. An example of L tokens takes L-1 columns; one longer
+// than seq+1 tokens is split into pieces of seq+1 tokens overlapping by
+// one, each starting at position 0 (a piece sees nothing of the pieces
+// before it; no target is lost). Batch.Pos restarts at each example, piece
+// and the padding; targets are model.IgnoreTarget where the loss bit is
+// clear, at each example's last token and in padding. Row g is a function
+// of (file, seq, seed, shuffle, g) alone, so every rank, stage and way of
+// splitting a global batch reads the same rows, and a resumed run reads
+// what the uninterrupted one read; epochs follow each other without end.
+//
+// # Evaluation sets (EvalSet)
+//
+// A held-out file is a fixed list of rows: JSONL packed in file order,
+// raw text cut into consecutive windows of seq (the last one shorter);
+// rows past its end are padding without targets.
+//
+// # Memory
+//
+// Nothing grows with the data file but the token file on disk: the JSONL
+// pass holds one line, rows are read in windows with pread (not mmap:
+// mapped pages would count in the process's RSS, and an address-space
+// limit would refuse a mapping larger than it), and the permutation and
+// the packing cursor are a few words. TestStreamedMemory measures it in a
+// child process (its VmHWM): tokenizing a 256 MiB JSONL file and reading
+// every row of two shuffled epochs peaks at 15-19 MiB of RSS, as the same
+// work on an 8 MiB file does (14-17 MiB); `strata train` on 512 MiB of
+// JSONL peaks at 28-40 MiB, on 16 MiB at 25-31 (TestTrainJSONLRSS; the
+// spread, run to run, is the garbage collector's lag on a loaded machine,
+// which the tests bound with GOMEMLIMIT=32MiB).
+//
+// # No cache of tokenized examples (ristretto)
+//
+// The design card names ristretto for a cache of tokenized examples. It
+// does not pay, measured: a random example of about 2100 tokens comes from
+// the token file in the page cache at 120-170M tokens/s (13-17 µs), from a
+// ristretto cache in 160 ns; but a training step needs one global batch
+// of rows, read at 55-60M tokens/s (35 µs a row of 2048, most of it
+// copying tokens into the batch, which a cache would not save), while
+// even GPT-2 124M on an H200 trains about 1M tokens/s: the reads are under
+// 4 % of its step and a thousandth of a 7B model's. And the cache could
+// only hit on examples read before, that is in a later epoch, so its hit
+// rate is its size over the dataset's: it would have to hold the dataset
+// in RAM (5 bytes a token decoded) to pay at all, which is what streaming
+// avoids; the page cache already keeps the token file, at 1-4 bytes a
+// token, with the kernel deciding what stays. (Measured with a scratch
+// module and ristretto v2.4.2; the module is not a dependency.)
+package data

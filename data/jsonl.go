@@ -1,0 +1,445 @@
+package data
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// Kinds of JSONL lines.
+const (
+	KindText       = iota // {"text": ...}
+	KindCompletion        // {"prompt": ..., "completion": ...}
+	KindChat              // {"messages": [{"role": ..., "content": ...}, ...]}
+	kindCount
+)
+
+// example is one tokenized example: its ids and, per token, whether
+// predicting it counts in the loss (the first token's bit is never used:
+// nothing precedes it).
+type example struct {
+	ids   []int32
+	train []bool
+}
+
+func (e *example) add(ids []int32, train bool) {
+	e.ids = append(e.ids, ids...)
+	for range ids {
+		e.train = append(e.train, train)
+	}
+}
+
+// targets is the number of trained targets: tokens after the first whose
+// bit is set.
+func (e *example) targets() int {
+	n := 0
+	for _, t := range e.train[min(1, len(e.train)):] {
+		if t {
+			n++
+		}
+	}
+	return n
+}
+
+// encoder turns JSONL lines into examples.
+type encoder struct {
+	tok    Tokenizer
+	chat   *ChatTemplate
+	eos    int32
+	hasEOS bool
+	ex     example // reused from line to line
+}
+
+func newEncoder(tok Tokenizer, chat *ChatTemplate) *encoder {
+	e := &encoder{tok: tok, chat: chat}
+	e.eos, e.hasEOS = tok.EOS()
+	if chat == nil {
+		e.chat = DefaultChatTemplate()
+	} else {
+		// The model's eos_token text (tokenizer_config.json) decides over
+		// the tokenizer's default when the vocabulary has it.
+		if s, ok := chat.vars["eos_token"].(string); ok && s != "" {
+			if id, ok := tok.TokenID(s); ok {
+				e.eos, e.hasEOS = id, true
+			}
+		}
+	}
+	return e
+}
+
+// record is a JSONL line's known keys.
+type record struct {
+	Text       *string         `json:"text"`
+	Prompt     *string         `json:"prompt"`
+	Completion *string         `json:"completion"`
+	Messages   json.RawMessage `json:"messages"`
+}
+
+// line encodes one JSONL line (where names it: FILE:LINE). The text of
+// {"text"} is tokenized with the tokenizer's special tokens added and
+// trained whole; {"prompt", "completion"}: the prompt with them, not
+// trained, then the completion without them, trained; {"messages"}: the
+// chat template's rendering, the assistant's parts trained. Each ends
+// with EOS (trained) when the tokenizer has one and the chat template
+// did not end it so. Keys other than these are ignored.
+func (e *encoder) line(b []byte, where string) (example, int, error) {
+	var r record
+	if err := strictJSON(b, &r); err != nil {
+		return example{}, 0, fmt.Errorf("%s: %w", where, err)
+	}
+	ex := example{ids: e.ex.ids[:0], train: e.ex.train[:0]}
+	defer func() { e.ex = ex }()
+	kind := -1
+	have := 0
+	if r.Text != nil {
+		kind, have = KindText, have+1
+	}
+	if r.Prompt != nil || r.Completion != nil {
+		kind, have = KindCompletion, have+1
+	}
+	if r.Messages != nil && string(r.Messages) != "null" {
+		kind, have = KindChat, have+1
+	}
+	switch {
+	case have == 0:
+		return ex, 0, fmt.Errorf("%s: a line needs \"text\", \"prompt\" and \"completion\", or \"messages\"", where)
+	case have > 1:
+		return ex, 0, fmt.Errorf("%s: a line holds one of \"text\", \"prompt\"/\"completion\" or \"messages\", not several", where)
+	}
+	switch kind {
+	case KindText:
+		ids, err := encode(e.tok, *r.Text, true, where)
+		if err != nil {
+			return ex, 0, err
+		}
+		ex.add(ids, true)
+	case KindCompletion:
+		if r.Prompt == nil || r.Completion == nil {
+			return ex, 0, fmt.Errorf("%s: \"prompt\" and \"completion\" go together; this line has only one of them", where)
+		}
+		p, err := encode(e.tok, *r.Prompt, true, where+": prompt")
+		if err != nil {
+			return ex, 0, err
+		}
+		c, err := encode(e.tok, *r.Completion, false, where+": completion")
+		if err != nil {
+			return ex, 0, err
+		}
+		ex.add(p, false)
+		ex.add(c, true)
+	case KindChat:
+		if err := e.chatLine(&ex, r.Messages, where); err != nil {
+			return ex, 0, err
+		}
+	}
+	if e.hasEOS && len(ex.ids) > 0 && ex.ids[len(ex.ids)-1] != e.eos && kind != KindChat {
+		ex.add([]int32{e.eos}, true)
+	}
+	return ex, kind, nil
+}
+
+// chatLine renders and tokenizes a conversation.
+func (e *encoder) chatLine(ex *example, raw json.RawMessage, where string) error {
+	v, err := decodeOrdered(raw)
+	if err != nil {
+		return fmt.Errorf("%s: \"messages\": %w", where, err)
+	}
+	msgs, ok := v.([]any)
+	if !ok || len(msgs) == 0 {
+		return fmt.Errorf("%s: \"messages\" must be a non-empty list of {\"role\", \"content\"} objects", where)
+	}
+	for i, m := range msgs {
+		d, ok := m.(*dict)
+		if !ok {
+			return fmt.Errorf("%s: message %d is a %s, not an object with \"role\" and \"content\"", where, i+1, jsonType(m))
+		}
+		for _, k := range []string{"role", "content"} {
+			x, ok := d.get(k)
+			if !ok {
+				return fmt.Errorf("%s: message %d has no %q", where, i+1, k)
+			}
+			if _, ok := x.(string); !ok {
+				return fmt.Errorf("%s: message %d: %q must be a string, not %s", where, i+1, k, jsonType(x))
+			}
+		}
+	}
+	spans, err := e.chat.spans(msgs)
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	for _, s := range spans {
+		ids, err := encode(e.tok, s.text, false, where)
+		if err != nil {
+			return err
+		}
+		ex.add(ids, s.train)
+	}
+	return nil
+}
+
+// strictJSON decodes one JSON object from b into v, refusing anything
+// after it, with errors that say what is wrong in the line's terms.
+func strictJSON(b []byte, v *record) error {
+	err := json.Unmarshal(b, v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se) && strings.Contains(se.Error(), "after top-level value"):
+		return fmt.Errorf("invalid JSON: more after the object at byte %d", se.Offset-1)
+	case errors.As(err, &se):
+		return fmt.Errorf("invalid JSON at byte %d: %v", se.Offset, err)
+	case errors.As(err, &te) && te.Field != "":
+		return fmt.Errorf("%q must be a string, not a JSON %s", te.Field, te.Value)
+	case errors.As(err, &te):
+		return fmt.Errorf("a line must be a JSON object, not a JSON %s", te.Value)
+	}
+	return fmt.Errorf("invalid JSON: %v", err)
+}
+
+// decodeOrdered decodes JSON into the template's values: objects as
+// ordered *dict, integers as int64, other numbers as float64 (a small
+// recursive-descent parser: encoding/json's token stream was a fifth of
+// the time of a chat line).
+func decodeOrdered(raw []byte) (any, error) {
+	p := &jsonParser{b: raw}
+	v, err := p.value(0)
+	if err != nil {
+		return nil, err
+	}
+	if p.skip(); p.i < len(p.b) {
+		return nil, fmt.Errorf("invalid JSON at byte %d: more after the value", p.i)
+	}
+	return v, nil
+}
+
+type jsonParser struct {
+	b []byte
+	i int
+}
+
+func (p *jsonParser) skip() {
+	for p.i < len(p.b) && (p.b[p.i] == ' ' || p.b[p.i] == '\t' || p.b[p.i] == '\n' || p.b[p.i] == '\r') {
+		p.i++
+	}
+}
+
+func (p *jsonParser) errorf(format string, args ...any) error {
+	return fmt.Errorf("invalid JSON at byte %d: %s", p.i, fmt.Sprintf(format, args...))
+}
+
+func (p *jsonParser) value(depth int) (any, error) {
+	if depth > 1000 {
+		return nil, p.errorf("nested more than 1000 deep")
+	}
+	p.skip()
+	if p.i >= len(p.b) {
+		return nil, p.errorf("unexpected end")
+	}
+	switch c := p.b[p.i]; {
+	case c == '{':
+		p.i++
+		d := newDict()
+		for first := true; ; first = false {
+			p.skip()
+			if p.i < len(p.b) && p.b[p.i] == '}' && first {
+				p.i++
+				return d, nil
+			}
+			k, err := p.value(depth + 1)
+			ks, ok := k.(string)
+			if err != nil || !ok {
+				return nil, p.errorf("expected a string key")
+			}
+			if p.skip(); p.i >= len(p.b) || p.b[p.i] != ':' {
+				return nil, p.errorf("expected :")
+			}
+			p.i++
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			d.set(ks, v)
+			if p.skip(); p.i < len(p.b) && p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.i < len(p.b) && p.b[p.i] == '}' {
+				p.i++
+				return d, nil
+			}
+			return nil, p.errorf("expected , or }")
+		}
+	case c == '[':
+		p.i++
+		out := []any{}
+		for first := true; ; first = false {
+			p.skip()
+			if p.i < len(p.b) && p.b[p.i] == ']' && first {
+				p.i++
+				return out, nil
+			}
+			v, err := p.value(depth + 1)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, v)
+			if p.skip(); p.i < len(p.b) && p.b[p.i] == ',' {
+				p.i++
+				continue
+			}
+			if p.i < len(p.b) && p.b[p.i] == ']' {
+				p.i++
+				return out, nil
+			}
+			return nil, p.errorf("expected , or ]")
+		}
+	case c == '"':
+		return p.str()
+	case c == 't' && bytes.HasPrefix(p.b[p.i:], []byte("true")):
+		p.i += 4
+		return true, nil
+	case c == 'f' && bytes.HasPrefix(p.b[p.i:], []byte("false")):
+		p.i += 5
+		return false, nil
+	case c == 'n' && bytes.HasPrefix(p.b[p.i:], []byte("null")):
+		p.i += 4
+		return nil, nil
+	case c == '-' || c >= '0' && c <= '9':
+		j := p.i
+		for p.i < len(p.b) && strings.IndexByte("+-0123456789.eE", p.b[p.i]) >= 0 {
+			p.i++
+		}
+		num := string(p.b[j:p.i])
+		if !strings.ContainsAny(num, ".eE") {
+			if n, err := strconv.ParseInt(num, 10, 64); err == nil {
+				return n, nil
+			}
+		}
+		f, err := strconv.ParseFloat(num, 64)
+		if err != nil {
+			return nil, p.errorf("bad number %q", num)
+		}
+		return f, nil
+	}
+	return nil, p.errorf("unexpected %q", p.b[p.i])
+}
+
+// str reads a JSON string (invalid UTF-8 becomes U+FFFD, as encoding/json
+// does).
+func (p *jsonParser) str() (string, error) {
+	p.i++ // "
+	j := p.i
+	for p.i < len(p.b) && p.b[p.i] != '"' && p.b[p.i] != '\\' && p.b[p.i] >= 0x20 && p.b[p.i] < utf8.RuneSelf {
+		p.i++
+	}
+	if p.i < len(p.b) && p.b[p.i] == '"' { // plain ASCII: no copy of escapes
+		s := string(p.b[j:p.i])
+		p.i++
+		return s, nil
+	}
+	var sb strings.Builder
+	sb.Write(p.b[j:p.i])
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			p.i++
+			return sb.String(), nil
+		case c == '\\':
+			if p.i+1 >= len(p.b) {
+				return "", p.errorf("unterminated escape")
+			}
+			e := p.b[p.i+1]
+			p.i += 2
+			switch e {
+			case '"', '\\', '/':
+				sb.WriteByte(e)
+			case 'b':
+				sb.WriteByte('\b')
+			case 'f':
+				sb.WriteByte('\f')
+			case 'n':
+				sb.WriteByte('\n')
+			case 'r':
+				sb.WriteByte('\r')
+			case 't':
+				sb.WriteByte('\t')
+			case 'u':
+				r, ok := p.hex4()
+				if !ok {
+					return "", p.errorf("bad \\u escape")
+				}
+				if utf16.IsSurrogate(r) {
+					r2 := rune(-1)
+					if p.i+1 < len(p.b) && p.b[p.i] == '\\' && p.b[p.i+1] == 'u' {
+						save := p.i
+						p.i += 2
+						if r2, ok = p.hex4(); !ok {
+							p.i = save
+						}
+					}
+					if d := utf16.DecodeRune(r, r2); d != utf8.RuneError {
+						r = d
+					} else {
+						r = utf8.RuneError
+						if r2 >= 0 {
+							p.i -= 6 // the second escape is a character of its own
+						}
+					}
+				}
+				sb.WriteRune(r)
+			default:
+				return "", p.errorf("bad escape \\%c", e)
+			}
+		case c < 0x20:
+			return "", p.errorf("control character in a string")
+		case c < utf8.RuneSelf:
+			sb.WriteByte(c)
+			p.i++
+		default:
+			r, n := utf8.DecodeRune(p.b[p.i:])
+			sb.WriteRune(r)
+			p.i += n
+		}
+	}
+	return "", p.errorf("unterminated string")
+}
+
+func (p *jsonParser) hex4() (rune, bool) {
+	if p.i+4 > len(p.b) {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(string(p.b[p.i:p.i+4]), 16, 32)
+	if err != nil {
+		return 0, false
+	}
+	p.i += 4
+	return rune(n), true
+}
+
+// jsonType names a decoded JSON value's type.
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "boolean"
+	case int64, float64:
+		return "number"
+	case string:
+		return "string"
+	case []any:
+		return "list"
+	case *dict:
+		return "object"
+	}
+	return typeName(v)
+}

@@ -1,0 +1,210 @@
+package data
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// renderCase is one rendering compared with Jinja2.
+type renderCase struct {
+	name     string
+	template string
+	vars     map[string]any // JSON values
+}
+
+// conversations are the messages the templates are rendered with: one
+// user turn, system-user-assistant with padding whitespace, several turns,
+// a tool call and its result, and text with Unicode and escapes.
+var conversations = map[string]string{
+	"user":   `[{"role": "user", "content": "Hi there"}]`,
+	"system": `[{"role": "system", "content": "  Be brief.  "}, {"role": "user", "content": " What is 2+2? "}, {"role": "assistant", "content": "4."}]`,
+	"turns":  `[{"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi! How can I help?"}, {"role": "user", "content": "Name a colour."}, {"role": "assistant", "content": "Blue."}]`,
+	"tool": `[{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "c"}}}]},
+	          {"role": "tool", "content": "{\"temp\": 20}"}, {"role": "assistant", "content": "It is 20 degrees."}]`,
+	"unicode": `[{"role": "user", "content": "Ünïcödé — “quotes” \\ backslash\n new line\t tab {{ not a tag }} <|im_end|>"}, {"role": "assistant", "content": "ok\n\n"}]`,
+}
+
+// renderCases is every template against every conversation, with and
+// without the generation prompt, and with tools for the templates that
+// take them.
+func renderCases(t *testing.T) []renderCase {
+	t.Helper()
+	var cases []renderCase
+	files, err := filepath.Glob("testdata/templates/*.jinja")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no templates in testdata/templates: %v", err)
+	}
+	tools := []any{map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "description": "Weather of a city",
+		"parameters": map[string]any{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}, "required": []any{"city"}}}}}
+	for _, f := range append(files, "chatml") {
+		src := ChatMLTemplate
+		if f != "chatml" {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src = string(b)
+		}
+		for conv, msgs := range conversations {
+			var m any
+			if err := json.Unmarshal([]byte(msgs), &m); err != nil {
+				t.Fatalf("%s: %v", conv, err)
+			}
+			for _, agp := range []bool{false, true} {
+				vars := map[string]any{"messages": m, "add_generation_prompt": agp, "bos_token": "<|begin_of_text|>", "eos_token": "</s>", "tools": nil, "documents": nil}
+				name := filepath.Base(f) + "/" + conv
+				if agp {
+					name += "/gen"
+				}
+				cases = append(cases, renderCase{name, src, vars})
+				if strings.Contains(f, "llama31") || strings.Contains(f, "qwen25") {
+					v2 := map[string]any{}
+					for k, v := range vars {
+						v2[k] = v
+					}
+					v2["tools"], v2["date_string"] = tools, "01 Jan 2030"
+					cases = append(cases, renderCase{name + "/tools", src, v2})
+					if strings.Contains(f, "llama31") {
+						v3 := map[string]any{}
+						for k, v := range v2 {
+							v3[k] = v
+						}
+						v3["builtin_tools"], v3["tools_in_user_message"] = []any{"code_interpreter", "get_weather"}, false
+						cases = append(cases, renderCase{name + "/builtin", src, v3})
+					}
+				}
+			}
+		}
+	}
+	return cases
+}
+
+// jinjaRender renders cases with Jinja2 (testdata/render.py, set up as
+// Hugging Face's apply_chat_template): the output, or "" and the error.
+func jinjaRender(t *testing.T, cases []renderCase) (outs, errs []string) {
+	t.Helper()
+	type pyCase struct {
+		Template string         `json:"template"`
+		Vars     map[string]any `json:"vars"`
+	}
+	var in []pyCase
+	for _, c := range cases {
+		in = append(in, pyCase{c.template, c.vars})
+	}
+	b, err := json.Marshal(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("/usr/bin/python3", "testdata/render.py")
+	cmd.Stdin = bytes.NewReader(b)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("testdata/render.py (Debian's python3-jinja2, which .ci/run installs): %v\n%s", err, stderr.String())
+	}
+	var res []struct {
+		Out   *string `json:"out"`
+		Error string  `json:"error"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil || len(res) != len(cases) {
+		t.Fatalf("render.py answered %d results for %d cases: %v", len(res), len(cases), err)
+	}
+	for _, r := range res {
+		if r.Out != nil {
+			outs, errs = append(outs, *r.Out), append(errs, "")
+		} else {
+			outs, errs = append(outs, ""), append(errs, r.Error)
+		}
+	}
+	return outs, errs
+}
+
+// goRender renders a case with Strata's interpreter.
+func goRender(c renderCase) (string, error) {
+	body, err := parseTemplate(c.template)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(c.vars)
+	if err != nil {
+		return "", err
+	}
+	v, err := decodeOrdered(b)
+	if err != nil {
+		return "", err
+	}
+	vars := map[string]any{}
+	for _, k := range v.(*dict).keys {
+		vars[k] = v.(*dict).m[k]
+	}
+	return render(body, vars)
+}
+
+// TestTemplatesMatchJinja: the real chat templates of Llama-3 and Qwen2,
+// Llama-3.1- and Qwen2.5-style templates with tools, a Mistral-style one
+// that raises on a system message, ChatML, and a template using every
+// construct the interpreter has (testdata/templates/features.jinja), each
+// rendered with five conversations with and without the generation
+// prompt: the same text as Jinja2 set up as Hugging Face's, to the byte,
+// and an error where Jinja2 raises one.
+func TestTemplatesMatchJinja(t *testing.T) {
+	cases := renderCases(t)
+	want, wantErr := jinjaRender(t, cases)
+	raised := 0
+	for i, c := range cases {
+		got, err := goRender(c)
+		switch {
+		case wantErr[i] != "":
+			raised++
+			if err == nil {
+				t.Errorf("%s: Jinja2 raised %s; Strata rendered %q", c.name, wantErr[i], got)
+			}
+		case err != nil:
+			t.Errorf("%s: %v; Jinja2 rendered %q", c.name, err, want[i])
+		case got != want[i]:
+			t.Errorf("%s: rendered\n%q\nJinja2 rendered\n%q", c.name, got, want[i])
+		}
+	}
+	if raised == 0 || raised == len(cases) {
+		t.Errorf("%d of %d cases raised: the error cases are not exercised", raised, len(cases))
+	}
+	t.Logf("%d renderings, %d of them errors in both", len(cases), raised)
+}
+
+// TestTemplateRefused: what the interpreter does not have is refused when
+// the template is parsed, naming the line and the construct; a raised
+// exception names its message.
+func TestTemplateRefused(t *testing.T) {
+	for _, c := range []struct{ src, want string }{
+		{"{% macro m() %}x{% endmacro %}", "line 1: {% macro %} is not supported"},
+		{"a\n{{ x | wordwrap }}", "line 2: filter \"wordwrap\" is not supported"},
+		{"{% if x is sameas y %}{% endif %}", "test \"sameas\" is not supported"},
+		{"{% for x in y %}", "{% for %} without {% endfor %}"},
+		{"{% if x %}a{% else %}b", "{% if %} without {% endif %}"},
+		{"{{ x ", "tag not closed"},
+		{"{{ 'abc }}", "string not closed"},
+		{"{% endfor %}", "unexpected {% endfor %}"},
+	} {
+		_, err := parseTemplate(c.src)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: error %v, want one saying %q", c.src, err, c.want)
+		}
+	}
+	body, err := parseTemplate("{{ raise_exception('no system role') }}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := render(body, nil); !errors.Is(err, errRaised) || !strings.Contains(err.Error(), "no system role") {
+		t.Errorf("raise_exception: %v", err)
+	}
+	if _, err := ParseChatTemplate("{% call x %}{% endcall %}", "tokenizer_config.json", nil); err == nil || !strings.Contains(err.Error(), "chat template tokenizer_config.json: line 1: {% call %} is not supported") {
+		t.Errorf("ParseChatTemplate: %v", err)
+	}
+}
