@@ -1,0 +1,140 @@
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/strata-ai/strata/checkpoint"
+)
+
+// resolveResume finds the checkpoint --resume names: a checkpoint
+// directory, a directory of checkpoints (its latest), or a run's --out
+// directory (its checkpoints' latest). It returns the manifest and the
+// checkpoint's directory.
+func resolveResume(path string) (*checkpoint.Manifest, string, error) {
+	dir, _, err := resolveCheckpoint(path) // the same three forms as inspect and export
+	var m *checkpoint.Manifest
+	if err == nil {
+		m, dir, err = checkpoint.ReadManifest(dir)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("train: --resume %s: %w", path, err)
+	}
+	return m, dir, nil
+}
+
+// forDevices rewrites a saved (resolved) config for n devices: the global
+// batch and the micro-batch stay, gradient_accumulation_steps is left for
+// the config to derive (train_batch_size / (micro × n)), and strata.devices
+// (the most the config allows) becomes n. A config that does not decode is
+// returned as is, for Parse to report.
+func forDevices(saved []byte, n int) []byte {
+	var m map[string]any
+	if json.Unmarshal(saved, &m) != nil {
+		return saved
+	}
+	delete(m, "gradient_accumulation_steps")
+	if st, ok := m["strata"].(map[string]any); ok {
+		st["devices"] = n
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return saved
+	}
+	return b
+}
+
+// configDiff lists the settings where two configs (JSON) differ, but the
+// total step count: "optimizer.params.lr 0.003 -> 0.001, ..." ("" when
+// none).
+func configDiff(saved, now []byte) string {
+	var a, b any
+	if json.Unmarshal(saved, &a) != nil || json.Unmarshal(now, &b) != nil {
+		return ""
+	}
+	fa, fb := map[string]string{}, map[string]string{}
+	flatten("", a, fa)
+	flatten("", b, fb)
+	keys := map[string]bool{}
+	for k := range fa {
+		keys[k] = true
+	}
+	for k := range fb {
+		keys[k] = true
+	}
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		if k != "strata.steps" && fa[k] != fb[k] {
+			diffs = append(diffs, fmt.Sprintf("%s %s -> %s", k, orNone(fa[k]), orNone(fb[k])))
+		}
+	}
+	if len(diffs) > 6 {
+		diffs = append(diffs[:6], fmt.Sprintf("and %d more", len(diffs)-6))
+	}
+	return strings.Join(diffs, ", ")
+}
+
+func flatten(prefix string, v any, out map[string]string) {
+	if m, ok := v.(map[string]any); ok {
+		for k, x := range m {
+			if prefix != "" {
+				k = prefix + "." + k
+			}
+			flatten(k, x, out)
+		}
+		return
+	}
+	b, _ := json.Marshal(v)
+	out[prefix] = string(b)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+type deviceJSON struct {
+	Device              string  `json:"device"`
+	ModelStatePeakBytes int64   `json:"model_state_peak_bytes"`
+	Formula             string  `json:"formula"`
+	FormulaBytes        int64   `json:"formula_bytes"`
+	PaddingBytes        int64   `json:"padding_bytes"`
+	PersistentBytes     int64   `json:"persistent_bytes"`
+	EstimateBytes       int64   `json:"estimate_bytes"`
+	FormulaRatio        float64 `json:"ratio_formula"`
+	EstimateRatio       float64 `json:"ratio_estimate"`
+	TierHBMBytes        int64   `json:"tier_hbm_peak_bytes"`
+	GatheredPeakBytes   int64   `json:"gathered_chunks_peak_bytes"`
+	BucketPeakBytes     int64   `json:"grad_buckets_peak_bytes"`
+	WorkspacePeakBytes  int64   `json:"workspace_peak_bytes"`
+	ActivationPeakBytes int64   `json:"activation_peak_bytes"`
+	ActivationEstimate  int64   `json:"activation_estimate_bytes"`
+	ActivationRatio     float64 `json:"ratio_activation_estimate"`
+	PeakBytes           int64   `json:"peak_bytes"`
+	// The device memory a step does not take: the rings and slots New
+	// took, the driver's allocations and frees in all and after step 1
+	// (0: every step's memory came from them).
+	WorkspaceRingBytes     int64 `json:"workspace_ring_bytes"`
+	TierSlotBytes          int64 `json:"tier_hbm_slot_bytes"`
+	DriverAllocs           int64 `json:"driver_allocs"`
+	DriverFrees            int64 `json:"driver_frees"`
+	DeviceAllocsAfterStep1 int64 `json:"device_allocs_after_step1"`
+	// Host copies of memory not registered with the device (pageable).
+	PageableH2DBytes int64 `json:"pageable_host_to_device_bytes"`
+	PageableD2HBytes int64 `json:"pageable_device_to_host_bytes"`
+}
+
+// registrationJSON is summary.json's "host_registration": each pinned
+// pool's registration with the devices.
+type registrationJSON struct {
+	Pool            string `json:"pool"`
+	Bytes           int64  `json:"bytes"`
+	Outcome         string `json:"outcome"`
+	RegisteredBytes int64  `json:"registered_bytes"`
+	Error           string `json:"error,omitempty"`
+}
