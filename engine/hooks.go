@@ -50,9 +50,12 @@ type hooks struct {
 	micro int            // micro-batch index within the step
 	last  bool           // the step's last micro-batch
 
-	// stage 3: gathered chunks, at most Options.MaxLiveChunks
+	// stage 3: gathered chunks, at most Options.MaxLiveChunks, and the
+	// last uses of those released, oldest first, not yet waited for
+	// (throttle)
 	live   map[int]*gathered
 	relSeq int
+	relQ   []gpu.Event
 
 	// stages 2-3: full gradient buckets being accumulated, and those whose
 	// reduction is enqueued (their slots go back, with the reduction as
@@ -229,6 +232,7 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 		h.traceBegin(s)
 		return r.st.paramFull(c).Slice(0, n), nil
 	}
+	h.throttle()
 	g := h.live[c]
 	if g == nil {
 		g = h.gather(c, pass)
@@ -254,6 +258,22 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error
 		return nil, h.err
 	}
 	return g.buf.Slice(0, n), nil
+}
+
+// throttle keeps the rank at most MaxLiveChunks gathered chunks ahead of
+// the device, as PyTorch FSDP's limit_all_gathers: before acquiring a
+// chunk it waits until the compute of the one acquired MaxLiveChunks
+// before has completed (the device still has the chunk in between to
+// run, so it does not go idle). Further ahead, the rank would lease the
+// next param shards in HBM long before the device reads them, holding the
+// room the planner stages the following ones into: the accesses would
+// wait for room (misses) while the device was busy.
+func (h *hooks) throttle() {
+	for len(h.relQ) >= h.r.e.opts.MaxLiveChunks {
+		h.relQ[0].Synchronize()
+		h.relQ[0] = nil
+		h.relQ = h.relQ[1:]
+	}
 }
 
 // fixedOrder says whether the gathers' tier accesses must come in the same
@@ -397,6 +417,7 @@ func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
 	if h.err == nil {
 		g.relEv = h.r.dev.NewEvent()
 		s.Record(g.relEv)
+		h.relQ = append(h.relQ, g.relEv)
 	}
 	h.relSeq++
 	g.relSeq = h.relSeq
@@ -588,6 +609,8 @@ func (h *hooks) freeAll() {
 		delete(h.buckets, c)
 	}
 	h.scratch = nil
+	clear(h.relQ)
+	h.relQ = h.relQ[:0]
 	h.r.settleRings()
 	h.dropInputs()
 }

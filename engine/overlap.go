@@ -168,6 +168,14 @@ type hostRun struct {
 	done    chan struct{}   // the goroutine has run every job
 	flushed []bool          // per chunk: the device side is enqueued (the rank's goroutine only)
 	handed  []bool          // per chunk: leased and handed to the goroutine (the rank's goroutine only)
+	// The rank's goroutine only (leaseAhead): the position in e.fwdOrder
+	// of the next chunk to consider, the chunks it leased in that order,
+	// each chunk's index among them (-1: not leased there), and whether
+	// jobs is closed (or there are none: a run rebuilt from a checkpoint).
+	nextPos int
+	lent    []int
+	lentAt  []int
+	closed  bool
 	delayed bool            // dpu: the next pass reads the params before this update; its end uploads it
 	// reported: a chunk's lease failed and the Step that leased returned
 	// it; finishRun does not return it again (the rank goroutine only).
@@ -204,27 +212,39 @@ type hostJob struct {
 }
 
 // hostWindow is how many chunks' state the rank leases ahead of cpuadam:
-// every chunk when the optimizer state never leaves host RAM (each lease
-// is a hit and needs no room), else two (chunk c+1's reads are issued
-// while chunk c is updated; the planner's read-ahead stages more within
-// its budget).
+// every chunk when nothing the optimizer leases leaves host RAM (each
+// lease is a hit and needs no room), else TierReadAhead, the chunks of
+// master, m and v (or of param shards) the host budget's staging room
+// holds beyond the homes: chunk c+1's reads are declared while chunk c
+// is updated, and the planner reads ahead within that room.
 func (r *rank) hostWindow() int {
 	if r.e.tiers.swap == nil {
 		return len(r.e.chunks)
 	}
-	return 2
+	return TierReadAhead
 }
 
-// updateExact leases every chunk's optimizer state in forward order and
-// hands it to a goroutine that runs cpuadam; it returns when the last
-// chunk is handed over (the run is pending, r.run), with the first error
-// of the tier store's leases (the chunks that failed are not updated).
+// updateExact starts the host update of ap.Step (the run is pending,
+// r.run): it leases the first hostWindow chunks' state in forward order
+// and hands them to a goroutine that runs cpuadam, and returns with the
+// first error of the tier store's leases (the chunks that failed are not
+// updated). The rest are leased at the next pass's points that
+// flushChunk marks, window by window, and at its end (waitHost,
+// finishRun): points Model.AccessOrder fixes, so the rank's accesses to
+// the store still come in one order step after step. Every chunk at once
+// when nothing can leave host RAM.
 func (r *rank) updateExact(ap gpu.AdamParams) error {
 	run, err := r.startRun(ap)
 	if err != nil {
 		return err
 	}
-	return r.leaseRest(run)
+	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step)()
+	r.run = run
+	// A delayed run's cpuadam waits for the next pass: the window's
+	// chunks now, more at that pass's flushes as it gives leases back.
+	err = r.leaseAhead(run, r.hostWindow())
+	run.reported = run.reported || err != nil
+	return err
 }
 
 // startRun starts a host update of step ap.Step: its goroutine, waiting
@@ -237,7 +257,10 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 	n := len(r.e.chunks)
 	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
 		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n),
-		delayed: r.e.delayed(ap.Step)}
+		delayed: r.e.delayed(ap.Step), lentAt: make([]int, n)}
+	for c := range run.lentAt {
+		run.lentAt[c] = -1
+	}
 	if run.delayed {
 		run.start = make(chan struct{})
 	}
@@ -254,31 +277,61 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 
 // leaseRest leases, in forward order, every chunk not yet handed to run
 // and hands it over, then closes the run's jobs: the run is r.run, pending.
+// Its error is the first lease failure (those chunks are not updated),
+// which the caller's Step returns.
 func (r *rank) leaseRest(run *hostRun) error {
-	e := r.e
 	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step)()
 	r.run = run
+	err := r.leaseAhead(run, len(r.e.chunks))
+	run.reported = run.reported || err != nil
+	return err
+}
+
+// leasedAt is chunk c's index among the chunks leaseAhead leased, -1 when
+// it did not lease c (handed in the backward, frozen, or a run rebuilt
+// from a checkpoint).
+func (run *hostRun) leasedAt(c int) int {
+	if run.lentAt == nil {
+		return -1
+	}
+	return run.lentAt[c]
+}
+
+// leaseAhead leases chunks in forward order, those not yet handed to run,
+// and hands them over until run has lent k of them here, at most
+// hostWindow ahead of cpuadam (before the i-th it waits for the update of
+// the (i-w)-th: its leases are given back); after the last chunk it closes
+// the run's jobs. A chunk whose lease fails is handed over with the error
+// (not updated; finishRun or the caller reports it) and the rest go on:
+// the run must close every chunk's ready. It returns the first failure.
+func (r *rank) leaseAhead(run *hostRun, k int) error {
+	e := r.e
+	if run.closed {
+		return nil
+	}
 	w := r.hostWindow()
 	var first error
-	var order []int
-	for _, c := range e.fwdOrder {
-		if !run.handed[c] && !e.chunks[c].frozen {
-			order = append(order, c)
+	for ; run.nextPos < len(e.fwdOrder) && len(run.lent) < k; run.nextPos++ {
+		c := e.fwdOrder[run.nextPos]
+		if run.handed[c] || e.chunks[c].frozen {
+			continue
 		}
-	}
-	for i, c := range order {
-		if i >= w {
-			<-run.ready[order[i-w]] // its leases are given back
+		if i := len(run.lent); i >= w {
+			<-run.ready[run.lent[i-w]]
 		}
 		ls, err := r.leaseHost(c)
 		if err != nil && first == nil {
-			first = err // go on: the run must close every chunk's ready
-			run.reported = true
+			first = err
 		}
 		run.handed[c] = true
+		run.lentAt[c] = len(run.lent)
+		run.lent = append(run.lent, c)
 		run.jobs <- hostJob{c: c, ls: ls, err: err}
 	}
-	close(run.jobs)
+	if run.nextPos == len(e.fwdOrder) {
+		close(run.jobs)
+		run.closed = true
+	}
 	return first
 }
 
@@ -348,6 +401,11 @@ func (run *hostRun) wait() {
 func (r *rank) flushChunk(c int) {
 	if run := r.run; run != nil && run.delayed {
 		r.beginDelayed(run)
+		// Its cpuadam starts within the pass: lease what the window
+		// allows without waiting for it.
+		for !run.closed && r.windowFree(run) {
+			r.leaseAhead(run, len(run.lent)+1) // a failure is run.errs[c]'s
+		}
 		return // dpu: the pass reads the params before the update; finishRun uploads it
 	}
 	r.flushNow(c)
@@ -360,8 +418,16 @@ func (r *rank) flushNow(c int) {
 		return
 	}
 	run.flushed[c] = true
+	for !run.handed[c] && !run.closed {
+		r.leaseAhead(run, len(run.lent)+1) // a failure is run.errs[c]'s
+	}
 	<-run.ready[c]
 	r.uploadChunk(c, run.errs[c] == nil)
+	if i := run.leasedAt(c); i >= 0 {
+		// The next chunk's state: its reads overlap this chunk's
+		// forward, its update the next ones'.
+		r.leaseAhead(run, i+1+r.hostWindow())
+	}
 }
 
 // updateReady says whether chunk c's params can be read without waiting
@@ -410,7 +476,31 @@ func (r *rank) uploadChunk(c int, updated bool) {
 // store outside the forward (the gradient's host copy).
 func (r *rank) waitHost() {
 	if r.run != nil {
+		r.leaseAll(r.run) // a failure is run.errs[c]'s: finishRun reports it
 		r.run.wait()
+	}
+}
+
+// leaseAll leases every chunk of run not yet leased, letting a delayed
+// run's cpuadam start first (the window waits for it).
+func (r *rank) leaseAll(run *hostRun) {
+	run.begin(nil)
+	r.leaseAhead(run, len(r.e.chunks))
+}
+
+// windowFree says whether leaseAhead can lease run's next chunk without
+// waiting for cpuadam: fewer than hostWindow chunks are leased, or the
+// update of the one a window back has run.
+func (r *rank) windowFree(run *hostRun) bool {
+	i, w := len(run.lent), r.hostWindow()
+	if i < w {
+		return true
+	}
+	select {
+	case <-run.ready[run.lent[i-w]]:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -432,6 +522,7 @@ func (r *rank) finishRun() error {
 		r.up.Wait(ev)
 		r.cs.Wait(ev)
 	}
+	r.leaseAll(run) // a failure is run.errs[c]'s
 	for _, c := range r.e.fwdOrder {
 		r.flushNow(c)
 	}

@@ -65,6 +65,7 @@ func (r *rank) beginDelayed(run *hostRun) {
 // pending; it returns the update's first error.
 func (r *rank) settleDelayed() error {
 	run := r.run
+	r.leaseAll(run)
 	run.wait()
 	for _, c := range r.e.fwdOrder {
 		if err := run.errs[c]; err != nil {
@@ -81,7 +82,7 @@ func (r *rank) pendingFromMaster(step int64) error {
 	e := r.e
 	n := len(e.chunks)
 	run := &hostRun{step: step, ready: make([]chan struct{}, n), errs: make([]error, n), done: make(chan struct{}),
-		flushed: make([]bool, n), handed: make([]bool, n), held: nil, delayed: true}
+		flushed: make([]bool, n), handed: make([]bool, n), held: nil, delayed: true, closed: true}
 	for c := range run.ready {
 		run.ready[c] = make(chan struct{})
 		close(run.ready[c])

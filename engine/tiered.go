@@ -593,6 +593,13 @@ type TierStats struct {
 	// prefetch under way, Misses fetched it on demand.
 	Accesses, Hits, Late, Misses int64
 	HitRate                      float64 // Hits / Accesses (1 with no access)
+	// Divergences counts the ranks whose accesses this step differed from
+	// their planner's trace (it plans without knowing the future until
+	// the step it records ends). The first step records; with the host
+	// optimizer pipelined into the next forward (overlap exact, state
+	// that can leave host RAM) the second differs from it too; after
+	// that every step repeats the one before.
+	Divergences int64
 	// Stall is the time the devices waited for shards to reach each
 	// access tier (HBM: param shards before their gather; host: optimizer
 	// state before cpuadam), the longest of the ranks.
@@ -633,6 +640,7 @@ func (t *tiers) since(a tierSnap) TierStats {
 		ts.Hits += q.Hits - p.Hits
 		ts.Late += q.Late - p.Late
 		ts.Misses += q.Misses - p.Misses
+		ts.Divergences += q.Divergences - p.Divergences
 		for tr := range ts.Stall {
 			ts.Stall[tr] = max(ts.Stall[tr], b.stall[i][tr]-a.stall[i][tr])
 		}

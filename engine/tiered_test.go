@@ -33,6 +33,8 @@ type tierSpec struct {
 	// registrar registers the pinned pools with the CPU backend's
 	// devices (Options.HostRegistrar).
 	registrar bool
+	// strata is more keys of the strata block (`"overlap": "dpu", `).
+	strata string
 }
 
 func (s tierSpec) String() string {
@@ -66,8 +68,8 @@ func (s tierSpec) configJSON(dir string) string {
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": %d,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
   "aio": {"block_size": 65536, "queue_depth": 8, "intra_op_parallelism": 2},%s
-  "strata": {"model": %s, "devices": %d, "seq_len": %d, "seed": %d, "host_budget": %d}
-}`, persist, s.param, path, s.opt, path, runSpec{ckpt: s.ckpt}.ckptJSON(), shape, s.n, seq, testSeed, s.hostBudget)
+  "strata": {%s"model": %s, "devices": %d, "seq_len": %d, "seed": %d, "host_budget": %d}
+}`, persist, s.param, path, s.opt, path, runSpec{ckpt: s.ckpt}.ckptJSON(), s.strata, shape, s.n, seq, testSeed, s.hostBudget)
 }
 
 func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {
@@ -226,8 +228,10 @@ func TestTierBudgets(t *testing.T) {
 // TestTierHitRate: from the second step on the planners serve the engine's
 // accesses from planned transfers. What is asserted does not depend on the
 // clock:
-//   - every step from the second has the same accesses (each rank's trace
-//     repeats: no divergence), each counted once as a hit, late or miss;
+//   - every step from the second has the same accesses, each counted once
+//     as a hit, late or miss, and from the third each rank's trace repeats
+//     (no divergence: the second differs from the first, which has no
+//     pending update in its forward to lease);
 //   - every step's new param shards are staged host->HBM (counted over the
 //     steps: which step's window an upload falls in depends on timing);
 //   - the plan is good: each rank's recorded trace, with its real residency
@@ -265,6 +269,9 @@ func TestTierHitRate(t *testing.T) {
 		if first := res.stats[1].Tier.Accesses; ts.Accesses != first {
 			t.Errorf("step %d: %d accesses, step 2 had %d: the trace does not repeat", st.Step, ts.Accesses, first)
 		}
+		if st.Step > 2 && ts.Divergences != 0 {
+			t.Errorf("step %d: %d ranks' accesses diverged from their trace", st.Step, ts.Divergences)
+		}
 	}
 	// Every step's optimizer writes every param shard in host memory, so
 	// each must be staged host->HBM again before the next forward. Which
@@ -291,9 +298,6 @@ func checkPlanHitRate(t *testing.T, e *Engine, r int, min float64) {
 	d := e.tiers.drivers[r]
 	var tr prefetch.Trace
 	d.Do(func() { tr = d.p.Trace() })
-	if d.p.Stale() {
-		t.Errorf("rank %d: the planner's trace diverged", r)
-	}
 	resid, err := e.tiers.residency(r)
 	if err != nil {
 		t.Fatal(err)

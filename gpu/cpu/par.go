@@ -3,32 +3,52 @@ package cpu
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
 )
 
-// parallel splits [0, n) into at most d.workers contiguous ranges of at
-// least grain items and runs fn on each, the first on the calling
-// goroutine. Callers make each item's result independent of the split, so
-// results do not depend on the worker count.
+// parallel splits [0, n) into contiguous pieces of at least grain items,
+// up to piecesPerWorker per worker, and runs fn on each from d.workers
+// goroutines (the first the calling one) that take the next piece as they
+// finish one. A worker the OS or the Go scheduler holds back (the tier
+// store's I/O completions, cpuadam, the runtime's own threads share the
+// cores) then delays the kernel by what it loses, not by a whole fixed
+// share of it. Callers make each item's result independent of the split,
+// so results depend neither on the worker count nor on which worker ran
+// which piece.
 func (d *Device) parallel(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	parts := min(d.workers, max(1, n/max(1, grain)))
-	if parts <= 1 {
+	pieces := min(d.workers*piecesPerWorker, max(1, n/max(1, grain)))
+	if pieces <= 1 || d.workers <= 1 {
 		fn(0, n)
 		return
 	}
-	var wg sync.WaitGroup
-	for p := 1; p < parts; p++ {
-		lo, hi := p*n/parts, (p+1)*n/parts
-		wg.Go(func() { fn(lo, hi) })
+	var next atomic.Int64
+	run := func() {
+		for {
+			p := int(next.Add(1) - 1)
+			if p >= pieces {
+				return
+			}
+			fn(p*n/pieces, (p+1)*n/pieces)
+		}
 	}
-	fn(0, n/parts)
+	var wg sync.WaitGroup
+	for range min(d.workers, pieces) - 1 {
+		wg.Go(run)
+	}
+	run()
 	wg.Wait()
 }
+
+// piecesPerWorker is how many pieces parallel cuts per worker: more
+// balance the workers when one is held back; fewer keep the GEMMs' packed
+// panels reused across more tiles of a piece.
+const piecesPerWorker = 4
 
 // loadF32 returns elements [lo, hi) of b as float32: the memory itself for
 // F32, a conversion into tmp (grown when short) otherwise.
