@@ -176,7 +176,7 @@ type hostRun struct {
 	lent    []int
 	lentAt  []int
 	closed  bool
-	delayed bool            // dpu: the next pass reads the params before this update; its end uploads it
+	delayed bool // dpu: the next pass reads the params before this update; its end uploads it
 	// reported: a chunk's lease failed and the Step that leased returned
 	// it; finishRun does not return it again (the rank goroutine only).
 	reported bool
