@@ -65,8 +65,7 @@ type StepOptions struct {
 // three by default.
 var StepModes = []string{"resident", "host", "nvme", "offload"}
 
-// StepOverlaps are the host optimizer's schedules it compares. dpu needs
-// the params on the devices: the offload mode.
+// StepOverlaps are the host optimizer's schedules it compares.
 var StepOverlaps = []string{engine.OverlapSerial, engine.OverlapExact, engine.OverlapDPU}
 
 // WithDefaults fills the zero fields.
@@ -136,9 +135,6 @@ func (o StepOptions) Validate() error {
 		if !slices.Contains(StepOverlaps, v) {
 			return fmt.Errorf("bench: overlap %q is not one of %s", v, strings.Join(StepOverlaps, ", "))
 		}
-	}
-	if slices.Contains(o.Overlaps, engine.OverlapDPU) && (slices.Contains(o.Modes, "host") || slices.Contains(o.Modes, "nvme")) {
-		return errors.New("bench: overlap dpu needs the params on the devices: run it with --modes offload (the host and nvme modes offload the params)")
 	}
 	return nil
 }

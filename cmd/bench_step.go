@@ -23,10 +23,10 @@ func benchStepCommand() *cli.Command {
 			"the optimizer state in host RAM, or on NVMe too with --nvme-optimizer), and steps them alternately:\n" +
 			"one step of each per round, so the machine's noise falls on all three. Prints the median step\n" +
 			"times, the ratios nvme/host and host/resident, the prefetch hit rate, stalls and bytes per link.\n" +
-			"--overlap serial,exact runs each offloaded mode with both host optimizer schedules, alternately, and prints\n" +
-			"cpu adam's time, the part of it no compute stream hid (exposed) and the step time over serial's.\n" +
-			"--modes offload (ZeRO-Offload: optimizer state in host RAM, params on the device) also runs --overlap dpu\n" +
-			"(delayed parameter update; the warm-up steps run exact).\n" +
+			"--overlap serial,exact,dpu runs each offloaded mode with each host optimizer schedule, alternately, and\n" +
+			"prints cpu adam's time, the part of it no compute stream hid (exposed), the same for the optimizer\n" +
+			"state's I/O waits, and the step time over serial's (dpu: delayed parameter update, its warm-up steps\n" +
+			"exact). --modes offload is ZeRO-Offload: optimizer state in host RAM, params on the device.\n" +
 			"The default model (medium, 6.4M params, 4x256 tokens per device) is bound by compute, not by the disk.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "nvme-path", Value: "/var/tmp", Usage: "directory for the swap file (on the drive to measure; removed after)"},
@@ -43,7 +43,7 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "hbm", Value: "8GiB", Usage: "per-device memory budget"},
 			&cli.StringFlag{Name: "tier-hbm", Usage: "offloaded modes: the tier store's share of each device (default: what is left)"},
 			&cli.StringFlag{Name: "modes", Value: "resident,host,nvme", Usage: "modes to run, comma-separated: resident, host, nvme, offload (params on the device, optimizer state in host RAM)"},
-			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update; --modes offload only)"},
+			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
 			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},

@@ -17,8 +17,8 @@ import (
 )
 
 // ErrNotBuilt says a configuration asks for something this engine does not
-// do yet (the dpu overlap mode with the optimizer on the device or with
-// offload_param).
+// do yet (the dpu overlap mode with the optimizer on the device, or in
+// fp32).
 var ErrNotBuilt = errors.New("engine: not built yet")
 
 // chunkPlan is how one chunk is laid out over the ranks.
@@ -166,8 +166,8 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 	if err := checkOffload(cfg, opts); err != nil {
 		return err
 	}
-	if z := cfg.ZeRO; cfg.Strata.Overlap == OverlapDPU && (z.OffloadOptimizer.Device == config.DeviceNone || z.OffloadParam.Device != config.DeviceNone) {
-		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update) with the optimizer on the device or offload_param: it needs offload_optimizer cpu or nvme and the params on the devices; use \"exact\"", ErrNotBuilt)
+	if z := cfg.ZeRO; cfg.Strata.Overlap == OverlapDPU && z.OffloadOptimizer.Device == config.DeviceNone {
+		return fmt.Errorf("%w: strata.overlap \"dpu\" (delayed parameter update) with the optimizer on the device: it needs offload_optimizer cpu or nvme; use \"exact\"", ErrNotBuilt)
 	}
 	if cfg.Strata.Overlap == OverlapDPU && opts.Precision == gpu.F32 {
 		// fp32 keeps no master apart from the params, which lag the

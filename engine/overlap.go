@@ -319,7 +319,7 @@ func (r *rank) leaseAhead(run *hostRun, k int) error {
 		if i := len(run.lent); i >= w {
 			<-run.ready[run.lent[i-w]]
 		}
-		ls, err := r.leaseHost(c)
+		ls, err := r.leaseHost(c, run.delayed)
 		if err != nil && first == nil {
 			first = err
 		}
@@ -533,6 +533,9 @@ func (r *rank) finishRun() error {
 			return fmt.Errorf("optimizer step %d: %w", run.step, err)
 		}
 	}
+	if run.delayed {
+		return r.storeDelayed(run)
+	}
 	return nil
 }
 
@@ -575,9 +578,10 @@ func (e *Engine) settle() error {
 
 // leaseHost declares cpuadam's accesses of chunk c to the tier store and
 // leases master, m, v (update), the gradient (read) and, with
-// offload_param, the new param's host copy (write). On an error the
+// offload_param, the new param's host copy (write; not for a delayed
+// update, which writes the staging: storeDelayed). On an error the
 // leases taken are given back.
-func (r *rank) leaseHost(c int) (ls [5]*tier.Lease, err error) {
+func (r *rank) leaseHost(c int, delayed bool) (ls [5]*tier.Lease, err error) {
 	d := r.driver()
 	// SizeBytes 0: the planner takes the placement's (the store's charge).
 	acc := func(state shard.State, kind prefetch.Kind) prefetch.Access {
@@ -601,7 +605,7 @@ func (r *rank) leaseHost(c int) (ls [5]*tier.Lease, err error) {
 	if ls[4], err = d.Use(acc(shard.Grad, prefetch.Read)); err != nil {
 		return ls, err
 	}
-	if r.e.paramTiered(c) {
+	if r.e.paramTiered(c) && !delayed {
 		if ls[3], err = d.Use(acc(shard.Param, prefetch.Write)); err != nil {
 			return ls, err
 		}

@@ -72,7 +72,7 @@ func (r *rank) handBackward(c int, ev gpu.Event) error {
 	if run == nil || r.e.paramTiered(c) {
 		return nil
 	}
-	ls, err := r.leaseHost(c)
+	ls, err := r.leaseHost(c, false)
 	run.handed[c] = true
 	run.reported = run.reported || err != nil // the backward returns it
 	run.jobs <- hostJob{c: c, ls: ls, err: err, ev: ev, keep: true}

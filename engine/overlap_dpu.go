@@ -5,6 +5,7 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/prefetch"
 )
 
 // The delayed parameter update (strata.overlap "dpu", the ZeRO-Offload
@@ -19,9 +20,13 @@ import (
 // (waitHost), so cpuadam overlaps the forward and the backward up to the
 // first reduced chunk. It starts once the pass's compute is under way
 // (beginDelayed), not at the step's end nor at the pass's first Acquire,
-// where the devices are idle. Not with offload_param (the new param is a
-// tier-store state the pass would read) nor with clipping during the
-// backward (dpu updates after the norm).
+// where the devices are idle. With offload_param the new param is a
+// tier-store state the pass reads: cpuadam writes it into the staging
+// instead (as for the params the devices hold), and the end of the pass
+// copies it into the store (storeDelayed, a write access at a point the
+// access order fixes; the staging costs 2 bytes a param of host memory
+// beyond the budget, Summary.HostStagingBytes). Not with clipping during
+// the backward (dpu updates after the norm).
 //
 // Checkpoints: a checkpoint of step t holds what an uninterrupted run
 // holds at that point: the devices' params (those of step t-1, which step
@@ -59,6 +64,26 @@ func (r *rank) beginDelayed(run *hostRun) {
 	ev := r.dev.NewEvent()
 	r.s.Record(ev)
 	run.begin(ev)
+}
+
+// storeDelayed copies a delayed update's new param shards of the chunks
+// whose param the tier store holds from their staging into the store (a
+// write access each, in forward order): at the end of the pass that read
+// the old ones, after the update. The store lets the write in once no
+// move reads the old copy, and drops the copies staged in HBM.
+func (r *rank) storeDelayed(run *hostRun) error {
+	for _, c := range r.e.fwdOrder {
+		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.errs[c] != nil {
+			continue
+		}
+		l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: prefetch.Write})
+		if err != nil {
+			return fmt.Errorf("optimizer step %d: %w", run.step, err)
+		}
+		copy(l.Bytes(), r.e.tiers.uploadBytes(r.idx, c))
+		r.driver().Done(l, nil)
+	}
+	return nil
 }
 
 // settleDelayed waits for a delayed update's cpuadam and leaves its upload

@@ -525,7 +525,7 @@ func (r *rank) traceAdam(c int, t0 time.Time) {
 // upload staging (tiers.upload), which update copies to the device. The
 // serial schedule; updateExact runs the same two halves apart.
 func (r *rank) stepHost(c int, cp cpuadam.Params) error {
-	ls, err := r.leaseHost(c)
+	ls, err := r.leaseHost(c, false)
 	if err != nil {
 		return err
 	}

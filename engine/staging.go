@@ -10,7 +10,8 @@ import (
 
 // The pinned upload staging of the host optimizer: the new params of the
 // trainable chunks whose param the device holds, on their way from cpuadam to the
-// device (see tiers and the package doc).
+// device (see tiers and the package doc); under dpu also those whose
+// param the tier store holds, until the pass that reads the old ones ends.
 
 // openStaging takes the pinned upload buffer of every (chunk, rank) whose
 // param the device holds, and each rank's buffer of the gradient norms it
@@ -64,10 +65,14 @@ func (t *tiers) openStaging() error {
 	return nil
 }
 
-// uploads says whether the host optimizer uploads chunk c's new params
-// from a staging buffer: a chunk that trains and whose param the device
-// holds.
-func (e *Engine) uploads(c int) bool { return !e.paramTiered(c) && !e.chunks[c].frozen }
+// uploads says whether the host optimizer writes chunk c's new params
+// into a staging buffer: a chunk that trains and whose param the device
+// holds (uploaded from there), or, under dpu, whose param the tier store
+// holds (copied into it at the end of the pass that still read the old
+// ones: storeDelayed).
+func (e *Engine) uploads(c int) bool {
+	return !e.chunks[c].frozen && (!e.paramTiered(c) || e.overlap == OverlapDPU)
+}
 
 // uploadBytes is the pinned upload staging of chunk c on rank r.
 func (t *tiers) uploadBytes(r, c int) []byte {
