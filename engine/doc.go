@@ -59,6 +59,12 @@
 //     at Release records an event; a gathered chunk's slot goes back when
 //     a new gather needs room (at most Options.MaxLiveChunks live), and
 //     the gather into it waits for that event on the communication stream;
+//     before each Acquire the rank waits until the compute of the chunk
+//     acquired MaxLiveChunks before has run (PyTorch FSDP's
+//     limit_all_gathers): the device still has the chunk in between queued,
+//     and the rank does not lease param shards in HBM long before the
+//     device reads them (run further ahead, its leases held the tier
+//     store's HBM room and the accesses behind them waited for room);
 //   - stages 0-1 reduce the accumulated gradient of a chunk at its last
 //     GradReady: AllReduce(Sum) in place (stage 0), ReduceScatter(Sum) in
 //     place into the rank's slice (stage 1);
@@ -127,17 +133,21 @@
 // Both give the same bits: the same cpuadam calls on the same bytes.
 // Exact splits each rank's update in three parts:
 //
-//  1. The rank's goroutine, still inside Step, declares cpuadam's accesses
-//     to its tier.Runner chunk by chunk, in the order the next forward
-//     first reads the chunks (forwardOrder), and hands each chunk's leases
-//     to the rank's optimizer goroutine (hostRun); Step returns once the
-//     last chunk is handed over. The runner sees the accesses of the
-//     serial schedule, in the same order, from one goroutine, so each
-//     rank's trace still repeats exactly. The rank leases every chunk at
-//     once when the optimizer state never leaves host RAM (every access is
-//     a hit), else two chunks ahead of cpuadam (chunk c+1's reads are
-//     declared while chunk c updates; the planner reads further ahead
-//     within its budget).
+//  1. The rank's goroutine declares cpuadam's accesses to its tier.Runner
+//     chunk by chunk, in the order the next forward first reads the chunks
+//     (forwardOrder), and hands each chunk's leases to the rank's optimizer
+//     goroutine (hostRun). When nothing the optimizer leases can leave
+//     host RAM (every access a hit, no room needed) it leases every chunk
+//     inside Step; else TierReadAhead chunks (the host budget's staging
+//     room) inside Step and the rest in the next pass, one more at each
+//     chunk's flush (point 3) once the update a window back has given its
+//     leases back, and any left before the backward's first gradient
+//     write (waitHost): chunk c+1's reads are declared while chunk c
+//     updates, and Step returns without waiting for cpuadam. Every lease
+//     comes from the rank's goroutine at a point Model.AccessOrder fixes,
+//     so each rank's accesses repeat step after step; from the third step
+//     the planner's trace repeats (the first step has no pending update in
+//     its forward, so the second differs from it: TierStats.Divergences).
 //  2. The optimizer goroutine runs cpuadam chunk by chunk into the upload
 //     staging (or, with offload_param, the param's host copy in the store),
 //     ends the chunk's leases and closes its ready channel. It does host
@@ -162,8 +172,9 @@
 // step (Params, Master, MasterChunks, checkpoints save and load, the
 // timeline, Close) first calls settle, which finishes every rank's pending
 // update (in forward order) and waits for the devices. A tier fault while
-// leasing is returned by the Step that leased, as in serial; the update's
-// errors are kept per chunk and returned again by the next Step (its
+// leasing inside Step is returned by that Step, as in serial; one while
+// leasing in the next pass is kept for its chunk (not updated); the
+// update's errors are kept per chunk and returned again by the next Step (its
 // pass, finishRun) or by settle (Params, checkpoints), naming the
 // optimizer step, chunk, rank, state and file; Close drains the update
 // without repeating it. A NaN or Inf loss or norm stops the step before any
@@ -367,10 +378,16 @@
 // paper: after strata.dpu_warmup_steps exact steps, step t+1's pass reads
 // the params step t read (updated with step t-1's gradient) while the host
 // updates them with step t's gradient, and the end of the pass uploads them (finishRun, in forward
-// order on every rank, after the pass's compute). It needs the host
-// optimizer, the params on the devices and bf16 (New refuses it otherwise
-// with ErrNotBuilt: in fp32 the params are the master weights, and under dpu
-// they lag the update, so a checkpoint could not hold the pending one). A checkpoint holds the devices' params and the updated
-// master, m, v; the upload it owes is master rounded to the params' dtype
-// (what cpuadam writes), rebuilt at restore, so resume is bit-identical.
+// order on every rank, after the pass's compute). With offload_param the
+// new params wait in the pinned staging too (2 bytes a param beyond the
+// host budget) and the end of the pass writes them into the tier store
+// (storeDelayed). It needs the host optimizer and bf16 (New refuses it
+// otherwise with ErrNotBuilt: in fp32 the params are the master weights,
+// and under dpu they lag the update, so a checkpoint could not hold the
+// pending one). With the optimizer state on NVMe the delayed update's
+// leases follow the window as under exact, leased at the pass's flushes
+// as its cpuadam gives them back. A checkpoint holds the devices' (or the
+// store's) params and the updated master, m, v; the upload it owes is
+// master rounded to the params' dtype (what cpuadam writes), rebuilt at
+// restore, so resume is bit-identical.
 package engine

@@ -213,15 +213,16 @@ type hostJob struct {
 
 // hostWindow is how many chunks' state the rank leases ahead of cpuadam:
 // every chunk when nothing the optimizer leases leaves host RAM (each
-// lease is a hit and needs no room), else TierReadAhead, the chunks of
-// master, m and v (or of param shards) the host budget's staging room
-// holds beyond the homes: chunk c+1's reads are declared while chunk c
-// is updated, and the planner reads ahead within that room.
+// lease is a hit and needs no room), else one less than TierReadAhead,
+// the chunks of master, m and v (or of param shards) the host budget's
+// staging room holds beyond the homes: the chunk left is the planner's
+// read-ahead, so chunk c+2's reads are under way while chunk c updates
+// and lands before the rank leases it.
 func (r *rank) hostWindow() int {
 	if r.e.tiers.swap == nil {
 		return len(r.e.chunks)
 	}
-	return TierReadAhead
+	return TierReadAhead - 1
 }
 
 // updateExact starts the host update of ap.Step (the run is pending,
