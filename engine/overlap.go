@@ -213,16 +213,21 @@ type hostJob struct {
 
 // hostWindow is how many chunks' state the rank leases ahead of cpuadam:
 // every chunk when nothing the optimizer leases leaves host RAM (each
-// lease is a hit and needs no room), else one less than TierReadAhead,
-// the chunks of master, m and v (or of param shards) the host budget's
-// staging room holds beyond the homes: the chunk left is the planner's
-// read-ahead, so chunk c+2's reads are under way while chunk c updates
-// and lands before the rank leases it.
+// lease is a hit and needs no room), else one less than the host
+// budget's staging room holds (HostStagingBytes: TierReadAhead chunks of
+// master, m and v with the optimizer state on NVMe, TierReadAhead+1
+// param shards with only the params there): the chunk left is the
+// planner's read-ahead, so chunk c+w's state is on its way while chunk c
+// updates and is in host memory when the rank leases it.
 func (r *rank) hostWindow() int {
-	if r.e.tiers.swap == nil {
+	switch {
+	case r.e.tiers.swap == nil:
 		return len(r.e.chunks)
+	case r.e.tiers.optTier == shard.NVMe:
+		return TierReadAhead - 1
+	default:
+		return TierReadAhead
 	}
-	return TierReadAhead - 1
 }
 
 // updateExact starts the host update of ap.Step (the run is pending,
