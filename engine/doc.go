@@ -138,8 +138,9 @@
 //     (forwardOrder), and hands each chunk's leases to the rank's optimizer
 //     goroutine (hostRun). When nothing the optimizer leases can leave
 //     host RAM (every access a hit, no room needed) it leases every chunk
-//     inside Step; else TierReadAhead chunks (the host budget's staging
-//     room) inside Step and the rest in the next pass, one more at each
+//     inside Step; else a window (hostWindow: one chunk less than the host
+//     budget's staging room holds) inside Step and the rest in the next
+//     pass, one more at each
 //     chunk's flush (point 3) once the update a window back has given its
 //     leases back, and any left before the backward's first gradient
 //     write (waitHost): chunk c+1's reads are declared while chunk c
@@ -148,6 +149,9 @@
 //     so each rank's accesses repeat step after step; from the third step
 //     the planner's trace repeats (the first step has no pending update in
 //     its forward, so the second differs from it: TierStats.Divergences).
+//     A settle between steps (a checkpoint, Params, an evaluation) leases
+//     the rest outside any step, so the planner re-records at the two
+//     steps after it.
 //  2. The optimizer goroutine runs cpuadam chunk by chunk into the upload
 //     staging (or, with offload_param, the param's host copy in the store),
 //     ends the chunk's leases and closes its ready channel. It does host
@@ -384,9 +388,10 @@
 // (storeDelayed). It needs the host optimizer and bf16 (New refuses it
 // otherwise with ErrNotBuilt: in fp32 the params are the master weights,
 // and under dpu they lag the update, so a checkpoint could not hold the
-// pending one). With the optimizer state on NVMe the delayed update's
-// leases follow the window as under exact, leased at the pass's flushes
-// as its cpuadam gives them back. A checkpoint holds the devices' (or the
+// pending one). With state that can leave host RAM the delayed update
+// leases its window inside Step and one more chunk at each flush of the
+// next pass from the one that lets its cpuadam go (the first of them may
+// wait for the update of the chunk a window back). A checkpoint holds the devices' (or the
 // store's) params and the updated master, m, v; the upload it owes is
 // master rounded to the params' dtype (what cpuadam writes), rebuilt at
 // restore, so resume is bit-identical.

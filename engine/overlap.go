@@ -151,9 +151,9 @@ func forwardOrder(order []model.Access, chunks int) []int {
 }
 
 // hostRun is one rank's pending host update (exact overlap): the rank's
-// goroutine has leased each chunk's state from the tier store (in
-// forward order, so the planner sees the accesses of the serial
-// schedule) and handed it to the run's goroutine, which runs cpuadam
+// goroutine leases each chunk's state from the tier store (in forward
+// order, a window inside Step and the rest at points of the next pass:
+// leaseAhead) and hands it to the run's goroutine, which runs cpuadam
 // chunk by chunk and closes ready[c] when chunk c's new params are in
 // their staging (or host copy). The device side of chunk c (upload, the
 // AllGather at stages 1-2 and for persistent chunks, paramReady[c]) is
@@ -177,9 +177,10 @@ type hostRun struct {
 	lentAt  []int
 	closed  bool
 	delayed bool // dpu: the next pass reads the params before this update; its end uploads it
-	// reported: a chunk's lease failed and the Step that leased returned
-	// it; finishRun does not return it again (the rank goroutine only).
-	reported bool
+	// reported, per chunk: its failure was returned already (by the Step
+	// that leased it, or by settle); finishRun does not return it again
+	// (the rank goroutine only; nil: none).
+	reported []bool
 	// start, for a delayed (dpu) update, holds its cpuadam back until the
 	// next step's forward has begun (begin): started at the step's end, it
 	// would run while the devices are idle between the steps.
@@ -247,10 +248,8 @@ func (r *rank) updateExact(ap gpu.AdamParams) error {
 	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step)()
 	r.run = run
 	// A delayed run's cpuadam waits for the next pass: the window's
-	// chunks now, more at that pass's flushes as it gives leases back.
-	err = r.leaseAhead(run, r.hostWindow())
-	run.reported = run.reported || err != nil
-	return err
+	// chunks now, one more at each of that pass's flushes once it runs.
+	return run.report(r.leaseAhead(run, r.hostWindow()))
 }
 
 // startRun starts a host update of step ap.Step: its goroutine, waiting
@@ -263,7 +262,7 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 	n := len(r.e.chunks)
 	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
 		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n),
-		delayed: r.e.delayed(ap.Step), lentAt: make([]int, n)}
+		delayed: r.e.delayed(ap.Step), lentAt: make([]int, n), reported: make([]bool, n)}
 	for c := range run.lentAt {
 		run.lentAt[c] = -1
 	}
@@ -288,9 +287,30 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 func (r *rank) leaseRest(run *hostRun) error {
 	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step)()
 	r.run = run
-	err := r.leaseAhead(run, len(r.e.chunks))
-	run.reported = run.reported || err != nil
+	return run.report(r.leaseAhead(run, len(r.e.chunks)))
+}
+
+// report marks chunk c's failure err as returned (the caller returns
+// it) and passes it on; c < 0: none.
+func (run *hostRun) report(c int, err error) error {
+	if c >= 0 {
+		run.reported[c] = true
+	}
 	return err
+}
+
+// unreported is the first failure of run, in forward order, not returned
+// yet, naming the optimizer step; it marks it returned.
+func (r *rank) unreported(run *hostRun) error {
+	for _, c := range r.e.fwdOrder {
+		if err := run.errs[c]; err != nil && (run.reported == nil || !run.reported[c]) {
+			if run.reported != nil {
+				run.reported[c] = true
+			}
+			return fmt.Errorf("optimizer step %d: %w", run.step, err)
+		}
+	}
+	return nil
 }
 
 // leasedAt is chunk c's index among the chunks leaseAhead leased, -1 when
@@ -309,14 +329,15 @@ func (run *hostRun) leasedAt(c int) int {
 // the (i-w)-th: its leases are given back); after the last chunk it closes
 // the run's jobs. A chunk whose lease fails is handed over with the error
 // (not updated; finishRun or the caller reports it) and the rest go on:
-// the run must close every chunk's ready. It returns the first failure.
-func (r *rank) leaseAhead(run *hostRun, k int) error {
+// the run must close every chunk's ready. It returns the first failure
+// and its chunk (-1, nil: none).
+func (r *rank) leaseAhead(run *hostRun, k int) (int, error) {
 	e := r.e
 	if run.closed {
-		return nil
+		return -1, nil
 	}
 	w := r.hostWindow()
-	var first error
+	firstC, first := -1, error(nil)
 	for ; run.nextPos < len(e.fwdOrder) && len(run.lent) < k; run.nextPos++ {
 		c := e.fwdOrder[run.nextPos]
 		if run.handed[c] || e.chunks[c].frozen {
@@ -327,7 +348,7 @@ func (r *rank) leaseAhead(run *hostRun, k int) error {
 		}
 		ls, err := r.leaseHost(c, run.delayed)
 		if err != nil && first == nil {
-			first = err
+			firstC, first = c, err
 		}
 		run.handed[c] = true
 		run.lentAt[c] = len(run.lent)
@@ -338,7 +359,7 @@ func (r *rank) leaseAhead(run *hostRun, k int) error {
 		close(run.jobs)
 		run.closed = true
 	}
-	return first
+	return firstC, first
 }
 
 // hostLoop runs the pending update's cpuadam chunk by chunk.
@@ -407,9 +428,10 @@ func (run *hostRun) wait() {
 func (r *rank) flushChunk(c int) {
 	if run := r.run; run != nil && run.delayed {
 		r.beginDelayed(run)
-		// Its cpuadam starts within the pass: lease what the window
-		// allows without waiting for it.
-		for !run.closed && r.windowFree(run) {
+		if run.flushes >= dpuStartFlush {
+			// Its cpuadam runs: one more chunk at each flush (a point
+			// the access order fixes, as under exact; the first may wait
+			// for the update of the chunk a window back).
 			r.leaseAhead(run, len(run.lent)+1) // a failure is run.errs[c]'s
 		}
 		return // dpu: the pass reads the params before the update; finishRun uploads it
@@ -494,22 +516,6 @@ func (r *rank) leaseAll(run *hostRun) {
 	r.leaseAhead(run, len(r.e.chunks))
 }
 
-// windowFree says whether leaseAhead can lease run's next chunk without
-// waiting for cpuadam: fewer than hostWindow chunks are leased, or the
-// update of the one a window back has run.
-func (r *rank) windowFree(run *hostRun) bool {
-	i, w := len(run.lent), r.hostWindow()
-	if i < w {
-		return true
-	}
-	select {
-	case <-run.ready[run.lent[i-w]]:
-		return true
-	default:
-		return false
-	}
-}
-
 // finishRun completes the pending update: the device side of every chunk
 // not yet flushed, in forward order (the same on every rank), then the
 // goroutine's end. It returns the first chunk's failure, naming the
@@ -534,15 +540,14 @@ func (r *rank) finishRun() error {
 	}
 	run.wait()
 	r.run = nil
-	for _, c := range r.e.fwdOrder {
-		if err := run.errs[c]; err != nil && !run.reported {
-			return fmt.Errorf("optimizer step %d: %w", run.step, err)
-		}
-	}
+	var stored error
 	if run.delayed {
-		return r.storeDelayed(run)
+		stored = r.storeDelayed(run) // every chunk that was updated, also when another failed
 	}
-	return nil
+	if err := r.unreported(run); err != nil {
+		return err
+	}
+	return stored
 }
 
 // settle finishes every rank's pending host update (exact overlap) and

@@ -74,7 +74,9 @@ func (r *rank) handBackward(c int, ev gpu.Event) error {
 	}
 	ls, err := r.leaseHost(c, false)
 	run.handed[c] = true
-	run.reported = run.reported || err != nil // the backward returns it
+	if err != nil {
+		run.reported[c] = true // the backward returns it
+	}
 	run.jobs <- hostJob{c: c, ls: ls, err: err, ev: ev, keep: true}
 	r.bwdChunks++
 	return err

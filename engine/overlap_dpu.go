@@ -70,20 +70,26 @@ func (r *rank) beginDelayed(run *hostRun) {
 // whose param the tier store holds from their staging into the store (a
 // write access each, in forward order): at the end of the pass that read
 // the old ones, after the update. The store lets the write in once no
-// move reads the old copy, and drops the copies staged in HBM.
+// move reads the old copy, and drops the copies staged in HBM. It goes
+// on past a failure (the other chunks' master moved on) and returns the
+// first.
 func (r *rank) storeDelayed(run *hostRun) error {
+	var first error
 	for _, c := range r.e.fwdOrder {
 		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.errs[c] != nil {
 			continue
 		}
 		l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: prefetch.Write})
 		if err != nil {
-			return fmt.Errorf("optimizer step %d: %w", run.step, err)
+			if first == nil {
+				first = fmt.Errorf("optimizer step %d: %w", run.step, err)
+			}
+			continue
 		}
 		copy(l.Bytes(), r.e.tiers.uploadBytes(r.idx, c))
 		r.driver().Done(l, nil)
 	}
-	return nil
+	return first
 }
 
 // settleDelayed waits for a delayed update's cpuadam and leaves its upload
@@ -92,12 +98,7 @@ func (r *rank) settleDelayed() error {
 	run := r.run
 	r.leaseAll(run)
 	run.wait()
-	for _, c := range r.e.fwdOrder {
-		if err := run.errs[c]; err != nil {
-			return fmt.Errorf("optimizer step %d: %w", run.step, err)
-		}
-	}
-	return nil
+	return r.unreported(run) // once: the run stays pending, and finishRun does not repeat it
 }
 
 // pendingFromMaster makes the upload a restored dpu engine owes its

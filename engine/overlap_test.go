@@ -339,6 +339,13 @@ func TestDPU(t *testing.T) {
 			if !reflect.DeepEqual(base.losses, got.losses) || !reflect.DeepEqual(base.params, got.params) || !reflect.DeepEqual(base.master, got.master) {
 				t.Errorf("dpu, params %s, optimizer %s: losses %v, want those of the params on the devices %v, and the same params and master", where[0], where[1], got.losses, base.losses)
 			}
+			// Each rank's accesses repeat once the delayed steps run (the
+			// first two after the warm-up change the pattern).
+			for _, st := range got.stats[warm+2:] {
+				if st.Tier.Divergences != 0 {
+					t.Errorf("dpu, params %s, optimizer %s: step %d: %d ranks' accesses diverged from their trace", where[0], where[1], st.Step, st.Tier.Divergences)
+				}
+			}
 		}
 		s := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON, strata: dpu}
 		checkResume(t, func(t *testing.T) *Engine { return newTierEngine(t, s, Options{}) }, warm+2)

@@ -115,7 +115,7 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 	})
 }
 
-// attnWork is one worker's scratch: a head's q, k, v (and for the
+// attnWork is one piece's scratch (parallel): a head's q, k, v (and for the
 // backward dout, dq, dk, dv) as seq×hd rows, and two tiles.
 type attnWork struct {
 	q, k, v, o     []float32
