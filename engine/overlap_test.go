@@ -255,28 +255,37 @@ func TestNonFiniteDuringBackward(t *testing.T) {
 // under the pipelined update ends a Step (the one that leases, or the next
 // one, whose pass finishes the update) with one error naming the engine
 // once, the shard and the swap file, on 2 ranks, without hanging; the
-// next Step fails too, and Close (a cleanup) ends every goroutine.
+// next Step fails too, and Close (a cleanup) ends every goroutine. The
+// same under dpu (one exact step, then delayed: the leases of the pass and
+// the store of the new params at its end), with the params on NVMe too.
 func TestTierFaultInOptimizer(t *testing.T) {
 	nvmetest.Require(t)
-	var faulty *nvme.Faulty
-	s := tierSpec{n: 2, param: "cpu", opt: "nvme", shapeJSON: deepShapeJSON}
-	e := newTierEngine(t, s, Options{NVMeDevice: func(d nvme.Device) nvme.Device {
-		faulty = nvme.NewFaulty(d, nvme.Fault{Kind: nvme.FaultEIO, Op: nvme.OpRead, Nth: 3})
-		return faulty
-	}})
-	var err error
-	for range 5 {
-		if _, err = stepWithin(t, e); err != nil {
-			break
-		}
-	}
-	if err == nil {
-		t.Fatalf("5 steps without an error; %d faults injected", faulty.Injected(nvme.FaultEIO))
-	}
-	t.Logf("step %d: %v", e.StepCount()+1, err)
-	checkFaultMessage(t, err, ".swap", "EIO")
-	if _, err2 := stepWithin(t, e); err2 == nil {
-		t.Error("the step after the failure succeeded")
+	for _, c := range []struct {
+		param, strata string
+		nth           int // the read that fails: early, or in the steps whose pass leases
+	}{{"cpu", "", 3}, {"cpu", "", 40}, {"nvme", `"overlap": "dpu", "dpu_warmup_steps": 1, `, 40}} {
+		t.Run(fmt.Sprintf("%s/%s/read%d", c.param, map[bool]string{true: "exact", false: "dpu"}[c.strata == ""], c.nth), func(t *testing.T) {
+			var faulty *nvme.Faulty
+			s := tierSpec{n: 2, param: c.param, opt: "nvme", shapeJSON: deepShapeJSON, strata: c.strata}
+			e := newTierEngine(t, s, Options{NVMeDevice: func(d nvme.Device) nvme.Device {
+				faulty = nvme.NewFaulty(d, nvme.Fault{Kind: nvme.FaultEIO, Op: nvme.OpRead, Nth: c.nth})
+				return faulty
+			}})
+			var err error
+			for range 8 {
+				if _, err = stepWithin(t, e); err != nil {
+					break
+				}
+			}
+			if err == nil {
+				t.Fatalf("8 steps without an error; %d faults injected", faulty.Injected(nvme.FaultEIO))
+			}
+			t.Logf("step %d: %v", e.StepCount()+1, err)
+			checkFaultMessage(t, err, ".swap", "EIO")
+			if _, err2 := stepWithin(t, e); err2 == nil {
+				t.Error("the step after the failure succeeded")
+			}
+		})
 	}
 }
 
