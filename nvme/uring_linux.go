@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -58,6 +57,16 @@ type uringBackend struct {
 	// hands over. More are handed over in several calls, in order.
 	batch uint32
 
+	// events is an eventfd registered with the ring: the kernel signals it
+	// at every completion, and the reaper sleeps in a read of it (Go's
+	// poller: no thread, no P held) instead of in io_uring_enter. A
+	// goroutine blocked in io_uring_enter keeps its P until the runtime's
+	// monitor takes it back (up to 10 ms later while the rest runs), and
+	// the reaper blocked there after every completion: the CPU backend's
+	// compute ran on one core for a while after each transfer, its
+	// forward 25 % slower with params streaming from NVMe.
+	events *os.File
+
 	reaperDone chan struct{}
 	enterHook  func(toSubmit, minComplete, ready uint32) error
 }
@@ -80,15 +89,15 @@ func transient(err error) bool {
 }
 
 // enter hands the oldest prepared SQEs to the kernel, at most batch of
-// them, and waits for minComplete completions. It returns how many SQEs the
-// kernel took, and counts the call and the SQEs in the engine's Stats.
-func (b *uringBackend) enter(minComplete uint32) (int, error) {
+// them, without waiting. It returns how many SQEs the kernel took, and
+// counts the call and the SQEs in the engine's Stats.
+func (b *uringBackend) enter() (int, error) {
 	if b.enterHook != nil {
-		if err := b.enterHook(min(b.ring.Unconsumed(), b.batch), minComplete, b.ring.Ready()); err != nil {
+		if err := b.enterHook(min(b.ring.Unconsumed(), b.batch), 0, b.ring.Ready()); err != nil {
 			return 0, err
 		}
 	}
-	n, err := b.ring.SubmitN(b.batch, minComplete)
+	n, err := b.ring.SubmitN(b.batch, 0)
 	if n > 0 {
 		b.e.enters.Add(1)
 		b.e.sqes.Add(uint64(n))
@@ -96,14 +105,13 @@ func (b *uringBackend) enter(minComplete uint32) (int, error) {
 	return n, err
 }
 
-// wait blocks until a completion is ready.
-func (b *uringBackend) wait() error {
-	if b.enterHook != nil {
-		if err := b.enterHook(0, 1, b.ring.Ready()); err != nil {
-			return err
-		}
+// wait sleeps until the kernel has posted a completion since the last
+// wait (the eventfd's counter), parked in Go's poller.
+func (b *uringBackend) wait() {
+	var buf [8]byte
+	if _, err := b.events.Read(buf[:]); err != nil {
+		panic(fmt.Sprintf("nvme: read the io_uring completion eventfd: %v (broken ring state)", err))
 	}
-	return b.ring.WaitCQE(1)
 }
 
 // uringSetup is replaced by tests to simulate a kernel without io_uring.
@@ -117,21 +125,19 @@ var ringSizes = func(queueDepth int) (sqEntries, cqEntries uint32) {
 }
 
 // enterHook, set only by tests before Open, is consulted before every
-// io_uring_enter of the backend (toSubmit SQEs, at most SubmitBatch, waiting for minComplete,
-// with ready completions unreaped); a non-nil error is returned as if the
+// io_uring_enter of the backend (toSubmit SQEs, at most SubmitBatch;
+// minComplete is 0: no enter waits, the reaper sleeps on its eventfd; with
+// ready completions unreaped); a non-nil error is returned as if the
 // kernel had failed the call, and the call is not made.
 var enterHook func(toSubmit, minComplete, ready uint32) error
 
 func newUringBackend(e *Engine) (*uringBackend, error) {
 	entries, cqEntries := ringSizes(e.opts.QueueDepth)
-	// Cooperative task running (Linux 5.19+): completions become task work
-	// of the submitting thread without an IPI; in steady state that is the
-	// reaper's locked thread, which sleeps in io_uring_enter and is woken.
-	// Fall back to plain setup on kernels that refuse the flag.
-	ring, err := uring.New(entries, cqEntries, uring.SetupClamp|uring.SetupCoopTaskrun)
-	if errors.Is(err, unix.EINVAL) {
-		ring, err = uring.New(entries, cqEntries, uring.SetupClamp)
-	}
+	// No cooperative task running (IORING_SETUP_COOP_TASKRUN): requests
+	// are submitted from the callers' threads too, and a completion left as
+	// task work of a thread busy computing would wait until it enters the
+	// kernel; the reaper waits on an eventfd, not in io_uring_enter.
+	ring, err := uring.New(entries, cqEntries, uring.SetupClamp)
 	if err != nil {
 		return nil, setupError(err)
 	}
@@ -151,6 +157,17 @@ func newUringBackend(e *Engine) (*uringBackend, error) {
 	}
 	b := &uringBackend{e: e, ring: ring, reaperDone: make(chan struct{}), enterHook: enterHook,
 		backlog: make([]int32, 0, e.opts.QueueDepth), batch: uint32(e.opts.SubmitBatch)}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		ring.Close()
+		return nil, fmt.Errorf("io_uring completion eventfd: %w", err)
+	}
+	b.events = os.NewFile(uintptr(efd), "io_uring completions")
+	if err := ring.RegisterEventfd(int32(efd)); err != nil {
+		b.events.Close()
+		ring.Close()
+		return nil, fmt.Errorf("io_uring register eventfd: %w", err)
+	}
 	e.info.SQEntries, e.info.CQEntries = ring.SQEntries(), ring.CQEntries()
 	e.info.SubmitBatch = e.opts.SubmitBatch
 	go b.reap()
@@ -230,7 +247,7 @@ func (b *uringBackend) submitLocked() ([]int32, error) {
 			return nil, nil
 		}
 		before := b.ring.Unconsumed()
-		_, err := b.enter(0)
+		_, err := b.enter()
 		if b.ring.Unconsumed() < before {
 			b.stallSince = time.Time{} // progress, whatever it says
 			continue
@@ -331,34 +348,33 @@ func (b *uringBackend) findBuf(addr, n uintptr) (uint16, bool) {
 
 func (b *uringBackend) reap() {
 	defer close(b.reaperDone)
-	// One OS thread both waits and (in steady state) submits, so the task
-	// work of most completions runs in the thread that waits for them.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
 	cqes := make([]uring.CQE, b.ring.CQEntries())
 	again := make([]int32, 0, len(cqes))
 	for {
-		// Hand over what the last round of callbacks queued and wait for
-		// the next completion in the last io_uring_enter of the handover.
-		// On a transient failure do not block in a wait (the queued SQEs
-		// may be all there is to wait for): reap what is there and try
-		// again.
+		// Hand over what the last round of callbacks queued, then sleep
+		// until a completion is posted (the eventfd: one posted since the
+		// check makes the read return at once). On a transient failure do
+		// not sleep (the queued SQEs may be all there is to wait for):
+		// reap what is there and try again.
 		b.mu.Lock()
 		b.reaping = false
-		waited, backoff, failed, failErr := b.handOverLocked()
+		backoff, failed, failErr := b.handOverLocked()
 		b.mu.Unlock()
 		b.fail(failed, failErr)
 		switch {
 		case backoff:
 			time.Sleep(enterBackoff)
-		case !waited:
-			if err := b.wait(); err != nil {
-				if !transient(err) {
-					panic(fmt.Sprintf("nvme: io_uring_enter (wait): %v (broken ring state)", err))
-				}
-				if !errors.Is(err, unix.EINTR) {
-					time.Sleep(enterBackoff)
-				}
+		case b.ring.Ready() == 0:
+			// Completions that found the CQ full wait in the kernel's
+			// overflow list until an io_uring_enter flushes them; the
+			// eventfd was signaled for them already.
+			switch err := b.ring.FlushCQ(); {
+			case err != nil && !transient(err):
+				panic(fmt.Sprintf("nvme: io_uring_enter (flush): %v (broken ring state)", err))
+			case err != nil:
+				time.Sleep(enterBackoff) // not flushed: look again
+			case b.ring.Ready() == 0:
+				b.wait()
 			}
 		}
 		// Taking mu also orders this goroutine after the submitter that
@@ -391,39 +407,29 @@ func (b *uringBackend) reap() {
 }
 
 // handOverLocked gives the kernel what the last round of callbacks queued,
-// batch SQEs per io_uring_enter, the last of them also waiting for the next
-// completion. waited: that wait happened. backoff: an enter took nothing
+// batch SQEs per io_uring_enter, none of them waiting. backoff: an enter took nothing
 // (EINTR, or a transient error: failed and failErr, from stalledLocked, are
 // the requests to fail, if any); the reaper pauses and reaps what is there
 // instead of blocking, since the SQEs left may be all there is to wait for.
-func (b *uringBackend) handOverLocked() (waited, backoff bool, failed []int32, failErr error) {
+func (b *uringBackend) handOverLocked() (backoff bool, failed []int32, failErr error) {
 	for {
 		b.refillLocked()
 		left := b.ring.Unconsumed()
 		if left == 0 {
-			return false, false, nil, nil
+			return false, nil, nil
 		}
-		var minComplete uint32
-		if left <= b.batch {
-			minComplete = 1
-		}
-		n, err := b.enter(minComplete)
+		_, err := b.enter()
 		switch {
 		case b.ring.Unconsumed() < left:
 			b.stallSince = time.Time{}
-			if minComplete == 1 {
-				// Submitted; err is the wait's (EINTR), if any. SQEs
-				// the kernel left go at the next round.
-				return err == nil && n > 0, false, nil, nil
-			}
 		case errors.Is(err, unix.EINTR):
-			return false, true, nil, nil // nothing taken: try again soon
+			return true, nil, nil // nothing taken: try again soon
 		default:
 			if err == nil {
 				err = unix.EAGAIN // took nothing without saying why
 			}
 			failed, failErr = b.stalledLocked(err)
-			return false, true, failed, failErr
+			return true, failed, failErr
 		}
 	}
 }
@@ -502,5 +508,9 @@ func (b *uringBackend) close() error {
 		return fmt.Errorf("wake the reaper: %w", err)
 	}
 	<-b.reaperDone
-	return b.ring.Close()
+	err = b.ring.Close()
+	if err2 := b.events.Close(); err == nil {
+		err = err2
+	}
+	return err
 }

@@ -71,6 +71,7 @@ const (
 	regUnregisterBufs  = 1
 	regFiles           = 2
 	regUnregisterFiles = 3
+	regRegisterEventfd = 4
 	regProbe           = 8
 
 	probeOpSupported = 1 << 0
@@ -358,6 +359,14 @@ func (r *Ring) WaitCQE(minComplete uint32) error {
 	return err
 }
 
+// FlushCQ moves the completions the kernel could not post to a full CQ
+// (its overflow list) into the CQ, and runs this thread's pending task
+// work, without waiting (io_uring_enter with GETEVENTS, min_complete 0).
+func (r *Ring) FlushCQ() error {
+	_, err := r.Enter(0, 0, enterGetEvents)
+	return err
+}
+
 // Ready is the number of completions waiting in the CQ.
 func (r *Ring) Ready() uint32 {
 	// io_uring_smp_load_acquire(cq->ktail): the kernel publishes CQEs
@@ -477,6 +486,13 @@ func (r *Ring) RegisterFiles(fds []int32) error {
 
 // UnregisterFiles drops all registered files.
 func (r *Ring) UnregisterFiles() error { return r.register(regUnregisterFiles, nil, 0) }
+
+// RegisterEventfd makes the kernel signal eventfd fd whenever it posts a
+// completion (IORING_REGISTER_EVENTFD, Linux 5.2): a waiter can sleep in
+// a read of fd instead of in io_uring_enter.
+func (r *Ring) RegisterEventfd(fd int32) error {
+	return r.register(regRegisterEventfd, unsafe.Pointer(&fd), 1)
+}
 
 func (r *Ring) register(op uint32, arg unsafe.Pointer, n uint32) error {
 	for {
