@@ -21,8 +21,12 @@
 //     *IOError naming the file, offset and length. An io_uring_enter that
 //     fails transiently (EINTR, EAGAIN, EBUSY, ENOMEM) is tried again,
 //     backing off without holding the submission lock so the reaper can
-//     drain the completion queue; after 10 s without progress the requests
-//     it would not take are withdrawn from the SQ and fail with an *IOError
+//     drain the completion queue (the reaper sleeps on an eventfd the ring
+//     signals, in Go's poller, not in io_uring_enter: a goroutine blocked
+//     in a system call holds its scheduler P until the runtime takes it
+//     back, and the compute of the same process lost a core meanwhile);
+//     after 10 s without progress the requests it would not take are
+//     withdrawn from the SQ and fail with an *IOError
 //     (nothing panics, nothing is submitted later behind the caller's back).
 //   - File: a file opened with O_DIRECT, with the alignment the kernel reports
 //     (statx STATX_DIOALIGN, else the device's logical block size). Misaligned
