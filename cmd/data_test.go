@@ -18,6 +18,7 @@ import (
 	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -165,7 +166,7 @@ func childPeakRSS(t *testing.T, bound int64, args ...string) int64 {
 			}
 			return peak
 		case <-tick.C:
-			rss, hwm := procRSS(c.cmd.Process.Pid)
+			rss, hwm := hosttest.ProcRSS(c.cmd.Process.Pid)
 			peak = max(peak, hwm)
 			if bound > 0 && rss > bound && over == 0 {
 				over = rss
@@ -173,28 +174,6 @@ func childPeakRSS(t *testing.T, bound int64, args ...string) int64 {
 			}
 		}
 	}
-}
-
-// procRSS is the resident set size of process pid and its peak, in bytes
-// (VmRSS and VmHWM of /proc/pid/status), 0 when they cannot be read.
-func procRSS(pid int) (rss, hwm int64) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0
-	}
-	kib := func(v string) int64 {
-		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		return n << 10
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			rss = kib(v)
-		}
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			hwm = kib(v)
-		}
-	}
-	return rss, hwm
 }
 
 // chatConfig is a small run for the chat tests: the small model (max_seq

@@ -15,39 +15,14 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/tokenizer"
 )
 
-// torchPython is the interpreter with Debian's python3-torch (.ci/run
-// installs it), and hfReference the independent PyTorch transcription of
-// the three architectures (model/testdata).
-const (
-	torchPython = "/usr/bin/python3"
-	hfReference = "../model/testdata/hf_reference.py"
-)
-
-// requireTorch fails the test when the interpreter or torch is missing,
-// saying how to install them (.ci/run installs both); only
-// STRATA_SKIP_TORCH=1, set on purpose, turns that into a skip, so a failed
-// install cannot pass for a green run.
-func requireTorch(t *testing.T) {
-	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("STRATA_SKIP_TORCH") == "1" {
-			t.Skipf(format, args...)
-		}
-		t.Fatalf(format+" (set STRATA_SKIP_TORCH=1 to skip the PyTorch comparisons)", args...)
-	}
-	if _, err := os.Stat(torchPython); err != nil {
-		missing("%s: %v (apt-get install python3-torch python3-numpy)", torchPython, err)
-		return
-	}
-	if out, err := exec.Command(torchPython, "-c", "import torch, numpy").CombinedOutput(); err != nil {
-		missing("%s cannot import torch and numpy (apt-get install python3-torch python3-numpy): %v: %s", torchPython, err, out)
-	}
-}
+// hfReference is the independent PyTorch transcription of the three
+// architectures (model/testdata), run by hosttest.TorchPython.
+const hfReference = "../model/testdata/hf_reference.py"
 
 // byteLevelRune is GPT-2's bytes_to_unicode, written again here: the 188
 // printable bytes stand for themselves, the others are U+0100 onward in
@@ -243,7 +218,7 @@ var evalTorchShapes = []model.Shape{
 // exactly, that the reference reads) with fp32 activations, and the same
 // tolerance holds.
 func TestEvalAgainstTorch(t *testing.T) {
-	requireTorch(t)
+	hosttest.RequireTorch(t)
 	script, err := filepath.Abs(hfReference)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +272,7 @@ func TestEvalAgainstTorch(t *testing.T) {
 			if err := os.WriteFile(batchPath, batch, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if out, err := exec.Command(torchPython, script, hf, batchPath, refPath).CombinedOutput(); err != nil {
+			if out, err := exec.Command(hosttest.TorchPython, script, hf, batchPath, refPath).CombinedOutput(); err != nil {
 				t.Fatalf("hf_reference.py: %v\n%s", err, out)
 			}
 			_, tensors, err := checkpoint.ReadSafetensorsFile(refPath)

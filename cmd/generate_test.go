@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/tokenizer"
 )
 
@@ -25,7 +26,7 @@ import (
 // far more than the fp32 differences between the two implementations
 // (below 1e-6 relative, TestEvalAgainstTorch), so the choices agree.
 func TestGenerateGreedyMatchesTorch(t *testing.T) {
-	requireTorch(t)
+	hosttest.RequireTorch(t)
 	script, err := filepath.Abs(hfReference)
 	if err != nil {
 		t.Fatal(err)
@@ -47,7 +48,7 @@ func TestGenerateGreedyMatchesTorch(t *testing.T) {
 			if err := os.WriteFile(promptPath, b, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			if out, err := exec.Command(torchPython, script, "--greedy", "24", hf, promptPath, refPath).CombinedOutput(); err != nil {
+			if out, err := exec.Command(hosttest.TorchPython, script, "--greedy", "24", hf, promptPath, refPath).CombinedOutput(); err != nil {
 				t.Fatalf("hf_reference.py --greedy: %v\n%s", err, out)
 			}
 			var ref struct{ Tokens []int32 }

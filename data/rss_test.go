@@ -7,10 +7,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/strata-ai/strata/internal/hosttest"
 )
 
 // TestMain runs the test binary as a child that streams a data file
@@ -133,7 +134,7 @@ func childPeak(t *testing.T, path string, bound int64) int64 {
 			t.Logf("%s: %s", filepath.Base(path), strings.TrimSpace(out.String()))
 			return peak
 		case <-tick.C:
-			rss, hwm := vmRSS(cmd.Process.Pid)
+			rss, hwm := hosttest.ProcRSS(cmd.Process.Pid)
 			peak = max(peak, hwm)
 			if bound > 0 && rss > bound && over == 0 {
 				over = rss
@@ -141,28 +142,6 @@ func childPeak(t *testing.T, path string, bound int64) int64 {
 			}
 		}
 	}
-}
-
-// vmRSS is process pid's resident set size and its peak in bytes (VmRSS
-// and VmHWM; 0 when unknown).
-func vmRSS(pid int) (rss, hwm int64) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, 0
-	}
-	kib := func(v string) int64 {
-		n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		return n << 10
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			rss = kib(v)
-		}
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			hwm = kib(v)
-		}
-	}
-	return rss, hwm
 }
 
 // TestStreamedMemory: tokenizing a 256 MiB JSONL file into its token file

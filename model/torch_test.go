@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/hosttest"
 )
 
 // The independent check of the architectures: tiny random GPT-2, Llama
@@ -24,31 +25,6 @@ import (
 // PyTorch from Hugging Face's modeling code, sharing nothing with this
 // package — computes the logits, the loss and every parameter's gradient
 // in fp32. Debian's python3-torch is the reference (.ci/run installs it).
-
-// torchPython is the interpreter with Debian's python3-torch.
-const torchPython = "/usr/bin/python3"
-
-// requireTorch fails the test when the interpreter or torch is missing,
-// saying how to install them (.ci/run installs both); only
-// STRATA_SKIP_TORCH=1, set on purpose, turns that into a skip, so a failed
-// install cannot pass for a green run.
-func requireTorch(t *testing.T) {
-	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		if os.Getenv("STRATA_SKIP_TORCH") == "1" {
-			t.Skipf(format, args...)
-		}
-		t.Fatalf(format+" (set STRATA_SKIP_TORCH=1 to skip the PyTorch comparisons)", args...)
-	}
-	if _, err := os.Stat(torchPython); err != nil {
-		missing("%s: %v (apt-get install python3-torch python3-numpy)", torchPython, err)
-		return
-	}
-	if out, err := exec.Command(torchPython, "-c", "import torch, numpy").CombinedOutput(); err != nil {
-		missing("%s cannot import torch and numpy (apt-get install python3-torch python3-numpy): %v: %s", torchPython, err, out)
-	}
-}
 
 // hfName is a Strata tensor's Hugging Face name, and whether Hugging Face
 // stores its transpose (GPT-2's Conv1D weights are in×out).
@@ -227,7 +203,7 @@ func maxRelErr(got, want []float32) float64 {
 // rotation convention, a head grouping, a mask, a missing bias) is off by
 // more than 1e-2.
 func TestAgainstTorch(t *testing.T) {
-	requireTorch(t)
+	hosttest.RequireTorch(t)
 	script, err := filepath.Abs("testdata/hf_reference.py")
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +235,7 @@ func TestAgainstTorch(t *testing.T) {
 				t.Fatal(err)
 			}
 			outPath := filepath.Join(dir, "torch.safetensors")
-			if out, err := exec.Command(torchPython, script, dir, filepath.Join(dir, "batch.json"), outPath).CombinedOutput(); err != nil {
+			if out, err := exec.Command(hosttest.TorchPython, script, dir, filepath.Join(dir, "batch.json"), outPath).CombinedOutput(); err != nil {
 				t.Fatalf("hf_reference.py: %v\n%s", err, out)
 			}
 			ref, err := readSafetensors(outPath)
