@@ -56,7 +56,10 @@
 // valid) are done when Submit returns; every other move also calls
 // Options.OnComplete once, from a store goroutine, after the residency
 // reflects its outcome, and wakes the Runner of the shard's rank, so the
-// planner learns of completion without polling.
+// planner learns of completion without polling. An Op is done as soon as
+// the residency shows its outcome (a move chained on it, or a lease, never
+// sees the landed copy with the Op still pending); OnComplete runs after
+// that and may run after Wait has returned.
 //
 // Leases: Acquire(key, tier, kind) returns the copy's memory (a gpu.Buffer in
 // HBM, a []byte of pinned memory in host) and pins it, for an access of that

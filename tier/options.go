@@ -38,8 +38,8 @@ type Options struct {
 	NVMeBudgetBytes int64
 	// OnComplete, when set, is called once for every move that was still in
 	// flight when Submit returned, after the store's state reflects its
-	// outcome, from a store goroutine. It must not block; it may call the
-	// store.
+	// outcome, from a store goroutine; it may run after the Op's Wait has
+	// returned. It must not block; it may call the store.
 	OnComplete func(m Move, err error)
 }
 

@@ -326,10 +326,13 @@ func (s *Store) run(e *entry, op *Op, from, to shard.Tier, drop bool, stage *pin
 	}
 	s.inFlight--
 	s.flightTime += op.took
+	// Done turns true under the lock that publishes the outcome: a move
+	// chained on this one, or a lease, that sees the landed copy also sees
+	// this Op done.
+	close(op.done)
 	s.cond.Broadcast()
 	runner := s.runners[e.key.Rank]
 	s.unlock()
-	close(op.done)
 	if cb := s.opts.OnComplete; cb != nil {
 		cb(op.move, err)
 	}
