@@ -13,6 +13,7 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -199,7 +200,8 @@ type StepModeResult struct {
 	Optimizer  float64 // median optimizer phase, seconds
 	// Tier figures summed over the measured steps (offloaded modes).
 	Accesses, Hits  int64
-	HitRate         float64
+	Dependent       int64                    // engine.TierStats.Dependent
+	HitRate         float64                  // prefetch.HitRate: Hits / (Accesses - Dependent)
 	Stall           [shard.TierCount]float64 // seconds, summed
 	LinkBytes       [tier.LinkCount]int64    // per step (mean)
 	PeakBytes       [shard.TierCount]int64   // the largest step peak
@@ -473,6 +475,7 @@ func (mr *StepModeResult) addTier(t *engine.TierStats, steps int) {
 	}
 	mr.Accesses += t.Accesses
 	mr.Hits += t.Hits
+	mr.Dependent += t.Dependent
 	for tr := range t.Stall {
 		mr.Stall[tr] += t.Stall[tr].Seconds()
 		mr.PeakBytes[tr] = max(mr.PeakBytes[tr], t.PeakBytes[tr])
@@ -491,10 +494,7 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 		mr := &res.Modes[i]
 		mr.MedianStep = median(mr.Steps)
 		mr.Optimizer = median(opt[i])
-		mr.HitRate = 1
-		if mr.Accesses > 0 {
-			mr.HitRate = float64(mr.Hits) / float64(mr.Accesses)
-		}
+		mr.HitRate = prefetch.HitRate(mr.Hits, mr.Accesses, mr.Dependent)
 		mr.ModelStateBytes = 16 * res.Params
 		for _, d := range e.Summary().PerDevice {
 			mr.DevicePeakBytes = max(mr.DevicePeakBytes, d.PeakBytes)
@@ -584,18 +584,20 @@ func (r StepResult) String() string {
 		r.Shape.Name, units.FormatSize(r.Params), units.FormatBytes(16*r.Params), r.Backend, r.Tokens, o.Batch, o.Seq)
 	fmt.Fprintf(&b, "modes run alternately, %d warm-up + %d measured steps each, in blocks of %d (the first of a block not measured); nvme mode: %s (swap under %s)\n",
 		o.Warmup, o.Steps, o.Block, where, o.NVMePath)
-	fmt.Fprintf(&b, "%-14s %10s %10s %9s %10s %10s %11s %11s %11s %11s %10s\n", "mode", "step (med)", "optimizer", "hit rate",
+	fmt.Fprintf(&b, "%-14s %10s %10s %9s %9s %10s %10s %11s %11s %11s %11s %10s\n", "mode", "step (med)", "optimizer", "hit rate", "dependent",
 		"stall hbm", "stall host", "nvme->host", "host->hbm", "host->nvme", "peak host", "identical")
 	for _, m := range r.Modes {
 		same := fmt.Sprint(m.ParamsIdentical)
 		if len(r.Modes) == 1 {
 			same = "-" // nothing to compare with
 		}
-		fmt.Fprintf(&b, "%-14s %9.3fs %9.3fs %9.4f %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Name(), m.MedianStep, m.Optimizer, m.HitRate,
+		fmt.Fprintf(&b, "%-14s %9.3fs %9.3fs %9.4f %9d %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Name(), m.MedianStep, m.Optimizer, m.HitRate, m.Dependent,
 			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[tier.NVMeToHost]), units.FormatBytes(m.LinkBytes[tier.HostToHBM]),
 			units.FormatBytes(m.LinkBytes[tier.HostToNVMe]), units.FormatBytes(m.PeakBytes[shard.Host]), same)
 	}
-	b.WriteString("(bytes per step; stalls summed over the measured steps; identical: params bit-equal to the first mode's after the run)\n")
+	b.WriteString("(bytes per step; stalls summed over the measured steps; identical: params bit-equal to the first mode's after the run;\n" +
+		" hit rate: over the accesses a prefetch could serve; dependent: reads that waited for a prefetch issued as soon as\n" +
+		" their data was written, e.g. the next forward's read of a param the pipelined update just wrote)\n")
 	if r.hasHostOpt() {
 		fmt.Fprintf(&b, "%-14s %10s %10s %10s %9s %10s %10s %9s\n", "host optimizer", "step (med)", "/serial", "cpu adam", "exposed", "/adam", "opt waits", "exposed")
 		for _, m := range r.Modes {
@@ -679,6 +681,7 @@ func (r StepResult) JSON() map[string]any {
 		out["step_s_"+m.Mode] = m.MedianStep
 		out[m.Mode] = map[string]any{
 			"step_s": m.Steps, "step_s_median": m.MedianStep, "optimizer_s_median": m.Optimizer, "hit_rate": m.HitRate,
+			"accesses": m.Accesses, "hits": m.Hits, "dependent": m.Dependent,
 			"stall_hbm_s": m.Stall[shard.HBM], "stall_host_s": m.Stall[shard.Host],
 			"bytes_per_step_nvme_to_host": m.LinkBytes[tier.NVMeToHost], "bytes_per_step_host_to_hbm": m.LinkBytes[tier.HostToHBM],
 			"bytes_per_step_hbm_to_host": m.LinkBytes[tier.HBMToHost], "bytes_per_step_host_to_nvme": m.LinkBytes[tier.HostToNVMe],

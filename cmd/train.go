@@ -147,6 +147,7 @@ type TierLine struct {
 	Accesses        int64   `json:"prefetch_accesses"`
 	Late            int64   `json:"prefetch_late"`
 	Misses          int64   `json:"prefetch_misses"`
+	Dependent       int64   `json:"prefetch_dependent"`
 	StallHBM        float64 `json:"stall_hbm_s"`
 	StallHost       float64 `json:"stall_host_s"`
 	BytesNVMeToHost int64   `json:"bytes_nvme_to_host"`
@@ -165,7 +166,7 @@ func newTierLine(t *engine.TierStats) *TierLine {
 	if t == nil {
 		return nil
 	}
-	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses,
+	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses, Dependent: t.Dependent,
 		StallHBM: t.Stall[shard.HBM].Seconds(), StallHost: t.Stall[shard.Host].Seconds(),
 		BytesNVMeToHost: t.LinkBytes[tier.NVMeToHost], BytesHostToHBM: t.LinkBytes[tier.HostToHBM],
 		BytesHBMToHost: t.LinkBytes[tier.HBMToHost], BytesHostToNVMe: t.LinkBytes[tier.HostToNVMe],

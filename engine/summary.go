@@ -7,6 +7,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -193,6 +194,7 @@ type TierSummary struct {
 	PinnedPoolBytes, PinnedPeakBytes     int64                  // the pinned pool (the host budget when given)
 	LinkBytes                            [tier.LinkCount]int64
 	Accesses, Hits, Late, Misses         int64
+	Dependent                            int64 // TierStats.Dependent
 	HitRate                              float64
 	Divergences, Rerecords               int64
 }
@@ -214,7 +216,8 @@ func (t TierSummary) String() string {
 	for l, n := range t.LinkBytes {
 		fmt.Fprintf(&b, " %s %s", tier.Link(l), units.FormatBytes(n))
 	}
-	fmt.Fprintf(&b, "\nprefetch: %d accesses, hit rate %.4f (%d late, %d missed), %d divergences", t.Accesses, t.HitRate, t.Late, t.Misses, t.Divergences)
+	fmt.Fprintf(&b, "\nprefetch: %d accesses, hit rate %.4f (%d late, %d missed; %d waited for data written just before), %d divergences",
+		t.Accesses, t.HitRate, t.Late, t.Misses, t.Dependent, t.Divergences)
 	return b.String()
 }
 
@@ -252,13 +255,11 @@ func (e *Engine) tierSummary() *TierSummary {
 		ts.Hits += p.Hits
 		ts.Late += p.Late
 		ts.Misses += p.Misses
+		ts.Dependent += p.Dependent
 		ts.Divergences += p.Divergences
 		ts.Rerecords += p.Rerecords
 	}
-	ts.HitRate = 1
-	if ts.Accesses > 0 {
-		ts.HitRate = float64(ts.Hits) / float64(ts.Accesses)
-	}
+	ts.HitRate = prefetch.HitRate(ts.Hits, ts.Accesses, ts.Dependent)
 	return ts
 }
 

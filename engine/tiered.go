@@ -590,9 +590,12 @@ func (d *driver) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
 type TierStats struct {
 	// Accesses the planners served this step (all ranks), and of them:
 	// Hits found the shard ready in the access tier, Late found its
-	// prefetch under way, Misses fetched it on demand.
-	Accesses, Hits, Late, Misses int64
-	HitRate                      float64 // Hits / Accesses (1 with no access)
+	// prefetch under way, Misses fetched it on demand, Dependent waited
+	// for a prefetch issued as soon as its data existed (cpuadam's new
+	// param read by the next forward right after the update wrote it:
+	// prefetch.Stats.Dependent).
+	Accesses, Hits, Late, Misses, Dependent int64
+	HitRate                                 float64 // prefetch.HitRate: Hits / (Accesses - Dependent), 1 with none
 	// Divergences counts the ranks whose accesses this step differed from
 	// their planner's trace (it plans without knowing the future until
 	// the step it records ends). The first step records; with the host
@@ -640,15 +643,13 @@ func (t *tiers) since(a tierSnap) TierStats {
 		ts.Hits += q.Hits - p.Hits
 		ts.Late += q.Late - p.Late
 		ts.Misses += q.Misses - p.Misses
+		ts.Dependent += q.Dependent - p.Dependent
 		ts.Divergences += q.Divergences - p.Divergences
 		for tr := range ts.Stall {
 			ts.Stall[tr] = max(ts.Stall[tr], b.stall[i][tr]-a.stall[i][tr])
 		}
 	}
-	ts.HitRate = 1
-	if ts.Accesses > 0 {
-		ts.HitRate = float64(ts.Hits) / float64(ts.Accesses)
-	}
+	ts.HitRate = prefetch.HitRate(ts.Hits, ts.Accesses, ts.Dependent)
 	for l := range ts.LinkBytes {
 		ts.LinkBytes[l] = b.store.Links[l].Bytes - a.store.Links[l].Bytes
 	}

@@ -38,6 +38,14 @@ type Stats struct {
 	Hits     int64 // the shard was ready in the access tier when the access began
 	Late     int64 // a prefetch was under way but had not landed
 	Misses   int64 // nothing was under way: demand fetch (or a write that had to wait for room)
+	// Dependent counts the reads that waited for a prefetch issued as
+	// soon as its data existed: the copy it makes was written by an
+	// access that ended just before (cpuadam's new param, read by the
+	// next forward as the update pipeline hands it over), or landed from
+	// such a move, and the planner issued the move at once. No plan
+	// could have had them ready; they are not Late, and HitRate leaves
+	// them out (their wait is in Stall).
+	Dependent int64
 	// Divergences counts steps whose accesses differed from the trace;
 	// Rerecords counts traces replaced because of that.
 	Divergences int64
@@ -55,12 +63,19 @@ type Stats struct {
 	Stall [shard.TierCount]time.Duration
 }
 
-// HitRate is hits over accesses (1 when there were none).
+// HitRate is hits over the accesses a prefetch could have served: all
+// but the Dependent ones (1 when there were none).
 func (s Stats) HitRate() float64 {
-	if s.Accesses == 0 {
-		return 1
+	return HitRate(s.Hits, s.Accesses, s.Dependent)
+}
+
+// HitRate is hits over accesses less the dependent ones (1 when none is
+// left): the one definition of the figure, for sums of Stats too.
+func HitRate(hits, accesses, dependent int64) float64 {
+	if n := accesses - dependent; n > 0 {
+		return float64(hits) / float64(n)
 	}
-	return float64(s.Hits) / float64(s.Accesses)
+	return 1
 }
 
 type copyState uint8
@@ -97,6 +112,11 @@ type keyState struct {
 	member [shard.TierCount]int32
 	// followed: in Planner.written.
 	followed bool
+	// fresh[t]: copy t's data came to exist since the last Next (a write
+	// released there, or an asap move landed); asap[t]: the move into t
+	// now or last in flight was issued from a fresh copy (Stats.Dependent).
+	fresh [shard.TierCount]bool
+	asap  [shard.TierCount]bool
 }
 
 type taccess struct {
@@ -175,6 +195,9 @@ type Planner struct {
 	// written lists the shards written by a Release whose next access may
 	// lie beyond the window (see followWritten).
 	written []int32
+	// freshList holds the copies marked fresh since the last Next, which
+	// clears them.
+	freshList []freshCopy
 
 	// The plan of the last Next.
 	cands   []cand
@@ -213,6 +236,11 @@ type scratch struct {
 	gen        uint32
 	memo       []chainMemo // per (slot, tier, write): chain's last answer
 	followed   []followed  // candidates: the next accesses of written shards
+}
+
+type freshCopy struct {
+	slot int32
+	tier shard.Tier
 }
 
 type poolID struct {
@@ -450,9 +478,12 @@ func (p *Planner) Access(a Access, now time.Duration) (hit bool, moves []Move, e
 		p.stats.Hits++
 		return true, moves, nil
 	}
-	if late {
+	switch {
+	case late && ks.copies[a.Tier] == incoming && ks.asap[a.Tier] && !ks.stale[a.Tier]:
+		p.stats.Dependent++
+	case late:
 		p.stats.Late++
-	} else {
+	default:
 		p.stats.Misses++
 	}
 	return false, moves, nil
@@ -516,6 +547,7 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 			ks.followed = true
 			p.written = append(p.written, s)
 		}
+		p.markFresh(s, u.tier)
 		ks.version++
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
 			if t != u.tier && t != ks.home && ks.copies[t] == present {
@@ -578,6 +610,9 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 		} else if m.To == ks.home {
 			ks.dirty = false
 		}
+		if ks.asap[m.To] && !ks.stale[m.To] {
+			p.markFresh(s, m.To) // the next hop of the chain is asap too
+		}
 	}
 	p.dropStale(s, m.From)
 	p.dropStale(s, m.To)
@@ -599,6 +634,23 @@ func (p *Planner) checkPending(now time.Duration) {
 		j++
 	}
 	p.pending = p.pending[:j]
+}
+
+// markFresh notes that copy t of slot s holds data that exists only since
+// now: a move from it issued by the next Next is as early as any could be.
+func (p *Planner) markFresh(s int32, t shard.Tier) {
+	if !p.keys[s].fresh[t] {
+		p.keys[s].fresh[t] = true
+		p.freshList = append(p.freshList, freshCopy{s, t})
+	}
+}
+
+// clearFresh ends the fresh marks at the end of a Next.
+func (p *Planner) clearFresh() {
+	for _, f := range p.freshList {
+		p.keys[f.slot].fresh[f.tier] = false
+	}
+	p.freshList = p.freshList[:0]
 }
 
 // track records the transfer just emitted as in flight on link instance link.

@@ -56,6 +56,7 @@ func (p *Planner) Next(now time.Duration) []Move {
 		p.planLinkDue()
 	}
 	p.writeBehind(now)
+	p.clearFresh()
 	out := p.outbox
 	p.outbox = nil
 	p.checkPending(now)
@@ -285,6 +286,7 @@ func (p *Planner) issue(c *cand) {
 	}
 	p.setCopy(c.slot, h.to, incoming)
 	ks.stale[h.to] = false
+	ks.asap[h.to] = ks.fresh[h.from]
 	ks.sources[h.from]++
 	if h.to != ks.home {
 		p.used[p.poolOf(c.slot, h.to)] += ks.sizeBytes

@@ -15,9 +15,10 @@ import (
 type Outcome uint8
 
 const (
-	Hit  Outcome = iota // ready when the access began
-	Late                // a prefetch was under way
-	Miss                // fetched on demand
+	Hit       Outcome = iota // ready when the access began
+	Late                     // a prefetch was under way
+	Miss                     // fetched on demand
+	Dependent                // its prefetch started as soon as its data existed (Stats.Dependent)
 )
 
 func (o Outcome) String() string {
@@ -28,6 +29,8 @@ func (o Outcome) String() string {
 		return "late"
 	case Miss:
 		return "miss"
+	case Dependent:
+		return "dependent"
 	}
 	return fmt.Sprintf("outcome(%d)", uint8(o))
 }
@@ -213,7 +216,7 @@ func (s *sim) access(ai int, a Access) error {
 	p := s.p
 	sa := ScheduledAccess{Access: a, Step: s.step, Index: ai, Deadline: s.deadline, Start: s.now, StartSeq: s.seqNext()}
 	s.deadline += a.Compute
-	late := p.stats.Late
+	late, dep := p.stats.Late, p.stats.Dependent
 	hit, moves, err := p.Access(a, s.now)
 	if err != nil {
 		return err
@@ -223,6 +226,8 @@ func (s *sim) access(ai int, a Access) error {
 		sa.Outcome = Hit
 	case p.stats.Late > late:
 		sa.Outcome = Late
+	case p.stats.Dependent > dep:
+		sa.Outcome = Dependent
 	default:
 		sa.Outcome = Miss
 	}
@@ -461,7 +466,11 @@ func (s *Schedule) Format(w io.Writer) {
 		fmt.Fprintln(w, l.text)
 	}
 	st := s.Stats
-	fmt.Fprintf(w, "accesses %d: hits %d, late %d, misses %d; stall %v", st.Accesses, st.Hits, st.Late, st.Misses, s.Stall)
+	fmt.Fprintf(w, "accesses %d: hits %d, late %d, misses %d", st.Accesses, st.Hits, st.Late, st.Misses)
+	if st.Dependent > 0 {
+		fmt.Fprintf(w, ", dependent %d", st.Dependent)
+	}
+	fmt.Fprintf(w, "; stall %v", s.Stall)
 	if st.WriteBehinds > 0 {
 		fmt.Fprintf(w, "; write-behinds %d", st.WriteBehinds)
 	}
