@@ -13,7 +13,6 @@ import (
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -200,8 +199,9 @@ type StepModeResult struct {
 	Optimizer  float64 // median optimizer phase, seconds
 	// Tier figures summed over the measured steps (offloaded modes).
 	Accesses, Hits  int64
-	Dependent       int64                    // engine.TierStats.Dependent
-	HitRate         float64                  // prefetch.HitRate: Hits / (Accesses - Dependent)
+	Dependent       int64   // engine.TierStats.Dependent
+	HitRate         float64 // engine.TierStats.HitRate: Hits / (Accesses - Dependent)
+	counts          engine.TierStats
 	Stall           [shard.TierCount]float64 // seconds, summed
 	LinkBytes       [tier.LinkCount]int64    // per step (mean)
 	PeakBytes       [shard.TierCount]int64   // the largest step peak
@@ -473,9 +473,8 @@ func (mr *StepModeResult) addTier(t *engine.TierStats, steps int) {
 	if t == nil {
 		return
 	}
-	mr.Accesses += t.Accesses
-	mr.Hits += t.Hits
-	mr.Dependent += t.Dependent
+	mr.counts.AddCounts(t)
+	mr.Accesses, mr.Hits, mr.Dependent, mr.HitRate = mr.counts.Accesses, mr.counts.Hits, mr.counts.Dependent, mr.counts.HitRate
 	for tr := range t.Stall {
 		mr.Stall[tr] += t.Stall[tr].Seconds()
 		mr.PeakBytes[tr] = max(mr.PeakBytes[tr], t.PeakBytes[tr])
@@ -494,7 +493,9 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 		mr := &res.Modes[i]
 		mr.MedianStep = median(mr.Steps)
 		mr.Optimizer = median(opt[i])
-		mr.HitRate = prefetch.HitRate(mr.Hits, mr.Accesses, mr.Dependent)
+		if mr.counts.Accesses == 0 {
+			mr.HitRate = 1 // a resident mode
+		}
 		mr.ModelStateBytes = 16 * res.Params
 		for _, d := range e.Summary().PerDevice {
 			mr.DevicePeakBytes = max(mr.DevicePeakBytes, d.PeakBytes)

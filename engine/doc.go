@@ -343,7 +343,9 @@
 // that first shows in the optimizer phase stops the ranks that see it, but
 // a rank that does not may already have updated its shards.
 //
-// Every step reports the planners' hits, late and missed accesses, the time
+// Every step reports the planners' hits, late, missed and dependent
+// accesses (prefetch.Stats.Dependent: a forward's read of a param the
+// pipelined update had just written), the time
 // the ranks waited per access tier, the bytes per link and the peak bytes
 // per tier against their budgets (StepStats.Tier), and the optimizer time.
 //

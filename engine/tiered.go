@@ -615,6 +615,18 @@ type TierStats struct {
 	PeakBytes, BudgetBytes [shard.TierCount]int64
 }
 
+// AddCounts adds o's access counts and divergences to t and sets t's
+// HitRate from the sums (summing steps: the rest of o is not added).
+func (t *TierStats) AddCounts(o *TierStats) {
+	t.Accesses += o.Accesses
+	t.Hits += o.Hits
+	t.Late += o.Late
+	t.Misses += o.Misses
+	t.Dependent += o.Dependent
+	t.Divergences += o.Divergences
+	t.HitRate = prefetch.HitRate(t.Hits, t.Accesses, t.Dependent)
+}
+
 type tierSnap struct {
 	plan  []prefetch.Stats
 	stall [][shard.TierCount]time.Duration

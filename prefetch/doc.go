@@ -115,6 +115,21 @@
 // host room for half the optimizer state reach 100 % hits and zero stall
 // from the second step on.
 //
+// # Hits, late, misses and dependent reads
+//
+// Stats counts each access once, when it begins: a hit finds its copy
+// ready; a late one finds a move toward it under way; a miss finds none
+// (a demand fetch, or a write waiting for room). A late read whose move
+// was issued by the first Next after its source's data came to exist (the
+// Release of the write that made it, or the landing of a move issued that
+// way) is Dependent instead: no plan could have had it ready, since the
+// data did not exist sooner. The case it is for is the engine's pipelined
+// host update (overlap exact): cpuadam writes chunk c's new param into
+// its host copy and the next forward reads it in HBM right after. A move
+// the planner held back (ALAP, no room, a busy link) is not dependent: the
+// read stays late or a miss. HitRate is Hits / (Accesses - Dependent); the
+// dependent reads' wait is in Stall like every other.
+//
 // # Write-behind
 //
 // So that this write is not on the critical path, a copy made dirty by a

@@ -236,7 +236,7 @@ func (p *Planner) writeBackVictim(r *room, s int32) {
 		ks.copies[down] = present // the home copy stays allocated; it is invalid until the write-back lands
 	} else {
 		p.setCopy(s, down, incoming)
-		ks.asap[down] = ks.fresh[t] // a write-back of data written just now
+		ks.asap[down] = p.asap(s, t, p.hop(s, t, down).link) // a write-back of data written just now
 	}
 	ks.leaving[t] = true
 	ks.sources[t]++

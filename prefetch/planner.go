@@ -645,6 +645,19 @@ func (p *Planner) markFresh(s int32, t shard.Tier) {
 	}
 }
 
+// asap says whether a move of slot s from copy from, about to be issued
+// on link instance link, starts as soon as its data exists: the copy is
+// fresh and no other transfer of the planner's is in flight on the link
+// (one issued before it, maybe for a later access, would delay it).
+func (p *Planner) asap(s int32, from shard.Tier, link int) bool {
+	return p.keys[s].fresh[from] && (link >= len(p.linkBusy) || p.linkBusy[link] == 0)
+}
+
+// Resumed tells the planner that it could not issue moves for a while
+// (the store was paused, Next not called): the data written meanwhile
+// existed before the next Next, which must not count its moves as asap.
+func (p *Planner) Resumed() { p.clearFresh() }
+
 // clearFresh ends the fresh marks at the end of a Next.
 func (p *Planner) clearFresh() {
 	for _, f := range p.freshList {

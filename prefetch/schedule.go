@@ -286,7 +286,7 @@ func (p *Planner) issue(c *cand) {
 	}
 	p.setCopy(c.slot, h.to, incoming)
 	ks.stale[h.to] = false
-	ks.asap[h.to] = ks.fresh[h.from]
+	ks.asap[h.to] = p.asap(c.slot, h.from, h.link)
 	ks.sources[h.from]++
 	if h.to != ks.home {
 		p.used[p.poolOf(c.slot, h.to)] += ks.sizeBytes

@@ -54,6 +54,7 @@ func (p *Planner) writeBehind(now time.Duration) {
 		}
 		ks.sources[t]++
 		ks.behind[t] = true
+		ks.asap[down] = false // into the home: nothing reads it there
 		p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: Prefetch, WriteBehind: true})
 		p.stats.WriteBehinds++
 		p.track(dc.slot, h.link, ks.version)

@@ -27,6 +27,8 @@ type Planner interface {
 	Next(now time.Duration) []Move
 	// WakeAt is when Next would issue a move not due yet; false: none waits on time.
 	WakeAt() (time.Duration, bool)
+	// Resumed says that Next was not called for a while (Pause).
+	Resumed()
 }
 
 // MoveSpan is one move a Runner reaped that put bytes on a link or failed,
@@ -475,6 +477,7 @@ func (r *Runner) Resume() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.paused = false
+	r.p.Resumed()
 	r.pumpLocked()
 }
 
