@@ -42,9 +42,10 @@ type Stats struct {
 	// soon as its data existed: the copy it makes was written by an
 	// access that ended just before (cpuadam's new param, read by the
 	// next forward as the update pipeline hands it over), or landed from
-	// such a move, and the planner issued the move at once. No plan
-	// could have had them ready; they are not Late, and HitRate leaves
-	// them out (their wait is in Stall).
+	// such a move, and the planner issued the move at once, on a link
+	// with nothing else of its in flight. No plan could have had them
+	// ready; they are not Late, and HitRate leaves them out (their wait
+	// is in Stall).
 	Dependent int64
 	// Divergences counts steps whose accesses differed from the trace;
 	// Rerecords counts traces replaced because of that.
