@@ -239,7 +239,7 @@ func TestTrainNVMe(t *testing.T) {
 		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
 			t.Fatal(err)
 		}
-		for _, k := range []string{"prefetch_hit_rate", "stall_hbm_s", "stall_host_s", "optimizer_s", "bytes_nvme_to_host", "bytes_host_to_hbm", "bytes_host_to_nvme", "peak_host_bytes"} {
+		for _, k := range []string{"prefetch_hit_rate", "prefetch_dependent", "stall_hbm_s", "stall_host_s", "optimizer_s", "bytes_nvme_to_host", "bytes_host_to_hbm", "bytes_host_to_nvme", "peak_host_bytes"} {
 			if _, ok := line[k]; !ok {
 				t.Fatalf("steps.jsonl has no %s: %s", k, sc.Text())
 			}
