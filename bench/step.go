@@ -201,7 +201,7 @@ type StepModeResult struct {
 	Accesses, Hits  int64
 	Dependent       int64   // engine.TierStats.Dependent
 	HitRate         float64 // engine.TierStats.HitRate: Hits / (Accesses - Dependent)
-	counts          engine.TierStats
+	counts          engine.PrefetchCounts
 	Stall           [shard.TierCount]float64 // seconds, summed
 	LinkBytes       [tier.LinkCount]int64    // per step (mean)
 	PeakBytes       [shard.TierCount]int64   // the largest step peak
@@ -473,7 +473,7 @@ func (mr *StepModeResult) addTier(t *engine.TierStats, steps int) {
 	if t == nil {
 		return
 	}
-	mr.counts.AddCounts(t)
+	mr.counts.Add(t.PrefetchCounts, nil)
 	mr.Accesses, mr.Hits, mr.Dependent, mr.HitRate = mr.counts.Accesses, mr.counts.Hits, mr.counts.Dependent, mr.counts.HitRate
 	for tr := range t.Stall {
 		mr.Stall[tr] += t.Stall[tr].Seconds()

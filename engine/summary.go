@@ -7,7 +7,6 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
-	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -193,10 +192,8 @@ type TierSummary struct {
 	PeakBytes                            [shard.TierCount]int64 // since New (HBM: the largest device's)
 	PinnedPoolBytes, PinnedPeakBytes     int64                  // the pinned pool (the host budget when given)
 	LinkBytes                            [tier.LinkCount]int64
-	Accesses, Hits, Late, Misses         int64
-	Dependent                            int64 // TierStats.Dependent
-	HitRate                              float64
-	Divergences, Rerecords               int64
+	PrefetchCounts                       // since New
+	Rerecords                            int64
 }
 
 func (t TierSummary) String() string {
@@ -251,15 +248,9 @@ func (e *Engine) tierSummary() *TierSummary {
 	}
 	for _, d := range t.drivers {
 		p, _ := d.stats()
-		ts.Accesses += p.Accesses
-		ts.Hits += p.Hits
-		ts.Late += p.Late
-		ts.Misses += p.Misses
-		ts.Dependent += p.Dependent
-		ts.Divergences += p.Divergences
+		ts.Add(countsOf(p), nil)
 		ts.Rerecords += p.Rerecords
 	}
-	ts.HitRate = prefetch.HitRate(ts.Hits, ts.Accesses, ts.Dependent)
 	return ts
 }
 

@@ -586,23 +586,53 @@ func (d *driver) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
 	return ps, d.Stall()
 }
 
-// TierStats are one step's figures of the tier store and the planners.
-type TierStats struct {
-	// Accesses the planners served this step (all ranks), and of them:
-	// Hits found the shard ready in the access tier, Late found its
-	// prefetch under way, Misses fetched it on demand, Dependent waited
-	// for a prefetch issued as soon as its data existed (cpuadam's new
-	// param read by the next forward right after the update wrote it:
-	// prefetch.Stats.Dependent).
+// PrefetchCounts are the planners' access counts (prefetch.Stats), all
+// ranks: Hits found the shard ready in the access tier, Late found its
+// prefetch under way, Misses fetched it on demand, Dependent waited for a
+// prefetch issued as soon as its data existed (cpuadam's new param read by
+// the next forward right after the update wrote it:
+// prefetch.Stats.Dependent).
+type PrefetchCounts struct {
 	Accesses, Hits, Late, Misses, Dependent int64
 	HitRate                                 float64 // prefetch.HitRate: Hits / (Accesses - Dependent), 1 with none
-	// Divergences counts the ranks whose accesses this step differed from
-	// their planner's trace (it plans without knowing the future until
-	// the step it records ends). The first step records; with the host
+	// Divergences counts the ranks whose accesses differed from their
+	// planner's trace (it plans without knowing the future until the
+	// step it records ends). The first step records; with the host
 	// optimizer pipelined into the next forward (overlap exact, state
 	// that can leave host RAM) the second differs from it too; after
 	// that every step repeats the one before.
 	Divergences int64
+}
+
+// countsOf is one planner's counts.
+func countsOf(p prefetch.Stats) PrefetchCounts {
+	return PrefetchCounts{Accesses: p.Accesses, Hits: p.Hits, Late: p.Late, Misses: p.Misses, Dependent: p.Dependent,
+		Divergences: p.Divergences, HitRate: p.HitRate()}
+}
+
+// Add adds o's counts to c (o minus sub when sub is not nil: the counts
+// between two snapshots) and sets c's HitRate from the sums.
+func (c *PrefetchCounts) Add(o PrefetchCounts, sub *PrefetchCounts) {
+	if sub != nil {
+		o.Accesses -= sub.Accesses
+		o.Hits -= sub.Hits
+		o.Late -= sub.Late
+		o.Misses -= sub.Misses
+		o.Dependent -= sub.Dependent
+		o.Divergences -= sub.Divergences
+	}
+	c.Accesses += o.Accesses
+	c.Hits += o.Hits
+	c.Late += o.Late
+	c.Misses += o.Misses
+	c.Dependent += o.Dependent
+	c.Divergences += o.Divergences
+	c.HitRate = prefetch.HitRate(c.Hits, c.Accesses, c.Dependent)
+}
+
+// TierStats are one step's figures of the tier store and the planners.
+type TierStats struct {
+	PrefetchCounts // this step's accesses
 	// Stall is the time the devices waited for shards to reach each
 	// access tier (HBM: param shards before their gather; host: optimizer
 	// state before cpuadam), the longest of the ranks.
@@ -613,18 +643,6 @@ type TierStats struct {
 	// PeakBytes is the store's peak use of each tier during the step (HBM:
 	// the largest of the devices), next to its BudgetBytes.
 	PeakBytes, BudgetBytes [shard.TierCount]int64
-}
-
-// AddCounts adds o's access counts and divergences to t and sets t's
-// HitRate from the sums (summing steps: the rest of o is not added).
-func (t *TierStats) AddCounts(o *TierStats) {
-	t.Accesses += o.Accesses
-	t.Hits += o.Hits
-	t.Late += o.Late
-	t.Misses += o.Misses
-	t.Dependent += o.Dependent
-	t.Divergences += o.Divergences
-	t.HitRate = prefetch.HitRate(t.Hits, t.Accesses, t.Dependent)
 }
 
 type tierSnap struct {
@@ -650,18 +668,12 @@ func (t *tiers) since(a tierSnap) TierStats {
 	t.last = b
 	var ts TierStats
 	for i := range b.plan {
-		p, q := a.plan[i], b.plan[i]
-		ts.Accesses += q.Accesses - p.Accesses
-		ts.Hits += q.Hits - p.Hits
-		ts.Late += q.Late - p.Late
-		ts.Misses += q.Misses - p.Misses
-		ts.Dependent += q.Dependent - p.Dependent
-		ts.Divergences += q.Divergences - p.Divergences
+		p := countsOf(a.plan[i])
+		ts.Add(countsOf(b.plan[i]), &p)
 		for tr := range ts.Stall {
 			ts.Stall[tr] = max(ts.Stall[tr], b.stall[i][tr]-a.stall[i][tr])
 		}
 	}
-	ts.HitRate = prefetch.HitRate(ts.Hits, ts.Accesses, ts.Dependent)
 	for l := range ts.LinkBytes {
 		ts.LinkBytes[l] = b.store.Links[l].Bytes - a.store.Links[l].Bytes
 	}
