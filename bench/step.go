@@ -10,10 +10,9 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/shard"
 )
 
 // StepOptions configure `strata bench step`: one model and batch trained at
@@ -203,7 +202,7 @@ type StepModeResult struct {
 	HitRate         float64 // engine.TierStats.HitRate: Hits / (Accesses - Dependent)
 	counts          engine.PrefetchCounts
 	Stall           [shard.TierCount]float64 // seconds, summed
-	LinkBytes       [tier.LinkCount]int64    // per step (mean)
+	LinkBytes       [shard.LinkCount]int64   // per step (mean)
 	PeakBytes       [shard.TierCount]int64   // the largest step peak
 	BudgetBytes     [shard.TierCount]int64
 	ModelStateBytes int64 // 16Ψ
@@ -593,8 +592,8 @@ func (r StepResult) String() string {
 			same = "-" // nothing to compare with
 		}
 		fmt.Fprintf(&b, "%-14s %9.3fs %9.3fs %9.4f %9d %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Name(), m.MedianStep, m.Optimizer, m.HitRate, m.Dependent,
-			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[tier.NVMeToHost]), units.FormatBytes(m.LinkBytes[tier.HostToHBM]),
-			units.FormatBytes(m.LinkBytes[tier.HostToNVMe]), units.FormatBytes(m.PeakBytes[shard.Host]), same)
+			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[shard.NVMeToHost]), units.FormatBytes(m.LinkBytes[shard.HostToHBM]),
+			units.FormatBytes(m.LinkBytes[shard.HostToNVMe]), units.FormatBytes(m.PeakBytes[shard.Host]), same)
 	}
 	b.WriteString("(bytes per step; stalls summed over the measured steps; identical: params bit-equal to the first mode's after the run;\n" +
 		" hit rate: over the accesses a prefetch could serve; dependent: reads that waited for a prefetch issued as soon as\n" +
@@ -684,8 +683,8 @@ func (r StepResult) JSON() map[string]any {
 			"step_s": m.Steps, "step_s_median": m.MedianStep, "optimizer_s_median": m.Optimizer, "hit_rate": m.HitRate,
 			"accesses": m.Accesses, "hits": m.Hits, "dependent": m.Dependent,
 			"stall_hbm_s": m.Stall[shard.HBM], "stall_host_s": m.Stall[shard.Host],
-			"bytes_per_step_nvme_to_host": m.LinkBytes[tier.NVMeToHost], "bytes_per_step_host_to_hbm": m.LinkBytes[tier.HostToHBM],
-			"bytes_per_step_hbm_to_host": m.LinkBytes[tier.HBMToHost], "bytes_per_step_host_to_nvme": m.LinkBytes[tier.HostToNVMe],
+			"bytes_per_step_nvme_to_host": m.LinkBytes[shard.NVMeToHost], "bytes_per_step_host_to_hbm": m.LinkBytes[shard.HostToHBM],
+			"bytes_per_step_hbm_to_host": m.LinkBytes[shard.HBMToHost], "bytes_per_step_host_to_nvme": m.LinkBytes[shard.HostToNVMe],
 			"peak_hbm_bytes": m.PeakBytes[shard.HBM], "peak_host_bytes": m.PeakBytes[shard.Host], "peak_nvme_bytes": m.PeakBytes[shard.NVMe],
 			"budget_hbm_bytes": m.BudgetBytes[shard.HBM], "budget_host_bytes": m.BudgetBytes[shard.Host], "budget_nvme_bytes": m.BudgetBytes[shard.NVMe],
 			"device_peak_bytes": m.DevicePeakBytes, "final_loss": m.FinalLoss, "params_identical": m.ParamsIdentical,

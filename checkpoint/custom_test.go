@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 func customLayout(t *testing.T, hid int) *model.Layout {

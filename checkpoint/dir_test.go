@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // filledState is a State of the tiny layout over devices ranks with every

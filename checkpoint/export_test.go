@@ -12,8 +12,8 @@ import (
 
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 func tinyLayout(t testing.TB) *model.Layout {

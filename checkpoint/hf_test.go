@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // The fixtures of the round trip: GPT-2 (fp32, transformers' prefix, the

@@ -6,8 +6,8 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // StateSpec is one state kept for every chunk shard, and its dtype: param

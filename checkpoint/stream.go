@@ -12,8 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Streaming save and load: a checkpoint goes to and from disk one chunk of

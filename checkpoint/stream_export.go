@@ -6,8 +6,8 @@ import (
 	"unsafe"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Streaming export: a model's weights go to one safetensors file chunk by

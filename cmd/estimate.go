@@ -14,9 +14,9 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // estimateCommand prints the model-state bytes per device, on the host and

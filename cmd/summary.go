@@ -2,7 +2,7 @@ package cmd
 
 import (
 	"github.com/strata-ai/strata/engine"
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // frozenJSON is summary.json's "frozen": the chunks strata.freeze froze,

@@ -22,10 +22,9 @@ import (
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/shard"
 )
 
 // trainCommand trains a model with ZeRO across the local devices.
@@ -168,8 +167,8 @@ func newTierLine(t *engine.TierStats) *TierLine {
 	}
 	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses, Dependent: t.Dependent,
 		StallHBM: t.Stall[shard.HBM].Seconds(), StallHost: t.Stall[shard.Host].Seconds(),
-		BytesNVMeToHost: t.LinkBytes[tier.NVMeToHost], BytesHostToHBM: t.LinkBytes[tier.HostToHBM],
-		BytesHBMToHost: t.LinkBytes[tier.HBMToHost], BytesHostToNVMe: t.LinkBytes[tier.HostToNVMe],
+		BytesNVMeToHost: t.LinkBytes[shard.NVMeToHost], BytesHostToHBM: t.LinkBytes[shard.HostToHBM],
+		BytesHBMToHost: t.LinkBytes[shard.HBMToHost], BytesHostToNVMe: t.LinkBytes[shard.HostToNVMe],
 		PeakHBM: t.PeakBytes[shard.HBM], PeakHost: t.PeakBytes[shard.Host], PeakNVMe: t.PeakBytes[shard.NVMe],
 		BudgetHBM: t.BudgetBytes[shard.HBM], BudgetHost: t.BudgetBytes[shard.Host], BudgetNVMe: t.BudgetBytes[shard.NVMe]}
 }
@@ -741,7 +740,7 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 func (l *trainLoop) show(st engine.StepStats) {
 	tiers := ""
 	if t := st.Tier; t != nil {
-		tiers = fmt.Sprintf("  hits %.1f%%  nvme %s/%s", 100*t.HitRate, units.FormatBytes(t.LinkBytes[tier.NVMeToHost]), units.FormatBytes(t.LinkBytes[tier.HostToNVMe]))
+		tiers = fmt.Sprintf("  hits %.1f%%  nvme %s/%s", 100*t.HitRate, units.FormatBytes(t.LinkBytes[shard.NVMeToHost]), units.FormatBytes(t.LinkBytes[shard.HostToNVMe]))
 	}
 	if l.bar != nil {
 		l.bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(l.moved), tiers))

@@ -5,8 +5,8 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // ActivationOptionsFromConfig is how the engine keeps a model's

@@ -12,10 +12,10 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -150,12 +150,12 @@ func checkInputsPlanned(t *testing.T, e *Engine, r int) {
 	for range e.accum {
 		for l := range layers {
 			if e.act.Checkpointed(l, layers) {
-				want = append(want, prefetch.Access{Key: akey(l, r), Phase: prefetch.Forward, Tier: shard.Host, Kind: prefetch.Write}.String())
+				want = append(want, shard.Access{Key: akey(l, r), Phase: shard.Forward, Tier: shard.Host, Kind: shard.Write}.String())
 			}
 		}
 		for l := layers - 1; l >= 0; l-- {
 			if e.act.Checkpointed(l, layers) {
-				want = append(want, prefetch.Access{Key: akey(l, r), Phase: prefetch.Backward, Tier: shard.HBM, Kind: prefetch.Read}.String())
+				want = append(want, shard.Access{Key: akey(l, r), Phase: shard.Backward, Tier: shard.HBM, Kind: shard.Read}.String())
 			}
 		}
 	}
@@ -170,8 +170,8 @@ func checkInputsPlanned(t *testing.T, e *Engine, r int) {
 	opts.BandwidthBytesPerSec = e.opts.LinkBandwidth // the configured ones, not the measured
 	var longest time.Duration
 	for _, a := range tr.Accesses {
-		for l := range prefetch.LinkCount {
-			longest = max(longest, opts.TransferTime(prefetch.Link(l), resid[a.Key].SizeBytes))
+		for l := range shard.LinkCount {
+			longest = max(longest, opts.TransferTime(shard.Link(l), resid[a.Key].SizeBytes))
 		}
 	}
 	for i := range tr.Accesses {
@@ -206,7 +206,7 @@ func checkRestores(t *testing.T, r int, sched *prefetch.Schedule, n int) (hits, 
 		if a.Key.State != shard.Activation {
 			continue
 		}
-		if a.Kind == prefetch.Write {
+		if a.Kind == shard.Write {
 			saved[a.Key] = a
 			continue
 		}
@@ -227,7 +227,7 @@ func checkRestores(t *testing.T, r int, sched *prefetch.Schedule, n int) (hits, 
 		}
 		adjacent := a.Index == sv.Index+1
 		switch {
-		case up == nil || up.Reason != prefetch.Prefetch || up.From != shard.Host:
+		case up == nil || up.Reason != shard.Prefetch || up.From != shard.Host:
 			t.Errorf("rank %d, simulated step %d: the restore of %s (a %s) found no prefetch from host memory issued after its save (%+v)", r, a.Step+1, a.Key, a.Outcome, up)
 		case a.Outcome == prefetch.Hit && up.DoneSeq < a.StartSeq:
 			hits++

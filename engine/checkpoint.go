@@ -6,8 +6,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
-	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Training checkpoints of an engine, written and read through checkpoint/.
@@ -476,7 +475,7 @@ func (t *tiers) readShardInto(k shard.Key, dst []byte) error {
 	switch {
 	case w.Copies[shard.Host].Valid:
 	case w.Copies[shard.HBM].Valid:
-		l, err := t.store.Acquire(k, shard.HBM, tier.Read)
+		l, err := t.store.Acquire(k, shard.HBM, shard.Read)
 		if err != nil {
 			return err
 		}
@@ -499,7 +498,7 @@ func (t *tiers) readShardInto(k shard.Key, dst []byte) error {
 			}
 		}()
 	}
-	l, err := t.store.Acquire(k, shard.Host, tier.Read)
+	l, err := t.store.Acquire(k, shard.Host, shard.Read)
 	if err != nil {
 		return err
 	}
@@ -518,11 +517,11 @@ func (r *rank) restoreTiered(k shard.Key, src []byte) error {
 	t := r.e.tiers
 	home := t.specs[k].Home
 	if home == shard.NVMe {
-		if _, err := t.store.Submit(tier.Move{Key: k, To: shard.Host, Reason: tier.Alloc}); err != nil {
+		if _, err := t.store.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}); err != nil {
 			return err
 		}
 	}
-	l, err := t.store.Acquire(k, shard.Host, tier.Write)
+	l, err := t.store.Acquire(k, shard.Host, shard.Write)
 	if err != nil {
 		return err
 	}
@@ -532,7 +531,7 @@ func (r *rank) restoreTiered(k shard.Key, src []byte) error {
 	copy(l.Bytes(), src)
 	l.Release()
 	if home == shard.NVMe {
-		op, err := t.store.Submit(tier.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: tier.WriteBack})
+		op, err := t.store.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack})
 		if err == nil {
 			err = op.Wait()
 		}

@@ -11,9 +11,9 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 func mustEstimate(t *testing.T, o MemoryOptions) MemoryEstimate {

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // byteMLP is a language model over bytes defined outside package model: the
@@ -132,30 +133,30 @@ func (r *mlpRun) Forward(s gpu.Stream, p model.Params, b model.Batch) error {
 	r.dev.CopyHostToDevice(s, r.targets, 0, r.staging[4*n:])
 	s.Record(r.staged)
 
-	emb, err := p.Acquire(s, 0, model.PassForward)
+	emb, err := p.Acquire(s, 0, shard.Forward)
 	if err != nil {
 		return err // the engine's error, as it is: stop the pass
 	}
 	r.ops.EmbeddingForward(s, r.ids, nil, r.view(emb, 0, 0), nil, r.x, r.rows, r.seq, dim)
-	p.Release(s, 0, model.PassForward)
+	p.Release(s, 0, shard.Forward)
 
-	w, err := p.Acquire(s, 1, model.PassForward)
+	w, err := p.Acquire(s, 1, shard.Forward)
 	if err != nil {
 		return err
 	}
 	r.ops.Gemm(s, false, true, n, hid, dim, 1, r.x, r.view(w, 1, 0), 0, r.h)
 	r.ops.BiasAdd(s, r.h, r.view(w, 1, 1), n, hid)
 	r.ops.GeluForward(s, r.h, r.a, n*hid)
-	p.Release(s, 1, model.PassForward)
+	p.Release(s, 1, shard.Forward)
 
-	w, err = p.Acquire(s, 2, model.PassForward)
+	w, err = p.Acquire(s, 2, shard.Forward)
 	if err != nil {
 		return err
 	}
 	r.ops.Gemm(s, false, true, n, v, hid, 1, r.a, r.view(w, 2, 0), 0, r.logits)
 	r.ops.BiasAdd(s, r.logits, r.view(w, 2, 1), n, v)
 	r.ops.CrossEntropyForward(s, r.logits, r.targets, r.losses, n, v)
-	p.Release(s, 2, model.PassForward)
+	p.Release(s, 2, shard.Forward)
 
 	host := make([]byte, 4*n)
 	r.dev.CopyDeviceToHost(s, host, r.losses, 0)
@@ -169,7 +170,7 @@ func (r *mlpRun) Backward(s gpu.Stream, p model.Params, gradScale float32) error
 	if r.counted > 0 {
 		scale = gradScale / float32(r.counted)
 	}
-	w, err := p.Acquire(s, 2, model.PassBackward)
+	w, err := p.Acquire(s, 2, shard.Backward)
 	if err != nil {
 		return err
 	}
@@ -182,12 +183,12 @@ func (r *mlpRun) Backward(s gpu.Stream, p model.Params, gradScale float32) error
 	r.ops.Gemm(s, false, false, n, hid, v, 1, dlogits, r.view(w, 2, 0), 0, r.da) // da = dlogits·head
 	r.ops.Gemm(s, true, false, v, hid, n, 1, dlogits, r.a, 1, r.view(g, 2, 0))   // dhead += dlogitsᵀ·a
 	r.ops.BiasGrad(s, dlogits, r.view(g, 2, 1), n, v)
-	p.Release(s, 2, model.PassBackward)
+	p.Release(s, 2, shard.Backward)
 	if err := p.GradReady(s, 2); err != nil {
 		return err
 	}
 
-	if w, err = p.Acquire(s, 1, model.PassBackward); err != nil {
+	if w, err = p.Acquire(s, 1, shard.Backward); err != nil {
 		return err
 	}
 	if g, err = p.Grad(s, 1); err != nil {
@@ -198,21 +199,21 @@ func (r *mlpRun) Backward(s gpu.Stream, p model.Params, gradScale float32) error
 	r.ops.Gemm(s, false, false, n, dim, hid, 1, dh, r.view(w, 1, 0), 0, r.dx) // dx = dh·hidden
 	r.ops.Gemm(s, true, false, hid, dim, n, 1, dh, r.x, 1, r.view(g, 1, 0))   // dhidden += dhᵀ·x
 	r.ops.BiasGrad(s, dh, r.view(g, 1, 1), n, hid)
-	p.Release(s, 1, model.PassBackward)
+	p.Release(s, 1, shard.Backward)
 	if err := p.GradReady(s, 1); err != nil {
 		return err
 	}
 
 	// StackOrder acquires the embedding in the backward too; its backward
 	// reads only the ids.
-	if _, err = p.Acquire(s, 0, model.PassBackward); err != nil {
+	if _, err = p.Acquire(s, 0, shard.Backward); err != nil {
 		return err
 	}
 	if g, err = p.Grad(s, 0); err != nil {
 		return err
 	}
 	r.ops.EmbeddingBackward(s, r.ids, nil, r.dx, r.view(g, 0, 0), nil, r.rows, r.seq, dim)
-	p.Release(s, 0, model.PassBackward)
+	p.Release(s, 0, shard.Backward)
 	return p.GradReady(s, 0)
 }
 

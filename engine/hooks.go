@@ -4,9 +4,8 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -100,7 +99,7 @@ type bucket struct {
 func newHooks(r *rank) *hooks {
 	full := r.e.order
 	n := 0
-	for n < len(full) && full[n].Pass == model.PassForward {
+	for n < len(full) && full[n].Pass == shard.Forward {
 		n++
 	}
 	return &hooks{r: r, order: full, full: full, fwd: full[:n], live: map[int]*gathered{}, buckets: map[int]*bucket{},
@@ -219,7 +218,7 @@ func (h *hooks) scratchPair(shardElems int) (slice, full gpu.Buffer) {
 }
 
 // Acquire implements model.Params.
-func (h *hooks) Acquire(s gpu.Stream, c int, pass model.Pass) (gpu.Buffer, error) {
+func (h *hooks) Acquire(s gpu.Stream, c int, pass shard.Phase) (gpu.Buffer, error) {
 	r := h.r
 	h.next(model.Access{Kind: model.AccessAcquire, Chunk: c, Pass: pass})
 	n := r.e.chunks[c].len
@@ -294,7 +293,7 @@ func (h *hooks) nextAcquire() (model.Access, bool) {
 // gathered ring on the communication stream, after making room (the slot's
 // last reads, on s, come first). A failure (here or before) gathers on the
 // scratch buffer instead.
-func (h *hooks) gather(c int, pass model.Pass) *gathered {
+func (h *hooks) gather(c int, pass shard.Phase) *gathered {
 	r := h.r
 	r.flushChunk(c) // the previous step's update of c, also after a failure
 	for len(h.live) >= r.e.opts.MaxLiveChunks {
@@ -327,7 +326,7 @@ func (h *hooks) gather(c int, pass model.Pass) *gathered {
 			// The tier store stages the rank's shard in HBM (the planner has
 			// fetched it ahead); it stays leased until the gather has read it.
 			var err error
-			lease, err = r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: pass, Tier: shard.HBM, Kind: prefetch.Read})
+			lease, err = r.driver().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: pass, Tier: shard.HBM, Kind: shard.Read})
 			if err != nil {
 				h.fail(err)
 				h.dropGathered(g) // not live yet: fail did not free it
@@ -402,7 +401,7 @@ func (h *hooks) traceBegin(s gpu.Stream) {
 }
 
 // Release implements model.Params.
-func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
+func (h *hooks) Release(s gpu.Stream, c int, pass shard.Phase) {
 	h.next(model.Access{Kind: model.AccessRelease, Chunk: c, Pass: pass})
 	if rt := h.r.tr; rt != nil && rt.computeC != nil {
 		name := pass.String() + " " + h.r.e.layout.Chunks[c].Name
@@ -428,7 +427,7 @@ func (h *hooks) Release(s gpu.Stream, c int, pass model.Pass) {
 // done.
 func (h *hooks) Grad(s gpu.Stream, c int) (gpu.Buffer, error) {
 	r := h.r
-	h.next(model.Access{Kind: model.AccessGrad, Chunk: c, Pass: model.PassBackward})
+	h.next(model.Access{Kind: model.AccessGrad, Chunk: c, Pass: shard.Backward})
 	n := r.e.chunks[c].len
 	if r.e.chunks[c].frozen {
 		// The model's gradient GEMMs write the scratch, which nothing
@@ -503,7 +502,7 @@ func (h *hooks) dropBucket(b *bucket) {
 func (h *hooks) GradReady(s gpu.Stream, c int) error {
 	r := h.r
 	e, st := r.e, r.st
-	h.next(model.Access{Kind: model.AccessGradReady, Chunk: c, Pass: model.PassBackward})
+	h.next(model.Access{Kind: model.AccessGradReady, Chunk: c, Pass: shard.Backward})
 	if e.stage < 2 && !h.last || e.chunks[c].frozen {
 		return h.err // frozen: no reduction, no norm, no host copy
 	}

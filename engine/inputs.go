@@ -4,9 +4,8 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -34,11 +33,11 @@ func akey(l, r int) shard.Key {
 // event it returns marks the end of the copy.
 func (h *hooks) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error) {
 	r := h.r
-	h.next(model.Access{Kind: model.AccessSaveInput, Chunk: model.BlockChunk(l), Pass: model.PassForward})
+	h.next(model.Access{Kind: model.AccessSaveInput, Chunk: model.BlockChunk(l), Pass: shard.Forward})
 	if h.err != nil {
 		return nil, h.err
 	}
-	lease, err := r.driver().Use(prefetch.Access{Key: akey(l, r.idx), Phase: prefetch.Forward, Tier: shard.Host, Kind: prefetch.Write})
+	lease, err := r.driver().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Forward, Tier: shard.Host, Kind: shard.Write})
 	if err != nil {
 		h.fail(fmt.Errorf("save block %d input: %w", l, err))
 		return nil, h.err
@@ -58,7 +57,7 @@ func (h *hooks) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error) 
 // leased until ReleaseInput.
 func (h *hooks) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
 	r := h.r
-	h.next(model.Access{Kind: model.AccessRestoreInput, Chunk: model.BlockChunk(l), Pass: model.PassBackward})
+	h.next(model.Access{Kind: model.AccessRestoreInput, Chunk: model.BlockChunk(l), Pass: shard.Backward})
 	if h.err != nil {
 		return nil, h.err
 	}
@@ -70,7 +69,7 @@ func (h *hooks) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
 		ev.Synchronize()
 		delete(h.saved, l)
 	}
-	lease, err := r.driver().Use(prefetch.Access{Key: akey(l, r.idx), Phase: prefetch.Backward, Tier: shard.HBM, Kind: prefetch.Read})
+	lease, err := r.driver().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Backward, Tier: shard.HBM, Kind: shard.Read})
 	if err != nil {
 		h.fail(fmt.Errorf("restore block %d input: %w", l, err))
 		return nil, h.err
@@ -83,7 +82,7 @@ func (h *hooks) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
 // ends when the work enqueued on s so far has run.
 func (h *hooks) ReleaseInput(s gpu.Stream, l int) {
 	r := h.r
-	h.next(model.Access{Kind: model.AccessReleaseInput, Chunk: model.BlockChunk(l), Pass: model.PassBackward})
+	h.next(model.Access{Kind: model.AccessReleaseInput, Chunk: model.BlockChunk(l), Pass: shard.Backward})
 	lease := h.inputs[l]
 	if lease == nil {
 		return // after a failure: fail gave it back

@@ -163,7 +163,7 @@ func TestLlamaEquivalence(t *testing.T) {
 					if run.name == "stage0" {
 						return
 					}
-					var moved [4]int64 // tier.Link order: NVMe->host first, host->NVMe last
+					var moved [4]int64 // shard.Link order: NVMe->host first, host->NVMe last
 					for _, st := range got.stats {
 						if st.Tier == nil {
 							t.Fatal("stage 3 on NVMe: no tier stats")

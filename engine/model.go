@@ -7,6 +7,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Model is what the engine trains: the decoder the config's strata.model
@@ -175,7 +176,7 @@ func newModel(cfg *config.Config, opts Options) (Model, *model.Layout, []model.A
 func checkAccessOrder(order []model.Access, chunks int) error {
 	var (
 		held     = -1 // the chunk between Acquire and Release
-		heldPass model.Pass
+		heldPass shard.Phase
 		backward bool
 		open     int // chunks between Grad and GradReady
 		grads    = make([]int, chunks)
@@ -196,21 +197,21 @@ func checkAccessOrder(order []model.Access, chunks int) error {
 		switch {
 		case a.Chunk < 0 || a.Chunk >= chunks:
 			return fmt.Errorf("%s: chunk %d is outside the layout's %d chunks", at, a.Chunk, chunks)
-		case a.Pass != model.PassForward && a.Pass != model.PassBackward:
+		case a.Pass != shard.Forward && a.Pass != shard.Backward:
 			return fmt.Errorf("%s: the pass is neither forward nor backward", at)
-		case a.Pass == model.PassForward && backward:
+		case a.Pass == shard.Forward && backward:
 			return fmt.Errorf("%s: a forward call after the backward began", at)
-		case a.Pass == model.PassForward && (a.Kind == model.AccessGrad || a.Kind == model.AccessGradReady):
+		case a.Pass == shard.Forward && (a.Kind == model.AccessGrad || a.Kind == model.AccessGradReady):
 			return fmt.Errorf("%s: gradients are handed out in the backward only", at)
 		}
-		backward = a.Pass == model.PassBackward
+		backward = a.Pass == shard.Backward
 		switch a.Kind {
 		case model.AccessAcquire:
 			if held >= 0 {
 				return fmt.Errorf("%s: chunk %d is still acquired (at most one chunk at a time: release it first)", at, held)
 			}
 			held, heldPass = a.Chunk, a.Pass
-			if a.Pass == model.PassForward {
+			if a.Pass == shard.Forward {
 				read[a.Chunk] = true
 			}
 		case model.AccessRelease:

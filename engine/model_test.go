@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestBuiltinAccessOrders: the access orders of package model's decoders
@@ -32,19 +33,19 @@ func TestBuiltinAccessOrders(t *testing.T) {
 
 // TestAccessOrderRules: each rule of Model.AccessOrder, broken once.
 func TestAccessOrderRules(t *testing.T) {
-	acq := func(c int, p model.Pass) model.Access {
+	acq := func(c int, p shard.Phase) model.Access {
 		return model.Access{Kind: model.AccessAcquire, Chunk: c, Pass: p}
 	}
-	rel := func(c int, p model.Pass) model.Access {
+	rel := func(c int, p shard.Phase) model.Access {
 		return model.Access{Kind: model.AccessRelease, Chunk: c, Pass: p}
 	}
 	grad := func(c int) model.Access {
-		return model.Access{Kind: model.AccessGrad, Chunk: c, Pass: model.PassBackward}
+		return model.Access{Kind: model.AccessGrad, Chunk: c, Pass: shard.Backward}
 	}
 	ready := func(c int) model.Access {
-		return model.Access{Kind: model.AccessGradReady, Chunk: c, Pass: model.PassBackward}
+		return model.Access{Kind: model.AccessGradReady, Chunk: c, Pass: shard.Backward}
 	}
-	fw, bw := model.PassForward, model.PassBackward
+	fw, bw := shard.Forward, shard.Backward
 	fwd := []model.Access{acq(0, fw), rel(0, fw), acq(1, fw), rel(1, fw), acq(2, fw), rel(2, fw)}
 	cases := []struct {
 		name  string

@@ -9,7 +9,7 @@ import (
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
-	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Options configure an Engine beyond its config file.
@@ -82,7 +82,7 @@ type Options struct {
 	// has moved 4 MiB the planner plans with 0.7 times what the tier store
 	// measured on it (an average over steps, updated after each), within
 	// 1/8 and 8 times this value.
-	LinkBandwidth [prefetch.LinkCount]float64
+	LinkBandwidth [shard.LinkCount]float64
 
 	// HostRegistrar, when set, is given every pinned host arena of the
 	// engine (pinned.Pool.AddRegistrar) so that the device backend can
@@ -115,11 +115,11 @@ type ChunkSource interface {
 // (reads 1.5 GB/s, writes 1 GB/s) and a host memcpy for the CPU backend's
 // host<->device copies (6 GB/s). Lower than the truth makes the planner
 // issue transfers earlier (more memory held, fewer stalls).
-var DefaultLinkBandwidth = [prefetch.LinkCount]float64{
-	prefetch.NVMeToHost: 1.5e9,
-	prefetch.HostToHBM:  6e9,
-	prefetch.HBMToHost:  6e9,
-	prefetch.HostToNVMe: 1e9,
+var DefaultLinkBandwidth = [shard.LinkCount]float64{
+	shard.NVMeToHost: 1.5e9,
+	shard.HostToHBM:  6e9,
+	shard.HBMToHost:  6e9,
+	shard.HostToNVMe: 1e9,
 }
 
 func (o Options) withDefaults() Options {
@@ -160,7 +160,7 @@ func (o Options) Validate() error {
 	}
 	for l, bw := range o.LinkBandwidth {
 		if !(bw > 0) {
-			return fmt.Errorf("engine: %s bandwidth %v B/s must be positive", prefetch.Link(l), bw)
+			return fmt.Errorf("engine: %s bandwidth %v B/s must be positive", shard.Link(l), bw)
 		}
 	}
 	return nil

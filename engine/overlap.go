@@ -8,9 +8,8 @@ import (
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -595,8 +594,8 @@ func (e *Engine) settle() error {
 func (r *rank) leaseHost(c int, delayed bool) (ls [5]*tier.Lease, err error) {
 	d := r.driver()
 	// SizeBytes 0: the planner takes the placement's (the store's charge).
-	acc := func(state shard.State, kind prefetch.Kind) prefetch.Access {
-		return prefetch.Access{Key: tkey(c, r.idx, state), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: kind}
+	acc := func(state shard.State, kind shard.Kind) shard.Access {
+		return shard.Access{Key: tkey(c, r.idx, state), Phase: shard.Optimizer, Tier: shard.Host, Kind: kind}
 	}
 	defer func() {
 		if err != nil {
@@ -609,15 +608,15 @@ func (r *rank) leaseHost(c int, delayed bool) (ls [5]*tier.Lease, err error) {
 		}
 	}()
 	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-		if ls[i], err = d.Use(acc(state, prefetch.Update)); err != nil {
+		if ls[i], err = d.Use(acc(state, shard.Update)); err != nil {
 			return ls, err
 		}
 	}
-	if ls[4], err = d.Use(acc(shard.Grad, prefetch.Read)); err != nil {
+	if ls[4], err = d.Use(acc(shard.Grad, shard.Read)); err != nil {
 		return ls, err
 	}
 	if r.e.paramTiered(c) && !delayed {
-		if ls[3], err = d.Use(acc(shard.Param, prefetch.Write)); err != nil {
+		if ls[3], err = d.Use(acc(shard.Param, shard.Write)); err != nil {
 			return ls, err
 		}
 	}

@@ -4,8 +4,7 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
-	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 )
 
 // The delayed parameter update (strata.overlap "dpu", the ZeRO-Offload
@@ -79,7 +78,7 @@ func (r *rank) storeDelayed(run *hostRun) error {
 		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.errs[c] != nil {
 			continue
 		}
-		l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Param), Phase: prefetch.Optimizer, Tier: shard.Host, Kind: prefetch.Write})
+		l, err := r.driver().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Write})
 		if err != nil {
 			if first == nil {
 				first = fmt.Errorf("optimizer step %d: %w", run.step, err)

@@ -8,10 +8,9 @@ import (
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
-	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 )
 
 // rank is one device's share of the run: its streams, its model
@@ -402,7 +401,7 @@ func (r *rank) reduced(c int, failed bool) error {
 		return nil
 	}
 	r.waitHost() // the pending update has read the gradient's host copy
-	l, err := r.driver().Use(prefetch.Access{Key: tkey(c, r.idx, shard.Grad), Phase: prefetch.Backward, Tier: shard.Host, Kind: prefetch.Write})
+	l, err := r.driver().Use(shard.Access{Key: tkey(c, r.idx, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
 	if err == nil {
 		r.after(r.down, r.cs) // the reduction
 		if r.tr != nil {

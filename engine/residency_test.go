@@ -3,7 +3,7 @@ package engine
 import (
 	"testing"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestOffloadResidency: with offload_optimizer cpu (ZeRO-Offload) at

@@ -3,9 +3,9 @@ package engine
 import (
 	"fmt"
 
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/shard"
 )
 
 // The pinned upload staging of the host optimizer: the new params of the

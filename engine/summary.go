@@ -5,9 +5,8 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
-	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/shard"
 )
 
 // DeviceSummary is one device's memory over the run so far.
@@ -191,7 +190,7 @@ type TierSummary struct {
 	BudgetBytes                          [shard.TierCount]int64
 	PeakBytes                            [shard.TierCount]int64 // since New (HBM: the largest device's)
 	PinnedPoolBytes, PinnedPeakBytes     int64                  // the pinned pool (the host budget when given)
-	LinkBytes                            [tier.LinkCount]int64
+	LinkBytes                            [shard.LinkCount]int64
 	PrefetchCounts                       // since New
 	Rerecords                            int64
 }
@@ -211,7 +210,7 @@ func (t TierSummary) String() string {
 		units.FormatBytes(t.PeakBytes[shard.NVMe]), units.FormatBytes(t.BudgetBytes[shard.NVMe]))
 	b.WriteString("moved:")
 	for l, n := range t.LinkBytes {
-		fmt.Fprintf(&b, " %s %s", tier.Link(l), units.FormatBytes(n))
+		fmt.Fprintf(&b, " %s %s", shard.Link(l), units.FormatBytes(n))
 	}
 	fmt.Fprintf(&b, "\nprefetch: %d accesses, hit rate %.4f (%d late, %d missed; %d waited for data written just before), %d divergences",
 		t.Accesses, t.HitRate, t.Late, t.Misses, t.Dependent, t.Divergences)

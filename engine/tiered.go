@@ -10,10 +10,10 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -83,8 +83,8 @@ type tiers struct {
 
 	// The link bandwidths measured so far (EWMA of bytes/busy time, 0:
 	// not measured yet) and the bytes each measurement rests on.
-	bwMeasured [prefetch.LinkCount]float64
-	bwBytes    [prefetch.LinkCount]int64
+	bwMeasured [shard.LinkCount]float64
+	bwBytes    [shard.LinkCount]int64
 
 	// nvmeRead and nvmeWritten [chunk][state] are the bytes the runners'
 	// moves from and to NVMe put on links, all ranks (both hops of a
@@ -423,18 +423,18 @@ func (t *tiers) initShard(k shard.Key, data []byte) error {
 	}
 	home := t.specs[k].Home
 	if home == shard.NVMe {
-		if _, err := t.store.Submit(tier.Move{Key: k, To: shard.Host, Reason: tier.Alloc}); err != nil {
+		if _, err := t.store.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}); err != nil {
 			return fmt.Errorf("engine: init %s: %w", k, err)
 		}
 	}
-	l, err := t.store.Acquire(k, shard.Host, tier.Write)
+	l, err := t.store.Acquire(k, shard.Host, shard.Write)
 	if err != nil {
 		return fmt.Errorf("engine: init %s: %w", k, err)
 	}
 	copy(l.Bytes(), data)
 	l.Release()
 	if home == shard.NVMe {
-		op, err := t.store.Submit(tier.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: tier.WriteBack})
+		op, err := t.store.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack})
 		if err == nil {
 			err = op.Wait()
 		}
@@ -571,7 +571,7 @@ func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
 }
 
 // setBandwidth hands the planner new link bandwidths (between steps).
-func (d *driver) setBandwidth(bw [prefetch.LinkCount]float64) {
+func (d *driver) setBandwidth(bw [shard.LinkCount]float64) {
 	var err error
 	d.Do(func() { err = d.p.SetBandwidth(bw) })
 	if err != nil {
@@ -637,9 +637,9 @@ type TierStats struct {
 	// access tier (HBM: param shards before their gather; host: optimizer
 	// state before cpuadam), the longest of the ranks.
 	Stall [shard.TierCount]time.Duration
-	// LinkBytes is the bytes moved on each link (tier.Link order:
+	// LinkBytes is the bytes moved on each link (shard.Link order:
 	// nvme->host, host->hbm, hbm->host, host->nvme).
-	LinkBytes [tier.LinkCount]int64
+	LinkBytes [shard.LinkCount]int64
 	// PeakBytes is the store's peak use of each tier during the step (HBM:
 	// the largest of the devices), next to its BudgetBytes.
 	PeakBytes, BudgetBytes [shard.TierCount]int64
@@ -715,7 +715,7 @@ const (
 func (t *tiers) measureBandwidth(a, b tier.Stats) {
 	bw := t.popts.BandwidthBytesPerSec
 	changed := false
-	for l := range prefetch.LinkCount {
+	for l := range shard.LinkCount {
 		n := b.Links[l].Bytes - a.Links[l].Bytes
 		busy := b.Links[l].Busy - a.Links[l].Busy
 		if n < bwSampleBytes || busy <= 0 {

@@ -8,11 +8,11 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 )
 
 // tierSpec is a stage-3 run with the tier store: where the params and the
@@ -307,7 +307,7 @@ func checkPlanHitRate(t *testing.T, e *Engine, r int, min float64) {
 	opts.BandwidthBytesPerSec = e.opts.LinkBandwidth // the configured ones, not the measured
 	var longest time.Duration
 	for _, a := range tr.Accesses {
-		for _, l := range []prefetch.Link{shard.NVMeToHost, shard.HostToHBM, shard.HostToNVMe} {
+		for _, l := range []shard.Link{shard.NVMeToHost, shard.HostToHBM, shard.HostToNVMe} {
 			longest = max(longest, opts.TransferTime(l, resid[a.Key].SizeBytes))
 		}
 	}

@@ -12,9 +12,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
-	"github.com/strata-ai/strata/prefetch"
-	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/shard"
 )
 
 // The timeline (Options.Trace): a Tracer records what every rank's streams,
@@ -124,10 +122,10 @@ type TraceEvent struct {
 	Pid, Tid int
 	Start    time.Duration
 	Dur      time.Duration
-	Rank     int       // the device; -1 for the engine and NVMe tracks
-	Step     int64     // TraceStep events
-	Link     tier.Link // TraceMove events
-	Bytes    int64     // TraceMove events: bytes put on Link
+	Rank     int        // the device; -1 for the engine and NVMe tracks
+	Step     int64      // TraceStep events
+	Link     shard.Link // TraceMove events
+	Bytes    int64      // TraceMove events: bytes put on Link
 	Args     map[string]any
 }
 
@@ -233,7 +231,7 @@ func (t *Tracer) stepEnd(step int64, at time.Time) {
 }
 
 // stall records the rank's wait in tier.Runner.Use for access a.
-func (t *Tracer) stall(r int, a prefetch.Access, from time.Time, dur time.Duration) {
+func (t *Tracer) stall(r int, a shard.Access, from time.Time, dur time.Duration) {
 	if t == nil {
 		return
 	}
@@ -243,14 +241,14 @@ func (t *Tracer) stall(r int, a prefetch.Access, from time.Time, dur time.Durati
 
 // move records a completed tier-store move of rank r's shard that put
 // bytes on the link from -> to (two hops: both links), or failed.
-func (t *Tracer) move(r int, m prefetch.Move, from time.Time, dur time.Duration, bytes, hbmBytes int64, err error) {
+func (t *Tracer) move(r int, m shard.Move, from time.Time, dur time.Duration, bytes, hbmBytes int64, err error) {
 	reason := m.Reason.String()
 	if m.WriteBehind {
 		reason = "writebehind"
 	}
-	one := func(l tier.Link, b int64, hops string) {
+	one := func(l shard.Link, b int64, hops string) {
 		pid := 1 + r
-		if l == tier.NVMeToHost || l == tier.HostToNVMe {
+		if l == shard.NVMeToHost || l == shard.HostToNVMe {
 			pid = tracePidNVMe
 		}
 		args := map[string]any{"key": m.Key.String(), "bytes": b, "reason": reason, "from": m.From.String(), "to": m.To.String()}
@@ -273,15 +271,15 @@ func (t *Tracer) move(r int, m prefetch.Move, from time.Time, dur time.Duration,
 	hbmBytes = min(hbmBytes, bytes)
 	switch {
 	case m.From == shard.HBM && m.To == shard.NVMe:
-		one(tier.HBMToHost, hbmBytes, "hbm->host->nvme")
-		one(tier.HostToNVMe, bytes-hbmBytes, "hbm->host->nvme")
+		one(shard.HBMToHost, hbmBytes, "hbm->host->nvme")
+		one(shard.HostToNVMe, bytes-hbmBytes, "hbm->host->nvme")
 	case m.From == shard.NVMe && m.To == shard.HBM:
-		one(tier.NVMeToHost, bytes-hbmBytes, "nvme->host->hbm")
-		one(tier.HostToHBM, hbmBytes, "nvme->host->hbm")
+		one(shard.NVMeToHost, bytes-hbmBytes, "nvme->host->hbm")
+		one(shard.HostToHBM, hbmBytes, "nvme->host->hbm")
 	}
 }
 
-func traceLinkTid(l tier.Link, lane int) int { return 100*(int(l)+1) + min(lane, traceLaneCount-1) }
+func traceLinkTid(l shard.Link, lane int) int { return 100*(int(l)+1) + min(lane, traceLaneCount-1) }
 
 // Dropped is the number of events not kept because MaxEvents was reached.
 func (t *Tracer) Dropped() int64 {
@@ -443,11 +441,11 @@ func traceTidName(pid, tid int) string {
 		return ""
 	}
 	if tid >= 100 {
-		l, lane := tier.Link(tid/100-1), tid%100
-		if int(l) >= tier.LinkCount {
+		l, lane := shard.Link(tid/100-1), tid%100
+		if int(l) >= shard.LinkCount {
 			return ""
 		}
-		nvmeLink := l == tier.NVMeToHost || l == tier.HostToNVMe
+		nvmeLink := l == shard.NVMeToHost || l == shard.HostToNVMe
 		if nvmeLink != (pid == tracePidNVMe) {
 			return ""
 		}

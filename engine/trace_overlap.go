@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/shard"
 )
 
 // StepOverlap is one step's overlap of transfers with the devices' work,
@@ -25,8 +25,8 @@ type StepOverlap struct {
 	// LinkBusy is, per link, the time any move was on it (the union of
 	// its spans in the window, all devices and lanes); LinkBytes the bytes
 	// of the moves that completed in the window.
-	LinkBusy  [tier.LinkCount]time.Duration
-	LinkBytes [tier.LinkCount]int64
+	LinkBusy  [shard.LinkCount]time.Duration
+	LinkBytes [shard.LinkCount]int64
 	// TransferBusy is the time any link was busy (the union over links).
 	TransferBusy time.Duration
 	// Exposed is the exposed transfer time: the largest, over devices, of
@@ -46,7 +46,7 @@ func (o StepOverlap) String() string {
 		if l > 0 {
 			b.WriteString(", ")
 		}
-		fmt.Fprintf(&b, "%s %.1f ms", tier.Link(l), ms(d))
+		fmt.Fprintf(&b, "%s %.1f ms", shard.Link(l), ms(d))
 	}
 	fmt.Fprintf(&b, "), stall %.1f ms, exposed %.1f ms = %.1f %% of the transfer time", ms(o.StallMax), ms(o.Exposed), 100*o.ExposedFraction)
 	return b.String()
@@ -78,7 +78,7 @@ type stepWindow struct {
 
 // linkSpan is a move: its span on a link and the bytes it put there.
 type linkSpan struct {
-	link  tier.Link
+	link  shard.Link
 	s     span
 	bytes int64
 }
@@ -131,7 +131,7 @@ func overlapOf(iv intervals) []StepOverlap {
 // stepOverlap is the figures of the window w (first: the first window).
 func stepOverlap(w stepWindow, first bool, iv intervals) StepOverlap {
 	o := StepOverlap{Step: w.step, Start: w.start, Duration: w.end - w.start, Stall: make([]time.Duration, len(iv.stalls))}
-	var links [tier.LinkCount][]span
+	var links [shard.LinkCount][]span
 	var all []span
 	for _, m := range iv.moves {
 		// Bytes count where the move completed: (start, end], and the

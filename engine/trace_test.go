@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/gpu/cpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
+	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
 )
 
@@ -35,7 +35,7 @@ func TestOverlapSynthetic(t *testing.T) {
 	step := func(s int64, a, b int) TraceEvent {
 		return TraceEvent{Name: fmt.Sprint("step ", s), Cat: TraceStep, Phase: 'X', Start: d(a), Dur: d(b - a), Step: s, Rank: -1}
 	}
-	move := func(l tier.Link, r, a, b int, n int64) TraceEvent {
+	move := func(l shard.Link, r, a, b int, n int64) TraceEvent {
 		return TraceEvent{Name: "m", Cat: TraceMove, Phase: 'X', Start: d(a), Dur: d(b - a), Link: l, Bytes: n, Rank: r}
 	}
 	stall := func(r, a, b int) TraceEvent {
@@ -44,9 +44,9 @@ func TestOverlapSynthetic(t *testing.T) {
 	evs := []TraceEvent{
 		step(2, 110, 250), step(1, 0, 100),
 		{Name: "step 1", Cat: TraceStep, Phase: 'i', Step: 1}, // instants are not windows
-		move(tier.NVMeToHost, 0, 10, 50, 1000), move(tier.NVMeToHost, 0, 30, 70, 2000), move(tier.NVMeToHost, 1, 90, 120, 4000),
-		move(tier.HostToHBM, 1, 60, 80, 300),
-		move(tier.HostToNVMe, 0, 200, 260, 5000),
+		move(shard.NVMeToHost, 0, 10, 50, 1000), move(shard.NVMeToHost, 0, 30, 70, 2000), move(shard.NVMeToHost, 1, 90, 120, 4000),
+		move(shard.HostToHBM, 1, 60, 80, 300),
+		move(shard.HostToNVMe, 0, 200, 260, 5000),
 		stall(0, 40, 65), stall(0, 85, 95), stall(0, 130, 140), stall(1, 0, 5),
 		{Name: "fwd", Cat: TraceCompute, Phase: 'X', Start: d(0), Dur: d(250)}, // ignored
 	}
@@ -54,16 +54,16 @@ func TestOverlapSynthetic(t *testing.T) {
 	want := []StepOverlap{{
 		Step: 1, Start: d(0), Duration: d(100),
 		Stall: []time.Duration{d(35), d(5)}, StallMax: d(35),
-		LinkBusy:     [tier.LinkCount]time.Duration{tier.NVMeToHost: d(70), tier.HostToHBM: d(20)},
-		LinkBytes:    [tier.LinkCount]int64{tier.NVMeToHost: 3000, tier.HostToHBM: 300},
+		LinkBusy:     [shard.LinkCount]time.Duration{shard.NVMeToHost: d(70), shard.HostToHBM: d(20)},
+		LinkBytes:    [shard.LinkCount]int64{shard.NVMeToHost: 3000, shard.HostToHBM: 300},
 		TransferBusy: d(80), // [10, 80] and [90, 100]
 		// rank 0: [40, 65] ∩ busy = 25, [85, 95] ∩ [90, 100] = 5; rank 1: 0
 		Exposed: d(30), ExposedFraction: 30.0 / 80,
 	}, {
 		Step: 2, Start: d(100), Duration: d(150),
 		Stall: []time.Duration{d(10), 0}, StallMax: d(10),
-		LinkBusy:     [tier.LinkCount]time.Duration{tier.NVMeToHost: d(20), tier.HostToNVMe: d(50)},
-		LinkBytes:    [tier.LinkCount]int64{tier.NVMeToHost: 4000},
+		LinkBusy:     [shard.LinkCount]time.Duration{shard.NVMeToHost: d(20), shard.HostToNVMe: d(50)},
+		LinkBytes:    [shard.LinkCount]int64{shard.NVMeToHost: 4000},
 		TransferBusy: d(70),
 		// rank 0's stall [130, 140] falls between the read (ends 120) and
 		// the write (starts 200): not exposed.
@@ -80,7 +80,7 @@ func TestOverlapSynthetic(t *testing.T) {
 	}
 	tot := TotalOverlap(got)
 	if tot.Step != 2 || tot.Duration != d(250) || tot.TransferBusy != d(150) || tot.Exposed != d(30) || tot.ExposedFraction != 0.2 ||
-		tot.LinkBytes[tier.NVMeToHost] != 7000 || !slices.Equal(tot.Stall, []time.Duration{d(45), d(5)}) || tot.StallMax != d(45) {
+		tot.LinkBytes[shard.NVMeToHost] != 7000 || !slices.Equal(tot.Stall, []time.Duration{d(45), d(5)}) || tot.StallMax != d(45) {
 		t.Errorf("total %+v", tot)
 	}
 	if s := got[0].String(); !strings.Contains(s, "exposed 30.0 ms = 37.5 %") {
@@ -98,17 +98,17 @@ func TestOverlapIntervals(t *testing.T) {
 	d := func(v int) time.Duration { return time.Duration(v) * time.Millisecond }
 	sp := func(a, b int) span { return span{d(a), d(b)} }
 	step := func(s int64, a, b int) stepWindow { return stepWindow{s, d(a), d(b)} }
-	move := func(l tier.Link, a, b int, n int64) linkSpan { return linkSpan{l, sp(a, b), n} }
+	move := func(l shard.Link, a, b int, n int64) linkSpan { return linkSpan{l, sp(a, b), n} }
 	frac := func(a, b int) float64 { return float64(d(a)) / float64(d(b)) }
-	type links = [tier.LinkCount]time.Duration
-	type bytes = [tier.LinkCount]int64
+	type links = [shard.LinkCount]time.Duration
+	type bytes = [shard.LinkCount]int64
 	for _, tc := range []struct {
 		name string
 		iv   intervals
 		want []StepOverlap
 	}{{
 		name: "no step: nothing to count in",
-		iv:   intervals{stalls: [][]span{{sp(0, 10)}}, moves: []linkSpan{move(tier.NVMeToHost, 0, 10, 1)}},
+		iv:   intervals{stalls: [][]span{{sp(0, 10)}}, moves: []linkSpan{move(shard.NVMeToHost, 0, 10, 1)}},
 		want: []StepOverlap{},
 	}, {
 		name: "a wait with no transfer is stall, not exposed",
@@ -116,29 +116,29 @@ func TestOverlapIntervals(t *testing.T) {
 		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(20)}, StallMax: d(20)}},
 	}, {
 		name: "a transfer hidden behind compute",
-		iv:   intervals{steps: []stepWindow{step(1, 0, 100)}, moves: []linkSpan{move(tier.NVMeToHost, 10, 50, 1000)}},
+		iv:   intervals{steps: []stepWindow{step(1, 0, 100)}, moves: []linkSpan{move(shard.NVMeToHost, 10, 50, 1000)}},
 		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{},
-			LinkBusy: links{tier.NVMeToHost: d(40)}, LinkBytes: bytes{tier.NVMeToHost: 1000}, TransferBusy: d(40)}},
+			LinkBusy: links{shard.NVMeToHost: d(40)}, LinkBytes: bytes{shard.NVMeToHost: 1000}, TransferBusy: d(40)}},
 	}, {
 		name: "a rank's overlapping waits count once",
 		iv: intervals{steps: []stepWindow{step(1, 0, 100)}, stalls: [][]span{{sp(30, 50), sp(20, 40)}},
-			moves: []linkSpan{move(tier.HostToHBM, 0, 60, 500)}},
+			moves: []linkSpan{move(shard.HostToHBM, 0, 60, 500)}},
 		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(30)}, StallMax: d(30),
-			LinkBusy: links{tier.HostToHBM: d(60)}, LinkBytes: bytes{tier.HostToHBM: 500}, TransferBusy: d(60),
+			LinkBusy: links{shard.HostToHBM: d(60)}, LinkBytes: bytes{shard.HostToHBM: 500}, TransferBusy: d(60),
 			Exposed: d(30), ExposedFraction: frac(30, 60)}},
 	}, {
 		name: "exposed is the worst rank's, not the longest stall's",
 		iv: intervals{steps: []stepWindow{step(1, 0, 100)}, stalls: [][]span{{sp(0, 10)}, {sp(20, 60)}, nil},
-			moves: []linkSpan{move(tier.NVMeToHost, 0, 40, 7)}},
+			moves: []linkSpan{move(shard.NVMeToHost, 0, 40, 7)}},
 		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(10), d(40), 0}, StallMax: d(40),
-			LinkBusy: links{tier.NVMeToHost: d(40)}, LinkBytes: bytes{tier.NVMeToHost: 7}, TransferBusy: d(40),
+			LinkBusy: links{shard.NVMeToHost: d(40)}, LinkBytes: bytes{shard.NVMeToHost: 7}, TransferBusy: d(40),
 			Exposed: d(20), ExposedFraction: frac(20, 40)}},
 	}, {
 		name: "links busy at once count once in the transfer time",
 		iv: intervals{steps: []stepWindow{step(1, 0, 100)}, stalls: [][]span{{sp(50, 70)}},
-			moves: []linkSpan{move(tier.NVMeToHost, 0, 40, 1), move(tier.HostToHBM, 20, 60, 2), move(tier.HostToHBM, 50, 55, 4)}},
+			moves: []linkSpan{move(shard.NVMeToHost, 0, 40, 1), move(shard.HostToHBM, 20, 60, 2), move(shard.HostToHBM, 50, 55, 4)}},
 		want: []StepOverlap{{Step: 1, Duration: d(100), Stall: []time.Duration{d(20)}, StallMax: d(20),
-			LinkBusy: links{tier.NVMeToHost: d(40), tier.HostToHBM: d(40)}, LinkBytes: bytes{tier.NVMeToHost: 1, tier.HostToHBM: 6},
+			LinkBusy: links{shard.NVMeToHost: d(40), shard.HostToHBM: d(40)}, LinkBytes: bytes{shard.NVMeToHost: 1, shard.HostToHBM: 6},
 			TransferBusy: d(60), Exposed: d(10), ExposedFraction: frac(10, 60)}},
 	}, {
 		// Step 2's span starts at 60: its window starts where step 1
@@ -149,12 +149,12 @@ func TestOverlapIntervals(t *testing.T) {
 		// is cut in two.
 		name: "windows chain from the step before and clip the spans",
 		iv: intervals{steps: []stepWindow{step(2, 60, 100), step(1, 0, 50)}, stalls: [][]span{{sp(45, 55)}},
-			moves: []linkSpan{move(tier.NVMeToHost, 40, 70, 700), move(tier.NVMeToHost, -20, -10, 100), move(tier.NVMeToHost, 90, 120, 50)}},
+			moves: []linkSpan{move(shard.NVMeToHost, 40, 70, 700), move(shard.NVMeToHost, -20, -10, 100), move(shard.NVMeToHost, 90, 120, 50)}},
 		want: []StepOverlap{{Step: 1, Duration: d(50), Stall: []time.Duration{d(5)}, StallMax: d(5),
-			LinkBusy: links{tier.NVMeToHost: d(10)}, LinkBytes: bytes{tier.NVMeToHost: 100}, TransferBusy: d(10),
+			LinkBusy: links{shard.NVMeToHost: d(10)}, LinkBytes: bytes{shard.NVMeToHost: 100}, TransferBusy: d(10),
 			Exposed: d(5), ExposedFraction: frac(5, 10)},
 			{Step: 2, Start: d(50), Duration: d(50), Stall: []time.Duration{d(5)}, StallMax: d(5),
-				LinkBusy: links{tier.NVMeToHost: d(30)}, LinkBytes: bytes{tier.NVMeToHost: 700}, TransferBusy: d(30),
+				LinkBusy: links{shard.NVMeToHost: d(30)}, LinkBytes: bytes{shard.NVMeToHost: 700}, TransferBusy: d(30),
 				Exposed: d(5), ExposedFraction: frac(5, 30)}},
 	}, {
 		name: "a step that starts before the one before ends keeps its start",
@@ -176,11 +176,11 @@ func TestOverlapIntervals(t *testing.T) {
 func TestTraceLanes(t *testing.T) {
 	d := func(v int) time.Duration { return time.Duration(v) }
 	evs := []TraceEvent{
-		{Cat: TraceMove, Pid: 1, Link: tier.HostToHBM, Start: d(0), Dur: d(10)},
-		{Cat: TraceMove, Pid: 1, Link: tier.HostToHBM, Start: d(5), Dur: d(10)},
-		{Cat: TraceMove, Pid: 1, Link: tier.HostToHBM, Start: d(10), Dur: d(3)},
-		{Cat: TraceMove, Pid: 2, Link: tier.HostToHBM, Start: d(10), Dur: d(3)},
-		{Cat: TraceMove, Pid: 1, Link: tier.HBMToHost, Start: d(11), Dur: d(3)},
+		{Cat: TraceMove, Pid: 1, Link: shard.HostToHBM, Start: d(0), Dur: d(10)},
+		{Cat: TraceMove, Pid: 1, Link: shard.HostToHBM, Start: d(5), Dur: d(10)},
+		{Cat: TraceMove, Pid: 1, Link: shard.HostToHBM, Start: d(10), Dur: d(3)},
+		{Cat: TraceMove, Pid: 2, Link: shard.HostToHBM, Start: d(10), Dur: d(3)},
+		{Cat: TraceMove, Pid: 1, Link: shard.HBMToHost, Start: d(11), Dur: d(3)},
 	}
 	assignLanes(evs)
 	var tids []int
@@ -355,7 +355,7 @@ func (e *Engine) deviceAdamSpans() int {
 // checkTierTrace: moves and stalls against the store's and drivers' counters.
 func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before, after tier.Stats, stats []StepStats, ov []StepOverlap) {
 	t.Helper()
-	var traced, inSteps [tier.LinkCount]int64
+	var traced, inSteps [shard.LinkCount]int64
 	stallNs := make([]time.Duration, e.n)
 	for _, ev := range evs {
 		switch ev.Cat {
@@ -368,7 +368,7 @@ func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before, after tie
 			stallNs[ev.Rank] += ev.Dur
 		}
 	}
-	var stepBytes [tier.LinkCount]int64
+	var stepBytes [shard.LinkCount]int64
 	for _, st := range stats {
 		for l, b := range st.Tier.LinkBytes {
 			stepBytes[l] += b
@@ -381,13 +381,13 @@ func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before, after tie
 	}
 	for l := range traced {
 		if want := after.Links[l].Bytes - before.Links[l].Bytes; traced[l] != want {
-			t.Errorf("%s: moves in the timeline carry %d B, the store counted %d B", tier.Link(l), traced[l], want)
+			t.Errorf("%s: moves in the timeline carry %d B, the store counted %d B", shard.Link(l), traced[l], want)
 		}
 		if stepBytes[l] > 0 && traced[l] == 0 {
-			t.Errorf("%s: StepStats count %d B, the timeline has no move", tier.Link(l), stepBytes[l])
+			t.Errorf("%s: StepStats count %d B, the timeline has no move", shard.Link(l), stepBytes[l])
 		}
 		if inSteps[l] > traced[l] {
-			t.Errorf("%s: the steps' windows hold %d B of %d B", tier.Link(l), inSteps[l], traced[l])
+			t.Errorf("%s: the steps' windows hold %d B of %d B", shard.Link(l), inSteps[l], traced[l])
 		}
 	}
 	t.Logf("bytes per link: timeline %v, steps %v", traced, stepBytes)
@@ -401,10 +401,10 @@ func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before, after tie
 			t.Errorf("rank %d: shard waits in the timeline %v, the driver counted %v", r, stallNs[r], sum)
 		}
 	}
-	if e.tiers.swap != nil && (traced[tier.NVMeToHost] == 0 || traced[tier.HostToNVMe] == 0) {
+	if e.tiers.swap != nil && (traced[shard.NVMeToHost] == 0 || traced[shard.HostToNVMe] == 0) {
 		t.Errorf("NVMe homes but no NVMe move: %v", traced)
 	}
-	if e.paramTier != shard.HBM && traced[tier.HostToHBM] == 0 {
+	if e.paramTier != shard.HBM && traced[shard.HostToHBM] == 0 {
 		t.Errorf("params offloaded but no host->hbm move: %v", traced)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/shard"
 )
 
 // hostInputs is an InputStore for the tests: SaveInput copies the input to
@@ -31,7 +32,7 @@ func newHostInputs(dev gpu.Device, r *recorder) *hostInputs {
 }
 
 func (h *hostInputs) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error) {
-	h.log = append(h.log, Access{AccessSaveInput, BlockChunk(l), PassForward})
+	h.log = append(h.log, Access{AccessSaveInput, BlockChunk(l), shard.Forward})
 	if err := h.fail(); err != nil {
 		return nil, err
 	}
@@ -48,7 +49,7 @@ func (h *hostInputs) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, er
 }
 
 func (h *hostInputs) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
-	h.log = append(h.log, Access{AccessRestoreInput, BlockChunk(l), PassBackward})
+	h.log = append(h.log, Access{AccessRestoreInput, BlockChunk(l), shard.Backward})
 	if err := h.fail(); err != nil {
 		return nil, err
 	}
@@ -66,7 +67,7 @@ func (h *hostInputs) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
 }
 
 func (h *hostInputs) ReleaseInput(s gpu.Stream, l int) {
-	h.log = append(h.log, Access{AccessReleaseInput, BlockChunk(l), PassBackward})
+	h.log = append(h.log, Access{AccessReleaseInput, BlockChunk(l), shard.Backward})
 	s.Synchronize()
 	h.dev.Free(h.back[l])
 	delete(h.back, l)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Decoder runs a model forward for inference on one device, one sequence
@@ -193,7 +194,7 @@ func (d *Decoder) Step(s gpu.Stream, p Params, ids []int32) ([]float32, error) {
 	v, c := d.shape.Vocab, d.shape.Dim
 	logits := d.a.logits.Slice(0, v)
 	d.ops.Gemm(s, false, true, 1, v, c, 1, d.a.h.Slice((n-1)*c, c), head, 0, logits)
-	p.Release(s, d.layout.HeadChunk(), PassForward)
+	p.Release(s, d.layout.HeadChunk(), shard.Forward)
 	out := d.logitsHost[:4*v]
 	d.dev.CopyDeviceToHost(s, out, logits, 0)
 	if err := s.Synchronize(); err != nil {
@@ -240,7 +241,7 @@ func (d *Decoder) Score(s gpu.Stream, p Params, ids, targets []int32, logits fun
 			logits(r0+r, f32View(host)[r*v:(r+1)*v])
 		}
 	}
-	p.Release(s, d.layout.HeadChunk(), PassForward)
+	p.Release(s, d.layout.HeadChunk(), shard.Forward)
 	d.dev.CopyDeviceToHost(s, d.lossesHost[:4*n], d.a.losses.Slice(0, n), 0)
 	if err := s.Synchronize(); err != nil {
 		return 0, 0, fmt.Errorf("model: decoder: %w", err)
@@ -302,7 +303,7 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 		d.dev.CopyHostToDevice(s, a.targets, 0, d.targetsHost[:4*n])
 	}
 
-	emb, err := p.Acquire(s, EmbeddingChunk, PassForward)
+	emb, err := p.Acquire(s, EmbeddingChunk, shard.Forward)
 	if err != nil {
 		return nil, err
 	}
@@ -311,10 +312,10 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 		wpe = emb.Slice(v*c+start*c, n*c) // rows start.. of wpe: the tokens' positions
 	}
 	d.ops.EmbeddingForward(s, a.ids.Slice(0, n), nil, emb.Slice(0, v*c), wpe, a.x.Slice(0, n*c), 1, n, c)
-	p.Release(s, EmbeddingChunk, PassForward)
+	p.Release(s, EmbeddingChunk, shard.Forward)
 
 	for l := range d.shape.Layers {
-		w, err := p.Acquire(s, BlockChunk(l), PassForward)
+		w, err := p.Acquire(s, BlockChunk(l), shard.Forward)
 		if err != nil {
 			return nil, err
 		}
@@ -323,11 +324,11 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 		} else {
 			d.gpt2Block(s, l, w, n)
 		}
-		p.Release(s, BlockChunk(l), PassForward)
+		p.Release(s, BlockChunk(l), shard.Forward)
 	}
 
 	fc := d.layout.FinalNormChunk()
-	fin, err := p.Acquire(s, fc, PassForward)
+	fin, err := p.Acquire(s, fc, shard.Forward)
 	if err != nil {
 		return nil, err
 	}
@@ -340,8 +341,8 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 	if !d.shape.TiedHead() {
 		return fin.Slice(c, v*c), nil // lm_head, after norm.weight
 	}
-	p.Release(s, fc, PassForward)
-	if emb, err = p.Acquire(s, EmbeddingChunk, PassForward); err != nil {
+	p.Release(s, fc, shard.Forward)
+	if emb, err = p.Acquire(s, EmbeddingChunk, shard.Forward); err != nil {
 		return nil, err
 	}
 	return emb.Slice(0, v*c), nil

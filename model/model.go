@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Model is a decoder (GPT-2 or the Llama family, Shape.Arch) bound to one
@@ -173,23 +174,23 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	}
 	s.Record(m.staged)
 
-	emb, err := p.Acquire(s, EmbeddingChunk, PassForward)
+	emb, err := p.Acquire(s, EmbeddingChunk, shard.Forward)
 	if err != nil {
 		return err
 	}
 	next := 0 // the ring slot the next offloaded input takes
 	x, xSlot := m.residual(s, 0, &next)
 	m.embeddingForward(s, emb, x)
-	p.Release(s, EmbeddingChunk, PassForward)
+	p.Release(s, EmbeddingChunk, shard.Forward)
 
 	for l := 0; l < nl; l++ {
-		w, err := p.Acquire(s, BlockChunk(l), PassForward)
+		w, err := p.Acquire(s, BlockChunk(l), shard.Forward)
 		if err != nil {
 			return err
 		}
 		out, outSlot := m.residual(s, l+1, &next)
 		m.blockForward(s, l, w, x, out, false)
-		p.Release(s, BlockChunk(l), PassForward)
+		p.Release(s, BlockChunk(l), shard.Forward)
 		if xSlot >= 0 {
 			ev, err := store.SaveInput(s, l, x)
 			if err != nil {
@@ -201,20 +202,20 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	}
 
 	fc := m.layout.FinalNormChunk()
-	fin, err := p.Acquire(s, fc, PassForward)
+	fin, err := p.Acquire(s, fc, shard.Forward)
 	if err != nil {
 		return err
 	}
 	m.finalNormForward(s, fin)
 	head := fin
 	if m.shape.TiedHead() {
-		p.Release(s, fc, PassForward)
-		if head, err = p.Acquire(s, EmbeddingChunk, PassForward); err != nil {
+		p.Release(s, fc, shard.Forward)
+		if head, err = p.Acquire(s, EmbeddingChunk, shard.Forward); err != nil {
 			return err
 		}
 	}
 	m.lossForward(s, m.headWeight(head))
-	p.Release(s, m.layout.HeadChunk(), PassForward)
+	p.Release(s, m.layout.HeadChunk(), shard.Forward)
 
 	var lossHost []byte
 	if n := len(m.spare); n > 0 {
@@ -394,14 +395,14 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 	gemb := hg // the embedding gradient, when the head is tied
 	fin, gfin := hw, hg
 	if hc != fc {
-		p.Release(s, hc, PassBackward)
+		p.Release(s, hc, shard.Backward)
 		if fin, gfin, err = acquireWithGrad(s, p, fc); err != nil {
 			return err
 		}
 	}
 	ops.Fill(s, a.dres, 0)
 	m.finalNormBackward(s, a.dtmp, fin, gfin)
-	p.Release(s, fc, PassBackward)
+	p.Release(s, fc, shard.Backward)
 	if err := p.GradReady(s, fc); err != nil {
 		return err
 	}
@@ -445,7 +446,7 @@ func (m *Model) blockPass(s gpu.Stream, p Params, store InputStore, l int) error
 		m.blockForward(s, l, w, x, nil, true)
 	}
 	m.blockBackward(s, l, w, g, x)
-	p.Release(s, c, PassBackward)
+	p.Release(s, c, shard.Backward)
 	if off {
 		store.ReleaseInput(s, l)
 	}
@@ -454,7 +455,7 @@ func (m *Model) blockPass(s gpu.Stream, p Params, store InputStore, l int) error
 
 // acquireWithGrad is the backward's Acquire then Grad of chunk c.
 func acquireWithGrad(s gpu.Stream, p Params, c int) (w, g gpu.Buffer, err error) {
-	if w, err = p.Acquire(s, c, PassBackward); err != nil {
+	if w, err = p.Acquire(s, c, shard.Backward); err != nil {
 		return nil, nil, err
 	}
 	if g, err = p.Grad(s, c); err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
 )
 
 func newDevice(t testing.TB) gpu.Device {
@@ -207,25 +208,25 @@ type recorder struct {
 	failAt int // the 1-based call that fails; 0: none
 }
 
-func (r *recorder) Acquire(s gpu.Stream, c int, p Pass) (gpu.Buffer, error) {
+func (r *recorder) Acquire(s gpu.Stream, c int, p shard.Phase) (gpu.Buffer, error) {
 	r.log = append(r.log, Access{AccessAcquire, c, p})
 	if err := r.fail(); err != nil {
 		return nil, err
 	}
 	return r.Resident.Acquire(s, c, p)
 }
-func (r *recorder) Release(s gpu.Stream, c int, p Pass) {
+func (r *recorder) Release(s gpu.Stream, c int, p shard.Phase) {
 	r.log = append(r.log, Access{AccessRelease, c, p})
 }
 func (r *recorder) Grad(s gpu.Stream, c int) (gpu.Buffer, error) {
-	r.log = append(r.log, Access{AccessGrad, c, PassBackward})
+	r.log = append(r.log, Access{AccessGrad, c, shard.Backward})
 	if err := r.fail(); err != nil {
 		return nil, err
 	}
 	return r.Resident.Grad(s, c)
 }
 func (r *recorder) GradReady(s gpu.Stream, c int) error {
-	r.log = append(r.log, Access{AccessGradReady, c, PassBackward})
+	r.log = append(r.log, Access{AccessGradReady, c, shard.Backward})
 	return r.fail()
 }
 
@@ -298,7 +299,7 @@ func TestModelStopsAtFailedAccess(t *testing.T) {
 	defer m.Free()
 	ids := Encode([]byte("abcdefghi"))
 	order := AccessOrder(shape)
-	forwardCalls := slices.IndexFunc(order, func(a Access) bool { return a.Pass == PassBackward })
+	forwardCalls := slices.IndexFunc(order, func(a Access) bool { return a.Pass == shard.Backward })
 	for i := range order {
 		if order[i].Kind == AccessRelease {
 			continue // cannot fail

@@ -3,6 +3,8 @@ package model
 import (
 	"errors"
 	"fmt"
+
+	"github.com/strata-ai/strata/shard"
 )
 
 // A model defined outside this package (a Go program's own architecture,
@@ -105,11 +107,11 @@ func (l *Layout) Validate() error {
 func StackOrder(chunks int) []Access {
 	a := make([]Access, 0, 6*chunks)
 	for c := range chunks {
-		a = append(a, Access{AccessAcquire, c, PassForward}, Access{AccessRelease, c, PassForward})
+		a = append(a, Access{AccessAcquire, c, shard.Forward}, Access{AccessRelease, c, shard.Forward})
 	}
 	for c := chunks - 1; c >= 0; c-- {
-		a = append(a, Access{AccessAcquire, c, PassBackward}, Access{AccessGrad, c, PassBackward},
-			Access{AccessRelease, c, PassBackward}, Access{AccessGradReady, c, PassBackward})
+		a = append(a, Access{AccessAcquire, c, shard.Backward}, Access{AccessGrad, c, shard.Backward},
+			Access{AccessRelease, c, shard.Backward}, Access{AccessGradReady, c, shard.Backward})
 	}
 	return a
 }

@@ -6,17 +6,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
-)
-
-// Pass says which pass of a micro-batch touches a chunk: shard.Phase, the
-// phase the planner and the tier store know accesses by, so the engine
-// declares a hook's access without converting it.
-type Pass = shard.Phase
-
-const (
-	PassForward  = shard.Forward
-	PassBackward = shard.Backward
+	"github.com/strata-ai/strata/shard"
 )
 
 // Params is how the model reaches parameter and gradient memory, which it
@@ -67,10 +57,10 @@ const (
 type Params interface {
 	// Acquire returns chunk c's parameters (F32 or BF16, Layout.Chunks[c].Len
 	// elements), usable by work enqueued on s after the call.
-	Acquire(s gpu.Stream, c int, pass Pass) (gpu.Buffer, error)
+	Acquire(s gpu.Stream, c int, pass shard.Phase) (gpu.Buffer, error)
 	// Release says the model has enqueued its last use of chunk c for this
 	// pass on s.
-	Release(s gpu.Stream, c int, pass Pass)
+	Release(s gpu.Stream, c int, pass shard.Phase)
 	// Grad returns chunk c's gradient buffer (F32 or BF16, the chunk's
 	// length); the model accumulates (+=) into it.
 	Grad(s gpu.Stream, c int) (gpu.Buffer, error)
@@ -134,7 +124,7 @@ func (k AccessKind) String() string {
 type Access struct {
 	Kind  AccessKind
 	Chunk int
-	Pass  Pass
+	Pass  shard.Phase
 }
 
 func (a Access) String() string { return fmt.Sprintf("%s %s %d", a.Pass, a.Kind, a.Chunk) }
@@ -151,10 +141,10 @@ func AccessOrder(s Shape) []Access { return AccessOrderWith(s, ActivationOptions
 // (see InputStore) come among its Params calls.
 func AccessOrderWith(s Shape, o ActivationOptions) []Access {
 	var a []Access
-	use := func(c int, p Pass) {
+	use := func(c int, p shard.Phase) {
 		off := c >= 1 && c <= s.Layers && o.offloaded(c-1, s.Layers)
 		a = append(a, Access{AccessAcquire, c, p})
-		if p == PassBackward {
+		if p == shard.Backward {
 			a = append(a, Access{AccessGrad, c, p})
 			if off {
 				a = append(a, Access{AccessRestoreInput, c, p})
@@ -163,7 +153,7 @@ func AccessOrderWith(s Shape, o ActivationOptions) []Access {
 		a = append(a, Access{AccessRelease, c, p})
 		if off {
 			kind := AccessSaveInput
-			if p == PassBackward {
+			if p == shard.Backward {
 				kind = AccessReleaseInput
 			}
 			a = append(a, Access{kind, c, p})
@@ -171,20 +161,20 @@ func AccessOrderWith(s Shape, o ActivationOptions) []Access {
 	}
 	final := s.Layers + 1
 	for c := 0; c <= final; c++ {
-		use(c, PassForward)
+		use(c, shard.Forward)
 	}
 	if s.TiedHead() {
-		use(EmbeddingChunk, PassForward)
-		use(EmbeddingChunk, PassBackward)
+		use(EmbeddingChunk, shard.Forward)
+		use(EmbeddingChunk, shard.Backward)
 	}
 	for c := final; c >= 1; c-- {
-		use(c, PassBackward)
-		a = append(a, Access{AccessGradReady, c, PassBackward})
+		use(c, shard.Backward)
+		a = append(a, Access{AccessGradReady, c, shard.Backward})
 	}
 	if !s.TiedHead() {
-		a = append(a, Access{AccessGrad, EmbeddingChunk, PassBackward})
+		a = append(a, Access{AccessGrad, EmbeddingChunk, shard.Backward})
 	}
-	return append(a, Access{AccessGradReady, EmbeddingChunk, PassBackward})
+	return append(a, Access{AccessGradReady, EmbeddingChunk, shard.Backward})
 }
 
 // Resident keeps every chunk's parameters and gradients allocated on one
@@ -241,12 +231,12 @@ func (r *Resident) Param(c int) gpu.Buffer { return r.params[c] }
 func (r *Resident) GradBuffer(c int) gpu.Buffer { return r.grads[c] }
 
 // Acquire implements Params.
-func (r *Resident) Acquire(_ gpu.Stream, c int, _ Pass) (gpu.Buffer, error) {
+func (r *Resident) Acquire(_ gpu.Stream, c int, _ shard.Phase) (gpu.Buffer, error) {
 	return r.params[c], nil
 }
 
 // Release implements Params.
-func (r *Resident) Release(gpu.Stream, int, Pass) {}
+func (r *Resident) Release(gpu.Stream, int, shard.Phase) {}
 
 // Grad implements Params.
 func (r *Resident) Grad(_ gpu.Stream, c int) (gpu.Buffer, error) { return r.grads[c], nil }

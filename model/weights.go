@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/shard"
 )
 
 // ErrNoGradients is the error of Weights.Grad and Weights.GradReady:
@@ -67,10 +68,12 @@ func (w *Weights) Free() {
 }
 
 // Acquire implements Params.
-func (w *Weights) Acquire(_ gpu.Stream, c int, _ Pass) (gpu.Buffer, error) { return w.params[c], nil }
+func (w *Weights) Acquire(_ gpu.Stream, c int, _ shard.Phase) (gpu.Buffer, error) {
+	return w.params[c], nil
+}
 
 // Release implements Params.
-func (w *Weights) Release(gpu.Stream, int, Pass) {}
+func (w *Weights) Release(gpu.Stream, int, shard.Phase) {}
 
 // Grad implements Params: ErrNoGradients.
 func (w *Weights) Grad(gpu.Stream, int) (gpu.Buffer, error) { return nil, ErrNoGradients }

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // SetTrace loads a known trace: planning starts at the next access. It fails,
@@ -30,7 +30,7 @@ func (p *Planner) checkTrace(tr Trace) error {
 	return nil
 }
 
-func (p *Planner) checkAccess(a Access) error {
+func (p *Planner) checkAccess(a shard.Access) error {
 	s, ok := p.index[a.Key]
 	if !ok {
 		return fmt.Errorf("prefetch: %s has no placement", a.Key)
@@ -44,7 +44,7 @@ func (p *Planner) checkAccess(a Access) error {
 	}
 	// The access tier, and every tier a read passes through, must hold it.
 	lo, hi := a.Tier, a.Tier
-	if a.Kind != Write {
+	if a.Kind != shard.Write {
 		hi = ks.home
 	}
 	for t := lo; t <= hi; t++ {
@@ -58,7 +58,7 @@ func (p *Planner) checkAccess(a Access) error {
 
 func (p *Planner) adopt(tr Trace) {
 	p.keepHistory(tr)
-	p.known = Trace{Accesses: append([]Access(nil), tr.Accesses...)}
+	p.known = Trace{Accesses: append([]shard.Access(nil), tr.Accesses...)}
 	p.trace = p.trace[:0]
 	for i := range p.keys {
 		p.keys[i].occ = p.keys[i].occ[:0]
@@ -123,7 +123,7 @@ func (p *Planner) horizon() int {
 func (p *Planner) longestChain() time.Duration {
 	var most time.Duration
 	for _, a := range p.trace {
-		if a.kind == Write {
+		if a.kind == shard.Write {
 			continue
 		}
 		ks := &p.keys[a.slot]
@@ -133,7 +133,7 @@ func (p *Planner) longestChain() time.Duration {
 			if from < a.tier {
 				to = from + 1
 			}
-			if l, ok := LinkOf(from, to); ok {
+			if l, ok := shard.LinkOf(from, to); ok {
 				d += p.opts.TransferTime(l, ks.sizeBytes)
 			}
 			from = to
@@ -206,7 +206,7 @@ func (p *Planner) footprint() {
 	}
 	for _, a := range p.trace {
 		addTo(a.slot, a.tier)
-		if a.kind != Write {
+		if a.kind != shard.Write {
 			for t := a.tier + 1; t < p.keys[a.slot].home; t++ {
 				addTo(a.slot, t)
 			}

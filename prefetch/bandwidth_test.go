@@ -3,6 +3,8 @@ package prefetch
 import (
 	"math"
 	"testing"
+
+	"github.com/strata-ai/strata/shard"
 )
 
 // SetBandwidth takes measured bandwidths between steps: it refuses values
@@ -16,16 +18,16 @@ func TestSetBandwidth(t *testing.T) {
 	old := p.Bandwidth()
 	for _, bad := range []float64{0, -1, math.NaN(), math.Inf(1)} {
 		bw := old
-		bw[NVMeToHost] = bad
+		bw[shard.NVMeToHost] = bad
 		if err := p.SetBandwidth(bw); err == nil {
-			t.Errorf("SetBandwidth accepted %v for %s", bad, NVMeToHost)
+			t.Errorf("SetBandwidth accepted %v for %s", bad, shard.NVMeToHost)
 		}
 		if p.Bandwidth() != old {
 			t.Fatalf("a refused SetBandwidth changed the bandwidths to %v", p.Bandwidth())
 		}
 	}
 	bw := old
-	bw[NVMeToHost] = old[NVMeToHost] / 4
+	bw[shard.NVMeToHost] = old[shard.NVMeToHost] / 4
 	if err := p.SetBandwidth(bw); err != nil {
 		t.Fatal(err)
 	}
@@ -33,9 +35,9 @@ func TestSetBandwidth(t *testing.T) {
 		t.Fatalf("Bandwidth() = %v after SetBandwidth(%v)", p.Bandwidth(), bw)
 	}
 	const n = 1 << 20
-	before := DefaultOptions().TransferTime(NVMeToHost, n)
+	before := DefaultOptions().TransferTime(shard.NVMeToHost, n)
 	// Durations round up to the nanosecond, so allow a few.
-	if after := p.opts.TransferTime(NVMeToHost, n); after < 4*before-8 || after > 4*before+8 {
+	if after := p.opts.TransferTime(shard.NVMeToHost, n); after < 4*before-8 || after > 4*before+8 {
 		t.Errorf("a quarter of the bandwidth: %v to move 1 MiB, want 4 × %v", after, before)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // modelStep is one training step of a model of `layers` chunks on `ranks`
@@ -37,9 +37,9 @@ func modelStepOrder(layers, ranks int, paramBytes int64, layerCompute, optComput
 		}
 	}
 	var tr Trace
-	add := func(c, r int, st shard.State, ph Phase, t shard.Tier, k Kind, d time.Duration) {
+	add := func(c, r int, st shard.State, ph shard.Phase, t shard.Tier, k shard.Kind, d time.Duration) {
 		kk := key(c, r, st)
-		tr.Accesses = append(tr.Accesses, Access{Key: kk, Phase: ph, Tier: t, Kind: k, SizeBytes: res[kk].SizeBytes, Compute: d})
+		tr.Accesses = append(tr.Accesses, shard.Access{Key: kk, Phase: ph, Tier: t, Kind: k, SizeBytes: res[kk].SizeBytes, Compute: d})
 	}
 	// The ranks compute in parallel: the layer's time is on the last rank's access.
 	last := func(r int, d time.Duration) time.Duration {
@@ -50,13 +50,13 @@ func modelStepOrder(layers, ranks int, paramBytes int64, layerCompute, optComput
 	}
 	for c := 0; c < layers; c++ {
 		for r := 0; r < ranks; r++ {
-			add(c, r, shard.Param, Forward, shard.HBM, Read, last(r, layerCompute))
+			add(c, r, shard.Param, shard.Forward, shard.HBM, shard.Read, last(r, layerCompute))
 		}
 	}
 	for c := layers - 1; c >= 0; c-- {
 		for r := 0; r < ranks; r++ {
-			add(c, r, shard.Param, Backward, shard.HBM, Read, 0)
-			add(c, r, shard.Grad, Backward, shard.HBM, Write, last(r, 2*layerCompute))
+			add(c, r, shard.Param, shard.Backward, shard.HBM, shard.Read, 0)
+			add(c, r, shard.Grad, shard.Backward, shard.HBM, shard.Write, last(r, 2*layerCompute))
 		}
 	}
 	for i := 0; i < layers; i++ {
@@ -65,11 +65,11 @@ func modelStepOrder(layers, ranks int, paramBytes int64, layerCompute, optComput
 			c = i
 		}
 		for r := 0; r < ranks; r++ {
-			add(c, r, shard.Grad, Optimizer, shard.Host, Read, 0)
-			add(c, r, shard.Master, Optimizer, shard.Host, Update, 0)
-			add(c, r, shard.AdamM, Optimizer, shard.Host, Update, 0)
-			add(c, r, shard.AdamV, Optimizer, shard.Host, Update, optCompute)
-			add(c, r, shard.Param, Optimizer, shard.Host, Write, 0)
+			add(c, r, shard.Grad, shard.Optimizer, shard.Host, shard.Read, 0)
+			add(c, r, shard.Master, shard.Optimizer, shard.Host, shard.Update, 0)
+			add(c, r, shard.AdamM, shard.Optimizer, shard.Host, shard.Update, 0)
+			add(c, r, shard.AdamV, shard.Optimizer, shard.Host, shard.Update, optCompute)
+			add(c, r, shard.Param, shard.Optimizer, shard.Host, shard.Write, 0)
 		}
 	}
 	return tr, res
@@ -90,8 +90,8 @@ func benchModelRanks(layers, ranks int) (Trace, Residency, Options) {
 	opts := DefaultOptions()
 	opts.BudgetBytes[shard.HBM] = 8 * paramBytes
 	opts.BudgetBytes[shard.Host] = int64(layers*ranks)*paramBytes + int64(24*ranks)*2*paramBytes
-	opts.BandwidthBytesPerSec[NVMeToHost] = 12e9
-	opts.BandwidthBytesPerSec[HostToNVMe] = 8e9
+	opts.BandwidthBytesPerSec[shard.NVMeToHost] = 12e9
+	opts.BandwidthBytesPerSec[shard.HostToNVMe] = 8e9
 	return tr, res, opts
 }
 

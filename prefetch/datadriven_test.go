@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
 )
 
 var rewrite = flag.Bool("rewrite", false, "rewrite the expected output in testdata/*.txt")
@@ -295,7 +295,7 @@ func (st *ddState) trace(a map[string]string, input []string) (string, error) {
 		if len(f) != 5 {
 			return "", fmt.Errorf("trace line %q: want phase key tier kind compute", l)
 		}
-		var ac Access
+		var ac shard.Access
 		var err error
 		if ac.Phase, err = parsePhase(f[0]); err != nil {
 			return "", err
@@ -377,8 +377,8 @@ func (st *ddState) simulate(a map[string]string) (string, error) {
 	return s.String(), nil
 }
 
-func parseLink(s string) (Link, error) {
-	for l := Link(0); int(l) < LinkCount; l++ {
+func parseLink(s string) (shard.Link, error) {
+	for l := shard.Link(0); int(l) < shard.LinkCount; l++ {
 		if strings.ReplaceAll(l.String(), ">", "") == s || l.String() == s {
 			return l, nil
 		}
@@ -431,8 +431,8 @@ func parseKey(s string) (shard.Key, error) {
 	return k, fmt.Errorf("key %q: unknown state %q", s, st)
 }
 
-func parsePhase(s string) (Phase, error) {
-	for p := Forward; p <= Optimizer; p++ {
+func parsePhase(s string) (shard.Phase, error) {
+	for p := shard.Forward; p <= shard.Optimizer; p++ {
 		if p.String() == s {
 			return p, nil
 		}
@@ -440,8 +440,8 @@ func parsePhase(s string) (Phase, error) {
 	return 0, fmt.Errorf("unknown phase %q (fwd, bwd, opt)", s)
 }
 
-func parseKind(s string) (Kind, error) {
-	for k := Read; k <= Write; k++ {
+func parseKind(s string) (shard.Kind, error) {
+	for k := shard.Read; k <= shard.Write; k++ {
 		if k.String() == s {
 			return k, nil
 		}

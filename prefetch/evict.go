@@ -3,7 +3,7 @@ package prefetch
 import (
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // victim is a copy that makeRoom could evict, with what Belady's rule and
@@ -109,7 +109,7 @@ func (r *room) enough(p *Planner) bool {
 
 // evictions counts the moves that free room: evictions and write-backs.
 func (p *Planner) evictions() int64 {
-	return p.stats.MoveCount[Evict] + p.stats.MoveCount[WriteBack]
+	return p.stats.MoveCount[shard.Evict] + p.stats.MoveCount[shard.WriteBack]
 }
 
 // listVictims appends to p.scratch.victims every copy in r's pool that could
@@ -218,7 +218,7 @@ func (p *Planner) writeBackVictim(r *room, s int32) {
 	ks := &p.keys[s]
 	down := t + 1
 	if r.late && !r.demand {
-		if l, ok := LinkOf(t, down); !ok || r.u.now+p.opts.TransferTime(l, ks.sizeBytes)+r.u.need > r.u.deadline {
+		if l, ok := shard.LinkOf(t, down); !ok || r.u.now+p.opts.TransferTime(l, ks.sizeBytes)+r.u.need > r.u.deadline {
 			return
 		}
 	}
@@ -241,7 +241,7 @@ func (p *Planner) writeBackVictim(r *room, s int32) {
 	ks.leaving[t] = true
 	ks.sources[t]++
 	r.leaving += ks.sizeBytes
-	p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: WriteBack})
+	p.emit(shard.Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: shard.WriteBack})
 	p.track(s, p.hop(s, t, down).link, ks.version)
 }
 
@@ -281,7 +281,7 @@ func (p *Planner) lateIfWait(v *victim, t shard.Tier, u urgency) bool {
 				continue
 			}
 			for _, l := range [][2]shard.Tier{{o, t}, {t, o}} {
-				if k, ok := LinkOf(l[0], l[1]); ok {
+				if k, ok := shard.LinkOf(l[0], l[1]); ok {
 					x = max(x, p.opts.TransferTime(k, ks.sizeBytes))
 				}
 			}
@@ -349,7 +349,7 @@ func (p *Planner) evictClean(s int32, t shard.Tier, pi int) {
 	for int(to) < shard.TierCount && ks.copies[to] == absent {
 		to++
 	}
-	p.emit(Move{Key: ks.key, From: t, To: to, SizeBytes: ks.sizeBytes, Reason: Evict})
+	p.emit(shard.Move{Key: ks.key, From: t, To: to, SizeBytes: ks.sizeBytes, Reason: shard.Evict})
 }
 
 // willBeDirty reports whether the copy of s in t, busy now, will need a
@@ -361,7 +361,7 @@ func (p *Planner) willBeDirty(s int32, t shard.Tier) bool {
 		return false
 	}
 	for _, u := range p.inUse {
-		if u.slot == s && u.tier == t && u.kind != Read {
+		if u.slot == s && u.tier == t && u.kind != shard.Read {
 			return t != ks.home
 		}
 	}
@@ -387,7 +387,7 @@ func (p *Planner) writesBefore(s int32, t shard.Tier, g int64) bool {
 			if gi >= g {
 				return false
 			}
-			if a := p.trace[o]; a.kind != Read && a.tier == t {
+			if a := p.trace[o]; a.kind != shard.Read && a.tier == t {
 				return true
 			}
 		}
@@ -430,7 +430,7 @@ func (p *Planner) nextUse(s int32, t shard.Tier, from int64) int64 {
 	if from < 0 {
 		// A started access still waiting for this copy (or for it as its staging source).
 		for _, w := range p.pending {
-			if w.slot == s && w.kind != Write && (w.tier == t || (!fasterHeld && w.tier < t)) {
+			if w.slot == s && w.kind != shard.Write && (w.tier == t || (!fasterHeld && w.tier < t)) {
 				return w.g
 			}
 		}
@@ -454,7 +454,7 @@ func (p *Planner) nextUse(s int32, t shard.Tier, from int64) int64 {
 				return never
 			}
 			a := p.trace[i]
-			if a.kind == Write {
+			if a.kind == shard.Write {
 				return never
 			}
 			if g >= from && (a.tier == t || (!fasterHeld && a.tier < t)) {

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestComputeHistory checks that the planner predicts each access's compute
@@ -19,7 +19,7 @@ func TestComputeHistory(t *testing.T) {
 	trace := func(keys []int, ms ...int) Trace {
 		var tr Trace
 		for i, c := range keys {
-			tr.Accesses = append(tr.Accesses, Access{Key: key(c), Phase: Forward, Tier: shard.HBM, Kind: Read, SizeBytes: 4096,
+			tr.Accesses = append(tr.Accesses, shard.Access{Key: key(c), Phase: shard.Forward, Tier: shard.HBM, Kind: shard.Read, SizeBytes: 4096,
 				Compute: time.Duration(ms[i]) * time.Millisecond})
 		}
 		return tr

@@ -6,26 +6,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
-
-// Link is a one-way path between adjacent tiers (shared with tier through
-// internal/shard). The HBM links exist once per device (rank); the NVMe links
-// are shared by all ranks.
-type Link = shard.Link
-
-const (
-	NVMeToHost = shard.NVMeToHost // NVMe read into pinned host memory
-	HostToHBM  = shard.HostToHBM  // upload over PCIe/NVLink-C2C
-	HBMToHost  = shard.HBMToHost  // download (gradients, write-backs)
-	HostToNVMe = shard.HostToNVMe // NVMe write (write-backs)
-)
-
-// LinkCount is the number of links.
-const LinkCount = shard.LinkCount
-
-// LinkOf returns the link from one tier to an adjacent one.
-func LinkOf(from, to shard.Tier) (Link, bool) { return shard.LinkOf(from, to) }
 
 // Options are the inputs of planning besides the trace and the residency.
 type Options struct {
@@ -34,7 +16,7 @@ type Options struct {
 	// planner (gathered chunks, activations). 0 means unlimited.
 	BudgetBytes [shard.TierCount]int64
 	// BandwidthBytesPerSec of each link, measured. HBM links are per device.
-	BandwidthBytesPerSec [LinkCount]float64
+	BandwidthBytesPerSec [shard.LinkCount]float64
 	// Slack is the margin by which every transfer aims to finish before the
 	// deadline of the access that needs it.
 	Slack time.Duration
@@ -85,11 +67,11 @@ const (
 // NVMe drive, 1 ms of slack, the automatic window.
 func DefaultOptions() Options {
 	return Options{
-		BandwidthBytesPerSec: [LinkCount]float64{
-			NVMeToHost: 3e9,
-			HostToHBM:  20e9,
-			HBMToHost:  20e9,
-			HostToNVMe: 2e9,
+		BandwidthBytesPerSec: [shard.LinkCount]float64{
+			shard.NVMeToHost: 3e9,
+			shard.HostToHBM:  20e9,
+			shard.HBMToHost:  20e9,
+			shard.HostToNVMe: 2e9,
 		},
 		Slack: time.Millisecond,
 	}
@@ -104,7 +86,7 @@ func (o Options) Validate() error {
 	}
 	for l, bw := range o.BandwidthBytesPerSec {
 		if !(bw > 0) || math.IsInf(bw, 0) {
-			return fmt.Errorf("prefetch: %s bandwidth %v B/s must be positive and finite (measure it with strata bench nvme)", Link(l), bw)
+			return fmt.Errorf("prefetch: %s bandwidth %v B/s must be positive and finite (measure it with strata bench nvme)", shard.Link(l), bw)
 		}
 	}
 	if o.Slack < 0 {
@@ -123,7 +105,7 @@ func (o Options) Validate() error {
 }
 
 // TransferTime is the modeled time to move n bytes over link l, rounded up.
-func (o Options) TransferTime(l Link, n int64) time.Duration {
+func (o Options) TransferTime(l shard.Link, n int64) time.Duration {
 	s := float64(n) / o.BandwidthBytesPerSec[l]
 	return time.Duration(math.Ceil(s * 1e9))
 }
@@ -136,7 +118,7 @@ func (o Options) String() string {
 	}
 	b.WriteString(" bandwidth")
 	for l, v := range o.BandwidthBytesPerSec {
-		fmt.Fprintf(&b, " %s=%.4g", Link(l), v)
+		fmt.Fprintf(&b, " %s=%.4g", shard.Link(l), v)
 	}
 	fmt.Fprintf(&b, " slack=%v window=%d", o.Slack, o.Window)
 	if o.DisableWriteBehind {

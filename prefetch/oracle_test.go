@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // The oracles below search every eviction choice of a demand-paged cache
@@ -183,8 +183,8 @@ func randomCase(r *rand.Rand, window, keys, n int, uniform bool) randCase {
 	for i := 0; i < n; i++ {
 		x := r.IntN(keys)
 		c.seq = append(c.seq, x)
-		c.tr.Accesses = append(c.tr.Accesses, Access{
-			Key: shard.Key{Chunk: shard.ChunkID(x)}, Phase: Forward, Tier: shard.HBM, Kind: Read,
+		c.tr.Accesses = append(c.tr.Accesses, shard.Access{
+			Key: shard.Key{Chunk: shard.ChunkID(x)}, Phase: shard.Forward, Tier: shard.HBM, Kind: shard.Read,
 			SizeBytes: c.sizes[x], Compute: time.Duration(r.IntN(4)) * time.Millisecond,
 		})
 	}
@@ -213,7 +213,7 @@ func residency(sizes []int64, home shard.Tier) Residency {
 func fetchedInto(s *Schedule, to shard.Tier) int64 {
 	var b int64
 	for _, m := range s.Moves {
-		if (m.Reason == Prefetch || m.Reason == Demand) && m.To == to {
+		if (m.Reason == shard.Prefetch || m.Reason == shard.Demand) && m.To == to {
 			b += m.SizeBytes
 		}
 	}

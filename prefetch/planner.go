@@ -6,31 +6,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
-
-// Reason says why a Move exists (shard.Reason: the store executes a
-// planned move by the same reason).
-type Reason = shard.Reason
-
-const (
-	// Prefetch copies a shard one tier toward where a predicted access
-	// needs it, or (write-behind) a dirty copy toward its home.
-	Prefetch = shard.Prefetch
-	// Demand copies a shard for an access that has already started (a miss).
-	Demand = shard.Demand
-	// Evict frees a clean copy; a valid copy remains in a slower tier (To).
-	Evict = shard.Evict
-	// WriteBack copies a dirty copy one tier down (From -> To) and then
-	// frees the From copy.
-	WriteBack = shard.WriteBack
-	// Alloc reserves space in To for an access of kind Write.
-	Alloc = shard.Alloc
-)
-
-// Move is one instruction to the store: shard.Move, the type tier
-// executes, so a planned move is submitted as it is.
-type Move = shard.Move
 
 // Stats are the planner's counters since New.
 type Stats struct {
@@ -51,8 +28,8 @@ type Stats struct {
 	// Rerecords counts traces replaced because of that.
 	Divergences int64
 	Rerecords   int64
-	Bytes       [LinkCount]int64 // bytes put on each link (all ranks)
-	MoveCount   [Alloc + 1]int64 // moves issued, by reason
+	Bytes       [shard.LinkCount]int64 // bytes put on each link (all ranks)
+	MoveCount   [shard.Alloc + 1]int64 // moves issued, by reason
 	// WriteBehinds counts the Prefetch moves that were write-behinds
 	// (Move.WriteBehind); they are in MoveCount[Prefetch] too.
 	WriteBehinds int64
@@ -123,14 +100,14 @@ type keyState struct {
 type taccess struct {
 	slot    int32
 	tier    shard.Tier
-	kind    Kind
+	kind    shard.Kind
 	compute time.Duration
 }
 
 type pending struct {
 	slot  int32
 	tier  shard.Tier
-	kind  Kind
+	kind  shard.Kind
 	g     int64
 	start time.Duration
 	rec   int
@@ -139,11 +116,11 @@ type pending struct {
 type use struct {
 	slot int32
 	tier shard.Tier
-	kind Kind
+	kind shard.Kind
 }
 
 type flight struct {
-	m       Move
+	m       shard.Move
 	slot    int32
 	version uint32 // of the shard when the transfer was issued
 	link    int    // link instance (see hop)
@@ -190,7 +167,7 @@ type Planner struct {
 	inUse     []use
 	inflight  map[uint64]flight
 	nextID    uint64
-	outbox    []Move
+	outbox    []shard.Move
 	linkBusy  []int32     // planner transfers in flight per link instance
 	dirtyList []dirtyCopy // copies made dirty by a Release, not yet cleaned
 	// written lists the shards written by a Release whose next access may
@@ -372,7 +349,9 @@ func (p *Planner) poolOf(s int32, t shard.Tier) int {
 }
 
 // Trace returns the trace the planner plans from.
-func (p *Planner) Trace() Trace { return Trace{Accesses: append([]Access(nil), p.known.Accesses...)} }
+func (p *Planner) Trace() Trace {
+	return Trace{Accesses: append([]shard.Access(nil), p.known.Accesses...)}
+}
 
 // Stale reports whether the current step has diverged from the trace.
 func (p *Planner) Stale() bool { return p.diverged }
@@ -381,13 +360,13 @@ func (p *Planner) Stale() bool { return p.diverged }
 func (p *Planner) Stats() Stats { return p.stats }
 
 // Bandwidth returns the link bandwidths the planner plans with.
-func (p *Planner) Bandwidth() [LinkCount]float64 { return p.opts.BandwidthBytesPerSec }
+func (p *Planner) Bandwidth() [shard.LinkCount]float64 { return p.opts.BandwidthBytesPerSec }
 
 // SetBandwidth replaces the link bandwidths the planner plans with (bytes/s,
 // each positive and finite; measured ones, between steps). The next Next
 // plans with them: every transfer time and latest start is recomputed.
 // Transfers already issued keep their modeled completion.
-func (p *Planner) SetBandwidth(bw [LinkCount]float64) error {
+func (p *Planner) SetBandwidth(bw [shard.LinkCount]float64) error {
 	o := p.opts
 	o.BandwidthBytesPerSec = bw
 	if err := o.Validate(); err != nil {
@@ -431,7 +410,7 @@ func (p *Planner) BeginStep(now time.Duration) {
 // a.Tier until Release. An access that differs from the trace is served on
 // demand and makes the planner re-record the step. err is non-nil only when
 // the access can never be served (unknown shard, larger than a budget).
-func (p *Planner) Access(a Access, now time.Duration) (hit bool, moves []Move, err error) {
+func (p *Planner) Access(a shard.Access, now time.Duration) (hit bool, moves []shard.Move, err error) {
 	if err := p.checkAccess(a); err != nil {
 		return false, nil, err
 	}
@@ -464,7 +443,7 @@ func (p *Planner) Access(a Access, now time.Duration) (hit bool, moves []Move, e
 		return true, p.Next(now), nil
 	}
 	late := false
-	if a.Kind != Write {
+	if a.Kind != shard.Write {
 		for t := range ks.copies {
 			if ks.copies[t] == incoming && !ks.stale[t] {
 				late = true
@@ -492,7 +471,7 @@ func (p *Planner) Access(a Access, now time.Duration) (hit bool, moves []Move, e
 
 // Ready reports whether access a can run: its shard is valid in a.Tier (or,
 // for a Write, has room there).
-func (p *Planner) Ready(a Access) bool {
+func (p *Planner) Ready(a shard.Access) bool {
 	s, ok := p.index[a.Key]
 	return ok && p.ready(s, a.Tier, a.Kind)
 }
@@ -504,11 +483,11 @@ func (p *Planner) valid(s int32, t shard.Tier) bool {
 	return ks.copies[t] == present && !ks.stale[t] && !ks.leaving[t] && (t != ks.home || !ks.dirty)
 }
 
-func (p *Planner) ready(s int32, t shard.Tier, k Kind) bool {
-	if k != Read && p.keys[s].sources[t] > 0 {
+func (p *Planner) ready(s int32, t shard.Tier, k shard.Kind) bool {
+	if k != shard.Read && p.keys[s].sources[t] > 0 {
 		return false // the store lets a write in only when no move reads the copy
 	}
-	if k == Write {
+	if k == shard.Write {
 		c := p.keys[s].copies[t]
 		return (c == present || c == reserved) && !p.keys[s].stale[t] && !p.keys[s].leaving[t]
 	}
@@ -537,7 +516,7 @@ func (p *Planner) Release(key shard.Key, now time.Duration) {
 	p.inUse = append(p.inUse[:i], p.inUse[i+1:]...)
 	ks := &p.keys[s]
 	ks.pins[u.tier]--
-	if u.kind != Read && (ks.copies[u.tier] == present || ks.copies[u.tier] == reserved) && !ks.stale[u.tier] {
+	if u.kind != shard.Read && (ks.copies[u.tier] == present || ks.copies[u.tier] == reserved) && !ks.stale[u.tier] {
 		ks.ver++
 		p.setCopy(s, u.tier, present)
 		ks.dirty = u.tier != ks.home
@@ -574,11 +553,11 @@ func (p *Planner) dropStale(s int32, t shard.Tier) {
 	}
 	p.setCopy(s, t, absent)
 	p.used[p.poolOf(s, t)] -= ks.sizeBytes
-	p.emit(Move{Key: ks.key, From: t, To: ks.home, SizeBytes: ks.sizeBytes, Reason: Evict})
+	p.emit(shard.Move{Key: ks.key, From: t, To: ks.home, SizeBytes: ks.sizeBytes, Reason: shard.Evict})
 }
 
 // Completed tells the planner that a transfer it issued has finished.
-func (p *Planner) Completed(m Move, now time.Duration) {
+func (p *Planner) Completed(m shard.Move, now time.Duration) {
 	f, ok := p.inflight[m.ID]
 	if !ok {
 		panic(fmt.Sprintf("prefetch: completion of unknown move %d (%s)", m.ID, m))
@@ -595,7 +574,7 @@ func (p *Planner) Completed(m Move, now time.Duration) {
 		ks.behind[m.From] = false
 	}
 	switch m.Reason {
-	case WriteBack:
+	case shard.WriteBack:
 		ks.leaving[m.From] = false
 		p.setCopy(s, m.From, absent)
 		ks.stale[m.From] = false
@@ -676,7 +655,7 @@ func (p *Planner) track(s int32, link int, version uint32) {
 	p.linkBusy[link]++
 }
 
-func (p *Planner) emit(m Move) {
+func (p *Planner) emit(m shard.Move) {
 	p.nextID++
 	m.ID = p.nextID
 	p.stats.MoveCount[m.Reason]++

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // randomStep builds a step of a model of `chunks` chunks on `ranks` ranks:
@@ -35,29 +35,29 @@ func randomStep(r *rand.Rand, chunks, ranks int) (Trace, Residency) {
 		}
 	}
 	var tr Trace
-	add := func(c, rk int, st shard.State, ph Phase, t shard.Tier, k Kind) {
+	add := func(c, rk int, st shard.State, ph shard.Phase, t shard.Tier, k shard.Kind) {
 		key := shard.Key{Chunk: shard.ChunkID(c), Rank: int32(rk), State: st}
-		tr.Accesses = append(tr.Accesses, Access{Key: key, Phase: ph, Tier: t, Kind: k, SizeBytes: res[key].SizeBytes,
+		tr.Accesses = append(tr.Accesses, shard.Access{Key: key, Phase: ph, Tier: t, Kind: k, SizeBytes: res[key].SizeBytes,
 			Compute: time.Duration(r.IntN(3000)) * time.Microsecond})
 	}
 	for c := 0; c < chunks; c++ {
 		for rk := 0; rk < ranks; rk++ {
-			add(c, rk, shard.Param, Forward, shard.HBM, Read)
+			add(c, rk, shard.Param, shard.Forward, shard.HBM, shard.Read)
 		}
 	}
 	for c := chunks - 1; c >= 0; c-- {
 		for rk := 0; rk < ranks; rk++ {
-			add(c, rk, shard.Param, Backward, shard.HBM, Read)
-			add(c, rk, shard.Grad, Backward, shard.HBM, Write)
+			add(c, rk, shard.Param, shard.Backward, shard.HBM, shard.Read)
+			add(c, rk, shard.Grad, shard.Backward, shard.HBM, shard.Write)
 		}
 	}
 	for c := chunks - 1; c >= 0; c-- {
 		for rk := 0; rk < ranks; rk++ {
-			add(c, rk, shard.Grad, Optimizer, shard.Host, Read)
+			add(c, rk, shard.Grad, shard.Optimizer, shard.Host, shard.Read)
 			for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-				add(c, rk, st, Optimizer, shard.Host, Update)
+				add(c, rk, st, shard.Optimizer, shard.Host, shard.Update)
 			}
-			add(c, rk, shard.Param, Optimizer, shard.Host, Write)
+			add(c, rk, shard.Param, shard.Optimizer, shard.Host, shard.Write)
 		}
 	}
 	return tr, res
@@ -97,7 +97,7 @@ func TestPropertyBudgetsAndResidency(t *testing.T) {
 			known = Trace{} // record the first step
 		}
 		if r.IntN(3) == 0 { // a diverging middle step: another order of the optimizer
-			alt := Trace{Accesses: append([]Access(nil), tr.Accesses...)}
+			alt := Trace{Accesses: append([]shard.Access(nil), tr.Accesses...)}
 			r.Shuffle(len(alt.Accesses), func(i, j int) {})
 			n := len(alt.Accesses)
 			alt.Accesses[n-1], alt.Accesses[n-2] = alt.Accesses[n-2], alt.Accesses[n-1]
@@ -179,13 +179,13 @@ func replay(t *testing.T, iter int, s *Schedule, res Residency, opts Options) {
 			m := s.Moves[e.i]
 			x := state[m.Key]
 			switch m.Reason {
-			case Evict:
+			case shard.Evict:
 				if !x.have[m.From] {
 					t.Fatalf("iter %d: evict of %s from %s where it is not", iter, m.Key, m.From)
 				}
 				x.have[m.From], x.stale[m.From] = false, false
 				used[pool(m.Key, m.From)] -= m.SizeBytes
-			case Alloc:
+			case shard.Alloc:
 				used[pool(m.Key, m.To)] += m.SizeBytes
 				x.have[m.To], x.stale[m.To] = true, false
 			default:
@@ -204,14 +204,14 @@ func replay(t *testing.T, iter int, s *Schedule, res Residency, opts Options) {
 			if m.To == res[m.Key].Home {
 				x.dirty = false
 			}
-			if m.Reason == WriteBack {
+			if m.Reason == shard.WriteBack {
 				x.have[m.From] = false
 				used[pool(m.Key, m.From)] -= m.SizeBytes
 			}
 		case 3:
 			a := s.Accesses[e.i]
 			ok := valid(a.Key, a.Tier)
-			if a.Kind == Write {
+			if a.Kind == shard.Write {
 				ok = state[a.Key].have[a.Tier]
 			}
 			if !ok {
@@ -220,12 +220,12 @@ func replay(t *testing.T, iter int, s *Schedule, res Residency, opts Options) {
 			if a.Outcome == Hit && a.Ready != a.Start {
 				t.Fatalf("iter %d: access %d reported a hit but waited %v", iter, a.Index, a.Ready-a.Start)
 			}
-			if a.Outcome != Hit && a.Ready == a.Start && a.Kind != Write {
+			if a.Outcome != Hit && a.Ready == a.Start && a.Kind != shard.Write {
 				t.Fatalf("iter %d: access %d reported %s without a stall", iter, a.Index, a.Outcome)
 			}
 		case 4:
 			a := s.Accesses[e.i]
-			if a.Kind != Read {
+			if a.Kind != shard.Read {
 				x := state[a.Key]
 				x.dirty = a.Tier != res[a.Key].Home
 				for tt := shard.Tier(0); int(tt) < shard.TierCount; tt++ {

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // chainMemo is the result of chain for one (shard, tier, write or not),
@@ -42,7 +42,7 @@ type cand struct {
 
 // Next returns the moves to issue at time now, in order: the store must
 // apply each Evict before the transfers after it.
-func (p *Planner) Next(now time.Duration) []Move {
+func (p *Planner) Next(now time.Duration) []shard.Move {
 	if !p.replan(now) {
 		// An eviction can make a candidate of a shard that was resident
 		// when the list was built: after one, the list is built again.
@@ -158,7 +158,7 @@ func (p *Planner) dispatch(now time.Duration) bool {
 			if blocked[pi] {
 				continue
 			}
-			evictions := p.stats.MoveCount[Evict] + p.stats.MoveCount[WriteBack]
+			evictions := p.stats.MoveCount[shard.Evict] + p.stats.MoveCount[shard.WriteBack]
 			u := urgency{now: now, deadline: c.deadline}
 			for h := 0; h < c.nhops; h++ {
 				u.need += c.hops[h].xfer
@@ -169,7 +169,7 @@ func (p *Planner) dispatch(now time.Duration) bool {
 			} else {
 				blocked[pi] = true
 			}
-			if p.stats.MoveCount[Evict]+p.stats.MoveCount[WriteBack] != evictions {
+			if p.stats.MoveCount[shard.Evict]+p.stats.MoveCount[shard.WriteBack] != evictions {
 				return true
 			}
 			continue
@@ -276,13 +276,13 @@ func (p *Planner) issue(c *cand) {
 		p.setCopy(c.slot, c.tier, reserved)
 		ks.stale[c.tier] = false
 		p.used[p.poolOf(c.slot, c.tier)] += ks.sizeBytes
-		p.emit(Move{Key: ks.key, From: c.tier, To: c.tier, SizeBytes: ks.sizeBytes, Reason: Alloc})
+		p.emit(shard.Move{Key: ks.key, From: c.tier, To: c.tier, SizeBytes: ks.sizeBytes, Reason: shard.Alloc})
 		return
 	}
 	h := c.hops[0]
-	reason := Prefetch
+	reason := shard.Prefetch
 	if c.demand {
-		reason = Demand
+		reason = shard.Demand
 	}
 	p.setCopy(c.slot, h.to, incoming)
 	ks.stale[h.to] = false
@@ -291,7 +291,7 @@ func (p *Planner) issue(c *cand) {
 	if h.to != ks.home {
 		p.used[p.poolOf(c.slot, h.to)] += ks.sizeBytes
 	}
-	p.emit(Move{Key: ks.key, From: h.from, To: h.to, SizeBytes: ks.sizeBytes, Reason: reason})
+	p.emit(shard.Move{Key: ks.key, From: h.from, To: h.to, SizeBytes: ks.sizeBytes, Reason: reason})
 	p.track(c.slot, h.link, ks.version)
 }
 
@@ -317,15 +317,15 @@ func (p *Planner) candidates(now time.Duration) []cand {
 	// writer[s] is the tier of a write to s that comes first: a copy
 	// fetched elsewhere before it lands would be stale.
 	for _, u := range p.inUse {
-		if u.kind != Read {
+		if u.kind != shard.Read {
 			sc.writerGen[u.slot], sc.writerTier[u.slot] = gen, u.tier
 		}
 	}
-	add := func(s int32, t shard.Tier, k Kind, g int64, deadline time.Duration, demand bool) {
+	add := func(s int32, t shard.Tier, k shard.Kind, g int64, deadline time.Duration, demand bool) {
 		id := int(s)*shard.TierCount + int(t)
 		written := sc.writerGen[s] == gen
 		wt := sc.writerTier[s]
-		if k != Read && !written {
+		if k != shard.Read && !written {
 			sc.writerGen[s], sc.writerTier[s] = gen, t
 		}
 		if sc.seenGen[id] == gen {
@@ -333,7 +333,7 @@ func (p *Planner) candidates(now time.Duration) []cand {
 		}
 		sc.seenGen[id] = gen
 		mi := 2 * id
-		if k == Write {
+		if k == shard.Write {
 			mi++
 		}
 		m := &sc.memo[mi]
@@ -423,7 +423,7 @@ func (p *Planner) followWritten(end int64) []followed {
 			ks.followed = false
 			continue
 		}
-		if m := &p.scratch.memo[2*(int(s)*shard.TierCount+int(p.trace[pos].tier))]; p.trace[pos].kind != Write && m.ver == ks.ver+1 && !m.ok {
+		if m := &p.scratch.memo[2*(int(s)*shard.TierCount+int(p.trace[pos].tier))]; p.trace[pos].kind != shard.Write && m.ver == ks.ver+1 && !m.ok {
 			ks.followed = false // nothing to move (issued, or there already)
 			continue
 		}
@@ -457,10 +457,10 @@ func (p *Planner) nextAccess(s int32) (int64, int32, bool) {
 
 // chain builds the transfers that bring slot into t, or reports that none is
 // needed (already there or on its way).
-func (p *Planner) chain(s int32, t shard.Tier, k Kind) (cand, bool) {
+func (p *Planner) chain(s int32, t shard.Tier, k shard.Kind) (cand, bool) {
 	ks := &p.keys[s]
 	c := cand{slot: s, tier: t}
-	if k == Write {
+	if k == shard.Write {
 		if ks.copies[t] != absent && !ks.stale[t] {
 			return c, false
 		}
@@ -519,13 +519,13 @@ func (p *Planner) chain(s int32, t shard.Tier, k Kind) (cand, bool) {
 }
 
 func (p *Planner) hop(s int32, from, to shard.Tier) hop {
-	l, ok := LinkOf(from, to)
+	l, ok := shard.LinkOf(from, to)
 	if !ok {
 		panic(fmt.Sprintf("prefetch: no link %s->%s", from, to))
 	}
 	inst := int(l)
 	if from == shard.HBM || to == shard.HBM {
-		inst = LinkCount * (1 + p.poolOf(s, shard.HBM))
+		inst = shard.LinkCount * (1 + p.poolOf(s, shard.HBM))
 		inst += int(l)
 	}
 	return hop{from: from, to: to, link: inst, xfer: p.opts.TransferTime(l, p.keys[s].sizeBytes)}
@@ -536,7 +536,7 @@ func (p *Planner) hop(s int32, from, to shard.Tier) hop {
 // by the start of the next. Hops into HBM first, then into Host.
 func (p *Planner) alap(cands []cand) {
 	sc := &p.scratch
-	if n := LinkCount * (1 + len(p.used)); len(sc.linkNext) < n {
+	if n := shard.LinkCount * (1 + len(p.used)); len(sc.linkNext) < n {
 		sc.linkNext = make([]time.Duration, n)
 		sc.linkSet = make([]bool, n)
 	}

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Outcome is how an access found its shard.
@@ -38,7 +38,7 @@ func (o Outcome) String() string {
 // ScheduledMove is a move of the simulated timeline. Seq numbers order all
 // events of a Schedule (moves and accesses) as the simulation applied them.
 type ScheduledMove struct {
-	Move
+	shard.Move
 	Step               int
 	Issue, Start, Done time.Duration // Start waits for the link; instant moves have all three equal
 	IssueSeq, DoneSeq  int
@@ -46,7 +46,7 @@ type ScheduledMove struct {
 
 // ScheduledAccess is an access of the simulated timeline.
 type ScheduledAccess struct {
-	Access
+	shard.Access
 	Step, Index int
 	// Deadline is when the access would begin with no stall at all: the sum
 	// of the compute of every access before it.
@@ -212,7 +212,7 @@ func (s *sim) runStep(st Trace) error {
 
 // access runs access a, the ai-th of the step: it begins, waits until its
 // shard is ready, computes and is released.
-func (s *sim) access(ai int, a Access) error {
+func (s *sim) access(ai int, a shard.Access) error {
 	p := s.p
 	sa := ScheduledAccess{Access: a, Step: s.step, Index: ai, Deadline: s.deadline, Start: s.now, StartSeq: s.seqNext()}
 	s.deadline += a.Compute
@@ -284,14 +284,14 @@ func (s *sim) add(pool string, n int64) {
 func (s *sim) home(k shard.Key) shard.Tier { return s.res[k].Home }
 
 // dispatch applies moves the planner issued at s.now.
-func (s *sim) dispatch(moves []Move) error {
+func (s *sim) dispatch(moves []shard.Move) error {
 	for _, m := range moves {
 		sm := ScheduledMove{Move: m, Step: s.step, Issue: s.now, Start: s.now, Done: s.now, IssueSeq: s.seqNext()}
 		switch m.Reason {
-		case Evict:
+		case shard.Evict:
 			s.add(s.poolName(m.Key, m.From), -m.SizeBytes)
 			sm.DoneSeq = sm.IssueSeq
-		case Alloc:
+		case shard.Alloc:
 			s.add(s.poolName(m.Key, m.To), m.SizeBytes)
 			sm.DoneSeq = sm.IssueSeq
 		default:
@@ -330,7 +330,7 @@ func (s *sim) transfer(sm *ScheduledMove) error {
 	}
 	inst := int(l)
 	if m.From == shard.HBM || m.To == shard.HBM {
-		inst = LinkCount*(1+s.p.pool(shard.HBM, m.Key.Rank)) + int(l)
+		inst = shard.LinkCount*(1+s.p.pool(shard.HBM, m.Key.Rank)) + int(l)
 	}
 	start := s.now
 	if f := s.linkFree[inst]; f > start {
@@ -396,7 +396,7 @@ func (s *sim) advance(until time.Duration) (bool, error) {
 		if e.move >= 0 {
 			sm := s.moveAt(e.move)
 			sm.DoneSeq = s.seqNext()
-			if sm.Reason == WriteBack {
+			if sm.Reason == shard.WriteBack {
 				s.add(s.poolName(sm.Key, sm.From), -sm.SizeBytes)
 			}
 			s.p.Completed(sm.Move, s.now)
@@ -413,7 +413,7 @@ func (s *sim) advance(until time.Duration) (bool, error) {
 	}
 }
 
-func (s *sim) deadlock(a Access) error {
+func (s *sim) deadlock(a shard.Access) error {
 	var holders []string
 	for _, u := range s.p.inUse {
 		ks := &s.p.keys[u.slot]
@@ -434,9 +434,9 @@ func (s *Schedule) Format(w io.Writer) {
 	for _, m := range s.Moves {
 		var t string
 		switch m.Reason {
-		case Evict:
+		case shard.Evict:
 			t = fmt.Sprintf("%-8v evict     %s from %s", m.Issue, keyName(m.Key), m.From)
-		case Alloc:
+		case shard.Alloc:
 			t = fmt.Sprintf("%-8v alloc     %s in %s", m.Issue, keyName(m.Key), m.To)
 		default:
 			wait := ""
@@ -479,7 +479,7 @@ func (s *Schedule) Format(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprint(w, "bytes")
-	for l := Link(0); int(l) < LinkCount; l++ {
+	for l := shard.Link(0); int(l) < shard.LinkCount; l++ {
 		fmt.Fprintf(w, " %s=%d", l, st.Bytes[l])
 	}
 	fmt.Fprintln(w)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestSimUnrecorded checks that the harness the benchmarks time (sim
@@ -17,7 +17,7 @@ func TestSimUnrecorded(t *testing.T) {
 	const paramBytes = 100
 	tr, res := modelStep(4, 2, paramBytes, 4*time.Millisecond, 3*time.Millisecond)
 	opts := DefaultOptions()
-	opts.BandwidthBytesPerSec = [LinkCount]float64{NVMeToHost: 400e3, HostToNVMe: 400e3, HostToHBM: 4000e3, HBMToHost: 4000e3}
+	opts.BandwidthBytesPerSec = [shard.LinkCount]float64{shard.NVMeToHost: 400e3, shard.HostToNVMe: 400e3, shard.HostToHBM: 4000e3, shard.HBMToHost: 4000e3}
 	opts.DisableWriteBehind = true // write-backs on eviction
 	opts.BudgetBytes[shard.HBM] = 3 * paramBytes
 	opts.BudgetBytes[shard.Host] = 8*paramBytes + 8*paramBytes + 12*paramBytes
@@ -26,7 +26,7 @@ func TestSimUnrecorded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want.Stats.MoveCount[WriteBack] == 0 || want.Stats.MoveCount[Evict] == 0 {
+	if want.Stats.MoveCount[shard.WriteBack] == 0 || want.Stats.MoveCount[shard.Evict] == 0 {
 		t.Fatalf("the model no longer evicts and writes back: %v", want.Stats.MoveCount)
 	}
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestSimulateSteadyState runs the optimizer pipeline of a model whose
@@ -74,12 +74,12 @@ func TestSimulateSteadyState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			tr, res := modelStepOrder(layers, ranks, paramBytes, 4*time.Millisecond, 3*time.Millisecond, tc.optAscending)
 			opts := DefaultOptions()
-			opts.BandwidthBytesPerSec = [LinkCount]float64{NVMeToHost: 400e3, HostToNVMe: 400e3, HostToHBM: 4000e3, HBMToHost: 4000e3}
+			opts.BandwidthBytesPerSec = [shard.LinkCount]float64{shard.NVMeToHost: 400e3, shard.HostToNVMe: 400e3, shard.HostToHBM: 4000e3, shard.HBMToHost: 4000e3}
 			opts.Slack = 250 * time.Microsecond
 			opts.Window = tc.window
 			const optState = layers * ranks * 3 * 2 * paramBytes
 			opts.BudgetBytes[shard.Host] = layers*ranks*paramBytes /* grads */ + layers*ranks*paramBytes /* params */ + optState/2
-			if d := opts.TransferTime(HostToHBM, paramBytes); d != 25*time.Microsecond {
+			if d := opts.TransferTime(shard.HostToHBM, paramBytes); d != 25*time.Microsecond {
 				t.Fatalf("a param upload takes %v, the arithmetic above says 25µs", d)
 			}
 			const steps = 5

@@ -4,43 +4,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
-
-// Phase is the part of a training step an access belongs to (shard.Phase).
-type Phase = shard.Phase
-
-const (
-	Forward   = shard.Forward
-	Backward  = shard.Backward
-	Optimizer = shard.Optimizer
-)
-
-// Kind says what the compute does with the shard (shard.Kind: the store
-// leases by the same kind).
-type Kind = shard.Kind
-
-const (
-	// Read needs the current contents in the access tier (params in
-	// forward/backward, a gradient read by the optimizer).
-	Read = shard.Read
-	// Update reads and rewrites in place (master, m, v in the optimizer):
-	// the copy is dirty after Release.
-	Update = shard.Update
-	// Write produces the shard without reading it (a gradient in backward,
-	// the new bf16 param written by the optimizer): only space is needed,
-	// and every other copy is stale after Release.
-	Write = shard.Write
-)
-
-// Access is one use of one shard by the compute (shard.Access). Its
-// Compute is what deadlines are summed from; Planner.Access ignores it.
-type Access = shard.Access
 
 // Trace is the recorded sequence of accesses of one training step. The
 // planner treats it as cyclic: step t+1 repeats step t.
 type Trace struct {
-	Accesses []Access
+	Accesses []shard.Access
 }
 
 // Compute is the sum of the compute of every access: the step time with no stall.
@@ -59,7 +29,7 @@ func (t Trace) Validate() error {
 		if a.Tier != shard.HBM && a.Tier != shard.Host {
 			return fmt.Errorf("prefetch: access %d (%s): compute cannot use a shard in %s", i, a.Key, a.Tier)
 		}
-		if a.Kind > Write || a.Phase > Optimizer {
+		if a.Kind > shard.Write || a.Phase > shard.Optimizer {
 			return fmt.Errorf("prefetch: access %d (%s): unknown kind or phase", i, a.Key)
 		}
 		if a.SizeBytes <= 0 {
@@ -80,14 +50,14 @@ func (t Trace) Validate() error {
 // The compute of an access is measured as the time from its Ready to the
 // next Begin (or to Finish for the last one). The zero value is ready to use.
 type Recorder struct {
-	accesses []Access
+	accesses []shard.Access
 	beginAt  []time.Duration
 	readyAt  []time.Duration
 	ready    []bool
 }
 
 // Add appends an access whose compute is already known (Access.Compute).
-func (r *Recorder) Add(a Access) {
+func (r *Recorder) Add(a shard.Access) {
 	r.closeLast(-1)
 	r.accesses = append(r.accesses, a)
 	r.beginAt = append(r.beginAt, 0)
@@ -97,7 +67,7 @@ func (r *Recorder) Add(a Access) {
 
 // Begin records that access a starts at now (its shard may not be ready yet);
 // it returns the access's index in the recording.
-func (r *Recorder) Begin(a Access, now time.Duration) int {
+func (r *Recorder) Begin(a shard.Access, now time.Duration) int {
 	r.closeLast(now)
 	a.Compute = 0
 	r.accesses = append(r.accesses, a)

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // writeBehind copies dirty copies to their home while the link is idle
@@ -55,7 +55,7 @@ func (p *Planner) writeBehind(now time.Duration) {
 		ks.sources[t]++
 		ks.behind[t] = true
 		ks.asap[down] = false // into the home: nothing reads it there
-		p.emit(Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: Prefetch, WriteBehind: true})
+		p.emit(shard.Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: shard.Prefetch, WriteBehind: true})
 		p.stats.WriteBehinds++
 		p.track(dc.slot, h.link, ks.version)
 		j = j0 // in flight: Completed decides whether it is still dirty
@@ -91,7 +91,7 @@ func (p *Planner) planLinkDue() {
 // predicted to begin before end.
 func (p *Planner) writtenBefore(s int32, end time.Duration) bool {
 	for _, w := range p.pending {
-		if w.slot == s && w.kind != Read {
+		if w.slot == s && w.kind != shard.Read {
 			return true
 		}
 	}
@@ -117,7 +117,7 @@ func (p *Planner) writtenBefore(s int32, end time.Duration) bool {
 		if g >= p.limit || p.t0+p.computeUntil(g) >= end {
 			return false
 		}
-		if p.trace[o].kind != Read {
+		if p.trace[o].kind != shard.Read {
 			return true
 		}
 	}

@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/shard"
 )
 
 // BenchmarkNVMeRoundTrip measures a write-back host->NVMe and a fetch
@@ -97,11 +97,11 @@ func benchStore(b *testing.B, shards int, size int64, fixed bool) {
 		if err := r.s.Register(k, Spec{Elems: int(size / 4), DType: dtype.F32, Home: shard.NVMe}); err != nil {
 			b.Fatal(err)
 		}
-		r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+		r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 		r.put(b, k, shard.Host, pattern(k, 1, size))
 		keys = append(keys, k)
 	}
-	all := func(m func(k shard.Key) Move) {
+	all := func(m func(k shard.Key) shard.Move) {
 		ops := make([]*Op, 0, shards)
 		for _, k := range keys {
 			ops = append(ops, r.mustOp(r.s.Submit(m(k))))
@@ -115,11 +115,15 @@ func benchStore(b *testing.B, shards int, size int64, fixed bool) {
 	b.SetBytes(2 * size * int64(shards))
 	b.ResetTimer()
 	for range b.N {
-		all(func(k shard.Key) Move { return Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack} })
-		all(func(k shard.Key) Move { return Move{Key: k, From: shard.NVMe, To: shard.Host, Reason: Prefetch} })
+		all(func(k shard.Key) shard.Move {
+			return shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}
+		})
+		all(func(k shard.Key) shard.Move {
+			return shard.Move{Key: k, From: shard.NVMe, To: shard.Host, Reason: shard.Prefetch}
+		})
 		b.StopTimer()
 		for _, k := range keys { // dirty again, so the next write-back writes
-			l, err := r.s.Acquire(k, shard.Host, Write)
+			l, err := r.s.Acquire(k, shard.Host, shard.Write)
 			if err != nil {
 				b.Fatal(err)
 			}

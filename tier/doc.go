@@ -114,8 +114,8 @@
 //
 //	s, err := tier.New(tier.Options{Devices: devs, Host: pool, Swap: swap, HostBudgetBytes: ...})
 //	s.Register(key, tier.Spec{Elems: n, DType: dtype.F32, Home: shard.NVMe})
-//	op, err := s.Submit(tier.Move{Key: key, From: shard.NVMe, To: shard.Host, Reason: tier.Prefetch})
-//	l, err := s.Acquire(key, shard.Host, tier.Write) // waits for op
+//	op, err := s.Submit(shard.Move{Key: key, From: shard.NVMe, To: shard.Host, Reason: shard.Prefetch})
+//	l, err := s.Acquire(key, shard.Host, shard.Write) // waits for op
 //	... l.Bytes() ...
 //	l.Release()
 //

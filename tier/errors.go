@@ -6,8 +6,8 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
 )
 
 var (
@@ -36,7 +36,7 @@ var (
 // (its shard: chunk, rank, state; its link) and the cause, which for NVMe
 // names the file and the offset (*nvme.IOError, *nvme.CorruptionError).
 type MoveError struct {
-	Move Move
+	Move shard.Move
 	Err  error
 }
 

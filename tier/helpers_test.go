@@ -9,11 +9,11 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/leaktest"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/shard"
 )
 
 // rigConfig sizes a test store. Zero budgets mean the resources' size.
@@ -30,7 +30,7 @@ type rigConfig struct {
 	faults          []nvme.Fault
 	wrap            func(nvme.Device) nvme.Device // wraps the device (after faults)
 	noFixedIO       bool                          // do not register arenas and swap files (as before the store did)
-	onComplete      func(Move, error)
+	onComplete      func(shard.Move, error)
 	wrapDevs        func([]gpu.Device) []gpu.Device // stands in for the devices the store is given
 }
 
@@ -139,7 +139,7 @@ func pattern(k shard.Key, seed uint64, n int64) []byte {
 // put writes data into the copy of key in t through a Write lease.
 func (r *rig) put(t testing.TB, k shard.Key, tr shard.Tier, data []byte) {
 	t.Helper()
-	l, err := r.s.Acquire(k, tr, Write)
+	l, err := r.s.Acquire(k, tr, shard.Write)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func (r *rig) put(t testing.TB, k shard.Key, tr shard.Tier, data []byte) {
 // get reads the copy of key in t through a Read lease.
 func (r *rig) get(t testing.TB, k shard.Key, tr shard.Tier) ([]byte, error) {
 	t.Helper()
-	l, err := r.s.Acquire(k, tr, Read)
+	l, err := r.s.Acquire(k, tr, shard.Read)
 	if err != nil {
 		return nil, err
 	}

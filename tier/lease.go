@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Lease pins one copy of a shard: it cannot be dropped, evicted or
@@ -15,7 +15,7 @@ type Lease struct {
 	s        *Store
 	e        *entry
 	tier     shard.Tier
-	kind     Kind
+	kind     shard.Kind
 	dev      gpu.Buffer
 	host     []byte
 	released atomic.Bool
@@ -28,14 +28,14 @@ type Lease struct {
 // copy there (the move that was to fill it failed: its error is wrapped
 // too), or, for Read and Update, when the copy does not hold the newest
 // data; ErrLost when its data was found corrupt.
-func (s *Store) Acquire(key shard.Key, t shard.Tier, kind Kind) (*Lease, error) {
+func (s *Store) Acquire(key shard.Key, t shard.Tier, kind shard.Kind) (*Lease, error) {
 	if t != shard.HBM && t != shard.Host {
 		return nil, fmt.Errorf("tier: acquire %s in %s: only hbm and host copies are addressable: %w", key, t, ErrBadMove)
 	}
-	if kind > Write {
+	if kind > shard.Write {
 		return nil, fmt.Errorf("tier: acquire %s in %s: unknown access %s: %w", key, t, kind, ErrBadMove)
 	}
-	writes := kind != Read
+	writes := kind != shard.Read
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var t0 time.Time
@@ -71,7 +71,7 @@ func (s *Store) Acquire(key shard.Key, t shard.Tier, kind Kind) (*Lease, error) 
 			return nil, fmt.Errorf("tier: acquire %s in %s: %w", key, t, ErrNotResident)
 		case c.leaving:
 			return nil, fmt.Errorf("tier: acquire %s in %s: being written back and dropped: %w", key, t, ErrNotResident)
-		case kind != Write && !e.valid(c):
+		case kind != shard.Write && !e.valid(c):
 			return nil, fmt.Errorf("tier: acquire %s in %s: %w", key, t, e.whyInvalid(c))
 		}
 		c.leases++
@@ -112,7 +112,7 @@ func (l *Lease) Release() {
 	defer s.unlock()
 	c := &l.e.copies[l.tier]
 	c.leases--
-	if l.kind != Read {
+	if l.kind != shard.Read {
 		c.writeLeases--
 		l.e.version++
 		c.version, c.blank, c.lost, c.failed, c.orphan = l.e.version, false, nil, nil, false

@@ -8,6 +8,7 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Options configure a Store. Host is required; without Devices there is no
@@ -40,7 +41,7 @@ type Options struct {
 	// flight when Submit returned, after the store's state reflects its
 	// outcome, from a store goroutine; it may run after the Op's Wait has
 	// returned. It must not block; it may call the store.
-	OnComplete func(m Move, err error)
+	OnComplete func(m shard.Move, err error)
 }
 
 // withDefaults fills the zero budgets from the resources.

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestPlannerDriven runs three training steps of a two-chunk model whose
@@ -66,10 +66,10 @@ func TestPlannerDriven(t *testing.T) {
 			if err != nil {
 				t.Fatalf("step %d: %s: %v", step, a, err)
 			}
-			if a.Kind != prefetch.Write && !bytes.Equal(r.contents(t, l), want[a.Key]) {
+			if a.Kind != shard.Write && !bytes.Equal(r.contents(t, l), want[a.Key]) {
 				t.Fatalf("step %d: %s sees data that is not the newest", step, a)
 			}
-			if a.Kind != prefetch.Read {
+			if a.Kind != shard.Read {
 				version++
 				want[a.Key] = pattern(a.Key, version, specs[a.Key].SizeBytes())
 				if a.Tier == shard.HBM {
@@ -91,7 +91,7 @@ func TestPlannerDriven(t *testing.T) {
 	if st.InFlight != 0 {
 		t.Errorf("%d moves in flight after Pause", st.InFlight)
 	}
-	if st.Links[HostToNVMe].Moves == 0 || st.Links[NVMeToHost].Moves == 0 {
+	if st.Links[shard.HostToNVMe].Moves == 0 || st.Links[shard.NVMeToHost].Moves == 0 {
 		t.Errorf("master weights never went through NVMe: %s", st)
 	}
 	checkMasters(t, r, want)
@@ -119,23 +119,23 @@ func plannedSpecs(unit int) map[shard.Key]Spec {
 // in host).
 func plannedTrace(specs map[shard.Key]Spec) prefetch.Trace {
 	ms := time.Millisecond
-	acc := func(ph prefetch.Phase, k shard.Key, tr shard.Tier, kind prefetch.Kind, d time.Duration) prefetch.Access {
-		return prefetch.Access{Key: k, Phase: ph, Tier: tr, Kind: kind, SizeBytes: specs[k].SizeBytes(), Compute: d}
+	acc := func(ph shard.Phase, k shard.Key, tr shard.Tier, kind shard.Kind, d time.Duration) shard.Access {
+		return shard.Access{Key: k, Phase: ph, Tier: tr, Kind: kind, SizeBytes: specs[k].SizeBytes(), Compute: d}
 	}
 	var tr prefetch.Trace
 	for c := range shard.ChunkID(2) {
-		tr.Accesses = append(tr.Accesses, acc(prefetch.Forward, plannedKey(c, shard.Param), shard.HBM, prefetch.Read, 5*ms))
+		tr.Accesses = append(tr.Accesses, acc(shard.Forward, plannedKey(c, shard.Param), shard.HBM, shard.Read, 5*ms))
 	}
 	for c := shard.ChunkID(1); c >= 0; c-- {
 		tr.Accesses = append(tr.Accesses,
-			acc(prefetch.Backward, plannedKey(c, shard.Param), shard.HBM, prefetch.Read, 5*ms),
-			acc(prefetch.Backward, plannedKey(c, shard.Grad), shard.HBM, prefetch.Write, ms))
+			acc(shard.Backward, plannedKey(c, shard.Param), shard.HBM, shard.Read, 5*ms),
+			acc(shard.Backward, plannedKey(c, shard.Grad), shard.HBM, shard.Write, ms))
 	}
 	for c := shard.ChunkID(1); c >= 0; c-- {
 		tr.Accesses = append(tr.Accesses,
-			acc(prefetch.Optimizer, plannedKey(c, shard.Grad), shard.Host, prefetch.Read, 0),
-			acc(prefetch.Optimizer, plannedKey(c, shard.Master), shard.Host, prefetch.Update, 3*ms),
-			acc(prefetch.Optimizer, plannedKey(c, shard.Param), shard.Host, prefetch.Write, 0))
+			acc(shard.Optimizer, plannedKey(c, shard.Grad), shard.Host, shard.Read, 0),
+			acc(shard.Optimizer, plannedKey(c, shard.Master), shard.Host, shard.Update, 3*ms),
+			acc(shard.Optimizer, plannedKey(c, shard.Param), shard.Host, shard.Write, 0))
 	}
 	return tr
 }

@@ -10,8 +10,8 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestRandomMoves drives the store with random moves, leases, writes and
@@ -91,7 +91,7 @@ func randomMoves(t *testing.T, seed uint64) {
 	if p := r.pool.Stats().PeakBytes; p > hostBudget {
 		t.Errorf("pinned pool peak %d over the host budget %d", p, hostBudget)
 	}
-	if counts.budget == 0 || counts.waited == 0 || st.Links[NVMeToHost].Moves == 0 || st.Links[HBMToHost].Moves == 0 {
+	if counts.budget == 0 || counts.waited == 0 || st.Links[shard.NVMeToHost].Moves == 0 || st.Links[shard.HBMToHost].Moves == 0 {
 		t.Errorf("the test did not exercise the store: %d budget refusals, %d moves waited; %s", counts.budget, counts.waited, st)
 	}
 	t.Logf("%d budget refusals, %d moves waited; %s", counts.budget, counts.waited, st)
@@ -123,7 +123,7 @@ func randomWorker(t *testing.T, r *rig, seed uint64, w int, counts *randomCounts
 		m := keys[rng.IntN(len(keys))]
 		switch x := rng.IntN(10); {
 		case x < 5: // a random move
-			mv := Move{Key: m.key, From: shard.Tier(rng.IntN(3)), To: shard.Tier(rng.IntN(3)), Reason: Reason(rng.IntN(int(reasonCount)))}
+			mv := shard.Move{Key: m.key, From: shard.Tier(rng.IntN(3)), To: shard.Tier(rng.IntN(3)), Reason: shard.Reason(rng.IntN(shard.ReasonCount))}
 			op, err := r.s.Submit(mv)
 			switch {
 			case err == nil:
@@ -145,7 +145,7 @@ func randomWorker(t *testing.T, r *rig, seed uint64, w int, counts *randomCounts
 			randomWrite(t, r, m, shard.Tier(rng.IntN(2)), rng.Uint64())
 		default: // read and check
 			tr := shard.Tier(rng.IntN(2))
-			l, err := r.s.Acquire(m.key, tr, Read)
+			l, err := r.s.Acquire(m.key, tr, shard.Read)
 			if err != nil {
 				if !errors.Is(err, ErrNotResident) {
 					t.Errorf("read %s in %s: %v", m.key, tr, err)
@@ -169,7 +169,7 @@ func randomWorker(t *testing.T, r *rig, seed uint64, w int, counts *randomCounts
 
 // randomWrite writes a new version of m's shard through a Write lease in tr.
 func randomWrite(t *testing.T, r *rig, m *shardModel, tr shard.Tier, seed uint64) {
-	l, err := r.s.Acquire(m.key, tr, Write)
+	l, err := r.s.Acquire(m.key, tr, shard.Write)
 	if err != nil {
 		if !errors.Is(err, ErrNotResident) {
 			t.Errorf("write %s in %s: %v", m.key, tr, err)
@@ -223,7 +223,7 @@ func checkHome(t *testing.T, r *rig, all []*shardModel) {
 			}
 			via = shard.Host
 		}
-		l, err := r.s.Acquire(m.key, via, Read)
+		l, err := r.s.Acquire(m.key, via, shard.Read)
 		if err != nil {
 			t.Errorf("final read %s: %v", m.key, err)
 			continue

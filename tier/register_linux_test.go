@@ -9,11 +9,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestStoreFixedIO: the store registers its pinned arenas and swap files
@@ -39,11 +39,11 @@ func TestStoreFixedIO(t *testing.T) {
 		if err := r.s.Register(k, Spec{Elems: int(size / 4), DType: dtype.F32, Home: shard.NVMe}); err != nil {
 			t.Fatal(err)
 		}
-		r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+		r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 		want := pattern(k, 7, size)
 		r.put(t, k, shard.Host, want)
-		mustWait(t, r.mustOp(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack})))
-		mustWait(t, r.mustOp(r.s.Submit(Move{Key: k, From: shard.NVMe, To: shard.Host, Reason: Prefetch})))
+		mustWait(t, r.mustOp(r.s.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack})))
+		mustWait(t, r.mustOp(r.s.Submit(shard.Move{Key: k, From: shard.NVMe, To: shard.Host, Reason: shard.Prefetch})))
 		got, err := r.get(t, k, shard.Host)
 		if err != nil {
 			t.Fatal(err)
@@ -148,9 +148,9 @@ func fallbackStore(dir string) string {
 	if err := s.Register(k, Spec{Elems: 1 << 16, DType: dtype.F32, Home: shard.NVMe}); err != nil {
 		return err.Error()
 	}
-	for i, m := range []Move{{Key: k, To: shard.Host, Reason: Alloc}, {Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}, {Key: k, From: shard.NVMe, To: shard.Host, Reason: Prefetch}} {
+	for i, m := range []shard.Move{{Key: k, To: shard.Host, Reason: shard.Alloc}, {Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}, {Key: k, From: shard.NVMe, To: shard.Host, Reason: shard.Prefetch}} {
 		if i == 1 { // the reserved copy written once
-			l, err := s.Acquire(k, shard.Host, Write)
+			l, err := s.Acquire(k, shard.Host, shard.Write)
 			if err != nil {
 				return err.Error()
 			}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Planner is what a Runner needs of a planner (prefetch.Planner is one): it
@@ -16,15 +16,15 @@ type Planner interface {
 	// BeginStep marks the start of a training step.
 	BeginStep(now time.Duration)
 	// Access begins a; moves are to be submitted in order.
-	Access(a shard.Access, now time.Duration) (hit bool, moves []Move, err error)
+	Access(a shard.Access, now time.Duration) (hit bool, moves []shard.Move, err error)
 	// Ready reports whether a can run: its shard is ready in a.Tier.
 	Ready(a shard.Access) bool
 	// Release ends the oldest unreleased access of key.
 	Release(key shard.Key, now time.Duration)
 	// Completed reports a transfer the planner issued as done.
-	Completed(m Move, now time.Duration)
+	Completed(m shard.Move, now time.Duration)
 	// Next returns the moves due at now, in order.
-	Next(now time.Duration) []Move
+	Next(now time.Duration) []shard.Move
 	// WakeAt is when Next would issue a move not due yet; false: none waits on time.
 	WakeAt() (time.Duration, bool)
 	// Resumed says that Next was not called for a while (Pause).
@@ -34,7 +34,7 @@ type Planner interface {
 // MoveSpan is one move a Runner reaped that put bytes on a link or failed,
 // for a timeline.
 type MoveSpan struct {
-	Move Move
+	Move shard.Move
 	// Start is when the move was submitted, or, when it copies a copy that
 	// was still arriving then, when that copy arrived (the store starts it
 	// then); Duration runs from Start to completion.
@@ -94,7 +94,7 @@ type Runner struct {
 }
 
 type flight struct {
-	m  Move
+	m  shard.Move
 	op *Op
 	// With OnMove only: when the move was submitted, and the move filling
 	// the copy it copies (submitted at afterAt), if any.
@@ -260,7 +260,7 @@ func (r *Runner) pumpLocked() {
 
 // submitLocked hands the planner's moves to the store, in order. A refusal
 // (its error names the move, or the budget and its users) stops the rank.
-func (r *Runner) submitLocked(ms []Move) {
+func (r *Runner) submitLocked(ms []shard.Move) {
 	for _, m := range ms {
 		if r.err != nil {
 			return

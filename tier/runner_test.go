@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/prefetch"
+	"github.com/strata-ai/strata/shard"
 )
 
 // plannerFor returns a prefetch planner over the registered shards of r's
@@ -159,9 +159,9 @@ func TestRunnerPauseWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := pattern(k, 7, 4096*4)
-	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 	r.put(t, k, shard.Host, data)
-	r.mustWait(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}))
+	r.mustWait(r.s.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}))
 	_, run := plannerFor(t, r, k)
 
 	type result struct {
@@ -215,9 +215,9 @@ func TestRunnerPauseThenClose(t *testing.T) {
 	if err := r.s.Register(k, Spec{Elems: 4096, DType: dtype.F32, Home: shard.NVMe}); err != nil {
 		t.Fatal(err)
 	}
-	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 	r.put(t, k, shard.Host, pattern(k, 7, 4096*4))
-	r.mustWait(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}))
+	r.mustWait(r.s.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}))
 	_, run := plannerFor(t, r, k)
 	used := make(chan error, 1)
 	go func() {
@@ -256,9 +256,9 @@ func TestRunnerCloseEndsUse(t *testing.T) {
 	if err := r.s.Register(k, Spec{Elems: 4096, DType: dtype.F32, Home: shard.NVMe}); err != nil {
 		t.Fatal(err)
 	}
-	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 	r.put(t, k, shard.Host, pattern(k, 1, 4096*4))
-	r.mustWait(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}))
+	r.mustWait(r.s.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}))
 	_, run := plannerFor(t, r, k)
 	a := shard.Access{Key: k, Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Update}
 	used := make(chan error, 1)

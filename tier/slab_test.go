@@ -13,8 +13,8 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
 )
 
 // bf16 is the slot class of a bf16 shard of the given bytes.
@@ -183,7 +183,7 @@ func TestHBMSlots(t *testing.T) {
 	// A copy leased at Close keeps its slot until its last Release.
 	k := keys[0].key
 	r.mustWait(r.s.Fetch(k, shard.Host, shard.HBM))
-	l, err := r.s.Acquire(k, shard.HBM, Read)
+	l, err := r.s.Acquire(k, shard.HBM, shard.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func cycleHBM(r *rig, k shard.Key, data []byte, dirty bool) error {
 	if err := op.Wait(); err != nil {
 		return err
 	}
-	l, err := r.s.Acquire(k, shard.HBM, Read)
+	l, err := r.s.Acquire(k, shard.HBM, shard.Read)
 	if err != nil {
 		return err
 	}
@@ -275,7 +275,7 @@ func cycleHBM(r *rig, k shard.Key, data []byte, dirty bool) error {
 		return fmt.Errorf("%s: bytes differ in HBM", k)
 	}
 	if dirty {
-		w, err := r.s.Acquire(k, shard.HBM, Write)
+		w, err := r.s.Acquire(k, shard.HBM, shard.Write)
 		if err != nil {
 			return err
 		}

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Usage is one budget's bytes.
@@ -25,7 +25,7 @@ type LinkStats struct {
 
 // Stats are the store's counters since New.
 type Stats struct {
-	Links [LinkCount]LinkStats
+	Links [shard.LinkCount]LinkStats
 	HBM   []Usage // per device
 	Host  Usage
 	NVMe  Usage
@@ -73,7 +73,7 @@ func (st Stats) String() string {
 		units.FormatBytes(st.Host.InUseBytes), units.FormatBytes(st.Host.BudgetBytes), units.FormatBytes(st.Host.PeakBytes),
 		units.FormatBytes(st.NVMe.InUseBytes), units.FormatBytes(st.NVMe.BudgetBytes), units.FormatBytes(st.NVMe.PeakBytes))
 	for l, ls := range st.Links {
-		fmt.Fprintf(&b, "; %s %s in %d", Link(l), units.FormatBytes(ls.Bytes), ls.Moves)
+		fmt.Fprintf(&b, "; %s %s in %d", shard.Link(l), units.FormatBytes(ls.Bytes), ls.Moves)
 	}
 	fmt.Fprintf(&b, "; moves %d (%d instant, %d failed, %d in flight)", st.Submitted, st.Instant, st.Failed, st.InFlight)
 	return b.String()

@@ -10,10 +10,10 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Spec describes a shard state at registration.
@@ -123,7 +123,7 @@ type Store struct {
 	wg      sync.WaitGroup
 	runners map[int32]*Runner // woken when a move of their rank completes
 
-	links                                 [LinkCount]linkCounters
+	links                                 [shard.LinkCount]linkCounters
 	submitted, completed, failed, instant int64
 	inFlight                              int
 	flightTime                            time.Duration
@@ -233,7 +233,7 @@ func (s *Store) Register(key shard.Key, spec Spec) error {
 	if err := s.reserveLocked(e, h, e.charge[h], "copy"); err != nil {
 		return err
 	}
-	op := newOp(Move{Key: key, To: h, Reason: Alloc})
+	op := newOp(shard.Move{Key: key, To: h, Reason: shard.Alloc})
 	c := &e.copies[h]
 	c.present, c.incoming, c.version, c.blank = true, op, e.version, h == shard.NVMe
 	s.entries[key] = e

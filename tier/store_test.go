@@ -11,9 +11,9 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/internal/dtype"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/shard"
 )
 
 // TestRoundTrip moves many shards of many sizes (odd element counts, sizes
@@ -66,10 +66,10 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 	st := r.s.Stats()
-	if got := st.Links[HBMToHost].Bytes + st.Links[HostToHBM].Bytes; got != wantPCIe {
+	if got := st.Links[shard.HBMToHost].Bytes + st.Links[shard.HostToHBM].Bytes; got != wantPCIe {
 		t.Errorf("pcie bytes %d, want %d", got, wantPCIe)
 	}
-	if got := st.Links[HostToNVMe].Bytes + st.Links[NVMeToHost].Bytes; got != wantNVMe {
+	if got := st.Links[shard.HostToNVMe].Bytes + st.Links[shard.NVMeToHost].Bytes; got != wantNVMe {
 		t.Errorf("nvme bytes %d, want %d", got, wantNVMe)
 	}
 	if st.Failed != 0 || st.InFlight != 0 || st.Host.InUseBytes != 0 {
@@ -92,17 +92,17 @@ func TestRoundTrip(t *testing.T) {
 // directly), read back to HBM, compare.
 func roundTrip(r *rig, k shard.Key, data []byte, viaHost bool) error {
 	s := r.s
-	step := func(m Move) error {
+	step := func(m shard.Move) error {
 		op, err := s.Submit(m)
 		if err != nil {
 			return err
 		}
 		return op.Wait()
 	}
-	if _, err := s.Submit(Move{Key: k, To: shard.HBM, Reason: Alloc}); err != nil {
+	if _, err := s.Submit(shard.Move{Key: k, To: shard.HBM, Reason: shard.Alloc}); err != nil {
 		return err
 	}
-	l, err := s.Acquire(k, shard.HBM, Write)
+	l, err := s.Acquire(k, shard.HBM, shard.Write)
 	if err != nil {
 		return err
 	}
@@ -113,19 +113,19 @@ func roundTrip(r *rig, k shard.Key, data []byte, viaHost bool) error {
 		return err
 	}
 	l.Release()
-	var moves []Move
+	var moves []shard.Move
 	if viaHost {
-		moves = []Move{
-			{Key: k, From: shard.HBM, To: shard.Host, Reason: WriteBack},
-			{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack},
-			{Key: k, From: shard.NVMe, To: shard.Host, Reason: Prefetch},
-			{Key: k, From: shard.Host, To: shard.HBM, Reason: Prefetch},
-			{Key: k, From: shard.Host, To: shard.NVMe, Reason: Evict},
+		moves = []shard.Move{
+			{Key: k, From: shard.HBM, To: shard.Host, Reason: shard.WriteBack},
+			{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack},
+			{Key: k, From: shard.NVMe, To: shard.Host, Reason: shard.Prefetch},
+			{Key: k, From: shard.Host, To: shard.HBM, Reason: shard.Prefetch},
+			{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.Evict},
 		}
 	} else {
-		moves = []Move{
-			{Key: k, From: shard.HBM, To: shard.NVMe, Reason: WriteBack},
-			{Key: k, From: shard.NVMe, To: shard.HBM, Reason: Demand},
+		moves = []shard.Move{
+			{Key: k, From: shard.HBM, To: shard.NVMe, Reason: shard.WriteBack},
+			{Key: k, From: shard.NVMe, To: shard.HBM, Reason: shard.Demand},
 		}
 	}
 	for _, m := range moves {
@@ -133,7 +133,7 @@ func roundTrip(r *rig, k shard.Key, data []byte, viaHost bool) error {
 			return err
 		}
 	}
-	l, err = s.Acquire(k, shard.HBM, Read)
+	l, err = s.Acquire(k, shard.HBM, shard.Read)
 	if err != nil {
 		return err
 	}
@@ -158,9 +158,9 @@ func TestChainedMoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := pattern(k, 2, 100000)
-	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 	r.put(t, k, shard.Host, data)
-	r.mustWait(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}))
+	r.mustWait(r.s.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}))
 	a := r.mustOp(r.s.Fetch(k, shard.NVMe, shard.Host))
 	b := r.mustOp(r.s.Fetch(k, shard.Host, shard.HBM))
 	if err := b.Wait(); err != nil {
@@ -205,8 +205,8 @@ func TestRegisterZeros(t *testing.T) {
 			t.Errorf("home %s: a fresh shard is not zero", home)
 		}
 	}
-	if st := r.s.Stats(); st.Links[NVMeToHost].Bytes != 0 {
-		t.Errorf("reading a never-written NVMe home moved %d bytes", st.Links[NVMeToHost].Bytes)
+	if st := r.s.Stats(); st.Links[shard.NVMeToHost].Bytes != 0 {
+		t.Errorf("reading a never-written NVMe home moved %d bytes", st.Links[shard.NVMeToHost].Bytes)
 	}
 }
 
@@ -250,10 +250,10 @@ func TestBudgetError(t *testing.T) {
 	// A move that would exceed the budget is refused at Submit; nothing changes.
 	k := shard.Key{Chunk: 5, State: shard.Master}
 	before := r.s.Stats()
-	if _, err := r.s.Submit(Move{Key: k, From: shard.NVMe, To: shard.HBM, Reason: Prefetch}); !errors.Is(err, ErrBudget) {
+	if _, err := r.s.Submit(shard.Move{Key: k, From: shard.NVMe, To: shard.HBM, Reason: shard.Prefetch}); !errors.Is(err, ErrBudget) {
 		t.Fatalf("move over the budget: %v", err)
 	}
-	if _, err := r.s.Submit(Move{Key: k, To: shard.HBM, Reason: Alloc}); !errors.Is(err, ErrBudget) {
+	if _, err := r.s.Submit(shard.Move{Key: k, To: shard.HBM, Reason: shard.Alloc}); !errors.Is(err, ErrBudget) {
 		t.Fatalf("alloc over the budget: %v", err)
 	}
 	if after := r.s.Stats(); after.HBM[0] != before.HBM[0] || after.Host != before.Host {
@@ -276,21 +276,21 @@ func TestLeases(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := pattern(k, 1, 16384)
-	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 	r.put(t, k, shard.Host, v1)
 	r.mustWait(r.s.Fetch(k, shard.Host, shard.NVMe)) // host stays: clean now
 
-	l, err := r.s.Acquire(k, shard.Host, Read)
+	l, err := r.s.Acquire(k, shard.Host, shard.Read)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.s.Evict(k, shard.Host); !errors.Is(err, ErrLeased) {
 		t.Errorf("evict of a leased copy: %v", err)
 	}
-	if _, err := r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}); !errors.Is(err, ErrLeased) {
+	if _, err := r.s.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}); !errors.Is(err, ErrLeased) {
 		t.Errorf("write-back (drop) of a leased copy: %v", err)
 	}
-	if _, err := r.s.Submit(Move{Key: k, From: shard.NVMe, To: shard.Host, Reason: Prefetch}); err != nil {
+	if _, err := r.s.Submit(shard.Move{Key: k, From: shard.NVMe, To: shard.Host, Reason: shard.Prefetch}); err != nil {
 		t.Errorf("prefetch into a copy that is already valid should be a no-op: %v", err)
 	}
 	if err := r.s.Unregister(k); !errors.Is(err, ErrLeased) {
@@ -317,7 +317,7 @@ func TestAcquireWaits(t *testing.T) {
 	r.put(t, k, shard.Host, v1)
 
 	// A writer holds the host copy: the upload is deferred until it is done.
-	w, err := r.s.Acquire(k, shard.Host, Write)
+	w, err := r.s.Acquire(k, shard.Host, shard.Write)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -357,10 +357,10 @@ func TestAcquireWaits(t *testing.T) {
 	// The HBM copy is valid (written after the write lease); after a new
 	// write to host it is stale and a Read lease refuses it.
 	r.put(t, k, shard.Host, v1)
-	if _, err := r.s.Acquire(k, shard.HBM, Read); !errors.Is(err, ErrNotResident) || !strings.Contains(err.Error(), "stale") {
+	if _, err := r.s.Acquire(k, shard.HBM, shard.Read); !errors.Is(err, ErrNotResident) || !strings.Contains(err.Error(), "stale") {
 		t.Errorf("read of a stale copy: %v", err)
 	}
-	if _, err := r.s.Acquire(k, shard.NVMe, Read); !errors.Is(err, ErrBadMove) {
+	if _, err := r.s.Acquire(k, shard.NVMe, shard.Read); !errors.Is(err, ErrBadMove) {
 		t.Errorf("acquire in nvme: %v", err)
 	}
 }
@@ -368,8 +368,8 @@ func TestAcquireWaits(t *testing.T) {
 // TestDirtyWriteBack: evicting the only valid copy writes it back home
 // first; evicting a clean copy just drops it.
 func TestDirtyWriteBack(t *testing.T) {
-	completions := make(chan Move, 16)
-	r := newRig(t, rigConfig{swapBytes: 4 * units.MiB, onComplete: func(m Move, err error) {
+	completions := make(chan shard.Move, 16)
+	r := newRig(t, rigConfig{swapBytes: 4 * units.MiB, onComplete: func(m shard.Move, err error) {
 		completions <- m
 	}})
 	k := shard.Key{Chunk: 4, Rank: 0, State: shard.AdamV}
@@ -392,7 +392,7 @@ func TestDirtyWriteBack(t *testing.T) {
 		t.Fatalf("after evicting the dirty copy: %+v", res)
 	}
 	st := r.s.Stats()
-	if st.Links[HBMToHost].Bytes != 120000 || st.Links[HostToNVMe].Bytes != units.AlignUp(120000, r.swap.Alignment()) {
+	if st.Links[shard.HBMToHost].Bytes != 120000 || st.Links[shard.HostToNVMe].Bytes != units.AlignUp(120000, r.swap.Alignment()) {
 		t.Errorf("write-back bytes: %s", st)
 	}
 	r.mustWait(r.s.Fetch(k, shard.NVMe, shard.Host))
@@ -403,7 +403,7 @@ func TestDirtyWriteBack(t *testing.T) {
 	if !clean.Done() || clean.Err() != nil {
 		t.Errorf("a clean evict should complete at once")
 	}
-	if after := r.s.Stats(); after.Links[HostToNVMe] != st.Links[HostToNVMe] {
+	if after := r.s.Stats(); after.Links[shard.HostToNVMe] != st.Links[shard.HostToNVMe] {
 		t.Errorf("a clean evict wrote to NVMe")
 	}
 	if _, err := r.s.Evict(k, shard.NVMe); !errors.Is(err, ErrBadMove) {
@@ -413,12 +413,12 @@ func TestDirtyWriteBack(t *testing.T) {
 	// fetch. OnComplete may run after Wait returned, and callbacks from
 	// different moves in any order: take the three (the test's timeout
 	// bounds a missing one), then check no fourth came.
-	var done []Move
+	var done []shard.Move
 	evicts := 0
 	for range 3 {
 		m := <-completions
 		done = append(done, m)
-		if m.Reason == Evict {
+		if m.Reason == shard.Evict {
 			evicts++
 		}
 	}
@@ -434,9 +434,9 @@ func faultRig(t *testing.T, f nvme.Fault) (*rig, shard.Key, []byte) {
 		t.Fatal(err)
 	}
 	data := pattern(k, 5, 100000)
-	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 	r.put(t, k, shard.Host, data)
-	r.mustWait(r.s.Submit(Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: WriteBack}))
+	r.mustWait(r.s.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack}))
 	return r, k, data
 }
 
@@ -478,7 +478,7 @@ func TestFaultEIO(t *testing.T) {
 	if res.Copies[shard.Host].Present || !res.Copies[shard.NVMe].Valid || res.Lost != nil {
 		t.Fatalf("after EIO: %+v", res)
 	}
-	_, err = r.s.Acquire(k, shard.Host, Read)
+	_, err = r.s.Acquire(k, shard.Host, shard.Read)
 	if !errors.Is(err, ErrNotResident) || !errors.Is(err, syscall.EIO) {
 		t.Errorf("acquire after the failed fetch: %v", err)
 	}
@@ -515,7 +515,7 @@ func TestFaultFlipByte(t *testing.T) {
 				t.Errorf("fetch of a lost copy: %v", err)
 			}
 			checkOnce(t, err)
-			if _, err := r.s.Acquire(k, shard.HBM, Read); !errors.Is(err, ErrNotResident) {
+			if _, err := r.s.Acquire(k, shard.HBM, shard.Read); !errors.Is(err, ErrNotResident) {
 				t.Errorf("acquire after the failed move: %v", err)
 			}
 			if st := r.s.Stats(); st.Host.InUseBytes != 0 || st.HBM[0].InUseBytes != 0 {
@@ -534,7 +534,7 @@ func TestWriteFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	data := pattern(k, 11, 160000)
-	r.mustOp(r.s.Submit(Move{Key: k, To: shard.Host, Reason: Alloc}))
+	r.mustOp(r.s.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}))
 	r.put(t, k, shard.Host, data)
 	err := r.mustOp(r.s.Evict(k, shard.Host)).Wait()
 	if !errors.Is(err, syscall.EIO) {
@@ -567,7 +567,7 @@ func TestClose(t *testing.T) {
 		ops = append(ops, r.mustOp(r.s.Fetch(k, shard.Host, shard.NVMe)), r.mustOp(r.s.Fetch(k, shard.Host, shard.HBM)))
 	}
 	k0 := shard.Key{Chunk: 0, State: shard.Param}
-	l, err := r.s.Acquire(k0, shard.Host, Read)
+	l, err := r.s.Acquire(k0, shard.Host, shard.Read)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/shard"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Submit starts a move. Evict of a copy that another copy backs, Alloc, and
@@ -18,8 +18,8 @@ import (
 // a *BudgetError when a destination or a staging buffer does not fit, or
 // ErrUnknown, ErrNotResident, ErrLost, ErrLeased, ErrBusy, ErrBadMove,
 // ErrClosed. The error of the Op (a *MoveError) is a transfer that failed.
-func (s *Store) Submit(m Move) (*Op, error) {
-	if m.Reason >= reasonCount {
+func (s *Store) Submit(m shard.Move) (*Op, error) {
+	if m.Reason >= shard.Reason(shard.ReasonCount) {
 		return nil, fmt.Errorf("tier: %s: %w", m, ErrBadMove)
 	}
 	s.mu.Lock()
@@ -34,12 +34,12 @@ func (s *Store) Submit(m Move) (*Op, error) {
 	var op *Op
 	var err error
 	switch m.Reason {
-	case Alloc:
+	case shard.Alloc:
 		op, err = s.allocLocked(e, m)
-	case Evict:
+	case shard.Evict:
 		op, err = s.evictLocked(e, m)
 	default:
-		op, err = s.transferLocked(e, m, m.Reason == WriteBack, m)
+		op, err = s.transferLocked(e, m, m.Reason == shard.WriteBack, m)
 	}
 	if err != nil {
 		return nil, err
@@ -53,7 +53,7 @@ func (s *Store) Submit(m Move) (*Op, error) {
 
 // Fetch copies the shard from one tier to another (a Prefetch move).
 func (s *Store) Fetch(key shard.Key, from, to shard.Tier) (*Op, error) {
-	return s.Submit(Move{Key: key, From: from, To: to, Reason: Prefetch})
+	return s.Submit(shard.Move{Key: key, From: from, To: to, Reason: shard.Prefetch})
 }
 
 // Evict drops the shard's copy in from. A dirty copy (the only one holding
@@ -68,10 +68,10 @@ func (s *Store) Evict(key shard.Key, from shard.Tier) (*Op, error) {
 		home = e.spec.Home
 	}
 	s.mu.Unlock()
-	return s.Submit(Move{Key: key, From: from, To: home, Reason: Evict})
+	return s.Submit(shard.Move{Key: key, From: from, To: home, Reason: shard.Evict})
 }
 
-func (s *Store) allocLocked(e *entry, m Move) (*Op, error) {
+func (s *Store) allocLocked(e *entry, m shard.Move) (*Op, error) {
 	t := m.To
 	if err := s.tierOK(t, e.key.Rank); err != nil {
 		return nil, fmt.Errorf("tier: %s: %w", m, err)
@@ -102,7 +102,7 @@ func (s *Store) allocLocked(e *entry, m Move) (*Op, error) {
 	return op, nil
 }
 
-func (s *Store) evictLocked(e *entry, m Move) (*Op, error) {
+func (s *Store) evictLocked(e *entry, m shard.Move) (*Op, error) {
 	from := m.From
 	if err := s.tierOK(from, e.key.Rank); err != nil {
 		return nil, fmt.Errorf("tier: %s: %w", m, err)
@@ -123,7 +123,7 @@ func (s *Store) evictLocked(e *entry, m Move) (*Op, error) {
 		if to == from || s.tierOK(to, e.key.Rank) != nil {
 			to = e.spec.Home
 		}
-		return s.transferLocked(e, Move{ID: m.ID, Key: m.Key, From: from, To: to, SizeBytes: m.SizeBytes, Reason: WriteBack}, true, m)
+		return s.transferLocked(e, shard.Move{ID: m.ID, Key: m.Key, From: from, To: to, SizeBytes: m.SizeBytes, Reason: shard.WriteBack}, true, m)
 	}
 	s.dropLocked(e, from)
 	return doneOp(m), nil
@@ -144,7 +144,7 @@ func (e *entry) whyInvalid(c *replica) error {
 
 // transferLocked starts a copy m.From -> m.To, dropping the source when it
 // completes if drop. orig is the move reported to the caller.
-func (s *Store) transferLocked(e *entry, m Move, drop bool, orig Move) (*Op, error) {
+func (s *Store) transferLocked(e *entry, m shard.Move, drop bool, orig shard.Move) (*Op, error) {
 	from, to := m.From, m.To
 	for _, t := range []shard.Tier{from, to} {
 		if err := s.tierOK(t, e.key.Rank); err != nil {
@@ -274,7 +274,7 @@ func (s *Store) run(e *entry, op *Op, from, to shard.Tier, drop bool, stage *pin
 	sm, dm := src.m, dst.m
 	s.mu.Unlock()
 
-	var links [LinkCount]linkCounters
+	var links [shard.LinkCount]linkCounters
 	if err == nil {
 		err = s.transfer(e, from, to, sm, dm, stage, blank, &links)
 	}
@@ -343,8 +343,8 @@ func (s *Store) run(e *entry, op *Op, from, to shard.Tier, drop bool, stage *pin
 
 // transfer moves the data (no lock held). Pinned buffers handed to a copy
 // engine or to the kernel are leased until the transfer completes.
-func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinned.Buffer, blank bool, links *[LinkCount]linkCounters) error {
-	hop := func(l Link, n int64, f func() error) error {
+func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinned.Buffer, blank bool, links *[shard.LinkCount]linkCounters) error {
+	hop := func(l shard.Link, n int64, f func() error) error {
 		t0 := time.Now()
 		err := f()
 		if err == nil {
@@ -358,29 +358,29 @@ func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinne
 	// staging buffer of a two-hop move, else the host copy.
 	switch {
 	case from == shard.HBM && to == shard.Host:
-		return hop(HBMToHost, e.sizeBytes, func() error { return s.download(e, sm.dev, dm.host) })
+		return hop(shard.HBMToHost, e.sizeBytes, func() error { return s.download(e, sm.dev, dm.host) })
 	case from == shard.Host && to == shard.HBM:
-		return hop(HostToHBM, e.sizeBytes, func() error { return s.upload(e, sm.host, dm.dev) })
+		return hop(shard.HostToHBM, e.sizeBytes, func() error { return s.upload(e, sm.host, dm.dev) })
 	case from == shard.Host && to == shard.NVMe:
-		return hop(HostToNVMe, e.ioBytes, func() error { return s.write(sm.host, dm.ext) })
+		return hop(shard.HostToNVMe, e.ioBytes, func() error { return s.write(sm.host, dm.ext) })
 	case from == shard.NVMe && to == shard.Host:
 		if blank {
 			clear(dm.host.Bytes())
 			return nil
 		}
-		return hop(NVMeToHost, e.ioBytes, func() error { return s.read(sm.ext, dm.host) })
+		return hop(shard.NVMeToHost, e.ioBytes, func() error { return s.read(sm.ext, dm.host) })
 	case from == shard.HBM && to == shard.NVMe:
-		if err := hop(HBMToHost, e.sizeBytes, func() error { return s.download(e, sm.dev, stage) }); err != nil {
+		if err := hop(shard.HBMToHost, e.sizeBytes, func() error { return s.download(e, sm.dev, stage) }); err != nil {
 			return err
 		}
-		return hop(HostToNVMe, e.ioBytes, func() error { return s.write(stage, dm.ext) })
+		return hop(shard.HostToNVMe, e.ioBytes, func() error { return s.write(stage, dm.ext) })
 	case from == shard.NVMe && to == shard.HBM:
 		if blank {
 			clear(stage.Bytes())
-		} else if err := hop(NVMeToHost, e.ioBytes, func() error { return s.read(sm.ext, stage) }); err != nil {
+		} else if err := hop(shard.NVMeToHost, e.ioBytes, func() error { return s.read(sm.ext, stage) }); err != nil {
 			return err
 		}
-		return hop(HostToHBM, e.sizeBytes, func() error { return s.upload(e, stage, dm.dev) })
+		return hop(shard.HostToHBM, e.sizeBytes, func() error { return s.upload(e, stage, dm.dev) })
 	}
 	panic(fmt.Sprintf("tier: transfer %s -> %s", from, to))
 }
