@@ -137,7 +137,7 @@ func checkOffloadedInputs(t *testing.T, e, base *Engine) {
 // one of them up ahead (checkRestores).
 func checkInputsPlanned(t *testing.T, e *Engine, r int) {
 	t.Helper()
-	d := e.tiers.drivers[r]
+	d := e.tiers.runners[r]
 	var tr prefetch.Trace
 	d.Do(func() { tr = d.p.Trace() })
 	var got, want []string

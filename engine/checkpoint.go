@@ -291,7 +291,7 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 // restore's copies off the next step's traffic.
 func (e *Engine) restore(step int64, run func() error) error {
 	if e.tiers != nil && !e.tiers.static() {
-		for _, d := range e.tiers.drivers {
+		for _, d := range e.tiers.runners {
 			if ps, _ := d.stats(); ps.Accesses > 0 {
 				return fmt.Errorf("the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", ps.Accesses, d.rank)
 			}
@@ -458,7 +458,7 @@ func (r *rank) saveTiered(k shard.Key, dst []byte) error {
 // readShardInto is tiers.readShard into the caller's buffer (a streaming
 // save allocates nothing per shard): the newest contents of a state, from
 // host RAM, HBM, or NVMe through a host copy that is dropped afterwards.
-// The drivers must be paused.
+// The runners must be paused.
 func (t *tiers) readShardInto(k shard.Key, dst []byte) error {
 	w, err := t.store.Where(k)
 	if err != nil {

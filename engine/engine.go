@@ -409,7 +409,7 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	var snap tierSnap
 	if e.tiers != nil {
-		for i, d := range e.tiers.drivers {
+		for i, d := range e.tiers.runners {
 			if err := d.BeginStep(); err != nil {
 				return st, fmt.Errorf("engine: step %d: rank %d: %w", step, i, err)
 			}

@@ -152,8 +152,8 @@ func (r *rank) evalEnd() error {
 	err := r.sync()
 	r.h.freeAll()
 	if r.e.tiers != nil {
-		r.driver().Settle()
-		if derr := r.driver().Err(); err == nil {
+		r.runner().Settle()
+		if derr := r.runner().Err(); err == nil {
 			err = derr
 		}
 	}

@@ -307,7 +307,7 @@ func TestTierFaultInPass(t *testing.T) {
 // around them.
 func readTierState(t *testing.T, e *Engine) (params, master [][]float32) {
 	t.Helper()
-	for _, d := range e.tiers.drivers {
+	for _, d := range e.tiers.runners {
 		d.Pause() // its error is the one the step returned
 	}
 	defer e.tiers.resume()

@@ -326,7 +326,7 @@ func (h *hooks) gather(c int, pass shard.Phase) *gathered {
 			// The tier store stages the rank's shard in HBM (the planner has
 			// fetched it ahead); it stays leased until the gather has read it.
 			var err error
-			lease, err = r.driver().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: pass, Tier: shard.HBM, Kind: shard.Read})
+			lease, err = r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: pass, Tier: shard.HBM, Kind: shard.Read})
 			if err != nil {
 				h.fail(err)
 				h.dropGathered(g) // not live yet: fail did not free it
@@ -352,7 +352,7 @@ func (h *hooks) gather(c int, pass shard.Phase) *gathered {
 		r.tr.comm.span(from, g.ready, TraceComm, fmt.Sprintf("allgather %s (%s)", r.e.layout.Chunks[c].Name, pass), map[string]any{"chunk": c, "pass": pass.String()})
 	}
 	if lease != nil {
-		r.driver().Done(lease, g.ready)
+		r.runner().Done(lease, g.ready)
 	}
 	return g
 }

@@ -37,7 +37,7 @@ func (h *hooks) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error) 
 	if h.err != nil {
 		return nil, h.err
 	}
-	lease, err := r.driver().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Forward, Tier: shard.Host, Kind: shard.Write})
+	lease, err := r.runner().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Forward, Tier: shard.Host, Kind: shard.Write})
 	if err != nil {
 		h.fail(fmt.Errorf("save block %d input: %w", l, err))
 		return nil, h.err
@@ -48,7 +48,7 @@ func (h *hooks) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error) 
 	r.dev.CopyDeviceToHost(r.down, lease.Bytes(), x, 0)
 	done := r.dev.NewEvent()
 	r.down.Record(done)
-	r.driver().Done(lease, done)
+	r.runner().Done(lease, done)
 	h.saved[l] = done
 	return done, nil
 }
@@ -69,7 +69,7 @@ func (h *hooks) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
 		ev.Synchronize()
 		delete(h.saved, l)
 	}
-	lease, err := r.driver().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Backward, Tier: shard.HBM, Kind: shard.Read})
+	lease, err := r.runner().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Backward, Tier: shard.HBM, Kind: shard.Read})
 	if err != nil {
 		h.fail(fmt.Errorf("restore block %d input: %w", l, err))
 		return nil, h.err
@@ -90,14 +90,14 @@ func (h *hooks) ReleaseInput(s gpu.Stream, l int) {
 	delete(h.inputs, l)
 	ev := r.dev.NewEvent()
 	s.Record(ev)
-	r.driver().Done(lease, ev)
+	r.runner().Done(lease, ev)
 }
 
 // dropInputs gives back the restored inputs a failed pass still holds (its
 // streams have completed).
 func (h *hooks) dropInputs() {
 	for l, lease := range h.inputs {
-		h.r.driver().Done(lease, nil)
+		h.r.runner().Done(lease, nil)
 		delete(h.inputs, l)
 	}
 }

@@ -73,7 +73,7 @@ type Options struct {
 	// state, activations and workspace, at most the rank's param shards.
 	TierHBMBytes int64
 	// PrefetchSlack is how early every planned transfer aims to land
-	// before the access that needs it; 0 = 20 ms: the planner's driver is
+	// before the access that needs it; 0 = 20 ms: the planner's runner is
 	// a goroutine woken by a timer, and while compute goroutines hold every
 	// P the Go scheduler may run it up to a preemption quantum (10 ms) late.
 	PrefetchSlack time.Duration

@@ -592,7 +592,7 @@ func (e *Engine) settle() error {
 // update, which writes the staging: storeDelayed). On an error the
 // leases taken are given back.
 func (r *rank) leaseHost(c int, delayed bool) (ls [5]*tier.Lease, err error) {
-	d := r.driver()
+	d := r.runner()
 	// SizeBytes 0: the planner takes the placement's (the store's charge).
 	acc := func(state shard.State, kind shard.Kind) shard.Access {
 		return shard.Access{Key: tkey(c, r.idx, state), Phase: shard.Optimizer, Tier: shard.Host, Kind: kind}
@@ -627,7 +627,7 @@ func (r *rank) leaseHost(c int, delayed bool) (ls [5]*tier.Lease, err error) {
 func (r *rank) doneLeases(ls [5]*tier.Lease) {
 	for _, l := range ls {
 		if l != nil {
-			r.driver().Done(l, nil)
+			r.runner().Done(l, nil)
 		}
 	}
 }

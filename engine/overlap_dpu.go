@@ -78,7 +78,7 @@ func (r *rank) storeDelayed(run *hostRun) error {
 		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.errs[c] != nil {
 			continue
 		}
-		l, err := r.driver().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Write})
+		l, err := r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Write})
 		if err != nil {
 			if first == nil {
 				first = fmt.Errorf("optimizer step %d: %w", run.step, err)
@@ -86,7 +86,7 @@ func (r *rank) storeDelayed(run *hostRun) error {
 			continue
 		}
 		copy(l.Bytes(), r.e.tiers.uploadBytes(r.idx, c))
-		r.driver().Done(l, nil)
+		r.runner().Done(l, nil)
 	}
 	return first
 }

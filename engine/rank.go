@@ -121,8 +121,8 @@ func (r *rank) freeGrads() {
 	r.settleRings()
 }
 
-// driver is the rank's planner driver (host optimizer only).
-func (r *rank) driver() *driver { return r.e.tiers.drivers[r.idx] }
+// runner is the rank's handle on the tier runtime (host optimizer only).
+func (r *rank) runner() *tierRunner { return r.e.tiers.runners[r.idx] }
 
 // workspaceStats count the engine's own transient device memory.
 type workspaceStats struct {
@@ -341,10 +341,10 @@ func (r *rank) backward(step int64) error {
 	r.h.freeAll()
 	r.freeGrads()
 	if e.tiers != nil {
-		r.driver().Settle()
+		r.runner().Settle()
 		// A move that failed during the pass (one the rank did not wait
 		// for) fails the step here, before any rank updates.
-		keep(r.driver().Err())
+		keep(r.runner().Err())
 	}
 	if err := r.h.takeErr(); err != nil {
 		return err // the cause; what followed from it is secondary
@@ -401,7 +401,7 @@ func (r *rank) reduced(c int, failed bool) error {
 		return nil
 	}
 	r.waitHost() // the pending update has read the gradient's host copy
-	l, err := r.driver().Use(shard.Access{Key: tkey(c, r.idx, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
+	l, err := r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
 	if err == nil {
 		r.after(r.down, r.cs) // the reduction
 		if r.tr != nil {
@@ -415,7 +415,7 @@ func (r *rank) reduced(c int, failed bool) error {
 		r.tr.copy.span(from, ev, TraceComm, "grad to host "+name, map[string]any{"chunk": c})
 	}
 	if l != nil {
-		r.driver().Done(l, ev)
+		r.runner().Done(l, ev)
 	}
 	if r.e.gradTiered { // off the device once copied
 		r.liveGrads = append(r.liveGrads, liveGrad{buf: g, ev: ev, slot: r.gradSlot[c]})
@@ -531,7 +531,7 @@ func (r *rank) stepHost(c int, cp cpuadam.Params) error {
 	r.adamHost(c, cp, ls)
 	for _, l := range ls {
 		if l != nil {
-			r.driver().Done(l, nil)
+			r.runner().Done(l, nil)
 		}
 	}
 	return nil

@@ -245,7 +245,7 @@ func (e *Engine) tierSummary() *TierSummary {
 	for l := range ts.LinkBytes {
 		ts.LinkBytes[l] = ss.Links[l].Bytes
 	}
-	for _, d := range t.drivers {
+	for _, d := range t.runners {
 		p, _ := d.stats()
 		ts.Add(countsOf(p), nil)
 		ts.Rerecords += p.Rerecords

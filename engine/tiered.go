@@ -62,7 +62,7 @@ type tiers struct {
 	nvmeEng            *nvme.Engine
 	swap               *nvme.Swap
 	store              *tier.Store
-	drivers            []*driver
+	runners            []*tierRunner
 	specs              map[shard.Key]tier.Spec
 	popts              prefetch.Options
 	t0                 time.Time
@@ -279,7 +279,7 @@ func (t *tiers) open(poolBytes int64) error {
 	return nil
 }
 
-// startPlanners starts a planner and its driver per rank, with the store's
+// startPlanners starts a planner and its runner per rank, with the store's
 // budgets: each rank's planner gets its share of the host budget.
 func (t *tiers) startPlanners() error {
 	e := t.e
@@ -295,7 +295,7 @@ func (t *tiers) startPlanners() error {
 		if err != nil {
 			return fmt.Errorf("engine: rank %d: %w", r, err)
 		}
-		t.drivers = append(t.drivers, newDriver(t, r, p))
+		t.runners = append(t.runners, newRunner(t, r, p))
 	}
 	return nil
 }
@@ -445,7 +445,7 @@ func (t *tiers) initShard(k shard.Key, data []byte) error {
 	return nil
 }
 
-// readShard returns the newest contents of a state (the drivers are
+// readShard returns the newest contents of a state (the runners are
 // paused, nothing is in flight). A shard valid only on NVMe is fetched into
 // host memory for the read and evicted after, so the planner's picture of
 // the store stays true.
@@ -461,7 +461,7 @@ func (t *tiers) readShard(k shard.Key) ([]byte, error) {
 // flight; resume undoes it.
 func (t *tiers) pause() error {
 	var first error
-	for _, d := range t.drivers {
+	for _, d := range t.runners {
 		if err := d.Pause(); err != nil && first == nil {
 			first = err
 		}
@@ -470,14 +470,14 @@ func (t *tiers) pause() error {
 }
 
 func (t *tiers) resume() {
-	for _, d := range t.drivers {
+	for _, d := range t.runners {
 		d.Resume()
 	}
 }
 
 func (t *tiers) close() error {
 	var errs []error
-	for _, d := range t.drivers {
+	for _, d := range t.runners {
 		d.Close()
 	}
 	if t.store != nil {
@@ -524,20 +524,20 @@ func (t *tiers) close() error {
 	return nil
 }
 
-// driver is one rank's handle on the tier runtime: the tier.Runner that
+// tierRunner is one rank's handle on the tier runtime: the tier.Runner that
 // executes the rank's planner on the store (the rank declares accesses with
 // Use and ends them with Done; Settle, BeginStep, Pause, Resume, Close), and
 // the planner itself, whose counters and bandwidths only the engine reads
 // and sets, through the runner (which serializes planner calls).
-type driver struct {
+type tierRunner struct {
 	*tier.Runner
 	p    *prefetch.Planner
 	rank int
 }
 
-// newDriver starts rank r's runner, reporting its moves and stalls to the
+// newRunner starts rank r's runner, reporting its moves and stalls to the
 // engine's Tracer when there is one.
-func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
+func newRunner(t *tiers, r int, p *prefetch.Planner) *tierRunner {
 	o := tier.RunnerOptions{Rank: int32(r), Clock: t.now}
 	tr := t.e.opts.Trace
 	o.OnMove = func(sp tier.MoveSpan) {
@@ -567,11 +567,11 @@ func newDriver(t *tiers, r int, p *prefetch.Planner) *driver {
 	if err != nil {
 		panic(fmt.Sprintf("engine: rank %d: %v", r, err)) // a fresh store, one runner per rank
 	}
-	return &driver{Runner: run, p: p, rank: r}
+	return &tierRunner{Runner: run, p: p, rank: r}
 }
 
 // setBandwidth hands the planner new link bandwidths (between steps).
-func (d *driver) setBandwidth(bw [shard.LinkCount]float64) {
+func (d *tierRunner) setBandwidth(bw [shard.LinkCount]float64) {
 	var err error
 	d.Do(func() { err = d.p.SetBandwidth(bw) })
 	if err != nil {
@@ -580,7 +580,7 @@ func (d *driver) setBandwidth(bw [shard.LinkCount]float64) {
 }
 
 // stats returns the planner's counters and the rank's stall.
-func (d *driver) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
+func (d *tierRunner) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
 	var ps prefetch.Stats
 	d.Do(func() { ps = d.p.Stats() })
 	return ps, d.Stall()
@@ -653,7 +653,7 @@ type tierSnap struct {
 
 func (t *tiers) snapshot() tierSnap {
 	var s tierSnap
-	for _, d := range t.drivers {
+	for _, d := range t.runners {
 		p, st := d.stats()
 		s.plan = append(s.plan, p)
 		s.stall = append(s.stall, st)
@@ -741,7 +741,7 @@ func (t *tiers) measureBandwidth(a, b tier.Stats) {
 		return
 	}
 	t.popts.BandwidthBytesPerSec = bw
-	for _, d := range t.drivers {
+	for _, d := range t.runners {
 		d.setBandwidth(bw)
 	}
 }

@@ -296,7 +296,7 @@ func TestTierHitRate(t *testing.T) {
 // the second step.
 func checkPlanHitRate(t *testing.T, e *Engine, r int, min float64) {
 	t.Helper()
-	d := e.tiers.drivers[r]
+	d := e.tiers.runners[r]
 	var tr prefetch.Trace
 	d.Do(func() { tr = d.p.Trace() })
 	resid, err := e.tiers.residency(r)

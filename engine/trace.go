@@ -16,7 +16,7 @@ import (
 )
 
 // The timeline (Options.Trace): a Tracer records what every rank's streams,
-// the drivers' tier-store moves and the host optimizer did, and when, as
+// the runners' tier-store moves and the host optimizer did, and when, as
 // Chrome trace events (ph "X" complete events, ts and dur in µs), so that
 // Perfetto (ui.perfetto.dev) or chrome://tracing can show the overlap of
 // compute, collectives and transfers. Off (nil) it costs one nil check per
@@ -134,7 +134,7 @@ func (ev TraceEvent) End() time.Duration { return ev.Start + ev.Dur }
 
 // Tracer records one Engine's timeline (Options.Trace). Its methods are
 // safe for concurrent use: the ranks' goroutines, their stream watchers,
-// the drivers and the host optimizer record into it.
+// the runners and the host optimizer record into it.
 type Tracer struct {
 	opts TraceOptions
 	t0   time.Time
@@ -486,7 +486,7 @@ func (e *Engine) WriteTrace(w io.Writer) error {
 }
 
 // flushTrace brings every span that has happened into the tracer. It
-// ignores the streams' and the drivers' errors: a failed step has
+// ignores the streams' and the runners' errors: a failed step has
 // returned them already, and its timeline is worth writing.
 func (e *Engine) flushTrace() {
 	if e.closed || e.opts.Trace == nil {

@@ -236,7 +236,7 @@ func (s traceSpec) engine(t *testing.T, tr *Tracer) *Engine {
 // compute stream shows every chunk it acquired, per pass and micro-batch;
 // the moves add up, per link, to the bytes the tier store counted (so every
 // link that moved bytes in StepStats.Tier has moves); each rank's shard
-// waits add up to the stall the driver counted; and the params end
+// waits add up to the stall the runner counted; and the params end
 // bit-identical to the same run with the timeline off.
 func TestTrace(t *testing.T) {
 	for _, s := range traceSpecs {
@@ -352,7 +352,7 @@ func (e *Engine) deviceAdamSpans() int {
 	return 3 * len(e.chunks)
 }
 
-// checkTierTrace: moves and stalls against the store's and drivers' counters.
+// checkTierTrace: moves and stalls against the store's and runners' counters.
 func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before, after tier.Stats, stats []StepStats, ov []StepOverlap) {
 	t.Helper()
 	var traced, inSteps [shard.LinkCount]int64
@@ -391,14 +391,14 @@ func checkTierTrace(t *testing.T, e *Engine, evs []TraceEvent, before, after tie
 		}
 	}
 	t.Logf("bytes per link: timeline %v, steps %v", traced, stepBytes)
-	for r, d := range e.tiers.drivers {
+	for r, d := range e.tiers.runners {
 		_, st := d.stats()
 		var sum time.Duration
 		for _, v := range st {
 			sum += v
 		}
 		if stallNs[r] != sum {
-			t.Errorf("rank %d: shard waits in the timeline %v, the driver counted %v", r, stallNs[r], sum)
+			t.Errorf("rank %d: shard waits in the timeline %v, the runner counted %v", r, stallNs[r], sum)
 		}
 	}
 	if e.tiers.swap != nil && (traced[shard.NVMeToHost] == 0 || traced[shard.HostToNVMe] == 0) {
