@@ -34,8 +34,8 @@ import (
 // (devState: params unless the tier store holds them; master, m, v with the
 // device optimizer) or the tier store (master, m, v with the host
 // optimizer, and the param shards under offload_param), through
-// readShardInto and restoreTiered. Engine.Params and Engine.Master read
-// the same way (fillChunk).
+// saveTiered and restoreTiered (the store's ReadNewest and WriteHome).
+// Engine.Params and Engine.Master read the same way (fillChunk).
 //
 // A frozen chunk (strata.freeze) has no optimizer state: its checkpoint
 // holds its params, as master the params widened to fp32, and zero m and
@@ -450,96 +450,18 @@ func (r *rank) writeDevice(b gpu.Buffer, src []byte) {
 	r.dev.CopyHostToDevice(r.s, b, 0, src)
 }
 
-// saveTiered copies the newest contents of a tier-store state into dst.
+// saveTiered copies the newest contents of a tier-store state into dst
+// (the runners are paused; a streaming save allocates nothing per shard).
 func (r *rank) saveTiered(k shard.Key, dst []byte) error {
-	return r.e.tiers.readShardInto(k, dst)
-}
-
-// readShardInto is tiers.readShard into the caller's buffer (a streaming
-// save allocates nothing per shard): the newest contents of a state, from
-// host RAM, HBM, or NVMe through a host copy that is dropped afterwards.
-// The runners must be paused.
-func (t *tiers) readShardInto(k shard.Key, dst []byte) error {
-	w, err := t.store.Where(k)
-	if err != nil {
-		return err
-	}
-	if w.Lost != nil {
-		return w.Lost
-	}
-	check := func(n int64) {
-		if n != int64(len(dst)) {
-			panic(fmt.Sprintf("engine: %s: %d bytes in the tier store, the checkpoint's shard is %d", k, n, len(dst)))
-		}
-	}
-	switch {
-	case w.Copies[shard.Host].Valid:
-	case w.Copies[shard.HBM].Valid:
-		l, err := t.store.Acquire(k, shard.HBM, shard.Read)
-		if err != nil {
-			return err
-		}
-		defer l.Release()
-		check(l.Buffer().Bytes())
-		r := t.e.ranks[k.Rank]
-		r.dev.CopyDeviceToHost(r.s, dst, l.Buffer(), 0)
-		return r.s.Synchronize()
-	default:
-		op, err := t.store.Fetch(k, shard.NVMe, shard.Host)
-		if err == nil {
-			err = op.Wait()
-		}
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if op, err := t.store.Evict(k, shard.Host); err == nil {
-				op.Wait()
-			}
-		}()
-	}
-	l, err := t.store.Acquire(k, shard.Host, shard.Read)
-	if err != nil {
-		return err
-	}
-	defer l.Release()
-	check(int64(len(l.Bytes())))
-	copy(dst, l.Bytes())
-	return nil
+	return r.e.tiers.store.ReadNewest(k, dst)
 }
 
 // restoreTiered writes src as the newest contents of a tier-store state
-// and leaves it where New's initialisation leaves it: in its home only (an
-// NVMe home is written through a host copy that the write-back drops). The
+// and leaves it where New's initialisation leaves it: in its home only. The
 // planners have not run, or never move anything (restore checks), so their
 // picture, every state in its home, stays true.
 func (r *rank) restoreTiered(k shard.Key, src []byte) error {
-	t := r.e.tiers
-	home := t.specs[k].Home
-	if home == shard.NVMe {
-		if _, err := t.store.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}); err != nil {
-			return err
-		}
-	}
-	l, err := t.store.Acquire(k, shard.Host, shard.Write)
-	if err != nil {
-		return err
-	}
-	if len(l.Bytes()) != len(src) {
-		panic(fmt.Sprintf("engine: %s: %d bytes in the tier store, the checkpoint's shard is %d", k, len(l.Bytes()), len(src)))
-	}
-	copy(l.Bytes(), src)
-	l.Release()
-	if home == shard.NVMe {
-		op, err := t.store.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack})
-		if err == nil {
-			err = op.Wait()
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.e.tiers.store.WriteHome(k, src)
 }
 
 // MasterChunks hands fn the fp32 master weights (what Master returns: in

@@ -421,26 +421,8 @@ func (t *tiers) initShard(k shard.Key, data []byte) error {
 	if k.State != shard.Param && t.e.isFrozen(int(k.Chunk)) {
 		return nil
 	}
-	home := t.specs[k].Home
-	if home == shard.NVMe {
-		if _, err := t.store.Submit(shard.Move{Key: k, To: shard.Host, Reason: shard.Alloc}); err != nil {
-			return fmt.Errorf("engine: init %s: %w", k, err)
-		}
-	}
-	l, err := t.store.Acquire(k, shard.Host, shard.Write)
-	if err != nil {
+	if err := t.store.WriteHome(k, data); err != nil {
 		return fmt.Errorf("engine: init %s: %w", k, err)
-	}
-	copy(l.Bytes(), data)
-	l.Release()
-	if home == shard.NVMe {
-		op, err := t.store.Submit(shard.Move{Key: k, From: shard.Host, To: shard.NVMe, Reason: shard.WriteBack})
-		if err == nil {
-			err = op.Wait()
-		}
-		if err != nil {
-			return fmt.Errorf("engine: init %s: %w", k, err)
-		}
 	}
 	return nil
 }
@@ -451,7 +433,7 @@ func (t *tiers) initShard(k shard.Key, data []byte) error {
 // the store stays true.
 func (t *tiers) readShard(k shard.Key) ([]byte, error) {
 	out := make([]byte, t.specs[k].SizeBytes())
-	if err := t.readShardInto(k, out); err != nil {
+	if err := t.store.ReadNewest(k, out); err != nil {
 		return nil, err
 	}
 	return out, nil

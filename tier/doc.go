@@ -126,6 +126,13 @@
 //	run.Close() // before the store
 //	s.Close() // cancels moves not started, waits for the rest, frees every copy
 //
+// Whole-shard I/O while nothing moves (initialisation, restore, a
+// checkpoint with the runners paused) is the store's too: WriteHome makes
+// given bytes the newest contents and leaves the shard in its home only;
+// ReadNewest copies the newest contents from whichever tier holds them
+// (from NVMe through a host copy it drops again). A caller outside the
+// store and its Runner never builds a Move.
+//
 // The store owns none of its resources: close it before the swap, the nvme
 // engine and the pinned pool.
 //
