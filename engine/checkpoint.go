@@ -311,9 +311,7 @@ func (e *Engine) restore(step int64, run func() error) error {
 	e.step = step
 	// The restore's copies are not the next step's traffic.
 	e.lastCount = e.counters()
-	if e.tiers != nil {
-		e.tiers.last = e.tiers.snapshot()
-	}
+	e.tiers.markStepEnd()
 	return nil
 }
 

@@ -27,6 +27,7 @@ type chunkPlan struct {
 	shard      int  // ShardElems: each rank's slice; the chunk padded is n·shard
 	persistent bool // stage 3: stays gathered on every device (below the persistence threshold)
 	frozen     bool // strata.freeze: params only, no gradient, no optimizer state, no update (freeze.go)
+	path       paramPath
 }
 
 // Engine trains one model with ZeRO across the local devices: one rank per
@@ -75,6 +76,7 @@ type Engine struct {
 	registration []HostRegistration
 
 	overlap  string       // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
+	upd      updater      // the optimizer's strategy (update.go), chosen in New
 	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
 	t0       time.Time    // the engine's clock (busyLog)
 	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
@@ -135,9 +137,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		e.Close()
 		return nil, err
 	}
-	if e.tiers != nil {
-		e.tiers.last = e.tiers.snapshot()
-	}
+	e.tiers.markStepEnd()
 	e.notePinned()
 	e.noteBwd()
 	e.lastCount = e.counters()
@@ -218,6 +218,7 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 	for c, ch := range e.layout.Chunks {
 		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c]), frozen: mo.frozen(c)}
 		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
+		p.path = choosePath(e, p)
 		e.chunks = append(e.chunks, p)
 	}
 	if e.estimate.FrozenParams > 0 {
@@ -277,6 +278,7 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptio
 			return err
 		}
 	}
+	e.upd = chooseUpdater(e)
 	return nil
 }
 
@@ -407,21 +409,13 @@ func (e *Engine) Step() (StepStats, error) {
 	if err := e.readBatches(step); err != nil {
 		return st, err
 	}
-	var snap tierSnap
-	if e.tiers != nil {
-		for i, d := range e.tiers.runners {
-			if err := d.BeginStep(); err != nil {
-				return st, fmt.Errorf("engine: step %d: rank %d: %w", step, i, err)
-			}
-		}
-		e.tiers.store.ResetPeaks()
-		snap = e.tiers.last // the previous step's end: moves between steps count in this one
+	snap, err := e.tiers.beginStep()
+	if err != nil {
+		return st, fmt.Errorf("engine: step %d: %w", step, err)
 	}
-	if e.bwdEnabled() { // cpuadam during the backward: no clipping, so GradScale 1
-		if err := e.parallel(func(r *rank) (err error) { r.next, err = r.startRun(e.adamParams(step, 1)); return err }); err != nil {
-			e.abortNext()
-			return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
-		}
+	if err := e.parallel(func(r *rank) error { return e.upd.beforePass(r, step) }); err != nil {
+		e.abortNext()
+		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
 	}
 	if err := e.parallel(func(r *rank) error { return r.backward(step) }); err != nil {
 		e.abortNext()
@@ -468,18 +462,7 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	ap := e.adamParams(step, st.ClipCoef)
 	optStart := time.Now()
-	update := func(r *rank) error {
-		err := r.update(ap)
-		r.hostFig.add(r.takeHostOpt())
-		return err
-	}
-	if e.offload && e.overlap != OverlapSerial {
-		update = func(r *rank) error { return r.updateExact(ap) }
-		if e.bwdEnabled() {
-			update = func(r *rank) error { return r.commitNext() }
-		}
-	}
-	err := e.parallel(update)
+	err = e.parallel(func(r *rank) error { return e.upd.update(r, ap) })
 	for _, r := range e.ranks {
 		st.HostOpt.add(r.hostFig)
 		r.hostFig = HostOptStats{}
@@ -489,10 +472,7 @@ func (e *Engine) Step() (StepStats, error) {
 		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
 	}
 	st.OptimizerTime = time.Since(optStart)
-	if e.tiers != nil {
-		ts := e.tiers.since(snap)
-		st.Tier = &ts
-	}
+	st.Tier = e.tiers.stepStats(snap)
 	e.step = step
 	if e.driverAt1 == nil {
 		e.driverAt1 = e.driverCounters()
@@ -524,10 +504,11 @@ func (e *Engine) adamParams(step int64, coef float64) gpu.AdamParams {
 	return ap
 }
 
-// abortNext undoes every rank's updates of a failed step's backward.
+// abortNext drops what the updater began before a failed step's pass
+// (the updates of the backward are undone).
 func (e *Engine) abortNext() {
 	for _, r := range e.ranks {
-		r.abortNext()
+		e.upd.abort(r)
 	}
 }
 
@@ -640,10 +621,8 @@ func (e *Engine) Close() error {
 			first = err
 		}
 	}
-	if e.tiers != nil {
-		if err := e.tiers.close(); err != nil && first == nil {
-			first = err
-		}
+	if err := e.tiers.close(); err != nil && first == nil {
+		first = err
 	}
 	e.ranks = nil
 	if e.opt != nil {

@@ -83,9 +83,7 @@ func (e *Engine) Eval(set EvalSet) (EvalStats, error) {
 	})
 	// The pass's transfers are not the next step's.
 	e.lastCount = e.counters()
-	if e.tiers != nil {
-		e.tiers.last = e.tiers.snapshot()
-	}
+	e.tiers.markStepEnd()
 	if runErr != nil {
 		return st, runErr
 	}
@@ -151,11 +149,8 @@ func (r *rank) evalMicro(b model.Batch) (float64, error) {
 func (r *rank) evalEnd() error {
 	err := r.sync()
 	r.h.freeAll()
-	if r.e.tiers != nil {
-		r.runner().Settle()
-		if derr := r.runner().Err(); err == nil {
-			err = derr
-		}
+	if derr := r.e.tiers.settle(r.idx); err == nil {
+		err = derr
 	}
 	if herr := r.h.takeErr(); herr != nil {
 		return herr

@@ -321,18 +321,10 @@ func (h *hooks) gather(c int, pass shard.Phase) *gathered {
 			r.cs.Wait(after)
 		}
 		r.cs.Wait(r.paramReady[c])
-		src = r.st.param[c]
-		if r.e.paramTiered(c) {
-			// The tier store stages the rank's shard in HBM (the planner has
-			// fetched it ahead); it stays leased until the gather has read it.
-			var err error
-			lease, err = r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: pass, Tier: shard.HBM, Kind: shard.Read})
-			if err != nil {
-				h.fail(err)
-				h.dropGathered(g) // not live yet: fail did not free it
-			} else {
-				src = lease.Buffer()
-			}
+		var err error
+		if src, lease, err = p.path.source(r, c, pass); err != nil {
+			h.fail(err)
+			h.dropGathered(g) // not live yet: fail did not free it
 		}
 	}
 	h.live[c] = g

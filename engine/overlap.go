@@ -195,13 +195,13 @@ type hostRun struct {
 	flushes int
 	// held is, per chunk updated during the backward, its leases, kept
 	// until the step is known finite (written before ready[c] closes).
-	held [][5]*tier.Lease
+	held []hostLeases
 }
 
 type hostJob struct {
 	c   int
-	ls  [5]*tier.Lease // master, m, v, the new param (offload_param), the gradient
-	err error          // leasing failed: nothing to compute
+	ls  hostLeases
+	err error // leasing failed: nothing to compute
 	// During the backward (overlap_bwd.go): ev is the gradient's copy to
 	// host memory, which cpuadam waits for; keep saves what undoes the
 	// update and keeps the leases (held) until the step's verdict.
@@ -260,7 +260,7 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 	}
 	n := len(r.e.chunks)
 	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
-		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([][5]*tier.Lease, n),
+		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([]hostLeases, n),
 		delayed: r.e.delayed(ap.Step), lentAt: make([]int, n), reported: make([]bool, n)}
 	for c := range run.lentAt {
 		run.lentAt[c] = -1
@@ -374,7 +374,7 @@ func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 		if j.release {
 			for c, ls := range run.held {
 				r.doneLeases(ls)
-				run.held[c] = [5]*tier.Lease{}
+				run.held[c] = hostLeases{}
 			}
 			continue
 		}
@@ -478,24 +478,7 @@ func (r *rank) updateReady(c int) bool {
 // paramReady[c] after the last of them. With offload_param the new param
 // is in its host copy in the store: nothing.
 func (r *rank) uploadChunk(c int, updated bool) {
-	e, st := r.e, r.st
-	if e.paramTiered(c) {
-		return
-	}
-	r.upload(c, updated) // not updated: the staging holds no new params, keep the old ones (the collectives go on)
-	if !(e.stage >= 1 && e.n > 1 && st.paramIsFull(c)) {
-		return
-	}
-	r.cs.Wait(r.paramReady[c])
-	var from gpu.Event
-	if r.tr != nil {
-		from = r.tr.mark(r.cs)
-	}
-	r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
-	r.cs.Record(r.paramReady[c])
-	if from != nil {
-		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "allgather "+e.layout.Chunks[c].Name+" (update)", map[string]any{"chunk": c})
-	}
+	r.e.chunks[c].path.publishHost(r, c, updated)
 }
 
 // waitHost waits until the pending update's goroutine has run every chunk
@@ -591,7 +574,7 @@ func (e *Engine) settle() error {
 // offload_param, the new param's host copy (write; not for a delayed
 // update, which writes the staging: storeDelayed). On an error the
 // leases taken are given back.
-func (r *rank) leaseHost(c int, delayed bool) (ls [5]*tier.Lease, err error) {
+func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 	d := r.runner()
 	// SizeBytes 0: the planner takes the placement's (the store's charge).
 	acc := func(state shard.State, kind shard.Kind) shard.Access {
@@ -599,33 +582,42 @@ func (r *rank) leaseHost(c int, delayed bool) (ls [5]*tier.Lease, err error) {
 	}
 	defer func() {
 		if err != nil {
-			for i, l := range ls {
-				if l != nil {
-					d.Done(l, nil)
-					ls[i] = nil
-				}
-			}
+			r.doneLeases(ls)
+			ls = hostLeases{}
 		}
 	}()
-	for i, state := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-		if ls[i], err = d.Use(acc(state, shard.Update)); err != nil {
+	for _, u := range []struct {
+		l     **tier.Lease
+		state shard.State
+	}{{&ls.master, shard.Master}, {&ls.m, shard.AdamM}, {&ls.v, shard.AdamV}} {
+		if *u.l, err = d.Use(acc(u.state, shard.Update)); err != nil {
 			return ls, err
 		}
 	}
-	if ls[4], err = d.Use(acc(shard.Grad, shard.Read)); err != nil {
+	if ls.grad, err = d.Use(acc(shard.Grad, shard.Read)); err != nil {
 		return ls, err
 	}
 	if r.e.paramTiered(c) && !delayed {
-		if ls[3], err = d.Use(acc(shard.Param, shard.Write)); err != nil {
+		if ls.param, err = d.Use(acc(shard.Param, shard.Write)); err != nil {
 			return ls, err
 		}
 	}
 	return ls, nil
 }
 
+// hostLeases are cpuadam's leases of one chunk's state in host memory.
+type hostLeases struct {
+	master, m, v *tier.Lease // Update
+	grad         *tier.Lease // Read: the reduced gradient
+	param        *tier.Lease // Write: the new param's host copy (offload_param, not delayed); nil: the upload staging
+}
+
+// optState is master, m and v's leases, in that order.
+func (ls hostLeases) optState() [3]*tier.Lease { return [3]*tier.Lease{ls.master, ls.m, ls.v} }
+
 // doneLeases ends the leases of ls (nil entries: none).
-func (r *rank) doneLeases(ls [5]*tier.Lease) {
-	for _, l := range ls {
+func (r *rank) doneLeases(ls hostLeases) {
+	for _, l := range [...]*tier.Lease{ls.master, ls.m, ls.v, ls.param, ls.grad} {
 		if l != nil {
 			r.runner().Done(l, nil)
 		}
@@ -635,16 +627,16 @@ func (r *rank) doneLeases(ls [5]*tier.Lease) {
 // adamHost runs cpuadam on chunk c's leased state, writing the new params
 // into their host copy in the store (offload_param) or into the chunk's
 // pinned upload staging.
-func (r *rank) adamHost(c int, cp cpuadam.Params, ls [5]*tier.Lease) {
+func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	e := r.e
 	var out []byte
-	if ls[3] != nil {
-		out = ls[3].Bytes()
+	if ls.param != nil {
+		out = ls.param.Bytes()
 	} else {
 		out = e.tiers.uploadBytes(r.idx, c)
 	}
 	cp = cpuadam.Params(e.chunkAdam(c, gpu.AdamParams(cp)))
-	master, grad, m, v := f32s(ls[0].Bytes()), ls[4].Bytes(), f32s(ls[1].Bytes()), f32s(ls[2].Bytes())
+	master, grad, m, v := f32s(ls.master.Bytes()), ls.grad.Bytes(), f32s(ls.m.Bytes()), f32s(ls.v.Bytes())
 	t0 := r.traceNow()
 	if e.precision == gpu.BF16 {
 		g, o := u16s(grad), u16s(out)

@@ -5,7 +5,6 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
-	"github.com/strata-ai/strata/tier"
 )
 
 // The host update during the backward (strata.update_in_backward, overlap
@@ -84,21 +83,21 @@ func (r *rank) handBackward(c int, ev gpu.Event) error {
 
 // saveUndo copies chunk c's master, m and v (leased in ls) before cpuadam
 // writes them.
-func (r *rank) saveUndo(c int, ls [5]*tier.Lease) {
+func (r *rank) saveUndo(c int, ls hostLeases) {
 	if r.undo == nil {
 		r.undo = make([][]byte, len(r.e.chunks))
 	}
 	u := r.undo[c][:0]
-	for _, l := range ls[:3] {
+	for _, l := range ls.optState() {
 		u = append(u, l.Bytes()...)
 	}
 	r.undo[c] = u
 }
 
 // restoreUndo copies chunk c's saved master, m and v back into ls.
-func (r *rank) restoreUndo(c int, ls [5]*tier.Lease) {
+func (r *rank) restoreUndo(c int, ls hostLeases) {
 	u := r.undo[c]
-	for _, l := range ls[:3] {
+	for _, l := range ls.optState() {
 		u = u[copy(l.Bytes(), u):]
 	}
 }

@@ -340,12 +340,9 @@ func (r *rank) backward(step int64) error {
 	r.hostFig.add(r.takeHostOpt())
 	r.h.freeAll()
 	r.freeGrads()
-	if e.tiers != nil {
-		r.runner().Settle()
-		// A move that failed during the pass (one the rank did not wait
-		// for) fails the step here, before any rank updates.
-		keep(r.runner().Err())
-	}
+	// A move that failed during the pass (one the rank did not wait for)
+	// fails the step here, before any rank updates.
+	keep(e.tiers.settle(r.idx))
 	if err := r.h.takeErr(); err != nil {
 		return err // the cause; what followed from it is secondary
 	}
@@ -431,75 +428,6 @@ func (r *rank) reduced(c int, failed bool) error {
 // the last backward left it.
 func (r *rank) normSq(c int) float64 { return f64s(r.normsHost)[c] }
 
-// update runs Adam on the rank's shard of every chunk and brings the new
-// parameters where the next step reads them.
-func (r *rank) update(ap gpu.AdamParams) error {
-	e, st := r.e, r.st
-	var cp cpuadam.Params
-	if e.offload {
-		cp = ap // gpu.AdamParams and cpuadam.Params are one type (internal/adam)
-		if err := cp.Validate(); err != nil {
-			return err
-		}
-	}
-	gather := e.stage >= 1 && e.n > 1
-	var first error
-	var csFrom gpu.Event // trace: the open span on cs
-	var csName string
-	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
-	for c, p := range e.chunks {
-		if p.frozen {
-			continue // no update: the params stay as they are, paramReady[c] too
-		}
-		if e.offload {
-			err := r.stepHost(c, cp)
-			if err != nil && first == nil {
-				first = err // go on: every rank must issue the same collectives
-			}
-			if e.paramTiered(c) {
-				continue // the new param is in its host copy: the planner moves it
-			}
-			r.upload(c, err == nil) // else the staging buffer holds no new params: keep the old ones
-			if !(gather && st.paramIsFull(c)) {
-				continue // paramReady[c] is the upload's
-			}
-			r.cs.Wait(r.paramReady[c])
-			if r.tr != nil {
-				csFrom, csName = r.tr.mark(r.cs), "allgather "+e.layout.Chunks[c].Name+" (update)"
-			}
-		} else {
-			p, m, v, out := st.deviceOpt(c)
-			var from gpu.Event
-			if r.tr != nil {
-				from = r.tr.mark(r.s)
-			}
-			r.ops.AdamStep(r.s, p, st.gradShard(c), m, v, out, e.chunkAdam(c, ap))
-			if r.tr != nil {
-				r.tr.compute.span(from, r.tr.mark(r.s), TraceCompute, "adam "+e.layout.Chunks[c].Name+" (device)", map[string]any{"chunk": c})
-			}
-			if !(gather && st.paramIsFull(c)) {
-				r.s.Record(r.paramReady[c])
-				continue
-			}
-			ev := r.dev.NewEvent()
-			r.s.Record(ev)
-			r.cs.Wait(ev)
-			if r.tr != nil {
-				csFrom, csName = r.tr.mark(r.cs), "allgather "+e.layout.Chunks[c].Name+" (update)"
-			}
-		}
-		if gather && st.paramIsFull(c) {
-			r.comm.AllGather(r.cs, st.paramShard(c), st.paramFull(c))
-		}
-		r.cs.Record(r.paramReady[c])
-		if csFrom != nil {
-			r.tr.comm.span(csFrom, r.tr.mark(r.cs), TraceComm, csName, map[string]any{"chunk": c})
-			csFrom = nil
-		}
-	}
-	return first
-}
-
 // traceNow is the time when the timeline is on, else zero.
 func (r *rank) traceNow() time.Time {
 	if r.tr == nil {
@@ -529,11 +457,7 @@ func (r *rank) stepHost(c int, cp cpuadam.Params) error {
 		return err
 	}
 	r.adamHost(c, cp, ls)
-	for _, l := range ls {
-		if l != nil {
-			r.runner().Done(l, nil)
-		}
-	}
+	r.doneLeases(ls)
 	return nil
 }
 

@@ -458,6 +458,9 @@ func (t *tiers) resume() {
 }
 
 func (t *tiers) close() error {
+	if t == nil {
+		return nil
+	}
 	var errs []error
 	for _, d := range t.runners {
 		d.Close()
@@ -631,6 +634,62 @@ type tierSnap struct {
 	plan  []prefetch.Stats
 	stall [][shard.TierCount]time.Duration
 	store tier.Stats
+}
+
+// The step's calls on the tier store. A nil *tiers (no store: the
+// optimizer on the device, no saved inputs offloaded) does nothing, so the
+// step does not test for one.
+
+// beginStep starts every runner's step and resets the store's peaks; the
+// snapshot it returns is the previous step's end (moves between the steps
+// count in this one).
+func (t *tiers) beginStep() (tierSnap, error) {
+	if t == nil {
+		return tierSnap{}, nil
+	}
+	for i, d := range t.runners {
+		if err := d.BeginStep(); err != nil {
+			return tierSnap{}, fmt.Errorf("rank %d: %w", i, err)
+		}
+	}
+	t.store.ResetPeaks()
+	return t.last, nil
+}
+
+// stepStats is the step's figures since snap (nil without a store).
+func (t *tiers) stepStats(snap tierSnap) *TierStats {
+	if t == nil {
+		return nil
+	}
+	ts := t.since(snap)
+	return &ts
+}
+
+// markStepEnd takes the snapshot the next step's figures start from: what
+// moved until now (initialisation, a restore, an evaluation) is not its.
+func (t *tiers) markStepEnd() {
+	if t != nil {
+		t.last = t.snapshot()
+	}
+}
+
+// settle waits until rank r's runner has issued and seen complete every
+// move due, and returns a move's failure the rank did not wait for.
+func (t *tiers) settle(r int) error {
+	if t == nil {
+		return nil
+	}
+	t.runners[r].Settle()
+	return t.runners[r].Err()
+}
+
+// cycle pauses every runner (their moves in flight complete) and resumes
+// them.
+func (t *tiers) cycle() {
+	if t != nil {
+		t.pause()
+		t.resume()
+	}
 }
 
 func (t *tiers) snapshot() tierSnap {

@@ -497,8 +497,5 @@ func (e *Engine) flushTrace() {
 	for _, r := range e.ranks {
 		r.tr.flush()
 	}
-	if e.tiers != nil {
-		e.tiers.pause()
-		e.tiers.resume()
-	}
+	e.tiers.cycle()
 }

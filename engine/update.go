@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/gpu"
+)
+
+// updater is the step's optimizer strategy, chosen once in New from where
+// the optimizer state lives and strata.overlap (chooseUpdater): Step calls
+// it at fixed points and tests no configuration itself.
+type updater interface {
+	// beforePass starts on rank r what the coming backward feeds (the
+	// update during the backward); the others do nothing.
+	beforePass(r *rank, step int64) error
+	// update applies Adam with ap to the rank's shards once the step is
+	// known finite (the pipelined ones issue it and return).
+	update(r *rank, ap gpu.AdamParams) error
+	// abort drops what beforePass started, after a failed or non-finite
+	// step: nothing of it reaches the params.
+	abort(r *rank)
+}
+
+// chooseUpdater is the engine's updater: on the device, or on the host
+// serially, pipelined under the next pass (exact, and dpu, whose runs past
+// the warm-up are delayed: hostRun.delayed), or during the backward.
+func chooseUpdater(e *Engine) updater {
+	switch {
+	case !e.offload:
+		return deviceUpdate{}
+	case e.overlap == OverlapSerial:
+		return serialUpdate{}
+	case e.bwdEnabled():
+		return backwardUpdate{}
+	default:
+		return pipelinedUpdate{}
+	}
+}
+
+// deviceUpdate runs Adam on the device, chunk by chunk on the compute
+// stream, and publishes each new param shard (paramPath.publishDevice).
+type deviceUpdate struct{}
+
+func (deviceUpdate) beforePass(*rank, int64) error { return nil }
+func (deviceUpdate) abort(*rank)                   {}
+
+func (deviceUpdate) update(r *rank, ap gpu.AdamParams) error {
+	e, st := r.e, r.st
+	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
+	for c, p := range e.chunks {
+		if p.frozen {
+			continue // no update: the params stay as they are, paramReady[c] too
+		}
+		pm, m, v, out := st.deviceOpt(c)
+		var from gpu.Event
+		if r.tr != nil {
+			from = r.tr.mark(r.s)
+		}
+		r.ops.AdamStep(r.s, pm, st.gradShard(c), m, v, out, e.chunkAdam(c, ap))
+		if r.tr != nil {
+			r.tr.compute.span(from, r.tr.mark(r.s), TraceCompute, "adam "+e.layout.Chunks[c].Name+" (device)", map[string]any{"chunk": c})
+		}
+		p.path.publishDevice(r, c)
+	}
+	return nil
+}
+
+// serialUpdate runs cpuadam inside Step, after the whole backward, chunk
+// by chunk, and publishes each new param shard (paramPath.publishHost):
+// the schedule before the pipelined one, and the reference it is measured
+// against.
+type serialUpdate struct{}
+
+func (serialUpdate) beforePass(*rank, int64) error { return nil }
+func (serialUpdate) abort(*rank)                   {}
+
+func (serialUpdate) update(r *rank, ap gpu.AdamParams) error {
+	defer func() { r.hostFig.add(r.takeHostOpt()) }()
+	cp := cpuadam.Params(ap) // one type (internal/adam)
+	if err := cp.Validate(); err != nil {
+		return err
+	}
+	var first error
+	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
+	for c, p := range r.e.chunks {
+		if p.frozen {
+			continue // no update: the params stay as they are, paramReady[c] too
+		}
+		err := r.stepHost(c, cp)
+		if err != nil && first == nil {
+			first = err // go on: every rank must issue the same collectives
+		}
+		p.path.publishHost(r, c, err == nil) // not updated: the staging holds no new params, keep the old ones
+	}
+	return first
+}
+
+// pipelinedUpdate issues the host update (exact overlap, and dpu):
+// cpuadam runs under the next pass, each chunk published when that pass
+// first needs it (updateExact, overlap.go).
+type pipelinedUpdate struct{}
+
+func (pipelinedUpdate) beforePass(*rank, int64) error { return nil }
+func (pipelinedUpdate) abort(*rank)                   {}
+
+func (pipelinedUpdate) update(r *rank, ap gpu.AdamParams) error { return r.updateExact(ap) }
+
+// backwardUpdate starts the host update during the backward
+// (overlap_bwd.go), commits it once the step is finite and undoes it when
+// not.
+type backwardUpdate struct{}
+
+func (backwardUpdate) beforePass(r *rank, step int64) (err error) {
+	r.next, err = r.startRun(r.e.adamParams(step, 1)) // no clipping: GradScale 1
+	return err
+}
+
+func (backwardUpdate) update(r *rank, _ gpu.AdamParams) error { return r.commitNext() }
+
+func (backwardUpdate) abort(r *rank) { r.abortNext() }
