@@ -18,8 +18,8 @@
 //   - TrainStep: the plain one-device loop (model.Trainer) against the
 //     backend's GEMM at the model's c_fc shape.
 //
-// OpenDevices opens a backend's devices (cpu or cuda) for any of them and
-// for `strata train`. The package prints nothing: progress goes to an
+// The workloads open a backend's devices (cpu or cuda) with gpu/backend,
+// as `strata train`, `eval` and `generate` do. The package prints nothing: progress goes to an
 // optional callback where a workload is long, and cmd decides what to
 // show. The workloads report ratios against an anchor measured in the
 // same run (the GEMM, the memory roofline, the CPU peak; fio in

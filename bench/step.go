@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -122,8 +123,8 @@ func (o StepOptions) Validate() error {
 	case o.HostBudgetBytes < 0 || o.HBMBytes < 0 || o.TierHBMBytes < 0 || o.Threads < 0:
 		return errors.New("bench: budgets and threads must be >= 0")
 	}
-	if !slices.Contains(Backends, o.Backend) {
-		return fmt.Errorf("bench: backend %q is not one of %s", o.Backend, strings.Join(Backends, ", "))
+	if !slices.Contains(backend.Names, o.Backend) {
+		return fmt.Errorf("bench: backend %q is not one of %s", o.Backend, strings.Join(backend.Names, ", "))
 	}
 	for _, m := range o.Modes {
 		if !slices.Contains(StepModes, m) {
@@ -294,7 +295,7 @@ func Step(o StepOptions) (StepResult, error) {
 type stepRun struct {
 	o         StepOptions
 	engines   []*engine.Engine
-	backends  []*Devices
+	backends  []*backend.Devices
 	tmpDirs   []string
 	tracer    *engine.Tracer
 	traceFile *os.File       // open until the timeline is written
@@ -382,7 +383,7 @@ func (r *stepRun) build(res *StepResult) error {
 		if err != nil {
 			return err
 		}
-		devs, err := OpenDevices(o.Backend, o.Devices, o.HBMBytes, cfg.Strata.Deterministic)
+		devs, err := backend.Open(o.Backend, o.Devices, o.HBMBytes, cfg.Strata.Deterministic)
 		if err != nil {
 			return err
 		}

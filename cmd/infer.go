@@ -9,9 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-ai/strata/bench"
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -45,7 +45,7 @@ type inferModel struct {
 	dtWhy   string // why dt: what the weights are stored in, or the flag
 	tok     *tokenizer.Tokenizer
 	tokFrom string // the tokenizer's file, or "bytes"
-	devs    *bench.Devices
+	devs    *backend.Devices
 	dev     gpu.Device
 	w       *model.Weights
 	dec     *model.Decoder
@@ -57,16 +57,16 @@ type inferModel struct {
 // (decoderOpts of the shape and tokenizer) do not fit its memory, and
 // loads the weights a chunk at a time. Notes go to stderr.
 func openInference(c *cli.Context, cmd string, decoderOpts func(model.Shape, *tokenizer.Tokenizer) (model.DecoderOptions, error), stderr io.Writer) (_ *inferModel, err error) {
-	backend := c.String("backend")
-	if !slices.Contains(bench.Backends, backend) {
-		return nil, usagef("%s: --backend %q is not one of %s", cmd, backend, strings.Join(bench.Backends, ", "))
+	name := c.String("backend")
+	if !slices.Contains(backend.Names, name) {
+		return nil, usagef("%s: --backend %q is not one of %s", cmd, name, strings.Join(backend.Names, ", "))
 	}
 	var hbm int64
 	if v := c.String("hbm"); v != "" {
 		if hbm, err = units.ParseBytes(v); err != nil || hbm == 0 {
 			return nil, usagef("%s: --hbm %q: want a byte size such as 16GiB (%v)", cmd, v, err)
 		}
-		if backend == "cpu" {
+		if name == "cpu" {
 			if err := cpu.CheckHostRAM(1, hbm); err != nil {
 				return nil, fmt.Errorf("%s: %w", cmd, err)
 			}
@@ -102,7 +102,7 @@ func openInference(c *cli.Context, cmd string, decoderOpts func(model.Shape, *to
 	if err != nil {
 		return nil, err
 	}
-	if m.devs, err = bench.OpenDevices(backend, 1, hbm, true); err != nil {
+	if m.devs, err = backend.Open(name, 1, hbm, true); err != nil {
 		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	m.dev = m.devs.Devs[0]

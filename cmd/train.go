@@ -16,11 +16,11 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/urfave/cli/v2"
 
-	"github.com/strata-ai/strata/bench"
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -209,7 +209,7 @@ func runTrain(c *cli.Context) (err error) {
 		defer rd.close()
 	}
 	cfg := p.cfg
-	devs, err := bench.OpenDevices(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
+	devs, err := backend.Open(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
 	if err != nil {
 		return err
 	}
@@ -529,8 +529,8 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 		return fmt.Errorf("train: strata.model %q has no shape", cfg.Strata.Model.Name)
 	}
 	if c.IsSet("backend") {
-		if b := c.String("backend"); !slices.Contains(bench.Backends, b) {
-			return usagef("train: --backend %q is not one of %s", b, strings.Join(bench.Backends, ", "))
+		if b := c.String("backend"); !slices.Contains(backend.Names, b) {
+			return usagef("train: --backend %q is not one of %s", b, strings.Join(backend.Names, ", "))
 		}
 		cfg.Strata.Backend = c.String("backend")
 	}
@@ -581,7 +581,7 @@ func openTrainTrace(path string) (*engine.Tracer, *os.File, error) {
 
 // startTrain loads the checkpoint of a resumed run into e and prints the
 // run's header: the devices, the engine's notes, the model and the batch.
-func startTrain(e *engine.Engine, p *trainPlan, devs *bench.Devices, stderr io.Writer) error {
+func startTrain(e *engine.Engine, p *trainPlan, devs *backend.Devices, stderr io.Writer) error {
 	cfg := p.cfg
 	if devs.Backend != "cpu" {
 		fmt.Fprintf(stderr, "devices: %s\n", devs.Describe)

@@ -5,26 +5,16 @@ import (
 	"time"
 )
 
+//go:generate go tool stringer -type=Phase,Kind -linecomment -output=access_string.go
+
 // Phase is the part of a training step an access belongs to.
 type Phase uint8
 
 const (
-	Forward Phase = iota
-	Backward
-	Optimizer
+	Forward   Phase = iota // fwd
+	Backward               // bwd
+	Optimizer              // opt
 )
-
-func (p Phase) String() string {
-	switch p {
-	case Forward:
-		return "fwd"
-	case Backward:
-		return "bwd"
-	case Optimizer:
-		return "opt"
-	}
-	return fmt.Sprintf("phase(%d)", uint8(p))
-}
 
 // Kind says what the compute does with the shard. The planner plans by it
 // and the store leases by it: a Read lease shares the copy, Update and
@@ -35,27 +25,15 @@ type Kind uint8
 const (
 	// Read needs the current contents in the access tier (params in
 	// forward/backward, a gradient read by the optimizer).
-	Read Kind = iota
+	Read Kind = iota // read
 	// Update reads and rewrites in place (master, m, v in the optimizer):
 	// the copy is dirty after release.
-	Update
+	Update // update
 	// Write produces the shard without reading it (a gradient in backward,
 	// the new bf16 param written by the optimizer): only space is needed,
 	// and every other copy is stale after release.
-	Write
+	Write // write
 )
-
-func (k Kind) String() string {
-	switch k {
-	case Read:
-		return "read"
-	case Update:
-		return "update"
-	case Write:
-		return "write"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
 
 // Access is one use of one shard by the compute.
 type Access struct {

@@ -2,34 +2,25 @@ package shard
 
 import "fmt"
 
+//go:generate go tool stringer -type=Link,Reason -linecomment -output=move_string.go
+
 // Link is a one-way path between adjacent tiers. The HBM links exist once
 // per device (rank); the NVMe links are shared by all ranks.
 type Link uint8
 
 const (
-	NVMeToHost Link = iota // NVMe read into pinned host memory
-	HostToHBM              // upload (host -> device copy over PCIe/NVLink-C2C)
-	HBMToHost              // download (gradients, write-backs)
-	HostToNVMe             // NVMe write (write-backs)
-	linkCount
+	// NVMeToHost is an NVMe read into pinned host memory.
+	NVMeToHost Link = iota // nvme->host
+	// HostToHBM is an upload (host -> device copy over PCIe/NVLink-C2C).
+	HostToHBM // host->hbm
+	// HBMToHost is a download (gradients, write-backs).
+	HBMToHost // hbm->host
+	// HostToNVMe is an NVMe write (write-backs).
+	HostToNVMe // host->nvme
 )
 
 // LinkCount is the number of links.
-const LinkCount = int(linkCount)
-
-func (l Link) String() string {
-	switch l {
-	case NVMeToHost:
-		return "nvme->host"
-	case HostToHBM:
-		return "host->hbm"
-	case HBMToHost:
-		return "hbm->host"
-	case HostToNVMe:
-		return "host->nvme"
-	}
-	return fmt.Sprintf("link(%d)", uint8(l))
-}
+const LinkCount = int(HostToNVMe) + 1
 
 // LinkOf returns the link from one tier to an adjacent one.
 func LinkOf(from, to Tier) (Link, bool) {
@@ -54,38 +45,21 @@ const (
 	// Prefetch copies a shard From -> To ahead of a predicted access; the
 	// From copy stays. (The planner's write-behind is a Prefetch toward the
 	// home tier, so a Prefetch does not always go toward a faster tier.)
-	Prefetch Reason = iota
+	Prefetch Reason = iota // prefetch
 	// Demand is a Prefetch for an access that is already waiting (a miss).
-	Demand
+	Demand // demand
 	// Evict drops the From copy; a valid copy remains in a slower tier (To).
 	// The store writes a copy that holds the only valid data back first.
-	Evict
+	Evict // evict
 	// WriteBack copies a dirty copy From -> To, then drops the From copy.
-	WriteBack
+	WriteBack // writeback
 	// Alloc reserves space in To (contents undefined) for an access that
 	// only writes.
-	Alloc
-	reasonCount
+	Alloc // alloc
 )
 
 // ReasonCount is the number of reasons.
-const ReasonCount = int(reasonCount)
-
-func (r Reason) String() string {
-	switch r {
-	case Prefetch:
-		return "prefetch"
-	case Demand:
-		return "demand"
-	case Evict:
-		return "evict"
-	case WriteBack:
-		return "writeback"
-	case Alloc:
-		return "alloc"
-	}
-	return fmt.Sprintf("reason(%d)", uint8(r))
-}
+const ReasonCount = int(Alloc) + 1
 
 // Move is one instruction from a planner to a store: prefetch emits moves,
 // tier executes them.

@@ -13,69 +13,48 @@ import "fmt"
 // ChunkID numbers the chunks of a model in forward order.
 type ChunkID int32
 
+//go:generate go tool stringer -type=State,Tier -linecomment -output=shard_string.go
+
 // State is one of the per-shard tensors of mixed-precision Adam, or a
-// block's saved input (Activation).
+// block's saved input (Activation). Its String is the name on each
+// constant's line (shard_string.go, by stringer).
 type State uint8
 
 const (
-	Param  State = iota // bf16 parameters (2 B/param)
-	Grad                // reduced gradient shard (2 or 4 B/param)
-	Master              // fp32 master weights (4 B/param)
-	AdamM               // fp32 first moment (4 B/param)
-	AdamV               // fp32 second moment (4 B/param)
+	// Param is the bf16 parameters (2 B/param).
+	Param State = iota // param
+	// Grad is the reduced gradient shard (2 or 4 B/param).
+	Grad // grad
+	// Master is the fp32 master weights (4 B/param).
+	Master // master
+	// AdamM is the fp32 first moment (4 B/param).
+	AdamM // adam_m
+	// AdamV is the fp32 second moment (4 B/param).
+	AdamV // adam_v
 	// Activation is not model state: a checkpointed block's saved input
 	// (B·T·C of the activation dtype), kept in host memory between the
 	// block's forward and its backward (cpu_checkpointing). Its Key names
 	// the block's chunk.
-	Activation
-	stateCount
+	Activation // activation
 )
 
 // StateCount is the number of states.
-const StateCount = int(stateCount)
-
-func (s State) String() string {
-	switch s {
-	case Param:
-		return "param"
-	case Grad:
-		return "grad"
-	case Master:
-		return "master"
-	case AdamM:
-		return "adam_m"
-	case AdamV:
-		return "adam_v"
-	case Activation:
-		return "activation"
-	}
-	return fmt.Sprintf("state(%d)", uint8(s))
-}
+const StateCount = int(Activation) + 1
 
 // Tier is a level of the memory hierarchy, fastest first.
 type Tier uint8
 
 const (
-	HBM  Tier = iota // device memory
-	Host             // pinned host RAM
-	NVMe             // swap files through the nvme engine
-	tierCount
+	// HBM is device memory.
+	HBM Tier = iota // hbm
+	// Host is pinned host RAM.
+	Host // host
+	// NVMe is swap files through the nvme engine.
+	NVMe // nvme
 )
 
 // TierCount is the number of tiers.
-const TierCount = int(tierCount)
-
-func (t Tier) String() string {
-	switch t {
-	case HBM:
-		return "hbm"
-	case Host:
-		return "host"
-	case NVMe:
-		return "nvme"
-	}
-	return fmt.Sprintf("tier(%d)", uint8(t))
-}
+const TierCount = int(NVMe) + 1
 
 // ParseTier reads the names DeepSpeed's offload_*.device uses: none (= hbm), cpu (= host), nvme.
 func ParseTier(s string) (Tier, error) {

@@ -1,6 +1,10 @@
 package shard
 
-import "testing"
+import (
+	"fmt"
+	"slices"
+	"testing"
+)
 
 // TestMove: Evict and Alloc are instant and use no link; transfers name
 // their link, and String says what the move does.
@@ -42,6 +46,43 @@ func TestAccessSameSlot(t *testing.T) {
 	for _, c := range []Access{{Key: Key{Chunk: 2}, Tier: HBM, Kind: Read}, {Key: a.Key, Tier: Host, Kind: Read}, {Key: a.Key, Tier: HBM, Kind: Update}} {
 		if a.SameSlot(c) {
 			t.Errorf("%s and %s: the same slot", a, c)
+		}
+	}
+}
+
+// TestNames pins the names stringer generates from the constants' line
+// comments (shard_string.go, move_string.go, access_string.go): traces,
+// JSON output and statistics print them.
+func TestNames(t *testing.T) {
+	want := map[string][]string{
+		"State":  {"param", "grad", "master", "adam_m", "adam_v", "activation"},
+		"Tier":   {"hbm", "host", "nvme"},
+		"Link":   {"nvme->host", "host->hbm", "hbm->host", "host->nvme"},
+		"Reason": {"prefetch", "demand", "evict", "writeback", "alloc"},
+		"Phase":  {"fwd", "bwd", "opt"},
+		"Kind":   {"read", "update", "write"},
+	}
+	got := map[string][]string{}
+	for i := range StateCount + 1 {
+		got["State"] = append(got["State"], State(i).String())
+	}
+	for i := range TierCount + 1 {
+		got["Tier"] = append(got["Tier"], Tier(i).String())
+	}
+	for i := range LinkCount + 1 {
+		got["Link"] = append(got["Link"], Link(i).String())
+	}
+	for i := range ReasonCount + 1 {
+		got["Reason"] = append(got["Reason"], Reason(i).String())
+	}
+	for i := range 4 {
+		got["Phase"] = append(got["Phase"], Phase(i).String())
+		got["Kind"] = append(got["Kind"], Kind(i).String())
+	}
+	for typ, names := range want {
+		names = append(names, fmt.Sprintf("%s(%d)", typ, len(names))) // one past the last
+		if !slices.Equal(got[typ], names) {
+			t.Errorf("%s: %q, want %q", typ, got[typ], names)
 		}
 	}
 }

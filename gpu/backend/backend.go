@@ -1,4 +1,7 @@
-package bench
+// Package backend opens a backend's devices (gpu/cpu or gpu/cuda) for one
+// engine or one decoder: `strata train`, `eval` and `generate` (cmd) and the
+// workloads of `strata bench` open them here by name.
+package backend
 
 import (
 	"fmt"
@@ -11,8 +14,8 @@ import (
 
 var _ pinned.Registrar = (*cuda.HostRegistrar)(nil)
 
-// Backends are the device backends a workload can run on.
-var Backends = []string{"cpu", "cuda"}
+// Names are the device backends a workload can run on.
+var Names = []string{"cpu", "cuda"}
 
 // Devices is a backend's devices and communicators for one engine.
 type Devices struct {
@@ -41,14 +44,17 @@ func (d *Devices) Close() error {
 	return d.close()
 }
 
-// OpenDevices makes n devices of backend ("cpu" or "cuda"; "" is cpu),
+// Open makes n devices of backend name ("cpu" or "cuda"; "" is cpu),
 // each with a memory budget of hbmBytes (0: the backend's default: for
 // cuda the GPU's free memory, split among the devices sharing it). With
 // deterministic false (strata.deterministic) the cuda backend runs the
 // collectives with NCCL where it can; the cpu backend's are always in
 // rank order.
-func OpenDevices(backend string, n int, hbmBytes int64, deterministic bool) (*Devices, error) {
-	switch backend {
+//
+// The errors keep the "bench:" prefix they had when this was
+// bench.OpenDevices.
+func Open(name string, n int, hbmBytes int64, deterministic bool) (*Devices, error) {
+	switch name {
 	case "", "cpu":
 		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: hbmBytes})
 		if err != nil {
@@ -71,5 +77,5 @@ func OpenDevices(backend string, n int, hbmBytes int64, deterministic bool) (*De
 		desc += "; collectives: " + coll
 		return &Devices{Backend: "cuda", Devs: b.Devices(), Comms: b.Comms(), Describe: desc, Collectives: coll, Registrar: b.HostRegistrar(), close: b.Close}, nil
 	}
-	return nil, fmt.Errorf("bench: unknown backend %q (one of %v)", backend, Backends)
+	return nil, fmt.Errorf("bench: unknown backend %q (one of %v)", name, Names)
 }
