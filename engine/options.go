@@ -91,7 +91,7 @@ type Options struct {
 	// memory. nil: nothing is registered (the CPU backend needs nothing).
 	HostRegistrar pinned.Registrar
 	// Collectives is what runs the comms' collectives, as the backend
-	// says it (bench.Devices.Collectives), reported in Summary.
+	// says it (backend.Devices.Collectives), reported in Summary.
 	Collectives string
 	// Trace, when set, records the run's timeline (compute and collectives
 	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
