@@ -28,6 +28,9 @@ type chunkPlan struct {
 	persistent bool // stage 3: stays gathered on every device (below the persistence threshold)
 	frozen     bool // strata.freeze: params only, no gradient, no optimizer state, no update (freeze.go)
 	path       paramPath
+	// opt is the rank's optimizer state of the chunk: elems long, rank r's
+	// at r·stride in the padded chunk.
+	opt struct{ elems, stride int }
 }
 
 // Engine trains one model with ZeRO across the local devices: one rank per
@@ -75,11 +78,16 @@ type Engine struct {
 	// them.
 	registration []HostRegistration
 
-	overlap  string       // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
-	upd      updater      // the optimizer's strategy (update.go), chosen in New
-	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
-	t0       time.Time    // the engine's clock (busyLog)
-	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
+	overlap string   // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
+	upd     updater  // the optimizer's strategy (update.go), chosen in New
+	grads   gradPath // the stage's gradient rule (stages.go), chosen in New
+	// normRanks is how many ranks' sums of squares make the norm: rank
+	// 0's alone at stage 0 (each holds the whole reduced gradient), else
+	// every rank's shard.
+	normRanks int
+	fwdOrder  []int        // the chunks in the order the forward first reads them (the host optimizer's order)
+	t0        time.Time    // the engine's clock (busyLog)
+	hostOpt   HostOptStats // the host optimizer's figures of every run taken so far
 	// gradFault, set by tests, makes rank r's reduced gradient of chunk c
 	// NaN when it returns true.
 	gradFault func(r, c int) bool
@@ -120,7 +128,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		cfg: cfg, opts: opts, model: m, layout: layout, order: order, data: data, n: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
-		overlap: cfg.Strata.Overlap, t0: time.Now(),
+		overlap: cfg.Strata.Overlap, grads: chooseGradPath(z.Stage), t0: time.Now(),
 	}
 	e.act = activationsOf(m, cfg, opts)
 	mo, err := e.layOut()
@@ -212,6 +220,10 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 	mo.ActivationHostBytes = inputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
 	e.paramTier = mo.ParamTier
 	e.gradTiered = mo.OptimizerTier == shard.NVMe
+	e.normRanks = e.n
+	if e.stage == 0 {
+		e.normRanks = 1
+	}
 	if e.estimate, err = EstimateMemory(mo); err != nil {
 		return mo, err
 	}
@@ -219,6 +231,12 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c]), frozen: mo.frozen(c)}
 		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
 		p.path = choosePath(e, p)
+		// A rank's optimizer state: stage 0 the whole padded chunk (every
+		// rank updates it), else the rank's shard.
+		p.opt.elems, p.opt.stride = p.shard, p.shard
+		if e.stage == 0 {
+			p.opt.elems, p.opt.stride = e.n*p.shard, 0
+		}
 		e.chunks = append(e.chunks, p)
 	}
 	if e.estimate.FrozenParams > 0 {
@@ -445,10 +463,7 @@ func (e *Engine) Step() (StepStats, error) {
 		if p.frozen {
 			continue // no gradient: the norm is the trainable chunks'
 		}
-		for _, r := range e.ranks {
-			if e.stage == 0 && r.idx > 0 {
-				break
-			}
+		for _, r := range e.ranks[:e.normRanks] {
 			sq += r.normSq(c)
 		}
 	}

@@ -208,11 +208,7 @@ func (h *hooks) takeErr() error {
 func (h *hooks) scratchPair(shardElems int) (slice, full gpu.Buffer) {
 	r := h.r
 	if h.scratch == nil {
-		g := r.rings.buckets
-		if r.e.stage == 3 {
-			g = r.rings.gathered
-		}
-		h.scratch = g.slot(0)
+		h.scratch = r.rings.scratch.slot(0)
 	}
 	return h.scratch.Slice(r.idx*shardElems, shardElems), h.scratch.Slice(0, r.e.n*shardElems)
 }
@@ -414,9 +410,8 @@ func (h *hooks) Release(s gpu.Stream, c int, pass shard.Phase) {
 	g.relSeq = h.relSeq
 }
 
-// Grad implements model.Params. At stages 2-3 the bucket is a slot of the
-// bucket ring, zeroed on s (the model adds into it) once its last use is
-// done.
+// Grad implements model.Params: where chunk c's gradient of the
+// micro-batch goes is the stage's (gradPath.buffer).
 func (h *hooks) Grad(s gpu.Stream, c int) (gpu.Buffer, error) {
 	r := h.r
 	h.next(model.Access{Kind: model.AccessGrad, Chunk: c, Pass: shard.Backward})
@@ -429,12 +424,13 @@ func (h *hooks) Grad(s gpu.Stream, c int) (gpu.Buffer, error) {
 		}
 		return r.frozenGrad.Slice(0, n), nil
 	}
-	if r.e.stage < 2 {
-		if h.err != nil {
-			return nil, h.err
-		}
-		return r.st.gradFull(c).Slice(0, n), nil
-	}
+	return r.e.grads.buffer(h, s, c, n)
+}
+
+// bucket is bucketGrad's buffer: a slot of the bucket ring, zeroed on s
+// (the model adds into it) once its last use is done.
+func (h *hooks) bucket(s gpu.Stream, c, n int) (gpu.Buffer, error) {
+	r := h.r
 	if h.buckets[c] != nil {
 		panic(fmt.Sprintf("engine: Grad of chunk %d twice in a micro-batch", c))
 	}
@@ -486,53 +482,26 @@ func (h *hooks) dropBucket(b *bucket) {
 }
 
 // GradReady implements model.Params: chunk c's gradient of this
-// micro-batch is enqueued on s. Stages 0-1 reduce the accumulated gradient
-// after the last micro-batch (AllReduce, or ReduceScatter into the rank's
-// slice, in place); stages 2-3 ReduceScatter every micro-batch's gradient
-// into the rank's shard (the first one writes it, later ones add to it)
-// and free the full buffer once that completes.
+// micro-batch is enqueued on s; the stage reduces it (gradPath.reduce).
 func (h *hooks) GradReady(s gpu.Stream, c int) error {
 	r := h.r
-	e, st := r.e, r.st
+	e := r.e
 	h.next(model.Access{Kind: model.AccessGradReady, Chunk: c, Pass: shard.Backward})
-	if e.stage < 2 && !h.last || e.chunks[c].frozen {
+	if !e.grads.reduces(h.last) || e.chunks[c].frozen {
 		return h.err // frozen: no reduction, no norm, no host copy
 	}
+	op := e.grads.collective(e.n)
 	var from gpu.Event
 	if h.err == nil {
 		ev := r.dev.NewEvent()
 		s.Record(ev)
 		r.cs.Wait(ev)
-		if r.tr != nil && (e.n > 1 || e.stage >= 2) {
+		if r.tr != nil && op != "" {
 			from = r.tr.mark(r.cs)
 		}
 	}
-	// After a failure the reductions of stages 0-1 still run in place on
-	// the rank's gradient (the next step zeroes it first).
-	switch e.stage {
-	case 0:
-		if e.n > 1 {
-			r.comm.AllReduce(r.cs, st.gradFull(c), gpu.Sum)
-			r.reductions[c]++
-		}
-	case 1:
-		if e.n > 1 {
-			r.comm.ReduceScatter(r.cs, st.gradFull(c), st.gradShard(c), gpu.Sum)
-			r.reductions[c]++
-		}
-	default:
-		b := h.buckets[c]
-		if b == nil {
-			panic(fmt.Sprintf("engine: GradReady of chunk %d without Grad", c))
-		}
-		delete(h.buckets, c)
-		h.reduceBucket(c, b)
-	}
+	e.grads.reduce(h, c)
 	if from != nil && h.err == nil {
-		op := "reducescatter"
-		if e.stage == 0 {
-			op = "allreduce"
-		}
 		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, fmt.Sprintf("%s %s", op, e.layout.Chunks[c].Name), map[string]any{"chunk": c, "micro": h.micro})
 	}
 	if h.last {
@@ -541,48 +510,6 @@ func (h *hooks) GradReady(s gpu.Stream, c int) error {
 		}
 	}
 	return h.err
-}
-
-// reduceBucket enqueues the ReduceScatter of bucket b (chunk c, stages
-// 2-3) into the rank's gradient shard, or, after a failure, on the scratch.
-func (h *hooks) reduceBucket(c int, b *bucket) {
-	r := h.r
-	e, st := r.e, r.st
-	if h.err == nil && e.gradTiered && h.micro == 0 {
-		if err := r.allocGrad(c); err != nil {
-			h.fail(err)
-		}
-	}
-	if h.err == nil && h.micro > 0 {
-		slot, tmp, after, err := r.rings.reduce.take(e.chunks[c].shard)
-		if err != nil {
-			h.fail(fmt.Errorf("chunk %d grad reduce shard: %w", c, err))
-		} else {
-			if after != nil {
-				r.cs.Wait(after)
-			}
-			b.tmp, b.tmpSlot = tmp, slot
-			b.bytes += tmp.Bytes()
-			r.ws.bucketBytes += tmp.Bytes()
-			r.ws.bucketPeakBytes = max(r.ws.bucketPeakBytes, r.ws.bucketBytes)
-		}
-	}
-	h.pending = append(h.pending, b)
-	r.reductions[c]++
-	if h.err != nil {
-		h.dropBucket(b) // no longer in buckets: fail did not free it
-		slice, full := h.scratchPair(e.chunks[c].shard)
-		r.comm.ReduceScatter(r.cs, full, slice, gpu.Sum)
-		return
-	}
-	if h.micro == 0 {
-		r.comm.ReduceScatter(r.cs, b.full, st.gradShard(c), gpu.Sum)
-	} else {
-		r.comm.ReduceScatter(r.cs, b.full, b.tmp, gpu.Sum)
-		r.ops.Axpy(r.cs, 1, b.tmp, st.gradShard(c))
-	}
-	b.done = r.dev.NewEvent()
-	r.cs.Record(b.done)
 }
 
 // freeAll gives back every gathered chunk and gradient bucket and forgets

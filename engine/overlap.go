@@ -219,16 +219,7 @@ type hostJob struct {
 // param shards with only the params there): the chunk left is the
 // planner's read-ahead, so chunk c+w's state is on its way while chunk c
 // updates and is in host memory when the rank leases it.
-func (r *rank) hostWindow() int {
-	switch {
-	case r.e.tiers.swap == nil:
-		return len(r.e.chunks)
-	case r.e.tiers.optTier == shard.NVMe:
-		return TierReadAhead - 1
-	default:
-		return TierReadAhead
-	}
-}
+func (r *rank) hostWindow() int { return r.e.tiers.window }
 
 // updateExact starts the host update of ap.Step (the run is pending,
 // r.run): it leases the first hostWindow chunks' state in forward order
@@ -239,8 +230,8 @@ func (r *rank) hostWindow() int {
 // finishRun): points Model.AccessOrder fixes, so the rank's accesses to
 // the store still come in one order step after step. Every chunk at once
 // when nothing can leave host RAM.
-func (r *rank) updateExact(ap gpu.AdamParams) error {
-	run, err := r.startRun(ap)
+func (r *rank) updateExact(ap gpu.AdamParams, delayed bool) error {
+	run, err := r.startRun(ap, delayed)
 	if err != nil {
 		return err
 	}
@@ -251,9 +242,9 @@ func (r *rank) updateExact(ap gpu.AdamParams) error {
 	return run.report(r.leaseAhead(run, r.hostWindow()))
 }
 
-// startRun starts a host update of step ap.Step: its goroutine, waiting
-// for jobs.
-func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
+// startRun starts a host update of step ap.Step (delayed: dpu's): its
+// goroutine, waiting for jobs.
+func (r *rank) startRun(ap gpu.AdamParams, delayed bool) (*hostRun, error) {
 	cp := cpuadam.Params(ap) // one type (internal/adam)
 	if err := cp.Validate(); err != nil {
 		return nil, err
@@ -261,7 +252,7 @@ func (r *rank) startRun(ap gpu.AdamParams) (*hostRun, error) {
 	n := len(r.e.chunks)
 	run := &hostRun{step: ap.Step, jobs: make(chan hostJob, n+1), ready: make([]chan struct{}, n), errs: make([]error, n),
 		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), held: make([]hostLeases, n),
-		delayed: r.e.delayed(ap.Step), lentAt: make([]int, n), reported: make([]bool, n)}
+		delayed: delayed, lentAt: make([]int, n), reported: make([]bool, n)}
 	for c := range run.lentAt {
 		run.lentAt[c] = -1
 	}
@@ -538,7 +529,7 @@ func (r *rank) finishRun() error {
 // checkpoints, exports, the timeline, Close). Its error is the pending
 // update's failure; the figures of the runs go to the engine's totals.
 func (e *Engine) settle() error {
-	if e.closed || !e.offload {
+	if e.closed {
 		return nil
 	}
 	pending := false

@@ -31,11 +31,6 @@ import (
 // those of the update after the norm: the same cpuadam call (GradScale 1
 // without clipping) on the same bytes.
 
-// bwdEnabled says whether the engine updates chunks during the backward.
-func (e *Engine) bwdEnabled() bool {
-	return e.cfg.Strata.UpdateInBackward && e.offload && e.overlap == OverlapExact && !(e.cfg.GradientClipping > 0) && e.tiers != nil && e.tiers.swap == nil
-}
-
 // noteBwd tells the user once what the update during the backward costs,
 // or why strata.update_in_backward does nothing.
 func (e *Engine) noteBwd() {

@@ -36,12 +36,6 @@ import (
 // master weights (pendingFromMaster): resume is bit-identical to the run
 // it was saved from, with no gradient in the checkpoint.
 
-// delayed says whether the update of step runs delayed (dpu, after the
-// warm-up).
-func (e *Engine) delayed(step int64) bool {
-	return e.overlap == OverlapDPU && step > int64(e.cfg.Strata.DPUWarmupSteps)
-}
-
 // dpuStartFlush is the flushChunk call of the next pass at which a delayed
 // update's cpuadam is let go: the third, which comes once the pass has
 // enqueued its first chunk's compute (at stages 0-2 the first two; at
@@ -133,8 +127,5 @@ func (e *Engine) restorePending(step int64) error {
 	for _, r := range e.ranks {
 		r.run = nil
 	}
-	if !e.offload || !e.delayed(step) {
-		return nil
-	}
-	return e.parallel(func(r *rank) error { return r.pendingFromMaster(step) })
+	return e.parallel(func(r *rank) error { return e.upd.restored(r, step) })
 }

@@ -296,7 +296,7 @@ func (r *rank) lease(b *pinned.Buffer) {
 // collectives: the hooks drain the rest of the step's (see hooks), and the
 // failure is returned at the end, before any update.
 func (r *rank) backward(step int64) error {
-	e, st := r.e, r.st
+	e := r.e
 	var first error
 	keep := func(err error) {
 		if err != nil && first == nil {
@@ -307,13 +307,7 @@ func (r *rank) backward(step int64) error {
 	if r.tr != nil {
 		r.tr.t.stepBegin(step, time.Now())
 	}
-	if e.stage < 2 {
-		for c, p := range e.chunks {
-			if !p.frozen {
-				r.ops.Fill(r.s, st.gradFull(c), 0)
-			}
-		}
-	}
+	e.grads.zero(r)
 	scale := float32(1 / float64(e.n*e.accum))
 	for k := range e.accum {
 		r.h.begin(k, k == e.accum-1)
@@ -369,10 +363,10 @@ func (r *rank) loss(failed bool) error {
 
 // reduced is called on the communication stream's program once chunk c's
 // gradient is final on this rank (after the last micro-batch's
-// reduction): its sum of squares, and with the host optimizer its copy to
-// the tier store (a Write access in backward; from there the store spills
-// it to NVMe when the host budget is full). After a failure (failed) it
-// only gives up the rank's gradient shard.
+// reduction): its sum of squares, then what the updater does with it
+// (the host optimizer's copy to the tier store, gradToHost: from there
+// the store spills it to NVMe when the host budget is full). After a
+// failure (failed) it only gives up the rank's gradient shard.
 func (r *rank) reduced(c int, failed bool) error {
 	if failed {
 		if r.e.gradTiered && r.st.grad[c] != nil {
@@ -394,9 +388,16 @@ func (r *rank) reduced(c int, failed bool) error {
 	if r.tr != nil {
 		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "grad norm "+name, map[string]any{"chunk": c})
 	}
-	if !r.e.offload {
-		return nil
-	}
+	return r.e.upd.reduced(r, c, g)
+}
+
+// gradToHost copies chunk c's reduced gradient shard g to its host copy in
+// the tier store (a Write access in backward) once the pending update has
+// read the last one, and returns the copy's event (nil when the access
+// failed: the error).
+func (r *rank) gradToHost(c int, g gpu.Buffer) (gpu.Event, error) {
+	name := r.e.layout.Chunks[c].Name
+	var from gpu.Event
 	r.waitHost() // the pending update has read the gradient's host copy
 	l, err := r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
 	if err == nil {
@@ -419,9 +420,9 @@ func (r *rank) reduced(c int, failed bool) error {
 		r.st.grad[c] = nil
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return r.handBackward(c, ev) // cpuadam during the backward (overlap_bwd.go)
+	return ev, nil
 }
 
 // normSq is this rank's sum of squares of chunk c's reduced gradient, as

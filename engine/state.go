@@ -123,53 +123,29 @@ func (st *devState) paramFull(c int) gpu.Buffer {
 	return st.param[c]
 }
 
-// paramShard is what the optimizer writes: the rank's slice (stage 0: the
-// whole chunk, which every rank updates).
+// paramShard is what the optimizer writes: the rank's slice of a full
+// chunk (stage 0: the whole chunk, which every rank updates), or the
+// rank's shard.
 func (st *devState) paramShard(c int) gpu.Buffer {
-	switch {
-	case st.e.stage == 0:
+	if !st.full[c] {
 		return st.param[c]
-	case st.full[c]:
-		s := st.e.chunks[c].shard
-		return st.param[c].Slice(st.r*s, s)
 	}
-	return st.param[c]
-}
-
-// gradFull is the full gradient buffer of stages 0 and 1.
-func (st *devState) gradFull(c int) gpu.Buffer {
-	if st.e.stage >= 2 {
-		panic(fmt.Sprintf("engine: stage %d keeps no full gradient of chunk %d", st.e.stage, c))
-	}
-	return st.grad[c]
+	o := st.e.chunks[c].opt
+	return st.param[c].Slice(st.r*o.stride, o.elems)
 }
 
 // gradShard is the reduced gradient the optimizer reads: stage 0 the whole
-// chunk, stage 1 the rank's slice of the full buffer, stages 2-3 the shard.
-func (st *devState) gradShard(c int) gpu.Buffer {
-	if st.e.stage == 1 {
-		s := st.e.chunks[c].shard
-		return st.grad[c].Slice(st.r*s, s)
-	}
-	return st.grad[c]
-}
+// chunk, stage 1 the rank's slice of the full buffer, stages 2-3 the shard
+// (gradPath.shard).
+func (st *devState) gradShard(c int) gpu.Buffer { return st.e.grads.shard(st, c) }
 
 // optElems is the length of a rank's optimizer state of chunk c (and of
 // its reduced gradient): stage 0 the whole padded chunk, else its shard;
-// optOffset is where rank r's starts in the padded chunk.
-func (e *Engine) optElems(c int) int {
-	if e.stage == 0 {
-		return e.n * e.chunks[c].shard
-	}
-	return e.chunks[c].shard
-}
+// optOffset is where rank r's starts in the padded chunk (chunkPlan.opt,
+// laid out in New).
+func (e *Engine) optElems(c int) int { return e.chunks[c].opt.elems }
 
-func (e *Engine) optOffset(c, r int) int {
-	if e.stage == 0 {
-		return 0
-	}
-	return r * e.chunks[c].shard
-}
+func (e *Engine) optOffset(c, r int) int { return r * e.chunks[c].opt.stride }
 
 // deviceOpt returns the device optimizer's buffers of chunk c: the fp32
 // weights Adam updates (master, or the params in fp32 mode), m, v, and the

@@ -58,14 +58,17 @@ import (
 type tiers struct {
 	e                  *Engine
 	paramTier, optTier shard.Tier
-	pool               *pinned.Pool
-	nvmeEng            *nvme.Engine
-	swap               *nvme.Swap
-	store              *tier.Store
-	runners            []*tierRunner
-	specs              map[shard.Key]tier.Spec
-	popts              prefetch.Options
-	t0                 time.Time
+	// window is how many chunks' state a rank leases ahead of cpuadam
+	// (rank.hostWindow).
+	window  int
+	pool    *pinned.Pool
+	nvmeEng *nvme.Engine
+	swap    *nvme.Swap
+	store   *tier.Store
+	runners []*tierRunner
+	specs   map[shard.Key]tier.Spec
+	popts   prefetch.Options
+	t0      time.Time
 
 	uploadPool   *pinned.Pool       // the uploads' and the norms' pinned memory
 	upload       [][]*pinned.Buffer // [rank][chunk]; nil where the store holds the param
@@ -167,6 +170,13 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	if err := t.startPlanners(); err != nil {
 		t.close()
 		return nil, err
+	}
+	t.window = TierReadAhead
+	switch {
+	case t.swap == nil:
+		t.window = len(e.chunks)
+	case t.optTier == shard.NVMe:
+		t.window = TierReadAhead - 1
 	}
 	return t, nil
 }

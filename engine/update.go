@@ -17,9 +17,15 @@ type updater interface {
 	// update applies Adam with ap to the rank's shards once the step is
 	// known finite (the pipelined ones issue it and return).
 	update(r *rank, ap gpu.AdamParams) error
+	// reduced takes chunk c's reduced gradient shard g once its norm is
+	// enqueued (during the backward, at a point the access order fixes).
+	reduced(r *rank, c int, g gpu.Buffer) error
 	// abort drops what beforePass started, after a failed or non-finite
 	// step: nothing of it reaches the params.
 	abort(r *rank)
+	// restored rebuilds, after a restore to step, what the update of step
+	// still owes the devices (dpu past its warm-up: the upload).
+	restored(r *rank, step int64) error
 }
 
 // chooseUpdater is the engine's updater: on the device, or on the host
@@ -33,17 +39,26 @@ func chooseUpdater(e *Engine) updater {
 		return serialUpdate{}
 	case e.bwdEnabled():
 		return backwardUpdate{}
+	case e.overlap == OverlapDPU:
+		return pipelinedUpdate{dpu: true, warmup: int64(e.cfg.Strata.DPUWarmupSteps)}
 	default:
 		return pipelinedUpdate{}
 	}
+}
+
+// bwdEnabled says whether the engine updates chunks during the backward.
+func (e *Engine) bwdEnabled() bool {
+	return e.cfg.Strata.UpdateInBackward && e.offload && e.overlap == OverlapExact && !(e.cfg.GradientClipping > 0) && e.tiers != nil && e.tiers.swap == nil
 }
 
 // deviceUpdate runs Adam on the device, chunk by chunk on the compute
 // stream, and publishes each new param shard (paramPath.publishDevice).
 type deviceUpdate struct{}
 
-func (deviceUpdate) beforePass(*rank, int64) error { return nil }
-func (deviceUpdate) abort(*rank)                   {}
+func (deviceUpdate) beforePass(*rank, int64) error        { return nil }
+func (deviceUpdate) reduced(*rank, int, gpu.Buffer) error { return nil }
+func (deviceUpdate) abort(*rank)                          {}
+func (deviceUpdate) restored(*rank, int64) error          { return nil }
 
 func (deviceUpdate) update(r *rank, ap gpu.AdamParams) error {
 	e, st := r.e, r.st
@@ -74,6 +89,12 @@ type serialUpdate struct{}
 
 func (serialUpdate) beforePass(*rank, int64) error { return nil }
 func (serialUpdate) abort(*rank)                   {}
+func (serialUpdate) restored(*rank, int64) error   { return nil }
+
+func (serialUpdate) reduced(r *rank, c int, g gpu.Buffer) error {
+	_, err := r.gradToHost(c, g)
+	return err
+}
 
 func (serialUpdate) update(r *rank, ap gpu.AdamParams) error {
 	defer func() { r.hostFig.add(r.takeHostOpt()) }()
@@ -98,13 +119,35 @@ func (serialUpdate) update(r *rank, ap gpu.AdamParams) error {
 
 // pipelinedUpdate issues the host update (exact overlap, and dpu):
 // cpuadam runs under the next pass, each chunk published when that pass
-// first needs it (updateExact, overlap.go).
-type pipelinedUpdate struct{}
+// first needs it (updateExact, overlap.go); with dpu, past the warm-up
+// steps, the next pass reads the params before the update (delayed,
+// overlap_dpu.go).
+type pipelinedUpdate struct {
+	dpu    bool
+	warmup int64 // dpu: the steps updated exactly first (strata.dpu_warmup_steps)
+}
+
+// delayed says whether the update of step runs delayed.
+func (u pipelinedUpdate) delayed(step int64) bool { return u.dpu && step > u.warmup }
 
 func (pipelinedUpdate) beforePass(*rank, int64) error { return nil }
 func (pipelinedUpdate) abort(*rank)                   {}
 
-func (pipelinedUpdate) update(r *rank, ap gpu.AdamParams) error { return r.updateExact(ap) }
+func (pipelinedUpdate) reduced(r *rank, c int, g gpu.Buffer) error {
+	_, err := r.gradToHost(c, g)
+	return err
+}
+
+func (u pipelinedUpdate) update(r *rank, ap gpu.AdamParams) error {
+	return r.updateExact(ap, u.delayed(ap.Step))
+}
+
+func (u pipelinedUpdate) restored(r *rank, step int64) error {
+	if !u.delayed(step) {
+		return nil
+	}
+	return r.pendingFromMaster(step)
+}
 
 // backwardUpdate starts the host update during the backward
 // (overlap_bwd.go), commits it once the step is finite and undoes it when
@@ -112,9 +155,21 @@ func (pipelinedUpdate) update(r *rank, ap gpu.AdamParams) error { return r.updat
 type backwardUpdate struct{}
 
 func (backwardUpdate) beforePass(r *rank, step int64) (err error) {
-	r.next, err = r.startRun(r.e.adamParams(step, 1)) // no clipping: GradScale 1
+	r.next, err = r.startRun(r.e.adamParams(step, 1), false) // no clipping: GradScale 1
 	return err
 }
+
+// reduced hands chunk c to cpuadam once its gradient's copy to host
+// memory is enqueued.
+func (backwardUpdate) reduced(r *rank, c int, g gpu.Buffer) error {
+	ev, err := r.gradToHost(c, g)
+	if err != nil {
+		return err
+	}
+	return r.handBackward(c, ev)
+}
+
+func (backwardUpdate) restored(*rank, int64) error { return nil }
 
 func (backwardUpdate) update(r *rank, _ gpu.AdamParams) error { return r.commitNext() }
 

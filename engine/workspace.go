@@ -119,6 +119,10 @@ type rings struct {
 	buckets  *ring // stages 2-3: three full gradient buckets of the largest trainable chunk
 	reduce   *ring // stages 2-3 with A > 1: a reduce shard per bucket
 	grads    *ring // optimizer state on NVMe: the reduced gradient shards on their way to the tier store
+	// scratch is the ring whose first slot a failed step's collectives run
+	// on: the gathered ring at stage 3 (the largest chunk), else the bucket
+	// ring (the largest trainable chunk, all a reduction needs).
+	scratch *ring
 }
 
 // newRings allocates rank r's workspace rings (workspaceNeedBytes is
@@ -153,8 +157,12 @@ func (r *rank) newRings() error {
 	if e.stage == 3 {
 		err = alloc(&r.rings.gathered, "gathered chunk", repeat(e.opts.MaxLiveChunks, maxPadded))
 	}
+	r.rings.scratch = r.rings.gathered
 	if err == nil && e.stage >= 2 {
 		err = alloc(&r.rings.buckets, "grad bucket", repeat(3, maxGradPadded))
+		if e.stage == 2 {
+			r.rings.scratch = r.rings.buckets
+		}
 		if err == nil && e.accum > 1 {
 			err = alloc(&r.rings.reduce, "reduce shard", repeat(3, maxGradShard))
 		}
