@@ -23,7 +23,7 @@ import (
 // opts.Step 0 means the checkpoint's step. It returns the checkpoint's
 // description. Host memory: the Reader's two buffers of the largest
 // padded chunk of the exported state, 256 KiB per rank file for the CRC
-// pass, and ExportStream's buffers, whatever the model's size.
+// pass, and hf.ExportStream's buffers, whatever the model's size.
 func ExportCheckpoint(dst, src string, opts hf.ExportOptions) (*State, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func ExportCheckpoint(dst, src string, opts hf.ExportOptions) (*State, error) {
 }
 
 // checkpointWeights are the weights of an open training checkpoint, to
-// hand to an ExportWriter: the fp32 master weights when it holds them,
+// hand to an hf.ExportWriter: the fp32 master weights when it holds them,
 // else the params.
 type checkpointWeights struct {
 	rd     *Reader

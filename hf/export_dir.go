@@ -136,7 +136,7 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 	}
 	opts.defaults()
 	if layout.Custom() {
-		return nil, fmt.Errorf("hf: export %s: %q is a custom model, which a Hugging Face config.json cannot describe; export its weights as one safetensors file under its own tensor names (ExportCheckpoint, strata export --format safetensors)", dir, layout.Name)
+		return nil, fmt.Errorf("hf: export %s: %q is a custom model, which a Hugging Face config.json cannot describe; export its weights as one safetensors file under its own tensor names (checkpoint.ExportCheckpoint, strata export --format safetensors)", dir, layout.Name)
 	}
 	if err := checkOutDir(dir); err != nil {
 		return nil, err
