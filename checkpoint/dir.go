@@ -15,7 +15,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
@@ -66,7 +68,7 @@ type Manifest struct {
 	Run string `json:"run,omitempty"`
 	// Source is where the run's initial weights came from
 	// (Options.Source); nil for a run from the seeded initialisation.
-	Source *Source `json:"source,omitempty"`
+	Source *hf.Source `json:"source,omitempty"`
 }
 
 // ManifestState is a StateSpec in the manifest: "param" "bf16".
@@ -128,7 +130,7 @@ type Options struct {
 
 	// Source, when set, is recorded in the manifest: where the run's
 	// initial weights came from (its tokenizer files, its config.json).
-	Source *Source
+	Source *hf.Source
 
 	// Hook, for tests, is called at each named point of a save and of its
 	// pruning ("write rank-00000.safetensors", "manifest", "rename",
@@ -237,7 +239,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	if err := writeSynced(filepath.Join(tmp, ManifestName), append(mb, '\n')); err != nil {
 		return err
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := durable.SyncDir(tmp); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := opts.at("rename"); err != nil {
@@ -247,7 +249,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	renamed = true
-	if err := syncDir(dir); err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
 	if err := opts.at("latest"); err != nil {
@@ -263,19 +265,16 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 }
 
 func writeSynced(path string, b []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
+	if err := durable.Create(path, b); err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("checkpoint: write %s: %w", path, err)
+	return nil
+}
+
+// writeFileAtomicBuf replaces path atomically (durable.WriteFile).
+func writeFileAtomicBuf(path string, bufBytes int, fill func(io.Writer) error) error {
+	if err := durable.WriteFile(path, bufBytes, fill); err != nil {
+		return fmt.Errorf("checkpoint: %w", err)
 	}
 	return nil
 }
@@ -428,7 +427,7 @@ func prune(dir, latest string, opts *Options) error {
 		}
 		errs = append(errs, os.RemoveAll(gone))
 	}
-	errs = append(errs, syncDir(dir))
+	errs = append(errs, durable.SyncDir(dir))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("checkpoint: saved %s but could not remove old checkpoints: %w", latest, err)
 	}
@@ -713,43 +712,8 @@ func Rewind(dir, name string) ([]string, error) {
 		}
 		aside = append(aside, to)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := durable.SyncDir(dir); err != nil {
 		return aside, fmt.Errorf("checkpoint: %w", err)
 	}
 	return aside, nil
-}
-
-// ExportState writes the model's weights from a training checkpoint as a
-// safetensors file (Export): the fp32 master weights when the checkpoint
-// has them (the exact values the optimizer holds), else the params.
-func ExportState(path string, st *State, opts ExportOptions) error {
-	if err := st.Validate(); err != nil {
-		return err
-	}
-	l, err := st.Layout()
-	if err != nil {
-		return err
-	}
-	k := st.StateIndex(shard.Master)
-	if k < 0 {
-		k = st.StateIndex(shard.Param)
-	}
-	if k < 0 {
-		return fmt.Errorf("checkpoint: export: the checkpoint holds neither master weights nor params (%s)", specList(st.States))
-	}
-	if opts.Step == 0 {
-		opts.Step = st.Step
-	}
-	if st.States[k].DType == dtype.BF16 {
-		chunks := make([][]uint16, len(st.Chunks))
-		for c := range st.Chunks {
-			chunks[c] = BF16s(st.Gather(c, k))
-		}
-		return ExportBF16(path, l, chunks, opts)
-	}
-	chunks := make([][]float32, len(st.Chunks))
-	for c := range st.Chunks {
-		chunks[c] = Float32s(st.Gather(c, k))
-	}
-	return Export(path, l, chunks, opts)
 }

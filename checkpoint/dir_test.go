@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -87,7 +89,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		t.Errorf("verify: %+v %+v", m, checks)
 	}
 	// A rank file is itself a valid safetensors file.
-	h, _, err := ReadSafetensorsFile(filepath.Join(dir, "step-00000100", "rank-00001.safetensors"))
+	h, _, err := safetensors.ReadFile(filepath.Join(dir, "step-00000100", "rank-00001.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,14 +321,14 @@ func TestExportState(t *testing.T) {
 		copy(padded, want[c])
 		for r := range 2 {
 			s := st.Chunks[c].ShardElems
-			PutFloat32s(st.Shard(r, c, k), padded[r*s:(r+1)*s])
+			copy(st.Shard(r, c, k), dtype.Bytes(padded[r*s:(r+1)*s]))
 		}
 	}
 	path := filepath.Join(t.TempDir(), "final.safetensors")
-	if err := ExportState(path, st, ExportOptions{}); err != nil {
+	if err := ExportState(path, st, hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got, _, err := Import(path, l, ImportOptions{})
+	got, _, err := hf.Import(path, l, hf.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,53 +1,5 @@
-// Package checkpoint owns Strata's files: safetensors import and export of a
-// model's weights, and sharded, crash-safe training checkpoints of ZeRO
-// state.
-//
-// # Safetensors
-//
-// ReadHeader / OpenSafetensors / ReadSafetensorsFile read the format of
-// github.com/huggingface/safetensors and validate everything before using
-// it: the header length against the file and a 100 MB limit, a JSON object
-// with unique keys (only space padding after it), known dtypes, shapes
-// whose byte size (with overflow checks) equals the data_offsets range, and
-// ranges that cover the byte buffer exactly, no gap, no overlap, no
-// trailing bytes. Errors match ErrFormat and name the tensor and its
-// offsets; hostile input gives an error, never a panic or an allocation
-// larger than the file (FuzzReadHeader). WriteSafetensors writes the
-// header compactly (__metadata__ first, tensors in the order given), padded
-// with spaces so the data starts on an 8-byte boundary.
-//
-// Export writes every tensor of a model.Layout from host chunks (fp32 or
-// bf16) as F32 or BF16, with metadata (format "pt", strata.shape, n_layer,
-// n_embd, n_head, vocab_size, max_seq_len, step, strata.names), under the
-// layout's names or Hugging Face's less their prefix (NamesHF: GPT-2's
-// Conv1D weights transposed to in×out). Import reads such a file, or one
-// saved by transformers, into one fp32 slice per chunk, checking every
-// name, dtype (F32, BF16, F16, each widened exactly) and shape and listing
-// every problem in one error. ExportState writes the weights held by a
-// training checkpoint (fp32 master weights when present).
-//
-// # Hugging Face model directories
-//
-// ReadHFConfig/ParseHFConfig read config.json into a model.Shape
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel)
-// and refuse, in one error naming the file and each key, what Strata does
-// not compute (rope_scaling, a head_dim other than hidden/heads, another
-// activation, biases Llama lacks, sliding windows: Mistral's only when
-// shorter than the run's sequence, HFConfig.CheckSeq). OpenHF opens a
-// directory: config.json, then model.safetensors or the shards that
-// model.safetensors.index.json names, every header checked against the
-// layout (names with or without "model."/"transformer.", mask and rotary
-// buffers and a tied lm_head skipped), every problem in one error naming
-// file and tensor. HFModel.ReadChunk reads one chunk with pread, a block of
-// at most 4 MiB at a time, into the caller's fp32 buffer: an HFModel (or a
-// Reader, whose ReadChunk reads a checkpoint's weights) is the
-// engine.Options.Init of `strata train --init`. HFConfigJSON writes
-// config.json back (keeping the other keys of the source's), and ExportHF
-// writes a directory as transformers' save_pretrained does: weight files of
-// at most MaxShardBytes (model.safetensors, or model-0000N-of-0000M with
-// model.safetensors.index.json), transformers' names, the source's
-// tokenizer files; ExportCheckpointHF feeds it from a training checkpoint
-// whose manifest names the run's Source (where its weights came from).
+// Package checkpoint saves and loads sharded, crash-safe training
+// checkpoints of ZeRO state.
 //
 // # Training checkpoints
 //
@@ -88,7 +40,7 @@
 // layout. It restores only into a run of that model with the same chunks
 // and tensors (Match, naming the first chunk that differs), exports under
 // the model's own tensor names with "strata.model" in the metadata, and
-// refuses Hugging Face names and directories (custom.go).
+// refuses Hugging Face names and directories (custom.go, package hf).
 //
 // # Streaming
 //
@@ -108,23 +60,27 @@
 // its place and the new padding is zero. SaveWith, Load and LoadFor are
 // these with the data in a State; the files are the same byte for byte.
 //
+// # Weights out and in
+//
+// The rank files are safetensors (package safetensors). A checkpoint's
+// weights (the fp32 master weights when present, else the params) go out
+// as one model file or a Hugging Face directory through package hf's
+// writers: ExportCheckpoint and ExportHF stream them from disk, ExportState
+// writes them from a State. A Reader's ReadChunk makes a checkpoint the
+// initial weights of another run (engine.Options.Init), as an hf.Model
+// does; the manifest records the run's hf.Source.
+//
 // # Lifecycle and memory
 //
-// Nothing here holds resources between calls except a SafetensorsFile or
-// a Reader (open files; Close them). A streaming save or load holds two
-// buffers of State.MaxWholeBytes (the largest chunk's largest state across
-// all ranks: 2·N of the largest shard tensor), plus 256 KiB per rank file
-// during the CRC pass of a load, whatever the number of chunks. A loaded
-// State costs the checkpoint's size in host memory, and SaveWith needs the
-// whole State in memory; both are for small models and tests.
-// ExportStream writes a weights file chunk by chunk (the header first,
-// from the layout), holding the largest tensor, a 1 MiB write buffer and
-// about 2 KiB per tensor; ExportCheckpoint feeds it from a checkpoint on
-// disk, one chunk at a time, adding two padded chunks and the CRC pass's
-// buffers; Export and ExportBF16 are thin wrappers, and ExportState the
-// whole-State path for small models. Import returns the whole model (small
-// models, tests) but reads it through one buffer of at most 4 MiB (and a
-// widened copy of it for a transposed non-F32 tensor); OpenHF holds those
-// and its open files, nothing of the model. ExportHF holds ExportStream's
-// buffers. Saves into one directory must not run concurrently.
+// Nothing here holds resources between calls except a Reader (open files;
+// Close it). A streaming save or load holds two buffers of
+// State.MaxWholeBytes (the largest chunk's largest state across all ranks:
+// 2·N of the largest shard tensor), plus 256 KiB per rank file during the
+// CRC pass of a load, whatever the number of chunks. A loaded State costs
+// the checkpoint's size in host memory, and SaveWith needs the whole State
+// in memory; both are for small models and tests. ExportCheckpoint and
+// ExportHF feed hf.ExportStream / hf.ExportDir from a checkpoint on disk,
+// one chunk at a time, adding two padded chunks and the CRC pass's buffers
+// to the writer's; ExportState is the whole-State path for small models.
+// Saves into one directory must not run concurrently.
 package checkpoint

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
@@ -27,254 +27,6 @@ func tinyLayout(t testing.TB) *model.Layout {
 		t.Fatal(err)
 	}
 	return l
-}
-
-func TestExportImportF32(t *testing.T) {
-	l := tinyLayout(t)
-	chunks := l.Init(7)
-	chunks[1][3] = float32(math.Inf(-1))
-	chunks[0][0] = float32(math.Copysign(0, -1))
-	for _, names := range []Naming{NamesStrata, NamesHF} {
-		path := filepath.Join(t.TempDir(), "m.safetensors")
-		if err := Export(path, l, chunks, ExportOptions{Names: names, Step: 12}); err != nil {
-			t.Fatal(err)
-		}
-		back, h, err := Import(path, l, ImportOptions{}) // auto-detects the naming
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Metadata[MetaStep] != "12" || h.Metadata[MetaLayers] != "2" || h.Metadata["format"] != "pt" || h.Metadata[MetaNames] != string(names) {
-			t.Errorf("%s: metadata %v", names, h.Metadata)
-		}
-		for c := range chunks {
-			for i := range chunks[c] {
-				if math.Float32bits(back[c][i]) != math.Float32bits(chunks[c][i]) {
-					t.Fatalf("%s: chunk %d element %d: %v, want %v", names, c, i, back[c][i], chunks[c][i])
-				}
-			}
-		}
-	}
-}
-
-// TestExportHFNames checks the Hugging Face GPT-2 names and the Conv1D
-// transpose against values placed by hand.
-func TestExportHFNames(t *testing.T) {
-	l := tinyLayout(t)
-	chunks := make([][]float32, len(l.Chunks))
-	for c, ch := range l.Chunks {
-		chunks[c] = make([]float32, ch.Len)
-	}
-	fc, _ := l.Chunks[model.BlockChunk(1)].Tensor("h.1.mlp.c_fc.weight") // 4C×C out×in
-	c := l.Shape.Dim
-	chunks[model.BlockChunk(1)][fc.Offset+5*c+2] = 3 // out 5, in 2
-	path := filepath.Join(t.TempDir(), "hf.safetensors")
-	if err := Export(path, l, chunks, ExportOptions{Names: NamesHF}); err != nil {
-		t.Fatal(err)
-	}
-	h, data, err := ReadSafetensorsFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.1.attn.c_attn.bias", "ln_f.bias"} {
-		if _, ok := h.Tensor(name); !ok {
-			t.Errorf("no tensor %s", name)
-		}
-	}
-	ti, _ := h.Tensor("h.1.mlp.c_fc.weight")
-	if !sameShape(ti.Shape, []int{c, 4 * c}) {
-		t.Fatalf("c_fc shape %v, want in×out [%d %d]", ti.Shape, c, 4*c)
-	}
-	v := Float32s(data["h.1.mlp.c_fc.weight"])
-	if v[2*4*c+5] != 3 { // in 2, out 5
-		t.Errorf("Conv1D layout: [2][5] = %v, want 3", v[2*4*c+5])
-	}
-	if len(h.Tensors) != 2+12*l.Shape.Layers+2 {
-		t.Errorf("%d tensors", len(h.Tensors))
-	}
-}
-
-func TestExportBF16(t *testing.T) {
-	l := tinyLayout(t)
-	f := l.Init(3)
-	b := make([][]uint16, len(f))
-	for c := range f {
-		b[c] = make([]uint16, len(f[c])+100) // padded, as a gathered chunk is
-		bf16.FromFloat32s(b[c], f[c])
-	}
-	dir := t.TempDir()
-	// bf16 in, BF16 out: identical bits; bf16 in, F32 out: exact widening;
-	// f32 in, BF16 out: rounding to nearest even.
-	if err := ExportBF16(filepath.Join(dir, "a"), l, b, ExportOptions{DType: dtype.BF16}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ExportBF16(filepath.Join(dir, "b"), l, b, ExportOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := Export(filepath.Join(dir, "c"), l, f, ExportOptions{DType: dtype.BF16}); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"a", "b", "c"} {
-		got, h, err := Import(filepath.Join(dir, name), l, ImportOptions{Names: NamesStrata})
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantDT := map[string]string{"a": "BF16", "b": "F32", "c": "BF16"}[name]
-		if h.Tensors[0].DType != wantDT {
-			t.Errorf("%s: dtype %s, want %s", name, h.Tensors[0].DType, wantDT)
-		}
-		for c := range f {
-			for i := range f[c] {
-				if want := bf16.ToFloat32(b[c][i]); math.Float32bits(got[c][i]) != math.Float32bits(want) {
-					t.Fatalf("%s: chunk %d %d: %v, want %v", name, c, i, got[c][i], want)
-				}
-			}
-		}
-	}
-}
-
-func TestImportErrors(t *testing.T) {
-	l := tinyLayout(t)
-	dir := t.TempDir()
-	small := filepath.Join(dir, "small")
-	if err := Export(small, l, l.Init(1), ExportOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// A layout with one more layer: 12 tensors missing, and the metadata differs.
-	s3 := l.Shape
-	s3.Layers = 3
-	l3, _ := model.NewLayout(s3)
-	_, _, err := Import(small, l3, ImportOptions{})
-	for _, want := range []string{"12 missing: h.2.ln_1.weight", "and 4 more", "n_layer 2 (layout 3)"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error %v does not say %q", err, want)
-		}
-	}
-	// Unexpected tensors, a wrong shape and a wrong dtype.
-	tensors := []Tensor{
-		{Name: "extra", DType: dtype.F32, Shape: []int{1}, Data: make([]byte, 4)},
-		{Name: "wte", DType: dtype.F32, Shape: []int{2, 2}, Data: make([]byte, 16)},
-		{Name: "wpe", DType: dtype.I32, Shape: []int{l.Shape.MaxSeq, l.Shape.Dim}, Data: make([]byte, 4*l.Shape.MaxSeq*l.Shape.Dim)},
-	}
-	bad := filepath.Join(dir, "bad")
-	if err := WriteSafetensorsFile(bad, tensors, nil); err != nil {
-		t.Fatal(err)
-	}
-	_, _, err = Import(bad, l, ImportOptions{})
-	for _, want := range []string{"wte has shape [2 2], the layout wants [256 32]", "wpe has dtype I32", "1 unexpected: extra", "26 missing"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error %v does not say %q", err, want)
-		}
-	}
-	t.Log(err)
-	if err := Export(small, l, l.Init(1)[:2], ExportOptions{}); err == nil {
-		t.Error("export with too few chunks: no error")
-	}
-	if err := Export(small, l, l.Init(1), ExportOptions{Metadata: map[string]string{MetaStep: "1"}}); err == nil {
-		t.Error("export overriding step metadata: no error")
-	}
-}
-
-// TestImportHFPrefixAndBuffers reads a file as transformers saves
-// GPT2LMHeadModel: a "transformer." prefix, attention-mask buffers and a
-// tied lm_head.
-func TestImportHFPrefixAndBuffers(t *testing.T) {
-	l := tinyLayout(t)
-	want := l.Init(5)
-	path := filepath.Join(t.TempDir(), "hf")
-	if err := Export(path, l, want, ExportOptions{Names: NamesHF}); err != nil {
-		t.Fatal(err)
-	}
-	h, data, err := ReadSafetensorsFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ts []Tensor
-	for _, ti := range h.Tensors {
-		shape := make([]int, len(ti.Shape))
-		for i, d := range ti.Shape {
-			shape[i] = int(d)
-		}
-		ts = append(ts, Tensor{Name: "transformer." + ti.Name, DType: dtype.F32, Shape: shape, Data: data[ti.Name]})
-	}
-	T := l.Shape.MaxSeq
-	ts = append(ts, Tensor{Name: "transformer.h.0.attn.bias", DType: dtype.F32, Shape: []int{1, 1, T, T}, Data: make([]byte, 4*T*T)},
-		Tensor{Name: "lm_head.weight", DType: dtype.F32, Shape: []int{l.Shape.Vocab, l.Shape.Dim}, Data: data["wte.weight"]})
-	if err := WriteSafetensorsFile(path, ts, map[string]string{"format": "pt"}); err != nil {
-		t.Fatal(err)
-	}
-	got, _, err := Import(path, l, ImportOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for c := range want {
-		for i := range want[c] {
-			if got[c][i] != want[c][i] {
-				t.Fatalf("chunk %d %d: %v, want %v", c, i, got[c][i], want[c][i])
-			}
-		}
-	}
-}
-
-// legacyChunks is the in-memory export's source before streaming: every
-// chunk at once, fp32 or bf16.
-type legacyChunks struct {
-	f32 [][]float32
-	b16 [][]uint16
-}
-
-func (s legacyChunks) put(out []byte, dt dtype.DType, dst, c, src int) {
-	switch {
-	case dt == dtype.F32 && s.f32 != nil:
-		putF32(out[4*dst:], s.f32[c][src])
-	case dt == dtype.F32:
-		putF32(out[4*dst:], bf16.ToFloat32(s.b16[c][src]))
-	case s.f32 != nil:
-		putU16(out[2*dst:], bf16.FromFloat32(s.f32[c][src]))
-	default:
-		putU16(out[2*dst:], s.b16[c][src])
-	}
-}
-
-// legacyExport is Export as it was before ExportStream (the whole model
-// in memory, encoded element by element), kept to check that the
-// streaming writer writes the same bytes.
-func legacyExport(t *testing.T, path string, l *model.Layout, src legacyChunks, opts ExportOptions) {
-	t.Helper()
-	opts.defaults()
-	md, err := exportMetadata(l, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fts := fileTensors(l, opts.Names)
-	entries := make([]entry, len(fts))
-	for i, ft := range fts {
-		entries[i] = entry{name: ft.name, dt: opts.DType, shape: ft.shape, sizeBytes: int64(ft.t.Len * opts.DType.Size())}
-	}
-	hdr, err := encodeHeader(entries, md)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := append([]byte(nil), hdr...)
-	for _, ft := range fts {
-		b := make([]byte, ft.t.Len*opts.DType.Size())
-		rows, cols := 1, ft.t.Len
-		if ft.transposed {
-			rows, cols = ft.t.Shape[0], ft.t.Shape[1]
-		}
-		for r := range rows {
-			for c := range cols {
-				dst := r*cols + c
-				if ft.transposed {
-					dst = c*rows + r
-				}
-				src.put(b, opts.DType, dst, ft.chunk, ft.t.Offset+r*cols+c)
-			}
-		}
-		out = append(out, b...)
-	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 func sameFile(t *testing.T, what, a, b string) {
@@ -296,92 +48,11 @@ func sameFile(t *testing.T, what, a, b string) {
 	}
 }
 
-// TestExportStreamSameBytes: Export and ExportBF16 (now ExportStream
-// handed the chunks) write the files the whole-model export wrote, byte
-// for byte, for Strata and Hugging Face names, F32 and BF16 files, from
-// fp32 and bf16 chunks (padded, and with a NaN, an infinity and -0 in
-// them, which are copied or rounded like any value).
-func TestExportStreamSameBytes(t *testing.T) {
-	l := tinyLayout(t)
-	f := l.Init(11)
-	b := make([][]uint16, len(f))
-	for c := range f {
-		f[c] = append(f[c], 1, 2, 3) // padding, ignored
-		b[c] = make([]uint16, len(f[c]))
-		bf16.FromFloat32s(b[c], f[c])
-	}
-	f[1][4] = float32(math.NaN())
-	f[2][7] = float32(math.Inf(1))
-	f[0][1] = float32(math.Copysign(0, -1))
-	dir := t.TempDir()
-	for _, names := range []Naming{NamesStrata, NamesHF} {
-		for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
-			opts := ExportOptions{Names: names, DType: dt, Step: 5, Metadata: map[string]string{"run": "x"}}
-			for _, in := range []string{"f32", "bf16"} {
-				what := fmt.Sprintf("%s names, %v file, %s chunks", names, dt, in)
-				got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
-				var err error
-				if in == "f32" {
-					err = Export(got, l, f, opts)
-					legacyExport(t, want, l, legacyChunks{f32: f}, opts)
-				} else {
-					err = ExportBF16(got, l, b, opts)
-					legacyExport(t, want, l, legacyChunks{b16: b}, opts)
-				}
-				if err != nil {
-					t.Fatalf("%s: %v", what, err)
-				}
-				sameFile(t, what, got, want)
-			}
-		}
-	}
-}
-
-// TestExportStreamErrors: a produce that fails or hands over too few
-// chunks leaves no file (nor a temporary one); a chunk too short is an
-// error naming it; a chunk out of order panics.
-func TestExportStreamErrors(t *testing.T) {
-	l := tinyLayout(t)
-	f := l.Init(1)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "m.safetensors")
-	boom := errors.New("boom")
-	for _, tc := range []struct {
-		what    string
-		produce func(w *ExportWriter) error
-		want    string
-	}{
-		{"failing produce", func(w *ExportWriter) error {
-			if err := w.F32(0, f[0]); err != nil {
-				return err
-			}
-			return boom
-		}, "boom"},
-		{"too few chunks", func(w *ExportWriter) error { return w.F32(0, f[0]) }, fmt.Sprintf("1 of the layout's %d chunks handed over", len(l.Chunks))},
-		{"short chunk", func(w *ExportWriter) error { return w.F32(0, f[0][:10]) }, fmt.Sprintf("chunk 0 (%s) has 10 elements, layout needs %d", l.Chunks[0].Name, l.Chunks[0].Len)},
-	} {
-		err := ExportStream(path, l, ExportOptions{}, tc.produce)
-		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "checkpoint: write "+path) {
-			t.Errorf("%s: error %v, want it to say %q", tc.what, err, tc.want)
-		}
-		if tc.what == "failing produce" && !errors.Is(err, boom) {
-			t.Errorf("%s: %v does not wrap produce's error", tc.what, err)
-		}
-		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
-			t.Errorf("%s: left %d files in %s", tc.what, len(ents), dir)
-		}
-	}
-	defer func() {
-		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "chunk 1 handed over, want chunk 0") {
-			t.Errorf("chunk out of order: recovered %v", r)
-		}
-	}()
-	ExportStream(path, l, ExportOptions{}, func(w *ExportWriter) error { return w.F32(1, f[1]) })
-}
-
-// exportState is ExportState before streaming: the whole checkpoint
-// loaded, the exported state gathered chunk by chunk, the legacy export.
-func exportStateLegacy(t *testing.T, dst, src string, opts ExportOptions) {
+// exportStateLegacy is ExportState before streaming: the whole checkpoint
+// loaded, the exported state gathered chunk by chunk, the whole-model
+// export (hf.Export, which package hf's TestExportStreamSameBytes holds to
+// the element-by-element encoding of before ExportStream).
+func exportStateLegacy(t *testing.T, dst, src string, opts hf.ExportOptions) {
 	t.Helper()
 	st, err := Load(src)
 	if err != nil {
@@ -398,15 +69,23 @@ func exportStateLegacy(t *testing.T, dst, src string, opts ExportOptions) {
 	if opts.Step == 0 {
 		opts.Step = st.Step
 	}
-	var in legacyChunks
+	var f32 [][]float32
+	var b16 [][]uint16
 	for c := range st.Chunks {
 		if st.States[k].DType == dtype.BF16 {
-			in.b16 = append(in.b16, BF16s(st.Gather(c, k)))
+			b16 = append(b16, dtype.Uint16s(st.Gather(c, k)))
 		} else {
-			in.f32 = append(in.f32, Float32s(st.Gather(c, k)))
+			f32 = append(f32, dtype.Float32s(st.Gather(c, k)))
 		}
 	}
-	legacyExport(t, dst, l, in, opts)
+	if b16 != nil {
+		err = hf.Export(dst, l, b16, opts)
+	} else {
+		err = hf.Export(dst, l, f32, opts)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // fillWeights writes chunk c's weights (l.InitChunk's, the same for every
@@ -417,10 +96,10 @@ func fillWeights(l *model.Layout, states []StateSpec) ChunkFunc {
 		if states[k].DType == dtype.BF16 {
 			h := make([]uint16, len(v))
 			bf16.FromFloat32s(h, v)
-			PutBF16s(whole[:2*len(v)], h)
+			copy(whole[:2*len(v)], dtype.Bytes(h))
 			return nil
 		}
-		PutFloat32s(whole[:4*len(v)], v)
+		copy(whole[:4*len(v)], dtype.Bytes(v))
 		return nil
 	}
 }
@@ -448,12 +127,12 @@ func TestExportCheckpointSameBytes(t *testing.T) {
 			if err := SaveStream(src, meta, fillWeights(l, states), Options{}); err != nil {
 				t.Fatal(err)
 			}
-			for _, names := range []Naming{NamesStrata, NamesHF} {
+			for _, names := range []hf.Naming{hf.NamesStrata, hf.NamesHF} {
 				for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
 					what := fmt.Sprintf("%s on %d devices, %s names, %v file", specList(states), devices, names, dt)
 					dir := t.TempDir()
 					got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
-					opts := ExportOptions{Names: names, DType: dt}
+					opts := hf.ExportOptions{Names: names, DType: dt}
 					st, err := ExportCheckpoint(got, src, opts)
 					if err != nil {
 						t.Fatalf("%s: %v", what, err)
@@ -463,7 +142,7 @@ func TestExportCheckpointSameBytes(t *testing.T) {
 					}
 					exportStateLegacy(t, want, src, opts)
 					sameFile(t, what, got, want)
-					if names == NamesStrata && dt == dtype.F32 {
+					if names == hf.NamesStrata && dt == dtype.F32 {
 						other := filepath.Join(dir, "state")
 						full, err := Load(src)
 						if err != nil {
@@ -485,7 +164,7 @@ func TestExportCheckpointSameBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "m")
-	if _, err := ExportCheckpoint(dst, src, ExportOptions{}); err == nil || !strings.Contains(err.Error(), "holds neither master weights nor params") {
+	if _, err := ExportCheckpoint(dst, src, hf.ExportOptions{}); err == nil || !strings.Contains(err.Error(), "holds neither master weights nor params") {
 		t.Errorf("export of a checkpoint without weights: %v", err)
 	}
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
@@ -493,8 +172,8 @@ func TestExportCheckpointSameBytes(t *testing.T) {
 	}
 }
 
-// TestExportStreamMemoryBound is the must-show of the bound: exporting a
-// model of 7M parameters (28 MB of fp32 weights in 66 chunks, 770 tensors)
+// TestExportCheckpointMemoryBound is the must-show of the bound: exporting
+// a model of 7M parameters (28 MB of fp32 weights in 66 chunks, 770 tensors)
 // allocates on the heap, in all (the Go runtime's count of every byte
 // allocated while it runs, not just the live peak):
 //   - from a checkpoint (ExportCheckpoint): at most the Reader's two
@@ -503,13 +182,11 @@ func TestExportCheckpointSameBytes(t *testing.T) {
 //     the 1 MiB write buffer, 2 KiB per tensor for the header and its
 //     bookkeeping (names, shapes, the layout; they grow with the number of
 //     tensors, not their size) and 512 KiB for the rest: 4.7 MB, a sixth
-//     of the weights;
-//   - from chunks produced one at a time into one buffer (ExportStream, as
-//     `strata train --out` does): the largest tensor, the write buffer and
-//     the header and fixed overhead: 3.3 MB.
+//     of the weights (package hf's TestExportStreamMemoryBound holds
+//     ExportStream alone to its part).
 //
-// Each file is then compared with the whole-model export's.
-func TestExportStreamMemoryBound(t *testing.T) {
+// The file is then compared with the whole-model export's.
+func TestExportCheckpointMemoryBound(t *testing.T) {
 	l, err := model.NewLayout(model.Shape{Name: "bound", Layers: 64, Dim: 96, Heads: 4, Vocab: 64, MaxSeq: 16})
 	if err != nil {
 		t.Fatal(err)
@@ -533,7 +210,7 @@ func TestExportStreamMemoryBound(t *testing.T) {
 		}
 	}
 	const writeBuf = 1 << 20
-	overhead := 512<<10 + 2<<10*len(fileTensors(l, NamesStrata))
+	overhead := 512<<10 + 2<<10*tensorCount(l)
 	whole := meta.MaxWholeBytes()
 	bound := 2*whole + devices*verifyBlockBytes + tensor + writeBuf + overhead
 	if weights < int64(5*bound) {
@@ -541,7 +218,7 @@ func TestExportStreamMemoryBound(t *testing.T) {
 	}
 	dir := t.TempDir()
 	got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
-	opts := ExportOptions{Names: NamesHF}
+	opts := hf.ExportOptions{Names: hf.NamesHF}
 
 	before := heapAllocated()
 	if _, err := ExportCheckpoint(got, src, opts); err != nil {
@@ -555,42 +232,13 @@ func TestExportStreamMemoryBound(t *testing.T) {
 	}
 	exportStateLegacy(t, want, src, opts)
 	sameFile(t, "ExportCheckpoint", got, want)
+}
 
-	// From chunks produced one at a time into one buffer.
-	maxLen := 0
+// tensorCount is the number of tensors of l.
+func tensorCount(l *model.Layout) int {
+	n := 0
 	for _, ch := range l.Chunks {
-		maxLen = max(maxLen, ch.Len)
+		n += len(ch.Tensors)
 	}
-	buf := make([]float32, maxLen)
-	gen := func(c int) []float32 {
-		v := buf[:l.Chunks[c].Len]
-		for i := range v {
-			v[i] = float32(c) + float32(i%1000)/1000
-		}
-		return v
-	}
-	bound = tensor + writeBuf + overhead
-	before = heapAllocated()
-	err = ExportStream(got, l, opts, func(w *ExportWriter) error {
-		for c := range l.Chunks {
-			if err := w.F32(c, gen(c)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	used = heapAllocated() - before
-	t.Logf("ExportStream of %d bytes of weights: %d bytes allocated (bound %d)", weights, used, bound)
-	if used > uint64(bound) {
-		t.Errorf("ExportStream allocated %d bytes, over the bound %d", used, bound)
-	}
-	all := make([][]float32, len(l.Chunks))
-	for c := range all {
-		all[c] = append([]float32(nil), gen(c)...)
-	}
-	legacyExport(t, want, l, legacyChunks{f32: all}, opts)
-	sameFile(t, "ExportStream", got, want)
+	return n
 }

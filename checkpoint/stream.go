@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"unsafe"
 
+	"github.com/strata-ai/strata/hf"
+	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -127,14 +129,14 @@ func writeRankFiles(tmp string, meta *State, fill ChunkFunc, opts *Options) (_ [
 		}
 	}()
 	for r := range ws {
-		entries := make([]entry, 0, len(meta.Chunks)*len(meta.States))
+		entries := make([]safetensors.Entry, 0, len(meta.Chunks)*len(meta.States))
 		for c, ch := range meta.Chunks {
 			for _, s := range meta.States {
-				entries = append(entries, entry{name: tensorName(c, s.Kind), dt: s.DType, shape: []int{ch.ShardElems}, sizeBytes: int64(ch.ShardElems * s.DType.Size())})
+				entries = append(entries, safetensors.Entry{Name: tensorName(c, s.Kind), DType: s.DType, Shape: []int{ch.ShardElems}, SizeBytes: int64(ch.ShardElems * s.DType.Size())})
 			}
 		}
-		md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(meta.Devices), MetaStep: strconv.FormatInt(meta.Step, 10)}
-		hdr, err := encodeHeader(entries, md)
+		md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(meta.Devices), hf.MetaStep: strconv.FormatInt(meta.Step, 10)}
+		hdr, err := safetensors.EncodeEntries(entries, md)
 		if err != nil {
 			return nil, err
 		}
@@ -253,7 +255,7 @@ type Reader struct {
 	paths []string
 	files []*os.File
 	offs  [][][]int64 // [r][c][k]: file offset of rank r's tensor chunk.c.States[k]
-	src   *Source     // the manifest's Source
+	src   *hf.Source  // the manifest's Source
 	buf   []byte      // ReadChunk's bf16 block
 }
 
@@ -325,14 +327,14 @@ func openRankFile(path string, fi FileInfo, meta *State) (_ *os.File, _ [][]int6
 	if err := verifyOpen(f, path, fi); err != nil {
 		return nil, nil, err
 	}
-	h, err := ReadHeader(f, fi.SizeBytes)
+	h, err := safetensors.ReadHeader(f, fi.SizeBytes)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if want := len(meta.Chunks) * len(meta.States); len(h.Tensors) != want {
 		return nil, nil, fmt.Errorf("%s: %d tensors, the manifest implies %d", path, len(h.Tensors), want)
 	}
-	byName := make(map[string]TensorInfo, len(h.Tensors))
+	byName := make(map[string]safetensors.TensorInfo, len(h.Tensors))
 	for _, t := range h.Tensors {
 		byName[t.Name] = t
 	}
@@ -345,8 +347,8 @@ func openRankFile(path string, fi FileInfo, meta *State) (_ *os.File, _ [][]int6
 			if !ok {
 				return nil, nil, fmt.Errorf("%s: tensor %s missing", path, name)
 			}
-			if t.DType != DTypeName(s.DType) || len(t.Shape) != 1 || t.Shape[0] != int64(ch.ShardElems) {
-				return nil, nil, fmt.Errorf("%s: tensor %s is %s %v, the manifest says %s [%d]", path, name, t.DType, t.Shape, DTypeName(s.DType), ch.ShardElems)
+			if t.DType != safetensors.DTypeName(s.DType) || len(t.Shape) != 1 || t.Shape[0] != int64(ch.ShardElems) {
+				return nil, nil, fmt.Errorf("%s: tensor %s is %s %v, the manifest says %s [%d]", path, name, t.DType, t.Shape, safetensors.DTypeName(s.DType), ch.ShardElems)
 			}
 			offs[c][k] = h.DataStart() + t.Begin
 		}
@@ -511,9 +513,12 @@ func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
 // State.Model).
 func (rd *Reader) Shape() model.Shape { return rd.meta.Shape }
 
+// readBlockBytes bounds the block ReadChunk reads a bf16 chunk through.
+const readBlockBytes = 4 << 20
+
 // Source is the manifest's Source: where the run's initial weights came
 // from; nil when it started from the seeded initialisation.
-func (rd *Reader) Source() *Source { return rd.src }
+func (rd *Reader) Source() *hf.Source { return rd.src }
 
 // ReadChunk fills dst, exactly the length of chunk c, with the
 // checkpoint's weights of chunk c as fp32: the master weights when it holds
@@ -540,8 +545,8 @@ func (rd *Reader) ReadChunk(c int, dst []float32) error {
 		for at := lo; at < hi; {
 			n := hi - at
 			var b []byte
-			if dt == dtype.F32 && littleEndian {
-				b = unsafe.Slice((*byte)(unsafe.Pointer(&dst[at])), 4*n)
+			if dt == dtype.F32 {
+				b = dtype.Bytes(dst[at : at+n])
 			} else {
 				n = min(n, readBlockBytes/dt.Size())
 				if cap(rd.buf) < n*dt.Size() {
@@ -553,11 +558,8 @@ func (rd *Reader) ReadChunk(c int, dst []float32) error {
 			if _, err := rd.files[r].ReadAt(b, off); err != nil {
 				return fmt.Errorf("checkpoint: %s: read tensor %s (%d bytes at %d): %w", rd.paths[r], tensorName(c, meta.States[k].Kind), len(b), off, err)
 			}
-			switch {
-			case dt == dtype.BF16:
-				widen(dst[at:at+n], b, "BF16")
-			case !littleEndian:
-				widen(dst[at:at+n], b, "F32")
+			if dt == dtype.BF16 {
+				bf16.ToFloat32s(dst[at:at+n], dtype.Uint16s(b))
 			}
 			at += n
 		}

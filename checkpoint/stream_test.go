@@ -13,7 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // legacyRankFile is the rank file the whole-State writer wrote before the
@@ -22,14 +24,14 @@ import (
 // state, from memory; and its CRC-32C.
 func legacyRankFile(t *testing.T, st *State, r int) ([]byte, uint32) {
 	t.Helper()
-	var entries []entry
+	var entries []safetensors.Entry
 	for c, ch := range st.Chunks {
 		for k, s := range st.States {
-			entries = append(entries, entry{name: tensorName(c, s.Kind), dt: s.DType, shape: []int{ch.ShardElems}, sizeBytes: int64(len(st.Data[r][c][k]))})
+			entries = append(entries, safetensors.Entry{Name: tensorName(c, s.Kind), DType: s.DType, Shape: []int{ch.ShardElems}, SizeBytes: int64(len(st.Data[r][c][k]))})
 		}
 	}
-	md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(st.Devices), MetaStep: strconv.FormatInt(st.Step, 10)}
-	hdr, err := encodeHeader(entries, md)
+	md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(st.Devices), hf.MetaStep: strconv.FormatInt(st.Step, 10)}
+	hdr, err := safetensors.EncodeEntries(entries, md)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/hf"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
@@ -38,7 +40,7 @@ func saveTinyCheckpoint(t *testing.T) (string, [][]float32) {
 			if lo := r * n; lo < len(full) {
 				copy(part, full[lo:min(lo+n, len(full))])
 			}
-			checkpoint.PutFloat32s(st.Shard(r, c, k), part)
+			copy(st.Shard(r, c, k), dtype.Bytes(part))
 		}
 	}
 	dir := t.TempDir()
@@ -65,7 +67,7 @@ func TestExportAndInspect(t *testing.T) {
 	}
 	shape, _ := model.Lookup("tiny")
 	l, _ := model.NewLayout(shape)
-	got, _, err := checkpoint.Import(file, l, checkpoint.ImportOptions{})
+	got, _, err := hf.Import(file, l, hf.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +133,7 @@ func TestTrainOutWritesWeights(t *testing.T) {
 	}
 	shape, _ := model.Lookup("small") // the demonstration's model
 	l, _ := model.NewLayout(shape)
-	chunks, hdr, err := checkpoint.Import(filepath.Join(dir, "model.safetensors"), l, checkpoint.ImportOptions{})
+	chunks, hdr, err := hf.Import(filepath.Join(dir, "model.safetensors"), l, hf.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

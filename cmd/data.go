@@ -12,10 +12,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/tokenizer"
 )
@@ -57,7 +57,7 @@ func (d *runData) Close() {
 // tokenizer.json of the model the run started from (--init, or the
 // resumed run's record of it), else the byte-level one. It returns a
 // description for the run's header.
-func runTokenizer(cfg *config.Config, source *checkpoint.Source) (data.Tokenizer, string, error) {
+func runTokenizer(cfg *config.Config, source *hf.Source) (data.Tokenizer, string, error) {
 	if source == nil || source.TokenizerPath() == "" {
 		return data.Bytes{}, "bytes", nil
 	}
@@ -75,7 +75,7 @@ func runTokenizer(cfg *config.Config, source *checkpoint.Source) (data.Tokenizer
 // runChat is the chat template of {"messages"} lines: --chat-template,
 // else the one of the Hugging Face model the run started from, else nil
 // (ChatML).
-func runChat(c *cli.Context, source *checkpoint.Source) (*data.ChatTemplate, error) {
+func runChat(c *cli.Context, source *hf.Source) (*data.ChatTemplate, error) {
 	if p := c.String("chat-template"); p != "" {
 		chat, err := data.LoadChatTemplate(p)
 		if err != nil {
@@ -83,7 +83,7 @@ func runChat(c *cli.Context, source *checkpoint.Source) (*data.ChatTemplate, err
 		}
 		return chat, nil
 	}
-	if source == nil || source.Format != checkpoint.SourceHF {
+	if source == nil || source.Format != hf.SourceHF {
 		return nil, nil
 	}
 	chat, err := data.LoadChatTemplate(source.Path)
@@ -127,7 +127,7 @@ func tokenDir(out string) string {
 // source (data files are tokenized in one streaming pass with the model's
 // tokenizer: JSONL always, raw text with a tokenizer other than bytes)
 // and says what they hold.
-func openRunData(c *cli.Context, cfg *config.Config, source *checkpoint.Source, stderr io.Writer) (*runData, error) {
+func openRunData(c *cli.Context, cfg *config.Config, source *hf.Source, stderr io.Writer) (*runData, error) {
 	d := &runData{every: c.Int("eval-every")}
 	if cfg.Strata.Data == "" && c.String("eval-data") == "" {
 		return d, nil

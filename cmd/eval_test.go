@@ -13,10 +13,11 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 	"github.com/strata-ai/strata/tokenizer"
 )
 
@@ -136,7 +137,7 @@ func writeHFEvalModel(t *testing.T, dir string, s model.Shape, seed uint64, dt d
 			ch[i] += float32(0.1 * rng.NormFloat64())
 		}
 	}
-	_, err = checkpoint.ExportHF(dir, l, checkpoint.HFExportOptions{DType: dt}, func(w *checkpoint.ExportWriter) error {
+	_, err = hf.ExportDir(dir, l, hf.DirOptions{DType: dt}, func(w *hf.ExportWriter) error {
 		for c := range chunks {
 			if err := w.F32(c, chunks[c]); err != nil {
 				return err
@@ -275,7 +276,7 @@ func TestEvalAgainstTorch(t *testing.T) {
 			if out, err := exec.Command(hosttest.TorchPython, script, hf, batchPath, refPath).CombinedOutput(); err != nil {
 				t.Fatalf("hf_reference.py: %v\n%s", err, out)
 			}
-			_, tensors, err := checkpoint.ReadSafetensorsFile(refPath)
+			_, tensors, err := safetensors.ReadFile(refPath)
 			if err != nil {
 				t.Fatal(err)
 			}

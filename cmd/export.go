@@ -8,6 +8,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/units"
 )
@@ -66,12 +67,12 @@ func runExport(c *cli.Context) error {
 	if format == "hf" {
 		return exportHF(c, src, dir, dst, dt)
 	}
-	opts := checkpoint.ExportOptions{DType: dt}
+	opts := hf.ExportOptions{DType: dt}
 	switch n := c.String("names"); n {
 	case "strata":
-		opts.Names = checkpoint.NamesStrata
+		opts.Names = hf.NamesStrata
 	case "hf":
-		opts.Names = checkpoint.NamesHF
+		opts.Names = hf.NamesHF
 	default:
 		return usagef("export: --names %q (want strata or hf)", n)
 	}
@@ -91,11 +92,11 @@ func runExport(c *cli.Context) error {
 // exportHF is `strata export --format hf`: the checkpoint at dir (named
 // src) as a Hugging Face directory at dst.
 func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
-	maxBytes, err := checkpoint.ParseShardSize(c.String("max-shard-size"))
+	maxBytes, err := hf.ParseShardSize(c.String("max-shard-size"))
 	if err != nil {
 		return usagef("export: --max-shard-size: %v", err)
 	}
-	out, st, err := checkpoint.ExportCheckpointHF(dst, dir, checkpoint.HFExportOptions{DType: dt, MaxShardBytes: maxBytes})
+	out, st, err := checkpoint.ExportHF(dst, dir, hf.DirOptions{DType: dt, MaxShardBytes: maxBytes})
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tokenizer"
 	"github.com/urfave/cli/v2"
@@ -150,10 +152,10 @@ func paramDType(im *initModel, flag string) (gpu.DType, string, error) {
 		return gpu.BF16, "--dtype bf16", nil
 	}
 	switch src := im.src.(type) {
-	case *checkpoint.HFModel:
+	case *hf.Model:
 		dts := map[string]bool{}
 		for _, name := range src.Files {
-			f, err := checkpoint.OpenSafetensors(filepath.Join(src.Dir, name))
+			f, err := safetensors.Open(filepath.Join(src.Dir, name))
 			if err != nil {
 				return 0, "", err
 			}
@@ -210,7 +212,7 @@ func (m *inferModel) openTokenizer(cmd string) error {
 		cmd, m.im.path, describeSource(src), vocab)
 }
 
-func describeSource(s *checkpoint.Source) string {
+func describeSource(s *hf.Source) string {
 	if s == nil {
 		return "none recorded"
 	}

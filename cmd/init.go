@@ -11,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -24,12 +25,12 @@ type initModel struct {
 	path  string
 	flag  string // the command and flag that named path, for errors ("train: --init")
 	shape model.Shape
-	hf    *checkpoint.HFConfig // a Hugging Face directory: its config.json
-	ckpt  string               // a Strata checkpoint: its directory
+	hf    *hf.Config // a Hugging Face directory: its config.json
+	ckpt  string     // a Strata checkpoint: its directory
 	// source is what the run records (run.json, every checkpoint's
 	// manifest): the Hugging Face directory and its tokenizer files, or
 	// the Source of the checkpoint's own run.
-	source *checkpoint.Source
+	source *hf.Source
 	src    interface {
 		engine.ChunkSource
 		io.Closer
@@ -44,8 +45,8 @@ func probeInit(path string) (*initModel, error) { return probeModel(path, "train
 // generate's --model).
 func probeModel(path, flag string) (*initModel, error) {
 	im := &initModel{path: path, flag: flag}
-	if checkpoint.IsHFDir(path) {
-		cfg, err := checkpoint.ReadHFConfig(path)
+	if hf.IsDir(path) {
+		cfg, err := hf.ReadConfig(path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flag, err)
 		}
@@ -66,7 +67,7 @@ func probeModel(path, flag string) (*initModel, error) {
 	im.ckpt, im.shape, im.source = dir, m.Shape, m.Source
 	if im.source == nil {
 		abs, _ := filepath.Abs(dir)
-		im.source = &checkpoint.Source{Path: abs, Format: checkpoint.SourceStrata}
+		im.source = &hf.Source{Path: abs, Format: hf.SourceStrata}
 	}
 	return im, nil
 }
@@ -120,7 +121,7 @@ func (im *initModel) loadConfig(path string, opts config.Options) (*config.Confi
 // shapeFile is the file the shape of --init was read from.
 func (im *initModel) shapeFile() string {
 	if im.hf != nil {
-		return filepath.Join(im.path, checkpoint.HFConfigName)
+		return filepath.Join(im.path, hf.ConfigName)
 	}
 	return filepath.Join(im.ckpt, checkpoint.ManifestName)
 }
@@ -176,7 +177,7 @@ func (im *initModel) apply(cfg *config.Config) error {
 // chunk.
 func (im *initModel) open() error {
 	if im.hf != nil {
-		m, err := checkpoint.OpenHF(im.path)
+		m, err := hf.Open(im.path)
 		if err != nil {
 			return fmt.Errorf("%s: %w", im.flag, err)
 		}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -61,8 +61,8 @@ func TestTrainInitStreamsRSS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hf := filepath.Join(t.TempDir(), "rss-gpt2")
-	_, err = checkpoint.ExportHF(hf, l, checkpoint.HFExportOptions{DType: dtype.BF16}, func(w *checkpoint.ExportWriter) error {
+	hfDir := filepath.Join(t.TempDir(), "rss-gpt2")
+	_, err = hf.ExportDir(hfDir, l, hf.DirOptions{DType: dtype.BF16}, func(w *hf.ExportWriter) error {
 		for c := range l.Chunks {
 			if err := w.F32(c, l.InitChunk(5, c)); err != nil {
 				return err
@@ -80,7 +80,7 @@ func TestTrainInitStreamsRSS(t *testing.T) {
 	}
 	modelBytes := 4 * l.ParamCount()
 	const hostBudget = 14 << 20 // the least the tier store takes: 10.6 MiB and a quarter
-	fi, _ := os.Stat(filepath.Join(hf, "model.safetensors"))
+	fi, _ := os.Stat(filepath.Join(hfDir, "model.safetensors"))
 	shapeJSON, _ := json.Marshal(shape)
 	cfg := func(withModel bool) string {
 		m := ""
@@ -104,7 +104,7 @@ func TestTrainInitStreamsRSS(t *testing.T) {
 	seeded, c := measure("--config", cfg(true))
 	c.cmd.Process.Kill()
 	c.wait()
-	imported, c := measure("--config", cfg(false), "--init", hf)
+	imported, c := measure("--config", cfg(false), "--init", hfDir)
 	c.cmd.Process.Kill()
 	c.wait()
 	bound := seeded + 4*chunkBytes + 2048*tensors

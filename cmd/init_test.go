@@ -10,8 +10,10 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // initShape is the GPT-2 of the --init tests: byte vocabulary, so the
@@ -28,7 +30,7 @@ func writeHFModel(t *testing.T, dir string, s model.Shape, seed uint64) [][]floa
 		t.Fatal(err)
 	}
 	chunks := l.Init(seed)
-	_, err = checkpoint.ExportHF(dir, l, checkpoint.HFExportOptions{DType: dtype.F32}, func(w *checkpoint.ExportWriter) error {
+	_, err = hf.ExportDir(dir, l, hf.DirOptions{DType: dtype.F32}, func(w *hf.ExportWriter) error {
 		for c := range chunks {
 			if err := w.F32(c, chunks[c]); err != nil {
 				return err
@@ -77,7 +79,7 @@ func readRunJSON(t *testing.T, path string) map[string]any {
 func sameHFWeights(t *testing.T, a, b string) {
 	t.Helper()
 	read := func(dir string) map[string][]byte {
-		h, data, err := checkpoint.ReadSafetensorsFile(filepath.Join(dir, "model.safetensors"))
+		h, data, err := safetensors.ReadFile(filepath.Join(dir, "model.safetensors"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,18 +109,18 @@ func sameHFWeights(t *testing.T, a, b string) {
 // its optimizer state) and keeps the source.
 func TestTrainInitHF(t *testing.T) {
 	dir := t.TempDir()
-	hf := filepath.Join(dir, "gpt2-test")
-	writeHFModel(t, hf, initShape, 11)
+	hfDir := filepath.Join(dir, "gpt2-test")
+	writeHFModel(t, hfDir, initShape, 11)
 	cfg := writeFile(t, "cfg.json", fmt.Sprintf(frozenConfig, ""))
 	runDir := filepath.Join(dir, "run")
-	out, errOut, err := runApp(t, "train", "--init", hf, "--config", cfg, "--steps", "2", "--out", runDir, "--save-every", "2", "--no-progress")
+	out, errOut, err := runApp(t, "train", "--init", hfDir, "--config", cfg, "--steps", "2", "--out", runDir, "--save-every", "2", "--no-progress")
 	if err != nil {
 		t.Fatalf("train --init: %v\n%s\n%s", err, out, errOut)
 	}
-	if !strings.Contains(errOut, "initial weights: "+hf+" (Hugging Face GPT2LMHeadModel, float32 weights; tokenizer "+filepath.Join(hf, "tokenizer.json")) {
+	if !strings.Contains(errOut, "initial weights: "+hfDir+" (Hugging Face GPT2LMHeadModel, float32 weights; tokenizer "+filepath.Join(hfDir, "tokenizer.json")) {
 		t.Errorf("stderr does not name the initial weights:\n%s", errOut)
 	}
-	abs, _ := filepath.Abs(hf)
+	abs, _ := filepath.Abs(hfDir)
 	rf := readRunJSON(t, filepath.Join(runDir, "run.json"))
 	src, _ := rf["source"].(map[string]any)
 	if src["path"] != abs || src["format"] != "hf" || fmt.Sprint(src["tokenizer"]) != "[tokenizer.json tokenizer_config.json]" {
@@ -138,9 +140,9 @@ func TestTrainInitHF(t *testing.T) {
 	if !strings.Contains(out, "tokenizer files tokenizer.json, tokenizer_config.json") {
 		t.Errorf("export printed %q", out)
 	}
-	sameHFWeights(t, hf, exported)
+	sameHFWeights(t, hfDir, exported)
 	for _, name := range []string{"tokenizer.json", "tokenizer_config.json", "config.json"} {
-		a, _ := os.ReadFile(filepath.Join(hf, name))
+		a, _ := os.ReadFile(filepath.Join(hfDir, name))
 		b, _ := os.ReadFile(filepath.Join(exported, name))
 		if !bytes.Equal(a, b) {
 			t.Errorf("%s: exported\n%s\nsource\n%s", name, b, a)
@@ -167,16 +169,16 @@ func TestTrainInitHF(t *testing.T) {
 		t.Errorf("the second run's source %v, the first's %v", rf["source"], src)
 	}
 	l, _ := model.NewLayout(initShape)
-	first, _, err := checkpoint.Import(filepath.Join(runDir, "model.safetensors"), l, checkpoint.ImportOptions{})
+	first, _, err := hf.Import(filepath.Join(runDir, "model.safetensors"), l, hf.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, _, err := checkpoint.Import(filepath.Join(run2, "model.safetensors"), l, checkpoint.ImportOptions{})
+	second, _, err := hf.Import(filepath.Join(run2, "model.safetensors"), l, hf.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for c := range first {
-		if !bytes.Equal(checkpoint.Float32Bytes(first[c]), checkpoint.Float32Bytes(second[c])) {
+		if !bytes.Equal(dtype.Bytes(first[c]), dtype.Bytes(second[c])) {
 			t.Fatalf("chunk %d: the second run's weights differ from the first's", c)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // inspectCommand is `strata inspect PATH`: the tensors and metadata of a
@@ -68,7 +69,7 @@ type inspectFile struct {
 }
 
 func inspectSafetensors(w io.Writer, path string, asJSON bool) error {
-	f, err := checkpoint.OpenSafetensors(path)
+	f, err := safetensors.Open(path)
 	if err != nil {
 		return err
 	}

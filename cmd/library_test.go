@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -37,7 +38,7 @@ func TestCustomModelCheckpoint(t *testing.T) {
 	if out, _, err := run(t, "export", dir, w); err != nil || !strings.Contains(out, "(72 params)") {
 		t.Errorf("export: %v\n%s", err, out)
 	}
-	if _, _, err := checkpoint.Import(w, l, checkpoint.ImportOptions{}); err != nil {
+	if _, _, err := hf.Import(w, l, hf.ImportOptions{}); err != nil {
 		t.Errorf("import of the export: %v", err)
 	}
 	if _, _, err := run(t, "export", "--format", "hf", dir, filepath.Join(t.TempDir(), "hf")); err == nil || !strings.Contains(err.Error(), "a Hugging Face config.json cannot describe") {

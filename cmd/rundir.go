@@ -17,6 +17,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/flock"
 )
 
@@ -53,7 +54,7 @@ type runFile struct {
 	// Source is where the run's weights came from (--init, or the
 	// resumed checkpoint's record of it): the tokenizer.json of a Hugging
 	// Face model is Source.TokenizerPath().
-	Source *checkpoint.Source `json:"source,omitempty"`
+	Source *hf.Source `json:"source,omitempty"`
 }
 
 // claimOut locks the run directory out (created if missing) and decides
@@ -155,7 +156,7 @@ func readRunFile(dir string) (*runFile, error) {
 
 // writeRunFile records the run's id and the source of its weights in
 // run.json.
-func (rd *runDir) writeRunFile(source *checkpoint.Source) error {
+func (rd *runDir) writeRunFile(source *hf.Source) error {
 	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid(), Source: source}, "", "  ")
 	if err := os.WriteFile(filepath.Join(rd.path, runFileName), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("train: --out: %w", err)

@@ -22,6 +22,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -309,7 +310,7 @@ type trainPlan struct {
 	// source is where the run's weights came from (--init, or the
 	// resumed checkpoint's record of it): its tokenizer is
 	// source.TokenizerPath(). nil for a run from the seeded weights.
-	source *checkpoint.Source
+	source *hf.Source
 }
 
 // planTrain resolves the config (--config, else the checkpoint of
@@ -627,9 +628,9 @@ type trainLoop struct {
 	jsonl  io.Writer                // steps.jsonl; nil without --out
 	bar    *progressbar.ProgressBar // nil without a progress bar
 	intr   *interrupts
-	runID  string             // the run's id (--out), in every checkpoint it saves
-	source *checkpoint.Source // where the weights came from, in every checkpoint it saves
-	data   *runData           // --eval-data and how often it is evaluated
+	runID  string     // the run's id (--out), in every checkpoint it saves
+	source *hf.Source // where the weights came from, in every checkpoint it saves
+	data   *runData   // --eval-data and how often it is evaluated
 
 	firstEval, lastEval *EvalLine // the run's first and last evaluations
 
@@ -816,7 +817,7 @@ func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.
 		return fmt.Errorf("train: %w", err)
 	}
 	path := filepath.Join(dir, "model.safetensors")
-	err := checkpoint.ExportStream(path, e.Layout(), checkpoint.ExportOptions{Step: e.StepCount()}, func(w *checkpoint.ExportWriter) error {
+	err := hf.ExportStream(path, e.Layout(), hf.ExportOptions{Step: e.StepCount()}, func(w *hf.ExportWriter) error {
 		return e.MasterChunks(w.F32)
 	})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
@@ -685,14 +686,14 @@ func TestCheckpointMasterChunks(t *testing.T) {
 }
 
 // TestCheckpointExportMemoryBound is the must-show of `strata train
-// --out`'s weights export: MasterChunks into checkpoint.ExportStream
+// --out`'s weights export: MasterChunks into hf.ExportStream
 // allocates on the heap, in all, at most one padded chunk of f32 (N × its
 // shard: MasterChunks' buffer), the largest tensor and the 1 MiB write
 // buffer of the export, and 1 MiB for the header, goroutines and the
 // engine's bookkeeping per chunk (measured 1.9 MB against a 2.7 MB
 // bound, most of it fixed), for a model whose fp32 weights are 7.3 MB
 // (Master's 4Ψ, which the export held before); the file is the one
-// checkpoint.Export of Master writes.
+// hf.Export of Master writes.
 func TestCheckpointExportMemoryBound(t *testing.T) {
 	for _, c := range boundEngines() {
 		t.Run(c.name, func(t *testing.T) {
@@ -715,9 +716,9 @@ func TestCheckpointExportMemoryBound(t *testing.T) {
 			}
 			dir := t.TempDir()
 			got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
-			opts := checkpoint.ExportOptions{Step: e.StepCount()}
+			opts := hf.ExportOptions{Step: e.StepCount()}
 			before := heapAllocated()
-			err := checkpoint.ExportStream(got, e.Layout(), opts, func(w *checkpoint.ExportWriter) error {
+			err := hf.ExportStream(got, e.Layout(), opts, func(w *hf.ExportWriter) error {
 				return e.MasterChunks(w.F32)
 			})
 			if err != nil {
@@ -732,7 +733,7 @@ func TestCheckpointExportMemoryBound(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := checkpoint.Export(want, e.Layout(), m, opts); err != nil {
+			if err := hf.Export(want, e.Layout(), m, opts); err != nil {
 				t.Fatal(err)
 			}
 			a, _ := os.ReadFile(got)

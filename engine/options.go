@@ -34,7 +34,7 @@ type Options struct {
 	Dataset Dataset
 	// Init, when set, gives the initial parameters instead of the seeded
 	// initialisation (Layout.InitChunk with strata.seed): an imported
-	// model (checkpoint.OpenHF, a training checkpoint's weights through
+	// model (hf.Open, a training checkpoint's weights through
 	// checkpoint.Open). Its shape must be the config's. New reads one
 	// chunk at a time, in order, and writes it to every rank's shards
 	// wherever they live (device, host, NVMe): the fp32 master weights

@@ -12,6 +12,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/leaktest"
 	"github.com/strata-ai/strata/model"
 )
@@ -245,15 +246,15 @@ func TestUserModelCheckpoint(t *testing.T) {
 	}
 
 	out := filepath.Join(t.TempDir(), "w.safetensors")
-	if _, err := checkpoint.ExportCheckpoint(out, dir, checkpoint.ExportOptions{}); err != nil {
+	if _, err := checkpoint.ExportCheckpoint(out, dir, hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	l := mustByteMLP(t, 16, 32).Layout()
-	chunks, h, err := checkpoint.Import(out, l, checkpoint.ImportOptions{})
+	chunks, h, err := hf.Import(out, l, hf.ImportOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Metadata[checkpoint.MetaModel] != "byte-mlp" {
+	if h.Metadata[hf.MetaModel] != "byte-mlp" {
 		t.Errorf("export metadata %v", h.Metadata)
 	}
 	saved, err := checkpoint.Open(dir)
@@ -270,10 +271,10 @@ func TestUserModelCheckpoint(t *testing.T) {
 			t.Errorf("exported chunk %d is not the checkpoint's master weights", c)
 		}
 	}
-	if _, err := checkpoint.ExportCheckpoint(out, dir, checkpoint.ExportOptions{Names: checkpoint.NamesHF}); err == nil || !strings.Contains(err.Error(), "custom model") {
+	if _, err := checkpoint.ExportCheckpoint(out, dir, hf.ExportOptions{Names: hf.NamesHF}); err == nil || !strings.Contains(err.Error(), "custom model") {
 		t.Errorf("export under Hugging Face names: %v", err)
 	}
-	if _, _, err := checkpoint.ExportCheckpointHF(filepath.Join(t.TempDir(), "hf"), dir, checkpoint.HFExportOptions{}); err == nil || !strings.Contains(err.Error(), "a Hugging Face config.json cannot describe") {
+	if _, _, err := checkpoint.ExportHF(filepath.Join(t.TempDir(), "hf"), dir, hf.DirOptions{}); err == nil || !strings.Contains(err.Error(), "a Hugging Face config.json cannot describe") {
 		t.Errorf("Hugging Face export: %v", err)
 	}
 }

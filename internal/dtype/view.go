@@ -38,3 +38,12 @@ func Float64s(b []byte) []float64 {
 	}
 	return unsafe.Slice((*float64)(unsafe.Pointer(&b[0])), len(b)/8)
 }
+
+// Bytes views s as its bytes, the inverse of the views above: a file
+// writer hands typed host memory to io.Writer without a copy.
+func Bytes[T float32 | uint16 | int32 | float64](s []T) []byte {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(s)*int(unsafe.Sizeof(s[0])))
+}

@@ -25,3 +25,21 @@ func TestViewsShareMemory(t *testing.T) {
 		t.Fatal("short inputs must give nil")
 	}
 }
+
+func TestBytesSharesMemory(t *testing.T) {
+	f := []float32{1.5, -2}
+	b := Bytes(f)
+	if len(b) != 8 || b[3] != 0x3f || b[2] != 0xc0 {
+		t.Fatalf("bytes of float32s: % x", b)
+	}
+	b[7] = 0x40
+	if f[1] != 2 {
+		t.Fatalf("the view did not write the floats: %v", f[1])
+	}
+	if u := Bytes([]uint16{0x3f80}); len(u) != 2 || u[1] != 0x3f {
+		t.Fatalf("bytes of uint16s: % x", u)
+	}
+	if Bytes([]float64(nil)) != nil {
+		t.Fatal("an empty slice must give nil")
+	}
+}

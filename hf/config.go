@@ -1,4 +1,4 @@
-package checkpoint
+package hf
 
 import (
 	"bytes"
@@ -18,16 +18,16 @@ import (
 
 // The files of a Hugging Face model directory that Strata reads or writes.
 const (
-	HFConfigName  = "config.json"
-	HFWeightsName = "model.safetensors"            // one file of weights
-	HFIndexName   = "model.safetensors.index.json" // sharded weights: weight_map name -> file
+	ConfigName  = "config.json"
+	WeightsName = "model.safetensors"            // one file of weights
+	IndexName   = "model.safetensors.index.json" // sharded weights: weight_map name -> file
 )
 
-// HFTokenizerFiles are the tokenizer files of a Hugging Face directory
+// TokenizerFiles are the tokenizer files of a Hugging Face directory
 // that a run records (Source.Tokenizer) and `strata export --format hf`
 // copies: tokenizer.json first (what Strata's tokenizer reads), then the
 // files transformers' tokenizers and generation read beside it.
-var HFTokenizerFiles = []string{
+var TokenizerFiles = []string{
 	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
 	"vocab.json", "merges.txt", "tokenizer.model", "generation_config.json",
 }
@@ -45,8 +45,8 @@ var hfArchs = map[string]string{
 	"gpt2":               model.ArchGPT2,
 }
 
-// HFConfig is what Strata reads of a Hugging Face config.json.
-type HFConfig struct {
+// Config is what Strata reads of a Hugging Face config.json.
+type Config struct {
 	Shape        model.Shape
 	Architecture string // architectures[0] ("LlamaForCausalLM"), else model_type
 	// SlidingWindow is Mistral's sliding_window (0: none). Attention
@@ -59,9 +59,9 @@ type HFConfig struct {
 
 // CheckSeq refuses a run of seq tokens that the model's sliding window
 // would cut (Strata's attention has no sliding window).
-func (c *HFConfig) CheckSeq(seq int) error {
+func (c *Config) CheckSeq(seq int) error {
 	if c.SlidingWindow > 0 && seq > c.SlidingWindow {
-		return fmt.Errorf("checkpoint: %s has sliding_window %d, shorter than the run's sequence of %d tokens: Strata's attention has no sliding window; train with strata.seq_len <= %d",
+		return fmt.Errorf("hf: %s has sliding_window %d, shorter than the run's sequence of %d tokens: Strata's attention has no sliding window; train with strata.seq_len <= %d",
 			c.Architecture, c.SlidingWindow, seq, c.SlidingWindow)
 	}
 	return nil
@@ -156,15 +156,15 @@ func (k *hfKeys) str(key, def string) string {
 	return s
 }
 
-// ReadHFConfig reads the config.json of the Hugging Face model directory
-// dir (see ParseHFConfig).
-func ReadHFConfig(dir string) (*HFConfig, error) {
-	path := filepath.Join(dir, HFConfigName)
+// ReadConfig reads the config.json of the Hugging Face model directory
+// dir (see ParseConfig).
+func ReadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, ConfigName)
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("hf: %w", err)
 	}
-	c, err := ParseHFConfig(path, b)
+	c, err := ParseConfig(path, b)
 	if err != nil {
 		return nil, err
 	}
@@ -172,7 +172,7 @@ func ReadHFConfig(dir string) (*HFConfig, error) {
 	return c, nil
 }
 
-// ParseHFConfig reads a Hugging Face config.json (b, read from path) of a
+// ParseConfig reads a Hugging Face config.json (b, read from path) of a
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel
 // into a shape. What Strata does not compute is refused, every problem
 // listed in one error naming the file and each key: rope_scaling other
@@ -182,24 +182,24 @@ func ReadHFConfig(dir string) (*HFConfig, error) {
 // have (attention_bias, mlp_bias), Qwen2's use_sliding_window, GPT-2
 // without scaled attention or with an untied head, and an unknown
 // architecture. Mistral's sliding_window is kept for CheckSeq.
-func ParseHFConfig(path string, b []byte) (*HFConfig, error) {
+func ParseConfig(path string, b []byte) (*Config, error) {
 	k := &hfKeys{}
 	if err := json.Unmarshal(b, &k.raw); err != nil {
-		return nil, fmt.Errorf("checkpoint: %s is not a JSON object: %v", path, err)
+		return nil, fmt.Errorf("hf: %s is not a JSON object: %v", path, err)
 	}
-	c := &HFConfig{TorchDType: k.str("torch_dtype", "")}
+	c := &Config{TorchDType: k.str("torch_dtype", "")}
 	var archs []string
 	if !k.null("architectures") {
 		if err := json.Unmarshal(k.raw["architectures"], &archs); err != nil || len(archs) == 0 {
-			return nil, fmt.Errorf("checkpoint: %s: \"architectures\": %s is not a list of names", path, k.raw["architectures"])
+			return nil, fmt.Errorf("hf: %s: \"architectures\": %s is not a list of names", path, k.raw["architectures"])
 		}
 		c.Architecture = archs[0]
 	} else if c.Architecture = k.str("model_type", ""); c.Architecture == "" {
-		return nil, fmt.Errorf("checkpoint: %s: neither \"architectures\" nor \"model_type\" says what model it is", path)
+		return nil, fmt.Errorf("hf: %s: neither \"architectures\" nor \"model_type\" says what model it is", path)
 	}
 	arch, ok := hfArchs[c.Architecture]
 	if !ok || len(archs) > 1 {
-		return nil, fmt.Errorf("checkpoint: %s: \"architectures\" %s: Strata reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and GPT2LMHeadModel",
+		return nil, fmt.Errorf("hf: %s: \"architectures\" %s: Strata reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and GPT2LMHeadModel",
 			path, orString(k.raw["architectures"], c.Architecture))
 	}
 	if arch == model.ArchGPT2 {
@@ -213,7 +213,7 @@ func ParseHFConfig(path string, b []byte) (*HFConfig, error) {
 		}
 	}
 	if len(k.problems) > 0 {
-		return nil, fmt.Errorf("checkpoint: %s (%s): %s", path, c.Architecture, strings.Join(k.problems, "; "))
+		return nil, fmt.Errorf("hf: %s (%s): %s", path, c.Architecture, strings.Join(k.problems, "; "))
 	}
 	return c, nil
 }
@@ -227,7 +227,7 @@ func orString(raw json.RawMessage, s string) string {
 
 // llamaConfig reads LlamaForCausalLM, MistralForCausalLM and
 // Qwen2ForCausalLM, with transformers' defaults for absent keys.
-func llamaConfig(k *hfKeys, arch string, c *HFConfig) model.Shape {
+func llamaConfig(k *hfKeys, arch string, c *Config) model.Shape {
 	s := model.Shape{Arch: arch,
 		Dim:    k.int(0, true, "hidden_size"),
 		Layers: k.int(0, true, "num_hidden_layers"),
@@ -323,28 +323,28 @@ func TorchDType(dt dtype.DType) string {
 	return "float32"
 }
 
-// HFConfigJSON returns the config.json of shape s with weights stored in
+// ConfigJSON returns the config.json of shape s with weights stored in
 // dt: the architecture's keys as transformers writes them, sorted, indented
 // by 2. base, when not nil, is a config.json (the model the run started
 // from, see Source) whose other keys (token ids, generation settings,
 // transformers_version) are kept, and whose architectures and model_type
 // are kept when they read as the same Arch (MistralForCausalLM stays
 // Mistral); the keys of the shape replace its own.
-func HFConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
+func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("hf: %w", err)
 	}
 	out := map[string]any{}
 	keepArch := false
 	if len(base) > 0 {
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal(base, &raw); err != nil {
-			return nil, fmt.Errorf("checkpoint: the source's config.json is not a JSON object: %v", err)
+			return nil, fmt.Errorf("hf: the source's config.json is not a JSON object: %v", err)
 		}
 		for key, v := range raw {
 			out[key] = v
 		}
-		if c, err := ParseHFConfig(HFConfigName, base); err == nil && c.Shape.ArchName() == s.ArchName() {
+		if c, err := ParseConfig(ConfigName, base); err == nil && c.Shape.ArchName() == s.ArchName() {
 			keepArch = true
 		}
 	}
@@ -379,16 +379,16 @@ func HFConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: config.json: %w", err)
+		return nil, fmt.Errorf("hf: config.json: %w", err)
 	}
 	return append(b, '\n'), nil
 }
 
-// IsHFDir says whether path is a directory holding a Hugging Face
+// IsDir says whether path is a directory holding a Hugging Face
 // config.json: one with "architectures" or "model_type" (a Strata run
 // directory's config.json is a training config, with neither).
-func IsHFDir(path string) bool {
-	b, err := os.ReadFile(filepath.Join(path, HFConfigName))
+func IsDir(path string) bool {
+	b, err := os.ReadFile(filepath.Join(path, ConfigName))
 	if err != nil {
 		return false
 	}

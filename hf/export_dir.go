@@ -1,11 +1,10 @@
-package checkpoint
+package hf
 
 import (
 	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,7 +13,9 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // DefaultMaxShardBytes bounds the tensor bytes of each weight file of an
@@ -39,25 +40,25 @@ func ParseShardSize(s string) (int64, error) {
 	}
 	f, err := strconv.ParseFloat(t, 64)
 	if err != nil || !(f > 0) || f*float64(mult) > 1<<62 {
-		return 0, fmt.Errorf("checkpoint: shard size %q: want a positive size such as 5GB (10^9 B), 2GiB (2^30 B) or 1000000", s)
+		return 0, fmt.Errorf("hf: shard size %q: want a positive size such as 5GB (10^9 B), 2GiB (2^30 B) or 1000000", s)
 	}
 	return int64(f * float64(mult)), nil
 }
 
-// HFExportOptions control ExportHF.
-type HFExportOptions struct {
+// DirOptions control ExportDir.
+type DirOptions struct {
 	DType dtype.DType // F32 (default) or BF16 (round to nearest even)
 	// MaxShardBytes bounds each weight file's tensor bytes (0:
 	// DefaultMaxShardBytes); a tensor larger than it gets a file of its
 	// own, as in transformers.
 	MaxShardBytes int64
 	// Source, when it is a Hugging Face directory (Format SourceHF),
-	// gives config.json its other keys (HFConfigJSON's base) and the
+	// gives config.json its other keys (ConfigJSON's base) and the
 	// tokenizer files to copy (Source.Tokenizer).
 	Source *Source
 }
 
-func (o *HFExportOptions) defaults() {
+func (o *DirOptions) defaults() {
 	if o.DType == 0 {
 		o.DType = dtype.F32
 	}
@@ -67,19 +68,19 @@ func (o *HFExportOptions) defaults() {
 }
 
 // Validate says what is wrong with the options (after defaults).
-func (o HFExportOptions) Validate() error {
+func (o DirOptions) Validate() error {
 	o.defaults()
 	if o.DType != dtype.F32 && o.DType != dtype.BF16 {
-		return fmt.Errorf("checkpoint: export dtype %v (want f32 or bf16)", o.DType)
+		return fmt.Errorf("hf: export dtype %v (want f32 or bf16)", o.DType)
 	}
 	if o.MaxShardBytes < 1 {
-		return fmt.Errorf("checkpoint: export max shard size %d bytes must be positive", o.MaxShardBytes)
+		return fmt.Errorf("hf: export max shard size %d bytes must be positive", o.MaxShardBytes)
 	}
 	return nil
 }
 
-// HFExport is what ExportHF wrote.
-type HFExport struct {
+// DirExport is what ExportDir wrote.
+type DirExport struct {
 	Dir        string
 	Files      []string // the weight files, in order
 	TotalBytes int64    // the tensors' bytes (the index's total_size)
@@ -108,7 +109,7 @@ func planShards(sizes []int64, maxBytes int64) []hfShard {
 		s.end, s.bytes = i+1, s.bytes+n
 	}
 	for i := range out {
-		out[i].name = HFWeightsName
+		out[i].name = WeightsName
 		if len(out) > 1 {
 			out[i].name = fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(out))
 		}
@@ -116,8 +117,8 @@ func planShards(sizes []int64, maxBytes int64) []hfShard {
 	return out
 }
 
-// ExportHF writes a Hugging Face model directory at dir (which must not
-// exist or be empty): config.json (HFConfigJSON, torch_dtype from
+// ExportDir writes a Hugging Face model directory at dir (which must not
+// exist or be empty): config.json (ConfigJSON, torch_dtype from
 // opts.DType), the weights in files of at most opts.MaxShardBytes with
 // model.safetensors.index.json when there are several, each tensor under
 // the name transformers gives it ("model." or "transformer." before the
@@ -129,39 +130,39 @@ func planShards(sizes []int64, maxBytes int64) []hfShard {
 // besides what produce holds. Everything is written into a temporary
 // directory beside dir, each file fsynced, then renamed to dir: a failure
 // leaves no dir.
-func ExportHF(dir string, layout *model.Layout, opts HFExportOptions, produce func(w *ExportWriter) error) (*HFExport, error) {
+func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w *ExportWriter) error) (*DirExport, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.defaults()
 	if layout.Custom() {
-		return nil, fmt.Errorf("checkpoint: export %s: %q is a custom model, which a Hugging Face config.json cannot describe; export its weights as one safetensors file under its own tensor names (ExportCheckpoint, strata export --format safetensors)", dir, layout.Name)
+		return nil, fmt.Errorf("hf: export %s: %q is a custom model, which a Hugging Face config.json cannot describe; export its weights as one safetensors file under its own tensor names (checkpoint.ExportCheckpoint, strata export --format safetensors)", dir, layout.Name)
 	}
 	if err := checkOutDir(dir); err != nil {
 		return nil, err
 	}
-	out := &HFExport{Dir: dir}
+	out := &DirExport{Dir: dir}
 	var base []byte
 	if src := opts.Source; src != nil && src.Format == SourceHF {
-		b, err := os.ReadFile(filepath.Join(src.Path, HFConfigName))
+		b, err := os.ReadFile(filepath.Join(src.Path, ConfigName))
 		if err != nil {
 			out.Notes = append(out.Notes, fmt.Sprintf("config.json written from the shape alone: the source's could not be read (%v)", err))
 		}
 		base = b
 	}
-	cfg, err := HFConfigJSON(layout.Shape, opts.DType, base)
+	cfg, err := ConfigJSON(layout.Shape, opts.DType, base)
 	if err != nil {
 		return nil, err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dir)), "."+filepath.Base(filepath.Clean(dir))+".tmp-*")
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: export: %w", err)
+		return nil, fmt.Errorf("hf: export: %w", err)
 	}
-	fail := func(err error) (*HFExport, error) {
+	fail := func(err error) (*DirExport, error) {
 		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("checkpoint: export %s: %w", dir, err)
+		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
 	}
-	if err := writeSynced(filepath.Join(tmp, HFConfigName), cfg); err != nil {
+	if err := durable.Create(filepath.Join(tmp, ConfigName), cfg); err != nil {
 		return fail(err)
 	}
 	fts := fileTensors(layout, NamesHF)
@@ -185,13 +186,13 @@ func ExportHF(dir string, layout *model.Layout, opts HFExportOptions, produce fu
 	if len(shards) > 1 {
 		index := map[string]any{"metadata": map[string]any{"total_size": out.TotalBytes}, "weight_map": weightMap}
 		b, _ := json.MarshalIndent(index, "", "  ")
-		if err := writeSynced(filepath.Join(tmp, HFIndexName), append(b, '\n')); err != nil {
+		if err := durable.Create(filepath.Join(tmp, IndexName), append(b, '\n')); err != nil {
 			return fail(err)
 		}
 	}
 	if src := opts.Source; src != nil && src.Format == SourceHF {
 		for _, name := range src.Tokenizer {
-			if err := copySynced(filepath.Join(tmp, name), filepath.Join(src.Path, name)); err != nil {
+			if err := durable.Copy(filepath.Join(tmp, name), filepath.Join(src.Path, name)); err != nil {
 				out.Notes = append(out.Notes, fmt.Sprintf("tokenizer file not copied: %v", err))
 				continue
 			}
@@ -201,15 +202,15 @@ func ExportHF(dir string, layout *model.Layout, opts HFExportOptions, produce fu
 	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700, as a directory made by mkdir
 		return fail(err)
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := durable.SyncDir(tmp); err != nil {
 		return fail(err)
 	}
 	os.Remove(dir) // empty, or absent (checkOutDir)
 	if err := os.Rename(tmp, dir); err != nil {
 		return fail(err)
 	}
-	if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
-		return nil, fmt.Errorf("checkpoint: export %s: %w", dir, err)
+	if err := durable.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
+		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
 	}
 	return out, nil
 }
@@ -221,14 +222,14 @@ func checkOutDir(dir string) error {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil
 	case err != nil:
-		return fmt.Errorf("checkpoint: export: %w", err)
+		return fmt.Errorf("hf: export: %w", err)
 	case len(ents) > 0:
 		names := make([]string, 0, len(ents))
 		for _, e := range ents {
 			names = append(names, e.Name())
 		}
 		sort.Strings(names)
-		return fmt.Errorf("checkpoint: export: %s is not empty (%s): choose a new directory", dir, listSome(names))
+		return fmt.Errorf("hf: export: %s is not empty (%s): choose a new directory", dir, listSome(names))
 	}
 	return nil
 }
@@ -271,11 +272,11 @@ func writeHFShards(dir string, layout *model.Layout, fts []fileTensor, shards []
 			return err
 		}
 		s := shards[next]
-		entries := make([]entry, 0, s.end-s.first)
+		entries := make([]safetensors.Entry, 0, s.end-s.first)
 		for _, ft := range fts[s.first:s.end] {
-			entries = append(entries, entry{name: ft.name, dt: dt, shape: ft.shape, sizeBytes: int64(ft.t.Len * dt.Size())})
+			entries = append(entries, safetensors.Entry{Name: ft.name, DType: dt, Shape: ft.shape, SizeBytes: int64(ft.t.Len * dt.Size())})
 		}
-		hdr, err := encodeHeader(entries, map[string]string{"format": "pt"})
+		hdr, err := safetensors.EncodeEntries(entries, map[string]string{"format": "pt"})
 		if err != nil {
 			return err
 		}
@@ -295,57 +296,4 @@ func writeHFShards(dir string, layout *model.Layout, fts []fileTensor, shards []
 		return fmt.Errorf("export: %d of the layout's %d chunks handed over", w.next, len(layout.Chunks))
 	}
 	return closeFile()
-}
-
-// copySynced copies the file src to dst and fsyncs it; on an error it
-// removes dst, so no partial copy is left behind.
-func copySynced(dst, src string) (err error) {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.Create(dst)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(dst)
-		}
-	}()
-	_, err = io.Copy(out, in)
-	if err == nil {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}
-
-// ExportCheckpointHF writes the weights of the training checkpoint at src
-// (as ExportCheckpoint names and reads it: every rank file verified first,
-// then the fp32 master weights, else the params, one chunk at a time) as a
-// Hugging Face model directory at dst (ExportHF). opts.Source nil takes
-// the checkpoint's own (Manifest.Source): the tokenizer and config.json
-// of the model its run started from. It returns the checkpoint's
-// description as well.
-func ExportCheckpointHF(dst, src string, opts HFExportOptions) (*HFExport, *State, error) {
-	if err := opts.Validate(); err != nil {
-		return nil, nil, err
-	}
-	cw, err := openCheckpointWeights(src)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer cw.rd.Close()
-	if opts.Source == nil {
-		opts.Source = cw.rd.Source()
-	}
-	out, err := ExportHF(dst, cw.layout, opts, cw.produce)
-	if err != nil {
-		return nil, nil, err
-	}
-	return out, cw.meta, nil
 }

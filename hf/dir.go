@@ -1,4 +1,4 @@
-package checkpoint
+package hf
 
 import (
 	"encoding/json"
@@ -11,28 +11,29 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 )
 
-// HFModel is an open Hugging Face model directory: config.json read into
+// Model is an open Hugging Face model directory: config.json read into
 // a shape, and every weight file's header checked against the shape's
 // layout (each tensor's name, shape and dtype), nothing else read yet.
 // ReadChunk then reads one chunk at a time, so a model larger than host
 // memory passes through it a chunk at a time. Close it when done. Not safe
 // for concurrent use.
-type HFModel struct {
+type Model struct {
 	Dir    string
-	Config *HFConfig
+	Config *Config
 	Layout *model.Layout
 	// Files are the weight files: model.safetensors, or the shards the
 	// index names (sorted).
 	Files []string
-	// Tokenizer are the files of HFTokenizerFiles the directory holds.
+	// Tokenizer are the files of TokenizerFiles the directory holds.
 	Tokenizer []string
 	w         *weights
 }
 
-// OpenHF opens the Hugging Face model directory dir: config.json (see
-// ParseHFConfig), then the weights, model.safetensors or else the shards
+// Open opens the Hugging Face model directory dir: config.json (see
+// ParseConfig), then the weights, model.safetensors or else the shards
 // model.safetensors.index.json names. Tensors are F32, BF16 or F16 (read
 // as fp32, each value exactly), named as transformers names them, with or
 // without the "model." (Llama family) or "transformer." (GPT-2) prefix;
@@ -42,21 +43,21 @@ type HFModel struct {
 // wrong shape or dtype, one the layout lacks, an index entry that its file
 // does not hold. Skipped: attention-mask and rotary buffers, and an
 // lm_head.weight the config ties to the embedding.
-func OpenHF(dir string) (_ *HFModel, err error) {
-	cfg, err := ReadHFConfig(dir)
+func Open(dir string) (_ *Model, err error) {
+	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
 	}
 	l, err := model.NewLayout(cfg.Shape)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %s: %w", filepath.Join(dir, HFConfigName), err)
+		return nil, fmt.Errorf("hf: %s: %w", filepath.Join(dir, ConfigName), err)
 	}
-	m := &HFModel{Dir: dir, Config: cfg, Layout: l}
+	m := &Model{Dir: dir, Config: cfg, Layout: l}
 	index, err := m.findWeights()
 	if err != nil {
 		return nil, err
 	}
-	files := make([]*SafetensorsFile, 0, len(m.Files))
+	files := make([]*safetensors.File, 0, len(m.Files))
 	defer func() {
 		if err != nil {
 			for _, f := range files {
@@ -65,7 +66,7 @@ func OpenHF(dir string) (_ *HFModel, err error) {
 		}
 	}()
 	for _, name := range m.Files {
-		f, err := OpenSafetensors(filepath.Join(dir, name))
+		f, err := safetensors.Open(filepath.Join(dir, name))
 		if err != nil {
 			return nil, err
 		}
@@ -88,10 +89,10 @@ func OpenHF(dir string) (_ *HFModel, err error) {
 	w, problems := matchWeights(l, files, weightNames{names: NamesHF, canon: hfCanon(cfg.Shape), display: display})
 	problems = append(problems, checkIndex(index, files)...)
 	if len(problems) > 0 {
-		return nil, fmt.Errorf("checkpoint: import Hugging Face model %s (%s): %s", dir, describeHF(cfg), strings.Join(problems, "; "))
+		return nil, fmt.Errorf("hf: import Hugging Face model %s (%s): %s", dir, describeHF(cfg), strings.Join(problems, "; "))
 	}
 	m.w = w
-	for _, name := range HFTokenizerFiles {
+	for _, name := range TokenizerFiles {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() {
 			m.Tokenizer = append(m.Tokenizer, name)
 		}
@@ -99,7 +100,7 @@ func OpenHF(dir string) (_ *HFModel, err error) {
 	return m, nil
 }
 
-func describeHF(c *HFConfig) string {
+func describeHF(c *Config) string {
 	s := c.Shape
 	return fmt.Sprintf("%s, L=%d C=%d H=%d KV=%d V=%d", c.Architecture, s.Layers, s.Dim, s.Heads, s.KVHeadCount(), s.Vocab)
 }
@@ -107,13 +108,13 @@ func describeHF(c *HFConfig) string {
 // findWeights sets m.Files: model.safetensors when there is one (as
 // transformers prefers it), else the files of the index, whose weight_map
 // it returns.
-func (m *HFModel) findWeights() (map[string]string, error) {
-	single := filepath.Join(m.Dir, HFWeightsName)
+func (m *Model) findWeights() (map[string]string, error) {
+	single := filepath.Join(m.Dir, WeightsName)
 	if _, err := os.Stat(single); err == nil {
-		m.Files = []string{HFWeightsName}
+		m.Files = []string{WeightsName}
 		return nil, nil
 	}
-	indexPath := filepath.Join(m.Dir, HFIndexName)
+	indexPath := filepath.Join(m.Dir, IndexName)
 	b, err := os.ReadFile(indexPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		hint := ""
@@ -123,21 +124,21 @@ func (m *HFModel) findWeights() (map[string]string, error) {
 				break
 			}
 		}
-		return nil, fmt.Errorf("checkpoint: %s holds neither %s nor %s%s", m.Dir, HFWeightsName, HFIndexName, hint)
+		return nil, fmt.Errorf("hf: %s holds neither %s nor %s%s", m.Dir, WeightsName, IndexName, hint)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("hf: %w", err)
 	}
 	var index struct {
 		WeightMap map[string]string `json:"weight_map"`
 	}
 	if err := json.Unmarshal(b, &index); err != nil || len(index.WeightMap) == 0 {
-		return nil, fmt.Errorf("checkpoint: %s: not an index with a weight_map of tensor names to files (%v)", indexPath, err)
+		return nil, fmt.Errorf("hf: %s: not an index with a weight_map of tensor names to files (%v)", indexPath, err)
 	}
 	seen := map[string]bool{}
 	for name, file := range index.WeightMap {
 		if file == "" || filepath.Base(file) != file || file == "." || file == ".." {
-			return nil, fmt.Errorf("checkpoint: %s: tensor %q is in %q, which is not a file name in the directory", indexPath, name, file)
+			return nil, fmt.Errorf("hf: %s: tensor %q is in %q, which is not a file name in the directory", indexPath, name, file)
 		}
 		if !seen[file] {
 			seen[file] = true
@@ -149,7 +150,7 @@ func (m *HFModel) findWeights() (map[string]string, error) {
 }
 
 // checkIndex lists the index entries whose file does not hold the tensor.
-func checkIndex(index map[string]string, files []*SafetensorsFile) []string {
+func checkIndex(index map[string]string, files []*safetensors.File) []string {
 	if index == nil {
 		return nil
 	}
@@ -171,11 +172,11 @@ func checkIndex(index map[string]string, files []*SafetensorsFile) []string {
 		return nil
 	}
 	sort.Strings(bad)
-	return []string{fmt.Sprintf("%s lists %d tensors their file does not hold: %s", HFIndexName, len(bad), listSome(bad))}
+	return []string{fmt.Sprintf("%s lists %d tensors their file does not hold: %s", IndexName, len(bad), listSome(bad))}
 }
 
 // Shape is the model's shape.
-func (m *HFModel) Shape() model.Shape { return m.Config.Shape }
+func (m *Model) Shape() model.Shape { return m.Config.Shape }
 
 // ReadChunk fills dst, exactly the length of chunk c of the layout, with
 // the chunk's values as fp32: each tensor read from its file with pread, a
@@ -183,7 +184,7 @@ func (m *HFModel) Shape() model.Shape { return m.Config.Shape }
 // file does, straight into dst), so host memory holds the caller's chunk
 // and one block, whatever the model's size; the page cache holds what the
 // kernel keeps of the files.
-func (m *HFModel) ReadChunk(c int, dst []float32) error {
+func (m *Model) ReadChunk(c int, dst []float32) error {
 	if err := m.w.readChunk(c, dst); err != nil {
 		return fmt.Errorf("%w (chunk %d, %s)", err, c, m.Layout.Chunks[c].Name)
 	}
@@ -191,7 +192,7 @@ func (m *HFModel) ReadChunk(c int, dst []float32) error {
 }
 
 // Source is the model as a run's Source: where its tokenizer files are.
-func (m *HFModel) Source() *Source {
+func (m *Model) Source() *Source {
 	dir, err := filepath.Abs(m.Dir)
 	if err != nil {
 		dir = m.Dir
@@ -200,7 +201,7 @@ func (m *HFModel) Source() *Source {
 }
 
 // Close closes the weight files.
-func (m *HFModel) Close() error {
+func (m *Model) Close() error {
 	var errs []error
 	for _, f := range m.w.files {
 		errs = append(errs, f.Close())
@@ -216,7 +217,7 @@ func (m *HFModel) Close() error {
 type Source struct {
 	Path   string `json:"path"`   // absolute
 	Format string `json:"format"` // SourceHF or SourceStrata
-	// Tokenizer are the files of HFTokenizerFiles in Path (a Hugging Face
+	// Tokenizer are the files of TokenizerFiles in Path (a Hugging Face
 	// directory); tokenizer.json is what the data pipeline reads.
 	Tokenizer []string `json:"tokenizer,omitempty"`
 }

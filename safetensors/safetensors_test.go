@@ -1,4 +1,4 @@
-package checkpoint
+package safetensors
 
 import (
 	"bytes"
@@ -29,15 +29,15 @@ func TestSafetensorsRoundTripBitExact(t *testing.T) {
 	f64 := make([]byte, 8)
 	binary.LittleEndian.PutUint64(f64, math.Float64bits(-math.Pi))
 	tensors := []Tensor{
-		{Name: "a.weight", DType: dtype.F32, Shape: []int{6, 5}, Data: Float32Bytes(f32)},
-		{Name: "b \"quoted\" ünïcode", DType: dtype.BF16, Shape: []int{3, 7}, Data: BF16Bytes(b16)},
+		{Name: "a.weight", DType: dtype.F32, Shape: []int{6, 5}, Data: dtype.Bytes(f32)},
+		{Name: "b \"quoted\" ünïcode", DType: dtype.BF16, Shape: []int{3, 7}, Data: dtype.Bytes(b16)},
 		{Name: "empty", DType: dtype.F32, Shape: []int{0, 4}, Data: []byte{}},
 		{Name: "ids", DType: dtype.I32, Shape: []int{2}, Data: i32},
 		{Name: "scalar", DType: dtype.F64, Shape: []int{}, Data: f64},
 	}
 	md := map[string]string{"format": "pt", "note": "line\nbreak"}
 	path := filepath.Join(t.TempDir(), "x.safetensors")
-	if err := WriteSafetensorsFile(path, tensors, md); err != nil {
+	if err := WriteFile(path, tensors, md); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := os.ReadFile(path)
@@ -48,7 +48,7 @@ func TestSafetensorsRoundTripBitExact(t *testing.T) {
 	if n%8 != 0 {
 		t.Errorf("header length %d is not a multiple of 8", n)
 	}
-	h, data, err := ReadSafetensorsFile(path)
+	h, data, err := ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,20 +60,20 @@ func TestSafetensorsRoundTripBitExact(t *testing.T) {
 	}
 	for i, want := range tensors {
 		got := h.Tensors[i] // written in order, so sorted by offset in the same order
-		if got.Name != want.Name || got.DType != DTypeName(want.DType) || !sameShape(got.Shape, want.Shape) {
+		if got.Name != want.Name || got.DType != DTypeName(want.DType) || !got.HasShape(want.Shape) {
 			t.Errorf("tensor %d: %+v, want %s %v %v", i, got, want.Name, want.DType, want.Shape)
 		}
 		if !bytes.Equal(data[want.Name], want.Data) {
 			t.Errorf("tensor %q: bytes differ", want.Name)
 		}
 	}
-	back := Float32s(data["a.weight"])
+	back := dtype.Float32s(data["a.weight"])
 	for i := range f32 {
 		if math.Float32bits(back[i]) != math.Float32bits(f32[i]) {
 			t.Fatalf("f32 %d: %#x, want %#x", i, math.Float32bits(back[i]), math.Float32bits(f32[i]))
 		}
 	}
-	if got := BF16s(data[tensors[1].Name]); !equalU16(got, b16) {
+	if got := dtype.Uint16s(data[tensors[1].Name]); !equalU16(got, b16) {
 		t.Errorf("bf16 values differ")
 	}
 }
@@ -114,7 +114,7 @@ func TestReadHandCrafted(t *testing.T) {
 	data = binary.LittleEndian.AppendUint16(data, 0x3f80) // 1.0
 	data = binary.LittleEndian.AppendUint16(data, 0xc040) // -3.0
 	data = binary.LittleEndian.AppendUint32(data, 42)
-	h, tensors, err := parseFile(fileFrom(hdr, data))
+	h, tensors, err := Parse(fileFrom(hdr, data))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +128,10 @@ func TestReadHandCrafted(t *testing.T) {
 	if strings.Join(names, ",") != "a,b,s" {
 		t.Errorf("tensors in offset order: %v", names)
 	}
-	if got := Float32s(tensors["a"]); got[0] != 1.5 || got[1] != -2 {
+	if got := dtype.Float32s(tensors["a"]); got[0] != 1.5 || got[1] != -2 {
 		t.Errorf("a = %v", got)
 	}
-	if got := BF16s(tensors["b"]); got[0] != 0x3f80 || got[1] != 0xc040 {
+	if got := dtype.Uint16s(tensors["b"]); got[0] != 0x3f80 || got[1] != 0xc040 {
 		t.Errorf("b = %#x", got)
 	}
 	if s, _ := h.Tensor("s"); len(s.Shape) != 0 || s.Elems() != 1 || binary.LittleEndian.Uint32(tensors["s"]) != 42 {
@@ -186,7 +186,7 @@ func TestReadMalformed(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := parseFile(c.file)
+			_, _, err := Parse(c.file)
 			if err == nil {
 				t.Fatalf("no error")
 			}
@@ -199,7 +199,7 @@ func TestReadMalformed(t *testing.T) {
 			t.Log(err)
 		})
 	}
-	if _, _, err := parseFile(good); err != nil {
+	if _, _, err := Parse(good); err != nil {
 		t.Errorf("the good file: %v", err)
 	}
 }
@@ -212,7 +212,7 @@ func TestWriteRejectsBadTensors(t *testing.T) {
 		{{Name: "a", DType: dtype.F32, Shape: []int{1}, Data: make([]byte, 4)}, {Name: "a", DType: dtype.F32, Shape: []int{1}, Data: make([]byte, 4)}},
 	}
 	for i, ts := range bad {
-		if _, err := WriteSafetensors(&bytes.Buffer{}, ts, nil); err == nil {
+		if _, err := Write(&bytes.Buffer{}, ts, nil); err == nil {
 			t.Errorf("case %d: no error", i)
 		}
 	}
@@ -228,7 +228,7 @@ func FuzzReadHeader(f *testing.F) {
 	hdr, _ := EncodeHeader([]Tensor{{Name: "x", DType: dtype.F64, Shape: []int{1}, Data: make([]byte, 8)}}, map[string]string{"k": "v"})
 	f.Add(append(hdr, make([]byte, 8)...))
 	f.Fuzz(func(t *testing.T, file []byte) {
-		h, err := ReadHeader(bytesReaderAt(file), int64(len(file)))
+		h, err := ReadHeader(bytes.NewReader(file), int64(len(file)))
 		if err != nil {
 			return
 		}
@@ -243,8 +243,8 @@ func FuzzReadHeader(f *testing.F) {
 		if h.DataStart()+pos != int64(len(file)) {
 			t.Fatalf("tensors end at %d, file is %d bytes", h.DataStart()+pos, len(file))
 		}
-		if _, _, err := parseFile(file); err != nil {
-			t.Fatalf("parseFile after ReadHeader: %v", err)
+		if _, _, err := Parse(file); err != nil {
+			t.Fatalf("Parse after ReadHeader: %v", err)
 		}
 	})
 }

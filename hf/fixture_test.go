@@ -1,4 +1,4 @@
-package checkpoint
+package hf
 
 import (
 	"encoding/binary"
@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"sort"
 	"testing"
+
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // Tiny Hugging Face model directories written the way transformers writes
@@ -254,7 +256,7 @@ func writeFixtureWeights(t testing.TB, dir string, ts []fileEntry, shards int) {
 }
 
 // readHFDir reads every tensor of a Hugging Face directory through the
-// index (or model.safetensors) with ReadSafetensorsFile, keyed by name.
+// index (or model.safetensors) with safetensors.ReadFile, keyed by name.
 func readHFDir(t testing.TB, dir string) map[string]fileEntry {
 	t.Helper()
 	files := []string{"model.safetensors"}
@@ -275,7 +277,7 @@ func readHFDir(t testing.TB, dir string) map[string]fileEntry {
 	}
 	out := map[string]fileEntry{}
 	for _, name := range files {
-		h, data, err := ReadSafetensorsFile(filepath.Join(dir, name))
+		h, data, err := safetensors.ReadFile(filepath.Join(dir, name))
 		if err != nil {
 			t.Fatal(err)
 		}

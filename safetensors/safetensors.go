@@ -1,7 +1,6 @@
-package checkpoint
+package safetensors
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -11,12 +10,12 @@ import (
 	"math"
 	"math/bits"
 	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"unicode/utf8"
 
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/durable"
 )
 
 // The safetensors format (github.com/huggingface/safetensors):
@@ -62,7 +61,7 @@ func DTypeName(d dtype.DType) string {
 	case dtype.F64:
 		return "F64"
 	}
-	panic(fmt.Sprintf("checkpoint: dtype %v has no safetensors name", d))
+	panic(fmt.Sprintf("safetensors: dtype %v has no safetensors name", d))
 }
 
 // ParseDTypeName maps a safetensors dtype name to Strata's dtype; false for
@@ -97,6 +96,19 @@ func (t TensorInfo) Elems() int64 {
 		n *= d
 	}
 	return n
+}
+
+// HasShape says whether t's shape is shape.
+func (t TensorInfo) HasShape(shape []int) bool {
+	if len(t.Shape) != len(shape) {
+		return false
+	}
+	for i := range shape {
+		if t.Shape[i] != int64(shape[i]) {
+			return false
+		}
+	}
+	return true
 }
 
 // SizeBytes is End - Begin.
@@ -319,25 +331,29 @@ func (t Tensor) check() error {
 // so that the byte buffer starts on an 8-byte boundary. Keys appear in
 // order: __metadata__ (keys sorted), then the tensors.
 func EncodeHeader(tensors []Tensor, metadata map[string]string) ([]byte, error) {
-	entries := make([]entry, len(tensors))
+	entries := make([]Entry, len(tensors))
 	for i, t := range tensors {
 		if err := t.check(); err != nil {
 			return nil, err
 		}
-		entries[i] = entry{name: t.Name, dt: t.DType, shape: t.Shape, sizeBytes: int64(len(t.Data))}
+		entries[i] = Entry{Name: t.Name, DType: t.DType, Shape: t.Shape, SizeBytes: int64(len(t.Data))}
 	}
-	return encodeHeader(entries, metadata)
+	return EncodeEntries(entries, metadata)
 }
 
-// entry is a tensor of a header to write, without its data.
-type entry struct {
-	name      string
-	dt        dtype.DType
-	shape     []int
-	sizeBytes int64
+// Entry is a tensor of a header to write without its data, for a writer
+// that streams the data after the header: SizeBytes bytes of DType in
+// Shape.
+type Entry struct {
+	Name      string
+	DType     dtype.DType
+	Shape     []int
+	SizeBytes int64
 }
 
-func encodeHeader(entries []entry, metadata map[string]string) ([]byte, error) {
+// EncodeEntries is EncodeHeader for tensors whose data is written later,
+// back to back in the order given.
+func EncodeEntries(entries []Entry, metadata map[string]string) ([]byte, error) {
 	var b bytes.Buffer
 	b.WriteString("{")
 	if len(metadata) > 0 {
@@ -360,25 +376,25 @@ func encodeHeader(entries []entry, metadata map[string]string) ([]byte, error) {
 	seen := map[string]bool{}
 	var off int64
 	for i, t := range entries {
-		if t.name == "" || t.name == MetadataKey {
-			return nil, fmt.Errorf("tensor name %q is reserved or empty", t.name)
+		if t.Name == "" || t.Name == MetadataKey {
+			return nil, fmt.Errorf("tensor name %q is reserved or empty", t.Name)
 		}
-		if seen[t.name] {
-			return nil, fmt.Errorf("tensor %q given twice", t.name)
+		if seen[t.Name] {
+			return nil, fmt.Errorf("tensor %q given twice", t.Name)
 		}
-		seen[t.name] = true
+		seen[t.Name] = true
 		if i > 0 || len(metadata) > 0 {
 			b.WriteByte(',')
 		}
-		writeJSONString(&b, t.name)
-		b.WriteString(`:{"dtype":"` + DTypeName(t.dt) + `","shape":[`)
-		for j, d := range t.shape {
+		writeJSONString(&b, t.Name)
+		b.WriteString(`:{"dtype":"` + DTypeName(t.DType) + `","shape":[`)
+		for j, d := range t.Shape {
 			if j > 0 {
 				b.WriteByte(',')
 			}
 			b.WriteString(strconv.Itoa(d))
 		}
-		end := off + t.sizeBytes
+		end := off + t.SizeBytes
 		fmt.Fprintf(&b, `],"data_offsets":[%d,%d]}`, off, end)
 		off = end
 	}
@@ -396,12 +412,12 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	b.Write(enc)
 }
 
-// WriteSafetensors writes tensors (back to back, in the order given) and
+// Write writes tensors (back to back, in the order given) and
 // metadata to w in the safetensors format and returns the bytes written.
-func WriteSafetensors(w io.Writer, tensors []Tensor, metadata map[string]string) (int64, error) {
+func Write(w io.Writer, tensors []Tensor, metadata map[string]string) (int64, error) {
 	hdr, err := EncodeHeader(tensors, metadata)
 	if err != nil {
-		return 0, fmt.Errorf("checkpoint: %w", err)
+		return 0, fmt.Errorf("safetensors: %w", err)
 	}
 	n, err := w.Write(hdr)
 	total := int64(n)
@@ -418,109 +434,95 @@ func WriteSafetensors(w io.Writer, tensors []Tensor, metadata map[string]string)
 	return total, nil
 }
 
-// WriteSafetensorsFile writes a safetensors file at path atomically: a
+// WriteFile writes a safetensors file at path atomically: a
 // temporary file in the same directory, fsync, rename, fsync of the
 // directory. A reader sees the old file or the new one, never a part.
-func WriteSafetensorsFile(path string, tensors []Tensor, metadata map[string]string) error {
-	return writeFileAtomic(path, func(w io.Writer) error {
-		_, err := WriteSafetensors(w, tensors, metadata)
+func WriteFile(path string, tensors []Tensor, metadata map[string]string) error {
+	err := durable.WriteFile(path, 1<<20, func(w io.Writer) error {
+		_, err := Write(w, tensors, metadata)
 		return err
 	})
-}
-
-func writeFileAtomic(path string, fill func(io.Writer) error) error {
-	return writeFileAtomicBuf(path, 1<<20, fill)
-}
-
-// writeFileAtomicBuf is writeFileAtomic through a buffer of bufBytes.
-func writeFileAtomicBuf(path string, bufBytes int, fill func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	tmp := f.Name()
-	fail := func(err error) error {
-		f.Close()
-		os.Remove(tmp)
-		return fmt.Errorf("checkpoint: write %s: %w", path, err)
-	}
-	bw := bufio.NewWriterSize(f, bufBytes)
-	if err := fill(bw); err != nil {
-		return fail(err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fail(err)
-	}
-	if err := f.Sync(); err != nil {
-		return fail(err)
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("checkpoint: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
+		return fmt.Errorf("safetensors: %w", err)
 	}
 	return nil
 }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
-	return nil
-}
-
-// SafetensorsFile is an open safetensors file with a validated header.
+// File is an open safetensors file with a validated header.
 // Close it when done; it is safe for concurrent ReadTensor calls.
-type SafetensorsFile struct {
+type File struct {
 	Path   string
 	Header *Header
 	f      *os.File
 }
 
-// OpenSafetensors opens path and validates its header.
-func OpenSafetensors(path string) (*SafetensorsFile, error) {
+// Open opens path and validates its header.
+func Open(path string) (*File, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	fi, err := f.Stat()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("checkpoint: %w", err)
+		return nil, fmt.Errorf("safetensors: %w", err)
 	}
 	h, err := ReadHeader(f, fi.Size())
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("checkpoint: %s: %w", path, err)
+		return nil, fmt.Errorf("safetensors: %s: %w", path, err)
 	}
-	return &SafetensorsFile{Path: path, Header: h, f: f}, nil
+	return &File{Path: path, Header: h, f: f}, nil
 }
 
 // ReadTensor reads t's bytes into dst, which must be t.SizeBytes() long.
-func (s *SafetensorsFile) ReadTensor(t TensorInfo, dst []byte) error {
+func (s *File) ReadTensor(t TensorInfo, dst []byte) error {
 	if int64(len(dst)) != t.SizeBytes() {
-		panic(fmt.Sprintf("checkpoint: ReadTensor %q into %d bytes, want %d", t.Name, len(dst), t.SizeBytes()))
+		panic(fmt.Sprintf("safetensors: ReadTensor %q into %d bytes, want %d", t.Name, len(dst), t.SizeBytes()))
 	}
 	if _, err := s.f.ReadAt(dst, s.Header.DataStart()+t.Begin); err != nil {
-		return fmt.Errorf("checkpoint: %s: read tensor %q at [%d, %d): %w", s.Path, t.Name, t.Begin, t.End, err)
+		return fmt.Errorf("safetensors: %s: read tensor %q at [%d, %d): %w", s.Path, t.Name, t.Begin, t.End, err)
 	}
 	return nil
 }
 
 // Close closes the file.
-func (s *SafetensorsFile) Close() error { return s.f.Close() }
+func (s *File) Close() error { return s.f.Close() }
+
+// ReadAt reads len(b) bytes of tensor t from byte off of its data (a part
+// of a tensor: a reader that streams a large tensor block by block).
+func (s *File) ReadAt(t TensorInfo, b []byte, off int64) error {
+	if _, err := s.f.ReadAt(b, s.Header.DataStart()+t.Begin+off); err != nil {
+		return fmt.Errorf("safetensors: %s: read tensor %q at [%d, %d): %w", s.Path, t.Name, t.Begin+off, t.Begin+off+int64(len(b)), err)
+	}
+	return nil
+}
+
+// ReadFile reads a whole file: its header and every tensor's bytes, keyed
+// by name.
+func ReadFile(path string) (*Header, map[string][]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("safetensors: %w", err)
+	}
+	h, data, err := Parse(b)
+	if err != nil {
+		return nil, nil, fmt.Errorf("safetensors: %s: %w", path, err)
+	}
+	return h, data, nil
+}
+
+// Parse validates a whole file held in memory and returns each tensor's
+// bytes as a sub-slice of b.
+func Parse(b []byte) (*Header, map[string][]byte, error) {
+	h, err := ReadHeader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return nil, nil, err
+	}
+	data := b[h.DataStart():]
+	out := make(map[string][]byte, len(h.Tensors))
+	for _, t := range h.Tensors {
+		out[t.Name] = data[t.Begin:t.End:t.End]
+	}
+	return h, out, nil
+}

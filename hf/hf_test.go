@@ -1,4 +1,4 @@
-package checkpoint
+package hf
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/shard"
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // The fixtures of the round trip: GPT-2 (fp32, transformers' prefix, the
@@ -31,14 +31,14 @@ var (
 
 // importExport opens the Hugging Face directory src and exports it to dst
 // with opts, one chunk at a time through one buffer.
-func importExport(t *testing.T, src, dst string, opts HFExportOptions) (*HFModel, *HFExport) {
+func importExport(t *testing.T, src, dst string, opts DirOptions) (*Model, *DirExport) {
 	t.Helper()
-	m, err := OpenHF(src)
+	m, err := Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	out, err := ExportHF(dst, m.Layout, opts, func(w *ExportWriter) error {
+	out, err := ExportDir(dst, m.Layout, opts, func(w *ExportWriter) error {
 		for c, ch := range m.Layout.Chunks {
 			buf := make([]float32, ch.Len)
 			if err := m.ReadChunk(c, buf); err != nil {
@@ -98,7 +98,7 @@ func TestHFRoundTrip(t *testing.T) {
 			if f.dtype == "BF16" {
 				dt = dtype.BF16
 			}
-			m, err := OpenHF(src)
+			m, err := Open(src)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,7 +108,7 @@ func TestHFRoundTrip(t *testing.T) {
 				t.Errorf("source %+v", source)
 			}
 			out := filepath.Join(dir, "out")
-			_, res := importExport(t, src, out, HFExportOptions{DType: dt, Source: source, MaxShardBytes: 2000})
+			_, res := importExport(t, src, out, DirOptions{DType: dt, Source: source, MaxShardBytes: 2000})
 			got := readHFDir(t, out)
 			if len(got) != len(want) {
 				t.Errorf("exported %d tensors, the source holds %d", len(got), len(want))
@@ -142,7 +142,7 @@ func TestHFRoundTrip(t *testing.T) {
 			}
 			// Without the source: the keys of the shape alone.
 			bare := filepath.Join(dir, "bare")
-			importExport(t, src, bare, HFExportOptions{DType: dt})
+			importExport(t, src, bare, DirOptions{DType: dt})
 			bareCfg := readJSON(t, filepath.Join(bare, "config.json"))
 			keys := hfShapeKeys["llama"]
 			if f.arch == "gpt2" {
@@ -156,7 +156,7 @@ func TestHFRoundTrip(t *testing.T) {
 					t.Errorf("config.json %q without the source: %v, the source has %v", k, bareCfg[k], srcCfg[k])
 				}
 			}
-			back, err := OpenHF(bare)
+			back, err := Open(bare)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -177,13 +177,13 @@ func TestHFShards(t *testing.T) {
 	src := filepath.Join(dir, "src")
 	llamaFixture.write(t, src, 2)
 	const maxBytes = 3000
-	_, res := importExport(t, src, filepath.Join(dir, "out"), HFExportOptions{MaxShardBytes: maxBytes})
+	_, res := importExport(t, src, filepath.Join(dir, "out"), DirOptions{MaxShardBytes: maxBytes})
 	var total int64
 	for i, name := range res.Files {
 		if want := fmt.Sprintf("model-%05d-of-%05d.safetensors", i+1, len(res.Files)); name != want {
 			t.Errorf("file %d is %s", i, name)
 		}
-		h, _, err := ReadSafetensorsFile(filepath.Join(dir, "out", name))
+		h, _, err := safetensors.ReadFile(filepath.Join(dir, "out", name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -195,22 +195,22 @@ func TestHFShards(t *testing.T) {
 		}
 		total += h.DataBytes
 	}
-	idx := readJSON(t, filepath.Join(dir, "out", HFIndexName))
+	idx := readJSON(t, filepath.Join(dir, "out", IndexName))
 	if got := idx["metadata"].(map[string]any)["total_size"].(float64); int64(got) != total || total != res.TotalBytes {
 		t.Errorf("total_size %v, files hold %d, export says %d", got, total, res.TotalBytes)
 	}
 	if len(res.Files) < 3 {
 		t.Errorf("%d files at %d bytes each", len(res.Files), maxBytes)
 	}
-	_, one := importExport(t, src, filepath.Join(dir, "one"), HFExportOptions{})
+	_, one := importExport(t, src, filepath.Join(dir, "one"), DirOptions{})
 	if !reflect.DeepEqual(one.Files, []string{"model.safetensors"}) {
 		t.Errorf("default shard size wrote %v", one.Files)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "one", HFIndexName)); err == nil {
+	if _, err := os.Stat(filepath.Join(dir, "one", IndexName)); err == nil {
 		t.Error("one file, and an index written")
 	}
 	// A directory that is not empty is refused, and nothing is written.
-	if _, err := ExportHF(filepath.Join(dir, "one"), tinyLayout(t), HFExportOptions{}, nil); err == nil || !strings.Contains(err.Error(), "is not empty") {
+	if _, err := ExportDir(filepath.Join(dir, "one"), tinyLayout(t), DirOptions{}, nil); err == nil || !strings.Contains(err.Error(), "is not empty") {
 		t.Errorf("export into a full directory: %v", err)
 	}
 	for _, s := range []struct {
@@ -251,7 +251,7 @@ func TestHFExportBF16RoundsNearestEven(t *testing.T) {
 	f := qwen2Fixture
 	f.prefix = true
 	f.write(t, src, 3)
-	m, err := OpenHF(src)
+	m, err := Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +268,7 @@ func TestHFExportBF16RoundsNearestEven(t *testing.T) {
 		chunks[1][i] = math.Float32frombits(b)
 	}
 	out := filepath.Join(dir, "out")
-	if _, err := ExportHF(out, m.Layout, HFExportOptions{DType: dtype.BF16}, func(w *ExportWriter) error {
+	if _, err := ExportDir(out, m.Layout, DirOptions{DType: dtype.BF16}, func(w *ExportWriter) error {
 		for c := range chunks {
 			if err := w.F32(c, chunks[c]); err != nil {
 				return err
@@ -343,7 +343,7 @@ func TestHFImportF16(t *testing.T) {
 	fill(ts, 4)
 	f.write(t, src, 4)
 	writeFixtureWeights(t, src, ts, 1)
-	m, err := OpenHF(src)
+	m, err := Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +383,7 @@ func TestHFImportF16(t *testing.T) {
 	}
 }
 
-// TestHFConfigRefuses checks each refusal of ParseHFConfig names
+// TestHFConfigRefuses checks each refusal of ParseConfig names
 // config.json and the key.
 func TestHFConfigRefuses(t *testing.T) {
 	cases := []struct {
@@ -409,7 +409,7 @@ func TestHFConfigRefuses(t *testing.T) {
 		f := tc.f
 		f.extra = tc.extra
 		b, _ := json.Marshal(f.config())
-		_, err := ParseHFConfig("m/config.json", b)
+		_, err := ParseConfig("m/config.json", b)
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "m/config.json") {
 			t.Errorf("%v: %v, want an error naming m/config.json and saying %s", tc.extra, err, tc.want)
 		}
@@ -418,7 +418,7 @@ func TestHFConfigRefuses(t *testing.T) {
 	f := mistralFixture
 	f.extra = map[string]any{"sliding_window": 16}
 	b, _ := json.Marshal(f.config())
-	c, err := ParseHFConfig("config.json", b)
+	c, err := ParseConfig("config.json", b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +464,7 @@ func TestHFImportRefuses(t *testing.T) {
 			src := filepath.Join(t.TempDir(), "m")
 			ts := f.write(t, src, 5)
 			writeFixtureWeights(t, src, tc.break_(ts), 3)
-			_, err := OpenHF(src)
+			_, err := Open(src)
 			for _, want := range append(tc.want, "import Hugging Face model "+src) {
 				if err == nil || !strings.Contains(err.Error(), want) {
 					t.Errorf("error %v does not say %q", err, want)
@@ -475,26 +475,26 @@ func TestHFImportRefuses(t *testing.T) {
 	// An index entry whose file does not hold the tensor.
 	src := filepath.Join(t.TempDir(), "m")
 	f.write(t, src, 6)
-	idx := readJSON(t, filepath.Join(src, HFIndexName))
+	idx := readJSON(t, filepath.Join(src, IndexName))
 	wm := idx["weight_map"].(map[string]any)
 	wm["model.norm.weight"] = "model-00001-of-00003.safetensors"
 	if wm["model.norm.weight"] == "" {
 		t.Fatal("no model.norm.weight in the index")
 	}
 	b, _ := json.Marshal(idx)
-	os.WriteFile(filepath.Join(src, HFIndexName), b, 0o644)
-	if _, err := OpenHF(src); err == nil || !strings.Contains(err.Error(), "model.norm.weight (in model-00001-of-00003.safetensors)") {
+	os.WriteFile(filepath.Join(src, IndexName), b, 0o644)
+	if _, err := Open(src); err == nil || !strings.Contains(err.Error(), "model.norm.weight (in model-00001-of-00003.safetensors)") {
 		t.Errorf("index pointing at the wrong file: %v", err)
 	}
 	// No safetensors at all.
 	empty := t.TempDir()
 	os.WriteFile(filepath.Join(empty, "config.json"), must(json.Marshal(f.config())), 0o644)
 	os.WriteFile(filepath.Join(empty, "pytorch_model.bin"), nil, 0o644)
-	if _, err := OpenHF(empty); err == nil || !strings.Contains(err.Error(), "it holds pytorch_model.bin: Strata reads safetensors only") {
+	if _, err := Open(empty); err == nil || !strings.Contains(err.Error(), "it holds pytorch_model.bin: Strata reads safetensors only") {
 		t.Errorf("a directory with pytorch_model.bin: %v", err)
 	}
-	if IsHFDir(t.TempDir()) || !IsHFDir(src) {
-		t.Error("IsHFDir")
+	if IsDir(t.TempDir()) || !IsDir(src) {
+		t.Error("IsDir")
 	}
 }
 
@@ -512,7 +512,7 @@ func TestHFReadChunkMemory(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "m")
 	f := fixture{arch: "gpt2", layers: 4, dim: 256, heads: 4, ffn: 1024, vocab: 256, maxSeq: 64, dtype: "BF16", prefix: true, shards: 2}
 	f.write(t, src, 7)
-	m, err := OpenHF(src)
+	m, err := Open(src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,78 +538,5 @@ func TestHFReadChunkMemory(t *testing.T) {
 	t.Logf("read %d params (%d bytes in bf16) allocating %d bytes (bound %d)", m.Layout.ParamCount(), 2*m.Layout.ParamCount(), alloc, bound)
 	if alloc > bound {
 		t.Errorf("reading the model allocated %d bytes, bound %d", alloc, bound)
-	}
-}
-
-// TestReaderReadChunk checks a training checkpoint's weights read one
-// chunk at a time (the source of `strata train --init` from a Strata
-// checkpoint): the fp32 master weights of every rank's shard, padding
-// dropped, over 3 ranks with padded shards; a checkpoint without master
-// weights gives its bf16 params widened.
-func TestReaderReadChunk(t *testing.T) {
-	st := filledState(t, 3, 64, 9)
-	dir := t.TempDir()
-	if err := SaveWith(dir, st, Options{Source: &Source{Path: "/models/x", Format: SourceHF, Tokenizer: []string{"tokenizer.json"}}}); err != nil {
-		t.Fatal(err)
-	}
-	rd, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rd.Close()
-	if rd.Source().TokenizerPath() != "/models/x/tokenizer.json" || rd.Shape().Canonical() != st.Shape.Canonical() {
-		t.Errorf("source %+v, shape %v", rd.Source(), rd.Shape())
-	}
-	k := st.StateIndex(shard.Master)
-	for c, ch := range st.Chunks {
-		got := make([]float32, ch.Elems)
-		if err := rd.ReadChunk(c, got); err != nil {
-			t.Fatal(err)
-		}
-		want := Float32s(st.Gather(c, k)[:4*ch.Elems])
-		for i := range want {
-			if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-				t.Fatalf("chunk %d element %d: %#08x, the master shard holds %#08x", c, i, math.Float32bits(got[i]), math.Float32bits(want[i]))
-			}
-		}
-	}
-	// Params only (bf16).
-	p, err := NewState(tinyLayout(t), 2, 3, 64, []StateSpec{{Kind: shard.Param, DType: dtype.BF16}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for c, ch := range p.Chunks {
-		for r := range 2 {
-			b := p.Shard(r, c, 0)
-			for i := 0; i < len(b); i += 2 {
-				if r*ch.ShardElems+i/2 < ch.Elems {
-					binary.LittleEndian.PutUint16(b[i:], uint16(0x3f80+c+i/2%7))
-				}
-			}
-		}
-	}
-	pdir := t.TempDir()
-	if err := Save(pdir, p); err != nil {
-		t.Fatal(err)
-	}
-	prd, err := Open(pdir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prd.Close()
-	if prd.Source() != nil {
-		t.Errorf("a checkpoint saved without a source has %+v", prd.Source())
-	}
-	for c, ch := range p.Chunks {
-		got := make([]float32, ch.Elems)
-		if err := prd.ReadChunk(c, got); err != nil {
-			t.Fatal(err)
-		}
-		whole := p.Gather(c, 0)
-		for i := range got {
-			if want := math.Float32frombits(uint32(binary.LittleEndian.Uint16(whole[2*i:])) << 16); got[i] != want {
-				t.Fatalf("params chunk %d element %d: %v, want %v", c, i, got[i], want)
-			}
-		}
 	}
 }

@@ -1,14 +1,15 @@
-package checkpoint
+package hf
 
 import (
 	"fmt"
 	"math"
 	"sort"
 	"strings"
-	"unsafe"
 
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // weights is where every tensor of a layout lies in a set of open
@@ -19,7 +20,7 @@ import (
 // time whatever their size.
 type weights struct {
 	layout *model.Layout
-	files  []*SafetensorsFile
+	files  []*safetensors.File
 	chunks [][]placedTensor // [c]: chunk c's tensors, in layout order
 	buf    []byte           // one read block
 	f32    []float32        // a block widened, for a transposed tensor
@@ -29,7 +30,7 @@ type weights struct {
 type placedTensor struct {
 	fileTensor
 	file int // index into weights.files
-	info TensorInfo
+	info safetensors.TensorInfo
 }
 
 // importDTypes are the dtypes import widens to fp32, each exactly.
@@ -49,10 +50,10 @@ type weightNames struct {
 // lists every problem: a tensor missing, found twice, of the wrong shape or
 // dtype, and the files' tensors the layout lacks. Each problem names the
 // tensor as the file does and, with several files, the file.
-func matchWeights(l *model.Layout, files []*SafetensorsFile, wn weightNames) (*weights, []string) {
+func matchWeights(l *model.Layout, files []*safetensors.File, wn weightNames) (*weights, []string) {
 	type where struct {
 		file int
-		info TensorInfo
+		info safetensors.TensorInfo
 	}
 	var problems []string
 	fileName := func(i int) string {
@@ -88,7 +89,7 @@ func matchWeights(l *model.Layout, files []*SafetensorsFile, wn weightNames) (*w
 		if _, ok := importDTypes[t.DType]; !ok {
 			problems = append(problems, fmt.Sprintf("%s%s has dtype %s (import reads F32, BF16 or F16)", fileName(at.file), t.Name, t.DType))
 		}
-		if !sameShape(t.Shape, ft.shape) {
+		if !t.HasShape(ft.shape) {
 			problems = append(problems, fmt.Sprintf("%s%s has shape %v, the layout wants %v", fileName(at.file), t.Name, t.Shape, ft.shape))
 		}
 		w.chunks[ft.chunk] = append(w.chunks[ft.chunk], placedTensor{fileTensor: ft, file: at.file, info: t})
@@ -122,7 +123,7 @@ const readBlockBytes = 4 << 20
 // readChunk fills dst, exactly chunk c's length, with its fp32 values.
 func (w *weights) readChunk(c int, dst []float32) error {
 	if c < 0 || c >= len(w.chunks) || len(dst) != w.layout.Chunks[c].Len {
-		panic(fmt.Sprintf("checkpoint: read chunk %d into %d values (layout: %d chunks)", c, len(dst), len(w.layout.Chunks)))
+		panic(fmt.Sprintf("hf: read chunk %d into %d values (layout: %d chunks)", c, len(dst), len(w.layout.Chunks)))
 	}
 	for _, p := range w.chunks[c] {
 		if err := w.readTensor(p, dst[p.t.Offset:p.t.Offset+p.t.Len]); err != nil {
@@ -141,8 +142,8 @@ func (w *weights) readTensor(p placedTensor, dst []float32) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	if p.info.DType == "F32" && !p.transposed && littleEndian {
-		return f.readAt(p.info, unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), 0)
+	if p.info.DType == "F32" && !p.transposed {
+		return f.ReadAt(p.info, dtype.Bytes(dst), 0)
 	}
 	blockElems, rows, cols := p.blockElems(), 0, 0
 	if p.transposed {
@@ -154,7 +155,7 @@ func (w *weights) readTensor(p placedTensor, dst []float32) error {
 	for start := 0; start < len(dst); start += blockElems {
 		n := min(blockElems, len(dst)-start)
 		b := w.buf[:n*size]
-		if err := f.readAt(p.info, b, int64(start*size)); err != nil {
+		if err := f.ReadAt(p.info, b, int64(start*size)); err != nil {
 			return err
 		}
 		if !p.transposed {
@@ -163,8 +164,8 @@ func (w *weights) readTensor(p placedTensor, dst []float32) error {
 		}
 		// The block is file rows start/rows ... of rows elements each:
 		// Strata's columns from start/rows on.
-		src := float32View(b)
-		if p.info.DType != "F32" || src == nil {
+		src := dtype.Float32s(b)
+		if p.info.DType != "F32" {
 			src = w.f32[:n]
 			widen(src, b, p.info.DType)
 		}
@@ -203,39 +204,19 @@ func (w *weights) alloc() {
 	w.f32 = make([]float32, f32Elems)
 }
 
-// readAt reads len(b) bytes of tensor t from byte off of its data.
-func (s *SafetensorsFile) readAt(t TensorInfo, b []byte, off int64) error {
-	if _, err := s.f.ReadAt(b, s.Header.DataStart()+t.Begin+off); err != nil {
-		return fmt.Errorf("checkpoint: %s: read tensor %q at [%d, %d): %w", s.Path, t.Name, t.Begin+off, t.Begin+off+int64(len(b)), err)
-	}
-	return nil
-}
-
 // widen converts b, little-endian values of dtype dt, to dst exactly.
 func widen(dst []float32, b []byte, dt string) {
 	switch dt {
 	case "F32":
-		GetFloat32s(dst, b)
+		copy(dst, dtype.Float32s(b))
 	case "BF16":
-		if v := uint16View(b); v != nil {
-			bf16.ToFloat32s(dst, v)
-			return
-		}
-		for i := range dst {
-			dst[i] = bf16.ToFloat32(getU16(b[2*i:]))
-		}
+		bf16.ToFloat32s(dst, dtype.Uint16s(b))
 	case "F16":
-		if v := uint16View(b); v != nil {
-			for i, h := range v[:len(dst)] {
-				dst[i] = F16ToFloat32(h)
-			}
-			return
-		}
-		for i := range dst {
-			dst[i] = F16ToFloat32(getU16(b[2*i:]))
+		for i, h := range dtype.Uint16s(b)[:len(dst)] {
+			dst[i] = F16ToFloat32(h)
 		}
 	default:
-		panic("checkpoint: widen " + dt)
+		panic("hf: widen " + dt)
 	}
 }
 
