@@ -50,15 +50,12 @@ func (d *Devices) Close() error {
 // deterministic false (strata.deterministic) the cuda backend runs the
 // collectives with NCCL where it can; the cpu backend's are always in
 // rank order.
-//
-// The errors keep the "bench:" prefix they had when this was
-// bench.OpenDevices.
 func Open(name string, n int, hbmBytes int64, deterministic bool) (*Devices, error) {
 	switch name {
 	case "", "cpu":
 		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: hbmBytes})
 		if err != nil {
-			return nil, fmt.Errorf("bench: %w", err)
+			return nil, fmt.Errorf("backend: %w", err)
 		}
 		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: fmt.Sprintf("%d cpu device(s)", n), Collectives: "rank-order", Registrar: devs[0].HostRegistrar()}, nil
 	case "cuda":
@@ -77,5 +74,5 @@ func Open(name string, n int, hbmBytes int64, deterministic bool) (*Devices, err
 		desc += "; collectives: " + coll
 		return &Devices{Backend: "cuda", Devs: b.Devices(), Comms: b.Comms(), Describe: desc, Collectives: coll, Registrar: b.HostRegistrar(), close: b.Close}, nil
 	}
-	return nil, fmt.Errorf("bench: unknown backend %q (one of %v)", name, Names)
+	return nil, fmt.Errorf("backend: unknown backend %q (one of %v)", name, Names)
 }

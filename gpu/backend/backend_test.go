@@ -21,7 +21,7 @@ func TestOpenCPU(t *testing.T) {
 
 func TestOpenUnknown(t *testing.T) {
 	_, err := Open("tpu", 1, 0, true)
-	if err == nil || err.Error() != `bench: unknown backend "tpu" (one of [cpu cuda])` {
+	if err == nil || err.Error() != `backend: unknown backend "tpu" (one of [cpu cuda])` {
 		t.Errorf("got %v", err)
 	}
 }
