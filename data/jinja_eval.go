@@ -296,7 +296,7 @@ func bindLoopVars(sc map[string]any, vars []string, item any) error {
 
 func (r *renderer) execSet(n *setNode) error {
 	var v any
-	if n.body != nil {
+	if n.x == nil { // a block set, its body perhaps empty
 		sub := &renderer{scopes: r.scopes, steps: r.steps}
 		if err := sub.exec(n.body); err != nil {
 			return err
@@ -621,12 +621,19 @@ func arith(op string, a, b any) (any, bool, error) {
 	}
 	if op == "*" {
 		if n, ok := integer(b); ok {
+			n = max(n, 0)
 			switch x := a.(type) {
 			case string:
-				return strings.Repeat(x, int(max(n, 0))), true, nil
+				if len(x) > 0 && n > maxRenderBytes/int64(len(x)) {
+					return nil, true, fmt.Errorf("a string repeated %d times would be more than %d bytes", n, maxRenderBytes)
+				}
+				return strings.Repeat(x, int(n)), true, nil
 			case []any:
-				var out []any
-				for range max(n, 0) {
+				if len(x) > 0 && n > maxRenderSteps/int64(len(x)) {
+					return nil, true, fmt.Errorf("a list repeated %d times would have more than %d items", n, maxRenderSteps)
+				}
+				out := make([]any, 0, len(x)*int(n))
+				for i := int64(0); len(x) > 0 && i < n; i++ {
 					out = append(out, x...)
 				}
 				return out, true, nil
@@ -662,10 +669,13 @@ func arith(op string, a, b any) (any, bool, error) {
 			}
 			return m, true, nil
 		case "**":
-			if ib >= 0 {
+			if ib >= 0 { // by squaring: the same wrapped product as ib multiplications
 				p := int64(1)
-				for range ib {
-					p *= ia
+				for x := ia; ib > 0; ib >>= 1 {
+					if ib&1 == 1 {
+						p *= x
+					}
+					x *= x
 				}
 				return p, true, nil
 			}

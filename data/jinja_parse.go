@@ -667,6 +667,9 @@ func (e *exprParser) parseSubscript(x expr) (expr, error) {
 		n++
 	}
 	if !colon {
+		if parts[0] == nil { // x[] is x[()], as Jinja2 parses it
+			parts[0] = &listExpr{tuple: true}
+		}
 		return &indexExpr{x: x, i: parts[0]}, nil
 	}
 	return &sliceExpr{x: x, lo: parts[0], hi: parts[1], step: parts[2]}, nil
