@@ -153,6 +153,9 @@ func pyRange(args []any, _ *dict) (any, error) {
 			return nil, fmt.Errorf("range: more than %d items", maxRenderSteps)
 		}
 		out = append(out, i)
+		if (step > 0 && i > math.MaxInt64-step) || (step < 0 && i < math.MinInt64-step) {
+			break // the next one would wrap past stop
+		}
 	}
 	return out, nil
 }
@@ -541,6 +544,7 @@ func sliceIndices(n int, b [3]*int64) ([]int, error) {
 	} else {
 		lo, hi = clamp(b[0], int64(n)-1), clamp(b[1], -1)
 	}
+	step = max(-int64(n)-1, min(step, int64(n)+1)) // the same indices, and i += step cannot wrap
 	var out []int
 	for i := lo; (step > 0 && i < hi) || (step < 0 && i > hi); i += step {
 		out = append(out, int(i))
@@ -650,14 +654,29 @@ func arith(op string, a, b any) (any, bool, error) {
 	if aInt && bInt {
 		switch op {
 		case "+":
-			return ia + ib, true, nil
+			r := ia + ib
+			if (ia > 0 && ib > 0 && r < 0) || (ia < 0 && ib < 0 && r >= 0) {
+				return nil, true, errIntOverflow
+			}
+			return r, true, nil
 		case "-":
-			return ia - ib, true, nil
+			r := ia - ib
+			if (ia >= 0 && ib < 0 && r < 0) || (ia < 0 && ib > 0 && r >= 0) {
+				return nil, true, errIntOverflow
+			}
+			return r, true, nil
 		case "*":
-			return ia * ib, true, nil
+			r, ok := mulInt(ia, ib)
+			if !ok {
+				return nil, true, errIntOverflow
+			}
+			return r, true, nil
 		case "//", "%":
 			if ib == 0 {
 				return nil, true, fmt.Errorf("integer division or modulo by zero")
+			}
+			if ia == math.MinInt64 && ib == -1 {
+				return nil, true, errIntOverflow
 			}
 			q, m := ia/ib, ia%ib
 			if m != 0 && (m < 0) != (ib < 0) { // Python floors
@@ -669,13 +688,18 @@ func arith(op string, a, b any) (any, bool, error) {
 			}
 			return m, true, nil
 		case "**":
-			if ib >= 0 { // by squaring: the same wrapped product as ib multiplications
-				p := int64(1)
-				for x := ia; ib > 0; ib >>= 1 {
+			if ib >= 0 { // by squaring
+				p, ok := int64(1), true
+				for x := ia; ok && ib > 0; ib >>= 1 {
 					if ib&1 == 1 {
-						p *= x
+						p, ok = mulInt(p, x)
 					}
-					x *= x
+					if ok && ib > 1 {
+						x, ok = mulInt(x, x)
+					}
+				}
+				if !ok {
+					return nil, true, errIntOverflow
 				}
 				return p, true, nil
 			}
@@ -713,6 +737,19 @@ func arith(op string, a, b any) (any, bool, error) {
 	return nil, false, nil
 }
 
+// errIntOverflow: Python's integers are unbounded, the template's are
+// int64; a result past them is an error, not a wrapped number.
+var errIntOverflow = errors.New("integer overflow: the template's integers are 64-bit")
+
+// mulInt is a*b and whether it fits in int64.
+func mulInt(a, b int64) (int64, bool) {
+	r := a * b
+	if a != 0 && (r/a != b || (a == -1 && b == math.MinInt64)) {
+		return 0, false
+	}
+	return r, true
+}
+
 func unary(op string, v any) (any, error) {
 	if op == "not" {
 		return !truthy(v), nil
@@ -722,6 +759,9 @@ func unary(op string, v any) (any, error) {
 	}
 	if i, ok := integer(v); ok {
 		if op == "-" {
+			if i == math.MinInt64 {
+				return nil, errIntOverflow
+			}
 			return -i, nil
 		}
 		return i, nil

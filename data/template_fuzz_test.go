@@ -1,6 +1,7 @@
 package data
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,4 +96,47 @@ func FuzzRenderTemplate(f *testing.F) {
 			t.Fatalf("a template of valid UTF-8 rendered %q", out) // Jinja2's strings are Unicode
 		}
 	})
+}
+
+// TestTemplateEdgesMatchJinja: what the fuzz targets found, against
+// Jinja2: an empty subscript (x[()]), an empty block set, slice steps and
+// ranges at the ends of int64, tojson with a negative indent; and
+// expressions past the render bounds, which Jinja2 cannot render either;
+// integers at the ends of int64 (past them, where Python's go on, an
+// error).
+func TestTemplateEdgesMatchJinja(t *testing.T) {
+	var cases []renderCase
+	for _, src := range []string{
+		"{{ x[] }}|{{ d[] }}|{{ s[] }}|{{ 0[] }}|{{ x[] is defined }}",
+		"{% set a %}{% endset %}[{{ a }}]{% set b -%}   {%- endset %}[{{ b }}]",
+		"{{ x[1:3:9223372036854775807] }} {{ x[2::-9223372036854775807] }} {{ x[::-9223372036854775807] }} {{ s[1:3:9223372036854775807] }} {{ x[-9223372036854775807:9223372036854775807] }}",
+		"{{ range(9223372036854775806, 9223372036854775807, 100) | list }} {{ range(-9223372036854775807, -9223372036854775807 - 1, -5) | list }}",
+		"{{ x | tojson(indent=-5) }} {{ d | tojson(indent=0) }}",
+		"{{ 'ab' * 9223372036854775807 }}",
+		"{{ x * 9223372036854775807 }}",
+		"{{ x | tojson(indent=99999999999) }}",
+		"{{ '' * 9223372036854775807 }}|{{ [] * 9223372036854775807 }}|{{ 3 ** 39 }}|{{ (-2) ** 63 }}|{{ 9223372036854775807 + -1 }}|{{ -9223372036854775807 - 1 }}|{{ 3037000499 * 3037000499 }}",
+	} {
+		cases = append(cases, renderCase{src, src, map[string]any{"x": []any{1, 2, 3}, "d": map[string]any{"k": []any{"v"}}, "s": "abc"}})
+	}
+	want, wantErr := jinjaRender(t, cases)
+	for i, c := range cases {
+		got, err := goRender(c)
+		switch {
+		case wantErr[i] != "":
+			if err == nil {
+				t.Errorf("%s: Jinja2 raised %s; Strata rendered %q", c.name, wantErr[i], got)
+			}
+		case err != nil:
+			t.Errorf("%s: %v; Jinja2 rendered %q", c.name, err, want[i])
+		case got != want[i]:
+			t.Errorf("%s: rendered\n%q\nJinja2 rendered\n%q", c.name, got, want[i])
+		}
+	}
+	for _, src := range []string{"{{ 3 ** 40 }}", "{{ 2 ** 63 }}", "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}", "{{ 3037000500 * 3037000500 }}",
+		"{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}"} {
+		if got, err := goRender(renderCase{src, src, map[string]any{}}); !errors.Is(err, errIntOverflow) {
+			t.Errorf("%s: rendered %q, %v; want the overflow error", src, got, err)
+		}
+	}
 }
