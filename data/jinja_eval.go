@@ -17,7 +17,13 @@ type renderer struct {
 	out    strings.Builder
 	scopes []map[string]any
 	steps  int // statements and loop iterations run: bounded (maxRenderSteps)
+	depth  int // expressions being evaluated, one in another: bounded (maxExprDepth)
 }
+
+// maxExprDepth bounds how deep expressions nest, a chain of operators,
+// filters or attributes included (Jinja2's compiler gives up near 1000
+// too): a deeper one is an error, not a stack overflow.
+const maxExprDepth = 1000
 
 // maxRenderSteps bounds a rendering (a template looping without end is an
 // error, not a hang).
@@ -336,6 +342,10 @@ func (r *renderer) execSet(n *setNode) error {
 
 // eval evaluates an expression.
 func (r *renderer) eval(x expr) (any, error) {
+	if r.depth++; r.depth > maxExprDepth {
+		return nil, fmt.Errorf("expressions nested more than %d deep", maxExprDepth)
+	}
+	defer func() { r.depth-- }()
 	switch x := x.(type) {
 	case *litExpr:
 		return x.v, nil

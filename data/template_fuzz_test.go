@@ -140,3 +140,45 @@ func TestTemplateEdgesMatchJinja(t *testing.T) {
 		}
 	}
 }
+
+// TestTemplateNesting: blocks, brackets, signs and "not"s nested past
+// maxNesting are refused when the template is parsed, and expressions
+// nested past maxExprDepth (chains of operators, filters, attributes or
+// calls) are an error when it renders: neither overflows the stack, as
+// 10^5 of any did. Less deep ones (as deep as Jinja2 takes) render.
+func TestTemplateNesting(t *testing.T) {
+	const n = 100_000
+	for _, src := range []string{
+		"{{ " + strings.Repeat("(", n) + "1" + strings.Repeat(")", n) + " }}",
+		"{{ " + strings.Repeat("[", n) + strings.Repeat("]", n) + " }}",
+		"{{ {" + strings.Repeat("'a': {", n) + strings.Repeat("}", n) + "} }}",
+		"{{ " + strings.Repeat("not ", n) + "1 }}",
+		"{{ " + strings.Repeat("-", n) + "1 }}",
+		strings.Repeat("{% if true %}", n) + strings.Repeat("{% endif %}", n),
+		strings.Repeat("{% for x in [1] %}", n) + strings.Repeat("{% endfor %}", n),
+	} {
+		if _, err := parseTemplate(src); err == nil || !strings.Contains(err.Error(), "nested more than 200") && !strings.Contains(err.Error(), "more than 200 nested") {
+			t.Errorf("%.40s...: %v, want it refused as nested too deep", src, err)
+		}
+	}
+	for _, src := range []string{
+		"{{ 1" + strings.Repeat("+1", n) + " }}",
+		"{{ 1" + strings.Repeat("|string", n) + " }}",
+		"{{ x" + strings.Repeat(".a", n) + " }}",
+		"{{ x" + strings.Repeat("()", n) + " }}",
+		"{{ 1 if " + strings.Repeat("1 if ", n) + " 1 }}",
+	} {
+		body, err := parseTemplate(src)
+		if err != nil {
+			t.Fatalf("%.40s...: %v", src, err)
+		}
+		if _, err := render(body, map[string]any{}); err == nil || !strings.Contains(err.Error(), "nested more than 1000 deep") {
+			t.Errorf("%.40s...: %v, want an error saying it nests too deep", src, err)
+		}
+	}
+	src := "{{ 1" + strings.Repeat("+1", 900) + " }} {{ " + strings.Repeat("(", 150) + "1" + strings.Repeat(")", 150) + " }} " +
+		strings.Repeat("{% if true %}", 150) + "x" + strings.Repeat("{% endif %}", 150)
+	if got, err := goRender(renderCase{"deep", src, map[string]any{}}); err != nil || got != "901 1 x" {
+		t.Errorf("nested as deep as Jinja2 takes: %q, %v", got, err)
+	}
+}
