@@ -48,7 +48,8 @@
 // renders it, by an interpreter of the Jinja that chat templates use
 // (jinja_*.go; the real Llama-3 and Qwen2 templates, Llama-3.1- and
 // Qwen2.5-style ones with tools and the rest of testdata/templates render
-// to the byte as Jinja2 does). A template using what the interpreter lacks
+// to the byte as Jinja2 does; why not a Jinja library is the last
+// section). A template using what the interpreter lacks
 // (macros, call blocks, a filter or test not listed in jinja_filters.go)
 // is refused when it is loaded, naming the line; without a template the
 // default is ChatML (ChatMLTemplate). The assistant's tokens are found by
@@ -56,6 +57,16 @@
 // the generation prompt must begin the conversation up to it, which must
 // begin the whole; a template that renders earlier turns differently once
 // later ones follow is refused.
+//
+// A template comes with the model, so it is untrusted input: its parser
+// and renderer are fuzzed (FuzzParseTemplate, FuzzRenderTemplate, seeded
+// with testdata/templates), blocks, brackets and "not"s nested past 200
+// are refused when it is parsed and expressions nested past 1000 (a chain
+// of operators or filters) when it renders, a rendering is bounded to 10M
+// steps and 1 GiB of output and what one expression builds (a repeated
+// string or list, tojson's indent) to the same, and an integer past int64
+// is an error (Python's would go on; Jinja2 refuses about 100 nested
+// blocks or brackets and 1000-long chains itself).
 //
 // # The token file
 //
