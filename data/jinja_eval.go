@@ -17,7 +17,13 @@ type renderer struct {
 	out    strings.Builder
 	scopes []map[string]any
 	steps  int // statements and loop iterations run: bounded (maxRenderSteps)
+	depth  int // expressions being evaluated, one in another: bounded (maxExprDepth)
 }
+
+// maxExprDepth bounds how deep expressions nest, a chain of operators,
+// filters or attributes included (Jinja2's compiler gives up near 1000
+// too): a deeper one is an error, not a stack overflow.
+const maxExprDepth = 1000
 
 // maxRenderSteps bounds a rendering (a template looping without end is an
 // error, not a hang).
@@ -153,6 +159,9 @@ func pyRange(args []any, _ *dict) (any, error) {
 			return nil, fmt.Errorf("range: more than %d items", maxRenderSteps)
 		}
 		out = append(out, i)
+		if (step > 0 && i > math.MaxInt64-step) || (step < 0 && i < math.MinInt64-step) {
+			break // the next one would wrap past stop
+		}
 	}
 	return out, nil
 }
@@ -296,7 +305,7 @@ func bindLoopVars(sc map[string]any, vars []string, item any) error {
 
 func (r *renderer) execSet(n *setNode) error {
 	var v any
-	if n.body != nil {
+	if n.x == nil { // a block set, its body perhaps empty
 		sub := &renderer{scopes: r.scopes, steps: r.steps}
 		if err := sub.exec(n.body); err != nil {
 			return err
@@ -333,6 +342,10 @@ func (r *renderer) execSet(n *setNode) error {
 
 // eval evaluates an expression.
 func (r *renderer) eval(x expr) (any, error) {
+	if r.depth++; r.depth > maxExprDepth {
+		return nil, fmt.Errorf("expressions nested more than %d deep", maxExprDepth)
+	}
+	defer func() { r.depth-- }()
 	switch x := x.(type) {
 	case *litExpr:
 		return x.v, nil
@@ -541,6 +554,7 @@ func sliceIndices(n int, b [3]*int64) ([]int, error) {
 	} else {
 		lo, hi = clamp(b[0], int64(n)-1), clamp(b[1], -1)
 	}
+	step = max(-int64(n)-1, min(step, int64(n)+1)) // the same indices, and i += step cannot wrap
 	var out []int
 	for i := lo; (step > 0 && i < hi) || (step < 0 && i > hi); i += step {
 		out = append(out, int(i))
@@ -621,12 +635,19 @@ func arith(op string, a, b any) (any, bool, error) {
 	}
 	if op == "*" {
 		if n, ok := integer(b); ok {
+			n = max(n, 0)
 			switch x := a.(type) {
 			case string:
-				return strings.Repeat(x, int(max(n, 0))), true, nil
+				if len(x) > 0 && n > maxRenderBytes/int64(len(x)) {
+					return nil, true, fmt.Errorf("a string repeated %d times would be more than %d bytes", n, maxRenderBytes)
+				}
+				return strings.Repeat(x, int(n)), true, nil
 			case []any:
-				var out []any
-				for range max(n, 0) {
+				if len(x) > 0 && n > maxRenderSteps/int64(len(x)) {
+					return nil, true, fmt.Errorf("a list repeated %d times would have more than %d items", n, maxRenderSteps)
+				}
+				out := make([]any, 0, len(x)*int(n))
+				for i := int64(0); len(x) > 0 && i < n; i++ {
 					out = append(out, x...)
 				}
 				return out, true, nil
@@ -643,14 +664,29 @@ func arith(op string, a, b any) (any, bool, error) {
 	if aInt && bInt {
 		switch op {
 		case "+":
-			return ia + ib, true, nil
+			r := ia + ib
+			if (ia > 0 && ib > 0 && r < 0) || (ia < 0 && ib < 0 && r >= 0) {
+				return nil, true, errIntOverflow
+			}
+			return r, true, nil
 		case "-":
-			return ia - ib, true, nil
+			r := ia - ib
+			if (ia >= 0 && ib < 0 && r < 0) || (ia < 0 && ib > 0 && r >= 0) {
+				return nil, true, errIntOverflow
+			}
+			return r, true, nil
 		case "*":
-			return ia * ib, true, nil
+			r, ok := mulInt(ia, ib)
+			if !ok {
+				return nil, true, errIntOverflow
+			}
+			return r, true, nil
 		case "//", "%":
 			if ib == 0 {
 				return nil, true, fmt.Errorf("integer division or modulo by zero")
+			}
+			if ia == math.MinInt64 && ib == -1 {
+				return nil, true, errIntOverflow
 			}
 			q, m := ia/ib, ia%ib
 			if m != 0 && (m < 0) != (ib < 0) { // Python floors
@@ -662,10 +698,18 @@ func arith(op string, a, b any) (any, bool, error) {
 			}
 			return m, true, nil
 		case "**":
-			if ib >= 0 {
-				p := int64(1)
-				for range ib {
-					p *= ia
+			if ib >= 0 { // by squaring
+				p, ok := int64(1), true
+				for x := ia; ok && ib > 0; ib >>= 1 {
+					if ib&1 == 1 {
+						p, ok = mulInt(p, x)
+					}
+					if ok && ib > 1 {
+						x, ok = mulInt(x, x)
+					}
+				}
+				if !ok {
+					return nil, true, errIntOverflow
 				}
 				return p, true, nil
 			}
@@ -703,6 +747,19 @@ func arith(op string, a, b any) (any, bool, error) {
 	return nil, false, nil
 }
 
+// errIntOverflow: Python's integers are unbounded, the template's are
+// int64; a result past them is an error, not a wrapped number.
+var errIntOverflow = errors.New("integer overflow: the template's integers are 64-bit")
+
+// mulInt is a*b and whether it fits in int64.
+func mulInt(a, b int64) (int64, bool) {
+	r := a * b
+	if a != 0 && (r/a != b || (a == -1 && b == math.MinInt64)) {
+		return 0, false
+	}
+	return r, true
+}
+
 func unary(op string, v any) (any, error) {
 	if op == "not" {
 		return !truthy(v), nil
@@ -712,6 +769,9 @@ func unary(op string, v any) (any, error) {
 	}
 	if i, ok := integer(v); ok {
 		if op == "-" {
+			if i == math.MinInt64 {
+				return nil, errIntOverflow
+			}
 			return -i, nil
 		}
 		return i, nil

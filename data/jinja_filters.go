@@ -239,7 +239,7 @@ func fToJSON(_ *renderer, v any, args []any, kw *dict) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("indent must be an integer, got %s", typeName(i))
 		}
-		indent = int(n)
+		indent = int(max(n, 0)) // Python: ' ' * indent, empty when negative
 	}
 	itemSep, keySep := ", ", ": "
 	if indent >= 0 {

@@ -96,6 +96,7 @@ type (
 type tmplParser struct {
 	items []tmplItem
 	pos   int
+	depth int // nested blocks: bounded (maxNesting)
 }
 
 // parseTemplate parses a template's source.
@@ -119,6 +120,14 @@ func parseTemplate(src string) ([]tmplNode, error) {
 // (else, elif, endif, endfor, endset, endgeneration), which it returns
 // unconsumed-but-read; nil at the end of the template.
 func (p *tmplParser) body() ([]tmplNode, *tmplItem, error) {
+	if p.depth++; p.depth > maxNesting {
+		line := 0
+		if p.pos > 0 { // the block's tag
+			line = p.items[p.pos-1].lineNo
+		}
+		return nil, nil, fmt.Errorf("line %d: blocks nested more than %d deep", line, maxNesting)
+	}
+	defer func() { p.depth-- }()
 	var out []tmplNode
 	for p.pos < len(p.items) {
 		it := &p.items[p.pos]
@@ -314,10 +323,16 @@ func (p *tmplParser) parseSet(it *tmplItem) (tmplNode, error) {
 
 // exprParser parses the tokens of one tag.
 type exprParser struct {
-	toks []tok
-	pos  int
-	line int
+	toks  []tok
+	pos   int
+	line  int
+	depth int // nested calls of unary and parseNot: bounded (maxNesting)
 }
+
+// maxNesting bounds how deep a template's blocks, and an expression's
+// brackets, signs and "not"s, nest: a deeper one is refused, not a stack
+// overflow (Jinja2 refuses about 100 of either).
+const maxNesting = 200
 
 func (e *exprParser) errorf(format string, args ...any) error {
 	return fmt.Errorf("line %d: %s", e.line, fmt.Sprintf(format, args...))
@@ -440,6 +455,10 @@ func (e *exprParser) binary(sub func() (expr, error), k string, ops ...string) (
 
 func (e *exprParser) parseNot() (expr, error) {
 	if e.accept('n', "not") {
+		if e.depth++; e.depth > maxNesting {
+			return nil, e.errorf("more than %d nested \"not\"s, brackets or signs", maxNesting)
+		}
+		defer func() { e.depth-- }()
 		x, err := e.parseNot()
 		if err != nil {
 			return nil, err
@@ -493,6 +512,10 @@ func (e *exprParser) parseUnary() (expr, error) { return e.unary(true) }
 // abs(-x), as in Jinja) or a primary, then postfixes, then with filters
 // the filters and tests.
 func (e *exprParser) unary(withFilters bool) (expr, error) {
+	if e.depth++; e.depth > maxNesting {
+		return nil, e.errorf("more than %d nested \"not\"s, brackets or signs", maxNesting)
+	}
+	defer func() { e.depth-- }()
 	var x expr
 	if t := e.peek(); t.kind == 'o' && (t.s == "-" || t.s == "+") {
 		e.pos++
@@ -667,6 +690,9 @@ func (e *exprParser) parseSubscript(x expr) (expr, error) {
 		n++
 	}
 	if !colon {
+		if parts[0] == nil { // x[] is x[()], as Jinja2 parses it
+			parts[0] = &listExpr{tuple: true}
+		}
 		return &indexExpr{x: x, i: parts[0]}, nil
 	}
 	return &sliceExpr{x: x, lo: parts[0], hi: parts[1], step: parts[2]}, nil

@@ -409,6 +409,9 @@ func toJSON(b *strings.Builder, v any, indent int, itemSep, keySep string, sortK
 			b.WriteString(strings.Repeat(" ", indent*d))
 		}
 	}
+	if indent > maxRenderBytes/(depth+1) || b.Len() > maxRenderBytes {
+		return fmt.Errorf("tojson: more than %d bytes", maxRenderBytes)
+	}
 	switch x := v.(type) {
 	case nil:
 		b.WriteString("null")

@@ -1,0 +1,184 @@
+package data
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// fuzzSeeds are the templates of the tests: testdata/templates, ChatML,
+// each line of features.jinja alone, and the refused ones of
+// TestTemplateRefused.
+func fuzzSeeds(f *testing.F) []string {
+	f.Helper()
+	files, err := filepath.Glob("testdata/templates/*.jinja")
+	if err != nil || len(files) == 0 {
+		f.Fatalf("no templates in testdata/templates: %v", err)
+	}
+	seeds := []string{ChatMLTemplate,
+		"{% macro m() %}x{% endmacro %}", "a\n{{ x | wordwrap }}", "{% if x is sameas y %}{% endif %}",
+		"{% for x in y %}", "{% if x %}a{% else %}b", "{{ x ", "{{ 'abc }}", "{% endfor %}",
+		"{{ raise_exception('no system role') }}", "{% call x %}{% endcall %}"}
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		seeds = append(seeds, string(b))
+		if strings.HasSuffix(name, "features.jinja") {
+			seeds = append(seeds, strings.Split(string(b), "\n")...)
+		}
+	}
+	return seeds
+}
+
+// FuzzParseTemplate: the parser of chat templates (a model's file, so
+// anything) returns a template or an error, never panics, and parses the
+// same source the same way twice.
+func FuzzParseTemplate(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		body, err := parseTemplate(src)
+		if err != nil {
+			if body != nil || err.Error() == "" {
+				t.Fatalf("error %q with a template of %d nodes", err, len(body))
+			}
+			if _, err2 := parseTemplate(src); err2 == nil || err2.Error() != err.Error() {
+				t.Fatalf("parsed twice: %v, then %v", err, err2)
+			}
+			return
+		}
+		if _, err2 := parseTemplate(src); err2 != nil {
+			t.Fatalf("parsed, then refused: %v", err2)
+		}
+	})
+}
+
+// FuzzRenderTemplate: a template that parses renders with a conversation
+// to text or an error, without panicking, in bounded time and memory
+// (the renderer's step and output bounds, and those of what one
+// expression can build).
+func FuzzRenderTemplate(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(s)
+	}
+	v, err := decodeOrdered([]byte(conversations["tool"]))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, src string) {
+		body, err := parseTemplate(src)
+		if err != nil {
+			return
+		}
+		vars := map[string]any{"messages": v, "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "tools": nil, "documents": nil}
+		start := time.Now()
+		out, err := render(body, vars)
+		if d := time.Since(start); d > 10*time.Second {
+			t.Fatalf("rendering took %v", d)
+		}
+		if err != nil {
+			if out != "" {
+				t.Fatalf("error %v with output %q", err, out)
+			}
+			return
+		}
+		if len(out) > maxRenderBytes {
+			t.Fatalf("rendered %d bytes", len(out))
+		}
+		if utf8.ValidString(src) && !utf8.ValidString(out) {
+			t.Fatalf("a template of valid UTF-8 rendered %q", out) // Jinja2's strings are Unicode
+		}
+	})
+}
+
+// TestTemplateEdgesMatchJinja: what the fuzz targets found, against
+// Jinja2: an empty subscript (x[()]), an empty block set, slice steps and
+// ranges at the ends of int64, tojson with a negative indent; and
+// expressions past the render bounds, which Jinja2 cannot render either;
+// integers at the ends of int64 (past them, where Python's go on, an
+// error).
+func TestTemplateEdgesMatchJinja(t *testing.T) {
+	var cases []renderCase
+	for _, src := range []string{
+		"{{ x[] }}|{{ d[] }}|{{ s[] }}|{{ 0[] }}|{{ x[] is defined }}",
+		"{% set a %}{% endset %}[{{ a }}]{% set b -%}   {%- endset %}[{{ b }}]",
+		"{{ x[1:3:9223372036854775807] }} {{ x[2::-9223372036854775807] }} {{ x[::-9223372036854775807] }} {{ s[1:3:9223372036854775807] }} {{ x[-9223372036854775807:9223372036854775807] }}",
+		"{{ range(9223372036854775806, 9223372036854775807, 100) | list }} {{ range(-9223372036854775807, -9223372036854775807 - 1, -5) | list }}",
+		"{{ x | tojson(indent=-5) }} {{ d | tojson(indent=0) }}",
+		"{{ 'ab' * 9223372036854775807 }}",
+		"{{ x * 9223372036854775807 }}",
+		"{{ x | tojson(indent=99999999999) }}",
+		"{{ '' * 9223372036854775807 }}|{{ [] * 9223372036854775807 }}|{{ 3 ** 39 }}|{{ (-2) ** 63 }}|{{ 9223372036854775807 + -1 }}|{{ -9223372036854775807 - 1 }}|{{ 3037000499 * 3037000499 }}",
+	} {
+		cases = append(cases, renderCase{src, src, map[string]any{"x": []any{1, 2, 3}, "d": map[string]any{"k": []any{"v"}}, "s": "abc"}})
+	}
+	want, wantErr := jinjaRender(t, cases)
+	for i, c := range cases {
+		got, err := goRender(c)
+		switch {
+		case wantErr[i] != "":
+			if err == nil {
+				t.Errorf("%s: Jinja2 raised %s; Strata rendered %q", c.name, wantErr[i], got)
+			}
+		case err != nil:
+			t.Errorf("%s: %v; Jinja2 rendered %q", c.name, err, want[i])
+		case got != want[i]:
+			t.Errorf("%s: rendered\n%q\nJinja2 rendered\n%q", c.name, got, want[i])
+		}
+	}
+	for _, src := range []string{"{{ 3 ** 40 }}", "{{ 2 ** 63 }}", "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}", "{{ 3037000500 * 3037000500 }}",
+		"{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}"} {
+		if got, err := goRender(renderCase{src, src, map[string]any{}}); !errors.Is(err, errIntOverflow) {
+			t.Errorf("%s: rendered %q, %v; want the overflow error", src, got, err)
+		}
+	}
+}
+
+// TestTemplateNesting: blocks, brackets, signs and "not"s nested past
+// maxNesting are refused when the template is parsed, and expressions
+// nested past maxExprDepth (chains of operators, filters, attributes or
+// calls) are an error when it renders: neither overflows the stack, as
+// 10^5 of any did. Less deep ones (as deep as Jinja2 takes) render.
+func TestTemplateNesting(t *testing.T) {
+	const n = 100_000
+	for _, src := range []string{
+		"{{ " + strings.Repeat("(", n) + "1" + strings.Repeat(")", n) + " }}",
+		"{{ " + strings.Repeat("[", n) + strings.Repeat("]", n) + " }}",
+		"{{ {" + strings.Repeat("'a': {", n) + strings.Repeat("}", n) + "} }}",
+		"{{ " + strings.Repeat("not ", n) + "1 }}",
+		"{{ " + strings.Repeat("-", n) + "1 }}",
+		strings.Repeat("{% if true %}", n) + strings.Repeat("{% endif %}", n),
+		strings.Repeat("{% for x in [1] %}", n) + strings.Repeat("{% endfor %}", n),
+	} {
+		if _, err := parseTemplate(src); err == nil || !strings.Contains(err.Error(), "nested more than 200") && !strings.Contains(err.Error(), "more than 200 nested") {
+			t.Errorf("%.40s...: %v, want it refused as nested too deep", src, err)
+		}
+	}
+	for _, src := range []string{
+		"{{ 1" + strings.Repeat("+1", n) + " }}",
+		"{{ 1" + strings.Repeat("|string", n) + " }}",
+		"{{ x" + strings.Repeat(".a", n) + " }}",
+		"{{ x" + strings.Repeat("()", n) + " }}",
+		"{{ 1 if " + strings.Repeat("1 if ", n) + " 1 }}",
+	} {
+		body, err := parseTemplate(src)
+		if err != nil {
+			t.Fatalf("%.40s...: %v", src, err)
+		}
+		if _, err := render(body, map[string]any{}); err == nil || !strings.Contains(err.Error(), "nested more than 1000 deep") {
+			t.Errorf("%.40s...: %v, want an error saying it nests too deep", src, err)
+		}
+	}
+	src := "{{ 1" + strings.Repeat("+1", 900) + " }} {{ " + strings.Repeat("(", 150) + "1" + strings.Repeat(")", 150) + " }} " +
+		strings.Repeat("{% if true %}", 150) + "x" + strings.Repeat("{% endif %}", 150)
+	if got, err := goRender(renderCase{"deep", src, map[string]any{}}); err != nil || got != "901 1 x" {
+		t.Errorf("nested as deep as Jinja2 takes: %q, %v", got, err)
+	}
+}
