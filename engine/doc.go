@@ -1,35 +1,8 @@
 // Package engine runs ZeRO stages 0-3 across the local devices: one rank per
 // device, each a goroutine with a compute stream and a communication
 // stream, the training step, the optimizer on the device or on the host
-// (ZeRO-Offload), and the model-state memory arithmetic (estimate.go) that
-// `strata estimate`, the engine's Summary and its tests share.
-//
-// # Memory arithmetic
-//
-// For mixed-precision Adam a model of Ψ parameters has 16Ψ bytes of model
-// state: bf16 params 2Ψ, bf16 grads 2Ψ, fp32 master, m and v 12Ψ. Per device
-// on N devices, with the optimizer on the device:
-//
-//	stage 0  16Ψ           everything replicated
-//	stage 1  4Ψ + 12Ψ/N    optimizer state sharded
-//	stage 2  2Ψ + 14Ψ/N    gradients sharded too
-//	stage 3  16Ψ/N         parameters sharded too
-//
-// With the optimizer on the host (ZeRO-Offload) the device keeps the bf16
-// params (2Ψ, or 2Ψ/N at stage 3) and grads (2Ψ at stages 0-1, 2Ψ/N at 2-3),
-// and the host holds 12Ψ/N per rank plus the reduced gradient shard; with
-// offload_param the param shards leave the device too (stage 3).
-//
-// Layout rule the engine follows so that measured bytes equal the estimate:
-// parameters are packed in chunks (ChunkParams: embeddings, one per block,
-// final norm and an untied output head); every chunk is sharded over the N
-// ranks with each rank's slice ShardElems long (ceil(chunk/N) rounded up to DefaultShardAlignElems
-// = 64 elements, zero padded; the tier store pads its own host buffers and
-// NVMe extents to the I/O alignment, and the planner counts shards at those
-// padded sizes, IOAlignBytes); a gathered or replicated chunk occupies N·ShardElems
-// elements; at stage 3, chunks with fewer parameters than
-// stage3_param_persistence_threshold stay gathered on every device. The
-// padding is zero and stays zero through Adam (zero grad, zero moments).
+// (ZeRO-Offload). Its memory arithmetic, which `strata estimate`, the
+// engine's Summary and its tests share, is package estimate.
 //
 // # The model (model.go)
 //
@@ -80,11 +53,11 @@
 //     tier store after the block's forward and comes back, staged by the
 //     planner into one of the store's HBM slots, for its backward.
 //
-// Activations (activations.go): each rank's model keeps them as
-// ActivationOptionsFromConfig says (bf16 in bf16 mixed precision unless
+// Activations (estimate/activations.go): each rank's model keeps them as
+// estimate.ActivationOptionsFromConfig says (bf16 in bf16 mixed precision unless
 // strata.activation_dtype is fp32; activation checkpointing and
 // cpu_checkpointing from the activation_checkpointing block), allocated
-// once at New; EstimateActivations is what they take per device, and the
+// once at New; estimate.Activations is what they take per device, and the
 // Summary reports the measured peak beside it.
 //
 // Then each rank takes the sum of squares of its reduced gradient per chunk
@@ -239,7 +212,7 @@
 // Params and Master synchronize and read the shards from where they live,
 // as a checkpoint does (MasterChunks hands them over one chunk at a time,
 // for exports of models larger than host memory); Summary
-// reports measured peaks next to EstimateMemory; SaveCheckpoint and
+// reports measured peaks next to estimate.Memory; SaveCheckpoint and
 // LoadCheckpoint (checkpoint.go) write and read every rank's params,
 // master, m, v and the step through checkpoint/ (an engine whose store
 // moves shards, under offload_param or NVMe offload, is restored before its
@@ -266,7 +239,7 @@
 // when offload_param is set. Homes: params in offload_param's tier;
 // optimizer state in host RAM, or with offload_optimizer nvme on NVMe
 // except what strata.host_budget keeps in RAM (whole shards, master then m
-// then v, chunk order: the split EstimateMemory prints); the gradient in
+// then v, chunk order: the split estimate.Memory prints); the gradient in
 // host RAM before any optimizer state, or on NVMe where the host budget is
 // full. The param copies the store stages in HBM live in its HBM slots,
 // taken at New. With offload_optimizer cpu and no offload_param every home is in
@@ -363,7 +336,7 @@
 // # Frozen chunks (freeze.go)
 //
 // strata.freeze names tensors by pattern (a substring, or a path.Match
-// glob over the whole name when it has * ? [); FrozenChunks resolves them
+// glob over the whole name when it has * ? [); estimate.FrozenChunks resolves them
 // to whole chunks and refuses a pattern that matches nothing, a set that
 // covers part of a chunk, or one that freezes every chunk. A frozen chunk
 // keeps its params, which move as params (gathers, tier-store reads),
@@ -372,8 +345,8 @@
 // no share of the global norm. The model still calls Grad and GradReady
 // for it: Grad returns a scratch of the largest frozen chunk (one per
 // rank, Workspace, allocated at New) that its parameter-gradient GEMMs
-// write and nothing reads; GradReady does nothing. EstimateMemory counts
-// it at its params (MemoryOptions.Frozen; the formula's gradient and
+// write and nothing reads; GradReady does nothing. estimate.Memory counts
+// it at its params (estimate.Options.Frozen; the formula's gradient and
 // optimizer terms are then on Ψₜ, the trainable parameters), and the
 // Summary reports the frozen chunks and the model state they do not keep.
 // A checkpoint saves a frozen chunk's params, as master its params widened

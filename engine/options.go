@@ -47,7 +47,7 @@ type Options struct {
 	// weights). The config has no fp32 mode; this is for library users and
 	// the tests. The activations are bf16 with gpu.BF16 (fp32 with the
 	// config's strata.activation_dtype "fp32") and fp32 with gpu.F32
-	// (ActivationOptionsFromConfig), as model.Trainer keeps them with the
+	// (estimate.ActivationOptionsFromConfig), as model.Trainer keeps them with the
 	// same Precision.
 	Precision gpu.DType
 	// OptimizerThreads is the number of goroutines of the host optimizer

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -224,9 +225,9 @@ func (r *rank) hostWindow() int {
 	case r.e.tiers.swap == nil:
 		return len(r.e.chunks)
 	case r.e.tiers.optTier == shard.NVMe:
-		return TierReadAhead - 1
+		return estimate.TierReadAhead - 1
 	default:
-		return TierReadAhead
+		return estimate.TierReadAhead
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/nvme"
@@ -127,10 +128,10 @@ func checkOffload(cfg *config.Config, opts Options) error {
 // the pinned pool, the swap and the store, registers every shard state and
 // starts a planner per rank. The ranks exist (device model state and
 // activations are allocated), so the HBM left for param copies is known.
-func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
+func newTiers(e *Engine, mo estimate.Options) (*tiers, error) {
 	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
 		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
-	est, err := EstimateMemory(mo)
+	est, err := estimate.Memory(mo)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +139,7 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	sizes.HBMFreeBytes = e.hbmFreeBytes()
 	sizes.HBMBytes = e.opts.TierHBMBytes
 	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
-	sizes.SpareBytes = tierSpareBytes(est.ShardElems)
+	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
 	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
 	sizes.Static = t.static()
 	sizes.ActivationHBMBytes = e.inputHBMBytes()
@@ -192,7 +193,7 @@ func (e *Engine) hbmFreeBytes() int64 {
 // split). Shards count as the planner counts them: rounded up to
 // IOAlignBytes (the store's host and NVMe charge, the largest of its
 // charges).
-func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
+func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 	e := t.e
 	s := tier.Sizes{Ranks: e.n, OptimizerOnHost: t.optTier == shard.Host}
 	for c, p := range e.chunks {
