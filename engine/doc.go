@@ -176,11 +176,12 @@
 //
 // Measured (whenever the host optimizer runs, with or without a Tracer):
 // each rank logs its compute stream's chunk spans (the stream clock),
-// cpuadam's runs and the optimizer-phase waits of its runner (busyLog);
+// cpuadam's runs and the optimizer-phase waits of its runner (the busy
+// log of its timeline.Recorder);
 // StepStats.HostOpt and Summary.HostOpt give cpuadam's busy time and the
 // part of it during which the rank's compute stream was idle (exposed),
-// and the same for the waits, summed over the ranks (exposedOf, interval
-// arithmetic). With exact a step reports the previous step's update, which
+// and the same for the waits, summed over the ranks (timeline.Exposure,
+// interval arithmetic). With exact a step reports the previous step's update, which
 // ran under it. On the CPU backend the streams and cpuadam share the
 // cores, so the step time cannot show the gain; the exposed fraction can.
 //
@@ -217,9 +218,9 @@
 // master, m, v and the step through checkpoint/ (an engine whose store
 // moves shards, under offload_param or NVMe offload, is restored before its
 // first step); with Options.Trace every step records
-// its timeline (trace.go: Chrome trace events; trace_clock.go: the stream
-// clocks; trace_overlap.go: Overlap's exposed transfer time, a pure
-// function of the recorded intervals); Close frees everything.
+// its timeline (package timeline: Chrome trace events, the stream clocks,
+// Overlap's exposed transfer time; trace.go: WriteTrace); Close frees
+// everything.
 // Model state lives in one of two places: each rank's device buffers
 // (devState, state.go: params, gradients, and the device optimizer's
 // master, m, v) and, with the host optimizer, the tier store (tiered.go).

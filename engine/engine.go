@@ -77,7 +77,7 @@ type Engine struct {
 
 	overlap  string       // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
 	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
-	t0       time.Time    // the engine's clock (busyLog)
+	t0       time.Time    // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
 	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
 	// gradFault, set by tests, makes rank r's reduced gradient of chunk c
 	// NaN when it returns true.

@@ -10,6 +10,7 @@ import (
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/shard"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // Options configure an Engine beyond its config file.
@@ -95,9 +96,9 @@ type Options struct {
 	Collectives string
 	// Trace, when set, records the run's timeline (compute and collectives
 	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
-	// for Engine.WriteTrace and Overlap (trace.go). One Tracer per Engine.
+	// for Engine.WriteTrace and timeline.Overlap. One Tracer per Engine.
 	// nil: nothing is recorded (the hooks cost a nil check).
-	Trace *Tracer
+	Trace *timeline.Tracer
 }
 
 // ChunkSource gives a model's parameters one chunk at a time

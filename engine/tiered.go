@@ -540,7 +540,7 @@ type tierRunner struct {
 // engine's Tracer when there is one.
 func newRunner(t *tiers, r int, p *prefetch.Planner) *tierRunner {
 	o := tier.RunnerOptions{Rank: int32(r), Clock: t.now}
-	tr := t.e.opts.Trace
+	rec := t.e.ranks[r].tr // the timeline and the host optimizer's busy log; nil: neither
 	o.OnMove = func(sp tier.MoveSpan) {
 		switch m := sp.Move; {
 		case m.From == shard.NVMe:
@@ -548,21 +548,12 @@ func newRunner(t *tiers, r int, p *prefetch.Planner) *tierRunner {
 		case m.To == shard.NVMe:
 			t.nvmeWritten[m.Key.Chunk][m.Key.State].Add(sp.Bytes)
 		}
-		if tr != nil {
-			tr.move(r, sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
-		}
+		rec.Move(sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
 	}
 	// The optimizer-state waits count in the overlap figures with or
 	// without a timeline (the ranks exist before the tiers).
-	var log *busyLog // nil: no host optimizer, no timeline (the store holds saved inputs only)
-	if rt := t.e.ranks[r].tr; rt != nil {
-		log = rt.log
-	}
 	o.OnStall = func(a shard.Access, start time.Time, waited time.Duration) {
-		t.e.opts.Trace.stall(r, a, start, waited)
-		if a.Phase == shard.Optimizer && log != nil {
-			log.put(&log.wait, start, start.Add(waited))
-		}
+		rec.Stall(a, start, waited)
 	}
 	run, err := tier.NewRunner(t.store, p, o)
 	if err != nil {
