@@ -200,7 +200,7 @@ func runTrain(c *cli.Context) (err error) {
 	}
 	defer p.data.Close()
 	if p.data.train != nil {
-		p.data.train.Apply(&opts)
+		opts.UseData(p.data.train)
 	}
 	var rd *runDir
 	if f.out != "" {
