@@ -53,12 +53,9 @@
 //     tier store after the block's forward and comes back, staged by the
 //     planner into one of the store's HBM slots, for its backward.
 //
-// Activations (estimate/activations.go): each rank's model keeps them as
-// estimate.ActivationOptionsFromConfig says (bf16 in bf16 mixed precision unless
-// strata.activation_dtype is fp32; activation checkpointing and
-// cpu_checkpointing from the activation_checkpointing block), allocated
-// once at New; estimate.Activations is what they take per device, and the
-// Summary reports the measured peak beside it.
+// Activations: each rank's model keeps them as
+// estimate.ActivationOptionsFromConfig says, allocated once at New; the
+// Summary reports the measured peak beside estimate.Activations.
 //
 // Then each rank takes the sum of squares of its reduced gradient per chunk
 // (with the host optimizer it also copies the shard once into its host copy
@@ -336,20 +333,16 @@
 //
 // # Frozen chunks (freeze.go)
 //
-// strata.freeze names tensors by pattern (a substring, or a path.Match
-// glob over the whole name when it has * ? [); estimate.FrozenChunks resolves them
-// to whole chunks and refuses a pattern that matches nothing, a set that
-// covers part of a chunk, or one that freezes every chunk. A frozen chunk
+// estimate.FrozenChunks resolves strata.freeze's patterns to whole
+// chunks. A frozen chunk
 // keeps its params, which move as params (gathers, tier-store reads),
 // and nothing else: no gradient buffer or shard, no reduction, no master,
 // m, v, no tier-store state but its param, no upload staging, no update,
 // no share of the global norm. The model still calls Grad and GradReady
 // for it: Grad returns a scratch of the largest frozen chunk (one per
 // rank, Workspace, allocated at New) that its parameter-gradient GEMMs
-// write and nothing reads; GradReady does nothing. estimate.Memory counts
-// it at its params (estimate.Options.Frozen; the formula's gradient and
-// optimizer terms are then on Ψₜ, the trainable parameters), and the
-// Summary reports the frozen chunks and the model state they do not keep.
+// write and nothing reads; GradReady does nothing. The Summary reports the
+// frozen chunks and the model state they do not keep (estimate.Memory).
 // A checkpoint saves a frozen chunk's params, as master its params widened
 // and zero m and v; a checkpoint in which a chunk that trains here was
 // frozen is refused (its optimizer state is not in it).

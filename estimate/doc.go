@@ -42,6 +42,22 @@
 // * ? [) and refuses a pattern that matches nothing, a set that covers
 // part of a chunk, or one that freezes every chunk.
 //
+// # Activations
+//
+// ActivationOptionsFromConfig is how the engine keeps a model's
+// activations: bf16 in bf16 mixed precision unless strata.activation_dtype
+// is fp32; activation checkpointing and cpu_checkpointing from the
+// activation_checkpointing block. Activations is what they take per
+// device, the tier store's room for restored block inputs included, and
+// the engine's Summary reports its measured peak beside it.
+//
+// # Frozen chunks
+//
+// A frozen chunk (Options.Frozen) costs its params only: Memory counts no
+// gradient and no master, m, v for it, the formula's gradient and
+// optimizer terms are then on Ψₜ, the trainable parameters (Coef), and
+// ModelState.FrozenSavedPerRank is what freezing saves.
+//
 // The package imports no engine: `strata estimate` (cmd) uses it without
 // one, and the engine sizes its shards, budgets and Summary with it, so
 // what the engine measures equals what it prints.
