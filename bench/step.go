@@ -14,6 +14,7 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // StepOptions configure `strata bench step`: one model and batch trained at
@@ -56,7 +57,7 @@ type StepOptions struct {
 	// Each (mode, overlap) is one engine; all step alternately.
 	Overlaps []string
 	// TracePath, when set, receives the Chrome trace-event timeline of the
-	// last mode (engine.Tracer); with several modes their alternating
+	// last mode (timeline.Tracer); with several modes their alternating
 	// steps fall inside its step windows, so trace one mode (--modes nvme).
 	TracePath string
 }
@@ -241,9 +242,9 @@ type StepResult struct {
 	RatioNVMeHost, RatioHostResident float64
 	Seconds                          float64
 	// TraceMode is the mode traced to Options.TracePath; Overlap its
-	// measured steps' exposed transfer time (engine.Overlap).
+	// measured steps' exposed transfer time (timeline.Overlap).
 	TraceMode string
-	Overlap   []engine.StepOverlap
+	Overlap   []timeline.StepOverlap
 }
 
 // Mode returns the result of mode m, or nil.
@@ -297,7 +298,7 @@ type stepRun struct {
 	engines   []*engine.Engine
 	backends  []*backend.Devices
 	tmpDirs   []string
-	tracer    *engine.Tracer
+	tracer    *timeline.Tracer
 	traceFile *os.File       // open until the timeline is written
 	measured  map[int64]bool // the traced (last) engine's measured steps
 }
@@ -391,7 +392,7 @@ func (r *stepRun) build(res *StepResult) error {
 		res.Backend = devs.Describe
 		eo := engine.Options{OptimizerThreads: o.Threads, HostRegistrar: devs.Registrar, Collectives: devs.Collectives}
 		if o.TracePath != "" && i == len(modes)-1 {
-			if r.tracer, err = engine.NewTracer(engine.TraceOptions{}); err != nil {
+			if r.tracer, err = timeline.NewTracer(timeline.Options{}); err != nil {
 				return err
 			}
 			eo.Trace, res.TraceMode = r.tracer, m
@@ -541,7 +542,7 @@ func (r *stepRun) writeTimeline(res *StepResult) error {
 	if err := writeTrace(f, r.engines[len(r.engines)-1]); err != nil {
 		return err
 	}
-	for _, o := range engine.Overlap(r.tracer.Events()) {
+	for _, o := range timeline.Overlap(r.tracer.Events()) {
 		if r.measured[o.Step] {
 			res.Overlap = append(res.Overlap, o)
 		}
@@ -623,7 +624,7 @@ func (r StepResult) String() string {
 		fmt.Fprintf(&b, "ratio nvme/host     %.3f\n", r.RatioNVMeHost)
 	}
 	if r.TraceMode != "" {
-		t := engine.TotalOverlap(r.Overlap)
+		t := timeline.TotalOverlap(r.Overlap)
 		fmt.Fprintf(&b, "timeline of %s mode in %s: exposed transfer time %v of %v busy on the links (%.3f) over the %d measured steps\n",
 			r.TraceMode, o.TracePath, t.Exposed.Round(time.Microsecond), t.TransferBusy.Round(time.Microsecond), t.ExposedFraction, t.Step)
 	}
@@ -661,7 +662,7 @@ func (r StepResult) JSON() map[string]any {
 		out["ratio_host_resident"] = r.RatioHostResident
 	}
 	if r.TraceMode != "" {
-		t := engine.TotalOverlap(r.Overlap)
+		t := timeline.TotalOverlap(r.Overlap)
 		out["trace"] = map[string]any{"path": r.Options.TracePath, "mode": r.TraceMode, "measured_steps": t.Step,
 			"exposed_transfer_s": t.Exposed.Seconds(), "transfer_busy_s": t.TransferBusy.Seconds(), "exposed_fraction": t.ExposedFraction}
 	}

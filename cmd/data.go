@@ -34,8 +34,8 @@ func dataFlags() []cli.Flag {
 
 // runData is what a run trains on and evaluates.
 type runData struct {
-	train   *engine.TrainData // nil: the synthetic corpus
-	eval    *data.EvalSet     // nil: no --eval-data
+	train   *data.TrainData // nil: the synthetic corpus
+	eval    *data.EvalSet   // nil: no --eval-data
 	evalSrc *data.Source
 	every   int
 }
@@ -144,7 +144,7 @@ func openRunData(c *cli.Context, cfg *config.Config, source *hf.Source, stderr i
 	fmt.Fprintf(stderr, "tokenizer: %s\n", tokName)
 	if path := cfg.Strata.Data; path != "" {
 		t0 := time.Now()
-		td, err := engine.OpenTrainData(path, cfg, o, !c.Bool("no-shuffle"))
+		td, err := data.OpenTrainData(path, cfg, o, !c.Bool("no-shuffle"))
 		if err != nil {
 			return nil, fmt.Errorf("train: --data: %w", err)
 		}
@@ -159,7 +159,7 @@ func openRunData(c *cli.Context, cfg *config.Config, source *hf.Source, stderr i
 			return nil, fmt.Errorf("train: --eval-data: %w", err)
 		}
 		d.evalSrc = src
-		if d.eval, err = data.NewEvalSet(src, engine.SeqLen(cfg)); err != nil {
+		if d.eval, err = data.NewEvalSet(src, data.SeqLen(cfg)); err != nil {
 			d.Close()
 			return nil, fmt.Errorf("train: --eval-data: %w", err)
 		}
@@ -206,7 +206,7 @@ func epochSteps(d *runData, cfg *config.Config, epochs int) (int, error) {
 			return 0, fmt.Errorf("train: --epochs: %w", err)
 		}
 	default:
-		rows = int64(epochs) * (d.train.Corpus.Len() / int64(engine.SeqLen(cfg)))
+		rows = int64(epochs) * (d.train.Corpus.Len() / int64(data.SeqLen(cfg)))
 	}
 	steps := (rows + g - 1) / g
 	if steps < 1 || steps > math.MaxInt32 {

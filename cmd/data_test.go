@@ -362,7 +362,7 @@ func TestEpochSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := writeFile(t, "chat.jsonl", chatJSONL(200, 3))
-	td, err := engine.OpenTrainData(p, cfg, data.Options{Dir: t.TempDir()}, true)
+	td, err := data.OpenTrainData(p, cfg, data.Options{Dir: t.TempDir()}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestEpochSteps(t *testing.T) {
 		}
 	}
 	txt := writeFile(t, "t.txt", strings.Repeat("x", 10_000))
-	tt, err := engine.OpenTrainData(txt, cfg, data.Options{}, true)
+	tt, err := data.OpenTrainData(txt, cfg, data.Options{}, true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/config"
-	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -46,7 +46,7 @@ func estimateCommand() *cli.Command {
 			&cli.StringFlag{Name: "offload-param", Value: "none", Usage: "where bf16 param shards live at stage 3: none (device), cpu or nvme"},
 			&cli.StringFlag{Name: "host-budget", Usage: `optimizer state kept in host RAM with --offload-optimizer nvme ("8GiB"; default none)`},
 			&cli.Int64Flag{Name: "persistence-threshold", Usage: "stage 3: chunks with fewer parameters stay gathered (default 0, or the config's)"},
-			&cli.Int64Flag{Name: "align", Value: engine.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
+			&cli.Int64Flag{Name: "align", Value: estimate.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
 			&cli.StringSliceFlag{Name: "freeze", Usage: `tensor-name patterns of the parameters that do not train, as strata.freeze ("wte,wpe" or repeated; needs --model or --config)`},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
@@ -58,7 +58,7 @@ func estimateCommand() *cli.Command {
 // estimateFromConfig reads --config: the config, its shape and the memory
 // options it gives (--devices decides over strata.devices, as in train;
 // its stage becomes --stage unless that is given).
-func estimateFromConfig(c *cli.Context, path string) (*config.Config, *model.Shape, engine.MemoryOptions, error) {
+func estimateFromConfig(c *cli.Context, path string) (*config.Config, *model.Shape, estimate.Options, error) {
 	devices := 0
 	if c.IsSet("devices") {
 		devices = c.Int("devices")
@@ -68,13 +68,13 @@ func estimateFromConfig(c *cli.Context, path string) (*config.Config, *model.Sha
 		return config.Shape(s), err
 	}})
 	if err != nil {
-		return nil, nil, engine.MemoryOptions{}, err
+		return nil, nil, estimate.Options{}, err
 	}
 	for _, n := range cfg.Ignored() {
 		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
 	}
 	if cfg.Shape() == nil {
-		return nil, nil, engine.MemoryOptions{}, fmt.Errorf("estimate: %s: strata.model has no shape", path)
+		return nil, nil, estimate.Options{}, fmt.Errorf("estimate: %s: strata.model has no shape", path)
 	}
 	s := model.Shape(*cfg.Shape())
 	if s.Name == "" {
@@ -82,11 +82,11 @@ func estimateFromConfig(c *cli.Context, path string) (*config.Config, *model.Sha
 	}
 	l, err := model.NewLayout(s)
 	if err != nil {
-		return nil, nil, engine.MemoryOptions{}, fmt.Errorf("estimate: %s: %w", path, err)
+		return nil, nil, estimate.Options{}, fmt.Errorf("estimate: %s: %w", path, err)
 	}
-	opts, err := engine.MemoryOptionsFromConfig(cfg, l)
+	opts, err := estimate.OptionsFromConfig(cfg, l)
 	if err != nil {
-		return nil, nil, engine.MemoryOptions{}, err
+		return nil, nil, estimate.Options{}, err
 	}
 	opts.ShardAlignElems = c.Int64("align")
 	if !c.IsSet("stage") {
@@ -99,7 +99,7 @@ func runEstimate(c *cli.Context) error {
 	if c.Args().Present() {
 		return usagef("estimate: unexpected argument %q", c.Args().First())
 	}
-	opts := engine.MemoryOptions{Devices: 1, ShardAlignElems: c.Int64("align")}
+	opts := estimate.Options{Devices: 1, ShardAlignElems: c.Int64("align")}
 	var shape *model.Shape
 	var cfg *config.Config
 	var freeze []string // strata.freeze, then --freeze
@@ -124,7 +124,7 @@ func runEstimate(c *cli.Context) error {
 			return usagef("estimate: %v", err)
 		}
 		shape = &s
-		opts.ChunkParams = engine.ChunkParams(l)
+		opts.ChunkParams = estimate.ChunkParams(l)
 	case c.IsSet("params"):
 		psi, err := parseParamCount(c.String("params"))
 		if err != nil {
@@ -181,21 +181,21 @@ func runEstimate(c *cli.Context) error {
 	if f := opts.Frozen; f != nil && shape != nil {
 		l, _ := model.NewLayout(*shape) // valid: the frozen chunks were resolved over it
 		what += fmt.Sprintf("\nfrozen: %s (%s parameters, %.1f%%) keep their params only; Ψₜ = %s trainable",
-			engine.DescribeChunks(l, f), groupDigits(engine.FrozenParams(l, f)), 100*float64(engine.FrozenParams(l, f))/float64(l.ParamCount()),
-			groupDigits(l.ParamCount()-engine.FrozenParams(l, f)))
+			estimate.DescribeChunks(l, f), groupDigits(estimate.FrozenParams(l, f)), 100*float64(estimate.FrozenParams(l, f))/float64(l.ParamCount()),
+			groupDigits(l.ParamCount()-estimate.FrozenParams(l, f)))
 	}
 
-	var stages []engine.StageEstimate
+	var stages []estimate.Stage
 	if s := c.Int("stage"); s >= 0 {
 		o := opts
 		o.Stage = s
-		e, err := engine.EstimateMemory(o)
+		e, err := estimate.Memory(o)
 		if err != nil {
 			return usagef("%v", err)
 		}
-		stages = []engine.StageEstimate{{Stage: s, MemoryEstimate: e}}
+		stages = []estimate.Stage{{Stage: s, ModelState: e}}
 	} else {
-		stages = engine.EstimateStages(opts)
+		stages = estimate.Stages(opts)
 	}
 	var act *actEstimate
 	if shape != nil {
@@ -224,9 +224,9 @@ func runEstimate(c *cli.Context) error {
 }
 
 // estimateFreeze sets o.Frozen from the patterns (strata.freeze, or
-// --freeze) over shape's tensor names (engine.FrozenChunks: the rule and
+// --freeze) over shape's tensor names (estimate.FrozenChunks: the rule and
 // the errors of strata.freeze), after --model may have changed the shape.
-func estimateFreeze(o *engine.MemoryOptions, shape *model.Shape, patterns []string) error {
+func estimateFreeze(o *estimate.Options, shape *model.Shape, patterns []string) error {
 	o.Frozen = nil
 	if len(patterns) == 0 {
 		return nil
@@ -238,7 +238,7 @@ func estimateFreeze(o *engine.MemoryOptions, shape *model.Shape, patterns []stri
 	if err != nil {
 		return fmt.Errorf("estimate: %w", err)
 	}
-	if o.Frozen, err = engine.FrozenChunks(l, patterns); err != nil {
+	if o.Frozen, err = estimate.FrozenChunks(l, patterns); err != nil {
 		return fmt.Errorf("estimate: --freeze: %w", err)
 	}
 	return nil
@@ -301,8 +301,8 @@ func groupDigits(n int64) string {
 }
 
 // machine turns a per-rank formula into the formula for all N ranks.
-func machine(c engine.Coef, n int) engine.Coef {
-	return engine.Coef{Full: c.Full*float64(n) + c.PerN, TrainFull: c.TrainFull*float64(n) + c.TrainPerN}
+func machine(c estimate.Coef, n int) estimate.Coef {
+	return estimate.Coef{Full: c.Full*float64(n) + c.PerN, TrainFull: c.TrainFull*float64(n) + c.TrainPerN}
 }
 
 func tierWord(t shard.Tier) string {
@@ -315,7 +315,7 @@ func tierWord(t shard.Tier) string {
 	return "device (none)"
 }
 
-func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []engine.StageEstimate, breakdown bool) {
+func printEstimate(w io.Writer, what string, o estimate.Options, stages []estimate.Stage, breakdown bool) {
 	fmt.Fprintf(w, "%s\n", what)
 	fmt.Fprintf(w, "N = %d devices; optimizer state on %s; param shards on %s", o.Devices, tierWord(o.OptimizerTier), tierWord(o.ParamTier))
 	if o.OptimizerTier != shard.HBM {
@@ -377,7 +377,7 @@ func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []en
 				}
 				var fs []string
 				for t := range shard.TierCount {
-					if f := s.Formula[st][t]; f != (engine.Coef{}) {
+					if f := s.Formula[st][t]; f != (estimate.Coef{}) {
 						fs = append(fs, fmt.Sprintf("%s on %s", f, shard.Tier(t)))
 					}
 				}
@@ -394,7 +394,7 @@ func printEstimate(w io.Writer, what string, o engine.MemoryOptions, stages []en
 	fmt.Fprintln(w, "\nbinary units (GiB = 2^30 B; GB = 10^9 B); --json gives exact bytes")
 }
 
-func okStage(stages []engine.StageEstimate) *engine.StageEstimate {
+func okStage(stages []estimate.Stage) *estimate.Stage {
 	for i := range stages {
 		if stages[i].Err == nil {
 			return &stages[i]
@@ -427,7 +427,7 @@ type jsonStage struct {
 	Notes       []string   `json:"notes,omitempty"`
 }
 
-func printEstimateJSON(w io.Writer, name, what string, o engine.MemoryOptions, stages []engine.StageEstimate, act *jsonActivations) error {
+func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stages []estimate.Stage, act *jsonActivations) error {
 	out := struct {
 		Model            string      `json:"model,omitempty"`
 		Description      string      `json:"description"`

@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/config"
-	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -34,12 +34,12 @@ func estimateActFlags() []cli.Flag {
 // actTermOrder is the order the terms are printed in: the model's
 // allocations as it plans them, then the tier store's room.
 var actTermOrder = []string{model.TermTokens, model.TermResidual, model.TermOffloadRing, model.TermBlocks, model.TermWorkSet,
-	model.TermHead, model.TermLossChunk, model.TermBackwardTemp, engine.RestoredInputTerm}
+	model.TermHead, model.TermLossChunk, model.TermBackwardTemp, estimate.RestoredInputTerm}
 
 // actConfig is one way of keeping the activations.
 type actConfig struct {
 	Name string
-	Est  engine.ActivationEstimate
+	Est  estimate.ActivationMemory
 }
 
 // actEstimate is the activation part of an estimate.
@@ -109,7 +109,7 @@ func newActEstimate(c *cli.Context, cfg *config.Config, shape model.Shape) (*act
 	}{{"none", 0, false}, {"checkpointing", checkpoints, false}, {"cpu_checkpointing", checkpoints, true}} {
 		ko := o
 		ko.Checkpoint, ko.Offload = k.ckpt, k.offload
-		a.Configs = append(a.Configs, actConfig{Name: k.name, Est: engine.EstimateActivations(shape, a.Micro, a.Seq, ko)})
+		a.Configs = append(a.Configs, actConfig{Name: k.name, Est: estimate.Activations(shape, a.Micro, a.Seq, ko)})
 	}
 	return a, nil
 }
@@ -119,17 +119,17 @@ func newActEstimate(c *cli.Context, cfg *config.Config, shape model.Shape) (*act
 type stageTotal struct {
 	Stage      int
 	ModelState int64
-	Working    engine.WorkingSet
+	Working    estimate.WorkingSet
 	Totals     []int64 // per actEstimate.Configs
 }
 
-func (a *actEstimate) totals(stages []engine.StageEstimate) []stageTotal {
+func (a *actEstimate) totals(stages []estimate.Stage) []stageTotal {
 	var out []stageTotal
 	for _, s := range stages {
 		if s.Err != nil {
 			continue
 		}
-		st := stageTotal{Stage: s.Stage, ModelState: s.DeviceBytes(), Working: engine.EstimateWorkingSet(s.MemoryEstimate, a.Accum)}
+		st := stageTotal{Stage: s.Stage, ModelState: s.DeviceBytes(), Working: estimate.WorkingSetOf(s.ModelState, a.Accum)}
 		for _, k := range a.Configs {
 			st.Totals = append(st.Totals, st.ModelState+st.Working.Bytes()+k.Est.DeviceBytes())
 		}
@@ -168,7 +168,7 @@ func bytesCell(n int64) string {
 	return s
 }
 
-func (a *actEstimate) print(w io.Writer, stages []engine.StageEstimate) {
+func (a *actEstimate) print(w io.Writer, stages []estimate.Stage) {
 	dt := a.Configs[0].Est.Options.DType
 	fmt.Fprintf(w, "\nactivations per device, micro-batch %d × %d tokens, %s activations (fp32 norm and softmax statistics, loss chunk and residual gradient):\n",
 		a.Micro, a.Seq, strings.ToLower(dt.String()))
@@ -297,7 +297,7 @@ type jsonActFit struct {
 	Bytes  int64  `json:"bytes"`
 }
 
-func (a *actEstimate) json(stages []engine.StageEstimate) *jsonActivations {
+func (a *actEstimate) json(stages []estimate.Stage) *jsonActivations {
 	j := &jsonActivations{Micro: a.Micro, Seq: a.Seq, DType: strings.ToLower(a.Configs[0].Est.Options.DType.String()),
 		Checkpoints: a.Configs[1].Est.Options.Checkpoint, BudgetBytes: a.BudgetBytes, WorkingSet: map[int]map[string]int64{}}
 	for _, k := range a.Configs {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 )
@@ -41,7 +41,7 @@ type estimateActJSON struct {
 // TestEstimateActivations: `strata estimate --model gpt-7b` (and
 // llama-3-8b) at batch 1 × 2048 tokens prints each device's activations
 // without checkpointing, with it and with cpu_checkpointing, each term
-// named, as engine.EstimateActivations computes them (what the engine
+// named, as estimate.Activations computes them (what the engine
 // measures: TestActivationPeakMatchesEstimate), and, given a budget, which
 // configuration fits: on 8 devices in 80 GiB stage 1 without checkpointing
 // for both; on one device in 80 GiB nothing for gpt-7b (16Ψ alone is 99
@@ -80,9 +80,9 @@ func TestEstimateActivations(t *testing.T) {
 		}
 		for i, want := range []model.ActivationOptions{{DType: gpu.BF16}, {DType: gpu.BF16, Checkpoint: shape.Layers},
 			{DType: gpu.BF16, Checkpoint: shape.Layers, Offload: true}} {
-			e := engine.EstimateActivations(shape, micro, 2048, want)
+			e := estimate.Activations(shape, micro, 2048, want)
 			if got := a.Configs[i]; got.DeviceBytes != e.DeviceBytes() || got.HostBytes != e.HostInputBytes || len(got.Terms) != len(e.AllTerms()) {
-				t.Errorf("%v: %s: %d bytes per device, %d on the host, %d terms; engine.EstimateActivations %d, %d, %d",
+				t.Errorf("%v: %s: %d bytes per device, %d on the host, %d terms; estimate.Activations %d, %d, %d",
 					args, got.Name, got.DeviceBytes, got.HostBytes, len(got.Terms), e.DeviceBytes(), e.HostInputBytes, len(e.AllTerms()))
 			}
 		}
@@ -105,7 +105,7 @@ func TestEstimateActivations(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, want := range []string{"activations per device", "none", "checkpointing", "cpu_checkpointing", "saved block inputs in host memory",
-			model.TermBlocks, model.TermWorkSet, model.TermLossChunk, engine.RestoredInputTerm, c.contains} {
+			model.TermBlocks, model.TermWorkSet, model.TermLossChunk, estimate.RestoredInputTerm, c.contains} {
 			if !strings.Contains(text, want) {
 				t.Errorf("%v: the table lacks %q:\n%s", args, want, text)
 			}

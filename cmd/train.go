@@ -26,6 +26,7 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // trainCommand trains a model with ZeRO across the local devices.
@@ -200,7 +201,7 @@ func runTrain(c *cli.Context) (err error) {
 	}
 	defer p.data.Close()
 	if p.data.train != nil {
-		p.data.train.Apply(&opts)
+		opts.UseData(p.data.train)
 	}
 	var rd *runDir
 	if f.out != "" {
@@ -565,11 +566,11 @@ func checkResume(c *cli.Context, p *trainPlan, stderr io.Writer) error {
 // openTrainTrace makes the tracer of --trace and creates its file now, so
 // that a path that cannot be written fails before the training rather than
 // after it. Without --trace: nil, nil.
-func openTrainTrace(path string) (*engine.Tracer, *os.File, error) {
+func openTrainTrace(path string) (*timeline.Tracer, *os.File, error) {
 	if path == "" {
 		return nil, nil, nil
 	}
-	tr, err := engine.NewTracer(engine.TraceOptions{})
+	tr, err := timeline.NewTracer(timeline.Options{})
 	if err != nil {
 		return nil, nil, err
 	}

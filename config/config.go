@@ -181,7 +181,7 @@ type Strata struct {
 	// matches every tensor whose name contains it ("layers.0." is layer 0,
 	// not 10); one with them is a path.Match glob over the whole name
 	// ("h.[0-3].*"). The engine freezes whole chunks: the patterns must
-	// cover every tensor of a chunk or none (engine.FrozenChunks). A frozen
+	// cover every tensor of a chunk or none (estimate.FrozenChunks). A frozen
 	// chunk keeps its params only: no gradient reduction, no optimizer
 	// state, no update. Empty: everything trains.
 	Freeze []string `json:"freeze,omitempty"`

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -278,7 +279,7 @@ func stepNorms(st []StepStats) []float64 {
 // TestActivationPeakMatchesEstimate: on the small and medium shapes (one
 // step of micro-batch 8 × 256 tokens on medium, 4 × 256 on small, stage 3
 // on 2 devices, the optimizer on the host), each device's measured peak of
-// activation memory is within 5 % of EstimateActivations (what `strata
+// activation memory is within 5 % of estimate.Activations (what `strata
 // estimate` prints) without checkpointing, with it and with
 // cpu_checkpointing; checkpointing halves it at least. The estimate is
 // the model's allocations to the 256-byte tensor and the restored inputs'
@@ -297,7 +298,7 @@ func TestActivationPeakMatchesEstimate(t *testing.T) {
 				if _, err := e.Step(); err != nil {
 					t.Fatal(err)
 				}
-				want := EstimateActivations(e.layout.Shape, c.micro, 256, e.act).DeviceBytes()
+				want := estimate.Activations(e.layout.Shape, c.micro, 256, e.act).DeviceBytes()
 				for _, d := range e.Summary().PerDevice {
 					t.Logf("%s: activation peak %d, estimate %d (%.4f)", d.Device, d.ActivationPeakBytes, want, d.ActivationRatio)
 					if d.ActivationEstimateBytes != want || d.ActivationRatio < 0.95 || d.ActivationRatio > 1.05 {
@@ -342,33 +343,6 @@ func namedEngine(t *testing.T, name string, micro int, ck string) *Engine {
 		t.Fatal(err)
 	}
 	return e
-}
-
-// TestActivationOptionsFromConfig: the dtype follows the precision and
-// strata.activation_dtype, the block count the activation_checkpointing
-// block.
-func TestActivationOptionsFromConfig(t *testing.T) {
-	s, _ := model.Lookup("small")
-	for _, c := range []struct {
-		extra, strata string
-		prec          gpu.DType
-		want          model.ActivationOptions
-	}{
-		{"", "", gpu.BF16, model.ActivationOptions{DType: gpu.BF16}},
-		{"", `, "activation_dtype": "fp32"`, gpu.BF16, model.ActivationOptions{DType: gpu.F32}},
-		{"", "", gpu.F32, model.ActivationOptions{DType: gpu.F32}},
-		{`"activation_checkpointing": {},`, "", gpu.BF16, model.ActivationOptions{DType: gpu.BF16, Checkpoint: 4}},
-		{`"activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true},`, "", gpu.BF16, model.ActivationOptions{DType: gpu.BF16, Checkpoint: 2, Offload: true}},
-	} {
-		js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, %s "strata": {"model": "small"%s}}`, c.extra, c.strata)
-		cfg, err := config.Parse([]byte(js), "", config.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := ActivationOptionsFromConfig(cfg, s, c.prec); got != c.want {
-			t.Errorf("%s %s %s: %+v, want %+v", c.extra, c.strata, c.prec, got, c.want)
-		}
-	}
 }
 
 // TestRestoreInputOOM: with cpu_checkpointing at stage 3 on 2 devices, the
@@ -454,32 +428,5 @@ func TestCheckpointingResume(t *testing.T) {
 		t.Run(s.String(), func(t *testing.T) {
 			checkResume(t, func(t *testing.T) *Engine { return newTestEngine(t, s) }, 3)
 		})
-	}
-}
-
-// TestEstimateActivationHostBytes: with the optimizer on NVMe and a host
-// budget, the saved inputs' host homes come out of the budget first: the
-// optimizer state kept in host RAM shrinks by whole shards, at least by
-// what the inputs take.
-func TestEstimateActivationHostBytes(t *testing.T) {
-	s, _ := model.Lookup("gpt2")
-	l, err := model.NewLayout(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := MemoryOptions{ChunkParams: ChunkParams(l), Devices: 2, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe, HostBudgetBytes: 4 << 30}
-	kept := func(o MemoryOptions) int64 {
-		e, err := EstimateMemory(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.TierBytes(shard.Host)
-	}
-	without := kept(o)
-	act := model.ActivationOptions{DType: gpu.BF16, Checkpoint: s.Layers, Offload: true}
-	o.ActivationHostBytes = inputHostBytes(s, 8, 1024, act)
-	with := kept(o)
-	if o.ActivationHostBytes != 12*ioBytes(8*1024*768*2) || without-with < o.ActivationHostBytes {
-		t.Errorf("inputs take %d B of host RAM per rank; the optimizer state kept there went from %d to %d", o.ActivationHostBytes, without, with)
 	}
 }

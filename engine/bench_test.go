@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -19,7 +20,7 @@ func BenchmarkStep(b *testing.B) {
 	const js = `{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95]}},
  "bf16": {"enabled": true}, "zero_optimization": {"stage": %d, "stage3_param_persistence_threshold": 1000, "offload_optimizer": {"device": %q}},
  "strata": {"model": {"n_layer": 4, "n_embd": 128, "n_head": 4, "vocab_size": 256, "max_seq_len": 256}, "devices": 2, "seq_len": 64}}`
-	tokens := SyntheticCorpus(syntheticCorpusBytes)
+	tokens := data.SyntheticCorpus(syntheticCorpusBytes)
 	b.Run("anchor-trainer", func(b *testing.B) {
 		devs, _, _ := cpu.New(cpu.Options{Devices: 1})
 		s, _ := model.Lookup("small")

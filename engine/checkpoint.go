@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/shard"
@@ -53,8 +54,8 @@ import (
 // small models and tests.
 
 // checkpointAlignElems is the shard alignment the engine lays chunks out
-// with (MemoryOptionsFromConfig leaves the default).
-const checkpointAlignElems = DefaultShardAlignElems
+// with (estimate.OptionsFromConfig leaves the default).
+const checkpointAlignElems = estimate.DefaultShardAlignElems
 
 // CheckpointStates are the states a checkpoint of this engine holds: param
 // bf16, master, adam_m and adam_v f32 (bf16 mode); param, adam_m and adam_v

@@ -2,8 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"strings"
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/data"
@@ -30,80 +28,6 @@ type EvalSet interface {
 	Len() int64
 }
 
-// SeqLen is the row length of a run of cfg: strata.seq_len, else the
-// max_seq_len of its strata.model (0 when the config names no shape: a
-// library user's Options.Model sets its own seq_len).
-func SeqLen(cfg *config.Config) int {
-	if cfg.Strata.SeqLen > 0 {
-		return cfg.Strata.SeqLen
-	}
-	if s := cfg.Shape(); s != nil {
-		return s.MaxSeq
-	}
-	return 0
-}
-
-// TrainData is a data file opened for a run: raw text (Source.Corpus,
-// drawn from in random windows) or JSONL (Packed). Close it after the
-// engine.
-type TrainData struct {
-	*data.Source
-	Packed *data.Packed // JSONL; nil for raw text
-}
-
-// OpenTrainData opens the data file at path for a run of cfg (data.Open,
-// with o's tokenizer, chat template and token-file directory): raw text
-// is read as windows, JSONL examples are packed into rows of the run's
-// seq_len, in an order shuffled per epoch from strata.seed (file order
-// without shuffle).
-func OpenTrainData(path string, cfg *config.Config, o data.Options, shuffle bool) (*TrainData, error) {
-	src, err := data.Open(path, o)
-	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
-	d := &TrainData{Source: src}
-	if src.Stats.Format == data.JSONL {
-		if d.Packed, err = data.NewPacked(src.File, SeqLen(cfg), cfg.Strata.Seed, shuffle); err != nil {
-			src.Close()
-			return nil, fmt.Errorf("engine: %w", err)
-		}
-	}
-	return d, nil
-}
-
-// Apply gives opts the data: Corpus for raw text, Dataset for JSONL.
-func (d *TrainData) Apply(opts *Options) {
-	opts.Corpus, opts.Dataset = nil, nil
-	if d.Packed != nil {
-		opts.Dataset = d.Packed
-	} else {
-		opts.Corpus = d.Corpus
-	}
-}
-
-// SyntheticCorpus is the built-in training text of a run without data: about
-// sizeBytes bytes of short English sentences drawn from a small grammar with
-// a fixed seed, so a byte-level model learns its spelling and word order
-// within a few dozen steps and the loss visibly goes down.
-func SyntheticCorpus(sizeBytes int) []int32 {
-	subjects := []string{"the cat", "a dog", "the old man", "my sister", "the engine", "a small bird", "the teacher", "our neighbour"}
-	verbs := []string{"sees", "likes", "carries", "finds", "watches", "builds", "paints", "follows"}
-	objects := []string{"the red ball", "a long road", "the green door", "two apples", "the river", "a quiet house", "the bright moon", "some bread"}
-	endings := []string{" today.", " again.", " at night.", " in the morning.", ".", " with care.", " by the sea.", " every day."}
-	rng := rand.New(rand.NewPCG(0x5a7a, 0x7ea1))
-	var b strings.Builder
-	for b.Len() < sizeBytes {
-		s := subjects[rng.IntN(len(subjects))] + " " + verbs[rng.IntN(len(verbs))] + " " + objects[rng.IntN(len(objects))] + endings[rng.IntN(len(endings))]
-		b.WriteString(strings.ToUpper(s[:1]) + s[1:])
-		if rng.IntN(4) == 0 {
-			b.WriteByte('\n')
-		} else {
-			b.WriteByte(' ')
-		}
-	}
-	return model.Encode([]byte(b.String()))
-}
-
 // syntheticCorpusBytes is the size of the built-in corpus.
 const syntheticCorpusBytes = 64 << 10
 
@@ -112,13 +36,13 @@ const syntheticCorpusBytes = 64 << 10
 type batches struct {
 	sampler *model.Sampler
 	dataset Dataset
-	checked bool       // every token was checked against the vocabulary at New (model.Tokens)
-	file    *TrainData // the data New opened from strata.data, closed by Close; nil for data given in Options
+	checked bool            // every token was checked against the vocabulary at New (model.Tokens)
+	file    *data.TrainData // the data New opened from strata.data, closed by Close; nil for data given in Options
 }
 
 // newBatches returns the sequence length and the source of rows:
 // Options.Dataset, Options.Corpus, strata.data (opened with
-// OpenTrainData, byte-level, shuffled; closed with the engine), or the
+// data.OpenTrainData, byte-level, shuffled; closed with the engine), or the
 // synthetic corpus.
 func newBatches(cfg *config.Config, m Model, opts Options) (int, *batches, error) {
 	seq := cfg.Strata.SeqLen
@@ -135,7 +59,7 @@ func newBatches(cfg *config.Config, m Model, opts Options) (int, *batches, error
 		b.dataset = opts.Dataset
 	case corpus != nil:
 	case cfg.Strata.Data != "":
-		d, err := OpenTrainData(cfg.Strata.Data, cfg, data.Options{}, true)
+		d, err := data.OpenTrainData(cfg.Strata.Data, cfg, data.Options{}, true)
 		if err != nil {
 			return 0, nil, err
 		}
@@ -146,7 +70,7 @@ func newBatches(cfg *config.Config, m Model, opts Options) (int, *batches, error
 			corpus = d.Corpus
 		}
 	default:
-		corpus = model.Tokens(SyntheticCorpus(syntheticCorpusBytes))
+		corpus = model.Tokens(data.SyntheticCorpus(syntheticCorpusBytes))
 	}
 	if b.dataset != nil {
 		if b.dataset.Seq() != seq {

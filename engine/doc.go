@@ -1,35 +1,8 @@
 // Package engine runs ZeRO stages 0-3 across the local devices: one rank per
 // device, each a goroutine with a compute stream and a communication
 // stream, the training step, the optimizer on the device or on the host
-// (ZeRO-Offload), and the model-state memory arithmetic (estimate.go) that
-// `strata estimate`, the engine's Summary and its tests share.
-//
-// # Memory arithmetic
-//
-// For mixed-precision Adam a model of Ψ parameters has 16Ψ bytes of model
-// state: bf16 params 2Ψ, bf16 grads 2Ψ, fp32 master, m and v 12Ψ. Per device
-// on N devices, with the optimizer on the device:
-//
-//	stage 0  16Ψ           everything replicated
-//	stage 1  4Ψ + 12Ψ/N    optimizer state sharded
-//	stage 2  2Ψ + 14Ψ/N    gradients sharded too
-//	stage 3  16Ψ/N         parameters sharded too
-//
-// With the optimizer on the host (ZeRO-Offload) the device keeps the bf16
-// params (2Ψ, or 2Ψ/N at stage 3) and grads (2Ψ at stages 0-1, 2Ψ/N at 2-3),
-// and the host holds 12Ψ/N per rank plus the reduced gradient shard; with
-// offload_param the param shards leave the device too (stage 3).
-//
-// Layout rule the engine follows so that measured bytes equal the estimate:
-// parameters are packed in chunks (ChunkParams: embeddings, one per block,
-// final norm and an untied output head); every chunk is sharded over the N
-// ranks with each rank's slice ShardElems long (ceil(chunk/N) rounded up to DefaultShardAlignElems
-// = 64 elements, zero padded; the tier store pads its own host buffers and
-// NVMe extents to the I/O alignment, and the planner counts shards at those
-// padded sizes, IOAlignBytes); a gathered or replicated chunk occupies N·ShardElems
-// elements; at stage 3, chunks with fewer parameters than
-// stage3_param_persistence_threshold stay gathered on every device. The
-// padding is zero and stays zero through Adam (zero grad, zero moments).
+// (ZeRO-Offload). Its memory arithmetic, which `strata estimate`, the
+// engine's Summary and its tests share, is package estimate.
 //
 // # The model (model.go)
 //
@@ -80,12 +53,9 @@
 //     tier store after the block's forward and comes back, staged by the
 //     planner into one of the store's HBM slots, for its backward.
 //
-// Activations (activations.go): each rank's model keeps them as
-// ActivationOptionsFromConfig says (bf16 in bf16 mixed precision unless
-// strata.activation_dtype is fp32; activation checkpointing and
-// cpu_checkpointing from the activation_checkpointing block), allocated
-// once at New; EstimateActivations is what they take per device, and the
-// Summary reports the measured peak beside it.
+// Activations: each rank's model keeps them as
+// estimate.ActivationOptionsFromConfig says, allocated once at New; the
+// Summary reports the measured peak beside estimate.Activations.
 //
 // Then each rank takes the sum of squares of its reduced gradient per chunk
 // (with the host optimizer it also copies the shard once into its host copy
@@ -203,11 +173,12 @@
 //
 // Measured (whenever the host optimizer runs, with or without a Tracer):
 // each rank logs its compute stream's chunk spans (the stream clock),
-// cpuadam's runs and the optimizer-phase waits of its runner (busyLog);
+// cpuadam's runs and the optimizer-phase waits of its runner (the busy
+// log of its timeline.Recorder);
 // StepStats.HostOpt and Summary.HostOpt give cpuadam's busy time and the
 // part of it during which the rank's compute stream was idle (exposed),
-// and the same for the waits, summed over the ranks (exposedOf, interval
-// arithmetic). With exact a step reports the previous step's update, which
+// and the same for the waits, summed over the ranks (timeline.Exposure,
+// interval arithmetic). With exact a step reports the previous step's update, which
 // ran under it. On the CPU backend the streams and cpuadam share the
 // cores, so the step time cannot show the gain; the exposed fraction can.
 //
@@ -239,14 +210,14 @@
 // Params and Master synchronize and read the shards from where they live,
 // as a checkpoint does (MasterChunks hands them over one chunk at a time,
 // for exports of models larger than host memory); Summary
-// reports measured peaks next to EstimateMemory; SaveCheckpoint and
+// reports measured peaks next to estimate.Memory; SaveCheckpoint and
 // LoadCheckpoint (checkpoint.go) write and read every rank's params,
 // master, m, v and the step through checkpoint/ (an engine whose store
 // moves shards, under offload_param or NVMe offload, is restored before its
 // first step); with Options.Trace every step records
-// its timeline (trace.go: Chrome trace events; trace_clock.go: the stream
-// clocks; trace_overlap.go: Overlap's exposed transfer time, a pure
-// function of the recorded intervals); Close frees everything.
+// its timeline (package timeline: Chrome trace events, the stream clocks,
+// Overlap's exposed transfer time; trace.go: WriteTrace); Close frees
+// everything.
 // Model state lives in one of two places: each rank's device buffers
 // (devState, state.go: params, gradients, and the device optimizer's
 // master, m, v) and, with the host optimizer, the tier store (tiered.go).
@@ -266,7 +237,7 @@
 // when offload_param is set. Homes: params in offload_param's tier;
 // optimizer state in host RAM, or with offload_optimizer nvme on NVMe
 // except what strata.host_budget keeps in RAM (whole shards, master then m
-// then v, chunk order: the split EstimateMemory prints); the gradient in
+// then v, chunk order: the split estimate.Memory prints); the gradient in
 // host RAM before any optimizer state, or on NVMe where the host budget is
 // full. The param copies the store stages in HBM live in its HBM slots,
 // taken at New. With offload_optimizer cpu and no offload_param every home is in
@@ -362,20 +333,16 @@
 //
 // # Frozen chunks (freeze.go)
 //
-// strata.freeze names tensors by pattern (a substring, or a path.Match
-// glob over the whole name when it has * ? [); FrozenChunks resolves them
-// to whole chunks and refuses a pattern that matches nothing, a set that
-// covers part of a chunk, or one that freezes every chunk. A frozen chunk
+// estimate.FrozenChunks resolves strata.freeze's patterns to whole
+// chunks. A frozen chunk
 // keeps its params, which move as params (gathers, tier-store reads),
 // and nothing else: no gradient buffer or shard, no reduction, no master,
 // m, v, no tier-store state but its param, no upload staging, no update,
 // no share of the global norm. The model still calls Grad and GradReady
 // for it: Grad returns a scratch of the largest frozen chunk (one per
 // rank, Workspace, allocated at New) that its parameter-gradient GEMMs
-// write and nothing reads; GradReady does nothing. EstimateMemory counts
-// it at its params (MemoryOptions.Frozen; the formula's gradient and
-// optimizer terms are then on Ψₜ, the trainable parameters), and the
-// Summary reports the frozen chunks and the model state they do not keep.
+// write and nothing reads; GradReady does nothing. The Summary reports the
+// frozen chunks and the model state they do not keep (estimate.Memory).
 // A checkpoint saves a frozen chunk's params, as master its params widened
 // and zero m and v; a checkpoint in which a chunk that trains here was
 // frozen is refused (its optimizer state is not in it).

@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -61,9 +62,9 @@ type Engine struct {
 	chunks     []chunkPlan
 	ranks      []*rank
 	opt        *cpuadam.Optimizer
-	estimate   MemoryEstimate // bf16 mixed-precision formula (EstimateMemory)
-	expected   int64          // model-state bytes per device this layout allocates
-	hostWant   int64          // model state on the host, all ranks, by the estimate (host optimizer)
+	estimate   estimate.ModelState // bf16 mixed-precision formula (EstimateMemory)
+	expected   int64               // model-state bytes per device this layout allocates
+	hostWant   int64               // model state on the host, all ranks, by the estimate (host optimizer)
 	notes      []string
 
 	step      int64
@@ -78,16 +79,16 @@ type Engine struct {
 	// them.
 	registration []HostRegistration
 
-	overlap string   // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
-	upd     updater  // the optimizer's strategy (update.go), chosen in New
-	grads   gradPath // the stage's gradient rule (stages.go), chosen in New
+	overlap  string       // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
+	upd      updater      // the optimizer's strategy (update.go), chosen in New
+	grads    gradPath     // the stage's gradient rule (stages.go), chosen in New
+	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
+	t0       time.Time    // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
+	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
 	// normRanks is how many ranks' sums of squares make the norm: rank
 	// 0's alone at stage 0 (each holds the whole reduced gradient), else
 	// every rank's shard.
 	normRanks int
-	fwdOrder  []int        // the chunks in the order the forward first reads them (the host optimizer's order)
-	t0        time.Time    // the engine's clock (busyLog)
-	hostOpt   HostOptStats // the host optimizer's figures of every run taken so far
 	// gradFault, set by tests, makes rank r's reduced gradient of chunk c
 	// NaN when it returns true.
 	gradFault func(r, c int) bool
@@ -212,23 +213,23 @@ func (e *Engine) closeData() error { return e.data.close() }
 
 // layOut takes the memory options from the config, the estimate, and lays
 // the chunks out as it does (ShardElems, persistent chunks).
-func (e *Engine) layOut() (MemoryOptions, error) {
-	mo, err := MemoryOptionsFromConfig(e.cfg, e.layout)
+func (e *Engine) layOut() (estimate.Options, error) {
+	mo, err := estimate.OptionsFromConfig(e.cfg, e.layout)
 	if err != nil {
 		return mo, err
 	}
-	mo.ActivationHostBytes = inputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
+	mo.ActivationHostBytes = estimate.InputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
 	e.paramTier = mo.ParamTier
 	e.gradTiered = mo.OptimizerTier == shard.NVMe
 	e.normRanks = e.n
 	if e.stage == 0 {
 		e.normRanks = 1
 	}
-	if e.estimate, err = EstimateMemory(mo); err != nil {
+	if e.estimate, err = estimate.Memory(mo); err != nil {
 		return mo, err
 	}
 	for c, ch := range e.layout.Chunks {
-		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c]), frozen: mo.frozen(c)}
+		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c]), frozen: mo.IsFrozen(c)}
 		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
 		p.path = choosePath(e, p)
 		// A rank's optimizer state: stage 0 the whole padded chunk (every
@@ -241,13 +242,13 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 	}
 	if e.estimate.FrozenParams > 0 {
 		e.notes = append(e.notes, fmt.Sprintf("strata.freeze: %s frozen (%d of %d params): no gradient reduction, no optimizer state, no update; their parameter-gradient GEMMs still run, into a discarded scratch buffer per device",
-			DescribeChunks(e.layout, mo.Frozen), e.estimate.FrozenParams, e.estimate.Params))
+			estimate.DescribeChunks(e.layout, mo.Frozen), e.estimate.FrozenParams, e.estimate.Params))
 	}
 	e.expected = e.expectedDeviceBytes()
 	if e.offload {
 		ho := mo
 		ho.HostGradDType = e.precision // the gradient shard is copied to the host as the device holds it
-		he, err := EstimateMemory(ho)
+		he, err := estimate.Memory(ho)
 		if err != nil {
 			return mo, err
 		}
@@ -263,7 +264,7 @@ func (e *Engine) layOut() (MemoryOptions, error) {
 // workspace rings (after checking that each device has room for them),
 // and starts the host optimizer and its tier store, whose HBM slots take
 // what is left.
-func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo MemoryOptions) error {
+func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo estimate.Options) error {
 	for r := range e.n {
 		rk, err := newRank(e, r, devices[r], comms[r])
 		if err != nil {

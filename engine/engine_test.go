@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/leaktest"
@@ -100,7 +101,7 @@ func testConfig(t testing.TB, js string) *config.Config {
 	return cfg
 }
 
-var testTokens = SyntheticCorpus(16 << 10)
+var testTokens = data.SyntheticCorpus(16 << 10)
 
 func newTestEngine(t testing.TB, s runSpec) *Engine {
 	t.Helper()

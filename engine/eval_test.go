@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/data"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -87,7 +88,7 @@ func refEval(t *testing.T, params [][]float32, set *data.EvalSet, micro int) flo
 	}
 	defer res.Free()
 	// The activations the engine's model keeps in bf16 mode (bf16).
-	m, err := model.NewWith(dev, layout, micro, testSeq, ActivationOptionsFromConfig(cfg, layout.Shape, gpu.BF16))
+	m, err := model.NewWith(dev, layout, micro, testSeq, estimate.ActivationOptionsFromConfig(cfg, layout.Shape, gpu.BF16))
 	if err != nil {
 		t.Fatal(err)
 	}

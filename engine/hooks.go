@@ -7,6 +7,7 @@ import (
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // hooks are a rank's model.Params (and, with cpu_checkpointing, its
@@ -175,9 +176,7 @@ func (h *hooks) fail(err error) {
 	for _, s := range r.streams() {
 		s.Synchronize() // its error, if any, is a consequence: the step returns err
 	}
-	if r.tr != nil {
-		r.tr.computeC = nil
-	}
+	r.tr.Drop()
 	for _, g := range h.live {
 		h.dropGathered(g)
 	}
@@ -329,16 +328,11 @@ func (h *hooks) gather(c int, pass shard.Phase) *gathered {
 		r.comm.AllGather(r.cs, slice, full)
 		return g
 	}
-	var from gpu.Event
-	if r.tr != nil {
-		from = r.tr.mark(r.cs)
-	}
+	from := r.tr.Mark(r.cs)
 	r.comm.AllGather(r.cs, src, g.buf)
 	g.ready = r.dev.NewEvent()
 	r.cs.Record(g.ready)
-	if r.tr != nil {
-		r.tr.comm.span(from, g.ready, TraceComm, fmt.Sprintf("allgather %s (%s)", r.e.layout.Chunks[c].Name, pass), map[string]any{"chunk": c, "pass": pass.String()})
-	}
+	r.tr.Comm(from, g.ready, timeline.Label{Op: "allgather", Chunk: r.e.layout.Chunks[c].Name, Note: pass.String(), Pass: pass.String(), Index: c})
 	if lease != nil {
 		r.runner().Done(lease, g.ready)
 	}
@@ -383,19 +377,13 @@ func (h *hooks) dropGathered(g *gathered) {
 
 // traceBegin opens the compute span of the chunk just acquired on s.
 func (h *hooks) traceBegin(s gpu.Stream) {
-	if rt := h.r.tr; rt != nil {
-		rt.computeC = rt.mark(s)
-	}
+	h.r.tr.Begin(s)
 }
 
 // Release implements model.Params.
 func (h *hooks) Release(s gpu.Stream, c int, pass shard.Phase) {
 	h.next(model.Access{Kind: model.AccessRelease, Chunk: c, Pass: pass})
-	if rt := h.r.tr; rt != nil && rt.computeC != nil {
-		name := pass.String() + " " + h.r.e.layout.Chunks[c].Name
-		rt.compute.span(rt.computeC, rt.mark(s), TraceCompute, name, map[string]any{"chunk": c, "pass": pass.String(), "micro": h.micro})
-		rt.computeC = nil
-	}
+	h.r.tr.End(s, timeline.Label{Op: pass.String(), Chunk: h.r.e.layout.Chunks[c].Name, Pass: pass.String(), Index: c, Micro: h.micro, HasMicro: true})
 	g := h.live[c]
 	if g == nil {
 		return // resident: nothing to give back
@@ -496,13 +484,13 @@ func (h *hooks) GradReady(s gpu.Stream, c int) error {
 		ev := r.dev.NewEvent()
 		s.Record(ev)
 		r.cs.Wait(ev)
-		if r.tr != nil && op != "" {
-			from = r.tr.mark(r.cs)
+		if op != "" {
+			from = r.tr.Mark(r.cs)
 		}
 	}
 	e.grads.reduce(h, c)
 	if from != nil && h.err == nil {
-		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, fmt.Sprintf("%s %s", op, e.layout.Chunks[c].Name), map[string]any{"chunk": c, "micro": h.micro})
+		r.tr.Comm(from, r.tr.Mark(r.cs), timeline.Label{Op: op, Chunk: e.layout.Chunks[c].Name, Index: c, Micro: h.micro, HasMicro: true})
 	}
 	if h.last {
 		if err := r.reduced(c, h.err != nil); err != nil {

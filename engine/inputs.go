@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -132,19 +133,5 @@ func (e *Engine) inputHBMBytes() int64 {
 	return 2 * ioBytes(model.InputBytes(e.layout.Shape, e.micro, e.seq, e.act))
 }
 
-// inputHostBytes is one rank's saved inputs in host RAM as the tier store
-// charges them (each rounded up to IOAlignBytes) for shape s, micro×seq
-// tokens per micro-batch and activation options o: 0 without
-// cpu_checkpointing.
-func inputHostBytes(s model.Shape, micro, seq int, o model.ActivationOptions) int64 {
-	if !o.Offload {
-		return 0
-	}
-	var n int64
-	for l := range s.Layers {
-		if o.Checkpointed(l, s.Layers) {
-			n += ioBytes(model.InputBytes(s, micro, seq, o))
-		}
-	}
-	return n
-}
+// ioBytes is b rounded up to estimate.IOAlignBytes.
+func ioBytes(b int64) int64 { return estimate.IOBytes(b) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -81,7 +82,7 @@ type Instance interface {
 }
 
 // builtin is a decoder of package model as a Model, with the activation
-// options of the config (ActivationOptionsFromConfig): they decide its
+// options of the config (estimate.ActivationOptionsFromConfig): they decide its
 // allocations and, with cpu_checkpointing, its InputStore calls.
 type builtin struct {
 	layout *model.Layout
@@ -127,7 +128,7 @@ func newModel(cfg *config.Config, opts Options) (Model, *model.Layout, []model.A
 		if err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("engine: %w", err)
 		}
-		act := ActivationOptionsFromConfig(cfg, shape, opts.Precision)
+		act := estimate.ActivationOptionsFromConfig(cfg, shape, opts.Precision)
 		if err := act.Validate(shape); err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("engine: %w", err)
 		}
@@ -255,5 +256,5 @@ func activationsOf(m Model, cfg *config.Config, opts Options) model.ActivationOp
 	if b, ok := m.(builtin); ok {
 		return b.act
 	}
-	return ActivationOptionsFromConfig(cfg, m.Layout().Shape, opts.Precision)
+	return estimate.ActivationOptionsFromConfig(cfg, m.Layout().Shape, opts.Precision)
 }

@@ -5,18 +5,20 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/shard"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // Options configure an Engine beyond its config file.
 type Options struct {
 	// Corpus is a raw training text, drawn from in random windows
 	// (model.Sampler): in memory (model.Tokens, model.Encode), or streamed
-	// from a file (model.FileCorpus, or a token file: OpenTrainData; the
+	// from a file (model.FileCorpus, or a token file: data.OpenTrainData; the
 	// caller closes it after the engine).
 	Corpus model.Corpus
 	// Model, when set, is the model to train, defined by the caller (a Go
@@ -26,9 +28,9 @@ type Options struct {
 	// from its InitChunk.
 	Model Model
 	// Dataset is packed training examples (data.Packed from
-	// OpenTrainData, a JSONL file): the rows of each step by global index.
+	// data.OpenTrainData, a JSONL file): the rows of each step by global index.
 	// At most one of Corpus and Dataset; with neither, New opens
-	// strata.data (OpenTrainData: the byte-level tokenizer, ChatML, token
+	// strata.data (data.OpenTrainData: the byte-level tokenizer, ChatML, token
 	// file in os.TempDir, shuffled; the engine closes it), or uses the
 	// built-in synthetic corpus when that is empty too.
 	Dataset Dataset
@@ -47,7 +49,7 @@ type Options struct {
 	// weights). The config has no fp32 mode; this is for library users and
 	// the tests. The activations are bf16 with gpu.BF16 (fp32 with the
 	// config's strata.activation_dtype "fp32") and fp32 with gpu.F32
-	// (ActivationOptionsFromConfig), as model.Trainer keeps them with the
+	// (estimate.ActivationOptionsFromConfig), as model.Trainer keeps them with the
 	// same Precision.
 	Precision gpu.DType
 	// OptimizerThreads is the number of goroutines of the host optimizer
@@ -95,9 +97,9 @@ type Options struct {
 	Collectives string
 	// Trace, when set, records the run's timeline (compute and collectives
 	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
-	// for Engine.WriteTrace and Overlap (trace.go). One Tracer per Engine.
+	// for Engine.WriteTrace and timeline.Overlap. One Tracer per Engine.
 	// nil: nothing is recorded (the hooks cost a nil check).
-	Trace *Tracer
+	Trace *timeline.Tracer
 }
 
 // ChunkSource gives a model's parameters one chunk at a time
@@ -192,4 +194,15 @@ func (o Options) String() string {
 	}
 	return fmt.Sprintf("engine.Options{Model: %s, Data: %s, Init: %s, Precision: %s, OptimizerThreads: %d, MaxLiveChunks: %d, PinnedLock: %s, TierHBMBytes: %d, PrefetchSlack: %v, Trace: %v}",
 		mod, src, init, o.Precision, o.OptimizerThreads, o.MaxLiveChunks, o.PinnedLock, o.TierHBMBytes, o.PrefetchSlack, o.Trace != nil)
+}
+
+// UseData gives o the data of d (data.OpenTrainData): Corpus for raw
+// text, Dataset for JSONL.
+func (o *Options) UseData(d *data.TrainData) {
+	o.Corpus, o.Dataset = nil, nil
+	if d.Packed != nil {
+		o.Dataset = d.Packed
+	} else {
+		o.Corpus = d.Corpus
+	}
 }

@@ -71,62 +71,13 @@ func (h *HostOptStats) add(o HostOptStats) {
 	h.IOExposed += o.IOExposed
 }
 
-// busyLog is one rank's record of what the overlap figures need: the
-// spans its compute stream was busy (the chunks' forward and backward, as
-// the stream clock times them), cpuadam's runs and the optimizer-state
-// waits, on the engine's clock. It is kept whenever the host optimizer
-// runs, with or without a timeline.
-type busyLog struct {
-	t0               time.Time
-	mu               sync.Mutex
-	busy, adam, wait []span
-}
-
-func (l *busyLog) at(t time.Time) time.Duration { return t.Sub(l.t0) }
-
-func (l *busyLog) put(to *[]span, t0, t1 time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	*to = append(*to, span{l.at(t0), l.at(t1)})
-}
-
-func (l *busyLog) compute(t0, t1 time.Time) { l.put(&l.busy, t0, t1) }
-
-// take computes the figures of the cpuadam runs and waits logged so far
-// and forgets every span (the caller has flushed the compute clock).
-func (l *busyLog) take() HostOptStats {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	h := exposedOf(l.busy, l.adam, l.wait)
-	l.busy, l.adam, l.wait = l.busy[:0], l.adam[:0], l.wait[:0]
-	return h
-}
-
-// exposedOf is the figures of cpuadam runs adam and waits wait against
-// the compute stream's busy spans: a pure function of the intervals.
-func exposedOf(busy, adam, wait []span) HostOptStats {
-	b := union(busy)
-	var h HostOptStats
-	for _, s := range adam {
-		h.Adam += s.b - s.a
-	}
-	for _, s := range wait {
-		h.IOWait += s.b - s.a
-	}
-	a, w := union(adam), union(wait)
-	h.AdamExposed = length(a) - length(intersect(a, b))
-	h.IOExposed = length(w) - length(intersect(w, b))
-	return h
-}
-
 // takeHostOpt is the rank's figures since the last take; its compute
 // stream has completed what the figures need (the caller synchronized).
 func (r *rank) takeHostOpt() HostOptStats {
-	if r.tr == nil || !r.e.offload {
+	if !r.e.offload {
 		return HostOptStats{}
 	}
-	r.tr.compute.flush()
-	return r.tr.log.take()
+	return HostOptStats(r.tr.Take())
 }
 
 // forwardOrder is the chunks in the order of their first Acquire in a
@@ -235,7 +186,7 @@ func (r *rank) updateExact(ap gpu.AdamParams, delayed bool) error {
 	if err != nil {
 		return err
 	}
-	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step)()
+	defer r.tr.Optimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step, r.tr.Now())
 	r.run = run
 	// A delayed run's cpuadam waits for the next pass: the window's
 	// chunks now, one more at each of that pass's flushes once it runs.
@@ -275,7 +226,7 @@ func (r *rank) startRun(ap gpu.AdamParams, delayed bool) (*hostRun, error) {
 // Its error is the first lease failure (those chunks are not updated),
 // which the caller's Step returns.
 func (r *rank) leaseRest(run *hostRun) error {
-	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step)()
+	defer r.tr.Optimizer(fmt.Sprintf("optimizer step %d (issue)", run.step), run.step, r.tr.Now())
 	r.run = run
 	return run.report(r.leaseAhead(run, len(r.e.chunks)))
 }
@@ -628,7 +579,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	}
 	cp = cpuadam.Params(e.chunkAdam(c, gpu.AdamParams(cp)))
 	master, grad, m, v := f32s(ls.master.Bytes()), ls.grad.Bytes(), f32s(ls.m.Bytes()), f32s(ls.v.Bytes())
-	t0 := r.traceNow()
+	t0 := r.tr.Now()
 	if e.precision == gpu.BF16 {
 		g, o := u16s(grad), u16s(out)
 		for lo := 0; lo < len(master); lo += adamPieceElems {
@@ -640,7 +591,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 		e.opt.StepF32(cp, master, f32s(grad), m, v, nil)
 		copy(f32s(out), master)
 	}
-	r.traceAdam(c, t0)
+	r.tr.Adam(r.e.layout.Chunks[c].Name, c, r.e.chunks[c].shard, t0)
 }
 
 // adamPieceElems is the piece of a chunk cpuadam updates at a time: Adam is

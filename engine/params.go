@@ -4,6 +4,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/tier"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // paramPath is how a chunk's params reach the passes that read them,
@@ -69,15 +70,10 @@ func (gatheredPath) publishHost(r *rank, c int, updated bool) {
 // gatherUpdated enqueues the AllGather of chunk c's updated shards into
 // the whole chunk on cs and records paramReady[c] after it.
 func (r *rank) gatherUpdated(c int) {
-	var from gpu.Event
-	if r.tr != nil {
-		from = r.tr.mark(r.cs)
-	}
+	from := r.tr.Mark(r.cs)
 	r.comm.AllGather(r.cs, r.st.paramShard(c), r.st.paramFull(c))
 	r.cs.Record(r.paramReady[c])
-	if from != nil {
-		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "allgather "+r.e.layout.Chunks[c].Name+" (update)", map[string]any{"chunk": c})
-	}
+	r.tr.Comm(from, r.tr.Mark(r.cs), timeline.Label{Op: "allgather", Chunk: r.e.layout.Chunks[c].Name, Note: "update", Index: c})
 }
 
 // tieredPath: the param shard is a tier-store state (offload_param):

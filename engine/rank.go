@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/shard"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // rank is one device's share of the run: its streams, its model
@@ -50,12 +50,12 @@ type rank struct {
 	leased     []*pinned.Buffer
 	ws         workspaceStats
 	liveGrads  []liveGrad
-	tr         *rankTrace   // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
-	run        *hostRun     // the pending host update (exact overlap); nil: none
-	hostFig    HostOptStats // the host optimizer's figures taken in this step (takeHostOpt)
-	next       *hostRun     // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
-	undo       [][]byte     // per chunk: master, m and v before the update of the backward
-	bwdChunks  int          // chunks updated during a backward so far
+	tr         *timeline.Recorder // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
+	run        *hostRun           // the pending host update (exact overlap); nil: none
+	hostFig    HostOptStats       // the host optimizer's figures taken in this step (takeHostOpt)
+	next       *hostRun           // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
+	undo       [][]byte           // per chunk: master, m and v before the update of the backward
+	bwdChunks  int                // chunks updated during a backward so far
 	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
 	// (freeze.go): the largest frozen chunk, written by the model's
 	// parameter-gradient GEMMs and never read; nil with nothing frozen.
@@ -162,7 +162,7 @@ func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
 	}
 	r.h = newHooks(r)
 	if e.opts.Trace != nil || e.offload {
-		if r.tr, err = newRankTrace(e.opts.Trace, e, idx, dev); err != nil {
+		if r.tr, err = timeline.NewRecorder(e.opts.Trace, e, idx, dev, e.t0); err != nil {
 			r.freeFrozenGrad()
 			r.dev.Free(r.norms)
 			r.model.Free()
@@ -304,9 +304,7 @@ func (r *rank) backward(step int64) error {
 		}
 	}
 	r.losses = r.losses[:0]
-	if r.tr != nil {
-		r.tr.t.stepBegin(step, time.Now())
-	}
+	r.tr.StepBegin(step)
 	e.grads.zero(r)
 	scale := float32(1 / float64(e.n*e.accum))
 	for k := range e.accum {
@@ -377,17 +375,12 @@ func (r *rank) reduced(c int, failed bool) error {
 	}
 	g := r.st.gradShard(c)
 	name := r.e.layout.Chunks[c].Name
-	var from gpu.Event
-	if r.tr != nil {
-		from = r.tr.mark(r.cs)
-	}
+	from := r.tr.Mark(r.cs)
 	if f := r.e.gradFault; f != nil && f(r.idx, c) {
 		r.ops.Fill(r.cs, g, float32(math.NaN())) // tests: a non-finite gradient on one rank
 	}
 	r.ops.SumSquares(r.cs, g, r.norms, c)
-	if r.tr != nil {
-		r.tr.comm.span(from, r.tr.mark(r.cs), TraceComm, "grad norm "+name, map[string]any{"chunk": c})
-	}
+	r.tr.Comm(from, r.tr.Mark(r.cs), timeline.Label{Op: "grad norm", Chunk: name, Index: c})
 	return r.e.upd.reduced(r, c, g)
 }
 
@@ -402,15 +395,13 @@ func (r *rank) gradToHost(c int, g gpu.Buffer) (gpu.Event, error) {
 	l, err := r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
 	if err == nil {
 		r.after(r.down, r.cs) // the reduction
-		if r.tr != nil {
-			from = r.tr.mark(r.down)
-		}
+		from = r.tr.Mark(r.down)
 		r.dev.CopyDeviceToHost(r.down, l.Bytes(), g, 0)
 	}
 	ev := r.dev.NewEvent()
 	r.down.Record(ev)
-	if err == nil && r.tr != nil {
-		r.tr.copy.span(from, ev, TraceComm, "grad to host "+name, map[string]any{"chunk": c})
+	if err == nil {
+		r.tr.Copy(from, ev, timeline.Label{Op: "grad to host", Chunk: name, Index: c})
 	}
 	if l != nil {
 		r.runner().Done(l, ev)
@@ -428,23 +419,6 @@ func (r *rank) gradToHost(c int, g gpu.Buffer) (gpu.Event, error) {
 // normSq is this rank's sum of squares of chunk c's reduced gradient, as
 // the last backward left it.
 func (r *rank) normSq(c int) float64 { return f64s(r.normsHost)[c] }
-
-// traceNow is the time when the timeline is on, else zero.
-func (r *rank) traceNow() time.Time {
-	if r.tr == nil {
-		return time.Time{}
-	}
-	return time.Now()
-}
-
-// traceAdam records cpuadam's run on chunk c, begun at t0.
-func (r *rank) traceAdam(c int, t0 time.Time) {
-	if r.tr != nil {
-		t1 := time.Now()
-		r.tr.t.span(r.idx, traceTidAdam, TraceAdam, "adam "+r.e.layout.Chunks[c].Name, t0, t1.Sub(t0), map[string]any{"chunk": c, "elems": r.e.chunks[c].shard})
-		r.tr.log.put(&r.tr.log.adam, t0, t1)
-	}
-}
 
 // stepHost runs cpuadam on chunk c's shard with master, m, v and the
 // reduced gradient leased in host memory from the tier store (the planner
@@ -464,9 +438,7 @@ func (r *rank) stepHost(c int, cp cpuadam.Params) error {
 
 func (r *rank) close() error {
 	err := r.sync()
-	if r.tr != nil {
-		r.tr.close()
-	}
+	r.tr.Close()
 	r.h.freeAll()
 	r.freeGrads()
 	r.releaseRings()
@@ -483,18 +455,13 @@ func (r *rank) close() error {
 // it.
 func (r *rank) upload(c int, updated bool) {
 	e := r.e
-	var from gpu.Event
-	if r.tr != nil {
-		from = r.tr.mark(r.up)
-	}
+	from := r.tr.Mark(r.up)
 	if updated {
 		r.lease(e.tiers.upload[r.idx][c])
 		r.dev.CopyHostToDevice(r.up, r.st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
 	}
 	r.up.Record(r.paramReady[c])
-	if from != nil {
-		r.tr.copy.span(from, r.tr.mark(r.up), TraceComm, "upload "+e.layout.Chunks[c].Name, map[string]any{"chunk": c})
-	}
+	r.tr.Copy(from, r.tr.Mark(r.up), timeline.Label{Op: "upload", Chunk: e.layout.Chunks[c].Name, Index: c})
 }
 
 // freeFrozenGrad frees the frozen chunks' gradient scratch (the streams
@@ -508,18 +475,3 @@ func (r *rank) freeFrozenGrad() {
 
 // errAccessOrder is the panic of a Params call out of Model.AccessOrder.
 var errAccessOrder = errors.New("engine: model called Params out of Model.AccessOrder")
-
-// traceOptimizer opens the rank's optimizer span of step on the timeline;
-// the function it returns closes it and ends the step there (a no-op
-// without a timeline).
-func (r *rank) traceOptimizer(name string, step int64) func() {
-	if r.tr == nil {
-		return func() {}
-	}
-	t0 := time.Now()
-	return func() {
-		t1 := time.Now()
-		r.tr.t.span(r.idx, traceTidOptimizer, TraceOptimizer, name, t0, t1.Sub(t0), nil)
-		r.tr.t.stepEnd(step, t1)
-	}
-}

@@ -3,6 +3,7 @@ package engine
 import (
 	"testing"
 
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -38,7 +39,7 @@ func TestOffloadResidency(t *testing.T) {
 			}
 			// The homes never come and go: the pinned pool is the homes and
 			// an arena's end, with no room against fragmentation.
-			if pb, hb := e.tiers.pool.Options().BudgetBytes, e.tiers.hostBudget; pb-hb > tierSpareBytes(e.estimate.ShardElems) {
+			if pb, hb := e.tiers.pool.Options().BudgetBytes, e.tiers.hostBudget; pb-hb > estimate.TierSpareBytes(e.estimate.ShardElems) {
 				t.Errorf("pinned pool %d B for %d B of host homes", pb, hb)
 			}
 			before := storeMaster(t, e)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/shard"
@@ -27,7 +28,7 @@ type DeviceSummary struct {
 	// gathered on every device.
 	PaddingBytes, PersistentBytes int64
 	// EstimateBytes is what the layout should hold: FormulaBytes +
-	// PaddingBytes + PersistentBytes, EstimateMemory's DeviceBytes (the
+	// PaddingBytes + PersistentBytes, estimate.Memory's DeviceBytes (the
 	// arithmetic of `strata estimate`); in fp32 mode the same elements with
 	// 4-byte params and grads and no separate master copy.
 	EstimateBytes int64
@@ -56,7 +57,7 @@ type DeviceSummary struct {
 	// ActivationPeakBytes is the measured peak of the device's allocations
 	// tagged gpu.Activation: the model's activations and, with
 	// cpu_checkpointing, the tier store's HBM slots of the saved inputs
-	// brought back; ActivationEstimateBytes is EstimateActivations'
+	// brought back; ActivationEstimateBytes is estimate.Activations'
 	// DeviceBytes (what `strata estimate` prints) and ActivationRatio the
 	// first over the second.
 	ActivationPeakBytes     int64
@@ -259,11 +260,11 @@ func (e *Engine) Summary() Summary {
 		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
-		Notes: e.Notes(), Collectives: e.opts.Collectives, Activations: describeActivations(e.act, e.layout.Shape.Layers),
+		Notes: e.Notes(), Collectives: e.opts.Collectives, Activations: estimate.DescribeActivations(e.act, e.layout.Shape.Layers),
 	}
 	var actEstimate int64 // a library model's activations are its own: no estimate
 	if !e.layout.Custom() {
-		actEstimate = EstimateActivations(e.layout.Shape, e.micro, e.seq, e.act).DeviceBytes()
+		actEstimate = estimate.Activations(e.layout.Shape, e.micro, e.seq, e.act).DeviceBytes()
 	}
 	if e.offload {
 		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
@@ -278,7 +279,7 @@ func (e *Engine) Summary() Summary {
 		s.ActivationHostBytes = e.tiers.homes[shard.Activation][shard.Host]
 	}
 	fr := e.estimate.Options.Frozen
-	s.FrozenChunks, s.FrozenDescribed, s.FrozenParams, s.FrozenSavedBytes = frozenNames(e.layout, fr), DescribeChunks(e.layout, fr), e.estimate.FrozenParams, e.frozenSaved()
+	s.FrozenChunks, s.FrozenDescribed, s.FrozenParams, s.FrozenSavedBytes = frozenNames(e.layout, fr), estimate.DescribeChunks(e.layout, fr), e.estimate.FrozenParams, e.frozenSaved()
 	formula, formulaBytes := e.estimate.TierFormula(shard.HBM).String(), e.estimate.FormulaDeviceBytes()
 	padding, persistent := e.estimate.PaddingBytes(), e.estimate.PersistentBytes
 	if e.precision == gpu.F32 {
@@ -347,7 +348,7 @@ func (s Summary) String() string {
 	}
 	fmt.Fprintf(&b, "model state: measured peak of gpu.ModelState allocations; formula: the reference text's, for this model;\n"+
 		"padding: shard alignment (%d elements); persistent: stage-3 chunks kept gathered; /formula: measured / formula;\n"+
-		"/+pad: measured / (formula + padding + persistent) = engine.EstimateMemory, as `strata estimate` prints it;\n"+
+		"/+pad: measured / (formula + padding + persistent) = estimate.Memory, as `strata estimate` prints it;\n"+
 		"working set (not in the formula): tier hbm = param copies the tier store staged on the device (in model state),\n"+
 		"gathered = stage-3 chunks in flight, buckets = gradient buckets and reduce shards in flight\n", s.ShardAlignElems)
 	if len(s.PerDevice) > 0 {
@@ -439,8 +440,8 @@ func (e *Engine) workspaceNeedBytes() int64 {
 	return w.GatheredBytes + w.BucketBytes + w.GradShardBytes
 }
 
-// workingSet is the working set of each rank (activations.go).
-func (e *Engine) workingSet() WorkingSet {
+// workingSet is the working set of each rank (estimate.WorkingSetFor).
+func (e *Engine) workingSet() estimate.WorkingSet {
 	o := e.estimate.Options
-	return workingSet(o.ChunkParams, e.estimate.ShardElems, o.Frozen, e.n, e.stage, e.opts.MaxLiveChunks, e.accum, o, int64(e.precision.Size()))
+	return estimate.WorkingSetFor(o.ChunkParams, e.estimate.ShardElems, o.Frozen, e.n, e.stage, e.opts.MaxLiveChunks, e.accum, o, int64(e.precision.Size()))
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/nvme"
@@ -130,10 +131,10 @@ func checkOffload(cfg *config.Config, opts Options) error {
 // the pinned pool, the swap and the store, registers every shard state and
 // starts a planner per rank. The ranks exist (device model state and
 // activations are allocated), so the HBM left for param copies is known.
-func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
+func newTiers(e *Engine, mo estimate.Options) (*tiers, error) {
 	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
 		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
-	est, err := EstimateMemory(mo)
+	est, err := estimate.Memory(mo)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +142,7 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 	sizes.HBMFreeBytes = e.hbmFreeBytes()
 	sizes.HBMBytes = e.opts.TierHBMBytes
 	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
-	sizes.SpareBytes = tierSpareBytes(est.ShardElems)
+	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
 	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
 	sizes.Static = t.static()
 	sizes.ActivationHBMBytes = e.inputHBMBytes()
@@ -171,12 +172,12 @@ func newTiers(e *Engine, mo MemoryOptions) (*tiers, error) {
 		t.close()
 		return nil, err
 	}
-	t.window = TierReadAhead
+	t.window = estimate.TierReadAhead
 	switch {
 	case t.swap == nil:
 		t.window = len(e.chunks)
 	case t.optTier == shard.NVMe:
-		t.window = TierReadAhead - 1
+		t.window = estimate.TierReadAhead - 1
 	}
 	return t, nil
 }
@@ -202,7 +203,7 @@ func (e *Engine) hbmFreeBytes() int64 {
 // split). Shards count as the planner counts them: rounded up to
 // IOAlignBytes (the store's host and NVMe charge, the largest of its
 // charges).
-func (t *tiers) layOut(est MemoryEstimate) tier.Sizes {
+func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 	e := t.e
 	s := tier.Sizes{Ranks: e.n, OptimizerOnHost: t.optTier == shard.Host}
 	for c, p := range e.chunks {
@@ -534,7 +535,7 @@ type tierRunner struct {
 // engine's Tracer when there is one.
 func newRunner(t *tiers, r int, p *prefetch.Planner) *tierRunner {
 	o := tier.RunnerOptions{Rank: int32(r), Clock: t.now}
-	tr := t.e.opts.Trace
+	rec := t.e.ranks[r].tr // the timeline and the host optimizer's busy log; nil: neither
 	o.OnMove = func(sp tier.MoveSpan) {
 		switch m := sp.Move; {
 		case m.From == shard.NVMe:
@@ -542,21 +543,12 @@ func newRunner(t *tiers, r int, p *prefetch.Planner) *tierRunner {
 		case m.To == shard.NVMe:
 			t.nvmeWritten[m.Key.Chunk][m.Key.State].Add(sp.Bytes)
 		}
-		if tr != nil {
-			tr.move(r, sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
-		}
+		rec.Move(sp.Move, sp.Start, sp.Duration, sp.Bytes, t.specs[sp.Move.Key].SizeBytes(), sp.Err)
 	}
 	// The optimizer-state waits count in the overlap figures with or
 	// without a timeline (the ranks exist before the tiers).
-	var log *busyLog // nil: no host optimizer, no timeline (the store holds saved inputs only)
-	if rt := t.e.ranks[r].tr; rt != nil {
-		log = rt.log
-	}
 	o.OnStall = func(a shard.Access, start time.Time, waited time.Duration) {
-		t.e.opts.Trace.stall(r, a, start, waited)
-		if a.Phase == shard.Optimizer && log != nil {
-			log.put(&log.wait, start, start.Add(waited))
-		}
+		rec.Stall(a, start, waited)
 	}
 	run, err := tier.NewRunner(t.store, p, o)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/timeline"
 )
 
 // updater is the step's optimizer strategy, chosen once in New from where
@@ -62,20 +63,15 @@ func (deviceUpdate) restored(*rank, int64) error          { return nil }
 
 func (deviceUpdate) update(r *rank, ap gpu.AdamParams) error {
 	e, st := r.e, r.st
-	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
+	defer r.tr.Optimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step, r.tr.Now())
 	for c, p := range e.chunks {
 		if p.frozen {
 			continue // no update: the params stay as they are, paramReady[c] too
 		}
 		pm, m, v, out := st.deviceOpt(c)
-		var from gpu.Event
-		if r.tr != nil {
-			from = r.tr.mark(r.s)
-		}
+		from := r.tr.Mark(r.s)
 		r.ops.AdamStep(r.s, pm, st.gradShard(c), m, v, out, e.chunkAdam(c, ap))
-		if r.tr != nil {
-			r.tr.compute.span(from, r.tr.mark(r.s), TraceCompute, "adam "+e.layout.Chunks[c].Name+" (device)", map[string]any{"chunk": c})
-		}
+		r.tr.Compute(from, r.tr.Mark(r.s), timeline.Label{Op: "adam", Chunk: e.layout.Chunks[c].Name, Note: "device", Index: c})
 		p.path.publishDevice(r, c)
 	}
 	return nil
@@ -103,7 +99,7 @@ func (serialUpdate) update(r *rank, ap gpu.AdamParams) error {
 		return err
 	}
 	var first error
-	defer r.traceOptimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step)()
+	defer r.tr.Optimizer(fmt.Sprintf("optimizer step %d", ap.Step), ap.Step, r.tr.Now())
 	for c, p := range r.e.chunks {
 		if p.frozen {
 			continue // no update: the params stay as they are, paramReady[c] too

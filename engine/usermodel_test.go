@@ -11,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/leaktest"
@@ -140,17 +141,17 @@ func TestUserModelStages(t *testing.T) {
 			}
 			got := runUser(t, e, steps)
 			// The estimate from the model's chunks is what each device held.
-			mo, err := engine.MemoryOptionsFromConfig(cfg, m.Layout())
+			mo, err := estimate.OptionsFromConfig(cfg, m.Layout())
 			if err != nil {
 				t.Fatal(err)
 			}
-			est, err := engine.EstimateMemory(mo)
+			est, err := estimate.Memory(mo)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, d := range e.Summary().PerDevice {
 				if d.ModelStatePeakBytes != est.DeviceBytes() || d.EstimateBytes != est.DeviceBytes() {
-					t.Errorf("%s: %s: model-state peak %d bytes, summary's estimate %d, EstimateMemory %d", name, d.Device, d.ModelStatePeakBytes, d.EstimateBytes, est.DeviceBytes())
+					t.Errorf("%s: %s: model-state peak %d bytes, summary's estimate %d, estimate.Memory %d", name, d.Device, d.ModelStatePeakBytes, d.EstimateBytes, est.DeviceBytes())
 				}
 			}
 			if refName == "" {

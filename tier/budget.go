@@ -33,7 +33,7 @@ type Sizes struct {
 
 	// HomeBytes is one rank's shards homed in host RAM, StagingBytes the
 	// room for shards staged through the host beyond their homes
-	// (engine.HostStagingBytes), SpareBytes the room for reads outside the
+	// (estimate.HostStagingBytes), SpareBytes the room for reads outside the
 	// plan (the largest fp32 shard).
 	HomeBytes, StagingBytes, SpareBytes int64
 	// HostBudgetBytes is strata.host_budget (all ranks; 0: none): the

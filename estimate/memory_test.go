@@ -1,4 +1,4 @@
-package engine
+package estimate
 
 import (
 	"fmt"
@@ -13,9 +13,9 @@ import (
 	"github.com/strata-ai/strata/shard"
 )
 
-func mustEstimate(t *testing.T, o MemoryOptions) MemoryEstimate {
+func mustEstimate(t *testing.T, o Options) ModelState {
 	t.Helper()
-	e, err := EstimateMemory(o)
+	e, err := Memory(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestReferenceFormulas(t *testing.T) {
 		{16_640_625_000, "16.6", "2Ψ + 14Ψ/N"},
 		{1_875_000_000, "1.9", "16Ψ/N"},
 	}
-	for _, s := range EstimateStages(MemoryOptions{ChunkParams: []int64{psi}, Devices: 64, ShardAlignElems: 1}) {
+	for _, s := range Stages(Options{ChunkParams: []int64{psi}, Devices: 64, ShardAlignElems: 1}) {
 		if s.Err != nil {
 			t.Fatalf("stage %d: %v", s.Stage, s.Err)
 		}
@@ -117,7 +117,7 @@ func TestPaddingTiny(t *testing.T) {
 		2*57344 + 14*14336, // stage 2
 		16 * 14336,         // stage 3
 	}
-	for _, st := range EstimateStages(MemoryOptions{ChunkParams: chunkParams(t, s), Devices: 4, ShardAlignElems: 2048}) {
+	for _, st := range Stages(Options{ChunkParams: chunkParams(t, s), Devices: 4, ShardAlignElems: 2048}) {
 		if st.Params != 35712 || st.RankElems != 14336 || st.PaddedElems != 57344 {
 			t.Fatalf("Ψ %d rank %d padded %d", st.Params, st.RankElems, st.PaddedElems)
 		}
@@ -135,7 +135,7 @@ func TestPaddingBounds(t *testing.T) {
 		s, _ := model.Lookup(name)
 		chunks := chunkParams(t, s)
 		for _, n := range []int{1, 2, 3, 4, 8} {
-			for _, st := range EstimateStages(MemoryOptions{ChunkParams: chunks, Devices: n}) {
+			for _, st := range Stages(Options{ChunkParams: chunks, Devices: n}) {
 				formula := st.TierFormula(shard.HBM).Bytes(st.Params, st.Params, n)
 				got := float64(st.DeviceBytes())
 				slack := float64(16 * int64(len(chunks)) * int64(n) * DefaultShardAlignElems)
@@ -161,7 +161,7 @@ func TestOffload(t *testing.T) {
 
 	// Stage 2, optimizer on the host: the device keeps 2Ψ params and 2Ψ/N
 	// grads; the host 12Ψ/N per rank plus the bf16 grad shard.
-	e := mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 2, OptimizerTier: shard.Host})
+	e := mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 2, OptimizerTier: shard.Host})
 	if e.DeviceBytes() != 2*full+2*r || e.TierBytes(shard.Host) != 14*r || e.HostBytes() != n*14*r || e.NVMeBytes() != 0 {
 		t.Errorf("stage 2 cpu: device %d host %d nvme %d", e.DeviceBytes(), e.HostBytes(), e.NVMeBytes())
 	}
@@ -172,18 +172,18 @@ func TestOffload(t *testing.T) {
 		t.Errorf("host formula %q", f)
 	}
 	// fp32 host gradients.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 1, OptimizerTier: shard.Host, HostGradDType: dtype.F32})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 1, OptimizerTier: shard.Host, HostGradDType: dtype.F32})
 	if e.DeviceBytes() != 4*full || e.TierBytes(shard.Host) != 16*r {
 		t.Errorf("stage 1 cpu f32 grads: device %d host/rank %d", e.DeviceBytes(), e.TierBytes(shard.Host))
 	}
 	// Stage 3, params and optimizer on the host: only the grad shard stays.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, ParamTier: shard.Host})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, ParamTier: shard.Host})
 	if e.DeviceBytes() != 2*r || e.TierBytes(shard.Host) != 16*r {
 		t.Errorf("stage 3 cpu/cpu: device %d host/rank %d", e.DeviceBytes(), e.TierBytes(shard.Host))
 	}
 	// Stage 3, everything on NVMe (ZeRO-Infinity): the gradient shard
 	// leaves the device too; without a host budget its home is the host.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe})
 	if e.DeviceBytes() != 0 || e.TierBytes(shard.Host) != 2*r || e.TierBytes(shard.NVMe) != 14*r {
 		t.Errorf("stage 3 nvme/nvme: device %d host %d nvme %d per rank", e.DeviceBytes(), e.TierBytes(shard.Host), e.TierBytes(shard.NVMe))
 	}
@@ -194,14 +194,14 @@ func TestOffload(t *testing.T) {
 	staging := int64(TierReadAhead*3*4*(1<<20/n) + (TierReadAhead+1)*2*(1<<20/n))
 	spare := int64(4 * (1 << 20 / n))
 	budget := int64(n) * (8*r + staging + spare) * 5 / 4 // the store's 4/5 per rank: staging, spare, then 8r bytes = grads (2r) + master (4r) + half of m
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget})
 	if e.HostStagingPerRank != staging || e.PerRank[shard.Grad][shard.Host] != 2*r || e.PerRank[shard.Master][shard.Host] != 4*r ||
 		e.PerRank[shard.AdamM][shard.Host] != 2*r || e.PerRank[shard.AdamM][shard.NVMe] != 2*r ||
 		e.PerRank[shard.AdamV][shard.NVMe] != 4*r || e.NVMeBytes() != int64(n)*6*r || e.HostBytes() != int64(n)*8*r {
 		t.Errorf("budget split: staging %d, %v", e.HostStagingPerRank, e.PerRank)
 	}
 	// A smaller one spills the second gradient shard to NVMe.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: int64(n) * (r + staging + spare) * 5 / 4})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: int64(n) * (r + staging + spare) * 5 / 4})
 	if e.PerRank[shard.Grad][shard.Host] != r || e.PerRank[shard.Grad][shard.NVMe] != r || e.HostKept[shard.Grad][0] != true || e.HostKept[shard.Grad][1] != false {
 		t.Errorf("gradient spill: %v", e.PerRank[shard.Grad])
 	}
@@ -209,7 +209,7 @@ func TestOffload(t *testing.T) {
 		t.Errorf("notes %q", e.Notes)
 	}
 	// The same budget with the optimizer on the host is exceeded: noted.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, HostBudgetBytes: int64(n) * 6 * r})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.Host, HostBudgetBytes: int64(n) * 6 * r})
 	if len(e.Notes) != 1 || e.TierBytes(shard.Host) != 14*r {
 		t.Errorf("over budget: notes %q host %d", e.Notes, e.TierBytes(shard.Host))
 	}
@@ -218,18 +218,18 @@ func TestOffload(t *testing.T) {
 // Stage 3 chunks below the persistence threshold stay gathered on the device.
 func TestPersistence(t *testing.T) {
 	s, _ := model.Lookup("tiny")
-	e := mustEstimate(t, MemoryOptions{ChunkParams: chunkParams(t, s), Devices: 4, Stage: 3, ParamTier: shard.Host, PersistenceThreshold: 100_000})
+	e := mustEstimate(t, Options{ChunkParams: chunkParams(t, s), Devices: 4, Stage: 3, ParamTier: shard.Host, PersistenceThreshold: 100_000})
 	if e.PersistentElems != e.PaddedElems || e.PerRank[shard.Param][shard.HBM] != 2*e.PaddedElems || e.PerRank[shard.Param][shard.Host] != 0 {
 		t.Errorf("all chunks persistent: %d of %d, params hbm %d host %d", e.PersistentElems, e.PaddedElems, e.PerRank[shard.Param][shard.HBM], e.PerRank[shard.Param][shard.Host])
 	}
 	// Only the final layernorm (64 params) is below 100.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: chunkParams(t, s), Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 2048})
+	e = mustEstimate(t, Options{ChunkParams: chunkParams(t, s), Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 2048})
 	if e.PersistentElems != 4*2048 || e.PerRank[shard.Param][shard.HBM] != 2*(4*2048+4096*3) {
 		t.Errorf("final layernorm persistent: %d, params %d", e.PersistentElems, e.PerRank[shard.Param][shard.HBM])
 	}
 	// Without padding the device holds the formula (16Ψ/N) plus the other
 	// ranks' parts of ln_f: 2 B × 64 × 3/4 = 96 B.
-	e = mustEstimate(t, MemoryOptions{ChunkParams: []int64{4096, 4096, 64}, Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 1})
+	e = mustEstimate(t, Options{ChunkParams: []int64{4096, 4096, 64}, Devices: 4, Stage: 3, PersistenceThreshold: 100, ShardAlignElems: 1})
 	if e.PersistentBytes != 96 || e.PaddingBytes() != 0 || e.DeviceBytes() != e.FormulaDeviceBytes()+96 || e.FormulaDeviceBytes() != 16*(4096+4096+64)/4 {
 		t.Errorf("persistent %d padding %d device %d formula %d", e.PersistentBytes, e.PaddingBytes(), e.DeviceBytes(), e.FormulaDeviceBytes())
 	}
@@ -237,23 +237,23 @@ func TestPersistence(t *testing.T) {
 
 func TestInvalidOptions(t *testing.T) {
 	cases := []struct {
-		o    MemoryOptions
+		o    Options
 		want string
 	}{
-		{MemoryOptions{ChunkParams: []int64{10}, Devices: 2, Stage: 0, OptimizerTier: shard.Host},
+		{Options{ChunkParams: []int64{10}, Devices: 2, Stage: 0, OptimizerTier: shard.Host},
 			"engine: estimate: offload_optimizer cpu needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on)"},
-		{MemoryOptions{ChunkParams: []int64{10}, Devices: 2, Stage: 2, ParamTier: shard.NVMe},
+		{Options{ChunkParams: []int64{10}, Devices: 2, Stage: 2, ParamTier: shard.NVMe},
 			"engine: estimate: offload_param nvme needs stage 3 (parameters are sharded only at stage 3)"},
-		{MemoryOptions{ChunkParams: []int64{10}, Devices: 0}, "engine: estimate: 0 devices: need at least 1"},
-		{MemoryOptions{ChunkParams: []int64{10}, Devices: 1, Stage: 4}, "engine: estimate: stage 4 is not 0, 1, 2 or 3"},
-		{MemoryOptions{Devices: 1}, "engine: estimate: no chunks"},
+		{Options{ChunkParams: []int64{10}, Devices: 0}, "engine: estimate: 0 devices: need at least 1"},
+		{Options{ChunkParams: []int64{10}, Devices: 1, Stage: 4}, "engine: estimate: stage 4 is not 0, 1, 2 or 3"},
+		{Options{Devices: 1}, "engine: estimate: no chunks"},
 	}
 	for _, c := range cases {
-		if _, err := EstimateMemory(c.o); err == nil || err.Error() != c.want {
+		if _, err := Memory(c.o); err == nil || err.Error() != c.want {
 			t.Errorf("got %v, want %s", err, c.want)
 		}
 	}
-	st := EstimateStages(MemoryOptions{ChunkParams: []int64{10}, Devices: 2, OptimizerTier: shard.Host})
+	st := Stages(Options{ChunkParams: []int64{10}, Devices: 2, OptimizerTier: shard.Host})
 	if st[0].Err == nil || st[1].Err != nil {
 		t.Errorf("stages with cpu offload: %v / %v", st[0].Err, st[1].Err)
 	}
@@ -273,7 +273,7 @@ func TestOptionsFromConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o, err := MemoryOptionsFromConfig(c, l)
+	o, err := OptionsFromConfig(c, l)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package engine
+package estimate
 
 import (
 	"fmt"
@@ -24,12 +24,12 @@ func ActivationOptionsFromConfig(cfg *config.Config, s model.Shape, precision gp
 	return o
 }
 
-// ActivationEstimate is one device's activation memory for micro-batches
+// ActivationMemory is one device's activation memory for micro-batches
 // of Micro sequences of Seq tokens, by term: what each rank's model
 // allocates (model.ActivationTerms) and, with cpu_checkpointing, the tier
 // store's room for the saved inputs brought back to the device, and the
 // host memory that keeps them.
-type ActivationEstimate struct {
+type ActivationMemory struct {
 	Options    model.ActivationOptions
 	Micro, Seq int
 	Terms      []model.ActivationTerm
@@ -45,16 +45,16 @@ type ActivationEstimate struct {
 	HostInputBytes int64
 }
 
-// RestoredInputTerm names ActivationEstimate.RestoredInputBytes.
+// RestoredInputTerm names ActivationMemory.RestoredInputBytes.
 const RestoredInputTerm = "restored inputs (tier store room: 2 block inputs)"
 
-// EstimateActivations is the activation memory of one device for shape s
+// Activations is the activation memory of one device for shape s
 // with o at micro×seq tokens per micro-batch.
-func EstimateActivations(s model.Shape, micro, seq int, o model.ActivationOptions) ActivationEstimate {
-	e := ActivationEstimate{Options: o, Micro: micro, Seq: seq, Terms: model.ActivationTerms(s, micro, seq, o)}
+func Activations(s model.Shape, micro, seq int, o model.ActivationOptions) ActivationMemory {
+	e := ActivationMemory{Options: o, Micro: micro, Seq: seq, Terms: model.ActivationTerms(s, micro, seq, o)}
 	if o.Offload {
 		in := model.InputBytes(s, micro, seq, o)
-		e.RestoredInputBytes = 2 * ioBytes(in)
+		e.RestoredInputBytes = 2 * IOBytes(in)
 		for l := range s.Layers {
 			if o.Checkpointed(l, s.Layers) {
 				e.HostInputBytes += in
@@ -66,7 +66,7 @@ func EstimateActivations(s model.Shape, micro, seq int, o model.ActivationOption
 
 // DeviceBytes is the activation memory of each device: the terms and the
 // restored inputs.
-func (a ActivationEstimate) DeviceBytes() int64 {
+func (a ActivationMemory) DeviceBytes() int64 {
 	n := a.RestoredInputBytes
 	for _, t := range a.Terms {
 		n += t.Bytes
@@ -75,7 +75,7 @@ func (a ActivationEstimate) DeviceBytes() int64 {
 }
 
 // AllTerms are Terms with the restored inputs as one more term.
-func (a ActivationEstimate) AllTerms() []model.ActivationTerm {
+func (a ActivationMemory) AllTerms() []model.ActivationTerm {
 	out := append([]model.ActivationTerm(nil), a.Terms...)
 	if a.RestoredInputBytes > 0 {
 		out = append(out, model.ActivationTerm{Name: RestoredInputTerm, Bytes: a.RestoredInputBytes})
@@ -85,11 +85,11 @@ func (a ActivationEstimate) AllTerms() []model.ActivationTerm {
 
 // Describe says how the activations are kept: "bf16, every block
 // checkpointed, inputs in host memory".
-func (a ActivationEstimate) Describe() string { return describeActivations(a.Options, -1) }
+func (a ActivationMemory) Describe() string { return DescribeActivations(a.Options, -1) }
 
-// describeActivations says how o keeps a model's activations; layers < 0
+// DescribeActivations says how o keeps a model's activations; layers < 0
 // when the block count is not at hand.
-func describeActivations(o model.ActivationOptions, layers int) string {
+func DescribeActivations(o model.ActivationOptions, layers int) string {
 	dt := "fp32"
 	if o.DType == gpu.BF16 {
 		dt = "bf16"
@@ -109,7 +109,7 @@ func describeActivations(o model.ActivationOptions, layers int) string {
 }
 
 // WorkingSet is the engine's transient device memory in a step, by term
-// (workingSet): the largest it can take, which New checks each device has
+// (WorkingSetFor): the largest it can take, which New checks each device has
 // room for beyond the model state and the activations.
 type WorkingSet struct {
 	GatheredBytes  int64 // stage 3: MaxLiveChunks gathered chunks, the largest
@@ -146,10 +146,10 @@ func (w WorkingSet) Terms() []model.ActivationTerm {
 	return out
 }
 
-// workingSet is the working set of one rank of a layout of chunks over n
+// WorkingSetFor is the working set of one rank of a layout of chunks over n
 // devices (shardElems per chunk, frozen ones marked) at stage, in dtype of
 // size sz, with maxLive gathered chunks and accum micro-batches per step.
-func workingSet(chunkParams, shardElems []int64, frozen []bool, n, stage, maxLive, accum int, o MemoryOptions, sz int64) WorkingSet {
+func WorkingSetFor(chunkParams, shardElems []int64, frozen []bool, n, stage, maxLive, accum int, o Options, sz int64) WorkingSet {
 	var maxPadded, maxGradPadded, maxGradShard, maxFrozen, gradShards, maxParamShard int64
 	for c, s := range shardElems {
 		padded := int64(n) * s
@@ -179,16 +179,33 @@ func workingSet(chunkParams, shardElems []int64, frozen []bool, n, stage, maxLiv
 		}
 	}
 	if o.ParamTier != shard.HBM {
-		w.ParamStagingBytes = 2 * ioBytes(2*maxParamShard)
+		w.ParamStagingBytes = 2 * IOBytes(2*maxParamShard)
 	}
 	w.FrozenGradBytes = maxFrozen * sz
 	return w
 }
 
-// EstimateWorkingSet is the working set of one rank for the memory
+// WorkingSetOf is the working set of one rank for the memory
 // options o (bf16 mixed precision) with accum micro-batches per step and
 // the engine's default MaxLiveChunks (2).
-func EstimateWorkingSet(e MemoryEstimate, accum int) WorkingSet {
+func WorkingSetOf(e ModelState, accum int) WorkingSet {
 	o := e.Options
-	return workingSet(o.ChunkParams, e.ShardElems, o.Frozen, o.Devices, o.Stage, 2, accum, o, 2)
+	return WorkingSetFor(o.ChunkParams, e.ShardElems, o.Frozen, o.Devices, o.Stage, 2, accum, o, 2)
+}
+
+// InputHostBytes is one rank's saved inputs in host RAM as the tier store
+// charges them (each rounded up to IOAlignBytes) for shape s, micro×seq
+// tokens per micro-batch and activation options o: 0 without
+// cpu_checkpointing.
+func InputHostBytes(s model.Shape, micro, seq int, o model.ActivationOptions) int64 {
+	if !o.Offload {
+		return 0
+	}
+	var n int64
+	for l := range s.Layers {
+		if o.Checkpointed(l, s.Layers) {
+			n += IOBytes(model.InputBytes(s, micro, seq, o))
+		}
+	}
+	return n
 }

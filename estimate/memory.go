@@ -1,4 +1,4 @@
-package engine
+package estimate
 
 import (
 	"errors"
@@ -33,8 +33,8 @@ const DefaultShardAlignElems = 64
 // unit). Budgets and the planner's sizes count shards rounded up to it.
 const IOAlignBytes = 4096
 
-// ioBytes is b rounded up to IOAlignBytes.
-func ioBytes(b int64) int64 { return units.AlignUp(b, IOAlignBytes) }
+// IOBytes is b rounded up to IOAlignBytes.
+func IOBytes(b int64) int64 { return units.AlignUp(b, IOAlignBytes) }
 
 // ChunkParams returns the parameter count of each chunk of l in layout
 // order (for a decoder of package model: chunk 0 the embeddings, chunks
@@ -61,10 +61,10 @@ func ShardElems(chunkParams int64, devices int, alignElems int64) int64 {
 	return (per + alignElems - 1) / alignElems * alignElems
 }
 
-// MemoryOptions say where ZeRO keeps model state for mixed-precision Adam:
+// Options say where ZeRO keeps model state for mixed-precision Adam:
 // bf16 params and gradients, fp32 master weights and Adam moments (K = 12
 // bytes of optimizer state per parameter).
-type MemoryOptions struct {
+type Options struct {
 	ChunkParams []int64 // parameters per chunk, forward order (ChunkParams, or one chunk of Ψ)
 	Devices     int     // N, ranks sharing the model state
 	Stage       int     // ZeRO stage 0-3
@@ -98,11 +98,11 @@ type MemoryOptions struct {
 	ActivationHostBytes int64
 }
 
-// frozen says whether chunk c is frozen.
-func (o MemoryOptions) frozen(c int) bool { return c < len(o.Frozen) && o.Frozen[c] }
+// IsFrozen says whether chunk c is frozen.
+func (o Options) IsFrozen(c int) bool { return c < len(o.Frozen) && o.Frozen[c] }
 
 // Validate says what is wrong with o.
-func (o MemoryOptions) Validate() error {
+func (o Options) Validate() error {
 	switch {
 	case len(o.ChunkParams) == 0:
 		return errors.New("engine: estimate: no chunks")
@@ -149,7 +149,7 @@ func deviceName(t shard.Tier) string {
 }
 
 // Coef is a memory formula in the reference text's form: Full·Ψ +
-// PerN·Ψ/N bytes, and with frozen chunks (MemoryOptions.Frozen) also
+// PerN·Ψ/N bytes, and with frozen chunks (Options.Frozen) also
 // TrainFull·Ψₜ + TrainPerN·Ψₜ/N for the states only trainable parameters
 // have (gradients, master, m, v), Ψₜ being the trainable parameters. With
 // nothing frozen Ψₜ = Ψ and every term is on Ψ.
@@ -183,16 +183,16 @@ func (c Coef) String() string {
 	return strings.Join(terms, " + ")
 }
 
-// MemoryEstimate is the model state of one rank, per state and tier, exact
+// ModelState is the model state of one rank, per state and tier, exact
 // to the byte for Strata's layout (padded shards, persistent chunks), next
 // to the reference text's formula. It does not include the working set
 // (gathered chunks in flight, gradient buckets, staging buffers,
 // activations): the engine reports that separately.
-type MemoryEstimate struct {
-	Options MemoryOptions // with defaults filled in
-	Params  int64         // Ψ
+type ModelState struct {
+	Options Options // with defaults filled in
+	Params  int64   // Ψ
 	// TrainableParams (Ψₜ) and FrozenParams are Ψ split by
-	// MemoryOptions.Frozen; Ψₜ = Ψ with nothing frozen.
+	// Options.Frozen; Ψₜ = Ψ with nothing frozen.
 	TrainableParams, FrozenParams int64
 	ShardElems                    []int64 // per chunk, see ShardElems
 	RankElems                     int64   // Σ ShardElems: elements each rank owns
@@ -228,8 +228,8 @@ type MemoryEstimate struct {
 	Notes    []string // what the caller should know (budget exceeded, budget split)
 }
 
-// EstimateMemory computes the model-state bytes of each rank for o.
-func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
+// Memory computes the model-state bytes of each rank for o.
+func Memory(o Options) (ModelState, error) {
 	if o.ShardAlignElems == 0 {
 		o.ShardAlignElems = DefaultShardAlignElems
 	}
@@ -237,9 +237,9 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		o.HostGradDType = dtype.BF16
 	}
 	if err := o.Validate(); err != nil {
-		return MemoryEstimate{}, err
+		return ModelState{}, err
 	}
-	e := MemoryEstimate{Options: o}
+	e := ModelState{Options: o}
 	n := int64(o.Devices)
 	var shardedParams int64 // stage 3: elements of the param shards that are not persistent
 	// The gradients and the optimizer state exist for the trainable chunks
@@ -258,7 +258,7 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		} else {
 			shardedParams += s
 		}
-		if o.frozen(i) {
+		if o.IsFrozen(i) {
 			e.FrozenParams += c
 			frozenFull, frozenRank = frozenFull+n*s, frozenRank+s
 		} else {
@@ -333,11 +333,11 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		if o.ParamTier == shard.Host {
 			for i, se := range e.ShardElems {
 				if !(o.Stage == 3 && o.ChunkParams[i] < o.PersistenceThreshold) {
-					paramHost += ioBytes(se * bf16)
+					paramHost += IOBytes(se * bf16)
 				}
 			}
 		}
-		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-tierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
+		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-TierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
 		// Whole shards, as the tier store places them: the gradient shards
 		// first (at stage 3; 2 B/param, read every step), then master, m,
 		// v, each chunk in order, while they fit; a gradient shard that
@@ -346,12 +346,12 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 			g := int64(o.HostGradDType.Size())
 			e.HostKept[shard.Grad] = make([]bool, len(e.ShardElems))
 			for i, se := range e.ShardElems {
-				if o.frozen(i) {
+				if o.IsFrozen(i) {
 					continue // no gradient
 				}
-				if b := se * g; ioBytes(b) <= left {
+				if b := se * g; IOBytes(b) <= left {
 					e.HostKept[shard.Grad][i] = true
-					left -= ioBytes(b)
+					left -= IOBytes(b)
 				} else {
 					e.PerRank[shard.Grad][shard.Host] -= b
 					e.PerRank[shard.Grad][shard.NVMe] += b
@@ -362,14 +362,14 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 			e.HostKept[st] = make([]bool, len(e.ShardElems))
 			for i, se := range e.ShardElems {
-				if o.frozen(i) {
+				if o.IsFrozen(i) {
 					continue // no optimizer state
 				}
-				if b := se * f32; ioBytes(b) <= left {
+				if b := se * f32; IOBytes(b) <= left {
 					e.PerRank[st][shard.NVMe] -= b
 					e.PerRank[st][shard.Host] += b
 					e.HostKept[st][i] = true
-					left -= ioBytes(b)
+					left -= IOBytes(b)
 					kept += b
 				}
 			}
@@ -386,14 +386,14 @@ func EstimateMemory(o MemoryOptions) (MemoryEstimate, error) {
 // going.
 func TierHostBudget(hostBudget int64) int64 { return tier.HostShare(hostBudget) }
 
-// tierSpareBytes is the host room, per rank, the tier store keeps for reads
+// TierSpareBytes is the host room, per rank, the tier store keeps for reads
 // outside the plan (Engine.Params, Engine.Master): the largest fp32 shard.
-func tierSpareBytes(shardElems []int64) int64 {
+func TierSpareBytes(shardElems []int64) int64 {
 	var m int64
 	for _, s := range shardElems {
 		m = max(m, s)
 	}
-	return ioBytes(4 * m)
+	return IOBytes(4 * m)
 }
 
 // TierReadAhead is how many chunks the tier store has room to stage in host
@@ -408,25 +408,25 @@ const TierReadAhead = 3
 // NVMe->host->HBM, plus the one the optimizer is writing) — or every param
 // shard when the optimizer state is in host RAM and no host budget is set.
 // 0 when nothing is on NVMe.
-func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
+func HostStagingBytes(o Options, shardElems []int64) int64 {
 	var maxShard, maxTrained int64 // every chunk's param shard; the trainable chunks' optimizer state
 	for c, s := range shardElems {
 		maxShard = max(maxShard, s)
-		if !o.frozen(c) {
+		if !o.IsFrozen(c) {
 			maxTrained = max(maxTrained, s)
 		}
 	}
 	var b int64
 	if o.OptimizerTier == shard.NVMe {
-		b += TierReadAhead * 3 * ioBytes(4*maxTrained)
+		b += TierReadAhead * 3 * IOBytes(4*maxTrained)
 		if o.Stage == 3 {
 			// gradient shards spilled to NVMe: written in backward, read
 			// back ahead of the optimizer
-			b += (TierReadAhead + 1) * ioBytes(int64(max(o.HostGradDType.Size(), 2))*maxTrained)
+			b += (TierReadAhead + 1) * IOBytes(int64(max(o.HostGradDType.Size(), 2))*maxTrained)
 		}
 	}
 	if o.ParamTier == shard.NVMe {
-		b += (TierReadAhead + 1) * ioBytes(2*maxShard)
+		b += (TierReadAhead + 1) * IOBytes(2*maxShard)
 		if o.OptimizerTier == shard.Host && o.HostBudgetBytes == 0 {
 			// Every param shard passes through host memory on its way up
 			// (the trace's host working set is the homes plus one copy of
@@ -439,7 +439,7 @@ func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
 				if o.Stage == 3 && c < len(o.ChunkParams) && o.ChunkParams[c] < o.PersistenceThreshold {
 					continue // persistent: stays gathered on the device
 				}
-				all += ioBytes(2 * s)
+				all += IOBytes(2 * s)
 			}
 			b = max(b, all)
 		}
@@ -448,7 +448,7 @@ func HostStagingBytes(o MemoryOptions, shardElems []int64) int64 {
 }
 
 // TierBytes is the model state of one rank in tier t.
-func (e MemoryEstimate) TierBytes(t shard.Tier) int64 {
+func (e ModelState) TierBytes(t shard.Tier) int64 {
 	var sum int64
 	for st := range shard.StateCount {
 		sum += e.PerRank[st][t]
@@ -457,7 +457,7 @@ func (e MemoryEstimate) TierBytes(t shard.Tier) int64 {
 }
 
 // TierFormula is the formula of one rank's model state in tier t.
-func (e MemoryEstimate) TierFormula(t shard.Tier) Coef {
+func (e ModelState) TierFormula(t shard.Tier) Coef {
 	var c Coef
 	for st := range shard.StateCount {
 		c = c.add(e.Formula[st][t])
@@ -468,18 +468,18 @@ func (e MemoryEstimate) TierFormula(t shard.Tier) Coef {
 // DeviceBytes is the model state on each device: what the engine's
 // measured per-device peak is compared with (plus its working set). It is
 // FormulaDeviceBytes + PaddingBytes + PersistentBytes.
-func (e MemoryEstimate) DeviceBytes() int64 { return e.TierBytes(shard.HBM) }
+func (e ModelState) DeviceBytes() int64 { return e.TierBytes(shard.HBM) }
 
 // FormulaDeviceBytes is the reference text's formula for each device's model
 // state (16Ψ, 4Ψ + 12Ψ/N, 2Ψ + 14Ψ/N, 16Ψ/N, or the device share with the
 // optimizer or params offloaded), rounded to the byte.
-func (e MemoryEstimate) FormulaDeviceBytes() int64 {
+func (e ModelState) FormulaDeviceBytes() int64 {
 	return int64(math.Round(e.TierFormula(shard.HBM).Bytes(e.Params, e.TrainableParams, e.Options.Devices)))
 }
 
 // FrozenSavedBytes is the model state the frozen chunks do not keep, all
 // ranks together, in tier t (FrozenSavedPerRank).
-func (e MemoryEstimate) FrozenSavedBytes(t shard.Tier) int64 {
+func (e ModelState) FrozenSavedBytes(t shard.Tier) int64 {
 	var sum int64
 	for st := range shard.StateCount {
 		sum += e.FrozenSavedPerRank[st][t]
@@ -489,55 +489,55 @@ func (e MemoryEstimate) FrozenSavedBytes(t shard.Tier) int64 {
 
 // PaddingBytes is what the shard alignment adds to each device's model
 // state: DeviceBytes - FormulaDeviceBytes - PersistentBytes.
-func (e MemoryEstimate) PaddingBytes() int64 {
+func (e ModelState) PaddingBytes() int64 {
 	return max(0, e.DeviceBytes()-e.FormulaDeviceBytes()-e.PersistentBytes)
 }
 
 // HostBytes is the model state in host memory, all ranks together.
-func (e MemoryEstimate) HostBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.Host) }
+func (e ModelState) HostBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.Host) }
 
 // NVMeBytes is the model state on NVMe, all ranks together.
-func (e MemoryEstimate) NVMeBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.NVMe) }
+func (e ModelState) NVMeBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.NVMe) }
 
-// StageEstimate is the estimate of one stage; Err says why the options do
+// Stage is the estimate of one stage; Err says why the options do
 // not allow that stage (offload_optimizer at stage 0, offload_param below 3).
-type StageEstimate struct {
+type Stage struct {
 	Stage int
-	MemoryEstimate
+	ModelState
 	Err error
 }
 
-// EstimateStages estimates stages 0-3 with o's other settings.
-func EstimateStages(o MemoryOptions) []StageEstimate {
-	out := make([]StageEstimate, 4)
+// Stages estimates stages 0-3 with o's other settings.
+func Stages(o Options) []Stage {
+	out := make([]Stage, 4)
 	for s := range out {
 		o.Stage = s
-		e, err := EstimateMemory(o)
-		out[s] = StageEstimate{Stage: s, MemoryEstimate: e, Err: err}
+		e, err := Memory(o)
+		out[s] = Stage{Stage: s, ModelState: e, Err: err}
 	}
 	return out
 }
 
-// MemoryOptionsFromConfig takes stage, devices, offload tiers, host budget,
+// OptionsFromConfig takes stage, devices, offload tiers, host budget,
 // persistence threshold, the frozen chunks (strata.freeze, FrozenChunks)
 // and the host RAM of the saved block inputs (cpu_checkpointing, bf16
 // params: ActivationOptionsFromConfig) from a config, and the chunks from
 // the layout (model.NewLayout of the config's shape, or a library model's).
-func MemoryOptionsFromConfig(c *config.Config, l *model.Layout) (MemoryOptions, error) {
+func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 	ot, err := shard.ParseTier(c.ZeRO.OffloadOptimizer.Device)
 	if err != nil {
-		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_optimizer: %w", err)
+		return Options{}, fmt.Errorf("engine: zero_optimization.offload_optimizer: %w", err)
 	}
 	pt, err := shard.ParseTier(c.ZeRO.OffloadParam.Device)
 	if err != nil {
-		return MemoryOptions{}, fmt.Errorf("engine: zero_optimization.offload_param: %w", err)
+		return Options{}, fmt.Errorf("engine: zero_optimization.offload_param: %w", err)
 	}
 	frozen, err := FrozenChunks(l, c.Strata.Freeze)
 	if err != nil {
-		return MemoryOptions{}, err
+		return Options{}, err
 	}
 	s := l.Shape // zero for a library model: no saved block inputs
-	return MemoryOptions{
+	return Options{
 		ChunkParams:          ChunkParams(l),
 		Devices:              c.Strata.Devices,
 		Stage:                c.ZeRO.Stage,
@@ -546,7 +546,7 @@ func MemoryOptionsFromConfig(c *config.Config, l *model.Layout) (MemoryOptions, 
 		HostBudgetBytes:      c.Strata.HostBudgetBytes,
 		PersistenceThreshold: c.ZeRO.Stage3ParamPersistenceThreshold,
 		Frozen:               frozen,
-		ActivationHostBytes:  inputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
+		ActivationHostBytes:  InputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
 	}, nil
 }
 

@@ -1,10 +1,11 @@
-package engine
+package timeline
 
 import (
 	"cmp"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/strata-ai/strata/shard"
@@ -56,10 +57,10 @@ func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
 // Overlap computes each step's overlap figures from a timeline's events
 // (Tracer.Events, or any list of the same shape): windows from the
-// TraceStep spans, stalls from the TraceStall spans (by Rank), link busy
-// time and bytes from the TraceMove spans (by Link). Interval arithmetic
+// CatStep spans, stalls from the CatStall spans (by Rank), link busy
+// time and bytes from the CatMove spans (by Link). Interval arithmetic
 // only: exact on the durations given.
-func Overlap(events []TraceEvent) []StepOverlap {
+func Overlap(events []Event) []StepOverlap {
 	return overlapOf(intervalsOf(events))
 }
 
@@ -85,10 +86,10 @@ type linkSpan struct {
 
 // intervalsOf takes the complete spans of steps, shard waits and moves
 // from events; a rank is counted from any of its shard-wait events.
-func intervalsOf(events []TraceEvent) intervals {
+func intervalsOf(events []Event) intervals {
 	var iv intervals
 	for _, ev := range events {
-		if ev.Cat == TraceStall {
+		if ev.Cat == CatStall {
 			for len(iv.stalls) <= ev.Rank {
 				iv.stalls = append(iv.stalls, nil)
 			}
@@ -98,11 +99,11 @@ func intervalsOf(events []TraceEvent) intervals {
 		}
 		s := span{ev.Start, ev.End()}
 		switch ev.Cat {
-		case TraceStep:
+		case CatStep:
 			iv.steps = append(iv.steps, stepWindow{ev.Step, s.a, s.b})
-		case TraceStall:
+		case CatStall:
 			iv.stalls[ev.Rank] = append(iv.stalls[ev.Rank], s)
-		case TraceMove:
+		case CatMove:
 			iv.moves = append(iv.moves, linkSpan{ev.Link, s, ev.Bytes})
 		}
 	}
@@ -248,4 +249,60 @@ func length(ss []span) time.Duration {
 		d += s.b - s.a
 	}
 	return d
+}
+
+// Exposure is one rank's host-optimizer time against its compute stream
+// (the busy log's figures; the engine's HostOptStats): cpuadam's busy
+// time and the part of it with the compute stream idle, the waits for the
+// optimizer's state and their idle part.
+type Exposure struct {
+	Adam, AdamExposed, IOWait, IOExposed time.Duration
+}
+
+// busyLog is one rank's record of what the overlap figures need: the
+// spans its compute stream was busy (the chunks' forward and backward, as
+// the stream clock times them), cpuadam's runs and the optimizer-state
+// waits, on the engine's clock. It is kept whenever the host optimizer
+// runs, with or without a timeline.
+type busyLog struct {
+	t0               time.Time
+	mu               sync.Mutex
+	busy, adam, wait []span
+}
+
+func (l *busyLog) at(t time.Time) time.Duration { return t.Sub(l.t0) }
+
+func (l *busyLog) put(to *[]span, t0, t1 time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	*to = append(*to, span{l.at(t0), l.at(t1)})
+}
+
+func (l *busyLog) compute(t0, t1 time.Time) { l.put(&l.busy, t0, t1) }
+
+// take computes the figures of the cpuadam runs and waits logged so far
+// and forgets every span (the caller has flushed the compute clock).
+func (l *busyLog) take() Exposure {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := exposedOf(l.busy, l.adam, l.wait)
+	l.busy, l.adam, l.wait = l.busy[:0], l.adam[:0], l.wait[:0]
+	return h
+}
+
+// exposedOf is the figures of cpuadam runs adam and waits wait against
+// the compute stream's busy spans: a pure function of the intervals.
+func exposedOf(busy, adam, wait []span) Exposure {
+	b := union(busy)
+	var h Exposure
+	for _, s := range adam {
+		h.Adam += s.b - s.a
+	}
+	for _, s := range wait {
+		h.IOWait += s.b - s.a
+	}
+	a, w := union(adam), union(wait)
+	h.AdamExposed = length(a) - length(intersect(a, b))
+	h.IOExposed = length(w) - length(intersect(w, b))
+	return h
 }

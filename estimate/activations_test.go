@@ -1,0 +1,65 @@
+package estimate
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
+)
+
+// TestActivationOptionsFromConfig: the dtype follows the precision and
+// strata.activation_dtype, the block count the activation_checkpointing
+// block.
+func TestActivationOptionsFromConfig(t *testing.T) {
+	s, _ := model.Lookup("small")
+	for _, c := range []struct {
+		extra, strata string
+		prec          gpu.DType
+		want          model.ActivationOptions
+	}{
+		{"", "", gpu.BF16, model.ActivationOptions{DType: gpu.BF16}},
+		{"", `, "activation_dtype": "fp32"`, gpu.BF16, model.ActivationOptions{DType: gpu.F32}},
+		{"", "", gpu.F32, model.ActivationOptions{DType: gpu.F32}},
+		{`"activation_checkpointing": {},`, "", gpu.BF16, model.ActivationOptions{DType: gpu.BF16, Checkpoint: 4}},
+		{`"activation_checkpointing": {"number_checkpoints": 2, "cpu_checkpointing": true},`, "", gpu.BF16, model.ActivationOptions{DType: gpu.BF16, Checkpoint: 2, Offload: true}},
+	} {
+		js := fmt.Sprintf(`{"train_micro_batch_size_per_gpu": 1, %s "strata": {"model": "small"%s}}`, c.extra, c.strata)
+		cfg, err := config.Parse([]byte(js), "", config.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ActivationOptionsFromConfig(cfg, s, c.prec); got != c.want {
+			t.Errorf("%s %s %s: %+v, want %+v", c.extra, c.strata, c.prec, got, c.want)
+		}
+	}
+}
+
+// TestEstimateActivationHostBytes: with the optimizer on NVMe and a host
+// budget, the saved inputs' host homes come out of the budget first: the
+// optimizer state kept in host RAM shrinks by whole shards, at least by
+// what the inputs take.
+func TestEstimateActivationHostBytes(t *testing.T) {
+	s, _ := model.Lookup("gpt2")
+	l, err := model.NewLayout(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{ChunkParams: ChunkParams(l), Devices: 2, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe, HostBudgetBytes: 4 << 30}
+	kept := func(o Options) int64 {
+		e, err := Memory(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.TierBytes(shard.Host)
+	}
+	without := kept(o)
+	act := model.ActivationOptions{DType: gpu.BF16, Checkpoint: s.Layers, Offload: true}
+	o.ActivationHostBytes = InputHostBytes(s, 8, 1024, act)
+	with := kept(o)
+	if o.ActivationHostBytes != 12*IOBytes(8*1024*768*2) || without-with < o.ActivationHostBytes {
+		t.Errorf("inputs take %d B of host RAM per rank; the optimizer state kept there went from %d to %d", o.ActivationHostBytes, without, with)
+	}
+}
