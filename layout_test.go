@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
@@ -499,5 +500,111 @@ func TestCheckLinkRejects(t *testing.T) {
 		if got := checkLink(root, c.path, c.target) == ""; got != c.ok {
 			t.Errorf("checkLink(%s, %s) ok = %v, want %v", c.path, c.target, got, c.ok)
 		}
+	}
+}
+
+// modeStrategies are engine's files that hold the strategies chosen in New
+// (docs/DESIGN.md, "The host optimizer's schedules"; engine/doc.go, "Modes
+// are chosen once, in New"): their code is where the modes differ.
+var modeStrategies = map[string]bool{"update.go": true, "params.go": true, "stages.go": true}
+
+// constructionFunc matches the functions New runs to lay the engine out
+// (a mode is chosen there, once).
+var constructionFunc = regexp.MustCompile(`^(?:(?:New|new|open|check|note|init|reserve)\w*|alloc|allocate|layOut|undoBytes)$`)
+
+// modeSites lists engine's tests of the configuration outside construction
+// and the strategies: a condition (if, switch, case, a comparison or a
+// logical operator) that reads where the state lives (offload, the tier
+// store's presence, offload_param's or the optimizer's tier, the gradient
+// on NVMe), the ZeRO stage or the overlap mode.
+func modeSites(t *testing.T) []string {
+	t.Helper()
+	fields := map[string]bool{"offload": true, "stage": true, "gradTiered": true, "overlap": true, "delayed": true, "paramTier": true, "optTier": true}
+	calls := map[string]bool{"paramTiered": true, "bwdEnabled": true, "delayed": true}
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("engine/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sites []string
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") || modeStrategies[filepath.Base(path)] {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Body == nil || constructionFunc.MatchString(fd.Name.Name) {
+				continue
+			}
+			var tests []ast.Expr
+			ast.Inspect(fd.Body, func(n ast.Node) bool {
+				switch n := n.(type) {
+				case *ast.IfStmt:
+					tests = append(tests, n.Cond)
+				case *ast.SwitchStmt:
+					if n.Tag != nil {
+						tests = append(tests, n.Tag)
+					}
+				case *ast.CaseClause:
+					tests = append(tests, n.List...)
+				case *ast.BinaryExpr:
+					switch n.Op {
+					case token.LAND, token.LOR, token.EQL, token.NEQ, token.LSS, token.GTR, token.LEQ, token.GEQ:
+						tests = append(tests, n.X, n.Y)
+					}
+				case *ast.UnaryExpr:
+					if n.Op == token.NOT {
+						tests = append(tests, n.X)
+					}
+				}
+				return true
+			})
+			seen := map[token.Pos]bool{}
+			for _, x := range tests {
+				ast.Inspect(x, func(n ast.Node) bool {
+					var name string
+					switch n := n.(type) {
+					case *ast.CallExpr:
+						if sel, ok := n.Fun.(*ast.SelectorExpr); ok && calls[sel.Sel.Name] {
+							name = sel.Sel.Name + "()"
+						}
+					case *ast.SelectorExpr:
+						if fields[n.Sel.Name] {
+							name = n.Sel.Name
+						}
+					case *ast.BinaryExpr:
+						if sel, ok := n.X.(*ast.SelectorExpr); ok && sel.Sel.Name == "tiers" && (n.Op == token.EQL || n.Op == token.NEQ) {
+							if id, ok := n.Y.(*ast.Ident); ok && id.Name == "nil" {
+								name = "tiers " + n.Op.String() + " nil"
+							}
+						}
+					}
+					if name != "" && !seen[n.Pos()] {
+						seen[n.Pos()] = true
+						sites = append(sites, fmt.Sprintf("%s: %s in %s", fset.Position(n.Pos()), name, fd.Name.Name))
+					}
+					return true
+				})
+			}
+		}
+	}
+	sort.Strings(sites)
+	return sites
+}
+
+// TestEngineModeSites holds engine to its rule: each mode is chosen once,
+// in New, as a strategy; the rest of its code tests the configuration at
+// fewer than 30 places (go test -run TestEngineModeSites -v . lists them).
+func TestEngineModeSites(t *testing.T) {
+	sites := modeSites(t)
+	for _, s := range sites {
+		t.Log(s)
+	}
+	if len(sites) >= 30 {
+		t.Errorf("engine tests the configuration at %d places outside New and its strategies (%v), want fewer than 30: choose the mode in New", len(sites), modeStrategies)
 	}
 }

@@ -291,12 +291,8 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 // state with restoreChunk), then sets the step counter and takes the
 // restore's copies off the next step's traffic.
 func (e *Engine) restore(step int64, run func() error) error {
-	if e.tiers != nil && !e.tiers.static() {
-		for _, d := range e.tiers.runners {
-			if ps, _ := d.stats(); ps.Accesses > 0 {
-				return fmt.Errorf("the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", ps.Accesses, d.rank)
-			}
-		}
+	if r, n, ok := e.tiers.moved(); ok {
+		return fmt.Errorf("the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", n, r)
 	}
 	resume, err := e.quiesce()
 	defer resume()

@@ -29,6 +29,8 @@ type chunkPlan struct {
 	persistent bool // stage 3: stays gathered on every device (below the persistence threshold)
 	frozen     bool // strata.freeze: params only, no gradient, no optimizer state, no update (freeze.go)
 	path       paramPath
+	tiered     bool // the param shard is a tier-store state (offload_param, not persistent)
+	staged     bool // the host optimizer writes the new params into an upload staging (uploads)
 	// opt is the rank's optimizer state of the chunk: elems long, rank r's
 	// at r·stride in the padded chunk.
 	opt struct{ elems, stride int }
@@ -231,6 +233,8 @@ func (e *Engine) layOut() (estimate.Options, error) {
 	for c, ch := range e.layout.Chunks {
 		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c]), frozen: mo.IsFrozen(c)}
 		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
+		p.tiered = e.paramTier != shard.HBM && !p.persistent
+		p.staged = !p.frozen && (!p.tiered || e.overlap == OverlapDPU)
 		p.path = choosePath(e, p)
 		// A rank's optimizer state: stage 0 the whole padded chunk (every
 		// rank updates it), else the rank's shard.

@@ -29,7 +29,7 @@ type paramPath interface {
 // the device's shard is what the passes read or gather.
 func choosePath(e *Engine, p chunkPlan) paramPath {
 	switch full := e.stage < 3 || p.persistent; {
-	case e.paramTier != shard.HBM && !p.persistent:
+	case p.tiered:
 		return tieredPath{}
 	case full && e.stage >= 1 && e.n > 1:
 		return gatheredPath{}

@@ -70,9 +70,7 @@ func (t *tiers) openStaging() error {
 // holds (uploaded from there), or, under dpu, whose param the tier store
 // holds (copied into it at the end of the pass that still read the old
 // ones: storeDelayed).
-func (e *Engine) uploads(c int) bool {
-	return !e.chunks[c].frozen && (!e.paramTiered(c) || e.overlap == OverlapDPU)
-}
+func (e *Engine) uploads(c int) bool { return e.chunks[c].staged }
 
 // uploadBytes is the pinned upload staging of chunk c on rank r.
 func (t *tiers) uploadBytes(r, c int) []byte {
@@ -80,18 +78,33 @@ func (t *tiers) uploadBytes(r, c int) []byte {
 	return t.upload[r][c].Bytes()[:nb:nb]
 }
 
-// static says that no model state ever leaves its home: every home is in
+// isStatic says that no model state ever leaves its home: every home is in
 // host RAM and nothing is staged in HBM (ZeRO-Offload without
 // offload_param), so the planners never move model state and a restore may
 // overwrite the homes at any point between steps. The saved block inputs
 // of cpu_checkpointing do not count: their host homes never move either
 // (their HBM copies come and go in the HBM budget), and a restore does not
 // touch them.
-func (t *tiers) static() bool {
+func (t *tiers) isStatic() bool {
 	for k, sp := range t.specs {
 		if k.State != shard.Activation && sp.Home != shard.Host {
 			return false
 		}
 	}
-	return t.e.paramTier == shard.HBM
+	return t.paramTier == shard.HBM
+}
+
+// moved says whether a rank's planner may have moved model state (a step
+// ran on a store that is not static): a restore would then overwrite what
+// the planners no longer know. False without a store.
+func (t *tiers) moved() (rank int, accesses int64, ok bool) {
+	if t == nil || t.static {
+		return 0, 0, false
+	}
+	for _, d := range t.runners {
+		if ps, _ := d.stats(); ps.Accesses > 0 {
+			return d.rank, ps.Accesses, true
+		}
+	}
+	return 0, 0, false
 }

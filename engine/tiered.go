@@ -62,6 +62,7 @@ type tiers struct {
 	// window is how many chunks' state a rank leases ahead of cpuadam
 	// (rank.hostWindow).
 	window  int
+	static  bool // no model state ever leaves its home (isStatic)
 	pool    *pinned.Pool
 	nvmeEng *nvme.Engine
 	swap    *nvme.Swap
@@ -100,9 +101,7 @@ type tiers struct {
 
 // paramTiered says whether chunk c's param shard lives in the tier store
 // (offload_param, which needs the host optimizer: checkOffload).
-func (e *Engine) paramTiered(c int) bool {
-	return e.paramTier != shard.HBM && !e.chunks[c].persistent
-}
+func (e *Engine) paramTiered(c int) bool { return e.chunks[c].tiered }
 
 func tkey(c, r int, s shard.State) shard.Key {
 	return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: s}
@@ -144,7 +143,8 @@ func newTiers(e *Engine, mo estimate.Options) (*tiers, error) {
 	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
 	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
 	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
-	sizes.Static = t.static()
+	t.static = t.isStatic()
+	sizes.Static = t.static
 	sizes.ActivationHBMBytes = e.inputHBMBytes()
 	b, err := tier.PlanBudgets(sizes)
 	if err != nil {
