@@ -445,8 +445,8 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		// Activations is each device's activations and the totals per
 		// stage (estimate_act.go); absent without a shape.
 		Activations *jsonActivations `json:"activations,omitempty"`
-	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: deviceFlag(o.OptimizerTier),
-		OffloadParam: deviceFlag(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes}
+	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: estimate.DeviceName(o.OptimizerTier),
+		OffloadParam: estimate.DeviceName(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes}
 	for i, c := range o.ChunkParams {
 		out.Params += c
 		if i < len(o.Frozen) && o.Frozen[i] {
@@ -482,14 +482,4 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
-}
-
-func deviceFlag(t shard.Tier) string {
-	switch t {
-	case shard.Host:
-		return config.DeviceCPU
-	case shard.NVMe:
-		return config.DeviceNVMe
-	}
-	return config.DeviceNone
 }

@@ -113,9 +113,9 @@ func (o Options) Validate() error {
 	case o.OptimizerTier >= shard.Tier(shard.TierCount) || o.ParamTier >= shard.Tier(shard.TierCount):
 		return errors.New("engine: estimate: unknown tier")
 	case o.OptimizerTier != shard.HBM && o.Stage == 0:
-		return fmt.Errorf("engine: estimate: offload_optimizer %s needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on)", deviceName(o.OptimizerTier))
+		return fmt.Errorf("engine: estimate: offload_optimizer %s needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on)", DeviceName(o.OptimizerTier))
 	case o.ParamTier != shard.HBM && o.Stage != 3:
-		return fmt.Errorf("engine: estimate: offload_param %s needs stage 3 (parameters are sharded only at stage 3)", deviceName(o.ParamTier))
+		return fmt.Errorf("engine: estimate: offload_param %s needs stage 3 (parameters are sharded only at stage 3)", DeviceName(o.ParamTier))
 	case o.ShardAlignElems < 0 || o.HostBudgetBytes < 0 || o.PersistenceThreshold < 0 || o.ActivationHostBytes < 0:
 		return errors.New("engine: estimate: alignment, host budget, persistence threshold and activation host bytes must be >= 0")
 	case o.HostGradDType != 0 && o.HostGradDType != dtype.BF16 && o.HostGradDType != dtype.F32:
@@ -137,8 +137,8 @@ func (o Options) Validate() error {
 	return nil
 }
 
-// deviceName is DeepSpeed's name of a tier in offload_*.device.
-func deviceName(t shard.Tier) string {
+// DeviceName is DeepSpeed's name of a tier in offload_*.device.
+func DeviceName(t shard.Tier) string {
 	switch t {
 	case shard.HBM:
 		return config.DeviceNone
