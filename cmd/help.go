@@ -9,7 +9,9 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// Each flag's line in --help (cli.FlagStringer, set by App): its names
+func init() { cli.FlagStringer = flagString }
+
+// Each flag's line in --help (cli.FlagStringer): its names
 // with a placeholder when it takes a value, its usage, and its default
 // once, as "(default: X)": the usage's own when it says one (a default
 // that is not a value, "(default: the config's)"), else the flag's value

@@ -20,7 +20,6 @@ type exitCoder interface{ ExitCode() int }
 
 // App builds the CLI application writing to stdout and stderr.
 func App(stdout, stderr io.Writer) *cli.App {
-	cli.FlagStringer = flagString
 	app := &cli.App{
 		Name:  "strata",
 		Usage: "train models larger than GPU memory: ZeRO-3 sharding with offload to host RAM and NVMe",
