@@ -180,15 +180,22 @@ var notCarried = []string{"--resume", "--out", "--steps", "--epochs", "--init", 
 // goOn is the command that continues the run of args (givenFlags) in out
 // to total steps: `strata train --resume OUT --out OUT --steps TOTAL` and
 // every other flag the run was given (--save-every, --data, --config ...),
-// quoted for a POSIX shell.
+// quoted for a POSIX shell. With total 0 the run's own --steps or --epochs
+// stays.
 func goOn(args []string, out string, total int) string {
-	cmd := []string{"strata", "train", "--resume", out, "--out", out, "--steps", strconv.Itoa(total)}
+	cmd := []string{"strata", "train", "--resume", out, "--out", out}
+	skip := notCarried
+	if total > 0 {
+		cmd = append(cmd, "--steps", strconv.Itoa(total))
+	} else {
+		skip = slices.DeleteFunc(slices.Clone(skip), func(s string) bool { return s == "--steps" || s == "--epochs" })
+	}
 	flags := trainCommand().Flags
 	for i := 0; i < len(args); i++ {
 		name, _, _ := strings.Cut(args[i], "=")
 		f, err := lookupFlag(flags, args[i], "")
 		value := err == nil && takesValue(f) && !strings.Contains(args[i], "=") && i+1 < len(args)
-		if !slices.Contains(notCarried, name) {
+		if !slices.Contains(skip, name) {
 			cmd = append(cmd, args[i])
 			if value {
 				cmd = append(cmd, args[i+1])

@@ -130,7 +130,7 @@ func (rd *runDir) decide(resume *checkpoint.Manifest, resumeDir string, overwrit
 		}
 		hint := ""
 		if owner != nil && slices.Contains(names, "checkpoints") {
-			hint = fmt.Sprintf("resume that run (--resume %s --out %s), ", rd.path, rd.path)
+			hint = fmt.Sprintf("resume that run (%s), ", strings.TrimPrefix(goOn(owner.Args, rd.path, 0), "strata train "))
 		}
 		if len(names) > 6 {
 			names = append(names[:6], fmt.Sprintf("and %d more", len(names)-6))

@@ -50,7 +50,8 @@ func trainCommand() *cli.Command {
 			"stream one chunk at a time into every rank's shards, in HBM, host RAM or NVMe, and the run records PATH's tokenizer.json.\n" +
 			"A run directory belongs to one run: locked while it runs; a new run into a non-empty --out is refused unless\n" +
 			"--overwrite; --keep prunes only this run's checkpoints. Ctrl-C or SIGTERM stops after the step in progress and\n" +
-			"saves it (exit 130, SIGTERM 143); a second one aborts the save (the previous complete checkpoint survives).",
+			"saves it (exit 130, SIGTERM 143) and prints the command that goes on with the run, with every flag it was given\n" +
+			"(recorded in run.json); a second one aborts the save (the previous complete checkpoint survives).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.IntFlag{Name: "devices", Usage: "local devices to use; decides over strata.devices (as DeepSpeed's launcher decides) (default: from the config, strata.devices; the demonstration: 2)"},
