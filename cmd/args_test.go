@@ -234,8 +234,8 @@ func TestErrorLine(t *testing.T) {
 }
 
 // TestGoOnRepeatsFlags: the command a run stopped by Ctrl-C prints, run
-// as printed, goes on with every flag of the run: its checkpoints every
-// --save-every steps included.
+// as printed, goes on with every flag of the run (the config's from the
+// checkpoint): its checkpoints every --save-every steps included.
 func TestGoOnRepeatsFlags(t *testing.T) {
 	cfg := tinyConfig(t)
 	dir := t.TempDir()
@@ -266,10 +266,13 @@ func TestGoOnRepeatsFlags(t *testing.T) {
 	if !ok {
 		t.Fatalf("no command to go on with in %q", line)
 	}
-	for _, w := range []string{"--resume " + dir, "--out " + dir, "--steps 12", "--save-every 5", "--keep 3", "--config " + cfg, "--data ../testdata/train/corpus.txt", "--no-progress"} {
+	for _, w := range []string{"--resume " + dir, "--out " + dir, "--steps 12", "--save-every 5", "--keep 3", "--data ../testdata/train/corpus.txt", "--no-progress"} {
 		if !strings.Contains(cmdline, w) {
 			t.Errorf("%q lacks %q", cmdline, w)
 		}
+	}
+	if strings.Contains(cmdline, "--config") { // the checkpoint holds the config it resolved to
+		t.Errorf("%q repeats --config", cmdline)
 	}
 	rf, err := readRunFile(dir)
 	if err != nil || rf == nil || !slices.Contains(rf.Args, "--save-every") {

@@ -57,7 +57,8 @@
 // Hugging Face directory and its tokenizer files, init.go) and the flags
 // the run was given (givenFlags): the command a stopped run prints to go
 // on with it (goOn: --resume DIR --out DIR --steps TOTAL) repeats every
-// one of them but those that start a new run; a new run refuses a
+// one of them but those that start a new run and those the checkpoint's
+// config holds (--config and the "auto" values); a new run refuses a
 // non-empty directory unless --overwrite, and a resumed run
 // takes the directory of the run it continues.
 package cmd

@@ -173,14 +173,19 @@ func givenFlags(c *cli.Context) []string {
 
 // notCarried are the flags of a run that the command going on with it
 // does not repeat: it resumes (--resume, --out) to the run's total
-// (--steps, which --epochs came to), and --init and --overwrite start a
-// new run.
-var notCarried = []string{"--resume", "--out", "--steps", "--epochs", "--init", "--overwrite"}
+// (--steps, which --epochs came to); --init and --overwrite start a new
+// run; and the config is the checkpoint's, the one --config, --lr,
+// --micro-batch and --warmup-steps resolved to (as --resume reads it
+// without --config: the file may have changed since, and after --init it
+// may not name the model, which came from --init).
+var notCarried = []string{"--resume", "--out", "--steps", "--epochs", "--init", "--overwrite",
+	"--config", "--lr", "--micro-batch", "--warmup-steps"}
 
 // goOn is the command that continues the run of args (givenFlags) in out
 // to total steps: `strata train --resume OUT --out OUT --steps TOTAL` and
-// every other flag the run was given (--save-every, --data, --config ...),
-// quoted for a POSIX shell. With total 0 the run's own --steps or --epochs
+// every other flag the run was given (--save-every, --keep, --data,
+// --eval-data, --devices ...; not those of notCarried), quoted for a POSIX
+// shell. With total 0 the run's own --steps or --epochs
 // stays.
 func goOn(args []string, out string, total int) string {
 	cmd := []string{"strata", "train", "--resume", out, "--out", out}
