@@ -22,9 +22,28 @@
 // Strata checkpoint's: its run's recorded source), else the byte
 // tokenizer for a vocabulary of 256.
 //
+// Flags go anywhere: before, between and after a command's positional
+// arguments, as most command lines take them. urfave/cli v2 has no option
+// for it (its parser, Go's flag package, stops at the first argument; v1's
+// argument reordering is gone from v2), so Run passes the arguments
+// through a pre-pass, reorderArgs (args.go), that moves each of the
+// command's flags (with its value: `--flag value` or `--flag=value`; a
+// bool flag takes none) before its arguments, which follow a `--`; a `--`
+// of the user's ends the flags. The same pass refuses an unknown command
+// or flag with the nearest name ("did you mean --save-every?", as config
+// keys are suggested) and a missing required flag by name, without the
+// whole help; onUsageError makes a value that does not parse one line.
+// Main prints an error once, as one line with one prefix, "strata CMD: ",
+// and without the names of the packages it was wrapped in (errorLine).
+// --help shows each flag's default once (help.go: the usage's own words
+// when it names one, "from the config", else a value that is not the
+// unset zero or a sentinel); --devices means the same in every command
+// that reads a config: it decides over strata.devices, whose default is 1.
+//
 // Exit status: 0 on success, 1 for a failed command, 2 for bad usage
-// (usageError), 130 for a run stopped on SIGINT and 143 on SIGTERM (train
-// says at once which step it stops after and where it saves; it stops
+// (usageError: every usage error, the pre-pass's and urfave/cli's too),
+// 130 for a run stopped on SIGINT and 143 on SIGTERM (train says at once
+// which step it stops after and where it saves; it stops
 // after the step in progress and, with --out, saves a checkpoint of it; a
 // second signal says what survives, the last complete checkpoint, removes
 // the run's swap files' names and ends the process at once; a signal during
@@ -34,8 +53,12 @@
 // A run directory (train --out) belongs to one run: strata.lock is
 // flock(2)ed while a run writes into it (a second run is refused, naming
 // the holder's pid), run.json holds the run's id, which every checkpoint
-// it saves records, and the source of its weights (train --init: a
-// Hugging Face directory and its tokenizer files, init.go); a new run
-// refuses a non-empty directory unless --overwrite, and a resumed run
+// it saves records, the source of its weights (train --init: a
+// Hugging Face directory and its tokenizer files, init.go) and the flags
+// the run was given (givenFlags): the command a stopped run prints to go
+// on with it (goOn: --resume DIR --out DIR --steps TOTAL) repeats every
+// one of them but those that start a new run and those the checkpoint's
+// config holds (--config and the "auto" values); a new run refuses a
+// non-empty directory unless --overwrite, and a resumed run
 // takes the directory of the run it continues.
 package cmd

@@ -40,7 +40,7 @@ func estimateCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Usage: "named shape: " + strings.Join(model.Names(), ", ")},
 			&cli.StringFlag{Name: "params", Usage: `parameter count Ψ instead of a shape ("124M", "1.5B", "7.5e9")`},
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config to take the settings from"},
-			&cli.IntFlag{Name: "devices", Value: 1, Usage: "N, devices sharing the model state"},
+			&cli.IntFlag{Name: "devices", Usage: "N, devices sharing the model state; decides over strata.devices, as in train (default: from the config, strata.devices; without --config, 1)"},
 			&cli.IntFlag{Name: "stage", Value: -1, Usage: "ZeRO stage 0-3 (default: a table of all stages)"},
 			&cli.StringFlag{Name: "offload-optimizer", Value: "none", Usage: "where fp32 master, m and v live: none (device), cpu or nvme"},
 			&cli.StringFlag{Name: "offload-param", Value: "none", Usage: "where bf16 param shards live at stage 3: none (device), cpu or nvme"},
@@ -139,8 +139,10 @@ func runEstimate(c *cli.Context) error {
 	if shape != nil {
 		what = fmt.Sprintf("%s: Ψ = %s parameters in %d chunks", shape, groupDigits(shape.ParamCount()), len(opts.ChunkParams))
 	}
-	if c.IsSet("devices") || c.String("config") == "" {
+	if c.IsSet("devices") {
 		opts.Devices = c.Int("devices")
+	} else if c.String("config") == "" {
+		opts.Devices = config.Default().Strata.Devices
 	}
 	var err error
 	if c.IsSet("offload-optimizer") || c.String("config") == "" {

@@ -162,13 +162,14 @@ func (l *trainLoop) aborting(os.Signal) string {
 	}
 	ck := filepath.Join(l.flags.out, "checkpoints")
 	if m, dir, err := checkpoint.ReadManifest(ck); err == nil {
-		return fmt.Sprintf("%s; what survives is the complete checkpoint of step %d, %s (resume from it: strata train --resume %s --out %s)",
-			what, m.Step, dir, l.flags.out, l.flags.out)
+		return fmt.Sprintf("%s; what survives is the complete checkpoint of step %d, %s (resume from it: %s)",
+			what, m.Step, dir, goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps))
 	}
 	return what + "; no complete checkpoint of this run survives in " + ck
 }
 
-// testHook, for tests, is called at named points of a run ("start-up")
+// testHook, for tests, is called at named points of a run ("start-up",
+// "step" at the end of each step, before it looks for a signal)
 // and of its checkpoint saves (checkpoint.Options.Hook); nil otherwise.
 var testHook func(point string) error
 

@@ -20,7 +20,7 @@ type exitCoder interface{ ExitCode() int }
 
 // App builds the CLI application writing to stdout and stderr.
 func App(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:  "strata",
 		Usage: "train models larger than GPU memory: ZeRO-3 sharding with offload to host RAM and NVMe",
 		Description: "Strata shards model state across the local devices (ZeRO stages 0-3) and keeps each shard\n" +
@@ -40,22 +40,88 @@ func App(stdout, stderr io.Writer) *cli.App {
 			inspectCommand(),
 			versionCommand(),
 		},
+		OnUsageError: onUsageError,
 	}
+	setUsageErrors(app.Commands)
+	return app
+}
+
+// Run runs the CLI on args (args[0] is the program's name) writing to
+// stdout and stderr: the arguments pass through reorderArgs (flags
+// anywhere, unknown names refused) and then the App.
+func Run(args []string, stdout, stderr io.Writer) error {
+	_, err := execute(args, stdout, stderr)
+	return err
+}
+
+// execute is Run, also returning the command's words ("train", "bench
+// nvme"; "" before one is known).
+func execute(args []string, stdout, stderr io.Writer) (string, error) {
+	app := App(stdout, stderr)
+	args, path, err := reorderArgs(app, args)
+	if err != nil {
+		return path, err
+	}
+	return path, app.Run(args)
 }
 
 // Main runs the CLI and returns the process exit status: 0 on success,
-// 1 on a failed command, 2 on bad usage.
+// 1 on a failed command, 2 on bad usage. The error is printed once, as
+// one line (errorLine).
 func Main(args []string) int {
-	app := App(os.Stdout, os.Stderr)
-	if err := app.Run(args); err != nil {
-		fmt.Fprintf(os.Stderr, "strata: %v\n", err)
-		var ec exitCoder
-		if errors.As(err, &ec) && ec.ExitCode() != 0 {
-			return ec.ExitCode()
-		}
-		return 1
+	path, err := execute(args, os.Stdout, os.Stderr)
+	return report(path, err, os.Stderr)
+}
+
+// report prints err (if any) on stderr and returns the exit status.
+func report(path string, err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
-	return 0
+	fmt.Fprintf(stderr, "%s\n", errorLine(path, err))
+	var ec exitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+// errorLine is the one line Main prints for an error of the command path
+// ("train", "bench nvme", ""): one prefix, "strata train: ", then the
+// message without the command's name it starts with and without the names
+// of the packages it passed through ("engine: data: "), which say where
+// the error was wrapped, not what went wrong: "strata train: --data:
+// stat F: no such file or directory".
+func errorLine(path string, err error) string {
+	msg := err.Error()
+	if path != "" {
+		msg = strings.TrimPrefix(msg, path+": ")
+		if i := strings.IndexByte(path, ' '); i > 0 {
+			msg = strings.TrimPrefix(msg, path[i+1:]+": ") // "nvme: " of bench nvme
+		}
+	}
+	segs := strings.Split(msg, ": ")
+	kept := segs[:0]
+	for i, s := range segs {
+		if i == len(segs)-1 || !packageNames[s] {
+			kept = append(kept, s)
+		}
+	}
+	msg = strings.Join(kept, ": ")
+	if path == "" {
+		return "strata: " + msg
+	}
+	return "strata " + path + ": " + msg
+}
+
+// packageNames are the names of Strata's packages, which begin the
+// messages of their errors.
+var packageNames = map[string]bool{}
+
+func init() {
+	for _, n := range strings.Fields("bench checkpoint cpuadam data engine gpu cpu cuda backend hf model nvme pinned prefetch safetensors shard tier tokenizer adam bf16 dtype durable flock units") {
+		packageNames[n] = true
+	}
 }
 
 func versionString() string {

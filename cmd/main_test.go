@@ -22,7 +22,7 @@ import (
 func run(t *testing.T, args ...string) (string, string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	err := App(&out, &errOut).Run(append([]string{"strata"}, args...))
+	err := Run(append([]string{"strata"}, args...), &out, &errOut)
 	return out.String(), errOut.String(), err
 }
 

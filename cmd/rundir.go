@@ -25,7 +25,8 @@ import (
 //
 //	DIR/strata.lock   flock(2)ed while a run writes into DIR (internal/flock
 //	                  names the holder from /proc/locks)
-//	DIR/run.json      the run's id; every checkpoint it saves carries it
+//	DIR/run.json      the run's id (every checkpoint it saves carries it),
+//	                  the source of its weights and the flags it was given
 //
 // A new run claims an empty directory (or, with --overwrite, one that
 // holds another run's files); a resumed run claims the directory of the
@@ -43,7 +44,8 @@ type runDir struct {
 	// continues is true when the run resumes the run that owns the
 	// directory (its checkpoints are this run's history).
 	continues bool
-	replaced  string // with --overwrite: what the earlier run left (a note)
+	replaced  string   // with --overwrite: what the earlier run left (a note)
+	args      []string // the run's flags, recorded in run.json
 }
 
 // runFile is run.json.
@@ -55,6 +57,10 @@ type runFile struct {
 	// resumed checkpoint's record of it): the tokenizer.json of a Hugging
 	// Face model is Source.TokenizerPath().
 	Source *hf.Source `json:"source,omitempty"`
+	// Args are the flags the run was started with (givenFlags), as
+	// `strata train` takes them: the command that goes on with the run
+	// (goOn) repeats them.
+	Args []string `json:"args,omitempty"`
 }
 
 // claimOut locks the run directory out (created if missing) and decides
@@ -124,7 +130,7 @@ func (rd *runDir) decide(resume *checkpoint.Manifest, resumeDir string, overwrit
 		}
 		hint := ""
 		if owner != nil && slices.Contains(names, "checkpoints") {
-			hint = fmt.Sprintf("resume that run (--resume %s --out %s), ", rd.path, rd.path)
+			hint = fmt.Sprintf("resume that run (%s), ", strings.TrimPrefix(goOn(owner.Args, rd.path, 0), "strata train "))
 		}
 		if len(names) > 6 {
 			names = append(names[:6], fmt.Sprintf("and %d more", len(names)-6))
@@ -154,10 +160,10 @@ func readRunFile(dir string) (*runFile, error) {
 	return &rf, nil
 }
 
-// writeRunFile records the run's id and the source of its weights in
-// run.json.
+// writeRunFile records the run's id, the source of its weights and its
+// flags in run.json.
 func (rd *runDir) writeRunFile(source *hf.Source) error {
-	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid(), Source: source}, "", "  ")
+	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid(), Source: source, Args: rd.args}, "", "  ")
 	if err := os.WriteFile(filepath.Join(rd.path, runFileName), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("train: --out: %w", err)
 	}

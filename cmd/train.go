@@ -51,12 +51,13 @@ func trainCommand() *cli.Command {
 			"stream one chunk at a time into every rank's shards, in HBM, host RAM or NVMe, and the run records PATH's tokenizer.json.\n" +
 			"A run directory belongs to one run: locked while it runs; a new run into a non-empty --out is refused unless\n" +
 			"--overwrite; --keep prunes only this run's checkpoints. Ctrl-C or SIGTERM stops after the step in progress and\n" +
-			"saves it (exit 130, SIGTERM 143); a second one aborts the save (the previous complete checkpoint survives).",
+			"saves it (exit 130, SIGTERM 143) and prints the command that goes on with the run, with every flag it was given\n" +
+			"(recorded in run.json); a second one aborts the save (the previous complete checkpoint survives).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
-			&cli.IntFlag{Name: "devices", Usage: "local devices to use; decides over strata.devices, which is only the default (as DeepSpeed's launcher decides)"},
+			&cli.IntFlag{Name: "devices", Usage: "local devices to use; decides over strata.devices (as DeepSpeed's launcher decides) (default: from the config, strata.devices; the demonstration: 2)"},
 			&cli.StringFlag{Name: "backend", Usage: "device backend: cpu or cuda (default: strata.backend, cpu)"},
-			&cli.IntFlag{Name: "steps", Usage: "optimizer steps (default: strata.steps); also fills scheduler total_num_steps \"auto\""},
+			&cli.IntFlag{Name: "steps", Usage: "optimizer steps, counted from step 1; also fills scheduler total_num_steps \"auto\" (default: strata.steps)"},
 			&cli.Float64Flag{Name: "lr", Usage: "fills optimizer.params.lr \"auto\" (and warmup_max_lr \"auto\") (default 1e-3)"},
 			&cli.IntFlag{Name: "micro-batch", Usage: "fills train_micro_batch_size_per_gpu \"auto\" (default 4 when no batch key is given)"},
 			&cli.IntFlag{Name: "warmup-steps", Usage: "fills scheduler warmup_num_steps \"auto\" (default 0)"},
@@ -208,6 +209,7 @@ func runTrain(c *cli.Context) (err error) {
 		if rd, err = claimOut(f.out, p.resume, p.resumeDir, f.overwrite); err != nil {
 			return err
 		}
+		rd.args = f.args
 		defer rd.close()
 	}
 	cfg := p.cfg
@@ -276,15 +278,19 @@ type trainFlags struct {
 	progress  bool   // a progress bar, else a line per steps_per_print steps
 	tracePath string // --trace FILE; "" for none
 	overwrite bool   // --overwrite: a new run may take a directory holding another run's files
+	// args are the flags the run was given (givenFlags: before --epochs
+	// sets --steps), recorded in run.json; goOn repeats them.
+	args []string
 }
 
 // parseTrainFlags reads and checks the flags that need no config.
 func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 	if c.Args().Present() {
-		return trainFlags{}, usagef("train: unexpected argument %q (flags go before arguments; see strata train --help)", c.Args().First())
+		return trainFlags{}, usagef("train: unexpected argument %q: train takes only flags (see 'strata train --help')", c.Args().First())
 	}
 	f := trainFlags{out: c.String("out"), saveEvery: c.Int("save-every"), keep: c.Int("keep"),
-		progress: !c.Bool("no-progress"), tracePath: c.String("trace"), overwrite: c.Bool("overwrite")}
+		progress: !c.Bool("no-progress"), tracePath: c.String("trace"), overwrite: c.Bool("overwrite"),
+		args: givenFlags(c)}
 	switch {
 	case f.saveEvery < 0:
 		return f, usagef("train: --save-every %d: need a positive number of steps", f.saveEvery)
@@ -697,6 +703,9 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		return err
 	}
 	l.show(st)
+	if err := testPoint("step"); err != nil {
+		return err
+	}
 	sig := l.intr.requested(func() { l.checked = st.Step })
 	if sig != nil && st.Step == int64(l.steps) {
 		sig = nil // the last step: the run ends as usual
@@ -796,12 +805,12 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	if l.stopped == nil {
 		return nil
 	}
-	total, out := l.cfg.Strata.Steps, l.flags.out
+	total := l.cfg.Strata.Steps
 	if l.stoppedAt == "" {
 		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total), exitStatus(l.stopped)}
 	}
-	return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: strata train --resume %s --out %s --steps %d",
-		l.stopped, l.last.Step, total, l.stoppedAt, out, out, total), exitStatus(l.stopped)}
+	return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
+		l.stopped, l.last.Step, total, l.stoppedAt, goOn(l.flags.args, l.flags.out, total)), exitStatus(l.stopped)}
 }
 
 // writeRunOut writes summary.json (with the last evaluation, when there

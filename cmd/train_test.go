@@ -21,7 +21,7 @@ import (
 func runApp(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	err = App(&out, &errb).Run(append([]string{"strata"}, args...))
+	err = Run(append([]string{"strata"}, args...), &out, &errb)
 	return out.String(), errb.String(), err
 }
 
