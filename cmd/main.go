@@ -119,7 +119,7 @@ func errorLine(path string, err error) string {
 var packageNames = map[string]bool{}
 
 func init() {
-	for _, n := range strings.Fields("bench checkpoint cpuadam data engine gpu cpu cuda backend hf model nvme pinned prefetch safetensors shard tier tokenizer adam bf16 dtype durable flock units") {
+	for _, n := range strings.Fields("bench checkpoint cpuadam data engine estimate gpu cpu cuda backend hf model nvme pinned prefetch safetensors shard tier timeline tokenizer adam bf16 dtype durable flock units") {
 		packageNames[n] = true
 	}
 }
