@@ -1,11 +1,15 @@
-// Package shard is the vocabulary of movement shared by engine, tier and
-// prefetch: a chunk (all parameters of one transformer block, or a bounded
-// slice of a large one) is sharded across the local ranks, and each shard
-// has up to five states, each of which lives in one tier (and a block's
-// chunk names one more thing that moves between tiers: the saved input of
-// activation checkpointing, rank by rank). An Access says
-// what the compute does with a shard (its Phase and Kind); a Move is what a
-// planner asks a store to do with one. It holds types and no state.
+// Package shard is the vocabulary of movement that engine, tier and
+// prefetch share.
+//
+// A chunk (all parameters of one transformer block, or a bounded slice of
+// a large one) is sharded across the local ranks, and each shard has up to
+// five states, each of which lives in one tier (and a block's chunk names
+// one more thing that moves between tiers: the saved input of activation
+// checkpointing, rank by rank). An Access says what the compute does with
+// a shard (its Phase and Kind); a Move is what a planner asks a store to
+// do with one. The package holds types and no state; it is public so that
+// a library user names tiers and links (TierStats.LinkBytes[shard.HostToHBM])
+// as the engine does.
 package shard
 
 import "fmt"
