@@ -64,7 +64,7 @@ type Engine struct {
 	chunks     []chunkPlan
 	ranks      []*rank
 	opt        *cpuadam.Optimizer
-	estimate   estimate.ModelState // bf16 mixed-precision formula (EstimateMemory)
+	estimate   estimate.ModelState // bf16 mixed-precision formula (estimate.Memory)
 	expected   int64               // model-state bytes per device this layout allocates
 	hostWant   int64               // model state on the host, all ranks, by the estimate (host optimizer)
 	notes      []string

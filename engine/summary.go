@@ -109,7 +109,7 @@ type Summary struct {
 	ShardAlignElems int64
 	PerDevice       []DeviceSummary
 	HostBytes       int64 // measured model state in host memory, all ranks (host optimizer: the tier store's host homes)
-	HostFormula     int64 // EstimateMemory's HostBytes (with the gradient shard's dtype)
+	HostFormula     int64 // estimate.Memory's HostBytes (with the gradient shard's dtype)
 	// HostStagingBytes is the pinned parameter upload staging of the host
 	// optimizer, all ranks: working set, not model state.
 	HostStagingBytes int64
@@ -187,7 +187,7 @@ type TierSummary struct {
 	// Homes of the param shards, the optimizer state and (optimizer on
 	// NVMe) the gradient shards, all ranks.
 	HostHomeBytes, NVMeHomeBytes         int64
-	EstimateHostBytes, EstimateNVMeBytes int64 // EstimateMemory's, the same states
+	EstimateHostBytes, EstimateNVMeBytes int64 // estimate.Memory's, the same states
 	BudgetBytes                          [shard.TierCount]int64
 	PeakBytes                            [shard.TierCount]int64 // since New (HBM: the largest device's)
 	PinnedPoolBytes, PinnedPeakBytes     int64                  // the pinned pool (the host budget when given)
