@@ -264,6 +264,10 @@ func (t *tiers) open(poolBytes int64) error {
 	e := t.e
 	var err error
 	if t.pool, err = pinned.New(pinned.Options{BudgetBytes: poolBytes, Lock: e.opts.PinnedLock}); err != nil {
+		var he *pinned.HostError
+		if errors.As(err, &he) && e.cfg.Strata.HostBudgetBytes == 0 {
+			return fmt.Errorf("engine: tier host memory: %w; or set strata.host_budget below it with the state on NVMe (offload_optimizer / offload_param nvme)", err)
+		}
 		return fmt.Errorf("engine: tier host memory: %w", err)
 	}
 	if err := t.openSwap(); err != nil {
@@ -377,14 +381,8 @@ func (t *tiers) openSwap() error {
 	if t.e.opts.NVMeDevice != nil {
 		dev = t.e.opts.NVMeDevice(dev)
 	}
-	stripe := aio.BlockSize
-	if stripe == 0 {
-		stripe = config.DefaultAIOBlockSize
-	}
-	// Room for every home plus fragmentation: extents smaller than two
-	// stripe units live in one file, so each file gets a few spare units.
-	paths := int64(len(t.nvmePaths))
-	t.swapBytes = nv + nv/16 + paths*4*stripe
+	var stripe int64
+	t.swapBytes, stripe = t.swapSize(nv)
 	if t.swap, err = nvme.NewSwap(dev, nvme.SwapOptions{Paths: t.nvmePaths, SizeBytes: t.swapBytes, StripeBytes: stripe}); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
@@ -392,6 +390,18 @@ func (t *tiers) openSwap() error {
 		t.e.notes = append(t.e.notes, fmt.Sprintf("stale swap file %s: a killed run left it, no live run holds its lock; remove it to reclaim the space (rm %s)", f, f.Path))
 	}
 	return nil
+}
+
+// swapSize is the swap the run takes for nv bytes of NVMe homes, and its
+// stripe unit (aio.block_size): room for every home plus fragmentation:
+// extents smaller than two stripe units live in one file, so each file
+// gets a few spare units.
+func (t *tiers) swapSize(nv int64) (sizeBytes, stripeBytes int64) {
+	stripe := t.e.cfg.AIO.BlockSize
+	if stripe == 0 {
+		stripe = config.DefaultAIOBlockSize
+	}
+	return nv + nv/16 + int64(len(t.nvmePaths))*4*stripe, stripe
 }
 
 // resolveNVMePaths collects the nvme_path directories of offload_param and
