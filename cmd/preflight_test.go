@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -76,5 +77,43 @@ func TestTrainReclaimsStaleSwapFiles(t *testing.T) {
 	want := "note: nvme_path " + dir + ": removed 1 stale swap files of killed runs (no live process held their lock), reclaimed "
 	if !strings.Contains(errOut, want) {
 		t.Errorf("stderr %s\nwant %q", errOut, want)
+	}
+}
+
+// TestTrainRefusesShortSwapPath: `strata train` on an nvme_path with less
+// free space than the run's swap takes there (a 2 MiB ext4 image,
+// loop-mounted) exits 1 with one line naming the path, the need, the free
+// space and what is reclaimable, and leaves no swap file there.
+func TestTrainRefusesShortSwapPath(t *testing.T) {
+	tmp := t.TempDir()
+	img, dir := filepath.Join(tmp, "small.img"), filepath.Join(tmp, "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][]string{{"truncate", "-s", "2M", img}, {"mkfs.ext4", "-q", "-F", "-O", "^has_journal", img}, {"mount", "-o", "loop", img, dir}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Skipf("cannot make a 2 MiB ext4 path (%s, needs root and a loop device): %v %s", strings.Join(c, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	cfg := writeFile(t, "cfg.json", `{
+  "train_micro_batch_size_per_gpu": 1,
+  "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
+    "offload_param": {"device": "nvme", "nvme_path": "`+dir+`"}, "offload_optimizer": {"device": "nvme", "nvme_path": "`+dir+`"}},
+  "strata": {"model": "small", "devices": 2, "seq_len": 16, "seed": 5}
+}`)
+	var out, errOut, line strings.Builder
+	path, err := execute([]string{"strata", "train", "--no-progress", "--steps", "1", "--config", cfg}, &out, &errOut)
+	if st := report(path, err, &line); st != 1 {
+		t.Fatalf("exit status %d, want 1 (%v)", st, err)
+	}
+	l := line.String()
+	if strings.Count(l, "\n") != 1 || !strings.HasPrefix(l, "strata train: swap: "+dir+" needs ") ||
+		!strings.Contains(l, " free, 0 B reclaimable (no stale swap files there") {
+		t.Errorf("want one line \"strata train: swap: %s needs ... free, 0 B reclaimable ...\", got %q", dir, l)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*.swap")); len(names) != 0 {
+		t.Errorf("left on the path: %v", names)
 	}
 }

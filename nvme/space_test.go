@@ -55,3 +55,29 @@ func TestCheckSwapSpaceReclaimable(t *testing.T) {
 		t.Fatalf("CheckSwapSpace removed a file: %v", err)
 	}
 }
+
+// TestNewSwapNoSpaceSaysReclaimable: NewSwap's own refusal of a path short
+// of space says the same (reclaimable, the stale file), and leaves nothing
+// behind.
+func TestNewSwapNoSpaceSaysReclaimable(t *testing.T) {
+	dir := diskDir(t)
+	stale := filepath.Join(dir, "strata-999999-0123456789ab.swap")
+	if err := os.WriteFile(stale, make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	old := freeBytes
+	defer func() { freeBytes = old }()
+	freeBytes = func(string) (int64, error) { return 1 << 20, nil }
+	e := openEngine(t, EnginePread, 2)
+	s, err := NewSwap(e, SwapOptions{Paths: []string{dir}, SizeBytes: 4 << 20, StripeBytes: 256 << 10})
+	if err == nil {
+		s.Close()
+		t.Fatal("4 MiB swap on 1 MiB free: accepted")
+	}
+	if !errors.Is(err, ErrNoSpace) || !strings.Contains(err.Error(), " reclaimable (1 stale swap files") || !strings.Contains(err.Error(), stale) {
+		t.Errorf("got %v", err)
+	}
+	if names, _ := filepath.Glob(filepath.Join(dir, "*.swap")); len(names) != 1 {
+		t.Errorf("files after the refusal: %v, want the stale one alone", names)
+	}
+}
