@@ -257,20 +257,34 @@ func staleHint(stale []StaleFile) string {
 }
 
 // openFile creates (or, for a fixed FileName, opens) the swap file in dir,
-// locks it, and preallocates it.
+// locks it, and preallocates it. A new file is created under a name that
+// SwapFileGlob does not match, locked, and only then renamed to its own:
+// a file that matches is locked from the moment it appears, so another
+// run's RemoveStaleSwapFiles (at its start) never takes it for a killed
+// run's in the instant between create and flock.
 func (s *Swap) openFile(p, dir string, sizeBytes int64) error {
 	name := filepath.Join(dir, s.opts.FileName)
 	flag := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	created := filepath.Join(dir, "."+s.opts.FileName+".new")
 	if s.fixedName {
 		flag = os.O_RDWR | os.O_CREATE // a fixed name: the lock decides
+		created = name
 	}
-	f, err := OpenFile(name, flag, 0o600)
+	f, err := OpenFile(created, flag, 0o600)
 	if err != nil {
 		return err
 	}
 	if err := lockSwap(f); err != nil {
 		f.Close() // not ours: never removed
 		return err
+	}
+	if !s.fixedName {
+		if err := os.Rename(created, name); err != nil {
+			os.Remove(created)
+			f.Close()
+			return fmt.Errorf("nvme: swap file %s: %w", name, err)
+		}
+		f.path = name
 	}
 	if s.fixedName {
 		if err := os.Truncate(name, 0); err != nil { // ours now: no old data counts
