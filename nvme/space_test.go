@@ -81,3 +81,47 @@ func TestNewSwapNoSpaceSaysReclaimable(t *testing.T) {
 		t.Errorf("files after the refusal: %v, want the stale one alone", names)
 	}
 }
+
+// TestSweepNeverTakesANewSwapFile: a run's start-up sweep of stale files
+// (RemoveStaleSwapFiles, here in a loop) never removes the file another
+// Swap is creating on the same path: the file appears under its name only
+// once locked, and a name a closing run removed is not reported as
+// reclaimed. Before, the instant between create and flock let the sweep
+// remove live files (a few in 300 here), and a sweep that opened a file
+// just before its run closed reported it as a stale file it removed.
+func TestSweepNeverTakesANewSwapFile(t *testing.T) {
+	dir := diskDir(t)
+	e := openEngine(t, EnginePread, 2)
+	stop := make(chan struct{})
+	done := make(chan []StaleFile)
+	go func() {
+		var removed []StaleFile
+		for {
+			select {
+			case <-stop:
+				done <- removed
+				return
+			default:
+			}
+			rm, _ := RemoveStaleSwapFiles(dir)
+			removed = append(removed, rm...)
+		}
+	}()
+	for range 300 {
+		s, err := NewSwap(e, SwapOptions{Paths: []string{dir}, SizeBytes: 256 << 10, StripeBytes: 256 << 10})
+		if err != nil {
+			close(stop)
+			<-done
+			t.Fatal(err)
+		}
+		name := s.Files()[0].Path()
+		if _, err := os.Stat(name); err != nil {
+			t.Errorf("a live swap file was removed: %v", err)
+		}
+		s.Close()
+	}
+	close(stop)
+	if removed := <-done; len(removed) != 0 {
+		t.Errorf("the sweep removed %d live swap files, e.g. %s", len(removed), removed[0].Path)
+	}
+}
