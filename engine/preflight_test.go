@@ -42,7 +42,8 @@ func nothingTaken(t *testing.T, devs []gpu.Device) {
 // TestHostBudgetPastMemAvailable: a strata.host_budget the host does not
 // have (above MemAvailable, read here from a file of the test's) is refused
 // by New before anything is allocated, with one error naming the key, the
-// room and what to do; a budget that fits starts. Before the check, the
+// room and what to do; a budget that fits starts; without a budget, a pool
+// the layout needs beyond MemAvailable is refused the same way. Before the check, the
 // pinned pool faulted the budget in until the OOM killer ended the run.
 func TestHostBudgetPastMemAvailable(t *testing.T) {
 	meminfo := filepath.Join(t.TempDir(), "meminfo")
@@ -64,6 +65,20 @@ func TestHostBudgetPastMemAvailable(t *testing.T) {
 	if _, _, err := newPreflightEngine(t, s, ""); err != nil {
 		t.Fatalf("host_budget 48 MiB on 64 MiB available: %v", err)
 	}
+	// Without a host budget the pool is what the layout homes in host
+	// RAM: more than MemAvailable (128 KiB here) is refused the same way,
+	// naming the way out.
+	if err := os.WriteFile(meminfo, []byte("MemTotal:       25165824 kB\nMemAvailable:        128 kB\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.hostBudget = 0
+	_, devs, err = newPreflightEngine(t, s, "")
+	want = "engine: the tier store's pinned host memory, "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "more than the host's available memory, 128.0 KiB (MemAvailable in "+meminfo+")") ||
+		!strings.Contains(err.Error(), "put the optimizer state on NVMe (offload_optimizer nvme) with strata.host_budget at most ") {
+		t.Fatalf("no host_budget on 128 KiB available: got %v\nwant %s...", err, want)
+	}
+	nothingTaken(t, devs)
 }
 
 // TestStaleSwapFilesReclaimedAtStart: a run that starts on an nvme_path

@@ -131,21 +131,11 @@ func checkOffload(cfg *config.Config, opts Options) error {
 // starts a planner per rank. The ranks exist (device model state and
 // activations are allocated), so the HBM left for param copies is known.
 func newTiers(e *Engine, mo estimate.Options) (*tiers, error) {
-	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
-		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
-	est, err := estimate.Memory(mo)
+	t, sizes, err := planTiers(e, mo)
 	if err != nil {
 		return nil, err
 	}
-	sizes := t.layOut(est)
 	sizes.HBMFreeBytes = e.hbmFreeBytes()
-	sizes.HBMBytes = e.opts.TierHBMBytes
-	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
-	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
-	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
-	t.static = t.isStatic()
-	sizes.Static = t.static
-	sizes.ActivationHBMBytes = e.inputHBMBytes()
 	b, err := tier.PlanBudgets(sizes)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -180,6 +170,27 @@ func newTiers(e *Engine, mo estimate.Options) (*tiers, error) {
 		t.window = estimate.TierReadAhead - 1
 	}
 	return t, nil
+}
+
+// planTiers lays the store out (layOut: every state's spec and home) and
+// returns the sizes its budgets rest on, all but HBMFreeBytes (known once
+// the devices hold their model state): nothing is allocated.
+func planTiers(e *Engine, mo estimate.Options) (*tiers, tier.Sizes, error) {
+	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
+		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
+	est, err := estimate.Memory(mo)
+	if err != nil {
+		return nil, tier.Sizes{}, err
+	}
+	sizes := t.layOut(est)
+	sizes.HBMBytes = e.opts.TierHBMBytes
+	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
+	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
+	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
+	t.static = t.isStatic()
+	sizes.Static = t.static
+	sizes.ActivationHBMBytes = e.inputHBMBytes()
+	return t, sizes, nil
 }
 
 // hbmFreeBytes is the least device memory any rank has left after its
