@@ -174,6 +174,9 @@ func runEstimate(c *cli.Context) error {
 	if opts.Devices < 1 || opts.ShardAlignElems < 1 {
 		return usagef("estimate: --devices and --align must be at least 1")
 	}
+	if err := estimate.CheckSize(opts); err != nil {
+		return usagef("estimate: --align %d on --devices %d: the model state's sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller --align or fewer --devices", opts.ShardAlignElems, opts.Devices)
+	}
 	if c.IsSet("freeze") {
 		freeze = c.StringSlice("freeze")
 	}

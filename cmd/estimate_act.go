@@ -95,6 +95,16 @@ func newActEstimate(c *cli.Context, cfg *config.Config, shape model.Shape) (*act
 	case dt != config.ActivationBF16 && dt != config.ActivationFP32:
 		return nil, usagef("estimate: --activation-dtype %q is not bf16 or fp32", dt)
 	}
+	if err := estimate.CheckActivationTokens(shape, a.Micro, a.Seq); err != nil {
+		batch, seq := "--batch", "--seq"
+		if !c.IsSet("batch") && cfg != nil {
+			batch = "train_micro_batch_size_per_gpu"
+		}
+		if !c.IsSet("seq") && cfg != nil && cfg.Strata.SeqLen != 0 {
+			seq = "strata.seq_len"
+		}
+		return nil, usagef("estimate: %s %d × %s %d tokens a micro-batch: the activation sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller %s", batch, a.Micro, seq, a.Seq, batch)
+	}
 	if checkpoints == 0 {
 		checkpoints = shape.Layers
 	}

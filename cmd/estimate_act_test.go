@@ -181,3 +181,32 @@ func TestTrainCheckpointingSummary(t *testing.T) {
 	}
 	t.Logf("small, stage 3, 2 devices: activation peak %d without checkpointing, %d with (%.3f)", peaks[0], peaks[1], float64(peaks[1])/float64(peaks[0]))
 }
+
+// TestEstimateBatchOverflow: a micro-batch whose activation sizes pass
+// int64 (gpt-7b at 10^11 × 2048 tokens printed negative sizes and exited
+// 0) is a usage error: exit 2, one line naming the flag, nothing on stdout;
+// from a config the line names the config's key. So is an --align that
+// wraps the model state's sizes (they printed as 0 B).
+func TestEstimateBatchOverflow(t *testing.T) {
+	cfg := writeFile(t, "cfg.json", `{"train_micro_batch_size_per_gpu": 2000000000, "strata": {"model": "gpt-7b", "seq_len": 2048}}`)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"estimate", "--model", "gpt-7b", "--batch", "100000000000", "--seq", "2048"}, "strata estimate: --batch 100000000000 × --seq 2048 tokens a micro-batch: the activation sizes pass 2^63 bytes"},
+		{[]string{"estimate", "--model", "gpt-7b", "--batch", "100000000000", "--seq", "2048", "--json"}, "strata estimate: --batch 100000000000 × --seq 2048 tokens"},
+		{[]string{"estimate", "--config", cfg}, "strata estimate: train_micro_batch_size_per_gpu 2000000000 × strata.seq_len 2048 tokens"},
+		// The model state's padding: 0 B per device before.
+		{[]string{"estimate", "--model", "gpt-7b", "--align", "4611686018427387904"}, "strata estimate: --align 4611686018427387904 on --devices 1: the model state's sizes pass 2^63 bytes"},
+	} {
+		var out, errOut, line strings.Builder
+		path, err := execute(append([]string{"strata"}, c.args...), &out, &errOut)
+		if st := report(path, err, &line); st != 2 {
+			t.Errorf("%q: exit status %d, want 2 (%v)\n%s", c.args, st, err, out.String())
+			continue
+		}
+		if l := line.String(); strings.Count(l, "\n") != 1 || !strings.HasPrefix(l, c.want) || out.Len() != 0 {
+			t.Errorf("%q: got %q (stdout %q), want one line %q...", c.args, l, out.String(), c.want)
+		}
+	}
+}

@@ -88,7 +88,12 @@
 // accesses with Use and ends them with Done; it handles no move). The new
 // params of chunks the devices hold go up through a pinned upload staging
 // outside the store. Budgets: tier.PlanBudgets (docs/DESIGN.md, "Budgets
-// per tier").
+// per tier"). Before New allocates anything, preflight.go refuses what the
+// host cannot give: strata.host_budget, or without it the pool the layout
+// needs, with the upload staging, above MemAvailable, or above
+// RLIMIT_MEMLOCK where the lock is required; and on
+// each nvme_path it removes the swap files of killed runs (a note says
+// what came back) and refuses a path short of the swap's room.
 //
 // # Numerics
 //

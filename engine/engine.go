@@ -140,6 +140,10 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		return nil, err
 	}
 	e.fwdOrder = forwardOrder(order, len(e.chunks))
+	if err := e.preflight(mo); err != nil {
+		e.closeData()
+		return nil, err
+	}
 	if err := e.allocate(devices, comms, mo); err != nil {
 		e.Close()
 		return nil, err

@@ -20,21 +20,7 @@ func (t *tiers) openStaging() error {
 	e := t.e
 	sz := int64(e.precision.Size())
 	normBytes := int64(8 * len(e.chunks))
-	perRank := units.AlignUp(normBytes, 4096)
-	maxBuf := perRank
-	for c := range e.chunks {
-		if e.uploads(c) {
-			b := units.AlignUp(int64(e.optElems(c))*sz, 4096)
-			perRank += b
-			maxBuf = max(maxBuf, b)
-		}
-	}
-	// Buffers do not span the pool's arenas (1 GiB): each arena may leave
-	// up to one buffer's worth unused at its end.
-	total := int64(e.n) * perRank
-	if total > units.GiB {
-		total += (total/units.GiB + 1) * maxBuf
-	}
+	total := e.stagingPoolBytes()
 	var err error
 	if t.uploadPool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: e.opts.PinnedLock}); err != nil {
 		return fmt.Errorf("engine: pinned upload staging: %w", err)
@@ -107,4 +93,27 @@ func (t *tiers) moved() (rank int, accesses int64, ok bool) {
 		}
 	}
 	return 0, 0, false
+}
+
+// stagingPoolBytes is the budget of the upload staging pool (openStaging):
+// every rank's gradient norms and the upload buffers of its chunks, with
+// room for the arenas' ends.
+func (e *Engine) stagingPoolBytes() int64 {
+	sz := int64(e.precision.Size())
+	perRank := units.AlignUp(int64(8*len(e.chunks)), 4096)
+	maxBuf := perRank
+	for c := range e.chunks {
+		if e.uploads(c) {
+			b := units.AlignUp(int64(e.optElems(c))*sz, 4096)
+			perRank += b
+			maxBuf = max(maxBuf, b)
+		}
+	}
+	// Buffers do not span the pool's arenas (1 GiB): each arena may leave
+	// up to one buffer's worth unused at its end.
+	total := int64(e.n) * perRank
+	if total > units.GiB {
+		total += (total/units.GiB + 1) * maxBuf
+	}
+	return total
 }

@@ -131,21 +131,11 @@ func checkOffload(cfg *config.Config, opts Options) error {
 // starts a planner per rank. The ranks exist (device model state and
 // activations are allocated), so the HBM left for param copies is known.
 func newTiers(e *Engine, mo estimate.Options) (*tiers, error) {
-	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
-		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
-	est, err := estimate.Memory(mo)
+	t, sizes, err := planTiers(e, mo)
 	if err != nil {
 		return nil, err
 	}
-	sizes := t.layOut(est)
 	sizes.HBMFreeBytes = e.hbmFreeBytes()
-	sizes.HBMBytes = e.opts.TierHBMBytes
-	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
-	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
-	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
-	t.static = t.isStatic()
-	sizes.Static = t.static
-	sizes.ActivationHBMBytes = e.inputHBMBytes()
 	b, err := tier.PlanBudgets(sizes)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
@@ -180,6 +170,27 @@ func newTiers(e *Engine, mo estimate.Options) (*tiers, error) {
 		t.window = estimate.TierReadAhead - 1
 	}
 	return t, nil
+}
+
+// planTiers lays the store out (layOut: every state's spec and home) and
+// returns the sizes its budgets rest on, all but HBMFreeBytes (known once
+// the devices hold their model state): nothing is allocated.
+func planTiers(e *Engine, mo estimate.Options) (*tiers, tier.Sizes, error) {
+	t := &tiers{e: e, paramTier: mo.ParamTier, optTier: mo.OptimizerTier, specs: map[shard.Key]tier.Spec{}, t0: time.Now(),
+		nvmeRead: make([][shard.StateCount]atomic.Int64, len(e.chunks)), nvmeWritten: make([][shard.StateCount]atomic.Int64, len(e.chunks))}
+	est, err := estimate.Memory(mo)
+	if err != nil {
+		return nil, tier.Sizes{}, err
+	}
+	sizes := t.layOut(est)
+	sizes.HBMBytes = e.opts.TierHBMBytes
+	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
+	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
+	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
+	t.static = t.isStatic()
+	sizes.Static = t.static
+	sizes.ActivationHBMBytes = e.inputHBMBytes()
+	return t, sizes, nil
 }
 
 // hbmFreeBytes is the least device memory any rank has left after its
@@ -264,6 +275,10 @@ func (t *tiers) open(poolBytes int64) error {
 	e := t.e
 	var err error
 	if t.pool, err = pinned.New(pinned.Options{BudgetBytes: poolBytes, Lock: e.opts.PinnedLock}); err != nil {
+		var he *pinned.HostError
+		if errors.As(err, &he) && e.cfg.Strata.HostBudgetBytes == 0 {
+			return fmt.Errorf("engine: tier host memory: %w; or set strata.host_budget below it with the state on NVMe (offload_optimizer / offload_param nvme)", err)
+		}
 		return fmt.Errorf("engine: tier host memory: %w", err)
 	}
 	if err := t.openSwap(); err != nil {
@@ -377,14 +392,8 @@ func (t *tiers) openSwap() error {
 	if t.e.opts.NVMeDevice != nil {
 		dev = t.e.opts.NVMeDevice(dev)
 	}
-	stripe := aio.BlockSize
-	if stripe == 0 {
-		stripe = config.DefaultAIOBlockSize
-	}
-	// Room for every home plus fragmentation: extents smaller than two
-	// stripe units live in one file, so each file gets a few spare units.
-	paths := int64(len(t.nvmePaths))
-	t.swapBytes = nv + nv/16 + paths*4*stripe
+	var stripe int64
+	t.swapBytes, stripe = t.swapSize(nv)
 	if t.swap, err = nvme.NewSwap(dev, nvme.SwapOptions{Paths: t.nvmePaths, SizeBytes: t.swapBytes, StripeBytes: stripe}); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
@@ -392,6 +401,18 @@ func (t *tiers) openSwap() error {
 		t.e.notes = append(t.e.notes, fmt.Sprintf("stale swap file %s: a killed run left it, no live run holds its lock; remove it to reclaim the space (rm %s)", f, f.Path))
 	}
 	return nil
+}
+
+// swapSize is the swap the run takes for nv bytes of NVMe homes, and its
+// stripe unit (aio.block_size): room for every home plus fragmentation:
+// extents smaller than two stripe units live in one file, so each file
+// gets a few spare units.
+func (t *tiers) swapSize(nv int64) (sizeBytes, stripeBytes int64) {
+	stripe := t.e.cfg.AIO.BlockSize
+	if stripe == 0 {
+		stripe = config.DefaultAIOBlockSize
+	}
+	return nv + nv/16 + int64(len(t.nvmePaths))*4*stripe, stripe
 }
 
 // resolveNVMePaths collects the nvme_path directories of offload_param and

@@ -1,10 +1,12 @@
 package estimate
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
@@ -208,4 +210,28 @@ func InputHostBytes(s model.Shape, micro, seq int, o model.ActivationOptions) in
 		}
 	}
 	return n
+}
+
+// ErrTooLarge says a size does not fit in int64 bytes (more than 8 EiB):
+// the arithmetic would wrap to nonsense, negative sizes among it.
+var ErrTooLarge = errors.New("more than 2^63 bytes")
+
+// CheckActivationTokens refuses micro-batches of micro × seq tokens whose
+// activation sizes could pass int64 (Activations would wrap): a bound of
+// every term, each token's widest rows (the residual stream, q|k|v, the
+// MLP, the attention statistics, the logits) in fp32 in every block and
+// the head, with a factor 4 to spare. It says nothing of what fits a
+// device; it keeps the arithmetic honest. The error matches ErrTooLarge.
+func CheckActivationTokens(s model.Shape, micro, seq int) error {
+	if micro < 1 || seq < 1 {
+		return fmt.Errorf("estimate: %d × %d tokens: want at least 1 × 1", micro, seq)
+	}
+	width, ok := units.Add(16*int64(s.Dim), 4*2*int64(s.FFNDim()), 4*int64(s.Heads+2*s.KVHeadCount())*int64(s.HeadDim()), 4*int64(s.Heads), int64(s.Vocab), 64)
+	if ok {
+		_, ok = units.Mul(int64(micro), int64(seq), int64(s.Layers)+4, width, 4*4)
+	}
+	if !ok {
+		return fmt.Errorf("estimate: micro-batches of %d × %d tokens: the activation sizes may pass int64: %w", micro, seq, ErrTooLarge)
+	}
+	return nil
 }

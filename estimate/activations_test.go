@@ -1,11 +1,13 @@
 package estimate
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
@@ -61,5 +63,45 @@ func TestEstimateActivationHostBytes(t *testing.T) {
 	with := kept(o)
 	if o.ActivationHostBytes != 12*IOBytes(8*1024*768*2) || without-with < o.ActivationHostBytes {
 		t.Errorf("inputs take %d B of host RAM per rank; the optimizer state kept there went from %d to %d", o.ActivationHostBytes, without, with)
+	}
+}
+
+// TestCheckActivationTokens: micro-batches whose activation sizes would
+// pass int64 are refused (ErrTooLarge), among them gpt-7b at 10^11 × 2048
+// tokens, which printed negative sizes before; at the largest micro-batch
+// accepted for each named model, every term of every way of keeping the
+// activations is positive, no smaller than at half the micro-batch, and
+// their sum fits: the bound is an upper bound of the arithmetic.
+func TestCheckActivationTokens(t *testing.T) {
+	s7, _ := model.Lookup("gpt-7b")
+	if err := CheckActivationTokens(s7, 100000000000, 2048); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("gpt-7b 10^11 × 2048: %v, want ErrTooLarge", err)
+	}
+	if err := CheckActivationTokens(s7, 8, 2048); err != nil {
+		t.Fatalf("gpt-7b 8 × 2048: %v", err)
+	}
+	for _, name := range model.Names() {
+		s, _ := model.Lookup(name)
+		lo, hi := 1, 1<<62 // the largest accepted micro lies in [lo, hi)
+		for hi-lo > 1 {
+			if mid := lo + (hi-lo)/2; CheckActivationTokens(s, mid, s.MaxSeq) == nil {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		for _, o := range []model.ActivationOptions{{DType: gpu.F32}, {DType: gpu.BF16, Checkpoint: s.Layers}, {DType: gpu.BF16, Checkpoint: s.Layers, Offload: true}} {
+			big, half := Activations(s, lo, s.MaxSeq, o), Activations(s, max(lo/2, 1), s.MaxSeq, o)
+			var sum []int64
+			for i, term := range big.AllTerms() {
+				if term.Bytes < 0 || term.Bytes < half.AllTerms()[i].Bytes {
+					t.Errorf("%s %d × %d %v: %s %d bytes (at half the micro-batch %d): wrapped", name, lo, s.MaxSeq, o, term.Name, term.Bytes, half.AllTerms()[i].Bytes)
+				}
+				sum = append(sum, term.Bytes)
+			}
+			if total, ok := units.Add(append(sum, big.HostInputBytes)...); !ok || total != big.DeviceBytes()+big.HostInputBytes {
+				t.Errorf("%s %d × %d %v: the terms' sum wraps", name, lo, s.MaxSeq, o)
+			}
+		}
 	}
 }

@@ -126,6 +126,9 @@ func (o Options) Validate() error {
 			return fmt.Errorf("engine: estimate: chunk %d has %d parameters", i, c)
 		}
 	}
+	if err := CheckSize(o); err != nil {
+		return err
+	}
 	if len(o.Frozen) > 0 {
 		if len(o.Frozen) != len(o.ChunkParams) {
 			return fmt.Errorf("engine: estimate: %d frozen flags for %d chunks", len(o.Frozen), len(o.ChunkParams))
@@ -133,6 +136,41 @@ func (o Options) Validate() error {
 		if !slices.Contains(o.Frozen, false) {
 			return errors.New("engine: estimate: every chunk is frozen: nothing would train")
 		}
+	}
+	return nil
+}
+
+// CheckSize refuses options whose model-state sizes could pass int64
+// (Memory would wrap them, to 0 or negative sizes): every chunk padded to
+// Devices slices of ShardAlignElems-aligned elements (0: the default), at
+// 32 bytes an element (twice the 16 of mixed-precision Adam, to spare),
+// summed. The error matches ErrTooLarge.
+func CheckSize(o Options) error {
+	align := o.ShardAlignElems
+	if align == 0 {
+		align = DefaultShardAlignElems
+	}
+	n := int64(max(o.Devices, 1))
+	var total int64
+	ok := align > 0
+	for _, c := range o.ChunkParams {
+		if !ok {
+			break
+		}
+		per := c / n
+		if c%n != 0 {
+			per++
+		}
+		var padded int64
+		if padded, ok = units.Add(per, align-1); ok {
+			padded, ok = units.Mul(padded/align*align, n, 32)
+		}
+		if ok {
+			total, ok = units.Add(total, padded)
+		}
+	}
+	if !ok {
+		return fmt.Errorf("engine: estimate: %d chunks on %d devices in slices aligned to %d elements: the model state's sizes pass int64: %w", len(o.ChunkParams), n, align, ErrTooLarge)
 	}
 	return nil
 }

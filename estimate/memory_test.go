@@ -1,7 +1,9 @@
 package estimate
 
 import (
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -287,4 +289,36 @@ func TestOptionsFromConfig(t *testing.T) {
 	if total := e.DeviceBytes()*2 + e.HostBytes() + e.NVMeBytes(); e.DeviceBytes() != 2*e.PersistentElems || total < 16*e.Params || total > 16*e.Params*1001/1000 {
 		t.Errorf("total model state %d for Ψ=%d", total, e.Params)
 	}
+}
+
+// TestCheckSizeOverflow: an alignment or a device count that pads the
+// model state past int64 is refused by Memory (ErrTooLarge), where it
+// wrapped to 0 bytes before; gpt-7b with the defaults passes.
+func TestCheckSizeOverflow(t *testing.T) {
+	l, err := model.NewLayout(mustShape(t, "gpt-7b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := Options{ChunkParams: ChunkParams(l), Devices: 8, Stage: 3}
+	if _, err := Memory(o); err != nil {
+		t.Fatalf("gpt-7b on 8 devices: %v", err)
+	}
+	for _, c := range []struct {
+		devices int
+		align   int64
+	}{{1, 1 << 62}, {1, math.MaxInt64}, {1 << 40, 1 << 30}} {
+		o.Devices, o.ShardAlignElems = c.devices, c.align
+		if _, err := Memory(o); !errors.Is(err, ErrTooLarge) {
+			t.Errorf("%d devices, align %d: %v, want ErrTooLarge", c.devices, c.align, err)
+		}
+	}
+}
+
+func mustShape(t *testing.T, name string) model.Shape {
+	t.Helper()
+	s, err := model.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -39,7 +39,10 @@
 //     exclusive flock until Close removes them, so runs sharing a path never
 //     share a file; paths are compared resolved (ResolvePath). The files of
 //     a killed run stay until removed: StaleSwapFiles lists those no live
-//     run holds (their lock is free), RemoveStaleSwapFiles removes them.
+//     run holds (their lock is free), RemoveStaleSwapFiles removes them (the
+//     engine does at start-up). CheckSwapSpace is NewSwap's space check,
+//     creating nothing: short of space, it names the path, the need, the
+//     free space and what stale files hold there (reclaimable).
 //   - Faulty: a Device wrapper that injects EIO, short reads and writes,
 //     ENOSPC and flipped bytes, for tests of everything above it.
 //

@@ -187,45 +187,104 @@ func (s *Swap) checkPaths() error {
 			return err
 		}
 		s.stale = append(s.stale, stale...)
-		free, err := FreeBytes(r)
-		if err != nil {
+		if err := checkSpace(p, r, perPath, stale); err != nil {
 			return err
-		}
-		if perPath > free {
-			return fmt.Errorf("nvme: swap: %s needs %s, only %s free%s: %w", p,
-				units.FormatBytes(perPath), units.FormatBytes(free), staleHint(stale), ErrNoSpace)
 		}
 	}
 	return nil
 }
 
-// staleHint says how much space stale swap files hold, for an ENOSPC error.
-func staleHint(stale []StaleFile) string {
-	if len(stale) == 0 {
-		return ""
+// CheckSwapSpace checks, creating nothing, that every directory of paths
+// has the room NewSwap would take there for a swap of sizeBytes striped in
+// stripeBytes units. The error (matching ErrNoSpace) names the path, what
+// the swap needs there, what is free and what is reclaimable: the space
+// that swap files of killed runs hold (StaleSwapFiles; RemoveStaleSwapFiles
+// removes them).
+func CheckSwapSpace(paths []string, sizeBytes, stripeBytes int64) error {
+	if len(paths) == 0 || sizeBytes <= 0 || stripeBytes <= 0 {
+		return fmt.Errorf("nvme: CheckSwapSpace: %d paths, size %d, stripe %d", len(paths), sizeBytes, stripeBytes)
 	}
+	n := int64(len(paths))
+	perPath := units.AlignUp((sizeBytes+n-1)/n, stripeBytes)
+	for _, p := range paths {
+		r, err := ResolvePath(p)
+		if err != nil {
+			return err
+		}
+		stale, err := StaleSwapFiles(r)
+		if err != nil {
+			return err
+		}
+		if err := checkSpace(p, r, perPath, stale); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// freeBytes is FreeBytes (tests replace it).
+var freeBytes = FreeBytes
+
+// checkSpace refuses a swap file of need bytes in dir (spelled p) beyond
+// its free space, saying what the stale files there would give back.
+func checkSpace(p, dir string, need int64, stale []StaleFile) error {
+	free, err := freeBytes(dir)
+	if err != nil {
+		return err
+	}
+	if need <= free {
+		return nil
+	}
+	return fmt.Errorf("nvme: swap: %s needs %s, only %s free, %s reclaimable%s: %w", p,
+		units.FormatBytes(need), units.FormatBytes(free), units.FormatBytes(staleBytes(stale)), staleHint(stale), ErrNoSpace)
+}
+
+// staleBytes is what stale swap files hold on disk.
+func staleBytes(stale []StaleFile) int64 {
 	var b int64
 	for _, f := range stale {
 		b += f.SizeBytes
 	}
-	return fmt.Sprintf(" (%d stale swap files of killed runs hold %s: remove them, e.g. %s)", len(stale), units.FormatBytes(b), stale[0].Path)
+	return b
+}
+
+// staleHint says what holds the reclaimable space, for an ENOSPC error.
+func staleHint(stale []StaleFile) string {
+	if len(stale) == 0 {
+		return " (no stale swap files there: free space on it or give another nvme_path)"
+	}
+	return fmt.Sprintf(" (%d stale swap files of killed runs hold it: remove them, e.g. %s, or start a run there, which removes them)", len(stale), stale[0].Path)
 }
 
 // openFile creates (or, for a fixed FileName, opens) the swap file in dir,
-// locks it, and preallocates it.
+// locks it, and preallocates it. A new file is created under a name that
+// SwapFileGlob does not match, locked, and only then renamed to its own:
+// a file that matches is locked from the moment it appears, so another
+// run's RemoveStaleSwapFiles (at its start) never takes it for a killed
+// run's in the instant between create and flock.
 func (s *Swap) openFile(p, dir string, sizeBytes int64) error {
 	name := filepath.Join(dir, s.opts.FileName)
 	flag := os.O_RDWR | os.O_CREATE | os.O_EXCL
+	created := filepath.Join(dir, "."+s.opts.FileName+".new")
 	if s.fixedName {
 		flag = os.O_RDWR | os.O_CREATE // a fixed name: the lock decides
+		created = name
 	}
-	f, err := OpenFile(name, flag, 0o600)
+	f, err := OpenFile(created, flag, 0o600)
 	if err != nil {
 		return err
 	}
 	if err := lockSwap(f); err != nil {
 		f.Close() // not ours: never removed
 		return err
+	}
+	if !s.fixedName {
+		if err := os.Rename(created, name); err != nil {
+			os.Remove(created)
+			f.Close()
+			return fmt.Errorf("nvme: swap file %s: %w", name, err)
+		}
+		f.path = name
 	}
 	if s.fixedName {
 		if err := os.Truncate(name, 0); err != nil { // ours now: no old data counts

@@ -44,12 +44,21 @@ func staleSwapFiles(dir string, remove bool) ([]StaleFile, error) {
 			unix.Close(fd) // a live run holds it
 			continue
 		}
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		// Locked: no run holds this file. The name must still be it: a
+		// run that closed while this opened it removed the name first
+		// (and a new file may have taken it since).
+		var st, now unix.Stat_t
+		if unix.Fstat(fd, &st) != nil || unix.Lstat(name, &now) != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+			unix.Close(fd)
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			sf := StaleFile{Path: name, SizeBytes: st.Blocks * 512, ModTime: time.Unix(st.Mtim.Unix())}
 			if remove {
-				if err := os.Remove(name); err != nil && !os.IsNotExist(err) {
-					errs = append(errs, fmt.Errorf("nvme: remove stale swap file %s: %w", name, err))
+				if err := os.Remove(name); err != nil {
+					if !os.IsNotExist(err) {
+						errs = append(errs, fmt.Errorf("nvme: remove stale swap file %s: %w", name, err))
+					}
 					sf.Path = ""
 				}
 			}

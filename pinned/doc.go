@@ -3,6 +3,11 @@
 //
 // # What it owns
 //
+// New first checks that the host can give the budget (CheckHost): above
+// MemAvailable (/proc/meminfo) it is refused with a *HostError before
+// anything is mapped, as is a pool that must be locked (LockRequired)
+// above RLIMIT_MEMLOCK in a process without CAP_IPC_LOCK.
+//
 // A Pool maps its whole byte budget at New as a few arenas (anonymous,
 // private mmap outside the Go heap; at most 1 GiB each by default, io_uring's
 // limit for one fixed buffer), aligned to 2 MiB and advised with

@@ -133,3 +133,12 @@ func thpMode() string {
 	}
 	return s[i+1 : j]
 }
+
+// lockLimit is RLIMIT_MEMLOCK's soft limit; false when unlimited or unknown.
+func lockLimit() (int64, bool) {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_MEMLOCK, &rl) != nil || rl.Cur == unix.RLIM_INFINITY || rl.Cur > 1<<62 {
+		return 0, false
+	}
+	return int64(rl.Cur), true
+}

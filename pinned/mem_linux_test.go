@@ -123,7 +123,7 @@ func TestLockedWithCapability(t *testing.T) {
 // CAP_IPC_LOCK (capabilities are per thread: the test drops it from this
 // thread's effective set, and the thread dies with the goroutine), with
 // RLIMIT_MEMLOCK below the budget: mlock must fail, the pool must say so and
-// still work, and LockRequired must fail.
+// still work, and LockRequired must be refused before anything is mapped.
 func TestUnlockedWithoutCapability(t *testing.T) {
 	const budget = 32 * mib
 	var rl unix.Rlimit
@@ -185,8 +185,11 @@ func TestUnlockedWithoutCapability(t *testing.T) {
 		if err := p.Close(); err != nil {
 			t.Error(err)
 		}
+		// LockRequired past RLIMIT_MEMLOCK is refused before anything is
+		// mapped (CheckHost).
 		_, err = New(Options{BudgetBytes: budget, Lock: LockRequired})
-		if !errors.Is(err, unix.ENOMEM) || !strings.Contains(err.Error(), "(Lock is LockRequired)") {
+		var he *HostError
+		if !errors.As(err, &he) || he.LockLimitBytes != 8*mib || !strings.Contains(err.Error(), "must be locked (LockRequired)") {
 			t.Errorf("LockRequired without the capability: %v", err)
 		}
 	}()

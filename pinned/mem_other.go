@@ -36,3 +36,5 @@ func hasIPCLock() bool { return false }
 func thpMode() string { return "n/a (not Linux)" }
 
 func sysHugePageBytes([][]byte) (int64, error) { return 0, errNotLinux }
+
+func lockLimit() (int64, bool) { return 0, false }

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
 )
 
@@ -106,11 +107,19 @@ type Pool struct {
 	registrars  []Registrar
 }
 
-// New maps the whole budget as arenas, requests huge pages, faults every page
+// meminfoPath is where New reads MemAvailable (tests point it at a file of
+// their own).
+var meminfoPath = hostmem.MeminfoPath
+
+// New checks that the host can give the budget (CheckHost: nothing is
+// mapped otherwise), maps the whole budget as arenas, requests huge pages, faults every page
 // in once and locks the arenas when allowed (see Options.Lock).
 func New(o Options) (*Pool, error) {
 	o = o.withDefaults()
 	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := CheckHost(o.BudgetBytes, o.Lock, meminfoPath); err != nil {
 		return nil, err
 	}
 	p := &Pool{

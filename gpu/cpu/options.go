@@ -2,13 +2,10 @@ package cpu
 
 import (
 	"fmt"
-	"math"
-	"os"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
 )
 
@@ -111,7 +108,7 @@ func Devices(ds []*Device) []gpu.Device {
 }
 
 // meminfoPath is where the kernel reports the host's available memory.
-const meminfoPath = "/proc/meminfo"
+const meminfoPath = hostmem.MeminfoPath
 
 // CheckHostRAM refuses devices × hbmBytes (what the CPU backend's devices
 // may allocate, all of it host RAM) above the host's MemAvailable, with an
@@ -124,7 +121,7 @@ func CheckHostRAM(devices int, hbmBytes int64) error {
 }
 
 func checkHostRAM(devices int, hbmBytes int64, meminfo string) error {
-	avail, ok := memAvailable(meminfo)
+	avail, ok := hostmem.Available(meminfo)
 	if !ok {
 		return nil
 	}
@@ -138,23 +135,4 @@ func checkHostRAM(devices int, hbmBytes int64, meminfo string) error {
 	}
 	return fmt.Errorf("cpu: %d devices × hbm_bytes %s = %s, but the host has %s available (MemAvailable in %s), and the CPU backend's devices live in host RAM: lower strata.hbm_bytes to at most %s per device, or use fewer devices",
 		devices, units.FormatBytes(hbmBytes), want, units.FormatBytes(avail), meminfo, units.FormatBytes(avail/int64(devices)))
-}
-
-// memAvailable reads MemAvailable (bytes) from a meminfo file.
-func memAvailable(path string) (int64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) >= 2 && f[0] == "MemAvailable:" {
-			kib, err := strconv.ParseInt(f[1], 10, 64)
-			if err != nil || kib < 0 || kib > math.MaxInt64/1024 {
-				return 0, false
-			}
-			return kib * 1024, true
-		}
-	}
-	return 0, false
 }
