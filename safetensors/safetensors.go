@@ -179,6 +179,9 @@ type rawTensor struct {
 // against a byte buffer of dataBytes bytes.
 func ParseHeader(hdr []byte, dataBytes int64) (*Header, error) {
 	h := &Header{HeaderBytes: int64(len(hdr)), DataBytes: dataBytes}
+	if dataBytes < 0 {
+		return nil, formatErr("data of %d bytes: a buffer cannot be shorter than nothing", dataBytes)
+	}
 	if len(hdr) == 0 || hdr[0] != '{' {
 		return nil, formatErr("header does not start with '{'")
 	}
