@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/config"
 )
@@ -49,26 +50,44 @@ func FuzzParse(f *testing.F) {
 		if len(b) > 1<<16 {
 			return
 		}
-		c, err := config.Parse(b, "f.json", opts)
-		c2, err2 := config.Parse(b, "f.json", opts)
-		if err != nil {
-			if c != nil || !strings.HasPrefix(err.Error(), "config: ") && !strings.Contains(err.Error(), "problems:") {
-				t.Fatalf("error %q with a config %v", err, c)
-			}
-			if err2 == nil || err2.Error() != err.Error() {
-				t.Fatalf("parsed twice: %v, then %v", err, err2)
-			}
-			return
-		}
-		if err2 != nil || !bytes.Equal(c.JSON(), c2.JSON()) {
-			t.Fatalf("parsed twice: %s, then %s, %v", c.JSON(), c2.JSON(), err2)
-		}
-		back, err := config.Parse(c.JSON(), "printed.json", opts)
-		if err != nil {
-			t.Fatalf("the print of an accepted config is refused: %v\n%s", err, c.JSON())
-		}
-		if !bytes.Equal(back.JSON(), c.JSON()) {
-			t.Fatalf("printed twice:\n%s\n%s", c.JSON(), back.JSON())
+		// Bounded time: a hang is a failure (the fuzzer itself waits).
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			checkParse(t, b, opts)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Parse (or its print and reparse) has not returned after 10 s")
 		}
 	})
+}
+
+// checkParse is FuzzParse's check of one input (t.Errorf only: it runs on
+// its own goroutine).
+func checkParse(t *testing.T, b []byte, opts config.Options) {
+	c, err := config.Parse(b, "f.json", opts)
+	c2, err2 := config.Parse(b, "f.json", opts)
+	if err != nil {
+		if c != nil || !strings.HasPrefix(err.Error(), "config: ") && !strings.Contains(err.Error(), "problems:") {
+			t.Errorf("error %q with a config %v", err, c)
+		}
+		if err2 == nil || err2.Error() != err.Error() {
+			t.Errorf("parsed twice: %v, then %v", err, err2)
+		}
+		return
+	}
+	if err2 != nil || !bytes.Equal(c.JSON(), c2.JSON()) {
+		t.Errorf("parsed twice: %s, then %s, %v", c.JSON(), c2.JSON(), err2)
+		return
+	}
+	back, err := config.Parse(c.JSON(), "printed.json", opts)
+	if err != nil {
+		t.Errorf("the print of an accepted config is refused: %v\n%s", err, c.JSON())
+		return
+	}
+	if !bytes.Equal(back.JSON(), c.JSON()) {
+		t.Errorf("printed twice:\n%s\n%s", c.JSON(), back.JSON())
+	}
 }

@@ -459,8 +459,15 @@ type File struct {
 	f      *os.File
 }
 
-// Open opens path and validates its header.
+// Open opens path and validates its header. A path that is not a regular
+// file (a FIFO, whose open would wait for a writer; a device) is refused
+// before it is opened.
 func Open(path string) (*File, error) {
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("safetensors: %s is not a regular file (%s)", path, fi.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
@@ -469,6 +476,10 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	if !fi.Mode().IsRegular() { // replaced between the two
+		f.Close()
+		return nil, fmt.Errorf("safetensors: %s is not a regular file (%s)", path, fi.Mode().Type())
 	}
 	h, err := ReadHeader(f, fi.Size())
 	if err != nil {
