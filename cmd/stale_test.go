@@ -77,3 +77,32 @@ func TestExportRemovesStaleTemp(t *testing.T) {
 		t.Errorf("left: %v", left)
 	}
 }
+
+// TestTrainOutRemovesStaleWeights: a run killed while writing --out's
+// model.safetensors left .model.safetensors.tmp-PID-*; the run that
+// resumes into the directory removes it when it writes the weights.
+func TestTrainOutRemovesStaleWeights(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("flock and pids: Linux")
+	}
+	cfg := tinyConfig(t)
+	dir := t.TempDir()
+	if _, stderr, err := runApp(t, trainArgs(cfg, "--steps", "2", "--out", dir, "--save-every", "2")...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	gone := exec.Command(os.Args[0], "-test.run=^$")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(dir, ".model.safetensors.tmp-"+strconv.Itoa(gone.Process.Pid)+"-7")
+	if err := os.WriteFile(stale, []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err := runApp(t, trainArgs(cfg, "--steps", "4", "--resume", dir, "--out", dir)...)
+	if err != nil || !strings.Contains(stdout, "note: removed "+stale) {
+		t.Fatalf("resumed run: %v, stdout %q, stderr %q; want a note that %s was removed", err, stdout, stderr, stale)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("%s: %v", stale, err)
+	}
+}
