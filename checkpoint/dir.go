@@ -465,7 +465,10 @@ func prune(dir, latest string, opts *Options) error {
 // checkpoint (a save or a removal cut short) is refused, naming the newest
 // complete one to resume from instead.
 func Resolve(path string) (string, error) {
-	if _, err := os.Stat(filepath.Join(path, ManifestName)); err == nil {
+	if fi, err := os.Stat(filepath.Join(path, ManifestName)); err == nil {
+		if !fi.Mode().IsRegular() { // a FIFO's read would wait for a writer
+			return "", fmt.Errorf("checkpoint: %s is not a regular file (%s)", filepath.Join(path, ManifestName), fi.Mode().Type())
+		}
 		return path, nil
 	}
 	b, err := os.ReadFile(filepath.Join(path, latestName))
@@ -507,6 +510,11 @@ func newestHint(dir string) string {
 // readManifestFile reads and checks dir/manifest.json.
 func readManifestFile(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestName)
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() { // a FIFO's read would wait for a writer
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err

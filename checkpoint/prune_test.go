@@ -3,9 +3,12 @@ package checkpoint
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPruneRemovesIncomplete: what a removal cut short leaves (a power
@@ -76,5 +79,50 @@ func TestPruneRemovesIncomplete(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "step-00000009")); err != nil {
 		t.Errorf("the incomplete latest: %v", err)
+	}
+}
+
+// TestManifestFIFO: a manifest.json that is a FIFO makes its directory
+// incomplete, read by nobody (List, Resolve and a save's pruning would
+// otherwise wait for a writer forever), and the next save removes it.
+func TestManifestFIFO(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("mkfifo: Linux")
+	}
+	dir := t.TempDir()
+	st := filledState(t, 1, 2048, 1)
+	st.Step = 1
+	if err := Save(dir, st); err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(dir, "step-00000005")
+	if err := os.Mkdir(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(bad, ManifestName), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ls, err := List(dir)
+		if err != nil || len(ls.Incomplete) != 1 || !strings.Contains(ls.Incomplete[0], "not a regular file") {
+			t.Errorf("list: %+v, %v", ls, err)
+		}
+		if _, err := Resolve(bad); err == nil {
+			t.Errorf("resolve of %s: no error", bad)
+		}
+		st.Step = 2
+		if err := Save(dir, st); err != nil {
+			t.Error(err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a FIFO manifest was opened")
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("%s after the next save: %v", bad, err)
 	}
 }

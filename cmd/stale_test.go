@@ -12,9 +12,9 @@ import (
 	"time"
 )
 
-// TestInspectRefusesFIFO: inspect of a FIFO (or a device) says what it is
-// in one line, without opening it (an open for reading would wait for a
-// writer forever).
+// TestInspectRefusesFIFO: inspect of a FIFO (or a device, or a checkpoint
+// whose manifest.json is a FIFO) says what it is in one line, without
+// opening it (an open for reading would wait for a writer forever).
 func TestInspectRefusesFIFO(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("mkfifo: Linux")
@@ -23,7 +23,14 @@ func TestInspectRefusesFIFO(t *testing.T) {
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range []string{fifo, "/dev/zero"} {
+	ck := filepath.Join(t.TempDir(), "step-00000001")
+	if err := os.Mkdir(ck, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(ck, "manifest.json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{fifo, "/dev/zero", ck, filepath.Join(ck, "manifest.json")} {
 		done := make(chan error, 1)
 		go func() { _, _, err := run(t, "inspect", path); done <- err }()
 		select {
