@@ -386,9 +386,14 @@ func incomplete(dir string) (*Manifest, string) {
 
 // prune removes leftovers of crashed saves and removals, and all but the
 // keep newest checkpoints of opts.RunID's run, never latest; another
-// run's checkpoints and incomplete directories are left alone. A
-// checkpoint is renamed to .tmp-prune-NAME before it is removed, so that a
-// removal cut short leaves no directory that looks like a checkpoint.
+// run's checkpoints are left alone. A checkpoint is renamed to
+// .tmp-prune-NAME, and the rename made durable, before it is removed, so
+// that a removal cut short leaves no directory that looks like a
+// checkpoint. An incomplete directory named like one (an empty or partly
+// removed step-NNNNNNNN: a removal cut short before that order, a crash)
+// is removed the same way when nothing can claim it: it has no manifest,
+// or its manifest is this run's; never latest, and never another run's
+// with its manifest.
 func prune(dir, latest string, opts *Options) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -404,6 +409,36 @@ func prune(dir, latest string, opts *Options) error {
 	if err != nil {
 		return err
 	}
+	drop := func(name string) error {
+		if err := opts.at("prune " + name); err != nil {
+			return err
+		}
+		gone := filepath.Join(dir, tmpPrefix+"prune-"+name)
+		if err := os.Rename(filepath.Join(dir, name), gone); err != nil {
+			errs = append(errs, err)
+			return nil
+		}
+		// The rename reaches the disk before the unlinks do.
+		errs = append(errs, durable.SyncDir(dir))
+		if err := opts.at("remove " + filepath.Base(gone)); err != nil {
+			return err
+		}
+		errs = append(errs, os.RemoveAll(gone))
+		return nil
+	}
+	for _, in := range ls.Incomplete {
+		name, _, _ := strings.Cut(in, " ") // "NAME (why)"
+		if name == latest || name == ls.Latest {
+			continue
+		}
+		m, why := incomplete(filepath.Join(dir, name))
+		if why == "" || m != nil && m.Run != opts.RunID {
+			continue
+		}
+		if err := drop(name); err != nil {
+			return err
+		}
+	}
 	kept := 1 // latest
 	for i := len(ls.Complete) - 1; i >= 0; i-- {
 		c := ls.Complete[i]
@@ -414,18 +449,9 @@ func prune(dir, latest string, opts *Options) error {
 			kept++
 			continue
 		}
-		if err := opts.at("prune " + c.Name); err != nil {
+		if err := drop(c.Name); err != nil {
 			return err
 		}
-		gone := filepath.Join(dir, tmpPrefix+"prune-"+c.Name)
-		if err := os.Rename(filepath.Join(dir, c.Name), gone); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if err := opts.at("remove " + filepath.Base(gone)); err != nil {
-			return err
-		}
-		errs = append(errs, os.RemoveAll(gone))
 	}
 	errs = append(errs, durable.SyncDir(dir))
 	if err := errors.Join(errs...); err != nil {
@@ -439,7 +465,10 @@ func prune(dir, latest string, opts *Options) error {
 // checkpoint (a save or a removal cut short) is refused, naming the newest
 // complete one to resume from instead.
 func Resolve(path string) (string, error) {
-	if _, err := os.Stat(filepath.Join(path, ManifestName)); err == nil {
+	if fi, err := os.Stat(filepath.Join(path, ManifestName)); err == nil {
+		if !fi.Mode().IsRegular() { // a FIFO's read would wait for a writer
+			return "", fmt.Errorf("checkpoint: %s is not a regular file (%s)", filepath.Join(path, ManifestName), fi.Mode().Type())
+		}
 		return path, nil
 	}
 	b, err := os.ReadFile(filepath.Join(path, latestName))
@@ -481,6 +510,11 @@ func newestHint(dir string) string {
 // readManifestFile reads and checks dir/manifest.json.
 func readManifestFile(dir string) (*Manifest, error) {
 	path := filepath.Join(dir, ManifestName)
+	if fi, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if !fi.Mode().IsRegular() { // a FIFO's read would wait for a writer
+		return nil, fmt.Errorf("%s is not a regular file (%s)", path, fi.Mode().Type())
+	}
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -623,7 +657,8 @@ type Listing struct {
 	Complete []Checkpoint // complete checkpoint directories, oldest first, with their step and run
 	// Incomplete are the directories named like checkpoints that are not
 	// complete (a save or a removal cut short), "NAME (why)"; they are
-	// ignored: never loaded, pruned or counted.
+	// never loaded or counted, and the next save removes those without a
+	// manifest or with the saving run's (never latest).
 	Incomplete []string
 }
 

@@ -25,8 +25,9 @@
 // (Options.RunID, recorded in each manifest): several runs' checkpoints can
 // share a directory without one pruning the other's. A directory named
 // like a checkpoint without a readable manifest or with a rank file of the
-// wrong size is incomplete: List reports it (Listing.Incomplete) and
-// nothing loads, counts or prunes it. Rewind makes an older checkpoint
+// wrong size is incomplete: List reports it (Listing.Incomplete), nothing
+// loads or counts it, and the next save removes it when it has no
+// manifest or the saving run's (never the one latest names). Rewind makes an older checkpoint
 // latest again for a run resumed from it, setting the run's later ones
 // aside (renamed aside-NAME, kept). Load verifies every file's size and CRC-32C before
 // parsing it and names the file that fails; LoadFor also refuses a

@@ -3,6 +3,7 @@ package cmd
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -10,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/internal/units"
 )
 
@@ -75,6 +77,14 @@ func runExport(c *cli.Context) error {
 		opts.Names = hf.NamesHF
 	default:
 		return usagef("export: --names %q (want strata or hf)", n)
+	}
+	// A killed export to dst left .DST.tmp-PID-*: removed when provably dead.
+	stale, err := durable.RemoveStale(filepath.Dir(filepath.Clean(dst)), filepath.Base(filepath.Clean(dst)))
+	for _, n := range stale {
+		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
+	}
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
 	}
 	st, err := checkpoint.ExportCheckpoint(dst, dir, opts)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -42,6 +43,11 @@ func inspectCommand() *cli.Command {
 			fi, err := os.Stat(path)
 			if err != nil {
 				return fmt.Errorf("inspect: %w", err)
+			}
+			// A FIFO's open would wait for a writer, a device's read
+			// never end: the mode decides before anything is opened.
+			if !fi.IsDir() && !fi.Mode().IsRegular() {
+				return fmt.Errorf("inspect: %s is %s, not a regular file: inspect reads a .safetensors file or a checkpoint", path, fileKind(fi.Mode()))
 			}
 			if fi.IsDir() || filepath.Base(path) == checkpoint.ManifestName {
 				return inspectCheckpoint(c.App.Writer, path, c.Bool("json"), !c.Bool("no-verify"))
@@ -263,4 +269,19 @@ func inspectJSON(w io.Writer, v any) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
+}
+
+// fileKind names a file's type: "a FIFO (named pipe)", "a device", ...
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO (named pipe)"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file (" + m.Type().String() + ")"
 }

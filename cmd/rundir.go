@@ -199,7 +199,7 @@ func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.
 	}
 	ck := filepath.Join(rd.path, "checkpoints")
 	if ls, err := checkpoint.List(ck); err == nil && len(ls.Incomplete) > 0 {
-		fmt.Fprintf(stderr, "note: %s: ignored incomplete checkpoint directories (a save or a removal cut short; remove them): %s\n",
+		fmt.Fprintf(stderr, "note: %s: ignored incomplete checkpoint directories (a save or a removal cut short; this run's next save removes those without a manifest or of this run): %s\n",
 			ck, strings.Join(ls.Incomplete, ", "))
 	}
 	if rd.continues {

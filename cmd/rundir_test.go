@@ -289,7 +289,8 @@ func TestSignals(t *testing.T) {
 // TestIncompleteCheckpointIgnored: an empty step-00000040 (what a kill
 // during pruning left before pruning renamed first) and a step directory
 // whose rank file is missing do not stop a resume, latest or explicit:
-// they are ignored and reported.
+// they are ignored and reported, and the resumed run's first save removes
+// them.
 func TestIncompleteCheckpointIgnored(t *testing.T) {
 	cfg := tinyConfig(t)
 	dir := t.TempDir()
@@ -310,6 +311,12 @@ func TestIncompleteCheckpointIgnored(t *testing.T) {
 			t.Errorf("stderr lacks %q:\n%s", w, stderr)
 		}
 	}
+	for _, name := range []string{"step-00000030", "step-00000040"} {
+		if _, err := os.Stat(filepath.Join(ck, name)); !os.IsNotExist(err) {
+			t.Errorf("%s after the resumed run's saves: %v, want it removed", name, err)
+		}
+	}
+	os.Mkdir(filepath.Join(ck, "step-00000040"), 0o755)
 	_, stderr, err = runApp(t, trainArgs(cfg, "--steps", "6", "--resume", filepath.Join(ck, "step-00000004"), "--out", dir)...)
 	if err != nil || !strings.Contains(stderr, "resumed from step 4") || !strings.Contains(stderr, "moved back to step-00000004") {
 		t.Errorf("resume from an explicit older checkpoint: %v\n%s", err, stderr)

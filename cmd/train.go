@@ -23,6 +23,7 @@ import (
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/hf"
+	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -827,7 +828,15 @@ func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.
 		return fmt.Errorf("train: %w", err)
 	}
 	path := filepath.Join(dir, "model.safetensors")
-	err := hf.ExportStream(path, e.Layout(), hf.ExportOptions{Step: e.StepCount()}, func(w *hf.ExportWriter) error {
+	// A run killed while writing it left .model.safetensors.tmp-PID-*.
+	stale, err := durable.RemoveStale(dir, "model.safetensors")
+	for _, n := range stale {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	if err != nil {
+		return fmt.Errorf("train: --out: %w", err)
+	}
+	err = hf.ExportStream(path, e.Layout(), hf.ExportOptions{Step: e.StepCount()}, func(w *hf.ExportWriter) error {
 		return e.MasterChunks(w.F32)
 	})
 	if err != nil {

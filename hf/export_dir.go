@@ -85,7 +85,7 @@ type DirExport struct {
 	Files      []string // the weight files, in order
 	TotalBytes int64    // the tensors' bytes (the index's total_size)
 	Tokenizer  []string // files copied from the source
-	Notes      []string // what of the source could not be used
+	Notes      []string // what of the source could not be used; stale temporaries removed
 }
 
 // hfShard is one weight file: tensors fts[first:end].
@@ -129,7 +129,8 @@ func planShards(sizes []int64, maxBytes int64) []hfShard {
 // ExportStream's (one tensor in the file's dtype and a 1 MiB write buffer)
 // besides what produce holds. Everything is written into a temporary
 // directory beside dir, each file fsynced, then renamed to dir: a failure
-// leaves no dir.
+// leaves no dir. The temporary directory is .DIR.tmp-PID-*, flocked while
+// it is written; one that a killed export left is removed (a Note says so).
 func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w *ExportWriter) error) (*DirExport, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
@@ -154,13 +155,29 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 	if err != nil {
 		return nil, err
 	}
-	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(dir)), "."+filepath.Base(filepath.Clean(dir))+".tmp-*")
+	// A killed export's temporary directory (its pid gone, its lock free)
+	// is removed, with a note; a live export's is left alone.
+	parent, name := filepath.Dir(filepath.Clean(dir)), filepath.Base(filepath.Clean(dir))
+	stale, err := durable.RemoveStale(parent, name)
+	out.Notes = append(out.Notes, stale...)
 	if err != nil {
 		return nil, fmt.Errorf("hf: export: %w", err)
+	}
+	tmp, err := os.MkdirTemp(parent, durable.TempPattern(name))
+	if err != nil {
+		return nil, fmt.Errorf("hf: export: %w", err)
+	}
+	lock, err := os.Open(tmp)
+	if err == nil {
+		defer lock.Close() // the lock goes with it, after the rename
+		err = durable.LockTemp(lock)
 	}
 	fail := func(err error) (*DirExport, error) {
 		os.RemoveAll(tmp)
 		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
+	}
+	if err != nil {
+		return fail(err)
 	}
 	if err := durable.Create(filepath.Join(tmp, ConfigName), cfg); err != nil {
 		return fail(err)

@@ -179,6 +179,9 @@ type rawTensor struct {
 // against a byte buffer of dataBytes bytes.
 func ParseHeader(hdr []byte, dataBytes int64) (*Header, error) {
 	h := &Header{HeaderBytes: int64(len(hdr)), DataBytes: dataBytes}
+	if dataBytes < 0 {
+		return nil, formatErr("data of %d bytes: a buffer cannot be shorter than nothing", dataBytes)
+	}
 	if len(hdr) == 0 || hdr[0] != '{' {
 		return nil, formatErr("header does not start with '{'")
 	}
@@ -456,8 +459,15 @@ type File struct {
 	f      *os.File
 }
 
-// Open opens path and validates its header.
+// Open opens path and validates its header. A path that is not a regular
+// file (a FIFO, whose open would wait for a writer; a device) is refused
+// before it is opened.
 func Open(path string) (*File, error) {
+	if fi, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("safetensors: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("safetensors: %s is not a regular file (%s)", path, fi.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
@@ -466,6 +476,10 @@ func Open(path string) (*File, error) {
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("safetensors: %w", err)
+	}
+	if !fi.Mode().IsRegular() { // replaced between the two
+		f.Close()
+		return nil, fmt.Errorf("safetensors: %s is not a regular file (%s)", path, fi.Mode().Type())
 	}
 	h, err := ReadHeader(f, fi.Size())
 	if err != nil {

@@ -234,25 +234,41 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 // buildVocab fills the id tables from tokenizer.json's vocab (tokens in
 // the byte-level alphabet).
 func (t *Tokenizer) buildVocab(vocab map[string]int64) error {
+	// The errors name the least offending token, whatever the map's order:
+	// the same file gives the same message (FuzzParse).
 	maxID := int64(-1)
+	bad, badID := "", int64(0)
 	for tok, id := range vocab {
-		if id < 0 || id >= maxTokenID {
-			return fmt.Errorf("model.vocab[%q]: id %d out of range [0, %d)", tok, id, maxTokenID)
+		if (id < 0 || id >= maxTokenID) && (badID == 0 || tok < bad) {
+			bad, badID = tok, id
 		}
 		maxID = max(maxID, id)
+	}
+	if badID != 0 {
+		return fmt.Errorf("model.vocab[%q]: id %d out of range [0, %d)", bad, badID, maxTokenID)
 	}
 	t.grow(int(maxID) + 1)
 	t.vocab = make(map[string]int32, len(vocab))
 	byID := make([]string, maxID+1)
+	dup := [2]string{}
+	dupID := int64(-1)
 	for tok, id := range vocab {
 		if t.known[id] {
-			return fmt.Errorf("model.vocab: %q and %q both have id %d", byID[id], tok, id)
+			a, b := min(byID[id], tok), max(byID[id], tok)
+			if dupID < 0 || a < dup[0] || a == dup[0] && b < dup[1] {
+				dup, dupID = [2]string{a, b}, id
+			}
+			byID[id] = a // so the least pair is found whatever the order
+			continue
 		}
 		raw, ok := unmapByteLevel(tok)
 		if ok {
 			t.vocab[raw] = int32(id)
 		}
 		t.pieces[id], t.known[id], byID[id] = raw, true, tok
+	}
+	if dupID >= 0 {
+		return fmt.Errorf("model.vocab: %q and %q both have id %d", dup[0], dup[1], dupID)
 	}
 	for b := 0; b < 256; b++ {
 		id, ok := t.vocab[string([]byte{byte(b)})]

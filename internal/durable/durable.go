@@ -19,14 +19,21 @@ import (
 
 // WriteFile writes path atomically from fill, through a buffer of bufBytes:
 // a temporary file in the same directory, fsync, rename, fsync of the
-// directory. On an error the temporary file is removed.
+// directory. On an error the temporary file is removed. The temporary
+// is .NAME.tmp-PID-* (TempPattern), flocked while it is written, so that
+// RemoveStale can prove one a killed writer left dead.
 func WriteFile(path string, bufBytes int, fill func(io.Writer) error) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	f, err := os.CreateTemp(dir, TempPattern(filepath.Base(path)))
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
+	if err := LockTemp(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
 	fail := func(err error) error {
 		f.Close()
 		os.Remove(tmp)
