@@ -162,14 +162,8 @@ type hostJob struct {
 	release bool
 }
 
-// hostWindow is how many chunks' state the rank leases ahead of cpuadam:
-// every chunk when nothing the optimizer leases leaves host RAM (each
-// lease is a hit and needs no room), else one less than the host
-// budget's staging room holds (HostStagingBytes: TierReadAhead chunks of
-// master, m and v with the optimizer state on NVMe, TierReadAhead+1
-// param shards with only the params there): the chunk left is the
-// planner's read-ahead, so chunk c+w's state is on its way while chunk c
-// updates and is in host memory when the rank leases it.
+// hostWindow is how many chunks' state the rank leases ahead of cpuadam
+// (tiers.window): chunk c+w's state is on its way while chunk c updates.
 func (r *rank) hostWindow() int { return r.e.tiers.window }
 
 // updateExact starts the host update of ap.Step (the run is pending,
@@ -391,7 +385,7 @@ func (r *rank) flushNow(c int) {
 		r.leaseAhead(run, len(run.lent)+1) // a failure is run.errs[c]'s
 	}
 	<-run.ready[c]
-	r.uploadChunk(c, run.errs[c] == nil)
+	r.e.chunks[c].path.publishHost(r, c, run.errs[c] == nil) // not updated: keep the old params
 	if i := run.leasedAt(c); i >= 0 {
 		// The next chunk's state: its reads overlap this chunk's
 		// forward, its update the next ones'.
@@ -412,15 +406,6 @@ func (r *rank) updateReady(c int) bool {
 	default:
 		return false
 	}
-}
-
-// uploadChunk enqueues the copy of chunk c's new param shard from its
-// upload staging to the device (up), then the AllGather of the updated
-// slices (stages 1-2, persistent chunks; cs, after the upload), and
-// paramReady[c] after the last of them. With offload_param the new param
-// is in its host copy in the store: nothing.
-func (r *rank) uploadChunk(c int, updated bool) {
-	r.e.chunks[c].path.publishHost(r, c, updated)
 }
 
 // waitHost waits until the pending update's goroutine has run every chunk

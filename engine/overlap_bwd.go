@@ -7,29 +7,10 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 )
 
-// The host update during the backward (strata.update_in_backward, overlap
-// exact, gradient_clipping 0 or absent, optimizer state in host RAM; off by
-// default for the undo copy below): without clipping a chunk's
-// update does not depend on the global norm, so cpuadam can run on chunk c
-// as soon as its reduced gradient is in host memory, while the backward
-// goes on with the chunks before it. The guarantee that a NaN or Inf loss
-// or gradient anywhere in the step updates nothing is kept by undoing:
-// before cpuadam writes chunk c's master, m and v, the rank copies them
-// (undo, host memory the size of the rank's optimizer state, allocated at
-// the first use), and it keeps the chunk's leases until the step's
-// verdict. A finite step gives the leases back (a release job, after every
-// update of the backward); a failed one (a hook's error, a non-finite loss
-// or norm) waits for the updates of the backward, copies master, m and v
-// back, and drops the run: the new params were only written into the
-// upload staging, which nothing uploads. Chunks whose new param is a
-// tier-store state (offload_param) are updated after the backward, as
-// without this (undoing them would need their param copies too).
-//
-// Determinism: the rank hands chunk c over in reduced(c), at a point fixed
-// by Model.AccessOrder; its leases are declared there, so each rank's
-// access trace still repeats exactly; no collective is added. The bits are
-// those of the update after the norm: the same cpuadam call (GradScale 1
-// without clipping) on the same bytes.
+// The host update during the backward (strata.update_in_backward): its
+// rules, the undo copy that keeps a non-finite step from updating
+// anything, and why it stays deterministic are in docs/DESIGN.md ("The
+// host optimizer's schedules").
 
 // noteBwd tells the user once what the update during the backward costs,
 // or why strata.update_in_backward does nothing.

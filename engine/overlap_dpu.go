@@ -7,34 +7,9 @@ import (
 	"github.com/strata-ai/strata/shard"
 )
 
-// The delayed parameter update (strata.overlap "dpu", the ZeRO-Offload
-// paper's DPU): after strata.dpu_warmup_steps exact steps, the host update
-// of step t is not read by step t+1's forward: the pass of step t+1 runs
-// on the params step t read, updated with step t-1's gradient (the
-// devices' copy is not touched), while the
-// host runs cpuadam on step t's gradient; the end of step t+1's pass
-// (finishRun, in the same order on every rank) uploads the new params,
-// before step t+1's own update starts. The rank's goroutine still waits
-// for the update to end before it writes the gradient's host copy again
-// (waitHost), so cpuadam overlaps the forward and the backward up to the
-// first reduced chunk. It starts once the pass's compute is under way
-// (beginDelayed), not at the step's end nor at the pass's first Acquire,
-// where the devices are idle. With offload_param the new param is a
-// tier-store state the pass reads: cpuadam writes it into the staging
-// instead (as for the params the devices hold), and the end of the pass
-// copies it into the store (storeDelayed, a write access at a point the
-// access order fixes; the staging costs 2 bytes a param of host memory
-// beyond the budget, Summary.HostStagingBytes). Not with clipping during
-// the backward (dpu updates after the norm).
-//
-// Checkpoints: a checkpoint of step t holds what an uninterrupted run
-// holds at that point: the devices' params (those of step t-1, which step
-// t+1's pass reads) and master, m and v after step t's update (settle
-// waits for cpuadam but uploads nothing). The pending part is the upload
-// of the new params, and those are master rounded to the params' dtype
-// (cpuadam writes exactly that), so a restored engine rebuilds it from the
-// master weights (pendingFromMaster): resume is bit-identical to the run
-// it was saved from, with no gradient in the checkpoint.
+// The delayed parameter update (strata.overlap "dpu"): its rules, its
+// checkpoints and why resume stays bit-identical are in docs/DESIGN.md
+// ("The host optimizer's schedules").
 
 // dpuStartFlush is the flushChunk call of the next pass at which a delayed
 // update's cpuadam is let go: the third, which comes once the pass has

@@ -18,49 +18,22 @@ import (
 	"github.com/strata-ai/strata/tier"
 )
 
-// tiers is where the host optimizer's model state lives, ZeRO-Offload
-// (offload_optimizer cpu) and ZeRO-Infinity (stage 3 with offload_param, or
-// offload_optimizer nvme) alike, and the saved block inputs of
-// cpu_checkpointing (inputs.go; with the optimizer on the device they are
-// all the store holds): one tier.Store for all ranks, executing
-// the moves of one prefetch.Planner per rank (each rank's accesses are a
-// deterministic sequence, so each rank's trace repeats exactly), the NVMe
-// swap, the pinned pool the store's host copies come from, and the pinned
-// staging of the parameter uploads.
-//
-// States in the store, per (chunk, rank), the rank's share of the chunk
-// (its shard; stage 0 would be the whole chunk, but the host optimizer
-// needs stage 1 or more):
-//
-//   - master, adam_m, adam_v (f32): home host, or NVMe with
-//     offload_optimizer nvme (host up to strata.host_budget, master first,
-//     the rest on NVMe);
-//   - grad, the reduced gradient (the device's dtype): home host, or NVMe
-//     where the host budget is full (placed before master/m/v). It is
-//     copied there once in backward (a Write access); with the optimizer
-//     state on NVMe the device holds it only until that copy completes;
-//   - param (bf16), the shard of every sharded chunk under offload_param
-//     (home in its tier);
-//   - activation, with cpu_checkpointing, per checkpointed block (keyed by
-//     its chunk) and rank: the block's input of the last forward (B·T·C of
-//     the activation dtype), home host, read back into HBM for the block's
-//     backward.
-//
-// With offload_optimizer cpu and no offload_param every state is homed in
-// host RAM and never evicted (there is no NVMe tier and the planners'
-// host budget holds every home): the planners see every access hit.
-//
-// Staging: the new bf16 params of the chunks whose param the device holds
-// (all but offload_param's shards) are written by cpuadam into a pinned
-// upload buffer per (chunk, rank) and copied to the device from there. They
-// are not model state but the optimizer's output on its way up, so they
-// are a plain pinned area outside the store and outside strata.host_budget
-// (Summary.HostStagingBytes), with their own pool.
+// tiers is where the host optimizer's model state lives (ZeRO-Offload and
+// ZeRO-Infinity alike), and the saved block inputs of cpu_checkpointing:
+// one tier.Store for all ranks, the moves of one prefetch.Planner per rank
+// (each rank's trace repeats exactly), the NVMe swap, the pinned pool of
+// the store's host copies, and the pinned staging of the parameter uploads
+// (the optimizer's output on its way up: not model state, outside the
+// store and strata.host_budget, Summary.HostStagingBytes). Which states it
+// holds and where each is homed, per offload setting: docs/DESIGN.md ("By
+// offload setting", "Budgets per tier").
 type tiers struct {
 	e                  *Engine
 	paramTier, optTier shard.Tier
-	// window is how many chunks' state a rank leases ahead of cpuadam
-	// (rank.hostWindow).
+	// window is how many chunks' state a rank leases ahead of cpuadam:
+	// every chunk when nothing leaves host RAM, else one less than the
+	// host budget's staging room holds (estimate.HostStagingBytes), the
+	// chunk left being the planner's read-ahead.
 	window  int
 	static  bool // no model state ever leaves its home (isStatic)
 	pool    *pinned.Pool
@@ -86,10 +59,7 @@ type tiers struct {
 	peakHBMByDevice       []int64  // run-wide, per device
 	last                  tierSnap // at the end of the last step (or New)
 
-	// The link bandwidths measured so far (EWMA of bytes/busy time, 0:
-	// not measured yet) and the bytes each measurement rests on.
-	bwMeasured [shard.LinkCount]float64
-	bwBytes    [shard.LinkCount]int64
+	bw prefetch.BandwidthMeter // the link bandwidths measured so far
 
 	// nvmeRead and nvmeWritten [chunk][state] are the bytes the runners'
 	// moves from and to NVMe put on links, all ranks (both hops of a
@@ -310,6 +280,7 @@ func (t *tiers) open(poolBytes int64) error {
 func (t *tiers) startPlanners() error {
 	e := t.e
 	t.popts = prefetch.Options{BandwidthBytesPerSec: e.opts.LinkBandwidth, Slack: e.opts.PrefetchSlack, WriteBehindDepth: tierWriteBehindDepth}
+	t.bw.Base = e.opts.LinkBandwidth
 	t.popts.BudgetBytes[shard.HBM] = max(t.hbmBudget, 1)
 	t.popts.BudgetBytes[shard.Host] = t.planHostBudget
 	for r := range e.n {
@@ -757,50 +728,16 @@ func (t *tiers) since(a tierSnap) TierStats {
 	return ts
 }
 
-// Link bandwidth measurement: a link's step counts as a sample when it
-// moved at least bwSampleBytes; the planner keeps Options.LinkBandwidth for
-// a link until its samples add up to bwTrustBytes. The planner gets
-// bwSafety times the EWMA (weight bwWeight for the newest sample), clamped
-// to [1/bwClamp, bwClamp] times Options.LinkBandwidth: a lower bandwidth
-// than the truth only makes transfers start earlier (more memory held),
-// a higher one makes them late. Busy time is per hop and hops overlap (the
-// NVMe queue, several copies), so bytes/busy is at most the link's rate:
-// conservative for the planner, which serves one transfer at a time.
-const (
-	bwSampleBytes = 1 << 20
-	bwTrustBytes  = 4 << 20
-	bwSafety      = 0.7
-	bwWeight      = 0.5
-	bwClamp       = 8
-)
-
 // measureBandwidth folds the links' traffic between two snapshots of the
-// store into the measured bandwidths and hands the planners the result.
+// store into the measured bandwidths (prefetch.BandwidthMeter) and hands
+// the planners the result.
 func (t *tiers) measureBandwidth(a, b tier.Stats) {
-	bw := t.popts.BandwidthBytesPerSec
-	changed := false
+	var bytes [shard.LinkCount]int64
+	var busy [shard.LinkCount]time.Duration
 	for l := range shard.LinkCount {
-		n := b.Links[l].Bytes - a.Links[l].Bytes
-		busy := b.Links[l].Busy - a.Links[l].Busy
-		if n < bwSampleBytes || busy <= 0 {
-			continue
-		}
-		x := float64(n) / busy.Seconds()
-		if t.bwMeasured[l] == 0 {
-			t.bwMeasured[l] = x
-		} else {
-			t.bwMeasured[l] = bwWeight*x + (1-bwWeight)*t.bwMeasured[l]
-		}
-		t.bwBytes[l] += n
-		if t.bwBytes[l] < bwTrustBytes {
-			continue
-		}
-		base := t.e.opts.LinkBandwidth[l]
-		v := min(max(bwSafety*t.bwMeasured[l], base/bwClamp), base*bwClamp)
-		if v != bw[l] {
-			bw[l], changed = v, true
-		}
+		bytes[l], busy[l] = b.Links[l].Bytes-a.Links[l].Bytes, b.Links[l].Busy-a.Links[l].Busy
 	}
+	bw, changed := t.bw.Add(t.popts.BandwidthBytesPerSec, bytes, busy)
 	if !changed {
 		return
 	}
