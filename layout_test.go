@@ -510,7 +510,7 @@ var modeStrategies = map[string]bool{"update.go": true, "params.go": true, "stag
 
 // constructionFunc matches the functions New runs to lay the engine out
 // (a mode is chosen there, once).
-var constructionFunc = regexp.MustCompile(`^(?:(?:New|new|open|check|note|init|reserve)\w*|alloc|allocate|layOut|undoBytes)$`)
+var constructionFunc = regexp.MustCompile(`^(?:(?:New|new|open|check|note|init|reserve|plan)\w*|alloc|allocate|layOut|undoBytes|preflight|isStatic)$`)
 
 // modeSites lists engine's tests of the configuration outside construction
 // and the strategies: a condition (if, switch, case, a comparison or a
