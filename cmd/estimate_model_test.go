@@ -96,5 +96,3 @@ func TestEstimateConfigWithoutModel(t *testing.T) {
 
 // exitCode is the exit status Main gives err.
 func exitCode(err error) int { return report("", err, &bytes.Buffer{}) }
-
-
