@@ -74,12 +74,12 @@ func runTokenizer(cfg *config.Config, source *hf.Source) (data.Tokenizer, string
 
 // runChat is the chat template of {"messages"} lines: --chat-template,
 // else the one of the Hugging Face model the run started from, else nil
-// (ChatML).
-func runChat(c *cli.Context, source *hf.Source) (*data.ChatTemplate, error) {
+// (ChatML). cmd names the command in errors (train, eval).
+func runChat(c *cli.Context, source *hf.Source, cmd string) (*data.ChatTemplate, error) {
 	if p := c.String("chat-template"); p != "" {
 		chat, err := data.LoadChatTemplate(p)
 		if err != nil {
-			return nil, fmt.Errorf("train: --chat-template: %w", err)
+			return nil, fmt.Errorf("%s: --chat-template: %w", cmd, err)
 		}
 		return chat, nil
 	}
@@ -91,7 +91,7 @@ func runChat(c *cli.Context, source *hf.Source) (*data.ChatTemplate, error) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("train: the model's chat template: %w", err)
+		return nil, fmt.Errorf("%s: the model's chat template: %w", cmd, err)
 	}
 	return chat, nil
 }
@@ -136,7 +136,7 @@ func openRunData(c *cli.Context, cfg *config.Config, source *hf.Source, stderr i
 	if err != nil {
 		return nil, err
 	}
-	chat, err := runChat(c, source)
+	chat, err := runChat(c, source, "train")
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,20 @@
 // time, generate the prompt in one step and then a token a step through
 // the key/value cache. The tokenizer is the model's tokenizer.json (a
 // Strata checkpoint's: its run's recorded source), else the byte
-// tokenizer for a vocabulary of 256.
+// tokenizer for a vocabulary of 256. eval reads a JSONL file as train's
+// --eval-data does (eval_jsonl.go: data.Open and data.EvalSet with the
+// same tokenizer and chat template, runChat), each packed example scored
+// alone from an empty cache, the loss only on its trained tokens.
+//
+// estimate's --model is a named shape, a Hugging Face directory or a
+// Strata run or checkpoint (estimate_model.go: probeModel, or the run's
+// config.json); a --config without strata.model needs it (or --params):
+// the config's default model is never estimated silently.
+//
+// Notes before the work are few (notes.go): the config's keys accepted but
+// not used are one line (configNotes), and a progress bar redraws its
+// line only on a terminal (isTerminal: stderr a character device); a log
+// file or a pipe gets a plain line per steps_per_print.
 //
 // Flags go anywhere: before, between and after a command's positional
 // arguments, as most command lines take them. urfave/cli v2 has no option

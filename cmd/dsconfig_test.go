@@ -41,8 +41,9 @@ func TestDevicesFlagDecides(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "devices 1 = 8 (train_batch_size, train_micro_batch_size_per_gpu, gradient_accumulation_steps from "+plain+"; devices 1 is the default (no --devices, no strata.devices))") {
 		t.Errorf("without --devices: %v", err)
 	}
-	// estimate: the same flag decides there.
-	out, _, err := runApp(t, "estimate", "--config", plain, "--devices", "2")
+	// estimate: the same flag decides there (the config names no model:
+	// --model does).
+	out, _, err := runApp(t, "estimate", "--config", plain, "--model", "tiny", "--devices", "2")
 	if err != nil || !strings.Contains(out, "N = 2 devices") {
 		t.Errorf("estimate --devices 2: %v\n%s", err, out)
 	}

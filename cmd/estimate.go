@@ -25,19 +25,21 @@ func estimateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "estimate",
 		Usage:     "model-state bytes per device, on the host and on NVMe for ZeRO stages 0-3",
-		UsageText: "strata estimate (--model NAME | --params N | --config FILE) [--devices N] [--stage S] [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme] [--freeze PATTERN ...] [--batch B] [--seq T] [--hbm BYTES] [--json]",
+		UsageText: "strata estimate (--model NAME|HF_DIR|RUN | --params N | --config FILE) [--devices N] [--stage S] [--offload-optimizer none|cpu|nvme] [--offload-param none|cpu|nvme] [--freeze PATTERN ...] [--batch B] [--seq T] [--hbm BYTES] [--json]",
 		Description: "For mixed-precision Adam (bf16 params and grads, fp32 master, m and v: 16 bytes per parameter),\n" +
 			"prints each rank's model state with Strata's padded shard layout, next to the formula of the ZeRO\n" +
 			"paper (16Ψ, 4Ψ+12Ψ/N, 2Ψ+14Ψ/N, 16Ψ/N). For a shape (--model or --config) it then prints each\n" +
 			"device's activations per micro-batch of --batch × --seq tokens, term by term, without activation\n" +
 			"checkpointing, with it and with cpu_checkpointing, the working set (gathered chunks, gradient\n" +
 			"buckets, staged shards), and per stage the total; with --hbm, which configuration fits.\n" +
+			"--model names a shape, a Hugging Face model directory or a Strata run directory or checkpoint; a\n" +
+			"--config without strata.model needs --model (or --params).\n" +
 			"With --config, model, devices, stage, offload devices, host_budget, the stage-3 persistence\n" +
 			"threshold and strata.freeze come from the file; flags given explicitly override them.\n" +
 			"--freeze (strata.freeze) counts frozen chunks at their params only: no gradient, no master, m, v\n" +
 			"(the formula's gradient and optimizer terms are then on Ψₜ, the trainable parameters).",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "model", Usage: "named shape: " + strings.Join(model.Names(), ", ")},
+			&cli.StringFlag{Name: "model", Usage: "the model's shape: a named one (" + strings.Join(model.Names(), ", ") + "), a Hugging Face model directory (its config.json) or a Strata run directory or checkpoint (the shape it records)"},
 			&cli.StringFlag{Name: "params", Usage: `parameter count Ψ instead of a shape ("124M", "1.5B", "7.5e9")`},
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config to take the settings from"},
 			&cli.IntFlag{Name: "devices", Usage: "N, devices sharing the model state; decides over strata.devices, as in train (default: from the config, strata.devices; without --config, 1)"},
@@ -57,21 +59,30 @@ func estimateCommand() *cli.Command {
 
 // estimateFromConfig reads --config: the config, its shape and the memory
 // options it gives (--devices decides over strata.devices, as in train;
-// its stage becomes --stage unless that is given).
-func estimateFromConfig(c *cli.Context, path string) (*config.Config, *model.Shape, estimate.Options, error) {
+// its stage becomes --stage unless that is given). flagShape is --model's
+// shape (nil without --model): it decides over strata.model, and its hidden
+// size fills in the config's "auto" values. A config that names no model
+// without --model is refused (noModelError) unless --params gives Ψ.
+func estimateFromConfig(c *cli.Context, path string, flagShape *model.Shape) (*config.Config, *model.Shape, estimate.Options, error) {
 	devices := 0
 	if c.IsSet("devices") {
 		devices = c.Int("devices")
 	}
-	cfg, err := config.Load(path, config.Options{Devices: devices, LookupShape: func(name string) (config.Shape, error) {
-		s, err := model.Lookup(name)
-		return config.Shape(s), err
-	}})
+	named, _ := configNamesModel(path) // a file that does not read: config.Load says so
+	lookup := lookupShape
+	if flagShape != nil {
+		lookup = func(string) (config.Shape, error) { return config.Shape(*flagShape), nil }
+	}
+	cfg, err := config.Load(path, config.Options{Devices: devices, LookupShape: lookup})
 	if err != nil {
 		return nil, nil, estimate.Options{}, err
 	}
-	for _, n := range cfg.Ignored() {
-		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
+	if !named && flagShape == nil && !c.IsSet("params") {
+		return nil, nil, estimate.Options{}, noModelError(path)
+	}
+	printConfigNotes(c.App.ErrWriter, cfg.Ignored())
+	if flagShape != nil {
+		cfg.ResolveModel(config.Shape(*flagShape)) // an explicit strata.model shape, too
 	}
 	if cfg.Shape() == nil {
 		return nil, nil, estimate.Options{}, fmt.Errorf("estimate: %s: strata.model has no shape", path)
@@ -104,24 +115,30 @@ func runEstimate(c *cli.Context) error {
 	var cfg *config.Config
 	var freeze []string // strata.freeze, then --freeze
 	what := ""
+	if c.IsSet("model") && c.IsSet("params") {
+		return usagef("estimate: give --model or --params, not both")
+	}
+	var flagShape *model.Shape
+	if c.IsSet("model") {
+		s, err := estimateShape(c.String("model"))
+		if err != nil {
+			return err
+		}
+		flagShape = &s
+	}
 	if path := c.String("config"); path != "" {
 		var err error
-		if cfg, shape, opts, err = estimateFromConfig(c, path); err != nil {
+		if cfg, shape, opts, err = estimateFromConfig(c, path, flagShape); err != nil {
 			return err
 		}
 		freeze = cfg.Strata.Freeze
 	}
 	switch {
-	case c.IsSet("model") && c.IsSet("params"):
-		return usagef("estimate: give --model or --params, not both")
-	case c.IsSet("model"):
-		s, err := model.Lookup(c.String("model"))
-		if err != nil {
-			return usagef("estimate: %v", err)
-		}
+	case flagShape != nil:
+		s := *flagShape
 		l, err := model.NewLayout(s)
 		if err != nil {
-			return usagef("estimate: %v", err)
+			return usagef("estimate: --model %s: %v", c.String("model"), err)
 		}
 		shape = &s
 		opts.ChunkParams = estimate.ChunkParams(l)
@@ -134,7 +151,7 @@ func runEstimate(c *cli.Context) error {
 		opts.ChunkParams = []int64{psi}
 		what = fmt.Sprintf("Ψ = %s parameters as one chunk", groupDigits(psi))
 	case shape == nil:
-		return usagef("estimate: give --model NAME, --params N or --config FILE (models: %s)", strings.Join(model.Names(), ", "))
+		return usagef("estimate: give --model (NAME, HF_DIR or RUN), --params N or --config FILE (models: %s)", strings.Join(model.Names(), ", "))
 	}
 	if shape != nil {
 		what = fmt.Sprintf("%s: Ψ = %s parameters in %d chunks", shape, groupDigits(shape.ParamCount()), len(opts.ChunkParams))

@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/tokenizer"
@@ -25,7 +26,7 @@ func evalCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "eval",
 		Usage:     "mean next-token loss and perplexity of a model on a text file",
-		UsageText: "strata eval --model PATH --data FILE [--seq N] [--json] [--backend cpu|cuda] [--hbm BYTES] [--dtype auto|fp32|bf16] [--bos] [--logits OUT]",
+		UsageText: "strata eval --model PATH --data FILE [--seq N] [--json] [--backend cpu|cuda] [--hbm BYTES] [--dtype auto|fp32|bf16] [--bos] [--logits OUT] [--chat-template PATH]",
 		Description: "Evaluates the model of --model, a Hugging Face model directory (its tokenizer.json) or a Strata run\n" +
 			"directory or checkpoint (the tokenizer.json of the source its run recorded, else the byte tokenizer for\n" +
 			"a vocabulary of 256), on FILE. The file's tokens t are cut into windows: inputs t[s:s+N], targets\n" +
@@ -40,13 +41,20 @@ func evalCommand() *cli.Command {
 			"built.\n\n" +
 			"The file is read and tokenized about 1 MiB at a time, each block cut before a space that follows a\n" +
 			"printable ASCII character, where the GPT-2, Llama-3 and Qwen2 pre-tokenizers split anyway: the ids\n" +
-			"are those of the whole file (unless an added token contains such a space). Progress goes to stderr.",
+			"are those of the whole file (unless an added token contains such a space). Progress goes to stderr.\n\n" +
+			"A JSONL file ({\"text\"}, {\"prompt\", \"completion\"}, {\"messages\"}: by extension .jsonl, else a first\n" +
+			"line that is such an object) is read as train --eval-data reads it: the same tokenizer, special tokens\n" +
+			"and chat template (--chat-template, else the model's, else ChatML), its examples packed in file order\n" +
+			"into rows of N, each example scored alone, the loss only on the tokens training learns from (the\n" +
+			"completions, the assistant's turns): the loss and tokens train --eval-data reports for the same\n" +
+			"weights and seq_len. --logits then holds those tokens' rows.",
 		Flags: append(inferFlags(),
-			&cli.StringFlag{Name: "data", Required: true, Usage: "the text to evaluate on (any bytes)"},
+			&cli.StringFlag{Name: "data", Required: true, Usage: "the text to evaluate on (any bytes), or JSONL read as train --eval-data reads it"},
 			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: the model's max_seq_len, at most %d)", defaultEvalSeq)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: loss, tokens, ppl (and windows, seq, params)"},
 			&cli.BoolFlag{Name: "bos", Usage: "put the tokenizer's BOS token before the file's tokens (it is predicted from, not predicted)"},
 			&cli.StringFlag{Name: "logits", Usage: "write every predicted token's logits to OUT: little-endian float32, a row of vocab_size values per token, in order"},
+			&cli.StringFlag{Name: "chat-template", Usage: "JSONL --data: the chat template of {\"messages\"} lines, as train's (default: the model's, else ChatML)"},
 		),
 		Action: func(c *cli.Context) error { return runEval(c, c.App.Writer, c.App.ErrWriter) },
 	}
@@ -67,11 +75,23 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 	if c.IsSet("seq") && seq < 1 {
 		return usagef("eval: --seq %d: need at least 1", seq)
 	}
-	ts, err := openTokenStream(c.String("data"))
-	if err != nil {
-		return err
+	// JSONL is read as train's --eval-data reads it (evalJSONL): a file
+	// DetectFormat cannot read is opened as text, which says why.
+	jsonl := false
+	if f, err := data.DetectFormat(c.String("data")); err == nil && f == data.JSONL {
+		jsonl = true
+		if c.Bool("bos") {
+			return usagef("eval: --bos: --data %s is JSONL, whose examples take the tokenizer's special tokens as training adds them; --bos is for raw text", c.String("data"))
+		}
 	}
-	defer ts.close()
+	var ts *tokenStream
+	if !jsonl {
+		var err error
+		if ts, err = openTokenStream(c.String("data")); err != nil {
+			return err
+		}
+		defer ts.close()
+	}
 	m, err := openInference(c, "eval", func(s model.Shape, _ *tokenizer.Tokenizer) (model.DecoderOptions, error) {
 		if seq == 0 {
 			seq = min(s.MaxSeq, defaultEvalSeq)
@@ -85,8 +105,10 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.close()
-	ts.tok = m.tok
 	e := &evalRun{m: m, seq: seq, s: m.dev.DefaultStream(), stderr: stderr, ts: ts, start: time.Now()}
+	if ts != nil {
+		ts.tok = m.tok
+	}
 	if c.Bool("bos") {
 		bos, ok := m.tok.BOS()
 		if !ok {
@@ -103,7 +125,11 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 		e.logits = bufio.NewWriterSize(f, 1<<20)
 		e.logitsFile = f
 	}
-	if err := e.run(); err != nil {
+	if jsonl {
+		if err := e.runJSONL(c); err != nil {
+			return err
+		}
+	} else if err := e.run(); err != nil {
 		return err
 	}
 	if e.logits != nil {
@@ -122,7 +148,11 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 		return nil
 	}
 	fmt.Fprintf(stdout, "loss        %.6f (nats per token)\n", r.Loss)
-	fmt.Fprintf(stdout, "tokens      %d (predicted; windows: %d of at most %d tokens)\n", r.Tokens, r.Windows, seq)
+	if jsonl {
+		fmt.Fprintf(stdout, "tokens      %d (predicted and trained: the completions' and the assistant's; %d examples in %d rows of %d tokens, as train --eval-data packs them)\n", r.Tokens, e.examples, r.Windows, seq)
+	} else {
+		fmt.Fprintf(stdout, "tokens      %d (predicted; windows: %d of at most %d tokens)\n", r.Tokens, r.Windows, seq)
+	}
 	fmt.Fprintf(stdout, "perplexity  %.4f\n", r.PPL)
 	return nil
 }
@@ -141,7 +171,9 @@ type evalRun struct {
 	logits     *bufio.Writer
 	logitsFile *os.File
 	row        []byte
-	werr       error // the first write error of --logits
+	werr       error   // the first write error of --logits
+	targets    []int32 // the targets of the tokens being scored
+	examples   int64   // JSONL: the examples evaluated
 	start      time.Time
 	reported   time.Time
 }
@@ -183,14 +215,19 @@ func (e *evalRun) run() error {
 }
 
 // window scores inputs w[:n-1] against targets w[1:] from an empty cache.
-func (e *evalRun) window(w []int32) error {
+func (e *evalRun) window(w []int32) error { return e.score(w[:len(w)-1], w[1:]) }
+
+// score scores ids against targets (model.IgnoreTarget: not predicted)
+// from an empty cache.
+func (e *evalRun) score(ids, targets []int32) error {
 	d := e.m.dec
 	d.Reset()
 	var rowFn func(int, []float32)
 	if e.logits != nil {
+		e.targets = targets
 		rowFn = e.writeLogits
 	}
-	sum, n, err := d.Score(e.s, e.m.w, w[:len(w)-1], w[1:], rowFn)
+	sum, n, err := d.Score(e.s, e.m.w, ids, targets, rowFn)
 	if err != nil {
 		return fmt.Errorf("eval: window %d (tokens %d..): %w", e.windows, e.counted, err)
 	}
@@ -203,10 +240,11 @@ func (e *evalRun) window(w []int32) error {
 	return nil
 }
 
-// writeLogits appends one row to --logits; a write error is kept and
-// reported after the window.
-func (e *evalRun) writeLogits(_ int, v []float32) {
-	if e.werr != nil {
+// writeLogits appends one row to --logits (a predicted token's: not one
+// whose target is model.IgnoreTarget); a write error is kept and reported
+// after the window.
+func (e *evalRun) writeLogits(row int, v []float32) {
+	if e.werr != nil || e.targets[row] == model.IgnoreTarget {
 		return
 	}
 	if len(e.row) != 4*len(v) {

@@ -47,10 +47,17 @@ type inferModel struct {
 	dtWhy   string // why dt: what the weights are stored in, or the flag
 	tok     *tokenizer.Tokenizer
 	tokFrom string // the tokenizer's file, or "bytes"
-	devs    *backend.Devices
-	dev     gpu.Device
-	w       *model.Weights
-	dec     *model.Decoder
+	// byteTok: tok is the byte tokenizer (no tokenizer.json), which a
+	// data file is read with as training reads it (data.Bytes).
+	byteTok bool
+	// source is the source the tokenizer came from (a checkpoint's own,
+	// else its run's recorded one): train's data reader takes its chat
+	// template from it (runChat).
+	source *hf.Source
+	devs   *backend.Devices
+	dev    gpu.Device
+	w      *model.Weights
+	dec    *model.Decoder
 }
 
 // openInference opens the model of c's --model for cmd ("eval",
@@ -193,6 +200,7 @@ func (m *inferModel) openTokenizer(cmd string) error {
 		}
 	}
 	vocab := m.im.shape.Vocab
+	m.source = src
 	if p := src.TokenizerPath(); p != "" {
 		tok, err := tokenizer.Load(p)
 		if err != nil {
@@ -205,7 +213,7 @@ func (m *inferModel) openTokenizer(cmd string) error {
 		return nil
 	}
 	if vocab == 256 {
-		m.tok, m.tokFrom = tokenizer.Bytes(), "bytes (one id per byte: the model's vocabulary is 256 and it has no tokenizer.json)"
+		m.tok, m.tokFrom, m.byteTok = tokenizer.Bytes(), "bytes (one id per byte: the model's vocabulary is 256 and it has no tokenizer.json)", true
 		return nil
 	}
 	return fmt.Errorf("%s: --model %s has no tokenizer.json (its source: %s) and a vocabulary of %d, not the byte vocabulary of 256: put the model's tokenizer.json beside its config.json",

@@ -62,7 +62,7 @@ func probeModel(path, flag string) (*initModel, error) {
 		return nil, fmt.Errorf("%s %s is neither a Hugging Face model directory (a config.json with \"architectures\") nor a Strata checkpoint: %w", flag, path, err)
 	}
 	if m.Model != "" {
-		return nil, fmt.Errorf("train: --init %s is a checkpoint of %q, a model a Go program defines (engine.Options.Model), which strata train cannot build; start it from Go (docs/library.md)", path, m.Model)
+		return nil, fmt.Errorf("%s %s is a checkpoint of %q, a model a Go program defines (engine.Options.Model), which strata cannot build; start it from Go (docs/library.md)", flag, path, m.Model)
 	}
 	im.ckpt, im.shape, im.source = dir, m.Shape, m.Source
 	if im.source == nil {

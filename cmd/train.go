@@ -63,7 +63,7 @@ func trainCommand() *cli.Command {
 			&cli.IntFlag{Name: "micro-batch", Usage: "fills train_micro_batch_size_per_gpu \"auto\" (default 4 when no batch key is given)"},
 			&cli.IntFlag{Name: "warmup-steps", Usage: "fills scheduler warmup_num_steps \"auto\" (default 0)"},
 			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl, summary.json and model.safetensors"},
-			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead"},
+			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead (as when stderr is not a terminal: a log file gets no redrawn frames)"},
 			&cli.IntFlag{Name: "save-every", Usage: "write a training checkpoint every N steps and after the last, under --out DIR/checkpoints/"},
 			&cli.IntFlag{Name: "keep", Value: 2, Usage: "checkpoints kept under DIR/checkpoints/ (the newest)"},
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
@@ -276,7 +276,7 @@ type trainFlags struct {
 	out       string // --out DIR; "" for none
 	saveEvery int    // --save-every N; 0 for none
 	keep      int    // --keep K
-	progress  bool   // a progress bar, else a line per steps_per_print steps
+	progress  bool   // a progress bar (stderr a terminal), else a line per steps_per_print steps
 	tracePath string // --trace FILE; "" for none
 	overwrite bool   // --overwrite: a new run may take a directory holding another run's files
 	// args are the flags the run was given (givenFlags: before --epochs
@@ -290,7 +290,7 @@ func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 		return trainFlags{}, usagef("train: unexpected argument %q: train takes only flags (see 'strata train --help')", c.Args().First())
 	}
 	f := trainFlags{out: c.String("out"), saveEvery: c.Int("save-every"), keep: c.Int("keep"),
-		progress: !c.Bool("no-progress"), tracePath: c.String("trace"), overwrite: c.Bool("overwrite"),
+		progress: !c.Bool("no-progress") && isTerminal(c.App.ErrWriter), tracePath: c.String("trace"), overwrite: c.Bool("overwrite"),
 		args: givenFlags(c)}
 	switch {
 	case f.saveEvery < 0:
@@ -381,9 +381,7 @@ func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 		// Not for the checkpoint's config: it is the resolved config, which
 		// names every knob, so each would read as set by the user (the run
 		// that saved it printed the notes of the config it was given).
-		for _, n := range cfg.Ignored() {
-			fmt.Fprintf(stderr, "note: %s\n", n)
-		}
+		printConfigNotes(stderr, cfg.Ignored())
 		if ch := cfg.AutoChosen(); len(ch) > 0 {
 			fmt.Fprintf(stderr, "note: \"auto\" values filled in (written to --out's config.json): %s\n", strings.Join(ch, "; "))
 		}

@@ -310,7 +310,9 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo estimate.Op
 }
 
 // notePinned says whether the pinned host memory is locked (root, or a
-// high enough RLIMIT_MEMLOCK) or runs unlocked, and why, and registers it
+// high enough RLIMIT_MEMLOCK) or runs unlocked, and why (with an NVMe
+// swap, how it sits in pages too; without one, only when it is not
+// locked), and registers it
 // with the devices (Options.HostRegistrar), recording the outcome.
 func (e *Engine) notePinned() {
 	if e.tiers == nil {
@@ -324,7 +326,15 @@ func (e *Engine) notePinned() {
 			continue
 		}
 		budget := p.pool.Options().BudgetBytes
-		e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(budget), p.pool.Residency()))
+		// Said only where it applies: the huge pages (and the disk's
+		// max_segments) matter for O_DIRECT requests to an nvme_path in
+		// use; without one, only memory that could not be locked is news.
+		switch res := p.pool.Residency(); {
+		case e.tiers.swap != nil:
+			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(budget), res))
+		case !res.Locked:
+			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(budget), res.LockNote))
+		}
 		reg := HostRegistration{Pool: p.name, Bytes: p.pool.Stats().BudgetBytes, Outcome: RegistrationNone}
 		if r := e.opts.HostRegistrar; r != nil {
 			// Best effort: unregistered, the copies still work (staged
