@@ -309,11 +309,9 @@ func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo estimate.Op
 	return nil
 }
 
-// notePinned says whether the pinned host memory is locked (root, or a
-// high enough RLIMIT_MEMLOCK) or runs unlocked, and why (with an NVMe
-// swap, how it sits in pages too; without one, only when it is not
-// locked), and registers it
-// with the devices (Options.HostRegistrar), recording the outcome.
+// notePinned says whether the pinned host memory is locked or runs
+// unlocked, and why (with an NVMe swap, how it sits in pages too), and
+// registers it with the devices (Options.HostRegistrar).
 func (e *Engine) notePinned() {
 	if e.tiers == nil {
 		return
@@ -326,9 +324,8 @@ func (e *Engine) notePinned() {
 			continue
 		}
 		budget := p.pool.Options().BudgetBytes
-		// Said only where it applies: the huge pages (and the disk's
-		// max_segments) matter for O_DIRECT requests to an nvme_path in
-		// use; without one, only memory that could not be locked is news.
+		// Huge pages (and max_segments) matter for O_DIRECT to an
+		// nvme_path in use; without one only an unlocked pool is news.
 		switch res := p.pool.Residency(); {
 		case e.tiers.swap != nil:
 			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(budget), res))
