@@ -227,7 +227,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	}
 	m.Files, err = writeRankFiles(tmp, st, fill, &opts)
 	if err != nil {
-		return fmt.Errorf("checkpoint: save step %d: %w", st.Step, err)
+		return fmt.Errorf("checkpoint: %w", err) // the caller names the step (engine: "save step N")
 	}
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -111,10 +112,20 @@ func (w *rankWriter) write(p []byte) error {
 		n, err := w.f.Write(b)
 		w.n += int64(n)
 		if err != nil {
-			return fmt.Errorf("write %s: %w", w.path, err)
+			return pathError("write", w.path, err)
 		}
 	}
 	return nil
+}
+
+// pathError is err about path, naming path once: an *fs.PathError about
+// it already does ("write F: no space left on device").
+func pathError(op, path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == path {
+		return err
+	}
+	return fmt.Errorf("%s %s: %w", op, path, err)
 }
 
 // writeRankFiles writes every rank's file into tmp, pulling the shards from
@@ -212,7 +223,7 @@ fill:
 			}
 			w.f = nil
 			if err != nil {
-				errs[r] = fmt.Errorf("write %s: %w", w.path, err)
+				errs[r] = pathError("write", w.path, err)
 			}
 			infos[r] = FileInfo{Rank: r, Name: filepath.Base(w.path), SizeBytes: w.n, CRC32C: w.crc}
 		}()

@@ -45,7 +45,8 @@ func probeInit(path string) (*initModel, error) { return probeModel(path, "train
 // generate's --model).
 func probeModel(path, flag string) (*initModel, error) {
 	im := &initModel{path: path, flag: flag}
-	if hf.IsDir(path) {
+	isHF, hfErr := hf.ProbeDir(path)
+	if isHF {
 		cfg, err := hf.ReadConfig(path)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", flag, err)
@@ -57,6 +58,11 @@ func probeModel(path, flag string) (*initModel, error) {
 	var m *checkpoint.Manifest
 	if err == nil {
 		m, dir, err = checkpoint.ReadManifest(dir)
+	}
+	if err != nil && hfErr != nil {
+		// Not a checkpoint, and its config.json does not read: that is the
+		// news (a Hugging Face directory with a typo in config.json).
+		return nil, fmt.Errorf("%s %s: %w", flag, path, hfErr)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s %s is neither a Hugging Face model directory (a config.json with \"architectures\") nor a Strata checkpoint: %w", flag, path, err)

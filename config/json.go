@@ -67,7 +67,10 @@ func position(data []byte, offset int) (line, col int) {
 // walks the tokens to build a tree with offsets. Duplicate keys are errors,
 // as they are for DeepSpeed.
 func parseTree(data []byte, file string) (*node, error) {
-	var probe any
+	// A RawMessage: the syntax is checked whole (the same errors and
+	// offsets), and no number is converted, so that one too large for a
+	// float64 (1e400) is refused by its key, at its position.
+	var probe json.RawMessage
 	if err := json.Unmarshal(data, &probe); err != nil {
 		var se *json.SyntaxError
 		if errors.As(err, &se) {

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/strata-ai/strata/internal/units"
 )
 
 // utf8BOM is the byte order mark some editors write at the start of UTF-8
@@ -381,19 +383,43 @@ func (c *Config) decodeZeRO(s *section) {
 	}
 }
 
+// The aio values the NVMe engine takes: a larger one would be clamped
+// (the engine's request table holds at most maxAIORequests) or cost
+// swap space for nothing (each swap file keeps a few block_size units
+// spare), so the config refuses it.
+const (
+	maxAIOBlockSize   = 64 << 20
+	maxAIOQueueDepth  = 4096
+	maxAIOThreadCount = 64
+	maxAIORequests    = 4096 // queue_depth × thread_count: nvme.Options.QueueDepth's most
+)
+
+// inRange is a check of a whole number from lo to hi.
+func inRange(lo, hi int64) func(int64) string {
+	return func(v int64) string {
+		if v < lo || v > hi {
+			return fmt.Sprintf("%d is out of range: want %d to %d", v, lo, hi)
+		}
+		return ""
+	}
+}
+
 func (c *Config) decodeAIO(s *section) {
 	a := &c.AIO
 	s.bytesKey("block_size", &a.BlockSize, func(v int64) string {
 		if v <= 0 || v%4096 != 0 {
 			return fmt.Sprintf("%d is not a positive multiple of 4096 (O_DIRECT alignment)", v)
 		}
+		if v > maxAIOBlockSize {
+			return fmt.Sprintf("%d (%s) is out of range: want 4096 to %d (%s), a multiple of 4096", v, units.FormatBytes(v), maxAIOBlockSize, units.FormatBytes(maxAIOBlockSize))
+		}
 		return ""
 	})
-	s.intKey("queue_depth", &a.QueueDepth, atLeast(1))
+	s.intKey("queue_depth", &a.QueueDepth, inRange(1, maxAIOQueueDepth))
 	// The thread knob has two names; both may be written if they agree.
 	tc, iop := 0, 0
-	s.intKey("thread_count", &tc, atLeast(1))
-	s.intKey("intra_op_parallelism", &iop, atLeast(1))
+	s.intKey("thread_count", &tc, inRange(1, maxAIOThreadCount))
+	s.intKey("intra_op_parallelism", &iop, inRange(1, maxAIOThreadCount))
 	switch {
 	case tc > 0 && iop > 0 && tc != iop:
 		s.d.errPath("aio.intra_op_parallelism", "%d disagrees with aio.thread_count %d (they name the same knob)", iop, tc)
@@ -401,6 +427,17 @@ func (c *Config) decodeAIO(s *section) {
 		a.ThreadCount = tc
 	case iop > 0:
 		a.ThreadCount = iop
+	}
+	if a.QueueDepth <= maxAIOQueueDepth && a.ThreadCount <= maxAIOThreadCount && a.QueueDepth*a.ThreadCount > maxAIORequests {
+		key := "aio.thread_count"
+		switch {
+		case tc == 0 && iop == 0:
+			key = "aio.queue_depth"
+		case tc == 0:
+			key = "aio.intra_op_parallelism"
+		}
+		s.d.errPath(key, "queue_depth %d × thread_count %d = %d requests in flight is more than the NVMe engine's %d: lower either",
+			a.QueueDepth, a.ThreadCount, a.QueueDepth*a.ThreadCount, maxAIORequests)
 	}
 	for _, k := range []struct {
 		key string
@@ -692,8 +729,10 @@ func (c *Config) Validate() error {
 		bad("zero_optimization.reduce_bucket_size %d must be >= 1 and stage3_param_persistence_threshold %d >= 0", z.ReduceBucketSize, z.Stage3ParamPersistenceThreshold)
 	}
 	a := c.AIO
-	if a.BlockSize <= 0 || a.BlockSize%4096 != 0 || a.QueueDepth < 1 || a.ThreadCount < 1 {
-		bad("aio: block_size %d must be a positive multiple of 4096, queue_depth %d and thread_count %d at least 1", a.BlockSize, a.QueueDepth, a.ThreadCount)
+	if a.BlockSize <= 0 || a.BlockSize%4096 != 0 || a.BlockSize > maxAIOBlockSize || a.QueueDepth < 1 || a.QueueDepth > maxAIOQueueDepth ||
+		a.ThreadCount < 1 || a.ThreadCount > maxAIOThreadCount || a.QueueDepth*a.ThreadCount > maxAIORequests {
+		bad("aio: block_size %d must be a multiple of 4096 from 4096 to %d, queue_depth %d from 1 to %d, thread_count %d from 1 to %d, and queue_depth × thread_count at most %d",
+			a.BlockSize, maxAIOBlockSize, a.QueueDepth, maxAIOQueueDepth, a.ThreadCount, maxAIOThreadCount, maxAIORequests)
 	}
 	st := c.Strata
 	if st.Backend != "cpu" && st.Backend != "cuda" {

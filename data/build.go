@@ -235,6 +235,9 @@ func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, err
 			break
 		}
 		st.Lines++
+		if st.Lines == 1 { // a byte-order mark before the first line: read as utf-8-sig
+			line = bytes.TrimPrefix(line, utf8BOM)
+		}
 		if len(bytes.TrimSpace(line)) > 0 {
 			if lerr := addLine(w, enc, &st, line, fmt.Sprintf("%s:%d", path, st.Lines)); lerr != nil {
 				return st, fmt.Errorf("data: %w", lerr)

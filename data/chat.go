@@ -1,6 +1,7 @@
 package data
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 )
 
 // ChatMLTemplate is the chat template used when the model brings none:
@@ -64,8 +66,9 @@ func (c *ChatTemplate) Source() string { return c.source }
 // directory (its chat_template.jinja, else its tokenizer_config.json), a
 // tokenizer_config.json, or a template file (.jinja). The special tokens'
 // texts come from tokenizer_config.json. A model without a template gets
-// DefaultChatTemplate (its Source says so); a template the interpreter
-// cannot render is an error naming the file and what it does not support.
+// DefaultChatTemplate (its Source says so); an empty template, a template
+// file that is not UTF-8 text and a template the interpreter cannot render
+// are errors naming the file (and what it does not support).
 func LoadChatTemplate(path string) (*ChatTemplate, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -91,6 +94,12 @@ func LoadChatTemplate(path string) (*ChatTemplate, error) {
 		if err != nil {
 			return nil, fmt.Errorf("data: chat template: %w", err)
 		}
+		if err := checkTemplateText(b); err != nil {
+			return nil, fmt.Errorf("data: chat template %s: %w", tmplPath, err)
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			return nil, fmt.Errorf("data: chat template %s is empty: write a template, or remove the file (without one, %s's chat_template or else ChatML is used)", tmplPath, filepath.Base(cfgPath))
+		}
 		src, name = string(b), tmplPath
 	}
 	if src == "" {
@@ -102,6 +111,30 @@ func LoadChatTemplate(path string) (*ChatTemplate, error) {
 		return c, nil
 	}
 	return ParseChatTemplate(src, name, special)
+}
+
+// checkTemplateText refuses a template file that is not text: invalid
+// UTF-8 or a NUL byte (a binary file named .jinja would render as text
+// without an assistant's turn, and the data would then have nothing to
+// train on).
+func checkTemplateText(b []byte) error {
+	i := bytes.IndexByte(b, 0)
+	if !utf8.Valid(b) {
+		for j := 0; j < len(b); {
+			r, n := utf8.DecodeRune(b[j:])
+			if r == utf8.RuneError && n <= 1 {
+				if i < 0 || j < i {
+					return fmt.Errorf("not UTF-8 text: invalid UTF-8 at byte %d (%#02x)", j, b[j])
+				}
+				break
+			}
+			j += n
+		}
+	}
+	if i >= 0 {
+		return fmt.Errorf("not UTF-8 text: a NUL byte at byte %d (a binary file?)", i)
+	}
+	return nil
 }
 
 // readTokenizerConfig reads the special tokens' texts and the chat
@@ -138,6 +171,9 @@ func readTokenizerConfig(path string) (map[string]string, string, error) {
 	}
 	var src string
 	if json.Unmarshal(raw, &src) == nil {
+		if strings.TrimSpace(src) == "" {
+			return nil, "", fmt.Errorf("data: chat template: %s: chat_template is empty: write a template, or remove the key (or write null) for the default, ChatML", path)
+		}
 		return special, src, nil
 	}
 	var named []struct {
@@ -149,6 +185,9 @@ func readTokenizerConfig(path string) (map[string]string, string, error) {
 	}
 	for _, n := range named {
 		if n.Name == "default" {
+			if strings.TrimSpace(n.Template) == "" {
+				return nil, "", fmt.Errorf("data: chat template: %s: chat_template's \"default\" template is empty: write one", path)
+			}
 			return special, n.Template, nil
 		}
 	}

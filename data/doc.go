@@ -36,7 +36,10 @@
 // none). An example without a trained target (an empty completion, a
 // conversation without the assistant) is left out and counted
 // (Stats.Skipped); a file without any is an error (ErrEmpty). A bad line
-// is one error naming the file, the line and what is wrong. Raw text gets
+// is one error naming the file, the line and what is wrong: a line that
+// is not UTF-8 is refused with the offset of its first bad byte (never read
+// with U+FFFD in its place); a UTF-8 byte-order mark before the first line
+// is skipped, as Python's utf-8-sig skips it. Raw text gets
 // no special tokens; with the byte-level tokenizer it is read in place
 // (model.FileCorpus), with any other it is tokenized into a token file a
 // chunk at a time, cut where the pre-tokenizers split anyway.
@@ -52,7 +55,9 @@
 // section). A template using what the interpreter lacks
 // (macros, call blocks, a filter or test not listed in jinja_filters.go)
 // is refused when it is loaded, naming the line; without a template the
-// default is ChatML (ChatMLTemplate). The assistant's tokens are found by
+// default is ChatML (ChatMLTemplate); an empty template (chat_template "",
+// an empty chat_template.jinja) and a template file that is not UTF-8 text
+// are refused, naming the file. The assistant's tokens are found by
 // rendering prefixes: the conversation before each assistant message with
 // the generation prompt must begin the conversation up to it, which must
 // begin the whole; a template that renders earlier turns differently once

@@ -88,6 +88,9 @@ type record struct {
 // with EOS (trained) when the tokenizer has one and the chat template
 // did not end it so. Keys other than these are ignored.
 func (e *encoder) line(b []byte, where string) (example, int, error) {
+	if err := checkText(b); err != nil {
+		return example{}, 0, fmt.Errorf("%s: %w", where, err)
+	}
 	var r record
 	if err := strictJSON(b, &r); err != nil {
 		return example{}, 0, fmt.Errorf("%s: %w", where, err)
@@ -178,6 +181,31 @@ func (e *encoder) chatLine(ex *example, raw json.RawMessage, where string) error
 			return err
 		}
 		ex.add(ids, s.train)
+	}
+	return nil
+}
+
+// utf8BOM is the UTF-8 byte-order mark that Windows tools write at the
+// start of a file (Python reads it away as "utf-8-sig").
+var utf8BOM = []byte("\xef\xbb\xbf")
+
+// checkText refuses a line that is not UTF-8 (encoding/json would read
+// each bad byte as U+FFFD, silently changing the example) and a
+// byte-order mark past the file's start (buildJSONL drops the first
+// line's).
+func checkText(b []byte) error {
+	if bytes.HasPrefix(b, utf8BOM) {
+		return errors.New("the line begins with a UTF-8 byte-order mark (EF BB BF): only the file's first line may")
+	}
+	if utf8.Valid(b) {
+		return nil
+	}
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n <= 1 {
+			return fmt.Errorf("invalid UTF-8 at byte %d of the line (%#02x): a JSONL file must be UTF-8 text", i, b[i])
+		}
+		i += n
 	}
 	return nil
 }
@@ -333,7 +361,7 @@ func (p *jsonParser) value(depth int) (any, error) {
 }
 
 // str reads a JSON string (invalid UTF-8 becomes U+FFFD, as encoding/json
-// does).
+// does; a data file's line is refused before, checkText).
 func (p *jsonParser) str() (string, error) {
 	p.i++ // "
 	j := p.i

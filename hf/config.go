@@ -3,11 +3,15 @@ package hf
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
+	"unicode/utf8"
 
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
@@ -83,18 +87,64 @@ func (k *hfKeys) null(key string) bool {
 	return !ok || string(bytes.TrimSpace(v)) == "null"
 }
 
-func (k *hfKeys) number(key string) (float64, bool) {
-	if k.null(key) {
+// nullable are the keys whose null transformers reads as a meaning of its
+// own (n_inner: 4·n_embd, head_dim: hidden/heads, num_key_value_heads:
+// the heads, sliding_window and rope_scaling: none, torch_dtype: unsaid).
+// Any other key written null is refused: transformers would keep None
+// where it needs a value (an rms_norm_eps of None fails in the model).
+var nullable = map[string]bool{"n_inner": true, "head_dim": true, "num_key_value_heads": true,
+	"sliding_window": true, "rope_scaling": true, "torch_dtype": true, "architectures": true, "model_type": true}
+
+// value is key's JSON value, false when absent or null (a null where
+// transformers needs a value is a problem: want says what it needs).
+func (k *hfKeys) value(key, want string) (json.RawMessage, bool) {
+	v, ok := k.raw[key]
+	if !ok {
+		return nil, false
+	}
+	v = bytes.TrimSpace(v)
+	if string(v) == "null" {
+		if !nullable[key] {
+			k.bad(key, "null: want %s", want)
+		}
+		return nil, false
+	}
+	return v, true
+}
+
+// wrongType is the problem of a value of another JSON type than want.
+func (k *hfKeys) wrongType(key string, v json.RawMessage, want string) {
+	kind := "value"
+	switch v[0] {
+	case '"':
+		kind = "string"
+	case 't', 'f':
+		kind = "boolean"
+	case '[':
+		kind = "list"
+	case '{':
+		kind = "object"
+	case '-', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9':
+		kind = "number"
+	}
+	k.bad(key, "%s is a JSON %s: want %s", v, kind, want)
+}
+
+// number reads key as a JSON number (not a string holding one, which
+// encoding/json's json.Number would take).
+func (k *hfKeys) number(key, want string) (float64, bool) {
+	v, ok := k.value(key, want)
+	if !ok {
 		return 0, false
 	}
 	var n json.Number
-	if err := json.Unmarshal(k.raw[key], &n); err != nil {
-		k.bad(key, "%s is not a number", k.raw[key])
+	if v[0] == '"' || json.Unmarshal(v, &n) != nil {
+		k.wrongType(key, v, want)
 		return 0, false
 	}
 	f, err := n.Float64()
 	if err != nil {
-		k.bad(key, "%s is not a number", k.raw[key])
+		k.bad(key, "%s is out of range: want %s", v, want)
 		return 0, false
 	}
 	return f, true
@@ -103,13 +153,18 @@ func (k *hfKeys) number(key string) (float64, bool) {
 // int reads the first of keys present (aliases, as GPT-2's n_positions and
 // n_ctx); def when none is (required: a problem then).
 func (k *hfKeys) int(def int, required bool, keys ...string) int {
+	const want = "a positive whole number"
+	before := len(k.problems)
 	for _, key := range keys {
-		f, ok := k.number(key)
+		f, ok := k.number(key, want)
 		if !ok {
+			if len(k.problems) > before {
+				return def
+			}
 			continue
 		}
 		if f != math.Trunc(f) || f < 1 || f > math.MaxInt32 {
-			k.bad(key, "%s is not a positive whole number", k.raw[key])
+			k.bad(key, "%s is not %s", k.raw[key], want)
 			return def
 		}
 		return int(f)
@@ -121,7 +176,7 @@ func (k *hfKeys) int(def int, required bool, keys ...string) int {
 }
 
 func (k *hfKeys) float(key string, def float64) float64 {
-	f, ok := k.number(key)
+	f, ok := k.number(key, "a positive number")
 	if !ok {
 		return def
 	}
@@ -133,24 +188,28 @@ func (k *hfKeys) float(key string, def float64) float64 {
 }
 
 func (k *hfKeys) bool(key string, def bool) bool {
-	if k.null(key) {
+	const want = "true or false"
+	v, ok := k.value(key, want)
+	if !ok {
 		return def
 	}
 	var b bool
-	if err := json.Unmarshal(k.raw[key], &b); err != nil {
-		k.bad(key, "%s is not true or false", k.raw[key])
+	if err := json.Unmarshal(v, &b); err != nil {
+		k.wrongType(key, v, want)
 		return def
 	}
 	return b
 }
 
 func (k *hfKeys) str(key, def string) string {
-	if k.null(key) {
+	const want = "a string"
+	v, ok := k.value(key, want)
+	if !ok {
 		return def
 	}
 	var s string
-	if err := json.Unmarshal(k.raw[key], &s); err != nil {
-		k.bad(key, "%s is not a string", k.raw[key])
+	if err := json.Unmarshal(v, &s); err != nil {
+		k.wrongType(key, v, want)
 		return def
 	}
 	return s
@@ -185,7 +244,7 @@ func ReadConfig(dir string) (*Config, error) {
 func ParseConfig(path string, b []byte) (*Config, error) {
 	k := &hfKeys{}
 	if err := json.Unmarshal(b, &k.raw); err != nil {
-		return nil, fmt.Errorf("hf: %s is not a JSON object: %v", path, err)
+		return nil, jsonError(path, b, err)
 	}
 	c := &Config{TorchDType: k.str("torch_dtype", "")}
 	var archs []string
@@ -388,15 +447,46 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 // config.json: one with "architectures" or "model_type" (a Strata run
 // directory's config.json is a training config, with neither).
 func IsDir(path string) bool {
-	b, err := os.ReadFile(filepath.Join(path, ConfigName))
+	ok, _ := ProbeDir(path)
+	return ok
+}
+
+// ProbeDir is IsDir, with the reason a config.json that path holds could
+// not be read: not JSON (the error names file:line:col and what
+// encoding/json found), not an object, unreadable. No config.json, or
+// one of another kind (a training config), is false without an error.
+func ProbeDir(path string) (bool, error) {
+	file := filepath.Join(path, ConfigName)
+	b, err := os.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+		return false, nil
+	}
 	if err != nil {
-		return false
+		return false, fmt.Errorf("hf: %w", err)
 	}
 	var probe map[string]json.RawMessage
-	if json.Unmarshal(b, &probe) != nil {
-		return false
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return false, jsonError(file, b, err)
 	}
 	_, a := probe["architectures"]
 	_, m := probe["model_type"]
-	return a || m
+	return a || m, nil
+}
+
+// jsonError is encoding/json's error for file (its bytes b): a syntax
+// error at file:line:col, anything else (valid JSON that is not an
+// object) as "is not a JSON object".
+func jsonError(file string, b []byte, err error) error {
+	var se *json.SyntaxError
+	if !errors.As(err, &se) {
+		return fmt.Errorf("hf: %s is not a JSON object: %v", file, err)
+	}
+	off := int(se.Offset) - 1 // the byte that was refused
+	if se.Error() == "unexpected end of JSON input" {
+		off = len(bytes.TrimRight(b, " \t\r\n"))
+	}
+	off = max(0, min(off, len(b)))
+	line := 1 + bytes.Count(b[:off], []byte{'\n'})
+	col := 1 + utf8.RuneCount(b[bytes.LastIndexByte(b[:off], '\n')+1:off])
+	return fmt.Errorf("hf: %s:%d:%d: invalid JSON: %v", file, line, col, err)
 }

@@ -21,7 +21,12 @@
 // and refuse, in one error naming the file and each key, what Strata does
 // not compute (rope_scaling, a head_dim other than hidden/heads, another
 // activation, biases Llama lacks, sliding windows: Mistral's only when
-// shorter than the run's sequence, Config.CheckSeq). Open opens a
+// shorter than the run's sequence, Config.CheckSeq), and a key of the
+// wrong JSON type with what it wants (a number written as a string; null,
+// except where transformers reads None as a meaning: n_inner, head_dim,
+// num_key_value_heads, sliding_window, rope_scaling, torch_dtype); a
+// config.json that is not JSON says file:line:col (ProbeDir tells a
+// directory with such a file from one without a model). Open opens a
 // directory: config.json, then model.safetensors or the shards that
 // model.safetensors.index.json names, every header checked against the
 // layout (names with or without "model."/"transformer.", mask and rotary

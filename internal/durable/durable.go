@@ -11,8 +11,10 @@ package durable
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -39,7 +41,7 @@ func WriteFile(path string, bufBytes int, fill func(io.Writer) error) error {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	bw := bufio.NewWriterSize(f, bufBytes)
+	bw := bufio.NewWriterSize(tempWriter{f}, bufBytes)
 	if err := fill(bw); err != nil {
 		return fail(err)
 	}
@@ -47,17 +49,39 @@ func WriteFile(path string, bufBytes int, fill func(io.Writer) error) error {
 		return fail(err)
 	}
 	if err := f.Sync(); err != nil {
-		return fail(err)
+		return fail(bare(err))
 	}
 	if err := f.Close(); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, bare(err))
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// tempWriter writes WriteFile's temporary file; its errors leave out the
+// temporary's name, which WriteFile removes (its error names the file
+// being written: "write F: no space left on device", once).
+type tempWriter struct{ f *os.File }
+
+func (w tempWriter) Write(p []byte) (int, error) {
+	n, err := w.f.Write(p)
+	return n, bare(err)
+}
+
+// bare is an *fs.PathError's error without its path ("sync: EIO").
+func bare(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		if pe.Op == "write" {
+			return pe.Err
+		}
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
 }
 
 // SyncDir fsyncs the directory dir, so that the names it holds survive a
@@ -91,7 +115,7 @@ func Create(path string, b []byte) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
+		return fmt.Errorf("write %s: %w", path, bare(err))
 	}
 	return nil
 }
