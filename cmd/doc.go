@@ -48,7 +48,8 @@
 // second signal says what survives, the last complete checkpoint, removes
 // the run's swap files' names and ends the process at once; a signal during
 // start-up ends it before the first step, closing the engine, which removes
-// its swap files).
+// its swap files; one while the data is tokenized stops the tokenizing
+// within a line of JSONL or a MiB of text, interrupts.ctx cancelled).
 //
 // A run directory (train --out) belongs to one run: strata.lock is
 // flock(2)ed while a run writes into it (a second run is refused, naming

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -192,8 +193,12 @@ func runTrain(c *cli.Context) (err error) {
 		func(os.Signal) string { return "stopping at once" }, removeSwapFiles)
 	stderr = intr.stderr
 	defer intr.stop() // through the outputs: a signal there does not cut them short
-	p, err := planTrain(c, stderr)
+	p, err := planTrain(intr.ctx, c, stderr)
 	if err != nil {
+		if s := intr.requested(); s != nil && errors.Is(err, context.Canceled) {
+			// The first signal stopped the tokenizing of the data.
+			return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
+		}
 		return err
 	}
 	var opts engine.Options
@@ -324,8 +329,8 @@ type trainPlan struct {
 // planTrain resolves the config (--config, else the checkpoint of
 // --resume, else the demonstration) with the flags applied, prints its
 // notes, checks a resumed run against --steps and --out, and opens the
-// training text.
-func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
+// training text (ctx, the first signal, stops its tokenizing).
+func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 	if err := checkDataFlags(c); err != nil {
 		return nil, err
 	}
@@ -368,7 +373,7 @@ func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 			p.data.Close()
 		}
 	}()
-	if p.data, err = openRunData(c, cfg, p.source, stderr); err != nil {
+	if p.data, err = openRunData(ctx, c, cfg, p.source, stderr); err != nil {
 		return nil, err
 	}
 	if c.IsSet("epochs") {
