@@ -51,6 +51,16 @@
 // its swap files; one while the data is tokenized stops the tokenizing
 // within a line of JSONL or a MiB of text, interrupts.ctx cancelled).
 //
+// A save the disk refuses (full, over quota, read-only, an I/O error) does
+// not end a run (savefail.go): a periodic checkpoint that fails prints one
+// warning line naming the cause and the newest complete checkpoint, which
+// "latest" keeps naming; training goes on and the next save retries; a
+// steps.jsonl line the disk refuses is cut back off and counted; the
+// summary says how many saves (and lines) failed. The save of the last
+// step, or of a stop on a signal, failing is an error (exit 1; a signal's
+// status for a stop) once summary.json and the weights are written: the
+// last state is not saved, and the error names the checkpoint that is.
+//
 // A run directory (train --out) belongs to one run: strata.lock is
 // flock(2)ed while a run writes into it (a second run is refused, naming
 // the holder's pid), run.json holds the run's id, which every checkpoint

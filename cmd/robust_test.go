@@ -1,12 +1,18 @@
 package cmd
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/strata-ai/strata/checkpoint"
 )
 
 // TestSignalWhileTokenizing: the first SIGINT while `strata train` tokenizes
@@ -67,5 +73,176 @@ func TestSignalWhileTokenizing(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(out); err == nil && len(ents) > 1 { // strata.lock at most
 		t.Errorf("the stopped run wrote into --out: %v", ents)
+	}
+}
+
+// mountOrSkip runs mount with args, skipping the test with the reason when
+// this process may not mount (not root, no CAP_SYS_ADMIN); the mount at
+// target is undone when the test ends.
+func mountOrSkip(t *testing.T, target string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("mount", append(args, target)...).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount here (needs root with CAP_SYS_ADMIN): mount %s %s: %v: %s", strings.Join(args, " "), target, err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", target).Run() })
+}
+
+// fill writes a file into dir until its filesystem is full.
+func fill(t *testing.T, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 4096)
+	for {
+		if _, err := f.Write(b); err != nil {
+			return
+		}
+	}
+}
+
+// TestSaveFailureGoesOn: --out on a small filesystem that fills up after
+// step 3 and is freed after step 5: the save of step 4 fails with one
+// warning line naming the cause, "latest" stays at step 2, the run goes
+// on, steps.jsonl stays whole lines, the save of step 6 succeeds, and the
+// summary says one save failed.
+func TestSaveFailureGoesOn(t *testing.T) {
+	cfg := tinyConfig(t)
+	dir := filepath.Join(t.TempDir(), "run")
+	os.Mkdir(dir, 0o755)
+	mountOrSkip(t, dir, "-t", "tmpfs", "-o", "size=8m", "tmpfs")
+	filler := filepath.Join(dir, "filler")
+	ck := filepath.Join(dir, "checkpoints")
+	steps, latestAt5 := 0, int64(-1)
+	testHook = func(p string) error {
+		if p == "step" {
+			switch steps++; steps {
+			case 3:
+				fill(t, filler)
+			case 5:
+				if m, _, err := checkpoint.ReadManifest(ck); err == nil {
+					latestAt5 = m.Step
+				}
+				os.Remove(filler)
+			}
+		}
+		return nil
+	}
+	defer func() { testHook = nil }()
+	stdout, stderr, err := runApp(t, trainArgs(cfg, "--steps", "8", "--out", dir, "--save-every", "2")...)
+	testHook = nil
+	if err != nil {
+		t.Fatalf("a run whose periodic save failed on a full disk ended: %v\n%s", err, stderr)
+	}
+	var warns []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "warning: ") && strings.Contains(l, "checkpoint") {
+			warns = append(warns, l)
+		}
+	}
+	if len(warns) != 1 || !strings.Contains(warns[0], "step 4") || !strings.Contains(warns[0], "no space left on device") {
+		t.Errorf("want one warning naming step 4 and the cause (no space left on device), got %q\n%s", warns, stderr)
+	}
+	if latestAt5 != 2 {
+		t.Errorf("latest after the failed save of step 4: step %d, want 2", latestAt5)
+	}
+	if m, _, err := checkpoint.ReadManifest(ck); err != nil || m.Step != 8 {
+		t.Errorf("latest at the end: %v %v, want step 8", m, err)
+	}
+	if !strings.Contains(stdout, "1 of 4 checkpoint saves failed") {
+		t.Errorf("the summary does not count the failed save:\n%s", stdout)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "steps.jsonl"))
+	for i, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
+		if !json.Valid([]byte(line)) {
+			t.Errorf("steps.jsonl line %d is not whole: %q", i+1, line)
+		}
+	}
+}
+
+// TestFinalSaveFailure: the checkpoints directory turns read-only after
+// step 3 of 4: the save of the last step fails, and the run says so and
+// exits 1 naming the cause and the checkpoint that survives (step 2), its
+// weights and summary still written.
+func TestFinalSaveFailure(t *testing.T) {
+	cfg := tinyConfig(t)
+	dir := t.TempDir()
+	ck := filepath.Join(dir, "checkpoints")
+	steps := 0
+	var mountErr error
+	testHook = func(p string) error {
+		if p == "step" {
+			if steps++; steps == 3 {
+				if out, err := exec.Command("mount", "--bind", ck, ck).CombinedOutput(); err != nil {
+					mountErr = fmt.Errorf("%v: %s", err, out)
+				} else if out, err := exec.Command("mount", "-o", "remount,ro,bind", ck).CombinedOutput(); err != nil {
+					mountErr = fmt.Errorf("%v: %s", err, out)
+				}
+			}
+		}
+		return nil
+	}
+	defer func() { testHook = nil }()
+	t.Cleanup(func() { exec.Command("umount", "-l", ck).Run() })
+	_, stderr, err := runApp(t, trainArgs(cfg, "--steps", "4", "--out", dir, "--save-every", "2")...)
+	testHook = nil
+	if mountErr != nil {
+		t.Skipf("cannot make a read-only bind mount here (needs root with CAP_SYS_ADMIN): %v", mountErr)
+	}
+	var ec exitCoder
+	if err == nil || (errors.As(err, &ec) && ec.ExitCode() != 1) {
+		t.Fatalf("a run whose last save failed: %v, want exit status 1\n%s", err, stderr)
+	}
+	for _, want := range []string{"step 4", "read-only file system", filepath.Join(ck, "step-00000002")} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("the error %q does not name %q", err, want)
+		}
+	}
+	if m, _, err := checkpoint.ReadManifest(ck); err != nil || m.Step != 2 {
+		t.Errorf("latest: %v %v, want step 2", m, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "model.safetensors")); err != nil {
+		t.Errorf("the trained weights were not written: %v", err)
+	}
+}
+
+// TestStepsLineOnFullDisk: steps.jsonl on a filesystem that fills up: the
+// lines the disk refuses are cut back off (the file holds whole lines
+// only), warned about once and counted, and the run goes on.
+func TestStepsLineOnFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	mountOrSkip(t, dir, "-t", "tmpfs", "-o", "size=8k", "tmpfs")
+	f, err := os.Create(filepath.Join(dir, "steps.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var stderr strings.Builder
+	l := &trainLoop{jsonl: f, stderr: &stderr}
+	const n = 200
+	for step := int64(1); step <= n; step++ {
+		line := fmt.Sprintf(`{"step":%d,"pad":%q}`+"\n", step, strings.Repeat("x", 90))
+		if err := l.appendLine(step, []byte(line)); err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+	}
+	b, _ := os.ReadFile(f.Name())
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	for i, line := range lines {
+		if !json.Valid([]byte(line)) {
+			t.Fatalf("line %d is torn: %q", i+1, line)
+		}
+	}
+	if l.fails.lines == 0 || len(lines)+l.fails.lines != n {
+		t.Errorf("%d lines written and %d counted as refused, want %d in all with some refused", len(lines), l.fails.lines, n)
+	}
+	if c := strings.Count(stderr.String(), "warning: steps.jsonl"); c != 1 || !strings.Contains(stderr.String(), "no space left on device") {
+		t.Errorf("want one warning naming the cause, got:\n%s", stderr.String())
+	}
+	var sum strings.Builder
+	l.fails.report(&sum)
+	if !strings.Contains(sum.String(), fmt.Sprintf("%d lines of steps.jsonl were not written", l.fails.lines)) {
+		t.Errorf("the summary does not count them: %q", sum.String())
 	}
 }

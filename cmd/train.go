@@ -655,6 +655,7 @@ type trainLoop struct {
 	moved       int64     // bytes, all links, since the run started
 	stopped     os.Signal // the signal that stopped the run after a step
 	stoppedAt   string    // its checkpoint
+	fails       saveFails // the saves and steps.jsonl lines the disk refused
 }
 
 // run trains from l.start to l.steps; a stop on a signal is no error.
@@ -722,7 +723,12 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		// After the step's JSONL line, so that a resumed run finds it.
 		path, err := l.save(st)
 		if err != nil {
-			return err
+			// A save the disk refused (full, read-only): the run goes on
+			// and the next save retries; that of the last step (or of a
+			// stop) fails the run once its outputs are written (savefail.go).
+			if err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps)); err != nil {
+				return err
+			}
 		}
 		saved = path
 	}
@@ -746,10 +752,7 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
 		OptimizerSeconds: st.OptimizerTime.Seconds(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
 	b, _ := json.Marshal(line)
-	if _, err := fmt.Fprintf(l.jsonl, "%s\n", b); err != nil {
-		return fmt.Errorf("train: write steps.jsonl: %w", err)
-	}
-	return nil
+	return l.appendLine(st.Step, append(b, '\n'))
 }
 
 // show moves the progress bar, or prints a line every steps_per_print
@@ -773,6 +776,7 @@ func (l *trainLoop) show(st engine.StepStats) {
 func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	ts := time.Now()
 	l.saving.Store(true)
+	l.fails.saves++
 	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Hook: testHook})
 	l.saving.Store(false)
 	if err != nil {
@@ -803,10 +807,14 @@ func (l *trainLoop) report(stdout io.Writer) error {
 		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
 	}
 	fmt.Fprint(stdout, sum.String())
+	l.fails.report(stdout)
 	if dir := l.flags.out; dir != "" {
 		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, stdout); err != nil {
 			return err
 		}
+	}
+	if err := l.lastSaveError(); err != nil {
+		return err
 	}
 	if l.stopped == nil {
 		return nil
