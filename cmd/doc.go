@@ -61,6 +61,13 @@
 // status for a stop) once summary.json and the weights are written: the
 // last state is not saved, and the error names the checkpoint that is.
 //
+// Every checkpoint records the run's training data (dataid.go: per file
+// its size and a SHA-256, of the whole file up to 1 MiB, else of its
+// first, middle and last 64 KiB with the size; the mtime recorded, not
+// compared): --resume on data that changed (grew, rewritten, another
+// file) is refused in one line naming the file and what changed, unless
+// --allow-data-change, which the command that goes on does not repeat.
+//
 // A run directory (train --out) belongs to one run: strata.lock is
 // flock(2)ed while a run writes into it (a second run is refused, naming
 // the holder's pid), run.json holds the run's id, which every checkpoint

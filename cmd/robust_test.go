@@ -246,3 +246,72 @@ func TestStepsLineOnFullDisk(t *testing.T) {
 		t.Errorf("the summary does not count them: %q", sum.String())
 	}
 }
+
+// TestResumeDataChanged: a run with --data and --save-every records its
+// data in its checkpoints; after the file grew, --resume is refused in one
+// line naming the file and its sizes; with --allow-data-change it goes on
+// and its checkpoints record the new data. A same-size rewrite of a large
+// file (hashed by samples) is noticed too.
+func TestResumeDataChanged(t *testing.T) {
+	cfg := tinyConfig(t)
+	src, err := os.ReadFile("../testdata/train/corpus.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := writeFile(t, "corpus.txt", string(src))
+	dir := t.TempDir()
+	args := func(more ...string) []string {
+		return append([]string{"train", "--no-progress", "--config", cfg, "--data", file, "--out", dir, "--save-every", "2"}, more...)
+	}
+	if _, stderr, err := runApp(t, args("--steps", "4")...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if _, stderr, err := runApp(t, args("--steps", "5", "--resume", dir)...); err != nil {
+		t.Fatalf("resume on the same data: %v\n%s", err, stderr)
+	}
+	f, _ := os.OpenFile(file, os.O_APPEND|os.O_WRONLY, 0)
+	f.Write(src[:2000])
+	f.Close()
+	_, stderr, err := runApp(t, args("--steps", "6", "--resume", dir)...)
+	var ec exitCoder
+	if err == nil || !errors.As(err, &ec) || ec.ExitCode() != 2 {
+		t.Fatalf("resume after the data grew: %v, want a refusal (exit status 2)\n%s", err, stderr)
+	}
+	msg := err.Error()
+	for _, want := range []string{"the training data changed since the checkpoint of step 5", file, fmt.Sprintf("was 2.7 KiB (%d B), is now", len(src)), fmt.Sprintf("(%d B, +", len(src)+2000), "--allow-data-change"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("the refusal %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "\n") {
+		t.Errorf("the refusal is not one line: %q", msg)
+	}
+	_, stderr, err = runApp(t, args("--steps", "6", "--resume", dir, "--allow-data-change")...)
+	if err != nil || !strings.Contains(stderr, "note: --allow-data-change: the training data changed") {
+		t.Fatalf("resume with --allow-data-change: %v\n%s", err, stderr)
+	}
+	m, _, err := checkpoint.ReadManifest(filepath.Join(dir, "checkpoints"))
+	if err != nil || m.Step != 6 || len(m.Data) != 1 || m.Data[0].Size != int64(len(src)+2000) || m.Data[0].Path != file {
+		t.Fatalf("the checkpoint after the change: %v, records %+v, want step 6 and the new size", err, m)
+	}
+	if g := goOn([]string{"--allow-data-change", "--data", file}, dir, 8); strings.Contains(g, "allow-data-change") {
+		t.Errorf("the command that goes on repeats --allow-data-change: %s", g)
+	}
+
+	big := filepath.Join(t.TempDir(), "big.txt")
+	b := make([]byte, 3<<20)
+	for i := range b {
+		b[i] = byte('a' + i%26)
+	}
+	os.WriteFile(big, b, 0o644)
+	was, err := identifyData("data", big)
+	if err != nil || !was.Sampled {
+		t.Fatalf("identify %s: %+v %v, want a sampled hash", big, was, err)
+	}
+	b[len(b)/2] = '!' // in the middle sample
+	os.WriteFile(big, b, 0o644)
+	now, _ := identifyData("data", big)
+	if d := dataChange(was, now); !strings.Contains(d, "same size") || !strings.Contains(d, "first, middle and last 64 KiB") {
+		t.Errorf("a same-size rewrite in the middle: %q", d)
+	}
+}

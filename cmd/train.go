@@ -36,7 +36,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH | --init PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH [--allow-data-change] | --init PATH] [--trace FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -45,7 +45,8 @@ func trainCommand() *cli.Command {
 			"after the last one under DIR/checkpoints/ (crash-safe; the last --keep kept). --resume PATH continues a run from a\n" +
 			"checkpoint directory, a directory of checkpoints (its latest) or a run's --out directory (its checkpoints' latest):\n" +
 			"--steps is the total counted from step 1, the config is the checkpoint's unless --config is given, a different\n" +
-			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.\n" +
+			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices; a resume on\n" +
+			"training data that changed since the checkpoint (its size, or the SHA-256 of its bytes or samples) is refused unless --allow-data-change.\n" +
 			"--init PATH starts a new run (step 1, a new optimizer) from the weights at PATH: a Hugging Face model directory\n" +
 			"(config.json and safetensors: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel), or a Strata\n" +
 			"checkpoint named as for --resume, of which only the weights are taken, not its optimizer state or step. The model's\n" +
@@ -70,6 +71,7 @@ func trainCommand() *cli.Command {
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 			&cli.StringFlag{Name: "init", Usage: "start from the weights (only) of a Hugging Face model directory or a Strata checkpoint/run directory; the shape comes from it"},
+			&cli.BoolFlag{Name: "allow-data-change", Usage: "with --resume: go on although the training data differs from what the checkpoint recorded (its size or SHA-256; without it such a resume is refused)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
 		}, dataFlags()...),
 		Action: runTrain,
@@ -256,7 +258,7 @@ func runTrain(c *cli.Context) (err error) {
 	if err := startTrain(e, p, devs, stderr); err != nil {
 		return err
 	}
-	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data}
+	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data, dataIDs: p.dataIDs}
 	l.checked = p.start
 	if s := intr.explain(l.stopping, l.aborting); s != nil {
 		return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
@@ -306,6 +308,8 @@ func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 		return f, usagef("train: --keep %d: need at least 1", f.keep)
 	case c.IsSet("keep") && f.saveEvery == 0:
 		return f, usagef("train: --keep needs --save-every N (it bounds the checkpoints that writes)")
+	case c.Bool("allow-data-change") && c.String("resume") == "":
+		return f, usagef("train: --allow-data-change needs --resume PATH (it lets a resumed run go on with training data that changed since its checkpoint)")
 	case f.overwrite && f.out == "":
 		return f, usagef("train: --overwrite needs --out DIR (it lets this run take a directory that holds another run's files)")
 	}
@@ -324,6 +328,8 @@ type trainPlan struct {
 	// resumed checkpoint's record of it): its tokenizer is
 	// source.TokenizerPath(). nil for a run from the seeded weights.
 	source *hf.Source
+	// dataIDs identify the training data, in every checkpoint (dataid.go).
+	dataIDs []checkpoint.DataFile
 }
 
 // planTrain resolves the config (--config, else the checkpoint of
@@ -373,6 +379,9 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 			p.data.Close()
 		}
 	}()
+	if err := checkData(c, p, cfg, stderr); err != nil {
+		return nil, err
+	}
 	if p.data, err = openRunData(ctx, c, cfg, p.source, stderr); err != nil {
 		return nil, err
 	}
@@ -644,6 +653,8 @@ type trainLoop struct {
 	runID  string     // the run's id (--out), in every checkpoint it saves
 	source *hf.Source // where the weights came from, in every checkpoint it saves
 	data   *runData   // --eval-data and how often it is evaluated
+	// dataIDs identify the training data, in every checkpoint it saves.
+	dataIDs []checkpoint.DataFile
 
 	firstEval, lastEval *EvalLine // the run's first and last evaluations
 
@@ -777,7 +788,7 @@ func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	ts := time.Now()
 	l.saving.Store(true)
 	l.fails.saves++
-	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Hook: testHook})
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, Hook: testHook})
 	l.saving.Store(false)
 	if err != nil {
 		return "", fmt.Errorf("train: save checkpoint: %w", err)
