@@ -91,21 +91,27 @@ func dataChange(was, now checkpoint.DataFile) string {
 	return ""
 }
 
-// checkData records the identity of the run's training data (p.dataIDs)
-// and, for a resumed run whose checkpoint recorded its own, refuses data
-// that changed unless --allow-data-change (then says what changed). A
-// file that cannot be read is left for the data's opening to report.
-func checkData(c *cli.Context, p *trainPlan, cfg *config.Config, stderr io.Writer) error {
-	var now *checkpoint.DataFile
+// identifyRunData records the identity of the run's training data
+// (p.dataIDs), as it is before it is opened. A file that cannot be read
+// is left for the data's opening to report.
+func identifyRunData(p *trainPlan, cfg *config.Config) {
 	if path := cfg.Strata.Data; path != "" {
-		id, err := identifyData("data", path)
-		if err != nil {
-			return nil
+		if id, err := identifyData("data", path); err == nil {
+			p.dataIDs = []checkpoint.DataFile{id}
 		}
-		p.dataIDs, now = []checkpoint.DataFile{id}, &id
 	}
+}
+
+// checkData refuses a resumed run whose training data (p.dataIDs) differs
+// from what its checkpoint recorded, unless --allow-data-change (then says
+// what changed).
+func checkData(c *cli.Context, p *trainPlan, stderr io.Writer) error {
 	if p.resume == nil || len(p.resume.Data) == 0 {
 		return nil
+	}
+	var now *checkpoint.DataFile
+	if len(p.dataIDs) > 0 {
+		now = &p.dataIDs[0]
 	}
 	var was *checkpoint.DataFile
 	for i := range p.resume.Data {

@@ -379,9 +379,7 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 			p.data.Close()
 		}
 	}()
-	if err := checkData(c, p, cfg, stderr); err != nil {
-		return nil, err
-	}
+	identifyRunData(p, cfg)
 	if p.data, err = openRunData(ctx, c, cfg, p.source, stderr); err != nil {
 		return nil, err
 	}
@@ -404,6 +402,9 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 	}
 	if p.resume != nil {
 		if err := checkResume(c, p, stderr); err != nil {
+			return nil, err
+		}
+		if err := checkData(c, p, stderr); err != nil {
 			return nil, err
 		}
 	}
