@@ -58,15 +58,25 @@ func cause(err error) string {
 
 // saveFailed handles the failed save of st: an error not the disk's ends
 // the run (returned); a periodic save warns and the run goes on; a final
-// one is kept for report (lastSaveError).
-func (l *trainLoop) saveFailed(st engine.StepStats, err error, final bool) error {
+// one is kept for report (lastSaveError). A save that completed (latest
+// names it) and failed after, in its pruning, returns its directory.
+func (l *trainLoop) saveFailed(st engine.StepStats, err error, final bool) (string, error) {
 	if !diskError(err) {
-		return err
+		return "", err
+	}
+	ck := filepath.Join(l.flags.out, "checkpoints")
+	if m, dir, merr := checkpoint.ReadManifest(ck); merr == nil && m.Step == st.Step && m.Run == l.runID {
+		// Complete and latest: what failed came after (the pruning).
+		if l.bar != nil {
+			l.bar.Clear()
+		}
+		fmt.Fprintf(l.stderr, "warning: saved the checkpoint of step %d to %s, but cleaning up after it failed: %s\n", st.Step, dir, cause(err))
+		return dir, nil
 	}
 	l.fails.failed++
 	if final {
 		l.fails.last, l.fails.lastAt = err, st.Step
-		return nil
+		return "", nil
 	}
 	if l.bar != nil {
 		l.bar.Clear()
@@ -77,7 +87,7 @@ func (l *trainLoop) saveFailed(st engine.StepStats, err error, final bool) error
 	}
 	fmt.Fprintf(l.stderr, "warning: the checkpoint of step %d was not saved: %s; training goes on and the next save%s retries; %s\n",
 		st.Step, cause(err), next, l.survives())
-	return nil
+	return "", nil
 }
 
 // survives names the newest complete checkpoint of the run's directory.

@@ -738,7 +738,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 			// A save the disk refused (full, read-only): the run goes on
 			// and the next save retries; that of the last step (or of a
 			// stop) fails the run once its outputs are written (savefail.go).
-			if err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps)); err != nil {
+			if path, err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps)); err != nil {
 				return err
 			}
 		}
