@@ -32,6 +32,10 @@ const (
 // identifyData is the identity of the data file at path (role "data").
 func identifyData(role, path string) (checkpoint.DataFile, error) {
 	id := checkpoint.DataFile{Role: role, Path: path}
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		// A Stat first: opening a named pipe would block.
+		return id, fmt.Errorf("%s is not a regular file", path)
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return id, err

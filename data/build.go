@@ -86,14 +86,14 @@ type Options struct {
 	Context context.Context
 }
 
-// stopped is the error of a tokenizing that o.Context stopped, nil while
-// it goes on.
-func (o Options) stopped(path string, where string) error {
+// stopped is the error of a tokenizing that o.Context stopped at (the
+// line or byte) n, nil while it goes on.
+func (o *Options) stopped(path, unit string, n int64) error {
 	if o.Context == nil {
 		return nil
 	}
 	if err := o.Context.Err(); err != nil {
-		return fmt.Errorf("data: %s: tokenizing stopped at %s: %w", path, where, err)
+		return fmt.Errorf("data: %s: tokenizing stopped at %s %d: %w", path, unit, n, err)
 	}
 	return nil
 }
@@ -237,7 +237,7 @@ func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, err
 	br := bufio.NewReaderSize(r, 1<<16)
 	var line []byte
 	for {
-		if err := o.stopped(path, fmt.Sprintf("line %d", st.Lines+1)); err != nil {
+		if err := o.stopped(path, "line", st.Lines+1); err != nil {
 			return st, err
 		}
 		chunk, err := br.ReadSlice('\n')
@@ -313,7 +313,7 @@ func buildText(w *tokenWriter, r io.Reader, path string, o Options) (Stats, erro
 	buf := make([]byte, 0, 2*textChunkBytes)
 	tmp := make([]byte, textChunkBytes)
 	for eof := false; !eof; {
-		if err := o.stopped(path, fmt.Sprintf("byte %d", read)); err != nil {
+		if err := o.stopped(path, "byte", read); err != nil {
 			return st, err
 		}
 		n, err := io.ReadFull(r, tmp)
