@@ -76,7 +76,7 @@ type Manifest struct {
 }
 
 // DataFile identifies a data file a run trained on: its size and the
-// SHA-256 of its bytes (the whole file up to DataHashWhole, else its first,
+// SHA-256 of its bytes (the whole file up to 1 MiB, else of its first,
 // middle and last 64 KiB with its size: Sampled).
 type DataFile struct {
 	Role    string    `json:"role"` // "data": the training data
