@@ -69,6 +69,22 @@ type Manifest struct {
 	// Source is where the run's initial weights came from
 	// (Options.Source); nil for a run from the seeded initialisation.
 	Source *hf.Source `json:"source,omitempty"`
+	// Data identifies the data files the run trained on (Options.Data), so
+	// that a resumed run notices data that changed since; nil for a run
+	// without any (the synthetic corpus) or saved before they were recorded.
+	Data []DataFile `json:"data,omitempty"`
+}
+
+// DataFile identifies a data file a run trained on: its size and the
+// SHA-256 of its bytes (the whole file up to 1 MiB, else of its first,
+// middle and last 64 KiB with its size: Sampled).
+type DataFile struct {
+	Role    string    `json:"role"` // "data": the training data
+	Path    string    `json:"path"`
+	Size    int64     `json:"size_bytes"`
+	SHA256  string    `json:"sha256"`
+	Sampled bool      `json:"sampled,omitempty"` // SHA256 is of samples, not the whole file
+	ModTime time.Time `json:"mtime"`             // recorded, not compared (a copy or a touch changes it)
 }
 
 // ManifestState is a StateSpec in the manifest: "param" "bf16".
@@ -131,6 +147,10 @@ type Options struct {
 	// Source, when set, is recorded in the manifest: where the run's
 	// initial weights came from (its tokenizer files, its config.json).
 	Source *hf.Source
+
+	// Data, when set, is recorded in the manifest: the data files the run
+	// trains on.
+	Data []DataFile
 
 	// Hook, for tests, is called at each named point of a save and of its
 	// pruning ("write rank-00000.safetensors", "manifest", "rename",
@@ -218,7 +238,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
-		Shape: st.Shape, Model: st.Model, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source}
+		Shape: st.Shape, Model: st.Model, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source, Data: opts.Data}
 	if len(st.Config) > 0 {
 		m.Config = json.RawMessage(st.Config)
 	}

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -126,8 +127,8 @@ func tokenDir(out string) string {
 // openRunData opens strata.data and --eval-data for a run of cfg from
 // source (data files are tokenized in one streaming pass with the model's
 // tokenizer: JSONL always, raw text with a tokenizer other than bytes)
-// and says what they hold.
-func openRunData(c *cli.Context, cfg *config.Config, source *hf.Source, stderr io.Writer) (*runData, error) {
+// and says what they hold. ctx (the first signal) stops the tokenizing.
+func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source *hf.Source, stderr io.Writer) (*runData, error) {
 	d := &runData{every: c.Int("eval-every")}
 	if cfg.Strata.Data == "" && c.String("eval-data") == "" {
 		return d, nil
@@ -140,7 +141,7 @@ func openRunData(c *cli.Context, cfg *config.Config, source *hf.Source, stderr i
 	if err != nil {
 		return nil, err
 	}
-	o := data.Options{Tokenizer: tok, Chat: chat, Dir: tokenDir(c.String("out"))}
+	o := data.Options{Tokenizer: tok, Chat: chat, Dir: tokenDir(c.String("out")), Context: ctx}
 	fmt.Fprintf(stderr, "tokenizer: %s\n", tokName)
 	if path := cfg.Strata.Data; path != "" {
 		t0 := time.Now()

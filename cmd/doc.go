@@ -61,7 +61,25 @@
 // second signal says what survives, the last complete checkpoint, removes
 // the run's swap files' names and ends the process at once; a signal during
 // start-up ends it before the first step, closing the engine, which removes
-// its swap files).
+// its swap files; one while the data is tokenized stops the tokenizing
+// within a line of JSONL or a MiB of text, interrupts.ctx cancelled).
+//
+// A save the disk refuses (full, over quota, read-only, an I/O error) does
+// not end a run (savefail.go): a periodic checkpoint that fails prints one
+// warning line naming the cause and the newest complete checkpoint, which
+// "latest" keeps naming; training goes on and the next save retries; a
+// steps.jsonl line the disk refuses is cut back off and counted; the
+// summary says how many saves (and lines) failed. The save of the last
+// step, or of a stop on a signal, failing is an error (exit 1; a signal's
+// status for a stop) once summary.json and the weights are written: the
+// last state is not saved, and the error names the checkpoint that is.
+//
+// Every checkpoint records the run's training data (dataid.go: per file
+// its size and a SHA-256, of the whole file up to 1 MiB, else of its
+// first, middle and last 64 KiB with the size; the mtime recorded, not
+// compared): --resume on data that changed (grew, rewritten, another
+// file) is refused in one line naming the file and what changed, unless
+// --allow-data-change, which the command that goes on does not repeat.
 //
 // A run directory (train --out) belongs to one run: strata.lock is
 // flock(2)ed while a run writes into it (a second run is refused, naming

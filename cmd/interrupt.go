@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -21,6 +22,10 @@ type interrupts struct {
 	sig    chan os.Signal
 	done   chan struct{}
 	stderr io.Writer
+	// ctx is cancelled by the first signal: work before the first step
+	// that takes long (tokenizing the data, data.Options.Context) stops.
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex // guards got and the explanations, and runs in's callbacks
 	got    os.Signal
@@ -37,6 +42,7 @@ type interrupts struct {
 func watchInterrupts(stderr io.Writer, first, second func(os.Signal) string, atExit func() string) *interrupts {
 	in := &interrupts{sig: make(chan os.Signal, 2), done: make(chan struct{}), stderr: &syncWriter{w: stderr},
 		first: first, second: second, atExit: atExit}
+	in.ctx, in.cancel = context.WithCancel(context.Background())
 	signal.Notify(in.sig, os.Interrupt, syscall.SIGTERM)
 	go in.watch()
 	return in
@@ -53,6 +59,7 @@ func (in *interrupts) watch() {
 	in.got = s
 	msg := in.first(s)
 	in.mu.Unlock()
+	in.cancel()
 	fmt.Fprintf(in.stderr, "\nstrata: %v: %s\n", s, msg)
 	select {
 	case <-in.done:
@@ -109,6 +116,7 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 func (in *interrupts) stop() {
 	signal.Stop(in.sig)
 	close(in.done)
+	in.cancel()
 }
 
 // again names the way to send a second signal.

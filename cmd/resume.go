@@ -174,11 +174,11 @@ func givenFlags(c *cli.Context) []string {
 // notCarried are the flags of a run that the command going on with it
 // does not repeat: it resumes (--resume, --out) to the run's total
 // (--steps, which --epochs came to); --init and --overwrite start a new
-// run; and the config is the checkpoint's, the one --config, --lr,
+// run; --allow-data-change accepts one change of the data, not the next; and the config is the checkpoint's, the one --config, --lr,
 // --micro-batch and --warmup-steps resolved to (as --resume reads it
 // without --config: the file may have changed since, and after --init it
 // may not name the model, which came from --init).
-var notCarried = []string{"--resume", "--out", "--steps", "--epochs", "--init", "--overwrite",
+var notCarried = []string{"--resume", "--out", "--steps", "--epochs", "--init", "--overwrite", "--allow-data-change",
 	"--config", "--lr", "--micro-batch", "--warmup-steps"}
 
 // goOn is the command that continues the run of args (givenFlags) in out

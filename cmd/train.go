@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -35,7 +36,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH | --init PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH [--allow-data-change] | --init PATH] [--trace FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -44,7 +45,8 @@ func trainCommand() *cli.Command {
 			"after the last one under DIR/checkpoints/ (crash-safe; the last --keep kept). --resume PATH continues a run from a\n" +
 			"checkpoint directory, a directory of checkpoints (its latest) or a run's --out directory (its checkpoints' latest):\n" +
 			"--steps is the total counted from step 1, the config is the checkpoint's unless --config is given, a different\n" +
-			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices.\n" +
+			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices; a resume on\n" +
+			"training data that changed since the checkpoint (its size, or the SHA-256 of its bytes or samples) is refused unless --allow-data-change.\n" +
 			"--init PATH starts a new run (step 1, a new optimizer) from the weights at PATH: a Hugging Face model directory\n" +
 			"(config.json and safetensors: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel), or a Strata\n" +
 			"checkpoint named as for --resume, of which only the weights are taken, not its optimizer state or step. The model's\n" +
@@ -69,6 +71,7 @@ func trainCommand() *cli.Command {
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 			&cli.StringFlag{Name: "init", Usage: "start from the weights (only) of a Hugging Face model directory or a Strata checkpoint/run directory; the shape comes from it"},
+			&cli.BoolFlag{Name: "allow-data-change", Usage: "with --resume: go on although the training data differs from what the checkpoint recorded (its size or SHA-256; without it such a resume is refused)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
 		}, dataFlags()...),
 		Action: runTrain,
@@ -192,8 +195,12 @@ func runTrain(c *cli.Context) (err error) {
 		func(os.Signal) string { return "stopping at once" }, removeSwapFiles)
 	stderr = intr.stderr
 	defer intr.stop() // through the outputs: a signal there does not cut them short
-	p, err := planTrain(c, stderr)
+	p, err := planTrain(intr.ctx, c, stderr)
 	if err != nil {
+		if s := intr.requested(); s != nil && errors.Is(err, context.Canceled) {
+			// The first signal stopped the tokenizing of the data.
+			return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
+		}
 		return err
 	}
 	var opts engine.Options
@@ -251,7 +258,7 @@ func runTrain(c *cli.Context) (err error) {
 	if err := startTrain(e, p, devs, stderr); err != nil {
 		return err
 	}
-	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data}
+	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data, dataIDs: p.dataIDs}
 	l.checked = p.start
 	if s := intr.explain(l.stopping, l.aborting); s != nil {
 		return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
@@ -301,6 +308,8 @@ func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 		return f, usagef("train: --keep %d: need at least 1", f.keep)
 	case c.IsSet("keep") && f.saveEvery == 0:
 		return f, usagef("train: --keep needs --save-every N (it bounds the checkpoints that writes)")
+	case c.Bool("allow-data-change") && c.String("resume") == "":
+		return f, usagef("train: --allow-data-change needs --resume PATH (it lets a resumed run go on with training data that changed since its checkpoint)")
 	case f.overwrite && f.out == "":
 		return f, usagef("train: --overwrite needs --out DIR (it lets this run take a directory that holds another run's files)")
 	}
@@ -319,13 +328,15 @@ type trainPlan struct {
 	// resumed checkpoint's record of it): its tokenizer is
 	// source.TokenizerPath(). nil for a run from the seeded weights.
 	source *hf.Source
+	// dataIDs identify the training data, in every checkpoint (dataid.go).
+	dataIDs []checkpoint.DataFile
 }
 
 // planTrain resolves the config (--config, else the checkpoint of
 // --resume, else the demonstration) with the flags applied, prints its
 // notes, checks a resumed run against --steps and --out, and opens the
-// training text.
-func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
+// training text (ctx, the first signal, stops its tokenizing).
+func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 	if err := checkDataFlags(c); err != nil {
 		return nil, err
 	}
@@ -368,7 +379,8 @@ func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 			p.data.Close()
 		}
 	}()
-	if p.data, err = openRunData(c, cfg, p.source, stderr); err != nil {
+	identifyRunData(p, cfg)
+	if p.data, err = openRunData(ctx, c, cfg, p.source, stderr); err != nil {
 		return nil, err
 	}
 	if c.IsSet("epochs") {
@@ -388,6 +400,9 @@ func planTrain(c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 	}
 	if p.resume != nil {
 		if err := checkResume(c, p, stderr); err != nil {
+			return nil, err
+		}
+		if err := checkData(c, p, stderr); err != nil {
 			return nil, err
 		}
 	}
@@ -637,6 +652,8 @@ type trainLoop struct {
 	runID  string     // the run's id (--out), in every checkpoint it saves
 	source *hf.Source // where the weights came from, in every checkpoint it saves
 	data   *runData   // --eval-data and how often it is evaluated
+	// dataIDs identify the training data, in every checkpoint it saves.
+	dataIDs []checkpoint.DataFile
 
 	firstEval, lastEval *EvalLine // the run's first and last evaluations
 
@@ -648,6 +665,7 @@ type trainLoop struct {
 	moved       int64     // bytes, all links, since the run started
 	stopped     os.Signal // the signal that stopped the run after a step
 	stoppedAt   string    // its checkpoint
+	fails       saveFails // the saves and steps.jsonl lines the disk refused
 }
 
 // run trains from l.start to l.steps; a stop on a signal is no error.
@@ -715,7 +733,12 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		// After the step's JSONL line, so that a resumed run finds it.
 		path, err := l.save(st)
 		if err != nil {
-			return err
+			// A save the disk refused (full, read-only): the run goes on
+			// and the next save retries; that of the last step (or of a
+			// stop) fails the run once its outputs are written (savefail.go).
+			if path, err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps)); err != nil {
+				return err
+			}
 		}
 		saved = path
 	}
@@ -739,10 +762,7 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
 		OptimizerSeconds: st.OptimizerTime.Seconds(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
 	b, _ := json.Marshal(line)
-	if _, err := fmt.Fprintf(l.jsonl, "%s\n", b); err != nil {
-		return fmt.Errorf("train: write steps.jsonl: %w", err)
-	}
-	return nil
+	return l.appendLine(st.Step, append(b, '\n'))
 }
 
 // show moves the progress bar, or prints a line every steps_per_print
@@ -766,7 +786,8 @@ func (l *trainLoop) show(st engine.StepStats) {
 func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	ts := time.Now()
 	l.saving.Store(true)
-	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Hook: testHook})
+	l.fails.saves++
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, Hook: testHook})
 	l.saving.Store(false)
 	if err != nil {
 		return "", fmt.Errorf("train: save checkpoint: %w", err)
@@ -796,10 +817,14 @@ func (l *trainLoop) report(stdout io.Writer) error {
 		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
 	}
 	fmt.Fprint(stdout, sum.String())
+	l.fails.report(stdout)
 	if dir := l.flags.out; dir != "" {
 		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, stdout); err != nil {
 			return err
 		}
+	}
+	if err := l.lastSaveError(); err != nil {
+		return err
 	}
 	if l.stopped == nil {
 		return nil

@@ -3,6 +3,7 @@ package data
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -78,6 +79,23 @@ type Options struct {
 	Dir string
 	// Format, when set, decides over DetectFormat.
 	Format *Format
+	// Context, when set, stops the tokenizing once it is done (a signal
+	// asked the run to stop): it looks every line of JSONL and every
+	// chunk of raw text (textChunkBytes), and Open returns an error that
+	// wraps the context's (context.Canceled), the token file removed.
+	Context context.Context
+}
+
+// stopped is the error of a tokenizing that o.Context stopped at (the
+// line or byte) n, nil while it goes on.
+func (o *Options) stopped(path, unit string, n int64) error {
+	if o.Context == nil {
+		return nil
+	}
+	if err := o.Context.Err(); err != nil {
+		return fmt.Errorf("data: %s: tokenizing stopped at %s %d: %w", path, unit, n, err)
+	}
+	return nil
 }
 
 // Stats describe a tokenized data file.
@@ -160,7 +178,7 @@ func Open(path string, o Options) (*Source, error) {
 	if format == JSONL {
 		st, err = buildJSONL(w, f, path, o)
 	} else {
-		st, err = buildText(w, f, path, o.Tokenizer)
+		st, err = buildText(w, f, path, o)
 	}
 	if err != nil {
 		w.close()
@@ -219,6 +237,9 @@ func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, err
 	br := bufio.NewReaderSize(r, 1<<16)
 	var line []byte
 	for {
+		if err := o.stopped(path, "line", st.Lines+1); err != nil {
+			return st, err
+		}
 		chunk, err := br.ReadSlice('\n')
 		line = append(line[:0], chunk...)
 		for errors.Is(err, bufio.ErrBufferFull) {
@@ -287,13 +308,19 @@ const textChunkBytes = 1 << 20
 // pre-tokenizers of GPT-2, Llama-3 and Qwen2 split on both sides of it
 // there too, so the ids are those of the whole text tokenized at once.
 // Nothing is added (no BOS, no EOS).
-func buildText(w *tokenWriter, r io.Reader, path string, tok Tokenizer) (Stats, error) {
+func buildText(w *tokenWriter, r io.Reader, path string, o Options) (Stats, error) {
 	st := Stats{Format: Text}
+	tok := o.Tokenizer
+	var read int64
 	var ids []int32
 	buf := make([]byte, 0, 2*textChunkBytes)
 	tmp := make([]byte, textChunkBytes)
 	for eof := false; !eof; {
+		if err := o.stopped(path, "byte", read); err != nil {
+			return st, err
+		}
 		n, err := io.ReadFull(r, tmp)
+		read += int64(n)
 		buf = append(buf, tmp[:n]...)
 		switch {
 		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):

@@ -80,6 +80,9 @@
 // bit per token, an offset per example) in Options.Dir, the run's
 // directory by default of cmd, so that it lands on the run's disk; its name
 // is removed at once, so a crash leaves nothing, and it lives while open.
+// Options.Context stops the pass (a signal asking the run to stop): it is
+// looked at every line of JSONL and every 1 MiB chunk of raw text, and
+// Open returns an error wrapping context.Canceled (TestOpenStops).
 //
 // # Packing (Packed)
 //

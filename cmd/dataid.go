@@ -1,0 +1,146 @@
+package cmd
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/internal/units"
+)
+
+// A run records the identity of its training data in every checkpoint
+// (checkpoint.DataFile: the size and a SHA-256, of the whole file up to
+// dataHashWhole, else of its first, middle and last 64 KiB with the size;
+// the mtime is recorded, not compared). A resumed run whose data differs
+// (a file that grew, was rewritten, or another file) is refused in one
+// line naming the file and what changed, unless --allow-data-change: it
+// would read other rows than the uninterrupted run.
+
+const (
+	dataHashWhole  = 1 << 20  // files up to this size are hashed whole
+	dataHashSample = 64 << 10 // else three samples of this size
+)
+
+// identifyData is the identity of the data file at path (role "data").
+func identifyData(role, path string) (checkpoint.DataFile, error) {
+	id := checkpoint.DataFile{Role: role, Path: path}
+	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
+		// A Stat first: opening a named pipe would block.
+		return id, fmt.Errorf("%s is not a regular file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return id, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return id, err
+	}
+	if !fi.Mode().IsRegular() {
+		return id, fmt.Errorf("%s is not a regular file", path)
+	}
+	id.Size, id.ModTime = fi.Size(), fi.ModTime().UTC()
+	h := sha256.New()
+	if id.Size <= dataHashWhole {
+		if _, err := io.Copy(h, f); err != nil {
+			return id, err
+		}
+	} else {
+		id.Sampled = true
+		binary.Write(h, binary.LittleEndian, id.Size)
+		buf := make([]byte, dataHashSample)
+		for _, off := range []int64{0, (id.Size - dataHashSample) / 2, id.Size - dataHashSample} {
+			if _, err := f.ReadAt(buf, off); err != nil {
+				return id, err
+			}
+			h.Write(buf)
+		}
+	}
+	id.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return id, nil
+}
+
+// dataChange says how the data file now differs from was ("" when it is
+// the same data).
+func dataChange(was, now checkpoint.DataFile) string {
+	name := now.Path
+	if now.Path != was.Path {
+		name = fmt.Sprintf("%s (the checkpoint's was %s)", now.Path, was.Path)
+	}
+	switch {
+	case was.Size != now.Size:
+		d := now.Size - was.Size
+		sign := "+"
+		if d < 0 {
+			sign, d = "-", -d
+		}
+		return fmt.Sprintf("%s was %s (%d B), is now %s (%d B, %s%s)", name, units.FormatBytes(was.Size), was.Size,
+			units.FormatBytes(now.Size), now.Size, sign, units.FormatBytes(d))
+	case was.SHA256 != now.SHA256 || was.Sampled != now.Sampled:
+		what := "its SHA-256"
+		if was.Sampled {
+			what = "the SHA-256 of its first, middle and last 64 KiB"
+		}
+		return fmt.Sprintf("%s has the same size (%s) but other bytes (%s differs)", name, units.FormatBytes(now.Size), what)
+	}
+	return ""
+}
+
+// identifyRunData records the identity of the run's training data
+// (p.dataIDs), as it is before it is opened. A file that cannot be read
+// is left for the data's opening to report.
+func identifyRunData(p *trainPlan, cfg *config.Config) {
+	if path := cfg.Strata.Data; path != "" {
+		if id, err := identifyData("data", path); err == nil {
+			p.dataIDs = []checkpoint.DataFile{id}
+		}
+	}
+}
+
+// checkData refuses a resumed run whose training data (p.dataIDs) differs
+// from what its checkpoint recorded, unless --allow-data-change (then says
+// what changed).
+func checkData(c *cli.Context, p *trainPlan, stderr io.Writer) error {
+	if p.resume == nil || len(p.resume.Data) == 0 {
+		return nil
+	}
+	var now *checkpoint.DataFile
+	if len(p.dataIDs) > 0 {
+		now = &p.dataIDs[0]
+	}
+	var was *checkpoint.DataFile
+	for i := range p.resume.Data {
+		if p.resume.Data[i].Role == "data" {
+			was = &p.resume.Data[i]
+		}
+	}
+	var change string
+	switch {
+	case was == nil && now == nil:
+	case was == nil:
+		change = fmt.Sprintf("the run trained on the synthetic corpus, and --data is %s", now.Path)
+	case now == nil:
+		change = fmt.Sprintf("the run trained on %s, and this one would train on the synthetic corpus", was.Path)
+	default:
+		change = dataChange(*was, *now)
+	}
+	if change == "" {
+		return nil
+	}
+	if c.Bool("allow-data-change") {
+		fmt.Fprintf(stderr, "note: --allow-data-change: the training data changed since the checkpoint of step %d: %s; the run goes on with it (its next checkpoints record it)\n",
+			p.resume.Step, change)
+		return nil
+	}
+	return usagef("train: --resume: the training data changed since the checkpoint of step %d (%s) was saved: %s; on other data the run reads other rows than the one it continues: pass --allow-data-change to go on with it",
+		p.resume.Step, p.resumeDir, strings.TrimSpace(change))
+}
