@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/urfave/cli/v2"
 )
 
@@ -181,7 +182,7 @@ func placeholderOf(f cli.Flag) string {
 // suggest is "; did you mean PREFIX+NAME?" for the candidate nearest to
 // name (as config keys are suggested), or "".
 func suggest(name string, candidates []string, prefix string) string {
-	near := nearest(name, candidates)
+	near := config.Nearest(name, candidates)
 	if near == "" {
 		return ""
 	}
@@ -189,57 +190,6 @@ func suggest(name string, candidates []string, prefix string) string {
 		return fmt.Sprintf("; did you mean %s?", flagName(near))
 	}
 	return fmt.Sprintf("; did you mean %s%s?", prefix, near)
-}
-
-// nearest returns the candidate closest to key, or "" when none is close
-// enough to be a likely typo: a candidate that starts with the key (4
-// letters or more) first, else the fewest edits, at most 2 for short keys
-// and a third of the key's length for long ones (config's rule for keys).
-func nearest(key string, candidates []string) string {
-	best, bestD := "", 1<<30
-	if len(key) >= 4 {
-		lk := strings.ToLower(key)
-		for _, c := range candidates {
-			if strings.HasPrefix(strings.ToLower(c), lk) && (best == "" || len(c) < len(best)) {
-				best = c
-			}
-		}
-		if best != "" {
-			return best
-		}
-	}
-	for _, c := range candidates {
-		if d := editDistance(key, c); d < bestD {
-			best, bestD = c, d
-		}
-	}
-	if bestD > max(2, len(key)/3) {
-		return ""
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b,
-// case-insensitive.
-func editDistance(a, b string) int {
-	ra, rb := []rune(strings.ToLower(a)), []rune(strings.ToLower(b))
-	prev := make([]int, len(rb)+1)
-	cur := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(rb)]
 }
 
 var flagParseError = regexp.MustCompile(`^invalid value "(.*)" for flag -+(\S+): (.*)$`)

@@ -256,7 +256,7 @@ func (s *section) stringKey(key string, dst *string, choices ...string) {
 		msg := fmt.Sprintf("%q is not %s", n.text, orList(choices))
 		if isAuto(n) {
 			msg = autoMsg
-		} else if near := nearest(n.text, choices); near != "" {
+		} else if near := Nearest(n.text, choices); near != "" {
 			msg += fmt.Sprintf("; did you mean %q?", near)
 		}
 		s.d.errAt(n.offset, join(s.path, key), "%s", msg)
@@ -396,7 +396,7 @@ func (d *decoder) finish() {
 			}
 			full := join(s.path, k)
 			msg := fmt.Sprintf("unknown key %q", full)
-			if near := nearest(k, s.known); near != "" {
+			if near := Nearest(k, s.known); near != "" {
 				msg += fmt.Sprintf("; did you mean %q?", join(s.path, near))
 			} else if elsewhere := nearestLeaf(k, all); elsewhere != "" {
 				msg += fmt.Sprintf("; did you mean %q?", elsewhere)
@@ -417,7 +417,7 @@ func nearestLeaf(key string, paths []string) string {
 	for i, p := range paths {
 		leaves[i] = p[strings.LastIndexByte(p, '.')+1:]
 	}
-	near := nearest(key, leaves)
+	near := Nearest(key, leaves)
 	if near == "" {
 		return ""
 	}

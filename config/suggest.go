@@ -25,12 +25,12 @@ func editDistance(a, b string) int {
 	return prev[len(rb)]
 }
 
-// nearest returns the candidate closest to key, or "" when none is close
+// Nearest returns the candidate closest to key, or "" when none is close
 // enough to be a likely typo: a candidate that starts with the key (a
 // truncated name, 4 letters or more) first, else the fewest edits, at most 2
 // for short keys and a third of the key's length for long ones. Ties go to
 // the earlier candidate.
-func nearest(key string, candidates []string) string {
+func Nearest(key string, candidates []string) string {
 	best, bestD := "", 1<<30
 	if len(key) >= 4 {
 		lk := strings.ToLower(key)

@@ -35,8 +35,8 @@ func TestNearest(t *testing.T) {
 		"gradient_accumulation_steps_xx": "gradient_accumulation_steps",
 	}
 	for in, want := range cases {
-		if got := nearest(in, keys); got != want {
-			t.Errorf("nearest(%q) = %q, want %q", in, got, want)
+		if got := Nearest(in, keys); got != want {
+			t.Errorf("Nearest(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
