@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"
 )
 
@@ -47,7 +47,7 @@ func inspectCommand() *cli.Command {
 			// A FIFO's open would wait for a writer, a device's read
 			// never end: the mode decides before anything is opened.
 			if !fi.IsDir() && !fi.Mode().IsRegular() {
-				return fmt.Errorf("inspect: %s is %s, not a regular file: inspect reads a .safetensors file or a checkpoint", path, fileKind(fi.Mode()))
+				return fmt.Errorf("inspect: %s is %s, not a regular file: inspect reads a .safetensors file or a checkpoint", path, model.FileKind(fi.Mode()))
 			}
 			if fi.IsDir() || filepath.Base(path) == checkpoint.ManifestName {
 				return inspectCheckpoint(c.App.Writer, path, c.Bool("json"), !c.Bool("no-verify"))
@@ -269,19 +269,4 @@ func inspectJSON(w io.Writer, v any) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
-}
-
-// fileKind names a file's type: "a FIFO (named pipe)", "a device", ...
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "a FIFO (named pipe)"
-	case m&fs.ModeCharDevice != 0:
-		return "a character device"
-	case m&fs.ModeDevice != 0:
-		return "a block device"
-	case m&fs.ModeSocket != 0:
-		return "a socket"
-	}
-	return "a special file (" + m.Type().String() + ")"
 }

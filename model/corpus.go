@@ -123,7 +123,7 @@ func FileKind(m fs.FileMode) string {
 	case m.IsDir():
 		return "a directory"
 	case m&fs.ModeNamedPipe != 0:
-		return "a named pipe"
+		return "a named pipe (FIFO)"
 	case m&fs.ModeSocket != 0:
 		return "a socket"
 	case m&fs.ModeCharDevice != 0:
