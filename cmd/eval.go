@@ -258,17 +258,27 @@ func (e *evalRun) writeLogits(row int, v []float32) {
 
 // progress reports on stderr every evalProgressEvery.
 func (e *evalRun) progress() {
-	now := time.Now()
-	if now.Sub(e.start) < evalProgressEvery || now.Sub(e.reported) < evalProgressEvery {
+	loss, due := e.progressDue()
+	if !due {
 		return
 	}
-	e.reported = now
-	loss := math.NaN()
-	if e.counted > 0 {
-		loss = e.sum / float64(e.counted)
-	}
 	fmt.Fprintf(e.stderr, "eval: %.1f%% of %s, %d tokens, %.0f tokens/s, loss so far %.4f\n",
-		100*float64(e.ts.off)/float64(max(1, e.ts.size)), e.ts.path, e.counted, float64(e.counted)/now.Sub(e.start).Seconds(), loss)
+		100*float64(e.ts.off)/float64(max(1, e.ts.size)), e.ts.path, e.counted, float64(e.counted)/e.reported.Sub(e.start).Seconds(), loss)
+}
+
+// progressDue says whether a progress line is due (evalProgressEvery
+// since the start and since the last one), marking it reported, and the
+// mean loss so far (NaN before the first token).
+func (e *evalRun) progressDue() (float64, bool) {
+	now := time.Now()
+	if now.Sub(e.start) < evalProgressEvery || now.Sub(e.reported) < evalProgressEvery {
+		return 0, false
+	}
+	e.reported = now
+	if e.counted == 0 {
+		return math.NaN(), true
+	}
+	return e.sum / float64(e.counted), true
 }
 
 // Blocks of the token stream: how much of the file is tokenized at a

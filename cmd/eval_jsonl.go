@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -82,14 +81,9 @@ func hasTarget(targets []int32) bool {
 
 // progressRows reports on stderr every evalProgressEvery.
 func (e *evalRun) progressRows(done, rows int64, path string) {
-	now := time.Now()
-	if now.Sub(e.start) < evalProgressEvery || now.Sub(e.reported) < evalProgressEvery {
+	loss, due := e.progressDue()
+	if !due {
 		return
-	}
-	e.reported = now
-	loss := math.NaN()
-	if e.counted > 0 {
-		loss = e.sum / float64(e.counted)
 	}
 	fmt.Fprintf(e.stderr, "eval: %d of %d rows of %s, %d tokens, loss so far %.4f\n", done, rows, path, e.counted, loss)
 }
