@@ -2,13 +2,13 @@ package cmd
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/internal/hostmem"
+	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
@@ -85,17 +85,7 @@ func TestTrainReclaimsStaleSwapFiles(t *testing.T) {
 // loop-mounted) exits 1 with one line naming the path, the need, the free
 // space and what is reclaimable, and leaves no swap file there.
 func TestTrainRefusesShortSwapPath(t *testing.T) {
-	tmp := t.TempDir()
-	img, dir := filepath.Join(tmp, "small.img"), filepath.Join(tmp, "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range [][]string{{"truncate", "-s", "2M", img}, {"mkfs.ext4", "-q", "-F", "-O", "^has_journal", img}, {"mount", "-o", "loop", img, dir}} {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Skipf("cannot make a 2 MiB ext4 path (%s, needs root and a loop device): %v %s", strings.Join(c, " "), err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	dir := hosttest.SmallExt4(t, "2M")
 	cfg := writeFile(t, "cfg.json", `{
   "train_micro_batch_size_per_gpu": 1,
   "bf16": {"enabled": true},

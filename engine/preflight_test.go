@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -12,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/flock"
+	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
@@ -155,17 +155,7 @@ const wideShapeJSON = `{"n_layer": 2, "n_embd": 256, "n_head": 4, "vocab_size": 
 // and what is reclaimable; no swap file is left there. Before, the swap was
 // made after the devices and the pinned pool had been taken.
 func TestSwapSpaceRefusedAtStart(t *testing.T) {
-	tmp := t.TempDir()
-	img, dir := filepath.Join(tmp, "small.img"), filepath.Join(tmp, "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range [][]string{{"truncate", "-s", "2M", img}, {"mkfs.ext4", "-q", "-F", "-O", "^has_journal", img}, {"mount", "-o", "loop", img, dir}} {
-		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
-			t.Skipf("cannot make a 2 MiB ext4 path (%s, needs root and a loop device): %v %s", strings.Join(c, " "), err, out)
-		}
-	}
-	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	dir := hosttest.SmallExt4(t, "2M")
 	// A file of the path's own, not a swap file: it is neither reclaimed
 	// nor counted.
 	if err := os.WriteFile(filepath.Join(dir, "other"), []byte("x"), 0o600); err != nil {

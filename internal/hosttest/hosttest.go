@@ -1,6 +1,7 @@
 // Package hosttest holds what tests of several packages ask of the host:
-// a process's resident memory from /proc, and the Python interpreter with
-// Debian's python3-torch that the PyTorch comparisons run. Test files only.
+// a process's resident memory from /proc, the Python interpreter with
+// Debian's python3-torch that the PyTorch comparisons run, and a small
+// loop-mounted ext4 path for the full-disk tests. Test files only.
 package hosttest
 
 import (
@@ -56,4 +57,24 @@ func ProcRSS(pid int) (rss, hwm int64) {
 		}
 	}
 	return rss, hwm
+}
+
+// SmallExt4 mounts an ext4 filesystem of size bytes (an image under the
+// test's temporary directory, loop-mounted, no journal) and returns its
+// mount point, unmounted when the test ends. It skips the test, naming
+// the step, where the host cannot make one (not root, no loop device).
+func SmallExt4(t testing.TB, size string) string {
+	t.Helper()
+	tmp := t.TempDir()
+	img, dir := tmp+"/small.img", tmp+"/mnt"
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][]string{{"truncate", "-s", size, img}, {"mkfs.ext4", "-q", "-F", "-O", "^has_journal", img}, {"mount", "-o", "loop", img, dir}} {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			t.Skipf("cannot make a %s ext4 path (%s, needs root and a loop device): %v %s", size, strings.Join(c, " "), err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	return dir
 }
