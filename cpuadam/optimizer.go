@@ -91,6 +91,7 @@ const (
 	taskSumSq
 	taskMaxAbs
 	taskR4W3
+	taskShard
 )
 
 // task is one tile's work; it travels by value over a channel.
@@ -104,6 +105,7 @@ type task struct {
 	gh, out   []uint16
 	sums      []float64 // taskSumSq: one per block of [lo, hi)
 	maxAbs    *uint32
+	shard     Shard // taskShard
 }
 
 // New starts an Optimizer's workers.
@@ -170,6 +172,8 @@ func (o *Optimizer) run(t *task) {
 		}
 	case taskR4W3:
 		o.ks.r4w3(t.param[lo:hi], t.gf[lo:hi], t.m[lo:hi], t.v[lo:hi])
+	case taskShard:
+		o.ks.adamShard(t.k, t.mode, t.shard.slice(lo, hi))
 	}
 }
 
@@ -252,6 +256,20 @@ func (o *Optimizer) StepBF16(p Params, param []float32, grad []uint16, m, v []fl
 	defer o.mu.Unlock()
 	o.k = makeConsts(p)
 	o.do(task{kind: taskAdamBF16, k: &o.k, mode: p.Mode, param: param, gh: grad, m: m, v: v, out: out}, len(param), 16, alignFirst(param))
+}
+
+// Step is the package's Step on the pool; same bits. Int8 moments are
+// cut into tiles on QuantBlock boundaries from the shard's start.
+func (o *Optimizer) Step(p Params, s Shard) {
+	s.check()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.k = makeConsts(p)
+	quantum, first := 16, alignFirst(s.Param)
+	if s.M.Precision() == MomentsInt8 {
+		quantum, first = QuantBlock, 0
+	}
+	o.do(task{kind: taskShard, k: &o.k, mode: p.Mode, shard: s}, len(s.Param), quantum, first)
 }
 
 // SumSquares is the package's SumSquares on the pool; same bits.
