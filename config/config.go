@@ -88,6 +88,9 @@ type SchedulerParams struct {
 // only (bf16 params and gradients, fp32 master weights and moments).
 type BF16 struct {
 	Enabled bool `json:"enabled"`
+	// OptimizerStates is DeepSpeed's bf16_optimizer_states: Adam's moments
+	// in bf16, the same as strata.optimizer_state.moments "bf16".
+	OptimizerStates bool `json:"bf16_optimizer_states,omitempty"`
 }
 
 // ZeRO is DeepSpeed's "zero_optimization" block. Counts are in parameters
@@ -192,9 +195,35 @@ type Strata struct {
 	// reduction order is its own, so runs may differ in the last bits).
 	// Default true.
 	Deterministic bool `json:"deterministic"`
+	// OptimizerState is the stored precision of the offloaded optimizer
+	// state (cpuadam's narrow moments).
+	OptimizerState OptimizerState `json:"optimizer_state"`
 
 	devicesFrom string // where Devices came from, for messages: "--devices", "strata.devices in FILE" or "" (the default)
 }
+
+// OptimizerState is strata.optimizer_state. Narrow moments need the
+// optimizer offloaded (zero_optimization.offload_optimizer.device cpu or
+// nvme): they are a format of cpuadam's.
+type OptimizerState struct {
+	// Moments is Adam's m and v: "fp32" (the default, 8 B/param), "bf16"
+	// (4 B/param; DeepSpeed's bf16.bf16_optimizer_states) or "int8" (8-bit
+	// codes in blocks of 256 with an fp32 scale each, ~2.03 B/param;
+	// shards under 4,096 params keep fp32).
+	Moments string `json:"moments"`
+	// Master is the master weights: "fp32" (the only one built).
+	Master string `json:"master"`
+}
+
+// Moment precisions of strata.optimizer_state.moments (cpuadam.Moments's names).
+const (
+	MomentsFP32 = "fp32"
+	MomentsBF16 = "bf16"
+	MomentsInt8 = "int8"
+)
+
+// NarrowMoments reports whether the moments are stored in fewer than 4 bytes.
+func (c *Config) NarrowMoments() bool { return c.Strata.OptimizerState.Moments != MomentsFP32 }
 
 // Shape is a model shape written out in the config. It has the fields of
 // model.Shape in the same order, so engine converts with model.Shape(s).
@@ -304,7 +333,7 @@ func (c *Config) setDefaults() {
 	}
 	c.AIO = AIO{BlockSize: DefaultAIOBlockSize, QueueDepth: DefaultAIOQueueDepth, ThreadCount: DefaultAIOThreadCount, OverlapEvents: true}
 	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", DPUWarmupSteps: DefaultDPUWarmupSteps, Steps: DefaultSteps,
-		ActivationDType: ActivationBF16, Deterministic: true}
+		ActivationDType: ActivationBF16, Deterministic: true, OptimizerState: OptimizerState{Moments: MomentsFP32, Master: "fp32"}}
 }
 
 // Load reads and parses a config file.

@@ -238,6 +238,13 @@ func (c *Config) decodePrecision(r *section) {
 		}
 	}
 	b.ignore("immediate_grad_update", "gradients are reduced into their shard as each chunk finishes")
+	// DeepSpeed's bf16 optimizer state: Adam's moments in bf16 (strata.optimizer_state.moments "bf16").
+	b.boolKey("bf16_optimizer_states", &c.BF16.OptimizerStates)
+	if n := b.get("bf16_master_weights_and_grads"); n != nil && n.kind == kindBool && n.b {
+		b.d.errAt(n.offset, "bf16.bf16_master_weights_and_grads", "true is not supported: Strata keeps fp32 master weights (bf16 ones lose every update under 2^-8 of the weight); remove the key")
+	} else {
+		b.boolKey("bf16_master_weights_and_grads", new(bool))
+	}
 	if b.n == nil {
 		r.d.ignored = append(r.d.ignored, "bf16 is not set: Strata trains in bf16 mixed precision (DeepSpeed would train in fp32)")
 	}
@@ -506,6 +513,19 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	s.patternsKey("freeze", &st.Freeze)
 	s.stringKey("activation_dtype", &st.ActivationDType, ActivationBF16, ActivationFP32)
 	s.boolKey("deterministic", &st.Deterministic)
+	os := s.sub("optimizer_state")
+	os.stringKey("moments", &st.OptimizerState.Moments, MomentsFP32, MomentsBF16, MomentsInt8)
+	if c.BF16.OptimizerStates {
+		if os.has("moments") && st.OptimizerState.Moments != MomentsBF16 {
+			os.d.errPath("strata.optimizer_state.moments", "%q contradicts bf16.bf16_optimizer_states true (bf16 moments); keep one of them", st.OptimizerState.Moments)
+		}
+		st.OptimizerState.Moments = MomentsBF16
+	}
+	if n := os.get("master"); n != nil && n.kind == kindString && n.text == "bf16+remainder" {
+		os.d.errAt(n.offset, "strata.optimizer_state.master", `"bf16+remainder" is not built yet: Strata keeps an fp32 master; write "fp32" or leave the key out`)
+	} else {
+		os.stringKey("master", &st.OptimizerState.Master, "fp32")
+	}
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
 	}
@@ -555,6 +575,9 @@ func (c *Config) crossChecks(d *decoder) {
 	}
 	if z.OffloadOptimizer.Device != DeviceNone && z.Stage == 0 {
 		d.errPath("zero_optimization.offload_optimizer.device", "%q needs stage 1, 2 or 3 (the optimizer state is sharded from stage 1 on), but stage is 0", z.OffloadOptimizer.Device)
+	}
+	if c.NarrowMoments() && z.OffloadOptimizer.Device == DeviceNone {
+		d.errPath("strata.optimizer_state.moments", "%q needs the optimizer offloaded (narrow moments are cpuadam's): set zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\", or write \"fp32\"", c.Strata.OptimizerState.Moments)
 	}
 	if z.OffloadParam.Device == DeviceNVMe && len(z.OffloadParam.NVMePath) == 0 {
 		d.errPath("zero_optimization.offload_param.device", `"nvme" needs nvme_path (a directory on the NVMe drive, or a list of them)`)
@@ -746,6 +769,9 @@ func (c *Config) Validate() error {
 	}
 	if st.Model.Name == "" && st.Model.Shape == nil {
 		bad("strata.model is not set")
+	}
+	if m := st.OptimizerState.Moments; m != MomentsFP32 && m != MomentsBF16 && m != MomentsInt8 || st.OptimizerState.Master != "fp32" {
+		bad("strata.optimizer_state: moments %q is not \"fp32\", \"bf16\" or \"int8\", or master %q is not \"fp32\"", m, st.OptimizerState.Master)
 	}
 	if st.ActivationDType != ActivationBF16 && st.ActivationDType != ActivationFP32 {
 		bad("strata.activation_dtype %q is not \"bf16\" or \"fp32\"", st.ActivationDType)

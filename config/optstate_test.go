@@ -1,0 +1,52 @@
+package config_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/strata-ai/strata/config"
+)
+
+// TestOptimizerStateKey: strata.optimizer_state.moments picks the stored
+// precision of the offloaded moments (DeepSpeed's bf16_optimizer_states is
+// the same as "bf16"), is written back by Config.JSON, and each mistake is
+// one error naming the key and what to write.
+func TestOptimizerStateKey(t *testing.T) {
+	const offload = `"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}`
+	parse := func(js string) (*config.Config, error) {
+		return config.Parse([]byte(js), "f.json", config.Options{LookupShape: lookup})
+	}
+	for _, c := range []struct{ js, want string }{
+		{`{` + offload + `}`, "fp32"},
+		{`{` + offload + `, "strata": {"optimizer_state": {"moments": "int8"}}}`, "int8"},
+		{`{` + offload + `, "strata": {"optimizer_state": {"moments": "bf16", "master": "fp32"}}}`, "bf16"},
+		{`{` + offload + `, "bf16": {"enabled": true, "bf16_optimizer_states": true}}`, "bf16"},
+		{`{"train_micro_batch_size_per_gpu": 1, "bf16": {"bf16_optimizer_states": false}}`, "fp32"},
+	} {
+		cfg, err := parse(c.js)
+		if err != nil {
+			t.Fatalf("%s: %v", c.js, err)
+		}
+		if got := cfg.Strata.OptimizerState.Moments; got != c.want {
+			t.Fatalf("%s: moments %q, want %q", c.js, got, c.want)
+		}
+		again, err := parse(string(cfg.JSON()))
+		if err != nil || again.Strata.OptimizerState != cfg.Strata.OptimizerState {
+			t.Fatalf("%s: printed config reads back as %+v (%v)", c.js, again.Strata.OptimizerState, err)
+		}
+	}
+	for _, c := range []struct{ js, want string }{
+		{`{` + offload + `, "strata": {"optimizer_state": {"moments": "int4"}}}`, `strata.optimizer_state.moments: "int4" is not "fp32", "bf16" or "int8"`},
+		{`{"train_micro_batch_size_per_gpu": 1, "strata": {"optimizer_state": {"moments": "int8"}}}`, `strata.optimizer_state.moments: "int8" needs the optimizer offloaded`},
+		{`{` + offload + `, "strata": {"optimizer_state": {"master": "bf16+remainder"}}}`, `strata.optimizer_state.master: "bf16+remainder" is not built yet`},
+		{`{` + offload + `, "strata": {"optimizer_state": {"master": "bf16"}}}`, `strata.optimizer_state.master: "bf16" is not "fp32"`},
+		{`{` + offload + `, "bf16": {"bf16_optimizer_states": true}, "strata": {"optimizer_state": {"moments": "int8"}}}`, `strata.optimizer_state.moments: "int8" contradicts bf16.bf16_optimizer_states`},
+		{`{` + offload + `, "bf16": {"bf16_master_weights_and_grads": true}}`, `bf16.bf16_master_weights_and_grads: true is not supported`},
+		{`{` + offload + `, "strata": {"optimizer_state": {"moment": "int8"}}}`, `strata.optimizer_state.moment`},
+	} {
+		_, err := parse(c.js)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%s: error %v, want one containing %q", c.js, err, c.want)
+		}
+	}
+}
