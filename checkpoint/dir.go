@@ -200,7 +200,7 @@ func SaveWith(dir string, st *State, opts Options) error {
 		return err
 	}
 	return save(dir, st.Meta(), func(c, k int, whole []byte) error {
-		per := st.Chunks[c].ShardElems * st.States[k].DType.Size()
+		per := shardBytes(st.States[k], st.Chunks[c].ShardElems)
 		for r := range st.Devices {
 			copy(whole[r*per:(r+1)*per], st.Data[r][c][k])
 		}
@@ -627,7 +627,7 @@ func (rd *Reader) load(devices, alignElems int) (*State, error) {
 	}
 	st.Data = st.alloc()
 	err := rd.Read(Expect{Shape: st.Shape, Model: st.Model, Chunks: st.Chunks, Devices: devices, ShardAlignElems: alignElems, States: st.States}, func(c, k int, whole []byte) error {
-		per := st.Chunks[c].ShardElems * st.States[k].DType.Size()
+		per := shardBytes(st.States[k], st.Chunks[c].ShardElems)
 		for r := range st.Devices {
 			copy(st.Data[r][c][k], whole[r*per:(r+1)*per])
 		}

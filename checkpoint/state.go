@@ -98,7 +98,7 @@ func (st *State) alloc() [][][][]byte {
 		for c, ch := range st.Chunks {
 			data[r][c] = make([][]byte, len(st.States))
 			for k, s := range st.States {
-				data[r][c][k] = make([]byte, ch.ShardElems*s.DType.Size())
+				data[r][c][k] = make([]byte, shardBytes(s, ch.ShardElems))
 			}
 		}
 	}
@@ -164,8 +164,8 @@ func (st *State) validateMeta() error {
 			return fmt.Errorf("checkpoint: state %v unknown or repeated", s.Kind)
 		}
 		seen[s.Kind] = true
-		if s.DType != dtype.F32 && s.DType != dtype.BF16 {
-			return fmt.Errorf("checkpoint: state %v has dtype %v (want f32 or bf16)", s.Kind, s.DType)
+		if s.DType != dtype.F32 && s.DType != dtype.BF16 && !(s.DType == dtype.Q8 && isMoment(s.Kind)) {
+			return fmt.Errorf("checkpoint: state %v has dtype %v (want f32 or bf16; q8 for adam_m and adam_v)", s.Kind, s.DType)
 		}
 	}
 	return nil
@@ -184,7 +184,7 @@ func (st *State) validateData() error {
 				return fmt.Errorf("checkpoint: rank %d chunk %d has %d states, want %d", r, c, len(st.Data[r][c]), len(st.States))
 			}
 			for k, s := range st.States {
-				if want := ch.ShardElems * s.DType.Size(); len(st.Data[r][c][k]) != want {
+				if want := shardBytes(s, ch.ShardElems); len(st.Data[r][c][k]) != want {
 					return fmt.Errorf("checkpoint: rank %d chunk %d %v: %d bytes, want %d", r, c, s.Kind, len(st.Data[r][c][k]), want)
 				}
 			}
@@ -194,8 +194,16 @@ func (st *State) validateData() error {
 }
 
 // Gather returns chunk c of state States[k] whole: the ranks' shards in
-// rank order without the padding, Chunks[c].Elems elements.
+// rank order without the padding, Chunks[c].Elems elements (a q8 state:
+// every shard as stored, padding included).
 func (st *State) Gather(c, k int) []byte {
+	if st.States[k].DType == dtype.Q8 { // blocks are the shards': all of them, as stored
+		var out []byte
+		for r := range st.Devices {
+			out = append(out, st.Data[r][c][k]...)
+		}
+		return out
+	}
 	sz := st.States[k].DType.Size()
 	out := make([]byte, 0, st.Chunks[c].Elems*sz)
 	rest := st.Chunks[c].Elems * sz
@@ -210,13 +218,21 @@ func (st *State) Gather(c, k int) []byte {
 
 // Reshard returns the State split over devices ranks with shard alignment
 // alignElems: every chunk of every state gathered from the old ranks and
-// split again, the new padding zero. The values do not change.
+// split again, the new padding zero. The values do not change, except
+// that a q8 state's blocks are the new shards' (convertChunk).
 func (st *State) Reshard(devices, alignElems int) (*State, error) {
+	return st.Convert(devices, alignElems, st.States)
+}
+
+// Convert is Reshard that also stores each state in states' dtype (the
+// same kinds as st's, in any order; a moments state may change precision:
+// Conversions).
+func (st *State) Convert(devices, alignElems int, states []StateSpec) (*State, error) {
 	if devices < 1 || alignElems < 1 {
 		return nil, fmt.Errorf("checkpoint: reshard to %d devices with alignment %d", devices, alignElems)
 	}
 	out := *st
-	out.Devices, out.ShardAlignElems = devices, alignElems
+	out.Devices, out.ShardAlignElems, out.States = devices, alignElems, states
 	out.Chunks = make([]ChunkInfo, len(st.Chunks))
 	for c, ch := range st.Chunks {
 		ch.ShardElems = ShardElems(ch.Elems, devices, alignElems)
@@ -224,8 +240,25 @@ func (st *State) Reshard(devices, alignElems int) (*State, error) {
 	}
 	out.Data = out.alloc()
 	for c, ch := range out.Chunks {
-		for k, s := range st.States {
-			full := st.Gather(c, k)
+		for k, s := range states {
+			from := st.StateIndex(s.Kind)
+			if from < 0 || st.States[from].DType != s.DType && !convertible(st.States[from], s) {
+				return nil, fmt.Errorf("checkpoint: holds %s, not %v", specList(st.States), s)
+			}
+			if needsConversion(st.States[from], s, st.Chunks[c].ShardElems, ch.ShardElems) {
+				var src, dst []byte
+				for r := range st.Devices {
+					src = append(src, st.Data[r][c][from]...)
+				}
+				dst = make([]byte, devices*shardBytes(s, ch.ShardElems))
+				convertChunk(st.States[from], s, st.Chunks[c].ShardElems, ch.ShardElems, st.Devices, devices, ch.Elems, src, dst)
+				per := shardBytes(s, ch.ShardElems)
+				for r := range devices {
+					copy(out.Data[r][c][k], dst[r*per:])
+				}
+				continue
+			}
+			full := st.Gather(c, from)
 			per := ch.ShardElems * s.DType.Size()
 			for r := range devices {
 				lo := min(r*per, len(full))
@@ -262,7 +295,7 @@ func (st *State) Match(e Expect) error {
 	}
 	for _, want := range e.States {
 		k := st.StateIndex(want.Kind)
-		if k < 0 || st.States[k].DType != want.DType {
+		if k < 0 || st.States[k].DType != want.DType && !convertible(st.States[k], want) {
 			return fmt.Errorf("checkpoint: holds %s, the run needs %s (was it saved with another precision?)", specList(st.States), specList(e.States))
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -42,7 +43,7 @@ const verifyBlockBytes = 256 << 10
 
 // wholeBytes is the size of the whole of chunk c in state k.
 func (st *State) wholeBytes(c, k int) int {
-	return st.Devices * st.Chunks[c].ShardElems * st.States[k].DType.Size()
+	return st.Devices * shardBytes(st.States[k], st.Chunks[c].ShardElems)
 }
 
 // MaxWholeBytes is the largest whole over every chunk and state: a
@@ -143,7 +144,8 @@ func writeRankFiles(tmp string, meta *State, fill ChunkFunc, opts *Options) (_ [
 		entries := make([]safetensors.Entry, 0, len(meta.Chunks)*len(meta.States))
 		for c, ch := range meta.Chunks {
 			for _, s := range meta.States {
-				entries = append(entries, safetensors.Entry{Name: tensorName(c, s.Kind), DType: s.DType, Shape: []int{ch.ShardElems}, SizeBytes: int64(ch.ShardElems * s.DType.Size())})
+				dt, n := fileTensor(s, ch.ShardElems)
+				entries = append(entries, safetensors.Entry{Name: tensorName(c, s.Kind), DType: dt, Shape: []int{int(n)}, SizeBytes: int64(shardBytes(s, ch.ShardElems))})
 			}
 		}
 		md := map[string]string{"format": FormatName, "strata.rank": strconv.Itoa(r), "strata.devices": strconv.Itoa(meta.Devices), hf.MetaStep: strconv.FormatInt(meta.Step, 10)}
@@ -238,7 +240,7 @@ fill:
 // writeShards writes each rank's shard of whole (chunk c, state k) to its
 // file, the ranks in parallel.
 func writeShards(ws []*rankWriter, meta *State, c, k int, whole []byte, opts *Options) error {
-	per := meta.Chunks[c].ShardElems * meta.States[k].DType.Size()
+	per := shardBytes(meta.States[k], meta.Chunks[c].ShardElems)
 	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
 	for r, w := range ws {
@@ -358,8 +360,8 @@ func openRankFile(path string, fi FileInfo, meta *State) (_ *os.File, _ [][]int6
 			if !ok {
 				return nil, nil, fmt.Errorf("%s: tensor %s missing", path, name)
 			}
-			if t.DType != safetensors.DTypeName(s.DType) || len(t.Shape) != 1 || t.Shape[0] != int64(ch.ShardElems) {
-				return nil, nil, fmt.Errorf("%s: tensor %s is %s %v, the manifest says %s [%d]", path, name, t.DType, t.Shape, safetensors.DTypeName(s.DType), ch.ShardElems)
+			if dt, n := fileTensor(s, ch.ShardElems); t.DType != safetensors.DTypeName(dt) || len(t.Shape) != 1 || t.Shape[0] != n {
+				return nil, nil, fmt.Errorf("%s: tensor %s is %s %v, the manifest says %s [%d]", path, name, t.DType, t.Shape, safetensors.DTypeName(dt), n)
 			}
 			offs[c][k] = h.DataStart() + t.Begin
 		}
@@ -433,6 +435,7 @@ func (rd *Reader) Read(to Expect, fn ChunkFunc) error {
 		src[k] = meta.StateIndex(s.Kind)
 	}
 	verbatim := to.Devices == meta.Devices && to.ShardAlignElems == meta.ShardAlignElems
+	var convBuf []byte // a whole of the checkpoint's, for the states read through fp32
 
 	type job struct {
 		c, k  int
@@ -456,7 +459,16 @@ func (rd *Reader) Read(to Expect, fn ChunkFunc) error {
 				case buf = <-free:
 				}
 				whole := buf[:dst.wholeBytes(c, k)]
-				err := rd.readWhole(c, src[k], whole, verbatim)
+				var err error
+				from, fromElems := meta.States[src[k]], meta.Chunks[c].ShardElems
+				if to, toElems := dst.States[k], dst.Chunks[c].ShardElems; needsConversion(from, to, fromElems, toElems) {
+					convBuf = slices.Grow(convBuf[:0], meta.wholeBytes(c, src[k]))[:meta.wholeBytes(c, src[k])]
+					if err = rd.readWhole(c, src[k], convBuf, true); err == nil {
+						convertChunk(from, to, fromElems, toElems, meta.Devices, dst.Devices, meta.Chunks[c].Elems, convBuf, whole)
+					}
+				} else {
+					err = rd.readWhole(c, src[k], whole, verbatim)
+				}
 				select {
 				case full <- job{c, k, whole, err}:
 				case <-stop:
@@ -491,7 +503,6 @@ func (rd *Reader) Read(to Expect, fn ChunkFunc) error {
 // parallel.
 func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
 	meta := rd.meta
-	sz := meta.States[k].DType.Size()
 	shardElems, elems := meta.Chunks[c].ShardElems, meta.Chunks[c].Elems
 	if !verbatim {
 		clear(whole)
@@ -499,10 +510,11 @@ func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
 	errs := make([]error, meta.Devices)
 	var wg sync.WaitGroup
 	for r := range meta.Devices {
-		lo := r * shardElems
-		hi := lo + shardElems
-		if !verbatim {
-			hi = min(hi, elems)
+		per := shardBytes(meta.States[k], shardElems)
+		lo, hi := r*per, (r+1)*per
+		if !verbatim { // elements: not a Q8 state (convertChunk reshards those)
+			sz := meta.States[k].DType.Size()
+			lo, hi = r*shardElems*sz, min((r+1)*shardElems, elems)*sz
 		}
 		if lo >= hi {
 			continue
@@ -510,7 +522,7 @@ func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := whole[lo*sz : hi*sz]
+			p := whole[lo:hi]
 			if _, err := rd.files[r].ReadAt(p, rd.offs[r][c][k]); err != nil {
 				errs[r] = fmt.Errorf("%s: read tensor %s (%d bytes at %d): %w", rd.paths[r], tensorName(c, meta.States[k].Kind), len(p), rd.offs[r][c][k], err)
 			}

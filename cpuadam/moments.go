@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // Moments is the stored precision of Adam's first and second moments (m
@@ -21,14 +22,14 @@ const (
 
 // QuantBlock is the number of elements that share one int8 scale (counted
 // from the start of the shard).
-const QuantBlock = 256
+const QuantBlock = dtype.Q8Block
 
 // MinQuantElems is the smallest shard whose moments are stored in int8; a
 // smaller one (norm weights, biases, a tail shard) keeps fp32 moments, as
 // the published 8-bit optimizers keep tensors under 4,096 elements in
 // fp32: their bytes do not matter and their statistics are the least
 // smooth.
-const MinQuantElems = 4096
+const MinQuantElems = dtype.Q8MinElems
 
 var momentsNames = [...]string{"fp32", "bf16", "int8"}
 
@@ -58,17 +59,25 @@ func (m Moments) For(n int) Moments {
 	return m
 }
 
+// DType is the element type the tier store and checkpoints keep a moment
+// of precision m in (dtype.Q8 for int8).
+func (m Moments) DType() dtype.DType {
+	return [...]dtype.DType{MomentsF32: dtype.F32, MomentsBF16: dtype.BF16, MomentsInt8: dtype.Q8}[m]
+}
+
+// MomentsOf is the precision whose DType is d.
+func MomentsOf(d dtype.DType) (Moments, error) {
+	for m := range momentsCount {
+		if m.DType() == d {
+			return m, nil
+		}
+	}
+	return 0, fmt.Errorf("cpuadam: no moments are stored as %v", d)
+}
+
 // Bytes is the stored size of one moment (m or v) of a shard of n
 // elements: int8 codes follow their fp32 scales, one per QuantBlock.
-func (m Moments) Bytes(n int) int64 {
-	switch m.For(n) {
-	case MomentsBF16:
-		return 2 * int64(n)
-	case MomentsInt8:
-		return 4*int64(quantBlocks(n)) + int64(n)
-	}
-	return 4 * int64(n)
-}
+func (m Moments) Bytes(n int) int64 { return m.DType().Bytes(n) }
 
 func quantBlocks(n int) int { return (n + QuantBlock - 1) / QuantBlock }
 
@@ -294,8 +303,9 @@ func (s Shard) check() {
 	}
 }
 
-// slice is elements [lo, hi) of s (int8: on QuantBlock boundaries).
-func (s Shard) slice(lo, hi int) Shard {
+// Slice is elements [lo, hi) of s (int8 moments: lo on a QuantBlock
+// boundary, hi too or the end).
+func (s Shard) Slice(lo, hi int) Shard {
 	t := Shard{Param: s.Param[lo:hi], M: s.M.Slice(lo, hi), V: s.V.Slice(lo, hi), Out: sub(s.Out, lo, hi)}
 	if s.Grad != nil {
 		t.Grad = s.Grad[lo:hi]
@@ -336,7 +346,7 @@ func refNarrow(k *kconsts, mode Mode, s Shard) {
 	var m, v [QuantBlock]float32
 	for lo := 0; lo < len(s.Param); lo += QuantBlock {
 		hi := min(lo+QuantBlock, len(s.Param))
-		b := s.slice(lo, hi)
+		b := s.Slice(lo, hi)
 		mb, vb := m[:hi-lo], v[:hi-lo]
 		b.M.Decode(mb)
 		b.V.Decode(vb)

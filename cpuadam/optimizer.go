@@ -173,7 +173,7 @@ func (o *Optimizer) run(t *task) {
 	case taskR4W3:
 		o.ks.r4w3(t.param[lo:hi], t.gf[lo:hi], t.m[lo:hi], t.v[lo:hi])
 	case taskShard:
-		o.ks.adamShard(t.k, t.mode, t.shard.slice(lo, hi))
+		o.ks.adamShard(t.k, t.mode, t.shard.Slice(lo, hi))
 	}
 }
 

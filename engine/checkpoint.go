@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/estimate"
@@ -58,13 +59,14 @@ import (
 const checkpointAlignElems = estimate.DefaultShardAlignElems
 
 // CheckpointStates are the states a checkpoint of this engine holds: param
-// bf16, master, adam_m and adam_v f32 (bf16 mode); param, adam_m and adam_v
-// f32 (fp32 mode).
+// bf16, master f32 (bf16 mode) or param f32 (fp32 mode), and adam_m and
+// adam_v in their stored precision (strata.optimizer_state.moments).
 func (e *Engine) CheckpointStates() []checkpoint.StateSpec {
+	md := e.estimate.Options.MomentsDType
 	if e.precision == gpu.F32 {
-		return []checkpoint.StateSpec{{Kind: shard.Param, DType: dtype.F32}, {Kind: shard.AdamM, DType: dtype.F32}, {Kind: shard.AdamV, DType: dtype.F32}}
+		return []checkpoint.StateSpec{{Kind: shard.Param, DType: dtype.F32}, {Kind: shard.AdamM, DType: md}, {Kind: shard.AdamV, DType: md}}
 	}
-	return append([]checkpoint.StateSpec(nil), checkpoint.MixedPrecisionStates...)
+	return []checkpoint.StateSpec{{Kind: shard.Param, DType: dtype.BF16}, {Kind: shard.Master, DType: dtype.F32}, {Kind: shard.AdamM, DType: md}, {Kind: shard.AdamV, DType: md}}
 }
 
 // checkpointExpect is what this engine needs of a checkpoint.
@@ -220,6 +222,7 @@ func (e *Engine) LoadCheckpoint(path string) error {
 	if err := e.checkFreezeRestore(rd.State().Config, rd.State().Step); err != nil {
 		return fmt.Errorf("engine: load checkpoint %s: %w", path, err)
 	}
+	e.noteConversions(rd.State(), want)
 	err = e.restore(rd.State().Step, func() error {
 		return rd.Read(want, func(c, k int, whole []byte) error {
 			per := len(whole) / e.n
@@ -234,6 +237,17 @@ func (e *Engine) LoadCheckpoint(path string) error {
 		return fmt.Errorf("engine: load checkpoint: %w", err)
 	}
 	return nil
+}
+
+// noteConversions notes the moment precisions a restore of st converts
+// (a checkpoint of another strata.optimizer_state.moments) and reports
+// whether there are any.
+func (e *Engine) noteConversions(st *checkpoint.State, want checkpoint.Expect) bool {
+	conv := st.Conversions(want)
+	if len(conv) > 0 {
+		e.notes = append(e.notes, fmt.Sprintf("checkpoint: %s: the optimizer state was saved in another precision and is converted (rounded again: not the run it continues bit for bit)", strings.Join(conv, ", ")))
+	}
+	return len(conv) > 0
 }
 
 // RestoreState replaces the engine's params, master weights, Adam moments
@@ -258,9 +272,9 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 	if err := e.checkFreezeRestore(st.Config, st.Step); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
-	if st.Devices != want.Devices || st.ShardAlignElems != want.ShardAlignElems {
+	if conv := e.noteConversions(st, want); conv || st.Devices != want.Devices || st.ShardAlignElems != want.ShardAlignElems {
 		var err error
-		if st, err = st.Reshard(want.Devices, want.ShardAlignElems); err != nil {
+		if st, err = st.Convert(want.Devices, want.ShardAlignElems, want.States); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}
 	}
@@ -328,6 +342,9 @@ func (e *Engine) checkShards(st *checkpoint.State) {
 func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 	e, st := r.e, r.st
 	sz := int64(e.chunks[c].shard) * 4 // f32 states
+	if s == shard.AdamM || s == shard.AdamV {
+		sz = e.estimate.Options.MomentsDType.Bytes(e.chunks[c].shard)
+	}
 	switch s {
 	case shard.Param:
 		switch {

@@ -40,6 +40,7 @@ type runSpec struct {
 	// block ("" for none). The baseline never checkpoints.
 	fp32Acts bool
 	ckpt     string
+	moments  string // strata.optimizer_state.moments; "" for the default
 }
 
 func (s runSpec) String() string {
@@ -57,6 +58,9 @@ func (s runSpec) String() string {
 	name := fmt.Sprintf("stage%d/N%d/%s/B%dA%d/%s/clip%g", s.stage, s.n, where, s.micro, s.accum, p, s.clip)
 	if s.ckpt != "" {
 		name += "/ckpt" + strings.NewReplacer(" ", "", `"`, "", "/", "").Replace(s.ckpt)
+	}
+	if s.moments != "" {
+		name += "/moments-" + s.moments
 	}
 	return name
 }
@@ -86,10 +90,14 @@ func (s runSpec) ckptJSON() string {
 }
 
 func (s runSpec) actsJSON() string {
+	js := ""
 	if s.fp32Acts {
-		return `, "activation_dtype": "fp32"`
+		js = `, "activation_dtype": "fp32"`
 	}
-	return ""
+	if s.moments != "" {
+		js += fmt.Sprintf(`, "optimizer_state": {"moments": %q}`, s.moments)
+	}
+	return js
 }
 
 func testConfig(t testing.TB, js string) *config.Config {

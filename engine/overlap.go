@@ -563,18 +563,21 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 		out = e.tiers.uploadBytes(r.idx, c)
 	}
 	cp = cpuadam.Params(e.chunkAdam(c, gpu.AdamParams(cp)))
-	master, grad, m, v := f32s(ls.master.Bytes()), ls.grad.Bytes(), f32s(ls.m.Bytes()), f32s(ls.v.Bytes())
-	t0 := r.tr.Now()
+	mo, _ := cpuadam.MomentsOf(e.estimate.Options.MomentsDType)
+	n := len(ls.master.Bytes()) / 4
+	s := cpuadam.Shard{Param: f32s(ls.master.Bytes()), M: mo.View(n, ls.m.Bytes(), false), V: mo.View(n, ls.v.Bytes(), true)}
 	if e.precision == gpu.BF16 {
-		g, o := u16s(grad), u16s(out)
-		for lo := 0; lo < len(master); lo += adamPieceElems {
-			hi := min(lo+adamPieceElems, len(master))
-			e.opt.StepBF16(cp, master[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi], o[lo:hi])
-			yield()
-		}
+		s.GradBF16, s.Out = u16s(ls.grad.Bytes()), u16s(out)
 	} else {
-		e.opt.StepF32(cp, master, f32s(grad), m, v, nil)
-		copy(f32s(out), master)
+		s.Grad = f32s(ls.grad.Bytes())
+	}
+	t0 := r.tr.Now()
+	for lo := 0; lo < n; lo += adamPieceElems { // a multiple of cpuadam.QuantBlock
+		e.opt.Step(cp, s.Slice(lo, min(lo+adamPieceElems, n)))
+		yield()
+	}
+	if e.precision != gpu.BF16 {
+		copy(f32s(out), s.Param)
 	}
 	r.tr.Adam(r.e.layout.Chunks[c].Name, c, r.e.chunks[c].shard, t0)
 }

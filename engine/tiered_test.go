@@ -35,6 +35,7 @@ type tierSpec struct {
 	registrar bool
 	// strata is more keys of the strata block (`"overlap": "dpu", `).
 	strata string
+	stage  int // ZeRO stage; 0 = 3
 }
 
 func (s tierSpec) String() string {
@@ -58,6 +59,10 @@ func (s tierSpec) configJSON(dir string) string {
 	if seq == 0 {
 		seq = testSeq
 	}
+	stage := s.stage
+	if stage == 0 {
+		stage = 3
+	}
 	return fmt.Sprintf(`{
   "train_micro_batch_size_per_gpu": 1,
   "gradient_accumulation_steps": 1,
@@ -65,11 +70,11 @@ func (s tierSpec) configJSON(dir string) string {
   "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_min_lr": 1e-4, "warmup_max_lr": 3e-3, "warmup_num_steps": 5, "warmup_type": "linear", "total_num_steps": 40}},
   "bf16": {"enabled": true},
   "gradient_clipping": 1.0,
-  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": %d,
+  "zero_optimization": {"stage": %d, "stage3_param_persistence_threshold": %d,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
   "aio": {"block_size": 65536, "queue_depth": 8, "intra_op_parallelism": 2},%s
   "strata": {%s"model": %s, "devices": %d, "seq_len": %d, "seed": %d, "host_budget": %d}
-}`, persist, s.param, path, s.opt, path, runSpec{ckpt: s.ckpt}.ckptJSON(), s.strata, shape, s.n, seq, testSeed, s.hostBudget)
+}`, stage, persist, s.param, path, s.opt, path, runSpec{ckpt: s.ckpt}.ckptJSON(), s.strata, shape, s.n, seq, testSeed, s.hostBudget)
 }
 
 func newTierEngine(t testing.TB, s tierSpec, opts Options) *Engine {

@@ -79,6 +79,9 @@ type Options struct {
 
 	ShardAlignElems int64       // alignment of each rank's slice; 0 = DefaultShardAlignElems, 1 = none
 	HostGradDType   dtype.DType // the reduced gradient shard copied to host when the optimizer is offloaded; 0 = BF16
+	// MomentsDType is Adam's m and v of an offloaded optimizer: F32 (0),
+	// BF16 or Q8 (strata.optimizer_state.moments; dtype.Q8's Bytes).
+	MomentsDType dtype.DType
 	// HostBudgetBytes (all ranks): with the optimizer on NVMe, optimizer
 	// state stays in host RAM up to this budget and only the rest is on
 	// NVMe. With the optimizer on the host, exceeding it is noted. 0 = none.
@@ -274,6 +277,9 @@ func Memory(o Options) (ModelState, error) {
 	if o.HostGradDType == 0 {
 		o.HostGradDType = dtype.BF16
 	}
+	if o.MomentsDType == 0 || o.OptimizerTier == shard.HBM {
+		o.MomentsDType = dtype.F32 // narrow moments are cpuadam's
+	}
 	if err := o.Validate(); err != nil {
 		return ModelState{}, err
 	}
@@ -346,17 +352,27 @@ func Memory(o Options) (ModelState, error) {
 		g := int64(o.HostGradDType.Size())
 		putTrained(shard.Grad, shard.Host, rank, frozenRank, g, Coef{PerN: float64(g)})
 	}
-	// Optimizer state: fp32 master, m, v; replicated at stage 0, the rank's
-	// shard from stage 1, in OptimizerTier.
+	// Optimizer state: fp32 master, m, v (m and v offloaded: in
+	// MomentsDType); replicated at stage 0, the rank's shard from stage 1,
+	// in OptimizerTier.
+	var optRank int64
 	for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 		if o.Stage == 0 {
 			putTrained(st, shard.HBM, full, frozenFull, f32, Coef{Full: 4})
-		} else {
-			putTrained(st, o.OptimizerTier, rank, frozenRank, f32, Coef{PerN: 4})
+			continue
 		}
+		var b, frozen int64
+		for i, se := range e.ShardElems {
+			if o.IsFrozen(i) {
+				frozen += o.stateBytes(st, se)
+			} else {
+				b += o.stateBytes(st, se)
+			}
+		}
+		putTrained(st, o.OptimizerTier, b, frozen, 1, Coef{PerN: float64(o.stateBytes(st, 1<<20)) / (1 << 20)})
+		optRank += b
 	}
 
-	optRank := 3 * rank * f32
 	e.HostStagingPerRank = HostStagingBytes(o, e.ShardElems)
 	switch budget := o.HostBudgetBytes; {
 	case o.OptimizerTier == shard.Host && budget > 0 && (optRank+rank*int64(o.HostGradDType.Size()))*n > budget:
@@ -403,7 +419,7 @@ func Memory(o Options) (ModelState, error) {
 				if o.IsFrozen(i) {
 					continue // no optimizer state
 				}
-				if b := se * f32; IOBytes(b) <= left {
+				if b := o.stateBytes(st, se); IOBytes(b) <= left {
 					e.PerRank[st][shard.NVMe] -= b
 					e.PerRank[st][shard.Host] += b
 					e.HostKept[st][i] = true
@@ -557,6 +573,15 @@ func Stages(o Options) []Stage {
 }
 
 // OptionsFromConfig takes stage, devices, offload tiers, host budget,
+// stateBytes is the size of one rank's shard of se elements of optimizer
+// state st.
+func (o Options) stateBytes(st shard.State, se int64) int64 {
+	if st == shard.Master {
+		return 4 * se
+	}
+	return o.MomentsDType.Bytes(int(se))
+}
+
 // persistence threshold, the frozen chunks (strata.freeze, FrozenChunks)
 // and the host RAM of the saved block inputs (cpu_checkpointing, bf16
 // params: ActivationOptionsFromConfig) from a config, and the chunks from
@@ -585,7 +610,19 @@ func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 		PersistenceThreshold: c.ZeRO.Stage3ParamPersistenceThreshold,
 		Frozen:               frozen,
 		ActivationHostBytes:  InputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
+		MomentsDType:         momentsDType(c.Strata.OptimizerState.Moments),
 	}, nil
+}
+
+// momentsDType is the dtype of strata.optimizer_state.moments.
+func momentsDType(m string) dtype.DType {
+	switch m {
+	case config.MomentsBF16:
+		return dtype.BF16
+	case config.MomentsInt8:
+		return dtype.Q8
+	}
+	return dtype.F32
 }
 
 // seqOf is the config's tokens per sequence: strata.seq_len, or the

@@ -49,7 +49,7 @@ var dtypeBits = map[string]int{
 	"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
-// DTypeName is the safetensors name of d: "F32", "BF16", "I32" or "F64".
+// DTypeName is the safetensors name of d: "F32", "BF16", "I32", "F64" or "U8".
 func DTypeName(d dtype.DType) string {
 	switch d {
 	case dtype.F32:
@@ -60,6 +60,8 @@ func DTypeName(d dtype.DType) string {
 		return "I32"
 	case dtype.F64:
 		return "F64"
+	case dtype.U8:
+		return "U8"
 	}
 	panic(fmt.Sprintf("safetensors: dtype %v has no safetensors name", d))
 }

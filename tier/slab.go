@@ -44,8 +44,8 @@ type SlotClass struct {
 	DType dtype.DType
 }
 
-// Bytes is the class's slot size: Elems × DType.Size().
-func (c SlotClass) Bytes() int64 { return int64(c.Elems) * int64(c.DType.Size()) }
+// Bytes is the class's slot size: DType.Bytes(Elems).
+func (c SlotClass) Bytes() int64 { return c.DType.Bytes(c.Elems) }
 
 // hbmClass is the slots of one device for shards of one class.
 type hbmClass struct {
@@ -127,7 +127,7 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 		if a.rank != b.rank {
 			return int(a.rank - b.rank)
 		}
-		return b.elems*b.dt.Size() - a.elems*a.dt.Size()
+		return int(b.dt.Bytes(b.elems) - a.dt.Bytes(a.elems))
 	})
 	classes := map[hbmClassKey]*hbmClass{}
 	bytes := make([]int64, len(s.devs))
@@ -137,7 +137,7 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 		}
 	}
 	for _, k := range keys {
-		size := int64(k.elems) * int64(k.dt.Size())
+		size := k.dt.Bytes(k.elems)
 		n := min(want[k], s.pools[poolHBM+int(k.rank)].budget/size)
 		if n == 0 {
 			continue

@@ -23,8 +23,8 @@ type Spec struct {
 	Home  shard.Tier  // where the shard persists: its space there is held until Unregister
 }
 
-// SizeBytes is Elems × DType.Size().
-func (s Spec) SizeBytes() int64 { return int64(s.Elems) * int64(s.DType.Size()) }
+// SizeBytes is DType.Bytes(Elems).
+func (s Spec) SizeBytes() int64 { return s.DType.Bytes(s.Elems) }
 
 // mem is the memory of one copy: exactly one of dev, host, ext is set. An
 // HBM copy in a slot (ReserveHBM) names its class and index.
@@ -209,7 +209,7 @@ func (s *Store) tierOK(t shard.Tier, rank int32) error {
 // reads as zeros until the first write-back. It fails with a *BudgetError
 // when the home tier's budget cannot hold the shard.
 func (s *Store) Register(key shard.Key, spec Spec) error {
-	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.F64 {
+	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 {
 		return fmt.Errorf("tier: register %s: %d elements of %s: want a positive count of a known dtype", key, spec.Elems, spec.DType)
 	}
 	if err := s.tierOK(spec.Home, key.Rank); err != nil {

@@ -12,9 +12,35 @@ const (
 	BF16                  // bfloat16: the top 16 bits of a binary32
 	I32                   // int32 (token ids, targets)
 	F64                   // IEEE 754 binary64 (reductions)
+	U8                    // bytes (a Q8 array in a safetensors file)
+	// Q8 is an 8-bit block-quantized array (cpuadam's int8 moments): for n
+	// >= Q8MinElems, one fp32 scale per Q8Block elements, then n one-byte
+	// codes; a smaller array is plain fp32. It has no fixed element size:
+	// Bytes(n) is its size.
+	Q8
 )
 
-// Size returns the size of one element in bytes.
+// Q8Block is the number of elements that share one Q8 scale, counted from
+// the start of the array; Q8MinElems is the smallest array stored as
+// codes (the published 8-bit optimizers keep tensors under 4,096 elements
+// in fp32).
+const (
+	Q8Block    = 256
+	Q8MinElems = 4096
+)
+
+// Bytes is the size of n elements of d.
+func (d DType) Bytes(n int) int64 {
+	if d == Q8 {
+		if n < Q8MinElems {
+			return 4 * int64(n)
+		}
+		return 4*int64((n+Q8Block-1)/Q8Block) + int64(n)
+	}
+	return int64(n) * int64(d.Size())
+}
+
+// Size returns the size of one element in bytes (Q8 has none: Bytes).
 func (d DType) Size() int {
 	switch d {
 	case F32, I32:
@@ -23,6 +49,8 @@ func (d DType) Size() int {
 		return 2
 	case F64:
 		return 8
+	case U8:
+		return 1
 	}
 	panic(fmt.Sprintf("dtype: unknown dtype %d", uint8(d)))
 }
@@ -37,6 +65,10 @@ func (d DType) String() string {
 		return "i32"
 	case F64:
 		return "f64"
+	case Q8:
+		return "q8"
+	case U8:
+		return "u8"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
@@ -52,6 +84,8 @@ func Parse(s string) (DType, error) {
 		return I32, nil
 	case "f64", "fp64", "float64", "double":
 		return F64, nil
+	case "q8":
+		return Q8, nil
 	}
 	return 0, fmt.Errorf("dtype: unknown dtype %q (want fp32, bf16, int32 or fp64)", s)
 }
