@@ -49,6 +49,7 @@ func estimateCommand() *cli.Command {
 			&cli.StringFlag{Name: "host-budget", Usage: `optimizer state kept in host RAM with --offload-optimizer nvme ("8GiB"; default none)`},
 			&cli.Int64Flag{Name: "persistence-threshold", Usage: "stage 3: chunks with fewer parameters stay gathered (default 0, or the config's)"},
 			&cli.Int64Flag{Name: "align", Value: estimate.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
+			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precision of Adam's m and v with the optimizer offloaded: fp32, bf16 or int8 (strata.optimizer_state.moments)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
 			&cli.StringSliceFlag{Name: "freeze", Usage: `tensor-name patterns of the parameters that do not train, as strata.freeze ("wte,wpe" or repeated; needs --model or --config)`},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
@@ -179,6 +180,14 @@ func runEstimate(c *cli.Context) error {
 	}
 	if c.IsSet("persistence-threshold") {
 		opts.PersistenceThreshold = c.Int64("persistence-threshold")
+	}
+	if c.IsSet("moments") || c.String("config") == "" {
+		if opts.MomentsDType, err = estimate.ParseMoments(c.String("moments")); err != nil {
+			return usagef("estimate: --moments %q is not fp32, bf16 or int8", c.String("moments"))
+		}
+		if opts.MomentsDType != dtype.F32 && opts.OptimizerTier == shard.HBM {
+			return usagef("estimate: --moments %s needs --offload-optimizer cpu or nvme (narrow moments are the host optimizer's)", c.String("moments"))
+		}
 	}
 	switch g := c.String("host-grad"); g {
 	case "bf16":
@@ -347,7 +356,12 @@ func printEstimate(w io.Writer, what string, o estimate.Options, stages []estima
 		fmt.Fprintf(w, "; host_budget %s", units.FormatBytes(o.HostBudgetBytes))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, m, v (16 B/param); each rank's slice of a chunk padded to %d elements\n\n", o.ShardAlignElems)
+	if md := o.MomentsDType; md == 0 || md == dtype.F32 {
+		fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, m, v (16 B/param)")
+	} else {
+		fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, %s m and v (%.3g B/param of optimizer state, %.3g in all)", estimate.MomentsName(md), o.OptimizerBytesPerParam(), 4+o.OptimizerBytesPerParam())
+	}
+	fmt.Fprintf(w, "; each rank's slice of a chunk padded to %d elements\n\n", o.ShardAlignElems)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	frozen := o.Frozen != nil
 	head := "stage\tper device\tformula\thost (all ranks)\tformula\tnvme (all ranks)\tformula"
@@ -460,6 +474,8 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		OffloadParam     string      `json:"offload_param"`
 		ShardAlignElems  int64       `json:"shard_align_elems"`
 		HostGradDType    string      `json:"host_grad_dtype"`
+		Moments          string      `json:"moments"`
+		OptimizerBytes   float64     `json:"optimizer_state_bytes_per_param"` // master, m and v of a large shard
 		HostBudgetBytes  int64       `json:"host_budget_bytes"`
 		FrozenChunks     []int       `json:"frozen_chunks,omitempty"`
 		FrozenParams     int64       `json:"frozen_params"`
@@ -468,7 +484,8 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		// stage (estimate_act.go); absent without a shape.
 		Activations *jsonActivations `json:"activations,omitempty"`
 	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: estimate.DeviceName(o.OptimizerTier),
-		OffloadParam: estimate.DeviceName(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes}
+		OffloadParam: estimate.DeviceName(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes,
+		Moments: estimate.MomentsName(max(o.MomentsDType, dtype.F32)), OptimizerBytes: o.OptimizerBytesPerParam()}
 	for i, c := range o.ChunkParams {
 		out.Params += c
 		if i < len(o.Frozen) && o.Frozen[i] {

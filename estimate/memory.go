@@ -614,15 +614,43 @@ func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 	}, nil
 }
 
-// momentsDType is the dtype of strata.optimizer_state.moments.
-func momentsDType(m string) dtype.DType {
-	switch m {
-	case config.MomentsBF16:
-		return dtype.BF16
-	case config.MomentsInt8:
-		return dtype.Q8
+// momentsNames are strata.optimizer_state.moments's names of the moment dtypes.
+var momentsNames = map[string]dtype.DType{config.MomentsFP32: dtype.F32, config.MomentsBF16: dtype.BF16, config.MomentsInt8: dtype.Q8}
+
+// ParseMoments is the dtype of a strata.optimizer_state.moments name.
+func ParseMoments(m string) (dtype.DType, error) {
+	if dt, ok := momentsNames[m]; ok {
+		return dt, nil
 	}
-	return dtype.F32
+	return 0, fmt.Errorf("estimate: moments %q is not fp32, bf16 or int8", m)
+}
+
+// MomentsName is the strata.optimizer_state.moments name of dt.
+func MomentsName(dt dtype.DType) string {
+	for n, d := range momentsNames {
+		if d == dt {
+			return n
+		}
+	}
+	return dt.String()
+}
+
+// OptimizerBytesPerParam is master, m and v's bytes per parameter of a
+// large shard (the small ones keep fp32 moments).
+func (o Options) OptimizerBytesPerParam() float64 {
+	md := o.MomentsDType
+	if md == 0 {
+		md = dtype.F32
+	}
+	return 4 + 2*float64(md.Bytes(1<<20))/(1<<20)
+}
+
+func momentsDType(m string) dtype.DType {
+	dt, _ := ParseMoments(m) // config.Validate checked it
+	if dt == 0 {
+		dt = dtype.F32
+	}
+	return dt
 }
 
 // seqOf is the config's tokens per sequence: strata.seq_len, or the
