@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -56,6 +57,11 @@ type StepOptions struct {
 	// offloaded mode runs with, among "serial" and "exact"; default exact.
 	// Each (mode, overlap) is one engine; all step alternately.
 	Overlaps []string
+	// Moments are the precisions of Adam's moments
+	// (strata.optimizer_state.moments) each offloaded mode runs with,
+	// among "fp32" (the default), "bf16" and "int8": an engine each, all
+	// stepping alternately.
+	Moments []string
 	// TracePath, when set, receives the Chrome trace-event timeline of the
 	// last mode (timeline.Tracer); with several modes their alternating
 	// steps fall inside its step windows, so trace one mode (--modes nvme).
@@ -107,6 +113,9 @@ func (o StepOptions) WithDefaults() StepOptions {
 	if len(o.Overlaps) == 0 {
 		o.Overlaps = []string{engine.OverlapExact}
 	}
+	if len(o.Moments) == 0 {
+		o.Moments = []string{config.MomentsFP32}
+	}
 	return o
 }
 
@@ -137,17 +146,24 @@ func (o StepOptions) Validate() error {
 			return fmt.Errorf("bench: overlap %q is not one of %s", v, strings.Join(StepOverlaps, ", "))
 		}
 	}
+	for _, m := range o.Moments {
+		if _, err := estimate.ParseMoments(m); err != nil {
+			return fmt.Errorf("bench: moments %q is not fp32, bf16 or int8", m)
+		}
+	}
 	return nil
 }
 
 // StepConfig is the engine config of one mode (the nvme mode's swap in dir)
 // with the first of Overlaps.
 func (o StepOptions) StepConfig(mode, dir string) (*config.Config, error) {
-	return o.stepConfig(mode, o.WithDefaults().Overlaps[0], dir)
+	o = o.WithDefaults()
+	return o.stepConfig(stepRunKey{mode, o.Overlaps[0], o.Moments[0]}, dir)
 }
 
-// stepConfig is the engine config of one mode and overlap.
-func (o StepOptions) stepConfig(mode, overlap, dir string) (*config.Config, error) {
+// stepConfig is the engine config of one run.
+func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error) {
+	mode := k.mode
 	param, opt := "none", "none"
 	switch mode {
 	case "offload":
@@ -177,8 +193,9 @@ func (o StepOptions) stepConfig(mode, overlap, dir string) (*config.Config, erro
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
-  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "dpu_warmup_steps": %d}
-}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, overlap, o.Warmup)
+  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "dpu_warmup_steps": %d,
+    "optimizer_state": {"moments": %q}}
+}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, k.overlap, o.Warmup, k.moments)
 	lookup := func(name string) (config.Shape, error) {
 		s, err := model.Lookup(name)
 		return config.Shape(s), err
@@ -195,6 +212,7 @@ func (o StepOptions) stepConfig(mode, overlap, dir string) (*config.Config, erro
 type StepModeResult struct {
 	Mode       string
 	Overlap    string    // strata.overlap; "" in the resident mode (no host optimizer)
+	Moments    string    // strata.optimizer_state.moments
 	Steps      []float64 // seconds, in order
 	MedianStep float64
 	Optimizer  float64 // median optimizer phase, seconds
@@ -221,12 +239,17 @@ type StepModeResult struct {
 	RatioSerial float64
 }
 
-// Name is the mode, with the overlap when there is one ("host/exact").
+// Name is the mode, with the overlap when there is one and narrow
+// moments ("host/exact", "nvme/exact/int8").
 func (m StepModeResult) Name() string {
-	if m.Overlap == "" {
-		return m.Mode
+	n := m.Mode
+	if m.Overlap != "" {
+		n += "/" + m.Overlap
 	}
-	return m.Mode + "/" + m.Overlap
+	if m.Moments != "" && m.Moments != config.MomentsFP32 {
+		n += "/" + m.Moments
+	}
+	return n
 }
 
 // StepResult is what `strata bench step` measured.
@@ -266,8 +289,7 @@ func Step(o StepOptions) (StepResult, error) {
 	}
 	start := time.Now()
 	res := StepResult{Options: o}
-	modes, _ := o.runs()
-	r := &stepRun{o: o, engines: make([]*engine.Engine, len(modes))}
+	r := &stepRun{o: o, engines: make([]*engine.Engine, len(o.runs()))}
 	defer r.close()
 	if err := r.openTrace(); err != nil {
 		return res, err
@@ -346,19 +368,26 @@ func (r *stepRun) abandonTrace() {
 	os.Remove(r.o.TracePath)
 }
 
-// runs is the (mode, overlap) pairs, an engine each: the resident mode
-// once (no host optimizer), the others once per overlap.
-func (o StepOptions) runs() (modes, overlaps []string) {
+// stepRunKey is one engine of the benchmark: a mode, its host optimizer's
+// schedule and moments ("" and fp32 in the resident mode).
+type stepRunKey struct{ mode, overlap, moments string }
+
+// runs is the engines: the resident mode once (no host optimizer), the
+// others once per overlap and moments precision.
+func (o StepOptions) runs() []stepRunKey {
+	var out []stepRunKey
 	for _, m := range o.Modes {
 		if m == "resident" {
-			modes, overlaps = append(modes, m), append(overlaps, "")
+			out = append(out, stepRunKey{m, "", config.MomentsFP32})
 			continue
 		}
 		for _, v := range o.Overlaps {
-			modes, overlaps = append(modes, m), append(overlaps, v)
+			for _, mo := range o.Moments {
+				out = append(out, stepRunKey{m, v, mo})
+			}
 		}
 	}
-	return modes, overlaps
+	return out
 }
 
 // build opens the devices and builds the engine of each run, the last one
@@ -366,8 +395,9 @@ func (o StepOptions) runs() (modes, overlaps []string) {
 func (r *stepRun) build(res *StepResult) error {
 	o := r.o
 	var dir string
-	modes, overlaps := o.runs()
-	for i, m := range modes {
+	runs := o.runs()
+	for i, k := range runs {
+		m := k.mode
 		if m == "nvme" {
 			d, err := os.MkdirTemp(o.NVMePath, "strata-bench-step-")
 			if err != nil {
@@ -376,11 +406,11 @@ func (r *stepRun) build(res *StepResult) error {
 			dir = d
 			r.tmpDirs = append(r.tmpDirs, d)
 		}
-		ov := overlaps[i]
-		if ov == "" {
-			ov = engine.OverlapExact
+		ck := k
+		if ck.overlap == "" {
+			ck.overlap = engine.OverlapExact
 		}
-		cfg, err := o.stepConfig(m, ov, dir)
+		cfg, err := o.stepConfig(ck, dir)
 		if err != nil {
 			return err
 		}
@@ -391,7 +421,7 @@ func (r *stepRun) build(res *StepResult) error {
 		r.backends = append(r.backends, devs)
 		res.Backend = devs.Describe
 		eo := engine.Options{OptimizerThreads: o.Threads, HostRegistrar: devs.Registrar, Collectives: devs.Collectives}
-		if o.TracePath != "" && i == len(modes)-1 {
+		if o.TracePath != "" && i == len(runs)-1 {
 			if r.tracer, err = timeline.NewTracer(timeline.Options{}); err != nil {
 				return err
 			}
@@ -403,7 +433,7 @@ func (r *stepRun) build(res *StepResult) error {
 		if r.engines[i], err = engine.New(cfg, devs.Devs, devs.Comms, eo); err != nil {
 			return fmt.Errorf("bench: %s: %w", m, err)
 		}
-		res.Modes = append(res.Modes, StepModeResult{Mode: m, Overlap: overlaps[i]})
+		res.Modes = append(res.Modes, StepModeResult{Mode: m, Overlap: k.overlap, Moments: k.moments})
 		res.Shape = model.Shape(*cfg.Shape())
 		res.Params = r.engines[i].Layout().ParamCount()
 		res.Tokens = r.engines[i].TokensPerStep()
@@ -517,7 +547,7 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 	for i := range res.Modes {
 		mr := &res.Modes[i]
 		for _, s := range res.Modes {
-			if s.Mode == mr.Mode && s.Overlap == engine.OverlapSerial && s.MedianStep > 0 {
+			if s.Mode == mr.Mode && s.Moments == mr.Moments && s.Overlap == engine.OverlapSerial && s.MedianStep > 0 {
 				mr.RatioSerial = mr.MedianStep / s.MedianStep
 			}
 		}
@@ -623,12 +653,38 @@ func (r StepResult) String() string {
 	if r.RatioNVMeHost > 0 {
 		fmt.Fprintf(&b, "ratio nvme/host     %.3f\n", r.RatioNVMeHost)
 	}
+	for _, m := range r.Modes {
+		if f := r.momentsBase(m); f != nil {
+			nb := func(x *StepModeResult) float64 {
+				return float64(x.LinkBytes[shard.NVMeToHost] + x.LinkBytes[shard.HostToNVMe])
+			}
+			line := fmt.Sprintf("%s / %s: step %.3f", m.Name(), f.Name(), m.MedianStep/f.MedianStep)
+			if nb(f) > 0 {
+				line += fmt.Sprintf(", nvme bytes per step %.3f (%s vs %s)", nb(&m)/nb(f), units.FormatBytes(int64(nb(&m))), units.FormatBytes(int64(nb(f))))
+			}
+			fmt.Fprintln(&b, line)
+		}
+	}
 	if r.TraceMode != "" {
 		t := timeline.TotalOverlap(r.Overlap)
 		fmt.Fprintf(&b, "timeline of %s mode in %s: exposed transfer time %v of %v busy on the links (%.3f) over the %d measured steps\n",
 			r.TraceMode, o.TracePath, t.Exposed.Round(time.Microsecond), t.TransferBusy.Round(time.Microsecond), t.ExposedFraction, t.Step)
 	}
 	return b.String()
+}
+
+// momentsBase is the fp32-moments run m compares with (the same mode and
+// overlap), nil when m is one or there is none.
+func (r StepResult) momentsBase(m StepModeResult) *StepModeResult {
+	if m.Moments == config.MomentsFP32 || m.Mode == "resident" {
+		return nil
+	}
+	for i, f := range r.Modes {
+		if f.Mode == m.Mode && f.Overlap == m.Overlap && f.Moments == config.MomentsFP32 && f.MedianStep > 0 {
+			return &r.Modes[i]
+		}
+	}
+	return nil
 }
 
 // hasHostOpt says whether a run has the host optimizer (an overlap).
@@ -669,16 +725,18 @@ func (r StepResult) JSON() map[string]any {
 	var runs []map[string]any
 	for _, m := range r.Modes {
 		h := m.HostOpt
-		runs = append(runs, map[string]any{"mode": m.Mode, "overlap": m.Overlap, "step_s": m.MedianStep, "ratio_serial": m.RatioSerial,
+		runs = append(runs, map[string]any{"mode": m.Mode, "overlap": m.Overlap, "moments": m.Moments, "step_s": m.MedianStep, "ratio_serial": m.RatioSerial,
+			"bytes_per_step_nvme_to_host": m.LinkBytes[shard.NVMeToHost], "bytes_per_step_host_to_nvme": m.LinkBytes[shard.HostToNVMe], "final_loss": m.FinalLoss,
 			"adam_s": h.Adam.Seconds(), "adam_exposed_s": h.AdamExposed.Seconds(), "adam_exposed_fraction": h.AdamExposedFraction(),
 			"opt_io_s": h.IOWait.Seconds(), "opt_io_exposed_s": h.IOExposed.Seconds(), "opt_io_exposed_fraction": h.IOExposedFraction(),
 			"params_identical": m.ParamsIdentical})
 	}
 	out["runs"] = runs
 	out["overlaps"] = r.Options.Overlaps
+	out["moments"] = r.Options.Moments
 	for _, m := range r.Modes {
-		if m.Overlap != "" && m.Overlap != r.Options.Overlaps[0] {
-			continue // the keys per mode are the first overlap's; "runs" has them all
+		if m.Overlap != "" && m.Overlap != r.Options.Overlaps[0] || m.Moments != r.Options.Moments[0] && m.Mode != "resident" {
+			continue // the keys per mode are the first overlap's and moments'; "runs" has them all
 		}
 		out["step_s_"+m.Mode] = m.MedianStep
 		out[m.Mode] = map[string]any{
