@@ -41,6 +41,11 @@
 //     other knobs, when true, are notices saying what Strata does instead.
 //     strata.activation_dtype ("bf16", "fp32") keeps fp32 activations for
 //     checks.
+//   - strata.optimizer_state.moments ("fp32", "bf16", "int8") is the stored
+//     precision of Adam's moments of an offloaded optimizer; DeepSpeed's
+//     bf16.bf16_optimizer_states is read as "bf16" (a contradiction is an
+//     error), bf16.bf16_master_weights_and_grads true is refused (the
+//     master stays fp32).
 //
 // Lifecycle: Parse (or Load, or Default) returns a *Config that is resolved
 // and valid; SetDevices re-derives the batch for another device count;
