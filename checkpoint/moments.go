@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/internal/dtype"
@@ -75,6 +76,15 @@ func convertChunk(from, to StateSpec, fromElems, toElems, fromDevices, toDevices
 		}
 		momentView(to, toElems, dst[r*per:(r+1)*per]).Encode(out)
 	}
+}
+
+// ConversionNote is the note a run restoring st for e prints when it
+// converts the moments' precision, "" when it converts nothing.
+func (st *State) ConversionNote(e Expect) string {
+	if conv := st.Conversions(e); len(conv) > 0 {
+		return fmt.Sprintf("checkpoint: %s: the optimizer state was saved in another precision and is converted (rounded again: not the run it continues bit for bit)", strings.Join(conv, ", "))
+	}
+	return ""
 }
 
 // Conversions lists the states a read for e converts (another moments

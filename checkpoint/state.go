@@ -21,8 +21,16 @@ func (s StateSpec) String() string { return s.Kind.String() + " " + s.DType.Stri
 
 // MixedPrecisionStates are the states of mixed-precision Adam: bf16 params,
 // fp32 master weights and moments.
-var MixedPrecisionStates = []StateSpec{
-	{shard.Param, dtype.BF16}, {shard.Master, dtype.F32}, {shard.AdamM, dtype.F32}, {shard.AdamV, dtype.F32},
+var MixedPrecisionStates = AdamStates(false, dtype.F32)
+
+// AdamStates are the states of Adam with its moments in dtype moments
+// (f32, bf16 or q8): bf16 params and fp32 master weights, or with fp32
+// the params themselves as the master.
+func AdamStates(fp32 bool, moments dtype.DType) []StateSpec {
+	if fp32 {
+		return []StateSpec{{shard.Param, dtype.F32}, {shard.AdamM, moments}, {shard.AdamV, moments}}
+	}
+	return []StateSpec{{shard.Param, dtype.BF16}, {shard.Master, dtype.F32}, {shard.AdamM, moments}, {shard.AdamV, moments}}
 }
 
 // ChunkInfo is one chunk of the layout as the checkpoint shards it.

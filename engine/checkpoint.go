@@ -2,12 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -62,11 +60,7 @@ const checkpointAlignElems = estimate.DefaultShardAlignElems
 // bf16, master f32 (bf16 mode) or param f32 (fp32 mode), and adam_m and
 // adam_v in their stored precision (strata.optimizer_state.moments).
 func (e *Engine) CheckpointStates() []checkpoint.StateSpec {
-	md := e.estimate.Options.MomentsDType
-	if e.precision == gpu.F32 {
-		return []checkpoint.StateSpec{{Kind: shard.Param, DType: dtype.F32}, {Kind: shard.AdamM, DType: md}, {Kind: shard.AdamV, DType: md}}
-	}
-	return []checkpoint.StateSpec{{Kind: shard.Param, DType: dtype.BF16}, {Kind: shard.Master, DType: dtype.F32}, {Kind: shard.AdamM, DType: md}, {Kind: shard.AdamV, DType: md}}
+	return checkpoint.AdamStates(e.precision == gpu.F32, e.estimate.Options.StateDType(shard.AdamM))
 }
 
 // checkpointExpect is what this engine needs of a checkpoint.
@@ -222,7 +216,9 @@ func (e *Engine) LoadCheckpoint(path string) error {
 	if err := e.checkFreezeRestore(rd.State().Config, rd.State().Step); err != nil {
 		return fmt.Errorf("engine: load checkpoint %s: %w", path, err)
 	}
-	e.noteConversions(rd.State(), want)
+	if n := rd.State().ConversionNote(want); n != "" {
+		e.notes = append(e.notes, n)
+	}
 	err = e.restore(rd.State().Step, func() error {
 		return rd.Read(want, func(c, k int, whole []byte) error {
 			per := len(whole) / e.n
@@ -237,17 +233,6 @@ func (e *Engine) LoadCheckpoint(path string) error {
 		return fmt.Errorf("engine: load checkpoint: %w", err)
 	}
 	return nil
-}
-
-// noteConversions notes the moment precisions a restore of st converts
-// (a checkpoint of another strata.optimizer_state.moments) and reports
-// whether there are any.
-func (e *Engine) noteConversions(st *checkpoint.State, want checkpoint.Expect) bool {
-	conv := st.Conversions(want)
-	if len(conv) > 0 {
-		e.notes = append(e.notes, fmt.Sprintf("checkpoint: %s: the optimizer state was saved in another precision and is converted (rounded again: not the run it continues bit for bit)", strings.Join(conv, ", ")))
-	}
-	return len(conv) > 0
 }
 
 // RestoreState replaces the engine's params, master weights, Adam moments
@@ -272,7 +257,10 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 	if err := e.checkFreezeRestore(st.Config, st.Step); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
-	if conv := e.noteConversions(st, want); conv || st.Devices != want.Devices || st.ShardAlignElems != want.ShardAlignElems {
+	if n := st.ConversionNote(want); n != "" || st.Devices != want.Devices || st.ShardAlignElems != want.ShardAlignElems {
+		if n != "" {
+			e.notes = append(e.notes, n)
+		}
 		var err error
 		if st, err = st.Convert(want.Devices, want.ShardAlignElems, want.States); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
@@ -341,10 +329,7 @@ func (e *Engine) checkShards(st *checkpoint.State) {
 // rank's next sync.
 func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 	e, st := r.e, r.st
-	sz := int64(e.chunks[c].shard) * 4 // f32 states
-	if s == shard.AdamM || s == shard.AdamV {
-		sz = e.estimate.Options.MomentsDType.Bytes(e.chunks[c].shard)
-	}
+	sz := e.estimate.Options.StateDType(s).Bytes(e.chunks[c].shard) // master, m, v
 	switch s {
 	case shard.Param:
 		switch {

@@ -563,7 +563,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 		out = e.tiers.uploadBytes(r.idx, c)
 	}
 	cp = cpuadam.Params(e.chunkAdam(c, gpu.AdamParams(cp)))
-	mo, _ := cpuadam.MomentsOf(e.estimate.Options.MomentsDType)
+	mo, _ := cpuadam.MomentsOf(e.estimate.Options.StateDType(shard.AdamM))
 	n := len(ls.master.Bytes()) / 4
 	s := cpuadam.Shard{Param: f32s(ls.master.Bytes()), M: mo.View(n, ls.m.Bytes(), false), V: mo.View(n, ls.v.Bytes(), true)}
 	if e.precision == gpu.BF16 {
@@ -572,9 +572,9 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 		s.Grad = f32s(ls.grad.Bytes())
 	}
 	t0 := r.tr.Now()
-	for lo := 0; lo < n; lo += adamPieceElems { // a multiple of cpuadam.QuantBlock
+	for lo := 0; lo < n; lo += adamPieceElems {
 		e.opt.Step(cp, s.Slice(lo, min(lo+adamPieceElems, n)))
-		yield()
+		runtime.Gosched()
 	}
 	if e.precision != gpu.BF16 {
 		copy(f32s(out), s.Param)
@@ -582,16 +582,9 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	r.tr.Adam(r.e.layout.Chunks[c].Name, c, r.e.chunks[c].shard, t0)
 }
 
-// adamPieceElems is the piece of a chunk cpuadam updates at a time: Adam is
-// elementwise (the same bits in any split), and between pieces the other
-// goroutines get the cores (yield).
+// adamPieceElems is the piece of a chunk cpuadam updates at a time (a
+// multiple of cpuadam.QuantBlock; Adam is elementwise). Between pieces,
+// runtime.Gosched lets the goroutines cpuadam's pool kept off the cores
+// run (the rank's, which enqueues the devices' work): its kernels are not
+// preemptible, so otherwise a whole update could run before anything else.
 const adamPieceElems = 1 << 16
-
-// yield lets the goroutines cpuadam's pool kept off the cores run (the
-// rank's, which enqueues the devices' work; on the CPU backend the streams
-// and their clocks): the pool's goroutines hand the cores to each other
-// through channels, and its kernels are not preemptible, so without it a
-// whole update can run before anything else does. It yields under every
-// schedule; only the pipelined update gains from it (under serial the
-// rank's goroutine waits for the update anyway).
-func yield() { runtime.Gosched() }

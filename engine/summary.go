@@ -99,7 +99,7 @@ type Summary struct {
 	Devices   int
 	Stage     int
 	Precision gpu.DType
-	Optimizer string // "device" or "host (cpuadam, T threads)"
+	Optimizer string // "device" or "host (cpuadam, T threads)", with narrow moments ", int8 moments)"
 	Overlap   string // strata.overlap: "exact", "serial" or "dpu"
 	Micro     int
 	Accum     int
@@ -267,7 +267,7 @@ func (e *Engine) Summary() Summary {
 		actEstimate = estimate.Activations(e.layout.Shape, e.micro, e.seq, e.act).DeviceBytes()
 	}
 	if e.offload {
-		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads)", e.opt.Options().Threads)
+		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads%s)", e.opt.Options().Threads, e.estimate.Options.MomentsNote())
 		s.HostFormula = e.hostWant
 	}
 	if e.tiers != nil {

@@ -224,11 +224,7 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 				if home == shard.NVMe && est.HostKept[st] != nil && est.HostKept[st][c] {
 					home = shard.Host
 				}
-				dt := est.Options.MomentsDType // m and v (cpuadam.Moments)
-				if st == shard.Master {
-					dt = dtype.F32
-				}
-				put(tkey(c, r, st), e.optElems(c), dt, home)
+				put(tkey(c, r, st), e.optElems(c), est.Options.StateDType(st), home)
 			}
 		}
 	}

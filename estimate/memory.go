@@ -635,6 +635,23 @@ func MomentsName(dt dtype.DType) string {
 	return dt.String()
 }
 
+// StateDType is the dtype an offloaded optimizer keeps state st in: f32
+// for the master, MomentsDType for m and v.
+func (o Options) StateDType(st shard.State) dtype.DType {
+	if st == shard.Master || o.MomentsDType == 0 {
+		return dtype.F32
+	}
+	return o.MomentsDType
+}
+
+// MomentsNote is ", int8 moments" (or bf16) for narrow moments, else "".
+func (o Options) MomentsNote() string {
+	if o.StateDType(shard.AdamM) == dtype.F32 {
+		return ""
+	}
+	return ", " + MomentsName(o.MomentsDType) + " moments"
+}
+
 // OptimizerBytesPerParam is master, m and v's bytes per parameter of a
 // large shard (the small ones keep fp32 moments).
 func (o Options) OptimizerBytesPerParam() float64 {
