@@ -787,7 +787,7 @@ func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	ts := time.Now()
 	l.saving.Store(true)
 	l.fails.saves++
-	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, Hook: testHook})
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, ChatTemplate: l.data.chatTemplate(), Hook: testHook})
 	l.saving.Store(false)
 	if err != nil {
 		return "", fmt.Errorf("train: save checkpoint: %w", err)
