@@ -18,8 +18,9 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// defaultEvalSeq is --seq when it is not given: the model's max_seq_len,
-// at most this.
+// defaultEvalSeq is --seq when it is not given and the model is not a
+// Strata run's (whose seq_len it takes): the model's max_seq_len, at most
+// this.
 const defaultEvalSeq = 1024
 
 func evalCommand() *cli.Command {
@@ -50,7 +51,7 @@ func evalCommand() *cli.Command {
 			"weights and seq_len. --logits then holds those tokens' rows.",
 		Flags: append(inferFlags(),
 			&cli.StringFlag{Name: "data", Required: true, Usage: "the text to evaluate on (any bytes), or JSONL read as train --eval-data reads it"},
-			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: the model's max_seq_len, at most %d)", defaultEvalSeq)},
+			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: a Strata run's seq_len, else the model's max_seq_len, at most %d)", defaultEvalSeq)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: loss, tokens, ppl (and windows, seq, params)"},
 			&cli.BoolFlag{Name: "bos", Usage: "put the tokenizer's BOS token before the file's tokens (it is predicted from, not predicted)"},
 			&cli.StringFlag{Name: "logits", Usage: "write every predicted token's logits to OUT: little-endian float32, a row of vocab_size values per token, in order"},
@@ -96,6 +97,9 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 		s := m.im.shape
 		if seq == 0 {
 			seq = min(s.MaxSeq, defaultEvalSeq)
+			if n := m.runSeqLen(); n > 0 {
+				seq = min(s.MaxSeq, n)
+			}
 		}
 		if seq > s.MaxSeq {
 			return model.DecoderOptions{}, usagef("eval: --seq %d is past the model's max_seq_len %d", seq, s.MaxSeq)

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -229,6 +230,24 @@ func (m *inferModel) recordedChat() *hf.ChatTemplate {
 		return rd.ChatTemplate()
 	}
 	return nil
+}
+
+// runSeqLen is the seq_len the model's run trained with (its
+// checkpoint's config), 0 for a Hugging Face directory.
+func (m *inferModel) runSeqLen() int {
+	rd, ok := m.im.src.(*checkpoint.Reader)
+	if !ok {
+		return 0
+	}
+	var cfg struct {
+		Strata struct {
+			SeqLen int `json:"seq_len"`
+		} `json:"strata"`
+	}
+	if json.Unmarshal(rd.State().Config, &cfg) != nil {
+		return 0
+	}
+	return cfg.Strata.SeqLen
 }
 
 func describeSource(s *hf.Source) string {
