@@ -228,8 +228,8 @@ type StepModeResult struct {
 	ModelStateBytes int64 // 16Ψ
 	DevicePeakBytes int64 // the largest device's peak of all allocations
 	FinalLoss       float64
-	ParamsIdentical bool // the params after the run equal the resident mode's, bit for bit
-	Summary         string
+	ParamsIdentical bool           // the params after the run equal the resident mode's, bit for bit
+	Summary         engine.Summary // the engine's at the end (strata bench step --summary prints it)
 	// HostOpt is the host optimizer's time over the measured steps:
 	// cpuadam busy time and what no compute stream hid (exposed), the
 	// optimizer-state waits and their exposed part (engine.HostOptStats).
@@ -531,7 +531,7 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 		for _, d := range e.Summary().PerDevice {
 			mr.DevicePeakBytes = max(mr.DevicePeakBytes, d.PeakBytes)
 		}
-		mr.Summary = e.Summary().String()
+		mr.Summary = e.Summary()
 		if len(r.engines) == 1 {
 			continue // nothing to compare with
 		}

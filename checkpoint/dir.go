@@ -73,6 +73,10 @@ type Manifest struct {
 	// that a resumed run notices data that changed since; nil for a run
 	// without any (the synthetic corpus) or saved before they were recorded.
 	Data []DataFile `json:"data,omitempty"`
+	// ChatTemplate is the chat template the run rendered its
+	// {"messages"} lines with (Options.ChatTemplate); nil for a run
+	// without any.
+	ChatTemplate *hf.ChatTemplate `json:"chat_template,omitempty"`
 }
 
 // DataFile identifies a data file a run trained on: its size and the
@@ -151,6 +155,10 @@ type Options struct {
 	// Data, when set, is recorded in the manifest: the data files the run
 	// trains on.
 	Data []DataFile
+
+	// ChatTemplate, when set, is recorded in the manifest: the chat
+	// template of the run's {"messages"} lines, which an export carries.
+	ChatTemplate *hf.ChatTemplate
 
 	// Hook, for tests, is called at each named point of a save and of its
 	// pruning ("write rank-00000.safetensors", "manifest", "rename",
@@ -238,7 +246,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
-		Shape: st.Shape, Model: st.Model, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source, Data: opts.Data}
+		Shape: st.Shape, Model: st.Model, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source, Data: opts.Data, ChatTemplate: opts.ChatTemplate}
 	if len(st.Config) > 0 {
 		m.Config = json.RawMessage(st.Config)
 	}

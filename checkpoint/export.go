@@ -93,7 +93,8 @@ func (cw *checkpointWeights) produce(w *hf.ExportWriter) error {
 // then the fp32 master weights, else the params, one chunk at a time) as a
 // Hugging Face model directory at dst (hf.ExportDir). opts.Source nil takes
 // the checkpoint's own (Manifest.Source): the tokenizer and config.json
-// of the model its run started from. It returns the checkpoint's
+// of the model its run started from; opts.ChatTemplate nil, the
+// template it recorded (Manifest.ChatTemplate). It returns the checkpoint's
 // description as well.
 func ExportHF(dst, src string, opts hf.DirOptions) (*hf.DirExport, *State, error) {
 	if err := opts.Validate(); err != nil {
@@ -106,6 +107,9 @@ func ExportHF(dst, src string, opts hf.DirOptions) (*hf.DirExport, *State, error
 	defer cw.rd.Close()
 	if opts.Source == nil {
 		opts.Source = cw.rd.Source()
+	}
+	if opts.ChatTemplate == nil {
+		opts.ChatTemplate = cw.rd.ChatTemplate()
 	}
 	out, err := hf.ExportDir(dst, cw.layout, opts, cw.produce)
 	if err != nil {

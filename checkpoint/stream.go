@@ -269,7 +269,8 @@ type Reader struct {
 	files []*os.File
 	offs  [][][]int64 // [r][c][k]: file offset of rank r's tensor chunk.c.States[k]
 	src   *hf.Source  // the manifest's Source
-	buf   []byte      // ReadChunk's bf16 block
+	chat  *hf.ChatTemplate
+	buf   []byte // ReadChunk's bf16 block
 }
 
 // Open opens the checkpoint at path (the directory Save wrote into, whose
@@ -302,7 +303,7 @@ func open(path string, e *Expect) (_ *Reader, err error) {
 			return nil, fmt.Errorf("%w (checkpoint %s)", err, path)
 		}
 	}
-	rd := &Reader{meta: meta, dir: dir, paths: make([]string, m.Devices), files: make([]*os.File, m.Devices), offs: make([][][]int64, m.Devices), src: m.Source}
+	rd := &Reader{meta: meta, dir: dir, paths: make([]string, m.Devices), files: make([]*os.File, m.Devices), offs: make([][][]int64, m.Devices), src: m.Source, chat: m.ChatTemplate}
 	defer func() {
 		if err != nil {
 			rd.Close()
@@ -542,6 +543,10 @@ const readBlockBytes = 4 << 20
 // Source is the manifest's Source: where the run's initial weights came
 // from; nil when it started from the seeded initialisation.
 func (rd *Reader) Source() *hf.Source { return rd.src }
+
+// ChatTemplate is the manifest's ChatTemplate: the run's chat template,
+// nil when it recorded none.
+func (rd *Reader) ChatTemplate() *hf.ChatTemplate { return rd.chat }
 
 // ReadChunk fills dst, exactly the length of chunk c, with the
 // checkpoint's weights of chunk c as fp32: the master weights when it holds

@@ -1,12 +1,14 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -152,6 +154,14 @@ func runBenchNVMe(c *cli.Context) error {
 	return sweepNVMe(c, opts, run, out)
 }
 
+// latency prints a latency given in microseconds: µs below 1 ms, else ms.
+func latency(us float64) string {
+	if us < 1000 {
+		return fmt.Sprintf("%.0f µs", us)
+	}
+	return fmt.Sprintf("%.2f ms", us/1000)
+}
+
 func printNVMe(w io.Writer, o bench.NVMeOptions, r bench.NVMeResult) {
 	fmt.Fprintf(w, "strata bench nvme %s\n", o)
 	fmt.Fprintf(w, "engine:     %s\n", r.EngineInfo)
@@ -160,10 +170,10 @@ func printNVMe(w io.Writer, o bench.NVMeOptions, r bench.NVMeResult) {
 		fmt.Fprintf(w, " = read %.1f + write %.1f", r.ReadMBps, r.WriteMBps)
 	}
 	fmt.Fprintf(w, ", %.0f IOPS, %s in %.2f s\n", r.IOPS, units.FormatBytes(r.Bytes), r.Seconds)
-	fmt.Fprintf(w, "latency:    p50 %.0f us, p99 %.0f us, p99.9 %.0f us (submit to completion)\n", r.P50us, r.P99us, r.P999us)
+	fmt.Fprintf(w, "latency:    p50 %s, p99 %s, p99.9 %s (submit to completion)\n", latency(r.P50us), latency(r.P99us), latency(r.P999us))
 	if r.DeviceIOs > 0 {
-		fmt.Fprintf(w, "device:     p50 %.0f us, p99 %.0f us, p99.9 %.0f us (block_rq_issue to block_rq_complete, %d requests of %s on average)\n",
-			r.DeviceP50us, r.DeviceP99us, r.DeviceP999us, r.DeviceIOs, units.FormatBytes(r.DeviceAvgBytes))
+		fmt.Fprintf(w, "device:     p50 %s, p99 %s, p99.9 %s (block_rq_issue to block_rq_complete, %d requests of %s on average)\n",
+			latency(r.DeviceP50us), latency(r.DeviceP99us), latency(r.DeviceP999us), r.DeviceIOs, units.FormatBytes(r.DeviceAvgBytes))
 	}
 	if r.TraceNote != "" {
 		fmt.Fprintf(w, "trace:      %s\n", r.TraceNote)
@@ -225,10 +235,17 @@ func sweepNVMe(c *cli.Context, base bench.NVMeOptions, run func(bench.NVMeOption
 	for i, bs := range bss {
 		table[i] = make([]float64, len(qds))
 		for j, qd := range qds {
-			r, err := run(setting(bs, qd))
-			if err != nil {
-				return err
+			// Each cell is measured sweepRuns times; its median run stands.
+			var runs []bench.NVMeResult
+			for range sweepRuns {
+				r, err := run(setting(bs, qd))
+				if err != nil {
+					return err
+				}
+				runs = append(runs, r)
 			}
+			slices.SortFunc(runs, func(a, b bench.NVMeResult) int { return cmp.Compare(a.MBps, b.MBps) })
+			r := runs[len(runs)/2]
 			table[i][j] = r.MBps
 			results = append(results, r)
 		}
@@ -236,8 +253,8 @@ func sweepNVMe(c *cli.Context, base bench.NVMeOptions, run func(bench.NVMeOption
 	// Within 3 % of the best, the setting with the fewest bytes in flight:
 	// it holds less pinned memory for the same bandwidth.
 	best := results[bench.BestNVMeSetting(results, bench.SweepTolerance)]
-	fmt.Fprintf(out, "strata bench nvme --sweep: %s MB/s (1 MB = 10^6 B), --rw %s --size %s --engine %s\n",
-		"rows --bs, columns --qd,", base.RW, units.FormatSize(base.SizeBytes), base.Engine)
+	fmt.Fprintf(out, "strata bench nvme --sweep: %s MB/s (1 MB = 10^6 B; each the median of %d runs), --rw %s --size %s --engine %s\n",
+		"rows --bs, columns --qd,", sweepRuns, base.RW, units.FormatSize(base.SizeBytes), base.Engine)
 	fmt.Fprintf(out, "%8s", "bs \\ qd")
 	for _, qd := range qds {
 		fmt.Fprintf(out, " %8d", qd)
@@ -252,12 +269,16 @@ func sweepNVMe(c *cli.Context, base bench.NVMeOptions, run func(bench.NVMeOption
 	}
 	fmt.Fprintf(out, "best: --bs %s --qd %d: %.0f MB/s (the fewest bytes in flight within %.0f %% of the highest); for the config:\n",
 		units.FormatSize(best.BlockBytes), best.QueueDepth, best.MBps, 100*bench.SweepTolerance)
-	aio := map[string]any{"aio": map[string]any{"block_size": best.BlockBytes, "queue_depth": best.QueueDepth,
-		"thread_count": 1, "single_submit": false, "overlap_events": true}}
+	// Only the keys strata train uses (single_submit and overlap_events
+	// it accepts but does not use, and says so).
+	aio := map[string]any{"aio": map[string]any{"block_size": best.BlockBytes, "queue_depth": best.QueueDepth, "thread_count": 1}}
 	b, _ := json.MarshalIndent(aio, "", "  ")
 	fmt.Fprintln(out, string(b))
 	return nil
 }
+
+// sweepRuns is how many times --sweep measures each setting.
+const sweepRuns = 3
 
 // signalStop is the cause of a run stopped by SIGINT or SIGTERM.
 type signalStop struct{ sig syscall.Signal }

@@ -93,7 +93,7 @@ func benchStepCommand() *cli.Command {
 			fmt.Fprint(w, res.String())
 			if c.Bool("summary") {
 				for _, m := range res.Modes {
-					fmt.Fprintf(w, "\n== %s\n%s", m.Name(), m.Summary)
+					fmt.Fprintf(w, "\n== %s\n%s", m.Name(), formatSummary(m.Summary))
 				}
 			}
 			return nil

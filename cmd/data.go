@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -39,6 +40,9 @@ type runData struct {
 	eval    *data.EvalSet   // nil: no --eval-data
 	evalSrc *data.Source
 	every   int
+	// chat is the chat template of the training data's {"messages"}
+	// lines, recorded in every checkpoint; nil when it has none.
+	chat *hf.ChatTemplate
 }
 
 // Close closes the data files.
@@ -74,9 +78,10 @@ func runTokenizer(cfg *config.Config, source *hf.Source) (data.Tokenizer, string
 }
 
 // runChat is the chat template of {"messages"} lines: --chat-template,
-// else the one of the Hugging Face model the run started from, else nil
-// (ChatML). cmd names the command in errors (train, eval).
-func runChat(c *cli.Context, source *hf.Source, cmd string) (*data.ChatTemplate, error) {
+// else the one a run recorded (recorded: a checkpoint's), else the one of
+// the Hugging Face model the run started from, else ChatML. cmd names the
+// command in errors (train, eval, generate).
+func runChat(c *cli.Context, source *hf.Source, recorded *hf.ChatTemplate, cmd string) (*data.ChatTemplate, error) {
 	if p := c.String("chat-template"); p != "" {
 		chat, err := data.LoadChatTemplate(p)
 		if err != nil {
@@ -84,17 +89,32 @@ func runChat(c *cli.Context, source *hf.Source, cmd string) (*data.ChatTemplate,
 		}
 		return chat, nil
 	}
+	if recorded != nil {
+		if recorded.Template == data.ChatMLTemplate {
+			return data.DefaultChatTemplate(), nil
+		}
+		chat, err := data.ParseChatTemplate(recorded.Template, recorded.Source+" (recorded by the run)", recorded.SpecialTokens)
+		if err != nil {
+			return nil, fmt.Errorf("%s: the run's chat template: %w", cmd, err)
+		}
+		return chat, nil
+	}
 	if source == nil || source.Format != hf.SourceHF {
-		return nil, nil
+		return data.DefaultChatTemplate(), nil
 	}
 	chat, err := data.LoadChatTemplate(source.Path)
 	if errors.Is(err, fs.ErrNotExist) { // no tokenizer_config.json
-		return nil, nil
+		return data.DefaultChatTemplate(), nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: the model's chat template: %w", cmd, err)
 	}
 	return chat, nil
+}
+
+// hfChat is chat as a checkpoint records it and an export writes it.
+func hfChat(chat *data.ChatTemplate) *hf.ChatTemplate {
+	return &hf.ChatTemplate{Source: chat.Source(), Template: chat.Text(), SpecialTokens: chat.SpecialTokens()}
 }
 
 // checkDataFlags refuses data flags that do not go together.
@@ -137,7 +157,7 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 	if err != nil {
 		return nil, err
 	}
-	chat, err := runChat(c, source, "train")
+	chat, err := runChat(c, source, nil, "train")
 	if err != nil {
 		return nil, err
 	}
@@ -150,6 +170,9 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 			return nil, fmt.Errorf("train: --data: %w", err)
 		}
 		d.train = td
+		if td.Source.Stats.Kinds[data.KindChat] > 0 {
+			d.chat = hfChat(chat)
+		}
 		describeData(stderr, "data", td.Source, time.Since(t0))
 	}
 	if path := c.String("eval-data"); path != "" {
@@ -186,6 +209,10 @@ func describeData(w io.Writer, what string, s *data.Source, took time.Duration) 
 	if st.Template != "" {
 		fmt.Fprintf(w, "  chat template: %s\n", st.Template)
 	}
+	if m := st.SplitMarkers; len(m) > 0 {
+		fmt.Fprintf(w, "note: %s: the chat template's ChatML markers %s are not tokens of the tokenizer: each is encoded as the tokens of its text; give the model's template with --chat-template, or start from a model whose tokenizer has them\n",
+			s.Path, strings.Join(m, ", "))
+	}
 	if st.Skipped > 0 {
 		fmt.Fprintf(w, "note: %s: %d examples had no trained token and were left out\n", s.Path, st.Skipped)
 	}
@@ -214,6 +241,14 @@ func epochSteps(d *runData, cfg *config.Config, epochs int) (int, error) {
 		return 0, fmt.Errorf("train: --epochs %d: %d rows make %d steps of %d rows", epochs, rows, steps, g)
 	}
 	return int(steps), nil
+}
+
+// chatTemplate is d.chat, nil for no data.
+func (d *runData) chatTemplate() *hf.ChatTemplate {
+	if d == nil {
+		return nil
+	}
+	return d.chat
 }
 
 // evalDue says whether the held-out set is evaluated after step (of last).

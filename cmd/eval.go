@@ -18,8 +18,9 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// defaultEvalSeq is --seq when it is not given: the model's max_seq_len,
-// at most this.
+// defaultEvalSeq is --seq when it is not given and the model is not a
+// Strata run's (whose seq_len it takes): the model's max_seq_len, at most
+// this.
 const defaultEvalSeq = 1024
 
 func evalCommand() *cli.Command {
@@ -44,17 +45,17 @@ func evalCommand() *cli.Command {
 			"are those of the whole file (unless an added token contains such a space). Progress goes to stderr.\n\n" +
 			"A JSONL file ({\"text\"}, {\"prompt\", \"completion\"}, {\"messages\"}: by extension .jsonl, else a first\n" +
 			"line that is such an object) is read as train --eval-data reads it: the same tokenizer, special tokens\n" +
-			"and chat template (--chat-template, else the model's, else ChatML), its examples packed in file order\n" +
+			"and chat template (--chat-template, else the one a Strata run recorded, else the model's, else ChatML), its examples packed in file order\n" +
 			"into rows of N, each example scored alone, the loss only on the tokens training learns from (the\n" +
 			"completions, the assistant's turns): the loss and tokens train --eval-data reports for the same\n" +
 			"weights and seq_len. --logits then holds those tokens' rows.",
 		Flags: append(inferFlags(),
 			&cli.StringFlag{Name: "data", Required: true, Usage: "the text to evaluate on (any bytes), or JSONL read as train --eval-data reads it"},
-			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: the model's max_seq_len, at most %d)", defaultEvalSeq)},
+			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: a Strata run's seq_len, else the model's max_seq_len, at most %d)", defaultEvalSeq)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: loss, tokens, ppl (and windows, seq, params)"},
 			&cli.BoolFlag{Name: "bos", Usage: "put the tokenizer's BOS token before the file's tokens (it is predicted from, not predicted)"},
 			&cli.StringFlag{Name: "logits", Usage: "write every predicted token's logits to OUT: little-endian float32, a row of vocab_size values per token, in order"},
-			&cli.StringFlag{Name: "chat-template", Usage: "JSONL --data: the chat template of {\"messages\"} lines, as train's (default: the model's, else ChatML)"},
+			&cli.StringFlag{Name: "chat-template", Usage: "JSONL --data: the chat template of {\"messages\"} lines, as train's (default: the run's, else the model's, else ChatML)"},
 		),
 		Action: func(c *cli.Context) error { return runEval(c, c.App.Writer, c.App.ErrWriter) },
 	}
@@ -92,9 +93,13 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 		}
 		defer ts.close()
 	}
-	m, err := openInference(c, "eval", func(s model.Shape, _ *tokenizer.Tokenizer) (model.DecoderOptions, error) {
+	m, err := openInference(c, "eval", func(m *inferModel) (model.DecoderOptions, error) {
+		s := m.im.shape
 		if seq == 0 {
 			seq = min(s.MaxSeq, defaultEvalSeq)
+			if n := m.runSeqLen(); n > 0 {
+				seq = min(s.MaxSeq, n)
+			}
 		}
 		if seq > s.MaxSeq {
 			return model.DecoderOptions{}, usagef("eval: --seq %d is past the model's max_seq_len %d", seq, s.MaxSeq)

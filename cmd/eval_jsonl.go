@@ -12,15 +12,15 @@ import (
 
 // runJSONL evaluates a JSONL --data file as `strata train --eval-data`
 // does: read by package data with the model's tokenizer and the chat
-// template training would take (runChat: --chat-template, else the Hugging
-// Face source's), its examples packed in file order into rows of seq
+// template training would take (runChat: --chat-template, else the
+// checkpoint's recorded one, else the Hugging Face source's), its examples packed in file order into rows of seq
 // (data.EvalSet), the loss only on the tokens training learns from (the
 // completions, the assistant's turns; model.IgnoreTarget elsewhere). Each
 // example of a row (Batch.Pos restarts at 0) is scored from an empty
 // cache, as the packed row's attention sees it alone.
 func (e *evalRun) runJSONL(c *cli.Context) error {
 	path := c.String("data")
-	chat, err := runChat(c, e.m.source, "eval")
+	chat, err := runChat(c, e.m.source, e.m.recordedChat(), "eval")
 	if err != nil {
 		return err
 	}

@@ -9,10 +9,12 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/tokenizer"
 )
 
 // exportCommand is `strata export CKPT OUT.safetensors`: the model weights of
@@ -31,7 +33,10 @@ func exportCommand() *cli.Command {
 			"--format hf writes OUTDIR (new or empty) as transformers' save_pretrained does: config.json (the architecture's keys,\n" +
 			"torch_dtype; a run started with --init from a Hugging Face directory keeps that config.json's other keys), the weights\n" +
 			"in files of at most --max-shard-size (model.safetensors, or model-0000N-of-0000M.safetensors with\n" +
-			"model.safetensors.index.json) under transformers' names, and the tokenizer files of the run's --init directory.",
+			"model.safetensors.index.json) under transformers' names, the tokenizer files of the run's --init directory, the chat template the\n" +
+			"run's {\"messages\"} lines were rendered with (chat_template.jinja and tokenizer_config.json's chat_template) and, unless the\n" +
+			"source had one, generation_config.json (bos/eos/pad ids of config.json, else of the tokenizer; the template's end-of-turn token\n" +
+			"as a second eos).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "format", Value: "safetensors", Usage: "safetensors (one file) or hf (a Hugging Face model directory)"},
 			&cli.StringFlag{Name: "names", Value: "strata", Usage: "tensor names of --format safetensors: strata (the layout's) or hf (Hugging Face GPT-2)"},
@@ -106,7 +111,15 @@ func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
 	if err != nil {
 		return usagef("export: --max-shard-size: %v", err)
 	}
-	out, st, err := checkpoint.ExportHF(dst, dir, hf.DirOptions{DType: dt, MaxShardBytes: maxBytes})
+	m, _, err := checkpoint.ReadManifest(dir)
+	if err != nil {
+		return fmt.Errorf("export: %w", err)
+	}
+	gen, err := generationIDs(m.Source, m.ChatTemplate)
+	if err != nil {
+		fmt.Fprintf(c.App.ErrWriter, "note: generation_config.json has only config.json's token ids: %v\n", err)
+	}
+	out, st, err := checkpoint.ExportHF(dst, dir, hf.DirOptions{DType: dt, MaxShardBytes: maxBytes, Generation: gen})
 	if err != nil {
 		return err
 	}
@@ -117,7 +130,57 @@ func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
 	if len(out.Tokenizer) > 0 {
 		tok = "tokenizer files " + strings.Join(out.Tokenizer, ", ")
 	}
-	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s\n",
-		st.Step, src, st.ParamCount(), dst, len(out.Files), units.FormatBytes(out.TotalBytes), dt, strings.Join(out.Files, ", "), tok)
+	chat := "no chat template (the run trained on no {\"messages\"} lines)"
+	if m.ChatTemplate != nil {
+		chat = "the run's chat template, " + m.ChatTemplate.Source
+	}
+	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s; written: %s (%s)\n",
+		st.Step, src, st.ParamCount(), dst, len(out.Files), units.FormatBytes(out.TotalBytes), dt, strings.Join(out.Files, ", "), tok,
+		strings.Join(out.Written, ", "), chat)
 	return nil
+}
+
+// generationIDs are the token ids generation_config.json takes from the
+// run's tokenizer (the tokenizer.json of source): its BOS and EOS, the
+// pad token of its tokenizer_config.json, and the end of turn of the
+// run's chat template when that is one token of it. None for a run
+// without a tokenizer.json (the byte vocabulary has no special tokens);
+// the ids found before an error with it.
+func generationIDs(source *hf.Source, chat *hf.ChatTemplate) (hf.GenerationIDs, error) {
+	var ids hf.GenerationIDs
+	p := source.TokenizerPath()
+	if p == "" {
+		return ids, nil
+	}
+	tok, err := tokenizer.Load(p)
+	if err != nil {
+		return ids, err
+	}
+	if id, ok := tok.BOS(); ok {
+		ids.BOS = &id
+	}
+	if id, ok := tok.EOS(); ok {
+		ids.EOS = &id
+	}
+	if tmpl, err := data.LoadChatTemplate(source.Path); err == nil {
+		if pad, ok := tmpl.SpecialTokens()["pad_token"]; ok {
+			if id, ok := tok.TokenID(pad); ok {
+				ids.Pad = &id
+			}
+		}
+	}
+	if chat != nil {
+		t, err := data.ParseChatTemplate(chat.Template, chat.Source, chat.SpecialTokens)
+		if err != nil {
+			return ids, err
+		}
+		eot, err := t.EndOfTurn()
+		if err != nil {
+			return ids, err
+		}
+		if id, ok := tok.TokenID(eot); ok {
+			ids.EndOfTurn = &id
+		}
+	}
+	return ids, nil
 }

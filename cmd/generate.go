@@ -1,11 +1,15 @@
 package cmd
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -18,7 +22,7 @@ func generateCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "generate",
 		Usage: "continue a prompt with a model, greedy or sampled, with a key/value cache",
-		UsageText: "strata generate --model PATH --prompt TEXT [--max-new-tokens N] [--temperature T] [--seed S] " +
+		UsageText: "strata generate --model PATH (--prompt TEXT [--chat] | --messages FILE) [--chat-template PATH] [--max-new-tokens N] [--temperature T] [--seed S] " +
 			"[--backend cpu|cuda] [--hbm BYTES] [--dtype auto|fp32|bf16] [--no-special]",
 		Description: "Continues TEXT with the model of --model (a Hugging Face model directory, or a Strata run directory\n" +
 			"or checkpoint; its tokenizer as strata eval finds it) and prints the new text on stdout as it is\n" +
@@ -30,9 +34,17 @@ func generateCommand() *cli.Command {
 			"or at the model's max_seq_len.\n\n" +
 			"The tokenizer's template tokens before a text (Llama-3's BOS) go before the prompt unless\n" +
 			"--no-special. Weights, dtype and device as for strata eval: one device holds every parameter and the\n" +
-			"cache; a model that does not fit is refused, saying what it needs (offloaded generation is not built).",
+			"cache; a model that does not fit is refused, saying what it needs (offloaded generation is not built).\n\n" +
+			"--chat renders --prompt as one user turn, --messages FILE a conversation (a JSON list of {\"role\", \"content\"}\n" +
+			"objects, or a JSONL line's {\"messages\": [...]}), with the chat template training takes (--chat-template,\n" +
+			"else the one a Strata run recorded, else the model's, else ChatML) and its generation prompt, as\n" +
+			"apply_chat_template(add_generation_prompt=True) does; the prompt is the rendered text's tokens (the template\n" +
+			"puts any BOS itself), and generation also stops at the template's end of turn (ChatML's <|im_end|>).",
 		Flags: append(inferFlags(),
-			&cli.StringFlag{Name: "prompt", Required: true, Usage: "the text to continue"},
+			&cli.StringFlag{Name: "prompt", Usage: "the text to continue (with --chat: the user's message)"},
+			&cli.BoolFlag{Name: "chat", Usage: "render --prompt as one user turn with the model's chat template and its generation prompt"},
+			&cli.StringFlag{Name: "messages", Usage: "a JSON file of messages to render with the chat template (implies --chat)"},
+			&cli.StringFlag{Name: "chat-template", Usage: "with --chat or --messages: a model directory, tokenizer_config.json or .jinja file (default: the run's, else the model's, else ChatML)"},
 			&cli.IntFlag{Name: "max-new-tokens", Value: 64, Usage: "the most tokens to generate"},
 			&cli.Float64Flag{Name: "temperature", Usage: "0: greedy; above 0: sample from softmax(logits / T)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "the sampler's seed (with --temperature above 0)"},
@@ -50,9 +62,29 @@ func runGenerate(c *cli.Context, stdout, stderr io.Writer) error {
 	case !(temp >= 0) || math.IsInf(temp, 1):
 		return usagef("generate: --temperature %v: want 0 (greedy) or a positive number", temp)
 	}
+	chat := c.Bool("chat") || c.IsSet("messages")
+	switch {
+	case c.IsSet("messages") && c.IsSet("prompt"):
+		return usagef("generate: --prompt and --messages both give the prompt: give one")
+	case !c.IsSet("messages") && !c.IsSet("prompt"):
+		return usagef("generate: give the prompt: --prompt TEXT (with --chat: a user's message), or --messages FILE")
+	case !chat && c.IsSet("chat-template"):
+		return usagef("generate: --chat-template needs --chat or --messages")
+	case chat && c.Bool("no-special"):
+		return usagef("generate: --no-special is for a plain --prompt; with --chat the template puts what goes first")
+	}
 	var prompt []int32
-	m, err := openInference(c, "generate", func(s model.Shape, tok *tokenizer.Tokenizer) (model.DecoderOptions, error) {
-		prompt = promptIDs(tok, c.String("prompt"), !c.Bool("no-special"))
+	var turn endOfTurn
+	m, err := openInference(c, "generate", func(m *inferModel) (model.DecoderOptions, error) {
+		s := m.im.shape
+		if chat {
+			var err error
+			if prompt, turn, err = chatPrompt(c, m, stderr); err != nil {
+				return model.DecoderOptions{}, err
+			}
+		} else {
+			prompt = promptIDs(m.tok, c.String("prompt"), !c.Bool("no-special"))
+		}
 		switch {
 		case len(prompt) == 0:
 			return model.DecoderOptions{}, usagef("generate: --prompt is empty and the tokenizer puts no token before it: give some text")
@@ -65,7 +97,7 @@ func runGenerate(c *cli.Context, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer m.close()
-	g := &generation{m: m, out: stdout, temp: temp, rng: rand.New(rand.NewPCG(c.Uint64("seed"), 0x5eed))}
+	g := &generation{m: m, out: stdout, temp: temp, rng: rand.New(rand.NewPCG(c.Uint64("seed"), 0x5eed)), turn: turn}
 	if err := g.run(prompt, maxNew); err != nil {
 		return err
 	}
@@ -98,6 +130,49 @@ func promptIDs(tok *tokenizer.Tokenizer, text string, special bool) []int32 {
 	return plain
 }
 
+// endOfTurn is where a chat template ends the assistant's turn: its text
+// (ChatML's "<|im_end|>"), and its id when the tokenizer has it as one
+// token.
+type endOfTurn struct {
+	text  string
+	id    int32
+	hasID bool
+}
+
+// chatPrompt renders --messages, or --prompt as one user turn, with the
+// chat template training takes (runChat) and its generation prompt, and
+// returns the rendered text's tokens and the template's end of turn.
+func chatPrompt(c *cli.Context, m *inferModel, stderr io.Writer) ([]int32, endOfTurn, error) {
+	tmpl, err := runChat(c, m.source, m.recordedChat(), "generate")
+	if err != nil {
+		return nil, endOfTurn{}, err
+	}
+	var raw []byte
+	if p := c.String("messages"); p != "" {
+		if raw, err = os.ReadFile(p); err != nil {
+			return nil, endOfTurn{}, fmt.Errorf("generate: --messages: %w", err)
+		}
+	} else {
+		raw, _ = json.Marshal([]map[string]string{{"role": "user", "content": c.String("prompt")}})
+	}
+	text, err := tmpl.RenderMessages(raw, true)
+	if err != nil {
+		return nil, endOfTurn{}, fmt.Errorf("generate: --messages %s: %w", c.String("messages"), err)
+	}
+	var turn endOfTurn
+	if turn.text, err = tmpl.EndOfTurn(); err != nil {
+		return nil, endOfTurn{}, fmt.Errorf("generate: %w", err)
+	}
+	turn.id, turn.hasID = m.tok.TokenID(turn.text)
+	ids := m.tok.Encode(text, false)
+	fmt.Fprintf(stderr, "chat template: %s; the conversation rendered as %d tokens; the turn ends at %q\n", tmpl.Source(), len(ids), turn.text)
+	if ms := tmpl.SplitMarkers(m.tok); len(ms) > 0 {
+		fmt.Fprintf(stderr, "note: the chat template's ChatML markers %s are not tokens of the tokenizer (%s): each is encoded as the tokens of its text; give the model's template with --chat-template\n",
+			strings.Join(ms, ", "), m.tokFrom)
+	}
+	return ids, turn, nil
+}
+
 // generation is one run of generate: the decoder fed the prompt, then each
 // chosen token, and the text written as it comes.
 type generation struct {
@@ -105,7 +180,8 @@ type generation struct {
 	out                 io.Writer
 	temp                float64
 	rng                 *rand.Rand
-	pending             []byte // decoded bytes not written yet: an incomplete UTF-8 character
+	turn                endOfTurn // with --chat: where the assistant's turn ends
+	pending             []byte    // decoded bytes not written yet: an incomplete UTF-8 character, the start of turn.text
 	generated           int
 	stop                string
 	promptTime, genTime time.Duration
@@ -128,9 +204,17 @@ func (g *generation) run(prompt []int32, maxNew int) error {
 			g.stop = "stopped at EOS"
 			break
 		}
+		if g.turn.hasID && next == g.turn.id {
+			g.stop = "stopped at the chat template's end of turn " + g.turn.text
+			break
+		}
 		g.generated++
-		if err := g.emit(next); err != nil {
-			return err
+		if ended, err := g.emit(next); err != nil || ended {
+			g.stop = "stopped at the chat template's end of turn " + g.turn.text
+			if err != nil {
+				return err
+			}
+			break
 		}
 		if g.generated == maxNew {
 			g.stop = "stopped after --max-new-tokens"
@@ -154,13 +238,21 @@ func (g *generation) run(prompt []int32, maxNew int) error {
 }
 
 // emit writes the text of token id, holding back the bytes of a
-// character that the next tokens complete.
-func (g *generation) emit(id int32) error {
+// character that the next tokens complete and, with a chat template, what
+// may be the start of its end of turn. It says whether the text reached
+// the end of turn (not written).
+func (g *generation) emit(id int32) (bool, error) {
 	text, err := g.m.tok.Decode([]int32{id})
 	if err != nil {
-		return fmt.Errorf("generate: %w", err)
+		return false, fmt.Errorf("generate: %w", err)
 	}
 	g.pending = append(g.pending, text...)
+	if t := g.turn.text; t != "" {
+		if i := bytes.Index(g.pending, []byte(t)); i >= 0 {
+			g.pending = g.pending[:i]
+			return true, nil
+		}
+	}
 	cut := len(g.pending)
 	for i := max(0, cut-utf8.UTFMax+1); i < len(g.pending); i++ {
 		if utf8.RuneStart(g.pending[i]) && !utf8.FullRune(g.pending[i:]) {
@@ -168,11 +260,17 @@ func (g *generation) emit(id int32) error {
 			break
 		}
 	}
+	for k := min(len(g.turn.text)-1, len(g.pending)); k > 0; k-- {
+		if bytes.HasSuffix(g.pending, []byte(g.turn.text[:k])) {
+			cut = min(cut, len(g.pending)-k)
+			break
+		}
+	}
 	if _, err := g.out.Write(g.pending[:cut]); err != nil {
-		return fmt.Errorf("generate: %w", err)
+		return false, fmt.Errorf("generate: %w", err)
 	}
 	g.pending = append(g.pending[:0], g.pending[cut:]...)
-	return nil
+	return false, nil
 }
 
 // sampleToken picks the next token: at temperature 0 the first of the

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -64,8 +65,9 @@ type inferModel struct {
 // "generate"), chooses the parameter dtype and the tokenizer, opens one
 // device of --backend, refuses a model whose parameters and decoder
 // (decoderOpts of the shape and tokenizer) do not fit its memory, and
-// loads the weights a chunk at a time. Notes go to stderr.
-func openInference(c *cli.Context, cmd string, decoderOpts func(model.Shape, *tokenizer.Tokenizer) (model.DecoderOptions, error), stderr io.Writer) (_ *inferModel, err error) {
+// loads the weights a chunk at a time. decoderOpts sees the model with its
+// shape and tokenizer, before any device is opened. Notes go to stderr.
+func openInference(c *cli.Context, cmd string, decoderOpts func(*inferModel) (model.DecoderOptions, error), stderr io.Writer) (_ *inferModel, err error) {
 	name := c.String("backend")
 	if !slices.Contains(backend.Names, name) {
 		return nil, usagef("%s: --backend %q is not one of %s", cmd, name, strings.Join(backend.Names, ", "))
@@ -107,7 +109,7 @@ func openInference(c *cli.Context, cmd string, decoderOpts func(model.Shape, *to
 	if err := m.openTokenizer(cmd); err != nil {
 		return nil, err
 	}
-	opts, err := decoderOpts(im.shape, m.tok)
+	opts, err := decoderOpts(m)
 	if err != nil {
 		return nil, err
 	}
@@ -218,6 +220,34 @@ func (m *inferModel) openTokenizer(cmd string) error {
 	}
 	return fmt.Errorf("%s: --model %s has no tokenizer.json (its source: %s) and a vocabulary of %d, not the byte vocabulary of 256: put the model's tokenizer.json beside its config.json",
 		cmd, m.im.path, describeSource(src), vocab)
+}
+
+// recordedChat is the chat template the model's checkpoint recorded (the
+// run trained on it), nil for a Hugging Face directory or a run without
+// one.
+func (m *inferModel) recordedChat() *hf.ChatTemplate {
+	if rd, ok := m.im.src.(*checkpoint.Reader); ok {
+		return rd.ChatTemplate()
+	}
+	return nil
+}
+
+// runSeqLen is the seq_len the model's run trained with (its
+// checkpoint's config), 0 for a Hugging Face directory.
+func (m *inferModel) runSeqLen() int {
+	rd, ok := m.im.src.(*checkpoint.Reader)
+	if !ok {
+		return 0
+	}
+	var cfg struct {
+		Strata struct {
+			SeqLen int `json:"seq_len"`
+		} `json:"strata"`
+	}
+	if json.Unmarshal(rd.State().Config, &cfg) != nil {
+		return 0
+	}
+	return cfg.Strata.SeqLen
 }
 
 func describeSource(s *hf.Source) string {

@@ -123,7 +123,7 @@ func TestTrainInitHF(t *testing.T) {
 	abs, _ := filepath.Abs(hfDir)
 	rf := readRunJSON(t, filepath.Join(runDir, "run.json"))
 	src, _ := rf["source"].(map[string]any)
-	if src["path"] != abs || src["format"] != "hf" || fmt.Sprint(src["tokenizer"]) != "[tokenizer.json tokenizer_config.json]" {
+	if src["path"] != abs || src["format"] != "hf" || fmt.Sprint(src["tokenizer"]) != "[tokenizer.json tokenizer_config.json generation_config.json]" {
 		t.Errorf("run.json source %v", rf["source"])
 	}
 	m, _, err := checkpoint.ReadManifest(filepath.Join(runDir, "checkpoints"))

@@ -406,8 +406,10 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 			return nil, err
 		}
 	}
-	if n := lrPastSchedule(cfg); n != "" {
-		fmt.Fprintf(stderr, "note: %s\n", n)
+	for _, n := range []string{lrPastSchedule(cfg), lrHeldAtMin(cfg)} {
+		if n != "" {
+			fmt.Fprintf(stderr, "note: %s\n", n)
+		}
 	}
 	return p, nil
 }
@@ -656,6 +658,10 @@ type trainLoop struct {
 	dataIDs []checkpoint.DataFile
 
 	firstEval, lastEval *EvalLine // the run's first and last evaluations
+	// prefetch and links sum the steps' tier figures (with a tier store):
+	// the progress line's hit rate and NVMe bytes over the run so far.
+	prefetch engine.PrefetchCounts
+	links    [shard.LinkCount]int64
 
 	checked int64       // the last step whose end looked for a signal (under intr.mu)
 	saving  atomic.Bool // a checkpoint is being written
@@ -770,7 +776,15 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 func (l *trainLoop) show(st engine.StepStats) {
 	tiers := ""
 	if t := st.Tier; t != nil {
-		tiers = fmt.Sprintf("  hits %.1f%%  nvme %s/%s", 100*t.HitRate, units.FormatBytes(t.LinkBytes[shard.NVMeToHost]), units.FormatBytes(t.LinkBytes[shard.HostToNVMe]))
+		// Over the run so far, as the summary counts them at its end.
+		l.prefetch.Add(t.PrefetchCounts, nil)
+		for k, n := range t.LinkBytes {
+			l.links[k] += n
+		}
+		tiers = fmt.Sprintf("  hits %.1f%%", 100*l.prefetch.HitRate)
+		if t.BudgetBytes[shard.NVMe] > 0 {
+			tiers += fmt.Sprintf("  nvme read %s written %s", units.FormatBytes(l.links[shard.NVMeToHost]), units.FormatBytes(l.links[shard.HostToNVMe]))
+		}
 	}
 	if l.bar != nil {
 		l.bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(l.moved), tiers))
@@ -787,7 +801,7 @@ func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	ts := time.Now()
 	l.saving.Store(true)
 	l.fails.saves++
-	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, Hook: testHook})
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, ChatTemplate: l.data.chatTemplate(), Hook: testHook})
 	l.saving.Store(false)
 	if err != nil {
 		return "", fmt.Errorf("train: save checkpoint: %w", err)
@@ -816,7 +830,7 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	if l.firstEval != nil {
 		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
 	}
-	fmt.Fprint(stdout, sum.String())
+	fmt.Fprint(stdout, formatSummary(sum))
 	l.fails.report(stdout)
 	if dir := l.flags.out; dir != "" {
 		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, stdout); err != nil {
@@ -884,6 +898,28 @@ func lrPastSchedule(cfg *config.Config) string {
 		sc.Params.TotalNumSteps, sc.Params.TotalNumSteps+1, cfg.Strata.Steps, sc.Params.WarmupMinLR)
 }
 
+// lrHeldAtMin says when a warm-up of fewer than 2 steps still holds the
+// first updates at warmup_min_lr: DeepSpeed warms up over max(2,
+// warmup_num_steps), so with warmup_num_steps 0 (or 1) updates 1 and 2 run
+// at warmup_min_lr (0 by default), the progress line's "lr 0".
+func lrHeldAtMin(cfg *config.Config) string {
+	sc := cfg.Scheduler
+	if sc.Type == "" || sc.Params.WarmupNumSteps >= 2 {
+		return ""
+	}
+	var held []string
+	for step := 1; step <= min(cfg.Strata.Steps, 2); step++ {
+		if lr := cfg.LR(step - 1); lr == sc.Params.WarmupMinLR {
+			held = append(held, fmt.Sprint(step))
+		}
+	}
+	if len(held) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("scheduler %s: warmup_num_steps %d warms up over 2 steps as DeepSpeed does (max(2, warmup_num_steps)): step(s) %s run at warmup_min_lr %g; for no warm-up, leave the scheduler out (a constant optimizer.params.lr), or set warmup_min_lr to warmup_max_lr",
+		sc.Type, sc.Params.WarmupNumSteps, strings.Join(held, ", "), sc.Params.WarmupMinLR)
+}
+
 func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	var devs []deviceJSON
 	for _, d := range s.PerDevice {
@@ -905,7 +941,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		"model": s.Model, "params": s.Params, "devices": s.Devices, "stage": s.Stage, "precision": prec,
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
-		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": s.Tier,
+		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": tierJSON(s.Tier),
 		"host_registration": regs,
 		"activations":       s.Activations, "activation_host_bytes": s.ActivationHostBytes,
 		"collectives": s.Collectives,

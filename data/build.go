@@ -111,6 +111,10 @@ type Stats struct {
 	Bytes    int64            // the token file's size (0: none written)
 	Source   int64            // the data file's size
 	Template string           // the chat template's source, when a line needed it
+	// SplitMarkers are the default template's markers (ChatMLMarkers) the
+	// tokenizer has no token for, each encoded as the tokens of its text,
+	// when a line needed the template.
+	SplitMarkers []string
 }
 
 // Source is an open data file: raw text as a corpus of windows, or JSONL
@@ -271,10 +275,9 @@ func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, err
 	if st.Examples == 0 {
 		return st, fmt.Errorf("data: %s: %w: %d lines, %d examples without a trained token (a prompt without a completion, a conversation without the assistant's turn, text of one token)", path, ErrEmpty, st.Lines, st.Skipped)
 	}
-	if o.Chat != nil && st.Kinds[KindChat] > 0 {
-		st.Template = o.Chat.Source()
-	} else if st.Kinds[KindChat] > 0 {
-		st.Template = DefaultChatTemplate().Source()
+	if st.Kinds[KindChat] > 0 {
+		st.Template = enc.chat.Source()
+		st.SplitMarkers = enc.chat.SplitMarkers(o.Tokenizer)
 	}
 	return st, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -33,7 +34,13 @@ type ChatTemplate struct {
 	body   []tmplNode
 	vars   map[string]any
 	source string
+	text   string // the template's Jinja source
 }
+
+// ChatMLMarkers are the texts ChatMLTemplate puts around each message: a
+// tokenizer without a token for each encodes them as the tokens of their
+// text (Stats.SplitMarkers).
+var ChatMLMarkers = []string{"<|im_start|>", "<|im_end|>"}
 
 // ParseChatTemplate parses a chat template; source names it in errors;
 // special gives the texts of the special tokens it may print (bos_token,
@@ -47,7 +54,7 @@ func ParseChatTemplate(src, source string, special map[string]string) (*ChatTemp
 	for k, v := range special {
 		vars[k] = v
 	}
-	return &ChatTemplate{body: body, vars: vars, source: source}, nil
+	return &ChatTemplate{body: body, vars: vars, source: source, text: src}, nil
 }
 
 // DefaultChatTemplate is ChatML (ChatMLTemplate).
@@ -61,6 +68,84 @@ func DefaultChatTemplate() *ChatTemplate {
 
 // Source says where the template came from.
 func (c *ChatTemplate) Source() string { return c.source }
+
+// Text is the template's Jinja source.
+func (c *ChatTemplate) Text() string { return c.text }
+
+// SpecialTokens are the special tokens' texts the template is given
+// (bos_token, eos_token, ...: its tokenizer_config.json's).
+func (c *ChatTemplate) SpecialTokens() map[string]string {
+	out := map[string]string{}
+	for k, v := range c.vars {
+		if s, ok := v.(string); ok {
+			out[k] = s
+		}
+	}
+	return out
+}
+
+// SplitMarkers are the markers of ChatML (ChatMLMarkers: the default
+// template, or one with its text, as an export of a run trained on it
+// carries) that tok has no token for, so that each is encoded as the
+// tokens of its text; nil for another template.
+func (c *ChatTemplate) SplitMarkers(tok Tokenizer) []string {
+	if c.text != ChatMLTemplate {
+		return nil
+	}
+	var out []string
+	for _, m := range ChatMLMarkers {
+		if _, ok := tok.TokenID(m); !ok {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// EndOfTurn is the text the template puts after an assistant's message
+// (ChatML's "<|im_end|>", Llama-3's "<|eot_id|>"), trailing whitespace
+// left out; "" when it puts nothing there. A model trained on the
+// template ends its turn with it.
+func (c *ChatTemplate) EndOfTurn() (string, error) {
+	const probe = "\x00strata-end-of-turn-probe\x00"
+	msgs := []any{newMessage("user", "hi"), newMessage("assistant", probe)}
+	spans, err := c.spans(msgs)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range spans {
+		if i := strings.Index(s.text, probe); s.train && i >= 0 {
+			return strings.TrimRightFunc(s.text[i+len(probe):], unicode.IsSpace), nil
+		}
+	}
+	return "", fmt.Errorf("chat template %s: an assistant's message is not in its rendering", c.source)
+}
+
+func newMessage(role, content string) *dict {
+	d := newDict()
+	d.set("role", role)
+	d.set("content", content)
+	return d
+}
+
+// RenderMessages renders a conversation given as JSON, a list of
+// {"role", "content"} objects or an object with "messages" (a JSONL
+// line's), with add_generation_prompt: the prompt of a chat model.
+func (c *ChatTemplate) RenderMessages(raw []byte, addGenerationPrompt bool) (string, error) {
+	var obj struct {
+		Messages json.RawMessage `json:"messages"`
+	}
+	if t := bytes.TrimSpace(raw); len(t) > 0 && t[0] == '{' {
+		if err := json.Unmarshal(t, &obj); err != nil || obj.Messages == nil {
+			return "", fmt.Errorf("want a list of {\"role\", \"content\"} objects, or an object with \"messages\" (%v)", err)
+		}
+		raw = obj.Messages
+	}
+	msgs, err := parseMessages(raw)
+	if err != nil {
+		return "", err
+	}
+	return c.Render(msgs, addGenerationPrompt)
+}
 
 // LoadChatTemplate reads the chat template of a model: path is a model
 // directory (its chat_template.jinja, else its tokenizer_config.json), a

@@ -148,28 +148,9 @@ func (e *encoder) line(b []byte, where string) (example, int, error) {
 
 // chatLine renders and tokenizes a conversation.
 func (e *encoder) chatLine(ex *example, raw json.RawMessage, where string) error {
-	v, err := decodeOrdered(raw)
+	msgs, err := parseMessages(raw)
 	if err != nil {
-		return fmt.Errorf("%s: \"messages\": %w", where, err)
-	}
-	msgs, ok := v.([]any)
-	if !ok || len(msgs) == 0 {
-		return fmt.Errorf("%s: \"messages\" must be a non-empty list of {\"role\", \"content\"} objects", where)
-	}
-	for i, m := range msgs {
-		d, ok := m.(*dict)
-		if !ok {
-			return fmt.Errorf("%s: message %d is a %s, not an object with \"role\" and \"content\"", where, i+1, jsonType(m))
-		}
-		for _, k := range []string{"role", "content"} {
-			x, ok := d.get(k)
-			if !ok {
-				return fmt.Errorf("%s: message %d has no %q", where, i+1, k)
-			}
-			if _, ok := x.(string); !ok {
-				return fmt.Errorf("%s: message %d: %q must be a string, not %s", where, i+1, k, jsonType(x))
-			}
-		}
+		return fmt.Errorf("%s: %w", where, err)
 	}
 	spans, err := e.chat.spans(msgs)
 	if err != nil {
@@ -183,6 +164,35 @@ func (e *encoder) chatLine(ex *example, raw json.RawMessage, where string) error
 		ex.add(ids, s.train)
 	}
 	return nil
+}
+
+// parseMessages reads a conversation: a non-empty list of objects with
+// string "role" and "content" (other keys kept, in order).
+func parseMessages(raw []byte) ([]any, error) {
+	v, err := decodeOrdered(raw)
+	if err != nil {
+		return nil, fmt.Errorf("\"messages\": %w", err)
+	}
+	msgs, ok := v.([]any)
+	if !ok || len(msgs) == 0 {
+		return nil, fmt.Errorf("\"messages\" must be a non-empty list of {\"role\", \"content\"} objects")
+	}
+	for i, m := range msgs {
+		d, ok := m.(*dict)
+		if !ok {
+			return nil, fmt.Errorf("message %d is a %s, not an object with \"role\" and \"content\"", i+1, jsonType(m))
+		}
+		for _, k := range []string{"role", "content"} {
+			x, ok := d.get(k)
+			if !ok {
+				return nil, fmt.Errorf("message %d has no %q", i+1, k)
+			}
+			if _, ok := x.(string); !ok {
+				return nil, fmt.Errorf("message %d: %q must be a string, not %s", i+1, k, jsonType(x))
+			}
+		}
+	}
+	return msgs, nil
 }
 
 // utf8BOM is the UTF-8 byte-order mark that Windows tools write at the

@@ -208,3 +208,44 @@ func TestTemplateRefused(t *testing.T) {
 		t.Errorf("ParseChatTemplate: %v", err)
 	}
 }
+
+// TestChatTemplateEndOfTurn: what each template puts after an assistant's
+// message (generate --chat stops there), the markers of the default ChatML
+// a tokenizer lacks (the note train and eval print), and a conversation
+// given as JSON rendered with the generation prompt.
+func TestChatTemplateEndOfTurn(t *testing.T) {
+	special := map[string]string{"bos_token": "<s>", "eos_token": "</s>"}
+	for file, want := range map[string]string{"": "<|im_end|>", "llama3.jinja": "<|eot_id|>", "qwen2.jinja": "<|im_end|>", "mistral.jinja": "</s>"} {
+		c := DefaultChatTemplate()
+		if file != "" {
+			b, err := os.ReadFile(filepath.Join("testdata/templates", file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, err = ParseChatTemplate(string(b), file, special); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got, err := c.EndOfTurn(); err != nil || got != want {
+			t.Errorf("%s: EndOfTurn %q, %v; want %q", c.Source(), got, err, want)
+		}
+		if got := c.SplitMarkers(Bytes{}); (file == "") != (len(got) == 2) {
+			t.Errorf("%s: SplitMarkers(bytes) %q", c.Source(), got)
+		}
+	}
+	if c, _ := ParseChatTemplate(ChatMLTemplate, "a copy", nil); len(c.SplitMarkers(Bytes{})) != 2 {
+		t.Errorf("ChatML's text from a file: SplitMarkers %q", c.SplitMarkers(Bytes{}))
+	}
+	c := DefaultChatTemplate()
+	for _, in := range []string{`[{"role": "user", "content": "hi"}]`, `{"messages": [{"role": "user", "content": "hi"}]}`} {
+		got, err := c.RenderMessages([]byte(in), true)
+		if want := "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"; err != nil || got != want {
+			t.Errorf("RenderMessages(%s): %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{`[]`, `{"msgs": []}`, `[{"role": "user"}]`, `"hi"`} {
+		if _, err := c.RenderMessages([]byte(in), true); err == nil {
+			t.Errorf("RenderMessages(%s): no error", in)
+		}
+	}
+}

@@ -2,11 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -32,7 +30,7 @@ type DeviceSummary struct {
 	// arithmetic of `strata estimate`); in fp32 mode the same elements with
 	// 4-byte params and grads and no separate master copy.
 	EstimateBytes int64
-	// EstimateRatio is ModelStatePeakBytes / EstimateBytes, FormulaRatio
+	// EstimateRatio is ModelStatePeakBytes / (EstimateBytes + TierHBMBytes), FormulaRatio
 	// ModelStatePeakBytes / FormulaBytes (0 without a formula).
 	EstimateRatio, FormulaRatio float64
 	// TierHBMBytes is the tier store's peak of copies staged on this
@@ -196,28 +194,6 @@ type TierSummary struct {
 	Rerecords                            int64
 }
 
-func (t TierSummary) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "tiers: params in %s, optimizer state in %s", t.ParamTier, t.OptimizerTier)
-	if len(t.NVMePaths) > 0 {
-		fmt.Fprintf(&b, ", swap %s over %v", units.FormatBytes(t.SwapBytes), t.NVMePaths)
-	}
-	fmt.Fprintf(&b, "\nhomes: host %s (estimate %s), nvme %s (estimate %s)\n", units.FormatBytes(t.HostHomeBytes), units.FormatBytes(t.EstimateHostBytes),
-		units.FormatBytes(t.NVMeHomeBytes), units.FormatBytes(t.EstimateNVMeBytes))
-	fmt.Fprintf(&b, "peak/budget: hbm %s/%s per device, host %s/%s (pinned pool %s/%s), nvme %s/%s\n",
-		units.FormatBytes(t.PeakBytes[shard.HBM]), units.FormatBytes(t.BudgetBytes[shard.HBM]),
-		units.FormatBytes(t.PeakBytes[shard.Host]), units.FormatBytes(t.BudgetBytes[shard.Host]),
-		units.FormatBytes(t.PinnedPeakBytes), units.FormatBytes(t.PinnedPoolBytes),
-		units.FormatBytes(t.PeakBytes[shard.NVMe]), units.FormatBytes(t.BudgetBytes[shard.NVMe]))
-	b.WriteString("moved:")
-	for l, n := range t.LinkBytes {
-		fmt.Fprintf(&b, " %s %s", shard.Link(l), units.FormatBytes(n))
-	}
-	fmt.Fprintf(&b, "\nprefetch: %d accesses, hit rate %.4f (%d late, %d missed; %d waited for data written just before), %d divergences",
-		t.Accesses, t.HitRate, t.Late, t.Misses, t.Dependent, t.Divergences)
-	return b.String()
-}
-
 func (e *Engine) tierSummary() *TierSummary {
 	t := e.tiers
 	ts := &TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes}
@@ -321,8 +297,8 @@ func (e *Engine) Summary() Summary {
 		if i < len(tierSlots) {
 			d.TierSlotBytes = tierSlots[i]
 		}
-		if d.EstimateBytes > 0 {
-			d.EstimateRatio = float64(d.ModelStatePeakBytes) / float64(d.EstimateBytes)
+		if d.EstimateBytes+d.TierHBMBytes > 0 {
+			d.EstimateRatio = float64(d.ModelStatePeakBytes) / float64(d.EstimateBytes+d.TierHBMBytes) // the tier store's param copies are model state
 		}
 		if d.FormulaBytes > 0 {
 			d.FormulaRatio = float64(d.ModelStatePeakBytes) / float64(d.FormulaBytes)
@@ -330,73 +306,6 @@ func (e *Engine) Summary() Summary {
 		s.PerDevice = append(s.PerDevice, d)
 	}
 	return s
-}
-
-// String prints the summary as a few lines of text with a table per device.
-func (s Summary) String() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "model %s (%s params), stage %d on %d device(s), %s, optimizer on the %s, overlap %s\n",
-		s.Model, units.FormatSize(s.Params), s.Stage, s.Devices, precisionName(s.Precision), s.Optimizer, s.Overlap)
-	fmt.Fprintf(&b, "%-8s %12s  %-12s %12s %10s %10s %8s %8s | %10s %10s %10s %10s %11s\n", "device", "model state",
-		"formula", "bytes", "padding", "persistent", "/formula", "/+pad", "tier hbm", "gathered", "buckets", "workspace", "activations")
-	for _, d := range s.PerDevice {
-		fmt.Fprintf(&b, "%-8s %12s  %-12s %12s %10s %10s %8.4f %8.4f | %10s %10s %10s %10s %11s\n", d.Device,
-			units.FormatBytes(d.ModelStatePeakBytes), d.Formula, units.FormatBytes(d.FormulaBytes),
-			units.FormatBytes(d.PaddingBytes), units.FormatBytes(d.PersistentBytes), d.FormulaRatio, d.EstimateRatio,
-			units.FormatBytes(d.TierHBMBytes), units.FormatBytes(d.GatheredPeakBytes), units.FormatBytes(d.BucketPeakBytes),
-			units.FormatBytes(d.WorkspacePeakBytes), units.FormatBytes(d.ActivationPeakBytes))
-	}
-	fmt.Fprintf(&b, "model state: measured peak of gpu.ModelState allocations; formula: the reference text's, for this model;\n"+
-		"padding: shard alignment (%d elements); persistent: stage-3 chunks kept gathered; /formula: measured / formula;\n"+
-		"/+pad: measured / (formula + padding + persistent) = estimate.Memory, as `strata estimate` prints it;\n"+
-		"working set (not in the formula): tier hbm = param copies the tier store staged on the device (in model state),\n"+
-		"gathered = stage-3 chunks in flight, buckets = gradient buckets and reduce shards in flight\n", s.ShardAlignElems)
-	if len(s.PerDevice) > 0 {
-		fmt.Fprintf(&b, "activations: %s; measured peak / estimate per device:", s.Activations)
-		for _, d := range s.PerDevice {
-			fmt.Fprintf(&b, " %s %s / %s (%.4f)", d.Device, units.FormatBytes(d.ActivationPeakBytes), units.FormatBytes(d.ActivationEstimateBytes), d.ActivationRatio)
-		}
-		if s.ActivationHostBytes > 0 {
-			fmt.Fprintf(&b, "; saved block inputs in host memory %s, all ranks", units.FormatBytes(s.ActivationHostBytes))
-		}
-		b.WriteString("\n")
-	}
-	if s.HostFormula > 0 || s.HostBytes > 0 {
-		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s",
-			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
-		if s.HostUndoBytes > 0 {
-			fmt.Fprintf(&b, ", undo copy of the optimizer state %s (update_in_backward)", units.FormatBytes(s.HostUndoBytes))
-		}
-		b.WriteString("\n")
-	}
-	b.WriteString("device allocations and frees after step 1:")
-	for _, d := range s.PerDevice {
-		fmt.Fprintf(&b, " %s %d", d.Device, d.DeviceAllocsAfterStep1)
-	}
-	b.WriteString("\n")
-	for _, h := range s.HostRegistration {
-		fmt.Fprintf(&b, "pinned %s (%s) registered with the devices: %s", h.Pool, units.FormatBytes(h.Bytes), h.Outcome)
-		if h.Error != "" {
-			fmt.Fprintf(&b, " (%s)", h.Error)
-		}
-		b.WriteString("\n")
-	}
-	if s.FrozenParams > 0 {
-		fmt.Fprintf(&b, "frozen: %s (%s of %s params); not kept: optimizer state (master, m, v) %s, gradients %s, all ranks (device %s per device, host %s, nvme %s)\n",
-			s.FrozenDescribed, units.FormatSize(s.FrozenParams), units.FormatSize(s.Params),
-			units.FormatBytes(s.FrozenOptimizerSavedBytes()), units.FormatBytes(s.FrozenGradSavedBytes()),
-			units.FormatBytes(s.FrozenSavedTierBytes(shard.HBM)/int64(max(s.Devices, 1))), units.FormatBytes(s.FrozenSavedTierBytes(shard.Host)),
-			units.FormatBytes(s.FrozenSavedTierBytes(shard.NVMe)))
-	}
-	if h := s.HostOpt; h.Adam > 0 {
-		fmt.Fprintf(&b, "host optimizer: cpu adam %.3fs, exposed %.3fs (%.3f); optimizer-state waits %.3fs, exposed %.3fs\n",
-			h.Adam.Seconds(), h.AdamExposed.Seconds(), h.AdamExposedFraction(), h.IOWait.Seconds(), h.IOExposed.Seconds())
-	}
-	if s.Tier != nil {
-		b.WriteString(s.Tier.String())
-		b.WriteString("\n")
-	}
-	return b.String()
 }
 
 // frozenSaved is the model state the frozen chunks do not keep, all ranks,
@@ -420,13 +329,6 @@ func (e *Engine) frozenSaved() [shard.StateCount][shard.TierCount]int64 {
 		}
 	}
 	return out
-}
-
-func precisionName(dt gpu.DType) string {
-	if dt == gpu.BF16 {
-		return "bf16 mixed precision"
-	}
-	return "fp32"
 }
 
 // workspaceNeedBytes is the most transient device memory a rank takes in a

@@ -223,7 +223,7 @@ func TestTierBudgets(t *testing.T) {
 		t.Errorf("pinned pool peak %d B over host_budget %d B", ps.PeakBytes, s.hostBudget)
 	}
 	sum := e.Summary()
-	t.Logf("model state %s = %.1f x the device budget; %s", fmtB(state), float64(state)/float64(s.hbmBytes), sum.Tier)
+	t.Logf("model state %s = %.1f x the device budget; %+v", fmtB(state), float64(state)/float64(s.hbmBytes), sum.Tier)
 	// The homes the engine measured are the estimate's, state by state.
 	if sum.Tier.HostHomeBytes != sum.Tier.EstimateHostBytes || sum.Tier.NVMeHomeBytes != sum.Tier.EstimateNVMeBytes {
 		t.Errorf("homes: host %d nvme %d, estimate host %d nvme %d", sum.Tier.HostHomeBytes, sum.Tier.NVMeHomeBytes, sum.Tier.EstimateHostBytes, sum.Tier.EstimateNVMeBytes)

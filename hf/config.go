@@ -33,7 +33,7 @@ const (
 // files transformers' tokenizers and generation read beside it.
 var TokenizerFiles = []string{
 	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-	"vocab.json", "merges.txt", "tokenizer.model", "generation_config.json",
+	"vocab.json", "merges.txt", "tokenizer.model", "generation_config.json", "chat_template.jinja",
 }
 
 // hfArchs maps the architectures Strata reads (config.json's

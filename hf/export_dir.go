@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -56,6 +57,13 @@ type DirOptions struct {
 	// gives config.json its other keys (ConfigJSON's base) and the
 	// tokenizer files to copy (Source.Tokenizer).
 	Source *Source
+	// ChatTemplate, when set, is written as chat_template.jinja and
+	// tokenizer_config.json's chat_template: the template the run
+	// trained with, which transformers' apply_chat_template then renders.
+	ChatTemplate *ChatTemplate
+	// Generation gives generation_config.json the token ids config.json
+	// lacks (a source's own generation_config.json is copied instead).
+	Generation GenerationIDs
 }
 
 func (o *DirOptions) defaults() {
@@ -85,7 +93,11 @@ type DirExport struct {
 	Files      []string // the weight files, in order
 	TotalBytes int64    // the tensors' bytes (the index's total_size)
 	Tokenizer  []string // files copied from the source
-	Notes      []string // what of the source could not be used; stale temporaries removed
+	// Written are the prompting files written for the run rather than
+	// copied: chat_template.jinja and tokenizer_config.json (with a chat
+	// template), generation_config.json (without the source's).
+	Written []string
+	Notes   []string // what of the source could not be used; stale temporaries removed
 }
 
 // hfShard is one weight file: tensors fts[first:end].
@@ -216,6 +228,9 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 			out.Tokenizer = append(out.Tokenizer, name)
 		}
 	}
+	if err := writePrompting(tmp, cfg, opts, out); err != nil {
+		return fail(err)
+	}
 	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700, as a directory made by mkdir
 		return fail(err)
 	}
@@ -230,6 +245,30 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
 	}
 	return out, nil
+}
+
+// writePrompting writes the run's chat template (opts.ChatTemplate) and,
+// unless the source's was copied, generation_config.json, listing them in
+// out.Written.
+func writePrompting(dir string, cfg []byte, opts DirOptions, out *DirExport) error {
+	if opts.ChatTemplate != nil {
+		if err := writeChatTemplate(dir, opts.ChatTemplate); err != nil {
+			return err
+		}
+		out.Written = append(out.Written, ChatTemplateName)
+		if !slices.Contains(out.Tokenizer, TokenizerConfigName) {
+			out.Written = append(out.Written, TokenizerConfigName)
+		}
+	}
+	if slices.Contains(out.Tokenizer, GenerationConfigName) {
+		return nil
+	}
+	gen, err := generationConfig(cfg, opts.Generation)
+	if err == nil {
+		err = durable.Create(filepath.Join(dir, GenerationConfigName), gen)
+	}
+	out.Written = append(out.Written, GenerationConfigName)
+	return err
 }
 
 // checkOutDir refuses a dir that exists and is not an empty directory.
