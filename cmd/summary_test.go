@@ -3,6 +3,7 @@ package cmd
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -54,6 +55,7 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 		name, zero, strata string
 		init               bool
 		want, not          []string
+		moments            string // summary.json's tier.optimizer_state_moments, when given
 	}{
 		{name: "no offload", strata: `, "model": "tiny"`, not: []string{"hits", "peak/budget", "prefetch:"}},
 		{name: "host", zero: `, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}`, strata: `, "model": "tiny"`,
@@ -63,6 +65,8 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 		{name: "optimizer on nvme", zero: fmt.Sprintf(`, "offload_optimizer": {"device": "nvme", "nvme_path": %q}`, nv), strata: `, "model": "tiny"`,
 			want: []string{"peak/budget: hbm none (params stay on the devices)"}, not: []string{"/1 B"}},
 		{name: "imported", zero: `, "offload_optimizer": {"device": "cpu"}`, init: true, want: []string{"initial weights: "}},
+		{name: "int8 moments on nvme", zero: fmt.Sprintf(`, "offload_optimizer": {"device": "nvme", "nvme_path": %q}`, nv),
+			strata: `, "model": "small", "optimizer_state": {"moments": "int8"}`, want: []string{", int8 moments)"}, moments: "int8"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := writeFile(t, "cfg.json", fmt.Sprintf(base, c.zero, c.strata))
@@ -95,7 +99,9 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 				if s := regexp.MustCompile(`hit rate (\d\.\d+)`).FindStringSubmatch(stdout); s != nil {
 					fmt.Sscan(s[1], &rate)
 				}
-				if want := fmt.Sprintf("%.1f", 100*rate); m[1] != want {
+				var hits float64
+				fmt.Sscan(m[1], &hits)
+				if math.Abs(hits-100*rate) > 0.051 { // both rounded: to 0.1 % and to 4 digits
 					t.Errorf("progress line hits %s%%, the summary's hit rate %.4f", m[1], rate)
 				}
 			}
@@ -112,6 +118,13 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 			}
 			if bad := snakeKeys(js, ""); len(bad) > 0 {
 				t.Errorf("summary.json keys not in snake_case: %v", bad)
+			}
+			if c.moments != "" {
+				tier, _ := js["tier"].(map[string]any)
+				ob, _ := tier["optimizer_state_bytes"].(map[string]any)
+				if tier["optimizer_state_moments"] != c.moments || ob["nvme"] == nil || ob["nvme"].(float64) <= 0 {
+					t.Errorf("summary.json tier: moments %v, optimizer_state_bytes %v", tier["optimizer_state_moments"], ob)
+				}
 			}
 		})
 	}

@@ -192,17 +192,27 @@ type TierSummary struct {
 	LinkBytes                            [shard.LinkCount]int64
 	PrefetchCounts                       // since New
 	Rerecords                            int64
+	// OptimizerStateBytes is the homes of master, m and v per tier, all
+	// ranks; Moments their precision (strata.optimizer_state.moments).
+	OptimizerStateBytes [shard.TierCount]int64
+	Moments             string
 }
 
 func (e *Engine) tierSummary() *TierSummary {
 	t := e.tiers
-	ts := &TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes}
+	ts := &TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes,
+		Moments: estimate.MomentsName(e.estimate.Options.StateDType(shard.AdamM))}
 	for st := range shard.StateCount {
 		if shard.State(st) == shard.Activation {
 			continue // not model state: Summary.ActivationHostBytes
 		}
 		ts.HostHomeBytes += t.homes[st][shard.Host]
 		ts.NVMeHomeBytes += t.homes[st][shard.NVMe]
+		if s := shard.State(st); s == shard.Master || s == shard.AdamM || s == shard.AdamV {
+			for tier := range shard.TierCount {
+				ts.OptimizerStateBytes[tier] += t.homes[st][tier]
+			}
+		}
 		scale := int64(1)
 		if shard.State(st) == shard.Grad && e.precision == gpu.F32 {
 			scale = 2 // the estimate's host gradient is bf16, the store's as the device holds it
