@@ -35,7 +35,7 @@ func adamQ8AVX512(k *kconsts, param *float32, grad unsafe.Pointer, mc, vc *uint8
 func adamQ8AVX2(k *kconsts, param *float32, grad unsafe.Pointer, mc, vc *uint8, ms, vs *float32, out *uint16, n int, flags uintptr, scratch *q8Scratch)
 
 // q8Scratch holds a block's new m and v between the update and their
-// encoding, then (AVX2) the block's two scales broadcast to 8 lanes.
+// encoding, then (AVX2) the block's two old scales broadcast to 8 lanes.
 type q8Scratch [2*QuantBlock + 16]float32
 
 //go:noescape

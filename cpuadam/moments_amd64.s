@@ -5,9 +5,11 @@
 
 // The int8 maps of moments.go, vectorized.
 //
-// Decode (decodeM, decodeV): a code magnitude c (m: code&0x7f) of 8 or more
-// is normal, its value's bits c<<20 + decodeBias; below 8 it is
-// float32(c) × the subnormal quantum (exact). m's sign is the code's bit 7.
+// Decode (decodeM, decodeV): from t, the code's magnitude (m: without its
+// sign bit 7) shifted left by 20, a normal code's value has the bits t +
+// decodeBias; a subnormal one (magnitude under 8) is float32(t) × 2^-20 ×
+// the quantum, exactly (no float32 subnormal is formed: they are slow
+// operands on some CPUs). m's sign is then copied from bit 7.
 //
 // Encode (encodeMag): from a = |r| bits, the normal code is
 // (a + fracRoundBias + (a>>20)&1)>>20 - biasCode; as a >= minNormal =
@@ -18,15 +20,23 @@
 // converted with VCVTPS2DQ, which rounds to nearest even like
 // math.RoundToEven. a > minNormal-1 picks the normal one.
 
-// DEC8_Z: Z12 = value of the code magnitudes in Z10 (dec, subq: the map's
+// DEC8_Z: Z12 = value of the magnitudes t in Z10 (dec, subq: the map's
 // rows); Z11 and K2 are scratch.
 #define DEC8_Z(dec, subq) \
-	VPSLLD        $20, Z10, Z11;         \
-	VPADDD.BCST   dec(AX), Z11, Z11;     \
+	VPADDD.BCST   dec(AX), Z10, Z11;     \
 	VCVTDQ2PS     Z10, Z12;              \
 	VMULPS.BCST   subq(AX), Z12, Z12;    \
-	VPCMPGTD.BCST kI7(AX), Z10, K2;      \
+	VPCMPGTD.BCST kSubCode(AX), Z10, K2; \
 	VMOVDQA32     Z11, K2, Z12
+
+// DEC8_Y is DEC8_Z on 8 lanes: Y12 = value of the t in Y10; Y11, Y13
+// scratch.
+#define DEC8_Y(dec, subq) \
+	VPADDD    dec(AX), Y10, Y11;      \
+	VCVTDQ2PS Y10, Y12;               \
+	VMULPS    subq(AX), Y12, Y12;     \
+	VPCMPGTD  kSubCode(AX), Y10, Y13; \
+	VBLENDVPS Y13, Y11, Y12, Y12
 
 // ENC8_Z: Z1 = code of |Z0| in a map (subTop, rnd, subS, maxc: its rows),
 // without a sign; Z2, Z3 and K2 are scratch.
@@ -42,16 +52,6 @@
 	VMULPS.BCST    subS(AX), Z1, Z1;     \
 	VCVTPS2DQ.RN_SAE Z1, Z1;             \
 	VMOVDQA32      Z2, K2, Z1
-
-// DEC8_Y is DEC8_Z on 8 lanes: Y12 = value of the magnitudes in Y10; Y11,
-// Y13 scratch.
-#define DEC8_Y(dec, subq) \
-	VPSLLD    $20, Y10, Y11;        \
-	VPADDD    dec(AX), Y11, Y11;    \
-	VCVTDQ2PS Y10, Y12;             \
-	VMULPS    subq(AX), Y12, Y12;   \
-	VPCMPGTD  kI7(AX), Y10, Y13;    \
-	VBLENDVPS Y13, Y11, Y12, Y12
 
 // ENC8_Y is ENC8_Z on 8 lanes: Y1 = code of |Y0|; Y2, Y3, Y4 scratch.
 #define ENC8_Y(subTop, rnd, subS, maxc) \
@@ -150,6 +150,14 @@ q5block:
 	VPXORD       Z14, Z14, Z14
 	XORQ         R13, R13
 	MOVQ         R15, R12
+	PREFETCHT0   (const_QuantBlock)(R8) // the next block's codes
+	PREFETCHT0   (const_QuantBlock+64)(R8)
+	PREFETCHT0   (const_QuantBlock+128)(R8)
+	PREFETCHT0   (const_QuantBlock+192)(R8)
+	PREFETCHT0   (const_QuantBlock)(R9)
+	PREFETCHT0   (const_QuantBlock+64)(R9)
+	PREFETCHT0   (const_QuantBlock+128)(R9)
+	PREFETCHT0   (const_QuantBlock+192)(R9)
 
 q5upd:
 	KXNORW K1, K1, K1
@@ -160,8 +168,6 @@ q5upd:
 q5updgo:
 	PREFETCHT0 1024(SI)
 	PREFETCHT0 1024(DX)
-	PREFETCHT0 256(R8)(R13*1)
-	PREFETCHT0 256(R9)(R13*1)
 	VMOVUPS.Z  (SI), K1, Z0 // x
 	TESTQ      $fGradBF16, BX
 	JNZ        q5gbf16
@@ -173,16 +179,17 @@ q5gbf16:
 	VPSLLD      $16, Z1, Z1
 
 q5gok:
-	VPMOVZXBD.Z (R8)(R13*1), K1, Z13 // m codes
-	VPANDD.BCST kI7F(AX), Z13, Z10
+	VPMOVZXBD.Z     (R8)(R13*1), K1, Z13 // m codes
+	VPSLLD          $20, Z13, Z10
+	VPANDD.BCST     kMMag(AX), Z10, Z10
 	DEC8_Z(kMDec, kMSubQ)
-	VPSLLD      $24, Z13, Z13
-	VPANDD.BCST kSign(AX), Z13, Z13
-	VPORD       Z13, Z12, Z12
-	VMULPS      Z29, Z12, Z2        // m
-	VPMOVZXBD.Z (R9)(R13*1), K1, Z10 // v codes
+	VPSLLD          $24, Z13, Z13
+	VPTERNLOGD.BCST $0xf8, kSign(AX), Z13, Z12 // Z12 |= Z13 & sign
+	VMULPS          Z29, Z12, Z2               // m
+	VPMOVZXBD.Z     (R9)(R13*1), K1, Z10       // v codes
+	VPSLLD          $20, Z10, Z10
 	DEC8_Z(kVDec, kVSubQ)
-	VMULPS      Z30, Z12, Z3        // v
+	VMULPS          Z30, Z12, Z3 // v
 	VMULPS      Z16, Z1, Z1         // g = g*gs
 	TESTQ       $fL2, BX
 	JZ          q5nol2
@@ -280,8 +287,8 @@ q5ret:
 // The loop of adamQ8AVX512, 8 lanes at a time; n must be a multiple of
 // QuantBlock (the Go caller runs a last, shorter block through refNarrow,
 // which gives the same bits). The block's m and v scales wait broadcast in
-// scratch after the moments (Y12 and Y13 hold the divisors); Y14, Y15: the
-// running largest |m|, |v| bits; R13: the index in the block.
+// scratch after the moments (Y12 and Y13 then hold the divisors); Y14, Y15:
+// the running largest |m|, |v| bits; R13: the index in the block.
 TEXT ·adamQ8AVX2(SB), NOSPLIT, $0-88
 	MOVQ k+0(FP), AX
 	MOVQ param+8(FP), SI
@@ -312,12 +319,18 @@ q2block:
 	VPXOR        Y14, Y14, Y14
 	VPXOR        Y15, Y15, Y15
 	XORQ         R13, R13
+	PREFETCHT0   (const_QuantBlock)(R8) // the next block's codes
+	PREFETCHT0   (const_QuantBlock+64)(R8)
+	PREFETCHT0   (const_QuantBlock+128)(R8)
+	PREFETCHT0   (const_QuantBlock+192)(R8)
+	PREFETCHT0   (const_QuantBlock)(R9)
+	PREFETCHT0   (const_QuantBlock+64)(R9)
+	PREFETCHT0   (const_QuantBlock+128)(R9)
+	PREFETCHT0   (const_QuantBlock+192)(R9)
 
 q2upd:
 	PREFETCHT0 1024(SI)
 	PREFETCHT0 1024(DX)
-	PREFETCHT0 256(R8)(R13*1)
-	PREFETCHT0 256(R9)(R13*1)
 	VMOVUPS    (SI), Y0
 	TESTQ      $fGradBF16, BX
 	JNZ        q2gbf16
@@ -330,13 +343,15 @@ q2gbf16:
 
 q2gok:
 	VPMOVZXBD (R8)(R13*1), Y8 // m codes
-	VPAND     kI7F(AX), Y8, Y10
+	VPSLLD    $20, Y8, Y10
+	VPAND     kMMag(AX), Y10, Y10
 	DEC8_Y(kMDec, kMSubQ)
 	VPSLLD    $24, Y8, Y8
 	VPAND     kSign(AX), Y8, Y8
 	VPOR      Y8, Y12, Y2
 	VMULPS    (const_QuantBlock*8)(R14), Y2, Y2 // m
 	VPMOVZXBD (R9)(R13*1), Y10 // v codes
+	VPSLLD    $20, Y10, Y10
 	DEC8_Y(kVDec, kVSubQ)
 	VMULPS    (const_QuantBlock*8+32)(R14), Y12, Y3 // v
 	VMULPS    kGS(AX), Y1, Y1

@@ -32,16 +32,17 @@ const (
 
 	// The int8 maps of moments.go (integers unless marked float).
 	kAbs     // 0x7fffffff
-	kI7      // 7: a code magnitude above it is normal
-	kI7F     // 0x7f: m's magnitude bits, and m's largest code
+	kI7F     // 0x7f: m's largest code
 	kI80     // 0x80: m's sign bit
 	kSign    // 0x80000000
-	kMDec    // mDecodeBias: m's normal code << 20 + kMDec is its value's bits
-	kMSubQ   // float 2^-17: m's subnormal quantum
+	kMMag    // 0x07f00000: m's magnitude bits of code<<20
+	kSubCode // 7<<20: a magnitude<<20 above it is a normal code
+	kMDec    // mDecodeBias: a normal magnitude<<20 + kMDec is its value's bits
+	kMSubQ   // float 2^-37: a subnormal magnitude<<20 × kMSubQ is its value (quantum 2^-17)
 	kMSubTop // mMinNormalBits-1: |r| bits up to this take m's subnormal branch
-	kMRnd    // fracRoundBias - mBiasCode<<20 (mod 2^32): see encode in moments_amd64.s
-	kMSubS   // float 2^17
-	kVDec    // the same for v
+	kMRnd    // fracRoundBias - mBiasCode<<20 (mod 2^32): see the encoding in moments_amd64.s
+	kMSubS   // float 2^17: m's subnormal code is |r| × this, rounded
+	kVDec    // the same for v (quantum 2^-33)
 	kVSubQ
 	kVSubTop
 	kVRnd
@@ -81,10 +82,11 @@ func makeConsts(p Params) kconsts {
 		row  int
 		bits uint32
 	}{
-		{kAbs, absMask}, {kI7, 7}, {kI7F, mMaxCode}, {kI80, 0x80}, {kSign, 0x80000000},
-		{kMDec, mDecodeBias}, {kMSubQ, math.Float32bits(mSubQuantum)}, {kMSubTop, mMinNormalBits - 1},
+		{kAbs, absMask}, {kI7F, mMaxCode}, {kI80, 0x80}, {kSign, 0x80000000},
+		{kMMag, mMaxCode << fracShift}, {kSubCode, 7 << fracShift},
+		{kMDec, mDecodeBias}, {kMSubQ, math.Float32bits(mSubQuantum / (1 << fracShift))}, {kMSubTop, mMinNormalBits - 1},
 		{kMRnd, (fracRoundBias - mBiasCode<<fracShift) & 0xffffffff}, {kMSubS, math.Float32bits(mSubScale)},
-		{kVDec, vDecodeBias}, {kVSubQ, math.Float32bits(vSubQuantum)}, {kVSubTop, vMinNormalBits - 1},
+		{kVDec, vDecodeBias}, {kVSubQ, math.Float32bits(vSubQuantum / (1 << fracShift))}, {kVSubTop, vMinNormalBits - 1},
 		{kVRnd, (fracRoundBias - vBiasCode<<fracShift) & 0xffffffff}, {kVSubS, math.Float32bits(vSubScale)},
 		{kVMax, vMaxCode}, {kOne, math.Float32bits(1)},
 	} {
