@@ -15,13 +15,14 @@ import (
 // parameters, timed Rounds times, alternating with the r4w3 roofline
 // (the memory anchor) on the same arrays and threads when Roofline is set.
 type AdamOptions struct {
-	Params   int         // parameters per step; default 100M (see WithDefaults)
-	Threads  int         // kernel threads; default 1
-	GradBF16 bool        // bf16 gradients instead of fp32
-	BF16Out  bool        // also write the new params as bf16
-	ISA      cpuadam.ISA // ISAAuto: the best of this CPU
-	Roofline bool        // measure the r4w3 bandwidth in the same run
-	Rounds   int         // timed steps (and roofline passes); default 7
+	Params   int             // parameters per step; default 100M (see WithDefaults)
+	Threads  int             // kernel threads; default 1
+	GradBF16 bool            // bf16 gradients instead of fp32
+	BF16Out  bool            // also write the new params as bf16
+	Moments  cpuadam.Moments // stored m and v; narrow ones also time the fp32 step, alternately
+	ISA      cpuadam.ISA     // ISAAuto: the best of this CPU
+	Roofline bool            // measure the r4w3 bandwidth in the same run
+	Rounds   int             // timed steps (and roofline passes); default 7
 	// Progress, when set, is told after each round; cmd prints it to
 	// stderr on long runs.
 	Progress func(round, rounds int, elapsed time.Duration)
@@ -52,6 +53,8 @@ func (o AdamOptions) Validate() error {
 		return fmt.Errorf("bench: adam: --threads %d: want 1 .. 1024", o.Threads)
 	case o.Rounds < 1:
 		return fmt.Errorf("bench: adam: --rounds %d: want >= 1", o.Rounds)
+	case o.Moments > cpuadam.MomentsInt8:
+		return fmt.Errorf("bench: adam: --moments %v: want fp32, bf16 or int8", o.Moments)
 	case !o.ISA.Supported():
 		return fmt.Errorf("bench: adam: --isa %v not supported by this CPU or build (best: %v)", o.ISA, cpuadam.Best())
 	}
@@ -59,10 +62,14 @@ func (o AdamOptions) Validate() error {
 }
 
 // BytesPerParam is the memory traffic one step moves per parameter, as
-// counted by the bench: read param, m, v (12) and the gradient (4 fp32 or
-// 2 bf16), write param, m, v (12), plus 2 for the bf16 output.
-func (o AdamOptions) BytesPerParam() int {
-	b := 12 + 12 + 4
+// counted by the bench: read and write the fp32 param (8), read the
+// gradient (4 fp32 or 2 bf16), read and write m and v in their precision
+// (fp32 16, bf16 8, int8 4 plus their fp32 scales, 2×2×4 B per block of
+// 256: 0.0625), plus 2 for the bf16 output. fp32 gradients: 28, 20 and
+// 16.0625 B.
+func (o AdamOptions) BytesPerParam() float64 {
+	n := int64(o.Params)
+	b := float64(8+4) + 2*float64(2*o.Moments.Bytes(o.Params))/float64(n)
 	if o.GradBF16 {
 		b -= 2
 	}
@@ -79,12 +86,19 @@ type AdamResult struct {
 	Params        int     `json:"params"`
 	Grad          string  `json:"grad"`
 	BF16Out       bool    `json:"bf16_out"`
+	Moments       string  `json:"moments"` // the precision of m and v actually stored (int8 under 4096 params: fp32)
 	Rounds        int     `json:"rounds"`
 	StepSeconds   float64 `json:"step_seconds_median"`
 	ParamsPerS    float64 `json:"params_per_s"`
-	BytesPerParam int     `json:"bytes_per_param"`
+	BytesPerParam float64 `json:"bytes_per_param"`
 	GBps          float64 `json:"gbps"`      // median step: BytesPerParam × Params / time, 1 GB = 1e9 B
 	GBpsBest      float64 `json:"gbps_best"` // fastest step
+	// FP32ParamsPerS is the median speed of the fp32-moment step timed
+	// alternately with a narrow one (0 with fp32 moments); SpeedupVsFP32 is
+	// ParamsPerS / FP32ParamsPerS.
+	FP32ParamsPerS float64 `json:"fp32_params_per_s,omitempty"`
+	FP32GBps       float64 `json:"fp32_gbps,omitempty"`
+	SpeedupVsFP32  float64 `json:"speedup_vs_fp32,omitempty"`
 	// RooflineGBps is the median r4w3 bandwidth (28 B per element) measured
 	// alternately with the steps; 0 without --roofline.
 	RooflineGBps     float64 `json:"roofline_gbps"`
@@ -94,10 +108,12 @@ type AdamResult struct {
 }
 
 // RunAdam (o must pass Validate: apply WithDefaults to what the user left
-// unset first) allocates the state (param, grad, m, v and the bf16 output),
-// runs one untimed step to fault the pages in, then Rounds timed steps,
-// each followed by one r4w3 pass over the same param, grad (fp32), m and v
-// when Roofline is set, and reports medians.
+// unset first) allocates the state (param, grad, m, v and the bf16 output;
+// with narrow moments also m and v in their precision), runs one untimed
+// step of each kind to fault the pages in, then Rounds timed rounds: the
+// step, then with narrow moments the fp32 step over the same param and
+// gradient, then one r4w3 pass over the same param, grad (fp32), m and v
+// (fp32) when Roofline is set; it reports medians.
 func RunAdam(o AdamOptions) (AdamResult, error) {
 	if err := o.Validate(); err != nil {
 		return AdamResult{}, err
@@ -127,6 +143,7 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	if o.GradBF16 {
 		gradH = make([]uint16, n)
 	}
+	narrow := o.Moments.For(n) != cpuadam.MomentsF32
 	if o.BF16Out {
 		out = make([]uint16, n)
 	}
@@ -144,7 +161,25 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 		}
 	}
 
+	var shard cpuadam.Shard
+	if narrow {
+		shard = cpuadam.Shard{Param: param, Grad: gradF, Out: out,
+			M: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), false),
+			V: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), true)}
+		if o.GradBF16 {
+			shard.Grad, shard.GradBF16 = nil, gradH
+		}
+		shard.M.Encode(m)
+		shard.V.Encode(v)
+	}
+
 	p := cpuadam.Params{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, GradScale: 1, Mode: cpuadam.AdamW}
+	narrowStep := func(s int64) time.Duration {
+		p.Step = s
+		t0 := time.Now()
+		opt.Step(p, shard)
+		return time.Since(t0)
+	}
 	step := func(s int64) time.Duration {
 		p.Step = s
 		t0 := time.Now()
@@ -161,13 +196,21 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 		return time.Since(t0)
 	}
 	step(1) // first touch of every page; not timed
+	if narrow {
+		narrowStep(1)
+	}
 	if roof != nil {
 		stream()
 	}
-	var steps, streams []float64
+	var steps, fp32Steps, streams []float64
 	start := time.Now()
 	for r := range o.Rounds {
-		steps = append(steps, step(int64(r+2)).Seconds())
+		if narrow {
+			steps = append(steps, narrowStep(int64(r+2)).Seconds())
+			fp32Steps = append(fp32Steps, step(int64(r+2)).Seconds())
+		} else {
+			steps = append(steps, step(int64(r+2)).Seconds())
+		}
 		if roof != nil {
 			streams = append(streams, stream().Seconds())
 		}
@@ -181,7 +224,7 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 
 	res := AdamResult{
 		ISA: opt.Options().ISA.String(), Threads: opt.Options().Threads, Params: n, Grad: "fp32", BF16Out: o.BF16Out,
-		Rounds: o.Rounds, BytesPerParam: o.BytesPerParam(),
+		Moments: o.Moments.For(n).String(), Rounds: o.Rounds, BytesPerParam: o.BytesPerParam(),
 	}
 	if o.GradBF16 {
 		res.Grad = "bf16"
@@ -189,8 +232,16 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	med, best := medianMin(steps)
 	res.StepSeconds = med
 	res.ParamsPerS = float64(n) / med
-	res.GBps = float64(n) * float64(res.BytesPerParam) / med / 1e9
-	res.GBpsBest = float64(n) * float64(res.BytesPerParam) / best / 1e9
+	res.GBps = float64(n) * res.BytesPerParam / med / 1e9
+	res.GBpsBest = float64(n) * res.BytesPerParam / best / 1e9
+	if narrow {
+		fo := o
+		fo.Moments = cpuadam.MomentsF32
+		fmed, _ := medianMin(fp32Steps)
+		res.FP32ParamsPerS = float64(n) / fmed
+		res.FP32GBps = float64(n) * fo.BytesPerParam() / fmed / 1e9
+		res.SpeedupVsFP32 = res.ParamsPerS / res.FP32ParamsPerS
+	}
 	if roof != nil {
 		med, best := medianMin(streams)
 		res.RooflineGBps = float64(n) * 28 / med / 1e9

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -12,17 +13,27 @@ func TestRunAdamSmall(t *testing.T) {
 	for _, o := range []AdamOptions{
 		{Params: 10_000, Rounds: 3, Roofline: true},
 		{Params: 999, Rounds: 2, GradBF16: true, BF16Out: true, Threads: 2, ISA: cpuadam.ISAGo},
+		{Params: 5000, Rounds: 2, Moments: cpuadam.MomentsBF16, Roofline: true},
+		{Params: 5000, Rounds: 2, Moments: cpuadam.MomentsInt8, GradBF16: true, Threads: 2},
 	} {
 		res, err := RunAdam(o.WithDefaults())
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := 28
+		// 8 (param) + 4 or 2 (grad) + 2 × (m, v) + 2 (out).
+		want := map[cpuadam.Moments]float64{cpuadam.MomentsF32: 28, cpuadam.MomentsBF16: 20,
+			cpuadam.MomentsInt8: 16 + 2*2*4*20/5000.0}[o.Moments] // 5000 params: 20 blocks of scales
 		if o.GradBF16 {
-			want = 26 + 2
+			want -= 2
 		}
-		if res.BytesPerParam != want || res.Params != o.Params || res.Rounds != o.Rounds {
+		if o.BF16Out {
+			want += 2
+		}
+		if math.Abs(res.BytesPerParam-want) > 1e-9 || res.Params != o.Params || res.Rounds != o.Rounds {
 			t.Fatalf("%+v: result %+v", o, res)
+		}
+		if narrow := o.Moments != cpuadam.MomentsF32; res.Moments != o.Moments.String() || narrow != (res.SpeedupVsFP32 > 0 && res.FP32ParamsPerS > 0) {
+			t.Fatalf("%+v: moments %q, fp32 comparison %v %v", o, res.Moments, res.FP32ParamsPerS, res.SpeedupVsFP32)
 		}
 		if !(res.GBps > 0 && res.ParamsPerS > 0) || (o.Roofline && !(res.RooflineGBps > 0 && res.Ratio > 0)) || (!o.Roofline && res.RooflineGBps != 0) {
 			t.Fatalf("%+v: figures missing: %+v", o, res)

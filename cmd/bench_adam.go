@@ -21,15 +21,19 @@ func benchAdamCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "adam",
 		Usage: "time the CPU AdamW step (params/s, GB/s) against the r4w3 memory roofline",
-		Description: "One AdamW step over --params parameters reads param, grad, m, v and writes param, m, v\n" +
-			"(28 B/param with fp32 gradients, 26 with bf16, +2 with --bf16-out). With --roofline each timed\n" +
-			"step alternates with one r4w3 pass (read 4 fp32 streams, write 3: the membw roofline's\n" +
-			"pattern) over the same arrays and threads, and the ratio of the medians is printed.",
+		Description: "One AdamW step over --params parameters reads param, grad, m, v and writes param, m, v:\n" +
+			"fp32 param r/w 8 B + grad 4 (bf16: 2) + m, v r/w in --moments precision (fp32 16, bf16 8,\n" +
+			"int8 4 + 0.0625 for the per-256 fp32 scales) + 2 with --bf16-out; 28, 20 or 16.0625 B/param\n" +
+			"with fp32 gradients. Narrow moments also time the fp32 step, alternately, and print the speed-up.\n" +
+			"With --roofline each timed step alternates with one r4w3 pass (read 4 fp32 streams, write 3:\n" +
+			"the membw roofline's pattern) over the same arrays and threads, and the ratio of the medians\n" +
+			"(GB/s of the step's own bytes over r4w3 GB/s) is printed.",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "params", Usage: "parameters per step", DefaultText: strconv.Itoa(adamDefaults.Params)},
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads", DefaultText: strconv.Itoa(adamDefaults.Threads)},
 			&cli.StringFlag{Name: "grad", Value: "fp32", Usage: "gradient dtype: fp32 or bf16"},
 			&cli.BoolFlag{Name: "bf16-out", Usage: "also write the new params as bf16 (fused)"},
+			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "stored precision of m and v: fp32, bf16 or int8"},
 			&cli.StringFlag{Name: "isa", Value: "auto", Usage: "kernels: auto, avx512, avx2 or go"},
 			&cli.BoolFlag{Name: "roofline", Value: true, Usage: "measure the r4w3 memory bandwidth in the same run"},
 			&cli.IntFlag{Name: "rounds", Usage: "timed steps (medians are reported)", DefaultText: strconv.Itoa(adamDefaults.Rounds)},
@@ -59,6 +63,9 @@ func benchAdamCommand() *cli.Command {
 			default:
 				return usagef("--grad %q: want fp32 or bf16", c.String("grad"))
 			}
+			if o.Moments, err = cpuadam.ParseMoments(c.String("moments")); err != nil {
+				return usagef("--moments: %v", err)
+			}
 			if err := o.Validate(); err != nil {
 				return usagef("%v", err)
 			}
@@ -81,10 +88,14 @@ func benchAdamCommand() *cli.Command {
 				fmt.Fprintln(w, string(b))
 				return nil
 			}
-			fmt.Fprintf(w, "adam: isa=%s threads=%d params=%d grad=%s bf16-out=%v rounds=%d\n",
-				res.ISA, res.Threads, res.Params, res.Grad, res.BF16Out, res.Rounds)
-			fmt.Fprintf(w, "  step %.1f ms median: %.3g params/s, %.2f GB/s at %d B/param (best %.2f GB/s)\n",
+			fmt.Fprintf(w, "adam: isa=%s threads=%d params=%d grad=%s moments=%s bf16-out=%v rounds=%d\n",
+				res.ISA, res.Threads, res.Params, res.Grad, res.Moments, res.BF16Out, res.Rounds)
+			fmt.Fprintf(w, "  step %.1f ms median: %.3g params/s, %.2f GB/s at %.4g B/param (best %.2f GB/s)\n",
 				res.StepSeconds*1e3, res.ParamsPerS, res.GBps, res.BytesPerParam, res.GBpsBest)
+			if res.SpeedupVsFP32 > 0 {
+				fmt.Fprintf(w, "  fp32 moments, alternated: %.3g params/s, %.2f GB/s; %s moments are %.3fx its params/s\n",
+					res.FP32ParamsPerS, res.FP32GBps, res.Moments, res.SpeedupVsFP32)
+			}
 			if res.RooflineGBps > 0 {
 				fmt.Fprintf(w, "  roofline r4w3 (%s, same arrays and threads, 28 B/elem): %.2f GB/s median (best %.2f)\n",
 					res.RooflineISA, res.RooflineGBps, res.RooflineGBpsBest)

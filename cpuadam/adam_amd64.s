@@ -1,40 +1,23 @@
 //go:build amd64 && !noasm && !purego
 
 #include "textflag.h"
+#include "adam_amd64.h"
 
-// Row offsets into kconsts (ref.go): row r is 8 copies of one float32 at r*32.
-#define kGS    0
-#define kB1    32
-#define kOMB1  64
-#define kB2    96
-#define kOMB2  128
-#define kNEG   160
-#define kINV   192
-#define kEPS   224
-#define kDECAY 256
-#define kL2    288
-#define kI7FFF 320
-#define kI1    352
-#define kI40   384
-
-// flags (kernels_amd64.go)
-#define fGradBF16 1
-#define fOut      2
-#define fL2       4
-#define fOutNT    8
-
-// func adamAVX512(k *kconsts, param *float32, grad unsafe.Pointer, m, v *float32, out *uint16, n int, flags uintptr)
+// func adamAVX512(k *kconsts, param *float32, grad, m, v unsafe.Pointer, out *uint16, n int, flags uintptr)
 //
 // It computes, 16 lanes at a time, the last vector under a mask in K1 (no
-// access past element n-1), exactly this Go loop (scalars.one in ref.go):
+// access past element n-1), exactly this Go loop (scalars.one in ref.go;
+// with flags&fMomBF16 it is refNarrow's loop for bf16 moments):
 //
 //	for i := 0; i < n; i++ {
 //		g := grad[i] * gs                      // grad widened from bf16 when flags&fGradBF16
 //		if flags&fL2 != 0 { g = fma32(l2, param[i], g) }
-//		m[i] = fma32(b1, m[i], omb1*g)
-//		v[i] = fma32(b2, v[i], (omb2*g)*g)
-//		d := fma32(sqrt(v[i]), invSqrtBC2, eps) // VSQRTPS: exact IEEE square root
-//		param[i] = fma32(negStep, m[i]/d, param[i]*decay)
+//		mi, vi := m[i], v[i]                   // widened from bf16 when flags&fMomBF16
+//		mi = fma32(b1, mi, omb1*g)
+//		vi = fma32(b2, vi, (omb2*g)*g)
+//		d := fma32(sqrt(vi), invSqrtBC2, eps)  // VSQRTPS: exact IEEE square root
+//		param[i] = fma32(negStep, mi/d, param[i]*decay)
+//		m[i], v[i] = mi, vi                    // bf16.FromFloat32 of each when flags&fMomBF16
 //		if flags&fOut != 0 { out[i] = bf16.FromFloat32(param[i]) }
 //	}
 TEXT ·adamAVX512(SB), NOSPLIT, $0-64
@@ -46,26 +29,19 @@ TEXT ·adamAVX512(SB), NOSPLIT, $0-64
 	MOVQ out+40(FP), DI
 	MOVQ n+48(FP), CX
 	MOVQ flags+56(FP), BX
+	CONSTS_Z
 
-	VBROADCASTSS kGS(AX), Z16
-	VBROADCASTSS kB1(AX), Z17
-	VBROADCASTSS kOMB1(AX), Z18
-	VBROADCASTSS kB2(AX), Z19
-	VBROADCASTSS kOMB2(AX), Z20
-	VBROADCASTSS kNEG(AX), Z21
-	VBROADCASTSS kINV(AX), Z22
-	VBROADCASTSS kEPS(AX), Z23
-	VBROADCASTSS kDECAY(AX), Z24
-	VBROADCASTSS kL2(AX), Z25
-	VPBROADCASTD kI7FFF(AX), Z26
-	VPBROADCASTD kI1(AX), Z27
-	VPBROADCASTD kI40(AX), Z28
-
-	// R10: bytes of gradient per 16 elements.
-	MOVQ $64, R10
+	// R10, R12: bytes of gradient and of each moment per 16 elements.
+	MOVQ  $64, R10
 	TESTQ $fGradBF16, BX
-	JZ   a5start
-	MOVQ $32, R10
+	JZ    a5gstride
+	MOVQ  $32, R10
+
+a5gstride:
+	MOVQ  $64, R12
+	TESTQ $fMomBF16, BX
+	JZ    a5start
+	MOVQ  $32, R12
 
 a5start:
 	TESTQ CX, CX
@@ -102,40 +78,43 @@ a5gbf16:
 	VPSLLD      $16, Z1, Z1
 
 a5gok:
+	TESTQ     $fMomBF16, BX
+	JNZ       a5mbf16
 	VMOVUPS.Z (R8), K1, Z2 // m
 	VMOVUPS.Z (R9), K1, Z3 // v
+	JMP       a5mok
+
+a5mbf16:
+	VPMOVZXWD.Z (R8), K1, Z2
+	VPSLLD      $16, Z2, Z2
+	VPMOVZXWD.Z (R9), K1, Z3
+	VPSLLD      $16, Z3, Z3
+
+a5mok:
 	VMULPS    Z16, Z1, Z1  // g = g*gs
 	TESTQ     $fL2, BX
 	JZ        a5nol2
 	VFMADD231PS Z25, Z0, Z1 // g = x*l2 + g
 
 a5nol2:
-	VMULPS      Z18, Z1, Z4 // t = omb1*g
-	VFMADD231PS Z17, Z2, Z4 // m = m*b1 + t
-	VMULPS      Z20, Z1, Z5 // t = omb2*g
-	VMULPS      Z1, Z5, Z5  // t = t*g
-	VFMADD231PS Z19, Z3, Z5 // v = v*b2 + t
-	VSQRTPS     Z5, Z6
-	VFMADD213PS Z23, Z22, Z6 // d = sqrt(v)*inv + eps
-	VDIVPS      Z6, Z4, Z7   // q = m/d
-	VMULPS      Z24, Z0, Z0  // x = x*decay
-	VFMADD231PS Z21, Z7, Z0  // x = q*neg + x
-	VMOVUPS     Z0, K1, (SI)
-	VMOVUPS     Z4, K1, (R8)
-	VMOVUPS     Z5, K1, (R9)
+	ADAM_Z
+	VMOVUPS Z0, K1, (SI)
+	TESTQ   $fMomBF16, BX
+	JNZ     a5smbf16
+	VMOVUPS Z4, K1, (R8)
+	VMOVUPS Z5, K1, (R9)
+	JMP     a5smok
+
+a5smbf16:
+	BF16_Z(Z4, Z8, Z9)
+	VPMOVDW Z8, K1, (R8)
+	BF16_Z(Z5, Z8, Z9)
+	VPMOVDW Z8, K1, (R9)
+
+a5smok:
 	TESTQ       $fOut, BX
 	JZ          a5next
-
-	// bf16 of x, round to nearest even; NaN -> (bits>>16)|0x40.
-	VPSRLD    $16, Z0, Z8
-	VPANDD    Z27, Z8, Z8
-	VPADDD    Z26, Z8, Z8
-	VPADDD    Z0, Z8, Z8
-	VPSRLD    $16, Z8, Z8
-	VCMPPS    $3, Z0, Z0, K2 // unordered: NaN lanes
-	VPSRLD    $16, Z0, Z9
-	VPORD     Z28, Z9, Z9
-	VMOVDQA32 Z9, K2, Z8
+	BF16_Z(Z0, Z8, Z9)
 	TESTQ     $fOutNT, BX
 	JZ        a5outmask
 	CMPQ      CX, $16
@@ -150,8 +129,8 @@ a5outmask:
 a5next:
 	ADDQ $64, SI
 	ADDQ R10, DX
-	ADDQ $64, R8
-	ADDQ $64, R9
+	ADDQ R12, R8
+	ADDQ R12, R9
 	ADDQ $32, DI
 	SUBQ $16, CX
 	JG   a5loop
@@ -165,7 +144,7 @@ a5ret:
 	VZEROUPPER
 	RET
 
-// func adamAVX2(k *kconsts, param *float32, grad unsafe.Pointer, m, v *float32, out *uint16, n int, flags uintptr)
+// func adamAVX2(k *kconsts, param *float32, grad, m, v unsafe.Pointer, out *uint16, n int, flags uintptr)
 //
 // The loop of adamAVX512, 8 lanes at a time; n must be a multiple of 8 (the
 // Go caller runs the last n%8 elements through scalars.one, which gives the
@@ -182,8 +161,14 @@ TEXT ·adamAVX2(SB), NOSPLIT, $0-64
 
 	MOVQ  $32, R10
 	TESTQ $fGradBF16, BX
-	JZ    a2start
+	JZ    a2gstride
 	MOVQ  $16, R10
+
+a2gstride:
+	MOVQ  $32, R12
+	TESTQ $fMomBF16, BX
+	JZ    a2start
+	MOVQ  $16, R12
 
 a2start:
 	TESTQ CX, CX
@@ -205,49 +190,50 @@ a2gbf16:
 	VPSLLD    $16, Y1, Y1
 
 a2gok:
+	TESTQ   $fMomBF16, BX
+	JNZ     a2mbf16
 	VMOVUPS (R8), Y2
 	VMOVUPS (R9), Y3
+	JMP     a2mok
+
+a2mbf16:
+	VPMOVZXWD (R8), Y2
+	VPSLLD    $16, Y2, Y2
+	VPMOVZXWD (R9), Y3
+	VPSLLD    $16, Y3, Y3
+
+a2mok:
 	VMULPS  kGS(AX), Y1, Y1
 	TESTQ   $fL2, BX
 	JZ      a2nol2
 	VFMADD231PS kL2(AX), Y0, Y1
 
 a2nol2:
-	VMULPS      kOMB1(AX), Y1, Y4
-	VFMADD231PS kB1(AX), Y2, Y4
-	VMULPS      kOMB2(AX), Y1, Y5
-	VMULPS      Y1, Y5, Y5
-	VFMADD231PS kB2(AX), Y3, Y5
-	VSQRTPS     Y5, Y6
-	VMOVUPS     kINV(AX), Y7
-	VFMADD213PS kEPS(AX), Y7, Y6
-	VDIVPS      Y6, Y4, Y7
-	VMULPS      kDECAY(AX), Y0, Y0
-	VFMADD231PS kNEG(AX), Y7, Y0
-	VMOVUPS     Y0, (SI)
-	VMOVUPS     Y4, (R8)
-	VMOVUPS     Y5, (R9)
-	TESTQ       $fOut, BX
-	JZ          a2next
+	ADAM_Y
+	VMOVUPS Y0, (SI)
+	TESTQ   $fMomBF16, BX
+	JNZ     a2smbf16
+	VMOVUPS Y4, (R8)
+	VMOVUPS Y5, (R9)
+	JMP     a2smok
 
-	VPSRLD       $16, Y0, Y8
-	VPAND        kI1(AX), Y8, Y8
-	VPADDD       kI7FFF(AX), Y8, Y8
-	VPADDD       Y0, Y8, Y8
-	VPSRLD       $16, Y8, Y8
-	VCMPPS       $3, Y0, Y0, Y9
-	VPSRLD       $16, Y0, Y10
-	VPOR         kI40(AX), Y10, Y10
-	VBLENDVPS    Y9, Y10, Y8, Y8
-	VEXTRACTI128 $1, Y8, X9
-	VPACKUSDW    X9, X8, X8
-	VMOVDQU      X8, (DI)
+a2smbf16:
+	BF16_Y(Y4, Y8, Y10, Y9)
+	STORE16_Y(Y8, X8, X9, (R8))
+	BF16_Y(Y5, Y8, Y10, Y9)
+	STORE16_Y(Y8, X8, X9, (R9))
+
+a2smok:
+	TESTQ $fOut, BX
+	JZ    a2next
+	BF16_Y(Y0, Y8, Y10, Y9)
+	STORE16_Y(Y8, X8, X9, (DI))
 
 a2next:
 	ADDQ $32, SI
 	ADDQ R10, DX
-	ADDQ $32, R8
-	ADDQ $32, R9
+	ADDQ R12, R8
+	ADDQ R12, R9
 	ADDQ $16, DI
 	SUBQ $8, CX
 	JG   a2loop

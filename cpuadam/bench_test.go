@@ -83,3 +83,30 @@ func checkWritten(b *testing.B, s state, out []uint16) {
 		}
 	}
 }
+
+// BenchmarkStepMoments times Step per ISA and moment precision (fp32
+// gradients, no output) in cache and streaming; b.SetBytes counts the
+// bytes of `strata bench adam` (28, 20 and 16.0625 per parameter).
+func BenchmarkStepMoments(b *testing.B) {
+	for _, n := range []int{1 << 14, 1 << 24} {
+		inputs := sync.OnceValue(func() state { return randState(rand.New(rand.NewPCG(2, uint64(n))), n) })
+		for _, isa := range allISAs(b) {
+			for _, mo := range []Moments{MomentsF32, MomentsBF16, MomentsInt8} {
+				b.Run(fmt.Sprintf("n=%d/%v/%v", n, isa, mo), func(b *testing.B) {
+					o, err := New(Options{Threads: 1, ISA: isa})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer o.Close()
+					s := inputs()
+					sh := narrowShard(mo, s.param, s.grad, s.m, s.v, nil)
+					p := Params{LR: 1e-3, Beta1: .9, Beta2: .999, Eps: 1e-8, WeightDecay: .01, Step: 1, GradScale: 1}
+					b.SetBytes(int64(float64(n) * (12 + 4*float64(mo.Bytes(n))/float64(n))))
+					for b.Loop() {
+						o.Step(p, sh)
+					}
+				})
+			}
+		}
+	}
+}

@@ -6,9 +6,10 @@
 // # What it owns
 //
 // The update formula (this doc; ref.go is its executable form and the
-// oracle), the kernels that compute it (AVX-512 and AVX2+FMA in Go
-// assembly, adam_amd64.s; pure Go elsewhere), their dispatch, and a pool
-// of worker goroutines (Optimizer). Its Params (hyper-parameters,
+// oracle), the narrow formats of offloaded moments (moments.go), the
+// kernels that compute them (AVX-512 and AVX2+FMA in Go assembly,
+// adam_amd64.s and moments_amd64.s; pure Go elsewhere), their dispatch,
+// and a pool of worker goroutines (Optimizer). Its Params (hyper-parameters,
 // validation and the per-step scalars) are internal/adam's, the same type
 // as gpu.AdamParams. It imports nothing of Strata but internal/bf16 and
 // internal/adam.
@@ -57,7 +58,8 @@
 // float32 fused multiply-add in Go) and separate roundings elsewhere (the
 // reference writes float32() around products so the compiler cannot fuse
 // them), and sqrt and division are IEEE on both sides. Only NaN payloads
-// may differ. The tests check every ISA against the reference bit for bit.
+// may differ (and with int8 moments the sign of the code of a NaN, in a
+// block whose scale is a NaN). The tests check every ISA against the reference bit for bit.
 //
 // SumSquares sums in float64, in an order fixed by the index alone: the
 // input is cut into blocks of 16384 elements from its start; within a
@@ -79,6 +81,67 @@
 // Optimizer takes an ISA so tests and benchmarks switch levels in one
 // process. Each assembly routine is documented by the Go loop it
 // computes.
+//
+// # Narrow moments
+//
+// An offloaded shard may store m and v in bf16 or int8 instead of fp32
+// (Moments, Shard, Step). The update is the fp32 formula above: each step
+// decodes the stored moments to fp32, updates, and encodes the new ones,
+// so a store's rounding is made once per step and never inside one.
+//
+// bf16: each moment rounded to nearest even as the bf16 output is (NaN
+// stays a NaN with its sign, subnormals kept); decoding widens exactly.
+//
+// int8: the shard is cut into blocks of QuantBlock = 256 elements from its
+// start (the last may be shorter); each block of each moment has one fp32
+// scale, stored before the codes: the largest |x| of the block's new
+// values by bit pattern (so an Inf or NaN becomes the scale, and a block
+// of zeros has scale 0 and is divided by 1). A code holds r = x/scale, a
+// correctly rounded float32 division with |r| <= 1, in a base-2 format
+// with 3 fraction bits; its value times the scale, rounded once to
+// float32, is the decoded moment:
+//
+//	m: bit 7 sign, bits 6..3 exponent field e (bias 15), bits 2..0 fraction f
+//	   e >= 1: ±2^(e-15)·(1+f/8)   from 2^-14 to 1.0 (code 0x78)
+//	   e == 0: ±f·2^-17            subnormal, down to 2^-17
+//	v: bits 7..3 exponent field e (bias 31), bits 2..0 fraction f, no sign
+//	   e >= 1: 2^(e-31)·(1+f/8)    from 2^-30 to 1.0 (code 0xf8)
+//	   e == 0: f·2^-33
+//
+// Encoding rounds |r| to the nearest code value, ties to the even code: a
+// normal |r| by rounding its fp32 bits to 3 fraction bits with the integer
+// trick of the bf16 rounding (add 0x7ffff plus the last kept bit, shift by
+// 20), a smaller one by rounding |r|·2^17 (m) or |r|·2^33 (v), which is
+// exact, to the nearest even integer (8 is the smallest normal code, so
+// the two ranges meet). A NaN ratio (a NaN in the block) gets the largest
+// code, 0x7f or 0xff with m's sign (its block's scale is that NaN, so it
+// decodes to a NaN); no other code above 1.0 is written; -0 keeps its sign
+// in m. Shards under MinQuantElems = 4096 elements keep
+// fp32 moments (Moments.For).
+//
+// Sources: block-wise quantization with a per-block absmax is Dettmers et
+// al. 2022, "8-bit Optimizers via Block-wise Quantization" (blocks of 2048
+// there; 256 here, so that one outlier costs fewer neighbours their
+// precision), as are the 4096-element rule and the decode, update in fp32,
+// encode cycle. m's layout is the E4M3 format of Micikevicius et al. 2022,
+// "FP8 Formats for Deep Learning", with its exponent bias moved so that
+// the top of the range, |r| = 1, is exponent 2^0 (0x7f, E4M3's NaN, is
+// the code of a NaN here too); v, never negative, spends the sign bit
+// on a fifth exponent bit, as its values span the square of m's range. The
+// paper's dynamic tree map is base-10 and irregular: encoding it needs a
+// search of a 256-entry table and its rounding is defined by that search.
+// A base-2 format with fixed fraction bits is rounded exactly, to nearest
+// even, by integer arithmetic on the float32 bits, so every ISA computes
+// the same codes with a few vector instructions and no table.
+//
+// The kernels (AVX-512, AVX2, Go) give the same bits for narrow moments
+// too: refNarrow in moments.go is their oracle. Per block, the vector
+// kernels update and keep the new moments in a scratch buffer while the
+// block's largest magnitudes are reduced, then divide (VDIVPS, correctly
+// rounded like Go's float32 division) and encode; subnormal codes are
+// rounded by VCVTPS2DQ, which rounds to nearest even like
+// math.RoundToEven. AVX2 runs whole blocks and leaves a last, shorter
+// block to the Go loop.
 //
 // # Lifecycle and memory
 //

@@ -14,16 +14,29 @@ const (
 	fOut      = 2
 	fL2       = 4
 	fOutNT    = 8 // AVX-512: full vectors of out with non-temporal stores; out 32-byte aligned
+	fMomBF16  = 16
 )
 
 // Implemented in adam_amd64.s; each is documented there by the Go loop it
 // computes.
 
 //go:noescape
-func adamAVX512(k *kconsts, param *float32, grad unsafe.Pointer, m, v *float32, out *uint16, n int, flags uintptr)
+func adamAVX512(k *kconsts, param *float32, grad, m, v unsafe.Pointer, out *uint16, n int, flags uintptr)
 
 //go:noescape
-func adamAVX2(k *kconsts, param *float32, grad unsafe.Pointer, m, v *float32, out *uint16, n int, flags uintptr)
+func adamAVX2(k *kconsts, param *float32, grad, m, v unsafe.Pointer, out *uint16, n int, flags uintptr)
+
+// Implemented in moments_amd64.s.
+
+//go:noescape
+func adamQ8AVX512(k *kconsts, param *float32, grad unsafe.Pointer, mc, vc *uint8, ms, vs *float32, out *uint16, n int, flags uintptr, scratch *q8Scratch)
+
+//go:noescape
+func adamQ8AVX2(k *kconsts, param *float32, grad unsafe.Pointer, mc, vc *uint8, ms, vs *float32, out *uint16, n int, flags uintptr, scratch *q8Scratch)
+
+// q8Scratch holds a block's new m and v between the update and their
+// encoding, then (AVX2) the block's two old scales broadcast to 8 lanes.
+type q8Scratch [2*QuantBlock + 16]float32
 
 //go:noescape
 func sumSqAVX512(x unsafe.Pointer, n int, bf16 bool, acc *[16]float64)
@@ -51,14 +64,14 @@ func archSupport() (avx2, avx512 bool) {
 }
 
 func adamF32AVX2(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
-	adamVec(false, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), 0, m, v, out)
+	adamVec(false, k, mode, param, f32p(grad), f32p(m), f32p(v), 0, out)
 	if t := len(param) &^ 7; t < len(param) {
 		refF32(k, mode, param[t:], grad[t:], m[t:], v[t:], tail(out, t))
 	}
 }
 
 func adamBF16AVX2(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
-	adamVec(false, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), fGradBF16, m, v, out)
+	adamVec(false, k, mode, param, u16p(grad), f32p(m), f32p(v), fGradBF16, out)
 	if t := len(param) &^ 7; t < len(param) {
 		refBF16(k, mode, param[t:], grad[t:], m[t:], v[t:], tail(out, t))
 	}
@@ -107,11 +120,11 @@ func r4w3F32AVX2(a, b, c, d []float32) {
 }
 
 func adamF32AVX512(k *kconsts, mode Mode, param, grad, m, v []float32, out []uint16) {
-	adamVec(true, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), 0, m, v, out)
+	adamVec(true, k, mode, param, f32p(grad), f32p(m), f32p(v), 0, out)
 }
 
 func adamBF16AVX512(k *kconsts, mode Mode, param []float32, grad []uint16, m, v []float32, out []uint16) {
-	adamVec(true, k, mode, param, unsafe.Pointer(unsafe.SliceData(grad)), fGradBF16, m, v, out)
+	adamVec(true, k, mode, param, u16p(grad), f32p(m), f32p(v), fGradBF16, out)
 }
 
 func sumSqF32AVX512(x []float32, acc *[16]float64) {
@@ -157,8 +170,9 @@ func r4w3F32AVX512(a, b, c, d []float32) {
 var outNTMinLen = 1 << 18
 
 // adamVec runs the AVX-512 kernel over all of param, or the AVX2 kernel
-// over its first len(param)&^7 elements.
-func adamVec(avx512 bool, k *kconsts, mode Mode, param []float32, grad unsafe.Pointer, flags uintptr, m, v []float32, out []uint16) {
+// over its first len(param)&^7 elements. grad points to fp32 or, with
+// fGradBF16, bf16 values; m and v to fp32 or, with fMomBF16, bf16.
+func adamVec(avx512 bool, k *kconsts, mode Mode, param []float32, grad, m, v unsafe.Pointer, flags uintptr, out []uint16) {
 	n := len(param)
 	if !avx512 {
 		n &^= 7
@@ -173,29 +187,90 @@ func adamVec(avx512 bool, k *kconsts, mode Mode, param []float32, grad unsafe.Po
 	if mode == AdamL2 {
 		flags |= fL2
 	}
-	if avx512 {
-		if o != nil && n >= outNTMinLen {
-			// Stream the write-only bf16 output past the cache: normal
-			// stores first up to a 32-byte boundary of out, then
-			// non-temporal stores of whole vectors.
-			h := min(n, int((32-uintptr(unsafe.Pointer(o))%32)%32/2))
-			if h > 0 {
-				adamAVX512(k, &param[0], grad, &m[0], &v[0], o, h, flags)
-			}
-			if h == n {
-				return
-			}
-			gb := uintptr(4)
-			if flags&fGradBF16 != 0 {
-				gb = 2
-			}
-			adamAVX512(k, &param[h], unsafe.Add(grad, uintptr(h)*gb), &m[h], &v[h], &out[h], n-h, flags|fOutNT)
-			return
-		}
-		adamAVX512(k, &param[0], grad, &m[0], &v[0], o, n, flags)
-	} else {
-		adamAVX2(k, &param[0], grad, &m[0], &v[0], o, n, flags)
+	if !avx512 {
+		adamAVX2(k, &param[0], grad, m, v, o, n, flags)
+		return
 	}
+	if o == nil || n < outNTMinLen {
+		adamAVX512(k, &param[0], grad, m, v, o, n, flags)
+		return
+	}
+	// Stream the write-only bf16 output past the cache: normal stores
+	// first up to a 32-byte boundary of out, then non-temporal stores of
+	// whole vectors.
+	h := min(n, int((32-uintptr(unsafe.Pointer(o))%32)%32/2))
+	if h > 0 {
+		adamAVX512(k, &param[0], grad, m, v, o, h, flags)
+	}
+	if h == n {
+		return
+	}
+	gb, mb := uintptr(4), uintptr(4)
+	if flags&fGradBF16 != 0 {
+		gb = 2
+	}
+	if flags&fMomBF16 != 0 {
+		mb = 2
+	}
+	hh := uintptr(h)
+	adamAVX512(k, &param[h], unsafe.Add(grad, hh*gb), unsafe.Add(m, hh*mb), unsafe.Add(v, hh*mb), &out[h], n-h, flags|fOutNT)
+}
+
+func f32p(s []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
+func u16p(s []uint16) unsafe.Pointer  { return unsafe.Pointer(unsafe.SliceData(s)) }
+
+// adamNarrowAVX512 runs a shard with bf16 or int8 moments.
+func adamNarrowAVX512(k *kconsts, mode Mode, s Shard) {
+	adamNarrowVec(true, k, mode, s)
+}
+
+// adamNarrowAVX2 runs the AVX2 kernels over the first len(s.Param)&^7
+// elements (bf16 moments) or whole blocks (int8), and refNarrow over the
+// rest, which gives the same bits.
+func adamNarrowAVX2(k *kconsts, mode Mode, s Shard) {
+	if t := adamNarrowVec(false, k, mode, s); t < len(s.Param) {
+		refNarrow(k, mode, s.slice(t, len(s.Param)))
+	}
+}
+
+// adamNarrowVec runs the kernels of one ISA over s and returns how many
+// elements (from the start) they did.
+func adamNarrowVec(avx512 bool, k *kconsts, mode Mode, s Shard) int {
+	n := len(s.Param)
+	grad, flags := f32p(s.Grad), uintptr(0)
+	if s.Grad == nil {
+		grad, flags = u16p(s.GradBF16), fGradBF16
+	}
+	if s.M.BF16 != nil {
+		adamVec(avx512, k, mode, s.Param, grad, u16p(s.M.BF16), u16p(s.V.BF16), flags|fMomBF16, s.Out)
+		if avx512 {
+			return n
+		}
+		return n &^ 7
+	}
+	if !avx512 {
+		n &^= QuantBlock - 1
+	}
+	if n == 0 {
+		return 0
+	}
+	var o *uint16
+	if s.Out != nil {
+		o, flags = &s.Out[0], flags|fOut
+		if avx512 && n >= outNTMinLen && uintptr(unsafe.Pointer(o))%32 == 0 {
+			flags |= fOutNT // every full vector of out is 32-byte aligned
+		}
+	}
+	if mode == AdamL2 {
+		flags |= fL2
+	}
+	var scratch q8Scratch
+	if avx512 {
+		adamQ8AVX512(k, &s.Param[0], grad, &s.M.Codes[0], &s.V.Codes[0], &s.M.Scales[0], &s.V.Scales[0], o, n, flags, &scratch)
+	} else {
+		adamQ8AVX2(k, &s.Param[0], grad, &s.M.Codes[0], &s.V.Codes[0], &s.M.Scales[0], &s.V.Scales[0], o, n, flags, &scratch)
+	}
+	return n
 }
 
 func tail(out []uint16, t int) []uint16 {

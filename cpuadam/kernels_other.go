@@ -20,6 +20,8 @@ func adamF32AVX512(*kconsts, Mode, []float32, []float32, []float32, []float32, [
 func adamBF16AVX512(*kconsts, Mode, []float32, []uint16, []float32, []float32, []uint16) {
 	unreachable()
 }
+func adamNarrowAVX2(*kconsts, Mode, Shard)   { unreachable() }
+func adamNarrowAVX512(*kconsts, Mode, Shard) { unreachable() }
 func sumSqF32AVX512([]float32, *[16]float64) { unreachable() }
 func sumSqBF16AVX512([]uint16, *[16]float64) { unreachable() }
 func maxAbsF32AVX512([]float32) uint32       { unreachable(); return 0 }

@@ -333,7 +333,14 @@ func (i ISA) adamShard(k *kconsts, mode Mode, s Shard) {
 			i.adamBF16(k, mode, s.Param, s.GradBF16, s.M.F32, s.V.F32, s.Out)
 		}
 	default:
-		refNarrow(k, mode, s)
+		switch i {
+		case ISAAVX512:
+			adamNarrowAVX512(k, mode, s)
+		case ISAAVX2:
+			adamNarrowAVX2(k, mode, s)
+		default:
+			refNarrow(k, mode, s)
+		}
 	}
 }
 

@@ -151,8 +151,9 @@ func TestLengthMismatchPanics(t *testing.T) {
 }
 
 // FuzzKernels compares every ISA with the reference on arbitrary bit
-// patterns (NaN, Inf, subnormals included) and arbitrary lengths. Its
-// seeds run under plain go test.
+// patterns (NaN, Inf, subnormals included) and arbitrary lengths, with
+// fp32 moments and then with bf16 and int8 ones (fuzzNarrow). Its seeds
+// run under plain go test.
 func FuzzKernels(f *testing.F) {
 	f.Add([]byte{}, uint8(0), 1e-3, 0.01, uint16(1))
 	f.Add([]byte("\x00\x00\x80\x7f\x01\x00\xc0\x7f\x00\x00\x80\x3f\xff\xff\x7f\x7f\x01\x00\x00\x00"), uint8(3), 0.1, 0.0, uint16(7))
@@ -162,6 +163,11 @@ func FuzzKernels(f *testing.F) {
 		seed[i] = byte(i*131 + i/7)
 	}
 	f.Add(seed, uint8(5), 3e-3, 1e-2, uint16(42))
+	long := make([]byte, 16*(2*QuantBlock+21)) // two int8 blocks and a partial one
+	for i := range long {
+		long[i] = byte(i*37 + i/16*11 + i/97)
+	}
+	f.Add(long, uint8(2), 1e-3, 1e-1, uint16(9))
 	f.Fuzz(func(t *testing.T, data []byte, variant uint8, lr, wd float64, step uint16) {
 		c := allConfigs()[int(variant)%len(allConfigs())]
 		n := len(data) / 16
@@ -170,6 +176,7 @@ func FuzzKernels(f *testing.F) {
 			return
 		}
 		s := state{make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]uint16, n)}
+		mw, vw := make([]uint32, n), make([]uint32, n)
 		for i := range n {
 			w := func(j int) uint32 {
 				b := data[16*i+4*j:]
@@ -178,10 +185,12 @@ func FuzzKernels(f *testing.F) {
 			s.param[i], s.grad[i], s.m[i] = math.Float32frombits(w(0)), math.Float32frombits(w(1)), math.Float32frombits(w(2))
 			s.v[i] = math.Float32frombits(w(3) &^ (1 << 31)) // v >= 0 (or NaN) as Adam keeps it
 			s.gradH[i] = uint16(w(1) >> 16)
+			mw[i], vw[i] = w(2), w(3)
 		}
 		for _, isa := range vectorISAs(t) {
 			runCase(t, isa, c, p, s, offsets{int(variant) % 16, int(step) % 16, 1, 2, int(step) % 32})
 		}
+		fuzzNarrow(t, c, p, s, mw, vw, variant, step)
 		x := s.grad
 		want := sumSquares(ISAGo, x, nil)
 		for _, isa := range vectorISAs(t) {

@@ -29,6 +29,26 @@ const (
 	kI7FFF             // integer 0x7fff (bf16 rounding bias)
 	kI1                // integer 1
 	kI40               // integer 0x40 (bf16 quiet-NaN bit)
+
+	// The int8 maps of moments.go (integers unless marked float).
+	kAbs     // 0x7fffffff
+	kI7F     // 0x7f: m's largest code
+	kI80     // 0x80: m's sign bit
+	kSign    // 0x80000000
+	kMMag    // 0x07f00000: m's magnitude bits of code<<20
+	kSubCode // 7<<20: a magnitude<<20 above it is a normal code
+	kMDec    // mDecodeBias: a normal magnitude<<20 + kMDec is its value's bits
+	kMSubQ   // float 2^-37: a subnormal magnitude<<20 × kMSubQ is its value (quantum 2^-17)
+	kMSubTop // mMinNormalBits-1: |r| bits up to this take m's subnormal branch
+	kMRnd    // fracRoundBias - mBiasCode<<20 (mod 2^32): see the encoding in moments_amd64.s
+	kMSubS   // float 2^17: m's subnormal code is |r| × this, rounded
+	kVDec    // the same for v (quantum 2^-33)
+	kVSubQ
+	kVSubTop
+	kVRnd
+	kVSubS
+	kVMax // 0xff: v's largest code
+	kOne  // float 1: the divisor of a zero block
 	kRows
 )
 
@@ -58,6 +78,20 @@ func makeConsts(p Params) kconsts {
 	k.set(kI7FFF, math.Float32frombits(0x7fff))
 	k.set(kI1, math.Float32frombits(1))
 	k.set(kI40, math.Float32frombits(0x40))
+	for _, c := range [...]struct {
+		row  int
+		bits uint32
+	}{
+		{kAbs, absMask}, {kI7F, mMaxCode}, {kI80, 0x80}, {kSign, 0x80000000},
+		{kMMag, mMaxCode << fracShift}, {kSubCode, 7 << fracShift},
+		{kMDec, mDecodeBias}, {kMSubQ, math.Float32bits(mSubQuantum / (1 << fracShift))}, {kMSubTop, mMinNormalBits - 1},
+		{kMRnd, (fracRoundBias - mBiasCode<<fracShift) & 0xffffffff}, {kMSubS, math.Float32bits(mSubScale)},
+		{kVDec, vDecodeBias}, {kVSubQ, math.Float32bits(vSubQuantum / (1 << fracShift))}, {kVSubTop, vMinNormalBits - 1},
+		{kVRnd, (fracRoundBias - vBiasCode<<fracShift) & 0xffffffff}, {kVSubS, math.Float32bits(vSubScale)},
+		{kVMax, vMaxCode}, {kOne, math.Float32bits(1)},
+	} {
+		k.set(c.row, math.Float32frombits(c.bits))
+	}
 	return k
 }
 
