@@ -229,7 +229,7 @@ func adamNarrowAVX512(k *kconsts, mode Mode, s Shard) {
 // rest, which gives the same bits.
 func adamNarrowAVX2(k *kconsts, mode Mode, s Shard) {
 	if t := adamNarrowVec(false, k, mode, s); t < len(s.Param) {
-		refNarrow(k, mode, s.slice(t, len(s.Param)))
+		refNarrow(k, mode, s.Slice(t, len(s.Param)))
 	}
 }
 
