@@ -10,7 +10,6 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
-	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -147,7 +146,7 @@ func (o StepOptions) Validate() error {
 		}
 	}
 	for _, m := range o.Moments {
-		if _, err := estimate.ParseMoments(m); err != nil {
+		if !slices.Contains([]string{config.MomentsFP32, config.MomentsBF16, config.MomentsInt8}, m) {
 			return fmt.Errorf("bench: moments %q is not fp32, bf16 or int8", m)
 		}
 	}

@@ -11,7 +11,7 @@
 // adam_amd64.s and moments_amd64.s; pure Go elsewhere), their dispatch,
 // and a pool of worker goroutines (Optimizer). Its Params (hyper-parameters,
 // validation and the per-step scalars) are internal/adam's, the same type
-// as gpu.AdamParams. It imports nothing of Strata but internal/bf16 and
+// as gpu.AdamParams. It imports nothing of Strata but internal/bf16, internal/dtype (the Q8 size) and
 // internal/adam.
 //
 // # The formula
