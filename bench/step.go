@@ -619,8 +619,8 @@ func (r StepResult) String() string {
 		"stall hbm", "stall host", "nvme->host", "host->hbm", "host->nvme", "peak host", "identical")
 	for _, m := range r.Modes {
 		same := fmt.Sprint(m.ParamsIdentical)
-		if len(r.Modes) == 1 {
-			same = "-" // nothing to compare with
+		if len(r.Modes) == 1 || m.Moments != r.Modes[0].Moments {
+			same = "-" // nothing to compare with; other moments: not the same run by design
 		}
 		fmt.Fprintf(&b, "%-14s %9.3fs %9.3fs %9.4f %9d %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Name(), m.MedianStep, m.Optimizer, m.HitRate, m.Dependent,
 			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[shard.NVMeToHost]), units.FormatBytes(m.LinkBytes[shard.HostToHBM]),

@@ -52,6 +52,7 @@ var shapes = map[string]Shape{
 	"gpt2-774m": {Layers: 36, Dim: 1280, Heads: 20, Vocab: 50257, MaxSeq: 1024},
 	"gpt2-1.5b": {Layers: 48, Dim: 1600, Heads: 25, Vocab: 50257, MaxSeq: 1024},
 	"gpt-2b":    {Layers: 40, Dim: 2048, Heads: 16, Vocab: 256, MaxSeq: 1024},
+	"gpt-5b":    {Layers: 40, Dim: 3200, Heads: 25, Vocab: 256, MaxSeq: 1024}, // 4.9B: 16Ψ = 79 GB, 3x this machine's 24 GiB
 	"gpt-7b":    {Layers: 32, Dim: 4096, Heads: 32, Vocab: 50257, MaxSeq: 2048},
 
 	// Byte-level Llama-family shapes for tests: grouped-query attention
