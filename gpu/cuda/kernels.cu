@@ -472,10 +472,12 @@ extern "C" __global__ void rmsnorm_fwd(const void* a, int da, const void* b, int
             float w[VEC];
             ld8(b, db, base + c, n, w);
 #pragma unroll
-            for (int k = 0; k < VEC; k++) v[k] = v[k] + w[k];
+            for (int k = 0; k < VEC; k++)
+                if (k < n) v[k] = v[k] + w[k];
             st8(sum, dsum, base + c, n, v);
 #pragma unroll
-            for (int k = 0; k < VEC; k++) v[k] = stored(dsum, v[k]);
+            for (int k = 0; k < VEC; k++)
+                if (k < n) v[k] = stored(dsum, v[k]);
         }
 #pragma unroll
         for (int k = 0; k < VEC; k++)
