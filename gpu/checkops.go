@@ -17,6 +17,7 @@ type Kernels[S, B any] interface {
 	AttentionBackward(s S, dout, qkv, out, lse, pos, dqkv B, batch, seq, heads, kvHeads, headDim int)
 	AttentionCached(s S, qkv, kCache, vCache, out B, start, n, heads, kvHeads, headDim int)
 	RMSNormForward(s S, x, gamma, y, rstd B, rows, cols int, eps float32)
+	AddRMSNormForward(s S, a, b, sum, gamma, y, rstd B, rows, cols int, eps float32)
 	RMSNormBackward(s S, dy, x, gamma, rstd, dx, dgamma B, rows, cols int)
 	RopeForward(s S, qkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
 	RopeBackward(s S, dqkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
@@ -198,6 +199,21 @@ func (o *checkedOps[S, B]) RMSNormForward(s Stream, x, gamma, y, rstd Buffer, ro
 	o.k.RMSNormForward(rs, rx, rg, ry, rr, rows, cols, eps)
 }
 
+func (o *checkedOps[S, B]) AddRMSNormForward(s Stream, a, b, sum, gamma, y, rstd Buffer, rows, cols int, eps float32) {
+	o.dims("add-rmsnorm", rows, cols)
+	rs, n := o.stream(s), rows*cols
+	ra, rb, rsum := o.float(a, "add-rmsnorm a", n), o.float(b, "add-rmsnorm b", n), o.float(sum, "add-rmsnorm sum", n)
+	rg, ry := o.float(gamma, "add-rmsnorm gamma", cols), o.float(y, "add-rmsnorm y", n)
+	rr := o.typed(rstd, "add-rmsnorm rstd", F32, rows)
+	if (overlap(rsum, ra) && !same(rsum, ra)) || (overlap(rsum, rb) && !same(rsum, rb)) {
+		o.f.Panicf("add-rmsnorm: sum overlaps a or b other than in place")
+	}
+	if overlap(ry, ra) || overlap(ry, rb) || overlap(ry, rsum) {
+		o.f.Panicf("add-rmsnorm: y overlaps a, b or sum")
+	}
+	o.k.AddRMSNormForward(rs, ra, rb, rsum, rg, ry, rr, rows, cols, eps)
+}
+
 func (o *checkedOps[S, B]) RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dgamma Buffer, rows, cols int) {
 	o.dims("rmsnorm-backward", rows, cols)
 	rs := o.stream(s)
@@ -249,6 +265,11 @@ func (o *checkedOps[S, B]) SwiGLUBackward(s Stream, gateUp, dy, dgateUp Buffer, 
 func overlap[B Resident](a, b B) bool {
 	ao, bo := a.Offset(), b.Offset()
 	return a.Allocation() == b.Allocation() && ao < bo+b.Len() && bo < ao+a.Len()
+}
+
+// same says whether two buffers are the same elements of one allocation.
+func same[B Resident](a, b B) bool {
+	return a.Allocation() == b.Allocation() && a.Offset() == b.Offset() && a.Len() == b.Len()
 }
 
 func (o *checkedOps[S, B]) GeluForward(s Stream, x, y Buffer, n int) {

@@ -71,6 +71,13 @@ type Ops interface {
 	// RMSNormForward writes rstd[r] = 1/sqrt(mean_c x[r,c]² + eps) (F32,
 	// rows) and y = x·rstd·gamma per row of x (rows×cols): Llama's RMSNorm.
 	RMSNormForward(s Stream, x, gamma, y, rstd Buffer, rows, cols int, eps float32)
+	// AddRMSNormForward is Add then RMSNormForward in one pass over the
+	// rows (the residual connection of a pre-norm block and the norm after
+	// it): it writes sum = a + b (rows×cols, rounded once to sum's dtype;
+	// sum may be a or b) and then what RMSNormForward(sum, gamma, y, rstd)
+	// writes, with the same bits as those two calls. y may not overlap a,
+	// b or sum.
+	AddRMSNormForward(s Stream, a, b, sum, gamma, y, rstd Buffer, rows, cols int, eps float32)
 	// RMSNormBackward accumulates into dx and dgamma.
 	RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dgamma Buffer, rows, cols int)
 

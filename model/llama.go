@@ -26,11 +26,10 @@ func (m *Model) llamaBlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerA
 	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, q*c), m.qkvBias(w), la.qkv, bt, c, q)       // qkv (bt×Q)
 	ops.RopeForward(s, la.qkv, m.posBuffer(), m.batch, m.seq, h, kv, d, theta)                // q, k rotated in place
 	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, kv, d) // atty (bt×C), lse (B×H×T)
-	linearForward(ops, s, la.atty, w.Slice(o.oW, c*c), nil, la.res2, bt, c, c)                // res2 (bt×C)
-	ops.Add(s, x, la.res2, la.res2, bt*c)                                                     // + x
-	ops.RMSNormForward(s, la.res2, w.Slice(o.ln2, c), la.ln2, la.ln2Rstd, bt, c, eps)         // ln2 (bt×C)
-	linearForward(ops, s, la.ln2, w.Slice(o.gateUpW, 2*f*c), nil, la.fch, bt, c, 2*f)         // gate|up (bt×2F)
-	ops.SwiGLUForward(s, la.fch, la.fchAct, bt, f)                                            // silu(gate)·up (bt×F)
+	linearForward(ops, s, la.atty, w.Slice(o.oW, c*c), nil, la.res2, bt, c, c)                // res2 (bt×C); below: res2 += x, ln2 (bt×C)
+	ops.AddRMSNormForward(s, x, la.res2, la.res2, w.Slice(o.ln2, c), la.ln2, la.ln2Rstd, bt, c, eps)
+	linearForward(ops, s, la.ln2, w.Slice(o.gateUpW, 2*f*c), nil, la.fch, bt, c, 2*f) // gate|up (bt×2F)
+	ops.SwiGLUForward(s, la.fch, la.fchAct, bt, f)                                    // silu(gate)·up (bt×F)
 	if recompute {
 		return
 	}

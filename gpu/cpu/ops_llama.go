@@ -39,6 +39,13 @@ func (o *kernels) RMSNormForward(s *Stream, x, gamma, y, rstd *Buffer, rows, col
 	})
 }
 
+// AddRMSNormForward is Add, then RMSNormForward of the stored sum: the
+// bits of those two calls by construction.
+func (o *kernels) AddRMSNormForward(s *Stream, a, b, sum, gamma, y, rstd *Buffer, rows, cols int, eps float32) {
+	o.Add(s, a, b, sum, rows*cols)
+	o.RMSNormForward(s, sum, gamma, y, rstd, rows, cols, eps)
+}
+
 // RMSNormBackward accumulates dx and dgamma: with xhat = x·rstd and
 // g = dy·gamma, dx += (g - xhat·mean(g·xhat))·rstd, dgamma += sum_r dy·xhat;
 // the row mean in float64, the column sums in row order.

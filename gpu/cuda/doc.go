@@ -39,7 +39,10 @@
 // AttentionCached (generation) appends the new keys and values to the
 // caches (kv_append) and, for one new token, runs attn_cached, one block
 // per (token, head) over the cache in tiles of 256 keys; a first call
-// (start 0) runs attn_fwd on the new tokens. The Llama
+// (start 0) runs attn_fwd on the new tokens. RMSNorm (with or without
+// the residual add before it: AddRMSNormForward) and SwiGLU work on chunks
+// of 8 elements, moved as 16-byte vectors where a bf16 chunk is aligned and
+// element by element elsewhere, with the same bits either way. The Llama
 // kernels (RMSNorm, RoPE with cos/sin from double math in the kernel,
 // SwiGLU) and this attention were checked without a GPU (NVRTC compile,
 // a CPU model of the kernels under sanitizers; README.md) and have not

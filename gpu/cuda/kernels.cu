@@ -60,6 +60,69 @@ __device__ __forceinline__ void st(void* p, int dt, i64 i, float v) {
 
 #define GRID_STRIDE(i, n) for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (i64)gridDim.x * blockDim.x)
 
+// ---- chunks of 8 in 16-byte vectors --------------------------------------
+//
+// The row kernels (rmsnorm_fwd, rmsnorm_bwd_dx) and SwiGLU work on chunks
+// of VEC = 8 consecutive elements: thread t of a row's block takes the
+// chunks starting at columns 8t, 8(t+NT), ...; the last chunk of a row may
+// be short (the tail). ld8/st8 move a full chunk of bf16 as one 16-byte
+// vector (ld.global.v4) when its address is 16-byte aligned, and element by
+// element otherwise (a short chunk, an f32 tensor, a row or a slice that
+// starts off a 16-byte boundary). Both ways give the same values, and the
+// chunks, not the addresses, fix which thread sums what in which order: the
+// bits do not depend on alignment. ld_v16/st_v16 are the only vector
+// accesses; the CPU emulator (testdata/emu) replaces them to count them and
+// to check their alignment.
+#define VEC 8
+
+#ifndef STRATA_EMU
+__device__ __forceinline__ uint4 ld_v16(const void* p) { return *(const uint4*)p; }
+__device__ __forceinline__ void st_v16(void* p, uint4 v) { *(uint4*)p = v; }
+#endif
+
+// chunk_len: the elements of the chunk at c in a row of cols (1..VEC).
+__device__ __forceinline__ int chunk_len(i64 c, i64 cols) { return cols - c < VEC ? (int)(cols - c) : VEC; }
+
+__device__ __forceinline__ bool vec_ok(const void* p, int dt, i64 i, int n) {
+    return dt == DT_BF16 && n == VEC && (((unsigned long long)((const u16*)p + i)) & 15) == 0;
+}
+
+// ld8 loads elements i..i+n-1 (n <= VEC) of p, widened to fp32, into v[0..n).
+__device__ __forceinline__ void ld8(const void* p, int dt, i64 i, int n, float* v) {
+    if (vec_ok(p, dt, i, n)) {
+        uint4 q = ld_v16((const u16*)p + i);
+        unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            v[2 * k] = bf2f((u16)(w[k] & 0xffffu));
+            v[2 * k + 1] = bf2f((u16)(w[k] >> 16));
+        }
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        if (k < n) v[k] = ld(p, dt, i + k);
+}
+
+// st8 stores v[0..n) to elements i..i+n-1 of p, each rounded once.
+__device__ __forceinline__ void st8(void* p, int dt, i64 i, int n, const float* v) {
+    if (vec_ok(p, dt, i, n)) {
+        unsigned w[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) w[k] = (unsigned)f2bf(v[2 * k]) | ((unsigned)f2bf(v[2 * k + 1]) << 16);
+        uint4 q;
+        q.x = w[0], q.y = w[1], q.z = w[2], q.w = w[3];
+        st_v16((u16*)p + i, q);
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        if (k < n) st(p, dt, i + k, v[k]);
+}
+
+// stored: v as st(dt) stores it and ld reads it back (bf16: rounded).
+__device__ __forceinline__ float stored(int dt, float v) { return dt == DT_BF16 ? bf2f(f2bf(v)) : v; }
+
 // Block reductions over NT threads with a fixed tree.
 __device__ double block_sum_d(double v, double* sh) {
     sh[threadIdx.x] = v;
@@ -229,26 +292,61 @@ extern "C" __global__ void bias_grad(const void* dy, int ddy, void* db, int ddb,
 // formulas of gpu/cpu's SwiGLU, so the two differ only where CUDA's exp
 // and Go's math.Exp do).
 
-extern "C" __global__ void swiglu_fwd(const void* gu, int dgu, void* y, int dy, i64 F, i64 n) {
-    GRID_STRIDE(x, n) {
-        i64 gi = (x / F) * 2 * F + x % F;
-        double g = (double)ld(gu, dgu, gi);
-        double sg = 1.0 / (1.0 + exp(-g));
-        st(y, dy, x, (float)(g * sg * (double)ld(gu, dgu, gi + F)));
+// One thread per chunk of VEC columns of gate (q < rows·ceil(F/VEC)):
+// gate, up and y move in 16-byte vectors where aligned (F a multiple of 8
+// and the buffers 16-byte aligned); the arithmetic is per element, so the
+// bits are those of one thread per element.
+
+// swiglu_at: the row and first column of chunk q, and its length.
+__device__ __forceinline__ void swiglu_at(i64 q, i64 F, i64* r, i64* f, int* n) {
+    i64 per = (F + VEC - 1) / VEC;
+    *r = q / per;
+    *f = (q % per) * VEC;
+    *n = chunk_len(*f, F);
+}
+
+extern "C" __global__ void swiglu_fwd(const void* gu, int dgu, void* y, int dy, i64 F, i64 nchunks) {
+    GRID_STRIDE(q, nchunks) {
+        i64 r, f;
+        int n;
+        swiglu_at(q, F, &r, &f, &n);
+        float g[VEC], u[VEC], o[VEC];
+        ld8(gu, dgu, r * 2 * F + f, n, g);
+        ld8(gu, dgu, r * 2 * F + F + f, n, u);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            if (k >= n) break;
+            double gd = (double)g[k];
+            double sg = 1.0 / (1.0 + exp(-gd));
+            o[k] = (float)(gd * sg * (double)u[k]);
+        }
+        st8(y, dy, r * F + f, n, o);
     }
 }
 
 // swiglu_bwd: d gate = dy·up·silu'(gate), d up = dy·silu(gate), with
 // silu'(g) = s·(1 + g·(1-s)), s = sigmoid(g). dgu may not alias gu (the
 // front end refuses it).
-extern "C" __global__ void swiglu_bwd(const void* gu, int dgu, const void* dy, int ddy, void* dgo, int ddgo, i64 F, i64 n) {
-    GRID_STRIDE(x, n) {
-        i64 gi = (x / F) * 2 * F + x % F;
-        double g = (double)ld(gu, dgu, gi), u = (double)ld(gu, dgu, gi + F);
-        double sg = 1.0 / (1.0 + exp(-g));
-        double d = (double)ld(dy, ddy, x);
-        st(dgo, ddgo, gi, (float)(d * u * sg * (1.0 + g * (1.0 - sg))));
-        st(dgo, ddgo, gi + F, (float)(d * g * sg));
+extern "C" __global__ void swiglu_bwd(const void* gu, int dgu, const void* dy, int ddy, void* dgo, int ddgo, i64 F,
+                                      i64 nchunks) {
+    GRID_STRIDE(q, nchunks) {
+        i64 r, f;
+        int n;
+        swiglu_at(q, F, &r, &f, &n);
+        float g[VEC], u[VEC], d[VEC], dg[VEC], du[VEC];
+        ld8(gu, dgu, r * 2 * F + f, n, g);
+        ld8(gu, dgu, r * 2 * F + F + f, n, u);
+        ld8(dy, ddy, r * F + f, n, d);
+#pragma unroll
+        for (int k = 0; k < VEC; k++) {
+            if (k >= n) break;
+            double gd = (double)g[k], ud = (double)u[k], dd = (double)d[k];
+            double sg = 1.0 / (1.0 + exp(-gd));
+            dg[k] = (float)(dd * ud * sg * (1.0 + gd * (1.0 - sg)));
+            du[k] = (float)(dd * gd * sg);
+        }
+        st8(dgo, ddgo, r * 2 * F + f, n, dg);
+        st8(dgo, ddgo, r * 2 * F + F + f, n, du);
     }
 }
 
@@ -352,44 +450,87 @@ extern "C" __global__ void layernorm_bwd_params(const void* dy, int ddy, const v
 
 // ---- RMSNorm -------------------------------------------------------------
 
-// rmsnorm_fwd: one block per row; the sum of squares in double over a
-// fixed tree; rstd = 1/sqrt(mean(x^2)+eps); y = x*rstd*gamma in fp32.
-extern "C" __global__ void rmsnorm_fwd(const void* x, int dx, const void* gamma, int dg, void* y, int dy, float* rstd,
-                                       i64 cols, float eps) {
+// rmsnorm_fwd: one block per row of x, in chunks of VEC columns (ld8/st8:
+// 16-byte vectors where aligned). With b (AddRMSNormForward) x = a + b,
+// added in fp32 and stored once into sum (Add's bits; sum may be a or b),
+// and the norm is of the stored sum; without b, x = a and sum is unused.
+// The sum of squares in double, each thread's chunks in column order, then
+// a fixed tree; rstd = 1/sqrt(mean(x^2)+eps); y = x*rstd*gamma in fp32.
+// The second pass reads x again (from L1/L2: the block has just read it).
+extern "C" __global__ void rmsnorm_fwd(const void* a, int da, const void* b, int db, void* sum, int dsum,
+                                       const void* gamma, int dg, void* y, int dy, float* rstd, i64 cols, float eps) {
     __shared__ double sh[NT];
-    i64 r = blockIdx.x;
-    i64 base = r * cols;
+    i64 base = (i64)blockIdx.x * cols;
+    const void* x = b ? sum : a;
+    int dx = b ? dsum : da;
     double ss = 0;
-    for (i64 c = threadIdx.x; c < cols; c += NT) {
-        double v = (double)ld(x, dx, base + c);
-        ss += v * v;
+    for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
+        int n = chunk_len(c, cols);
+        float v[VEC];
+        ld8(a, da, base + c, n, v);
+        if (b) {
+            float w[VEC];
+            ld8(b, db, base + c, n, w);
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                if (k < n) v[k] = v[k] + w[k];
+            st8(sum, dsum, base + c, n, v);
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                if (k < n) v[k] = stored(dsum, v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) ss += (double)v[k] * (double)v[k];
     }
     ss = block_sum_d(ss, sh);
     float rf = (float)(1.0 / sqrt(ss / (double)cols + (double)eps));
-    for (i64 c = threadIdx.x; c < cols; c += NT) st(y, dy, base + c, ld(x, dx, base + c) * rf * ld(gamma, dg, c));
-    if (threadIdx.x == 0) rstd[r] = rf;
+    for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
+        int n = chunk_len(c, cols);
+        float v[VEC], g[VEC];
+        ld8(x, dx, base + c, n, v);
+        ld8(gamma, dg, c, n, g);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) v[k] = v[k] * rf * g[k];
+        st8(y, dy, base + c, n, v);
+    }
+    if (threadIdx.x == 0) rstd[blockIdx.x] = rf;
 }
 
 // rmsnorm_bwd_dx: per row, with xhat = x*rstd and g = dy*gamma,
-// dx += (g - xhat*mean(g*xhat)) * rstd.
+// dx += (g - xhat*mean(g*xhat)) * rstd; chunks of VEC columns as
+// rmsnorm_fwd, the row's sum in double, chunks in column order, then the
+// fixed tree.
 extern "C" __global__ void rmsnorm_bwd_dx(const void* dy, int ddy, const void* x, int dx_, const void* gamma, int dg,
                                           const float* rstd, void* dx, int ddx, i64 cols) {
     __shared__ double sh[NT];
-    i64 r = blockIdx.x;
-    i64 base = r * cols;
-    float rr = rstd[r];
+    i64 base = (i64)blockIdx.x * cols;
+    float rr = rstd[blockIdx.x];
     double sgx = 0;
-    for (i64 c = threadIdx.x; c < cols; c += NT) {
-        float xh = ld(x, dx_, base + c) * rr;
-        float gh = ld(dy, ddy, base + c) * ld(gamma, dg, c);
-        sgx += (double)gh * (double)xh;
+    for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
+        int n = chunk_len(c, cols);
+        float xv[VEC], dv[VEC], gv[VEC];
+        ld8(x, dx_, base + c, n, xv);
+        ld8(dy, ddy, base + c, n, dv);
+        ld8(gamma, dg, c, n, gv);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) sgx += (double)(dv[k] * gv[k]) * (double)(xv[k] * rr);
     }
     sgx = block_sum_d(sgx, sh);
     float mgx = (float)(sgx / (double)cols);
-    for (i64 c = threadIdx.x; c < cols; c += NT) {
-        float xh = ld(x, dx_, base + c) * rr;
-        float gh = ld(dy, ddy, base + c) * ld(gamma, dg, c);
-        st(dx, ddx, base + c, ld(dx, ddx, base + c) + (gh - xh * mgx) * rr);
+    for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
+        int n = chunk_len(c, cols);
+        float xv[VEC], dv[VEC], gv[VEC], ov[VEC];
+        ld8(x, dx_, base + c, n, xv);
+        ld8(dy, ddy, base + c, n, dv);
+        ld8(gamma, dg, c, n, gv);
+        ld8(dx, ddx, base + c, n, ov);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) ov[k] = ov[k] + (dv[k] * gv[k] - (xv[k] * rr) * mgx) * rr;
+        st8(dx, ddx, base + c, n, ov);
     }
 }
 

@@ -203,7 +203,7 @@ func TestLaunchBlockSizes(t *testing.T) {
 		want int
 	}{
 		{"ATT_D", attnMaxHeadDim}, {"AF_BQ", attnFwdRows}, {"AF_BK", attnFwdRows}, {"AF_NT", attnFwdThreads},
-		{"AB_BQ", attnBwdRows}, {"AB_BK", attnBwdRows}, {"AB_NT", attnBwdThreads}, {"NT", rowThreads},
+		{"AB_BQ", attnBwdRows}, {"AB_BK", attnBwdRows}, {"AB_NT", attnBwdThreads}, {"NT", rowThreads}, {"VEC", vecElems},
 	} {
 		if !regexp.MustCompile(`(?m)^#define ` + c.def + ` ` + strconv.Itoa(c.want) + `\b`).MatchString(kernelSource) {
 			t.Errorf("kernels.cu: %s is not %d", c.def, c.want)

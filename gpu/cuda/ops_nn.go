@@ -31,11 +31,24 @@ func checkGrid(op string, blocks int) {
 	}
 }
 
-// RMSNormForward: one block per row; the sum of squares in double over a
-// fixed tree; rstd = 1/sqrt(mean(x²)+eps); y = x*rstd*gamma in fp32.
+// RMSNormForward: one block per row in chunks of 8 columns (16-byte
+// vectors of bf16 where aligned); the sum of squares in double, chunks in
+// order, then a fixed tree; rstd = 1/sqrt(mean(x²)+eps); y = x*rstd*gamma
+// in fp32.
 func (o *kernels) RMSNormForward(s *Stream, x, gamma, y, rstd *Buffer, rows, cols int, eps float32) {
 	checkGrid("rmsnorm", rows)
-	s.launch("rmsnorm_fwd", uint32(rows), rowThreads, x.p(), dt(x), gamma.p(), dt(gamma), y.p(), dt(y), rstd.p(), int64(cols), eps)
+	s.launch("rmsnorm_fwd", uint32(rows), rowThreads, x.p(), dt(x), devPtr(0), int32(0), devPtr(0), int32(0),
+		gamma.p(), dt(gamma), y.p(), dt(y), rstd.p(), int64(cols), eps)
+}
+
+// AddRMSNormForward: rmsnorm_fwd with the residual: each chunk of a + b is
+// added in fp32, stored once into sum and normalised from the stored
+// value, so sum, y and rstd have the bits of Add and RMSNormForward (the
+// same kernel, chunks and tree) while the row crosses DRAM once less.
+func (o *kernels) AddRMSNormForward(s *Stream, a, b, sum, gamma, y, rstd *Buffer, rows, cols int, eps float32) {
+	checkGrid("add-rmsnorm", rows)
+	s.launch("rmsnorm_fwd", uint32(rows), rowThreads, a.p(), dt(a), b.p(), dt(b), sum.p(), dt(sum),
+		gamma.p(), dt(gamma), y.p(), dt(y), rstd.p(), int64(cols), eps)
 }
 
 // RMSNormBackward accumulates dx (one block per row, double sums) and
@@ -49,17 +62,26 @@ func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buf
 		int64(rows), int64(cols))
 }
 
-// SwiGLUForward: y = silu(gate) * up, one thread per output element;
-// sigmoid and silu in double rounded to fp32, the product in fp32.
+// vecElems is VEC of kernels.cu: the elements of a chunk (16 bytes of bf16).
+const vecElems = 8
+
+// swigluChunks is the threads of the SwiGLU kernels: one per chunk of 8
+// columns of gate (the last of a row may be short).
+func swigluChunks(rows, ffn int) int64 {
+	return int64(rows) * ((int64(ffn) + vecElems - 1) / vecElems)
+}
+
+// SwiGLUForward: y = silu(gate) * up in double, rounded once; one thread
+// per chunk of 8 columns (16-byte vectors of bf16 where aligned).
 func (o *kernels) SwiGLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int) {
-	n := int64(rows) * int64(ffn)
+	n := swigluChunks(rows, ffn)
 	s.launchN("swiglu_fwd", n, gateUp.p(), dt(gateUp), y.p(), dt(y), int64(ffn), n)
 }
 
 // SwiGLUBackward writes dgateUp: d gate = dy*up*silu'(gate), d up =
-// dy*silu(gate), one thread per (row, column of gate).
+// dy*silu(gate), one thread per chunk of 8 columns of gate.
 func (o *kernels) SwiGLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int) {
-	n := int64(rows) * int64(ffn)
+	n := swigluChunks(rows, ffn)
 	s.launchN("swiglu_bwd", n, gateUp.p(), dt(gateUp), dy.p(), dt(dy), dgateUp.p(), dt(dgateUp), int64(ffn), n)
 }
 

@@ -134,6 +134,18 @@ func testContracts(t *testing.T, nb NewBackend) {
 			ops.AttentionCached(s, x.Slice(0, 14), y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 6), 0, 1, 3, 2, 2)
 		}},
 		{"rmsnorm with bf16 rstd", func() { ops.RMSNormForward(s, x, y.Slice(0, 8), y, h.Slice(0, 8), 8, 8, 1e-5) }},
+		{"add-rmsnorm with a short sum", func() {
+			ops.AddRMSNormForward(s, x.Slice(0, 8), x.Slice(8, 8), y.Slice(0, 7), y.Slice(8, 4), y.Slice(16, 8), y.Slice(24, 2), 2, 4, 1e-5)
+		}},
+		{"add-rmsnorm with sum half over a", func() {
+			ops.AddRMSNormForward(s, x.Slice(0, 8), x.Slice(8, 8), x.Slice(4, 8), y.Slice(8, 4), y.Slice(16, 8), y.Slice(24, 2), 2, 4, 1e-5)
+		}},
+		{"add-rmsnorm writing y over sum", func() {
+			ops.AddRMSNormForward(s, x.Slice(0, 8), x.Slice(8, 8), y.Slice(0, 8), y.Slice(8, 4), y.Slice(0, 8), y.Slice(24, 2), 2, 4, 1e-5)
+		}},
+		{"add-rmsnorm with bf16 rstd", func() {
+			ops.AddRMSNormForward(s, x.Slice(0, 8), x.Slice(8, 8), y.Slice(0, 8), y.Slice(8, 4), y.Slice(16, 8), h.Slice(0, 2), 2, 4, 1e-5)
+		}},
 		{"rmsnorm-backward with a short dgamma", func() {
 			ops.RMSNormBackward(s, x, x, y.Slice(0, 8), y.Slice(8, 8), y, y.Slice(16, 7), 8, 8)
 		}},

@@ -42,6 +42,52 @@ func testRMSNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	}
 }
 
+// testAddRMSNorm checks AddRMSNormForward against the float64 reference of
+// the stored sum, and against its contract: sum has Add's bits, y and rstd
+// RMSNormForward's, with sum apart and in place of b. The buffers are
+// views at odd offsets and the widths not multiples of 8, so a backend
+// that moves 16-byte vectors takes its unaligned paths and its tails too
+// (2051: more than a 256-thread block's 2048 columns in chunks of 8).
+func testAddRMSNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(54)
+	ops := d.Ops()
+	for _, sz := range [][3]int{{1, 1, 0}, {4, 64, 0}, {3, 37, 1}, {2, 2051, 3}, {2, 2072, 0}} {
+		rows, cols, off := sz[0], sz[1], sz[2]
+		n := rows * cols
+		name := fmt.Sprintf("%dx%d+%d", rows, cols, off)
+		av, bv, g := stored(randVals(r, n, 2), dt), stored(randVals(r, n, 1), dt), stored(randVals(r, cols, 1.5), dt)
+		view := func(vals []float64) gpu.Buffer { // vals at element off of a larger buffer
+			return upload(t, d, s, append(make([]float64, off), vals...), dt).Slice(off, len(vals))
+		}
+		ga, gb, gg := view(av), view(bv), view(g)
+		gsum, gy, gr := view(make([]float64, n)), view(make([]float64, n)), alloc(t, d, rows, gpu.F32)
+		ops.AddRMSNormForward(s, ga, gb, gsum, gg, gy, gr, rows, cols, 1e-6)
+		// the contract: Add, then RMSNormForward of the stored sum
+		wsum, wy, wr := view(make([]float64, n)), view(make([]float64, n)), alloc(t, d, rows, gpu.F32)
+		ops.Add(s, ga, gb, wsum, n)
+		ops.RMSNormForward(s, wsum, gg, wy, wr, rows, cols, 1e-6)
+		sum := download(t, d, s, gsum)
+		for _, c := range []struct {
+			what      string
+			got, want gpu.Buffer
+		}{{"sum", gsum, wsum}, {"y", gy, wy}, {"rstd", gr, wr}} {
+			if !equalBits(download(t, d, s, c.got), download(t, d, s, c.want)) {
+				t.Errorf("%s %s: not the bits of Add then RMSNormForward", name, c.what)
+			}
+		}
+		checkClose(t, name+" sum", sum, addVals(av, bv), addVals(absVals(av), absVals(bv)), dt, rtolF32)
+		y, rstd := rmsNormRef(sum, g, rows, cols, 1e-6)
+		checkClose(t, name+" y", download(t, d, s, gy), y, absVals(y), dt, rtolF32)
+		checkClose(t, name+" rstd", download(t, d, s, gr), rstd, nil, gpu.F32, rtolF32)
+		// in place: sum is b
+		gy2, gr2 := view(make([]float64, n)), alloc(t, d, rows, gpu.F32)
+		ops.AddRMSNormForward(s, ga, gb, gb, gg, gy2, gr2, rows, cols, 1e-6)
+		if !equalBits(download(t, d, s, gb), sum) || !equalBits(download(t, d, s, gy2), download(t, d, s, gy)) {
+			t.Errorf("%s: in place of b, not the bits of a separate sum", name)
+		}
+	}
+}
+
 // gradRMSNorm: dx and dgamma accumulate onto what the buffers held.
 func gradRMSNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(52)

@@ -21,6 +21,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("Attention/"+dt.String(), func(t *testing.T) { testAttention(t, d, s, dt) })
 		t.Run("AttentionCached/"+dt.String(), func(t *testing.T) { testAttentionCached(t, d, s, dt) })
 		t.Run("RMSNorm/"+dt.String(), func(t *testing.T) { testRMSNorm(t, d, s, dt) })
+		t.Run("AddRMSNorm/"+dt.String(), func(t *testing.T) { testAddRMSNorm(t, d, s, dt) })
 		t.Run("Rope/"+dt.String(), func(t *testing.T) { testRope(t, d, s, dt) })
 		t.Run("SwiGLU/"+dt.String(), func(t *testing.T) { testSwiGLU(t, d, s, dt) })
 		t.Run("Gelu/"+dt.String(), func(t *testing.T) { testGelu(t, d, s, dt) })

@@ -82,6 +82,34 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
     return old;
 }
 
+// The 16-byte vector accesses of kernels.cu (ld_v16, st_v16): counted, so
+// that a test can say the vector path ran, and checked for alignment (a
+// misaligned one aborts, as it would fault on the GPU). memcpy, so that the
+// bf16 buffers are not read through another type.
+#define STRATA_EMU 1
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+inline std::atomic<long> emu_vec_loads, emu_vec_stores;
+inline void emu_vec_check(const void* p, const char* what) {
+    if ((uintptr_t)p & 15) {
+        std::fprintf(stderr, "emu: %s at %p: not 16-byte aligned\n", what, p);
+        std::abort();
+    }
+}
+inline uint4 ld_v16(const void* p) {
+    emu_vec_check(p, "ld_v16");
+    emu_vec_loads++;
+    uint4 v;
+    std::memcpy(&v, p, 16);
+    return v;
+}
+inline void st_v16(void* p, uint4 v) {
+    emu_vec_check(p, "st_v16");
+    emu_vec_stores++;
+    std::memcpy(p, &v, 16);
+}
+
 // emu_seed chooses the block order of the following launches: 0 in order,
 // otherwise a permutation drawn from it.
 inline unsigned emu_seed;

@@ -52,7 +52,8 @@ static void randomize(Buf& b, double sd) {
 
 // near: |got - want| <= tol * max(1, scale) for every element, where scale
 // is the largest |want| (errors of fp32 sums scale with the magnitudes).
-static void near(const std::string& what, const Buf& got, const std::vector<double>& want, double tol) {
+template <class B>
+static void near(const std::string& what, const B& got, const std::vector<double>& want, double tol) {
     double scale = 1, worst = 0;
     size_t at = 0;
     for (double w : want) scale = std::max(scale, std::fabs(w));
@@ -80,6 +81,7 @@ static const char* dtName(int dt) { return dt == DT_BF16 ? "bf16" : "f32"; }
 #include "emu_attn.inc"
 #include "emu_cached.inc"
 #include "emu_ops.inc"
+#include "emu_vec.inc"
 
 // main runs every test, or those whose names contain argv[1], twice: with
 // the blocks in order and shuffled.
@@ -93,9 +95,15 @@ int main(int argc, char** argv) {
             testAttentionBadPositions();
         }
         if (want("attention-cached")) testAttentionCached();
-        if (want("rmsnorm")) testRMSNorm();
+        if (want("rmsnorm")) {
+            testRMSNorm();
+            if (seed) testVecRMSNorm(); // once, blocks shuffled: the rows are independent
+        }
         if (want("rope")) testRope();
-        if (want("swiglu")) testSwiGLU();
+        if (want("swiglu")) {
+            testSwiGLU();
+            if (seed) testVecSwiGLU();
+        }
         if (want("embedding")) testEmbedding();
         if (want("cross-entropy")) testCrossEntropy();
     }
