@@ -126,7 +126,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "nvm"}, []string{`bench: unknown command "nvm"; did you mean nvme?`}},
 		{[]string{"--verbose"}, []string{"unknown flag --verbose"}},
 		{[]string{"eval", "--data", "x"}, []string{"eval: missing --model", "see 'strata eval --help'"}},
-		{[]string{"generate", "--model", "x"}, []string{"generate: missing --prompt"}},
+		{[]string{"generate", "--model", "x"}, []string{"generate: give the prompt: --prompt TEXT"}},
 		{[]string{"bench", "nvme"}, []string{"bench nvme: missing --path"}},
 		{[]string{"train", "--steps", "abc"}, []string{`train: --steps "abc": not a number`, "see 'strata train --help'"}},
 		{[]string{"train", "--out"}, []string{"train: --out needs a value"}},

@@ -904,7 +904,9 @@ func lrPastSchedule(cfg *config.Config) string {
 // at warmup_min_lr (0 by default), the progress line's "lr 0".
 func lrHeldAtMin(cfg *config.Config) string {
 	sc := cfg.Scheduler
-	if sc.Type == "" || sc.Params.WarmupNumSteps >= 2 {
+	if sc.Type == "" || sc.Params.WarmupNumSteps >= 2 || slices.ContainsFunc(cfg.AutoChosen(), func(s string) bool {
+		return strings.HasPrefix(s, "scheduler.params.warmup_num_steps =") // the "auto" note says it
+	}) {
 		return ""
 	}
 	var held []string

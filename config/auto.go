@@ -90,6 +90,9 @@ func (c *Config) fillAuto(d *decoder, a Auto) {
 			if a.WarmupSteps > 0 {
 				sp.WarmupNumSteps, lrFrom = a.WarmupSteps, "--warmup-steps"
 			}
+			if sp.WarmupNumSteps < 2 {
+				lrFrom += "; DeepSpeed warms up over max(2, this) steps: updates 1-2 at warmup_min_lr"
+			}
 			choose(k, strconv.Itoa(sp.WarmupNumSteps), lrFrom)
 		case "scheduler.params.total_num_steps":
 			sp.TotalNumSteps, lrFrom = c.Strata.Steps, "strata.steps"
