@@ -190,6 +190,9 @@ func runTrain(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := checkAddressSpace("train"); err != nil {
+		return err
+	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
 	intr := watchInterrupts(stderr, func(os.Signal) string { return "stopping before training starts; nothing is written" },
 		func(os.Signal) string { return "stopping at once" }, removeSwapFiles)
