@@ -175,9 +175,18 @@ func (t *text) String() string { return unsafe.String(unsafe.SliceData(t.buf), l
 // brief is repr(v) cut at a few hundred bytes, for error messages (a
 // value in an error is never built whole).
 func brief(v any) string {
-	t := &text{bud: &budget{maxSteps: 1000, maxBytes: 200}}
+	const most = 200
+	more := ""
+	if s, ok := v.(string); ok && len(s) > most {
+		cut := most
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		v, more = s[:cut], "..."
+	}
+	t := &text{bud: &budget{maxSteps: 1000, maxBytes: most + 8}}
 	if err := reprTo(t, v); err != nil {
 		return t.String() + "..."
 	}
-	return t.String()
+	return t.String() + more
 }

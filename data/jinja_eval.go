@@ -74,7 +74,7 @@ func (l *loopInfo) attr(name string) any {
 			return args[l.index0%len(args)], nil
 		}}
 	default:
-		return undef{fmt.Sprintf("loop has no attribute %q", name)}
+		return undef{fmt.Sprintf("loop has no attribute %s", brief(name))}
 	}
 	return undef{"loop." + name}
 }
@@ -461,6 +461,9 @@ func (r *renderer) eval(x expr) (any, error) {
 			ks, ok := k.(string)
 			if !ok {
 				return nil, fmt.Errorf("dict keys must be strings here, got %s", typeName(k))
+			}
+			if err := r.bud.scan(len(ks)); err != nil { // hashed
+				return nil, err
 			}
 			v, err := r.eval(x.vals[i])
 			if err != nil {
@@ -874,7 +877,7 @@ func getAttr(b *budget, v any, name string) (any, error) {
 		if a, ok := x.d.get(name); ok {
 			return a, nil
 		}
-		return undef{fmt.Sprintf("the namespace has no attribute %q", name)}, nil
+		return undef{fmt.Sprintf("the namespace has no attribute %s", brief(name))}, nil
 	case *loopInfo:
 		return x.attr(name), nil
 	}
@@ -886,7 +889,7 @@ func getAttr(b *budget, v any, name string) (any, error) {
 			return a, nil
 		}
 	}
-	return undef{fmt.Sprintf("%s object has no attribute %q", typeName(v), name)}, nil
+	return undef{fmt.Sprintf("%s object has no attribute %s", typeName(v), brief(name))}, nil
 }
 
 // getItem is Jinja's x[i]: an item first, then an attribute.
@@ -896,6 +899,9 @@ func getItem(b *budget, v, i any) (any, error) {
 		return nil, x.use()
 	case *dict:
 		if k, ok := i.(string); ok {
+			if err := b.scan(len(k)); err != nil { // hashed
+				return nil, err
+			}
 			if a, ok := x.get(k); ok {
 				return a, nil
 			}

@@ -402,8 +402,13 @@ func fDefault(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return v, nil
 }
 
-func fInt(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func fInt(r *renderer, v any, args []any, kw *dict) (any, error) {
 	def := arg(args, kw, 0, "default", int64(0))
+	if s, ok := v.(string); ok {
+		if err := r.bud.scan(len(s)); err != nil {
+			return nil, err
+		}
+	}
 	switch x := v.(type) {
 	case bool, int64:
 		n, _ := integer(x)
@@ -439,8 +444,13 @@ func floatToInt(f float64, def any) (any, error) {
 	return int64(f), nil
 }
 
-func fFloat(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func fFloat(r *renderer, v any, args []any, kw *dict) (any, error) {
 	def := arg(args, kw, 0, "default", 0.0)
+	if s, ok := v.(string); ok {
+		if err := r.bud.scan(len(s)); err != nil {
+			return nil, err
+		}
+	}
 	if f, ok := number(v); ok {
 		return f, nil
 	}
@@ -688,6 +698,9 @@ func method(v any, name string) *fn {
 		case "get":
 			return m(func(b *budget, args []any, kw *dict) (any, error) {
 				k, err := str(b, arg(args, kw, 0, "key", ""))
+				if err == nil {
+					err = b.scan(len(k)) // hashed
+				}
 				if err != nil {
 					return nil, err
 				}
@@ -721,6 +734,9 @@ func strMethod(s, name string, m func(func(*budget, []any, *dict) (any, error)) 
 				cs, ok := c.(string)
 				if !ok {
 					return nil, fmt.Errorf("%s arg must be str or a tuple of str, not %s", name, typeName(c))
+				}
+				if err := b.scan(min(len(s), len(cs))); err != nil {
+					return nil, err
 				}
 				if name == "startswith" && strings.HasPrefix(s, cs) || name == "endswith" && strings.HasSuffix(s, cs) {
 					return true, nil

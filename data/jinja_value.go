@@ -324,7 +324,7 @@ func contains(b *budget, c, a any) (bool, error) {
 			return false, nil
 		}
 		_, in := x.m[k]
-		return in, nil
+		return in, b.scan(len(k)) // hashed
 	case undef:
 		return false, nil
 	}

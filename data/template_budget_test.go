@@ -61,6 +61,8 @@ func TestTemplateBudget(t *testing.T) {
 		{"scan length", big + "{% for i in range(100000) %}{% if s | length > 1 %}{% endif %}{% endfor %}", ErrTemplateBudget},
 		{"scan index", big + "{% for i in range(100000) %}{% set c = s[-1] %}{% endfor %}", ErrTemplateBudget},
 		{"scan count", big + "{% for i in range(100000) %}{% set c = s.count('y') %}{% endfor %}", ErrTemplateBudget},
+		{"scan key", big + "{% set d = {'a': 1} %}{% for i in range(100000) %}{% if s in d or d[s] or d.get(s) %}{% endif %}{% endfor %}", ErrTemplateBudget},
+		{"scan prefix", big + "{% for i in range(100000) %}{% if s.startswith(s) %}{% endif %}{% endfor %}", ErrTemplateBudget},
 		{"aliased compare", "{% set a = [1] * 1000 %}{% set b = [a] * 1000 %}{% set c = [b] * 1000 %}{% set d = [b] * 1000 %}{% for i in range(100) %}{% if c == d %}{% endif %}{% endfor %}", ErrTemplateBudget},
 		{"aliased in", "{% set a = [1] * 1000 %}{% set b = [a] * 1000 %}{% set c = [b] * 1000 %}{% set e = [[1] * 999 + [2]] * 1000 %}{% for i in range(100) %}{% if e in c %}{% endif %}{% endfor %}", ErrTemplateBudget},
 		{"select", "{% set a = [1] * 100000 %}{% for i in range(1000) %}{% set b = a | select | list %}{% endfor %}", ErrTemplateBudget},
@@ -113,7 +115,7 @@ func TestTemplateBudgetNamed(t *testing.T) {
 		"{{ 1e300 | int }}":                                      "line 1: filter int: integer overflow: the template's integers are 64-bit",
 		"{{ (-9223372036854775807 - 1) | abs }}":                 "line 1: filter abs: integer overflow: the template's integers are 64-bit",
 		"{{ '99999999999999999999' | int }}":                     "line 1: filter int: integer overflow: the template's integers are 64-bit",
-		"{% set x, y = [1] * 100000 %}":                          "line 1: cannot unpack [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1... into 2 names",
+		"{% set x, y = [1] * 100000 %}":                          "line 1: cannot unpack [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, ... into 2 names",
 	} {
 		body, err := parseTemplate(src)
 		if err != nil {
@@ -182,5 +184,23 @@ func TestTemplateStops(t *testing.T) {
 	}
 	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "rendering stopped after") {
 		t.Errorf("Open: %v, want the rendering's stop (context.Canceled)", err)
+	}
+}
+
+// TestBrief: a value in an error message is cut at a few hundred bytes,
+// a long string at a character's start, whatever its size.
+func TestBrief(t *testing.T) {
+	long := strings.Repeat("é", 1<<20)
+	for v, want := range map[any]string{
+		"abc":      "'abc'",
+		long:       "'" + strings.Repeat("é", 100) + "'...",
+		"a" + long: "'a" + strings.Repeat("é", 99) + "'...",
+	} {
+		if got := brief(v); got != want {
+			t.Errorf("brief of %d bytes: %q, want %q", len(v.(string)), got, want)
+		}
+	}
+	if got := brief([]any{1, long}); !strings.HasPrefix(got, "[1, ") || !strings.HasSuffix(got, "...") || len(got) > 210 {
+		t.Errorf("brief of a list: %q", got)
 	}
 }
