@@ -80,8 +80,9 @@
 //	steps   10,000,000   every statement, loop iteration and expression,
 //	                     every item an operation visits (==, <, in, join,
 //	                     select, map, tojson, repr), every 64 bytes a search
-//	                     scans (in, find, count, replace) and every 16 bytes
-//	                     a walk over characters takes (length, s[i])
+//	                     scans (in, find, count, replace, startswith, a dict
+//	                     key hashed) and every 16 bytes a walk over
+//	                     characters takes (length, s[i])
 //	bytes   256 MiB      every string, list and dict built, kept or not,
 //	                     at its size in memory (16 bytes an item of a list):
 //	                     repeat (*), concatenation (~, +), range, slices,

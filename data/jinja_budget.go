@@ -17,9 +17,9 @@ import (
 //   - steps (maxRenderSteps): every statement, loop iteration and
 //     expression evaluated, every item an operation visits (a comparison,
 //     in, join, select, tojson, repr), every scanBytesPerStep bytes a
-//     string operation searches (in, find, count, replace, ==) and every
-//     walkBytesPerStep bytes one walks a character at a time (length, an
-//     index);
+//     string operation searches (in, find, count, replace, ==, a dict
+//     key hashed) and every walkBytesPerStep bytes one walks a character
+//     at a time (length, an index);
 //   - bytes (maxRenderBytes): every string, list and dict built (a
 //     repeat, a concatenation, a filter's or method's result, range, a
 //     slice, a literal) and the output, at their size in memory (16 bytes
