@@ -209,7 +209,12 @@ func equal(b *budget, x, y any) (bool, error) {
 	if err := b.nest(); err != nil {
 		return false, err
 	}
-	defer b.done()
+	eq, err := equalIn(b, x, y)
+	b.done()
+	return eq, err
+}
+
+func equalIn(b *budget, x, y any) (bool, error) {
 	if x, ok := number(x); ok {
 		if y, ok := number(y); ok {
 			return x == y, nil
@@ -275,7 +280,12 @@ func compare(b *budget, x, y any) (int, error) {
 	if err := b.nest(); err != nil {
 		return 0, err
 	}
-	defer b.done()
+	c, err := compareIn(b, x, y)
+	b.done()
+	return c, err
+}
+
+func compareIn(b *budget, x, y any) (int, error) {
 	if x, ok := number(x); ok {
 		if y, ok := number(y); ok {
 			switch {
@@ -373,7 +383,12 @@ func reprTo(t *text, v any) error {
 	if err := t.bud.nest(); err != nil {
 		return err
 	}
-	defer t.bud.done()
+	err := reprIn(t, v)
+	t.bud.done()
+	return err
+}
+
+func reprIn(t *text, v any) error {
 	switch x := v.(type) {
 	case nil:
 		return t.add("None")
@@ -566,7 +581,12 @@ func toJSON(t *text, v any, o *jsonOpts, depth int) error {
 	if err := t.bud.nest(); err != nil {
 		return err
 	}
-	defer t.bud.done()
+	err := toJSONIn(t, v, o, depth)
+	t.bud.done()
+	return err
+}
+
+func toJSONIn(t *text, v any, o *jsonOpts, depth int) error {
 	nl := func(d int) error {
 		if o.indent < 0 {
 			return nil
