@@ -74,8 +74,9 @@
 // # The budget of a rendering (jinja_budget.go)
 //
 // Each rendering has one budget, charged before the work where its size
-// is known beforehand, and ends with an error wrapping ErrTemplateBudget
-// past it, naming the bound:
+// is known beforehand; past its steps or bytes the rendering ends with an
+// error wrapping ErrTemplateBudget that names the bound, and range
+// refuses more items with an error of its own, as Jinja2's does:
 //
 //	steps   10,000,000   every statement, loop iteration and expression,
 //	                     every item an operation visits (==, <, in, join,
