@@ -72,6 +72,9 @@ type evalResult struct {
 }
 
 func runEval(c *cli.Context, stdout, stderr io.Writer) error {
+	if err := checkAddressSpace("eval"); err != nil {
+		return err
+	}
 	seq := c.Int("seq")
 	if c.IsSet("seq") && seq < 1 {
 		return usagef("eval: --seq %d: need at least 1", seq)

@@ -55,6 +55,9 @@ func generateCommand() *cli.Command {
 }
 
 func runGenerate(c *cli.Context, stdout, stderr io.Writer) error {
+	if err := checkAddressSpace("generate"); err != nil {
+		return err
+	}
 	maxNew, temp := c.Int("max-new-tokens"), c.Float64("temperature")
 	switch {
 	case maxNew < 1:

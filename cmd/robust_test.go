@@ -76,6 +76,49 @@ func TestSignalWhileTokenizing(t *testing.T) {
 	}
 }
 
+// TestSignalWhileRenderingTemplate: a model's chat template that loops
+// (10^10 iterations, stopped only by the rendering's budget of 10M steps,
+// seconds away) is stopped by the first SIGINT in the middle of a
+// rendering: the run exits 130 with the interrupt's message, not with the
+// template's budget error. Before, a template building a string ignored
+// two Ctrl-Cs.
+func TestSignalWhileRenderingTemplate(t *testing.T) {
+	dir := t.TempDir()
+	tmpl := filepath.Join(dir, "loop.jinja")
+	if err := os.WriteFile(tmpl, []byte("{% for m in messages %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{{ m.content }}{% endfor %}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "chat.jsonl")
+	if err := os.WriteFile(data, []byte(`{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfgPath := writeFile(t, "data.json", dataConfig)
+	c := startChild(t, "", "", "train", "--no-progress", "--config", cfgPath, "--data", data, "--chat-template", tmpl, "--steps", "2", "--out", filepath.Join(dir, "run"))
+	c.waitStderr(t, "tokenizer: bytes")
+	time.Sleep(200 * time.Millisecond) // inside the first rendering
+	if c.ended() {
+		t.Fatalf("the child ended before the signal:\n%s", c.stderr.String())
+	}
+	c.cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan int, 1)
+	go func() { done <- c.wait() }()
+	var st int
+	select {
+	case st = <-done:
+	case <-time.After(20 * time.Second):
+		c.cmd.Process.Kill()
+		<-done
+		t.Fatalf("the child went on for 20 s after SIGINT during a rendering:\n%s", c.stderr.String())
+	}
+	stderr := c.stderr.String()
+	if st != 130 || !strings.Contains(stderr, "stopped before the first step; nothing was written") {
+		t.Errorf("exit status %d, want 130 and the stop\n%s", st, stderr)
+	}
+	if strings.Contains(stderr, "budget") {
+		t.Errorf("the rendering ran to its budget after SIGINT:\n%s", stderr)
+	}
+}
+
 // mountOrSkip runs mount with args, skipping the test with the reason when
 // this process may not mount (not root, no CAP_SYS_ADMIN); the mount at
 // target is undone when the test ends.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,6 +125,7 @@ type stepLine struct {
 	TokensThisStep   int     `json:"tokens"`
 	GlobalBatchLines int     `json:"global_batch_rows"`
 	OptimizerSeconds float64 `json:"optimizer_s"`
+	Goroutines       int     `json:"goroutines"` // when the line is written: flat over a run (bench/soak.sh)
 	*EvalLine                // after an evaluation of --eval-data
 	*TierLine                // with the tier store (offload_param, NVMe offload)
 	*HostOptLine             // with the host optimizer
@@ -188,6 +190,9 @@ func newTierLine(t *engine.TierStats) *TierLine {
 func runTrain(c *cli.Context) (err error) {
 	f, err := parseTrainFlags(c)
 	if err != nil {
+		return err
+	}
+	if err := checkAddressSpace("train"); err != nil {
 		return err
 	}
 	stdout, stderr := c.App.Writer, c.App.ErrWriter
@@ -766,7 +771,7 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
-		OptimizerSeconds: st.OptimizerTime.Seconds(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
+		OptimizerSeconds: st.OptimizerTime.Seconds(), Goroutines: runtime.NumGoroutine(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
 	b, _ := json.Marshal(line)
 	return l.appendLine(st.Step, append(b, '\n'))
 }

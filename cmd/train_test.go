@@ -68,7 +68,7 @@ func ends(v []float64, k int) (first, last float64) {
 
 // TestTrainDemo runs `strata train` with no config (shortened by --steps):
 // the loss goes down, the out directory has the resolved config, one JSONL
-// line per step and the summary, and the summary table reports each
+// line per step (with the goroutines) and the summary, and the summary table reports each
 // device's model state at the estimate.
 func TestTrainDemo(t *testing.T) {
 	dir := t.TempDir()
@@ -82,6 +82,15 @@ func TestTrainDemo(t *testing.T) {
 	}
 	if first, last := ends(l, 3); !(last < first-0.5) {
 		t.Errorf("loss did not go down: %v", l)
+	}
+	steps, _ := os.ReadFile(filepath.Join(dir, "steps.jsonl"))
+	for _, line := range strings.Split(strings.TrimSpace(string(steps)), "\n") {
+		var st struct {
+			Goroutines int `json:"goroutines"`
+		}
+		if err := json.Unmarshal([]byte(line), &st); err != nil || st.Goroutines < 2 {
+			t.Errorf("steps.jsonl line %s: goroutines %d (%v), want the process's (bench/soak.sh reads it)", line, st.Goroutines, err)
+		}
 	}
 	for _, f := range []string{"config.json", "summary.json"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {

@@ -80,9 +80,10 @@ type Options struct {
 	// Format, when set, decides over DetectFormat.
 	Format *Format
 	// Context, when set, stops the tokenizing once it is done (a signal
-	// asked the run to stop): it looks every line of JSONL and every
-	// chunk of raw text (textChunkBytes), and Open returns an error that
-	// wraps the context's (context.Canceled), the token file removed.
+	// asked the run to stop): it looks every line of JSONL, every chunk
+	// of raw text (textChunkBytes) and every few thousand steps of a chat
+	// template's rendering, and Open returns an error that wraps the
+	// context's (context.Canceled), the token file removed.
 	Context context.Context
 }
 
@@ -238,6 +239,7 @@ func openRegular(path string) (*os.File, error) {
 func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, error) {
 	st := Stats{Format: JSONL}
 	enc := newEncoder(o.Tokenizer, o.Chat)
+	enc.ctx = o.Context
 	br := bufio.NewReaderSize(r, 1<<16)
 	var line []byte
 	for {

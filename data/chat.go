@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -280,8 +281,10 @@ func readTokenizerConfig(path string) (map[string]string, string, error) {
 }
 
 // Render renders messages (each a *dict with role and content) with
-// add_generation_prompt.
-func (c *ChatTemplate) Render(messages []any, addGenerationPrompt bool) (string, error) {
+// add_generation_prompt, within the budget of a rendering (data's doc:
+// an error wrapping ErrTemplateBudget past it); ctx stops it (an error
+// wrapping ctx's; nil: nothing does).
+func (c *ChatTemplate) Render(ctx context.Context, messages []any, addGenerationPrompt bool) (string, error) {
 	vars := map[string]any{}
 	for k, v := range c.vars {
 		vars[k] = v
@@ -290,7 +293,7 @@ func (c *ChatTemplate) Render(messages []any, addGenerationPrompt bool) (string,
 	vars["add_generation_prompt"] = addGenerationPrompt
 	vars["tools"] = nil
 	vars["documents"] = nil
-	out, err := render(c.body, vars)
+	out, err := render(ctx, c.body, vars)
 	if err != nil {
 		return "", fmt.Errorf("chat template %s: %w", c.source, err)
 	}
@@ -312,8 +315,8 @@ type span struct {
 // renders a prefix of the conversation differently (one that drops
 // earlier reasoning, say) is refused: the assistant's tokens could not be
 // told.
-func (c *ChatTemplate) spans(messages []any) ([]span, error) {
-	full, err := c.Render(messages, false)
+func (c *ChatTemplate) spans(ctx context.Context, messages []any) ([]span, error) {
+	full, err := c.Render(ctx, messages, false)
 	if err != nil {
 		return nil, err
 	}
@@ -323,13 +326,13 @@ func (c *ChatTemplate) spans(messages []any) ([]span, error) {
 		if role, _ := m.(*dict).get("role"); role != "assistant" {
 			continue
 		}
-		before, err := c.Render(messages[:i], true)
+		before, err := c.Render(ctx, messages[:i], true)
 		if err != nil {
 			return nil, fmt.Errorf("message %d (the assistant's): rendering the messages before it: %w", i+1, err)
 		}
 		upto := full // the last message: the whole conversation
 		if i+1 < len(messages) {
-			if upto, err = c.Render(messages[:i+1], false); err != nil {
+			if upto, err = c.Render(ctx, messages[:i+1], false); err != nil {
 				return nil, fmt.Errorf("message %d (the assistant's): rendering the messages up to it: %w", i+1, err)
 			}
 		}

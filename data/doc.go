@@ -66,12 +66,40 @@
 // A template comes with the model, so it is untrusted input: its parser
 // and renderer are fuzzed (FuzzParseTemplate, FuzzRenderTemplate, seeded
 // with testdata/templates), blocks, brackets and "not"s nested past 200
-// are refused when it is parsed and expressions nested past 1000 (a chain
-// of operators or filters) when it renders, a rendering is bounded to 10M
-// steps and 1 GiB of output and what one expression builds (a repeated
-// string or list, tojson's indent) to the same, and an integer past int64
-// is an error (Python's would go on; Jinja2 refuses about 100 nested
-// blocks or brackets and 1000-long chains itself).
+// are refused when it is parsed, and expressions and values nested past
+// 1000 (a chain of operators or filters, a list in a list, a namespace
+// holding itself) when it renders (Jinja2 refuses about 100 nested blocks
+// or brackets and 1000-long chains itself).
+//
+// # The budget of a rendering (jinja_budget.go)
+//
+// Each rendering has one budget, charged before the work where its size
+// is known beforehand; past its steps or bytes the rendering ends with an
+// error wrapping ErrTemplateBudget that names the bound, and range
+// refuses more items with an error of its own, as Jinja2's does:
+//
+//	steps   10,000,000   every statement, loop iteration and expression,
+//	                     every item an operation visits (==, <, in, join,
+//	                     select, map, tojson, repr), every 64 bytes a search
+//	                     scans (in, find, count, replace, startswith, a dict
+//	                     key hashed) and every 16 bytes a walk over
+//	                     characters takes (length, s[i])
+//	bytes   256 MiB      every string, list and dict built, kept or not,
+//	                     at its size in memory (16 bytes an item of a list):
+//	                     repeat (*), concatenation (~, +), range, slices,
+//	                     literals, each filter's and method's result (join,
+//	                     replace, upper, tojson, split, list, ...), repr,
+//	                     and the output; four times the largest line
+//	range   100,000      items, as in Jinja2's sandbox (its MAX_RANGE)
+//
+// A text grows by doubling, so a rendering allocates at most about twice
+// its bytes (TestTemplateBudget counts every allocation of each hostile
+// template, runtime.MemStats.TotalAlloc). Integers are int64: a result
+// past it (+, -, *, //, **, unary -, abs, int of a float or of a string)
+// is an error, never a wrapped number (Python's would go on). The stop
+// signal (the context given to Render, Options.Context when tokenizing)
+// is looked at every 1024 steps, so a cancelled rendering ends within
+// milliseconds with an error wrapping the context's (TestTemplateStops).
 //
 // # The token file
 //

@@ -1,10 +1,12 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"unicode/utf8"
 )
 
 // The evaluator of the chat-template interpreter. Scopes follow Jinja's:
@@ -14,9 +16,9 @@ import (
 
 // renderer renders one template.
 type renderer struct {
-	out    strings.Builder
+	out    text // charged to bud
+	bud    *budget
 	scopes []map[string]any
-	steps  int // statements and loop iterations run: bounded (maxRenderSteps)
 	depth  int // expressions being evaluated, one in another: bounded (maxExprDepth)
 }
 
@@ -24,13 +26,6 @@ type renderer struct {
 // filters or attributes included (Jinja2's compiler gives up near 1000
 // too): a deeper one is an error, not a stack overflow.
 const maxExprDepth = 1000
-
-// maxRenderSteps bounds a rendering (a template looping without end is an
-// error, not a hang).
-const maxRenderSteps = 10_000_000
-
-// maxRenderBytes bounds a rendering's output.
-const maxRenderBytes = 1 << 30
 
 // errRaised is the error of raise_exception.
 var errRaised = errors.New("the template raised an exception")
@@ -72,21 +67,27 @@ func (l *loopInfo) attr(name string) any {
 			return l.items[l.index0+1]
 		}
 	case "cycle":
-		return &fn{name: "loop.cycle", call: func(args []any, _ *dict) (any, error) {
+		return &fn{name: "loop.cycle", call: func(_ *budget, args []any, _ *dict) (any, error) {
 			if len(args) == 0 {
 				return nil, fmt.Errorf("loop.cycle needs at least one item")
 			}
 			return args[l.index0%len(args)], nil
 		}}
 	default:
-		return undef{fmt.Sprintf("loop has no attribute %q", name)}
+		return undef{fmt.Sprintf("loop has no attribute %s", brief(name))}
 	}
 	return undef{"loop." + name}
 }
 
-// render runs a parsed template with the given variables.
-func render(body []tmplNode, vars map[string]any) (string, error) {
-	r := &renderer{scopes: []map[string]any{globalFuncs, vars, {}}}
+// render runs a parsed template with the given variables, within a
+// budget (jinja_budget.go); ctx stops it (nil: nothing does).
+func render(ctx context.Context, body []tmplNode, vars map[string]any) (string, error) {
+	return renderWithin(newBudget(ctx), body, vars)
+}
+
+// renderWithin is render within budget b.
+func renderWithin(b *budget, body []tmplNode, vars map[string]any) (string, error) {
+	r := &renderer{bud: b, out: text{bud: b}, scopes: []map[string]any{globalFuncs, vars, {}}}
 	if err := r.exec(body); err != nil {
 		return "", err
 	}
@@ -101,17 +102,23 @@ var globalFuncs = globals()
 
 func globals() map[string]any {
 	return map[string]any{
-		"raise_exception": &fn{name: "raise_exception", call: func(args []any, _ *dict) (any, error) {
+		"raise_exception": &fn{name: "raise_exception", call: func(b *budget, args []any, _ *dict) (any, error) {
 			msg := ""
 			if len(args) > 0 {
-				msg = str(args[0])
+				var err error
+				if msg, err = str(b, args[0]); err != nil {
+					return nil, err
+				}
 			}
 			return nil, fmt.Errorf("%w: %s", errRaised, msg)
 		}},
-		"namespace": &fn{name: "namespace", call: func(args []any, kw *dict) (any, error) {
+		"namespace": &fn{name: "namespace", call: func(b *budget, args []any, kw *dict) (any, error) {
 			ns := &namespace{d: newDict()}
 			for _, a := range append(args, kw) {
 				if d, ok := a.(*dict); ok {
+					if err := b.allocN(int64(len(d.keys)), dictEntryBytes); err != nil {
+						return nil, err
+					}
 					for _, k := range d.keys {
 						ns.d.set(k, d.m[k])
 					}
@@ -120,7 +127,10 @@ func globals() map[string]any {
 			return ns, nil
 		}},
 		"range": &fn{name: "range", call: pyRange},
-		"dict": &fn{name: "dict", call: func(_ []any, kw *dict) (any, error) {
+		"dict": &fn{name: "dict", call: func(b *budget, _ []any, kw *dict) (any, error) {
+			if err := b.allocN(int64(len(kw.keys)), dictEntryBytes); err != nil {
+				return nil, err
+			}
 			d := newDict()
 			for _, k := range kw.keys {
 				d.set(k, kw.m[k])
@@ -130,7 +140,8 @@ func globals() map[string]any {
 	}
 }
 
-func pyRange(args []any, _ *dict) (any, error) {
+// pyRange is range(), at most maxRange items, as in Jinja2's sandbox.
+func pyRange(b *budget, args []any, _ *dict) (any, error) {
 	var ns []int64
 	for _, a := range args {
 		n, ok := integer(a)
@@ -153,15 +164,22 @@ func pyRange(args []any, _ *dict) (any, error) {
 	if step == 0 {
 		return nil, fmt.Errorf("range: step must not be zero")
 	}
-	var out []any
-	for i := start; (step > 0 && i < stop) || (step < 0 && i > stop); i += step {
-		if len(out) >= maxRenderSteps {
-			return nil, fmt.Errorf("range: more than %d items", maxRenderSteps)
-		}
-		out = append(out, i)
-		if (step > 0 && i > math.MaxInt64-step) || (step < 0 && i < math.MinInt64-step) {
-			break // the next one would wrap past stop
-		}
+	var n uint64 // Python's len(range(start, stop, step)), in uint64: stop-start may not fit in int64
+	switch {
+	case step > 0 && stop > start:
+		n = (uint64(stop)-uint64(start)-1)/uint64(step) + 1
+	case step < 0 && start > stop:
+		n = (uint64(start)-uint64(stop)-1)/(-uint64(step)) + 1
+	}
+	if n > maxRange {
+		return nil, fmt.Errorf("range: more than %d items (the most Jinja2's sandbox gives)", maxRange)
+	}
+	if err := b.allocN(int64(n), itemBytes+8); err != nil { // an int in an interface
+		return nil, err
+	}
+	out := make([]any, n)
+	for k := range out {
+		out[k] = start + int64(k)*step // within [start, stop): cannot wrap
 	}
 	return out, nil
 }
@@ -175,13 +193,7 @@ func (r *renderer) lookup(name string) any {
 	return undef{fmt.Sprintf("%q is undefined", name)}
 }
 
-func (r *renderer) step() error {
-	r.steps++
-	if r.steps > maxRenderSteps || r.out.Len() > maxRenderBytes {
-		return fmt.Errorf("the template ran more than %d steps or wrote more than %d bytes", maxRenderSteps, maxRenderBytes)
-	}
-	return nil
-}
+func (r *renderer) step() error { return r.bud.step(1) }
 
 // exec runs statements.
 func (r *renderer) exec(body []tmplNode) error {
@@ -191,13 +203,21 @@ func (r *renderer) exec(body []tmplNode) error {
 		}
 		switch n := n.(type) {
 		case textNode:
-			r.out.WriteString(n.s)
+			if err := r.out.add(n.s); err != nil {
+				return err
+			}
 		case outNode:
 			v, err := r.eval(n.x)
 			if err != nil {
 				return fmt.Errorf("line %d: %w", n.line, err)
 			}
-			r.out.WriteString(str(v))
+			s, err := str(r.bud, v)
+			if err == nil {
+				err = r.out.add(s)
+			}
+			if err != nil {
+				return fmt.Errorf("line %d: %w", n.line, err)
+			}
 		case *ifNode:
 			if err := r.execIf(n); err != nil {
 				return err
@@ -237,15 +257,22 @@ func (r *renderer) execFor(n *forNode) error {
 	if err != nil {
 		return fmt.Errorf("line %d: %w", n.line, err)
 	}
-	xs, err := items(seq)
+	xs, err := items(r.bud, seq)
 	if err != nil {
 		return fmt.Errorf("line %d: %w", n.line, err)
 	}
 	if n.cnd != nil { // the loop filter: loop.length counts what passes
-		var kept []any
+		if err := r.bud.items(len(xs)); err != nil {
+			return fmt.Errorf("line %d: %w", n.line, err)
+		}
+		kept := make([]any, 0, len(xs))
+		sc := map[string]any{}
 		for _, x := range xs {
-			sc := map[string]any{}
-			if err := bindLoopVars(sc, n.vars, x); err != nil {
+			if err := r.step(); err != nil {
+				return err
+			}
+			clear(sc)
+			if err := bindLoopVars(r.bud, sc, n.vars, x); err != nil {
 				return fmt.Errorf("line %d: %w", n.line, err)
 			}
 			r.scopes = append(r.scopes, sc)
@@ -264,13 +291,15 @@ func (r *renderer) execFor(n *forNode) error {
 		return r.exec(n.els)
 	}
 	li := &loopInfo{length: len(xs), items: xs}
+	sc := map[string]any{} // each iteration's scope, emptied for the next
 	for i, x := range xs {
 		if err := r.step(); err != nil {
 			return err
 		}
 		li.index0 = i
-		sc := map[string]any{"loop": li}
-		if err := bindLoopVars(sc, n.vars, x); err != nil {
+		clear(sc)
+		sc["loop"] = li
+		if err := bindLoopVars(r.bud, sc, n.vars, x); err != nil {
 			return fmt.Errorf("line %d: %w", n.line, err)
 		}
 		r.scopes = append(r.scopes, sc)
@@ -288,14 +317,17 @@ func (r *renderer) execFor(n *forNode) error {
 }
 
 // bindLoopVars sets the loop's variables to item (unpacked over several).
-func bindLoopVars(sc map[string]any, vars []string, item any) error {
+func bindLoopVars(b *budget, sc map[string]any, vars []string, item any) error {
 	if len(vars) == 1 {
 		sc[vars[0]] = item
 		return nil
 	}
-	xs, err := items(item)
+	xs, err := items(b, item)
+	if errors.Is(err, ErrTemplateBudget) {
+		return err
+	}
 	if err != nil || len(xs) != len(vars) {
-		return fmt.Errorf("cannot unpack %s into %d loop variables", repr(item), len(vars))
+		return fmt.Errorf("cannot unpack %s into %d loop variables", brief(item), len(vars))
 	}
 	for i, v := range vars {
 		sc[v] = xs[i]
@@ -306,11 +338,10 @@ func bindLoopVars(sc map[string]any, vars []string, item any) error {
 func (r *renderer) execSet(n *setNode) error {
 	var v any
 	if n.x == nil { // a block set, its body perhaps empty
-		sub := &renderer{scopes: r.scopes, steps: r.steps}
+		sub := &renderer{bud: r.bud, out: text{bud: r.bud}, scopes: r.scopes, depth: r.depth}
 		if err := sub.exec(n.body); err != nil {
 			return err
 		}
-		r.steps = sub.steps
 		v = sub.out.String()
 	} else {
 		var err error
@@ -327,9 +358,12 @@ func (r *renderer) execSet(n *setNode) error {
 		}
 		ns.d.set(n.attr, v)
 	case n.names != nil:
-		xs, err := items(v)
+		xs, err := items(r.bud, v)
+		if errors.Is(err, ErrTemplateBudget) {
+			return err
+		}
 		if err != nil || len(xs) != len(n.names) {
-			return fmt.Errorf("cannot unpack %s into %d names", repr(v), len(n.names))
+			return fmt.Errorf("cannot unpack %s into %d names", brief(v), len(n.names))
 		}
 		for i, name := range n.names {
 			scope[name] = xs[i]
@@ -346,6 +380,9 @@ func (r *renderer) eval(x expr) (any, error) {
 		return nil, fmt.Errorf("expressions nested more than %d deep", maxExprDepth)
 	}
 	defer func() { r.depth-- }()
+	if err := r.step(); err != nil {
+		return nil, err
+	}
 	switch x := x.(type) {
 	case *litExpr:
 		return x.v, nil
@@ -356,7 +393,7 @@ func (r *renderer) eval(x expr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return getAttr(v, x.name)
+		return getAttr(r.bud, v, x.name)
 	case *indexExpr:
 		v, err := r.eval(x.x)
 		if err != nil {
@@ -366,7 +403,7 @@ func (r *renderer) eval(x expr) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return getItem(v, i)
+		return getItem(r.bud, v, i)
 	case *sliceExpr:
 		return r.evalSlice(x)
 	case *callExpr:
@@ -396,6 +433,9 @@ func (r *renderer) eval(x expr) (any, error) {
 		}
 		return r.eval(x.b)
 	case *listExpr:
+		if err := r.bud.items(len(x.items)); err != nil {
+			return nil, err
+		}
 		out := make([]any, len(x.items))
 		for i, it := range x.items {
 			v, err := r.eval(it)
@@ -409,6 +449,9 @@ func (r *renderer) eval(x expr) (any, error) {
 		}
 		return out, nil
 	case *dictExpr:
+		if err := r.bud.allocN(int64(len(x.keys)), dictEntryBytes); err != nil {
+			return nil, err
+		}
 		d := newDict()
 		for i := range x.keys {
 			k, err := r.eval(x.keys[i])
@@ -418,6 +461,9 @@ func (r *renderer) eval(x expr) (any, error) {
 			ks, ok := k.(string)
 			if !ok {
 				return nil, fmt.Errorf("dict keys must be strings here, got %s", typeName(k))
+			}
+			if err := r.bud.scan(len(ks)); err != nil { // hashed
+				return nil, err
 			}
 			v, err := r.eval(x.vals[i])
 			if err != nil {
@@ -433,6 +479,9 @@ func (r *renderer) eval(x expr) (any, error) {
 // evalArgs evaluates call arguments: positional ones, and keyword ones
 // as a dict in their order (never nil).
 func (r *renderer) evalArgs(args []expr, kw []kwArg) ([]any, *dict, error) {
+	if err := r.bud.items(len(args) + 3*len(kw)); err != nil {
+		return nil, nil, err
+	}
 	out := make([]any, len(args))
 	for i, a := range args {
 		v, err := r.eval(a)
@@ -463,7 +512,7 @@ func (r *renderer) evalCall(x *callExpr) (any, error) {
 	}
 	switch f := f.(type) {
 	case *fn:
-		return f.call(args, kw)
+		return f.call(r.bud, args, kw)
 	case undef:
 		return nil, f.use()
 	}
@@ -495,9 +544,15 @@ func (r *renderer) evalSlice(x *sliceExpr) (any, error) {
 	}
 	switch s := v.(type) {
 	case string:
+		if err := r.bud.allocN(int64(len(s)), 4); err != nil { // the runes
+			return nil, err
+		}
 		rs := []rune(s)
-		idx, err := sliceIndices(len(rs), bounds)
+		idx, err := sliceIndices(r.bud, len(rs), bounds)
 		if err != nil {
+			return nil, err
+		}
+		if err := r.bud.allocN(int64(len(idx)), 4); err != nil { // at most 4 bytes a rune
 			return nil, err
 		}
 		var b strings.Builder
@@ -506,9 +561,12 @@ func (r *renderer) evalSlice(x *sliceExpr) (any, error) {
 		}
 		return b.String(), nil
 	case []any, tuple:
-		xs, _ := items(s)
-		idx, err := sliceIndices(len(xs), bounds)
+		xs, _ := items(r.bud, s)
+		idx, err := sliceIndices(r.bud, len(xs), bounds)
 		if err != nil {
+			return nil, err
+		}
+		if err := r.bud.items(len(idx)); err != nil {
 			return nil, err
 		}
 		out := make([]any, len(idx))
@@ -526,7 +584,7 @@ func (r *renderer) evalSlice(x *sliceExpr) (any, error) {
 }
 
 // sliceIndices is Python's slice(lo, hi, step).indices(n) as a list.
-func sliceIndices(n int, b [3]*int64) ([]int, error) {
+func sliceIndices(bud *budget, n int, b [3]*int64) ([]int, error) {
 	step := int64(1)
 	if b[2] != nil {
 		step = *b[2]
@@ -555,7 +613,16 @@ func sliceIndices(n int, b [3]*int64) ([]int, error) {
 		lo, hi = clamp(b[0], int64(n)-1), clamp(b[1], -1)
 	}
 	step = max(-int64(n)-1, min(step, int64(n)+1)) // the same indices, and i += step cannot wrap
-	var out []int
+	count := int64(0)
+	if step > 0 && hi > lo {
+		count = (hi - lo + step - 1) / step
+	} else if step < 0 && lo > hi {
+		count = (lo - hi - step - 1) / -step
+	}
+	if err := bud.allocN(count, 8); err != nil {
+		return nil, err
+	}
+	out := make([]int, 0, count)
 	for i := lo; (step > 0 && i < hi) || (step < 0 && i > hi); i += step {
 		out = append(out, int(i))
 	}
@@ -583,36 +650,46 @@ func (r *renderer) evalBinary(x *binExpr) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return binaryOp(x.op, a, b)
+	return binaryOp(r.bud, x.op, a, b)
 }
 
 // binaryOp applies a binary operator with Python's semantics.
-func binaryOp(op string, a, b any) (any, error) {
+func binaryOp(bud *budget, op string, a, b any) (any, error) {
 	switch op {
-	case "==":
-		return equal(a, b), nil
-	case "!=":
-		return !equal(a, b), nil
+	case "==", "!=":
+		eq, err := equal(bud, a, b)
+		return eq == (op == "=="), err
 	case "<", ">", "<=", ">=":
-		c, err := compare(a, b)
+		c, err := compare(bud, a, b)
 		if err != nil {
 			return nil, err
 		}
 		return map[string]bool{"<": c < 0, ">": c > 0, "<=": c <= 0, ">=": c >= 0}[op], nil
 	case "in":
-		return contains(b, a)
+		return contains(bud, b, a)
 	case "not in":
-		in, err := contains(b, a)
+		in, err := contains(bud, b, a)
 		return !in, err
 	case "~":
-		return str(a) + str(b), nil
+		sa, err := str(bud, a)
+		if err != nil {
+			return nil, err
+		}
+		sb, err := str(bud, b)
+		if err != nil {
+			return nil, err
+		}
+		if err := bud.alloc(int64(len(sa)) + int64(len(sb))); err != nil {
+			return nil, err
+		}
+		return sa + sb, nil
 	}
 	for _, v := range []any{a, b} {
 		if u, ok := v.(undef); ok {
 			return nil, u.use()
 		}
 	}
-	if v, ok, err := arith(op, a, b); ok || err != nil {
+	if v, ok, err := arith(bud, op, a, b); ok || err != nil {
 		return v, err
 	}
 	return nil, fmt.Errorf("unsupported operand types for %s: '%s' and '%s'", op, typeName(a), typeName(b))
@@ -620,16 +697,22 @@ func binaryOp(op string, a, b any) (any, error) {
 
 // arith is + - * / // % ** on numbers, and + and * on strings and lists;
 // ok false when the operands do not support op.
-func arith(op string, a, b any) (any, bool, error) {
+func arith(bud *budget, op string, a, b any) (any, bool, error) {
 	if op == "+" {
 		switch x := a.(type) {
 		case string:
 			if y, ok := b.(string); ok {
+				if err := bud.alloc(int64(len(x)) + int64(len(y))); err != nil {
+					return nil, true, err
+				}
 				return x + y, true, nil
 			}
 		case []any:
 			if y, ok := b.([]any); ok {
-				return append(append([]any{}, x...), y...), true, nil
+				if err := bud.items(len(x) + len(y)); err != nil {
+					return nil, true, err
+				}
+				return append(append(make([]any, 0, len(x)+len(y)), x...), y...), true, nil
 			}
 		}
 	}
@@ -638,13 +721,13 @@ func arith(op string, a, b any) (any, bool, error) {
 			n = max(n, 0)
 			switch x := a.(type) {
 			case string:
-				if len(x) > 0 && n > maxRenderBytes/int64(len(x)) {
-					return nil, true, fmt.Errorf("a string repeated %d times would be more than %d bytes", n, maxRenderBytes)
+				if err := bud.allocN(n, int64(len(x))); err != nil {
+					return nil, true, fmt.Errorf("a string of %d bytes repeated %d times: %w", len(x), n, err)
 				}
 				return strings.Repeat(x, int(n)), true, nil
 			case []any:
-				if len(x) > 0 && n > maxRenderSteps/int64(len(x)) {
-					return nil, true, fmt.Errorf("a list repeated %d times would have more than %d items", n, maxRenderSteps)
+				if err := bud.allocN(n, int64(len(x))*itemBytes); err != nil {
+					return nil, true, fmt.Errorf("a list of %d items repeated %d times: %w", len(x), n, err)
 				}
 				out := make([]any, 0, len(x)*int(n))
 				for i := int64(0); len(x) > 0 && i < n; i++ {
@@ -786,7 +869,7 @@ func unary(op string, v any) (any, error) {
 }
 
 // getAttr is Jinja's x.name: a method or attribute first, then an item.
-func getAttr(v any, name string) (any, error) {
+func getAttr(b *budget, v any, name string) (any, error) {
 	switch x := v.(type) {
 	case undef:
 		return nil, x.use()
@@ -794,7 +877,7 @@ func getAttr(v any, name string) (any, error) {
 		if a, ok := x.d.get(name); ok {
 			return a, nil
 		}
-		return undef{fmt.Sprintf("the namespace has no attribute %q", name)}, nil
+		return undef{fmt.Sprintf("the namespace has no attribute %s", brief(name))}, nil
 	case *loopInfo:
 		return x.attr(name), nil
 	}
@@ -806,16 +889,19 @@ func getAttr(v any, name string) (any, error) {
 			return a, nil
 		}
 	}
-	return undef{fmt.Sprintf("%s object has no attribute %q", typeName(v), name)}, nil
+	return undef{fmt.Sprintf("%s object has no attribute %s", typeName(v), brief(name))}, nil
 }
 
 // getItem is Jinja's x[i]: an item first, then an attribute.
-func getItem(v, i any) (any, error) {
+func getItem(b *budget, v, i any) (any, error) {
 	switch x := v.(type) {
 	case undef:
 		return nil, x.use()
 	case *dict:
 		if k, ok := i.(string); ok {
+			if err := b.scan(len(k)); err != nil { // hashed
+				return nil, err
+			}
 			if a, ok := x.get(k); ok {
 				return a, nil
 			}
@@ -825,17 +911,53 @@ func getItem(v, i any) (any, error) {
 		if !ok {
 			break
 		}
-		xs, _ := items(x)
+		if s, ok := x.(string); ok {
+			if c, ok, err := runeAt(b, s, n); ok || err != nil {
+				return c, err
+			}
+			return undef{fmt.Sprintf("%s object has no element %s", typeName(v), brief(i))}, nil
+		}
+		xs, _ := items(b, x)
 		if n < 0 {
 			n += int64(len(xs))
 		}
 		if n >= 0 && n < int64(len(xs)) {
 			return xs[n], nil
 		}
-		return undef{fmt.Sprintf("%s object has no element %s", typeName(v), repr(i))}, nil
+		return undef{fmt.Sprintf("%s object has no element %s", typeName(v), brief(i))}, nil
 	}
 	if name, ok := i.(string); ok {
-		return getAttr(v, name)
+		return getAttr(b, v, name)
 	}
-	return undef{fmt.Sprintf("%s object has no element %s", typeName(v), repr(i))}, nil
+	return undef{fmt.Sprintf("%s object has no element %s", typeName(v), brief(i))}, nil
+}
+
+// runeAt is s[n] (a character, n < 0 from the end) and whether s has it,
+// found by walking from that end.
+func runeAt(b *budget, s string, n int64) (string, bool, error) {
+	i := 0
+	if n >= 0 {
+		for ; n > 0 && i < len(s); n-- {
+			_, size := utf8.DecodeRuneInString(s[i:])
+			i += size
+		}
+	} else {
+		i = len(s)
+		for ; n < 0 && i > 0; n++ {
+			_, size := utf8.DecodeLastRuneInString(s[:i])
+			i -= size
+		}
+	}
+	walked := i
+	if n < 0 {
+		walked = len(s) - i
+	}
+	if err := b.walk(walked); err != nil {
+		return "", false, err
+	}
+	if n != 0 || i >= len(s) {
+		return "", false, nil
+	}
+	c, _ := utf8.DecodeRuneInString(s[i:])
+	return string(c), true, b.alloc(8 + itemBytes)
 }

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 )
 
 // The filters, tests and methods of the chat-template interpreter: those
@@ -19,13 +21,16 @@ type filterFunc func(r *renderer, v any, args []any, kw *dict) (any, error)
 
 var filters map[string]filterFunc
 
-var tests map[string]func(v any, args []any) (bool, error)
+// testFunc is a test (x is name): b is the rendering's budget.
+type testFunc func(b *budget, v any, args []any) (bool, error)
+
+var tests map[string]testFunc
 
 func init() {
 	filters = map[string]filterFunc{
 		"trim":       fTrim,
-		"length":     func(_ *renderer, v any, _ []any, _ *dict) (any, error) { return length(v) },
-		"count":      func(_ *renderer, v any, _ []any, _ *dict) (any, error) { return length(v) },
+		"length":     func(r *renderer, v any, _ []any, _ *dict) (any, error) { return length(r.bud, v) },
+		"count":      func(r *renderer, v any, _ []any, _ *dict) (any, error) { return length(r.bud, v) },
 		"tojson":     fToJSON,
 		"upper":      strFilter(strings.ToUpper),
 		"lower":      strFilter(strings.ToLower),
@@ -36,13 +41,19 @@ func init() {
 		"join":       fJoin,
 		"default":    fDefault,
 		"d":          fDefault,
-		"string":     func(_ *renderer, v any, _ []any, _ *dict) (any, error) { return str(v), nil },
+		"string":     func(r *renderer, v any, _ []any, _ *dict) (any, error) { return str(r.bud, v) },
 		"safe":       func(_ *renderer, v any, _ []any, _ *dict) (any, error) { return v, nil },
 		"int":        fInt,
 		"float":      fFloat,
-		"list": func(_ *renderer, v any, _ []any, _ *dict) (any, error) {
-			xs, err := items(v)
-			return append([]any{}, xs...), err
+		"list": func(r *renderer, v any, _ []any, _ *dict) (any, error) {
+			xs, err := items(r.bud, v)
+			if err == nil {
+				err = r.bud.items(len(xs))
+			}
+			if err != nil {
+				return nil, err
+			}
+			return append([]any{}, xs...), nil
 		},
 		"replace":    fReplace,
 		"select":     selectFilter(false, false),
@@ -54,24 +65,27 @@ func init() {
 		"abs":        fAbs,
 		"reverse":    fReverse,
 	}
-	tests = map[string]func(v any, args []any) (bool, error){
-		"defined":   func(v any, _ []any) (bool, error) { _, u := v.(undef); return !u, nil },
-		"undefined": func(v any, _ []any) (bool, error) { _, u := v.(undef); return u, nil },
-		"none":      func(v any, _ []any) (bool, error) { return v == nil, nil },
-		"string":    func(v any, _ []any) (bool, error) { _, ok := v.(string); return ok, nil },
-		"number":    func(v any, _ []any) (bool, error) { _, ok := number(v); return ok, nil },
-		"integer":   func(v any, _ []any) (bool, error) { _, ok := v.(int64); return ok, nil },
-		"float":     func(v any, _ []any) (bool, error) { _, ok := v.(float64); return ok, nil },
-		"boolean":   func(v any, _ []any) (bool, error) { _, ok := v.(bool); return ok, nil },
-		"true":      func(v any, _ []any) (bool, error) { return v == true, nil },
-		"false":     func(v any, _ []any) (bool, error) { return v == false, nil },
-		"mapping":   func(v any, _ []any) (bool, error) { _, ok := v.(*dict); return ok, nil },
-		"callable":  func(v any, _ []any) (bool, error) { _, ok := v.(*fn); return ok, nil },
-		"iterable": func(v any, _ []any) (bool, error) {
-			_, err := items(v)
-			return err == nil, nil
+	tests = map[string]testFunc{
+		"defined":   func(_ *budget, v any, _ []any) (bool, error) { _, u := v.(undef); return !u, nil },
+		"undefined": func(_ *budget, v any, _ []any) (bool, error) { _, u := v.(undef); return u, nil },
+		"none":      func(_ *budget, v any, _ []any) (bool, error) { return v == nil, nil },
+		"string":    func(_ *budget, v any, _ []any) (bool, error) { _, ok := v.(string); return ok, nil },
+		"number":    func(_ *budget, v any, _ []any) (bool, error) { _, ok := number(v); return ok, nil },
+		"integer":   func(_ *budget, v any, _ []any) (bool, error) { _, ok := v.(int64); return ok, nil },
+		"float":     func(_ *budget, v any, _ []any) (bool, error) { _, ok := v.(float64); return ok, nil },
+		"boolean":   func(_ *budget, v any, _ []any) (bool, error) { _, ok := v.(bool); return ok, nil },
+		"true":      func(_ *budget, v any, _ []any) (bool, error) { return v == true, nil },
+		"false":     func(_ *budget, v any, _ []any) (bool, error) { return v == false, nil },
+		"mapping":   func(_ *budget, v any, _ []any) (bool, error) { _, ok := v.(*dict); return ok, nil },
+		"callable":  func(_ *budget, v any, _ []any) (bool, error) { _, ok := v.(*fn); return ok, nil },
+		"iterable": func(_ *budget, v any, _ []any) (bool, error) {
+			switch v.(type) {
+			case string, []any, tuple, *dict, undef:
+				return true, nil
+			}
+			return false, nil
 		},
-		"sequence": func(v any, _ []any) (bool, error) {
+		"sequence": func(_ *budget, v any, _ []any) (bool, error) {
 			switch v.(type) {
 			case string, []any, tuple, *dict:
 				return true, nil
@@ -81,13 +95,13 @@ func init() {
 		"odd":         intTest(func(n, _ int64) bool { return n%2 != 0 }),
 		"even":        intTest(func(n, _ int64) bool { return n%2 == 0 }),
 		"divisibleby": intTest(func(n, d int64) bool { return d != 0 && n%d == 0 }),
-		"lower":       func(v any, _ []any) (bool, error) { s, ok := v.(string); return ok && strings.ToLower(s) == s, nil },
-		"upper":       func(v any, _ []any) (bool, error) { s, ok := v.(string); return ok && strings.ToUpper(s) == s, nil },
-		"in": func(v any, args []any) (bool, error) {
+		"lower":       caseTest(strings.ToLower),
+		"upper":       caseTest(strings.ToUpper),
+		"in": func(b *budget, v any, args []any) (bool, error) {
 			if len(args) != 1 {
 				return false, fmt.Errorf("test in takes one argument")
 			}
-			return contains(args[0], v)
+			return contains(b, args[0], v)
 		},
 	}
 	for _, op := range [][]string{{"==", "eq", "equalto"}, {"!=", "ne"}, {"<", "lt", "lessthan"}, {">", "gt", "greaterthan"}, {"<=", "le"}, {">=", "ge"}} {
@@ -116,18 +130,33 @@ func testNames() []string {
 	return out
 }
 
-func compareTest(op string) func(v any, args []any) (bool, error) {
-	return func(v any, args []any) (bool, error) {
+func compareTest(op string) testFunc {
+	return func(b *budget, v any, args []any) (bool, error) {
 		if len(args) != 1 {
 			return false, fmt.Errorf("test %s takes one argument", op)
 		}
-		b, err := binaryOp(op, v, args[0])
-		return b == true, err
+		t, err := binaryOp(b, op, v, args[0])
+		return t == true, err
 	}
 }
 
-func intTest(f func(n, arg int64) bool) func(v any, args []any) (bool, error) {
-	return func(v any, args []any) (bool, error) {
+// caseTest is the lower (upper) test: a string that lowering (uppering)
+// leaves as it is.
+func caseTest(f func(string) string) testFunc {
+	return func(b *budget, v any, _ []any) (bool, error) {
+		s, ok := v.(string)
+		if !ok {
+			return false, nil
+		}
+		if err := b.allocN(int64(len(s)), 2); err != nil { // f's result, at most half as long again
+			return false, err
+		}
+		return f(s) == s, nil
+	}
+}
+
+func intTest(f func(n, arg int64) bool) testFunc {
+	return func(_ *budget, v any, args []any) (bool, error) {
 		n, ok := integer(v)
 		if !ok {
 			return false, fmt.Errorf("the test needs an integer, got %s", typeName(v))
@@ -178,15 +207,33 @@ func (r *renderer) evalTest(x *testExpr) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	ok, err := tests[x.name](v, args)
+	ok, err := tests[x.name](r.bud, v, args)
 	if err != nil {
 		return nil, fmt.Errorf("test %s: %w", x.name, err)
 	}
 	return ok != x.not, nil
 }
 
+// strFilter is a filter of str(v) that builds a string about as long
+// (upper, lower, capitalize, title: changing a letter's case can make it
+// longer, by half at most).
 func strFilter(f func(string) string) filterFunc {
-	return func(_ *renderer, v any, _ []any, _ *dict) (any, error) { return f(str(v)), nil }
+	return func(r *renderer, v any, _ []any, _ *dict) (any, error) {
+		s, err := str(r.bud, v)
+		if err != nil {
+			return nil, err
+		}
+		return caseMap(r.bud, f, s)
+	}
+}
+
+// caseMap is f(s) charged to b (f builds a string up to twice as long
+// as s, with the runes capitalize and title convert).
+func caseMap(b *budget, f func(string) string, s string) (string, error) {
+	if err := b.allocN(int64(len(s)), 2); err != nil {
+		return "", err
+	}
+	return f(s), nil
 }
 
 func capitalize(s string) string {
@@ -214,10 +261,17 @@ func jinjaTitle(s string) string {
 }
 
 // pyStrip is Python's str.strip/lstrip/rstrip with optional characters.
-func pyStrip(s string, chars any, left, right bool) string {
+func pyStrip(b *budget, s string, chars any, left, right bool) (string, error) {
 	is := unicode.IsSpace
 	if c, ok := chars.(string); ok {
+		// Each character of s is looked for in c: charge the pairs.
+		if err := b.step(int64(len(s)) * (int64(len(c))/scanBytesPerStep + 1) / scanBytesPerStep); err != nil {
+			return "", err
+		}
 		is = func(r rune) bool { return strings.ContainsRune(c, r) }
+	}
+	if err := b.scan(len(s)); err != nil {
+		return "", err
 	}
 	if left {
 		s = strings.TrimLeftFunc(s, is)
@@ -225,14 +279,18 @@ func pyStrip(s string, chars any, left, right bool) string {
 	if right {
 		s = strings.TrimRightFunc(s, is)
 	}
-	return s
+	return s, nil
 }
 
-func fTrim(_ *renderer, v any, args []any, kw *dict) (any, error) {
-	return pyStrip(str(v), arg(args, kw, 0, "chars", nil), true, true), nil
+func fTrim(r *renderer, v any, args []any, kw *dict) (any, error) {
+	s, err := str(r.bud, v)
+	if err != nil {
+		return nil, err
+	}
+	return pyStrip(r.bud, s, arg(args, kw, 0, "chars", nil), true, true)
 }
 
-func fToJSON(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func fToJSON(r *renderer, v any, args []any, kw *dict) (any, error) {
 	indent := -1
 	if i := arg(args, kw, 0, "indent", nil); i != nil {
 		n, ok := integer(i)
@@ -241,24 +299,39 @@ func fToJSON(_ *renderer, v any, args []any, kw *dict) (any, error) {
 		}
 		indent = int(max(n, 0)) // Python: ' ' * indent, empty when negative
 	}
-	itemSep, keySep := ", ", ": "
+	o := &jsonOpts{indent: indent, itemSep: ", ", keySep: ": ", sortKeys: truthy(arg(args, kw, 3, "sort_keys", false)), ascii: truthy(arg(args, kw, 1, "ensure_ascii", false))}
 	if indent >= 0 {
-		itemSep = ","
+		o.itemSep = ","
 	}
 	if s := arg(args, kw, 2, "separators", nil); s != nil {
-		xs, err := items(s)
+		xs, err := items(r.bud, s)
+		if errors.Is(err, ErrTemplateBudget) {
+			return nil, err
+		}
 		if err != nil || len(xs) != 2 {
 			return nil, fmt.Errorf("separators must be a pair of strings")
 		}
-		itemSep, keySep = str(xs[0]), str(xs[1])
+		if o.itemSep, err = str(r.bud, xs[0]); err != nil {
+			return nil, err
+		}
+		if o.keySep, err = str(r.bud, xs[1]); err != nil {
+			return nil, err
+		}
 	}
-	var b strings.Builder
-	err := toJSON(&b, v, indent, itemSep, keySep, truthy(arg(args, kw, 3, "sort_keys", false)), truthy(arg(args, kw, 1, "ensure_ascii", false)), 0)
-	return b.String(), err
+	t := &text{bud: r.bud}
+	if err := toJSON(t, v, o, 0); err != nil {
+		return nil, err
+	}
+	return t.String(), nil
 }
 
-func fFirst(_ *renderer, v any, _ []any, _ *dict) (any, error) {
-	xs, err := items(v)
+func fFirst(r *renderer, v any, _ []any, _ *dict) (any, error) {
+	if s, ok := v.(string); ok { // not every character made a string
+		if c, ok, err := runeAt(r.bud, s, 0); ok || err != nil {
+			return c, err
+		}
+	}
+	xs, err := items(r.bud, v)
 	if err != nil {
 		return nil, err
 	}
@@ -268,8 +341,13 @@ func fFirst(_ *renderer, v any, _ []any, _ *dict) (any, error) {
 	return xs[0], nil
 }
 
-func fLast(_ *renderer, v any, _ []any, _ *dict) (any, error) {
-	xs, err := items(v)
+func fLast(r *renderer, v any, _ []any, _ *dict) (any, error) {
+	if s, ok := v.(string); ok {
+		if c, ok, err := runeAt(r.bud, s, -1); ok || err != nil {
+			return c, err
+		}
+	}
+	xs, err := items(r.bud, v)
 	if err != nil {
 		return nil, err
 	}
@@ -279,22 +357,41 @@ func fLast(_ *renderer, v any, _ []any, _ *dict) (any, error) {
 	return xs[len(xs)-1], nil
 }
 
-func fJoin(_ *renderer, v any, args []any, kw *dict) (any, error) {
-	xs, err := items(v)
+func fJoin(r *renderer, v any, args []any, kw *dict) (any, error) {
+	return join(r.bud, v, arg(args, kw, 0, "d", ""), arg(args, kw, 1, "attribute", nil))
+}
+
+// join is the join filter and str.join: the items of v (or their
+// attribute attr) as strings, sep between them.
+func join(b *budget, v, sep, attr any) (any, error) {
+	xs, err := items(b, v)
 	if err != nil {
 		return nil, err
 	}
-	attr := arg(args, kw, 1, "attribute", nil)
+	d, err := str(b, sep)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.allocN(int64(len(xs)), 16); err != nil { // the parts
+		return nil, err
+	}
 	parts := make([]string, len(xs))
+	n := int64(0)
 	for i, x := range xs {
 		if a, ok := attr.(string); ok {
-			if x, err = getAttr(x, a); err != nil {
+			if x, err = getAttr(b, x, a); err != nil {
 				return nil, err
 			}
 		}
-		parts[i] = str(x)
+		if parts[i], err = str(b, x); err != nil {
+			return nil, err
+		}
+		n += int64(len(parts[i])) + int64(len(d))
 	}
-	return strings.Join(parts, str(arg(args, kw, 0, "d", ""))), nil
+	if err := b.alloc(n); err != nil {
+		return nil, err
+	}
+	return strings.Join(parts, d), nil
 }
 
 func fDefault(_ *renderer, v any, args []any, kw *dict) (any, error) {
@@ -305,27 +402,55 @@ func fDefault(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return v, nil
 }
 
-func fInt(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func fInt(r *renderer, v any, args []any, kw *dict) (any, error) {
 	def := arg(args, kw, 0, "default", int64(0))
+	if s, ok := v.(string); ok {
+		if err := r.bud.scan(len(s)); err != nil {
+			return nil, err
+		}
+	}
 	switch x := v.(type) {
 	case bool, int64:
 		n, _ := integer(x)
 		return n, nil
 	case float64:
-		return int64(x), nil
+		return floatToInt(x, def)
 	case string:
-		if n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64); err == nil {
+		n, err := strconv.ParseInt(strings.TrimSpace(x), 10, 64)
+		if err == nil {
 			return n, nil
 		}
+		if errors.Is(err, strconv.ErrRange) {
+			return nil, errIntOverflow
+		}
 		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
-			return int64(f), nil
+			return floatToInt(f, def)
 		}
 	}
 	return def, nil
 }
 
-func fFloat(_ *renderer, v any, args []any, kw *dict) (any, error) {
+// floatToInt is Python's int(f) within int64: NaN gives def (Jinja's int
+// filter catches Python's ValueError), an infinity or a number past int64
+// is an error (Python's OverflowError, or an integer too large for the
+// template's), never a wrapped number.
+func floatToInt(f float64, def any) (any, error) {
+	switch {
+	case math.IsNaN(f):
+		return def, nil
+	case f >= -math.MinInt64 || f < math.MinInt64: // -MinInt64: 2^63, exact
+		return nil, errIntOverflow
+	}
+	return int64(f), nil
+}
+
+func fFloat(r *renderer, v any, args []any, kw *dict) (any, error) {
 	def := arg(args, kw, 0, "default", 0.0)
+	if s, ok := v.(string); ok {
+		if err := r.bud.scan(len(s)); err != nil {
+			return nil, err
+		}
+	}
 	if f, ok := number(v); ok {
 		return f, nil
 	}
@@ -337,7 +462,13 @@ func fFloat(_ *renderer, v any, args []any, kw *dict) (any, error) {
 	return def, nil
 }
 
-func fReplace(_ *renderer, v any, args []any, kw *dict) (any, error) {
+func fReplace(r *renderer, v any, args []any, kw *dict) (any, error) {
+	return replace(r.bud, v, args, kw)
+}
+
+// replace is the replace filter and str.replace: old replaced by new in
+// str(v), count times at most (all when count < 0).
+func replace(b *budget, v any, args []any, kw *dict) (any, error) {
 	n := int64(-1)
 	if c := arg(args, kw, 2, "count", nil); c != nil {
 		var ok bool
@@ -345,14 +476,35 @@ func fReplace(_ *renderer, v any, args []any, kw *dict) (any, error) {
 			return nil, fmt.Errorf("count must be an integer")
 		}
 	}
-	return strings.Replace(str(v), str(arg(args, kw, 0, "old", "")), str(arg(args, kw, 1, "new", "")), int(n)), nil
+	var ss [3]string
+	for i, x := range []any{v, arg(args, kw, 0, "old", ""), arg(args, kw, 1, "new", "")} {
+		var err error
+		if ss[i], err = str(b, x); err != nil {
+			return nil, err
+		}
+	}
+	s, old, new := ss[0], ss[1], ss[2]
+	if err := b.scan(len(s)); err != nil {
+		return nil, err
+	}
+	m := int64(strings.Count(s, old)) // an empty old: between the characters
+	if n >= 0 {
+		m = min(m, n)
+	}
+	if err := b.allocN(m, int64(len(new))); err != nil {
+		return nil, fmt.Errorf("%d replacements of %d bytes: %w", m, len(new), err)
+	}
+	if err := b.alloc(int64(len(s))); err != nil {
+		return nil, err
+	}
+	return strings.Replace(s, old, new, int(m)), nil
 }
 
 // selectFilter is select/reject (by a test on each item, or its truth)
 // and selectattr/rejectattr (the same on an attribute of each item).
 func selectFilter(reject, byAttr bool) filterFunc {
-	return func(_ *renderer, v any, args []any, _ *dict) (any, error) {
-		xs, err := items(v)
+	return func(r *renderer, v any, args []any, _ *dict) (any, error) {
+		xs, err := items(r.bud, v)
 		if err != nil {
 			return nil, err
 		}
@@ -361,28 +513,39 @@ func selectFilter(reject, byAttr bool) filterFunc {
 			if len(args) == 0 {
 				return nil, fmt.Errorf("missing the attribute name")
 			}
-			attr = str(args[0])
+			if attr, err = str(r.bud, args[0]); err != nil {
+				return nil, err
+			}
 			args = args[1:]
 		}
-		var test func(any, []any) (bool, error)
+		var test testFunc
 		if len(args) > 0 {
-			name := str(args[0])
+			name, err := str(r.bud, args[0])
+			if err != nil {
+				return nil, err
+			}
 			if test = tests[name]; test == nil {
 				return nil, fmt.Errorf("test %q is not supported", name)
 			}
 			args = args[1:]
 		}
-		var out []any
+		if err := r.bud.items(len(xs)); err != nil {
+			return nil, err
+		}
+		out := make([]any, 0, len(xs))
 		for _, x := range xs {
+			if err := r.bud.step(1); err != nil {
+				return nil, err
+			}
 			y := x
 			if byAttr {
-				if y, err = getAttr(x, attr); err != nil {
+				if y, err = getAttr(r.bud, x, attr); err != nil {
 					return nil, err
 				}
 			}
 			ok := truthy(y)
 			if test != nil {
-				if ok, err = test(y, args); err != nil {
+				if ok, err = test(r.bud, y, args); err != nil {
 					return nil, err
 				}
 			}
@@ -395,17 +558,30 @@ func selectFilter(reject, byAttr bool) filterFunc {
 }
 
 func fMap(r *renderer, v any, args []any, kw *dict) (any, error) {
-	xs, err := items(v)
+	xs, err := items(r.bud, v)
 	if err != nil {
+		return nil, err
+	}
+	var f filterFunc
+	var name string
+	if len(args) > 0 {
+		if name, err = str(r.bud, args[0]); err != nil {
+			return nil, err
+		}
+		f = filters[name]
+	}
+	if err := r.bud.items(len(xs)); err != nil {
 		return nil, err
 	}
 	out := make([]any, len(xs))
 	for i, x := range xs {
+		if err := r.bud.step(1); err != nil {
+			return nil, err
+		}
 		switch {
 		case len(args) > 0:
-			f := filters[str(args[0])]
-			if f == nil {
-				return nil, fmt.Errorf("filter %q is not supported", str(args[0]))
+			if f == nil { // as Jinja2, only once there is an item to map
+				return nil, fmt.Errorf("filter %q is not supported", name)
 			}
 			if out[i], err = f(r, x, args[1:], newDict()); err != nil {
 				return nil, err
@@ -415,7 +591,11 @@ func fMap(r *renderer, v any, args []any, kw *dict) (any, error) {
 			if !ok {
 				return nil, fmt.Errorf("map needs a filter name or attribute=")
 			}
-			if out[i], err = getAttr(x, str(a)); err != nil {
+			name, err := str(r.bud, a)
+			if err != nil {
+				return nil, err
+			}
+			if out[i], err = getAttr(r.bud, x, name); err != nil {
 				return nil, err
 			}
 			if _, u := out[i].(undef); u {
@@ -428,9 +608,17 @@ func fMap(r *renderer, v any, args []any, kw *dict) (any, error) {
 	return out, nil
 }
 
-func fItems(_ *renderer, v any, _ []any, _ *dict) (any, error) {
+func fItems(r *renderer, v any, _ []any, _ *dict) (any, error) {
+	return dictItems(r.bud, v)
+}
+
+// dictItems is the items filter and dict.items(): (key, value) tuples.
+func dictItems(b *budget, v any) (any, error) {
 	switch d := v.(type) {
 	case *dict:
+		if err := b.allocN(int64(len(d.keys)), itemBytes+3*itemBytes); err != nil { // a tuple of two in an interface
+			return nil, err
+		}
 		out := make([]any, len(d.keys))
 		for i, k := range d.keys {
 			out[i] = tuple{k, d.m[k]}
@@ -445,23 +633,35 @@ func fItems(_ *renderer, v any, _ []any, _ *dict) (any, error) {
 func fAbs(_ *renderer, v any, _ []any, _ *dict) (any, error) {
 	switch x := v.(type) {
 	case int64:
+		if x == math.MinInt64 {
+			return nil, errIntOverflow
+		}
 		if x < 0 {
 			return -x, nil
 		}
 		return x, nil
+	case bool:
+		n, _ := integer(x)
+		return n, nil
 	case float64:
 		return math.Abs(x), nil
 	}
 	return nil, fmt.Errorf("bad operand type for abs(): '%s'", typeName(v))
 }
 
-func fReverse(_ *renderer, v any, _ []any, _ *dict) (any, error) {
+func fReverse(r *renderer, v any, _ []any, _ *dict) (any, error) {
 	if s, ok := v.(string); ok {
+		if err := r.bud.allocN(int64(len(s)), 4+4); err != nil { // the runes, then the string (4 bytes a rune at most)
+			return nil, err
+		}
 		rs := []rune(s)
 		slices.Reverse(rs)
 		return string(rs), nil
 	}
-	xs, err := items(v)
+	xs, err := items(r.bud, v)
+	if err == nil {
+		err = r.bud.items(len(xs))
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +672,7 @@ func fReverse(_ *renderer, v any, _ []any, _ *dict) (any, error) {
 
 // method is the method name of v (a string's or a dict's), nil when v has none.
 func method(v any, name string) *fn {
-	m := func(f func(args []any, kw *dict) (any, error)) *fn {
+	m := func(f func(b *budget, args []any, kw *dict) (any, error)) *fn {
 		return &fn{name: typeName(v) + "." + name, call: f}
 	}
 	switch x := v.(type) {
@@ -481,11 +681,14 @@ func method(v any, name string) *fn {
 	case *dict:
 		switch name {
 		case "items":
-			return m(func([]any, *dict) (any, error) { return fItems(nil, x, nil, nil) })
+			return m(func(b *budget, _ []any, _ *dict) (any, error) { return dictItems(b, x) })
 		case "keys":
-			return m(func([]any, *dict) (any, error) { return items(x) })
+			return m(func(b *budget, _ []any, _ *dict) (any, error) { return items(b, x) })
 		case "values":
-			return m(func([]any, *dict) (any, error) {
+			return m(func(b *budget, _ []any, _ *dict) (any, error) {
+				if err := b.items(len(x.keys)); err != nil {
+					return nil, err
+				}
 				out := make([]any, len(x.keys))
 				for i, k := range x.keys {
 					out[i] = x.m[k]
@@ -493,8 +696,15 @@ func method(v any, name string) *fn {
 				return out, nil
 			})
 		case "get":
-			return m(func(args []any, kw *dict) (any, error) {
-				if v, ok := x.get(str(arg(args, kw, 0, "key", ""))); ok {
+			return m(func(b *budget, args []any, kw *dict) (any, error) {
+				k, err := str(b, arg(args, kw, 0, "key", ""))
+				if err == nil {
+					err = b.scan(len(k)) // hashed
+				}
+				if err != nil {
+					return nil, err
+				}
+				if v, ok := x.get(k); ok {
 					return v, nil
 				}
 				return arg(args, kw, 1, "default", nil), nil
@@ -504,17 +714,17 @@ func method(v any, name string) *fn {
 	return nil
 }
 
-func strMethod(s, name string, m func(func([]any, *dict) (any, error)) *fn) *fn {
+func strMethod(s, name string, m func(func(*budget, []any, *dict) (any, error)) *fn) *fn {
 	switch name {
 	case "strip", "lstrip", "rstrip":
-		return m(func(args []any, kw *dict) (any, error) {
-			return pyStrip(s, arg(args, kw, 0, "chars", nil), name != "rstrip", name != "lstrip"), nil
+		return m(func(b *budget, args []any, kw *dict) (any, error) {
+			return pyStrip(b, s, arg(args, kw, 0, "chars", nil), name != "rstrip", name != "lstrip")
 		})
 	case "upper", "lower", "title", "capitalize":
 		f := map[string]func(string) string{"upper": strings.ToUpper, "lower": strings.ToLower, "title": pyTitle, "capitalize": capitalize}[name]
-		return m(func([]any, *dict) (any, error) { return f(s), nil })
+		return m(func(b *budget, _ []any, _ *dict) (any, error) { return caseMap(b, f, s) })
 	case "startswith", "endswith":
-		return m(func(args []any, kw *dict) (any, error) {
+		return m(func(b *budget, args []any, kw *dict) (any, error) {
 			p := arg(args, kw, 0, "prefix", "")
 			cands, ok := p.(tuple)
 			if !ok {
@@ -525,6 +735,9 @@ func strMethod(s, name string, m func(func([]any, *dict) (any, error)) *fn) *fn 
 				if !ok {
 					return nil, fmt.Errorf("%s arg must be str or a tuple of str, not %s", name, typeName(c))
 				}
+				if err := b.scan(min(len(s), len(cs))); err != nil {
+					return nil, err
+				}
 				if name == "startswith" && strings.HasPrefix(s, cs) || name == "endswith" && strings.HasSuffix(s, cs) {
 					return true, nil
 				}
@@ -532,15 +745,31 @@ func strMethod(s, name string, m func(func([]any, *dict) (any, error)) *fn) *fn 
 			return false, nil
 		})
 	case "split":
-		return m(func(args []any, kw *dict) (any, error) {
+		return m(func(b *budget, args []any, kw *dict) (any, error) {
 			n, _ := integer(arg(args, kw, 1, "maxsplit", int64(-1)))
+			n = min(n, int64(len(s))) // no more splits than bytes
+			if err := b.scan(len(s)); err != nil {
+				return nil, err
+			}
 			var parts []string
 			if sep := arg(args, kw, 0, "sep", nil); sep == nil {
+				if err := b.allocN(int64(len(s))/2+1, 3*itemBytes); err != nil { // at most a part every two bytes
+					return nil, err
+				}
 				parts = pySplitSpace(s, int(n))
-			} else if n < 0 {
-				parts = strings.Split(s, str(sep))
 			} else {
-				parts = strings.SplitN(s, str(sep), int(n)+1)
+				d, err := str(b, sep)
+				if err != nil {
+					return nil, err
+				}
+				m := int64(strings.Count(s, d)) + 1
+				if n >= 0 {
+					m = min(m, n+1)
+				}
+				if err := b.allocN(m, 3*itemBytes); err != nil { // a part (a string in an interface, in a list)
+					return nil, err
+				}
+				parts = strings.SplitN(s, d, int(m))
 			}
 			out := make([]any, len(parts))
 			for i, p := range parts {
@@ -549,22 +778,28 @@ func strMethod(s, name string, m func(func([]any, *dict) (any, error)) *fn) *fn 
 			return out, nil
 		})
 	case "replace":
-		return m(func(args []any, kw *dict) (any, error) { return fReplace(nil, s, args, kw) })
-	case "find":
-		return m(func(args []any, kw *dict) (any, error) {
-			i := strings.Index(s, str(arg(args, kw, 0, "sub", "")))
+		return m(func(b *budget, args []any, kw *dict) (any, error) { return replace(b, s, args, kw) })
+	case "find", "count":
+		return m(func(b *budget, args []any, kw *dict) (any, error) {
+			sub, err := str(b, arg(args, kw, 0, "sub", ""))
+			if err != nil {
+				return nil, err
+			}
+			if err := b.scan(len(s)); err != nil {
+				return nil, err
+			}
+			if name == "count" {
+				return int64(strings.Count(s, sub)), nil
+			}
+			i := strings.Index(s, sub)
 			if i < 0 {
 				return int64(-1), nil
 			}
-			return int64(len([]rune(s[:i]))), nil
-		})
-	case "count":
-		return m(func(args []any, kw *dict) (any, error) {
-			return int64(strings.Count(s, str(arg(args, kw, 0, "sub", "")))), nil
+			return int64(utf8.RuneCountInString(s[:i])), nil
 		})
 	case "join":
-		return m(func(args []any, kw *dict) (any, error) {
-			return fJoin(nil, arg(args, kw, 0, "iterable", nil), []any{s}, newDict())
+		return m(func(b *budget, args []any, kw *dict) (any, error) {
+			return join(b, arg(args, kw, 0, "iterable", nil), s, nil)
 		})
 	}
 	return nil

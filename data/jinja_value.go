@@ -26,7 +26,7 @@ type (
 	namespace struct{ d *dict }
 	fn        struct {
 		name string
-		call func(args []any, kw *dict) (any, error)
+		call func(b *budget, args []any, kw *dict) (any, error) // b: the rendering's budget
 	}
 )
 
@@ -138,19 +138,27 @@ func integer(v any) (int64, bool) {
 
 // items returns the elements of a sequence (list, tuple, string's
 // characters, dict's keys); Undefined iterates as empty, as in Jinja.
-func items(v any) ([]any, error) {
+// A list or tuple is returned as it is (not to be changed).
+func items(b *budget, v any) ([]any, error) {
 	switch x := v.(type) {
 	case []any:
 		return x, nil
 	case tuple:
 		return x, nil
 	case string:
+		// Each character a string in an interface: about 40 bytes.
+		if err := b.allocN(int64(len(x)), 40); err != nil {
+			return nil, err
+		}
 		out := make([]any, 0, len(x))
 		for _, r := range x {
 			out = append(out, string(r))
 		}
 		return out, nil
 	case *dict:
+		if err := b.items(len(x.keys)); err != nil {
+			return nil, err
+		}
 		out := make([]any, len(x.keys))
 		for i, k := range x.keys {
 			out[i] = k
@@ -163,9 +171,12 @@ func items(v any) ([]any, error) {
 }
 
 // length is Python's len(v); Undefined has length 0, as in Jinja.
-func length(v any) (int64, error) {
+func length(b *budget, v any) (int64, error) {
 	switch x := v.(type) {
 	case string:
+		if err := b.walk(len(x)); err != nil {
+			return 0, err
+		}
 		return int64(utf8.RuneCountInString(x)), nil
 	case []any:
 		return int64(len(x)), nil
@@ -179,48 +190,104 @@ func length(v any) (int64, error) {
 	return 0, fmt.Errorf("object of type '%s' has no len()", typeName(v))
 }
 
-// equal is Python's ==.
-func equal(a, b any) bool {
-	if x, ok := number(a); ok {
-		if y, ok := number(b); ok {
-			return x == y
-		}
-		return false
+// nest counts a level of a value visited in another (a list in a list);
+// done undoes it. Values nested past maxExprDepth are an error, as
+// Python's recursion limit makes them one (a namespace holding itself is
+// one such).
+func (b *budget) nest() error {
+	if b.depth++; b.depth > maxExprDepth {
+		b.depth--
+		return fmt.Errorf("values nested more than %d deep", maxExprDepth)
 	}
-	switch x := a.(type) {
-	case nil:
-		return b == nil
-	case undef:
-		_, ok := b.(undef)
-		return ok
-	case string:
-		y, ok := b.(string)
-		return ok && x == y
-	case []any:
-		y, ok := b.([]any)
-		return ok && slices.EqualFunc(x, y, equal)
-	case tuple:
-		y, ok := b.(tuple)
-		return ok && slices.EqualFunc(x, y, equal)
-	case *dict:
-		y, ok := b.(*dict)
-		if !ok || len(x.keys) != len(y.keys) {
-			return false
-		}
-		for k, v := range x.m {
-			if w, ok := y.m[k]; !ok || !equal(v, w) {
-				return false
-			}
-		}
-		return true
-	}
-	return a == b
+	return b.step(1)
 }
 
-// compare is Python's ordering of two numbers, strings or sequences: -1, 0, 1.
-func compare(a, b any) (int, error) {
-	if x, ok := number(a); ok {
-		if y, ok := number(b); ok {
+func (b *budget) done() { b.depth-- }
+
+// equal is Python's ==.
+func equal(b *budget, x, y any) (bool, error) {
+	if err := b.nest(); err != nil {
+		return false, err
+	}
+	eq, err := equalIn(b, x, y)
+	b.done()
+	return eq, err
+}
+
+func equalIn(b *budget, x, y any) (bool, error) {
+	if x, ok := number(x); ok {
+		if y, ok := number(y); ok {
+			return x == y, nil
+		}
+		return false, nil
+	}
+	switch x := x.(type) {
+	case nil:
+		return y == nil, nil
+	case undef:
+		_, ok := y.(undef)
+		return ok, nil
+	case string:
+		y, ok := y.(string)
+		if !ok || len(x) != len(y) {
+			return false, nil
+		}
+		return x == y, b.scan(len(x))
+	case []any:
+		if y, ok := y.([]any); ok {
+			return seqEqual(b, x, y)
+		}
+		return false, nil
+	case tuple:
+		if y, ok := y.(tuple); ok {
+			return seqEqual(b, x, y)
+		}
+		return false, nil
+	case *dict:
+		y, ok := y.(*dict)
+		if !ok || len(x.keys) != len(y.keys) {
+			return false, nil
+		}
+		for k, v := range x.m {
+			w, ok := y.m[k]
+			if !ok {
+				return false, nil
+			}
+			if eq, err := equal(b, v, w); !eq || err != nil {
+				return false, err
+			}
+		}
+		return true, nil
+	}
+	return x == y, nil
+}
+
+// seqEqual is whether xs and ys are equal item by item.
+func seqEqual(b *budget, xs, ys []any) (bool, error) {
+	if len(xs) != len(ys) {
+		return false, nil
+	}
+	for i := range xs {
+		if eq, err := equal(b, xs[i], ys[i]); !eq || err != nil {
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// compare is Python's ordering of two numbers, strings or lists: -1, 0, 1.
+func compare(b *budget, x, y any) (int, error) {
+	if err := b.nest(); err != nil {
+		return 0, err
+	}
+	c, err := compareIn(b, x, y)
+	b.done()
+	return c, err
+}
+
+func compareIn(b *budget, x, y any) (int, error) {
+	if x, ok := number(x); ok {
+		if y, ok := number(y); ok {
 			switch {
 			case x < y:
 				return -1, nil
@@ -230,106 +297,171 @@ func compare(a, b any) (int, error) {
 			return 0, nil
 		}
 	}
-	if x, ok := a.(string); ok {
-		if y, ok := b.(string); ok {
-			return strings.Compare(x, y), nil
+	if x, ok := x.(string); ok {
+		if y, ok := y.(string); ok {
+			return strings.Compare(x, y), b.scan(min(len(x), len(y)))
 		}
 	}
-	xs, okx := a.([]any)
-	ys, oky := b.([]any)
+	xs, okx := x.([]any)
+	ys, oky := y.([]any)
 	if okx && oky {
 		for i := 0; i < len(xs) && i < len(ys); i++ {
-			if !equal(xs[i], ys[i]) {
-				return compare(xs[i], ys[i])
+			eq, err := equal(b, xs[i], ys[i])
+			if err != nil {
+				return 0, err
+			}
+			if !eq {
+				return compare(b, xs[i], ys[i])
 			}
 		}
-		return compare(int64(len(xs)), int64(len(ys)))
+		return compare(b, int64(len(xs)), int64(len(ys)))
 	}
-	return 0, fmt.Errorf("'<' not supported between instances of '%s' and '%s'", typeName(a), typeName(b))
+	return 0, fmt.Errorf("'<' not supported between instances of '%s' and '%s'", typeName(x), typeName(y))
 }
 
-// contains is Python's a in b.
-func contains(b, a any) (bool, error) {
-	switch x := b.(type) {
+// contains is Python's a in c.
+func contains(b *budget, c, a any) (bool, error) {
+	switch x := c.(type) {
 	case string:
 		s, ok := a.(string)
 		if !ok {
 			return false, fmt.Errorf("'in <string>' requires string as left operand, not %s", typeName(a))
 		}
-		return strings.Contains(x, s), nil
+		return strings.Contains(x, s), b.scan(len(x))
 	case *dict:
 		k, ok := a.(string)
 		if !ok {
 			return false, nil
 		}
 		_, in := x.m[k]
-		return in, nil
+		return in, b.scan(len(k)) // hashed
 	case undef:
 		return false, nil
 	}
-	xs, err := items(b)
+	xs, err := items(b, c)
 	if err != nil {
-		return false, fmt.Errorf("argument of type '%s' is not iterable", typeName(b))
+		if errors.Is(err, ErrTemplateBudget) {
+			return false, err
+		}
+		return false, fmt.Errorf("argument of type '%s' is not iterable", typeName(c))
 	}
-	return slices.ContainsFunc(xs, func(y any) bool { return equal(a, y) }), nil
+	for _, y := range xs {
+		if eq, err := equal(b, a, y); eq || err != nil {
+			return eq, err
+		}
+	}
+	return false, nil
 }
 
-// str is Python's str(v) (Jinja prints it; Undefined prints as "").
-func str(v any) string {
+// str is Python's str(v) (Jinja prints it; Undefined prints as ""),
+// built within b.
+func str(b *budget, v any) (string, error) {
 	switch x := v.(type) {
 	case string:
-		return x
+		return x, nil
 	case undef:
-		return ""
+		return "", nil
 	}
-	return repr(v)
+	t := &text{bud: b}
+	if err := reprTo(t, v); err != nil {
+		return "", err
+	}
+	return t.String(), nil
 }
 
-// repr is Python's repr(v).
-func repr(v any) string {
+// repr is Python's repr(v), built within b.
+func repr(b *budget, v any) (string, error) {
+	t := &text{bud: b}
+	if err := reprTo(t, v); err != nil {
+		return "", err
+	}
+	return t.String(), nil
+}
+
+// reprTo writes Python's repr(v) to t.
+func reprTo(t *text, v any) error {
+	if err := t.bud.nest(); err != nil {
+		return err
+	}
+	err := reprIn(t, v)
+	t.bud.done()
+	return err
+}
+
+func reprIn(t *text, v any) error {
 	switch x := v.(type) {
 	case nil:
-		return "None"
+		return t.add("None")
 	case undef:
-		return ""
+		return nil
 	case bool:
 		if x {
-			return "True"
+			return t.add("True")
 		}
-		return "False"
+		return t.add("False")
 	case int64:
-		return strconv.FormatInt(x, 10)
+		return t.add(strconv.FormatInt(x, 10))
 	case float64:
-		return pyFloat(x)
+		return t.add(pyFloat(x))
 	case string:
-		return pyQuote(x)
+		return pyQuote(t, x)
 	case []any:
-		return "[" + joinRepr(x) + "]"
+		return reprSeq(t, "[", x, "]")
 	case tuple:
 		if len(x) == 1 {
-			return "(" + repr(x[0]) + ",)"
+			return reprSeq(t, "(", x, ",)")
 		}
-		return "(" + joinRepr(x) + ")"
+		return reprSeq(t, "(", x, ")")
 	case *dict:
-		parts := make([]string, len(x.keys))
-		for i, k := range x.keys {
-			parts[i] = pyQuote(k) + ": " + repr(x.m[k])
+		if err := t.add("{"); err != nil {
+			return err
 		}
-		return "{" + strings.Join(parts, ", ") + "}"
+		for i, k := range x.keys {
+			if i > 0 {
+				if err := t.add(", "); err != nil {
+					return err
+				}
+			}
+			if err := pyQuote(t, k); err != nil {
+				return err
+			}
+			if err := t.add(": "); err != nil {
+				return err
+			}
+			if err := reprTo(t, x.m[k]); err != nil {
+				return err
+			}
+		}
+		return t.add("}")
 	case *namespace:
-		return "<Namespace " + repr(x.d) + ">"
+		if err := t.add("<Namespace "); err != nil {
+			return err
+		}
+		if err := reprTo(t, x.d); err != nil {
+			return err
+		}
+		return t.add(">")
 	case *fn:
-		return "<function " + x.name + ">"
+		return t.add("<function " + x.name + ">")
 	}
-	return fmt.Sprint(v)
+	return t.add(fmt.Sprint(v))
 }
 
-func joinRepr(xs []any) string {
-	parts := make([]string, len(xs))
-	for i, x := range xs {
-		parts[i] = repr(x)
+func reprSeq(t *text, open string, xs []any, end string) error {
+	if err := t.add(open); err != nil {
+		return err
 	}
-	return strings.Join(parts, ", ")
+	for i, x := range xs {
+		if i > 0 {
+			if err := t.add(", "); err != nil {
+				return err
+			}
+		}
+		if err := reprTo(t, x); err != nil {
+			return err
+		}
+	}
+	return t.add(end)
 }
 
 // pyFloat is Python's repr of a float: the shortest digits that round-trip,
@@ -370,55 +502,110 @@ func pyFloat(f float64) string {
 	return sign + digits[:exp+1] + "." + digits[exp+1:]
 }
 
-// pyQuote is Python's repr of a string: single quotes unless the string
-// holds a single quote and no double quote.
-func pyQuote(s string) string {
+// pyQuote writes Python's repr of a string: single quotes unless the
+// string holds a single quote and no double quote.
+func pyQuote(t *text, s string) error {
+	if err := t.bud.scan(len(s)); err != nil {
+		return err
+	}
 	q := byte('\'')
 	if strings.Contains(s, "'") && !strings.Contains(s, "\"") {
 		q = '"'
 	}
-	var b strings.Builder
-	b.WriteByte(q)
-	for _, r := range s {
+	return writeQuoted(t, s, q, func(r rune) string {
 		switch {
 		case r == rune(q) || r == '\\':
-			b.WriteByte('\\')
-			b.WriteRune(r)
+			return "\\" + string(r)
 		case r == '\n':
-			b.WriteString(`\n`)
+			return `\n`
 		case r == '\r':
-			b.WriteString(`\r`)
+			return `\r`
 		case r == '\t':
-			b.WriteString(`\t`)
+			return `\t`
 		case r < 0x20 || r == 0x7f:
-			fmt.Fprintf(&b, `\x%02x`, r)
-		default:
-			b.WriteRune(r)
+			return fmt.Sprintf(`\x%02x`, r)
 		}
+		return ""
+	})
+}
+
+// writeQuoted writes s between quotes q: a character that esc gives an
+// escape for (one of q, \\, a control character or any non-ASCII one may
+// have one) as its escape, a byte that is not UTF-8 as U+FFFD (as Python
+// decodes it), and the runs between them copied whole.
+func writeQuoted(t *text, s string, q byte, esc func(rune) string) error {
+	if err := t.bud.alloc(int64(len(s)) + 2); err != nil { // escapes charged as they come
+		return err
 	}
-	b.WriteByte(q)
-	return b.String()
+	t.reserve(len(s) + 2)
+	t.writeByte(q)
+	for len(s) > 0 {
+		i := 0
+		for i < len(s) && s[i] >= 0x20 && s[i] < 0x7f && s[i] != q && s[i] != '\\' {
+			i++
+		}
+		t.writeString(s[:i])
+		if s = s[i:]; s == "" {
+			break
+		}
+		r, size := utf8.DecodeRuneInString(s)
+		e := esc(r)
+		if e == "" && r == utf8.RuneError && size == 1 {
+			e = string(utf8.RuneError)
+		}
+		if e == "" {
+			e = s[:size]
+		} else {
+			if err := t.bud.alloc(int64(len(e) - size)); err != nil {
+				return err
+			}
+			t.reserve(len(e))
+		}
+		t.writeString(e)
+		s = s[size:]
+	}
+	t.writeByte(q)
+	return nil
+}
+
+// jsonOpts are the options of Hugging Face's tojson filter.
+type jsonOpts struct {
+	indent          int // < 0: none
+	itemSep, keySep string
+	sortKeys, ascii bool
 }
 
 // toJSON is Hugging Face's tojson filter: Python's json.dumps with
 // ensure_ascii false by default, indent, separators and sort_keys.
-func toJSON(b *strings.Builder, v any, indent int, itemSep, keySep string, sortKeys, ascii bool, depth int) error {
-	nl := func(d int) {
-		if indent >= 0 {
-			b.WriteByte('\n')
-			b.WriteString(strings.Repeat(" ", indent*d))
-		}
+func toJSON(t *text, v any, o *jsonOpts, depth int) error {
+	if err := t.bud.nest(); err != nil {
+		return err
 	}
-	if indent > maxRenderBytes/(depth+1) || b.Len() > maxRenderBytes {
-		return fmt.Errorf("tojson: more than %d bytes", maxRenderBytes)
+	err := toJSONIn(t, v, o, depth)
+	t.bud.done()
+	return err
+}
+
+func toJSONIn(t *text, v any, o *jsonOpts, depth int) error {
+	nl := func(d int) error {
+		if o.indent < 0 {
+			return nil
+		}
+		if err := t.bud.allocN(int64(o.indent), int64(d)); err != nil {
+			return err
+		}
+		t.reserve(o.indent*d + 1)
+		t.writeByte('\n') // the newline rides on the indent's charge
+		t.writeString(strings.Repeat(" ", o.indent*d))
+		return nil
 	}
 	switch x := v.(type) {
 	case nil:
-		b.WriteString("null")
+		return t.add("null")
 	case bool:
-		b.WriteString(map[bool]string{true: "true", false: "false"}[x])
+		return t.add(map[bool]string{true: "true", false: "false"}[x])
 	case int64:
-		b.WriteString(strconv.FormatInt(x, 10))
+		return t.add(strconv.FormatInt(x, 10))
 	case float64:
 		s := pyFloat(x)
 		switch s {
@@ -429,88 +616,106 @@ func toJSON(b *strings.Builder, v any, indent int, itemSep, keySep string, sortK
 		case "nan":
 			s = "NaN"
 		}
-		b.WriteString(s)
+		return t.add(s)
 	case string:
-		jsonString(b, x, ascii)
+		return jsonString(t, x, o.ascii)
 	case []any, tuple:
-		xs, _ := items(x)
+		xs, _ := items(t.bud, x)
 		if len(xs) == 0 {
-			b.WriteString("[]")
-			return nil
+			return t.add("[]")
 		}
-		b.WriteByte('[')
+		if err := t.add("["); err != nil {
+			return err
+		}
 		for i, y := range xs {
 			if i > 0 {
-				b.WriteString(itemSep)
+				if err := t.add(o.itemSep); err != nil {
+					return err
+				}
 			}
-			nl(depth + 1)
-			if err := toJSON(b, y, indent, itemSep, keySep, sortKeys, ascii, depth+1); err != nil {
+			if err := nl(depth + 1); err != nil {
+				return err
+			}
+			if err := toJSON(t, y, o, depth+1); err != nil {
 				return err
 			}
 		}
-		nl(depth)
-		b.WriteByte(']')
+		if err := nl(depth); err != nil {
+			return err
+		}
+		return t.add("]")
 	case *dict:
 		if len(x.keys) == 0 {
-			b.WriteString("{}")
-			return nil
+			return t.add("{}")
 		}
 		keys := x.keys
-		if sortKeys {
+		if o.sortKeys {
+			if err := t.bud.allocN(int64(len(keys)), 16); err != nil {
+				return err
+			}
 			keys = slices.Sorted(slices.Values(keys))
 		}
-		b.WriteByte('{')
+		if err := t.add("{"); err != nil {
+			return err
+		}
 		for i, k := range keys {
 			if i > 0 {
-				b.WriteString(itemSep)
+				if err := t.add(o.itemSep); err != nil {
+					return err
+				}
 			}
-			nl(depth + 1)
-			jsonString(b, k, ascii)
-			b.WriteString(keySep)
-			if err := toJSON(b, x.m[k], indent, itemSep, keySep, sortKeys, ascii, depth+1); err != nil {
+			if err := nl(depth + 1); err != nil {
+				return err
+			}
+			if err := jsonString(t, k, o.ascii); err != nil {
+				return err
+			}
+			if err := t.add(o.keySep); err != nil {
+				return err
+			}
+			if err := toJSON(t, x.m[k], o, depth+1); err != nil {
 				return err
 			}
 		}
-		nl(depth)
-		b.WriteByte('}')
-	default:
-		return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
+		if err := nl(depth); err != nil {
+			return err
+		}
+		return t.add("}")
 	}
-	return nil
+	return fmt.Errorf("object of type %s is not JSON serializable", typeName(v))
 }
 
 // jsonString writes s as Python's json module does.
-func jsonString(b *strings.Builder, s string, ascii bool) {
-	b.WriteByte('"')
-	for _, r := range s {
+func jsonString(t *text, s string, ascii bool) error {
+	if err := t.bud.scan(len(s)); err != nil {
+		return err
+	}
+	return writeQuoted(t, s, '"', func(r rune) string {
 		switch r {
 		case '"':
-			b.WriteString(`\"`)
+			return `\"`
 		case '\\':
-			b.WriteString(`\\`)
+			return `\\`
 		case '\n':
-			b.WriteString(`\n`)
+			return `\n`
 		case '\r':
-			b.WriteString(`\r`)
+			return `\r`
 		case '\t':
-			b.WriteString(`\t`)
+			return `\t`
 		case '\b':
-			b.WriteString(`\b`)
+			return `\b`
 		case '\f':
-			b.WriteString(`\f`)
-		default:
-			switch {
-			case r < 0x20:
-				fmt.Fprintf(b, `\u%04x`, r)
-			case ascii && r > 0x7f && r <= 0xffff:
-				fmt.Fprintf(b, `\u%04x`, r)
-			case ascii && r > 0xffff:
-				r -= 0x10000
-				fmt.Fprintf(b, `\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
-			default:
-				b.WriteRune(r)
-			}
+			return `\f`
 		}
-	}
-	b.WriteByte('"')
+		switch {
+		case r < 0x20:
+			return fmt.Sprintf(`\u%04x`, r)
+		case ascii && r >= 0x7f && r <= 0xffff: // Python escapes all but space to ~
+			return fmt.Sprintf(`\u%04x`, r)
+		case ascii && r > 0xffff:
+			r -= 0x10000
+			return fmt.Sprintf(`\u%04x\u%04x`, 0xd800+(r>>10), 0xdc00+(r&0x3ff))
+		}
+		return ""
+	})
 }

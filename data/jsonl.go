@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,7 @@ func (e *example) targets() int {
 
 // encoder turns JSONL lines into examples.
 type encoder struct {
+	ctx    context.Context // stops a chat template's rendering; nil: nothing does
 	tok    Tokenizer
 	chat   *ChatTemplate
 	eos    int32
@@ -152,7 +154,7 @@ func (e *encoder) chatLine(ex *example, raw json.RawMessage, where string) error
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}
-	spans, err := e.chat.spans(msgs)
+	spans, err := e.chat.spans(e.ctx, msgs)
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)
 	}

@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -164,7 +165,7 @@ func TestLoadChatTemplate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got, err := c.Render(msgs, false); err != nil || got != want {
+		if got, err := c.Render(context.Background(), msgs, false); err != nil || got != want {
 			t.Errorf("%s: %q %v, want %q", path, got, err, want)
 		}
 	}

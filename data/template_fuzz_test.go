@@ -1,6 +1,7 @@
 package data
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -62,8 +63,7 @@ func FuzzParseTemplate(f *testing.F) {
 
 // FuzzRenderTemplate: a template that parses renders with a conversation
 // to text or an error, without panicking, in bounded time and memory
-// (the renderer's step and output bounds, and those of what one
-// expression can build).
+// (the budget of a rendering, jinja_budget.go).
 func FuzzRenderTemplate(f *testing.F) {
 	for _, s := range fuzzSeeds(f) {
 		f.Add(s)
@@ -79,7 +79,7 @@ func FuzzRenderTemplate(f *testing.F) {
 		}
 		vars := map[string]any{"messages": v, "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>", "tools": nil, "documents": nil}
 		start := time.Now()
-		out, err := render(body, vars)
+		out, err := render(context.Background(), body, vars)
 		if d := time.Since(start); d > 10*time.Second {
 			t.Fatalf("rendering took %v", d)
 		}
@@ -100,7 +100,9 @@ func FuzzRenderTemplate(f *testing.F) {
 
 // TestTemplateEdgesMatchJinja: what the fuzz targets found, against
 // Jinja2: an empty subscript (x[()]), an empty block set, slice steps and
-// ranges at the ends of int64, tojson with a negative indent; and
+// ranges at the ends of int64, tojson with a negative indent; range at
+// and past the sandbox's 100000 items, int and abs at their edges,
+// escapes in repr and tojson, indexing a string from either end; and
 // expressions past the render bounds, which Jinja2 cannot render either;
 // integers at the ends of int64 (past them, where Python's go on, an
 // error).
@@ -115,6 +117,14 @@ func TestTemplateEdgesMatchJinja(t *testing.T) {
 		"{{ 'ab' * 9223372036854775807 }}",
 		"{{ x * 9223372036854775807 }}",
 		"{{ x | tojson(indent=99999999999) }}",
+		"{{ range(100000) | length }} {{ range(5, -99995, -1) | length }} {{ range(0, 9223372036854775807, 92233720368547759) | length }} {{ range(-9223372036854775807 - 1, 9223372036854775807, 9223372036854775807) | list }}",
+		"{{ range(100001) | length }}",
+		"{{ range(-9223372036854775807 - 1, 9223372036854775807) | length }}",
+		"{{ 'nan' | int }} {{ 'x' | int(7) }} {{ -5 | abs }} {{ true | abs }} {{ 2.5 | int }} {{ -2.5 | int }} {{ '12' | int }}",
+		"{{ 'inf' | int }}",
+		"{{ '-inf' | int }}",
+		`{{ 'caf\u00e9 \x01\x7f"\'' | tojson }} {{ 'caf\u00e9 \x01\x7f"\'' | tojson(ensure_ascii=true) }} {{ ['caf\u00e9 \x01\x7f"\'\\'] }} {{ ['\U0001F600'] | tojson(ensure_ascii=true) }}`,
+		`{{ s[0] }}{{ s[-1] }}{{ s[2] }}{{ s[-3] }}|{{ s[3] }}|{{ s[-4] }}|{{ s | first }}{{ s | last }}{{ '' | first }}{{ 'h\u00e9llo'[1] }}{{ 'h\u00e9llo'[-4] }}`,
 		"{{ '' * 9223372036854775807 }}|{{ [] * 9223372036854775807 }}|{{ 3 ** 39 }}|{{ (-2) ** 63 }}|{{ 9223372036854775807 + -1 }}|{{ -9223372036854775807 - 1 }}|{{ 3037000499 * 3037000499 }}",
 	} {
 		cases = append(cases, renderCase{src, src, map[string]any{"x": []any{1, 2, 3}, "d": map[string]any{"k": []any{"v"}}, "s": "abc"}})
@@ -172,7 +182,7 @@ func TestTemplateNesting(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%.40s...: %v", src, err)
 		}
-		if _, err := render(body, map[string]any{}); err == nil || !strings.Contains(err.Error(), "nested more than 1000 deep") {
+		if _, err := render(context.Background(), body, map[string]any{}); err == nil || !strings.Contains(err.Error(), "nested more than 1000 deep") {
 			t.Errorf("%.40s...: %v, want an error saying it nests too deep", src, err)
 		}
 	}

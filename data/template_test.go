@@ -2,6 +2,7 @@ package data
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"os"
@@ -144,7 +145,7 @@ func goRender(c renderCase) (string, error) {
 	for _, k := range v.(*dict).keys {
 		vars[k] = v.(*dict).m[k]
 	}
-	return render(body, vars)
+	return render(context.Background(), body, vars)
 }
 
 // TestTemplatesMatchJinja: the real chat templates of Llama-3 and Qwen2,
@@ -201,7 +202,7 @@ func TestTemplateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := render(body, nil); !errors.Is(err, errRaised) || !strings.Contains(err.Error(), "no system role") {
+	if _, err := render(context.Background(), body, nil); !errors.Is(err, errRaised) || !strings.Contains(err.Error(), "no system role") {
 		t.Errorf("raise_exception: %v", err)
 	}
 	if _, err := ParseChatTemplate("{% call x %}{% endcall %}", "tokenizer_config.json", nil); err == nil || !strings.Contains(err.Error(), "chat template tokenizer_config.json: line 1: {% call %} is not supported") {

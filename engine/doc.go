@@ -90,8 +90,9 @@
 // outside the store. Budgets: tier.PlanBudgets (docs/DESIGN.md, "Budgets
 // per tier"). Before New allocates anything, preflight.go refuses what the
 // host cannot give: strata.host_budget, or without it the pool the layout
-// needs, with the upload staging, above MemAvailable, or above
-// RLIMIT_MEMLOCK where the lock is required; and on
+// needs, with the upload staging, above MemAvailable, past the room
+// RLIMIT_AS leaves the process, or above RLIMIT_MEMLOCK where the lock is
+// required; and on
 // each nvme_path it removes the swap files of killed runs (a note says
 // what came back) and refuses a path short of the swap's room.
 //

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/internal/hostmem"
@@ -40,7 +41,9 @@ func (e *Engine) preflight(mo estimate.Options) error {
 // checkHostMemory refuses pinned host memory the host cannot give: the
 // tier store's pool and the upload staging pinned beside it, above
 // MemAvailable, or, with Options.PinnedLock LockRequired and no
-// CAP_IPC_LOCK, above RLIMIT_MEMLOCK (pinned.CheckHost). With
+// CAP_IPC_LOCK, above RLIMIT_MEMLOCK (pinned.CheckHost), or past what
+// RLIMIT_AS leaves the process (hostmem.CheckAddressSpace: the pool is
+// mapped whole at the start). With
 // strata.host_budget the pool is the budget and the error names the key;
 // without, the pool is what the layout homes in host RAM (tier.PlanBudgets;
 // where that cannot be planned yet New's own call says why).
@@ -60,15 +63,21 @@ func (e *Engine) checkHostMemory(sizes tier.Sizes) error {
 	if !fits {
 		return fmt.Errorf("engine: pinned host memory %s and %s of upload staging: more than 2^63 bytes", units.FormatBytes(pool), units.FormatBytes(staging))
 	}
-	err := pinned.CheckHost(total, e.opts.PinnedLock, meminfoPath)
-	var he *pinned.HostError
-	if !errors.As(err, &he) {
-		return err
-	}
 	what := fmt.Sprintf("strata.host_budget %s (pinned host memory, and %s of upload staging)", units.FormatBytes(hb), units.FormatBytes(staging))
 	if hb <= 0 {
 		what = fmt.Sprintf("the tier store's pinned host memory, %s (the state homed in host RAM, all ranks, with its staging and spare room), and %s of upload staging,",
 			units.FormatBytes(pool), units.FormatBytes(staging))
+	}
+	err := pinned.CheckHost(total, e.opts.PinnedLock, meminfoPath)
+	var he *pinned.HostError
+	if err == nil {
+		if err := hostmem.CheckAddressSpace(strings.TrimSuffix(what, ","), total); err != nil {
+			return fmt.Errorf("engine: %w", err)
+		}
+		return nil
+	}
+	if !errors.As(err, &he) {
+		return err
 	}
 	if he.LockLimitBytes >= 0 {
 		fix := fmt.Sprintf("lower strata.host_budget to at most %s", units.FormatBytes(max(he.LockLimitBytes-staging, 0)))

@@ -145,8 +145,12 @@ func New(o Options) (*Pool, error) {
 		}
 		if err != nil {
 			p.unmapAll()
-			return nil, fmt.Errorf("pinned: arena %d of %s (budget %s; is it larger than free RAM?): %w",
-				i, units.FormatBytes(size), units.FormatBytes(o.BudgetBytes), err)
+			hint := "is it larger than free RAM?"
+			if limit, ok := hostmem.AddressSpaceLimit(); ok {
+				hint = "is it past the address-space limit, RLIMIT_AS (ulimit -v) " + units.FormatBytes(limit) + "?"
+			}
+			return nil, fmt.Errorf("pinned: arena %d of %s (budget %s; %s): %w",
+				i, units.FormatBytes(size), units.FormatBytes(o.BudgetBytes), hint, err)
 		}
 		p.arenas = append(p.arenas, &arena{index: i, mem: mem, free: []extent{{0, size}}})
 		totalBytes += size

@@ -111,8 +111,9 @@ func Devices(ds []*Device) []gpu.Device {
 const meminfoPath = hostmem.MeminfoPath
 
 // CheckHostRAM refuses devices × hbmBytes (what the CPU backend's devices
-// may allocate, all of it host RAM) above the host's MemAvailable, with an
-// error that says what to lower. cmd calls it before a training run with a
+// may allocate, all of it host RAM) above the host's MemAvailable, or
+// past what RLIMIT_AS leaves the process (hostmem.CheckAddressSpace), with
+// an error that says what to lower. cmd calls it before a training run with a
 // budget the user set, so that the run is refused at the start rather than
 // killed for memory later. Where /proc/meminfo cannot be read (not Linux),
 // nothing is checked.
@@ -121,18 +122,17 @@ func CheckHostRAM(devices int, hbmBytes int64) error {
 }
 
 func checkHostRAM(devices int, hbmBytes int64, meminfo string) error {
-	avail, ok := hostmem.Available(meminfo)
-	if !ok {
-		return nil
-	}
 	total, fits := units.Mul(int64(devices), hbmBytes)
-	if fits && total <= avail {
-		return nil
+	if avail, ok := hostmem.Available(meminfo); ok && (!fits || total > avail) {
+		want := "more than 2^63 bytes"
+		if fits {
+			want = units.FormatBytes(total)
+		}
+		return fmt.Errorf("cpu: %d devices × hbm_bytes %s = %s, but the host has %s available (MemAvailable in %s), and the CPU backend's devices live in host RAM: lower strata.hbm_bytes to at most %s per device, or use fewer devices",
+			devices, units.FormatBytes(hbmBytes), want, units.FormatBytes(avail), meminfo, units.FormatBytes(avail/int64(devices)))
 	}
-	want := "more than 2^63 bytes"
-	if fits {
-		want = units.FormatBytes(total)
+	if err := hostmem.CheckAddressSpace(fmt.Sprintf("%d devices × hbm_bytes %s (the CPU backend's devices live in host RAM)", devices, units.FormatBytes(hbmBytes)), total); fits && err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	return fmt.Errorf("cpu: %d devices × hbm_bytes %s = %s, but the host has %s available (MemAvailable in %s), and the CPU backend's devices live in host RAM: lower strata.hbm_bytes to at most %s per device, or use fewer devices",
-		devices, units.FormatBytes(hbmBytes), want, units.FormatBytes(avail), meminfo, units.FormatBytes(avail/int64(devices)))
+	return nil
 }

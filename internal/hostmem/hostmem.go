@@ -1,7 +1,9 @@
 // Package hostmem reads how much memory the host can still give a process
-// (MemAvailable in /proc/meminfo), for the checks that refuse a budget the
-// host cannot hold before anything is allocated: the CPU backend's devices
-// (gpu/cpu) and the pinned pools (pinned, engine).
+// (MemAvailable in /proc/meminfo) and how much address space RLIMIT_AS
+// leaves it (`ulimit -v`, against VmSize in /proc/self/status), for the
+// checks that refuse a budget the host or the limit cannot hold before
+// anything is allocated: the CPU backend's devices (gpu/cpu), the pinned
+// pools (pinned, engine) and a run's start (cmd).
 package hostmem
 
 import (
