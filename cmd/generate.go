@@ -158,7 +158,7 @@ func chatPrompt(c *cli.Context, m *inferModel, stderr io.Writer) ([]int32, endOf
 	} else {
 		raw, _ = json.Marshal([]map[string]string{{"role": "user", "content": c.String("prompt")}})
 	}
-	text, err := tmpl.RenderMessages(raw, true)
+	text, err := tmpl.RenderMessages(c.Context, raw, true)
 	if err != nil {
 		return nil, endOfTurn{}, fmt.Errorf("generate: --messages %s: %w", c.String("messages"), err)
 	}

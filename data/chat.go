@@ -109,7 +109,7 @@ func (c *ChatTemplate) SplitMarkers(tok Tokenizer) []string {
 func (c *ChatTemplate) EndOfTurn() (string, error) {
 	const probe = "\x00strata-end-of-turn-probe\x00"
 	msgs := []any{newMessage("user", "hi"), newMessage("assistant", probe)}
-	spans, err := c.spans(msgs)
+	spans, err := c.spans(context.Background(), msgs) // two short messages: within any budget at once
 	if err != nil {
 		return "", err
 	}
@@ -130,8 +130,9 @@ func newMessage(role, content string) *dict {
 
 // RenderMessages renders a conversation given as JSON, a list of
 // {"role", "content"} objects or an object with "messages" (a JSONL
-// line's), with add_generation_prompt: the prompt of a chat model.
-func (c *ChatTemplate) RenderMessages(raw []byte, addGenerationPrompt bool) (string, error) {
+// line's), with add_generation_prompt: the prompt of a chat model; ctx
+// stops the rendering (Render).
+func (c *ChatTemplate) RenderMessages(ctx context.Context, raw []byte, addGenerationPrompt bool) (string, error) {
 	var obj struct {
 		Messages json.RawMessage `json:"messages"`
 	}
@@ -145,7 +146,7 @@ func (c *ChatTemplate) RenderMessages(raw []byte, addGenerationPrompt bool) (str
 	if err != nil {
 		return "", err
 	}
-	return c.Render(msgs, addGenerationPrompt)
+	return c.Render(ctx, msgs, addGenerationPrompt)
 }
 
 // LoadChatTemplate reads the chat template of a model: path is a model

@@ -239,13 +239,13 @@ func TestChatTemplateEndOfTurn(t *testing.T) {
 	}
 	c := DefaultChatTemplate()
 	for _, in := range []string{`[{"role": "user", "content": "hi"}]`, `{"messages": [{"role": "user", "content": "hi"}]}`} {
-		got, err := c.RenderMessages([]byte(in), true)
+		got, err := c.RenderMessages(context.Background(), []byte(in), true)
 		if want := "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"; err != nil || got != want {
 			t.Errorf("RenderMessages(%s): %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, in := range []string{`[]`, `{"msgs": []}`, `[{"role": "user"}]`, `"hi"`} {
-		if _, err := c.RenderMessages([]byte(in), true); err == nil {
+		if _, err := c.RenderMessages(context.Background(), []byte(in), true); err == nil {
 			t.Errorf("RenderMessages(%s): no error", in)
 		}
 	}
