@@ -13,20 +13,8 @@ cd "$(dirname "$0")/.."
 go build -o "$dir/strata" .
 strata=$dir/strata
 mkdir -p "$dir/swap"
-cat > "$dir/cfg.json" <<EOF
-{
-  "train_batch_size": 8,
-  "gradient_accumulation_steps": 1,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-  "bf16": {"enabled": true},
-  "zero_optimization": {
-    "stage": 3,
-    "offload_param": {"device": "nvme", "nvme_path": "$dir/swap"},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/swap"}
-  },
-  "strata": {"model": "small", "devices": 2, "seed": 7}
-}
-EOF
+# The run: `small`, ZeRO-3 on 2 CPU devices, params and optimizer state on NVMe under $dir/swap.
+sed "s|@SWAP@|$dir/swap|g" bench/small-nvme.json.in > "$dir/cfg.json"
 steps=40
 args=(--config "$dir/cfg.json" --steps $steps --save-every 2 --keep 2)
 echo "uninterrupted run"

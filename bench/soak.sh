@@ -15,20 +15,8 @@ interval=${3:-2}
 cd "$(dirname "$0")/.."
 mkdir -p "$dir/swap"
 go build -o "$dir/strata" .
-cat > "$dir/cfg.json" <<EOF
-{
-  "train_batch_size": 8,
-  "gradient_accumulation_steps": 1,
-  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
-  "bf16": {"enabled": true},
-  "zero_optimization": {
-    "stage": 3,
-    "offload_param": {"device": "nvme", "nvme_path": "$dir/swap"},
-    "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/swap"}
-  },
-  "strata": {"model": "small", "devices": 2, "seed": 7}
-}
-EOF
+# The run: `small`, ZeRO-3 on 2 CPU devices, params and optimizer state on NVMe under $dir/swap.
+sed "s|@SWAP@|$dir/swap|g" bench/small-nvme.json.in > "$dir/cfg.json"
 "$dir/strata" train --config "$dir/cfg.json" --steps "$steps" --no-progress --out "$dir/run" > "$dir/train.log" 2>&1 &
 pid=$!
 samples=$dir/samples.tsv
