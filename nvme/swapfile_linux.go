@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/strata-ai/strata/internal/flock"
@@ -40,7 +41,7 @@ func staleSwapFiles(dir string, remove bool) ([]StaleFile, error) {
 			}
 			continue
 		}
-		if flock.TryLock(fd) != nil {
+		if flock.TryLock(fd) != nil && !lockAfterDeadRun(fd, name) {
 			unix.Close(fd) // a live run holds it
 			continue
 		}
@@ -69,4 +70,32 @@ func staleSwapFiles(dir string, remove bool) ([]StaleFile, error) {
 		unix.Close(fd) // releases the lock
 	}
 	return out, errors.Join(errs...)
+}
+
+// deadRunLockWait bounds how long lockAfterDeadRun waits for the lock of a
+// swap file whose run is gone.
+const deadRunLockWait = 5 * time.Second
+
+// lockAfterDeadRun takes the lock of a swap file whose run (the pid in its
+// name) no longer exists but whose lock is still held: the kernel keeps a
+// killed run's io_uring, and the files it registered, open until the
+// ring's deferred teardown finishes, so the lock outlives the process for
+// a moment (a crash loop's next run met it: the file it had to remove was
+// "last written 0s ago"). It polls until the lock is free or
+// deadRunLockWait has passed. A run that is alive is never waited for.
+func lockAfterDeadRun(fd int, name string) bool {
+	var pid int
+	if _, err := fmt.Sscanf(filepath.Base(name), "strata-%d-", &pid); err != nil || pid <= 0 || pid == os.Getpid() {
+		return false
+	}
+	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+		return false // alive (or not ours to signal): its run may hold the file
+	}
+	for deadline := time.Now().Add(deadRunLockWait); time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+		if flock.TryLock(fd) == nil {
+			return true
+		}
+	}
+	return false
 }

@@ -202,3 +202,46 @@ func staleChild(dir string) {
 	fmt.Printf("swap %s\n", s.Files()[0].Path())
 	time.Sleep(time.Hour) // until killed
 }
+
+// TestStaleSwapLockOutlivesRun: a killed run's io_uring keeps its swap file
+// open, and so locked, until the ring's deferred teardown ends, a moment
+// after the process is gone. A swap file named for a pid that no longer
+// exists whose lock is released 300 ms later is still removed; one named
+// for a live process (this one) and locked is neither waited for nor
+// removed.
+func TestStaleSwapLockOutlivesRun(t *testing.T) {
+	dir := t.TempDir()
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dead := filepath.Join(dir, fmt.Sprintf("strata-%d-0123456789ab.swap", gone.Process.Pid))
+	live := filepath.Join(dir, fmt.Sprintf("strata-%d-ba9876543210.swap", os.Getpid()))
+	hold := func(name string) *os.File {
+		f, err := os.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	d, l := hold(dead), hold(live)
+	defer l.Close()
+	time.AfterFunc(300*time.Millisecond, func() { d.Close() }) // the ring's teardown ends
+	start := time.Now()
+	rm, err := RemoveStaleSwapFiles(dir)
+	if err != nil || len(rm) != 1 || rm[0].Path != dead {
+		t.Fatalf("removed %v (%v), want %s", rm, err, dead)
+	}
+	if waited := time.Since(start); waited < 250*time.Millisecond || waited > deadRunLockWait {
+		t.Fatalf("waited %v for the dead run's lock", waited)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Fatalf("the live run's file: %v", err)
+	}
+}
