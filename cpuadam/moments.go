@@ -208,7 +208,7 @@ const (
 	vMaxCode       = 0xff
 	fracShift      = 20         // fp32's fraction bit 20 is the last one a code keeps
 	fracRoundBias  = 1<<19 - 1  // with the kept last bit: round to nearest, ties to even
-	absMask        = 0x7fffffff //
+	absMask        = 0x7fffffff // clears the sign
 )
 
 // encodeMag returns the code of magnitude bits a (|x|/scale, at most 1.0
