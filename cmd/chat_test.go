@@ -2,7 +2,6 @@ package cmd
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,20 +11,6 @@ import (
 	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/tokenizer"
 )
-
-// readJSONFile reads a JSON object.
-func readJSONFile(t *testing.T, path string) map[string]any {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(b, &m); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return m
-}
 
 // TestChatByteModelNoteExportGenerate: a byte-vocabulary model trained on
 // {"messages"} lines with the default ChatML gets a note naming the markers
@@ -52,13 +37,13 @@ func TestChatByteModelNoteExportGenerate(t *testing.T) {
 	if err != nil {
 		t.Fatalf("export: %v\n%s", err, stderr)
 	}
-	if tc := readJSONFile(t, filepath.Join(hfDir, "tokenizer_config.json")); tc["chat_template"] != data.ChatMLTemplate {
+	if tc := readRunJSON(t, filepath.Join(hfDir, "tokenizer_config.json")); tc["chat_template"] != data.ChatMLTemplate {
 		t.Errorf("tokenizer_config.json: %v; want ChatML as chat_template (export said %s)", tc, out)
 	}
 	if b, err := os.ReadFile(filepath.Join(hfDir, "chat_template.jinja")); err != nil || string(b) != data.ChatMLTemplate {
 		t.Errorf("chat_template.jinja: %q, %v", b, err)
 	}
-	if gc := readJSONFile(t, filepath.Join(hfDir, "generation_config.json")); gc["_from_model_config"] != true {
+	if gc := readRunJSON(t, filepath.Join(hfDir, "generation_config.json")); gc["_from_model_config"] != true {
 		t.Errorf("generation_config.json: %v", gc)
 	}
 	const rendered = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
@@ -119,7 +104,7 @@ func TestChatTemplateExportHF(t *testing.T) {
 	if _, stderr, err := runApp(t, "export", "--format", "hf", run, hfDir); err != nil {
 		t.Fatalf("export: %v\n%s", err, stderr)
 	}
-	tc := readJSONFile(t, filepath.Join(hfDir, "tokenizer_config.json"))
+	tc := readRunJSON(t, filepath.Join(hfDir, "tokenizer_config.json"))
 	if tc["chat_template"] != tmpl || tc["model_max_length"] != 64.0 || tc["eos_token"] != "<|im_start|>" {
 		t.Errorf("tokenizer_config.json: %v; want the source's keys and chat_template %q", tc, tmpl)
 	}
@@ -131,7 +116,7 @@ func TestChatTemplateExportHF(t *testing.T) {
 		t.Fatal(err)
 	}
 	end, _ := tok.TokenID("<|im_end|>")
-	gc := readJSONFile(t, filepath.Join(hfDir, "generation_config.json"))
+	gc := readRunJSON(t, filepath.Join(hfDir, "generation_config.json"))
 	eos, _ := gc["eos_token_id"].([]any)
 	if len(eos) == 0 || eos[len(eos)-1] != float64(end) || gc["pad_token_id"] != 256.0 {
 		t.Errorf("generation_config.json: %v; want the end of turn %d last among the eos ids and pad 256", gc, end)

@@ -61,6 +61,7 @@ const frozenConfig = `{
   "strata": {"devices": 2, "seq_len": 32%s}
 }`
 
+// readRunJSON reads a JSON object (run.json, summary.json, tokenizer_config.json, ...).
 func readRunJSON(t *testing.T, path string) map[string]any {
 	t.Helper()
 	b, err := os.ReadFile(path)

@@ -39,17 +39,7 @@ func TestSignalWhileTokenizing(t *testing.T) {
 		t.Fatalf("the child ended before the signal:\n%s", c.stderr.String())
 	}
 	t0 := time.Now()
-	c.cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan int, 1)
-	go func() { done <- c.wait() }()
-	var st int
-	select {
-	case st = <-done:
-	case <-time.After(20 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-		t.Fatalf("the child went on for 20 s after SIGINT during tokenizing:\n%s", c.stderr.String())
-	}
+	st := c.interrupt(t, "during tokenizing")
 	took := time.Since(t0)
 	stderr := c.stderr.String()
 	if st != 130 {
@@ -99,17 +89,7 @@ func TestSignalWhileRenderingTemplate(t *testing.T) {
 	if c.ended() {
 		t.Fatalf("the child ended before the signal:\n%s", c.stderr.String())
 	}
-	c.cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan int, 1)
-	go func() { done <- c.wait() }()
-	var st int
-	select {
-	case st = <-done:
-	case <-time.After(20 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-		t.Fatalf("the child went on for 20 s after SIGINT during a rendering:\n%s", c.stderr.String())
-	}
+	st := c.interrupt(t, "during a rendering")
 	stderr := c.stderr.String()
 	if st != 130 || !strings.Contains(stderr, "stopped before the first step; nothing was written") {
 		t.Errorf("exit status %d, want 130 and the stop\n%s", st, stderr)
@@ -356,5 +336,24 @@ func TestResumeDataChanged(t *testing.T) {
 	now, _ := identifyData("data", big)
 	if d := dataChange(was, now); !strings.Contains(d, "same size") || !strings.Contains(d, "first, middle and last 64 KiB") {
 		t.Errorf("a same-size rewrite in the middle: %q", d)
+	}
+}
+
+// interrupt sends the child one SIGINT and returns its exit status; a
+// child still running 20 s later is killed and the test fails, saying
+// what it was doing (when).
+func (c *child) interrupt(t *testing.T, when string) int {
+	t.Helper()
+	c.cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan int, 1)
+	go func() { done <- c.wait() }()
+	select {
+	case st := <-done:
+		return st
+	case <-time.After(20 * time.Second):
+		c.cmd.Process.Kill()
+		<-done
+		t.Fatalf("the child went on for 20 s after SIGINT %s:\n%s", when, c.stderr.String())
+		return 0
 	}
 }
