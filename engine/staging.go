@@ -96,24 +96,15 @@ func (t *tiers) moved() (rank int, accesses int64, ok bool) {
 }
 
 // stagingPoolBytes is the budget of the upload staging pool (openStaging):
-// every rank's gradient norms and the upload buffers of its chunks, with
-// room for the arenas' ends.
+// every rank's gradient norms and the upload buffers of its chunks (taken
+// once, from one mapping: nothing lost to fragmentation).
 func (e *Engine) stagingPoolBytes() int64 {
 	sz := int64(e.precision.Size())
 	perRank := units.AlignUp(int64(8*len(e.chunks)), 4096)
-	maxBuf := perRank
 	for c := range e.chunks {
 		if e.uploads(c) {
-			b := units.AlignUp(int64(e.optElems(c))*sz, 4096)
-			perRank += b
-			maxBuf = max(maxBuf, b)
+			perRank += units.AlignUp(int64(e.optElems(c))*sz, 4096)
 		}
 	}
-	// Buffers do not span the pool's arenas (1 GiB): each arena may leave
-	// up to one buffer's worth unused at its end.
-	total := int64(e.n) * perRank
-	if total > units.GiB {
-		total += (total/units.GiB + 1) * maxBuf
-	}
-	return total
+	return int64(e.n) * perRank
 }

@@ -102,6 +102,11 @@ func (f *Front) HostCopy(toDevice bool, mem []byte) {
 	}
 }
 
+// HostPieces cuts host memory mem at the boundaries of the registered
+// ranges it spans (HostRegistry.Split): a backend copies each piece on its
+// own, from one registration.
+func (f *Front) HostPieces(mem []byte) [][]byte { return f.hosts.Load().Split(mem) }
+
 // Panicf panics with the backend's name before the message: a broken
 // contract found by the backend itself.
 func (f *Front) Panicf(format string, args ...any) {

@@ -65,7 +65,9 @@ func (r *HostRegistry) Unregister(arenaIndex int, mem []byte) error {
 	return nil
 }
 
-// Contains says whether mem lies inside one registered range.
+// Contains says whether mem lies inside registered memory: one range, or
+// ranges that follow each other without a gap (a pinned pool's arenas are
+// one mapping registered in pieces, and a buffer may span them).
 func (r *HostRegistry) Contains(mem []byte) bool {
 	if r == nil || len(mem) == 0 {
 		return false
@@ -74,7 +76,37 @@ func (r *HostRegistry) Contains(mem []byte) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].end > h.start })
-	return i < len(r.ranges) && r.ranges[i].start <= h.start && h.end <= r.ranges[i].end
+	if i == len(r.ranges) || r.ranges[i].start > h.start {
+		return false
+	}
+	for ; r.ranges[i].end < h.end; i++ {
+		if i+1 == len(r.ranges) || r.ranges[i+1].start != r.ranges[i].end {
+			return false
+		}
+	}
+	return true
+}
+
+// Split cuts mem at the boundaries of the registered ranges it spans, so
+// that a backend whose driver registered each range on its own copies
+// each piece from one registration. Memory outside the registry is one
+// piece.
+func (r *HostRegistry) Split(mem []byte) [][]byte {
+	if r == nil || len(mem) == 0 {
+		return [][]byte{mem}
+	}
+	h := rangeOf(mem)
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out [][]byte
+	i := sort.Search(len(r.ranges), func(i int) bool { return r.ranges[i].end > h.start })
+	for ; i < len(r.ranges) && r.ranges[i].end < h.end && r.ranges[i].start <= h.start; i++ {
+		n := r.ranges[i].end - h.start
+		out = append(out, mem[:n:n])
+		mem = mem[n:]
+		h.start += n
+	}
+	return append(out, mem)
 }
 
 // Bytes is the registered memory in all.

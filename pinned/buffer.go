@@ -9,13 +9,13 @@ import (
 // putBit marks a Buffer returned with Put; the low bits count its leases.
 const putBit = int64(1) << 62
 
-// Buffer is one allocation from a Pool: a page-aligned region of an arena.
+// Buffer is one allocation from a Pool: a page-aligned region of its
+// mapping, which may span arenas.
 // Each Get returns a new *Buffer, so a stale handle kept after Put is caught
 // (Put twice, Lease or Bytes after Put panic) even when its memory has been
 // handed out again.
 type Buffer struct {
 	pool        *Pool
-	arena       *arena
 	offsetBytes int64
 	sizeBytes   int64 // as requested
 	paddedBytes int64 // rounded up to the alignment: what the budget is charged
@@ -33,7 +33,7 @@ func (b *Buffer) Bytes() []byte {
 	if b.pool.closed.Load() {
 		panic(fmt.Sprintf("pinned: Bytes of a %q buffer after the pool was closed", b.purpose))
 	}
-	return b.arena.mem[b.offsetBytes : b.offsetBytes+b.sizeBytes : b.offsetBytes+b.paddedBytes]
+	return b.pool.heap[b.offsetBytes : b.offsetBytes+b.sizeBytes : b.offsetBytes+b.paddedBytes]
 }
 
 // Len is the size asked for in Get.
@@ -45,16 +45,12 @@ func (b *Buffer) PaddedLen() int64 { return b.paddedBytes }
 // Purpose is the purpose given to Get.
 func (b *Buffer) Purpose() string { return b.purpose }
 
-// Arena is the index of the arena holding the buffer, the index its
-// Registrar saw (for io_uring, the fixed-buffer index).
-func (b *Buffer) Arena() int { return b.arena.index }
-
-// Offset is the buffer's offset in its arena.
+// Offset is the buffer's offset in the pool's mapping.
 func (b *Buffer) Offset() int64 { return b.offsetBytes }
 
 // Addr is the buffer's address, for code handing it to a kernel or a driver.
 func (b *Buffer) Addr() uintptr {
-	return uintptr(unsafe.Pointer(unsafe.SliceData(b.arena.mem))) + uintptr(b.offsetBytes)
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b.pool.heap))) + uintptr(b.offsetBytes)
 }
 
 // Lease marks the buffer as in flight (handed to I/O or DMA). Put panics

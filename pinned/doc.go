@@ -8,10 +8,10 @@
 // anything is mapped, as is a pool that must be locked (LockRequired)
 // above RLIMIT_MEMLOCK in a process without CAP_IPC_LOCK.
 //
-// A Pool maps its whole byte budget at New as a few arenas (anonymous,
-// private mmap outside the Go heap; at most 1 GiB each by default, io_uring's
-// limit for one fixed buffer), aligned to 2 MiB and advised with
-// MADV_HUGEPAGE, faults every page in once (madvise(MADV_POPULATE_WRITE): a
+// A Pool maps its whole byte budget at New as one mapping (anonymous,
+// private mmap outside the Go heap), aligned to 2 MiB and advised with
+// MADV_HUGEPAGE, cut into arenas (at most 1 GiB each by default, io_uring's
+// limit for one fixed buffer), faults every page in once (madvise(MADV_POPULATE_WRITE): a
 // first touch of fresh memory runs at 1-3 GB/s here, a write to memory
 // already faulted in about 3x faster; bench/README-pinned.md),
 // and locks them with mlock when the kernel allows. When it does not (an
@@ -19,20 +19,29 @@
 // unlocked and Residency says so and how to fix it; LockRequired makes that
 // an error instead. Consumers that must register host memory (the CUDA
 // backend with cuMemHostRegister, the io_uring engine with fixed buffers)
-// implement Registrar and are told about every arena once.
+// implement Registrar and are told about every arena once. The arenas are
+// the unit of registration, population and locking only: a buffer is
+// carved from the whole mapping and may span two arenas (io_uring then
+// reads into it without the fixed-buffer path; gpu.HostRegistry counts it
+// as registered, and the CUDA backend copies it a piece per arena).
 //
-// # Size classes and the budget
+// # The budget and fragmentation
 //
 // A buffer costs its size rounded up to AlignBytes (4096 by default), never
 // a power of two: Strata's buffers are few and large (a layer's shard, an
 // NVMe chunk), where power-of-two rounding would waste up to half the
-// budget. Each padded size is its own class: Put keeps the buffer in its
-// class for the next Get of that size (LIFO, so the memory reused is the
-// most recently touched); a size with no cached buffer is carved best-fit
-// from the arenas' free extents; if that fails, every cached buffer is given
-// back to the arenas (coalescing neighbours) and the carve is tried again.
-// Only then does Get fail, with a *BudgetError that lists what uses how much
-// by purpose and says whether the free memory is merely fragmented. Check
+// budget. Get carves best-fit (the smallest free extent that holds the
+// request, the lowest of equals) from the mapping's free extents; Put gives
+// the memory back at once, merged with its free neighbours. Get fails only
+// when no free extent holds the request, with a *BudgetError that lists
+// what uses how much by purpose and says whether the free memory is merely
+// fragmented. Why one mapping and no size-class cache: shards of a few
+// hundred MiB against 1 GiB arenas left up to half of each arena unusable
+// at its end (gpt-5b with int8 moments stopped with 3.08 GiB of a 10 GiB
+// pool free in runs of at most 350 MiB); the store's recorded sequence of
+// Gets and Puts (testdata, TestReplayGPT5B) fits 10 GiB from one mapping,
+// and with immediate coalescing needs less room than with buffers cached
+// by size (about 9.4 GiB against 9.8, for a peak of 7.5 GiB in use). Check
 // answers at start-up whether a list of (purpose, size, count) requirements
 // fits, listing what needs how much.
 //

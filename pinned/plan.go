@@ -13,9 +13,6 @@ import (
 // small: a *BudgetError from Get, and the error of Check.
 var ErrBudget = errors.New("pinned: budget exceeded")
 
-// ErrTooLarge is matched by the error of a request larger than an arena.
-var ErrTooLarge = errors.New("pinned: request larger than an arena")
-
 // BudgetError is Get's error when the budget cannot hold a request.
 type BudgetError struct {
 	BudgetBytes      int64
@@ -80,12 +77,11 @@ type PlanLine struct {
 
 // Plan is the start-up check of a list of requirements against a budget.
 type Plan struct {
-	BudgetBytes    int64 // mapped bytes: the budget rounded down to the alignment
-	ArenaSizeBytes int64
-	NeedBytes      int64 // sum of the lines' TotalBytes
-	Lines          []PlanLine
-	Fits           bool
-	Why            string // when it does not fit
+	BudgetBytes int64 // mapped bytes: the budget rounded down to the alignment
+	NeedBytes   int64 // sum of the lines' TotalBytes
+	Lines       []PlanLine
+	Fits        bool
+	Why         string // when it does not fit
 }
 
 // String lists what needs how much: "needs 224.0 MiB of budget 256.0 MiB:
@@ -102,24 +98,21 @@ func (p Plan) String() string {
 	return s
 }
 
-// Check says up front whether reqs fit a pool made with o: every buffer no
-// larger than an arena, and all of them packed into the arenas (best fit,
-// largest first, as Get carves). The error (errors.Is ErrBudget when too
-// small) carries the Plan's listing. A plan that fits is met at run time by
-// a fresh pool's Gets in decreasing size order; other orders can leave the
-// arenas fragmented when sizes are mixed (Get's error then says so).
+// Check says up front whether reqs fit a pool made with o: their padded
+// sizes summed within the mapped budget. The error (errors.Is ErrBudget when
+// too small) carries the Plan's listing. A plan that fits is met at run time
+// by a fresh pool's Gets in any order (buffers are carved from one mapping
+// and may span arenas); Puts and Gets of mixed sizes afterwards can leave
+// it fragmented (Get's error then says so).
 func Check(o Options, reqs []Requirement) (Plan, error) {
 	o = o.withDefaults()
 	if err := o.Validate(); err != nil {
 		return Plan{}, err
 	}
-	sizes := o.arenaSizes()
-	pl := Plan{ArenaSizeBytes: o.ArenaSizeBytes, Fits: true}
-	for _, s := range sizes {
+	pl := Plan{Fits: true}
+	for _, s := range o.arenaSizes() {
 		pl.BudgetBytes += s
 	}
-	var bufs []int64
-	var tooLarge []string
 	for _, r := range reqs {
 		if r.SizeBytes <= 0 || r.Count < 0 || r.Purpose == "" {
 			return Plan{}, fmt.Errorf("pinned: requirement %+v needs a purpose, a positive size and a count >= 0", r)
@@ -127,38 +120,9 @@ func Check(o Options, reqs []Requirement) (Plan, error) {
 		padded := units.AlignUp(r.SizeBytes, o.AlignBytes)
 		pl.Lines = append(pl.Lines, PlanLine{Requirement: r, PaddedBytes: padded, TotalBytes: padded * int64(r.Count)})
 		pl.NeedBytes += padded * int64(r.Count)
-		if padded > o.ArenaSizeBytes {
-			tooLarge = append(tooLarge, fmt.Sprintf("%s buffers of %s", r.Purpose, units.FormatBytes(padded)))
-		}
-		for range r.Count {
-			bufs = append(bufs, padded)
-		}
 	}
-	switch {
-	case pl.NeedBytes > pl.BudgetBytes:
+	if pl.NeedBytes > pl.BudgetBytes {
 		pl.Fits, pl.Why = false, fmt.Sprintf("short by %s", units.FormatBytes(pl.NeedBytes-pl.BudgetBytes))
-	case len(tooLarge) > 0:
-		pl.Fits, pl.Why = false, fmt.Sprintf("larger than an arena (%s): %s; raise ArenaSizeBytes",
-			units.FormatBytes(o.ArenaSizeBytes), strings.Join(tooLarge, ", "))
-	default:
-		sort.Slice(bufs, func(i, j int) bool { return bufs[i] > bufs[j] })
-		for _, b := range bufs {
-			best := -1 // best fit, as Get carves
-			for i := range sizes {
-				if sizes[i] >= b && (best < 0 || sizes[i] < sizes[best]) {
-					best = i
-				}
-			}
-			if best >= 0 {
-				sizes[best] -= b
-			} else {
-				pl.Fits, pl.Why = false, fmt.Sprintf("a %s buffer does not fit the space left in the %s arenas; raise the budget or ArenaSizeBytes",
-					units.FormatBytes(b), units.FormatBytes(o.ArenaSizeBytes))
-				break
-			}
-		}
-	}
-	if !pl.Fits {
 		return pl, planError{pl}
 	}
 	return pl, nil

@@ -71,40 +71,36 @@ type Stats struct {
 	BudgetBytes int64 // mapped bytes: the budget rounded down to the alignment
 	InUseBytes  int64 // padded bytes held by callers
 	PeakBytes   int64
-	CachedBytes int64 // returned buffers kept by size for reuse (reclaimable)
 	Purposes    []PurposeStats
 }
 
 type extent struct{ offsetBytes, sizeBytes int64 }
 
+// arena is one piece of the pool's mapping: the unit in which it is
+// registered (io_uring takes at most 1 GiB per fixed buffer), populated and
+// locked. Buffers are carved from the whole mapping and may span arenas.
 type arena struct {
 	index int
 	mem   []byte
-	free  []extent // sorted by offset, coalesced
-}
-
-// slot is a free region kept in a size-class cache.
-type slot struct {
-	arena       *arena
-	offsetBytes int64
 }
 
 // Pool hands out pinned buffers from arenas mapped at New, under a hard byte
 // budget. Its methods are safe for concurrent use.
 type Pool struct {
 	opts      Options
-	arenas    []*arena
+	heap      []byte   // the whole mapping
+	mapped    int64    // its bytes
+	arenas    []*arena // heap cut in pieces of at most ArenaSizeBytes
 	residency Residency
 	closed    atomic.Bool
 
-	mu          sync.Mutex
-	classes     map[int64][]slot // free slots by padded size
-	cachedBytes int64
-	inUseBytes  int64
-	peakBytes   int64
-	purposes    map[string]*PurposeStats
-	held        map[*Buffer]struct{}
-	registrars  []Registrar
+	mu         sync.Mutex
+	free       []extent // of heap: sorted by offset, coalesced
+	inUseBytes int64
+	peakBytes  int64
+	purposes   map[string]*PurposeStats
+	held       map[*Buffer]struct{}
+	registrars []Registrar
 }
 
 // meminfoPath is where New reads MemAvailable (tests point it at a file of
@@ -124,37 +120,41 @@ func New(o Options) (*Pool, error) {
 	}
 	p := &Pool{
 		opts:     o,
-		classes:  map[int64][]slot{},
 		purposes: map[string]*PurposeStats{},
 		held:     map[*Buffer]struct{}{},
 	}
 	p.residency = Residency{HugePages: !o.NoHugePages, THPMode: thpMode(), Populate: o.Populate}
 	start := time.Now()
+	sizes := o.arenaSizes()
 	var totalBytes int64
-	for i, size := range o.arenaSizes() {
-		align := o.AlignBytes
-		if !o.NoHugePages && size >= hugePageBytes {
-			align = max(align, hugePageBytes)
-		}
-		mem, err := sysMap(size, align, o)
-		if err == nil {
-			p.residency.Populate, err = sysPopulate(mem, o.Populate)
-			if err != nil {
-				_ = sysUnmap(mem)
-			}
-		}
-		if err != nil {
-			p.unmapAll()
-			hint := "is it larger than free RAM?"
-			if limit, ok := hostmem.AddressSpaceLimit(); ok {
-				hint = "is it past the address-space limit, RLIMIT_AS (ulimit -v) " + units.FormatBytes(limit) + "?"
-			}
-			return nil, fmt.Errorf("pinned: arena %d of %s (budget %s; %s): %w",
-				i, units.FormatBytes(size), units.FormatBytes(o.BudgetBytes), hint, err)
-		}
-		p.arenas = append(p.arenas, &arena{index: i, mem: mem, free: []extent{{0, size}}})
+	for _, size := range sizes {
 		totalBytes += size
 	}
+	align := o.AlignBytes
+	if !o.NoHugePages && totalBytes >= hugePageBytes {
+		align = max(align, hugePageBytes)
+	}
+	heap, err := sysMap(totalBytes, align, o)
+	for i, off := 0, int64(0); err == nil && i < len(sizes); i++ {
+		a := &arena{index: i, mem: heap[off : off+sizes[i] : off+sizes[i]]}
+		if p.residency.Populate, err = sysPopulate(a.mem, o.Populate); err != nil {
+			_ = sysUnmap(heap)
+			err = fmt.Errorf("arena %d of %s: %w", i, units.FormatBytes(sizes[i]), err)
+			break
+		}
+		p.arenas = append(p.arenas, a)
+		off += sizes[i]
+	}
+	if err != nil {
+		p.arenas = nil
+		hint := "is it larger than free RAM?"
+		if limit, ok := hostmem.AddressSpaceLimit(); ok {
+			hint = "is it past the address-space limit, RLIMIT_AS (ulimit -v) " + units.FormatBytes(limit) + "?"
+		}
+		return nil, fmt.Errorf("pinned: mapping of %s in %d arenas (budget %s; %s): %w",
+			units.FormatBytes(totalBytes), len(sizes), units.FormatBytes(o.BudgetBytes), hint, err)
+	}
+	p.heap, p.mapped, p.free = heap, totalBytes, []extent{{0, totalBytes}}
 	p.residency.PopulateTime = time.Since(start)
 	p.residency.MappedBytes = totalBytes
 	hugeBytes, err := sysHugePageBytes(p.Arenas())
@@ -252,35 +252,23 @@ func (p *Pool) unregister(r Registrar) error {
 }
 
 // Get returns a buffer of sizeBytes (address and capacity aligned to
-// AlignBytes) charged to purpose. It reuses a returned buffer of the same
-// padded size when there is one, else carves one from the arenas, else gives
-// every cached buffer back to the arenas and tries again. When the budget
-// cannot hold the request, the error (a *BudgetError, errors.Is ErrBudget)
-// lists what uses how much by purpose.
+// AlignBytes) charged to purpose, carved best-fit from the pool's mapping
+// (it may span arenas). When the budget cannot hold the request, the error
+// (a *BudgetError, errors.Is ErrBudget) lists what uses how much by purpose
+// and says whether the free memory is merely fragmented.
 func (p *Pool) Get(sizeBytes int64, purpose string) (*Buffer, error) {
 	if sizeBytes <= 0 || purpose == "" {
 		panic(fmt.Sprintf("pinned: Get of %d bytes for purpose %q (need a positive size and a purpose)", sizeBytes, purpose))
 	}
 	padded := units.AlignUp(sizeBytes, p.opts.AlignBytes)
-	if padded > p.opts.ArenaSizeBytes {
-		return nil, fmt.Errorf("pinned: request of %s for %q is larger than an arena (%s); raise ArenaSizeBytes or split the buffer: %w",
-			units.FormatBytes(sizeBytes), purpose, units.FormatBytes(p.opts.ArenaSizeBytes), ErrTooLarge)
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mustBeOpen("Get")
-	s, ok := p.takeCached(padded)
-	if !ok {
-		s, ok = p.carve(padded)
-	}
-	if !ok && p.cachedBytes > 0 {
-		p.reclaim()
-		s, ok = p.carve(padded)
-	}
+	off, ok := p.carve(padded)
 	if !ok {
 		return nil, p.budgetError(sizeBytes, padded, purpose)
 	}
-	b := &Buffer{pool: p, arena: s.arena, offsetBytes: s.offsetBytes, sizeBytes: sizeBytes, paddedBytes: padded, purpose: purpose}
+	b := &Buffer{pool: p, offsetBytes: off, sizeBytes: sizeBytes, paddedBytes: padded, purpose: purpose}
 	p.held[b] = struct{}{}
 	p.inUseBytes += padded
 	p.peakBytes = max(p.peakBytes, p.inUseBytes)
@@ -296,7 +284,8 @@ func (p *Pool) Get(sizeBytes int64, purpose string) (*Buffer, error) {
 	return b, nil
 }
 
-// Put returns b to the pool. It panics if b has leases outstanding (its I/O
+// Put returns b's memory to the free extents, merged with its free
+// neighbours. It panics if b has leases outstanding (its I/O
 // has not completed), was already returned, or belongs to another pool.
 func (p *Pool) Put(b *Buffer) {
 	if b == nil || b.pool != p {
@@ -309,8 +298,7 @@ func (p *Pool) Put(b *Buffer) {
 		return // Close already reported it as held; the memory is gone
 	}
 	delete(p.held, b)
-	p.classes[b.paddedBytes] = append(p.classes[b.paddedBytes], slot{b.arena, b.offsetBytes})
-	p.cachedBytes += b.paddedBytes
+	p.release(extent{b.offsetBytes, b.paddedBytes})
 	p.inUseBytes -= b.paddedBytes
 	ps := p.purposes[b.purpose]
 	ps.InUseBytes -= b.paddedBytes
@@ -325,7 +313,7 @@ func (p *Pool) Stats() Stats {
 }
 
 func (p *Pool) statsLocked() Stats {
-	st := Stats{BudgetBytes: p.mappedBytes(), InUseBytes: p.inUseBytes, PeakBytes: p.peakBytes, CachedBytes: p.cachedBytes}
+	st := Stats{BudgetBytes: p.mappedBytes(), InUseBytes: p.inUseBytes, PeakBytes: p.peakBytes}
 	for _, ps := range p.purposes {
 		st.Purposes = append(st.Purposes, *ps)
 	}
@@ -389,10 +377,8 @@ func (p *Pool) unmap(a *arena) error {
 }
 
 func (p *Pool) unmapAll() {
-	for _, a := range p.arenas {
-		_ = sysUnmap(a.mem)
-	}
-	p.arenas = nil
+	_ = sysUnmap(p.heap)
+	p.heap, p.arenas = nil, nil
 }
 
 func (p *Pool) mustBeOpen(op string) {
@@ -401,83 +387,54 @@ func (p *Pool) mustBeOpen(op string) {
 	}
 }
 
-func (p *Pool) mappedBytes() int64 {
-	var n int64
-	for _, a := range p.arenas {
-		n += int64(len(a.mem))
-	}
-	return n
-}
+func (p *Pool) mappedBytes() int64 { return p.mapped }
 
-func (p *Pool) takeCached(padded int64) (slot, bool) {
-	list := p.classes[padded]
-	if len(list) == 0 {
-		return slot{}, false
-	}
-	s := list[len(list)-1] // LIFO: the most recently used memory
-	p.classes[padded] = list[:len(list)-1]
-	p.cachedBytes -= padded
-	return s, true
-}
-
-// carve takes padded bytes from the best-fitting free extent of any arena.
-func (p *Pool) carve(padded int64) (slot, bool) {
-	var best *arena
-	bestIndex := -1
-	for _, a := range p.arenas {
-		for i, e := range a.free {
-			if e.sizeBytes >= padded && (best == nil || e.sizeBytes < best.free[bestIndex].sizeBytes) {
-				best, bestIndex = a, i
-			}
+// carve takes padded bytes from the start of the best-fitting free extent
+// (the smallest that holds them; the lowest of equals) and returns their
+// offset.
+func (p *Pool) carve(padded int64) (int64, bool) {
+	best := -1
+	for i, e := range p.free {
+		if e.sizeBytes >= padded && (best < 0 || e.sizeBytes < p.free[best].sizeBytes) {
+			best = i
 		}
 	}
-	if best == nil {
-		return slot{}, false
+	if best < 0 {
+		return 0, false
 	}
-	e := &best.free[bestIndex]
-	s := slot{best, e.offsetBytes}
+	e := &p.free[best]
+	off := e.offsetBytes
 	e.offsetBytes += padded
 	e.sizeBytes -= padded
 	if e.sizeBytes == 0 {
-		best.free = append(best.free[:bestIndex], best.free[bestIndex+1:]...)
+		p.free = append(p.free[:best], p.free[best+1:]...)
 	}
-	return s, true
-}
-
-// reclaim gives every cached slot back to its arena's free extents.
-func (p *Pool) reclaim() {
-	for size, list := range p.classes {
-		for _, s := range list {
-			s.arena.release(extent{s.offsetBytes, size})
-		}
-		delete(p.classes, size)
-	}
-	p.cachedBytes = 0
+	return off, true
 }
 
 // release inserts e into the sorted free list, merging with its neighbours.
-func (a *arena) release(e extent) {
-	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].offsetBytes > e.offsetBytes })
-	if i > 0 && a.free[i-1].offsetBytes+a.free[i-1].sizeBytes > e.offsetBytes ||
-		i < len(a.free) && e.offsetBytes+e.sizeBytes > a.free[i].offsetBytes {
-		panic(fmt.Sprintf("pinned: arena %d: freeing [%d, %d) overlaps a free extent", a.index, e.offsetBytes, e.offsetBytes+e.sizeBytes))
+func (p *Pool) release(e extent) {
+	i := sort.Search(len(p.free), func(i int) bool { return p.free[i].offsetBytes > e.offsetBytes })
+	if i > 0 && p.free[i-1].offsetBytes+p.free[i-1].sizeBytes > e.offsetBytes ||
+		i < len(p.free) && e.offsetBytes+e.sizeBytes > p.free[i].offsetBytes {
+		panic(fmt.Sprintf("pinned: freeing [%d, %d) overlaps a free extent", e.offsetBytes, e.offsetBytes+e.sizeBytes))
 	}
-	if i > 0 && a.free[i-1].offsetBytes+a.free[i-1].sizeBytes == e.offsetBytes {
-		a.free[i-1].sizeBytes += e.sizeBytes
-		if i < len(a.free) && e.offsetBytes+e.sizeBytes == a.free[i].offsetBytes {
-			a.free[i-1].sizeBytes += a.free[i].sizeBytes
-			a.free = append(a.free[:i], a.free[i+1:]...)
+	if i > 0 && p.free[i-1].offsetBytes+p.free[i-1].sizeBytes == e.offsetBytes {
+		p.free[i-1].sizeBytes += e.sizeBytes
+		if i < len(p.free) && e.offsetBytes+e.sizeBytes == p.free[i].offsetBytes {
+			p.free[i-1].sizeBytes += p.free[i].sizeBytes
+			p.free = append(p.free[:i], p.free[i+1:]...)
 		}
 		return
 	}
-	if i < len(a.free) && e.offsetBytes+e.sizeBytes == a.free[i].offsetBytes {
-		a.free[i].offsetBytes = e.offsetBytes
-		a.free[i].sizeBytes += e.sizeBytes
+	if i < len(p.free) && e.offsetBytes+e.sizeBytes == p.free[i].offsetBytes {
+		p.free[i].offsetBytes = e.offsetBytes
+		p.free[i].sizeBytes += e.sizeBytes
 		return
 	}
-	a.free = append(a.free, extent{})
-	copy(a.free[i+1:], a.free[i:])
-	a.free[i] = e
+	p.free = append(p.free, extent{})
+	copy(p.free[i+1:], p.free[i:])
+	p.free[i] = e
 }
 
 func (p *Pool) budgetError(sizeBytes, padded int64, purpose string) *BudgetError {
@@ -489,10 +446,8 @@ func (p *Pool) budgetError(sizeBytes, padded int64, purpose string) *BudgetError
 		InUse:        p.statsLocked().Purposes,
 		FreeBytes:    p.mappedBytes() - p.inUseBytes,
 	}
-	for _, a := range p.arenas {
-		for _, x := range a.free {
-			e.LargestFreeBytes = max(e.LargestFreeBytes, x.sizeBytes)
-		}
+	for _, x := range p.free {
+		e.LargestFreeBytes = max(e.LargestFreeBytes, x.sizeBytes)
 	}
 	return e
 }

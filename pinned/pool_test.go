@@ -136,8 +136,8 @@ func TestBudgetErrorListsPurposes(t *testing.T) {
 	if !errors.As(err, &be) || be.RequestBytes != 4*mib || len(be.InUse) != 2 {
 		t.Fatalf("BudgetError fields: %+v", be)
 	}
-	if _, err := p.Get(17*mib, "huge"); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "raise ArenaSizeBytes") {
-		t.Fatalf("oversize request: %v", err)
+	if _, err := p.Get(17*mib, "huge"); !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "request of 17.0 MiB") {
+		t.Fatalf("request past the budget: %v", err)
 	}
 	for b := range p.held {
 		p.Put(b)
@@ -165,18 +165,19 @@ func TestFragmentedBudgetSaysSo(t *testing.T) {
 	p.Put(bufs[3])
 }
 
-func TestSizeClassReuseAndReclaim(t *testing.T) {
-	p := newPool(t, Options{BudgetBytes: 8 * mib})
+func TestPutCoalesces(t *testing.T) {
+	p := newPool(t, Options{BudgetBytes: 8 * mib, ArenaSizeBytes: 2 * mib})
 	a := mustGet(t, p, 100_000, "x")
 	addr := a.Addr()
 	p.Put(a)
-	b := mustGet(t, p, 98_305, "y") // same padded size (102400): same memory back
+	b := mustGet(t, p, 98_305, "y") // the same padded size (102400): the same memory back
 	if b.Addr() != addr || b.PaddedLen() != 102400 {
-		t.Fatalf("class reuse: addr %#x want %#x, padded %d", b.Addr(), addr, b.PaddedLen())
+		t.Fatalf("reuse: addr %#x want %#x, padded %d", b.Addr(), addr, b.PaddedLen())
 	}
 	p.Put(b)
-	// Fill the whole budget with 1 MiB buffers, give them back, then a single
-	// 8 MiB buffer needs every cached buffer reclaimed and coalesced.
+	// Fill the whole budget with 1 MiB buffers, give them back in an order
+	// that leaves holes between them until the last: a single 8 MiB buffer,
+	// across the four arenas, then takes the whole mapping.
 	var bufs []*Buffer
 	for {
 		b, err := p.Get(mib, "fill")
@@ -185,17 +186,15 @@ func TestSizeClassReuseAndReclaim(t *testing.T) {
 		}
 		bufs = append(bufs, b)
 	}
-	// The 100 KiB slot stays cached at offset 0 until the 8th Get reclaims
-	// it, and 100 KiB + the 924 KiB tail cannot hold 1 MiB: 7 fit.
-	if len(bufs) != 7 {
-		t.Fatalf("filled with %d buffers of 1 MiB, want 7", len(bufs))
+	if len(bufs) != 8 {
+		t.Fatalf("filled with %d buffers of 1 MiB, want 8", len(bufs))
 	}
-	for _, b := range bufs {
-		p.Put(b)
+	for _, i := range []int{0, 2, 4, 6, 1, 3, 5, 7} {
+		p.Put(bufs[i])
 	}
 	big := mustGet(t, p, 8*mib, "big")
-	if st := p.Stats(); st.CachedBytes != 0 || st.InUseBytes != 8*mib {
-		t.Fatalf("after reclaim: %+v", st)
+	if st := p.Stats(); st.InUseBytes != 8*mib || big.Offset() != 0 {
+		t.Fatalf("after the Puts: %+v at offset %d", st, big.Offset())
 	}
 	p.Put(big)
 }
@@ -249,7 +248,7 @@ func TestStatsPerPurpose(t *testing.T) {
 	if fmt.Sprint(st.Purposes) != fmt.Sprint(want) {
 		t.Fatalf("purposes\n got %+v\nwant %+v", st.Purposes, want)
 	}
-	if st.BudgetBytes != 8*mib || st.InUseBytes != mib+8192 || st.PeakBytes != 3*mib+8192 || st.CachedBytes != 2*mib {
+	if st.BudgetBytes != 8*mib || st.InUseBytes != mib+8192 || st.PeakBytes != 3*mib+8192 {
 		t.Fatalf("totals %+v", st)
 	}
 	p.Put(a)
@@ -371,10 +370,20 @@ func TestRegistrarCalledForEachArena(t *testing.T) {
 	if fmt.Sprint(bad.dropped) != fmt.Sprint(want[:1]) {
 		t.Fatalf("failed registration not rolled back: %v", bad.dropped)
 	}
-	b := mustGet(t, p, 4*mib, "x")
-	if b.Arena() < 0 || b.Arena() > 1 {
-		t.Fatalf("4 MiB buffer in arena %d", b.Arena())
+	// A buffer may span arenas: the mapping is one, its arenas adjacent.
+	for i := 1; i < len(p.Arenas()); i++ {
+		prev, mem := p.Arenas()[i-1], p.Arenas()[i]
+		if uintptr(unsafe.Pointer(&prev[0]))+uintptr(len(prev)) != uintptr(unsafe.Pointer(&mem[0])) {
+			t.Fatalf("arena %d does not follow arena %d", i, i-1)
+		}
 	}
+	small := mustGet(t, p, mib, "x")
+	b := mustGet(t, p, 9*mib, "x")
+	if b.Offset() != mib || len(b.Bytes()) != 9*mib {
+		t.Fatalf("9 MiB buffer at %d, %d bytes; want the rest of the mapping", b.Offset(), len(b.Bytes()))
+	}
+	b.Bytes()[9*mib-1] = 1 // the last byte of the last arena
+	p.Put(small)
 	p.Put(b)
 	if err := p.RemoveRegistrar(r2); err != nil {
 		t.Fatal(err)
@@ -442,13 +451,22 @@ func TestCheckPlan(t *testing.T) {
 	if !errors.Is(err, ErrBudget) || !strings.HasSuffix(err.Error(), "nvme read 3 × 1.0 MiB = 3.0 MiB; short by 1.0 MiB") {
 		t.Fatalf("over budget: %v", err)
 	}
-	// The bytes fit but two 4 MiB arenas cannot hold three 2.5 MiB buffers.
-	_, err = Check(Options{BudgetBytes: 8 * mib, ArenaSizeBytes: 4 * mib}, []Requirement{{"layer", 5 * mib / 2, 3}})
-	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "a 2.5 MiB buffer does not fit the space left") {
+	// Buffers span arenas: two 4 MiB arenas hold three 2.5 MiB buffers,
+	// and one larger than an arena.
+	o = Options{BudgetBytes: 8 * mib, ArenaSizeBytes: 4 * mib}
+	reqs = []Requirement{{"layer", 5 * mib / 2, 3}}
+	if _, err = Check(o, reqs); err != nil {
 		t.Fatalf("packing: %v", err)
 	}
-	_, err = Check(o, []Requirement{{"layer", 5 * mib, 1}})
-	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "larger than an arena (4.0 MiB): layer buffers of 5.0 MiB") {
-		t.Fatalf("too large: %v", err)
+	p = newPool(t, o)
+	for range 3 {
+		mustGet(t, p, 5*mib/2, "layer")
+	}
+	for b := range p.held {
+		p.Put(b)
+	}
+	mustGet(t, p, 5*mib, "one larger than an arena")
+	for b := range p.held {
+		p.Put(b)
 	}
 }

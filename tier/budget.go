@@ -45,8 +45,8 @@ type Sizes struct {
 	// Static says that every shard stays in its home in host RAM (no NVMe
 	// tier, nothing staged in HBM: ZeRO-Offload). Its host buffers are
 	// taken once, at Register, and never come and go, so the store needs no
-	// spare room and the pool no room against fragmentation, only the
-	// arenas' ends: SpareBytes (the largest buffer) per pinned arena.
+	// spare room and the pool no room against fragmentation: the pool is
+	// the homes (buffers are carved from one mapping).
 	Static bool
 }
 
@@ -74,7 +74,7 @@ func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
 // when shards of several classes share it. Host: the homes in RAM, the
 // staging room and one spare shard per rank; the pinned pool a quarter more
 // (and four spare shards) against fragmentation, or for a static store
-// (Sizes.Static) only the homes and the arenas' ends. With a host budget the
+// (Sizes.Static) only the homes. With a host budget the
 // pool is the budget and the store's share (HostShare) must hold the same;
 // a static store's pool must fit in the budget, and stays its own size.
 // The errors say what does not fit and what to raise.
@@ -95,9 +95,7 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 	b.HostBytes = n * (b.PlanHostBytes + spare)
 	b.PoolBytes = b.HostBytes + b.HostBytes/4 + 4*spare
 	if s.Static {
-		// Buffers do not span the pool's arenas (1 GiB by default): each
-		// may leave up to one buffer's worth unused at its end.
-		b.PoolBytes = b.HostBytes + (b.HostBytes/units.GiB+1)*s.SpareBytes
+		b.PoolBytes = b.HostBytes
 	}
 	hint := ""
 	if s.OptimizerOnHost {
@@ -107,8 +105,8 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 		// The homes never move: the pool pins what they take, not the
 		// whole budget, and the budget bounds it.
 		if b.PoolBytes > s.HostBudgetBytes {
-			return Budgets{}, fmt.Errorf("tier: strata.host_budget %s is too small: the state homed in host RAM takes %s (%s homes, all ranks, and the pinned arenas' ends): raise it%s",
-				units.FormatBytes(s.HostBudgetBytes), units.FormatBytes(b.PoolBytes), units.FormatBytes(n*s.HomeBytes), hint)
+			return Budgets{}, fmt.Errorf("tier: strata.host_budget %s is too small: the state homed in host RAM takes %s (the homes, all ranks): raise it%s",
+				units.FormatBytes(s.HostBudgetBytes), units.FormatBytes(b.PoolBytes), hint)
 		}
 		return b, nil
 	}

@@ -149,9 +149,13 @@ func (d *Device) CopyHostToDevice(gs gpu.Stream, gdst gpu.Buffer, dstOffBytes in
 		return
 	}
 	drv := d.g.l.drv
-	s.run(func() error {
-		return drv.check(drv.cuMemcpyHtoDAsync(dst.Ptr()+uint64(dstOffBytes), unsafe.Pointer(&src[0]), uint64(len(src)), s.h), "cuMemcpyHtoDAsync %d bytes", len(src))
-	})
+	for _, p := range d.front.HostPieces(src) {
+		off := uint64(dstOffBytes)
+		s.run(func() error {
+			return drv.check(drv.cuMemcpyHtoDAsync(dst.Ptr()+off, unsafe.Pointer(&p[0]), uint64(len(p)), s.h), "cuMemcpyHtoDAsync %d bytes", len(p))
+		})
+		dstOffBytes += int64(len(p))
+	}
 }
 
 // CopyDeviceToHost enqueues cuMemcpyDtoHAsync of len(dst) bytes.
@@ -163,9 +167,13 @@ func (d *Device) CopyDeviceToHost(gs gpu.Stream, dst []byte, gsrc gpu.Buffer, sr
 		return
 	}
 	drv := d.g.l.drv
-	s.run(func() error {
-		return drv.check(drv.cuMemcpyDtoHAsync(unsafe.Pointer(&dst[0]), src.Ptr()+uint64(srcOffBytes), uint64(len(dst)), s.h), "cuMemcpyDtoHAsync %d bytes", len(dst))
-	})
+	for _, p := range d.front.HostPieces(dst) {
+		off := uint64(srcOffBytes)
+		s.run(func() error {
+			return drv.check(drv.cuMemcpyDtoHAsync(unsafe.Pointer(&p[0]), src.Ptr()+off, uint64(len(p)), s.h), "cuMemcpyDtoHAsync %d bytes", len(p))
+		})
+		srcOffBytes += int64(len(p))
+	}
 }
 
 // CopyDeviceToDevice copies n bytes with cuMemcpyAsync (unified
