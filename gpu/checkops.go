@@ -26,6 +26,7 @@ type Kernels[S, B any] interface {
 	GeluForward(s S, x, y B, n int)
 	GeluBackward(s S, x, dy, dx B, n int)
 	Add(s S, a, b, out B, n int)
+	AddColumns(s S, dst, src B, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32)
 	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
 	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
 	EmbeddingForward(s S, ids, pos, wte, wpe, out B, batch, seq, dim int)
@@ -285,6 +286,15 @@ func (o *checkedOps[S, B]) GeluBackward(s Stream, x, dy, dx Buffer, n int) {
 func (o *checkedOps[S, B]) Add(s Stream, a, b, out Buffer, n int) {
 	o.dims("add", n)
 	o.k.Add(o.stream(s), o.float(a, "add a", n), o.float(b, "add b", n), o.float(out, "add out", n), n)
+}
+
+func (o *checkedOps[S, B]) AddColumns(s Stream, dst, src Buffer, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32) {
+	o.dims("add-columns", rows, cols, dstLd, dstOff, srcLd, srcOff)
+	if dstOff+cols > dstLd || srcOff+cols > srcLd {
+		o.f.Panicf("add-columns: columns [%d, %d) of dst (%d wide) or [%d, %d) of src (%d wide) past the row", dstOff, dstOff+cols, dstLd, srcOff, srcOff+cols, srcLd)
+	}
+	rs := o.stream(s)
+	o.k.AddColumns(rs, o.float(dst, "add-columns dst", rows*dstLd), o.float(src, "add-columns src", rows*srcLd), rows, cols, dstLd, dstOff, srcLd, srcOff, beta)
 }
 
 func (o *checkedOps[S, B]) CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int) {

@@ -110,6 +110,13 @@ type Ops interface {
 	// Add writes out = a + b for n elements (the residual connection).
 	// out may alias a or b.
 	Add(s Stream, a, b, out Buffer, n int)
+	// AddColumns writes cols columns of src (rows×srcLd, from column
+	// srcOff) into dst (rows×dstLd, from column dstOff): dst = src when beta
+	// is 0 (dst's old values are not read), else dst = beta·dst + src. A
+	// LoRA adapter of one of the projections a fused GEMM computes (q, k,
+	// v; gate, up) reads and adds its columns this way. dst and src must not
+	// overlap.
+	AddColumns(s Stream, dst, src Buffer, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32)
 
 	// CrossEntropyForward writes losses[r] = -log softmax(logits[r])[targets[r]]
 	// for logits rows×vocab and targets (I32, rows). A target < 0

@@ -29,6 +29,9 @@ type ActivationOptions struct {
 	// residual buffers for them. Needs Checkpoint > 0 and Params that
 	// implement InputStore.
 	Offload bool
+	// LoRA is the adapters of every block (nil: none); the layout must
+	// have them (Layout.WithLoRA with the same options).
+	LoRA *LoRA
 }
 
 // dtype is o.DType with the zero value resolved.
@@ -48,6 +51,8 @@ func (o ActivationOptions) Validate(s Shape) error {
 		return fmt.Errorf("model: %d checkpointed blocks: want 0 to the model's %d blocks", o.Checkpoint, s.Layers)
 	case o.Offload && o.Checkpoint == 0:
 		return fmt.Errorf("model: offloading the checkpointed inputs (cpu_checkpointing) needs activation checkpointing")
+	case o.LoRA != nil:
+		return o.LoRA.Validate(s)
 	}
 	return nil
 }
@@ -96,6 +101,9 @@ type activations struct {
 	dres    gpu.Buffer // B·T·C, F32: gradient of the residual stream
 	dtmp    gpu.Buffer // B·T·C
 	dbig    gpu.Buffer // B·T·max(qkv width, MLP gradient width): gradient of qkv or of the MLP hidden layer
+	// LoRA's workspace (lora.go): a block's adapter chunk, x·Aᵀ and its
+	// gradient (B·T·r each), and a module's columns of a fused output.
+	loraW, loraG, loraT, loraDT, loraWide gpu.Buffer
 }
 
 // layerActs are what one block saves for its backward. GPT-2 fills every
@@ -130,6 +138,7 @@ const (
 	TermHead         = "final norm output"
 	TermLossChunk    = "loss chunk (fp32 logits of a token slice)"
 	TermBackwardTemp = "backward scratch"
+	TermLoRA         = "LoRA workspace (a block's adapters and their gradient, x·Aᵀ, a module's columns)"
 )
 
 // allocation is one device allocation holding several segments.
@@ -248,6 +257,15 @@ func planActivations(s Shape, batch, seq int, o ActivationOptions, a *activation
 			{"dtmp", bt * c, &a.dtmp}, {"dbig", bt * max(qkvWidth(s), mlpWidth(s)), &a.dbig},
 		}},
 	)
+	if o.LoRA != nil {
+		chunk, wide := loraWorkspace(s, o.LoRA)
+		segs := []segment{{"lora adapters", chunk, &a.loraW}, {"lora t", bt * o.LoRA.R, &a.loraT}, {"lora dt", bt * o.LoRA.R, &a.loraDT}}
+		if wide > 0 {
+			segs = append(segs, segment{"lora columns", bt * wide, &a.loraWide})
+		}
+		plan = append(plan, allocation{"lora", TermLoRA, dt, segs},
+			allocation{"lora gradient", TermLoRA, gpu.F32, []segment{{"lora dA dB", chunk, &a.loraG}}})
+	}
 	return plan
 }
 

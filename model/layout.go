@@ -65,6 +65,9 @@ type Layout struct {
 	Name   string // the model's: the shape's name, or CustomLayout's
 	Shape  Shape  // the decoder's; zero for a custom layout
 	Chunks []Chunk
+	// LoRA is the adapters WithLoRA added (nil: none): block l's are
+	// chunk AdapterChunk(l), after the base chunks.
+	LoRA *LoRA
 }
 
 // EmbeddingChunk is the chunk of the token (and GPT-2's position) embeddings.
@@ -248,6 +251,12 @@ func (l *Layout) InitChunkInto(seed uint64, c int, out []float32) {
 	for _, t := range ch.Tensors {
 		v := out[t.Offset : t.Offset+t.Len]
 		switch {
+		case strings.HasSuffix(t.Name, ".lora_A.weight"): // PEFT: kaiming_uniform_(a=√5), U(-1/√in, 1/√in)
+			bound := 1 / math.Sqrt(float64(t.Shape[1]))
+			for i := range v {
+				v[i] = float32((2*rng.Float64() - 1) * bound)
+			}
+		case strings.HasSuffix(t.Name, ".lora_B.weight"): // zero
 		case len(t.Shape) == 2 && !l.Shape.IsLlama() && (strings.HasSuffix(t.Name, "attn.c_proj.weight") || strings.HasSuffix(t.Name, "mlp.c_proj.weight")):
 			fillNormal(rng, v, residStd)
 		case len(t.Shape) == 2:

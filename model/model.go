@@ -32,6 +32,8 @@ type Model struct {
 
 	allocs []gpu.Buffer
 	a      activations
+	lora   *loraState   // nil without LoRA
+	frozen FrozenParams // the Backward's Params, when they freeze chunks
 
 	idsHost, targetsHost, posHost []byte    // staging for the uploads of ids, targets and positions
 	pending                       []pending // the Forwards whose losses are not read yet, oldest first
@@ -70,6 +72,9 @@ func NewWith(dev gpu.Device, layout *Layout, batch, seq int, o ActivationOptions
 	if err := o.Validate(s); err != nil {
 		return nil, err
 	}
+	if (o.LoRA == nil) != (layout.LoRA == nil) || o.LoRA != nil && !o.LoRA.same(layout.LoRA) {
+		return nil, fmt.Errorf("model: the activation options' LoRA (%v) is not the layout's (%v)", o.LoRA, layout.LoRA)
+	}
 	m := &Model{layout: layout, shape: s, dev: dev, ops: dev.Ops(), batch: batch, seq: seq, act: o, bo: layout.block(), lo: layout.llamaBlock()}
 	for _, al := range planActivations(s, batch, seq, o, &m.a) {
 		buf, err := dev.Alloc(al.elements(), al.dtype, gpu.Tag{Kind: gpu.Activation, Purpose: "activations " + al.purpose})
@@ -83,6 +88,9 @@ func NewWith(dev gpu.Device, layout *Layout, batch, seq int, o ActivationOptions
 			*sg.dst = buf.Slice(off, sg.n)
 			off += alignUp(sg.n)
 		}
+	}
+	if o.LoRA != nil {
+		m.lora = newLoRAState(s, o.LoRA, &m.a)
 	}
 	bt := batch * seq
 	m.idsHost, m.targetsHost, m.posHost = make([]byte, 4*bt), make([]byte, 4*bt), make([]byte, 4*bt)
@@ -184,6 +192,9 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	p.Release(s, EmbeddingChunk, shard.Forward)
 
 	for l := 0; l < nl; l++ {
+		if err := m.loadAdapters(s, p, l, shard.Forward); err != nil {
+			return err
+		}
 		w, err := p.Acquire(s, BlockChunk(l), shard.Forward)
 		if err != nil {
 			return err
@@ -276,12 +287,14 @@ func (m *Model) blockForward(s gpu.Stream, l int, w, x, out gpu.Buffer, recomput
 
 // blockBackward turns dres, the gradient with respect to block l's
 // output, into the gradient with respect to its input x, accumulating the
-// block's parameter gradients into g.
+// block's parameter gradients into g (its weights' not when the block is
+// frozen: FrozenParams) and its adapters' into the adapter gradient.
 func (m *Model) blockBackward(s gpu.Stream, l int, w, g, x gpu.Buffer) {
+	wg := func(off, n int) gpu.Buffer { return m.weightGrad(BlockChunk(l), g, off, n) }
 	if m.shape.IsLlama() {
-		m.llamaBlockBackward(s, w, g, x, m.a.layers[l])
+		m.llamaBlockBackward(s, w, g, x, m.a.layers[l], wg)
 	} else {
-		m.gpt2BlockBackward(s, w, g, x, m.a.layers[l])
+		m.gpt2BlockBackward(s, w, g, x, m.a.layers[l], wg)
 	}
 }
 
@@ -350,10 +363,13 @@ func linearForward(ops gpu.Ops, s gpu.Stream, x, w, b, y gpu.Buffer, rows, in, o
 }
 
 // linearBackward, for y = x·Wᵀ + b, writes dx = dy·W and accumulates
-// dW += dyᵀ·x and db += Σ_rows dy (db may be nil: no bias).
+// dW += dyᵀ·x and db += Σ_rows dy (dw nil: W is frozen, no dW; db nil: no
+// bias, or frozen).
 func linearBackward(ops gpu.Ops, s gpu.Stream, dy, x, w, dx, dw, db gpu.Buffer, rows, in, out int) {
 	ops.Gemm(s, false, false, rows, in, out, 1, dy, w, 0, dx)
-	ops.Gemm(s, true, false, out, in, rows, 1, dy, x, 1, dw)
+	if dw != nil {
+		ops.Gemm(s, true, false, out, in, rows, 1, dy, x, 1, dw)
+	}
 	if db != nil {
 		ops.BiasGrad(s, dy, db, rows, out)
 	}
@@ -385,13 +401,18 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 		return err
 	}
 	fc, hc := m.layout.FinalNormChunk(), m.layout.HeadChunk()
+	m.frozen, _ = p.(FrozenParams)
 
 	// Head: d lnf into dtmp and dW += dlogitsᵀ·lnf, a token slice at a time.
 	hw, hg, err := acquireWithGrad(s, p, hc)
 	if err != nil {
 		return err
 	}
-	m.lossBackward(s, m.headWeight(hw), m.headWeight(hg), scale)
+	var dhead gpu.Buffer
+	if !m.isFrozen(hc) {
+		dhead = m.headWeight(hg)
+	}
+	m.lossBackward(s, m.headWeight(hw), dhead, scale)
 	gemb := hg // the embedding gradient, when the head is tied
 	fin, gfin := hw, hg
 	if hc != fc {
@@ -418,12 +439,27 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 			return err
 		}
 	}
-	var dwpe gpu.Buffer
-	if !m.shape.IsLlama() {
-		dwpe = gemb.Slice(v*c, m.seq*c)
+	if !m.isFrozen(EmbeddingChunk) {
+		var dwpe gpu.Buffer
+		if !m.shape.IsLlama() {
+			dwpe = gemb.Slice(v*c, m.seq*c)
+		}
+		ops.EmbeddingBackward(s, a.ids, m.posBuffer(), a.dres, gemb.Slice(0, v*c), dwpe, m.batch, m.seq, c)
 	}
-	ops.EmbeddingBackward(s, a.ids, m.posBuffer(), a.dres, gemb.Slice(0, v*c), dwpe, m.batch, m.seq, c)
 	return p.GradReady(s, EmbeddingChunk)
+}
+
+// isFrozen says whether the Params of this Backward freeze chunk c: its
+// weight gradients are then not computed.
+func (m *Model) isFrozen(c int) bool { return m.frozen != nil && m.frozen.Frozen(c) }
+
+// weightGrad is g's slice [off, off+n) for a weight gradient, or nil when
+// chunk c is frozen (linearBackward skips it).
+func (m *Model) weightGrad(c int, g gpu.Buffer, off, n int) gpu.Buffer {
+	if m.isFrozen(c) {
+		return nil
+	}
+	return g.Slice(off, n)
 }
 
 // blockPass is block l's backward: its input (res[l], or taken back from
@@ -431,6 +467,9 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 // backward, in AccessOrder's calls.
 func (m *Model) blockPass(s gpu.Stream, p Params, store InputStore, l int) error {
 	c := BlockChunk(l)
+	if err := m.loadAdapters(s, p, l, shard.Backward); err != nil {
+		return err
+	}
 	w, g, err := acquireWithGrad(s, p, c)
 	if err != nil {
 		return err
@@ -450,7 +489,38 @@ func (m *Model) blockPass(s gpu.Stream, p Params, store InputStore, l int) error
 	if off {
 		store.ReleaseInput(s, l)
 	}
-	return p.GradReady(s, c)
+	if err := p.GradReady(s, c); err != nil || m.lora == nil {
+		return err
+	}
+	a := m.layout.AdapterChunk(l)
+	ga, err := p.Grad(s, a)
+	if err != nil {
+		return err
+	}
+	m.ops.Add(s, ga, m.lora.g, ga, m.layout.Chunks[a].Len) // the block's adapter gradient
+	return p.GradReady(s, a)
+}
+
+// loadAdapters copies block l's adapter chunk into the workspace, between
+// its Acquire and Release, before the block's own Acquire; in the
+// backward it also zeroes the workspace's adapter gradient, which the
+// block's backward accumulates into (blockPass adds it to the chunk's
+// Grad). Without LoRA it does nothing.
+func (m *Model) loadAdapters(s gpu.Stream, p Params, l int, pass shard.Phase) error {
+	if m.lora == nil {
+		return nil
+	}
+	a := m.layout.AdapterChunk(l)
+	w, err := p.Acquire(s, a, pass)
+	if err != nil {
+		return err
+	}
+	m.ops.Cast(s, m.lora.w, w)
+	p.Release(s, a, pass)
+	if pass == shard.Backward {
+		m.ops.Fill(s, m.lora.g, 0)
+	}
+	return nil
 }
 
 // acquireWithGrad is the backward's Acquire then Grad of chunk c.

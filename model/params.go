@@ -177,17 +177,57 @@ func AccessOrderWith(s Shape, o ActivationOptions) []Access {
 	return append(a, Access{AccessGradReady, EmbeddingChunk, shard.Backward})
 }
 
+// AccessOrder is the Params calls of one micro-batch of a model laid out
+// by l with activations o: AccessOrderWith(l.Shape, o), and with LoRA each
+// block's adapter chunk a = AdapterChunk(l) acquired and released right
+// before its block is (in both passes), and in the backward its Grad(a)
+// GradReady(a) right after the block's GradReady (the block's backward
+// accumulates the adapters' gradient in the model's workspace; Grad(a)
+// adds it in).
+func (l *Layout) AccessOrder(o ActivationOptions) []Access {
+	base := AccessOrderWith(l.Shape, o)
+	if l.LoRA == nil {
+		return base
+	}
+	var out []Access
+	for _, a := range base {
+		isBlock := a.Chunk >= BlockChunk(0) && a.Chunk < BlockChunk(l.Shape.Layers)
+		ad := l.AdapterChunk(a.Chunk - BlockChunk(0))
+		if isBlock && a.Kind == AccessAcquire {
+			out = append(out, Access{AccessAcquire, ad, a.Pass}, Access{AccessRelease, ad, a.Pass})
+		}
+		out = append(out, a)
+		if isBlock && a.Kind == AccessGradReady {
+			out = append(out, Access{AccessGrad, ad, a.Pass}, Access{AccessGradReady, ad, a.Pass})
+		}
+	}
+	return out
+}
+
 // Resident keeps every chunk's parameters and gradients allocated on one
 // device for the whole run: the Params of the plain training loop and the
 // tests. Acquire and Grad return the same buffers every time and never
 // fail; Release and GradReady do nothing because there is no other stream
-// to tell.
+// to tell. Freeze marks chunks frozen (FrozenParams): the backward then
+// leaves their gradients as they were.
 type Resident struct {
 	dev    gpu.Device
 	layout *Layout
 	params []gpu.Buffer
 	grads  []gpu.Buffer
+	frozen []bool
 }
+
+// Freeze marks chunk c frozen.
+func (r *Resident) Freeze(c int) {
+	if r.frozen == nil {
+		r.frozen = make([]bool, len(r.params))
+	}
+	r.frozen[c] = true
+}
+
+// Frozen implements FrozenParams.
+func (r *Resident) Frozen(c int) bool { return r.frozen != nil && r.frozen[c] }
 
 // NewResident allocates params and grads of dtype dt (F32 or BF16) for every
 // chunk of layout on dev, zeroed, tagged gpu.ModelState.

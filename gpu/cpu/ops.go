@@ -138,6 +138,29 @@ func (o *kernels) Add(s *Stream, a, b, out *Buffer, n int) {
 	})
 }
 
+// AddColumns: dst[r, dstOff+j] = beta·dst[r, dstOff+j] + src[r, srcOff+j]
+// (beta 0: a copy), in fp32, rounded once into dst's dtype.
+func (o *kernels) AddColumns(s *Stream, dst, src *Buffer, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32) {
+	s.enqueue(func() error {
+		o.d.parallel(rows, 1, func(lo, hi int) {
+			var sv, dv []float32
+			for r := lo; r < hi; r++ {
+				sv = loadF32(src, r*srcLd+srcOff, r*srcLd+srcOff+cols, sv)
+				if beta == 0 {
+					storeF32(dst, r*dstLd+dstOff, sv)
+					continue
+				}
+				dv = loadF32(dst, r*dstLd+dstOff, r*dstLd+dstOff+cols, dv)
+				for j := range dv {
+					dv[j] = float32(beta*dv[j]) + sv[j]
+				}
+				storeF32(dst, r*dstLd+dstOff, dv)
+			}
+		})
+		return nil
+	})
+}
+
 // Cast: dst = src converted. Conversions into bf16 round to nearest even;
 // f64 to bf16 rounds to f32 first (two roundings); floats to i32 truncate.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {

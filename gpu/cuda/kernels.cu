@@ -237,6 +237,17 @@ extern "C" __global__ void add(const void* a, int da, const void* b, int db, voi
     GRID_STRIDE(i, n) { st(out, dout, i, ld(a, da, i) + ld(b, db, i)); }
 }
 
+extern "C" __global__ void add_columns(void* dst, int dd, const void* src, int ds, i64 rows, i64 cols,
+                                       i64 dst_ld, i64 dst_off, i64 src_ld, i64 src_off, float beta) {
+    GRID_STRIDE(i, rows * cols) {
+        i64 r = i / cols, j = i % cols;
+        float v = ld(src, ds, r * src_ld + src_off + j);
+        i64 at = r * dst_ld + dst_off + j;
+        if (beta != 0.0f) v = beta * ld(dst, dd, at) + v;
+        st(dst, dd, at, v);
+    }
+}
+
 extern "C" __global__ void scale(void* x, int dt, float alpha, i64 n) {
     GRID_STRIDE(i, n) {
         if (dt == DT_F64) ((double*)x)[i] *= (double)alpha;

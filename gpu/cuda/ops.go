@@ -41,6 +41,12 @@ func (o *kernels) Add(s *Stream, a, b, out *Buffer, n int) {
 	s.launchN("add", int64(n), a.p(), dt(a), b.p(), dt(b), out.p(), dt(out), int64(n))
 }
 
+// AddColumns: dst = beta·dst + src over a block of columns (beta 0: copy).
+func (o *kernels) AddColumns(s *Stream, dst, src *Buffer, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32) {
+	s.launchN("add_columns", int64(rows*cols), dst.p(), dt(dst), src.p(), dt(src), int64(rows), int64(cols),
+		int64(dstLd), int64(dstOff), int64(srcLd), int64(srcOff), beta)
+}
+
 // Cast: dst = src converted, as gpu/cpu converts (bf16: nearest even; f64
 // to bf16 through f32; floats to i32 truncate). Same dtypes copy.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {

@@ -29,6 +29,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("Embedding/"+dt.String(), func(t *testing.T) { testEmbedding(t, d, s, dt) })
 		t.Run("BiasAdd/"+dt.String(), func(t *testing.T) { testBiasAdd(t, d, s, dt) })
 		t.Run("Add/"+dt.String(), func(t *testing.T) { testAdd(t, d, s, dt) })
+		t.Run("AddColumns/"+dt.String(), func(t *testing.T) { testAddColumns(t, d, s, dt) })
 		t.Run("ScaleAxpy/"+dt.String(), func(t *testing.T) { testScaleAxpy(t, d, s, dt) })
 		t.Run("Adam/"+dt.String(), func(t *testing.T) { testAdam(t, d, s, dt) })
 	}
@@ -129,6 +130,40 @@ func testAdd(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	checkClose(t, "add", download(t, d, s, gout), want, mag, dt, rtolF32)
 	d.Ops().Add(s, ga, gb, ga, n) // out aliases a
 	checkClose(t, "add in place", download(t, d, s, ga), want, mag, dt, rtolF32)
+}
+
+// testAddColumns copies columns [2, 7) of a 9×11 matrix into columns [3, 8)
+// of a 9×10 one (whose NaNs beta 0 must not read), then adds them again
+// with beta 1; the columns outside stay as they were.
+func testAddColumns(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(19)
+	rows, srcLd, dstLd, cols, srcOff, dstOff := 9, 11, 10, 5, 2, 3
+	src, dst := stored(randVals(r, rows*srcLd, 1), dt), stored(randVals(r, rows*dstLd, 1), dt)
+	for i := range rows {
+		for j := range cols {
+			dst[i*dstLd+dstOff+j] = math.NaN()
+		}
+	}
+	gs, gd := upload(t, d, s, src, dt), upload(t, d, s, dst, dt)
+	want, mag := append([]float64(nil), dst...), make([]float64, rows*dstLd)
+	for i := range rows {
+		for j := range cols {
+			want[i*dstLd+dstOff+j] = src[i*srcLd+srcOff+j]
+		}
+	}
+	for i := range mag {
+		mag[i] = math.Abs(want[i])
+	}
+	d.Ops().AddColumns(s, gd, gs, rows, cols, dstLd, dstOff, srcLd, srcOff, 0)
+	checkClose(t, "add-columns copy", download(t, d, s, gd), want, mag, dt, rtolF32)
+	for i := range rows {
+		for j := range cols {
+			want[i*dstLd+dstOff+j] *= 2
+			mag[i*dstLd+dstOff+j] *= 2
+		}
+	}
+	d.Ops().AddColumns(s, gd, gs, rows, cols, dstLd, dstOff, srcLd, srcOff, 1)
+	checkClose(t, "add-columns add", download(t, d, s, gd), want, mag, dt, rtolF32)
 }
 
 func testScaleAxpy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {

@@ -17,6 +17,14 @@ OUT_SAFETENSORS receives, in fp32: "logits" (rows, seq, vocab), "loss"
 and "grad.NAME" for every parameter NAME of model.safetensors (the
 gradient of that loss, in the tensor's own layout).
 
+With a PEFT LoRA adapter in MODEL_DIR (adapter_config.json: peft_type
+LORA, r, lora_alpha, use_rslora, target_modules; adapter_model.safetensors:
+"base_model.model.MODULE.lora_A.weight" (r x in) and "...lora_B.weight"
+(out x r)), every adapted linear computes y = x W^T (+ b) + scaling (x A^T)
+B^T, scaling = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), as
+PEFT's LoraLayer; everything then runs in fp64, and the gradients of the
+adapter's tensors are written as "grad.NAME" too, under their PEFT names.
+
 With --greedy, PROMPT_JSON holds "ids" (one row of token ids) and
 OUT_JSON receives {"tokens": [...]}: N tokens generated greedily by full
 recomputation (the whole sequence through the model at every step, the
@@ -92,7 +100,21 @@ def attend(q, k, v, allowed):
     """Softmax attention of q (B, H, T, D) over k, v (B, H, T, D)."""
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
     scores = scores.masked_fill(~allowed.unsqueeze(1), float("-inf"))
-    return torch.softmax(scores, dim=-1, dtype=torch.float32) @ v
+    return torch.softmax(scores, dim=-1, dtype=scores.dtype) @ v
+
+
+# --- PEFT LoRA (peft's tuners/lora/layer.py, Linear.forward) ---
+
+LORA = {"adapters": {}, "scaling": 0.0}
+
+
+def lora_delta(h, module):
+    """scaling * (h A^T) B^T for an adapted module (its full name), else 0."""
+    a = LORA["adapters"].get("base_model.model." + module + ".lora_A.weight")
+    if a is None:
+        return 0.0
+    b = LORA["adapters"]["base_model.model." + module + ".lora_B.weight"]
+    return LORA["scaling"] * ((h @ a.t()) @ b.t())
 
 
 # --- GPT-2 (transformers' modeling_gpt2) ---
@@ -112,14 +134,15 @@ def gpt2_forward(cfg, p, ids, pos):
     for l in range(cfg["n_layer"]):
         b = "h.%d." % l
         h = F.layer_norm(x, (C,), w(b + "ln_1.weight"), w(b + "ln_1.bias"), eps)
-        qkv = h @ w(b + "attn.c_attn.weight") + w(b + "attn.c_attn.bias")  # Conv1D
+        m = pre + b
+        qkv = h @ w(b + "attn.c_attn.weight") + w(b + "attn.c_attn.bias") + lora_delta(h, m + "attn.c_attn")  # Conv1D
         q, k, v = qkv.split(C, dim=2)
         heads = lambda t: t.view(B, T, H, C // H).transpose(1, 2)
         a = attend(heads(q), heads(k), heads(v), allowed).transpose(1, 2).reshape(B, T, C)
-        x = x + a @ w(b + "attn.c_proj.weight") + w(b + "attn.c_proj.bias")
+        x = x + a @ w(b + "attn.c_proj.weight") + w(b + "attn.c_proj.bias") + lora_delta(a, m + "attn.c_proj")
         h = F.layer_norm(x, (C,), w(b + "ln_2.weight"), w(b + "ln_2.bias"), eps)
-        h = gelu_new(h @ w(b + "mlp.c_fc.weight") + w(b + "mlp.c_fc.bias"))
-        x = x + h @ w(b + "mlp.c_proj.weight") + w(b + "mlp.c_proj.bias")
+        h = gelu_new(h @ w(b + "mlp.c_fc.weight") + w(b + "mlp.c_fc.bias") + lora_delta(h, m + "mlp.c_fc"))
+        x = x + h @ w(b + "mlp.c_proj.weight") + w(b + "mlp.c_proj.bias") + lora_delta(h, m + "mlp.c_proj")
     x = F.layer_norm(x, (C,), w("ln_f.weight"), w("ln_f.bias"), eps)
     head = p["lm_head.weight"] if "lm_head.weight" in p else w("wte.weight")
     return x @ head.t()
@@ -166,7 +189,7 @@ def llama_forward(cfg, p, ids, pos):
     allowed = attention_mask(pos, T)
 
     def linear(h, name):
-        y = h @ p[name + ".weight"].t()
+        y = h @ p[name + ".weight"].t() + lora_delta(h, name)
         return y + p[name + ".bias"] if name + ".bias" in p else y
 
     for l in range(cfg["num_hidden_layers"]):
@@ -204,6 +227,19 @@ def main(model_dir, batch_path, out_path):
     if arch not in FORWARD:
         sys.exit("hf_reference.py: architecture %s is not one of %s" % (arch, ", ".join(FORWARD)))
     params = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+    adapter_cfg = os.path.join(model_dir, "adapter_config.json")
+    if os.path.exists(adapter_cfg):
+        with open(adapter_cfg) as f:
+            acfg = json.load(f)
+        if acfg.get("peft_type") != "LORA":
+            sys.exit("hf_reference.py: adapter peft_type %r is not LORA" % acfg.get("peft_type"))
+        r, alpha = acfg["r"], acfg["lora_alpha"]
+        LORA["scaling"] = alpha / math.sqrt(r) if acfg.get("use_rslora") else alpha / r
+        LORA["adapters"] = read_safetensors(os.path.join(model_dir, "adapter_model.safetensors"))
+        params.update(LORA["adapters"])
+        for name in params:
+            params[name] = params[name].double()
+        LORA["adapters"] = {n: params[n] for n in LORA["adapters"]}
     for t in params.values():
         t.requires_grad_(True)
     with open(batch_path) as f:

@@ -1,0 +1,330 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/strata-ai/strata/gpu"
+)
+
+// LoRA is low-rank adaptation (Hu et al. 2021) as PEFT's LoraConfig
+// defines it: each adapted linear y = x·Wᵀ (+ b) of every block becomes
+//
+//	y = x·Wᵀ (+ b) + scaling · (x·Aᵀ)·Bᵀ,   A r×in, B out×r
+//
+// with scaling = Alpha/R, or Alpha/√R with RSLoRA; A starts
+// Kaiming-uniform (PyTorch's kaiming_uniform_ with a = √5, as PEFT: U(−b,
+// b), b = 1/√in) and B at zero, so the adapted model starts as the base.
+// The base stays frozen; only A and B train.
+//
+// Where they live: block l's adapters are one chunk of their own,
+// AdapterChunk(l), after the base chunks (Layout.WithLoRA), holding for
+// each adapted module in block order its A then its B under PEFT's
+// tensor names less "base_model.model." and the block prefix's
+// "model."/"transformer.": "layers.0.self_attn.q_proj.lora_A.weight".
+// The adapted modules are matched as PEFT matches target_modules given as
+// a list: a module whose name, or whose path within the block, equals a
+// target or ends in "." + target ("c_proj" is GPT-2's attn.c_proj and
+// mlp.c_proj alike). A target that matches no module is an error.
+//
+// The passes (lora.go's loraForward and loraBackward, called from the
+// blocks right after the base linear they adapt): the forward copies the
+// block's adapter chunk into the model's workspace (the Params rules hold
+// one chunk acquired at a time, so the adapter chunk is acquired and
+// released before its block's), then per module t = x·Aᵀ and y +=
+// scaling·t·Bᵀ; where one GEMM computes several modules (q|k|v, the Llama
+// family's gate|up) the module's columns are added with AddColumns. The
+// backward recomputes t, then dB += scaling·dyᵀ·t, dt = scaling·dy·B, dA +=
+// dtᵀ·x and dx += dt·A, the adapters' gradients accumulating in an fp32
+// workspace that Grad(a), after the block's GradReady, adds in (so that
+// no more than two gradients are open at once, the tied embedding's being
+// one). With the base frozen (FrozenParams) its weight and bias gradients
+// are not computed at all: a frozen linear's backward is the one GEMM of
+// dx (the norms' gains still accumulate into the frozen chunk's Grad
+// buffer, a reduction over the rows).
+type LoRA struct {
+	R       int      // rank, > 0
+	Alpha   float64  // lora_alpha
+	Dropout float64  // lora_dropout: 0 (dropout is not built yet)
+	Targets []string // target_modules
+	RSLoRA  bool     // use_rslora: scaling Alpha/√R
+}
+
+// Scaling is the factor of the adapter's output.
+func (o *LoRA) Scaling() float64 {
+	if o.RSLoRA {
+		return o.Alpha / math.Sqrt(float64(o.R))
+	}
+	return o.Alpha / float64(o.R)
+}
+
+// The GEMM outputs a block's adapted modules add to.
+const (
+	siteQKV     = iota // GPT-2 c_attn; Llama q_proj, k_proj, v_proj
+	siteAttnOut        // GPT-2 attn.c_proj; Llama o_proj
+	siteUp             // GPT-2 mlp.c_fc; Llama gate_proj, up_proj
+	siteDown           // GPT-2 mlp.c_proj; Llama down_proj
+	siteCount
+)
+
+// loraModule is one adaptable linear of a block.
+type loraModule struct {
+	name    string // PEFT's module name: "q_proj", "c_attn", ...
+	path    string // within the block: "self_attn.q_proj", "attn.c_attn"
+	in, out int
+	site    int // the GEMM output it adds to
+	off     int // its first column there
+	width   int // the columns of that output
+	a, b    int // its A and B's offsets in the adapter chunk (adapted modules only)
+}
+
+// blockModules are the linears of a block of s that LoRA can adapt, in
+// block order.
+func blockModules(s Shape) []loraModule {
+	c, f := s.Dim, s.FFNDim()
+	if !s.IsLlama() {
+		return []loraModule{
+			{name: "c_attn", path: "attn.c_attn", in: c, out: 3 * c, site: siteQKV, width: 3 * c},
+			{name: "c_proj", path: "attn.c_proj", in: c, out: c, site: siteAttnOut, width: c},
+			{name: "c_fc", path: "mlp.c_fc", in: c, out: f, site: siteUp, width: f},
+			{name: "c_proj", path: "mlp.c_proj", in: f, out: c, site: siteDown, width: c},
+		}
+	}
+	q, kv := s.Heads*s.HeadDim(), s.KVHeadCount()*s.HeadDim()
+	w := q + 2*kv
+	return []loraModule{
+		{name: "q_proj", path: "self_attn.q_proj", in: c, out: q, site: siteQKV, off: 0, width: w},
+		{name: "k_proj", path: "self_attn.k_proj", in: c, out: kv, site: siteQKV, off: q, width: w},
+		{name: "v_proj", path: "self_attn.v_proj", in: c, out: kv, site: siteQKV, off: q + kv, width: w},
+		{name: "o_proj", path: "self_attn.o_proj", in: c, out: c, site: siteAttnOut, width: c},
+		{name: "gate_proj", path: "mlp.gate_proj", in: c, out: f, site: siteUp, off: 0, width: 2 * f},
+		{name: "up_proj", path: "mlp.up_proj", in: c, out: f, site: siteUp, off: f, width: 2 * f},
+		{name: "down_proj", path: "mlp.down_proj", in: f, out: c, site: siteDown, width: c},
+	}
+}
+
+// blockPrefix is the prefix of block l's tensor names.
+func blockPrefix(s Shape, l int) string {
+	if s.IsLlama() {
+		return fmt.Sprintf("layers.%d.", l)
+	}
+	return fmt.Sprintf("h.%d.", l)
+}
+
+// Validate says what is wrong with o for shape s: its numbers, and a
+// target that matches none of the block's linears (naming the ones it
+// could).
+func (o *LoRA) Validate(s Shape) error {
+	_, err := o.modules(s)
+	return err
+}
+
+// modules are the block's adapted modules, with their offsets in the
+// adapter chunk.
+func (o *LoRA) modules(s Shape) ([]loraModule, error) {
+	switch {
+	case o.R <= 0:
+		return nil, fmt.Errorf("strata.lora.r: %d must be > 0", o.R)
+	case math.IsNaN(o.Alpha) || math.IsInf(o.Alpha, 0) || o.Alpha <= 0:
+		return nil, fmt.Errorf("strata.lora.alpha: %g must be a positive number", o.Alpha)
+	case o.Dropout != 0:
+		return nil, fmt.Errorf("strata.lora.dropout: %g: adapter dropout is not built yet; write 0", o.Dropout)
+	case len(o.Targets) == 0:
+		return nil, fmt.Errorf("strata.lora.target_modules: empty; name the linears to adapt")
+	}
+	all := blockModules(s)
+	var names []string
+	for _, m := range all {
+		if !slices.Contains(names, m.name) {
+			names = append(names, m.name)
+		}
+	}
+	matched := make([]bool, len(all))
+	for _, t := range o.Targets {
+		hit := false
+		for i, m := range all {
+			if m.name == t || m.path == t || strings.HasSuffix(m.path, "."+t) {
+				matched[i], hit = true, true
+			}
+		}
+		if !hit {
+			return nil, fmt.Errorf("strata.lora.target_modules: %q matches no linear of a %s block (its linears: %s)", t, s.Arch, strings.Join(names, ", "))
+		}
+	}
+	var out []loraModule
+	off := 0
+	for i, m := range all {
+		if !matched[i] {
+			continue
+		}
+		m.a, m.b = off, off+o.R*m.in
+		off = m.b + m.out*o.R
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// WithLoRA returns a copy of l with the adapter chunks of o appended, one
+// per block (AdapterChunk), and LoRA set.
+func (l *Layout) WithLoRA(o LoRA) (*Layout, error) {
+	if l.LoRA != nil {
+		return nil, fmt.Errorf("model: layout %q already has LoRA adapters", l.Name)
+	}
+	if l.Shape.Layers == 0 {
+		return nil, fmt.Errorf("model: LoRA adapts a decoder's blocks; layout %q has none", l.Name)
+	}
+	mods, err := o.modules(l.Shape)
+	if err != nil {
+		return nil, err
+	}
+	o.Targets = slices.Clone(o.Targets)
+	out := &Layout{Name: l.Name, Shape: l.Shape, Chunks: slices.Clone(l.Chunks), LoRA: &o}
+	for i := range l.Shape.Layers {
+		var names []string
+		var shapes [][]int
+		for _, m := range mods {
+			p := blockPrefix(l.Shape, i) + m.path
+			names = append(names, p+".lora_A.weight", p+".lora_B.weight")
+			shapes = append(shapes, []int{o.R, m.in}, []int{m.out, o.R})
+		}
+		out.Chunks = append(out.Chunks, makeChunk(len(out.Chunks), fmt.Sprintf("block %d lora", i), names, shapes))
+	}
+	return out, nil
+}
+
+// AdapterChunk is the chunk of block layer's LoRA adapters, or -1 without
+// LoRA.
+func (l *Layout) AdapterChunk(layer int) int {
+	if l.LoRA == nil {
+		return -1
+	}
+	return l.Shape.Layers + 2 + layer
+}
+
+// IsAdapter says whether chunk c holds LoRA adapters.
+func (l *Layout) IsAdapter(c int) bool {
+	return l.LoRA != nil && c >= l.Shape.Layers+2 && c < len(l.Chunks)
+}
+
+// FrozenParams is the optional interface of a Params whose chunks may be
+// frozen (LoRA's base, strata.freeze): the backward of a frozen chunk
+// computes the gradients that flow through it (its inputs') and not those
+// of its own weights, so its Grad buffer is not written by any weight
+// GEMM. The Params calls are the same (AccessOrder).
+type FrozenParams interface {
+	Frozen(c int) bool
+}
+
+// loraState is a Model's adapters: the modules per site, the scaling and
+// the workspace planActivations lays out (activations.lora*).
+type loraState struct {
+	mods    [siteCount][]loraModule
+	scaling float32
+	w       gpu.Buffer // the block's adapter chunk, copied
+	g       gpu.Buffer // the block's adapter gradient, F32, accumulated by its backward
+	t, dt   gpu.Buffer // bt×r each: x·Aᵀ and its gradient
+	wide    gpu.Buffer // bt×(widest module sharing a GEMM output): y's or dy's columns
+}
+
+// loraWorkspace is what planActivations lays out for o on a shape s: the
+// adapter chunk's elements, and the columns of the widest module that
+// shares its GEMM output with others (0: none does).
+func loraWorkspace(s Shape, o *LoRA) (chunk, wide int) {
+	mods, err := o.modules(s)
+	if err != nil {
+		return 0, 0
+	}
+	for _, m := range mods {
+		chunk += o.R * (m.in + m.out)
+		if m.out != m.width {
+			wide = max(wide, m.out)
+		}
+	}
+	return chunk, wide
+}
+
+// newLoRAState groups o's modules by site, over the workspace in a.
+func newLoRAState(s Shape, o *LoRA, a *activations) *loraState {
+	mods, err := o.modules(s)
+	if err != nil {
+		panic(err) // validated by ActivationOptions.Validate
+	}
+	st := &loraState{scaling: float32(o.Scaling()), w: a.loraW, g: a.loraG, t: a.loraT, dt: a.loraDT, wide: a.loraWide}
+	for _, m := range mods {
+		st.mods[m.site] = append(st.mods[m.site], m)
+	}
+	return st
+}
+
+// loraForward adds the adapters of site to y (bt×width), the output of
+// the base linear whose input is x (bt×in).
+func (m *Model) loraForward(s gpu.Stream, site int, x, y gpu.Buffer) {
+	lo := m.lora
+	if lo == nil {
+		return
+	}
+	ops, bt, r := m.ops, m.batch*m.seq, m.act.LoRA.R
+	t := lo.t
+	for _, md := range lo.mods[site] {
+		a, b := lo.w.Slice(md.a, r*md.in), lo.w.Slice(md.b, md.out*r)
+		ops.Gemm(s, false, true, bt, r, md.in, 1, x, a, 0, t) // t = x·Aᵀ (bt×r)
+		if md.out == md.width {
+			ops.Gemm(s, false, true, bt, md.out, r, lo.scaling, t, b, 1, y) // y += scaling·t·Bᵀ
+			continue
+		}
+		u := lo.wide.Slice(0, bt*md.out)
+		ops.Gemm(s, false, true, bt, md.out, r, lo.scaling, t, b, 0, u)
+		ops.AddColumns(s, y, u, bt, md.out, md.width, md.off, md.out, 0, 1)
+	}
+}
+
+// loraBackward accumulates the gradients of site's adapters from dy
+// (bt×width, the gradient of the base linear's output) and x (its input),
+// and adds their share of the input's gradient to dx; with dx nil it
+// stops before that, leaving the site's one module's dt in the workspace
+// for loraInputGrad (the Llama down projection's input buffer becomes
+// its gradient, so the adapter must read x before dx is written).
+func (m *Model) loraBackward(s gpu.Stream, site int, dy, x, dx gpu.Buffer) {
+	lo := m.lora
+	if lo == nil {
+		return
+	}
+	ops, bt, r := m.ops, m.batch*m.seq, m.act.LoRA.R
+	if dx == nil && len(lo.mods[site]) > 1 {
+		panic("model: a deferred LoRA input gradient needs a site of one module")
+	}
+	for _, md := range lo.mods[site] {
+		a, b := lo.w.Slice(md.a, r*md.in), lo.w.Slice(md.b, md.out*r)
+		ga, gb := lo.g.Slice(md.a, r*md.in), lo.g.Slice(md.b, md.out*r)
+		dym := dy
+		if md.out != md.width {
+			dym = lo.wide.Slice(0, bt*md.out)
+			ops.AddColumns(s, dym, dy, bt, md.out, md.out, 0, md.width, md.off, 0)
+		}
+		ops.Gemm(s, false, true, bt, r, md.in, 1, x, a, 0, lo.t)               // t = x·Aᵀ, again
+		ops.Gemm(s, true, false, md.out, r, bt, lo.scaling, dym, lo.t, 1, gb)  // dB += scaling·dyᵀ·t
+		ops.Gemm(s, false, false, bt, r, md.out, lo.scaling, dym, b, 0, lo.dt) // dt = scaling·dy·B
+		ops.Gemm(s, true, false, r, md.in, bt, 1, lo.dt, x, 1, ga)             // dA += dtᵀ·x
+		if dx != nil {
+			ops.Gemm(s, false, false, bt, md.in, r, 1, lo.dt, a, 1, dx) // dx += dt·A
+		}
+	}
+}
+
+// loraInputGrad adds the input gradient loraBackward(site, …, nil) left
+// in the workspace to dx.
+func (m *Model) loraInputGrad(s gpu.Stream, site int, dx gpu.Buffer) {
+	lo := m.lora
+	if lo == nil || len(lo.mods[site]) == 0 {
+		return
+	}
+	md, r := lo.mods[site][0], m.act.LoRA.R
+	m.ops.Gemm(s, false, false, m.batch*m.seq, md.in, r, 1, lo.dt, lo.w.Slice(md.a, r*md.in), 1, dx)
+}
+
+// same says whether o and p are the same adapters.
+func (o *LoRA) same(p *LoRA) bool {
+	return o.R == p.R && o.Alpha == p.Alpha && o.Dropout == p.Dropout && o.RSLoRA == p.RSLoRA && slices.Equal(o.Targets, p.Targets)
+}
