@@ -188,6 +188,9 @@ type Strata struct {
 	// chunk keeps its params only: no gradient reduction, no optimizer
 	// state, no update. Empty: everything trains.
 	Freeze []string `json:"freeze,omitempty"`
+	// LoRA trains low-rank adapters on a frozen base instead of every
+	// weight (nil: full fine-tuning). PEFT's LoraConfig meanings.
+	LoRA *LoRA `json:"lora,omitempty"`
 	// Deterministic keeps the rank-order collectives (peer copies, ranks
 	// added in order 0..N-1 and rounded once), so that every run of the
 	// same config gives the same bits, on every rank. false lets the cuda
@@ -200,6 +203,21 @@ type Strata struct {
 	OptimizerState OptimizerState `json:"optimizer_state"`
 
 	devicesFrom string // where Devices came from, for messages: "--devices", "strata.devices in FILE" or "" (the default)
+}
+
+// LoRA is strata.lora, PEFT's LoraConfig: adapters of rank R on the
+// linears TargetModules names (as PEFT matches a list: a module's name, or
+// its path's last components; a target that matches nothing is an
+// error), their output scaled by Alpha/R (Alpha/√R with UseRSLoRA). The
+// base trains nothing (strata.freeze then adds nothing). Defaults: r 8,
+// alpha 8 (PEFT's), target_modules PEFT's defaults for the architecture
+// (q_proj and v_proj; GPT-2 c_attn).
+type LoRA struct {
+	R             int      `json:"r"`
+	Alpha         float64  `json:"alpha"`
+	Dropout       float64  `json:"dropout"` // 0: adapter dropout is not built yet
+	TargetModules []string `json:"target_modules"`
+	UseRSLoRA     bool     `json:"use_rslora"`
 }
 
 // OptimizerState is strata.optimizer_state. Narrow moments need the

@@ -511,6 +511,11 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	s.boolKey("update_in_backward", &st.UpdateInBackward)
 	s.intKey("steps", &st.Steps, atLeast(1))
 	s.patternsKey("freeze", &st.Freeze)
+	if s.has("lora") {
+		decodeLoRA(s.sub("lora"), st)
+	} else {
+		s.get("lora") // known, for the unknown-key check
+	}
 	s.stringKey("activation_dtype", &st.ActivationDType, ActivationBF16, ActivationFP32)
 	s.boolKey("deterministic", &st.Deterministic)
 	os := s.sub("optimizer_state")
@@ -529,6 +534,55 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
 	}
+}
+
+// decodeLoRA reads strata.lora.
+func decodeLoRA(s *section, st *Strata) {
+	if s.n == nil || s.n.kind != kindObject {
+		s.d.errPath("strata.lora", "want an object {\"r\", \"alpha\", \"target_modules\", ...}")
+		return
+	}
+	o := &LoRA{R: 8, Alpha: 8}
+	s.intKey("r", &o.R, atLeast(1))
+	s.floatKey("alpha", &o.Alpha, func(v float64) string {
+		if v <= 0 {
+			return fmt.Sprintf("%g must be > 0", v)
+		}
+		return ""
+	})
+	s.floatKey("dropout", &o.Dropout, func(v float64) string {
+		switch {
+		case v < 0 || v >= 1:
+			return fmt.Sprintf("%g is not in [0, 1)", v)
+		case v != 0:
+			return fmt.Sprintf("%g: adapter dropout is not built yet; write 0", v)
+		}
+		return ""
+	})
+	s.boolKey("use_rslora", &o.UseRSLoRA)
+	if n := s.get("target_modules"); n != nil {
+		path := "strata.lora.target_modules"
+		switch {
+		case n.kind == kindString && n.text == "all-linear":
+			o.TargetModules = []string{"all-linear"}
+		case n.kind != kindArray:
+			s.d.errAt(n.offset, path, `want a list of module names such as ["q_proj", "v_proj"], got %s`, describe(n))
+		case len(n.elems) == 0:
+			s.d.errAt(n.offset, path, "the list is empty: name the linears to adapt")
+		default:
+			for i, e := range n.elems {
+				if e.kind != kindString || strings.TrimSpace(e.text) == "" {
+					s.d.errAt(e.offset, fmt.Sprintf("%s[%d]", path, i), "want a module name, got %s", describe(e))
+					return
+				}
+				o.TargetModules = append(o.TargetModules, e.text)
+			}
+		}
+	}
+	if n := s.get("bias"); n != nil && !(n.kind == kindString && n.text == "none") {
+		s.d.errAt(n.offset, "strata.lora.bias", `only "none" is built (the base's biases stay frozen); got %s`, describe(n))
+	}
+	st.LoRA = o
 }
 
 func decodeShape(s *section) *Shape {
@@ -782,6 +836,14 @@ func (c *Config) Validate() error {
 	for i, p := range st.Freeze {
 		if msg := patternProblem(p); msg != "" {
 			bad("strata.freeze[%d]: %s", i, msg)
+		}
+	}
+	if o := st.LoRA; o != nil {
+		switch {
+		case o.R < 1 || !(o.Alpha > 0) || o.Dropout != 0:
+			bad("strata.lora: r %d must be >= 1, alpha %g > 0 and dropout %g 0 (adapter dropout is not built yet)", o.R, o.Alpha, o.Dropout)
+		case len(st.Freeze) > 0:
+			bad("strata.freeze with strata.lora: LoRA freezes the whole base already and trains only the adapters; leave strata.freeze out")
 		}
 	}
 	if len(errs) > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -249,8 +250,12 @@ func (e *Engine) layOut() (estimate.Options, error) {
 		e.chunks = append(e.chunks, p)
 	}
 	if e.estimate.FrozenParams > 0 {
-		e.notes = append(e.notes, fmt.Sprintf("strata.freeze: %s frozen (%d of %d params): no gradient reduction, no optimizer state, no update; their parameter-gradient GEMMs still run, into a discarded scratch buffer per device",
-			estimate.DescribeChunks(e.layout, mo.Frozen), e.estimate.FrozenParams, e.estimate.Params))
+		what := "strata.freeze: " + estimate.DescribeChunks(e.layout, mo.Frozen)
+		if o := e.layout.LoRA; o != nil {
+			what = fmt.Sprintf("strata.lora (r %d, alpha %g, %s): the base", o.R, o.Alpha, strings.Join(o.Targets, ", "))
+		}
+		e.notes = append(e.notes, fmt.Sprintf("%s frozen (%d of %d params): no gradient reduction, no optimizer state, no update, no weight-gradient GEMMs",
+			what, e.estimate.FrozenParams, e.estimate.Params))
 	}
 	e.expected = e.expectedDeviceBytes()
 	if e.offload {

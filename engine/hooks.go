@@ -212,6 +212,10 @@ func (h *hooks) scratchPair(shardElems int) (slice, full gpu.Buffer) {
 	return h.scratch.Slice(r.idx*shardElems, shardElems), h.scratch.Slice(0, r.e.n*shardElems)
 }
 
+// Frozen implements model.FrozenParams: the backward of a frozen chunk
+// (strata.freeze, LoRA's base) skips its weight gradients.
+func (h *hooks) Frozen(c int) bool { return h.r.e.isFrozen(c) }
+
 // Acquire implements model.Params.
 func (h *hooks) Acquire(s gpu.Stream, c int, pass shard.Phase) (gpu.Buffer, error) {
 	r := h.r

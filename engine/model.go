@@ -90,9 +90,7 @@ type builtin struct {
 }
 
 func (b builtin) Layout() *model.Layout { return b.layout }
-func (b builtin) AccessOrder() []model.Access {
-	return model.AccessOrderWith(b.layout.Shape, b.act)
-}
+func (b builtin) AccessOrder() []model.Access { return b.layout.AccessOrder(b.act) }
 func (b builtin) Vocab() int  { return b.layout.Shape.Vocab }
 func (b builtin) MaxSeq() int { return b.layout.Shape.MaxSeq }
 
@@ -124,7 +122,7 @@ func newModel(cfg *config.Config, opts Options) (Model, *model.Layout, []model.A
 		if shape.Name == "" {
 			shape.Name = "config"
 		}
-		l, err := model.NewLayout(shape)
+		l, err := estimate.LayoutFromConfig(cfg, shape)
 		if err != nil {
 			return nil, nil, nil, nil, fmt.Errorf("engine: %w", err)
 		}

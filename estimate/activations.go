@@ -3,6 +3,7 @@ package estimate
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
@@ -23,7 +24,36 @@ func ActivationOptionsFromConfig(cfg *config.Config, s model.Shape, precision gp
 		o.DType = gpu.BF16
 	}
 	o.Offload = o.Checkpoint > 0 && cfg.ActivationCheckpointing.CPUCheckpointing
+	o.LoRA = LoRAFromConfig(cfg, s)
 	return o
+}
+
+// LoRAFromConfig is strata.lora as the model's adapters of shape s (nil
+// without), target_modules defaulting to PEFT's for the architecture:
+// q_proj and v_proj, GPT-2's c_attn.
+func LoRAFromConfig(cfg *config.Config, s model.Shape) *model.LoRA {
+	c := cfg.Strata.LoRA
+	if c == nil {
+		return nil
+	}
+	o := &model.LoRA{R: c.R, Alpha: c.Alpha, Dropout: c.Dropout, Targets: slices.Clone(c.TargetModules), RSLoRA: c.UseRSLoRA}
+	if len(o.Targets) == 0 {
+		o.Targets = []string{"q_proj", "v_proj"}
+		if !s.IsLlama() {
+			o.Targets = []string{"c_attn"}
+		}
+	}
+	return o
+}
+
+// LayoutFromConfig is the layout of shape s under cfg: model.NewLayout,
+// with strata.lora's adapters when it has them.
+func LayoutFromConfig(cfg *config.Config, s model.Shape) (*model.Layout, error) {
+	l, err := model.NewLayout(s)
+	if err != nil || cfg.Strata.LoRA == nil {
+		return l, err
+	}
+	return l.WithLoRA(*LoRAFromConfig(cfg, s))
 }
 
 // ActivationMemory is one device's activation memory for micro-batches

@@ -34,6 +34,13 @@ func matchTensor(pattern, name string) (bool, error) {
 // cover part of a chunk (one error naming each such chunk and the tensors
 // left out), and patterns that freeze every chunk (nothing would train).
 func FrozenChunks(l *model.Layout, patterns []string) ([]bool, error) {
+	if l.LoRA != nil { // LoRA: the base is frozen, the adapters train (the config refuses strata.freeze beside it)
+		frozen := make([]bool, len(l.Chunks))
+		for c := range frozen {
+			frozen[c] = !l.IsAdapter(c)
+		}
+		return frozen, nil
+	}
 	if len(patterns) == 0 {
 		return nil, nil
 	}

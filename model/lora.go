@@ -48,7 +48,7 @@ type LoRA struct {
 	R       int      // rank, > 0
 	Alpha   float64  // lora_alpha
 	Dropout float64  // lora_dropout: 0 (dropout is not built yet)
-	Targets []string // target_modules
+	Targets []string // target_modules; ["all-linear"]: every linear of the blocks
 	RSLoRA  bool     // use_rslora: scaling Alpha/√R
 }
 
@@ -142,7 +142,18 @@ func (o *LoRA) modules(s Shape) ([]loraModule, error) {
 		}
 	}
 	matched := make([]bool, len(all))
+	if len(o.Targets) == 1 && o.Targets[0] == "all-linear" { // PEFT's: every linear but the output head
+		for i := range matched {
+			matched[i] = true
+		}
+	}
 	for _, t := range o.Targets {
+		if t == "all-linear" {
+			if len(o.Targets) > 1 {
+				return nil, fmt.Errorf("strata.lora.target_modules: \"all-linear\" is a list's only entry")
+			}
+			continue
+		}
 		hit := false
 		for i, m := range all {
 			if m.name == t || m.path == t || strings.HasSuffix(m.path, "."+t) {

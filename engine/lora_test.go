@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"testing"
+)
+
+// loraKeys is the strata.lora of the LoRA runs: every linear of deepShapeJSON's
+// GPT-2 blocks, rank 4.
+const loraKeys = `"lora": {"r": 4, "alpha": 8, "target_modules": ["c_attn", "c_proj", "c_fc"]}`
+
+// TestLoRAEquivalence: a LoRA run (the base frozen, an adapter chunk per
+// block training) on N = 2 devices gives the same bits — losses, every
+// chunk's params — whatever the stage and wherever the state lives, as
+// the resident run (stage 0, everything on the devices), the base on NVMe
+// among them; the base ends at its initial bits and every adapter chunk
+// trains. (overlap dpu updates from one step late by design: its runs
+// equal a dpu reference, as TestFreezeEquivalence checks for frozen
+// chunks.)
+func TestLoRAEquivalence(t *testing.T) {
+	const steps, n = 4, 2
+	ref := runFrozenJSON(t, withStrata(freezeSpec{stage: 0, n: n, opt: "none", param: "none"}.configJSON(t), loraKeys), n, steps, nil)
+	l := ref.e.layout
+	if l.LoRA == nil || len(l.Chunks) != 8+6 {
+		t.Fatalf("layout: LoRA %v, %d chunks; want 8 base chunks and 6 adapter chunks", l.LoRA, len(l.Chunks))
+	}
+	for c := range l.Chunks {
+		p0, _ := initialParams(ref.e, c)
+		changed := sameBits(ref.res.params[c], p0) != 0
+		if changed != l.IsAdapter(c) {
+			t.Errorf("chunk %d (%s): changed %v, adapter %v", c, l.Chunks[c].Name, changed, l.IsAdapter(c))
+		}
+	}
+	specs := []freezeSpec{
+		{stage: 1, n: n, opt: "cpu", param: "none"},
+		{stage: 2, n: n, opt: "none", param: "none"},
+		{stage: 3, n: n, opt: "none", param: "none"},
+		{stage: 3, n: n, opt: "cpu", param: "cpu"},
+		{stage: 3, n: n, opt: "nvme", param: "nvme"},
+		{stage: 2, n: n, opt: "cpu", param: "none", extra: `"update_in_backward": true`},
+		{stage: 1, n: n, opt: "cpu", param: "none", extra: `"overlap": "serial"`},
+	}
+	for _, s := range specs {
+		t.Run(s.String(), func(t *testing.T) {
+			got := runFrozenJSON(t, withStrata(s.configJSON(t), loraKeys), n, steps, nil)
+			for i := range steps {
+				if got.res.losses[i] != ref.res.losses[i] {
+					t.Errorf("step %d: loss %v, resident run %v", i, got.res.losses[i], ref.res.losses[i])
+				}
+			}
+			for c := range l.Chunks {
+				if m := sameBits(got.res.params[c], ref.res.params[c]); m != 0 {
+					t.Errorf("chunk %d (%s): %d params differ from the resident run's", c, l.Chunks[c].Name, m)
+				}
+			}
+		})
+	}
+}
