@@ -47,7 +47,7 @@ func LayoutChunks(l *model.Layout, devices, alignElems int) []ChunkInfo {
 // alignment alignElems and states needs of a checkpoint: l's shape, or a
 // custom layout's name and chunk table.
 func ExpectLayout(l *model.Layout, devices, alignElems int, states []StateSpec) Expect {
-	e := Expect{Shape: l.Shape, Devices: devices, ShardAlignElems: alignElems, States: states}
+	e := Expect{Shape: l.Shape, LoRA: l.LoRA, Devices: devices, ShardAlignElems: alignElems, States: states}
 	if l.Custom() {
 		e.Model, e.Chunks = l.Name, LayoutChunks(l, devices, alignElems)
 	}
@@ -64,6 +64,9 @@ func (st *State) Layout() (*model.Layout, error) {
 			}
 		}
 		l, err := model.NewLayout(st.Shape)
+		if err == nil && st.LoRA != nil {
+			l, err = l.WithLoRA(*st.LoRA)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("checkpoint: %w", err)
 		}

@@ -57,6 +57,7 @@ type Manifest struct {
 	Stage           int             `json:"stage"`
 	Shape           model.Shape     `json:"shape,omitzero"`
 	Model           string          `json:"model,omitempty"` // a custom model's name (State.Model); no shape then
+	LoRA            *model.LoRA     `json:"lora,omitempty"`  // State.LoRA
 	ShardAlignElems int             `json:"shard_align_elems"`
 	Chunks          []ChunkInfo     `json:"chunks"`
 	States          []ManifestState `json:"states"`
@@ -246,7 +247,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
-		Shape: st.Shape, Model: st.Model, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source, Data: opts.Data, ChatTemplate: opts.ChatTemplate}
+		Shape: st.Shape, Model: st.Model, LoRA: st.LoRA, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source, Data: opts.Data, ChatTemplate: opts.ChatTemplate}
 	if len(st.Config) > 0 {
 		m.Config = json.RawMessage(st.Config)
 	}
@@ -634,7 +635,7 @@ func (rd *Reader) load(devices, alignElems int) (*State, error) {
 		st.Chunks[c] = ch
 	}
 	st.Data = st.alloc()
-	err := rd.Read(Expect{Shape: st.Shape, Model: st.Model, Chunks: st.Chunks, Devices: devices, ShardAlignElems: alignElems, States: st.States}, func(c, k int, whole []byte) error {
+	err := rd.Read(Expect{Shape: st.Shape, Model: st.Model, LoRA: st.LoRA, Chunks: st.Chunks, Devices: devices, ShardAlignElems: alignElems, States: st.States}, func(c, k int, whole []byte) error {
 		per := shardBytes(st.States[k], st.Chunks[c].ShardElems)
 		for r := range st.Devices {
 			copy(st.Data[r][c][k], whole[r*per:(r+1)*per])

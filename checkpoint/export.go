@@ -78,7 +78,7 @@ func openCheckpointWeights(src string) (*checkpointWeights, error) {
 // shards side by side (element i of the chunk is element i of the whole).
 func (cw *checkpointWeights) produce(w *hf.ExportWriter) error {
 	meta, spec := cw.meta, cw.meta.States[cw.k]
-	to := Expect{Shape: meta.Shape, Model: meta.Model, Chunks: meta.Chunks, Devices: meta.Devices, ShardAlignElems: meta.ShardAlignElems, States: []StateSpec{spec}}
+	to := Expect{Shape: meta.Shape, Model: meta.Model, LoRA: meta.LoRA, Chunks: meta.Chunks, Devices: meta.Devices, ShardAlignElems: meta.ShardAlignElems, States: []StateSpec{spec}}
 	return cw.rd.Read(to, func(c, _ int, whole []byte) error {
 		b := whole[:meta.Chunks[c].Elems*spec.DType.Size()]
 		if spec.DType == dtype.BF16 {

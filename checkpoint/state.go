@@ -60,7 +60,10 @@ type State struct {
 	// Model names a model defined outside package model (a custom
 	// layout, custom.go); Shape is then zero and every chunk lists its
 	// tensors. Empty for the decoders of package model.
-	Model           string
+	Model string
+	// LoRA is the adapters of a decoder trained with LoRA (nil: none):
+	// their chunks follow the base's (model.Layout.WithLoRA).
+	LoRA            *model.LoRA
 	ShardAlignElems int
 	Config          []byte // the run's configuration, JSON (stored compacted); may be empty
 	Chunks          []ChunkInfo
@@ -87,7 +90,7 @@ func NewState(l *model.Layout, devices, stage, alignElems int, states []StateSpe
 	if devices < 1 || alignElems < 1 {
 		return nil, fmt.Errorf("checkpoint: devices %d and shard alignment %d must be >= 1", devices, alignElems)
 	}
-	st := &State{Devices: devices, Stage: stage, Shape: l.Shape, ShardAlignElems: alignElems,
+	st := &State{Devices: devices, Stage: stage, Shape: l.Shape, LoRA: l.LoRA, ShardAlignElems: alignElems,
 		States: append([]StateSpec(nil), states...), Chunks: LayoutChunks(l, devices, alignElems)}
 	if l.Custom() {
 		st.Model = l.Name
@@ -287,6 +290,7 @@ type Expect struct {
 	// and every chunk's length and tensors. ShardElems are not compared.
 	Model           string
 	Chunks          []ChunkInfo
+	LoRA            *model.LoRA // the run's adapters (nil: none); a checkpoint must have the same
 	Devices         int
 	ShardAlignElems int
 	States          []StateSpec
@@ -301,11 +305,33 @@ func (st *State) Match(e Expect) error {
 	if a, b := st.Shape, e.Shape; st.Model == "" && a.Canonical() != b.Canonical() {
 		return fmt.Errorf("checkpoint: saved for shape %s, this run is %s; a checkpoint cannot change the model's shape (export the weights and import them instead)", a, b)
 	}
+	if err := matchLoRA(st.LoRA, e.LoRA); err != nil {
+		return err
+	}
 	for _, want := range e.States {
 		k := st.StateIndex(want.Kind)
 		if k < 0 || st.States[k].DType != want.DType && !convertible(st.States[k], want) {
 			return fmt.Errorf("checkpoint: holds %s, the run needs %s (was it saved with another precision?)", specList(st.States), specList(e.States))
 		}
+	}
+	return nil
+}
+
+// matchLoRA says why a checkpoint with adapters saved cannot serve a run
+// with adapters run (nil when both have none, or the same).
+func matchLoRA(saved, run *model.LoRA) error {
+	switch {
+	case saved == nil && run == nil:
+		return nil
+	case saved == nil:
+		return fmt.Errorf("checkpoint: saved without LoRA, this run trains LoRA adapters (strata.lora): start the LoRA run from the weights instead (strata export, then --init)")
+	case run == nil:
+		return fmt.Errorf("checkpoint: saved with LoRA adapters (r %d, %s), this run has no strata.lora: keep the run's strata.lora, or export the merged model (strata export --merge) and train from it", saved.R, strings.Join(saved.Targets, ", "))
+	}
+	a, _ := json.Marshal(saved)
+	b, _ := json.Marshal(run)
+	if string(a) != string(b) {
+		return fmt.Errorf("checkpoint: saved with LoRA %s, this run's strata.lora is %s: the adapters' shape and scaling cannot change on resume", a, b)
 	}
 	return nil
 }

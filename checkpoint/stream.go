@@ -293,7 +293,7 @@ func open(path string, e *Expect) (_ *Reader, err error) {
 	if err != nil {
 		return nil, err
 	}
-	meta := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, Model: m.Model, ShardAlignElems: m.ShardAlignElems,
+	meta := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, Model: m.Model, LoRA: m.LoRA, ShardAlignElems: m.ShardAlignElems,
 		Config: []byte(m.Config), Chunks: m.Chunks, States: specs}
 	if err := meta.validateMeta(); err != nil {
 		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)

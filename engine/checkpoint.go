@@ -73,7 +73,7 @@ func (e *Engine) checkpointExpect() checkpoint.Expect {
 // tensors: checkpoint.LayoutChunks), devices, stage, chunks, states.
 func (e *Engine) checkpointMeta() *checkpoint.State {
 	want := e.checkpointExpect()
-	st := &checkpoint.State{Step: e.step, Devices: e.n, Stage: e.stage, Shape: want.Shape, Model: want.Model, ShardAlignElems: checkpointAlignElems,
+	st := &checkpoint.State{Step: e.step, Devices: e.n, Stage: e.stage, Shape: want.Shape, Model: want.Model, LoRA: want.LoRA, ShardAlignElems: checkpointAlignElems,
 		Config: e.cfg.JSON(), States: want.States, Chunks: checkpoint.LayoutChunks(e.layout, e.n, checkpointAlignElems)}
 	e.checkShards(st)
 	return st

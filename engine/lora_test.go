@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"strings"
 	"testing"
+
+	"github.com/strata-ai/strata/checkpoint"
 )
 
 // loraKeys is the strata.lora of the LoRA runs: every linear of deepShapeJSON's
@@ -53,5 +56,36 @@ func TestLoRAEquivalence(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLoRAResume: a LoRA run saved after k steps and resumed gives the
+// bits of the run that never stopped (checkResume), the base on NVMe; a
+// checkpoint of a LoRA run refuses a run without strata.lora, and one of
+// a full run refuses a LoRA run, each naming the way out.
+func TestLoRAResume(t *testing.T) {
+	s := freezeSpec{stage: 3, n: 2, opt: "nvme", param: "nvme"}
+	js := withStrata(s.configJSON(t), loraKeys)
+	checkResume(t, func(t *testing.T) *Engine { return newEngineJSON(t, js, 2) }, 3)
+
+	dir := t.TempDir()
+	lora := newEngineJSON(t, js, 2)
+	if _, err := lora.Step(); err != nil {
+		t.Fatal(err)
+	}
+	path, err := lora.SaveCheckpoint(dir, checkpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := newEngineJSON(t, s.configJSON(t), 2)
+	if err := full.LoadCheckpoint(path); err == nil || !strings.Contains(err.Error(), "saved with LoRA adapters (r 4, c_attn, c_proj, c_fc), this run has no strata.lora") {
+		t.Errorf("full run from a LoRA checkpoint: %v", err)
+	}
+	fullPath, err := full.SaveCheckpoint(t.TempDir(), checkpoint.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := newEngineJSON(t, js, 2).LoadCheckpoint(fullPath); err == nil || !strings.Contains(err.Error(), "saved without LoRA, this run trains LoRA adapters") {
+		t.Errorf("LoRA run from a full checkpoint: %v", err)
 	}
 }

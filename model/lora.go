@@ -45,11 +45,11 @@ import (
 // dx (the norms' gains still accumulate into the frozen chunk's Grad
 // buffer, a reduction over the rows).
 type LoRA struct {
-	R       int      // rank, > 0
-	Alpha   float64  // lora_alpha
-	Dropout float64  // lora_dropout: 0 (dropout is not built yet)
-	Targets []string // target_modules; ["all-linear"]: every linear of the blocks
-	RSLoRA  bool     // use_rslora: scaling Alpha/√R
+	R       int      `json:"r"`              // rank, > 0
+	Alpha   float64  `json:"alpha"`          // lora_alpha
+	Dropout float64  `json:"dropout"`        // lora_dropout: 0 (dropout is not built yet)
+	Targets []string `json:"target_modules"` // ["all-linear"]: every linear of the blocks
+	RSLoRA  bool     `json:"use_rslora"`     // scaling Alpha/√R
 }
 
 // Scaling is the factor of the adapter's output.
