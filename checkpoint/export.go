@@ -111,11 +111,57 @@ func ExportHF(dst, src string, opts hf.DirOptions) (*hf.DirExport, *State, error
 	if opts.ChatTemplate == nil {
 		opts.ChatTemplate = cw.rd.ChatTemplate()
 	}
-	out, err := hf.ExportDir(dst, cw.layout, opts, cw.produce)
+	l, produce := cw.layout, cw.produce
+	if l.LoRA != nil {
+		l, produce = l.Base(), cw.produceMerged
+	}
+	out, err := hf.ExportDir(dst, l, opts, produce)
 	if err != nil {
 		return nil, nil, err
 	}
 	return out, cw.meta, nil
+}
+
+// produceMerged hands w the base chunks of a LoRA checkpoint with the
+// adapters merged in (Reader.ReadChunk), one chunk at a time, in fp32.
+func (cw *checkpointWeights) produceMerged(w *hf.ExportWriter) error {
+	base := cw.layout.Base()
+	most := 0
+	for _, ch := range base.Chunks {
+		most = max(most, ch.Len)
+	}
+	buf := make([]float32, most)
+	for c, ch := range base.Chunks {
+		if err := cw.rd.ReadChunk(c, buf[:ch.Len]); err != nil {
+			return err
+		}
+		if err := w.F32(c, buf[:ch.Len]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ExportPEFT writes the LoRA adapters of the training checkpoint at src
+// (opened as ExportHF opens one) as a PEFT adapter directory at dst
+// (hf.ExportPEFT), the base named by the run's source (its --init
+// directory; "" for a run from the seeded initialisation). A checkpoint
+// without adapters is refused.
+func ExportPEFT(dst, src string, dt dtype.DType) ([]string, *State, error) {
+	cw, err := openCheckpointWeights(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer cw.rd.Close()
+	if cw.layout.LoRA == nil {
+		return nil, nil, fmt.Errorf("checkpoint: export --format peft: %s was not trained with LoRA (strata.lora): it has no adapters; --format hf exports its weights", cw.rd.dir)
+	}
+	base := ""
+	if s := cw.rd.Source(); s != nil {
+		base = s.Path
+	}
+	files, err := hf.ExportPEFT(dst, cw.layout, base, dt, cw.rd.ReadChunk)
+	return files, cw.meta, err
 }
 
 // ExportState writes the model's weights from a training checkpoint as a

@@ -553,8 +553,32 @@ func (rd *Reader) ChatTemplate() *hf.ChatTemplate { return rd.chat }
 // them, else the params (bf16 widened exactly), each rank's part of the
 // chunk read from its file with pread (bf16 through a block of at most
 // 4 MiB). Weights only: the optimizer's moments are not read. It makes a
-// Reader a source of initial weights for another run (engine.Options.Init).
+// Reader a source of initial weights for another run (engine.Options.Init)
+// and of the weights eval and generate load. A LoRA checkpoint's block
+// chunk comes with its adapters merged in (model.Layout.MergeLoRA: the
+// model the run trained), its adapter chunks as they are.
 func (rd *Reader) ReadChunk(c int, dst []float32) error {
+	if err := rd.readChunk(c, dst); err != nil {
+		return err
+	}
+	meta := rd.meta
+	if meta.LoRA == nil || c < model.BlockChunk(0) || c >= model.BlockChunk(meta.Shape.Layers) {
+		return nil
+	}
+	l, err := meta.Layout()
+	if err != nil {
+		return err
+	}
+	layer := c - model.BlockChunk(0)
+	a := l.AdapterChunk(layer)
+	adapter := make([]float32, l.Chunks[a].Len)
+	if err := rd.readChunk(a, adapter); err != nil {
+		return err
+	}
+	return l.MergeLoRA(layer, dst, adapter)
+}
+
+func (rd *Reader) readChunk(c int, dst []float32) error {
 	meta := rd.meta
 	if c < 0 || c >= len(meta.Chunks) || len(dst) != meta.Chunks[c].Elems {
 		panic(fmt.Sprintf("checkpoint: read chunk %d into %d values (%d chunks)", c, len(dst), len(meta.Chunks)))

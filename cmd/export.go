@@ -25,7 +25,7 @@ func exportCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "export",
 		Usage:     "write a training checkpoint's weights as one safetensors file, or as a Hugging Face model directory",
-		UsageText: "strata export [--names strata|hf] [--dtype fp32|bf16] CHECKPOINT OUT.safetensors\n   strata export --format hf [--dtype fp32|bf16] [--max-shard-size 5GB] CHECKPOINT OUTDIR",
+		UsageText: "strata export [--names strata|hf] [--dtype fp32|bf16] CHECKPOINT OUT.safetensors\n   strata export --format hf [--merge] [--dtype fp32|bf16] [--max-shard-size 5GB] CHECKPOINT OUTDIR\n   strata export --format peft [--dtype fp32|bf16] CHECKPOINT OUTDIR",
 		Description: "CHECKPOINT is named as --resume names it: a run's --out directory or its checkpoints/ (the\n" +
 			"\"latest\" is exported), a step-NNNNNNNN directory, or its manifest.json. Every rank file's checksum is verified first,\n" +
 			"then the weights stream one chunk at a time. --names hf writes Hugging Face GPT-2 keys (Conv1D weights transposed to\n" +
@@ -36,9 +36,12 @@ func exportCommand() *cli.Command {
 			"model.safetensors.index.json) under transformers' names, the tokenizer files of the run's --init directory, the chat template the\n" +
 			"run's {\"messages\"} lines were rendered with (chat_template.jinja and tokenizer_config.json's chat_template) and, unless the\n" +
 			"source had one, generation_config.json (bos/eos/pad ids of config.json, else of the tokenizer; the template's end-of-turn token\n" +
-			"as a second eos).",
+			"as a second eos). A LoRA run (strata.lora) exports with --merge: every adapted weight W + scaling·B·A, merged a block at a time.\n" +
+			"--format peft writes a LoRA run's adapters as PEFT saves them: adapter_model.safetensors (base_model.model.<module>.lora_A/B.weight)\n" +
+			"and adapter_config.json (peft_type LORA, r, lora_alpha, target_modules, use_rslora, base_model_name_or_path: the run's --init).",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "format", Value: "safetensors", Usage: "safetensors (one file) or hf (a Hugging Face model directory)"},
+			&cli.StringFlag{Name: "format", Value: "safetensors", Usage: "safetensors (one file), hf (a Hugging Face model directory) or peft (a LoRA run's adapters)"},
+			&cli.BoolFlag{Name: "merge", Usage: "--format hf of a LoRA run: merge the adapters into the base weights"},
 			&cli.StringFlag{Name: "names", Value: "strata", Usage: "tensor names of --format safetensors: strata (the layout's) or hf (Hugging Face GPT-2)"},
 			&cli.StringFlag{Name: "dtype", Value: "fp32", Usage: "stored dtype: fp32 or bf16 (round to nearest even)"},
 			&cli.StringFlag{Name: "max-shard-size", Value: "5GB", Usage: "--format hf: the most tensor bytes per weight file, as transformers reads it (GB = 10^9 B, GiB = 2^30 B)"},
@@ -58,8 +61,10 @@ func runExport(c *cli.Context) error {
 	}
 	format := c.String("format")
 	switch {
-	case format != "safetensors" && format != "hf":
-		return usagef("export: --format %q (want safetensors or hf)", format)
+	case format != "safetensors" && format != "hf" && format != "peft":
+		return usagef("export: --format %q (want safetensors, hf or peft)", format)
+	case format != "hf" && c.IsSet("merge"):
+		return usagef("export: --merge is for --format hf (the merged model of a LoRA run)")
 	case format == "hf" && c.IsSet("names"):
 		return usagef("export: --names is for --format safetensors; --format hf writes transformers' names")
 	case format != "hf" && c.IsSet("max-shard-size"):
@@ -71,8 +76,17 @@ func runExport(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
-	if format == "hf" {
+	switch format {
+	case "hf":
 		return exportHF(c, src, dir, dst, dt)
+	case "peft":
+		files, st, err := checkpoint.ExportPEFT(dst, dir, dt)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.Writer, "exported the LoRA adapters of step %d of %s (r %d, alpha %g, %s) to %s: %s (%s)\n",
+			st.Step, src, st.LoRA.R, st.LoRA.Alpha, strings.Join(st.LoRA.Targets, ", "), dst, strings.Join(files, ", "), dt)
+		return nil
 	}
 	opts := hf.ExportOptions{DType: dt}
 	switch n := c.String("names"); n {
@@ -114,6 +128,12 @@ func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
 	m, _, err := checkpoint.ReadManifest(dir)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
+	}
+	switch {
+	case m.LoRA != nil && !c.Bool("merge"):
+		return usagef("export: %s trained LoRA adapters (strata.lora): --format hf --merge writes the merged model, --format peft the adapters", src)
+	case m.LoRA == nil && c.Bool("merge"):
+		return usagef("export: --merge: %s has no LoRA adapters to merge (it trained every weight)", src)
 	}
 	gen, err := generationIDs(m.Source, m.ChatTemplate)
 	if err != nil {

@@ -72,6 +72,7 @@ func trainCommand() *cli.Command {
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 			&cli.StringFlag{Name: "init", Usage: "start from the weights (only) of a Hugging Face model directory or a Strata checkpoint/run directory; the shape comes from it"},
+			&cli.StringFlag{Name: "adapter", Usage: "with --init: continue training the PEFT LoRA adapter in this directory (adapter_config.json, adapter_model.safetensors) on that base; strata.lora comes from it"},
 			&cli.BoolFlag{Name: "allow-data-change", Usage: "with --resume: go on although the training data differs from what the checkpoint recorded (its size or SHA-256; without it such a resume is refused)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
 		}, dataFlags()...),
@@ -213,6 +214,10 @@ func runTrain(c *cli.Context) (err error) {
 		defer p.init.close()
 		opts.Init = p.init.src
 	}
+	if p.adapter != nil {
+		defer p.adapter.Close()
+		opts.InitAdapters = p.adapter
+	}
 	defer p.data.Close()
 	if p.data.train != nil {
 		opts.UseData(p.data.train)
@@ -329,6 +334,7 @@ type trainPlan struct {
 	start     int64                // the step the run resumes after
 	data      *runData             // the training data (nil train: the synthetic corpus) and --eval-data
 	init      *initModel           // --init: the model the run starts from; nil for the seeded initialisation
+	adapter   *hf.PEFTAdapter      // --adapter: the LoRA adapter the run continues; nil for fresh adapters
 	// source is where the run's weights came from (--init, or the
 	// resumed checkpoint's record of it): its tokenizer is
 	// source.TokenizerPath(). nil for a run from the seeded weights.
@@ -348,6 +354,9 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 	p := &trainPlan{}
 	if c.String("init") != "" && c.String("resume") != "" {
 		return nil, usagef("train: --init starts a new run from a model's weights, --resume continues a run: give one of them")
+	}
+	if c.String("adapter") != "" && c.String("init") == "" {
+		return nil, usagef("train: --adapter continues a PEFT adapter on its base model: name the base with --init")
 	}
 	if path := c.String("resume"); path != "" {
 		var err error
@@ -382,8 +391,16 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 		if err != nil {
 			p.init.close()
 			p.data.Close()
+			if p.adapter != nil {
+				p.adapter.Close()
+			}
 		}
 	}()
+	if dir := c.String("adapter"); dir != "" {
+		if p.adapter, err = openAdapter(dir, cfg); err != nil {
+			return nil, err
+		}
+	}
 	identifyRunData(p, cfg)
 	if p.data, err = openRunData(ctx, c, cfg, p.source, stderr); err != nil {
 		return nil, err
@@ -417,6 +434,31 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 		}
 	}
 	return p, nil
+}
+
+// openAdapter opens the PEFT adapter of --adapter for the run's base
+// shape and sets cfg's strata.lora from it; a strata.lora of the config
+// that says otherwise is refused.
+func openAdapter(dir string, cfg *config.Config) (*hf.PEFTAdapter, error) {
+	if cfg.Shape() == nil {
+		return nil, fmt.Errorf("train: --adapter %s: the run's model has no shape", dir)
+	}
+	a, err := hf.OpenPEFT(dir, model.Shape(*cfg.Shape()))
+	if err != nil {
+		return nil, fmt.Errorf("train: --adapter: %w", err)
+	}
+	o := &config.LoRA{R: a.LoRA.R, Alpha: a.LoRA.Alpha, TargetModules: a.LoRA.Targets, UseRSLoRA: a.LoRA.RSLoRA}
+	if have := cfg.Strata.LoRA; have != nil {
+		got, _ := json.Marshal(have)
+		want, _ := json.Marshal(o)
+		if string(got) != string(want) {
+			a.Close()
+			return nil, fmt.Errorf("train: --adapter %s is r %d, alpha %g, target_modules %v, use_rslora %t; the config's strata.lora %s says otherwise: leave strata.lora out (it comes from the adapter) or make it the same",
+				dir, o.R, o.Alpha, o.TargetModules, o.UseRSLoRA, got)
+		}
+	}
+	cfg.Strata.LoRA = o
+	return a, nil
 }
 
 // epochConfig is the config of a run of --epochs: the steps the epochs

@@ -123,6 +123,9 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if src := opts.Init; src != nil && src.Shape().Canonical() != layout.Shape.Canonical() {
 		return nil, fmt.Errorf("engine: the initial weights are of shape %v, the config's strata.model is %v", src.Shape(), layout.Shape)
 	}
+	if src := opts.InitAdapters; src != nil && (layout.LoRA == nil || src.Shape().Canonical() != layout.Shape.Canonical()) {
+		return nil, fmt.Errorf("engine: initial adapters for shape %v, the run is %v with LoRA %v", src.Shape(), layout.Shape, layout.LoRA)
+	}
 	seq, data, err := newBatches(cfg, m, opts)
 	if err != nil {
 		return nil, err

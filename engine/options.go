@@ -43,6 +43,10 @@ type Options struct {
 	// are the source's values, the bf16 params those rounded to nearest
 	// even. The caller closes it after New.
 	Init ChunkSource
+	// InitAdapters, with strata.lora, is where the adapter chunks' initial
+	// values come from (a PEFT adapter: hf.PEFTAdapter); nil: the seeded
+	// initialisation (A Kaiming-uniform, B zero).
+	InitAdapters ChunkSource
 	// Precision is the dtype of the device params and grads: gpu.BF16
 	// (default, the config's bf16 mixed precision: fp32 master weights and
 	// moments) or gpu.F32 (fp32 everywhere, the params are the master

@@ -201,8 +201,9 @@ func (r *rank) load(c int, padded []float32, b *initBufs) {
 }
 
 // initParams initialises every chunk on every rank, one chunk at a time:
-// from Options.Init when set (an imported model), else Model.InitChunk
-// with strata.seed. Each chunk's uploads are waited for before the next
+// from Options.Init when set (an imported model; LoRA's adapter chunks
+// from Options.InitAdapters, else from Model.InitChunk: no base model has
+// them), else Model.InitChunk with strata.seed. Each chunk's uploads are waited for before the next
 // chunk is read into the same buffers, so host memory holds one padded
 // chunk and each rank's encoded shards of it, whatever the model's size,
 // and the weights go to every rank's shards wherever they live: device
@@ -217,7 +218,11 @@ func (e *Engine) initParams() error {
 	for c, p := range e.chunks {
 		padded := buf[:e.n*p.shard]
 		vals := padded[:e.layout.Chunks[c].Len]
-		if src := e.opts.Init; src != nil {
+		src := e.opts.Init
+		if e.layout.IsAdapter(c) {
+			src = e.opts.InitAdapters
+		}
+		if src != nil {
 			if err := src.ReadChunk(c, vals); err != nil {
 				return fmt.Errorf("engine: initial weights of chunk %d (%s): %w", c, e.layout.Chunks[c].Name, err)
 			}

@@ -339,3 +339,57 @@ func (m *Model) loraInputGrad(s gpu.Stream, site int, dx gpu.Buffer) {
 func (o *LoRA) same(p *LoRA) bool {
 	return o.R == p.R && o.Alpha == p.Alpha && o.Dropout == p.Dropout && o.RSLoRA == p.RSLoRA && slices.Equal(o.Targets, p.Targets)
 }
+
+// MergeLoRA adds block layer's adapters to its base weights:
+// W += scaling·B·A for every adapted module, block holding the block
+// chunk's values and adapter its adapter chunk's (both fp32, in the
+// layout's order). Each product is summed in float64 and added once, so
+// the merged weight is W + scaling·B·A correctly rounded from the fp32
+// operands' exact product, up to that sum's float64 rounding.
+func (l *Layout) MergeLoRA(layer int, block, adapter []float32) error {
+	if l.LoRA == nil {
+		return fmt.Errorf("model: merge: layout %q has no LoRA adapters", l.Name)
+	}
+	bc, ac := l.Chunks[BlockChunk(layer)], l.Chunks[l.AdapterChunk(layer)]
+	if len(block) != bc.Len || len(adapter) != ac.Len {
+		return fmt.Errorf("model: merge block %d: %d and %d values, the chunks have %d and %d", layer, len(block), len(adapter), bc.Len, ac.Len)
+	}
+	mods, err := l.LoRA.modules(l.Shape)
+	if err != nil {
+		return err
+	}
+	r, s := l.LoRA.R, l.LoRA.Scaling()
+	acc := make([]float64, 0)
+	for _, m := range mods {
+		name := blockPrefix(l.Shape, layer) + m.path + ".weight"
+		t, ok := bc.Tensor(name)
+		if !ok || t.Len != m.out*m.in {
+			return fmt.Errorf("model: merge: block %d has no %s of %d×%d", layer, name, m.out, m.in)
+		}
+		w := block[t.Offset : t.Offset+t.Len]
+		a, b := adapter[m.a:m.a+r*m.in], adapter[m.b:m.b+m.out*r]
+		acc = slices.Grow(acc[:0], m.in)[:m.in]
+		for i := range m.out {
+			clear(acc)
+			for k := range r {
+				bik := float64(b[i*r+k])
+				for j, x := range a[k*m.in : (k+1)*m.in] {
+					acc[j] += bik * float64(x)
+				}
+			}
+			row := w[i*m.in : (i+1)*m.in]
+			for j := range row {
+				row[j] = float32(float64(row[j]) + s*acc[j])
+			}
+		}
+	}
+	return nil
+}
+
+// Base is l without its LoRA adapters: the layout of the merged model.
+func (l *Layout) Base() *Layout {
+	if l.LoRA == nil {
+		return l
+	}
+	return &Layout{Name: l.Name, Shape: l.Shape, Chunks: l.Chunks[:l.Shape.Layers+2]}
+}

@@ -1,0 +1,180 @@
+package cmd
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-ai/strata/hf"
+	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
+)
+
+// loraConfig is a LoRA fine-tune of every linear of a tiny Llama.
+const loraConfig = `{
+  "train_micro_batch_size_per_gpu": 4,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {"type": "AdamW", "params": {"lr": %s, "weight_decay": 0}},
+  "bf16": {"enabled": true},
+  "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}},
+  "strata": {"devices": 2, "seq_len": 32, "lora": {"r": 8, "alpha": 16, "target_modules": "all-linear"}}
+}`
+
+// TestLoRATrainExportEval is LoRA from a user's side on a tiny Llama in a
+// Hugging Face directory: train --init with strata.lora lowers the loss
+// on held-out text; export --format peft writes PEFT's files and names;
+// export --format hf --merge writes W + scaling·B·A (within 1e-6 of a
+// float64 computation from the base and the exported adapter), which
+// evaluates to the run's own loss bit for bit; train --init BASE
+// --adapter PEFT_DIR continues from the adapter (a step at learning rate
+// 0 evaluates as the first run); a bad adapter is refused by name.
+func TestLoRATrainExportEval(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	s := model.Shape{Arch: model.ArchLlama, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 256, MaxSeq: 64, RopeTheta: 10000}
+	writeHFEvalModel(t, base, s, 7, dtype.F32, testTokenizer{})
+	train, heldOut := filepath.Join(dir, "train.txt"), filepath.Join(dir, "held.txt")
+	if err := os.WriteFile(train, []byte(strings.Repeat("The cat sat on the mat. The dog ate the bread. A bird sang on the tree. ", 30)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(heldOut, []byte(strings.Repeat("The dog sat on the tree. A cat ate the bread. The bird sang on the mat. ", 4)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	if out, errOut, err := runApp(t, "train", "--init", base, "--config", writeFile(t, "lora.json", strings.Replace(loraConfig, "%s", "0.01", 1)),
+		"--data", train, "--steps", "30", "--out", run, "--save-every", "30", "--no-progress"); err != nil {
+		t.Fatalf("train --init with strata.lora: %v\n%s\n%s", err, out, errOut)
+	} else if !strings.Contains(errOut, "strata.lora (r 8, alpha 16, all-linear): the base frozen") {
+		t.Errorf("train does not say what LoRA froze:\n%s", errOut)
+	}
+	before, _ := evalJSON(t, "--model", base, "--data", heldOut, "--seq", "64")
+	after, _ := evalJSON(t, "--model", run, "--data", heldOut, "--seq", "64")
+	if !(after.Loss < before.Loss-0.3) {
+		t.Errorf("held-out loss %.4f after 30 LoRA steps, %.4f before: want it lower by more than 0.3", after.Loss, before.Loss)
+	}
+	t.Logf("held-out loss: base %.4f, after 30 LoRA steps %.4f", before.Loss, after.Loss)
+
+	peft := filepath.Join(dir, "peft")
+	if out, errOut, err := runApp(t, "export", "--format", "peft", run, peft); err != nil {
+		t.Fatalf("export --format peft: %v\n%s\n%s", err, out, errOut)
+	}
+	var acfg map[string]any
+	js, err := os.ReadFile(filepath.Join(peft, hf.PEFTConfigFile))
+	if err != nil || json.Unmarshal(js, &acfg) != nil {
+		t.Fatalf("adapter_config.json: %v\n%s", err, js)
+	}
+	abs, _ := filepath.Abs(base)
+	if acfg["peft_type"] != "LORA" || acfg["r"] != 8.0 || acfg["lora_alpha"] != 16.0 || acfg["target_modules"] != "all-linear" ||
+		acfg["task_type"] != "CAUSAL_LM" || acfg["base_model_name_or_path"] != abs || acfg["use_rslora"] != false || acfg["bias"] != "none" {
+		t.Errorf("adapter_config.json:\n%s", js)
+	}
+	af, err := safetensors.Open(filepath.Join(peft, hf.PEFTWeightsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer af.Close()
+	if len(af.Header.Tensors) != 2*7*s.Layers {
+		t.Errorf("%d adapter tensors, want A and B of 7 modules in %d blocks", len(af.Header.Tensors), s.Layers)
+	}
+	qa, okA := af.Header.Tensor("base_model.model.model.layers.1.self_attn.k_proj.lora_A.weight")
+	qb, okB := af.Header.Tensor("base_model.model.model.layers.1.self_attn.k_proj.lora_B.weight")
+	if !okA || !okB || !qa.HasShape([]int{8, 32}) || !qb.HasShape([]int{16, 8}) {
+		t.Fatalf("k_proj's adapter: %+v %+v", qa, qb)
+	}
+
+	// The merged model: W + (alpha/r)·B·A, and the run's own loss.
+	merged := filepath.Join(dir, "merged")
+	if _, errOut, err := runApp(t, "export", "--format", "hf", run, merged); err == nil || !strings.Contains(errOut+err.Error(), "--format hf --merge writes the merged model, --format peft the adapters") {
+		t.Errorf("export --format hf of a LoRA run without --merge: %v", err)
+	}
+	if out, errOut, err := runApp(t, "export", "--format", "hf", "--merge", run, merged); err != nil {
+		t.Fatalf("export --merge: %v\n%s\n%s", err, out, errOut)
+	}
+	w := readTensor(t, filepath.Join(base, "model.safetensors"), "model.layers.1.self_attn.k_proj.weight")
+	got := readTensor(t, filepath.Join(merged, "model.safetensors"), "model.layers.1.self_attn.k_proj.weight")
+	a := readTensorFrom(t, af, qa)
+	b := readTensorFrom(t, af, qb)
+	// W is the base as the run held it: frozen, in bf16 (the run's
+	// precision), rounded once from the directory's fp32.
+	var worst, biggest float64
+	want := make([]float64, len(got))
+	for i := range 16 {
+		for j := range 32 {
+			var d float64
+			for k := range 8 {
+				d += float64(b[i*8+k]) * float64(a[k*32+j])
+			}
+			want[i*32+j] = float64(bf16.Round(w[i*32+j])) + 2*d
+			biggest = max(biggest, math.Abs(want[i*32+j]))
+		}
+	}
+	for i := range want {
+		worst = max(worst, math.Abs(float64(got[i])-want[i])/biggest)
+	}
+	if !(worst <= 1e-6) {
+		t.Errorf("merged k_proj: max error %.3g of its largest weight against W + 2·B·A, want <= 1e-6", worst)
+	}
+	if m, _ := evalJSON(t, "--model", merged, "--data", heldOut, "--seq", "64"); m.Loss != after.Loss {
+		t.Errorf("the merged export evaluates to %.17g, the run to %.17g", m.Loss, after.Loss)
+	}
+
+	// Continue from the PEFT adapter: one step at learning rate 0 leaves
+	// the adapters and the base as imported.
+	again := filepath.Join(dir, "again")
+	if out, errOut, err := runApp(t, "train", "--init", base, "--adapter", peft, "--config", writeFile(t, "lora0.json", strings.Replace(strings.Replace(loraConfig, "%s", "0", 1), `, "lora": {"r": 8, "alpha": 16, "target_modules": "all-linear"}`, "", 1)),
+		"--data", train, "--steps", "1", "--out", again, "--save-every", "1", "--no-progress"); err != nil {
+		t.Fatalf("train --adapter: %v\n%s\n%s", err, out, errOut)
+	}
+	if r, _ := evalJSON(t, "--model", again, "--data", heldOut, "--seq", "64"); r.Loss != after.Loss {
+		t.Errorf("the run continued from the exported adapter evaluates to %.17g, the first run to %.17g", r.Loss, after.Loss)
+	}
+
+	// A DoRA adapter, and one whose base shape differs, are refused by name.
+	bad := filepath.Join(dir, "dora")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(bad, hf.PEFTConfigFile), []byte(strings.Replace(string(js), `"use_dora": false`, `"use_dora": true`, 1)), 0o644)
+	if _, errOut, err := runApp(t, "train", "--init", base, "--adapter", bad, "--steps", "1", "--no-progress"); err == nil || !strings.Contains(errOut+err.Error(), "use_dora true: DoRA is not built") {
+		t.Errorf("a DoRA adapter: %v\n%s", err, errOut)
+	}
+	other := filepath.Join(dir, "other")
+	s2 := s
+	s2.Dim, s2.Heads, s2.KVHeads = 64, 8, 4
+	writeHFEvalModel(t, other, s2, 8, dtype.F32, testTokenizer{})
+	if _, errOut, err := runApp(t, "train", "--init", other, "--adapter", peft, "--steps", "1", "--no-progress"); err == nil || !strings.Contains(errOut+err.Error(), "an adapter of another base shape") {
+		t.Errorf("an adapter of another base: %v\n%s", err, errOut)
+	}
+}
+
+// readTensor reads one F32 tensor of a safetensors file.
+func readTensor(t *testing.T, path, name string) []float32 {
+	t.Helper()
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ti, ok := f.Header.Tensor(name)
+	if !ok {
+		t.Fatalf("%s has no %s", path, name)
+	}
+	return readTensorFrom(t, f, ti)
+}
+
+func readTensorFrom(t *testing.T, f *safetensors.File, ti safetensors.TensorInfo) []float32 {
+	t.Helper()
+	if ti.DType != "F32" {
+		t.Fatalf("%s is %s", ti.Name, ti.DType)
+	}
+	raw := make([]byte, ti.SizeBytes())
+	if err := f.ReadTensor(ti, raw); err != nil {
+		t.Fatal(err)
+	}
+	return append([]float32(nil), dtype.Float32s(raw)...)
+}

@@ -1,0 +1,261 @@
+package hf
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/durable"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/safetensors"
+)
+
+// PEFT LoRA adapters, as peft's save_pretrained writes a LoraModel's:
+// adapter_config.json (LoraConfig's keys) and adapter_model.safetensors,
+// each adapted module's "base_model.model.<module>.lora_A.weight" (r×in)
+// and "...lora_B.weight" (out×r) under transformers' module paths
+// ("model.layers.0.self_attn.q_proj", GPT-2's
+// "transformer.h.0.attn.c_attn"; GPT-2's Conv1D modules are adapted with
+// fan_in_fan_out, their A and B stored as for nn.Linear all the same).
+
+// PEFTConfigFile and PEFTWeightsFile are a PEFT adapter directory's files.
+const (
+	PEFTConfigFile  = "adapter_config.json"
+	PEFTWeightsFile = "adapter_model.safetensors"
+)
+
+// peftConfig is the part of adapter_config.json Strata writes and reads.
+type peftConfig struct {
+	PEFTType       string   `json:"peft_type"`
+	TaskType       string   `json:"task_type"`
+	BaseModel      string   `json:"base_model_name_or_path"`
+	R              int      `json:"r"`
+	Alpha          float64  `json:"lora_alpha"`
+	Dropout        float64  `json:"lora_dropout"`
+	TargetModules  any      `json:"target_modules"` // a list, or a string (a regular expression, or "all-linear")
+	UseRSLoRA      bool     `json:"use_rslora"`
+	Bias           string   `json:"bias"`
+	FanInFanOut    bool     `json:"fan_in_fan_out"`
+	InferenceMode  bool     `json:"inference_mode"`
+	InitLoRA       bool     `json:"init_lora_weights"`
+	UseDoRA        bool     `json:"use_dora"`
+	ModulesToSave  []string `json:"modules_to_save"`
+	LayersToTrans  any      `json:"layers_to_transform"`
+	RankPattern    any      `json:"rank_pattern,omitempty"`
+	AlphaPattern   any      `json:"alpha_pattern,omitempty"`
+	LoftQConfig    any      `json:"loftq_config,omitempty"`
+	MegatronConfig any      `json:"megatron_config,omitempty"`
+}
+
+// peftName is the PEFT key of an adapter tensor of layout l.
+func peftName(l *model.Layout, t model.Tensor) string {
+	return "base_model.model." + hfPrefixed(l.Shape, t.Name)
+}
+
+// ExportPEFT writes l's LoRA adapters as a PEFT adapter directory at dir
+// (new or empty): adapter_model.safetensors in dt (F32 or BF16, rounded to
+// nearest even), read a chunk at a time through read (chunk index, fp32
+// values), and adapter_config.json naming base (the base model's path or
+// hub id; may be empty). It returns the files written. The adapters are
+// held in host memory together (r·(in+out) per module and block: a small
+// part of the model).
+func ExportPEFT(dir string, l *model.Layout, base string, dt dtype.DType, read func(c int, dst []float32) error) ([]string, error) {
+	o := l.LoRA
+	if o == nil {
+		return nil, fmt.Errorf("hf: peft export: layout %q has no LoRA adapters (the run has no strata.lora)", l.Name)
+	}
+	if dt != dtype.F32 && dt != dtype.BF16 {
+		return nil, fmt.Errorf("hf: peft export: dtype %s (want fp32 or bf16)", dt)
+	}
+	if err := checkOutDir(dir); err != nil {
+		return nil, err
+	}
+	var tensors []safetensors.Tensor
+	for c, ch := range l.Chunks {
+		if !l.IsAdapter(c) {
+			continue
+		}
+		v := make([]float32, ch.Len)
+		if err := read(c, v); err != nil {
+			return nil, fmt.Errorf("hf: peft export: chunk %d (%s): %w", c, ch.Name, err)
+		}
+		for _, t := range ch.Tensors {
+			ft := fileTensor{chunk: c, t: t, shape: t.Shape}
+			data := make([]byte, t.Len*dt.Size())
+			encodeTensor(data, dt, chunkOf(v), ft)
+			tensors = append(tensors, safetensors.Tensor{Name: peftName(l, t), DType: dt, Shape: slices.Clone(t.Shape), Data: data})
+		}
+	}
+	var targets any = o.Targets
+	if len(o.Targets) == 1 && o.Targets[0] == "all-linear" {
+		targets = "all-linear"
+	}
+	cfg := peftConfig{PEFTType: "LORA", TaskType: "CAUSAL_LM", BaseModel: base, R: o.R, Alpha: o.Alpha, Dropout: o.Dropout,
+		TargetModules: targets, UseRSLoRA: o.RSLoRA, Bias: "none", FanInFanOut: !l.Shape.IsLlama(), InferenceMode: true, InitLoRA: true}
+	js, err := json.MarshalIndent(cfg, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("hf: peft export: %w", err)
+	}
+	if err := safetensors.WriteFile(filepath.Join(dir, PEFTWeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
+		return nil, fmt.Errorf("hf: peft export: %w", err)
+	}
+	if err := durable.Create(filepath.Join(dir, PEFTConfigFile), append(js, '\n')); err != nil {
+		return nil, fmt.Errorf("hf: peft export: %w", err)
+	}
+	return []string{PEFTWeightsFile, PEFTConfigFile}, nil
+}
+
+// PEFTAdapter is a PEFT LoRA adapter directory opened for a base shape:
+// its LoRA (for model.Layout.WithLoRA) and its tensors, which ReadChunk
+// hands out as the adapter chunks of that layout.
+type PEFTAdapter struct {
+	Dir    string
+	LoRA   model.LoRA
+	layout *model.Layout
+	file   *safetensors.File
+}
+
+// OpenPEFT opens the PEFT adapter at dir for a base model of shape s. It
+// refuses what Strata does not build (another peft_type, DoRA, biases,
+// modules_to_save, per-layer ranks or targets, dropout), a target that
+// matches no linear of s, and tensors missing or of another shape than s
+// gives them, each naming the key.
+func OpenPEFT(dir string, s model.Shape) (*PEFTAdapter, error) {
+	js, err := os.ReadFile(filepath.Join(dir, PEFTConfigFile))
+	if err != nil {
+		return nil, fmt.Errorf("hf: peft adapter %s: %w", dir, err)
+	}
+	var cfg peftConfig
+	if err := json.Unmarshal(js, &cfg); err != nil {
+		return nil, fmt.Errorf("hf: peft adapter %s: %s: %w", dir, PEFTConfigFile, err)
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("hf: peft adapter %s: %s: %s", dir, PEFTConfigFile, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case cfg.PEFTType != "LORA":
+		return nil, bad("peft_type %q: only LORA adapters are built", cfg.PEFTType)
+	case cfg.UseDoRA:
+		return nil, bad("use_dora true: DoRA is not built")
+	case cfg.Bias != "" && cfg.Bias != "none":
+		return nil, bad("bias %q: only \"none\" is built", cfg.Bias)
+	case len(cfg.ModulesToSave) > 0:
+		return nil, bad("modules_to_save %v: training whole modules beside the adapters is not built", cfg.ModulesToSave)
+	case cfg.LayersToTrans != nil:
+		return nil, bad("layers_to_transform: adapters of some layers only are not built")
+	case nonEmpty(cfg.RankPattern) || nonEmpty(cfg.AlphaPattern):
+		return nil, bad("rank_pattern or alpha_pattern: per-module ranks are not built")
+	case cfg.LoftQConfig != nil && nonEmpty(cfg.LoftQConfig):
+		return nil, bad("loftq_config: LoftQ initialisation is not built")
+	case cfg.Dropout != 0:
+		return nil, bad("lora_dropout %g: adapter dropout is not built (training continued from this adapter would drop nothing); set it to 0", cfg.Dropout)
+	}
+	o := model.LoRA{R: cfg.R, Alpha: cfg.Alpha, RSLoRA: cfg.UseRSLoRA}
+	switch t := cfg.TargetModules.(type) {
+	case string:
+		if t != "all-linear" {
+			return nil, bad("target_modules %q: a regular expression is not built; list the module names", t)
+		}
+		o.Targets = []string{t}
+	case []any:
+		for _, x := range t {
+			name, ok := x.(string)
+			if !ok {
+				return nil, bad("target_modules: %v is not a module name", x)
+			}
+			o.Targets = append(o.Targets, name)
+		}
+	default:
+		return nil, bad("target_modules %v: want a list of module names", cfg.TargetModules)
+	}
+	base, err := model.NewLayout(s)
+	if err != nil {
+		return nil, err
+	}
+	l, err := base.WithLoRA(o)
+	if err != nil {
+		return nil, fmt.Errorf("hf: peft adapter %s: %w", dir, err)
+	}
+	f, err := safetensors.Open(filepath.Join(dir, PEFTWeightsFile))
+	if err != nil {
+		return nil, fmt.Errorf("hf: peft adapter %s: %w", dir, err)
+	}
+	want := map[string]bool{}
+	for c, ch := range l.Chunks {
+		if !l.IsAdapter(c) {
+			continue
+		}
+		for _, t := range ch.Tensors {
+			name := peftName(l, t)
+			want[name] = true
+			ti, ok := f.Header.Tensor(name)
+			if !ok {
+				f.Close()
+				return nil, fmt.Errorf("hf: peft adapter %s: %s has no %s (is it an adapter of another model, or of other target_modules?)", dir, PEFTWeightsFile, name)
+			}
+			if _, ok := importDTypes[ti.DType]; !ok {
+				f.Close()
+				return nil, fmt.Errorf("hf: peft adapter %s: %s has dtype %s (import reads F32, BF16 or F16)", dir, name, ti.DType)
+			}
+			if !ti.HasShape(t.Shape) {
+				f.Close()
+				return nil, fmt.Errorf("hf: peft adapter %s: %s is %v, the base model (%s) needs %v: an adapter of another base shape", dir, name, ti.Shape, s, t.Shape)
+			}
+		}
+	}
+	var extra []string
+	for _, ti := range f.Header.Tensors {
+		if !want[ti.Name] {
+			extra = append(extra, ti.Name)
+		}
+	}
+	if len(extra) > 0 {
+		f.Close()
+		return nil, fmt.Errorf("hf: peft adapter %s: %s holds tensors no module of the config gives: %s", dir, PEFTWeightsFile, listSome(extra))
+	}
+	return &PEFTAdapter{Dir: dir, LoRA: o, layout: l, file: f}, nil
+}
+
+func nonEmpty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return false
+	case map[string]any:
+		return len(x) > 0
+	case []any:
+		return len(x) > 0
+	}
+	return true
+}
+
+// ReadChunk fills dst with adapter chunk c of the adapter's layout (the
+// base shape's, WithLoRA of the adapter's LoRA) as fp32.
+func (p *PEFTAdapter) ReadChunk(c int, dst []float32) error {
+	if !p.layout.IsAdapter(c) || len(dst) != p.layout.Chunks[c].Len {
+		return fmt.Errorf("hf: peft adapter %s: chunk %d is not one of its adapter chunks", p.Dir, c)
+	}
+	for _, t := range p.layout.Chunks[c].Tensors {
+		ti, _ := p.file.Header.Tensor(peftName(p.layout, t))
+		raw := make([]byte, ti.SizeBytes())
+		if err := p.file.ReadTensor(ti, raw); err != nil {
+			return fmt.Errorf("hf: peft adapter %s: %w", p.Dir, err)
+		}
+		if _, ok := importDTypes[ti.DType]; !ok {
+			return fmt.Errorf("hf: peft adapter %s: %s has dtype %s (import reads F32, BF16 or F16)", p.Dir, ti.Name, ti.DType)
+		}
+		widen(dst[t.Offset:t.Offset+t.Len], raw, ti.DType)
+	}
+	return nil
+}
+
+// Shape is the base shape the adapter was opened for.
+func (p *PEFTAdapter) Shape() model.Shape { return p.layout.Shape }
+
+// Close closes the adapter's weights file.
+func (p *PEFTAdapter) Close() error { return p.file.Close() }
