@@ -61,6 +61,12 @@ type StepOptions struct {
 	// among "fp32" (the default), "bf16" and "int8": an engine each, all
 	// stepping alternately.
 	Moments []string
+	// Trains are what each run trains: "full" (every weight, the default)
+	// and "lora" (strata.lora of rank LoRARank, alpha twice that, on every
+	// linear of the blocks, the base frozen): an engine each, stepping
+	// alternately with the others.
+	Trains   []string
+	LoRARank int // default 16
 	// TracePath, when set, receives the Chrome trace-event timeline of the
 	// last mode (timeline.Tracer); with several modes their alternating
 	// steps fall inside its step windows, so trace one mode (--modes nvme).
@@ -115,6 +121,12 @@ func (o StepOptions) WithDefaults() StepOptions {
 	if len(o.Moments) == 0 {
 		o.Moments = []string{config.MomentsFP32}
 	}
+	if len(o.Trains) == 0 {
+		o.Trains = []string{"full"}
+	}
+	if o.LoRARank == 0 {
+		o.LoRARank = 16
+	}
 	return o
 }
 
@@ -150,6 +162,14 @@ func (o StepOptions) Validate() error {
 			return fmt.Errorf("bench: moments %q is not fp32, bf16 or int8", m)
 		}
 	}
+	for _, tr := range o.Trains {
+		if tr != "full" && tr != "lora" {
+			return fmt.Errorf("bench: train %q is not full or lora", tr)
+		}
+	}
+	if o.LoRARank < 1 {
+		return fmt.Errorf("bench: LoRA rank %d must be >= 1", o.LoRARank)
+	}
 	return nil
 }
 
@@ -157,7 +177,7 @@ func (o StepOptions) Validate() error {
 // with the first of Overlaps.
 func (o StepOptions) StepConfig(mode, dir string) (*config.Config, error) {
 	o = o.WithDefaults()
-	return o.stepConfig(stepRunKey{mode, o.Overlaps[0], o.Moments[0]}, dir)
+	return o.stepConfig(stepRunKey{mode, o.Overlaps[0], o.Moments[0], o.Trains[0]}, dir)
 }
 
 // stepConfig is the engine config of one run.
@@ -185,6 +205,10 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
 	if mode == "nvme" {
 		hb = o.HostBudgetBytes
 	}
+	lora := ""
+	if k.train == "lora" {
+		lora = fmt.Sprintf(`, "lora": {"r": %d, "alpha": %d, "target_modules": "all-linear"}`, o.LoRARank, 2*o.LoRARank)
+	}
 	js := fmt.Sprintf(`{
   "train_micro_batch_size_per_gpu": %d,
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
@@ -193,8 +217,8 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
   "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "dpu_warmup_steps": %d,
-    "optimizer_state": {"moments": %q}}
-}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, k.overlap, o.Warmup, k.moments)
+    "optimizer_state": {"moments": %q}%s}
+}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, k.overlap, o.Warmup, k.moments, lora)
 	lookup := func(name string) (config.Shape, error) {
 		s, err := model.Lookup(name)
 		return config.Shape(s), err
@@ -212,6 +236,7 @@ type StepModeResult struct {
 	Mode       string
 	Overlap    string    // strata.overlap; "" in the resident mode (no host optimizer)
 	Moments    string    // strata.optimizer_state.moments
+	Train      string    // "full" or "lora"
 	Steps      []float64 // seconds, in order
 	MedianStep float64
 	Optimizer  float64 // median optimizer phase, seconds
@@ -247,6 +272,9 @@ func (m StepModeResult) Name() string {
 	}
 	if m.Moments != "" && m.Moments != config.MomentsFP32 {
 		n += "/" + m.Moments
+	}
+	if m.Train == "lora" {
+		n += "/lora"
 	}
 	return n
 }
@@ -369,20 +397,22 @@ func (r *stepRun) abandonTrace() {
 
 // stepRunKey is one engine of the benchmark: a mode, its host optimizer's
 // schedule and moments ("" and fp32 in the resident mode).
-type stepRunKey struct{ mode, overlap, moments string }
+type stepRunKey struct{ mode, overlap, moments, train string }
 
-// runs is the engines: the resident mode once (no host optimizer), the
-// others once per overlap and moments precision.
+// runs is the engines: per train, the resident mode once (no host
+// optimizer), the others once per overlap and moments precision.
 func (o StepOptions) runs() []stepRunKey {
 	var out []stepRunKey
 	for _, m := range o.Modes {
-		if m == "resident" {
-			out = append(out, stepRunKey{m, "", config.MomentsFP32})
-			continue
-		}
-		for _, v := range o.Overlaps {
-			for _, mo := range o.Moments {
-				out = append(out, stepRunKey{m, v, mo})
+		for _, tr := range o.Trains {
+			if m == "resident" {
+				out = append(out, stepRunKey{m, "", config.MomentsFP32, tr})
+				continue
+			}
+			for _, v := range o.Overlaps {
+				for _, mo := range o.Moments {
+					out = append(out, stepRunKey{m, v, mo, tr})
+				}
 			}
 		}
 	}
@@ -432,7 +462,7 @@ func (r *stepRun) build(res *StepResult) error {
 		if r.engines[i], err = engine.New(cfg, devs.Devs, devs.Comms, eo); err != nil {
 			return fmt.Errorf("bench: %s: %w", m, err)
 		}
-		res.Modes = append(res.Modes, StepModeResult{Mode: m, Overlap: k.overlap, Moments: k.moments})
+		res.Modes = append(res.Modes, StepModeResult{Mode: m, Overlap: k.overlap, Moments: k.moments, Train: k.train})
 		res.Shape = model.Shape(*cfg.Shape())
 		res.Params = r.engines[i].Layout().ParamCount()
 		res.Tokens = r.engines[i].TokensPerStep()
@@ -546,7 +576,7 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 	for i := range res.Modes {
 		mr := &res.Modes[i]
 		for _, s := range res.Modes {
-			if s.Mode == mr.Mode && s.Moments == mr.Moments && s.Overlap == engine.OverlapSerial && s.MedianStep > 0 {
+			if s.Mode == mr.Mode && s.Moments == mr.Moments && s.Train == mr.Train && s.Overlap == engine.OverlapSerial && s.MedianStep > 0 {
 				mr.RatioSerial = mr.MedianStep / s.MedianStep
 			}
 		}
@@ -619,8 +649,8 @@ func (r StepResult) String() string {
 		"stall hbm", "stall host", "nvme->host", "host->hbm", "host->nvme", "peak host", "identical")
 	for _, m := range r.Modes {
 		same := fmt.Sprint(m.ParamsIdentical)
-		if len(r.Modes) == 1 || m.Moments != r.Modes[0].Moments {
-			same = "-" // nothing to compare with; other moments: not the same run by design
+		if len(r.Modes) == 1 || m.Moments != r.Modes[0].Moments || m.Train != r.Modes[0].Train {
+			same = "-" // nothing to compare with; other moments, LoRA: not the same run by design
 		}
 		fmt.Fprintf(&b, "%-14s %9.3fs %9.3fs %9.4f %9d %9.3fs %9.3fs %11s %11s %11s %11s %10s\n", m.Name(), m.MedianStep, m.Optimizer, m.HitRate, m.Dependent,
 			m.Stall[shard.HBM], m.Stall[shard.Host], units.FormatBytes(m.LinkBytes[shard.NVMeToHost]), units.FormatBytes(m.LinkBytes[shard.HostToHBM]),
@@ -664,6 +694,12 @@ func (r StepResult) String() string {
 			fmt.Fprintln(&b, line)
 		}
 	}
+	for _, m := range r.Modes {
+		if f := r.loraBase(m); f != nil {
+			fmt.Fprintf(&b, "%s / %s: step %.3f, optimizer %.3f, host->hbm bytes per step %.3f\n", m.Name(), f.Name(), m.MedianStep/f.MedianStep,
+				m.Optimizer/max(f.Optimizer, 1e-9), float64(m.LinkBytes[shard.HostToHBM])/max(float64(f.LinkBytes[shard.HostToHBM]), 1))
+		}
+	}
 	if r.TraceMode != "" {
 		t := timeline.TotalOverlap(r.Overlap)
 		fmt.Fprintf(&b, "timeline of %s mode in %s: exposed transfer time %v of %v busy on the links (%.3f) over the %d measured steps\n",
@@ -679,7 +715,21 @@ func (r StepResult) momentsBase(m StepModeResult) *StepModeResult {
 		return nil
 	}
 	for i, f := range r.Modes {
-		if f.Mode == m.Mode && f.Overlap == m.Overlap && f.Moments == config.MomentsFP32 && f.MedianStep > 0 {
+		if f.Mode == m.Mode && f.Overlap == m.Overlap && f.Train == m.Train && f.Moments == config.MomentsFP32 && f.MedianStep > 0 {
+			return &r.Modes[i]
+		}
+	}
+	return nil
+}
+
+// loraBase is the full run a LoRA run m compares with (the same mode,
+// overlap and moments), nil when m is none or there is none.
+func (r StepResult) loraBase(m StepModeResult) *StepModeResult {
+	if m.Train != "lora" {
+		return nil
+	}
+	for i, f := range r.Modes {
+		if f.Mode == m.Mode && f.Overlap == m.Overlap && f.Moments == m.Moments && f.Train == "full" && f.MedianStep > 0 {
 			return &r.Modes[i]
 		}
 	}
@@ -724,7 +774,7 @@ func (r StepResult) JSON() map[string]any {
 	var runs []map[string]any
 	for _, m := range r.Modes {
 		h := m.HostOpt
-		runs = append(runs, map[string]any{"mode": m.Mode, "overlap": m.Overlap, "moments": m.Moments, "step_s": m.MedianStep, "ratio_serial": m.RatioSerial,
+		runs = append(runs, map[string]any{"mode": m.Mode, "overlap": m.Overlap, "moments": m.Moments, "train": m.Train, "step_s": m.MedianStep, "ratio_serial": m.RatioSerial,
 			"bytes_per_step_nvme_to_host": m.LinkBytes[shard.NVMeToHost], "bytes_per_step_host_to_nvme": m.LinkBytes[shard.HostToNVMe], "final_loss": m.FinalLoss,
 			"adam_s": h.Adam.Seconds(), "adam_exposed_s": h.AdamExposed.Seconds(), "adam_exposed_fraction": h.AdamExposedFraction(),
 			"opt_io_s": h.IOWait.Seconds(), "opt_io_exposed_s": h.IOExposed.Seconds(), "opt_io_exposed_fraction": h.IOExposedFraction(),

@@ -29,6 +29,8 @@ func benchStepCommand() *cli.Command {
 			"exact). --modes offload is ZeRO-Offload: optimizer state in host RAM, params on the device.\n" +
 			"--moments fp32,int8 runs each offloaded mode with each precision of Adam's moments, alternately, and\n" +
 			"prints each narrow run's step time and NVMe bytes per step over the fp32 run's.\n" +
+			"--train full,lora runs each with LoRA too (strata.lora of --lora-rank on every linear, the base frozen: no\n" +
+			"weight-gradient GEMMs, no optimizer state for it) and prints each LoRA run's step over the full run's.\n" +
 			"The default model (medium, 6.4M params, 4x256 tokens per device) is bound by compute, not by the disk.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "nvme-path", Value: "/var/tmp", Usage: "directory for the swap file (on the drive to measure; removed after)"},
@@ -45,6 +47,8 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "hbm", Value: "8GiB", Usage: "per-device memory budget"},
 			&cli.StringFlag{Name: "tier-hbm", Usage: "offloaded modes: the tier store's share of each device (default: what is left)"},
 			&cli.StringFlag{Name: "modes", Value: "resident,host,nvme", Usage: "modes to run, comma-separated: resident, host, nvme, offload (params on the device, optimizer state in host RAM)"},
+			&cli.StringFlag{Name: "train", Value: "full", Usage: "what each run trains, comma-separated: full (every weight), lora (adapters of --lora-rank on every linear, the base frozen)"},
+			&cli.IntFlag{Name: "lora-rank", Value: 16, Usage: "--train lora: the adapters' rank (alpha twice it)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precisions of Adam's moments each offloaded mode runs with (strata.optimizer_state.moments), comma-separated: fp32, bf16, int8"},
 			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
@@ -61,6 +65,7 @@ func benchStepCommand() *cli.Command {
 				Steps: c.Int("steps"), Warmup: c.Int("warmup"), Block: c.Int("block"), NVMePath: c.String("nvme-path"),
 				NVMeOptimizer: c.Bool("nvme-optimizer"), Threads: c.Int("threads"),
 				Modes: strings.Split(c.String("modes"), ","), Overlaps: strings.Split(c.String("overlap"), ","), Moments: strings.Split(c.String("moments"), ","), TracePath: c.String("trace"),
+				Trains: strings.Split(c.String("train"), ","), LoRARank: c.Int("lora-rank"),
 			}
 			for _, f := range []struct {
 				name string

@@ -51,6 +51,7 @@ func estimateCommand() *cli.Command {
 			&cli.Int64Flag{Name: "align", Value: estimate.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precision of Adam's m and v with the optimizer offloaded: fp32, bf16 or int8 (strata.optimizer_state.moments)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
+			&cli.StringFlag{Name: "lora", Usage: `LoRA adapters on a frozen base, as strata.lora: "r=16", with ",alpha=32", ",targets=q_proj+v_proj" (or all-linear), ",rslora" (needs --model or --config)`},
 			&cli.StringSliceFlag{Name: "freeze", Usage: `tensor-name patterns of the parameters that do not train, as strata.freeze ("wte,wpe" or repeated; needs --model or --config)`},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 		}, estimateActFlags()...),
@@ -206,10 +207,32 @@ func runEstimate(c *cli.Context) error {
 	if c.IsSet("freeze") {
 		freeze = c.StringSlice("freeze")
 	}
+	lora, err := estimateLoRA(c, cfg, shape)
+	if err != nil {
+		return err
+	}
+	if lora != nil && len(freeze) > 0 {
+		return usagef("estimate: --lora with --freeze (or strata.freeze): LoRA freezes the whole base already")
+	}
 	if err := estimateFreeze(&opts, shape, freeze); err != nil {
 		return err
 	}
-	if f := opts.Frozen; f != nil && shape != nil {
+	if lora != nil {
+		base, _ := model.NewLayout(*shape)
+		l, err := base.WithLoRA(*lora)
+		if err != nil {
+			return usagef("estimate: --lora: %v", err)
+		}
+		opts.ChunkParams = estimate.ChunkParams(l)
+		if opts.Frozen, err = estimate.FrozenChunks(l, nil); err != nil {
+			return err
+		}
+		adapters := l.ParamCount() - base.ParamCount()
+		what += fmt.Sprintf("\nLoRA r %d, alpha %g on %s: the base (%s parameters) frozen, params only; adapters Ψₐ = %s trainable (%.3f%% of the base) in %d chunks",
+			lora.R, lora.Alpha, strings.Join(lora.Targets, ", "), groupDigits(base.ParamCount()), groupDigits(adapters),
+			100*float64(adapters)/float64(base.ParamCount()), len(l.Chunks)-len(base.Chunks))
+	}
+	if f := opts.Frozen; f != nil && shape != nil && lora == nil {
 		l, _ := model.NewLayout(*shape) // valid: the frozen chunks were resolved over it
 		what += fmt.Sprintf("\nfrozen: %s (%s parameters, %.1f%%) keep their params only; Ψₜ = %s trainable",
 			estimate.DescribeChunks(l, f), groupDigits(estimate.FrozenParams(l, f)), 100*float64(estimate.FrozenParams(l, f))/float64(l.ParamCount()),
@@ -231,7 +254,7 @@ func runEstimate(c *cli.Context) error {
 	var act *actEstimate
 	if shape != nil {
 		var err error
-		if act, err = newActEstimate(c, cfg, *shape); err != nil {
+		if act, err = newActEstimate(c, cfg, *shape, lora); err != nil {
 			return err
 		}
 	}
@@ -252,6 +275,51 @@ func runEstimate(c *cli.Context) error {
 	}
 	act.print(w, stages)
 	return nil
+}
+
+// estimateLoRA is the adapters of --lora ("r=16,alpha=32,targets=a+b,rslora"),
+// else of the config's strata.lora, nil when neither; the targets
+// default as strata.lora's.
+func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*model.LoRA, error) {
+	if !c.IsSet("lora") {
+		if cfg == nil || cfg.Strata.LoRA == nil || shape == nil {
+			return nil, nil
+		}
+		return estimate.LoRAFromConfig(cfg, *shape), nil
+	}
+	if shape == nil {
+		return nil, usagef("estimate: --lora adapts a model's linears: give --model or --config, not --params")
+	}
+	lc := &config.LoRA{R: 8, Alpha: 8} // PEFT's defaults, as strata.lora
+	for _, kv := range strings.Split(c.String("lora"), ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		var err error
+		switch k {
+		case "r":
+			lc.R, err = strconv.Atoi(v)
+		case "alpha":
+			lc.Alpha, err = strconv.ParseFloat(v, 64)
+		case "targets":
+			lc.TargetModules = strings.Split(v, "+")
+		case "rslora":
+			lc.UseRSLoRA = true
+		default:
+			return nil, usagef("estimate: --lora %q: %q is not r, alpha, targets or rslora", c.String("lora"), kv)
+		}
+		if err != nil {
+			return nil, usagef("estimate: --lora %q: %s=%q is not a number", c.String("lora"), k, v)
+		}
+	}
+	if lc.R < 1 || !(lc.Alpha > 0) {
+		return nil, usagef("estimate: --lora %q: r must be >= 1 and alpha > 0", c.String("lora"))
+	}
+	cfgLoRA := &config.Config{}
+	cfgLoRA.Strata.LoRA = lc
+	o := estimate.LoRAFromConfig(cfgLoRA, *shape)
+	if err := o.Validate(*shape); err != nil {
+		return nil, usagef("estimate: --lora: %v", err)
+	}
+	return o, nil
 }
 
 // estimateFreeze sets o.Frozen from the patterns (strata.freeze, or

@@ -34,7 +34,7 @@ func estimateActFlags() []cli.Flag {
 // actTermOrder is the order the terms are printed in: the model's
 // allocations as it plans them, then the tier store's room.
 var actTermOrder = []string{model.TermTokens, model.TermResidual, model.TermOffloadRing, model.TermBlocks, model.TermWorkSet,
-	model.TermHead, model.TermLossChunk, model.TermBackwardTemp, estimate.RestoredInputTerm}
+	model.TermHead, model.TermLossChunk, model.TermBackwardTemp, model.TermLoRA, estimate.RestoredInputTerm}
 
 // actConfig is one way of keeping the activations.
 type actConfig struct {
@@ -52,7 +52,7 @@ type actEstimate struct {
 
 // newActEstimate reads the flags (over cfg's values when there is a
 // config) and estimates the three ways for shape.
-func newActEstimate(c *cli.Context, cfg *config.Config, shape model.Shape) (*actEstimate, error) {
+func newActEstimate(c *cli.Context, cfg *config.Config, shape model.Shape, lora *model.LoRA) (*actEstimate, error) {
 	a := &actEstimate{Shape: shape, Micro: c.Int("batch"), Seq: c.Int("seq"), Accum: c.Int("accum")}
 	dt, checkpoints := c.String("activation-dtype"), c.Int("checkpoints")
 	if cfg != nil {
@@ -108,7 +108,7 @@ func newActEstimate(c *cli.Context, cfg *config.Config, shape model.Shape) (*act
 	if checkpoints == 0 {
 		checkpoints = shape.Layers
 	}
-	o := model.ActivationOptions{DType: gpu.BF16}
+	o := model.ActivationOptions{DType: gpu.BF16, LoRA: lora}
 	if dt == config.ActivationFP32 {
 		o.DType = gpu.F32
 	}

@@ -178,3 +178,33 @@ func readTensorFrom(t *testing.T, f *safetensors.File, ti safetensors.TensorInfo
 	}
 	return append([]float32(nil), dtype.Float32s(raw)...)
 }
+
+// TestEstimateLoRA: estimate --lora counts the base frozen (params only)
+// and the adapters apart: Ψ = base + adapters, the host holds the
+// adapters' 14 B per parameter (master, m, v, gradient) and nothing of the
+// base; a target that matches nothing is one error naming the linears.
+func TestEstimateLoRA(t *testing.T) {
+	out, errOut, err := runApp(t, "estimate", "--model", "tiny-llama", "--lora", "r=8,alpha=16,targets=q_proj+v_proj", "--devices", "2", "--stage", "3", "--offload-optimizer", "cpu", "--json")
+	if err != nil {
+		t.Fatalf("estimate --lora: %v\n%s", err, errOut)
+	}
+	var r struct {
+		Params int64 `json:"params"`
+		Frozen int64 `json:"frozen_params"`
+		Stages []struct {
+			HostBytes int64 `json:"host_bytes"`
+		} `json:"stages"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := model.Lookup("tiny-llama")
+	base := s.ParamCount()
+	adapters := int64(s.Layers * 8 * (s.Dim + s.Dim + s.Dim + s.KVHeadCount()*s.HeadDim())) // q: r·(C+C), v: r·(C+KV·D)
+	if r.Params != base+adapters || r.Frozen != base || len(r.Stages) != 1 || r.Stages[0].HostBytes != 14*adapters {
+		t.Errorf("params %d (want %d + %d adapters), frozen %d, stages %+v (host want %d)", r.Params, base, adapters, r.Frozen, r.Stages, 14*adapters)
+	}
+	if _, errOut, err := runApp(t, "estimate", "--model", "tiny-llama", "--lora", "r=8,targets=qproj"); err == nil || !strings.Contains(errOut+err.Error(), `"qproj" matches no linear of a llama block (its linears: q_proj, k_proj`) {
+		t.Errorf("a target that matches nothing: %v\n%s", err, errOut)
+	}
+}
