@@ -21,13 +21,13 @@ import (
 // traffic), no update, and its gradient is not in the global norm.
 //
 // The model still calls Params.Grad and Params.GradReady for every chunk
-// and still runs the parameter-gradient GEMMs of a frozen chunk: Grad
-// hands it a scratch buffer (one per rank, allocated at New, the size of
-// the largest frozen chunk, shared by every frozen chunk and never read:
-// its contents are garbage), and GradReady does nothing. Skipping those
-// GEMMs (a Params that tells the model a chunk needs no gradient, so that
-// the backward computes only the input gradients) is the next step; it
-// needs the model's passes to take that answer.
+// (model.AccessOrder), but skips the weight and bias gradient GEMMs of a
+// frozen chunk: the hooks implement model.FrozenParams, so its backward
+// computes only the gradients that flow through it. Grad hands it a
+// scratch buffer (one per rank, allocated at New, the size of the largest
+// frozen chunk, shared by every frozen chunk and never read), which only
+// the norms' gains still accumulate into, and GradReady does nothing.
+// LoRA's base is frozen this way (estimate.FrozenChunks).
 //
 // Checkpoints hold every state of every chunk (the files do not depend on
 // the freeze set): a frozen chunk saves its params, as master its params
