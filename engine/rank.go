@@ -57,8 +57,9 @@ type rank struct {
 	undo       [][]byte           // per chunk: master, m and v before the update of the backward
 	bwdChunks  int                // chunks updated during a backward so far
 	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
-	// (freeze.go): the largest frozen chunk, written by the model's
-	// parameter-gradient GEMMs and never read; nil with nothing frozen.
+	// (freeze.go): the largest frozen chunk, written only by the norms'
+	// gain gradients (model.FrozenParams) and never read; nil with
+	// nothing frozen.
 	frozenGrad gpu.Buffer
 	// reductions counts, per chunk, the gradient collectives (AllReduce,
 	// ReduceScatter) the rank has issued for it.
