@@ -38,8 +38,13 @@ func evalCommand() *cli.Command {
 			"Weights stored in F32 (or F16) are evaluated in fp32, weights stored in BF16 in bf16 (--dtype\n" +
 			"overrides); activations and the key/value cache are fp32. One device (--backend cpu, the default,\n" +
 			"or cuda) holds every parameter, uploaded one chunk at a time, and one window's activations: a model\n" +
-			"that does not fit is refused, saying what it needs. Evaluation offloaded to host RAM or NVMe is not\n" +
-			"built.\n\n" +
+			"that does not fit is refused, saying what it needs. With --offload cpu or --offload nvme (and --nvme-path)\n" +
+			"the weights stay in host RAM or on NVMe and stream through the device as training streams them (an\n" +
+			"inference engine: stage 3, every chunk frozen, the tier store's planner bringing each chunk ahead of its\n" +
+			"use), --batch windows at a time, the device holding two chunks and a batch's activations (fp32): a model\n" +
+			"many times the device's memory evaluates. The windows are the same, the params bf16 (as training's\n" +
+			"offloaded params); on the CPU backend the loss is the resident evaluation's (--dtype bf16) bit for bit.\n" +
+			"--bos and --logits are for the resident path.\n\n" +
 			"The file is read and tokenized about 1 MiB at a time, each block cut before a space that follows a\n" +
 			"printable ASCII character, where the GPT-2, Llama-3 and Qwen2 pre-tokenizers split anyway: the ids\n" +
 			"are those of the whole file (unless an added token contains such a space). Progress goes to stderr.\n\n" +
@@ -55,6 +60,9 @@ func evalCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: loss, tokens, ppl (and windows, seq, params)"},
 			&cli.BoolFlag{Name: "bos", Usage: "put the tokenizer's BOS token before the file's tokens (it is predicted from, not predicted)"},
 			&cli.StringFlag{Name: "logits", Usage: "write every predicted token's logits to OUT: little-endian float32, a row of vocab_size values per token, in order"},
+			&cli.StringFlag{Name: "offload", Usage: "stream the weights from host RAM (cpu) or NVMe (nvme, with --nvme-path) through the device: a model larger than the device"},
+			&cli.StringFlag{Name: "nvme-path", Usage: "--offload nvme: the directory of the swap file (on the drive)"},
+			&cli.IntFlag{Name: "batch", Value: 4, Usage: "--offload: windows evaluated together (the weights stream once per batch)"},
 			&cli.StringFlag{Name: "chat-template", Usage: "JSONL --data: the chat template of {\"messages\"} lines, as train's (default: the run's, else the model's, else ChatML)"},
 		),
 		Action: func(c *cli.Context) error { return runEval(c, c.App.Writer, c.App.ErrWriter) },
@@ -78,6 +86,14 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 	seq := c.Int("seq")
 	if c.IsSet("seq") && seq < 1 {
 		return usagef("eval: --seq %d: need at least 1", seq)
+	}
+	if c.IsSet("offload") {
+		return runEvalStreamed(c, seq, stdout, stderr)
+	}
+	for _, f := range []string{"nvme-path", "batch"} {
+		if c.IsSet(f) {
+			return usagef("eval: --%s is for --offload (the weights streamed from host RAM or NVMe)", f)
+		}
 	}
 	// JSONL is read as train's --eval-data reads it (evalJSONL): a file
 	// DetectFormat cannot read is opened as text, which says why.

@@ -66,7 +66,9 @@ type inferModel struct {
 // device of --backend, refuses a model whose parameters and decoder
 // (decoderOpts of the shape and tokenizer) do not fit its memory, and
 // loads the weights a chunk at a time. decoderOpts sees the model with its
-// shape and tokenizer, before any device is opened. Notes go to stderr.
+// shape and tokenizer, before any device is opened; nil: the caller streams
+// the weights itself (eval --offload: an inference engine), and openInference
+// stops once the device is open. Notes go to stderr.
 func openInference(c *cli.Context, cmd string, decoderOpts func(*inferModel) (model.DecoderOptions, error), stderr io.Writer) (_ *inferModel, err error) {
 	name := c.String("backend")
 	if !slices.Contains(backend.Names, name) {
@@ -109,14 +111,20 @@ func openInference(c *cli.Context, cmd string, decoderOpts func(*inferModel) (mo
 	if err := m.openTokenizer(cmd); err != nil {
 		return nil, err
 	}
-	opts, err := decoderOpts(m)
-	if err != nil {
-		return nil, err
+	var opts model.DecoderOptions
+	if decoderOpts != nil {
+		if opts, err = decoderOpts(m); err != nil {
+			return nil, err
+		}
 	}
 	if m.devs, err = backend.Open(name, 1, hbm, true); err != nil {
 		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	m.dev = m.devs.Devs[0]
+	if decoderOpts == nil {
+		fmt.Fprintf(stderr, "model: %s\n", im.describe())
+		return m, nil
+	}
 	if err := m.checkFits(cmd, opts); err != nil {
 		return nil, err
 	}
@@ -268,7 +276,7 @@ func (m *inferModel) checkFits(cmd string, opts model.DecoderOptions) error {
 		return nil
 	}
 	return fmt.Errorf("%s: the model needs %s on the device: its %s parameters in %s (%s) and %s of activations and key/value cache for %d tokens; %s has %s: "+
-		"a model larger than device memory is not evaluated offloaded (not built); use a device with more memory (the CPU backend: --hbm), --dtype bf16, or fewer tokens",
+		"use a device with more memory (the CPU backend: --hbm), --dtype bf16 or fewer tokens, or (eval) stream the weights through host RAM or NVMe with --offload cpu or --offload nvme --nvme-path DIR",
 		cmd, units.FormatBytes(params+dec), formatCount(m.layout.ParamCount()), m.dt, units.FormatBytes(params), units.FormatBytes(dec),
 		opts.Capacity, m.dev.Name(), units.FormatBytes(free))
 }

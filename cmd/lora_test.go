@@ -2,16 +2,19 @@ package cmd
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/safetensors"
 )
 
@@ -207,4 +210,41 @@ func TestEstimateLoRA(t *testing.T) {
 	if _, errOut, err := runApp(t, "estimate", "--model", "tiny-llama", "--lora", "r=8,targets=qproj"); err == nil || !strings.Contains(errOut+err.Error(), `"qproj" matches no linear of a llama block (its linears: q_proj, k_proj`) {
 		t.Errorf("a target that matches nothing: %v\n%s", err, errOut)
 	}
+}
+
+// TestEvalStreamed: eval --offload streams a model four times the device's
+// memory from NVMe (and from host RAM) through the device, in bf16, to
+// the resident evaluation's loss of the same bf16 weights bit for bit (the
+// CPU backend: one window's forward is the same arithmetic in the decoder
+// and the training model), over the same tokens; the resident path
+// refuses the model, naming --offload.
+func TestEvalStreamed(t *testing.T) {
+	nvmetest.Require(t)
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	s := model.Shape{Arch: model.ArchLlama, Layers: 64, Dim: 32, Heads: 4, KVHeads: 2, FFN: 64, Vocab: 256, MaxSeq: 64, RopeTheta: 10000}
+	writeHFEvalModel(t, base, s, 9, dtype.F32, testTokenizer{})
+	text := filepath.Join(dir, "text.txt")
+	if err := os.WriteFile(text, []byte(strings.Repeat("The cat sat on the mat. The dog ate the bread. ", 12)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := model.NewLayout(s)
+	weights := model.WeightsBytes(l, gpu.BF16)
+	hbm := fmt.Sprint(weights / 4)
+	resident, _ := evalJSON(t, "--model", base, "--data", text, "--seq", "32", "--dtype", "bf16")
+	nvme, errOut := evalJSON(t, "--model", base, "--data", text, "--seq", "32", "--batch", "1", "--offload", "nvme", "--nvme-path", nvmetest.Dir(t), "--hbm", hbm)
+	host, _ := evalJSON(t, "--model", base, "--data", text, "--seq", "32", "--batch", "1", "--offload", "cpu", "--hbm", hbm)
+	if nvme.Loss != host.Loss || nvme.Tokens != resident.Tokens || host.Tokens != resident.Tokens {
+		t.Errorf("streamed from NVMe %.17g (%d tokens), from host RAM %.17g (%d); resident %d tokens", nvme.Loss, nvme.Tokens, host.Loss, host.Tokens, resident.Tokens)
+	}
+	if nvme.Loss != resident.Loss {
+		t.Errorf("streamed loss %.17g, resident %.17g", nvme.Loss, resident.Loss)
+	}
+	if !strings.Contains(errOut, "streamed from NVMe") {
+		t.Errorf("eval --offload nvme does not say where the weights stream from:\n%s", errOut)
+	}
+	if _, errOut, err := runApp(t, "eval", "--model", base, "--data", text, "--seq", "32", "--dtype", "bf16", "--hbm", hbm); err == nil || !strings.Contains(errOut+err.Error(), "--offload nvme --nvme-path DIR") {
+		t.Errorf("a model larger than the device, resident: %v\n%s", err, errOut)
+	}
+	t.Logf("weights %d B, --hbm %s: loss %.17g streamed, %.17g resident", weights, hbm, nvme.Loss, resident.Loss)
 }

@@ -229,6 +229,12 @@ func (e *Engine) layOut() (estimate.Options, error) {
 		return mo, err
 	}
 	mo.ActivationHostBytes = estimate.InputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
+	if e.opts.Inference {
+		mo.Inference, mo.Frozen = true, make([]bool, len(e.layout.Chunks))
+		for c := range mo.Frozen {
+			mo.Frozen[c] = true
+		}
+	}
 	e.paramTier = mo.ParamTier
 	e.gradTiered = mo.OptimizerTier == shard.NVMe
 	e.normRanks = e.n
@@ -443,6 +449,9 @@ type StepStats struct {
 func (e *Engine) Step() (StepStats, error) {
 	if e.closed {
 		panic("engine: Step after Close")
+	}
+	if e.opts.Inference {
+		return StepStats{}, errors.New("engine: Step of an inference engine (Options.Inference): it evaluates, it does not train")
 	}
 	start := time.Now()
 	step := e.step + 1

@@ -47,6 +47,12 @@ type Options struct {
 	// values come from (a PEFT adapter: hf.PEFTAdapter); nil: the seeded
 	// initialisation (A Kaiming-uniform, B zero).
 	InitAdapters ChunkSource
+	// Inference builds an engine that evaluates and never trains: every
+	// chunk is frozen (params only, wherever the config puts them: on
+	// the devices, in host RAM, on NVMe, streamed through the tiers by
+	// the planner as for training), so there is no gradient and no
+	// optimizer state anywhere; Step is refused, Eval runs.
+	Inference bool
 	// Precision is the dtype of the device params and grads: gpu.BF16
 	// (default, the config's bf16 mixed precision: fp32 master weights and
 	// moments) or gpu.F32 (fp32 everywhere, the params are the master

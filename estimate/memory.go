@@ -94,6 +94,10 @@ type Options struct {
 	// FrozenChunks): it keeps its params only, no gradient and no
 	// optimizer state. nil: every chunk trains.
 	Frozen []bool
+	// Inference says that nothing trains on purpose (an evaluation
+	// streamed through the tiers, engine.Options.Inference): every chunk
+	// may be frozen.
+	Inference bool
 	// ActivationHostBytes is, per rank, the host RAM the tier store's
 	// saved block inputs take (cpu_checkpointing; each rounded up to
 	// IOAlignBytes): with the optimizer on NVMe and a host budget, it
@@ -136,7 +140,7 @@ func (o Options) Validate() error {
 		if len(o.Frozen) != len(o.ChunkParams) {
 			return fmt.Errorf("engine: estimate: %d frozen flags for %d chunks", len(o.Frozen), len(o.ChunkParams))
 		}
-		if !slices.Contains(o.Frozen, false) {
+		if !o.Inference && !slices.Contains(o.Frozen, false) {
 			return errors.New("engine: estimate: every chunk is frozen: nothing would train")
 		}
 	}

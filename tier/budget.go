@@ -128,7 +128,9 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 func planHBM(s Sizes) (Budgets, error) {
 	var room int64 // the params'
 	if s.ParamBytes > 0 {
-		room = min(s.HBMFreeBytes, s.ParamBytes)
+		// By default what is left after the saved inputs' room: the
+		// params' shards, or as many as fit beside the inputs.
+		room = min(s.HBMFreeBytes-s.ActivationHBMBytes, s.ParamBytes)
 		if s.HBMBytes > 0 {
 			room = s.HBMBytes
 			if s.HBMBytes > s.HBMFreeBytes {
