@@ -27,6 +27,7 @@ type Kernels[S, B any] interface {
 	GeluBackward(s S, x, dy, dx B, n int)
 	Add(s S, a, b, out B, n int)
 	AddColumns(s S, dst, src B, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32)
+	Dropout(s S, x, y B, n int, seed uint64, offset int64, threshold uint32, scale float32)
 	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
 	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
 	EmbeddingForward(s S, ids, pos, wte, wpe, out B, batch, seq, dim int)
@@ -295,6 +296,15 @@ func (o *checkedOps[S, B]) AddColumns(s Stream, dst, src Buffer, rows, cols, dst
 	}
 	rs := o.stream(s)
 	o.k.AddColumns(rs, o.float(dst, "add-columns dst", rows*dstLd), o.float(src, "add-columns src", rows*srcLd), rows, cols, dstLd, dstOff, srcLd, srcOff, beta)
+}
+
+func (o *checkedOps[S, B]) Dropout(s Stream, x, y Buffer, n int, seed uint64, offset int64, threshold uint32, scale float32) {
+	o.dims("dropout", n)
+	if offset < 0 || threshold >= 1<<24 {
+		o.f.Panicf("dropout: offset %d must be >= 0 and threshold %d below 2^24", offset, threshold)
+	}
+	rs := o.stream(s)
+	o.k.Dropout(rs, o.float(x, "dropout x", n), o.float(y, "dropout y", n), n, seed, offset, threshold, scale)
 }
 
 func (o *checkedOps[S, B]) CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int) {

@@ -1,6 +1,10 @@
 package gpu
 
-import "github.com/strata-ai/strata/internal/adam"
+import (
+	"math"
+
+	"github.com/strata-ai/strata/internal/adam"
+)
 
 // Ops are the kernels the model and the engine run on a device. Every method
 // enqueues work on stream s and returns at once; results are visible after
@@ -117,6 +121,11 @@ type Ops interface {
 	// v; gate, up) reads and adds its columns this way. dst and src must not
 	// overlap.
 	AddColumns(s Stream, dst, src Buffer, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32)
+	// Dropout writes y[i] = x[i]·scale where DropoutKeep(seed, offset+i,
+	// threshold), else 0, for n elements (y may be x): the same seed and
+	// element index keep the same elements on every backend, whatever the
+	// split of a tensor into calls (offset).
+	Dropout(s Stream, x, y Buffer, n int, seed uint64, offset int64, threshold uint32, scale float32)
 
 	// CrossEntropyForward writes losses[r] = -log softmax(logits[r])[targets[r]]
 	// for logits rows×vocab and targets (I32, rows). A target < 0
@@ -155,6 +164,27 @@ type Ops interface {
 	// is not nil. The formula is cpuadam's; on the CPU backend it calls
 	// cpuadam, so device and host optimizers give identical bits.
 	AdamStep(s Stream, param, grad, m, v, out Buffer, p AdamParams)
+}
+
+// DropoutKeep says whether dropout keeps element i of the stream seed:
+// the top 24 bits of SplitMix64's finaliser of seed + (i+1)·φ (φ =
+// 0x9e3779b97f4a7c15), as an integer u in [0, 2^24), compared with
+// threshold (DropoutThreshold: p·2^24 rounded): kept when u >= threshold,
+// so with probability 1 - threshold/2^24. Counter-based: any element's
+// decision is computed alone, by every backend alike.
+func DropoutKeep(seed uint64, i int64, threshold uint32) bool {
+	z := seed + uint64(i+1)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	z ^= z >> 31
+	return uint32(z>>40) >= threshold
+}
+
+// DropoutThreshold is Dropout's threshold and scale for a drop
+// probability p in [0, 1): round(p·2^24), and 1/(1-p) rounded once to
+// float32.
+func DropoutThreshold(p float64) (uint32, float32) {
+	return uint32(math.Round(p * (1 << 24))), float32(1 / (1 - p))
 }
 
 // AdamParams are the hyper-parameters of one Adam step: internal/adam's

@@ -161,6 +161,25 @@ func (o *kernels) AddColumns(s *Stream, dst, src *Buffer, rows, cols, dstLd, dst
 	})
 }
 
+// Dropout: y = x·scale where gpu.DropoutKeep, else 0 (fp32, rounded once
+// into y's dtype).
+func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset int64, threshold uint32, scale float32) {
+	s.enqueue(func() error {
+		o.elementwise(n, func(lo, hi int) {
+			v := append([]float32(nil), loadF32(x, lo, hi, nil)...)
+			for i := range v {
+				if gpu.DropoutKeep(seed, offset+int64(lo+i), threshold) {
+					v[i] *= scale
+				} else {
+					v[i] = 0
+				}
+			}
+			storeF32(y, lo, v)
+		})
+		return nil
+	})
+}
+
 // Cast: dst = src converted. Conversions into bf16 round to nearest even;
 // f64 to bf16 rounds to f32 first (two roundings); floats to i32 truncate.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {

@@ -248,6 +248,19 @@ extern "C" __global__ void add_columns(void* dst, int dd, const void* src, int d
     }
 }
 
+// dropout: gpu.DropoutKeep's counter-based decision (SplitMix64's finaliser).
+extern "C" __global__ void dropout(const void* x, int dx, void* y, int dy, i64 n, i64 seed, i64 offset,
+                                   unsigned int threshold, float scale) {
+    GRID_STRIDE(i, n) {
+        unsigned long long z = (unsigned long long)seed + (unsigned long long)(offset + i + 1) * 0x9e3779b97f4a7c15ULL;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        z ^= z >> 31;
+        float v = ld(x, dx, i);
+        st(y, dy, i, (unsigned int)(z >> 40) >= threshold ? v * scale : 0.0f);
+    }
+}
+
 extern "C" __global__ void scale(void* x, int dt, float alpha, i64 n) {
     GRID_STRIDE(i, n) {
         if (dt == DT_F64) ((double*)x)[i] *= (double)alpha;

@@ -47,6 +47,11 @@ func (o *kernels) AddColumns(s *Stream, dst, src *Buffer, rows, cols, dstLd, dst
 		int64(dstLd), int64(dstOff), int64(srcLd), int64(srcOff), beta)
 }
 
+// Dropout: y = x·scale where gpu.DropoutKeep, else 0.
+func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset int64, threshold uint32, scale float32) {
+	s.launchN("dropout", int64(n), x.p(), dt(x), y.p(), dt(y), int64(n), int64(seed), offset, threshold, scale) // seed's bits
+}
+
 // Cast: dst = src converted, as gpu/cpu converts (bf16: nearest even; f64
 // to bf16 through f32; floats to i32 truncate). Same dtypes copy.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {

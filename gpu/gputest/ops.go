@@ -30,6 +30,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("BiasAdd/"+dt.String(), func(t *testing.T) { testBiasAdd(t, d, s, dt) })
 		t.Run("Add/"+dt.String(), func(t *testing.T) { testAdd(t, d, s, dt) })
 		t.Run("AddColumns/"+dt.String(), func(t *testing.T) { testAddColumns(t, d, s, dt) })
+		t.Run("Dropout/"+dt.String(), func(t *testing.T) { testDropout(t, d, s, dt) })
 		t.Run("ScaleAxpy/"+dt.String(), func(t *testing.T) { testScaleAxpy(t, d, s, dt) })
 		t.Run("Adam/"+dt.String(), func(t *testing.T) { testAdam(t, d, s, dt) })
 	}
@@ -164,6 +165,59 @@ func testAddColumns(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	}
 	d.Ops().AddColumns(s, gd, gs, rows, cols, dstLd, dstOff, srcLd, srcOff, 1)
 	checkClose(t, "add-columns add", download(t, d, s, gd), want, mag, dt, rtolF32)
+}
+
+// testDropout: Dropout keeps what gpu.DropoutKeep keeps (64 elements
+// against a mask written down once, the one the CUDA emulator checks too),
+// scaled; two calls at consecutive offsets give one call's elements; p 0.05
+// keeps 95 % of 100,000 elements within four standard deviations.
+func testDropout(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	const golden uint64 = 0xb4afd64de54dc8d5 // gpu.DropoutKeep(0x0123456789abcdef, 1000+i, 1<<23), i < 64
+	for i := range int64(64) {
+		if gpu.DropoutKeep(0x0123456789abcdef, 1000+i, 1<<23) != (golden>>i&1 == 1) {
+			t.Fatalf("DropoutKeep's element %d is not the written-down mask's", i)
+		}
+	}
+	r := newRand(20)
+	x := stored(randVals(r, 64, 1), dt)
+	gx, gy, g2 := upload(t, d, s, x, dt), alloc(t, d, 64, dt), alloc(t, d, 64, dt)
+	d.Ops().Dropout(s, gx, gy, 64, 0x0123456789abcdef, 1000, 1<<23, 2)
+	d.Ops().Dropout(s, gx.Slice(0, 32), g2.Slice(0, 32), 32, 0x0123456789abcdef, 1000, 1<<23, 2)
+	d.Ops().Dropout(s, gx.Slice(32, 32), g2.Slice(32, 32), 32, 0x0123456789abcdef, 1032, 1<<23, 2)
+	y, y2 := download(t, d, s, gy), download(t, d, s, g2)
+	for i := range 64 {
+		want := 0.0
+		if golden>>i&1 == 1 {
+			want = 2 * x[i]
+		}
+		if y[i] != want || y2[i] != y[i] {
+			t.Fatalf("element %d: %v and %v (split), want %v", i, y[i], y2[i], want)
+		}
+	}
+	const n = 100000
+	thr, scale := gpu.DropoutThreshold(0.05)
+	ones := upload(t, d, s, make1s(n), dt)
+	d.Ops().Dropout(s, ones, ones, n, 42, 0, thr, scale)
+	kept := 0
+	for _, v := range download(t, d, s, ones) {
+		if v != 0 {
+			kept++
+			if want := float64(stored([]float64{float64(scale)}, dt)[0]); v != want {
+				t.Fatalf("a kept 1 is %v, want %v", v, want)
+			}
+		}
+	}
+	if sd := math.Sqrt(n * 0.05 * 0.95); math.Abs(float64(kept)-0.95*n) > 4*sd {
+		t.Errorf("p 0.05 kept %d of %d, want %.0f ± %.0f", kept, n, 0.95*n, 4*sd)
+	}
+}
+
+func make1s(n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = 1
+	}
+	return v
 }
 
 func testScaleAxpy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {

@@ -106,6 +106,8 @@ int main(int argc, char** argv) {
         }
         if (want("embedding")) testEmbedding();
         if (want("cross-entropy")) testCrossEntropy();
+        if (want("add-columns")) testAddColumns();
+        if (want("dropout")) testDropout();
     }
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
