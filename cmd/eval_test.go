@@ -476,7 +476,7 @@ func TestEvalRefuses(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--model", hf, "--data", data, "--hbm", "64KiB"}, "not evaluated offloaded"},
+		{[]string{"--model", hf, "--data", data, "--hbm", "64KiB"}, "stream the weights through host RAM or NVMe with --offload cpu or --offload nvme --nvme-path DIR"},
 		{[]string{"--model", hf, "--data", data, "--seq", "65"}, "past the model's max_seq_len 64"},
 		{[]string{"--model", hf, "--data", one}, "nothing to predict"},
 		{[]string{"--model", noTok, "--data", data}, "has no tokenizer.json"},
