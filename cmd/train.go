@@ -447,7 +447,7 @@ func openAdapter(dir string, cfg *config.Config) (*hf.PEFTAdapter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: --adapter: %w", err)
 	}
-	o := &config.LoRA{R: a.LoRA.R, Alpha: a.LoRA.Alpha, TargetModules: a.LoRA.Targets, UseRSLoRA: a.LoRA.RSLoRA}
+	o := &config.LoRA{R: a.LoRA.R, Alpha: a.LoRA.Alpha, Dropout: a.LoRA.Dropout, TargetModules: a.LoRA.Targets, UseRSLoRA: a.LoRA.RSLoRA}
 	if have := cfg.Strata.LoRA; have != nil {
 		got, _ := json.Marshal(have)
 		want, _ := json.Marshal(o)

@@ -215,7 +215,7 @@ type Strata struct {
 type LoRA struct {
 	R             int      `json:"r"`
 	Alpha         float64  `json:"alpha"`
-	Dropout       float64  `json:"dropout"` // 0: adapter dropout is not built yet
+	Dropout       float64  `json:"dropout"` // the adapters' input dropout, [0, 1); default 0
 	TargetModules []string `json:"target_modules"`
 	UseRSLoRA     bool     `json:"use_rslora"`
 }

@@ -551,11 +551,8 @@ func decodeLoRA(s *section, st *Strata) {
 		return ""
 	})
 	s.floatKey("dropout", &o.Dropout, func(v float64) string {
-		switch {
-		case v < 0 || v >= 1:
+		if v < 0 || v >= 1 {
 			return fmt.Sprintf("%g is not in [0, 1)", v)
-		case v != 0:
-			return fmt.Sprintf("%g: adapter dropout is not built yet; write 0", v)
 		}
 		return ""
 	})
@@ -840,8 +837,8 @@ func (c *Config) Validate() error {
 	}
 	if o := st.LoRA; o != nil {
 		switch {
-		case o.R < 1 || !(o.Alpha > 0) || o.Dropout != 0:
-			bad("strata.lora: r %d must be >= 1, alpha %g > 0 and dropout %g 0 (adapter dropout is not built yet)", o.R, o.Alpha, o.Dropout)
+		case o.R < 1 || !(o.Alpha > 0) || !(o.Dropout >= 0 && o.Dropout < 1):
+			bad("strata.lora: r %d must be >= 1, alpha %g > 0 and dropout %g in [0, 1)", o.R, o.Alpha, o.Dropout)
 		case len(st.Freeze) > 0:
 			bad("strata.freeze with strata.lora: LoRA freezes the whole base already and trains only the adapters; leave strata.freeze out")
 		}

@@ -110,11 +110,28 @@ func (b *batches) close() error {
 // (rank·A+micro)·B onward of the step's global batch.
 func (e *Engine) rows(step int64, rank, micro int) (model.Batch, error) {
 	d := e.data
-	if d.sampler != nil {
-		return d.sampler.RankBatch(int(step-1), rank, micro, e.accum, e.micro)
-	}
 	first := (step-1)*int64(e.n*e.accum*e.micro) + int64((rank*e.accum+micro)*e.micro)
-	return d.dataset.Rows(first, e.micro)
+	var b model.Batch
+	var err error
+	if d.sampler != nil {
+		b, err = d.sampler.RankBatch(int(step-1), rank, micro, e.accum, e.micro)
+	} else {
+		b, err = d.dataset.Rows(first, e.micro)
+	}
+	if o := e.layout.LoRA; err == nil && o != nil && o.Dropout > 0 {
+		// LoRA's adapter dropout: the step's stream, the rows' global
+		// indices (the same masks whatever the split into ranks).
+		b.Dropout = &model.DropoutKey{Seed: dropoutStepSeed(e.cfg.Strata.Seed, step), FirstRow: first}
+	}
+	return b, err
+}
+
+// dropoutStepSeed is step's dropout seed for strata.seed.
+func dropoutStepSeed(seed uint64, step int64) uint64 {
+	z := seed + uint64(step)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // checkBatch checks a batch read in windows against the vocabulary and

@@ -8,11 +8,11 @@ import (
 )
 
 // loraKeys is the strata.lora of the LoRA runs: every linear of deepShapeJSON's
-// GPT-2 blocks, rank 4.
-const loraKeys = `"lora": {"r": 4, "alpha": 8, "target_modules": ["c_attn", "c_proj", "c_fc"]}`
+// GPT-2 blocks, rank 4, adapter dropout 0.1.
+const loraKeys = `"lora": {"r": 4, "alpha": 8, "dropout": 0.1, "target_modules": ["c_attn", "c_proj", "c_fc"]}`
 
 // TestLoRAEquivalence: a LoRA run (the base frozen, an adapter chunk per
-// block training) on N = 2 devices gives the same bits — losses, every
+// block training, its inputs dropped out) on N = 2 devices gives the same bits — losses, every
 // chunk's params — whatever the stage and wherever the state lives, as
 // the resident run (stage 0, everything on the devices), the base on NVMe
 // among them; the base ends at its initial bits and every adapter chunk
@@ -32,6 +32,10 @@ func TestLoRAEquivalence(t *testing.T) {
 		if changed != l.IsAdapter(c) {
 			t.Errorf("chunk %d (%s): changed %v, adapter %v", c, l.Chunks[c].Name, changed, l.IsAdapter(c))
 		}
+	}
+	noDrop := runFrozenJSON(t, withStrata(freezeSpec{stage: 0, n: n, opt: "none", param: "none"}.configJSON(t), strings.Replace(loraKeys, `"dropout": 0.1`, `"dropout": 0`, 1)), n, steps, nil)
+	if sameBits(noDrop.res.params[l.AdapterChunk(0)], ref.res.params[l.AdapterChunk(0)]) == 0 {
+		t.Error("dropout 0.1 trained the adapters as dropout 0 does: no input was dropped")
 	}
 	specs := []freezeSpec{
 		{stage: 1, n: n, opt: "cpu", param: "none"},

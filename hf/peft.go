@@ -153,10 +153,8 @@ func OpenPEFT(dir string, s model.Shape) (*PEFTAdapter, error) {
 		return nil, bad("rank_pattern or alpha_pattern: per-module ranks are not built")
 	case cfg.LoftQConfig != nil && nonEmpty(cfg.LoftQConfig):
 		return nil, bad("loftq_config: LoftQ initialisation is not built")
-	case cfg.Dropout != 0:
-		return nil, bad("lora_dropout %g: adapter dropout is not built (training continued from this adapter would drop nothing); set it to 0", cfg.Dropout)
 	}
-	o := model.LoRA{R: cfg.R, Alpha: cfg.Alpha, RSLoRA: cfg.UseRSLoRA}
+	o := model.LoRA{R: cfg.R, Alpha: cfg.Alpha, Dropout: cfg.Dropout, RSLoRA: cfg.UseRSLoRA}
 	switch t := cfg.TargetModules.(type) {
 	case string:
 		if t != "all-linear" {

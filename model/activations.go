@@ -103,7 +103,7 @@ type activations struct {
 	dbig    gpu.Buffer // B·T·max(qkv width, MLP gradient width): gradient of qkv or of the MLP hidden layer
 	// LoRA's workspace (lora.go): a block's adapter chunk, x·Aᵀ and its
 	// gradient (B·T·r each), and a module's columns of a fused output.
-	loraW, loraG, loraT, loraDT, loraWide gpu.Buffer
+	loraW, loraG, loraT, loraDT, loraWide, loraXD gpu.Buffer
 }
 
 // layerActs are what one block saves for its backward. GPT-2 fills every
@@ -258,10 +258,13 @@ func planActivations(s Shape, batch, seq int, o ActivationOptions, a *activation
 		}},
 	)
 	if o.LoRA != nil {
-		chunk, wide := loraWorkspace(s, o.LoRA)
+		chunk, wide, in := loraWorkspace(s, o.LoRA)
 		segs := []segment{{"lora adapters", chunk, &a.loraW}, {"lora t", bt * o.LoRA.R, &a.loraT}, {"lora dt", bt * o.LoRA.R, &a.loraDT}}
 		if wide > 0 {
 			segs = append(segs, segment{"lora columns", bt * wide, &a.loraWide})
+		}
+		if in > 0 {
+			segs = append(segs, segment{"lora dropped input", bt * in, &a.loraXD})
 		}
 		plan = append(plan, allocation{"lora", TermLoRA, dt, segs},
 			allocation{"lora gradient", TermLoRA, gpu.F32, []segment{{"lora dA dB", chunk, &a.loraG}}})

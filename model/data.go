@@ -46,6 +46,19 @@ type Batch struct {
 	Rows, Seq    int
 	IDs, Targets []int32
 	Pos          []int32
+	// Dropout seeds the dropout of a training micro-batch (LoRA's adapter
+	// dropout, LoRA.Dropout); nil: none (an evaluation).
+	Dropout *DropoutKey
+}
+
+// DropoutKey is where a micro-batch's dropout masks come from: Seed is the
+// step's, FirstRow the global index of the batch's first row. An element's
+// decision depends on (Seed, block, module, its row's global index, its
+// position), never on how the global batch is split into micro-batches and
+// ranks (gpu.DropoutKeep).
+type DropoutKey struct {
+	Seed     uint64
+	FirstRow int64
 }
 
 // IgnoreTarget marks a token without a target (Batch.Targets).

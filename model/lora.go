@@ -29,6 +29,12 @@ import (
 // target or ends in "." + target ("c_proj" is GPT-2's attn.c_proj and
 // mlp.c_proj alike). A target that matches no module is an error.
 //
+// Dropout (LoRA.Dropout, in training micro-batches: Batch.Dropout)
+// multiplies each module's input by a mask before A, drawn counter-based
+// (gpu.DropoutKeep) from a stream per step, block and module and each
+// element's global row, so the backward and a recomputation draw it
+// again, whatever the split of the batch.
+//
 // The passes (lora.go's loraForward and loraBackward, called from the
 // blocks right after the base linear they adapt): the forward copies the
 // block's adapter chunk into the model's workspace (the Params rules hold
@@ -47,7 +53,7 @@ import (
 type LoRA struct {
 	R       int      `json:"r"`              // rank, > 0
 	Alpha   float64  `json:"alpha"`          // lora_alpha
-	Dropout float64  `json:"dropout"`        // lora_dropout: 0 (dropout is not built yet)
+	Dropout float64  `json:"dropout"`        // lora_dropout: the adapters' input dropout probability, [0, 1)
 	Targets []string `json:"target_modules"` // ["all-linear"]: every linear of the blocks
 	RSLoRA  bool     `json:"use_rslora"`     // scaling Alpha/√R
 }
@@ -74,6 +80,7 @@ type loraModule struct {
 	name    string // PEFT's module name: "q_proj", "c_attn", ...
 	path    string // within the block: "self_attn.q_proj", "attn.c_attn"
 	in, out int
+	index   int // its place among the block's adaptable modules (blockModules): its dropout stream
 	site    int // the GEMM output it adds to
 	off     int // its first column there
 	width   int // the columns of that output
@@ -129,8 +136,8 @@ func (o *LoRA) modules(s Shape) ([]loraModule, error) {
 		return nil, fmt.Errorf("strata.lora.r: %d must be > 0", o.R)
 	case math.IsNaN(o.Alpha) || math.IsInf(o.Alpha, 0) || o.Alpha <= 0:
 		return nil, fmt.Errorf("strata.lora.alpha: %g must be a positive number", o.Alpha)
-	case o.Dropout != 0:
-		return nil, fmt.Errorf("strata.lora.dropout: %g: adapter dropout is not built yet; write 0", o.Dropout)
+	case !(o.Dropout >= 0 && o.Dropout < 1):
+		return nil, fmt.Errorf("strata.lora.dropout: %g is not in [0, 1)", o.Dropout)
 	case len(o.Targets) == 0:
 		return nil, fmt.Errorf("strata.lora.target_modules: empty; name the linears to adapt")
 	}
@@ -170,6 +177,7 @@ func (o *LoRA) modules(s Shape) ([]loraModule, error) {
 		if !matched[i] {
 			continue
 		}
+		m.index = i
 		m.a, m.b = off, off+o.R*m.in
 		off = m.b + m.out*o.R
 		out = append(out, m)
@@ -233,27 +241,65 @@ type FrozenParams interface {
 type loraState struct {
 	mods    [siteCount][]loraModule
 	scaling float32
-	w       gpu.Buffer // the block's adapter chunk, copied
-	g       gpu.Buffer // the block's adapter gradient, F32, accumulated by its backward
-	t, dt   gpu.Buffer // bt×r each: x·Aᵀ and its gradient
-	wide    gpu.Buffer // bt×(widest module sharing a GEMM output): y's or dy's columns
+	// dropout: the threshold and scale of gpu.Dropout (threshold 0: none),
+	// and xd, bt×(widest input), the dropped input (in the backward also
+	// the dropped input gradient).
+	threshold uint32
+	dropScale float32
+	xd        gpu.Buffer
+	w         gpu.Buffer // the block's adapter chunk, copied
+	g         gpu.Buffer // the block's adapter gradient, F32, accumulated by its backward
+	t, dt     gpu.Buffer // bt×r each: x·Aᵀ and its gradient
+	wide      gpu.Buffer // bt×(widest module sharing a GEMM output): y's or dy's columns
 }
 
 // loraWorkspace is what planActivations lays out for o on a shape s: the
-// adapter chunk's elements, and the columns of the widest module that
-// shares its GEMM output with others (0: none does).
-func loraWorkspace(s Shape, o *LoRA) (chunk, wide int) {
+// adapter chunk's elements, the columns of the widest module that shares
+// its GEMM output with others (0: none does), and with dropout the widest
+// input (0: no dropout).
+func loraWorkspace(s Shape, o *LoRA) (chunk, wide, in int) {
 	mods, err := o.modules(s)
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for _, m := range mods {
 		chunk += o.R * (m.in + m.out)
 		if m.out != m.width {
 			wide = max(wide, m.out)
 		}
+		if o.Dropout > 0 {
+			in = max(in, m.in)
+		}
 	}
-	return chunk, wide
+	return chunk, wide, in
+}
+
+// dropoutOn says whether the adapters' inputs are dropped in this pass: a
+// training micro-batch (Batch.Dropout) of a LoRA with dropout.
+func (m *Model) dropoutOn() bool { return m.lora != nil && m.lora.threshold > 0 && m.drop != nil }
+
+// loraDropout writes module md's dropped input (x, bt×in, dropped as
+// gpu.DropoutKeep decides for the block's layer, the module and each
+// element's global row) into the workspace and returns it.
+func (m *Model) loraDropout(s gpu.Stream, md loraModule, x gpu.Buffer) gpu.Buffer {
+	lo, bt := m.lora, m.batch*m.seq
+	xd := lo.xd.Slice(0, bt*md.in)
+	m.dropMask(s, md, x, xd)
+	return xd
+}
+
+// dropMask applies module md's mask to x (bt×in) into y (y may be x).
+func (m *Model) dropMask(s gpu.Stream, md loraModule, x, y gpu.Buffer) {
+	lo, bt := m.lora, m.batch*m.seq
+	m.ops.Dropout(s, x, y, bt*md.in, dropoutSeed(m.drop.Seed, m.layer, md.index), m.drop.FirstRow*int64(m.seq*md.in), lo.threshold, lo.dropScale)
+}
+
+// dropoutSeed is the dropout stream of module index of block layer for a
+// step's seed.
+func dropoutSeed(seed uint64, layer, index int) uint64 {
+	z := seed ^ (uint64(layer)<<16|uint64(index))*0xd1b54a32d192ed03
+	z = (z ^ z>>32) * 0x9e3779b97f4a7c15
+	return z ^ z>>29
 }
 
 // newLoRAState groups o's modules by site, over the workspace in a.
@@ -262,7 +308,8 @@ func newLoRAState(s Shape, o *LoRA, a *activations) *loraState {
 	if err != nil {
 		panic(err) // validated by ActivationOptions.Validate
 	}
-	st := &loraState{scaling: float32(o.Scaling()), w: a.loraW, g: a.loraG, t: a.loraT, dt: a.loraDT, wide: a.loraWide}
+	st := &loraState{scaling: float32(o.Scaling()), w: a.loraW, g: a.loraG, t: a.loraT, dt: a.loraDT, wide: a.loraWide, xd: a.loraXD}
+	st.threshold, st.dropScale = gpu.DropoutThreshold(o.Dropout)
 	for _, m := range mods {
 		st.mods[m.site] = append(st.mods[m.site], m)
 	}
@@ -280,7 +327,11 @@ func (m *Model) loraForward(s gpu.Stream, site int, x, y gpu.Buffer) {
 	t := lo.t
 	for _, md := range lo.mods[site] {
 		a, b := lo.w.Slice(md.a, r*md.in), lo.w.Slice(md.b, md.out*r)
-		ops.Gemm(s, false, true, bt, r, md.in, 1, x, a, 0, t) // t = x·Aᵀ (bt×r)
+		xin := x
+		if m.dropoutOn() {
+			xin = m.loraDropout(s, md, x)
+		}
+		ops.Gemm(s, false, true, bt, r, md.in, 1, xin, a, 0, t) // t = dropout(x)·Aᵀ (bt×r)
 		if md.out == md.width {
 			ops.Gemm(s, false, true, bt, md.out, r, lo.scaling, t, b, 1, y) // y += scaling·t·Bᵀ
 			continue
@@ -314,14 +365,33 @@ func (m *Model) loraBackward(s gpu.Stream, site int, dy, x, dx gpu.Buffer) {
 			dym = lo.wide.Slice(0, bt*md.out)
 			ops.AddColumns(s, dym, dy, bt, md.out, md.out, 0, md.width, md.off, 0)
 		}
-		ops.Gemm(s, false, true, bt, r, md.in, 1, x, a, 0, lo.t)               // t = x·Aᵀ, again
+		xin := x
+		if m.dropoutOn() {
+			xin = m.loraDropout(s, md, x) // the forward's mask, again
+		}
+		ops.Gemm(s, false, true, bt, r, md.in, 1, xin, a, 0, lo.t)             // t = dropout(x)·Aᵀ, again
 		ops.Gemm(s, true, false, md.out, r, bt, lo.scaling, dym, lo.t, 1, gb)  // dB += scaling·dyᵀ·t
 		ops.Gemm(s, false, false, bt, r, md.out, lo.scaling, dym, b, 0, lo.dt) // dt = scaling·dy·B
-		ops.Gemm(s, true, false, r, md.in, bt, 1, lo.dt, x, 1, ga)             // dA += dtᵀ·x
+		ops.Gemm(s, true, false, r, md.in, bt, 1, lo.dt, xin, 1, ga)           // dA += dtᵀ·dropout(x)
 		if dx != nil {
-			ops.Gemm(s, false, false, bt, md.in, r, 1, lo.dt, a, 1, dx) // dx += dt·A
+			m.loraAddInputGrad(s, md, dx)
 		}
 	}
+}
+
+// loraAddInputGrad adds module md's share of the input's gradient to dx:
+// dt·A, through the module's dropout mask when there is one.
+func (m *Model) loraAddInputGrad(s gpu.Stream, md loraModule, dx gpu.Buffer) {
+	lo, bt, r := m.lora, m.batch*m.seq, m.act.LoRA.R
+	a := lo.w.Slice(md.a, r*md.in)
+	if !m.dropoutOn() {
+		m.ops.Gemm(s, false, false, bt, md.in, r, 1, lo.dt, a, 1, dx) // dx += dt·A
+		return
+	}
+	g := lo.xd.Slice(0, bt*md.in)
+	m.ops.Gemm(s, false, false, bt, md.in, r, 1, lo.dt, a, 0, g) // dt·A
+	m.dropMask(s, md, g, g)
+	m.ops.Add(s, dx, g, dx, bt*md.in)
 }
 
 // loraInputGrad adds the input gradient loraBackward(site, …, nil) left
@@ -331,8 +401,7 @@ func (m *Model) loraInputGrad(s gpu.Stream, site int, dx gpu.Buffer) {
 	if lo == nil || len(lo.mods[site]) == 0 {
 		return
 	}
-	md, r := lo.mods[site][0], m.act.LoRA.R
-	m.ops.Gemm(s, false, false, m.batch*m.seq, md.in, r, 1, lo.dt, lo.w.Slice(md.a, r*md.in), 1, dx)
+	m.loraAddInputGrad(s, lo.mods[site][0], dx)
 }
 
 // same says whether o and p are the same adapters.

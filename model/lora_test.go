@@ -43,9 +43,19 @@ func TestLoRAAgainstTorch(t *testing.T) {
 			LoRA{R: 4, Alpha: 16, RSLoRA: true, Targets: []string{"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}}},
 		{Shape{Name: "qwen2-test", Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 16, Arch: ArchQwen2, KVHeads: 1, FFN: 48, RopeTheta: 1e6, NormEps: 1e-6, TieEmbeddings: true},
 			LoRA{R: 2, Alpha: 4, Targets: []string{"v_proj", "q_proj", "up_proj"}}},
+		// Dropout 0.25 on the adapters' inputs: the reference multiplies
+		// each input by the mask gpu.DropoutKeep gives the module.
+		{Shape{Name: "llama-test", Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 16, Arch: ArchLlama, KVHeads: 2, FFN: 48, RopeTheta: 10000},
+			LoRA{R: 4, Alpha: 8, Dropout: 0.25, Targets: []string{"all-linear"}}},
+		{Shape{Name: "gpt2-test", Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 16},
+			LoRA{R: 4, Alpha: 8, Dropout: 0.25, Targets: []string{"c_attn", "c_proj", "c_fc"}}},
 	}
 	for i, tc := range cases {
-		t.Run(tc.s.ArchName(), func(t *testing.T) {
+		name := tc.s.ArchName()
+		if tc.o.Dropout > 0 {
+			name += "/dropout"
+		}
+		t.Run(name, func(t *testing.T) {
 			base, err := NewLayout(tc.s)
 			if err != nil {
 				t.Fatal(err)
@@ -57,6 +67,9 @@ func TestLoRAAgainstTorch(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(i), 78))
 			params := perturbedParams(l, uint64(20+i))
 			b := torchBatch(rng, tc.s.Vocab)
+			if tc.o.Dropout > 0 {
+				b.Dropout = &DropoutKey{Seed: 77, FirstRow: 5}
+			}
 			dir := t.TempDir()
 			writeLoRAReference(t, dir, l, params, b)
 			outPath := filepath.Join(dir, "torch.safetensors")
@@ -154,6 +167,34 @@ func writeLoRAReference(t *testing.T, dir string, l *Layout, params [][]float32,
 		t.Fatal(err)
 	}
 	if err := writeSafetensors(filepath.Join(dir, "adapter_model.safetensors"), adapters); err != nil {
+		t.Fatal(err)
+	}
+	if b.Dropout == nil {
+		return
+	}
+	// Each adapted module's mask, as the model draws it (gpu.DropoutKeep of
+	// the module's stream, element indices from the batch's global first row).
+	thr, scale := gpu.DropoutThreshold(o.Dropout)
+	mods, err := o.modules(l.Shape)
+	if err != nil {
+		t.Fatal(err)
+	}
+	masks := map[string]stTensor{}
+	for layer := range l.Shape.Layers {
+		for _, md := range mods {
+			n := b.Rows * b.Seq * md.in
+			v := make([]float32, n)
+			seed, off := dropoutSeed(b.Dropout.Seed, layer, md.index), b.Dropout.FirstRow*int64(b.Seq*md.in)
+			for i := range v {
+				if gpu.DropoutKeep(seed, off+int64(i), thr) {
+					v[i] = scale
+				}
+			}
+			name, _ := hfName(l.Shape, blockPrefix(l.Shape, layer)+md.path)
+			masks["base_model.model."+name+".dropout"] = stTensor{[]int{b.Rows, b.Seq, md.in}, v}
+		}
+	}
+	if err := writeSafetensors(filepath.Join(dir, "dropout_masks.safetensors"), masks); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -34,6 +34,8 @@ type Model struct {
 	a      activations
 	lora   *loraState   // nil without LoRA
 	frozen FrozenParams // the Backward's Params, when they freeze chunks
+	drop   *DropoutKey  // the last Forward's Batch.Dropout (a copy)
+	layer  int          // the block being run: its adapters' dropout streams
 
 	idsHost, targetsHost, posHost []byte    // staging for the uploads of ids, targets and positions
 	pending                       []pending // the Forwards whose losses are not read yet, oldest first
@@ -166,6 +168,11 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	counted := m.checkBatch(b)
 	bt, nl := m.batch*m.seq, m.shape.Layers
 	m.forwarded = false
+	m.drop = nil
+	if b.Dropout != nil {
+		k := *b.Dropout
+		m.drop = &k
+	}
 	store, err := m.inputStore(p)
 	if err != nil {
 		return err
@@ -278,6 +285,7 @@ func (m *Model) residual(s gpu.Stream, i int, next *int) (gpu.Buffer, int) {
 // block stops before its output projection, which its backward does not
 // read.
 func (m *Model) blockForward(s gpu.Stream, l int, w, x, out gpu.Buffer, recompute bool) {
+	m.layer = l
 	if m.shape.IsLlama() {
 		m.llamaBlockForward(s, w, x, out, m.a.layers[l], recompute)
 	} else {
@@ -290,6 +298,7 @@ func (m *Model) blockForward(s gpu.Stream, l int, w, x, out gpu.Buffer, recomput
 // block's parameter gradients into g (its weights' not when the block is
 // frozen: FrozenParams) and its adapters' into the adapter gradient.
 func (m *Model) blockBackward(s gpu.Stream, l int, w, g, x gpu.Buffer) {
+	m.layer = l
 	wg := func(off, n int) gpu.Buffer { return m.weightGrad(BlockChunk(l), g, off, n) }
 	if m.shape.IsLlama() {
 		m.llamaBlockBackward(s, w, g, x, m.a.layers[l], wg)

@@ -24,6 +24,10 @@ LORA, r, lora_alpha, use_rslora, target_modules; adapter_model.safetensors:
 B^T, scaling = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), as
 PEFT's LoraLayer; everything then runs in fp64, and the gradients of the
 adapter's tensors are written as "grad.NAME" too, under their PEFT names.
+With dropout_masks.safetensors beside it ("base_model.model.MODULE.dropout",
+the (rows, seq, in) factor of each kept input element, 0 for a dropped one),
+an adapter's input is multiplied by its module's mask first (lora_dropout
+as nn.Dropout applies it, with the masks given).
 
 With --greedy, PROMPT_JSON holds "ids" (one row of token ids) and
 OUT_JSON receives {"tokens": [...]}: N tokens generated greedily by full
@@ -105,7 +109,7 @@ def attend(q, k, v, allowed):
 
 # --- PEFT LoRA (peft's tuners/lora/layer.py, Linear.forward) ---
 
-LORA = {"adapters": {}, "scaling": 0.0}
+LORA = {"adapters": {}, "scaling": 0.0, "masks": {}}
 
 
 def lora_delta(h, module):
@@ -114,6 +118,9 @@ def lora_delta(h, module):
     if a is None:
         return 0.0
     b = LORA["adapters"]["base_model.model." + module + ".lora_B.weight"]
+    mask = LORA["masks"].get("base_model.model." + module + ".dropout")
+    if mask is not None:
+        h = h * mask.view(h.shape)
     return LORA["scaling"] * ((h @ a.t()) @ b.t())
 
 
@@ -240,6 +247,9 @@ def main(model_dir, batch_path, out_path):
         for name in params:
             params[name] = params[name].double()
         LORA["adapters"] = {n: params[n] for n in LORA["adapters"]}
+        masks = os.path.join(model_dir, "dropout_masks.safetensors")
+        if os.path.exists(masks):
+            LORA["masks"] = {n: t.double() for n, t in read_safetensors(masks).items()}
     for t in params.values():
         t.requires_grad_(True)
     with open(batch_path) as f:
