@@ -125,6 +125,18 @@ func TestLoRATrainExportEval(t *testing.T) {
 	if m, _ := evalJSON(t, "--model", merged, "--data", heldOut, "--seq", "64"); m.Loss != after.Loss {
 		t.Errorf("the merged export evaluates to %.17g, the run to %.17g", m.Loss, after.Loss)
 	}
+	// Streamed (bf16) and resident in bf16, and generation: the merged model too.
+	streamed, _ := evalJSON(t, "--model", run, "--data", heldOut, "--seq", "64", "--offload", "cpu")
+	if r, _ := evalJSON(t, "--model", merged, "--data", heldOut, "--seq", "64", "--dtype", "bf16"); streamed.Loss != r.Loss {
+		t.Errorf("the run streamed evaluates to %.17g, its merged export in bf16 to %.17g", streamed.Loss, r.Loss)
+	}
+	g1, _, err := runApp(t, "generate", "--model", run, "--prompt", "The cat", "--max-new-tokens", "12")
+	if err != nil {
+		t.Fatalf("generate from the LoRA run: %v", err)
+	}
+	if g2, _, err := runApp(t, "generate", "--model", merged, "--prompt", "The cat", "--max-new-tokens", "12"); err != nil || g1 != g2 {
+		t.Errorf("generate: the run says %q, its merged export %q (%v)", g1, g2, err)
+	}
 
 	// Continue from the PEFT adapter: one step at learning rate 0 leaves
 	// the adapters and the base as imported.
