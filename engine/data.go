@@ -118,7 +118,7 @@ func (e *Engine) rows(step int64, rank, micro int) (model.Batch, error) {
 	} else {
 		b, err = d.dataset.Rows(first, e.micro)
 	}
-	if o := e.layout.LoRA; err == nil && o != nil && o.Dropout > 0 {
+	if err == nil && e.layout != nil && e.layout.LoRA != nil && e.layout.LoRA.Dropout > 0 {
 		// LoRA's adapter dropout: the step's stream, the rows' global
 		// indices (the same masks whatever the split into ranks).
 		b.Dropout = &model.DropoutKey{Seed: dropoutStepSeed(e.cfg.Strata.Seed, step), FirstRow: first}
