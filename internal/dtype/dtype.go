@@ -18,6 +18,10 @@ const (
 	// codes; a smaller array is plain fp32. It has no fixed element size:
 	// Bytes(n) is its size.
 	Q8
+	// NF4 is QLoRA's 4-bit NormalFloat, blockwise (internal/nf4: an fp32
+	// absmax per 64 values, then two 4-bit codes a byte): a frozen base's
+	// weights in the tiers. No fixed element size: Bytes(n).
+	NF4
 )
 
 // Q8Block is the number of elements that share one Q8 scale, counted from
@@ -36,6 +40,9 @@ func (d DType) Bytes(n int) int64 {
 			return 4 * int64(n)
 		}
 		return 4*int64((n+Q8Block-1)/Q8Block) + int64(n)
+	}
+	if d == NF4 {
+		return 4*int64((n+63)/64) + int64(n+1)/2 // internal/nf4.Bytes
 	}
 	return int64(n) * int64(d.Size())
 }
@@ -67,6 +74,8 @@ func (d DType) String() string {
 		return "f64"
 	case Q8:
 		return "q8"
+	case NF4:
+		return "nf4"
 	case U8:
 		return "u8"
 	}
