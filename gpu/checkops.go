@@ -28,6 +28,7 @@ type Kernels[S, B any] interface {
 	Add(s S, a, b, out B, n int)
 	AddColumns(s S, dst, src B, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32)
 	Dropout(s S, x, y B, n int, seed uint64, offset int64, threshold uint32, scale float32)
+	DequantizeNF4(s S, src, dst B, n int)
 	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
 	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
 	EmbeddingForward(s S, ids, pos, wte, wpe, out B, batch, seq, dim int)
@@ -305,6 +306,12 @@ func (o *checkedOps[S, B]) Dropout(s Stream, x, y Buffer, n int, seed uint64, of
 	}
 	rs := o.stream(s)
 	o.k.Dropout(rs, o.float(x, "dropout x", n), o.float(y, "dropout y", n), n, seed, offset, threshold, scale)
+}
+
+func (o *checkedOps[S, B]) DequantizeNF4(s Stream, src, dst Buffer, n int) {
+	o.dims("dequantize-nf4", n)
+	rs := o.stream(s)
+	o.k.DequantizeNF4(rs, o.typed(src, "dequantize-nf4 src", U8, int(NF4.Bytes(n))), o.float(dst, "dequantize-nf4 dst", n), n)
 }
 
 func (o *checkedOps[S, B]) CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int) {

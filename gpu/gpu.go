@@ -18,7 +18,14 @@ const (
 	BF16 = dtype.BF16
 	I32  = dtype.I32
 	F64  = dtype.F64
+	// U8 is bytes: a buffer of packed codes (NF4 weights, DequantizeNF4)
+	// whose layout an op defines.
+	U8 = dtype.U8
 )
+
+// NF4 names internal/nf4's layout for its size (dtype.NF4.Bytes): a U8
+// buffer holds it on a device.
+const NF4 = dtype.NF4
 
 // Kind classifies an allocation for memory accounting. The engine reports the
 // peak of model-state bytes (params, grads, optimizer state) separately from

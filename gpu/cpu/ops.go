@@ -1,11 +1,13 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"math"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/nf4"
 )
 
 // kernels are the Ops of one Device behind the front end's checks
@@ -175,6 +177,29 @@ func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset in
 				}
 			}
 			storeF32(y, lo, v)
+		})
+		return nil
+	})
+}
+
+// DequantizeNF4: dst = internal/nf4.Dequantize of src's bytes, rounded
+// into dst's dtype.
+func (o *kernels) DequantizeNF4(s *Stream, src, dst *Buffer, n int) {
+	s.enqueue(func() error {
+		o.elementwise((n+nf4.BlockSize-1)/nf4.BlockSize, func(lo, hi int) {
+			raw := src.raw()
+			codes := raw[4*nf4.Blocks(n):]
+			a, b := lo*nf4.BlockSize, min(hi*nf4.BlockSize, n)
+			v := make([]float32, b-a)
+			for i := a; i < b; i++ {
+				absmax := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*(i/nf4.BlockSize):]))
+				c := codes[i/2] >> 4
+				if i%2 == 1 {
+					c = codes[i/2] & 0xf
+				}
+				v[i-a] = nf4.Values[c] * absmax
+			}
+			storeF32(dst, a, v)
 		})
 		return nil
 	})

@@ -261,6 +261,25 @@ extern "C" __global__ void dropout(const void* x, int dx, void* y, int dy, i64 n
     }
 }
 
+// dequant_nf4: internal/nf4's layout (the fp32 absmax of every 64 values,
+// then two codes a byte, the earlier value in the high nibble), the NF4
+// table's entry times the absmax.
+__device__ __constant__ float nf4_values[16] = {
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,
+    -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,
+    0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,
+    0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f};
+
+extern "C" __global__ void dequant_nf4(const void* src, void* dst, int dd, i64 n) {
+    const float* absmax = (const float*)src;
+    const unsigned char* codes = (const unsigned char*)src + 4 * ((n + 63) / 64);
+    GRID_STRIDE(i, n) {
+        unsigned char b = codes[i / 2];
+        unsigned int c = (i % 2 == 0) ? (b >> 4) : (b & 0xf);
+        st(dst, dd, i, nf4_values[c] * absmax[i / 64]);
+    }
+}
+
 extern "C" __global__ void scale(void* x, int dt, float alpha, i64 n) {
     GRID_STRIDE(i, n) {
         if (dt == DT_F64) ((double*)x)[i] *= (double)alpha;

@@ -52,6 +52,11 @@ func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset in
 	s.launchN("dropout", int64(n), x.p(), dt(x), y.p(), dt(y), int64(n), int64(seed), offset, threshold, scale) // seed's bits
 }
 
+// DequantizeNF4: dst = internal/nf4's decoding of src.
+func (o *kernels) DequantizeNF4(s *Stream, src, dst *Buffer, n int) {
+	s.launchN("dequant_nf4", int64(n), src.p(), dst.p(), dt(dst), int64(n))
+}
+
 // Cast: dst = src converted, as gpu/cpu converts (bf16: nearest even; f64
 // to bf16 through f32; floats to i32 truncate). Same dtypes copy.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {

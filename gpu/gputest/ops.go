@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/nf4"
 )
 
 // storage configurations: every float buffer F32, or every float buffer
@@ -31,6 +32,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("Add/"+dt.String(), func(t *testing.T) { testAdd(t, d, s, dt) })
 		t.Run("AddColumns/"+dt.String(), func(t *testing.T) { testAddColumns(t, d, s, dt) })
 		t.Run("Dropout/"+dt.String(), func(t *testing.T) { testDropout(t, d, s, dt) })
+		t.Run("DequantizeNF4/"+dt.String(), func(t *testing.T) { testDequantizeNF4(t, d, s, dt) })
 		t.Run("ScaleAxpy/"+dt.String(), func(t *testing.T) { testScaleAxpy(t, d, s, dt) })
 		t.Run("Adam/"+dt.String(), func(t *testing.T) { testAdam(t, d, s, dt) })
 	}
@@ -209,6 +211,43 @@ func testDropout(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	}
 	if sd := math.Sqrt(n * 0.05 * 0.95); math.Abs(float64(kept)-0.95*n) > 4*sd {
 		t.Errorf("p 0.05 kept %d of %d, want %.0f ± %.0f", kept, n, 0.95*n, 4*sd)
+	}
+}
+
+// testDequantizeNF4: 200 values (three blocks and a short one, one block
+// all zeros) quantized by internal/nf4 decode on the device to
+// nf4.Dequantize's values, rounded once into dt.
+func testDequantizeNF4(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(21)
+	vals := randVals(r, 200, 3)
+	for i := 64; i < 128; i++ {
+		vals[i] = 0
+	}
+	f := make([]float32, len(vals))
+	for i, v := range vals {
+		f[i] = float32(v)
+	}
+	q := make([]byte, nf4.Bytes(len(f)))
+	nf4.Quantize(q, f)
+	want := make([]float32, len(f))
+	nf4.Dequantize(want, q)
+	src, err := d.Alloc(len(q), gpu.U8, gpu.Tag{Kind: gpu.Workspace, Purpose: "gputest"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Free(src) })
+	d.CopyHostToDevice(s, src, 0, q)
+	dst := alloc(t, d, len(f), dt)
+	d.Ops().DequantizeNF4(s, src, dst, len(f))
+	got := download(t, d, s, dst)
+	for i := range want {
+		w := float64(want[i])
+		if dt == gpu.BF16 {
+			w = stored([]float64{w}, dt)[0]
+		}
+		if got[i] != w || math.Signbit(got[i]) != math.Signbit(w) {
+			t.Fatalf("value %d: %v, want %v", i, got[i], w)
+		}
 	}
 }
 

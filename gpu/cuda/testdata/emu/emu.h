@@ -45,6 +45,7 @@ inline thread_local long emu_syncs;
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+#define __constant__
 #define __launch_bounds__(n)
 
 inline void __syncthreads() {

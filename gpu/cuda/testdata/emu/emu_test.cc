@@ -108,6 +108,7 @@ int main(int argc, char** argv) {
         if (want("cross-entropy")) testCrossEntropy();
         if (want("add-columns")) testAddColumns();
         if (want("dropout")) testDropout();
+        if (want("dequant-nf4")) testDequantNF4();
     }
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
