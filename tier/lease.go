@@ -82,7 +82,7 @@ func (s *Store) Acquire(key shard.Key, t shard.Tier, kind shard.Kind) (*Lease, e
 		if t == shard.HBM {
 			l.dev = c.m.dev
 		} else {
-			l.host = c.m.host.Bytes()[:e.sizeBytes:e.sizeBytes]
+			l.host = c.m.host.Bytes()[:e.storedBytes:e.storedBytes]
 		}
 		return l, nil
 	}

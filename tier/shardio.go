@@ -22,8 +22,8 @@ func (s *Store) WriteHome(key shard.Key, src []byte) error {
 	if err != nil {
 		return err
 	}
-	if w.SizeBytes != int64(len(src)) {
-		return fmt.Errorf("tier: write %s: %d bytes given, the shard holds %d: %w", key, len(src), w.SizeBytes, ErrBadMove)
+	if w.StoredBytes != int64(len(src)) {
+		return fmt.Errorf("tier: write %s: %d bytes given, the shard holds %d: %w", key, len(src), w.StoredBytes, ErrBadMove)
 	}
 	switch w.Spec.Home {
 	case shard.HBM:
@@ -69,12 +69,12 @@ func (s *Store) ReadNewest(key shard.Key, dst []byte) error {
 	if w.Lost != nil {
 		return w.Lost
 	}
-	if w.SizeBytes != int64(len(dst)) {
-		return fmt.Errorf("tier: read %s: %d bytes asked, the shard holds %d: %w", key, len(dst), w.SizeBytes, ErrBadMove)
+	if w.StoredBytes != int64(len(dst)) {
+		return fmt.Errorf("tier: read %s: %d bytes asked, the shard holds %d: %w", key, len(dst), w.StoredBytes, ErrBadMove)
 	}
 	switch {
 	case w.Copies[shard.Host].Valid:
-	case w.Copies[shard.HBM].Valid:
+	case w.Copies[shard.HBM].Valid && !w.Spec.coded(): // a coded shard's HBM copy is decoded: its stored bytes are elsewhere
 		l, err := s.Acquire(key, shard.HBM, shard.Read)
 		if err != nil {
 			return err

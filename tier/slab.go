@@ -110,12 +110,16 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 	}
 	want := map[hbmClassKey]int64{}
 	models := map[hbmClassKey]bool{} // classes that hold model state (not only saved inputs)
+	stored := make([]int64, len(s.devs)) // the largest coded shard per device: its codec scratch
 	s.mu.Lock()
 	for _, e := range s.entries {
 		if e.spec.Home != shard.HBM && slices.Contains(states, e.key.State) && int(e.key.Rank) < len(s.devs) {
 			k := hbmClassKey{e.key.Rank, e.spec.Elems, e.spec.DType}
 			want[k]++
 			models[k] = models[k] || e.key.State != shard.Activation
+			if e.spec.coded() {
+				stored[e.key.Rank] = max(stored[e.key.Rank], e.storedBytes)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -157,6 +161,10 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 		}
 		classes[k] = c
 		bytes[k.rank] += buf.Bytes()
+	}
+	if err := s.reserveCodec(stored, bytes); err != nil {
+		undo()
+		return err
 	}
 	s.slots.mu.Lock()
 	s.slots.classes, s.slots.bytes = classes, bytes

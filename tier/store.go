@@ -21,10 +21,28 @@ type Spec struct {
 	Elems int         // elements
 	DType dtype.DType // element type
 	Home  shard.Tier  // where the shard persists: its space there is held until Unregister
+	// Stored, when set, is the dtype of the host and NVMe copies, which
+	// the HBM copy (DType) is decoded from as it arrives: BF16 from NF4
+	// (a frozen base streamed in 4 bits, gpu.Ops.DequantizeNF4 on the
+	// device's host-to-device stream). Such a shard's HBM copy is
+	// read-only: nothing writes it back. 0: DType everywhere.
+	Stored dtype.DType
 }
 
-// SizeBytes is DType.Bytes(Elems).
+// SizeBytes is DType.Bytes(Elems): the HBM copy's size.
 func (s Spec) SizeBytes() int64 { return s.DType.Bytes(s.Elems) }
+
+// StoredBytes is the size of the host and NVMe copies: Stored.Bytes(Elems),
+// or SizeBytes.
+func (s Spec) StoredBytes() int64 {
+	if s.Stored == 0 {
+		return s.SizeBytes()
+	}
+	return s.Stored.Bytes(s.Elems)
+}
+
+// coded says whether the host and NVMe copies are coded (Stored set).
+func (s Spec) coded() bool { return s.Stored != 0 && s.Stored != s.DType }
 
 // mem is the memory of one copy: exactly one of dev, host, ext is set. An
 // HBM copy in a slot (ReserveHBM) names its class and index.
@@ -64,8 +82,9 @@ type replica struct {
 type entry struct {
 	key          shard.Key
 	spec         Spec
-	sizeBytes    int64
-	ioBytes      int64                  // sizeBytes rounded up to the swap alignment (host buffers and extents)
+	sizeBytes    int64                  // the HBM copy's (Spec.SizeBytes)
+	storedBytes  int64                  // the host and NVMe copies' (Spec.StoredBytes)
+	ioBytes      int64                  // storedBytes rounded up to the swap alignment (host buffers and extents)
 	charge       [shard.TierCount]int64 // bytes a copy costs in each tier's budget
 	version      uint64                 // newest data; starts at 1 (the zeros of Register)
 	copies       [shard.TierCount]replica
@@ -118,6 +137,7 @@ type Store struct {
 	closed  bool
 	frees   []pendingFree
 	slots   hbmSlots
+	codec   []codecScratch // per device: where coded shards land before they are decoded
 	entries map[shard.Key]*entry
 	pools   []usage // poolHost, poolNVMe, then poolHBM+rank
 	wg      sync.WaitGroup
@@ -174,6 +194,7 @@ func New(o Options) (*Store, error) {
 		s.h2d = append(s.h2d, d.NewStream())
 		s.d2h = append(s.d2h, d.NewStream())
 	}
+	s.codec = make([]codecScratch, len(o.Devices))
 	s.register()
 	return s, nil
 }
@@ -212,11 +233,14 @@ func (s *Store) Register(key shard.Key, spec Spec) error {
 	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 {
 		return fmt.Errorf("tier: register %s: %d elements of %s: want a positive count of a known dtype", key, spec.Elems, spec.DType)
 	}
+	if spec.coded() && (spec.DType != dtype.BF16 || spec.Stored != dtype.NF4 || spec.Home == shard.HBM) {
+		return fmt.Errorf("tier: register %s: %s decoded from %s homed in %s: only bf16 from nf4, homed in host RAM or on NVMe, is built: %w", key, spec.DType, spec.Stored, spec.Home, ErrBadMove)
+	}
 	if err := s.tierOK(spec.Home, key.Rank); err != nil {
 		return fmt.Errorf("tier: register %s home %s: %w", key, spec.Home, err)
 	}
-	e := &entry{key: key, spec: spec, sizeBytes: spec.SizeBytes(), version: 1}
-	e.ioBytes = units.AlignUp(e.sizeBytes, s.ioAlign)
+	e := &entry{key: key, spec: spec, sizeBytes: spec.SizeBytes(), storedBytes: spec.StoredBytes(), version: 1}
+	e.ioBytes = units.AlignUp(e.storedBytes, s.ioAlign)
 	e.charge[shard.HBM] = e.sizeBytes
 	e.charge[shard.Host] = units.AlignUp(e.ioBytes, s.hostAlign)
 	e.charge[shard.NVMe] = e.ioBytes
@@ -416,7 +440,10 @@ type CopyState struct {
 // Residency is where a shard is.
 type Residency struct {
 	Spec      Spec
-	SizeBytes int64
+	SizeBytes int64 // the HBM copy's (Spec.SizeBytes)
+	// StoredBytes is the host and NVMe copies' (Spec.StoredBytes): what
+	// WriteHome and ReadNewest move and a host lease's Bytes hold.
+	StoredBytes int64
 	// ChargeBytes is what a copy costs in each tier's budget: SizeBytes in
 	// HBM, the pinned buffer's padded size in host, the extent (padded to
 	// the swap's alignment) in NVMe. A planner must count these.
@@ -437,7 +464,7 @@ func (s *Store) Where(key shard.Key) (Residency, error) {
 	if e == nil {
 		return Residency{}, fmt.Errorf("tier: where %s: %w", key, ErrUnknown)
 	}
-	r := Residency{Spec: e.spec, SizeBytes: e.sizeBytes, ChargeBytes: e.charge}
+	r := Residency{Spec: e.spec, SizeBytes: e.sizeBytes, StoredBytes: e.storedBytes, ChargeBytes: e.charge}
 	alive := false
 	var causes []error
 	for t := range e.copies {
@@ -503,6 +530,7 @@ func (s *Store) Close() error {
 		s.removeIfEmptyLocked(e)
 	}
 	s.closeSlotsLocked()
+	s.closeCodecLocked()
 	if len(leased) > 0 {
 		return errors.Join(regErr, fmt.Errorf("tier: closed with leases outstanding (their copies are freed at the last Release): %s", strings.Join(leased, ", ")))
 	}

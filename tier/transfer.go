@@ -358,9 +358,9 @@ func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinne
 	// staging buffer of a two-hop move, else the host copy.
 	switch {
 	case from == shard.HBM && to == shard.Host:
-		return hop(shard.HBMToHost, e.sizeBytes, func() error { return s.download(e, sm.dev, dm.host) })
+		return hop(shard.HBMToHost, e.storedBytes, func() error { return s.download(e, sm.dev, dm.host) })
 	case from == shard.Host && to == shard.HBM:
-		return hop(shard.HostToHBM, e.sizeBytes, func() error { return s.upload(e, sm.host, dm.dev) })
+		return hop(shard.HostToHBM, e.storedBytes, func() error { return s.upload(e, sm.host, dm.dev) })
 	case from == shard.Host && to == shard.NVMe:
 		return hop(shard.HostToNVMe, e.ioBytes, func() error { return s.write(sm.host, dm.ext) })
 	case from == shard.NVMe && to == shard.Host:
@@ -370,7 +370,7 @@ func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinne
 		}
 		return hop(shard.NVMeToHost, e.ioBytes, func() error { return s.read(sm.ext, dm.host) })
 	case from == shard.HBM && to == shard.NVMe:
-		if err := hop(shard.HBMToHost, e.sizeBytes, func() error { return s.download(e, sm.dev, stage) }); err != nil {
+		if err := hop(shard.HBMToHost, e.storedBytes, func() error { return s.download(e, sm.dev, stage) }); err != nil {
 			return err
 		}
 		return hop(shard.HostToNVMe, e.ioBytes, func() error { return s.write(stage, dm.ext) })
@@ -380,7 +380,7 @@ func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinne
 		} else if err := hop(shard.NVMeToHost, e.ioBytes, func() error { return s.read(sm.ext, stage) }); err != nil {
 			return err
 		}
-		return hop(shard.HostToHBM, e.sizeBytes, func() error { return s.upload(e, stage, dm.dev) })
+		return hop(shard.HostToHBM, e.storedBytes, func() error { return s.upload(e, stage, dm.dev) })
 	}
 	panic(fmt.Sprintf("tier: transfer %s -> %s", from, to))
 }
@@ -388,6 +388,9 @@ func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinne
 // download copies a device buffer into a pinned buffer on the device's
 // device-to-host stream and waits for the copy's event.
 func (s *Store) download(e *entry, src gpu.Buffer, dst *pinned.Buffer) error {
+	if e.spec.coded() {
+		return fmt.Errorf("tier: %s: its %s HBM copy is decoded from %s and read-only: it is not written back: %w", e.key, e.spec.DType, e.spec.Stored, ErrBadMove)
+	}
 	r := e.key.Rank
 	dst.Lease()
 	defer dst.Release()
@@ -400,12 +403,16 @@ func (s *Store) download(e *entry, src gpu.Buffer, dst *pinned.Buffer) error {
 }
 
 // upload copies a pinned buffer into a device buffer on the device's
-// host-to-device stream and waits for the copy's event.
+// host-to-device stream and waits for the copy's event; a coded shard's
+// bytes go to the device's codec scratch and are decoded into dst there.
 func (s *Store) upload(e *entry, src *pinned.Buffer, dst gpu.Buffer) error {
 	r := e.key.Rank
 	src.Lease()
 	defer src.Release()
 	st := s.h2d[r]
+	if e.spec.coded() {
+		return s.uploadCoded(e, src, dst)
+	}
 	s.devs[r].CopyHostToDevice(st, dst, 0, src.Bytes()[:e.sizeBytes])
 	ev := s.devs[r].NewEvent()
 	st.Record(ev)
