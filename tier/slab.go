@@ -109,7 +109,7 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 		return fmt.Errorf("tier: ReserveHBM called twice: %w", ErrBadMove)
 	}
 	want := map[hbmClassKey]int64{}
-	models := map[hbmClassKey]bool{} // classes that hold model state (not only saved inputs)
+	models := map[hbmClassKey]bool{}     // classes that hold model state (not only saved inputs)
 	stored := make([]int64, len(s.devs)) // the largest coded shard per device: its codec scratch
 	s.mu.Lock()
 	for _, e := range s.entries {
