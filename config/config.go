@@ -218,7 +218,19 @@ type LoRA struct {
 	Dropout       float64  `json:"dropout"` // the adapters' input dropout, [0, 1); default 0
 	TargetModules []string `json:"target_modules"`
 	UseRSLoRA     bool     `json:"use_rslora"`
+	// BaseDType is how the frozen base's param shards are stored in host
+	// RAM and on NVMe: "bf16" (the default) or "nf4" (QLoRA's 4-bit
+	// NormalFloat, block 64: about a quarter of the bytes, decoded to bf16
+	// on the device as each shard arrives). nf4 needs the params offloaded
+	// (zero_optimization.offload_param cpu or nvme, stage 3).
+	BaseDType string `json:"base_dtype,omitempty"`
 }
+
+// Base dtypes of strata.lora.base_dtype.
+const (
+	BaseBF16 = "bf16"
+	BaseNF4  = "nf4"
+)
 
 // OptimizerState is strata.optimizer_state. Narrow moments need the
 // optimizer offloaded (zero_optimization.offload_optimizer.device cpu or

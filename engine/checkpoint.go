@@ -6,6 +6,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -369,6 +370,8 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 	switch s {
 	case shard.Param:
 		switch {
+		case e.paramNF4(c):
+			return nil // from the master: see below
 		case e.paramTiered(c):
 			return r.restoreTiered(tkey(c, r.idx, shard.Param), src)
 		case st.paramIsFull(c):
@@ -382,6 +385,14 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		return nil
 	case shard.Master, shard.AdamM, shard.AdamV:
 		switch {
+		case e.paramNF4(c) && s == shard.Master:
+			// An NF4 base shard is quantized from the checkpoint's fp32
+			// master (the decoded values of the run that saved it, whose
+			// quantization gives its bytes back: internal/nf4's round trip).
+			v := decode(src, gpu.F32)
+			q := make([]byte, nf4.Bytes(len(v)))
+			nf4.Quantize(q, v)
+			return r.restoreTiered(tkey(c, r.idx, shard.Param), q)
 		case e.chunks[c].frozen:
 			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
 		case e.offload:
@@ -402,6 +413,14 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 func (r *rank) saveFrozen(c int, s shard.State, dst []byte) error {
 	if s != shard.Master {
 		clear(dst)
+		return nil
+	}
+	if r.e.paramNF4(c) { // the decoded values, unrounded
+		v, err := r.nf4Values(tkey(c, r.idx, shard.Param))
+		if err != nil {
+			return err
+		}
+		copy(dst, encode(v, gpu.F32))
 		return nil
 	}
 	p := make([]byte, r.e.chunks[c].shard*r.e.precision.Size())
@@ -450,7 +469,28 @@ func (r *rank) writeDevice(b gpu.Buffer, src []byte) {
 // saveTiered copies the newest contents of a tier-store state into dst
 // (the runners are paused; a streaming save allocates nothing per shard).
 func (r *rank) saveTiered(k shard.Key, dst []byte) error {
+	if k.State == shard.Param && r.e.paramNF4(int(k.Chunk)) {
+		v, err := r.nf4Values(k)
+		if err != nil {
+			return err
+		}
+		copy(dst, encode(v, gpu.BF16))
+		return nil
+	}
 	return r.e.tiers.store.ReadNewest(k, dst)
+}
+
+// nf4Values are an NF4-stored param shard's values (strata.lora.base_dtype
+// "nf4"): its stored bytes decoded to fp32, as the device decodes them
+// before rounding to bf16.
+func (r *rank) nf4Values(k shard.Key) ([]float32, error) {
+	q, err := r.e.tiers.readShard(k)
+	if err != nil {
+		return nil, err
+	}
+	v := make([]float32, r.e.chunks[k.Chunk].shard)
+	nf4.Dequantize(v, q)
+	return v, nil
 }
 
 // restoreTiered writes src as the newest contents of a tier-store state

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/shard"
@@ -254,7 +256,13 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	}
 	if e.paramTiered(c) {
 		s := e.chunks[c].shard
-		b.tier = encodeInto(b.tier, padded[r.idx*s:(r.idx+1)*s], gpu.BF16)
+		vals := padded[r.idx*s : (r.idx+1)*s]
+		if e.paramNF4(c) { // quantized once, here, from the initial fp32 values
+			b.tier = slices.Grow(b.tier[:0], int(nf4.Bytes(s)))[:nf4.Bytes(s)]
+			nf4.Quantize(b.tier, vals)
+		} else {
+			b.tier = encodeInto(b.tier, vals, gpu.BF16)
+		}
 		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), b.tier); err != nil {
 			return err
 		}

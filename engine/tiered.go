@@ -73,6 +73,14 @@ type tiers struct {
 // (offload_param, which needs the host optimizer: checkOffload).
 func (e *Engine) paramTiered(c int) bool { return e.chunks[c].tiered }
 
+// paramNF4 says whether chunk c's param shards are stored in NF4 in the
+// tier store (strata.lora.base_dtype "nf4": a frozen base chunk streamed
+// from host RAM or NVMe, decoded to bf16 on the device; tier.Spec.Stored).
+func (e *Engine) paramNF4(c int) bool {
+	o := e.cfg.Strata.LoRA
+	return o != nil && o.BaseDType == config.BaseNF4 && e.chunks[c].frozen && e.chunks[c].tiered
+}
+
 func tkey(c, r int, s shard.State) shard.Key {
 	return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: s}
 }
@@ -210,6 +218,11 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 		for c, p := range e.chunks {
 			if e.paramTiered(c) {
 				put(tkey(c, r, shard.Param), p.shard, dtype.BF16, t.paramTier)
+				if e.paramNF4(c) {
+					sp := t.specs[tkey(c, r, shard.Param)]
+					sp.Stored = dtype.NF4
+					t.specs[tkey(c, r, shard.Param)] = sp
+				}
 			}
 			if p.frozen {
 				continue // no gradient, no optimizer state (freeze.go)
@@ -230,9 +243,13 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 	}
 	hostRank := make([]int64, e.n)
 	for k, sp := range t.specs {
-		t.homes[k.State][sp.Home] += sp.SizeBytes()
+		t.homes[k.State][sp.Home] += sp.StoredBytes()
 		if sp.Home == shard.Host {
-			hostRank[k.Rank] += ioBytes(sp.SizeBytes())
+			// The planner counts a shard at its largest charge in every
+			// tier (prefetch.Placement has one size): an NF4 shard at its
+			// bf16 size, so its host budget is planned as for bf16 (the
+			// pinned pool holds the NF4 copies with room to spare).
+			hostRank[k.Rank] += ioBytes(max(sp.SizeBytes(), sp.StoredBytes()))
 		}
 	}
 	s.HomeBytes = slices.Max(hostRank) // the ranks' are equal
@@ -435,7 +452,7 @@ func (t *tiers) initShard(k shard.Key, data []byte) error {
 // host memory for the read and evicted after, so the planner's picture of
 // the store stays true.
 func (t *tiers) readShard(k shard.Key) ([]byte, error) {
-	out := make([]byte, t.specs[k].SizeBytes())
+	out := make([]byte, t.specs[k].StoredBytes())
 	if err := t.store.ReadNewest(k, out); err != nil {
 		return nil, err
 	}
