@@ -61,10 +61,12 @@ type StepOptions struct {
 	// among "fp32" (the default), "bf16" and "int8": an engine each, all
 	// stepping alternately.
 	Moments []string
-	// Trains are what each run trains: "full" (every weight, the default)
-	// and "lora" (strata.lora of rank LoRARank, alpha twice that, on every
-	// linear of the blocks, the base frozen): an engine each, stepping
-	// alternately with the others.
+	// Trains are what each run trains: "full" (every weight, the default),
+	// "lora" (strata.lora of rank LoRARank, alpha twice that, on every
+	// linear of the blocks, the base frozen) and "qlora" (the same with the
+	// base stored in NF4 in the tiers: strata.lora.base_dtype, the
+	// offloaded modes only): an engine each, stepping alternately with the
+	// others.
 	Trains   []string
 	LoRARank int // default 16
 	// TracePath, when set, receives the Chrome trace-event timeline of the
@@ -163,8 +165,11 @@ func (o StepOptions) Validate() error {
 		}
 	}
 	for _, tr := range o.Trains {
-		if tr != "full" && tr != "lora" {
-			return fmt.Errorf("bench: train %q is not full or lora", tr)
+		if tr != "full" && tr != "lora" && tr != "qlora" {
+			return fmt.Errorf("bench: train %q is not full, lora or qlora", tr)
+		}
+		if tr == "qlora" && slices.ContainsFunc(o.Modes, func(m string) bool { return m == "resident" || m == "offload" }) {
+			return fmt.Errorf("bench: train qlora streams the base from host RAM or NVMe: modes host and nvme only")
 		}
 	}
 	if o.LoRARank < 1 {
@@ -206,8 +211,11 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
 		hb = o.HostBudgetBytes
 	}
 	lora := ""
-	if k.train == "lora" {
+	switch k.train {
+	case "lora":
 		lora = fmt.Sprintf(`, "lora": {"r": %d, "alpha": %d, "target_modules": "all-linear"}`, o.LoRARank, 2*o.LoRARank)
+	case "qlora":
+		lora = fmt.Sprintf(`, "lora": {"r": %d, "alpha": %d, "target_modules": "all-linear", "base_dtype": "nf4"}`, o.LoRARank, 2*o.LoRARank)
 	}
 	js := fmt.Sprintf(`{
   "train_micro_batch_size_per_gpu": %d,
@@ -273,8 +281,8 @@ func (m StepModeResult) Name() string {
 	if m.Moments != "" && m.Moments != config.MomentsFP32 {
 		n += "/" + m.Moments
 	}
-	if m.Train == "lora" {
-		n += "/lora"
+	if m.Train != "" && m.Train != "full" {
+		n += "/" + m.Train
 	}
 	return n
 }
@@ -696,8 +704,9 @@ func (r StepResult) String() string {
 	}
 	for _, m := range r.Modes {
 		if f := r.loraBase(m); f != nil {
-			fmt.Fprintf(&b, "%s / %s: step %.3f, optimizer %.3f, host->hbm bytes per step %.3f\n", m.Name(), f.Name(), m.MedianStep/f.MedianStep,
-				m.Optimizer/max(f.Optimizer, 1e-9), float64(m.LinkBytes[shard.HostToHBM])/max(float64(f.LinkBytes[shard.HostToHBM]), 1))
+			fmt.Fprintf(&b, "%s / %s: step %.3f, optimizer %.3f, host->hbm bytes per step %.3f, nvme->host %.3f\n", m.Name(), f.Name(), m.MedianStep/f.MedianStep,
+				m.Optimizer/max(f.Optimizer, 1e-9), float64(m.LinkBytes[shard.HostToHBM])/max(float64(f.LinkBytes[shard.HostToHBM]), 1),
+				float64(m.LinkBytes[shard.NVMeToHost])/max(float64(f.LinkBytes[shard.NVMeToHost]), 1))
 		}
 	}
 	if r.TraceMode != "" {
@@ -722,14 +731,16 @@ func (r StepResult) momentsBase(m StepModeResult) *StepModeResult {
 	return nil
 }
 
-// loraBase is the full run a LoRA run m compares with (the same mode,
-// overlap and moments), nil when m is none or there is none.
+// loraBase is the run a LoRA run m compares with (the same mode, overlap
+// and moments): a QLoRA run's the LoRA run, else the full run, nil when m
+// is none or there is none.
 func (r StepResult) loraBase(m StepModeResult) *StepModeResult {
-	if m.Train != "lora" {
+	want := map[string]string{"lora": "full", "qlora": "lora"}[m.Train]
+	if want == "" {
 		return nil
 	}
 	for i, f := range r.Modes {
-		if f.Mode == m.Mode && f.Overlap == m.Overlap && f.Moments == m.Moments && f.Train == "full" && f.MedianStep > 0 {
+		if f.Mode == m.Mode && f.Overlap == m.Overlap && f.Moments == m.Moments && f.Train == want && f.MedianStep > 0 {
 			return &r.Modes[i]
 		}
 	}

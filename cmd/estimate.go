@@ -227,9 +227,19 @@ func runEstimate(c *cli.Context) error {
 		if opts.Frozen, err = estimate.FrozenChunks(l, nil); err != nil {
 			return err
 		}
+		if lora.BaseNF4 {
+			if opts.Stage != 3 && c.Int("stage") != 3 || opts.ParamTier == shard.HBM {
+				return usagef("estimate: --lora base=nf4 streams the base from host RAM or NVMe: give --stage 3 and --offload-param cpu or nvme")
+			}
+			opts.FrozenParamDType = dtype.NF4
+		}
 		adapters := l.ParamCount() - base.ParamCount()
-		what += fmt.Sprintf("\nLoRA r %d, alpha %g on %s: the base (%s parameters) frozen, params only; adapters Ψₐ = %s trainable (%.3f%% of the base) in %d chunks",
-			lora.R, lora.Alpha, strings.Join(lora.Targets, ", "), groupDigits(base.ParamCount()), groupDigits(adapters),
+		stored := "bf16"
+		if lora.BaseNF4 {
+			stored = "NF4 in " + opts.ParamTier.String()
+		}
+		what += fmt.Sprintf("\nLoRA r %d, alpha %g on %s: the base (%s parameters) frozen, params only (%s); adapters Ψₐ = %s trainable (%.3f%% of the base) in %d chunks",
+			lora.R, lora.Alpha, strings.Join(lora.Targets, ", "), groupDigits(base.ParamCount()), stored, groupDigits(adapters),
 			100*float64(adapters)/float64(base.ParamCount()), len(l.Chunks)-len(base.Chunks))
 	}
 	if f := opts.Frozen; f != nil && shape != nil && lora == nil {
@@ -303,8 +313,13 @@ func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*mode
 			lc.TargetModules = strings.Split(v, "+")
 		case "rslora":
 			lc.UseRSLoRA = true
+		case "base":
+			if v != config.BaseBF16 && v != config.BaseNF4 {
+				return nil, usagef("estimate: --lora %q: base=%q is not bf16 or nf4", c.String("lora"), v)
+			}
+			lc.BaseDType = v
 		default:
-			return nil, usagef("estimate: --lora %q: %q is not r, alpha, targets or rslora", c.String("lora"), kv)
+			return nil, usagef("estimate: --lora %q: %q is not r, alpha, targets, rslora or base", c.String("lora"), kv)
 		}
 		if err != nil {
 			return nil, usagef("estimate: --lora %q: %s=%q is not a number", c.String("lora"), k, v)
@@ -316,6 +331,9 @@ func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*mode
 	cfgLoRA := &config.Config{}
 	cfgLoRA.Strata.LoRA = lc
 	o := estimate.LoRAFromConfig(cfgLoRA, *shape)
+	if lc.BaseDType == config.BaseNF4 {
+		o.BaseNF4 = true
+	}
 	if err := o.Validate(*shape); err != nil {
 		return nil, usagef("estimate: --lora: %v", err)
 	}

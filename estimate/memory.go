@@ -94,6 +94,10 @@ type Options struct {
 	// FrozenChunks): it keeps its params only, no gradient and no
 	// optimizer state. nil: every chunk trains.
 	Frozen []bool
+	// FrozenParamDType is how the frozen chunks' param shards are stored
+	// in ParamTier when that is host RAM or NVMe at stage 3
+	// (strata.lora.base_dtype): dtype.NF4, or 0 for bf16.
+	FrozenParamDType dtype.DType
 	// Inference says that nothing trains on purpose (an evaluation
 	// streamed through the tiers, engine.Options.Inference): every chunk
 	// may be frozen.
@@ -294,6 +298,8 @@ func Memory(o Options) (ModelState, error) {
 	// only: their elements, gathered (full) and one rank's (rank), and the
 	// frozen chunks' (what freezing saves).
 	var full, rank, frozenFull, frozenRank int64
+	var nf4Elems, nf4Bytes int64 // frozen sharded params stored in NF4 (FrozenParamDType)
+	nf4 := o.FrozenParamDType == dtype.NF4 && o.Stage == 3 && o.ParamTier != shard.HBM
 	for i, c := range o.ChunkParams {
 		s := ShardElems(c, o.Devices, o.ShardAlignElems)
 		e.Params += c
@@ -305,6 +311,10 @@ func Memory(o Options) (ModelState, error) {
 			e.PersistentBytes += 2 * c * (n - 1) / n
 		} else {
 			shardedParams += s
+			if nf4 && o.IsFrozen(i) {
+				nf4Elems += s
+				nf4Bytes += dtype.NF4.Bytes(int(s))
+			}
 		}
 		if o.IsFrozen(i) {
 			e.FrozenParams += c
@@ -336,7 +346,14 @@ func Memory(o Options) (ModelState, error) {
 		put(shard.Param, shard.HBM, e.PaddedElems, bf16, Coef{Full: 2})
 	} else {
 		e.PerRank[shard.Param][shard.HBM] += e.PersistentElems * bf16
-		put(shard.Param, o.ParamTier, shardedParams, bf16, Coef{PerN: 2})
+		if nf4Elems == 0 {
+			put(shard.Param, o.ParamTier, shardedParams, bf16, Coef{PerN: 2})
+		} else {
+			// The frozen shards in NF4 (0.5625 B/param: 4 bits and an fp32
+			// absmax per 64), the trainable ones in bf16.
+			put(shard.Param, o.ParamTier, shardedParams-nf4Elems, bf16, Coef{PerN: 0.5625, TrainPerN: 1.4375})
+			e.PerRank[shard.Param][o.ParamTier] += nf4Bytes
+		}
 	}
 	// Gradients: full on the device at stages 0-1, the rank's shard from
 	// stage 2; with the optimizer off the device, the reduced shard is also
@@ -615,7 +632,17 @@ func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 		Frozen:               frozen,
 		ActivationHostBytes:  InputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
 		MomentsDType:         momentsDType(c.Strata.OptimizerState.Moments),
+		FrozenParamDType:     frozenParamDType(c),
 	}, nil
+}
+
+// frozenParamDType is strata.lora.base_dtype's dtype: dtype.NF4 for
+// "nf4", else 0 (bf16).
+func frozenParamDType(c *config.Config) dtype.DType {
+	if c.Strata.LoRA != nil && c.Strata.LoRA.BaseDType == config.BaseNF4 {
+		return dtype.NF4
+	}
+	return 0
 }
 
 // momentsNames are strata.optimizer_state.moments's names of the moment dtypes.

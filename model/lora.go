@@ -56,6 +56,9 @@ type LoRA struct {
 	Dropout float64  `json:"dropout"`        // lora_dropout: the adapters' input dropout probability, [0, 1)
 	Targets []string `json:"target_modules"` // ["all-linear"]: every linear of the blocks
 	RSLoRA  bool     `json:"use_rslora"`     // scaling Alpha/√R
+	// BaseNF4 is strata.lora.base_dtype "nf4": how the engine stores the
+	// frozen base, nothing of the model's math (not recorded, not compared).
+	BaseNF4 bool `json:"-"`
 }
 
 // Scaling is the factor of the adapter's output.
