@@ -186,18 +186,21 @@ func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset in
 // into dst's dtype.
 func (o *kernels) DequantizeNF4(s *Stream, src, dst *Buffer, n int) {
 	s.enqueue(func() error {
-		o.elementwise((n+nf4.BlockSize-1)/nf4.BlockSize, func(lo, hi int) {
+		o.elementwise(nf4.Blocks(n), func(lo, hi int) {
 			raw := src.raw()
 			codes := raw[4*nf4.Blocks(n):]
 			a, b := lo*nf4.BlockSize, min(hi*nf4.BlockSize, n)
 			v := make([]float32, b-a)
-			for i := a; i < b; i++ {
-				absmax := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*(i/nf4.BlockSize):]))
-				c := codes[i/2] >> 4
-				if i%2 == 1 {
-					c = codes[i/2] & 0xf
+			for blk := lo; blk < hi; blk++ {
+				absmax := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*blk:]))
+				first, last := blk*nf4.BlockSize, min((blk+1)*nf4.BlockSize, n)
+				for i := first; i < last; i += 2 { // blocks start even: a byte holds i and i+1
+					c := codes[i/2]
+					v[i-a] = nf4.Values[c>>4] * absmax
+					if i+1 < last {
+						v[i+1-a] = nf4.Values[c&0xf] * absmax
+					}
 				}
-				v[i-a] = nf4.Values[c] * absmax
 			}
 			storeF32(dst, a, v)
 		})
