@@ -245,11 +245,7 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 	for k, sp := range t.specs {
 		t.homes[k.State][sp.Home] += sp.StoredBytes()
 		if sp.Home == shard.Host {
-			// The planner counts a shard at its largest charge in every
-			// tier (prefetch.Placement has one size): an NF4 shard at its
-			// bf16 size, so its host budget is planned as for bf16 (the
-			// pinned pool holds the NF4 copies with room to spare).
-			hostRank[k.Rank] += ioBytes(max(sp.SizeBytes(), sp.StoredBytes()))
+			hostRank[k.Rank] += ioBytes(sp.StoredBytes())
 		}
 	}
 	s.HomeBytes = slices.Max(hostRank) // the ranks' are equal
@@ -327,6 +323,11 @@ func (t *tiers) residency(r int) (prefetch.Residency, error) {
 				return nil, fmt.Errorf("engine: %w", err)
 			}
 			res[k] = prefetch.Placement{SizeBytes: slices.Max(w.ChargeBytes[:]), Home: sp.Home}
+			if sp.Stored != 0 && sp.Stored != sp.DType { // coded: each tier at its own charge
+				pl := res[k]
+				pl.TierBytes = w.ChargeBytes
+				res[k] = pl
+			}
 		}
 	}
 	return res, nil

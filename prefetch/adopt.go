@@ -49,8 +49,8 @@ func (p *Planner) checkAccess(a shard.Access) error {
 	}
 	for t := lo; t <= hi; t++ {
 		i := p.poolOf(s, t)
-		if b := p.budget[i]; b > 0 && ks.sizeBytes > b {
-			return fmt.Errorf("prefetch: %s (%d B) does not fit the %s budget of %d B", a.Key, ks.sizeBytes, p.names[i], b)
+		if b := p.budget[i]; b > 0 && ks.sizes[t] > b {
+			return fmt.Errorf("prefetch: %s (%d B) does not fit the %s budget of %d B", a.Key, ks.sizes[t], p.names[i], b)
 		}
 	}
 	return nil
@@ -134,7 +134,7 @@ func (p *Planner) longestChain() time.Duration {
 				to = from + 1
 			}
 			if l, ok := shard.LinkOf(from, to); ok {
-				d += p.opts.TransferTime(l, ks.sizeBytes)
+				d += p.opts.TransferTime(l, ks.linkBytes())
 			}
 			from = to
 		}
@@ -189,7 +189,7 @@ func (p *Planner) footprint() {
 			return
 		}
 		seen[[2]int32{s, int32(t)}] = true
-		fp[pi] += p.keys[s].sizeBytes
+		fp[pi] += p.keys[s].sizes[t]
 	}
 	for i := range p.keys {
 		ks := &p.keys[i]
@@ -199,7 +199,7 @@ func (p *Planner) footprint() {
 				for pi >= len(fp) {
 					fp = append(fp, 0)
 				}
-				fp[pi] += ks.sizeBytes
+				fp[pi] += ks.sizes[t]
 				seen[[2]int32{int32(i), int32(t)}] = true
 			}
 		}

@@ -120,7 +120,7 @@ func (p *Planner) listVictims(r *room) {
 	for _, i := range p.members[r.pi] {
 		ks := &p.keys[i]
 		if ks.leaving[t] {
-			r.leaving += ks.sizeBytes
+			r.leaving += ks.sizes[t]
 			continue
 		}
 		if t == ks.home || ks.stale[t] || (ks.copies[t] != present && ks.copies[t] != incoming) {
@@ -218,7 +218,7 @@ func (p *Planner) writeBackVictim(r *room, s int32) {
 	ks := &p.keys[s]
 	down := t + 1
 	if r.late && !r.demand {
-		if l, ok := shard.LinkOf(t, down); !ok || r.u.now+p.opts.TransferTime(l, ks.sizeBytes)+r.u.need > r.u.deadline {
+		if l, ok := shard.LinkOf(t, down); !ok || r.u.now+p.opts.TransferTime(l, ks.linkBytes())+r.u.need > r.u.deadline {
 			return
 		}
 	}
@@ -226,10 +226,10 @@ func (p *Planner) writeBackVictim(r *room, s int32) {
 		if ks.copies[down] != absent {
 			return
 		}
-		if !p.makeRoom(p.poolOf(s, down), ks.sizeBytes, r.g, r.demand, r.u) {
+		if !p.makeRoom(p.poolOf(s, down), ks.sizes[down], r.g, r.demand, r.u) {
 			return
 		}
-		p.used[p.poolOf(s, down)] += ks.sizeBytes
+		p.used[p.poolOf(s, down)] += ks.sizes[down]
 	}
 	ks.ver++
 	if down == ks.home {
@@ -240,8 +240,8 @@ func (p *Planner) writeBackVictim(r *room, s int32) {
 	}
 	ks.leaving[t] = true
 	ks.sources[t]++
-	r.leaving += ks.sizeBytes
-	p.emit(shard.Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: shard.WriteBack})
+	r.leaving += ks.sizes[t]
+	p.emit(shard.Move{Key: ks.key, From: t, To: down, SizeBytes: ks.linkBytes(), Reason: shard.WriteBack})
 	p.track(s, p.hop(s, t, down).link, ks.version)
 }
 
@@ -282,7 +282,7 @@ func (p *Planner) lateIfWait(v *victim, t shard.Tier, u urgency) bool {
 			}
 			for _, l := range [][2]shard.Tier{{o, t}, {t, o}} {
 				if k, ok := shard.LinkOf(l[0], l[1]); ok {
-					x = max(x, p.opts.TransferTime(k, ks.sizeBytes))
+					x = max(x, p.opts.TransferTime(k, ks.linkBytes()))
 				}
 			}
 		}
@@ -344,12 +344,12 @@ func (p *Planner) evictClean(s int32, t shard.Tier, pi int) {
 	ks := &p.keys[s]
 	ks.ver++
 	p.setCopy(s, t, absent)
-	p.used[pi] -= ks.sizeBytes
+	p.used[pi] -= ks.sizes[t]
 	to := t + 1
 	for int(to) < shard.TierCount && ks.copies[to] == absent {
 		to++
 	}
-	p.emit(shard.Move{Key: ks.key, From: t, To: to, SizeBytes: ks.sizeBytes, Reason: shard.Evict})
+	p.emit(shard.Move{Key: ks.key, From: t, To: to, SizeBytes: ks.linkBytes(), Reason: shard.Evict})
 }
 
 // willBeDirty reports whether the copy of s in t, busy now, will need a

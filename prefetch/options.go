@@ -148,6 +148,10 @@ func (s TierSet) Has(t shard.Tier) bool { return s&(1<<t) != 0 }
 // Placement is where one shard state lives when planning starts.
 type Placement struct {
 	SizeBytes int64
+	// TierBytes, when set, is the shard's size in each tier where it
+	// differs (a coded shard: bf16 in HBM, NF4 in host RAM and on NVMe);
+	// zero entries are SizeBytes. The links carry its host size.
+	TierBytes [shard.TierCount]int64
 	// Home is where the shard persists; its space there is always held.
 	Home shard.Tier
 	// Cached lists the other tiers that hold a clean copy.

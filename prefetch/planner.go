@@ -69,7 +69,8 @@ const never = int64(math.MaxInt64)
 
 type keyState struct {
 	key       shard.Key
-	sizeBytes int64
+	sizeBytes int64                  // the largest of sizes: an access's size
+	sizes     [shard.TierCount]int64 // a copy's size in each tier (Placement.TierBytes)
 	home      shard.Tier
 	copies    [shard.TierCount]copyState
 	dirty     bool // the home copy is older than the newest one
@@ -256,9 +257,16 @@ func New(res Residency, opts Options) (*Planner, error) {
 			return nil, fmt.Errorf("prefetch: %s: unknown home tier %d", k, pl.Home)
 		}
 		ks := keyState{key: k, sizeBytes: pl.SizeBytes, home: pl.Home, lastUse: -1}
+		for t := range ks.sizes {
+			ks.sizes[t] = pl.SizeBytes
+			if b := pl.TierBytes[t]; b > 0 {
+				ks.sizes[t] = b
+				ks.sizeBytes = max(ks.sizeBytes, b)
+			}
+		}
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
 			if t == pl.Home || pl.Cached.Has(t) {
-				p.used[p.pool(t, k.Rank)] += pl.SizeBytes
+				p.used[p.pool(t, k.Rank)] += ks.sizes[t]
 			}
 		}
 		s := int32(len(p.keys))
@@ -287,6 +295,10 @@ func keyLess(a, b shard.Key) bool {
 	}
 	return a.State < b.State
 }
+
+// linkBytes is what a move of the shard carries on a link: its host size
+// (a coded shard moves coded; the device decodes it).
+func (ks *keyState) linkBytes() int64 { return ks.sizes[shard.Host] }
 
 func (p *Planner) pool(t shard.Tier, rank int32) int {
 	id := poolID{tier: t}
@@ -552,8 +564,8 @@ func (p *Planner) dropStale(s int32, t shard.Tier) {
 		return
 	}
 	p.setCopy(s, t, absent)
-	p.used[p.poolOf(s, t)] -= ks.sizeBytes
-	p.emit(shard.Move{Key: ks.key, From: t, To: ks.home, SizeBytes: ks.sizeBytes, Reason: shard.Evict})
+	p.used[p.poolOf(s, t)] -= ks.sizes[t]
+	p.emit(shard.Move{Key: ks.key, From: t, To: ks.home, SizeBytes: ks.linkBytes(), Reason: shard.Evict})
 }
 
 // Completed tells the planner that a transfer it issued has finished.
@@ -578,7 +590,7 @@ func (p *Planner) Completed(m shard.Move, now time.Duration) {
 		ks.leaving[m.From] = false
 		p.setCopy(s, m.From, absent)
 		ks.stale[m.From] = false
-		p.used[p.poolOf(s, m.From)] -= ks.sizeBytes
+		p.used[p.poolOf(s, m.From)] -= ks.sizes[m.From]
 		p.setCopy(s, m.To, present)
 		if m.To == ks.home {
 			ks.dirty = false

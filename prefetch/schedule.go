@@ -163,7 +163,7 @@ func (p *Planner) dispatch(now time.Duration) bool {
 			for h := 0; h < c.nhops; h++ {
 				u.need += c.hops[h].xfer
 			}
-			ok := p.makeRoom(pi, p.keys[c.slot].sizeBytes, c.g, c.demand, u)
+			ok := p.makeRoom(pi, p.keys[c.slot].sizes[p.poolIDs[pi].tier], c.g, c.demand, u)
 			if ok {
 				p.issue(c)
 			} else {
@@ -220,7 +220,7 @@ func (p *Planner) markFree(cands []cand) {
 			if pi >= len(need) || p.budget[pi] == 0 {
 				return
 			}
-			need[pi] += ks.sizeBytes
+			need[pi] += ks.sizes[t]
 			if stop[pi] || p.used[pi]+need[pi] > p.budget[pi] {
 				stop[pi] = true
 				ok = false
@@ -275,8 +275,8 @@ func (p *Planner) issue(c *cand) {
 	if c.alloc {
 		p.setCopy(c.slot, c.tier, reserved)
 		ks.stale[c.tier] = false
-		p.used[p.poolOf(c.slot, c.tier)] += ks.sizeBytes
-		p.emit(shard.Move{Key: ks.key, From: c.tier, To: c.tier, SizeBytes: ks.sizeBytes, Reason: shard.Alloc})
+		p.used[p.poolOf(c.slot, c.tier)] += ks.sizes[c.tier]
+		p.emit(shard.Move{Key: ks.key, From: c.tier, To: c.tier, SizeBytes: ks.sizes[c.tier], Reason: shard.Alloc})
 		return
 	}
 	h := c.hops[0]
@@ -289,9 +289,9 @@ func (p *Planner) issue(c *cand) {
 	ks.asap[h.to] = p.asap(c.slot, h.from, h.link)
 	ks.sources[h.from]++
 	if h.to != ks.home {
-		p.used[p.poolOf(c.slot, h.to)] += ks.sizeBytes
+		p.used[p.poolOf(c.slot, h.to)] += ks.sizes[h.to]
 	}
-	p.emit(shard.Move{Key: ks.key, From: h.from, To: h.to, SizeBytes: ks.sizeBytes, Reason: reason})
+	p.emit(shard.Move{Key: ks.key, From: h.from, To: h.to, SizeBytes: ks.linkBytes(), Reason: reason})
 	p.track(c.slot, h.link, ks.version)
 }
 
@@ -528,7 +528,7 @@ func (p *Planner) hop(s int32, from, to shard.Tier) hop {
 		inst = shard.LinkCount * (1 + p.poolOf(s, shard.HBM))
 		inst += int(l)
 	}
-	return hop{from: from, to: to, link: inst, xfer: p.opts.TransferTime(l, p.keys[s].sizeBytes)}
+	return hop{from: from, to: to, link: inst, xfer: p.opts.TransferTime(l, p.keys[s].linkBytes())}
 }
 
 // alap gives every hop its latest start: each link serves its hops one at a

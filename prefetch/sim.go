@@ -258,6 +258,15 @@ func (s *sim) access(ai int, a shard.Access) error {
 
 func (s *sim) seqNext() int { s.seq++; return s.seq }
 
+// size is key k's size in tier t (Placement.TierBytes).
+func (s *sim) size(k shard.Key, t shard.Tier) int64 {
+	pl := s.res[k]
+	if b := pl.TierBytes[t]; b > 0 {
+		return b
+	}
+	return pl.SizeBytes
+}
+
 func (s *sim) poolName(k shard.Key, t shard.Tier) string {
 	return s.p.names[s.p.pool(t, k.Rank)]
 }
@@ -268,7 +277,7 @@ func (s *sim) ledgerInit() {
 	for k, pl := range s.res {
 		for t := shard.Tier(0); int(t) < shard.TierCount; t++ {
 			if t == pl.Home || pl.Cached.Has(t) {
-				s.add(s.poolName(k, t), pl.SizeBytes)
+				s.add(s.poolName(k, t), s.size(k, t))
 			}
 		}
 	}
@@ -289,10 +298,10 @@ func (s *sim) dispatch(moves []shard.Move) error {
 		sm := ScheduledMove{Move: m, Step: s.step, Issue: s.now, Start: s.now, Done: s.now, IssueSeq: s.seqNext()}
 		switch m.Reason {
 		case shard.Evict:
-			s.add(s.poolName(m.Key, m.From), -m.SizeBytes)
+			s.add(s.poolName(m.Key, m.From), -s.size(m.Key, m.From))
 			sm.DoneSeq = sm.IssueSeq
 		case shard.Alloc:
-			s.add(s.poolName(m.Key, m.To), m.SizeBytes)
+			s.add(s.poolName(m.Key, m.To), s.size(m.Key, m.To))
 			sm.DoneSeq = sm.IssueSeq
 		default:
 			if err := s.transfer(&sm); err != nil {
@@ -322,7 +331,7 @@ func (s *sim) dispatch(moves []shard.Move) error {
 func (s *sim) transfer(sm *ScheduledMove) error {
 	m := sm.Move
 	if m.To != s.home(m.Key) {
-		s.add(s.poolName(m.Key, m.To), m.SizeBytes)
+		s.add(s.poolName(m.Key, m.To), s.size(m.Key, m.To))
 	}
 	l, ok := m.Link()
 	if !ok {
@@ -397,7 +406,7 @@ func (s *sim) advance(until time.Duration) (bool, error) {
 			sm := s.moveAt(e.move)
 			sm.DoneSeq = s.seqNext()
 			if sm.Reason == shard.WriteBack {
-				s.add(s.poolName(sm.Key, sm.From), -sm.SizeBytes)
+				s.add(s.poolName(sm.Key, sm.From), -s.size(sm.Key, sm.From))
 			}
 			s.p.Completed(sm.Move, s.now)
 			s.landed(e.move)

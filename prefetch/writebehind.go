@@ -55,7 +55,7 @@ func (p *Planner) writeBehind(now time.Duration) {
 		ks.sources[t]++
 		ks.behind[t] = true
 		ks.asap[down] = false // into the home: nothing reads it there
-		p.emit(shard.Move{Key: ks.key, From: t, To: down, SizeBytes: ks.sizeBytes, Reason: shard.Prefetch, WriteBehind: true})
+		p.emit(shard.Move{Key: ks.key, From: t, To: down, SizeBytes: ks.linkBytes(), Reason: shard.Prefetch, WriteBehind: true})
 		p.stats.WriteBehinds++
 		p.track(dc.slot, h.link, ks.version)
 		j = j0 // in flight: Completed decides whether it is still dirty
