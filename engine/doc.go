@@ -14,7 +14,7 @@
 // (package model's GPT-2 and Llama family, through a thin adapter), or a
 // model a Go program defines (Options.Model; docs/library.md). Layout gives
 // the chunks (everything below is per chunk), AccessOrder the Params calls
-// of one micro-batch (checked at New: checkAccessOrder), InitChunk the
+// of one micro-batch (checked at New: model.CheckAccessOrder), InitChunk the
 // initial weights, New each rank's Instance (activations, Forward,
 // Backward, Losses).
 //

@@ -8,7 +8,6 @@ import (
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/shard"
 )
 
 // Model is what the engine trains: the decoder the config's strata.model
@@ -30,7 +29,7 @@ type Model interface {
 	// micro-batch (model.StackOrder is that of a stack of chunks). The
 	// engine checks every call against it (a call out of order panics) and
 	// plans its collectives and transfers from it. The rules it must keep
-	// (checkAccessOrder): the forward makes only Acquire and Release calls
+	// (model.CheckAccessOrder): the forward makes only Acquire and Release calls
 	// (and model.InputStore's, for the decoders with cpu_checkpointing),
 	// acquires every chunk and comes before the backward; at most one chunk
 	// is acquired (between Acquire and Release) at a time, Release naming
@@ -164,87 +163,10 @@ func newModel(cfg *config.Config, opts Options) (Model, *model.Layout, []model.A
 		return nil, nil, nil, nil, fmt.Errorf("engine: model %q: vocabulary %d and max sequence %d must be >= 1", l.Name, v, s)
 	}
 	order := m.AccessOrder()
-	if err := checkAccessOrder(order, len(l.Chunks)); err != nil {
+	if err := model.CheckAccessOrder(order, len(l.Chunks)); err != nil {
 		return nil, nil, nil, nil, fmt.Errorf("engine: model %q: %w", l.Name, err)
 	}
 	return m, l, order, cfg, nil
-}
-
-// checkAccessOrder checks the rules of Model.AccessOrder for a layout of
-// chunks chunks.
-func checkAccessOrder(order []model.Access, chunks int) error {
-	var (
-		held     = -1 // the chunk between Acquire and Release
-		heldPass shard.Phase
-		backward bool
-		open     int // chunks between Grad and GradReady
-		grads    = make([]int, chunks)
-		readies  = make([]int, chunks)
-		read     = make([]bool, chunks)
-	)
-	for i, a := range order {
-		if a.Kind > model.AccessReleaseInput {
-			return fmt.Errorf("access order, call %d: unknown kind %d", i, a.Kind)
-		}
-		at := fmt.Sprintf("access order, call %d (%v)", i, a)
-		if a.Kind >= model.AccessSaveInput { // model.InputStore's calls: the hooks check their own order
-			if a.Chunk < 0 || a.Chunk >= chunks {
-				return fmt.Errorf("%s: chunk %d is outside the layout's %d chunks", at, a.Chunk, chunks)
-			}
-			continue
-		}
-		switch {
-		case a.Chunk < 0 || a.Chunk >= chunks:
-			return fmt.Errorf("%s: chunk %d is outside the layout's %d chunks", at, a.Chunk, chunks)
-		case a.Pass != shard.Forward && a.Pass != shard.Backward:
-			return fmt.Errorf("%s: the pass is neither forward nor backward", at)
-		case a.Pass == shard.Forward && backward:
-			return fmt.Errorf("%s: a forward call after the backward began", at)
-		case a.Pass == shard.Forward && (a.Kind == model.AccessGrad || a.Kind == model.AccessGradReady):
-			return fmt.Errorf("%s: gradients are handed out in the backward only", at)
-		}
-		backward = a.Pass == shard.Backward
-		switch a.Kind {
-		case model.AccessAcquire:
-			if held >= 0 {
-				return fmt.Errorf("%s: chunk %d is still acquired (at most one chunk at a time: release it first)", at, held)
-			}
-			held, heldPass = a.Chunk, a.Pass
-			if a.Pass == shard.Forward {
-				read[a.Chunk] = true
-			}
-		case model.AccessRelease:
-			if held != a.Chunk || heldPass != a.Pass {
-				return fmt.Errorf("%s: not the chunk and pass of the Acquire before it", at)
-			}
-			held = -1
-		case model.AccessGrad:
-			if grads[a.Chunk]++; grads[a.Chunk] > 1 {
-				return fmt.Errorf("%s: chunk %d's gradient is asked for twice", at, a.Chunk)
-			}
-			if open++; open > 2 {
-				return fmt.Errorf("%s: three gradients open at once (at most two chunks between Grad and GradReady)", at)
-			}
-		case model.AccessGradReady:
-			if grads[a.Chunk] != 1 || readies[a.Chunk] > 0 {
-				return fmt.Errorf("%s: GradReady of chunk %d needs one Grad before it and comes once", at, a.Chunk)
-			}
-			readies[a.Chunk]++
-			open--
-		}
-	}
-	if held >= 0 {
-		return fmt.Errorf("access order: chunk %d is never released", held)
-	}
-	for c := range chunks {
-		switch {
-		case !read[c]:
-			return fmt.Errorf("access order: chunk %d is never acquired in the forward (the engine brings each chunk's update to the devices at its first forward Acquire)", c)
-		case readies[c] != 1:
-			return fmt.Errorf("access order: chunk %d has no Grad and GradReady in the backward (every chunk trains; freeze one with strata.freeze)", c)
-		}
-	}
-	return nil
 }
 
 // activationsOf is how m keeps its activations: the builtin decoders'

@@ -19,13 +19,13 @@ func TestBuiltinAccessOrders(t *testing.T) {
 		}
 		for _, tied := range []bool{false, true} {
 			s.TieEmbeddings = tied
-			if err := checkAccessOrder(model.AccessOrder(s), s.Layers+2); err != nil {
+			if err := model.CheckAccessOrder(model.AccessOrder(s), s.Layers+2); err != nil {
 				t.Errorf("%s tied=%v: %v", name, tied, err)
 			}
 		}
 	}
 	for n := 1; n <= 4; n++ {
-		if err := checkAccessOrder(model.StackOrder(n), n); err != nil {
+		if err := model.CheckAccessOrder(model.StackOrder(n), n); err != nil {
 			t.Errorf("StackOrder(%d): %v", n, err)
 		}
 	}
@@ -63,7 +63,7 @@ func TestAccessOrderRules(t *testing.T) {
 		{"unknown pass", []model.Access{{Kind: model.AccessAcquire, Pass: 7}}, "neither forward nor backward"},
 	}
 	for _, tc := range cases {
-		err := checkAccessOrder(tc.order, 3)
+		err := model.CheckAccessOrder(tc.order, 3)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want an error containing %q", tc.name, err, tc.want)
 		}

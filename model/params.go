@@ -204,6 +204,89 @@ func (l *Layout) AccessOrder(o ActivationOptions) []Access {
 	return out
 }
 
+// CheckAccessOrder checks the rules every access order keeps (the
+// engine's Model.AccessOrder, AccessOrder, Layout.AccessOrder, StackOrder)
+// for a layout of chunks chunks: the forward makes only Acquire and
+// Release calls (and InputStore's), acquires every chunk and comes before
+// the backward; at most one chunk is acquired at a time, Release naming
+// the chunk and pass of the Acquire before it; every chunk gets exactly
+// one Grad, in the backward, and one GradReady after it; at most two
+// chunks are between Grad and GradReady at once.
+func CheckAccessOrder(order []Access, chunks int) error {
+	var (
+		held     = -1 // the chunk between Acquire and Release
+		heldPass shard.Phase
+		backward bool
+		open     int // chunks between Grad and GradReady
+		grads    = make([]int, chunks)
+		readies  = make([]int, chunks)
+		read     = make([]bool, chunks)
+	)
+	for i, a := range order {
+		if a.Kind > AccessReleaseInput {
+			return fmt.Errorf("access order, call %d: unknown kind %d", i, a.Kind)
+		}
+		at := fmt.Sprintf("access order, call %d (%v)", i, a)
+		if a.Kind >= AccessSaveInput { // model.InputStore's calls: the hooks check their own order
+			if a.Chunk < 0 || a.Chunk >= chunks {
+				return fmt.Errorf("%s: chunk %d is outside the layout's %d chunks", at, a.Chunk, chunks)
+			}
+			continue
+		}
+		switch {
+		case a.Chunk < 0 || a.Chunk >= chunks:
+			return fmt.Errorf("%s: chunk %d is outside the layout's %d chunks", at, a.Chunk, chunks)
+		case a.Pass != shard.Forward && a.Pass != shard.Backward:
+			return fmt.Errorf("%s: the pass is neither forward nor backward", at)
+		case a.Pass == shard.Forward && backward:
+			return fmt.Errorf("%s: a forward call after the backward began", at)
+		case a.Pass == shard.Forward && (a.Kind == AccessGrad || a.Kind == AccessGradReady):
+			return fmt.Errorf("%s: gradients are handed out in the backward only", at)
+		}
+		backward = a.Pass == shard.Backward
+		switch a.Kind {
+		case AccessAcquire:
+			if held >= 0 {
+				return fmt.Errorf("%s: chunk %d is still acquired (at most one chunk at a time: release it first)", at, held)
+			}
+			held, heldPass = a.Chunk, a.Pass
+			if a.Pass == shard.Forward {
+				read[a.Chunk] = true
+			}
+		case AccessRelease:
+			if held != a.Chunk || heldPass != a.Pass {
+				return fmt.Errorf("%s: not the chunk and pass of the Acquire before it", at)
+			}
+			held = -1
+		case AccessGrad:
+			if grads[a.Chunk]++; grads[a.Chunk] > 1 {
+				return fmt.Errorf("%s: chunk %d's gradient is asked for twice", at, a.Chunk)
+			}
+			if open++; open > 2 {
+				return fmt.Errorf("%s: three gradients open at once (at most two chunks between Grad and GradReady)", at)
+			}
+		case AccessGradReady:
+			if grads[a.Chunk] != 1 || readies[a.Chunk] > 0 {
+				return fmt.Errorf("%s: GradReady of chunk %d needs one Grad before it and comes once", at, a.Chunk)
+			}
+			readies[a.Chunk]++
+			open--
+		}
+	}
+	if held >= 0 {
+		return fmt.Errorf("access order: chunk %d is never released", held)
+	}
+	for c := range chunks {
+		switch {
+		case !read[c]:
+			return fmt.Errorf("access order: chunk %d is never acquired in the forward (the engine brings each chunk's update to the devices at its first forward Acquire)", c)
+		case readies[c] != 1:
+			return fmt.Errorf("access order: chunk %d has no Grad and GradReady in the backward (every chunk trains; freeze one with strata.freeze)", c)
+		}
+	}
+	return nil
+}
+
 // Resident keeps every chunk's parameters and gradients allocated on one
 // device for the whole run: the Params of the plain training loop and the
 // tests. Acquire and Grad return the same buffers every time and never
