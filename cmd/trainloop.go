@@ -1,0 +1,270 @@
+package cmd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/gpu/backend"
+	"github.com/strata-ai/strata/hf"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
+)
+
+// startTrain loads the checkpoint of a resumed run into e and prints the
+// run's header: the devices, the engine's notes, the model and the batch.
+func startTrain(e *engine.Engine, p *trainPlan, devs *backend.Devices, stderr io.Writer) error {
+	cfg := p.cfg
+	if devs.Backend != "cpu" {
+		fmt.Fprintf(stderr, "devices: %s\n", devs.Describe)
+	}
+	if p.resume != nil {
+		if err := e.LoadCheckpoint(p.resumeDir); err != nil {
+			return fmt.Errorf("train: --resume: %w", err)
+		}
+		p.start = e.StepCount()
+	}
+	for _, n := range e.Notes() {
+		fmt.Fprintf(stderr, "note: %s\n", n)
+	}
+	data := "synthetic corpus"
+	if cfg.Strata.Data != "" {
+		data = cfg.Strata.Data
+	}
+	sum := e.Summary()
+	fmt.Fprintf(stderr, "strata train: %s, %s params, ZeRO stage %d on %d %s device(s), optimizer on the %s, overlap %s\n",
+		sum.Model, units.FormatSize(sum.Params), sum.Stage, sum.Devices, cfg.Strata.Backend, sum.Optimizer, sum.Overlap)
+	fmt.Fprintf(stderr, "  global batch %d rows = %d devices × %d micro-batches × %d rows of %d tokens; data: %s; %d steps\n",
+		cfg.TrainBatchSize, sum.Devices, sum.Accum, sum.Micro, sum.Seq, data, cfg.Strata.Steps)
+	if p.resume != nil {
+		fmt.Fprintf(stderr, "resumed from step %d (%s)\n", p.start, p.resumeDir)
+	}
+	if p.init != nil {
+		fmt.Fprintf(stderr, "initial weights: %s\n", p.init.describe())
+	}
+	return nil
+}
+
+// trainLoop runs the steps of a run: one line of steps.jsonl per step, the
+// progress bar or a line per steps_per_print steps, the checkpoints of
+// --save-every, and a stop after the step in progress on a signal (with a
+// checkpoint of it under --out).
+type trainLoop struct {
+	e      *engine.Engine
+	cfg    *config.Config
+	flags  trainFlags
+	start  int64 // the step the run resumes after
+	steps  int   // the last step: cfg's, or the one a signal stopped the run after
+	stderr io.Writer
+	jsonl  io.Writer                // steps.jsonl; nil without --out
+	bar    *progressbar.ProgressBar // nil without a progress bar
+	intr   *interrupts
+	runID  string     // the run's id (--out), in every checkpoint it saves
+	source *hf.Source // where the weights came from, in every checkpoint it saves
+	data   *runData   // --eval-data and how often it is evaluated
+	// dataIDs identify the training data, in every checkpoint it saves.
+	dataIDs []checkpoint.DataFile
+
+	firstEval, lastEval *EvalLine // the run's first and last evaluations
+	// prefetch and links sum the steps' tier figures (with a tier store):
+	// the progress line's hit rate and NVMe bytes over the run so far.
+	prefetch engine.PrefetchCounts
+	links    [shard.LinkCount]int64
+
+	checked int64       // the last step whose end looked for a signal (under intr.mu)
+	saving  atomic.Bool // a checkpoint is being written
+
+	t0          time.Time
+	first, last engine.StepStats
+	moved       int64     // bytes, all links, since the run started
+	stopped     os.Signal // the signal that stopped the run after a step
+	stoppedAt   string    // its checkpoint
+	fails       saveFails // the saves and steps.jsonl lines the disk refused
+}
+
+// run trains from l.start to l.steps; a stop on a signal is no error.
+func (l *trainLoop) run() error {
+	if l.flags.progress {
+		l.bar = progressbar.NewOptions(l.steps, progressbar.OptionSetWriter(l.stderr), progressbar.OptionShowCount(),
+			progressbar.OptionSetWidth(24), progressbar.OptionSetDescription("train"),
+			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetRenderBlankState(true))
+		if l.start > 0 {
+			l.bar.Set(int(l.start))
+		}
+	}
+	l.t0 = time.Now()
+	err := l.e.Run(l.steps-int(l.start), l.step)
+	if l.bar != nil {
+		l.bar.Finish()
+		fmt.Fprintln(l.stderr)
+	}
+	if errors.Is(err, errStopped) {
+		// Stopped on a signal after a whole step: the summary and weights
+		// that follow are those of that step, and the run can go on.
+		err = nil
+		l.steps = int(l.last.Step)
+	}
+	return err
+}
+
+// step is Engine.Run's callback: it records and shows st, saves a
+// checkpoint when one is due, and stops the run when a signal asked to.
+func (l *trainLoop) step(st engine.StepStats) error {
+	if l.first.Step == 0 {
+		l.first = st
+	}
+	l.last = st
+	m := st.Moved
+	l.moved += m.HostToDevice + m.DeviceToHost + m.DeviceToDevice + m.Collective
+	var ev *EvalLine
+	if l.data.evalDue(st.Step, l.steps) {
+		if l.bar != nil {
+			l.bar.Clear()
+		}
+		var err error
+		if ev, err = evalHeldOut(l.e, l.data, st.Step, l.stderr); err != nil {
+			return err
+		}
+		if l.firstEval == nil {
+			l.firstEval = ev
+		}
+		l.lastEval = ev
+	}
+	if err := l.writeLine(st, ev); err != nil {
+		return err
+	}
+	l.show(st)
+	if err := testPoint("step"); err != nil {
+		return err
+	}
+	sig := l.intr.requested(func() { l.checked = st.Step })
+	if sig != nil && st.Step == int64(l.steps) {
+		sig = nil // the last step: the run ends as usual
+	}
+	saved := ""
+	every := l.flags.saveEvery
+	if (every > 0 && (st.Step%int64(every) == 0 || st.Step == int64(l.steps))) || (sig != nil && l.flags.out != "") {
+		// After the step's JSONL line, so that a resumed run finds it.
+		path, err := l.save(st)
+		if err != nil {
+			// A save the disk refused (full, read-only): the run goes on
+			// and the next save retries; that of the last step (or of a
+			// stop) fails the run once its outputs are written (savefail.go).
+			if path, err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps)); err != nil {
+				return err
+			}
+		}
+		saved = path
+	}
+	if sig != nil {
+		l.stopped, l.stoppedAt = sig, saved
+		return errStopped
+	}
+	return nil
+}
+
+// writeLine appends st (and the evaluation after it, if any) to
+// steps.jsonl (with --out).
+func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
+	if l.jsonl == nil {
+		return nil
+	}
+	m := st.Moved
+	line := stepLine{Step: st.Step, Loss: st.Loss, LR: st.LR, GradNorm: st.GradNorm, ClipCoef: st.ClipCoef,
+		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
+		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
+		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
+		OptimizerSeconds: st.OptimizerTime.Seconds(), Goroutines: runtime.NumGoroutine(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
+	b, _ := json.Marshal(line)
+	return l.appendLine(st.Step, append(b, '\n'))
+}
+
+// show moves the progress bar, or prints a line every steps_per_print
+// steps and at the last.
+func (l *trainLoop) show(st engine.StepStats) {
+	tiers := ""
+	if t := st.Tier; t != nil {
+		// Over the run so far, as the summary counts them at its end.
+		l.prefetch.Add(t.PrefetchCounts, nil)
+		for k, n := range t.LinkBytes {
+			l.links[k] += n
+		}
+		tiers = fmt.Sprintf("  hits %.1f%%", 100*l.prefetch.HitRate)
+		if t.BudgetBytes[shard.NVMe] > 0 {
+			tiers += fmt.Sprintf("  nvme read %s written %s", units.FormatBytes(l.links[shard.NVMeToHost]), units.FormatBytes(l.links[shard.HostToNVMe]))
+		}
+	}
+	if l.bar != nil {
+		l.bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(l.moved), tiers))
+		l.bar.Add(1)
+	} else if st.Step%int64(l.cfg.StepsPerPrint) == 0 || st.Step == int64(l.steps) {
+		fmt.Fprintf(l.stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s%s\n",
+			st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(l.moved), tiers)
+	}
+}
+
+// save writes a training checkpoint of the step just run under
+// --out DIR/checkpoints/ and returns its directory.
+func (l *trainLoop) save(st engine.StepStats) (string, error) {
+	ts := time.Now()
+	l.saving.Store(true)
+	l.fails.saves++
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, ChatTemplate: l.data.chatTemplate(), Hook: testHook})
+	l.saving.Store(false)
+	if err != nil {
+		return "", fmt.Errorf("train: save checkpoint: %w", err)
+	}
+	if l.bar != nil {
+		l.bar.Clear()
+	}
+	fmt.Fprintf(l.stderr, "saved checkpoint of step %d to %s in %s\n", st.Step, path, time.Since(ts).Round(time.Millisecond))
+	return path, nil
+}
+
+// report prints the run's summary, writes summary.json and the trained
+// weights under --out, and for a run stopped on a signal returns the error
+// that says how to go on.
+func (l *trainLoop) report(stdout io.Writer) error {
+	elapsed := time.Since(l.t0)
+	sum := l.e.Summary()
+	ran := l.steps - int(l.start)
+	from := ""
+	if l.start > 0 {
+		from = fmt.Sprintf(" (steps %d-%d, resumed)", l.start+1, l.steps)
+	}
+	fmt.Fprintf(stdout, "trained %d steps%s in %s: loss %.4f -> %.4f, %.0f tokens/s, %s moved\n",
+		ran, from, elapsed.Round(time.Millisecond), l.first.Loss, l.last.Loss,
+		float64(ran*l.e.TokensPerStep())/elapsed.Seconds(), units.FormatBytes(l.moved))
+	if l.firstEval != nil {
+		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
+	}
+	fmt.Fprint(stdout, formatSummary(sum))
+	l.fails.report(stdout)
+	if dir := l.flags.out; dir != "" {
+		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, stdout); err != nil {
+			return err
+		}
+	}
+	if err := l.lastSaveError(); err != nil {
+		return err
+	}
+	if l.stopped == nil {
+		return nil
+	}
+	total := l.cfg.Strata.Steps
+	if l.stoppedAt == "" {
+		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total), exitStatus(l.stopped)}
+	}
+	return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
+		l.stopped, l.last.Step, total, l.stoppedAt, goOn(l.flags.args, l.flags.out, total)), exitStatus(l.stopped)}
+}
