@@ -199,9 +199,9 @@ func writeLoRAReference(t *testing.T, dir string, l *Layout, params [][]float32,
 	}
 }
 
-// runLoRA runs one Forward and Backward of the fp32 model with LoRA, the
-// chunks frozen says frozen, and returns the logits, the loss and the
-// gradients.
+// runLoRA runs one Forward and Backward (scale 1) of the fp32 model of
+// layout l (with its LoRA adapters, if any), the chunks frozen says
+// frozen, and returns the logits, the loss and the gradients.
 func runLoRA(t *testing.T, l *Layout, params [][]float32, b Batch, frozen func(int) bool) ([]float32, float64, [][]float32) {
 	t.Helper()
 	dev := newDevice(t)

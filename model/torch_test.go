@@ -13,7 +13,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/hosttest"
 )
 
@@ -279,38 +278,5 @@ func TestAgainstTorch(t *testing.T) {
 // runFP32 runs one Forward and Backward (scale 1) of the fp32 model with
 // params on b, and returns the logits, the loss and the gradients.
 func runFP32(t *testing.T, l *Layout, params [][]float32, b Batch) ([]float32, float64, [][]float32) {
-	t.Helper()
-	dev := newDevice(t)
-	s := dev.DefaultStream()
-	res, err := NewResident(dev, l, gpu.F32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Free()
-	res.Load(s, params)
-	res.ZeroGrads(s)
-	m, err := New(dev, l, b.Rows, b.Seq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Free()
-	if err := m.Forward(s, res, b); err != nil {
-		t.Fatal(err)
-	}
-	logits, err := download(dev, s, []gpu.Buffer{m.a.logits})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Backward(s, res, 1); err != nil {
-		t.Fatal(err)
-	}
-	loss, err := m.Loss(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	grads, err := res.ReadGrads(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return logits[0], loss, grads
+	return runLoRA(t, l, params, b, func(int) bool { return false })
 }
