@@ -271,6 +271,9 @@ type Reader struct {
 	src   *hf.Source  // the manifest's Source
 	chat  *hf.ChatTemplate
 	buf   []byte // ReadChunk's bf16 block
+	// lora is the layout with its adapters, for ReadChunk's merge (a LoRA
+	// checkpoint's; nil until the first merge).
+	lora *model.Layout
 }
 
 // Open opens the checkpoint at path (the directory Save wrote into, whose
@@ -565,10 +568,14 @@ func (rd *Reader) ReadChunk(c int, dst []float32) error {
 	if meta.LoRA == nil || c < model.BlockChunk(0) || c >= model.BlockChunk(meta.Shape.Layers) {
 		return nil
 	}
-	l, err := meta.Layout()
-	if err != nil {
-		return err
+	if rd.lora == nil {
+		l, err := meta.Layout()
+		if err != nil {
+			return err
+		}
+		rd.lora = l
 	}
+	l := rd.lora
 	layer := c - model.BlockChunk(0)
 	a := l.AdapterChunk(layer)
 	adapter := make([]float32, l.Chunks[a].Len)
