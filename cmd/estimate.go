@@ -51,7 +51,8 @@ func estimateCommand() *cli.Command {
 			&cli.Int64Flag{Name: "align", Value: estimate.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precision of Adam's m and v with the optimizer offloaded: fp32, bf16 or int8 (strata.optimizer_state.moments)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
-			&cli.StringFlag{Name: "lora", Usage: `LoRA adapters on a frozen base, as strata.lora: "r=16", with ",alpha=32", ",targets=q_proj+v_proj" (or all-linear), ",rslora" (needs --model or --config)`},
+			&cli.StringFlag{Name: "lora", Usage: `LoRA adapters on a frozen base, as strata.lora: "r=16", with ",alpha=32", ",targets=q_proj+v_proj" (or all-linear), ",rslora", ",base=nf4" (needs --model or --config)`},
+			&cli.StringFlag{Name: "base-dtype", Usage: "with --lora: how the frozen base is stored in its offload tier, bf16 or nf4 (strata.lora.base_dtype; the same as --lora ...,base=)"},
 			&cli.StringSliceFlag{Name: "freeze", Usage: `tensor-name patterns of the parameters that do not train, as strata.freeze ("wte,wpe" or repeated; needs --model or --config)`},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 		}, estimateActFlags()...),
@@ -292,10 +293,15 @@ func runEstimate(c *cli.Context) error {
 // default as strata.lora's.
 func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*model.LoRA, error) {
 	if !c.IsSet("lora") {
+		if c.IsSet("base-dtype") {
+			return nil, usagef("estimate: --base-dtype is the frozen base's storage under --lora")
+		}
 		if cfg == nil || cfg.Strata.LoRA == nil || shape == nil {
 			return nil, nil
 		}
-		return estimate.LoRAFromConfig(cfg, *shape), nil
+		o := estimate.LoRAFromConfig(cfg, *shape)
+		o.BaseNF4 = cfg.Strata.LoRA.BaseDType == config.BaseNF4
+		return o, nil
 	}
 	if shape == nil {
 		return nil, usagef("estimate: --lora adapts a model's linears: give --model or --config, not --params")
@@ -327,6 +333,12 @@ func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*mode
 	}
 	if lc.R < 1 || !(lc.Alpha > 0) {
 		return nil, usagef("estimate: --lora %q: r must be >= 1 and alpha > 0", c.String("lora"))
+	}
+	if v := c.String("base-dtype"); c.IsSet("base-dtype") {
+		if v != config.BaseBF16 && v != config.BaseNF4 {
+			return nil, usagef("estimate: --base-dtype %q is not bf16 or nf4", v)
+		}
+		lc.BaseDType = v
 	}
 	cfgLoRA := &config.Config{}
 	cfgLoRA.Strata.LoRA = lc

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/bf16"
@@ -221,6 +222,35 @@ func TestEstimateLoRA(t *testing.T) {
 	}
 	if _, errOut, err := runApp(t, "estimate", "--model", "tiny-llama", "--lora", "r=8,targets=qproj"); err == nil || !strings.Contains(errOut+err.Error(), `"qproj" matches no linear of a llama block (its linears: q_proj, k_proj`) {
 		t.Errorf("a target that matches nothing: %v\n%s", err, errOut)
+	}
+	// The base in NF4 on NVMe: each frozen rank shard at dtype.NF4's size,
+	// the adapters' in bf16.
+	out, errOut, err = runApp(t, "estimate", "--model", "tiny-llama", "--lora", "r=8,alpha=16,targets=q_proj+v_proj", "--base-dtype", "nf4",
+		"--devices", "2", "--stage", "3", "--offload-param", "nvme", "--offload-optimizer", "cpu", "--json")
+	if err != nil {
+		t.Fatalf("estimate --base-dtype nf4: %v\n%s", err, errOut)
+	}
+	var q struct {
+		Stages []struct {
+			NVMe int64 `json:"nvme_bytes"`
+		} `json:"stages"`
+	}
+	if err := json.Unmarshal([]byte(out), &q); err != nil {
+		t.Fatal(err)
+	}
+	bl, _ := model.NewLayout(s)
+	l, _ := bl.WithLoRA(model.LoRA{R: 8, Alpha: 16, Targets: []string{"q_proj", "v_proj"}})
+	var want int64
+	for c, ch := range l.Chunks {
+		sh := int(estimate.ShardElems(int64(ch.Len), 2, estimate.DefaultShardAlignElems))
+		if l.IsAdapter(c) {
+			want += 2 * 2 * int64(sh)
+		} else {
+			want += 2 * dtype.NF4.Bytes(sh)
+		}
+	}
+	if len(q.Stages) != 1 || q.Stages[0].NVMe != want {
+		t.Errorf("the NF4 base's NVMe bytes %+v, want %d", q.Stages, want)
 	}
 }
 
