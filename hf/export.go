@@ -52,8 +52,8 @@ func hfName(t model.Tensor) (string, bool) {
 	case "wte", "wpe":
 		return t.Name + ".weight", false
 	}
-	if len(t.Shape) == 2 && strings.HasPrefix(t.Name, "h.") {
-		return t.Name, true // Conv1D: in×out
+	if len(t.Shape) == 2 && strings.HasPrefix(t.Name, "h.") && !strings.Contains(t.Name, ".lora_") {
+		return t.Name, true // Conv1D: in×out (a LoRA adapter's A and B are nn.Linear's, as PEFT stores them)
 	}
 	return t.Name, false
 }
