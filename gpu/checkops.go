@@ -28,7 +28,7 @@ type Kernels[S, B any] interface {
 	Add(s S, a, b, out B, n int)
 	AddColumns(s S, dst, src B, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32)
 	Dropout(s S, x, y B, n int, seed uint64, offset int64, threshold uint32, scale float32)
-	DequantizeNF4(s S, src, dst B, n int)
+	Dequantize(s S, format DType, src, dst B, n int)
 	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
 	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
 	EmbeddingForward(s S, ids, pos, wte, wpe, out B, batch, seq, dim int)
@@ -308,10 +308,13 @@ func (o *checkedOps[S, B]) Dropout(s Stream, x, y Buffer, n int, seed uint64, of
 	o.k.Dropout(rs, o.float(x, "dropout x", n), o.float(y, "dropout y", n), n, seed, offset, threshold, scale)
 }
 
-func (o *checkedOps[S, B]) DequantizeNF4(s Stream, src, dst Buffer, n int) {
-	o.dims("dequantize-nf4", n)
+func (o *checkedOps[S, B]) Dequantize(s Stream, format DType, src, dst Buffer, n int) {
+	o.dims("dequantize", n)
+	if format != NF4 && format != INT8 {
+		o.f.Panicf("dequantize: format %s is not nf4 or int8", format)
+	}
 	rs := o.stream(s)
-	o.k.DequantizeNF4(rs, o.typed(src, "dequantize-nf4 src", U8, int(NF4.Bytes(n))), o.float(dst, "dequantize-nf4 dst", n), n)
+	o.k.Dequantize(rs, format, o.typed(src, "dequantize src", U8, int(format.Bytes(n))), o.float(dst, "dequantize dst", n), n)
 }
 
 func (o *checkedOps[S, B]) CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int) {

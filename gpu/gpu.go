@@ -18,14 +18,17 @@ const (
 	BF16 = dtype.BF16
 	I32  = dtype.I32
 	F64  = dtype.F64
-	// U8 is bytes: a buffer of packed codes (NF4 weights, DequantizeNF4)
+	// U8 is bytes: a buffer of packed codes (NF4 or INT8 weights, Dequantize)
 	// whose layout an op defines.
 	U8 = dtype.U8
 )
 
-// NF4 names internal/nf4's layout for its size (dtype.NF4.Bytes): a U8
-// buffer holds it on a device.
-const NF4 = dtype.NF4
+// NF4 and INT8 name the coded formats of Dequantize (internal/nf4,
+// internal/absmax8): a U8 buffer of their Bytes(n) holds one on a device.
+const (
+	NF4  = dtype.NF4
+	INT8 = dtype.INT8
+)
 
 // Kind classifies an allocation for memory accounting. The engine reports the
 // peak of model-state bytes (params, grads, optimizer state) separately from

@@ -126,12 +126,13 @@ type Ops interface {
 	// element index keep the same elements on every backend, whatever the
 	// split of a tensor into calls (offset).
 	Dropout(s Stream, x, y Buffer, n int, seed uint64, offset int64, threshold uint32, scale float32)
-	// DequantizeNF4 decodes n values stored as internal/nf4 lays them out
-	// (src: a U8 buffer of dtype.NF4.Bytes(n) bytes) into dst: each value
-	// the NF4 table's entry times its block's absmax, rounded once to
-	// float32, then to dst's dtype (a frozen base's weights, streamed in
-	// NF4 and used in bf16).
-	DequantizeNF4(s Stream, src, dst Buffer, n int)
+	// Dequantize decodes n values stored in format (src: a U8 buffer of
+	// format.Bytes(n) bytes) into dst, rounded to dst's dtype: NF4 as
+	// internal/nf4 lays it out (the NF4 table's entry times the block's
+	// absmax, rounded once to float32), INT8 as internal/absmax8 does
+	// (the code times the block's step, rounded once). A frozen base's
+	// weights, streamed coded and used in bf16.
+	Dequantize(s Stream, format DType, src, dst Buffer, n int)
 
 	// CrossEntropyForward writes losses[r] = -log softmax(logits[r])[targets[r]]
 	// for logits rows×vocab and targets (I32, rows). A target < 0

@@ -12,7 +12,7 @@ import (
 // its stored dtype (NF4: a frozen base in 4 bits), and an HBM copy is
 // decoded on the device as it arrives: the stored bytes are copied into
 // the device's codec scratch on its host-to-device stream and
-// gpu.Ops.DequantizeNF4 writes the HBM copy from there. The links carry
+// gpu.Ops.Dequantize writes the HBM copy from there. The links carry
 // the stored bytes (the host-to-device counters count them). One scratch
 // per device, as large as the largest coded shard of the states
 // ReserveHBM reserves (taken with the slots, counted in SlotBytes; a store
@@ -67,7 +67,7 @@ func (s *Store) uploadCoded(e *entry, src *pinned.Buffer, dst gpu.Buffer) error 
 	st := s.h2d[r]
 	scratch := cs.buf.Slice(0, int(e.storedBytes))
 	s.devs[r].CopyHostToDevice(st, scratch, 0, src.Bytes()[:e.storedBytes])
-	s.devs[r].Ops().DequantizeNF4(st, scratch, dst, e.spec.Elems)
+	s.devs[r].Ops().Dequantize(st, e.spec.Stored, scratch, dst, e.spec.Elems)
 	ev := s.devs[r].NewEvent()
 	st.Record(ev)
 	ev.Synchronize()

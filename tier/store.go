@@ -23,7 +23,7 @@ type Spec struct {
 	Home  shard.Tier  // where the shard persists: its space there is held until Unregister
 	// Stored, when set, is the dtype of the host and NVMe copies, which
 	// the HBM copy (DType) is decoded from as it arrives: BF16 from NF4
-	// (a frozen base streamed in 4 bits, gpu.Ops.DequantizeNF4 on the
+	// or INT8 (a frozen base streamed in 4 or 8 bits, gpu.Ops.Dequantize on the
 	// device's host-to-device stream). Such a shard's HBM copy is
 	// read-only: nothing writes it back. 0: DType everywhere.
 	Stored dtype.DType
@@ -233,8 +233,8 @@ func (s *Store) Register(key shard.Key, spec Spec) error {
 	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 {
 		return fmt.Errorf("tier: register %s: %d elements of %s: want a positive count of a known dtype", key, spec.Elems, spec.DType)
 	}
-	if spec.coded() && (spec.DType != dtype.BF16 || spec.Stored != dtype.NF4 || spec.Home == shard.HBM) {
-		return fmt.Errorf("tier: register %s: %s decoded from %s homed in %s: only bf16 from nf4, homed in host RAM or on NVMe, is built: %w", key, spec.DType, spec.Stored, spec.Home, ErrBadMove)
+	if spec.coded() && (spec.DType != dtype.BF16 || spec.Stored != dtype.NF4 && spec.Stored != dtype.INT8 || spec.Home == shard.HBM) {
+		return fmt.Errorf("tier: register %s: %s decoded from %s homed in %s: only bf16 from nf4 or int8, homed in host RAM or on NVMe, is built: %w", key, spec.DType, spec.Stored, spec.Home, ErrBadMove)
 	}
 	if err := s.tierOK(spec.Home, key.Rank); err != nil {
 		return fmt.Errorf("tier: register %s home %s: %w", key, spec.Home, err)

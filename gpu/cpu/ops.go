@@ -182,23 +182,29 @@ func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset in
 	})
 }
 
-// DequantizeNF4: dst = internal/nf4.Dequantize of src's bytes, rounded
-// into dst's dtype.
-func (o *kernels) DequantizeNF4(s *Stream, src, dst *Buffer, n int) {
+// Dequantize: dst = internal/nf4's or internal/absmax8's decoding of
+// src's bytes, rounded into dst's dtype, a block at a time.
+func (o *kernels) Dequantize(s *Stream, format gpu.DType, src, dst *Buffer, n int) {
 	s.enqueue(func() error {
-		o.elementwise(nf4.Blocks(n), func(lo, hi int) {
+		o.elementwise(nf4.Blocks(n), func(lo, hi int) { // both formats: blocks of 64
 			raw := src.raw()
 			codes := raw[4*nf4.Blocks(n):]
 			a, b := lo*nf4.BlockSize, min(hi*nf4.BlockSize, n)
 			v := make([]float32, b-a)
 			for blk := lo; blk < hi; blk++ {
-				absmax := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*blk:]))
+				scale := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*blk:]))
 				first, last := blk*nf4.BlockSize, min((blk+1)*nf4.BlockSize, n)
+				if format == gpu.INT8 {
+					for i := first; i < last; i++ {
+						v[i-a] = float32(int8(codes[i])) * scale
+					}
+					continue
+				}
 				for i := first; i < last; i += 2 { // blocks start even: a byte holds i and i+1
 					c := codes[i/2]
-					v[i-a] = nf4.Values[c>>4] * absmax
+					v[i-a] = nf4.Values[c>>4] * scale
 					if i+1 < last {
-						v[i+1-a] = nf4.Values[c&0xf] * absmax
+						v[i+1-a] = nf4.Values[c&0xf] * scale
 					}
 				}
 			}

@@ -280,6 +280,14 @@ extern "C" __global__ void dequant_nf4(const void* src, void* dst, int dd, i64 n
     }
 }
 
+// dequant_int8: internal/absmax8's layout (the fp32 step of every 64
+// values, then one signed byte each), code times step.
+extern "C" __global__ void dequant_int8(const void* src, void* dst, int dd, i64 n) {
+    const float* step = (const float*)src;
+    const signed char* codes = (const signed char*)src + 4 * ((n + 63) / 64);
+    GRID_STRIDE(i, n) { st(dst, dd, i, (float)codes[i] * step[i / 64]); }
+}
+
 extern "C" __global__ void scale(void* x, int dt, float alpha, i64 n) {
     GRID_STRIDE(i, n) {
         if (dt == DT_F64) ((double*)x)[i] *= (double)alpha;

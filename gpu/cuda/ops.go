@@ -52,8 +52,12 @@ func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset in
 	s.launchN("dropout", int64(n), x.p(), dt(x), y.p(), dt(y), int64(n), int64(seed), offset, threshold, scale) // seed's bits
 }
 
-// DequantizeNF4: dst = internal/nf4's decoding of src.
-func (o *kernels) DequantizeNF4(s *Stream, src, dst *Buffer, n int) {
+// Dequantize: dst = internal/nf4's or internal/absmax8's decoding of src.
+func (o *kernels) Dequantize(s *Stream, format gpu.DType, src, dst *Buffer, n int) {
+	if format == gpu.INT8 {
+		s.launchN("dequant_int8", int64(n), src.p(), dst.p(), dt(dst), int64(n))
+		return
+	}
 	s.launchN("dequant_nf4", int64(n), src.p(), dst.p(), dt(dst), int64(n))
 }
 

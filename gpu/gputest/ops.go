@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/absmax8"
 	"github.com/strata-ai/strata/internal/nf4"
 )
 
@@ -32,7 +33,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("Add/"+dt.String(), func(t *testing.T) { testAdd(t, d, s, dt) })
 		t.Run("AddColumns/"+dt.String(), func(t *testing.T) { testAddColumns(t, d, s, dt) })
 		t.Run("Dropout/"+dt.String(), func(t *testing.T) { testDropout(t, d, s, dt) })
-		t.Run("DequantizeNF4/"+dt.String(), func(t *testing.T) { testDequantizeNF4(t, d, s, dt) })
+		t.Run("Dequantize/"+dt.String(), func(t *testing.T) { testDequantize(t, d, s, dt) })
 		t.Run("ScaleAxpy/"+dt.String(), func(t *testing.T) { testScaleAxpy(t, d, s, dt) })
 		t.Run("Adam/"+dt.String(), func(t *testing.T) { testAdam(t, d, s, dt) })
 	}
@@ -214,10 +215,21 @@ func testDropout(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	}
 }
 
-// testDequantizeNF4: 200 values (three blocks and a short one, one block
-// all zeros) quantized by internal/nf4 decode on the device to
-// nf4.Dequantize's values, rounded once into dt.
-func testDequantizeNF4(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+// testDequantize: 200 values (three blocks and a short one, one block all
+// zeros) quantized by internal/nf4 and by internal/absmax8 decode on the
+// device to their Dequantize's values, rounded once into dt.
+func testDequantize(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	for _, format := range []gpu.DType{gpu.NF4, gpu.INT8} {
+		q, quant, dequant := []byte(nil), nf4.Quantize, nf4.Dequantize
+		if format == gpu.INT8 {
+			quant, dequant = absmax8.Quantize, absmax8.Dequantize
+		}
+		testDequantizeFormat(t, d, s, dt, format, q, quant, dequant)
+	}
+}
+
+func testDequantizeFormat(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType, format gpu.DType, q []byte,
+	quant func([]byte, []float32), dequant func([]float32, []byte)) {
 	r := newRand(21)
 	vals := randVals(r, 200, 3)
 	for i := 64; i < 128; i++ {
@@ -227,10 +239,10 @@ func testDequantizeNF4(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	for i, v := range vals {
 		f[i] = float32(v)
 	}
-	q := make([]byte, nf4.Bytes(len(f)))
-	nf4.Quantize(q, f)
+	q = make([]byte, format.Bytes(len(f)))
+	quant(q, f)
 	want := make([]float32, len(f))
-	nf4.Dequantize(want, q)
+	dequant(want, q)
 	src, err := d.Alloc(len(q), gpu.U8, gpu.Tag{Kind: gpu.Workspace, Purpose: "gputest"})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +250,7 @@ func testDequantizeNF4(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	t.Cleanup(func() { d.Free(src) })
 	d.CopyHostToDevice(s, src, 0, q)
 	dst := alloc(t, d, len(f), dt)
-	d.Ops().DequantizeNF4(s, src, dst, len(f))
+	d.Ops().Dequantize(s, format, src, dst, len(f))
 	got := download(t, d, s, dst)
 	for i := range want {
 		w := float64(want[i])
@@ -246,7 +258,7 @@ func testDequantizeNF4(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 			w = stored([]float64{w}, dt)[0]
 		}
 		if got[i] != w || math.Signbit(got[i]) != math.Signbit(w) {
-			t.Fatalf("value %d: %v, want %v", i, got[i], w)
+			t.Fatalf("%s value %d: %v, want %v", format, i, got[i], w)
 		}
 	}
 }

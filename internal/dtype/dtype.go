@@ -22,6 +22,10 @@ const (
 	// absmax per 64 values, then two 4-bit codes a byte): a frozen base's
 	// weights in the tiers. No fixed element size: Bytes(n).
 	NF4
+	// INT8 is 8-bit absmax codes of weights, blockwise (internal/absmax8:
+	// an fp32 step per 64 values, then one signed byte each): a frozen
+	// base's weights in the tiers. No fixed element size: Bytes(n).
+	INT8
 )
 
 // Q8Block is the number of elements that share one Q8 scale, counted from
@@ -43,6 +47,9 @@ func (d DType) Bytes(n int) int64 {
 	}
 	if d == NF4 {
 		return 4*int64((n+63)/64) + int64(n+1)/2 // internal/nf4.Bytes
+	}
+	if d == INT8 {
+		return 4*int64((n+63)/64) + int64(n) // internal/absmax8.Bytes
 	}
 	return int64(n) * int64(d.Size())
 }
@@ -76,6 +83,8 @@ func (d DType) String() string {
 		return "q8"
 	case NF4:
 		return "nf4"
+	case INT8:
+		return "int8"
 	case U8:
 		return "u8"
 	}

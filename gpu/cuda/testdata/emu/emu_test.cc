@@ -109,6 +109,7 @@ int main(int argc, char** argv) {
         if (want("add-columns")) testAddColumns();
         if (want("dropout")) testDropout();
         if (want("dequant-nf4")) testDequantNF4();
+        if (want("dequant-int8")) testDequantInt8();
     }
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
