@@ -51,8 +51,8 @@ func estimateCommand() *cli.Command {
 			&cli.Int64Flag{Name: "align", Value: estimate.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precision of Adam's m and v with the optimizer offloaded: fp32, bf16 or int8 (strata.optimizer_state.moments)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
-			&cli.StringFlag{Name: "lora", Usage: `LoRA adapters on a frozen base, as strata.lora: "r=16", with ",alpha=32", ",targets=q_proj+v_proj" (or all-linear), ",rslora", ",base=nf4" (needs --model or --config)`},
-			&cli.StringFlag{Name: "base-dtype", Usage: "with --lora: how the frozen base is stored in its offload tier, bf16 or nf4 (strata.lora.base_dtype; the same as --lora ...,base=)"},
+			&cli.StringFlag{Name: "lora", Usage: `LoRA adapters on a frozen base, as strata.lora: "r=16", with ",alpha=32", ",targets=q_proj+v_proj" (or all-linear), ",rslora", ",base=nf4" or int8 (needs --model or --config)`},
+			&cli.StringFlag{Name: "base-dtype", Usage: "with --lora: how the frozen base is stored in its offload tier (strata.lora.base_dtype: bf16, nf4 or int8; the same as --lora ...,base=)"},
 			&cli.StringSliceFlag{Name: "freeze", Usage: `tensor-name patterns of the parameters that do not train, as strata.freeze ("wte,wpe" or repeated; needs --model or --config)`},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON instead of a table"},
 		}, estimateActFlags()...),
@@ -228,16 +228,16 @@ func runEstimate(c *cli.Context) error {
 		if opts.Frozen, err = estimate.FrozenChunks(l, nil); err != nil {
 			return err
 		}
-		if lora.BaseNF4 {
+		if lora.Base != 0 {
 			if opts.Stage != 3 && c.Int("stage") != 3 || opts.ParamTier == shard.HBM {
-				return usagef("estimate: --lora base=nf4 streams the base from host RAM or NVMe: give --stage 3 and --offload-param cpu or nvme")
+				return usagef("estimate: a %s base streams from host RAM or NVMe: give --stage 3 and --offload-param cpu or nvme", lora.Base)
 			}
-			opts.FrozenParamDType = dtype.NF4
+			opts.FrozenParamDType = lora.Base
 		}
 		adapters := l.ParamCount() - base.ParamCount()
 		stored := "bf16"
-		if lora.BaseNF4 {
-			stored = "NF4 in " + opts.ParamTier.String()
+		if lora.Base != 0 {
+			stored = lora.Base.String() + " in " + opts.ParamTier.String()
 		}
 		what += fmt.Sprintf("\nLoRA r %d, alpha %g on %s: the base (%s parameters) frozen, params only (%s); adapters Ψₐ = %s trainable (%.3f%% of the base) in %d chunks",
 			lora.R, lora.Alpha, strings.Join(lora.Targets, ", "), groupDigits(base.ParamCount()), stored, groupDigits(adapters),
@@ -300,7 +300,7 @@ func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*mode
 			return nil, nil
 		}
 		o := estimate.LoRAFromConfig(cfg, *shape)
-		o.BaseNF4 = cfg.Strata.LoRA.BaseDType == config.BaseNF4
+		o.Base = estimate.BaseDType(cfg.Strata.LoRA.BaseDType)
 		return o, nil
 	}
 	if shape == nil {
@@ -320,8 +320,8 @@ func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*mode
 		case "rslora":
 			lc.UseRSLoRA = true
 		case "base":
-			if v != config.BaseBF16 && v != config.BaseNF4 {
-				return nil, usagef("estimate: --lora %q: base=%q is not bf16 or nf4", c.String("lora"), v)
+			if v != config.BaseBF16 && v != config.BaseNF4 && v != config.BaseInt8 {
+				return nil, usagef("estimate: --lora %q: base=%q is not bf16, nf4 or int8", c.String("lora"), v)
 			}
 			lc.BaseDType = v
 		default:
@@ -335,17 +335,15 @@ func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*mode
 		return nil, usagef("estimate: --lora %q: r must be >= 1 and alpha > 0", c.String("lora"))
 	}
 	if v := c.String("base-dtype"); c.IsSet("base-dtype") {
-		if v != config.BaseBF16 && v != config.BaseNF4 {
-			return nil, usagef("estimate: --base-dtype %q is not bf16 or nf4", v)
+		if v != config.BaseBF16 && v != config.BaseNF4 && v != config.BaseInt8 {
+			return nil, usagef("estimate: --base-dtype %q is not bf16, nf4 or int8", v)
 		}
 		lc.BaseDType = v
 	}
 	cfgLoRA := &config.Config{}
 	cfgLoRA.Strata.LoRA = lc
 	o := estimate.LoRAFromConfig(cfgLoRA, *shape)
-	if lc.BaseDType == config.BaseNF4 {
-		o.BaseNF4 = true
-	}
+	o.Base = estimate.BaseDType(lc.BaseDType)
 	if err := o.Validate(*shape); err != nil {
 		return nil, usagef("estimate: --lora: %v", err)
 	}

@@ -219,9 +219,10 @@ type LoRA struct {
 	TargetModules []string `json:"target_modules"`
 	UseRSLoRA     bool     `json:"use_rslora"`
 	// BaseDType is how the frozen base's param shards are stored in host
-	// RAM and on NVMe: "bf16" (the default) or "nf4" (QLoRA's 4-bit
-	// NormalFloat, block 64: about a quarter of the bytes, decoded to bf16
-	// on the device as each shard arrives). nf4 needs the params offloaded
+	// RAM and on NVMe: "bf16" (the default), "nf4" (QLoRA's 4-bit
+	// NormalFloat, block 64: 0.5625 B/param) or "int8" (LLM.int8's absmax
+	// code, block 64: 1.0625 B/param), decoded to bf16 on the device as
+	// each shard arrives. nf4 and int8 need the params offloaded
 	// (zero_optimization.offload_param cpu or nvme, stage 3).
 	BaseDType string `json:"base_dtype,omitempty"`
 }
@@ -230,6 +231,7 @@ type LoRA struct {
 const (
 	BaseBF16 = "bf16"
 	BaseNF4  = "nf4"
+	BaseInt8 = "int8"
 )
 
 // OptimizerState is strata.optimizer_state. Narrow moments need the

@@ -36,7 +36,7 @@ func TestLoRAKey(t *testing.T) {
 		{`{` + base + `, "strata": {"lora": {"dropout": 1}}}`, "strata.lora.dropout: 1 is not in [0, 1)"},
 		{`{` + base + `, "strata": {"lora": {"target_modules": []}}}`, "strata.lora.target_modules: the list is empty"},
 		{`{` + base + `, "strata": {"lora": {"bias": "all"}}}`, `strata.lora.bias: only "none" is built`},
-		{`{` + base + `, "strata": {"lora": {"base_dtype": "int4"}}}`, `strata.lora.base_dtype: "int4" is not "bf16" or "nf4"`},
+		{`{` + base + `, "strata": {"lora": {"base_dtype": "int4"}}}`, `strata.lora.base_dtype: "int4" is not "bf16", "nf4" or "int8"`},
 		{`{"train_micro_batch_size_per_gpu": 1, "strata": {"lora": {"base_dtype": "nf4"}}}`, `strata.lora.base_dtype "nf4": the base streams from host RAM or NVMe`},
 		{`{` + base + `, "strata": {"freeze": ["wte"], "lora": {}}}`, "strata.freeze with strata.lora"},
 		{`{` + base + `, "strata": {"lora": {"rank": 8}}}`, `strata.lora.rank`},

@@ -6,7 +6,6 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -370,7 +369,7 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 	switch s {
 	case shard.Param:
 		switch {
-		case e.paramNF4(c):
+		case e.paramCode(c) != 0:
 			return nil // from the master: see below
 		case e.paramTiered(c):
 			return r.restoreTiered(tkey(c, r.idx, shard.Param), src)
@@ -385,14 +384,12 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		return nil
 	case shard.Master, shard.AdamM, shard.AdamV:
 		switch {
-		case e.paramNF4(c) && s == shard.Master:
-			// An NF4 base shard is quantized from the checkpoint's fp32
+		case e.paramCode(c) != 0 && s == shard.Master:
+			// A coded base shard is quantized from the checkpoint's fp32
 			// master (the decoded values of the run that saved it, whose
-			// quantization gives its bytes back: internal/nf4's round trip).
-			v := decode(src, gpu.F32)
-			q := make([]byte, nf4.Bytes(len(v)))
-			nf4.Quantize(q, v)
-			return r.restoreTiered(tkey(c, r.idx, shard.Param), q)
+			// quantization gives its bytes back: internal/nf4's and
+			// internal/absmax8's round trips).
+			return r.restoreTiered(tkey(c, r.idx, shard.Param), quantize(e.paramCode(c), decode(src, gpu.F32)))
 		case e.chunks[c].frozen:
 			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
 		case e.offload:
@@ -415,8 +412,8 @@ func (r *rank) saveFrozen(c int, s shard.State, dst []byte) error {
 		clear(dst)
 		return nil
 	}
-	if r.e.paramNF4(c) { // the decoded values, unrounded
-		v, err := r.nf4Values(tkey(c, r.idx, shard.Param))
+	if r.e.paramCode(c) != 0 { // the decoded values, unrounded
+		v, err := r.codedValues(tkey(c, r.idx, shard.Param))
 		if err != nil {
 			return err
 		}
@@ -469,8 +466,8 @@ func (r *rank) writeDevice(b gpu.Buffer, src []byte) {
 // saveTiered copies the newest contents of a tier-store state into dst
 // (the runners are paused; a streaming save allocates nothing per shard).
 func (r *rank) saveTiered(k shard.Key, dst []byte) error {
-	if k.State == shard.Param && r.e.paramNF4(int(k.Chunk)) {
-		v, err := r.nf4Values(k)
+	if k.State == shard.Param && r.e.paramCode(int(k.Chunk)) != 0 {
+		v, err := r.codedValues(k)
 		if err != nil {
 			return err
 		}
@@ -480,16 +477,16 @@ func (r *rank) saveTiered(k shard.Key, dst []byte) error {
 	return r.e.tiers.store.ReadNewest(k, dst)
 }
 
-// nf4Values are an NF4-stored param shard's values (strata.lora.base_dtype
-// "nf4"): its stored bytes decoded to fp32, as the device decodes them
-// before rounding to bf16.
-func (r *rank) nf4Values(k shard.Key) ([]float32, error) {
+// codedValues are a coded param shard's values (strata.lora.base_dtype
+// "nf4" or "int8"): its stored bytes decoded to fp32, as the device decodes
+// them before rounding to bf16.
+func (r *rank) codedValues(k shard.Key) ([]float32, error) {
 	q, err := r.e.tiers.readShard(k)
 	if err != nil {
 		return nil, err
 	}
 	v := make([]float32, r.e.chunks[k.Chunk].shard)
-	nf4.Dequantize(v, q)
+	dequantize(r.e.paramCode(int(k.Chunk)), v, q)
 	return v, nil
 }
 

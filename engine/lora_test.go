@@ -6,7 +6,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/gpu/cpu"
-	"github.com/strata-ai/strata/internal/nf4"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
@@ -98,19 +98,20 @@ func TestLoRAResume(t *testing.T) {
 	}
 }
 
-// nf4Source is the seeded initialisation of layout l with every base
-// chunk as NF4 gives it back (quantized and decoded, per rank shard of
-// shardElems as the engine quantizes them): the initial values of a bf16
-// base that equals an NF4 base on the device.
-type nf4Source struct {
+// codedSource is the seeded initialisation of layout l with every base
+// chunk as its coding (dt: NF4, INT8) gives it back (quantized and
+// decoded, per rank shard as the engine quantizes them): the initial
+// values of a bf16 base that equals the coded base on the device.
+type codedSource struct {
 	l      *model.Layout
 	seed   uint64
 	shards []int // per chunk: the rank shard's elements
+	dt     dtype.DType
 }
 
-func (s nf4Source) Shape() model.Shape { return s.l.Shape }
+func (s codedSource) Shape() model.Shape { return s.l.Shape }
 
-func (s nf4Source) ReadChunk(c int, dst []float32) error {
+func (s codedSource) ReadChunk(c int, dst []float32) error {
 	s.l.InitChunkInto(s.seed, c, dst)
 	if s.l.IsAdapter(c) {
 		return nil
@@ -119,26 +120,28 @@ func (s nf4Source) ReadChunk(c int, dst []float32) error {
 	padded := make([]float32, (len(dst)+n-1)/n*n)
 	copy(padded, dst)
 	for lo := 0; lo < len(padded); lo += n {
-		q := make([]byte, nf4.Bytes(n))
-		nf4.Quantize(q, padded[lo:lo+n])
-		nf4.Dequantize(padded[lo:lo+n], q)
+		dequantize(s.dt, padded[lo:lo+n], quantize(s.dt, padded[lo:lo+n]))
 	}
 	copy(dst, padded)
 	return nil
 }
 
-// TestLoRANF4Base: a LoRA run whose frozen base streams from NVMe (and
-// from host RAM) in NF4 trains bit for bit as a bf16-base run started
+// TestLoRACodedBase: a LoRA run whose frozen base streams from NVMe (and
+// from host RAM) in NF4 (and in INT8) trains bit for bit as a bf16-base run started
 // from the same weights quantized and decoded (the device decodes the NF4
 // shards to exactly those bf16 values), resumes bit-identically, and moves
 // fewer bytes host to device (the base in NF4; the tiny model's adapters
 // and saved inputs weigh as much as its base, so the ratio is measured on
 // gpt2 by bench step, bench/README-step.md).
-func TestLoRANF4Base(t *testing.T) {
+func TestLoRACodedBase(t *testing.T) {
 	const steps, n = 4, 2
-	nf4Keys := strings.Replace(loraKeys, `"dropout": 0.1,`, `"dropout": 0.1, "base_dtype": "nf4",`, 1)
-	for _, param := range []string{"nvme", "cpu"} {
-		t.Run(param, func(t *testing.T) {
+	for _, c := range []struct {
+		base, param string
+		dt          dtype.DType
+	}{{"nf4", "nvme", dtype.NF4}, {"nf4", "cpu", dtype.NF4}, {"int8", "nvme", dtype.INT8}} {
+		nf4Keys := strings.Replace(loraKeys, `"dropout": 0.1,`, `"dropout": 0.1, "base_dtype": "`+c.base+`",`, 1)
+		param := c.param
+		t.Run(c.base+"/"+param, func(t *testing.T) {
 			s := freezeSpec{stage: 3, n: n, opt: "nvme", param: param}
 			if param == "cpu" {
 				s.opt = "cpu"
@@ -155,7 +158,7 @@ func TestLoRANF4Base(t *testing.T) {
 				t.Fatal(err)
 			}
 			ref, err := startEngine(t, testConfig(t, withStrata(js, loraKeys)), cpu.Devices(devs), comms,
-				Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2, Init: nf4Source{l, got.e.cfg.Strata.Seed, shards}})
+				Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2, Init: codedSource{l, got.e.cfg.Strata.Seed, shards, c.dt}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +175,7 @@ func TestLoRANF4Base(t *testing.T) {
 			}
 			for i := range steps {
 				if got.res.losses[i] != refRun.res.losses[i] {
-					t.Errorf("step %d: loss %v with the NF4 base, %v with its decoded values in bf16", i, got.res.losses[i], refRun.res.losses[i])
+					t.Errorf("step %d: loss %v with the %s base, %v with its decoded values in bf16", i, got.res.losses[i], c.base, refRun.res.losses[i])
 				}
 			}
 			for c := range l.Chunks {
@@ -183,12 +186,14 @@ func TestLoRANF4Base(t *testing.T) {
 			link := func(e *Engine, k shard.Link) int64 { return e.Summary().Tier.LinkBytes[k] }
 			base, coded := link(ref, shard.HostToHBM), link(got.e, shard.HostToHBM)
 			if !(coded < base) {
-				t.Errorf("host->hbm %d bytes with the NF4 base, %d with bf16", coded, base)
+				t.Errorf("host->hbm %d bytes with the %s base, %d with bf16", coded, c.base, base)
 			}
 			t.Logf("%s: host->hbm %.3f of the bf16 base's, nvme->host %d vs %d", param, float64(coded)/float64(base), link(got.e, shard.NVMeToHost), link(ref, shard.NVMeToHost))
 		})
 	}
-	s := freezeSpec{stage: 3, n: n, opt: "nvme", param: "nvme"}
-	js := withStrata(s.configJSON(t), nf4Keys)
-	checkResume(t, func(t *testing.T) *Engine { return newEngineJSON(t, js, 2) }, 3)
+	for _, base := range []string{"nf4", "int8"} {
+		s := freezeSpec{stage: 3, n: n, opt: "nvme", param: "nvme"}
+		js := withStrata(s.configJSON(t), strings.Replace(loraKeys, `"dropout": 0.1,`, `"dropout": 0.1, "base_dtype": "`+base+`",`, 1))
+		checkResume(t, func(t *testing.T) *Engine { return newEngineJSON(t, js, 2) }, 3)
+	}
 }

@@ -4,11 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/shard"
@@ -257,9 +255,8 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	if e.paramTiered(c) {
 		s := e.chunks[c].shard
 		vals := padded[r.idx*s : (r.idx+1)*s]
-		if e.paramNF4(c) { // quantized once, here, from the initial fp32 values
-			b.tier = slices.Grow(b.tier[:0], int(nf4.Bytes(s)))[:nf4.Bytes(s)]
-			nf4.Quantize(b.tier, vals)
+		if dt := e.paramCode(c); dt != 0 { // quantized once, here, from the initial fp32 values
+			b.tier = quantize(dt, vals)
 		} else {
 			b.tier = encodeInto(b.tier, vals, gpu.BF16)
 		}

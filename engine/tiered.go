@@ -10,7 +10,9 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/absmax8"
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/prefetch"
@@ -73,12 +75,38 @@ type tiers struct {
 // (offload_param, which needs the host optimizer: checkOffload).
 func (e *Engine) paramTiered(c int) bool { return e.chunks[c].tiered }
 
-// paramNF4 says whether chunk c's param shards are stored in NF4 in the
-// tier store (strata.lora.base_dtype "nf4": a frozen base chunk streamed
-// from host RAM or NVMe, decoded to bf16 on the device; tier.Spec.Stored).
-func (e *Engine) paramNF4(c int) bool {
+// paramCode is the coded dtype chunk c's param shards are stored in in the
+// tier store (strata.lora.base_dtype "nf4" or "int8": a frozen base chunk
+// streamed from host RAM or NVMe, decoded to bf16 on the device;
+// tier.Spec.Stored), 0 when they are bf16.
+func (e *Engine) paramCode(c int) dtype.DType {
 	o := e.cfg.Strata.LoRA
-	return o != nil && o.BaseDType == config.BaseNF4 && e.chunks[c].frozen && e.chunks[c].tiered
+	if o == nil || !e.chunks[c].frozen || !e.chunks[c].tiered {
+		return 0
+	}
+	return estimate.BaseDType(o.BaseDType)
+}
+
+// quantize codes src in format dt (dtype.NF4: internal/nf4; dtype.INT8:
+// internal/absmax8), the host's side of gpu.Ops.Dequantize.
+func quantize(dt dtype.DType, src []float32) []byte {
+	q := make([]byte, dt.Bytes(len(src)))
+	if dt == dtype.INT8 {
+		absmax8.Quantize(q, src)
+	} else {
+		nf4.Quantize(q, src)
+	}
+	return q
+}
+
+// dequantize decodes q (format dt) into dst, as the device does before
+// rounding to bf16.
+func dequantize(dt dtype.DType, dst []float32, q []byte) {
+	if dt == dtype.INT8 {
+		absmax8.Dequantize(dst, q)
+	} else {
+		nf4.Dequantize(dst, q)
+	}
 }
 
 func tkey(c, r int, s shard.State) shard.Key {
@@ -218,9 +246,9 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 		for c, p := range e.chunks {
 			if e.paramTiered(c) {
 				put(tkey(c, r, shard.Param), p.shard, dtype.BF16, t.paramTier)
-				if e.paramNF4(c) {
+				if dt := e.paramCode(c); dt != 0 {
 					sp := t.specs[tkey(c, r, shard.Param)]
-					sp.Stored = dtype.NF4
+					sp.Stored = dt
 					t.specs[tkey(c, r, shard.Param)] = sp
 				}
 			}

@@ -96,7 +96,7 @@ type Options struct {
 	Frozen []bool
 	// FrozenParamDType is how the frozen chunks' param shards are stored
 	// in ParamTier when that is host RAM or NVMe at stage 3
-	// (strata.lora.base_dtype): dtype.NF4, or 0 for bf16.
+	// (strata.lora.base_dtype): dtype.NF4 or dtype.INT8, or 0 for bf16.
 	FrozenParamDType dtype.DType
 	// Inference says that nothing trains on purpose (an evaluation
 	// streamed through the tiers, engine.Options.Inference): every chunk
@@ -298,8 +298,8 @@ func Memory(o Options) (ModelState, error) {
 	// only: their elements, gathered (full) and one rank's (rank), and the
 	// frozen chunks' (what freezing saves).
 	var full, rank, frozenFull, frozenRank int64
-	var nf4Elems, nf4Bytes int64 // frozen sharded params stored in NF4 (FrozenParamDType)
-	nf4 := o.FrozenParamDType == dtype.NF4 && o.Stage == 3 && o.ParamTier != shard.HBM
+	var codedElems, codedBytes int64 // frozen sharded params stored coded (FrozenParamDType)
+	coded := o.FrozenParamDType != 0 && o.Stage == 3 && o.ParamTier != shard.HBM
 	for i, c := range o.ChunkParams {
 		s := ShardElems(c, o.Devices, o.ShardAlignElems)
 		e.Params += c
@@ -311,9 +311,9 @@ func Memory(o Options) (ModelState, error) {
 			e.PersistentBytes += 2 * c * (n - 1) / n
 		} else {
 			shardedParams += s
-			if nf4 && o.IsFrozen(i) {
-				nf4Elems += s
-				nf4Bytes += dtype.NF4.Bytes(int(s))
+			if coded && o.IsFrozen(i) {
+				codedElems += s
+				codedBytes += o.FrozenParamDType.Bytes(int(s))
 			}
 		}
 		if o.IsFrozen(i) {
@@ -346,13 +346,14 @@ func Memory(o Options) (ModelState, error) {
 		put(shard.Param, shard.HBM, e.PaddedElems, bf16, Coef{Full: 2})
 	} else {
 		e.PerRank[shard.Param][shard.HBM] += e.PersistentElems * bf16
-		if nf4Elems == 0 {
+		if codedElems == 0 {
 			put(shard.Param, o.ParamTier, shardedParams, bf16, Coef{PerN: 2})
 		} else {
-			// The frozen shards in NF4 (0.5625 B/param: 4 bits and an fp32
-			// absmax per 64), the trainable ones in bf16.
-			put(shard.Param, o.ParamTier, shardedParams-nf4Elems, bf16, Coef{PerN: 0.5625, TrainPerN: 1.4375})
-			e.PerRank[shard.Param][o.ParamTier] += nf4Bytes
+			// The frozen shards coded (NF4 0.5625 B/param, INT8 1.0625: the
+			// codes and an fp32 scale per 64), the trainable ones in bf16.
+			per := float64(o.FrozenParamDType.Bytes(64)) / 64
+			put(shard.Param, o.ParamTier, shardedParams-codedElems, bf16, Coef{PerN: per, TrainPerN: 2 - per})
+			e.PerRank[shard.Param][o.ParamTier] += codedBytes
 		}
 	}
 	// Gradients: full on the device at stages 0-1, the rank's shard from
@@ -636,11 +637,22 @@ func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 	}, nil
 }
 
-// frozenParamDType is strata.lora.base_dtype's dtype: dtype.NF4 for
-// "nf4", else 0 (bf16).
+// frozenParamDType is strata.lora.base_dtype's dtype (BaseDType).
 func frozenParamDType(c *config.Config) dtype.DType {
-	if c.Strata.LoRA != nil && c.Strata.LoRA.BaseDType == config.BaseNF4 {
+	if c.Strata.LoRA == nil {
+		return 0
+	}
+	return BaseDType(c.Strata.LoRA.BaseDType)
+}
+
+// BaseDType is the dtype of a strata.lora.base_dtype: dtype.NF4 for
+// "nf4", dtype.INT8 for "int8", 0 for bf16.
+func BaseDType(name string) dtype.DType {
+	switch name {
+	case config.BaseNF4:
 		return dtype.NF4
+	case config.BaseInt8:
+		return dtype.INT8
 	}
 	return 0
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // LoRA is low-rank adaptation (Hu et al. 2021) as PEFT's LoraConfig
@@ -56,9 +57,10 @@ type LoRA struct {
 	Dropout float64  `json:"dropout"`        // lora_dropout: the adapters' input dropout probability, [0, 1)
 	Targets []string `json:"target_modules"` // ["all-linear"]: every linear of the blocks
 	RSLoRA  bool     `json:"use_rslora"`     // scaling Alpha/√R
-	// BaseNF4 is strata.lora.base_dtype "nf4": how the engine stores the
-	// frozen base, nothing of the model's math (not recorded, not compared).
-	BaseNF4 bool `json:"-"`
+	// Base is strata.lora.base_dtype's dtype (NF4, INT8; 0: bf16): how
+	// the engine stores the frozen base, nothing of the model's math (not
+	// recorded, not compared).
+	Base dtype.DType `json:"-"`
 }
 
 // Scaling is the factor of the adapter's output.
