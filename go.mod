@@ -8,6 +8,7 @@ require (
 	github.com/ebitengine/purego v0.11.3
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/urfave/cli/v2 v2.27.7
+	github.com/x448/float16 v0.8.4
 	golang.org/x/sys v0.50.0
 	golang.org/x/text v0.23.0
 	gonum.org/v1/gonum v0.17.0

@@ -167,7 +167,7 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 			M: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), false),
 			V: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), true)}
 		if o.GradBF16 {
-			shard.Grad, shard.GradBF16 = nil, gradH
+			shard.Grad, shard.Grad16 = nil, gradH
 		}
 		shard.M.Encode(m)
 		shard.V.Encode(v)

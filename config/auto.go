@@ -104,10 +104,14 @@ func (c *Config) fillAuto(d *decoder, a Auto) {
 			c.GradientClipping = DefaultAutoGradientClipping
 			choose(k, num(DefaultAutoGradientClipping), "default")
 		case "bf16.enabled":
-			c.BF16.Enabled = true
-			choose(k, "true", "Strata trains in bf16")
+			c.BF16.Enabled = !c.FP16.Enabled
+			if c.FP16.Enabled {
+				choose(k, "false", "fp16.enabled is true")
+			} else {
+				choose(k, "true", "Strata trains in bf16 unless fp16 is enabled")
+			}
 		case "fp16.enabled":
-			choose(k, "false", "Strata trains in bf16")
+			choose(k, "false", "Strata trains in bf16 unless fp16.enabled is true")
 		case "train_micro_batch_size_per_gpu":
 			if a.MicroBatch > 0 {
 				c.batch.micro = a.MicroBatch

@@ -18,6 +18,7 @@ type Config struct {
 	Optimizer Optimizer `json:"optimizer"`
 	Scheduler Scheduler `json:"scheduler"`
 	BF16      BF16      `json:"bf16"`
+	FP16      FP16      `json:"fp16"`
 
 	GradientClipping   float64 `json:"gradient_clipping"` // max global L2 norm; 0 = off
 	StepsPerPrint      int     `json:"steps_per_print"`
@@ -84,13 +85,35 @@ type SchedulerParams struct {
 	TotalNumSteps  int     `json:"total_num_steps,omitempty"` // WarmupDecayLR only; required there
 }
 
-// BF16 is DeepSpeed's "bf16" block. Strata trains in bf16 mixed precision
-// only (bf16 params and gradients, fp32 master weights and moments).
+// BF16 is DeepSpeed's "bf16" block: bf16 mixed precision (bf16 params,
+// gradients and activations on the devices, fp32 master weights and
+// moments), the default; off only when FP16 is on.
 type BF16 struct {
 	Enabled bool `json:"enabled"`
 	// OptimizerStates is DeepSpeed's bf16_optimizer_states: Adam's moments
 	// in bf16, the same as strata.optimizer_state.moments "bf16".
 	OptimizerStates bool `json:"bf16_optimizer_states,omitempty"`
+}
+
+// FP16 is DeepSpeed's "fp16" block: fp16 mixed precision (fp16 params,
+// gradients and activations on the devices, fp32 master weights and
+// moments) with DeepSpeed's loss scaling, whose keys and defaults these
+// are (internal/lossscale has the rules; config/README.md the sources).
+type FP16 struct {
+	Enabled bool `json:"enabled"`
+	// LossScale is loss_scale: 0 (default) for dynamic scaling, else a
+	// static scale.
+	LossScale float64 `json:"loss_scale"`
+	// InitialScalePower: the dynamic scale starts at 2^this (16).
+	InitialScalePower int `json:"initial_scale_power"`
+	// LossScaleWindow: good steps before the scale doubles (1000).
+	LossScaleWindow int `json:"loss_scale_window"`
+	// Hysteresis: overflows tolerated before the scale halves (2).
+	Hysteresis int `json:"hysteresis"`
+	// ConsecutiveHysteresis: a good step refills the hysteresis (false).
+	ConsecutiveHysteresis bool `json:"consecutive_hysteresis"`
+	// MinLossScale: the smallest scale (1); an overflow there stops the run.
+	MinLossScale float64 `json:"min_loss_scale"`
 }
 
 // ZeRO is DeepSpeed's "zero_optimization" block. Counts are in parameters
@@ -349,6 +372,7 @@ func (c *Config) setDefaults() {
 	c.Optimizer = Optimizer{Type: "AdamW", Params: AdamParams{LR: DefaultLR, Betas: [2]float64{DefaultBeta1, DefaultBeta2}, Eps: DefaultEps, AdamWMode: true}}
 	c.Scheduler = Scheduler{Params: SchedulerParams{WarmupMaxLR: DefaultWarmupMaxLR, WarmupNumSteps: DefaultWarmupNumSteps, WarmupType: "log"}}
 	c.BF16 = BF16{Enabled: true}
+	c.FP16 = FP16{InitialScalePower: 16, LossScaleWindow: 1000, Hysteresis: 2, MinLossScale: 1}
 	c.StepsPerPrint = DefaultStepsPerPrint
 	c.ZeRO = ZeRO{
 		ContiguousGradients:             true,

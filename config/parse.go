@@ -227,15 +227,71 @@ func (c *Config) decodeScheduler(s *section) {
 }
 
 func (c *Config) decodePrecision(r *section) {
+	// fp16 first: whether it is on decides what bf16 "enabled": false means.
+	f := r.sub("fp16")
+	fp := &c.FP16
+	var fpOn *node // fp16.enabled written true
+	if n := f.get("enabled"); n != nil {
+		switch {
+		case f.autoKey("enabled"):
+		case n.kind != kindBool:
+			f.d.errAt(n.offset, "fp16.enabled", "want true or false, got %s", describe(n))
+		case n.b:
+			fp.Enabled, fpOn = true, n
+		}
+	}
+	f.floatKey("loss_scale", &fp.LossScale, func(v float64) string {
+		if v < 0 {
+			return "want 0 (dynamic scaling) or a positive static scale"
+		}
+		return ""
+	})
+	f.intKey("initial_scale_power", &fp.InitialScalePower, func(v int64) string {
+		if v < 0 || v > 100 {
+			return fmt.Sprintf("%d: want 0 to 100 (the scale starts at 2^power)", v)
+		}
+		return ""
+	})
+	f.intKey("loss_scale_window", &fp.LossScaleWindow, func(v int64) string {
+		if v < 1 {
+			return fmt.Sprintf("%d: want at least 1 step", v)
+		}
+		return ""
+	})
+	f.intKey("hysteresis", &fp.Hysteresis, func(v int64) string {
+		if v < 1 {
+			return fmt.Sprintf("%d: want at least 1 (the overflows tolerated before the scale halves)", v)
+		}
+		return ""
+	})
+	f.boolKey("consecutive_hysteresis", &fp.ConsecutiveHysteresis)
+	f.floatKey("min_loss_scale", &fp.MinLossScale, func(v float64) string {
+		if v <= 0 {
+			return "want a positive scale"
+		}
+		return ""
+	})
+	f.ignore("auto_cast", "the model's inputs are token ids; the device params and activations are fp16 when fp16 is enabled")
+	if n := f.get("fp16_master_weights_and_grads"); n != nil && n.kind == kindBool && n.b {
+		f.d.errAt(n.offset, "fp16.fp16_master_weights_and_grads", "true is not supported: Strata keeps fp32 master weights on the host; remove the key")
+	}
+
 	b := r.sub("bf16")
 	if n := b.get("enabled"); n != nil {
 		switch {
 		case b.autoKey("enabled"):
 		case n.kind != kindBool:
 			b.d.errAt(n.offset, "bf16.enabled", "want true or false, got %s", describe(n))
+		case n.b && fpOn != nil:
+			b.d.errAt(n.offset, "bf16.enabled", "true with fp16.enabled true: enable one of them (DeepSpeed refuses both too)")
+		case !n.b && !fp.Enabled && !isAuto(f.get("enabled")):
+			b.d.errAt(n.offset, "bf16.enabled", `false is not supported without fp16: Strata trains in bf16 or fp16 mixed precision (fp32 master weights and moments); set "fp16": {"enabled": true} for fp16`)
 		case !n.b:
-			b.d.errAt(n.offset, "bf16.enabled", "false is not supported: Strata trains only in bf16 mixed precision (fp32 master weights and moments)")
+			c.BF16.Enabled = false
 		}
+	}
+	if fp.Enabled {
+		c.BF16.Enabled = false
 	}
 	b.ignore("immediate_grad_update", "gradients are reduced into their shard as each chunk finishes")
 	// DeepSpeed's bf16 optimizer state: Adam's moments in bf16 (strata.optimizer_state.moments "bf16").
@@ -245,32 +301,12 @@ func (c *Config) decodePrecision(r *section) {
 	} else {
 		b.boolKey("bf16_master_weights_and_grads", new(bool))
 	}
-	if b.n == nil {
+	if b.n == nil && f.n == nil {
 		r.d.ignored = append(r.d.ignored, "bf16 is not set: Strata trains in bf16 mixed precision (DeepSpeed would train in fp32)")
 	}
-	// fp16: the block is accepted so that existing configs load; enabling it
-	// is an error because Strata has no fp16 path (no loss scaling).
-	f := r.get("fp16")
-	if f == nil {
-		return
+	if !fp.Enabled && f.n != nil && !isAuto(f.get("enabled")) && f.has("loss_scale") {
+		f.notice("loss_scale", "fp16 is not enabled: the loss scaling keys apply to fp16 only")
 	}
-	if f.kind != kindObject {
-		r.d.errAt(f.offset, "fp16", "want an object, got %s", describe(f))
-		return
-	}
-	if en, _ := f.field("enabled"); isAuto(en) {
-		r.d.autos = append(r.d.autos, "fp16.enabled")
-	} else if en != nil && en.kind == kindBool && en.b {
-		i := -1
-		for j, k := range f.keys {
-			if k == "enabled" {
-				i = j
-			}
-		}
-		r.d.errAt(f.keyOff[i], "fp16.enabled", `true is not supported: Strata trains in bf16; set "fp16": {"enabled": false} and "bf16": {"enabled": true}`)
-		return
-	}
-	r.notice("fp16", "Strata trains in bf16 and needs no loss scaling")
 }
 
 var stage3Why = "the prefetch planner sizes prefetch from the recorded trace and the byte budgets"
@@ -773,8 +809,12 @@ func (c *Config) Validate() error {
 	if c.Scheduler.Type != "" && (sp.WarmupType != "log" && sp.WarmupType != "linear" || sp.WarmupNumSteps < 0 || sp.WarmupMinLR < 0 || sp.WarmupMaxLR < 0) {
 		bad("scheduler.params: warmup_type %q must be \"log\" or \"linear\", warmup_num_steps %d and the learning rates must be >= 0", sp.WarmupType, sp.WarmupNumSteps)
 	}
-	if !c.BF16.Enabled {
-		bad("bf16.enabled is false: Strata trains only in bf16 mixed precision")
+	switch f := c.FP16; {
+	case c.BF16.Enabled == f.Enabled:
+		bad("bf16.enabled %v and fp16.enabled %v: Strata trains in bf16 or fp16 mixed precision, enable exactly one", c.BF16.Enabled, f.Enabled)
+	case f.Enabled && (f.LossScale < 0 || f.InitialScalePower < 0 || f.InitialScalePower > 100 || f.LossScaleWindow < 1 || f.Hysteresis < 1 || !(f.MinLossScale > 0)):
+		bad("fp16: loss_scale %v must be >= 0, initial_scale_power %d 0 to 100, loss_scale_window %d and hysteresis %d >= 1, min_loss_scale %v > 0",
+			f.LossScale, f.InitialScalePower, f.LossScaleWindow, f.Hysteresis, f.MinLossScale)
 	}
 	if c.GradientClipping < 0 || c.StepsPerPrint < 1 {
 		bad("gradient_clipping %v must be >= 0 and steps_per_print %d >= 1", c.GradientClipping, c.StepsPerPrint)

@@ -36,6 +36,16 @@ func StepBF16(p Params, param []float32, grad []uint16, m, v []float32, out []ui
 	best.adamBF16(&k, p.Mode, param, grad, m, v, out)
 }
 
+// StepF16 is StepF32 with fp16 mixed precision's 16-bit floats: grad in
+// IEEE binary16 (widened exactly) and the new params rounded to binary16
+// into out when not nil; the update's bits are those of StepF32 on the
+// widened gradient.
+func StepF16(p Params, param []float32, grad []uint16, m, v []float32, out []uint16) {
+	checkLens(len(param), len(grad), len(m), len(v), out)
+	k := makeConsts(p)
+	best.adamShard(&k, p.Mode, Shard{Param: param, Grad16: grad, M: Moment{F32: m}, V: Moment{F32: v, Second: true}, Out: out, F16: true})
+}
+
 // SumSquares returns the sum of x[i]² in float64, in the order the package
 // doc defines (independent of ISA and threads). It is +Inf or NaN exactly
 // when some x[i] is.

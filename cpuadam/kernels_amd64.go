@@ -239,7 +239,7 @@ func adamNarrowVec(avx512 bool, k *kconsts, mode Mode, s Shard) int {
 	n := len(s.Param)
 	grad, flags := f32p(s.Grad), uintptr(0)
 	if s.Grad == nil {
-		grad, flags = u16p(s.GradBF16), fGradBF16
+		grad, flags = u16p(s.Grad16), fGradBF16
 	}
 	if s.M.BF16 != nil {
 		adamVec(avx512, k, mode, s.Param, grad, u16p(s.M.BF16), u16p(s.V.BF16), flags|fMomBF16, s.Out)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/strata-ai/strata/internal/fp16"
+
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
 )
@@ -282,35 +284,38 @@ func quantizeBlock(x []float32, codes []uint8, second bool) float32 {
 }
 
 // Shard is one shard's state for Step: the fp32 master params, the reduced
-// gradient (exactly one of Grad and GradBF16), the moments in their stored
-// precision (both the same) and Out, which receives the new params as bf16
-// when not nil. All have Len() == len(Param).
+// gradient (exactly one of Grad and Grad16), the moments in their stored
+// precision (both the same) and Out, which receives the new params as 16-bit
+// floats when not nil. Grad16 and Out hold bfloat16, or IEEE binary16 with
+// F16 (fp16 mixed precision: widened exactly, the new params rounded to
+// nearest even, internal/fp16). All have Len() == len(Param).
 type Shard struct {
-	Param    []float32
-	Grad     []float32
-	GradBF16 []uint16
-	M, V     Moment
-	Out      []uint16
+	Param  []float32
+	Grad   []float32
+	Grad16 []uint16
+	M, V   Moment
+	Out    []uint16
+	F16    bool
 }
 
 func (s Shard) check() {
 	n := len(s.Param)
-	if len(s.Grad)+len(s.GradBF16) != n || (s.Grad != nil) == (s.GradBF16 != nil) && n > 0 ||
+	if len(s.Grad)+len(s.Grad16) != n || (s.Grad != nil) == (s.Grad16 != nil) && n > 0 ||
 		s.M.Len() != n || s.V.Len() != n || s.M.Precision() != s.V.Precision() || s.M.Second || !s.V.Second ||
 		(s.Out != nil && len(s.Out) != n) {
 		panic(fmt.Sprintf("cpuadam: shard mismatch: param %d grad %d/%d m %d (%v) v %d (%v, second %v) out %d",
-			n, len(s.Grad), len(s.GradBF16), s.M.Len(), s.M.Precision(), s.V.Len(), s.V.Precision(), s.V.Second, len(s.Out)))
+			n, len(s.Grad), len(s.Grad16), s.M.Len(), s.M.Precision(), s.V.Len(), s.V.Precision(), s.V.Second, len(s.Out)))
 	}
 }
 
 // Slice is elements [lo, hi) of s (int8 moments: lo on a QuantBlock
 // boundary, hi too or the end).
 func (s Shard) Slice(lo, hi int) Shard {
-	t := Shard{Param: s.Param[lo:hi], M: s.M.Slice(lo, hi), V: s.V.Slice(lo, hi), Out: sub(s.Out, lo, hi)}
+	t := Shard{Param: s.Param[lo:hi], M: s.M.Slice(lo, hi), V: s.V.Slice(lo, hi), Out: sub(s.Out, lo, hi), F16: s.F16}
 	if s.Grad != nil {
 		t.Grad = s.Grad[lo:hi]
 	} else {
-		t.GradBF16 = s.GradBF16[lo:hi]
+		t.Grad16 = s.Grad16[lo:hi]
 	}
 	return t
 }
@@ -325,12 +330,16 @@ func Step(p Params, s Shard) {
 
 // adamShard runs i's kernel for s's moment precision.
 func (i ISA) adamShard(k *kconsts, mode Mode, s Shard) {
+	if s.F16 {
+		i.adamF16(k, mode, s)
+		return
+	}
 	switch s.M.Precision() {
 	case MomentsF32:
 		if s.Grad != nil {
 			i.adamF32(k, mode, s.Param, s.Grad, s.M.F32, s.V.F32, s.Out)
 		} else {
-			i.adamBF16(k, mode, s.Param, s.GradBF16, s.M.F32, s.V.F32, s.Out)
+			i.adamBF16(k, mode, s.Param, s.Grad16, s.M.F32, s.V.F32, s.Out)
 		}
 	default:
 		switch i {
@@ -362,7 +371,7 @@ func refNarrow(k *kconsts, mode Mode, s Shard) {
 			if b.Grad != nil {
 				g = b.Grad[i]
 			} else {
-				g = bf16.ToFloat32(b.GradBF16[i])
+				g = bf16.ToFloat32(b.Grad16[i])
 			}
 			b.Param[i], mb[i], vb[i] = sc.one(x, g, mb[i], vb[i])
 		}
@@ -370,6 +379,32 @@ func refNarrow(k *kconsts, mode Mode, s Shard) {
 		b.V.Encode(vb)
 		if b.Out != nil {
 			bf16.FromFloat32s(b.Out, b.Param)
+		}
+	}
+}
+
+// f16Block is how many elements adamF16 widens at a time: a multiple of
+// QuantBlock, so that its pieces of int8 moments are whole blocks.
+const f16Block = 4 * QuantBlock
+
+// adamF16 is the step of an fp16 shard: block by block, the binary16
+// gradient (when Grad16 holds it) is widened exactly into fp32, the fp32
+// kernel runs, and the new params are rounded to binary16 into Out. The
+// update's bits are those of the fp32 gradient's (the widening is exact);
+// only the two conversions are scalar Go (F16C kernels: not written).
+func (i ISA) adamF16(k *kconsts, mode Mode, s Shard) {
+	var g [f16Block]float32
+	for lo := 0; lo < len(s.Param); lo += f16Block {
+		hi := min(lo+f16Block, len(s.Param))
+		b := s.Slice(lo, hi)
+		b.F16, b.Out = false, nil
+		if b.Grad16 != nil {
+			fp16.ToFloat32s(g[:hi-lo], b.Grad16)
+			b.Grad, b.Grad16 = g[:hi-lo], nil
+		}
+		i.adamShard(k, mode, b)
+		if s.Out != nil {
+			fp16.FromFloat32s(s.Out[lo:hi], b.Param)
 		}
 	}
 }

@@ -114,7 +114,7 @@ func refNarrowOf(c config, p Params, in narrowIn) Shard {
 	n := len(in.param)
 	s := Shard{Param: clone(in.param), M: cloneMoment(in.m), V: cloneMoment(in.v)}
 	if c.gradBF16 {
-		s.GradBF16 = in.gradH
+		s.Grad16 = in.gradH
 	} else {
 		s.Grad = in.grad
 	}
@@ -163,7 +163,7 @@ func runNarrowCase(t testing.TB, isa ISA, c config, p Params, in narrowIn, want 
 	}
 	s := Shard{Param: f32(in.param, off.param, "param"), M: moment(in.m, off.m, off.ms, "m"), V: moment(in.v, off.v, off.vs, "v")}
 	if c.gradBF16 {
-		s.GradBF16 = u16(in.gradH, off.grad, "grad")
+		s.Grad16 = u16(in.gradH, off.grad, "grad")
 	} else {
 		s.Grad = f32(in.grad, off.grad, "grad")
 	}

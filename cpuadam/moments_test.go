@@ -177,9 +177,9 @@ func TestStepThreadsSameBits(t *testing.T) {
 				s := randState(r, n)
 				p := randParams(r, AdamL2)
 				a := narrowShard(mo, clone(s.param), nil, s.m, s.v, make([]uint16, n))
-				a.GradBF16 = s.gradH
+				a.Grad16 = s.gradH
 				b := narrowShard(mo, clone(s.param), nil, s.m, s.v, make([]uint16, n))
-				b.GradBF16 = s.gradH
+				b.Grad16 = s.gradH
 				Step(p, a)
 				o, err := New(Options{Threads: threads, MinTileLen: 1000})
 				if err != nil {

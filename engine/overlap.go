@@ -567,7 +567,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	n := len(ls.master.Bytes()) / 4
 	s := cpuadam.Shard{Param: f32s(ls.master.Bytes()), M: mo.View(n, ls.m.Bytes(), false), V: mo.View(n, ls.v.Bytes(), true)}
 	if e.precision == gpu.BF16 {
-		s.GradBF16, s.Out = u16s(ls.grad.Bytes()), u16s(out)
+		s.Grad16, s.Out = u16s(ls.grad.Bytes()), u16s(out)
 	} else {
 		s.Grad = f32s(ls.grad.Bytes())
 	}

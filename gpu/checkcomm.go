@@ -99,8 +99,8 @@ func (c *checkedComm[S, B]) issue(s Stream, cl Call[B]) {
 func (c *checkedComm[S, B]) buf(b Buffer, what string) B { return BufferOf[B](c.f, b, what) }
 
 func (c *checkedComm[S, B]) reducible(b B, what string, op ReduceOp) {
-	if dt := b.DType(); dt != F32 && dt != BF16 && dt != F64 {
-		c.f.Panicf("%s: cannot reduce %s (want f32, bf16 or f64)", what, dt)
+	if dt := b.DType(); dt != F32 && !dt.Half() && dt != F64 {
+		c.f.Panicf("%s: cannot reduce %s (want f32, bf16, f16 or f64)", what, dt)
 	}
 	if op != Sum && op != Avg {
 		c.f.Panicf("unknown reduce op %d", op)

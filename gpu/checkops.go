@@ -58,11 +58,11 @@ func (o *checkedOps[S, B]) stream(s Stream) S { return StreamOf[S](o.f, s) }
 
 func (o *checkedOps[S, B]) buf(b Buffer, what string) B { return BufferOf[B](o.f, b, what) }
 
-// float checks that b is an F32 or BF16 buffer of n elements.
+// float checks that b is an F32, BF16 or F16 buffer of n elements.
 func (o *checkedOps[S, B]) float(b Buffer, what string, n int) B {
 	rb := o.buf(b, what)
-	if dt := rb.DType(); dt != F32 && dt != BF16 {
-		o.f.Panicf("%s is %s, want f32 or bf16", what, dt)
+	if dt := rb.DType(); dt != F32 && !dt.Half() {
+		o.f.Panicf("%s is %s, want f32, bf16 or f16", what, dt)
 	}
 	if rb.Len() != n {
 		o.f.Panicf("%s has %d elements, want %d", what, rb.Len(), n)
@@ -79,11 +79,11 @@ func (o *checkedOps[S, B]) typed(b Buffer, what string, dt DType, n int) B {
 	return rb
 }
 
-// table checks a rows×dim F32 or BF16 table with at least minRows rows.
+// table checks a rows×dim F32, BF16 or F16 table with at least minRows rows.
 func (o *checkedOps[S, B]) table(b Buffer, what string, dim, minRows int) B {
 	rb := o.buf(b, what)
-	if dt := rb.DType(); dt != F32 && dt != BF16 {
-		o.f.Panicf("%s is %s, want f32 or bf16", what, dt)
+	if dt := rb.DType(); dt != F32 && !dt.Half() {
+		o.f.Panicf("%s is %s, want f32, bf16 or f16", what, dt)
 	}
 	if n := rb.Len(); dim > 0 && (n%dim != 0 || n/dim < minRows) {
 		o.f.Panicf("%s has %d elements, want a multiple of dim %d with at least %d rows", what, n, dim, minRows)
@@ -403,7 +403,11 @@ func (o *checkedOps[S, B]) AdamStep(s Stream, param, grad, m, v, out Buffer, p A
 	rm, rv := o.typed(m, "adam m", F32, n), o.typed(v, "adam v", F32, n)
 	var ro B
 	if out != nil {
-		ro = o.typed(out, "adam out", BF16, n)
+		want := BF16 // the params' dtype: bf16, or f16 with f16 gradients
+		if rg.DType() == F16 {
+			want = F16
+		}
+		ro = o.typed(out, "adam out", want, n)
 	}
 	if err := p.Validate(); err != nil {
 		o.k.Fail(rs, o.f.Errorf("adam step: %w", err))

@@ -18,6 +18,7 @@ const (
 	BF16 = dtype.BF16
 	I32  = dtype.I32
 	F64  = dtype.F64
+	F16  = dtype.F16 // IEEE binary16: fp16 mixed precision
 	// U8 is bytes: a buffer of packed codes (NF4 or INT8 weights, Dequantize)
 	// whose layout an op defines.
 	U8 = dtype.U8

@@ -11,9 +11,9 @@ import (
 // the stream (or an event recorded after the op) has completed. Buffers must
 // belong to the device whose Ops is called, except where noted.
 //
-// Float inputs and outputs may be F32 or BF16 independently; arithmetic is
-// done in fp32 and each output is rounded once when stored (bf16: round to
-// nearest even). Shapes are row-major; the comment on each method gives them.
+// Float inputs and outputs may be F32, BF16 or F16 independently;
+// arithmetic is done in fp32 and each output is rounded once when stored
+// (bf16 and f16: round to nearest even; f16 past 65504 is infinite). Shapes are row-major; the comment on each method gives them.
 // A contract violation (wrong length, wrong dtype, foreign buffer) panics when
 // the op is enqueued.
 //
@@ -166,9 +166,9 @@ type Ops interface {
 	// into out[index] (out is F64). A non-finite x makes the sum non-finite.
 	SumSquares(s Stream, x, out Buffer, index int)
 
-	// AdamStep updates param (F32), m and v (F32) from grad (F32 or BF16) in
-	// place, and writes the new parameters rounded to bf16 into out when out
-	// is not nil. The formula is cpuadam's; on the CPU backend it calls
+	// AdamStep updates param (F32), m and v (F32) from grad (F32, BF16 or
+	// F16) in place, and writes the new parameters rounded to bf16 (f16 with
+	// an F16 grad) into out when out is not nil. The formula is cpuadam's; on the CPU backend it calls
 	// cpuadam, so device and host optimizers give identical bits.
 	AdamStep(s Stream, param, grad, m, v, out Buffer, p AdamParams)
 }

@@ -10,7 +10,7 @@ import (
 // is fp32 activations without checkpointing.
 type ActivationOptions struct {
 	// DType is the dtype of the saved activations and of the backward's
-	// scratch: gpu.F32 (0 means F32) or gpu.BF16. Whatever it is, the norm
+	// scratch: gpu.F32 (0 means F32), gpu.BF16 or gpu.F16. Whatever it is, the norm
 	// statistics, attention's row log-sum-exps, the logits of the loss
 	// chunk, the per-token losses and the gradient of the residual stream
 	// (which every block's backward accumulates into) are fp32.
@@ -45,8 +45,8 @@ func (o ActivationOptions) dtype() gpu.DType {
 // Validate says what is wrong with o for shape s.
 func (o ActivationOptions) Validate(s Shape) error {
 	switch dt := o.dtype(); {
-	case dt != gpu.F32 && dt != gpu.BF16:
-		return fmt.Errorf("model: activation dtype %s is not f32 or bf16", dt)
+	case dt != gpu.F32 && !dt.Half():
+		return fmt.Errorf("model: activation dtype %s is not f32, bf16 or f16", dt)
 	case o.Checkpoint < 0 || o.Checkpoint > s.Layers:
 		return fmt.Errorf("model: %d checkpointed blocks: want 0 to the model's %d blocks", o.Checkpoint, s.Layers)
 	case o.Offload && o.Checkpoint == 0:

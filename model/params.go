@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/shard"
 )
@@ -312,11 +311,11 @@ func (r *Resident) Freeze(c int) {
 // Frozen implements FrozenParams.
 func (r *Resident) Frozen(c int) bool { return r.frozen != nil && r.frozen[c] }
 
-// NewResident allocates params and grads of dtype dt (F32 or BF16) for every
-// chunk of layout on dev, zeroed, tagged gpu.ModelState.
+// NewResident allocates params and grads of dtype dt (F32, BF16 or F16)
+// for every chunk of layout on dev, zeroed, tagged gpu.ModelState.
 func NewResident(dev gpu.Device, layout *Layout, dt gpu.DType) (*Resident, error) {
-	if dt != gpu.F32 && dt != gpu.BF16 {
-		return nil, fmt.Errorf("model: parameter dtype %s is not f32 or bf16", dt)
+	if dt != gpu.F32 && !dt.Half() {
+		return nil, fmt.Errorf("model: parameter dtype %s is not f32, bf16 or f16", dt)
 	}
 	r := &Resident{dev: dev, layout: layout}
 	for _, ch := range layout.Chunks {
@@ -412,9 +411,9 @@ func upload(dev gpu.Device, s gpu.Stream, dst gpu.Buffer, v []float32) {
 	case gpu.F32:
 		b = make([]byte, 4*len(v))
 		copy(f32View(b), v)
-	case gpu.BF16:
+	case gpu.BF16, gpu.F16:
 		b = make([]byte, 2*len(v))
-		bf16.FromFloat32s(u16View(b), v)
+		dtype.Narrow(dst.DType(), u16View(b), v)
 	default:
 		panic(fmt.Sprintf("model: upload into a %s buffer", dst.DType()))
 	}
@@ -439,8 +438,8 @@ func download(dev gpu.Device, s gpu.Stream, bufs []gpu.Buffer) ([][]float32, err
 		switch b.DType() {
 		case gpu.F32:
 			copy(out[i], f32View(raw[i]))
-		case gpu.BF16:
-			bf16.ToFloat32s(out[i], u16View(raw[i]))
+		case gpu.BF16, gpu.F16:
+			dtype.Widen(b.DType(), out[i], u16View(raw[i]))
 		default:
 			panic(fmt.Sprintf("model: download of a %s buffer", b.DType()))
 		}

@@ -21,8 +21,9 @@ type TrainOptions struct {
 	// must reproduce.
 	Ranks int
 	// Precision is the dtype of the parameters and gradients on the device:
-	// gpu.F32 (default), or gpu.BF16 for mixed precision with fp32 master
-	// weights and Adam moments.
+	// gpu.F32 (default), or gpu.BF16 or gpu.F16 for mixed precision with
+	// fp32 master weights and Adam moments (this loop scales no loss: F16
+	// here is the engine's fp16 path at loss scale 1).
 	Precision gpu.DType
 	// Activations say how the model keeps its activations: their dtype
 	// (default Precision: bf16 activations in mixed precision, as the ZeRO
@@ -85,8 +86,8 @@ func (o TrainOptions) Validate(s Shape) error {
 		return fmt.Errorf("model: batch %d, seq %d, accum %d and ranks %d must be >= 1", o.Batch, o.Seq, o.Accum, o.Ranks)
 	case o.Seq > s.MaxSeq:
 		return fmt.Errorf("model: seq %d exceeds max_seq_len %d", o.Seq, s.MaxSeq)
-	case o.Precision != gpu.F32 && o.Precision != gpu.BF16:
-		return fmt.Errorf("model: precision %s is not fp32 or bf16", o.Precision)
+	case o.Precision != gpu.F32 && !o.Precision.Half():
+		return fmt.Errorf("model: precision %s is not fp32, bf16 or fp16", o.Precision)
 	case o.Activations.Offload:
 		return fmt.Errorf("model: the plain training loop has no InputStore to offload checkpointed inputs to (cpu_checkpointing is the engine's)")
 	case !(o.LR >= 0) || !(o.Beta1 >= 0 && o.Beta1 < 1) || !(o.Beta2 >= 0 && o.Beta2 < 1) || !(o.Eps > 0) || !(o.WeightDecay >= 0):
@@ -169,7 +170,7 @@ func NewTrainer(dev gpu.Device, shape Shape, opts TrainOptions) (*Trainer, error
 	maxLen := 0
 	for _, ch := range layout.Chunks {
 		maxLen = max(maxLen, ch.Len)
-		if opts.Precision == gpu.BF16 {
+		if opts.Precision.Half() {
 			b, err := alloc(ch.Len, gpu.F32, gpu.ModelState, "master")
 			if err != nil {
 				t.Free()
@@ -347,7 +348,7 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 
 	ap := gpu.AdamParams{LR: res.LR, Beta1: o.Beta1, Beta2: o.Beta2, Eps: o.Eps, WeightDecay: o.WeightDecay, Step: step, GradScale: res.ClipCoef}
 	for c := range t.layout.Chunks {
-		if o.Precision == gpu.BF16 {
+		if o.Precision.Half() {
 			ops.AdamStep(s, t.master[c], t.params.grads[c], t.adamM[c], t.adamV[c], t.params.params[c], ap)
 		} else {
 			ops.AdamStep(s, t.params.params[c], t.params.grads[c], t.adamM[c], t.adamV[c], nil, ap)
@@ -363,7 +364,7 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 // Master synchronizes and returns the fp32 weights the optimizer updates
 // (the parameters themselves in fp32 mode), one []float32 per chunk.
 func (t *Trainer) Master() ([][]float32, error) {
-	if t.opts.Precision == gpu.BF16 {
+	if t.opts.Precision.Half() {
 		return download(t.dev, t.s, t.master)
 	}
 	return download(t.dev, t.s, t.params.params)

@@ -29,11 +29,11 @@ func WeightsBytes(layout *Layout, dt gpu.DType) int64 {
 	return layout.ParamCount() * int64(dt.Size())
 }
 
-// NewWeights allocates every chunk's parameters in dt (F32 or BF16) on
-// dev, zeroed, tagged gpu.ModelState; LoadChunk fills them.
+// NewWeights allocates every chunk's parameters in dt (F32, BF16 or F16)
+// on dev, zeroed, tagged gpu.ModelState; LoadChunk fills them.
 func NewWeights(dev gpu.Device, layout *Layout, dt gpu.DType) (*Weights, error) {
-	if dt != gpu.F32 && dt != gpu.BF16 {
-		return nil, fmt.Errorf("model: parameter dtype %s is not f32 or bf16", dt)
+	if dt != gpu.F32 && !dt.Half() {
+		return nil, fmt.Errorf("model: parameter dtype %s is not f32, bf16 or f16", dt)
 	}
 	w := &Weights{dev: dev, layout: layout, dt: dt}
 	for _, ch := range layout.Chunks {
@@ -51,7 +51,7 @@ func NewWeights(dev gpu.Device, layout *Layout, dt gpu.DType) (*Weights, error) 
 func (w *Weights) DType() gpu.DType { return w.dt }
 
 // LoadChunk enqueues the upload of chunk c's values (Layout.Chunks[c].Len
-// of them) on s, rounded to bf16 on the host for BF16 weights. The values
+// of them) on s, rounded on the host for BF16 and F16 weights. The values
 // are copied into a staging buffer before it returns, so v may be reused
 // at once; the staging buffer lives until the copy completes.
 func (w *Weights) LoadChunk(s gpu.Stream, c int, v []float32) {

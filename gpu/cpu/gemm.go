@@ -7,7 +7,7 @@ import (
 	"gonum.org/v1/gonum/blas/gonum"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // GEMM tiles. C is cut into gemmTileM×gemmTileN tiles, whatever the worker
@@ -93,7 +93,7 @@ func (o *kernels) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Bu
 				if beta != 0 {
 					u := c.u16()
 					for i := range mb {
-						bf16.ToFloat32s(cv[i*nb:(i+1)*nb], u[(i0+i)*n+j0:(i0+i)*n+j0+nb])
+						dtype.Widen(c.DType(), cv[i*nb:(i+1)*nb], u[(i0+i)*n+j0:(i0+i)*n+j0+nb])
 					}
 				}
 			}
@@ -101,7 +101,7 @@ func (o *kernels) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Bu
 			if c.DType() != gpu.F32 {
 				u := c.u16()
 				for i := range mb {
-					bf16.FromFloat32s(u[(i0+i)*n+j0:(i0+i)*n+j0+nb], cv[i*nb:(i+1)*nb])
+					dtype.Narrow(c.DType(), u[(i0+i)*n+j0:(i0+i)*n+j0+nb], cv[i*nb:(i+1)*nb])
 				}
 			}
 		}
@@ -110,14 +110,14 @@ func (o *kernels) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Bu
 
 // panelA returns rows [i0, i0+mb) of op(A) in the layout Sgemm expects for
 // transA, with its leading dimension: a view for F32, a widened copy in
-// tmp for BF16.
+// tmp for BF16 and F16.
 func panelA(a *Buffer, trans bool, m, k, i0, mb int, tmp []float32) ([]float32, int, []float32) {
 	if !trans { // A is m×k: rows i0.. are contiguous
 		if a.DType() == gpu.F32 {
 			return a.f32()[i0*k : (i0+mb)*k], k, tmp
 		}
 		tmp = grow(tmp, mb*k)
-		bf16.ToFloat32s(tmp, a.u16()[i0*k:(i0+mb)*k])
+		dtype.Widen(a.DType(), tmp, a.u16()[i0*k:(i0+mb)*k])
 		return tmp, k, tmp
 	}
 	// A is k×m: columns i0.. of every row.
@@ -127,7 +127,7 @@ func panelA(a *Buffer, trans bool, m, k, i0, mb int, tmp []float32) ([]float32, 
 	tmp = grow(tmp, k*mb)
 	u := a.u16()
 	for l := range k {
-		bf16.ToFloat32s(tmp[l*mb:(l+1)*mb], u[l*m+i0:l*m+i0+mb])
+		dtype.Widen(a.DType(), tmp[l*mb:(l+1)*mb], u[l*m+i0:l*m+i0+mb])
 	}
 	return tmp, mb, tmp
 }
@@ -139,7 +139,7 @@ func panelB(b *Buffer, trans bool, n, k, j0, nb int, tmp []float32) ([]float32, 
 			return b.f32()[j0*k : (j0+nb)*k], k, tmp
 		}
 		tmp = grow(tmp, nb*k)
-		bf16.ToFloat32s(tmp, b.u16()[j0*k:(j0+nb)*k])
+		dtype.Widen(b.DType(), tmp, b.u16()[j0*k:(j0+nb)*k])
 		return tmp, k, tmp
 	}
 	// B is k×n: columns j0.. of every row.
@@ -149,7 +149,7 @@ func panelB(b *Buffer, trans bool, n, k, j0, nb int, tmp []float32) ([]float32, 
 	tmp = grow(tmp, k*nb)
 	u := b.u16()
 	for l := range k {
-		bf16.ToFloat32s(tmp[l*nb:(l+1)*nb], u[l*n+j0:l*n+j0+nb])
+		dtype.Widen(b.DType(), tmp[l*nb:(l+1)*nb], u[l*n+j0:l*n+j0+nb])
 	}
 	return tmp, nb, tmp
 }

@@ -6,7 +6,7 @@ import (
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/nf4"
 )
 
@@ -214,8 +214,9 @@ func (o *kernels) Dequantize(s *Stream, format gpu.DType, src, dst *Buffer, n in
 	})
 }
 
-// Cast: dst = src converted. Conversions into bf16 round to nearest even;
-// f64 to bf16 rounds to f32 first (two roundings); floats to i32 truncate.
+// Cast: dst = src converted. Conversions into bf16 or fp16 round to
+// nearest even; f64 to bf16 or fp16 rounds to f32 first (two roundings);
+// floats to i32 truncate.
 func (o *kernels) Cast(s *Stream, dst, src *Buffer) {
 	s.enqueue(func() error {
 		n := src.Len()
@@ -250,10 +251,12 @@ func (o *kernels) Fill(s *Stream, x *Buffer, value float32) {
 			for i := range v {
 				v[i] = value
 			}
-		case gpu.BF16:
-			h, v := bf16.FromFloat32(value), x.u16()
+		case gpu.BF16, gpu.F16:
+			var h [1]uint16
+			dtype.Narrow(x.DType(), h[:], []float32{value})
+			h0, v := h[0], x.u16()
 			for i := range v {
-				v[i] = h
+				v[i] = h0
 			}
 		case gpu.F64:
 			v := x.f64()
@@ -322,10 +325,15 @@ func (o *kernels) SumSquares(s *Stream, x, out *Buffer, index int) {
 			for _, v := range x.f32() {
 				sum += float64(v) * float64(v)
 			}
-		case gpu.BF16:
-			for _, h := range x.u16() {
-				v := float64(bf16.ToFloat32(h))
-				sum += v * v
+		case gpu.BF16, gpu.F16:
+			u := x.u16()
+			w := make([]float32, min(len(u), 4096))
+			for lo := 0; lo < len(u); lo += len(w) {
+				part := w[:min(len(w), len(u)-lo)]
+				dtype.Widen(x.DType(), part, u[lo:lo+len(part)])
+				for _, f := range part {
+					sum += float64(f) * float64(f)
+				}
 			}
 		case gpu.F64:
 			for _, v := range x.f64() {
@@ -358,9 +366,12 @@ func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.Adam
 				if out != nil {
 					ob = out.u16()[lo:hi]
 				}
-				if grad.DType() == gpu.F32 {
+				switch {
+				case grad.DType() == gpu.F16:
+					cpuadam.StepF16(p, param.f32()[lo:hi], grad.u16()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
+				case grad.DType() == gpu.F32:
 					cpuadam.StepF32(p, param.f32()[lo:hi], grad.f32()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
-				} else {
+				default:
 					cpuadam.StepBF16(p, param.f32()[lo:hi], grad.u16()[lo:hi], m.f32()[lo:hi], v.f32()[lo:hi], ob)
 				}
 			}

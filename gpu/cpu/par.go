@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // parallel splits [0, n) into contiguous pieces of at least grain items,
@@ -56,12 +56,12 @@ func loadF32(b *Buffer, lo, hi int, tmp []float32) []float32 {
 	switch b.DType() {
 	case gpu.F32:
 		return b.f32()[lo:hi]
-	case gpu.BF16:
+	case gpu.BF16, gpu.F16:
 		if cap(tmp) < hi-lo {
 			tmp = make([]float32, hi-lo)
 		}
 		tmp = tmp[:hi-lo]
-		bf16.ToFloat32s(tmp, b.u16()[lo:hi])
+		dtype.Widen(b.DType(), tmp, b.u16()[lo:hi])
 		return tmp
 	case gpu.F64:
 		if cap(tmp) < hi-lo {
@@ -97,8 +97,8 @@ func storeF32(b *Buffer, off int, v []float32) {
 		if &dst[0] != &v[0] {
 			copy(dst, v)
 		}
-	case gpu.BF16:
-		bf16.FromFloat32s(b.u16()[off:off+len(v)], v)
+	case gpu.BF16, gpu.F16:
+		dtype.Narrow(b.DType(), b.u16()[off:off+len(v)], v)
 	case gpu.F64:
 		dst := b.f64()[off : off+len(v)]
 		for i, x := range v {

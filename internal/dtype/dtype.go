@@ -2,7 +2,12 @@
 // shared vocabulary of gpu, model, tier and engine.
 package dtype
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/fp16"
+)
 
 // DType is an element type.
 type DType uint8
@@ -26,6 +31,9 @@ const (
 	// an fp32 step per 64 values, then one signed byte each): a frozen
 	// base's weights in the tiers. No fixed element size: Bytes(n).
 	INT8
+	// F16 is IEEE 754 binary16 (torch.float16): fp16 mixed precision's
+	// device params, gradients and activations (internal/fp16).
+	F16
 )
 
 // Q8Block is the number of elements that share one Q8 scale, counted from
@@ -59,7 +67,7 @@ func (d DType) Size() int {
 	switch d {
 	case F32, I32:
 		return 4
-	case BF16:
+	case BF16, F16:
 		return 2
 	case F64:
 		return 8
@@ -75,6 +83,8 @@ func (d DType) String() string {
 		return "f32"
 	case BF16:
 		return "bf16"
+	case F16:
+		return "f16"
 	case I32:
 		return "i32"
 	case F64:
@@ -98,6 +108,8 @@ func Parse(s string) (DType, error) {
 		return F32, nil
 	case "bf16", "bfloat16":
 		return BF16, nil
+	case "f16", "fp16", "float16", "half":
+		return F16, nil
 	case "i32", "int32":
 		return I32, nil
 	case "f64", "fp64", "float64", "double":
@@ -105,5 +117,45 @@ func Parse(s string) (DType, error) {
 	case "q8":
 		return Q8, nil
 	}
-	return 0, fmt.Errorf("dtype: unknown dtype %q (want fp32, bf16, int32 or fp64)", s)
+	return 0, fmt.Errorf("dtype: unknown dtype %q (want fp32, bf16, fp16, int32 or fp64)", s)
+}
+
+// Half says whether d is a 16-bit float: BF16 or F16.
+func (d DType) Half() bool { return d == BF16 || d == F16 }
+
+// Widen writes the 16-bit floats src of dtype d (BF16 or F16) into dst as
+// float32, exactly; len(dst) must be at least len(src).
+func Widen(d DType, dst []float32, src []uint16) {
+	switch d {
+	case BF16:
+		bf16.ToFloat32s(dst, src)
+	case F16:
+		fp16.ToFloat32s(dst, src)
+	default:
+		panic(fmt.Sprintf("dtype: Widen of %s", d))
+	}
+}
+
+// Narrow rounds src into dst as 16-bit floats of dtype d (BF16 or F16),
+// to nearest, ties to even; len(dst) must be at least len(src).
+func Narrow(d DType, dst []uint16, src []float32) {
+	switch d {
+	case BF16:
+		bf16.FromFloat32s(dst, src)
+	case F16:
+		fp16.FromFloat32s(dst, src)
+	default:
+		panic(fmt.Sprintf("dtype: Narrow to %s", d))
+	}
+}
+
+// Round is f rounded to d (F32: f itself; BF16 or F16 to nearest even).
+func Round(d DType, f float32) float32 {
+	switch d {
+	case BF16:
+		return bf16.Round(f)
+	case F16:
+		return fp16.Round(f)
+	}
+	return f
 }

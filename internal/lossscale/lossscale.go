@@ -1,0 +1,147 @@
+// Package lossscale is fp16 mixed precision's loss scaler, with DeepSpeed's
+// rules exactly (deepspeed/runtime/fp16/loss_scaler.py, DynamicLossScaler
+// and LossScaler; defaults from deepspeed/runtime/precision_config.py).
+// The loss is multiplied by the scale before the backward, so that small
+// gradients survive fp16's range; the gradients are divided by it before
+// clipping and the update. A step whose gradients overflow (an Inf or NaN
+// anywhere) is skipped, and Update decides the next scale:
+//
+//   - overflow: if hysteresis is 1 (or the hysteresis left, CurHysteresis,
+//     is 1), the scale is halved, but not below MinScale; an overflow
+//     while the scale already is MinScale is an error (ErrMinScale:
+//     DeepSpeed raises "Current loss scale already at minimum"). Otherwise
+//     CurHysteresis drops by one and the scale stays. Either way the
+//     iteration is remembered as the last overflow.
+//   - no overflow: with ConsecutiveHysteresis, CurHysteresis refills to
+//     Hysteresis; and when (iteration − last overflow) is a multiple of
+//     Window, the scale doubles and (without ConsecutiveHysteresis)
+//     CurHysteresis refills. The iterations count from 0 and the last
+//     overflow starts at −1, so with no overflow the first doubling
+//     comes after Window steps.
+//   - every call advances the iteration by one.
+//
+// A static scale (Config.Static > 0) never changes; its overflowing steps
+// are skipped too (DeepSpeed's FP16 optimizers skip on overflow whatever
+// the scaler).
+package lossscale
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Config is the fp16 block's scaling keys.
+type Config struct {
+	// Static is loss_scale: 0 for dynamic scaling, else the fixed scale.
+	Static float64
+	// InitialPower is initial_scale_power: the dynamic scale starts at
+	// 2^InitialPower (DeepSpeed: 16).
+	InitialPower int
+	// Window is loss_scale_window: good steps before the scale doubles
+	// (1000).
+	Window int
+	// Hysteresis is hysteresis, DeepSpeed's delayed_shift: overflows
+	// tolerated before the scale halves (2).
+	Hysteresis int
+	// ConsecutiveHysteresis is consecutive_hysteresis: every good step
+	// refills the hysteresis (false).
+	ConsecutiveHysteresis bool
+	// MinScale is min_loss_scale (1).
+	MinScale float64
+}
+
+// Defaults is DeepSpeed's fp16 block with only "enabled": true.
+func Defaults() Config {
+	return Config{InitialPower: 16, Window: 1000, Hysteresis: 2, MinScale: 1}
+}
+
+// Validate says what is wrong with c.
+func (c Config) Validate() error {
+	switch {
+	case !(c.Static >= 0):
+		return fmt.Errorf("fp16.loss_scale %v: want 0 (dynamic) or a positive scale", c.Static)
+	case c.Static > 0:
+		return nil
+	case c.InitialPower < 0 || c.InitialPower > 100:
+		return fmt.Errorf("fp16.initial_scale_power %d: want 0 to 100", c.InitialPower)
+	case c.Window < 1:
+		return fmt.Errorf("fp16.loss_scale_window %d: want at least 1", c.Window)
+	case c.Hysteresis < 1:
+		return fmt.Errorf("fp16.hysteresis %d: want at least 1", c.Hysteresis)
+	case !(c.MinScale > 0):
+		return fmt.Errorf("fp16.min_loss_scale %v: want a positive scale", c.MinScale)
+	}
+	return nil
+}
+
+// State is a scaler's whole state: what a checkpoint keeps.
+type State struct {
+	Scale         float64 `json:"scale"`
+	Iter          int64   `json:"iter"`               // DeepSpeed's cur_iter: Update calls so far
+	LastOverflow  int64   `json:"last_overflow_iter"` // -1: none yet
+	CurHysteresis int     `json:"cur_hysteresis"`
+}
+
+// Scaler applies Config's rules.
+type Scaler struct {
+	cfg Config
+	st  State
+}
+
+// ErrMinScale is the overflow of a step already at the smallest scale.
+var ErrMinScale = errors.New("loss scale already at min_loss_scale")
+
+// New is a scaler at its initial state.
+func New(c Config) *Scaler {
+	s := &Scaler{cfg: c, st: State{Scale: c.Static, LastOverflow: -1, CurHysteresis: c.Hysteresis}}
+	if c.Static == 0 {
+		s.st.Scale = math.Ldexp(1, c.InitialPower)
+	}
+	return s
+}
+
+// Dynamic says whether the scale moves.
+func (s *Scaler) Dynamic() bool { return s.cfg.Static == 0 }
+
+// Scale is the scale the next step runs with.
+func (s *Scaler) Scale() float64 { return s.st.Scale }
+
+// State is the scaler's state, for a checkpoint.
+func (s *Scaler) State() State { return s.st }
+
+// Restore replaces the state (a resumed checkpoint's).
+func (s *Scaler) Restore(st State) { s.st = st }
+
+// Update records one step's verdict and sets the next step's scale. An
+// overflow at MinScale returns ErrMinScale and leaves the state as it was.
+func (s *Scaler) Update(overflow bool) error {
+	if !s.Dynamic() {
+		s.st.Iter++
+		return nil
+	}
+	c, st := s.cfg, &s.st
+	if overflow {
+		if c.Hysteresis == 1 || st.CurHysteresis == 1 {
+			if st.Scale == c.MinScale {
+				return fmt.Errorf("%w (%g)", ErrMinScale, c.MinScale)
+			}
+			st.Scale = max(st.Scale/2, c.MinScale)
+		} else {
+			st.CurHysteresis--
+		}
+		st.LastOverflow = st.Iter
+	} else {
+		if c.ConsecutiveHysteresis {
+			st.CurHysteresis = c.Hysteresis
+		}
+		if (st.Iter-st.LastOverflow)%int64(c.Window) == 0 {
+			if !c.ConsecutiveHysteresis {
+				st.CurHysteresis = c.Hysteresis
+			}
+			st.Scale *= 2
+		}
+	}
+	st.Iter++
+	return nil
+}
