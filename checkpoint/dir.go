@@ -58,6 +58,7 @@ type Manifest struct {
 	Shape           model.Shape     `json:"shape,omitzero"`
 	Model           string          `json:"model,omitempty"` // a custom model's name (State.Model); no shape then
 	LoRA            *model.LoRA     `json:"lora,omitempty"`  // State.LoRA
+	FP16            *FP16           `json:"fp16,omitempty"`  // State.FP16
 	ShardAlignElems int             `json:"shard_align_elems"`
 	Chunks          []ChunkInfo     `json:"chunks"`
 	States          []ManifestState `json:"states"`
@@ -247,7 +248,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		}
 	}()
 	m := &Manifest{Format: FormatName, Version: FormatVersion, Step: st.Step, Devices: st.Devices, Stage: st.Stage,
-		Shape: st.Shape, Model: st.Model, LoRA: st.LoRA, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source, Data: opts.Data, ChatTemplate: opts.ChatTemplate}
+		Shape: st.Shape, Model: st.Model, LoRA: st.LoRA, FP16: st.FP16, ShardAlignElems: st.ShardAlignElems, Chunks: st.Chunks, Created: time.Now().UTC(), Run: opts.RunID, Source: opts.Source, Data: opts.Data, ChatTemplate: opts.ChatTemplate}
 	if len(st.Config) > 0 {
 		m.Config = json.RawMessage(st.Config)
 	}

@@ -81,8 +81,13 @@ func (cw *checkpointWeights) produce(w *hf.ExportWriter) error {
 	to := Expect{Shape: meta.Shape, Model: meta.Model, LoRA: meta.LoRA, Chunks: meta.Chunks, Devices: meta.Devices, ShardAlignElems: meta.ShardAlignElems, States: []StateSpec{spec}}
 	return cw.rd.Read(to, func(c, _ int, whole []byte) error {
 		b := whole[:meta.Chunks[c].Elems*spec.DType.Size()]
-		if spec.DType == dtype.BF16 {
+		switch spec.DType {
+		case dtype.BF16:
 			return w.BF16(c, dtype.Uint16s(b))
+		case dtype.F16: // fp16 params without master weights: widened exactly
+			v := make([]float32, len(b)/2)
+			dtype.Widen(dtype.F16, v, dtype.Uint16s(b))
+			return w.F32(c, v)
 		}
 		return w.F32(c, dtype.Float32s(b))
 	})
@@ -194,6 +199,12 @@ func ExportState(path string, st *State, opts hf.ExportOptions) error {
 	}
 	chunks := make([][]float32, len(st.Chunks))
 	for c := range st.Chunks {
+		if st.States[k].DType == dtype.F16 { // fp16 params without master weights: widened exactly
+			g := dtype.Uint16s(st.Gather(c, k))
+			chunks[c] = make([]float32, len(g))
+			dtype.Widen(dtype.F16, chunks[c], g)
+			continue
+		}
 		chunks[c] = dtype.Float32s(st.Gather(c, k))
 	}
 	return hf.Export(path, l, chunks, opts)

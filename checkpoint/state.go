@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/internal/lossscale"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
@@ -21,16 +22,17 @@ func (s StateSpec) String() string { return s.Kind.String() + " " + s.DType.Stri
 
 // MixedPrecisionStates are the states of mixed-precision Adam: bf16 params,
 // fp32 master weights and moments.
-var MixedPrecisionStates = AdamStates(false, dtype.F32)
+var MixedPrecisionStates = AdamStates(dtype.BF16, dtype.F32)
 
-// AdamStates are the states of Adam with its moments in dtype moments
-// (f32, bf16 or q8): bf16 params and fp32 master weights, or with fp32
-// the params themselves as the master.
-func AdamStates(fp32 bool, moments dtype.DType) []StateSpec {
-	if fp32 {
+// AdamStates are the states of Adam with params in dtype params and its
+// moments in dtype moments (f32, bf16 or q8): bf16 or f16 params (mixed
+// precision) and fp32 master weights, or with f32 params the params
+// themselves as the master.
+func AdamStates(params, moments dtype.DType) []StateSpec {
+	if params == dtype.F32 {
 		return []StateSpec{{shard.Param, dtype.F32}, {shard.AdamM, moments}, {shard.AdamV, moments}}
 	}
-	return []StateSpec{{shard.Param, dtype.BF16}, {shard.Master, dtype.F32}, {shard.AdamM, moments}, {shard.AdamV, moments}}
+	return []StateSpec{{shard.Param, params}, {shard.Master, dtype.F32}, {shard.AdamM, moments}, {shard.AdamV, moments}}
 }
 
 // ChunkInfo is one chunk of the layout as the checkpoint shards it.
@@ -63,7 +65,9 @@ type State struct {
 	Model string
 	// LoRA is the adapters of a decoder trained with LoRA (nil: none):
 	// their chunks follow the base's (model.Layout.WithLoRA).
-	LoRA            *model.LoRA
+	LoRA *model.LoRA
+	// FP16 is an fp16 run's loss scaling at Step (nil: not fp16).
+	FP16            *FP16
 	ShardAlignElems int
 	Config          []byte // the run's configuration, JSON (stored compacted); may be empty
 	Chunks          []ChunkInfo
@@ -71,6 +75,16 @@ type State struct {
 	// Data[r][c][k] is rank r's shard of chunk c in state States[k]:
 	// Chunks[c].ShardElems · States[k].DType.Size() bytes, little-endian.
 	Data [][][][]byte
+}
+
+// FP16 is an fp16 run's loss scaling at a checkpoint's step: the
+// scaler's state (the scale the next step runs with, DeepSpeed's
+// cur_iter, last_overflow_iter and cur_hysteresis) and the steps skipped
+// for an overflow so far. The optimizer's step count (Adam's bias
+// correction, the learning-rate schedule) is Step − SkippedSteps.
+type FP16 struct {
+	Scaler       lossscale.State `json:"scaler"`
+	SkippedSteps int64           `json:"skipped_steps"`
 }
 
 // ShardElems is each rank's slice of a chunk of chunkElems elements over
@@ -175,8 +189,8 @@ func (st *State) validateMeta() error {
 			return fmt.Errorf("checkpoint: state %v unknown or repeated", s.Kind)
 		}
 		seen[s.Kind] = true
-		if s.DType != dtype.F32 && s.DType != dtype.BF16 && !(s.DType == dtype.Q8 && isMoment(s.Kind)) {
-			return fmt.Errorf("checkpoint: state %v has dtype %v (want f32 or bf16; q8 for adam_m and adam_v)", s.Kind, s.DType)
+		if s.DType != dtype.F32 && s.DType != dtype.BF16 && !(s.DType == dtype.F16 && s.Kind == shard.Param) && !(s.DType == dtype.Q8 && isMoment(s.Kind)) {
+			return fmt.Errorf("checkpoint: state %v has dtype %v (want f32 or bf16; f16 for params; q8 for adam_m and adam_v)", s.Kind, s.DType)
 		}
 	}
 	return nil

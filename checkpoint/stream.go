@@ -13,7 +13,6 @@ import (
 	"sync"
 
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"
@@ -296,7 +295,7 @@ func open(path string, e *Expect) (_ *Reader, err error) {
 	if err != nil {
 		return nil, err
 	}
-	meta := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, Model: m.Model, LoRA: m.LoRA, ShardAlignElems: m.ShardAlignElems,
+	meta := &State{Step: m.Step, Devices: m.Devices, Stage: m.Stage, Shape: m.Shape, Model: m.Model, LoRA: m.LoRA, FP16: m.FP16, ShardAlignElems: m.ShardAlignElems,
 		Config: []byte(m.Config), Chunks: m.Chunks, States: specs}
 	if err := meta.validateMeta(); err != nil {
 		return nil, fmt.Errorf("checkpoint: load %s: %w", dir, err)
@@ -617,8 +616,8 @@ func (rd *Reader) readChunk(c int, dst []float32) error {
 			if _, err := rd.files[r].ReadAt(b, off); err != nil {
 				return fmt.Errorf("checkpoint: %s: read tensor %s (%d bytes at %d): %w", rd.paths[r], tensorName(c, meta.States[k].Kind), len(b), off, err)
 			}
-			if dt == dtype.BF16 {
-				bf16.ToFloat32s(dst[at:at+n], dtype.Uint16s(b))
+			if dt.Half() {
+				dtype.Widen(dt, dst[at:at+n], dtype.Uint16s(b))
 			}
 			at += n
 		}

@@ -119,8 +119,11 @@ func formatTiers(t engine.TierSummary) string {
 }
 
 func precisionName(dt gpu.DType) string {
-	if dt == gpu.BF16 {
+	switch dt {
+	case gpu.BF16:
 		return "bf16 mixed precision"
+	case gpu.F16:
+		return "fp16 mixed precision (loss scaling)"
 	}
 	return "fp32"
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -106,11 +107,15 @@ const demoSteps = 60
 
 // stepLine is one line of steps.jsonl.
 type stepLine struct {
-	Step             int64   `json:"step"`
-	Loss             float64 `json:"loss"`
-	LR               float64 `json:"lr"`
-	GradNorm         float64 `json:"grad_norm"`
-	ClipCoef         float64 `json:"clip_coef"`
+	Step     int64   `json:"step"`
+	Loss     number  `json:"loss"`
+	LR       float64 `json:"lr"`
+	GradNorm number  `json:"grad_norm"`
+	ClipCoef float64 `json:"clip_coef"`
+	// LossScale is the fp16 loss scale the step ran with, Skipped whether
+	// it overflowed and updated nothing (its grad_norm is then null).
+	LossScale        float64 `json:"loss_scale,omitempty"`
+	Skipped          bool    `json:"skipped,omitempty"`
 	StepSeconds      float64 `json:"step_s"`
 	TokensPerSecond  float64 `json:"tokens_per_s"`
 	HostToDevice     int64   `json:"bytes_host_to_device"`
@@ -126,6 +131,17 @@ type stepLine struct {
 	*EvalLine                // after an evaluation of --eval-data
 	*TierLine                // with the tier store (offload_param, NVMe offload)
 	*HostOptLine             // with the host optimizer
+}
+
+// number is a float64 that JSON writes as null when it is not finite (the
+// gradient norm of a step an fp16 overflow skipped).
+type number float64
+
+func (n number) MarshalJSON() ([]byte, error) {
+	if f := float64(n); math.IsNaN(f) || math.IsInf(f, 0) {
+		return []byte("null"), nil
+	}
+	return json.Marshal(float64(n))
 }
 
 // HostOptLine is the host optimizer's time of the runs completed in a step
@@ -731,8 +747,11 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		regs = append(regs, registrationJSON{h.Pool, h.Bytes, h.Outcome, h.RegisteredBytes, h.Error})
 	}
 	prec := "bf16"
-	if s.Precision == gpu.F32 {
+	switch s.Precision {
+	case gpu.F32:
 		prec = "fp32"
+	case gpu.F16:
+		prec = "fp16"
 	}
 	out := map[string]any{
 		"model": s.Model, "params": s.Params, "devices": s.Devices, "stage": s.Stage, "precision": prec,
@@ -747,6 +766,9 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 	}
 	if s.FrozenParams > 0 {
 		out["frozen"] = frozenJSON(s)
+	}
+	if s.Precision == gpu.F16 {
+		out["skipped_steps"], out["loss_scale"] = s.SkippedSteps, s.LossScale // the scale the next step would run with
 	}
 	return out
 }

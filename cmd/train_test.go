@@ -52,7 +52,7 @@ func losses(t *testing.T, dir string) []float64 {
 		if l.Step != int64(len(out)+1) || l.TokensPerSecond <= 0 || l.StepSeconds <= 0 {
 			t.Fatalf("steps.jsonl line %d: %+v", len(out)+1, l)
 		}
-		out = append(out, l.Loss)
+		out = append(out, float64(l.Loss))
 	}
 	return out
 }
@@ -284,7 +284,7 @@ func stepLosses(t *testing.T, dir string) map[int64]float64 {
 		if _, dup := out[l.Step]; dup {
 			t.Fatalf("steps.jsonl: step %d twice", l.Step)
 		}
-		out[l.Step] = l.Loss
+		out[l.Step] = float64(l.Loss)
 	}
 	return out
 }

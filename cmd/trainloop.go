@@ -15,6 +15,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/units"
@@ -180,12 +181,18 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 		return nil
 	}
 	m := st.Moved
-	line := stepLine{Step: st.Step, Loss: st.Loss, LR: st.LR, GradNorm: st.GradNorm, ClipCoef: st.ClipCoef,
+	line := stepLine{Step: st.Step, Loss: number(st.Loss), LR: st.LR, GradNorm: number(st.GradNorm), ClipCoef: st.ClipCoef, Skipped: st.Skipped,
 		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
 		OptimizerSeconds: st.OptimizerTime.Seconds(), Goroutines: runtime.NumGoroutine(), EvalLine: ev, TierLine: newTierLine(st.Tier), HostOptLine: newHostOptLine(l.e, st.HostOpt)}
-	b, _ := json.Marshal(line)
+	if l.e.Precision() == gpu.F16 {
+		line.LossScale = st.LossScale
+	}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return fmt.Errorf("train: steps.jsonl line of step %d: %w", st.Step, err)
+	}
 	return l.appendLine(st.Step, append(b, '\n'))
 }
 
@@ -203,6 +210,14 @@ func (l *trainLoop) show(st engine.StepStats) {
 		if t.BudgetBytes[shard.NVMe] > 0 {
 			tiers += fmt.Sprintf("  nvme read %s written %s", units.FormatBytes(l.links[shard.NVMeToHost]), units.FormatBytes(l.links[shard.HostToNVMe]))
 		}
+	}
+	if l.e.Precision() == gpu.F16 {
+		// fp16: the scale the step ran with, and the steps skipped so far.
+		scale := fmt.Sprintf("  scale %g", st.LossScale)
+		if n := l.e.SkippedSteps(); n > 0 {
+			scale += fmt.Sprintf(" (%d skipped)", n)
+		}
+		tiers = scale + tiers
 	}
 	if l.bar != nil {
 		l.bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(l.moved), tiers))

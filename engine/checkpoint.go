@@ -60,7 +60,7 @@ const checkpointAlignElems = estimate.DefaultShardAlignElems
 // bf16, master f32 (bf16 mode) or param f32 (fp32 mode), and adam_m and
 // adam_v in their stored precision (strata.optimizer_state.moments).
 func (e *Engine) CheckpointStates() []checkpoint.StateSpec {
-	return checkpoint.AdamStates(e.precision == gpu.F32, e.estimate.Options.StateDType(shard.AdamM))
+	return checkpoint.AdamStates(e.precision, e.estimate.Options.StateDType(shard.AdamM))
 }
 
 // checkpointExpect is what this engine needs of a checkpoint.
@@ -73,7 +73,7 @@ func (e *Engine) checkpointExpect() checkpoint.Expect {
 // tensors: checkpoint.LayoutChunks), devices, stage, chunks, states.
 func (e *Engine) checkpointMeta() *checkpoint.State {
 	want := e.checkpointExpect()
-	st := &checkpoint.State{Step: e.step, Devices: e.n, Stage: e.stage, Shape: want.Shape, Model: want.Model, LoRA: want.LoRA, ShardAlignElems: checkpointAlignElems,
+	st := &checkpoint.State{Step: e.step, FP16: e.fp16State(), Devices: e.n, Stage: e.stage, Shape: want.Shape, Model: want.Model, LoRA: want.LoRA, ShardAlignElems: checkpointAlignElems,
 		Config: e.cfg.JSON(), States: want.States, Chunks: checkpoint.LayoutChunks(e.layout, e.n, checkpointAlignElems)}
 	e.checkShards(st)
 	return st
@@ -219,7 +219,7 @@ func (e *Engine) LoadCheckpoint(path string) error {
 	if n := rd.State().ConversionNote(want); n != "" {
 		e.notes = append(e.notes, n)
 	}
-	err = e.restore(rd.State().Step, func() error {
+	err = e.restore(rd.State().Step, rd.State().FP16, func() error {
 		return rd.Read(want, func(c, k int, whole []byte) error {
 			per := len(whole) / e.n
 			shards := make([][]byte, e.n)
@@ -267,7 +267,7 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 		}
 	}
 	e.checkShards(st)
-	err := e.restore(st.Step, func() error {
+	err := e.restore(st.Step, st.FP16, func() error {
 		for c := range e.chunks {
 			for _, spec := range want.States {
 				k := st.StateIndex(spec.Kind)
@@ -292,7 +292,7 @@ func (e *Engine) RestoreState(st *checkpoint.State) error {
 // may be restored, quiesces it, runs run (which restores every chunk and
 // state with restoreChunk), then sets the step counter and takes the
 // restore's copies off the next step's traffic.
-func (e *Engine) restore(step int64, run func() error) error {
+func (e *Engine) restore(step int64, f16 *checkpoint.FP16, run func() error) error {
 	if r, n, ok := e.tiers.moved(); ok {
 		return fmt.Errorf("the tier store has served %d accesses of rank %d (a step ran); restore into a new engine", n, r)
 	}
@@ -304,10 +304,11 @@ func (e *Engine) restore(step int64, run func() error) error {
 	if err := run(); err != nil {
 		return err
 	}
-	if err := e.restorePending(step); err != nil {
+	e.step = step
+	e.restoreFP16(f16)
+	if err := e.restorePending(e.updates()); err != nil {
 		return err
 	}
-	e.step = step
 	// The restore's copies are not the next step's traffic.
 	e.lastCount = e.counters()
 	e.tiers.markStepEnd()
@@ -471,7 +472,7 @@ func (r *rank) saveTiered(k shard.Key, dst []byte) error {
 		if err != nil {
 			return err
 		}
-		copy(dst, encode(v, gpu.BF16))
+		copy(dst, encode(v, r.e.precision))
 		return nil
 	}
 	return r.e.tiers.store.ReadNewest(k, dst)
@@ -479,7 +480,7 @@ func (r *rank) saveTiered(k shard.Key, dst []byte) error {
 
 // codedValues are a coded param shard's values (strata.lora.base_dtype
 // "nf4" or "int8"): its stored bytes decoded to fp32, as the device decodes
-// them before rounding to bf16.
+// them before rounding to the params' dtype.
 func (r *rank) codedValues(k shard.Key) ([]float32, error) {
 	q, err := r.e.tiers.readShard(k)
 	if err != nil {

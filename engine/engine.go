@@ -12,6 +12,7 @@ import (
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/lossscale"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
@@ -51,7 +52,12 @@ type Engine struct {
 	n         int
 	stage     int
 	precision gpu.DType
-	offload   bool // optimizer on the host (offload_optimizer.device cpu or nvme): its state is in tiers
+	// scaler is fp16's loss scaler (nil without fp16); skipped counts the
+	// steps it skipped (fp16.go): the optimizer's step count is step −
+	// skipped.
+	scaler  *lossscale.Scaler
+	skipped int64
+	offload bool // optimizer on the host (offload_optimizer.device cpu or nvme): its state is in tiers
 	// gradTiered: the device holds the reduced gradient shard only until
 	// its copy to the tier store completes (optimizer state on NVMe,
 	// ZeRO-Infinity); else it keeps it from New to Close.
@@ -112,6 +118,11 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
+	p, err := precisionOf(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	opts.Precision = p
 	opts = opts.withDefaults()
 	if err := checkNew(cfg, devices, comms, opts); err != nil {
 		return nil, err
@@ -136,6 +147,10 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, grads: chooseGradPath(z.Stage), t0: time.Now(),
+	}
+	if e.scaler, err = newScaler(cfg, e.precision); err != nil {
+		e.closeData()
+		return nil, err
 	}
 	e.act = activationsOf(m, cfg, opts)
 	mo, err := e.layOut()
@@ -366,7 +381,7 @@ func (e *Engine) notePinned() {
 // device: the estimate's figure in bf16 mode; in fp32 mode the same
 // elements with 4-byte params and grads and no separate master.
 func (e *Engine) expectedDeviceBytes() int64 {
-	if e.precision == gpu.BF16 {
+	if e.precision.Half() {
 		return e.estimate.DeviceBytes()
 	}
 	est := e.estimate
@@ -415,11 +430,15 @@ func (e *Engine) LR(step int64) float64 { return e.cfg.LR(int(step - 1)) }
 
 // StepStats describe one optimizer step.
 type StepStats struct {
-	Step      int64   // 1 for the first
-	Loss      float64 // mean over the global batch's micro-batches of their mean loss
-	LR        float64
-	GradNorm  float64 // global L2 norm of the gradient before clipping
-	ClipCoef  float64 // factor applied to the gradient (1 when not clipped)
+	Step     int64   // 1 for the first
+	Loss     float64 // mean over the global batch's micro-batches of their mean loss
+	LR       float64
+	GradNorm float64 // global L2 norm of the gradient before clipping
+	ClipCoef float64 // factor applied to the gradient (1 when not clipped)
+	// LossScale is the loss scale the step ran with (fp16; 1 otherwise);
+	// Skipped says the step overflowed and updated nothing (fp16.go).
+	LossScale float64
+	Skipped   bool
 	Duration  time.Duration
 	Tokens    int     // tokens of the global batch
 	TokensPer float64 // tokens per second of this step
@@ -455,7 +474,7 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	start := time.Now()
 	step := e.step + 1
-	st := StepStats{Step: step, LR: e.LR(step), ClipCoef: 1, Tokens: e.TokensPerStep()}
+	st := StepStats{Step: step, LR: e.LR(e.updates() + 1), ClipCoef: 1, Tokens: e.TokensPerStep(), LossScale: e.LossScale()}
 
 	if err := e.readBatches(step); err != nil {
 		return st, err
@@ -500,15 +519,19 @@ func (e *Engine) Step() (StepStats, error) {
 			sq += r.normSq(c)
 		}
 	}
-	st.GradNorm = math.Sqrt(sq)
+	st.GradNorm = math.Sqrt(sq) / st.LossScale // the gradient of the unscaled loss (fp16.go)
 	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
 		e.abortNext() // undo the updates of the backward
+		if e.scaler != nil {
+			st.Tier, st.Duration = e.tiers.stepStats(snap), time.Since(start)
+			return e.skip(st) // fp16: an overflow skips the step
+		}
 		return st, fmt.Errorf("engine: %w: step %d loss %v grad norm %v; parameters not updated", model.ErrNonFinite, step, st.Loss, st.GradNorm)
 	}
 	if max := e.cfg.GradientClipping; max > 0 && st.GradNorm > max {
 		st.ClipCoef = max / (st.GradNorm + 1e-6) // torch.nn.utils.clip_grad_norm_
 	}
-	ap := e.adamParams(step, st.ClipCoef)
+	ap := e.nextAdam(st.ClipCoef)
 	optStart := time.Now()
 	err = e.parallel(func(r *rank) error { return e.upd.update(r, ap) })
 	for _, r := range e.ranks {
@@ -521,6 +544,9 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	st.OptimizerTime = time.Since(optStart)
 	st.Tier = e.tiers.stepStats(snap)
+	if e.scaler != nil {
+		e.scaler.Update(false) // no overflow: cannot fail
+	}
 	e.step = step
 	if e.driverAt1 == nil {
 		e.driverAt1 = e.driverCounters()

@@ -55,10 +55,12 @@ type Options struct {
 	Inference bool
 	// Precision is the dtype of the device params and grads: gpu.BF16
 	// (default, the config's bf16 mixed precision: fp32 master weights and
-	// moments) or gpu.F32 (fp32 everywhere, the params are the master
-	// weights). The config has no fp32 mode; this is for library users and
-	// the tests. The activations are bf16 with gpu.BF16 (fp32 with the
-	// config's strata.activation_dtype "fp32") and fp32 with gpu.F32
+	// moments), gpu.F16 (the config's fp16 block, which sets it: fp16
+	// mixed precision with loss scaling) or gpu.F32 (fp32 everywhere, the
+	// params are the master weights). The config has no fp32 mode; this is
+	// for library users and the tests. The activations are bf16 or fp16
+	// with gpu.BF16 or gpu.F16 (fp32 with the config's
+	// strata.activation_dtype "fp32") and fp32 with gpu.F32
 	// (estimate.ActivationOptionsFromConfig), as model.Trainer keeps them with the
 	// same Precision.
 	Precision gpu.DType
@@ -159,8 +161,8 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	o = o.withDefaults()
 	switch {
-	case o.Precision != gpu.BF16 && o.Precision != gpu.F32:
-		return fmt.Errorf("engine: precision %s is not bf16 or f32", o.Precision)
+	case o.Precision != gpu.F32 && !o.Precision.Half():
+		return fmt.Errorf("engine: precision %s is not bf16, f16 or f32", o.Precision)
 	case o.OptimizerThreads < 1:
 		return fmt.Errorf("engine: optimizer threads %d must be >= 1", o.OptimizerThreads)
 	case o.MaxLiveChunks < 2:

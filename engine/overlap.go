@@ -566,8 +566,8 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	mo, _ := cpuadam.MomentsOf(e.estimate.Options.StateDType(shard.AdamM))
 	n := len(ls.master.Bytes()) / 4
 	s := cpuadam.Shard{Param: f32s(ls.master.Bytes()), M: mo.View(n, ls.m.Bytes(), false), V: mo.View(n, ls.v.Bytes(), true)}
-	if e.precision == gpu.BF16 {
-		s.Grad16, s.Out = u16s(ls.grad.Bytes()), u16s(out)
+	if e.precision.Half() {
+		s.Grad16, s.Out, s.F16 = u16s(ls.grad.Bytes()), u16s(out), e.precision == gpu.F16
 	} else {
 		s.Grad = f32s(ls.grad.Bytes())
 	}
@@ -576,7 +576,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 		e.opt.Step(cp, s.Slice(lo, min(lo+adamPieceElems, n)))
 		runtime.Gosched()
 	}
-	if e.precision != gpu.BF16 {
+	if !e.precision.Half() {
 		copy(f32s(out), s.Param)
 	}
 	r.tr.Adam(r.e.layout.Chunks[c].Name, c, r.e.chunks[c].shard, t0)

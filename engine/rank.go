@@ -258,7 +258,7 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 		if dt := e.paramCode(c); dt != 0 { // quantized once, here, from the initial fp32 values
 			b.tier = quantize(dt, vals)
 		} else {
-			b.tier = encodeInto(b.tier, vals, gpu.BF16)
+			b.tier = encodeInto(b.tier, vals, e.precision)
 		}
 		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), b.tier); err != nil {
 			return err
@@ -317,7 +317,7 @@ func (r *rank) backward(step int64) error {
 	r.losses = r.losses[:0]
 	r.tr.StepBegin(step)
 	e.grads.zero(r)
-	scale := float32(1 / float64(e.n*e.accum))
+	scale := float32(e.LossScale() / float64(e.n*e.accum)) // fp16: the loss scaled (fp16.go)
 	for k := range e.accum {
 		r.h.begin(k, k == e.accum-1)
 		if r.h.err == nil {

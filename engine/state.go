@@ -4,7 +4,6 @@ import (
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/internal/dtype"
 )
 
@@ -93,7 +92,7 @@ func (st *devState) alloc(c int) error {
 		return err
 	}
 	on := e.optElems(c)
-	if pt == gpu.BF16 {
+	if pt.Half() {
 		if err := get(&st.master[c], on, gpu.F32, "master"); err != nil {
 			return err
 		}
@@ -179,8 +178,8 @@ func encodeInto(buf []byte, v []float32, dt gpu.DType) []byte {
 	switch dt {
 	case gpu.F32:
 		copy(f32s(b), v)
-	case gpu.BF16:
-		bf16.FromFloat32s(u16s(b), v)
+	case gpu.BF16, gpu.F16:
+		dtype.Narrow(dt, u16s(b), v)
 	default:
 		panic(fmt.Sprintf("engine: encode as %s", dt))
 	}
@@ -192,9 +191,9 @@ func decode(b []byte, dt gpu.DType) []float32 {
 	switch dt {
 	case gpu.F32:
 		return append([]float32(nil), f32s(b)...)
-	case gpu.BF16:
+	case gpu.BF16, gpu.F16:
 		out := make([]float32, len(b)/2)
-		bf16.ToFloat32s(out, u16s(b))
+		dtype.Widen(dt, out, u16s(b))
 		return out
 	}
 	panic(fmt.Sprintf("engine: decode of %s", dt))

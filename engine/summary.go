@@ -103,6 +103,10 @@ type Summary struct {
 	Accum     int
 	Seq       int
 	Steps     int64
+	// SkippedSteps and LossScale are fp16's: the steps an overflow skipped
+	// and the scale the next step runs with.
+	SkippedSteps int64
+	LossScale    float64
 	// ShardAlignElems is the alignment of every rank's slice of a chunk.
 	ShardAlignElems int64
 	PerDevice       []DeviceSummary
@@ -245,7 +249,7 @@ func (e *Engine) Summary() Summary {
 	s := Summary{
 		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
-		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step,
+		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step, SkippedSteps: e.skipped, LossScale: e.LossScale(),
 		Notes: e.Notes(), Collectives: e.opts.Collectives, Activations: estimate.DescribeActivations(e.act, e.layout.Shape.Layers),
 	}
 	var actEstimate int64 // a library model's activations are its own: no estimate

@@ -9,7 +9,6 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/estimate"
-	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/absmax8"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/nf4"
@@ -124,8 +123,8 @@ func checkOffload(cfg *config.Config, opts Options) error {
 		return fmt.Errorf("engine: offload_param %q needs stage 3, but stage is %d", p, z.Stage)
 	case p != config.DeviceNone && o == config.DeviceNone:
 		return fmt.Errorf("engine: offload_param %q needs offload_optimizer \"cpu\" or \"nvme\" (the new params are written by the host optimizer)", p)
-	case (p != config.DeviceNone || o == config.DeviceNVMe) && opts.Precision != gpu.BF16:
-		return fmt.Errorf("engine: offload_param and NVMe offload need bf16 mixed precision, not %s", opts.Precision)
+	case (p != config.DeviceNone || o == config.DeviceNVMe) && !opts.Precision.Half():
+		return fmt.Errorf("engine: offload_param and NVMe offload need bf16 or fp16 mixed precision, not %s", opts.Precision)
 	case o == config.DeviceCPU && z.Stage == 0:
 		return errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
 	}
@@ -227,7 +226,7 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 		if e.paramTiered(c) {
 			s.ParamBytes += ioBytes(int64(p.shard) * 2)
 			s.MaxParamBytes = max(s.MaxParamBytes, ioBytes(int64(p.shard)*2))
-			s.SlotShards = append(s.SlotShards, tier.SlotClass{Elems: p.shard, DType: dtype.BF16})
+			s.SlotShards = append(s.SlotShards, tier.SlotClass{Elems: p.shard, DType: e.precision})
 		}
 	}
 	put := func(k shard.Key, elems int, dt dtype.DType, home shard.Tier) {
@@ -245,7 +244,7 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 		}
 		for c, p := range e.chunks {
 			if e.paramTiered(c) {
-				put(tkey(c, r, shard.Param), p.shard, dtype.BF16, t.paramTier)
+				put(tkey(c, r, shard.Param), p.shard, e.precision, t.paramTier)
 				if dt := e.paramCode(c); dt != 0 {
 					sp := t.specs[tkey(c, r, shard.Param)]
 					sp.Stored = dt

@@ -151,7 +151,7 @@ func (u pipelinedUpdate) restored(r *rank, step int64) error {
 type backwardUpdate struct{}
 
 func (backwardUpdate) beforePass(r *rank, step int64) (err error) {
-	r.next, err = r.startRun(r.e.adamParams(step, 1), false) // no clipping: GradScale 1
+	r.next, err = r.startRun(r.e.nextAdam(1), false) // no clipping: GradScale 1 (over the fp16 loss scale)
 	return err
 }
 

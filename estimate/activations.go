@@ -20,8 +20,8 @@ import (
 // inputs offloaded with cpu_checkpointing.
 func ActivationOptionsFromConfig(cfg *config.Config, s model.Shape, precision gpu.DType) model.ActivationOptions {
 	o := model.ActivationOptions{DType: gpu.F32, Checkpoint: cfg.CheckpointedBlocks(s.Layers)}
-	if precision == gpu.BF16 && !cfg.ActivationsFP32() {
-		o.DType = gpu.BF16
+	if precision.Half() && !cfg.ActivationsFP32() {
+		o.DType = precision // bf16, or fp16 with fp16 mixed precision
 	}
 	o.Offload = o.Checkpoint > 0 && cfg.ActivationCheckpointing.CPUCheckpointing
 	o.LoRA = LoRAFromConfig(cfg, s)
@@ -123,8 +123,11 @@ func (a ActivationMemory) Describe() string { return DescribeActivations(a.Optio
 // when the block count is not at hand.
 func DescribeActivations(o model.ActivationOptions, layers int) string {
 	dt := "fp32"
-	if o.DType == gpu.BF16 {
+	switch o.DType {
+	case gpu.BF16:
 		dt = "bf16"
+	case gpu.F16:
+		dt = "fp16"
 	}
 	switch {
 	case o.Checkpoint == 0:

@@ -230,11 +230,11 @@ func (s *Store) tierOK(t shard.Tier, rank int32) error {
 // reads as zeros until the first write-back. It fails with a *BudgetError
 // when the home tier's budget cannot hold the shard.
 func (s *Store) Register(key shard.Key, spec Spec) error {
-	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 {
+	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 && spec.DType != dtype.F16 {
 		return fmt.Errorf("tier: register %s: %d elements of %s: want a positive count of a known dtype", key, spec.Elems, spec.DType)
 	}
-	if spec.coded() && (spec.DType != dtype.BF16 || spec.Stored != dtype.NF4 && spec.Stored != dtype.INT8 || spec.Home == shard.HBM) {
-		return fmt.Errorf("tier: register %s: %s decoded from %s homed in %s: only bf16 from nf4 or int8, homed in host RAM or on NVMe, is built: %w", key, spec.DType, spec.Stored, spec.Home, ErrBadMove)
+	if spec.coded() && (!spec.DType.Half() || spec.Stored != dtype.NF4 && spec.Stored != dtype.INT8 || spec.Home == shard.HBM) {
+		return fmt.Errorf("tier: register %s: %s decoded from %s homed in %s: only bf16 or f16 from nf4 or int8, homed in host RAM or on NVMe, is built: %w", key, spec.DType, spec.Stored, spec.Home, ErrBadMove)
 	}
 	if err := s.tierOK(spec.Home, key.Rank); err != nil {
 		return fmt.Errorf("tier: register %s home %s: %w", key, spec.Home, err)

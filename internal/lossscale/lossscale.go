@@ -75,6 +75,9 @@ func (c Config) Validate() error {
 	return nil
 }
 
+// LastSkipped says whether the last step Update saw overflowed.
+func (s State) LastSkipped() bool { return s.Iter > 0 && s.LastOverflow == s.Iter-1 }
+
 // State is a scaler's whole state: what a checkpoint keeps.
 type State struct {
 	Scale         float64 `json:"scale"`
@@ -115,12 +118,16 @@ func (s *Scaler) Restore(st State) { s.st = st }
 
 // Update records one step's verdict and sets the next step's scale. An
 // overflow at MinScale returns ErrMinScale and leaves the state as it was.
+// A static scaler only counts the steps and remembers the last overflow.
 func (s *Scaler) Update(overflow bool) error {
+	c, st := s.cfg, &s.st
 	if !s.Dynamic() {
-		s.st.Iter++
+		if overflow {
+			st.LastOverflow = st.Iter
+		}
+		st.Iter++
 		return nil
 	}
-	c, st := s.cfg, &s.st
 	if overflow {
 		if c.Hysteresis == 1 || st.CurHysteresis == 1 {
 			if st.Scale == c.MinScale {
