@@ -97,15 +97,13 @@ func (r *rank) pendingFromMaster(step int64) error {
 }
 
 // restorePending drops every rank's pending update after a restore and,
-// for a dpu engine past its warm-up, rebuilds the upload it owes: none
-// when the last step was skipped for an fp16 overflow (its pass uploaded
-// the update before it, and it issued none).
+// for a dpu engine past its warm-up, rebuilds the upload it owes. After a
+// step skipped for an fp16 overflow it owes none (the skipped step's pass
+// uploaded the update before it), and the upload rebuilt holds the
+// params the devices already have: the same bits (TestFP16Resume).
 func (e *Engine) restorePending(step int64) error {
 	for _, r := range e.ranks {
 		r.run = nil
-	}
-	if e.scaler != nil && e.scaler.State().LastSkipped() {
-		return nil
 	}
 	return e.parallel(func(r *rank) error { return e.upd.restored(r, step) })
 }

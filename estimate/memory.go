@@ -78,7 +78,7 @@ type Options struct {
 	ParamTier shard.Tier
 
 	ShardAlignElems int64       // alignment of each rank's slice; 0 = DefaultShardAlignElems, 1 = none
-	HostGradDType   dtype.DType // the reduced gradient shard copied to host when the optimizer is offloaded; 0 = BF16
+	HostGradDType   dtype.DType // the reduced gradient shard copied to host when the optimizer is offloaded (the device precision); 0 = BF16
 	// MomentsDType is Adam's m and v of an offloaded optimizer: F32 (0),
 	// BF16 or Q8 (strata.optimizer_state.moments; dtype.Q8's Bytes).
 	MomentsDType dtype.DType
@@ -129,8 +129,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("engine: estimate: offload_param %s needs stage 3 (parameters are sharded only at stage 3)", DeviceName(o.ParamTier))
 	case o.ShardAlignElems < 0 || o.HostBudgetBytes < 0 || o.PersistenceThreshold < 0 || o.ActivationHostBytes < 0:
 		return errors.New("engine: estimate: alignment, host budget, persistence threshold and activation host bytes must be >= 0")
-	case o.HostGradDType != 0 && o.HostGradDType != dtype.BF16 && o.HostGradDType != dtype.F32:
-		return fmt.Errorf("engine: estimate: host gradient dtype %s is not bf16 or f32", o.HostGradDType)
+	case o.HostGradDType != 0 && !o.HostGradDType.Half() && o.HostGradDType != dtype.F32:
+		return fmt.Errorf("engine: estimate: host gradient dtype %s is not bf16, f16 or f32", o.HostGradDType)
 	}
 	for i, c := range o.ChunkParams {
 		if c < 1 {

@@ -49,13 +49,16 @@ var dtypeBits = map[string]int{
 	"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
 
-// DTypeName is the safetensors name of d: "F32", "BF16", "I32", "F64" or "U8".
+// DTypeName is the safetensors name of d: "F32", "BF16", "F16", "I32",
+// "F64" or "U8".
 func DTypeName(d dtype.DType) string {
 	switch d {
 	case dtype.F32:
 		return "F32"
 	case dtype.BF16:
 		return "BF16"
+	case dtype.F16:
+		return "F16"
 	case dtype.I32:
 		return "I32"
 	case dtype.F64:
@@ -67,13 +70,15 @@ func DTypeName(d dtype.DType) string {
 }
 
 // ParseDTypeName maps a safetensors dtype name to Strata's dtype; false for
-// the dtypes Strata does not compute in (F16, I64, ...).
+// the dtypes Strata does not compute in (I64, F8_E4M3, ...).
 func ParseDTypeName(s string) (dtype.DType, bool) {
 	switch s {
 	case "F32":
 		return dtype.F32, true
 	case "BF16":
 		return dtype.BF16, true
+	case "F16":
+		return dtype.F16, true
 	case "I32":
 		return dtype.I32, true
 	case "F64":

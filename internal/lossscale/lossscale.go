@@ -75,9 +75,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// LastSkipped says whether the last step Update saw overflowed.
-func (s State) LastSkipped() bool { return s.Iter > 0 && s.LastOverflow == s.Iter-1 }
-
 // State is a scaler's whole state: what a checkpoint keeps.
 type State struct {
 	Scale         float64 `json:"scale"`
