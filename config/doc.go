@@ -16,9 +16,10 @@
 // first: one run shows everything that is wrong, in document order.
 //
 // Decisions (documented for users in config/README.md):
-//   - bf16 mixed precision only. "bf16": {"enabled": false} is an error; a
-//     missing bf16 block is a notice. "fp16": {"enabled": true} is an error
-//     (no loss scaling in Strata); a disabled fp16 block is accepted.
+//   - bf16 or fp16 mixed precision: bf16 by default (a missing bf16 block
+//     is a notice); "fp16": {"enabled": true} trains in fp16 with
+//     DeepSpeed's loss scaling (its keys and defaults: FP16,
+//     internal/lossscale); both enabled, or neither, is an error.
 //   - "auto" (written by the Hugging Face and DeepSpeed example configs):
 //     Strata is the trainer and fills it in (auto.go), from Options.Auto
 //     (cmd's --lr, --micro-batch, --warmup-steps, --steps) or documented

@@ -100,7 +100,7 @@ func (e *Engine) nextAdam(coef float64) gpu.AdamParams {
 func (e *Engine) skip(st StepStats) (StepStats, error) {
 	if err := e.scaler.Update(true); err != nil {
 		if errors.Is(err, lossscale.ErrMinScale) {
-			return st, fmt.Errorf("engine: step %d: fp16 gradients overflow at loss scale %g, which is fp16.min_loss_scale: the scale cannot go lower (DeepSpeed stops here too); parameters not updated: raise min_loss_scale only if the overflows are rare, else train in bf16 or lower the learning rate", st.Step, st.LossScale)
+			return st, fmt.Errorf("engine: step %d: fp16 gradients overflow at loss scale %g, which is fp16.min_loss_scale: the scale cannot go lower (DeepSpeed stops here too); parameters not updated, the last checkpoint is the one to go on from: lower min_loss_scale, lower the learning rate, or train in bf16", st.Step, st.LossScale)
 		}
 		return st, err
 	}

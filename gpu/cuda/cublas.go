@@ -25,6 +25,7 @@ const (
 	cublasOpT           = 1
 	cudaR32F            = 0
 	cudaR16BF           = 14
+	cudaR16F            = 2 // IEEE binary16
 	cublasCompute32F    = 68
 	cublasGemmDefault   = -1
 	cublasStatusSuccess = 0

@@ -159,7 +159,7 @@ func ptrAlign(p uint64) uint32 {
 
 // ldBytes is a layout's leading dimension in bytes.
 func ldBytes(l ltLayout) uint64 {
-	if l.typ == cudaR16BF {
+	if l.typ == cudaR16BF || l.typ == cudaR16F {
 		return uint64(l.ld) * 2
 	}
 	return uint64(l.ld) * 4

@@ -4,9 +4,10 @@
 // extern "C" so that cuModuleGetFunction finds it by its plain name.
 //
 // Storage types are passed as codes (internal/dtype): 1 f32, 2 bf16, 3 i32,
-// 4 f64. Floats are loaded as fp32 (bf16 widened exactly), computed in
-// fp32 (reductions and transcendentals in double, as gpu/cpu does) and
-// rounded once on store (bf16: nearest even, NaN kept quiet).
+// 4 f64, 9 f16. Floats are loaded as fp32 (bf16 and f16 widened exactly),
+// computed in fp32 (reductions and transcendentals in double, as gpu/cpu
+// does) and rounded once on store (bf16 and f16: nearest even, NaN kept
+// quiet; f16 past 65504 is infinite).
 //
 // Every reduction has a fixed shape (fixed block size, fixed tree, loops in
 // index order), so results are bit-identical run to run.
@@ -18,6 +19,7 @@ typedef long long i64;
 #define DT_BF16 2
 #define DT_I32 3
 #define DT_F64 4
+#define DT_F16 9
 
 #define NT 256 // threads of the row-wise kernels; a power of two
 
@@ -31,10 +33,36 @@ __device__ __forceinline__ u16 f2bf(float f) {
     return (u16)(b >> 16);
 }
 
+// h2f widens an IEEE binary16 exactly (internal/fp16.ToFloat32).
+__device__ __forceinline__ float h2f(u16 h) {
+    unsigned s = ((unsigned)h & 0x8000u) << 16, e = ((unsigned)h >> 10) & 0x1fu, m = (unsigned)h & 0x3ffu;
+    if (e == 0) return __uint_as_float(__float_as_uint((float)m * 5.9604644775390625e-8f) | s); // m·2^-24, exact
+    if (e == 31) return __uint_as_float(s | 0x7f800000u | (m << 13));                         // Inf, NaN (payload kept)
+    return __uint_as_float(s | ((e + 112u) << 23) | (m << 13));
+}
+
+// f2h rounds to the nearest binary16, ties to even, as
+// internal/fp16.FromFloat32 does: 65520 and above are infinite, values
+// under 2^-14 round to a multiple of 2^-24 (the subnormals), NaN stays a
+// quiet NaN with its top payload bits.
+__device__ __forceinline__ u16 f2h(float f) {
+    unsigned b = __float_as_uint(f), s = (b >> 16) & 0x8000u, a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) return (u16)(s | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) return (u16)(s | 0x7c00u);
+    if (a < 0x38800000u) return (u16)(s | __float2uint_rn(__uint_as_float(a) * 16777216.0f)); // |f|·2^24, exact; 1024 is 2^-14
+    unsigned r = a - 0x38000000u;                                                                  // exponent 127 → 15 bias
+    return (u16)(s | ((r + 0xfffu + ((r >> 13) & 1u)) >> 13));
+}
+
+// half2f and f2half are the 16-bit floats of dt (DT_BF16 or DT_F16).
+__device__ __forceinline__ float half2f(int dt, u16 h) { return dt == DT_F16 ? h2f(h) : bf2f(h); }
+__device__ __forceinline__ u16 f2half(int dt, float f) { return dt == DT_F16 ? f2h(f) : f2bf(f); }
+
 __device__ __forceinline__ float ld(const void* p, int dt, i64 i) {
     switch (dt) {
     case DT_F32: return ((const float*)p)[i];
     case DT_BF16: return bf2f(((const u16*)p)[i]);
+    case DT_F16: return h2f(((const u16*)p)[i]);
     case DT_I32: return (float)((const int*)p)[i];
     default: return (float)((const double*)p)[i];
     }
@@ -44,6 +72,7 @@ __device__ __forceinline__ double ldd(const void* p, int dt, i64 i) {
     switch (dt) {
     case DT_F32: return (double)((const float*)p)[i];
     case DT_BF16: return (double)bf2f(((const u16*)p)[i]);
+    case DT_F16: return (double)h2f(((const u16*)p)[i]);
     case DT_I32: return (double)((const int*)p)[i];
     default: return ((const double*)p)[i];
     }
@@ -53,6 +82,7 @@ __device__ __forceinline__ void st(void* p, int dt, i64 i, float v) {
     switch (dt) {
     case DT_F32: ((float*)p)[i] = v; break;
     case DT_BF16: ((u16*)p)[i] = f2bf(v); break;
+    case DT_F16: ((u16*)p)[i] = f2h(v); break;
     case DT_I32: ((int*)p)[i] = (int)v; break;
     default: ((double*)p)[i] = (double)v; break;
     }
@@ -65,7 +95,7 @@ __device__ __forceinline__ void st(void* p, int dt, i64 i, float v) {
 // The row kernels (rmsnorm_fwd, rmsnorm_bwd_dx) and SwiGLU work on chunks
 // of VEC = 8 consecutive elements: thread t of a row's block takes the
 // chunks starting at columns 8t, 8(t+NT), ...; the last chunk of a row may
-// be short (the tail). ld8/st8 move a full chunk of bf16 as one 16-byte
+// be short (the tail). ld8/st8 move a full chunk of bf16 or f16 as one 16-byte
 // vector (ld.global.v4) when its address is 16-byte aligned, and element by
 // element otherwise (a short chunk, an f32 tensor, a row or a slice that
 // starts off a 16-byte boundary). Both ways give the same values, and the
@@ -84,7 +114,7 @@ __device__ __forceinline__ void st_v16(void* p, uint4 v) { *(uint4*)p = v; }
 __device__ __forceinline__ int chunk_len(i64 c, i64 cols) { return cols - c < VEC ? (int)(cols - c) : VEC; }
 
 __device__ __forceinline__ bool vec_ok(const void* p, int dt, i64 i, int n) {
-    return dt == DT_BF16 && n == VEC && (((unsigned long long)((const u16*)p + i)) & 15) == 0;
+    return (dt == DT_BF16 || dt == DT_F16) && n == VEC && (((unsigned long long)((const u16*)p + i)) & 15) == 0;
 }
 
 // ld8 loads elements i..i+n-1 (n <= VEC) of p, widened to fp32, into v[0..n).
@@ -94,8 +124,8 @@ __device__ __forceinline__ void ld8(const void* p, int dt, i64 i, int n, float* 
         unsigned w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            v[2 * k] = bf2f((u16)(w[k] & 0xffffu));
-            v[2 * k + 1] = bf2f((u16)(w[k] >> 16));
+            v[2 * k] = half2f(dt, (u16)(w[k] & 0xffffu));
+            v[2 * k + 1] = half2f(dt, (u16)(w[k] >> 16));
         }
         return;
     }
@@ -109,7 +139,7 @@ __device__ __forceinline__ void st8(void* p, int dt, i64 i, int n, const float* 
     if (vec_ok(p, dt, i, n)) {
         unsigned w[4];
 #pragma unroll
-        for (int k = 0; k < 4; k++) w[k] = (unsigned)f2bf(v[2 * k]) | ((unsigned)f2bf(v[2 * k + 1]) << 16);
+        for (int k = 0; k < 4; k++) w[k] = (unsigned)f2half(dt, v[2 * k]) | ((unsigned)f2half(dt, v[2 * k + 1]) << 16);
         uint4 q;
         q.x = w[0], q.y = w[1], q.z = w[2], q.w = w[3];
         st_v16((u16*)p + i, q);
@@ -120,8 +150,10 @@ __device__ __forceinline__ void st8(void* p, int dt, i64 i, int n, const float* 
         if (k < n) st(p, dt, i + k, v[k]);
 }
 
-// stored: v as st(dt) stores it and ld reads it back (bf16: rounded).
-__device__ __forceinline__ float stored(int dt, float v) { return dt == DT_BF16 ? bf2f(f2bf(v)) : v; }
+// stored: v as st(dt) stores it and ld reads it back (bf16, f16: rounded).
+__device__ __forceinline__ float stored(int dt, float v) {
+    return dt == DT_BF16 ? bf2f(f2bf(v)) : dt == DT_F16 ? h2f(f2h(v)) : v;
+}
 
 // Block reductions over NT threads with a fixed tree.
 __device__ double block_sum_d(double v, double* sh) {
@@ -307,6 +339,7 @@ extern "C" __global__ void fill(void* x, int dt, float value, i64 n) {
         switch (dt) {
         case DT_F32: ((float*)x)[i] = value; break;
         case DT_BF16: ((u16*)x)[i] = f2bf(value); break;
+        case DT_F16: ((u16*)x)[i] = f2h(value); break;
         case DT_I32: ((int*)x)[i] = (int)value; break;
         default: ((double*)x)[i] = (double)value; break;
         }
@@ -1174,7 +1207,7 @@ extern "C" __global__ void sumsq_final(const double* partial, double* out) {
 // cpuadam's update, operation for operation (its ref.go): every line rounds
 // once to fp32, FMAs where cpuadam fuses, so the bits equal cpuadam's.
 
-extern "C" __global__ void adam_step(float* param, const void* grad, int dg, float* m, float* v, u16* out, i64 n,
+extern "C" __global__ void adam_step(float* param, const void* grad, int dg, float* m, float* v, void* out, int dout, i64 n,
                                      float gs, float b1, float omb1, float b2, float omb2, float negStep,
                                      float invSqrtBC2, float eps, float decay, float l2, int useL2) {
     GRID_STRIDE(i, n) {
@@ -1188,7 +1221,7 @@ extern "C" __global__ void adam_step(float* param, const void* grad, int dg, flo
         param[i] = x;
         m[i] = mi;
         v[i] = vi;
-        if (out) out[i] = f2bf(x);
+        if (out) st(out, dout, i, x); // the new params: bf16, or f16
     }
 }
 

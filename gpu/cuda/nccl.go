@@ -52,6 +52,7 @@ type ncclDataType int32
 // ncclDataType_t values (nccl.h) of the dtypes a gpu.Buffer holds.
 const (
 	ncclInt32    ncclDataType = 2
+	ncclFloat16  ncclDataType = 6
 	ncclFloat32  ncclDataType = 7
 	ncclFloat64  ncclDataType = 8
 	ncclBfloat16 ncclDataType = 9
@@ -181,6 +182,8 @@ func ncclType(dt gpu.DType) ncclDataType {
 		return ncclFloat32
 	case gpu.BF16:
 		return ncclBfloat16
+	case gpu.F16:
+		return ncclFloat16
 	case gpu.F64:
 		return ncclFloat64
 	case gpu.I32:

@@ -119,14 +119,15 @@ func (o *kernels) SumSquares(s *Stream, x, out *Buffer, index int) {
 // it fuses), so the bits equal cpuadam's. The front end has validated p.
 func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.AdamParams) {
 	var outP devPtr
+	dout := int32(gpu.BF16)
 	if out != nil {
-		outP = out.p()
+		outP, dout = out.p(), dt(out)
 	}
 	k, useL2 := p.Scalars(), int32(0)
 	if p.Mode == gpu.AdamL2 {
 		useL2 = 1
 	}
-	s.launchN("adam_step", int64(param.Len()), param.p(), grad.p(), dt(grad), m.p(), v.p(), outP, int64(param.Len()),
+	s.launchN("adam_step", int64(param.Len()), param.p(), grad.p(), dt(grad), m.p(), v.p(), outP, dout, int64(param.Len()),
 		k.GradScale, k.Beta1, k.OneMinusB1, k.Beta2, k.OneMinusB2, k.NegStep, k.InvSqrtBC2, k.Eps, k.Decay, k.L2, useL2)
 }
 
@@ -135,14 +136,17 @@ func (o *kernels) Fail(s *Stream, err error) { s.fail(err) }
 
 // cuBLAS data types of the storage types.
 func blasType(d gpu.DType) int32 {
-	if d == gpu.BF16 {
+	switch d {
+	case gpu.BF16:
 		return cudaR16BF
+	case gpu.F16:
+		return cudaR16F
 	}
 	return cudaR32F
 }
 
 // Gemm computes C = alpha*op(A)*op(B) + beta*C with fp32 compute: A and B
-// both bf16 through cuBLASLt (tensor cores, fp32 accumulation; cublaslt.go)
+// both bf16 (or both f16) through cuBLASLt (tensor cores, fp32 accumulation; cublaslt.go)
 // where it is loaded and has an algorithm for the shape, everything else
 // through cublasGemmEx. cuBLAS is column-major, so it computes Cᵀ = op(B)ᵀ·op(A)ᵀ
 // on the row-major buffers read as their transposes. A and B both bf16, or
@@ -188,28 +192,29 @@ func (o *kernels) gemm(s *Stream, transA, transB bool, m, n, k int, alpha float3
 		}
 		return p, err
 	}
-	if a.DType() == gpu.BF16 && b.DType() == gpu.BF16 { // tensor cores through cuBLASLt (cublaslt.go), else cublasGemmEx below
+	half := a.DType().Half() && b.DType() == a.DType() // bf16 or f16 operands, both the same
+	if half {                                          // tensor cores through cuBLASLt (cublaslt.go), else cublasGemmEx below
 		if ok, err := ltGemm(s, transA, transB, m, n, k, alpha, aPtr, aT, bPtr, bT, beta, cPtr, cT); ok || err != nil {
 			return err
 		}
 	}
-	native := (a.DType() == gpu.BF16 && b.DType() == gpu.BF16) || (a.DType() == gpu.F32 && b.DType() == gpu.F32 && c.DType() == gpu.F32)
+	native := half || (a.DType() == gpu.F32 && b.DType() == gpu.F32 && c.DType() == gpu.F32)
 	narrowC := false
 	if !native {
 		var err error
-		if a.DType() == gpu.BF16 {
+		if a.DType().Half() {
 			if aPtr, err = widen(a, m*k, true); err != nil {
 				return err
 			}
 			aT = cudaR32F
 		}
-		if b.DType() == gpu.BF16 {
+		if b.DType().Half() {
 			if bPtr, err = widen(b, k*n, true); err != nil {
 				return err
 			}
 			bT = cudaR32F
 		}
-		if c.DType() == gpu.BF16 {
+		if c.DType().Half() {
 			if cPtr, err = widen(c, m*n, beta != 0); err != nil {
 				return err
 			}

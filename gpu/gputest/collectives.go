@@ -9,7 +9,7 @@ import (
 
 func testCollectives(t *testing.T, nb NewBackend) {
 	for n := 1; n <= 4; n++ {
-		for _, dt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F64} {
+		for _, dt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F16, gpu.F64} {
 			t.Run(fmt.Sprintf("N%d/%s", n, dt), func(t *testing.T) {
 				first := runCollectives(t, nb, n, dt)
 				second := runCollectives(t, nb, n, dt)

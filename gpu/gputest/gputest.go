@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/fp16"
 )
 
 // NewBackend creates a fresh backend with the given number of devices and
@@ -47,6 +48,8 @@ func encode(vals []float64, dt gpu.DType) []byte {
 			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(float32(v)))
 		case gpu.BF16:
 			binary.LittleEndian.PutUint16(b[2*i:], bf16.FromFloat32(float32(v)))
+		case gpu.F16:
+			binary.LittleEndian.PutUint16(b[2*i:], fp16.FromFloat32(float32(v)))
 		case gpu.I32:
 			binary.LittleEndian.PutUint32(b[4*i:], uint32(int32(v)))
 		case gpu.F64:
@@ -65,6 +68,8 @@ func decode(b []byte, dt gpu.DType) []float64 {
 			out[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 		case gpu.BF16:
 			out[i] = float64(bf16.ToFloat32(binary.LittleEndian.Uint16(b[2*i:])))
+		case gpu.F16:
+			out[i] = float64(fp16.ToFloat32(binary.LittleEndian.Uint16(b[2*i:])))
 		case gpu.I32:
 			out[i] = float64(int32(binary.LittleEndian.Uint32(b[4*i:])))
 		case gpu.F64:
@@ -148,6 +153,7 @@ func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)
 const (
 	rtolF32  = 1e-5
 	rtolBF16 = 1.0 / 256
+	rtolF16  = 1.0 / 2048
 	rtolGrad = 1e-4
 )
 
@@ -165,8 +171,11 @@ func checkClose(t *testing.T, what string, got, ref, mag []float64, outDT gpu.DT
 			m = mag[i]
 		}
 		tol := rtol*m + 1e-30
-		if outDT == gpu.BF16 {
+		switch outDT {
+		case gpu.BF16:
 			tol += rtolBF16 * math.Abs(ref[i])
+		case gpu.F16:
+			tol += rtolF16*math.Abs(ref[i]) + 0x1p-25 // half an ulp, and of the subnormals' spacing
 		}
 		if !(math.Abs(got[i]-ref[i]) <= tol) {
 			if bad < 5 {

@@ -11,9 +11,9 @@ import (
 )
 
 // storage configurations: every float buffer F32, or every float buffer
-// BF16 (statistics and attention probabilities stay F32 as the interface
-// says).
-var storages = []gpu.DType{gpu.F32, gpu.BF16}
+// BF16, or F16 (statistics and attention probabilities stay F32 as the
+// interface says).
+var storages = []gpu.DType{gpu.F32, gpu.BF16, gpu.F16}
 
 func testOps(t *testing.T, nb NewBackend) {
 	d, s := one(t, nb)
@@ -44,7 +44,8 @@ func testOps(t *testing.T, nb NewBackend) {
 func testGemm(t *testing.T, d gpu.Device, s gpu.Stream) {
 	r := newRand(10)
 	sizes := [][3]int{{1, 1, 1}, {7, 13, 33}, {67, 131, 45}, {3, 5, 0}}
-	configs := [][3]gpu.DType{{gpu.F32, gpu.F32, gpu.F32}, {gpu.BF16, gpu.BF16, gpu.BF16}, {gpu.BF16, gpu.F32, gpu.F32}, {gpu.F32, gpu.BF16, gpu.BF16}}
+	configs := [][3]gpu.DType{{gpu.F32, gpu.F32, gpu.F32}, {gpu.BF16, gpu.BF16, gpu.BF16}, {gpu.BF16, gpu.F32, gpu.F32}, {gpu.F32, gpu.BF16, gpu.BF16},
+		{gpu.F16, gpu.F16, gpu.F16}, {gpu.F16, gpu.F16, gpu.F32}, {gpu.F32, gpu.F16, gpu.F16}}
 	for _, cfg := range configs {
 		for _, sz := range sizes {
 			m, n, k := sz[0], sz[1], sz[2]
@@ -254,7 +255,7 @@ func testDequantizeFormat(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType
 	got := download(t, d, s, dst)
 	for i := range want {
 		w := float64(want[i])
-		if dt == gpu.BF16 {
+		if dt.Half() {
 			w = stored([]float64{w}, dt)[0]
 		}
 		if got[i] != w || math.Signbit(got[i]) != math.Signbit(w) {
@@ -300,7 +301,7 @@ func testCastFill(t *testing.T, d gpu.Device, s gpu.Stream) {
 	for i := range ints {
 		ints[i] = float64(r.IntN(2000) - 1000)
 	}
-	floats := []gpu.DType{gpu.F32, gpu.BF16, gpu.F64}
+	floats := []gpu.DType{gpu.F32, gpu.BF16, gpu.F16, gpu.F64}
 	for _, src := range append(floats, gpu.I32) {
 		for _, dst := range append(floats, gpu.I32) {
 			in := vals
@@ -333,7 +334,7 @@ func testCastFill(t *testing.T, d gpu.Device, s gpu.Stream) {
 func testSumSquares(t *testing.T, d gpu.Device, s gpu.Stream) {
 	r := newRand(20)
 	out := alloc(t, d, 4, gpu.F64)
-	for i, dt := range []gpu.DType{gpu.F32, gpu.BF16} {
+	for i, dt := range []gpu.DType{gpu.F32, gpu.BF16, gpu.F16} {
 		x := stored(randVals(r, 100003, 3), dt)
 		d.Ops().SumSquares(s, upload(t, d, s, x, dt), out, i+1)
 		var want float64
@@ -369,7 +370,11 @@ func testAdam(t *testing.T, d gpu.Device, s gpu.Stream, gradDT gpu.DType) {
 		param, grad := randVals(r, n, 1), stored(randVals(r, n, 1), gradDT)
 		m, v := randVals(r, n, 0.1), absVals(randVals(r, n, 0.01))
 		gp, gg, gm, gv := upload(t, d, s, param, gpu.F32), upload(t, d, s, grad, gradDT), upload(t, d, s, m, gpu.F32), upload(t, d, s, v, gpu.F32)
-		out := alloc(t, d, n, gpu.BF16)
+		outDT := gpu.BF16 // the params' dtype: f16 with f16 gradients
+		if gradDT == gpu.F16 {
+			outDT = gpu.F16
+		}
+		out := alloc(t, d, n, outDT)
 		d.Ops().AdamStep(s, gp, gg, gm, gv, out, p)
 		bc1, bc2 := 1-math.Pow(p.Beta1, 3), 1-math.Pow(p.Beta2, 3)
 		wantP, wantM, wantV, mag, magM := make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n), make([]float64, n)
@@ -392,8 +397,8 @@ func testAdam(t *testing.T, d gpu.Device, s gpu.Stream, gradDT gpu.DType) {
 		checkClose(t, name+" param", gotP, wantP, mag, gpu.F32, rtolF32)
 		checkClose(t, name+" m", download(t, d, s, gm), wantM, magM, gpu.F32, rtolF32)
 		checkClose(t, name+" v", download(t, d, s, gv), wantV, nil, gpu.F32, rtolF32)
-		if got := download(t, d, s, out); !equalBits(got, stored(gotP, gpu.BF16)) {
-			t.Errorf("%s: bf16 out is not the new params rounded", name)
+		if got := download(t, d, s, out); !equalBits(got, stored(gotP, outDT)) {
+			t.Errorf("%s: %s out is not the new params rounded", name, outDT)
 		}
 	}
 }

@@ -24,7 +24,7 @@ static void check(bool ok, const std::string& what) {
     }
 }
 
-static size_t dtsize(int dt) { return dt == DT_BF16 ? 2 : dt == DT_F64 ? 8 : 4; }
+static size_t dtsize(int dt) { return dt == DT_BF16 || dt == DT_F16 ? 2 : dt == DT_F64 ? 8 : 4; }
 
 // Buf is a device buffer: n elements of a storage type, read and written
 // with the kernels' own ld/st.
@@ -76,7 +76,7 @@ static bool sameBits(const Buf& a, const Buf& b) { return a.m == b.m; }
 
 static unsigned gridFor(i64 n) { return (unsigned)std::min<i64>((n + 255) / 256, 3); } // 3 blocks: the stride loops run
 
-static const char* dtName(int dt) { return dt == DT_BF16 ? "bf16" : "f32"; }
+static const char* dtName(int dt) { return dt == DT_BF16 ? "bf16" : dt == DT_F16 ? "f16" : "f32"; }
 
 #include "emu_attn.inc"
 #include "emu_cached.inc"
@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
         if (want("dropout")) testDropout();
         if (want("dequant-nf4")) testDequantNF4();
         if (want("dequant-int8")) testDequantInt8();
+        if (want("f16") && !seed) testHalf();
     }
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
