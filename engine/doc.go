@@ -52,7 +52,8 @@
 // hands the gradient to the updater (the host optimizer copies it into its
 // host copy in the tier store); the engine adds the sums in rank order,
 // clips like torch.nn.utils.clip_grad_norm_, stops with
-// model.ErrNonFinite on a NaN or Inf loss or norm before any update, and
+// model.ErrNonFinite on a NaN or Inf loss or norm before any update (in
+// fp16 the step is skipped instead and the loss scale moves: fp16.go), and
 // calls the updater. The next step's reads of chunk c wait only for chunk
 // c's update (paramReady, an event per chunk). Collectives are issued on
 // the communication stream in an order Model.AccessOrder fixes, never by
