@@ -324,6 +324,9 @@ func (st *State) Match(e Expect) error {
 	}
 	for _, want := range e.States {
 		k := st.StateIndex(want.Kind)
+		if k >= 0 && want.Kind == shard.Param && st.States[k].DType != want.DType && st.States[k].DType.Half() && want.DType.Half() {
+			return fmt.Errorf("checkpoint: saved in %s mixed precision, this run trains in %s: a checkpoint resumes in the precision it was saved in (bf16 and fp16 round the params differently); keep its bf16/fp16 block, or start a new run from its weights (--init)", st.States[k].DType, want.DType)
+		}
 		if k < 0 || st.States[k].DType != want.DType && !convertible(st.States[k], want) {
 			return fmt.Errorf("checkpoint: holds %s, the run needs %s (was it saved with another precision?)", specList(st.States), specList(e.States))
 		}

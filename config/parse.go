@@ -304,8 +304,8 @@ func (c *Config) decodePrecision(r *section) {
 	if b.n == nil && f.n == nil {
 		r.d.ignored = append(r.d.ignored, "bf16 is not set: Strata trains in bf16 mixed precision (DeepSpeed would train in fp32)")
 	}
-	if !fp.Enabled && f.n != nil && !isAuto(f.get("enabled")) && f.has("loss_scale") {
-		f.notice("loss_scale", "fp16 is not enabled: the loss scaling keys apply to fp16 only")
+	if !fp.Enabled && f.n != nil { // false, or "auto" (which is false)
+		r.notice("fp16", "fp16 is not enabled: Strata trains in bf16 unless fp16.enabled is true")
 	}
 }
 

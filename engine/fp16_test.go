@@ -260,3 +260,29 @@ func TestFP16Resume(t *testing.T) {
 		})
 	}
 }
+
+// TestFP16ResumeAcrossPrecision: a bf16 checkpoint is refused by an fp16
+// run (and the other way round) with the one error that says why and what
+// to do, before anything is restored.
+func TestFP16ResumeAcrossPrecision(t *testing.T) {
+	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1}
+	bf := newEngineJSON(t, s.configJSON(), 2)
+	fp := newEngineJSON(t, withFP16(s.configJSON(), ""), 2)
+	trainFor(t, bf, 1)
+	trainFor(t, fp, 1)
+	for _, c := range []struct {
+		from, into *Engine
+		want       string
+	}{{bf, newEngineJSON(t, withFP16(s.configJSON(), ""), 2), "saved in bf16 mixed precision, this run trains in f16"},
+		{fp, newEngineJSON(t, s.configJSON(), 2), "saved in f16 mixed precision, this run trains in bf16"}} {
+		path, err := c.from.SaveCheckpoint(t.TempDir(), checkpoint.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := stateOf(t, c.into)
+		if err := c.into.LoadCheckpoint(path); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("got %v, want %q", err, c.want)
+		}
+		sameState(t, "after the refused load", stateOf(t, c.into), before)
+	}
+}
