@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/fp16"
 )
 
 // AdamOptions configure `strata bench adam`: one AdamW step over Params
@@ -18,7 +19,8 @@ type AdamOptions struct {
 	Params   int             // parameters per step; default 100M (see WithDefaults)
 	Threads  int             // kernel threads; default 1
 	GradBF16 bool            // bf16 gradients instead of fp32
-	BF16Out  bool            // also write the new params as bf16
+	GradF16  bool            // fp16 gradients (fp16 mixed precision: the output, with BF16Out, is fp16 too)
+	BF16Out  bool            // also write the new params as bf16 (fp16 with GradF16)
 	Moments  cpuadam.Moments // stored m and v; narrow ones also time the fp32 step, alternately
 	ISA      cpuadam.ISA     // ISAAuto: the best of this CPU
 	Roofline bool            // measure the r4w3 bandwidth in the same run
@@ -53,6 +55,8 @@ func (o AdamOptions) Validate() error {
 		return fmt.Errorf("bench: adam: --threads %d: want 1 .. 1024", o.Threads)
 	case o.Rounds < 1:
 		return fmt.Errorf("bench: adam: --rounds %d: want >= 1", o.Rounds)
+	case o.GradBF16 && o.GradF16:
+		return errors.New("bench: adam: bf16 and fp16 gradients at once")
 	case o.Moments > cpuadam.MomentsInt8:
 		return fmt.Errorf("bench: adam: --moments %v: want fp32, bf16 or int8", o.Moments)
 	case !o.ISA.Supported():
@@ -70,7 +74,7 @@ func (o AdamOptions) Validate() error {
 func (o AdamOptions) BytesPerParam() float64 {
 	n := int64(o.Params)
 	b := float64(8+4) + 2*float64(2*o.Moments.Bytes(o.Params))/float64(n)
-	if o.GradBF16 {
+	if o.GradBF16 || o.GradF16 {
 		b -= 2
 	}
 	if o.BF16Out {
@@ -137,10 +141,11 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	param, m, v := make([]float32, n), make([]float32, n), make([]float32, n)
 	var gradF []float32
 	var gradH, out []uint16
-	if !o.GradBF16 || o.Roofline {
+	half := o.GradBF16 || o.GradF16
+	if !half || o.Roofline {
 		gradF = make([]float32, n)
 	}
-	if o.GradBF16 {
+	if half {
 		gradH = make([]uint16, n)
 	}
 	narrow := o.Moments.For(n) != cpuadam.MomentsF32
@@ -156,8 +161,11 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 		if gradF != nil {
 			gradF[i] = f * 1e-2
 		}
-		if gradH != nil {
+		if gradH != nil && o.GradBF16 {
 			gradH[i] = bf16.FromFloat32(f * 1e-2)
+		}
+		if gradH != nil && o.GradF16 {
+			gradH[i] = fp16.FromFloat32(f * 1e-2)
 		}
 	}
 
@@ -166,8 +174,8 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 		shard = cpuadam.Shard{Param: param, Grad: gradF, Out: out,
 			M: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), false),
 			V: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), true)}
-		if o.GradBF16 {
-			shard.Grad, shard.Grad16 = nil, gradH
+		if half {
+			shard.Grad, shard.Grad16, shard.F16 = nil, gradH, o.GradF16
 		}
 		shard.M.Encode(m)
 		shard.V.Encode(v)
@@ -183,9 +191,12 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	step := func(s int64) time.Duration {
 		p.Step = s
 		t0 := time.Now()
-		if o.GradBF16 {
+		switch {
+		case o.GradF16: // the Shard form: fp16 gradients, fp16 out
+			opt.Step(p, cpuadam.Shard{Param: param, Grad16: gradH, M: cpuadam.Moment{F32: m}, V: cpuadam.Moment{F32: v, Second: true}, Out: out, F16: true})
+		case o.GradBF16:
 			opt.StepBF16(p, param, gradH, m, v, out)
-		} else {
+		default:
 			opt.StepF32(p, param, gradF, m, v, out)
 		}
 		return time.Since(t0)
@@ -228,6 +239,9 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	}
 	if o.GradBF16 {
 		res.Grad = "bf16"
+	}
+	if o.GradF16 {
+		res.Grad = "fp16"
 	}
 	med, best := medianMin(steps)
 	res.StepSeconds = med

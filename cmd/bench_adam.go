@@ -22,7 +22,7 @@ func benchAdamCommand() *cli.Command {
 		Name:  "adam",
 		Usage: "time the CPU AdamW step (params/s, GB/s) against the r4w3 memory roofline",
 		Description: "One AdamW step over --params parameters reads param, grad, m, v and writes param, m, v:\n" +
-			"fp32 param r/w 8 B + grad 4 (bf16: 2) + m, v r/w in --moments precision (fp32 16, bf16 8,\n" +
+			"fp32 param r/w 8 B + grad 4 (bf16, fp16: 2) + m, v r/w in --moments precision (fp32 16, bf16 8,\n" +
 			"int8 4 + 0.0625 for the per-256 fp32 scales) + 2 with --bf16-out; 28, 20 or 16.0625 B/param\n" +
 			"with fp32 gradients. Narrow moments also time the fp32 step, alternately, and print the speed-up.\n" +
 			"With --roofline each timed step alternates with one r4w3 pass (read 4 fp32 streams, write 3:\n" +
@@ -31,8 +31,8 @@ func benchAdamCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "params", Usage: "parameters per step", DefaultText: strconv.Itoa(adamDefaults.Params)},
 			&cli.IntFlag{Name: "threads", Usage: "kernel threads", DefaultText: strconv.Itoa(adamDefaults.Threads)},
-			&cli.StringFlag{Name: "grad", Value: "fp32", Usage: "gradient dtype: fp32 or bf16"},
-			&cli.BoolFlag{Name: "bf16-out", Usage: "also write the new params as bf16 (fused)"},
+			&cli.StringFlag{Name: "grad", Value: "fp32", Usage: "gradient dtype: fp32, bf16 or fp16 (fp16 mixed precision: --bf16-out then writes fp16 params)"},
+			&cli.BoolFlag{Name: "bf16-out", Usage: "also write the new params as bf16 (fused; fp16 with --grad fp16)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "stored precision of m and v: fp32, bf16 or int8"},
 			&cli.StringFlag{Name: "isa", Value: "auto", Usage: "kernels: auto, avx512, avx2 or go"},
 			&cli.BoolFlag{Name: "roofline", Value: true, Usage: "measure the r4w3 memory bandwidth in the same run"},
@@ -60,8 +60,10 @@ func benchAdamCommand() *cli.Command {
 			case "fp32":
 			case "bf16":
 				o.GradBF16 = true
+			case "fp16":
+				o.GradF16 = true
 			default:
-				return usagef("--grad %q: want fp32 or bf16", c.String("grad"))
+				return usagef("--grad %q: want fp32, bf16 or fp16", c.String("grad"))
 			}
 			if o.Moments, err = cpuadam.ParseMoments(c.String("moments")); err != nil {
 				return usagef("--moments: %v", err)

@@ -44,6 +44,8 @@
 #define fL2       const_fL2
 #define fOutNT    const_fOutNT
 #define fMomBF16  const_fMomBF16
+#define fGradF16  const_fGradF16
+#define fOutF16   const_fOutF16
 
 // CONSTS_Z broadcasts the scalars of kconsts at AX into Z16..Z28, where
 // ADAM_Z and BF16_Z expect them.

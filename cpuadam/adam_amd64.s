@@ -10,7 +10,7 @@
 // with flags&fMomBF16 it is refNarrow's loop for bf16 moments):
 //
 //	for i := 0; i < n; i++ {
-//		g := grad[i] * gs                      // grad widened from bf16 when flags&fGradBF16
+//		g := grad[i] * gs                      // grad widened from bf16 when flags&fGradBF16, from fp16 when flags&fGradF16
 //		if flags&fL2 != 0 { g = fma32(l2, param[i], g) }
 //		mi, vi := m[i], v[i]                   // widened from bf16 when flags&fMomBF16
 //		mi = fma32(b1, mi, omb1*g)
@@ -18,8 +18,13 @@
 //		d := fma32(sqrt(vi), invSqrtBC2, eps)  // VSQRTPS: exact IEEE square root
 //		param[i] = fma32(negStep, mi/d, param[i]*decay)
 //		m[i], v[i] = mi, vi                    // bf16.FromFloat32 of each when flags&fMomBF16
-//		if flags&fOut != 0 { out[i] = bf16.FromFloat32(param[i]) }
+//		if flags&fOut != 0 { out[i] = bf16.FromFloat32(param[i]) } // fp16.FromFloat32 when flags&fOutF16
 //	}
+//
+// The fp16 conversions are VCVTPH2PS (exact) and VCVTPS2PH with imm8 0
+// (round to nearest even, from the instruction, not MXCSR): IEEE's, which
+// internal/fp16 computes too (kernels_test.go checks every kernel against
+// the Go reference, NaN, Inf, subnormals and ties included).
 TEXT ·adamAVX512(SB), NOSPLIT, $0-64
 	MOVQ k+0(FP), AX
 	MOVQ param+8(FP), SI
@@ -33,7 +38,7 @@ TEXT ·adamAVX512(SB), NOSPLIT, $0-64
 
 	// R10, R12: bytes of gradient and of each moment per 16 elements.
 	MOVQ  $64, R10
-	TESTQ $fGradBF16, BX
+	TESTQ $(fGradBF16|fGradF16), BX
 	JZ    a5gstride
 	MOVQ  $32, R10
 
@@ -70,8 +75,18 @@ a5body:
 	VMOVUPS.Z  (SI), K1, Z0 // x
 	TESTQ     $fGradBF16, BX
 	JNZ       a5gbf16
+	TESTQ     $fGradF16, BX
+	JNZ       a5gf16
 	VMOVUPS.Z (DX), K1, Z1 // g
 	JMP       a5gok
+
+a5gf16:
+	// The words under the mask (a masked word load that cannot fault past
+	// n), packed back into 16 halves, widened.
+	VPMOVZXWD.Z (DX), K1, Z1
+	VPMOVDW     Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	JMP         a5gok
 
 a5gbf16:
 	VPMOVZXWD.Z (DX), K1, Z1
@@ -114,6 +129,8 @@ a5smbf16:
 a5smok:
 	TESTQ       $fOut, BX
 	JZ          a5next
+	TESTQ       $fOutF16, BX
+	JNZ         a5outf16
 	BF16_Z(Z0, Z8, Z9)
 	TESTQ     $fOutNT, BX
 	JZ        a5outmask
@@ -125,6 +142,20 @@ a5smok:
 
 a5outmask:
 	VPMOVDW Z8, K1, (DI)
+	JMP     a5next
+
+a5outf16:
+	VCVTPS2PH $0, Z0, Y8 // round to nearest even
+	TESTQ     $fOutNT, BX
+	JZ        a5outf16mask
+	CMPQ      CX, $16
+	JB        a5outf16mask
+	VMOVNTDQ  Y8, (DI)
+	JMP       a5next
+
+a5outf16mask:
+	VPMOVZXWD Y8, Z8
+	VPMOVDW   Z8, K1, (DI)
 
 a5next:
 	ADDQ $64, SI
@@ -160,7 +191,7 @@ TEXT ·adamAVX2(SB), NOSPLIT, $0-64
 	MOVQ flags+56(FP), BX
 
 	MOVQ  $32, R10
-	TESTQ $fGradBF16, BX
+	TESTQ $(fGradBF16|fGradF16), BX
 	JZ    a2gstride
 	MOVQ  $16, R10
 
@@ -182,8 +213,14 @@ a2loop:
 	VMOVUPS    (SI), Y0
 	TESTQ   $fGradBF16, BX
 	JNZ     a2gbf16
+	TESTQ   $fGradF16, BX
+	JNZ     a2gf16
 	VMOVUPS (DX), Y1
 	JMP     a2gok
+
+a2gf16:
+	VCVTPH2PS (DX), Y1 // F16C
+	JMP       a2gok
 
 a2gbf16:
 	VPMOVZXWD (DX), Y1
@@ -226,8 +263,15 @@ a2smbf16:
 a2smok:
 	TESTQ $fOut, BX
 	JZ    a2next
+	TESTQ $fOutF16, BX
+	JNZ   a2outf16
 	BF16_Y(Y0, Y8, Y10, Y9)
 	STORE16_Y(Y8, X8, X9, (DI))
+	JMP   a2next
+
+a2outf16:
+	VCVTPS2PH $0, Y0, X8 // F16C, round to nearest even
+	VMOVDQU   X8, (DI)
 
 a2next:
 	ADDQ $32, SI

@@ -15,6 +15,8 @@ const (
 	fL2       = 4
 	fOutNT    = 8 // AVX-512: full vectors of out with non-temporal stores; out 32-byte aligned
 	fMomBF16  = 16
+	fGradF16  = 32 // grad is IEEE binary16 (F16C's VCVTPH2PS)
+	fOutF16   = 64 // out is IEEE binary16 (VCVTPS2PH, round to nearest even)
 )
 
 // Implemented in adam_amd64.s; each is documented there by the Go loop it
@@ -206,7 +208,7 @@ func adamVec(avx512 bool, k *kconsts, mode Mode, param []float32, grad, m, v uns
 		return
 	}
 	gb, mb := uintptr(4), uintptr(4)
-	if flags&fGradBF16 != 0 {
+	if flags&(fGradBF16|fGradF16) != 0 {
 		gb = 2
 	}
 	if flags&fMomBF16 != 0 {
@@ -271,6 +273,31 @@ func adamNarrowVec(avx512 bool, k *kconsts, mode Mode, s Shard) int {
 		adamQ8AVX2(k, &s.Param[0], grad, &s.M.Codes[0], &s.V.Codes[0], &s.M.Scales[0], &s.V.Scales[0], o, n, flags, &scratch)
 	}
 	return n
+}
+
+// adamF16Vec runs the kernels of ISA i on an fp16 shard with fp32 or bf16
+// moments (the grad and the new params converted in the kernel, F16C) and
+// returns how many elements (from the start) they did: all of them on
+// AVX-512, whole vectors of 8 on AVX2, none without F16C or with int8
+// moments (adamF16 widens those in Go).
+func (i ISA) adamF16Vec(k *kconsts, mode Mode, s Shard) int {
+	if i != ISAAVX512 && i != ISAAVX2 || !cpu.X86.HasF16C || s.M.Precision() == MomentsInt8 {
+		return 0
+	}
+	grad, flags := f32p(s.Grad), uintptr(fOutF16)
+	if s.Grad == nil {
+		grad, flags = u16p(s.Grad16), flags|fGradF16
+	}
+	m, v := f32p(s.M.F32), f32p(s.V.F32)
+	if s.M.BF16 != nil {
+		m, v, flags = u16p(s.M.BF16), u16p(s.V.BF16), flags|fMomBF16
+	}
+	avx512 := i == ISAAVX512
+	adamVec(avx512, k, mode, s.Param, grad, m, v, flags, s.Out)
+	if avx512 {
+		return len(s.Param)
+	}
+	return len(s.Param) &^ 7
 }
 
 func tail(out []uint16, t int) []uint16 {

@@ -28,6 +28,9 @@ func maxAbsF32AVX512([]float32) uint32       { unreachable(); return 0 }
 func maxAbsBF16AVX512([]uint16) uint32       { unreachable(); return 0 }
 func r4w3F32AVX512(_, _, _, _ []float32)     { unreachable() }
 
+// adamF16Vec: no vector kernels here; adamF16 widens in Go.
+func (ISA) adamF16Vec(*kconsts, Mode, Shard) int { return 0 }
+
 func unreachable() { panic("cpuadam: vector kernel called in a build without assembly") }
 
 // outNTMinLen has no effect without assembly; the tests set it on every

@@ -387,14 +387,18 @@ func refNarrow(k *kconsts, mode Mode, s Shard) {
 // QuantBlock, so that its pieces of int8 moments are whole blocks.
 const f16Block = 4 * QuantBlock
 
-// adamF16 is the step of an fp16 shard: block by block, the binary16
+// adamF16 is the step of an fp16 shard. The AVX-512 and AVX2 kernels
+// (with F16C) take the binary16 gradient and write binary16 params
+// themselves, for fp32 and bf16 moments (adamF16Vec); the rest (the Go
+// ISA, int8 moments, AVX2's last n%8) goes block by block: the binary16
 // gradient (when Grad16 holds it) is widened exactly into fp32, the fp32
-// kernel runs, and the new params are rounded to binary16 into Out. The
-// update's bits are those of the fp32 gradient's (the widening is exact);
-// only the two conversions are scalar Go (F16C kernels: not written).
+// kernel runs, and the new params are rounded to binary16 into Out. Both
+// ways the update's bits are those of the fp32 gradient's (the widening is
+// exact) and the rounding is IEEE's nearest even.
 func (i ISA) adamF16(k *kconsts, mode Mode, s Shard) {
+	t := i.adamF16Vec(k, mode, s) // the vector kernels convert in place (F16C)
 	var g [f16Block]float32
-	for lo := 0; lo < len(s.Param); lo += f16Block {
+	for lo := t; lo < len(s.Param); lo += f16Block {
 		hi := min(lo+f16Block, len(s.Param))
 		b := s.Slice(lo, hi)
 		b.F16, b.Out = false, nil
