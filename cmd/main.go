@@ -35,6 +35,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			evalCommand(),
 			generateCommand(),
 			estimateCommand(),
+			planCommand(),
 			benchCommand(),
 			exportCommand(),
 			inspectCommand(),

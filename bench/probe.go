@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/backend"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/plan"
+)
+
+// The measurements behind `strata plan`: each rate the predictor
+// (package plan) multiplies by, measured here on the machine, with the
+// components a run uses.
+
+// ProbeRates measures the host↔device copy rate of the backend's first
+// device (64 MiB each way, the median of 5) and cpuadam's step with
+// threads threads (0: every core; bf16 gradients and bf16 new params, as
+// the host optimizer runs them; 8M params, the median of 5) into p.
+func ProbeRates(p *plan.Profile, backendName string, hbmBytes int64, threads int) error {
+	devs, err := backend.Open(backendName, 1, hbmBytes, true)
+	if err != nil {
+		return err
+	}
+	defer devs.Close()
+	d := devs.Devs[0]
+	const n = 64 << 20
+	buf, err := d.Alloc(n/2, gpu.BF16, gpu.Tag{Kind: gpu.Workspace, Purpose: "probe"})
+	if err != nil {
+		return fmt.Errorf("bench: probe copies: %w", err)
+	}
+	defer d.Free(buf)
+	host := make([]byte, n)
+	s := d.DefaultStream()
+	var secs []float64
+	for range 5 {
+		t0 := time.Now()
+		d.CopyHostToDevice(s, buf, 0, host)
+		d.CopyDeviceToHost(s, host, buf, 0)
+		if err := s.Synchronize(); err != nil {
+			return fmt.Errorf("bench: probe copies: %w", err)
+		}
+		secs = append(secs, time.Since(t0).Seconds())
+	}
+	p.CopyBytesPerS = 2 * n / median(secs)
+
+	opt, err := cpuadam.New(cpuadam.Options{Threads: threads})
+	if err != nil {
+		return fmt.Errorf("bench: probe cpu adam: %w", err)
+	}
+	defer opt.Close()
+	const params = 8 << 20
+	param, m, v := make([]float32, params), make([]float32, params), make([]float32, params)
+	grad, out := make([]uint16, params), make([]uint16, params)
+	for i := range grad {
+		grad[i] = 0x3c00 // 2^-7 in bf16
+	}
+	ap := cpuadam.Params{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, GradScale: 1, Mode: cpuadam.AdamW}
+	secs = secs[:0]
+	for r := range 6 {
+		ap.Step = int64(r + 1)
+		t0 := time.Now()
+		opt.StepBF16(ap, param, grad, m, v, out)
+		if r > 0 { // the first touches the pages
+			secs = append(secs, time.Since(t0).Seconds())
+		}
+	}
+	p.AdamParamsPerS, p.AdamThreads = params/median(secs), opt.Options().Threads
+	return nil
+}
+
+// NVMeRoom is the free space under dir for a run's swap files, once dir
+// has proved a writable directory (a file created in it and removed).
+func NVMeRoom(dir string) (int64, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return 0, fmt.Errorf("%s is not a directory", dir)
+	}
+	f, err := os.CreateTemp(dir, ".strata-plan-*")
+	if err != nil {
+		return 0, fmt.Errorf("%s is not writable: %v", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nvme.FreeBytes(dir)
+}
+
+// ProbeDisk measures the sequential write, then read, of a 256 MiB file
+// in dir at the engine's request size and queue depth (aio's defaults),
+// through the same NVMe engine a run uses.
+func ProbeDisk(ctx context.Context, dir string) (plan.Disk, error) {
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return plan.Disk{}, fmt.Errorf("bench: probe: NVMe path %s is not a directory (%v)", dir, err)
+	}
+	d := plan.Disk{Path: dir, BlockBytes: config.DefaultAIOBlockSize}
+	for _, rw := range []string{"write", "read"} {
+		r, err := RunNVMe(ctx, NVMeOptions{Paths: []string{dir}, RW: rw, BlockBytes: config.DefaultAIOBlockSize,
+			QueueDepth: config.DefaultAIOQueueDepth, SizeBytes: 256 << 20}.WithDefaults())
+		if err != nil {
+			return plan.Disk{}, fmt.Errorf("bench: probe %s: %w", dir, err)
+		}
+		if rw == "write" {
+			d.WriteBytesPerS = float64(r.Bytes) / r.Seconds
+		} else {
+			d.ReadBytesPerS = float64(r.Bytes) / r.Seconds
+		}
+	}
+	return d, nil
+}
+
+// ProbeCompute measures a step of in.Model in placement c (resident, stage
+// 0, when the model fits a device: the first placement that fits) on the
+// backend's devices: after 2 warm-up steps, the median over 4 of the step
+// without its optimizer phase, and of the phase.
+func ProbeCompute(c plan.Config, in plan.Inputs, backendName string) (plan.Compute, error) {
+	js := plan.ConfigJSON(c, in)
+	times, err := runSteps(js, backendName, in, 2, 4)
+	if err != nil {
+		return plan.Compute{}, err
+	}
+	var fb, ad []float64
+	for _, st := range times {
+		fb = append(fb, (st.Duration - st.OptimizerTime).Seconds())
+		ad = append(ad, st.OptimizerTime.Seconds())
+	}
+	return plan.Compute{Model: in.Model, Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Params: in.Shape.ParamCount(),
+		FwdBwdSeconds: median(fb), DeviceAdamSeconds: median(ad)}, nil
+}
+
+// TimeConfig runs placement c of in for warmup steps, then steps more,
+// and returns their median step time (`strata plan --check`).
+func TimeConfig(c plan.Config, in plan.Inputs, backendName string, warmup, steps int) (float64, error) {
+	times, err := runSteps(plan.ConfigJSON(c, in), backendName, in, warmup, steps)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", c.Name, err)
+	}
+	var secs []float64
+	for _, st := range times {
+		secs = append(secs, st.Duration.Seconds())
+	}
+	return median(secs), nil
+}
+
+// runSteps builds an engine of the config js and returns the stats of
+// steps steps after warmup.
+func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]engine.StepStats, error) {
+	lookup := func(name string) (config.Shape, error) {
+		if name == in.Model {
+			return config.Shape(in.Shape), nil
+		}
+		s, err := model.Lookup(name)
+		return config.Shape(s), err
+	}
+	cfg, err := config.Parse([]byte(js), "plan.json", config.Options{LookupShape: lookup})
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	devs, err := backend.Open(backendName, in.Devices, in.HBMBytes, cfg.Strata.Deterministic)
+	if err != nil {
+		return nil, err
+	}
+	defer devs.Close()
+	e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{HostRegistrar: devs.Registrar, Collectives: devs.Collectives})
+	if err != nil {
+		return nil, err
+	}
+	defer e.Close()
+	var out []engine.StepStats
+	for i := range warmup + steps {
+		st, err := e.Step()
+		if err != nil {
+			return nil, err
+		}
+		if i >= warmup {
+			out = append(out, st)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,318 @@
+package cmd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/strata-ai/strata/bench"
+	"github.com/strata-ai/strata/gpu/backend"
+	"github.com/strata-ai/strata/internal/hostmem"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/plan"
+)
+
+// planCommand is `strata plan`: every placement of a model on this
+// machine with its memory and predicted step time, the ones that fit
+// fastest first (package plan), from a machine profile measured once.
+func planCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "plan",
+		Usage:     "predict memory and step time of every placement of a model on this machine, fastest that fits first",
+		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--seq T] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-top K]] [--write-config FILE] [--json]",
+		Description: "The profile (--profile, default ~/.config/strata/profile.json) holds what --probe measured on this\n" +
+			"machine: host↔device copies, CPU Adam, each --nvme-path's read and write, and the model's step on the\n" +
+			"devices; a missing part is measured on first use (a minute at most) and kept, a profile of other hardware\n" +
+			"is refused. Each placement (ZeRO stage; optimizer state and params on the devices, in host RAM or on NVMe)\n" +
+			"gets its memory per tier (strata estimate's arithmetic) and a predicted step: compute, CPU Adam,\n" +
+			"host↔device copies and disk, each bytes or work over a measured rate (docs/plan.md). --check trains the\n" +
+			"top placements a few steps each and prints the measured median beside the prediction.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "model", Usage: "the model: a named shape, a Hugging Face model directory or a Strata run"},
+			&cli.IntFlag{Name: "devices", Value: 1, Usage: "devices (ranks)"},
+			&cli.IntFlag{Name: "batch", Value: 4, Usage: "rows per device per step (train_micro_batch_size_per_gpu)"},
+			&cli.IntFlag{Name: "seq", Value: 256, Usage: "tokens per row (default 256, or the model's max_seq_len when shorter)"},
+			&cli.StringFlag{Name: "nvme-path", Usage: "a directory on the NVMe drive: adds the NVMe placements"},
+			&cli.StringFlag{Name: "hbm", Usage: `each device's memory ("8GiB"; default the backend's)`},
+			&cli.StringFlag{Name: "backend", Value: "cpu", Usage: "cpu or cuda"},
+			&cli.BoolFlag{Name: "probe", Usage: "measure the machine again (the rates and this model's step), replacing the profile's figures"},
+			&cli.StringFlag{Name: "profile", Usage: "the profile file (default ~/.config/strata/profile.json)"},
+			&cli.BoolFlag{Name: "check", Usage: "train the top placements a few steps each and print the measured median and the prediction's error"},
+			&cli.IntFlag{Name: "check-top", Value: 3, Usage: "with --check: how many placements to run"},
+			&cli.StringFlag{Name: "write-config", Usage: "write the config of the fastest placement that fits to this file"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		},
+		Action: runPlan,
+	}
+}
+
+func runPlan(c *cli.Context) error {
+	if c.Args().Present() {
+		return usagef("plan: unexpected argument %q", c.Args().First())
+	}
+	if !c.IsSet("model") {
+		return usagef("plan: --model is needed (a named shape, a Hugging Face directory or a Strata run)")
+	}
+	shape, err := estimateShape(c.String("model"))
+	if err != nil {
+		return err
+	}
+	in := plan.Inputs{Model: c.String("model"), Shape: shape, Devices: c.Int("devices"), Batch: c.Int("batch"), Seq: c.Int("seq"),
+		NVMePath: c.String("nvme-path"), SharedCores: c.String("backend") == "cpu"}
+	if !c.IsSet("seq") {
+		in.Seq = min(in.Seq, shape.MaxSeq)
+	}
+	if in.Devices < 1 || in.Batch < 1 || in.Seq < 1 || in.Seq > shape.MaxSeq {
+		return usagef("plan: --devices %d and --batch %d must be >= 1, --seq %d within 1..%d (the model's max_seq_len)", in.Devices, in.Batch, in.Seq, shape.MaxSeq)
+	}
+	var hbm int64
+	if c.IsSet("hbm") {
+		if hbm, err = units.ParseBytes(c.String("hbm")); err != nil {
+			return usagef("plan: --hbm: %v", err)
+		}
+	}
+	devs, err := backend.Open(c.String("backend"), 1, hbm, true)
+	if err != nil {
+		return err
+	}
+	in.HBMBytes = devs.Devs[0].MemStats().BudgetBytes
+	machine := plan.ThisMachine(c.String("backend"), devs.Devs[0].Name())
+	devs.Close()
+	if avail, ok := hostmem.Available(hostmem.MeminfoPath); ok {
+		in.HostBytes = avail
+	}
+	if in.NVMePath != "" {
+		if in.NVMeFreeBytes, err = bench.NVMeRoom(in.NVMePath); err != nil {
+			return usagef("plan: --nvme-path: %v", err)
+		}
+	}
+	fits, err := plan.Fit(in)
+	if err != nil {
+		return err
+	}
+	first := -1
+	for i, f := range fits {
+		if f.Fits {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return nothingFits(c.App.Writer, in, fits)
+	}
+
+	path := c.String("profile")
+	if path == "" {
+		if path, err = plan.DefaultPath(); err != nil {
+			return err
+		}
+	}
+	p, err := plan.Load(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || c.Bool("probe"):
+		p = plan.NewProfile(machine)
+	case err != nil:
+		return err
+	default:
+		if err := p.Check(machine); err != nil {
+			return fmt.Errorf("%w: %s", err, path)
+		}
+	}
+	stderr := c.App.ErrWriter
+	changed := false
+	if p.AdamParamsPerS == 0 || p.CopyBytesPerS == 0 {
+		fmt.Fprintln(stderr, "plan: measuring host↔device copies and CPU Adam ...")
+		if err := bench.ProbeRates(p, c.String("backend"), hbm, 0); err != nil {
+			return err
+		}
+		changed = true
+	}
+	if _, ok := p.Disk(in.NVMePath); in.NVMePath != "" && !ok {
+		fmt.Fprintf(stderr, "plan: measuring %s (256 MiB written, then read) ...\n", in.NVMePath)
+		d, err := bench.ProbeDisk(context.Background(), in.NVMePath)
+		if err != nil {
+			return err
+		}
+		p.SetDisk(d)
+		changed = true
+	}
+	if _, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq); !ok {
+		fmt.Fprintf(stderr, "plan: measuring a step of %s (%s) ...\n", in.Model, fits[first].Name)
+		cm, err := bench.ProbeCompute(fits[first].Config, in, c.String("backend"))
+		if err != nil {
+			return err
+		}
+		p.SetCompute(cm)
+		changed = true
+	}
+	if changed {
+		if err := p.Save(path); err != nil {
+			return err
+		}
+	}
+	preds, err := plan.Predict(p, in)
+	if err != nil {
+		return err
+	}
+	measured := map[string]float64{}
+	if c.Bool("check") {
+		for i, pr := range preds {
+			if i >= c.Int("check-top") || !pr.Fits {
+				break
+			}
+			fmt.Fprintf(stderr, "plan: running %s (2 warm-up steps, 5 measured) ...\n", pr.Name)
+			s, err := bench.TimeConfig(pr.Config, in, c.String("backend"), 2, 5)
+			if err != nil {
+				return err
+			}
+			measured[pr.Name] = s
+		}
+	}
+	if w := c.String("write-config"); w != "" {
+		if err := os.WriteFile(w, []byte(plan.ConfigJSON(preds[0].Config, in)), 0o644); err != nil {
+			return fmt.Errorf("plan: --write-config: %w", err)
+		}
+	}
+	if c.Bool("json") {
+		return printPlanJSON(c.App.Writer, in, path, preds, measured)
+	}
+	printPlan(c.App.Writer, in, path, p, preds, measured)
+	if w := c.String("write-config"); w != "" {
+		fmt.Fprintf(c.App.Writer, "wrote the config of %q to %s\n", preds[0].Name, w)
+	}
+	return nil
+}
+
+// nothingFits prints every placement's shortfall and returns the error
+// naming the closest one.
+func nothingFits(w io.Writer, in plan.Inputs, fits []plan.Prediction) error {
+	fmt.Fprintf(w, "strata plan: %s (%s params) on %d device(s) of %s, batch %d × %d tokens: no placement fits\n",
+		in.Model, paramWords(in.Shape.ParamCount()), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
+	for _, f := range fits {
+		fmt.Fprintf(w, "  %-44s %s\n", f.Name+":", f.Short)
+	}
+	if in.NVMePath == "" {
+		fmt.Fprintln(w, "  (no --nvme-path: the NVMe placements were not considered)")
+	}
+	return fmt.Errorf("plan: %s does not fit this machine in any placement", in.Model)
+}
+
+func printPlan(w io.Writer, in plan.Inputs, path string, p *plan.Profile, preds []plan.Prediction, measured map[string]float64) {
+	fmt.Fprintf(w, "strata plan: %s (%s params) on %d device(s) of %s, batch %d × %d tokens\n", in.Model,
+		paramWords(in.Shape.ParamCount()), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
+	fmt.Fprintf(w, "profile %s (measured %s): copies %.2f GB/s, CPU Adam %.0f M params/s (%d threads)", path, p.Created,
+		p.CopyBytesPerS/1e9, p.AdamParamsPerS/1e6, p.AdamThreads)
+	if d, ok := p.Disk(in.NVMePath); ok {
+		fmt.Fprintf(w, ", %s read %.2f GB/s write %.2f GB/s", d.Path, d.ReadBytesPerS/1e9, d.WriteBytesPerS/1e9)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "rank\tplacement\tpredicted\tbottleneck\tcompute\tadam\tcopies\tdisk\tdevice\thost\tnvme"
+	if len(measured) > 0 {
+		head += "\tmeasured\terror"
+	}
+	fmt.Fprintln(tw, head)
+	var short []plan.Prediction
+	for i, pr := range preds {
+		if !pr.Fits {
+			short = append(short, pr)
+			continue
+		}
+		t := pr.Terms
+		line := fmt.Sprintf("%d\t%s\t%.3f s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s", i+1, pr.Name, pr.StepSeconds, pr.Bottleneck,
+			t["compute"], t["adam"], t["copy"], t["disk"], units.FormatBytes(pr.DeviceBytes), units.FormatBytes(pr.HostBytes), units.FormatBytes(pr.NVMeBytes))
+		if m, ok := measured[pr.Name]; ok {
+			line += fmt.Sprintf("\t%.3f s\t%+.0f%%", m, 100*(pr.StepSeconds-m)/m)
+		}
+		fmt.Fprintln(tw, line)
+	}
+	tw.Flush()
+	for _, pr := range short {
+		fmt.Fprintf(w, "does not fit: %s: %s\n", pr.Name, pr.Short)
+	}
+	if len(measured) > 1 {
+		fmt.Fprintf(w, "ranking measured: %s\n", measuredRanking(preds, measured))
+	}
+}
+
+// measuredRanking is the checked placements in the order of their
+// measured medians, each with its predicted rank.
+func measuredRanking(preds []plan.Prediction, measured map[string]float64) string {
+	type r struct {
+		name string
+		rank int
+		s    float64
+	}
+	var rs []r
+	for i, pr := range preds {
+		if m, ok := measured[pr.Name]; ok {
+			rs = append(rs, r{pr.Name, i + 1, m})
+		}
+	}
+	for i := range rs {
+		for j := i + 1; j < len(rs); j++ {
+			if rs[j].s < rs[i].s {
+				rs[i], rs[j] = rs[j], rs[i]
+			}
+		}
+	}
+	var parts []string
+	for _, x := range rs {
+		parts = append(parts, fmt.Sprintf("%s (predicted #%d, %.3f s)", x.name, x.rank, x.s))
+	}
+	return strings.Join(parts, " < ")
+}
+
+func printPlanJSON(w io.Writer, in plan.Inputs, path string, preds []plan.Prediction, measured map[string]float64) error {
+	type cfgJSON struct {
+		plan.Prediction
+		Measured *float64 `json:"measured_step_s,omitempty"`
+		Error    *float64 `json:"error,omitempty"` // (predicted − measured) / measured
+	}
+	out := struct {
+		Model   string    `json:"model"`
+		Params  int64     `json:"params"`
+		Devices int       `json:"devices"`
+		Batch   int       `json:"batch"`
+		Seq     int       `json:"seq"`
+		Profile string    `json:"profile"`
+		Configs []cfgJSON `json:"configs"`
+	}{in.Model, in.Shape.ParamCount(), in.Devices, in.Batch, in.Seq, path, nil}
+	for _, pr := range preds {
+		cj := cfgJSON{Prediction: pr}
+		if m, ok := measured[pr.Name]; ok {
+			e := (pr.StepSeconds - m) / m
+			cj.Measured, cj.Error = &m, &e
+		}
+		if math.IsNaN(cj.StepSeconds) {
+			cj.StepSeconds = 0
+		}
+		out.Configs = append(out.Configs, cj)
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
+}
+
+// paramWords is a parameter count as people say it: 124.4M, 6.50B.
+func paramWords(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fB", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.1fM", float64(n)/1e6)
+	}
+	return groupDigits(n)
+}

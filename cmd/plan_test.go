@@ -1,0 +1,95 @@
+package cmd
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-ai/strata/plan"
+)
+
+// `strata plan` on the tiny model: it measures what its profile lacks and
+// keeps it, ranks every placement that fits (fastest first, each with its
+// terms and memory), runs the top two (--check) and reports their
+// measured medians; --write-config writes a config that trains; a second
+// run reuses the profile; a profile of other hardware, an unknown model, an
+// NVMe path that is not a writable directory and a model that fits nowhere
+// are one error each, naming it.
+func TestPlan(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "profile.json")
+	cfgOut := filepath.Join(dir, "best.json")
+	args := []string{"plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--profile", prof}
+	out, stderr, err := runApp(t, append(args, "--check", "--check-top", "2", "--json", "--write-config", cfgOut)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var res struct {
+		Configs []struct {
+			Name      string             `json:"name"`
+			Fits      bool               `json:"fits"`
+			Predicted float64            `json:"predicted_step_s"`
+			Measured  *float64           `json:"measured_step_s"`
+			Terms     map[string]float64 `json:"terms_s"`
+			Device    int64              `json:"device_bytes"`
+		} `json:"configs"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(res.Configs) != 8 {
+		t.Fatalf("%d placements, want 8 (no --nvme-path): %s", len(res.Configs), out)
+	}
+	for i, c := range res.Configs {
+		if !c.Fits || !(c.Predicted > 0) || !(c.Terms["compute"] > 0) || c.Device <= 0 {
+			t.Errorf("placement %d %s: %+v", i, c.Name, c)
+		}
+		if i > 0 && c.Predicted < res.Configs[i-1].Predicted {
+			t.Errorf("not fastest first at %s", c.Name)
+		}
+		if (c.Measured != nil) != (i < 2) || c.Measured != nil && !(*c.Measured > 0) {
+			t.Errorf("placement %d %s: measured %v (--check-top 2)", i, c.Name, c.Measured)
+		}
+	}
+	p, err := plan.Load(prof)
+	if err != nil || p.AdamParamsPerS <= 0 || p.CopyBytesPerS <= 0 || len(p.Computes) != 1 {
+		t.Fatalf("profile %+v, %v", p, err)
+	}
+	if _, stderr, err := runApp(t, "train", "--config", cfgOut, "--steps", "1"); err != nil {
+		t.Fatalf("--write-config's config does not train: %v\n%s", err, stderr)
+	}
+	// Again: nothing measured, a table.
+	out, stderr, err = runApp(t, args...)
+	if err != nil || strings.Contains(stderr, "measuring") || !strings.Contains(out, "stage 0, resident") || !strings.Contains(out, "bottleneck") {
+		t.Fatalf("second run: %v\n%s\n%s", err, out, stderr)
+	}
+
+	p.Machine.CPU = "another CPU"
+	if err := p.Save(prof); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{args, "measured on another machine (another CPU"},
+		{[]string{"plan", "--model", "gpt-9"}, `--model "gpt-9" is neither a named shape`},
+		{[]string{"plan", "--model", "tiny", "--nvme-path", filepath.Join(dir, "absent")}, "absent is not a directory"},
+		{[]string{"plan", "--model", "gpt-7b", "--hbm", "1GiB"}, "gpt-7b does not fit this machine in any placement"},
+	} {
+		if _, _, err := runApp(t, c.args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want %q", c.args, err, c.want)
+		}
+	}
+	ro := filepath.Join(dir, "ro")
+	if err := os.Mkdir(ro, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() != 0 { // root writes anywhere
+		if _, _, err := runApp(t, "plan", "--model", "tiny", "--nvme-path", ro); err == nil || !strings.Contains(err.Error(), "is not writable") {
+			t.Errorf("read-only --nvme-path: %v", err)
+		}
+	}
+}

@@ -1,0 +1,284 @@
+// Package plan predicts, for one model, batch and machine, the memory per
+// tier and the step time of every placement Strata can train it in, from
+// a machine profile (profile.go: what `strata plan --probe` measured) and
+// the memory arithmetic of package estimate; it ranks the placements that
+// fit, fastest first, and names each one's bottleneck. It measures
+// nothing itself (bench.Probe does) and runs no engine.
+//
+// # The time model
+//
+// A step is the sum of terms, each bytes or work over a measured rate:
+//
+//   - compute: the forward and backward of the model at this batch and
+//     sequence on these devices, measured (Profile.Computes: a resident
+//     step without its optimizer phase);
+//   - adam: the optimizer on the devices as measured beside it, or on the
+//     host Ψ / cpuadam's params/s;
+//   - copy: the bytes between host and devices per step over the copy
+//     rate: the reduced gradient down and the new params up (2 + 2 bytes
+//     a trainable param, offload_optimizer), and with offload_param the
+//     params up once for the forward and once for the backward (4 more);
+//   - disk: with the optimizer state on NVMe, master, m and v read and
+//     written every step (12 + 12 bytes a param), with the params on
+//     NVMe their reads and the new params' write (4 + 2), over the
+//     path's measured read and write rates.
+//
+// On the CPU backend the devices are the host's cores, shared with the
+// host optimizer and the copies: compute, adam and copy add up, and the
+// disk (io_uring, no core) runs beside them, so a step is
+// max(compute + adam + copy, disk). On a GPU the host optimizer of an
+// overlapped schedule (exact, dpu) runs beside the devices' compute:
+// max(compute + copy, adam, disk) (not yet checked against a GPU).
+package plan
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/strata-ai/strata/estimate"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
+)
+
+// Config is one placement: the ZeRO stage and where the optimizer state
+// and the params live.
+type Config struct {
+	Name      string     `json:"name"`
+	Stage     int        `json:"stage"`
+	Optimizer shard.Tier `json:"-"`
+	Params    shard.Tier `json:"-"`
+}
+
+// Configs are the placements of one device count, device-resident first,
+// then the host (ZeRO-Offload, then the params too), then NVMe (the
+// optimizer state, then the params too) when nvme is true.
+func Configs(devices int, nvme bool) []Config {
+	var out []Config
+	for s := 0; s <= 3; s++ {
+		out = append(out, Config{Name: fmt.Sprintf("stage %d, resident", s), Stage: s, Optimizer: shard.HBM, Params: shard.HBM})
+	}
+	for s := 1; s <= 3; s++ {
+		out = append(out, Config{Name: fmt.Sprintf("stage %d, optimizer on host", s), Stage: s, Optimizer: shard.Host, Params: shard.HBM})
+	}
+	out = append(out, Config{Name: "stage 3, params and optimizer on host", Stage: 3, Optimizer: shard.Host, Params: shard.Host})
+	if nvme {
+		out = append(out, Config{Name: "stage 3, optimizer on NVMe, params on host", Stage: 3, Optimizer: shard.NVMe, Params: shard.Host})
+		out = append(out, Config{Name: "stage 3, params and optimizer on NVMe", Stage: 3, Optimizer: shard.NVMe, Params: shard.NVMe})
+	}
+	return out
+}
+
+// Inputs are one question: a model, its batch, the devices and their
+// budgets.
+type Inputs struct {
+	Model   string // as the profile's Compute names it
+	Shape   model.Shape
+	Devices int
+	Batch   int // rows per device per step
+	Seq     int
+	// HBMBytes is each device's memory; HostBytes the host RAM a run may
+	// use (MemAvailable); NVMePath and NVMeFreeBytes the NVMe path and its
+	// free space ("" and 0: no NVMe placements).
+	HBMBytes      int64
+	HostBytes     int64
+	NVMePath      string
+	NVMeFreeBytes int64
+	// SharedCores: the devices compute on the host's cores (the CPU
+	// backend), so the host optimizer cannot hide under them.
+	SharedCores bool
+}
+
+// Prediction is one placement's memory and predicted step.
+type Prediction struct {
+	Config
+	Fits bool `json:"fits"`
+	// Short says what does not fit and by how much ("" when it fits).
+	Short       string  `json:"short,omitempty"`
+	DeviceBytes int64   `json:"device_bytes"` // per device: model state, activations, working set
+	HostBytes   int64   `json:"host_bytes"`   // all ranks' model state in host RAM
+	NVMeBytes   int64   `json:"nvme_bytes"`
+	StepSeconds float64 `json:"predicted_step_s"`
+	// Terms are the step's parts in seconds: compute, adam, copy, disk.
+	Terms      map[string]float64 `json:"terms_s"`
+	Bottleneck string             `json:"bottleneck"`
+	// OptimizerPlace and ParamsPlace are the config's words for the tiers.
+	OptimizerPlace string `json:"optimizer"`
+	ParamsPlace    string `json:"params"`
+}
+
+// Fit returns every placement (Configs' order) with its memory per tier
+// and whether it fits in's budgets; no step time (no profile needed).
+func Fit(in Inputs) ([]Prediction, error) {
+	l, err := model.NewLayout(in.Shape)
+	if err != nil {
+		return nil, fmt.Errorf("plan: %w", err)
+	}
+	var out []Prediction
+	for _, cf := range Configs(in.Devices, in.NVMePath != "") {
+		pr := Prediction{Config: cf, Terms: map[string]float64{}, OptimizerPlace: estimate.DeviceName(cf.Optimizer), ParamsPlace: estimate.DeviceName(cf.Params)}
+		if err := memory(&pr, l, in); err != nil {
+			return nil, err
+		}
+		out = append(out, pr)
+	}
+	return out, nil
+}
+
+// Predict returns every placement's prediction, those that fit fastest
+// first, then those that do not (in Configs' order). The profile must
+// hold the model's compute at these devices, batch and sequence
+// (Profile.Compute), and the NVMe path's rates when one is given.
+func Predict(p *Profile, in Inputs) ([]Prediction, error) {
+	c, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq)
+	if !ok {
+		return nil, fmt.Errorf("plan: the profile has no step of %s on %d device(s) at batch %d × %d tokens: measure it (--probe)", in.Model, in.Devices, in.Batch, in.Seq)
+	}
+	var disk Disk
+	if in.NVMePath != "" {
+		if disk, ok = p.Disk(in.NVMePath); !ok {
+			return nil, fmt.Errorf("plan: the profile has no rates for the NVMe path %s: measure it (--probe)", in.NVMePath)
+		}
+	}
+	if p.CopyBytesPerS <= 0 || p.AdamParamsPerS <= 0 {
+		return nil, fmt.Errorf("plan: the profile lacks the copy or CPU Adam rates: measure again (--probe)")
+	}
+	out, err := Fit(in)
+	if err != nil {
+		return nil, err
+	}
+	psi := float64(in.Shape.ParamCount())
+	for i := range out {
+		pr := &out[i]
+		t := pr.Terms
+		compute, devAdam := c.FwdBwdSeconds, c.DeviceAdamSeconds
+		if in.SharedCores {
+			// The CPU backend's AdamStep is cpuadam, enqueued on the
+			// stream: its time lands in the next step's compute. Take it
+			// out at cpuadam's rate.
+			devAdam = psi / p.AdamParamsPerS
+			compute = math.Max(c.FwdBwdSeconds+c.DeviceAdamSeconds-devAdam, 0)
+		}
+		t["compute"] = compute
+		copyBytes := 0.0
+		if pr.Optimizer == shard.HBM {
+			t["adam"] = devAdam
+		} else {
+			t["adam"] = psi / p.AdamParamsPerS
+			copyBytes += 4 * psi // the gradient down, the new params up (bf16)
+		}
+		if pr.Params != shard.HBM {
+			copyBytes += 4 * psi // the params up for the forward and the backward
+		}
+		t["copy"] = copyBytes / p.CopyBytesPerS
+		var rd, wr float64
+		if pr.Optimizer == shard.NVMe {
+			rd, wr = rd+12*psi, wr+12*psi
+		}
+		if pr.Params == shard.NVMe {
+			rd, wr = rd+4*psi, wr+2*psi
+		}
+		if rd > 0 {
+			t["disk"] = rd/disk.ReadBytesPerS + wr/disk.WriteBytesPerS
+		}
+		if in.SharedCores {
+			pr.StepSeconds = math.Max(t["compute"]+t["adam"]+t["copy"], t["disk"])
+		} else {
+			pr.StepSeconds = max(t["compute"]+t["copy"], t["adam"], t["disk"])
+		}
+		pr.Bottleneck = bottleneck(t)
+	}
+	slices.SortStableFunc(out, func(a, b Prediction) int {
+		switch {
+		case a.Fits != b.Fits:
+			if a.Fits {
+				return -1
+			}
+			return 1
+		case a.Fits:
+			return cmpFloat(a.StepSeconds, b.StepSeconds)
+		}
+		return 0
+	})
+	return out, nil
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// bottleneck names the largest term: compute, CPU Adam, PCIe (the
+// copies) or disk.
+func bottleneck(t map[string]float64) string {
+	names := map[string]string{"compute": "compute", "adam": "CPU Adam", "copy": "host↔device copies", "disk": "disk"}
+	best, at := -1.0, ""
+	for _, k := range []string{"compute", "adam", "copy", "disk"} {
+		if t[k] > best {
+			best, at = t[k], k
+		}
+	}
+	return names[at]
+}
+
+// memory fills the prediction's bytes per tier (estimate.Memory, the
+// activations and the working set of one micro-batch, as `strata
+// estimate` counts them) and whether they fit the budgets of in.
+func memory(pr *Prediction, l *model.Layout, in Inputs) error {
+	o := estimate.Options{Devices: in.Devices, Stage: pr.Stage, OptimizerTier: pr.Optimizer, ParamTier: pr.Params,
+		ChunkParams: estimate.ChunkParams(l), ShardAlignElems: estimate.DefaultShardAlignElems}
+	e, err := estimate.Memory(o)
+	if err != nil {
+		return fmt.Errorf("plan: %s: %w", pr.Name, err)
+	}
+	act := estimate.Activations(in.Shape, in.Batch, in.Seq, model.ActivationOptions{DType: gpu.BF16})
+	pr.DeviceBytes = e.DeviceBytes() + act.DeviceBytes() + estimate.WorkingSetOf(e, 1).Bytes()
+	pr.HostBytes, pr.NVMeBytes = e.HostBytes(), e.NVMeBytes()
+	var short []string
+	if in.HBMBytes > 0 && pr.DeviceBytes > in.HBMBytes {
+		short = append(short, fmt.Sprintf("device memory: %s needed, %s per device (%s short)",
+			units.FormatBytes(pr.DeviceBytes), units.FormatBytes(in.HBMBytes), units.FormatBytes(pr.DeviceBytes-in.HBMBytes)))
+	}
+	if in.HostBytes > 0 && pr.HostBytes > in.HostBytes {
+		short = append(short, fmt.Sprintf("host RAM: %s needed, %s available (%s short)",
+			units.FormatBytes(pr.HostBytes), units.FormatBytes(in.HostBytes), units.FormatBytes(pr.HostBytes-in.HostBytes)))
+	}
+	if pr.NVMeBytes > 0 && pr.NVMeBytes > in.NVMeFreeBytes {
+		short = append(short, fmt.Sprintf("NVMe: %s needed, %s free on %s (%s short)",
+			units.FormatBytes(pr.NVMeBytes), units.FormatBytes(in.NVMeFreeBytes), in.NVMePath, units.FormatBytes(pr.NVMeBytes-in.NVMeFreeBytes)))
+	}
+	pr.Fits, pr.Short = len(short) == 0, strings.Join(short, "; ")
+	return nil
+}
+
+// ConfigJSON is the config that trains in.Model in placement c (what
+// `strata plan --write-config` writes and `--check` runs): the batch, the
+// stage, the tiers (NVMe under in.NVMePath), bf16, AdamW's defaults.
+func ConfigJSON(c Config, in Inputs) string {
+	dev := func(t shard.Tier) string {
+		if t == shard.NVMe {
+			return fmt.Sprintf(`{"device": "nvme", "nvme_path": %q}`, in.NVMePath)
+		}
+		return fmt.Sprintf(`{"device": %q}`, estimate.DeviceName(t))
+	}
+	off := fmt.Sprintf(`, "offload_optimizer": %s`, dev(c.Optimizer))
+	if c.Stage == 3 {
+		off += fmt.Sprintf(`, "offload_param": %s`, dev(c.Params))
+	}
+	return fmt.Sprintf(`{
+  "train_micro_batch_size_per_gpu": %d,
+  "bf16": {"enabled": true},
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": %d%s},
+  "strata": {"model": %q, "devices": %d, "seq_len": %d}
+}
+`, in.Batch, c.Stage, off, in.Model, in.Devices, in.Seq)
+}

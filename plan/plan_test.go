@@ -1,0 +1,140 @@
+package plan
+
+import (
+	"errors"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
+)
+
+func testProfile(m Machine) *Profile {
+	p := NewProfile(m)
+	p.CopyBytesPerS, p.AdamParamsPerS, p.AdamThreads = 10e9, 1e9, 2
+	p.SetDisk(Disk{Path: "/nvme", ReadBytesPerS: 2e9, WriteBytesPerS: 1e9})
+	return p
+}
+
+func inputs(t *testing.T, name string) Inputs {
+	s, err := model.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Inputs{Model: name, Shape: s, Devices: 1, Batch: 2, Seq: 64, HBMBytes: 8 * units.GiB, HostBytes: 16 * units.GiB,
+		NVMePath: "/nvme", NVMeFreeBytes: 100 * units.GiB, SharedCores: true}
+}
+
+// TestPredictTerms: each placement's terms are its bytes and parameters
+// over the profile's rates, as the package doc writes them, and the
+// placements that fit come fastest first.
+func TestPredictTerms(t *testing.T) {
+	p := testProfile(Machine{CPU: "x"})
+	in := inputs(t, "gpt2")
+	psi := float64(in.Shape.ParamCount())
+	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1, DeviceAdamSeconds: 0})
+	preds, err := Predict(p, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(preds) != 10 {
+		t.Fatalf("%d placements, want 10 (4 resident, 3 ZeRO-Offload, params on host, 2 on NVMe)", len(preds))
+	}
+	byName := map[string]Prediction{}
+	for i, pr := range preds {
+		byName[pr.Name] = pr
+		if i > 0 && pr.Fits && preds[i-1].StepSeconds > pr.StepSeconds {
+			t.Fatalf("not fastest first: %s %.3f before %s %.3f", preds[i-1].Name, preds[i-1].StepSeconds, pr.Name, pr.StepSeconds)
+		}
+	}
+	near := func(what string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-9*math.Max(1, want) {
+			t.Errorf("%s: %v, want %v", what, got, want)
+		}
+	}
+	adam := psi / 1e9
+	res := byName["stage 0, resident"]
+	near("resident compute (the device Adam taken out of the measured step)", res.Terms["compute"], 1-adam)
+	near("resident step", res.StepSeconds, 1)
+	off := byName["stage 2, optimizer on host"]
+	near("offload copies", off.Terms["copy"], 4*psi/10e9)
+	near("offload step", off.StepSeconds, 1-adam+adam+4*psi/10e9)
+	nv := byName["stage 3, params and optimizer on NVMe"]
+	near("NVMe disk", nv.Terms["disk"], 16*psi/2e9+14*psi/1e9)
+	near("NVMe step: the disk beside the cores", nv.StepSeconds, math.Max(1+8*psi/10e9, 16*psi/2e9+14*psi/1e9))
+	if nv.Bottleneck != "disk" || res.Bottleneck != "compute" {
+		t.Errorf("bottlenecks %q and %q, want disk and compute", nv.Bottleneck, res.Bottleneck)
+	}
+	// A GPU: the host optimizer of an overlapped schedule beside the compute.
+	in.SharedCores = false
+	gpu, _ := Predict(p, in)
+	for _, pr := range gpu {
+		if pr.Name == "stage 2, optimizer on host" {
+			near("GPU offload step", pr.StepSeconds, math.Max(1+4*psi/10e9, adam))
+		}
+	}
+}
+
+// TestFitShort: a model that fits nowhere says, per placement, what is
+// short and by how much; the NVMe placements fit where there is room.
+func TestFitShort(t *testing.T) {
+	in := inputs(t, "gpt-7b")
+	in.HBMBytes, in.HostBytes = 4*units.GiB, 16*units.GiB
+	fits, err := Fit(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fits {
+		if f.Optimizer == shard.NVMe && f.Params == shard.NVMe {
+			if f.Fits != (f.DeviceBytes <= in.HBMBytes && f.HostBytes <= in.HostBytes) {
+				t.Errorf("%s: fits %v with %d device, %d host bytes", f.Name, f.Fits, f.DeviceBytes, f.HostBytes)
+			}
+			continue
+		}
+		if f.Fits || !strings.Contains(f.Short, "short)") {
+			t.Errorf("%s: fits %v, short %q", f.Name, f.Fits, f.Short)
+		}
+	}
+	res := fits[0]
+	want := units.FormatBytes(res.DeviceBytes - in.HBMBytes)
+	if !strings.Contains(res.Short, "device memory: ") || !strings.Contains(res.Short, want+" short") {
+		t.Errorf("resident shortfall %q, want the device's %s short", res.Short, want)
+	}
+	in.NVMeFreeBytes = units.GiB
+	fits, _ = Fit(in)
+	last := fits[len(fits)-1]
+	if last.Fits || !strings.Contains(last.Short, "NVMe: ") {
+		t.Errorf("NVMe with 1 GiB free: fits %v, %q", last.Fits, last.Short)
+	}
+}
+
+// TestProfileFile: a profile saved reads back; one of other hardware is
+// refused naming both machines; a missing compute is an error that says
+// to probe.
+func TestProfileFile(t *testing.T) {
+	m := Machine{CPU: "AMD EPYC", CPUs: 2, RAMBytes: 24 << 30, Backend: "cpu", Device: "cpu:0"}
+	p := testProfile(m)
+	p.SetCompute(Compute{Model: "tiny", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 0.1})
+	path := filepath.Join(t.TempDir(), "strata", "profile.json")
+	if err := p.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	q, err := Load(path)
+	if err != nil || q.Check(m) != nil || len(q.Computes) != 1 || q.AdamParamsPerS != 1e9 {
+		t.Fatalf("read back %+v, %v, check %v", q, err, q.Check(m))
+	}
+	other := m
+	other.CPU = "Intel Xeon"
+	if err := q.Check(other); !errors.Is(err, ErrOtherMachine) || !strings.Contains(err.Error(), "AMD EPYC") || !strings.Contains(err.Error(), "Intel Xeon") {
+		t.Fatalf("other machine: %v", err)
+	}
+	in := inputs(t, "tiny")
+	in.Seq = 32
+	if _, err := Predict(q, in); err == nil || !strings.Contains(err.Error(), "--probe") {
+		t.Fatalf("no compute for seq 32: %v", err)
+	}
+}

@@ -1,0 +1,208 @@
+package plan
+
+import (
+	"io"
+
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/strata-ai/strata/internal/durable"
+)
+
+// Profile is what `strata plan --probe` measured on one machine, kept in
+// a JSON file (DefaultPath) and reused until the hardware changes: the
+// rates of every part of a step the predictor adds up.
+type Profile struct {
+	Version int     `json:"version"`
+	Machine Machine `json:"machine"`
+	Created string  `json:"created"` // RFC 3339
+	// CopyBytesPerS is host↔device copies (the CPU backend: a memcpy
+	// between its host and device memory; CUDA: a pinned copy).
+	CopyBytesPerS float64 `json:"copy_bytes_per_s"`
+	// AdamParamsPerS is cpuadam's fp32-moment AdamW step with AdamThreads
+	// threads (the engine's default: every core).
+	AdamParamsPerS float64 `json:"adam_params_per_s"`
+	AdamThreads    int     `json:"adam_threads"`
+	// Disks are the NVMe paths measured: sequential read and write at
+	// the engine's request size (aio.block_size) and queue depth.
+	Disks []Disk `json:"disks,omitempty"`
+	// Computes are the models measured: a resident step's forward and
+	// backward and its device Adam, at one batch, sequence and device
+	// count each.
+	Computes []Compute `json:"computes,omitempty"`
+}
+
+// ProfileVersion is the format of Profile.
+const ProfileVersion = 1
+
+// Machine identifies the hardware a profile was measured on.
+type Machine struct {
+	CPU      string `json:"cpu"`       // /proc/cpuinfo's model name
+	CPUs     int    `json:"cpus"`      // logical CPUs the process may use
+	RAMBytes int64  `json:"ram_bytes"` // MemTotal
+	Backend  string `json:"backend"`   // "cpu" or "cuda"
+	Device   string `json:"device"`    // the backend's description of its devices
+}
+
+// Disk is one NVMe path's measured sequential rates.
+type Disk struct {
+	Path           string  `json:"path"`
+	ReadBytesPerS  float64 `json:"read_bytes_per_s"`
+	WriteBytesPerS float64 `json:"write_bytes_per_s"`
+	BlockBytes     int64   `json:"block_bytes"`
+}
+
+// Compute is one model's measured step on the devices: FwdBwdSeconds is a
+// resident step's time without its optimizer phase, DeviceAdamSeconds the
+// optimizer phase (Adam on the devices), both medians over the measured
+// steps.
+type Compute struct {
+	Model             string  `json:"model"`
+	Devices           int     `json:"devices"`
+	Batch             int     `json:"batch"`
+	Seq               int     `json:"seq"`
+	Params            int64   `json:"params"`
+	FwdBwdSeconds     float64 `json:"fwd_bwd_s"`
+	DeviceAdamSeconds float64 `json:"device_adam_s"`
+}
+
+// Compute returns the measured step of a model at devices, batch and seq
+// (false when the profile has none).
+func (p *Profile) Compute(model string, devices, batch, seq int) (Compute, bool) {
+	for _, c := range p.Computes {
+		if c.Model == model && c.Devices == devices && c.Batch == batch && c.Seq == seq {
+			return c, true
+		}
+	}
+	return Compute{}, false
+}
+
+// SetCompute adds or replaces c.
+func (p *Profile) SetCompute(c Compute) {
+	for i, o := range p.Computes {
+		if o.Model == c.Model && o.Devices == c.Devices && o.Batch == c.Batch && o.Seq == c.Seq {
+			p.Computes[i] = c
+			return
+		}
+	}
+	p.Computes = append(p.Computes, c)
+}
+
+// Disk returns the measured rates of path (false when not measured).
+func (p *Profile) Disk(path string) (Disk, bool) {
+	for _, d := range p.Disks {
+		if d.Path == path {
+			return d, true
+		}
+	}
+	return Disk{}, false
+}
+
+// SetDisk adds or replaces d.
+func (p *Profile) SetDisk(d Disk) {
+	for i, o := range p.Disks {
+		if o.Path == d.Path {
+			p.Disks[i] = d
+			return
+		}
+	}
+	p.Disks = append(p.Disks, d)
+}
+
+// ErrOtherMachine is a profile measured on other hardware.
+var ErrOtherMachine = errors.New("the profile was measured on another machine")
+
+// Check says whether p can serve machine m: the same CPU, CPU count, RAM
+// (within 5 %: the kernel's reservations move) and devices.
+func (p *Profile) Check(m Machine) error {
+	a := p.Machine
+	ram := float64(a.RAMBytes) / float64(max(m.RAMBytes, 1))
+	if p.Version != ProfileVersion {
+		return fmt.Errorf("plan: profile format %d, this strata reads %d: measure again (--probe)", p.Version, ProfileVersion)
+	}
+	if a.CPU != m.CPU || a.CPUs != m.CPUs || ram < 0.95 || ram > 1.05 || a.Backend != m.Backend || a.Device != m.Device {
+		return fmt.Errorf("plan: %w (%s, %d CPUs, %d MiB RAM, %s %s; this one: %s, %d CPUs, %d MiB RAM, %s %s): measure this one (--probe)",
+			ErrOtherMachine, a.CPU, a.CPUs, a.RAMBytes>>20, a.Backend, a.Device, m.CPU, m.CPUs, m.RAMBytes>>20, m.Backend, m.Device)
+	}
+	return nil
+}
+
+// ThisMachine is the fingerprint of the machine the process runs on, with
+// the backend's name and its description of the devices.
+func ThisMachine(backend, device string) Machine {
+	m := Machine{CPUs: runtime.GOMAXPROCS(0), Backend: backend, Device: device}
+	if f, err := os.Open("/proc/cpuinfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+		f.Close()
+	}
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			var kb int64
+			if n, _ := fmt.Sscanf(sc.Text(), "MemTotal: %d kB", &kb); n == 1 {
+				m.RAMBytes = kb << 10
+				break
+			}
+		}
+		f.Close()
+	}
+	return m
+}
+
+// DefaultPath is where the profile lives: $XDG_CONFIG_HOME/strata, else
+// ~/.config/strata, profile.json.
+func DefaultPath() (string, error) {
+	dir, err := os.UserConfigDir()
+	if err != nil {
+		return "", fmt.Errorf("plan: no config directory for the profile (%v): give --profile FILE", err)
+	}
+	return filepath.Join(dir, "strata", "profile.json"), nil
+}
+
+// Load reads a profile; a missing file is os.ErrNotExist (wrapped).
+func Load(path string) (*Profile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("plan: profile: %w", err)
+	}
+	var p Profile
+	if err := json.Unmarshal(b, &p); err != nil {
+		return nil, fmt.Errorf("plan: profile %s: %v", path, err)
+	}
+	return &p, nil
+}
+
+// Save writes p to path (its directory created), replacing the file
+// whole and crash-safe (internal/durable).
+func (p *Profile) Save(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("plan: profile: %w", err)
+	}
+	b, _ := json.MarshalIndent(p, "", "  ")
+	err := durable.WriteFile(path, 0, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("plan: profile: %w", err)
+	}
+	return nil
+}
+
+// NewProfile is an empty profile of machine m, stamped now.
+func NewProfile(m Machine) *Profile {
+	return &Profile{Version: ProfileVersion, Machine: m, Created: time.Now().UTC().Format(time.RFC3339)}
+}
