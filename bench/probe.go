@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/strata-ai/strata/config"
@@ -91,7 +92,8 @@ func NVMeRoom(dir string) (int64, error) {
 	return nvme.FreeBytes(dir)
 }
 
-// ProbeDisk measures the sequential write, then read, of a 256 MiB file
+// ProbeDisk measures the sequential write, then read, then both at once
+// ("mixed") of a 256 MiB file
 // in dir at the engine's request size and queue depth (aio's defaults),
 // through the same NVMe engine a run uses.
 func ProbeDisk(ctx context.Context, dir string) (plan.Disk, error) {
@@ -99,16 +101,19 @@ func ProbeDisk(ctx context.Context, dir string) (plan.Disk, error) {
 		return plan.Disk{}, fmt.Errorf("bench: probe: NVMe path %s is not a directory (%v)", dir, err)
 	}
 	d := plan.Disk{Path: dir, BlockBytes: config.DefaultAIOBlockSize}
-	for _, rw := range []string{"write", "read"} {
+	for _, rw := range []string{"write", "read", "mixed"} {
 		r, err := RunNVMe(ctx, NVMeOptions{Paths: []string{dir}, RW: rw, BlockBytes: config.DefaultAIOBlockSize,
 			QueueDepth: config.DefaultAIOQueueDepth, SizeBytes: 256 << 20}.WithDefaults())
 		if err != nil {
 			return plan.Disk{}, fmt.Errorf("bench: probe %s: %w", dir, err)
 		}
-		if rw == "write" {
+		switch rw {
+		case "write":
 			d.WriteBytesPerS = float64(r.Bytes) / r.Seconds
-		} else {
+		case "read":
 			d.ReadBytesPerS = float64(r.Bytes) / r.Seconds
+		default:
+			d.MixedBytesPerS = float64(r.Bytes) / r.Seconds
 		}
 	}
 	return d, nil
@@ -119,8 +124,8 @@ func ProbeDisk(ctx context.Context, dir string) (plan.Disk, error) {
 // backend's devices: after 2 warm-up steps, the median over 4 of the step
 // without its optimizer phase, and of the phase.
 func ProbeCompute(c plan.Config, in plan.Inputs, backendName string) (plan.Compute, error) {
-	js := plan.ConfigJSON(c, in)
-	times, err := runSteps(js, backendName, in, 2, 4)
+	runtime.GC() // what the other probes left is not this step's
+	times, err := runSteps(plan.ConfigJSON(c, in), backendName, in, 2, 6)
 	if err != nil {
 		return plan.Compute{}, err
 	}
@@ -133,18 +138,32 @@ func ProbeCompute(c plan.Config, in plan.Inputs, backendName string) (plan.Compu
 		FwdBwdSeconds: median(fb), DeviceAdamSeconds: median(ad)}, nil
 }
 
+// ProbeOffload measures the step of in.Model in the ZeRO-Offload
+// placement off (the optimizer state in host RAM): 2 warm-up steps, the
+// median of 6, into cm.
+func ProbeOffload(cm *plan.Compute, off plan.Config, in plan.Inputs, backendName string) error {
+	runtime.GC()
+	s, err := TimeConfig(off, in, backendName, 2, 6)
+	if err != nil {
+		return err
+	}
+	cm.OffloadStepSeconds, cm.OffloadStage = median(s), off.Stage
+	return nil
+}
+
 // TimeConfig runs placement c of in for warmup steps, then steps more,
-// and returns their median step time (`strata plan --check`).
-func TimeConfig(c plan.Config, in plan.Inputs, backendName string, warmup, steps int) (float64, error) {
+// and returns those steps' times in seconds (`strata plan --check`).
+func TimeConfig(c plan.Config, in plan.Inputs, backendName string, warmup, steps int) ([]float64, error) {
+	runtime.GC() // the engines before it (their devices are Go memory on the CPU backend) are not its cost
 	times, err := runSteps(plan.ConfigJSON(c, in), backendName, in, warmup, steps)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", c.Name, err)
+		return nil, fmt.Errorf("%s: %w", c.Name, err)
 	}
 	var secs []float64
 	for _, st := range times {
 		secs = append(secs, st.Duration.Seconds())
 	}
-	return median(secs), nil
+	return secs, nil
 }
 
 // runSteps builds an engine of the config js and returns the stats of

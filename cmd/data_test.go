@@ -71,7 +71,7 @@ func TestTrainDataStreamed(t *testing.T) {
 	}
 	sameLosses(t, "--data streamed", stepLosses(t, dir), want, 1, steps)
 	memDir := t.TempDir()
-	if err := writeRunOut(memDir, e, e.Summary(), 0, nil, io.Discard); err != nil {
+	if err := writeRunOut(memDir, e, e.Summary(), 0, nil, stepTime{}, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(filepath.Join(dir, "model.safetensors"))

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/plan"
+	"github.com/strata-ai/strata/shard"
 )
 
 // planCommand is `strata plan`: every placement of a model on this
@@ -35,7 +37,8 @@ func planCommand() *cli.Command {
 			"is refused. Each placement (ZeRO stage; optimizer state and params on the devices, in host RAM or on NVMe)\n" +
 			"gets its memory per tier (strata estimate's arithmetic) and a predicted step: compute, CPU Adam,\n" +
 			"host↔device copies and disk, each bytes or work over a measured rate (docs/plan.md). --check trains the\n" +
-			"top placements a few steps each and prints the measured median beside the prediction.",
+			"top placements in rounds (each in turn, 2 warm-up steps and 3 measured a round) and prints the\n" +
+			"measured median beside the prediction.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "the model: a named shape, a Hugging Face model directory or a Strata run"},
 			&cli.IntFlag{Name: "devices", Value: 1, Usage: "devices (ranks)"},
@@ -48,6 +51,7 @@ func planCommand() *cli.Command {
 			&cli.StringFlag{Name: "profile", Usage: "the profile file (default ~/.config/strata/profile.json)"},
 			&cli.BoolFlag{Name: "check", Usage: "train the top placements a few steps each and print the measured median and the prediction's error"},
 			&cli.IntFlag{Name: "check-top", Value: 3, Usage: "with --check: how many placements to run"},
+			&cli.IntFlag{Name: "check-rounds", Value: 3, Usage: "with --check: rounds, each running every placement in turn (2 warm-up steps, 3 measured)"},
 			&cli.StringFlag{Name: "write-config", Usage: "write the config of the fastest placement that fits to this file"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		},
@@ -129,6 +133,25 @@ func runPlan(c *cli.Context) error {
 	}
 	stderr := c.App.ErrWriter
 	changed := false
+	// The model's step first, on a quiet heap, then the rates.
+	if _, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq); !ok {
+		fmt.Fprintf(stderr, "plan: measuring a step of %s (%s) ...\n", in.Model, fits[first].Name)
+		cm, err := bench.ProbeCompute(fits[first].Config, in, c.String("backend"))
+		if err != nil {
+			return err
+		}
+		for _, f := range fits {
+			if f.Fits && f.Optimizer == shard.Host && f.Params == shard.HBM {
+				fmt.Fprintf(stderr, "plan: measuring a step of %s (%s) ...\n", in.Model, f.Name)
+				if err := bench.ProbeOffload(&cm, f.Config, in, c.String("backend")); err != nil {
+					return err
+				}
+				break
+			}
+		}
+		p.SetCompute(cm)
+		changed = true
+	}
 	if p.AdamParamsPerS == 0 || p.CopyBytesPerS == 0 {
 		fmt.Fprintln(stderr, "plan: measuring host↔device copies and CPU Adam ...")
 		if err := bench.ProbeRates(p, c.String("backend"), hbm, 0); err != nil {
@@ -145,15 +168,6 @@ func runPlan(c *cli.Context) error {
 		p.SetDisk(d)
 		changed = true
 	}
-	if _, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq); !ok {
-		fmt.Fprintf(stderr, "plan: measuring a step of %s (%s) ...\n", in.Model, fits[first].Name)
-		cm, err := bench.ProbeCompute(fits[first].Config, in, c.String("backend"))
-		if err != nil {
-			return err
-		}
-		p.SetCompute(cm)
-		changed = true
-	}
 	if changed {
 		if err := p.Save(path); err != nil {
 			return err
@@ -165,16 +179,30 @@ func runPlan(c *cli.Context) error {
 	}
 	measured := map[string]float64{}
 	if c.Bool("check") {
+		// Round by round, each placement in turn (2 warm-up steps, 3
+		// measured), so that the host's drifts fall on all of them alike;
+		// the median of every round's steps.
+		var top []plan.Prediction
 		for i, pr := range preds {
-			if i >= c.Int("check-top") || !pr.Fits {
-				break
+			if i < c.Int("check-top") && pr.Fits {
+				top = append(top, pr)
 			}
-			fmt.Fprintf(stderr, "plan: running %s (2 warm-up steps, 5 measured) ...\n", pr.Name)
-			s, err := bench.TimeConfig(pr.Config, in, c.String("backend"), 2, 5)
-			if err != nil {
-				return err
+		}
+		steps := map[string][]float64{}
+		rounds := max(c.Int("check-rounds"), 1)
+		for r := range rounds {
+			for _, pr := range top {
+				fmt.Fprintf(stderr, "plan: round %d/%d: %s ...\n", r+1, rounds, pr.Name)
+				s, err := bench.TimeConfig(pr.Config, in, c.String("backend"), 2, 3)
+				if err != nil {
+					return err
+				}
+				steps[pr.Name] = append(steps[pr.Name], s...)
 			}
-			measured[pr.Name] = s
+		}
+		for name, s := range steps {
+			slices.Sort(s)
+			measured[name] = s[len(s)/2]
 		}
 	}
 	if w := c.String("write-config"); w != "" {
@@ -216,7 +244,7 @@ func printPlan(w io.Writer, in plan.Inputs, path string, p *plan.Profile, preds 
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "rank\tplacement\tpredicted\tbottleneck\tcompute\tadam\tcopies\tdisk\tdevice\thost\tnvme"
+	head := "rank\tplacement\tpredicted\tbottleneck\tcompute\tadam\tcopies\tstaging\tdisk\tdevice\thost\tnvme"
 	if len(measured) > 0 {
 		head += "\tmeasured\terror"
 	}
@@ -228,8 +256,8 @@ func printPlan(w io.Writer, in plan.Inputs, path string, p *plan.Profile, preds 
 			continue
 		}
 		t := pr.Terms
-		line := fmt.Sprintf("%d\t%s\t%.3f s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s", i+1, pr.Name, pr.StepSeconds, pr.Bottleneck,
-			t["compute"], t["adam"], t["copy"], t["disk"], units.FormatBytes(pr.DeviceBytes), units.FormatBytes(pr.HostBytes), units.FormatBytes(pr.NVMeBytes))
+		line := fmt.Sprintf("%d\t%s\t%.3f s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s", i+1, pr.Name, pr.StepSeconds, pr.Bottleneck,
+			t["compute"], t["adam"], t["copy"], t["staging"], t["disk"], units.FormatBytes(pr.DeviceBytes), units.FormatBytes(pr.HostBytes), units.FormatBytes(pr.NVMeBytes))
 		if m, ok := measured[pr.Name]; ok {
 			line += fmt.Sprintf("\t%.3f s\t%+.0f%%", m, 100*(pr.StepSeconds-m)/m)
 		}
@@ -315,4 +343,78 @@ func paramWords(n int64) string {
 		return fmt.Sprintf("%.1fM", float64(n)/1e6)
 	}
 	return groupDigits(n)
+}
+
+// stepTime is a run's median step and, when this machine has a profile
+// of this model at this batch (strata plan), the step it predicts for the
+// run's placement.
+type stepTime struct {
+	Measured  float64 // the median step past the first two (the planner's warm-up), all when fewer
+	From      int64   // the first step of the median
+	Predicted float64 // 0: no profile of this model, batch and machine
+	Profile   string
+}
+
+// stepTime is l's: what strata plan's profile predicts for the run's
+// placement beside the median it measured. No profile, one of another
+// machine or without this model's step: no prediction, said nowhere (a
+// run does not measure the machine).
+func (l *trainLoop) stepTime() stepTime {
+	var st stepTime
+	secs, from := l.secs, l.first.Step
+	if len(secs) > 2 {
+		secs, from = secs[2:], from+2
+	}
+	if len(secs) == 0 {
+		return st
+	}
+	s := append([]float64(nil), secs...)
+	slices.Sort(s)
+	st.Measured, st.From = s[len(s)/2], from
+	if len(s)%2 == 0 {
+		st.Measured = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	path, err := plan.DefaultPath()
+	if err != nil {
+		return st
+	}
+	p, err := plan.Load(path)
+	if err != nil || p.Check(l.machine) != nil {
+		return st
+	}
+	cfg := l.cfg
+	z := cfg.ZeRO
+	if cfg.GradientAccumulationSteps != 1 || cfg.Strata.LoRA != nil || len(cfg.Strata.Freeze) > 0 {
+		return st // the profile's steps are one micro-batch of a full fine-tune
+	}
+	rows := cfg.Strata.Devices * cfg.TrainMicroBatchSizePerGPU
+	in := plan.Inputs{Model: cfg.Strata.Model.Name, Shape: l.e.Layout().Shape, Devices: cfg.Strata.Devices, Batch: cfg.TrainMicroBatchSizePerGPU,
+		Seq: l.e.TokensPerStep() / max(rows, 1), SharedCores: cfg.Strata.Backend == "cpu"}
+	for _, paths := range [][]string{z.OffloadOptimizer.NVMePath, z.OffloadParam.NVMePath} {
+		if len(paths) > 0 && in.NVMePath == "" {
+			in.NVMePath = paths[0] // the profile's rates are per path; the first one's
+		}
+	}
+	preds, err := plan.Predict(p, in)
+	if err != nil {
+		return st
+	}
+	want := plan.Config{Stage: z.Stage, Optimizer: tierOf(z.OffloadOptimizer.Device), Params: tierOf(z.OffloadParam.Device)}
+	for _, pr := range preds {
+		if pr.Stage == want.Stage && pr.Optimizer == want.Optimizer && pr.Params == want.Params {
+			st.Predicted, st.Profile = pr.StepSeconds, path
+		}
+	}
+	return st
+}
+
+// tierOf is a config's offload device as a tier.
+func tierOf(device string) shard.Tier {
+	switch device {
+	case "cpu":
+		return shard.Host
+	case "nvme":
+		return shard.NVMe
+	}
+	return shard.HBM
 }

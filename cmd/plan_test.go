@@ -57,8 +57,28 @@ func TestPlan(t *testing.T) {
 	if err != nil || p.AdamParamsPerS <= 0 || p.CopyBytesPerS <= 0 || len(p.Computes) != 1 {
 		t.Fatalf("profile %+v, %v", p, err)
 	}
-	if _, stderr, err := runApp(t, "train", "--config", cfgOut, "--steps", "1"); err != nil {
+	// The config --write-config wrote trains, and with the profile where
+	// strata train looks (the user's config directory) the run prints
+	// and records the prediction beside its median step.
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "xdg"))
+	if err := p.Save(filepath.Join(dir, "xdg", "strata", "profile.json")); err != nil {
+		t.Fatal(err)
+	}
+	run := filepath.Join(dir, "run")
+	out, stderr, err = runApp(t, "train", "--config", cfgOut, "--steps", "4", "--out", run, "--no-progress")
+	if err != nil {
 		t.Fatalf("--write-config's config does not train: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(out, "step time: median ") || !strings.Contains(out, "strata plan predicted") {
+		t.Errorf("no prediction beside the measured step:\n%s", out)
+	}
+	var sum struct {
+		Measured  float64 `json:"measured_step_s"`
+		Predicted float64 `json:"predicted_step_s"`
+	}
+	b, err := os.ReadFile(filepath.Join(run, "summary.json"))
+	if err != nil || json.Unmarshal(b, &sum) != nil || !(sum.Measured > 0) || !(sum.Predicted > 0) {
+		t.Errorf("summary.json measured %v predicted %v (%v)", sum.Measured, sum.Predicted, err)
 	}
 	// Again: nothing measured, a table.
 	out, stderr, err = runApp(t, args...)

@@ -25,6 +25,7 @@ import (
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/plan"
 	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/timeline"
 )
@@ -280,7 +281,8 @@ func runTrain(c *cli.Context) (err error) {
 	if err := startTrain(e, p, devs, stderr); err != nil {
 		return err
 	}
-	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data, dataIDs: p.dataIDs}
+	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data, dataIDs: p.dataIDs,
+		machine: plan.ThisMachine(cfg.Strata.Backend, devs.Devs[0].Name())}
 	l.checked = p.start
 	if s := intr.explain(l.stopping, l.aborting); s != nil {
 		return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
@@ -666,10 +668,16 @@ func openTrainTrace(path string) (*timeline.Tracer, *os.File, error) {
 // was one) and the trained weights (fp32 master weights, gathered from
 // every rank's shards and tier) as one safetensors file, streamed one
 // chunk at a time, under dir.
-func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, ev *EvalLine, stdout io.Writer) error {
+func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, ev *EvalLine, st stepTime, stdout io.Writer) error {
 	js := summaryJSON(sum, elapsed)
 	if ev != nil {
 		js["eval_loss"], js["eval_tokens"] = ev.Loss, ev.Tokens
+	}
+	if st.Measured > 0 {
+		js["measured_step_s"] = st.Measured // the median past the first two steps
+	}
+	if st.Predicted > 0 {
+		js["predicted_step_s"], js["predicted_by"] = st.Predicted, "strata plan, profile "+st.Profile
 	}
 	b, _ := json.MarshalIndent(js, "", "  ")
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {

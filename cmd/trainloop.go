@@ -19,6 +19,7 @@ import (
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/plan"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -87,10 +88,12 @@ type trainLoop struct {
 
 	t0          time.Time
 	first, last engine.StepStats
-	moved       int64     // bytes, all links, since the run started
-	stopped     os.Signal // the signal that stopped the run after a step
-	stoppedAt   string    // its checkpoint
-	fails       saveFails // the saves and steps.jsonl lines the disk refused
+	secs        []float64    // every step's time, for the median beside strata plan's prediction
+	machine     plan.Machine // this machine, to find its profile
+	moved       int64        // bytes, all links, since the run started
+	stopped     os.Signal    // the signal that stopped the run after a step
+	stoppedAt   string       // its checkpoint
+	fails       saveFails    // the saves and steps.jsonl lines the disk refused
 }
 
 // run trains from l.start to l.steps; a stop on a signal is no error.
@@ -125,6 +128,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		l.first = st
 	}
 	l.last = st
+	l.secs = append(l.secs, st.Duration.Seconds())
 	m := st.Moved
 	l.moved += m.HostToDevice + m.DeviceToHost + m.DeviceToDevice + m.Collective
 	var ev *EvalLine
@@ -264,9 +268,14 @@ func (l *trainLoop) report(stdout io.Writer) error {
 		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
 	}
 	fmt.Fprint(stdout, formatSummary(sum))
+	st := l.stepTime()
+	if st.Predicted > 0 {
+		fmt.Fprintf(stdout, "step time: median %.3f s over steps %d-%d; strata plan predicted %.3f s (%+.0f%%, profile %s)\n",
+			st.Measured, st.From, l.last.Step, st.Predicted, 100*(st.Predicted-st.Measured)/st.Measured, st.Profile)
+	}
 	l.fails.report(stdout)
 	if dir := l.flags.out; dir != "" {
-		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, stdout); err != nil {
+		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, st, stdout); err != nil {
 			return err
 		}
 	}

@@ -16,19 +16,28 @@
 //     host Ψ / cpuadam's params/s;
 //   - copy: the bytes between host and devices per step over the copy
 //     rate: the reduced gradient down and the new params up (2 + 2 bytes
-//     a trainable param, offload_optimizer), and with offload_param the
-//     params up once for the forward and once for the backward (4 more);
+//     a trainable param, offload_optimizer), and with offload_param, when
+//     the params do not fit the devices' spare memory (where the tier
+//     store keeps them staged), the params up once for the forward and
+//     once for the backward (4 more);
+//   - staging: with the optimizer state off the devices, what the host
+//     path costs beyond CPU Adam and the copies (the tier store's leases,
+//     the pinned staging, the gradient's conversions), calibrated from a
+//     measured ZeRO-Offload step of the model (Compute.OffloadStepSeconds);
 //   - disk: with the optimizer state on NVMe, master, m and v read and
 //     written every step (12 + 12 bytes a param), with the params on
-//     NVMe their reads and the new params' write (4 + 2), over the
-//     path's measured read and write rates.
+//     NVMe the new params' write (2) and, unless staged on the devices,
+//     their reads (4), over the path's measured rates: the larger of the
+//     reads at the read rate, the writes at the write rate and both at
+//     the rate of both at once.
 //
 // On the CPU backend the devices are the host's cores, shared with the
 // host optimizer and the copies: compute, adam and copy add up, and the
 // disk (io_uring, no core) runs beside them, so a step is
-// max(compute + adam + copy, disk). On a GPU the host optimizer of an
-// overlapped schedule (exact, dpu) runs beside the devices' compute:
-// max(compute + copy, adam, disk) (not yet checked against a GPU).
+// max(compute + adam + copy + staging, disk). On a GPU the host
+// optimizer of an overlapped schedule (exact, dpu) runs beside the
+// devices' compute: max(compute + copy, adam + staging, disk) (not yet
+// checked against a GPU).
 package plan
 
 import (
@@ -170,7 +179,12 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 			t["adam"] = psi / p.AdamParamsPerS
 			copyBytes += 4 * psi // the gradient down, the new params up (bf16)
 		}
-		if pr.Params != shard.HBM {
+		// Offloaded params stay staged in the devices' spare memory when
+		// they fit there (the tier store keeps them in HBM between the
+		// forward and the backward, and from step to step: only the new
+		// params go up, counted above); else they come up twice a step.
+		cached := in.HBMBytes-pr.DeviceBytes >= int64(2*psi)
+		if pr.Params != shard.HBM && !cached {
 			copyBytes += 4 * psi // the params up for the forward and the backward
 		}
 		t["copy"] = copyBytes / p.CopyBytesPerS
@@ -179,15 +193,27 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 			rd, wr = rd+12*psi, wr+12*psi
 		}
 		if pr.Params == shard.NVMe {
-			rd, wr = rd+4*psi, wr+2*psi
+			wr += 2 * psi // the new params' home
+			if !cached {
+				rd += 4 * psi
+			}
 		}
-		if rd > 0 {
+		if pr.Optimizer != shard.HBM && c.OffloadStepSeconds > 0 {
+			// The host path's cost beyond CPU Adam and the copies, as the
+			// measured ZeRO-Offload step shows it.
+			t["staging"] = math.Max(c.OffloadStepSeconds-c.FwdBwdSeconds-c.DeviceAdamSeconds-psi/p.AdamParamsPerS-4*psi/p.CopyBytesPerS, 0)
+		}
+		if rd+wr > 0 {
+			// Reads and writes overlap as far as the drive lets them.
 			t["disk"] = rd/disk.ReadBytesPerS + wr/disk.WriteBytesPerS
+			if disk.MixedBytesPerS > 0 {
+				t["disk"] = max(rd/disk.ReadBytesPerS, wr/disk.WriteBytesPerS, (rd+wr)/disk.MixedBytesPerS)
+			}
 		}
 		if in.SharedCores {
-			pr.StepSeconds = math.Max(t["compute"]+t["adam"]+t["copy"], t["disk"])
+			pr.StepSeconds = math.Max(t["compute"]+t["adam"]+t["copy"]+t["staging"], t["disk"])
 		} else {
-			pr.StepSeconds = max(t["compute"]+t["copy"], t["adam"], t["disk"])
+			pr.StepSeconds = max(t["compute"]+t["copy"], t["adam"]+t["staging"], t["disk"])
 		}
 		pr.Bottleneck = bottleneck(t)
 	}
@@ -219,9 +245,9 @@ func cmpFloat(a, b float64) int {
 // bottleneck names the largest term: compute, CPU Adam, PCIe (the
 // copies) or disk.
 func bottleneck(t map[string]float64) string {
-	names := map[string]string{"compute": "compute", "adam": "CPU Adam", "copy": "host↔device copies", "disk": "disk"}
+	names := map[string]string{"compute": "compute", "adam": "CPU Adam", "copy": "host↔device copies", "staging": "host optimizer's staging", "disk": "disk"}
 	best, at := -1.0, ""
-	for _, k := range []string{"compute", "adam", "copy", "disk"} {
+	for _, k := range []string{"compute", "adam", "copy", "staging", "disk"} {
 		if t[k] > best {
 			best, at = t[k], k
 		}

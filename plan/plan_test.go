@@ -64,11 +64,45 @@ func TestPredictTerms(t *testing.T) {
 	near("offload copies", off.Terms["copy"], 4*psi/10e9)
 	near("offload step", off.StepSeconds, 1-adam+adam+4*psi/10e9)
 	nv := byName["stage 3, params and optimizer on NVMe"]
-	near("NVMe disk", nv.Terms["disk"], 16*psi/2e9+14*psi/1e9)
-	near("NVMe step: the disk beside the cores", nv.StepSeconds, math.Max(1+8*psi/10e9, 16*psi/2e9+14*psi/1e9))
+	// The params fit the device's spare memory: staged there, only the new
+	// params are written to NVMe (and go up with the optimizer's copies).
+	near("NVMe disk", nv.Terms["disk"], 12*psi/2e9+14*psi/1e9)
+	near("NVMe copies", nv.Terms["copy"], 4*psi/10e9)
+	near("NVMe step: the disk beside the cores", nv.StepSeconds, math.Max(1+4*psi/10e9, 12*psi/2e9+14*psi/1e9))
+	// A device without room for them: read twice a step, up twice.
+	small := in
+	small.HBMBytes = nv.DeviceBytes + int64(psi)
+	sp, _ := Predict(p, small)
+	for _, pr := range sp {
+		if pr.Name == nv.Name {
+			near("NVMe disk, params not staged", pr.Terms["disk"], 16*psi/2e9+14*psi/1e9)
+			near("NVMe copies, params not staged", pr.Terms["copy"], 8*psi/10e9)
+		}
+	}
+	// A drive that reads and writes at once at 2.5 GB/s in all.
+	p.SetDisk(Disk{Path: "/nvme", ReadBytesPerS: 2e9, WriteBytesPerS: 1e9, MixedBytesPerS: 2.5e9})
+	mp, _ := Predict(p, in)
+	for _, pr := range mp {
+		if pr.Name == nv.Name {
+			near("NVMe disk, reads and writes at once", pr.Terms["disk"], math.Max(14*psi/1e9, 26*psi/2.5e9))
+		}
+	}
+	p.SetDisk(Disk{Path: "/nvme", ReadBytesPerS: 2e9, WriteBytesPerS: 1e9})
 	if nv.Bottleneck != "disk" || res.Bottleneck != "compute" {
 		t.Errorf("bottlenecks %q and %q, want disk and compute", nv.Bottleneck, res.Bottleneck)
 	}
+	// A measured ZeRO-Offload step calibrates the host path's staging.
+	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1, OffloadStepSeconds: 1.5})
+	cal, _ := Predict(p, in)
+	for _, pr := range cal {
+		switch {
+		case pr.Optimizer != shard.HBM:
+			near(pr.Name+" staging", pr.Terms["staging"], 0.5-adam-4*psi/10e9)
+		case pr.Terms["staging"] != 0:
+			t.Errorf("%s: staging %v on the devices", pr.Name, pr.Terms["staging"])
+		}
+	}
+	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1})
 	// A GPU: the host optimizer of an overlapped schedule beside the compute.
 	in.SharedCores = false
 	gpu, _ := Predict(p, in)

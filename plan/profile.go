@@ -56,6 +56,11 @@ type Disk struct {
 	Path           string  `json:"path"`
 	ReadBytesPerS  float64 `json:"read_bytes_per_s"`
 	WriteBytesPerS float64 `json:"write_bytes_per_s"`
+	// MixedBytesPerS is reads and writes at once (every other block
+	// written while its neighbours are read), both directions counted:
+	// what a step that reads the optimizer state while it writes the
+	// last update's gets.
+	MixedBytesPerS float64 `json:"mixed_bytes_per_s"`
 	BlockBytes     int64   `json:"block_bytes"`
 }
 
@@ -71,6 +76,13 @@ type Compute struct {
 	Params            int64   `json:"params"`
 	FwdBwdSeconds     float64 `json:"fwd_bwd_s"`
 	DeviceAdamSeconds float64 `json:"device_adam_s"`
+	// OffloadStepSeconds is the median step of the same model with the
+	// optimizer state in host RAM (ZeRO-Offload, stage OffloadStage): what
+	// the host path costs beyond CPU Adam and the copies (leases, pinned
+	// staging, the gradient's conversions) is calibrated from it; 0 when
+	// not measured (no offloaded placement fits).
+	OffloadStepSeconds float64 `json:"offload_step_s,omitempty"`
+	OffloadStage       int     `json:"offload_stage,omitempty"`
 }
 
 // Compute returns the measured step of a model at devices, batch and seq
