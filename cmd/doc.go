@@ -1,4 +1,4 @@
-// Package cmd is the strata command line: train, eval, generate, estimate,
+// Package cmd is the strata command line: train, eval, generate, estimate, plan,
 // bench (nvme, adam, gemm, step), export, inspect and version.
 // TestDocListsCommands keeps this list equal to the App's commands.
 //

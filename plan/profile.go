@@ -45,7 +45,7 @@ const ProfileVersion = 1
 // Machine identifies the hardware a profile was measured on.
 type Machine struct {
 	CPU      string `json:"cpu"`       // /proc/cpuinfo's model name
-	CPUs     int    `json:"cpus"`      // logical CPUs the process may use
+	CPUs     int    `json:"cpus"`      // logical CPUs of the machine
 	RAMBytes int64  `json:"ram_bytes"` // MemTotal
 	Backend  string `json:"backend"`   // "cpu" or "cuda"
 	Device   string `json:"device"`    // the backend's description of its devices
@@ -149,7 +149,7 @@ func (p *Profile) Check(m Machine) error {
 // ThisMachine is the fingerprint of the machine the process runs on, with
 // the backend's name and its description of the devices.
 func ThisMachine(backend, device string) Machine {
-	m := Machine{CPUs: runtime.GOMAXPROCS(0), Backend: backend, Device: device}
+	m := Machine{CPUs: runtime.NumCPU(), Backend: backend, Device: device}
 	if f, err := os.Open("/proc/cpuinfo"); err == nil {
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
