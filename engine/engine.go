@@ -523,6 +523,7 @@ func (e *Engine) Step() (StepStats, error) {
 	if math.IsNaN(st.Loss) || math.IsInf(st.Loss, 0) || math.IsNaN(st.GradNorm) || math.IsInf(st.GradNorm, 0) {
 		e.abortNext() // undo the updates of the backward
 		if e.scaler != nil {
+			e.takeHostOpt(&st) // the update before it, completed in its pass
 			st.Tier, st.Duration = e.tiers.stepStats(snap), time.Since(start)
 			return e.skip(st) // fp16: an overflow skips the step
 		}
@@ -534,11 +535,7 @@ func (e *Engine) Step() (StepStats, error) {
 	ap := e.nextAdam(st.ClipCoef)
 	optStart := time.Now()
 	err = e.parallel(func(r *rank) error { return e.upd.update(r, ap) })
-	for _, r := range e.ranks {
-		st.HostOpt.add(r.hostFig)
-		r.hostFig = HostOptStats{}
-	}
-	e.hostOpt.add(st.HostOpt)
+	e.takeHostOpt(&st)
 	if err != nil {
 		return st, fmt.Errorf("engine: step %d optimizer: %w", step, err)
 	}
@@ -556,6 +553,16 @@ func (e *Engine) Step() (StepStats, error) {
 		st.TokensPer = float64(st.Tokens) / s
 	}
 	return st, nil
+}
+
+// takeHostOpt moves the host optimizer's figures of the runs completed
+// since the last step into st and the run's totals.
+func (e *Engine) takeHostOpt(st *StepStats) {
+	for _, r := range e.ranks {
+		st.HostOpt.add(r.hostFig)
+		r.hostFig = HostOptStats{}
+	}
+	e.hostOpt.add(st.HostOpt)
 }
 
 // chunkAdam is ap for chunk c: ap itself, or for a chunk the tests give
