@@ -43,10 +43,12 @@ type round struct {
 	// from its scratch and given back once every rank has written its
 	// output (every rank reads every segment).
 	seg [][]byte
+	x   *netRound // across processes (comm_net.go); nil within one
 }
 
 type group struct {
-	size    int
+	size    int       // ranks in this process
+	x       *netGroup // the other processes' ranks (Options.Net); nil: none
 	rounds  *gpu.Rounds[*Buffer, chan *round]
 	scratch []*scratch // per rank
 }
@@ -75,6 +77,9 @@ func (c *comm) Issue(s *Stream, seq uint64, cl call) {
 // start hands the round completed by the last rank to every rank.
 func (g *group) start(gr *gpu.Round[*Buffer, chan *round]) {
 	rd := &round{Round: gr, allRead: make(chan struct{}), allWritten: make(chan struct{}), seg: make([][]byte, g.size)}
+	if g.x != nil {
+		g.x.exchange(rd) // every input packed and sent before any rank writes
+	}
 	for _, w := range gr.Ranks {
 		w <- rd
 	}
@@ -111,6 +116,9 @@ func (c *comm) execute(seq uint64, cl call) error {
 	rd := <-wake
 	if rd.Err != nil {
 		return rd.Err
+	}
+	if c.g.x != nil {
+		return c.executeNet(rd, cl)
 	}
 	c.dev.front.Links.Collective.Add(gpu.RingBytes(cl, r, n))
 	sc := c.g.scratch[r]

@@ -13,6 +13,11 @@ import (
 type Options struct {
 	// Devices is the number of in-process devices (ranks). Default 1.
 	Devices int
+	// Net, when set, joins the devices of several processes into one
+	// communicator (comm_net.go): this process's devices are the global
+	// ranks Net.Proc()·Devices .. +Devices-1 of Net.Procs()·Devices, and
+	// every process must have the same Devices (New checks).
+	Net gpu.Net
 	// HBMBytes is the memory budget of each device. Default 8 GiB. It is only
 	// a budget: host memory is taken by Alloc, not reserved up front
 	// (CheckHostRAM says whether the host can hold it).
@@ -91,9 +96,17 @@ func New(o Options) ([]*Device, []gpu.Comm, error) {
 		devs[i] = newDevice(i, o, hosts)
 	}
 	g := newGroup(devs)
+	if o.Net != nil {
+		x, err := newNetGroup(o.Net, o.Devices, devs[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		g.x = x
+	}
+	base, world := g.base(), g.world()
 	comms := make([]gpu.Comm, o.Devices)
 	for i, d := range devs {
-		comms[i] = gpu.CheckedComm[*Stream, *Buffer](d.front, i, o.Devices, &comm{g: g, rank: i, dev: d})
+		comms[i] = gpu.CheckedComm[*Stream, *Buffer](d.front, base+i, world, &comm{g: g, rank: i, dev: d})
 	}
 	return devs, comms, nil
 }

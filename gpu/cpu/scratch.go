@@ -79,3 +79,11 @@ func f64View(b []byte, n int) []float64 {
 	}
 	return unsafe.Slice((*float64)(unsafe.Pointer(unsafe.SliceData(b))), n)[:n:n]
 }
+
+// u16View is the first n uint16 of b.
+func u16View(b []byte, n int) []uint16 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), n)[:n:n]
+}
