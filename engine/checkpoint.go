@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/strata-ai/strata/checkpoint"
@@ -97,16 +98,22 @@ func (e *Engine) quiesce() (resume func(), err error) {
 	return resume, nil
 }
 
-// fillChunk copies every rank's shard of chunk c in state s into dst(rank)
-// from wherever the engine keeps it, the ranks in parallel (each on its own
-// streams and tier-store keys), and waits for the copies.
-func (e *Engine) fillChunk(c int, s shard.State, dst func(rank int) []byte) error {
-	return e.parallel(func(r *rank) error {
-		if err := r.saveShard(c, s, dst(r.idx)); err != nil {
+// fillChunk copies every rank's shard of chunk c in state s into whole
+// (rank g's per bytes at g·per) from wherever the engine keeps it, the
+// ranks in parallel (each on its own streams and tier-store keys), waits
+// for the copies, and with Options.Procs exchanges the processes' shards
+// (every process holds the whole chunk after it).
+func (e *Engine) fillChunk(c int, s shard.State, whole []byte, per int) error {
+	err := e.parallel(func(r *rank) error {
+		if err := r.saveShard(c, s, whole[r.idx*per:(r.idx+1)*per]); err != nil {
 			return err
 		}
 		return r.sync() // the device reads have landed
 	})
+	if err != nil {
+		return err
+	}
+	return e.shareBytes(whole, per)
 }
 
 // restoreChunk writes every rank's shard of chunk c in state s, shards[r],
@@ -150,8 +157,13 @@ func (e *Engine) CheckpointState() (*checkpoint.State, error) {
 	}
 	for c := range e.chunks {
 		for k, spec := range st.States {
-			if err := e.fillChunk(c, spec.Kind, func(r int) []byte { return st.Shard(r, c, k) }); err != nil {
+			per := len(st.Shard(0, c, k))
+			whole := make([]byte, e.n*per)
+			if err := e.fillChunk(c, spec.Kind, whole, per); err != nil {
 				return nil, fmt.Errorf("engine: checkpoint: chunk %d %s: %w", c, spec.Kind, err)
+			}
+			for r := range e.n {
+				copy(st.Shard(r, c, k), whole[r*per:(r+1)*per])
 			}
 		}
 	}
@@ -178,18 +190,121 @@ func (e *Engine) SaveCheckpoint(dir string, opts checkpoint.Options) (string, er
 	if err != nil {
 		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
 	}
+	if !e.leader() {
+		return e.followSave(meta)
+	}
 	err = checkpoint.SaveStream(dir, meta, func(c, k int, whole []byte) error {
+		if err := e.saveSignal(saveChunk); err != nil {
+			return err
+		}
 		per := len(whole) / e.n
-		return e.fillChunk(c, meta.States[k].Kind, func(r int) []byte { return whole[r*per : (r+1)*per] })
+		return e.fillChunk(c, meta.States[k].Kind, whole, per)
 	}, opts)
-	if err != nil {
-		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
+	path := ""
+	if err == nil {
+		path, err = checkpoint.Resolve(dir)
 	}
-	path, err := checkpoint.Resolve(dir)
 	if err != nil {
-		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
+		err = fmt.Errorf("engine: save step %d: %w", meta.Step, err)
 	}
-	return path, nil
+	if e.opts.Procs != nil {
+		// The outcome, to the processes that sent their shards.
+		msg, res := path, byte(saveDone)
+		if err != nil {
+			msg, res = err.Error(), saveFailed
+		}
+		if serr := e.saveSignal(res); serr != nil && err == nil {
+			err = serr
+		}
+		if _, serr := e.bcastString(msg); serr != nil && err == nil {
+			err = serr
+		}
+	}
+	return path, err
+}
+
+// A save of several processes (Options.Procs): process 0 writes the files
+// (checkpoint.SaveStream); before each chunk and state it asks the others
+// for their shards (saveChunk, then fillChunk's exchange), and at the end
+// it says how the save ended (saveDone or saveFailed, then the path or the
+// error), so that a save that fails part way (a full disk) ends in every
+// process with process 0's error, none left waiting for a chunk.
+const (
+	saveChunk  = 1
+	saveDone   = 2
+	saveFailed = 3
+)
+
+// saveSignal is process 0's next word of a save, sent to every process
+// (a no-op with one process); the others receive it with theirs.
+func (e *Engine) saveSignal(w byte) error {
+	if e.opts.Procs == nil {
+		return nil
+	}
+	b := []byte{w}
+	if err := e.opts.Procs.Bcast(b, 0); err != nil {
+		return fmt.Errorf("engine: save: process 0's signal: %w", err)
+	}
+	return nil
+}
+
+// bcastString sends process 0's s to every process and returns it (s
+// is ignored elsewhere).
+func (e *Engine) bcastString(s string) (string, error) {
+	n := binary.LittleEndian.AppendUint64(nil, uint64(len(s)))
+	if err := e.opts.Procs.Bcast(n, 0); err != nil {
+		return "", err
+	}
+	b := make([]byte, binary.LittleEndian.Uint64(n))
+	copy(b, s)
+	if err := e.opts.Procs.Bcast(b, 0); err != nil {
+		return "", err
+	}
+	return string(b), nil
+}
+
+// followSave is a save in a process other than 0: its ranks' shards of each
+// chunk and state, as process 0 asks for them, then process 0's outcome.
+func (e *Engine) followSave(meta *checkpoint.State) (string, error) {
+	var buf []byte
+	for c := range meta.Chunks {
+		for _, st := range meta.States {
+			b := []byte{0}
+			if err := e.opts.Procs.Bcast(b, 0); err != nil {
+				return "", fmt.Errorf("engine: save step %d: process 0's signal: %w", meta.Step, err)
+			}
+			if b[0] != saveChunk {
+				return e.followEnd(meta.Step, b[0])
+			}
+			per := int(st.DType.Bytes(meta.Chunks[c].ShardElems))
+			if cap(buf) < e.n*per {
+				buf = make([]byte, e.n*per)
+			}
+			if err := e.fillChunk(c, st.Kind, buf[:e.n*per], per); err != nil {
+				return "", fmt.Errorf("engine: save step %d: chunk %d %s: %w", meta.Step, c, st.Kind, err)
+			}
+		}
+	}
+	b := []byte{0}
+	if err := e.opts.Procs.Bcast(b, 0); err != nil {
+		return "", fmt.Errorf("engine: save step %d: process 0's signal: %w", meta.Step, err)
+	}
+	return e.followEnd(meta.Step, b[0])
+}
+
+// followEnd reads process 0's outcome of a save that ended with word w.
+func (e *Engine) followEnd(step int64, w byte) (string, error) {
+	msg, err := e.bcastString("")
+	if err != nil {
+		return "", fmt.Errorf("engine: save step %d: process 0's outcome: %w", step, err)
+	}
+	switch w {
+	case saveDone:
+		return msg, nil
+	case saveFailed:
+		return "", fmt.Errorf("process 0: %s", msg)
+	}
+	return "", fmt.Errorf("engine: save step %d: process 0 sent %d, not a save's signal", step, w)
 }
 
 // LoadCheckpoint restores the training state from the checkpoint at path (a
@@ -335,7 +450,7 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 	case shard.Param:
 		switch {
 		case e.paramTiered(c):
-			return r.saveTiered(tkey(c, r.idx, shard.Param), dst)
+			return r.saveTiered(tkey(c, r.loc, shard.Param), dst)
 		case st.paramIsFull(c):
 			r.readDevice(dst, st.paramFull(c), int64(r.idx)*int64(len(dst)))
 		default:
@@ -350,7 +465,7 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 		case e.chunks[c].frozen:
 			return r.saveFrozen(c, s, dst)
 		case e.offload:
-			return r.saveTiered(tkey(c, r.idx, s), dst)
+			return r.saveTiered(tkey(c, r.loc, s), dst)
 		case e.stage == 0: // the whole chunk, replicated: the rank's slice
 			r.readDevice(dst, r.deviceOpt(c, s), int64(r.idx)*sz)
 		default:
@@ -373,14 +488,14 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 		case e.paramCode(c) != 0:
 			return nil // from the master: see below
 		case e.paramTiered(c):
-			return r.restoreTiered(tkey(c, r.idx, shard.Param), src)
+			return r.restoreTiered(tkey(c, r.loc, shard.Param), src)
 		case st.paramIsFull(c):
 			r.writeDevice(st.paramFull(c), whole)
 		default:
 			r.writeDevice(st.param[c], src)
 		}
 		if e.precision == gpu.F32 && e.offload && !e.chunks[c].frozen {
-			return r.restoreTiered(tkey(c, r.idx, shard.Master), src) // fp32: the params are the master weights
+			return r.restoreTiered(tkey(c, r.loc, shard.Master), src) // fp32: the params are the master weights
 		}
 		return nil
 	case shard.Master, shard.AdamM, shard.AdamV:
@@ -390,11 +505,11 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 			// master (the decoded values of the run that saved it, whose
 			// quantization gives its bytes back: internal/nf4's and
 			// internal/absmax8's round trips).
-			return r.restoreTiered(tkey(c, r.idx, shard.Param), quantize(e.paramCode(c), decode(src, gpu.F32)))
+			return r.restoreTiered(tkey(c, r.loc, shard.Param), quantize(e.paramCode(c), decode(src, gpu.F32)))
 		case e.chunks[c].frozen:
 			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
 		case e.offload:
-			return r.restoreTiered(tkey(c, r.idx, s), src)
+			return r.restoreTiered(tkey(c, r.loc, s), src)
 		case e.stage == 0:
 			r.writeDevice(r.deviceOpt(c, s), whole)
 		default:
@@ -414,7 +529,7 @@ func (r *rank) saveFrozen(c int, s shard.State, dst []byte) error {
 		return nil
 	}
 	if r.e.paramCode(c) != 0 { // the decoded values, unrounded
-		v, err := r.codedValues(tkey(c, r.idx, shard.Param))
+		v, err := r.codedValues(tkey(c, r.loc, shard.Param))
 		if err != nil {
 			return err
 		}
@@ -529,7 +644,7 @@ func (e *Engine) MasterChunks(fn func(c int, data []float32) error) error {
 	for c, p := range e.chunks {
 		per := 4 * p.shard
 		whole := buf[:e.n*per]
-		if err := e.fillChunk(c, s, func(r int) []byte { return whole[r*per : (r+1)*per] }); err != nil {
+		if err := e.fillChunk(c, s, whole, per); err != nil {
 			return fmt.Errorf("engine: master weights: chunk %d: %w", c, err)
 		}
 		if err := fn(c, f32s(whole[:4*p.len])); err != nil {

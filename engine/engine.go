@@ -49,7 +49,9 @@ type Engine struct {
 	layout    *model.Layout  // model.Layout()
 	order     []model.Access // e.model.AccessOrder(), checked
 	data      *batches       // the rows of every step (data.go)
-	n         int
+	n         int // N: the ranks of the job, every process's (the world the model is sharded over)
+	nLocal    int // this process's ranks, global base .. base+nLocal−1 (Options.Procs; else all N)
+	base      int
 	stage     int
 	precision gpu.DType
 	// scaler is fp16's loss scaler (nil without fp16); skipped counts the
@@ -143,10 +145,13 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	}
 	z := cfg.ZeRO
 	e := &Engine{
-		cfg: cfg, opts: opts, model: m, layout: layout, order: order, data: data, n: len(devices), stage: z.Stage,
+		cfg: cfg, opts: opts, model: m, layout: layout, order: order, data: data, n: cfg.Strata.Devices, nLocal: len(devices), stage: z.Stage,
 		precision: opts.Precision, offload: z.OffloadOptimizer.Device != config.DeviceNone,
 		seq: seq, micro: cfg.TrainMicroBatchSizePerGPU, accum: cfg.GradientAccumulationSteps,
 		overlap: cfg.Strata.Overlap, grads: chooseGradPath(z.Stage), t0: time.Now(),
+	}
+	if p := opts.Procs; p != nil {
+		e.base = e.nLocal * p.Proc()
 	}
 	if e.scaler, err = newScaler(cfg, e.precision); err != nil {
 		e.closeData()
@@ -183,18 +188,28 @@ func checkNew(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts O
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	n := len(devices)
+	l, n, base := len(devices), len(devices), 0
+	if p := opts.Procs; p != nil {
+		n, base = l*p.Procs(), l*p.Proc()
+	}
 	switch {
-	case n == 0:
+	case l == 0:
 		return errors.New("engine: no devices")
-	case len(comms) != n:
-		return fmt.Errorf("engine: %d devices but %d comms", n, len(comms))
+	case len(comms) != l:
+		return fmt.Errorf("engine: %d devices but %d comms", l, len(comms))
+	case cfg.Strata.Devices != n && opts.Procs != nil:
+		return fmt.Errorf("engine: the config is resolved for %d devices, the job has %d (%d processes × %d; use config.SetDevices)", cfg.Strata.Devices, n, opts.Procs.Procs(), l)
 	case cfg.Strata.Devices != n:
 		return fmt.Errorf("engine: the config is resolved for %d devices, got %d (use config.SetDevices)", cfg.Strata.Devices, n)
 	}
 	for i, c := range comms {
-		if c.Rank() != i || c.Size() != n {
-			return fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), i, n)
+		if c.Rank() != base+i || c.Size() != n {
+			return fmt.Errorf("engine: comm %d is rank %d of %d, want rank %d of %d", i, c.Rank(), c.Size(), base+i, n)
+		}
+	}
+	if p := opts.Procs; p != nil {
+		if err := checkProcs(p, cfg.JSON(), l); err != nil {
+			return err
 		}
 	}
 	if err := checkOffload(cfg, opts); err != nil {
@@ -243,6 +258,7 @@ func (e *Engine) layOut() (estimate.Options, error) {
 	if err != nil {
 		return mo, err
 	}
+	mo.LocalDevices = e.nLocal // this process's ranks share its host budget
 	mo.ActivationHostBytes = estimate.InputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
 	if e.opts.Inference {
 		mo.Inference, mo.Frozen = true, make([]bool, len(e.layout.Chunks))
@@ -289,7 +305,7 @@ func (e *Engine) layOut() (estimate.Options, error) {
 		if err != nil {
 			return mo, err
 		}
-		e.hostWant = he.HostBytes()
+		e.hostWant = he.NodeHostBytes()
 	}
 	if z := e.cfg.ZeRO; e.stage == 2 && z.ReduceBucketSize != config.DefaultReduceBucketSize {
 		e.notes = append(e.notes, fmt.Sprintf("zero_optimization.reduce_bucket_size %d: gradients are reduced one chunk at a time (each chunk is a bucket)", z.ReduceBucketSize))
@@ -302,8 +318,8 @@ func (e *Engine) layOut() (estimate.Options, error) {
 // and starts the host optimizer and its tier store, whose HBM slots take
 // what is left.
 func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo estimate.Options) error {
-	for r := range e.n {
-		rk, err := newRank(e, r, devices[r], comms[r])
+	for i := range e.nLocal {
+		rk, err := newRank(e, e.base+i, i, devices[i], comms[i])
 		if err != nil {
 			return err
 		}
@@ -500,12 +516,16 @@ func (e *Engine) Step() (StepStats, error) {
 	}
 	e.lastCount = now
 
+	// Every rank's losses and sums of squares, this process's and (with
+	// Options.Procs) the others'.
+	losses, norms, err := e.stepValues()
+	if err != nil {
+		return st, fmt.Errorf("engine: step %d: %w", step, err)
+	}
 	// Loss: the micro-batches in rank order, as model.Trainer sums them.
 	var lossSum float64
-	for _, r := range e.ranks {
-		for _, l := range r.losses {
-			lossSum += l
-		}
+	for _, l := range losses {
+		lossSum += l
 	}
 	st.Loss = lossSum / float64(e.n*e.accum)
 	// Norm: chunk by chunk, the ranks' shard sums in rank order (stage 0:
@@ -515,8 +535,8 @@ func (e *Engine) Step() (StepStats, error) {
 		if p.frozen {
 			continue // no gradient: the norm is the trainable chunks'
 		}
-		for _, r := range e.ranks[:e.normRanks] {
-			sq += r.normSq(c)
+		for r := range e.normRanks {
+			sq += norms[r*len(e.chunks)+c]
 		}
 	}
 	st.GradNorm = math.Sqrt(sq) / st.LossScale // the gradient of the unscaled loss (fp16.go)
@@ -553,6 +573,33 @@ func (e *Engine) Step() (StepStats, error) {
 		st.TokensPer = float64(st.Tokens) / s
 	}
 	return st, nil
+}
+
+// stepValues returns every rank's micro-batch losses (accum per rank) and
+// every rank's sum of squares of each chunk's reduced gradient (one per
+// chunk; frozen chunks 0), in global rank order: this process's ranks',
+// and with Options.Procs the other processes'.
+func (e *Engine) stepValues() (losses, norms []float64, err error) {
+	nc := len(e.chunks)
+	losses, norms = make([]float64, e.n*e.accum), make([]float64, e.n*nc)
+	for _, r := range e.ranks {
+		copy(losses[r.idx*e.accum:], r.losses)
+		if r.idx >= e.normRanks {
+			continue
+		}
+		for c, p := range e.chunks {
+			if !p.frozen {
+				norms[r.idx*nc+c] = r.normSq(c)
+			}
+		}
+	}
+	if err := e.shareF64(losses, e.accum); err != nil {
+		return nil, nil, err
+	}
+	if err := e.shareF64(norms, nc); err != nil {
+		return nil, nil, err
+	}
+	return losses, norms, nil
 }
 
 // takeHostOpt moves the host optimizer's figures of the runs completed
@@ -616,7 +663,7 @@ func (e *Engine) StepCount() int64 { return e.step }
 // parallel runs f on every rank, each on its own goroutine, and returns the
 // first error in rank order.
 func (e *Engine) parallel(f func(*rank) error) error {
-	errs := make([]error, e.n)
+	errs := make([]error, len(e.ranks))
 	var wg sync.WaitGroup
 	for i, r := range e.ranks {
 		wg.Add(1)
@@ -628,7 +675,7 @@ func (e *Engine) parallel(f func(*rank) error) error {
 	wg.Wait()
 	for i, err := range errs {
 		if err != nil {
-			return fmt.Errorf("rank %d: %w", i, err)
+			return fmt.Errorf("rank %d: %w", e.ranks[i].idx, err)
 		}
 	}
 	return nil
@@ -678,7 +725,7 @@ func (e *Engine) collect(s shard.State, dt gpu.DType) ([][]float32, error) {
 	for c, p := range e.chunks {
 		per := p.shard * dt.Size()
 		whole := make([]byte, e.n*per)
-		if err := e.fillChunk(c, s, func(r int) []byte { return whole[r*per : (r+1)*per] }); err != nil {
+		if err := e.fillChunk(c, s, whole, per); err != nil {
 			return nil, fmt.Errorf("engine: chunk %d: %w", c, err)
 		}
 		out[c] = decode(whole, dt)[:p.len]

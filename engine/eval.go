@@ -67,6 +67,10 @@ func (e *Engine) Eval(set EvalSet) (EvalStats, error) {
 			}
 			return nil
 		})
+		if err := e.shareF64(losses, 1); err != nil { // the other processes' ranks'
+			runErr = fmt.Errorf("engine: eval: %w", err)
+			break
+		}
 		for r, n := range counts {
 			if n > 0 { // a batch of padding only has no mean
 				sum += losses[r] * float64(n)
@@ -149,7 +153,7 @@ func (r *rank) evalMicro(b model.Batch) (float64, error) {
 func (r *rank) evalEnd() error {
 	err := r.sync()
 	r.h.freeAll()
-	if derr := r.e.tiers.settle(r.idx); err == nil {
+	if derr := r.e.tiers.settle(r.loc); err == nil {
 		err = derr
 	}
 	if herr := r.h.takeErr(); herr != nil {

@@ -38,7 +38,7 @@ func (h *hooks) SaveInput(s gpu.Stream, l int, x gpu.Buffer) (gpu.Event, error) 
 	if h.err != nil {
 		return nil, h.err
 	}
-	lease, err := r.runner().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Forward, Tier: shard.Host, Kind: shard.Write})
+	lease, err := r.runner().Use(shard.Access{Key: akey(l, r.loc), Phase: shard.Forward, Tier: shard.Host, Kind: shard.Write})
 	if err != nil {
 		h.fail(fmt.Errorf("save block %d input: %w", l, err))
 		return nil, h.err
@@ -70,7 +70,7 @@ func (h *hooks) RestoreInput(s gpu.Stream, l int) (gpu.Buffer, error) {
 		ev.Synchronize()
 		delete(h.saved, l)
 	}
-	lease, err := r.runner().Use(shard.Access{Key: akey(l, r.idx), Phase: shard.Backward, Tier: shard.HBM, Kind: shard.Read})
+	lease, err := r.runner().Use(shard.Access{Key: akey(l, r.loc), Phase: shard.Backward, Tier: shard.HBM, Kind: shard.Read})
 	if err != nil {
 		h.fail(fmt.Errorf("restore block %d input: %w", l, err))
 		return nil, h.err
@@ -112,7 +112,7 @@ func (e *Engine) inputSpecs() map[shard.Key]tier.Spec {
 		return out
 	}
 	elems := e.micro * e.seq * e.layout.Shape.Dim
-	for r := range e.n {
+	for r := range e.nLocal {
 		for l := range e.layout.Shape.Layers {
 			if e.act.Offload && e.act.Checkpointed(l, e.layout.Shape.Layers) {
 				out[akey(l, r)] = tier.Spec{Elems: elems, DType: e.act.DType, Home: shard.Host}

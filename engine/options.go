@@ -107,6 +107,11 @@ type Options struct {
 	// Collectives is what runs the comms' collectives, as the backend
 	// says it (backend.Devices.Collectives), reported in Summary.
 	Collectives string
+	// Procs joins this process's devices with those of the other
+	// processes of a job (procs.go); nil: this process is the job. The
+	// comms are then global ranks Proc()·len(devices)+i of
+	// Procs()·len(devices), and the config is resolved for all of them.
+	Procs Procs
 	// Trace, when set, records the run's timeline (compute and collectives
 	// per stream, shard waits, tier-store moves per link, cpuadam, steps)
 	// for Engine.WriteTrace and timeline.Overlap. One Tracer per Engine.

@@ -475,7 +475,7 @@ func (e *Engine) settle() error {
 	if !pending {
 		return nil
 	}
-	figs := make([]HostOptStats, e.n)
+	figs := make([]HostOptStats, e.nLocal)
 	err := e.parallel(func(r *rank) error {
 		if run := r.run; run != nil && run.delayed {
 			return r.settleDelayed() // dpu: the devices keep the params the next pass reads
@@ -484,7 +484,7 @@ func (e *Engine) settle() error {
 		if err2 := r.sync(); err == nil {
 			err = err2
 		}
-		figs[r.idx] = r.takeHostOpt()
+		figs[r.loc] = r.takeHostOpt()
 		return err
 	})
 	for _, f := range figs {
@@ -505,7 +505,7 @@ func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 	d := r.runner()
 	// SizeBytes 0: the planner takes the placement's (the store's charge).
 	acc := func(state shard.State, kind shard.Kind) shard.Access {
-		return shard.Access{Key: tkey(c, r.idx, state), Phase: shard.Optimizer, Tier: shard.Host, Kind: kind}
+		return shard.Access{Key: tkey(c, r.loc, state), Phase: shard.Optimizer, Tier: shard.Host, Kind: kind}
 	}
 	defer func() {
 		if err != nil {
@@ -560,7 +560,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	if ls.param != nil {
 		out = ls.param.Bytes()
 	} else {
-		out = e.tiers.uploadBytes(r.idx, c)
+		out = e.tiers.uploadBytes(r.loc, c)
 	}
 	cp = cpuadam.Params(e.chunkAdam(c, gpu.AdamParams(cp)))
 	mo, _ := cpuadam.MomentsOf(e.estimate.Options.StateDType(shard.AdamM))

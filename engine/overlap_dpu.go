@@ -47,14 +47,14 @@ func (r *rank) storeDelayed(run *hostRun) error {
 		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.errs[c] != nil {
 			continue
 		}
-		l, err := r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Param), Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Write})
+		l, err := r.runner().Use(shard.Access{Key: tkey(c, r.loc, shard.Param), Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Write})
 		if err != nil {
 			if first == nil {
 				first = fmt.Errorf("optimizer step %d: %w", run.step, err)
 			}
 			continue
 		}
-		copy(l.Bytes(), r.e.tiers.uploadBytes(r.idx, c))
+		copy(l.Bytes(), r.e.tiers.uploadBytes(r.loc, c))
 		r.runner().Done(l, nil)
 	}
 	return first
@@ -88,7 +88,7 @@ func (r *rank) pendingFromMaster(step int64) error {
 		if err := r.saveShard(c, shard.Master, master); err != nil {
 			return err
 		}
-		copy(e.tiers.uploadBytes(r.idx, c), encode(decode(master, gpu.F32), e.precision))
+		copy(e.tiers.uploadBytes(r.loc, c), encode(decode(master, gpu.F32), e.precision))
 		run.handed[c] = true
 	}
 	close(run.done)

@@ -31,7 +31,8 @@ import (
 // holder after its last holder's last use (workspace.go).
 type rank struct {
 	e        *Engine
-	idx      int
+	idx      int // the global rank: its shard, its rows of the batch
+	loc      int // its index in this process (Options.Procs): the tier store's rank, the staging's
 	dev      gpu.Device
 	ops      gpu.Ops
 	comm     gpu.Comm
@@ -123,7 +124,7 @@ func (r *rank) freeGrads() {
 }
 
 // runner is the rank's handle on the tier runtime (host optimizer only).
-func (r *rank) runner() *tierRunner { return r.e.tiers.runners[r.idx] }
+func (r *rank) runner() *tierRunner { return r.e.tiers.runners[r.loc] }
 
 // workspaceStats count the engine's own transient device memory.
 type workspaceStats struct {
@@ -131,8 +132,8 @@ type workspaceStats struct {
 	bucketBytes, bucketPeakBytes     int64 // stages 2-3: full gradient buckets and reduce shards in flight
 }
 
-func newRank(e *Engine, idx int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
-	r := &rank{e: e, idx: idx, dev: dev, ops: dev.Ops(), comm: comm, s: dev.NewStream(), cs: dev.NewStream(), up: dev.NewStream(), down: dev.NewStream()}
+func newRank(e *Engine, idx, loc int, dev gpu.Device, comm gpu.Comm) (*rank, error) {
+	r := &rank{e: e, idx: idx, loc: loc, dev: dev, ops: dev.Ops(), comm: comm, s: dev.NewStream(), cs: dev.NewStream(), up: dev.NewStream(), down: dev.NewStream()}
 	var err error
 	if r.st, err = newDevState(e, idx, dev); err != nil {
 		return nil, fmt.Errorf("engine: rank %d: %w", idx, err)
@@ -215,7 +216,7 @@ func (e *Engine) initParams() error {
 		most = max(most, e.n*p.shard)
 	}
 	buf := make([]float32, most)
-	bufs := make([]initBufs, e.n)
+	bufs := make([]initBufs, len(e.ranks))
 	for c, p := range e.chunks {
 		padded := buf[:e.n*p.shard]
 		vals := padded[:e.layout.Chunks[c].Len]
@@ -260,13 +261,13 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 		} else {
 			b.tier = encodeInto(b.tier, vals, e.precision)
 		}
-		if err := e.tiers.initShard(tkey(c, r.idx, shard.Param), b.tier); err != nil {
+		if err := e.tiers.initShard(tkey(c, r.loc, shard.Param), b.tier); err != nil {
 			return err
 		}
 	}
 	off, n := e.optOffset(c, r.idx), e.optElems(c)
 	b.tier = encodeInto(b.tier, padded[off:off+n], gpu.F32)
-	return e.tiers.initShard(tkey(c, r.idx, shard.Master), b.tier)
+	return e.tiers.initShard(tkey(c, r.loc, shard.Master), b.tier)
 }
 
 // sync waits for the rank's streams, returns their first error and ends
@@ -336,7 +337,7 @@ func (r *rank) backward(step int64) error {
 	keep(r.finishRun())
 	r.after(r.down, r.cs) // the norms are summed on cs
 	if t := e.tiers; t != nil {
-		r.lease(t.norms[r.idx]) // pinned (host optimizer): registered with the devices
+		r.lease(t.norms[r.loc]) // pinned (host optimizer): registered with the devices
 	}
 	r.dev.CopyDeviceToHost(r.down, r.normsHost, r.norms, 0)
 	keep(r.sync())
@@ -345,7 +346,7 @@ func (r *rank) backward(step int64) error {
 	r.freeGrads()
 	// A move that failed during the pass (one the rank did not wait for)
 	// fails the step here, before any rank updates.
-	keep(e.tiers.settle(r.idx))
+	keep(e.tiers.settle(r.loc))
 	if err := r.h.takeErr(); err != nil {
 		return err // the cause; what followed from it is secondary
 	}
@@ -403,7 +404,7 @@ func (r *rank) gradToHost(c int, g gpu.Buffer) (gpu.Event, error) {
 	name := r.e.layout.Chunks[c].Name
 	var from gpu.Event
 	r.waitHost() // the pending update has read the gradient's host copy
-	l, err := r.runner().Use(shard.Access{Key: tkey(c, r.idx, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
+	l, err := r.runner().Use(shard.Access{Key: tkey(c, r.loc, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
 	if err == nil {
 		r.after(r.down, r.cs) // the reduction
 		from = r.tr.Mark(r.down)
@@ -468,8 +469,8 @@ func (r *rank) upload(c int, updated bool) {
 	e := r.e
 	from := r.tr.Mark(r.up)
 	if updated {
-		r.lease(e.tiers.upload[r.idx][c])
-		r.dev.CopyHostToDevice(r.up, r.st.paramShard(c), 0, e.tiers.uploadBytes(r.idx, c))
+		r.lease(e.tiers.upload[r.loc][c])
+		r.dev.CopyHostToDevice(r.up, r.st.paramShard(c), 0, e.tiers.uploadBytes(r.loc, c))
 	}
 	r.up.Record(r.paramReady[c])
 	r.tr.Copy(from, r.tr.Mark(r.up), timeline.Label{Op: "upload", Chunk: e.layout.Chunks[c].Name, Index: c})

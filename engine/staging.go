@@ -25,9 +25,9 @@ func (t *tiers) openStaging() error {
 	if t.uploadPool, err = pinned.New(pinned.Options{BudgetBytes: total, Lock: e.opts.PinnedLock}); err != nil {
 		return fmt.Errorf("engine: pinned upload staging: %w", err)
 	}
-	t.upload = make([][]*pinned.Buffer, e.n)
-	t.norms = make([]*pinned.Buffer, e.n)
-	for r := range e.n {
+	t.upload = make([][]*pinned.Buffer, e.nLocal)
+	t.norms = make([]*pinned.Buffer, e.nLocal)
+	for r := range e.nLocal {
 		b, err := t.uploadPool.Get(normBytes, fmt.Sprintf("rank %d grad norms", r))
 		if err != nil {
 			return fmt.Errorf("engine: gradient norms of rank %d: %w", r, err)
@@ -106,5 +106,5 @@ func (e *Engine) stagingPoolBytes() int64 {
 			perRank += units.AlignUp(int64(e.optElems(c))*sz, 4096)
 		}
 	}
-	return int64(e.n) * perRank
+	return int64(e.nLocal) * perRank
 }

@@ -221,8 +221,8 @@ func (e *Engine) tierSummary() *TierSummary {
 		if shard.State(st) == shard.Grad && e.precision == gpu.F32 {
 			scale = 2 // the estimate's host gradient is bf16, the store's as the device holds it
 		}
-		ts.EstimateHostBytes += scale * int64(e.n) * e.estimate.PerRank[st][shard.Host]
-		ts.EstimateNVMeBytes += scale * int64(e.n) * e.estimate.PerRank[st][shard.NVMe]
+		ts.EstimateHostBytes += scale * int64(e.nLocal) * e.estimate.PerRank[st][shard.Host] // this process's: the store's
+		ts.EstimateNVMeBytes += scale * int64(e.nLocal) * e.estimate.PerRank[st][shard.NVMe]
 	}
 	ss := t.store.Stats()
 	for _, u := range ss.HBM {
@@ -264,7 +264,7 @@ func (e *Engine) Summary() Summary {
 		s.Tier = e.tierSummary()
 		s.HostBytes = s.Tier.HostHomeBytes
 		s.HostStagingBytes = e.tiers.stagingBytes
-		s.HostUndoBytes = int64(e.n) * e.undoBytes()
+		s.HostUndoBytes = int64(e.nLocal) * e.undoBytes()
 		s.HostRegistration = append([]HostRegistration(nil), e.registration...)
 		s.ActivationHostBytes = e.tiers.homes[shard.Activation][shard.Host]
 	}

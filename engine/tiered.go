@@ -221,7 +221,7 @@ func (e *Engine) hbmFreeBytes() int64 {
 // charges).
 func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 	e := t.e
-	s := tier.Sizes{Ranks: e.n, OptimizerOnHost: t.optTier == shard.Host}
+	s := tier.Sizes{Ranks: e.nLocal, OptimizerOnHost: t.optTier == shard.Host}
 	for c, p := range e.chunks {
 		if e.paramTiered(c) {
 			s.ParamBytes += ioBytes(int64(p.shard) * 2)
@@ -238,7 +238,7 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 			s.SlotShards = append(s.SlotShards, tier.SlotClass{Elems: sp.Elems, DType: sp.DType})
 		}
 	}
-	for r := range e.n {
+	for r := range e.nLocal {
 		if !e.offload {
 			break // no host optimizer: the store holds the saved inputs only
 		}
@@ -268,7 +268,7 @@ func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 			}
 		}
 	}
-	hostRank := make([]int64, e.n)
+	hostRank := make([]int64, e.nLocal)
 	for k, sp := range t.specs {
 		t.homes[k.State][sp.Home] += sp.StoredBytes()
 		if sp.Home == shard.Host {
@@ -323,7 +323,7 @@ func (t *tiers) startPlanners() error {
 	t.bw.Base = e.opts.LinkBandwidth
 	t.popts.BudgetBytes[shard.HBM] = max(t.hbmBudget, 1)
 	t.popts.BudgetBytes[shard.Host] = t.planHostBudget
-	for r := range e.n {
+	for r := range e.nLocal {
 		res, err := t.residency(r)
 		if err != nil {
 			return err

@@ -67,6 +67,9 @@ func ShardElems(chunkParams int64, devices int, alignElems int64) int64 {
 type Options struct {
 	ChunkParams []int64 // parameters per chunk, forward order (ChunkParams, or one chunk of Ψ)
 	Devices     int     // N, ranks sharing the model state
+	// LocalDevices are the ranks of one node (process) among the N, which
+	// share its host RAM, host budget and NVMe (0: all N, one node).
+	LocalDevices int
 	Stage       int     // ZeRO stage 0-3
 
 	// OptimizerTier holds fp32 master, m and v: HBM (offload_optimizer none),
@@ -119,6 +122,8 @@ func (o Options) Validate() error {
 		return errors.New("engine: estimate: no chunks")
 	case o.Devices < 1:
 		return fmt.Errorf("engine: estimate: %d devices: need at least 1", o.Devices)
+	case o.LocalDevices < 0 || o.LocalDevices > o.Devices || (o.LocalDevices > 0 && o.Devices%o.LocalDevices != 0):
+		return fmt.Errorf("engine: estimate: %d devices per node of %d: the nodes must split them evenly", o.LocalDevices, o.Devices)
 	case o.Stage < 0 || o.Stage > 3:
 		return fmt.Errorf("engine: estimate: stage %d is not 0, 1, 2 or 3", o.Stage)
 	case o.OptimizerTier >= shard.Tier(shard.TierCount) || o.ParamTier >= shard.Tier(shard.TierCount):
@@ -396,10 +401,11 @@ func Memory(o Options) (ModelState, error) {
 	}
 
 	e.HostStagingPerRank = HostStagingBytes(o, e.ShardElems)
+	local := int64(o.Local())
 	switch budget := o.HostBudgetBytes; {
-	case o.OptimizerTier == shard.Host && budget > 0 && (optRank+rank*int64(o.HostGradDType.Size()))*n > budget:
-		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state and gradient shards on the host (%s, all ranks) exceed host_budget %s: use offload_optimizer nvme to spill the rest",
-			units.FormatBytes((optRank+rank*int64(o.HostGradDType.Size()))*n), units.FormatBytes(budget)))
+	case o.OptimizerTier == shard.Host && budget > 0 && (optRank+rank*int64(o.HostGradDType.Size()))*local > budget:
+		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state and gradient shards on the host (%s, all ranks of a node) exceed host_budget %s: use offload_optimizer nvme to spill the rest",
+			units.FormatBytes((optRank+rank*int64(o.HostGradDType.Size()))*local), units.FormatBytes(budget)))
 	case o.OptimizerTier == shard.NVMe && budget > 0:
 		// The budget is shared by the ranks; each keeps its share in host
 		// RAM, master first, then m, then v.
@@ -413,7 +419,7 @@ func Memory(o Options) (ModelState, error) {
 				}
 			}
 		}
-		left := max(0, TierHostBudget(budget)/n-e.HostStagingPerRank-TierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
+		left := max(0, TierHostBudget(budget)/local-e.HostStagingPerRank-TierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
 		// Whole shards, as the tier store places them: the gradient shards
 		// first (at stage 3; 2 B/param, read every step), then master, m,
 		// v, each chunk in order, while they fit; a gradient shard that
@@ -568,6 +574,20 @@ func (e ModelState) FrozenSavedBytes(t shard.Tier) int64 {
 func (e ModelState) PaddingBytes() int64 {
 	return max(0, e.DeviceBytes()-e.FormulaDeviceBytes()-e.PersistentBytes)
 }
+
+// Local is the ranks of one node: LocalDevices, or all N.
+func (o Options) Local() int {
+	if o.LocalDevices > 0 {
+		return o.LocalDevices
+	}
+	return o.Devices
+}
+
+// NodeHostBytes is the model state in one node's host memory: its ranks'.
+func (e ModelState) NodeHostBytes() int64 { return int64(e.Options.Local()) * e.TierBytes(shard.Host) }
+
+// NodeNVMeBytes is the model state on one node's NVMe: its ranks'.
+func (e ModelState) NodeNVMeBytes() int64 { return int64(e.Options.Local()) * e.TierBytes(shard.NVMe) }
 
 // HostBytes is the model state in host memory, all ranks together.
 func (e ModelState) HostBytes() int64 { return int64(e.Options.Devices) * e.TierBytes(shard.Host) }
