@@ -73,7 +73,7 @@ func trainCommand() *cli.Command {
 			&cli.StringFlag{Name: "adapter", Usage: "with --init: continue training the PEFT LoRA adapter in this directory (adapter_config.json, adapter_model.safetensors) on that base; strata.lora comes from it"},
 			&cli.BoolFlag{Name: "allow-data-change", Usage: "with --resume: go on although the training data differs from what the checkpoint recorded (its size or SHA-256; without it such a resume is refused)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
-		}, dataFlags()...),
+		}, append(dataFlags(), jobFlags()...)...),
 		Action: runTrain,
 	}
 }
@@ -209,7 +209,15 @@ func runTrain(c *cli.Context) (err error) {
 	if err := checkAddressSpace("train"); err != nil {
 		return err
 	}
-	stdout, stderr := c.App.Writer, c.App.ErrWriter
+	j, err := openJob(c)
+	if err != nil {
+		return err
+	}
+	defer j.close()
+	stdout, stderr := j.quiet(c.App.Writer), j.quiet(c.App.ErrWriter)
+	if !j.leader() {
+		f.tracePath = "" // process 0's timeline only
+	}
 	intr := watchInterrupts(stderr, func(os.Signal) string { return "stopping before training starts; nothing is written" },
 		func(os.Signal) string { return "stopping at once" }, removeSwapFiles)
 	stderr = intr.stderr
@@ -222,7 +230,14 @@ func runTrain(c *cli.Context) (err error) {
 		}
 		return err
 	}
+	if j != nil {
+		// The job's ranks: every process's --devices.
+		if err := p.cfg.SetDevices(c.Int("devices") * j.procs()); err != nil {
+			return fmt.Errorf("train: %s: %w", j.place, err)
+		}
+	}
 	var opts engine.Options
+	opts.Procs = j.engineProcs()
 	if p.init != nil {
 		defer p.init.close()
 		opts.Init = p.init.src
@@ -236,7 +251,7 @@ func runTrain(c *cli.Context) (err error) {
 		opts.UseData(p.data.train)
 	}
 	var rd *runDir
-	if f.out != "" {
+	if f.out != "" && j.leader() {
 		if rd, err = claimOut(f.out, p.resume, p.resumeDir, f.overwrite); err != nil {
 			return err
 		}
@@ -244,7 +259,7 @@ func runTrain(c *cli.Context) (err error) {
 		defer rd.close()
 	}
 	cfg := p.cfg
-	devs, err := backend.Open(cfg.Strata.Backend, cfg.Strata.Devices, cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
+	devs, err := j.openDevices(cfg.Strata.Backend, cfg.Strata.Devices/j.procs(), cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
 	if err != nil {
 		return err
 	}
@@ -281,7 +296,7 @@ func runTrain(c *cli.Context) (err error) {
 	if err := startTrain(e, p, devs, stderr); err != nil {
 		return err
 	}
-	l := &trainLoop{e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data, dataIDs: p.dataIDs,
+	l := &trainLoop{job: j, e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data, dataIDs: p.dataIDs,
 		machine: plan.ThisMachine(cfg.Strata.Backend, devs.Devs[0].Name())}
 	l.checked = p.start
 	if s := intr.explain(l.stopping, l.aborting); s != nil {

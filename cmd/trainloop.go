@@ -62,6 +62,7 @@ func startTrain(e *engine.Engine, p *trainPlan, devs *backend.Devices, stderr io
 // --save-every, and a stop after the step in progress on a signal (with a
 // checkpoint of it under --out).
 type trainLoop struct {
+	job    *job // the other processes of a job of several; nil alone
 	e      *engine.Engine
 	cfg    *config.Config
 	flags  trainFlags
@@ -153,6 +154,16 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		return err
 	}
 	sig := l.intr.requested(func() { l.checked = st.Step })
+	if l.job != nil {
+		// Every process stops after the same step, whichever saw the signal.
+		stop, err := l.job.any(sig != nil)
+		if err != nil {
+			return err
+		}
+		if stop && sig == nil {
+			sig = os.Interrupt // another process's
+		}
+	}
 	if sig != nil && st.Step == int64(l.steps) {
 		sig = nil // the last step: the run ends as usual
 	}
@@ -161,13 +172,17 @@ func (l *trainLoop) step(st engine.StepStats) error {
 	if (every > 0 && (st.Step%int64(every) == 0 || st.Step == int64(l.steps))) || (sig != nil && l.flags.out != "") {
 		// After the step's JSONL line, so that a resumed run finds it.
 		path, err := l.save(st)
-		if err != nil {
+		if err != nil && l.job.leader() {
 			// A save the disk refused (full, read-only): the run goes on
 			// and the next save retries; that of the last step (or of a
 			// stop) fails the run once its outputs are written (savefail.go).
-			if path, err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps)); err != nil {
-				return err
-			}
+			path, err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps))
+		}
+		if l.job != nil {
+			path, err = l.job.follow(path, err) // process 0's verdict
+		}
+		if err != nil {
+			return err
 		}
 		saved = path
 	}
@@ -274,6 +289,14 @@ func (l *trainLoop) report(stdout io.Writer) error {
 			st.Measured, st.From, l.last.Step, st.Predicted, 100*(st.Predicted-st.Measured)/st.Measured, st.Profile)
 	}
 	l.fails.report(stdout)
+	if !l.job.leader() {
+		if l.flags.out != "" { // process 0 writes the weights: send this process's shards
+			if err := l.e.MasterChunks(func(int, []float32) error { return nil }); err != nil {
+				return fmt.Errorf("train: --out: %w", err)
+			}
+		}
+		return nil
+	}
 	if dir := l.flags.out; dir != "" {
 		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, st, stdout); err != nil {
 			return err

@@ -22,7 +22,7 @@ var mpiLibs = []string{"libmpi.so.40", "libmpi.so"}
 // library's predefined objects, found by name.
 const (
 	mpiSuccess        = 0
-	mpiThreadFunneled = 1
+	mpiThreadMultiple = 3
 	mpiMaxErrorString = 256
 )
 
@@ -34,6 +34,8 @@ type mpiAPI struct {
 	abort         func(comm uintptr, code int32) int32
 	commRank      func(comm uintptr, rank *int32) int32
 	commSize      func(comm uintptr, size *int32) int32
+	commDup       func(comm uintptr, out *uintptr) int32
+	commFree      func(comm *uintptr) int32
 	setErrhandler func(comm, handler uintptr) int32
 	errorString   func(code int32, s *byte, n *int32) int32
 	barrier       func(comm uintptr) int32
@@ -87,6 +89,8 @@ func loadMPI() (*mpiAPI, error) {
 	fn(&a.abort, "MPI_Abort")
 	fn(&a.commRank, "MPI_Comm_rank")
 	fn(&a.commSize, "MPI_Comm_size")
+	fn(&a.commDup, "MPI_Comm_dup")
+	fn(&a.commFree, "MPI_Comm_free")
 	fn(&a.setErrhandler, "MPI_Comm_set_errhandler")
 	fn(&a.errorString, "MPI_Error_string")
 	fn(&a.barrier, "MPI_Barrier")
@@ -111,12 +115,19 @@ func loadMPI() (*mpiAPI, error) {
 
 // MPI is this process's membership of an MPI job: Open MPI, loaded at run
 // time, initialized once per process (MPI cannot be initialized again
-// after MPI_Finalize). Every MPI call runs on one locked OS thread
-// (MPI_THREAD_FUNNELED), in the order the methods are called; the methods
-// are safe for concurrent use but a collective must be called in the same
-// order by every process.
+// after MPI_Finalize), on a communicator: MPI_COMM_WORLD, or a duplicate
+// of it (Dup). Every call on a communicator runs on that communicator's
+// own locked OS thread, in the order the methods are called: the methods
+// are safe for concurrent use, but each communicator's collectives must be
+// called in the same order by every process. Two streams of collectives
+// that no order relates (a backend's rounds, the host's exchanges) each
+// need their own communicator, and so their own thread
+// (MPI_THREAD_MULTIPLE): on one, a process could be waiting in one stream's
+// call while another waits in the other's.
 type MPI struct {
 	api        *mpiAPI
+	comm       uintptr
+	world      bool // MPI_COMM_WORLD: Close finalizes MPI
 	rank, size int
 	host       string
 	calls      chan func()
@@ -149,7 +160,7 @@ func openMPI() (*MPI, error) {
 	if _, set := os.LookupEnv("OMPI_MCA_opal_signal"); !set {
 		os.Setenv("OMPI_MCA_opal_signal", "") // no signal of Open MPI's own
 	}
-	m := &MPI{api: api, calls: make(chan func()), done: make(chan struct{})}
+	m := &MPI{api: api, comm: api.world, world: true, calls: make(chan func()), done: make(chan struct{})}
 	ready := make(chan error)
 	go m.serve(ready)
 	if err := <-ready; err != nil {
@@ -164,16 +175,16 @@ func (m *MPI) serve(ready chan<- error) {
 	defer close(m.done)
 	a := m.api
 	var provided, r, n int32
-	if rc := a.initThread(nil, nil, mpiThreadFunneled, &provided); rc != mpiSuccess {
+	if rc := a.initThread(nil, nil, mpiThreadMultiple, &provided); rc != mpiSuccess {
 		ready <- fmt.Errorf("dist: MPI_Init_thread: %s", m.errString(rc))
 		return
 	}
-	if provided < mpiThreadFunneled {
+	if provided < mpiThreadMultiple {
 		a.finalize()
-		ready <- fmt.Errorf("dist: MPI_Init_thread gave thread level %d, Strata needs MPI_THREAD_FUNNELED (1)", provided)
+		ready <- fmt.Errorf("dist: MPI_Init_thread gave thread level %d, Strata needs MPI_THREAD_MULTIPLE (3): an Open MPI built with thread support (Debian's is)", provided)
 		return
 	}
-	a.setErrhandler(a.world, a.errorsReturn)
+	a.setErrhandler(a.world, a.errorsReturn) // duplicates inherit it
 	a.commRank(a.world, &r)
 	a.commSize(a.world, &n)
 	m.rank, m.size = int(r), int(n)
@@ -187,9 +198,6 @@ func (m *MPI) serve(ready chan<- error) {
 		f()
 	}
 }
-
-// ErrNoMPI says that no usable MPI library was found.
-var ErrNoMPI = errors.New("dist: no MPI")
 
 // Proc is this process's rank in MPI_COMM_WORLD.
 func (m *MPI) Proc() int { return m.rank }
@@ -259,7 +267,7 @@ func counts32(what string, c []int) ([]int32, []int32, error) {
 
 // Barrier is MPI_Barrier over every process.
 func (m *MPI) Barrier() error {
-	return m.do("MPI_Barrier", func() int32 { return m.api.barrier(m.api.world) })
+	return m.do("MPI_Barrier", func() int32 { return m.api.barrier(m.comm) })
 }
 
 // Bcast is MPI_Bcast of buf's bytes from process root.
@@ -269,7 +277,7 @@ func (m *MPI) Bcast(buf []byte, root int) error {
 		return err
 	}
 	defer runtime.KeepAlive(buf)
-	return m.do("MPI_Bcast", func() int32 { return m.api.bcast(ptr(buf), n, m.api.byteT, int32(root), m.api.world) })
+	return m.do("MPI_Bcast", func() int32 { return m.api.bcast(ptr(buf), n, m.api.byteT, int32(root), m.comm) })
 }
 
 // Allgather is MPI_Allgather of bytes: recv (Procs × len(send)) holds
@@ -285,7 +293,7 @@ func (m *MPI) Allgather(send, recv []byte) error {
 	defer runtime.KeepAlive(send)
 	defer runtime.KeepAlive(recv)
 	return m.do("MPI_Allgather", func() int32 {
-		return m.api.allgather(ptr(send), n, m.api.byteT, ptr(recv), n, m.api.byteT, m.api.world)
+		return m.api.allgather(ptr(send), n, m.api.byteT, ptr(recv), n, m.api.byteT, m.comm)
 	})
 }
 
@@ -307,7 +315,7 @@ func (m *MPI) Allgatherv(send, recv []byte, counts []int) error {
 	defer runtime.KeepAlive(send)
 	defer runtime.KeepAlive(recv)
 	return m.do("MPI_Allgatherv", func() int32 {
-		return m.api.allgatherv(ptr(send), rc[m.rank], m.api.byteT, ptr(recv), &rc[0], &displ[0], m.api.byteT, m.api.world)
+		return m.api.allgatherv(ptr(send), rc[m.rank], m.api.byteT, ptr(recv), &rc[0], &displ[0], m.api.byteT, m.comm)
 	})
 }
 
@@ -329,7 +337,7 @@ func (m *MPI) Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts [
 	defer runtime.KeepAlive(send)
 	defer runtime.KeepAlive(recv)
 	return m.do("MPI_Alltoallv", func() int32 {
-		return m.api.alltoallv(ptr(send), &sc[0], &sd[0], m.api.byteT, ptr(recv), &rc[0], &rd[0], m.api.byteT, m.api.world)
+		return m.api.alltoallv(ptr(send), &sc[0], &sd[0], m.api.byteT, ptr(recv), &rc[0], &rd[0], m.api.byteT, m.comm)
 	})
 }
 
@@ -347,20 +355,44 @@ func (m *MPI) AllreduceSumF32(send, recv []float32) error {
 	defer runtime.KeepAlive(send)
 	defer runtime.KeepAlive(recv)
 	return m.do("MPI_Allreduce", func() int32 {
-		return m.api.allreduce(unsafe.Pointer(unsafe.SliceData(send)), unsafe.Pointer(unsafe.SliceData(recv)), n, m.api.floatT, m.api.sum, m.api.world)
+		return m.api.allreduce(unsafe.Pointer(unsafe.SliceData(send)), unsafe.Pointer(unsafe.SliceData(recv)), n, m.api.floatT, m.api.sum, m.comm)
 	})
 }
 
 // Abort is MPI_Abort: every process of the job ends with code.
 func (m *MPI) Abort(code int) {
-	m.do("MPI_Abort", func() int32 { return m.api.abort(m.api.world, int32(code)) })
+	m.do("MPI_Abort", func() int32 { return m.api.abort(m.comm, int32(code)) })
 }
 
-// Close is MPI_Finalize (a collective: every process calls it). The
-// process cannot use MPI again.
+// Dup is MPI_Comm_dup: a communicator of the same processes, on its own
+// thread, whose collectives no order relates to m's (a collective: every
+// process calls it, in the same order). Close it before m.
+func (m *MPI) Dup() (*MPI, error) {
+	var c uintptr
+	if err := m.do("MPI_Comm_dup", func() int32 { return m.api.commDup(m.comm, &c) }); err != nil {
+		return nil, err
+	}
+	d := &MPI{api: m.api, comm: c, rank: m.rank, size: m.size, host: m.host, calls: make(chan func()), done: make(chan struct{})}
+	go func() {
+		runtime.LockOSThread()
+		defer close(d.done)
+		for f := range d.calls {
+			f()
+		}
+	}()
+	return d, nil
+}
+
+// Close is MPI_Comm_free of a duplicate, MPI_Finalize of MPI_COMM_WORLD
+// (collectives: every process calls them). After the world's, the process
+// cannot use MPI again.
 func (m *MPI) Close() error {
 	m.closeOnce.Do(func() {
-		m.closeErr = m.do("MPI_Finalize", m.api.finalize)
+		if m.world {
+			m.closeErr = m.do("MPI_Finalize", m.api.finalize)
+		} else {
+			m.closeErr = m.do("MPI_Comm_free", func() int32 { return m.api.commFree(&m.comm) })
+		}
 		close(m.calls)
 		<-m.done
 	})

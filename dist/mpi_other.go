@@ -4,9 +4,6 @@ package dist
 
 import "errors"
 
-// ErrNoMPI says that no usable MPI library was found.
-var ErrNoMPI = errors.New("dist: no MPI")
-
 // MPI is Linux only.
 type MPI struct{}
 

@@ -3,8 +3,10 @@ package dist
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/internal/mpitest"
 )
@@ -96,6 +98,52 @@ func TestMPIChild(t *testing.T) {
 		t.Errorf("Allreduce %v, want [3 3]", y)
 	}
 	if err := m.Barrier(); err != nil {
+		t.Fatal(err)
+	}
+	// Two communicators whose collectives no order relates: each process
+	// enters them in another order, from two goroutines. On one thread
+	// process 0 would wait in a's while process 1 waits in b's.
+	b, err := m.Dup()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Of different sizes: calls crossed on one communicator would not match.
+	gather := func(c *MPI, k int) func() error {
+		return func() error {
+			send, recv := bytes.Repeat([]byte{byte(r)}, k), make([]byte, k*n)
+			if err := c.Allgather(send, recv); err != nil {
+				return err
+			}
+			for q := range n {
+				if !bytes.Equal(recv[q*k:(q+1)*k], bytes.Repeat([]byte{byte(q)}, k)) {
+					return fmt.Errorf("Allgather of %d bytes received %v", k, recv)
+				}
+			}
+			return nil
+		}
+	}
+	opA, opB := gather(m, 1), gather(b, 2)
+	first, second := opA, opB
+	if r == 1 {
+		first, second = opB, opA
+	}
+	done := make(chan error, 2)
+	go func() { done <- first() }()
+	time.Sleep(50 * time.Millisecond)
+	go func() { done <- second() }()
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			// The MPI thread is stuck: a deferred Close would wait on it.
+			fmt.Println("two communicators entered in different orders: no progress in 30 s")
+			os.Exit(3)
+		}
+	}
+	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := nilPanics(); err == nil {

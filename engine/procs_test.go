@@ -111,7 +111,14 @@ func runProcs(t *testing.T, js string, local int, procs *dist.MPI, steps, half i
 	o := cpu.Options{Devices: local, HBMBytes: 256 << 20}
 	opts := Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2, Precision: prec}
 	if procs != nil {
-		o.Net, opts.Procs = procs, procs
+		// The devices' rounds on a communicator of their own (cmd's job
+		// does the same): no order relates them to the host's exchanges.
+		net, err := procs.Dup()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer net.Close()
+		o.Net, opts.Procs = net, procs
 	}
 	devs, comms, err := cpu.New(o)
 	if err != nil {

@@ -4,6 +4,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
@@ -51,14 +52,31 @@ func (d *Devices) Close() error {
 // collectives with NCCL where it can; the cpu backend's are always in
 // rank order.
 func Open(name string, n int, hbmBytes int64, deterministic bool) (*Devices, error) {
+	return OpenNet(name, n, hbmBytes, deterministic, nil)
+}
+
+// OpenNet is Open for one process of a job of several (net: the
+// processes; nil: this one alone): its n devices are the global ranks
+// net.Proc()·n .. +n−1 of net.Procs()·n, their collectives crossing the
+// processes. The cpu backend only: the cuda backend's across processes
+// (NCCL's) is not built.
+func OpenNet(name string, n int, hbmBytes int64, deterministic bool, net gpu.Net) (*Devices, error) {
 	switch name {
 	case "", "cpu":
-		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: hbmBytes})
+		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: hbmBytes, Net: net})
 		if err != nil {
 			return nil, fmt.Errorf("backend: %w", err)
 		}
-		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: fmt.Sprintf("%d cpu device(s)", n), Collectives: "rank-order", Registrar: devs[0].HostRegistrar()}, nil
+		desc, coll := fmt.Sprintf("%d cpu device(s)", n), "rank-order"
+		if net != nil {
+			desc = fmt.Sprintf("%d cpu device(s) in each of %d processes", n, net.Procs())
+			coll = "rank-order, across processes on MPI"
+		}
+		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: desc, Collectives: coll, Registrar: devs[0].HostRegistrar()}, nil
 	case "cuda":
+		if net != nil {
+			return nil, errors.New("backend: cuda across processes is not built (NCCL with the job's global ranks); the cpu backend runs across processes")
+		}
 		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes, NCCL: !deterministic})
 		if err != nil {
 			return nil, err // says cuda: and what to set
