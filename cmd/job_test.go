@@ -1,0 +1,196 @@
+package cmd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/internal/mpitest"
+	"github.com/strata-ai/strata/nvme/nvmetest"
+)
+
+// mpiStrata runs `strata args...` as np processes of one mpirun job (this
+// test binary, run by TestMain) and returns mpirun's output.
+func mpiStrata(t *testing.T, np int, args ...string) (string, error) {
+	t.Helper()
+	mpitest.Need(t)
+	a, _ := json.Marshal(args)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := mpitest.Command(ctx, np, []string{"STRATA_TEST_MAIN=" + string(a)}, os.Args[0]).CombinedOutput()
+	return string(out), err
+}
+
+// jobConfig is a small run: stage, the optimizer and params where given
+// (nvme under nv), a batch that splits over 4 ranks.
+func jobConfig(t *testing.T, stage int, param, opt, nv string) string {
+	path := ""
+	if nv != "" {
+		path = `, "nvme_path": "` + nv + `"`
+	}
+	return writeFile(t, fmt.Sprintf("stage%d-%s-%s.json", stage, param, opt), fmt.Sprintf(`{
+  "train_micro_batch_size_per_gpu": 2,
+  "gradient_accumulation_steps": 1,
+  "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.01}},
+  "bf16": {"enabled": true},
+  "gradient_clipping": 1.0,
+  "zero_optimization": {"stage": %d, "stage3_param_persistence_threshold": 1000,
+    "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
+  "strata": {"model": "small", "devices": 4, "seq_len": 32, "seed": 5, "host_budget": "64MiB"}
+}`, stage, param, path, opt, path))
+}
+
+// TestTrainAcrossProcesses: `mpirun -np 2 strata train --devices 2` ends
+// with the weights and losses of `strata train --devices 4`, bit for bit,
+// at stages 0-3 with the optimizer on the device, on the host, and params
+// and optimizer on the host and on NVMe; the 2×2 job's checkpoint of step
+// 3 resumes as 1×4 and as 4×1 (mpirun -np 4 --devices 1) to the same bits.
+func TestTrainAcrossProcesses(t *testing.T) {
+	nv := nvmetest.Dir(t)
+	cases := []struct {
+		stage      int
+		param, opt string
+	}{
+		{0, "none", "none"}, {1, "none", "none"}, {2, "none", "cpu"}, {3, "none", "none"}, {3, "cpu", "cpu"}, {3, "nvme", "nvme"},
+	}
+	for _, c := range cases {
+		name := fmt.Sprintf("stage%d/param-%s/opt-%s", c.stage, c.param, c.opt)
+		dirNV := ""
+		if c.param == "nvme" || c.opt == "nvme" {
+			dirNV = nv
+		}
+		cfg := jobConfig(t, c.stage, c.param, c.opt, dirNV)
+		job, one := filepath.Join(t.TempDir(), "job"), filepath.Join(t.TempDir(), "one")
+		common := []string{"train", "--config", cfg, "--steps", "6", "--save-every", "3", "--keep", "3", "--no-progress"}
+		if out, err := mpiStrata(t, 2, append(common, "--devices", "2", "--out", job)...); err != nil {
+			t.Fatalf("%s: mpirun -np 2: %v\n%s", name, err, out)
+		}
+		if _, stderr, err := run(t, append(common, "--devices", "4", "--out", one)...); err != nil {
+			t.Fatalf("%s: --devices 4: %v\n%s", name, err, stderr)
+		}
+		sameRun(t, name+": 2×2 against 1×4", job, one)
+		for _, f := range []string{"summary.json", "config.json"} {
+			if _, err := os.Stat(filepath.Join(job, f)); err != nil {
+				t.Errorf("%s: the job wrote no %s: %v", name, f, err)
+			}
+		}
+		if c.param != "nvme" {
+			continue
+		}
+		step3 := filepath.Join(job, "checkpoints", "step-00000003")
+		resumed := filepath.Join(t.TempDir(), "resumed")
+		if _, stderr, err := run(t, "train", "--resume", step3, "--devices", "4", "--steps", "6", "--out", resumed, "--no-progress"); err != nil {
+			t.Fatalf("%s: resume as 1×4: %v\n%s", name, err, stderr)
+		}
+		sameWeights(t, name+": resumed 1×4", resumed, one)
+		resumed4 := filepath.Join(t.TempDir(), "resumed4")
+		if out, err := mpiStrata(t, 4, "train", "--resume", step3, "--devices", "1", "--steps", "6", "--out", resumed4, "--no-progress"); err != nil {
+			t.Fatalf("%s: resume as 4×1: %v\n%s", name, err, out)
+		}
+		sameWeights(t, name+": resumed 4×1", resumed4, one)
+	}
+}
+
+// sameRun: the two runs' weights and every step's loss are equal.
+func sameRun(t *testing.T, name, a, b string) {
+	t.Helper()
+	sameWeights(t, name, a, b)
+	la, lb := stepLosses(t, a), stepLosses(t, b)
+	if len(la) != 6 || len(lb) != 6 {
+		t.Fatalf("%s: %d and %d steps in steps.jsonl, want 6", name, len(la), len(lb))
+	}
+	for s, l := range lb {
+		if la[s] != l {
+			t.Errorf("%s: step %d loss %v, want %v", name, s, la[s], l)
+		}
+	}
+}
+
+func sameWeights(t *testing.T, name, a, b string) {
+	t.Helper()
+	wa, err := os.ReadFile(filepath.Join(a, "model.safetensors"))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	wb, err := os.ReadFile(filepath.Join(b, "model.safetensors"))
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if !bytes.Equal(wa, wb) {
+		t.Errorf("%s: model.safetensors differ", name)
+	}
+}
+
+// TestTrainProcessKilled: one process of a 2×2 job killed (SIGKILL)
+// mid-run: the job ends within 60 s, mpirun naming the lost rank, and the
+// run directory's latest checkpoint loads.
+func TestTrainProcessKilled(t *testing.T) {
+	mpitest.Need(t)
+	cfg := jobConfig(t, 3, "none", "cpu", "")
+	out := filepath.Join(t.TempDir(), "run")
+	a, _ := json.Marshal([]string{"train", "--config", cfg, "--devices", "2", "--steps", "100000", "--save-every", "2", "--out", out, "--no-progress"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := mpitest.Command(ctx, 2, []string{"STRATA_TEST_MAIN=" + string(a)}, os.Args[0])
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Wait for a checkpoint and a few more steps.
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		b, _ := os.ReadFile(filepath.Join(out, "steps.jsonl"))
+		if bytes.Count(b, []byte("\n")) >= 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job wrote no 5 steps in 2 minutes:\n%s", log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	kids, err := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
+	if err != nil {
+		t.Fatalf("the job's processes: %v", err)
+	}
+	pids := strings.Fields(string(kids))
+	if len(pids) != 2 {
+		t.Fatalf("mpirun has %d children (%v), want 2", len(pids), pids)
+	}
+	victim, _ := strconv.Atoi(pids[len(pids)-1])
+	start := time.Now()
+	if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	took := time.Since(start)
+	if err == nil {
+		t.Fatalf("the job ended well after a process was killed:\n%s", log.String())
+	}
+	if took > 60*time.Second {
+		t.Errorf("the job ended %s after a process was killed, want within 60 s", took)
+	}
+	if !regexp.MustCompile(`process rank \d+ with PID \d+ on node \S+ exited on\s+signal 9`).MatchString(log.String()) {
+		t.Errorf("no line names the lost rank:\n%s", log.String())
+	}
+	t.Logf("ended %s after the kill", took.Round(time.Millisecond))
+	m, dir, err := checkpoint.ReadManifest(filepath.Join(out, "checkpoints"))
+	if err != nil {
+		t.Fatalf("latest checkpoint: %v", err)
+	}
+	if _, stderr, err := run(t, "train", "--resume", dir, "--devices", "4", "--steps", strconv.FormatInt(m.Step+1, 10), "--no-progress"); err != nil {
+		t.Fatalf("resume from %s (step %d): %v\n%s", dir, m.Step, err, stderr)
+	}
+}
