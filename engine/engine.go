@@ -49,8 +49,8 @@ type Engine struct {
 	layout    *model.Layout  // model.Layout()
 	order     []model.Access // e.model.AccessOrder(), checked
 	data      *batches       // the rows of every step (data.go)
-	n         int // N: the ranks of the job, every process's (the world the model is sharded over)
-	nLocal    int // this process's ranks, global base .. base+nLocal−1 (Options.Procs; else all N)
+	n         int            // N: the ranks of the job, every process's (the world the model is sharded over)
+	nLocal    int            // this process's ranks, global base .. base+nLocal−1 (Options.Procs; else all N)
 	base      int
 	stage     int
 	precision gpu.DType
@@ -258,7 +258,7 @@ func (e *Engine) layOut() (estimate.Options, error) {
 	if err != nil {
 		return mo, err
 	}
-	mo.LocalDevices = e.nLocal // this process's ranks share its host budget
+	mo.LocalDevices = e.nLocal                                                              // this process's ranks share its host budget
 	mo.ActivationHostBytes = estimate.InputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
 	if e.opts.Inference {
 		mo.Inference, mo.Frozen = true, make([]bool, len(e.layout.Chunks))

@@ -70,7 +70,7 @@ type Options struct {
 	// LocalDevices are the ranks of one node (process) among the N, which
 	// share its host RAM, host budget and NVMe (0: all N, one node).
 	LocalDevices int
-	Stage       int     // ZeRO stage 0-3
+	Stage        int // ZeRO stage 0-3
 
 	// OptimizerTier holds fp32 master, m and v: HBM (offload_optimizer none),
 	// Host (cpu: ZeRO-Offload) or NVMe (ZeRO-Infinity). Host and NVMe need
