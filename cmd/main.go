@@ -154,6 +154,7 @@ func benchCommand() *cli.Command {
 		benchAdamCommand(),
 		benchGemmCommand(),
 		benchStepCommand(),
+		benchCommCommand(),
 	}
 	return &cli.Command{
 		Name:        "bench",

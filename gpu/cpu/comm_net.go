@@ -91,7 +91,8 @@ type netRound struct {
 	recv []byte // what the exchange received
 	bufs [][]byte
 	// AllReduce: the process's reduced segments in the buffer's dtype,
-	// then every process's (full); ready closes once full is gathered.
+	// then every process's (full: local rank 0's buffer); ready closes
+	// once full is gathered.
 	out, full []byte
 	reduced   int
 	ready     chan struct{}
@@ -188,10 +189,16 @@ func (x *netGroup) exchange(rd *round) {
 		// are one run [q·L·m, (q+1)·L·m) of every input.
 		z, m := c0.Send.DType().Size(), c0.Recv.Len()
 		run := L * m * z
-		send, counts := x.get(xr, x.procs*L*run), make([]int, x.procs)
+		counts := make([]int, x.procs)
+		send := c0.Send.raw() // one rank: its runs are the buffer in order
+		if L > 1 {
+			send = x.get(xr, x.procs*L*run)
+		}
 		for q := range x.procs {
-			for l, cl := range rd.Calls {
-				copy(send[(q*L+l)*run:], cl.Send.raw()[q*run:(q+1)*run])
+			if L > 1 {
+				for l, cl := range rd.Calls {
+					copy(send[(q*L+l)*run:], cl.Send.raw()[q*run:(q+1)*run])
+				}
 			}
 			counts[q] = L * run
 		}
@@ -206,21 +213,31 @@ func (x *netGroup) exchange(rd *round) {
 			xr.seg[g] = g * n / N
 		}
 		runOf := func(q int) (int, int) { return xr.seg[q*L] * z, xr.seg[(q+1)*L] * z }
-		send, sc, rc := x.get(xr, L*n*z), make([]int, x.procs), make([]int, x.procs)
+		sc, rc := make([]int, x.procs), make([]int, x.procs)
 		lo, hi := runOf(x.proc)
+		var send []byte
+		if L == 1 {
+			send = c0.Send.raw() // one rank: its runs are the buffer in order
+		} else {
+			send = x.get(xr, L*n*z)
+		}
 		off := 0
 		for q := range x.procs {
 			qlo, qhi := runOf(q)
-			for _, cl := range rd.Calls {
-				off += copy(send[off:], cl.Send.raw()[qlo:qhi])
+			if L > 1 {
+				for _, cl := range rd.Calls {
+					off += copy(send[off:], cl.Send.raw()[qlo:qhi])
+				}
 			}
 			sc[q], rc[q] = L*(qhi-qlo), L*(hi-lo)
 		}
 		xr.recv = x.get(xr, x.procs*L*(hi-lo))
 		if err = x.net.Alltoallv(send, sc, xr.recv, rc); err == nil {
 			xr.out = x.get(xr, hi-lo)
-			xr.full = x.get(xr, n*z)
-			return // the turn passes after the gather of the reduced segments (finishAllReduce)
+			// Gathered into local rank 0's buffer (read by now: its input
+			// went out above); the other local ranks copy it from there.
+			xr.full = c0.Recv.raw()
+			return // the turn passes after the gather of the reduced segments (allReduceNet)
 		}
 	}
 	x.advance(seq, err)
@@ -319,7 +336,9 @@ func (c *comm) allReduceNet(rd *round, cl call) error {
 	if xr.err != nil {
 		return xr.err
 	}
-	copy(cl.Recv.raw(), xr.full)
+	if c.rank != 0 {
+		copy(cl.Recv.raw(), xr.full)
+	}
 	return nil
 }
 
