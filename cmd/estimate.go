@@ -43,6 +43,7 @@ func estimateCommand() *cli.Command {
 			&cli.StringFlag{Name: "params", Usage: `parameter count Ψ instead of a shape ("124M", "1.5B", "7.5e9")`},
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config to take the settings from"},
 			&cli.IntFlag{Name: "devices", Usage: "N, devices sharing the model state; decides over strata.devices, as in train (default: from the config, strata.devices; without --config, 1)"},
+			&cli.IntFlag{Name: "nodes", Value: 1, Usage: "nodes (processes) of the job, each with --devices devices: N = nodes × devices; host and NVMe are counted per node (each node's budget and drives hold its ranks')"},
 			&cli.IntFlag{Name: "stage", Value: -1, Usage: "ZeRO stage 0-3 (default: a table of all stages)"},
 			&cli.StringFlag{Name: "offload-optimizer", Value: "none", Usage: "where fp32 master, m and v live: none (device), cpu or nvme"},
 			&cli.StringFlag{Name: "offload-param", Value: "none", Usage: "where bf16 param shards live at stage 3: none (device), cpu or nvme"},
@@ -201,6 +202,11 @@ func runEstimate(c *cli.Context) error {
 	}
 	if opts.Devices < 1 || opts.ShardAlignElems < 1 {
 		return usagef("estimate: --devices and --align must be at least 1")
+	}
+	if nodes := c.Int("nodes"); nodes < 1 {
+		return usagef("estimate: --nodes %d: at least 1", nodes)
+	} else if nodes > 1 {
+		opts.LocalDevices, opts.Devices = opts.Devices, nodes*opts.Devices
 	}
 	if err := estimate.CheckSize(opts); err != nil {
 		return usagef("estimate: --align %d on --devices %d: the model state's sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller --align or fewer --devices", opts.ShardAlignElems, opts.Devices)
@@ -432,6 +438,13 @@ func machine(c estimate.Coef, n int) estimate.Coef {
 	return estimate.Coef{Full: c.Full*float64(n) + c.PerN, TrainFull: c.TrainFull*float64(n) + c.TrainPerN}
 }
 
+// node is c (one rank's) summed over one node's l ranks of the job's n:
+// each node holds 1/(n/l) of the sharded terms.
+func node(c estimate.Coef, l, n int) estimate.Coef {
+	nodes := float64(n / l)
+	return estimate.Coef{Full: c.Full*float64(l) + c.PerN/nodes, TrainFull: c.TrainFull*float64(l) + c.TrainPerN/nodes}
+}
+
 func tierWord(t shard.Tier) string {
 	switch t {
 	case shard.Host:
@@ -444,7 +457,12 @@ func tierWord(t shard.Tier) string {
 
 func printEstimate(w io.Writer, what string, o estimate.Options, stages []estimate.Stage, breakdown bool) {
 	fmt.Fprintf(w, "%s\n", what)
-	fmt.Fprintf(w, "N = %d devices; optimizer state on %s; param shards on %s", o.Devices, tierWord(o.OptimizerTier), tierWord(o.ParamTier))
+	nodes := o.Devices / o.Local()
+	if nodes > 1 {
+		fmt.Fprintf(w, "N = %d devices (%d nodes × %d); optimizer state on %s; param shards on %s", o.Devices, nodes, o.Local(), tierWord(o.OptimizerTier), tierWord(o.ParamTier))
+	} else {
+		fmt.Fprintf(w, "N = %d devices; optimizer state on %s; param shards on %s", o.Devices, tierWord(o.OptimizerTier), tierWord(o.ParamTier))
+	}
 	if o.OptimizerTier != shard.HBM {
 		fmt.Fprintf(w, "; reduced gradient shards copied to the host in %s", o.HostGradDType)
 	}
@@ -461,6 +479,9 @@ func printEstimate(w io.Writer, what string, o estimate.Options, stages []estima
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	frozen := o.Frozen != nil
 	head := "stage\tper device\tformula\thost (all ranks)\tformula\tnvme (all ranks)\tformula"
+	if nodes > 1 {
+		head = "stage\tper device\tformula\thost (per node)\tformula\tnvme (per node)\tformula"
+	}
 	if frozen {
 		head += "\tnot kept, frozen (device, host, nvme)"
 	}
@@ -478,8 +499,8 @@ func printEstimate(w io.Writer, what string, o estimate.Options, stages []estima
 			dev += fmt.Sprintf(" (%.1f GB)", float64(s.DeviceBytes())/1e9)
 		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s", s.Stage, dev, s.TierFormula(shard.HBM),
-			units.FormatBytes(s.HostBytes()), machine(s.TierFormula(shard.Host), n),
-			units.FormatBytes(s.NVMeBytes()), machine(s.TierFormula(shard.NVMe), n))
+			units.FormatBytes(s.NodeHostBytes()), node(s.TierFormula(shard.Host), o.Local(), n),
+			units.FormatBytes(s.NodeNVMeBytes()), node(s.TierFormula(shard.NVMe), o.Local(), n))
 		if frozen {
 			fmt.Fprintf(tw, "\t%s, %s, %s", units.FormatBytes(s.FrozenSavedBytes(shard.HBM)/int64(n)),
 				units.FormatBytes(s.FrozenSavedBytes(shard.Host)), units.FormatBytes(s.FrozenSavedBytes(shard.NVMe)))
@@ -551,6 +572,8 @@ type jsonStage struct {
 	HostFormula        string               `json:"host_formula"`
 	NVMeBytes          int64                `json:"nvme_bytes"`
 	NVMeFormula        string               `json:"nvme_formula"`
+	HostNodeBytes      int64                `json:"host_bytes_per_node"` // one node's ranks' (all of them with one node)
+	NVMeNodeBytes      int64                `json:"nvme_bytes_per_node"`
 	PerRank            map[string]jsonTiers `json:"per_rank,omitempty"`
 	// FrozenSaved is what the frozen chunks do not keep (gradients and
 	// master, m, v): hbm per device, host and nvme all ranks, as the
@@ -566,6 +589,8 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		Params           int64       `json:"params"`
 		Chunks           int         `json:"chunks"`
 		Devices          int         `json:"devices"`
+		Nodes            int         `json:"nodes"`
+		DevicesPerNode   int         `json:"devices_per_node"`
 		OffloadOptimizer string      `json:"offload_optimizer"`
 		OffloadParam     string      `json:"offload_param"`
 		ShardAlignElems  int64       `json:"shard_align_elems"`
@@ -579,7 +604,7 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		// Activations is each device's activations and the totals per
 		// stage (estimate_act.go); absent without a shape.
 		Activations *jsonActivations `json:"activations,omitempty"`
-	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, OffloadOptimizer: estimate.DeviceName(o.OptimizerTier),
+	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, Nodes: o.Devices / o.Local(), DevicesPerNode: o.Local(), OffloadOptimizer: estimate.DeviceName(o.OptimizerTier),
 		OffloadParam: estimate.DeviceName(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes,
 		Moments: estimate.MomentsName(max(o.MomentsDType, dtype.F32)), OptimizerBytes: o.OptimizerBytesPerParam()}
 	for i, c := range o.ChunkParams {
@@ -603,6 +628,7 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		}
 		js.HostBytes, js.HostFormula = s.HostBytes(), machine(s.TierFormula(shard.Host), o.Devices).String()
 		js.NVMeBytes, js.NVMeFormula = s.NVMeBytes(), machine(s.TierFormula(shard.NVMe), o.Devices).String()
+		js.HostNodeBytes, js.NVMeNodeBytes = s.NodeHostBytes(), s.NodeNVMeBytes()
 		js.PerRank = map[string]jsonTiers{}
 		for st := range shard.StateCount {
 			if shard.State(st) == shard.Activation {

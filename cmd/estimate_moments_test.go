@@ -43,3 +43,44 @@ func TestEstimateMoments(t *testing.T) {
 		t.Errorf("int8 on the device: %v", err)
 	}
 }
+
+// TestEstimateNodes: --nodes N --devices D is a job of N·D ranks whose
+// host and NVMe bytes are counted per node (D ranks' each).
+func TestEstimateNodes(t *testing.T) {
+	out, _, err := run(t, "estimate", "--model", "gpt2", "--nodes", "2", "--devices", "4", "--stage", "3", "--offload-optimizer", "nvme", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js struct {
+		Devices, Nodes int
+		DevicesPerNode int `json:"devices_per_node"`
+		Stages         []struct {
+			HostBytes     int64 `json:"host_bytes"`
+			NVMeBytes     int64 `json:"nvme_bytes"`
+			HostNodeBytes int64 `json:"host_bytes_per_node"`
+			NVMeNodeBytes int64 `json:"nvme_bytes_per_node"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &js); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if js.Devices != 8 || js.Nodes != 2 || js.DevicesPerNode != 4 || len(js.Stages) != 1 {
+		t.Fatalf("devices %d nodes %d per node %d, %d stages; want 8, 2, 4, 1", js.Devices, js.Nodes, js.DevicesPerNode, len(js.Stages))
+	}
+	s := js.Stages[0]
+	if s.NVMeBytes == 0 || 2*s.NVMeNodeBytes != s.NVMeBytes || 2*s.HostNodeBytes != s.HostBytes {
+		t.Errorf("per node host %d nvme %d, all ranks %d %d: want half", s.HostNodeBytes, s.NVMeNodeBytes, s.HostBytes, s.NVMeBytes)
+	}
+	table, _, err := run(t, "estimate", "--model", "gpt2", "--nodes", "2", "--devices", "4", "--stage", "3", "--offload-optimizer", "nvme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"N = 8 devices (2 nodes × 4)", "host (per node)", "nvme (per node)", "6Ψ"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	if _, _, err := run(t, "estimate", "--model", "gpt2", "--nodes", "0"); err == nil || !strings.Contains(err.Error(), "--nodes 0") {
+		t.Errorf("--nodes 0: %v", err)
+	}
+}
