@@ -171,7 +171,7 @@ func (l *trainLoop) aborting(os.Signal) string {
 	ck := filepath.Join(l.flags.out, "checkpoints")
 	if m, dir, err := checkpoint.ReadManifest(ck); err == nil {
 		return fmt.Sprintf("%s; what survives is the complete checkpoint of step %d, %s (resume from it: %s)",
-			what, m.Step, dir, goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps))
+			what, m.Step, dir, l.job.launcher()+goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps))
 	}
 	return what + "; no complete checkpoint of this run survives in " + ck
 }

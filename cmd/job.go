@@ -168,3 +168,15 @@ func (j *job) follow(path string, err error) (string, error) {
 	}
 	return string(b), nil
 }
+
+// launcher is what starts the job again, before "strata train …" in the
+// command that goes on with a run: "mpirun -np P " ("" alone).
+func (j *job) launcher() string {
+	switch {
+	case j == nil:
+		return ""
+	case j.place.Launcher == dist.LaunchSlurm:
+		return fmt.Sprintf("srun --mpi=pmix -n %d ", j.place.Size)
+	}
+	return fmt.Sprintf("mpirun -np %d ", j.place.Size)
+}

@@ -71,8 +71,19 @@ func execute(args []string, stdout, stderr io.Writer) (string, error) {
 // one line (errorLine).
 func Main(args []string) int {
 	path, err := execute(args, os.Stdout, os.Stderr)
-	return report(path, err, os.Stderr)
+	status := report(path, err, os.Stderr)
+	for _, f := range afterReport {
+		f()
+	}
+	afterReport = nil
+	return status
 }
+
+// afterReport runs after Main has printed the command's error: a job of
+// several processes leaves MPI there (MPI_Finalize waits for every
+// process), so that process 0's last line is out before its peers, done,
+// exit, and mpirun, seeing them gone, ends the job.
+var afterReport []func()
 
 // report prints err (if any) on stderr and returns the exit status.
 func report(path string, err error, stderr io.Writer) int {

@@ -109,7 +109,7 @@ func (l *trainLoop) lastSaveError() error {
 		l.fails.lastAt, cause(l.fails.last), l.survives(), l.fails.lastAt, filepath.Join(l.flags.out, "model.safetensors"))
 	if l.stopped != nil {
 		return interruptedError{fmt.Sprintf("%s; %v: stopped after step %d of %d; go on with: %s", msg, l.stopped, l.last.Step,
-			l.cfg.Strata.Steps, goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps)), exitStatus(l.stopped)}
+			l.cfg.Strata.Steps, l.job.launcher()+goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps)), exitStatus(l.stopped)}
 	}
 	return errors.New(msg)
 }

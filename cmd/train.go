@@ -213,7 +213,9 @@ func runTrain(c *cli.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	defer j.close()
+	if j != nil {
+		afterReport = append(afterReport, j.close)
+	}
 	stdout, stderr := j.quiet(c.App.Writer), j.quiet(c.App.ErrWriter)
 	if !j.leader() {
 		f.tracePath = "" // process 0's timeline only

@@ -313,5 +313,5 @@ func (l *trainLoop) report(stdout io.Writer) error {
 		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total), exitStatus(l.stopped)}
 	}
 	return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
-		l.stopped, l.last.Step, total, l.stoppedAt, goOn(l.flags.args, l.flags.out, total)), exitStatus(l.stopped)}
+		l.stopped, l.last.Step, total, l.stoppedAt, l.job.launcher()+goOn(l.flags.args, l.flags.out, total)), exitStatus(l.stopped)}
 }
