@@ -194,3 +194,48 @@ func TestTrainProcessKilled(t *testing.T) {
 		t.Fatalf("resume from %s (step %d): %v\n%s", dir, m.Step, err, stderr)
 	}
 }
+
+// TestTrainJobStops: Ctrl-C on mpirun (which passes SIGTERM to every
+// process): whichever process sees it first, all stop after the same
+// step; process 0 saves it and prints the command that goes on, mpirun
+// first; the checkpoint is the last line of steps.jsonl.
+func TestTrainJobStops(t *testing.T) {
+	mpitest.Need(t)
+	cfg := jobConfig(t, 3, "none", "cpu", "")
+	out := filepath.Join(t.TempDir(), "run")
+	a, _ := json.Marshal([]string{"train", "--config", cfg, "--devices", "2", "--steps", "100000", "--out", out, "--no-progress"})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := mpitest.Command(ctx, 2, []string{"STRATA_TEST_MAIN=" + string(a)}, os.Args[0])
+	var log lockedBuffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(out, "steps.jsonl"))
+		if bytes.Count(b, []byte("\n")) >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no 3 steps in 2 minutes:\n%s", log.String())
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Wait()
+	m, _, err := checkpoint.ReadManifest(filepath.Join(out, "checkpoints"))
+	if err != nil {
+		t.Fatalf("no checkpoint after the stop: %v\n%s", err, log.String())
+	}
+	losses := stepLosses(t, out)
+	if int64(len(losses)) != m.Step {
+		t.Errorf("checkpoint of step %d, steps.jsonl has %d steps", m.Step, len(losses))
+	}
+	want := fmt.Sprintf("stopped after step %d of 100000, checkpoint", m.Step)
+	if !strings.Contains(log.String(), want) || !strings.Contains(log.String(), "go on with: mpirun -np 2 strata train --resume "+out) {
+		t.Errorf("no line %q with the command that goes on:\n%s", want, log.String())
+	}
+}
