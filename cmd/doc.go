@@ -1,5 +1,5 @@
 // Package cmd is the strata command line: train, eval, generate, estimate, plan,
-// bench (nvme, adam, gemm, step), export, inspect and version.
+// bench (nvme, adam, gemm, step, comm), export, inspect and version.
 // TestDocListsCommands keeps this list equal to the App's commands.
 //
 // It is the only user of the CLI library (urfave/cli) and the only place
@@ -11,6 +11,12 @@
 // does the work (config.Config for train, bench.NVMeOptions,
 // bench.StepOptions ...), applying defaults only to what the user left
 // unset so that an explicit bad value reaches Validate and is refused.
+//
+// train in a job of several processes (job.go: mpirun -np P strata train
+// --devices L) joins Open MPI through package dist: process 0 prints and
+// writes the run, the others send it their shards and print only their
+// errors, every process stops after the same step and follows process 0's
+// verdict on a save; bench comm measures the collectives across processes.
 //
 // eval and generate (infer.go) open --model as train --init opens its PATH
 // (init.go's probeModel and open), hold every parameter resident on one
