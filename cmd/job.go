@@ -52,11 +52,8 @@ func openJob(c *cli.Context) (*job, error) {
 	if !c.IsSet("devices") {
 		return nil, usagef("train: %s: a job of several processes needs --devices, each process's devices (the job has processes × devices ranks)", place)
 	}
-	if b := c.String("backend"); b == "cuda" {
-		return nil, fmt.Errorf("train: %s: %w: the cuda backend across processes (NCCL with the global ranks, its unique id through the rendezvous); the cpu backend runs across processes on Open MPI", place, engine.ErrNotBuilt)
-	}
 	if place.Launcher != dist.LaunchMPI && place.Launcher != dist.LaunchSlurm {
-		return nil, fmt.Errorf("train: %s: %w: a job of the cpu backend that %s started: its collectives run on Open MPI, which joins only processes it started (its singletons cannot connect without its own server): launch with mpirun -np %d (or srun --mpi=pmix)",
+		return nil, fmt.Errorf("train: %s: %w: a job that %s started: the processes exchange through Open MPI (the cpu backend's collectives, the cuda backend's NCCL id, the host's values), which joins only processes it started (its singletons cannot connect without its own server): launch with mpirun -np %d (or srun --mpi=pmix)",
 			place, engine.ErrNotBuilt, place.Launcher, place.Size)
 	}
 	m, err := dist.OpenMPI()

@@ -4,7 +4,6 @@
 package backend
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/strata-ai/strata/gpu"
@@ -58,8 +57,8 @@ func Open(name string, n int, hbmBytes int64, deterministic bool) (*Devices, err
 // OpenNet is Open for one process of a job of several (net: the
 // processes; nil: this one alone): its n devices are the global ranks
 // net.Proc()·n .. +n−1 of net.Procs()·n, their collectives crossing the
-// processes. The cpu backend only: the cuda backend's across processes
-// (NCCL's) is not built.
+// processes: the cpu backend's in rank order, the cuda backend's on NCCL
+// (deterministic must be false; not run on a GPU yet).
 func OpenNet(name string, n int, hbmBytes int64, deterministic bool, net gpu.Net) (*Devices, error) {
 	switch name {
 	case "", "cpu":
@@ -74,10 +73,7 @@ func OpenNet(name string, n int, hbmBytes int64, deterministic bool, net gpu.Net
 		}
 		return &Devices{Backend: "cpu", Devs: cpu.Devices(devs), Comms: comms, Describe: desc, Collectives: coll, Registrar: devs[0].HostRegistrar()}, nil
 	case "cuda":
-		if net != nil {
-			return nil, errors.New("backend: cuda across processes is not built (NCCL with the job's global ranks); the cpu backend runs across processes")
-		}
-		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes, NCCL: !deterministic})
+		b, err := cuda.New(cuda.Options{Devices: n, HBMBytes: hbmBytes, NCCL: !deterministic, Net: net})
 		if err != nil {
 			return nil, err // says cuda: and what to set
 		}

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -23,6 +24,12 @@ type Options struct {
 	// allocates outside it (cuBLAS workspace, kernel module, the scratch of
 	// attention backward, mixed-type GEMM; NCCL's own buffers). Default 1 GiB.
 	ReserveBytes int64
+	// Net, when set, joins the devices of several processes into one
+	// communicator: this process's devices are the global ranks
+	// Net.Proc()·Devices .. +Devices−1 of Net.Procs()·Devices, and the
+	// collectives run on NCCL (NCCL must be set): the rank-order path
+	// copies between the GPUs of one process only.
+	Net gpu.Net
 	// NCCL runs the collectives with NCCL (faster on several GPUs; its
 	// reductions are not in rank order, so runs are not bit-identical to
 	// the rank-order path's) where libnccl loads and every rank has a GPU
@@ -53,6 +60,9 @@ func (o Options) Validate() error {
 	}
 	if o.ReserveBytes < 0 {
 		return fmt.Errorf("cuda: reserve bytes %d must be >= 0", o.ReserveBytes)
+	}
+	if o.Net != nil && !o.NCCL {
+		return errors.New("cuda: across processes the collectives run on NCCL: set strata.deterministic false (the rank-order path copies between the GPUs of one process)")
 	}
 	return nil
 }
@@ -173,9 +183,17 @@ func New(o Options) (*Backend, error) {
 		return nil, err
 	}
 	b.group = grp
-	b.chooseCollectives(o)
+	if err := b.chooseCollectives(o); err != nil {
+		b.Close()
+		return nil, err
+	}
+	base, world := 0, len(b.devs)
+	if o.Net != nil {
+		base, world = o.Net.Proc()*len(b.devs), o.Net.Procs()*len(b.devs)
+		grp.acrossProcesses = true
+	}
 	for i, d := range b.devs {
-		b.comms = append(b.comms, gpu.CheckedComm[*Stream, *Buffer](d.front, i, len(b.devs), &comm{g: grp, rank: i, dev: d}))
+		b.comms = append(b.comms, gpu.CheckedComm[*Stream, *Buffer](d.front, base+i, world, &comm{g: grp, rank: i, dev: d}))
 	}
 	return b, nil
 }
@@ -202,23 +220,31 @@ func (b *Backend) Comms() []gpu.Comm { return append([]gpu.Comm(nil), b.comms...
 func (b *Backend) Collectives() string { return b.collectives }
 
 // chooseCollectives enables peer access between the backend's GPUs and
-// makes the NCCL communicator when o asks for it and it can be made.
-func (b *Backend) chooseCollectives(o Options) {
+// makes the NCCL communicator when o asks for it and it can be made; across
+// processes (o.Net) it must be made.
+func (b *Backend) chooseCollectives(o Options) error {
 	gpus := b.l.gpus[:min(len(b.devs), len(b.l.gpus))]
 	misses := enablePeers(b.l.drv, gpus)
 	desc := "rank-order"
 	if o.NCCL {
-		nc, err := newNCCLComms(b)
-		if err != nil {
+		nc, err := newNCCLComms(b, o.Net)
+		switch {
+		case err != nil && o.Net != nil:
+			return fmt.Errorf("cuda: NCCL across %d processes: %w", o.Net.Procs(), err)
+		case err != nil:
 			desc = fmt.Sprintf("rank-order (NCCL not used: %v)", err)
-		} else {
+		default:
 			b.group.nccl, desc = nc, nc.describe()
 		}
 	}
 	if p := describePeers(len(gpus), misses); p != "" {
 		desc += "; " + p
 	}
+	if o.Net != nil {
+		desc += fmt.Sprintf("; across %d processes", o.Net.Procs())
+	}
 	b.collectives = desc
+	return nil
 }
 
 // Close synchronizes and destroys every stream of the backend and frees the

@@ -45,6 +45,10 @@ type group struct {
 	size   int
 	rounds *gpu.Rounds[*Buffer, rankCall]
 	nccl   *ncclComms // nil: the rank-order path
+	// acrossProcesses: the NCCL communicator is a job's of several
+	// processes (Options.Net); a Barrier would wait for this process's
+	// ranks only, and is refused.
+	acrossProcesses bool
 
 	flagsHost unsafe.Pointer // n uint32 in mapped, pinned host memory
 	flagsDev  uint64
@@ -184,6 +188,9 @@ func (g *group) execute(rd *round) {
 	n := g.size
 	drv := g.b.l.drv
 	err := rd.Err
+	if err == nil && g.acrossProcesses && rd.Calls[0].Kind == gpu.CollBarrier {
+		err = fmt.Errorf("gpu/cuda: collective %d: a barrier across processes is not built (NCCL has none); the engine issues none", rd.Seq)
+	}
 	if err == nil {
 		if g.nccl != nil {
 			err = g.ncclTransfer(rd)

@@ -31,8 +31,10 @@ type ncclComms struct {
 }
 
 // newNCCLComms makes one NCCL communicator over b's ranks, or says why it
-// cannot (no library, ranks sharing a GPU, an NCCL error).
-func newNCCLComms(b *Backend) (*ncclComms, error) {
+// cannot (no library, ranks sharing a GPU, an NCCL error). With net (a job
+// of several processes) the communicator is the job's: every process's
+// ranks (initNCCL).
+func newNCCLComms(b *Backend, net gpu.Net) (*ncclComms, error) {
 	n := len(b.devs)
 	if n > len(b.l.gpus) {
 		return nil, fmt.Errorf("%d ranks on %d GPU(s): NCCL needs a GPU per rank", n, len(b.l.gpus))
@@ -41,11 +43,42 @@ func newNCCLComms(b *Backend) (*ncclComms, error) {
 	if err != nil {
 		return nil, err
 	}
-	var id ncclUniqueID
-	if err := api.check(api.ncclGetUniqueId(&id), "ncclGetUniqueId"); err != nil {
+	nc := &ncclComms{api: api}
+	nc.comms, err = initNCCL(api, net, n, func(r int, f func() error) error { return b.devs[r].g.do(f) })
+	if err != nil {
+		nc.destroy(b)
 		return nil, err
 	}
-	nc := &ncclComms{api: api, comms: make([]uintptr, n)}
+	return nc, nil
+}
+
+// initNCCL makes the NCCL communicator of local ranks 0..n−1 (on(r, f) runs
+// f on rank r's GPU thread) and returns each one's handle. One process: the
+// ranks are 0..n−1 of n. A job of several (net): process 0 calls
+// ncclGetUniqueId and sends the id's 128 bytes to the others (net.Bcast: the
+// bootstrap, not a collective of the job's data), and this process's
+// ranks are the global ranks Proc()·n .. Proc()·n+n−1 of Procs()·n.
+// ncclCommInitRank runs for every local rank between ncclGroupStart and
+// ncclGroupEnd, on one locked thread, as NCCL asks of a thread that
+// initializes several ranks. On an error the handles made so far are
+// returned with it (to destroy).
+func initNCCL(api *ncclAPI, net gpu.Net, n int, on func(r int, f func() error) error) ([]uintptr, error) {
+	world, base := n, 0
+	if net != nil {
+		world, base = n*net.Procs(), n*net.Proc()
+	}
+	var id ncclUniqueID
+	if net == nil || net.Proc() == 0 {
+		if err := api.check(api.ncclGetUniqueId(&id), "ncclGetUniqueId"); err != nil {
+			return nil, err
+		}
+	}
+	if net != nil {
+		if err := net.Bcast(id.Internal[:], 0); err != nil {
+			return nil, fmt.Errorf("the NCCL unique id from process 0: %w", err)
+		}
+	}
+	comms := make([]uintptr, n)
 	// ncclGroupStart and ncclGroupEnd keep their state per thread.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -53,22 +86,21 @@ func newNCCLComms(b *Backend) (*ncclComms, error) {
 		return nil, err
 	}
 	var errs []error
-	for r, d := range b.devs {
-		errs = append(errs, d.g.do(func() error {
-			return api.check(api.ncclCommInitRank(&nc.comms[r], int32(n), id, int32(r)), "ncclCommInitRank rank %d of %d on GPU %d", r, n, d.g.ordinal)
+	for r := range n {
+		errs = append(errs, on(r, func() error {
+			return api.check(api.ncclCommInitRank(&comms[r], int32(world), id, int32(base+r)), "ncclCommInitRank rank %d of %d", base+r, world)
 		}))
 	}
 	errs = append(errs, api.check(api.ncclGroupEnd(), "ncclGroupEnd (ncclCommInitRank of %d ranks)", n))
-	if err := errors.Join(errs...); err != nil {
-		nc.destroy(b)
-		return nil, err
-	}
-	return nc, nil
+	return comms, errors.Join(errs...)
 }
 
 // destroy frees every rank's communicator (its streams synchronized).
 func (nc *ncclComms) destroy(b *Backend) error {
 	var errs []error
+	if nc == nil {
+		return nil
+	}
 	for r, c := range nc.comms {
 		if c == 0 {
 			continue
