@@ -239,3 +239,30 @@ func TestTrainJobStops(t *testing.T) {
 		t.Errorf("no line %q with the command that goes on:\n%s", want, log.String())
 	}
 }
+
+// TestTrainJobRefusals: a job torchrun started (its variables), one
+// without --devices, and a bad launcher variable: each one error saying
+// what to do, before anything runs.
+func TestTrainJobRefusals(t *testing.T) {
+	for _, c := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{[]string{"RANK", "0", "WORLD_SIZE", "2", "MASTER_ADDR", "127.0.0.1", "MASTER_PORT", "29500"}, []string{"--devices", "1"}, "launch with mpirun -np 2 (or srun --mpi=pmix)"},
+		{[]string{"OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "2"}, nil, "needs --devices, each process's devices"},
+		{[]string{"OMPI_COMM_WORLD_RANK", "2", "OMPI_COMM_WORLD_SIZE", "2"}, []string{"--devices", "1"}, "OMPI_COMM_WORLD_RANK=2 is outside the job"},
+		{nil, []string{"--devices", "1", "--nnodes", "2"}, "--nnodes 2 needs --master HOST:PORT"},
+	} {
+		for i := 0; i < len(c.env); i += 2 {
+			t.Setenv(c.env[i], c.env[i+1])
+		}
+		_, _, err := run(t, append([]string{"train", "--steps", "1"}, c.args...)...)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v %v: %v, want an error containing %q", c.env, c.args, err, c.want)
+		}
+		for i := 0; i < len(c.env); i += 2 {
+			os.Unsetenv(c.env[i])
+		}
+	}
+}
