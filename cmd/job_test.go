@@ -136,31 +136,9 @@ func sameWeights(t *testing.T, name, a, b string) {
 // mid-run: the job ends within 60 s, mpirun naming the lost rank, and the
 // run directory's latest checkpoint loads.
 func TestTrainProcessKilled(t *testing.T) {
-	mpitest.Need(t)
 	cfg := jobConfig(t, 3, "none", "cpu", "")
 	out := filepath.Join(t.TempDir(), "run")
-	a, _ := json.Marshal([]string{"train", "--config", cfg, "--devices", "2", "--steps", "100000", "--save-every", "2", "--out", out, "--no-progress"})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := mpitest.Command(ctx, 2, []string{"STRATA_TEST_MAIN=" + string(a)}, os.Args[0])
-	var log lockedBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	// Wait for a checkpoint and a few more steps.
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		b, _ := os.ReadFile(filepath.Join(out, "steps.jsonl"))
-		if bytes.Count(b, []byte("\n")) >= 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job wrote no 5 steps in 2 minutes:\n%s", log.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	cmd, log := startJob(t, cfg, out, 5, "--save-every", "2") // a checkpoint and a few more steps
 	kids, err := exec.Command("pgrep", "-P", strconv.Itoa(cmd.Process.Pid)).Output()
 	if err != nil {
 		t.Fatalf("the job's processes: %v", err)
@@ -200,28 +178,9 @@ func TestTrainProcessKilled(t *testing.T) {
 // step; process 0 saves it and prints the command that goes on, mpirun
 // first; the checkpoint is the last line of steps.jsonl.
 func TestTrainJobStops(t *testing.T) {
-	mpitest.Need(t)
 	cfg := jobConfig(t, 3, "none", "cpu", "")
 	out := filepath.Join(t.TempDir(), "run")
-	a, _ := json.Marshal([]string{"train", "--config", cfg, "--devices", "2", "--steps", "100000", "--out", out, "--no-progress"})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := mpitest.Command(ctx, 2, []string{"STRATA_TEST_MAIN=" + string(a)}, os.Args[0])
-	var log lockedBuffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile(filepath.Join(out, "steps.jsonl"))
-		if bytes.Count(b, []byte("\n")) >= 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no 3 steps in 2 minutes:\n%s", log.String())
-		}
-	}
+	cmd, log := startJob(t, cfg, out, 3)
 	if err := cmd.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +222,33 @@ func TestTrainJobRefusals(t *testing.T) {
 		}
 		for i := 0; i < len(c.env); i += 2 {
 			os.Unsetenv(c.env[i])
+		}
+	}
+}
+
+// startJob starts `strata train --config cfg --devices 2 --steps 100000
+// --out out` plus args as a job of 2 processes and waits until steps.jsonl
+// has n lines; it returns mpirun's command and its output so far.
+func startJob(t *testing.T, cfg, out string, n int, args ...string) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	mpitest.Need(t)
+	a, _ := json.Marshal(append([]string{"train", "--config", cfg, "--devices", "2", "--steps", "100000", "--out", out, "--no-progress"}, args...))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	cmd := mpitest.Command(ctx, 2, []string{"STRATA_TEST_MAIN=" + string(a)}, os.Args[0])
+	log := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(filepath.Join(out, "steps.jsonl"))
+		if bytes.Count(b, []byte("\n")) >= n {
+			return cmd, log
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job wrote no %d steps in 2 minutes:\n%s", n, log.String())
 		}
 	}
 }

@@ -229,41 +229,33 @@ func (c *comm) allReduce(rd *round, cl call) func() {
 func reduceF32(dst []float32, calls []call, off int, op gpu.ReduceOp, tmp []float32) {
 	for lo := 0; lo < len(dst); lo += reduceTmpElems {
 		hi := min(lo+reduceTmpElems, len(dst))
-		d := dst[lo:hi]
-		for q, cl := range calls {
-			x := loadF32(cl.Send, off+lo, off+hi, tmp)
-			if q == 0 {
-				copy(d, x)
-				continue
-			}
-			for i, v := range x {
-				d[i] += v
-			}
-		}
-		if op == gpu.Avg {
-			nf := float32(len(calls))
-			for i := range d {
-				d[i] /= nf
-			}
-		}
+		sumRanks(dst[lo:hi], len(calls), func(q int) []float32 { return loadF32(calls[q].Send, off+lo, off+hi, tmp) }, op)
 	}
 }
 
 func reduceF64(dst []float64, calls []call, off int, op gpu.ReduceOp) {
-	for q, cl := range calls {
-		x := cl.Send.f64()[off : off+len(dst)]
+	sumRanks(dst, len(calls), func(q int) []float64 { return calls[q].Send.f64()[off : off+len(dst)] }, op)
+}
+
+// sumRanks sets d to x_0 + x_1 + … + x_{n−1}, x_q = load(q) (rank q's
+// values of d's elements), added in rank order, then for Avg divides by n:
+// the one reduction of every collective here, within a process and
+// across processes.
+func sumRanks[T float32 | float64](d []T, n int, load func(q int) []T, op gpu.ReduceOp) {
+	for q := range n {
+		x := load(q)
 		if q == 0 {
-			copy(dst, x)
+			copy(d, x)
 			continue
 		}
 		for i, v := range x {
-			dst[i] += v
+			d[i] += v
 		}
 	}
 	if op == gpu.Avg {
-		nf := float64(len(calls))
-		for i := range dst {
-			dst[i] /= nf
+		nf := T(n)
+		for i := range d {
+			d[i] /= nf
 		}
 	}
 }

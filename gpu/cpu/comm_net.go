@@ -348,22 +348,7 @@ func (c *comm) allReduceNet(rd *round, cl call) error {
 // from rank 0 up, Avg a division by n, one rounding on store.
 func reduceRaw(dst []byte, odt, idt gpu.DType, m int, src func(q int) []byte, n int, op gpu.ReduceOp) {
 	if idt == gpu.F64 {
-		sum := f64View(dst, m)
-		for q := range n {
-			x := f64View(src(q), m)
-			if q == 0 {
-				copy(sum, x)
-				continue
-			}
-			for i, v := range x {
-				sum[i] += v
-			}
-		}
-		if op == gpu.Avg {
-			for i := range sum {
-				sum[i] /= float64(n)
-			}
-		}
+		sumRanks(f64View(dst, m), n, func(q int) []float64 { return f64View(src(q), m) }, op)
 		return
 	}
 	k := min(m, reduceTmpElems)
@@ -371,22 +356,7 @@ func reduceRaw(dst []byte, odt, idt gpu.DType, m int, src func(q int) []byte, n 
 	for lo := 0; lo < m; lo += k {
 		hi := min(lo+k, m)
 		d := sum[:hi-lo]
-		for q := range n {
-			x := rawF32(idt, src(q), lo, hi, wide)
-			if q == 0 {
-				copy(d, x)
-				continue
-			}
-			for i, v := range x {
-				d[i] += v
-			}
-		}
-		if op == gpu.Avg {
-			nf := float32(n)
-			for i := range d {
-				d[i] /= nf
-			}
-		}
+		sumRanks(d, n, func(q int) []float32 { return rawF32(idt, src(q), lo, hi, wide) }, op)
 		switch odt {
 		case gpu.F32:
 			copy(f32View(dst, m)[lo:hi], d)
