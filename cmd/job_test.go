@@ -58,6 +58,12 @@ func jobConfig(t *testing.T, stage int, param, opt, nv string) string {
 // 3 resumes as 1×4 and as 4×1 (mpirun -np 4 --devices 1) to the same bits.
 func TestTrainAcrossProcesses(t *testing.T) {
 	nv := nvmetest.Dir(t)
+	text, err := os.ReadFile("../testdata/train/corpus.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	corpus := writeFile(t, "corpus.txt", string(text))
+	held := writeFile(t, "held.txt", strings.Repeat("held out text. ", 60)[:16*32+1]) // 16 rows of 32: 2 rounds of 4 ranks × 2 rows
 	cases := []struct {
 		stage      int
 		param, opt string
@@ -73,6 +79,11 @@ func TestTrainAcrossProcesses(t *testing.T) {
 		cfg := jobConfig(t, c.stage, c.param, c.opt, dirNV)
 		job, one := filepath.Join(t.TempDir(), "job"), filepath.Join(t.TempDir(), "one")
 		common := []string{"train", "--config", cfg, "--steps", "6", "--save-every", "3", "--keep", "3", "--no-progress"}
+		if c.param == "cpu" {
+			// Real text, tokenized by each process, and a held-out set
+			// evaluated every 2 steps: the losses exchanged across processes.
+			common = append(common, "--data", corpus, "--eval-data", held, "--eval-every", "2")
+		}
 		if out, err := mpiStrata(t, 2, append(common, "--devices", "2", "--out", job)...); err != nil {
 			t.Fatalf("%s: mpirun -np 2: %v\n%s", name, err, out)
 		}
@@ -80,6 +91,9 @@ func TestTrainAcrossProcesses(t *testing.T) {
 			t.Fatalf("%s: --devices 4: %v\n%s", name, err, stderr)
 		}
 		sameRun(t, name+": 2×2 against 1×4", job, one)
+		if ea, eb := evalLosses(t, job), evalLosses(t, one); c.param == "cpu" && (len(eb) != 3 || fmt.Sprint(ea) != fmt.Sprint(eb)) {
+			t.Errorf("%s: eval losses %v, one process %v (want 3 each, equal)", name, ea, eb)
+		}
 		for _, f := range []string{"summary.json", "config.json"} {
 			if _, err := os.Stat(filepath.Join(job, f)); err != nil {
 				t.Errorf("%s: the job wrote no %s: %v", name, f, err)
@@ -251,4 +265,26 @@ func startJob(t *testing.T, cfg, out string, n int, args ...string) (*exec.Cmd, 
 			t.Fatalf("the job wrote no %d steps in 2 minutes:\n%s", n, log.String())
 		}
 	}
+}
+
+// evalLosses are the eval losses of steps.jsonl, in order.
+func evalLosses(t *testing.T, dir string) []float64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "steps.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float64
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		var l struct {
+			Eval *float64 `json:"eval_loss"`
+		}
+		if err := json.Unmarshal([]byte(line), &l); err != nil {
+			t.Fatal(err)
+		}
+		if l.Eval != nil {
+			out = append(out, *l.Eval)
+		}
+	}
+	return out
 }
