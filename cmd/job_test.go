@@ -94,10 +94,12 @@ func TestTrainAcrossProcesses(t *testing.T) {
 		if ea, eb := evalLosses(t, job), evalLosses(t, one); c.param == "cpu" && (len(eb) != 3 || fmt.Sprint(ea) != fmt.Sprint(eb)) {
 			t.Errorf("%s: eval losses %v, one process %v (want 3 each, equal)", name, ea, eb)
 		}
-		for _, f := range []string{"summary.json", "config.json"} {
-			if _, err := os.Stat(filepath.Join(job, f)); err != nil {
-				t.Errorf("%s: the job wrote no %s: %v", name, f, err)
-			}
+		var sum struct{ Devices, Processes int }
+		if b, err := os.ReadFile(filepath.Join(job, "summary.json")); err != nil || json.Unmarshal(b, &sum) != nil || sum.Devices != 4 || sum.Processes != 2 {
+			t.Errorf("%s: the job's summary.json: %v, devices %d processes %d, want 4 and 2", name, err, sum.Devices, sum.Processes)
+		}
+		if _, err := os.Stat(filepath.Join(job, "config.json")); err != nil {
+			t.Errorf("%s: the job wrote no config.json: %v", name, err)
 		}
 		if c.param != "nvme" {
 			continue

@@ -779,7 +779,7 @@ func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
 		prec = "fp16"
 	}
 	out := map[string]any{
-		"model": s.Model, "params": s.Params, "devices": s.Devices, "stage": s.Stage, "precision": prec,
+		"model": s.Model, "params": s.Params, "devices": s.Devices, "processes": s.Processes, "stage": s.Stage, "precision": prec,
 		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
 		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
 		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": tierJSON(s.Tier),

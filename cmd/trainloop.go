@@ -44,8 +44,12 @@ func startTrain(e *engine.Engine, p *trainPlan, devs *backend.Devices, stderr io
 		data = cfg.Strata.Data
 	}
 	sum := e.Summary()
-	fmt.Fprintf(stderr, "strata train: %s, %s params, ZeRO stage %d on %d %s device(s), optimizer on the %s, overlap %s\n",
-		sum.Model, units.FormatSize(sum.Params), sum.Stage, sum.Devices, cfg.Strata.Backend, sum.Optimizer, sum.Overlap)
+	procs := ""
+	if sum.Processes > 1 {
+		procs = fmt.Sprintf(" in %d processes", sum.Processes)
+	}
+	fmt.Fprintf(stderr, "strata train: %s, %s params, ZeRO stage %d on %d %s device(s)%s, optimizer on the %s, overlap %s\n",
+		sum.Model, units.FormatSize(sum.Params), sum.Stage, sum.Devices, cfg.Strata.Backend, procs, sum.Optimizer, sum.Overlap)
 	fmt.Fprintf(stderr, "  global batch %d rows = %d devices × %d micro-batches × %d rows of %d tokens; data: %s; %d steps\n",
 		cfg.TrainBatchSize, sum.Devices, sum.Accum, sum.Micro, sum.Seq, data, cfg.Strata.Steps)
 	if p.resume != nil {

@@ -94,7 +94,10 @@ type HostRegistration struct {
 type Summary struct {
 	Model     string
 	Params    int64 // Ψ
-	Devices   int
+	Devices   int // N: every process's (Options.Procs)
+	// Processes is the job's processes (1 alone). Per device, host and
+	// tier figures are this process's: its ranks', its pool, its store.
+	Processes int
 	Stage     int
 	Precision gpu.DType
 	Optimizer string // "device" or "host (cpuadam, T threads)", with narrow moments ", int8 moments)"
@@ -247,7 +250,7 @@ func (e *Engine) tierSummary() *TierSummary {
 // Summary reports the layout and the measured peaks so far.
 func (e *Engine) Summary() Summary {
 	s := Summary{
-		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Stage: e.stage, Precision: e.precision,
+		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Processes: e.n / e.nLocal, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step, SkippedSteps: e.skipped, LossScale: e.LossScale(),
 		Notes: e.Notes(), Collectives: e.opts.Collectives, Activations: estimate.DescribeActivations(e.act, e.layout.Shape.Layers),
