@@ -225,20 +225,40 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 		return err
 	}
 	opts.defaults()
-	st := meta
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	name, err := freeStepName(dir, st.Step, opts.RunID)
+	name, tmp, err := prepare(dir, meta, &opts)
 	if err != nil {
 		return err
 	}
+	files, err := writeRankFiles(tmp, meta, 0, meta.Devices, fill, &opts)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return fmt.Errorf("checkpoint: %w", err) // the caller names the step (engine: "save step N")
+	}
+	return commit(dir, name, tmp, meta, files, &opts)
+}
+
+// prepare makes the temporary directory a save writes into and returns
+// it with the name the checkpoint will take.
+func prepare(dir string, st *State, opts *Options) (name, tmp string, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", "", fmt.Errorf("checkpoint: %w", err)
+	}
+	if name, err = freeStepName(dir, st.Step, opts.RunID); err != nil {
+		return "", "", err
+	}
+	if tmp, err = os.MkdirTemp(dir, tmpPrefix+name+"-"); err != nil {
+		return "", "", fmt.Errorf("checkpoint: %w", err)
+	}
+	return name, tmp, nil
+}
+
+// commit completes a save whose rank files (files) are in tmp: the
+// manifest, the rename to name, latest, the pruning. On an error tmp (or
+// the renamed directory, never named by latest) is removed, unless a test
+// hook simulated a crash.
+func commit(dir, name, tmp string, st *State, files []FileInfo, opts *Options) (err error) {
 	final := filepath.Join(dir, name)
 	renamed := false
-	tmp, err := os.MkdirTemp(dir, tmpPrefix+name+"-")
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
 	defer func() {
 		if err != nil && !errors.Is(err, ErrCrash) {
 			os.RemoveAll(tmp)
@@ -255,10 +275,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	for _, s := range st.States {
 		m.States = append(m.States, ManifestState{Name: s.Kind.String(), DType: s.DType.String()})
 	}
-	m.Files, err = writeRankFiles(tmp, st, fill, &opts)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err) // the caller names the step (engine: "save step N")
-	}
+	m.Files = files
 	mb, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return fmt.Errorf("checkpoint: manifest: %w", err)
@@ -291,7 +308,7 @@ func save(dir string, meta *State, fill ChunkFunc, opts Options) (err error) {
 	}); err != nil {
 		return err
 	}
-	return prune(dir, name, &opts)
+	return prune(dir, name, opts)
 }
 
 func writeSynced(path string, b []byte) error {

@@ -17,7 +17,11 @@
 // written into DIR/.tmp-*, each file fsynced, the directory fsynced, renamed
 // to step-NNNNNNNN, DIR fsynced, and only then DIR/latest is replaced by
 // rename (after fsync). A crash at any point leaves latest naming the
-// previous complete checkpoint or the new one. Older checkpoints beyond
+// previous complete checkpoint or the new one. In a job of several
+// processes (SaveJob) each process writes its own ranks' files into the
+// temporary directory process 0 made, and process 0 writes the manifest
+// and renames once every process's files are fsynced: the same files and
+// the same guarantee. Older checkpoints beyond
 // Options.Keep (default 2) and leftovers of crashed saves are removed after
 // a successful save, each renamed to .tmp-prune-NAME before it is removed
 // (a removal cut short leaves nothing that looks like a checkpoint).

@@ -128,10 +128,11 @@ func pathError(op, path string, err error) error {
 	return fmt.Errorf("%s %s: %w", op, path, err)
 }
 
-// writeRankFiles writes every rank's file into tmp, pulling the shards from
-// fill, and returns their sizes and CRC-32Cs.
-func writeRankFiles(tmp string, meta *State, fill ChunkFunc, opts *Options) (_ []FileInfo, err error) {
-	ws := make([]*rankWriter, meta.Devices)
+// writeRankFiles writes the files of ranks lo..hi−1 into tmp, pulling
+// their shards from fill (each whole holds those ranks' shards only, side
+// by side), and returns their sizes and CRC-32Cs.
+func writeRankFiles(tmp string, meta *State, lo, hi int, fill ChunkFunc, opts *Options) (_ []FileInfo, err error) {
+	ws := make([]*rankWriter, hi-lo)
 	defer func() {
 		for _, w := range ws {
 			if w != nil && w.f != nil {
@@ -139,7 +140,8 @@ func writeRankFiles(tmp string, meta *State, fill ChunkFunc, opts *Options) (_ [
 			}
 		}
 	}()
-	for r := range ws {
+	for i := range ws {
+		r := lo + i
 		entries := make([]safetensors.Entry, 0, len(meta.Chunks)*len(meta.States))
 		for c, ch := range meta.Chunks {
 			for _, s := range meta.States {
@@ -157,8 +159,8 @@ func writeRankFiles(tmp string, meta *State, fill ChunkFunc, opts *Options) (_ [
 		if err != nil {
 			return nil, err
 		}
-		ws[r] = &rankWriter{path: path, f: f}
-		if err := ws[r].write(hdr); err != nil {
+		ws[i] = &rankWriter{path: path, f: f}
+		if err := ws[i].write(hdr); err != nil {
 			return nil, err
 		}
 	}
@@ -169,7 +171,7 @@ func writeRankFiles(tmp string, meta *State, fill ChunkFunc, opts *Options) (_ [
 	}
 	free := make(chan []byte, 2)
 	for range 2 {
-		free <- allocBuf(meta.MaxWholeBytes())
+		free <- allocBuf(meta.MaxWholeBytes() / meta.Devices * (hi - lo))
 	}
 	jobs := make(chan job)
 	failed := make(chan struct{})
@@ -196,7 +198,7 @@ fill:
 				break fill
 			case buf = <-free:
 			}
-			whole := buf[:meta.wholeBytes(c, k)]
+			whole := buf[:meta.wholeBytes(c, k)/meta.Devices*(hi-lo)]
 			clear(whole)
 			if err := fill(c, k, whole); err != nil {
 				ferr = fmt.Errorf("chunk %d %s: %w", c, s.Kind, err)
@@ -211,8 +213,8 @@ fill:
 		return nil, err
 	}
 
-	infos := make([]FileInfo, meta.Devices)
-	errs := make([]error, meta.Devices)
+	infos := make([]FileInfo, len(ws))
+	errs := make([]error, len(ws))
 	var wg sync.WaitGroup
 	for r, w := range ws {
 		wg.Add(1)
@@ -226,7 +228,7 @@ fill:
 			if err != nil {
 				errs[r] = pathError("write", w.path, err)
 			}
-			infos[r] = FileInfo{Rank: r, Name: filepath.Base(w.path), SizeBytes: w.n, CRC32C: w.crc}
+			infos[r] = FileInfo{Rank: lo + r, Name: filepath.Base(w.path), SizeBytes: w.n, CRC32C: w.crc}
 		}()
 	}
 	wg.Wait()

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"github.com/strata-ai/strata/checkpoint"
@@ -104,16 +103,21 @@ func (e *Engine) quiesce() (resume func(), err error) {
 // for the copies, and with Options.Procs exchanges the processes' shards
 // (every process holds the whole chunk after it).
 func (e *Engine) fillChunk(c int, s shard.State, whole []byte, per int) error {
-	err := e.parallel(func(r *rank) error {
-		if err := r.saveShard(c, s, whole[r.idx*per:(r.idx+1)*per]); err != nil {
+	if err := e.fillLocal(c, s, func(r *rank) []byte { return whole[r.idx*per : (r.idx+1)*per] }); err != nil {
+		return err
+	}
+	return e.shareBytes(whole, per)
+}
+
+// fillLocal copies this process's ranks' shards of chunk c in state s into
+// dst(rank), the ranks in parallel, and waits for the copies.
+func (e *Engine) fillLocal(c int, s shard.State, dst func(r *rank) []byte) error {
+	return e.parallel(func(r *rank) error {
+		if err := r.saveShard(c, s, dst(r)); err != nil {
 			return err
 		}
 		return r.sync() // the device reads have landed
 	})
-	if err != nil {
-		return err
-	}
-	return e.shareBytes(whole, per)
 }
 
 // restoreChunk writes every rank's shard of chunk c in state s, shards[r],
@@ -178,8 +182,11 @@ func (e *Engine) CheckpointState() (*checkpoint.State, error) {
 // written to the rank files, so host memory is two buffers of the largest
 // chunk's f32 state across the ranks, whatever the model's size. The files
 // are those of checkpoint.SaveWith: crash-safe, CRC-32C per file,
-// dir/latest replaced last, opts.Keep checkpoints kept. Call it between
-// steps, from the goroutine that runs them.
+// dir/latest replaced last, opts.Keep checkpoints kept. In a job of
+// several processes (Options.Procs) every process calls it, and each
+// writes its own ranks' files into the one checkpoint (checkpoint.SaveJob:
+// dir must be the same directory for all). Call it between steps, from the
+// goroutine that runs them.
 func (e *Engine) SaveCheckpoint(dir string, opts checkpoint.Options) (string, error) {
 	if e.closed {
 		panic("engine: SaveCheckpoint after Close")
@@ -190,121 +197,26 @@ func (e *Engine) SaveCheckpoint(dir string, opts checkpoint.Options) (string, er
 	if err != nil {
 		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
 	}
-	if !e.leader() {
-		return e.followSave(meta)
-	}
-	err = checkpoint.SaveStream(dir, meta, func(c, k int, whole []byte) error {
-		if err := e.saveSignal(saveChunk); err != nil {
-			return err
-		}
-		per := len(whole) / e.n
-		return e.fillChunk(c, meta.States[k].Kind, whole, per)
-	}, opts)
-	path := ""
-	if err == nil {
-		path, err = checkpoint.Resolve(dir)
+	if p := e.opts.Procs; p != nil {
+		// Each process writes its ranks' files (checkpoint.SaveJob).
+		err = checkpoint.SaveJob(dir, meta, e.base, e.base+e.nLocal, func(c, k int, part []byte) error {
+			per := len(part) / e.nLocal
+			return e.fillLocal(c, meta.States[k].Kind, func(r *rank) []byte { return part[r.loc*per : (r.loc+1)*per] })
+		}, p, opts)
+	} else {
+		err = checkpoint.SaveStream(dir, meta, func(c, k int, whole []byte) error {
+			per := len(whole) / e.n
+			return e.fillChunk(c, meta.States[k].Kind, whole, per)
+		}, opts)
 	}
 	if err != nil {
-		err = fmt.Errorf("engine: save step %d: %w", meta.Step, err)
+		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
 	}
-	if e.opts.Procs != nil {
-		// The outcome, to the processes that sent their shards.
-		msg, res := path, byte(saveDone)
-		if err != nil {
-			msg, res = err.Error(), saveFailed
-		}
-		if serr := e.saveSignal(res); serr != nil && err == nil {
-			err = serr
-		}
-		if _, serr := e.bcastString(msg); serr != nil && err == nil {
-			err = serr
-		}
-	}
-	return path, err
-}
-
-// A save of several processes (Options.Procs): process 0 writes the files
-// (checkpoint.SaveStream); before each chunk and state it asks the others
-// for their shards (saveChunk, then fillChunk's exchange), and at the end
-// it says how the save ended (saveDone or saveFailed, then the path or the
-// error), so that a save that fails part way (a full disk) ends in every
-// process with process 0's error, none left waiting for a chunk.
-const (
-	saveChunk  = 1
-	saveDone   = 2
-	saveFailed = 3
-)
-
-// saveSignal is process 0's next word of a save, sent to every process
-// (a no-op with one process); the others receive it with theirs.
-func (e *Engine) saveSignal(w byte) error {
-	if e.opts.Procs == nil {
-		return nil
-	}
-	b := []byte{w}
-	if err := e.opts.Procs.Bcast(b, 0); err != nil {
-		return fmt.Errorf("engine: save: process 0's signal: %w", err)
-	}
-	return nil
-}
-
-// bcastString sends process 0's s to every process and returns it (s
-// is ignored elsewhere).
-func (e *Engine) bcastString(s string) (string, error) {
-	n := binary.LittleEndian.AppendUint64(nil, uint64(len(s)))
-	if err := e.opts.Procs.Bcast(n, 0); err != nil {
-		return "", err
-	}
-	b := make([]byte, binary.LittleEndian.Uint64(n))
-	copy(b, s)
-	if err := e.opts.Procs.Bcast(b, 0); err != nil {
-		return "", err
-	}
-	return string(b), nil
-}
-
-// followSave is a save in a process other than 0: its ranks' shards of each
-// chunk and state, as process 0 asks for them, then process 0's outcome.
-func (e *Engine) followSave(meta *checkpoint.State) (string, error) {
-	var buf []byte
-	for c := range meta.Chunks {
-		for _, st := range meta.States {
-			b := []byte{0}
-			if err := e.opts.Procs.Bcast(b, 0); err != nil {
-				return "", fmt.Errorf("engine: save step %d: process 0's signal: %w", meta.Step, err)
-			}
-			if b[0] != saveChunk {
-				return e.followEnd(meta.Step, b[0])
-			}
-			per := int(st.DType.Bytes(meta.Chunks[c].ShardElems))
-			if cap(buf) < e.n*per {
-				buf = make([]byte, e.n*per)
-			}
-			if err := e.fillChunk(c, st.Kind, buf[:e.n*per], per); err != nil {
-				return "", fmt.Errorf("engine: save step %d: chunk %d %s: %w", meta.Step, c, st.Kind, err)
-			}
-		}
-	}
-	b := []byte{0}
-	if err := e.opts.Procs.Bcast(b, 0); err != nil {
-		return "", fmt.Errorf("engine: save step %d: process 0's signal: %w", meta.Step, err)
-	}
-	return e.followEnd(meta.Step, b[0])
-}
-
-// followEnd reads process 0's outcome of a save that ended with word w.
-func (e *Engine) followEnd(step int64, w byte) (string, error) {
-	msg, err := e.bcastString("")
+	path, err := checkpoint.Resolve(dir)
 	if err != nil {
-		return "", fmt.Errorf("engine: save step %d: process 0's outcome: %w", step, err)
+		return "", fmt.Errorf("engine: save step %d: %w", meta.Step, err)
 	}
-	switch w {
-	case saveDone:
-		return msg, nil
-	case saveFailed:
-		return "", fmt.Errorf("process 0: %s", msg)
-	}
-	return "", fmt.Errorf("engine: save step %d: process 0 sent %d, not a save's signal", step, w)
+	return path, nil
 }
 
 // LoadCheckpoint restores the training state from the checkpoint at path (a

@@ -15,9 +15,11 @@ import (
 // (gpu/cpu's Options.Net); the engine itself exchanges the few host values
 // that ranks of one process read from each other: the micro-batches'
 // losses and the gradient's sums of squares (so that every process clips
-// and skips alike), evaluation losses, and the shards of a checkpoint or of
-// the weights it hands out (whole chunks). Each call is a collective of
-// every process, made in the same order by all.
+// and skips alike), evaluation losses, and the shards of the weights it
+// hands out (whole chunks: Params, Master, MasterChunks). A checkpoint is
+// written by every process, each its ranks' files (checkpoint.SaveJob).
+// Each call is a collective of every process, made in the same order by
+// all.
 type Procs interface {
 	Procs() int
 	Proc() int
@@ -27,10 +29,6 @@ type Procs interface {
 	// Bcast: buf takes process root's bytes.
 	Bcast(buf []byte, root int) error
 }
-
-// leader reports whether this process writes the run's files: the only
-// process, or process 0 of several.
-func (e *Engine) leader() bool { return e.opts.Procs == nil || e.opts.Procs.Proc() == 0 }
 
 // Local is the number of ranks (devices) of this process; N (Devices in
 // the summary) counts every process's.
