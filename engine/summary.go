@@ -92,9 +92,9 @@ type HostRegistration struct {
 // Summary describes a run: its layout and each device's measured memory
 // next to the formula.
 type Summary struct {
-	Model     string
-	Params    int64 // Ψ
-	Devices   int // N: every process's (Options.Procs)
+	Model   string
+	Params  int64 // Ψ
+	Devices int   // N: every process's (Options.Procs)
 	// Processes is the job's processes (1 alone). Per device, host and
 	// tier figures are this process's: its ranks', its pool, its store.
 	Processes int
