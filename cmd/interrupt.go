@@ -48,6 +48,9 @@ func watchInterrupts(stderr io.Writer, first, second func(os.Signal) string, atE
 	return in
 }
 
+// also watches sigs too, as SIGINT and SIGTERM are watched.
+func (in *interrupts) also(sigs ...os.Signal) { signal.Notify(in.sig, sigs...) }
+
 func (in *interrupts) watch() {
 	var s os.Signal
 	select {

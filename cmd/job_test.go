@@ -189,15 +189,16 @@ func TestTrainProcessKilled(t *testing.T) {
 	}
 }
 
-// TestTrainJobStops: Ctrl-C on mpirun (which passes SIGTERM to every
-// process): whichever process sees it first, all stop after the same
-// step; process 0 saves it and prints the command that goes on, mpirun
-// first; the checkpoint is the last line of steps.jsonl.
+// TestTrainJobStops: SIGUSR1 to mpirun (which passes it to every process;
+// Ctrl-C it turns into SIGTERM and SIGKILL a second later): whichever
+// process sees it first, all stop after the same step; process 0 saves it
+// and prints the command that goes on, mpirun first; the checkpoint is the
+// last line of steps.jsonl.
 func TestTrainJobStops(t *testing.T) {
 	cfg := jobConfig(t, 3, "none", "cpu", "")
 	out := filepath.Join(t.TempDir(), "run")
 	cmd, log := startJob(t, cfg, out, 3)
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+	if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
 	cmd.Wait()

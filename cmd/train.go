@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -224,6 +225,12 @@ func runTrain(c *cli.Context) (err error) {
 		func(os.Signal) string { return "stopping at once" }, removeSwapFiles)
 	stderr = intr.stderr
 	defer intr.stop() // through the outputs: a signal there does not cut them short
+	if j != nil {
+		// mpirun answers Ctrl-C with SIGTERM to every process and SIGKILL
+		// a second later (odls_base_sigkill_timeout): too soon for a step
+		// and its checkpoint. SIGUSR1 it passes on alone.
+		intr.also(syscall.SIGUSR1)
+	}
 	p, err := planTrain(intr.ctx, c, stderr)
 	if err != nil {
 		if s := intr.requested(); s != nil && errors.Is(err, context.Canceled) {
