@@ -291,3 +291,30 @@ func evalLosses(t *testing.T, dir string) []float64 {
 	}
 	return out
 }
+
+// TestBenchComm: `mpirun -np 2 strata bench comm --json` reports the two
+// all-reduces of the same bytes with equal sums (a + b either way), and
+// outside a job it says how to run it.
+func TestBenchComm(t *testing.T) {
+	out, err := mpiStrata(t, 2, "bench", "comm", "--size", "1MiB", "--rounds", "3", "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	var res struct {
+		Processes int       `json:"processes"`
+		Bytes     int64     `json:"bytes"`
+		Identical bool      `json:"identical"`
+		Ratio     float64   `json:"ratio"`
+		StrataS   []float64 `json:"strata_s"`
+	}
+	line := out[strings.Index(out, "{"):]
+	if err := json.Unmarshal([]byte(strings.TrimSpace(line[:strings.Index(line, "\n")+1])), &res); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if res.Processes != 2 || res.Bytes != 1<<20 || !res.Identical || !(res.Ratio > 0) || len(res.StrataS) != 3 {
+		t.Errorf("bench comm: %+v", res)
+	}
+	if _, _, err := run(t, "bench", "comm"); err == nil || !strings.Contains(err.Error(), "mpirun -np 2 strata bench comm") {
+		t.Errorf("bench comm alone: %v", err)
+	}
+}
