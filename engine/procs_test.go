@@ -95,6 +95,20 @@ func TestProcsChild(t *testing.T) {
 		res := resumeProcs(t, js, n, ckdir, steps-half, prec)
 		compareRuns(t, name+" resumed 1×N", res, want)
 	}
+	// The last process given another seed: New fails in every process,
+	// naming it, before anything is allocated.
+	js := tierSpec{n: n, param: "none", opt: "none"}.configJSON("")
+	if m.Proc() == m.Procs()-1 {
+		js = strings.Replace(js, fmt.Sprintf(`"seed": %d`, testSeed), `"seed": 99`, 1)
+	}
+	devs, comms, err := cpu.New(cpu.Options{Devices: local, HBMBytes: 64 << 20, Net: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = New(testConfig(t, js), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), Procs: m})
+	if want := fmt.Sprintf("process %d's resolved config differs from process 0's", m.Procs()-1); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("process %d: another config in process %d: %v", m.Proc(), m.Procs()-1, err)
+	}
 	fmt.Printf("procs child ok: process %d of %d\n", m.Proc(), m.Procs())
 }
 
