@@ -89,6 +89,15 @@ func (j *job) quiet(w io.Writer) io.Writer {
 	return io.Discard
 }
 
+// nodeProcs is the job's processes on this node, which share its
+// strata.host_budget (the launcher's local size; 0 when it gives none).
+func (j *job) nodeProcs() int {
+	if j == nil {
+		return 0
+	}
+	return j.place.LocalSize
+}
+
 // engineProcs is the engine's handle on the other processes.
 func (j *job) engineProcs() engine.Procs {
 	if j == nil {

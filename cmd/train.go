@@ -246,7 +246,7 @@ func runTrain(c *cli.Context) (err error) {
 		}
 	}
 	var opts engine.Options
-	opts.Procs = j.engineProcs()
+	opts.Procs, opts.NodeProcs = j.engineProcs(), j.nodeProcs()
 	if p.init != nil {
 		defer p.init.close()
 		opts.Init = p.init.src

@@ -258,7 +258,11 @@ func (e *Engine) layOut() (estimate.Options, error) {
 	if err != nil {
 		return mo, err
 	}
-	mo.LocalDevices = e.nLocal                                                              // this process's ranks share its host budget
+	// This process's ranks share its part of the node's host budget.
+	mo.LocalDevices, mo.HostBudgetBytes = e.nLocal, e.hostBudget()
+	if hb := e.cfg.Strata.HostBudgetBytes; hb > 0 && e.opts.NodeProcs > 1 {
+		e.notes = append(e.notes, fmt.Sprintf("strata.host_budget %s is this node's: %s for each of its %d processes", units.FormatBytes(hb), units.FormatBytes(e.hostBudget()), e.opts.NodeProcs))
+	}
 	mo.ActivationHostBytes = estimate.InputHostBytes(e.layout.Shape, e.micro, e.seq, e.act) // the engine's precision
 	if e.opts.Inference {
 		mo.Inference, mo.Frozen = true, make([]bool, len(e.layout.Chunks))

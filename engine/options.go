@@ -107,6 +107,10 @@ type Options struct {
 	// Collectives is what runs the comms' collectives, as the backend
 	// says it (backend.Devices.Collectives), reported in Summary.
 	Collectives string
+	// NodeProcs is the processes of the job on this node (Options.Procs),
+	// which share its strata.host_budget: each takes host_budget /
+	// NodeProcs (0 or 1: the budget is this process's alone).
+	NodeProcs int
 	// Procs joins this process's devices with those of the other
 	// processes of a job (procs.go); nil: this process is the job. The
 	// comms are then global ranks Proc()·len(devices)+i of

@@ -48,7 +48,7 @@ func (e *Engine) preflight(mo estimate.Options) error {
 // without, the pool is what the layout homes in host RAM (tier.PlanBudgets;
 // where that cannot be planned yet New's own call says why).
 func (e *Engine) checkHostMemory(sizes tier.Sizes) error {
-	hb := e.cfg.Strata.HostBudgetBytes
+	hb := e.hostBudget()
 	pool := hb
 	if hb <= 0 {
 		sizes.HBMFreeBytes = 1 << 60 // the host's part does not depend on it

@@ -30,6 +30,12 @@ type Procs interface {
 	Bcast(buf []byte, root int) error
 }
 
+// hostBudget is this process's share of strata.host_budget: the node's
+// budget over its processes (Options.NodeProcs); 0 without a budget.
+func (e *Engine) hostBudget() int64 {
+	return e.cfg.Strata.HostBudgetBytes / int64(max(1, e.opts.NodeProcs))
+}
+
 // Local is the number of ranks (devices) of this process; N (Devices in
 // the summary) counts every process's.
 func (e *Engine) Local() int { return len(e.ranks) }

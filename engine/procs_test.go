@@ -90,6 +90,9 @@ func TestProcsChild(t *testing.T) {
 		}
 		got := runProcs(t, js, local, m, steps, half, ckdir, prec)
 		want := runProcs(t, js, n, nil, steps, 0, "", prec)
+		if c.opt == "nvme" && got.pool != want.pool/int64(m.Procs()) {
+			t.Errorf("%s: pinned pool %d bytes, want the node's host budget (%d) over its %d processes", name, got.pool, want.pool, m.Procs())
+		}
 		compareRuns(t, name, got, want)
 		// The job's checkpoint of step 3 in one process of N devices.
 		res := resumeProcs(t, js, n, ckdir, steps-half, prec)
@@ -115,6 +118,7 @@ func TestProcsChild(t *testing.T) {
 type procRun struct {
 	losses, norms  []float64
 	params, master [][]float32
+	pool           int64 // the tier store's pinned pool
 }
 
 // runProcs runs steps steps on local devices of the job procs (nil: one
@@ -125,6 +129,7 @@ func runProcs(t *testing.T, js string, local int, procs *dist.MPI, steps, half i
 	o := cpu.Options{Devices: local, HBMBytes: 256 << 20}
 	opts := Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2, Precision: prec}
 	if procs != nil {
+		opts.NodeProcs = procs.Procs() // all on this machine: they share its host budget
 		// The devices' rounds on a communicator of their own (cmd's job
 		// does the same): no order relates them to the host's exchanges.
 		net, err := procs.Dup()
@@ -161,6 +166,9 @@ func runProcs(t *testing.T, js string, local int, procs *dist.MPI, steps, half i
 	}
 	if r.master, err = e.Master(); err != nil {
 		t.Fatal(err)
+	}
+	if ts := e.Summary().Tier; ts != nil {
+		r.pool = ts.PinnedPoolBytes
 	}
 	return r
 }

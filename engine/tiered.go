@@ -191,7 +191,7 @@ func planTiers(e *Engine, mo estimate.Options) (*tiers, tier.Sizes, error) {
 	sizes.HBMBytes = e.opts.TierHBMBytes
 	sizes.StagingBytes = est.HostStagingPerRank // the same arithmetic strata estimate prints
 	sizes.SpareBytes = estimate.TierSpareBytes(est.ShardElems)
-	sizes.HostBudgetBytes = e.cfg.Strata.HostBudgetBytes
+	sizes.HostBudgetBytes = e.hostBudget()
 	t.static = t.isStatic()
 	sizes.Static = t.static
 	sizes.ActivationHBMBytes = e.inputHBMBytes()
