@@ -3,7 +3,10 @@
 //
 // One rank per device, each a goroutine with a compute stream, a
 // communication stream and two copy streams; the optimizer on the device or
-// on the host (ZeRO-Offload, ZeRO-Infinity). docs/DESIGN.md ("One training
+// on the host (ZeRO-Offload, ZeRO-Infinity). In a job of several processes
+// (Options.Procs, procs.go) each process runs its devices' ranks as global
+// ranks of the job, with its own tier store and host optimizer, and the
+// few host values ranks read from each other are exchanged. docs/DESIGN.md ("One training
 // step", "Memory rules") is the design in tables; this is where each part
 // of it lives. The memory arithmetic is package estimate, the timeline
 // package timeline.
