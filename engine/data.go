@@ -121,17 +121,9 @@ func (e *Engine) rows(step int64, rank, micro int) (model.Batch, error) {
 	if err == nil && e.layout != nil && e.layout.LoRA != nil && e.layout.LoRA.Dropout > 0 {
 		// LoRA's adapter dropout: the step's stream, the rows' global
 		// indices (the same masks whatever the split into ranks).
-		b.Dropout = &model.DropoutKey{Seed: dropoutStepSeed(e.cfg.Strata.Seed, step), FirstRow: first}
+		b.Dropout = &model.DropoutKey{Seed: model.DropoutStepSeed(e.cfg.Strata.Seed, step), FirstRow: first}
 	}
 	return b, err
-}
-
-// dropoutStepSeed is step's dropout seed for strata.seed.
-func dropoutStepSeed(seed uint64, step int64) uint64 {
-	z := seed + uint64(step)*0x9e3779b97f4a7c15
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
 }
 
 // checkBatch checks a batch read in windows against the vocabulary and

@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/lossscale"
@@ -381,16 +382,16 @@ func (e *Engine) notePinned() {
 		case !res.Locked:
 			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(budget), res.LockNote))
 		}
-		reg := HostRegistration{Pool: p.name, Bytes: p.pool.Stats().BudgetBytes, Outcome: RegistrationNone}
+		reg := HostRegistration{Pool: p.name, Bytes: p.pool.Stats().BudgetBytes, Outcome: report.RegistrationNone}
 		if r := e.opts.HostRegistrar; r != nil {
 			// Best effort: unregistered, the copies still work (staged
 			// by the driver through its own page-locked buffers).
 			if err := p.pool.AddRegistrar(r); err != nil {
-				reg.Outcome, reg.Error = RegistrationFailed, err.Error()
+				reg.Outcome, reg.Error = report.RegistrationFailed, err.Error()
 				e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s not registered with the devices, host<->device copies are pageable: %v",
 					units.FormatBytes(budget), err))
 			} else {
-				reg.Outcome, reg.RegisteredBytes = RegistrationOK, reg.Bytes
+				reg.Outcome, reg.RegisteredBytes = report.RegistrationOK, reg.Bytes
 			}
 		}
 		e.registration = append(e.registration, reg)
@@ -447,37 +448,6 @@ func (e *Engine) TokensPerStep() int { return e.n * e.accum * e.micro * e.seq }
 // LR is the learning rate of step (1 for the first), as the config's
 // scheduler gives it (config.LR numbers updates from 0).
 func (e *Engine) LR(step int64) float64 { return e.cfg.LR(int(step - 1)) }
-
-// StepStats describe one optimizer step.
-type StepStats struct {
-	Step     int64   // 1 for the first
-	Loss     float64 // mean over the global batch's micro-batches of their mean loss
-	LR       float64
-	GradNorm float64 // global L2 norm of the gradient before clipping
-	ClipCoef float64 // factor applied to the gradient (1 when not clipped)
-	// LossScale is the loss scale the step ran with (fp16; 1 otherwise);
-	// Skipped says the step overflowed and updated nothing (fp16.go).
-	LossScale float64
-	Skipped   bool
-	Duration  time.Duration
-	Tokens    int     // tokens of the global batch
-	TokensPer float64 // tokens per second of this step
-	// Moved is the bytes moved on each link by all devices together since
-	// the previous step's backward pass ended (so the previous step's
-	// parameter updates and gathers count in this step).
-	Moved gpu.LinkCounters
-	// OptimizerTime is the wall time of the optimizer phase (all ranks).
-	OptimizerTime time.Duration
-	// Tier is the tier store's figures (hit rate, stalls, bytes per link,
-	// peak bytes per tier); nil with the optimizer on the device (no store).
-	Tier *TierStats
-	// HostOpt is the host optimizer's time (cpuadam, its state's waits)
-	// and how much of it the devices did not hide, of the optimizer runs
-	// that completed in this Step: with overlap exact the previous step's
-	// (it runs under this step's forward), with serial this step's own.
-	// Zero with the optimizer on the device.
-	HostOpt HostOptStats
-}
 
 // Step runs one optimizer step on the step's global batch: every rank
 // accumulates its A micro-batches, gradients are reduced (AllReduce,
@@ -610,10 +580,10 @@ func (e *Engine) stepValues() (losses, norms []float64, err error) {
 // since the last step into st and the run's totals.
 func (e *Engine) takeHostOpt(st *StepStats) {
 	for _, r := range e.ranks {
-		st.HostOpt.add(r.hostFig)
+		st.HostOpt.Add(r.hostFig)
 		r.hostFig = HostOptStats{}
 	}
-	e.hostOpt.add(st.HostOpt)
+	e.hostOpt.Add(st.HostOpt)
 }
 
 // chunkAdam is ap for chunk c: ap itself, or for a chunk the tests give

@@ -7,20 +7,6 @@ import (
 	"github.com/strata-ai/strata/model"
 )
 
-// EvalStats are the figures of a validation pass (Eval).
-type EvalStats struct {
-	// Loss is the mean next-token loss (nats) over the target tokens of
-	// every row: each micro-batch's mean times its target count, summed in
-	// round and rank order, over Tokens.
-	Loss float64
-	// Tokens is the number of target tokens (targets not
-	// model.IgnoreTarget).
-	Tokens int64
-	// Rows is the number of rows evaluated (the set's Len).
-	Rows     int64
-	Duration time.Duration
-}
-
 // Eval runs the model's forward pass, and nothing else, over every row of
 // set and returns the mean loss over its target tokens. The ranks read
 // the rows in rounds: in round k rank r evaluates the B rows from

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -44,7 +45,7 @@ func checkNoAllocs(t *testing.T, e *Engine, after1 []gpu.LinkCounters) (up, down
 		down = append(down, now.DeviceToHostPageable-after1[i].DeviceToHostPageable)
 	}
 	for _, h := range sum.HostRegistration {
-		if h.Outcome != RegistrationOK || h.RegisteredBytes != h.Bytes || h.Bytes == 0 {
+		if h.Outcome != report.RegistrationOK || h.RegisteredBytes != h.Bytes || h.Bytes == 0 {
 			t.Errorf("registration %+v", h)
 		}
 	}

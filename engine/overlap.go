@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/gpu"
@@ -30,46 +29,6 @@ const (
 	// t-1's gradient (overlap_dpu.go).
 	OverlapDPU = "dpu"
 )
-
-// HostOptStats is the host optimizer's time (cpuadam and the waits for
-// its state), measured on each rank and summed over the ranks.
-type HostOptStats struct {
-	// Adam is cpuadam's busy time: the sum over the ranks and chunks of
-	// its runs.
-	Adam time.Duration
-	// AdamExposed is the time in which a rank's cpuadam ran and that rank's
-	// compute stream was idle (summed over the ranks): what the devices
-	// did not hide.
-	AdamExposed time.Duration
-	// IOWait is the time the ranks waited for master, m, v and the
-	// gradient to reach host memory for the optimizer (the tier store's
-	// optimizer-phase stalls); IOExposed the part of it with the rank's
-	// compute stream idle.
-	IOWait, IOExposed time.Duration
-}
-
-// AdamExposedFraction is AdamExposed / Adam (0 without cpuadam time).
-func (h HostOptStats) AdamExposedFraction() float64 {
-	if h.Adam <= 0 {
-		return 0
-	}
-	return float64(h.AdamExposed) / float64(h.Adam)
-}
-
-// IOExposedFraction is IOExposed / IOWait (0 without waits).
-func (h HostOptStats) IOExposedFraction() float64 {
-	if h.IOWait <= 0 {
-		return 0
-	}
-	return float64(h.IOExposed) / float64(h.IOWait)
-}
-
-func (h *HostOptStats) add(o HostOptStats) {
-	h.Adam += o.Adam
-	h.AdamExposed += o.AdamExposed
-	h.IOWait += o.IOWait
-	h.IOExposed += o.IOExposed
-}
 
 // takeHostOpt is the rank's figures since the last take; its compute
 // stream has completed what the figures need (the caller synchronized).
@@ -488,7 +447,7 @@ func (e *Engine) settle() error {
 		return err
 	})
 	for _, f := range figs {
-		e.hostOpt.add(f)
+		e.hostOpt.Add(f)
 	}
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)

@@ -5,7 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
-	"math"
+	"unsafe"
 )
 
 // Procs is the processes of a job whose ranks are split among them, as
@@ -36,10 +36,6 @@ func (e *Engine) hostBudget() int64 {
 	return e.cfg.Strata.HostBudgetBytes / int64(max(1, e.opts.NodeProcs))
 }
 
-// Local is the number of ranks (devices) of this process; N (Devices in
-// the summary) counts every process's.
-func (e *Engine) Local() int { return len(e.ranks) }
-
 // shareBytes fills whole (N blocks of per bytes, block g global rank g's)
 // from every process: this process's ranks' blocks are filled already.
 func (e *Engine) shareBytes(whole []byte, per int) error {
@@ -55,22 +51,13 @@ func (e *Engine) shareBytes(whole []byte, per int) error {
 	return nil
 }
 
-// shareF64 is shareBytes of float64 values, per values per rank.
+// shareF64 is shareBytes of float64 values, per values per rank (the
+// processes' byte order is one: MPI moves the bytes as they are).
 func (e *Engine) shareF64(vals []float64, per int) error {
-	if e.opts.Procs == nil {
+	if e.opts.Procs == nil || len(vals) == 0 {
 		return nil
 	}
-	b := make([]byte, 8*len(vals))
-	for i, v := range vals {
-		binary.LittleEndian.PutUint64(b[8*i:], math.Float64bits(v))
-	}
-	if err := e.shareBytes(b, 8*per); err != nil {
-		return err
-	}
-	for i := range vals {
-		vals[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
-	}
-	return nil
+	return e.shareBytes(unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(vals))), 8*len(vals)), 8*per)
 }
 
 // checkProcs refuses a job whose processes were given different configs

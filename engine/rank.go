@@ -341,7 +341,7 @@ func (r *rank) backward(step int64) error {
 	}
 	r.dev.CopyDeviceToHost(r.down, r.normsHost, r.norms, 0)
 	keep(r.sync())
-	r.hostFig.add(r.takeHostOpt())
+	r.hostFig.Add(r.takeHostOpt())
 	r.h.freeAll()
 	r.freeGrads()
 	// A move that failed during the pass (one the rank did not wait for)

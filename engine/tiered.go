@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/internal/absmax8"
 	"github.com/strata-ai/strata/internal/dtype"
@@ -610,65 +611,6 @@ func (d *tierRunner) stats() (prefetch.Stats, [shard.TierCount]time.Duration) {
 	return ps, d.Stall()
 }
 
-// PrefetchCounts are the planners' access counts (prefetch.Stats), all
-// ranks: Hits found the shard ready in the access tier, Late found its
-// prefetch under way, Misses fetched it on demand, Dependent waited for a
-// prefetch issued as soon as its data existed (cpuadam's new param read by
-// the next forward right after the update wrote it:
-// prefetch.Stats.Dependent).
-type PrefetchCounts struct {
-	Accesses, Hits, Late, Misses, Dependent int64
-	HitRate                                 float64 // prefetch.HitRate: Hits / (Accesses - Dependent), 1 with none
-	// Divergences counts the ranks whose accesses differed from their
-	// planner's trace (it plans without knowing the future until the
-	// step it records ends). The first step records; with the host
-	// optimizer pipelined into the next forward (overlap exact, state
-	// that can leave host RAM) the second differs from it too; after
-	// that every step repeats the one before.
-	Divergences int64
-}
-
-// countsOf is one planner's counts.
-func countsOf(p prefetch.Stats) PrefetchCounts {
-	return PrefetchCounts{Accesses: p.Accesses, Hits: p.Hits, Late: p.Late, Misses: p.Misses, Dependent: p.Dependent,
-		Divergences: p.Divergences, HitRate: p.HitRate()}
-}
-
-// Add adds o's counts to c (o minus sub when sub is not nil: the counts
-// between two snapshots) and sets c's HitRate from the sums.
-func (c *PrefetchCounts) Add(o PrefetchCounts, sub *PrefetchCounts) {
-	if sub != nil {
-		o.Accesses -= sub.Accesses
-		o.Hits -= sub.Hits
-		o.Late -= sub.Late
-		o.Misses -= sub.Misses
-		o.Dependent -= sub.Dependent
-		o.Divergences -= sub.Divergences
-	}
-	c.Accesses += o.Accesses
-	c.Hits += o.Hits
-	c.Late += o.Late
-	c.Misses += o.Misses
-	c.Dependent += o.Dependent
-	c.Divergences += o.Divergences
-	c.HitRate = prefetch.HitRate(c.Hits, c.Accesses, c.Dependent)
-}
-
-// TierStats are one step's figures of the tier store and the planners.
-type TierStats struct {
-	PrefetchCounts // this step's accesses
-	// Stall is the time the devices waited for shards to reach each
-	// access tier (HBM: param shards before their gather; host: optimizer
-	// state before cpuadam), the longest of the ranks.
-	Stall [shard.TierCount]time.Duration
-	// LinkBytes is the bytes moved on each link (shard.Link order:
-	// nvme->host, host->hbm, hbm->host, host->nvme).
-	LinkBytes [shard.LinkCount]int64
-	// PeakBytes is the store's peak use of each tier during the step (HBM:
-	// the largest of the devices), next to its BudgetBytes.
-	PeakBytes, BudgetBytes [shard.TierCount]int64
-}
-
 type tierSnap struct {
 	plan  []prefetch.Stats
 	stall [][shard.TierCount]time.Duration
@@ -748,8 +690,8 @@ func (t *tiers) since(a tierSnap) TierStats {
 	t.last = b
 	var ts TierStats
 	for i := range b.plan {
-		p := countsOf(a.plan[i])
-		ts.Add(countsOf(b.plan[i]), &p)
+		p := report.CountsOf(a.plan[i])
+		ts.Add(report.CountsOf(b.plan[i]), &p)
 		for tr := range ts.Stall {
 			ts.Stall[tr] = max(ts.Stall[tr], b.stall[i][tr]-a.stall[i][tr])
 		}

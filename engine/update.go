@@ -93,7 +93,7 @@ func (serialUpdate) reduced(r *rank, c int, g gpu.Buffer) error {
 }
 
 func (serialUpdate) update(r *rank, ap gpu.AdamParams) error {
-	defer func() { r.hostFig.add(r.takeHostOpt()) }()
+	defer func() { r.hostFig.Add(r.takeHostOpt()) }()
 	cp := cpuadam.Params(ap) // one type (internal/adam)
 	if err := cp.Validate(); err != nil {
 		return err

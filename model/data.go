@@ -61,6 +61,15 @@ type DropoutKey struct {
 	FirstRow int64
 }
 
+// DropoutStepSeed is the DropoutKey seed of step (1 for the first) of a
+// run of seed (strata.seed): a splitmix64 of seed and step.
+func DropoutStepSeed(seed uint64, step int64) uint64 {
+	z := seed + uint64(step)*0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
+}
+
 // IgnoreTarget marks a token without a target (Batch.Targets).
 const IgnoreTarget = -1
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu/cuda"
 	"github.com/strata-ai/strata/internal/units"
 )
@@ -65,7 +66,7 @@ func engineNoAllocs(t *testing.T, b *cuda.Backend, js string) {
 	}
 	for _, h := range sum.HostRegistration {
 		t.Logf("registration %+v", h)
-		if h.Outcome != engine.RegistrationOK {
+		if h.Outcome != report.RegistrationOK {
 			t.Errorf("pinned %s not registered: %s", h.Pool, h.Error)
 		}
 	}
