@@ -24,10 +24,7 @@ func TestSaveJob(t *testing.T) {
 		t.Skip("the parent's test")
 	}
 	dir := t.TempDir()
-	out := mpitest.Run(t, 2, "TestSaveJobChild", "STRATA_TEST_DIR="+dir)
-	if got := strings.Count(out, "savejob child ok"); got != 2 {
-		t.Fatalf("%d of 2 processes passed:\n%s", got, out)
-	}
+	mpitest.Run(t, 2, "TestSaveJobChild", "STRATA_TEST_DIR="+dir)
 }
 
 func TestSaveJobChild(t *testing.T) {

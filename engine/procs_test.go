@@ -30,10 +30,7 @@ func TestProcs(t *testing.T) {
 	}
 	dir := nvmetest.Dir(t) // shared by the processes: the config names it
 	for _, c := range []struct{ np, local int }{{2, 2}, {4, 1}} {
-		out := mpitest.Run(t, c.np, "TestProcsChild", "STRATA_TEST_LOCAL="+strconv.Itoa(c.local), "STRATA_TEST_DIR="+dir)
-		if got := strings.Count(out, "procs child ok"); got != c.np {
-			t.Fatalf("%d×%d: %d of %d processes passed:\n%s", c.np, c.local, got, c.np, out)
-		}
+		mpitest.Run(t, c.np, "TestProcsChild", "STRATA_TEST_LOCAL="+strconv.Itoa(c.local), "STRATA_TEST_DIR="+dir)
 	}
 }
 

