@@ -115,9 +115,9 @@ func (j *job) openDevices(name string, n int, hbmBytes int64, deterministic bool
 	return backend.OpenNet(name, n, hbmBytes, deterministic, j.devs)
 }
 
-// any is true in every process when v is true in one (a collective): the
+// anyOf is true in every process when v is true in one (a collective): the
 // processes stop at the same step whichever of them saw the signal.
-func (j *job) any(v bool) (bool, error) {
+func (j *job) anyOf(v bool) (bool, error) {
 	if j == nil {
 		return v, nil
 	}

@@ -160,7 +160,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 	sig := l.intr.requested(func() { l.checked = st.Step })
 	if l.job != nil {
 		// Every process stops after the same step, whichever saw the signal.
-		stop, err := l.job.any(sig != nil)
+		stop, err := l.job.anyOf(sig != nil)
 		if err != nil {
 			return err
 		}

@@ -31,7 +31,6 @@ type mpiAPI struct {
 	initThread    func(argc, argv unsafe.Pointer, required int32, provided *int32) int32
 	initialized   func(flag *int32) int32
 	finalize      func() int32
-	abort         func(comm uintptr, code int32) int32
 	commRank      func(comm uintptr, rank *int32) int32
 	commSize      func(comm uintptr, size *int32) int32
 	commDup       func(comm uintptr, out *uintptr) int32
@@ -86,7 +85,6 @@ func loadMPI() (*mpiAPI, error) {
 	fn(&a.initThread, "MPI_Init_thread")
 	fn(&a.initialized, "MPI_Initialized")
 	fn(&a.finalize, "MPI_Finalize")
-	fn(&a.abort, "MPI_Abort")
 	fn(&a.commRank, "MPI_Comm_rank")
 	fn(&a.commSize, "MPI_Comm_size")
 	fn(&a.commDup, "MPI_Comm_dup")
@@ -207,9 +205,6 @@ func (m *MPI) Procs() int { return m.size }
 
 // Host is this process's node (MPI_Get_processor_name).
 func (m *MPI) Host() string { return m.host }
-
-// Library is the path of the MPI library loaded.
-func (m *MPI) Library() string { return m.api.path }
 
 // do runs f on the MPI thread and returns its error.
 func (m *MPI) do(what string, f func() int32) error {
@@ -357,11 +352,6 @@ func (m *MPI) AllreduceSumF32(send, recv []float32) error {
 	return m.do("MPI_Allreduce", func() int32 {
 		return m.api.allreduce(unsafe.Pointer(unsafe.SliceData(send)), unsafe.Pointer(unsafe.SliceData(recv)), n, m.api.floatT, m.api.sum, m.comm)
 	})
-}
-
-// Abort is MPI_Abort: every process of the job ends with code.
-func (m *MPI) Abort(code int) {
-	m.do("MPI_Abort", func() int32 { return m.api.abort(m.comm, int32(code)) })
 }
 
 // Dup is MPI_Comm_dup: a communicator of the same processes, on its own
