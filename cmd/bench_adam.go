@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"time"
@@ -83,12 +82,7 @@ func benchAdamCommand() *cli.Command {
 			}
 			w := c.App.Writer
 			if c.Bool("json") {
-				b, err := json.Marshal(res)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(w, string(b))
-				return nil
+				return printResult(w, true, res)
 			}
 			fmt.Fprintf(w, "adam: isa=%s threads=%d params=%d grad=%s moments=%s bf16-out=%v rounds=%d\n",
 				res.ISA, res.Threads, res.Params, res.Grad, res.Moments, res.BF16Out, res.Rounds)

@@ -1,8 +1,6 @@
 package cmd
 
 import (
-	"encoding/json"
-	"fmt"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -53,16 +51,7 @@ func benchCommCommand() *cli.Command {
 			if err != nil || m.Proc() != 0 {
 				return err
 			}
-			if c.Bool("json") {
-				b, err := json.Marshal(res)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(c.App.Writer, string(b))
-				return nil
-			}
-			fmt.Fprint(c.App.Writer, res)
-			return nil
+			return printResult(c.App.Writer, c.Bool("json"), res)
 		},
 	}
 }

@@ -1,8 +1,6 @@
 package cmd
 
 import (
-	"encoding/json"
-	"fmt"
 	"strings"
 
 	"github.com/strata-ai/strata/bench"
@@ -48,16 +46,7 @@ func benchGemmCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if c.Bool("json") {
-				b, err := json.Marshal(res)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintln(c.App.Writer, string(b))
-				return nil
-			}
-			fmt.Fprint(c.App.Writer, res)
-			return nil
+			return printResult(c.App.Writer, c.Bool("json"), res)
 		},
 	}
 }

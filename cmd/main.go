@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -172,6 +173,21 @@ func benchCommand() *cli.Command {
 		Usage:       "measure the machine and the engine: " + commandNames(subs),
 		Subcommands: subs,
 	}
+}
+
+// printResult prints a bench workload's result: one JSON object on one
+// line with --json, else its table (its String method).
+func printResult(w io.Writer, asJSON bool, res any) error {
+	if !asJSON {
+		_, err := fmt.Fprint(w, res)
+		return err
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(w, string(b))
+	return err
 }
 
 // commandNames lists the commands' names, comma-separated: the help text
