@@ -286,7 +286,7 @@ func (c *comm) executeNet(rd *round, cl call) error {
 			o := q*run + c.rank*m*z
 			return xr.recv[o : o+m*z]
 		}
-		reduceRaw(cl.Recv.raw(), cl.Recv.DType(), cl.Send.DType(), m, src, N, cl.Op)
+		c.reduceRaw(cl.Recv.raw(), cl.Recv.DType(), cl.Send.DType(), m, src, N, cl.Op)
 	case gpu.CollAllReduce:
 		err = c.allReduceNet(rd, cl)
 	}
@@ -315,7 +315,7 @@ func (c *comm) allReduceNet(rd *round, cl call) error {
 		o := (q*w + lo - base) * z
 		return xr.recv[o : o+(hi-lo)*z]
 	}
-	reduceRaw(xr.out[(lo-base)*z:(hi-base)*z], dt, dt, hi-lo, src, N, cl.Op)
+	c.reduceRaw(xr.out[(lo-base)*z:(hi-base)*z], dt, dt, hi-lo, src, N, cl.Op)
 	rd.mu.Lock()
 	xr.reduced++
 	last := xr.reduced == L
@@ -346,13 +346,19 @@ func (c *comm) allReduceNet(rd *round, cl call) error {
 // ranks' inputs src(0), …, src(n−1) (m elements of idt each), in rank
 // order, as reduceF32 and reduceF64 compute it: fp32 (F64: float64) sums
 // from rank 0 up, Avg a division by n, one rounding on store.
-func reduceRaw(dst []byte, odt, idt gpu.DType, m int, src func(q int) []byte, n int, op gpu.ReduceOp) {
+func (c *comm) reduceRaw(dst []byte, odt, idt gpu.DType, m int, src func(q int) []byte, n int, op gpu.ReduceOp) {
 	if idt == gpu.F64 {
 		sumRanks(f64View(dst, m), n, func(q int) []float64 { return f64View(src(q), m) }, op)
 		return
 	}
+	if m == 0 {
+		return // an empty segment (more ranks than elements)
+	}
 	k := min(m, reduceTmpElems)
-	sum, wide := make([]float32, k), make([]float32, k)
+	sc := c.g.scratch[c.rank] // the sums and the widened inputs, kept for the rank's next round
+	tmp := sc.get(8 * k)
+	defer sc.put(tmp)
+	sum, wide := f32View(tmp, k), f32View(tmp[4*k:], k)
 	for lo := 0; lo < m; lo += k {
 		hi := min(lo+k, m)
 		d := sum[:hi-lo]
