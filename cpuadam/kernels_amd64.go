@@ -40,6 +40,20 @@ func adamQ8AVX2(k *kconsts, param *float32, grad unsafe.Pointer, mc, vc *uint8, 
 // encoding, then (AVX2) the block's two old scales broadcast to 8 lanes.
 type q8Scratch [2*QuantBlock + 16]float32
 
+// Implemented in master_amd64.s.
+
+//go:noescape
+func joinAVX2(dst *float32, param, lo *uint16, up *uint8, n int)
+
+//go:noescape
+func splitAVX2(src *float32, param, lo *uint16, up *uint8, n int)
+
+//go:noescape
+func joinAVX512(dst *float32, param, lo *uint16, up *uint8, n int)
+
+//go:noescape
+func splitAVX512(src *float32, param, lo *uint16, up *uint8, n int)
+
 //go:noescape
 func sumSqAVX512(x unsafe.Pointer, n int, bf16 bool, acc *[16]float64)
 
@@ -305,4 +319,35 @@ func tail(out []uint16, t int) []uint16 {
 		return nil
 	}
 	return out[t:]
+}
+
+// joinVec joins the first len(dst)&^7 masters with AVX2 (wide: the first
+// len(dst)&^15 with AVX-512) and the rest in Go.
+func joinVec(wide bool, dst []float32, param, lo []uint16, up []uint8) {
+	t := len(dst) &^ 7
+	if wide {
+		t = len(dst) &^ 15
+	}
+	switch {
+	case t > 0 && wide:
+		joinAVX512(&dst[0], &param[0], &lo[0], &up[0], t)
+	case t > 0:
+		joinAVX2(&dst[0], &param[0], &lo[0], &up[0], t)
+	}
+	joinRef(dst[t:], param[t:], lo[t:], up[t/8:])
+}
+
+// splitVec is joinVec's split.
+func splitVec(wide bool, src []float32, param, lo []uint16, up []uint8) {
+	t := len(src) &^ 7
+	if wide {
+		t = len(src) &^ 15
+	}
+	switch {
+	case t > 0 && wide:
+		splitAVX512(&src[0], &param[0], &lo[0], &up[0], t)
+	case t > 0:
+		splitAVX2(&src[0], &param[0], &lo[0], &up[0], t)
+	}
+	splitRef(src[t:], param[t:], lo[t:], up[t/8:])
 }

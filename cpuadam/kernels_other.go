@@ -20,13 +20,15 @@ func adamF32AVX512(*kconsts, Mode, []float32, []float32, []float32, []float32, [
 func adamBF16AVX512(*kconsts, Mode, []float32, []uint16, []float32, []float32, []uint16) {
 	unreachable()
 }
-func adamNarrowAVX2(*kconsts, Mode, Shard)   { unreachable() }
-func adamNarrowAVX512(*kconsts, Mode, Shard) { unreachable() }
-func sumSqF32AVX512([]float32, *[16]float64) { unreachable() }
-func sumSqBF16AVX512([]uint16, *[16]float64) { unreachable() }
-func maxAbsF32AVX512([]float32) uint32       { unreachable(); return 0 }
-func maxAbsBF16AVX512([]uint16) uint32       { unreachable(); return 0 }
-func r4w3F32AVX512(_, _, _, _ []float32)     { unreachable() }
+func adamNarrowAVX2(*kconsts, Mode, Shard)                  { unreachable() }
+func joinVec(bool, []float32, []uint16, []uint16, []uint8)  { unreachable() }
+func splitVec(bool, []float32, []uint16, []uint16, []uint8) { unreachable() }
+func adamNarrowAVX512(*kconsts, Mode, Shard)                { unreachable() }
+func sumSqF32AVX512([]float32, *[16]float64)                { unreachable() }
+func sumSqBF16AVX512([]uint16, *[16]float64)                { unreachable() }
+func maxAbsF32AVX512([]float32) uint32                      { unreachable(); return 0 }
+func maxAbsBF16AVX512([]uint16) uint32                      { unreachable(); return 0 }
+func r4w3F32AVX512(_, _, _, _ []float32)                    { unreachable() }
 
 // adamF16Vec: no vector kernels here; adamF16 widens in Go.
 func (ISA) adamF16Vec(*kconsts, Mode, Shard) int { return 0 }

@@ -283,14 +283,18 @@ func quantizeBlock(x []float32, codes []uint8, second bool) float32 {
 	return scale
 }
 
-// Shard is one shard's state for Step: the fp32 master params, the reduced
-// gradient (exactly one of Grad and Grad16), the moments in their stored
-// precision (both the same) and Out, which receives the new params as 16-bit
-// floats when not nil. Grad16 and Out hold bfloat16, or IEEE binary16 with
-// F16 (fp16 mixed precision: widened exactly, the new params rounded to
-// nearest even, internal/fp16). All have Len() == len(Param).
+// Shard is one shard's state for Step: the master params (fp32 in Param,
+// or with bf16 params kept as Rem: then Param is nil and Out holds the
+// params, read as the masters' high halves before the new ones are
+// written), the reduced gradient (exactly one of Grad and Grad16), the
+// moments in their stored precision (both the same) and Out, which
+// receives the new params as 16-bit floats when not nil. Grad16 and Out
+// hold bfloat16, or IEEE binary16 with F16 (fp16 mixed precision: widened
+// exactly, the new params rounded to nearest even, internal/fp16). All
+// have Len() elements.
 type Shard struct {
 	Param  []float32
+	Rem    Remainder
 	Grad   []float32
 	Grad16 []uint16
 	M, V   Moment
@@ -298,20 +302,29 @@ type Shard struct {
 	F16    bool
 }
 
+// Len is the number of elements of s.
+func (s Shard) Len() int { return len(s.Param) + s.Rem.Len() }
+
 func (s Shard) check() {
-	n := len(s.Param)
+	n := s.Len()
 	if len(s.Grad)+len(s.Grad16) != n || (s.Grad != nil) == (s.Grad16 != nil) && n > 0 ||
 		s.M.Len() != n || s.V.Len() != n || s.M.Precision() != s.V.Precision() || s.M.Second || !s.V.Second ||
-		(s.Out != nil && len(s.Out) != n) {
-		panic(fmt.Sprintf("cpuadam: shard mismatch: param %d grad %d/%d m %d (%v) v %d (%v, second %v) out %d",
-			n, len(s.Grad), len(s.Grad16), s.M.Len(), s.M.Precision(), s.V.Len(), s.V.Precision(), s.V.Second, len(s.Out)))
+		(s.Out != nil && len(s.Out) != n) ||
+		s.Rem.Lo != nil && (s.Param != nil || s.Out == nil || s.F16 || len(s.Rem.Up) != (n+7)/8) {
+		panic(fmt.Sprintf("cpuadam: shard mismatch: param %d remainder %d/%d grad %d/%d m %d (%v) v %d (%v, second %v) out %d f16 %v",
+			len(s.Param), s.Rem.Len(), len(s.Rem.Up), len(s.Grad), len(s.Grad16), s.M.Len(), s.M.Precision(), s.V.Len(), s.V.Precision(), s.V.Second, len(s.Out), s.F16))
 	}
 }
 
 // Slice is elements [lo, hi) of s (int8 moments: lo on a QuantBlock
-// boundary, hi too or the end).
+// boundary, hi too or the end; a Remainder: lo a multiple of 8).
 func (s Shard) Slice(lo, hi int) Shard {
-	t := Shard{Param: s.Param[lo:hi], M: s.M.Slice(lo, hi), V: s.V.Slice(lo, hi), Out: sub(s.Out, lo, hi), F16: s.F16}
+	t := Shard{M: s.M.Slice(lo, hi), V: s.V.Slice(lo, hi), Out: sub(s.Out, lo, hi), F16: s.F16}
+	if s.Rem.Lo != nil {
+		t.Rem = s.Rem.Slice(lo, hi)
+	} else {
+		t.Param = s.Param[lo:hi]
+	}
 	if s.Grad != nil {
 		t.Grad = s.Grad[lo:hi]
 	} else {
@@ -330,6 +343,10 @@ func Step(p Params, s Shard) {
 
 // adamShard runs i's kernel for s's moment precision.
 func (i ISA) adamShard(k *kconsts, mode Mode, s Shard) {
+	if s.Rem.Lo != nil {
+		i.adamRem(k, mode, s)
+		return
+	}
 	if s.F16 {
 		i.adamF16(k, mode, s)
 		return

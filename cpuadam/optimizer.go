@@ -258,18 +258,19 @@ func (o *Optimizer) StepBF16(p Params, param []float32, grad []uint16, m, v []fl
 	o.do(task{kind: taskAdamBF16, k: &o.k, mode: p.Mode, param: param, gh: grad, m: m, v: v, out: out}, len(param), 16, alignFirst(param))
 }
 
-// Step is the package's Step on the pool; same bits. Int8 moments are
-// cut into tiles on QuantBlock boundaries from the shard's start.
+// Step is the package's Step on the pool; same bits. Int8 moments and a
+// Remainder are cut into tiles on QuantBlock boundaries from the shard's
+// start.
 func (o *Optimizer) Step(p Params, s Shard) {
 	s.check()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.k = makeConsts(p)
 	quantum, first := 16, alignFirst(s.Param)
-	if s.M.Precision() == MomentsInt8 {
-		quantum, first = QuantBlock, 0
+	if s.M.Precision() == MomentsInt8 || s.Rem.Lo != nil {
+		quantum, first = QuantBlock, 0 // whole blocks, whole bytes of up bits
 	}
-	o.do(task{kind: taskShard, k: &o.k, mode: p.Mode, shard: s}, len(s.Param), quantum, first)
+	o.do(task{kind: taskShard, k: &o.k, mode: p.Mode, shard: s}, s.Len(), quantum, first)
 }
 
 // SumSquares is the package's SumSquares on the pool; same bits.

@@ -34,6 +34,12 @@ const (
 	// F16 is IEEE 754 binary16 (torch.float16): fp16 mixed precision's
 	// device params, gradients and activations (internal/fp16).
 	F16
+	// Rem16 is the part of an fp32 master kept beside its bf16 param
+	// (strata.optimizer_state.master "bf16+remainder", cpuadam.Remainder):
+	// n low halves of 16 bits, then a bit per element, eight to a byte,
+	// saying that the param was rounded up. No fixed element size:
+	// Bytes(n).
+	Rem16
 )
 
 // Q8Block is the number of elements that share one Q8 scale, counted from
@@ -58,6 +64,9 @@ func (d DType) Bytes(n int) int64 {
 	}
 	if d == INT8 {
 		return 4*int64((n+63)/64) + int64(n) // internal/absmax8.Bytes
+	}
+	if d == Rem16 {
+		return 2*int64(n) + int64(n+7)/8
 	}
 	return int64(n) * int64(d.Size())
 }
@@ -97,6 +106,8 @@ func (d DType) String() string {
 		return "int8"
 	case U8:
 		return "u8"
+	case Rem16:
+		return "rem16"
 	}
 	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
