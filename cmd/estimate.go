@@ -51,6 +51,7 @@ func estimateCommand() *cli.Command {
 			&cli.Int64Flag{Name: "persistence-threshold", Usage: "stage 3: chunks with fewer parameters stay gathered (default 0, or the config's)"},
 			&cli.Int64Flag{Name: "align", Value: estimate.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precision of Adam's m and v with the optimizer offloaded: fp32, bf16 or int8 (strata.optimizer_state.moments)"},
+			&cli.StringFlag{Name: "master", Value: "fp32", Usage: "master weights with the optimizer offloaded: fp32 or bf16+remainder (strata.optimizer_state.master)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
 			&cli.StringFlag{Name: "lora", Usage: `LoRA adapters on a frozen base, as strata.lora: "r=16", with ",alpha=32", ",targets=q_proj+v_proj" (or all-linear), ",rslora", ",base=nf4" or int8 (needs --model or --config)`},
 			&cli.StringFlag{Name: "base-dtype", Usage: "with --lora: how the frozen base is stored in its offload tier (strata.lora.base_dtype: bf16, nf4 or int8; the same as --lora ...,base=)"},
@@ -190,6 +191,14 @@ func runEstimate(c *cli.Context) error {
 		}
 		if opts.MomentsDType != dtype.F32 && opts.OptimizerTier == shard.HBM {
 			return usagef("estimate: --moments %s needs --offload-optimizer cpu or nvme (narrow moments are the host optimizer's)", c.String("moments"))
+		}
+	}
+	if c.IsSet("master") || c.String("config") == "" {
+		if opts.MasterDType, err = estimate.ParseMaster(c.String("master")); err != nil {
+			return usagef("estimate: --master %q is not fp32 or bf16+remainder", c.String("master"))
+		}
+		if opts.MasterDType != dtype.F32 && opts.OptimizerTier == shard.HBM {
+			return usagef("estimate: --master %s needs --offload-optimizer cpu or nvme (the remainder is the host optimizer's)", c.String("master"))
 		}
 	}
 	switch g := c.String("host-grad"); g {
@@ -470,10 +479,14 @@ func printEstimate(w io.Writer, what string, o estimate.Options, stages []estima
 		fmt.Fprintf(w, "; host_budget %s", units.FormatBytes(o.HostBudgetBytes))
 	}
 	fmt.Fprintln(w)
-	if md := o.MomentsDType; md == 0 || md == dtype.F32 {
+	master := "fp32 master"
+	if o.StateDType(shard.Master) == dtype.Rem16 {
+		master = "master as the bf16 param + a 16-bit remainder and a bit"
+	}
+	if md := o.StateDType(shard.AdamM); md == dtype.F32 && master == "fp32 master" {
 		fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, m, v (16 B/param)")
 	} else {
-		fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, %s m and v (%.3g B/param of optimizer state, %.3g in all)", estimate.MomentsName(md), o.OptimizerBytesPerParam(), 4+o.OptimizerBytesPerParam())
+		fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, %s, %s m and v (%.4g B/param of optimizer state, %.4g in all)", master, estimate.MomentsName(md), o.OptimizerBytesPerParam(), 4+o.OptimizerBytesPerParam())
 	}
 	fmt.Fprintf(w, "; each rank's slice of a chunk padded to %d elements\n\n", o.ShardAlignElems)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -596,6 +609,7 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		ShardAlignElems  int64       `json:"shard_align_elems"`
 		HostGradDType    string      `json:"host_grad_dtype"`
 		Moments          string      `json:"moments"`
+		Master           string      `json:"master"`
 		OptimizerBytes   float64     `json:"optimizer_state_bytes_per_param"` // master, m and v of a large shard
 		HostBudgetBytes  int64       `json:"host_budget_bytes"`
 		FrozenChunks     []int       `json:"frozen_chunks,omitempty"`
@@ -606,7 +620,7 @@ func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stage
 		Activations *jsonActivations `json:"activations,omitempty"`
 	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, Nodes: o.Devices / o.Local(), DevicesPerNode: o.Local(), OffloadOptimizer: estimate.DeviceName(o.OptimizerTier),
 		OffloadParam: estimate.DeviceName(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes,
-		Moments: estimate.MomentsName(max(o.MomentsDType, dtype.F32)), OptimizerBytes: o.OptimizerBytesPerParam()}
+		Moments: estimate.MomentsName(o.StateDType(shard.AdamM)), Master: estimate.MasterName(o.StateDType(shard.Master)), OptimizerBytes: o.OptimizerBytesPerParam()}
 	for i, c := range o.ChunkParams {
 		out.Params += c
 		if i < len(o.Frozen) && o.Frozen[i] {

@@ -266,8 +266,23 @@ type OptimizerState struct {
 	// codes in blocks of 256 with an fp32 scale each, ~2.03 B/param;
 	// shards under 4,096 params keep fp32).
 	Moments string `json:"moments"`
-	// Master is the master weights: "fp32" (the only one built).
+	// Master is the master weights: "fp32" (the default, 4 B/param) or
+	// "bf16+remainder" (the bf16 param plus the master's low 16 bits and a
+	// bit saying the param was rounded up, 2.125 B/param beside the param:
+	// bit-exact to fp32; bf16 training only).
 	Master string `json:"master"`
+}
+
+// Master weights of strata.optimizer_state.master.
+const (
+	MasterFP32          = "fp32"
+	MasterBF16Remainder = "bf16+remainder"
+)
+
+// RemainderMaster reports whether the master is kept as the bf16 param
+// plus a remainder.
+func (c *Config) RemainderMaster() bool {
+	return c.Strata.OptimizerState.Master == MasterBF16Remainder
 }
 
 // Moment precisions of strata.optimizer_state.moments (cpuadam.Moments's names).
@@ -389,7 +404,7 @@ func (c *Config) setDefaults() {
 	}
 	c.AIO = AIO{BlockSize: DefaultAIOBlockSize, QueueDepth: DefaultAIOQueueDepth, ThreadCount: DefaultAIOThreadCount, OverlapEvents: true}
 	c.Strata = Strata{Model: ModelSpec{Name: DefaultModel}, Devices: 1, Backend: "cpu", Seed: DefaultSeed, Overlap: "exact", DPUWarmupSteps: DefaultDPUWarmupSteps, Steps: DefaultSteps,
-		ActivationDType: ActivationBF16, Deterministic: true, OptimizerState: OptimizerState{Moments: MomentsFP32, Master: "fp32"}}
+		ActivationDType: ActivationBF16, Deterministic: true, OptimizerState: OptimizerState{Moments: MomentsFP32, Master: MasterFP32}}
 }
 
 // Load reads and parses a config file.

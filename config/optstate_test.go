@@ -9,8 +9,9 @@ import (
 
 // TestOptimizerStateKey: strata.optimizer_state.moments picks the stored
 // precision of the offloaded moments (DeepSpeed's bf16_optimizer_states is
-// the same as "bf16"), is written back by Config.JSON, and each mistake is
-// one error naming the key and what to write.
+// the same as "bf16") and .master the master's, both written back by
+// Config.JSON, and each mistake is one error naming the key and what to
+// write.
 func TestOptimizerStateKey(t *testing.T) {
 	const offload = `"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}`
 	parse := func(js string) (*config.Config, error) {
@@ -20,6 +21,7 @@ func TestOptimizerStateKey(t *testing.T) {
 		{`{` + offload + `}`, "fp32"},
 		{`{` + offload + `, "strata": {"optimizer_state": {"moments": "int8"}}}`, "int8"},
 		{`{` + offload + `, "strata": {"optimizer_state": {"moments": "bf16", "master": "fp32"}}}`, "bf16"},
+		{`{` + offload + `, "strata": {"optimizer_state": {"moments": "int8", "master": "bf16+remainder"}}}`, "int8"},
 		{`{` + offload + `, "bf16": {"enabled": true, "bf16_optimizer_states": true}}`, "bf16"},
 		{`{"train_micro_batch_size_per_gpu": 1, "bf16": {"bf16_optimizer_states": false}}`, "fp32"},
 	} {
@@ -38,8 +40,9 @@ func TestOptimizerStateKey(t *testing.T) {
 	for _, c := range []struct{ js, want string }{
 		{`{` + offload + `, "strata": {"optimizer_state": {"moments": "int4"}}}`, `strata.optimizer_state.moments: "int4" is not "fp32", "bf16" or "int8"`},
 		{`{"train_micro_batch_size_per_gpu": 1, "strata": {"optimizer_state": {"moments": "int8"}}}`, `strata.optimizer_state.moments: "int8" needs the optimizer offloaded`},
-		{`{` + offload + `, "strata": {"optimizer_state": {"master": "bf16+remainder"}}}`, `strata.optimizer_state.master: "bf16+remainder" is not built yet`},
-		{`{` + offload + `, "strata": {"optimizer_state": {"master": "bf16"}}}`, `strata.optimizer_state.master: "bf16" is not "fp32"`},
+		{`{"train_micro_batch_size_per_gpu": 1, "strata": {"optimizer_state": {"master": "bf16+remainder"}}}`, `strata.optimizer_state.master: "bf16+remainder" needs the optimizer offloaded`},
+		{`{` + offload + `, "bf16": {"enabled": false}, "fp16": {"enabled": true}, "strata": {"optimizer_state": {"master": "bf16+remainder"}}}`, `strata.optimizer_state.master: "bf16+remainder" needs bf16 params`},
+		{`{` + offload + `, "strata": {"optimizer_state": {"master": "bf16"}}}`, `strata.optimizer_state.master: "bf16" is not "fp32" or "bf16+remainder"`},
 		{`{` + offload + `, "bf16": {"bf16_optimizer_states": true}, "strata": {"optimizer_state": {"moments": "int8"}}}`, `strata.optimizer_state.moments: "int8" contradicts bf16.bf16_optimizer_states`},
 		{`{` + offload + `, "bf16": {"bf16_master_weights_and_grads": true}}`, `bf16.bf16_master_weights_and_grads: true is not supported`},
 		{`{` + offload + `, "strata": {"optimizer_state": {"moment": "int8"}}}`, `strata.optimizer_state.moment`},

@@ -562,11 +562,7 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 		}
 		st.OptimizerState.Moments = MomentsBF16
 	}
-	if n := os.get("master"); n != nil && n.kind == kindString && n.text == "bf16+remainder" {
-		os.d.errAt(n.offset, "strata.optimizer_state.master", `"bf16+remainder" is not built yet: Strata keeps an fp32 master; write "fp32" or leave the key out`)
-	} else {
-		os.stringKey("master", &st.OptimizerState.Master, "fp32")
-	}
+	os.stringKey("master", &st.OptimizerState.Master, MasterFP32, MasterBF16Remainder)
 	if sh := st.Model.Shape; sh != nil && st.SeqLen > sh.MaxSeq {
 		s.d.errPath("strata.seq_len", "%d is longer than the model's max_seq_len %d", st.SeqLen, sh.MaxSeq)
 	}
@@ -666,6 +662,12 @@ func (c *Config) crossChecks(d *decoder) {
 	}
 	if c.NarrowMoments() && z.OffloadOptimizer.Device == DeviceNone {
 		d.errPath("strata.optimizer_state.moments", "%q needs the optimizer offloaded (narrow moments are cpuadam's): set zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\", or write \"fp32\"", c.Strata.OptimizerState.Moments)
+	}
+	if c.RemainderMaster() && z.OffloadOptimizer.Device == DeviceNone {
+		d.errPath("strata.optimizer_state.master", "%q needs the optimizer offloaded (the remainder is cpuadam's): set zero_optimization.offload_optimizer.device to \"cpu\" or \"nvme\", or write \"fp32\"", MasterBF16Remainder)
+	}
+	if c.RemainderMaster() && c.FP16.Enabled {
+		d.errPath("strata.optimizer_state.master", "%q needs bf16 params (the master's high half is the bf16 param; fp16 params are not): enable bf16 instead of fp16, or write \"fp32\"", MasterBF16Remainder)
 	}
 	if z.OffloadParam.Device == DeviceNVMe && len(z.OffloadParam.NVMePath) == 0 {
 		d.errPath("zero_optimization.offload_param.device", `"nvme" needs nvme_path (a directory on the NVMe drive, or a list of them)`)
@@ -862,8 +864,8 @@ func (c *Config) Validate() error {
 	if st.Model.Name == "" && st.Model.Shape == nil {
 		bad("strata.model is not set")
 	}
-	if m := st.OptimizerState.Moments; m != MomentsFP32 && m != MomentsBF16 && m != MomentsInt8 || st.OptimizerState.Master != "fp32" {
-		bad("strata.optimizer_state: moments %q is not \"fp32\", \"bf16\" or \"int8\", or master %q is not \"fp32\"", m, st.OptimizerState.Master)
+	if m, ma := st.OptimizerState.Moments, st.OptimizerState.Master; m != MomentsFP32 && m != MomentsBF16 && m != MomentsInt8 || ma != MasterFP32 && ma != MasterBF16Remainder {
+		bad("strata.optimizer_state: moments %q is not \"fp32\", \"bf16\" or \"int8\", or master %q is not \"fp32\" or \"bf16+remainder\"", m, ma)
 	}
 	if st.ActivationDType != ActivationBF16 && st.ActivationDType != ActivationFP32 {
 		bad("strata.activation_dtype %q is not \"bf16\" or \"fp32\"", st.ActivationDType)

@@ -357,7 +357,10 @@ func (e *Engine) checkShards(st *checkpoint.State) {
 // rank's next sync.
 func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 	e, st := r.e, r.st
-	sz := e.estimate.Options.StateDType(s).Bytes(e.chunks[c].shard) // master, m, v
+	sz := e.estimate.Options.StateDType(s).Bytes(e.chunks[c].shard) // m, v
+	if s == shard.Master {
+		sz = 4 * int64(e.chunks[c].shard) // fp32, whatever the store keeps (remainder.go)
+	}
 	switch s {
 	case shard.Param:
 		switch {
@@ -376,6 +379,8 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 		switch {
 		case e.chunks[c].frozen:
 			return r.saveFrozen(c, s, dst)
+		case s == shard.Master && e.remainder():
+			return r.joinMasters(c, dst)
 		case e.offload:
 			return r.saveTiered(tkey(c, r.loc, s), dst)
 		case e.stage == 0: // the whole chunk, replicated: the rank's slice
@@ -420,6 +425,8 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 			return r.restoreTiered(tkey(c, r.loc, shard.Param), quantize(e.paramCode(c), decode(src, gpu.F32)))
 		case e.chunks[c].frozen:
 			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
+		case s == shard.Master && e.remainder():
+			return r.splitMasters(c, decode(src, gpu.F32))
 		case e.offload:
 			return r.restoreTiered(tkey(c, r.loc, s), src)
 		case e.stage == 0:

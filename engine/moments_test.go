@@ -130,3 +130,105 @@ func TestNarrowMomentsResume(t *testing.T) {
 		}
 	}
 }
+
+// remainderSpec is momentsSpec with strata.optimizer_state.master too.
+func remainderSpec(moments, master string, stage int, param, opt, more string) tierSpec {
+	s := momentsSpec(moments, stage, param, opt)
+	s.strata = fmt.Sprintf(`"optimizer_state": {"moments": %q, "master": %q}, `, moments, master) + more
+	return s
+}
+
+// TestRemainderMasterEquivalence: a master kept as the bf16 param plus a
+// remainder (strata.optimizer_state.master "bf16+remainder") trains to
+// the bits of the fp32 master's run, with fp32 and int8 moments: losses,
+// params and master weights after 8 steps, at stage 1 and 3 with the
+// optimizer on the host (the params it completes in the upload staging),
+// with offload_param (in the tier store's param copy, leased for Update),
+// on NVMe, and under dpu (staged again); the tier store holds 2.125 bytes
+// per master. It fails when the remainder drops its up bit or the params
+// it completes are not the masters' (a stale staging or param copy).
+func TestRemainderMasterEquivalence(t *testing.T) {
+	const steps = 8
+	budget := int64(7 << 19)
+	type cfg struct {
+		stage      int
+		param, opt string
+		more       string
+		hostBudget int64 // 0: none
+	}
+	cfgs := []cfg{{1, "none", "cpu", "", 0}, {3, "none", "cpu", "", 0}, {3, "cpu", "cpu", "", 0}, {3, "cpu", "cpu", `"overlap": "dpu", `, 0}, {2, "none", "cpu", `"overlap": "serial", `, 0}}
+	if nvmeOK(t) {
+		cfgs = append(cfgs, cfg{3, "nvme", "nvme", "", 0}, cfg{3, "nvme", "nvme", "", budget})
+	}
+	for _, mo := range []string{"fp32", "int8"} {
+		for _, c := range cfgs {
+			t.Run(fmt.Sprintf("%s/stage%d/param-%s/opt-%s/%s/budget-%d", mo, c.stage, c.param, c.opt, strings.Trim(c.more, `", `), c.hostBudget), func(t *testing.T) {
+				spec := func(master string) tierSpec {
+					s := remainderSpec(mo, master, c.stage, c.param, c.opt, c.more)
+					s.hostBudget = c.hostBudget
+					return s
+				}
+				want, _ := runTier(t, spec("fp32"), Options{}, steps)
+				got, e := runTier(t, spec("bf16+remainder"), Options{}, steps)
+				var rem int64
+				for c := range e.chunks {
+					rem += int64(e.n) * dtype.Rem16.Bytes(e.optElems(c))
+				}
+				if h := e.tiers.homes[shard.Master]; h[shard.Host]+h[shard.NVMe] != rem {
+					t.Errorf("master in the tier store: %d B, want %d", h[shard.Host]+h[shard.NVMe], rem)
+				}
+				for i := range got.losses {
+					if got.losses[i] != want.losses[i] {
+						t.Fatalf("step %d: loss %v, fp32 master %v", i+1, got.losses[i], want.losses[i])
+					}
+				}
+				if m, d := diff(got.params, want.params); m != 0 {
+					t.Errorf("params: %d differ from the fp32 master's run (max %g)", m, d)
+				}
+				if m, d := diff(got.master, want.master); m != 0 {
+					t.Errorf("master: %d differ from the fp32 master's run (max %g)", m, d)
+				}
+			})
+		}
+	}
+}
+
+// TestRemainderMasterResume: a remainder master resumes bit-identically
+// (host and NVMe, exact overlap and dpu); its checkpoint holds fp32
+// masters, so a checkpoint of the fp32 master's run loads into a remainder
+// run (and back) and both go on to the same bits.
+func TestRemainderMasterResume(t *testing.T) {
+	const k = 4
+	for _, s := range []tierSpec{remainderSpec("int8", "bf16+remainder", 3, "none", "cpu", ""), remainderSpec("fp32", "bf16+remainder", 3, "cpu", "cpu", `"overlap": "dpu", `),
+		remainderSpec("fp32", "bf16+remainder", 3, "nvme", "nvme", "")} {
+		t.Run(s.String()+"/"+s.strata, func(t *testing.T) {
+			if s.opt == "nvme" {
+				nvmetest.Require(t)
+			}
+			checkResume(t, func(t *testing.T) *Engine { return newTierEngine(t, s, Options{}) }, k)
+		})
+	}
+	for _, from := range []string{"fp32", "bf16+remainder"} {
+		to := map[string]string{"fp32": "bf16+remainder", "bf16+remainder": "fp32"}[from]
+		a := newTierEngine(t, remainderSpec("fp32", from, 3, "cpu", "cpu", ""), Options{})
+		trainFor(t, a, k)
+		dir := t.TempDir()
+		if _, err := a.SaveCheckpoint(dir, checkpoint.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		st := stateOf(t, a)
+		if k := st.StateIndex(shard.Master); st.States[k].DType != dtype.F32 {
+			t.Fatalf("%s: master saved as %v, want f32", from, st.States[k].DType)
+		}
+		b := newTierEngine(t, remainderSpec("fp32", to, 3, "cpu", "cpu", ""), Options{})
+		if err := b.LoadCheckpoint(dir); err != nil {
+			t.Fatalf("%s → %s: %v", from, to, err)
+		}
+		la, lb := trainFor(t, a, k), trainFor(t, b, k)
+		ma, _ := a.Master()
+		mb, _ := b.Master()
+		if m, d := diff(ma, mb); m != 0 || fmt.Sprint(la) != fmt.Sprint(lb) {
+			t.Errorf("%s → %s: losses %v and %v, %d masters differ (max %g)", from, to, la, lb, m, d)
+		}
+	}
+}

@@ -484,7 +484,11 @@ func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 		return ls, err
 	}
 	if r.e.paramTiered(c) && !delayed {
-		if ls.param, err = d.Use(acc(shard.Param, shard.Write)); err != nil {
+		a := shard.Write
+		if r.e.remainder() && r.masterParams(c) == nil {
+			a = shard.Update // the old params are the masters' high halves (remainder.go)
+		}
+		if ls.param, err = d.Use(acc(shard.Param, a)); err != nil {
 			return ls, err
 		}
 	}
@@ -495,7 +499,7 @@ func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 type hostLeases struct {
 	master, m, v *tier.Lease // Update
 	grad         *tier.Lease // Read: the reduced gradient
-	param        *tier.Lease // Write: the new param's host copy (offload_param, not delayed); nil: the upload staging
+	param        *tier.Lease // Write (Update: a remainder master's params): the new param's host copy (offload_param, not delayed); nil: the upload staging
 }
 
 // optState is master, m and v's leases, in that order.
@@ -523,8 +527,18 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	}
 	cp = cpuadam.Params(e.chunkAdam(c, gpu.AdamParams(cp)))
 	mo, _ := cpuadam.MomentsOf(e.estimate.Options.StateDType(shard.AdamM))
-	n := len(ls.master.Bytes()) / 4
-	s := cpuadam.Shard{Param: f32s(ls.master.Bytes()), M: mo.View(n, ls.m.Bytes(), false), V: mo.View(n, ls.v.Bytes(), true)}
+	n := e.optElems(c)
+	s := cpuadam.Shard{M: mo.View(n, ls.m.Bytes(), false), V: mo.View(n, ls.v.Bytes(), true)}
+	var keep []byte // a remainder master's params when out is not them (remainder.go)
+	if e.remainder() {
+		s.Rem = cpuadam.RemainderView(n, ls.master.Bytes()) // completed by the params in out
+		if p := r.masterParams(c); p != nil && ls.param != nil {
+			keep = p
+			copy(out, keep) // dpu's warm-up: the update writes the tier store's copy
+		}
+	} else {
+		s.Param = f32s(ls.master.Bytes())
+	}
 	if e.precision.Half() {
 		s.Grad16, s.Out, s.F16 = u16s(ls.grad.Bytes()), u16s(out), e.precision == gpu.F16
 	} else {
@@ -538,6 +552,7 @@ func (r *rank) adamHost(c int, cp cpuadam.Params, ls hostLeases) {
 	if !e.precision.Half() {
 		copy(f32s(out), s.Param)
 	}
+	copy(keep, out)
 	r.tr.Adam(r.e.layout.Chunks[c].Name, c, r.e.chunks[c].shard, t0)
 }
 

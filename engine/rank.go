@@ -247,7 +247,8 @@ func (e *Engine) initParams() error {
 
 // initTiers writes chunk c's initial param shard (offload_param) and
 // master weights to their homes in the tier store (m, v and the gradient
-// start as the zeros of Register).
+// start as the zeros of Register); a remainder master's params go where
+// cpuadam reads them (remainder.go).
 func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	e := r.e
 	if !e.offload {
@@ -266,6 +267,12 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 		}
 	}
 	off, n := e.optOffset(c, r.idx), e.optElems(c)
+	if e.remainder() && !e.isFrozen(c) {
+		if err := r.splitMasters(c, padded[off:off+n]); err != nil {
+			return fmt.Errorf("engine: init %s: %w", tkey(c, r.loc, shard.Master), err)
+		}
+		return nil
+	}
 	b.tier = encodeInto(b.tier, padded[off:off+n], gpu.F32)
 	return e.tiers.initShard(tkey(c, r.loc, shard.Master), b.tier)
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
+	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/absmax8"
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/nf4"
@@ -128,6 +129,10 @@ func checkOffload(cfg *config.Config, opts Options) error {
 		return fmt.Errorf("engine: offload_param and NVMe offload need bf16 or fp16 mixed precision, not %s", opts.Precision)
 	case o == config.DeviceCPU && z.Stage == 0:
 		return errors.New("engine: offload_optimizer \"cpu\" needs stage 1, 2 or 3 (as in DeepSpeed)")
+	case cfg.RemainderMaster() && o == config.DeviceNone:
+		return fmt.Errorf("engine: strata.optimizer_state.master %q needs the optimizer offloaded (the remainder is cpuadam's)", config.MasterBF16Remainder)
+	case cfg.RemainderMaster() && opts.Precision != gpu.BF16:
+		return fmt.Errorf("engine: strata.optimizer_state.master %q needs bf16 params (the master's high half is the bf16 param), not %s", config.MasterBF16Remainder, opts.Precision)
 	}
 	return nil
 }

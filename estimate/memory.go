@@ -85,6 +85,10 @@ type Options struct {
 	// MomentsDType is Adam's m and v of an offloaded optimizer: F32 (0),
 	// BF16 or Q8 (strata.optimizer_state.moments; dtype.Q8's Bytes).
 	MomentsDType dtype.DType
+	// MasterDType is the master of an offloaded optimizer: F32 (0) or Rem16
+	// (strata.optimizer_state.master "bf16+remainder": its bf16 param, kept
+	// as the param, plus dtype.Rem16's Bytes beside it).
+	MasterDType dtype.DType
 	// HostBudgetBytes (all ranks): with the optimizer on NVMe, optimizer
 	// state stays in host RAM up to this budget and only the rest is on
 	// NVMe. With the optimizer on the host, exceeding it is noted. 0 = none.
@@ -292,6 +296,9 @@ func Memory(o Options) (ModelState, error) {
 	}
 	if o.MomentsDType == 0 || o.OptimizerTier == shard.HBM {
 		o.MomentsDType = dtype.F32 // narrow moments are cpuadam's
+	}
+	if o.MasterDType == 0 || o.OptimizerTier == shard.HBM {
+		o.MasterDType = dtype.F32 // so is the remainder
 	}
 	if err := o.Validate(); err != nil {
 		return ModelState{}, err
@@ -618,10 +625,7 @@ func Stages(o Options) []Stage {
 // stateBytes is the size of one rank's shard of se elements of optimizer
 // state st.
 func (o Options) stateBytes(st shard.State, se int64) int64 {
-	if st == shard.Master {
-		return 4 * se
-	}
-	return o.MomentsDType.Bytes(int(se))
+	return o.StateDType(st).Bytes(int(se))
 }
 
 // persistence threshold, the frozen chunks (strata.freeze, FrozenChunks)
@@ -653,6 +657,7 @@ func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 		Frozen:               frozen,
 		ActivationHostBytes:  InputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
 		MomentsDType:         momentsDType(c.Strata.OptimizerState.Moments),
+		MasterDType:          masterDType(c.Strata.OptimizerState.Master),
 		FrozenParamDType:     frozenParamDType(c),
 	}, nil
 }
@@ -698,31 +703,62 @@ func MomentsName(dt dtype.DType) string {
 	return dt.String()
 }
 
-// StateDType is the dtype an offloaded optimizer keeps state st in: f32
-// for the master, MomentsDType for m and v.
+// StateDType is the dtype an offloaded optimizer keeps state st in:
+// MasterDType for the master, MomentsDType for m and v (0: F32).
 func (o Options) StateDType(st shard.State) dtype.DType {
-	if st == shard.Master || o.MomentsDType == 0 {
-		return dtype.F32
+	d := o.MomentsDType
+	if st == shard.Master {
+		d = o.MasterDType
 	}
-	return o.MomentsDType
+	if d == 0 {
+		d = dtype.F32
+	}
+	return d
 }
 
-// MomentsNote is ", int8 moments" (or bf16) for narrow moments, else "".
+// MomentsNote is ", int8 moments" (or bf16) for narrow moments, and ",
+// bf16+remainder master" for a remainder master, else "".
 func (o Options) MomentsNote() string {
-	if o.StateDType(shard.AdamM) == dtype.F32 {
-		return ""
+	s := ""
+	if o.StateDType(shard.AdamM) != dtype.F32 {
+		s = ", " + MomentsName(o.MomentsDType) + " moments"
 	}
-	return ", " + MomentsName(o.MomentsDType) + " moments"
+	if o.StateDType(shard.Master) == dtype.Rem16 {
+		s += ", " + config.MasterBF16Remainder + " master"
+	}
+	return s
 }
 
 // OptimizerBytesPerParam is master, m and v's bytes per parameter of a
-// large shard (the small ones keep fp32 moments).
+// large shard (the small ones keep fp32 moments); a remainder master's
+// bytes are those beside the param.
 func (o Options) OptimizerBytesPerParam() float64 {
-	md := o.MomentsDType
-	if md == 0 {
-		md = dtype.F32
+	per := func(st shard.State) float64 { return float64(o.StateDType(st).Bytes(1<<20)) / (1 << 20) }
+	return per(shard.Master) + 2*per(shard.AdamM)
+}
+
+// MasterName is the strata.optimizer_state.master name of dt.
+func MasterName(dt dtype.DType) string {
+	if dt == dtype.Rem16 {
+		return config.MasterBF16Remainder
 	}
-	return 4 + 2*float64(md.Bytes(1<<20))/(1<<20)
+	return config.MasterFP32
+}
+
+// ParseMaster is the dtype of a strata.optimizer_state.master name.
+func ParseMaster(m string) (dtype.DType, error) {
+	switch m {
+	case config.MasterFP32:
+		return dtype.F32, nil
+	case config.MasterBF16Remainder:
+		return dtype.Rem16, nil
+	}
+	return 0, fmt.Errorf("estimate: master %q is not fp32 or bf16+remainder", m)
+}
+
+func masterDType(m string) dtype.DType {
+	dt, _ := ParseMaster(m) // config.Validate checked it
+	return dt
 }
 
 func momentsDType(m string) dtype.DType {

@@ -230,7 +230,7 @@ func (s *Store) tierOK(t shard.Tier, rank int32) error {
 // reads as zeros until the first write-back. It fails with a *BudgetError
 // when the home tier's budget cannot hold the shard.
 func (s *Store) Register(key shard.Key, spec Spec) error {
-	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 && spec.DType != dtype.F16 {
+	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 && spec.DType != dtype.F16 && spec.DType != dtype.Rem16 {
 		return fmt.Errorf("tier: register %s: %d elements of %s: want a positive count of a known dtype", key, spec.Elems, spec.DType)
 	}
 	if spec.coded() && (!spec.DType.Half() || spec.Stored != dtype.NF4 && spec.Stored != dtype.INT8 || spec.Home == shard.HBM) {
