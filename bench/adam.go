@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/fp16"
 )
 
@@ -22,9 +23,13 @@ type AdamOptions struct {
 	GradF16  bool            // fp16 gradients (fp16 mixed precision: the output, with BF16Out, is fp16 too)
 	BF16Out  bool            // also write the new params as bf16 (fp16 with GradF16)
 	Moments  cpuadam.Moments // stored m and v; narrow ones also time the fp32 step, alternately
-	ISA      cpuadam.ISA     // ISAAuto: the best of this CPU
-	Roofline bool            // measure the r4w3 bandwidth in the same run
-	Rounds   int             // timed steps (and roofline passes); default 7
+	// Remainder keeps the master as the bf16 params (Out: BF16Out is
+	// needed) plus a cpuadam.Remainder, and times the fp32 step too,
+	// alternately.
+	Remainder bool
+	ISA       cpuadam.ISA // ISAAuto: the best of this CPU
+	Roofline  bool        // measure the r4w3 bandwidth in the same run
+	Rounds    int         // timed steps (and roofline passes); default 7
 	// Progress, when set, is told after each round; cmd prints it to
 	// stderr on long runs.
 	Progress func(round, rounds int, elapsed time.Duration)
@@ -59,6 +64,8 @@ func (o AdamOptions) Validate() error {
 		return errors.New("bench: adam: bf16 and fp16 gradients at once")
 	case o.Moments > cpuadam.MomentsInt8:
 		return fmt.Errorf("bench: adam: --moments %v: want fp32, bf16 or int8", o.Moments)
+	case o.Remainder && (!o.BF16Out || o.GradF16):
+		return errors.New("bench: adam: --master bf16+remainder needs --bf16-out (the params are the masters' high halves) and no fp16 gradients")
 	case !o.ISA.Supported():
 		return fmt.Errorf("bench: adam: --isa %v not supported by this CPU or build (best: %v)", o.ISA, cpuadam.Best())
 	}
@@ -70,10 +77,14 @@ func (o AdamOptions) Validate() error {
 // gradient (4 fp32 or 2 bf16), read and write m and v in their precision
 // (fp32 16, bf16 8, int8 4 plus their fp32 scales, 2×2×4 B per block of
 // 256: 0.0625), plus 2 for the bf16 output. fp32 gradients: 28, 20 and
-// 16.0625 B.
+// 16.0625 B. A remainder master reads the bf16 params too and reads and
+// writes its 2.125 B instead of the fp32 param: 6.25 instead of 8.
 func (o AdamOptions) BytesPerParam() float64 {
 	n := int64(o.Params)
 	b := float64(8+4) + 2*float64(2*o.Moments.Bytes(o.Params))/float64(n)
+	if o.Remainder {
+		b += 2 + 2*float64(dtype.Rem16.Bytes(o.Params))/float64(n) - 8
+	}
 	if o.GradBF16 || o.GradF16 {
 		b -= 2
 	}
@@ -91,15 +102,16 @@ type AdamResult struct {
 	Grad          string  `json:"grad"`
 	BF16Out       bool    `json:"bf16_out"`
 	Moments       string  `json:"moments"` // the precision of m and v actually stored (int8 under 4096 params: fp32)
+	Master        string  `json:"master"`  // fp32 or bf16+remainder
 	Rounds        int     `json:"rounds"`
 	StepSeconds   float64 `json:"step_seconds_median"`
 	ParamsPerS    float64 `json:"params_per_s"`
 	BytesPerParam float64 `json:"bytes_per_param"`
 	GBps          float64 `json:"gbps"`      // median step: BytesPerParam × Params / time, 1 GB = 1e9 B
 	GBpsBest      float64 `json:"gbps_best"` // fastest step
-	// FP32ParamsPerS is the median speed of the fp32-moment step timed
-	// alternately with a narrow one (0 with fp32 moments); SpeedupVsFP32 is
-	// ParamsPerS / FP32ParamsPerS.
+	// FP32ParamsPerS is the median speed of the fp32-moment, fp32-master
+	// step timed alternately with a narrow one or a remainder master (0
+	// otherwise); SpeedupVsFP32 is ParamsPerS / FP32ParamsPerS.
 	FP32ParamsPerS float64 `json:"fp32_params_per_s,omitempty"`
 	FP32GBps       float64 `json:"fp32_gbps,omitempty"`
 	SpeedupVsFP32  float64 `json:"speedup_vs_fp32,omitempty"`
@@ -148,7 +160,7 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	if half {
 		gradH = make([]uint16, n)
 	}
-	narrow := o.Moments.For(n) != cpuadam.MomentsF32
+	narrow := o.Moments.For(n) != cpuadam.MomentsF32 || o.Remainder
 	if o.BF16Out {
 		out = make([]uint16, n)
 	}
@@ -179,6 +191,13 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 		}
 		shard.M.Encode(m)
 		shard.V.Encode(v)
+		if o.Remainder {
+			shard.Out = make([]uint16, n) // not the fp32 step's
+			bf16.FromFloat32s(shard.Out, param)
+			shard.Rem = cpuadam.RemainderView(n, make([]byte, dtype.Rem16.Bytes(n)))
+			shard.Rem.Split(param, shard.Out)
+			shard.Param = nil
+		}
 	}
 
 	p := cpuadam.Params{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, GradScale: 1, Mode: cpuadam.AdamW}
@@ -235,10 +254,13 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 
 	res := AdamResult{
 		ISA: opt.Options().ISA.String(), Threads: opt.Options().Threads, Params: n, Grad: "fp32", BF16Out: o.BF16Out,
-		Moments: o.Moments.For(n).String(), Rounds: o.Rounds, BytesPerParam: o.BytesPerParam(),
+		Moments: o.Moments.For(n).String(), Master: "fp32", Rounds: o.Rounds, BytesPerParam: o.BytesPerParam(),
 	}
 	if o.GradBF16 {
 		res.Grad = "bf16"
+	}
+	if o.Remainder {
+		res.Master = "bf16+remainder"
 	}
 	if o.GradF16 {
 		res.Grad = "fp16"
@@ -250,7 +272,7 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	res.GBpsBest = float64(n) * res.BytesPerParam / best / 1e9
 	if narrow {
 		fo := o
-		fo.Moments = cpuadam.MomentsF32
+		fo.Moments, fo.Remainder = cpuadam.MomentsF32, false
 		fmed, _ := medianMin(fp32Steps)
 		res.FP32ParamsPerS = float64(n) / fmed
 		res.FP32GBps = float64(n) * fo.BytesPerParam() / fmed / 1e9

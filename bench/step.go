@@ -58,8 +58,10 @@ type StepOptions struct {
 	Overlaps []string
 	// Moments are the precisions of Adam's moments
 	// (strata.optimizer_state.moments) each offloaded mode runs with,
-	// among "fp32" (the default), "bf16" and "int8": an engine each, all
-	// stepping alternately.
+	// among "fp32" (the default), "bf16" and "int8", each optionally
+	// followed by RemainderSuffix (the master as strata.optimizer_state.master
+	// "bf16+remainder": "int8+remainder"): an engine each, all stepping
+	// alternately.
 	Moments []string
 	// Trains are what each run trains: "full" (every weight, the default),
 	// "lora" (strata.lora of rank LoRARank, alpha twice that, on every
@@ -160,8 +162,8 @@ func (o StepOptions) Validate() error {
 		}
 	}
 	for _, m := range o.Moments {
-		if !slices.Contains([]string{config.MomentsFP32, config.MomentsBF16, config.MomentsInt8}, m) {
-			return fmt.Errorf("bench: moments %q is not fp32, bf16 or int8", m)
+		if !slices.Contains([]string{config.MomentsFP32, config.MomentsBF16, config.MomentsInt8}, strings.TrimSuffix(m, RemainderSuffix)) {
+			return fmt.Errorf("bench: moments %q is not fp32, bf16 or int8, with or without %q", m, RemainderSuffix)
 		}
 	}
 	for _, tr := range o.Trains {
@@ -210,6 +212,10 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
 	if mode == "nvme" {
 		hb = o.HostBudgetBytes
 	}
+	master := config.MasterFP32
+	if strings.HasSuffix(k.moments, RemainderSuffix) {
+		master = config.MasterBF16Remainder
+	}
 	lora := ""
 	switch k.train {
 	case "lora":
@@ -225,8 +231,8 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
   "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "dpu_warmup_steps": %d,
-    "optimizer_state": {"moments": %q}%s}
-}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, k.overlap, o.Warmup, k.moments, lora)
+    "optimizer_state": {"moments": %q, "master": %q}%s}
+}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, k.overlap, o.Warmup, strings.TrimSuffix(k.moments, RemainderSuffix), master, lora)
 	lookup := func(name string) (config.Shape, error) {
 		s, err := model.Lookup(name)
 		return config.Shape(s), err
@@ -402,6 +408,10 @@ func (r *stepRun) abandonTrace() {
 	r.traceFile.Close()
 	os.Remove(r.o.TracePath)
 }
+
+// RemainderSuffix after a precision of StepOptions.Moments keeps the
+// master as the bf16 param plus a remainder.
+const RemainderSuffix = "+remainder"
 
 // stepRunKey is one engine of the benchmark: a mode, its host optimizer's
 // schedule and moments ("" and fp32 in the resident mode).

@@ -28,7 +28,8 @@ func benchStepCommand() *cli.Command {
 			"state's I/O waits, and the step time over serial's (dpu: delayed parameter update, its warm-up steps\n" +
 			"exact). --modes offload is ZeRO-Offload: optimizer state in host RAM, params on the device.\n" +
 			"--moments fp32,int8 runs each offloaded mode with each precision of Adam's moments, alternately, and\n" +
-			"prints each narrow run's step time and NVMe bytes per step over the fp32 run's.\n" +
+			"prints each narrow run's step time and NVMe bytes per step over the fp32 run's; a precision followed by\n" +
+			"+remainder (int8+remainder) keeps the master as the bf16 param plus a remainder (bf16+remainder).\n" +
 			"--train full,lora runs each with LoRA too (strata.lora of --lora-rank on every linear, the base frozen: no\n" +
 			"weight-gradient GEMMs, no optimizer state for it) and prints each LoRA run's step over the full run's.\n" +
 			"The default model (medium, 6.4M params, 4x256 tokens per device) is bound by compute, not by the disk.",
@@ -49,7 +50,7 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "modes", Value: "resident,host,nvme", Usage: "modes to run, comma-separated: resident, host, nvme, offload (params on the device, optimizer state in host RAM)"},
 			&cli.StringFlag{Name: "train", Value: "full", Usage: "what each run trains, comma-separated: full (every weight), lora (adapters of --lora-rank on every linear, the base frozen), qlora (the same, the base stored in NF4: host and nvme modes)"},
 			&cli.IntFlag{Name: "lora-rank", Value: 16, Usage: "--train lora: the adapters' rank (alpha twice it)"},
-			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precisions of Adam's moments each offloaded mode runs with (strata.optimizer_state.moments), comma-separated: fp32, bf16, int8"},
+			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precisions of Adam's moments each offloaded mode runs with (strata.optimizer_state.moments), comma-separated: fp32, bf16, int8; +remainder after one: the master as bf16+remainder"},
 			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
 			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},

@@ -172,6 +172,6 @@ func tierJSON(t *engine.TierSummary) map[string]any {
 		"pinned_pool_bytes": t.PinnedPoolBytes, "pinned_peak_bytes": t.PinnedPeakBytes, "link_bytes": links,
 		"prefetch_accesses": t.Accesses, "prefetch_hits": t.Hits, "prefetch_late": t.Late, "prefetch_misses": t.Misses,
 		"prefetch_dependent": t.Dependent, "prefetch_hit_rate": t.HitRate, "prefetch_divergences": t.Divergences,
-		"rerecords": t.Rerecords, "optimizer_state_bytes": perTier(t.OptimizerStateBytes), "optimizer_state_moments": t.Moments,
+		"rerecords": t.Rerecords, "optimizer_state_bytes": perTier(t.OptimizerStateBytes), "optimizer_state_moments": t.Moments, "optimizer_state_master": t.Master,
 	}
 }

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -56,6 +57,7 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 		init               bool
 		want, not          []string
 		moments            string // summary.json's tier.optimizer_state_moments, when given
+		master             string // and tier.optimizer_state_master (fp32 when not)
 	}{
 		{name: "no offload", strata: `, "model": "tiny"`, not: []string{"hits", "peak/budget", "prefetch:"}},
 		{name: "host", zero: `, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}`, strata: `, "model": "tiny"`,
@@ -67,6 +69,9 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 		{name: "imported", zero: `, "offload_optimizer": {"device": "cpu"}`, init: true, want: []string{"initial weights: "}},
 		{name: "int8 moments on nvme", zero: fmt.Sprintf(`, "offload_optimizer": {"device": "nvme", "nvme_path": %q}`, nv),
 			strata: `, "model": "small", "optimizer_state": {"moments": "int8"}`, want: []string{", int8 moments)"}, moments: "int8"},
+		{name: "int8 moments and a remainder master on nvme", zero: fmt.Sprintf(`, "offload_optimizer": {"device": "nvme", "nvme_path": %q}`, nv),
+			strata: `, "model": "small", "optimizer_state": {"moments": "int8", "master": "bf16+remainder"}`, want: []string{", int8 moments, bf16+remainder master)"},
+			moments: "int8", master: "bf16+remainder"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := writeFile(t, "cfg.json", fmt.Sprintf(base, c.zero, c.strata))
@@ -122,8 +127,9 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 			if c.moments != "" {
 				tier, _ := js["tier"].(map[string]any)
 				ob, _ := tier["optimizer_state_bytes"].(map[string]any)
-				if tier["optimizer_state_moments"] != c.moments || ob["nvme"] == nil || ob["nvme"].(float64) <= 0 {
-					t.Errorf("summary.json tier: moments %v, optimizer_state_bytes %v", tier["optimizer_state_moments"], ob)
+				master := cmp.Or(c.master, "fp32")
+				if tier["optimizer_state_moments"] != c.moments || tier["optimizer_state_master"] != master || ob["nvme"] == nil || ob["nvme"].(float64) <= 0 {
+					t.Errorf("summary.json tier: moments %v, master %v, optimizer_state_bytes %v", tier["optimizer_state_moments"], tier["optimizer_state_master"], ob)
 				}
 			}
 		})

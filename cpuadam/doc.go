@@ -143,6 +143,32 @@
 // math.RoundToEven. AVX2 runs whole blocks and leaves a last, shorter
 // block to the Go loop.
 //
+// # The master as a remainder
+//
+// With bf16 params, an offloaded shard may keep its fp32 master as the
+// bf16 param plus a Remainder (strata.optimizer_state.master
+// "bf16+remainder"): per element the master's low 16 bits and one bit,
+// up, set when the param (the master rounded to nearest even) was rounded
+// up, so that the master's high 16 bits are the param's bits minus one:
+//
+//	master = (param − up) << 16 | lo     (2.125 B beside the param, not 4)
+//
+// Sixteen bits alone cannot: 65,537 masters round to each even bf16 value,
+// the 65,535 between its two ties and both ties, whose low halves are the
+// same (0x8000); up tells them apart. (A param truncated instead of
+// rounded would need no bit, but it is not the fp32 master's run.) Rounding
+// up in magnitude adds one to the bits whatever the sign, and to the
+// largest finite value it gives the infinity, so the join is exact for
+// every master but a signalling NaN, which arithmetic never makes (it
+// comes back a NaN). A Shard with Rem set is stepped a block of remBlock
+// elements at a time: joined into fp32 from the remainder and Out (the
+// params the last step wrote), updated by the fp32-master kernel, which
+// writes the new params into Out, and split again against them: the bits
+// of the fp32 master's step. Join and split are AVX-512 (the up bits of
+// 16 elements are a mask register) and AVX2 loops; the extra pass over
+// the block stays in the first-level cache (the fused single pass, a flag
+// of the fp32 kernels' loads and stores, is not written).
+//
 // # Lifecycle and memory
 //
 // The plain functions (StepF32, StepBF16, SumSquares, NonFinite, ...)

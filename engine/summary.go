@@ -12,7 +12,7 @@ import (
 func (e *Engine) tierSummary() *TierSummary {
 	t := e.tiers
 	ts := &TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes,
-		Moments: estimate.MomentsName(e.estimate.Options.StateDType(shard.AdamM))}
+		Moments: estimate.MomentsName(e.estimate.Options.StateDType(shard.AdamM)), Master: estimate.MasterName(e.estimate.Options.StateDType(shard.Master))}
 	for st := range shard.StateCount {
 		if shard.State(st) == shard.Activation {
 			continue // not model state: Summary.ActivationHostBytes

@@ -346,9 +346,13 @@ type TierSummary struct {
 	PrefetchCounts                       // since New
 	Rerecords                            int64
 	// OptimizerStateBytes is the homes of master, m and v per tier, all
-	// ranks; Moments their precision (strata.optimizer_state.moments).
+	// ranks; Moments their precision (strata.optimizer_state.moments),
+	// Master the master's (strata.optimizer_state.master: with
+	// "bf16+remainder" the master's bytes are the remainder's, beside the
+	// params).
 	OptimizerStateBytes [shard.TierCount]int64
 	Moments             string
+	Master              string
 }
 
 // CountsOf is one planner's counts.
