@@ -15,6 +15,8 @@ func TestRunAdamSmall(t *testing.T) {
 		{Params: 999, Rounds: 2, GradBF16: true, BF16Out: true, Threads: 2, ISA: cpuadam.ISAGo},
 		{Params: 5000, Rounds: 2, Moments: cpuadam.MomentsBF16, Roofline: true},
 		{Params: 5000, Rounds: 2, Moments: cpuadam.MomentsInt8, GradBF16: true, Threads: 2},
+		{Params: 5000, Rounds: 2, Moments: cpuadam.MomentsInt8, GradBF16: true, BF16Out: true, Remainder: true},
+		{Params: 4001, Rounds: 2, GradBF16: true, BF16Out: true, Remainder: true, ISA: cpuadam.ISAGo},
 	} {
 		res, err := RunAdam(o.WithDefaults())
 		if err != nil {
@@ -29,10 +31,14 @@ func TestRunAdamSmall(t *testing.T) {
 		if o.BF16Out {
 			want += 2
 		}
+		if o.Remainder { // reads the params, reads and writes 2 B and a bit instead of the fp32 master's 4 B
+			want += 2 + 2*(2+float64((o.Params+7)/8)/float64(o.Params)) - 8
+		}
 		if math.Abs(res.BytesPerParam-want) > 1e-9 || res.Params != o.Params || res.Rounds != o.Rounds {
 			t.Fatalf("%+v: result %+v", o, res)
 		}
-		if narrow := o.Moments != cpuadam.MomentsF32; res.Moments != o.Moments.String() || narrow != (res.SpeedupVsFP32 > 0 && res.FP32ParamsPerS > 0) {
+		if narrow := o.Moments != cpuadam.MomentsF32 || o.Remainder; res.Moments != o.Moments.String() || narrow != (res.SpeedupVsFP32 > 0 && res.FP32ParamsPerS > 0) ||
+			(res.Master == "bf16+remainder") != o.Remainder {
 			t.Fatalf("%+v: moments %q, fp32 comparison %v %v", o, res.Moments, res.FP32ParamsPerS, res.SpeedupVsFP32)
 		}
 		if !(res.GBps > 0 && res.ParamsPerS > 0) || (o.Roofline && !(res.RooflineGBps > 0 && res.Ratio > 0)) || (!o.Roofline && res.RooflineGBps != 0) {

@@ -3,7 +3,9 @@
 # the same run, seed and data with fp32, bf16 and int8 moments — the
 # `medium` model on real text (this repository's documentation, byte-level),
 # ZeRO stage 3, optimizer state on NVMe — and each narrow run's loss curve and
-# final weights against the fp32 run's.
+# final weights against the fp32 run's; and the fp32 run again with the master
+# kept as the bf16 param plus a remainder (strata.optimizer_state.master
+# "bf16+remainder"), which must be bit-identical to it.
 #
 #   bench/moments-parity.sh [STEPS] [DIR]     (default 200 steps, a temp dir)
 #
@@ -20,8 +22,10 @@ mkdir -p "$dir"
 export PATH=/usr/local/go/bin:$PATH GOFLAGS=-mod=mod
 go build -o "$dir/strata" .
 cat README.md docs/*.md */README.md > "$dir/text.txt"
-for m in fp32 bf16 int8; do
+for m in fp32 bf16 int8 remainder; do
   mkdir -p "$dir/swap-$m"
+  moments=$m master=fp32
+  if [ "$m" = remainder ]; then moments=fp32 master=bf16+remainder; fi
   cat > "$dir/$m.json" <<JSON
 {
   "train_micro_batch_size_per_gpu": 4,
@@ -30,7 +34,7 @@ for m in fp32 bf16 int8; do
   "bf16": {"enabled": true},
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "$dir/swap-$m"}},
-  "strata": {"model": "medium", "devices": 1, "seq_len": 128, "seed": 3, "optimizer_state": {"moments": "$m"}}
+  "strata": {"model": "medium", "devices": 1, "seq_len": 128, "seed": 3, "optimizer_state": {"moments": "$moments", "master": "$master"}}
 }
 JSON
   "$dir/strata" train --config "$dir/$m.json" --data "$dir/text.txt" --steps "$steps" --out "$dir/run-$m" --overwrite --no-progress >/dev/null 2>"$dir/$m.log"
@@ -52,7 +56,7 @@ def weights(m):
     base = 8 + n
     return np.concatenate([np.frombuffer(b[base + t["data_offsets"][0]:base + t["data_offsets"][1]], dtype=np.float32).astype(np.float64)
                            for _, t in sorted(h.items())])
-L = {m: losses(m) for m in ("fp32", "bf16", "int8")}
+L = {m: losses(m) for m in ("fp32", "bf16", "int8", "remainder")}
 print(f"medium, stage 3, optimizer on NVMe, {steps} steps, seed 3, the same data: loss")
 print("step      fp32      bf16      int8")
 for s in list(range(0, steps, max(1, steps // 10))) + [steps - 1]:
@@ -65,4 +69,9 @@ for m in ("bf16", "int8"):
     mt, rt = np.mean(L[m][-tail:]), np.mean(L["fp32"][-tail:])
     drift = np.linalg.norm(weights(m) - wf) / moved
     print(f"{m}: final loss {fin:.4f} vs fp32 {ref:.4f} ({(fin - ref) / ref * 100:+.2f} %); last {tail} steps' mean {mt:.4f} vs {rt:.4f} ({(mt - rt) / rt * 100:+.2f} %); weight drift {drift:.4f} of the distance fp32 moved")
+same_w = open(f"{d}/run-remainder/model.safetensors", "rb").read() == open(f"{d}/run-fp32/model.safetensors", "rb").read()
+same_l = L["remainder"] == L["fp32"]
+print(f"bf16+remainder master: losses {'bit-identical to' if same_l else 'DIFFERENT from'} fp32's at all {steps} steps; weights file {'byte-identical' if same_w else 'DIFFERENT'}")
+if not (same_l and same_w):
+    sys.exit(1)
 PY

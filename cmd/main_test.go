@@ -154,6 +154,8 @@ func TestEstimateBadInput(t *testing.T) {
 		{"estimate", "--model", "gpt2", "--stage", "5"},
 		{"estimate", "--config", "../testdata/configs/bad_misspelled_key.json"},
 		{"estimate", "--config", "does-not-exist.json"},
+		{"estimate", "--model", "gpt2", "--master", "bf16"},
+		{"estimate", "--model", "gpt2", "--master", "bf16+remainder"}, // the optimizer on the device
 	}
 	for _, args := range cases {
 		_, _, err := run(t, args...)
@@ -189,6 +191,8 @@ func TestBenchNVMeBadInput(t *testing.T) {
 		{[]string{"bench", "nvme", "--path", dir, "--bs", "1000", "--size", "1000000"}, "alignment", 0},
 		{[]string{"bench", "nvme", "--path", dir, "--size", "100000G"}, "free", 0},
 		{[]string{"bench", "adam", "--params", "0"}, "params", 2},
+		{[]string{"bench", "adam", "--master", "bf16+remainder"}, "--bf16-out", 2},
+		{[]string{"bench", "adam", "--master", "bf16"}, "--master", 2},
 	}
 	for _, c := range cases {
 		_, _, err := run(t, c.args...)
