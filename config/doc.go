@@ -45,8 +45,11 @@
 //   - strata.optimizer_state.moments ("fp32", "bf16", "int8") is the stored
 //     precision of Adam's moments of an offloaded optimizer; DeepSpeed's
 //     bf16.bf16_optimizer_states is read as "bf16" (a contradiction is an
-//     error), bf16.bf16_master_weights_and_grads true is refused (the
-//     master stays fp32).
+//     error), bf16.bf16_master_weights_and_grads true is refused (a bf16
+//     master is not the fp32 run); strata.optimizer_state.master
+//     "bf16+remainder" keeps the master as the bf16 param plus the bits
+//     the rounding dropped (bit-identical to "fp32"; bf16 training with
+//     the optimizer offloaded).
 //
 // Lifecycle: Parse (or Load, or Default) returns a *Config that is resolved
 // and valid; SetDevices re-derives the batch for another device count;
