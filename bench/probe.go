@@ -12,6 +12,8 @@ import (
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
+	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/plan"
@@ -74,6 +76,26 @@ func ProbeRates(p *plan.Profile, backendName string, hbmBytes int64, threads int
 		}
 	}
 	p.AdamParamsPerS, p.AdamThreads = params/median(secs), opt.Options().Threads
+
+	// The narrow state plan lists beside fp32: int8 moments, the master as
+	// the bf16 params (out) plus a remainder.
+	mo := cpuadam.MomentsInt8
+	sh := cpuadam.Shard{Grad16: grad, Out: out, M: mo.View(params, make([]byte, mo.Bytes(params)), false),
+		V: mo.View(params, make([]byte, mo.Bytes(params)), true), Rem: cpuadam.RemainderView(params, make([]byte, dtype.Rem16.Bytes(params)))}
+	sh.M.Encode(m)
+	sh.V.Encode(v)
+	bf16.FromFloat32s(out, param)
+	sh.Rem.Split(param, out)
+	secs = secs[:0]
+	for r := range 6 {
+		ap.Step = int64(r + 1)
+		t0 := time.Now()
+		opt.Step(ap, sh)
+		if r > 0 {
+			secs = append(secs, time.Since(t0).Seconds())
+		}
+	}
+	p.SetAdamRate(plan.AdamState{Moments: config.MomentsInt8, Master: config.MasterBF16Remainder, ParamsPerS: params / median(secs)})
 	return nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/bench"
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
@@ -387,6 +388,10 @@ func (l *trainLoop) stepTime() stepTime {
 	if cfg.GradientAccumulationSteps != 1 || cfg.Strata.LoRA != nil || len(cfg.Strata.Freeze) > 0 {
 		return st // the profile's steps are one micro-batch of a full fine-tune
 	}
+	state := cfg.Strata.OptimizerState
+	if state != (config.OptimizerState{Moments: config.MomentsFP32, Master: config.MasterFP32}) && state != (config.OptimizerState{Moments: plan.NarrowMoments, Master: plan.NarrowMaster}) {
+		return st // a state precision plan does not list
+	}
 	rows := cfg.Strata.Devices * cfg.TrainMicroBatchSizePerGPU
 	in := plan.Inputs{Model: cfg.Strata.Model.Name, Shape: l.e.Layout().Shape, Devices: cfg.Strata.Devices, Batch: cfg.TrainMicroBatchSizePerGPU,
 		Seq: l.e.TokensPerStep() / max(rows, 1), SharedCores: cfg.Strata.Backend == "cpu"}
@@ -401,7 +406,7 @@ func (l *trainLoop) stepTime() stepTime {
 	}
 	want := plan.Config{Stage: z.Stage, Optimizer: tierOf(z.OffloadOptimizer.Device), Params: tierOf(z.OffloadParam.Device)}
 	for _, pr := range preds {
-		if pr.Stage == want.Stage && pr.Optimizer == want.Optimizer && pr.Params == want.Params {
+		if pr.Stage == want.Stage && pr.Optimizer == want.Optimizer && pr.Params == want.Params && pr.Moments == state.Moments && pr.Master == state.Master {
 			st.Predicted, st.Profile = pr.StepSeconds, path
 		}
 	}

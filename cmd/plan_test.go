@@ -39,8 +39,17 @@ func TestPlan(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(res.Configs) != 8 {
-		t.Fatalf("%d placements, want 8 (no --nvme-path): %s", len(res.Configs), out)
+	if len(res.Configs) != 10 {
+		t.Fatalf("%d placements, want 10 (no --nvme-path; the 2 at stage 3 in host RAM with narrow state too): %s", len(res.Configs), out)
+	}
+	narrow := 0
+	for _, c := range res.Configs {
+		if strings.Contains(c.Name, "int8 moments, bf16+remainder master") {
+			narrow++
+		}
+	}
+	if narrow != 2 {
+		t.Errorf("%d placements with narrow optimizer state, want 2", narrow)
 	}
 	for i, c := range res.Configs {
 		if !c.Fits || !(c.Predicted > 0) || !(c.Terms["compute"] > 0) || c.Device <= 0 {

@@ -13,7 +13,9 @@
 //     sequence on these devices, measured (Profile.Computes: a resident
 //     step without its optimizer phase);
 //   - adam: the optimizer on the devices as measured beside it, or on the
-//     host Ψ / cpuadam's params/s;
+//     host Ψ / cpuadam's params/s for the placement's optimizer state
+//     (fp32, or int8 moments with a bf16+remainder master:
+//     Profile.AdamStates);
 //   - copy: the bytes between host and devices per step over the copy
 //     rate: the reduced gradient down and the new params up (2 + 2 bytes
 //     a trainable param, offload_optimizer), and with offload_param, when
@@ -25,9 +27,11 @@
 //     the pinned staging, the gradient's conversions), calibrated from a
 //     measured ZeRO-Offload step of the model (Compute.OffloadStepSeconds);
 //   - disk: with the optimizer state on NVMe, master, m and v read and
-//     written every step (12 + 12 bytes a param), with the params on
-//     NVMe the new params' write (2) and, unless staged on the devices,
-//     their reads (4), over the path's measured rates: the larger of the
+//     written every step (12 + 12 bytes a param; int8 moments and a
+//     bf16+remainder master 4.16 + 4.16, estimate's bytes), with the
+//     params on NVMe the new params' write (2) and, unless staged on the
+//     devices, their reads (4; 6 with a remainder master, whose update
+//     reads the params too), over the path's measured rates: the larger of the
 //     reads at the read rate, the writes at the write rate and both at
 //     the rate of both at once.
 //
@@ -53,30 +57,58 @@ import (
 	"github.com/strata-ai/strata/shard"
 )
 
-// Config is one placement: the ZeRO stage and where the optimizer state
-// and the params live.
+// Config is one placement: the ZeRO stage, where the optimizer state and
+// the params live, and the offloaded optimizer state's precision
+// (strata.optimizer_state: "fp32" both, or Narrow's).
 type Config struct {
 	Name      string     `json:"name"`
 	Stage     int        `json:"stage"`
 	Optimizer shard.Tier `json:"-"`
 	Params    shard.Tier `json:"-"`
+	Moments   string     `json:"moments"`
+	Master    string     `json:"master"`
 }
+
+// The narrow optimizer state the placements at stage 3 with the optimizer
+// offloaded are listed with too: the fewest bytes per parameter Strata
+// keeps (int8 moments, the master as the bf16 param plus a remainder).
+// The names are config's (strata.optimizer_state), as estimate parses
+// them.
+const (
+	NarrowMoments = "int8"
+	NarrowMaster  = "bf16+remainder"
+	narrowName    = ", int8 moments, bf16+remainder master"
+	fp32State     = "fp32"
+)
+
+// Narrow says whether c keeps the narrow optimizer state.
+func (c Config) Narrow() bool { return c.Moments == NarrowMoments }
 
 // Configs are the placements of one device count, device-resident first,
 // then the host (ZeRO-Offload, then the params too), then NVMe (the
-// optimizer state, then the params too) when nvme is true.
+// optimizer state, then the params too) when nvme is true; each offloaded
+// one at stage 3 again with the narrow optimizer state.
 func Configs(devices int, nvme bool) []Config {
 	var out []Config
+	add := func(name string, stage int, opt, params shard.Tier) {
+		out = append(out, Config{Name: name, Stage: stage, Optimizer: opt, Params: params, Moments: fp32State, Master: fp32State})
+	}
 	for s := 0; s <= 3; s++ {
-		out = append(out, Config{Name: fmt.Sprintf("stage %d, resident", s), Stage: s, Optimizer: shard.HBM, Params: shard.HBM})
+		add(fmt.Sprintf("stage %d, resident", s), s, shard.HBM, shard.HBM)
 	}
 	for s := 1; s <= 3; s++ {
-		out = append(out, Config{Name: fmt.Sprintf("stage %d, optimizer on host", s), Stage: s, Optimizer: shard.Host, Params: shard.HBM})
+		add(fmt.Sprintf("stage %d, optimizer on host", s), s, shard.Host, shard.HBM)
 	}
-	out = append(out, Config{Name: "stage 3, params and optimizer on host", Stage: 3, Optimizer: shard.Host, Params: shard.Host})
+	add("stage 3, params and optimizer on host", 3, shard.Host, shard.Host)
 	if nvme {
-		out = append(out, Config{Name: "stage 3, optimizer on NVMe, params on host", Stage: 3, Optimizer: shard.NVMe, Params: shard.Host})
-		out = append(out, Config{Name: "stage 3, params and optimizer on NVMe", Stage: 3, Optimizer: shard.NVMe, Params: shard.NVMe})
+		add("stage 3, optimizer on NVMe, params on host", 3, shard.NVMe, shard.Host)
+		add("stage 3, params and optimizer on NVMe", 3, shard.NVMe, shard.NVMe)
+	}
+	for _, c := range slices.Clone(out) {
+		if c.Stage == 3 && c.Optimizer != shard.HBM {
+			c.Name, c.Moments, c.Master = c.Name+narrowName, NarrowMoments, NarrowMaster
+			out = append(out, c)
+		}
 	}
 	return out
 }
@@ -152,8 +184,8 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 			return nil, fmt.Errorf("plan: the profile has no rates for the NVMe path %s: measure it (--probe)", in.NVMePath)
 		}
 	}
-	if p.CopyBytesPerS <= 0 || p.AdamParamsPerS <= 0 {
-		return nil, fmt.Errorf("plan: the profile lacks the copy or CPU Adam rates: measure again (--probe)")
+	if p.CopyBytesPerS <= 0 || p.AdamParamsPerS <= 0 || p.AdamRate(NarrowMoments, NarrowMaster) <= 0 {
+		return nil, fmt.Errorf("plan: the profile lacks the copy or CPU Adam rates (fp32, and int8 moments with a bf16+remainder master): measure again (--probe)")
 	}
 	out, err := Fit(in)
 	if err != nil {
@@ -176,7 +208,7 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 		if pr.Optimizer == shard.HBM {
 			t["adam"] = devAdam
 		} else {
-			t["adam"] = psi / p.AdamParamsPerS
+			t["adam"] = psi / p.AdamRate(pr.Moments, pr.Master)
 			copyBytes += 4 * psi // the gradient down, the new params up (bf16)
 		}
 		// Offloaded params stay staged in the devices' spare memory when
@@ -190,12 +222,16 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 		t["copy"] = copyBytes / p.CopyBytesPerS
 		var rd, wr float64
 		if pr.Optimizer == shard.NVMe {
-			rd, wr = rd+12*psi, wr+12*psi
+			b := pr.optOptions().OptimizerBytesPerParam() * psi
+			rd, wr = rd+b, wr+b
 		}
 		if pr.Params == shard.NVMe {
 			wr += 2 * psi // the new params' home
 			if !cached {
 				rd += 4 * psi
+				if pr.Master == NarrowMaster {
+					rd += 2 * psi // the update reads the params the remainder completes
+				}
 			}
 		}
 		if pr.Optimizer != shard.HBM && c.OffloadStepSeconds > 0 {
@@ -259,8 +295,9 @@ func bottleneck(t map[string]float64) string {
 // activations and the working set of one micro-batch, as `strata
 // estimate` counts them) and whether they fit the budgets of in.
 func memory(pr *Prediction, l *model.Layout, in Inputs) error {
-	o := estimate.Options{Devices: in.Devices, Stage: pr.Stage, OptimizerTier: pr.Optimizer, ParamTier: pr.Params,
-		ChunkParams: estimate.ChunkParams(l), ShardAlignElems: estimate.DefaultShardAlignElems}
+	o := pr.optOptions()
+	o.Devices, o.Stage, o.OptimizerTier, o.ParamTier = in.Devices, pr.Stage, pr.Optimizer, pr.Params
+	o.ChunkParams, o.ShardAlignElems = estimate.ChunkParams(l), estimate.DefaultShardAlignElems
 	e, err := estimate.Memory(o)
 	if err != nil {
 		return fmt.Errorf("plan: %s: %w", pr.Name, err)
@@ -285,9 +322,17 @@ func memory(pr *Prediction, l *model.Layout, in Inputs) error {
 	return nil
 }
 
+// optOptions are c's optimizer state precisions as estimate takes them.
+func (c Config) optOptions() estimate.Options {
+	mo, _ := estimate.ParseMoments(c.Moments)
+	ma, _ := estimate.ParseMaster(c.Master)
+	return estimate.Options{MomentsDType: mo, MasterDType: ma}
+}
+
 // ConfigJSON is the config that trains in.Model in placement c (what
 // `strata plan --write-config` writes and `--check` runs): the batch, the
-// stage, the tiers (NVMe under in.NVMePath), bf16, AdamW's defaults.
+// stage, the tiers (NVMe under in.NVMePath), the optimizer state's
+// precision, bf16, AdamW's defaults.
 func ConfigJSON(c Config, in Inputs) string {
 	dev := func(t shard.Tier) string {
 		if t == shard.NVMe {
@@ -304,7 +349,7 @@ func ConfigJSON(c Config, in Inputs) string {
   "bf16": {"enabled": true},
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": %d%s},
-  "strata": {"model": %q, "devices": %d, "seq_len": %d}
+  "strata": {"model": %q, "devices": %d, "seq_len": %d, "optimizer_state": {"moments": %q, "master": %q}}
 }
-`, in.Batch, c.Stage, off, in.Model, in.Devices, in.Seq)
+`, in.Batch, c.Stage, off, in.Model, in.Devices, in.Seq, c.Moments, c.Master)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -15,6 +16,7 @@ import (
 func testProfile(m Machine) *Profile {
 	p := NewProfile(m)
 	p.CopyBytesPerS, p.AdamParamsPerS, p.AdamThreads = 10e9, 1e9, 2
+	p.SetAdamRate(AdamState{Moments: NarrowMoments, Master: NarrowMaster, ParamsPerS: 0.5e9})
 	p.SetDisk(Disk{Path: "/nvme", ReadBytesPerS: 2e9, WriteBytesPerS: 1e9})
 	return p
 }
@@ -40,8 +42,8 @@ func TestPredictTerms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(preds) != 10 {
-		t.Fatalf("%d placements, want 10 (4 resident, 3 ZeRO-Offload, params on host, 2 on NVMe)", len(preds))
+	if len(preds) != 14 {
+		t.Fatalf("%d placements, want 14 (4 resident, 3 ZeRO-Offload, params on host, 2 on NVMe; the 4 offloaded at stage 3 with narrow state too)", len(preds))
 	}
 	byName := map[string]Prediction{}
 	for i, pr := range preds {
@@ -88,6 +90,22 @@ func TestPredictTerms(t *testing.T) {
 		}
 	}
 	p.SetDisk(Disk{Path: "/nvme", ReadBytesPerS: 2e9, WriteBytesPerS: 1e9})
+	// The narrow state: int8 moments (1 B and a 4-byte scale per 256) and
+	// the master's remainder (2 B and a bit) read and written, at the
+	// narrow step's CPU Adam rate; the params' extra read by its update
+	// only when they are not staged on the device.
+	nn := byName[nv.Name+narrowName]
+	state := 2.125 + 2*(1+4.0/256)
+	near("narrow NVMe disk", nn.Terms["disk"], state*psi/2e9+(state+2)*psi/1e9)
+	near("narrow adam", nn.Terms["adam"], psi/0.5e9)
+	if !nn.Narrow() || nn.NVMeBytes >= nv.NVMeBytes/2 || nn.Stage != 3 {
+		t.Errorf("narrow placement %+v: NVMe %d B, fp32's %d", nn.Config, nn.NVMeBytes, nv.NVMeBytes)
+	}
+	for _, pr := range sp {
+		if pr.Name == nn.Name {
+			near("narrow NVMe disk, params not staged", pr.Terms["disk"], (state+6)*psi/2e9+(state+2)*psi/1e9)
+		}
+	}
 	if nv.Bottleneck != "disk" || res.Bottleneck != "compute" {
 		t.Errorf("bottlenecks %q and %q, want disk and compute", nv.Bottleneck, res.Bottleneck)
 	}
@@ -170,5 +188,26 @@ func TestProfileFile(t *testing.T) {
 	in.Seq = 32
 	if _, err := Predict(q, in); err == nil || !strings.Contains(err.Error(), "--probe") {
 		t.Fatalf("no compute for seq 32: %v", err)
+	}
+}
+
+// TestConfigJSONParses: the config of every placement (what --write-config
+// writes and --check trains) is a valid config with the placement's stage,
+// tiers and optimizer state.
+func TestConfigJSONParses(t *testing.T) {
+	in := inputs(t, "gpt2")
+	lookup := func(name string) (config.Shape, error) {
+		s, err := model.Lookup(name)
+		return config.Shape(s), err
+	}
+	for _, c := range Configs(1, true) {
+		cfg, err := config.Parse([]byte(ConfigJSON(c, in)), c.Name, config.Options{LookupShape: lookup})
+		if err != nil {
+			t.Fatalf("%s: %v", c.Name, err)
+		}
+		st := cfg.Strata.OptimizerState
+		if cfg.ZeRO.Stage != c.Stage || st.Moments != c.Moments || st.Master != c.Master || c.Narrow() != (c.Moments == "int8") {
+			t.Errorf("%s: stage %d, optimizer state %+v", c.Name, cfg.ZeRO.Stage, st)
+		}
 	}
 }

@@ -30,6 +30,9 @@ type Profile struct {
 	// threads (the engine's default: every core).
 	AdamParamsPerS float64 `json:"adam_params_per_s"`
 	AdamThreads    int     `json:"adam_threads"`
+	// AdamStates are the same step with narrower optimizer state (int8
+	// moments, a bf16+remainder master), same threads.
+	AdamStates []AdamState `json:"adam_states,omitempty"`
 	// Disks are the NVMe paths measured: sequential read and write at
 	// the engine's request size (aio.block_size) and queue depth.
 	Disks []Disk `json:"disks,omitempty"`
@@ -83,6 +86,39 @@ type Compute struct {
 	// not measured (no offloaded placement fits).
 	OffloadStepSeconds float64 `json:"offload_step_s,omitempty"`
 	OffloadStage       int     `json:"offload_stage,omitempty"`
+}
+
+// AdamState is cpuadam's rate with one optimizer state's precision
+// (strata.optimizer_state's names).
+type AdamState struct {
+	Moments    string  `json:"moments"`
+	Master     string  `json:"master"`
+	ParamsPerS float64 `json:"params_per_s"`
+}
+
+// AdamRate is cpuadam's params/s with moments and master (0 when not
+// measured; fp32 both: AdamParamsPerS).
+func (p *Profile) AdamRate(moments, master string) float64 {
+	if moments == "fp32" && master == "fp32" {
+		return p.AdamParamsPerS
+	}
+	for _, a := range p.AdamStates {
+		if a.Moments == moments && a.Master == master {
+			return a.ParamsPerS
+		}
+	}
+	return 0
+}
+
+// SetAdamRate adds or replaces a narrow state's rate.
+func (p *Profile) SetAdamRate(a AdamState) {
+	for i, o := range p.AdamStates {
+		if o.Moments == a.Moments && o.Master == a.Master {
+			p.AdamStates[i] = a
+			return
+		}
+	}
+	p.AdamStates = append(p.AdamStates, a)
 }
 
 // Compute returns the measured step of a model at devices, batch and seq
