@@ -82,7 +82,7 @@ func newBatches(cfg *config.Config, m Model, opts Options) (int, *batches, error
 	if t, ok := corpus.(model.Tokens); ok {
 		// Checked whole here; a corpus read in windows is checked a batch
 		// at a time (readBatches).
-		if err := checkVocab(t, m.Vocab(), false); err != nil {
+		if err := model.CheckVocab(t, m.Vocab(), false); err != nil {
 			return 0, nil, fmt.Errorf("engine: %w", err)
 		}
 		b.checked = true
@@ -126,34 +126,6 @@ func (e *Engine) rows(step int64, rank, micro int) (model.Batch, error) {
 	return b, err
 }
 
-// checkBatch checks a batch read in windows against the vocabulary and
-// its shape: ids and targets in [0, vocab) (targets may be
-// model.IgnoreTarget), positions within the row.
-func (e *Engine) checkBatch(b model.Batch) error {
-	if b.Rows != e.micro || b.Seq != e.seq || len(b.IDs) != e.micro*e.seq || len(b.Targets) != len(b.IDs) || (b.Pos != nil && len(b.Pos) != len(b.IDs)) {
-		return fmt.Errorf("the data gave a batch of %d×%d (%d ids, %d targets, %d positions), want %d×%d", b.Rows, b.Seq, len(b.IDs), len(b.Targets), len(b.Pos), e.micro, e.seq)
-	}
-	if err := checkVocab(b.IDs, e.model.Vocab(), false); err != nil {
-		return err
-	}
-	if err := checkVocab(b.Targets, e.model.Vocab(), true); err != nil {
-		return err
-	}
-	for i, p := range b.Pos {
-		if p < 0 || int(p) > i%e.seq {
-			return fmt.Errorf("token %d has position %d: a position is at most its column (%d)", i, p, i%e.seq)
-		}
-	}
-	return nil
-}
-
-// checkVocab says which token of tokens is outside the vocabulary
-// [0, vocab) (model.IgnoreTarget allowed when ignore).
-func checkVocab(tokens []int32, vocab int, ignore bool) error {
-	for i, t := range tokens {
-		if (t < 0 || int(t) >= vocab) && !(ignore && t == model.IgnoreTarget) {
-			return fmt.Errorf("token %d (id %d) is outside the vocabulary [0, %d)", i, t, vocab)
-		}
-	}
-	return nil
-}
+// checkBatch checks a batch read in windows: its shape and vocabulary
+// (model.Batch.Check).
+func (e *Engine) checkBatch(b model.Batch) error { return b.Check(e.micro, e.seq, e.model.Vocab()) }

@@ -268,10 +268,7 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 	}
 	off, n := e.optOffset(c, r.idx), e.optElems(c)
 	if e.remainder() && !e.isFrozen(c) {
-		if err := r.splitMasters(c, padded[off:off+n]); err != nil {
-			return fmt.Errorf("engine: init %s: %w", tkey(c, r.loc, shard.Master), err)
-		}
-		return nil
+		return r.splitMasters(c, padded[off:off+n]) // the store's errors name the shard
 	}
 	b.tier = encodeInto(b.tier, padded[off:off+n], gpu.F32)
 	return e.tiers.initShard(tkey(c, r.loc, shard.Master), b.tier)

@@ -51,6 +51,38 @@ type Batch struct {
 	Dropout *DropoutKey
 }
 
+// Check says what is wrong with b against the shape rows × seq and the
+// vocabulary [0, vocab): ids and targets in it (targets may be
+// IgnoreTarget), positions within their row.
+func (b Batch) Check(rows, seq, vocab int) error {
+	if b.Rows != rows || b.Seq != seq || len(b.IDs) != rows*seq || len(b.Targets) != len(b.IDs) || (b.Pos != nil && len(b.Pos) != len(b.IDs)) {
+		return fmt.Errorf("the data gave a batch of %d×%d (%d ids, %d targets, %d positions), want %d×%d", b.Rows, b.Seq, len(b.IDs), len(b.Targets), len(b.Pos), rows, seq)
+	}
+	if err := CheckVocab(b.IDs, vocab, false); err != nil {
+		return err
+	}
+	if err := CheckVocab(b.Targets, vocab, true); err != nil {
+		return err
+	}
+	for i, p := range b.Pos {
+		if p < 0 || int(p) > i%seq {
+			return fmt.Errorf("token %d has position %d: a position is at most its column (%d)", i, p, i%seq)
+		}
+	}
+	return nil
+}
+
+// CheckVocab says which token of tokens is outside the vocabulary
+// [0, vocab) (IgnoreTarget allowed when ignore).
+func CheckVocab(tokens []int32, vocab int, ignore bool) error {
+	for i, t := range tokens {
+		if (t < 0 || int(t) >= vocab) && !(ignore && t == IgnoreTarget) {
+			return fmt.Errorf("token %d (id %d) is outside the vocabulary [0, %d)", i, t, vocab)
+		}
+	}
+	return nil
+}
+
 // DropoutKey is where a micro-batch's dropout masks come from: Seed is the
 // step's, FirstRow the global index of the batch's first row. An element's
 // decision depends on (Seed, block, module, its row's global index, its

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/strata-ai/strata/internal/units"
 )
 
 // ErrSwapInUse: a swap file is locked by another live run (or another
@@ -87,4 +89,25 @@ func StaleSwapFiles(dir string) ([]StaleFile, error) {
 // what it removed.
 func RemoveStaleSwapFiles(dir string) ([]StaleFile, error) {
 	return staleSwapFiles(dir, true)
+}
+
+// ReclaimStaleSwapFiles removes the swap files of killed runs on each of
+// paths (RemoveStaleSwapFiles) and says what each path got back: a note
+// per path that had any, and one per path whose stale files stayed.
+func ReclaimStaleSwapFiles(paths []string) (notes []string) {
+	for _, p := range paths {
+		removed, err := RemoveStaleSwapFiles(p)
+		if len(removed) > 0 {
+			var b int64
+			for _, f := range removed {
+				b += f.SizeBytes
+			}
+			notes = append(notes, fmt.Sprintf("nvme_path %s: removed %d stale swap files of killed runs (no live process held their lock), reclaimed %s (%d bytes)",
+				p, len(removed), units.FormatBytes(b), b))
+		}
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("nvme_path %s: stale swap files left: %v", p, err))
+		}
+	}
+	return notes
 }

@@ -1,9 +1,13 @@
 package tier
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 
+	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/pinned"
 )
 
 // Sizes are what a store's budgets are derived from. Shard bytes count as
@@ -182,4 +186,60 @@ func largestRoom(hi, act, freeBytes int64, shards []SlotClass) int64 {
 		}
 	}
 	return lo
+}
+
+// CheckHostMemory refuses pinned host memory the host cannot give before
+// anything is allocated (its errors name the config keys and carry no
+// package prefix: the engine's are its own): the store's pool for sizes (strata.host_budget
+// when sizes.HostBudgetBytes is set) and staging bytes pinned beside it, above
+// MemAvailable, or, with lock LockRequired and no
+// CAP_IPC_LOCK, above RLIMIT_MEMLOCK (pinned.CheckHost), or past what
+// RLIMIT_AS leaves the process (hostmem.CheckAddressSpace: the pool is
+// mapped whole at the start). With
+// strata.host_budget the pool is the budget and the error names the key;
+// without, the pool is what the layout homes in host RAM (tier.PlanBudgets;
+// where that cannot be planned yet New's own call says why).
+func CheckHostMemory(sizes Sizes, staging int64, lock pinned.LockMode, meminfo string) error {
+	hb := sizes.HostBudgetBytes
+	pool := hb
+	if hb <= 0 {
+		sizes.HBMFreeBytes = 1 << 60 // the host's part does not depend on it
+		b, err := PlanBudgets(sizes)
+		if err != nil {
+			return nil
+		}
+		pool = b.PoolBytes
+	}
+	total, fits := units.Add(pool, staging)
+	if !fits {
+		return fmt.Errorf("pinned host memory %s and %s of upload staging: more than 2^63 bytes", units.FormatBytes(pool), units.FormatBytes(staging))
+	}
+	what := fmt.Sprintf("strata.host_budget %s (pinned host memory, and %s of upload staging)", units.FormatBytes(hb), units.FormatBytes(staging))
+	if hb <= 0 {
+		what = fmt.Sprintf("the tier store's pinned host memory, %s (the state homed in host RAM, all ranks, with its staging and spare room), and %s of upload staging,",
+			units.FormatBytes(pool), units.FormatBytes(staging))
+	}
+	err := pinned.CheckHost(total, lock, meminfo)
+	var he *pinned.HostError
+	if err == nil {
+		return hostmem.CheckAddressSpace(strings.TrimSuffix(what, ","), total)
+	}
+	if !errors.As(err, &he) {
+		return err
+	}
+	if he.LockLimitBytes >= 0 {
+		fix := fmt.Sprintf("lower strata.host_budget to at most %s", units.FormatBytes(max(he.LockLimitBytes-staging, 0)))
+		if hb <= 0 {
+			fix = "put the optimizer state on NVMe (offload_optimizer nvme) with a strata.host_budget below the limit"
+		}
+		return fmt.Errorf("%s must be locked (PinnedLock LockRequired), but RLIMIT_MEMLOCK is %s and the process has no CAP_IPC_LOCK: raise the limit (`ulimit -l`, LimitMEMLOCK= or /etc/security/limits.conf), grant CAP_IPC_LOCK, or %s",
+			what, units.FormatBytes(he.LockLimitBytes), fix)
+	}
+	room := units.FormatBytes(max(he.AvailableBytes-staging, 0))
+	fix := "lower strata.host_budget to at most " + room
+	if hb <= 0 {
+		fix = "put the optimizer state on NVMe (offload_optimizer nvme) with strata.host_budget at most " + room
+	}
+	return fmt.Errorf("%s is more than the host's available memory, %s (MemAvailable in %s): the run would be killed for memory; %s, or free memory",
+		what, units.FormatBytes(he.AvailableBytes), he.Meminfo, fix)
 }
