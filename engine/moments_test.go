@@ -7,7 +7,10 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/shard"
 )
@@ -234,5 +237,20 @@ func TestRemainderMasterResume(t *testing.T) {
 		if m, d := diff(ma, mb); m != 0 || fmt.Sprint(la) != fmt.Sprint(lb) {
 			t.Errorf("%s → %s: losses %v and %v, %d masters differ (max %g)", from, to, la, lb, m, d)
 		}
+	}
+}
+
+// TestRemainderMasterRefused: a remainder master with fp32 params (a
+// library's Options.Precision; the config refuses fp16 and an optimizer
+// on the device itself) is one error at New, naming the key.
+func TestRemainderMasterRefused(t *testing.T) {
+	s := remainderSpec("fp32", "bf16+remainder", 3, "none", "cpu", "")
+	devs, comms, err := cpu.New(cpu.Options{Devices: s.n, HBMBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = startEngine(t, testConfig(t, s.configJSON("")), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), Precision: gpu.F32})
+	if err == nil || !strings.Contains(err.Error(), `strata.optimizer_state.master "bf16+remainder" needs bf16 params`) {
+		t.Fatalf("fp32 params with a remainder master: %v", err)
 	}
 }
