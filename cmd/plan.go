@@ -153,7 +153,7 @@ func runPlan(c *cli.Context) error {
 		p.SetCompute(cm)
 		changed = true
 	}
-	if p.AdamParamsPerS == 0 || p.CopyBytesPerS == 0 {
+	if p.AdamParamsPerS == 0 || p.CopyBytesPerS == 0 || p.AdamRate(plan.NarrowMoments, plan.NarrowMaster) == 0 {
 		fmt.Fprintln(stderr, "plan: measuring host↔device copies and CPU Adam ...")
 		if err := bench.ProbeRates(p, c.String("backend"), hbm, 0); err != nil {
 			return err
