@@ -12,6 +12,7 @@ import (
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
+	"github.com/strata-ai/strata/prefetch"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -195,6 +196,7 @@ func TestRemainderMasterEquivalence(t *testing.T) {
 				if m, d := diff(got.master, want.master); m != 0 {
 					t.Errorf("master: %d differ from the fp32 master's run (max %g)", m, d)
 				}
+				checkUpdateReadsParams(t, e)
 			})
 		}
 	}
@@ -252,5 +254,29 @@ func TestRemainderMasterRefused(t *testing.T) {
 	_, err = startEngine(t, testConfig(t, s.configJSON("")), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), Precision: gpu.F32})
 	if err == nil || !strings.Contains(err.Error(), `strata.optimizer_state.master "bf16+remainder" needs bf16 params`) {
 		t.Fatalf("fp32 params with a remainder master: %v", err)
+	}
+}
+
+// checkUpdateReadsParams: the host optimizer of a remainder master whose
+// params live in the tier store (offload_param, not staged) declares its
+// param access an Update (the old params are the masters' high halves;
+// a Write would let the planner hand it a copy it never read from NVMe),
+// and every other chunk's, or none, a Write.
+func checkUpdateReadsParams(t *testing.T, e *Engine) {
+	t.Helper()
+	d := e.tiers.runners[0]
+	var tr prefetch.Trace
+	d.Do(func() { tr = d.p.Trace() })
+	for _, a := range tr.Accesses {
+		if a.Phase != shard.Optimizer || a.Key.State != shard.Param {
+			continue
+		}
+		want := shard.Write
+		if e.ranks[0].masterParams(int(a.Key.Chunk)) == nil {
+			want = shard.Update
+		}
+		if a.Kind != want {
+			t.Fatalf("the host optimizer's access %v, want %v", a, want)
+		}
 	}
 }
