@@ -42,6 +42,8 @@ type procCase struct {
 	// fp32 trains in fp32: its gradients' sums depend on their order (a
 	// bf16 run's four-term fp32 sums of bf16 values are nearly always exact).
 	fp32 bool
+	// narrow keeps int8 moments and a bf16+remainder master.
+	narrow bool
 }
 
 func TestProcsChild(t *testing.T) {
@@ -63,6 +65,7 @@ func TestProcsChild(t *testing.T) {
 		{stage: 2, param: "none", opt: "cpu"},
 		{stage: 3, param: "none", opt: "none"},
 		{stage: 3, param: "cpu", opt: "cpu"},
+		{stage: 3, param: "cpu", opt: "cpu", narrow: true},
 		{stage: 3, param: "nvme", opt: "nvme", nvme: true},
 	}
 	for i, c := range cases {
@@ -71,6 +74,10 @@ func TestProcsChild(t *testing.T) {
 		}
 		name := fmt.Sprintf("%d×%d/stage%d/param-%s/opt-%s", m.Procs(), local, c.stage, c.param, c.opt)
 		s := tierSpec{n: n, param: c.param, opt: c.opt, stage: c.stage, hostBudget: 64 << 20}
+		if c.narrow {
+			s.strata = `"optimizer_state": {"moments": "int8", "master": "bf16+remainder"}, `
+			name += "/int8+remainder"
+		}
 		if c.stage == 0 {
 			s.stage = 0 // tierSpec's 0 is stage 3: set it below
 		}
