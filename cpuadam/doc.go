@@ -166,8 +166,8 @@
 // writes the new params into Out, and split again against them: the bits
 // of the fp32 master's step. Join and split are AVX-512 (the up bits of
 // 16 elements are a mask register) and AVX2 loops; the extra pass over
-// the block stays in the first-level cache (the fused single pass, a flag
-// of the fp32 kernels' loads and stores, is not written).
+// the block (16 KiB) stays in the cache (the fused single pass, a flag of
+// the kernels' loads and stores, is not written).
 //
 // # Lifecycle and memory
 //
