@@ -207,3 +207,43 @@ func BenchmarkStepRemainder(b *testing.B) {
 		}
 	}
 }
+
+// fuzzRemainder is FuzzKernels' check of remainder masters on any bits:
+// on every ISA, split then join gives every master back (a signalling NaN
+// a NaN), and a step of the remainder shard has the fp32 master's bits
+// (masters, params, moments; NaNs equal whatever their payload).
+func fuzzRemainder(t *testing.T, c config, p Params, s state) {
+	n := len(s.param)
+	for _, isa := range allISAs(t) {
+		r, out := remainderOf(s.param)
+		isa.splitMasters(s.param, out, r.Lo, r.Up)
+		got := make([]float32, n)
+		isa.joinMasters(got, out, r.Lo, r.Up)
+		for i := range n {
+			if !sameF32(got[i], s.param[i]) {
+				t.Fatalf("%v: master %#08x joined as %#08x", isa, math.Float32bits(s.param[i]), math.Float32bits(got[i]))
+			}
+		}
+		if !c.out {
+			continue
+		}
+		want := Shard{Param: clone(s.param), M: Moment{F32: clone(s.m)}, V: Moment{F32: clone(s.v), Second: true}, Out: make([]uint16, n)}
+		rem := Shard{Rem: r, Out: out, M: Moment{F32: clone(s.m)}, V: Moment{F32: clone(s.v), Second: true}}
+		for _, sh := range []*Shard{&want, &rem} {
+			if c.gradBF16 {
+				sh.Grad16 = s.gradH
+			} else {
+				sh.Grad = s.grad
+			}
+		}
+		k := makeConsts(p)
+		isa.adamShard(&k, p.Mode, want)
+		isa.adamShard(&k, p.Mode, rem)
+		rem.Rem.Join(got, rem.Out)
+		for i := range n {
+			if !sameF32(got[i], want.Param[i]) || !sameBF16(rem.Out[i], want.Out[i]) || !sameF32(rem.M.F32[i], want.M.F32[i]) || !sameF32(rem.V.F32[i], want.V.F32[i]) {
+				t.Fatalf("%v %v element %d: the remainder's step differs from the fp32 master's", isa, c, i)
+			}
+		}
+	}
+}

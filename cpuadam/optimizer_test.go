@@ -191,6 +191,7 @@ func FuzzKernels(f *testing.F) {
 			runCase(t, isa, c, p, s, offsets{int(variant) % 16, int(step) % 16, 1, 2, int(step) % 32})
 		}
 		fuzzNarrow(t, c, p, s, mw, vw, variant, step)
+		fuzzRemainder(t, c, p, s)
 		x := s.grad
 		want := sumSquares(ISAGo, x, nil)
 		for _, isa := range vectorISAs(t) {
