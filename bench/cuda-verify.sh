@@ -17,9 +17,17 @@
 #                      vocab 50257), 4 layers, batch 4 x 2048 tokens, bf16,
 #                      stage 3, nothing offloaded, 4 steps; MFU of steps 2-4
 #                      against the dense bf16 peak (PEAK_TFLOPS, 989 for H200 SXM)
-#   offload     [ 60]  strata bench step --model gpt2 --batch 4 --seq 1024,
-#                      modes resident, host and nvme: params bit-identical
-# 480 s in all at most. A part that runs past its limit gets SIGQUIT
+#   offload     [ 70]  strata bench step --model gpt2 --batch 4 --seq 1024,
+#                      modes resident, host and nvme, overlap exact and dpu:
+#                      params bit-identical (exact), host/resident step ratio
+#                      (target <= 1.10 with exact overlap), dpu's beside it
+#   ranks       [ 80]  gpu/cuda/device_check.sh multirank, shortened: 2 and 4
+#                      logical ranks on the GPU (tiny, stage 3, offloaded to
+#                      host), 2 runs of 8 steps each, each run under a 15 s
+#                      SIGQUIT timeout (a hang leaves its goroutine dump), the
+#                      runs' losses and norms bit-identical; one NCCL rank
+# 480 s in all at most (limits lowered when ranks came: conformance 150 ->
+# 110, gpt2 100 -> 80, torch 70 -> 60, mfu 100 -> 80). A part that runs past its limit gets SIGQUIT
 # (GOTRACEBACK=all: every goroutine's stack lands in its log), then SIGKILL
 # 15 s later; the summary names it. Each part's log is $OUT/PART.log; the
 # summary is printed and written to $OUT/summary.txt; exit status 0 when
@@ -28,13 +36,13 @@
 # Knobs: OUT (/tmp/cuda-verify), STRATA_BIN (.cudabin/strata), CUDA_TEST
 # (.cudabin/cuda.test), PYTHON (python3), NVME_PATH (/tmp), PEAK_TFLOPS
 # (989), BACKEND (cuda; cpu for a dry run of the timeouts here), T_CONFORMANCE,
-# T_GPT2, T_TORCH, T_MFU, T_OFFLOAD (limits, seconds).
+# T_GPT2, T_TORCH, T_MFU, T_OFFLOAD, T_RANKS (limits, seconds).
 # bench/cuda_verify_test.go runs the argument handling and the summary on
 # canned outputs without a GPU.
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-all_parts="conformance gpt2 torch mfu offload"
+all_parts="conformance gpt2 torch mfu offload ranks"
 
 usage() {
 	echo "usage: sh bench/cuda-verify.sh [--parts LIST] [--dry-run] | build | summarize DIR" >&2
@@ -44,11 +52,12 @@ usage() {
 
 limit_of() {
 	case $1 in
-	conformance) echo "${T_CONFORMANCE:-150}" ;;
-	gpt2) echo "${T_GPT2:-100}" ;;
-	torch) echo "${T_TORCH:-70}" ;;
-	mfu) echo "${T_MFU:-100}" ;;
-	offload) echo "${T_OFFLOAD:-60}" ;;
+	conformance) echo "${T_CONFORMANCE:-110}" ;;
+	gpt2) echo "${T_GPT2:-80}" ;;
+	torch) echo "${T_TORCH:-60}" ;;
+	mfu) echo "${T_MFU:-80}" ;;
+	offload) echo "${T_OFFLOAD:-70}" ;;
+	ranks) echo "${T_RANKS:-80}" ;;
 	esac
 }
 
@@ -70,7 +79,8 @@ part_cmd() {
 	gpt2) echo "$STRATA_BIN bench step --backend $BACKEND --model gpt2 --batch 16 --seq 1024 --warmup 2 --steps 3 --block 1 --modes resident --hbm 100GiB --json" ;;
 	torch) echo "$PYTHON $here/tools/torch_gpt2_step.py --model gpt2 --batch 16 --seq 1024 --warmup 2 --steps 3" ;;
 	mfu) echo "$STRATA_BIN train --backend $BACKEND --config $OUT/mfu.json --steps 4 --no-progress --out $OUT/mfu" ;;
-	offload) echo "$STRATA_BIN bench step --backend $BACKEND --model gpt2 --batch 4 --seq 1024 --warmup 1 --steps 2 --block 1 --modes resident,host,nvme --hbm 60GiB --nvme-path $NVME_PATH --json" ;;
+	offload) echo "$STRATA_BIN bench step --backend $BACKEND --model gpt2 --batch 4 --seq 1024 --warmup 1 --steps 2 --block 1 --modes resident,host,nvme --overlap exact,dpu --hbm 60GiB --nvme-path $NVME_PATH --json" ;;
+	ranks) echo "env RANKS='2 4' RUNS=2 STEPS=8 RUN_TIMEOUT=15 HANG=0 CUDA_TEST=/nonexistent OUT=$OUT STRATA_BIN=$STRATA_BIN BACKEND=$BACKEND sh $root/gpu/cuda/device_check.sh multirank" ;;
 	esac
 }
 
@@ -88,6 +98,19 @@ run_part() {
 # json_num FILE KEY: the first number under "KEY": in FILE.
 json_num() {
 	sed -n "s/.*\"$2\": *\\([-0-9.eE+]*\\).*/\\1/p" "$1" 2>/dev/null | head -n 1
+}
+
+# runs_of FILE: bench step's "runs" in FILE, one a line: mode overlap
+# step_s params_identical (the resident run's overlap is "-").
+runs_of() {
+	sed -n 's/.*"runs":\[\(.*\)\].*/\1/p' "$1" 2>/dev/null | head -n 1 | sed 's/},{/}@{/g' | tr '@' '\n' |
+		sed -n 's/.*"mode":"\([a-z]*\)".*"overlap":"\([a-z]*\)".*"params_identical":\([a-z]*\).*"step_s":\([-0-9.eE+]*\).*/\1 o=\2 \4 \3/p' |
+		awk '{ sub(/^o=/, "", $2); if ($2 == "") $2 = "-"; print }'
+}
+
+# step_of FILE MODE OVERLAP: that run's median step (empty when absent).
+step_of() {
+	runs_of "$1" | awk -v m="$2" -v o="$3" '$1 == m && $2 == o { print $3; exit }'
 }
 
 # status_of PART: ok, FAIL (exit N), TIMEOUT or "not run", from parts.txt.
@@ -156,8 +179,10 @@ summarize() {
 	case $st in ok*) ;; "not run") ;; *) bad=1 ;; esac
 
 	st=$(status_of offload)
-	n=$(grep -o '"params_identical": *[a-z]*' "$DIR/offload.log" 2>/dev/null | wc -l | tr -d ' ')
-	f=$(grep -o '"params_identical": *false' "$DIR/offload.log" 2>/dev/null | wc -l | tr -d ' ')
+	# Bit-identity: the runs of the exact overlap (dpu's update is another
+	# by design) and the resident run.
+	n=$(runs_of "$DIR/offload.log" | awk '$2 != "dpu"' | wc -l | tr -d ' ')
+	f=$(runs_of "$DIR/offload.log" | awk '$2 != "dpu" && $4 != "true"' | wc -l | tr -d ' ')
 	if [ "$n" -gt 0 ] && [ "$f" -eq 0 ]; then
 		echo "offload modes (resident, host, nvme): params bit-identical in $n of $n runs [$st]"
 	elif [ "$n" -gt 0 ]; then
@@ -166,6 +191,30 @@ summarize() {
 	else
 		echo "offload modes: n/a [$st]"
 	fi
+	res=$(step_of "$DIR/offload.log" resident -)
+	for o in exact dpu; do
+		h=$(step_of "$DIR/offload.log" host $o)
+		nv=$(step_of "$DIR/offload.log" nvme $o)
+		if [ -n "$res" ] && [ -n "$h" ]; then
+			awk -v r="$res" -v h="$h" -v n="${nv:-0}" -v o="$o" 'BEGIN {
+				line = sprintf("host/resident step, %s overlap: %.3f (%.3f / %.3f s)", o, h / r, h, r)
+				if (n > 0) line = line sprintf("; nvme/resident %.3f", n / r)
+				if (o == "exact") line = line sprintf(" (target <= 1.10: %s)", (h / r <= 1.10 ? "met" : "MISSED"))
+				print line }'
+		else
+			echo "host/resident step, $o overlap: n/a"
+		fi
+	done
+	case $st in ok*) ;; "not run") ;; *) bad=1 ;; esac
+
+	st=$(status_of ranks)
+	lines=$(sed -n '/^== multirank summary/,$p' "$DIR/ranks.log" 2>/dev/null | sed '1d' | grep -E '^[0-9]+ ranks?[:,]|^1 rank' || true)
+	if [ -n "$lines" ]; then
+		echo "$lines" | sed 's/^/logical ranks: /'
+	else
+		echo "logical ranks: n/a [$st]"
+	fi
+	echo "logical ranks part: $st"
 	case $st in ok*) ;; "not run") ;; *) bad=1 ;; esac
 	if [ "$bad" -eq 0 ]; then echo "result: pass"; else echo "result: FAIL"; fi
 	return $bad

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -49,11 +50,12 @@ func TestCudaVerifyScriptParsesAndArgs(t *testing.T) {
 		t.Fatalf("--dry-run: exit %d\n%s", rc, out)
 	}
 	for _, want := range []string{
-		"conformance [150 s]: /b/cuda.test -test.v",
-		"gpt2 [100 s]: /b/strata bench step --backend cuda --model gpt2 --batch 16 --seq 1024",
-		"torch [70 s]: python3 ", "torch_gpt2_step.py --model gpt2 --batch 16 --seq 1024",
-		"mfu [100 s]: /b/strata train --backend cuda --config /o/mfu.json",
-		"offload [60 s]: /b/strata bench step --backend cuda --model gpt2 --batch 4 --seq 1024 --warmup 1 --steps 2 --block 1 --modes resident,host,nvme --hbm 60GiB --nvme-path /n --json",
+		"conformance [110 s]: /b/cuda.test -test.v",
+		"gpt2 [80 s]: /b/strata bench step --backend cuda --model gpt2 --batch 16 --seq 1024",
+		"torch [60 s]: python3 ", "torch_gpt2_step.py --model gpt2 --batch 16 --seq 1024",
+		"mfu [80 s]: /b/strata train --backend cuda --config /o/mfu.json",
+		"offload [70 s]: /b/strata bench step --backend cuda --model gpt2 --batch 4 --seq 1024 --warmup 1 --steps 2 --block 1 --modes resident,host,nvme --overlap exact,dpu --hbm 60GiB --nvme-path /n --json",
+		"ranks [80 s]: env RANKS='2 4' RUNS=2 STEPS=8 RUN_TIMEOUT=15 HANG=0 CUDA_TEST=/nonexistent OUT=/o STRATA_BIN=/b/strata BACKEND=cuda sh ", "gpu/cuda/device_check.sh multirank",
 		"total limit: 480 s\n", // the 8 minutes of the issue
 	} {
 		if !strings.Contains(out, want) {
@@ -61,7 +63,7 @@ func TestCudaVerifyScriptParsesAndArgs(t *testing.T) {
 		}
 	}
 	out, rc = runVerify(t, []string{"T_MFU=30"}, "--dry-run", "--parts", "gpt2,mfu")
-	if rc != 0 || strings.Contains(out, "conformance") || !strings.Contains(out, "mfu [30 s]") || !strings.Contains(out, "total limit: 130 s") {
+	if rc != 0 || strings.Contains(out, "conformance") || !strings.Contains(out, "mfu [30 s]") || !strings.Contains(out, "total limit: 110 s") {
 		t.Errorf("--parts gpt2,mfu with T_MFU=30: exit %d\n%s", rc, out)
 	}
 	for _, bad := range [][]string{{"--parts", "gpt2,bogus"}, {"--parts"}, {"extra"}, {"summarize", "/nonexistent/dir"}} {
@@ -111,12 +113,25 @@ func goodRun() map[string]string {
 			`{"step":3,"loss":10.8,"lr":0,"grad_norm":1.0,"clip_coef":1,"step_s":0.30,"tokens_per_s":1}` + "\n" +
 			`{"step":4,"loss":10.7,"lr":0,"grad_norm":1.0,"clip_coef":1,"step_s":0.20,"tokens_per_s":1}` + "\n",
 		"mfu/summary.json": "{\n  \"model\": \"custom\",\n  \"params\": 1018429440,\n  \"devices\": 1\n}\n",
-		"offload.log":      `{"host":{"params_identical":true},"nvme":{"params_identical":true},"resident":{"params_identical":true},"runs":[]}` + "\n",
+		"offload.log": `{"host":{"params_identical":true},"nvme":{"params_identical":true},"resident":{"params_identical":true},"runs":[` +
+			offloadRun("resident", "", true, 0.5) + "," + offloadRun("host", "exact", true, 0.52) + "," + offloadRun("nvme", "exact", true, 0.6) + "," +
+			offloadRun("host", "dpu", false, 0.51) + "," + offloadRun("nvme", "dpu", false, 0.58) + `],"step_s_resident":0.5}` + "\n",
+		"ranks.log": "== multirank summary\n2 ranks: 2/2 runs completed, bit-identical to run 1; collectives: rank-order\n" +
+			"2 ranks, run 1: device allocations after step 1, per device: 0 0\n4 ranks: 2/2 runs completed, bit-identical to run 1; collectives: rank-order\n" +
+			"4 ranks, run 1: device allocations after step 1, per device: 0 0 0 0\n1 rank, strata.deterministic false: completed; collectives: nccl\n" +
+			"collective tests: skipped, no /nonexistent\n",
 	}
 }
 
+// offloadRun is one entry of bench step's "runs", as it prints it (keys
+// sorted, the other figures left out).
+func offloadRun(mode, overlap string, identical bool, step float64) string {
+	return fmt.Sprintf(`{"adam_s":0.01,"final_loss":3.8,"mode":%q,"moments":"fp32","overlap":%q,"params_identical":%v,"ratio_serial":0,"step_s":%g,"train":"full"}`,
+		mode, overlap, identical, step)
+}
+
 func TestCudaVerifySummary(t *testing.T) {
-	dir := canned(t, "conformance 0 41\ngpt2 0 30\ntorch 0 20\nmfu 0 50\noffload 0 25\n", goodRun())
+	dir := canned(t, "conformance 0 41\ngpt2 0 30\ntorch 0 20\nmfu 0 50\noffload 0 25\nranks 0 33\n", goodRun())
 	out, rc := runVerify(t, nil, "summarize", dir)
 	if rc != 0 {
 		t.Fatalf("summarize a passing run: exit %d\n%s", rc, out)
@@ -132,7 +147,13 @@ func TestCudaVerifySummary(t *testing.T) {
 		"gpt2 step B=16 T=1024, torch 2.5.1 bf16 autocast, sdpa true: 0.5 s [ok (20 s)]\n",
 		"gpt2 strata/torch: 1.20 (target <= 1.5: met)\n",
 		"gpt-7b shape, 4 layers, B=4 T=2048: step 0.200 s (median of steps 2-4), 264.7 TFLOP/s, MFU 26.8 % of 989 (target >= 45 %: MISSED)\n",
-		"offload modes (resident, host, nvme): params bit-identical in 3 of 3 runs [ok (25 s)]\n",
+		"offload modes (resident, host, nvme): params bit-identical in 3 of 3 runs [ok (25 s)]\n", // dpu's update is another
+		"host/resident step, exact overlap: 1.040 (0.520 / 0.500 s); nvme/resident 1.200 (target <= 1.10: met)\n",
+		"host/resident step, dpu overlap: 1.020 (0.510 / 0.500 s); nvme/resident 1.160\n",
+		"logical ranks: 2 ranks: 2/2 runs completed, bit-identical to run 1; collectives: rank-order\n",
+		"logical ranks: 4 ranks, run 1: device allocations after step 1, per device: 0 0 0 0\n",
+		"logical ranks: 1 rank, strata.deterministic false: completed; collectives: nccl\n",
+		"logical ranks part: ok (33 s)\n",
 		"result: pass\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -144,10 +165,13 @@ func TestCudaVerifySummary(t *testing.T) {
 	files := goodRun()
 	files["gpt2.log"] = "SIGQUIT: quit\ngoroutine 1 [running]:\n"
 	files["conformance.log"] += "--- FAIL: TestMatchesCPUBackend (1.00s)\nFAIL\n"
-	files["offload.log"] = `{"host":{"params_identical":true},"nvme":{"params_identical":false},"resident":{"params_identical":true}}`
+	files["offload.log"] = `{"runs":[` + offloadRun("resident", "", true, 0.5) + "," + offloadRun("host", "exact", true, 0.6) + "," +
+		offloadRun("nvme", "exact", false, 0.7) + "," + offloadRun("host", "dpu", false, 0.55) + `]}`
+	files["ranks.log"] = "== 2 ranks, run 1: HUNG after 15s; the goroutine dump\n== multirank summary\n" +
+		"2 ranks: 0/2 runs completed, bit-identical to run 1; run 1 hung (goroutine dump in /o/multirank/n2-run1.log)\n"
 	delete(files, "mfu/steps.jsonl")
 	delete(files, "mfu/summary.json")
-	dir = canned(t, "conformance 1 41\ngpt2 124 100\ntorch 0 20\noffload 0 25\n", files)
+	dir = canned(t, "conformance 1 41\ngpt2 124 100\ntorch 0 20\noffload 0 25\nranks 1 40\n", files)
 	out, rc = runVerify(t, []string{"PEAK_TFLOPS=500"}, "summarize", dir)
 	if rc == 0 {
 		t.Errorf("summarize a failing run: exit 0\n%s", out)
@@ -158,6 +182,9 @@ func TestCudaVerifySummary(t *testing.T) {
 		"gpt2 strata/torch: n/a\n",
 		"gpt-7b shape, 4 layers: n/a [not run]\n",
 		"offload modes (resident, host, nvme): 1 of 3 runs DIFFER [ok (25 s)]\n",
+		"host/resident step, exact overlap: 1.200 (0.600 / 0.500 s); nvme/resident 1.400 (target <= 1.10: MISSED)\n",
+		"logical ranks: 2 ranks: 0/2 runs completed, bit-identical to run 1; run 1 hung",
+		"logical ranks part: FAIL (exit 1, 40 s; see ranks.log)\n",
 		"result: FAIL\n",
 	} {
 		if !strings.Contains(out, want) {
@@ -194,5 +221,11 @@ func TestCudaVerifyTimeout(t *testing.T) {
 	}
 	if sum, err := os.ReadFile(filepath.Join(dir, "summary.txt")); err != nil || !strings.Contains(string(sum), "result: FAIL") {
 		t.Errorf("summary.txt: %v\n%s", err, sum)
+	}
+	// The ranks part for real on the CPU backend (the tiny model: about a
+	// second): device_check.sh's multirank through the part's command.
+	out, rc = runVerify(t, []string{"OUT=" + dir, "STRATA_BIN=" + bin, "CUDA_TEST=" + bin, "BACKEND=cpu"}, "--parts", "ranks")
+	if rc != 0 || !strings.Contains(out, "logical ranks: 4 ranks: 2/2 runs completed, bit-identical to run 1") || !strings.Contains(out, "result: pass") {
+		t.Errorf("the ranks part on the CPU backend: exit %d\n%s", rc, out)
 	}
 }
