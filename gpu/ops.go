@@ -6,6 +6,16 @@ import (
 	"github.com/strata-ai/strata/internal/adam"
 )
 
+// ColumnBlockRows is the order of every sum of a column over the rows
+// (BiasGrad, and the gamma and beta gradients of LayerNormBackward and
+// RMSNormBackward), the same on every backend so that their bits agree:
+// the rows of each block of ColumnBlockRows are added in order into a
+// block sum starting from 0, then the block sums in order, all in fp32.
+// A GPU sums the blocks of every column in parallel (a thread a column
+// walking every row waits on one load after another); with at most
+// ColumnBlockRows rows it is the plain sum in row order.
+const ColumnBlockRows = 256
+
 // Ops are the kernels the model and the engine run on a device. Every method
 // enqueues work on stream s and returns at once; results are visible after
 // the stream (or an event recorded after the op) has completed. Buffers must
@@ -27,7 +37,8 @@ type Ops interface {
 	Gemm(s Stream, transA, transB bool, m, n, k int, alpha float32, a, b Buffer, beta float32, c Buffer)
 	// BiasAdd: y[r,c] += bias[c] for y rows×cols.
 	BiasAdd(s Stream, y, bias Buffer, rows, cols int)
-	// BiasGrad accumulates dbias[c] += sum_r dy[r,c].
+	// BiasGrad accumulates dbias[c] += sum_r dy[r,c], in fp32 in
+	// ColumnBlockRows order (as the norms' parameter gradients).
 	BiasGrad(s Stream, dy, dbias Buffer, rows, cols int)
 
 	// LayerNormForward writes y = (x-mean)*rstd*gamma + beta per row of x

@@ -477,3 +477,47 @@ func TestEventStamps(t *testing.T) {
 		t.Errorf("stamps out of order: first %v, after the wait %v, seen %v", t0, t1, seen)
 	}
 }
+
+// TestColumnSumOrder: BiasGrad and the norms' gamma (and beta) gradients
+// sum each column in gpu.ColumnBlockRows order (the rows of each block in
+// fp32 from 0, then the blocks' sums), the order gpu/cuda's kernels keep
+// (its emulator test checks the same bits); 700 rows of values spanning
+// six binades make the plain row-order sum differ, so the test tells the
+// orders apart.
+func TestColumnSumOrder(t *testing.T) {
+	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 64 * units.MiB, Workers: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := devs[0]
+	rows, cols := 700, 9
+	r := rand.New(rand.NewPCG(3, 4))
+	dyv := make([]float32, rows*cols)
+	for i := range dyv {
+		dyv[i] = float32(r.NormFloat64() * math.Ldexp(1, r.IntN(6)))
+	}
+	db0 := randF32(r, cols)
+	dy, db := upload(t, d, dyv, gpu.F32), upload(t, d, db0, gpu.F32)
+	d.Ops().BiasGrad(d.DefaultStream(), dy, db, rows, cols)
+	got := bytesOf(t, d, db)
+	differs := false
+	for c := range cols {
+		var acc, part, plain float32
+		for i := range rows {
+			v := dyv[i*cols+c]
+			part += v
+			plain += v
+			if (i+1)%gpu.ColumnBlockRows == 0 || i+1 == rows {
+				acc += part
+				part = 0
+			}
+		}
+		if g := math.Float32frombits(binary.LittleEndian.Uint32(got[4*c:])); g != db0[c]+acc {
+			t.Fatalf("column %d: %v, want %v (the blocked order)", c, g, db0[c]+acc)
+		}
+		differs = differs || acc != plain
+	}
+	if !differs {
+		t.Fatal("the blocked and the plain row-order sums agree on every column: the test does not tell them apart")
+	}
+}

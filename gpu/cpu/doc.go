@@ -39,8 +39,11 @@
 // fixed order, so results are bit-identical run to run and for any worker
 // count: GEMM cuts C into fixed tiles (the packed AVX-512 kernel: 384×512
 // tiles, k in blocks of 256, 6×32 FMA register blocks; the gonum kernel:
-// 64×128 tiles, each a serial Sgemm over the whole k); column sums (bias, layernorm and embedding gradients) run
-// in row order; collectives add in rank order (see comm.go).
+// 64×128 tiles, each a serial Sgemm over the whole k); column sums (bias
+// and the norms' parameter gradients) add the rows of each block of
+// gpu.ColumnBlockRows, then the blocks, as gpu/cuda's kernels do;
+// embedding gradients add rows in order; collectives add in rank order
+// (see comm.go).
 //
 // Attention (attention.go) is the flash-attention algorithm on fp32 tiles
 // of 64 queries × 64 keys, each product a GEMM of the device's kernel: the

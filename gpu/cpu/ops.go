@@ -50,18 +50,20 @@ func (o *kernels) BiasAdd(s *Stream, y, bias *Buffer, rows, cols int) {
 	})
 }
 
-// BiasGrad: dbias[c] += sum_r dy[r,c], summed in row order in fp32.
+// BiasGrad: dbias[c] += sum_r dy[r,c], summed in fp32 in
+// gpu.ColumnBlockRows order (endBlock).
 func (o *kernels) BiasGrad(s *Stream, dy, dbias *Buffer, rows, cols int) {
 	s.enqueue(func() error {
 		o.d.parallel(cols, 64, func(lo, hi int) {
-			acc := make([]float32, hi-lo)
+			acc, part := make([]float32, hi-lo), make([]float32, hi-lo)
 			var tmp []float32
 			for r := range rows {
 				row := loadF32(dy, r*cols+lo, r*cols+hi, tmp)
 				for i, v := range row {
-					acc[i] += v
+					part[i] += v
 				}
 				tmp = row
+				endBlock(r, rows, acc, part)
 			}
 			addInto(dbias, lo, acc)
 		})
@@ -382,3 +384,16 @@ func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.Adam
 
 // Fail puts err on s, in order: the next Synchronize returns it.
 func (o *kernels) Fail(s *Stream, err error) { s.enqueue(func() error { return err }) }
+
+// endBlock, after row r of rows, adds the block sums part into acc and
+// clears them when r ends a block of gpu.ColumnBlockRows rows (or is the
+// last row): the column sums' order of every backend.
+func endBlock(r, rows int, acc, part []float32) {
+	if (r+1)%gpu.ColumnBlockRows != 0 && r+1 != rows {
+		return
+	}
+	for i, p := range part {
+		acc[i] += p
+	}
+	clear(part)
+}

@@ -48,7 +48,7 @@ func (o *kernels) AddRMSNormForward(s *Stream, a, b, sum, gamma, y, rstd *Buffer
 
 // RMSNormBackward accumulates dx and dgamma: with xhat = x·rstd and
 // g = dy·gamma, dx += (g - xhat·mean(g·xhat))·rstd, dgamma += sum_r dy·xhat;
-// the row mean in float64, the column sums in row order.
+// the row mean in float64, the column sums in gpu.ColumnBlockRows order.
 func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buffer, rows, cols int) {
 	s.enqueue(func() error {
 		g := loadF32(gamma, 0, cols, nil)
@@ -75,15 +75,16 @@ func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buf
 			}
 		})
 		o.d.parallel(cols, 64, func(lo, hi int) {
-			ag := make([]float32, hi-lo)
+			ag, pg := make([]float32, hi-lo), make([]float32, hi-lo)
 			var tx, td []float32
 			for r := range rows {
 				xr := loadF32(x, r*cols+lo, r*cols+hi, tx)
 				dr := loadF32(dy, r*cols+lo, r*cols+hi, td)
 				tx, td = xr, dr
 				for i := range ag {
-					ag[i] += dr[i] * (xr[i] * rv[r])
+					pg[i] += dr[i] * (xr[i] * rv[r])
 				}
+				endBlock(r, rows, ag, pg)
 			}
 			addInto(dgamma, lo, ag)
 		})

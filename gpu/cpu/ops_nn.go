@@ -45,7 +45,7 @@ func (o *kernels) LayerNormForward(s *Stream, x, gamma, beta, y, mean, rstd *Buf
 // LayerNormBackward accumulates dx, dgamma and dbeta (llm.c's formulas):
 // with xhat = (x-mean)*rstd and g = dy*gamma,
 // dx += (g - mean(g) - xhat*mean(g*xhat)) * rstd, dgamma += sum_r dy*xhat,
-// dbeta += sum_r dy; the column sums run in row order.
+// dbeta += sum_r dy; the column sums in gpu.ColumnBlockRows order.
 func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta *Buffer, rows, cols int) {
 	s.enqueue(func() error {
 		g := loadF32(gamma, 0, cols, nil)
@@ -76,15 +76,18 @@ func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dga
 		})
 		o.d.parallel(cols, 64, func(lo, hi int) {
 			ag, ab := make([]float32, hi-lo), make([]float32, hi-lo)
+			pg, pb := make([]float32, hi-lo), make([]float32, hi-lo)
 			var tx, td []float32
 			for r := range rows {
 				xr := loadF32(x, r*cols+lo, r*cols+hi, tx)
 				dr := loadF32(dy, r*cols+lo, r*cols+hi, td)
 				tx, td = xr, dr
 				for i := range ag {
-					ag[i] += dr[i] * ((xr[i] - mv[r]) * rv[r])
-					ab[i] += dr[i]
+					pg[i] += dr[i] * ((xr[i] - mv[r]) * rv[r])
+					pb[i] += dr[i]
 				}
+				endBlock(r, rows, ag, pg)
+				endBlock(r, rows, ab, pb)
 			}
 			addInto(dgamma, lo, ag)
 			addInto(dbeta, lo, ab)

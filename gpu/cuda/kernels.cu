@@ -360,12 +360,36 @@ extern "C" __global__ void bias_add(void* y, int dy, const void* bias, int db, i
     GRID_STRIDE(i, rows * cols) { st(y, dy, i, ld(y, dy, i) + ld(bias, db, i % cols)); }
 }
 
-// bias_grad: dbias[c] += sum_r dy[r,c], the sum in fp32 in row order.
-extern "C" __global__ void bias_grad(const void* dy, int ddy, void* db, int ddb, i64 rows, i64 cols) {
+// ---- column sums over the rows (gpu.ColumnBlockRows) ----------------------
+//
+// dbias[c] += sum_r dy[r,c], and the norms' gamma and beta gradients, in
+// two passes: a *_part kernel has one thread per (block of COL_BLOCK rows,
+// column) add its rows in order into part[b*cols + c] (fp32, from 0), and
+// colsum_final one thread per column add the blocks' sums in order and
+// store old + total. gpu/cpu sums in the same order, so the bits agree; a
+// thread walks COL_BLOCK rows, not all of them (one thread a column over
+// R rows waits on R loads in turn: README's table).
+
+#define COL_BLOCK 256 // gpu.ColumnBlockRows
+
+// col_blocks: the blocks of COL_BLOCK rows of rows.
+__device__ __forceinline__ i64 col_blocks(i64 rows) { return (rows + COL_BLOCK - 1) / COL_BLOCK; }
+
+extern "C" __global__ void bias_grad_part(const void* dy, int ddy, float* part, i64 rows, i64 cols) {
+    GRID_STRIDE(j, col_blocks(rows) * cols) {
+        i64 b = j / cols, c = j % cols, end = b * COL_BLOCK + COL_BLOCK < rows ? b * COL_BLOCK + COL_BLOCK : rows;
+        float acc = 0;
+        for (i64 r = b * COL_BLOCK; r < end; r++) acc += ld(dy, ddy, r * cols + c);
+        part[j] = acc;
+    }
+}
+
+// colsum_final: dst[c] = dst[c] + (part[0,c] + part[1,c] + ...), in order.
+extern "C" __global__ void colsum_final(const float* part, i64 nblocks, i64 cols, void* dst, int dd) {
     GRID_STRIDE(c, cols) {
         float acc = 0;
-        for (i64 r = 0; r < rows; r++) acc += ld(dy, ddy, r * cols + c);
-        st(db, ddb, c, ld(db, ddb, c) + acc);
+        for (i64 b = 0; b < nblocks; b++) acc += part[b * cols + c];
+        st(dst, dd, c, ld(dst, dd, c) + acc);
     }
 }
 
@@ -517,18 +541,20 @@ extern "C" __global__ void layernorm_bwd_dx(const void* dy, int ddy, const void*
 }
 
 // layernorm_bwd_params: dgamma[c] += sum_r dy*xhat, dbeta[c] += sum_r dy, fp32 in row order.
-extern "C" __global__ void layernorm_bwd_params(const void* dy, int ddy, const void* x, int dx_, const float* mean,
-                                                const float* rstd, void* dgamma, int ddg, void* dbeta, int ddb,
-                                                i64 rows, i64 cols) {
-    GRID_STRIDE(c, cols) {
+// layernorm_bwd_params_part: the block sums of dgamma (dy*xhat) into
+// partg and of dbeta (dy) into partb; colsum_final adds each up.
+extern "C" __global__ void layernorm_bwd_params_part(const void* dy, int ddy, const void* x, int dx_, const float* mean,
+                                                     const float* rstd, float* partg, float* partb, i64 rows, i64 cols) {
+    GRID_STRIDE(j, col_blocks(rows) * cols) {
+        i64 b = j / cols, c = j % cols, end = b * COL_BLOCK + COL_BLOCK < rows ? b * COL_BLOCK + COL_BLOCK : rows;
         float ag = 0, ab = 0;
-        for (i64 r = 0; r < rows; r++) {
+        for (i64 r = b * COL_BLOCK; r < end; r++) {
             float d = ld(dy, ddy, r * cols + c);
             ag += d * ((ld(x, dx_, r * cols + c) - mean[r]) * rstd[r]);
             ab += d;
         }
-        st(dgamma, ddg, c, ld(dgamma, ddg, c) + ag);
-        st(dbeta, ddb, c, ld(dbeta, ddb, c) + ab);
+        partg[j] = ag;
+        partb[j] = ab;
     }
 }
 
@@ -618,14 +644,15 @@ extern "C" __global__ void rmsnorm_bwd_dx(const void* dy, int ddy, const void* x
     }
 }
 
-// rmsnorm_bwd_gamma: dgamma[c] += sum_r dy*x*rstd, one thread per column,
-// fp32 in row order (as layernorm_bwd_params).
-extern "C" __global__ void rmsnorm_bwd_gamma(const void* dy, int ddy, const void* x, int dx_, const float* rstd,
-                                             void* dgamma, int ddg, i64 rows, i64 cols) {
-    GRID_STRIDE(c, cols) {
+// rmsnorm_bwd_gamma_part: the block sums of dgamma (dy*x*rstd) into part
+// (as layernorm_bwd_params_part); colsum_final adds them up.
+extern "C" __global__ void rmsnorm_bwd_gamma_part(const void* dy, int ddy, const void* x, int dx_, const float* rstd,
+                                                  float* part, i64 rows, i64 cols) {
+    GRID_STRIDE(j, col_blocks(rows) * cols) {
+        i64 b = j / cols, c = j % cols, end = b * COL_BLOCK + COL_BLOCK < rows ? b * COL_BLOCK + COL_BLOCK : rows;
         float ag = 0;
-        for (i64 r = 0; r < rows; r++) ag += ld(dy, ddy, r * cols + c) * (ld(x, dx_, r * cols + c) * rstd[r]);
-        st(dgamma, ddg, c, ld(dgamma, ddg, c) + ag);
+        for (i64 r = b * COL_BLOCK; r < end; r++) ag += ld(dy, ddy, r * cols + c) * (ld(x, dx_, r * cols + c) * rstd[r]);
+        part[j] = ag;
     }
 }
 

@@ -21,9 +21,37 @@ func (o *kernels) BiasAdd(s *Stream, y, bias *Buffer, rows, cols int) {
 	s.launchN("bias_add", int64(rows*cols), y.p(), dt(y), bias.p(), dt(bias), int64(rows), int64(cols))
 }
 
-// BiasGrad: dbias[c] += sum_r dy[r,c], summed in row order in fp32.
+// BiasGrad: dbias[c] += sum_r dy[r,c], in fp32 in gpu.ColumnBlockRows
+// order: bias_grad_part's block sums in stream-ordered scratch, then
+// colsum_final.
 func (o *kernels) BiasGrad(s *Stream, dy, dbias *Buffer, rows, cols int) {
-	s.launchN("bias_grad", int64(cols), dy.p(), dt(dy), dbias.p(), dt(dbias), int64(rows), int64(cols))
+	g, nb := o.d.g, colBlocks(rows)
+	s.run(func() error {
+		part, free, err := s.scratch(int64(nb*cols) * 4)
+		if err != nil {
+			return err
+		}
+		defer free()
+		if nb*cols > 0 {
+			if err := g.launch(s.h, "bias_grad_part", g.gridFor(int64(nb*cols), 256), 256, 0, dy.p(), dt(dy), devPtr(part), int64(rows), int64(cols)); err != nil {
+				return err
+			}
+		}
+		return s.colsumFinal(part, nb, cols, dbias)
+	})
+}
+
+// colBlocks is the number of blocks of gpu.ColumnBlockRows rows of rows.
+func colBlocks(rows int) int { return (rows + gpu.ColumnBlockRows - 1) / gpu.ColumnBlockRows }
+
+// colsumFinal launches colsum_final: dst[c] += the nb block sums of column
+// c in part, in order (with none, dst[c] + 0, as a sum over no rows).
+func (s *Stream) colsumFinal(part uint64, nb, cols int, dst *Buffer) error {
+	if cols == 0 {
+		return nil
+	}
+	g := s.dev.g
+	return g.launch(s.h, "colsum_final", g.gridFor(int64(cols), 256), 256, 0, devPtr(part), int64(nb), int64(cols), dst.p(), dt(dst))
 }
 
 // GeluForward: y = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), in double.

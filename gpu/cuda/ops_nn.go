@@ -17,12 +17,30 @@ func (o *kernels) LayerNormForward(s *Stream, x, gamma, beta, y, mean, rstd *Buf
 }
 
 // LayerNormBackward accumulates dx (one block per row, double sums) and
-// dgamma, dbeta (one thread per column, fp32 in row order).
+// dgamma, dbeta (column sums in fp32 in gpu.ColumnBlockRows order: a
+// thread per block of rows and column, then colsum_final).
 func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta *Buffer, rows, cols int) {
 	s.launch("layernorm_bwd_dx", uint32(rows), rowThreads, dy.p(), dt(dy), x.p(), dt(x), gamma.p(), dt(gamma),
 		mean.p(), rstd.p(), dx.p(), dt(dx), int64(cols))
-	s.launchN("layernorm_bwd_params", int64(cols), dy.p(), dt(dy), x.p(), dt(x), mean.p(), rstd.p(),
-		dgamma.p(), dt(dgamma), dbeta.p(), dt(dbeta), int64(rows), int64(cols))
+	g, nb := o.d.g, colBlocks(rows)
+	s.run(func() error {
+		part, free, err := s.scratch(2 * int64(nb*cols) * 4)
+		if err != nil {
+			return err
+		}
+		defer free()
+		partb := part + uint64(nb*cols)*4
+		if nb*cols > 0 {
+			if err := g.launch(s.h, "layernorm_bwd_params_part", g.gridFor(int64(nb*cols), 256), 256, 0, dy.p(), dt(dy), x.p(), dt(x),
+				mean.p(), rstd.p(), devPtr(part), devPtr(partb), int64(rows), int64(cols)); err != nil {
+				return err
+			}
+		}
+		if err := s.colsumFinal(part, nb, cols, dgamma); err != nil {
+			return err
+		}
+		return s.colsumFinal(partb, nb, cols, dbeta)
+	})
 }
 
 func checkGrid(op string, blocks int) {
@@ -52,14 +70,27 @@ func (o *kernels) AddRMSNormForward(s *Stream, a, b, sum, gamma, y, rstd *Buffer
 }
 
 // RMSNormBackward accumulates dx (one block per row, double sums) and
-// dgamma (one thread per column, fp32 in row order, as LayerNormBackward's
-// parameter gradients: deterministic, no atomics).
+// dgamma (column sums as LayerNormBackward's parameter gradients:
+// deterministic, no atomics).
 func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buffer, rows, cols int) {
 	checkGrid("rmsnorm-backward", rows)
 	s.launch("rmsnorm_bwd_dx", uint32(rows), rowThreads, dy.p(), dt(dy), x.p(), dt(x), gamma.p(), dt(gamma), rstd.p(),
 		dx.p(), dt(dx), int64(cols))
-	s.launchN("rmsnorm_bwd_gamma", int64(cols), dy.p(), dt(dy), x.p(), dt(x), rstd.p(), dgamma.p(), dt(dgamma),
-		int64(rows), int64(cols))
+	g, nb := o.d.g, colBlocks(rows)
+	s.run(func() error {
+		part, free, err := s.scratch(int64(nb*cols) * 4)
+		if err != nil {
+			return err
+		}
+		defer free()
+		if nb*cols > 0 {
+			if err := g.launch(s.h, "rmsnorm_bwd_gamma_part", g.gridFor(int64(nb*cols), 256), 256, 0, dy.p(), dt(dy), x.p(), dt(x),
+				rstd.p(), devPtr(part), int64(rows), int64(cols)); err != nil {
+				return err
+			}
+		}
+		return s.colsumFinal(part, nb, cols, dgamma)
+	})
 }
 
 // vecElems is VEC of kernels.cu: the elements of a chunk (16 bytes of bf16).

@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
         if (want("embedding")) testEmbedding();
         if (want("cross-entropy")) testCrossEntropy();
         if (want("add-columns")) testAddColumns();
+        if (want("column-sums")) testColumnSums();
         if (want("dropout")) testDropout();
         if (want("dequant-nf4")) testDequantNF4();
         if (want("dequant-int8")) testDequantInt8();
