@@ -25,33 +25,45 @@ func (o *kernels) BiasAdd(s *Stream, y, bias *Buffer, rows, cols int) {
 // order: bias_grad_part's block sums in stream-ordered scratch, then
 // colsum_final.
 func (o *kernels) BiasGrad(s *Stream, dy, dbias *Buffer, rows, cols int) {
-	g, nb := o.d.g, colBlocks(rows)
+	g := o.d.g
+	s.columnSums(rows, cols, func(parts []devPtr, grid uint32) error {
+		return g.launch(s.h, "bias_grad_part", grid, 256, 0, dy.p(), dt(dy), parts[0], int64(rows), int64(cols))
+	}, dbias)
+}
+
+// columnSums enqueues a column sum over rows in gpu.ColumnBlockRows order
+// into each of dst: part launches the *_part kernel on grid blocks of 256
+// threads, writing the block sums of dst[i] to parts[i] (stream-ordered
+// scratch, nb×cols floats each), then colsum_final adds each column's
+// blocks in order into dst[i] (with no rows, dst[i] + 0, as gpu/cpu).
+func (s *Stream) columnSums(rows, cols int, part func(parts []devPtr, grid uint32) error, dst ...*Buffer) {
+	g, nb := s.dev.g, (rows+gpu.ColumnBlockRows-1)/gpu.ColumnBlockRows
 	s.run(func() error {
-		part, free, err := s.scratch(int64(nb*cols) * 4)
+		if cols == 0 {
+			return nil
+		}
+		each := int64(nb*cols) * 4
+		p, free, err := s.scratch(int64(len(dst)) * each)
 		if err != nil {
 			return err
 		}
 		defer free()
-		if nb*cols > 0 {
-			if err := g.launch(s.h, "bias_grad_part", g.gridFor(int64(nb*cols), 256), 256, 0, dy.p(), dt(dy), devPtr(part), int64(rows), int64(cols)); err != nil {
+		parts := make([]devPtr, len(dst))
+		for i := range parts {
+			parts[i] = devPtr(p + uint64(int64(i)*each))
+		}
+		if nb > 0 {
+			if err := part(parts, g.gridFor(int64(nb*cols), 256)); err != nil {
 				return err
 			}
 		}
-		return s.colsumFinal(part, nb, cols, dbias)
-	})
-}
-
-// colBlocks is the number of blocks of gpu.ColumnBlockRows rows of rows.
-func colBlocks(rows int) int { return (rows + gpu.ColumnBlockRows - 1) / gpu.ColumnBlockRows }
-
-// colsumFinal launches colsum_final: dst[c] += the nb block sums of column
-// c in part, in order (with none, dst[c] + 0, as a sum over no rows).
-func (s *Stream) colsumFinal(part uint64, nb, cols int, dst *Buffer) error {
-	if cols == 0 {
+		for i, d := range dst {
+			if err := g.launch(s.h, "colsum_final", g.gridFor(int64(cols), 256), 256, 0, parts[i], int64(nb), int64(cols), d.p(), dt(d)); err != nil {
+				return err
+			}
+		}
 		return nil
-	}
-	g := s.dev.g
-	return g.launch(s.h, "colsum_final", g.gridFor(int64(cols), 256), 256, 0, devPtr(part), int64(nb), int64(cols), dst.p(), dt(dst))
+	})
 }
 
 // GeluForward: y = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))), in double.

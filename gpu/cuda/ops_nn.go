@@ -22,25 +22,11 @@ func (o *kernels) LayerNormForward(s *Stream, x, gamma, beta, y, mean, rstd *Buf
 func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta *Buffer, rows, cols int) {
 	s.launch("layernorm_bwd_dx", uint32(rows), rowThreads, dy.p(), dt(dy), x.p(), dt(x), gamma.p(), dt(gamma),
 		mean.p(), rstd.p(), dx.p(), dt(dx), int64(cols))
-	g, nb := o.d.g, colBlocks(rows)
-	s.run(func() error {
-		part, free, err := s.scratch(2 * int64(nb*cols) * 4)
-		if err != nil {
-			return err
-		}
-		defer free()
-		partb := part + uint64(nb*cols)*4
-		if nb*cols > 0 {
-			if err := g.launch(s.h, "layernorm_bwd_params_part", g.gridFor(int64(nb*cols), 256), 256, 0, dy.p(), dt(dy), x.p(), dt(x),
-				mean.p(), rstd.p(), devPtr(part), devPtr(partb), int64(rows), int64(cols)); err != nil {
-				return err
-			}
-		}
-		if err := s.colsumFinal(part, nb, cols, dgamma); err != nil {
-			return err
-		}
-		return s.colsumFinal(partb, nb, cols, dbeta)
-	})
+	g := o.d.g
+	s.columnSums(rows, cols, func(parts []devPtr, grid uint32) error {
+		return g.launch(s.h, "layernorm_bwd_params_part", grid, 256, 0, dy.p(), dt(dy), x.p(), dt(x), mean.p(), rstd.p(),
+			parts[0], parts[1], int64(rows), int64(cols))
+	}, dgamma, dbeta)
 }
 
 func checkGrid(op string, blocks int) {
@@ -76,21 +62,11 @@ func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buf
 	checkGrid("rmsnorm-backward", rows)
 	s.launch("rmsnorm_bwd_dx", uint32(rows), rowThreads, dy.p(), dt(dy), x.p(), dt(x), gamma.p(), dt(gamma), rstd.p(),
 		dx.p(), dt(dx), int64(cols))
-	g, nb := o.d.g, colBlocks(rows)
-	s.run(func() error {
-		part, free, err := s.scratch(int64(nb*cols) * 4)
-		if err != nil {
-			return err
-		}
-		defer free()
-		if nb*cols > 0 {
-			if err := g.launch(s.h, "rmsnorm_bwd_gamma_part", g.gridFor(int64(nb*cols), 256), 256, 0, dy.p(), dt(dy), x.p(), dt(x),
-				rstd.p(), devPtr(part), int64(rows), int64(cols)); err != nil {
-				return err
-			}
-		}
-		return s.colsumFinal(part, nb, cols, dgamma)
-	})
+	g := o.d.g
+	s.columnSums(rows, cols, func(parts []devPtr, grid uint32) error {
+		return g.launch(s.h, "rmsnorm_bwd_gamma_part", grid, 256, 0, dy.p(), dt(dy), x.p(), dt(x), rstd.p(),
+			parts[0], int64(rows), int64(cols))
+	}, dgamma)
 }
 
 // vecElems is VEC of kernels.cu: the elements of a chunk (16 bytes of bf16).
