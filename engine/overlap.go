@@ -485,7 +485,7 @@ func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 	}
 	if r.e.paramTiered(c) && !delayed {
 		a := shard.Write
-		if r.e.remainder() && r.masterParams(c) == nil {
+		if r.e.remainder() && r.masterParams(c) == nil { // in the tier store
 			a = shard.Update // the old params are the masters' high halves (remainder.go)
 		}
 		if ls.param, err = d.Use(acc(shard.Param, a)); err != nil {

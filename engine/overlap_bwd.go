@@ -5,6 +5,7 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/shard"
 )
 
 // The host update during the backward (strata.update_in_backward): its
@@ -25,16 +26,16 @@ func (e *Engine) noteBwd() {
 		units.FormatBytes(e.undoBytes())))
 }
 
-// undoBytes is one rank's undo copy at most (0 without the update during
-// the backward): master, m and v of every chunk updated in the backward.
+// undoBytes is one rank's undo copy at most (0 without the update in the
+// backward): master, m, v as stored, a remainder master's params.
 func (e *Engine) undoBytes() int64 {
-	if !e.bwdEnabled() {
-		return 0
-	}
 	var b int64
 	for c, p := range e.chunks {
-		if !e.paramTiered(c) && !p.frozen {
-			b += int64(12 * e.optElems(c))
+		if n, o := e.optElems(c), e.estimate.Options; e.bwdEnabled() && !e.paramTiered(c) && !p.frozen {
+			b += o.StateDType(shard.Master).Bytes(n) + 2*o.StateDType(shard.AdamM).Bytes(n)
+			if e.remainder() {
+				b += int64(2 * n) // the bf16 params in the staging
+			}
 		}
 	}
 	return b
@@ -57,8 +58,8 @@ func (r *rank) handBackward(c int, ev gpu.Event) error {
 	return err
 }
 
-// saveUndo copies chunk c's master, m and v (leased in ls) before cpuadam
-// writes them.
+// saveUndo copies chunk c's master, m and v (leased in ls), and a
+// remainder master's params, before cpuadam writes them.
 func (r *rank) saveUndo(c int, ls hostLeases) {
 	if r.undo == nil {
 		r.undo = make([][]byte, len(r.e.chunks))
@@ -67,15 +68,16 @@ func (r *rank) saveUndo(c int, ls hostLeases) {
 	for _, l := range ls.optState() {
 		u = append(u, l.Bytes()...)
 	}
-	r.undo[c] = u
+	r.undo[c] = append(u, r.masterParams(c)...)
 }
 
-// restoreUndo copies chunk c's saved master, m and v back into ls.
+// restoreUndo copies chunk c's saved state back.
 func (r *rank) restoreUndo(c int, ls hostLeases) {
 	u := r.undo[c]
 	for _, l := range ls.optState() {
 		u = u[copy(l.Bytes(), u):]
 	}
+	copy(r.masterParams(c), u)
 }
 
 // commitNext (the step is finite): the updates of the backward give their

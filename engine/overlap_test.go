@@ -193,10 +193,20 @@ func inBackward(js string) string {
 // other chunks were updated during the backward: the step fails with
 // ErrNonFinite and every state (params, master, m, v, the step) is what
 // it was before it; the step retried without the NaN ends bit-identical
-// to a run that never saw it.
+// to a run that never saw it. With an fp32 master and with a remainder.
 func TestNonFiniteDuringBackward(t *testing.T) {
+	for _, master := range []string{"fp32", "bf16+remainder"} {
+		t.Run(master, func(t *testing.T) { nonFiniteDuringBackward(t, master) })
+	}
+}
+
+// nonFiniteDuringBackward is TestNonFiniteDuringBackward with the master
+// kept as master (strata.optimizer_state.master): a remainder's undo puts
+// back the params it completes too.
+func nonFiniteDuringBackward(t *testing.T, master string) {
 	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1}
 	js := inBackward(withOverlap(s.configJSON(), OverlapExact))
+	js = strings.Replace(js, `"strata": {`, fmt.Sprintf(`"strata": {"optimizer_state": {"master": %q}, `, master), 1)
 	e := newEngineJSON(t, js, 2)
 	clean := newEngineJSON(t, js, 2)
 	for range 2 {

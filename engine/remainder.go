@@ -7,10 +7,8 @@ import (
 	"github.com/strata-ai/strata/shard"
 )
 
-// A "bf16+remainder" master (DESIGN's model state) is a cpuadam.Remainder
-// in the tier store completed by the params cpuadam writes: masterParams,
-// which hold the masters rounded to bf16 at all times. Checkpoints hold
-// the joined fp32 masters.
+// A "bf16+remainder" master (DESIGN's model state): a cpuadam.Remainder in
+// the tier store completed by masterParams; checkpoints hold fp32 masters.
 
 // remainder says whether the host optimizer keeps the masters so.
 func (e *Engine) remainder() bool {
@@ -18,9 +16,10 @@ func (e *Engine) remainder() bool {
 }
 
 // masterParams are the params of chunk c that a remainder master
-// completes: the upload staging, or nil for the tier store's param copy.
+// completes: the upload staging, or nil for the tier store's param copy
+// (and without a remainder master).
 func (r *rank) masterParams(c int) []byte {
-	if r.e.uploads(c) {
+	if r.e.remainder() && r.e.uploads(c) {
 		return r.e.tiers.uploadBytes(r.loc, c)
 	}
 	return nil
