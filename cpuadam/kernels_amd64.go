@@ -321,13 +321,19 @@ func tail(out []uint16, t int) []uint16 {
 	return out[t:]
 }
 
-// joinVec joins the first len(dst)&^7 masters with AVX2 (wide: the first
-// len(dst)&^15 with AVX-512) and the rest in Go.
-func joinVec(wide bool, dst []float32, param, lo []uint16, up []uint8) {
-	t := len(dst) &^ 7
+// remVecLen is how many of n masters the join and split kernels take:
+// whole vectors of 8 (AVX2) or 16 (wide: AVX-512); Go does the rest.
+func remVecLen(n int, wide bool) int {
 	if wide {
-		t = len(dst) &^ 15
+		return n &^ 15
 	}
+	return n &^ 7
+}
+
+// joinVec joins the first remVecLen masters with AVX2 or AVX-512 and the
+// rest in Go.
+func joinVec(wide bool, dst []float32, param, lo []uint16, up []uint8) {
+	t := remVecLen(len(dst), wide)
 	switch {
 	case t > 0 && wide:
 		joinAVX512(&dst[0], &param[0], &lo[0], &up[0], t)
@@ -339,10 +345,7 @@ func joinVec(wide bool, dst []float32, param, lo []uint16, up []uint8) {
 
 // splitVec is joinVec's split.
 func splitVec(wide bool, src []float32, param, lo []uint16, up []uint8) {
-	t := len(src) &^ 7
-	if wide {
-		t = len(src) &^ 15
-	}
+	t := remVecLen(len(src), wide)
 	switch {
 	case t > 0 && wide:
 		splitAVX512(&src[0], &param[0], &lo[0], &up[0], t)

@@ -64,7 +64,7 @@ func (e *Engine) Summary() Summary {
 		actEstimate = estimate.Activations(e.layout.Shape, e.micro, e.seq, e.act).DeviceBytes()
 	}
 	if e.offload {
-		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads%s)", e.opt.Options().Threads, e.estimate.Options.MomentsNote())
+		s.Optimizer = fmt.Sprintf("host (cpuadam, %d threads%s)", e.opt.Options().Threads, e.estimate.Options.StateNote())
 		s.HostFormula = e.hostWant
 	}
 	if e.tiers != nil {

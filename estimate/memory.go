@@ -716,9 +716,9 @@ func (o Options) StateDType(st shard.State) dtype.DType {
 	return d
 }
 
-// MomentsNote is ", int8 moments" (or bf16) for narrow moments, and ",
+// StateNote is ", int8 moments" (or bf16) for narrow moments, and ",
 // bf16+remainder master" for a remainder master, else "".
-func (o Options) MomentsNote() string {
+func (o Options) StateNote() string {
 	s := ""
 	if o.StateDType(shard.AdamM) != dtype.F32 {
 		s = ", " + MomentsName(o.MomentsDType) + " moments"
