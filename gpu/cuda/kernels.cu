@@ -1011,6 +1011,489 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
     }
 }
 
+// ---- attention on tensor cores (mma.sync) ---------------------------------
+//
+// With q, k and v in a 16-bit float (bf16 or f16, dt), a head dimension D
+// that is a multiple of 16 and a device of sm_80 or later, ops_attn.go
+// launches attn_fwd_tc, attn_bwd_dq_tc and attn_bwd_dkv_tc instead of the
+// kernels above: the same algorithm (FlashAttention-2: online softmax,
+// P recomputed from lse in the backward, dK/dV and dQ in separate
+// kernels, no atomics, no B×H×T×T storage), with the products on tensor
+// cores through mma.sync.m16n8k16 (fp32 accumulation). What differs in
+// the numbers: P (forward: exp(S - m); backward: exp(S - lse)) and dS are
+// rounded to dt before they multiply V, dO, K or Q, as FlashAttention-2
+// does; and the sums of q·k are the tensor cores' (fp32, order not
+// specified by the PTX ISA), not a loop in index order. Bit-identical run
+// to run still: every output element has one writer and every loop a
+// fixed order.
+//
+// A block is 4 warps; warp w owns rows 16w..16w+15 of the block's TC_BQ
+// rows (forward and dQ: queries; dK/dV: keys), held as mma fragments in
+// registers; tiles of TC_BK columns (keys; dK/dV: queries) go through
+// shared memory as raw 16-bit values, row-major (stride TC_DP) for a B
+// operand read along the head dimension and transposed (stride TC_TP) for
+// one read along tokens. The fragment layouts are the PTX ISA's for
+// m16n8k16 with .bf16/.f16 (groupID = lane/4, threadID_in_group = lane%4):
+//
+//	A (16×16, 4 regs of 2): a0,a1 row g, cols 2t, 2t+1; a2,a3 row g+8;
+//	                        a4..a7 the same rows, cols 2t+8, 2t+9
+//	B (16×8, 2 regs of 2):  b0,b1 rows 2t, 2t+1 of col g; b2,b3 rows 2t+8, 2t+9
+//	C (16×8, 4 floats):     c0,c1 row g, cols 2t, 2t+1; c2,c3 row g+8
+//
+// so the C fragments of two neighbouring 16×8 tiles are, rounded, the A
+// fragment of their 16×16 block (frag_p): P and dS never leave registers.
+// The CPU emulator (testdata/emu) runs these kernels with a warp model of
+// mma.sync and the shuffles.
+
+#define TC_BQ 64           // rows of a block: 16 a warp
+#define TC_BK 32           // columns of a tile
+#define TC_NT 128          // threads of a block: 4 warps
+#define TC_DP (ATT_D + 8)  // row stride (16-bit values) of a token-major tile
+#define TC_TP (TC_BK + 8)  // row stride of a transposed (dimension-major) tile
+#define FULL_WARP 0xffffffffu
+
+static_assert(TC_NT == 128 && TC_BQ == 16 * (TC_NT / 32) && TC_BK % 16 == 0 && ATT_D % 16 == 0, "tensor-core tiles");
+
+// ld_pair loads two neighbouring 16-bit values (p 4-byte aligned) as one
+// register, the first in the low half, as the fragments hold them.
+#ifndef STRATA_EMU
+__device__ __forceinline__ unsigned ld_pair(const u16* p) { return *(const unsigned*)p; }
+
+// mma16816: d += A·B for the warp's 16×16 A and 16×8 B of 16-bit floats
+// of type dt (bf16 or f16) and its 16×8 fp32 d, in the fragment layouts
+// above. The GPU instruction needs sm_80: ops_attn.go launches the _tc
+// kernels only there (an older device traps).
+__device__ __forceinline__ void mma16816(int dt, float* d, const unsigned* a, const unsigned* b) {
+#if __CUDA_ARCH__ >= 800
+    if (dt == DT_F16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();
+#endif
+}
+#endif
+
+__device__ __forceinline__ unsigned pack2(int dt, float lo, float hi) {
+    return (unsigned)f2half(dt, lo) | ((unsigned)f2half(dt, hi) << 16);
+}
+
+// frag_a loads the A fragment of the 16×16 block of tile t (row stride
+// ld) at row r0, column c0.
+__device__ __forceinline__ void frag_a(unsigned* a, const u16* t, int ld, int r0, int c0) {
+    const int g = (threadIdx.x % 32) / 4, c = c0 + (threadIdx.x % 4) * 2;
+    a[0] = ld_pair(t + (r0 + g) * ld + c);
+    a[1] = ld_pair(t + (r0 + g + 8) * ld + c);
+    a[2] = ld_pair(t + (r0 + g) * ld + c + 8);
+    a[3] = ld_pair(t + (r0 + g + 8) * ld + c + 8);
+}
+
+// frag_b loads the B fragment B[k][n] = t[(n0+n)·ld + k0+k] (t holds Bᵀ
+// row-major: B column-major, the .col of the instruction).
+__device__ __forceinline__ void frag_b(unsigned* b, const u16* t, int ld, int n0, int k0) {
+    const int g = (threadIdx.x % 32) / 4, k = k0 + (threadIdx.x % 4) * 2;
+    b[0] = ld_pair(t + (n0 + g) * ld + k);
+    b[1] = ld_pair(t + (n0 + g) * ld + k + 8);
+}
+
+// frag_p rounds the C fragments of two neighbouring 16×8 tiles (c0:
+// columns 0-7, c1: 8-15) to dt as the A fragment of their 16×16 block.
+__device__ __forceinline__ void frag_p(int dt, unsigned* a, const float* c0, const float* c1) {
+    a[0] = pack2(dt, c0[0], c0[1]);
+    a[1] = pack2(dt, c0[2], c0[3]);
+    a[2] = pack2(dt, c1[0], c1[1]);
+    a[3] = pack2(dt, c1[2], c1[3]);
+}
+
+// tc_tile loads rows [r0, r0+n) of the head at column col of x (rows of
+// W values, batch row at bT) into tile as raw 16-bit values, row-major
+// (stride TC_DP); tc_tile_t transposed (tile[d·TC_TP + row]). Rows past T
+// are zeros.
+__device__ __forceinline__ void tc_tile(u16* tile, const void* x, i64 bT, int r0, int n, int T, i64 W, i64 col, int D) {
+    for (int e = threadIdx.x; e < n * D; e += TC_NT) {
+        int rr = e / D, d = e % D, t = r0 + rr;
+        tile[rr * TC_DP + d] = t < T ? ((const u16*)x)[(bT + t) * W + col + d] : (u16)0;
+    }
+}
+
+__device__ __forceinline__ void tc_tile_t(u16* tile, const void* x, i64 bT, int r0, int n, int T, i64 W, i64 col, int D) {
+    for (int e = threadIdx.x; e < n * D; e += TC_NT) {
+        int rr = e / D, d = e % D, t = r0 + rr;
+        tile[d * TC_TP + rr] = t < T ? ((const u16*)x)[(bT + t) * W + col + d] : (u16)0;
+    }
+}
+
+// row_max4 and row_sum4: the max and the sum over the 4 lanes of a group
+// (the threads holding one row of a C fragment); every lane gets the same
+// bits (IEEE addition commutes).
+__device__ __forceinline__ float row_max4(float v) {
+    v = fmaxf(v, __shfl_xor_sync(FULL_WARP, v, 1));
+    return fmaxf(v, __shfl_xor_sync(FULL_WARP, v, 2));
+}
+__device__ __forceinline__ float row_sum4(float v) {
+    v += __shfl_xor_sync(FULL_WARP, v, 1);
+    return v + __shfl_xor_sync(FULL_WARP, v, 2);
+}
+
+// attn_fwd_tc: attn_fwd on tensor cores. One block per (b, h, query tile
+// of TC_BQ rows), longest first; warp w's rows i (C rows g and g+8 of its
+// 16), per key tile: S = Q·Kᵀ (mma), scaled and masked, the row max m over
+// the tile and the group's lanes, P = exp(S - m) and the lane's part of
+// the row sum l, O = O·exp(m_old - m) + P·V (mma, P rounded to dt). At the
+// end l is summed over the group, out = O / l and lse = m + log(l).
+extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv, int dq, void* out, int dout, float* lse,
+                                                                const int* pos, int T, int H, int KV, int D, int nqt,
+                                                                float scale, const int* bad) {
+    __shared__ u16 Qs[TC_BQ * TC_DP];
+    __shared__ u16 Ks[TC_BK * TC_DP];
+    __shared__ u16 Vt[ATT_D * TC_TP];
+    __shared__ int los[TC_BQ];
+    if (bad && *bad) return; // the same for every thread
+    const i64 W = (i64)(H + 2 * KV) * D;
+    const i64 blk = blockIdx.x;
+    const int qt = nqt - 1 - (int)(blk % nqt);
+    const int h = (int)((blk / nqt) % H);
+    const int b = (int)(blk / nqt / H);
+    const int g = h / (H / KV);
+    const int q0 = qt * TC_BQ;
+    const int w0 = (threadIdx.x / 32) * 16, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
+    const i64 bT = (i64)b * T;
+    tc_tile(Qs, qkv, bT, q0, TC_BQ, T, W, (i64)h * D, D);
+    if (threadIdx.x < TC_BQ) {
+        int t = q0 + (int)threadIdx.x;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+    }
+    __syncthreads();
+    int jmin = T;
+    for (int rr = 0; rr < TC_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmax = min(q0 + TC_BQ, T) - 1, nk = D / 16;
+    const int row[2] = {q0 + w0 + gid, q0 + w0 + gid + 8}, lo[2] = {los[w0 + gid], los[w0 + gid + 8]};
+    unsigned qa[ATT_D / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < ATT_D / 16; ks++)
+        if (ks < nk) frag_a(qa[ks], Qs, TC_DP, w0, ks * 16);
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0, 0};
+    float o[ATT_D / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < ATT_D / 8; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0;
+    for (int k0 = (jmin / TC_BK) * TC_BK; k0 <= jmax; k0 += TC_BK) {
+        __syncthreads(); // the previous tile's reads are done
+        tc_tile(Ks, qkv, bT, k0, TC_BK, T, W, (i64)(H + g) * D, D);
+        tc_tile_t(Vt, qkv, bT, k0, TC_BK, T, W, (i64)(H + KV + g) * D, D);
+        __syncthreads();
+        float s[TC_BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < TC_BK / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+#pragma unroll
+            for (int ks = 0; ks < ATT_D / 16; ks++)
+                if (ks < nk) {
+                    unsigned kb[2];
+                    frag_b(kb, Ks, TC_DP, nt * 8, ks * 16);
+                    mma16816(dq, s[nt], qa[ks], kb);
+                }
+        }
+        float mt[2] = {m[0], m[1]}, rs[2] = {0, 0};
+#pragma unroll
+        for (int nt = 0; nt < TC_BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e / 2, i = row[r], j = k0 + nt * 8 + tig * 2 + (e & 1);
+                s[nt][e] = i < T && j >= lo[r] && j <= i ? s[nt][e] * scale : NEG_INF;
+                mt[r] = fmaxf(mt[r], s[nt][e]);
+            }
+        mt[0] = row_max4(mt[0]);
+        mt[1] = row_max4(mt[1]);
+#pragma unroll
+        for (int nt = 0; nt < TC_BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e / 2;
+                s[nt][e] = s[nt][e] == NEG_INF ? 0.0f : expf(s[nt][e] - mt[r]);
+                rs[r] += s[nt][e];
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const float alpha = m[r] == NEG_INF ? 0.0f : expf(m[r] - mt[r]);
+            l[r] = l[r] * alpha + rs[r];
+            m[r] = mt[r];
+#pragma unroll
+            for (int dt = 0; dt < ATT_D / 8; dt++) {
+                o[dt][2 * r] *= alpha;
+                o[dt][2 * r + 1] *= alpha;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < TC_BK / 16; kk++) {
+            unsigned pa[4];
+            frag_p(dq, pa, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int dt = 0; dt < ATT_D / 8; dt++)
+                if (dt < D / 8) {
+                    unsigned vb[2];
+                    frag_b(vb, Vt, TC_TP, dt * 8, kk * 16);
+                    mma16816(dq, o[dt], pa, vb);
+                }
+        }
+    }
+    l[0] = row_sum4(l[0]);
+    l[1] = row_sum4(l[1]);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = row[r];
+        if (i >= T) continue;
+        const i64 base = (bT + i) * ((i64)H * D) + (i64)h * D + tig * 2;
+#pragma unroll
+        for (int dt = 0; dt < ATT_D / 8; dt++)
+            if (dt < D / 8) {
+                st(out, dout, base + dt * 8, l[r] > 0 ? o[dt][2 * r] / l[r] : 0.0f);
+                st(out, dout, base + dt * 8 + 1, l[r] > 0 ? o[dt][2 * r + 1] / l[r] : 0.0f);
+            }
+        if (tig == 0) lse[((i64)b * H + h) * T + i] = l[r] > 0 ? m[r] + logf(l[r]) : NEG_INF;
+    }
+}
+
+// attn_bwd_dq_tc: attn_bwd_dq on tensor cores (dout of qkv's dtype). One
+// block per (b, h, query tile of TC_BQ rows), longest first; warp w holds
+// its 16 rows of Q and dO as A fragments; per key tile: S = Q·Kᵀ and dP =
+// dO·Vᵀ (mma), P = exp(S·scale - lse) masked, dS = P·(dP - drow), dQ +=
+// dS·K (mma, dS rounded to dt); then dQ·scale is written.
+extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* dout, int ddo, const void* qkv, int dq,
+                                                                   const float* lse, const float* drow, const int* pos,
+                                                                   void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                   int nqt, float scale, const int* bad) {
+    __shared__ u16 Xs[TC_BQ * TC_DP]; // Q, then dO, on their way into fragments
+    __shared__ u16 Ks[TC_BK * TC_DP];
+    __shared__ u16 Vs[TC_BK * TC_DP];
+    __shared__ u16 Kt[ATT_D * TC_TP];
+    __shared__ int los[TC_BQ];
+    if (bad && *bad) return; // the same for every thread
+    const i64 W = (i64)(H + 2 * KV) * D;
+    const i64 blk = blockIdx.x;
+    const int qt = nqt - 1 - (int)(blk % nqt);
+    const int h = (int)((blk / nqt) % H);
+    const int b = (int)(blk / nqt / H);
+    const int g = h / (H / KV);
+    const int q0 = qt * TC_BQ;
+    const int w0 = (threadIdx.x / 32) * 16, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
+    const i64 bT = (i64)b * T, lrow = ((i64)b * H + h) * T;
+    const int nk = D / 16;
+    tc_tile(Xs, qkv, bT, q0, TC_BQ, T, W, (i64)h * D, D);
+    if (threadIdx.x < TC_BQ) {
+        int t = q0 + (int)threadIdx.x;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+    }
+    __syncthreads();
+    unsigned qa[ATT_D / 16][4], oa[ATT_D / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < ATT_D / 16; ks++)
+        if (ks < nk) frag_a(qa[ks], Xs, TC_DP, w0, ks * 16);
+    __syncthreads(); // Q is in registers; dO replaces it
+    tc_tile(Xs, dout, bT, q0, TC_BQ, T, (i64)H * D, (i64)h * D, D);
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < ATT_D / 16; ks++)
+        if (ks < nk) frag_a(oa[ks], Xs, TC_DP, w0, ks * 16);
+    int jmin = T;
+    for (int rr = 0; rr < TC_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmax = min(q0 + TC_BQ, T) - 1;
+    const int row[2] = {q0 + w0 + gid, q0 + w0 + gid + 8}, lo[2] = {los[w0 + gid], los[w0 + gid + 8]};
+    const float lsev[2] = {row[0] < T ? lse[lrow + row[0]] : 0.0f, row[1] < T ? lse[lrow + row[1]] : 0.0f};
+    const float drv[2] = {row[0] < T ? drow[lrow + row[0]] : 0.0f, row[1] < T ? drow[lrow + row[1]] : 0.0f};
+    float acc[ATT_D / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < ATT_D / 8; dt++) acc[dt][0] = acc[dt][1] = acc[dt][2] = acc[dt][3] = 0;
+    for (int k0 = (jmin / TC_BK) * TC_BK; k0 <= jmax; k0 += TC_BK) {
+        __syncthreads(); // the previous tile's reads are done
+        tc_tile(Ks, qkv, bT, k0, TC_BK, T, W, (i64)(H + g) * D, D);
+        tc_tile(Vs, qkv, bT, k0, TC_BK, T, W, (i64)(H + KV + g) * D, D);
+        tc_tile_t(Kt, qkv, bT, k0, TC_BK, T, W, (i64)(H + g) * D, D);
+        __syncthreads();
+        float s[TC_BK / 8][4], dp[TC_BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < TC_BK / 8; nt++) {
+            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0;
+#pragma unroll
+            for (int ks = 0; ks < ATT_D / 16; ks++)
+                if (ks < nk) {
+                    unsigned fb[2];
+                    frag_b(fb, Ks, TC_DP, nt * 8, ks * 16);
+                    mma16816(dq, s[nt], qa[ks], fb);
+                    frag_b(fb, Vs, TC_DP, nt * 8, ks * 16);
+                    mma16816(dq, dp[nt], oa[ks], fb);
+                }
+        }
+#pragma unroll
+        for (int nt = 0; nt < TC_BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int r = e / 2, i = row[r], j = k0 + nt * 8 + tig * 2 + (e & 1);
+                const bool ok = i < T && j >= lo[r] && j <= i;
+                const float p = ok ? expf(s[nt][e] * scale - lsev[r]) : 0.0f;
+                s[nt][e] = ok ? p * (dp[nt][e] - drv[r]) : 0.0f; // dS
+            }
+#pragma unroll
+        for (int kk = 0; kk < TC_BK / 16; kk++) {
+            unsigned da[4];
+            frag_p(dq, da, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+            for (int dt = 0; dt < ATT_D / 8; dt++)
+                if (dt < D / 8) {
+                    unsigned kb[2];
+                    frag_b(kb, Kt, TC_TP, dt * 8, kk * 16);
+                    mma16816(dq, acc[dt], da, kb);
+                }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int i = row[r];
+        if (i >= T) continue;
+        const i64 base = (bT + i) * W + (i64)h * D + tig * 2;
+#pragma unroll
+        for (int dt = 0; dt < ATT_D / 8; dt++)
+            if (dt < D / 8) {
+                st(dqkv, ddq, base + dt * 8, acc[dt][2 * r] * scale);
+                st(dqkv, ddq, base + dt * 8 + 1, acc[dt][2 * r + 1] * scale);
+            }
+    }
+}
+
+// attn_bwd_dkv_tc: attn_bwd_dkv on tensor cores (dout of qkv's dtype).
+// One block per (b, key/value head g, key tile of TC_BQ rows); warp w
+// holds its 16 keys' K and V rows as A fragments and accumulates their dK
+// and dV over the group's query heads in order and, for each, the query
+// tiles of TC_BK rows at or after the key tile in order (tiles no row of
+// which sees a key of the block are skipped): Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ
+// (mma), Pᵀ = exp(Sᵀ·scale - lse) masked, dSᵀ = Pᵀ·(dPᵀ - drow), dV +=
+// Pᵀ·dO and dK += dSᵀ·Q (mma, Pᵀ and dSᵀ rounded to dt); then dK·scale
+// and dV are written.
+extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* dout, int ddo, const void* qkv, int dq,
+                                                                    const float* lse, const float* drow, const int* pos,
+                                                                    void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                    int nkt, float scale, const int* bad) {
+    __shared__ u16 Xs[TC_BQ * TC_DP]; // K, then V, into fragments; then a query tile's Q (first half) and dO
+    __shared__ u16 Qt[ATT_D * TC_TP];
+    __shared__ u16 Ot[ATT_D * TC_TP];
+    __shared__ float lses[TC_BK], drs[TC_BK];
+    __shared__ int los[TC_BK];
+    static_assert(2 * TC_BK <= TC_BQ, "a query tile's Q and dO fit where K was");
+    if (bad && *bad) return; // the same for every thread
+    u16* Qs = Xs;
+    u16* Os = Xs + TC_BK * TC_DP;
+    const i64 W = (i64)(H + 2 * KV) * D;
+    const i64 blk = blockIdx.x;
+    const int kt = (int)(blk % nkt);
+    const int g = (int)((blk / nkt) % KV);
+    const int b = (int)(blk / nkt / KV);
+    const int R = H / KV;
+    const int k0 = kt * TC_BQ, kend = min(k0 + TC_BQ, T) - 1;
+    const int w0 = (threadIdx.x / 32) * 16, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
+    const int key[2] = {k0 + w0 + gid, k0 + w0 + gid + 8};
+    const i64 bT = (i64)b * T;
+    const int nk = D / 16;
+    unsigned ka[ATT_D / 16][4], va[ATT_D / 16][4];
+    tc_tile(Xs, qkv, bT, k0, TC_BQ, T, W, (i64)(H + g) * D, D);
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < ATT_D / 16; ks++)
+        if (ks < nk) frag_a(ka[ks], Xs, TC_DP, w0, ks * 16);
+    __syncthreads(); // K is in registers; V replaces it
+    tc_tile(Xs, qkv, bT, k0, TC_BQ, T, W, (i64)(H + KV + g) * D, D);
+    __syncthreads();
+#pragma unroll
+    for (int ks = 0; ks < ATT_D / 16; ks++)
+        if (ks < nk) frag_a(va[ks], Xs, TC_DP, w0, ks * 16);
+    float dk[ATT_D / 8][4], dv[ATT_D / 8][4];
+#pragma unroll
+    for (int dt = 0; dt < ATT_D / 8; dt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0;
+    for (int h = g * R; h < (g + 1) * R; h++) {
+        const i64 lrow = ((i64)b * H + h) * T;
+        for (int q0 = (k0 / TC_BK) * TC_BK; q0 < T; q0 += TC_BK) {
+            __syncthreads(); // the previous tile's (and V's) reads are done
+            tc_tile(Qs, qkv, bT, q0, TC_BK, T, W, (i64)h * D, D);
+            tc_tile(Os, dout, bT, q0, TC_BK, T, (i64)H * D, (i64)h * D, D);
+            tc_tile_t(Qt, qkv, bT, q0, TC_BK, T, W, (i64)h * D, D);
+            tc_tile_t(Ot, dout, bT, q0, TC_BK, T, (i64)H * D, (i64)h * D, D);
+            if (threadIdx.x < TC_BK) {
+                int t = q0 + threadIdx.x;
+                lses[threadIdx.x] = t < T ? lse[lrow + t] : 0.0f;
+                drs[threadIdx.x] = t < T ? drow[lrow + t] : 0.0f;
+                los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+            }
+            __syncthreads();
+            bool any = false;
+            for (int rr = 0; rr < TC_BK; rr++) {
+                int t = q0 + rr;
+                any = any || (t < T && max(los[rr], k0) <= min(t, kend));
+            }
+            if (!any) continue; // the same for every thread of the block
+            float s[TC_BK / 8][4], dp[TC_BK / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < TC_BK / 8; nt++) {
+                s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
+                dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0;
+#pragma unroll
+                for (int ks = 0; ks < ATT_D / 16; ks++)
+                    if (ks < nk) {
+                        unsigned fb[2];
+                        frag_b(fb, Qs, TC_DP, nt * 8, ks * 16);
+                        mma16816(dq, s[nt], ka[ks], fb);
+                        frag_b(fb, Os, TC_DP, nt * 8, ks * 16);
+                        mma16816(dq, dp[nt], va[ks], fb);
+                    }
+            }
+#pragma unroll
+            for (int nt = 0; nt < TC_BK / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int j = key[e / 2], c = nt * 8 + tig * 2 + (e & 1), i = q0 + c;
+                    const bool ok = i < T && j >= los[c] && j <= i;
+                    const float p = ok ? expf(s[nt][e] * scale - lses[c]) : 0.0f;
+                    s[nt][e] = p;
+                    dp[nt][e] = ok ? p * (dp[nt][e] - drs[c]) : 0.0f; // dSᵀ
+                }
+#pragma unroll
+            for (int kk = 0; kk < TC_BK / 16; kk++) {
+                unsigned pa[4], da[4];
+                frag_p(dq, pa, s[2 * kk], s[2 * kk + 1]);
+                frag_p(dq, da, dp[2 * kk], dp[2 * kk + 1]);
+#pragma unroll
+                for (int dt = 0; dt < ATT_D / 8; dt++)
+                    if (dt < D / 8) {
+                        unsigned fb[2];
+                        frag_b(fb, Ot, TC_TP, dt * 8, kk * 16);
+                        mma16816(dq, dv[dt], pa, fb);
+                        frag_b(fb, Qt, TC_TP, dt * 8, kk * 16);
+                        mma16816(dq, dk[dt], da, fb);
+                    }
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int j = key[r];
+        if (j >= T) continue;
+        const i64 base = (bT + j) * W + tig * 2;
+#pragma unroll
+        for (int dt = 0; dt < ATT_D / 8; dt++)
+            if (dt < D / 8)
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    st(dqkv, ddq, base + (i64)(H + g) * D + dt * 8 + e, dk[dt][2 * r + e] * scale);
+                    st(dqkv, ddq, base + (i64)(H + KV + g) * D + dt * 8 + e, dv[dt][2 * r + e]);
+                }
+    }
+}
+
 // ---- attention against a key/value cache (generation) --------------------
 //
 // kv_append copies the key and value heads of n packed qkv rows into rows

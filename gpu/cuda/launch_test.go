@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/strata-ai/strata/gpu"
 )
 
 // These tests need no GPU: they check the Go side's kernel launches
@@ -183,6 +185,7 @@ func TestLaunchBlockSizes(t *testing.T) {
 		"layernorm_fwd": rowThreads, "layernorm_bwd_dx": rowThreads, "rmsnorm_fwd": rowThreads, "rmsnorm_bwd_dx": rowThreads,
 		"xent_fwd": rowThreads, "xent_bwd": rowThreads, "sumsq_partial": 256, "sumsq_final": 256, "check_ids": 256, "check_pos": 256,
 		"attn_fwd": attnFwdThreads, "attn_bwd_dkv": attnBwdThreads, "attn_bwd_dq": attnBwdThreads, "attn_cached": rowThreads,
+		"attn_fwd_tc": attnTCThreads, "attn_bwd_dkv_tc": attnTCThreads, "attn_bwd_dq_tc": attnTCThreads,
 	}
 	seen := map[string]bool{}
 	for _, s := range goLaunches(t) {
@@ -204,6 +207,7 @@ func TestLaunchBlockSizes(t *testing.T) {
 	}{
 		{"ATT_D", attnMaxHeadDim}, {"AF_BQ", attnFwdRows}, {"AF_BK", attnFwdRows}, {"AF_NT", attnFwdThreads},
 		{"AB_BQ", attnBwdRows}, {"AB_BK", attnBwdRows}, {"AB_NT", attnBwdThreads}, {"NT", rowThreads}, {"VEC", vecElems},
+		{"TC_BQ", attnTCRows}, {"TC_NT", attnTCThreads},
 	} {
 		if !regexp.MustCompile(`(?m)^#define ` + c.def + ` ` + strconv.Itoa(c.want) + `\b`).MatchString(kernelSource) {
 			t.Errorf("kernels.cu: %s is not %d", c.def, c.want)
@@ -219,10 +223,11 @@ func TestAttnShapes(t *testing.T) {
 		batch, seq, heads, kv int
 		want                  attnShape
 	}{
-		{1, 1, 1, 1, attnShape{fwdTiles: 1, bwdTiles: 1, fwdGrid: 1, dqGrid: 1, dkvGrid: 1}},
-		{2, 32, 4, 4, attnShape{fwdTiles: 1, bwdTiles: 2, fwdGrid: 8, dqGrid: 16, dkvGrid: 16}},
-		{2, 33, 4, 4, attnShape{fwdTiles: 2, bwdTiles: 3, fwdGrid: 16, dqGrid: 24, dkvGrid: 24}},
-		{3, 100, 8, 2, attnShape{fwdTiles: 4, bwdTiles: 7, fwdGrid: 96, dqGrid: 168, dkvGrid: 42}},
+		{1, 1, 1, 1, attnShape{fwdTiles: 1, bwdTiles: 1, fwdGrid: 1, dqGrid: 1, dkvGrid: 1, tcTiles: 1, tcGrid: 1, tcKVGrid: 1}},
+		{2, 32, 4, 4, attnShape{fwdTiles: 1, bwdTiles: 2, fwdGrid: 8, dqGrid: 16, dkvGrid: 16, tcTiles: 1, tcGrid: 8, tcKVGrid: 8}},
+		{2, 33, 4, 4, attnShape{fwdTiles: 2, bwdTiles: 3, fwdGrid: 16, dqGrid: 24, dkvGrid: 24, tcTiles: 1, tcGrid: 8, tcKVGrid: 8}},
+		{2, 65, 4, 4, attnShape{fwdTiles: 3, bwdTiles: 5, fwdGrid: 24, dqGrid: 40, dkvGrid: 40, tcTiles: 2, tcGrid: 16, tcKVGrid: 16}},
+		{3, 100, 8, 2, attnShape{fwdTiles: 4, bwdTiles: 7, fwdGrid: 96, dqGrid: 168, dkvGrid: 42, tcTiles: 2, tcGrid: 48, tcKVGrid: 12}},
 		{1, 0, 8, 2, attnShape{}},
 	} {
 		if got := attnShapes(c.batch, c.seq, c.heads, c.kv); got != c.want {
@@ -237,5 +242,40 @@ func TestAttnShapes(t *testing.T) {
 	}
 	if err := attnCheck("attention", 1<<20, 1<<20, 64, 8, 64); err == nil {
 		t.Error("a grid past 2^31 blocks was accepted")
+	}
+}
+
+// TestTensorCoreDispatch: the mma.sync attention kernels run for q, k, v
+// (and dout) of one 16-bit float type, head dimensions that are multiples
+// of 16, on sm_80 and later, unless STRATA_TC_ATTENTION turns them off.
+func TestTensorCoreDispatch(t *testing.T) {
+	buf := func(dt gpu.DType) *Buffer { return &Buffer{Extent: gpu.Scratch(dt, 1)} }
+	h100 := &kernels{d: &Device{g: &gpuCtx{major: 9}}}
+	v100 := &kernels{d: &Device{g: &gpuCtx{major: 7}}}
+	for _, c := range []struct {
+		o       *kernels
+		qkv     gpu.DType
+		dout    *Buffer
+		headDim int
+		env     string
+		want    bool
+		why     string
+	}{
+		{h100, gpu.BF16, nil, 64, "", true, "bf16, D 64"},
+		{h100, gpu.F16, buf(gpu.F16), 128, "", true, "f16 with f16 dout"},
+		{h100, gpu.BF16, buf(gpu.BF16), 16, "on", true, "D 16, any other setting"},
+		{h100, gpu.F32, nil, 64, "", false, "fp32 q, k, v"},
+		{h100, gpu.BF16, nil, 40, "", false, "D not a multiple of 16"},
+		{h100, gpu.BF16, buf(gpu.F32), 64, "", false, "fp32 dout"},
+		{h100, gpu.BF16, buf(gpu.F16), 64, "", false, "f16 dout under bf16 q, k, v"},
+		{v100, gpu.BF16, nil, 64, "", false, "sm_70"},
+		{h100, gpu.BF16, nil, 64, "off", false, "turned off"},
+		{h100, gpu.BF16, nil, 64, " FALSE", false, "turned off (case, space)"},
+		{h100, gpu.BF16, nil, 64, "0", false, "turned off (0)"},
+	} {
+		t.Setenv(EnvTensorCoreAttention, c.env)
+		if got := c.o.tensorCores(buf(c.qkv), c.dout, c.headDim); got != c.want {
+			t.Errorf("%s: tensorCores = %v, want %v", c.why, got, c.want)
+		}
 	}
 }

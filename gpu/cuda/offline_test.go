@@ -61,8 +61,10 @@ func TestKernelsCompile(t *testing.T) {
 
 // TestKernelsOnCPU builds testdata/emu (kernels.cu on the CPU: blocks in
 // turn, a block's threads as OS threads, __syncthreads a barrier) with
-// AddressSanitizer and UBSan, and runs its checks of the attention (and of
-// generation's kv_append and attn_cached), RMSNorm,
+// AddressSanitizer and UBSan, and runs its checks of the attention (the
+// CUDA-core kernels, the tensor-core ones under its warp model of
+// mma.sync and the shuffles, and generation's kv_append and attn_cached),
+// RMSNorm,
 // RoPE, SwiGLU, embedding and cross-entropy kernels against float64
 // references, with the blocks in order and shuffled. STRATA_EMU_TSAN=1
 // runs it again under ThreadSanitizer (a missing __syncthreads shows as a

@@ -3,7 +3,17 @@ package cuda
 import (
 	"fmt"
 	"math"
+	"os"
+	"strings"
+
+	"github.com/strata-ai/strata/gpu"
 )
+
+// EnvTensorCoreAttention set to "off" (or "0", "false") keeps attention on
+// the CUDA-core kernels (attn_fwd, attn_bwd_dq, attn_bwd_dkv) where the
+// tensor-core ones would run, for comparisons: the _tc kernels have run
+// in the CPU emulator, not yet on a GPU.
+const EnvTensorCoreAttention = "STRATA_TC_ATTENTION"
 
 // The tile shapes of kernels.cu's attention (checked against its #defines
 // by TestKernelsDeclared).
@@ -13,21 +23,41 @@ const (
 	attnFwdThreads = 128 // AF_NT
 	attnBwdRows    = 16  // AB_BQ = AB_BK: query and key rows of a backward tile
 	attnBwdThreads = 128 // AB_NT
+	attnTCRows     = 64  // TC_BQ: rows of a tensor-core block (queries; dK/dV: keys), 16 a warp
+	attnTCThreads  = 128 // TC_NT
 )
 
 // attnShape is the launch arithmetic of one attention call: the number of
 // query tiles of a forward block (fwdTiles) and of a backward tile
 // (bwdTiles), and the grids: forward and dQ one block per (batch, head,
 // query tile), dK/dV one block per (batch, key/value head, key tile).
+// The tensor-core kernels' blocks have attnTCRows rows: tcTiles of them
+// per sequence, tcGrid blocks for the forward and dQ, tcKVGrid for dK/dV.
 type attnShape struct {
 	fwdTiles, bwdTiles       int
 	fwdGrid, dqGrid, dkvGrid int
+	tcTiles, tcGrid, tcKVGrid int
 }
 
 func attnShapes(batch, seq, heads, kvHeads int) attnShape {
 	ft := (seq + attnFwdRows - 1) / attnFwdRows
 	bt := (seq + attnBwdRows - 1) / attnBwdRows
-	return attnShape{fwdTiles: ft, bwdTiles: bt, fwdGrid: batch * heads * ft, dqGrid: batch * heads * bt, dkvGrid: batch * kvHeads * bt}
+	tt := (seq + attnTCRows - 1) / attnTCRows
+	return attnShape{fwdTiles: ft, bwdTiles: bt, fwdGrid: batch * heads * ft, dqGrid: batch * heads * bt, dkvGrid: batch * kvHeads * bt,
+		tcTiles: tt, tcGrid: batch * heads * tt, tcKVGrid: batch * kvHeads * tt}
+}
+
+// tensorCores reports whether attention over qkv (and, for the backward,
+// dout) runs the mma.sync kernels: q, k, v (and dout) in one 16-bit float
+// type (bf16 or f16), a head dimension that is a multiple of 16, a device
+// of compute capability 8.0 or later, and EnvTensorCoreAttention not off.
+func (o *kernels) tensorCores(qkv, dout *Buffer, headDim int) bool {
+	t := qkv.DType()
+	if t != gpu.BF16 && t != gpu.F16 || headDim%16 != 0 || dout != nil && dout.DType() != t || o.d.g.major < 8 {
+		return false
+	}
+	v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvTensorCoreAttention)))
+	return v != "off" && v != "0" && v != "false"
 }
 
 // attnCheck returns the error of an attention call the kernels cannot run
@@ -38,7 +68,7 @@ func attnCheck(op string, batch, seq, heads, kvHeads, headDim int) error {
 		return fmt.Errorf("gpu/cuda: %s: head dimension %d; the kernels take at most %d", op, headDim, attnMaxHeadDim)
 	}
 	sh := attnShapes(batch, seq, heads, kvHeads)
-	if seq > math.MaxInt32 || heads+2*kvHeads > math.MaxInt32 || max(sh.fwdGrid, sh.dqGrid, sh.dkvGrid) > math.MaxInt32 {
+	if seq > math.MaxInt32 || heads+2*kvHeads > math.MaxInt32 || max(sh.fwdGrid, sh.dqGrid, sh.dkvGrid, sh.tcGrid, sh.tcKVGrid) > math.MaxInt32 {
 		return fmt.Errorf("gpu/cuda: %s: batch %d, seq %d, heads %d+%d: the grid is past 2^31-1 blocks", op, batch, seq, heads, kvHeads)
 	}
 	return nil
@@ -50,6 +80,8 @@ func attnScale(headDim int) float32 { return float32(1 / math.Sqrt(float64(headD
 // algorithm (attn_fwd): one block of 128 threads per (batch, head, tile of
 // 32 query rows), K and V through shared memory 32 rows at a time, online
 // softmax in fp32; writes out and lse. No batch×heads×seq×seq storage.
+// Where tensorCores holds, attn_fwd_tc instead: tiles of 64 query rows,
+// Q·Kᵀ and P·V on tensor cores (mma.sync), P rounded to qkv's dtype.
 // An unsupported shape (head dimension past 128) or a position outside
 // [0, its column] (check_pos) is an error on the stream and leaves out
 // and lse unchanged.
@@ -60,6 +92,11 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 	}
 	bad := s.checkPos(pos, batch, seq, codeAttnPos)
 	sh := attnShapes(batch, seq, heads, kvHeads)
+	if o.tensorCores(qkv, nil, headDim) {
+		s.launch("attn_fwd_tc", uint32(sh.tcGrid), attnTCThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
+			int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), attnScale(headDim), bad)
+		return
+	}
 	s.launch("attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
 		int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim), bad)
 }
@@ -71,7 +108,10 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 // from lse for each query tile that can see the keys, for the group's
 // query heads in order, and writes dK and dV; attn_bwd_dq (one block per
 // (batch, head, tile of 16 queries)) loops over the key tiles and writes
-// dQ. dqkv may not alias qkv, dout or out. A position outside [0, its
+// dQ. Where tensorCores holds (dout of qkv's dtype too), attn_bwd_dkv_tc
+// and attn_bwd_dq_tc instead: blocks of 64 keys or queries, the products
+// on tensor cores, P and dS rounded to qkv's dtype before them. dqkv may
+// not alias qkv, dout or out. A position outside [0, its
 // column] (check_pos) is an error on the stream and leaves dqkv unchanged.
 func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int) {
 	if err := attnCheck("attention-backward", batch, seq, heads, kvHeads, headDim); err != nil {
@@ -85,6 +125,7 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 	}
 	scale := attnScale(headDim)
 	g := o.d.g
+	tc := o.tensorCores(qkv, dout, headDim)
 	s.run(func() error {
 		n := int64(batch) * int64(heads) * int64(seq)
 		drow, free, err := s.scratch(n * 4)
@@ -95,6 +136,16 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		if err := g.launch(s.h, "attn_bwd_rowdot", g.gridFor(n, 256), 256, 0, dout.p(), dt(dout), out.p(), dt(out), devPtr(drow),
 			int32(seq), int32(heads), int32(headDim), n); err != nil {
 			return err
+		}
+		if tc {
+			if err := g.launch(s.h, "attn_bwd_dkv_tc", uint32(sh.tcKVGrid), attnTCThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
+				devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
+				int32(sh.tcTiles), scale, bad); err != nil {
+				return err
+			}
+			return g.launch(s.h, "attn_bwd_dq_tc", uint32(sh.tcGrid), attnTCThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
+				devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
+				int32(sh.tcTiles), scale, bad)
 		}
 		if err := g.launch(s.h, "attn_bwd_dkv", uint32(sh.dkvGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
@@ -110,7 +161,8 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 // AttentionCached appends the n new tokens' keys and values to the caches
 // (kv_append), then attends: with start = 0 and caches of qkv's dtype
 // (what the caches hold is qkv's values) by the flash forward attn_fwd on
-// the n tokens as one row, its lse into stream-ordered scratch; otherwise
+// the n tokens as one row (attn_fwd_tc where tensorCores holds), its lse
+// into stream-ordered scratch; otherwise
 // by attn_cached, one block of 256 threads per (new token, head) reading
 // the caches (the decode kernel: one token a call). An unsupported shape
 // (head dimension past 128, a grid past 2^31-1 blocks) is an error on the
@@ -137,12 +189,17 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 	}
 	sh := attnShapes(1, n, heads, kvHeads)
 	g := o.d.g
+	tc := o.tensorCores(qkv, nil, headDim)
 	s.run(func() error {
 		lse, free, err := s.scratch(int64(heads) * int64(n) * 4)
 		if err != nil {
 			return err
 		}
 		defer free()
+		if tc {
+			return g.launch(s.h, "attn_fwd_tc", uint32(sh.tcGrid), attnTCThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out), devPtr(lse), devPtr(0),
+				int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), attnScale(headDim), devPtr(0)) // no pos: no check flag
+		}
 		return g.launch(s.h, "attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out), devPtr(lse), devPtr(0),
 			int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim), devPtr(0)) // no pos: no check flag
 	})

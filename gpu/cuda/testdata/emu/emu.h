@@ -10,6 +10,12 @@
 //     barriers aborts the test (divergent __syncthreads);
 //   - __shared__ variables are function statics, shared by the block's
 //     threads (one block runs at a time);
+//   - the threads of a block form warps of 32 (threadIdx.x / 32); the
+//     warp-collective operations (__shfl_xor_sync, the mma.sync helpers)
+//     meet at a barrier over the warp's threads and exchange values
+//     through the warp's slots, so a warp acts in lock step at each of
+//     them as on the GPU; a warp whose threads reach different numbers of
+//     them aborts the test (the GPU's behaviour is undefined there);
 //   - device math is the C library's (expf, exp, pow, ... round differently
 //     from CUDA's in the last bits; compile with -ffp-contract=off as NVRTC
 //     runs with --fmad=false).
@@ -27,6 +33,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <random>
@@ -40,6 +47,55 @@ inline thread_local emu_dim3 threadIdx, blockIdx;
 inline emu_dim3 blockDim, gridDim;
 inline std::barrier<>* emu_bar;
 inline thread_local long emu_syncs;
+
+// Warps: a barrier and two sets of slots each (a collective writes the
+// set of its parity, meets the others, reads; a thread writes that set
+// again two collectives later, when every thread of the warp has reached
+// the next one's barrier and so has done its reads). The barriers are
+// made anew for each block; a thread leaving the kernel drops out of its
+// warp's, so that a warp-mate that went on alone finishes (and the count
+// check names it) instead of waiting forever.
+struct emu_warp {
+    std::unique_ptr<std::barrier<>> bar;
+    alignas(64) unsigned char slot[2][32][64];
+};
+inline std::vector<emu_warp> emu_warps;
+inline thread_local long emu_warp_ops;
+inline thread_local int emu_warp_parity;
+
+inline void emu_new_warps(unsigned block) {
+    emu_warps = std::vector<emu_warp>((block + 31) / 32);
+    for (unsigned w = 0; w < emu_warps.size(); w++)
+        emu_warps[w].bar = std::make_unique<std::barrier<>>(std::min(32u, block - 32 * w));
+}
+
+// emu_exchange publishes this thread's value (at most 64 bytes) to its
+// warp and returns the slots of the warp's lanes: slots[lane].
+template <class V> const unsigned char (*emu_exchange(const V& v))[64] {
+    static_assert(sizeof(V) <= 64, "a warp slot holds 64 bytes");
+    emu_warp& w = emu_warps[threadIdx.x / 32];
+    int par = emu_warp_parity;
+    emu_warp_parity ^= 1;
+    std::memcpy(w.slot[par][threadIdx.x % 32], &v, sizeof(V));
+    emu_warp_ops++;
+    w.bar->arrive_and_wait();
+    return w.slot[par];
+}
+
+template <class V> V emu_slot(const unsigned char (*slots)[64], unsigned lane) {
+    V v;
+    std::memcpy(&v, slots[lane], sizeof(V));
+    return v;
+}
+
+inline float __shfl_xor_sync(unsigned mask, float v, int laneMask) {
+    if (mask != 0xffffffffu) {
+        std::fprintf(stderr, "emu: __shfl_xor_sync with mask %#x: the kernels use whole warps\n", mask);
+        std::abort();
+    }
+    auto s = emu_exchange(v);
+    return emu_slot<float>(s, (threadIdx.x % 32) ^ (unsigned)laneMask);
+}
 
 #define __global__
 #define __device__
@@ -82,6 +138,77 @@ inline unsigned long long atomicMin(unsigned long long* p, unsigned long long v)
     unsigned long long old = *p;
     if (v < old) *p = v;
     return old;
+}
+
+// ld_pair (kernels.cu: one 32-bit shared-memory load of two 16-bit
+// values) must be 4-byte aligned: a misaligned one aborts, as it would
+// fault on the GPU.
+inline unsigned ld_pair(const unsigned short* p) {
+    if ((uintptr_t)p & 3) {
+        std::fprintf(stderr, "emu: ld_pair at %p: not 4-byte aligned\n", (const void*)p);
+        std::abort();
+    }
+    return (unsigned)p[0] | ((unsigned)p[1] << 16);
+}
+
+// emu_half is the value of a bf16 (dt 2) or IEEE binary16 (dt 9) bit
+// pattern, decoded here independently of kernels.cu's bf2f and h2f.
+inline double emu_half(int dt, unsigned short h) {
+    if (dt == 2) {
+        unsigned u = (unsigned)h << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+    if (dt != 9) {
+        std::fprintf(stderr, "emu: mma16816 with dtype %d: only bf16 (2) and f16 (9)\n", dt);
+        std::abort();
+    }
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? std::ldexp((double)m, -24) : e == 31 ? (m ? NAN : INFINITY) : std::ldexp(1024.0 + m, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+// mma16816 is mma.sync.aligned.m16n8k16.row.col.f32.{bf16,f16}: d += A·B
+// for the warp's 16×16 A, 16×8 B and 16×8 fp32 D, each lane holding its
+// fragments in the PTX ISA's layouts (groupID g = lane/4,
+// threadID_in_group t = lane%4; element i of a fragment is half i%2 of
+// register i/2, the lower half first):
+//
+//	A[row][k]: lane (row%8)·4 + (k%8)/2, element k%2 + 2·(row≥8) + 4·(k≥8)
+//	B[k][n]:   lane n·4 + (k%8)/2,       element k%2 + 2·(k≥8)
+//	D[row][n]: lane (row%8)·4 + n/2,     element n%2 + 2·(row≥8)
+//
+// Every lane must call it (a collective). The hardware's sum of the 16
+// products and d has fp32 accumulation in an order the ISA leaves open;
+// the model sums the exact products in double in k order, adds d and
+// rounds once, so a kernel that passes here against a float64 reference
+// with a tolerance for fp32 sums passes on the GPU.
+struct emu_mma_in {
+    unsigned a[4], b[2];
+};
+inline unsigned short emu_frag_elem(const unsigned* regs, int i) {
+    return (unsigned short)(i % 2 ? regs[i / 2] >> 16 : regs[i / 2] & 0xffffu);
+}
+inline void mma16816(int dt, float* d, const unsigned* a, const unsigned* b) {
+    emu_mma_in in;
+    std::memcpy(in.a, a, sizeof in.a);
+    std::memcpy(in.b, b, sizeof in.b);
+    auto s = emu_exchange(in);
+    const unsigned lane = threadIdx.x % 32;
+    float out[4];
+    for (unsigned i = 0; i < 4; i++) {
+        unsigned row = lane / 4 + (i >= 2 ? 8 : 0), n = (lane % 4) * 2 + i % 2;
+        double acc = 0;
+        for (unsigned k = 0; k < 16; k++) {
+            emu_mma_in x = emu_slot<emu_mma_in>(s, (row % 8) * 4 + (k % 8) / 2);
+            emu_mma_in y = emu_slot<emu_mma_in>(s, n * 4 + (k % 8) / 2);
+            acc += emu_half(dt, emu_frag_elem(x.a, k % 2 + (row >= 8 ? 2 : 0) + (k >= 8 ? 4 : 0))) *
+                   emu_half(dt, emu_frag_elem(y.b, k % 2 + (k >= 8 ? 2 : 0)));
+        }
+        out[i] = (float)(acc + (double)d[i]);
+    }
+    std::memcpy(d, out, sizeof out);
 }
 
 // The 16-byte vector accesses of kernels.cu (ld_v16, st_v16): counted, so
@@ -128,24 +255,37 @@ void emu_launch(void (*kernel)(P...), unsigned grid, unsigned block, A... args) 
     if (emu_seed) std::shuffle(order.begin(), order.end(), std::mt19937(emu_seed));
     std::barrier<> bar(block);
     emu_bar = &bar;
-    std::vector<long> counts(block);
+    std::vector<long> counts(block), wcounts(block);
     std::vector<std::thread> threads;
+    emu_new_warps(block);
     for (unsigned t = 0; t < block; t++) {
         threads.emplace_back([&, t] {
             threadIdx = {t, 0, 0};
             for (unsigned k = 0; k < grid; k++) {
                 blockIdx = {order[k], 0, 0};
                 emu_syncs = 0;
+                emu_warp_ops = 0;
+                emu_warp_parity = 0;
                 kernel(((P)args)...);
                 counts[t] = emu_syncs;
+                wcounts[t] = emu_warp_ops;
+                emu_warps[t / 32].bar->arrive_and_drop();
                 bar.arrive_and_wait();
-                if (t == 0)
-                    for (unsigned u = 1; u < block; u++)
+                if (t == 0) {
+                    for (unsigned u = 1; u < block; u++) {
                         if (counts[u] != counts[0]) {
                             std::fprintf(stderr, "emu: block %u: thread %u reached %ld barriers, thread 0 %ld\n",
                                          order[k], u, counts[u], counts[0]);
                             std::abort();
                         }
+                        if (wcounts[u] != wcounts[u / 32 * 32]) {
+                            std::fprintf(stderr, "emu: block %u: thread %u took part in %ld warp operations, thread %u in %ld\n",
+                                         order[k], u, wcounts[u], u / 32 * 32, wcounts[u / 32 * 32]);
+                            std::abort();
+                        }
+                    }
+                    emu_new_warps(block);
+                }
                 bar.arrive_and_wait();
             }
         });

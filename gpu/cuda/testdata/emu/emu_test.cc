@@ -81,6 +81,7 @@ static const char* dtName(int dt) { return dt == DT_BF16 ? "bf16" : dt == DT_F16
 #include "emu_attn.inc"
 #include "emu_cached.inc"
 #include "emu_ops.inc"
+#include "emu_tc.inc"
 #include "emu_vec.inc"
 
 // main runs every test, or those whose names contain argv[1], twice: with
@@ -95,6 +96,10 @@ int main(int argc, char** argv) {
             testAttentionBadPositions();
         }
         if (want("attention-cached")) testAttentionCached();
+        if (want("attention-tc")) {
+            if (!seed) testMMA();
+            testAttentionTC();
+        }
         if (want("rmsnorm")) {
             testRMSNorm();
             if (seed) testVecRMSNorm(); // once, blocks shuffled: the rows are independent
