@@ -34,8 +34,8 @@ const (
 // The tensor-core kernels' blocks have attnTCRows rows: tcTiles of them
 // per sequence, tcGrid blocks for the forward and dQ, tcKVGrid for dK/dV.
 type attnShape struct {
-	fwdTiles, bwdTiles       int
-	fwdGrid, dqGrid, dkvGrid int
+	fwdTiles, bwdTiles        int
+	fwdGrid, dqGrid, dkvGrid  int
 	tcTiles, tcGrid, tcKVGrid int
 }
 
