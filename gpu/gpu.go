@@ -205,7 +205,9 @@ type Event interface {
 }
 
 // TimedEvent is an Event that knows when the work it recorded completed,
-// on the host clock: the CPU backend stamps it as its stream reaches it.
+// on the host clock: the CPU backend stamps it as its stream reaches it,
+// the CUDA backend adds the device time since an anchor event
+// (cuEventElapsedTime) to the host time the anchor completed.
 // Timelines use it where a backend offers it; other events are timed by a
 // host goroutine that waits on them, late by its wake-up (on a busy host,
 // by as long as the other goroutines keep every core).

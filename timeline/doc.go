@@ -37,7 +37,9 @@
 // two gpu.Events recorded on the stream; a watcher goroutine per stream
 // (streamClock, clock.go) waits for each event in stream order and
 // takes its time: the backend's stamp where the event has one
-// (gpu.TimedEvent: the CPU backend stamps it as its stream reaches it),
+// (gpu.TimedEvent: the CPU backend stamps it as its stream reaches it;
+// the CUDA backend adds cuEventElapsedTime from an anchor event to the
+// host time the anchor completed),
 // else the host clock when the watcher sees it complete (late by the
 // watcher's wake-up, never early). The span starts when the stream reached
 // its first event (its waits satisfied, the work before it done) and ends

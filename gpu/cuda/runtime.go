@@ -105,6 +105,10 @@ type gpuCtx struct {
 
 	slotMu    sync.Mutex
 	freeSlots []uint64
+
+	clockMu     sync.Mutex
+	clockStream uintptr      // an idle stream for clock anchors, made at the first
+	anchor      *clockAnchor // the newest; nil: none yet
 }
 
 const (

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/strata-ai/strata/gpu"
@@ -232,13 +233,63 @@ func slotError(slot [8]int32) error {
 }
 
 // Event marks a point in a stream. Its CUDA events are made lazily, one
-// per GPU context it is recorded in, and destroyed when the Event is
-// garbage collected.
+// per GPU context it is recorded in, with timing (gpu.TimedEvent), and
+// destroyed when the Event is garbage collected.
 type Event struct {
 	mu   sync.Mutex
 	h    *eventHandles
-	cur  uintptr // the CUevent of the latest Record; 0: never recorded
-	curG *gpuCtx // the context of cur
+	cur  uintptr      // the CUevent of the latest Record; 0: never recorded
+	curG *gpuCtx      // the context of cur
+	anc  *clockAnchor // cur's context's anchor when it was recorded; nil: none could be taken
+}
+
+// clockAnchor ties a GPU context's event times to the host clock: an
+// event recorded on the context's otherwise idle clock stream, waited
+// for, and the host time the wait returned (late by the wake-up, a few
+// microseconds). An event recorded after it completed at the anchor's
+// time plus cuEventElapsedTime(anchor, event), device time at about half
+// a microsecond's resolution. A context takes a new anchor when its
+// newest is anchorAge old, so that the float32 milliseconds of
+// cuEventElapsedTime keep microseconds and the two clocks' drift stays
+// below them; each event keeps the anchor of its Record.
+type clockAnchor struct {
+	ev uintptr
+	at time.Time
+}
+
+const anchorAge = 30 * time.Second
+
+// clockAnchor returns g's anchor, taking a new one where there is none or
+// it is anchorAge old. It runs with g's context current.
+func (g *gpuCtx) clockAnchor() (*clockAnchor, error) {
+	g.clockMu.Lock()
+	defer g.clockMu.Unlock()
+	if a := g.anchor; a != nil && time.Since(a.at) < anchorAge {
+		return a, nil
+	}
+	drv := g.l.drv
+	if g.clockStream == 0 {
+		if err := drv.check(drv.cuStreamCreate(&g.clockStream, cuStreamNonBlocking), "cuStreamCreate (clock)"); err != nil {
+			g.clockStream = 0
+			return nil, err
+		}
+	}
+	var ev uintptr
+	if err := drv.check(drv.cuEventCreate(&ev, 0), "cuEventCreate (clock)"); err != nil {
+		return nil, err
+	}
+	err := drv.check(drv.cuEventRecord(ev, g.clockStream), "cuEventRecord (clock)")
+	if err == nil {
+		err = drv.check(drv.cuEventSynchronize(ev), "cuEventSynchronize (clock)")
+	}
+	if err != nil {
+		drv.cuEventDestroy(ev)
+		return nil, err
+	}
+	a := &clockAnchor{ev: ev, at: time.Now()}
+	runtime.AddCleanup(a, func(ev uintptr) { g.do(func() error { drv.cuEventDestroy(ev); return nil }) }, ev)
+	g.anchor = a
+	return a, nil
 }
 
 type eventHandles struct {
@@ -274,20 +325,44 @@ func (e *Event) record(s *Stream) error {
 	e.h.mu.Lock()
 	ev, ok := e.h.evs[g]
 	if !ok {
-		if err := drv.check(drv.cuEventCreate(&ev, cuEventDisableTiming), "cuEventCreate"); err != nil {
+		if err := drv.check(drv.cuEventCreate(&ev, 0), "cuEventCreate"); err != nil {
 			e.h.mu.Unlock()
 			return err
 		}
 		e.h.evs[g] = ev
 	}
 	e.h.mu.Unlock()
+	anc, err := g.clockAnchor()
+	if err != nil {
+		anc = nil // untimed: CompletedAt says so, and timelines use the host clock
+	}
 	if err := drv.check(drv.cuEventRecord(ev, s.h), "cuEventRecord"); err != nil {
 		return err
 	}
 	e.mu.Lock()
-	e.cur, e.curG = ev, g
+	e.cur, e.curG, e.anc = ev, g, anc
 	e.mu.Unlock()
 	return nil
+}
+
+// CompletedAt is when the work of the latest Record completed, on the host
+// clock (its anchor's time plus cuEventElapsedTime from the anchor), once
+// it has: gpu.TimedEvent. False while it has not, for an event never
+// recorded, or where no anchor could be taken.
+func (e *Event) CompletedAt() (time.Time, bool) {
+	e.mu.Lock()
+	h, g, a := e.cur, e.curG, e.anc
+	e.mu.Unlock()
+	if h == 0 || a == nil {
+		return time.Time{}, false
+	}
+	var ms float32
+	var r cuResult
+	g.do(func() error { r = e.h.drv.cuEventElapsedTime(&ms, a.ev, h); return nil })
+	if r != cudaSuccess { // cudaNotReady while the work runs
+		return time.Time{}, false
+	}
+	return a.at.Add(time.Duration(float64(ms) * float64(time.Millisecond))), true
 }
 
 func (e *Event) current() (uintptr, *gpuCtx) {
