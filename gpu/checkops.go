@@ -18,6 +18,8 @@ type Kernels[S, B any] interface {
 	AttentionCached(s S, qkv, kCache, vCache, out B, start, n, heads, kvHeads, headDim int)
 	RMSNormForward(s S, x, gamma, y, rstd B, rows, cols int, eps float32)
 	AddRMSNormForward(s S, a, b, sum, gamma, y, rstd B, rows, cols int, eps float32)
+	AddLayerNormForward(s S, a, b, sum, gamma, beta, y, mean, rstd B, rows, cols int, eps float32)
+	BiasGeluForward(s S, y, bias, act B, rows, cols int)
 	RMSNormBackward(s S, dy, x, gamma, rstd, dx, dgamma B, rows, cols int)
 	RopeForward(s S, qkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
 	RopeBackward(s S, dqkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
@@ -215,6 +217,30 @@ func (o *checkedOps[S, B]) AddRMSNormForward(s Stream, a, b, sum, gamma, y, rstd
 		o.f.Panicf("add-rmsnorm: y overlaps a, b or sum")
 	}
 	o.k.AddRMSNormForward(rs, ra, rb, rsum, rg, ry, rr, rows, cols, eps)
+}
+
+func (o *checkedOps[S, B]) AddLayerNormForward(s Stream, a, b, sum, gamma, beta, y, mean, rstd Buffer, rows, cols int, eps float32) {
+	o.dims("add-layernorm", rows, cols)
+	rs, n := o.stream(s), rows*cols
+	ra, rb, rsum := o.float(a, "add-layernorm a", n), o.float(b, "add-layernorm b", n), o.float(sum, "add-layernorm sum", n)
+	rg, rbt, ry := o.float(gamma, "add-layernorm gamma", cols), o.float(beta, "add-layernorm beta", cols), o.float(y, "add-layernorm y", n)
+	rm, rr := o.typed(mean, "add-layernorm mean", F32, rows), o.typed(rstd, "add-layernorm rstd", F32, rows)
+	if (overlap(rsum, ra) && !same(rsum, ra)) || (overlap(rsum, rb) && !same(rsum, rb)) {
+		o.f.Panicf("add-layernorm: sum overlaps a or b other than in place")
+	}
+	if overlap(ry, ra) || overlap(ry, rb) || overlap(ry, rsum) {
+		o.f.Panicf("add-layernorm: y overlaps a, b or sum")
+	}
+	o.k.AddLayerNormForward(rs, ra, rb, rsum, rg, rbt, ry, rm, rr, rows, cols, eps)
+}
+
+func (o *checkedOps[S, B]) BiasGeluForward(s Stream, y, bias, act Buffer, rows, cols int) {
+	o.dims("bias-gelu", rows, cols)
+	ry, rb, ra := o.float(y, "bias-gelu y", rows*cols), o.float(bias, "bias-gelu bias", cols), o.float(act, "bias-gelu act", rows*cols)
+	if overlap(ra, ry) || overlap(ra, rb) {
+		o.f.Panicf("bias-gelu: act overlaps y or bias")
+	}
+	o.k.BiasGeluForward(o.stream(s), ry, rb, ra, rows, cols)
 }
 
 func (o *checkedOps[S, B]) RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dgamma Buffer, rows, cols int) {

@@ -44,6 +44,13 @@ type Ops interface {
 	// LayerNormForward writes y = (x-mean)*rstd*gamma + beta per row of x
 	// (rows×cols), and the row statistics mean and rstd (F32, rows).
 	LayerNormForward(s Stream, x, gamma, beta, y, mean, rstd Buffer, rows, cols int, eps float32)
+	// AddLayerNormForward is Add then LayerNormForward in one pass over the
+	// rows (GPT-2's residual connection and the norm after it): it writes
+	// sum = a + b (rows×cols, rounded once to sum's dtype; sum may be a or
+	// b) and then what LayerNormForward(sum, gamma, beta, y, mean, rstd)
+	// writes, with the same bits as those two calls. y may not overlap a,
+	// b or sum.
+	AddLayerNormForward(s Stream, a, b, sum, gamma, beta, y, mean, rstd Buffer, rows, cols int, eps float32)
 	// LayerNormBackward accumulates into dx, dgamma and dbeta.
 	LayerNormBackward(s Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta Buffer, rows, cols int)
 
@@ -120,6 +127,12 @@ type Ops interface {
 
 	// GeluForward writes y = gelu(x) (tanh approximation, as GPT-2) for n elements.
 	GeluForward(s Stream, x, y Buffer, n int)
+	// BiasGeluForward is BiasAdd then GeluForward in one pass (an MLP's
+	// first projection and its activation): y[r,c] += bias[c] for y
+	// rows×cols, rounded once to y's dtype, then act = gelu(y) of the
+	// stored y, with the bits of those two calls. act may not overlap y or
+	// bias.
+	BiasGeluForward(s Stream, y, bias, act Buffer, rows, cols int)
 	// GeluBackward writes dx = dy * gelu'(x).
 	GeluBackward(s Stream, x, dy, dx Buffer, n int)
 	// Add writes out = a + b for n elements (the residual connection).

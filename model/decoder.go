@@ -372,10 +372,9 @@ func (d *Decoder) gpt2Block(s gpu.Stream, l int, w gpu.Buffer, n int) {
 	linearForward(ops, s, r.h, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), r.qkv, n, c, 3*c)
 	ops.AttentionCached(s, r.qkv, d.a.k[l], d.a.v[l], r.att, d.length, n, h, h, d.shape.HeadDim())
 	linearForward(ops, s, r.att, w.Slice(o.projW, c*c), w.Slice(o.projB, c), r.tmp, n, c, c)
-	ops.Add(s, r.x, r.tmp, r.x, n*c)
-	ops.LayerNormForward(s, r.x, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), r.h, r.mean, r.rstd, n, c, eps)
-	linearForward(ops, s, r.h, w.Slice(o.fcW, f*c), w.Slice(o.fcB, f), r.mlp, n, c, f)
-	ops.GeluForward(s, r.mlp, r.act, n*f)
+	ops.AddLayerNormForward(s, r.x, r.tmp, r.x, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), r.h, r.mean, r.rstd, n, c, eps)
+	ops.Gemm(s, false, true, n, f, c, 1, r.h, w.Slice(o.fcW, f*c), 0, r.mlp)
+	ops.BiasGeluForward(s, r.mlp, w.Slice(o.fcB, f), r.act, n, f)
 	linearForward(ops, s, r.act, w.Slice(o.fcpW, c*f), w.Slice(o.fcpB, c), r.tmp, n, f, c)
 	ops.Add(s, r.x, r.tmp, r.x, n*c)
 }

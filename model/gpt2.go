@@ -24,11 +24,10 @@ func (m *Model) gpt2BlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerAc
 	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim())       // atty (bt×C), lse (B×H×T)
 	linearForward(ops, s, la.atty, w.Slice(o.projW, c*c), w.Slice(o.projB, c), la.res2, bt, c, c)                  // res2 (bt×C)
 	m.loraForward(s, siteAttnOut, la.atty, la.res2)
-	ops.Add(s, x, la.res2, la.res2, bt*c)
-	ops.LayerNormForward(s, la.res2, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), la.ln2, la.ln2Mean, la.ln2Rstd, bt, c, eps) // ln2 (bt×C)
-	linearForward(ops, s, la.ln2, w.Slice(o.fcW, f*c), w.Slice(o.fcB, f), la.fch, bt, c, f)                              // fch (bt×F)
+	ops.AddLayerNormForward(s, x, la.res2, la.res2, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), la.ln2, la.ln2Mean, la.ln2Rstd, bt, c, eps) // res2 += x; ln2 (bt×C)
+	ops.Gemm(s, false, true, bt, f, c, 1, la.ln2, w.Slice(o.fcW, f*c), 0, la.fch)                                                       // fch (bt×F), its bias below
 	m.loraForward(s, siteUp, la.ln2, la.fch)
-	ops.GeluForward(s, la.fch, la.fchAct, bt*f) // gelu (bt×F)
+	ops.BiasGeluForward(s, la.fch, w.Slice(o.fcB, f), la.fchAct, bt, f) // fch += bias; gelu (bt×F)
 	if recompute {
 		return
 	}

@@ -46,6 +46,20 @@ func (o *kernels) AddRMSNormForward(s *Stream, a, b, sum, gamma, y, rstd *Buffer
 	o.RMSNormForward(s, sum, gamma, y, rstd, rows, cols, eps)
 }
 
+// AddLayerNormForward is Add, then LayerNormForward of the stored sum:
+// the bits of those two calls by construction.
+func (o *kernels) AddLayerNormForward(s *Stream, a, b, sum, gamma, beta, y, mean, rstd *Buffer, rows, cols int, eps float32) {
+	o.Add(s, a, b, sum, rows*cols)
+	o.LayerNormForward(s, sum, gamma, beta, y, mean, rstd, rows, cols, eps)
+}
+
+// BiasGeluForward is BiasAdd, then GeluForward of the stored y: the bits
+// of those two calls by construction.
+func (o *kernels) BiasGeluForward(s *Stream, y, bias, act *Buffer, rows, cols int) {
+	o.BiasAdd(s, y, bias, rows, cols)
+	o.GeluForward(s, y, act, rows*cols)
+}
+
 // RMSNormBackward accumulates dx and dgamma: with xhat = x·rstd and
 // g = dy·gamma, dx += (g - xhat·mean(g·xhat))·rstd, dgamma += sum_r dy·xhat;
 // the row mean in float64, the column sums in gpu.ColumnBlockRows order.

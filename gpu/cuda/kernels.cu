@@ -247,11 +247,14 @@ extern "C" __global__ void check_pos(const int* pos, i64 n, int T, int code, int
 
 #define GELU_S 0.7978845608028654
 
+// gelu_f is GPT-2's gelu (tanh approximation) in double, rounded once.
+__device__ __forceinline__ float gelu_f(float x) {
+    double v = (double)x;
+    return (float)(0.5 * v * (1.0 + tanh(GELU_S * (v + 0.044715 * v * v * v))));
+}
+
 extern "C" __global__ void gelu_fwd(const void* x, int dx, void* y, int dy, i64 n) {
-    GRID_STRIDE(i, n) {
-        double v = (double)ld(x, dx, i);
-        st(y, dy, i, (float)(0.5 * v * (1.0 + tanh(GELU_S * (v + 0.044715 * v * v * v)))));
-    }
+    GRID_STRIDE(i, n) { st(y, dy, i, gelu_f(ld(x, dx, i))); }
 }
 
 extern "C" __global__ void gelu_bwd(const void* x, int dtx, const void* dy, int dtdy, void* dx, int dtdx, i64 n) {
@@ -362,6 +365,29 @@ extern "C" __global__ void bias_add(void* y, int dy, const void* bias, int db, i
 
 // ---- column sums over the rows (gpu.ColumnBlockRows) ----------------------
 //
+// bias_gelu (BiasGeluForward): one thread per chunk of VEC columns of a
+// row (ld8/st8: 16-byte vectors where aligned): y += bias, added in fp32
+// and stored once (bias_add's bits), then act = gelu_f of the stored y
+// (gelu_fwd's bits). y is read once instead of twice and written once.
+extern "C" __global__ void bias_gelu(void* y, int dy, const void* bias, int db, void* act, int da, i64 rows, i64 cols) {
+    const i64 per = (cols + VEC - 1) / VEC;
+    GRID_STRIDE(x, rows * per) {
+        const i64 r = x / per, c = (x % per) * VEC, at = r * cols + c;
+        const int n = chunk_len(c, cols);
+        float v[VEC], w[VEC];
+        ld8(y, dy, at, n, v);
+        ld8(bias, db, c, n, w);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) v[k] = v[k] + w[k];
+        st8(y, dy, at, n, v);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) v[k] = gelu_f(stored(dy, v[k]));
+        st8(act, da, at, n, v);
+    }
+}
+
 // dbias[c] += sum_r dy[r,c], and the norms' gamma and beta gradients, in
 // two passes: a *_part kernel has one thread per (block of COL_BLOCK rows,
 // column) add its rows in order into part[b*cols + c] (fp32, from 0), and
@@ -492,23 +518,68 @@ extern "C" __global__ void rope(void* qkv, int dt, const int* pos, int T, int H,
 
 // ---- layernorm -----------------------------------------------------------
 
-extern "C" __global__ void layernorm_fwd(const void* x, int dx, const void* gamma, int dg, const void* beta, int db,
-                                         void* y, int dy, float* mean, float* rstd, i64 cols, float eps) {
+// layernorm_fwd: one block per row, in chunks of VEC columns (ld8/st8:
+// 16-byte vectors where aligned), as rmsnorm_fwd. With b
+// (AddLayerNormForward) x = a + b, added in fp32 and stored once into sum
+// (Add's bits; sum may be a or b), and the norm is of the stored sum;
+// without b, x = a and sum is unused. The mean, then the biased variance
+// from x - mean, in double: each thread's chunks in column order, then a
+// fixed tree; y = (x-mean)*rstd*gamma + beta in fp32 with the fp32 mean
+// and rstd. The later passes read x again (from L1/L2), each thread its
+// own chunks, which it stored itself.
+extern "C" __global__ void layernorm_fwd(const void* a, int da, const void* b, int db, void* sum, int dsum,
+                                         const void* gamma, int dg, const void* beta, int dbt, void* y, int dy,
+                                         float* mean, float* rstd, i64 cols, float eps) {
     __shared__ double sh[NT];
-    i64 r = blockIdx.x;
-    i64 base = r * cols;
+    const i64 r = blockIdx.x, base = r * cols;
+    const void* x = b ? sum : a;
+    const int dx = b ? dsum : da;
     double s = 0;
-    for (i64 c = threadIdx.x; c < cols; c += NT) s += (double)ld(x, dx, base + c);
-    double m = block_sum_d(s, sh) / (double)cols;
+    for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
+        int n = chunk_len(c, cols);
+        float v[VEC];
+        ld8(a, da, base + c, n, v);
+        if (b) {
+            float w[VEC];
+            ld8(b, db, base + c, n, w);
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                if (k < n) v[k] = v[k] + w[k];
+            st8(sum, dsum, base + c, n, v);
+#pragma unroll
+            for (int k = 0; k < VEC; k++)
+                if (k < n) v[k] = stored(dsum, v[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) s += (double)v[k];
+    }
+    const double m = block_sum_d(s, sh) / (double)cols;
     double ss = 0;
-    for (i64 c = threadIdx.x; c < cols; c += NT) {
-        double d = (double)ld(x, dx, base + c) - m;
-        ss += d * d;
+    for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
+        int n = chunk_len(c, cols);
+        float v[VEC];
+        ld8(x, dx, base + c, n, v);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) {
+                double d = (double)v[k] - m;
+                ss += d * d;
+            }
     }
     ss = block_sum_d(ss, sh);
-    float mf = (float)m, rf = (float)(1.0 / sqrt(ss / (double)cols + (double)eps));
-    for (i64 c = threadIdx.x; c < cols; c += NT)
-        st(y, dy, base + c, (ld(x, dx, base + c) - mf) * rf * ld(gamma, dg, c) + ld(beta, db, c));
+    const float mf = (float)m, rf = (float)(1.0 / sqrt(ss / (double)cols + (double)eps));
+    for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
+        int n = chunk_len(c, cols);
+        float v[VEC], g[VEC], bt[VEC];
+        ld8(x, dx, base + c, n, v);
+        ld8(gamma, dg, c, n, g);
+        ld8(beta, dbt, c, n, bt);
+#pragma unroll
+        for (int k = 0; k < VEC; k++)
+            if (k < n) v[k] = (v[k] - mf) * rf * g[k] + bt[k];
+        st8(y, dy, base + c, n, v);
+    }
     if (threadIdx.x == 0) {
         mean[r] = mf;
         rstd[r] = rf;

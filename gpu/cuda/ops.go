@@ -71,6 +71,15 @@ func (o *kernels) GeluForward(s *Stream, x, y *Buffer, n int) {
 	s.launchN("gelu_fwd", int64(n), x.p(), dt(x), y.p(), dt(y), int64(n))
 }
 
+// BiasGeluForward: bias_gelu, one thread per chunk of 8 columns of a row
+// (16-byte vectors where aligned): y += bias rounded once, then act =
+// gelu(stored y), the bits of bias_add then gelu_fwd, y crossing DRAM once
+// less.
+func (o *kernels) BiasGeluForward(s *Stream, y, bias, act *Buffer, rows, cols int) {
+	n := int64(rows) * int64((cols+vecElems-1)/vecElems)
+	s.launchN("bias_gelu", n, y.p(), dt(y), bias.p(), dt(bias), act.p(), dt(act), int64(rows), int64(cols))
+}
+
 // GeluBackward: dx = dy * gelu'(x).
 func (o *kernels) GeluBackward(s *Stream, x, dy, dx *Buffer, n int) {
 	s.launchN("gelu_bwd", int64(n), x.p(), dt(x), dy.p(), dt(dy), dx.p(), dt(dx), int64(n))

@@ -12,8 +12,19 @@ const rowThreads = 256
 // over a fixed tree; rstd = 1/sqrt(var+eps); y in fp32 from the stored
 // mean and rstd.
 func (o *kernels) LayerNormForward(s *Stream, x, gamma, beta, y, mean, rstd *Buffer, rows, cols int, eps float32) {
-	s.launch("layernorm_fwd", uint32(rows), rowThreads, x.p(), dt(x), gamma.p(), dt(gamma), beta.p(), dt(beta),
-		y.p(), dt(y), mean.p(), rstd.p(), int64(cols), eps)
+	checkGrid("layernorm", rows)
+	s.launch("layernorm_fwd", uint32(rows), rowThreads, x.p(), dt(x), devPtr(0), int32(0), devPtr(0), int32(0),
+		gamma.p(), dt(gamma), beta.p(), dt(beta), y.p(), dt(y), mean.p(), rstd.p(), int64(cols), eps)
+}
+
+// AddLayerNormForward: layernorm_fwd with the residual, as
+// AddRMSNormForward: each chunk of a + b is added in fp32, stored once into
+// sum and normalised from the stored value, so sum, y, mean and rstd have
+// the bits of Add and LayerNormForward (the same kernel, chunks and trees).
+func (o *kernels) AddLayerNormForward(s *Stream, a, b, sum, gamma, beta, y, mean, rstd *Buffer, rows, cols int, eps float32) {
+	checkGrid("add-layernorm", rows)
+	s.launch("layernorm_fwd", uint32(rows), rowThreads, a.p(), dt(a), b.p(), dt(b), sum.p(), dt(sum),
+		gamma.p(), dt(gamma), beta.p(), dt(beta), y.p(), dt(y), mean.p(), rstd.p(), int64(cols), eps)
 }
 
 // LayerNormBackward accumulates dx (one block per row, double sums) and

@@ -146,6 +146,17 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"add-rmsnorm with bf16 rstd", func() {
 			ops.AddRMSNormForward(s, x.Slice(0, 8), x.Slice(8, 8), y.Slice(0, 8), y.Slice(8, 4), y.Slice(16, 8), h.Slice(0, 2), 2, 4, 1e-5)
 		}},
+		{"add-layernorm writing y over sum", func() {
+			ops.AddLayerNormForward(s, x.Slice(0, 8), x.Slice(8, 8), y.Slice(0, 8), y.Slice(8, 4), y.Slice(12, 4), y.Slice(0, 8), y.Slice(24, 2), y.Slice(26, 2), 2, 4, 1e-5)
+		}},
+		{"add-layernorm with sum half over b", func() {
+			ops.AddLayerNormForward(s, x.Slice(0, 8), x.Slice(8, 8), x.Slice(12, 8), y.Slice(8, 4), y.Slice(12, 4), y.Slice(16, 8), y.Slice(24, 2), y.Slice(26, 2), 2, 4, 1e-5)
+		}},
+		{"add-layernorm with bf16 mean", func() {
+			ops.AddLayerNormForward(s, x.Slice(0, 8), x.Slice(8, 8), y.Slice(0, 8), y.Slice(8, 4), y.Slice(12, 4), y.Slice(16, 8), h.Slice(0, 2), y.Slice(26, 2), 2, 4, 1e-5)
+		}},
+		{"bias-gelu with a short bias", func() { ops.BiasGeluForward(s, x.Slice(0, 56), y.Slice(0, 7), y.Slice(8, 56), 7, 8) }},
+		{"bias-gelu writing act over y", func() { ops.BiasGeluForward(s, x.Slice(0, 32), y.Slice(0, 8), x.Slice(16, 32), 4, 8) }},
 		{"rmsnorm-backward with a short dgamma", func() {
 			ops.RMSNormBackward(s, x, x, y.Slice(0, 8), y.Slice(8, 8), y, y.Slice(16, 7), 8, 8)
 		}},

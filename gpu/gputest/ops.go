@@ -20,6 +20,7 @@ func testOps(t *testing.T, nb NewBackend) {
 	t.Run("Gemm", func(t *testing.T) { testGemm(t, d, s) })
 	for _, dt := range storages {
 		t.Run("LayerNorm/"+dt.String(), func(t *testing.T) { testLayerNorm(t, d, s, dt) })
+		t.Run("AddLayerNorm/"+dt.String(), func(t *testing.T) { testAddLayerNorm(t, d, s, dt) })
 		t.Run("Attention/"+dt.String(), func(t *testing.T) { testAttention(t, d, s, dt) })
 		t.Run("AttentionCached/"+dt.String(), func(t *testing.T) { testAttentionCached(t, d, s, dt) })
 		t.Run("RMSNorm/"+dt.String(), func(t *testing.T) { testRMSNorm(t, d, s, dt) })
@@ -27,6 +28,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("Rope/"+dt.String(), func(t *testing.T) { testRope(t, d, s, dt) })
 		t.Run("SwiGLU/"+dt.String(), func(t *testing.T) { testSwiGLU(t, d, s, dt) })
 		t.Run("Gelu/"+dt.String(), func(t *testing.T) { testGelu(t, d, s, dt) })
+		t.Run("BiasGelu/"+dt.String(), func(t *testing.T) { testBiasGelu(t, d, s, dt) })
 		t.Run("CrossEntropy/"+dt.String(), func(t *testing.T) { testCrossEntropy(t, d, s, dt) })
 		t.Run("Embedding/"+dt.String(), func(t *testing.T) { testEmbedding(t, d, s, dt) })
 		t.Run("BiasAdd/"+dt.String(), func(t *testing.T) { testBiasAdd(t, d, s, dt) })
@@ -95,6 +97,95 @@ func testLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		checkClose(t, name+" y", download(t, d, s, gy), y, mag, dt, rtolF32)
 		checkClose(t, name+" mean", download(t, d, s, gm), mean, meanMag, gpu.F32, rtolF32)
 		checkClose(t, name+" rstd", download(t, d, s, gr), rstd, nil, gpu.F32, rtolF32)
+	}
+}
+
+// testAddLayerNorm checks AddLayerNormForward as testAddRMSNorm checks
+// AddRMSNormForward: sum has Add's bits, y, mean and rstd those of
+// LayerNormForward of the stored sum, with sum apart and in place of b;
+// views at odd offsets and widths that are not multiples of 8 take a
+// vector backend's unaligned paths and tails; y against the float64
+// reference of the stored sum.
+func testAddLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(17)
+	ops := d.Ops()
+	for _, sz := range [][3]int{{1, 1, 0}, {4, 64, 0}, {3, 37, 1}, {2, 2051, 3}, {2, 2072, 0}} {
+		rows, cols, off := sz[0], sz[1], sz[2]
+		n := rows * cols
+		name := fmt.Sprintf("%dx%d+%d", rows, cols, off)
+		av, bv := stored(randVals(r, n, 2), dt), stored(randVals(r, n, 1), dt)
+		g, b := stored(randVals(r, cols, 1.5), dt), stored(randVals(r, cols, 0.5), dt)
+		view := func(vals []float64) gpu.Buffer { // vals at element off of a larger buffer
+			return upload(t, d, s, append(make([]float64, off), vals...), dt).Slice(off, len(vals))
+		}
+		ga, gb, gg, gbeta := view(av), view(bv), view(g), view(b)
+		gsum, gy := view(make([]float64, n)), view(make([]float64, n))
+		gm, gr := alloc(t, d, rows, gpu.F32), alloc(t, d, rows, gpu.F32)
+		ops.AddLayerNormForward(s, ga, gb, gsum, gg, gbeta, gy, gm, gr, rows, cols, 1e-5)
+		wsum, wy := view(make([]float64, n)), view(make([]float64, n))
+		wm, wr := alloc(t, d, rows, gpu.F32), alloc(t, d, rows, gpu.F32)
+		ops.Add(s, ga, gb, wsum, n)
+		ops.LayerNormForward(s, wsum, gg, gbeta, wy, wm, wr, rows, cols, 1e-5)
+		for _, c := range []struct {
+			what      string
+			got, want gpu.Buffer
+		}{{"sum", gsum, wsum}, {"y", gy, wy}, {"mean", gm, wm}, {"rstd", gr, wr}} {
+			if !equalBits(download(t, d, s, c.got), download(t, d, s, c.want)) {
+				t.Errorf("%s %s: not the bits of Add then LayerNormForward", name, c.what)
+			}
+		}
+		sum := download(t, d, s, gsum)
+		checkClose(t, name+" sum", sum, addVals(av, bv), addVals(absVals(av), absVals(bv)), dt, rtolF32)
+		y, _, rstd := layerNormRef(sum, g, b, rows, cols, 1e-5)
+		mag := make([]float64, n)
+		for i := range mag {
+			c := i % cols
+			mag[i] = math.Abs(y[i]-b[c]) + math.Abs(b[c]) + math.Abs(g[c])
+		}
+		checkClose(t, name+" y", download(t, d, s, gy), y, mag, dt, rtolF32)
+		checkClose(t, name+" rstd", download(t, d, s, gr), rstd, nil, gpu.F32, rtolF32)
+		gy2, gm2, gr2 := view(make([]float64, n)), alloc(t, d, rows, gpu.F32), alloc(t, d, rows, gpu.F32)
+		ops.AddLayerNormForward(s, ga, gb, gb, gg, gbeta, gy2, gm2, gr2, rows, cols, 1e-5)
+		if !equalBits(download(t, d, s, gb), sum) || !equalBits(download(t, d, s, gy2), download(t, d, s, gy)) {
+			t.Errorf("%s: in place of b, not the bits of a separate sum", name)
+		}
+	}
+}
+
+// testBiasGelu checks BiasGeluForward: y has BiasAdd's bits and act
+// GeluForward's of the stored y, at odd offsets and widths (a vector
+// backend's unaligned paths and tails), and act against the float64 gelu
+// of the stored y.
+func testBiasGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(18)
+	ops := d.Ops()
+	for _, sz := range [][3]int{{1, 1, 0}, {9, 13, 0}, {3, 64, 0}, {5, 37, 3}, {2, 3072, 0}} {
+		rows, cols, off := sz[0], sz[1], sz[2]
+		n := rows * cols
+		name := fmt.Sprintf("%dx%d+%d", rows, cols, off)
+		yv, bv := stored(randVals(r, n, 3), dt), stored(randVals(r, cols, 1), dt)
+		view := func(vals []float64) gpu.Buffer {
+			return upload(t, d, s, append(make([]float64, off), vals...), dt).Slice(off, len(vals))
+		}
+		gy, gb, gact := view(yv), view(bv), view(make([]float64, n))
+		ops.BiasGeluForward(s, gy, gb, gact, rows, cols)
+		wy, wact := view(yv), view(make([]float64, n))
+		ops.BiasAdd(s, wy, gb, rows, cols)
+		ops.GeluForward(s, wy, wact, n)
+		y := download(t, d, s, gy)
+		if !equalBits(y, download(t, d, s, wy)) || !equalBits(download(t, d, s, gact), download(t, d, s, wact)) {
+			t.Errorf("%s: not the bits of BiasAdd then GeluForward", name)
+		}
+		want, mag := make([]float64, n), make([]float64, n)
+		for i := range want {
+			want[i] = yv[i] + bv[i%cols]
+			mag[i] = math.Abs(yv[i]) + math.Abs(bv[i%cols])
+		}
+		checkClose(t, name+" y", y, want, mag, dt, rtolF32)
+		for i, v := range y {
+			want[i], mag[i] = geluRef(v), math.Abs(v)
+		}
+		checkClose(t, name+" act", download(t, d, s, gact), want, mag, dt, rtolF32)
 	}
 }
 

@@ -104,6 +104,8 @@ int main(int argc, char** argv) {
             testRMSNorm();
             if (seed) testVecRMSNorm(); // once, blocks shuffled: the rows are independent
         }
+        if (want("layernorm") && seed) testVecLayerNorm(); // once, blocks shuffled: the rows are independent
+        if (want("bias-gelu") && seed) testVecBiasGelu();
         if (want("rope")) testRope();
         if (want("swiglu")) {
             testSwiGLU();
