@@ -31,15 +31,17 @@ func planCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "plan",
 		Usage:     "predict memory and step time of every placement of a model on this machine, fastest that fits first",
-		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--seq T] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-top K]] [--write-config FILE] [--json]",
+		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--seq T] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-ranks N | --check-top K]] [--write-config FILE] [--json]",
 		Description: "The profile (--profile, default ~/.config/strata/profile.json) holds what --probe measured on this\n" +
 			"machine: host↔device copies, CPU Adam, each --nvme-path's read and write, and the model's step on the\n" +
 			"devices; a missing part is measured on first use (a minute at most) and kept, a profile of other hardware\n" +
 			"is refused. Each placement (ZeRO stage; optimizer state and params on the devices, in host RAM or on NVMe)\n" +
 			"gets its memory per tier (strata estimate's arithmetic) and a predicted step: compute, CPU Adam,\n" +
-			"host↔device copies and disk, each bytes or work over a measured rate (docs/plan.md). --check trains the\n" +
-			"top placements in rounds (each in turn, 2 warm-up steps and 3 measured a round) and prints the\n" +
-			"measured median beside the prediction.",
+			"host↔device copies and disk, each bytes or work over a measured rate (docs/plan.md). Placements predicted\n" +
+			"within 10 % of a rank's fastest share its rank. --check trains the fastest placement of each of the first\n" +
+			"3 ranks (--check-ranks), or the top K placements (--check-top), in rounds (each in turn, 2 warm-up steps\n" +
+			"and 3 measured a round), prints the measured median beside the prediction and says whether the measured\n" +
+			"order of the ranks is the predicted one.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "model", Usage: "the model: a named shape, a Hugging Face model directory or a Strata run"},
 			&cli.IntFlag{Name: "devices", Value: 1, Usage: "devices (ranks)"},
@@ -51,7 +53,8 @@ func planCommand() *cli.Command {
 			&cli.BoolFlag{Name: "probe", Usage: "measure the machine again (the rates and this model's step), replacing the profile's figures"},
 			&cli.StringFlag{Name: "profile", Usage: "the profile file (default ~/.config/strata/profile.json)"},
 			&cli.BoolFlag{Name: "check", Usage: "train the top placements a few steps each and print the measured median and the prediction's error"},
-			&cli.IntFlag{Name: "check-top", Value: 3, Usage: "with --check: how many placements to run"},
+			&cli.IntFlag{Name: "check-ranks", Value: 3, Usage: "with --check: run the fastest placement of each of the first N ranks"},
+			&cli.IntFlag{Name: "check-top", Usage: "with --check: run the top K placements instead, ties included (the error table)"},
 			&cli.IntFlag{Name: "check-rounds", Value: 3, Usage: "with --check: rounds, each running every placement in turn (2 warm-up steps, 3 measured)"},
 			&cli.StringFlag{Name: "write-config", Usage: "write the config of the fastest placement that fits to this file"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
@@ -183,10 +186,13 @@ func runPlan(c *cli.Context) error {
 		// Round by round, each placement in turn (2 warm-up steps, 3
 		// measured), so that the host's drifts fall on all of them alike;
 		// the median of every round's steps.
-		var top []plan.Prediction
-		for i, pr := range preds {
-			if i < c.Int("check-top") && pr.Fits {
-				top = append(top, pr)
+		top := plan.RankLeaders(preds, c.Int("check-ranks"))
+		if k := c.Int("check-top"); k > 0 {
+			top = nil
+			for i, pr := range preds {
+				if i < k && pr.Fits {
+					top = append(top, pr)
+				}
 			}
 		}
 		steps := map[string][]float64{}
@@ -251,13 +257,13 @@ func printPlan(w io.Writer, in plan.Inputs, path string, p *plan.Profile, preds 
 	}
 	fmt.Fprintln(tw, head)
 	var short []plan.Prediction
-	for i, pr := range preds {
+	for _, pr := range preds {
 		if !pr.Fits {
 			short = append(short, pr)
 			continue
 		}
 		t := pr.Terms
-		line := fmt.Sprintf("%d\t%s\t%.3f s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s", i+1, pr.Name, pr.StepSeconds, pr.Bottleneck,
+		line := fmt.Sprintf("%d\t%s\t%.3f s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s", pr.Rank, pr.Name, pr.StepSeconds, pr.Bottleneck,
 			t["compute"], t["adam"], t["copy"], t["staging"], t["disk"], units.FormatBytes(pr.DeviceBytes), units.FormatBytes(pr.HostBytes), units.FormatBytes(pr.NVMeBytes))
 		if m, ok := measured[pr.Name]; ok {
 			line += fmt.Sprintf("\t%.3f s\t%+.0f%%", m, 100*(pr.StepSeconds-m)/m)
@@ -270,7 +276,39 @@ func printPlan(w io.Writer, in plan.Inputs, path string, p *plan.Profile, preds 
 	}
 	if len(measured) > 1 {
 		fmt.Fprintf(w, "ranking measured: %s\n", measuredRanking(preds, measured))
+		pairs, bad := rankingPairs(preds, measured)
+		switch {
+		case pairs == 0:
+			fmt.Fprintln(w, "ranking: the placements run share one rank (predicted within 10 %): no order to check")
+		case bad == 0:
+			fmt.Fprintf(w, "ranking: matches: every pair of placements of different ranks measured in the predicted order (%d pairs)\n", pairs)
+		default:
+			fmt.Fprintf(w, "ranking: does not match: %d of %d pairs of placements of different ranks measured in the other order\n", bad, pairs)
+		}
 	}
+}
+
+// rankingPairs counts the pairs of measured placements of different
+// ranks, and of those the pairs whose measured medians are in the other
+// order than their ranks.
+func rankingPairs(preds []plan.Prediction, measured map[string]float64) (pairs, bad int) {
+	for i, a := range preds {
+		ma, ok := measured[a.Name]
+		if !ok {
+			continue
+		}
+		for _, b := range preds[i+1:] {
+			mb, ok := measured[b.Name]
+			if !ok || a.Rank == b.Rank {
+				continue
+			}
+			pairs++
+			if (a.Rank < b.Rank) != (ma < mb) {
+				bad++
+			}
+		}
+	}
+	return pairs, bad
 }
 
 // measuredRanking is the checked placements in the order of their
@@ -315,7 +353,15 @@ func printPlanJSON(w io.Writer, in plan.Inputs, path string, preds []plan.Predic
 		Seq     int       `json:"seq"`
 		Profile string    `json:"profile"`
 		Configs []cfgJSON `json:"configs"`
-	}{in.Model, in.Shape.ParamCount(), in.Devices, in.Batch, in.Seq, path, nil}
+		// With --check: the pairs of measured placements of different
+		// ranks, and how many of them were measured in the other order.
+		RankPairs      *int `json:"ranking_pairs,omitempty"`
+		RankMismatches *int `json:"ranking_mismatches,omitempty"`
+	}{Model: in.Model, Params: in.Shape.ParamCount(), Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Profile: path}
+	if len(measured) > 0 {
+		pairs, bad := rankingPairs(preds, measured)
+		out.RankPairs, out.RankMismatches = &pairs, &bad
+	}
 	for _, pr := range preds {
 		cj := cfgJSON{Prediction: pr}
 		if m, ok := measured[pr.Name]; ok {

@@ -122,3 +122,29 @@ func TestPlan(t *testing.T) {
 		}
 	}
 }
+
+// TestRankingPairs: only placements of different ranks are compared; a
+// pair measured in the other order than its ranks is a mismatch, ties'
+// order is not.
+func TestRankingPairs(t *testing.T) {
+	preds := []plan.Prediction{
+		{Config: plan.Config{Name: "a"}, Fits: true, Rank: 1},
+		{Config: plan.Config{Name: "b"}, Fits: true, Rank: 1},
+		{Config: plan.Config{Name: "c"}, Fits: true, Rank: 2},
+		{Config: plan.Config{Name: "d"}, Fits: true, Rank: 3},
+	}
+	for _, c := range []struct {
+		measured   map[string]float64
+		pairs, bad int
+	}{
+		{map[string]float64{"a": 1, "c": 2, "d": 3}, 3, 0},
+		{map[string]float64{"a": 1.1, "b": 1.0, "c": 2, "d": 3}, 5, 0}, // a and b tie: their order is not checked
+		{map[string]float64{"a": 1, "c": 3, "d": 2}, 3, 1},
+		{map[string]float64{"a": 4, "c": 3, "d": 2}, 3, 3},
+		{map[string]float64{"a": 1, "b": 2}, 0, 0},
+	} {
+		if p, b := rankingPairs(preds, c.measured); p != c.pairs || b != c.bad {
+			t.Errorf("%v: %d pairs, %d mismatched; want %d, %d", c.measured, p, b, c.pairs, c.bad)
+		}
+	}
+}

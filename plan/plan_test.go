@@ -2,8 +2,10 @@ package plan
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -209,5 +211,36 @@ func TestConfigJSONParses(t *testing.T) {
 		if cfg.ZeRO.Stage != c.Stage || st.Moments != c.Moments || st.Master != c.Master || c.Narrow() != (c.Moments == "int8") {
 			t.Errorf("%s: stage %d, optimizer state %+v", c.Name, cfg.ZeRO.Stage, st)
 		}
+	}
+}
+
+// TestRanks: placements within TieFraction of their rank's fastest share
+// its rank (measured from the rank's fastest, so a chain of near ties does
+// not grow one rank without end), placements that do not fit have none,
+// and RankLeaders takes the fastest of each rank.
+func TestRanks(t *testing.T) {
+	steps := []float64{1.0, 1.05, 1.09, 1.12, 1.2, 1.3, 2.0}
+	var preds []Prediction
+	for i, s := range steps {
+		preds = append(preds, Prediction{Config: Config{Name: fmt.Sprint("p", i)}, Fits: true, StepSeconds: s})
+	}
+	preds = append(preds, Prediction{Config: Config{Name: "short"}})
+	rank(preds)
+	var got []int
+	for _, pr := range preds {
+		got = append(got, pr.Rank)
+	}
+	if want := []int{1, 1, 1, 2, 2, 3, 4, 0}; !slices.Equal(got, want) {
+		t.Fatalf("ranks %v, want %v", got, want)
+	}
+	var names []string
+	for _, pr := range RankLeaders(preds, 3) {
+		names = append(names, pr.Name)
+	}
+	if want := []string{"p0", "p3", "p5"}; !slices.Equal(names, want) {
+		t.Fatalf("leaders %v, want %v", names, want)
+	}
+	if n := len(RankLeaders(preds, 10)); n != 4 {
+		t.Fatalf("%d leaders of 4 ranks", n)
 	}
 }
