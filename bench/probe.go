@@ -160,6 +160,18 @@ func ProbeCompute(c plan.Config, in plan.Inputs, backendName string) (plan.Compu
 		FwdBwdSeconds: median(fb), DeviceAdamSeconds: median(ad)}, nil
 }
 
+// ProbeCheckpoint measures the step of in.Model in placement c with
+// activation checkpointing (the compute probe's placement, checkpointed),
+// as ProbeCompute does, into cm.CheckpointFwdBwdSeconds.
+func ProbeCheckpoint(cm *plan.Compute, c plan.Config, in plan.Inputs, backendName string) error {
+	ck, err := ProbeCompute(c, in, backendName)
+	if err != nil {
+		return err
+	}
+	cm.CheckpointFwdBwdSeconds = ck.FwdBwdSeconds
+	return nil
+}
+
 // ProbeOffload measures the step of in.Model in the ZeRO-Offload
 // placement off (the optimizer state in host RAM): 2 warm-up steps, the
 // median of 6, into cm.

@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -138,20 +139,33 @@ func runPlan(c *cli.Context) error {
 	stderr := c.App.ErrWriter
 	changed := false
 	// The model's step first, on a quiet heap, then the rates.
-	if _, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq); !ok {
+	cm, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq)
+	if !ok {
 		fmt.Fprintf(stderr, "plan: measuring a step of %s (%s) ...\n", in.Model, fits[first].Name)
-		cm, err := bench.ProbeCompute(fits[first].Config, in, c.String("backend"))
-		if err != nil {
+		if cm, err = bench.ProbeCompute(fits[first].Config, in, c.String("backend")); err != nil {
 			return err
 		}
+		if fits[first].Checkpoint { // only checkpointed placements fit: that is the step
+			cm.CheckpointFwdBwdSeconds = cm.FwdBwdSeconds
+		}
 		for _, f := range fits {
-			if f.Fits && f.Optimizer == shard.Host && f.Params == shard.HBM {
+			if f.Fits && f.Optimizer == shard.Host && f.Params == shard.HBM && f.Checkpoint == fits[first].Checkpoint {
 				fmt.Fprintf(stderr, "plan: measuring a step of %s (%s) ...\n", in.Model, f.Name)
 				if err := bench.ProbeOffload(&cm, f.Config, in, c.String("backend")); err != nil {
 					return err
 				}
 				break
 			}
+		}
+		p.SetCompute(cm)
+		changed = true
+	}
+	if cm.CheckpointFwdBwdSeconds == 0 && !fits[first].Checkpoint {
+		ck := fits[first].Config
+		ck.Name, ck.Checkpoint = ck.Name+", activation checkpointing", true
+		fmt.Fprintf(stderr, "plan: measuring a step of %s (%s) ...\n", in.Model, ck.Name)
+		if err := bench.ProbeCheckpoint(&cm, ck, in, c.String("backend")); err != nil {
+			return err
 		}
 		p.SetCompute(cm)
 		changed = true
@@ -314,27 +328,16 @@ func rankingPairs(preds []plan.Prediction, measured map[string]float64) (pairs, 
 // measuredRanking is the checked placements in the order of their
 // measured medians, each with its predicted rank.
 func measuredRanking(preds []plan.Prediction, measured map[string]float64) string {
-	type r struct {
-		name string
-		rank int
-		s    float64
-	}
-	var rs []r
-	for i, pr := range preds {
-		if m, ok := measured[pr.Name]; ok {
-			rs = append(rs, r{pr.Name, i + 1, m})
+	var rs []plan.Prediction
+	for _, pr := range preds {
+		if _, ok := measured[pr.Name]; ok {
+			rs = append(rs, pr)
 		}
 	}
-	for i := range rs {
-		for j := i + 1; j < len(rs); j++ {
-			if rs[j].s < rs[i].s {
-				rs[i], rs[j] = rs[j], rs[i]
-			}
-		}
-	}
+	slices.SortStableFunc(rs, func(a, b plan.Prediction) int { return cmp.Compare(measured[a.Name], measured[b.Name]) })
 	var parts []string
-	for _, x := range rs {
-		parts = append(parts, fmt.Sprintf("%s (predicted #%d, %.3f s)", x.name, x.rank, x.s))
+	for _, pr := range rs {
+		parts = append(parts, fmt.Sprintf("%s (rank %d, %.3f s)", pr.Name, pr.Rank, measured[pr.Name]))
 	}
 	return strings.Join(parts, " < ")
 }
@@ -450,9 +453,17 @@ func (l *trainLoop) stepTime() stepTime {
 	if err != nil {
 		return st
 	}
+	ckpt := false
+	if ac := cfg.ActivationCheckpointing; ac != nil {
+		if ac.CPUCheckpointing || ac.NumberCheckpoints != 0 && ac.NumberCheckpoints != in.Shape.Layers {
+			return st // plan lists checkpointing of every block, kept on the devices
+		}
+		ckpt = true
+	}
 	want := plan.Config{Stage: z.Stage, Optimizer: tierOf(z.OffloadOptimizer.Device), Params: tierOf(z.OffloadParam.Device)}
 	for _, pr := range preds {
-		if pr.Stage == want.Stage && pr.Optimizer == want.Optimizer && pr.Params == want.Params && pr.Moments == state.Moments && pr.Master == state.Master {
+		if pr.Stage == want.Stage && pr.Optimizer == want.Optimizer && pr.Params == want.Params && pr.Moments == state.Moments && pr.Master == state.Master &&
+			pr.Checkpoint == ckpt {
 			st.Predicted, st.Profile = pr.StepSeconds, path
 		}
 	}

@@ -34,25 +34,37 @@ func TestPlan(t *testing.T) {
 			Measured  *float64           `json:"measured_step_s"`
 			Terms     map[string]float64 `json:"terms_s"`
 			Device    int64              `json:"device_bytes"`
+			Rank      int                `json:"rank"`
+			Ckpt      bool               `json:"activation_checkpointing"`
 		} `json:"configs"`
+		RankPairs *int `json:"ranking_pairs"`
 	}
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(res.Configs) != 10 {
-		t.Fatalf("%d placements, want 10 (no --nvme-path; the 2 at stage 3 in host RAM with narrow state too): %s", len(res.Configs), out)
+	if len(res.Configs) != 20 {
+		t.Fatalf("%d placements, want 20 (no --nvme-path; the 2 at stage 3 in host RAM with narrow state too; each again with activation checkpointing): %s", len(res.Configs), out)
 	}
-	narrow := 0
+	narrow, ckpt := 0, 0
 	for _, c := range res.Configs {
 		if strings.Contains(c.Name, "int8 moments, bf16+remainder master") {
 			narrow++
 		}
+		if c.Ckpt != strings.HasSuffix(c.Name, ", activation checkpointing") {
+			t.Errorf("%s: activation_checkpointing %v", c.Name, c.Ckpt)
+		}
+		if c.Ckpt {
+			ckpt++
+		}
 	}
-	if narrow != 2 {
-		t.Errorf("%d placements with narrow optimizer state, want 2", narrow)
+	if narrow != 4 || ckpt != 10 {
+		t.Errorf("%d placements with narrow optimizer state, %d checkpointed; want 4 and 10", narrow, ckpt)
+	}
+	if res.RankPairs == nil {
+		t.Error("--check --json: no ranking_pairs")
 	}
 	for i, c := range res.Configs {
-		if !c.Fits || !(c.Predicted > 0) || !(c.Terms["compute"] > 0) || c.Device <= 0 {
+		if !c.Fits || !(c.Predicted > 0) || !(c.Terms["compute"] > 0) || c.Device <= 0 || c.Rank < 1 || i > 0 && c.Rank < res.Configs[i-1].Rank {
 			t.Errorf("placement %d %s: %+v", i, c.Name, c)
 		}
 		if i > 0 && c.Predicted < res.Configs[i-1].Predicted {

@@ -58,15 +58,18 @@ import (
 )
 
 // Config is one placement: the ZeRO stage, where the optimizer state and
-// the params live, and the offloaded optimizer state's precision
-// (strata.optimizer_state: "fp32" both, or Narrow's).
+// the params live, the offloaded optimizer state's precision
+// (strata.optimizer_state: "fp32" both, or Narrow's), and whether every
+// block's activations are recomputed in the backward
+// (activation_checkpointing).
 type Config struct {
-	Name      string     `json:"name"`
-	Stage     int        `json:"stage"`
-	Optimizer shard.Tier `json:"-"`
-	Params    shard.Tier `json:"-"`
-	Moments   string     `json:"moments"`
-	Master    string     `json:"master"`
+	Name       string     `json:"name"`
+	Stage      int        `json:"stage"`
+	Optimizer  shard.Tier `json:"-"`
+	Params     shard.Tier `json:"-"`
+	Moments    string     `json:"moments"`
+	Master     string     `json:"master"`
+	Checkpoint bool       `json:"activation_checkpointing"`
 }
 
 // The narrow optimizer state the placements at stage 3 with the optimizer
@@ -87,7 +90,8 @@ func (c Config) Narrow() bool { return c.Moments == NarrowMoments }
 // Configs are the placements of one device count, device-resident first,
 // then the host (ZeRO-Offload, then the params too), then NVMe (the
 // optimizer state, then the params too) when nvme is true; each offloaded
-// one at stage 3 again with the narrow optimizer state.
+// one at stage 3 again with the narrow optimizer state; then every one of
+// them again with activation checkpointing (every block).
 func Configs(devices int, nvme bool) []Config {
 	var out []Config
 	add := func(name string, stage int, opt, params shard.Tier) {
@@ -110,8 +114,14 @@ func Configs(devices int, nvme bool) []Config {
 			out = append(out, c)
 		}
 	}
+	for _, c := range slices.Clone(out) {
+		c.Name, c.Checkpoint = c.Name+checkpointName, true
+		out = append(out, c)
+	}
 	return out
 }
+
+const checkpointName = ", activation checkpointing"
 
 // Inputs are one question: a model, its batch, the devices and their
 // budgets.
@@ -195,6 +205,11 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 	if err != nil {
 		return nil, err
 	}
+	for _, pr := range out {
+		if pr.Fits && pr.Checkpoint && c.CheckpointFwdBwdSeconds == 0 {
+			return nil, fmt.Errorf("plan: the profile has no checkpointed step of %s on %d device(s) at batch %d × %d tokens: measure it (--probe)", in.Model, in.Devices, in.Batch, in.Seq)
+		}
+	}
 	psi := float64(in.Shape.ParamCount())
 	for i := range out {
 		pr := &out[i]
@@ -206,6 +221,11 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 			// out at cpuadam's rate.
 			devAdam = psi / p.AdamParamsPerS
 			compute = math.Max(c.FwdBwdSeconds+c.DeviceAdamSeconds-devAdam, 0)
+		}
+		if pr.Checkpoint {
+			// The blocks' forward again in the backward, as the
+			// checkpointed step measured it.
+			compute += max(c.CheckpointFwdBwdSeconds-c.FwdBwdSeconds, 0)
 		}
 		t["compute"] = compute
 		copyBytes := 0.0
@@ -343,7 +363,11 @@ func memory(pr *Prediction, l *model.Layout, in Inputs) error {
 	if err != nil {
 		return fmt.Errorf("plan: %s: %w", pr.Name, err)
 	}
-	act := estimate.Activations(in.Shape, in.Batch, in.Seq, model.ActivationOptions{DType: gpu.BF16})
+	ao := model.ActivationOptions{DType: gpu.BF16}
+	if pr.Checkpoint {
+		ao.Checkpoint = in.Shape.Layers
+	}
+	act := estimate.Activations(in.Shape, in.Batch, in.Seq, ao)
 	pr.DeviceBytes = e.DeviceBytes() + act.DeviceBytes() + estimate.WorkingSetOf(e, 1).Bytes()
 	pr.HostBytes, pr.NVMeBytes = e.HostBytes(), e.NVMeBytes()
 	var short []string
@@ -382,6 +406,10 @@ func ConfigJSON(c Config, in Inputs) string {
 		return fmt.Sprintf(`{"device": %q}`, estimate.DeviceName(t))
 	}
 	off := fmt.Sprintf(`, "offload_optimizer": %s`, dev(c.Optimizer))
+	ckpt := ""
+	if c.Checkpoint {
+		ckpt = "\n  \"activation_checkpointing\": {},"
+	}
 	if c.Stage == 3 {
 		off += fmt.Sprintf(`, "offload_param": %s`, dev(c.Params))
 	}
@@ -389,8 +417,8 @@ func ConfigJSON(c Config, in Inputs) string {
   "train_micro_batch_size_per_gpu": %d,
   "bf16": {"enabled": true},
   "gradient_clipping": 1.0,
-  "zero_optimization": {"stage": %d%s},
+  "zero_optimization": {"stage": %d%s},%s
   "strata": {"model": %q, "devices": %d, "seq_len": %d, "optimizer_state": {"moments": %q, "master": %q}}
 }
-`, in.Batch, c.Stage, off, in.Model, in.Devices, in.Seq, c.Moments, c.Master)
+`, in.Batch, c.Stage, off, ckpt, in.Model, in.Devices, in.Seq, c.Moments, c.Master)
 }

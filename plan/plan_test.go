@@ -40,12 +40,16 @@ func TestPredictTerms(t *testing.T) {
 	in := inputs(t, "gpt2")
 	psi := float64(in.Shape.ParamCount())
 	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1, DeviceAdamSeconds: 0})
+	if _, err := Predict(p, in); err == nil || !strings.Contains(err.Error(), "no checkpointed step") {
+		t.Fatalf("a profile without the checkpointed step: %v", err)
+	}
+	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1, DeviceAdamSeconds: 0, CheckpointFwdBwdSeconds: 1.25})
 	preds, err := Predict(p, in)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(preds) != 14 {
-		t.Fatalf("%d placements, want 14 (4 resident, 3 ZeRO-Offload, params on host, 2 on NVMe; the 4 offloaded at stage 3 with narrow state too)", len(preds))
+	if len(preds) != 28 {
+		t.Fatalf("%d placements, want 28 (4 resident, 3 ZeRO-Offload, params on host, 2 on NVMe; the 4 offloaded at stage 3 with narrow state too; each again with activation checkpointing)", len(preds))
 	}
 	byName := map[string]Prediction{}
 	for i, pr := range preds {
@@ -64,6 +68,13 @@ func TestPredictTerms(t *testing.T) {
 	res := byName["stage 0, resident"]
 	near("resident compute (the device Adam taken out of the measured step)", res.Terms["compute"], 1-adam)
 	near("resident step", res.StepSeconds, 1)
+	// Activation checkpointing: the measured recompute on top, fewer
+	// activation bytes on the device.
+	rc := byName["stage 0, resident"+checkpointName]
+	near("checkpointed compute", rc.Terms["compute"], 1-adam+0.25)
+	if !rc.Checkpoint || rc.DeviceBytes >= res.DeviceBytes {
+		t.Errorf("checkpointed %+v: device %d B, without %d B", rc.Config, rc.DeviceBytes, res.DeviceBytes)
+	}
 	off := byName["stage 2, optimizer on host"]
 	near("offload copies", off.Terms["copy"], 4*psi/10e9)
 	near("offload step", off.StepSeconds, 1-adam+adam+4*psi/10e9)
@@ -112,7 +123,7 @@ func TestPredictTerms(t *testing.T) {
 		t.Errorf("bottlenecks %q and %q, want disk and compute", nv.Bottleneck, res.Bottleneck)
 	}
 	// A measured ZeRO-Offload step calibrates the host path's staging.
-	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1, OffloadStepSeconds: 1.5})
+	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1, OffloadStepSeconds: 1.5, CheckpointFwdBwdSeconds: 1.25})
 	cal, _ := Predict(p, in)
 	for _, pr := range cal {
 		switch {
@@ -122,7 +133,7 @@ func TestPredictTerms(t *testing.T) {
 			t.Errorf("%s: staging %v on the devices", pr.Name, pr.Terms["staging"])
 		}
 	}
-	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1})
+	p.SetCompute(Compute{Model: "gpt2", Devices: 1, Batch: 2, Seq: 64, FwdBwdSeconds: 1, CheckpointFwdBwdSeconds: 1.25})
 	// A GPU: the host optimizer of an overlapped schedule beside the compute.
 	in.SharedCores = false
 	gpu, _ := Predict(p, in)
@@ -210,6 +221,9 @@ func TestConfigJSONParses(t *testing.T) {
 		st := cfg.Strata.OptimizerState
 		if cfg.ZeRO.Stage != c.Stage || st.Moments != c.Moments || st.Master != c.Master || c.Narrow() != (c.Moments == "int8") {
 			t.Errorf("%s: stage %d, optimizer state %+v", c.Name, cfg.ZeRO.Stage, st)
+		}
+		if ac := cfg.ActivationCheckpointing; (ac != nil) != c.Checkpoint || ac != nil && (ac.NumberCheckpoints != 0 || ac.CPUCheckpointing) {
+			t.Errorf("%s: activation_checkpointing %+v", c.Name, ac)
 		}
 	}
 }

@@ -86,6 +86,10 @@ type Compute struct {
 	// not measured (no offloaded placement fits).
 	OffloadStepSeconds float64 `json:"offload_step_s,omitempty"`
 	OffloadStage       int     `json:"offload_stage,omitempty"`
+	// CheckpointFwdBwdSeconds is FwdBwdSeconds of the same placement with
+	// activation checkpointing (every block's forward run again in the
+	// backward); 0 when not measured.
+	CheckpointFwdBwdSeconds float64 `json:"checkpoint_fwd_bwd_s,omitempty"`
 }
 
 // AdamState is cpuadam's rate with one optimizer state's precision
