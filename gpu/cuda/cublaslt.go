@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"unsafe"
 
@@ -208,8 +207,8 @@ func ltLoad(l *lib) (*cublasLtAPI, error) {
 	ltState.once.Do(func() {
 		var api *cublasLtAPI
 		var err error
-		if v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvCublasLt))); v == "off" || v == "0" || v == "false" {
-			err = fmt.Errorf("disabled by %s=%s", EnvCublasLt, v)
+		if envOff(EnvCublasLt) {
+			err = fmt.Errorf("disabled by %s=%s", EnvCublasLt, os.Getenv(EnvCublasLt))
 		} else {
 			api, err = loadCublasLt(l.blas.path, newSearchPath(os.Getenv(EnvLibDir), filepath.Glob))
 		}

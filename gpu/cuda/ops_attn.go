@@ -56,8 +56,15 @@ func (o *kernels) tensorCores(qkv, dout *Buffer, headDim int) bool {
 	if t != gpu.BF16 && t != gpu.F16 || headDim%16 != 0 || dout != nil && dout.DType() != t || o.d.g.major < 8 {
 		return false
 	}
-	v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvTensorCoreAttention)))
-	return v != "off" && v != "0" && v != "false"
+	return !envOff(EnvTensorCoreAttention)
+}
+
+// envOff reports whether the environment variable name says "off" (or
+// "0", "false"; any case, spaces around): the switches that keep a path
+// for comparisons (EnvCublasLt, EnvTensorCoreAttention).
+func envOff(name string) bool {
+	v := strings.ToLower(strings.TrimSpace(os.Getenv(name)))
+	return v == "off" || v == "0" || v == "false"
 }
 
 // attnCheck returns the error of an attention call the kernels cannot run
