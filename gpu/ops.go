@@ -68,6 +68,10 @@ type Ops interface {
 	// pos outside [0, t] is an error on the stream. out is (batch, seq,
 	// heads·headDim); lse (F32, batch×heads×seq) receives each query row's
 	// log-sum-exp of its scaled scores (natural log), kept for the backward.
+	// With qkv in a 16-bit type a backend may round the probabilities to
+	// that type before they multiply V, and in the backward the
+	// probabilities and dS before their products, as FlashAttention does
+	// on tensor cores (the CUDA backend); the CPU backend keeps them fp32.
 	AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int)
 	// AttentionBackward writes dqkv (packed as qkv) from dout, recomputing
 	// the probabilities tile by tile from lse, with D_i = rowsum(dout_i ⊙
