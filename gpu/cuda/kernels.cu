@@ -1181,6 +1181,41 @@ __device__ __forceinline__ void frag_p(int dt, unsigned* a, const float* c0, con
     a[3] = pack2(dt, c1[2], c1[3]);
 }
 
+// tc_scores: c = A·Xᵀ for the warp's 16 rows (A as fragments a, nk
+// k-steps of the head) against the TC_BK token rows of tile t (row-major,
+// stride TC_DP): c[nt] is the 16×8 C fragment of tokens 8nt … 8nt+7.
+__device__ __forceinline__ void tc_scores(int dt, float (*c)[4], const unsigned (*a)[4], const u16* t, int nk) {
+#pragma unroll
+    for (int nt = 0; nt < TC_BK / 8; nt++) {
+        c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0;
+#pragma unroll
+        for (int ks = 0; ks < ATT_D / 16; ks++)
+            if (ks < nk) {
+                unsigned b[2];
+                frag_b(b, t, TC_DP, nt * 8, ks * 16);
+                mma16816(dt, c[nt], a[ks], b);
+            }
+    }
+}
+
+// tc_accumulate: acc += P·X for the warp's 16 rows, P the C fragments p
+// over the tile's TC_BK tokens (rounded to dt), X those tokens' rows
+// transposed in t (stride TC_TP): acc[n] holds head dims 8n … 8n+7.
+__device__ __forceinline__ void tc_accumulate(int dt, float (*acc)[4], const float (*p)[4], const u16* t, int D) {
+#pragma unroll
+    for (int kk = 0; kk < TC_BK / 16; kk++) {
+        unsigned pa[4];
+        frag_p(dt, pa, p[2 * kk], p[2 * kk + 1]);
+#pragma unroll
+        for (int n = 0; n < ATT_D / 8; n++)
+            if (n < D / 8) {
+                unsigned b[2];
+                frag_b(b, t, TC_TP, n * 8, kk * 16);
+                mma16816(dt, acc[n], pa, b);
+            }
+    }
+}
+
 // tc_tile loads rows [r0, r0+n) of the head at column col of x (rows of
 // W values, batch row at bT) into tile as raw 16-bit values, row-major
 // (stride TC_DP); tc_tile_t transposed (tile[d·TC_TP + row]). Rows past T
@@ -1258,17 +1293,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv,
         tc_tile_t(Vt, qkv, bT, k0, TC_BK, T, W, (i64)(H + KV + g) * D, D);
         __syncthreads();
         float s[TC_BK / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < TC_BK / 8; nt++) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
-#pragma unroll
-            for (int ks = 0; ks < ATT_D / 16; ks++)
-                if (ks < nk) {
-                    unsigned kb[2];
-                    frag_b(kb, Ks, TC_DP, nt * 8, ks * 16);
-                    mma16816(dq, s[nt], qa[ks], kb);
-                }
-        }
+        tc_scores(dq, s, qa, Ks, nk);
         float mt[2] = {m[0], m[1]}, rs[2] = {0, 0};
 #pragma unroll
         for (int nt = 0; nt < TC_BK / 8; nt++)
@@ -1299,18 +1324,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv,
                 o[dt][2 * r + 1] *= alpha;
             }
         }
-#pragma unroll
-        for (int kk = 0; kk < TC_BK / 16; kk++) {
-            unsigned pa[4];
-            frag_p(dq, pa, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int dt = 0; dt < ATT_D / 8; dt++)
-                if (dt < D / 8) {
-                    unsigned vb[2];
-                    frag_b(vb, Vt, TC_TP, dt * 8, kk * 16);
-                    mma16816(dq, o[dt], pa, vb);
-                }
-        }
+        tc_accumulate(dq, o, s, Vt, D);
     }
     l[0] = row_sum4(l[0]);
     l[1] = row_sum4(l[1]);
@@ -1386,20 +1400,8 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
         tc_tile_t(Kt, qkv, bT, k0, TC_BK, T, W, (i64)(H + g) * D, D);
         __syncthreads();
         float s[TC_BK / 8][4], dp[TC_BK / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < TC_BK / 8; nt++) {
-            s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0;
-            dp[nt][0] = dp[nt][1] = dp[nt][2] = dp[nt][3] = 0;
-#pragma unroll
-            for (int ks = 0; ks < ATT_D / 16; ks++)
-                if (ks < nk) {
-                    unsigned fb[2];
-                    frag_b(fb, Ks, TC_DP, nt * 8, ks * 16);
-                    mma16816(dq, s[nt], qa[ks], fb);
-                    frag_b(fb, Vs, TC_DP, nt * 8, ks * 16);
-                    mma16816(dq, dp[nt], oa[ks], fb);
-                }
-        }
+        tc_scores(dq, s, qa, Ks, nk);
+        tc_scores(dq, dp, oa, Vs, nk);
 #pragma unroll
         for (int nt = 0; nt < TC_BK / 8; nt++)
 #pragma unroll
@@ -1409,18 +1411,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
                 const float p = ok ? expf(s[nt][e] * scale - lsev[r]) : 0.0f;
                 s[nt][e] = ok ? p * (dp[nt][e] - drv[r]) : 0.0f; // dS
             }
-#pragma unroll
-        for (int kk = 0; kk < TC_BK / 16; kk++) {
-            unsigned da[4];
-            frag_p(dq, da, s[2 * kk], s[2 * kk + 1]);
-#pragma unroll
-            for (int dt = 0; dt < ATT_D / 8; dt++)
-                if (dt < D / 8) {
-                    unsigned kb[2];
-                    frag_b(kb, Kt, TC_TP, dt * 8, kk * 16);
-                    mma16816(dq, acc[dt], da, kb);
-                }
-        }
+        tc_accumulate(dq, acc, s, Kt, D);
     }
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -1507,6 +1498,11 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
                 any = any || (t < T && max(los[rr], k0) <= min(t, kend));
             }
             if (!any) continue; // the same for every thread of the block
+            // Sᵀ and dPᵀ in one pass, and below dV and dK in one pass:
+            // tc_scores and tc_accumulate called twice each hold more
+            // fragments live at once, and ptxas spills (~300-400 bytes a
+            // thread, against 12 this way) in the kernel that already
+            // holds K, V, dK and dV of its 16 keys.
             float s[TC_BK / 8][4], dp[TC_BK / 8][4];
 #pragma unroll
             for (int nt = 0; nt < TC_BK / 8; nt++) {
@@ -1538,13 +1534,13 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
                 frag_p(dq, pa, s[2 * kk], s[2 * kk + 1]);
                 frag_p(dq, da, dp[2 * kk], dp[2 * kk + 1]);
 #pragma unroll
-                for (int dt = 0; dt < ATT_D / 8; dt++)
-                    if (dt < D / 8) {
+                for (int n = 0; n < ATT_D / 8; n++)
+                    if (n < D / 8) {
                         unsigned fb[2];
-                        frag_b(fb, Ot, TC_TP, dt * 8, kk * 16);
-                        mma16816(dq, dv[dt], pa, fb);
-                        frag_b(fb, Qt, TC_TP, dt * 8, kk * 16);
-                        mma16816(dq, dk[dt], da, fb);
+                        frag_b(fb, Ot, TC_TP, n * 8, kk * 16);
+                        mma16816(dq, dv[n], pa, fb);
+                        frag_b(fb, Qt, TC_TP, n * 8, kk * 16);
+                        mma16816(dq, dk[n], da, fb);
                     }
             }
         }
