@@ -98,10 +98,12 @@ func attnProbs(qkv []float64, c attnCase, b, h, i int) (p, amag []float64, lse f
 // the rounding error of each output: Σ_j p_j|v_j| (the fp32 sums) plus
 // max_j A_ij · Σ_j p_j|v_j - out| (an fp32 score is off by about ε·A_ij,
 // which moves the output by p_j·δs_j·(v_j - out)); lseMag is |lse| + max_j
-// A_ij for the same reason.
-func attentionRef(qkv []float64, c attnCase) (out, lse, mag, lseMag []float64) {
+// A_ij for the same reason. mag16 is Σ_j p_j|v_j| alone: what rounding
+// the probabilities to a 16-bit input type moves an output by, per unit
+// of the type's relative rounding (attentionBackwardRef's mag16).
+func attentionRef(qkv []float64, c attnCase) (out, lse, mag, lseMag, mag16 []float64) {
 	W := c.width()
-	out, mag = make([]float64, c.B*c.T*c.H*c.D), make([]float64, c.B*c.T*c.H*c.D)
+	out, mag, mag16 = make([]float64, c.B*c.T*c.H*c.D), make([]float64, c.B*c.T*c.H*c.D), make([]float64, c.B*c.T*c.H*c.D)
 	lse, lseMag = make([]float64, c.B*c.H*c.T), make([]float64, c.B*c.H*c.T)
 	for b := range c.B {
 		for h := range c.H {
@@ -120,28 +122,33 @@ func attentionRef(qkv []float64, c attnCase) (out, lse, mag, lseMag []float64) {
 						o[d] += p[j-lo] * v[d]
 					}
 				}
-				mg := mag[(b*c.T+i)*c.H*c.D+h*c.D:][:c.D]
+				mg, m16 := mag[(b*c.T+i)*c.H*c.D+h*c.D:][:c.D], mag16[(b*c.T+i)*c.H*c.D+h*c.D:][:c.D]
 				for j := lo; j <= i; j++ {
 					v := qkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
 					for d := range c.D {
 						mg[d] += p[j-lo] * (math.Abs(v[d]) + amax*math.Abs(v[d]-o[d]))
+						m16[d] += p[j-lo] * math.Abs(v[d])
 					}
 				}
 				lse[(b*c.H+h)*c.T+i], lseMag[(b*c.H+h)*c.T+i] = l, math.Abs(l)+amax
 			}
 		}
 	}
-	return out, lse, mag, lseMag
+	return out, lse, mag, lseMag, mag16
 }
 
 // attentionBackwardRef is the gradient of Σ dout ⊙ attention(qkv) with
 // respect to qkv, in float64, by the formulas of the op's contract: the
 // probabilities recomputed exactly, D_i = dout_i · out_i from the out the
-// op is given (so a bf16 out enters as the device holds it).
-func attentionBackwardRef(dout, qkv, out []float64, c attnCase) []float64 {
+// op is given (so a bf16 out enters as the device holds it). mag16 bounds
+// what rounding P and dS to a 16-bit input type before their products
+// moves each element, per unit of the type's relative rounding (a backend
+// on tensor cores does: gpu.Ops.AttentionForward): Σ_i p_ij|dout_i| (dV),
+// Σ_j |dS_ij||k_j| (dQ), Σ_i |dS_ij||q_i| (dK).
+func attentionBackwardRef(dout, qkv, out []float64, c attnCase) (dqkv, mag16 []float64) {
 	W, C := c.width(), c.H*c.D
 	scale := 1 / math.Sqrt(float64(c.D))
-	dqkv := make([]float64, len(qkv))
+	dqkv, mag16 = make([]float64, len(qkv)), make([]float64, len(qkv))
 	for b := range c.B {
 		for h := range c.H {
 			kvh := h / (c.H / c.KV)
@@ -155,12 +162,12 @@ func attentionBackwardRef(dout, qkv, out []float64, c attnCase) []float64 {
 					di += do[d] * o[d]
 				}
 				q := qkv[(b*c.T+i)*W+h*c.D:][:c.D]
-				dq := dqkv[(b*c.T+i)*W+h*c.D:][:c.D]
+				qo := (b*c.T+i)*W + h*c.D
+				dq, mq := dqkv[qo:][:c.D], mag16[qo:][:c.D]
 				for j := lo; j <= i; j++ {
-					k := qkv[(b*c.T+j)*W+(c.H+kvh)*c.D:][:c.D]
-					v := qkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
-					dk := dqkv[(b*c.T+j)*W+(c.H+kvh)*c.D:][:c.D]
-					dv := dqkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
+					ko, vo := (b*c.T+j)*W+(c.H+kvh)*c.D, (b*c.T+j)*W+(c.H+c.KV+kvh)*c.D
+					k, v := qkv[ko:][:c.D], qkv[vo:][:c.D]
+					dk, dv, mk, mv := dqkv[ko:][:c.D], dqkv[vo:][:c.D], mag16[ko:][:c.D], mag16[vo:][:c.D]
 					var dp float64
 					for d := range c.D {
 						dp += do[d] * v[d]
@@ -171,62 +178,15 @@ func attentionBackwardRef(dout, qkv, out []float64, c attnCase) []float64 {
 						dv[d] += pj * do[d]
 						dq[d] += ds * k[d]
 						dk[d] += ds * q[d]
+						mv[d] += pj * math.Abs(do[d])
+						mq[d] += math.Abs(ds * k[d])
+						mk[d] += math.Abs(ds * q[d])
 					}
 				}
 			}
 		}
 	}
-	return dqkv
-}
-
-// attention16Mags bound what rounding the probabilities (forward and
-// backward) and dS to a 16-bit input type before their products adds, as
-// a backend on tensor cores does (gpu.Ops: AttentionForward): the
-// magnitudes Σ_j p_j|v_j| of each out element, and of each dqkv element
-// Σ_i p_ij|dout_i| (dV), scale·Σ_j |dS_ij||k_j| (dQ) and scale·Σ_i
-// |dS_ij||q_i| (dK), dS = p·(dout·v - D) with out as given; each is off
-// by at most the type's relative rounding times its magnitude.
-func attention16Mags(dout, qkv, out []float64, c attnCase) (outMag, dqkvMag []float64) {
-	W, C := c.width(), c.H*c.D
-	scale := 1 / math.Sqrt(float64(c.D))
-	outMag, dqkvMag = make([]float64, len(out)), make([]float64, len(qkv))
-	for b := range c.B {
-		for h := range c.H {
-			kvh := h / (c.H / c.KV)
-			for i := range c.T {
-				p, _, _ := attnProbs(qkv, c, b, h, i)
-				lo := c.first(b, i)
-				do := dout[(b*c.T+i)*C+h*c.D:][:c.D]
-				o := out[(b*c.T+i)*C+h*c.D:][:c.D]
-				om := outMag[(b*c.T+i)*C+h*c.D:][:c.D]
-				var di float64
-				for d := range c.D {
-					di += do[d] * o[d]
-				}
-				q := qkv[(b*c.T+i)*W+h*c.D:][:c.D]
-				dqm := dqkvMag[(b*c.T+i)*W+h*c.D:][:c.D]
-				for j := lo; j <= i; j++ {
-					k := qkv[(b*c.T+j)*W+(c.H+kvh)*c.D:][:c.D]
-					v := qkv[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
-					dkm := dqkvMag[(b*c.T+j)*W+(c.H+kvh)*c.D:][:c.D]
-					dvm := dqkvMag[(b*c.T+j)*W+(c.H+c.KV+kvh)*c.D:][:c.D]
-					var dp float64
-					for d := range c.D {
-						dp += do[d] * v[d]
-					}
-					pj := p[j-lo]
-					ds := math.Abs(pj*(dp-di)) * scale
-					for d := range c.D {
-						om[d] += pj * math.Abs(v[d])
-						dvm[d] += pj * math.Abs(do[d])
-						dqm[d] += ds * math.Abs(k[d])
-						dkm[d] += ds * math.Abs(q[d])
-					}
-				}
-			}
-		}
-	}
-	return outMag, dqkvMag
+	return dqkv, mag16
 }
 
 // round16 is the relative rounding of a 16-bit float type (2^-8 for
@@ -277,7 +237,7 @@ func attentionCases(r *rand.Rand) []attnCase {
 // largest |ref| of the case + |ref|), as the gradient checks (the fp32
 // tile sums add errors of ~sqrt(T)·2^-24 of their terms), plus 2^-8|ref|
 // for a bf16 dqkv. With 16-bit inputs, plus the type's rounding times
-// attention16Mags: a backend may round P and dS to the input type before
+// the references' mag16: a backend may round P and dS to the input type before
 // their products (gpu.Ops.AttentionForward).
 func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(12)
@@ -293,10 +253,9 @@ func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		gout := upload(t, d, s, constVals(c.B*c.T*c.H*c.D, math.NaN()), dt)
 		glse := upload(t, d, s, constVals(c.B*c.H*c.T, math.NaN()), gpu.F32)
 		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
-		out, lse, mag, lseMag := attentionRef(qkv, c)
+		out, lse, mag, lseMag, mag16 := attentionRef(qkv, c)
 		gotOut := download(t, d, s, gout)
-		outMag16, dqkvMag16 := attention16Mags(dout, qkv, gotOut, c)
-		checkClose(t, c.String()+" out", gotOut, out, plusScaled(mag, outMag16, round16(dt)/rtolF32), dt, rtolF32)
+		checkClose(t, c.String()+" out", gotOut, out, plusScaled(mag, mag16, round16(dt)/rtolF32), dt, rtolF32)
 		checkClose(t, c.String()+" lse", download(t, d, s, glse), lse, lseMag, gpu.F32, rtolF32)
 
 		var first []byte
@@ -304,9 +263,9 @@ func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 			gdq := upload(t, d, s, constVals(len(qkv), math.NaN()), dt) // written, not accumulated
 			ops.AttentionBackward(s, gdo, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D)
 			if run == 0 {
-				want := attentionBackwardRef(dout, qkv, gotOut, c)
+				want, wmag16 := attentionBackwardRef(dout, qkv, gotOut, c)
 				got := download(t, d, s, gdq)
-				checkClose(t, c.String()+" dqkv", got, want, plusScaled(gradMag(want), dqkvMag16, round16(dt)/rtolGrad), dt, rtolGrad)
+				checkClose(t, c.String()+" dqkv", got, want, plusScaled(gradMag(want), wmag16, round16(dt)/rtolGrad), dt, rtolGrad)
 				first = ReadBytes(t, d, gdq)
 			} else if !bytes.Equal(ReadBytes(t, d, gdq), first) {
 				t.Errorf("%v: the backward's bits differ between two calls", c)
@@ -369,7 +328,7 @@ func gradAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
 		ops.AttentionBackward(s, gw, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D)
 		fd := fdGrad(func(v []float64) float64 {
-			out, _, _, _ := attentionRef(v, c)
+			out, _, _, _, _ := attentionRef(v, c)
 			return dotVals(w, out)
 		}, qkv)
 		got := download(t, d, s, gdq)

@@ -96,7 +96,7 @@ func testAttentionCached(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType)
 		if start != c.T {
 			t.Fatalf("%v: the calls cover %d tokens", c, start)
 		}
-		out, _, mag, _ := attentionRef(ref, ac)
+		out, _, mag, _, _ := attentionRef(ref, ac)
 		checkClose(t, c.String()+" out", download(t, d, s, gout), out, mag, dt, rtolF32)
 		for _, side := range []struct {
 			what string

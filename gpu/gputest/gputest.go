@@ -84,6 +84,15 @@ func stored(vals []float64, dt gpu.DType) []float64 { return decode(encode(vals,
 
 // upload allocates a buffer of dt holding vals (rounded to dt) and waits
 // for the copy.
+// viewAt returns a function that uploads values at element off of a
+// larger buffer of dt and returns their view: a buffer that starts off a
+// backend's vector alignment when off is not a multiple of it.
+func viewAt(t *testing.T, d gpu.Device, s gpu.Stream, off int, dt gpu.DType) func([]float64) gpu.Buffer {
+	return func(vals []float64) gpu.Buffer {
+		return upload(t, d, s, append(make([]float64, off), vals...), dt).Slice(off, len(vals))
+	}
+}
+
 func upload(t *testing.T, d gpu.Device, s gpu.Stream, vals []float64, dt gpu.DType) gpu.Buffer {
 	t.Helper()
 	b, err := d.Alloc(len(vals), dt, gpu.Tag{Kind: gpu.Workspace, Purpose: "gputest"})

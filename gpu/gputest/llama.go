@@ -56,9 +56,7 @@ func testAddRMSNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		n := rows * cols
 		name := fmt.Sprintf("%dx%d+%d", rows, cols, off)
 		av, bv, g := stored(randVals(r, n, 2), dt), stored(randVals(r, n, 1), dt), stored(randVals(r, cols, 1.5), dt)
-		view := func(vals []float64) gpu.Buffer { // vals at element off of a larger buffer
-			return upload(t, d, s, append(make([]float64, off), vals...), dt).Slice(off, len(vals))
-		}
+		view := viewAt(t, d, s, off, dt)
 		ga, gb, gg := view(av), view(bv), view(g)
 		gsum, gy, gr := view(make([]float64, n)), view(make([]float64, n)), alloc(t, d, rows, gpu.F32)
 		ops.AddRMSNormForward(s, ga, gb, gsum, gg, gy, gr, rows, cols, 1e-6)

@@ -115,9 +115,7 @@ func testAddLayerNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		name := fmt.Sprintf("%dx%d+%d", rows, cols, off)
 		av, bv := stored(randVals(r, n, 2), dt), stored(randVals(r, n, 1), dt)
 		g, b := stored(randVals(r, cols, 1.5), dt), stored(randVals(r, cols, 0.5), dt)
-		view := func(vals []float64) gpu.Buffer { // vals at element off of a larger buffer
-			return upload(t, d, s, append(make([]float64, off), vals...), dt).Slice(off, len(vals))
-		}
+		view := viewAt(t, d, s, off, dt)
 		ga, gb, gg, gbeta := view(av), view(bv), view(g), view(b)
 		gsum, gy := view(make([]float64, n)), view(make([]float64, n))
 		gm, gr := alloc(t, d, rows, gpu.F32), alloc(t, d, rows, gpu.F32)
@@ -164,9 +162,7 @@ func testBiasGelu(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		n := rows * cols
 		name := fmt.Sprintf("%dx%d+%d", rows, cols, off)
 		yv, bv := stored(randVals(r, n, 3), dt), stored(randVals(r, cols, 1), dt)
-		view := func(vals []float64) gpu.Buffer {
-			return upload(t, d, s, append(make([]float64, off), vals...), dt).Slice(off, len(vals))
-		}
+		view := viewAt(t, d, s, off, dt)
 		gy, gb, gact := view(yv), view(bv), view(make([]float64, n))
 		ops.BiasGeluForward(s, gy, gb, gact, rows, cols)
 		wy, wact := view(yv), view(make([]float64, n))
