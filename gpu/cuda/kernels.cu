@@ -155,6 +155,25 @@ __device__ __forceinline__ float stored(int dt, float v) {
     return dt == DT_BF16 ? bf2f(f2bf(v)) : dt == DT_F16 ? h2f(f2h(v)) : v;
 }
 
+// ld8_residual loads the chunk at i (n elements) of a into v; with b (the
+// norms' residual form) it adds b's chunk in fp32, stores the sums once
+// into sum (Add's bits; sum may be a or b) and leaves in v the stored
+// values, which the norm is of.
+__device__ __forceinline__ void ld8_residual(const void* a, int da, const void* b, int db, void* sum, int dsum, i64 i,
+                                             int n, float* v) {
+    ld8(a, da, i, n, v);
+    if (!b) return;
+    float w[VEC];
+    ld8(b, db, i, n, w);
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        if (k < n) v[k] = v[k] + w[k];
+    st8(sum, dsum, i, n, v);
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        if (k < n) v[k] = stored(dsum, v[k]);
+}
+
 // Block reductions over NT threads with a fixed tree.
 __device__ double block_sum_d(double v, double* sh) {
     sh[threadIdx.x] = v;
@@ -538,18 +557,7 @@ extern "C" __global__ void layernorm_fwd(const void* a, int da, const void* b, i
     for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
         int n = chunk_len(c, cols);
         float v[VEC];
-        ld8(a, da, base + c, n, v);
-        if (b) {
-            float w[VEC];
-            ld8(b, db, base + c, n, w);
-#pragma unroll
-            for (int k = 0; k < VEC; k++)
-                if (k < n) v[k] = v[k] + w[k];
-            st8(sum, dsum, base + c, n, v);
-#pragma unroll
-            for (int k = 0; k < VEC; k++)
-                if (k < n) v[k] = stored(dsum, v[k]);
-        }
+        ld8_residual(a, da, b, db, sum, dsum, base + c, n, v);
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             if (k < n) s += (double)v[k];
@@ -648,18 +656,7 @@ extern "C" __global__ void rmsnorm_fwd(const void* a, int da, const void* b, int
     for (i64 c = (i64)threadIdx.x * VEC; c < cols; c += (i64)NT * VEC) {
         int n = chunk_len(c, cols);
         float v[VEC];
-        ld8(a, da, base + c, n, v);
-        if (b) {
-            float w[VEC];
-            ld8(b, db, base + c, n, w);
-#pragma unroll
-            for (int k = 0; k < VEC; k++)
-                if (k < n) v[k] = v[k] + w[k];
-            st8(sum, dsum, base + c, n, v);
-#pragma unroll
-            for (int k = 0; k < VEC; k++)
-                if (k < n) v[k] = stored(dsum, v[k]);
-        }
+        ld8_residual(a, da, b, db, sum, dsum, base + c, n, v);
 #pragma unroll
         for (int k = 0; k < VEC; k++)
             if (k < n) ss += (double)v[k] * (double)v[k];
