@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/timeline"
 )
@@ -309,6 +311,9 @@ type StepResult struct {
 	// measured steps' exposed transfer time (timeline.Overlap).
 	TraceMode string
 	Overlap   []timeline.StepOverlap
+	// Reclaimed says what the run removed of killed bench runs under
+	// --nvme-path (reclaimStepDirs), a line each.
+	Reclaimed []string
 }
 
 // Mode returns the result of mode m, or nil.
@@ -437,6 +442,36 @@ func (o StepOptions) runs() []stepRunKey {
 	return out
 }
 
+// stepDirPrefix names the directory of each nvme run's swap files under
+// --nvme-path; the run removes it at its end.
+const stepDirPrefix = "strata-bench-step-"
+
+// staleDirAge is how old an empty step directory must be before another
+// run removes it: a live run's is empty only between its MkdirTemp and its
+// engine's swap files, a moment.
+const staleDirAge = 10 * time.Minute
+
+// reclaimStepDirs removes what killed bench runs left under parent: in
+// each step directory the swap files no live run holds
+// (nvme.ReclaimStaleSwapFiles: their lock is free), then the directory if
+// that left it empty and it is staleDirAge old. A kill (SIGKILL, OOM, a
+// crash) skips the run's own clean-up; without this, every killed run
+// keeps its state's bytes on the drive.
+func reclaimStepDirs(parent string, now time.Time) []string {
+	dirs, _ := filepath.Glob(filepath.Join(parent, stepDirPrefix+"*"))
+	var notes []string
+	for _, d := range dirs {
+		st, err := os.Stat(d) // before its files go, which touches its time
+		notes = append(notes, nvme.ReclaimStaleSwapFiles([]string{d})...)
+		if err == nil && st.IsDir() && now.Sub(st.ModTime()) >= staleDirAge {
+			if os.Remove(d) == nil { // fails while files remain: a live run's
+				notes = append(notes, fmt.Sprintf("removed the empty directory %s of a killed bench run", d))
+			}
+		}
+	}
+	return notes
+}
+
 // build opens the devices and builds the engine of each run, the last one
 // traced when asked.
 func (r *stepRun) build(res *StepResult) error {
@@ -446,7 +481,10 @@ func (r *stepRun) build(res *StepResult) error {
 	for i, k := range runs {
 		m := k.mode
 		if m == "nvme" {
-			d, err := os.MkdirTemp(o.NVMePath, "strata-bench-step-")
+			if dir == "" {
+				res.Reclaimed = append(res.Reclaimed, reclaimStepDirs(o.NVMePath, time.Now())...)
+			}
+			d, err := os.MkdirTemp(o.NVMePath, stepDirPrefix)
 			if err != nil {
 				return fmt.Errorf("bench: --nvme-path: %w", err)
 			}
@@ -655,6 +693,9 @@ func median(v []float64) float64 {
 func (r StepResult) String() string {
 	var b strings.Builder
 	o := r.Options
+	for _, n := range r.Reclaimed {
+		fmt.Fprintf(&b, "note: %s\n", n)
+	}
 	where := "params on NVMe, optimizer state in host RAM"
 	if o.NVMeOptimizer {
 		where = "params and optimizer state on NVMe"
@@ -780,6 +821,9 @@ func (r StepResult) JSON() map[string]any {
 		"model": r.Shape.Name, "params": r.Params, "devices": r.Options.Devices, "backend": r.Options.Backend, "batch": r.Options.Batch, "seq": r.Options.Seq,
 		"tokens_per_step": r.Tokens, "steps": r.Options.Steps, "warmup": r.Options.Warmup, "block": r.Options.Block, "nvme_optimizer": r.Options.NVMeOptimizer,
 		"nvme_path": r.Options.NVMePath, "seconds": r.Seconds,
+	}
+	if len(r.Reclaimed) > 0 {
+		out["reclaimed"] = r.Reclaimed
 	}
 	if r.RatioNVMeHost > 0 {
 		out["ratio_nvme_host"] = r.RatioNVMeHost
