@@ -156,6 +156,9 @@ func (o NVMeOptions) String() string {
 
 // NVMeResult is one run. MB are 10^6 bytes.
 type NVMeResult struct {
+	// Reclaimed says what the run removed of killed runs' temporary files
+	// (removeDeadBenchFiles), a line a directory.
+	Reclaimed  []string `json:"reclaimed,omitempty"`
 	Engine     string   `json:"engine"`
 	EngineInfo string   `json:"engine_info"`
 	RW         string   `json:"rw"`
@@ -225,7 +228,7 @@ func RunNVMe(ctx context.Context, opts NVMeOptions) (NVMeResult, error) {
 		return NVMeResult{}, fmt.Errorf("bench: %w", err)
 	}
 	defer eng.Close()
-	files, err := openBenchFiles(ctx, eng, opts)
+	files, reclaimed, err := openBenchFiles(ctx, eng, opts)
 	defer closeBenchFiles(files)
 	if err != nil {
 		return NVMeResult{}, err
@@ -249,7 +252,7 @@ func RunNVMe(ctx context.Context, opts NVMeOptions) (NVMeResult, error) {
 	}
 	res := NVMeResult{Engine: eng.Info().Engine, EngineInfo: info, RW: opts.RW, BlockBytes: opts.BlockBytes,
 		QueueDepth: opts.QueueDepth, SizeBytes: opts.SizeBytes, Paths: opts.Paths,
-		Buffers: buf.note, BufferBytes: int64(len(mem)), HugePageBytes: buf.hugeBytes}
+		Buffers: buf.note, BufferBytes: int64(len(mem)), HugePageBytes: buf.hugeBytes, Reclaimed: reclaimed}
 	var tracer *blockTracer
 	if opts.TraceBlock {
 		var note string

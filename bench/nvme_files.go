@@ -93,29 +93,29 @@ func checkExisting(t benchTarget, opts NVMeOptions) error {
 // openBenchFiles opens (or creates) the file of every --path. The files it
 // returns, also with an error, are closed by closeBenchFiles, which removes
 // the ones it created.
-func openBenchFiles(ctx context.Context, eng *nvme.Engine, opts NVMeOptions) ([]benchFile, error) {
+func openBenchFiles(ctx context.Context, eng *nvme.Engine, opts NVMeOptions) (files []benchFile, reclaimed []string, err error) {
 	targets, err := resolveBenchPaths(opts.Paths)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	for _, t := range targets {
 		if err := checkExisting(t, opts); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
-	var files []benchFile
 	for _, t := range targets {
 		dir := filepath.Dir(t.name)
 		if t.created {
 			dir = t.name
+			reclaimed = append(reclaimed, removeDeadBenchFiles(dir)...)
 		}
 		if need := opts.SizeBytes - t.sizeBytes; need > 0 {
 			free, err := nvme.FreeBytes(dir)
 			if err != nil {
-				return files, fmt.Errorf("bench: %w", err)
+				return files, reclaimed, fmt.Errorf("bench: %w", err)
 			}
 			if need > free {
-				return files, fmt.Errorf("bench: nvme: %s needs %s more, only %s free on its filesystem: %w",
+				return files, reclaimed, fmt.Errorf("bench: nvme: %s needs %s more, only %s free on its filesystem: %w",
 					t.path, units.FormatBytes(need), units.FormatBytes(free), nvme.ErrNoSpace)
 			}
 		}
@@ -124,22 +124,48 @@ func openBenchFiles(ctx context.Context, eng *nvme.Engine, opts NVMeOptions) ([]
 			files = append(files, bf)
 		}
 		if err != nil {
-			return files, err
+			return files, reclaimed, err
 		}
 		if t.sizeBytes < opts.SizeBytes {
 			if err := bf.f.Allocate(opts.SizeBytes); err != nil {
-				return files, fmt.Errorf("bench: %w", err)
+				return files, reclaimed, fmt.Errorf("bench: %w", err)
 			}
 			// Preallocated blocks read as zeros without touching the
 			// device; a read workload needs them written once.
 			if opts.RW != "write" && opts.RW != "randwrite" {
 				if err := fillFile(ctx, eng, bf.f, t.sizeBytes, opts.SizeBytes); err != nil {
-					return files, err
+					return files, reclaimed, err
 				}
 			}
 		}
 	}
-	return files, nil
+	return files, reclaimed, nil
+}
+
+// benchFilePrefix starts the names of a run's temporary files, the pid of
+// its process next: strata-bench-nvme-PID-RANDOM.dat.
+const benchFilePrefix = "strata-bench-nvme-"
+
+// removeDeadBenchFiles removes the temporary files in dir that killed
+// runs left (the process of the pid in the name is gone: a kill skips the
+// run's own clean-up) and says what it got back, a line, or nothing.
+func removeDeadBenchFiles(dir string) []string {
+	names, _ := filepath.Glob(filepath.Join(dir, benchFilePrefix+"*.dat"))
+	var n int
+	var b int64
+	for _, name := range names {
+		var pid int
+		if _, err := fmt.Sscanf(filepath.Base(name), benchFilePrefix+"%d-", &pid); err != nil || pid <= 0 || pid == os.Getpid() || !processGone(pid) {
+			continue
+		}
+		if st, err := os.Stat(name); err == nil && os.Remove(name) == nil {
+			n, b = n+1, b+st.Size()
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return []string{fmt.Sprintf("%s: removed %d temporary files of killed bench runs, reclaimed %s", dir, n, units.FormatBytes(b))}
 }
 
 // openBenchFile opens an existing file (read-only unless the run may
@@ -149,7 +175,7 @@ func openBenchFile(t benchTarget, dir string, opts NVMeOptions) (benchFile, erro
 	var bf benchFile
 	if t.created {
 		for try := 0; ; try++ {
-			name := filepath.Join(dir, fmt.Sprintf("strata-bench-nvme-%d-%08x.dat", os.Getpid(), rand.Uint32()))
+			name := filepath.Join(dir, fmt.Sprintf("%s%d-%08x.dat", benchFilePrefix, os.Getpid(), rand.Uint32()))
 			f, err := nvme.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 			if err == nil {
 				bf = benchFile{f: f, path: name, created: true}

@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"errors"
 	"time"
 
 	"golang.org/x/sys/unix"
 )
+
+// processGone reports whether no process has pid (kill(pid, 0) says ESRCH).
+func processGone(pid int) bool { return errors.Is(unix.Kill(pid, 0), unix.ESRCH) }
 
 // cpuTime is user + system CPU time of the process (getrusage RUSAGE_SELF).
 func cpuTime() time.Duration {

@@ -9,6 +9,8 @@ import (
 
 func cpuTime() time.Duration { return 0 }
 
+func processGone(int) bool { return false }
+
 type ioBuffers struct {
 	mem       []byte
 	hugeBytes int64

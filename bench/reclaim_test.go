@@ -65,3 +65,35 @@ func TestReclaimStepDirs(t *testing.T) {
 		t.Errorf("notes:\n%s", all)
 	}
 }
+
+// TestRemoveDeadBenchFiles: a temporary file of a killed bench nvme run
+// (its pid gone) goes, one of a live process (this one) and files of
+// other names stay; the note says how many and how much.
+func TestRemoveDeadBenchFiles(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, make([]byte, 4096), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	dead := write(benchFilePrefix + "999999999-0badf00d.dat") // past pid_max: no such process
+	alive := write(fmt.Sprintf("%s%d-0badf00d.dat", benchFilePrefix, os.Getpid()))
+	other := write("strata-bench-nvme-notes.txt")
+	notes := removeDeadBenchFiles(dir)
+	if _, err := os.Stat(dead); err == nil {
+		t.Error("the killed run's file stayed")
+	}
+	for _, p := range []string{alive, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed", p)
+		}
+	}
+	if len(notes) != 1 || !strings.Contains(notes[0], "removed 1 temporary files of killed bench runs, reclaimed 4.0 KiB") {
+		t.Errorf("notes %q", notes)
+	}
+	if n := removeDeadBenchFiles(dir); n != nil {
+		t.Errorf("a second pass: %q", n)
+	}
+}

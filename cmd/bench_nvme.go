@@ -164,6 +164,9 @@ func latency(us float64) string {
 
 func printNVMe(w io.Writer, o bench.NVMeOptions, r bench.NVMeResult) {
 	fmt.Fprintf(w, "strata bench nvme %s\n", o)
+	for _, n := range r.Reclaimed {
+		fmt.Fprintf(w, "note:       %s\n", n)
+	}
 	fmt.Fprintf(w, "engine:     %s\n", r.EngineInfo)
 	fmt.Fprintf(w, "throughput: %.1f MB/s (1 MB = 10^6 B)", r.MBps)
 	if r.RW == "mixed" {
