@@ -184,7 +184,8 @@ func Fit(in Inputs) ([]Prediction, error) {
 }
 
 // Predict returns every placement's prediction, those that fit fastest
-// first, then those that do not (in Configs' order). The profile must
+// first, then those that do not (in Configs' order); the checkpointed ones
+// only when the profile holds the checkpointed step. The profile must
 // hold the model's compute at these devices, batch and sequence
 // (Profile.Compute), and the NVMe path's rates when one is given.
 func Predict(p *Profile, in Inputs) ([]Prediction, error) {
@@ -205,10 +206,11 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, pr := range out {
-		if pr.Fits && pr.Checkpoint && c.CheckpointFwdBwdSeconds == 0 {
-			return nil, fmt.Errorf("plan: the profile has no checkpointed step of %s on %d device(s) at batch %d × %d tokens: measure it (--probe)", in.Model, in.Devices, in.Batch, in.Seq)
-		}
+	if c.CheckpointFwdBwdSeconds == 0 {
+		// A profile from before checkpointing was listed (strata plan
+		// measures it on first use): the checkpointed placements are left
+		// out, the others predicted as before.
+		out = slices.DeleteFunc(out, func(pr Prediction) bool { return pr.Checkpoint })
 	}
 	psi := float64(in.Shape.ParamCount())
 	for i := range out {
