@@ -1123,7 +1123,9 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
 static_assert(TC_NT == 128 && TC_BQ == 16 * (TC_NT / 32) && TC_BK % 16 == 0 && ATT_D % 16 == 0, "tensor-core tiles");
 
 // ld_pair loads two neighbouring 16-bit values (p 4-byte aligned) as one
-// register, the first in the low half, as the fragments hold them.
+// register, the first in the low half, as the fragments hold them. The
+// tiles are __align__(16) (a u16 array alone is only 2-byte aligned) with
+// even strides, and every pair starts at an even column.
 #ifndef STRATA_EMU
 __device__ __forceinline__ unsigned ld_pair(const u16* p) { return *(const unsigned*)p; }
 
@@ -1252,9 +1254,9 @@ __device__ __forceinline__ float row_sum4(float v) {
 extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv, int dq, void* out, int dout, float* lse,
                                                                 const int* pos, int T, int H, int KV, int D, int nqt,
                                                                 float scale, const int* bad) {
-    __shared__ u16 Qs[TC_BQ * TC_DP];
-    __shared__ u16 Ks[TC_BK * TC_DP];
-    __shared__ u16 Vt[ATT_D * TC_TP];
+    __shared__ __align__(16) u16 Qs[TC_BQ * TC_DP];
+    __shared__ __align__(16) u16 Ks[TC_BK * TC_DP];
+    __shared__ __align__(16) u16 Vt[ATT_D * TC_TP];
     __shared__ int los[TC_BQ];
     if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
@@ -1349,10 +1351,10 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
                                                                    const float* lse, const float* drow, const int* pos,
                                                                    void* dqkv, int ddq, int T, int H, int KV, int D,
                                                                    int nqt, float scale, const int* bad) {
-    __shared__ u16 Xs[TC_BQ * TC_DP]; // Q, then dO, on their way into fragments
-    __shared__ u16 Ks[TC_BK * TC_DP];
-    __shared__ u16 Vs[TC_BK * TC_DP];
-    __shared__ u16 Kt[ATT_D * TC_TP];
+    __shared__ __align__(16) u16 Xs[TC_BQ * TC_DP]; // Q, then dO, on their way into fragments
+    __shared__ __align__(16) u16 Ks[TC_BK * TC_DP];
+    __shared__ __align__(16) u16 Vs[TC_BK * TC_DP];
+    __shared__ __align__(16) u16 Kt[ATT_D * TC_TP];
     __shared__ int los[TC_BQ];
     if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
@@ -1437,9 +1439,9 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
                                                                     const float* lse, const float* drow, const int* pos,
                                                                     void* dqkv, int ddq, int T, int H, int KV, int D,
                                                                     int nkt, float scale, const int* bad) {
-    __shared__ u16 Xs[TC_BQ * TC_DP]; // K, then V, into fragments; then a query tile's Q (first half) and dO
-    __shared__ u16 Qt[ATT_D * TC_TP];
-    __shared__ u16 Ot[ATT_D * TC_TP];
+    __shared__ __align__(16) u16 Xs[TC_BQ * TC_DP]; // K, then V, into fragments; then a query tile's Q (first half) and dO
+    __shared__ __align__(16) u16 Qt[ATT_D * TC_TP];
+    __shared__ __align__(16) u16 Ot[ATT_D * TC_TP];
     __shared__ float lses[TC_BK], drs[TC_BK];
     __shared__ int los[TC_BK];
     static_assert(2 * TC_BK <= TC_BQ, "a query tile's Q and dO fit where K was");

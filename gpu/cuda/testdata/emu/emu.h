@@ -101,6 +101,7 @@ inline float __shfl_xor_sync(unsigned mask, float v, int laneMask) {
 #define __device__
 #define __forceinline__ inline
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
 #define __constant__
 #define __launch_bounds__(n)
 
