@@ -763,6 +763,22 @@ static_assert(AF_NT <= NT && AB_NT <= NT, "attention blocks are at most NT threa
 // [0, i] (check_pos refused any other pos).
 __device__ __forceinline__ int attn_lo(const int* pos, i64 bT, int i) { return pos ? i - pos[bT + i] : 0; }
 
+// attn_los fills los[0..n) with the first key each of the n queries from
+// q0 sees (T for a row past the sequence: it sees none); threads < n.
+__device__ __forceinline__ void attn_los(int* los, const int* pos, i64 bT, int q0, int n, int T) {
+    if ((int)threadIdx.x < n) {
+        int t = q0 + (int)threadIdx.x;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+    }
+}
+
+// attn_jmin is the first key any of los[0..n) sees (after a barrier).
+__device__ __forceinline__ int attn_jmin(const int* los, int n, int T) {
+    int j = T;
+    for (int rr = 0; rr < n; rr++) j = min(j, los[rr]);
+    return j;
+}
+
 // attn_tile loads rows [r0, r0+n) of one head of qkv (column offset col =
 // head·D within a row) into tile (n rows of ATT_DP floats); rows past T
 // read as zeros. nt threads share the work.
@@ -802,14 +818,10 @@ extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, in
     const bool rowOK = i < T;
     const i64 bT = (i64)b * T;
     attn_tile(Qs, qkv, dq, bT, q0, AF_BQ, T, W, (i64)h * D, D, AF_NT);
-    if (threadIdx.x < AF_BQ) {
-        int t = q0 + (int)threadIdx.x;
-        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
-    }
+    attn_los(los, pos, bT, q0, AF_BQ, T);
     __syncthreads();
     const int lo = los[r];
-    int jmin = T;
-    for (int rr = 0; rr < AF_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmin = attn_jmin(los, AF_BQ, T);
     const int jmax = min(q0 + AF_BQ, T) - 1;
     float m = NEG_INF, l = 0;
     float o[AF_DPT];
@@ -1035,15 +1047,11 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
         int rr = e / D, d = e % D, t = q0 + rr;
         Os[rr * ATT_DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
     }
-    if (threadIdx.x < AB_BQ) {
-        int t = q0 + (int)threadIdx.x;
-        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
-    }
+    attn_los(los, pos, bT, q0, AB_BQ, T);
     const float lsev = rowOK ? lse[lrow + i] : 0.0f, drv = rowOK ? drow[lrow + i] : 0.0f;
     __syncthreads();
     const int lo = los[r];
-    int jmin = T;
-    for (int rr = 0; rr < AB_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmin = attn_jmin(los, AB_BQ, T);
     const int jmax = min(q0 + AB_BQ, T) - 1;
     float acc[AB_DPT];
 #pragma unroll
@@ -1180,6 +1188,22 @@ __device__ __forceinline__ void frag_p(int dt, unsigned* a, const float* c0, con
     a[3] = pack2(dt, c1[2], c1[3]);
 }
 
+// tc_query_block is the block of attn_fwd_tc and attn_bwd_dq_tc: one per
+// (batch row b, head h, tile of TC_BQ queries from q0), the longest tiles
+// (the last) first; g is h's key/value head.
+struct tc_query_block {
+    int b, h, g, q0;
+};
+__device__ __forceinline__ tc_query_block tc_query_block_of(int nqt, int H, int KV) {
+    const i64 blk = blockIdx.x;
+    tc_query_block q;
+    q.q0 = (nqt - 1 - (int)(blk % nqt)) * TC_BQ;
+    q.h = (int)((blk / nqt) % H);
+    q.b = (int)(blk / nqt / H);
+    q.g = q.h / (H / KV);
+    return q;
+}
+
 // tc_scores: c = A·Xᵀ for the warp's 16 rows (A as fragments a, nk
 // k-steps of the head) against the TC_BK token rows of tile t (row-major,
 // stride TC_DP): c[nt] is the 16×8 C fragment of tokens 8nt … 8nt+7.
@@ -1260,22 +1284,14 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv,
     __shared__ int los[TC_BQ];
     if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
-    const i64 blk = blockIdx.x;
-    const int qt = nqt - 1 - (int)(blk % nqt);
-    const int h = (int)((blk / nqt) % H);
-    const int b = (int)(blk / nqt / H);
-    const int g = h / (H / KV);
-    const int q0 = qt * TC_BQ;
+    const tc_query_block qb = tc_query_block_of(nqt, H, KV);
+    const int h = qb.h, b = qb.b, g = qb.g, q0 = qb.q0;
     const int w0 = (threadIdx.x / 32) * 16, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
     const i64 bT = (i64)b * T;
     tc_tile(Qs, qkv, bT, q0, TC_BQ, T, W, (i64)h * D, D);
-    if (threadIdx.x < TC_BQ) {
-        int t = q0 + (int)threadIdx.x;
-        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
-    }
+    attn_los(los, pos, bT, q0, TC_BQ, T);
     __syncthreads();
-    int jmin = T;
-    for (int rr = 0; rr < TC_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmin = attn_jmin(los, TC_BQ, T);
     const int jmax = min(q0 + TC_BQ, T) - 1, nk = D / 16;
     const int row[2] = {q0 + w0 + gid, q0 + w0 + gid + 8}, lo[2] = {los[w0 + gid], los[w0 + gid + 8]};
     unsigned qa[ATT_D / 16][4];
@@ -1358,20 +1374,13 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
     __shared__ int los[TC_BQ];
     if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
-    const i64 blk = blockIdx.x;
-    const int qt = nqt - 1 - (int)(blk % nqt);
-    const int h = (int)((blk / nqt) % H);
-    const int b = (int)(blk / nqt / H);
-    const int g = h / (H / KV);
-    const int q0 = qt * TC_BQ;
+    const tc_query_block qb = tc_query_block_of(nqt, H, KV);
+    const int h = qb.h, b = qb.b, g = qb.g, q0 = qb.q0;
     const int w0 = (threadIdx.x / 32) * 16, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
     const i64 bT = (i64)b * T, lrow = ((i64)b * H + h) * T;
     const int nk = D / 16;
     tc_tile(Xs, qkv, bT, q0, TC_BQ, T, W, (i64)h * D, D);
-    if (threadIdx.x < TC_BQ) {
-        int t = q0 + (int)threadIdx.x;
-        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
-    }
+    attn_los(los, pos, bT, q0, TC_BQ, T);
     __syncthreads();
     unsigned qa[ATT_D / 16][4], oa[ATT_D / 16][4];
 #pragma unroll
@@ -1383,8 +1392,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
 #pragma unroll
     for (int ks = 0; ks < ATT_D / 16; ks++)
         if (ks < nk) frag_a(oa[ks], Xs, TC_DP, w0, ks * 16);
-    int jmin = T;
-    for (int rr = 0; rr < TC_BQ; rr++) jmin = min(jmin, los[rr]);
+    const int jmin = attn_jmin(los, TC_BQ, T);
     const int jmax = min(q0 + TC_BQ, T) - 1;
     const int row[2] = {q0 + w0 + gid, q0 + w0 + gid + 8}, lo[2] = {los[w0 + gid], los[w0 + gid + 8]};
     const float lsev[2] = {row[0] < T ? lse[lrow + row[0]] : 0.0f, row[1] < T ? lse[lrow + row[1]] : 0.0f};
