@@ -37,6 +37,16 @@
 #define kVSubS   (const_kVSubS*32)
 #define kVMax    (const_kVMax*32)
 #define kOne     (const_kOne*32)
+#define kExp     (const_kExp*32)
+#define kMFmin   (const_kMFmin*32)
+#define kVFmin   (const_kVFmin*32)
+#define kK257    (const_kK257*32)
+#define kMBase   (const_kMBase*32)
+#define kVBase   (const_kVBase*32)
+#define kI80W    (const_kI80W*32)
+#define kPerm    (const_kPerm*32)
+#define kMSubTab (const_kMSubTab*32)
+#define kVSubTab (const_kVSubTab*32)
 
 // flags (kernels_amd64.go)
 #define fGradBF16 const_fGradBF16

@@ -67,6 +67,38 @@
 	VCVTPS2DQ Y3, Y3;               \
 	VBLENDVPS Y4, Y2, Y3, Y1
 
+// ENCE_Y is the AVX2 encoding: code = the code of r's magnitude in a map
+// (fmin: its smallest normal's bits, an exponent field e0<<23; base:
+// -(e0<<3); maxc: its largest code), without m's sign; t is scratch, Y10
+// holds kK257. With E the exponent field of r and E' = max(E, e0), r ×
+// 2^(3-(E'-127)) is exact (a power of two) and lies in [8, 16] when r is a
+// normal code's (E >= e0), in [0, 8] when it is a subnormal one's;
+// VCVTPS2DQ rounds it to nearest even (the default MXCSR) into k, the
+// rounded 1.fff (8 + the fraction, 16 when it rounds up into the next
+// binade) or the subnormal code, so the code is (E'-e0)·8 + k: the
+// nearest, ties to even, of both branches of encodeMag at once. k may be
+// negative (m) and is 0x80000000 for a NaN r, whose code then exceeds
+// maxc before the unsigned min.
+// ENCE_Y runs ENCE_K and ENCE_C; m's encoding takes |k| between them.
+#define ENCE_Y(r, code, t, fmin, base, maxc) \
+	ENCE_K(r, code, t, fmin); \
+	ENCE_C(code, t, base, maxc)
+
+// ENCE_K: code = k, t = E'<<23.
+#define ENCE_K(r, code, t, fmin) \
+	VPAND     kExp(AX), r, t;      \
+	VPMAXUD   fmin(AX), t, t;      \
+	VPSUBD    t, Y10, code;        \
+	VMULPS    code, r, code;       \
+	VCVTPS2DQ code, code
+
+// ENCE_C: code = (E'-e0)·8 + k, at most maxc.
+#define ENCE_C(code, t, base, maxc) \
+	VPSRLD    $20, t, t;           \
+	VPADDD    t, code, code;       \
+	VPADDD    base(AX), code, code; \
+	VPMINUD   maxc(AX), code, code
+
 // STORE8_Y stores the 8 lanes of y (each at most 0xff; x its low half, tx
 // scratch) as 8 bytes at mem.
 #define STORE8_Y(y, x, tx, mem) \
@@ -398,23 +430,40 @@ q2next:
 	CMOVLEQ      kOne(AX), R11
 	MOVD         R11, X13
 	VPBROADCASTD X13, Y13
+	VMOVDQU      kK257(AX), Y10
+	VMOVDQU      kPerm(AX), Y11
 	XORQ         R13, R13
 
 q2enc:
-	VMOVUPS (R14)(R13*4), Y0
-	VDIVPS  Y12, Y0, Y0 // r = m/dm
-	ENC8_Y(kMSubTop, kMRnd, kMSubS, kI7F)
-	VPSRLD  $24, Y0, Y3
-	VPAND   kI80(AX), Y3, Y3
-	VPOR    Y3, Y1, Y1 // m's sign
-	STORE8_Y(Y1, X1, X2, (R8)(R13*1))
-	VMOVUPS (const_QuantBlock*4)(R14)(R13*4), Y0
-	VDIVPS  Y13, Y0, Y0 // r = v/dv
-	ENC8_Y(kVSubTop, kVRnd, kVSubS, kVMax)
-	STORE8_Y(Y1, X1, X2, (R9)(R13*1))
-	ADDQ    $8, R13
-	CMPQ    R13, $const_QuantBlock
-	JB      q2enc
+	VMOVUPS   (R14)(R13*4), Y0
+	VDIVPS    Y12, Y0, Y0 // r = m/dm, elements 0..7
+	ENCE_K(Y0, Y1, Y2, kMFmin)
+	VPABSD    Y1, Y1
+	ENCE_C(Y1, Y2, kMBase, kI7F)
+	VMOVUPS   32(R14)(R13*4), Y3
+	VDIVPS    Y12, Y3, Y3 // 8..15
+	ENCE_K(Y3, Y4, Y2, kMFmin)
+	VPABSD    Y4, Y4
+	ENCE_C(Y4, Y2, kMBase, kI7F)
+	VPACKUSDW Y4, Y1, Y1 // the 16 m codes as words (lanes interleaved)
+	VPACKSSDW Y3, Y0, Y0 // their r, saturated: a negative r's word has bit 15
+	VPSRLW    $8, Y0, Y0
+	VPAND     kI80W(AX), Y0, Y0
+	VPOR      Y0, Y1, Y1 // m's sign
+	VMOVUPS   (const_QuantBlock*4)(R14)(R13*4), Y0
+	VDIVPS    Y13, Y0, Y0 // r = v/dv
+	ENCE_Y(Y0, Y5, Y2, kVFmin, kVBase, kVMax)
+	VMOVUPS   (const_QuantBlock*4+32)(R14)(R13*4), Y3
+	VDIVPS    Y13, Y3, Y3
+	ENCE_Y(Y3, Y4, Y2, kVFmin, kVBase, kVMax)
+	VPACKUSDW Y4, Y5, Y5
+	VPACKUSWB Y5, Y1, Y1 // 4-byte groups: m 0-3, 8-11, v 0-3, 8-11 | m 4-7, 12-15, v 4-7, 12-15
+	VPERMD    Y1, Y11, Y1 // m 0-15 | v 0-15
+	VMOVDQU   X1, (R8)(R13*1)
+	VEXTRACTI128 $1, Y1, (R9)(R13*1)
+	ADDQ      $16, R13
+	CMPQ      R13, $const_QuantBlock
+	JB        q2enc
 
 	ADDQ $const_QuantBlock, R8
 	ADDQ $const_QuantBlock, R9

@@ -49,6 +49,18 @@ const (
 	kVSubS
 	kVMax // 0xff: v's largest code
 	kOne  // float 1: the divisor of a zero block
+
+	// The AVX2 int8 kernel's encoding by exponent (moments_amd64.s).
+	kExp     // 0x7f800000: fp32's exponent field
+	kMFmin   // mMinNormalBits: the exponent field of m's smallest normal, <<23
+	kVFmin   // vMinNormalBits
+	kK257    // (127+3+127)<<23: minus an exponent field e<<23, the bits of 2^(3-(e-127))
+	kMBase   // -(mMinNormalBits>>20) (mod 2^32): a field<<20 plus this is its code's 8s
+	kVBase   // -(vMinNormalBits>>20)
+	kI80W    // 0x00800080: m's sign bit in two 16-bit lanes
+	kPerm    // lanes 0, 4, 1, 5, 2, 6, 3, 7: VPERMD's order for two blocks of packed codes
+	kMSubTab // float lanes i·2^-17: m's subnormal values by fraction i
+	kVSubTab // float lanes i·2^-33
 	kRows
 )
 
@@ -89,8 +101,16 @@ func makeConsts(p Params) kconsts {
 		{kVDec, vDecodeBias}, {kVSubQ, math.Float32bits(vSubQuantum / (1 << fracShift))}, {kVSubTop, vMinNormalBits - 1},
 		{kVRnd, (fracRoundBias - vBiasCode<<fracShift) & 0xffffffff}, {kVSubS, math.Float32bits(vSubScale)},
 		{kVMax, vMaxCode}, {kOne, math.Float32bits(1)},
+		{kExp, 0x7f800000}, {kMFmin, mMinNormalBits}, {kVFmin, vMinNormalBits}, {kK257, (127 + 3 + 127) << 23},
+		{kMBase, -(mMinNormalBits >> fracShift) & 0xffffffff}, {kVBase, -(vMinNormalBits >> fracShift) & 0xffffffff},
+		{kI80W, 0x00800080},
 	} {
 		k.set(c.row, math.Float32frombits(c.bits))
+	}
+	for i := range 8 {
+		k.row[kPerm][i] = math.Float32frombits(uint32(i/2 + i%2*4))
+		k.row[kMSubTab][i] = float32(i) * mSubQuantum
+		k.row[kVSubTab][i] = float32(i) * vSubQuantum
 	}
 	return k
 }
