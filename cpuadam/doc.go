@@ -138,10 +138,15 @@
 // too: refNarrow in moments.go is their oracle. Per block, the vector
 // kernels update and keep the new moments in a scratch buffer while the
 // block's largest magnitudes are reduced, then divide (VDIVPS, correctly
-// rounded like Go's float32 division) and encode; subnormal codes are
-// rounded by VCVTPS2DQ, which rounds to nearest even like
-// math.RoundToEven. AVX2 runs whole blocks and leaves a last, shorter
-// block to the Go loop.
+// rounded like Go's float32 division) and encode both branches at once, by
+// exponent: with E' the larger of r's exponent and the smallest normal's,
+// r·2^(3-E') is exact and lies in [8, 16] for a normal code (1.fff, or the
+// next binade's 1.000 when it rounds up) and in [0, 8] for a subnormal
+// one, so VCVTPS2DQ, which rounds to nearest even like math.RoundToEven,
+// rounds it, and the code is 8·(E' - the smallest normal's exponent) plus
+// that integer. Decoding looks a subnormal code's value up by its fraction
+// (VPERMPS). AVX2 runs whole blocks and leaves a last, shorter block to the
+// Go loop.
 //
 // # The master as a remainder
 //

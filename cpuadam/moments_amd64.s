@@ -7,67 +7,33 @@
 //
 // Decode (decodeM, decodeV): from t, the code's magnitude (m: without its
 // sign bit 7) shifted left by 20, a normal code's value has the bits t +
-// decodeBias; a subnormal one (magnitude under 8) is float32(t) × 2^-20 ×
-// the quantum, exactly (no float32 subnormal is formed: they are slow
-// operands on some CPUs). m's sign is then copied from bit 7.
+// decodeBias; a subnormal one (magnitude under 8) is its fraction (the
+// code's low 3 bits) times the quantum, looked up in an 8-entry table
+// (VPERMPS), so no float32 subnormal is formed (they are slow operands on
+// some CPUs). m's sign is then copied from bit 7, and the value multiplied
+// by the block's scale.
 //
-// Encode (encodeMag): from a = |r| bits, the normal code is
-// (a + fracRoundBias + (a>>20)&1)>>20 - biasCode; as a >= minNormal =
-// (biasCode+8)<<20 in that branch, the subtraction can come before the
-// shift without a borrow: (a + kRnd + (a>>20)&1)>>20 with kRnd =
-// fracRoundBias - biasCode<<20 (mod 2^32), then the unsigned min with the
-// largest code (NaN). The subnormal code is |r| × subScale (exact)
-// converted with VCVTPS2DQ, which rounds to nearest even like
-// math.RoundToEven. a > minNormal-1 picks the normal one.
+// Encode (encodeMag) by exponent, both branches at once: see ENCE_Y.
 
-// DEC8_Z: Z12 = value of the magnitudes t in Z10 (dec, subq: the map's
-// rows); Z11 and K2 are scratch.
-#define DEC8_Z(dec, subq) \
-	VPADDD.BCST   dec(AX), Z10, Z11;     \
-	VCVTDQ2PS     Z10, Z12;              \
-	VMULPS.BCST   subq(AX), Z12, Z12;    \
-	VPCMPGTD.BCST kSubCode(AX), Z10, K2; \
-	VMOVDQA32     Z11, K2, Z12
-
-// DEC8_Y is DEC8_Z on 8 lanes: Y12 = value of the t in Y10; Y11, Y13
-// scratch.
-#define DEC8_Y(dec, subq) \
+// DECT_Y: Y12 = value of the magnitudes t in Y10 (dec: the map's
+// decodeBias row), the subnormal ones from the table tab indexed by the
+// low 3 bits (the fraction) of idx's lanes; Y11, Y13 scratch.
+#define DECT_Y(dec, tab, idx) \
 	VPADDD    dec(AX), Y10, Y11;      \
-	VCVTDQ2PS Y10, Y12;               \
-	VMULPS    subq(AX), Y12, Y12;     \
+	VPERMPS   tab(AX), idx, Y12;      \
 	VPCMPGTD  kSubCode(AX), Y10, Y13; \
 	VBLENDVPS Y13, Y11, Y12, Y12
 
-// ENC8_Z: Z1 = code of |Z0| in a map (subTop, rnd, subS, maxc: its rows),
-// without a sign; Z2, Z3 and K2 are scratch.
-#define ENC8_Z(subTop, rnd, subS, maxc) \
-	VPANDD.BCST    kAbs(AX), Z0, Z1;     \
-	VPCMPGTD.BCST  subTop(AX), Z1, K2;   \
-	VPSRLD         $20, Z1, Z2;          \
-	VPANDD         Z27, Z2, Z2;          \
-	VPADDD         Z1, Z2, Z2;           \
-	VPADDD.BCST    rnd(AX), Z2, Z2;      \
-	VPSRLD         $20, Z2, Z2;          \
-	VPMINUD.BCST   maxc(AX), Z2, Z2;     \
-	VMULPS.BCST    subS(AX), Z1, Z1;     \
-	VCVTPS2DQ.RN_SAE Z1, Z1;             \
-	VMOVDQA32      Z2, K2, Z1
+// DECT_Z is DECT_Y on 16 lanes (VPERMPS indexes 16 lanes by the low 4
+// bits: a subnormal code's bit 3 is 0, so the table's first 8 lanes, and
+// the next row fills the other 8); K2 is scratch.
+#define DECT_Z(dec, tab, idx) \
+	VPADDD.BCST   dec(AX), Z10, Z11;     \
+	VPERMPS       tab(AX), idx, Z12;     \
+	VPCMPGTD.BCST kSubCode(AX), Z10, K2; \
+	VMOVDQA32     Z11, K2, Z12
 
-// ENC8_Y is ENC8_Z on 8 lanes: Y1 = code of |Y0|; Y2, Y3, Y4 scratch.
-#define ENC8_Y(subTop, rnd, subS, maxc) \
-	VPAND     kAbs(AX), Y0, Y1;     \
-	VPCMPGTD  subTop(AX), Y1, Y4;   \
-	VPSRLD    $20, Y1, Y2;          \
-	VPAND     kI1(AX), Y2, Y2;      \
-	VPADDD    Y1, Y2, Y2;           \
-	VPADDD    rnd(AX), Y2, Y2;      \
-	VPSRLD    $20, Y2, Y2;          \
-	VPMINUD   maxc(AX), Y2, Y2;     \
-	VMULPS    subS(AX), Y1, Y3;     \
-	VCVTPS2DQ Y3, Y3;               \
-	VBLENDVPS Y4, Y2, Y3, Y1
-
-// ENCE_Y is the AVX2 encoding: code = the code of r's magnitude in a map
+// ENCE_Y: code = the code of r's magnitude in a map
 // (fmin: its smallest normal's bits, an exponent field e0<<23; base:
 // -(e0<<3); maxc: its largest code), without m's sign; t is scratch, Y10
 // holds kK257. With E the exponent field of r and E' = max(E, e0), r ×
@@ -78,8 +44,8 @@
 // binade) or the subnormal code, so the code is (E'-e0)·8 + k: the
 // nearest, ties to even, of both branches of encodeMag at once. k may be
 // negative (m) and is 0x80000000 for a NaN r, whose code then exceeds
-// maxc before the unsigned min.
-// ENCE_Y runs ENCE_K and ENCE_C; m's encoding takes |k| between them.
+// maxc before the unsigned min. It runs ENCE_K and ENCE_C; m's encoding
+// takes |k| between them.
 #define ENCE_Y(r, code, t, fmin, base, maxc) \
 	ENCE_K(r, code, t, fmin); \
 	ENCE_C(code, t, base, maxc)
@@ -99,13 +65,19 @@
 	VPADDD    base(AX), code, code; \
 	VPMINUD   maxc(AX), code, code
 
-// STORE8_Y stores the 8 lanes of y (each at most 0xff; x its low half, tx
-// scratch) as 8 bytes at mem.
-#define STORE8_Y(y, x, tx, mem) \
-	VEXTRACTI128 $1, y, tx; \
-	VPACKUSDW    tx, x, x;  \
-	VPACKUSWB    x, x, x;   \
-	VMOVQ        x, mem
+// ENCE_KZ and ENCE_CZ are ENCE_K and ENCE_C on 16 lanes, kK257 in Z31.
+#define ENCE_KZ(r, code, t, fmin) \
+	VPANDD.BCST   kExp(AX), r, t; \
+	VPMAXUD.BCST  fmin(AX), t, t; \
+	VPSUBD        t, Z31, code;   \
+	VMULPS        code, r, code;  \
+	VCVTPS2DQ     code, code
+
+#define ENCE_CZ(code, t, base, maxc) \
+	VPSRLD        $20, t, t;            \
+	VPADDD        t, code, code;        \
+	VPADDD.BCST   base(AX), code, code; \
+	VPMINUD.BCST  maxc(AX), code, code
 
 // func adamQ8AVX512(k *kconsts, param *float32, grad unsafe.Pointer, mc, vc *uint8, ms, vs *float32, out *uint16, n int, flags uintptr, scratch *q8Scratch)
 //
@@ -136,7 +108,8 @@
 //	}
 //
 // Registers: Z29, Z30 the block's m and v scales, then divisors; Z31, Z14
-// the running largest |m|, |v| bits; R13 the index in the block, R12 the
+// the running largest |m|, |v| bits (then Z31 holds kK257 for the
+// encoding); R13 the index in the block, R12 the
 // elements left in it, R15 its length; ms and vs advance in their
 // argument slots.
 TEXT ·adamQ8AVX512(SB), NOSPLIT, $0-88
@@ -214,13 +187,13 @@ q5gok:
 	VPMOVZXBD.Z     (R8)(R13*1), K1, Z13 // m codes
 	VPSLLD          $20, Z13, Z10
 	VPANDD.BCST     kMMag(AX), Z10, Z10
-	DEC8_Z(kMDec, kMSubQ)
+	DECT_Z(kMDec, kMSubTab, Z13)
 	VPSLLD          $24, Z13, Z13
 	VPTERNLOGD.BCST $0xf8, kSign(AX), Z13, Z12 // Z12 |= Z13 & sign
 	VMULPS          Z29, Z12, Z2               // m
-	VPMOVZXBD.Z     (R9)(R13*1), K1, Z10       // v codes
-	VPSLLD          $20, Z10, Z10
-	DEC8_Z(kVDec, kVSubQ)
+	VPMOVZXBD.Z     (R9)(R13*1), K1, Z13       // v codes
+	VPSLLD          $20, Z13, Z10
+	DECT_Z(kVDec, kVSubTab, Z13)
 	VMULPS          Z30, Z12, Z3 // v
 	VMULPS      Z16, Z1, Z1         // g = g*gs
 	TESTQ       $fL2, BX
@@ -275,6 +248,7 @@ q5next:
 	TESTL        R11, R11
 	CMOVLEQ      kOne(AX), R11
 	VPBROADCASTD R11, Z30
+	VPBROADCASTD kK257(AX), Z31
 	XORQ         R13, R13
 	MOVQ         R15, R12
 
@@ -287,14 +261,16 @@ q5enc:
 q5encgo:
 	VMOVUPS     (R14)(R13*4), Z0
 	VDIVPS      Z29, Z0, Z0 // r = m/dm
-	ENC8_Z(kMSubTop, kMRnd, kMSubS, kI7F)
-	VPSRLD      $24, Z0, Z3
-	VPANDD.BCST kI80(AX), Z3, Z3
-	VPORD       Z3, Z1, Z1 // m's sign
+	ENCE_KZ(Z0, Z1, Z2, kMFmin)
+	VPABSD      Z1, Z1
+	ENCE_CZ(Z1, Z2, kMBase, kI7F)
+	VPSRLD          $24, Z0, Z3
+	VPTERNLOGD.BCST $0xf8, kI80(AX), Z3, Z1 // Z1 |= Z3 & 0x80: m's sign
 	VPMOVDB     Z1, K1, (R8)(R13*1)
 	VMOVUPS     (const_QuantBlock*4)(R14)(R13*4), Z0
 	VDIVPS      Z30, Z0, Z0 // r = v/dv
-	ENC8_Z(kVSubTop, kVRnd, kVSubS, kVMax)
+	ENCE_KZ(Z0, Z1, Z2, kVFmin)
+	ENCE_CZ(Z1, Z2, kVBase, kVMax)
 	VPMOVDB     Z1, K1, (R9)(R13*1)
 	ADDQ        $16, R13
 	SUBQ        $16, R12
@@ -316,11 +292,14 @@ q5ret:
 
 // func adamQ8AVX2(k *kconsts, param *float32, grad unsafe.Pointer, mc, vc *uint8, ms, vs *float32, out *uint16, n int, flags uintptr, scratch *q8Scratch)
 //
-// The loop of adamQ8AVX512, 8 lanes at a time; n must be a multiple of
-// QuantBlock (the Go caller runs a last, shorter block through refNarrow,
-// which gives the same bits). The block's m and v scales wait broadcast in
-// scratch after the moments (Y12 and Y13 then hold the divisors); Y14, Y15:
-// the running largest |m|, |v| bits; R13: the index in the block.
+// The loop of adamQ8AVX512, 8 lanes at a time (the encoding 16: two
+// vectors of m and two of v, their codes packed to bytes together and
+// stored as 16 of each); n must be a multiple of QuantBlock (the Go caller
+// runs a last, shorter block through refNarrow, which gives the same
+// bits). The block's m and v scales wait broadcast in scratch after the
+// moments (Y12 and Y13 then hold the divisors, Y10 kK257 and Y11 kPerm);
+// Y14, Y15: the running largest |m|, |v| bits; R13: the index in the
+// block.
 TEXT ·adamQ8AVX2(SB), NOSPLIT, $0-88
 	MOVQ k+0(FP), AX
 	MOVQ param+8(FP), SI
@@ -374,17 +353,16 @@ q2gbf16:
 	VPSLLD    $16, Y1, Y1
 
 q2gok:
-	VPMOVZXBD (R8)(R13*1), Y8 // m codes
-	VPSLLD    $20, Y8, Y10
-	VPAND     kMMag(AX), Y10, Y10
-	DEC8_Y(kMDec, kMSubQ)
-	VPSLLD    $24, Y8, Y8
-	VPAND     kSign(AX), Y8, Y8
-	VPOR      Y8, Y12, Y2
+	VPMOVSXBD (R8)(R13*1), Y8 // m codes, sign-extended
+	VPSLLD    $20, Y8, Y9     // bit 31: m's sign; bits 26..20: the magnitude
+	VPAND     kMMag(AX), Y9, Y10
+	DECT_Y(kMDec, kMSubTab, Y8)
+	VPAND     kSign(AX), Y9, Y9
+	VPOR      Y9, Y12, Y2
 	VMULPS    (const_QuantBlock*8)(R14), Y2, Y2 // m
-	VPMOVZXBD (R9)(R13*1), Y10 // v codes
-	VPSLLD    $20, Y10, Y10
-	DEC8_Y(kVDec, kVSubQ)
+	VPMOVZXBD (R9)(R13*1), Y8 // v codes
+	VPSLLD    $20, Y8, Y10
+	DECT_Y(kVDec, kVSubTab, Y8)
 	VMULPS    (const_QuantBlock*8+32)(R14), Y12, Y3 // v
 	VMULPS    kGS(AX), Y1, Y1
 	TESTQ     $fL2, BX

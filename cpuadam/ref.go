@@ -38,19 +38,11 @@ const (
 	kMMag    // 0x07f00000: m's magnitude bits of code<<20
 	kSubCode // 7<<20: a magnitude<<20 above it is a normal code
 	kMDec    // mDecodeBias: a normal magnitude<<20 + kMDec is its value's bits
-	kMSubQ   // float 2^-37: a subnormal magnitude<<20 × kMSubQ is its value (quantum 2^-17)
-	kMSubTop // mMinNormalBits-1: |r| bits up to this take m's subnormal branch
-	kMRnd    // fracRoundBias - mBiasCode<<20 (mod 2^32): see the encoding in moments_amd64.s
-	kMSubS   // float 2^17: m's subnormal code is |r| × this, rounded
-	kVDec    // the same for v (quantum 2^-33)
-	kVSubQ
-	kVSubTop
-	kVRnd
-	kVSubS
-	kVMax // 0xff: v's largest code
-	kOne  // float 1: the divisor of a zero block
+	kVDec    // the same for v
+	kVMax    // 0xff: v's largest code
+	kOne     // float 1: the divisor of a zero block
 
-	// The AVX2 int8 kernel's encoding by exponent (moments_amd64.s).
+	// The int8 kernels' encoding by exponent and subnormal tables (moments_amd64.s).
 	kExp     // 0x7f800000: fp32's exponent field
 	kMFmin   // mMinNormalBits: the exponent field of m's smallest normal, <<23
 	kVFmin   // vMinNormalBits
@@ -58,9 +50,9 @@ const (
 	kMBase   // -(mMinNormalBits>>20) (mod 2^32): a field<<20 plus this is its code's 8s
 	kVBase   // -(vMinNormalBits>>20)
 	kI80W    // 0x00800080: m's sign bit in two 16-bit lanes
-	kPerm    // lanes 0, 4, 1, 5, 2, 6, 3, 7: VPERMD's order for two blocks of packed codes
 	kMSubTab // float lanes i·2^-17: m's subnormal values by fraction i
 	kVSubTab // float lanes i·2^-33
+	kPerm    // lanes 0, 4, 1, 5, 2, 6, 3, 7: VPERMD's order for two blocks of packed codes
 	kRows
 )
 
@@ -96,10 +88,7 @@ func makeConsts(p Params) kconsts {
 	}{
 		{kAbs, absMask}, {kI7F, mMaxCode}, {kI80, 0x80}, {kSign, 0x80000000},
 		{kMMag, mMaxCode << fracShift}, {kSubCode, 7 << fracShift},
-		{kMDec, mDecodeBias}, {kMSubQ, math.Float32bits(mSubQuantum / (1 << fracShift))}, {kMSubTop, mMinNormalBits - 1},
-		{kMRnd, (fracRoundBias - mBiasCode<<fracShift) & 0xffffffff}, {kMSubS, math.Float32bits(mSubScale)},
-		{kVDec, vDecodeBias}, {kVSubQ, math.Float32bits(vSubQuantum / (1 << fracShift))}, {kVSubTop, vMinNormalBits - 1},
-		{kVRnd, (fracRoundBias - vBiasCode<<fracShift) & 0xffffffff}, {kVSubS, math.Float32bits(vSubScale)},
+		{kMDec, mDecodeBias}, {kVDec, vDecodeBias},
 		{kVMax, vMaxCode}, {kOne, math.Float32bits(1)},
 		{kExp, 0x7f800000}, {kMFmin, mMinNormalBits}, {kVFmin, vMinNormalBits}, {kK257, (127 + 3 + 127) << 23},
 		{kMBase, -(mMinNormalBits >> fracShift) & 0xffffffff}, {kVBase, -(vMinNormalBits >> fracShift) & 0xffffffff},
