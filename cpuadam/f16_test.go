@@ -66,7 +66,12 @@ func TestF16Kernels(t *testing.T) {
 	r := rand.New(rand.NewPCG(16, 17))
 	edges := []float32{65504, 65519.99, 65520, -65520, 1e5, float32(math.Ldexp(1, -24)), float32(math.Ldexp(1, -25)),
 		float32(math.Ldexp(3, -26)), 1 + 1.0/2048, 1 + 3.0/2048, float32(math.NaN()), float32(math.Inf(-1)), 0}
+	lens := make([]int, 0, 270)
 	for n := 0; n <= 260; n++ {
+		lens = append(lens, n)
+	}
+	lens = append(lens, 2*QuantBlock, 3*QuantBlock+1, 4*QuantBlock+45, 5*QuantBlock-1)
+	for _, n := range lens {
 		s := randState(r, n)
 		gh := make([]uint16, n)
 		for i := range n {

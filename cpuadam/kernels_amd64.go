@@ -250,11 +250,16 @@ func adamNarrowAVX2(k *kconsts, mode Mode, s Shard) {
 }
 
 // adamNarrowVec runs the kernels of one ISA over s and returns how many
-// elements (from the start) they did.
+// elements (from the start) they did. With s.F16 (int8 moments only:
+// adamF16Vec runs bf16 moments through adamVec) the gradient in Grad16 and
+// the new params in Out are binary16, converted in the kernel (F16C).
 func adamNarrowVec(avx512 bool, k *kconsts, mode Mode, s Shard) int {
 	n := len(s.Param)
 	grad, flags := f32p(s.Grad), uintptr(0)
-	if s.Grad == nil {
+	switch {
+	case s.Grad == nil && s.F16:
+		grad, flags = u16p(s.Grad16), fGradF16
+	case s.Grad == nil:
 		grad, flags = u16p(s.Grad16), fGradBF16
 	}
 	if s.M.BF16 != nil {
@@ -273,6 +278,9 @@ func adamNarrowVec(avx512 bool, k *kconsts, mode Mode, s Shard) int {
 	var o *uint16
 	if s.Out != nil {
 		o, flags = &s.Out[0], flags|fOut
+		if s.F16 {
+			flags |= fOutF16
+		}
 		if avx512 && n >= outNTMinLen && uintptr(unsafe.Pointer(o))%32 == 0 {
 			flags |= fOutNT // every full vector of out is 32-byte aligned
 		}
@@ -289,14 +297,17 @@ func adamNarrowVec(avx512 bool, k *kconsts, mode Mode, s Shard) int {
 	return n
 }
 
-// adamF16Vec runs the kernels of ISA i on an fp16 shard with fp32 or bf16
-// moments (the grad and the new params converted in the kernel, F16C) and
-// returns how many elements (from the start) they did: all of them on
-// AVX-512, whole vectors of 8 on AVX2, none without F16C or with int8
-// moments (adamF16 widens those in Go).
+// adamF16Vec runs the kernels of ISA i on an fp16 shard (the grad and the
+// new params converted in the kernel, F16C) and returns how many elements
+// (from the start) they did: all of them on AVX-512, whole vectors of 8
+// (int8 moments: whole blocks) on AVX2, none without F16C (adamF16 widens
+// those in Go).
 func (i ISA) adamF16Vec(k *kconsts, mode Mode, s Shard) int {
-	if i != ISAAVX512 && i != ISAAVX2 || !cpu.X86.HasF16C || s.M.Precision() == MomentsInt8 {
+	if i != ISAAVX512 && i != ISAAVX2 || !cpu.X86.HasF16C {
 		return 0
+	}
+	if s.M.Precision() == MomentsInt8 {
+		return adamNarrowVec(i == ISAAVX512, k, mode, s)
 	}
 	grad, flags := f32p(s.Grad), uintptr(fOutF16)
 	if s.Grad == nil {

@@ -406,8 +406,9 @@ const f16Block = 4 * QuantBlock
 
 // adamF16 is the step of an fp16 shard. The AVX-512 and AVX2 kernels
 // (with F16C) take the binary16 gradient and write binary16 params
-// themselves, for fp32 and bf16 moments (adamF16Vec); the rest (the Go
-// ISA, int8 moments, AVX2's last n%8) goes block by block: the binary16
+// themselves, for every moment precision (adamF16Vec); the rest (the Go
+// ISA, AVX2's last n%8, or its last partial block of int8 moments) goes
+// block by block: the binary16
 // gradient (when Grad16 holds it) is widened exactly into fp32, the fp32
 // kernel runs, and the new params are rounded to binary16 into Out. Both
 // ways the update's bits are those of the fp32 gradient's (the widening is

@@ -93,8 +93,8 @@
 //		for i := lo; i < hi; i++ {
 //			mi := decodeM(mc[i]) * ms[b]
 //			vi := decodeV(vc[i]) * vs[b]
-//			param[i], mi, vi = one(param[i], grad[i], mi, vi) // adamAVX512's loop body
-//			if flags&fOut != 0 { out[i] = bf16.FromFloat32(param[i]) }
+//			param[i], mi, vi = one(param[i], grad[i], mi, vi) // adamAVX512's loop body (grad: fp32, bf16 or fp16)
+//			if flags&fOut != 0 { out[i] = bf16.FromFloat32(param[i]) } // fp16.FromFloat32 when flags&fOutF16
 //			scratch[i-lo], scratch[QuantBlock+i-lo] = mi, vi
 //			mx = max(mx, math.Float32bits(mi)&absMask)
 //			vx = max(vx, math.Float32bits(vi)&absMask)
@@ -135,7 +135,7 @@ TEXT ·adamQ8AVX512(SB), NOSPLIT, $0-88
 	MOVQ  R15, CX
 
 	MOVQ  $64, R10
-	TESTQ $fGradBF16, BX
+	TESTQ $(fGradBF16|fGradF16), BX
 	JZ    q5start
 	MOVQ  $32, R10
 
@@ -176,8 +176,17 @@ q5updgo:
 	VMOVUPS.Z  (SI), K1, Z0 // x
 	TESTQ      $fGradBF16, BX
 	JNZ        q5gbf16
+	TESTQ      $fGradF16, BX
+	JNZ        q5gf16
 	VMOVUPS.Z  (DX), K1, Z1 // g
 	JMP        q5gok
+
+q5gf16:
+	// As adamAVX512: the words under the mask, packed back, widened.
+	VPMOVZXWD.Z (DX), K1, Z1
+	VPMOVDW     Z1, Y1
+	VCVTPH2PS   Y1, Z1
+	JMP         q5gok
 
 q5gbf16:
 	VPMOVZXWD.Z (DX), K1, Z1
@@ -211,7 +220,11 @@ q5nol2:
 	VPMAXUD     Z10, Z14, K1, Z14
 	TESTQ       $fOut, BX
 	JZ          q5next
+	TESTQ       $fOutF16, BX
+	JNZ         q5outf16
 	BF16_Z(Z0, Z8, Z9)
+
+q5outst:
 	TESTQ       $fOutNT, BX
 	JZ          q5outmask
 	CMPQ        R12, $16
@@ -222,6 +235,12 @@ q5nol2:
 
 q5outmask:
 	VPMOVDW Z8, K1, (DI)
+	JMP     q5next
+
+q5outf16:
+	VCVTPS2PH $0, Z0, Y8 // round to nearest even
+	VPMOVZXWD Y8, Z8
+	JMP       q5outst
 
 q5next:
 	ADDQ $64, SI
@@ -312,7 +331,7 @@ TEXT ·adamQ8AVX2(SB), NOSPLIT, $0-88
 	MOVQ scratch+80(FP), R14
 
 	MOVQ  $32, R10
-	TESTQ $fGradBF16, BX
+	TESTQ $(fGradBF16|fGradF16), BX
 	JZ    q2start
 	MOVQ  $16, R10
 
@@ -345,8 +364,14 @@ q2upd:
 	VMOVUPS    (SI), Y0
 	TESTQ      $fGradBF16, BX
 	JNZ        q2gbf16
+	TESTQ      $fGradF16, BX
+	JNZ        q2gf16
 	VMOVUPS    (DX), Y1
 	JMP        q2gok
+
+q2gf16:
+	VCVTPH2PS (DX), Y1 // F16C
+	JMP       q2gok
 
 q2gbf16:
 	VPMOVZXWD (DX), Y1
@@ -380,8 +405,15 @@ q2nol2:
 	VPMAXUD Y5, Y15, Y15
 	TESTQ   $fOut, BX
 	JZ      q2next
+	TESTQ   $fOutF16, BX
+	JNZ     q2outf16
 	BF16_Y(Y0, Y8, Y10, Y9)
 	STORE16_Y(Y8, X8, X9, (DI))
+	JMP     q2next
+
+q2outf16:
+	VCVTPS2PH $0, Y0, X8 // F16C, round to nearest even
+	VMOVDQU   X8, (DI)
 
 q2next:
 	ADDQ $32, SI
