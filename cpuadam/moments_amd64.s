@@ -41,39 +41,31 @@
 // normal code's (E >= e0), in [0, 8] when it is a subnormal one's;
 // VCVTPS2DQ rounds it to nearest even (the default MXCSR) into k, the
 // rounded 1.fff (8 + the fraction, 16 when it rounds up into the next
-// binade) or the subnormal code, so the code is (E'-e0)·8 + k: the
+// binade) or the subnormal code, so the code is (E'-e0)·8 + |k|: the
 // nearest, ties to even, of both branches of encodeMag at once. k may be
-// negative (m) and is 0x80000000 for a NaN r, whose code then exceeds
-// maxc before the unsigned min. It runs ENCE_K and ENCE_C; m's encoding
-// takes |k| between them.
+// negative (r is signed: m, and a v that a corrupt scale made negative,
+// whose code is its magnitude's too) and is 0x80000000 for a NaN r, which
+// VPABSD keeps, so that its code exceeds maxc before the unsigned min.
 #define ENCE_Y(r, code, t, fmin, base, maxc) \
-	ENCE_K(r, code, t, fmin); \
-	ENCE_C(code, t, base, maxc)
-
-// ENCE_K: code = k, t = E'<<23.
-#define ENCE_K(r, code, t, fmin) \
-	VPAND     kExp(AX), r, t;      \
-	VPMAXUD   fmin(AX), t, t;      \
-	VPSUBD    t, Y10, code;        \
-	VMULPS    code, r, code;       \
-	VCVTPS2DQ code, code
-
-// ENCE_C: code = (E'-e0)·8 + k, at most maxc.
-#define ENCE_C(code, t, base, maxc) \
-	VPSRLD    $20, t, t;           \
-	VPADDD    t, code, code;       \
+	VPAND     kExp(AX), r, t;       \
+	VPMAXUD   fmin(AX), t, t;       \
+	VPSUBD    t, Y10, code;         \
+	VMULPS    code, r, code;        \
+	VCVTPS2DQ code, code;           \
+	VPABSD    code, code;           \
+	VPSRLD    $20, t, t;            \
+	VPADDD    t, code, code;        \
 	VPADDD    base(AX), code, code; \
 	VPMINUD   maxc(AX), code, code
 
-// ENCE_KZ and ENCE_CZ are ENCE_K and ENCE_C on 16 lanes, kK257 in Z31.
-#define ENCE_KZ(r, code, t, fmin) \
-	VPANDD.BCST   kExp(AX), r, t; \
-	VPMAXUD.BCST  fmin(AX), t, t; \
-	VPSUBD        t, Z31, code;   \
-	VMULPS        code, r, code;  \
-	VCVTPS2DQ     code, code
-
-#define ENCE_CZ(code, t, base, maxc) \
+// ENCE_Z is ENCE_Y on 16 lanes, kK257 in Z31.
+#define ENCE_Z(r, code, t, fmin, base, maxc) \
+	VPANDD.BCST   kExp(AX), r, t;       \
+	VPMAXUD.BCST  fmin(AX), t, t;       \
+	VPSUBD        t, Z31, code;         \
+	VMULPS        code, r, code;        \
+	VCVTPS2DQ     code, code;           \
+	VPABSD        code, code;           \
 	VPSRLD        $20, t, t;            \
 	VPADDD        t, code, code;        \
 	VPADDD.BCST   base(AX), code, code; \
@@ -280,16 +272,13 @@ q5enc:
 q5encgo:
 	VMOVUPS     (R14)(R13*4), Z0
 	VDIVPS      Z29, Z0, Z0 // r = m/dm
-	ENCE_KZ(Z0, Z1, Z2, kMFmin)
-	VPABSD      Z1, Z1
-	ENCE_CZ(Z1, Z2, kMBase, kI7F)
+	ENCE_Z(Z0, Z1, Z2, kMFmin, kMBase, kI7F)
 	VPSRLD          $24, Z0, Z3
 	VPTERNLOGD.BCST $0xf8, kI80(AX), Z3, Z1 // Z1 |= Z3 & 0x80: m's sign
 	VPMOVDB     Z1, K1, (R8)(R13*1)
 	VMOVUPS     (const_QuantBlock*4)(R14)(R13*4), Z0
 	VDIVPS      Z30, Z0, Z0 // r = v/dv
-	ENCE_KZ(Z0, Z1, Z2, kVFmin)
-	ENCE_CZ(Z1, Z2, kVBase, kVMax)
+	ENCE_Z(Z0, Z1, Z2, kVFmin, kVBase, kVMax)
 	VPMOVDB     Z1, K1, (R9)(R13*1)
 	ADDQ        $16, R13
 	SUBQ        $16, R12
@@ -447,14 +436,10 @@ q2next:
 q2enc:
 	VMOVUPS   (R14)(R13*4), Y0
 	VDIVPS    Y12, Y0, Y0 // r = m/dm, elements 0..7
-	ENCE_K(Y0, Y1, Y2, kMFmin)
-	VPABSD    Y1, Y1
-	ENCE_C(Y1, Y2, kMBase, kI7F)
+	ENCE_Y(Y0, Y1, Y2, kMFmin, kMBase, kI7F)
 	VMOVUPS   32(R14)(R13*4), Y3
 	VDIVPS    Y12, Y3, Y3 // 8..15
-	ENCE_K(Y3, Y4, Y2, kMFmin)
-	VPABSD    Y4, Y4
-	ENCE_C(Y4, Y2, kMBase, kI7F)
+	ENCE_Y(Y3, Y4, Y2, kMFmin, kMBase, kI7F)
 	VPACKUSDW Y4, Y1, Y1 // the 16 m codes as words (lanes interleaved)
 	VPACKSSDW Y3, Y0, Y0 // their r, saturated: a negative r's word has bit 15
 	VPSRLW    $8, Y0, Y0
