@@ -155,6 +155,18 @@ __device__ __forceinline__ float stored(int dt, float v) {
     return dt == DT_BF16 ? bf2f(f2bf(v)) : dt == DT_F16 ? h2f(f2h(v)) : v;
 }
 
+// add_st8 adds w to v[0..n) in fp32, stores the sums at i of p (st8) and
+// leaves in v the values stored.
+__device__ __forceinline__ void add_st8(void* p, int dt, i64 i, int n, float* v, const float* w) {
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        if (k < n) v[k] = v[k] + w[k];
+    st8(p, dt, i, n, v);
+#pragma unroll
+    for (int k = 0; k < VEC; k++)
+        if (k < n) v[k] = stored(dt, v[k]);
+}
+
 // ld8_residual loads the chunk at i (n elements) of a into v; with b (the
 // norms' residual form) it adds b's chunk in fp32, stores the sums once
 // into sum (Add's bits; sum may be a or b) and leaves in v the stored
@@ -165,13 +177,7 @@ __device__ __forceinline__ void ld8_residual(const void* a, int da, const void* 
     if (!b) return;
     float w[VEC];
     ld8(b, db, i, n, w);
-#pragma unroll
-    for (int k = 0; k < VEC; k++)
-        if (k < n) v[k] = v[k] + w[k];
-    st8(sum, dsum, i, n, v);
-#pragma unroll
-    for (int k = 0; k < VEC; k++)
-        if (k < n) v[k] = stored(dsum, v[k]);
+    add_st8(sum, dsum, i, n, v, w);
 }
 
 // Block reductions over NT threads with a fixed tree.
@@ -396,13 +402,10 @@ extern "C" __global__ void bias_gelu(void* y, int dy, const void* bias, int db, 
         float v[VEC], w[VEC];
         ld8(y, dy, at, n, v);
         ld8(bias, db, c, n, w);
+        add_st8(y, dy, at, n, v, w);
 #pragma unroll
         for (int k = 0; k < VEC; k++)
-            if (k < n) v[k] = v[k] + w[k];
-        st8(y, dy, at, n, v);
-#pragma unroll
-        for (int k = 0; k < VEC; k++)
-            if (k < n) v[k] = gelu_f(stored(dy, v[k]));
+            if (k < n) v[k] = gelu_f(v[k]);
         st8(act, da, at, n, v);
     }
 }
