@@ -64,7 +64,7 @@
 	VPMAXUD.BCST  fmin(AX), t, t;       \
 	VPSUBD        t, Z31, code;         \
 	VMULPS        code, r, code;        \
-	VCVTPS2DQ     code, code;           \
+	VCVTPS2DQ.RN_SAE code, code;        \
 	VPABSD        code, code;           \
 	VPSRLD        $20, t, t;            \
 	VPADDD        t, code, code;        \

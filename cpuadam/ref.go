@@ -51,7 +51,7 @@ const (
 	kVBase   // -(vMinNormalBits>>20)
 	kI80W    // 0x00800080: m's sign bit in two 16-bit lanes
 	kMSubTab // float lanes i·2^-17: m's subnormal values by fraction i
-	kVSubTab // float lanes i·2^-33
+	kVSubTab // float lanes i·2^-33 (AVX-512's VPERMPS reads a table and the row after it)
 	kPerm    // lanes 0, 4, 1, 5, 2, 6, 3, 7: VPERMD's order for two blocks of packed codes
 	kRows
 )
