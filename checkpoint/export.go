@@ -151,22 +151,23 @@ func (cw *checkpointWeights) produceMerged(w *hf.ExportWriter) error {
 // (opened as ExportHF opens one) as a PEFT adapter directory at dst
 // (hf.ExportPEFT), the base named by the run's source (its --init
 // directory; "" for a run from the seeded initialisation). A checkpoint
-// without adapters is refused.
-func ExportPEFT(dst, src string, dt dtype.DType) ([]string, *State, error) {
+// without adapters is refused. It returns the files written and
+// hf.ExportPEFT's notes.
+func ExportPEFT(dst, src string, dt dtype.DType) (files, notes []string, _ *State, _ error) {
 	cw, err := openCheckpointWeights(src)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer cw.rd.Close()
 	if cw.layout.LoRA == nil {
-		return nil, nil, fmt.Errorf("checkpoint: export --format peft: %s was not trained with LoRA (strata.lora): it has no adapters; --format hf exports its weights", cw.rd.dir)
+		return nil, nil, nil, fmt.Errorf("checkpoint: export --format peft: %s was not trained with LoRA (strata.lora): it has no adapters; --format hf exports its weights", cw.rd.dir)
 	}
 	base := ""
 	if s := cw.rd.Source(); s != nil {
 		base = s.Path
 	}
-	files, err := hf.ExportPEFT(dst, cw.layout, base, dt, cw.rd.ReadChunk)
-	return files, cw.meta, err
+	files, notes, err = hf.ExportPEFT(dst, cw.layout, base, dt, cw.rd.ReadChunk)
+	return files, notes, cw.meta, err
 }
 
 // ExportState writes the model's weights from a training checkpoint as a

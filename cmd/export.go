@@ -80,7 +80,10 @@ func runExport(c *cli.Context) error {
 	case "hf":
 		return exportHF(c, src, dir, dst, dt)
 	case "peft":
-		files, st, err := checkpoint.ExportPEFT(dst, dir, dt)
+		files, notes, st, err := checkpoint.ExportPEFT(dst, dir, dt)
+		for _, n := range notes {
+			fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
+		}
 		if err != nil {
 			return err
 		}

@@ -167,84 +167,94 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 	if err != nil {
 		return nil, err
 	}
-	// A killed export's temporary directory (its pid gone, its lock free)
-	// is removed, with a note; a live export's is left alone.
-	parent, name := filepath.Dir(filepath.Clean(dir)), filepath.Base(filepath.Clean(dir))
-	stale, err := durable.RemoveStale(parent, name)
-	out.Notes = append(out.Notes, stale...)
+	pre := len(out.Notes) // the notes of the source, before those of stale temporaries
+	notes, err := writeDirAtomic(dir, func(tmp string) error {
+		if err := durable.Create(filepath.Join(tmp, ConfigName), cfg); err != nil {
+			return err
+		}
+		fts := fileTensors(layout, NamesHF)
+		sizes := make([]int64, len(fts))
+		for i := range fts {
+			fts[i].name = hfPrefixed(layout.Shape, fts[i].name)
+			sizes[i] = int64(fts[i].t.Len * opts.DType.Size())
+			out.TotalBytes += sizes[i]
+		}
+		shards := planShards(sizes, opts.MaxShardBytes)
+		if err := writeHFShards(tmp, layout, fts, shards, opts.DType, produce); err != nil {
+			return err
+		}
+		weightMap := map[string]string{}
+		for _, s := range shards {
+			out.Files = append(out.Files, s.name)
+			for _, ft := range fts[s.first:s.end] {
+				weightMap[ft.name] = s.name
+			}
+		}
+		if len(shards) > 1 {
+			index := map[string]any{"metadata": map[string]any{"total_size": out.TotalBytes}, "weight_map": weightMap}
+			b, _ := json.MarshalIndent(index, "", "  ")
+			if err := durable.Create(filepath.Join(tmp, IndexName), append(b, '\n')); err != nil {
+				return err
+			}
+		}
+		if src := opts.Source; src != nil && src.Format == SourceHF {
+			for _, name := range src.Tokenizer {
+				if err := durable.Copy(filepath.Join(tmp, name), filepath.Join(src.Path, name)); err != nil {
+					out.Notes = append(out.Notes, fmt.Sprintf("tokenizer file not copied: %v", err))
+					continue
+				}
+				out.Tokenizer = append(out.Tokenizer, name)
+			}
+		}
+		return writePrompting(tmp, cfg, opts, out)
+	})
+	out.Notes = slices.Concat(out.Notes[:pre], notes, out.Notes[pre:])
 	if err != nil {
-		return nil, fmt.Errorf("hf: export: %w", err)
+		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
+	}
+	return out, nil
+}
+
+// writeDirAtomic writes the directory dir (absent, or empty: checkOutDir)
+// as fill writes the temporary directory it is given: .DIR.tmp-PID-*
+// beside dir, flocked while it is written, each file fsynced by fill, the
+// directory fsynced, then renamed to dir and the parent fsynced. A failure
+// anywhere removes the temporary directory and leaves dir as it was. A
+// temporary directory that a killed writer left (its pid gone, its lock
+// free) is removed first, with a note; a live writer's is left alone.
+func writeDirAtomic(dir string, fill func(tmp string) error) (notes []string, err error) {
+	parent, name := filepath.Dir(filepath.Clean(dir)), filepath.Base(filepath.Clean(dir))
+	notes, err = durable.RemoveStale(parent, name)
+	if err != nil {
+		return notes, err
 	}
 	tmp, err := os.MkdirTemp(parent, durable.TempPattern(name))
 	if err != nil {
-		return nil, fmt.Errorf("hf: export: %w", err)
+		return notes, err
 	}
 	lock, err := os.Open(tmp)
 	if err == nil {
 		defer lock.Close() // the lock goes with it, after the rename
 		err = durable.LockTemp(lock)
 	}
-	fail := func(err error) (*DirExport, error) {
-		os.RemoveAll(tmp)
-		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
+	if err == nil {
+		err = fill(tmp)
+	}
+	if err == nil {
+		err = os.Chmod(tmp, 0o755) // MkdirTemp's 0700, as a directory made by mkdir
+	}
+	if err == nil {
+		err = durable.SyncDir(tmp)
+	}
+	if err == nil {
+		os.Remove(dir) // empty, or absent (checkOutDir)
+		err = os.Rename(tmp, dir)
 	}
 	if err != nil {
-		return fail(err)
+		os.RemoveAll(tmp)
+		return notes, err
 	}
-	if err := durable.Create(filepath.Join(tmp, ConfigName), cfg); err != nil {
-		return fail(err)
-	}
-	fts := fileTensors(layout, NamesHF)
-	sizes := make([]int64, len(fts))
-	for i := range fts {
-		fts[i].name = hfPrefixed(layout.Shape, fts[i].name)
-		sizes[i] = int64(fts[i].t.Len * opts.DType.Size())
-		out.TotalBytes += sizes[i]
-	}
-	shards := planShards(sizes, opts.MaxShardBytes)
-	if err := writeHFShards(tmp, layout, fts, shards, opts.DType, produce); err != nil {
-		return fail(err)
-	}
-	weightMap := map[string]string{}
-	for _, s := range shards {
-		out.Files = append(out.Files, s.name)
-		for _, ft := range fts[s.first:s.end] {
-			weightMap[ft.name] = s.name
-		}
-	}
-	if len(shards) > 1 {
-		index := map[string]any{"metadata": map[string]any{"total_size": out.TotalBytes}, "weight_map": weightMap}
-		b, _ := json.MarshalIndent(index, "", "  ")
-		if err := durable.Create(filepath.Join(tmp, IndexName), append(b, '\n')); err != nil {
-			return fail(err)
-		}
-	}
-	if src := opts.Source; src != nil && src.Format == SourceHF {
-		for _, name := range src.Tokenizer {
-			if err := durable.Copy(filepath.Join(tmp, name), filepath.Join(src.Path, name)); err != nil {
-				out.Notes = append(out.Notes, fmt.Sprintf("tokenizer file not copied: %v", err))
-				continue
-			}
-			out.Tokenizer = append(out.Tokenizer, name)
-		}
-	}
-	if err := writePrompting(tmp, cfg, opts, out); err != nil {
-		return fail(err)
-	}
-	if err := os.Chmod(tmp, 0o755); err != nil { // MkdirTemp's 0700, as a directory made by mkdir
-		return fail(err)
-	}
-	if err := durable.SyncDir(tmp); err != nil {
-		return fail(err)
-	}
-	os.Remove(dir) // empty, or absent (checkOutDir)
-	if err := os.Rename(tmp, dir); err != nil {
-		return fail(err)
-	}
-	if err := durable.SyncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
-		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
-	}
-	return out, nil
+	return notes, durable.SyncDir(parent)
 }
 
 // writePrompting writes the run's chat template (opts.ChatTemplate) and,

@@ -59,19 +59,22 @@ func peftName(l *model.Layout, t model.Tensor) string {
 // (new or empty): adapter_model.safetensors in dt (F32 or BF16, rounded to
 // nearest even), read a chunk at a time through read (chunk index, fp32
 // values), and adapter_config.json naming base (the base model's path or
-// hub id; may be empty). It returns the files written. The adapters are
-// held in host memory together (r·(in+out) per module and block: a small
-// part of the model).
-func ExportPEFT(dir string, l *model.Layout, base string, dt dtype.DType, read func(c int, dst []float32) error) ([]string, error) {
+// hub id; may be empty). It returns the files written and notes (stale
+// temporaries of a killed export removed). The adapters are held in host
+// memory together (r·(in+out) per module and block: a small part of the
+// model). As ExportDir, it writes a temporary directory beside dir, each
+// file fsynced, and renames it to dir: a failure (a full disk) leaves no
+// dir, and the same export can be tried again.
+func ExportPEFT(dir string, l *model.Layout, base string, dt dtype.DType, read func(c int, dst []float32) error) (files, notes []string, err error) {
 	o := l.LoRA
 	if o == nil {
-		return nil, fmt.Errorf("hf: peft export: layout %q has no LoRA adapters (the run has no strata.lora)", l.Name)
+		return nil, nil, fmt.Errorf("hf: peft export: layout %q has no LoRA adapters (the run has no strata.lora)", l.Name)
 	}
 	if dt != dtype.F32 && dt != dtype.BF16 {
-		return nil, fmt.Errorf("hf: peft export: dtype %s (want fp32 or bf16)", dt)
+		return nil, nil, fmt.Errorf("hf: peft export: dtype %s (want fp32 or bf16)", dt)
 	}
 	if err := checkOutDir(dir); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var tensors []safetensors.Tensor
 	for c, ch := range l.Chunks {
@@ -80,7 +83,7 @@ func ExportPEFT(dir string, l *model.Layout, base string, dt dtype.DType, read f
 		}
 		v := make([]float32, ch.Len)
 		if err := read(c, v); err != nil {
-			return nil, fmt.Errorf("hf: peft export: chunk %d (%s): %w", c, ch.Name, err)
+			return nil, nil, fmt.Errorf("hf: peft export: chunk %d (%s): %w", c, ch.Name, err)
 		}
 		for _, t := range ch.Tensors {
 			ft := fileTensor{chunk: c, t: t, shape: t.Shape}
@@ -97,18 +100,21 @@ func ExportPEFT(dir string, l *model.Layout, base string, dt dtype.DType, read f
 		TargetModules: targets, UseRSLoRA: o.RSLoRA, Bias: "none", FanInFanOut: !l.Shape.IsLlama(), InferenceMode: true, InitLoRA: true}
 	js, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("hf: peft export: %w", err)
+	if err := os.MkdirAll(filepath.Dir(filepath.Clean(dir)), 0o755); err != nil {
+		return nil, nil, fmt.Errorf("hf: peft export: %w", err)
 	}
-	if err := safetensors.WriteFile(filepath.Join(dir, PEFTWeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
-		return nil, fmt.Errorf("hf: peft export: %w", err)
+	notes, err = writeDirAtomic(dir, func(tmp string) error {
+		if err := safetensors.WriteFile(filepath.Join(tmp, PEFTWeightsFile), tensors, map[string]string{"format": "pt"}); err != nil {
+			return err
+		}
+		return durable.Create(filepath.Join(tmp, PEFTConfigFile), append(js, '\n'))
+	})
+	if err != nil {
+		return nil, notes, fmt.Errorf("hf: peft export %s: %w", dir, err)
 	}
-	if err := durable.Create(filepath.Join(dir, PEFTConfigFile), append(js, '\n')); err != nil {
-		return nil, fmt.Errorf("hf: peft export: %w", err)
-	}
-	return []string{PEFTWeightsFile, PEFTConfigFile}, nil
+	return []string{PEFTWeightsFile, PEFTConfigFile}, notes, nil
 }
 
 // PEFTAdapter is a PEFT LoRA adapter directory opened for a base shape:
