@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -68,5 +69,29 @@ func TestTrainFP16MinScale(t *testing.T) {
 	}
 	if f := m.FP16; f == nil || f.SkippedSteps != 3 || f.Scaler.Scale != 137438953472 {
 		t.Fatalf("checkpoint fp16 record %+v, want 3 skipped, scale 2^37", f)
+	}
+}
+
+// An fp16 run none of whose steps updated the weights ends with one error
+// (exit status 1) naming the cause and the key to change, after writing
+// its outputs: every step overflowed (initial_scale_power 100: the
+// default hysteresis 2 spends step 1, steps 2-6 halve it to 2^95; a static
+// loss_scale 1e30) or every gradient flushed to zero (a static loss_scale 1e-30).
+func TestTrainFP16NoUpdate(t *testing.T) {
+	for _, c := range []struct{ fp16, want string }{
+		{`"initial_scale_power": 100`, "strata train: fp16: all 6 steps overflowed and were skipped (loss scale 1.26765e+30 at the first, 3.96141e+28 now): no update reached the weights; lower fp16.initial_scale_power"},
+		{`"loss_scale": 1e30`, "strata train: fp16: all 6 steps overflowed at the static fp16.loss_scale 1e+30 and were skipped"},
+		{`"loss_scale": 1e-30`, "strata train: fp16: every gradient of 6 of the 6 steps flushed to zero at loss scale 1e-30 (a gradient norm of 0): no update reached the weights; raise fp16.loss_scale"},
+	} {
+		out := t.TempDir()
+		cfg := writeFile(t, "fp16.json", `{"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true, `+c.fp16+`}}`)
+		_, stderr, err := runApp(t, "train", "--config", cfg, "--steps", "6", "--no-progress", "--out", out)
+		var line bytes.Buffer
+		if code := report("train", err, &line); code != 1 || !strings.HasPrefix(line.String(), c.want) {
+			t.Errorf("%s: exit %d %q, want 1 and %q\n%s", c.fp16, code, line.String(), c.want, stderr)
+		}
+		if _, err := os.Stat(filepath.Join(out, "model.safetensors")); err != nil {
+			t.Errorf("%s: the run's weights were not written: %v", c.fp16, err)
+		}
 	}
 }

@@ -310,7 +310,7 @@ func (l *trainLoop) report(stdout io.Writer) error {
 		return err
 	}
 	if l.stopped == nil {
-		return nil
+		return fp16NoUpdate(l.e)
 	}
 	total := l.cfg.Strata.Steps
 	if l.stoppedAt == "" {

@@ -51,3 +51,56 @@ func TestFP16Key(t *testing.T) {
 		}
 	}
 }
+
+// TestFP16ScaleBounds: a min_loss_scale above the scale a run starts at
+// (2^initial_scale_power, or a static loss_scale it is written beside) and
+// a static loss_scale outside [2^-100, 2^100] (where fp16 holds no real
+// gradient) are refused with one error naming the key and its position;
+// the bounds themselves are accepted.
+func TestFP16ScaleBounds(t *testing.T) {
+	parse := func(js string) (*config.Config, error) {
+		return config.Parse([]byte(js), "f.json", config.Options{LookupShape: lookup})
+	}
+	const pre = `{"train_micro_batch_size_per_gpu": 1, "fp16": {"enabled": true, `
+	for _, c := range []struct{ fp16, want string }{
+		{`"initial_scale_power": 4, "min_loss_scale": 32}}`, `f.json:1:91: fp16.min_loss_scale: 32 is above the initial scale 2^4 = 16 (initial_scale_power): the dynamic scale only halves down to min_loss_scale; lower min_loss_scale or raise initial_scale_power`},
+		{`"min_loss_scale": 131072}}`, `fp16.min_loss_scale: 131072 is above the initial scale 2^16 = 65536`},
+		{`"loss_scale": 8, "min_loss_scale": 16}}`, `fp16.min_loss_scale: 16 is above the static loss_scale 8: a static scale never moves, so min_loss_scale does not apply`},
+		{`"loss_scale": 1e38}}`, `f.json:1:79: fp16.loss_scale: 1e+38: want 0 (dynamic scaling) or a static scale from 2^-100 to 2^100`},
+		{`"loss_scale": 1e-31}}`, `fp16.loss_scale: 1e-31: want 0 (dynamic scaling) or a static scale from 2^-100 to 2^100`},
+		{`"loss_scale": 1e400}}`, `fp16.loss_scale: 1e400 is out of range`},
+		{`"initial_scale_power": 128}}`, `fp16.initial_scale_power: 128: want 0 to 100`},
+	} {
+		_, err := parse(pre + c.fp16)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want %q", c.fp16, err, c.want)
+		}
+		if err != nil && strings.Count(err.Error(), "fp16.") != 1 {
+			t.Errorf("%s: want one error, got %v", c.fp16, err)
+		}
+	}
+	for _, ok := range []string{
+		`"initial_scale_power": 4, "min_loss_scale": 16}}`,
+		`"loss_scale": 0.5}}`, // a static scale below the default min_loss_scale 1, which does not apply to it
+		`"loss_scale": 1e-30}}`,
+		`"loss_scale": 1.2676506002282294e30, "min_loss_scale": 1e30}}`, // 2^100
+		`"initial_scale_power": 100}}`,
+	} {
+		if _, err := parse(pre + ok); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
+	}
+	// Validate says the same of a Config built in code.
+	cfg, err := parse(pre + `"initial_scale_power": 4}}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.FP16.MinLossScale = 32
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "fp16.min_loss_scale 32 is above the initial scale 2^4 = 16") {
+		t.Errorf("Validate of min_loss_scale 32 over 2^4: %v", err)
+	}
+	cfg.FP16.MinLossScale, cfg.FP16.LossScale = 1, 1e38
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "fp16.loss_scale 1e+38: want 0 (dynamic scaling) or a static scale from 2^-100 to 2^100") {
+		t.Errorf("Validate of loss_scale 1e38: %v", err)
+	}
+}

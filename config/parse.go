@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strata-ai/strata/internal/lossscale"
 	"github.com/strata-ai/strata/internal/units"
 )
 
@@ -244,6 +245,9 @@ func (c *Config) decodePrecision(r *section) {
 		if v < 0 {
 			return "want 0 (dynamic scaling) or a positive static scale"
 		}
+		if v > 0 && (v < lossscale.MinStatic || v > lossscale.MaxStatic) {
+			return fmt.Sprintf("%g: %s", v, staticScaleRange)
+		}
 		return ""
 	})
 	f.intKey("initial_scale_power", &fp.InitialScalePower, func(v int64) string {
@@ -271,6 +275,9 @@ func (c *Config) decodePrecision(r *section) {
 		}
 		return ""
 	})
+	if msg := fp.minScaleAbove(f.has("min_loss_scale")); msg != "" {
+		f.d.errPath("fp16.min_loss_scale", "%s", msg) // only a written min_loss_scale can be above 2^0 or a static scale
+	}
 	f.ignore("auto_cast", "the model's inputs are token ids; the device params and activations are fp16 when fp16 is enabled")
 	if n := f.get("fp16_master_weights_and_grads"); n != nil && n.kind == kindBool && n.b {
 		f.d.errAt(n.offset, "fp16.fp16_master_weights_and_grads", "true is not supported: Strata keeps fp32 master weights on the host; remove the key")
@@ -817,6 +824,12 @@ func (c *Config) Validate() error {
 	case f.Enabled && (f.LossScale < 0 || f.InitialScalePower < 0 || f.InitialScalePower > 100 || f.LossScaleWindow < 1 || f.Hysteresis < 1 || !(f.MinLossScale > 0)):
 		bad("fp16: loss_scale %v must be >= 0, initial_scale_power %d 0 to 100, loss_scale_window %d and hysteresis %d >= 1, min_loss_scale %v > 0",
 			f.LossScale, f.InitialScalePower, f.LossScaleWindow, f.Hysteresis, f.MinLossScale)
+	case f.Enabled && f.LossScale != 0 && !(f.LossScale >= lossscale.MinStatic && f.LossScale <= lossscale.MaxStatic):
+		bad("fp16.loss_scale %g: %s", f.LossScale, staticScaleRange)
+	case f.Enabled:
+		if msg := f.minScaleAbove(false); msg != "" {
+			bad("fp16.min_loss_scale %s", msg)
+		}
 	}
 	if c.GradientClipping < 0 || c.StepsPerPrint < 1 {
 		bad("gradient_clipping %v must be >= 0 and steps_per_print %d >= 1", c.GradientClipping, c.StepsPerPrint)

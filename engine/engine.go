@@ -60,6 +60,8 @@ type Engine struct {
 	// skipped.
 	scaler  *lossscale.Scaler
 	skipped int64
+	// fp16Run: what the steps since New or LoadCheckpoint did (FP16NoUpdate).
+	fp16Run fp16Run
 	offload bool // optimizer on the host (offload_optimizer.device cpu or nvme): its state is in tiers
 	// gradTiered: the device holds the reduced gradient shard only until
 	// its copy to the tier store completes (optimizer state on NVMe,
@@ -539,6 +541,7 @@ func (e *Engine) Step() (StepStats, error) {
 		e.scaler.Update(false) // no overflow: cannot fail
 	}
 	e.step = step
+	e.countFP16(st)
 	if e.driverAt1 == nil {
 		e.driverAt1 = e.driverCounters()
 	}

@@ -107,7 +107,67 @@ func (e *Engine) skip(st StepStats) (StepStats, error) {
 	st.Skipped = true
 	e.step = st.Step
 	e.skipped++
+	e.countFP16(st)
 	return st, nil
+}
+
+// fp16Run is what an fp16 engine's steps did since New or LoadCheckpoint,
+// for FP16NoUpdate.
+type fp16Run struct {
+	steps   int64   // steps run
+	skipped int64   // of them, skipped for an overflow
+	zero    int64   // of them, applied with every gradient zero (norm 0 after unscaling)
+	first   float64 // the loss scale of the first
+}
+
+// countFP16 records step st (fp16 only).
+func (e *Engine) countFP16(st StepStats) {
+	if e.scaler == nil {
+		return
+	}
+	r := &e.fp16Run
+	if r.steps == 0 {
+		r.first = st.LossScale
+	}
+	r.steps++
+	switch {
+	case st.Skipped:
+		r.skipped++
+	case st.GradNorm == 0:
+		r.zero++
+	}
+}
+
+// FP16NoUpdate is the error of an fp16 engine none of whose steps since
+// New or LoadCheckpoint brought a gradient to the weights (nil otherwise,
+// and without fp16 or steps): each was skipped for an overflow (the scale
+// too large for fp16: 65504 is its largest value) or had a gradient norm
+// of exactly 0, every gradient flushed to zero (the scale too small:
+// 2^-24 is fp16's smallest subnormal). A model's real gradient is never
+// all zero, so a zero norm is the scale's doing. A run where only some
+// steps are lost so is a working run (dynamic scaling skips its first
+// steps by design), and gradients only partly flushed are not seen here.
+func (e *Engine) FP16NoUpdate() error {
+	r := e.fp16Run
+	if e.scaler == nil || r.steps == 0 || r.skipped+r.zero < r.steps {
+		return nil
+	}
+	static := !e.scaler.Dynamic()
+	if r.zero == 0 {
+		if static {
+			return fmt.Errorf("engine: fp16: all %d steps overflowed at the static fp16.loss_scale %.6g and were skipped: no update reached the weights; lower loss_scale, or set it to 0 for dynamic scaling (DeepSpeed's default)", r.steps, r.first)
+		}
+		return fmt.Errorf("engine: fp16: all %d steps overflowed and were skipped (loss scale %.6g at the first, %.6g now): no update reached the weights; lower fp16.initial_scale_power (DeepSpeed's default is 16), run more steps for the scale to come down, or train in bf16", r.steps, r.first, e.LossScale())
+	}
+	also := ""
+	if r.skipped > 0 {
+		also = fmt.Sprintf(", %d others overflowed and were skipped", r.skipped)
+	}
+	fix := "raise fp16.initial_scale_power or min_loss_scale"
+	if static {
+		fix = "raise fp16.loss_scale, or set it to 0 for dynamic scaling (DeepSpeed's default)"
+	}
+	return fmt.Errorf("engine: fp16: every gradient of %d of the %d steps flushed to zero at loss scale %.6g (a gradient norm of 0)%s: no update reached the weights; %s", r.zero, r.steps, e.LossScale(), also, fix)
 }
 
 // fp16State is the checkpoint's record of the loss scaling (nil without fp16).
@@ -122,7 +182,7 @@ func (e *Engine) fp16State() *checkpoint.FP16 {
 // an fp16 checkpoint goes on with its scale and skipped steps; from a
 // bf16 one (or an fp16 checkpoint into a bf16 run) it starts afresh.
 func (e *Engine) restoreFP16(f *checkpoint.FP16) {
-	e.skipped = 0
+	e.skipped, e.fp16Run = 0, fp16Run{}
 	if e.scaler == nil {
 		return
 	}

@@ -286,3 +286,70 @@ func TestFP16ResumeAcrossPrecision(t *testing.T) {
 		sameState(t, "after the refused load", stateOf(t, c.into), before)
 	}
 }
+
+// TestFP16NoUpdate: FP16NoUpdate is the error of an fp16 engine none of
+// whose steps brought a gradient to the weights: all skipped for an
+// overflow (initial_scale_power 100, hysteresis 1: 2^100 halves 3 times
+// in 3 steps, still far past fp16's 65504; the static 1e30 never moves)
+// or all with every gradient flushed to zero (static 1e-30: the scaled
+// gradients are under fp16's smallest subnormal 2^-24); each error names
+// the cause and the key to change. A run that skips its first steps and
+// then updates is fine, and LoadCheckpoint starts the count afresh.
+func TestFP16NoUpdate(t *testing.T) {
+	s := runSpec{stage: 1, n: 2, offload: true, micro: 1, accum: 1}
+	for _, c := range []struct {
+		name, keys, want string
+		skipped, zero    bool
+	}{
+		{"dynamic-overflow", `, "initial_scale_power": 100, "hysteresis": 1`, "engine: fp16: all 3 steps overflowed and were skipped (loss scale 1.26765e+30 at the first, 1.58456e+29 now): no update reached the weights; lower fp16.initial_scale_power", true, false},
+		{"static-overflow", `, "loss_scale": 1e30`, "engine: fp16: all 3 steps overflowed at the static fp16.loss_scale 1e+30 and were skipped: no update reached the weights; lower loss_scale, or set it to 0", true, false},
+		{"static-underflow", `, "loss_scale": 1e-30`, "engine: fp16: every gradient of 3 of the 3 steps flushed to zero at loss scale 1e-30 (a gradient norm of 0): no update reached the weights; raise fp16.loss_scale", false, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEngineJSON(t, withFP16(s.configJSON(), c.keys), 2)
+			if err := e.FP16NoUpdate(); err != nil {
+				t.Fatalf("before any step: %v", err)
+			}
+			for range 3 {
+				st, err := e.Step()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st.Skipped != c.skipped || (st.GradNorm == 0) != c.zero {
+					t.Fatalf("step %d: skipped %v grad norm %v; want skipped %v, zero norm %v", st.Step, st.Skipped, st.GradNorm, c.skipped, c.zero)
+				}
+			}
+			if err := e.FP16NoUpdate(); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want %q", err, c.want)
+			}
+		})
+	}
+	t.Run("some-skipped", func(t *testing.T) {
+		e := newEngineJSON(t, withFP16(s.configJSON(), `, "initial_scale_power": 40, "hysteresis": 1`), 2)
+		for {
+			st, err := e.Step()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !st.Skipped {
+				break
+			}
+		}
+		if e.SkippedSteps() == 0 {
+			t.Fatal("no step skipped from 2^40")
+		}
+		if err := e.FP16NoUpdate(); err != nil {
+			t.Fatalf("skipped %d steps, then updated: %v", e.SkippedSteps(), err)
+		}
+		dir := t.TempDir()
+		if _, err := e.SaveCheckpoint(dir, checkpoint.Options{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.LoadCheckpoint(dir); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.FP16NoUpdate(); err != nil {
+			t.Fatalf("after LoadCheckpoint, no step run: %v", err)
+		}
+	})
+}

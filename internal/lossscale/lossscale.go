@@ -61,8 +61,10 @@ func (c Config) Validate() error {
 	switch {
 	case !(c.Static >= 0):
 		return fmt.Errorf("fp16.loss_scale %v: want 0 (dynamic) or a positive scale", c.Static)
+	case c.Static > 0 && (c.Static < MinStatic || c.Static > MaxStatic):
+		return fmt.Errorf("fp16.loss_scale %g: want 0 (dynamic) or a static scale from 2^-100 to 2^100 (outside it fp16 holds no real gradient)", c.Static)
 	case c.Static > 0:
-		return nil
+		return nil // min_loss_scale does not apply to a static scale
 	case c.InitialPower < 0 || c.InitialPower > 100:
 		return fmt.Errorf("fp16.initial_scale_power %d: want 0 to 100", c.InitialPower)
 	case c.Window < 1:
@@ -71,9 +73,20 @@ func (c Config) Validate() error {
 		return fmt.Errorf("fp16.hysteresis %d: want at least 1", c.Hysteresis)
 	case !(c.MinScale > 0):
 		return fmt.Errorf("fp16.min_loss_scale %v: want a positive scale", c.MinScale)
+	case c.MinScale > math.Ldexp(1, c.InitialPower):
+		return fmt.Errorf("fp16.min_loss_scale %g: above the initial scale 2^%d (initial_scale_power): the scale only halves down to it", c.MinScale, c.InitialPower)
 	}
 	return nil
 }
+
+// MinStatic and MaxStatic bound a static scale, as initial_scale_power's
+// 0 to 100 bounds the dynamic one's start: above 2^100 every gradient over
+// 65504·2^-100 overflows fp16, below 2^-100 every one under 2^-24·2^100
+// flushes to zero.
+var (
+	MinStatic = math.Ldexp(1, -100)
+	MaxStatic = math.Ldexp(1, 100)
+)
 
 // State is a scaler's whole state: what a checkpoint keeps.
 type State struct {

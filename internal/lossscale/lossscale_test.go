@@ -2,6 +2,7 @@ package lossscale
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -88,5 +89,29 @@ func TestDefaults(t *testing.T) {
 	}
 	if err := (Config{Window: 1, Hysteresis: 0, MinScale: 1}).Validate(); err == nil {
 		t.Fatal("hysteresis 0 accepted")
+	}
+}
+
+// TestValidateBounds: a static scale outside [2^-100, 2^100] and a
+// min_loss_scale above the dynamic scale's start are refused naming the
+// key; min_loss_scale does not bound a static scale.
+func TestValidateBounds(t *testing.T) {
+	d := Defaults()
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Static: 1e38, MinScale: 1}, "fp16.loss_scale 1e+38"},
+		{Config{Static: 1e-31, MinScale: 1}, "fp16.loss_scale 1e-31"},
+		{Config{InitialPower: 4, Window: 1, Hysteresis: 1, MinScale: 32}, "fp16.min_loss_scale 32: above the initial scale 2^4"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: got %v, want %q", c.cfg, err, c.want)
+		}
+	}
+	for _, ok := range []Config{d, {Static: 0.5, MinScale: 1}, {Static: 1e-30, MinScale: 1}, {InitialPower: 4, Window: 1, Hysteresis: 1, MinScale: 16}} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("%+v: %v", ok, err)
+		}
 	}
 }
