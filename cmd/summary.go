@@ -92,7 +92,12 @@ func ratio(r float64, formulaBytes int64) string {
 // devices (the store holds no param shards there): "none".
 func formatTiers(t engine.TierSummary) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "tiers: params in %s, optimizer state in %s", t.ParamTier, t.OptimizerTier)
+	params := "params in " + t.ParamTier
+	if t.ParamTier != shard.HBM.String() && t.BudgetBytes[shard.HBM] <= 1 {
+		// offload_param, but every chunk below the persistence threshold
+		params = "params on the devices (offload_param " + t.ParamTier + ": every chunk stays gathered, below stage3_param_persistence_threshold)"
+	}
+	fmt.Fprintf(&b, "tiers: %s, optimizer state in %s", params, t.OptimizerTier)
 	if len(t.NVMePaths) > 0 {
 		fmt.Fprintf(&b, ", swap %s over %v", units.FormatBytes(t.SwapBytes), t.NVMePaths)
 	}

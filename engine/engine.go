@@ -284,7 +284,7 @@ func (e *Engine) layOut() (estimate.Options, error) {
 	}
 	for c, ch := range e.layout.Chunks {
 		p := chunkPlan{len: ch.Len, shard: int(e.estimate.ShardElems[c]), frozen: mo.IsFrozen(c)}
-		p.persistent = e.stage == 3 && int64(ch.Len) < mo.PersistenceThreshold
+		p.persistent = mo.Persistent(c) // not a base stored coded (strata.lora.base_dtype)
 		p.tiered = e.paramTier != shard.HBM && !p.persistent
 		p.staged = !p.frozen && (!p.tiered || e.overlap == OverlapDPU)
 		p.path = choosePath(e, p)
@@ -303,6 +303,23 @@ func (e *Engine) layOut() (estimate.Options, error) {
 		}
 		e.notes = append(e.notes, fmt.Sprintf("%s frozen (%d of %d params): no gradient reduction, no optimizer state, no update, no weight-gradient GEMMs",
 			what, e.estimate.FrozenParams, e.estimate.Params))
+	}
+	if dt := mo.FrozenParamDType; dt != 0 && e.paramTier != shard.HBM {
+		where := "in host RAM"
+		if e.paramTier == shard.NVMe {
+			where = "on NVMe"
+		}
+		var coded int64
+		for c := range e.chunks {
+			if e.paramCode(c) != 0 {
+				coded += int64(dt.Bytes(e.chunks[c].shard))
+			}
+		}
+		e.notes = append(e.notes, fmt.Sprintf("strata.lora.base_dtype %s: the frozen base's param shards are stored in %s %s (%s per rank), decoded to bf16 on the devices as each arrives",
+			e.cfg.Strata.LoRA.BaseDType, dt, where, units.FormatBytes(coded)))
+	}
+	if n := mo.ParamOffloadNote(); n != "" {
+		e.notes = append(e.notes, n)
 	}
 	e.expected = e.expectedDeviceBytes()
 	if e.offload {

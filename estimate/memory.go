@@ -95,7 +95,8 @@ type Options struct {
 	HostBudgetBytes int64
 	// PersistenceThreshold: at stage 3, a chunk with fewer parameters stays
 	// gathered (all N shards, on the device) like DeepSpeed's
-	// stage3_param_persistence_threshold. 0 = every chunk is sharded.
+	// stage3_param_persistence_threshold (Persistent: not the frozen chunks
+	// stored coded). 0 = every chunk is sharded.
 	PersistenceThreshold int64
 	// Frozen[c] says that chunk c does not train (strata.freeze,
 	// FrozenChunks): it keeps its params only, no gradient and no
@@ -118,6 +119,35 @@ type Options struct {
 
 // IsFrozen says whether chunk c is frozen.
 func (o Options) IsFrozen(c int) bool { return c < len(o.Frozen) && o.Frozen[c] }
+
+// Persistent says whether chunk c stays gathered on every device at stage
+// 3: it has fewer parameters than PersistenceThreshold, and it is not a
+// frozen chunk stored coded (FrozenParamDType with ParamTier host RAM or
+// NVMe: strata.lora.base_dtype puts the base there in 4 or 8 bits, which
+// a gathered bf16 copy would not be, so the threshold does not keep it).
+func (o Options) Persistent(c int) bool {
+	if o.Stage != 3 || c >= len(o.ChunkParams) || o.ChunkParams[c] >= o.PersistenceThreshold {
+		return false
+	}
+	return !(o.FrozenParamDType != 0 && o.ParamTier != shard.HBM && o.IsFrozen(c))
+}
+
+// ParamOffloadNote says, when the params are offloaded (ParamTier host RAM
+// or NVMe) but every chunk stays gathered on the devices (Persistent: all
+// below the persistence threshold), that none is offloaded and how to
+// change it; "" otherwise.
+func (o Options) ParamOffloadNote() string {
+	if o.Stage != 3 || o.ParamTier == shard.HBM {
+		return ""
+	}
+	for c := range o.ChunkParams {
+		if !o.Persistent(c) {
+			return ""
+		}
+	}
+	return fmt.Sprintf("offload_param %s: every chunk has fewer than stage3_param_persistence_threshold %d params and stays gathered on the devices, so no param is offloaded; lower zero_optimization.stage3_param_persistence_threshold (0 shards every chunk) to offload them",
+		DeviceName(o.ParamTier), o.PersistenceThreshold)
+}
 
 // Validate says what is wrong with o.
 func (o Options) Validate() error {
@@ -304,6 +334,9 @@ func Memory(o Options) (ModelState, error) {
 		return ModelState{}, err
 	}
 	e := ModelState{Options: o}
+	if note := o.ParamOffloadNote(); note != "" {
+		e.Notes = append(e.Notes, note)
+	}
 	n := int64(o.Devices)
 	var shardedParams int64 // stage 3: elements of the param shards that are not persistent
 	// The gradients and the optimizer state exist for the trainable chunks
@@ -318,7 +351,7 @@ func Memory(o Options) (ModelState, error) {
 		e.ShardElems = append(e.ShardElems, s)
 		e.RankElems += s
 		e.PaddedElems += n * s
-		if o.Stage == 3 && c < o.PersistenceThreshold {
+		if o.Persistent(i) {
 			e.PersistentElems += n * s
 			e.PersistentBytes += 2 * c * (n - 1) / n
 		} else {
@@ -421,7 +454,7 @@ func Memory(o Options) (ModelState, error) {
 		var paramHost int64
 		if o.ParamTier == shard.Host {
 			for i, se := range e.ShardElems {
-				if !(o.Stage == 3 && o.ChunkParams[i] < o.PersistenceThreshold) {
+				if !o.Persistent(i) {
 					paramHost += IOBytes(se * bf16)
 				}
 			}
@@ -525,7 +558,7 @@ func HostStagingBytes(o Options, shardElems []int64) int64 {
 			// reading it from NVMe again.
 			var all int64
 			for c, s := range shardElems {
-				if o.Stage == 3 && c < len(o.ChunkParams) && o.ChunkParams[c] < o.PersistenceThreshold {
+				if o.Persistent(c) {
 					continue // persistent: stays gathered on the device
 				}
 				all += IOBytes(2 * s)
