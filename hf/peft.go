@@ -3,9 +3,12 @@ package hf
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 
 	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/durable"
@@ -32,10 +35,11 @@ type peftConfig struct {
 	PEFTType       string   `json:"peft_type"`
 	TaskType       string   `json:"task_type"`
 	BaseModel      string   `json:"base_model_name_or_path"`
-	R              int      `json:"r"`
-	Alpha          float64  `json:"lora_alpha"`
+	R              *int     `json:"r"`          // PEFT's default 8 when absent
+	Alpha          *float64 `json:"lora_alpha"` // PEFT's default 8 when absent
 	Dropout        float64  `json:"lora_dropout"`
-	TargetModules  any      `json:"target_modules"` // a list, or a string (a regular expression, or "all-linear")
+	TargetModules  any      `json:"target_modules"`            // a list, or a string (a regular expression, or "all-linear")
+	ExcludeModules any      `json:"exclude_modules,omitempty"` // a list of names or path ends, or a regular expression
 	UseRSLoRA      bool     `json:"use_rslora"`
 	Bias           string   `json:"bias"`
 	FanInFanOut    bool     `json:"fan_in_fan_out"`
@@ -96,7 +100,7 @@ func ExportPEFT(dir string, l *model.Layout, base string, dt dtype.DType, read f
 	if len(o.Targets) == 1 && o.Targets[0] == "all-linear" {
 		targets = "all-linear"
 	}
-	cfg := peftConfig{PEFTType: "LORA", TaskType: "CAUSAL_LM", BaseModel: base, R: o.R, Alpha: o.Alpha, Dropout: o.Dropout,
+	cfg := peftConfig{PEFTType: "LORA", TaskType: "CAUSAL_LM", BaseModel: base, R: &o.R, Alpha: &o.Alpha, Dropout: o.Dropout,
 		TargetModules: targets, UseRSLoRA: o.RSLoRA, Bias: "none", FanInFanOut: !l.Shape.IsLlama(), InferenceMode: true, InitLoRA: true}
 	js, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
@@ -121,17 +125,24 @@ func ExportPEFT(dir string, l *model.Layout, base string, dt dtype.DType, read f
 // its LoRA (for model.Layout.WithLoRA) and its tensors, which ReadChunk
 // hands out as the adapter chunks of that layout.
 type PEFTAdapter struct {
-	Dir    string
-	LoRA   model.LoRA
-	layout *model.Layout
-	file   *safetensors.File
+	Dir  string
+	LoRA model.LoRA
+	// BaseModel is adapter_config.json's base_model_name_or_path: the
+	// path or hub id of the model the adapter was trained on ("" when it
+	// names none).
+	BaseModel string
+	layout    *model.Layout
+	file      *safetensors.File
 }
 
 // OpenPEFT opens the PEFT adapter at dir for a base model of shape s. It
-// refuses what Strata does not build (another peft_type, DoRA, biases,
-// modules_to_save, per-layer ranks or targets, dropout), a target that
-// matches no linear of s, and tensors missing or of another shape than s
-// gives them, each naming the key.
+// reads adapter_config.json as PEFT's LoraConfig does (r and lora_alpha
+// default to 8; exclude_modules, a list or a regular expression, takes
+// modules out of target_modules), and refuses what Strata does not build
+// (another peft_type, DoRA, biases, modules_to_save, per-layer ranks or
+// targets, an exclusion of some blocks' modules only), a target that
+// matches no linear of s, tensors missing or of another shape than s
+// gives them, and a NaN or infinite value, each naming the key.
 func OpenPEFT(dir string, s model.Shape) (*PEFTAdapter, error) {
 	js, err := os.ReadFile(filepath.Join(dir, PEFTConfigFile))
 	if err != nil {
@@ -160,7 +171,14 @@ func OpenPEFT(dir string, s model.Shape) (*PEFTAdapter, error) {
 	case cfg.LoftQConfig != nil && nonEmpty(cfg.LoftQConfig):
 		return nil, bad("loftq_config: LoftQ initialisation is not built")
 	}
-	o := model.LoRA{R: cfg.R, Alpha: cfg.Alpha, Dropout: cfg.Dropout, RSLoRA: cfg.UseRSLoRA}
+	// PEFT's LoraConfig defaults: r 8, lora_alpha 8.
+	o := model.LoRA{R: 8, Alpha: 8, Dropout: cfg.Dropout, RSLoRA: cfg.UseRSLoRA}
+	if cfg.R != nil {
+		o.R = *cfg.R
+	}
+	if cfg.Alpha != nil {
+		o.Alpha = *cfg.Alpha
+	}
 	switch t := cfg.TargetModules.(type) {
 	case string:
 		if t != "all-linear" {
@@ -185,6 +203,18 @@ func OpenPEFT(dir string, s model.Shape) (*PEFTAdapter, error) {
 	l, err := base.WithLoRA(o)
 	if err != nil {
 		return nil, fmt.Errorf("hf: peft adapter %s: %w", dir, err)
+	}
+	if cfg.ExcludeModules != nil {
+		targets, err := excludeModules(l, cfg.ExcludeModules)
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		if targets != nil {
+			o.Targets = targets
+			if l, err = base.WithLoRA(o); err != nil {
+				return nil, fmt.Errorf("hf: peft adapter %s: %w", dir, err)
+			}
+		}
 	}
 	f, err := safetensors.Open(filepath.Join(dir, PEFTWeightsFile))
 	if err != nil {
@@ -223,7 +253,104 @@ func OpenPEFT(dir string, s model.Shape) (*PEFTAdapter, error) {
 		f.Close()
 		return nil, fmt.Errorf("hf: peft adapter %s: %s holds tensors no module of the config gives: %s", dir, PEFTWeightsFile, listSome(extra))
 	}
-	return &PEFTAdapter{Dir: dir, LoRA: o, layout: l, file: f}, nil
+	p := &PEFTAdapter{Dir: dir, LoRA: o, BaseModel: cfg.BaseModel, layout: l, file: f}
+	// Every value is read once here, so that a NaN or an infinity is
+	// refused now, naming its tensor, rather than as a loss at step 1.
+	var buf []float32
+	for c := range l.Chunks {
+		if !l.IsAdapter(c) {
+			continue
+		}
+		buf = slices.Grow(buf[:0], l.Chunks[c].Len)[:l.Chunks[c].Len]
+		if err := p.ReadChunk(c, buf); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// excludeModules applies PEFT's exclude_modules (a list: a module whose
+// name is one of them or ends in "." and one of them; a string: a regular
+// expression the whole name matches) to the adapted modules of l, named
+// as in the base model ("model.layers.0.self_attn.q_proj"). It returns
+// the targets that remain, as paths within a block
+// ("self_attn.q_proj"), or nil when nothing is excluded. A module
+// excluded in some blocks but not others is refused (adapters of some
+// layers only are not built), as is an exclusion of every module.
+func excludeModules(l *model.Layout, ex any) ([]string, error) {
+	var excluded func(key string) bool
+	switch x := ex.(type) {
+	case string:
+		re, err := regexp.Compile(`^(?:` + x + `)$`)
+		if err != nil {
+			return nil, fmt.Errorf("exclude_modules %q: not a regular expression Go reads (RE2: no lookaround or backreferences): %v", x, err)
+		}
+		excluded = re.MatchString
+	case []any:
+		var names []string
+		for _, v := range x {
+			name, ok := v.(string)
+			if !ok {
+				return nil, fmt.Errorf("exclude_modules: %v is not a module name", v)
+			}
+			names = append(names, name)
+		}
+		excluded = func(key string) bool {
+			for _, n := range names {
+				if key == n || strings.HasSuffix(key, "."+n) {
+					return true
+				}
+			}
+			return false
+		}
+	default:
+		return nil, fmt.Errorf("exclude_modules %v: want a list of module names or a regular expression", ex)
+	}
+	// path within the block -> the layers that exclude it, and its order
+	var paths []string
+	out := map[string][]int{}
+	for layer := range l.Shape.Layers {
+		prefix := blockPrefixOf(l.Shape, layer)
+		for _, t := range l.Chunks[l.AdapterChunk(layer)].Tensors {
+			module, ok := strings.CutSuffix(t.Name, ".lora_A.weight")
+			if !ok {
+				continue
+			}
+			path := strings.TrimPrefix(module, prefix)
+			if layer == 0 {
+				paths = append(paths, path)
+			}
+			if excluded(hfPrefixed(l.Shape, module)) {
+				out[path] = append(out[path], layer)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	var keep []string
+	for _, path := range paths {
+		switch n := len(out[path]); {
+		case n == 0:
+			keep = append(keep, path)
+		case n < l.Shape.Layers:
+			return nil, fmt.Errorf("exclude_modules %v excludes %s in blocks %v only: adapters of some layers only are not built", ex, path, out[path])
+		}
+	}
+	if len(keep) == 0 {
+		return nil, fmt.Errorf("exclude_modules %v excludes every module target_modules adapts (%s): nothing to adapt", ex, strings.Join(paths, ", "))
+	}
+	return keep, nil
+}
+
+// blockPrefixOf is the prefix of block layer's tensor names in the
+// layout of s ("layers.0.", GPT-2's "h.0.").
+func blockPrefixOf(s model.Shape, layer int) string {
+	if s.IsLlama() {
+		return fmt.Sprintf("layers.%d.", layer)
+	}
+	return fmt.Sprintf("h.%d.", layer)
 }
 
 func nonEmpty(v any) bool {
@@ -253,7 +380,13 @@ func (p *PEFTAdapter) ReadChunk(c int, dst []float32) error {
 		if _, ok := importDTypes[ti.DType]; !ok {
 			return fmt.Errorf("hf: peft adapter %s: %s has dtype %s (import reads F32, BF16 or F16)", p.Dir, ti.Name, ti.DType)
 		}
-		widen(dst[t.Offset:t.Offset+t.Len], raw, ti.DType)
+		v := dst[t.Offset : t.Offset+t.Len]
+		widen(v, raw, ti.DType)
+		for i, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return fmt.Errorf("hf: peft adapter %s: %s: %s holds %v at element %d: the adapter is broken (a diverged or corrupted run); it cannot be trained on", p.Dir, PEFTWeightsFile, ti.Name, x, i)
+			}
+		}
 	}
 	return nil
 }
