@@ -510,38 +510,57 @@ func prune(dir, latest string, opts *Options) error {
 // Resolve returns the checkpoint directory path names: path itself when it
 // holds a manifest, else the one path/latest names. An incomplete
 // checkpoint (a save or a removal cut short) is refused, naming the newest
-// complete one to resume from instead.
+// complete one to resume from instead. A "latest" that is missing or
+// cannot be read, beside complete checkpoints, gives the newest of them
+// (Find says so in a note); one longer than a checkpoint name can be
+// (4 KiB) is refused naming its size, without being read whole.
 func Resolve(path string) (string, error) {
+	dir, _, err := Find(path)
+	return dir, err
+}
+
+// Find is Resolve, with a note ("" when none) when path/latest was missing
+// or could not be read and the newest complete checkpoint beside it was
+// taken instead, for the command to show.
+func Find(path string) (dir, note string, err error) {
 	if fi, err := os.Stat(filepath.Join(path, ManifestName)); err == nil {
 		if !fi.Mode().IsRegular() { // a FIFO's read would wait for a writer
-			return "", fmt.Errorf("checkpoint: %s is not a regular file (%s)", filepath.Join(path, ManifestName), fi.Mode().Type())
+			return "", "", fmt.Errorf("checkpoint: %s is not a regular file (%s)", filepath.Join(path, ManifestName), fi.Mode().Type())
 		}
-		return path, nil
+		return path, "", nil
 	}
-	b, err := os.ReadFile(filepath.Join(path, latestName))
+	name, err := readLatest(path)
+	var big *latestTooLargeError
+	switch {
+	case errors.As(err, &big):
+		return "", "", fmt.Errorf("checkpoint: %w%s", err, newestHint(path))
+	case err != nil:
+		if dir, note, ok := fallBack(path, err); ok {
+			return dir, note, nil
+		}
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, serr := os.Stat(path); serr != nil {
-			return "", fmt.Errorf("checkpoint: %w", serr)
+			return "", "", fmt.Errorf("checkpoint: %w", serr)
 		}
 		if _, ok := parseStepDir(filepath.Base(path)); ok {
-			return "", fmt.Errorf("checkpoint: %s is an incomplete checkpoint (no %s: a save or a removal was cut short)%s",
+			return "", "", fmt.Errorf("checkpoint: %s is an incomplete checkpoint (no %s: a save or a removal was cut short)%s",
 				path, ManifestName, newestHint(filepath.Dir(path)))
 		}
-		return "", fmt.Errorf("checkpoint: no checkpoint in %s (neither %s nor %s)", path, latestName, ManifestName)
+		return "", "", fmt.Errorf("checkpoint: no checkpoint in %s (neither %s nor %s)", path, latestName, ManifestName)
 	}
 	if err != nil {
-		return "", fmt.Errorf("checkpoint: %w", err)
+		return "", "", fmt.Errorf("checkpoint: %w", err)
 	}
-	name := strings.TrimSpace(string(b))
 	if _, ok := parseStepDir(name); !ok {
-		return "", fmt.Errorf("checkpoint: %s names %q, not a checkpoint directory%s", filepath.Join(path, latestName), name, newestHint(path))
+		return "", "", fmt.Errorf("checkpoint: %s names %s, not a checkpoint directory%s", filepath.Join(path, latestName), quotePrefix(name), newestHint(path))
 	}
 	if _, err := os.Stat(filepath.Join(path, name, ManifestName)); err != nil {
 		// A rank file that is short or missing is reported by Load, which
 		// checks each one against the manifest.
-		return "", fmt.Errorf("checkpoint: %s names %s, which is incomplete (no %s)%s", filepath.Join(path, latestName), name, ManifestName, newestHint(path))
+		return "", "", fmt.Errorf("checkpoint: %s names %s, which is incomplete (no %s)%s", filepath.Join(path, latestName), name, ManifestName, newestHint(path))
 	}
-	return filepath.Join(path, name), nil
+	return filepath.Join(path, name), "", nil
 }
 
 // newestHint names the newest complete checkpoint in dir for an error:
@@ -700,8 +719,11 @@ func verifyFile(path string, fi FileInfo) error {
 
 // Listing is what a checkpoint root directory holds.
 type Listing struct {
-	Latest   string       // the name "latest" holds; "" without one
-	Complete []Checkpoint // complete checkpoint directories, oldest first, with their step and run
+	Latest string // the name "latest" holds; "" without one
+	// LatestErr is why "latest" could not be read (Latest is ""): an I/O
+	// error, or a file longer than a name; nil when it was, or is absent.
+	LatestErr error
+	Complete  []Checkpoint // complete checkpoint directories, oldest first, with their step and run
 	// Incomplete are the directories named like checkpoints that are not
 	// complete (a save or a removal cut short), "NAME (why)"; they are
 	// never loaded or counted, and the next save removes those without a
@@ -728,11 +750,10 @@ type Checkpoint struct {
 // List describes the checkpoints in dir (the directory Save writes into).
 func List(dir string) (Listing, error) {
 	var l Listing
-	b, err := os.ReadFile(filepath.Join(dir, latestName))
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return l, fmt.Errorf("checkpoint: %w", err)
+	var err error
+	if l.Latest, err = readLatest(dir); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		l.LatestErr = err
 	}
-	l.Latest = strings.TrimSpace(string(b))
 	dirs, err := listStepDirs(dir)
 	if err != nil {
 		return l, fmt.Errorf("checkpoint: %w", err)

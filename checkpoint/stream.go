@@ -530,6 +530,14 @@ func (rd *Reader) readWhole(c, k int, whole []byte, verbatim bool) error {
 			p := whole[lo:hi]
 			if _, err := rd.files[r].ReadAt(p, rd.offs[r][c][k]); err != nil {
 				errs[r] = fmt.Errorf("%s: read tensor %s (%d bytes at %d): %w", rd.paths[r], tensorName(c, meta.States[k].Kind), len(p), rd.offs[r][c][k], err)
+				return
+			}
+			if verbatim && meta.States[k].DType == dtype.Q8 {
+				// int8 moments: scales and codes as the encoder writes them
+				// (the CRC only says the file is as it was written).
+				if err := momentView(meta.States[k], shardElems, p).Check(); err != nil {
+					errs[r] = fmt.Errorf("%s: tensor %s: %w; not a state Strata saves: resume from another checkpoint", rd.paths[r], tensorName(c, meta.States[k].Kind), err)
+				}
 			}
 		}()
 	}

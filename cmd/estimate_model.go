@@ -31,7 +31,7 @@ func estimateShape(name string) (model.Shape, error) {
 	if !hf.IsDir(name) && fi.IsDir() {
 		// A run directory that holds no checkpoint (no --save-every):
 		// its config.json names the shape it trains.
-		if _, _, cerr := resolveCheckpoint(name); cerr != nil {
+		if _, _, _, cerr := resolveCheckpoint(name); cerr != nil {
 			if s, ok, err := runConfigShape(filepath.Join(name, hf.ConfigName)); ok || err != nil {
 				return s, err
 			}

@@ -72,10 +72,11 @@ func runExport(c *cli.Context) error {
 	}
 	// Streamed: the checkpoint's files are verified, then read and written
 	// one chunk at a time.
-	dir, _, err := resolveCheckpoint(src)
+	dir, _, note, err := resolveCheckpoint(src)
 	if err != nil {
 		return fmt.Errorf("export: %w", err)
 	}
+	printNote(c.App.ErrWriter, note)
 	switch format {
 	case "hf":
 		return exportHF(c, src, dir, dst, dt)

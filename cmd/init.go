@@ -27,6 +27,7 @@ type initModel struct {
 	shape model.Shape
 	hf    *hf.Config // a Hugging Face directory: its config.json
 	ckpt  string     // a Strata checkpoint: its directory
+	note  string     // how ckpt was found, when "latest" could not be read (checkpoint.Find)
 	// source is what the run records (run.json, every checkpoint's
 	// manifest): the Hugging Face directory and its tokenizer files, or
 	// the Source of the checkpoint's own run.
@@ -54,7 +55,7 @@ func probeModel(path, flag string) (*initModel, error) {
 		im.hf, im.shape = cfg, cfg.Shape
 		return im, nil
 	}
-	dir, _, err := resolveCheckpoint(path)
+	dir, _, note, err := resolveCheckpoint(path)
 	var m *checkpoint.Manifest
 	if err == nil {
 		m, dir, err = checkpoint.ReadManifest(dir)
@@ -70,7 +71,7 @@ func probeModel(path, flag string) (*initModel, error) {
 	if m.Model != "" {
 		return nil, fmt.Errorf("%s %s is a checkpoint of %q, a model a Go program defines (engine.Options.Model), which strata cannot build; start it from Go (docs/library.md)", flag, path, m.Model)
 	}
-	im.ckpt, im.shape, im.source = dir, m.Shape, m.Source
+	im.ckpt, im.shape, im.source, im.note = dir, m.Shape, m.Source, note
 	if im.source == nil {
 		abs, _ := filepath.Abs(dir)
 		im.source = &hf.Source{Path: abs, Format: hf.SourceStrata}
@@ -87,7 +88,11 @@ func (im *initModel) describe() string {
 		}
 		return fmt.Sprintf("%s (Hugging Face %s, %s weights; %s)", im.path, im.hf.Architecture, orUnknown(im.hf.TorchDType), tok)
 	}
-	return fmt.Sprintf("%s (the weights of Strata checkpoint %s; not its optimizer state or step)", im.path, im.ckpt)
+	s := fmt.Sprintf("%s (the weights of Strata checkpoint %s; not its optimizer state or step)", im.path, im.ckpt)
+	if im.note != "" {
+		s += "\nnote: " + im.note // "latest" unreadable: the newest complete checkpoint was taken
+	}
+	return s
 }
 
 func orUnknown(s string) string {

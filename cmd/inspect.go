@@ -50,7 +50,7 @@ func inspectCommand() *cli.Command {
 				return fmt.Errorf("inspect: %s is %s, not a regular file: inspect reads a .safetensors file or a checkpoint", path, model.FileKind(fi.Mode()))
 			}
 			if fi.IsDir() || filepath.Base(path) == checkpoint.ManifestName {
-				return inspectCheckpoint(c.App.Writer, path, c.Bool("json"), !c.Bool("no-verify"))
+				return inspectCheckpoint(c.App.Writer, c.App.ErrWriter, path, c.Bool("json"), !c.Bool("no-verify"))
 			}
 			return inspectSafetensors(c.App.Writer, path, c.Bool("json"))
 		},
@@ -134,34 +134,37 @@ type inspectCheckpointOut struct {
 // train --resume, inspect and export: a checkpoint directory (step-N), its
 // manifest.json, a directory of checkpoints (its "latest") or a run's --out
 // directory (the "latest" of its checkpoints/). It returns the checkpoint's
-// directory and the directory of checkpoints holding it ("" when path named
-// the checkpoint itself).
-func resolveCheckpoint(path string) (dir, list string, err error) {
+// directory, the directory of checkpoints holding it ("" when path named
+// the checkpoint itself), and a note for stderr when "latest" was missing
+// or unreadable and the newest complete checkpoint was taken instead
+// (checkpoint.Find).
+func resolveCheckpoint(path string) (dir, list, note string, err error) {
 	if fi, serr := os.Stat(path); serr == nil && !fi.IsDir() && filepath.Base(path) == checkpoint.ManifestName {
-		return filepath.Dir(path), "", nil
+		return filepath.Dir(path), "", "", nil
 	}
-	dir, err = checkpoint.Resolve(path)
+	dir, note, err = checkpoint.Find(path)
 	if err == nil {
 		if filepath.Clean(dir) != filepath.Clean(path) {
 			list = path
 		}
-		return dir, list, nil
+		return dir, list, note, nil
 	}
 	sub := filepath.Join(path, "checkpoints")
 	if _, serr := os.Stat(sub); serr != nil {
-		return "", "", err
+		return "", "", "", err
 	}
-	if dir, err = checkpoint.Resolve(sub); err != nil {
-		return "", "", err
+	if dir, note, err = checkpoint.Find(sub); err != nil {
+		return "", "", "", err
 	}
-	return dir, sub, nil
+	return dir, sub, note, nil
 }
 
-func inspectCheckpoint(w io.Writer, path string, asJSON, verify bool) error {
-	dir, list, err := resolveCheckpoint(path)
+func inspectCheckpoint(w, stderr io.Writer, path string, asJSON, verify bool) error {
+	dir, list, note, err := resolveCheckpoint(path)
 	if err != nil {
 		return fmt.Errorf("inspect: %w", err)
 	}
+	printNote(stderr, note)
 	var m *checkpoint.Manifest
 	var checks []checkpoint.FileCheck
 	if verify {

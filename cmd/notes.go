@@ -46,6 +46,13 @@ func printConfigNotes(w io.Writer, ignored []string) {
 	}
 }
 
+// printNote prints note as a "note:" line ("" prints nothing).
+func printNote(w io.Writer, note string) {
+	if note != "" {
+		fmt.Fprintf(w, "note: %s\n", note)
+	}
+}
+
 // isTerminal says whether w is a terminal (a character device), where a
 // progress bar may redraw its line with '\r' and ESC[K; a file, a pipe or a
 // buffer gets plain lines instead. /dev/null is a character device too:

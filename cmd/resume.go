@@ -3,6 +3,7 @@ package cmd
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -16,9 +17,11 @@ import (
 // resolveResume finds the checkpoint --resume names: a checkpoint
 // directory, a directory of checkpoints (its latest), or a run's --out
 // directory (its checkpoints' latest). It returns the manifest and the
-// checkpoint's directory.
-func resolveResume(path string) (*checkpoint.Manifest, string, error) {
-	dir, _, err := resolveCheckpoint(path) // the same three forms as inspect and export
+// checkpoint's directory. A note of the resolution ("latest" unreadable)
+// goes to stderr.
+func resolveResume(path string, stderr io.Writer) (*checkpoint.Manifest, string, error) {
+	dir, _, note, err := resolveCheckpoint(path) // the same three forms as inspect and export
+	printNote(stderr, note)
 	var m *checkpoint.Manifest
 	if err == nil {
 		m, dir, err = checkpoint.ReadManifest(dir)

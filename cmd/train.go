@@ -398,7 +398,7 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 	}
 	if path := c.String("resume"); path != "" {
 		var err error
-		if p.resume, p.resumeDir, err = resolveResume(path); err != nil {
+		if p.resume, p.resumeDir, err = resolveResume(path, stderr); err != nil {
 			return nil, err
 		}
 		p.source = p.resume.Source

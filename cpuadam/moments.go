@@ -259,6 +259,51 @@ func decodeV(c uint8) float32 {
 	return math.Float32frombits(mag<<fracShift + vDecodeBias)
 }
 
+// MaxMScale bounds an int8 m block's scale in a sound state: |m| is at
+// most the largest |g| the run saw, and (1−β2)·g² ≤ v stays finite in
+// fp32 (under 2^128), so |g| < 2^64/√(1−β2) ≤ 2^80 for any β2 ≤ 1−2^-32.
+// A larger m could only come from a v that had overflowed; v's own scale
+// is bounded by fp32's range alone.
+const MaxMScale = 0x1p80
+
+// Check says what is wrong with an int8 moment's stored form, as a file
+// may bring it behind a valid checksum (nil for fp32 and bf16 moments,
+// and for an int8 one quantizeBlock could have written): every block's
+// scale finite, not negative (nor -0), m's at most MaxMScale; and the
+// block's codes those of its scale: a zero scale only zero codes, a
+// nonzero one no code above 1.0 and the code of 1.0 among them (the
+// scale is the block's largest |x|, whose ratio is exactly 1).
+func (mo Moment) Check() error {
+	if mo.Codes == nil {
+		return nil
+	}
+	top, mask, what := uint8(0x78), uint8(0x7f), "m"
+	if mo.Second {
+		top, mask, what = 0xf8, 0xff, "v"
+	}
+	for b, scale := range mo.Scales {
+		bits := math.Float32bits(scale)
+		codes := mo.Codes[b*QuantBlock : min((b+1)*QuantBlock, len(mo.Codes))]
+		var hi uint8
+		for _, c := range codes {
+			hi = max(hi, c&mask)
+		}
+		switch {
+		case math.IsNaN(float64(scale)) || math.IsInf(float64(scale), 0):
+			return fmt.Errorf("int8 %s block %d (elements %d-%d): scale %v is not finite", what, b, b*QuantBlock, b*QuantBlock+len(codes)-1, scale)
+		case bits&0x80000000 != 0:
+			return fmt.Errorf("int8 %s block %d (elements %d-%d): scale %v is negative (a scale is the block's largest |x|)", what, b, b*QuantBlock, b*QuantBlock+len(codes)-1, scale)
+		case !mo.Second && scale > MaxMScale:
+			return fmt.Errorf("int8 m block %d (elements %d-%d): scale %g is above 2^80, more than any gradient whose square fits v's fp32", b, b*QuantBlock, b*QuantBlock+len(codes)-1, scale)
+		case scale == 0 && hi != 0:
+			return fmt.Errorf("int8 %s block %d (elements %d-%d): scale 0 with nonzero codes (a zero block's codes are 0)", what, b, b*QuantBlock, b*QuantBlock+len(codes)-1)
+		case scale != 0 && hi != top:
+			return fmt.Errorf("int8 %s block %d (elements %d-%d): scale %g with a largest code of %#02x, not 1.0's %#02x (the scale is the block's largest |x|)", what, b, b*QuantBlock, b*QuantBlock+len(codes)-1, scale, hi, top)
+		}
+	}
+	return nil
+}
+
 // quantizeBlock writes x's codes into codes and returns the block's scale:
 // the largest |x| (by bit pattern, so a NaN wins); a zero block has scale
 // 0 and codes 0 (the division is by 1).
