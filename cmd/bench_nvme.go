@@ -314,5 +314,5 @@ func signalExit(ctx context.Context, err error) error {
 	if !errors.As(context.Cause(ctx), &s) {
 		return err
 	}
-	return interruptedError{fmt.Sprintf("%v; temporary files removed", err), exitStatus(s.sig)}
+	return interruptedError{msg: fmt.Sprintf("%v; temporary files removed", err), status: exitStatus(s.sig)}
 }

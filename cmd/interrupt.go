@@ -144,6 +144,10 @@ func exitStatus(s os.Signal) int {
 type interruptedError struct {
 	msg    string
 	status int
+	// alone: this process stopped where the others of its job go on (at
+	// start-up, before the first step's agreement to stop): the job ends
+	// with MPI_Abort (job.ended).
+	alone bool
 }
 
 func (e interruptedError) Error() string { return e.msg }
@@ -154,11 +158,36 @@ func (e interruptedError) ExitCode() int { return e.status }
 // looked already), and where the checkpoint goes. It runs under in.mu.
 func (l *trainLoop) stopping(s os.Signal) string {
 	step := min(l.checked+1, int64(l.cfg.Strata.Steps))
+	if l.job != nil {
+		// A job's processes stop after the first step whose end any of
+		// them saw a signal at (anyOf): it may be this one or the one
+		// before, so the step is said once they agree (step).
+		if l.flags.out == "" {
+			return fmt.Sprintf("stopping after the step every process of the job agrees on (step %d at the latest); nothing is saved (no --out)", step)
+		}
+		msg := fmt.Sprintf("stopping after the step every process of the job agrees on (step %d at the latest), then saving a checkpoint to %s", step, filepath.Join(l.flags.out, "checkpoints"))
+		if s != syscall.SIGUSR1 {
+			// mpirun turns Ctrl-C into SIGTERM to every process and SIGKILL
+			// one second later (odls_base_sigkill_timeout).
+			msg += fmt.Sprintf("; under mpirun, SIGKILL follows a second later: a longer step or save does not survive it (%s); kill -USR1 <mpirun's pid> stops a job without that limit",
+				l.survivesNow())
+		}
+		return msg
+	}
 	if l.flags.out == "" {
 		return fmt.Sprintf("stopping after step %d; nothing is saved (no --out); %s stops at once", step, again(s))
 	}
 	return fmt.Sprintf("stopping after step %d, then saving a checkpoint to %s, summary.json and model.safetensors; %s aborts the save",
 		step, filepath.Join(l.flags.out, "checkpoints"), again(s))
+}
+
+// survivesNow names the newest complete checkpoint of the run (under
+// in.mu: it reads only the disk).
+func (l *trainLoop) survivesNow() string {
+	if m, dir, err := checkpoint.ReadManifest(filepath.Join(l.flags.out, "checkpoints")); err == nil {
+		return fmt.Sprintf("the newest complete checkpoint is step %d, %s", m.Step, dir)
+	}
+	return "no complete checkpoint of this run exists yet"
 }
 
 // aborting says what a second signal aborts and what survives: the newest

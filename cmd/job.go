@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
 
@@ -36,6 +40,8 @@ type job struct {
 	place dist.Place
 	mpi   *dist.MPI // the host's exchanges: the engine's (engine.Options.Procs), the loop's
 	devs  *dist.MPI // the devices' collectives, on a communicator of their own (MPI.Dup)
+	// agreed is set once the processes exchanged their runs (agree.go).
+	agreed bool
 }
 
 // openJob reads the process's place (flags, else a launcher's variables)
@@ -115,34 +121,40 @@ func (j *job) openDevices(name string, n int, hbmBytes int64, deterministic bool
 	return backend.OpenNet(name, n, hbmBytes, deterministic, j.devs)
 }
 
-// anyOf is true in every process when v is true in one (a collective): the
-// processes stop at the same step whichever of them saw the signal.
-func (j *job) anyOf(v bool) (bool, error) {
+// anySignal is, in every process, the signal of the lowest process that
+// saw one (sig, this process's; nil when none did): a collective, so the
+// processes stop after the same step whichever of them saw the signal, and
+// end with the same status.
+func (j *job) anySignal(sig os.Signal) (os.Signal, error) {
 	if j == nil {
-		return v, nil
+		return sig, nil
 	}
 	mine := []byte{0}
-	if v {
-		mine[0] = 1
+	if s, ok := sig.(syscall.Signal); ok {
+		mine[0] = byte(s)
+	} else if sig != nil {
+		mine[0] = byte(syscall.SIGINT)
 	}
 	all := make([]byte, j.place.Size)
 	if err := j.mpi.Allgather(mine, all); err != nil {
-		return false, fmt.Errorf("train: %s: %w", j.place, err)
+		return nil, fmt.Errorf("train: %s: %w", j.place, err)
 	}
 	for _, b := range all {
 		if b != 0 {
-			return true, nil
+			return syscall.Signal(b), nil
 		}
 	}
-	return false, nil
+	return nil, nil
 }
 
-// close leaves MPI (every process calls it: MPI_Finalize is collective).
+// close leaves MPI (every process calls it: MPI_Finalize is collective;
+// a process that failed alone has ended the job before, job.ended).
 func (j *job) close() {
-	if j != nil {
-		j.devs.Close()
-		j.mpi.Close()
+	if j == nil {
+		return
 	}
+	j.devs.Close()
+	j.mpi.Close()
 }
 
 // follow is process 0's verdict on a save, in every process: process 0
@@ -170,13 +182,15 @@ func (j *job) follow(path string, err error) (string, error) {
 		return path, err
 	}
 	if hdr[0] != 0 {
-		return "", fmt.Errorf("train: process 0 ended the run: %s", b)
+		return "", jobError{msg: fmt.Sprintf("train: process 0 ended the run: %s", b), quiet: true}
 	}
 	return string(b), nil
 }
 
 // launcher is what starts the job again, before "strata train …" in the
-// command that goes on with a run: "mpirun -np P " ("" alone).
+// command that goes on with a run: mpirun with the options this job was
+// started with (read from the parent process, mpirun, when it is one: its
+// arguments before the program), else "mpirun -np P "; "" alone.
 func (j *job) launcher() string {
 	switch {
 	case j == nil:
@@ -184,5 +198,29 @@ func (j *job) launcher() string {
 	case j.place.Launcher == dist.LaunchSlurm:
 		return fmt.Sprintf("srun --mpi=pmix -n %d ", j.place.Size)
 	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", os.Getppid())); err == nil {
+		if opts := mpirunOptions(strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), os.Args[0]); opts != "" {
+			return opts + " "
+		}
+	}
 	return fmt.Sprintf("mpirun -np %d ", j.place.Size)
+}
+
+// mpirunOptions is argv of mpirun (mpiexec, orterun, prterun) up to the
+// program prog (quoted for a shell), or "" when argv is not mpirun's or
+// does not start prog (or starts several programs: MPMD's ":").
+func mpirunOptions(argv []string, prog string) string {
+	if len(argv) < 2 || !slices.Contains([]string{"mpirun", "mpiexec", "orterun", "prterun"}, filepath.Base(argv[0])) || slices.Contains(argv, ":") {
+		return ""
+	}
+	for i := 1; i < len(argv); i++ {
+		if argv[i] == prog || (filepath.Base(argv[i]) == filepath.Base(prog) && !strings.HasPrefix(argv[i], "-")) {
+			q := make([]string, i)
+			for k, a := range argv[:i] {
+				q[k] = shellQuote(a)
+			}
+			return strings.Join(q, " ")
+		}
+	}
+	return ""
 }

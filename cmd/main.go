@@ -71,6 +71,9 @@ func execute(args []string, stdout, stderr io.Writer) (string, error) {
 // 1 on a failed command, 2 on bad usage. The error is printed once, as
 // one line (errorLine).
 func Main(args []string) int {
+	if len(args) > 0 && args[0] != "" {
+		progName = args[0]
+	}
 	path, err := execute(args, os.Stdout, os.Stderr)
 	status := report(path, err, os.Stderr)
 	for _, f := range afterReport {
@@ -79,6 +82,10 @@ func Main(args []string) int {
 	afterReport = nil
 	return status
 }
+
+// progName is the program as it was run (os.Args[0]: "strata",
+// "./strata", a path), in the commands Strata prints for going on.
+var progName = "strata"
 
 // afterReport runs after Main has printed the command's error: a job of
 // several processes leaves MPI there (MPI_Finalize waits for every
@@ -91,7 +98,15 @@ func report(path string, err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
+	var je jobError
+	if errors.As(err, &je) && je.quiet {
+		return je.ExitCode() // process 0 of the job prints it
+	}
 	fmt.Fprintf(stderr, "%s\n", errorLine(path, err))
+	var ie interruptedError
+	if errors.As(err, &ie) && ie.status == 0 {
+		return 0 // a stop that saved (SIGUSR1 in a job): the line says how to go on
+	}
 	var ec exitCoder
 	if errors.As(err, &ec) && ec.ExitCode() != 0 {
 		return ec.ExitCode()

@@ -21,10 +21,39 @@ import (
 // the run or of its checkpoint saves (testHook): it prints "AT POINT" on
 // stdout, then waits until the file STRATA_TEST_GO exists (without one,
 // until it is killed).
+//
+// In a job of several processes (mpirun), STRATA_TEST_MAIN_P<rank> holds
+// the arguments of the process of that rank instead, and
+// STRATA_TEST_FAIL_P<rank> ("POINT#N") makes that process fail at the N-th
+// pass through the point, and STRATA_TEST_DIR_P<rank> is its working
+// directory.
 func TestMain(m *testing.M) {
 	args := os.Getenv("STRATA_TEST_MAIN")
 	if args == "" {
 		os.Exit(m.Run())
+	}
+	rank := os.Getenv("OMPI_COMM_WORLD_RANK")
+	if a := os.Getenv("STRATA_TEST_MAIN_P" + rank); rank != "" && a != "" {
+		args = a
+	}
+	if dir := os.Getenv("STRATA_TEST_DIR_P" + rank); rank != "" && dir != "" {
+		if err := os.Chdir(dir); err != nil {
+			fmt.Fprintln(os.Stderr, "STRATA_TEST_DIR:", err)
+			os.Exit(3)
+		}
+	}
+	if fail := os.Getenv("STRATA_TEST_FAIL_P" + rank); rank != "" && fail != "" {
+		point, nth, _ := strings.Cut(fail, "#")
+		n, _ := strconv.Atoi(nth)
+		seen := 0
+		testHook = func(p string) error {
+			if p == point {
+				if seen++; seen == max(n, 1) {
+					return fmt.Errorf("injected failure at %s #%d", p, seen)
+				}
+			}
+			return nil
+		}
 	}
 	var argv []string
 	if err := json.Unmarshal([]byte(args), &argv); err != nil {

@@ -191,7 +191,7 @@ var notCarried = []string{"--resume", "--out", "--steps", "--epochs", "--init", 
 // shell. With total 0 the run's own --steps or --epochs
 // stays.
 func goOn(args []string, out string, total int) string {
-	cmd := []string{"strata", "train", "--resume", out, "--out", out}
+	cmd := []string{progName, "train", "--resume", out, "--out", out}
 	skip := notCarried
 	if total > 0 {
 		cmd = append(cmd, "--steps", strconv.Itoa(total))

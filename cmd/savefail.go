@@ -108,10 +108,10 @@ func (l *trainLoop) lastSaveError() error {
 	msg := fmt.Sprintf("train: the checkpoint of the last step %d was not saved: %s; %s (the weights of step %d are in %s, without the optimizer state)",
 		l.fails.lastAt, cause(l.fails.last), l.survives(), l.fails.lastAt, filepath.Join(l.flags.out, "model.safetensors"))
 	if l.stopped != nil {
-		return interruptedError{fmt.Sprintf("%s; %v: stopped after step %d of %d; go on with: %s", msg, l.stopped, l.last.Step,
-			l.cfg.Strata.Steps, l.job.launcher()+goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps)), exitStatus(l.stopped)}
+		return interruptedError{msg: fmt.Sprintf("%s; %v: stopped after step %d of %d; go on with: %s", msg, l.stopped, l.last.Step,
+			l.cfg.Strata.Steps, l.job.launcher()+goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps)), status: exitStatus(l.stopped)}
 	}
-	return errors.New(msg)
+	return jobError{msg: msg} // the others ended the run with process 0's verdict (job.follow)
 }
 
 // appendLine appends one line of steps.jsonl; a line the disk refuses is

@@ -72,6 +72,7 @@ func trainCommand() *cli.Command {
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 			&cli.StringFlag{Name: "init", Usage: "start from the weights (only) of a Hugging Face model directory or a Strata checkpoint/run directory; the shape comes from it"},
 			&cli.StringFlag{Name: "adapter", Usage: "with --init: continue training the PEFT LoRA adapter in this directory (adapter_config.json, adapter_model.safetensors) on that base; strata.lora comes from it"},
+			&cli.BoolFlag{Name: "allow-other-base", Usage: "with --adapter: apply an adapter whose adapter_config.json names another base model than --init (a copy or a conversion of it); without it such a run is refused"},
 			&cli.BoolFlag{Name: "allow-data-change", Usage: "with --resume: go on although the training data differs from what the checkpoint recorded (its size or SHA-256; without it such a resume is refused)"},
 			&cli.BoolFlag{Name: "overwrite", Usage: "let a new run take an --out that holds another run's files (replaces its config.json, steps.jsonl, summary.json, model.safetensors; its checkpoints stay)"},
 		}, append(dataFlags(), jobFlags()...)...),
@@ -216,6 +217,9 @@ func runTrain(c *cli.Context) (err error) {
 	}
 	if j != nil {
 		afterReport = append(afterReport, j.close)
+		// Every way out of a job: a start-up failure is sent to the other
+		// processes; a later one of this process alone aborts the job.
+		defer func() { err = j.ended(err) }()
 	}
 	stdout, stderr := j.quiet(c.App.Writer), j.quiet(c.App.ErrWriter)
 	if !j.leader() {
@@ -235,7 +239,7 @@ func runTrain(c *cli.Context) (err error) {
 	if err != nil {
 		if s := intr.requested(); s != nil && errors.Is(err, context.Canceled) {
 			// The first signal stopped the tokenizing of the data.
-			return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
+			return interruptedError{msg: fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), status: exitStatus(s)}
 		}
 		return err
 	}
@@ -268,6 +272,12 @@ func runTrain(c *cli.Context) (err error) {
 		defer rd.close()
 	}
 	cfg := p.cfg
+	if j != nil {
+		// The first collective after this is the devices' opening.
+		if err := j.agree(trainRunKey(c, p), nil); err != nil {
+			return err
+		}
+	}
 	devs, err := j.openDevices(cfg.Strata.Backend, cfg.Strata.Devices/j.procs(), cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
 	if err != nil {
 		return err
@@ -290,6 +300,10 @@ func runTrain(c *cli.Context) (err error) {
 		return err
 	}
 	defer e.Close()
+	if j != nil {
+		// Before e.Close, which waits for the devices' collectives.
+		defer func() { err = j.ended(err) }()
+	}
 	if tr != nil {
 		// Written on every way out once the engine exists, a failed step
 		// included (the timeline shows what it was doing).
@@ -309,7 +323,7 @@ func runTrain(c *cli.Context) (err error) {
 		machine: plan.ThisMachine(cfg.Strata.Backend, devs.Devs[0].Name())}
 	l.checked = p.start
 	if s := intr.explain(l.stopping, l.aborting); s != nil {
-		return interruptedError{fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), exitStatus(s)}
+		return interruptedError{msg: fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), status: exitStatus(s), alone: j != nil}
 	}
 	if rd != nil {
 		file, err := rd.open(cfg, p, stderr)
@@ -435,7 +449,7 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 		}
 	}()
 	if dir := c.String("adapter"); dir != "" {
-		if p.adapter, err = openAdapter(dir, cfg); err != nil {
+		if p.adapter, p.source, err = openAdapter(dir, cfg, p.init, c.Bool("allow-other-base"), stderr); err != nil {
 			return nil, err
 		}
 	}
@@ -476,14 +490,28 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 
 // openAdapter opens the PEFT adapter of --adapter for the run's base
 // shape and sets cfg's strata.lora from it; a strata.lora of the config
-// that says otherwise is refused.
-func openAdapter(dir string, cfg *config.Config) (*hf.PEFTAdapter, error) {
+// that says otherwise is refused, as are an adapter that --init already
+// holds (ownAdapter) and one made for another base (adapterBase; a note
+// with allowOther or when its base cannot be resolved). It returns the
+// adapter and the run's source with the adapter recorded (hf.Source.Adapter).
+func openAdapter(dir string, cfg *config.Config, im *initModel, allowOther bool, stderr io.Writer) (*hf.PEFTAdapter, *hf.Source, error) {
 	if cfg.Shape() == nil {
-		return nil, fmt.Errorf("train: --adapter %s: the run's model has no shape", dir)
+		return nil, nil, fmt.Errorf("train: --adapter %s: the run's model has no shape", dir)
 	}
 	a, err := hf.OpenPEFT(dir, model.Shape(*cfg.Shape()))
 	if err != nil {
-		return nil, fmt.Errorf("train: --adapter: %w", err)
+		return nil, nil, fmt.Errorf("train: --adapter: %w", err)
+	}
+	note, err := "", ownAdapter(a, im)
+	if err == nil {
+		note, err = adapterBase(a, im, allowOther)
+	}
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	if note != "" {
+		fmt.Fprintf(stderr, "note: %s\n", note)
 	}
 	o := &config.LoRA{R: a.LoRA.R, Alpha: a.LoRA.Alpha, Dropout: a.LoRA.Dropout, TargetModules: a.LoRA.Targets, UseRSLoRA: a.LoRA.RSLoRA}
 	if have := cfg.Strata.LoRA; have != nil {
@@ -491,12 +519,14 @@ func openAdapter(dir string, cfg *config.Config) (*hf.PEFTAdapter, error) {
 		want, _ := json.Marshal(o)
 		if string(got) != string(want) {
 			a.Close()
-			return nil, fmt.Errorf("train: --adapter %s is r %d, alpha %g, target_modules %v, use_rslora %t; the config's strata.lora %s says otherwise: leave strata.lora out (it comes from the adapter) or make it the same",
+			return nil, nil, fmt.Errorf("train: --adapter %s is r %d, alpha %g, target_modules %v, use_rslora %t; the config's strata.lora %s says otherwise: leave strata.lora out (it comes from the adapter) or make it the same",
 				dir, o.R, o.Alpha, o.TargetModules, o.UseRSLoRA, got)
 		}
 	}
 	cfg.Strata.LoRA = o
-	return a, nil
+	src := *im.source
+	src.Adapter, _ = filepath.Abs(dir)
+	return a, &src, nil
 }
 
 // epochConfig is the config of a run of --epochs: the steps the epochs

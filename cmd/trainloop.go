@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -57,6 +58,9 @@ func startTrain(e *engine.Engine, p *trainPlan, devs *backend.Devices, stderr io
 	}
 	if p.init != nil {
 		fmt.Fprintf(stderr, "initial weights: %s\n", p.init.describe())
+	}
+	if a := p.adapter; a != nil {
+		fmt.Fprintf(stderr, "initial adapter: %s (r %d, alpha %g, target_modules %s; base_model_name_or_path %q)\n", a.Dir, a.LoRA.R, a.LoRA.Alpha, fmt.Sprint(a.LoRA.Targets), a.BaseModel)
 	}
 	return nil
 }
@@ -160,12 +164,15 @@ func (l *trainLoop) step(st engine.StepStats) error {
 	sig := l.intr.requested(func() { l.checked = st.Step })
 	if l.job != nil {
 		// Every process stops after the same step, whichever saw the signal.
-		stop, err := l.job.anyOf(sig != nil)
-		if err != nil {
+		var err error
+		if sig, err = l.job.anySignal(sig); err != nil {
 			return err
 		}
-		if stop && sig == nil {
-			sig = os.Interrupt // another process's
+		if sig != nil && st.Step < int64(l.steps) && l.flags.out != "" {
+			if l.bar != nil {
+				l.bar.Clear()
+			}
+			fmt.Fprintf(l.stderr, "strata: the job stops after step %d: saving its checkpoint\n", st.Step)
 		}
 	}
 	if sig != nil && st.Step == int64(l.steps) {
@@ -314,8 +321,14 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	}
 	total := l.cfg.Strata.Steps
 	if l.stoppedAt == "" {
-		return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total), exitStatus(l.stopped)}
+		return interruptedError{msg: fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total), status: exitStatus(l.stopped)}
 	}
-	return interruptedError{fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
-		l.stopped, l.last.Step, total, l.stoppedAt, l.job.launcher()+goOn(l.flags.args, l.flags.out, total)), exitStatus(l.stopped)}
+	status := exitStatus(l.stopped)
+	if l.stopped == syscall.SIGUSR1 {
+		// A job's asked-for stop, saved: no failure (mpirun would print
+		// its "job aborted" banner under a non-zero status).
+		status = 0
+	}
+	return interruptedError{msg: fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
+		l.stopped, l.last.Step, total, l.stoppedAt, l.job.launcher()+goOn(l.flags.args, l.flags.out, total)), status: status}
 }

@@ -31,6 +31,7 @@ type mpiAPI struct {
 	initThread    func(argc, argv unsafe.Pointer, required int32, provided *int32) int32
 	initialized   func(flag *int32) int32
 	finalize      func() int32
+	abort         func(comm uintptr, code int32) int32
 	commRank      func(comm uintptr, rank *int32) int32
 	commSize      func(comm uintptr, size *int32) int32
 	commDup       func(comm uintptr, out *uintptr) int32
@@ -85,6 +86,7 @@ func loadMPI() (*mpiAPI, error) {
 	fn(&a.initThread, "MPI_Init_thread")
 	fn(&a.initialized, "MPI_Initialized")
 	fn(&a.finalize, "MPI_Finalize")
+	fn(&a.abort, "MPI_Abort")
 	fn(&a.commRank, "MPI_Comm_rank")
 	fn(&a.commSize, "MPI_Comm_size")
 	fn(&a.commDup, "MPI_Comm_dup")
@@ -371,6 +373,18 @@ func (m *MPI) Dup() (*MPI, error) {
 		}
 	}()
 	return d, nil
+}
+
+// Abort is MPI_Abort on MPI_COMM_WORLD with status code: Open MPI ends
+// every process of the job (mpirun kills the others and exits with code),
+// this one included; Abort does not return. It is called on the caller's
+// thread, not the communicator's (MPI_THREAD_MULTIPLE allows it), since
+// that thread may be waiting in a collective that will never complete: a
+// process that fails while its peers wait for it ends the job this way
+// instead of leaving them waiting (MPI_Finalize would wait for them too).
+func (m *MPI) Abort(code int) {
+	m.api.abort(m.api.world, int32(code))
+	os.Exit(code) // MPI_Abort returned (it should not): end this process at least
 }
 
 // Close is MPI_Comm_free of a duplicate, MPI_Finalize of MPI_COMM_WORLD

@@ -19,6 +19,7 @@ func (m *MPI) Allgather(send, recv []byte) error                { return ErrNoMP
 func (m *MPI) Allgatherv(send, recv []byte, counts []int) error { return ErrNoMPI }
 func (m *MPI) AllreduceSumF32(send, recv []float32) error       { return ErrNoMPI }
 func (m *MPI) Close() error                                     { return nil }
+func (m *MPI) Abort(code int)                                   {}
 func (m *MPI) Dup() (*MPI, error)                               { return nil, ErrNoMPI }
 func (m *MPI) Alltoallv(send []byte, sendCounts []int, recv []byte, recvCounts []int) error {
 	return ErrNoMPI
