@@ -150,7 +150,8 @@ func (cw *checkpointWeights) produceMerged(w *hf.ExportWriter) error {
 // ExportPEFT writes the LoRA adapters of the training checkpoint at src
 // (opened as ExportHF opens one) as a PEFT adapter directory at dst
 // (hf.ExportPEFT), the base named by the run's source (its --init
-// directory; "" for a run from the seeded initialisation). A checkpoint
+// directory or checkpoint, hf.Source.BaseModel; "" for a run from the
+// seeded initialisation). A checkpoint
 // without adapters is refused. It returns the files written and
 // hf.ExportPEFT's notes.
 func ExportPEFT(dst, src string, dt dtype.DType) (files, notes []string, _ *State, _ error) {
@@ -162,11 +163,7 @@ func ExportPEFT(dst, src string, dt dtype.DType) (files, notes []string, _ *Stat
 	if cw.layout.LoRA == nil {
 		return nil, nil, nil, fmt.Errorf("checkpoint: export --format peft: %s was not trained with LoRA (strata.lora): it has no adapters; --format hf exports its weights", cw.rd.dir)
 	}
-	base := ""
-	if s := cw.rd.Source(); s != nil {
-		base = s.Path
-	}
-	files, notes, err = hf.ExportPEFT(dst, cw.layout, base, dt, cw.rd.ReadChunk)
+	files, notes, err = hf.ExportPEFT(dst, cw.layout, cw.rd.Source().BaseModel(), dt, cw.rd.ReadChunk)
 	return files, notes, cw.meta, err
 }
 

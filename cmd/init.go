@@ -72,9 +72,14 @@ func probeModel(path, flag string) (*initModel, error) {
 		return nil, fmt.Errorf("%s %s is a checkpoint of %q, a model a Go program defines (engine.Options.Model), which strata cannot build; start it from Go (docs/library.md)", flag, path, m.Model)
 	}
 	im.ckpt, im.shape, im.source, im.note = dir, m.Shape, m.Source, note
+	abs, _ := filepath.Abs(dir)
 	if im.source == nil {
-		abs, _ := filepath.Abs(dir)
 		im.source = &hf.Source{Path: abs, Format: hf.SourceStrata}
+	} else {
+		// The weights are this checkpoint's, the tokenizer its source's.
+		s := *im.source
+		s.Init, s.Adapter = abs, ""
+		im.source = &s
 	}
 	return im, nil
 }

@@ -166,8 +166,14 @@ func TestTrainInitHF(t *testing.T) {
 	if !strings.Contains(errOut, "not its optimizer state or step") || !strings.Contains(out, "trained 1 steps") {
 		t.Errorf("train --init RUN printed:\n%s\n%s", out, errOut)
 	}
-	if rf := readRunJSON(t, filepath.Join(run2, "run.json")); fmt.Sprint(rf["source"]) != fmt.Sprint(src) {
-		t.Errorf("the second run's source %v, the first's %v", rf["source"], src)
+	// The same source, and the checkpoint its weights came from (the base
+	// an adapter of this run names: hf.Source.BaseModel).
+	rf = readRunJSON(t, filepath.Join(run2, "run.json"))
+	got, _ := rf["source"].(map[string]any)
+	from, _ := got["init"].(string)
+	delete(got, "init")
+	if fmt.Sprint(got) != fmt.Sprint(src) || filepath.Base(from) != "step-00000003" || !filepath.IsAbs(from) {
+		t.Errorf("the second run's source %v (init %q), the first's %v and its checkpoint of step 3", got, from, src)
 	}
 	l, _ := model.NewLayout(initShape)
 	first, _, err := hf.Import(filepath.Join(runDir, "model.safetensors"), l, hf.ImportOptions{})

@@ -220,6 +220,28 @@ type Source struct {
 	// Tokenizer are the files of TokenizerFiles in Path (a Hugging Face
 	// directory); tokenizer.json is what the data pipeline reads.
 	Tokenizer []string `json:"tokenizer,omitempty"`
+	// Init is the Strata checkpoint directory (absolute) the run's
+	// weights were read from when Path is not it: a checkpoint whose own
+	// run recorded Path as its source. "" otherwise (Path is the model
+	// the weights came from). BaseModel says which.
+	Init string `json:"init,omitempty"`
+	// Adapter is the PEFT adapter directory (absolute) the run's LoRA
+	// adapters started from (`strata train --adapter`); "" for adapters
+	// of the seeded initialisation.
+	Adapter string `json:"adapter,omitempty"`
+}
+
+// BaseModel is the model the run's weights were initialised from: Init
+// when set, else Path; "" for a nil Source (the seeded initialisation).
+// An exported PEFT adapter names it as its base_model_name_or_path.
+func (s *Source) BaseModel() string {
+	switch {
+	case s == nil:
+		return ""
+	case s.Init != "":
+		return s.Init
+	}
+	return s.Path
 }
 
 // Source formats.
