@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -157,6 +158,38 @@ func TestRankingPairs(t *testing.T) {
 	} {
 		if p, b := rankingPairs(preds, c.measured); p != c.pairs || b != c.bad {
 			t.Errorf("%v: %d pairs, %d mismatched; want %d, %d", c.measured, p, b, c.pairs, c.bad)
+		}
+	}
+}
+
+// `strata plan` with a profile of this machine holding 1e308 GB/s (or a
+// negative time) refuses it in one line naming the file and the key and
+// saying how to measure again, instead of ranking placements by it.
+func TestPlanAbsurdProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "profile.json")
+	for _, c := range []struct {
+		edit func(p *plan.Profile)
+		key  string
+	}{
+		{func(p *plan.Profile) { p.CopyBytesPerS = 1e308 }, "copy_bytes_per_s 1e+308"},
+		{func(p *plan.Profile) { p.Computes[0].FwdBwdSeconds = -0.5 }, "computes[0].fwd_bwd_s -0.5"},
+	} {
+		p := plan.NewProfile(plan.ThisMachine("cpu", "cpu:0"))
+		p.CopyBytesPerS, p.AdamParamsPerS, p.AdamThreads = 10e9, 1e9, 2
+		p.SetAdamRate(plan.AdamState{Moments: plan.NarrowMoments, Master: plan.NarrowMaster, ParamsPerS: 0.5e9})
+		p.SetCompute(plan.Compute{Model: "tiny", Devices: 1, Batch: 1, Seq: 32, FwdBwdSeconds: 0.01, DeviceAdamSeconds: 0.001, CheckpointFwdBwdSeconds: 0.012})
+		c.edit(p)
+		b, _ := json.Marshal(p)
+		if err := os.WriteFile(prof, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, stderr, err := runApp(t, "plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--profile", prof)
+		var line bytes.Buffer
+		code := report("plan", err, &line)
+		want := "strata plan: profile " + prof + ": " + c.key + " is not a measured figure"
+		if code != 1 || !strings.HasPrefix(line.String(), want) || !strings.Contains(line.String(), "strata plan --probe") || strings.Count(line.String(), "\n") != 1 {
+			t.Errorf("exit %d %q, want 1 and %q\nstdout %.2000s\nstderr %s", code, line.String(), want, out, stderr)
 		}
 	}
 }

@@ -224,7 +224,9 @@ func DefaultPath() (string, error) {
 	return filepath.Join(dir, "strata", "profile.json"), nil
 }
 
-// Load reads a profile; a missing file is os.ErrNotExist (wrapped).
+// Load reads a profile; a missing file is os.ErrNotExist (wrapped). A file
+// that does not decode, or whose figures no measurement gives (Validate),
+// is refused naming the file and the key, with the way to measure again.
 func Load(path string) (*Profile, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -232,9 +234,85 @@ func Load(path string) (*Profile, error) {
 	}
 	var p Profile
 	if err := json.Unmarshal(b, &p); err != nil {
-		return nil, fmt.Errorf("plan: profile %s: %v", path, err)
+		return nil, fmt.Errorf("plan: profile %s: %v; %s", path, err, remeasure)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("plan: profile %s: %v; %s", path, err, remeasure)
 	}
 	return &p, nil
+}
+
+// remeasure is how a refused profile is replaced.
+const remeasure = "measure this machine again with strata plan --probe (it rewrites the file), or delete the file"
+
+// The bounds of a measured figure: what no machine Strata runs on comes
+// near, by orders of magnitude (HBM is a few TB/s, a CPU's Adam 10^10
+// params/s at most, a step no faster than a nanosecond nor slower than
+// 10^6 s); beyond them a figure is a typo or a corrupt file, and ranking
+// placements by it would be ranking noise.
+const (
+	maxBytesPerS  = 1e15 // 1 PB/s
+	maxParamsPerS = 1e14
+	minSeconds    = 1e-9
+	maxSeconds    = 1e6
+)
+
+// Validate says what is wrong with p's figures: every rate and time
+// finite, not negative, and within what a measurement gives (above 0 and
+// under maxBytesPerS, maxParamsPerS; times from minSeconds to
+// maxSeconds). A top-level figure or an optional one may be 0 (not
+// measured: plan measures it); the figures of an entry of disks,
+// computes or adam_states are what the entry is, and must be measured.
+func (p *Profile) Validate() error {
+	type check struct {
+		key      string
+		v        float64
+		lo, hi   float64 // the smallest (0: any above 0) and largest measured values
+		optional bool    // 0 means not measured
+		unit     string
+	}
+	checks := []check{
+		{"copy_bytes_per_s", p.CopyBytesPerS, 0, maxBytesPerS, true, "bytes/s"},
+		{"adam_params_per_s", p.AdamParamsPerS, 0, maxParamsPerS, true, "params/s"},
+	}
+	for i, a := range p.AdamStates {
+		checks = append(checks, check{fmt.Sprintf("adam_states[%d].params_per_s", i), a.ParamsPerS, 0, maxParamsPerS, false, "params/s"})
+	}
+	for i, d := range p.Disks {
+		k := fmt.Sprintf("disks[%d]", i)
+		checks = append(checks,
+			check{k + ".read_bytes_per_s", d.ReadBytesPerS, 0, maxBytesPerS, false, "bytes/s"},
+			check{k + ".write_bytes_per_s", d.WriteBytesPerS, 0, maxBytesPerS, false, "bytes/s"},
+			check{k + ".mixed_bytes_per_s", d.MixedBytesPerS, 0, maxBytesPerS, true, "bytes/s"})
+	}
+	for i, c := range p.Computes {
+		k := fmt.Sprintf("computes[%d]", i)
+		checks = append(checks,
+			check{k + ".fwd_bwd_s", c.FwdBwdSeconds, minSeconds, maxSeconds, false, "s"},
+			check{k + ".device_adam_s", c.DeviceAdamSeconds, minSeconds, maxSeconds, true, "s"},
+			check{k + ".offload_step_s", c.OffloadStepSeconds, minSeconds, maxSeconds, true, "s"},
+			check{k + ".checkpoint_fwd_bwd_s", c.CheckpointFwdBwdSeconds, minSeconds, maxSeconds, true, "s"})
+	}
+	for _, c := range checks {
+		switch {
+		case c.v == 0 && c.optional:
+		case !(c.v > 0 && c.v >= c.lo && c.v <= c.hi): // NaN too
+			want := fmt.Sprintf("above 0 and at most %g %s", c.hi, c.unit)
+			if c.lo > 0 {
+				want = fmt.Sprintf("from %g to %g %s", c.lo, c.hi, c.unit)
+			}
+			return fmt.Errorf("%s %g is not a measured figure (want %s)", c.key, c.v, want)
+		}
+	}
+	for i, c := range p.Computes {
+		if c.Devices < 1 || c.Batch < 1 || c.Seq < 1 || c.Params < 0 {
+			return fmt.Errorf("computes[%d]: devices %d, batch %d and seq %d must be at least 1, params %d not negative", i, c.Devices, c.Batch, c.Seq, c.Params)
+		}
+	}
+	if p.AdamThreads < 0 {
+		return fmt.Errorf("adam_threads %d is negative", p.AdamThreads)
+	}
+	return nil
 }
 
 // Save writes p to path (its directory created), replacing the file
