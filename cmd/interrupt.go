@@ -209,7 +209,8 @@ func (l *trainLoop) aborting(os.Signal) string {
 }
 
 // testHook, for tests, is called at named points of a run ("start-up",
-// "step" at the end of each step, before it looks for a signal)
+// "step" at the end of each step, before it looks for a signal;
+// "outputs" before the weights and summary.json of --out)
 // and of its checkpoint saves (checkpoint.Options.Hook); nil otherwise.
 var testHook func(point string) error
 

@@ -12,13 +12,16 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/hf"
+	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/internal/flock"
+	"github.com/strata-ai/strata/safetensors"
 )
 
 // A run directory (--out) belongs to one run:
@@ -207,6 +210,11 @@ func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.
 			return nil, err
 		}
 	}
+	if rd.continues {
+		if err := rd.setAsideLater(p.start, stderr); err != nil {
+			return nil, err
+		}
+	}
 	if err := rd.writeRunFile(p.source); err != nil {
 		return nil, err
 	}
@@ -280,4 +288,78 @@ func (rd *runDir) rewind(p *trainPlan, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stderr, "note: %s/latest moved back to %s (step %d)%s\n", ck, name, p.start, msg)
 	return nil
+}
+
+// setAsideLater keeps what the directory's run finished past step start
+// (a run resumed from an earlier checkpoint than its last step: a final
+// save that failed, a rewind): its model.safetensors of a later step and
+// the steps.jsonl and summary.json that go with it are kept beside
+// themselves (model.step-60.safetensors, steps.to-step-60.jsonl,
+// summary.step-60.json), not overwritten or cut, and said on stderr.
+func (rd *runDir) setAsideLater(start int64, stderr io.Writer) error {
+	var later int64
+	weights := filepath.Join(rd.path, "model.safetensors")
+	if f, err := safetensors.Open(weights); err == nil {
+		later, _ = strconv.ParseInt(f.Header.Metadata[hf.MetaStep], 10, 64)
+		f.Close()
+	}
+	last := int64(0)
+	jsonl := filepath.Join(rd.path, "steps.jsonl")
+	if b, err := os.ReadFile(jsonl); err == nil {
+		for line := range bytes.Lines(b) {
+			var l struct {
+				Step int64 `json:"step"`
+			}
+			if json.Unmarshal(line, &l) == nil {
+				last = max(last, l.Step)
+			}
+		}
+	}
+	var moved []string
+	move := func(from, to string) error {
+		to = freeName(filepath.Join(rd.path, to))
+		if err := os.Rename(from, to); err != nil {
+			return fmt.Errorf("train: --out: set aside %s: %w", from, err)
+		}
+		moved = append(moved, filepath.Base(from)+" -> "+filepath.Base(to))
+		return nil
+	}
+	if later > start {
+		if err := move(weights, fmt.Sprintf("model.step-%d.safetensors", later)); err != nil {
+			return err
+		}
+		if _, err := os.Stat(filepath.Join(rd.path, "summary.json")); err == nil {
+			if err := move(filepath.Join(rd.path, "summary.json"), fmt.Sprintf("summary.step-%d.json", later)); err != nil {
+				return err
+			}
+		}
+	}
+	if later > start && last > start {
+		// Copied, not moved: open keeps its lines up to start. (Without
+		// weights of a later step, the lines past start are of steps a
+		// killed run did not save: this run does them again.)
+		to := freeName(filepath.Join(rd.path, fmt.Sprintf("steps.to-step-%d.jsonl", last)))
+		if err := durable.Copy(to, jsonl); err != nil {
+			return fmt.Errorf("train: --out: keep %s: %w", jsonl, err)
+		}
+		moved = append(moved, fmt.Sprintf("steps.jsonl's steps past %d -> %s", start, filepath.Base(to)))
+	}
+	if len(moved) > 0 {
+		fmt.Fprintf(stderr, "note: %s holds what this run wrote past step %d, the step it resumes from; set aside, not overwritten: %s\n",
+			rd.path, start, strings.Join(moved, ", "))
+	}
+	return nil
+}
+
+// freeName is path, or path with ".2", ".3"... before its extension when
+// that exists already.
+func freeName(path string) string {
+	ext := filepath.Ext(path)
+	base := strings.TrimSuffix(path, ext)
+	for i := 2; ; i++ {
+		if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+			return path
+		}
+		path = fmt.Sprintf("%s.%d%s", base, i, ext)
+	}
 }

@@ -40,9 +40,9 @@ func trainCommand() *cli.Command {
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
-			"--out DIR writes config.json (the resolved config), steps.jsonl (one line per step), summary.json and model.safetensors (the trained fp32 weights).\n" +
-			"--save-every N also writes a training checkpoint (params, fp32 master weights, Adam moments, step) every N steps and\n" +
-			"after the last one under DIR/checkpoints/ (crash-safe; the last --keep kept). --resume PATH continues a run from a\n" +
+			"--out DIR writes config.json (the resolved config), steps.jsonl (one line per step), summary.json, model.safetensors (the trained fp32 weights)\n" +
+			"and a training checkpoint of the last step (params, fp32 master weights, Adam moments, step) under DIR/checkpoints/, which export, eval,\n" +
+			"generate and --resume read; --save-every N also writes one every N steps (crash-safe; the last --keep kept). --resume PATH continues a run from a\n" +
 			"checkpoint directory, a directory of checkpoints (its latest) or a run's --out directory (its checkpoints' latest):\n" +
 			"--steps is the total counted from step 1, the config is the checkpoint's unless --config is given, a different\n" +
 			"--devices reshards it, and the continuation is bit-identical to an uninterrupted run on the same devices; a resume on\n" +
@@ -64,9 +64,9 @@ func trainCommand() *cli.Command {
 			&cli.Float64Flag{Name: "lr", Usage: "fills optimizer.params.lr \"auto\" (and warmup_max_lr \"auto\") (default 1e-3)"},
 			&cli.IntFlag{Name: "micro-batch", Usage: "fills train_micro_batch_size_per_gpu \"auto\" (default 4 when no batch key is given)"},
 			&cli.IntFlag{Name: "warmup-steps", Usage: "fills scheduler warmup_num_steps \"auto\" (default 0)"},
-			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl, summary.json and model.safetensors"},
+			&cli.StringFlag{Name: "out", Usage: "directory for config.json, steps.jsonl, summary.json, model.safetensors and a checkpoint of the last step (checkpoints/)"},
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead (as when stderr is not a terminal: a log file gets no redrawn frames)"},
-			&cli.IntFlag{Name: "save-every", Usage: "write a training checkpoint every N steps and after the last, under --out DIR/checkpoints/"},
+			&cli.IntFlag{Name: "save-every", Usage: "also write a training checkpoint every N steps under --out DIR/checkpoints/ (every --out run saves its last step)"},
 			&cli.IntFlag{Name: "keep", Value: 2, Usage: "checkpoints kept under DIR/checkpoints/ (the newest)"},
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
@@ -368,10 +368,14 @@ func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 		return f, usagef("train: --save-every needs --out DIR (checkpoints go to DIR/checkpoints/)")
 	case f.keep < 1:
 		return f, usagef("train: --keep %d: need at least 1", f.keep)
-	case c.IsSet("keep") && f.saveEvery == 0:
-		return f, usagef("train: --keep needs --save-every N (it bounds the checkpoints that writes)")
+	case c.IsSet("keep") && f.out == "":
+		return f, usagef("train: --keep needs --out DIR (it bounds the checkpoints under DIR/checkpoints/)")
 	case c.Bool("allow-data-change") && c.String("resume") == "":
 		return f, usagef("train: --allow-data-change needs --resume PATH (it lets a resumed run go on with training data that changed since its checkpoint)")
+	case f.out != "" && c.String("init") != "" && sameDir(f.out, c.String("init")):
+		return f, usagef("train: --out %s is the --init directory: the run would replace the files it starts from (config.json, model.safetensors); write the run to another --out", f.out)
+	case f.out != "" && c.String("adapter") != "" && sameDir(f.out, c.String("adapter")):
+		return f, usagef("train: --out %s is the --adapter directory: write the run to another --out", f.out)
 	case f.overwrite && f.out == "":
 		return f, usagef("train: --overwrite needs --out DIR (it lets this run take a directory that holds another run's files)")
 	}
@@ -718,11 +722,28 @@ func openTrainTrace(path string) (*timeline.Tracer, *os.File, error) {
 	return tr, f, nil
 }
 
-// writeRunOut writes summary.json (with the last evaluation, when there
-// was one) and the trained weights (fp32 master weights, gathered from
-// every rank's shards and tier) as one safetensors file, streamed one
-// chunk at a time, under dir.
+// writeRunOut writes the trained weights (fp32 master weights, gathered
+// from every rank's shards and tier, streamed one chunk at a time) as one
+// safetensors file, then summary.json (with the last evaluation, when there
+// was one), each atomically under dir: the weights first, so that a disk
+// that fills loses the small summary, not them; a failure names what was
+// written and what was not.
 func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, ev *EvalLine, st stepTime, stdout io.Writer) error {
+	path := filepath.Join(dir, "model.safetensors")
+	// A run killed while writing it left .model.safetensors.tmp-PID-*.
+	stale, err := durable.RemoveStale(dir, "model.safetensors")
+	for _, n := range stale {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	if err != nil {
+		return fmt.Errorf("train: --out: %w", err)
+	}
+	werr := hf.ExportStream(path, e.Layout(), hf.ExportOptions{Step: e.StepCount()}, func(w *hf.ExportWriter) error {
+		return e.MasterChunks(w.F32)
+	})
+	if werr == nil {
+		fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
+	}
 	js := summaryJSON(sum, elapsed)
 	if ev != nil {
 		js["eval_loss"], js["eval_tokens"] = ev.Loss, ev.Tokens
@@ -734,25 +755,18 @@ func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.
 		js["predicted_step_s"], js["predicted_by"] = st.Predicted, "strata plan, profile "+st.Profile
 	}
 	b, _ := json.MarshalIndent(js, "", "  ")
-	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("train: %w", err)
-	}
-	path := filepath.Join(dir, "model.safetensors")
-	// A run killed while writing it left .model.safetensors.tmp-PID-*.
-	stale, err := durable.RemoveStale(dir, "model.safetensors")
-	for _, n := range stale {
-		fmt.Fprintf(stdout, "note: %s\n", n)
-	}
-	if err != nil {
-		return fmt.Errorf("train: --out: %w", err)
-	}
-	err = hf.ExportStream(path, e.Layout(), hf.ExportOptions{Step: e.StepCount()}, func(w *hf.ExportWriter) error {
-		return e.MasterChunks(w.F32)
+	serr := durable.WriteFile(filepath.Join(dir, "summary.json"), 64<<10, func(w io.Writer) error {
+		_, err := w.Write(append(b, '\n'))
+		return err
 	})
-	if err != nil {
-		return fmt.Errorf("train: --out: %w", err)
+	switch {
+	case werr != nil && serr != nil:
+		return fmt.Errorf("train: --out: neither the weights nor the summary were written: %v; %v", werr, cause(serr))
+	case werr != nil:
+		return fmt.Errorf("train: --out: the weights were not written (summary.json was): %w", werr)
+	case serr != nil:
+		return fmt.Errorf("train: --out: summary.json was not written: %s (the weights of step %d are in %s)", cause(serr), e.StepCount(), path)
 	}
-	fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
 	return nil
 }
 

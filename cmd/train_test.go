@@ -403,7 +403,7 @@ func TestTrainResume(t *testing.T) {
 		{[]string{"--config", cfg, "--steps", "6", "--resume", run}, []string{"step 6", "--steps", "is 6", "nothing to train"}},
 		{[]string{"--config", cfg, "--steps", "3", "--resume", step4}, []string{"step 4", "is 3", "raise --steps"}},
 		{[]string{"--config", cfg, "--save-every", "2"}, []string{"--save-every needs --out"}},
-		{[]string{"--config", cfg, "--out", t.TempDir(), "--keep", "3"}, []string{"--keep needs --save-every"}},
+		{[]string{"--config", cfg, "--keep", "3"}, []string{"--keep needs --out"}},
 		{[]string{"--config", cfg, "--out", t.TempDir(), "--save-every", "2", "--keep", "0"}, []string{"--keep 0"}},
 		{[]string{"--config", cfg, "--resume", t.TempDir()}, []string{"--resume", "no checkpoint"}},
 	} {

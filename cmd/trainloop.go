@@ -179,8 +179,10 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		sig = nil // the last step: the run ends as usual
 	}
 	saved := ""
-	every := l.flags.saveEvery
-	if (every > 0 && (st.Step%int64(every) == 0 || st.Step == int64(l.steps))) || (sig != nil && l.flags.out != "") {
+	every, last := l.flags.saveEvery, st.Step == int64(l.steps)
+	// Every run with --out ends with a checkpoint (with --save-every N or
+	// without): what export, eval, generate and --resume read.
+	if (every > 0 && st.Step%int64(every) == 0) || (l.flags.out != "" && (last || sig != nil)) {
 		// After the step's JSONL line, so that a resumed run finds it.
 		path, err := l.save(st)
 		if err != nil && l.job.leader() {
@@ -309,6 +311,9 @@ func (l *trainLoop) report(stdout io.Writer) error {
 		return nil
 	}
 	if dir := l.flags.out; dir != "" {
+		if err := testPoint("outputs"); err != nil {
+			return err
+		}
 		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, st, stdout); err != nil {
 			return err
 		}

@@ -1,0 +1,201 @@
+package cmd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/strata-ai/strata/checkpoint"
+)
+
+// fillTo writes a file into dir's filesystem that leaves free bytes free.
+func fillTo(dir string, free int64) error {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return err
+	}
+	avail := int64(st.Bavail) * st.Bsize
+	if avail < free {
+		return fmt.Errorf("%s has %d bytes free, less than %d", dir, avail, free)
+	}
+	return os.WriteFile(filepath.Join(dir, "filler"), make([]byte, avail-free), 0o644)
+}
+
+// TestRunOutputsDiskFills: a run whose disk fills before its outputs
+// writes the weights first (the summary is what is lost when only they
+// fit), each file whole or absent, and the error names what was not
+// written; with no room for either, the error names both, and the weights
+// of the last step are in its checkpoint (every --out run ends with one).
+func TestRunOutputsDiskFills(t *testing.T) {
+	cfg := tinyConfig(t)
+	ref := filepath.Join(t.TempDir(), "ref")
+	if _, stderr, err := runApp(t, trainArgs(cfg, "--steps", "3", "--out", ref)...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	fi, err := os.Stat(filepath.Join(ref, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := (fi.Size() + 4095) &^ 4095
+	for _, c := range []struct {
+		name    string
+		free    int64
+		want    []string
+		weights bool
+		summary bool
+	}{
+		{"room for the weights only", weights, []string{"summary.json was not written", "no space left on device", "the weights of step 3 are in"}, true, false},
+		{"no room", 0, []string{"neither the weights nor the summary were written", "no space left on device"}, false, false},
+	} {
+		disk := t.TempDir()
+		mountOrSkip(t, disk, "-t", "tmpfs", "-o", "size=16m", "tmpfs")
+		out := filepath.Join(disk, "run")
+		testHook = func(p string) error {
+			if p == "outputs" {
+				return fillTo(disk, c.free)
+			}
+			return nil
+		}
+		_, stderr, err := runApp(t, trainArgs(cfg, "--steps", "3", "--out", out)...)
+		testHook = nil
+		if err == nil {
+			t.Errorf("%s: the run ended well on a full disk:\n%s", c.name, stderr)
+			continue
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the error %q does not say %q", c.name, err, w)
+			}
+		}
+		got, gerr := os.ReadFile(filepath.Join(out, "model.safetensors"))
+		want, _ := os.ReadFile(filepath.Join(ref, "model.safetensors"))
+		if c.weights && (gerr != nil || string(got) != string(want)) {
+			t.Errorf("%s: model.safetensors: %v, %d bytes, want the reference run's %d", c.name, gerr, len(got), len(want))
+		}
+		if !c.weights && gerr == nil {
+			t.Errorf("%s: a model.safetensors of %d bytes on a full disk", c.name, len(got))
+		}
+		if b, err := os.ReadFile(filepath.Join(out, "summary.json")); err == nil && (!c.summary || !json.Valid(b)) {
+			t.Errorf("%s: summary.json of %d bytes (valid JSON %t) where it could not be written", c.name, len(b), json.Valid(b))
+		}
+		if m, _, err := checkpoint.ReadManifest(filepath.Join(out, "checkpoints")); err != nil || m.Step != 3 {
+			t.Errorf("%s: the checkpoint of the last step: %v %v", c.name, m, err)
+		}
+		entries, _ := os.ReadDir(out)
+		for _, e := range entries {
+			if strings.Contains(e.Name(), ".tmp-") {
+				t.Errorf("%s: a temporary file left: %s", c.name, e.Name())
+			}
+		}
+	}
+}
+
+// TestEveryOutRunEndsWithCheckpoint: the README's LoRA walkthrough shape —
+// `strata train --out run` without --save-every, then export, eval and a
+// resume of run — works: the run ends with the checkpoint of its last step
+// (before, "no checkpoint in run").
+func TestEveryOutRunEndsWithCheckpoint(t *testing.T) {
+	cfg := tinyConfig(t)
+	run := filepath.Join(t.TempDir(), "run")
+	if _, stderr, err := runApp(t, trainArgs(cfg, "--steps", "3", "--out", run)...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if m, _, err := checkpoint.ReadManifest(filepath.Join(run, "checkpoints")); err != nil || m.Step != 3 {
+		t.Fatalf("the run's checkpoint: %v %v, want step 3", m, err)
+	}
+	exported := filepath.Join(t.TempDir(), "w.safetensors")
+	if _, _, err := runApp(t, "export", run, exported); err != nil {
+		t.Errorf("export of the run: %v", err)
+	}
+	if _, _, err := runApp(t, "eval", "--model", run, "--data", "../testdata/train/corpus.txt", "--seq", "16"); err != nil {
+		t.Errorf("eval of the run: %v", err)
+	}
+	if _, stderr, err := runApp(t, trainArgs(cfg, "--resume", run, "--out", run, "--steps", "4")...); err != nil {
+		t.Errorf("resume of the run: %v\n%s", err, stderr)
+	}
+}
+
+// TestResumeKeepsLaterWeights: a run whose final save failed has the
+// weights of its last step in model.safetensors and an older checkpoint;
+// resuming from that checkpoint into the same directory sets the later
+// weights, summary and steps aside (named on stderr) instead of
+// overwriting and cutting them.
+func TestResumeKeepsLaterWeights(t *testing.T) {
+	cfg := tinyConfig(t)
+	dir := filepath.Join(t.TempDir(), "run")
+	ck := filepath.Join(dir, "checkpoints")
+	steps := 0
+	var mountErr error
+	testHook = func(p string) error {
+		if p == "step" {
+			if steps++; steps == 5 {
+				if out, err := exec.Command("mount", "--bind", ck, ck).CombinedOutput(); err != nil {
+					mountErr = fmt.Errorf("%v: %s", err, out)
+				} else if out, err := exec.Command("mount", "-o", "remount,ro,bind", ck).CombinedOutput(); err != nil {
+					mountErr = fmt.Errorf("%v: %s", err, out)
+				}
+			}
+		}
+		return nil
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", ck).Run() })
+	_, _, err := runApp(t, trainArgs(cfg, "--steps", "6", "--out", dir, "--save-every", "2")...)
+	testHook = nil
+	if mountErr != nil {
+		t.Skipf("cannot make a read-only bind mount here (needs root with CAP_SYS_ADMIN): %v", mountErr)
+	}
+	if err == nil || !strings.Contains(err.Error(), "the checkpoint of the last step 6 was not saved") {
+		t.Fatalf("the final save on a read-only disk: %v", err)
+	}
+	if out, err := exec.Command("umount", "-l", ck).CombinedOutput(); err != nil {
+		t.Fatalf("umount: %v: %s", err, out)
+	}
+	later, _ := os.ReadFile(filepath.Join(dir, "model.safetensors"))
+	laterSteps, _ := os.ReadFile(filepath.Join(dir, "steps.jsonl"))
+	_, stderr, err := runApp(t, trainArgs(cfg, "--resume", dir, "--out", dir, "--steps", "5")...)
+	if err != nil {
+		t.Fatalf("resume from step 4: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stderr, "set aside, not overwritten: model.safetensors -> model.step-6.safetensors") {
+		t.Errorf("no note of what is set aside:\n%s", stderr)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "model.step-6.safetensors")); err != nil || string(b) != string(later) {
+		t.Errorf("the weights of step 6 were not kept: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "steps.to-step-6.jsonl")); err != nil || string(b) != string(laterSteps) {
+		t.Errorf("the steps to step 6 were not kept: %v", err)
+	}
+	if n := len(stepLosses(t, dir)); n != 5 {
+		t.Errorf("steps.jsonl has %d steps, want 5", n)
+	}
+}
+
+// TestOutIsNotTheInitDir: --out naming the --init directory (a Hugging
+// Face model the run starts from) is refused, with --overwrite too, and
+// the model's files are left as they were.
+func TestOutIsNotTheInitDir(t *testing.T) {
+	cfg := tinyConfig(t)
+	run := filepath.Join(t.TempDir(), "run")
+	if _, stderr, err := runApp(t, trainArgs(cfg, "--steps", "2", "--out", run)...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	base := filepath.Join(t.TempDir(), "base")
+	if _, _, err := runApp(t, "export", "--format", "hf", run, base); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, base)
+	_, _, err := runApp(t, trainArgs(cfg, "--init", base, "--out", base, "--overwrite", "--steps", "2")...)
+	var ec exitCoder
+	if err == nil || !strings.Contains(err.Error(), "is the --init directory") || !errors.As(err, &ec) || ec.ExitCode() != 2 {
+		t.Errorf("--init D --out D --overwrite: %v, want a usage error naming the --init directory", err)
+	}
+	if after := snapshot(t, base); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the --init directory changed")
+	}
+}
