@@ -118,7 +118,7 @@ func formatTiers(t engine.TierSummary) string {
 	for l, n := range t.LinkBytes {
 		fmt.Fprintf(&b, " %s %s", shard.Link(l), units.FormatBytes(n))
 	}
-	fmt.Fprintf(&b, "\nprefetch: %d accesses, hit rate %.4f (%d late, %d missed; %d waited for data written just before), %d divergences",
+	fmt.Fprintf(&b, "\nprefetch (the steps'): %d accesses, hit rate %.4f (%d late, %d missed; %d waited for data written just before), %d divergences",
 		t.Accesses, t.HitRate, t.Late, t.Misses, t.Dependent, t.Divergences)
 	return b.String()
 }

@@ -284,6 +284,11 @@ func (l *trainLoop) save(st engine.StepStats) (string, error) {
 func (l *trainLoop) report(stdout io.Writer) error {
 	elapsed := time.Since(l.t0)
 	sum := l.e.Summary()
+	if sum.Tier != nil && l.last.Tier != nil {
+		// The steps' accesses, as the progress line counts them: not the
+		// checkpoint saves' (every --out run ends with one).
+		sum.Tier.PrefetchCounts = l.prefetch
+	}
 	ran := l.steps - int(l.start)
 	from := ""
 	if l.start > 0 {
