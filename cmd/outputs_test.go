@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -197,5 +198,35 @@ func TestOutIsNotTheInitDir(t *testing.T) {
 	}
 	if after := snapshot(t, base); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Errorf("the --init directory changed")
+	}
+}
+
+// TestTrainReportLines: a run with one evaluation says so (not "eval loss
+// X -> X"); an fp16 run's skipped steps show as skipped on the progress
+// line (not "0 tok/s") and are counted on the final line.
+func TestTrainReportLines(t *testing.T) {
+	held := writeFile(t, "held.txt", strings.Repeat("held out text. ", 40))
+	stdout, stderr, err := runApp(t, trainArgs(tinyConfig(t), "--steps", "2", "--eval-data", held)...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !regexp.MustCompile(`eval loss \d+\.\d+ over \d+ tokens of --eval-data \(one evaluation\)`).MatchString(stdout) || regexp.MustCompile(`eval loss \S+ -> `).MatchString(stdout) {
+		t.Errorf("one evaluation reported as:\n%s", stdout)
+	}
+	// 2^24: the first steps overflow, the scale halves until one fits.
+	cfg := writeFile(t, "fp16.json", `{"train_micro_batch_size_per_gpu": 2,
+  "fp16": {"enabled": true, "initial_scale_power": 24, "hysteresis": 1},
+  "optimizer": {"type": "AdamW", "params": {"lr": 1e-3}},
+  "strata": {"model": "tiny", "devices": 1, "seq_len": 16, "seed": 5}}`)
+	stdout, stderr, err = runApp(t, "train", "--no-progress", "--config", cfg, "--steps", "12", "--data", "../testdata/train/corpus.txt")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if strings.Contains(stderr, " 0 tok/s") {
+		t.Errorf("a skipped step shown as 0 tok/s:\n%s", stderr)
+	}
+	m := regexp.MustCompile(`trained 12 steps \((\d+) skipped for fp16 overflow`).FindStringSubmatch(stdout)
+	if m == nil || m[1] == "0" {
+		t.Errorf("the final line does not count the skipped steps:\n%s", stdout)
 	}
 }

@@ -59,7 +59,7 @@ func TestSummaryLinesPerConfiguration(t *testing.T) {
 		moments            string // summary.json's tier.optimizer_state_moments, when given
 		master             string // and tier.optimizer_state_master (fp32 when not)
 	}{
-		{name: "no offload", strata: `, "model": "tiny"`, not: []string{"hits", "peak/budget", "prefetch:"}},
+		{name: "no offload", strata: `, "model": "tiny"`, not: []string{"hits", "peak/budget", "prefetch ("}},
 		{name: "host", zero: `, "offload_param": {"device": "cpu"}, "offload_optimizer": {"device": "cpu"}`, strata: `, "model": "tiny"`,
 			want: []string{"tiers: params in host", ", nvme none\n"}, not: []string{"nvme read"}},
 		{name: "nvme", zero: fmt.Sprintf(`, "offload_param": {"device": "nvme", "nvme_path": %q}, "offload_optimizer": {"device": "nvme", "nvme_path": %q}`, nv, nv),

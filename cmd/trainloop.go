@@ -251,12 +251,17 @@ func (l *trainLoop) show(st engine.StepStats) {
 		}
 		tiers = scale + tiers
 	}
+	rate, speed := fmt.Sprintf("%s tok/s", units.FormatSize(int64(st.TokensPer))), fmt.Sprintf("%.0f tok/s", st.TokensPer)
+	if st.Skipped {
+		// An fp16 overflow: the step updated nothing (not "0 tok/s").
+		rate, speed = "skipped (fp16 overflow)", "skipped (fp16 overflow)"
+	}
 	if l.bar != nil {
-		l.bar.Describe(fmt.Sprintf("loss %.4f  %s tok/s  moved %s%s", st.Loss, units.FormatSize(int64(st.TokensPer)), units.FormatBytes(l.moved), tiers))
+		l.bar.Describe(fmt.Sprintf("loss %.4f  %s  moved %s%s", st.Loss, rate, units.FormatBytes(l.moved), tiers))
 		l.bar.Add(1)
 	} else if st.Step%int64(l.cfg.StepsPerPrint) == 0 || st.Step == int64(l.steps) {
-		fmt.Fprintf(l.stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %.0f tok/s, moved %s%s\n",
-			st.Step, st.Loss, st.LR, st.GradNorm, st.TokensPer, units.FormatBytes(l.moved), tiers)
+		fmt.Fprintf(l.stderr, "step %d: loss %.4f lr %.3g grad norm %.3f, %s, moved %s%s\n",
+			st.Step, st.Loss, st.LR, st.GradNorm, speed, units.FormatBytes(l.moved), tiers)
 	}
 }
 
@@ -294,10 +299,19 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	if l.start > 0 {
 		from = fmt.Sprintf(" (steps %d-%d, resumed)", l.start+1, l.steps)
 	}
+	if l.e.Precision() == gpu.F16 {
+		if n := l.e.SkippedSteps(); n > 0 {
+			from += fmt.Sprintf(" (%d skipped for fp16 overflow, the weights unchanged)", n)
+		}
+	}
 	fmt.Fprintf(stdout, "trained %d steps%s in %s: loss %.4f -> %.4f, %.0f tokens/s, %s moved\n",
 		ran, from, elapsed.Round(time.Millisecond), l.first.Loss, l.last.Loss,
 		float64(ran*l.e.TokensPerStep())/elapsed.Seconds(), units.FormatBytes(l.moved))
-	if l.firstEval != nil {
+	switch {
+	case l.firstEval == nil:
+	case l.firstEval == l.lastEval:
+		fmt.Fprintf(stdout, "eval loss %.4f over %d tokens of --eval-data (one evaluation)\n", l.lastEval.Loss, l.lastEval.Tokens)
+	default:
 		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
 	}
 	fmt.Fprint(stdout, formatSummary(sum))
