@@ -143,7 +143,6 @@ func TestJobFailureEndsJob(t *testing.T) {
 	}
 }
 
-
 // TestMpirunOptions: the command that goes on with a job repeats mpirun's
 // options, read from its argv up to the program; another parent, or an
 // MPMD job (":"), gives "" (the caller falls back to "mpirun -np P").
