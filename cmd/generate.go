@@ -94,7 +94,7 @@ func runGenerate(c *cli.Context, stdout, stderr io.Writer) error {
 		case len(prompt) >= s.MaxSeq:
 			return model.DecoderOptions{}, usagef("generate: the prompt is %d tokens; the model's max_seq_len is %d: nothing can follow it", len(prompt), s.MaxSeq)
 		}
-		return model.DecoderOptions{Capacity: min(len(prompt)+maxNew, s.MaxSeq), MaxStep: len(prompt)}, nil
+		return model.DecoderOptions{Capacity: len(prompt) + min(maxNew, s.MaxSeq-len(prompt)), MaxStep: len(prompt)}, nil // no overflow: len(prompt) < MaxSeq
 	}, stderr)
 	if err != nil {
 		return err
@@ -155,6 +155,9 @@ func chatPrompt(c *cli.Context, m *inferModel, stderr io.Writer) ([]int32, endOf
 		if raw, err = os.ReadFile(p); err != nil {
 			return nil, endOfTurn{}, fmt.Errorf("generate: --messages: %w", err)
 		}
+		// A UTF-8 byte order mark (Windows editors write one) is not part
+		// of the JSON: skipped, as Python's utf-8-sig and most JSON readers do.
+		raw = bytes.TrimPrefix(raw, []byte("\xef\xbb\xbf"))
 	} else {
 		raw, _ = json.Marshal([]map[string]string{{"role": "user", "content": c.String("prompt")}})
 	}

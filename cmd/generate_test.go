@@ -198,3 +198,44 @@ func TestGenerateRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestGenerateHugeMaxNew: --max-new-tokens at the largest int
+// (9223372036854775807; the prompt's length added to it overflowed into
+// "decoder capacity -9223372036854775804") generates up to the model's
+// max_seq_len and says so.
+func TestGenerateHugeMaxNew(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "hf")
+	writeHFEvalModel(t, hf, evalTorchShapes[0], 8, dtype.F32, testTokenizer{merges: gpt2Merges})
+	for _, n := range []string{"9223372036854775807", "9223372036854775000", "1000"} {
+		_, stderr, err := runApp(t, "generate", "--model", hf, "--prompt", "The cat", "--max-new-tokens", n)
+		if err != nil {
+			t.Fatalf("--max-new-tokens %s: %v\n%s", n, err, stderr)
+		}
+		if !strings.Contains(stderr, "stopped at the model's max_seq_len") && !strings.Contains(stderr, "stopped at EOS") {
+			t.Errorf("--max-new-tokens %s: %s", n, stderr)
+		}
+	}
+}
+
+// TestGenerateMessagesBOM: a --messages file that starts with a UTF-8 byte
+// order mark (as Windows editors save JSON) reads as the same
+// conversation: the same prompt and the same text as without it.
+func TestGenerateMessagesBOM(t *testing.T) {
+	hf := filepath.Join(t.TempDir(), "hf")
+	writeHFEvalModel(t, hf, evalTorchShapes[0], 8, dtype.F32, testTokenizer{merges: gpt2Merges})
+	tmpl := writeFile(t, "t.jinja", "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}")
+	const msgs = `[{"role": "user", "content": "The cat"}]`
+	var outs, errs []string
+	for _, content := range []string{msgs, "\xef\xbb\xbf" + msgs} {
+		f := writeFile(t, "m.json", content)
+		out, stderr, err := runApp(t, "generate", "--model", hf, "--messages", f, "--chat-template", tmpl, "--max-new-tokens", "4")
+		if err != nil {
+			t.Fatalf("--messages %q: %v\n%s", content[:8], err, stderr)
+		}
+		line := stderr[strings.Index(stderr, "chat template:"):]
+		outs, errs = append(outs, out), append(errs, line[:strings.Index(line, "\n")])
+	}
+	if outs[0] != outs[1] || errs[0] != errs[1] {
+		t.Errorf("with a BOM: %q\n%s\nwithout: %q\n%s", outs[1], errs[1], outs[0], errs[0])
+	}
+}

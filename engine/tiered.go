@@ -227,7 +227,7 @@ func (e *Engine) hbmFreeBytes() int64 {
 // charges).
 func (t *tiers) layOut(est estimate.ModelState) tier.Sizes {
 	e := t.e
-	s := tier.Sizes{Ranks: e.nLocal, OptimizerOnHost: t.optTier == shard.Host}
+	s := tier.Sizes{Ranks: e.nLocal, OptimizerOnHost: t.optTier == shard.Host, Inference: e.opts.Inference}
 	for c, p := range e.chunks {
 		if e.paramTiered(c) {
 			s.ParamBytes += ioBytes(int64(p.shard) * 2)

@@ -46,6 +46,10 @@ type Sizes struct {
 	// OptimizerOnHost says that the optimizer state is homed in host RAM,
 	// so that a host budget too small for it can name NVMe as a way out.
 	OptimizerOnHost bool
+	// Inference says that the engine only evaluates: there is no optimizer
+	// state to move, and the host holds the params and the staging of a
+	// batch, so a host too small for them names those instead.
+	Inference bool
 	// Static says that every shard stays in its home in host RAM (no NVMe
 	// tier, nothing staged in HBM: ZeRO-Offload). Its host buffers are
 	// taken once, at Register, and never come and go, so the store needs no
@@ -102,7 +106,7 @@ func PlanBudgets(s Sizes) (Budgets, error) {
 		b.PoolBytes = b.HostBytes
 	}
 	hint := ""
-	if s.OptimizerOnHost {
+	if s.OptimizerOnHost && !s.Inference {
 		hint = ", or put the optimizer state on NVMe (offload_optimizer nvme)"
 	}
 	if s.HostBudgetBytes > 0 && s.Static {
@@ -188,6 +192,10 @@ func largestRoom(hi, act, freeBytes int64, shards []SlotClass) int64 {
 	return lo
 }
 
+// inferenceFix is CheckHostMemory's way out for an inference engine, which
+// has no optimizer state: fewer windows at a time, or the params on NVMe.
+const inferenceFix = "an evaluation has no optimizer state: evaluate fewer windows at a time (train_micro_batch_size_per_gpu; strata eval's --batch), or put the params on NVMe (offload_param nvme; strata eval --offload nvme)"
+
 // CheckHostMemory refuses pinned host memory the host cannot give before
 // anything is allocated (its errors name the config keys and carry no
 // package prefix: the engine's are its own): the store's pool for sizes (strata.host_budget
@@ -231,6 +239,9 @@ func CheckHostMemory(sizes Sizes, staging int64, lock pinned.LockMode, meminfo s
 		fix := fmt.Sprintf("lower strata.host_budget to at most %s", units.FormatBytes(max(he.LockLimitBytes-staging, 0)))
 		if hb <= 0 {
 			fix = "put the optimizer state on NVMe (offload_optimizer nvme) with a strata.host_budget below the limit"
+			if sizes.Inference {
+				fix = inferenceFix
+			}
 		}
 		return fmt.Errorf("%s must be locked (PinnedLock LockRequired), but RLIMIT_MEMLOCK is %s and the process has no CAP_IPC_LOCK: raise the limit (`ulimit -l`, LimitMEMLOCK= or /etc/security/limits.conf), grant CAP_IPC_LOCK, or %s",
 			what, units.FormatBytes(he.LockLimitBytes), fix)
@@ -239,6 +250,9 @@ func CheckHostMemory(sizes Sizes, staging int64, lock pinned.LockMode, meminfo s
 	fix := "lower strata.host_budget to at most " + room
 	if hb <= 0 {
 		fix = "put the optimizer state on NVMe (offload_optimizer nvme) with strata.host_budget at most " + room
+		if sizes.Inference {
+			fix = inferenceFix
+		}
 	}
 	return fmt.Errorf("%s is more than the host's available memory, %s (MemAvailable in %s): the run would be killed for memory; %s, or free memory",
 		what, units.FormatBytes(he.AvailableBytes), he.Meminfo, fix)
