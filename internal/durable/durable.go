@@ -15,18 +15,24 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // WriteFile writes path atomically from fill, through a buffer of bufBytes:
 // a temporary file in the same directory, fsync, rename, fsync of the
 // directory. On an error the temporary file is removed. The temporary
 // is .NAME.tmp-PID-* (TempPattern), flocked while it is written, so that
-// RemoveStale can prove one a killed writer left dead.
+// RemoveStale can prove one a killed writer left dead. The file is 0644
+// less the umask, as os.WriteFile and Create make theirs (os.CreateTemp's
+// 0600 would leave a run's weights unreadable to the group beside its
+// 0644 files).
 func WriteFile(path string, bufBytes int, fill func(io.Writer) error) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, TempPattern(filepath.Base(path)))
+	f, err := createTemp(dir, TempPattern(filepath.Base(path)), 0o644)
 	if err != nil {
 		return err
 	}
@@ -60,6 +66,21 @@ func WriteFile(path string, bufBytes int, fill func(io.Writer) error) error {
 		return err
 	}
 	return SyncDir(dir)
+}
+
+// createTemp is os.CreateTemp with the permissions perm (less the umask)
+// instead of 0600: a new file dir/PREFIX RANDOM SUFFIX for pattern
+// PREFIX*SUFFIX, opened for writing.
+func createTemp(dir, pattern string, perm fs.FileMode) (*os.File, error) {
+	prefix, suffix, _ := strings.Cut(pattern, "*")
+	for try := 0; ; try++ {
+		name := filepath.Join(dir, prefix+strconv.FormatUint(uint64(rand.Uint32()), 10)+suffix)
+		f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, perm)
+		if errors.Is(err, fs.ErrExist) && try < 10000 {
+			continue
+		}
+		return f, err
+	}
 }
 
 // tempWriter writes WriteFile's temporary file; its errors leave out the
