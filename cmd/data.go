@@ -166,6 +166,12 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 	if path := cfg.Strata.Data; path != "" {
 		t0 := time.Now()
 		td, err := data.OpenTrainData(path, cfg, o, !c.Bool("no-shuffle"))
+		if err != nil && !c.IsSet("data") && !filepath.IsAbs(path) && errors.Is(err, fs.ErrNotExist) {
+			// The resumed run's config names it relative to the directory
+			// that run was started in (runs since record it absolute).
+			wd, _ := os.Getwd()
+			return nil, fmt.Errorf("train: the run's training data %q (strata.data of its config, a path relative to the directory that run was started in) is not in %s: resume from that directory, or pass --data PATH", path, wd)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("train: --data: %w", err)
 		}

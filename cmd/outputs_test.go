@@ -230,3 +230,55 @@ func TestTrainReportLines(t *testing.T) {
 		t.Errorf("the final line does not count the skipped steps:\n%s", stdout)
 	}
 }
+
+// TestResumeRelativeData: a run given a relative --data records it
+// absolute, so that a resume from another directory reads the same file;
+// a config's own relative strata.data that is not found from the resuming
+// directory is said so (not "stat d.txt: no such file").
+func TestResumeRelativeData(t *testing.T) {
+	text, err := os.ReadFile("../testdata/train/corpus.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, _ := filepath.Abs(tinyConfig(t))
+	dirA, dirB := t.TempDir(), t.TempDir()
+	os.WriteFile(filepath.Join(dirA, "d.txt"), text, 0o644)
+	run := filepath.Join(t.TempDir(), "run")
+	t.Chdir(dirA)
+	if _, stderr, err := runApp(t, "train", "--no-progress", "--config", cfg, "--data", "d.txt", "--steps", "2", "--out", run); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	t.Chdir(dirB)
+	if _, stderr, err := runApp(t, "train", "--no-progress", "--resume", run, "--out", run, "--steps", "3"); err != nil {
+		t.Errorf("resume from another directory: %v\n%s", err, stderr)
+	}
+	rel := writeFile(t, "rel.json", `{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+  "strata": {"model": "tiny", "devices": 1, "seq_len": 16, "seed": 5, "data": "d.txt"}}`)
+	run2 := filepath.Join(t.TempDir(), "run2")
+	t.Chdir(dirA)
+	if _, stderr, err := runApp(t, "train", "--no-progress", "--config", rel, "--steps", "2", "--out", run2); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	t.Chdir(dirB)
+	_, _, err = runApp(t, "train", "--no-progress", "--resume", run2, "--out", run2, "--steps", "3")
+	if err == nil || !strings.Contains(err.Error(), `the run's training data "d.txt"`) || !strings.Contains(err.Error(), "pass --data PATH") {
+		t.Errorf("resume of a relative strata.data from another directory: %v", err)
+	}
+}
+
+// TestResumeConfigWithoutModel: a resume whose --config has no
+// strata.model goes on with the checkpoint's model (here "small"), not the
+// default shape ("tiny").
+func TestResumeConfigWithoutModel(t *testing.T) {
+	run := filepath.Join(t.TempDir(), "run")
+	small := writeFile(t, "small.json", `{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+  "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, "strata": {"model": "small", "devices": 1, "seq_len": 16, "seed": 5}}`)
+	if _, stderr, err := runApp(t, trainArgs(small, "--steps", "2", "--out", run)...); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	bare := writeFile(t, "bare.json", `{"train_micro_batch_size_per_gpu": 2, "optimizer": {"type": "AdamW", "params": {"lr": 3e-3}},
+  "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, "strata": {"devices": 1, "seq_len": 16, "seed": 5}}`)
+	if _, stderr, err := runApp(t, "train", "--no-progress", "--config", bare, "--data", "../testdata/train/corpus.txt", "--resume", run, "--out", run, "--steps", "3"); err != nil {
+		t.Errorf("resume with a --config without strata.model: %v\n%s", err, stderr)
+	}
+}

@@ -578,6 +578,9 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string, 
 		if im != nil {
 			return im.loadConfig(c.String("config"), opts)
 		}
+		if resume != nil {
+			return loadResumeConfig(c.String("config"), opts, resume, resumeDir)
+		}
 		return config.Load(c.String("config"), opts)
 	case resume != nil:
 		// The run goes on with the config it was saved with.
@@ -608,6 +611,29 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string, 
 		}
 	}
 	return cfg, nil
+}
+
+// loadResumeConfig loads the --config of a resumed run: one without
+// strata.model is of the checkpoint's model (not the default shape, whose
+// vocabulary or layers would not fit the checkpoint).
+func loadResumeConfig(path string, opts config.Options, resume *checkpoint.Manifest, resumeDir string) (*config.Config, error) {
+	named, err := configNamesModel(path)
+	if err != nil {
+		return nil, err
+	}
+	if !named {
+		saved, err := config.Parse(resume.Config, filepath.Join(resumeDir, checkpoint.ManifestName), config.Options{LookupShape: lookupShape})
+		if err == nil && saved.Shape() != nil {
+			shape, lookup := *saved.Shape(), opts.LookupShape
+			opts.LookupShape = func(name string) (config.Shape, error) {
+				if name == config.DefaultModel {
+					return shape, nil
+				}
+				return lookup(name)
+			}
+		}
+	}
+	return config.Load(path, opts)
 }
 
 // configOptions are the parse options of --config: --devices decides the
@@ -666,7 +692,8 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 		cfg.Strata.Steps = c.Int("steps")
 	}
 	if c.IsSet("data") {
-		cfg.Strata.Data = c.String("data")
+		// Absolute: a run resumed from another directory reads the same file.
+		cfg.Strata.Data = absPath(c.String("data"))
 	}
 	if cfg.Shape() == nil {
 		return fmt.Errorf("train: strata.model %q has no shape", cfg.Strata.Model.Name)
