@@ -71,7 +71,7 @@ func TestJobStartAgreement(t *testing.T) {
 		{"no-shuffle on one", []string{"--data", corpus}, []string{"--data", corpus, "--no-shuffle"}, nil,
 			`process 1 resolved another run than process 0: --no-shuffle true \(process 0: \(not given\)\)`},
 		{"same name, other file", []string{"--data", "d.txt"}, []string{"--data", "d.txt"}, []string{"STRATA_TEST_DIR_P0=" + dirA, "STRATA_TEST_DIR_P1=" + dirB},
-			`process 1 resolved another run than process 0: training data d.txt \(\d+ bytes, sha256 [0-9a-f]+\) \(process 0: d.txt \(\d+ bytes`},
+			`process 1 resolved another run than process 0: training data \S*/d.txt \(\d+ bytes, sha256 [0-9a-f]+\) \(process 0: \S*/d.txt \(\d+ bytes`},
 		{"out of its own", nil, []string{"--out", filepath.Join(t.TempDir(), "other")}, nil,
 			`process 1 resolved another run than process 0: --out .*other \(process 0: .*run\)`},
 	} {

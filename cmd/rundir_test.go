@@ -321,6 +321,7 @@ func TestIncompleteCheckpointIgnored(t *testing.T) {
 	if err != nil || !strings.Contains(stderr, "resumed from step 4") || !strings.Contains(stderr, "moved back to step-00000004") {
 		t.Errorf("resume from an explicit older checkpoint: %v\n%s", err, stderr)
 	}
+	os.Mkdir(filepath.Join(ck, "step-00000040"), 0o755) // (the run's last save removed it)
 	_, _, err = runApp(t, trainArgs(cfg, "--steps", "6", "--resume", filepath.Join(ck, "step-00000040"), "--out", t.TempDir())...)
 	if err == nil || !strings.Contains(err.Error(), "incomplete checkpoint") || !strings.Contains(err.Error(), "the newest complete checkpoint is") {
 		t.Errorf("resume from the incomplete directory itself: %v", err)

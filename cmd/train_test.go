@@ -349,7 +349,8 @@ func TestTrainResume(t *testing.T) {
 	sameLosses(t, "first 6 steps", stepLosses(t, run), want, 1, 6)
 
 	// Resume from the run's directory (its latest: step 6) to 9 steps.
-	stdout, stderr := train("--config", cfg, "--steps", "9", "--resume", run, "--out", run)
+	// (--keep 3: its own last checkpoint, of step 9, leaves step 4.)
+	stdout, stderr := train("--config", cfg, "--steps", "9", "--resume", run, "--out", run, "--keep", "3")
 	if w := "resumed from step 6 (" + filepath.Join(ck, "step-00000006") + ")"; !strings.Contains(stderr, w) {
 		t.Errorf("stderr lacks %q:\n%s", w, stderr)
 	}
@@ -357,6 +358,11 @@ func TestTrainResume(t *testing.T) {
 		t.Errorf("stdout:\n%s", stdout)
 	}
 	sameLosses(t, "resumed at 6", stepLosses(t, run), want, 1, 9)
+	// Back to step 6 for what follows: the resumed run's own last
+	// checkpoint (step 9, as every --out run ends with one) set aside.
+	if _, err := checkpoint.Rewind(ck, "step-00000006"); err != nil {
+		t.Fatal(err)
+	}
 
 	// From the step-4 checkpoint with its own config, into a new directory.
 	step4 := filepath.Join(ck, "step-00000004")
