@@ -167,7 +167,18 @@ func readRunFile(dir string) (*runFile, error) {
 // flags in run.json.
 func (rd *runDir) writeRunFile(source *hf.Source) error {
 	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid(), Source: source, Args: rd.args}, "", "  ")
-	if err := os.WriteFile(filepath.Join(rd.path, runFileName), append(b, '\n'), 0o644); err != nil {
+	return writeAtomic(filepath.Join(rd.path, runFileName), append(b, '\n'))
+}
+
+// writeAtomic replaces path with b whole (a killed run leaves the old file
+// or the new one, never a part: run.json cut short would refuse every
+// later resume).
+func writeAtomic(path string, b []byte) error {
+	err := durable.WriteFile(path, 64<<10, func(w io.Writer) error {
+		_, err := w.Write(b)
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("train: --out: %w", err)
 	}
 	return nil
@@ -218,8 +229,8 @@ func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.
 	if err := rd.writeRunFile(p.source); err != nil {
 		return nil, err
 	}
-	if err := os.WriteFile(filepath.Join(rd.path, "config.json"), append(cfg.JSON(), '\n'), 0o644); err != nil {
-		return nil, fmt.Errorf("train: --out: %w", err)
+	if err := writeAtomic(filepath.Join(rd.path, "config.json"), append(cfg.JSON(), '\n')); err != nil {
+		return nil, err
 	}
 	path := filepath.Join(rd.path, "steps.jsonl")
 	var kept []byte
@@ -237,9 +248,16 @@ func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.
 			}
 		}
 	}
-	f, err := os.Create(path)
+	// The kept lines replace the file whole (a kill here leaves the old
+	// lines or the kept ones, never none), then the run appends.
+	if err := writeAtomic(path, kept); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
 	if err == nil {
-		_, err = f.Write(kept)
+		// At the end, without O_APPEND: appendLine cuts a line the disk
+		// refused back off at the offset it started from.
+		_, err = f.Seek(0, io.SeekEnd)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)

@@ -27,6 +27,7 @@ import (
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/plan"
+	"github.com/strata-ai/strata/safetensors"
 	"github.com/strata-ai/strata/shard"
 	"github.com/strata-ai/strata/timeline"
 )
@@ -333,6 +334,9 @@ func runTrain(c *cli.Context) (err error) {
 		defer file.Close()
 		l.jsonl, l.runID = file, rd.id
 	}
+	if p.outputsOnly {
+		return l.outputsOnly(stdout)
+	}
 	if err := l.run(); err != nil {
 		return err
 	}
@@ -397,6 +401,10 @@ type trainPlan struct {
 	source *hf.Source
 	// dataIDs identify the training data, in every checkpoint (dataid.go).
 	dataIDs []checkpoint.DataFile
+	// outputsOnly: the resumed checkpoint is the run's last step, whose
+	// outputs (model.safetensors, summary.json) a killed run did not
+	// write: the run writes them and trains nothing.
+	outputsOnly bool
 }
 
 // planTrain resolves the config (--config, else the checkpoint of
@@ -719,6 +727,12 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 func checkResume(c *cli.Context, p *trainPlan, stderr io.Writer) error {
 	p.start = p.resume.Step
 	steps := p.cfg.Strata.Steps
+	if p.start == int64(steps) && outputsMissing(c.String("out"), p) {
+		p.outputsOnly = true
+		fmt.Fprintf(stderr, "note: --resume: %s is the run's last step, %d, and %s lacks the outputs of it (the run was stopped before it wrote them): writing them; nothing to train\n",
+			p.resumeDir, p.start, c.String("out"))
+		return nil
+	}
 	if p.start >= int64(steps) {
 		return usagef("train: --resume: %s is at step %d, and --steps (the total, counted from step 1) is %d: nothing to train; raise --steps above %d to continue",
 			p.resumeDir, p.start, steps, p.start)
@@ -729,6 +743,24 @@ func checkResume(c *cli.Context, p *trainPlan, stderr io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// outputsMissing says whether out is the directory of the run p resumes
+// (its checkpoint is one of out's) and lacks the outputs of its step:
+// model.safetensors of that step, or summary.json.
+func outputsMissing(out string, p *trainPlan) bool {
+	if out == "" || !sameDir(filepath.Dir(p.resumeDir), filepath.Join(out, "checkpoints")) {
+		return false
+	}
+	if _, err := os.Stat(filepath.Join(out, "summary.json")); err != nil {
+		return true
+	}
+	f, err := safetensors.Open(filepath.Join(out, "model.safetensors"))
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	return f.Header.Metadata[hf.MetaStep] != strconv.FormatInt(p.start, 10)
 }
 
 // openTrainTrace makes the tracer of --trace and creates its file now, so

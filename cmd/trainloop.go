@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -283,6 +284,24 @@ func (l *trainLoop) save(st engine.StepStats) (string, error) {
 	return path, nil
 }
 
+// outputsOnly writes the outputs of the resumed run's last step (a run
+// killed after its last checkpoint, before them): model.safetensors and
+// summary.json, from the loaded checkpoint; in a job, process 0 writes and
+// the others send their shards.
+func (l *trainLoop) outputsOnly(stdout io.Writer) error {
+	if !l.job.leader() {
+		if err := l.e.MasterChunks(func(int, []float32) error { return nil }); err != nil {
+			return fmt.Errorf("train: --out: %w", err)
+		}
+		return nil
+	}
+	if err := writeRunOut(l.flags.out, l.e, l.e.Summary(), 0, nil, stepTime{}, stdout); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "the run ended at step %d; its outputs are written\n", l.start)
+	return nil
+}
+
 // report prints the run's summary, writes summary.json and the trained
 // weights under --out, and for a run stopped on a signal returns the error
 // that says how to go on.
@@ -334,6 +353,10 @@ func (l *trainLoop) report(stdout io.Writer) error {
 			return err
 		}
 		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, st, stdout); err != nil {
+			if serr := l.lastSaveError(); serr != nil {
+				// The disk refused the last checkpoint too: say which survives.
+				return jobError{msg: fmt.Sprintf("%v; and %s", err, strings.TrimPrefix(serr.Error(), "train: "))}
+			}
 			return err
 		}
 	}
