@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/model"
 )
 
 // fillTo writes a file into dir's filesystem that leaves free bytes free.
@@ -280,5 +282,39 @@ func TestResumeConfigWithoutModel(t *testing.T) {
   "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}, "strata": {"devices": 1, "seq_len": 16, "seed": 5}}`)
 	if _, stderr, err := runApp(t, "train", "--no-progress", "--config", bare, "--data", "../testdata/train/corpus.txt", "--resume", run, "--out", run, "--steps", "3"); err != nil {
 		t.Errorf("resume with a --config without strata.model: %v\n%s", err, stderr)
+	}
+}
+
+// TestLoRAWalkthrough is the README's LoRA section word for word on a tiny
+// Llama: train --init with --epochs 1 --out and no --save-every, then
+// export --format peft, export --format hf --merge, eval --offload cpu of
+// the run, and a run continuing the exported adapter.
+func TestLoRAWalkthrough(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	base := filepath.Join(dir, "base")
+	s := model.Shape{Arch: model.ArchLlama, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 256, MaxSeq: 64, RopeTheta: 10000}
+	writeHFEvalModel(t, base, s, 7, dtype.F32, testTokenizer{})
+	var train, held strings.Builder
+	for i := range 40 {
+		fmt.Fprintf(&train, `{"prompt": "Q%d: what sat on the mat?", "completion": " The cat %d."}`+"\n", i, i)
+	}
+	for i := range 8 {
+		fmt.Fprintf(&held, `{"prompt": "Q%d: what ate the bread?", "completion": " The dog %d."}`+"\n", i, i)
+	}
+	os.WriteFile("chat.jsonl", []byte(train.String()), 0o644)
+	os.WriteFile("held.jsonl", []byte(held.String()), 0o644)
+	os.WriteFile("held.txt", []byte(strings.Repeat("The dog ate the bread. ", 20)), 0o644)
+	cfg := writeFile(t, "lora.json", strings.Replace(loraConfig, "%s", "0.01", 1))
+	for _, args := range [][]string{
+		{"train", "--init", base, "--config", cfg, "--data", "chat.jsonl", "--eval-data", "held.jsonl", "--epochs", "1", "--out", "lora-run", "--no-progress"},
+		{"export", "--format", "peft", "lora-run", "adapter/"},
+		{"export", "--format", "hf", "--merge", "lora-run", "merged/"},
+		{"eval", "--model", "lora-run", "--data", "held.txt", "--offload", "cpu"},
+		{"train", "--init", base, "--adapter", "adapter/", "--config", cfg, "--data", "chat.jsonl", "--steps", "1", "--out", "again", "--no-progress"},
+	} {
+		if _, stderr, err := runApp(t, args...); err != nil {
+			t.Fatalf("strata %s: %v\n%s", strings.Join(args, " "), err, stderr)
+		}
 	}
 }
