@@ -180,6 +180,15 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 			d.chat = hfChat(chat)
 		}
 		describeData(stderr, "data", td.Source, time.Since(t0))
+		if td.Packed != nil {
+			seq := int64(td.Packed.Seq())
+			if n, pieces, err := td.Source.File.Longer(seq + 1); err != nil {
+				return nil, fmt.Errorf("train: --data: %w", err)
+			} else if n > 0 {
+				fmt.Fprintf(stderr, "note: %s: %d examples are longer than seq_len %d (+1): each is split into pieces of %d columns, %d rows in all, a piece seeing nothing of the ones before it; a longer seq_len keeps them whole\n",
+					path, n, seq, seq, pieces)
+			}
+		}
 	}
 	if path := c.String("eval-data"); path != "" {
 		t0 := time.Now()

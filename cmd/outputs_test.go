@@ -318,3 +318,25 @@ func TestLoRAWalkthrough(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainLongExamplesNote: JSONL examples longer than seq_len are
+// counted at start-up with the rows they split into (before, split with no
+// word).
+func TestTrainLongExamplesNote(t *testing.T) {
+	var b strings.Builder
+	for i := range 6 {
+		long := ""
+		if i%2 == 0 {
+			long = strings.Repeat(" and on", 8) // 56 bytes more: more than seq_len 16 of the byte tokenizer
+		}
+		fmt.Fprintf(&b, `{"prompt": "Q%d", "completion": " A%d%s."}`+"\n", i, i, long)
+	}
+	data := writeFile(t, "long.jsonl", b.String())
+	_, stderr, err := runApp(t, "train", "--no-progress", "--config", tinyConfig(t), "--data", data, "--steps", "1")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if !regexp.MustCompile(`note: \S*long.jsonl: 3 examples are longer than seq_len 16 \(\+1\): each is split into pieces of 16 columns, \d+ rows in all`).MatchString(stderr) {
+		t.Errorf("no note of the examples split:\n%s", stderr)
+	}
+}

@@ -302,3 +302,25 @@ func TestEvalSet(t *testing.T) {
 		t.Fatalf("text eval rows: ids %v targets %v pos %v", b.IDs, b.Targets, b.Pos)
 	}
 }
+
+// TestTokenFileLonger: the examples longer than seq+1 tokens and the rows
+// of seq columns they split into, counted over an offset table read in
+// blocks (more examples than one block), equal a count example by example.
+func TestTokenFileLonger(t *testing.T) {
+	const seq = 16
+	exs := testExamples(20000, 60, 300, 3)
+	tf := writeTokens(t, exs, 300)
+	var want, wantPieces int64
+	for _, ex := range exs {
+		if len(ex.ids) > seq+1 {
+			want++
+			for cols := len(ex.ids) - 1; cols > 0; cols -= seq {
+				wantPieces++
+			}
+		}
+	}
+	n, pieces, err := tf.Longer(seq + 1)
+	if err != nil || n != want || pieces != wantPieces || want == 0 {
+		t.Errorf("Longer(%d): %d examples in %d pieces (%v), want %d in %d", seq+1, n, pieces, err, want, wantPieces)
+	}
+}

@@ -265,6 +265,29 @@ func (t *TokenFile) Span(i int64) (start, end int64, err error) {
 	return int64(binary.LittleEndian.Uint64(b[:])), int64(binary.LittleEndian.Uint64(b[8:])), nil
 }
 
+// Longer counts the examples of more than n tokens and the pieces of n
+// tokens overlapping by one they are split into (Packed's rows of seq
+// columns: n = seq+1), reading the offset table a block at a time.
+func (t *TokenFile) Longer(n int64) (examples, pieces int64, err error) {
+	const block = 8192 // offsets per read
+	buf := make([]byte, 8*(block+1))
+	for i := int64(0); i < t.examples; i += block {
+		k := min(block, t.examples-i)
+		b := buf[:8*(k+1)]
+		if err := t.readAt(b, t.offOff+8*i); err != nil {
+			return 0, 0, err
+		}
+		for j := int64(0); j < k; j++ {
+			l := int64(binary.LittleEndian.Uint64(b[8*j+8:])) - int64(binary.LittleEndian.Uint64(b[8*j:]))
+			if l > n {
+				examples++
+				pieces += (l - 2 + n - 1) / (n - 1) // ceil((l-1)/(n-1)): targets per piece n-1
+			}
+		}
+	}
+	return examples, pieces, nil
+}
+
 // Read reads tokens off .. off+len(ids)-1: their ids, and into train (when
 // not nil, as long as ids) their loss bits.
 func (t *TokenFile) Read(off int64, ids []int32, train []bool) error {
