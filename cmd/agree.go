@@ -62,10 +62,7 @@ func trainRunKey(c *cli.Context, p *trainPlan) runKey {
 		if slices.Contains(notCompared, name) || slices.Contains(pathFlags, name) {
 			continue
 		}
-		k["--"+name] = "(not given)"
-		if c.IsSet(name) {
-			k["--"+name] = fmt.Sprint(c.Value(name))
-		}
+		k["--"+name] = fmt.Sprint(c.Value(name)) // the value in effect: a default given or not is the same
 	}
 	k["training data"] = "the synthetic corpus"
 	if len(p.dataIDs) > 0 {

@@ -64,12 +64,12 @@ func TestJobStartAgreement(t *testing.T) {
 	}{
 		{"missing data", []string{"--data", corpus}, []string{"--data", filepath.Join(t.TempDir(), "nosuch.txt")}, nil,
 			`process 1 of 2 failed at start-up: --data: .*nosuch.txt: no such file`},
-		{"save-every", []string{"--save-every", "5"}, []string{"--save-every", "10"}, nil,
+		{"save-every", []string{"--save-every", "5", "--keep", "2"}, []string{"--save-every", "10"}, nil, // --keep 2 is the default: no difference
 			`process 1 resolved another run than process 0: --save-every 10 \(process 0: 5\)`},
 		{"eval-data on one", nil, []string{"--eval-data", held}, nil,
 			`process 1 resolved another run than process 0: --eval-data .*held.txt \(\d+ bytes, sha256 [0-9a-f]+\) \(process 0: \(not given\)\)`},
 		{"no-shuffle on one", []string{"--data", corpus}, []string{"--data", corpus, "--no-shuffle"}, nil,
-			`process 1 resolved another run than process 0: --no-shuffle true \(process 0: \(not given\)\)`},
+			`process 1 resolved another run than process 0: --no-shuffle true \(process 0: false\)`},
 		{"same name, other file", []string{"--data", "d.txt"}, []string{"--data", "d.txt"}, []string{"STRATA_TEST_DIR_P0=" + dirA, "STRATA_TEST_DIR_P1=" + dirB},
 			`process 1 resolved another run than process 0: training data \S*/d.txt \(\d+ bytes, sha256 [0-9a-f]+\) \(process 0: \S*/d.txt \(\d+ bytes`},
 		{"out of its own", nil, []string{"--out", filepath.Join(t.TempDir(), "other")}, nil,
