@@ -380,6 +380,8 @@ func parseTrainFlags(c *cli.Context) (trainFlags, error) {
 		return f, usagef("train: --out %s is the --init directory: the run would replace the files it starts from (config.json, model.safetensors); write the run to another --out", f.out)
 	case f.out != "" && c.String("adapter") != "" && sameDir(f.out, c.String("adapter")):
 		return f, usagef("train: --out %s is the --adapter directory: write the run to another --out", f.out)
+	case c.Bool("allow-other-base") && c.String("adapter") == "":
+		return f, usagef("train: --allow-other-base needs --adapter DIR (it applies an adapter made for another base)")
 	case f.overwrite && f.out == "":
 		return f, usagef("train: --overwrite needs --out DIR (it lets this run take a directory that holds another run's files)")
 	}

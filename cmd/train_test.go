@@ -410,6 +410,7 @@ func TestTrainResume(t *testing.T) {
 		{[]string{"--config", cfg, "--steps", "3", "--resume", step4}, []string{"step 4", "is 3", "raise --steps"}},
 		{[]string{"--config", cfg, "--save-every", "2"}, []string{"--save-every needs --out"}},
 		{[]string{"--config", cfg, "--keep", "3"}, []string{"--keep needs --out"}},
+		{[]string{"--config", cfg, "--allow-other-base"}, []string{"--allow-other-base needs --adapter"}},
 		{[]string{"--config", cfg, "--out", t.TempDir(), "--save-every", "2", "--keep", "0"}, []string{"--keep 0"}},
 		{[]string{"--config", cfg, "--resume", t.TempDir()}, []string{"--resume", "no checkpoint"}},
 	} {

@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <atomic>
 #include <barrier>
+#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -244,6 +245,64 @@ inline void st_v16(void* p, uint4 v) {
 // otherwise a permutation drawn from it.
 inline unsigned emu_seed;
 
+// emu_pool keeps the OS threads of the launches: thread t of every block
+// of every launch is the pool's worker t (its thread_local state is set
+// anew for each block), so a launch starts no thread. Creating and ending
+// a thread per thread of each launch (about 290,000 in the test) cost most
+// of the run, under the sanitizers, in the kernel.
+struct emu_pool {
+    std::vector<std::thread> workers;
+    std::mutex mu;
+    std::condition_variable start, done;
+    unsigned long gen = 0;  // the launch the workers below active take part in
+    unsigned active = 0, running = 0;
+    void (*job)(void*, unsigned) = nullptr;
+    void* arg = nullptr;
+    bool stop = false;
+
+    void work(unsigned t) {
+        unsigned long seen = 0;
+        for (;;) {
+            void (*f)(void*, unsigned);
+            void* a;
+            {
+                std::unique_lock<std::mutex> l(mu);
+                start.wait(l, [&] { return stop || (gen != seen && t < active); });
+                if (stop) return;
+                seen = gen;
+                f = job;
+                a = arg;
+            }
+            f(a, t);
+            std::lock_guard<std::mutex> l(mu);
+            if (--running == 0) done.notify_all();
+        }
+    }
+    // run calls f(a, t) on workers t = 0 .. n-1 at once and waits for all.
+    void run(unsigned n, void (*f)(void*, unsigned), void* a) {
+        std::unique_lock<std::mutex> l(mu);
+        while (workers.size() < n) {
+            unsigned t = workers.size();
+            workers.emplace_back([this, t] { work(t); });
+        }
+        job = f;
+        arg = a;
+        active = running = n;
+        gen++;
+        start.notify_all();
+        done.wait(l, [&] { return running == 0; });
+    }
+    ~emu_pool() {
+        {
+            std::lock_guard<std::mutex> l(mu);
+            stop = true;
+        }
+        start.notify_all();
+        for (auto& w : workers) w.join();
+    }
+};
+inline emu_pool emu_threads;
+
 // emu_launch runs kernel<<<grid, block>>>(args...).
 template <class... P, class... A>
 void emu_launch(void (*kernel)(P...), unsigned grid, unsigned block, A... args) {
@@ -257,39 +316,36 @@ void emu_launch(void (*kernel)(P...), unsigned grid, unsigned block, A... args) 
     std::barrier<> bar(block);
     emu_bar = &bar;
     std::vector<long> counts(block), wcounts(block);
-    std::vector<std::thread> threads;
     emu_new_warps(block);
-    for (unsigned t = 0; t < block; t++) {
-        threads.emplace_back([&, t] {
-            threadIdx = {t, 0, 0};
-            for (unsigned k = 0; k < grid; k++) {
-                blockIdx = {order[k], 0, 0};
-                emu_syncs = 0;
-                emu_warp_ops = 0;
-                emu_warp_parity = 0;
-                kernel(((P)args)...);
-                counts[t] = emu_syncs;
-                wcounts[t] = emu_warp_ops;
-                emu_warps[t / 32].bar->arrive_and_drop();
-                bar.arrive_and_wait();
-                if (t == 0) {
-                    for (unsigned u = 1; u < block; u++) {
-                        if (counts[u] != counts[0]) {
-                            std::fprintf(stderr, "emu: block %u: thread %u reached %ld barriers, thread 0 %ld\n",
-                                         order[k], u, counts[u], counts[0]);
-                            std::abort();
-                        }
-                        if (wcounts[u] != wcounts[u / 32 * 32]) {
-                            std::fprintf(stderr, "emu: block %u: thread %u took part in %ld warp operations, thread %u in %ld\n",
-                                         order[k], u, wcounts[u], u / 32 * 32, wcounts[u / 32 * 32]);
-                            std::abort();
-                        }
+    auto body = [&](unsigned t) {
+        threadIdx = {t, 0, 0};
+        for (unsigned k = 0; k < grid; k++) {
+            blockIdx = {order[k], 0, 0};
+            emu_syncs = 0;
+            emu_warp_ops = 0;
+            emu_warp_parity = 0;
+            kernel(((P)args)...);
+            counts[t] = emu_syncs;
+            wcounts[t] = emu_warp_ops;
+            emu_warps[t / 32].bar->arrive_and_drop();
+            bar.arrive_and_wait();
+            if (t == 0) {
+                for (unsigned u = 1; u < block; u++) {
+                    if (counts[u] != counts[0]) {
+                        std::fprintf(stderr, "emu: block %u: thread %u reached %ld barriers, thread 0 %ld\n",
+                                     order[k], u, counts[u], counts[0]);
+                        std::abort();
                     }
-                    emu_new_warps(block);
+                    if (wcounts[u] != wcounts[u / 32 * 32]) {
+                        std::fprintf(stderr, "emu: block %u: thread %u took part in %ld warp operations, thread %u in %ld\n",
+                                     order[k], u, wcounts[u], u / 32 * 32, wcounts[u / 32 * 32]);
+                        std::abort();
+                    }
                 }
-                bar.arrive_and_wait();
+                emu_new_warps(block);
             }
-        });
-    }
-    for (auto& th : threads) th.join();
+            bar.arrive_and_wait();
+        }
+    };
+    emu_threads.run(block, [](void* b, unsigned t) { (*static_cast<decltype(body)*>(b))(t); }, &body);
 }
