@@ -133,25 +133,11 @@ func TestResumeKeepsLaterWeights(t *testing.T) {
 	cfg := tinyConfig(t)
 	dir := filepath.Join(t.TempDir(), "run")
 	ck := filepath.Join(dir, "checkpoints")
-	steps := 0
-	var mountErr error
-	testHook = func(p string) error {
-		if p == "step" {
-			if steps++; steps == 5 {
-				if out, err := exec.Command("mount", "--bind", ck, ck).CombinedOutput(); err != nil {
-					mountErr = fmt.Errorf("%v: %s", err, out)
-				} else if out, err := exec.Command("mount", "-o", "remount,ro,bind", ck).CombinedOutput(); err != nil {
-					mountErr = fmt.Errorf("%v: %s", err, out)
-				}
-			}
-		}
-		return nil
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", ck).Run() })
+	mountErr := readOnlyAtStep(t, ck, 5)
 	_, _, err := runApp(t, trainArgs(cfg, "--steps", "6", "--out", dir, "--save-every", "2")...)
 	testHook = nil
-	if mountErr != nil {
-		t.Skipf("cannot make a read-only bind mount here (needs root with CAP_SYS_ADMIN): %v", mountErr)
+	if *mountErr != nil {
+		t.Skipf("cannot make a read-only bind mount here (needs root with CAP_SYS_ADMIN): %v", *mountErr)
 	}
 	if err == nil || !strings.Contains(err.Error(), "the checkpoint of the last step 6 was not saved") {
 		t.Fatalf("the final save on a read-only disk: %v", err)

@@ -99,6 +99,28 @@ func TestSignalWhileRenderingTemplate(t *testing.T) {
 	}
 }
 
+// readOnlyAtStep sets testHook to bind-mount dir read-only over itself at
+// the end of step n (the mount's error, if any, lands in the result: the
+// caller skips on it after the run); the mount goes at the test's end.
+func readOnlyAtStep(t *testing.T, dir string, n int) *error {
+	var mountErr error
+	steps := 0
+	testHook = func(p string) error {
+		if p == "step" {
+			if steps++; steps == n {
+				if out, err := exec.Command("mount", "--bind", dir, dir).CombinedOutput(); err != nil {
+					mountErr = fmt.Errorf("%v: %s", err, out)
+				} else if out, err := exec.Command("mount", "-o", "remount,ro,bind", dir).CombinedOutput(); err != nil {
+					mountErr = fmt.Errorf("%v: %s", err, out)
+				}
+			}
+		}
+		return nil
+	}
+	t.Cleanup(func() { testHook = nil; exec.Command("umount", "-l", dir).Run() })
+	return &mountErr
+}
+
 // mountOrSkip runs mount with args, skipping the test with the reason when
 // this process may not mount (not root, no CAP_SYS_ADMIN); the mount at
 // target is undone when the test ends.
@@ -192,26 +214,11 @@ func TestFinalSaveFailure(t *testing.T) {
 	cfg := tinyConfig(t)
 	dir := t.TempDir()
 	ck := filepath.Join(dir, "checkpoints")
-	steps := 0
-	var mountErr error
-	testHook = func(p string) error {
-		if p == "step" {
-			if steps++; steps == 3 {
-				if out, err := exec.Command("mount", "--bind", ck, ck).CombinedOutput(); err != nil {
-					mountErr = fmt.Errorf("%v: %s", err, out)
-				} else if out, err := exec.Command("mount", "-o", "remount,ro,bind", ck).CombinedOutput(); err != nil {
-					mountErr = fmt.Errorf("%v: %s", err, out)
-				}
-			}
-		}
-		return nil
-	}
-	defer func() { testHook = nil }()
-	t.Cleanup(func() { exec.Command("umount", "-l", ck).Run() })
+	mountErr := readOnlyAtStep(t, ck, 3)
 	_, stderr, err := runApp(t, trainArgs(cfg, "--steps", "4", "--out", dir, "--save-every", "2")...)
 	testHook = nil
-	if mountErr != nil {
-		t.Skipf("cannot make a read-only bind mount here (needs root with CAP_SYS_ADMIN): %v", mountErr)
+	if *mountErr != nil {
+		t.Skipf("cannot make a read-only bind mount here (needs root with CAP_SYS_ADMIN): %v", *mountErr)
 	}
 	var ec exitCoder
 	if err == nil || (errors.As(err, &ec) && ec.ExitCode() != 1) {
