@@ -1,5 +1,7 @@
 package gpu
 
+import "math"
+
 // Kernels is what a backend implements behind CheckedOps: every method of
 // Ops, called only with arguments the front end has checked against the
 // contract (dimensions, dtypes, lengths, device), with the stream and
@@ -13,26 +15,26 @@ type Kernels[S, B any] interface {
 	BiasGrad(s S, dy, dbias B, rows, cols int)
 	LayerNormForward(s S, x, gamma, beta, y, mean, rstd B, rows, cols int, eps float32)
 	LayerNormBackward(s S, dy, x, gamma, mean, rstd, dx, dgamma, dbeta B, rows, cols int)
-	AttentionForward(s S, qkv, out, lse, pos B, batch, seq, heads, kvHeads, headDim int)
-	AttentionBackward(s S, dout, qkv, out, lse, pos, dqkv B, batch, seq, heads, kvHeads, headDim int)
-	AttentionCached(s S, qkv, kCache, vCache, out B, start, n, heads, kvHeads, headDim int)
+	AttentionForward(s S, qkv, out, lse, pos B, batch, seq, heads, kvHeads, headDim int, opt AttnOptions)
+	AttentionBackward(s S, dout, qkv, out, lse, pos, dqkv B, batch, seq, heads, kvHeads, headDim int, opt AttnOptions)
+	AttentionCached(s S, qkv, kCache, vCache, out B, start, n, heads, kvHeads, headDim int, opt AttnOptions)
 	RMSNormForward(s S, x, gamma, y, rstd B, rows, cols int, eps float32)
 	AddRMSNormForward(s S, a, b, sum, gamma, y, rstd B, rows, cols int, eps float32)
 	AddLayerNormForward(s S, a, b, sum, gamma, beta, y, mean, rstd B, rows, cols int, eps float32)
 	BiasGeluForward(s S, y, bias, act B, rows, cols int)
 	RMSNormBackward(s S, dy, x, gamma, rstd, dx, dgamma B, rows, cols int)
-	RopeForward(s S, qkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
-	RopeBackward(s S, dqkv, pos B, batch, seq, heads, kvHeads, headDim int, theta float32)
-	SwiGLUForward(s S, gateUp, y B, rows, ffn int)
-	SwiGLUBackward(s S, gateUp, dy, dgateUp B, rows, ffn int)
+	RopeForward(s S, qkv, pos B, batch, seq, heads, kvHeads, headDim int, r Rope)
+	RopeBackward(s S, dqkv, pos B, batch, seq, heads, kvHeads, headDim int, r Rope)
+	GLUForward(s S, gateUp, y B, rows, ffn int, act GLUAct)
+	GLUBackward(s S, gateUp, dy, dgateUp B, rows, ffn int, act GLUAct)
 	GeluForward(s S, x, y B, n int)
 	GeluBackward(s S, x, dy, dx B, n int)
 	Add(s S, a, b, out B, n int)
 	AddColumns(s S, dst, src B, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32)
 	Dropout(s S, x, y B, n int, seed uint64, offset int64, threshold uint32, scale float32)
 	Dequantize(s S, format DType, src, dst B, n int)
-	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int)
-	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale float32)
+	CrossEntropyForward(s S, logits, targets, losses B, rows, vocab int, softCap float32)
+	CrossEntropyBackward(s S, logits, targets, dlogits B, rows, vocab int, scale, softCap float32)
 	EmbeddingForward(s S, ids, pos, wte, wpe, out B, batch, seq, dim int)
 	EmbeddingBackward(s S, ids, pos, dout, dwte, dwpe B, batch, seq, dim int)
 	Cast(s S, dst, src B)
@@ -157,20 +159,22 @@ func (o *checkedOps[S, B]) optPos(pos Buffer, what string, n int) B {
 	return o.typed(pos, what, I32, n)
 }
 
-func (o *checkedOps[S, B]) AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int) {
+func (o *checkedOps[S, B]) AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int, opt AttnOptions) {
 	o.dims("attention", batch, seq, heads, kvHeads, headDim)
 	o.heads("attention", heads, kvHeads, headDim, false)
+	o.attnOptions("attention", opt)
 	rs := o.stream(s)
 	bt := batch * seq
 	rq := o.float(qkv, "attention qkv", bt*(heads+2*kvHeads)*headDim)
 	ro := o.float(out, "attention out", bt*heads*headDim)
 	rl := o.typed(lse, "attention lse", F32, batch*heads*seq)
-	o.k.AttentionForward(rs, rq, ro, rl, o.optPos(pos, "attention pos", bt), batch, seq, heads, kvHeads, headDim)
+	o.k.AttentionForward(rs, rq, ro, rl, o.optPos(pos, "attention pos", bt), batch, seq, heads, kvHeads, headDim, opt)
 }
 
-func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int) {
+func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int, opt AttnOptions) {
 	o.dims("attention-backward", batch, seq, heads, kvHeads, headDim)
 	o.heads("attention-backward", heads, kvHeads, headDim, false)
+	o.attnOptions("attention-backward", opt)
 	rs := o.stream(s)
 	bt, w := batch*seq, (heads+2*kvHeads)*headDim
 	rq, rdq := o.float(qkv, "attention qkv", bt*w), o.float(dqkv, "attention dqkv", bt*w)
@@ -179,12 +183,13 @@ func (o *checkedOps[S, B]) AttentionBackward(s Stream, dout, qkv, out, lse, pos,
 	if overlap(rdq, rq) || overlap(rdq, rdo) || overlap(rdq, ro) {
 		o.f.Panicf("attention-backward: dqkv aliases qkv, dout or out")
 	}
-	o.k.AttentionBackward(rs, rdo, rq, ro, rl, o.optPos(pos, "attention pos", bt), rdq, batch, seq, heads, kvHeads, headDim)
+	o.k.AttentionBackward(rs, rdo, rq, ro, rl, o.optPos(pos, "attention pos", bt), rdq, batch, seq, heads, kvHeads, headDim, opt)
 }
 
-func (o *checkedOps[S, B]) AttentionCached(s Stream, qkv, kCache, vCache, out Buffer, start, n, heads, kvHeads, headDim int) {
+func (o *checkedOps[S, B]) AttentionCached(s Stream, qkv, kCache, vCache, out Buffer, start, n, heads, kvHeads, headDim int, opt AttnOptions) {
 	o.dims("attention-cached", start, n, heads, kvHeads, headDim)
 	o.heads("attention-cached", heads, kvHeads, headDim, false)
+	o.attnOptions("attention-cached", opt)
 	rs := o.stream(s)
 	rq := o.float(qkv, "attention-cached qkv", n*(heads+2*kvHeads)*headDim)
 	rk := o.table(kCache, "attention-cached k cache", kvHeads*headDim, start+n)
@@ -193,7 +198,7 @@ func (o *checkedOps[S, B]) AttentionCached(s Stream, qkv, kCache, vCache, out Bu
 	if overlap(rk, rv) || overlap(rq, rk) || overlap(rq, rv) || overlap(ro, rk) || overlap(ro, rv) || overlap(ro, rq) {
 		o.f.Panicf("attention-cached: qkv, the caches and out overlap")
 	}
-	o.k.AttentionCached(rs, rq, rk, rv, ro, start, n, heads, kvHeads, headDim)
+	o.k.AttentionCached(rs, rq, rk, rv, ro, start, n, heads, kvHeads, headDim, opt)
 }
 
 func (o *checkedOps[S, B]) RMSNormForward(s Stream, x, gamma, y, rstd Buffer, rows, cols int, eps float32) {
@@ -251,43 +256,68 @@ func (o *checkedOps[S, B]) RMSNormBackward(s Stream, dy, x, gamma, rstd, dx, dga
 	o.k.RMSNormBackward(rs, rdy, rx, rg, o.typed(rstd, "rmsnorm rstd", F32, rows), rdx, rdg, rows, cols)
 }
 
-func (o *checkedOps[S, B]) RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+func (o *checkedOps[S, B]) RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, r Rope) {
 	o.dims("rope", batch, seq, heads, kvHeads, headDim)
 	o.heads("rope", heads, kvHeads, headDim, true)
-	if !(theta > 0) {
-		o.f.Panicf("rope: theta %v must be > 0", theta)
-	}
+	o.rope("rope", r, headDim)
 	rs, bt := o.stream(s), batch*seq
 	rq := o.float(qkv, "rope qkv", bt*(heads+2*kvHeads)*headDim)
-	o.k.RopeForward(rs, rq, o.optPos(pos, "rope pos", bt), batch, seq, heads, kvHeads, headDim, theta)
+	o.k.RopeForward(rs, rq, o.optPos(pos, "rope pos", bt), batch, seq, heads, kvHeads, headDim, r.copy())
 }
 
-func (o *checkedOps[S, B]) RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
+func (o *checkedOps[S, B]) RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, r Rope) {
 	o.dims("rope-backward", batch, seq, heads, kvHeads, headDim)
 	o.heads("rope-backward", heads, kvHeads, headDim, true)
-	if !(theta > 0) {
-		o.f.Panicf("rope-backward: theta %v must be > 0", theta)
-	}
+	o.rope("rope-backward", r, headDim)
 	rs, bt := o.stream(s), batch*seq
 	rq := o.float(dqkv, "rope dqkv", bt*(heads+2*kvHeads)*headDim)
-	o.k.RopeBackward(rs, rq, o.optPos(pos, "rope pos", bt), batch, seq, heads, kvHeads, headDim, theta)
+	o.k.RopeBackward(rs, rq, o.optPos(pos, "rope pos", bt), batch, seq, heads, kvHeads, headDim, r.copy())
 }
 
-func (o *checkedOps[S, B]) SwiGLUForward(s Stream, gateUp, y Buffer, rows, ffn int) {
-	o.dims("swiglu", rows, ffn)
-	rs := o.stream(s)
-	o.k.SwiGLUForward(rs, o.float(gateUp, "swiglu gate|up", rows*2*ffn), o.float(y, "swiglu y", rows*ffn), rows, ffn)
-}
-
-func (o *checkedOps[S, B]) SwiGLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int) {
-	o.dims("swiglu-backward", rows, ffn)
-	rs := o.stream(s)
-	rg, rdy := o.float(gateUp, "swiglu gate|up", rows*2*ffn), o.float(dy, "swiglu dy", rows*ffn)
-	rdg := o.float(dgateUp, "swiglu d gate|up", rows*2*ffn)
-	if overlap(rg, rdg) {
-		o.f.Panicf("swiglu-backward: d gate|up aliases gate|up")
+// rope checks a Rope against the contract of RopeForward.
+func (o *checkedOps[S, B]) rope(what string, r Rope, headDim int) {
+	if err := r.Check(headDim); err != nil {
+		o.f.Panicf("%s: %v", what, err)
 	}
-	o.k.SwiGLUBackward(rs, rg, rdy, rdg, rows, ffn)
+}
+
+// copy is r with its own InvFreq, so that the caller may reuse its slice
+// as soon as the op is enqueued.
+func (r Rope) copy() Rope {
+	r.InvFreq = append([]float32(nil), r.InvFreq...)
+	return r
+}
+
+// attnOptions checks an attention call's variants.
+func (o *checkedOps[S, B]) attnOptions(what string, opt AttnOptions) {
+	if err := opt.Check(); err != nil {
+		o.f.Panicf("%s: %v", what, err)
+	}
+}
+
+func (o *checkedOps[S, B]) activation(what string, act GLUAct) {
+	if act != Silu && act != GeluTanh {
+		o.f.Panicf("%s: activation %v is not one of silu, gelu_pytorch_tanh", what, act)
+	}
+}
+
+func (o *checkedOps[S, B]) GLUForward(s Stream, gateUp, y Buffer, rows, ffn int, act GLUAct) {
+	o.dims("glu", rows, ffn)
+	o.activation("glu", act)
+	rs := o.stream(s)
+	o.k.GLUForward(rs, o.float(gateUp, "glu gate|up", rows*2*ffn), o.float(y, "glu y", rows*ffn), rows, ffn, act)
+}
+
+func (o *checkedOps[S, B]) GLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int, act GLUAct) {
+	o.dims("glu-backward", rows, ffn)
+	o.activation("glu-backward", act)
+	rs := o.stream(s)
+	rg, rdy := o.float(gateUp, "glu gate|up", rows*2*ffn), o.float(dy, "glu dy", rows*ffn)
+	rdg := o.float(dgateUp, "glu d gate|up", rows*2*ffn)
+	if overlap(rg, rdg) {
+		o.f.Panicf("glu-backward: d gate|up aliases gate|up")
+	}
+	o.k.GLUBackward(rs, rg, rdy, rdg, rows, ffn, act)
 }
 
 // overlap says whether two buffers share elements of one allocation.
@@ -343,18 +373,27 @@ func (o *checkedOps[S, B]) Dequantize(s Stream, format DType, src, dst Buffer, n
 	o.k.Dequantize(rs, format, o.typed(src, "dequantize src", U8, int(format.Bytes(n))), o.float(dst, "dequantize dst", n), n)
 }
 
-func (o *checkedOps[S, B]) CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int) {
+func (o *checkedOps[S, B]) CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int, softCap float32) {
 	o.dims("cross-entropy", rows, vocab)
+	o.softCap("cross-entropy", softCap)
 	rs := o.stream(s)
 	rl, rloss := o.float(logits, "cross-entropy logits", rows*vocab), o.float(losses, "cross-entropy losses", rows)
-	o.k.CrossEntropyForward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rloss, rows, vocab)
+	o.k.CrossEntropyForward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rloss, rows, vocab, softCap)
 }
 
-func (o *checkedOps[S, B]) CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale float32) {
+// softCap checks a final-logit soft cap (0: none).
+func (o *checkedOps[S, B]) softCap(what string, c float32) {
+	if !(c >= 0) || math.IsInf(float64(c), 0) {
+		o.f.Panicf("%s: soft cap %v must be finite and >= 0", what, c)
+	}
+}
+
+func (o *checkedOps[S, B]) CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale, softCap float32) {
 	o.dims("cross-entropy-backward", rows, vocab)
+	o.softCap("cross-entropy-backward", softCap)
 	rs := o.stream(s)
 	rl, rd := o.float(logits, "cross-entropy logits", rows*vocab), o.float(dlogits, "cross-entropy dlogits", rows*vocab)
-	o.k.CrossEntropyBackward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rd, rows, vocab, scale)
+	o.k.CrossEntropyBackward(rs, rl, o.typed(targets, "cross-entropy targets", I32, rows), rd, rows, vocab, scale, softCap)
 }
 
 // optTable is table for a buffer that may be nil (the position table).

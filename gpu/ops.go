@@ -61,24 +61,29 @@ type Ops interface {
 	// 0..heads-1, then its key heads 0..kvHeads-1, then its value heads
 	// (GPT-2: kvHeads = heads, the layout of c_attn); query head h uses
 	// key/value head h/(heads/kvHeads) (Hugging Face's repeat_kv grouping).
-	// The softmax scale is 1/sqrt(headDim). pos (I32, batch×seq) is each
-	// token's position within its example, or nil for pos[b,t] = t: the
-	// query at (b,i) attends to the keys j of row b with
-	// i-pos[b,i] <= j <= i (causal, and never across packed examples); a
-	// pos outside [0, t] is an error on the stream. out is (batch, seq,
+	// The softmax scale is opt.Scale (1/sqrt(headDim) when 0). pos (I32,
+	// batch×seq) is each token's position within its example, or nil for
+	// pos[b,t] = t: the query at (b,i) attends to the keys j of row b with
+	// i-pos[b,i] <= j <= i (causal, and never across packed examples), and
+	// with opt.Window > 0 only to those with i - j < opt.Window (sliding
+	// window: a query sees at most Window keys, itself included, and the
+	// cost is O(seq·Window)); a pos outside [0, t] is an error on the
+	// stream. With opt.SoftCap > 0 each scaled score x becomes
+	// SoftCap·tanh(x/SoftCap) before the softmax (Gemma 2). out is (batch, seq,
 	// heads·headDim); lse (F32, batch×heads×seq) receives each query row's
 	// log-sum-exp of its scaled scores (natural log), kept for the backward.
 	// With qkv in a 16-bit type a backend may round the probabilities to
 	// that type before they multiply V, and in the backward the
 	// probabilities and dS before their products, as FlashAttention does
 	// on tensor cores (the CUDA backend); the CPU backend keeps them fp32.
-	AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int)
+	AttentionForward(s Stream, qkv, out, lse, pos Buffer, batch, seq, heads, kvHeads, headDim int, opt AttnOptions)
 	// AttentionBackward writes dqkv (packed as qkv) from dout, recomputing
 	// the probabilities tile by tile from lse, with D_i = rowsum(dout_i ⊙
 	// out_i) as in FlashAttention-2. Deterministic: the same inputs give
 	// the same bits on every call (a fixed accumulation order). dqkv may not
-	// alias qkv, dout or out. The CUDA backend takes headDim up to 128.
-	AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int)
+	// alias qkv, dout or out. The CUDA backend takes headDim up to 256.
+	// opt must be the forward's.
+	AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int, opt AttnOptions)
 	// AttentionCached is the attention of generation with a key/value
 	// cache: n new tokens of one sequence, at positions start..start+n-1,
 	// attend to every token before them and to themselves causally. qkv
@@ -88,11 +93,13 @@ type Ops interface {
 	// 0..start-1 from earlier calls. It first writes each new token's key
 	// and value heads into row start+i of kCache and vCache, then the query
 	// of token i attends to cache rows 0..start+i (the rows as stored:
-	// rounded to bf16 in a bf16 cache), with query head h on key/value
-	// head h/(heads/kvHeads) and scale 1/sqrt(headDim). out is (n,
-	// heads·headDim). With start = 0 it computes what AttentionForward
-	// does for one row of n tokens (and fills the cache).
-	AttentionCached(s Stream, qkv, kCache, vCache, out Buffer, start, n, heads, kvHeads, headDim int)
+	// rounded to bf16 in a bf16 cache; with opt.Window > 0 only the last
+	// Window of them, rows start+i-Window+1..start+i), with query head h
+	// on key/value head h/(heads/kvHeads), scale and soft cap as
+	// AttentionForward's opt. out is (n, heads·headDim). With start = 0 it
+	// computes what AttentionForward does for one row of n tokens (and
+	// fills the cache).
+	AttentionCached(s Stream, qkv, kCache, vCache, out Buffer, start, n, heads, kvHeads, headDim int, opt AttnOptions)
 
 	// RMSNormForward writes rstd[r] = 1/sqrt(mean_c x[r,c]² + eps) (F32,
 	// rows) and y = x·rstd·gamma per row of x (rows×cols): Llama's RMSNorm.
@@ -109,25 +116,30 @@ type Ops interface {
 
 	// RopeForward rotates, in place, the query and key heads of packed qkv
 	// (as AttentionForward reads it) by Hugging Face's rotary convention
-	// (rotate_half over the two halves of each head): for i < headDim/2,
-	// freq_i = theta^(-2i/headDim), angle = pos·freq_i, and
-	// (x_i, x_{i+D/2}) -> (x_i·cos − x_{i+D/2}·sin, x_{i+D/2}·cos + x_i·sin).
-	// cos and sin are computed in float64 and rounded to fp32. pos as in
-	// AttentionForward (nil: pos[b,t] = t), here any value (generation
-	// rotates a token at its position in the whole sequence); the value
-	// heads are untouched. headDim must be even.
-	RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32)
-	// RopeBackward applies the inverse rotation, in place, to the query and
-	// key heads of dqkv.
-	RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, theta float32)
+	// (rotate_half over the first r.Dims values of each head, in two
+	// halves; the rest of the head is untouched, partial_rotary_factor):
+	// for i < r.Dims/2, angle = pos·r.InvFreq[i] (in float64, from the
+	// fp32 inverse frequency), c = cos(angle)·r.Scale, s = sin(angle)·r.Scale
+	// (float64, rounded to fp32), and
+	// (x_i, x_{i+Dims/2}) -> (x_i·c − x_{i+Dims/2}·s, x_{i+Dims/2}·c + x_i·s).
+	// pos as in AttentionForward (nil: pos[b,t] = t), here any value
+	// (generation rotates a token at its position in the whole sequence);
+	// the value heads are untouched. r.Dims must be even, at most headDim
+	// and at most MaxRopeDims; the op copies r.InvFreq when it is enqueued.
+	RopeForward(s Stream, qkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, r Rope)
+	// RopeBackward applies the transpose of the rotation, in place, to the
+	// query and key heads of dqkv: (d1, d2) -> (d1·c + d2·s, d2·c − d1·s)
+	// (with r.Scale ≠ 1 the rotation is scaled, and so is its transpose).
+	RopeBackward(s Stream, dqkv, pos Buffer, batch, seq, heads, kvHeads, headDim int, r Rope)
 
-	// SwiGLUForward writes y (rows×ffn) = silu(gate)·up, silu(x) =
-	// x·sigmoid(x), where gateUp (rows×2·ffn) holds gate in columns [0, ffn)
-	// and up in [ffn, 2·ffn) (the fused gate|up GEMM's output).
-	SwiGLUForward(s Stream, gateUp, y Buffer, rows, ffn int)
-	// SwiGLUBackward writes dgateUp (rows×2·ffn): d gate = dy·up·silu'(gate),
-	// d up = dy·silu(gate). dgateUp may not alias gateUp.
-	SwiGLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int)
+	// GLUForward writes y (rows×ffn) = act(gate)·up, where gateUp
+	// (rows×2·ffn) holds gate in columns [0, ffn) and up in [ffn, 2·ffn)
+	// (the fused gate|up GEMM's output): SwiGLU with act Silu (silu(x) =
+	// x·sigmoid(x), the Llama family), GeGLU with act GeluTanh (Gemma).
+	GLUForward(s Stream, gateUp, y Buffer, rows, ffn int, act GLUAct)
+	// GLUBackward writes dgateUp (rows×2·ffn): d gate = dy·up·act'(gate),
+	// d up = dy·act(gate). dgateUp may not alias gateUp.
+	GLUBackward(s Stream, gateUp, dy, dgateUp Buffer, rows, ffn int, act GLUAct)
 
 	// GeluForward writes y = gelu(x) (tanh approximation, as GPT-2) for n elements.
 	GeluForward(s Stream, x, y Buffer, n int)
@@ -162,14 +174,17 @@ type Ops interface {
 	// weights, streamed coded and used in bf16.
 	Dequantize(s Stream, format DType, src, dst Buffer, n int)
 
-	// CrossEntropyForward writes losses[r] = -log softmax(logits[r])[targets[r]]
-	// for logits rows×vocab and targets (I32, rows). A target < 0
-	// (model.IgnoreTarget) gives loss 0; a target >= vocab is an error on
-	// the stream.
-	CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int)
-	// CrossEntropyBackward writes dlogits = (softmax(logits) - onehot(targets)) * scale,
-	// and dlogits = 0 for a row whose target is < 0. dlogits may be logits.
-	CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale float32)
+	// CrossEntropyForward writes losses[r] = -log softmax(z[r])[targets[r]]
+	// for logits rows×vocab and targets (I32, rows), where z = logits, or
+	// with softCap > 0 z = softCap·tanh(logits/softCap) (Gemma 2's final
+	// logit soft-capping, computed in fp32 from the logits as stored). A
+	// target < 0 (model.IgnoreTarget) gives loss 0; a target >= vocab is
+	// an error on the stream.
+	CrossEntropyForward(s Stream, logits, targets, losses Buffer, rows, vocab int, softCap float32)
+	// CrossEntropyBackward writes dlogits = (softmax(z) - onehot(targets)) * scale,
+	// times 1 - (z/softCap)² with softCap > 0 (z as in the forward), and
+	// dlogits = 0 for a row whose target is < 0. dlogits may be logits.
+	CrossEntropyBackward(s Stream, logits, targets, dlogits Buffer, rows, vocab int, scale, softCap float32)
 
 	// EmbeddingForward writes out[b,t,:] = wte[ids[b,t],:] (+ wpe[pos[b,t],:]
 	// when wpe is not nil) for ids (I32, batch×seq), wte (vocab×dim), wpe

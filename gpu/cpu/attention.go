@@ -18,11 +18,14 @@ type attnGeom struct {
 	batch, seq, heads, kvHeads, hd, rep int
 	scale                               float32
 	pos                                 []int32 // nil: pos[b,t] = t
+	window                              int     // 0: none; else query i sees keys j > i+shift-window
+	shift                               int     // the keys start shift tokens before the queries (AttentionCached)
+	softCap                             float32 // 0: none
 }
 
-func newAttnGeom(batch, seq, heads, kvHeads, hd int, pos *Buffer) (attnGeom, error) {
+func newAttnGeom(batch, seq, heads, kvHeads, hd int, pos *Buffer, opt gpu.AttnOptions) (attnGeom, error) {
 	g := attnGeom{batch: batch, seq: seq, heads: heads, kvHeads: kvHeads, hd: hd,
-		scale: float32(1 / math.Sqrt(float64(hd)))}
+		scale: opt.ScaleFor(hd), window: opt.Window, softCap: opt.SoftCap}
 	if kvHeads > 0 {
 		g.rep = heads / kvHeads
 	}
@@ -40,12 +43,29 @@ func newAttnGeom(batch, seq, heads, kvHeads, hd int, pos *Buffer) (attnGeom, err
 // width is the number of values of one token's qkv row.
 func (g *attnGeom) width() int { return (g.heads + 2*g.kvHeads) * g.hd }
 
-// first is the first key the query at (b, i) attends to.
+// first is the first key the query at (b, i) attends to: the first of
+// its example, or of its window.
 func (g *attnGeom) first(b, i int) int {
-	if g.pos == nil {
-		return 0
+	f := 0
+	if g.pos != nil {
+		f = i - int(g.pos[b*g.seq+i])
 	}
-	return i - int(g.pos[b*g.seq+i])
+	if g.window > 0 {
+		f = max(f, i+g.shift-g.window+1)
+	}
+	return f
+}
+
+// capScores makes each score x of row[lo:hi] softCap·tanh(x/softCap)
+// (float64, rounded to fp32).
+func (g *attnGeom) capScores(row []float32) {
+	if g.softCap <= 0 {
+		return
+	}
+	c := float64(g.softCap)
+	for j, x := range row {
+		row[j] = float32(c * math.Tanh(float64(x)/c))
+	}
 }
 
 // firstOfTile is the first key any query of rows [r0, r1) of row b attends to.
@@ -90,9 +110,9 @@ func storeHead(buf *Buffer, src []float32, b, off, rowWidth, seq, hd int) {
 //	l = l·exp(m - m') + Σ_j P_ij, O = O·exp(m - m') + P·V (one GEMM)
 //
 // then out = O/l and lse = m + log l.
-func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch, seq, heads, kvHeads, headDim int) {
+func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch, seq, heads, kvHeads, headDim int, opt gpu.AttnOptions) {
 	s.enqueue(func() error {
-		g, err := newAttnGeom(batch, seq, heads, kvHeads, headDim, pos)
+		g, err := newAttnGeom(batch, seq, heads, kvHeads, headDim, pos, opt)
 		if err != nil {
 			return err
 		}
@@ -120,7 +140,7 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 type attnWork struct {
 	q, k, v, o     []float32
 	do, dq, dk, dv []float32
-	s, dp          []float32 // attnTile×attnTile
+	s, dp, dcap    []float32 // attnTile×attnTile; dcap: the soft cap's derivative (backward)
 	m              []float32 // attnTile running maxima
 	l              []float64 // attnTile running sums
 	dsum           []float32 // seq: D_i = rowsum(dout ⊙ out)
@@ -138,6 +158,7 @@ func newAttnWork(seq, hd int) *attnWork {
 func (w *attnWork) withBackward() *attnWork {
 	n := w.seq * w.hd
 	w.do, w.dq, w.dk, w.dv, w.dsum = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, w.seq)
+	w.dcap = make([]float32, len(w.s))
 	return w
 }
 
@@ -165,6 +186,7 @@ func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1, shift int
 				clear(row)
 				continue
 			}
+			g.capScores(row[lo:hi])
 			mt := m[i]
 			for _, x := range row[lo:hi] {
 				mt = max(mt, x)
@@ -212,9 +234,9 @@ func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1, shift int
 //
 // each product one GEMM. Every sum runs in this fixed order, so the bits
 // do not depend on the worker count or the run.
-func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int) {
+func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int, opt gpu.AttnOptions) {
 	s.enqueue(func() error {
-		g, err := newAttnGeom(batch, seq, heads, kvHeads, headDim, pos)
+		g, err := newAttnGeom(batch, seq, heads, kvHeads, headDim, pos, opt)
 		if err != nil {
 			return err
 		}
@@ -243,7 +265,11 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 					ls := lv[(b*heads+h)*seq : (b*heads+h+1)*seq]
 					for c0 := 0; c0 < seq; c0 += attnTile {
 						c1 := min(seq, c0+attnTile)
-						for r0 := c0; r0 < seq; r0 += attnTile { // queries before c0 see no key of the tile
+						last := seq // queries before c0 see no key of the tile, nor those at c1+window-1 or later
+						if g.window > 0 {
+							last = min(seq, c1+g.window-1)
+						}
+						for r0 := c0; r0 < last; r0 += attnTile {
 							r1 := min(seq, r0+attnTile)
 							if g.firstOfTile(b, r0, r1) < c1 {
 								o.attnBackwardTile(&g, w, b, r0, r1, c0, c1, ls)
@@ -270,12 +296,20 @@ func (o *kernels) attnBackwardTile(g *attnGeom, w *attnWork, b, r0, r1, c0, c1 i
 	for i := range rb {
 		row := p[i*cb : (i+1)*cb]
 		lo, hi := max(g.first(b, r0+i), c0)-c0, min(r0+i+1, c1)-c0
+		if lo < hi {
+			g.capScores(row[lo:hi])
+		}
 		for j := range row {
 			if j < lo || j >= hi {
 				row[j] = 0
 				continue
 			}
-			row[j] = float32(math.Exp(float64(row[j]) - float64(lse[r0+i])))
+			z := row[j]
+			row[j] = float32(math.Exp(float64(z) - float64(lse[r0+i])))
+			if g.softCap > 0 { // d cap(x)/dx = 1 - (cap(x)/softCap)², kept in w.dcap
+				c := float64(z) / float64(g.softCap)
+				w.dcap[i*cb+j] = float32(1 - c*c)
+			}
 		}
 	}
 	o.sgemm(true, false, cb, hd, rb, 1, p, do, 1, w.dv[c0*hd:c1*hd])
@@ -284,7 +318,11 @@ func (o *kernels) attnBackwardTile(g *attnGeom, w *attnWork, b, r0, r1, c0, c1 i
 		di := w.dsum[r0+i]
 		for j := range cb {
 			k := i*cb + j
-			dp[k] = p[k] * (dp[k] - di) * g.scale
+			ds := p[k] * (dp[k] - di)
+			if g.softCap > 0 {
+				ds *= w.dcap[k]
+			}
+			dp[k] = ds * g.scale
 		}
 	}
 	o.sgemm(false, false, rb, hd, cb, 1, dp, w.k[c0*hd:c1*hd], 1, w.dq[r0*hd:r1*hd])

@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"math"
 
 	"github.com/strata-ai/strata/gpu"
 )
@@ -14,7 +13,7 @@ import (
 // 0..start+i. A worker loads a head's queries, keys and values once for
 // the consecutive items of that head. With start = 0 the tiles, and so
 // the bits, are AttentionForward's on one row of n tokens.
-func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n, heads, kvHeads, hd int) {
+func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n, heads, kvHeads, hd int, opt gpu.AttnOptions) {
 	s.enqueue(func() error {
 		width, kvw, total := (heads+2*kvHeads)*hd, kvHeads*hd, start+n
 		var tmp []float32
@@ -34,7 +33,7 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 			return nil
 		}
 		g := attnGeom{batch: 1, seq: n, heads: heads, kvHeads: kvHeads, hd: hd, rep: heads / kvHeads,
-			scale: float32(1 / math.Sqrt(float64(hd)))}
+			scale: opt.ScaleFor(hd), window: opt.Window, shift: start, softCap: opt.SoftCap}
 		tiles := (n + attnTile - 1) / attnTile
 		o.d.parallel(heads*tiles, 1, func(lo, hi int) {
 			w := &attnWork{q: make([]float32, n*hd), o: make([]float32, n*hd), k: make([]float32, total*hd), v: make([]float32, total*hd),

@@ -121,10 +121,10 @@ func runWorkload(t *testing.T, kernel string, workers int, dt gpu.DType) [][]byt
 	}
 	gpos := upload(t, d, pos, gpu.I32)
 	dout, dqkv := upload(t, d, randF32(r, B*T*C), dt), upload(t, d, make([]float32, B*T*(H+2*KV)*hd), dt)
-	ops.RopeForward(s, qkv, gpos, B, T, H, KV, hd, 10000)
-	ops.AttentionForward(s, qkv, out, lse, gpos, B, T, H, KV, hd)
-	ops.AttentionBackward(s, dout, qkv, out, lse, gpos, dqkv, B, T, H, KV, hd)
-	ops.RopeBackward(s, dqkv, gpos, B, T, H, KV, hd, 10000)
+	ops.RopeForward(s, qkv, gpos, B, T, H, KV, hd, gpu.DefaultRope(hd, 10000))
+	ops.AttentionForward(s, qkv, out, lse, gpos, B, T, H, KV, hd, gpu.AttnOptions{})
+	ops.AttentionBackward(s, dout, qkv, out, lse, gpos, dqkv, B, T, H, KV, hd, gpu.AttnOptions{})
+	ops.RopeBackward(s, dqkv, gpos, B, T, H, KV, hd, gpu.DefaultRope(hd, 10000))
 
 	rows, cols := B*T, (H+2*KV)*hd
 	g := upload(t, d, randF32(r, cols), dt)
@@ -138,8 +138,8 @@ func runWorkload(t *testing.T, kernel string, workers int, dt gpu.DType) [][]byt
 	ops.RMSNormForward(s, qkv, g, y, rs, rows, cols, 1e-6)
 	ops.RMSNormBackward(s, dqkv, qkv, g, rs, dx, dg, rows, cols)
 	sw := upload(t, d, make([]float32, rows*cols/2), dt)
-	ops.SwiGLUForward(s, dqkv, sw, rows, cols/2)
-	ops.SwiGLUBackward(s, dqkv, sw, dx, rows, cols/2)
+	ops.GLUForward(s, dqkv, sw, rows, cols/2, gpu.Silu)
+	ops.GLUBackward(s, dqkv, sw, dx, rows, cols/2, gpu.Silu)
 
 	vocab := 50
 	ids := make([]float32, B*T)
@@ -151,8 +151,8 @@ func runWorkload(t *testing.T, kernel string, workers int, dt gpu.DType) [][]byt
 	ops.EmbeddingBackward(s, idb, gpos, dout, dwte, dwpe, B, T, C)
 	logits := upload(t, d, randF32(r, B*T*vocab), dt)
 	losses := upload(t, d, make([]float32, B*T), gpu.F32)
-	ops.CrossEntropyForward(s, logits, idb, losses, B*T, vocab)
-	ops.CrossEntropyBackward(s, logits, idb, logits, B*T, vocab, 0.1)
+	ops.CrossEntropyForward(s, logits, idb, losses, B*T, vocab, 0)
+	ops.CrossEntropyBackward(s, logits, idb, logits, B*T, vocab, 0.1, 0)
 	ss, _ := d.Alloc(1, gpu.F64, gpu.Tag{Purpose: "norm"})
 	ops.SumSquares(s, dqkv, ss, 0)
 
@@ -203,8 +203,8 @@ func TestAttentionHoldsNoSeqSquared(t *testing.T) {
 	}
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	d.Ops().AttentionForward(s, qkv, out, lse, nil, 1, T, 1, 1, hd)
-	d.Ops().AttentionBackward(s, dout, qkv, out, lse, nil, dqkv, 1, T, 1, 1, hd)
+	d.Ops().AttentionForward(s, qkv, out, lse, nil, 1, T, 1, 1, hd, gpu.AttnOptions{})
+	d.Ops().AttentionBackward(s, dout, qkv, out, lse, nil, dqkv, 1, T, 1, 1, hd, gpu.AttnOptions{})
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
 	}

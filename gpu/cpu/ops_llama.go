@@ -107,19 +107,17 @@ func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buf
 }
 
 // ropeTable holds cos and sin (fp32, rounded from float64) of angle
-// p·theta^(-2i/hd) for positions p < rows and i < hd/2.
+// p·InvFreq[i], times the Rope's scale, for positions p < rows and i <
+// Dims/2.
 type ropeTable struct {
+	r        gpu.Rope
 	half     int
-	freq     []float64
 	cos, sin []float32
 }
 
-func newRopeTable(rows, hd int, theta float32) *ropeTable {
-	half := hd / 2
-	t := &ropeTable{half: half, freq: make([]float64, half), cos: make([]float32, rows*half), sin: make([]float32, rows*half)}
-	for i := range half {
-		t.freq[i] = math.Pow(float64(theta), -2*float64(i)/float64(hd))
-	}
+func newRopeTable(rows int, r gpu.Rope) *ropeTable {
+	half := r.Dims / 2
+	t := &ropeTable{r: r, half: half, cos: make([]float32, rows*half), sin: make([]float32, rows*half)}
 	for p := range rows {
 		t.fill(p, t.cos[p*half:(p+1)*half], t.sin[p*half:(p+1)*half])
 	}
@@ -127,25 +125,27 @@ func newRopeTable(rows, hd int, theta float32) *ropeTable {
 }
 
 func (t *ropeTable) fill(p int, cos, sin []float32) {
-	for i, f := range t.freq {
-		sn, cs := math.Sincos(float64(p) * f)
-		cos[i], sin[i] = float32(cs), float32(sn)
+	sc := float64(t.r.Scale)
+	for i, f := range t.r.InvFreq {
+		sn, cs := math.Sincos(float64(p) * float64(f))
+		cos[i], sin[i] = float32(cs*sc), float32(sn*sc)
 	}
 }
 
-// rope rotates the query and key heads of packed qkv rows in place:
-// forward (x1, x2) -> (x1·c - x2·s, x2·c + x1·s); inverse (the backward)
-// (d1, d2) -> (d1·c + d2·s, d2·c - d1·s). Each token runs on one worker.
-// Positions in [0, seq) come from one table; any other (a caller's
-// position past its rows, as in generation) is computed for its token.
-func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, hd int, theta float32, inverse bool) {
+// rope rotates the first r.Dims values of the query and key heads of
+// packed qkv rows in place: forward (x1, x2) -> (x1·c - x2·s, x2·c +
+// x1·s); transposed (the backward) (d1, d2) -> (d1·c + d2·s, d2·c - d1·s).
+// Each token runs on one worker. Positions in [0, seq) come from one
+// table; any other (a caller's position past its rows, as in generation)
+// is computed for its token.
+func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, hd int, r gpu.Rope, inverse bool) {
 	s.enqueue(func() error {
 		var pv []int32
 		if pos != nil {
 			pv = pos.i32()
 		}
-		tab := newRopeTable(seq, hd, theta)
-		half, width, rotated := hd/2, (heads+2*kvHeads)*hd, (heads+kvHeads)*hd
+		tab := newRopeTable(seq, r)
+		half, width, rotated := r.Dims/2, (heads+2*kvHeads)*hd, (heads+kvHeads)*hd
 		o.d.parallel(batch*seq, max(1, 4096/max(1, width)), func(lo, hi int) {
 			var tmp []float32
 			cosOwn, sinOwn := make([]float32, half), make([]float32, half)
@@ -165,7 +165,7 @@ func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, 
 					tmp = row
 				}
 				for h := 0; h < rotated; h += hd {
-					x1, x2 := row[h:h+half], row[h+half:h+hd]
+					x1, x2 := row[h:h+half], row[h+half:h+2*half]
 					for i := range half {
 						a, b, c, sn := x1[i], x2[i], cos[i], sin[i]
 						if inverse {
@@ -182,22 +182,33 @@ func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, 
 }
 
 // RopeForward rotates q and k of qkv in place (rope).
-func (o *kernels) RopeForward(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
-	o.rope(s, qkv, pos, batch, seq, heads, kvHeads, headDim, theta, false)
+func (o *kernels) RopeForward(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, r gpu.Rope) {
+	o.rope(s, qkv, pos, batch, seq, heads, kvHeads, headDim, r, false)
 }
 
-// RopeBackward applies the inverse rotation to q and k of dqkv in place
-// (rope).
-func (o *kernels) RopeBackward(s *Stream, dqkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
-	o.rope(s, dqkv, pos, batch, seq, heads, kvHeads, headDim, theta, true)
+// RopeBackward applies the transposed rotation to q and k of dqkv in
+// place (rope).
+func (o *kernels) RopeBackward(s *Stream, dqkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, r gpu.Rope) {
+	o.rope(s, dqkv, pos, batch, seq, heads, kvHeads, headDim, r, true)
 }
 
 // sigmoid64 is 1/(1+exp(-x)) in float64.
 func sigmoid64(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
-// SwiGLUForward: y = silu(gate)·up, silu and the product in float64,
-// rounded once.
-func (o *kernels) SwiGLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int) {
+// glu64 is act(g) and act'(g) in float64.
+func glu64(act gpu.GLUAct, g float64) (float64, float64) {
+	if act == gpu.GeluTanh {
+		u := geluScale * (g + 0.044715*g*g*g)
+		th := math.Tanh(u)
+		return 0.5 * g * (1 + th), 0.5*(1+th) + 0.5*g*(1-th*th)*geluScale*(1+3*0.044715*g*g)
+	}
+	sig := sigmoid64(g)
+	return g * sig, sig * (1 + g*(1-sig))
+}
+
+// GLUForward: y = act(gate)·up, the activation and the product in
+// float64, rounded once.
+func (o *kernels) GLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int, act gpu.GLUAct) {
 	s.enqueue(func() error {
 		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int) {
 			out := make([]float32, ffn)
@@ -208,8 +219,8 @@ func (o *kernels) SwiGLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int) {
 					tmp = gu
 				}
 				for c := range ffn {
-					g := float64(gu[c])
-					out[c] = float32(g * sigmoid64(g) * float64(gu[ffn+c]))
+					a, _ := glu64(act, float64(gu[c]))
+					out[c] = float32(a * float64(gu[ffn+c]))
 				}
 				storeF32(y, r*ffn, out)
 			}
@@ -218,9 +229,9 @@ func (o *kernels) SwiGLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int) {
 	})
 }
 
-// SwiGLUBackward: with sig = sigmoid(gate), d gate = dy·up·sig·(1 +
-// gate·(1-sig)) and d up = dy·gate·sig, in float64, rounded once.
-func (o *kernels) SwiGLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int) {
+// GLUBackward: d gate = dy·up·act'(gate) and d up = dy·act(gate), in
+// float64, rounded once (silu' = sig·(1 + gate·(1-sig))).
+func (o *kernels) GLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int, act gpu.GLUAct) {
 	s.enqueue(func() error {
 		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int) {
 			out := make([]float32, 2*ffn)
@@ -235,10 +246,10 @@ func (o *kernels) SwiGLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, f
 					td = d
 				}
 				for c := range ffn {
-					g, u, dv := float64(gu[c]), float64(gu[ffn+c]), float64(d[c])
-					sig := sigmoid64(g)
-					out[c] = float32(dv * u * sig * (1 + g*(1-sig)))
-					out[ffn+c] = float32(dv * g * sig)
+					u, dv := float64(gu[ffn+c]), float64(d[c])
+					a, da := glu64(act, float64(gu[c]))
+					out[c] = float32(dv * u * da)
+					out[ffn+c] = float32(dv * a)
 				}
 				storeF32(dgateUp, r*2*ffn, out)
 			}

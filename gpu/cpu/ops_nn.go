@@ -106,7 +106,7 @@ func axpyF(alpha float32, x, y []float32) {
 // CrossEntropyForward: losses[r] = log(sum exp(l - max)) + max - l[target],
 // the sum in float64; 0 for a target < 0 (ignored). A target >= vocab is
 // an error on the stream and leaves losses unchanged.
-func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer, rows, vocab int) {
+func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer, rows, vocab int, softCap float32) {
 	s.enqueue(func() error {
 		if err := checkTargets(targets.i32(), vocab); err != nil {
 			return err
@@ -114,13 +114,17 @@ func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer
 		tv := targets.i32()
 		res := make([]float32, rows)
 		o.d.parallel(rows, 1, func(lo, hi int) {
-			var tmp []float32
+			var tmp, capped []float32
 			for r := lo; r < hi; r++ {
 				if tv[r] < 0 {
 					continue
 				}
 				l := loadF32(logits, r*vocab, (r+1)*vocab, tmp)
 				tmp = l
+				if softCap > 0 {
+					capped = capLogits(capped, l, softCap)
+					l = capped
+				}
 				mx, sum := softmaxStats(l)
 				res[r] = float32(math.Log(sum) + float64(mx) - float64(l[tv[r]]))
 			}
@@ -128,6 +132,17 @@ func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer
 		storeF32(losses, 0, res)
 		return nil
 	})
+}
+
+// capLogits writes softCap·tanh(x/softCap) of each x of l (float64,
+// rounded to fp32) into dst's memory and returns it.
+func capLogits(dst, l []float32, softCap float32) []float32 {
+	dst = append(dst[:0], l...)
+	c := float64(softCap)
+	for i, v := range dst {
+		dst[i] = float32(c * math.Tanh(float64(v)/c))
+	}
+	return dst
 }
 
 func softmaxStats(l []float32) (float32, float64) {
@@ -145,14 +160,14 @@ func softmaxStats(l []float32) (float32, float64) {
 // CrossEntropyBackward: dlogits = (softmax(logits) - onehot(target)) * scale,
 // 0 for a row whose target is < 0. dlogits may be the logits buffer itself
 // (in place).
-func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buffer, rows, vocab int, scale float32) {
+func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buffer, rows, vocab int, scale, softCap float32) {
 	s.enqueue(func() error {
 		if err := checkTargets(targets.i32(), vocab); err != nil {
 			return err
 		}
 		tv := targets.i32()
 		o.d.parallel(rows, 1, func(lo, hi int) {
-			var tmp []float32
+			var tmp, capped []float32
 			for r := lo; r < hi; r++ {
 				var out []float32
 				if dlogits.DType() == gpu.F32 {
@@ -169,11 +184,19 @@ func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buff
 				if logits.DType() != gpu.F32 {
 					tmp = l
 				}
+				if softCap > 0 {
+					capped = capLogits(capped, l, softCap)
+					l = capped
+				}
 				mx, sum := softmaxStats(l)
 				for c, v := range l {
 					p := float32(math.Exp(float64(v-mx)) / sum)
 					if c == int(tv[r]) {
 						p--
+					}
+					if softCap > 0 {
+						z := float64(v) / float64(softCap)
+						p = float32(float64(p) * (1 - z*z))
 					}
 					out[c] = p * scale
 				}

@@ -252,7 +252,7 @@ func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		}
 		gout := upload(t, d, s, constVals(c.B*c.T*c.H*c.D, math.NaN()), dt)
 		glse := upload(t, d, s, constVals(c.B*c.H*c.T, math.NaN()), gpu.F32)
-		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
+		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.AttnOptions{})
 		out, lse, mag, lseMag, mag16 := attentionRef(qkv, c)
 		gotOut := download(t, d, s, gout)
 		checkClose(t, c.String()+" out", gotOut, out, plusScaled(mag, mag16, round16(dt)/rtolF32), dt, rtolF32)
@@ -261,7 +261,7 @@ func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		var first []byte
 		for run := range 2 {
 			gdq := upload(t, d, s, constVals(len(qkv), math.NaN()), dt) // written, not accumulated
-			ops.AttentionBackward(s, gdo, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D)
+			ops.AttentionBackward(s, gdo, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D, gpu.AttnOptions{})
 			if run == 0 {
 				want, wmag16 := attentionBackwardRef(dout, qkv, gotOut, c)
 				got := download(t, d, s, gdq)
@@ -277,7 +277,7 @@ func testAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	c := attnCase{B: 1, T: 4, H: 1, KV: 1, D: 2}
 	gq, gout := upload(t, d, s, randVals(r, c.B*c.T*c.width(), 1), dt), alloc(t, d, c.T*c.D, dt)
 	gpos, glse := upload(t, d, s, []float64{0, 1, 3, 0}, gpu.I32), alloc(t, d, c.T, gpu.F32)
-	ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
+	ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.AttnOptions{})
 	if err := s.Synchronize(); err == nil {
 		t.Error("attention with position 3 at column 2: no error on the stream")
 	}
@@ -325,8 +325,8 @@ func gradAttention(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		}
 		gout, glse := alloc(t, d, c.B*c.T*c.H*c.D, dt), alloc(t, d, c.B*c.H*c.T, gpu.F32)
 		gdq := upload(t, d, s, constVals(len(qkv), math.NaN()), dt)
-		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D)
-		ops.AttentionBackward(s, gw, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D)
+		ops.AttentionForward(s, gq, gout, glse, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.AttnOptions{})
+		ops.AttentionBackward(s, gw, gq, gout, glse, gpos, gdq, c.B, c.T, c.H, c.KV, c.D, gpu.AttnOptions{})
 		fd := fdGrad(func(v []float64) float64 {
 			out, _, _, _, _ := attentionRef(v, c)
 			return dotVals(w, out)

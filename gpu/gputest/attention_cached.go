@@ -90,7 +90,7 @@ func testAttentionCached(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType)
 		gout := upload(t, d, s, constVals(c.T*c.H*c.D, math.NaN()), dt)
 		start := 0
 		for _, n := range c.calls {
-			ops.AttentionCached(s, gq.Slice(start*W, n*W), gk, gv, gout.Slice(start*c.H*c.D, n*c.H*c.D), start, n, c.H, c.KV, c.D)
+			ops.AttentionCached(s, gq.Slice(start*W, n*W), gk, gv, gout.Slice(start*c.H*c.D, n*c.H*c.D), start, n, c.H, c.KV, c.D, gpu.AttnOptions{})
 			start += n
 		}
 		if start != c.T {

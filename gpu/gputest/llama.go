@@ -168,9 +168,9 @@ func testRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		for _, inverse := range []bool{false, true} {
 			gx := upload(t, d, s, x, dt)
 			if inverse {
-				ops.RopeBackward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, float32(c.theta))
+				ops.RopeBackward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.DefaultRope(c.D, c.theta))
 			} else {
-				ops.RopeForward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, float32(c.theta))
+				ops.RopeForward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.DefaultRope(c.D, c.theta))
 			}
 			want, mag := ropeRef(x, c, inverse)
 			got := download(t, d, s, gx)
@@ -193,7 +193,7 @@ func gradRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	W := (c.H + 2*c.KV) * c.D
 	x, w := stored(randVals(r, c.B*c.T*W, 1), dt), stored(randVals(r, c.B*c.T*W, 1), dt)
 	gw, gpos := upload(t, d, s, w, dt), upload(t, d, s, intVals(c.pos), gpu.I32)
-	d.Ops().RopeBackward(s, gw, gpos, c.B, c.T, c.H, c.KV, c.D, float32(c.theta))
+	d.Ops().RopeBackward(s, gw, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.DefaultRope(c.D, c.theta))
 	fd := fdGrad(func(v []float64) float64 {
 		y, _ := ropeRef(v, c, false)
 		return dotVals(w, y)
@@ -221,7 +221,7 @@ func testSwiGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		rows, ffn := sz[0], sz[1]
 		gu := stored(randVals(r, rows*2*ffn, 6), dt)
 		ggu, gy := upload(t, d, s, gu, dt), alloc(t, d, rows*ffn, dt)
-		d.Ops().SwiGLUForward(s, ggu, gy, rows, ffn)
+		d.Ops().GLUForward(s, ggu, gy, rows, ffn, gpu.Silu)
 		want, mag := swigluRef(gu, rows, ffn)
 		checkClose(t, fmt.Sprintf("%dx%d", rows, ffn), download(t, d, s, gy), want, mag, dt, rtolF32)
 	}
@@ -234,7 +234,7 @@ func gradSwiGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	gu, w := stored(randVals(r, rows*2*ffn, 5), dt), stored(randVals(r, rows*ffn, 1), dt)
 	ggu, gw := upload(t, d, s, gu, dt), upload(t, d, s, w, dt)
 	gd := upload(t, d, s, constVals(rows*2*ffn, math.NaN()), dt)
-	d.Ops().SwiGLUBackward(s, ggu, gw, gd, rows, ffn)
+	d.Ops().GLUBackward(s, ggu, gw, gd, rows, ffn, gpu.Silu)
 	fd := fdGrad(func(v []float64) float64 {
 		y, _ := swigluRef(v, rows, ffn)
 		return dotVals(w, y)

@@ -258,7 +258,7 @@ func testStreams(t *testing.T, nb NewBackend) {
 		t.Errorf("second Synchronize repeated the error: %v", err)
 	}
 	losses := alloc(t, d, 4, gpu.F32)
-	ops.CrossEntropyForward(s, wte.Slice(0, 40), ids, losses, 4, 10)
+	ops.CrossEntropyForward(s, wte.Slice(0, 40), ids, losses, 4, 10, 0)
 	if err := s.Synchronize(); err == nil {
 		t.Error("cross-entropy with target 99 of 10 classes: no error")
 	}

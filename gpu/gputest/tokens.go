@@ -52,13 +52,13 @@ func testCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	targets := ceTargets(r, rows, vocab)
 	gl, gt := upload(t, d, s, logits, dt), upload(t, d, s, intVals(targets), gpu.I32)
 	gloss := upload(t, d, s, constVals(rows, math.NaN()), dt)
-	d.Ops().CrossEntropyForward(s, gl, gt, gloss, rows, vocab)
+	d.Ops().CrossEntropyForward(s, gl, gt, gloss, rows, vocab, 0)
 	want, mag := crossEntropyRef(logits, targets, rows, vocab)
 	checkClose(t, "losses", download(t, d, s, gloss), want, mag, dt, rtolF32)
 
 	// Backward, in place over the logits; the ignored row is zero.
 	scale := 0.25
-	d.Ops().CrossEntropyBackward(s, gl, gt, gl, rows, vocab, float32(scale))
+	d.Ops().CrossEntropyBackward(s, gl, gt, gl, rows, vocab, float32(scale), 0)
 	got := download(t, d, s, gl)
 	ref := make([]float64, rows*vocab)
 	for i := range rows {
@@ -74,7 +74,7 @@ func testCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	checkClose(t, "dlogits in place", got, ref, constVals(rows*vocab, scale), dt, rtolF32)
 
 	// A target past the vocabulary is an error on the stream.
-	d.Ops().CrossEntropyForward(s, gl, upload(t, d, s, constVals(rows, float64(vocab)), gpu.I32), gloss, rows, vocab)
+	d.Ops().CrossEntropyForward(s, gl, upload(t, d, s, constVals(rows, float64(vocab)), gpu.I32), gloss, rows, vocab, 0)
 	if err := s.Synchronize(); err == nil {
 		t.Error("cross-entropy with target = vocab: no error on the stream")
 	}
@@ -88,7 +88,7 @@ func gradCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	targets := ceTargets(r, rows, vocab)
 	gl, gt := upload(t, d, s, logits, dt), upload(t, d, s, intVals(targets), gpu.I32)
 	gdl := upload(t, d, s, constVals(rows*vocab, math.NaN()), dt)
-	d.Ops().CrossEntropyBackward(s, gl, gt, gdl, rows, vocab, float32(scale))
+	d.Ops().CrossEntropyBackward(s, gl, gt, gdl, rows, vocab, float32(scale), 0)
 	fd := fdGrad(func(v []float64) float64 {
 		loss, _ := crossEntropyRef(v, targets, rows, vocab)
 		var l float64
