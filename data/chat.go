@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
 )
@@ -25,12 +27,14 @@ const ChatMLTemplate = "{% for message in messages %}{{ '<|im_start|>' + message
 // with trim_blocks and lstrip_blocks, given messages, add_generation_prompt,
 // tools and documents (none), the special tokens' texts (bos_token,
 // eos_token, ...) and raise_exception. The interpreter (jinja_*.go) covers
-// what the Llama-3, Llama-3.1 and Qwen2 templates and their like use: if,
-// for (loop variables, loop filters, else), set (namespaces, block set),
+// what the templates of Llama 3-3.2, Gemma 2 and 3, Mistral, Phi-3 to
+// Phi-4, Qwen2 to Qwen3, DeepSeek-V3 and their like use: if, for (loop
+// variables, loop filters, else), set (namespaces, block set),
 // break/continue, inline if, Python's operators and string and dict
-// methods, and the filters and tests in filters and tests; strftime_now is
-// not given (the data would depend on the day). A template using anything
-// else is refused when it is loaded.
+// methods, and the filters and tests in filters and tests; strftime_now
+// is given only by WithDate (the data would depend on the day). A
+// template using anything else is refused when it is loaded, or, for a
+// method of a string, when it is called.
 type ChatTemplate struct {
 	body   []tmplNode
 	vars   map[string]any
@@ -65,6 +69,19 @@ func DefaultChatTemplate() *ChatTemplate {
 		panic(err)
 	}
 	return c
+}
+
+// WithDate is a copy of c whose renderings give the template
+// transformers' strftime_now answering with the time at (the "Today Date"
+// of Llama-3.2-style templates; naive, as datetime.now() is). Without it a
+// template that asks whether strftime_now is defined sees it is not and
+// falls back to its own date, so that training data does not depend on the
+// day it was tokenized.
+func (c *ChatTemplate) WithDate(at time.Time) *ChatTemplate {
+	d := *c
+	d.vars = maps.Clone(c.vars)
+	d.vars["strftime_now"] = strftimeNow(at)
+	return &d
 }
 
 // Source says where the template came from.

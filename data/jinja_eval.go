@@ -95,9 +95,10 @@ func renderWithin(b *budget, body []tmplNode, vars map[string]any) (string, erro
 }
 
 // globalFuncs are the functions Hugging Face gives chat templates, but
-// strftime_now: a template asking for today's date would make the
-// training data depend on the day (Llama-3.1-style templates then use
-// their own default date). Read only: a set writes to an inner scope.
+// strftime_now, which only ChatTemplate.WithDate gives (strftimeNow): a
+// template asking for today's date would make the training data depend on
+// the day (Llama-3.2-style templates then use their own default date).
+// Read only: a set writes to an inner scope.
 var globalFuncs = globals()
 
 func globals() map[string]any {
@@ -883,6 +884,9 @@ func getAttr(b *budget, v any, name string) (any, error) {
 	}
 	if m := method(v, name); m != nil {
 		return m, nil
+	}
+	if _, ok := v.(string); ok && unbuiltStrMethods[name] {
+		return nil, fmt.Errorf("method str.%s is not supported (Strata's chat templates have str.%s)", name, strings.Join(builtStrMethods, ", str."))
 	}
 	if d, ok := v.(*dict); ok {
 		if a, ok := d.get(name); ok {

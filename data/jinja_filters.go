@@ -714,6 +714,23 @@ func method(v any, name string) *fn {
 	return nil
 }
 
+// builtStrMethods are the methods of a string strMethod builds.
+var builtStrMethods = []string{"strip", "lstrip", "rstrip", "upper", "lower", "title", "capitalize", "startswith", "endswith", "split", "replace", "find", "count", "join"}
+
+// unbuiltStrMethods are the other methods of Python's str: a template
+// calling one is refused with an error naming it (Jinja2 would call it),
+// not handed an undefined value.
+var unbuiltStrMethods = func() map[string]bool {
+	m := map[string]bool{}
+	for _, name := range strings.Fields(`casefold center encode expandtabs format format_map index isalnum isalpha
+		isascii isdecimal isdigit isidentifier islower isnumeric isprintable isspace istitle isupper ljust
+		maketrans partition removeprefix removesuffix rfind rindex rjust rpartition rsplit splitlines
+		swapcase translate zfill`) {
+		m[name] = true
+	}
+	return m
+}()
+
 func strMethod(s, name string, m func(func(*budget, []any, *dict) (any, error)) *fn) *fn {
 	switch name {
 	case "strip", "lstrip", "rstrip":

@@ -127,7 +127,7 @@ func TestTemplateEdgesMatchJinja(t *testing.T) {
 		`{{ s[0] }}{{ s[-1] }}{{ s[2] }}{{ s[-3] }}|{{ s[3] }}|{{ s[-4] }}|{{ s | first }}{{ s | last }}{{ '' | first }}{{ 'h\u00e9llo'[1] }}{{ 'h\u00e9llo'[-4] }}`,
 		"{{ '' * 9223372036854775807 }}|{{ [] * 9223372036854775807 }}|{{ 3 ** 39 }}|{{ (-2) ** 63 }}|{{ 9223372036854775807 + -1 }}|{{ -9223372036854775807 - 1 }}|{{ 3037000499 * 3037000499 }}",
 	} {
-		cases = append(cases, renderCase{src, src, map[string]any{"x": []any{1, 2, 3}, "d": map[string]any{"k": []any{"v"}}, "s": "abc"}})
+		cases = append(cases, renderCase{name: src, template: src, vars: map[string]any{"x": []any{1, 2, 3}, "d": map[string]any{"k": []any{"v"}}, "s": "abc"}})
 	}
 	want, wantErr := jinjaRender(t, cases)
 	for i, c := range cases {
@@ -145,7 +145,7 @@ func TestTemplateEdgesMatchJinja(t *testing.T) {
 	}
 	for _, src := range []string{"{{ 3 ** 40 }}", "{{ 2 ** 63 }}", "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}", "{{ 3037000500 * 3037000500 }}",
 		"{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}"} {
-		if got, err := goRender(renderCase{src, src, map[string]any{}}); !errors.Is(err, errIntOverflow) {
+		if got, err := goRender(renderCase{name: src, template: src, vars: map[string]any{}}); !errors.Is(err, errIntOverflow) {
 			t.Errorf("%s: rendered %q, %v; want the overflow error", src, got, err)
 		}
 	}
@@ -188,7 +188,7 @@ func TestTemplateNesting(t *testing.T) {
 	}
 	src := "{{ 1" + strings.Repeat("+1", 900) + " }} {{ " + strings.Repeat("(", 150) + "1" + strings.Repeat(")", 150) + " }} " +
 		strings.Repeat("{% if true %}", 150) + "x" + strings.Repeat("{% endif %}", 150)
-	if got, err := goRender(renderCase{"deep", src, map[string]any{}}); err != nil || got != "901 1 x" {
+	if got, err := goRender(renderCase{name: "deep", template: src, vars: map[string]any{}}); err != nil || got != "901 1 x" {
 		t.Errorf("nested as deep as Jinja2 takes: %q, %v", got, err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // renderCase is one rendering compared with Jinja2.
@@ -17,6 +18,7 @@ type renderCase struct {
 	name     string
 	template string
 	vars     map[string]any // JSON values
+	now      string         // strftime_now's time (ISO 8601, naive); "": none
 }
 
 // conversations are the messages the templates are rendered with: one
@@ -63,21 +65,21 @@ func renderCases(t *testing.T) []renderCase {
 				if agp {
 					name += "/gen"
 				}
-				cases = append(cases, renderCase{name, src, vars})
+				cases = append(cases, renderCase{name: name, template: src, vars: vars})
 				if strings.Contains(f, "llama31") || strings.Contains(f, "qwen25") {
 					v2 := map[string]any{}
 					for k, v := range vars {
 						v2[k] = v
 					}
 					v2["tools"], v2["date_string"] = tools, "01 Jan 2030"
-					cases = append(cases, renderCase{name + "/tools", src, v2})
+					cases = append(cases, renderCase{name: name + "/tools", template: src, vars: v2})
 					if strings.Contains(f, "llama31") {
 						v3 := map[string]any{}
 						for k, v := range v2 {
 							v3[k] = v
 						}
 						v3["builtin_tools"], v3["tools_in_user_message"] = []any{"code_interpreter", "get_weather"}, false
-						cases = append(cases, renderCase{name + "/builtin", src, v3})
+						cases = append(cases, renderCase{name: name + "/builtin", template: src, vars: v3})
 					}
 				}
 			}
@@ -93,10 +95,11 @@ func jinjaRender(t *testing.T, cases []renderCase) (outs, errs []string) {
 	type pyCase struct {
 		Template string         `json:"template"`
 		Vars     map[string]any `json:"vars"`
+		Now      string         `json:"now,omitempty"`
 	}
 	var in []pyCase
 	for _, c := range cases {
-		in = append(in, pyCase{c.template, c.vars})
+		in = append(in, pyCase{c.template, c.vars, c.now})
 	}
 	b, err := json.Marshal(in)
 	if err != nil {
@@ -127,7 +130,8 @@ func jinjaRender(t *testing.T, cases []renderCase) (outs, errs []string) {
 	return outs, errs
 }
 
-// goRender renders a case with Strata's interpreter.
+// goRender renders a case with Strata's interpreter, given strftime_now
+// at the case's time where it has one (ChatTemplate.WithDate's).
 func goRender(c renderCase) (string, error) {
 	body, err := parseTemplate(c.template)
 	if err != nil {
@@ -144,6 +148,13 @@ func goRender(c renderCase) (string, error) {
 	vars := map[string]any{}
 	for _, k := range v.(*dict).keys {
 		vars[k] = v.(*dict).m[k]
+	}
+	if c.now != "" {
+		at, err := time.Parse("2006-01-02T15:04:05", c.now)
+		if err != nil {
+			return "", err
+		}
+		vars["strftime_now"] = strftimeNow(at)
 	}
 	return render(context.Background(), body, vars)
 }

@@ -1,10 +1,13 @@
 """The reference renderer of data's chat-template tests: Jinja2 set up as
 Hugging Face's apply_chat_template sets it up (trim_blocks, lstrip_blocks,
-loop controls, an immutable sandbox, raise_exception, its tojson), without
-strftime_now (Strata leaves it out so that data does not depend on the day).
+loop controls, an immutable sandbox, raise_exception, its tojson), with
+strftime_now only where a case gives the time it answers with ("now": an
+ISO 8601 time; Strata leaves it out of training data, which would then
+depend on the day).
 
-stdin: a JSON list of {"template", "vars"}; stdout: a JSON list of
+stdin: a JSON list of {"template", "vars", "now"?}; stdout: a JSON list of
 {"out": TEXT} or {"error": MESSAGE}, one per case."""
+import datetime
 import json
 import sys
 
@@ -35,10 +38,20 @@ env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extens
 env.filters["tojson"] = tojson
 env.globals["raise_exception"] = raise_exception
 
+
+def strftime_now_at(now):
+    """transformers' strftime_now (datetime.now().strftime), at a given time."""
+    t = datetime.datetime.fromisoformat(now)
+    return lambda format: t.strftime(format)
+
+
 out = []
 for case in json.load(sys.stdin):
     try:
-        out.append({"out": env.from_string(case["template"]).render(**case["vars"])})
+        variables = dict(case["vars"])
+        if case.get("now"):
+            variables["strftime_now"] = strftime_now_at(case["now"])
+        out.append({"out": env.from_string(case["template"]).render(**variables)})
     except Exception as e:  # noqa: BLE001 - any failure is the answer
         out.append({"error": f"{type(e).__name__}: {e}"})
 json.dump(out, sys.stdout)
