@@ -97,7 +97,7 @@ func BenchmarkPreTokenize(b *testing.B) {
 			b.SetBytes(int64(size))
 			for range b.N {
 				for _, d := range docs {
-					c.sp.split(d, func(string) {})
+					c.sp.split(d, func(string, bool) {})
 				}
 			}
 		})

@@ -15,26 +15,26 @@ func pairKey(a, b int32) uint64 { return uint64(uint32(a))<<32 | uint64(uint32(b
 // noMerge is the rank of a pair the table does not hold.
 const noMerge = int32(1<<31 - 1)
 
-// bpe turns a piece of raw bytes into token ids by merges: it starts from
-// one token per byte and, while some adjacent pair has a merge rule,
-// applies the rule of lowest rank at its leftmost occurrence (Hugging Face
-// tokenizers' Word::merge_all; GPT-2's bpe()). Short pieces scan a rank
-// per adjacent pair; long ones use a heap so that a piece of n bytes costs
-// O(n log n), not O(n²).
+// bpe turns a piece into token ids by merges: it starts from the
+// alphabet's symbols (one token per byte, or per character) and, while
+// some adjacent pair has a merge rule, applies the rule of lowest rank at
+// its leftmost occurrence (Hugging Face tokenizers' Word::merge_all;
+// GPT-2's bpe()). Short pieces scan a rank per adjacent pair; long ones
+// use a heap so that a piece of n symbols costs O(n log n), not O(n²).
 func (t *Tokenizer) bpe(piece string, s *scratch, out []int32) []int32 {
-	if len(piece) > heapFromBytes {
-		return t.bpeHeap(piece, s, out)
+	ids := t.alphabet.symbols(piece, s.ids[:0])
+	if len(ids) > heapFromSymbols {
+		out = t.bpeHeap(ids, s, out)
+	} else {
+		out = t.bpeScan(ids, s, out)
 	}
-	return t.bpeScan(piece, s, out)
+	s.ids = ids[:0]
+	return out
 }
 
 // bpeScan is bpe with a rank kept per adjacent pair, the lowest found by a
-// scan after each merge.
-func (t *Tokenizer) bpeScan(piece string, s *scratch, out []int32) []int32 {
-	ids := s.ids[:0]
-	for i := 0; i < len(piece); i++ {
-		ids = append(ids, t.byteID[piece[i]])
-	}
+// scan after each merge. It merges ids in place.
+func (t *Tokenizer) bpeScan(ids []int32, s *scratch, out []int32) []int32 {
 	// ranks[k] is the rank of the pair (ids[k], ids[k+1]).
 	ranks := s.ranks[:0]
 	for k := 0; k+1 < len(ids); k++ {
@@ -60,13 +60,13 @@ func (t *Tokenizer) bpeScan(piece string, s *scratch, out []int32) []int32 {
 			ranks[best] = t.rank(ids[best], ids[best+1])
 		}
 	}
-	s.ids, s.ranks = ids, ranks
+	s.ranks = ranks
 	return append(out, ids...)
 }
 
-// heapFromBytes is the piece length from which bpe keeps its candidate
-// merges in a heap (measured: the scan is faster below it).
-const heapFromBytes = 48
+// heapFromSymbols is the piece length from which bpe keeps its candidate
+// merges in a heap (measured on bytes: the scan is faster below it).
+const heapFromSymbols = 48
 
 func (t *Tokenizer) rank(a, b int32) int32 {
 	if m, ok := t.merges[pairKey(a, b)]; ok {
@@ -76,7 +76,7 @@ func (t *Tokenizer) rank(a, b int32) int32 {
 }
 
 // symbol is one token of a word being merged, in a doubly linked list over
-// the word's byte positions; size 0 marks a symbol merged into its left
+// the word's first symbols; size 0 marks a symbol merged into its left
 // neighbour.
 type symbol struct {
 	id         int32
@@ -137,11 +137,11 @@ func (h *candidates) pop() candidate {
 
 // bpeHeap is bpe with the candidate merges in a heap ordered by (rank,
 // position): the same merges in the same order.
-func (t *Tokenizer) bpeHeap(piece string, s *scratch, out []int32) []int32 {
-	n := len(piece)
+func (t *Tokenizer) bpeHeap(ids []int32, s *scratch, out []int32) []int32 {
+	n := len(ids)
 	syms := s.syms[:0]
-	for i := 0; i < n; i++ {
-		syms = append(syms, symbol{id: t.byteID[piece[i]], prev: int32(i - 1), next: int32(i + 1), size: 1})
+	for i, id := range ids {
+		syms = append(syms, symbol{id: id, prev: int32(i - 1), next: int32(i + 1), size: 1})
 	}
 	syms[n-1].next = -1
 	h := s.heap[:0]

@@ -8,7 +8,8 @@ import (
 )
 
 // parsePreTokenizer appends the steps of the pre-tokenizer at path:
-// ByteLevel, Split (behavior Isolated, not inverted) or a Sequence of them.
+// ByteLevel (the last), Split (not inverted), Metaspace, or a Sequence of
+// them.
 func (t *Tokenizer) parsePreTokenizer(path string, raw json.RawMessage) error {
 	o, err := parseObject(path, raw)
 	if err != nil || o == nil {
@@ -18,7 +19,7 @@ func (t *Tokenizer) parsePreTokenizer(path string, raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	if n := len(t.steps); n > 0 && t.steps[n-1].byteLevel {
+	if t.byteLevel() {
 		return fmt.Errorf("%s: %s after ByteLevel: %w (ByteLevel must be the last pre-tokenizer)", path, typ, ErrUnsupported)
 	}
 	switch typ {
@@ -51,25 +52,33 @@ func (t *Tokenizer) parsePreTokenizer(path string, raw json.RawMessage) error {
 		return nil
 	case "Split":
 		return t.parseSplit(o)
+	case "Metaspace":
+		m, split, err := parseMetaspace(o)
+		if err != nil {
+			return err
+		}
+		st := preStep{metaspace: &m}
+		if split {
+			st.split, st.behavior = literalSplitter{string(m.replacement)}, mergedWithNext
+		}
+		t.steps = append(t.steps, st)
+		return nil
 	}
-	return o.unsupported("type", "supported: ByteLevel, Split, Sequence")
+	return o.unsupported("type", "supported: ByteLevel, Split, Metaspace, Sequence")
 }
 
 // parseSplit reads a Split pre-tokenizer.
 func (t *Tokenizer) parseSplit(o *object) error {
 	var (
-		behavior = "Isolated"
-		invert   bool
-		pattern  struct {
-			Regex  *string
-			String *string
-		}
+		name   = "Isolated"
+		invert bool
 	)
-	if err := o.get("behavior", &behavior); err != nil {
+	if err := o.get("behavior", &name); err != nil {
 		return err
 	}
-	if behavior != "Isolated" {
-		return o.unsupported("behavior", `only "Isolated"`)
+	b, ok := behaviors[name]
+	if !ok {
+		return o.unsupported("behavior", "supported: Isolated, Removed, MergedWithPrevious, MergedWithNext")
 	}
 	if err := o.get("invert", &invert); err != nil {
 		return err
@@ -77,22 +86,51 @@ func (t *Tokenizer) parseSplit(o *object) error {
 	if invert {
 		return o.unsupported("invert", "only false")
 	}
-	if err := o.get("pattern", &pattern); err != nil {
+	p, err := parsePattern(o, "pattern")
+	if err != nil {
 		return err
 	}
-	switch {
-	case pattern.Regex != nil:
-		sp, err := newRegexSplitter(*pattern.Regex)
-		if err != nil {
-			return fmt.Errorf("%s.pattern.Regex: %q: %w: %v", o.path, *pattern.Regex, ErrUnsupported, err)
+	st := preStep{split: literalSplitter{p.literal}, behavior: b}
+	if p.regex != nil {
+		if st.split, err = newRegexSplitter(p.source); err != nil {
+			return fmt.Errorf("%s.pattern.Regex: %q: %w: %v", o.path, p.source, ErrUnsupported, err)
 		}
-		t.steps = append(t.steps, preStep{split: sp})
-	case pattern.String != nil && *pattern.String != "":
-		t.steps = append(t.steps, preStep{split: literalSplitter{*pattern.String}})
-	default:
-		return fmt.Errorf("%s.pattern: %s: want {\"Regex\": ...} or a non-empty {\"String\": ...}", o.path, brief(o.fields["pattern"]))
 	}
+	t.steps = append(t.steps, st)
 	return nil
+}
+
+// parseMetaspace reads a Metaspace pre-tokenizer or decoder, and whether
+// it splits.
+func parseMetaspace(o *object) (metaspace, bool, error) {
+	m := metaspace{replacement: '▁', scheme: prependAlways}
+	if err := oneChar(o, "replacement", &m.replacement); err != nil {
+		return m, false, err
+	}
+	// Files before prepend_scheme have add_prefix_space (true: always).
+	addPrefix := true
+	if err := o.get("add_prefix_space", &addPrefix); err != nil {
+		return m, false, err
+	}
+	if !addPrefix {
+		m.scheme = prependNever
+	}
+	if raw, ok := o.fields["prepend_scheme"]; ok && !isNull(raw) {
+		var name string
+		if err := o.get("prepend_scheme", &name); err != nil {
+			return m, false, err
+		}
+		scheme, ok := prependSchemes[name]
+		if !ok {
+			return m, false, o.unsupported("prepend_scheme", `want "first", "always" or "never"`)
+		}
+		m.scheme = scheme
+	}
+	split := true
+	if err := o.get("split", &split); err != nil {
+		return m, false, err
+	}
+	return m, split, nil
 }
 
 // parsePostProcessor reads the post-processor: ByteLevel (offsets only),
@@ -181,34 +219,44 @@ func (t *Tokenizer) parseTemplate(o *object) error {
 	return nil
 }
 
-// parseDecoder checks the decoder: ByteLevel, or a Sequence holding only
-// it; Decode maps the byte-level alphabet back to bytes.
-func parseDecoder(path string, raw json.RawMessage) error {
+// parseDecoder reads the decoder: for a byte-level vocabulary ByteLevel
+// (or a Sequence of it alone), which Decode runs as the concatenation of
+// the tokens' raw bytes; over characters a Sequence of Replace,
+// ByteFallback, Fuse, Strip and Metaspace, run as Hugging Face runs them.
+func (t *Tokenizer) parseDecoder(path string, raw json.RawMessage) error {
 	o, err := parseObject(path, raw)
 	if err != nil {
 		return err
 	}
 	if o == nil {
-		return fmt.Errorf("%s: null is %w (a byte-level BPE decodes with ByteLevel)", path, ErrUnsupported)
+		return fmt.Errorf("%s: null is %w (a byte-level BPE decodes with ByteLevel, one over characters with a Sequence such as Replace, ByteFallback, Fuse)", path, ErrUnsupported)
 	}
 	typ, err := o.typ()
 	if err != nil {
 		return err
 	}
-	switch typ {
-	case "ByteLevel":
-		return nil
-	case "Sequence":
-		var list []json.RawMessage
-		if err := o.get("decoders", &list); err != nil {
-			return err
+	if t.byteLevel() {
+		switch typ {
+		case "ByteLevel":
+			return nil
+		case "Sequence":
+			var list []json.RawMessage
+			if err := o.get("decoders", &list); err != nil {
+				return err
+			}
+			if len(list) != 1 {
+				return o.unsupported("decoders", "a byte-level BPE decodes with a Sequence of one ByteLevel")
+			}
+			return t.parseDecoder(path+".decoders[0]", list[0])
 		}
-		if len(list) != 1 {
-			return o.unsupported("decoders", "only a Sequence of one ByteLevel")
-		}
-		return parseDecoder(path+".decoders[0]", list[0])
+		return o.unsupported("type", "a byte-level BPE decodes with ByteLevel")
 	}
-	return o.unsupported("type", "a byte-level BPE decodes with ByteLevel")
+	steps, err := parseDecodeSteps(o, typ)
+	if err != nil {
+		return err
+	}
+	t.decoder = decoder(steps)
+	return nil
 }
 
 // readConfig takes bos_token and eos_token from a tokenizer_config.json,

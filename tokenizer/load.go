@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"unicode/utf8"
-
-	"golang.org/x/text/unicode/norm"
 )
 
 // ErrUnsupported matches (errors.Is) the error of a tokenizer.json that
@@ -43,7 +41,9 @@ type addedTokenJSON struct {
 }
 
 // Load reads a Hugging Face tokenizer.json: a BPE model over the
-// byte-level alphabet (GPT-2, Llama-3, Qwen2 and their kin). Anything it
+// byte-level alphabet (GPT-2, Llama-3, Qwen2, DeepSeek-V3, gpt-oss and
+// their kin) or over characters with byte fallback (Llama 2, Mistral,
+// Gemma, Phi-3). The package doc lists what it reads. Anything it
 // does not implement is refused with an error that names the JSON path and
 // the value (errors.Is ErrUnsupported). A tokenizer_config.json beside it,
 // if there is one, names BOS and EOS where the post-processor does not.
@@ -73,6 +73,11 @@ func parse(b []byte) (*Tokenizer, error) {
 		return nil, fmt.Errorf("not a tokenizer.json: %v", err)
 	}
 	t := &Tokenizer{bos: -1, eos: -1, cache: newCache()}
+	// The pre-tokenizer first: whether ByteLevel ends it says which
+	// alphabet the model's vocabulary is spelled in.
+	if err := t.parsePreTokenizer("pre_tokenizer", f.PreTokenizer); err != nil {
+		return nil, err
+	}
 	if err := t.parseModel(f.Model); err != nil {
 		return nil, err
 	}
@@ -82,17 +87,17 @@ func parse(b []byte) (*Tokenizer, error) {
 	if err := t.parseAdded(f.AddedTokens); err != nil {
 		return nil, err
 	}
-	if err := t.parsePreTokenizer("pre_tokenizer", f.PreTokenizer); err != nil {
-		return nil, err
-	}
-	if n := len(t.steps); n == 0 || !t.steps[n-1].byteLevel {
-		return nil, fmt.Errorf("pre_tokenizer: %s: a byte-level BPE needs ByteLevel as its last pre-tokenizer: %w", brief(f.PreTokenizer), ErrUnsupported)
-	}
 	if err := t.parsePostProcessor("post_processor", f.PostProcessor); err != nil {
 		return nil, err
 	}
-	if err := parseDecoder("decoder", f.Decoder); err != nil {
+	if err := t.parseDecoder("decoder", f.Decoder); err != nil {
 		return nil, err
+	}
+	for b := range t.single {
+		t.single[b] = -1
+		if ids := t.alphabet.symbols(string([]byte{byte(b)}), nil); len(ids) == 1 {
+			t.single[b] = ids[0]
+		}
 	}
 	if len(t.prefix) == 1 {
 		t.bos = t.prefix[0]
@@ -182,21 +187,22 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 		return err
 	}
 	if typ != "BPE" {
-		return o.unsupported("type", "byte-level BPE only")
+		return o.unsupported("type", "BPE only")
 	}
 	var (
-		dropout              *float64
-		prefix, suffix       string
-		byteFallback, ignore bool
-		vocab                map[string]int64
-		strMerges            []string
-		pairMerges           [][]string
+		dropout                       *float64
+		prefix, suffix, unk           string
+		byteFallback, fuseUnk, ignore bool
+		vocab                         map[string]int64
+		strMerges                     []string
+		pairMerges                    [][]string
 	)
 	for _, f := range []struct {
 		key string
 		v   any
 	}{{"dropout", &dropout}, {"continuing_subword_prefix", &prefix}, {"end_of_word_suffix", &suffix},
-		{"byte_fallback", &byteFallback}, {"ignore_merges", &ignore}, {"vocab", &vocab}} {
+		{"byte_fallback", &byteFallback}, {"unk_token", &unk}, {"fuse_unk", &fuseUnk},
+		{"ignore_merges", &ignore}, {"vocab", &vocab}} {
 		if err := o.get(f.key, f.v); err != nil {
 			return err
 		}
@@ -208,8 +214,6 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 		return o.unsupported("continuing_subword_prefix", "want null or \"\"")
 	case suffix != "":
 		return o.unsupported("end_of_word_suffix", "want null or \"\"")
-	case byteFallback:
-		return o.unsupported("byte_fallback", "byte-level BPE needs no fallback; want false")
 	case len(vocab) == 0:
 		return fmt.Errorf("model.vocab: %s: want a non-empty object of token → id", brief(o.fields["vocab"]))
 	}
@@ -228,11 +232,41 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 	if err := t.buildVocab(vocab); err != nil {
 		return err
 	}
+	if t.byteLevel() {
+		// Every byte has a token, so byte_fallback and unk_token are
+		// never used.
+		a := &byteAlphabet{}
+		for b := range a.id {
+			id, ok := t.vocab[string([]byte{byte(b)})]
+			if !ok {
+				return fmt.Errorf("model.vocab: no token for byte 0x%02x (%q): not a byte-level vocabulary: %w", b, string(byteRune[b]), ErrUnsupported)
+			}
+			a.id[b] = id
+		}
+		t.alphabet = a
+	} else {
+		unkID := int32(-1)
+		if unk != "" {
+			id, ok := t.vocab[unk]
+			if !ok {
+				return fmt.Errorf("model.unk_token: %q is not in model.vocab", unk)
+			}
+			unkID = id
+		}
+		t.alphabet = newCharAlphabet(t.vocab, byteFallback, unkID, fuseUnk)
+	}
 	return t.buildMerges(vocab, strMerges, pairMerges)
 }
 
+// byteLevel says whether the pre-tokenizer ends in ByteLevel: the model's
+// vocabulary is then spelled in the byte-level alphabet.
+func (t *Tokenizer) byteLevel() bool {
+	n := len(t.steps)
+	return n > 0 && t.steps[n-1].byteLevel
+}
+
 // buildVocab fills the id tables from tokenizer.json's vocab (tokens in
-// the byte-level alphabet).
+// the byte-level alphabet, or in characters).
 func (t *Tokenizer) buildVocab(vocab map[string]int64) error {
 	// The errors name the least offending token, whatever the map's order:
 	// the same file gives the same message (FuzzParse).
@@ -248,6 +282,7 @@ func (t *Tokenizer) buildVocab(vocab map[string]int64) error {
 		return fmt.Errorf("model.vocab[%q]: id %d out of range [0, %d)", bad, badID, maxTokenID)
 	}
 	t.grow(int(maxID) + 1)
+	byteLevel := t.byteLevel()
 	t.vocab = make(map[string]int32, len(vocab))
 	byID := make([]string, maxID+1)
 	dup := [2]string{}
@@ -261,7 +296,10 @@ func (t *Tokenizer) buildVocab(vocab map[string]int64) error {
 			byID[id] = a // so the least pair is found whatever the order
 			continue
 		}
-		raw, ok := unmapByteLevel(tok)
+		raw, ok := tok, true
+		if byteLevel {
+			raw, ok = unmapByteLevel(tok)
+		}
 		if ok {
 			t.vocab[raw] = int32(id)
 		}
@@ -269,13 +307,6 @@ func (t *Tokenizer) buildVocab(vocab map[string]int64) error {
 	}
 	if dupID >= 0 {
 		return fmt.Errorf("model.vocab: %q and %q both have id %d", dup[0], dup[1], dupID)
-	}
-	for b := 0; b < 256; b++ {
-		id, ok := t.vocab[string([]byte{byte(b)})]
-		if !ok {
-			return fmt.Errorf("model.vocab: no token for byte 0x%02x (%q): not a byte-level vocabulary: %w", b, string(byteRune[b]), ErrUnsupported)
-		}
-		t.byteID[b] = id
 	}
 	return nil
 }
@@ -321,8 +352,9 @@ func (t *Tokenizer) buildMerges(vocab map[string]int64, strMerges []string, pair
 	return nil
 }
 
-// parseAdded reads added_tokens. Tokens marked normalized are matched
-// after the normalizer (when there is one), the others in the raw text.
+// parseAdded reads added_tokens. Tokens marked normalized are matched, as
+// the normalizer writes them, after the normalizer (when there is one);
+// the others in the raw text.
 func (t *Tokenizer) parseAdded(tokens []addedTokenJSON) error {
 	t.added, t.addedNormalized = newAddedSet(), newAddedSet()
 	t.addedByContent = make(map[string]int32, len(tokens))
@@ -344,40 +376,13 @@ func (t *Tokenizer) parseAdded(tokens []addedTokenJSON) error {
 		t.grow(int(id) + 1)
 		t.pieces[id], t.known[id] = a.Content, true
 		t.addedByContent[a.Content] = id
-		if a.Normalized && t.nfc {
-			t.addedNormalized.add(norm.NFC.String(a.Content), id)
+		if a.Normalized && t.normalizers != nil {
+			if c := t.normalize(a.Content); c != "" {
+				t.addedNormalized.add(c, id)
+			}
 		} else {
 			t.added.add(a.Content, id)
 		}
 	}
 	return nil
-}
-
-// parseNormalizer reads the normalizer: null, NFC, or a Sequence of them.
-func (t *Tokenizer) parseNormalizer(path string, raw json.RawMessage) error {
-	o, err := parseObject(path, raw)
-	if err != nil || o == nil {
-		return err
-	}
-	typ, err := o.typ()
-	if err != nil {
-		return err
-	}
-	switch typ {
-	case "NFC":
-		t.nfc = true
-		return nil
-	case "Sequence":
-		var list []json.RawMessage
-		if err := o.get("normalizers", &list); err != nil {
-			return err
-		}
-		for i, n := range list {
-			if err := t.parseNormalizer(fmt.Sprintf("%s.normalizers[%d]", path, i), n); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return o.unsupported("type", "supported: null, NFC, or a Sequence of them")
 }

@@ -13,9 +13,100 @@ import (
 // pre-tokenizer with behavior Isolated does: every regex match is a piece
 // and so is every stretch between two matches.
 type splitter interface {
-	// split calls emit with each piece of s in order: none empty, together
-	// s. The pieces are substrings of s.
-	split(s string, emit func(piece string))
+	// split calls emit with each piece of s in order, and whether it is a
+	// match: none empty, together s. The pieces are substrings of s.
+	split(s string, emit func(piece string, matched bool))
+}
+
+// preStep is one pre-tokenizer of the sequence. Each of those Load reads
+// rewrites a piece and then splits it: ByteLevel puts a space before a
+// piece that lacks one (add_prefix_space) and splits with GPT-2's pattern
+// (use_regex); Metaspace writes spaces as its replacement, prepends one
+// per its scheme and splits before each (split); Split splits.
+type preStep struct {
+	prefixSpace bool       // ByteLevel's add_prefix_space
+	metaspace   *metaspace // Metaspace's rewrite, nil for the others
+	split       splitter   // nil: the piece goes on whole
+	behavior    behavior   // what becomes of split's matches
+	byteLevel   bool       // this is ByteLevel
+}
+
+// behavior is what a Split does with its matches (Hugging Face's
+// SplitDelimiterBehavior).
+type behavior uint8
+
+const (
+	isolated           behavior = iota // each match a piece of its own
+	removed                            // matches dropped
+	mergedWithPrevious                 // a match joins the piece before it
+	mergedWithNext                     // a match joins the piece after it
+)
+
+var behaviors = map[string]behavior{"Isolated": isolated, "Removed": removed,
+	"MergedWithPrevious": mergedWithPrevious, "MergedWithNext": mergedWithNext}
+
+// apply calls emit with the pieces of s that split cuts, as behavior b
+// joins or drops its matches. Hugging Face's rules: a match joins its
+// neighbour only when that neighbour is not a match itself.
+func (b behavior) apply(sp splitter, s string, emit func(string)) {
+	switch b {
+	case isolated:
+		sp.split(s, func(p string, _ bool) { emit(p) })
+		return
+	case removed:
+		sp.split(s, func(p string, matched bool) {
+			if !matched {
+				emit(p)
+			}
+		})
+		return
+	}
+	// The pieces are consecutive substrings of s; s[start:end] is the one
+	// not emitted yet, and lastMatch says whether its last part matched.
+	start, end, lastMatch := 0, 0, false
+	sp.split(s, func(p string, matched bool) {
+		join := b == mergedWithPrevious && matched && !lastMatch || b == mergedWithNext && !matched && lastMatch
+		if !join {
+			if end > start {
+				emit(s[start:end])
+			}
+			start = end
+		}
+		end += len(p)
+		lastMatch = matched
+	})
+	if end > start {
+		emit(s[start:end])
+	}
+}
+
+// prependScheme says where Metaspace puts its replacement before a piece.
+type prependScheme uint8
+
+const (
+	prependAlways prependScheme = iota // before every piece
+	prependFirst                       // before the piece that begins the text
+	prependNever
+)
+
+var prependSchemes = map[string]prependScheme{"always": prependAlways, "first": prependFirst, "never": prependNever}
+
+// metaspace is Metaspace's rewrite of a piece: spaces become the
+// replacement (U+2581 "▁"), and the replacement is prepended to a piece
+// that does not start with it, as the scheme says.
+type metaspace struct {
+	replacement rune
+	scheme      prependScheme
+}
+
+// rewrite returns piece rewritten; first says it begins the text.
+func (m *metaspace) rewrite(piece string, first bool) string {
+	rep := string(m.replacement)
+	piece = strings.ReplaceAll(piece, " ", rep)
+	if (m.scheme == prependAlways || m.scheme == prependFirst && first) && !strings.HasPrefix(piece, rep) {
+		piece = rep + piece
+	}
+	return piece
 }
 
 // The three pre-tokenizer regexes of the byte-level BPE families, as
@@ -178,10 +269,10 @@ func whitespace(s string, i int, newlines bool) int {
 //	's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 type gpt2Splitter struct{}
 
-func (gpt2Splitter) split(s string, emit func(string)) {
+func (gpt2Splitter) split(s string, emit func(string, bool)) {
 	for i := 0; i < len(s); {
 		j := gpt2Next(s, i)
-		emit(s[i:j])
+		emit(s[i:j], true)
 		i = j
 	}
 }
@@ -213,10 +304,10 @@ func gpt2Next(s string, i int) int {
 //	 ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 type llamaSplitter struct{ maxDigits int }
 
-func (l llamaSplitter) split(s string, emit func(string)) {
+func (l llamaSplitter) split(s string, emit func(string, bool)) {
 	for i := 0; i < len(s); {
 		j := l.next(s, i)
-		emit(s[i:j])
+		emit(s[i:j], true)
 		i = j
 	}
 }
@@ -274,7 +365,7 @@ func (l llamaSplitter) next(s string, i int) int {
 // refuses it). Its \s, \p{L} and \p{N} are the Unicode classes, as here.
 type regexSplitter struct{ re *regexp2.Regexp }
 
-func (r regexSplitter) split(s string, emit func(string)) {
+func (r regexSplitter) split(s string, emit func(string, bool)) {
 	runes := []rune(s) // one rune per invalid byte, as the offsets below count
 	offsets := make([]int, len(runes)+1)
 	off := 0
@@ -292,9 +383,9 @@ func (r regexSplitter) split(s string, emit func(string)) {
 			continue
 		}
 		if start > prev {
-			emit(s[prev:start])
+			emit(s[prev:start], false)
 		}
-		emit(s[start:end])
+		emit(s[start:end], true)
 		prev = end
 	}
 	if err != nil {
@@ -302,7 +393,7 @@ func (r regexSplitter) split(s string, emit func(string)) {
 		panic(fmt.Sprintf("tokenizer: regexp2 %q: %v", r.re.String(), err))
 	}
 	if prev < len(s) {
-		emit(s[prev:])
+		emit(s[prev:], false)
 	}
 }
 
@@ -310,7 +401,7 @@ func (r regexSplitter) split(s string, emit func(string)) {
 // occurrence of the string is a piece.
 type literalSplitter struct{ sep string }
 
-func (l literalSplitter) split(s string, emit func(string)) {
+func (l literalSplitter) split(s string, emit func(string, bool)) {
 	prev := 0
 	for prev < len(s) {
 		k := strings.Index(s[prev:], l.sep)
@@ -318,12 +409,12 @@ func (l literalSplitter) split(s string, emit func(string)) {
 			break
 		}
 		if k > 0 {
-			emit(s[prev : prev+k])
+			emit(s[prev:prev+k], false)
 		}
-		emit(s[prev+k : prev+k+len(l.sep)])
+		emit(s[prev+k:prev+k+len(l.sep)], true)
 		prev += k + len(l.sep)
 	}
 	if prev < len(s) {
-		emit(s[prev:])
+		emit(s[prev:], false)
 	}
 }

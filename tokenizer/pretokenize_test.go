@@ -10,7 +10,7 @@ import (
 // pieces returns the pieces sp cuts s into.
 func pieces(sp splitter, s string) []string {
 	var out []string
-	sp.split(s, func(p string) { out = append(out, p) })
+	sp.split(s, func(p string, _ bool) { out = append(out, p) })
 	return out
 }
 

@@ -4,48 +4,41 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-
-	"golang.org/x/text/unicode/norm"
 )
 
-// Tokenizer turns text into token ids and back: a byte-level BPE read from
-// a tokenizer.json (Load), or one id per byte (Bytes). Its methods are safe
-// for concurrent use.
+// Tokenizer turns text into token ids and back: a BPE read from a
+// tokenizer.json (Load), byte-level or over characters with byte fallback,
+// or one id per byte (Bytes). Its methods are safe for concurrent use.
 type Tokenizer struct {
 	byteOnly  bool // Bytes(): id = byte, nothing else set
 	vocabSize int
 
-	// pieces[id] is the raw bytes token id decodes to; known[id] says
-	// whether any token has that id.
-	pieces []string
-	known  []bool
+	// pieces[id] is what token id decodes from: its raw bytes for a
+	// byte-level vocabulary (the decoder is then their concatenation),
+	// else its spelling in tokenizer.json, which decoder turns into text;
+	// known[id] says whether any token has that id.
+	pieces  []string
+	known   []bool
+	decoder decoder // nil: byte-level, the pieces concatenated
 
-	vocab        map[string]int32 // raw bytes → id, the BPE model's tokens
+	vocab        map[string]int32 // what the model sees (raw bytes for byte-level) → id
 	merges       map[uint64]merge // pairKey(left, right) → rule
-	byteID       [256]int32       // the token of each single byte
+	alphabet     alphabet         // a piece's symbols before any merge
+	single       [256]int32       // the id of a one-byte piece, -1 when not one id
 	ignoreMerges bool             // a piece that is a whole token is that token
 
 	added           *addedSet        // added tokens matched in the raw text
 	addedNormalized *addedSet        // added tokens matched after the normalizer
 	addedByContent  map[string]int32 // every added token, for TokenID
-	nfc             bool             // the normalizer is NFC
+	normalizers     []normalizer     // the normalizer, in order
 
-	steps []preStep // the pre-tokenizer, in order; the last is ByteLevel
+	steps []preStep // the pre-tokenizer, in order
 
 	prefix, suffix []int32 // the post-processor's ids around the text
 	bos, eos       int32   // -1 when not named
 
 	cache *cache
 	pool  sync.Pool // *scratch
-}
-
-// preStep is one pre-tokenizer of the sequence: optionally a space put
-// before each piece that lacks one (ByteLevel's add_prefix_space), then a
-// split of each piece (nil: the piece goes on whole).
-type preStep struct {
-	prefixSpace bool
-	split       splitter
-	byteLevel   bool // this is the ByteLevel pre-tokenizer
 }
 
 // scratch is the working memory of one Encode call.
@@ -84,7 +77,7 @@ func (t *Tokenizer) TokenID(s string) (int32, bool) {
 	if id, ok := t.addedByContent[s]; ok {
 		return id, true
 	}
-	raw, ok := unmapByteLevel(s)
+	raw, ok := t.alphabet.raw(s)
 	if !ok {
 		return 0, false
 	}
@@ -96,7 +89,9 @@ func (t *Tokenizer) TokenID(s string) (int32, bool) {
 // (leftmost, longest), then each stretch between them is normalized,
 // pre-tokenized and merged. addSpecial puts the post-processor's
 // template ids around the result (BOS for Llama-3). Text need not be valid
-// UTF-8: with the byte-level alphabet every byte has a token.
+// UTF-8: with the byte-level alphabet every byte has a token, and over
+// characters a byte that is not UTF-8 is a character without a token
+// (byte fallback, else unk_token, else nothing).
 func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 	if t.byteOnly {
 		ids := make([]int32, len(text))
@@ -113,11 +108,8 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 	if addSpecial {
 		s.out = append(s.out, t.prefix...)
 	}
-	t.splitAdded(text, t.added, s, func(seg string) {
-		if t.nfc {
-			seg = norm.NFC.String(seg)
-		}
-		t.splitAdded(seg, t.addedNormalized, s, func(seg string) { t.preTokenize(seg, 0, s) })
+	t.splitAdded(text, true, t.added, s, func(seg string, first bool) {
+		t.splitAdded(t.normalize(seg), first, t.addedNormalized, s, func(seg string, first bool) { t.preTokenize(seg, first, 0, s) })
 	})
 	if addSpecial {
 		s.out = append(s.out, t.suffix...)
@@ -129,50 +121,69 @@ func (t *Tokenizer) Encode(text string, addSpecial bool) []int32 {
 }
 
 // splitAdded appends the ids of the added tokens of set found in text to
-// s.out and hands each stretch between them to rest.
-func (t *Tokenizer) splitAdded(text string, set *addedSet, s *scratch, rest func(string)) {
+// s.out and hands each stretch between them to rest, with whether it
+// begins the text Encode was given (atStart says text does).
+func (t *Tokenizer) splitAdded(text string, atStart bool, set *addedSet, s *scratch, rest func(seg string, first bool)) {
 	if set.empty() {
 		if text != "" {
-			rest(text)
+			rest(text, atStart)
 		}
 		return
 	}
 	for from := 0; from < len(text); {
 		start, end, id := set.find(text, from)
 		if start < 0 {
-			rest(text[from:])
+			rest(text[from:], atStart && from == 0)
 			return
 		}
 		if start > from {
-			rest(text[from:start])
+			rest(text[from:start], atStart && from == 0)
 		}
 		s.out = append(s.out, id)
 		from = end
 	}
 }
 
-// preTokenize runs the pre-tokenizers from step on piece, and the BPE
-// model on what comes out of the last.
-func (t *Tokenizer) preTokenize(piece string, step int, s *scratch) {
+// normalize runs the normalizers on text.
+func (t *Tokenizer) normalize(text string) string {
+	for _, n := range t.normalizers {
+		text = n.normalize(text)
+	}
+	return text
+}
+
+// preTokenize runs the pre-tokenizers from step on piece (first: it
+// begins the text), and the BPE model on what comes out of the last.
+func (t *Tokenizer) preTokenize(piece string, first bool, step int, s *scratch) {
+	if piece == "" {
+		return
+	}
 	if step == len(t.steps) {
 		s.out = t.model(piece, s, s.out)
 		return
 	}
-	st := t.steps[step]
+	st := &t.steps[step]
+	if st.metaspace != nil {
+		piece = st.metaspace.rewrite(piece, first)
+	}
 	if st.prefixSpace && piece[0] != ' ' {
 		piece = " " + piece
 	}
 	if st.split == nil {
-		t.preTokenize(piece, step+1, s)
+		t.preTokenize(piece, first, step+1, s)
 		return
 	}
-	st.split.split(piece, func(p string) { t.preTokenize(p, step+1, s) })
+	// Only the first piece of one that begins the text begins it.
+	st.behavior.apply(st.split, piece, func(p string) {
+		t.preTokenize(p, first, step+1, s)
+		first = false
+	})
 }
 
 // model appends the ids of one pre-token.
 func (t *Tokenizer) model(piece string, s *scratch, out []int32) []int32 {
-	if len(piece) == 1 {
-		return append(out, t.byteID[piece[0]])
+	if len(piece) == 1 && t.single[piece[0]] >= 0 {
+		return append(out, t.single[piece[0]])
 	}
 	if t.ignoreMerges {
 		if id, ok := t.vocab[piece]; ok {
@@ -193,9 +204,14 @@ func (t *Tokenizer) model(piece string, s *scratch, out []int32) []int32 {
 // Decode returns the text of ids: the exact inverse of Encode for
 // byte-level tokens (the bytes come back as they were, valid UTF-8 or
 // not; a cut in the middle of a character gives the bytes so far); an
-// added token gives its content. An id no token has is an error.
+// added token gives its content. Over characters, the file's decoder
+// makes the text (Llama 2: "▁" becomes a space, <0xAB> tokens their
+// bytes, one leading space is cut); byte tokens that are not UTF-8 give
+// their bytes too, where Hugging Face writes U+FFFD. An id no token has
+// is an error.
 func (t *Tokenizer) Decode(ids []int32) (string, error) {
 	var b strings.Builder
+	var tokens []string
 	for i, id := range ids {
 		if id < 0 || int(id) >= t.vocabSize {
 			return "", fmt.Errorf("tokenizer: token %d: id %d is out of range [0, %d)", i, id, t.vocabSize)
@@ -207,7 +223,14 @@ func (t *Tokenizer) Decode(ids []int32) (string, error) {
 		if !t.known[id] {
 			return "", fmt.Errorf("tokenizer: token %d: id %d names no token (ids of this vocabulary have gaps)", i, id)
 		}
+		if t.decoder != nil {
+			tokens = append(tokens, t.pieces[id])
+			continue
+		}
 		b.WriteString(t.pieces[id])
+	}
+	if t.decoder != nil {
+		return t.decoder.decode(tokens), nil
 	}
 	return b.String(), nil
 }

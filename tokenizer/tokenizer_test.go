@@ -117,7 +117,7 @@ func TestMergeRank(t *testing.T) {
 				t.Errorf("Encode(%q) = %v, want %v %q", c.text, got, want, c.want)
 			}
 			// Encode took the scan; the heap gives the same merges.
-			if got := tok.bpeHeap(c.text, &scratch{}, nil); !slices.Equal(got, want) {
+			if got := tok.bpeHeap(tok.alphabet.symbols(c.text, nil), &scratch{}, nil); !slices.Equal(got, want) {
 				t.Errorf("bpeHeap(%q) = %v, want %v", c.text, got, want)
 			}
 		})
@@ -148,8 +148,8 @@ func TestScanHeapAgree(t *testing.T) {
 		for range 1 + rng.IntN(120) {
 			w.WriteString(alphabet[rng.IntN(len(alphabet))])
 		}
-		scan := tok.bpeScan(w.String(), s, nil)
-		heap := tok.bpeHeap(w.String(), s, nil)
+		scan := tok.bpeScan(tok.alphabet.symbols(w.String(), nil), s, nil)
+		heap := tok.bpeHeap(tok.alphabet.symbols(w.String(), nil), s, nil)
 		if !slices.Equal(scan, heap) {
 			t.Fatalf("%q: scan %v, heap %v", w.String(), scan, heap)
 		}
@@ -348,27 +348,32 @@ func TestLoadErrors(t *testing.T) {
 		{"WordPiece", func(m map[string]any) { model(m)["type"] = "WordPiece" }, `model.type: "WordPiece" is not supported`, true},
 		{"Unigram", func(m map[string]any) { model(m)["type"] = "Unigram" }, `model.type: "Unigram" is not supported`, true},
 		{"dropout", func(m map[string]any) { model(m)["dropout"] = 0.1 }, `model.dropout: 0.1 is not supported`, true},
-		{"byte fallback", func(m map[string]any) { model(m)["byte_fallback"] = true }, `model.byte_fallback: true`, true},
 		{"merge out of vocab", func(m map[string]any) { model(m)["merges"] = []any{"a b", "x y"} }, `model.merges[1]: "x" "y": "xy" is not in model.vocab`, false},
 		{"merge form", func(m map[string]any) { model(m)["merges"] = []any{"a b c"} }, `model.merges[0]: "a b c"`, false},
 		{"merge pair form", func(m map[string]any) { model(m)["merges"] = raw(`[["a", "b", "c"]]`) }, `model.merges[0]`, false},
 		{"missing byte", func(m map[string]any) { delete(model(m)["vocab"].(map[string]any), "Ġ") }, `no token for byte 0x20`, true},
 		{"duplicate id", func(m map[string]any) { model(m)["vocab"].(map[string]any)["zz"] = 5 }, `both have id 5`, false},
 		{"id not an integer", func(m map[string]any) { model(m)["vocab"].(map[string]any)["zz"] = 5.5 }, `model.vocab: {`, false},
-		{"NFKC", func(m map[string]any) { m["normalizer"] = raw(`{"type": "NFKC"}`) }, `normalizer.type: "NFKC" is not supported`, true},
+		{"BertNormalizer", func(m map[string]any) { m["normalizer"] = raw(`{"type": "BertNormalizer"}`) }, `normalizer.type: "BertNormalizer" is not supported`, true},
 		{"nested normalizer", func(m map[string]any) {
 			m["normalizer"] = raw(`{"type": "Sequence", "normalizers": [{"type": "NFC"}, {"type": "Lowercase"}]}`)
 		}, `normalizer.normalizers[1].type: "Lowercase"`, true},
-		{"Metaspace", func(m map[string]any) { m["pre_tokenizer"] = raw(`{"type": "Metaspace"}`) }, `pre_tokenizer.type: "Metaspace" is not supported`, true},
+		{"Metaspace scheme", func(m map[string]any) {
+			m["pre_tokenizer"] = raw(`{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "sometimes", "split": false}`)
+		}, `pre_tokenizer.prepend_scheme: "sometimes" is not supported`, true},
+		{"Metaspace replacement", func(m map[string]any) {
+			m["pre_tokenizer"] = raw(`{"type": "Metaspace", "replacement": "__", "prepend_scheme": "first"}`)
+		}, `pre_tokenizer.replacement: "__": want one character`, false},
+		{"Digits", func(m map[string]any) { m["pre_tokenizer"] = raw(`{"type": "Digits", "individual_digits": true}`) }, `pre_tokenizer.type: "Digits" is not supported`, true},
 		{"no ByteLevel", func(m map[string]any) {
 			m["pre_tokenizer"] = raw(`{"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated"}`)
-		}, `needs ByteLevel as its last pre-tokenizer`, true},
+		}, `decoder.type: "ByteLevel" is not supported (ByteLevel decodes a byte-level vocabulary`, true},
 		{"ByteLevel not last", func(m map[string]any) {
 			m["pre_tokenizer"] = raw(`{"type": "Sequence", "pretokenizers": [{"type": "ByteLevel"}, {"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated"}]}`)
 		}, `pre_tokenizer.pretokenizers[1]: Split after ByteLevel`, true},
 		{"behavior", func(m map[string]any) {
-			m["pre_tokenizer"] = raw(`{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": " "}, "behavior": "Removed"}, {"type": "ByteLevel"}]}`)
-		}, `pre_tokenizer.pretokenizers[0].behavior: "Removed" is not supported`, true},
+			m["pre_tokenizer"] = raw(`{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": " "}, "behavior": "Contiguous"}, {"type": "ByteLevel"}]}`)
+		}, `pre_tokenizer.pretokenizers[0].behavior: "Contiguous" is not supported`, true},
 		{"invert", func(m map[string]any) {
 			m["pre_tokenizer"] = raw(`{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"String": " "}, "behavior": "Isolated", "invert": true}, {"type": "ByteLevel"}]}`)
 		}, `pretokenizers[0].invert: true is not supported`, true},
