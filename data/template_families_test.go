@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +57,8 @@ var familyConvs = map[string]string{
 		{"role": "tool", "content": "20"}, {"role": "tool", "content": "25"},
 		{"role": "user", "content": "<tool_response>\n30\n</tool_response>"},
 		{"role": "assistant", "content": "<think>Both warm.</think>Paris 20, Rome 25."}]`,
+	"qwen-multistep": `[{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "get_weather", "arguments": {}}}]},
+		{"role": "user", "content": "<tool_response>\n20\n</tool_response>"}, {"role": "assistant", "content": "<think>\nWarm.\n</think>\n\n20 degrees."}]`,
 	// DeepSeek-V3: two system messages, calls with content null and
 	// arguments as text, two results
 	"deepseek-tools": `[{"role": "system", "content": "You call tools."}, {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris and Rome?"},
@@ -154,7 +158,7 @@ var families = []family{
 		{conv: "think"}, {conv: "think-earlier"}, {conv: "think-earlier", vars: `{"enable_thinking": false}`},
 		{conv: "tool-call"}, {conv: "tool-call", vars: `{"tools": ` + familyTools + `}`},
 		{conv: "qwen-tools", vars: `{"tools": ` + familyTools + `}`}, {conv: "qwen-tools", vars: `{"tools": ` + familyTools + `, "enable_thinking": false}`},
-		{conv: "user", vars: `{"tools": ` + familyTools + `}`},
+		{conv: "user", vars: `{"tools": ` + familyTools + `}`}, {conv: "qwen-multistep", vars: `{"tools": ` + familyTools + `}`},
 	}},
 	{name: "deepseek-v3", files: []string{"deepseek-v3.jinja"}, special: `{"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"}`, cases: []familyCase{
 		{conv: "user"}, {conv: "turns"}, {conv: "open"}, {conv: "system"}, {conv: "deepseek-tools"}, {conv: "deepseek-tool-open"},
@@ -220,7 +224,9 @@ func familyRenders(t *testing.T) []familyRender {
 					vars["documents"], vars["messages"], vars["add_generation_prompt"] = nil, json.RawMessage(conv), agp
 					name := fmt.Sprintf("%s/%s/%s", f.name, file, fc.conv)
 					if fc.vars != "" {
-						name += " " + fc.vars
+						var m map[string]json.RawMessage
+						_ = json.Unmarshal([]byte(fc.vars), &m) // read above
+						name += " +" + strings.Join(slices.Sorted(maps.Keys(m)), ",")
 					}
 					if fc.now != "" {
 						name += " now=" + fc.now
@@ -327,7 +333,8 @@ func TestTemplateFamilyMarkers(t *testing.T) {
 
 // TestTemplateWithDate: strftime_now is given only by WithDate, so that
 // Llama 3.2's template takes its own date without it and the given day
-// with it; a directive the interpreter does not build is one error naming it.
+// with it; a directive the interpreter does not build is one error naming
+// it (TestTemplateStrftimeMatchesJinja checks those it builds).
 func TestTemplateWithDate(t *testing.T) {
 	b, err := os.ReadFile("testdata/templates/llama32.jinja")
 	if err != nil {
@@ -354,18 +361,52 @@ func TestTemplateWithDate(t *testing.T) {
 		t.Errorf("SpecialTokens %v", c.WithDate(time.Now()).SpecialTokens())
 	}
 	at := time.Date(2024, 7, 6, 15, 4, 5, 123456000, time.UTC)
-	for format, want := range map[string]string{
-		"%d %b %Y":                     "06 Jul 2024",
-		"%A %B %-d, %y %I:%M:%S %p %%": "Saturday July 6, 24 03:04:05 PM %",
-		"%a %j %-j %w %H %f [%z%Z]":    "Sat 188 188 6 15 123456 []",
-	} {
-		if got, err := strftime(at, format); err != nil || got != want {
-			t.Errorf("strftime %q: %q, %v; want %q", format, got, err, want)
-		}
-	}
 	for _, format := range []string{"%c", "%-Y", "%"} {
 		if _, err := strftime(at, format); err == nil || !strings.Contains(err.Error(), "strftime_now:") {
 			t.Errorf("strftime %q: %v; want an error naming it", format, err)
+		}
+	}
+}
+
+// TestTemplateStrftimeMatchesJinja: strftime_now, at several times, writes
+// every directive the interpreter builds as Python's strftime (transformers'
+// strftime_now) writes it.
+func TestTemplateStrftimeMatchesJinja(t *testing.T) {
+	const src = `{{ strftime_now("%a %A %b %B %d %-d %m %-m %y %-y %Y | %H %-H %I %-I %M %-M %S %-S %f %p | %j %-j %w [%z%Z] %%") }}`
+	var cases []renderCase
+	for _, now := range []string{"2024-07-06T15:04:05.123456", "2030-01-01T00:00:00", "1999-12-31T12:59:09.000001", "2028-02-29T23:00:01", "0987-09-03T01:10:10"} {
+		cases = append(cases, renderCase{name: now, template: src, vars: map[string]any{}, now: now})
+	}
+	want, wantErr := jinjaRender(t, cases)
+	for i, c := range cases {
+		got, err := goRender(c)
+		if err != nil || wantErr[i] != "" || got != want[i] {
+			t.Errorf("%s: rendered %q, %v; Jinja2 %q, %s", c.name, got, err, want[i], wantErr[i])
+		}
+	}
+}
+
+// TestTemplateUnbuiltRefused: a method of Python's str that the interpreter
+// does not build, which Jinja2 would call, is refused when the template
+// calls it, with one error naming it (a filter or test it lacks is
+// refused when the template is parsed: TestTemplateRefused).
+func TestTemplateUnbuiltRefused(t *testing.T) {
+	cases := []renderCase{
+		{name: "zfill", template: "{{ messages[0].content.zfill(9) }}"},
+		{name: "rsplit", template: "{% for m in messages %}{{ m.content.rsplit(' ', 1)[0] }}{% endfor %}"},
+		{name: "splitlines", template: "{{ ('a' ~ '\\n' ~ 'b').splitlines() | length }}"},
+	}
+	for i := range cases {
+		cases[i].vars = map[string]any{"messages": json.RawMessage(familyConvs["user"])}
+	}
+	want, wantErr := jinjaRender(t, cases)
+	for i, c := range cases {
+		if wantErr[i] != "" {
+			t.Errorf("%s: Jinja2 raised %s; the test wants a method Python's str has", c.name, wantErr[i])
+		}
+		got, err := goRender(c)
+		if err == nil || !strings.Contains(err.Error(), "method str."+c.name+" is not supported") {
+			t.Errorf("%s: rendered %q, %v; want an error naming str.%s (Jinja2 renders %q)", c.name, got, err, c.name, want[i])
 		}
 	}
 }
