@@ -99,8 +99,10 @@ type activations struct {
 	logits  gpu.Buffer // lossRows·V, F32: the loss chunk (logits, then their gradient, of a slice of tokens)
 	losses  gpu.Buffer // B·T, F32
 	dres    gpu.Buffer // B·T·C, F32: gradient of the residual stream
-	dtmp    gpu.Buffer // B·T·C
+	dtmp    gpu.Buffer // B·T·max(C, H·D)
 	dbig    gpu.Buffer // B·T·max(qkv width, MLP gradient width): gradient of qkv or of the MLP hidden layer
+	gains   gpu.Buffer // 4C + 2D, F32: Gemma's norm gains 1 + weight of the block (or final norm) at hand
+	dtmp2   gpu.Buffer // B·T·C (Gemma): the gradient of a norm's input inside a block
 	// LoRA's workspace (lora.go): a block's adapter chunk, x·Aᵀ and its
 	// gradient (B·T·r each), and a module's columns of a fused output.
 	loraW, loraG, loraT, loraDT, loraWide, loraXD gpu.Buffer
@@ -112,7 +114,10 @@ type activations struct {
 type layerActs struct {
 	ln1, ln1Mean, ln1Rstd gpu.Buffer // B·T·C, B·T, B·T: the first norm's output and statistics (F32)
 	qkv                   gpu.Buffer // B·T·(H+2·KV)·D: q, k, v (rotated, for the Llama family)
-	atty                  gpu.Buffer // B·T·C: attention output before the output projection
+	qkPre, qkRstd         gpu.Buffer // B·T·H·D q then B·T·KV·D k before q_norm / k_norm, and their B·T·(H+KV) rstd (QKNorm)
+	atty                  gpu.Buffer // B·T·H·D: attention output before the output projection
+	attnOut, attnRstd     gpu.Buffer // B·T·C, B·T: o_proj's output before Gemma's post-attention norm, its rstd
+	mlpOut, mlpRstd       gpu.Buffer // B·T·C, B·T: down_proj's output before Gemma's post-feed-forward norm, its rstd
 	lse                   gpu.Buffer // B·H·T, F32: attention's row log-sum-exp
 	res2                  gpu.Buffer // B·T·C: residual after attention
 	ln2, ln2Mean, ln2Rstd gpu.Buffer // B·T·C, B·T, B·T
@@ -254,9 +259,13 @@ func planActivations(s Shape, batch, seq int, o ActivationOptions, a *activation
 		allocation{"loss chunk", TermLossChunk, gpu.F32, []segment{{"logits", lossRows(bt, v) * v, &a.logits}}},
 		allocation{"residual gradient", TermBackwardTemp, gpu.F32, []segment{{"dres", bt * c, &a.dres}}},
 		allocation{"backward scratch", TermBackwardTemp, dt, []segment{
-			{"dtmp", bt * c, &a.dtmp}, {"dbig", bt * max(qkvWidth(s), mlpWidth(s)), &a.dbig},
+			{"dtmp", bt * max(c, s.AttnDim()), &a.dtmp}, {"dbig", bt * max(qkvWidth(s), mlpWidth(s)), &a.dbig},
 		}},
 	)
+	if s.Gemma() {
+		plan = append(plan, allocation{"norm gains", TermBackwardTemp, gpu.F32, []segment{{"gains", 4*c + 2*s.HeadDim(), &a.gains}}},
+			allocation{"gemma backward scratch", TermBackwardTemp, dt, []segment{{"dtmp2", bt * c, &a.dtmp2}}})
+	}
 	if o.LoRA != nil {
 		chunk, wide, in := loraWorkspace(s, o.LoRA)
 		segs := []segment{{"lora adapters", chunk, &a.loraW}, {"lora t", bt * o.LoRA.R, &a.loraT}, {"lora dt", bt * o.LoRA.R, &a.loraDT}}
@@ -285,11 +294,19 @@ func normStats(s Shape, bt int, mean, rstd *gpu.Buffer, name string) []segment {
 // la: the tensors in dt, the statistics in fp32.
 func blockAllocations(s Shape, bt, batch, seq int, dt gpu.DType, purpose, term string, la *layerActs) []allocation {
 	c := s.Dim
-	segs := []segment{{"ln1", bt * c, &la.ln1}, {"qkv", bt * qkvWidth(s), &la.qkv}, {"atty", bt * c, &la.atty},
+	segs := []segment{{"ln1", bt * c, &la.ln1}, {"qkv", bt * qkvWidth(s), &la.qkv}, {"atty", bt * s.AttnDim(), &la.atty},
 		{"res2", bt * c, &la.res2}, {"ln2", bt * c, &la.ln2}, {"fch", bt * mlpWidth(s), &la.fch}, {"fch act", bt * s.FFNDim(), &la.fchAct}}
 	stats := normStats(s, bt, &la.ln1Mean, &la.ln1Rstd, "ln1")
 	stats = append(stats, normStats(s, bt, &la.ln2Mean, &la.ln2Rstd, "ln2")...)
 	stats = append(stats, segment{"lse", batch * s.Heads * seq, &la.lse})
+	if s.QKNorm() {
+		segs = append(segs, segment{"q k before their norms", bt * (s.Heads + s.KVHeadCount()) * s.HeadDim(), &la.qkPre})
+		stats = append(stats, segment{"q k norm rstd", bt * (s.Heads + s.KVHeadCount()), &la.qkRstd})
+	}
+	if s.Gemma() {
+		segs = append(segs, segment{"o_proj out", bt * c, &la.attnOut}, segment{"down_proj out", bt * c, &la.mlpOut})
+		stats = append(stats, segment{"post-attention norm rstd", bt, &la.attnRstd}, segment{"post-feed-forward norm rstd", bt, &la.mlpRstd})
+	}
 	return []allocation{{purpose, term, dt, segs}, {purpose + " statistics", term, gpu.F32, stats}}
 }
 

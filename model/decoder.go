@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/shard"
@@ -82,8 +83,11 @@ type decoderActs struct {
 	h                 gpu.Buffer   // MaxStep×C: a norm's output
 	mean, rstd        gpu.Buffer   // MaxStep: the norm's statistics
 	qkv               gpu.Buffer   // MaxStep×(H+2·KV)·D
-	att               gpu.Buffer   // MaxStep×C: attention's output
+	att               gpu.Buffer   // MaxStep×H·D: attention's output
 	tmp               gpu.Buffer   // MaxStep×C: a projection's output
+	tmp2              gpu.Buffer   // MaxStep×C (Gemma): a projection's output after its norm
+	qkA, qkB, qkRstd  gpu.Buffer   // MaxStep×H·D twice and MaxStep×H (q_norm, k_norm): the heads out of qkv, normalised, their rstd
+	gains             gpu.Buffer   // 4C + 2D (Gemma): the block's norm gains, 1 + weight
 	mlp               gpu.Buffer   // MaxStep×(F, or 2F for gate|up)
 	act               gpu.Buffer   // MaxStep×F
 	logits            gpu.Buffer   // HeadRows×V
@@ -102,10 +106,20 @@ func planDecoder(s Shape, o DecoderOptions, a *decoderActs) []allocation {
 		{"decoder tokens", "decoder", gpu.I32, []segment{{"ids", n, &a.ids}, {"pos", n, &a.pos}, {"targets", n, &a.targets}}},
 		{"decoder rows", "decoder", gpu.F32, []segment{
 			{"x", n * c, &a.x}, {"h", n * c, &a.h}, {"mean", n, &a.mean}, {"rstd", n, &a.rstd},
-			{"qkv", n * qkvWidth(s), &a.qkv}, {"att", n * c, &a.att}, {"tmp", n * c, &a.tmp},
+			{"qkv", n * qkvWidth(s), &a.qkv}, {"att", n * s.AttnDim(), &a.att}, {"tmp", n * c, &a.tmp},
 			{"mlp", n * mlpWidth(s), &a.mlp}, {"act", n * s.FFNDim(), &a.act},
 			{"logits", o.HeadRows * s.Vocab, &a.logits}, {"losses", n, &a.losses},
 		}},
+	}
+	var extra []segment
+	if s.QKNorm() {
+		extra = append(extra, segment{"qk a", n * s.AttnDim(), &a.qkA}, segment{"qk b", n * s.AttnDim(), &a.qkB}, segment{"qk rstd", n * s.Heads, &a.qkRstd})
+	}
+	if s.Gemma() {
+		extra = append(extra, segment{"tmp2", n * c, &a.tmp2}, segment{"gains", 4*c + 2*s.HeadDim(), &a.gains})
+	}
+	if len(extra) > 0 {
+		plan = append(plan, allocation{"decoder variants", "decoder", gpu.F32, extra})
 	}
 	a.k, a.v = make([]gpu.Buffer, s.Layers), make([]gpu.Buffer, s.Layers)
 	for l := range s.Layers {
@@ -201,6 +215,7 @@ func (d *Decoder) Step(s gpu.Stream, p Params, ids []int32) ([]float32, error) {
 		return nil, fmt.Errorf("model: decoder: %w", err)
 	}
 	d.length += n
+	SoftCap(f32View(out), d.shape.FinalSoftCap)
 	return f32View(out), nil
 }
 
@@ -228,7 +243,7 @@ func (d *Decoder) Score(s gpu.Stream, p Params, ids, targets []int32, logits fun
 		rb := min(hr, n-r0)
 		lg := d.a.logits.Slice(0, rb*v)
 		d.ops.Gemm(s, false, true, rb, v, c, 1, d.a.h.Slice(r0*c, rb*c), head, 0, lg)
-		d.ops.CrossEntropyForward(s, lg, d.a.targets.Slice(r0, rb), d.a.losses.Slice(r0, rb), rb, v)
+		d.ops.CrossEntropyForward(s, lg, d.a.targets.Slice(r0, rb), d.a.losses.Slice(r0, rb), rb, v, float32(d.shape.FinalSoftCap))
 		if logits == nil {
 			continue
 		}
@@ -237,6 +252,7 @@ func (d *Decoder) Score(s gpu.Stream, p Params, ids, targets []int32, logits fun
 		if err := s.Synchronize(); err != nil {
 			return 0, 0, fmt.Errorf("model: decoder: %w", err)
 		}
+		SoftCap(f32View(host), d.shape.FinalSoftCap)
 		for r := range rb {
 			logits(r0+r, f32View(host)[r*v:(r+1)*v])
 		}
@@ -312,6 +328,9 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 		wpe = emb.Slice(v*c+start*c, n*c) // rows start.. of wpe: the tokens' positions
 	}
 	d.ops.EmbeddingForward(s, a.ids.Slice(0, n), nil, emb.Slice(0, v*c), wpe, a.x.Slice(0, n*c), 1, n, c)
+	if d.shape.Gemma() {
+		d.ops.Scale(s, a.x.Slice(0, n*c), EmbedScale(d.shape, gpu.F32))
+	}
 	p.Release(s, EmbeddingChunk, shard.Forward)
 
 	for l := range d.shape.Layers {
@@ -334,7 +353,13 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 	}
 	x, h, eps := a.x.Slice(0, n*c), a.h.Slice(0, n*c), float32(d.shape.Eps())
 	if d.shape.IsLlama() {
-		d.ops.RMSNormForward(s, x, fin.Slice(0, c), h, a.rstd.Slice(0, n), n, c, eps)
+		gain := fin.Slice(0, c)
+		if d.shape.Gemma() {
+			gain = a.gains.Slice(0, c)
+			d.ops.Fill(s, gain, 1)
+			d.ops.Axpy(s, 1, fin.Slice(0, c), gain)
+		}
+		d.ops.RMSNormForward(s, x, gain, h, a.rstd.Slice(0, n), n, c, eps)
 	} else {
 		d.ops.LayerNormForward(s, x, fin.Slice(0, c), fin.Slice(c, c), h, a.mean.Slice(0, n), a.rstd.Slice(0, n), n, c, eps)
 	}
@@ -356,7 +381,7 @@ type decoderRows struct {
 func (d *Decoder) rows(n int) decoderRows {
 	a, c := &d.a, d.shape.Dim
 	return decoderRows{x: a.x.Slice(0, n*c), h: a.h.Slice(0, n*c), mean: a.mean.Slice(0, n), rstd: a.rstd.Slice(0, n),
-		qkv: a.qkv.Slice(0, n*qkvWidth(d.shape)), att: a.att.Slice(0, n*c), tmp: a.tmp.Slice(0, n*c),
+		qkv: a.qkv.Slice(0, n*qkvWidth(d.shape)), att: a.att.Slice(0, n*d.shape.AttnDim()), tmp: a.tmp.Slice(0, n*c),
 		mlp: a.mlp.Slice(0, n*mlpWidth(d.shape)), act: a.act.Slice(0, n*d.shape.FFNDim()), pos: a.pos.Slice(0, n)}
 }
 
@@ -370,7 +395,7 @@ func (d *Decoder) gpt2Block(s gpu.Stream, l int, w gpu.Buffer, n int) {
 	eps := float32(d.shape.Eps())
 	ops.LayerNormForward(s, r.x, w.Slice(o.ln1g, c), w.Slice(o.ln1b, c), r.h, r.mean, r.rstd, n, c, eps)
 	linearForward(ops, s, r.h, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), r.qkv, n, c, 3*c)
-	ops.AttentionCached(s, r.qkv, d.a.k[l], d.a.v[l], r.att, d.length, n, h, h, d.shape.HeadDim())
+	ops.AttentionCached(s, r.qkv, d.a.k[l], d.a.v[l], r.att, d.length, n, h, h, d.shape.HeadDim(), gpu.AttnOptions{})
 	linearForward(ops, s, r.att, w.Slice(o.projW, c*c), w.Slice(o.projB, c), r.tmp, n, c, c)
 	ops.AddLayerNormForward(s, r.x, r.tmp, r.x, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), r.h, r.mean, r.rstd, n, c, eps)
 	ops.Gemm(s, false, true, n, f, c, 1, r.h, w.Slice(o.fcW, f*c), 0, r.mlp)
@@ -382,24 +407,62 @@ func (d *Decoder) gpt2Block(s gpu.Stream, l int, w gpu.Buffer, n int) {
 // llamaBlock is llamaBlockForward for n new tokens, rotated at their
 // positions, attention reading and extending block l's cache:
 //
-//	x += o_proj(attn(rope(qkv_proj(rmsnorm_1(x)))));  x += down_proj(silu(gate_proj(h)) · up_proj(h)), h = rmsnorm_2(x)
+//	x += o_proj(attn(rope(norm_qk(qkv_proj(rmsnorm_1(x))))));  x += down_proj(act(gate_proj(h)) · up_proj(h)), h = rmsnorm_2(x)
+//
+// and Gemma's norms after the attention and around the MLP.
 func (d *Decoder) llamaBlock(s gpu.Stream, l int, w gpu.Buffer, n int) {
-	ops, o, r := d.ops, d.lo, d.rows(n)
-	c, f, q := d.shape.Dim, d.shape.FFNDim(), qkvWidth(d.shape)
-	h, kv, hd := d.shape.Heads, d.shape.KVHeadCount(), d.shape.HeadDim()
-	eps, theta := float32(d.shape.Eps()), float32(d.shape.Theta())
+	ops, o, r, sh := d.ops, d.lo, d.rows(n), d.shape
+	c, f, q, at := sh.Dim, sh.FFNDim(), qkvWidth(sh), sh.AttnDim()
+	h, kv, hd := sh.Heads, sh.KVHeadCount(), sh.HeadDim()
+	eps := float32(sh.Eps())
 	var bias gpu.Buffer
 	if o.qkvB >= 0 {
 		bias = w.Slice(o.qkvB, q)
 	}
-	ops.RMSNormForward(s, r.x, w.Slice(o.ln1, c), r.h, r.rstd, n, c, eps)
+	g := gemmaGains(ops, s, sh, w, d.a.gains, o)
+	ops.RMSNormForward(s, r.x, g(o.ln1, c), r.h, r.rstd, n, c, eps)
 	linearForward(ops, s, r.h, w.Slice(o.qkvW, q*c), bias, r.qkv, n, c, q)
-	ops.RopeForward(s, r.qkv, r.pos, 1, n, h, kv, hd, theta)
-	ops.AttentionCached(s, r.qkv, d.a.k[l], d.a.v[l], r.att, d.length, n, h, kv, hd)
-	linearForward(ops, s, r.att, w.Slice(o.oW, c*c), nil, r.tmp, n, c, c)
-	ops.AddRMSNormForward(s, r.x, r.tmp, r.x, w.Slice(o.ln2, c), r.h, r.rstd, n, c, eps)
+	if sh.QKNorm() {
+		for _, p := range qkParts(h, kv, hd) {
+			a, b := d.a.qkA.Slice(0, n*p.width), d.a.qkB.Slice(0, n*p.width)
+			gain := g(o.qNorm, hd)
+			if p.key {
+				gain = g(o.kNorm, hd)
+			}
+			ops.AddColumns(s, a, r.qkv, n, p.width, p.width, 0, q, p.col, 0)
+			ops.RMSNormForward(s, a, gain, b, d.a.qkRstd.Slice(0, n*p.heads), n*p.heads, hd, eps)
+			ops.AddColumns(s, r.qkv, b, n, p.width, q, p.col, p.width, 0, 0)
+		}
+	}
+	ops.RopeForward(s, r.qkv, r.pos, 1, n, h, kv, hd, sh.RopeFor(l, d.length+n))
+	ops.AttentionCached(s, r.qkv, d.a.k[l], d.a.v[l], r.att, d.length, n, h, kv, hd, sh.AttnFor(l))
+	linearForward(ops, s, r.att, w.Slice(o.oW, c*at), nil, r.tmp, n, at, c)
+	if sh.Gemma() {
+		t2 := d.a.tmp2.Slice(0, n*c)
+		ops.RMSNormForward(s, r.tmp, g(o.ln2, c), t2, r.rstd, n, c, eps)
+		ops.AddRMSNormForward(s, r.x, t2, r.x, g(o.preFF, c), r.h, r.rstd, n, c, eps)
+	} else {
+		ops.AddRMSNormForward(s, r.x, r.tmp, r.x, g(o.ln2, c), r.h, r.rstd, n, c, eps)
+	}
 	linearForward(ops, s, r.h, w.Slice(o.gateUpW, 2*f*c), nil, r.mlp, n, c, 2*f)
-	ops.SwiGLUForward(s, r.mlp, r.act, n, f)
+	ops.GLUForward(s, r.mlp, r.act, n, f, mlpAct(sh))
 	linearForward(ops, s, r.act, w.Slice(o.downW, c*f), nil, r.tmp, n, f, c)
+	if sh.Gemma() {
+		t2 := d.a.tmp2.Slice(0, n*c)
+		ops.RMSNormForward(s, r.tmp, g(o.postFF, c), t2, r.rstd, n, c, eps)
+		ops.Add(s, r.x, t2, r.x, n*c)
+		return
+	}
 	ops.Add(s, r.x, r.tmp, r.x, n*c)
+}
+
+// SoftCap makes each logit x cap·tanh(x/cap) (float64, rounded to fp32),
+// Gemma 2's final_logit_softcapping; cap 0 leaves them.
+func SoftCap(logits []float32, cap float64) {
+	if cap <= 0 {
+		return
+	}
+	for i, x := range logits {
+		logits[i] = float32(cap * math.Tanh(float64(x)/cap))
+	}
 }

@@ -21,7 +21,7 @@ func (m *Model) gpt2BlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerAc
 	ops.LayerNormForward(s, x, w.Slice(o.ln1g, c), w.Slice(o.ln1b, c), la.ln1, la.ln1Mean, la.ln1Rstd, bt, c, eps) // ln1 (bt×C)
 	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), la.qkv, bt, c, 3*c)                // qkv (bt×3C)
 	m.loraForward(s, siteQKV, la.ln1, la.qkv)                                                                      // + c_attn's adapter
-	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim())       // atty (bt×C), lse (B×H×T)
+	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim(), gpu.AttnOptions{})       // atty (bt×C), lse (B×H×T)
 	linearForward(ops, s, la.atty, w.Slice(o.projW, c*c), w.Slice(o.projB, c), la.res2, bt, c, c)                  // res2 (bt×C)
 	m.loraForward(s, siteAttnOut, la.atty, la.res2)
 	ops.AddLayerNormForward(s, x, la.res2, la.res2, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), la.ln2, la.ln2Mean, la.ln2Rstd, bt, c, eps) // res2 += x; ln2 (bt×C)
@@ -60,7 +60,7 @@ func (m *Model) gpt2BlockBackward(s gpu.Stream, w, g, x gpu.Buffer, la *layerAct
 	linearBackward(ops, s, dres, la.atty, w.Slice(o.projW, c*c), dtmp, wg(o.projW, c*c), wg(o.projB, c), bt, c, c)
 	m.loraBackward(s, siteAttnOut, dres, la.atty, dtmp)
 	dqkv := a.dbig.Slice(0, bt*3*c)
-	ops.AttentionBackward(s, dtmp, la.qkv, la.atty, la.lse, m.posBuffer(), dqkv, m.batch, m.seq, h, h, m.shape.HeadDim())
+	ops.AttentionBackward(s, dtmp, la.qkv, la.atty, la.lse, m.posBuffer(), dqkv, m.batch, m.seq, h, h, m.shape.HeadDim(), gpu.AttnOptions{})
 	linearBackward(ops, s, dqkv, la.ln1, w.Slice(o.qkvW, 3*c*c), dtmp, wg(o.qkvW, 3*c*c), wg(o.qkvB, 3*c), bt, c, 3*c)
 	m.loraBackward(s, siteQKV, dqkv, la.ln1, dtmp)
 	ops.LayerNormBackward(s, dtmp, x, w.Slice(o.ln1g, c), la.ln1Mean, la.ln1Rstd, dres, g.Slice(o.ln1g, c), g.Slice(o.ln1b, c), bt, c)

@@ -48,10 +48,14 @@ func (c Chunk) Tensor(name string) (Tensor, bool) {
 //
 //	chunk 0       embeddings: embed_tokens.weight (Vocab×C)
 //	chunk 1..L    block l-1: layers.l-1. input_layernorm.weight (C),
-//	              self_attn.q_proj.weight (C×C), k_proj.weight (KV·D×C), v_proj.weight (KV·D×C),
-//	              [Qwen2: self_attn.q_proj.bias (C), k_proj.bias (KV·D), v_proj.bias (KV·D)],
-//	              self_attn.o_proj.weight (C×C), post_attention_layernorm.weight (C),
-//	              mlp.gate_proj.weight (F×C), mlp.up_proj.weight (F×C), mlp.down_proj.weight (C×F)
+//	              self_attn.q_proj.weight (A×C, A = H·D), k_proj.weight (KV·D×C), v_proj.weight (KV·D×C)
+//	                [Phi-3: self_attn.qkv_proj.weight ((A+2·KV·D)×C) instead],
+//	              [Qwen2: self_attn.q_proj.bias (A), k_proj.bias (KV·D), v_proj.bias (KV·D)],
+//	              [Qwen3, Gemma 3: self_attn.q_norm.weight (D), self_attn.k_norm.weight (D)],
+//	              self_attn.o_proj.weight (C×A), post_attention_layernorm.weight (C),
+//	              [Gemma: pre_feedforward_layernorm.weight (C), post_feedforward_layernorm.weight (C)],
+//	              mlp.gate_proj.weight (F×C), mlp.up_proj.weight (F×C) [Phi-3: mlp.gate_up_proj.weight (2F×C)],
+//	              mlp.down_proj.weight (C×F)
 //	chunk L+1     norm: norm.weight (C), lm_head.weight (Vocab×C) unless the head is tied
 //
 // q, k and v (and their biases) are adjacent, so one GEMM with the
@@ -140,18 +144,41 @@ func blockTensors(s Shape, i int) ([]string, [][]int) {
 }
 
 func llamaBlockTensors(s Shape, i int) ([]string, [][]int) {
-	c, f, kv := s.Dim, s.FFNDim(), s.KVHeadCount()*s.HeadDim()
+	c, f, d, a := s.Dim, s.FFNDim(), s.HeadDim(), s.AttnDim()
+	kv := s.KVHeadCount() * d
 	p := fmt.Sprintf("layers.%d.", i)
-	names := []string{p + "input_layernorm.weight",
-		p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight", p + "self_attn.v_proj.weight"}
-	shapes := [][]int{{c}, {c, c}, {kv, c}, {kv, c}}
+	names := []string{p + "input_layernorm.weight"}
+	shapes := [][]int{{c}}
+	if s.Fused() {
+		names = append(names, p+"self_attn.qkv_proj.weight")
+		shapes = append(shapes, []int{a + 2*kv, c})
+	} else {
+		names = append(names, p+"self_attn.q_proj.weight", p+"self_attn.k_proj.weight", p+"self_attn.v_proj.weight")
+		shapes = append(shapes, []int{a, c}, []int{kv, c}, []int{kv, c})
+	}
 	if s.QKVBias() {
 		names = append(names, p+"self_attn.q_proj.bias", p+"self_attn.k_proj.bias", p+"self_attn.v_proj.bias")
-		shapes = append(shapes, []int{c}, []int{kv}, []int{kv})
+		shapes = append(shapes, []int{a}, []int{kv}, []int{kv})
 	}
-	names = append(names, p+"self_attn.o_proj.weight", p+"post_attention_layernorm.weight",
-		p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight", p+"mlp.down_proj.weight")
-	shapes = append(shapes, []int{c, c}, []int{c}, []int{f, c}, []int{f, c}, []int{c, f})
+	if s.QKNorm() {
+		names = append(names, p+"self_attn.q_norm.weight", p+"self_attn.k_norm.weight")
+		shapes = append(shapes, []int{d}, []int{d})
+	}
+	names = append(names, p+"self_attn.o_proj.weight", p+"post_attention_layernorm.weight")
+	shapes = append(shapes, []int{c, a}, []int{c})
+	if s.Gemma() {
+		names = append(names, p+"pre_feedforward_layernorm.weight", p+"post_feedforward_layernorm.weight")
+		shapes = append(shapes, []int{c}, []int{c})
+	}
+	if s.Fused() {
+		names = append(names, p+"mlp.gate_up_proj.weight")
+		shapes = append(shapes, []int{2 * f, c})
+	} else {
+		names = append(names, p+"mlp.gate_proj.weight", p+"mlp.up_proj.weight")
+		shapes = append(shapes, []int{f, c}, []int{f, c})
+	}
+	names = append(names, p+"mlp.down_proj.weight")
+	shapes = append(shapes, []int{c, f})
 	return names, shapes
 }
 
@@ -195,11 +222,12 @@ func (l *Layout) block() blockOffsets {
 
 // llamaOffsets are the element offsets of a Llama-family block chunk's
 // tensors: the input norm, the fused q|k|v weight (q_proj.weight, k and v
-// following) and bias (-1 without biases), o_proj, the post-attention
-// norm, the fused gate|up weight (gate_proj.weight, up following) and
-// down_proj.
+// following, or Phi-3's qkv_proj) and bias (-1 without biases), q_norm
+// and k_norm (-1 without), o_proj, the post-attention norm, Gemma's
+// pre- and post-feed-forward norms (-1 without), the fused gate|up weight
+// (gate_proj.weight, up following, or gate_up_proj) and down_proj.
 type llamaOffsets struct {
-	ln1, qkvW, qkvB, oW, ln2, gateUpW, downW int
+	ln1, qkvW, qkvB, qNorm, kNorm, oW, ln2, preFF, postFF, gateUpW, downW int
 }
 
 // llamaBlock returns a Llama-family layout's block offsets.
@@ -215,8 +243,12 @@ func (l *Layout) llamaBlock() llamaOffsets {
 		}
 		return -1
 	}
-	return llamaOffsets{ln1: off(".input_layernorm.weight"), qkvW: off(".q_proj.weight"), qkvB: off(".q_proj.bias"),
-		oW: off(".o_proj.weight"), ln2: off(".post_attention_layernorm.weight"), gateUpW: off(".gate_proj.weight"), downW: off(".down_proj.weight")}
+	either := func(a, b string) int { return max(off(a), off(b)) }
+	return llamaOffsets{ln1: off(".input_layernorm.weight"), qkvW: either(".q_proj.weight", ".qkv_proj.weight"), qkvB: off(".q_proj.bias"),
+		qNorm: off(".q_norm.weight"), kNorm: off(".k_norm.weight"),
+		oW: off(".o_proj.weight"), ln2: off(".post_attention_layernorm.weight"),
+		preFF: off(".pre_feedforward_layernorm.weight"), postFF: off(".post_feedforward_layernorm.weight"),
+		gateUpW: either(".gate_proj.weight", ".gate_up_proj.weight"), downW: off(".down_proj.weight")}
 }
 
 // InitStd is the standard deviation of GPT-2's weight initialisation.
@@ -261,6 +293,7 @@ func (l *Layout) InitChunkInto(seed uint64, c int, out []float32) {
 			fillNormal(rng, v, residStd)
 		case len(t.Shape) == 2:
 			fillNormal(rng, v, InitStd)
+		case strings.HasSuffix(t.Name, ".weight") && l.Shape.Gemma(): // Gemma's norm computes x·(1 + weight): weight 0
 		case strings.HasSuffix(t.Name, ".weight"): // layernorm gain
 			for i := range v {
 				v[i] = 1

@@ -104,13 +104,21 @@ func blockModules(s Shape) []loraModule {
 			{name: "c_proj", path: "mlp.c_proj", in: f, out: c, site: siteDown, width: c},
 		}
 	}
-	q, kv := s.Heads*s.HeadDim(), s.KVHeadCount()*s.HeadDim()
+	q, kv := s.AttnDim(), s.KVHeadCount()*s.HeadDim()
 	w := q + 2*kv
+	if s.Fused() { // Phi-3: one adapter on each fused linear, as PEFT puts it
+		return []loraModule{
+			{name: "qkv_proj", path: "self_attn.qkv_proj", in: c, out: w, site: siteQKV, width: w},
+			{name: "o_proj", path: "self_attn.o_proj", in: q, out: c, site: siteAttnOut, width: c},
+			{name: "gate_up_proj", path: "mlp.gate_up_proj", in: c, out: 2 * f, site: siteUp, width: 2 * f},
+			{name: "down_proj", path: "mlp.down_proj", in: f, out: c, site: siteDown, width: c},
+		}
+	}
 	return []loraModule{
 		{name: "q_proj", path: "self_attn.q_proj", in: c, out: q, site: siteQKV, off: 0, width: w},
 		{name: "k_proj", path: "self_attn.k_proj", in: c, out: kv, site: siteQKV, off: q, width: w},
 		{name: "v_proj", path: "self_attn.v_proj", in: c, out: kv, site: siteQKV, off: q + kv, width: w},
-		{name: "o_proj", path: "self_attn.o_proj", in: c, out: c, site: siteAttnOut, width: c},
+		{name: "o_proj", path: "self_attn.o_proj", in: q, out: c, site: siteAttnOut, width: c},
 		{name: "gate_proj", path: "mlp.gate_proj", in: c, out: f, site: siteUp, off: 0, width: 2 * f},
 		{name: "up_proj", path: "mlp.up_proj", in: c, out: f, site: siteUp, off: f, width: 2 * f},
 		{name: "down_proj", path: "mlp.down_proj", in: f, out: c, site: siteDown, width: c},

@@ -39,7 +39,7 @@ func (m *Model) lossForward(s gpu.Stream, hw gpu.Buffer) {
 	a, v := &m.a, m.shape.Vocab
 	m.lossSlices(func(r0, n int) {
 		logits := m.logitsOf(s, hw, r0, n)
-		m.ops.CrossEntropyForward(s, logits, a.targets.Slice(r0, n), a.losses.Slice(r0, n), n, v)
+		m.ops.CrossEntropyForward(s, logits, a.targets.Slice(r0, n), a.losses.Slice(r0, n), n, v, float32(m.shape.FinalSoftCap))
 	})
 }
 
@@ -49,7 +49,7 @@ func (m *Model) lossBackward(s gpu.Stream, hw, hg gpu.Buffer, scale float32) {
 	a, c, v := &m.a, m.shape.Dim, m.shape.Vocab
 	m.lossSlices(func(r0, n int) {
 		logits := m.logitsOf(s, hw, r0, n)
-		m.ops.CrossEntropyBackward(s, logits, a.targets.Slice(r0, n), logits, n, v, scale) // dlogits, in place
+		m.ops.CrossEntropyBackward(s, logits, a.targets.Slice(r0, n), logits, n, v, scale, float32(m.shape.FinalSoftCap)) // dlogits, in place
 		m.ops.Gemm(s, false, false, n, c, v, 1, logits, hw, 0, a.dtmp.Slice(r0*c, n*c))    // d lnf = dlogits·W
 		if hg != nil {
 			m.ops.Gemm(s, true, false, v, c, n, 1, logits, a.lnf.Slice(r0*c, n*c), 1, hg) // dW += dlogitsᵀ·lnf

@@ -2,8 +2,10 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -44,6 +46,7 @@ type Model struct {
 	lastLoss                      float64
 	forwarded                     bool
 	packed                        bool // the last Forward had Batch.Pos
+	ropeLen                       int  // the last Forward's longest position + 1 (rope types that depend on it)
 	counted                       int  // tokens with a target in the last Forward
 }
 
@@ -183,9 +186,14 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	copy(i32View(m.targetsHost), b.Targets)
 	m.dev.CopyHostToDevice(s, m.a.ids, 0, m.idsHost)
 	m.dev.CopyHostToDevice(s, m.a.targets, 0, m.targetsHost)
+	m.ropeLen = m.seq
 	if m.packed = b.Pos != nil; m.packed {
 		copy(i32View(m.posHost), b.Pos)
 		m.dev.CopyHostToDevice(s, m.a.pos, 0, m.posHost)
+		m.ropeLen = 0
+		for _, p := range b.Pos {
+			m.ropeLen = max(m.ropeLen, int(p)+1)
+		}
 	}
 	s.Record(m.staged)
 
@@ -325,6 +333,23 @@ func (m *Model) embeddingForward(s gpu.Stream, emb, out gpu.Buffer) {
 		wpe = emb.Slice(v*c, m.seq*c)
 	}
 	m.ops.EmbeddingForward(s, m.a.ids, m.posBuffer(), emb.Slice(0, v*c), wpe, out, m.batch, m.seq, c)
+	if m.shape.Gemma() {
+		m.ops.Scale(s, out, EmbedScale(m.shape, m.act.dtype()))
+	}
+}
+
+// EmbedScale is what Gemma multiplies its embeddings by: √hidden_size as
+// a tensor of the hidden states' dtype (rounded to bf16 when they are
+// bf16), as Hugging Face's Gemma rounds it; 1 for the other families.
+func EmbedScale(s Shape, dt gpu.DType) float32 {
+	if !s.Gemma() {
+		return 1
+	}
+	v := float32(math.Sqrt(float64(s.Dim)))
+	if dt == gpu.BF16 {
+		v = bf16.ToFloat32(bf16.FromFloat32(v))
+	}
+	return v
 }
 
 // finalNormForward: lnf = norm(res[L]) with the final chunk fin (GPT-2's
@@ -333,7 +358,7 @@ func (m *Model) finalNormForward(s gpu.Stream, fin gpu.Buffer) {
 	a, bt, c := &m.a, m.batch*m.seq, m.shape.Dim
 	x, eps := a.res[m.shape.Layers], float32(m.shape.Eps())
 	if m.shape.IsLlama() {
-		m.ops.RMSNormForward(s, x, fin.Slice(0, c), a.lnf, a.lnfRstd, bt, c, eps)
+		m.ops.RMSNormForward(s, x, m.finalGain(s, fin), a.lnf, a.lnfRstd, bt, c, eps)
 		return
 	}
 	m.ops.LayerNormForward(s, x, fin.Slice(0, c), fin.Slice(c, c), a.lnf, a.lnfMean, a.lnfRstd, bt, c, eps)
@@ -345,10 +370,23 @@ func (m *Model) finalNormBackward(s gpu.Stream, dlnf, fin, g gpu.Buffer) {
 	a, bt, c := &m.a, m.batch*m.seq, m.shape.Dim
 	x := a.res[m.shape.Layers]
 	if m.shape.IsLlama() {
-		m.ops.RMSNormBackward(s, dlnf, x, fin.Slice(0, c), a.lnfRstd, a.dres, g.Slice(0, c), bt, c)
+		m.ops.RMSNormBackward(s, dlnf, x, m.finalGain(s, fin), a.lnfRstd, a.dres, g.Slice(0, c), bt, c)
 		return
 	}
 	m.ops.LayerNormBackward(s, dlnf, x, fin.Slice(0, c), a.lnfMean, a.lnfRstd, a.dres, g.Slice(0, c), g.Slice(c, c), bt, c)
+}
+
+// finalGain is the final RMSNorm's gain: norm.weight, or Gemma's 1 +
+// norm.weight (fp32, in the gains scratch).
+func (m *Model) finalGain(s gpu.Stream, fin gpu.Buffer) gpu.Buffer {
+	c := m.shape.Dim
+	if !m.shape.Gemma() {
+		return fin.Slice(0, c)
+	}
+	g := m.a.gains.Slice(0, c)
+	m.ops.Fill(s, g, 1)
+	m.ops.Axpy(s, 1, fin.Slice(0, c), g)
+	return g
 }
 
 // headWeight is the output head (Vocab×C) in buf, the chunk
@@ -452,6 +490,9 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 		var dwpe gpu.Buffer
 		if !m.shape.IsLlama() {
 			dwpe = gemb.Slice(v*c, m.seq*c)
+		}
+		if m.shape.Gemma() {
+			ops.Scale(s, a.dres, EmbedScale(m.shape, m.act.dtype()))
 		}
 		ops.EmbeddingBackward(s, a.ids, m.posBuffer(), a.dres, gemb.Slice(0, v*c), dwpe, m.batch, m.seq, c)
 	}

@@ -13,6 +13,13 @@ const (
 	ArchGPT2  = "gpt2"  // GPT-2: learned positions, LayerNorm, GELU MLP, head tied to wte
 	ArchLlama = "llama" // Llama family (and Mistral without sliding window): RMSNorm, rotary positions, SwiGLU, grouped-query attention
 	ArchQwen2 = "qwen2" // Qwen2: Llama with biases on q, k and v
+	ArchQwen3 = "qwen3" // Qwen3: Llama with an RMSNorm on each query and key head (q_norm, k_norm)
+	ArchPhi3  = "phi3"  // Phi-3 and Phi-4: Llama with q|k|v and gate|up fused in the files (qkv_proj, gate_up_proj)
+	// Gemma 2 and Gemma 3 (text): RMSNorm by 1 + weight, embeddings times
+	// √hidden, GeGLU, a norm after attention and around the MLP, a tied
+	// head; Gemma 3 adds q_norm and k_norm.
+	ArchGemma2 = "gemma2"
+	ArchGemma3 = "gemma3"
 )
 
 // Shape is the architecture of a decoder: GPT-2 (Arch "" or "gpt2") or the
@@ -38,6 +45,35 @@ type Shape struct {
 	// TieEmbeddings (tie_word_embeddings) makes a Llama-family output head
 	// the token embedding, as GPT-2's always is; false = its own lm_head.
 	TieEmbeddings bool `json:"tie_word_embeddings,omitempty"`
+
+	// The attention variants of the Llama family's members (rope.go): all
+	// zero for Llama 3.0, Qwen2 and Mistral without a window.
+
+	// HeadDimension is the width of an attention head (head_dim); 0 =
+	// Dim/Heads.
+	HeadDimension int `json:"head_dim,omitempty"`
+	// Rope is the rotary embedding's scaling (rope_scaling); zero: plain.
+	Rope RopeScaling `json:"rope_scaling,omitzero"`
+	// RotaryFraction is partial_rotary_factor: the rotated share of each
+	// head; 0 = 1.
+	RotaryFraction float64 `json:"partial_rotary_factor,omitempty"`
+	// SlidingWindow > 0 makes the layers LayerTypes marks sliding (all of
+	// them when it is empty) attend to the last SlidingWindow tokens only.
+	SlidingWindow int `json:"sliding_window,omitempty"`
+	// LayerTypes is one letter per layer, 's' sliding and 'f' full
+	// attention (transformers' layer_types); "" = every layer alike.
+	LayerTypes string `json:"layer_types,omitempty"`
+	// RopeLocalTheta is the rotary base of the sliding layers (Gemma 3's
+	// rope_local_base_freq: plain rotary, no scaling); 0 = the same rotary
+	// embedding as the full layers.
+	RopeLocalTheta float64 `json:"rope_local_base_freq,omitempty"`
+	// QueryScale is query_pre_attn_scalar (Gemma): scores are scaled by
+	// QueryScale^-0.5; 0 = the head dimension.
+	QueryScale float64 `json:"query_pre_attn_scalar,omitempty"`
+	// AttnSoftCap and FinalSoftCap are Gemma 2's attn_logit_softcapping
+	// and final_logit_softcapping (x -> cap·tanh(x/cap)); 0 = none.
+	AttnSoftCap  float64 `json:"attn_logit_softcapping,omitempty"`
+	FinalSoftCap float64 `json:"final_logit_softcapping,omitempty"`
 }
 
 // Named shapes: tiny ones for tests, GPT-2 sizes and a 7B-class shape for
@@ -105,24 +141,31 @@ func Names() []string {
 // Validate says what is wrong with s.
 func (s Shape) Validate() error {
 	switch {
-	case s.Arch != "" && s.Arch != ArchGPT2 && s.Arch != ArchLlama && s.Arch != ArchQwen2:
-		return fmt.Errorf("model: arch %q is not one of %s, %s, %s", s.Arch, ArchGPT2, ArchLlama, ArchQwen2)
+	case s.Arch != "" && s.Arch != ArchGPT2 && !s.IsLlama():
+		return fmt.Errorf("model: arch %q is not one of %s", s.Arch, strings.Join(Archs(), ", "))
 	case s.Layers < 1:
 		return fmt.Errorf("model: n_layer %d must be >= 1", s.Layers)
 	case s.Dim < 1 || s.Heads < 1:
 		return fmt.Errorf("model: n_embd %d and n_head %d must be >= 1", s.Dim, s.Heads)
-	case s.Dim%s.Heads != 0:
+	case s.HeadDimension == 0 && s.Dim%s.Heads != 0:
 		return fmt.Errorf("model: n_embd %d is not a multiple of n_head %d", s.Dim, s.Heads)
+	case s.HeadDimension < 0:
+		return fmt.Errorf("model: head_dim %d must not be negative", s.HeadDimension)
 	case s.Vocab < 1 || s.MaxSeq < 1:
 		return fmt.Errorf("model: vocab_size %d and max_seq_len %d must be >= 1", s.Vocab, s.MaxSeq)
 	case s.KVHeads < 0 || s.FFN < 0 || s.RopeTheta < 0 || s.NormEps < 0:
 		return fmt.Errorf("model: n_kv_head %d, n_inner %d, rope_theta %g and norm_eps %g must not be negative", s.KVHeads, s.FFN, s.RopeTheta, s.NormEps)
 	case s.Heads%s.KVHeadCount() != 0:
 		return fmt.Errorf("model: n_head %d is not a multiple of n_kv_head %d", s.Heads, s.KVHeadCount())
-	case !s.IsLlama() && (s.KVHeads != 0 && s.KVHeads != s.Heads || s.RopeTheta != 0 || s.TieEmbeddings):
-		return fmt.Errorf("model: n_kv_head, rope_theta and tie_word_embeddings are the Llama family's (arch %q or %q); GPT-2 has none of them", ArchLlama, ArchQwen2)
+	case !s.IsLlama() && (s.KVHeads != 0 && s.KVHeads != s.Heads || s.RopeTheta != 0 || s.TieEmbeddings || s.variants()):
+		return fmt.Errorf("model: n_kv_head, rope_theta, tie_word_embeddings and the attention variants are the Llama family's (arch %s); GPT-2 has none of them", strings.Join(Archs()[1:], ", "))
 	case s.IsLlama() && s.HeadDim()%2 != 0:
-		return fmt.Errorf("model: head dimension %d (n_embd/n_head) must be even for rotary embeddings", s.HeadDim())
+		return fmt.Errorf("model: head dimension %d must be even for rotary embeddings", s.HeadDim())
+	}
+	if s.IsLlama() {
+		if err := s.checkVariants(); err != nil {
+			return err
+		}
 	}
 	if _, ok := s.checkedParamCount(); !ok {
 		return fmt.Errorf("model: n_layer %d, n_embd %d, vocab_size %d, max_seq_len %d: the model state (%d bytes per parameter) would exceed 2^63 bytes: lower n_layer or n_embd",
@@ -140,9 +183,13 @@ const maxBytesPerParam = 16
 // checkedParamCount is ParamCount through checked arithmetic: false when Ψ,
 // or its model state at maxBytesPerParam bytes, does not fit in an int64.
 // It checks a bound on every product ParamCount forms,
-// L·(13·C² + 3·C·F + 16·C) + (2·V + T + 4)·C.
+// L·(13·M² + 3·M·F + 16·M) + (2·V + T + 4)·M with M = max(C, H·D, D).
 func (s Shape) checkedParamCount() (int64, bool) {
-	c, l, f := int64(s.Dim), int64(s.Layers), int64(s.FFNDim())
+	hd, ok0 := units.Mul(int64(s.Heads), int64(s.HeadDim()))
+	if !ok0 {
+		return 0, false
+	}
+	c, l, f := max(int64(s.Dim), hd, int64(s.HeadDim())), int64(s.Layers), int64(s.FFNDim())
 	c2, ok1 := units.Mul(c, c)
 	c2x13, ok2 := units.Mul(c2, 13)
 	cf, ok3 := units.Mul(c, f)
@@ -168,12 +215,38 @@ func (s Shape) Canonical() Shape {
 	s.KVHeads, s.FFN, s.NormEps = s.KVHeadCount(), s.FFNDim(), s.Eps()
 	if s.IsLlama() {
 		s.RopeTheta = s.Theta()
+		s.HeadDimension = s.HeadDim()
+		s.RotaryFraction = s.rotaryFraction()
 	}
 	return s
 }
 
-// IsLlama says whether s is of the Llama family (ArchLlama or ArchQwen2).
-func (s Shape) IsLlama() bool { return s.Arch == ArchLlama || s.Arch == ArchQwen2 }
+// IsLlama says whether s is of the Llama family: every Arch but GPT-2's
+// (pre-norm blocks of rotary grouped-query attention and a gated MLP).
+func (s Shape) IsLlama() bool {
+	switch s.Arch {
+	case ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma2, ArchGemma3:
+		return true
+	}
+	return false
+}
+
+// Archs lists the architectures a Shape can name, GPT-2's first.
+func Archs() []string {
+	return []string{ArchGPT2, ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma2, ArchGemma3}
+}
+
+// Gemma says whether s is Gemma 2 or 3: RMSNorm by 1 + weight, embeddings
+// times √Dim, GeGLU, and the norms after attention and around the MLP.
+func (s Shape) Gemma() bool { return s.Arch == ArchGemma2 || s.Arch == ArchGemma3 }
+
+// QKNorm says whether each query and key head goes through an RMSNorm of
+// its own (q_norm, k_norm: Qwen3, Gemma 3) before the rotary embedding.
+func (s Shape) QKNorm() bool { return s.Arch == ArchQwen3 || s.Arch == ArchGemma3 }
+
+// Fused says whether the files hold q|k|v and gate|up as one tensor each
+// (Phi-3's qkv_proj and gate_up_proj).
+func (s Shape) Fused() bool { return s.Arch == ArchPhi3 }
 
 // ArchName is Arch with the default filled in.
 func (s Shape) ArchName() string {
@@ -183,8 +256,18 @@ func (s Shape) ArchName() string {
 	return s.Arch
 }
 
-// HeadDim is Dim / Heads.
-func (s Shape) HeadDim() int { return s.Dim / s.Heads }
+// HeadDim is the width of an attention head: HeadDimension, or Dim /
+// Heads when 0.
+func (s Shape) HeadDim() int {
+	if s.HeadDimension != 0 {
+		return s.HeadDimension
+	}
+	return s.Dim / s.Heads
+}
+
+// AttnDim is the width of the attention's output, Heads·HeadDim (the
+// input of o_proj; Dim unless head_dim says otherwise).
+func (s Shape) AttnDim() int { return s.Heads * s.HeadDim() }
 
 // KVHeadCount is the number of key/value heads: KVHeads, or Heads when 0.
 func (s Shape) KVHeadCount() int {
@@ -223,23 +306,32 @@ func (s Shape) Eps() float64 {
 func (s Shape) TiedHead() bool { return !s.IsLlama() || s.TieEmbeddings }
 
 // QKVBias says whether the attention's q, k and v projections have biases
-// (GPT-2's c_attn and Qwen2's do, Llama's do not).
-func (s Shape) QKVBias() bool { return s.Arch != ArchLlama }
+// (GPT-2's c_attn and Qwen2's do, the others' do not).
+func (s Shape) QKVBias() bool { return s.ArchName() == ArchGPT2 || s.Arch == ArchQwen2 }
 
 // BlockParamCount is the number of parameters of one transformer block.
 // GPT-2: ln1 (2C), qkv (3C·C + 3C), proj (C·C + C), ln2 (2C), fc (F·C + F),
-// fcproj (C·F + C). Llama: input norm (C), q (C·C), k and v (KV·D·C each),
-// o (C·C), post-attention norm (C), gate, up and down (3·C·F); Qwen2 adds
-// q, k and v biases (C + 2·KV·D).
+// fcproj (C·F + C). Llama: input norm (C), q (A·C, A = H·D), k and v
+// (KV·D·C each), o (C·A), post-attention norm (C), gate, up and down
+// (3·C·F); Qwen2 adds q, k and v biases (A + 2·KV·D), Qwen3 and Gemma 3
+// q_norm and k_norm (D each), Gemma the norms before and after the MLP
+// (2C).
 func (s Shape) BlockParamCount() int64 {
 	c, f := int64(s.Dim), int64(s.FFNDim())
 	if !s.IsLlama() {
 		return 4*c*c + 2*c*f + 9*c + f
 	}
-	kv := int64(s.KVHeadCount() * s.HeadDim())
-	n := 2*c*c + 2*kv*c + 3*c*f + 2*c
+	a, d := int64(s.AttnDim()), int64(s.HeadDim())
+	kv := int64(s.KVHeadCount()) * d
+	n := 2*a*c + 2*kv*c + 3*c*f + 2*c
 	if s.QKVBias() {
-		n += c + 2*kv
+		n += a + 2*kv
+	}
+	if s.QKNorm() {
+		n += 2 * d
+	}
+	if s.Gemma() {
+		n += 2 * c
 	}
 	return n
 }
