@@ -4,8 +4,10 @@
 //
 //   node reference.mjs encode TOKENIZER_JSON ITEMS_JSON
 //     ITEMS_JSON: [{"text": "...", "special": true|false}, ...]
-//     prints {"ids": [[...], ...]}: each text's ids, with the
-//     post-processor's special tokens when "special" is true.
+//     prints {"ids": [[...], ...], "texts": [...]}: each text's ids, with
+//     the post-processor's special tokens when "special" is true, and the
+//     text decode gives for those ids (special tokens kept, no clean-up of
+//     spaces, as Hugging Face's Rust tokenizers decode).
 //   node reference.mjs bench TOKENIZER_JSON ITEMS_JSON REPEATS
 //     encodes every text once to warm the cache, then REPEATS times more,
 //     timed; prints {"bytes": B, "seconds": S, "mb_per_s": B/S/1e6,
@@ -24,8 +26,12 @@ const tokenizer = new Tokenizer(JSON.parse(fs.readFileSync(tokenizerPath, "utf8"
 const items = JSON.parse(fs.readFileSync(itemsPath, "utf8"));
 const encode = (it) => tokenizer.encode(it.text, { add_special_tokens: it.special }).ids;
 
+const decode = (ids) => ids.length === 0 ? "" :
+  tokenizer.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+
 if (mode === "encode") {
-  process.stdout.write(JSON.stringify({ ids: items.map(encode) }));
+  const ids = items.map(encode);
+  process.stdout.write(JSON.stringify({ ids, texts: ids.map(decode) }));
 } else {
   const repeats = Number(repeatsArg ?? 3);
   items.forEach(encode);
