@@ -42,34 +42,34 @@ var hfArchs = map[string]string{
 	"LlamaForCausalLM":   model.ArchLlama,
 	"MistralForCausalLM": model.ArchLlama,
 	"Qwen2ForCausalLM":   model.ArchQwen2,
+	"Qwen3ForCausalLM":   model.ArchQwen3,
+	"Phi3ForCausalLM":    model.ArchPhi3,
+	"Gemma2ForCausalLM":  model.ArchGemma2,
+	"Gemma3ForCausalLM":  model.ArchGemma3,
 	"GPT2LMHeadModel":    model.ArchGPT2,
 	"llama":              model.ArchLlama,
 	"mistral":            model.ArchLlama,
 	"qwen2":              model.ArchQwen2,
+	"qwen3":              model.ArchQwen3,
+	"phi3":               model.ArchPhi3,
+	"gemma2":             model.ArchGemma2,
+	"gemma3_text":        model.ArchGemma3,
 	"gpt2":               model.ArchGPT2,
 }
+
+// readArchs lists the architectures ParseConfig reads, for its error.
+const readArchs = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (gemma3_text) and GPT2LMHeadModel"
 
 // Config is what Strata reads of a Hugging Face config.json.
 type Config struct {
 	Shape        model.Shape
 	Architecture string // architectures[0] ("LlamaForCausalLM"), else model_type
-	// SlidingWindow is Mistral's sliding_window (0: none). Attention
-	// within a window at least as long as the sequence is full causal
-	// attention, so a run is refused only when its sequence is longer
-	// (CheckSeq).
-	SlidingWindow int
-	TorchDType    string // torch_dtype as written ("bfloat16"); "" when absent
+	TorchDType   string // torch_dtype as written ("bfloat16"); "" when absent
 }
 
-// CheckSeq refuses a run of seq tokens that the model's sliding window
-// would cut (Strata's attention has no sliding window).
-func (c *Config) CheckSeq(seq int) error {
-	if c.SlidingWindow > 0 && seq > c.SlidingWindow {
-		return fmt.Errorf("hf: %s has sliding_window %d, shorter than the run's sequence of %d tokens: Strata's attention has no sliding window; train with strata.seq_len <= %d",
-			c.Architecture, c.SlidingWindow, seq, c.SlidingWindow)
-	}
-	return nil
-}
+// CheckSeq says whether a run of seq tokens fits the model: always, now
+// that sliding windows are built (kept for its callers).
+func (c *Config) CheckSeq(seq int) error { return nil }
 
 // hfKeys reads the keys of one config.json, collecting every problem.
 type hfKeys struct {
@@ -93,7 +93,9 @@ func (k *hfKeys) null(key string) bool {
 // Any other key written null is refused: transformers would keep None
 // where it needs a value (an rms_norm_eps of None fails in the model).
 var nullable = map[string]bool{"n_inner": true, "head_dim": true, "num_key_value_heads": true,
-	"sliding_window": true, "rope_scaling": true, "torch_dtype": true, "architectures": true, "model_type": true}
+	"sliding_window": true, "rope_scaling": true, "rope_parameters": true, "torch_dtype": true, "architectures": true, "model_type": true,
+	"attn_logit_softcapping": true, "final_logit_softcapping": true, "layer_types": true, "sliding_window_pattern": true,
+	"original_max_position_embeddings": true, "partial_rotary_factor": true, "max_window_layers": true, "query_pre_attn_scalar": true}
 
 // value is key's JSON value, false when absent or null (a null where
 // transformers needs a value is a problem: want says what it needs).
@@ -258,8 +260,8 @@ func ParseConfig(path string, b []byte) (*Config, error) {
 	}
 	arch, ok := hfArchs[c.Architecture]
 	if !ok || len(archs) > 1 {
-		return nil, fmt.Errorf("hf: %s: \"architectures\" %s: Strata reads LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and GPT2LMHeadModel",
-			path, orString(k.raw["architectures"], c.Architecture))
+		return nil, fmt.Errorf("hf: %s: \"architectures\" %s: Strata reads %s",
+			path, orString(k.raw["architectures"], c.Architecture), readArchs)
 	}
 	if arch == model.ArchGPT2 {
 		c.Shape = gpt2Config(k)
@@ -284,9 +286,12 @@ func orString(raw json.RawMessage, s string) string {
 	return fmt.Sprintf("(none; model_type %q)", s)
 }
 
-// llamaConfig reads LlamaForCausalLM, MistralForCausalLM and
-// Qwen2ForCausalLM, with transformers' defaults for absent keys.
+// llamaConfig reads the Llama family's members (LlamaForCausalLM,
+// MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM,
+// Gemma2ForCausalLM, Gemma3ForCausalLM), with transformers' defaults for
+// absent keys as each family's configuration class sets them.
 func llamaConfig(k *hfKeys, arch string, c *Config) model.Shape {
+	gemma := arch == model.ArchGemma2 || arch == model.ArchGemma3
 	s := model.Shape{Arch: arch,
 		Dim:    k.int(0, true, "hidden_size"),
 		Layers: k.int(0, true, "num_hidden_layers"),
@@ -296,41 +301,239 @@ func llamaConfig(k *hfKeys, arch string, c *Config) model.Shape {
 		MaxSeq: k.int(0, true, "max_position_embeddings"),
 	}
 	s.KVHeads = k.int(s.Heads, false, "num_key_value_heads")
-	s.RopeTheta = k.float("rope_theta", 10000)
 	s.NormEps = k.float("rms_norm_eps", 1e-6)
-	s.TieEmbeddings = k.bool("tie_word_embeddings", false)
-	if act := k.str("hidden_act", "silu"); act != "silu" {
-		k.bad("hidden_act", "%q: the Llama family's MLP is built with silu (SwiGLU) only", act)
+	s.TieEmbeddings = k.bool("tie_word_embeddings", gemma)
+	defHead := 0
+	if gemma {
+		defHead = 256 // Gemma2Config's and Gemma3TextConfig's head_dim
 	}
-	if !k.null("rope_scaling") {
-		var rs struct {
-			Type     string `json:"type"`
-			RopeType string `json:"rope_type"`
+	if hd := k.int(defHead, false, "head_dim"); hd != 0 && (s.Heads == 0 || hd*s.Heads != s.Dim) {
+		s.HeadDimension = hd
+	}
+	act, actKey := k.str("hidden_act", "silu"), "hidden_act"
+	if gemma {
+		act, actKey = k.str("hidden_activation", k.str("hidden_act", "gelu_pytorch_tanh")), "hidden_activation"
+		if act != "gelu_pytorch_tanh" {
+			k.bad(actKey, "%q: Gemma's MLP is built with gelu_pytorch_tanh (GeGLU) only", act)
 		}
-		json.Unmarshal(k.raw["rope_scaling"], &rs)
-		what := "rope scaling is not built (only plain rotary embeddings with rope_theta)"
-		if rs.RopeType == "llama3" || rs.Type == "llama3" {
-			what = "Llama-3.1's \"llama3\" rope scaling is not built (only plain rotary embeddings with rope_theta)"
-		}
-		k.bad("rope_scaling", "%s: %s", k.raw["rope_scaling"], what)
+	} else if act != "silu" {
+		k.bad(actKey, "%q: the Llama family's MLP is built with silu (SwiGLU) only", act)
 	}
-	if hd := k.int(0, false, "head_dim"); hd != 0 && s.Heads > 0 && hd*s.Heads != s.Dim {
-		k.bad("head_dim", "%d differs from hidden_size / num_attention_heads = %d / %d: Strata's heads are hidden_size / num_attention_heads wide", hd, s.Dim, s.Heads)
-	}
-	if arch == model.ArchLlama && k.bool("attention_bias", false) {
-		k.bad("attention_bias", "true: biases on q, k, v and o are not built for Llama (Qwen2's q, k, v biases are)")
+	if arch != model.ArchQwen2 && k.bool("attention_bias", false) {
+		k.bad("attention_bias", "true: biases on q, k, v and o are not built for %s (Qwen2's q, k, v biases are)", c.Architecture)
 	}
 	if k.bool("mlp_bias", false) {
 		k.bad("mlp_bias", "true: MLP biases are not built")
 	}
-	if arch == model.ArchQwen2 {
-		if k.bool("use_sliding_window", false) {
-			k.bad("use_sliding_window", "true: sliding-window attention is not built")
+	s.RopeTheta = k.float("rope_theta", 10000)
+	ropeConfig(k, &s)
+	if f, ok := k.number("partial_rotary_factor", "a number in (0, 1]"); ok {
+		if !(f > 0 && f <= 1) {
+			k.bad("partial_rotary_factor", "%v must be in (0, 1]", f)
+		} else if f != 1 {
+			s.RotaryFraction = f
 		}
-	} else if w := k.int(0, false, "sliding_window"); w > 0 {
-		c.SlidingWindow = w
+	}
+	windowConfig(k, &s, arch)
+	if gemma {
+		s.QueryScale = k.float("query_pre_attn_scalar", 256)
+		if s.QueryScale == float64(s.HeadDim()) {
+			s.QueryScale = 0
+		}
+		capDef := 0.0
+		if arch == model.ArchGemma2 {
+			capDef = 50
+		}
+		s.AttnSoftCap = k.float("attn_logit_softcapping", capDef)
+		if arch == model.ArchGemma2 {
+			capDef = 30
+		}
+		s.FinalSoftCap = k.float("final_logit_softcapping", capDef)
+		if arch == model.ArchGemma3 {
+			s.RopeLocalTheta = k.float("rope_local_base_freq", 10000)
+		}
+	} else {
+		for _, key := range []string{"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "rope_local_base_freq"} {
+			if !k.null(key) {
+				k.bad(key, "%s: only Gemma's attention has it", k.raw[key])
+			}
+		}
 	}
 	return s
+}
+
+// ropeConfig reads rope_scaling (or transformers 5's rope_parameters,
+// which also carries rope_theta) and Phi-3's top-level
+// original_max_position_embeddings into s.Rope: every key of the types
+// modeling_rope_utils computes; an unknown type or key is a problem.
+func ropeConfig(k *hfKeys, s *model.Shape) {
+	key := "rope_scaling"
+	if k.null(key) && !k.null("rope_parameters") {
+		key = "rope_parameters"
+	}
+	if k.null(key) {
+		return
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(k.raw[key], &raw); err != nil {
+		k.bad(key, "%s is not a JSON object", k.raw[key])
+		return
+	}
+	sub := &hfKeys{raw: raw}
+	rs := model.RopeScaling{Type: sub.str("rope_type", sub.str("type", model.RopeDefault))}
+	if _, ok := raw["rope_theta"]; ok {
+		s.RopeTheta = sub.float("rope_theta", s.RopeTheta)
+	}
+	known := map[string]bool{"rope_type": true, "type": true, "rope_theta": true}
+	num := func(name string, dst *float64) {
+		known[name] = true
+		if f, ok := sub.number(name, "a number"); ok {
+			*dst = f
+		}
+	}
+	switch rs.Type {
+	case model.RopeDefault:
+		rs.Type = ""
+	case model.RopeLinear:
+		num("factor", &rs.Factor)
+	case model.RopeDynamic:
+		num("factor", &rs.Factor)
+		known["original_max_position_embeddings"] = true // listed by transformers, not read by its dynamic type
+	case model.RopeLlama3:
+		num("factor", &rs.Factor)
+		num("low_freq_factor", &rs.LowFreqFactor)
+		num("high_freq_factor", &rs.HighFreqFactor)
+	case model.RopeYaRN:
+		num("factor", &rs.Factor)
+		num("attention_factor", &rs.AttentionFactor)
+		num("beta_fast", &rs.BetaFast)
+		num("beta_slow", &rs.BetaSlow)
+		num("mscale", &rs.Mscale)
+		num("mscale_all_dim", &rs.MscaleAllDim)
+		known["truncate"] = true
+		rs.NoTruncate = !sub.bool("truncate", true)
+	case model.RopeLongRoPE:
+		num("factor", &rs.Factor)
+		num("attention_factor", &rs.AttentionFactor)
+		for _, name := range []string{"short_factor", "long_factor"} {
+			known[name] = true
+			var f []float64
+			if err := json.Unmarshal(raw[name], &f); err != nil || len(f) == 0 {
+				k.bad(key, "%q: %s is not a list of numbers", name, raw[name])
+				continue
+			}
+			if name == "short_factor" {
+				rs.ShortFactor = model.FormatFactors(f)
+			} else {
+				rs.LongFactor = model.FormatFactors(f)
+			}
+		}
+	default:
+		k.bad(key, "rope_type %q is not built (default, linear, dynamic, yarn, llama3 and longrope are)", rs.Type)
+		return
+	}
+	if rs.Type == model.RopeLlama3 || rs.Type == model.RopeYaRN || rs.Type == model.RopeLongRoPE {
+		known["original_max_position_embeddings"] = true
+		if f, ok := sub.number("original_max_position_embeddings", "a whole number"); ok {
+			rs.OriginalMax = int(f)
+		}
+	}
+	if rs.Type == model.RopeLongRoPE && !k.null("original_max_position_embeddings") {
+		rs.OriginalMax = k.int(0, false, "original_max_position_embeddings") // Phi-3 keeps it at the top level
+	}
+	for name := range raw {
+		if !known[name] {
+			k.bad(key, "%q: %s: not read for rope_type %q (Strata would compute the frequencies without it)", name, raw[name], orDefault(rs.Type))
+		}
+	}
+	for _, p := range sub.problems {
+		k.problems = append(k.problems, key+": "+p)
+	}
+	s.Rope = rs
+}
+
+func orDefault(t string) string {
+	if t == "" {
+		return model.RopeDefault
+	}
+	return t
+}
+
+// windowConfig reads the sliding-window keys of each family into s:
+// Mistral's and Phi-3's sliding_window (every layer), Qwen2's and Qwen3's
+// use_sliding_window with max_window_layers (the layers from it on),
+// Gemma 2's alternating layers, Gemma 3's sliding_window_pattern, or an
+// explicit layer_types list.
+func windowConfig(k *hfKeys, s *model.Shape, arch string) {
+	def := 0
+	switch arch {
+	case model.ArchGemma2, model.ArchGemma3:
+		def = 4096
+		if arch == model.ArchGemma3 {
+			def = 512 // Gemma3TextConfig's (the released models write 1024)
+		}
+	}
+	w := k.int(def, false, "sliding_window")
+	if (arch == model.ArchQwen2 || arch == model.ArchQwen3) && !k.bool("use_sliding_window", false) {
+		w = 0
+	}
+	if w == 0 {
+		return
+	}
+	s.SlidingWindow = w
+	types := make([]byte, s.Layers)
+	switch arch {
+	case model.ArchQwen2, model.ArchQwen3:
+		from := k.int(s.Layers, false, "max_window_layers")
+		for i := range types {
+			types[i] = "fs"[b2i(i >= from)]
+		}
+	case model.ArchGemma2:
+		for i := range types {
+			types[i] = "fs"[b2i((i+1)%2 != 0)]
+		}
+	case model.ArchGemma3:
+		p := k.int(6, false, "sliding_window_pattern")
+		for i := range types {
+			types[i] = "fs"[b2i((i+1)%p != 0)]
+		}
+	default:
+		for i := range types {
+			types[i] = 's'
+		}
+	}
+	if !k.null("layer_types") {
+		var lt []string
+		if err := json.Unmarshal(k.raw["layer_types"], &lt); err != nil || len(lt) != s.Layers {
+			k.bad("layer_types", "%s is not a list of %d layer types", k.raw["layer_types"], s.Layers)
+			return
+		}
+		for i, t := range lt {
+			switch t {
+			case "sliding_attention":
+				types[i] = 's'
+			case "full_attention":
+				types[i] = 'f'
+			default:
+				k.bad("layer_types", "%q: not built (sliding_attention and full_attention are)", t)
+				return
+			}
+		}
+	}
+	if !strings.Contains(string(types), "s") {
+		s.SlidingWindow = 0
+		return
+	}
+	if strings.Contains(string(types), "f") {
+		s.LayerTypes = string(types)
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // gpt2Config reads GPT2LMHeadModel, with transformers' defaults.
@@ -370,8 +573,63 @@ func hfArchitecture(s model.Shape) (arch, modelType string) {
 		return "LlamaForCausalLM", "llama"
 	case model.ArchQwen2:
 		return "Qwen2ForCausalLM", "qwen2"
+	case model.ArchQwen3:
+		return "Qwen3ForCausalLM", "qwen3"
+	case model.ArchPhi3:
+		return "Phi3ForCausalLM", "phi3"
+	case model.ArchGemma2:
+		return "Gemma2ForCausalLM", "gemma2"
+	case model.ArchGemma3:
+		return "Gemma3ForCausalLM", "gemma3_text"
 	}
 	return "GPT2LMHeadModel", "gpt2"
+}
+
+// ropeJSON is rope_scaling as transformers writes it for s (nil: none).
+func ropeJSON(s model.Shape) any {
+	rs := s.Rope
+	if rs.Type == "" {
+		return nil
+	}
+	out := map[string]any{"rope_type": rs.Type}
+	put := func(key string, v float64) {
+		if v != 0 {
+			out[key] = v
+		}
+	}
+	put("factor", rs.Factor)
+	put("low_freq_factor", rs.LowFreqFactor)
+	put("high_freq_factor", rs.HighFreqFactor)
+	put("attention_factor", rs.AttentionFactor)
+	put("beta_fast", rs.BetaFast)
+	put("beta_slow", rs.BetaSlow)
+	put("mscale", rs.Mscale)
+	put("mscale_all_dim", rs.MscaleAllDim)
+	if rs.NoTruncate {
+		out["truncate"] = false
+	}
+	if rs.OriginalMax != 0 && rs.Type != model.RopeLongRoPE {
+		out["original_max_position_embeddings"] = rs.OriginalMax
+	}
+	for key, f := range map[string]string{"short_factor": rs.ShortFactor, "long_factor": rs.LongFactor} {
+		if f != "" {
+			v, _ := model.ParseFactors(f)
+			out[key] = v
+		}
+	}
+	return out
+}
+
+// layerTypesJSON is layer_types as transformers writes it.
+func layerTypesJSON(s model.Shape) []string {
+	out := make([]string, s.Layers)
+	for i := range out {
+		out[i] = "full_attention"
+		if s.Sliding(i) {
+			out[i] = "sliding_attention"
+		}
+	}
+	return out
 }
 
 // TorchDType is config.json's torch_dtype for dt: "float32" or "bfloat16".
@@ -395,6 +653,7 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 	}
 	out := map[string]any{}
 	keepArch := false
+	sameShape := false // the base describes s: its keys stay as written
 	if len(base) > 0 {
 		var raw map[string]json.RawMessage
 		if err := json.Unmarshal(base, &raw); err != nil {
@@ -405,6 +664,7 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 		}
 		if c, err := ParseConfig(ConfigName, base); err == nil && c.Shape.ArchName() == s.ArchName() {
 			keepArch = true
+			sameShape = sameShape || c.Shape.Canonical() == withoutName(s).Canonical()
 		}
 	}
 	arch, modelType := hfArchitecture(s)
@@ -423,17 +683,58 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 			"tie_word_embeddings": true, "scale_attn_weights": true} {
 			out[key] = v
 		}
-	} else {
+	} else if !sameShape {
 		for key, v := range map[string]any{"hidden_size": s.Dim, "num_hidden_layers": s.Layers, "num_attention_heads": s.Heads,
 			"num_key_value_heads": s.KVHeadCount(), "intermediate_size": s.FFNDim(), "max_position_embeddings": s.MaxSeq,
 			"rope_theta": s.Theta(), "rms_norm_eps": s.Eps(), "tie_word_embeddings": s.TieEmbeddings, "hidden_act": "silu",
-			"rope_scaling": nil, "head_dim": s.HeadDim(), "mlp_bias": false} {
+			"rope_scaling": ropeJSON(s), "head_dim": s.HeadDim(), "mlp_bias": false} {
 			out[key] = v
 		}
-		if s.Arch == model.ArchLlama {
+		delete(out, "rope_parameters")
+		if s.RotaryFraction != 0 {
+			out["partial_rotary_factor"] = s.RotaryFraction
+		}
+		if s.Rope.Type == model.RopeLongRoPE && s.Rope.OriginalMax != 0 {
+			out["original_max_position_embeddings"] = s.Rope.OriginalMax
+		}
+		switch s.Arch {
+		case model.ArchQwen2, model.ArchQwen3:
+			out["use_sliding_window"] = s.SlidingWindow > 0
+			out["sliding_window"] = nil
+			if s.SlidingWindow > 0 {
+				out["sliding_window"], out["layer_types"] = s.SlidingWindow, layerTypesJSON(s)
+				delete(out, "max_window_layers")
+			}
+		case model.ArchGemma2, model.ArchGemma3:
+			delete(out, "hidden_act")
+			out["hidden_activation"] = "gelu_pytorch_tanh"
+			out["query_pre_attn_scalar"] = float64(s.HeadDim())
+			if s.QueryScale != 0 {
+				out["query_pre_attn_scalar"] = s.QueryScale
+			}
+			caps := map[string]float64{"attn_logit_softcapping": s.AttnSoftCap, "final_logit_softcapping": s.FinalSoftCap}
+			for key, v := range caps {
+				out[key] = nil
+				if v != 0 {
+					out[key] = v
+				}
+			}
+			out["sliding_window"], out["layer_types"] = s.SlidingWindow, layerTypesJSON(s)
+			delete(out, "sliding_window_pattern")
+			if s.Arch == model.ArchGemma3 {
+				out["rope_local_base_freq"] = s.RopeLocalTheta
+			}
+		default:
+			out["sliding_window"] = nil
+			if s.SlidingWindow > 0 {
+				out["sliding_window"] = s.SlidingWindow
+				if s.LayerTypes != "" {
+					out["layer_types"] = layerTypesJSON(s)
+				}
+			}
+		}
+		if s.Arch != model.ArchQwen2 {
 			out["attention_bias"] = false
-		} else {
-			out["use_sliding_window"] = false
 		}
 	}
 	b, err := json.MarshalIndent(out, "", "  ")
@@ -441,6 +742,11 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 		return nil, fmt.Errorf("hf: config.json: %w", err)
 	}
 	return append(b, '\n'), nil
+}
+
+func withoutName(s model.Shape) model.Shape {
+	s.Name = ""
+	return s
 }
 
 // IsDir says whether path is a directory holding a Hugging Face

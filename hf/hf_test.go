@@ -391,15 +391,18 @@ func TestHFConfigRefuses(t *testing.T) {
 		extra map[string]any
 		want  string
 	}{
-		{llamaFixture, map[string]any{"rope_scaling": map[string]any{"rope_type": "llama3", "factor": 8.0}}, `"rope_scaling"`},
-		{llamaFixture, map[string]any{"rope_scaling": map[string]any{"rope_type": "llama3", "factor": 8.0}}, `Llama-3.1's "llama3" rope scaling is not built`},
-		{llamaFixture, map[string]any{"rope_scaling": map[string]any{"type": "linear", "factor": 2.0}}, "rope scaling is not built"},
-		{llamaFixture, map[string]any{"head_dim": 8}, `"head_dim": 8 differs from hidden_size / num_attention_heads = 16 / 4`},
+		{llamaFixture, map[string]any{"rope_scaling": map[string]any{"rope_type": "llama3", "factor": 8.0}}, `rope_scaling (llama3) original_max_position_embeddings 0, low_freq_factor 0, high_freq_factor 0`},
+		{llamaFixture, map[string]any{"rope_scaling": map[string]any{"rope_type": "su", "factor": 8.0}}, `"rope_scaling": rope_type "su" is not built`},
+		{llamaFixture, map[string]any{"rope_scaling": map[string]any{"type": "linear", "factor": 2.0, "beta_fast": 4}}, `"rope_scaling": "beta_fast": 4: not read for rope_type "linear"`},
+		{llamaFixture, map[string]any{"rope_scaling": map[string]any{"type": "linear", "factor": 0.5}}, `rope_scaling factor 0.5: must be a number >= 1`},
+		{llamaFixture, map[string]any{"partial_rotary_factor": 0.1}, `partial_rotary_factor 0.1: rotates 0 values of each head of 4`},
+		{llamaFixture, map[string]any{"layer_types": []string{"sliding_attention", "chunked_attention", "full_attention"}, "sliding_window": 4}, `"layer_types": "chunked_attention": not built`},
+		{llamaFixture, map[string]any{"architectures": []string{"Gemma2ForCausalLM"}, "hidden_activation": "gelu"}, `"hidden_activation": "gelu": Gemma's MLP is built with gelu_pytorch_tanh (GeGLU) only`},
+		{llamaFixture, map[string]any{"attn_logit_softcapping": 30.0}, `"attn_logit_softcapping": 30: only Gemma's attention has it`},
 		{llamaFixture, map[string]any{"hidden_act": "gelu"}, `"hidden_act": "gelu"`},
 		{gpt2Fixture, map[string]any{"activation_function": "relu"}, `"activation_function": "relu"`},
 		{llamaFixture, map[string]any{"architectures": []string{"FalconForCausalLM"}}, `"architectures" ["FalconForCausalLM"]: Strata reads LlamaForCausalLM`},
 		{llamaFixture, map[string]any{"attention_bias": true}, `"attention_bias": true`},
-		{qwen2Fixture, map[string]any{"use_sliding_window": true}, `"use_sliding_window": true`},
 		{llamaFixture, map[string]any{"hidden_size": nil}, `"hidden_size": missing`},
 		{llamaFixture, map[string]any{"num_hidden_layers": 2.5}, `"num_hidden_layers": 2.5 is not a positive whole number`},
 		{gpt2Fixture, map[string]any{"tie_word_embeddings": false}, `"tie_word_embeddings": false`},
@@ -414,7 +417,7 @@ func TestHFConfigRefuses(t *testing.T) {
 			t.Errorf("%v: %v, want an error naming m/config.json and saying %s", tc.extra, err, tc.want)
 		}
 	}
-	// Mistral's sliding window: refused only for a longer sequence.
+	// Mistral's sliding window: every layer slides.
 	f := mistralFixture
 	f.extra = map[string]any{"sliding_window": 16}
 	b, _ := json.Marshal(f.config())
@@ -422,13 +425,7 @@ func TestHFConfigRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.CheckSeq(16); err != nil {
-		t.Errorf("sequence 16, window 16: %v", err)
-	}
-	if err := c.CheckSeq(17); err == nil || !strings.Contains(err.Error(), "sliding_window 16") {
-		t.Errorf("sequence 17, window 16: %v", err)
-	}
-	if s := c.Shape; s.Arch != model.ArchLlama || s.KVHeads != 1 || s.RopeTheta != 500000 || s.NormEps != 1e-6 {
+	if s := c.Shape; s.Arch != model.ArchLlama || s.KVHeads != 1 || s.RopeTheta != 500000 || s.NormEps != 1e-6 || s.SlidingWindow != 16 || s.LayerTypes != "" || !s.Sliding(1) {
 		t.Errorf("mistral read as %+v", s)
 	}
 }
