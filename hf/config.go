@@ -304,8 +304,11 @@ func llamaConfig(k *hfKeys, arch string, c *Config) model.Shape {
 	s.NormEps = k.float("rms_norm_eps", 1e-6)
 	s.TieEmbeddings = k.bool("tie_word_embeddings", gemma)
 	defHead := 0
-	if gemma {
+	switch {
+	case gemma:
 		defHead = 256 // Gemma2Config's and Gemma3TextConfig's head_dim
+	case arch == model.ArchQwen3:
+		defHead = 128 // Qwen3Config's
 	}
 	if hd := k.int(defHead, false, "head_dim"); hd != 0 && (s.Heads == 0 || hd*s.Heads != s.Dim) {
 		s.HeadDimension = hd
@@ -334,7 +337,7 @@ func llamaConfig(k *hfKeys, arch string, c *Config) model.Shape {
 			s.RotaryFraction = f
 		}
 	}
-	windowConfig(k, &s, arch)
+	windowConfig(k, &s, arch, c.Architecture == "MistralForCausalLM" || c.Architecture == "mistral")
 	if gemma {
 		s.QueryScale = k.float("query_pre_attn_scalar", 256)
 		if s.QueryScale == float64(s.HeadDim()) {
@@ -464,16 +467,15 @@ func orDefault(t string) string {
 // use_sliding_window with max_window_layers (the layers from it on),
 // Gemma 2's alternating layers, Gemma 3's sliding_window_pattern, or an
 // explicit layer_types list.
-func windowConfig(k *hfKeys, s *model.Shape, arch string) {
+func windowConfig(k *hfKeys, s *model.Shape, arch string, mistral bool) {
 	def := 0
-	switch arch {
-	case model.ArchGemma2, model.ArchGemma3:
-		def = 4096
-		if arch == model.ArchGemma3 {
-			def = 512 // Gemma3TextConfig's (the released models write 1024)
-		}
+	if arch != model.ArchLlama && arch != model.ArchPhi3 || mistral {
+		def = 4096 // MistralConfig's, Qwen2Config's, Qwen3Config's, Gemma2Config's and Gemma3TextConfig's
 	}
-	w := k.int(def, false, "sliding_window")
+	w := def
+	if _, present := k.raw["sliding_window"]; present {
+		w = k.int(0, false, "sliding_window") // null: none
+	}
 	if (arch == model.ArchQwen2 || arch == model.ArchQwen3) && !k.bool("use_sliding_window", false) {
 		w = 0
 	}
@@ -484,7 +486,7 @@ func windowConfig(k *hfKeys, s *model.Shape, arch string) {
 	types := make([]byte, s.Layers)
 	switch arch {
 	case model.ArchQwen2, model.ArchQwen3:
-		from := k.int(s.Layers, false, "max_window_layers")
+		from := k.int(28, false, "max_window_layers") // Qwen2Config's and Qwen3Config's default
 		for i := range types {
 			types[i] = "fs"[b2i(i >= from)]
 		}
