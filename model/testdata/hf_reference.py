@@ -33,14 +33,17 @@ to fp32 stay in fp64 here (transformers itself would round them to fp32 in
 an fp64 model). The one exception: rotary inverse frequencies are computed
 in fp32 exactly as modeling_rope_utils computes them (including the fp32
 tensor arithmetic of dynamic NTK's per-call base), then promoted; positions
-times frequencies, cos and sin are then fp64. Outputs are F32 without
+times frequencies, cos and sin are then fp64. (With an adapter but without
+--fp64, cos and sin are computed in fp32 and then widened, as transformers
+computes them and as this script always has.) Outputs are F32 without
 --fp64 (whatever ran inside) and F64 with it.
 
 Greedy mode. PROMPT_JSON holds "ids" (one row). OUT_JSON receives
 {"tokens": [...]}: N tokens, each the torch.argmax (first index of the
 largest) of the last position's logits after final soft-capping. Without
 --cache every step runs the whole sequence through the model (full
-recomputation). With --cache the prompt runs once and each new token then
+recomputation). A LoRA adapter in MODEL_DIR
+applies (in fp64, without dropout). With --cache the prompt runs once and each new token then
 runs alone against a key/value cache, as generate(use_cache=True) does: the
 cache holds keys after rope (and after k_norm); a sliding layer's cache
 keeps only its last sliding_window-1 keys before a step (what transformers'
@@ -499,12 +502,14 @@ class Rope:
             else:
                 self.inv_freq = self.original_inv_freq
 
-    def cos_sin(self, pos, dtype):
-        """cos, sin (B, 1, T, dim) for positions pos (B, T), times the attention factor."""
+    def cos_sin(self, pos, rope_dtype, dtype):
+        """cos, sin (B, 1, T, dim) of dtype for positions pos (B, T), times the
+        attention factor, computed in rope_dtype (transformers: fp32)."""
         self.update(int(pos.max()) + 1)
-        freqs = pos.to(dtype).unsqueeze(-1) * self.inv_freq.to(dtype)
+        freqs = pos.to(rope_dtype).unsqueeze(-1) * self.inv_freq.to(rope_dtype)
         emb = torch.cat((freqs, freqs), dim=-1)
-        return (emb.cos() * self.attention_scaling).unsqueeze(1), (emb.sin() * self.attention_scaling).unsqueeze(1)
+        cos, sin = emb.cos() * self.attention_scaling, emb.sin() * self.attention_scaling
+        return cos.to(dtype).unsqueeze(1), sin.to(dtype).unsqueeze(1)
 
 
 def rotate_half(x):
@@ -556,7 +561,7 @@ def gelu_new(x):  # also gelu_pytorch_tanh: F.gelu(approximate="tanh") computes 
 
 
 class GPT2:
-    def __init__(self, cfg, p, dtype):
+    def __init__(self, cfg, p, dtype, rope_dtype=None):
         self.cfg, self.p, self.dtype = cfg, p, dtype
         if cfg.get("activation_function") not in ("gelu_new",):
             fail("config.json: activation_function %r is not implemented" % cfg.get("activation_function"))
@@ -599,8 +604,8 @@ class GPT2:
 class Decoder:
     """The RoPE decoders, configured once from config.json (its family's reading of it)."""
 
-    def __init__(self, cfg, p, dtype):
-        self.cfg, self.p, self.dtype = cfg, p, dtype
+    def __init__(self, cfg, p, dtype, rope_dtype):
+        self.cfg, self.p, self.dtype, self.rope_dtype = cfg, p, dtype, rope_dtype
         fam = self.family = cfg.family
         self.gemma = fam in ("gemma2", "gemma3_text")
         self.C, self.H = cfg.get("hidden_size"), cfg.get("num_attention_heads")
@@ -731,7 +736,7 @@ class Decoder:
         x = p["model.embed_tokens.weight"][ids]
         if self.gemma:
             x = x * torch.tensor(self.C ** 0.5, dtype=x.dtype)
-        cos_sin = {t: r.cos_sin(pos, self.dtype) for t, r in set((t, self.ropes[t]) for t in self.layer_types)}
+        cos_sin = {t: r.cos_sin(pos, self.rope_dtype, self.dtype) for t, r in set((t, self.ropes[t]) for t in self.layer_types)}
         if cache is None:
             q_idx = torch.arange(T).expand(B, T)
             q_start = q_idx - pos
@@ -793,7 +798,7 @@ class Decoder:
 
 # --- the modes ---
 
-def load(model_dir, dtype):
+def load(model_dir, dtype, fp64=False):
     """The model of MODEL_DIR (with its adapter, if any) and its parameters."""
     with open(os.path.join(model_dir, "config.json")) as f:
         raw = json.load(f)
@@ -804,7 +809,7 @@ def load(model_dir, dtype):
         fail("config.json: model_type %r is not %s's %r" % (raw["model_type"], arch, FAMILY[arch]))
     cfg = Config(raw, FAMILY[arch])
     params = read_safetensors(os.path.join(model_dir, "model.safetensors"), dtype)
-    model = (GPT2 if cfg.family == "gpt2" else Decoder)(cfg, params, dtype)
+    model = (GPT2 if cfg.family == "gpt2" else Decoder)(cfg, params, dtype, torch.float64 if fp64 else torch.float32)
     params.update(LORA["adapters"])
     return model, params
 
@@ -837,7 +842,7 @@ def main(model_dir, batch_path, out_path, fp64=False):
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)
     dtype = compute_dtype(model_dir, fp64)
-    model, params = load(model_dir, dtype)
+    model, params = load(model_dir, dtype, fp64)
     with open(batch_path) as f:
         batch = json.load(f)
     ids = torch.tensor(batch["ids"], dtype=torch.int64)
@@ -872,7 +877,8 @@ def generate(model, prompt, n, cache):
 
 def greedy(n, model_dir, prompt_path, out_path, fp64=False, cache=False):
     dtype = compute_dtype(model_dir, fp64)
-    model, _ = load(model_dir, dtype)
+    LORA["masks"] = {}  # generation is evaluation: no adapter dropout
+    model, _ = load(model_dir, dtype, fp64)
     with open(prompt_path) as f:
         prompt = list(json.load(f)["ids"])
     with open(out_path, "w") as f:
@@ -899,7 +905,7 @@ def merged(model, params):
 def merge(out_dir, model_dir, fp64=False):
     if not read_adapter(model_dir, torch.float64):
         fail("--merge: %s has no adapter_config.json" % model_dir)
-    model, params = load(model_dir, torch.float64)
+    model, params = load(model_dir, torch.float64, fp64)
     os.makedirs(out_dir, exist_ok=True)
     shutil.copyfile(os.path.join(model_dir, "config.json"), os.path.join(out_dir, "config.json"))
     write_safetensors(os.path.join(out_dir, "model.safetensors"), merged(model, params),
