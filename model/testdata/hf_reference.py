@@ -912,12 +912,196 @@ def merge(out_dir, model_dir, fp64=False):
                       torch.float64 if fp64 else torch.float32)
 
 
+# --- self-checks: the transcription against itself ---
+
+def tiny_model(family, tmp, cfg=None, tensors=None, adapter=None, seed=0):
+    """A fp64 model of make_tiny_hf's family (or cfg/tensors given), and its parameters."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_tiny_hf
+    d = os.path.join(tmp, "m%d" % len(os.listdir(tmp)))
+    cfg = make_tiny_hf.make(family, d, seed, "F32", cfg)
+    if tensors is not None:
+        make_tiny_hf.write(os.path.join(d, "model.safetensors"), tensors, "F32")
+    if adapter is not None:
+        with open(os.path.join(d, "adapter_config.json"), "w") as f:
+            json.dump({"peft_type": "LORA", "r": 2, "lora_alpha": 3, "use_rslora": False, "bias": "none"}, f)
+        make_tiny_hf.write(os.path.join(d, "adapter_model.safetensors"), adapter, "F32")
+    LORA.update(adapters={}, scaling=0.0, masks={})
+    read_adapter(d, torch.float64)
+    model, params = load(d, torch.float64, True)
+    return model, params, cfg, d
+
+
+def check_gradients(model, params, ids, targets, pos, rng):
+    """max over sampled elements of |central difference - autograd| / max|autograd of the tensor|."""
+    _, _, grads = loss_and_grads(model, params, ids, targets, pos)
+    h, worst = 1e-6, 0.0
+    with torch.no_grad():
+        def loss_at():
+            logits = model.forward(ids, pos)
+            return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1))
+        for name, t in sorted(params.items()):
+            g = grads[name].reshape(-1)
+            scale = float(g.abs().max())
+            flat = t.view(-1)
+            for i in rng.choice(flat.numel(), size=min(3, flat.numel()), replace=False):
+                keep = float(flat[i])
+                flat[i] = keep + h
+                up = loss_at()
+                flat[i] = keep - h
+                down = loss_at()
+                flat[i] = keep
+                worst = max(worst, abs((up - down) / (2 * h) - float(g[i])) / max(scale, 1e-300))
+    return worst
+
+
+def step_logits(model, tokens, prompt_len, cache):
+    """The last-position logits for each continuation of tokens[:prompt_len], the
+    sequence fed in (teacher-forced), through the cache or by full recomputation."""
+    out, kv = [], [] if cache else None
+    with torch.no_grad():
+        for end in range(prompt_len, len(tokens) + 1):
+            if cache and end > prompt_len:
+                ids, pos = torch.tensor([[tokens[end - 1]]]), torch.tensor([[end - 1]])
+            else:
+                ids, pos = torch.tensor([tokens[:end]]), torch.arange(end).expand(1, end)
+            out.append(model.forward(ids, pos, kv)[0, -1])
+    return torch.stack(out)
+
+
+SLIDING = ("mistral", "qwen2sw", "qwen3", "gemma2", "gemma3", "phi3")
+
+
+def selfcheck(families):
+    """Checks each family's tiny model; prints one line a check; returns 1 on a failure."""
+    import tempfile
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import make_tiny_hf
+    families = families or list(make_tiny_hf.FAMILIES)
+    rng = np.random.default_rng(7)
+    failed = []
+
+    def report(name, value, ok, what):
+        print("%-34s %-9.3g %s  %s" % (name, value, "ok  " if ok else "FAIL", what))
+        if not ok:
+            failed.append(name)
+
+    T = 20
+    ids = torch.tensor(rng.integers(0, 96, (2, T)))
+    targets = torch.tensor(rng.integers(-1, 96, (2, T)))
+    pos = torch.stack([torch.arange(T), torch.cat([torch.arange(12), torch.arange(8)])])
+    with tempfile.TemporaryDirectory() as tmp:
+        for fam in families:
+            # (a) autograd against central differences, fp64, packed rows past every window and original length.
+            model, params, cfg, _ = tiny_model(fam, tmp)
+            g = check_gradients(model, params, ids, targets, pos, rng)
+            report("grad %s" % fam, g, g < 1e-6, "max |central difference - autograd| / max|grad|, 3 elements a tensor")
+            # (b) cached greedy against full recomputation.
+            full, _, _, _ = tiny_model(fam, tmp)
+            prompt = [int(t) for t in ids[0, :10]]
+            tokens = prompt + generate(full, prompt, 14, False)
+            a = step_logits(tiny_model(fam, tmp)[0], tokens, 10, False)
+            b = step_logits(tiny_model(fam, tmp)[0], tokens, 10, True)
+            diff = float((a - b).abs().max())
+            same_tokens = generate(tiny_model(fam, tmp)[0], prompt, 14, True) == tokens[10:]
+            if fam == "llama_dynamic":
+                report("cache %s (must differ)" % fam, diff, diff > 1e-6, "dynamic NTK past 8: cached keys keep older bases")
+            else:
+                report("cache %s" % fam, diff, diff < 1e-10 and same_tokens, "max |logit| difference, tokens %s" % ("equal" if same_tokens else "DIFFER"))
+            if fam.startswith("phi3"):  # a prompt of 5 crosses original_max_position_embeddings 8 while generating
+                a = step_logits(tiny_model(fam, tmp)[0], tokens[:20], 5, False)
+                b = step_logits(tiny_model(fam, tmp)[0], tokens[:20], 5, True)
+                d1, d2 = float((a[:4] - b[:4]).abs().max()), float((a[4:] - b[4:]).abs().max())
+                report("cache %s crossing 8" % fam, d2, d1 < 1e-10 and d2 > 1e-6, "before the crossing %.3g, after it must differ" % d1)
+            # (d) a window as long as the sequence is full attention, one shorter is not.
+            if fam in SLIDING:
+                results = {}
+                for w in (T - 1, T, T + 5, None):
+                    c = dict(cfg, sliding_window=w if w is not None else 5)
+                    m, p, _, _ = tiny_model(None, tmp, c)
+                    if w is None:
+                        m.windows = [None] * m.L
+                    with torch.no_grad():
+                        results[w] = m.forward(ids, torch.arange(T).expand(2, T))
+                eq = max(float((results[T] - results[None]).abs().max()), float((results[T + 5] - results[None]).abs().max()))
+                ne = float((results[T - 1] - results[None]).abs().max())
+                report("window>=seq %s" % fam, eq, eq == 0.0 and ne > 1e-6, "W=%d and %d equal no window; W=%d differs by %.3g" % (T, T + 5, T - 1, ne))
+        check_llama_equivalents(tmp, ids, report)
+        check_lora_phi3(tmp, ids, targets, pos, rng, report)
+    return 1 if failed else 0
+
+
+def check_llama_equivalents(tmp, ids, report):
+    """Configs with every feature off give the Llama path's logits."""
+    import make_tiny_hf
+    base = dict(make_tiny_hf.BASE, architectures=["LlamaForCausalLM"], model_type="llama", rope_theta=10000.0,
+                max_position_embeddings=512, tie_word_embeddings=False)
+    w = make_tiny_hf.random_tensors(base, 3)
+    T = ids.shape[1]
+    pos = torch.arange(T).expand(2, T)
+
+    def logits(cfg, tensors):
+        m = tiny_model(None, tmp, cfg, tensors)[0]
+        with torch.no_grad():
+            return m.forward(ids, pos)
+
+    ref = logits(base, w)
+    qwen2 = dict(w)
+    for name in list(w):
+        if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight")):
+            qwen2[name[:-len("weight")] + "bias"] = np.zeros(w[name].shape[0], np.float32)
+    phi3 = {n: t for n, t in w.items() if not any(k in n for k in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))}
+    for l in range(base["num_hidden_layers"]):
+        b = "model.layers.%d." % l
+        phi3[b + "self_attn.qkv_proj.weight"] = np.concatenate([w[b + "self_attn.%s_proj.weight" % x] for x in "qkv"])
+        phi3[b + "mlp.gate_up_proj.weight"] = np.concatenate([w[b + "mlp.gate_proj.weight"], w[b + "mlp.up_proj.weight"]])
+    variants = [
+        ("mistral, no window", dict(base, architectures=["MistralForCausalLM"], model_type="mistral", sliding_window=None), w, 1e-12),
+        ("qwen2, zero biases", dict(base, architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False), qwen2, 1e-12),
+        ("phi3, fused, no longrope", dict(base, architectures=["Phi3ForCausalLM"], model_type="phi3", sliding_window=None,
+                                           original_max_position_embeddings=512, partial_rotary_factor=1.0, hidden_act="silu"), phi3, 1e-12),
+        ("llama rope default", dict(base, rope_scaling={"rope_type": "default"}), w, 0.0),
+        ("llama linear 1", dict(base, rope_scaling={"type": "linear", "factor": 1.0}), w, 0.0),
+        ("llama dynamic, within 512", dict(base, rope_scaling={"rope_type": "dynamic", "factor": 4.0}), w, 0.0),
+        ("llama yarn 1", dict(base, rope_scaling={"rope_type": "yarn", "factor": 1.0}), w, 1e-6),
+        ("llama llama3 1", dict(base, rope_scaling={"rope_type": "llama3", "factor": 1.0, "low_freq_factor": 1.0,
+                                                     "high_freq_factor": 4.0, "original_max_position_embeddings": 64}), w, 1e-6),
+    ]
+    for name, cfg, tensors, tol in variants:
+        d = float((logits(cfg, tensors) - ref).abs().max())
+        report("off=llama %s" % name, d, d <= tol, "max |logit difference| (fp32 inv_freq rounding allowed: %g)" % tol)
+
+
+def check_lora_phi3(tmp, ids, targets, pos, rng, report):
+    """One adapter on Phi-3's fused qkv_proj and gate_up_proj: gradients, and the merge."""
+    import make_tiny_hf
+    cfg = make_tiny_hf.FAMILIES["phi3"]
+    C, H, KV = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D, Fi = C // H, cfg["intermediate_size"]
+    adapter = {}
+    for module, out in (("model.layers.0.self_attn.qkv_proj", (H + 2 * KV) * D), ("model.layers.1.mlp.gate_up_proj", 2 * Fi),
+                        ("model.layers.2.self_attn.o_proj", C)):
+        adapter["base_model.model.%s.lora_A.weight" % module] = rng.standard_normal((2, C)).astype(np.float32) * 0.3
+        adapter["base_model.model.%s.lora_B.weight" % module] = rng.standard_normal((out, 2)).astype(np.float32) * 0.3
+    model, params, _, d = tiny_model("phi3", tmp, adapter=adapter)
+    g = check_gradients(model, params, ids, targets, pos, rng)
+    report("grad phi3 + LoRA on fused", g, g < 1e-6, "adapter tensors included")
+    with torch.no_grad():
+        want = model.forward(ids, pos)
+    out_dir = os.path.join(tmp, "merged")
+    merge(out_dir, d, fp64=True)
+    LORA.update(adapters={}, scaling=0.0, masks={})
+    m, _ = load(out_dir, torch.float64, True)
+    with torch.no_grad():
+        diff = float((m.forward(ids, pos) - want).abs().max())
+    report("merge phi3 fused", diff, diff < 1e-12, "merged weights without the adapter against the adapter")
+
+
 def cli(argv):
     fp64 = "--fp64" in argv
     args = [a for a in argv if a != "--fp64"]
     if args[:1] == ["--selfcheck"]:
-        from selfcheck import run  # beside this file
-        sys.exit(run(args[1:]))
+        sys.exit(selfcheck(args[1:]))
     if args[:1] == ["--greedy"] and len(args) >= 5:
         cache = "--cache" in args
         rest = [a for a in args[2:] if a != "--cache"]
