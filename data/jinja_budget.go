@@ -70,6 +70,7 @@ type budget struct {
 	maxSteps, maxBytes int64
 	nextStop           int64 // the step at which ctx is looked at next
 	depth              int   // values being visited, one in another (nest)
+	macroDepth         int   // macro calls running, one in another (maxMacroDepth)
 }
 
 func newBudget(ctx context.Context) *budget {

@@ -231,6 +231,10 @@ func (r *renderer) exec(body []tmplNode) error {
 			if err := r.execSet(n); err != nil {
 				return fmt.Errorf("line %d: %w", n.line, err)
 			}
+		case *macroNode:
+			if err := r.execMacro(n); err != nil {
+				return fmt.Errorf("line %d: %w", n.line, err)
+			}
 		case breakNode:
 			return errBreak
 		case continueNode:

@@ -8,7 +8,7 @@ import (
 
 // The parser of the chat-template interpreter: statements (text, {{ }},
 // if/elif/else, for/else with loop filters, set, block set, break,
-// continue, generation) and Jinja's expression grammar with its operator
+// continue, generation, macro) and Jinja's expression grammar with its operator
 // precedence (or, and, not, comparisons and in, + -, ~, * / // %, **,
 // unary - +, then postfix . [] () and filters | and tests is).
 
@@ -41,6 +41,15 @@ type (
 	}
 	breakNode    struct{}
 	continueNode struct{}
+	// macroNode is {% macro name(params) %}body{% endmacro %}
+	// (jinja_macro.go).
+	macroNode struct {
+		name     string
+		params   []string
+		defaults []expr // per parameter, nil: none
+		body     []tmplNode
+		line     int
+	}
 )
 
 // expr is an expression; eval is in jinja_eval.go.
@@ -117,7 +126,7 @@ func parseTemplate(src string) ([]tmplNode, error) {
 }
 
 // body parses statements up to a block tag that ends or splits a block
-// (else, elif, endif, endfor, endset, endgeneration), which it returns
+// (else, elif, endif, endfor, endset, endgeneration, endmacro), which it returns
 // unconsumed-but-read; nil at the end of the template.
 func (p *tmplParser) body() ([]tmplNode, *tmplItem, error) {
 	if p.depth++; p.depth > maxNesting {
@@ -149,7 +158,7 @@ func (p *tmplParser) body() ([]tmplNode, *tmplItem, error) {
 			return nil, nil, fmt.Errorf("line %d: a block tag must start with a name", it.lineNo)
 		}
 		switch name := it.toks[0].s; name {
-		case "else", "elif", "endif", "endfor", "endset", "endgeneration":
+		case "else", "elif", "endif", "endfor", "endset", "endgeneration", "endmacro":
 			return out, it, nil
 		case "if":
 			n, err := p.parseIf(it)
@@ -165,6 +174,12 @@ func (p *tmplParser) body() ([]tmplNode, *tmplItem, error) {
 			out = append(out, n)
 		case "set":
 			n, err := p.parseSet(it)
+			if err != nil {
+				return nil, nil, err
+			}
+			out = append(out, n)
+		case "macro":
+			n, err := p.parseMacro(it)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -189,7 +204,7 @@ func (p *tmplParser) body() ([]tmplNode, *tmplItem, error) {
 			}
 			out = append(out, inner...)
 		default:
-			return nil, nil, fmt.Errorf("line %d: {%% %s %%} is not supported (Strata renders if, for, set, break, continue and generation blocks)", it.lineNo, name)
+			return nil, nil, fmt.Errorf("line %d: {%% %s %%} is not supported (Strata renders if, for, set, macro, break, continue and generation blocks)", it.lineNo, name)
 		}
 	}
 	return out, nil, nil

@@ -25,8 +25,9 @@ type (
 	}
 	namespace struct{ d *dict }
 	fn        struct {
-		name string
-		call func(b *budget, args []any, kw *dict) (any, error) // b: the rendering's budget
+		name  string
+		call  func(b *budget, args []any, kw *dict) (any, error) // b: the rendering's budget
+		macro bool                                               // a {% macro %}: printed as Jinja2 prints one
 	}
 )
 
@@ -442,6 +443,9 @@ func reprIn(t *text, v any) error {
 		}
 		return t.add(">")
 	case *fn:
+		if x.macro {
+			return t.add("<Macro '" + x.name + "'>")
+		}
 		return t.add("<function " + x.name + ">")
 	}
 	return t.add(fmt.Sprint(v))

@@ -184,7 +184,7 @@ func TestLoadChatTemplate(t *testing.T) {
 	}
 	check(none, "<|im_start|>user\nx<|im_end|>\n")
 	bad := t.TempDir()
-	os.WriteFile(filepath.Join(bad, "tokenizer_config.json"), []byte(`{"chat_template": "{% macro m() %}{% endmacro %}"}`), 0o644)
+	os.WriteFile(filepath.Join(bad, "tokenizer_config.json"), []byte(`{"chat_template": "{% call m() %}{% endcall %}"}`), 0o644)
 	if _, err := LoadChatTemplate(bad); err == nil || !strings.Contains(err.Error(), filepath.Join(bad, "tokenizer_config.json")) || !strings.Contains(err.Error(), "not supported") {
 		t.Errorf("unsupported template: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 // repeated past memory, past int64, a power past int64, a string doubled
 // in a loop) and one for each other operation that allocates or loops
 // (concatenation, range, join, replace, upper, tojson, repr, slicing,
-// items, comparisons, nesting, loops) each end with a clear error, having
+// items, comparisons, nesting, loops, macro calls) each end with a clear error, having
 // allocated no more than twice the budget's bytes (a text grows by
 // doubling; runtime.MemStats.TotalAlloc counts every allocation, kept or
 // not). The budget is an eighth of a rendering's, for speed: the same
@@ -54,6 +54,8 @@ func TestTemplateBudget(t *testing.T) {
 		{"slice", big + "{% for i in range(100000) %}{% set l = s[::-1] %}{% endfor %}", ErrTemplateBudget},
 		{"split", big + "{% for i in range(100000) %}{% set l = s.split('') %}{% endfor %}", ErrTemplateBudget},
 		{"reverse", big + "{% for i in range(100000) %}{% set l = s | reverse %}{% endfor %}", ErrTemplateBudget},
+		{"macro calls doubled", "{% macro m(n) %}{% if n < 99 %}{{ m(n + 1) }}{{ m(n + 1) }}{% endif %}{% endmacro %}{{ m(0) }}", ErrTemplateBudget},
+		{"macro output doubled", big + "{% macro m(n) %}{% if n < 99 %}{{ m(n + 1) }}{{ m(n + 1) }}{% else %}{{ s }}{% endif %}{% endmacro %}{{ m(0) }}", ErrTemplateBudget},
 		{"range", "{{ range(1000000000) | length }}", nil},
 		{"ranges", "{% for i in range(100000) %}{% set l = range(100000) %}{% endfor %}", ErrTemplateBudget},
 		{"nested loops", "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", ErrTemplateBudget},

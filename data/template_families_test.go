@@ -87,6 +87,7 @@ type familyCase struct {
 	now    string // strftime_now's time (ISO 8601), "" for none
 	raises string // the message the templates raise (raise_exception), "" when they render
 	undef  bool   // the templates use an undefined value (Jinja2's UndefinedError)
+	fails  string // the start of Jinja2's other error (a TypeError: the value is not what the template takes), "" none
 }
 
 // family is a model family's templates (files in testdata/templates),
@@ -159,6 +160,13 @@ var families = []family{
 		{conv: "tool-call"}, {conv: "tool-call", vars: `{"tools": ` + familyTools + `}`},
 		{conv: "qwen-tools", vars: `{"tools": ` + familyTools + `}`}, {conv: "qwen-tools", vars: `{"tools": ` + familyTools + `, "enable_thinking": false}`},
 		{conv: "user", vars: `{"tools": ` + familyTools + `}`}, {conv: "qwen-multistep", vars: `{"tools": ` + familyTools + `}`},
+	}},
+	{name: "qwen-3-coder", files: []string{"qwen3-coder.jinja"}, special: `{"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}`, cases: []familyCase{
+		{conv: "user"}, {conv: "turns"}, {conv: "open"}, {conv: "system"}, {conv: "tool-call"},
+		{conv: "tool-call", vars: `{"tools": ` + familyTools + `}`}, {conv: "user", vars: `{"tools": ` + familyTools + `}`},
+		{conv: "think"}, {conv: "two-tool-calls"},
+		// arguments given as text: the template takes an object (| items)
+		{conv: "qwen-tools", vars: `{"tools": ` + familyTools + `}`, fails: "TypeError: Can only get item pairs from a mapping"},
 	}},
 	{name: "deepseek-v3", files: []string{"deepseek-v3.jinja"}, special: `{"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"}`, cases: []familyCase{
 		{conv: "user"}, {conv: "turns"}, {conv: "open"}, {conv: "system"}, {conv: "deepseek-tools"}, {conv: "deepseek-tool-open"},
@@ -267,8 +275,14 @@ func TestTemplateFamiliesMatchJinja(t *testing.T) {
 			t.Errorf("%s: Jinja2 answered %q, %q; the case says undefined: %v", r.name, want[i], wantErr[i], r.fc.undef)
 		case wantErr[i] == "" && r.fc.raises != "":
 			t.Errorf("%s: Jinja2 rendered %q; the case says the template raises %q", r.name, want[i], r.fc.raises)
-		case wantErr[i] != "" && r.fc.raises == "" && !r.fc.undef:
+		case r.fc.fails != "" && !strings.HasPrefix(wantErr[i], r.fc.fails):
+			t.Errorf("%s: Jinja2 answered %q, %q; the case says it fails with %q", r.name, want[i], wantErr[i], r.fc.fails)
+		case wantErr[i] != "" && r.fc.raises == "" && !r.fc.undef && r.fc.fails == "":
 			t.Errorf("%s: Jinja2 raised %s; the case says it renders", r.name, wantErr[i])
+		case r.fc.fails != "":
+			if err == nil {
+				t.Errorf("%s: rendered %q; Jinja2 raised %s", r.name, got, wantErr[i])
+			}
 		case r.fc.raises != "":
 			raised[r.name[:strings.Index(r.name, "/")]]++
 			if !errors.Is(err, errRaised) || strings.Count(err.Error(), r.fc.raises) != 1 || !strings.HasSuffix(err.Error(), ": "+r.fc.raises) {
@@ -408,5 +422,50 @@ func TestTemplateUnbuiltRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "method str."+c.name+" is not supported") {
 			t.Errorf("%s: rendered %q, %v; want an error naming str.%s (Jinja2 renders %q)", c.name, got, err, c.name, want[i])
 		}
+	}
+}
+
+// TestTemplateMacrosMatchJinja: macros as Jinja2 renders them: parameters
+// by position and by name, defaults evaluated at each call after the
+// parameters before them, a parameter not given undefined, the variables
+// of where the macro was defined as they are at the call (a later top-level
+// set, a loop's item), sets that stay inside the call, namespaces that do
+// not, recursion, a macro printed; and Jinja2's errors for a call with too
+// many arguments or an unknown keyword, and recursion past the bound.
+func TestTemplateMacrosMatchJinja(t *testing.T) {
+	cases := []renderCase{
+		{name: "params", template: `{% macro m(a, b='B', c=a ~ '!') %}[{{ a }} {{ b }} {{ c }}]{% endmacro %}{{ m(1) }}{{ m(1, 2) }}{{ m('x', c=3) }}{{ m(b=4, a=5) }}`},
+		{name: "undefined", template: `{% macro m(a, b) %}{{ a }}{{ b is defined }}{{ b | default('d') }}{% endmacro %}{{ m() }}|{{ m(1) }}`},
+		{name: "scope", template: `{% set x = 1 %}{% macro m() %}{% set x = x + 10 %}{{ x }}{% endmacro %}{{ m() }}{% set x = 5 %}{{ m() }}{{ x }}`},
+		{name: "loop", template: "{% for y in ['a', 'b'] %}{% macro m(z) %}{{ y }}{{ z }}{% endmacro %}{{ m(loop.index) }}{% endfor %}"},
+		{name: "namespace", template: `{% set ns = namespace(n=0) %}{% macro inc() %}{% set ns.n = ns.n + 1 %}{% endmacro %}{{ inc() }}{{ inc() }}{{ ns.n }}`},
+		{name: "recursion", template: `{% macro fact(n) %}{% if n <= 1 %}1{% else %}{{ n }}*{{ fact(n - 1) }}{% endif %}{% endmacro %}{{ fact(6) }}`},
+		{name: "value", template: "{% macro m() %}\n  x  \n{% endmacro %}{{ m }}|{{ m() | trim }}|{{ m() is string }}|{{ (m() ~ '<') | length }}|{{ [m()] }}"},
+		{name: "messages", template: `{% macro turn(m, prefix='') %}{{ prefix }}<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>{% endmacro %}{% for m in messages %}{{ turn(m, prefix=loop.index ~ ':') }}{% endfor %}`},
+		{name: "too-many", template: `{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}`},
+		{name: "keyword", template: `{% macro m(a) %}{% endmacro %}{{ m(1, a=2) }}`},
+		{name: "unknown-keyword", template: `{% macro m(a) %}{% endmacro %}{{ m(y=2) }}`},
+	}
+	for i := range cases {
+		cases[i].vars = map[string]any{"messages": json.RawMessage(familyConvs["turns"])}
+	}
+	want, wantErr := jinjaRender(t, cases)
+	for i, c := range cases {
+		got, err := goRender(c)
+		switch {
+		case wantErr[i] != "":
+			if msg := strings.TrimPrefix(wantErr[i], "TypeError: "); err == nil || !strings.Contains(err.Error(), msg) {
+				t.Errorf("%s: rendered %q, %v; Jinja2 raised %s", c.name, got, err, wantErr[i])
+			}
+		case err != nil || got != want[i]:
+			t.Errorf("%s: rendered %q, %v; Jinja2 %q", c.name, got, err, want[i])
+		}
+	}
+	body, err := parseTemplate(`{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := render(context.Background(), body, nil); err == nil || !strings.Contains(err.Error(), "macros called more than 100 deep") {
+		t.Errorf("endless recursion: %v", err)
 	}
 }

@@ -195,7 +195,10 @@ func TestTemplatesMatchJinja(t *testing.T) {
 // exception names its message.
 func TestTemplateRefused(t *testing.T) {
 	for _, c := range []struct{ src, want string }{
-		{"{% macro m() %}x{% endmacro %}", "line 1: {% macro %} is not supported"},
+		{"{% filter upper %}x{% endfilter %}", "line 1: {% filter %} is not supported"},
+		{"{% macro m(a) %}\n{{ a }}{{ varargs }}{% endmacro %}", "line 2: a macro's varargs is not supported"},
+		{"{% macro m(a, a) %}{% endmacro %}", "macro m has two parameters named a"},
+		{"{% macro m(a) %}x", "{% macro %} without {% endmacro %}"},
 		{"a\n{{ x | wordwrap }}", "line 2: filter \"wordwrap\" is not supported"},
 		{"{% if x is sameas y %}{% endif %}", "test \"sameas\" is not supported"},
 		{"{% for x in y %}", "{% for %} without {% endfor %}"},
