@@ -91,7 +91,7 @@ type builtin struct {
 func (b builtin) Layout() *model.Layout       { return b.layout }
 func (b builtin) AccessOrder() []model.Access { return b.layout.AccessOrder(b.act) }
 func (b builtin) Vocab() int                  { return b.layout.Shape.Vocab }
-func (b builtin) MaxSeq() int                 { return b.layout.Shape.MaxSeq }
+func (b builtin) MaxSeq() int                 { return b.layout.Shape.LongestSeq() }
 
 func (b builtin) InitChunk(seed uint64, c int, dst []float32) {
 	b.layout.InitChunkInto(seed, c, dst)

@@ -66,8 +66,8 @@ func (o DecoderOptions) withDefaults() DecoderOptions {
 
 func (o DecoderOptions) validate(s Shape) error {
 	switch {
-	case o.Capacity < 1 || o.Capacity > s.MaxSeq:
-		return fmt.Errorf("model: decoder capacity %d must be in [1, max_seq_len %d]", o.Capacity, s.MaxSeq)
+	case o.Capacity < 1 || o.Capacity > s.LongestSeq():
+		return fmt.Errorf("model: decoder capacity %d must be in [1, max_seq_len %d]", o.Capacity, s.LongestSeq())
 	case o.MaxStep < 1 || o.MaxStep > o.Capacity:
 		return fmt.Errorf("model: decoder step of %d tokens must be in [1, capacity %d]", o.MaxStep, o.Capacity)
 	case o.HeadRows < 1:

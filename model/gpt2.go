@@ -18,11 +18,11 @@ func (m *Model) gpt2BlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerAc
 	ops, o := m.ops, m.bo
 	bt, c, f, h := m.batch*m.seq, m.shape.Dim, m.shape.FFNDim(), m.shape.Heads
 	eps := float32(m.shape.Eps())
-	ops.LayerNormForward(s, x, w.Slice(o.ln1g, c), w.Slice(o.ln1b, c), la.ln1, la.ln1Mean, la.ln1Rstd, bt, c, eps) // ln1 (bt×C)
-	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), la.qkv, bt, c, 3*c)                // qkv (bt×3C)
-	m.loraForward(s, siteQKV, la.ln1, la.qkv)                                                                      // + c_attn's adapter
-	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim(), gpu.AttnOptions{})       // atty (bt×C), lse (B×H×T)
-	linearForward(ops, s, la.atty, w.Slice(o.projW, c*c), w.Slice(o.projB, c), la.res2, bt, c, c)                  // res2 (bt×C)
+	ops.LayerNormForward(s, x, w.Slice(o.ln1g, c), w.Slice(o.ln1b, c), la.ln1, la.ln1Mean, la.ln1Rstd, bt, c, eps)              // ln1 (bt×C)
+	linearForward(ops, s, la.ln1, w.Slice(o.qkvW, 3*c*c), w.Slice(o.qkvB, 3*c), la.qkv, bt, c, 3*c)                             // qkv (bt×3C)
+	m.loraForward(s, siteQKV, la.ln1, la.qkv)                                                                                   // + c_attn's adapter
+	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, h, m.shape.HeadDim(), gpu.AttnOptions{}) // atty (bt×C), lse (B×H×T)
+	linearForward(ops, s, la.atty, w.Slice(o.projW, c*c), w.Slice(o.projB, c), la.res2, bt, c, c)                               // res2 (bt×C)
 	m.loraForward(s, siteAttnOut, la.atty, la.res2)
 	ops.AddLayerNormForward(s, x, la.res2, la.res2, w.Slice(o.ln2g, c), w.Slice(o.ln2b, c), la.ln2, la.ln2Mean, la.ln2Rstd, bt, c, eps) // res2 += x; ln2 (bt×C)
 	ops.Gemm(s, false, true, bt, f, c, 1, la.ln2, w.Slice(o.fcW, f*c), 0, la.fch)                                                       // fch (bt×F), its bias below

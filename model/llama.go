@@ -40,7 +40,7 @@ func (m *Model) llamaBlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerA
 	if sh.QKNorm() {
 		m.qkNormForward(s, g, la)
 	}
-	ops.RopeForward(s, la.qkv, m.posBuffer(), m.batch, m.seq, h, kv, d, m.rope(l))                         // q, k rotated in place
+	ops.RopeForward(s, la.qkv, m.posBuffer(), m.batch, m.seq, h, kv, d, m.rope(l))                           // q, k rotated in place
 	ops.AttentionForward(s, la.qkv, la.atty, la.lse, m.posBuffer(), m.batch, m.seq, h, kv, d, sh.AttnFor(l)) // atty (bt×A), lse (B×H×T)
 	if sh.Gemma() {
 		linearForward(ops, s, la.atty, w.Slice(o.oW, c*at), nil, la.attnOut, bt, at, c)

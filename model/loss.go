@@ -50,7 +50,7 @@ func (m *Model) lossBackward(s gpu.Stream, hw, hg gpu.Buffer, scale float32) {
 	m.lossSlices(func(r0, n int) {
 		logits := m.logitsOf(s, hw, r0, n)
 		m.ops.CrossEntropyBackward(s, logits, a.targets.Slice(r0, n), logits, n, v, scale, float32(m.shape.FinalSoftCap)) // dlogits, in place
-		m.ops.Gemm(s, false, false, n, c, v, 1, logits, hw, 0, a.dtmp.Slice(r0*c, n*c))    // d lnf = dlogits·W
+		m.ops.Gemm(s, false, false, n, c, v, 1, logits, hw, 0, a.dtmp.Slice(r0*c, n*c))                                   // d lnf = dlogits·W
 		if hg != nil {
 			m.ops.Gemm(s, true, false, v, c, n, 1, logits, a.lnf.Slice(r0*c, n*c), 1, hg) // dW += dlogitsᵀ·lnf
 		}

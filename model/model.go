@@ -71,8 +71,8 @@ func NewWith(dev gpu.Device, layout *Layout, batch, seq int, o ActivationOptions
 	if batch < 1 || seq < 1 {
 		return nil, fmt.Errorf("model: batch %d and seq %d must be >= 1", batch, seq)
 	}
-	if seq > s.MaxSeq {
-		return nil, fmt.Errorf("model: seq %d exceeds max_seq_len %d", seq, s.MaxSeq)
+	if seq > s.LongestSeq() {
+		return nil, fmt.Errorf("model: seq %d exceeds max_seq_len %d", seq, s.LongestSeq())
 	}
 	if err := o.Validate(s); err != nil {
 		return nil, err
@@ -469,7 +469,7 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 		}
 	}
 	ops.Fill(s, a.dres, 0)
-	m.finalNormBackward(s, a.dtmp, fin, gfin)
+	m.finalNormBackward(s, a.dtmp.Slice(0, m.batch*m.seq*c), fin, gfin)
 	p.Release(s, fc, shard.Backward)
 	if err := p.GradReady(s, fc); err != nil {
 		return err

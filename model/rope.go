@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
 )
 
@@ -26,28 +27,11 @@ const (
 	RopeLongRoPE = "longrope"
 )
 
-// RopeScaling is config.json's rope_scaling (rope_parameters), the keys
-// each type reads; the zero value (and Type "default") is plain rotary
-// embeddings with rope_theta. Factors are kept as text (comma-separated
-// numbers, strconv's shortest form) so that a Shape stays comparable.
-type RopeScaling struct {
-	Type   string  `json:"rope_type,omitempty"`
-	Factor float64 `json:"factor,omitempty"` // linear, dynamic, yarn, llama3; longrope (when no original_max_position_embeddings says otherwise)
-	// OriginalMax is original_max_position_embeddings: llama3's and
-	// yarn's (in rope_scaling), longrope's (config.json's top level, as
-	// Phi-3 writes it, or rope_scaling's).
-	OriginalMax     int     `json:"original_max_position_embeddings,omitempty"`
-	LowFreqFactor   float64 `json:"low_freq_factor,omitempty"`  // llama3
-	HighFreqFactor  float64 `json:"high_freq_factor,omitempty"` // llama3
-	AttentionFactor float64 `json:"attention_factor,omitempty"` // yarn, longrope; 0 = computed
-	BetaFast        float64 `json:"beta_fast,omitempty"`        // yarn; 0 = 32
-	BetaSlow        float64 `json:"beta_slow,omitempty"`        // yarn; 0 = 1
-	Mscale          float64 `json:"mscale,omitempty"`           // yarn
-	MscaleAllDim    float64 `json:"mscale_all_dim,omitempty"`   // yarn
-	NoTruncate      bool    `json:"no_truncate,omitempty"`      // yarn's truncate: false
-	ShortFactor     string  `json:"short_factor,omitempty"`     // longrope, Dims/2 numbers
-	LongFactor      string  `json:"long_factor,omitempty"`      // longrope, Dims/2 numbers
-}
+// RopeScaling is config.json's rope_scaling (rope_parameters): the keys
+// each rope type reads; the zero value (and Type "default") is plain
+// rotary embeddings with rope_theta. It is config.RopeScaling, so that a
+// Shape written out in a training config converts (config.Shape).
+type RopeScaling = config.RopeScaling
 
 // FormatFactors is factors as RopeScaling keeps them.
 func FormatFactors(f []float64) string {
@@ -155,6 +139,16 @@ func (s Shape) RopeFor(l, seqLen int) gpu.Rope {
 		panic(err) // Validate refused it
 	}
 	return gpu.Rope{InvFreq: inv, Scale: scale, Dims: s.RotaryDims()}
+}
+
+// LongestSeq is the longest sequence the model takes: MaxSeq
+// (max_position_embeddings), or with dynamic NTK scaling, whose point is
+// to run past it, MaxSeq × factor.
+func (s Shape) LongestSeq() int {
+	if s.IsLlama() && s.Rope.Type == RopeDynamic && s.Rope.Factor > 1 {
+		return int(float64(s.MaxSeq) * s.Rope.Factor)
+	}
+	return s.MaxSeq
 }
 
 // SeqDependentRope says whether RopeFor depends on the call's length.

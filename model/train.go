@@ -84,8 +84,8 @@ func (o TrainOptions) Validate(s Shape) error {
 	switch {
 	case o.Batch < 1 || o.Seq < 1 || o.Accum < 1 || o.Ranks < 1:
 		return fmt.Errorf("model: batch %d, seq %d, accum %d and ranks %d must be >= 1", o.Batch, o.Seq, o.Accum, o.Ranks)
-	case o.Seq > s.MaxSeq:
-		return fmt.Errorf("model: seq %d exceeds max_seq_len %d", o.Seq, s.MaxSeq)
+	case o.Seq > s.LongestSeq():
+		return fmt.Errorf("model: seq %d exceeds max_seq_len %d", o.Seq, s.LongestSeq())
 	case o.Precision != gpu.F32 && !o.Precision.Half():
 		return fmt.Errorf("model: precision %s is not fp32, bf16 or fp16", o.Precision)
 	case o.Activations.Offload:

@@ -60,8 +60,20 @@ adapted module's weight replaced by W + scaling * (B @ A) (GPT-2's Conv1D
 weights, stored in x out, by W + scaling * (B @ A)^T), computed in fp64 and
 written F32, or F64 with --fp64. PEFT's merge_and_unload gives the same.
 
-Self-check mode: see selfcheck() in this file; it prints one line per
-check and exits non-zero on a failure.
+Self-check mode (FAMILY: make_tiny_hf.py's families, all by default) builds
+each tiny model in fp64 and checks the transcription against itself, one
+line a check, exiting non-zero on a failure: (a) autograd against central
+differences (h 1e-6, three elements of every tensor, packed rows of 20
+tokens: within 1e-6 of the tensor's largest gradient); (b) cached against
+recomputed generation, logits teacher-forced on the same 24 tokens (within
+1e-10, tokens equal), and for dynamic NTK and for longrope crossing
+original_max_position_embeddings that they do differ (> 1e-6); (c) configs
+with every feature off (Mistral without a window, Qwen2 with zero biases,
+Phi-3 fused without longrope, rope_type default/linear 1/dynamic within
+max_position_embeddings; yarn and llama3 at factor 1 within 1e-6) against
+the Llama path; (d) a window of 20 or 25 over 20 tokens equal to no window,
+bit for bit, and 19 not; Phi-3 with LoRA on its fused modules: gradients,
+and the merge against the adapter (within 1e-12).
 
 LoRA (PEFT's tuners/lora/layer.py). adapter_config.json: peft_type LORA,
 r, lora_alpha, use_rslora; adapter_model.safetensors:

@@ -27,9 +27,9 @@ BASE = {"vocab_size": 96, "hidden_size": 32, "intermediate_size": 48, "num_hidde
 
 FAMILIES = {
     # Llama 3.1: llama3 rope (frequencies in all three bands: wavelengths 6.3, 20, 63, 200... against
-    # 64/4 = 16 and 64/1 = 64), head_dim 16, attention and MLP biases, untied head.
+    # 64/4 = 16 and 64/1 = 64), head_dim 16, untied head (no biases, as the released models).
     "llama31": dict(BASE, architectures=["LlamaForCausalLM"], model_type="llama", head_dim=16, rope_theta=10000.0,
-                    max_position_embeddings=512, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
+                    max_position_embeddings=512, tie_word_embeddings=False,
                     rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64}),
     # Mistral: a window of 5 on every layer.
@@ -42,9 +42,9 @@ FAMILIES = {
     "qwen2sw": dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2", rope_theta=10000.0,
                     max_position_embeddings=512, use_sliding_window=True, sliding_window=5, max_window_layers=1,
                     tie_word_embeddings=True),
-    # Qwen3: head_dim 16, q_norm/k_norm, attention biases, sliding layers 1 and 2.
+    # Qwen3: head_dim 16, q_norm/k_norm, sliding layers 1 and 2 (no biases, as the released models).
     "qwen3": dict(BASE, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=16, rope_theta=10000.0,
-                  max_position_embeddings=512, attention_bias=True, use_sliding_window=True, sliding_window=5,
+                  max_position_embeddings=512, use_sliding_window=True, sliding_window=5,
                   max_window_layers=1, tie_word_embeddings=False),
     # Gemma 2: layers 0 and 2 slide (window 5), head_dim 16, query_pre_attn_scalar 24, both soft caps.
     "gemma2": dict(BASE, architectures=["Gemma2ForCausalLM"], model_type="gemma2", head_dim=16, rope_theta=10000.0,
