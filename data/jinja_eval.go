@@ -232,9 +232,7 @@ func (r *renderer) exec(body []tmplNode) error {
 				return fmt.Errorf("line %d: %w", n.line, err)
 			}
 		case *macroNode:
-			if err := r.execMacro(n); err != nil {
-				return fmt.Errorf("line %d: %w", n.line, err)
-			}
+			r.defineMacro(n)
 		case breakNode:
 			return errBreak
 		case continueNode:

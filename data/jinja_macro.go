@@ -77,9 +77,9 @@ func (p *tmplParser) parseMacro(it *tmplItem) (tmplNode, error) {
 	return n, nil
 }
 
-// execMacro defines a macro in the current scope, seeing the scopes of
+// defineMacro defines a macro in the current scope, seeing the scopes of
 // where it is defined.
-func (r *renderer) execMacro(n *macroNode) error {
+func (r *renderer) defineMacro(n *macroNode) {
 	defined := slices.Clone(r.scopes)
 	m := &fn{name: n.name, macro: true}
 	m.call = func(b *budget, args []any, kw *dict) (any, error) {
@@ -120,5 +120,4 @@ func (r *renderer) execMacro(n *macroNode) error {
 		return sub.out.String(), nil
 	}
 	r.scopes[len(r.scopes)-1][n.name] = m
-	return nil
 }

@@ -8,9 +8,9 @@ import (
 
 // The parser of the chat-template interpreter: statements (text, {{ }},
 // if/elif/else, for/else with loop filters, set, block set, break,
-// continue, generation, macro) and Jinja's expression grammar with its operator
-// precedence (or, and, not, comparisons and in, + -, ~, * / // %, **,
-// unary - +, then postfix . [] () and filters | and tests is).
+// continue, generation, macro) and Jinja's expression grammar with its
+// operator precedence (or, and, not, comparisons and in, + -, ~, * / //
+// %, **, unary - +, then postfix . [] () and filters | and tests is).
 
 // tmplNode is a statement of a parsed template.
 type tmplNode interface{}
