@@ -239,3 +239,94 @@ func TestFamiliesAgainstTorch(t *testing.T) {
 		})
 	}
 }
+
+// TestFamiliesGenerate: greedy generation with the key/value cache (a
+// prompt of 6 tokens, then 14 tokens one at a time: past every window and,
+// for dynamic and longrope, across the length where the frequencies
+// change) equals the transcription's cached greedy tokens, as
+// generate(use_cache=True) makes them.
+func TestFamiliesGenerate(t *testing.T) {
+	hosttest.RequireTorch(t)
+	for i, family := range families {
+		t.Run(family, func(t *testing.T) {
+			dir := familyDir(t, family, 20+i)
+			m, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			l, s := m.Layout, m.Config.Shape
+			rng := rand.New(rand.NewPCG(uint64(i), 40))
+			prompt := make([]int32, 6)
+			for k := range prompt {
+				prompt[k] = int32(rng.IntN(s.Vocab))
+			}
+			const steps = 14
+			pj, _ := json.Marshal(map[string]any{"ids": prompt})
+			tmp := t.TempDir()
+			pf, out := filepath.Join(tmp, "prompt.json"), filepath.Join(tmp, "greedy.json")
+			if err := os.WriteFile(pf, pj, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			script, _ := filepath.Abs("../model/testdata/hf_reference.py")
+			if b, err := exec.Command(hosttest.TorchPython, script, "--fp64", "--greedy", fmt.Sprint(steps), "--cache", dir, pf, out).CombinedOutput(); err != nil {
+				t.Fatalf("hf_reference.py --greedy: %v\n%s", err, b)
+			}
+			var ref struct{ Tokens []int32 }
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &ref); err != nil {
+				t.Fatal(err)
+			}
+
+			devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: units.GiB})
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := devs[0].DefaultStream()
+			w, err := model.NewWeights(devs[0], l, gpu.F32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Free()
+			buf := make([]float32, 0)
+			for c := range l.Chunks {
+				buf = append(buf[:0], make([]float32, l.Chunks[c].Len)...)
+				if err := m.ReadChunk(c, buf); err != nil {
+					t.Fatal(err)
+				}
+				w.LoadChunk(st, c, buf)
+				if err := st.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d, err := model.NewDecoder(devs[0], l, model.DecoderOptions{Capacity: len(prompt) + steps})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Free()
+			defer st.Synchronize()
+			var got []int32
+			next := prompt
+			for range steps {
+				logits, err := d.Step(st, w, next)
+				if err != nil {
+					t.Fatal(err)
+				}
+				best := 0
+				for v, x := range logits {
+					if x > logits[best] {
+						best = v
+					}
+				}
+				got = append(got, int32(best))
+				next = []int32{int32(best)}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(ref.Tokens) {
+				t.Errorf("greedy tokens %v, the transcription's %v", got, ref.Tokens)
+			}
+		})
+	}
+}
