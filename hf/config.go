@@ -310,8 +310,10 @@ func llamaConfig(k *hfKeys, arch string, c *Config) model.Shape {
 	case arch == model.ArchQwen3:
 		defHead = 128 // Qwen3Config's
 	}
-	if hd := k.int(defHead, false, "head_dim"); hd != 0 && (s.Heads == 0 || hd*s.Heads != s.Dim) {
-		s.HeadDimension = hd
+	if arch != model.ArchPhi3 { // Phi3Config has no head_dim: its heads are hidden_size / num_attention_heads
+		if hd := k.int(defHead, false, "head_dim"); hd != 0 && (s.Heads == 0 || hd*s.Heads != s.Dim) {
+			s.HeadDimension = hd
+		}
 	}
 	act, actKey := k.str("hidden_act", "silu"), "hidden_act"
 	if gemma {
@@ -572,6 +574,9 @@ func gpt2Config(k *hfKeys) model.Shape {
 func hfArchitecture(s model.Shape) (arch, modelType string) {
 	switch s.ArchName() {
 	case model.ArchLlama:
+		if s.SlidingWindow > 0 && s.LayerTypes == "" { // Llama has no window; Mistral is Llama with one
+			return "MistralForCausalLM", "mistral"
+		}
 		return "LlamaForCausalLM", "llama"
 	case model.ArchQwen2:
 		return "Qwen2ForCausalLM", "qwen2"
@@ -693,6 +698,9 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 			out[key] = v
 		}
 		delete(out, "rope_parameters")
+		if s.Arch == model.ArchPhi3 {
+			delete(out, "head_dim")
+		}
 		if s.RotaryFraction != 0 {
 			out["partial_rotary_factor"] = s.RotaryFraction
 		}

@@ -88,6 +88,8 @@ func (s Shape) checkVariants() error {
 		return bad("partial_rotary_factor", s.RotaryFraction, "must be in (0, 1]")
 	case rd < 2 || rd%2 != 0 || rd > gpu.MaxRopeDims:
 		return bad("partial_rotary_factor", s.rotaryFraction(), fmt.Sprintf("rotates %d values of each head of %d: must be even, at least 2 and at most %d", rd, s.HeadDim(), gpu.MaxRopeDims))
+	case s.Arch == ArchPhi3 && s.HeadDimension != 0 && s.HeadDimension*s.Heads != s.Dim:
+		return bad("head_dim", s.HeadDimension, "Phi-3's heads are hidden_size / num_attention_heads wide")
 	case s.SlidingWindow < 0:
 		return bad("sliding_window", s.SlidingWindow, "must not be negative")
 	case s.LayerTypes != "" && len(s.LayerTypes) != s.Layers:
