@@ -36,7 +36,6 @@ var familyShapes = map[string]model.Shape{
 		Rope: model.RopeScaling{Type: model.RopeLongRoPE, OriginalMax: 16, ShortFactor: "1,1.1,1.3,1.6,2,2.5", LongFactor: "1,1.5,2.5,4,6,8"}},
 }
 
-
 // TestFamiliesLoRA is the LoRA walkthrough for each family: train --init
 // of its Hugging Face directory with every linear adapted (Phi-3's fused
 // qkv_proj and gate_up_proj one adapter each, as PEFT puts it) lowers the
