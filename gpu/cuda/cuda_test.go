@@ -239,8 +239,8 @@ func TestDeterministic(t *testing.T) {
 		ss, _ := d.Alloc(1, gpu.F64, gpu.Tag{Kind: gpu.Workspace, Purpose: "ss"})
 		s := d.DefaultStream()
 		d.Ops().Gemm(s, false, true, m, n, k, 1, ga, gb.Slice(0, k*n), 0, c)
-		d.Ops().AttentionForward(s, gq, out, lse, gp, B, T, H, KV, hd)
-		d.Ops().AttentionBackward(s, out, gq, out, lse, gp, dq, B, T, H, KV, hd)
+		d.Ops().AttentionForward(s, gq, out, lse, gp, B, T, H, KV, hd, gpu.AttnOptions{})
+		d.Ops().AttentionBackward(s, out, gq, out, lse, gp, dq, B, T, H, KV, hd, gpu.AttnOptions{})
 		d.Ops().SumSquares(s, dq, ss, 0)
 		res := [][]byte{get(t, d, c), get(t, d, out), get(t, d, lse), get(t, d, dq), get(t, d, ss)}
 		if run == 1 {

@@ -441,54 +441,73 @@ extern "C" __global__ void colsum_final(const float* part, i64 nblocks, i64 cols
     }
 }
 
-// ---- SwiGLU --------------------------------------------------------------
+// ---- gated MLP (SwiGLU, GeGLU) -------------------------------------------
 //
-// gateUp is rows×2F: gate in columns [0,F), up in [F,2F). Computed in
-// double, products in gpu/cpu's order, and rounded once on store (the
-// formulas of gpu/cpu's SwiGLU, so the two differ only where CUDA's exp
-// and Go's math.Exp do).
+// gateUp is rows×2F: gate in columns [0,F), up in [F,2F); act is
+// gpu.GLUAct: GLU_SILU (x·sigmoid(x), SwiGLU) or GLU_GELU_TANH (GELU's
+// tanh approximation, GeGLU). Computed in double, products in gpu/cpu's
+// order (glu64), and rounded once on store, so the two differ only where
+// CUDA's exp and tanh and Go's do.
+
+#define GLU_SILU 0      // gpu.Silu
+#define GLU_GELU_TANH 1 // gpu.GeluTanh
 
 // One thread per chunk of VEC columns of gate (q < rows·ceil(F/VEC)):
 // gate, up and y move in 16-byte vectors where aligned (F a multiple of 8
 // and the buffers 16-byte aligned); the arithmetic is per element, so the
 // bits are those of one thread per element.
 
-// swiglu_at: the row and first column of chunk q, and its length.
-__device__ __forceinline__ void swiglu_at(i64 q, i64 F, i64* r, i64* f, int* n) {
+// glu_at: the row and first column of chunk q, and its length.
+__device__ __forceinline__ void glu_at(i64 q, i64 F, i64* r, i64* f, int* n) {
     i64 per = (F + VEC - 1) / VEC;
     *r = q / per;
     *f = (q % per) * VEC;
     *n = chunk_len(*f, F);
 }
 
-extern "C" __global__ void swiglu_fwd(const void* gu, int dgu, void* y, int dy, i64 F, i64 nchunks) {
+// glu_act returns act(g) and stores act'(g) in *da, in double (gpu/cpu's
+// glu64): silu' = s·(1 + g·(1-s)) with s = sigmoid(g); gelu_tanh' =
+// 0.5·(1+th) + 0.5·g·(1-th²)·S·(1 + 3·0.044715·g²) with th = tanh(S·(g +
+// 0.044715·g³)).
+__device__ __forceinline__ double glu_act(int act, double g, double* da) {
+    if (act == GLU_GELU_TANH) {
+        double u = GELU_S * (g + 0.044715 * g * g * g);
+        double th = tanh(u);
+        *da = 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * GELU_S * (1 + 3 * 0.044715 * g * g);
+        return 0.5 * g * (1 + th);
+    }
+    double sg = 1.0 / (1.0 + exp(-g));
+    *da = sg * (1 + g * (1 - sg));
+    return g * sg;
+}
+
+extern "C" __global__ void glu_fwd(const void* gu, int dgu, void* y, int dy, i64 F, int act, i64 nchunks) {
     GRID_STRIDE(q, nchunks) {
         i64 r, f;
         int n;
-        swiglu_at(q, F, &r, &f, &n);
+        glu_at(q, F, &r, &f, &n);
         float g[VEC], u[VEC], o[VEC];
         ld8(gu, dgu, r * 2 * F + f, n, g);
         ld8(gu, dgu, r * 2 * F + F + f, n, u);
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             if (k >= n) break;
-            double gd = (double)g[k];
-            double sg = 1.0 / (1.0 + exp(-gd));
-            o[k] = (float)(gd * sg * (double)u[k]);
+            double da;
+            double a = glu_act(act, (double)g[k], &da);
+            o[k] = (float)(a * (double)u[k]);
         }
         st8(y, dy, r * F + f, n, o);
     }
 }
 
-// swiglu_bwd: d gate = dy·up·silu'(gate), d up = dy·silu(gate), with
-// silu'(g) = s·(1 + g·(1-s)), s = sigmoid(g). dgu may not alias gu (the
-// front end refuses it).
-extern "C" __global__ void swiglu_bwd(const void* gu, int dgu, const void* dy, int ddy, void* dgo, int ddgo, i64 F,
-                                      i64 nchunks) {
+// glu_bwd: d gate = dy·up·act'(gate), d up = dy·act(gate). dgo may not
+// alias gu (the front end refuses it).
+extern "C" __global__ void glu_bwd(const void* gu, int dgu, const void* dy, int ddy, void* dgo, int ddgo, i64 F, int act,
+                                   i64 nchunks) {
     GRID_STRIDE(q, nchunks) {
         i64 r, f;
         int n;
-        swiglu_at(q, F, &r, &f, &n);
+        glu_at(q, F, &r, &f, &n);
         float g[VEC], u[VEC], d[VEC], dg[VEC], du[VEC];
         ld8(gu, dgu, r * 2 * F + f, n, g);
         ld8(gu, dgu, r * 2 * F + F + f, n, u);
@@ -496,10 +515,10 @@ extern "C" __global__ void swiglu_bwd(const void* gu, int dgu, const void* dy, i
 #pragma unroll
         for (int k = 0; k < VEC; k++) {
             if (k >= n) break;
-            double gd = (double)g[k], ud = (double)u[k], dd = (double)d[k];
-            double sg = 1.0 / (1.0 + exp(-gd));
-            dg[k] = (float)(dd * ud * sg * (1.0 + gd * (1.0 - sg)));
-            du[k] = (float)(dd * gd * sg);
+            double ud = (double)u[k], dd = (double)d[k], da;
+            double a = glu_act(act, (double)g[k], &da);
+            dg[k] = (float)(dd * ud * da);
+            du[k] = (float)(dd * a);
         }
         st8(dgo, ddgo, r * 2 * F + f, n, dg);
         st8(dgo, ddgo, r * 2 * F + F + f, n, du);
@@ -508,15 +527,26 @@ extern "C" __global__ void swiglu_bwd(const void* gu, int dgu, const void* dy, i
 
 // ---- rotary embedding ----------------------------------------------------
 //
-// rope rotates, in place, the q and k heads of packed qkv rows (the first
-// (H+KV)·D values of each row of W = (H+2·KV)·D): for k < D/2 the pair
-// (x_k, x_{k+D/2}) by angle pos·theta^(-2k/D), cos and sin from double
-// math rounded to fp32 (no table), the rotation in fp32. inverse applies
-// the transpose (RopeBackward). One thread per (token, head, pair);
-// n = B·T·(H+KV)·(D/2).
-extern "C" __global__ void rope(void* qkv, int dt, const int* pos, int T, int H, int KV, int D, float theta, int inverse,
-                                i64 n) {
-    int half = D / 2;
+// rope rotates, in place, the first dims values of the q and k heads of
+// packed qkv rows (the first (H+KV)·D values of each row of W =
+// (H+2·KV)·D): for k < dims/2 the pair (x_k, x_{k+dims/2}) by angle
+// pos·inv.f[k] (double, from the fp32 inverse frequency), c = cos·rscale
+// and s = sin·rscale from double math rounded to fp32 (no table), the
+// rotation in fp32; values dims..D-1 are untouched. inverse applies the
+// transpose (RopeBackward). One thread per (token, head, pair); n =
+// B·T·(H+KV)·(dims/2). The inverse frequencies travel by value, as a
+// kernel argument of ROPE_MAX_FREQS floats (1 KiB of the 4 KiB of
+// parameters a launch may pass): no upload, no scratch, and the host's
+// slice may change as soon as the op is enqueued.
+
+#define ROPE_MAX_FREQS 256 // gpu.MaxRopeDims / 2
+struct RopeFreqs {
+    float f[ROPE_MAX_FREQS];
+};
+
+extern "C" __global__ void rope(void* qkv, int dt, const int* pos, int T, int H, int KV, int D, RopeFreqs inv,
+                                float rscale, int dims, int inverse, i64 n) {
+    int half = dims / 2;
     i64 W = (i64)(H + 2 * KV) * D;
     GRID_STRIDE(x, n) {
         int k = (int)(x % half);
@@ -524,8 +554,8 @@ extern "C" __global__ void rope(void* qkv, int dt, const int* pos, int T, int H,
         int hh = (int)(rest % (H + KV));
         i64 bt = rest / (H + KV);
         int p = pos ? pos[bt] : (int)(bt % T);
-        double ang = (double)p * pow((double)theta, -2.0 * (double)k / (double)D);
-        float c = (float)cos(ang), s = (float)sin(ang);
+        double ang = (double)p * (double)inv.f[k];
+        float c = (float)(cos(ang) * (double)rscale), s = (float)(sin(ang) * (double)rscale);
         i64 i1 = bt * W + (i64)hh * D + k, i2 = i1 + half;
         float x1 = ld(qkv, dt, i1), x2 = ld(qkv, dt, i2);
         if (inverse) {
@@ -735,8 +765,15 @@ extern "C" __global__ void rmsnorm_bwd_gamma_part(const void* dy, int ddy, const
 // (B, H, T). Query (b,i) sees keys j with lo_i <= j <= i, lo_i = i -
 // pos[b,i] (pos null: pos[b,i] = i, so lo_i = 0). check_pos has refused a
 // pos outside [0, i] before the kernels run (bad set: they return at
-// once), so every query sees at least its own key. Scores s = (q·k)·scale,
-// q·k summed in fp32 in index order. No B×H×T×T storage: tiles of q, k, v
+// once), so every query sees at least its own key. With a sliding window
+// (window > 0, gpu.AttnOptions.Window) lo_i is at least i - window + 1;
+// the forward and dQ kernels start at the first key tile any of their
+// queries sees and the dK/dV kernels stop at the last query tile that sees
+// any of their keys, so a call costs O(T·window), not O(T²). Scores s =
+// (q·k)·scale, or with a soft cap (cap > 0) cap·tanh((q·k)·scale/cap)
+// (tanhf, fp32); the backward multiplies dS by 1 - (s/cap)². q·k summed
+// in fp32 in index order. scale, window and cap 0 give the plain
+// attention's bits. No B×H×T×T storage: tiles of q, k, v
 // (widened to fp32) go through shared memory, padded to ATT_DP floats a
 // row against bank conflicts. Every sum has a fixed order and every output
 // element one writer: no atomics, bit-identical run to run.
@@ -763,15 +800,42 @@ static_assert(AF_NT <= NT && AB_NT <= NT, "attention blocks are at most NT threa
 #define NEG_INF __int_as_float(0xff800000)
 
 // attn_lo is the first key query i of batch row b (bT = b·T) sees, in
-// [0, i] (check_pos refused any other pos).
-__device__ __forceinline__ int attn_lo(const int* pos, i64 bT, int i) { return pos ? i - pos[bT + i] : 0; }
+// [0, i] (check_pos refused any other pos): the first of its example and,
+// with a sliding window (window > 0), of the window's keys
+// i-window+1..i.
+__device__ __forceinline__ int attn_lo(const int* pos, i64 bT, int i, int window) {
+    int lo = pos ? i - pos[bT + i] : 0;
+    return window > 0 ? max(lo, i - window + 1) : lo;
+}
+
+// attn_qend is one past the last query that sees a key at or before kend:
+// T, or with a sliding window kend + window (the backward's dK/dV loops
+// stop there, so a key tile costs O(window), not O(T)).
+__device__ __forceinline__ int attn_qend(int kend, int T, int window) {
+    return window > 0 && kend + window < T ? kend + window : T;
+}
+
+// attn_score is the score of the product a of a query and a key: a·scale,
+// with a soft cap (cap > 0) cap·tanh(a·scale/cap) (fp32, Gemma 2).
+__device__ __forceinline__ float attn_score(float a, float scale, float cap) {
+    float x = a * scale;
+    return cap > 0 ? cap * tanhf(x / cap) : x;
+}
+
+// attn_dcap is the soft cap's derivative at the capped score z: 1 -
+// (z/cap)² (1 without a cap). dS of the backward is multiplied by it.
+__device__ __forceinline__ float attn_dcap(float z, float cap) {
+    if (!(cap > 0)) return 1.0f;
+    float t = z / cap;
+    return 1.0f - t * t;
+}
 
 // attn_los fills los[0..n) with the first key each of the n queries from
 // q0 sees (T for a row past the sequence: it sees none); threads < n.
-__device__ __forceinline__ void attn_los(int* los, const int* pos, i64 bT, int q0, int n, int T) {
+__device__ __forceinline__ void attn_los(int* los, const int* pos, i64 bT, int q0, int n, int T, int window) {
     if ((int)threadIdx.x < n) {
         int t = q0 + (int)threadIdx.x;
-        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+        los[threadIdx.x] = t < T ? attn_lo(pos, bT, t, window) : T;
     }
 }
 
@@ -803,7 +867,7 @@ __device__ __forceinline__ void attn_tile(float* tile, const void* qkv, int dq, 
 // flag (null when pos is null and nothing was checked).
 extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, int dq, void* out, int dout, float* lse,
                                                              const int* pos, int T, int H, int KV, int D, int nqt,
-                                                             float scale, const int* bad) {
+                                                             float scale, int window, float cap, const int* bad) {
     __shared__ float Qs[AF_BQ * ATT_DP];
     __shared__ float KVs[AF_BK * ATT_DP];
     __shared__ float Ps[AF_BQ * (AF_BK + 1)];
@@ -821,7 +885,7 @@ extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, in
     const bool rowOK = i < T;
     const i64 bT = (i64)b * T;
     attn_tile(Qs, qkv, dq, bT, q0, AF_BQ, T, W, (i64)h * D, D, AF_NT);
-    attn_los(los, pos, bT, q0, AF_BQ, T);
+    attn_los(los, pos, bT, q0, AF_BQ, T, window);
     __syncthreads();
     const int lo = los[r];
     const int jmin = attn_jmin(los, AF_BQ, T);
@@ -845,7 +909,7 @@ extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, in
                 const float* kr = KVs + c * ATT_DP;
                 float a = 0;
                 for (int d = 0; d < D; d++) a += q[d] * kr[d];
-                v = a * scale;
+                v = attn_score(a, scale, cap);
             }
             s[kk] = v;
             prow[c] = v;
@@ -905,18 +969,19 @@ extern "C" __global__ void attn_bwd_rowdot(const void* dout, int ddo, const void
 // outside the mask.
 __device__ __forceinline__ void attn_bwd_p(const float* Qs, const float* Os, const float* Ks, const float* Vs, int rr,
                                            int c, int i, int j, int lo, float lsev, float drv, int T, int D,
-                                           float scale, float* p, float* ds) {
+                                           float scale, float cap, float* p, float* ds) {
     *p = 0;
     *ds = 0;
     if (i >= T || j < lo || j > i) return;
     const float *q = Qs + rr * ATT_DP, *k = Ks + c * ATT_DP, *go = Os + rr * ATT_DP, *v = Vs + c * ATT_DP;
     float a = 0;
     for (int d = 0; d < D; d++) a += q[d] * k[d];
-    float pv = expf(a * scale - lsev);
+    const float z = attn_score(a, scale, cap);
+    float pv = expf(z - lsev);
     float dp = 0;
     for (int d = 0; d < D; d++) dp += go[d] * v[d];
     *p = pv;
-    *ds = pv * (dp - drv);
+    *ds = cap > 0 ? pv * (dp - drv) * attn_dcap(z, cap) : pv * (dp - drv);
 }
 
 // attn_bwd_dkv: one block of AB_NT threads per (b, key/value head g, key
@@ -928,7 +993,7 @@ __device__ __forceinline__ void attn_bwd_p(const float* Qs, const float* Os, con
 extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dout, int ddo, const void* qkv, int dq,
                                                                  const float* lse, const float* drow, const int* pos,
                                                                  void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                 int nkt, float scale, const int* bad) {
+                                                                 int nkt, float scale, int window, float cap, const int* bad) {
     __shared__ float Ks[AB_BK * ATT_DP];
     __shared__ float Vs[AB_BK * ATT_DP];
     __shared__ float Qs[AB_BQ * ATT_DP];
@@ -943,7 +1008,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
     const int g = (int)((blk / nkt) % KV);
     const int b = (int)(blk / nkt / KV);
     const int R = H / KV;
-    const int k0 = kt * AB_BK, kend = min(k0 + AB_BK, T) - 1;
+    const int k0 = kt * AB_BK, kend = min(k0 + AB_BK, T) - 1, qend = attn_qend(kend, T, window);
     const int c = threadIdx.x / AB_TPR, part = threadIdx.x % AB_TPR;
     const int j = k0 + c;
     const i64 bT = (i64)b * T;
@@ -954,7 +1019,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
     for (int k = 0; k < AB_DPT; k++) dk[k] = dv[k] = 0;
     for (int h = g * R; h < (g + 1) * R; h++) {
         const i64 lrow = ((i64)b * H + h) * T;
-        for (int q0 = (k0 / AB_BQ) * AB_BQ; q0 < T; q0 += AB_BQ) {
+        for (int q0 = (k0 / AB_BQ) * AB_BQ; q0 < qend; q0 += AB_BQ) {
             __syncthreads(); // the previous tile's reads are done
             attn_tile(Qs, qkv, dq, bT, q0, AB_BQ, T, W, (i64)h * D, D, AB_NT);
             for (int e = threadIdx.x; e < AB_BQ * D; e += AB_NT) {
@@ -965,7 +1030,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
                 int t = q0 + threadIdx.x;
                 lses[threadIdx.x] = t < T ? lse[lrow + t] : 0.0f;
                 drs[threadIdx.x] = t < T ? drow[lrow + t] : 0.0f;
-                los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+                los[threadIdx.x] = t < T ? attn_lo(pos, bT, t, window) : T;
             }
             __syncthreads();
             bool any = false;
@@ -979,7 +1044,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
             for (int e = 0; e < AB_EPT; e++) {
                 int rr = part + AB_TPR * e;
                 float p;
-                attn_bwd_p(Qs, Os, Ks, Vs, rr, c, q0 + rr, j, los[rr], lses[rr], drs[rr], T, D, scale, &p, &ds[e]);
+                attn_bwd_p(Qs, Os, Ks, Vs, rr, c, q0 + rr, j, los[rr], lses[rr], drs[rr], T, D, scale, cap, &p, &ds[e]);
                 Ps[rr * (AB_BK + 1) + c] = p;
             }
             __syncthreads();
@@ -1025,7 +1090,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
 extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout, int ddo, const void* qkv, int dq,
                                                                 const float* lse, const float* drow, const int* pos,
                                                                 void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                int nqt, float scale, const int* bad) {
+                                                                int nqt, float scale, int window, float cap, const int* bad) {
     __shared__ float Qs[AB_BQ * ATT_DP];
     __shared__ float Os[AB_BQ * ATT_DP];
     __shared__ float Ks[AB_BK * ATT_DP];
@@ -1050,7 +1115,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
         int rr = e / D, d = e % D, t = q0 + rr;
         Os[rr * ATT_DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
     }
-    attn_los(los, pos, bT, q0, AB_BQ, T);
+    attn_los(los, pos, bT, q0, AB_BQ, T, window);
     const float lsev = rowOK ? lse[lrow + i] : 0.0f, drv = rowOK ? drow[lrow + i] : 0.0f;
     __syncthreads();
     const int lo = los[r];
@@ -1068,7 +1133,7 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
         for (int e = 0; e < AB_EPT; e++) {
             int c = part + AB_TPR * e;
             float p, ds;
-            attn_bwd_p(Qs, Os, Ks, Vs, r, c, i, k0 + c, lo, lsev, drv, T, D, scale, &p, &ds);
+            attn_bwd_p(Qs, Os, Ks, Vs, r, c, i, k0 + c, lo, lsev, drv, T, D, scale, cap, &p, &ds);
             Ps[r * (AB_BK + 1) + c] = ds;
         }
         __syncthreads();
@@ -1280,7 +1345,7 @@ __device__ __forceinline__ float row_sum4(float v) {
 // end l is summed over the group, out = O / l and lse = m + log(l).
 extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv, int dq, void* out, int dout, float* lse,
                                                                 const int* pos, int T, int H, int KV, int D, int nqt,
-                                                                float scale, const int* bad) {
+                                                                float scale, int window, float cap, const int* bad) {
     __shared__ __align__(16) u16 Qs[TC_BQ * TC_DP];
     __shared__ __align__(16) u16 Ks[TC_BK * TC_DP];
     __shared__ __align__(16) u16 Vt[ATT_D * TC_TP];
@@ -1292,7 +1357,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv,
     const int w0 = (threadIdx.x / 32) * 16, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
     const i64 bT = (i64)b * T;
     tc_tile(Qs, qkv, bT, q0, TC_BQ, T, W, (i64)h * D, D);
-    attn_los(los, pos, bT, q0, TC_BQ, T);
+    attn_los(los, pos, bT, q0, TC_BQ, T, window);
     __syncthreads();
     const int jmin = attn_jmin(los, TC_BQ, T);
     const int jmax = min(q0 + TC_BQ, T) - 1, nk = D / 16;
@@ -1318,7 +1383,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv,
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int r = e / 2, i = row[r], j = k0 + nt * 8 + tig * 2 + (e & 1);
-                s[nt][e] = i < T && j >= lo[r] && j <= i ? s[nt][e] * scale : NEG_INF;
+                s[nt][e] = i < T && j >= lo[r] && j <= i ? attn_score(s[nt][e], scale, cap) : NEG_INF;
                 mt[r] = fmaxf(mt[r], s[nt][e]);
             }
         mt[0] = row_max4(mt[0]);
@@ -1369,7 +1434,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_fwd_tc(const void* qkv,
 extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* dout, int ddo, const void* qkv, int dq,
                                                                    const float* lse, const float* drow, const int* pos,
                                                                    void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                   int nqt, float scale, const int* bad) {
+                                                                   int nqt, float scale, int window, float cap, const int* bad) {
     __shared__ __align__(16) u16 Xs[TC_BQ * TC_DP]; // Q, then dO, on their way into fragments
     __shared__ __align__(16) u16 Ks[TC_BK * TC_DP];
     __shared__ __align__(16) u16 Vs[TC_BK * TC_DP];
@@ -1383,7 +1448,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
     const i64 bT = (i64)b * T, lrow = ((i64)b * H + h) * T;
     const int nk = D / 16;
     tc_tile(Xs, qkv, bT, q0, TC_BQ, T, W, (i64)h * D, D);
-    attn_los(los, pos, bT, q0, TC_BQ, T);
+    attn_los(los, pos, bT, q0, TC_BQ, T, window);
     __syncthreads();
     unsigned qa[ATT_D / 16][4], oa[ATT_D / 16][4];
 #pragma unroll
@@ -1418,8 +1483,9 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
             for (int e = 0; e < 4; e++) {
                 const int r = e / 2, i = row[r], j = k0 + nt * 8 + tig * 2 + (e & 1);
                 const bool ok = i < T && j >= lo[r] && j <= i;
-                const float p = ok ? expf(s[nt][e] * scale - lsev[r]) : 0.0f;
-                s[nt][e] = ok ? p * (dp[nt][e] - drv[r]) : 0.0f; // dS
+                const float z = attn_score(s[nt][e], scale, cap);
+                const float p = ok ? expf(z - lsev[r]) : 0.0f;
+                s[nt][e] = ok ? p * (dp[nt][e] - drv[r]) * attn_dcap(z, cap) : 0.0f; // dS
             }
         tc_accumulate(dq, acc, s, Kt, D);
     }
@@ -1449,7 +1515,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dq_tc(const void* d
 extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* dout, int ddo, const void* qkv, int dq,
                                                                     const float* lse, const float* drow, const int* pos,
                                                                     void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                    int nkt, float scale, const int* bad) {
+                                                                    int nkt, float scale, int window, float cap, const int* bad) {
     __shared__ __align__(16) u16 Xs[TC_BQ * TC_DP]; // K, then V, into fragments; then a query tile's Q (first half) and dO
     __shared__ __align__(16) u16 Qt[ATT_D * TC_TP];
     __shared__ __align__(16) u16 Ot[ATT_D * TC_TP];
@@ -1465,7 +1531,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
     const int g = (int)((blk / nkt) % KV);
     const int b = (int)(blk / nkt / KV);
     const int R = H / KV;
-    const int k0 = kt * TC_BQ, kend = min(k0 + TC_BQ, T) - 1;
+    const int k0 = kt * TC_BQ, kend = min(k0 + TC_BQ, T) - 1, qend = attn_qend(kend, T, window);
     const int w0 = (threadIdx.x / 32) * 16, gid = (threadIdx.x % 32) / 4, tig = threadIdx.x % 4;
     const int key[2] = {k0 + w0 + gid, k0 + w0 + gid + 8};
     const i64 bT = (i64)b * T;
@@ -1489,7 +1555,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
         for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0;
     for (int h = g * R; h < (g + 1) * R; h++) {
         const i64 lrow = ((i64)b * H + h) * T;
-        for (int q0 = (k0 / TC_BK) * TC_BK; q0 < T; q0 += TC_BK) {
+        for (int q0 = (k0 / TC_BK) * TC_BK; q0 < qend; q0 += TC_BK) {
             __syncthreads(); // the previous tile's (and V's) reads are done
             tc_tile(Qs, qkv, bT, q0, TC_BK, T, W, (i64)h * D, D);
             tc_tile(Os, dout, bT, q0, TC_BK, T, (i64)H * D, (i64)h * D, D);
@@ -1499,7 +1565,7 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
                 int t = q0 + threadIdx.x;
                 lses[threadIdx.x] = t < T ? lse[lrow + t] : 0.0f;
                 drs[threadIdx.x] = t < T ? drow[lrow + t] : 0.0f;
-                los[threadIdx.x] = t < T ? attn_lo(pos, bT, t) : T;
+                los[threadIdx.x] = t < T ? attn_lo(pos, bT, t, window) : T;
             }
             __syncthreads();
             bool any = false;
@@ -1534,9 +1600,10 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
                 for (int e = 0; e < 4; e++) {
                     const int j = key[e / 2], c = nt * 8 + tig * 2 + (e & 1), i = q0 + c;
                     const bool ok = i < T && j >= los[c] && j <= i;
-                    const float p = ok ? expf(s[nt][e] * scale - lses[c]) : 0.0f;
+                    const float z = attn_score(s[nt][e], scale, cap);
+                    const float p = ok ? expf(z - lses[c]) : 0.0f;
                     s[nt][e] = p;
-                    dp[nt][e] = ok ? p * (dp[nt][e] - drs[c]) : 0.0f; // dSᵀ
+                    dp[nt][e] = ok ? p * (dp[nt][e] - drs[c]) * attn_dcap(z, cap) : 0.0f; // dSᵀ
                 }
 #pragma unroll
             for (int kk = 0; kk < TC_BK / 16; kk++) {
@@ -1576,9 +1643,11 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
 // kv_append copies the key and value heads of n packed qkv rows into rows
 // start, start+1, ... of the caches (KV·D values a row); n counts values.
 // attn_cached: one block of NT threads per (new token i, head h), the token
-// at position start+i seeing cache rows 0..start+i, in tiles of NT keys
+// at position start+i seeing cache rows 0..start+i (with a sliding window
+// only the last window of them: the tiles start at its first key, so a
+// decode step costs O(window)), in tiles of NT keys
 // with one score per thread (q in shared memory, q·k in fp32 in index
-// order, times scale); the tile's maximum and its sum of exp(s - m)
+// order, times scale, soft-capped by attn_score); the tile's maximum and its sum of exp(s - m)
 // (double) by block_max_f's and block_sum_d's fixed trees, the running max
 // m and sum l updated online as in attn_fwd; thread d < D owns output dim
 // d: o = o·exp(m_old - m) + Σ_c p_c·v_c,d in key order; out = o / l.
@@ -1600,7 +1669,7 @@ extern "C" __global__ void kv_append(const void* qkv, int dq, void* kc, int dk, 
 
 extern "C" __global__ void __launch_bounds__(NT) attn_cached(const void* qkv, int dq, const void* kc, int dk,
                                                              const void* vc, int dv, void* out, int dout, int start,
-                                                             int H, int KV, int D, float scale) {
+                                                             int H, int KV, int D, float scale, int window, float cap) {
     __shared__ float qs[ATT_D];
     __shared__ float ps[NT];
     __shared__ float shf[NT];
@@ -1610,17 +1679,18 @@ extern "C" __global__ void __launch_bounds__(NT) attn_cached(const void* qkv, in
     const int g = h / (H / KV);
     const i64 W = (i64)(H + 2 * KV) * D, KW = (i64)KV * D;
     const i64 last = (i64)start + i;
+    const i64 first = window > 0 && last + 1 > window ? last + 1 - window : 0; // the window's first key
     for (int d = threadIdx.x; d < D; d += NT) qs[d] = ld(qkv, dq, i * W + (i64)h * D + d);
     __syncthreads();
     float m = NEG_INF, o = 0;
     double l = 0;
-    for (i64 k0 = 0; k0 <= last; k0 += NT) {
+    for (i64 k0 = first; k0 <= last; k0 += NT) {
         const i64 j = k0 + threadIdx.x;
         float sc = NEG_INF;
         if (j <= last) {
             float a = 0;
             for (int d = 0; d < D; d++) a += qs[d] * ld(kc, dk, j * KW + (i64)g * D + d);
-            sc = a * scale;
+            sc = attn_score(a, scale, cap);
         }
         const float mt = fmaxf(m, block_max_f(sc, shf)); // key k0 <= last: finite
         const float p = sc == NEG_INF ? 0.0f : expf(sc - mt);
@@ -1643,10 +1713,19 @@ extern "C" __global__ void __launch_bounds__(NT) attn_cached(const void* qkv, in
 // ---- cross-entropy -------------------------------------------------------
 //
 // A row whose target is < 0 (model.IgnoreTarget) is ignored: loss 0,
-// dlogits 0. Targets >= vocab were refused by check_ids.
+// dlogits 0. Targets >= vocab were refused by check_ids. With softcap > 0
+// every logit x is first made z = softcap·tanh(x/softcap) (double,
+// rounded to fp32, as gpu/cpu's capLogits), recomputed from the stored
+// logits wherever it is read (Gemma 2's final soft cap); softcap 0 reads
+// the logits as they are.
+
+__device__ __forceinline__ float xent_z(const void* logits, int dl, i64 i, float softcap) {
+    float x = ld(logits, dl, i);
+    return softcap > 0 ? (float)((double)softcap * tanh((double)x / (double)softcap)) : x;
+}
 
 extern "C" __global__ void xent_fwd(const void* logits, int dl, const int* targets, void* losses, int dlo, i64 vocab,
-                                    const int* bad) {
+                                    float softcap, const int* bad) {
     __shared__ double shd[NT];
     __shared__ float shf[NT];
     if (*bad) return;
@@ -1658,17 +1737,20 @@ extern "C" __global__ void xent_fwd(const void* logits, int dl, const int* targe
     }
     i64 base = r * vocab;
     float mx = NEG_INF;
-    for (i64 c = threadIdx.x; c < vocab; c += NT) mx = fmaxf(mx, ld(logits, dl, base + c));
+    for (i64 c = threadIdx.x; c < vocab; c += NT) mx = fmaxf(mx, xent_z(logits, dl, base + c, softcap));
     mx = block_max_f(mx, shf);
     double s = 0;
-    for (i64 c = threadIdx.x; c < vocab; c += NT) s += exp((double)(ld(logits, dl, base + c) - mx));
+    for (i64 c = threadIdx.x; c < vocab; c += NT) s += exp((double)(xent_z(logits, dl, base + c, softcap) - mx));
     s = block_sum_d(s, shd);
-    if (threadIdx.x == 0) st(losses, dlo, r, (float)(log(s) + (double)mx - (double)ld(logits, dl, base + tg)));
+    if (threadIdx.x == 0)
+        st(losses, dlo, r, (float)(log(s) + (double)mx - (double)xent_z(logits, dl, base + tg, softcap)));
 }
 
-// xent_bwd: dlogits = (softmax - onehot) * scale; dlogits may be logits.
+// xent_bwd: dlogits = (softmax(z) - onehot) · (1 - (z/softcap)²) · scale
+// (the factor only with softcap > 0); dlogits may be logits (each thread
+// reads a logit before it writes its gradient).
 extern "C" __global__ void xent_bwd(const void* logits, int dl, const int* targets, void* dlogits, int ddl, i64 vocab,
-                                    float scale, const int* bad) {
+                                    float scale, float softcap, const int* bad) {
     __shared__ double shd[NT];
     __shared__ float shf[NT];
     if (*bad) return;
@@ -1680,14 +1762,19 @@ extern "C" __global__ void xent_bwd(const void* logits, int dl, const int* targe
         return;
     }
     float mx = NEG_INF;
-    for (i64 c = threadIdx.x; c < vocab; c += NT) mx = fmaxf(mx, ld(logits, dl, base + c));
+    for (i64 c = threadIdx.x; c < vocab; c += NT) mx = fmaxf(mx, xent_z(logits, dl, base + c, softcap));
     mx = block_max_f(mx, shf);
     double s = 0;
-    for (i64 c = threadIdx.x; c < vocab; c += NT) s += exp((double)(ld(logits, dl, base + c) - mx));
+    for (i64 c = threadIdx.x; c < vocab; c += NT) s += exp((double)(xent_z(logits, dl, base + c, softcap) - mx));
     s = block_sum_d(s, shd);
     for (i64 c = threadIdx.x; c < vocab; c += NT) {
-        float p = (float)(exp((double)(ld(logits, dl, base + c) - mx)) / s);
+        float z = xent_z(logits, dl, base + c, softcap);
+        float p = (float)(exp((double)(z - mx)) / s);
         if (c == tg) p -= 1.0f;
+        if (softcap > 0) {
+            double t = (double)z / (double)softcap;
+            p = (float)((double)p * (1 - t * t));
+        }
         st(dlogits, ddl, base + c, p * scale);
     }
 }

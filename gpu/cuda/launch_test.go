@@ -35,7 +35,8 @@ func kernelParams(t *testing.T) map[string][]string {
 				continue
 			case strings.Contains(p, "*"):
 				kinds = append(kinds, "ptr")
-			case strings.HasPrefix(p, "int "), strings.HasPrefix(p, "i64 "), strings.HasPrefix(p, "float "), strings.HasPrefix(p, "unsigned "):
+			case strings.HasPrefix(p, "int "), strings.HasPrefix(p, "i64 "), strings.HasPrefix(p, "float "), strings.HasPrefix(p, "unsigned "),
+				strings.HasPrefix(p, "RopeFreqs "):
 				kinds = append(kinds, strings.Fields(p)[0])
 			default:
 				t.Fatalf("kernel %s: parameter %q of an unknown kind", m[1], p)
@@ -97,6 +98,8 @@ func goLaunches(t *testing.T) []launchSite {
 			return "i64"
 		case "float32":
 			return "float"
+		case "*github.com/strata-ai/strata/gpu/cuda.ropeFreqs":
+			return "RopeFreqs" // passed by value: launch hands the driver the array's address
 		default:
 			return "unpackable " + tv.Type.String()
 		}
@@ -207,7 +210,8 @@ func TestLaunchBlockSizes(t *testing.T) {
 	}{
 		{"ATT_D", attnMaxHeadDim}, {"AF_BQ", attnFwdRows}, {"AF_BK", attnFwdRows}, {"AF_NT", attnFwdThreads},
 		{"AB_BQ", attnBwdRows}, {"AB_BK", attnBwdRows}, {"AB_NT", attnBwdThreads}, {"NT", rowThreads}, {"VEC", vecElems},
-		{"TC_BQ", attnTCRows}, {"TC_NT", attnTCThreads},
+		{"TC_BQ", attnTCRows}, {"TC_NT", attnTCThreads}, {"ROPE_MAX_FREQS", len(ropeFreqs{})},
+		{"GLU_SILU", int(gluActs[gpu.Silu])}, {"GLU_GELU_TANH", int(gluActs[gpu.GeluTanh])},
 	} {
 		if !regexp.MustCompile(`(?m)^#define ` + c.def + ` ` + strconv.Itoa(c.want) + `\b`).MatchString(kernelSource) {
 			t.Errorf("kernels.cu: %s is not %d", c.def, c.want)

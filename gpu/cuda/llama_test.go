@@ -99,8 +99,10 @@ func (w *twins) near(what string, p pair, tol float64) {
 
 // TestLlamaOpsMatchCPUBackend runs the ops of the Llama family — grouped-
 // query attention over packed examples (head dims 64 and 128, T not a
-// multiple of any tile), RoPE, RMSNorm, SwiGLU, embedding without wpe and
-// cross-entropy with ignored targets — on both backends and compares.
+// multiple of any tile; plain, and with a sliding window, a soft cap and a
+// custom scale), RoPE (whole heads, and partial with a scale), RMSNorm,
+// SwiGLU and GeGLU, embedding without wpe and cross-entropy with ignored
+// targets, with and without a soft cap — on both backends and compares.
 // Tolerances: f32, 1e-4 of the largest magnitude (fp32 sums in different
 // orders, over at most a few hundred terms, and expf against float64 exp);
 // bf16 outputs, 1e-2 (one rounding of 2^-9 on either side, and the
@@ -117,23 +119,33 @@ func TestLlamaOpsMatchCPUBackend(t *testing.T) {
 		if dt == gpu.BF16 {
 			tol = 1e-2
 		}
-		for _, c := range []struct{ B, T, H, KV, D int }{{2, 77, 8, 2, 64}, {1, 45, 4, 4, 128}, {3, 17, 6, 3, 32}} {
-			name := fmt.Sprintf("%s B%d T%d H%d KV%d D%d", dt, c.B, c.T, c.H, c.KV, c.D)
+		for _, c := range []struct {
+			B, T, H, KV, D int
+			opt            gpu.AttnOptions
+			rope           gpu.Rope
+		}{
+			{2, 77, 8, 2, 64, gpu.AttnOptions{}, gpu.DefaultRope(64, 500000)},
+			{1, 45, 4, 4, 128, gpu.AttnOptions{}, gpu.DefaultRope(128, 500000)},
+			{3, 17, 6, 3, 32, gpu.AttnOptions{}, gpu.DefaultRope(32, 500000)},
+			{2, 77, 8, 2, 64, gpu.AttnOptions{Window: 20, SoftCap: 30, Scale: 0.0625}, gpu.Rope{InvFreq: gpu.InvFreq(32, 10000), Scale: 1.25, Dims: 32}},
+			{1, 45, 4, 4, 128, gpu.AttnOptions{Window: 1}, gpu.DefaultRope(128, 10000)},
+		} {
+			name := fmt.Sprintf("%s B%d T%d H%d KV%d D%d %+v", dt, c.B, c.T, c.H, c.KV, c.D, c.opt)
 			W := (c.H + 2*c.KV) * c.D
 			qkv, pos := w.rand(c.B*c.T*W, dt, 1), w.ids(packedPos(w.r, c.B, c.T))
 			out, lse := w.rand(c.B*c.T*c.H*c.D, dt, 1), w.rand(c.B*c.H*c.T, gpu.F32, 1)
 			dout, dqkv := w.rand(c.B*c.T*c.H*c.D, dt, 1), w.rand(c.B*c.T*W, dt, 1)
 			w.run(func(o gpu.Ops, s gpu.Stream, x func(pair) gpu.Buffer) {
-				o.RopeForward(s, x(qkv), x(pos), c.B, c.T, c.H, c.KV, c.D, 500000)
-				o.AttentionForward(s, x(qkv), x(out), x(lse), x(pos), c.B, c.T, c.H, c.KV, c.D)
-				o.AttentionBackward(s, x(dout), x(qkv), x(out), x(lse), x(pos), x(dqkv), c.B, c.T, c.H, c.KV, c.D)
+				o.RopeForward(s, x(qkv), x(pos), c.B, c.T, c.H, c.KV, c.D, c.rope)
+				o.AttentionForward(s, x(qkv), x(out), x(lse), x(pos), c.B, c.T, c.H, c.KV, c.D, c.opt)
+				o.AttentionBackward(s, x(dout), x(qkv), x(out), x(lse), x(pos), x(dqkv), c.B, c.T, c.H, c.KV, c.D, c.opt)
 			})
 			w.near(name+": rope", qkv, tol)
 			w.near(name+": attention out", out, tol)
 			w.near(name+": attention lse", lse, 1e-4)
 			w.near(name+": attention dqkv", dqkv, tol)
 			w.run(func(o gpu.Ops, s gpu.Stream, x func(pair) gpu.Buffer) {
-				o.RopeBackward(s, x(dqkv), nil, c.B, c.T, c.H, c.KV, c.D, 10000)
+				o.RopeBackward(s, x(dqkv), nil, c.B, c.T, c.H, c.KV, c.D, c.rope)
 			})
 			w.near(name+": rope backward", dqkv, tol)
 		}
@@ -144,12 +156,18 @@ func TestLlamaOpsMatchCPUBackend(t *testing.T) {
 		w.run(func(o gpu.Ops, s gpu.Stream, b func(pair) gpu.Buffer) {
 			o.RMSNormForward(s, b(x), b(gamma), b(y), b(rstd), rows, cols, 1e-5)
 			o.RMSNormBackward(s, b(dy), b(x), b(gamma), b(rstd), b(dx), b(dgamma), rows, cols)
-			o.SwiGLUForward(s, b(gu), b(sy), rows, ffn)
-			o.SwiGLUBackward(s, b(gu), b(sdy), b(dgu), rows, ffn)
+			o.GLUForward(s, b(gu), b(sy), rows, ffn, gpu.Silu)
+			o.GLUBackward(s, b(gu), b(sdy), b(dgu), rows, ffn, gpu.Silu)
 		})
 		for name, p := range map[string]pair{"rmsnorm y": y, "rmsnorm rstd": rstd, "rmsnorm dx": dx, "rmsnorm dgamma": dgamma, "swiglu y": sy, "swiglu dgateUp": dgu} {
 			w.near(fmt.Sprintf("%s %s", dt, name), p, tol)
 		}
+		w.run(func(o gpu.Ops, s gpu.Stream, b func(pair) gpu.Buffer) {
+			o.GLUForward(s, b(gu), b(sy), rows, ffn, gpu.GeluTanh)
+			o.GLUBackward(s, b(gu), b(sdy), b(dgu), rows, ffn, gpu.GeluTanh)
+		})
+		w.near(fmt.Sprintf("%s geglu y", dt), sy, tol)
+		w.near(fmt.Sprintf("%s geglu dgateUp", dt), dgu, tol)
 		ids, targets := make([]int32, rows), make([]int32, rows)
 		for i := range ids {
 			ids[i], targets[i] = int32(w.r.IntN(vocab)), int32(w.r.IntN(vocab))
@@ -160,8 +178,8 @@ func TestLlamaOpsMatchCPUBackend(t *testing.T) {
 		logits, losses, dlogits := w.rand(rows*vocab, dt, 3), w.rand(rows, dt, 1), w.rand(rows*vocab, dt, 1)
 		w.run(func(o gpu.Ops, s gpu.Stream, b func(pair) gpu.Buffer) {
 			o.EmbeddingForward(s, b(gi), nil, b(wte), nil, b(emb), 1, rows, cols)
-			o.CrossEntropyForward(s, b(logits), b(gt), b(losses), rows, vocab)
-			o.CrossEntropyBackward(s, b(logits), b(gt), b(dlogits), rows, vocab, 0.5)
+			o.CrossEntropyForward(s, b(logits), b(gt), b(losses), rows, vocab, 0)
+			o.CrossEntropyBackward(s, b(logits), b(gt), b(dlogits), rows, vocab, 0.5, 0)
 		})
 		w.near(fmt.Sprintf("%s embedding without wpe", dt), emb, 0)
 		w.near(fmt.Sprintf("%s cross-entropy losses", dt), losses, tol)
@@ -236,11 +254,11 @@ func attnPositionErrors(t *testing.T, d gpu.Device, fwd, bwd string) {
 		}
 		pos := put(t, d, idb32(pv), len(pv), gpu.I32)
 		before := [][]byte{get(t, d, out), get(t, d, lse), get(t, d, dqkv)}
-		o.AttentionForward(s, qkv, out, lse, pos, B, T, H, KV, D)
+		o.AttentionForward(s, qkv, out, lse, pos, B, T, H, KV, D, gpu.AttnOptions{})
 		if err := s.Synchronize(); err == nil || err.Error() != fwd+": "+c.want {
 			t.Errorf("forward, pos %d at token %d: error %v, want %q", c.val, c.at, err, fwd+": "+c.want)
 		}
-		o.AttentionBackward(s, dout, qkv, out, lse, pos, dqkv, B, T, H, KV, D)
+		o.AttentionBackward(s, dout, qkv, out, lse, pos, dqkv, B, T, H, KV, D, gpu.AttnOptions{})
 		if err := s.Synchronize(); err == nil || err.Error() != bwd+": "+c.want {
 			t.Errorf("backward, pos %d at token %d: error %v, want %q", c.val, c.at, err, bwd+": "+c.want)
 		}
@@ -253,8 +271,8 @@ func attnPositionErrors(t *testing.T, d gpu.Device, fwd, bwd string) {
 	// A check that failed before (a bad target) does not stop attention
 	// without pos, which checks nothing.
 	targets := put(t, d, idb32([]int32{vocab}), 1, gpu.I32)
-	o.CrossEntropyForward(s, randF32(vocab), targets, nan(1), 1, vocab)
-	o.AttentionForward(s, qkv, out, lse, nil, B, T, H, KV, D)
+	o.CrossEntropyForward(s, randF32(vocab), targets, nan(1), 1, vocab, 0)
+	o.AttentionForward(s, qkv, out, lse, nil, B, T, H, KV, D, gpu.AttnOptions{})
 	if err := s.Synchronize(); err == nil || !strings.Contains(err.Error(), "cross-entropy: target") {
 		t.Errorf("bad target: error %v", err)
 	}

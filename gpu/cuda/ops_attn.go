@@ -81,7 +81,17 @@ func attnCheck(op string, batch, seq, heads, kvHeads, headDim int) error {
 	return nil
 }
 
-func attnScale(headDim int) float32 { return float32(1 / math.Sqrt(float64(headDim))) }
+// attnArgs are the kernels' scale, window and cap arguments of opt (the
+// front end has checked it: scale and cap finite and >= 0, window >= 0).
+type attnArgs struct {
+	scale  float32
+	window int32
+	cap    float32
+}
+
+func attnArgsOf(opt gpu.AttnOptions, headDim int) attnArgs {
+	return attnArgs{scale: opt.ScaleFor(headDim), window: int32(min(opt.Window, math.MaxInt32)), cap: opt.SoftCap}
+}
 
 // AttentionForward: causal grouped-query attention by the flash-attention
 // algorithm (attn_fwd): one block of 128 threads per (batch, head, tile of
@@ -92,20 +102,26 @@ func attnScale(headDim int) float32 { return float32(1 / math.Sqrt(float64(headD
 // An unsupported shape (head dimension past 128) or a position outside
 // [0, its column] (check_pos) is an error on the stream and leaves out
 // and lse unchanged.
-func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch, seq, heads, kvHeads, headDim int) {
+//
+// opt's scale multiplies the scores, its window makes the blocks start at
+// the first key tile their queries see (O(seq·window)), its soft cap
+// caps each score with tanhf; the zero value gives the plain attention's
+// bits.
+func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch, seq, heads, kvHeads, headDim int, opt gpu.AttnOptions) {
 	if err := attnCheck("attention", batch, seq, heads, kvHeads, headDim); err != nil {
 		s.fail(err)
 		return
 	}
 	bad := s.checkPos(pos, batch, seq, codeAttnPos)
 	sh := attnShapes(batch, seq, heads, kvHeads)
+	a := attnArgsOf(opt, headDim)
 	if o.tensorCores(qkv, nil, headDim) {
 		s.launch("attn_fwd_tc", uint32(sh.tcGrid), attnTCThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
-			int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), attnScale(headDim), bad)
+			int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), a.scale, a.window, a.cap, bad)
 		return
 	}
 	s.launch("attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
-		int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim), bad)
+		int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), a.scale, a.window, a.cap, bad)
 }
 
 // AttentionBackward writes dqkv as FlashAttention-2 does, deterministic
@@ -120,7 +136,11 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 // on tensor cores, P and dS rounded to qkv's dtype before them. dqkv may
 // not alias qkv, dout or out. A position outside [0, its
 // column] (check_pos) is an error on the stream and leaves dqkv unchanged.
-func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int) {
+// With opt's window the dK/dV blocks stop at the last query tile that
+// sees their keys and the dQ blocks start at the first key tile their
+// queries see (O(seq·window)); with its soft cap dS is multiplied by
+// 1 - (s/cap)². opt must be the forward's (lse depends on it).
+func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *Buffer, batch, seq, heads, kvHeads, headDim int, opt gpu.AttnOptions) {
 	if err := attnCheck("attention-backward", batch, seq, heads, kvHeads, headDim); err != nil {
 		s.fail(err)
 		return
@@ -130,7 +150,7 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 	if sh.dkvGrid == 0 && sh.dqGrid == 0 {
 		return
 	}
-	scale := attnScale(headDim)
+	a := attnArgsOf(opt, headDim)
 	g := o.d.g
 	tc := o.tensorCores(qkv, dout, headDim)
 	s.run(func() error {
@@ -147,21 +167,21 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		if tc {
 			if err := g.launch(s.h, "attn_bwd_dkv_tc", uint32(sh.tcKVGrid), attnTCThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 				devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
-				int32(sh.tcTiles), scale, bad); err != nil {
+				int32(sh.tcTiles), a.scale, a.window, a.cap, bad); err != nil {
 				return err
 			}
 			return g.launch(s.h, "attn_bwd_dq_tc", uint32(sh.tcGrid), attnTCThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 				devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
-				int32(sh.tcTiles), scale, bad)
+				int32(sh.tcTiles), a.scale, a.window, a.cap, bad)
 		}
 		if err := g.launch(s.h, "attn_bwd_dkv", uint32(sh.dkvGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
-			int32(sh.bwdTiles), scale, bad); err != nil {
+			int32(sh.bwdTiles), a.scale, a.window, a.cap, bad); err != nil {
 			return err
 		}
 		return g.launch(s.h, "attn_bwd_dq", uint32(sh.dqGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
-			int32(sh.bwdTiles), scale, bad)
+			int32(sh.bwdTiles), a.scale, a.window, a.cap, bad)
 	})
 }
 
@@ -171,10 +191,11 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 // the n tokens as one row (attn_fwd_tc where tensorCores holds), its lse
 // into stream-ordered scratch; otherwise
 // by attn_cached, one block of 256 threads per (new token, head) reading
-// the caches (the decode kernel: one token a call). An unsupported shape
+// the caches (the decode kernel: one token a call; with opt's window only
+// the window's rows, O(window) a token). An unsupported shape
 // (head dimension past 128, a grid past 2^31-1 blocks) is an error on the
 // stream and leaves the caches and out unchanged.
-func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n, heads, kvHeads, headDim int) {
+func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n, heads, kvHeads, headDim int, opt gpu.AttnOptions) {
 	err := attnCheck("attention-cached", 1, start+n, heads, kvHeads, headDim)
 	if err == nil && int64(n)*int64(heads) > math.MaxInt32 {
 		err = fmt.Errorf("gpu/cuda: attention-cached: %d tokens × %d heads: the grid is past 2^31-1 blocks", n, heads)
@@ -186,12 +207,13 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 	if n == 0 || heads == 0 || headDim == 0 {
 		return
 	}
+	a := attnArgsOf(opt, headDim)
 	kvN := int64(n) * int64(kvHeads) * int64(headDim)
 	s.launchN("kv_append", kvN, qkv.p(), dt(qkv), kc.p(), dt(kc), vc.p(), dt(vc), int32(start), int32(heads), int32(kvHeads),
 		int32(headDim), kvN)
 	if start > 0 || kc.DType() != qkv.DType() || vc.DType() != qkv.DType() {
 		s.launch("attn_cached", uint32(n*heads), rowThreads, qkv.p(), dt(qkv), kc.p(), dt(kc), vc.p(), dt(vc), out.p(), dt(out),
-			int32(start), int32(heads), int32(kvHeads), int32(headDim), attnScale(headDim))
+			int32(start), int32(heads), int32(kvHeads), int32(headDim), a.scale, a.window, a.cap)
 		return
 	}
 	sh := attnShapes(1, n, heads, kvHeads)
@@ -205,26 +227,37 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 		defer free()
 		if tc {
 			return g.launch(s.h, "attn_fwd_tc", uint32(sh.tcGrid), attnTCThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out), devPtr(lse), devPtr(0),
-				int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), attnScale(headDim), devPtr(0)) // no pos: no check flag
+				int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), a.scale, a.window, a.cap, devPtr(0)) // no pos: no check flag
 		}
 		return g.launch(s.h, "attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out), devPtr(lse), devPtr(0),
-			int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), attnScale(headDim), devPtr(0)) // no pos: no check flag
+			int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), a.scale, a.window, a.cap, devPtr(0)) // no pos: no check flag
 	})
 }
 
-// RopeForward rotates the q and k heads of qkv in place (rope): one
-// thread per (token, q or k head, pair), cos and sin from double math in
-// the kernel (no table), the rotation in fp32.
-func (o *kernels) RopeForward(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
-	o.rope(s, qkv, pos, batch, seq, heads, kvHeads, headDim, theta, 0)
+// ropeFreqs is rope's inverse frequencies as the kernel takes them: by
+// value, a struct of gpu.MaxRopeDims/2 floats (kernels.cu's RopeFreqs,
+// 1 KiB of the 4 KiB of parameters a launch may pass), so the op needs
+// no upload and no scratch, and the caller's slice is copied when the op
+// is enqueued.
+type ropeFreqs [gpu.MaxRopeDims / 2]float32
+
+// RopeForward rotates the first r.Dims values of the q and k heads of qkv
+// in place (rope): one thread per (token, q or k head, pair), angle =
+// pos·InvFreq[i] and cos, sin in double in the kernel (no table), times
+// r.Scale and rounded to fp32, the rotation in fp32.
+func (o *kernels) RopeForward(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, r gpu.Rope) {
+	o.rope(s, qkv, pos, batch, seq, heads, kvHeads, headDim, r, 0)
 }
 
-// RopeBackward applies the transpose rotation to dqkv in place.
-func (o *kernels) RopeBackward(s *Stream, dqkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32) {
-	o.rope(s, dqkv, pos, batch, seq, heads, kvHeads, headDim, theta, 1)
+// RopeBackward applies the transposed rotation to dqkv in place.
+func (o *kernels) RopeBackward(s *Stream, dqkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, r gpu.Rope) {
+	o.rope(s, dqkv, pos, batch, seq, heads, kvHeads, headDim, r, 1)
 }
 
-func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, theta float32, inverse int32) {
-	n := int64(batch) * int64(seq) * int64(heads+kvHeads) * int64(headDim/2)
-	s.launchN("rope", n, qkv.p(), dt(qkv), optP(pos), int32(seq), int32(heads), int32(kvHeads), int32(headDim), theta, inverse, n)
+func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, headDim int, r gpu.Rope, inverse int32) {
+	var inv ropeFreqs
+	copy(inv[:], r.InvFreq) // the front end checked len(r.InvFreq) = r.Dims/2 <= len(inv)
+	n := int64(batch) * int64(seq) * int64(heads+kvHeads) * int64(r.Dims/2)
+	s.launchN("rope", n, qkv.p(), dt(qkv), optP(pos), int32(seq), int32(heads), int32(kvHeads), int32(headDim), &inv,
+		r.Scale, int32(r.Dims), inverse, n)
 }

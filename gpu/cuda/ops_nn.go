@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"math"
+
+	"github.com/strata-ai/strata/gpu"
 )
 
 // rowThreads is NT of kernels.cu: the block size of row-wise kernels.
@@ -83,44 +85,59 @@ func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buf
 // vecElems is VEC of kernels.cu: the elements of a chunk (16 bytes of bf16).
 const vecElems = 8
 
-// swigluChunks is the threads of the SwiGLU kernels: one per chunk of 8
+// gluChunks is the threads of the GLU kernels: one per chunk of 8
 // columns of gate (the last of a row may be short).
-func swigluChunks(rows, ffn int) int64 {
+func gluChunks(rows, ffn int) int64 {
 	return int64(rows) * ((int64(ffn) + vecElems - 1) / vecElems)
 }
 
-// SwiGLUForward: y = silu(gate) * up in double, rounded once; one thread
-// per chunk of 8 columns (16-byte vectors of bf16 where aligned).
-func (o *kernels) SwiGLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int) {
-	n := swigluChunks(rows, ffn)
-	s.launchN("swiglu_fwd", n, gateUp.p(), dt(gateUp), y.p(), dt(y), int64(ffn), n)
+// gluActs maps each gpu.GLUAct to kernels.cu's code (GLU_SILU,
+// GLU_GELU_TANH); the front end refuses any other act.
+var gluActs = map[gpu.GLUAct]int32{gpu.Silu: 0, gpu.GeluTanh: 1}
+
+func gluAct(act gpu.GLUAct) int32 {
+	c, ok := gluActs[act]
+	if !ok {
+		panic(fmt.Sprintf("gpu/cuda: GLU activation %v has no kernel", act))
+	}
+	return c
 }
 
-// SwiGLUBackward writes dgateUp: d gate = dy*up*silu'(gate), d up =
-// dy*silu(gate), one thread per chunk of 8 columns of gate.
-func (o *kernels) SwiGLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int) {
-	n := swigluChunks(rows, ffn)
-	s.launchN("swiglu_bwd", n, gateUp.p(), dt(gateUp), dy.p(), dt(dy), dgateUp.p(), dt(dgateUp), int64(ffn), n)
+// GLUForward: y = act(gate) * up in double (SwiGLU: silu; GeGLU: GELU's
+// tanh form), rounded once; one thread per chunk of 8 columns (16-byte
+// vectors of bf16 where aligned).
+func (o *kernels) GLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int, act gpu.GLUAct) {
+	n := gluChunks(rows, ffn)
+	s.launchN("glu_fwd", n, gateUp.p(), dt(gateUp), y.p(), dt(y), int64(ffn), gluAct(act), n)
 }
 
-// CrossEntropyForward: one block per row; losses[r] = log(sum exp(l-max))
-// + max - l[target] with the sum in double, or 0 where the target is < 0
-// (ignored). A target >= vocab is an error on the stream and leaves
-// losses unchanged.
-func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer, rows, vocab int) {
+// GLUBackward writes dgateUp: d gate = dy*up*act'(gate), d up =
+// dy*act(gate), one thread per chunk of 8 columns of gate.
+func (o *kernels) GLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int, act gpu.GLUAct) {
+	n := gluChunks(rows, ffn)
+	s.launchN("glu_bwd", n, gateUp.p(), dt(gateUp), dy.p(), dt(dy), dgateUp.p(), dt(dgateUp), int64(ffn), gluAct(act), n)
+}
+
+// CrossEntropyForward: one block per row; losses[r] = log(sum exp(z-max))
+// + max - z[target] with the sum in double, z the logits or, with softCap
+// > 0, softCap·tanh(logits/softCap) (double, rounded to fp32, recomputed
+// from the stored logits), or 0 where the target is < 0 (ignored). A
+// target >= vocab is an error on the stream and leaves losses unchanged.
+func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer, rows, vocab int, softCap float32) {
 	checkGrid("cross-entropy", rows)
 	s.checkIDs(targets, rows, math.MinInt32, vocab, codeTarget, false)
-	s.launch("xent_fwd", uint32(rows), rowThreads, logits.p(), dt(logits), targets.p(), losses.p(), dt(losses), int64(vocab), s.badFlag())
+	s.launch("xent_fwd", uint32(rows), rowThreads, logits.p(), dt(logits), targets.p(), losses.p(), dt(losses), int64(vocab),
+		softCap, s.badFlag())
 }
 
-// CrossEntropyBackward: dlogits = (softmax(logits) - onehot(target)) *
-// scale, or 0 for a row whose target is < 0; dlogits may be the logits
-// buffer itself.
-func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buffer, rows, vocab int, scale float32) {
+// CrossEntropyBackward: dlogits = (softmax(z) - onehot(target)) * scale,
+// times 1 - (z/softCap)² with softCap > 0 (z as in the forward), or 0 for
+// a row whose target is < 0; dlogits may be the logits buffer itself.
+func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buffer, rows, vocab int, scale, softCap float32) {
 	checkGrid("cross-entropy-backward", rows)
 	s.checkIDs(targets, rows, math.MinInt32, vocab, codeTarget, false)
 	s.launch("xent_bwd", uint32(rows), rowThreads, logits.p(), dt(logits), targets.p(), dlogits.p(), dt(dlogits),
-		int64(vocab), scale, s.badFlag())
+		int64(vocab), scale, softCap, s.badFlag())
 }
 
 // optP is b's device address, or 0 (a null pointer in the kernel) for an

@@ -31,7 +31,7 @@ var (
 // kernelNames are the kernels of kernels.cu looked up after loading.
 var kernelNames = []string{
 	"check_ids", "check_pos", "gelu_fwd", "gelu_bwd", "add", "add_columns", "dropout", "dequant_nf4", "dequant_int8", "scale", "axpy", "fill", "cast", "bias_add", "bias_gelu", "bias_grad_part", "colsum_final",
-	"swiglu_fwd", "swiglu_bwd", "rope", "layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_params_part",
+	"glu_fwd", "glu_bwd", "rope", "layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_params_part",
 	"rmsnorm_fwd", "rmsnorm_bwd_dx", "rmsnorm_bwd_gamma_part", "attn_fwd", "attn_bwd_rowdot", "attn_bwd_dkv",
 	"attn_bwd_dq", "attn_fwd_tc", "attn_bwd_dkv_tc", "attn_bwd_dq_tc", "kv_append", "attn_cached", "xent_fwd", "xent_bwd", "emb_fwd", "emb_links", "emb_bwd_rows", "emb_bwd_wpe",
 	"sumsq_partial", "sumsq_final", "adam_step", "reduce_ranks", "wait_flag", "write_flag",
@@ -194,8 +194,9 @@ func (g *gpuCtx) do(f func() error) error {
 type devPtr uint64
 
 // launch enqueues kernel name on stream s. args are devPtr, int32, int64,
-// uint32 or float32, in the order and of the sizes of the kernel's
-// parameters.
+// uint32, float32 or *ropeFreqs (a struct passed by value: the driver
+// copies the parameters when the launch is enqueued), in the order and of
+// the sizes of the kernel's parameters.
 func (g *gpuCtx) launch(s uintptr, name string, grid, block, sharedBytes uint32, args ...any) error {
 	f, ok := g.fn[name]
 	if !ok {
@@ -218,6 +219,9 @@ func (g *gpuCtx) launch(s uintptr, name string, grid, block, sharedBytes uint32,
 			vals[i] = uint64(v)
 		case float32:
 			vals[i] = uint64(*(*uint32)(unsafe.Pointer(&v)))
+		case *ropeFreqs:
+			ptrs[i] = unsafe.Pointer(v)
+			continue
 		default:
 			panic(fmt.Sprintf("gpu/cuda: kernel %s argument %d has type %T", name, i, a))
 		}
@@ -231,6 +235,7 @@ func (g *gpuCtx) launch(s uintptr, name string, grid, block, sharedBytes uint32,
 	err := d.check(d.cuLaunchKernel(f, grid, 1, 1, block, 1, 1, sharedBytes, s, p, nil), "launch %s <<<%d, %d>>>", name, grid, block)
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
+	runtime.KeepAlive(args)
 	return err
 }
 

@@ -83,6 +83,7 @@ static const char* dtName(int dt) { return dt == DT_BF16 ? "bf16" : dt == DT_F16
 #include "emu_ops.inc"
 #include "emu_tc.inc"
 #include "emu_vec.inc"
+#include "emu_variants.inc"
 
 // main runs every test, or those whose names contain argv[1], twice: with
 // the blocks in order and shuffled.
@@ -91,10 +92,14 @@ int main(int argc, char** argv) {
     for (unsigned seed : {0u, 7u}) {
         emu_seed = seed;
         if (want("attention")) {
-            testAttentionReference();
+            if (!seed) {
+                testAttentionReference(AttnCfg{2, 9, 4, 2, 4, 3});
+                testAttentionReference(AttnCfg{2, 9, 4, 2, 4, 2, 0.3f, 3, 1.5f}); // window, soft cap, scale
+            }
             testAttention(seed);
             testAttentionBadPositions();
         }
+        if (want("attention-variants")) testAttentionVariants(seed);
         if (want("attention-cached")) testAttentionCached();
         if (want("attention-tc")) {
             if (!seed) testMMA();
@@ -107,8 +112,8 @@ int main(int argc, char** argv) {
         if (want("layernorm") && seed) testVecLayerNorm(); // once, blocks shuffled: the rows are independent
         if (want("bias-gelu") && seed) testVecBiasGelu();
         if (want("rope")) testRope();
+        if (want("glu")) testGLU();
         if (want("swiglu")) {
-            testSwiGLU();
             if (seed) testVecSwiGLU();
         }
         if (want("embedding")) testEmbedding();
