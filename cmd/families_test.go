@@ -127,6 +127,27 @@ func TestFamiliesLoRA(t *testing.T) {
 					t.Errorf("config.json %q: %s back, %s in the base", k, gc[k], v)
 				}
 			}
+			// Downstream: the estimate of the directory, the run streamed
+			// from host RAM, generation, and a QLoRA run over an nf4 base
+			// (the base's codes in host RAM) that learns too.
+			if out, errOut, err := runApp(t, "estimate", "--model", base, "--devices", "1", "--stage", "3", "--offload-param", "cpu", "--lora", "r=8,base=nf4"); err != nil || !strings.Contains(out, s.Arch) {
+				t.Errorf("estimate --model: %v\n%s\n%s", err, out, errOut)
+			}
+			if streamed, _ := evalJSON(t, "--model", run, "--data", held, "--seq", "32", "--offload", "cpu"); math.Abs(streamed.Loss-after.Loss)/after.Loss > 1e-2 {
+				t.Errorf("the run streamed from host RAM (bf16) evaluates to %.6g, resident to %.6g", streamed.Loss, after.Loss)
+			}
+			if out, errOut, err := runApp(t, "generate", "--model", run, "--prompt", "The cat", "--max-new-tokens", "8"); err != nil || out == "" {
+				t.Errorf("generate: %v\n%s\n%s", err, out, errOut)
+			}
+			q := strings.Replace(strings.Replace(loraConfig, "%s", "0.01", 1), `"target_modules": "all-linear"}`, `"target_modules": "all-linear", "base_dtype": "nf4"}, "seed": 3`, 1)
+			qcfg := writeFile(t, "qlora.json", strings.Replace(q, `"stage": 3,`, `"stage": 3, "offload_param": {"device": "cpu"},`, 1))
+			qrun := filepath.Join(dir, "qlora")
+			if out, errOut, err := runApp(t, "train", "--init", base, "--config", qcfg, "--data", train, "--steps", "30", "--out", qrun, "--no-progress"); err != nil {
+				t.Fatalf("train --init with an nf4 base: %v\n%s\n%s", err, out, errOut)
+			}
+			if q, _ := evalJSON(t, "--model", qrun, "--data", held, "--seq", "32"); !(q.Loss < before.Loss-0.3) {
+				t.Errorf("QLoRA (nf4 base): held-out loss %.4f, %.4f before", q.Loss, before.Loss)
+			}
 			t.Logf("%s: held-out loss %.4f -> %.4f; the transcription's merge evaluates to %.9g", family, before.Loss, after.Loss, m.Loss)
 		})
 	}

@@ -38,9 +38,13 @@ func LoRAFromConfig(cfg *config.Config, s model.Shape) *model.LoRA {
 	}
 	o := &model.LoRA{R: c.R, Alpha: c.Alpha, Dropout: c.Dropout, Targets: slices.Clone(c.TargetModules), RSLoRA: c.UseRSLoRA}
 	if len(o.Targets) == 0 {
-		o.Targets = []string{"q_proj", "v_proj"}
-		if !s.IsLlama() {
+		switch {
+		case !s.IsLlama():
 			o.Targets = []string{"c_attn"}
+		case s.Fused():
+			o.Targets = []string{"qkv_proj"}
+		default:
+			o.Targets = []string{"q_proj", "v_proj"}
 		}
 	}
 	return o
