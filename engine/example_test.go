@@ -155,7 +155,7 @@ func (r *mlpRun) Forward(s gpu.Stream, p model.Params, b model.Batch) error {
 	}
 	r.ops.Gemm(s, false, true, n, v, hid, 1, r.a, r.view(w, 2, 0), 0, r.logits)
 	r.ops.BiasAdd(s, r.logits, r.view(w, 2, 1), n, v)
-	r.ops.CrossEntropyForward(s, r.logits, r.targets, r.losses, n, v)
+	r.ops.CrossEntropyForward(s, r.logits, r.targets, r.losses, n, v, 0)
 	p.Release(s, 2, shard.Forward)
 
 	host := make([]byte, 4*n)
@@ -179,7 +179,7 @@ func (r *mlpRun) Backward(s gpu.Stream, p model.Params, gradScale float32) error
 		return err
 	}
 	dlogits := r.logits
-	r.ops.CrossEntropyBackward(s, r.logits, r.targets, dlogits, n, v, scale)
+	r.ops.CrossEntropyBackward(s, r.logits, r.targets, dlogits, n, v, scale, 0)
 	r.ops.Gemm(s, false, false, n, hid, v, 1, dlogits, r.view(w, 2, 0), 0, r.da) // da = dlogits·head
 	r.ops.Gemm(s, true, false, v, hid, n, 1, dlogits, r.a, 1, r.view(g, 2, 0))   // dhead += dlogitsᵀ·a
 	r.ops.BiasGrad(s, dlogits, r.view(g, 2, 1), n, v)
