@@ -49,12 +49,18 @@
 // A model's chat template comes from its tokenizer_config.json (or
 // chat_template.jinja), rendered as Hugging Face's apply_chat_template
 // renders it, by an interpreter of the Jinja that chat templates use
-// (jinja_*.go; the real Llama-3 and Qwen2 templates, Llama-3.1- and
-// Qwen2.5-style ones with tools and the rest of testdata/templates render
-// to the byte as Jinja2 does; why not a Jinja library is the last
-// section). A template using what the interpreter lacks
-// (macros, call blocks, a filter or test not listed in jinja_filters.go)
-// is refused when it is loaded, naming the line; without a template the
+// (jinja_*.go; the real templates of Llama 3, 3.1 and 3.2, Qwen2, Qwen2.5
+// and Qwen3, Gemma 2 and 3, Mistral and Mixtral, Phi-3, 3.5, 4 and
+// 4-mini and DeepSeek-V3 in testdata/templates, README there for their
+// sources, render to the byte as Jinja2 does, their raised errors
+// included (template_families_test.go); why not a Jinja library is the
+// last section). Macros are built (named parameters with defaults, Jinja2's
+// scoping, at most 100 calls deep); strftime_now is defined only through
+// ChatTemplate.WithDate, so that training data does not depend on the day.
+// A template using what the interpreter lacks (call blocks, a macro's
+// varargs, kwargs or caller, a filter or test not listed in
+// jinja_filters.go) is refused when it is loaded, naming the line, and a
+// str method it lacks when it is called, naming it; without a template the
 // default is ChatML (ChatMLTemplate); an empty template (chat_template "",
 // an empty chat_template.jinja) and a template file that is not UTF-8 text
 // are refused, naming the file. The assistant's tokens are found by
@@ -172,8 +178,8 @@
 // not render what Jinja2 renders. Put behind the same rendering (the
 // conversation decoded in order, its values handed over as the library's
 // ordered values) and run through TestTemplatesMatchJinja, v1.8.0 (the
-// newest that builds with this Go) renders the 90 renderings of the real
-// templates (Llama-3, Llama-3.1, Qwen2, Qwen2.5, Mistral, ChatML) to the
+// newest that builds with this Go) rendered the 90 renderings of the real
+// templates checked then (Llama-3, Llama-3.1, Qwen2, Qwen2.5, Mistral, ChatML) to the
 // byte, the four raised errors included, and none of the 10 of
 // features.jinja, each of which it refuses ({%+ on line 11):
 //
