@@ -17,14 +17,25 @@
 // # Hugging Face model directories
 //
 // ReadConfig/ParseConfig read config.json into a model.Shape
-// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, GPT2LMHeadModel)
-// and refuse, in one error naming the file and each key, what Strata does
-// not compute (rope_scaling, a head_dim other than hidden/heads, another
-// activation, biases Llama lacks, sliding windows: Mistral's only when
-// shorter than the run's sequence, Config.CheckSeq), and a key of the
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+// Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM
+// (gemma3_text), GPT2LMHeadModel) with each family's configuration-class
+// defaults: head_dim, rope_scaling or rope_parameters of every type
+// model.RopeFor computes (default, linear, dynamic, yarn, llama3,
+// longrope with Phi-3's top-level original_max_position_embeddings),
+// partial_rotary_factor, the sliding window of each family (Mistral's and
+// Phi-3's on every layer, Qwen2's and Qwen3's use_sliding_window from
+// max_window_layers on, Gemma 2's alternating layers, Gemma 3's
+// sliding_window_pattern, or layer_types), Gemma's query_pre_attn_scalar,
+// soft caps and rope_local_base_freq. What Strata does not compute is
+// refused in one error naming the file and each key: an unknown rope_type
+// or a rope key its type does not read, another activation, biases a
+// family lacks (attention_bias, mlp_bias), a layer type other than sliding
+// and full attention, and a key of the
 // wrong JSON type with what it wants (a number written as a string; null,
 // except where transformers reads None as a meaning: n_inner, head_dim,
-// num_key_value_heads, sliding_window, rope_scaling, torch_dtype); a
+// num_key_value_heads, sliding_window, rope_scaling, the soft caps,
+// torch_dtype); a
 // config.json that is not JSON says file:line:col (ProbeDir tells a
 // directory with such a file from one without a model). Open opens a
 // directory: config.json, then model.safetensors or the shards that
@@ -35,7 +46,9 @@
 // at most 4 MiB at a time, into the caller's fp32 buffer: a Model is the
 // engine.Options.Init of `strata train --init`, and Model.Source the
 // Source a run records. ConfigJSON writes config.json back (keeping the
-// other keys of the source's), and ExportDir writes a directory as
+// other keys of the source's, and all of them as written when the source
+// describes the same shape: an imported model exports with its config.json
+// key for key), and ExportDir writes a directory as
 // transformers' save_pretrained does: weight files of at most
 // DirOptions.MaxShardBytes (model.safetensors, or model-0000N-of-0000M with
 // model.safetensors.index.json), transformers' names, the source's
