@@ -127,6 +127,17 @@ func TestFamiliesLoRA(t *testing.T) {
 					t.Errorf("config.json %q: %s back, %s in the base", k, gc[k], v)
 				}
 			}
+			// Continue from the PEFT adapter (--adapter): a step at learning
+			// rate 0 evaluates as the run.
+			again := filepath.Join(dir, "again")
+			cfg0 := writeFile(t, "lora0.json", strings.Replace(strings.Replace(loraConfig, "%s", "0", 1), `, "lora": {"r": 8, "alpha": 16, "target_modules": "all-linear"}`, "", 1))
+			if out, errOut, err := runApp(t, "train", "--init", base, "--adapter", peft, "--config", cfg0, "--data", train, "--steps", "1", "--out", again, "--no-progress"); err != nil {
+				t.Fatalf("train --adapter: %v\n%s\n%s", err, out, errOut)
+			}
+			if r, _ := evalJSON(t, "--model", again, "--data", held, "--seq", "32"); r.Loss != after.Loss {
+				t.Errorf("continued from the exported adapter: %.17g, the run %.17g", r.Loss, after.Loss)
+			}
+
 			// Downstream: the estimate of the directory, the run streamed
 			// from host RAM, generation, and a QLoRA run over an nf4 base
 			// (the base's codes in host RAM) that learns too.
