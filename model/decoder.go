@@ -329,7 +329,7 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 	}
 	d.ops.EmbeddingForward(s, a.ids.Slice(0, n), nil, emb.Slice(0, v*c), wpe, a.x.Slice(0, n*c), 1, n, c)
 	if d.shape.Gemma() {
-		d.ops.Scale(s, a.x.Slice(0, n*c), EmbedScale(d.shape, gpu.F32))
+		d.ops.Scale(s, a.x.Slice(0, n*c), EmbedScale(d.shape, emb.DType()))
 	}
 	p.Release(s, EmbeddingChunk, shard.Forward)
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/fp16"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -45,9 +46,10 @@ type Model struct {
 	staged                        gpu.Event // the last uploads from the staging bytes
 	lastLoss                      float64
 	forwarded                     bool
-	packed                        bool // the last Forward had Batch.Pos
-	ropeLen                       int  // the last Forward's longest position + 1 (rope types that depend on it)
-	counted                       int  // tokens with a target in the last Forward
+	packed                        bool    // the last Forward had Batch.Pos
+	ropeLen                       int     // the last Forward's longest position + 1 (rope types that depend on it)
+	embScale                      float32 // Gemma: the last Forward's embedding scale (EmbedScale)
+	counted                       int     // tokens with a target in the last Forward
 }
 
 // pending is one Forward's per-token losses on their way to the host and
@@ -334,20 +336,25 @@ func (m *Model) embeddingForward(s gpu.Stream, emb, out gpu.Buffer) {
 	}
 	m.ops.EmbeddingForward(s, m.a.ids, m.posBuffer(), emb.Slice(0, v*c), wpe, out, m.batch, m.seq, c)
 	if m.shape.Gemma() {
-		m.ops.Scale(s, out, EmbedScale(m.shape, m.act.dtype()))
+		m.embScale = EmbedScale(m.shape, emb.DType())
+		m.ops.Scale(s, out, m.embScale)
 	}
 }
 
 // EmbedScale is what Gemma multiplies its embeddings by: √hidden_size as
-// a tensor of the hidden states' dtype (rounded to bf16 when they are
-// bf16), as Hugging Face's Gemma rounds it; 1 for the other families.
+// a tensor of the hidden states' dtype, which in transformers is the
+// embedding weights' (dt: rounded to bf16 for bf16 weights, to fp16 for
+// fp16 ones), as Hugging Face's Gemma rounds it; 1 for the other families.
 func EmbedScale(s Shape, dt gpu.DType) float32 {
 	if !s.Gemma() {
 		return 1
 	}
 	v := float32(math.Sqrt(float64(s.Dim)))
-	if dt == gpu.BF16 {
-		v = bf16.ToFloat32(bf16.FromFloat32(v))
+	switch dt {
+	case gpu.BF16:
+		v = bf16.Round(v)
+	case gpu.F16:
+		v = fp16.Round(v)
 	}
 	return v
 }
@@ -492,7 +499,7 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 			dwpe = gemb.Slice(v*c, m.seq*c)
 		}
 		if m.shape.Gemma() {
-			ops.Scale(s, a.dres, EmbedScale(m.shape, m.act.dtype()))
+			ops.Scale(s, a.dres, m.embScale)
 		}
 		ops.EmbeddingBackward(s, a.ids, m.posBuffer(), a.dres, gemb.Slice(0, v*c), dwpe, m.batch, m.seq, c)
 	}
