@@ -15,6 +15,7 @@ type cachedCase struct {
 	T, H, KV, D int
 	calls       []int
 	cacheDT     gpu.DType // 0: the storage dtype of the test
+	opt         gpu.AttnOptions
 }
 
 func (c cachedCase) String() string {
@@ -22,7 +23,7 @@ func (c cachedCase) String() string {
 	if len(c.calls) > 8 {
 		calls = fmt.Sprintf("[%d then %d calls of 1]", c.calls[0], len(c.calls)-1)
 	}
-	return fmt.Sprintf("T%d,H%d,KV%d,D%d,calls%s", c.T, c.H, c.KV, c.D, calls)
+	return fmt.Sprintf("T%d,H%d,KV%d,D%d,calls%s,%+v", c.T, c.H, c.KV, c.D, calls, c.opt)
 }
 
 // prefillThenOnes is calls of a first call of p tokens and then single
@@ -47,7 +48,10 @@ func prefillThenOnes(p, t int) []int {
 // decoding across tiles of 64, 128 and 256 keys (up to 300 keys, a
 // head dimension of 8, and of 128 with 4 query heads on one key/value
 // head); calls of several tokens after the first; an odd head dimension;
-// fp32 tokens into a bf16 cache.
+// fp32 tokens into a bf16 cache; sliding windows shorter than the cache
+// (decoding across tiles with the window's start inside one, a window of
+// one key, windows spanning several calls), a soft cap and a custom
+// scale.
 //
 // Tolerance: the outputs as AttentionForward's, 1e-5 of attentionRef's
 // magnitude bound plus 2^-8|ref| for a bf16 out (the same sums in another
@@ -61,6 +65,10 @@ func testAttentionCached(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType)
 		{T: 75, H: 4, KV: 1, D: 128, calls: []int{66, 1, 1, 1, 1, 1, 4}},
 		{T: 300, H: 2, KV: 2, D: 8, calls: prefillThenOnes(40, 300)},
 		{T: 33, H: 8, KV: 2, D: 5, calls: []int{10, 13, 10}},
+		{T: 300, H: 2, KV: 1, D: 8, calls: prefillThenOnes(40, 300), opt: gpu.AttnOptions{Window: 100}},
+		{T: 70, H: 4, KV: 2, D: 64, calls: []int{50, 1, 1, 18}, opt: gpu.AttnOptions{Window: 30, SoftCap: 3, Scale: 0.1}},
+		{T: 20, H: 4, KV: 1, D: 16, calls: []int{8, 1, 1, 10}, opt: gpu.AttnOptions{Window: 1}},
+		{T: 33, H: 8, KV: 2, D: 5, calls: []int{10, 13, 10}, opt: gpu.AttnOptions{Window: 12, SoftCap: 2}},
 	}
 	if dt == gpu.F32 {
 		cases = append(cases, cachedCase{T: 20, H: 4, KV: 2, D: 16, calls: []int{12, 1, 7}, cacheDT: gpu.BF16})
@@ -70,7 +78,7 @@ func testAttentionCached(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType)
 		if cdt == 0 {
 			cdt = dt
 		}
-		ac := attnCase{B: 1, T: c.T, H: c.H, KV: c.KV, D: c.D}
+		ac := attnCase{B: 1, T: c.T, H: c.H, KV: c.KV, D: c.D, opt: c.opt}
 		W, kvw, capRows := ac.width(), c.KV*c.D, c.T+2
 		qkv := stored(randVals(r, c.T*W, 2), dt)
 		// What the cache holds: each token's key and value heads.
@@ -90,7 +98,7 @@ func testAttentionCached(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType)
 		gout := upload(t, d, s, constVals(c.T*c.H*c.D, math.NaN()), dt)
 		start := 0
 		for _, n := range c.calls {
-			ops.AttentionCached(s, gq.Slice(start*W, n*W), gk, gv, gout.Slice(start*c.H*c.D, n*c.H*c.D), start, n, c.H, c.KV, c.D, gpu.AttnOptions{})
+			ops.AttentionCached(s, gq.Slice(start*W, n*W), gk, gv, gout.Slice(start*c.H*c.D, n*c.H*c.D), start, n, c.H, c.KV, c.D, c.opt)
 			start += n
 		}
 		if start != c.T {

@@ -1,6 +1,7 @@
 package gputest
 
 import (
+	"math"
 	"runtime"
 	"testing"
 
@@ -94,14 +95,18 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"layernorm-backward with short dx", func() {
 			ops.LayerNormBackward(s, x, x, y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 8), y.Slice(0, 60), y.Slice(24, 8), y.Slice(32, 8), 8, 8)
 		}},
-		{"attention with a bf16 lse", func() { ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), h.Slice(0, 8), nil, 1, 8, 1, 1, 2, gpu.AttnOptions{}) }},
+		{"attention with a bf16 lse", func() {
+			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), h.Slice(0, 8), nil, 1, 8, 1, 1, 2, gpu.AttnOptions{})
+		}},
 		{"attention with f32 positions", func() {
 			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), y.Slice(16, 8), y.Slice(24, 8), 1, 8, 1, 1, 2, gpu.AttnOptions{})
 		}},
 		{"attention with 3 heads over 2 key/value heads", func() {
 			ops.AttentionForward(s, x.Slice(0, 28), y.Slice(0, 12), y.Slice(16, 6), nil, 1, 2, 3, 2, 2, gpu.AttnOptions{})
 		}},
-		{"attention with no key/value head", func() { ops.AttentionForward(s, x.Slice(0, 16), y.Slice(0, 16), y.Slice(16, 8), nil, 1, 8, 1, 0, 2, gpu.AttnOptions{}) }},
+		{"attention with no key/value head", func() {
+			ops.AttentionForward(s, x.Slice(0, 16), y.Slice(0, 16), y.Slice(16, 8), nil, 1, 8, 1, 0, 2, gpu.AttnOptions{})
+		}},
 		{"attention with short positions", func() {
 			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), y.Slice(16, 8), ids.Slice(0, 7), 1, 8, 1, 1, 2, gpu.AttnOptions{})
 		}},
@@ -120,7 +125,9 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"attention-cached with a short k cache", func() {
 			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 6), y.Slice(8, 8), y.Slice(16, 4), 2, 2, 1, 1, 2, gpu.AttnOptions{})
 		}},
-		{"attention-cached with an i32 v cache", func() { ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), ids, y.Slice(16, 4), 2, 2, 1, 1, 2, gpu.AttnOptions{}) }},
+		{"attention-cached with an i32 v cache", func() {
+			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), ids, y.Slice(16, 4), 2, 2, 1, 1, 2, gpu.AttnOptions{})
+		}},
 		{"attention-cached with overlapping caches", func() {
 			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), y.Slice(4, 8), y.Slice(16, 4), 2, 2, 1, 1, 2, gpu.AttnOptions{})
 		}},
@@ -132,6 +139,33 @@ func testContracts(t *testing.T, nb NewBackend) {
 		}},
 		{"attention-cached with 3 heads over 2 key/value heads", func() {
 			ops.AttentionCached(s, x.Slice(0, 14), y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 6), 0, 1, 3, 2, 2, gpu.AttnOptions{})
+		}},
+		{"attention with a negative window", func() {
+			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), y.Slice(16, 8), nil, 1, 8, 1, 1, 2, gpu.AttnOptions{Window: -1})
+		}},
+		{"attention with a NaN soft cap", func() {
+			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), y.Slice(16, 8), nil, 1, 8, 1, 1, 2, gpu.AttnOptions{SoftCap: float32(math.NaN())})
+		}},
+		{"attention with a negative soft cap", func() {
+			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), y.Slice(16, 8), nil, 1, 8, 1, 1, 2, gpu.AttnOptions{SoftCap: -30})
+		}},
+		{"attention with an infinite scale", func() {
+			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), y.Slice(16, 8), nil, 1, 8, 1, 1, 2, gpu.AttnOptions{Scale: float32(math.Inf(1))})
+		}},
+		{"attention with a negative scale", func() {
+			ops.AttentionForward(s, x.Slice(0, 48), y.Slice(0, 16), y.Slice(16, 8), nil, 1, 8, 1, 1, 2, gpu.AttnOptions{Scale: -0.125})
+		}},
+		{"attention-backward with a negative window", func() {
+			ops.AttentionBackward(s, y.Slice(0, 8), x.Slice(0, 24), y.Slice(8, 8), y.Slice(16, 4), nil, x.Slice(24, 24), 1, 4, 1, 1, 2, gpu.AttnOptions{Window: -3})
+		}},
+		{"attention-backward with a NaN soft cap", func() {
+			ops.AttentionBackward(s, y.Slice(0, 8), x.Slice(0, 24), y.Slice(8, 8), y.Slice(16, 4), nil, x.Slice(24, 24), 1, 4, 1, 1, 2, gpu.AttnOptions{SoftCap: float32(math.NaN())})
+		}},
+		{"attention-cached with a negative window", func() {
+			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 4), 0, 2, 1, 1, 2, gpu.AttnOptions{Window: -1})
+		}},
+		{"attention-cached with a NaN soft cap", func() {
+			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 4), 0, 2, 1, 1, 2, gpu.AttnOptions{SoftCap: float32(math.NaN())})
 		}},
 		{"rmsnorm with bf16 rstd", func() { ops.RMSNormForward(s, x, y.Slice(0, 8), y, h.Slice(0, 8), 8, 8, 1e-5) }},
 		{"add-rmsnorm with a short sum", func() {
@@ -160,10 +194,30 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"rmsnorm-backward with a short dgamma", func() {
 			ops.RMSNormBackward(s, x, x, y.Slice(0, 8), y.Slice(8, 8), y, y.Slice(16, 7), 8, 8)
 		}},
-		{"rope with an odd head dimension", func() { ops.RopeForward(s, x.Slice(0, 18), nil, 1, 2, 1, 1, 3, gpu.Rope{InvFreq: []float32{1}, Scale: 1, Dims: 3}) }},
-		{"rope with an inverse frequency 0", func() { ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1, 0}, Scale: 1, Dims: 4}) }},
+		{"rope with an odd head dimension", func() {
+			ops.RopeForward(s, x.Slice(0, 18), nil, 1, 2, 1, 1, 3, gpu.Rope{InvFreq: []float32{1}, Scale: 1, Dims: 3})
+		}},
+		{"rope with an inverse frequency 0", func() {
+			ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1, 0}, Scale: 1, Dims: 4})
+		}},
 		{"rope with more rotated dims than the head", func() { ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.DefaultRope(6, 10000)) }},
-		{"rope with too few inverse frequencies", func() { ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1}, Scale: 1, Dims: 4}) }},
+		{"rope with too few inverse frequencies", func() {
+			ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1}, Scale: 1, Dims: 4})
+		}},
+		{"rope with odd rotated dims", func() {
+			ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1}, Scale: 1, Dims: 3})
+		}},
+		{"rope with too many inverse frequencies", func() {
+			ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1, 0.5, 0.25}, Scale: 1, Dims: 4})
+		}},
+		{"rope with a NaN inverse frequency", func() {
+			ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1, float32(math.NaN())}, Scale: 1, Dims: 4})
+		}},
+		{"rope with scale 0", func() {
+			ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{InvFreq: []float32{1, 0.5}, Scale: 0, Dims: 4})
+		}},
+		{"rope with no rotated dims", func() { ops.RopeForward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.Rope{Scale: 1}) }},
+		{"rope-backward with more rotated dims than the head", func() { ops.RopeBackward(s, x.Slice(0, 24), nil, 1, 2, 1, 1, 4, gpu.DefaultRope(8, 10000)) }},
 		{"rope-backward with a short dqkv", func() { ops.RopeBackward(s, x.Slice(0, 23), nil, 1, 2, 1, 1, 4, gpu.DefaultRope(4, 10000)) }},
 		{"glu with a short y", func() { ops.GLUForward(s, x.Slice(0, 32), y.Slice(0, 15), 4, 4, gpu.Silu) }},
 		{"glu-backward into its own input", func() { ops.GLUBackward(s, x.Slice(0, 32), y.Slice(0, 16), x.Slice(16, 32), 4, 4, gpu.GeluTanh) }},
@@ -172,6 +226,9 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"gelu-backward with a short dx", func() { ops.GeluBackward(s, x, y, y.Slice(0, 63), 64) }},
 		{"add with a negative length", func() { ops.Add(s, x, y, y, -1) }},
 		{"cross-entropy with f32 targets", func() { ops.CrossEntropyForward(s, x, y.Slice(0, 8), y.Slice(8, 8), 8, 8, 0) }},
+		{"cross-entropy with a NaN soft cap", func() { ops.CrossEntropyForward(s, x, ids, y.Slice(8, 8), 8, 8, float32(math.NaN())) }},
+		{"cross-entropy with a negative soft cap", func() { ops.CrossEntropyForward(s, x, ids, y.Slice(8, 8), 8, 8, -30) }},
+		{"cross-entropy-backward with an infinite soft cap", func() { ops.CrossEntropyBackward(s, x, ids, y, 8, 8, 1, float32(math.Inf(1))) }},
 		{"cross-entropy-backward with short dlogits", func() { ops.CrossEntropyBackward(s, x, ids, y.Slice(0, 32), 8, 8, 1, 0) }},
 		{"embedding with a ragged table", func() { ops.EmbeddingForward(s, ids, nil, x.Slice(0, 63), y.Slice(0, 32), h.Slice(0, 32), 2, 4, 4) }},
 		{"embedding with f32 positions", func() { ops.EmbeddingForward(s, ids, y.Slice(0, 8), x, nil, h.Slice(0, 32), 2, 4, 4) }},

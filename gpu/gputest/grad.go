@@ -65,7 +65,7 @@ func testGrads(t *testing.T, nb NewBackend) {
 		t.Run("Attention/"+dt.String(), func(t *testing.T) { gradAttention(t, d, s, dt) })
 		t.Run("RMSNorm/"+dt.String(), func(t *testing.T) { gradRMSNorm(t, d, s, dt) })
 		t.Run("Rope/"+dt.String(), func(t *testing.T) { gradRope(t, d, s, dt) })
-		t.Run("SwiGLU/"+dt.String(), func(t *testing.T) { gradSwiGLU(t, d, s, dt) })
+		t.Run("GLU/"+dt.String(), func(t *testing.T) { gradGLU(t, d, s, dt) })
 		t.Run("Gelu/"+dt.String(), func(t *testing.T) { gradGelu(t, d, s, dt) })
 		t.Run("CrossEntropy/"+dt.String(), func(t *testing.T) { gradCrossEntropy(t, d, s, dt) })
 		t.Run("Embedding/"+dt.String(), func(t *testing.T) { gradEmbedding(t, d, s, dt) })

@@ -8,7 +8,8 @@ import (
 	"github.com/strata-ai/strata/gpu"
 )
 
-// The Llama family's ops: RMSNorm, rotary embeddings, SwiGLU.
+// The Llama family's ops: RMSNorm, rotary embeddings, the gated MLP
+// (SwiGLU, GeGLU).
 
 func rmsNormRef(x, g []float64, rows, cols int, eps float64) (y, rstd []float64) {
 	y, rstd = make([]float64, rows*cols), make([]float64, rows)
@@ -108,18 +109,38 @@ func gradRMSNorm(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	checkGrad(t, "dgamma", download(t, d, s, gdg), fdGrad(func(v []float64) float64 { return loss(x, v) }, g), dg0, dt)
 }
 
-// ropeCase is a rotary configuration on packed qkv rows.
+// ropeCase is a rotary configuration on packed qkv rows: the plain
+// rotation of base theta over whole heads (gpu.DefaultRope), or rope when
+// its InvFreq is set.
 type ropeCase struct {
 	B, T, H, KV, D int
 	theta          float64
 	pos            []int // nil: pos[b,t] = t
+	rope           gpu.Rope
 }
 
-// ropeRef rotates the q and k heads of qkv in float64 (inverse: the
-// transpose rotation); mag is |x_i| + |x_{i+D/2}| per element, the scale
-// of the error fp32 cos and sin (rounded from float64) make.
+// ropeOf is the case's Rope.
+func (c ropeCase) ropeOf() gpu.Rope {
+	if c.rope.InvFreq != nil {
+		return c.rope
+	}
+	return gpu.DefaultRope(c.D, c.theta)
+}
+
+func (c ropeCase) String() string {
+	r := c.ropeOf()
+	return fmt.Sprintf("B%d,T%d,H%d,KV%d,D%d,theta%g,dims%d,scale%g,pos=%v", c.B, c.T, c.H, c.KV, c.D, c.theta, r.Dims, r.Scale, c.pos != nil)
+}
+
+// ropeRef rotates the first Dims values of the q and k heads of qkv in
+// float64 by angle pos·InvFreq[i] (the fp32 inverse frequencies as the op
+// gets them), cos and sin times Scale (inverse: the transpose rotation);
+// the rest of each head is untouched. mag is Scale·(|x_i| +
+// |x_{i+Dims/2}|) per rotated element, the scale of the error fp32 cos
+// and sin (rounded from float64) make.
 func ropeRef(qkv []float64, c ropeCase, inverse bool) (out, mag []float64) {
-	W, half := (c.H+2*c.KV)*c.D, c.D/2
+	rp := c.ropeOf()
+	W, half, sc := (c.H+2*c.KV)*c.D, rp.Dims/2, float64(rp.Scale)
 	out, mag = append([]float64(nil), qkv...), absVals(qkv)
 	for bt := range c.B * c.T {
 		p := bt % c.T
@@ -129,14 +150,15 @@ func ropeRef(qkv []float64, c ropeCase, inverse bool) (out, mag []float64) {
 		for h := 0; h < c.H+c.KV; h++ {
 			base := bt*W + h*c.D
 			for i := range half {
-				a := float64(p) * math.Pow(c.theta, -2*float64(i)/float64(c.D))
-				cs, sn := math.Cos(a), math.Sin(a)
+				a := float64(p) * float64(rp.InvFreq[i])
+				cs, sn := sc*math.Cos(a), sc*math.Sin(a)
 				if inverse {
 					sn = -sn
 				}
 				x1, x2 := qkv[base+i], qkv[base+half+i]
 				out[base+i], out[base+half+i] = x1*cs-x2*sn, x2*cs+x1*sn
-				mag[base+i], mag[base+half+i] = math.Abs(x1)+math.Abs(x2), math.Abs(x1)+math.Abs(x2)
+				m := sc * (math.Abs(x1) + math.Abs(x2))
+				mag[base+i], mag[base+half+i] = m, m
 			}
 		}
 	}
@@ -146,8 +168,12 @@ func ropeRef(qkv []float64, c ropeCase, inverse bool) (out, mag []float64) {
 // testRope checks RopeForward and RopeBackward against the float64
 // rotation (values untouched bit for bit), at head dimensions 8, 64 and
 // 128, Llama-3's theta, grouped heads, packed positions and positions past
-// seq (as generation with a cache uses). Tolerance 1e-5·(|x_i| + |x_{i+D/2}|): fp32 cos and
-// sin are within 2^-24 of the float64 ones.
+// seq (as generation with a cache uses); then partial rotations (Dims <
+// headDim: the rest of each q and k head untouched bit for bit, Phi-3's
+// and Gemma's partial_rotary_factor), Scale ≠ 1 (YaRN's attention
+// factor) and inverse frequencies that are not the default ones (Llama
+// 3.1's rescaled ones, arbitrary ones). Tolerance 1e-5·Scale·(|x_i| +
+// |x_{i+Dims/2}|): fp32 cos and sin are within 2^-24 of the float64 ones.
 func testRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(53)
 	cases := []ropeCase{
@@ -155,6 +181,12 @@ func testRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		{B: 1, T: 70, H: 2, KV: 1, D: 64, theta: 500000},
 		{B: 2, T: 33, H: 2, KV: 2, D: 128, theta: 10000, pos: packedPositions(r, 2, 33, 10)},
 		{B: 1, T: 3, H: 1, KV: 1, D: 8, theta: 10000, pos: []int{5000, 7, 100}},
+		{B: 2, T: 9, H: 4, KV: 2, D: 16, pos: packedPositions(r, 2, 9, 5),
+			rope: gpu.Rope{InvFreq: gpu.InvFreq(8, 10000), Scale: 1, Dims: 8}},
+		{B: 1, T: 33, H: 2, KV: 1, D: 64, rope: gpu.Rope{InvFreq: gpu.InvFreq(64, 500000), Scale: 1.25, Dims: 64}},
+		{B: 1, T: 20, H: 3, KV: 1, D: 12, pos: []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 900, 901, 902, 0, 1, 2, 3, 4, 5, 6},
+			rope: gpu.Rope{InvFreq: []float32{1.5, 0.31, 0.007}, Scale: 0.8, Dims: 6}},
+		{B: 1, T: 5, H: 1, KV: 1, D: 6, rope: gpu.Rope{InvFreq: []float32{0.5}, Scale: 1, Dims: 2}},
 	}
 	ops := d.Ops()
 	for _, c := range cases {
@@ -164,13 +196,14 @@ func testRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 		if c.pos != nil {
 			gpos = upload(t, d, s, intVals(c.pos), gpu.I32)
 		}
-		name := fmt.Sprintf("B%d,T%d,H%d,KV%d,D%d,theta%g,pos=%v", c.B, c.T, c.H, c.KV, c.D, c.theta, c.pos != nil)
+		name := c.String()
+		rp := c.ropeOf()
 		for _, inverse := range []bool{false, true} {
 			gx := upload(t, d, s, x, dt)
 			if inverse {
-				ops.RopeBackward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.DefaultRope(c.D, c.theta))
+				ops.RopeBackward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, rp)
 			} else {
-				ops.RopeForward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.DefaultRope(c.D, c.theta))
+				ops.RopeForward(s, gx, gpos, c.B, c.T, c.H, c.KV, c.D, rp)
 			}
 			want, mag := ropeRef(x, c, inverse)
 			got := download(t, d, s, gx)
@@ -180,64 +213,95 @@ func testRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 				if !equalBits(got[v:v+c.KV*c.D], x[v:v+c.KV*c.D]) {
 					t.Fatalf("%s: the value heads of token %d changed", name, bt)
 				}
+				for h := range c.H + c.KV { // the values past Dims of each q and k head
+					u := bt*W + h*c.D
+					if !equalBits(got[u+rp.Dims:u+c.D], x[u+rp.Dims:u+c.D]) {
+						t.Fatalf("%s: values %d..%d of head %d of token %d changed", name, rp.Dims, c.D-1, h, bt)
+					}
+				}
 			}
 		}
 	}
 }
 
 // gradRope: RopeBackward of w is the gradient of Σ w ⊙ rope(x), by
-// central differences of the float64 rotation.
+// central differences of the float64 rotation: whole heads, and a partial
+// rotation with a scale and inverse frequencies of its own (the
+// unrotated values' gradient is w itself).
 func gradRope(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(54)
-	c := ropeCase{B: 2, T: 5, H: 2, KV: 1, D: 6, theta: 10000, pos: []int{0, 1, 2, 0, 1, 0, 1, 2, 3, 4}}
-	W := (c.H + 2*c.KV) * c.D
-	x, w := stored(randVals(r, c.B*c.T*W, 1), dt), stored(randVals(r, c.B*c.T*W, 1), dt)
-	gw, gpos := upload(t, d, s, w, dt), upload(t, d, s, intVals(c.pos), gpu.I32)
-	d.Ops().RopeBackward(s, gw, gpos, c.B, c.T, c.H, c.KV, c.D, gpu.DefaultRope(c.D, c.theta))
-	fd := fdGrad(func(v []float64) float64 {
-		y, _ := ropeRef(v, c, false)
-		return dotVals(w, y)
-	}, x)
-	checkGrad(t, "dqkv", download(t, d, s, gw), fd, nil, dt)
+	pos := []int{0, 1, 2, 0, 1, 0, 1, 2, 3, 4}
+	for _, c := range []ropeCase{
+		{B: 2, T: 5, H: 2, KV: 1, D: 6, theta: 10000, pos: pos},
+		{B: 2, T: 5, H: 2, KV: 1, D: 8, pos: pos, rope: gpu.Rope{InvFreq: []float32{0.9, 0.05}, Scale: 1.3, Dims: 4}},
+	} {
+		W := (c.H + 2*c.KV) * c.D
+		x, w := stored(randVals(r, c.B*c.T*W, 1), dt), stored(randVals(r, c.B*c.T*W, 1), dt)
+		gw, gpos := upload(t, d, s, w, dt), upload(t, d, s, intVals(c.pos), gpu.I32)
+		d.Ops().RopeBackward(s, gw, gpos, c.B, c.T, c.H, c.KV, c.D, c.ropeOf())
+		fd := fdGrad(func(v []float64) float64 {
+			y, _ := ropeRef(v, c, false)
+			return dotVals(w, y)
+		}, x)
+		checkGrad(t, c.String()+" dqkv", download(t, d, s, gw), fd, nil, dt)
+	}
 }
 
 func siluRef(x float64) float64 { return x / (1 + math.Exp(-x)) }
 
-func swigluRef(gu []float64, rows, ffn int) (y, mag []float64) {
+// geluTanhRef is GELU's tanh approximation (gelu_pytorch_tanh).
+func geluTanhRef(x float64) float64 {
+	return 0.5 * x * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(x+0.044715*x*x*x)))
+}
+
+// gluActs are the activations of GLUForward with their float64
+// references.
+var gluActs = []struct {
+	act gpu.GLUAct
+	f   func(float64) float64
+}{{gpu.Silu, siluRef}, {gpu.GeluTanh, geluTanhRef}}
+
+func gluRef(gu []float64, rows, ffn int, f func(float64) float64) (y, mag []float64) {
 	y, mag = make([]float64, rows*ffn), make([]float64, rows*ffn)
 	for r := range rows {
 		for c := range ffn {
 			g, u := gu[r*2*ffn+c], gu[r*2*ffn+ffn+c]
-			y[r*ffn+c] = siluRef(g) * u
-			mag[r*ffn+c] = math.Abs(siluRef(g) * u)
+			y[r*ffn+c] = f(g) * u
+			mag[r*ffn+c] = math.Abs(f(g) * u)
 		}
 	}
 	return y, mag
 }
 
-func testSwiGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+// testGLU checks GLUForward with each activation (SwiGLU, GeGLU).
+func testGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(55)
-	for _, sz := range [][2]int{{1, 1}, {7, 37}, {3, 3000}} {
-		rows, ffn := sz[0], sz[1]
-		gu := stored(randVals(r, rows*2*ffn, 6), dt)
-		ggu, gy := upload(t, d, s, gu, dt), alloc(t, d, rows*ffn, dt)
-		d.Ops().GLUForward(s, ggu, gy, rows, ffn, gpu.Silu)
-		want, mag := swigluRef(gu, rows, ffn)
-		checkClose(t, fmt.Sprintf("%dx%d", rows, ffn), download(t, d, s, gy), want, mag, dt, rtolF32)
+	for _, a := range gluActs {
+		for _, sz := range [][2]int{{1, 1}, {7, 37}, {3, 3000}} {
+			rows, ffn := sz[0], sz[1]
+			gu := stored(randVals(r, rows*2*ffn, 6), dt)
+			ggu, gy := upload(t, d, s, gu, dt), alloc(t, d, rows*ffn, dt)
+			d.Ops().GLUForward(s, ggu, gy, rows, ffn, a.act)
+			want, mag := gluRef(gu, rows, ffn, a.f)
+			checkClose(t, fmt.Sprintf("%v %dx%d", a.act, rows, ffn), download(t, d, s, gy), want, mag, dt, rtolF32)
+		}
 	}
 }
 
-// gradSwiGLU: d gate|up is written (the buffer starts as NaN).
-func gradSwiGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+// gradGLU: d gate|up is written (the buffer starts as NaN), for each
+// activation.
+func gradGLU(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(56)
 	rows, ffn := 4, 9
-	gu, w := stored(randVals(r, rows*2*ffn, 5), dt), stored(randVals(r, rows*ffn, 1), dt)
-	ggu, gw := upload(t, d, s, gu, dt), upload(t, d, s, w, dt)
-	gd := upload(t, d, s, constVals(rows*2*ffn, math.NaN()), dt)
-	d.Ops().GLUBackward(s, ggu, gw, gd, rows, ffn, gpu.Silu)
-	fd := fdGrad(func(v []float64) float64 {
-		y, _ := swigluRef(v, rows, ffn)
-		return dotVals(w, y)
-	}, gu)
-	checkGrad(t, "d gate|up", download(t, d, s, gd), fd, nil, dt)
+	for _, a := range gluActs {
+		gu, w := stored(randVals(r, rows*2*ffn, 5), dt), stored(randVals(r, rows*ffn, 1), dt)
+		ggu, gw := upload(t, d, s, gu, dt), upload(t, d, s, w, dt)
+		gd := upload(t, d, s, constVals(rows*2*ffn, math.NaN()), dt)
+		d.Ops().GLUBackward(s, ggu, gw, gd, rows, ffn, a.act)
+		fd := fdGrad(func(v []float64) float64 {
+			y, _ := gluRef(v, rows, ffn, a.f)
+			return dotVals(w, y)
+		}, gu)
+		checkGrad(t, a.act.String()+" d gate|up", download(t, d, s, gd), fd, nil, dt)
+	}
 }

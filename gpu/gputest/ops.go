@@ -26,7 +26,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("RMSNorm/"+dt.String(), func(t *testing.T) { testRMSNorm(t, d, s, dt) })
 		t.Run("AddRMSNorm/"+dt.String(), func(t *testing.T) { testAddRMSNorm(t, d, s, dt) })
 		t.Run("Rope/"+dt.String(), func(t *testing.T) { testRope(t, d, s, dt) })
-		t.Run("SwiGLU/"+dt.String(), func(t *testing.T) { testSwiGLU(t, d, s, dt) })
+		t.Run("GLU/"+dt.String(), func(t *testing.T) { testGLU(t, d, s, dt) })
 		t.Run("Gelu/"+dt.String(), func(t *testing.T) { testGelu(t, d, s, dt) })
 		t.Run("BiasGelu/"+dt.String(), func(t *testing.T) { testBiasGelu(t, d, s, dt) })
 		t.Run("CrossEntropy/"+dt.String(), func(t *testing.T) { testCrossEntropy(t, d, s, dt) })

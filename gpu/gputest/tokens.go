@@ -11,15 +11,16 @@ import (
 // The ops on token ids: cross-entropy (with ignored targets) and the
 // embedding (with positions and an optional position table).
 
-// crossEntropyRef is -log softmax(logits[r])[targets[r]], 0 for a target
-// < 0.
-func crossEntropyRef(logits []float64, targets []int, rows, vocab int) (loss, mag []float64) {
+// crossEntropyRef is -log softmax(z[r])[targets[r]], 0 for a target < 0,
+// where z = logits, or with softCap > 0 z = softCap·tanh(logits/softCap)
+// (capLogits).
+func crossEntropyRef(logits []float64, targets []int, rows, vocab int, softCap float64) (loss, mag []float64) {
 	loss, mag = make([]float64, rows), make([]float64, rows)
 	for r := range rows {
 		if targets[r] < 0 {
 			continue
 		}
-		l := logits[r*vocab : (r+1)*vocab]
+		l := capLogits(logits[r*vocab:(r+1)*vocab], softCap)
 		mx := math.Inf(-1)
 		for _, v := range l {
 			mx = math.Max(mx, v)
@@ -34,6 +35,18 @@ func crossEntropyRef(logits []float64, targets []int, rows, vocab int) (loss, ma
 	return loss, mag
 }
 
+// capLogits is softCap·tanh(x/softCap) of each logit in float64, or a
+// copy of l with softCap 0.
+func capLogits(l []float64, softCap float64) []float64 {
+	z := append([]float64(nil), l...)
+	if softCap > 0 {
+		for i, v := range z {
+			z[i] = softCap * math.Tanh(v/softCap)
+		}
+	}
+	return z
+}
+
 // ceTargets draws rows targets in [0, vocab), the first vocab-1 and the
 // last IgnoreTarget (-1).
 func ceTargets(r interface{ IntN(int) int }, rows, vocab int) []int {
@@ -45,59 +58,78 @@ func ceTargets(r interface{ IntN(int) int }, rows, vocab int) []int {
 	return targets
 }
 
+// testCrossEntropy checks CrossEntropyForward and CrossEntropyBackward
+// (in place over the logits) against float64, without and with a final
+// soft cap (Gemma 2's 30 would leave these logits of about 4 nearly
+// uncapped; 3 bends them), and a target past the vocabulary as an error
+// on the stream. The capped backward is (softmax(z) - onehot)·(1 -
+// (z/cap)²)·scale; fp32 rounds z once, within 1e-5 of the terms.
 func testCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(14)
 	rows, vocab := 6, 37
-	logits := stored(randVals(r, rows*vocab, 4), dt)
-	targets := ceTargets(r, rows, vocab)
-	gl, gt := upload(t, d, s, logits, dt), upload(t, d, s, intVals(targets), gpu.I32)
-	gloss := upload(t, d, s, constVals(rows, math.NaN()), dt)
-	d.Ops().CrossEntropyForward(s, gl, gt, gloss, rows, vocab, 0)
-	want, mag := crossEntropyRef(logits, targets, rows, vocab)
-	checkClose(t, "losses", download(t, d, s, gloss), want, mag, dt, rtolF32)
+	for _, softCap := range []float64{0, 3} {
+		name := fmt.Sprintf("soft cap %g", softCap)
+		logits := stored(randVals(r, rows*vocab, 4), dt)
+		targets := ceTargets(r, rows, vocab)
+		gl, gt := upload(t, d, s, logits, dt), upload(t, d, s, intVals(targets), gpu.I32)
+		gloss := upload(t, d, s, constVals(rows, math.NaN()), dt)
+		d.Ops().CrossEntropyForward(s, gl, gt, gloss, rows, vocab, float32(softCap))
+		want, mag := crossEntropyRef(logits, targets, rows, vocab, softCap)
+		checkClose(t, name+" losses", download(t, d, s, gloss), want, mag, dt, rtolF32)
 
-	// Backward, in place over the logits; the ignored row is zero.
-	scale := 0.25
-	d.Ops().CrossEntropyBackward(s, gl, gt, gl, rows, vocab, float32(scale), 0)
-	got := download(t, d, s, gl)
-	ref := make([]float64, rows*vocab)
-	for i := range rows {
-		if targets[i] < 0 {
-			continue
+		// Backward, in place over the logits; the ignored row is zero.
+		scale := 0.25
+		d.Ops().CrossEntropyBackward(s, gl, gt, gl, rows, vocab, float32(scale), float32(softCap))
+		got := download(t, d, s, gl)
+		ref := make([]float64, rows*vocab)
+		for i := range rows {
+			if targets[i] < 0 {
+				continue
+			}
+			z := capLogits(logits[i*vocab:(i+1)*vocab], softCap)
+			p := softmaxRow(z)
+			p[targets[i]]--
+			for c, v := range p {
+				dz := 1.0
+				if softCap > 0 {
+					dz = 1 - (z[c]/softCap)*(z[c]/softCap)
+				}
+				ref[i*vocab+c] = v * dz * scale
+			}
 		}
-		p := softmaxRow(logits[i*vocab : (i+1)*vocab])
-		p[targets[i]]--
-		for c, v := range p {
-			ref[i*vocab+c] = v * scale
-		}
+		checkClose(t, name+" dlogits in place", got, ref, constVals(rows*vocab, scale), dt, rtolF32)
 	}
-	checkClose(t, "dlogits in place", got, ref, constVals(rows*vocab, scale), dt, rtolF32)
 
 	// A target past the vocabulary is an error on the stream.
+	gl, gloss := upload(t, d, s, randVals(r, rows*vocab, 1), dt), alloc(t, d, rows, dt)
 	d.Ops().CrossEntropyForward(s, gl, upload(t, d, s, constVals(rows, float64(vocab)), gpu.I32), gloss, rows, vocab, 0)
 	if err := s.Synchronize(); err == nil {
 		t.Error("cross-entropy with target = vocab: no error on the stream")
 	}
 }
 
+// gradCrossEntropy: CrossEntropyBackward against central differences of
+// the float64 loss, without and with a soft cap.
 func gradCrossEntropy(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 	r := newRand(35)
 	rows, vocab := 4, 9
 	scale := 1.0 / 4
-	logits := stored(randVals(r, rows*vocab, 3), dt)
-	targets := ceTargets(r, rows, vocab)
-	gl, gt := upload(t, d, s, logits, dt), upload(t, d, s, intVals(targets), gpu.I32)
-	gdl := upload(t, d, s, constVals(rows*vocab, math.NaN()), dt)
-	d.Ops().CrossEntropyBackward(s, gl, gt, gdl, rows, vocab, float32(scale), 0)
-	fd := fdGrad(func(v []float64) float64 {
-		loss, _ := crossEntropyRef(v, targets, rows, vocab)
-		var l float64
-		for _, x := range loss {
-			l += scale * x
-		}
-		return l
-	}, logits)
-	checkGrad(t, "dlogits", download(t, d, s, gdl), fd, nil, dt)
+	for _, softCap := range []float64{0, 2} {
+		logits := stored(randVals(r, rows*vocab, 3), dt)
+		targets := ceTargets(r, rows, vocab)
+		gl, gt := upload(t, d, s, logits, dt), upload(t, d, s, intVals(targets), gpu.I32)
+		gdl := upload(t, d, s, constVals(rows*vocab, math.NaN()), dt)
+		d.Ops().CrossEntropyBackward(s, gl, gt, gdl, rows, vocab, float32(scale), float32(softCap))
+		fd := fdGrad(func(v []float64) float64 {
+			loss, _ := crossEntropyRef(v, targets, rows, vocab, softCap)
+			var l float64
+			for _, x := range loss {
+				l += scale * x
+			}
+			return l
+		}, logits)
+		checkGrad(t, fmt.Sprintf("soft cap %g dlogits", softCap), download(t, d, s, gdl), fd, nil, dt)
+	}
 }
 
 // embCase is an embedding configuration: positions (nil: t) and whether
