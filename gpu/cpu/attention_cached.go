@@ -1,7 +1,6 @@
 package cpu
 
 import (
-
 	"github.com/strata-ai/strata/gpu"
 )
 

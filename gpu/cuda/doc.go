@@ -35,16 +35,26 @@
 // examples, fp32 tiles through shared memory, online softmax, lse kept;
 // the backward recomputes P from lse, dK/dV by the block owning each key
 // tile and dQ by the block owning each query tile, so no atomics and no
-// batch×heads×seq×seq storage); head dimensions up to 128.
+// batch×heads×seq×seq storage); head dimensions up to 128 (a larger one,
+// Gemma's 256 included, is an error at Synchronize). gpu.AttnOptions:
+// the scale is a kernel argument; a sliding window narrows each query's
+// first key, and the loops skip the key tiles before it (forward, dQ) and
+// the query tiles past its end (dK/dV), so a call costs O(seq·window);
+// the soft cap applies tanhf to each scaled score and multiplies dS by
+// 1 - (s/cap)²; the zero options give the plain attention's bits.
 // AttentionCached (generation) appends the new keys and values to the
 // caches (kv_append) and, for one new token, runs attn_cached, one block
-// per (token, head) over the cache in tiles of 256 keys; a first call
-// (start 0) runs attn_fwd on the new tokens. RMSNorm (with or without
-// the residual add before it: AddRMSNormForward) and SwiGLU work on chunks
+// per (token, head) over the cache in tiles of 256 keys, from the
+// window's first row with a sliding window; a first call (start 0) runs
+// attn_fwd on the new tokens. RoPE takes the Rope's inverse frequencies
+// by value, a kernel argument of 256 floats (1 KiB of the 4 KiB a launch
+// may pass): no upload, no scratch. RMSNorm (with or without
+// the residual add before it: AddRMSNormForward) and the GLU (SwiGLU,
+// GeGLU: glu_fwd, glu_bwd) work on chunks
 // of 8 elements, moved as 16-byte vectors where a bf16 chunk is aligned and
 // element by element elsewhere, with the same bits either way. The Llama
 // kernels (RMSNorm, RoPE with cos/sin from double math in the kernel,
-// SwiGLU) and this attention were checked without a GPU (NVRTC compile,
+// GLU) and this attention were checked without a GPU (NVRTC compile,
 // a CPU model of the kernels under sanitizers; README.md) and have not
 // yet run on one.
 //

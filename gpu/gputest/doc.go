@@ -16,15 +16,27 @@
 //     and small ones, seq not a multiple of any usual tile, several
 //     batch×head counts, grouped-query ratios 1, 2 and 4 and packed
 //     examples, its backward against a float64 backward (with the out the
-//     op is given) and for identical bits on a second call; the Llama
-//     family's ops (llama.go) and the token ops with ignored targets and
-//     positions (tokens.go);
+//     op is given) and for identical bits on a second call; its options
+//     (gpu.AttnOptions) with packed examples and grouped heads: sliding
+//     windows shorter than the sequence, of one key, and as long as it or
+//     longer (the full attention's bits), Gemma 2's soft cap, a custom
+//     scale, forward, backward, gradients and against a key/value cache
+//     (attention_cached.go: windows shorter than the cache); the Llama
+//     family's ops (llama.go: rotary embeddings with partial Dims, Scale ≠
+//     1 and inverse frequencies of their own; GLU with SwiGLU and GeGLU)
+//     and the token ops with ignored targets and positions (tokens.go:
+//     cross-entropy with and without a final soft cap);
 //   - finite-difference gradient checks of every backward op (GEMM, bias,
-//     layernorm, RMSNorm, attention, rotary, GELU, SwiGLU, cross-entropy,
-//     embedding) against float64;
+//     layernorm, RMSNorm, attention with and without its options, rotary
+//     (whole and partial), GELU, SwiGLU and GeGLU, cross-entropy with and
+//     without a soft cap, embedding) against float64;
 //   - contracts: every Device, Ops and Comm call with a bad argument
 //     (length, dtype, dimension, range, device, stream, foreign or freed
-//     buffer, op, root) panics when it is made, without crashing inside
+//     buffer, op, root; attention options with a negative window or scale
+//     or a NaN or negative soft cap; a Rope whose Dims is odd, zero or
+//     past the head, whose InvFreq has the wrong length or a value that is
+//     not finite and positive, or whose Scale is 0; a cross-entropy soft
+//     cap that is NaN, negative or infinite) panics when it is made, without crashing inside
 //     the backend, enqueues nothing and takes no collective round.
 //
 // Tolerances (per element, ref = the float64 reference on the values the
