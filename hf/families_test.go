@@ -327,6 +327,37 @@ func TestFamiliesGenerate(t *testing.T) {
 			if fmt.Sprint(got) != fmt.Sprint(ref.Tokens) {
 				t.Errorf("greedy tokens %v, the transcription's %v", got, ref.Tokens)
 			}
+			if s.SeqDependentRope() {
+				return // cached and recomputed logits differ by design (as in transformers) once the frequencies change
+			}
+			// Teacher-forced: the logits of each cached step (the window
+			// read from the cache) equal those of the whole sequence in
+			// one call, which TestFamiliesAgainstTorch checks against the
+			// transcription; tolerance 1e-5 of the row's largest logit.
+			seq := append(append([]int32(nil), prompt...), got[:steps-1]...)
+			ignore := make([]int32, len(seq))
+			for k := range ignore {
+				ignore[k] = model.IgnoreTarget
+			}
+			whole := make([][]float32, len(seq))
+			d.Reset()
+			if _, _, err := d.Score(st, w, seq, ignore, func(row int, v []float32) { whole[row] = append([]float32(nil), v...) }); err != nil {
+				t.Fatal(err)
+			}
+			d.Reset()
+			for k, id := range seq {
+				logits, err := d.Step(st, w, []int32{id})
+				if err != nil {
+					t.Fatal(err)
+				}
+				want := make([]float64, len(logits))
+				for v, x := range whole[k] {
+					want[v] = float64(x)
+				}
+				if e := relErr(logits, want); !(e <= 1e-5) {
+					t.Fatalf("step %d: cached logits differ from the whole sequence's by %.3g of the largest", k, e)
+				}
+			}
 		})
 	}
 }
