@@ -119,8 +119,8 @@ const (
 )
 
 // newRegexSplitter returns the splitter of a Split pre-tokenizer's Regex
-// pattern: a hand-written matcher for the three known patterns, regexp2
-// for any other.
+// pattern: a hand-written matcher for the known patterns (these three,
+// and o200k's and DeepSeek-V3's in patterns.go), regexp2 for any other.
 func newRegexSplitter(pattern string) (splitter, error) {
 	switch pattern {
 	case gpt2Pattern:
@@ -129,6 +129,14 @@ func newRegexSplitter(pattern string) (splitter, error) {
 		return llamaSplitter{maxDigits: 3}, nil
 	case qwen2Pattern:
 		return llamaSplitter{maxDigits: 1}, nil
+	case o200kPattern:
+		return matchSplitter{o200kMatcher{}}, nil
+	case deepseekDigitsPattern:
+		return matchSplitter{digitsMatcher{}}, nil
+	case deepseekCJKPattern:
+		return matchSplitter{cjkMatcher{}}, nil
+	case deepseekPattern:
+		return matchSplitter{deepseekMatcher{}}, nil
 	}
 	return compileRegexp2(pattern)
 }

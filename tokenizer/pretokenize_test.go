@@ -1,9 +1,11 @@
 package tokenizer
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -22,7 +24,39 @@ var knownPatterns = []struct {
 	{"gpt2", gpt2Pattern, gpt2Splitter{}},
 	{"llama3", llama3Pattern, llamaSplitter{maxDigits: 3}},
 	{"qwen2", qwen2Pattern, llamaSplitter{maxDigits: 1}},
+	{"o200k", o200kPattern, matchSplitter{o200kMatcher{}}},
+	{"deepseek-digits", deepseekDigitsPattern, matchSplitter{digitsMatcher{}}},
+	{"deepseek-cjk", deepseekCJKPattern, matchSplitter{cjkMatcher{}}},
+	{"deepseek", deepseekPattern, matchSplitter{deepseekMatcher{}}},
 }
+
+// split is one piece of a splitter's output and whether it is a match.
+type split struct {
+	piece   string
+	matched bool
+}
+
+func (s split) String() string { return fmt.Sprintf("%q:%v", s.piece, s.matched) }
+
+// splits returns the pieces sp cuts s into, with whether each matched.
+func splits(sp splitter, s string) []split {
+	var out []split
+	sp.split(s, func(p string, m bool) { out = append(out, split{p, m}) })
+	return out
+}
+
+// knownRegexp2 are knownPatterns compiled by regexp2, once.
+var knownRegexp2 = sync.OnceValue(func() []regexSplitter {
+	var res []regexSplitter
+	for _, p := range knownPatterns {
+		re, err := compileRegexp2(p.pattern)
+		if err != nil {
+			panic(err)
+		}
+		res = append(res, re)
+	}
+	return res
+})
 
 // regexp2Differs are the texts on which regexp2 (.NET semantics) and
 // Oniguruma disagree, so the hand-written matchers follow Oniguruma:
@@ -33,17 +67,18 @@ func regexp2Differs(s string) bool { return strings.Contains(s, "ſ") }
 // checkAgainstRegexp2 wants the hand-written matcher's pieces of s to be
 // regexp2's for the same pattern, and to cover s.
 func checkAgainstRegexp2(t testing.TB, s string) {
-	for _, p := range knownPatterns {
-		re, err := compileRegexp2(p.pattern)
-		if err != nil {
-			t.Fatal(err)
+	for i, p := range knownPatterns {
+		re := knownRegexp2()[i]
+		got := splits(p.hand, s)
+		joined := ""
+		for _, g := range got {
+			joined += g.piece
 		}
-		got := pieces(p.hand, s)
-		if strings.Join(got, "") != s {
-			t.Fatalf("%s: the pieces of %q do not cover it: %q", p.name, s, got)
+		if joined != s {
+			t.Fatalf("%s: the pieces of %q do not cover it: %+q", p.name, s, got)
 		}
-		if want := pieces(re, s); !regexp2Differs(s) && !slices.Equal(got, want) {
-			t.Fatalf("%s: %q: hand-written %q, regexp2 %q", p.name, s, got, want)
+		if want := splits(re, s); !regexp2Differs(s) && !slices.Equal(got, want) {
+			t.Fatalf("%s: %q: hand-written %v, regexp2 %v", p.name, s, got, want)
 		}
 	}
 }
@@ -57,7 +92,13 @@ func TestPreTokenizeAgainstRegexp2(t *testing.T) {
 		checkAgainstRegexp2(t, d)
 	}
 	chars := []string{"a", "Z", "é", "中", "ǅ", "1", "٣", "²", "Ⅻ", " ", " ", "  ", "\t", "\n", "\r", "\r\n", "\u00a0", "\u3000",
-		"\u0085", "\u2028", "\ufeff", "\u200b", "'", "'s", "'S", "'re", "'Ll", "'d", "'x", "!", ".", "-", "\u0301", "🎉", "\xff", "\xe4\xb8"}
+		"\u0085", "\u2028", "\ufeff", "\u200b", "'", "'s", "'S", "'re", "'Ll", "'d", "'x", "!", ".", "-", "\u0301", "🎉", "\xff", "\xe4\xb8",
+		// The classes o200k's and DeepSeek-V3's patterns add: letters by
+		// case (Lu, Ll, Lt, Lm, Lo), marks (Mn, Mc, Me), punctuation and
+		// symbols, '/', controls and format characters, private use, the
+		// edges of DeepSeek's CJK ranges, ASCII punctuation before letters.
+		"É", "ß", "ʰ", "ا", "あ", "ア", "龥", "龦", "\u3040", "ゟ", "゠", "ヿ", "㐀", "\u0903", "\u20dd", "、", "«", "€", "©",
+		"^", "`", "/", "//", "$", "\x01", "\u00ad", "\ue000", "\U000E0041", "'VE", "'LL", "_x", ".A", "ǅa", "Aé", "aA"}
 	rng := rand.New(rand.NewPCG(5, 5))
 	for range 20000 {
 		var b strings.Builder
