@@ -99,6 +99,18 @@ func (a *charAlphabet) symbols(piece string, ids []int32) []int32 {
 	return ids
 }
 
+// hasToken says whether the character char is a token of its own.
+func (a *charAlphabet) hasToken(char string) bool {
+	if len(char) == 1 && char[0] < utf8.RuneSelf {
+		return a.ascii[char[0]] >= 0
+	}
+	if r, _ := utf8.DecodeRuneInString(char); r == utf8.RuneError && len(char) == 1 {
+		return false // a byte that is not UTF-8
+	}
+	_, ok := a.vocab[char]
+	return ok
+}
+
 // hasFallback says whether every byte of char has its <0xAB> token.
 func (a *charAlphabet) hasFallback(char string) bool {
 	for k := 0; k < len(char); k++ {

@@ -2,7 +2,9 @@ package tokenizer
 
 import (
 	"hash/maphash"
+	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 // merge is one rule of the merge table: the pair it applies to becomes
@@ -62,6 +64,59 @@ func (t *Tokenizer) bpeScan(ids []int32, s *scratch, out []int32) []int32 {
 	}
 	s.ranks = ranks
 	return append(out, ids...)
+}
+
+// wordCut cuts a piece over characters before a word mark ("▁") where no
+// merge can cross, so that a long piece (Llama 2 and Gemma 3 pre-tokenize
+// nothing: the text between added tokens is one piece) is merged word by
+// word, and each word is cached. The ids cannot change: a merge that
+// crossed the cut would make a token whose spelling holds the character
+// before the cut and then "▁" (a token's spelling is its two parts'
+// together), so when no token has that pair inside it the pair across the
+// cut never has a rule, each side picks its merges as if alone, and
+// the heap's order by (rank, position) interleaves the two sides' merges
+// without changing either. The character before the cut must be a token
+// of its own (not byte fallback or unk_token), and so must "▁".
+type wordCut struct {
+	alphabet *charAlphabet
+	mark     string        // "▁"
+	keep     map[rune]bool // characters some token has just before an inner "▁"
+}
+
+// newWordCut returns the cut for a vocabulary over characters, or nil
+// when there is none: "▁" is not a token, or ignore_merges is set (a
+// word can be a whole token where the piece is not).
+func newWordCut(a *charAlphabet, ignoreMerges bool) *wordCut {
+	const mark = "▁"
+	if _, ok := a.vocab[mark]; !ok || ignoreMerges {
+		return nil
+	}
+	c := &wordCut{alphabet: a, mark: mark, keep: map[rune]bool{}}
+	for tok := range a.vocab {
+		for k := 1; k < len(tok); k++ {
+			if strings.HasPrefix(tok[k:], mark) {
+				r, _ := utf8.DecodeLastRuneInString(tok[:k])
+				c.keep[r] = true
+			}
+		}
+	}
+	return c
+}
+
+// next returns the first word of piece and the rest.
+func (c *wordCut) next(piece string) (word, rest string) {
+	for from := 1; from < len(piece); {
+		k := strings.Index(piece[from:], c.mark)
+		if k < 0 {
+			break
+		}
+		at := from + k
+		if r, w := utf8.DecodeLastRuneInString(piece[:at]); !c.keep[r] && c.alphabet.hasToken(piece[at-w:at]) {
+			return piece[:at], piece[at:]
+		}
+		from = at + len(c.mark)
+	}
+	return piece, ""
 }
 
 // heapFromSymbols is the piece length from which bpe keeps its candidate

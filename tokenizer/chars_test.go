@@ -254,3 +254,78 @@ func TestCharLoadErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestWordCut: a piece is cut into words before "▁" only where no token
+// holds the character before it and "▁" together; the ids are those of
+// the whole piece merged at once (the cut switched off).
+func TestWordCut(t *testing.T) {
+	// "a▁" is a token, so "▁a▁b" is not cut after "a": merged whole, the
+	// rule a+▁ (rank 0) takes the "▁" that "▁b" (rank 1) would have had.
+	tok, ids := charToy{vocab: []string{"▁", "a", "b", "c", "é", "a▁", "▁b", "▁c"},
+		merges: [][2]string{{"a", "▁"}, {"▁", "b"}, {"▁", "c"}}, fallback: true, unk: "<unk>"}.load(t)
+	for _, c := range []struct {
+		piece string
+		words []string
+	}{
+		{"▁a▁b", []string{"▁a▁b"}},
+		{"▁b▁c▁a▁b", []string{"▁b", "▁c", "▁a▁b"}},
+		{"▁▁b", []string{"▁", "▁b"}},
+		{"▁é▁c", []string{"▁é", "▁c"}},
+		{"▁ü▁c", []string{"▁ü▁c"}},       // byte fallback before "▁": not cut
+		{"▁\xff▁c", []string{"▁\xff▁c"}}, // nor after a byte that is not UTF-8
+		{"▁", []string{"▁"}},
+	} {
+		var words []string
+		for rest := c.piece; rest != ""; {
+			var w string
+			w, rest = tok.cut.next(rest)
+			words = append(words, w)
+		}
+		if !slices.Equal(words, c.words) {
+			t.Errorf("%q: words %q, want %q", c.piece, words, c.words)
+		}
+	}
+	if got, want := tok.Encode("a b", false), idsOf(ids, "▁", "a▁", "b"); !slices.Equal(got, want) {
+		t.Errorf("Encode(\"a b\") = %v, want %v", got, want)
+	}
+	tok, _ = charToy{vocab: []string{"▁", "a"}, merges: nil, fallback: true}.load(t)
+	if tok.cut == nil {
+		t.Error("no cut for a vocabulary with ▁")
+	}
+	tok, _ = charToy{vocab: []string{"a", "b"}, merges: nil, fallback: true}.load(t)
+	if tok.cut != nil {
+		t.Error("a cut for a vocabulary without ▁")
+	}
+}
+
+// TestWordCutReal: on Llama 2's and Gemma 3's vocabularies, the corpus
+// encodes to the same ids with the cut and without it.
+func TestWordCutReal(t *testing.T) {
+	text, random := corpusParts(t)
+	docs := append(text[:min(len(text), 60)], random...)
+	for _, v := range vocabularies {
+		if v.name != "llama2" && v.name != "gemma3" {
+			continue
+		}
+		t.Run(v.name, func(t *testing.T) {
+			tok, err := Load(vocabPath(t, v.pkg))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tok.cut == nil {
+				t.Fatal("no cut")
+			}
+			with := make([][]int32, len(docs))
+			for i, d := range docs {
+				with[i] = tok.Encode(d, false)
+			}
+			tok.cut = nil
+			tok.cache.reset()
+			for i, d := range docs {
+				if got := tok.Encode(d, false); !slices.Equal(got, with[i]) {
+					t.Fatalf("document %d: %d ids cut into words, %d whole", i, len(with[i]), len(got))
+				}
+			}
+		})
+	}
+}

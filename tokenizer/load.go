@@ -253,7 +253,8 @@ func (t *Tokenizer) parseModel(raw json.RawMessage) error {
 			}
 			unkID = id
 		}
-		t.alphabet = newCharAlphabet(t.vocab, byteFallback, unkID, fuseUnk)
+		a := newCharAlphabet(t.vocab, byteFallback, unkID, fuseUnk)
+		t.alphabet, t.cut = a, newWordCut(a, ignore)
 	}
 	return t.buildMerges(vocab, strMerges, pairMerges)
 }

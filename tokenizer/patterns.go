@@ -27,16 +27,16 @@ const (
 type kind uint8
 
 const (
-	kOther kind = iota
-	kUpper      // Lu, Lt
-	kLower      // Ll
-	kLetter     // Lm, Lo
-	kMark       // M
-	kNumber     // N
-	kPunct      // P
-	kSymbol     // S
-	kSpace      // White_Space less \r, \n
-	kNewline    // \r, \n
+	kOther   kind = iota
+	kUpper        // Lu, Lt
+	kLower        // Ll
+	kLetter       // Lm, Lo
+	kMark         // M
+	kNumber       // N
+	kPunct        // P
+	kSymbol       // S
+	kSpace        // White_Space less \r, \n
+	kNewline      // \r, \n
 )
 
 // kinds is a set of kinds, a bit each.
@@ -280,8 +280,8 @@ func (cjkMatcher) next(s string, i int) int {
 
 var (
 	deepseekLead   = ^kindSet(kNewline, kUpper, kLower, kLetter, kPunct, kSymbol) // [^\r\n\p{L}\p{P}\p{S}]
-	deepseekWord   = kindSet(kUpper, kLower, kLetter, kMark)                       // [\p{L}\p{M}]
-	deepseekSymbol = kindSet(kPunct, kSymbol)                                      // [\p{P}\p{S}]
+	deepseekWord   = kindSet(kUpper, kLower, kLetter, kMark)                      // [\p{L}\p{M}]
+	deepseekSymbol = kindSet(kPunct, kSymbol)                                     // [\p{P}\p{S}]
 )
 
 // deepseekMatcher matches deepseekPattern (DeepSeek-V3's third Split),

@@ -26,6 +26,7 @@ type Tokenizer struct {
 	alphabet     alphabet         // a piece's symbols before any merge
 	single       [256]int32       // the id of a one-byte piece, -1 when not one id
 	ignoreMerges bool             // a piece that is a whole token is that token
+	cut          *wordCut         // over characters, where a piece is cut into words; nil: never
 
 	added           *addedSet        // added tokens matched in the raw text
 	addedNormalized *addedSet        // added tokens matched after the normalizer
@@ -180,8 +181,22 @@ func (t *Tokenizer) preTokenize(piece string, first bool, step int, s *scratch) 
 	})
 }
 
-// model appends the ids of one pre-token.
+// model appends the ids of one pre-token, word by word where it can be
+// cut (wordCut).
 func (t *Tokenizer) model(piece string, s *scratch, out []int32) []int32 {
+	if t.cut == nil {
+		return t.word(piece, s, out)
+	}
+	for piece != "" {
+		var word string
+		word, piece = t.cut.next(piece)
+		out = t.word(word, s, out)
+	}
+	return out
+}
+
+// word appends the ids of one piece the model merges whole.
+func (t *Tokenizer) word(piece string, s *scratch, out []int32) []int32 {
 	if len(piece) == 1 && t.single[piece[0]] >= 0 {
 		return append(out, t.single[piece[0]])
 	}
