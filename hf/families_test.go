@@ -14,6 +14,7 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
+	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -356,6 +357,77 @@ func TestFamiliesGenerate(t *testing.T) {
 				}
 				if e := relErr(logits, want); !(e <= 1e-5) {
 					t.Fatalf("step %d: cached logits differ from the whole sequence's by %.3g of the largest", k, e)
+				}
+			}
+		})
+	}
+}
+
+// TestFamiliesConfigRoundTrip: each family's config.json read and written
+// back with its source (ConfigJSON with the base, what an export of an
+// imported model writes) gives every key back as written; written from the
+// shape alone (a model defined in Strata) it reads back as the same shape.
+func TestFamiliesConfigRoundTrip(t *testing.T) {
+	hosttest.RequireTorch(t)
+	for i, family := range families {
+		t.Run(family, func(t *testing.T) {
+			dir := familyDir(t, family, 30+i)
+			base, err := os.ReadFile(filepath.Join(dir, ConfigName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := ParseConfig(ConfigName, base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := ConfigJSON(c.Shape, dtype.F32, base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want, got map[string]any
+			if err := json.Unmarshal(base, &want); err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(back, &got); err != nil {
+				t.Fatal(err)
+			}
+			for k, v := range want {
+				if fmt.Sprint(got[k]) != fmt.Sprint(v) {
+					t.Errorf("%s: %v written back, %v in the source", k, got[k], v)
+				}
+			}
+			alone, err := ConfigJSON(c.Shape, dtype.F32, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c2, err := ParseConfig(ConfigName, alone)
+			if err != nil {
+				t.Fatalf("the config written from the shape does not read back: %v\n%s", err, alone)
+			}
+			if c2.Shape.Canonical() != c.Shape.Canonical() {
+				t.Errorf("written from the shape and read back:\n%+v\nwant\n%+v\n%s", c2.Shape.Canonical(), c.Shape.Canonical(), alone)
+			}
+			// And the transcription reads it as the source: the same logits.
+			other := t.TempDir()
+			if err := os.WriteFile(filepath.Join(other, ConfigName), alone, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			weights, err := os.ReadFile(filepath.Join(dir, WeightsName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(other, WeightsName), weights, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			bj, _ := json.Marshal(map[string]any{"ids": [][]int{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}}, "targets": [][]int{{2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13}}})
+			batch := filepath.Join(other, "batch.json")
+			if err := os.WriteFile(batch, bj, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			a, b := referenceRun(t, dir, batch)["logits"], referenceRun(t, other, batch)["logits"]
+			for k := range a {
+				if a[k] != b[k] {
+					t.Fatalf("the transcription reads the config written from the shape otherwise: logit %d %v, the source's %v\n%s", k, b[k], a[k], alone)
 				}
 			}
 		})
