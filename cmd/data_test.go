@@ -329,10 +329,10 @@ func TestTrainDataErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), bad+`:2: message 1 has no "content"`) {
 		t.Errorf("bad line: %v", err)
 	}
-	tmpl := writeFile(t, "t.jinja", "{% macro x() %}{% endmacro %}")
+	tmpl := writeFile(t, "t.jinja", "{% call m() %}{% endcall %}")
 	good := writeFile(t, "good.jsonl", `{"text": "ok"}`+"\n")
 	_, _, err = runApp(t, "train", "--config", cfg, "--data", good, "--chat-template", tmpl, "--steps", "1", "--no-progress")
-	if err == nil || !strings.Contains(err.Error(), tmpl) || !strings.Contains(err.Error(), "{% macro %} is not supported") {
+	if err == nil || !strings.Contains(err.Error(), tmpl) || !strings.Contains(err.Error(), "{% call %} is not supported") {
 		t.Errorf("unsupported template: %v", err)
 	}
 	for _, c := range []struct {
