@@ -4,7 +4,8 @@
 # and backward over 32,768 tokens with a window of 4,096, against the same
 # block over 4,096 tokens of full causal attention, and the window over
 # 16,384 tokens (the per-token cost must not grow with the length). The
-# three runs alternate; the benchmark reports the ratios of their medians.
+# three runs alternate; the benchmark reports the ratios of their medians,
+# in CPU time (user + system: the work, which a loaded host does not inflate).
 # Sizes: STRATA_WINDOW_LONG, _SHORT, STRATA_WINDOW, _DIM, _REPS (see
 # model/window_bench_test.go). About 20 minutes on 2 cores with REPS=1.
 set -e
