@@ -14,9 +14,10 @@ const (
 		`|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?` +
 		`|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 	deepseekDigitsPattern = `\p{N}{1,3}`
-	deepseekCJKPattern    = `[一-龥぀-ゟ゠-ヿ]+`
-	deepseekPattern       = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+" +
-		`|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	deepseekCJKPattern    = "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+" // [一-龥぀-ゟ゠-ヿ]+
+	// The file writes \r and \n in the classes as the characters themselves.
+	deepseekPattern = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+" +
+		"|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"
 )
 
 // kind is the finer character class the o200k and DeepSeek patterns

@@ -495,3 +495,23 @@ func TestRoundTripReal(t *testing.T) {
 		}
 	}
 }
+
+// TestRealPatternsHandWritten: every Split pattern of the real files has a
+// hand-written matcher (a pattern spelled a little differently from the
+// constants would fall to regexp2 silently, slower but correct).
+func TestRealPatternsHandWritten(t *testing.T) {
+	for _, v := range vocabularies {
+		if v.name == "gemma3" || v.name == "llama2" {
+			continue // no Split with a Regex
+		}
+		tok, err := Load(vocabPath(t, v.pkg))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, st := range tok.steps {
+			if _, ok := st.split.(regexSplitter); ok {
+				t.Errorf("%s: pre-tokenizer %d runs on regexp2", v.name, i)
+			}
+		}
+	}
+}
