@@ -67,10 +67,6 @@ type Config struct {
 	TorchDType   string // torch_dtype as written ("bfloat16"); "" when absent
 }
 
-// CheckSeq says whether a run of seq tokens fits the model: always, now
-// that sliding windows are built (kept for its callers).
-func (c *Config) CheckSeq(seq int) error { return nil }
-
 // hfKeys reads the keys of one config.json, collecting every problem.
 type hfKeys struct {
 	raw      map[string]json.RawMessage
@@ -233,16 +229,17 @@ func ReadConfig(dir string) (*Config, error) {
 	return c, nil
 }
 
-// ParseConfig reads a Hugging Face config.json (b, read from path) of a
-// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or GPT2LMHeadModel
-// into a shape. What Strata does not compute is refused, every problem
-// listed in one error naming the file and each key: rope_scaling other
-// than null (Llama-3.1's "llama3" scaling is not built), a head_dim other
-// than hidden_size / num_attention_heads, hidden_act other than silu
-// (GPT-2's activation_function other than gelu_new), biases Llama does not
-// have (attention_bias, mlp_bias), Qwen2's use_sliding_window, GPT-2
-// without scaled attention or with an untied head, and an unknown
-// architecture. Mistral's sliding_window is kept for CheckSeq.
+// ParseConfig reads a Hugging Face config.json (b, read from path) of
+// one of the architectures hfArchs lists into a shape, with the keys of
+// each family (llamaConfig: head_dim, rope scaling, partial rotary,
+// sliding windows, Gemma's scale and soft caps). What Strata does not
+// compute is refused, every problem listed in one error naming the file
+// and each key: an unknown rope_type or a rope key its type does not
+// read, hidden_act other than silu (Gemma's other than gelu_pytorch_tanh,
+// GPT-2's activation_function other than gelu_new), biases a family does
+// not have (attention_bias, mlp_bias), a layer type other than sliding and
+// full attention, GPT-2 without scaled attention or with an untied head,
+// and an unknown architecture.
 func ParseConfig(path string, b []byte) (*Config, error) {
 	k := &hfKeys{}
 	if err := json.Unmarshal(b, &k.raw); err != nil {
