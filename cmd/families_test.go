@@ -127,6 +127,11 @@ func TestFamiliesLoRA(t *testing.T) {
 					t.Errorf("config.json %q: %s back, %s in the base", k, gc[k], v)
 				}
 			}
+			// The run resumes (its config.json records the family's shape).
+			if out, errOut, err := runApp(t, "train", "--resume", run, "--out", filepath.Join(dir, "resumed"), "--steps", "31", "--no-progress"); err != nil {
+				t.Fatalf("train --resume: %v\n%s\n%s", err, out, errOut)
+			}
+
 			// Continue from the PEFT adapter (--adapter): a step at learning
 			// rate 0 evaluates as the run.
 			again := filepath.Join(dir, "again")

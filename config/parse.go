@@ -639,23 +639,62 @@ func decodeShape(s *section) *Shape {
 		s.intKey(f.key, f.dst, atLeast(1))
 	}
 	// The Llama family's keys (model.Shape documents their defaults).
-	s.stringKey("arch", &sh.Arch, "gpt2", "llama", "qwen2")
+	s.stringKey("arch", &sh.Arch, llamaArchs...)
 	s.intKey("n_kv_head", &sh.KVHeads, atLeast(1))
 	s.intKey("n_inner", &sh.FFN, atLeast(1))
 	s.floatKey("rope_theta", &sh.RopeTheta, nonNegative)
 	s.floatKey("norm_eps", &sh.NormEps, nonNegative)
 	s.boolKey("tie_word_embeddings", &sh.TieEmbeddings)
+	// The attention variants of the Llama family's members (model.Shape
+	// checks how they go together).
+	s.intKey("head_dim", &sh.HeadDimension, atLeast(1))
+	if s.has("rope_scaling") {
+		decodeRope(s.sub("rope_scaling"), &sh.Rope)
+	}
+	s.floatKey("partial_rotary_factor", &sh.RotaryFraction, nonNegative)
+	s.intKey("sliding_window", &sh.SlidingWindow, atLeast(1))
+	s.stringKey("layer_types", &sh.LayerTypes)
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{{"rope_local_base_freq", &sh.RopeLocalTheta}, {"query_pre_attn_scalar", &sh.QueryScale},
+		{"attn_logit_softcapping", &sh.AttnSoftCap}, {"final_logit_softcapping", &sh.FinalSoftCap}} {
+		s.floatKey(f.key, f.dst, nonNegative)
+	}
+	variants := sh.HeadDimension != 0 || sh.Rope != (RopeScaling{}) || sh.RotaryFraction != 0 || sh.SlidingWindow != 0 || sh.LayerTypes != "" ||
+		sh.RopeLocalTheta != 0 || sh.QueryScale != 0 || sh.AttnSoftCap != 0 || sh.FinalSoftCap != 0
 	switch {
 	case len(missing) > 0:
 		s.d.errAt(s.n.offset, s.path, "missing %s", strings.Join(missing, ", "))
-	case sh.Heads > 0 && sh.Dim%sh.Heads != 0:
+	case sh.Heads > 0 && sh.HeadDimension == 0 && sh.Dim%sh.Heads != 0:
 		s.d.errPath("strata.model.n_embd", "%d is not a multiple of n_head %d", sh.Dim, sh.Heads)
 	case sh.KVHeads > 0 && sh.Heads%sh.KVHeads != 0:
 		s.d.errPath("strata.model.n_kv_head", "n_head %d is not a multiple of %d", sh.Heads, sh.KVHeads)
-	case sh.Arch != "llama" && sh.Arch != "qwen2" && (sh.KVHeads > 0 || sh.RopeTheta != 0 || sh.TieEmbeddings):
-		s.d.errPath("strata.model.arch", "n_kv_head, rope_theta and tie_word_embeddings need arch \"llama\" or \"qwen2\"")
+	case (sh.Arch == "" || sh.Arch == "gpt2") && (sh.KVHeads > 0 || sh.RopeTheta != 0 || sh.TieEmbeddings || variants):
+		s.d.errPath("strata.model.arch", "n_kv_head, rope_theta, tie_word_embeddings and the attention variants need an arch of the Llama family (%s)", strings.Join(llamaArchs[1:], ", "))
 	}
 	return sh
+}
+
+// llamaArchs are the archs strata.model takes (model.Archs): GPT-2's, then
+// the Llama family's.
+var llamaArchs = []string{"gpt2", "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}
+
+// decodeRope reads strata.model.rope_scaling (model.RopeScaling's keys).
+func decodeRope(s *section, r *RopeScaling) {
+	s.stringKey("rope_type", &r.Type)
+	s.intKey("original_max_position_embeddings", &r.OriginalMax, atLeast(1))
+	for _, f := range []struct {
+		key string
+		dst *float64
+	}{{"factor", &r.Factor}, {"low_freq_factor", &r.LowFreqFactor}, {"high_freq_factor", &r.HighFreqFactor},
+		{"attention_factor", &r.AttentionFactor}, {"beta_fast", &r.BetaFast}, {"beta_slow", &r.BetaSlow},
+		{"mscale", &r.Mscale}, {"mscale_all_dim", &r.MscaleAllDim}} {
+		s.floatKey(f.key, f.dst, nonNegative)
+	}
+	s.boolKey("no_truncate", &r.NoTruncate)
+	s.stringKey("short_factor", &r.ShortFactor)
+	s.stringKey("long_factor", &r.LongFactor)
 }
 
 // crossChecks are the rules that involve more than one key.
