@@ -149,6 +149,11 @@ func TestFamiliesLoRA(t *testing.T) {
 			if out, errOut, err := runApp(t, "estimate", "--model", base, "--devices", "1", "--stage", "3", "--offload-param", "cpu", "--lora", "r=8,base=nf4"); err != nil || !strings.Contains(out, s.Arch) {
 				t.Errorf("estimate --model: %v\n%s\n%s", err, out, errOut)
 			}
+			if family == "gemma2" { // the planner measures a step of the family and predicts each placement
+				if out, errOut, err := runApp(t, "plan", "--model", base, "--batch", "1", "--seq", "32"); err != nil || !strings.Contains(out, "stage") {
+					t.Errorf("plan --model: %v\n%s\n%s", err, out, errOut)
+				}
+			}
 			if streamed, _ := evalJSON(t, "--model", run, "--data", held, "--seq", "32", "--offload", "cpu"); math.Abs(streamed.Loss-after.Loss)/after.Loss > 1e-2 {
 				t.Errorf("the run streamed from host RAM (bf16) evaluates to %.6g, resident to %.6g", streamed.Loss, after.Loss)
 			}
