@@ -774,28 +774,32 @@ extern "C" __global__ void rmsnorm_bwd_gamma_part(const void* dy, int ddy, const
 // (tanhf, fp32); the backward multiplies dS by 1 - (s/cap)². q·k summed
 // in fp32 in index order. scale, window and cap 0 give the plain
 // attention's bits. No B×H×T×T storage: tiles of q, k, v
-// (widened to fp32) go through shared memory, padded to ATT_DP floats a
-// row against bank conflicts. Every sum has a fixed order and every output
+// (widened to fp32) go through shared memory, rows padded to the kernel's
+// largest head dimension + 1 floats against bank conflicts. Every sum has a fixed order and every output
 // element one writer: no atomics, bit-identical run to run.
 
-#define ATT_D 128   // the largest head dimension
-#define ATT_DP 129  // row stride of the q/k/v tiles in shared memory
+#define ATT_D 128   // the largest head dimension of attn_fwd, attn_bwd_dkv, attn_bwd_dq (and the _tc kernels)
 #define AF_BQ 32    // forward: query rows of a block
 #define AF_BK 32    // forward: key rows of a tile
 #define AF_NT 128   // forward: threads of a block
-#define AF_TPR (AF_NT / AF_BQ)  // threads per query row (4)
-#define AF_CPT (AF_BK / AF_TPR) // scores per thread per tile (8)
-#define AF_DPT (ATT_D / AF_TPR) // output dims per thread (32)
 #define AB_BQ 16    // backward: query rows of a tile
 #define AB_BK 16    // backward: key rows of a tile
 #define AB_NT 128   // backward: threads of a block
-#define AB_TPR (AB_NT / AB_BK)  // threads per owned row (8)
-#define AB_EPT (AB_BQ / AB_TPR) // score entries per thread per tile (2)
-#define AB_DPT (ATT_D / AB_TPR) // owned dims per thread (16)
+// The wide kernels (attn_fwd_wide, attn_bwd_dkv_wide, attn_bwd_dq_wide)
+// take head dimensions up to 256 (Gemma 2 and 3): rows of 257 floats,
+// so half the rows a tile (a quarter of the backward's area) to stay
+// within the 48 KiB of static shared memory; the same code as the
+// narrow kernels (the templates below), so the same order of every sum.
+#define ATT_WD 256  // the largest head dimension of the wide kernels
+#define AFW_BQ 16   // wide forward: query rows of a block
+#define AFW_BK 16   // wide forward: key rows of a tile
+#define AFW_NT 128  // wide forward: threads of a block
+#define ABW_BQ 8    // wide backward: query rows of a tile
+#define ABW_BK 8    // wide backward: key rows of a tile
+#define ABW_NT 64   // wide backward: threads of a block
 
-static_assert(AF_NT % AF_BQ == 0 && AF_BK % AF_TPR == 0 && ATT_D % AF_TPR == 0, "forward tile shape");
-static_assert(AB_BQ == AB_BK && AB_NT % AB_BK == 0 && AB_BQ % AB_TPR == 0 && ATT_D % AB_TPR == 0, "backward tile shape");
-static_assert(AF_NT <= NT && AB_NT <= NT, "attention blocks are at most NT threads");
+static_assert(AF_NT <= NT && AB_NT <= NT && AFW_NT <= NT && ABW_NT <= NT, "attention blocks are at most NT threads");
+static_assert(ATT_WD <= NT, "attn_cached: thread d < D owns output dim d");
 
 #define NEG_INF __int_as_float(0xff800000)
 
@@ -847,31 +851,42 @@ __device__ __forceinline__ int attn_jmin(const int* los, int n, int T) {
 }
 
 // attn_tile loads rows [r0, r0+n) of one head of qkv (column offset col =
-// head·D within a row) into tile (n rows of ATT_DP floats); rows past T
+// head·D within a row) into tile (n rows of DP floats); rows past T
 // read as zeros. nt threads share the work.
+template <int DP>
 __device__ __forceinline__ void attn_tile(float* tile, const void* qkv, int dq, i64 bT, int r0, int n, int T, i64 W,
                                           i64 col, int D, int nt) {
     for (int e = threadIdx.x; e < n * D; e += nt) {
         int rr = e / D, d = e % D;
         int t = r0 + rr;
-        tile[rr * ATT_DP + d] = t < T ? ld(qkv, dq, (bT + t) * W + col + d) : 0.0f;
+        tile[rr * DP + d] = t < T ? ld(qkv, dq, (bT + t) * W + col + d) : 0.0f;
     }
 }
 
-// attn_fwd: one block of AF_NT threads per (b, h, query tile of AF_BQ
-// rows), longest tiles first; thread (r, part) owns query row r, the
-// scores of key columns part + AF_TPR·k, and output dims part + AF_TPR·k.
+// attn_fwd: one block of NTH threads per (b, h, query tile of BQ rows),
+// longest tiles first; thread (r, part) owns query row r, the scores of
+// key columns part + TPR·k, and output dims part + TPR·k (TPR = NTH/BQ).
 // Per key tile: S = Q·Kᵀ·scale (masked: -inf), the row max m, P =
 // exp(S - m) in fp32, l = l·exp(m_old - m) + rowsum(P), O = O·exp(m_old - m)
 // + P·V. At the end out = O / l and lse = m + log(l). bad: check_pos's
 // flag (null when pos is null and nothing was checked).
-extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, int dq, void* out, int dout, float* lse,
-                                                             const int* pos, int T, int H, int KV, int D, int nqt,
-                                                             float scale, int window, float cap, const int* bad) {
-    __shared__ float Qs[AF_BQ * ATT_DP];
-    __shared__ float KVs[AF_BK * ATT_DP];
-    __shared__ float Ps[AF_BQ * (AF_BK + 1)];
-    __shared__ int los[AF_BQ];
+//
+// attn_fwd (D <= ATT_D: AF_BQ, AF_BK, AF_NT) and attn_fwd_wide (D <=
+// ATT_WD: AFW_BQ, AFW_BK, AFW_NT) are this template: DM the largest head
+// dimension, BQ query rows a block, BK key rows a tile, NTH threads.
+template <int DM, int BQ, int BK, int NTH>
+__device__ __forceinline__ void attn_fwd_tiles(const void* qkv, int dq, void* out, int dout, float* lse, const int* pos,
+                                               int T, int H, int KV, int D, int nqt, float scale, int window, float cap,
+                                               const int* bad) {
+    constexpr int DP = DM + 1;    // row stride of the tiles (no bank conflicts on the row-wise reads)
+    constexpr int TPR = NTH / BQ; // threads per query row
+    constexpr int CPT = BK / TPR; // scores per thread per tile
+    constexpr int DPT = DM / TPR; // output dims per thread
+    static_assert(NTH % BQ == 0 && BK % TPR == 0 && DM % TPR == 0 && NTH <= NT, "forward tile shape");
+    __shared__ float Qs[BQ * DP];
+    __shared__ float KVs[BK * DP];
+    __shared__ float Ps[BQ * (BK + 1)];
+    __shared__ int los[BQ];
     if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
     const i64 blk = blockIdx.x;
@@ -879,34 +894,34 @@ extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, in
     const int h = (int)((blk / nqt) % H);
     const int b = (int)(blk / nqt / H);
     const int g = h / (H / KV);
-    const int q0 = qt * AF_BQ;
-    const int r = threadIdx.x / AF_TPR, part = threadIdx.x % AF_TPR;
+    const int q0 = qt * BQ;
+    const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
     const int i = q0 + r;
     const bool rowOK = i < T;
     const i64 bT = (i64)b * T;
-    attn_tile(Qs, qkv, dq, bT, q0, AF_BQ, T, W, (i64)h * D, D, AF_NT);
-    attn_los(los, pos, bT, q0, AF_BQ, T, window);
+    attn_tile<DP>(Qs, qkv, dq, bT, q0, BQ, T, W, (i64)h * D, D, NTH);
+    attn_los(los, pos, bT, q0, BQ, T, window);
     __syncthreads();
     const int lo = los[r];
-    const int jmin = attn_jmin(los, AF_BQ, T);
-    const int jmax = min(q0 + AF_BQ, T) - 1;
+    const int jmin = attn_jmin(los, BQ, T);
+    const int jmax = min(q0 + BQ, T) - 1;
     float m = NEG_INF, l = 0;
-    float o[AF_DPT];
+    float o[DPT];
 #pragma unroll
-    for (int k = 0; k < AF_DPT; k++) o[k] = 0;
-    const float* q = Qs + r * ATT_DP;
-    float* prow = Ps + r * (AF_BK + 1);
-    for (int k0 = (jmin / AF_BK) * AF_BK; k0 <= jmax; k0 += AF_BK) {
+    for (int k = 0; k < DPT; k++) o[k] = 0;
+    const float* q = Qs + r * DP;
+    float* prow = Ps + r * (BK + 1);
+    for (int k0 = (jmin / BK) * BK; k0 <= jmax; k0 += BK) {
         __syncthreads(); // the previous tile's reads of KVs and Ps are done
-        attn_tile(KVs, qkv, dq, bT, k0, AF_BK, T, W, (i64)(H + g) * D, D, AF_NT);
+        attn_tile<DP>(KVs, qkv, dq, bT, k0, BK, T, W, (i64)(H + g) * D, D, NTH);
         __syncthreads();
-        float s[AF_CPT];
+        float s[CPT];
 #pragma unroll
-        for (int kk = 0; kk < AF_CPT; kk++) {
-            int c = part + AF_TPR * kk, j = k0 + c;
+        for (int kk = 0; kk < CPT; kk++) {
+            int c = part + TPR * kk, j = k0 + c;
             float v = NEG_INF;
             if (rowOK && j >= lo && j <= i) {
-                const float* kr = KVs + c * ATT_DP;
+                const float* kr = KVs + c * DP;
                 float a = 0;
                 for (int d = 0; d < D; d++) a += q[d] * kr[d];
                 v = attn_score(a, scale, cap);
@@ -915,27 +930,27 @@ extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, in
             prow[c] = v;
         }
         __syncthreads(); // the scores are in Ps; K is no longer read
-        attn_tile(KVs, qkv, dq, bT, k0, AF_BK, T, W, (i64)(H + KV + g) * D, D, AF_NT);
+        attn_tile<DP>(KVs, qkv, dq, bT, k0, BK, T, W, (i64)(H + KV + g) * D, D, NTH);
         float mt = m;
-        for (int c = 0; c < AF_BK; c++) mt = fmaxf(mt, prow[c]);
+        for (int c = 0; c < BK; c++) mt = fmaxf(mt, prow[c]);
 #pragma unroll
-        for (int kk = 0; kk < AF_CPT; kk++) s[kk] = s[kk] == NEG_INF ? 0.0f : expf(s[kk] - mt);
+        for (int kk = 0; kk < CPT; kk++) s[kk] = s[kk] == NEG_INF ? 0.0f : expf(s[kk] - mt);
         __syncthreads(); // every thread has read its row's scores; V is loaded
 #pragma unroll
-        for (int kk = 0; kk < AF_CPT; kk++) prow[part + AF_TPR * kk] = s[kk];
+        for (int kk = 0; kk < CPT; kk++) prow[part + TPR * kk] = s[kk];
         __syncthreads();
         if (mt != NEG_INF) {
             float alpha = m == NEG_INF ? 0.0f : expf(m - mt);
             float rs = 0;
-            for (int c = 0; c < AF_BK; c++) rs += prow[c];
+            for (int c = 0; c < BK; c++) rs += prow[c];
             l = l * alpha + rs;
             m = mt;
 #pragma unroll
-            for (int k = 0; k < AF_DPT; k++) {
-                int d = part + AF_TPR * k;
+            for (int k = 0; k < DPT; k++) {
+                int d = part + TPR * k;
                 if (d < D) {
                     float a = o[k] * alpha;
-                    for (int c = 0; c < AF_BK; c++) a += prow[c] * KVs[c * ATT_DP + d];
+                    for (int c = 0; c < BK; c++) a += prow[c] * KVs[c * DP + d];
                     o[k] = a;
                 }
             }
@@ -943,11 +958,25 @@ extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, in
     }
     if (!rowOK) return;
 #pragma unroll
-    for (int k = 0; k < AF_DPT; k++) {
-        int d = part + AF_TPR * k;
+    for (int k = 0; k < DPT; k++) {
+        int d = part + TPR * k;
         if (d < D) st(out, dout, (bT + i) * ((i64)H * D) + (i64)h * D + d, l > 0 ? o[k] / l : 0.0f);
     }
     if (part == 0) lse[((i64)b * H + h) * T + i] = l > 0 ? m + logf(l) : NEG_INF;
+}
+
+extern "C" __global__ void __launch_bounds__(AF_NT) attn_fwd(const void* qkv, int dq, void* out, int dout, float* lse,
+                                                             const int* pos, int T, int H, int KV, int D, int nqt,
+                                                             float scale, int window, float cap, const int* bad) {
+    attn_fwd_tiles<ATT_D, AF_BQ, AF_BK, AF_NT>(qkv, dq, out, dout, lse, pos, T, H, KV, D, nqt, scale, window, cap, bad);
+}
+
+extern "C" __global__ void __launch_bounds__(AFW_NT) attn_fwd_wide(const void* qkv, int dq, void* out, int dout,
+                                                                   float* lse, const int* pos, int T, int H, int KV,
+                                                                   int D, int nqt, float scale, int window, float cap,
+                                                                   const int* bad) {
+    attn_fwd_tiles<ATT_WD, AFW_BQ, AFW_BK, AFW_NT>(qkv, dq, out, dout, lse, pos, T, H, KV, D, nqt, scale, window, cap,
+                                                   bad);
 }
 
 // attn_bwd_rowdot: drow[(b,h,t)] = sum_d dout·out over the head's D values,
@@ -966,14 +995,15 @@ extern "C" __global__ void attn_bwd_rowdot(const void* dout, int ddo, const void
 
 // attn_bwd_p recomputes, for query row rr of the tile at q0 and key c of
 // the tile at k0, P = exp(S - lse) and dS = P·(dO·V - drow), or zeros
-// outside the mask.
+// outside the mask. DP: the tiles' row stride.
+template <int DP>
 __device__ __forceinline__ void attn_bwd_p(const float* Qs, const float* Os, const float* Ks, const float* Vs, int rr,
                                            int c, int i, int j, int lo, float lsev, float drv, int T, int D,
                                            float scale, float cap, float* p, float* ds) {
     *p = 0;
     *ds = 0;
     if (i >= T || j < lo || j > i) return;
-    const float *q = Qs + rr * ATT_DP, *k = Ks + c * ATT_DP, *go = Os + rr * ATT_DP, *v = Vs + c * ATT_DP;
+    const float *q = Qs + rr * DP, *k = Ks + c * DP, *go = Os + rr * DP, *v = Vs + c * DP;
     float a = 0;
     for (int d = 0; d < D; d++) a += q[d] * k[d];
     const float z = attn_score(a, scale, cap);
@@ -984,23 +1014,32 @@ __device__ __forceinline__ void attn_bwd_p(const float* Qs, const float* Os, con
     *ds = cap > 0 ? pv * (dp - drv) * attn_dcap(z, cap) : pv * (dp - drv);
 }
 
-// attn_bwd_dkv: one block of AB_NT threads per (b, key/value head g, key
-// tile of AB_BK rows); thread (c, part) owns key row c and dims part +
-// AB_TPR·k of dK and dV, accumulated in registers over the group's query
+// attn_bwd_dkv: one block of NTH threads per (b, key/value head g, key
+// tile of BK rows); thread (c, part) owns key row c and dims part +
+// TPR·k of dK and dV, accumulated in registers over the group's query
 // heads in order and, for each, over the query tiles at or after the key
 // tile in order (tiles no row of which sees a key of this tile are
 // skipped): dV += Pᵀ·dO, dK += dSᵀ·Q; then dK·scale and dV are written.
-extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dout, int ddo, const void* qkv, int dq,
-                                                                 const float* lse, const float* drow, const int* pos,
-                                                                 void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                 int nkt, float scale, int window, float cap, const int* bad) {
-    __shared__ float Ks[AB_BK * ATT_DP];
-    __shared__ float Vs[AB_BK * ATT_DP];
-    __shared__ float Qs[AB_BQ * ATT_DP];
-    __shared__ float Os[AB_BQ * ATT_DP];
-    __shared__ float Ps[AB_BQ * (AB_BK + 1)];
-    __shared__ float lses[AB_BQ], drs[AB_BQ];
-    __shared__ int los[AB_BQ];
+//
+// attn_bwd_dkv (D <= ATT_D: AB_BQ, AB_BK, AB_NT) and attn_bwd_dkv_wide (D <=
+// ATT_WD: ABW_BQ, ABW_BK, ABW_NT) are this template, as attn_fwd_tiles.
+template <int DM, int BQ, int BK, int NTH>
+__device__ __forceinline__ void attn_bwd_dkv_tiles(const void* dout, int ddo, const void* qkv, int dq,
+                                                   const float* lse, const float* drow, const int* pos, void* dqkv,
+                                                   int ddq, int T, int H, int KV, int D, int nkt, float scale,
+                                                   int window, float cap, const int* bad) {
+    constexpr int DP = DM + 1;    // row stride of the tiles
+    constexpr int TPR = NTH / BK; // threads per owned row
+    constexpr int EPT = BQ / TPR; // score entries per thread per tile
+    constexpr int DPT = DM / TPR; // owned dims per thread
+    static_assert(BQ == BK && NTH % BK == 0 && BQ % TPR == 0 && DM % TPR == 0 && NTH <= NT, "backward tile shape");
+    __shared__ float Ks[BK * DP];
+    __shared__ float Vs[BK * DP];
+    __shared__ float Qs[BQ * DP];
+    __shared__ float Os[BQ * DP];
+    __shared__ float Ps[BQ * (BK + 1)];
+    __shared__ float lses[BQ], drs[BQ];
+    __shared__ int los[BQ];
     if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
     const i64 blk = blockIdx.x;
@@ -1008,25 +1047,25 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
     const int g = (int)((blk / nkt) % KV);
     const int b = (int)(blk / nkt / KV);
     const int R = H / KV;
-    const int k0 = kt * AB_BK, kend = min(k0 + AB_BK, T) - 1, qend = attn_qend(kend, T, window);
-    const int c = threadIdx.x / AB_TPR, part = threadIdx.x % AB_TPR;
+    const int k0 = kt * BK, kend = min(k0 + BK, T) - 1, qend = attn_qend(kend, T, window);
+    const int c = threadIdx.x / TPR, part = threadIdx.x % TPR;
     const int j = k0 + c;
     const i64 bT = (i64)b * T;
-    attn_tile(Ks, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + g) * D, D, AB_NT);
-    attn_tile(Vs, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + KV + g) * D, D, AB_NT);
-    float dk[AB_DPT], dv[AB_DPT];
+    attn_tile<DP>(Ks, qkv, dq, bT, k0, BK, T, W, (i64)(H + g) * D, D, NTH);
+    attn_tile<DP>(Vs, qkv, dq, bT, k0, BK, T, W, (i64)(H + KV + g) * D, D, NTH);
+    float dk[DPT], dv[DPT];
 #pragma unroll
-    for (int k = 0; k < AB_DPT; k++) dk[k] = dv[k] = 0;
+    for (int k = 0; k < DPT; k++) dk[k] = dv[k] = 0;
     for (int h = g * R; h < (g + 1) * R; h++) {
         const i64 lrow = ((i64)b * H + h) * T;
-        for (int q0 = (k0 / AB_BQ) * AB_BQ; q0 < qend; q0 += AB_BQ) {
+        for (int q0 = (k0 / BQ) * BQ; q0 < qend; q0 += BQ) {
             __syncthreads(); // the previous tile's reads are done
-            attn_tile(Qs, qkv, dq, bT, q0, AB_BQ, T, W, (i64)h * D, D, AB_NT);
-            for (int e = threadIdx.x; e < AB_BQ * D; e += AB_NT) {
+            attn_tile<DP>(Qs, qkv, dq, bT, q0, BQ, T, W, (i64)h * D, D, NTH);
+            for (int e = threadIdx.x; e < BQ * D; e += NTH) {
                 int rr = e / D, d = e % D, t = q0 + rr;
-                Os[rr * ATT_DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
+                Os[rr * DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
             }
-            if (threadIdx.x < AB_BQ) {
+            if (threadIdx.x < BQ) {
                 int t = q0 + threadIdx.x;
                 lses[threadIdx.x] = t < T ? lse[lrow + t] : 0.0f;
                 drs[threadIdx.x] = t < T ? drow[lrow + t] : 0.0f;
@@ -1034,39 +1073,40 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
             }
             __syncthreads();
             bool any = false;
-            for (int rr = 0; rr < AB_BQ; rr++) {
+            for (int rr = 0; rr < BQ; rr++) {
                 int t = q0 + rr;
                 any = any || (t < T && max(los[rr], k0) <= min(t, kend));
             }
             if (!any) continue; // the same for every thread of the block
-            float ds[AB_EPT];
+            float ds[EPT];
 #pragma unroll
-            for (int e = 0; e < AB_EPT; e++) {
-                int rr = part + AB_TPR * e;
+            for (int e = 0; e < EPT; e++) {
+                int rr = part + TPR * e;
                 float p;
-                attn_bwd_p(Qs, Os, Ks, Vs, rr, c, q0 + rr, j, los[rr], lses[rr], drs[rr], T, D, scale, cap, &p, &ds[e]);
-                Ps[rr * (AB_BK + 1) + c] = p;
+                attn_bwd_p<DP>(Qs, Os, Ks, Vs, rr, c, q0 + rr, j, los[rr], lses[rr], drs[rr], T, D, scale, cap, &p,
+                               &ds[e]);
+                Ps[rr * (BK + 1) + c] = p;
             }
             __syncthreads();
 #pragma unroll
-            for (int k = 0; k < AB_DPT; k++) {
-                int d = part + AB_TPR * k;
+            for (int k = 0; k < DPT; k++) {
+                int d = part + TPR * k;
                 if (d < D) {
                     float a = dv[k];
-                    for (int rr = 0; rr < AB_BQ; rr++) a += Ps[rr * (AB_BK + 1) + c] * Os[rr * ATT_DP + d];
+                    for (int rr = 0; rr < BQ; rr++) a += Ps[rr * (BK + 1) + c] * Os[rr * DP + d];
                     dv[k] = a;
                 }
             }
             __syncthreads(); // P is read; dS replaces it
 #pragma unroll
-            for (int e = 0; e < AB_EPT; e++) Ps[(part + AB_TPR * e) * (AB_BK + 1) + c] = ds[e];
+            for (int e = 0; e < EPT; e++) Ps[(part + TPR * e) * (BK + 1) + c] = ds[e];
             __syncthreads();
 #pragma unroll
-            for (int k = 0; k < AB_DPT; k++) {
-                int d = part + AB_TPR * k;
+            for (int k = 0; k < DPT; k++) {
+                int d = part + TPR * k;
                 if (d < D) {
                     float a = dk[k];
-                    for (int rr = 0; rr < AB_BQ; rr++) a += Ps[rr * (AB_BK + 1) + c] * Qs[rr * ATT_DP + d];
+                    for (int rr = 0; rr < BQ; rr++) a += Ps[rr * (BK + 1) + c] * Qs[rr * DP + d];
                     dk[k] = a;
                 }
             }
@@ -1074,8 +1114,8 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
     }
     if (j >= T) return;
 #pragma unroll
-    for (int k = 0; k < AB_DPT; k++) {
-        int d = part + AB_TPR * k;
+    for (int k = 0; k < DPT; k++) {
+        int d = part + TPR * k;
         if (d < D) {
             st(dqkv, ddq, (bT + j) * W + (i64)(H + g) * D + d, dk[k] * scale);
             st(dqkv, ddq, (bT + j) * W + (i64)(H + KV + g) * D + d, dv[k]);
@@ -1083,20 +1123,47 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dou
     }
 }
 
-// attn_bwd_dq: one block of AB_NT threads per (b, h, query tile of AB_BQ
+extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dkv(const void* dout, int ddo, const void* qkv, int dq,
+                                                                 const float* lse, const float* drow, const int* pos,
+                                                                 void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                 int nkt, float scale, int window, float cap,
+                                                                 const int* bad) {
+    attn_bwd_dkv_tiles<ATT_D, AB_BQ, AB_BK, AB_NT>(dout, ddo, qkv, dq, lse, drow, pos, dqkv, ddq, T, H, KV, D, nkt,
+                                                   scale, window, cap, bad);
+}
+
+extern "C" __global__ void __launch_bounds__(ABW_NT) attn_bwd_dkv_wide(const void* dout, int ddo, const void* qkv, int dq,
+                                                                       const float* lse, const float* drow, const int* pos,
+                                                                       void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                       int nkt, float scale, int window, float cap,
+                                                                       const int* bad) {
+    attn_bwd_dkv_tiles<ATT_WD, ABW_BQ, ABW_BK, ABW_NT>(dout, ddo, qkv, dq, lse, drow, pos, dqkv, ddq, T, H, KV, D, nkt,
+                                                       scale, window, cap, bad);
+}
+
+// attn_bwd_dq: one block of NTH threads per (b, h, query tile of BQ
 // rows), longest tiles first; thread (r, part) owns query row r and dims
-// part + AB_TPR·k of dQ, accumulated over the key tiles in order: dQ +=
+// part + TPR·k of dQ, accumulated over the key tiles in order: dQ +=
 // dS·K; then dQ·scale is written.
-extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout, int ddo, const void* qkv, int dq,
-                                                                const float* lse, const float* drow, const int* pos,
-                                                                void* dqkv, int ddq, int T, int H, int KV, int D,
-                                                                int nqt, float scale, int window, float cap, const int* bad) {
-    __shared__ float Qs[AB_BQ * ATT_DP];
-    __shared__ float Os[AB_BQ * ATT_DP];
-    __shared__ float Ks[AB_BK * ATT_DP];
-    __shared__ float Vs[AB_BK * ATT_DP];
-    __shared__ float Ps[AB_BQ * (AB_BK + 1)];
-    __shared__ int los[AB_BQ];
+//
+// attn_bwd_dq (D <= ATT_D: AB_BQ, AB_BK, AB_NT) and attn_bwd_dq_wide (D <=
+// ATT_WD: ABW_BQ, ABW_BK, ABW_NT) are this template, as attn_fwd_tiles.
+template <int DM, int BQ, int BK, int NTH>
+__device__ __forceinline__ void attn_bwd_dq_tiles(const void* dout, int ddo, const void* qkv, int dq,
+                                                  const float* lse, const float* drow, const int* pos, void* dqkv,
+                                                  int ddq, int T, int H, int KV, int D, int nqt, float scale,
+                                                  int window, float cap, const int* bad) {
+    constexpr int DP = DM + 1;    // row stride of the tiles
+    constexpr int TPR = NTH / BK; // threads per owned row
+    constexpr int EPT = BQ / TPR; // score entries per thread per tile
+    constexpr int DPT = DM / TPR; // owned dims per thread
+    static_assert(BQ == BK && NTH % BK == 0 && BQ % TPR == 0 && DM % TPR == 0 && NTH <= NT, "backward tile shape");
+    __shared__ float Qs[BQ * DP];
+    __shared__ float Os[BQ * DP];
+    __shared__ float Ks[BK * DP];
+    __shared__ float Vs[BK * DP];
+    __shared__ float Ps[BQ * (BK + 1)];
+    __shared__ int los[BQ];
     if (bad && *bad) return; // the same for every thread
     const i64 W = (i64)(H + 2 * KV) * D;
     const i64 blk = blockIdx.x;
@@ -1104,55 +1171,73 @@ extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout
     const int h = (int)((blk / nqt) % H);
     const int b = (int)(blk / nqt / H);
     const int g = h / (H / KV);
-    const int q0 = qt * AB_BQ;
-    const int r = threadIdx.x / AB_TPR, part = threadIdx.x % AB_TPR;
+    const int q0 = qt * BQ;
+    const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
     const int i = q0 + r;
     const bool rowOK = i < T;
     const i64 bT = (i64)b * T;
     const i64 lrow = ((i64)b * H + h) * T;
-    attn_tile(Qs, qkv, dq, bT, q0, AB_BQ, T, W, (i64)h * D, D, AB_NT);
-    for (int e = threadIdx.x; e < AB_BQ * D; e += AB_NT) {
+    attn_tile<DP>(Qs, qkv, dq, bT, q0, BQ, T, W, (i64)h * D, D, NTH);
+    for (int e = threadIdx.x; e < BQ * D; e += NTH) {
         int rr = e / D, d = e % D, t = q0 + rr;
-        Os[rr * ATT_DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
+        Os[rr * DP + d] = t < T ? ld(dout, ddo, (bT + t) * ((i64)H * D) + (i64)h * D + d) : 0.0f;
     }
-    attn_los(los, pos, bT, q0, AB_BQ, T, window);
+    attn_los(los, pos, bT, q0, BQ, T, window);
     const float lsev = rowOK ? lse[lrow + i] : 0.0f, drv = rowOK ? drow[lrow + i] : 0.0f;
     __syncthreads();
     const int lo = los[r];
-    const int jmin = attn_jmin(los, AB_BQ, T);
-    const int jmax = min(q0 + AB_BQ, T) - 1;
-    float acc[AB_DPT];
+    const int jmin = attn_jmin(los, BQ, T);
+    const int jmax = min(q0 + BQ, T) - 1;
+    float acc[DPT];
 #pragma unroll
-    for (int k = 0; k < AB_DPT; k++) acc[k] = 0;
-    for (int k0 = (jmin / AB_BK) * AB_BK; k0 <= jmax; k0 += AB_BK) {
+    for (int k = 0; k < DPT; k++) acc[k] = 0;
+    for (int k0 = (jmin / BK) * BK; k0 <= jmax; k0 += BK) {
         __syncthreads(); // the previous tile's reads are done
-        attn_tile(Ks, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + g) * D, D, AB_NT);
-        attn_tile(Vs, qkv, dq, bT, k0, AB_BK, T, W, (i64)(H + KV + g) * D, D, AB_NT);
+        attn_tile<DP>(Ks, qkv, dq, bT, k0, BK, T, W, (i64)(H + g) * D, D, NTH);
+        attn_tile<DP>(Vs, qkv, dq, bT, k0, BK, T, W, (i64)(H + KV + g) * D, D, NTH);
         __syncthreads();
 #pragma unroll
-        for (int e = 0; e < AB_EPT; e++) {
-            int c = part + AB_TPR * e;
+        for (int e = 0; e < EPT; e++) {
+            int c = part + TPR * e;
             float p, ds;
-            attn_bwd_p(Qs, Os, Ks, Vs, r, c, i, k0 + c, lo, lsev, drv, T, D, scale, cap, &p, &ds);
-            Ps[r * (AB_BK + 1) + c] = ds;
+            attn_bwd_p<DP>(Qs, Os, Ks, Vs, r, c, i, k0 + c, lo, lsev, drv, T, D, scale, cap, &p, &ds);
+            Ps[r * (BK + 1) + c] = ds;
         }
         __syncthreads();
 #pragma unroll
-        for (int k = 0; k < AB_DPT; k++) {
-            int d = part + AB_TPR * k;
+        for (int k = 0; k < DPT; k++) {
+            int d = part + TPR * k;
             if (d < D) {
                 float a = acc[k];
-                for (int c = 0; c < AB_BK; c++) a += Ps[r * (AB_BK + 1) + c] * Ks[c * ATT_DP + d];
+                for (int c = 0; c < BK; c++) a += Ps[r * (BK + 1) + c] * Ks[c * DP + d];
                 acc[k] = a;
             }
         }
     }
     if (!rowOK) return;
 #pragma unroll
-    for (int k = 0; k < AB_DPT; k++) {
-        int d = part + AB_TPR * k;
+    for (int k = 0; k < DPT; k++) {
+        int d = part + TPR * k;
         if (d < D) st(dqkv, ddq, (bT + i) * W + (i64)h * D + d, acc[k] * scale);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(AB_NT) attn_bwd_dq(const void* dout, int ddo, const void* qkv, int dq,
+                                                                const float* lse, const float* drow, const int* pos,
+                                                                void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                int nqt, float scale, int window, float cap,
+                                                                const int* bad) {
+    attn_bwd_dq_tiles<ATT_D, AB_BQ, AB_BK, AB_NT>(dout, ddo, qkv, dq, lse, drow, pos, dqkv, ddq, T, H, KV, D, nqt,
+                                                  scale, window, cap, bad);
+}
+
+extern "C" __global__ void __launch_bounds__(ABW_NT) attn_bwd_dq_wide(const void* dout, int ddo, const void* qkv, int dq,
+                                                                      const float* lse, const float* drow, const int* pos,
+                                                                      void* dqkv, int ddq, int T, int H, int KV, int D,
+                                                                      int nqt, float scale, int window, float cap,
+                                                                      const int* bad) {
+    attn_bwd_dq_tiles<ATT_WD, ABW_BQ, ABW_BK, ABW_NT>(dout, ddo, qkv, dq, lse, drow, pos, dqkv, ddq, T, H, KV, D, nqt,
+                                                      scale, window, cap, bad);
 }
 
 // ---- attention on tensor cores (mma.sync) ---------------------------------
@@ -1650,7 +1735,8 @@ extern "C" __global__ void __launch_bounds__(TC_NT) attn_bwd_dkv_tc(const void* 
 // order, times scale, soft-capped by attn_score); the tile's maximum and its sum of exp(s - m)
 // (double) by block_max_f's and block_sum_d's fixed trees, the running max
 // m and sum l updated online as in attn_fwd; thread d < D owns output dim
-// d: o = o·exp(m_old - m) + Σ_c p_c·v_c,d in key order; out = o / l.
+// d (D <= ATT_WD <= NT): o = o·exp(m_old - m) + Σ_c p_c·v_c,d in key
+// order; out = o / l.
 // Deterministic. Keys are not shared between queries through shared
 // memory: it is the kernel of one new token at a time (decode), and a
 // call with start = 0 and caches of qkv's dtype runs attn_fwd instead
@@ -1670,7 +1756,7 @@ extern "C" __global__ void kv_append(const void* qkv, int dq, void* kc, int dk, 
 extern "C" __global__ void __launch_bounds__(NT) attn_cached(const void* qkv, int dq, const void* kc, int dk,
                                                              const void* vc, int dv, void* out, int dout, int start,
                                                              int H, int KV, int D, float scale, int window, float cap) {
-    __shared__ float qs[ATT_D];
+    __shared__ float qs[ATT_WD];
     __shared__ float ps[NT];
     __shared__ float shf[NT];
     __shared__ double shd[NT];

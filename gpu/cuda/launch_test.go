@@ -189,6 +189,7 @@ func TestLaunchBlockSizes(t *testing.T) {
 		"xent_fwd": rowThreads, "xent_bwd": rowThreads, "sumsq_partial": 256, "sumsq_final": 256, "check_ids": 256, "check_pos": 256,
 		"attn_fwd": attnFwdThreads, "attn_bwd_dkv": attnBwdThreads, "attn_bwd_dq": attnBwdThreads, "attn_cached": rowThreads,
 		"attn_fwd_tc": attnTCThreads, "attn_bwd_dkv_tc": attnTCThreads, "attn_bwd_dq_tc": attnTCThreads,
+		"attn_fwd_wide": attnWideFwdThreads, "attn_bwd_dkv_wide": attnWideBwdThreads, "attn_bwd_dq_wide": attnWideBwdThreads,
 	}
 	seen := map[string]bool{}
 	for _, s := range goLaunches(t) {
@@ -210,6 +211,8 @@ func TestLaunchBlockSizes(t *testing.T) {
 	}{
 		{"ATT_D", attnMaxHeadDim}, {"AF_BQ", attnFwdRows}, {"AF_BK", attnFwdRows}, {"AF_NT", attnFwdThreads},
 		{"AB_BQ", attnBwdRows}, {"AB_BK", attnBwdRows}, {"AB_NT", attnBwdThreads}, {"NT", rowThreads}, {"VEC", vecElems},
+		{"ATT_WD", attnWideHeadDim}, {"AFW_BQ", attnWideFwdRows}, {"AFW_BK", attnWideFwdRows}, {"AFW_NT", attnWideFwdThreads},
+		{"ABW_BQ", attnWideBwdRows}, {"ABW_BK", attnWideBwdRows}, {"ABW_NT", attnWideBwdThreads},
 		{"TC_BQ", attnTCRows}, {"TC_NT", attnTCThreads}, {"ROPE_MAX_FREQS", len(ropeFreqs{})},
 		{"GLU_SILU", int(gluActs[gpu.Silu])}, {"GLU_GELU_TANH", int(gluActs[gpu.GeluTanh])},
 	} {
@@ -224,34 +227,44 @@ func TestLaunchBlockSizes(t *testing.T) {
 // key/value head.
 func TestAttnShapes(t *testing.T) {
 	for _, c := range []struct {
-		batch, seq, heads, kv int
-		want                  attnShape
+		batch, seq, heads, kv, headDim int
+		want                           attnShape
 	}{
-		{1, 1, 1, 1, attnShape{fwdTiles: 1, bwdTiles: 1, fwdGrid: 1, dqGrid: 1, dkvGrid: 1, tcTiles: 1, tcGrid: 1, tcKVGrid: 1}},
-		{2, 32, 4, 4, attnShape{fwdTiles: 1, bwdTiles: 2, fwdGrid: 8, dqGrid: 16, dkvGrid: 16, tcTiles: 1, tcGrid: 8, tcKVGrid: 8}},
-		{2, 33, 4, 4, attnShape{fwdTiles: 2, bwdTiles: 3, fwdGrid: 16, dqGrid: 24, dkvGrid: 24, tcTiles: 1, tcGrid: 8, tcKVGrid: 8}},
-		{2, 65, 4, 4, attnShape{fwdTiles: 3, bwdTiles: 5, fwdGrid: 24, dqGrid: 40, dkvGrid: 40, tcTiles: 2, tcGrid: 16, tcKVGrid: 16}},
-		{3, 100, 8, 2, attnShape{fwdTiles: 4, bwdTiles: 7, fwdGrid: 96, dqGrid: 168, dkvGrid: 42, tcTiles: 2, tcGrid: 48, tcKVGrid: 12}},
-		{1, 0, 8, 2, attnShape{}},
+		{1, 1, 1, 1, 64, attnShape{fwdTiles: 1, bwdTiles: 1, fwdGrid: 1, dqGrid: 1, dkvGrid: 1, tcTiles: 1, tcGrid: 1, tcKVGrid: 1}},
+		{2, 32, 4, 4, 64, attnShape{fwdTiles: 1, bwdTiles: 2, fwdGrid: 8, dqGrid: 16, dkvGrid: 16, tcTiles: 1, tcGrid: 8, tcKVGrid: 8}},
+		{2, 33, 4, 4, 128, attnShape{fwdTiles: 2, bwdTiles: 3, fwdGrid: 16, dqGrid: 24, dkvGrid: 24, tcTiles: 1, tcGrid: 8, tcKVGrid: 8}},
+		{2, 65, 4, 4, 64, attnShape{fwdTiles: 3, bwdTiles: 5, fwdGrid: 24, dqGrid: 40, dkvGrid: 40, tcTiles: 2, tcGrid: 16, tcKVGrid: 16}},
+		{3, 100, 8, 2, 64, attnShape{fwdTiles: 4, bwdTiles: 7, fwdGrid: 96, dqGrid: 168, dkvGrid: 42, tcTiles: 2, tcGrid: 48, tcKVGrid: 12}},
+		{1, 0, 8, 2, 64, attnShape{}},
+		// past 128: the wide kernels' tiles, 16 rows forward, 8 backward
+		{2, 33, 4, 4, 129, attnShape{wide: true, fwdTiles: 3, bwdTiles: 5, fwdGrid: 24, dqGrid: 40, dkvGrid: 40, tcTiles: 1, tcGrid: 8, tcKVGrid: 8}},
+		{3, 100, 8, 2, 256, attnShape{wide: true, fwdTiles: 7, bwdTiles: 13, fwdGrid: 168, dqGrid: 312, dkvGrid: 78, tcTiles: 2, tcGrid: 48, tcKVGrid: 12}},
+		{1, 0, 8, 2, 256, attnShape{wide: true}},
 	} {
-		if got := attnShapes(c.batch, c.seq, c.heads, c.kv); got != c.want {
-			t.Errorf("attnShapes(%d, %d, %d, %d) = %+v, want %+v", c.batch, c.seq, c.heads, c.kv, got, c.want)
+		if got := attnShapes(c.batch, c.seq, c.heads, c.kv, c.headDim); got != c.want {
+			t.Errorf("attnShapes(%d, %d, %d, %d, %d) = %+v, want %+v", c.batch, c.seq, c.heads, c.kv, c.headDim, got, c.want)
 		}
 	}
-	if err := attnCheck("attention", 1, 8, 2, 1, 129); err == nil || !strings.Contains(err.Error(), "at most 128") {
-		t.Errorf("head dimension 129: %v", err)
+	if err := attnCheck("attention", 1, 8, 2, 1, 257); err == nil || !strings.Contains(err.Error(), "at most 256") {
+		t.Errorf("head dimension 257: %v", err)
 	}
-	if err := attnCheck("attention", 1, 8, 2, 1, 128); err != nil {
-		t.Errorf("head dimension 128: %v", err)
+	for _, d := range []int{128, 129, 256} {
+		if err := attnCheck("attention", 1, 8, 2, 1, d); err != nil {
+			t.Errorf("head dimension %d: %v", d, err)
+		}
 	}
 	if err := attnCheck("attention", 1<<20, 1<<20, 64, 8, 64); err == nil {
 		t.Error("a grid past 2^31 blocks was accepted")
+	}
+	if err := attnCheck("attention", 1<<19, 1<<20, 64, 8, 256); err == nil {
+		t.Error("a grid of the wide kernels past 2^31 blocks was accepted")
 	}
 }
 
 // TestTensorCoreDispatch: the mma.sync attention kernels run for q, k, v
 // (and dout) of one 16-bit float type, head dimensions that are multiples
-// of 16, on sm_80 and later, unless STRATA_TC_ATTENTION turns them off.
+// of 16 up to 128, on sm_80 and later, unless STRATA_TC_ATTENTION turns
+// them off.
 func TestTensorCoreDispatch(t *testing.T) {
 	buf := func(dt gpu.DType) *Buffer { return &Buffer{Extent: gpu.Scratch(dt, 1)} }
 	h100 := &kernels{d: &Device{g: &gpuCtx{major: 9}}}
@@ -270,6 +283,8 @@ func TestTensorCoreDispatch(t *testing.T) {
 		{h100, gpu.BF16, buf(gpu.BF16), 16, "on", true, "D 16, any other setting"},
 		{h100, gpu.F32, nil, 64, "", false, "fp32 q, k, v"},
 		{h100, gpu.BF16, nil, 40, "", false, "D not a multiple of 16"},
+		{h100, gpu.BF16, buf(gpu.BF16), 256, "", false, "D 256: the wide fp32 kernels"},
+		{h100, gpu.F16, nil, 144, "", false, "D 144, past the tensor-core kernels' 128"},
 		{h100, gpu.BF16, buf(gpu.F32), 64, "", false, "fp32 dout"},
 		{h100, gpu.BF16, buf(gpu.F16), 64, "", false, "f16 dout under bf16 q, k, v"},
 		{v100, gpu.BF16, nil, 64, "", false, "sm_70"},

@@ -16,44 +16,67 @@ import (
 const EnvTensorCoreAttention = "STRATA_TC_ATTENTION"
 
 // The tile shapes of kernels.cu's attention (checked against its #defines
-// by TestKernelsDeclared).
+// by TestLaunchBlockSizes). Head dimensions up to attnMaxHeadDim run
+// attn_fwd, attn_bwd_dkv and attn_bwd_dq (or the tensor-core kernels);
+// past it, up to attnWideHeadDim (Gemma 2 and 3: 256), the _wide builds
+// of the same kernels, with fewer rows a tile so that rows of 257 floats
+// stay within 48 KiB of static shared memory. The tensor-core kernels
+// take no head dimension past attnMaxHeadDim: a wider one runs the wide
+// fp32 kernels (tensorCores).
 const (
-	attnMaxHeadDim = 128 // ATT_D
-	attnFwdRows    = 32  // AF_BQ: query rows of a forward block (and AF_BK keys a tile)
-	attnFwdThreads = 128 // AF_NT
-	attnBwdRows    = 16  // AB_BQ = AB_BK: query and key rows of a backward tile
-	attnBwdThreads = 128 // AB_NT
-	attnTCRows     = 64  // TC_BQ: rows of a tensor-core block (queries; dK/dV: keys), 16 a warp
-	attnTCThreads  = 128 // TC_NT
+	attnMaxHeadDim     = 128 // ATT_D
+	attnFwdRows        = 32  // AF_BQ: query rows of a forward block (and AF_BK keys a tile)
+	attnFwdThreads     = 128 // AF_NT
+	attnBwdRows        = 16  // AB_BQ = AB_BK: query and key rows of a backward tile
+	attnBwdThreads     = 128 // AB_NT
+	attnWideHeadDim    = 256 // ATT_WD: the _wide kernels and attn_cached
+	attnWideFwdRows    = 16  // AFW_BQ = AFW_BK
+	attnWideFwdThreads = 128 // AFW_NT
+	attnWideBwdRows    = 8   // ABW_BQ = ABW_BK
+	attnWideBwdThreads = 64  // ABW_NT
+	attnTCRows         = 64  // TC_BQ: rows of a tensor-core block (queries; dK/dV: keys), 16 a warp
+	attnTCThreads      = 128 // TC_NT
 )
 
-// attnShape is the launch arithmetic of one attention call: the number of
-// query tiles of a forward block (fwdTiles) and of a backward tile
-// (bwdTiles), and the grids: forward and dQ one block per (batch, head,
-// query tile), dK/dV one block per (batch, key/value head, key tile).
-// The tensor-core kernels' blocks have attnTCRows rows: tcTiles of them
-// per sequence, tcGrid blocks for the forward and dQ, tcKVGrid for dK/dV.
+// attnShape is the launch arithmetic of one attention call: whether the
+// fp32 kernels are the wide ones (head dimension past attnMaxHeadDim),
+// the number of query tiles of a forward block (fwdTiles) and of a
+// backward tile (bwdTiles) of those kernels, and the grids: forward and
+// dQ one block per (batch, head, query tile), dK/dV one block per
+// (batch, key/value head, key tile). The tensor-core kernels' blocks
+// have attnTCRows rows: tcTiles of them per sequence, tcGrid blocks for
+// the forward and dQ, tcKVGrid for dK/dV.
 type attnShape struct {
+	wide                      bool
 	fwdTiles, bwdTiles        int
 	fwdGrid, dqGrid, dkvGrid  int
 	tcTiles, tcGrid, tcKVGrid int
 }
 
-func attnShapes(batch, seq, heads, kvHeads int) attnShape {
-	ft := (seq + attnFwdRows - 1) / attnFwdRows
-	bt := (seq + attnBwdRows - 1) / attnBwdRows
+func attnShapes(batch, seq, heads, kvHeads, headDim int) attnShape {
+	wide := headDim > attnMaxHeadDim
+	fr, br := attnFwdRows, attnBwdRows
+	if wide {
+		fr, br = attnWideFwdRows, attnWideBwdRows
+	}
+	ft := (seq + fr - 1) / fr
+	bt := (seq + br - 1) / br
 	tt := (seq + attnTCRows - 1) / attnTCRows
-	return attnShape{fwdTiles: ft, bwdTiles: bt, fwdGrid: batch * heads * ft, dqGrid: batch * heads * bt, dkvGrid: batch * kvHeads * bt,
-		tcTiles: tt, tcGrid: batch * heads * tt, tcKVGrid: batch * kvHeads * tt}
+	return attnShape{wide: wide, fwdTiles: ft, bwdTiles: bt, fwdGrid: batch * heads * ft, dqGrid: batch * heads * bt,
+		dkvGrid: batch * kvHeads * bt, tcTiles: tt, tcGrid: batch * heads * tt, tcKVGrid: batch * kvHeads * tt}
 }
 
 // tensorCores reports whether attention over qkv (and, for the backward,
 // dout) runs the mma.sync kernels: q, k, v (and dout) in one 16-bit float
-// type (bf16 or f16), a head dimension that is a multiple of 16, a device
-// of compute capability 8.0 or later, and EnvTensorCoreAttention not off.
+// type (bf16 or f16), a head dimension that is a multiple of 16 and at
+// most attnMaxHeadDim (a wider one, Gemma's 256, runs the wide fp32
+// kernels: the tensor-core kernels' fragments of 128 dims already spill
+// registers in dK/dV), a device of compute capability 8.0 or later, and
+// EnvTensorCoreAttention not off.
 func (o *kernels) tensorCores(qkv, dout *Buffer, headDim int) bool {
 	t := qkv.DType()
-	if t != gpu.BF16 && t != gpu.F16 || headDim%16 != 0 || dout != nil && dout.DType() != t || o.d.g.major < 8 {
+	if t != gpu.BF16 && t != gpu.F16 || headDim%16 != 0 || headDim > attnMaxHeadDim || dout != nil && dout.DType() != t ||
+		o.d.g.major < 8 {
 		return false
 	}
 	return !envOff(EnvTensorCoreAttention)
@@ -68,13 +91,13 @@ func envOff(name string) bool {
 }
 
 // attnCheck returns the error of an attention call the kernels cannot run
-// (a head dimension past ATT_D, a grid past 2^31-1 blocks, a dimension
+// (a head dimension past ATT_WD, a grid past 2^31-1 blocks, a dimension
 // past int32), or nil.
 func attnCheck(op string, batch, seq, heads, kvHeads, headDim int) error {
-	if headDim > attnMaxHeadDim {
-		return fmt.Errorf("gpu/cuda: %s: head dimension %d; the kernels take at most %d", op, headDim, attnMaxHeadDim)
+	if headDim > attnWideHeadDim {
+		return fmt.Errorf("gpu/cuda: %s: head dimension %d; the kernels take at most %d", op, headDim, attnWideHeadDim)
 	}
-	sh := attnShapes(batch, seq, heads, kvHeads)
+	sh := attnShapes(batch, seq, heads, kvHeads, headDim)
 	if seq > math.MaxInt32 || heads+2*kvHeads > math.MaxInt32 || max(sh.fwdGrid, sh.dqGrid, sh.dkvGrid, sh.tcGrid, sh.tcKVGrid) > math.MaxInt32 {
 		return fmt.Errorf("gpu/cuda: %s: batch %d, seq %d, heads %d+%d: the grid is past 2^31-1 blocks", op, batch, seq, heads, kvHeads)
 	}
@@ -99,7 +122,9 @@ func attnArgsOf(opt gpu.AttnOptions, headDim int) attnArgs {
 // softmax in fp32; writes out and lse. No batch×heads×seq×seq storage.
 // Where tensorCores holds, attn_fwd_tc instead: tiles of 64 query rows,
 // Q·Kᵀ and P·V on tensor cores (mma.sync), P rounded to qkv's dtype.
-// An unsupported shape (head dimension past 128) or a position outside
+// A head dimension past 128 runs attn_fwd_wide: blocks of 16 query rows,
+// key tiles of 16. An unsupported shape (head dimension past 256) or a
+// position outside
 // [0, its column] (check_pos) is an error on the stream and leaves out
 // and lse unchanged.
 //
@@ -113,15 +138,19 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 		return
 	}
 	bad := s.checkPos(pos, batch, seq, codeAttnPos)
-	sh := attnShapes(batch, seq, heads, kvHeads)
+	sh := attnShapes(batch, seq, heads, kvHeads, headDim)
 	a := attnArgsOf(opt, headDim)
-	if o.tensorCores(qkv, nil, headDim) {
+	switch {
+	case o.tensorCores(qkv, nil, headDim):
 		s.launch("attn_fwd_tc", uint32(sh.tcGrid), attnTCThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
 			int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), a.scale, a.window, a.cap, bad)
-		return
+	case sh.wide:
+		s.launch("attn_fwd_wide", uint32(sh.fwdGrid), attnWideFwdThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(),
+			optP(pos), int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), a.scale, a.window, a.cap, bad)
+	default:
+		s.launch("attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
+			int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), a.scale, a.window, a.cap, bad)
 	}
-	s.launch("attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, qkv.p(), dt(qkv), out.p(), dt(out), lse.p(), optP(pos),
-		int32(seq), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), a.scale, a.window, a.cap, bad)
 }
 
 // AttentionBackward writes dqkv as FlashAttention-2 does, deterministic
@@ -133,8 +162,10 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 // (batch, head, tile of 16 queries)) loops over the key tiles and writes
 // dQ. Where tensorCores holds (dout of qkv's dtype too), attn_bwd_dkv_tc
 // and attn_bwd_dq_tc instead: blocks of 64 keys or queries, the products
-// on tensor cores, P and dS rounded to qkv's dtype before them. dqkv may
-// not alias qkv, dout or out. A position outside [0, its
+// on tensor cores, P and dS rounded to qkv's dtype before them. A head
+// dimension past 128 runs attn_bwd_dkv_wide and attn_bwd_dq_wide: tiles
+// of 8 keys and queries, blocks of 64 threads. dqkv may not alias qkv,
+// dout or out. A position outside [0, its
 // column] (check_pos) is an error on the stream and leaves dqkv unchanged.
 // With opt's window the dK/dV blocks stop at the last query tile that
 // sees their keys and the dQ blocks start at the first key tile their
@@ -146,7 +177,7 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		return
 	}
 	bad := s.checkPos(pos, batch, seq, codeAttnBwdPos)
-	sh := attnShapes(batch, seq, heads, kvHeads)
+	sh := attnShapes(batch, seq, heads, kvHeads, headDim)
 	if sh.dkvGrid == 0 && sh.dqGrid == 0 {
 		return
 	}
@@ -174,6 +205,16 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 				devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
 				int32(sh.tcTiles), a.scale, a.window, a.cap, bad)
 		}
+		if sh.wide {
+			if err := g.launch(s.h, "attn_bwd_dkv_wide", uint32(sh.dkvGrid), attnWideBwdThreads, 0, dout.p(), dt(dout), qkv.p(),
+				dt(qkv), lse.p(), devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads),
+				int32(headDim), int32(sh.bwdTiles), a.scale, a.window, a.cap, bad); err != nil {
+				return err
+			}
+			return g.launch(s.h, "attn_bwd_dq_wide", uint32(sh.dqGrid), attnWideBwdThreads, 0, dout.p(), dt(dout), qkv.p(),
+				dt(qkv), lse.p(), devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads),
+				int32(headDim), int32(sh.bwdTiles), a.scale, a.window, a.cap, bad)
+		}
 		if err := g.launch(s.h, "attn_bwd_dkv", uint32(sh.dkvGrid), attnBwdThreads, 0, dout.p(), dt(dout), qkv.p(), dt(qkv), lse.p(),
 			devPtr(drow), optP(pos), dqkv.p(), dt(dqkv), int32(seq), int32(heads), int32(kvHeads), int32(headDim),
 			int32(sh.bwdTiles), a.scale, a.window, a.cap, bad); err != nil {
@@ -188,12 +229,13 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 // AttentionCached appends the n new tokens' keys and values to the caches
 // (kv_append), then attends: with start = 0 and caches of qkv's dtype
 // (what the caches hold is qkv's values) by the flash forward attn_fwd on
-// the n tokens as one row (attn_fwd_tc where tensorCores holds), its lse
+// the n tokens as one row (attn_fwd_tc where tensorCores holds,
+// attn_fwd_wide for a head dimension past 128), its lse
 // into stream-ordered scratch; otherwise
 // by attn_cached, one block of 256 threads per (new token, head) reading
 // the caches (the decode kernel: one token a call; with opt's window only
 // the window's rows, O(window) a token). An unsupported shape
-// (head dimension past 128, a grid past 2^31-1 blocks) is an error on the
+// (head dimension past 256, a grid past 2^31-1 blocks) is an error on the
 // stream and leaves the caches and out unchanged.
 func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n, heads, kvHeads, headDim int, opt gpu.AttnOptions) {
 	err := attnCheck("attention-cached", 1, start+n, heads, kvHeads, headDim)
@@ -216,7 +258,7 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 			int32(start), int32(heads), int32(kvHeads), int32(headDim), a.scale, a.window, a.cap)
 		return
 	}
-	sh := attnShapes(1, n, heads, kvHeads)
+	sh := attnShapes(1, n, heads, kvHeads, headDim)
 	g := o.d.g
 	tc := o.tensorCores(qkv, nil, headDim)
 	s.run(func() error {
@@ -228,6 +270,11 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 		if tc {
 			return g.launch(s.h, "attn_fwd_tc", uint32(sh.tcGrid), attnTCThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out), devPtr(lse), devPtr(0),
 				int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.tcTiles), a.scale, a.window, a.cap, devPtr(0)) // no pos: no check flag
+		}
+		if sh.wide {
+			return g.launch(s.h, "attn_fwd_wide", uint32(sh.fwdGrid), attnWideFwdThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out),
+				devPtr(lse), devPtr(0), int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), a.scale,
+				a.window, a.cap, devPtr(0)) // no pos: no check flag
 		}
 		return g.launch(s.h, "attn_fwd", uint32(sh.fwdGrid), attnFwdThreads, 0, qkv.p(), dt(qkv), out.p(), dt(out), devPtr(lse), devPtr(0),
 			int32(n), int32(heads), int32(kvHeads), int32(headDim), int32(sh.fwdTiles), a.scale, a.window, a.cap, devPtr(0)) // no pos: no check flag

@@ -84,6 +84,7 @@ static const char* dtName(int dt) { return dt == DT_BF16 ? "bf16" : dt == DT_F16
 #include "emu_tc.inc"
 #include "emu_vec.inc"
 #include "emu_variants.inc"
+#include "emu_wide.inc"
 
 // main runs every test, or those whose names contain argv[1], twice: with
 // the blocks in order and shuffled.
@@ -101,6 +102,7 @@ int main(int argc, char** argv) {
         }
         if (want("attention-variants")) testAttentionVariants(seed);
         if (want("attention-cached")) testAttentionCached();
+        if (want("attention-wide")) testAttentionWide();
         if (want("attention-tc")) {
             if (!seed) testMMA();
             testAttentionTC();
