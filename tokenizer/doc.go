@@ -51,31 +51,34 @@
 // # Encode and Decode
 //
 // Encode finds the added tokens, normalizes and pre-tokenizes the text
-// between them, and merges each piece: starting from one token per byte
-// (or per character), the adjacent pair of lowest merge rank merges first, at its leftmost
-// place, until no pair has a rule (Hugging Face's Word::merge_all). The ids
-// of pieces up to 256 bytes are cached (bounded; see cache), so a frequent
-// word is merged once. Decode maps each id back to its bytes: for
-// byte-level tokens Decode(Encode(x)) == x for any bytes x, valid UTF-8 or
-// not (after NFC where the file asks for it); an added token decodes to
-// its content. Over characters Decode runs the file's decoder on the
-// tokens' spellings, as Hugging Face does (Llama 2: ▁ becomes a space,
-// <0xAB> tokens their bytes, one leading space is cut), except that byte
-// tokens that are not UTF-8 give their bytes, not U+FFFD. Both are safe
-// for concurrent use.
+// between them, and merges each piece: starting from one token per byte (or
+// per character), the adjacent pair of lowest merge rank merges first, at
+// its leftmost place, until no pair has a rule (Hugging Face's
+// Word::merge_all). The ids of pieces up to 256 bytes are cached (bounded;
+// see cache), so a frequent word is merged once. Over characters a piece is
+// merged word by word, cut before each "▁" where no token of the vocabulary
+// spans the cut (wordCut), which gives the ids of the whole piece: Llama
+// 2's and Gemma 3's pre-tokenizers leave the text between added tokens
+// whole. Decode maps each id back to its bytes: for byte-level tokens
+// Decode(Encode(x)) == x for any bytes x, valid UTF-8 or not (after NFC
+// where the file asks for it); an added token decodes to its content. Over
+// characters Decode runs the file's decoder on the tokens' spellings, as
+// Hugging Face does (Llama 2: ▁ becomes a space, <0xAB> tokens their bytes,
+// one leading space is cut), except that byte tokens that are not UTF-8
+// give their bytes, not U+FFFD. Both are safe for concurrent use.
 //
 // # Pre-tokenizer regexes
 //
-// The Split patterns of the three families use lookahead (\s+(?!\S)),
-// which Go's regexp does not have. The three patterns (gpt2Pattern,
-// llama3Pattern, qwen2Pattern; GPT-2's is also what ByteLevel's use_regex
-// runs) are matched by hand-written code that tries the alternatives in
-// the pattern's order: on the test corpus it is about 40 times as fast as
+// The Split patterns of the byte-level families use lookahead (\s+(?!\S)),
+// which Go's regexp does not have. The seven known patterns (gpt2Pattern,
+// llama3Pattern, qwen2Pattern, o200kPattern of gpt-oss, and DeepSeek-V3's
+// three; GPT-2's is also what ByteLevel's use_regex runs) are matched by
+// hand-written code that tries the alternatives in the pattern's order:
+// on the test corpus it is about 40 times as fast as
 // github.com/dlclark/regexp2 running the same pattern
 // (BenchmarkPreTokenize; figures in README.md), and a dataset pipeline
 // spends most of its time there. Any other pattern runs on regexp2, so an
-// unknown tokenizer still works: DeepSeek-V3's three and gpt-oss's
-// (o200k's) do today. regexp2 is also the oracle: the tests
+// unknown tokenizer still works. regexp2 is also the oracle: the tests
 // compare the hand-written matchers with it on the corpus, on random
 // strings and in a fuzz target. Character classes are Oniguruma's (what
 // Hugging Face's Rust tokenizers use): \s is Unicode's White_Space, \p{L}
