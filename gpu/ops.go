@@ -81,7 +81,7 @@ type Ops interface {
 	// the probabilities tile by tile from lse, with D_i = rowsum(dout_i ⊙
 	// out_i) as in FlashAttention-2. Deterministic: the same inputs give
 	// the same bits on every call (a fixed accumulation order). dqkv may not
-	// alias qkv, dout or out. The CUDA backend takes headDim up to 128.
+	// alias qkv, dout or out. The CUDA backend takes headDim up to 256.
 	// opt must be the forward's.
 	AttentionBackward(s Stream, dout, qkv, out, lse, pos, dqkv Buffer, batch, seq, heads, kvHeads, headDim int, opt AttnOptions)
 	// AttentionCached is the attention of generation with a key/value

@@ -35,8 +35,13 @@
 // examples, fp32 tiles through shared memory, online softmax, lse kept;
 // the backward recomputes P from lse, dK/dV by the block owning each key
 // tile and dQ by the block owning each query tile, so no atomics and no
-// batch×heads×seq×seq storage); head dimensions up to 128 (a larger one,
-// Gemma's 256 included, is an error at Synchronize). gpu.AttnOptions:
+// batch×heads×seq×seq storage); head dimensions up to 128, and from 129
+// to 256 (Gemma 2 and 3) by the _wide builds of the same fp32 kernels
+// (attn_fwd_wide, attn_bwd_dkv_wide, attn_bwd_dq_wide: tiles of 16 and 8
+// rows, so that rows of 257 floats stay within 48 KiB of static shared
+// memory); a larger one is an error at Synchronize. The tensor-core
+// kernels take head dimensions up to 128: a wider 16-bit head runs the
+// wide fp32 kernels. attn_cached takes up to 256. gpu.AttnOptions:
 // the scale is a kernel argument; a sliding window narrows each query's
 // first key, and the loops skip the key tiles before it (forward, dQ) and
 // the query tiles past its end (dK/dV), so a call costs O(seq·window);
