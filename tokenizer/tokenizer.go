@@ -174,6 +174,13 @@ func (t *Tokenizer) preTokenize(piece string, first bool, step int, s *scratch) 
 		t.preTokenize(piece, first, step+1, s)
 		return
 	}
+	t.split(st, piece, first, step, s)
+}
+
+// split runs the split of step st on piece and the steps after it on each
+// part. It is apart from preTokenize because first, which its closure
+// changes, lives on the heap: here once per split, not once per piece.
+func (t *Tokenizer) split(st *preStep, piece string, first bool, step int, s *scratch) {
 	// Only the first piece of one that begins the text begins it.
 	st.behavior.apply(st.split, piece, func(p string) {
 		t.preTokenize(p, first, step+1, s)
