@@ -21,20 +21,25 @@ import (
 // head_dim unequal to hidden / heads, Llama 3.1's rope with its bands
 // inside the head's frequencies, LongRoPE past its original 16 tokens,
 // Gemma's soft caps and scale, Gemma 3's local rope base.
-var familyShapes = map[string]model.Shape{
-	"llama31": {Arch: model.ArchLlama, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 256, MaxSeq: 128, RopeTheta: 10000, HeadDimension: 16,
+var familyShapes = map[string]model.Shape{ // vocabulary: 256 bytes and "</s>"
+	"llama31": {Arch: model.ArchLlama, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 257, MaxSeq: 512, RopeTheta: 10000, HeadDimension: 16,
 		Rope: model.RopeScaling{Type: model.RopeLlama3, Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMax: 16}},
-	"mistral": {Arch: model.ArchLlama, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 256, MaxSeq: 128, RopeTheta: 10000, SlidingWindow: 5},
-	"qwen3": {Arch: model.ArchQwen3, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 256, MaxSeq: 128, RopeTheta: 10000, HeadDimension: 16,
+	"mistral": {Arch: model.ArchLlama, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 257, MaxSeq: 128, RopeTheta: 10000, SlidingWindow: 5},
+	"qwen3": {Arch: model.ArchQwen3, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 257, MaxSeq: 128, RopeTheta: 10000, HeadDimension: 16,
 		SlidingWindow: 5, LayerTypes: "fs", NormEps: 1e-6},
-	"gemma2": {Arch: model.ArchGemma2, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 256, MaxSeq: 128, RopeTheta: 10000, HeadDimension: 16,
+	"gemma2": {Arch: model.ArchGemma2, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 257, MaxSeq: 128, RopeTheta: 10000, HeadDimension: 16,
 		TieEmbeddings: true, SlidingWindow: 5, LayerTypes: "sf", QueryScale: 24, AttnSoftCap: 20, FinalSoftCap: 30, NormEps: 1e-6},
-	"gemma3": {Arch: model.ArchGemma3, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 256, MaxSeq: 128, RopeTheta: 1e6, HeadDimension: 16,
+	"gemma3": {Arch: model.ArchGemma3, Layers: 2, Dim: 32, Heads: 4, KVHeads: 2, FFN: 48, Vocab: 257, MaxSeq: 128, RopeTheta: 1e6, HeadDimension: 16,
 		TieEmbeddings: true, SlidingWindow: 5, LayerTypes: "sf", RopeLocalTheta: 10000, QueryScale: 24, NormEps: 1e-6,
 		Rope: model.RopeScaling{Type: model.RopeLinear, Factor: 4}},
-	"phi3": {Arch: model.ArchPhi3, Layers: 2, Dim: 48, Heads: 4, KVHeads: 4, FFN: 64, Vocab: 256, MaxSeq: 64, RopeTheta: 10000, SlidingWindow: 5,
+	"phi3": {Arch: model.ArchPhi3, Layers: 2, Dim: 48, Heads: 4, KVHeads: 4, FFN: 64, Vocab: 257, MaxSeq: 128, RopeTheta: 10000, SlidingWindow: 5,
 		Rope: model.RopeScaling{Type: model.RopeLongRoPE, OriginalMax: 16, ShortFactor: "1,1.1,1.3,1.6,2,2.5", LongFactor: "1,1.5,2.5,4,6,8"}},
 }
+
+// familyTemplates are the real chat templates of data/testdata/templates
+// each family ships.
+var familyTemplates = map[string]string{"llama31": "llama31.jinja", "mistral": "mistral.jinja", "qwen3": "qwen3.jinja",
+	"gemma2": "gemma2.jinja", "gemma3": "gemma3.jinja", "phi3": "phi3.jinja"}
 
 // TestFamiliesLoRA is the LoRA walkthrough for each family: train --init
 // of its Hugging Face directory with every linear adapted (Phi-3's fused
@@ -60,7 +65,11 @@ func TestFamiliesLoRA(t *testing.T) {
 			s.Name = family
 			dir := t.TempDir()
 			base := filepath.Join(dir, "base")
-			writeHFEvalModel(t, base, s, 7, dtype.BF16, testTokenizer{}) // bf16, as the run holds its frozen base
+			// bf16, as the run holds its frozen base; the special token is
+			// BOS and EOS, which the chat templates name.
+			writeHFEvalModel(t, base, s, 7, dtype.BF16, testTokenizer{special: []string{"</s>"}})
+			tmpl, _ := filepath.Abs(filepath.Join("../data/testdata/templates", familyTemplates[family]))
+			copyFile(t, tmpl, filepath.Join(base, "chat_template.jinja")) // the family's real template, as transformers saves it
 			run := filepath.Join(dir, "run")
 			if out, errOut, err := runApp(t, "train", "--init", base, "--config", cfg, "--data", train, "--steps", "30", "--out", run, "--no-progress"); err != nil {
 				t.Fatalf("train --init: %v\n%s\n%s", err, out, errOut)
@@ -159,6 +168,12 @@ func TestFamiliesLoRA(t *testing.T) {
 			}
 			if out, errOut, err := runApp(t, "generate", "--model", run, "--prompt", "The cat", "--max-new-tokens", "8"); err != nil || out == "" {
 				t.Errorf("generate: %v\n%s\n%s", err, out, errOut)
+			}
+			// generate with the conversation rendered by the family's real
+			// chat template (the base's, which the run goes back to).
+			msgs := writeFile(t, "m.json", `[{"role": "user", "content": "Where did the cat sit?"}]`)
+			if out, errOut, err := runApp(t, "generate", "--model", run, "--messages", msgs, "--max-new-tokens", "8"); err != nil || !strings.Contains(errOut, "chat_template.jinja") {
+				t.Errorf("generate --messages with %s: %v\n%s\n%s", familyTemplates[family], err, out, errOut)
 			}
 			q := strings.Replace(strings.Replace(loraConfig, "%s", "0.01", 1), `"target_modules": "all-linear"}`, `"target_modules": "all-linear", "base_dtype": "nf4"}, "seed": 3`, 1)
 			qcfg := writeFile(t, "qlora.json", strings.Replace(q, `"stage": 3,`, `"stage": 3, "offload_param": {"device": "cpu"},`, 1))
