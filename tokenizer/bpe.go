@@ -22,11 +22,12 @@ const noMerge = int32(1<<31 - 1)
 // some adjacent pair has a merge rule, applies the rule of lowest rank at
 // its leftmost occurrence (Hugging Face tokenizers' Word::merge_all;
 // GPT-2's bpe()). Short pieces scan a rank per adjacent pair; long ones
-// use a heap so that a piece of n symbols costs O(n log n), not O(n²).
+// keep the pairs in a tree so that a piece of n symbols costs
+// O(n log n), not O(n²).
 func (t *Tokenizer) bpe(piece string, s *scratch, out []int32) []int32 {
 	ids := t.alphabet.symbols(piece, s.ids[:0])
-	if len(ids) > heapFromSymbols {
-		out = t.bpeHeap(ids, s, out)
+	if len(ids) > treeFromSymbols {
+		out = t.bpeTree(ids, s, out)
 	} else {
 		out = t.bpeScan(ids, s, out)
 	}
@@ -52,7 +53,8 @@ func (t *Tokenizer) bpeScan(ids []int32, s *scratch, out []int32) []int32 {
 		if ranks[best] == noMerge {
 			break
 		}
-		ids[best] = t.merges[pairKey(ids[best], ids[best+1])].id
+		m, _ := t.merges.get(pairKey(ids[best], ids[best+1]))
+		ids[best] = m.id
 		ids = append(ids[:best+1], ids[best+2:]...)
 		ranks = append(ranks[:best], ranks[best+1:]...)
 		if best > 0 {
@@ -74,7 +76,7 @@ func (t *Tokenizer) bpeScan(ids []int32, s *scratch, out []int32) []int32 {
 // before the cut and then "▁" (a token's spelling is its two parts'
 // together), so when no token has that pair inside it the pair across the
 // cut never has a rule, each side picks its merges as if alone, and
-// the heap's order by (rank, position) interleaves the two sides' merges
+// the order by (rank, position) interleaves the two sides' merges
 // without changing either. The character before the cut must be a token
 // of its own (not byte fallback or unk_token), and so must "▁".
 type wordCut struct {
@@ -119,141 +121,107 @@ func (c *wordCut) next(piece string) (word, rest string) {
 	return piece, ""
 }
 
-// heapFromSymbols is the piece length from which bpe keeps its candidate
-// merges in a heap (measured on bytes: the scan is faster below it).
-const heapFromSymbols = 48
+// treeFromSymbols is the piece length from which bpe keeps its pairs in
+// a tree (measured on bytes: the scan is faster below it).
+const treeFromSymbols = 48
 
 func (t *Tokenizer) rank(a, b int32) int32 {
-	if m, ok := t.merges[pairKey(a, b)]; ok {
+	if m, ok := t.merges.get(pairKey(a, b)); ok {
 		return m.rank
 	}
 	return noMerge
 }
 
-// symbol is one token of a word being merged, in a doubly linked list over
-// the word's first symbols; size 0 marks a symbol merged into its left
-// neighbour.
+// symbol is one token of a piece being merged, in a doubly linked list
+// over the piece's first symbols, with the merge of it and its right
+// neighbour when there is one.
 type symbol struct {
 	id         int32
 	prev, next int32 // positions, -1 at the ends
-	size       int32
+	into       int32 // what the pair at this position merges into
 }
 
-// candidate is a merge of the symbols at a position and its right
-// neighbour into id, valid while those two still have the ids it was made
-// from. key orders the heap: the rank, then the position.
-type candidate struct {
-	key         uint64 // rank<<32 | position
-	left, right int32  // the ids of the pair
-	id          int32  // what they merge into
-}
+// noPair is the tree's key of a position with no merge: a symbol merged
+// into its left neighbour, the last one, or a pair without a rule.
+const noPair = ^uint64(0)
 
-func (c candidate) pos() int32 { return int32(uint32(c.key)) }
-
-// candidates is a binary min-heap of candidate merges by key.
-type candidates []candidate
-
-func (h *candidates) push(c candidate) {
-	*h = append(*h, c)
-	a := *h
-	i := len(a) - 1
-	for i > 0 {
-		parent := (i - 1) / 2
-		if a[parent].key <= c.key {
-			break
-		}
-		a[i] = a[parent]
-		i = parent
-	}
-	a[i] = c
-}
-
-// pop removes the least candidate. The hole at the root goes down to a
-// leaf by the lesser child, and the last element then rises from there
-// (it usually belongs near the bottom): about half the comparisons of
-// sifting it down from the root.
-func (h *candidates) pop() candidate {
-	a := *h
-	top := a[0]
-	n := len(a) - 1
-	last := a[n]
-	a = a[:n]
-	if n == 0 {
-		*h = a
-		return top
-	}
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		if r := l + 1; r < n && a[r].key < a[l].key {
-			l = r
-		}
-		a[i] = a[l]
-		i = l
-	}
-	for i > 0 {
-		parent := (i - 1) / 2
-		if a[parent].key <= last.key {
-			break
-		}
-		a[i] = a[parent]
-		i = parent
-	}
-	a[i] = last
-	*h = a
-	return top
-}
-
-// bpeHeap is bpe with the candidate merges in a heap ordered by (rank,
-// position): the same merges in the same order.
-func (t *Tokenizer) bpeHeap(ids []int32, s *scratch, out []int32) []int32 {
+// bpeTree is bpe with the pairs in a tournament tree: leaf p holds
+// rank<<32 | p for the pair of the symbol at position p and its right
+// neighbour (noPair if none), each inner node the least of its two
+// children, so the root is the merge to apply next, at its leftmost
+// place, as the scan finds it. A merge changes three leaves (the pair,
+// the one before it, the right symbol's, which goes) and the nodes above
+// them while they change. It holds one entry per live pair, so nothing
+// goes stale, as in a heap of candidates.
+func (t *Tokenizer) bpeTree(ids []int32, s *scratch, out []int32) []int32 {
 	n := len(ids)
 	syms := s.syms[:0]
 	for i, id := range ids {
-		syms = append(syms, symbol{id: id, prev: int32(i - 1), next: int32(i + 1), size: 1})
+		syms = append(syms, symbol{id: id, prev: int32(i - 1), next: int32(i + 1)})
 	}
 	syms[n-1].next = -1
-	h := s.heap[:0]
-	push := func(pos int32) {
-		right := syms[pos].next
-		if right < 0 {
-			return
-		}
-		a, b := syms[pos].id, syms[right].id
-		if m, ok := t.merges[pairKey(a, b)]; ok {
-			h.push(candidate{key: uint64(m.rank)<<32 | uint64(uint32(pos)), left: a, right: b, id: m.id})
+	leaves := 1
+	for leaves < n {
+		leaves *= 2
+	}
+	tree := s.tree[:0]
+	tree = append(tree, make([]uint64, 2*leaves)...)
+	for p := range leaves {
+		tree[leaves+p] = noPair
+		if p+1 < n {
+			if m, ok := t.merges.get(pairKey(ids[p], ids[p+1])); ok {
+				tree[leaves+p] = uint64(m.rank)<<32 | uint64(p)
+				syms[p].into = m.id
+			}
 		}
 	}
-	for i := 0; i < n-1; i++ {
-		push(int32(i))
+	for i := leaves - 1; i > 0; i-- {
+		tree[i] = min(tree[2*i], tree[2*i+1])
 	}
-	for len(h) > 0 {
-		c := h.pop()
-		pos := c.pos()
+	// set makes leaf p key and updates the nodes above it.
+	set := func(p int32, key uint64) {
+		i := leaves + int(p)
+		tree[i] = key
+		for i > 1 {
+			parent := i >> 1
+			least := min(tree[i], tree[i^1])
+			if tree[parent] == least {
+				break
+			}
+			tree[parent] = least
+			i = parent
+		}
+	}
+	// pair sets the leaf of the pair at position p from its ids.
+	pair := func(p int32) {
+		key := noPair
+		if next := syms[p].next; next >= 0 {
+			if m, ok := t.merges.get(pairKey(syms[p].id, syms[next].id)); ok {
+				key = uint64(m.rank)<<32 | uint64(p)
+				syms[p].into = m.id
+			}
+		}
+		set(p, key)
+	}
+	for tree[1] != noPair {
+		pos := int32(uint32(tree[1]))
 		sym := &syms[pos]
-		if sym.size == 0 || sym.next < 0 || sym.id != c.left || syms[sym.next].id != c.right {
-			continue // stale: one side has been merged since
-		}
 		right := sym.next
-		sym.id = c.id
-		sym.size += syms[right].size
+		sym.id = sym.into
 		sym.next = syms[right].next
-		syms[right].size = 0
 		if sym.next >= 0 {
 			syms[sym.next].prev = pos
 		}
+		set(right, noPair)
 		if sym.prev >= 0 {
-			push(sym.prev)
+			pair(sym.prev)
 		}
-		push(pos)
+		pair(pos)
 	}
 	for p := int32(0); p >= 0; p = syms[p].next {
 		out = append(out, syms[p].id)
 	}
-	s.syms, s.heap = syms, h
+	s.syms, s.tree = syms, tree
 	return out
 }
 

@@ -99,7 +99,7 @@ var atoms = [][]string{
 	{"func main() {", "return nil, err", "if x := f(); x != nil {", "def f(x):", "    return x * 2", "#include <stdio.h>", "SELECT * FROM t;", "console.log(`${x}`);", "fn main() -> Result<(), Box<dyn Error>>", "<div class=\"a\">", "$ ls -la | grep .go"},
 }
 
-// randomDoc strings n atoms together, with long runs (a piece the heap
+// randomDoc strings n atoms together, with long runs (a piece the tree
 // merges and the cache skips) now and then.
 func randomDoc(rng *rand.Rand, n int) string {
 	var b strings.Builder

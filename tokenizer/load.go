@@ -325,7 +325,7 @@ func (t *Tokenizer) grow(n int) {
 // a pair listed twice keeps its later rank (as Hugging Face's map does).
 func (t *Tokenizer) buildMerges(vocab map[string]int64, strMerges []string, pairMerges [][]string) error {
 	n := max(len(strMerges), len(pairMerges))
-	t.merges = make(map[uint64]merge, n)
+	t.merges = newMergeTable(n)
 	for i := 0; i < n; i++ {
 		var a, b string
 		if strMerges != nil {
@@ -348,7 +348,7 @@ func (t *Tokenizer) buildMerges(vocab map[string]int64, strMerges []string, pair
 			}
 			ids[k] = id
 		}
-		t.merges[pairKey(int32(ids[0]), int32(ids[1]))] = merge{rank: int32(i), id: int32(ids[2])}
+		t.merges.put(pairKey(int32(ids[0]), int32(ids[1])), merge{rank: int32(i), id: int32(ids[2])})
 	}
 	return nil
 }

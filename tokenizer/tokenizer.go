@@ -22,7 +22,7 @@ type Tokenizer struct {
 	decoder decoder // nil: byte-level, the pieces concatenated
 
 	vocab        map[string]int32 // what the model sees (raw bytes for byte-level) → id
-	merges       map[uint64]merge // pairKey(left, right) → rule
+	merges       *mergeTable      // pairKey(left, right) → rule
 	alphabet     alphabet         // a piece's symbols before any merge
 	single       [256]int32       // the id of a one-byte piece, -1 when not one id
 	ignoreMerges bool             // a piece that is a whole token is that token
@@ -48,7 +48,7 @@ type scratch struct {
 	ids   []int32
 	ranks []int32
 	syms  []symbol
-	heap  candidates
+	tree  []uint64
 }
 
 // Bytes returns the byte-level tokenizer: a vocabulary of 256 ids, token i

@@ -116,17 +116,17 @@ func TestMergeRank(t *testing.T) {
 			if got := tok.Encode(c.text, false); !slices.Equal(got, want) {
 				t.Errorf("Encode(%q) = %v, want %v %q", c.text, got, want, c.want)
 			}
-			// Encode took the scan; the heap gives the same merges.
-			if got := tok.bpeHeap(tok.alphabet.symbols(c.text, nil), &scratch{}, nil); !slices.Equal(got, want) {
-				t.Errorf("bpeHeap(%q) = %v, want %v", c.text, got, want)
+			// Encode took the scan; the tree gives the same merges.
+			if got := tok.bpeTree(tok.alphabet.symbols(c.text, nil), &scratch{}, nil); !slices.Equal(got, want) {
+				t.Errorf("bpeTree(%q) = %v, want %v", c.text, got, want)
 			}
 		})
 	}
 }
 
-// TestScanHeapAgree: on random words over a small alphabet with random
-// merges, the heap and the scan apply the same merges.
-func TestScanHeapAgree(t *testing.T) {
+// TestScanTreeAgree: on random words over a small alphabet with random
+// merges, the tree and the scan apply the same merges.
+func TestScanTreeAgree(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	alphabet := []string{"a", "b", "c", "d"}
 	toks := slices.Clone(alphabet)
@@ -149,9 +149,9 @@ func TestScanHeapAgree(t *testing.T) {
 			w.WriteString(alphabet[rng.IntN(len(alphabet))])
 		}
 		scan := tok.bpeScan(tok.alphabet.symbols(w.String(), nil), s, nil)
-		heap := tok.bpeHeap(tok.alphabet.symbols(w.String(), nil), s, nil)
-		if !slices.Equal(scan, heap) {
-			t.Fatalf("%q: scan %v, heap %v", w.String(), scan, heap)
+		tree := tok.bpeTree(tok.alphabet.symbols(w.String(), nil), s, nil)
+		if !slices.Equal(scan, tree) {
+			t.Fatalf("%q: scan %v, tree %v", w.String(), scan, tree)
 		}
 	}
 }
