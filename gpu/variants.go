@@ -104,7 +104,7 @@ type GLUAct uint8
 
 const (
 	Silu     GLUAct = iota // x·sigmoid(x): SwiGLU (Llama, Mistral, Qwen, Phi-3)
-	GeluTanh                   // GELU's tanh approximation (gelu_pytorch_tanh): GeGLU (Gemma)
+	GeluTanh               // GELU's tanh approximation (gelu_pytorch_tanh): GeGLU (Gemma)
 )
 
 func (a GLUAct) String() string {
