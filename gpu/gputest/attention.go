@@ -263,7 +263,8 @@ func plusScaled(mag, extra []float64, k float64) []float64 {
 // windows shorter than the sequence (whole tiles outside them), of one
 // key and as long as the sequence (the full attention), a soft cap that
 // bends the scores (|x| up to about the cap), a custom scale, and all
-// three, with packed examples and grouped heads.
+// three, with packed examples and grouped heads; and Gemma's heads of
+// 256 with all three (the CUDA backend's wide kernels).
 func attentionCases(r *rand.Rand) []attnCase {
 	return []attnCase{
 		{B: 1, T: 1, H: 1, KV: 1, D: 64},
@@ -281,6 +282,8 @@ func attentionCases(r *rand.Rand) []attnCase {
 		{B: 2, T: 70, H: 4, KV: 2, D: 64, pos: packedPositions(r, 2, 70, 50), opt: gpu.AttnOptions{SoftCap: 3}},
 		{B: 2, T: 33, H: 4, KV: 1, D: 16, pos: packedPositions(r, 2, 33, 25), opt: gpu.AttnOptions{Scale: 0.1}},
 		{B: 1, T: 100, H: 4, KV: 2, D: 128, pos: packedPositions(r, 1, 100, 60), opt: gpu.AttnOptions{Window: 40, SoftCap: 4, Scale: 0.05}},
+		// Gemma's heads of 256, its window, soft cap and scale.
+		{B: 1, T: 37, H: 2, KV: 1, D: 256, opt: gpu.AttnOptions{Window: 9, SoftCap: 50, Scale: 0.0625}},
 	}
 }
 
