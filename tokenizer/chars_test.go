@@ -175,13 +175,13 @@ func TestSplitBehaviors(t *testing.T) {
 		{mergedWithNext, []string{"a", "-b", "-", "-c", "-"}},
 	} {
 		var got []string
-		c.b.apply(literalSplitter{"-"}, "a-b--c-", func(p string) { got = append(got, p) })
+		c.b.apply(literalSplitter{"-"}, "a-b--c-", func(p string, _ bool) { got = append(got, p) })
 		if !slices.Equal(got, c.want) {
 			t.Errorf("behavior %d: %q, want %q", c.b, got, c.want)
 		}
 	}
 	var got []string
-	mergedWithNext.apply(literalSplitter{"-"}, "--x", func(p string) { got = append(got, p) })
+	mergedWithNext.apply(literalSplitter{"-"}, "--x", func(p string, _ bool) { got = append(got, p) })
 	if want := []string{"-", "-x"}; !slices.Equal(got, want) {
 		t.Errorf("merged with next at the start: %q, want %q", got, want)
 	}

@@ -46,37 +46,40 @@ var behaviors = map[string]behavior{"Isolated": isolated, "Removed": removed,
 	"MergedWithPrevious": mergedWithPrevious, "MergedWithNext": mergedWithNext}
 
 // apply calls emit with the pieces of s that split cuts, as behavior b
-// joins or drops its matches. Hugging Face's rules: a match joins its
-// neighbour only when that neighbour is not a match itself.
-func (b behavior) apply(sp splitter, s string, emit func(string)) {
+// joins or drops its matches, and whether each holds a match. Hugging
+// Face's rules: a match joins its neighbour only when that neighbour is
+// not a match itself.
+func (b behavior) apply(sp splitter, s string, emit func(piece string, matched bool)) {
 	switch b {
 	case isolated:
-		sp.split(s, func(p string, _ bool) { emit(p) })
+		sp.split(s, emit)
 		return
 	case removed:
 		sp.split(s, func(p string, matched bool) {
 			if !matched {
-				emit(p)
+				emit(p, false)
 			}
 		})
 		return
 	}
 	// The pieces are consecutive substrings of s; s[start:end] is the one
-	// not emitted yet, and lastMatch says whether its last part matched.
-	start, end, lastMatch := 0, 0, false
+	// not emitted yet, lastMatch says whether its last part matched and
+	// anyMatch whether any did.
+	start, end, lastMatch, anyMatch := 0, 0, false, false
 	sp.split(s, func(p string, matched bool) {
 		join := b == mergedWithPrevious && matched && !lastMatch || b == mergedWithNext && !matched && lastMatch
 		if !join {
 			if end > start {
-				emit(s[start:end])
+				emit(s[start:end], anyMatch)
 			}
-			start = end
+			start, anyMatch = end, false
 		}
 		end += len(p)
 		lastMatch = matched
+		anyMatch = anyMatch || matched
 	})
 	if end > start {
-		emit(s[start:end])
+		emit(s[start:end], anyMatch)
 	}
 }
 

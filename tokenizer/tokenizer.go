@@ -49,6 +49,7 @@ type scratch struct {
 	ranks []int32
 	syms  []symbol
 	tree  []uint64
+	emits []*stepEmit // by pre-tokenizer step
 }
 
 // Bytes returns the byte-level tokenizer: a vocabulary of 256 ids, token i
@@ -174,18 +175,40 @@ func (t *Tokenizer) preTokenize(piece string, first bool, step int, s *scratch) 
 		t.preTokenize(piece, first, step+1, s)
 		return
 	}
-	t.split(st, piece, first, step, s)
+	e := s.stepEmit(t, step)
+	e.first = first
+	st.behavior.apply(st.split, piece, e.emit)
 }
 
-// split runs the split of step st on piece and the steps after it on each
-// part. It is apart from preTokenize because first, which its closure
-// changes, lives on the heap: here once per split, not once per piece.
-func (t *Tokenizer) split(st *preStep, piece string, first bool, step int, s *scratch) {
-	// Only the first piece of one that begins the text begins it.
-	st.behavior.apply(st.split, piece, func(p string) {
-		t.preTokenize(p, first, step+1, s)
-		first = false
-	})
+// stepEmit is what a split step hands each of its pieces to: the steps
+// after it. One per step is made for each scratch and kept with it, with
+// its method value, so that splitting a piece allocates nothing (a
+// closure handed to a splitter escapes).
+type stepEmit struct {
+	t     *Tokenizer
+	s     *scratch
+	step  int
+	first bool // the next piece begins the text
+	emit  func(piece string, matched bool)
+}
+
+func (e *stepEmit) next(piece string, _ bool) {
+	e.t.preTokenize(piece, e.first, e.step+1, e.s)
+	e.first = false // only the first piece of one that begins the text begins it
+}
+
+// stepEmit returns the emitter of step, made on first use.
+func (s *scratch) stepEmit(t *Tokenizer, step int) *stepEmit {
+	if s.emits == nil {
+		s.emits = make([]*stepEmit, len(t.steps))
+	}
+	e := s.emits[step]
+	if e == nil {
+		e = &stepEmit{t: t, s: s, step: step}
+		e.emit = e.next
+		s.emits[step] = e
+	}
+	return e
 }
 
 // model appends the ids of one pre-token, word by word where it can be
