@@ -9,8 +9,11 @@ import (
 
 // attnTile is the side of the attention tiles: attnTile query rows meet
 // attnTile keys at a time, so the scores of a tile are one attnTile×attnTile
-// GEMM and nothing of size seq×seq is ever held.
-const attnTile = 64
+// GEMM and nothing of size seq×seq is ever held. 128 rather than 64: each
+// tile's GEMMs pack their operands afresh, and at 64 the packing cost more
+// than the multiplications (a Mistral-style block over 4,096 tokens, heads
+// of 128: 8 % less CPU time a token at 128, 14 % with a window of 4,096).
+const attnTile = 128
 
 // attnGeom is the shape of one attention call: qkv rows of
 // (heads+2·kvHeads)·hd values, query head h reading key/value head h/rep.
