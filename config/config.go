@@ -323,26 +323,24 @@ type Shape struct {
 	FinalSoftCap   float64     `json:"final_logit_softcapping,omitempty"`
 }
 
-// RopeScaling is a shape's rotary scaling, model.RopeScaling (see there):
-// Hugging Face's rope_scaling keys, the longrope factors kept as text
-// (comma-separated) so that a Shape stays comparable.
-type RopeScaling struct {
-	Type   string  `json:"rope_type,omitempty"`
-	Factor float64 `json:"factor,omitempty"` // linear, dynamic, yarn, llama3; longrope (when no original_max_position_embeddings says otherwise)
-	// OriginalMax is original_max_position_embeddings: llama3's and
-	// yarn's (in rope_scaling), longrope's (config.json's top level, as
-	// Phi-3 writes it, or rope_scaling's).
+// RopeScaling is a shape's rotary scaling: model.RopeScaling, which
+// documents it. Both alias one unnamed struct type (the same fields and
+// tags), so that Shape converts to model.Shape without either package
+// importing the other; keep the two declarations alike.
+type RopeScaling = struct {
+	Type            string  `json:"rope_type,omitempty"`
+	Factor          float64 `json:"factor,omitempty"`
 	OriginalMax     int     `json:"original_max_position_embeddings,omitempty"`
-	LowFreqFactor   float64 `json:"low_freq_factor,omitempty"`  // llama3
-	HighFreqFactor  float64 `json:"high_freq_factor,omitempty"` // llama3
-	AttentionFactor float64 `json:"attention_factor,omitempty"` // yarn, longrope; 0 = computed
-	BetaFast        float64 `json:"beta_fast,omitempty"`        // yarn; 0 = 32
-	BetaSlow        float64 `json:"beta_slow,omitempty"`        // yarn; 0 = 1
-	Mscale          float64 `json:"mscale,omitempty"`           // yarn
-	MscaleAllDim    float64 `json:"mscale_all_dim,omitempty"`   // yarn
-	NoTruncate      bool    `json:"no_truncate,omitempty"`      // yarn's truncate: false
-	ShortFactor     string  `json:"short_factor,omitempty"`     // longrope, Dims/2 numbers
-	LongFactor      string  `json:"long_factor,omitempty"`      // longrope, Dims/2 numbers
+	LowFreqFactor   float64 `json:"low_freq_factor,omitempty"`
+	HighFreqFactor  float64 `json:"high_freq_factor,omitempty"`
+	AttentionFactor float64 `json:"attention_factor,omitempty"`
+	BetaFast        float64 `json:"beta_fast,omitempty"`
+	BetaSlow        float64 `json:"beta_slow,omitempty"`
+	Mscale          float64 `json:"mscale,omitempty"`
+	MscaleAllDim    float64 `json:"mscale_all_dim,omitempty"`
+	NoTruncate      bool    `json:"no_truncate,omitempty"`
+	ShortFactor     string  `json:"short_factor,omitempty"`
+	LongFactor      string  `json:"long_factor,omitempty"`
 }
 
 // ModelSpec is strata.model: a named shape ("gpt2") or an explicit one.

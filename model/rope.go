@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu"
 )
 
@@ -29,9 +28,31 @@ const (
 
 // RopeScaling is config.json's rope_scaling (rope_parameters): the keys
 // each rope type reads; the zero value (and Type "default") is plain
-// rotary embeddings with rope_theta. It is config.RopeScaling, so that a
-// Shape written out in a training config converts (config.Shape).
-type RopeScaling = config.RopeScaling
+// rotary embeddings with rope_theta. Factors are kept as text
+// (comma-separated numbers, FormatFactors) so that a Shape stays
+// comparable. It is an alias of an unnamed struct type, which
+// config.RopeScaling aliases too (the same fields and tags, so the same
+// type): a Shape converts to and from config.Shape without either package
+// importing the other. Keep the two declarations alike; the conversions
+// in engine and cmd do not compile otherwise.
+type RopeScaling = struct {
+	Type   string  `json:"rope_type,omitempty"`
+	Factor float64 `json:"factor,omitempty"` // linear, dynamic, yarn, llama3; longrope (when no original_max_position_embeddings says otherwise)
+	// OriginalMax is original_max_position_embeddings: llama3's and
+	// yarn's (in rope_scaling), longrope's (config.json's top level, as
+	// Phi-3 writes it, or rope_scaling's).
+	OriginalMax     int     `json:"original_max_position_embeddings,omitempty"`
+	LowFreqFactor   float64 `json:"low_freq_factor,omitempty"`  // llama3
+	HighFreqFactor  float64 `json:"high_freq_factor,omitempty"` // llama3
+	AttentionFactor float64 `json:"attention_factor,omitempty"` // yarn, longrope; 0 = computed
+	BetaFast        float64 `json:"beta_fast,omitempty"`        // yarn; 0 = 32
+	BetaSlow        float64 `json:"beta_slow,omitempty"`        // yarn; 0 = 1
+	Mscale          float64 `json:"mscale,omitempty"`           // yarn
+	MscaleAllDim    float64 `json:"mscale_all_dim,omitempty"`   // yarn
+	NoTruncate      bool    `json:"no_truncate,omitempty"`      // yarn's truncate: false
+	ShortFactor     string  `json:"short_factor,omitempty"`     // longrope, Dims/2 numbers
+	LongFactor      string  `json:"long_factor,omitempty"`      // longrope, Dims/2 numbers
+}
 
 // FormatFactors is factors as RopeScaling keeps them.
 func FormatFactors(f []float64) string {
