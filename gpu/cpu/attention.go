@@ -122,12 +122,19 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 		lv := lse.f32()
 		o.d.parallel(batch*heads, 1, func(lo, hi int) {
 			w := newAttnWork(seq, headDim)
+			w.packed = o.d.packed
 			for bh := lo; bh < hi; bh++ {
 				b, h := bh/heads, bh%heads
 				kv := h / g.rep
 				w.tmp = loadHead(qkv, w.q, b, h*headDim, g.width(), seq, headDim, w.tmp)
-				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*headDim, g.width(), seq, headDim, w.tmp)
-				w.tmp = loadHead(qkv, w.v, b, (heads+kvHeads+kv)*headDim, g.width(), seq, headDim, w.tmp)
+				if w.packedKV != b*kvHeads+kv {
+					w.tmp = loadHead(qkv, w.k, b, (heads+kv)*headDim, g.width(), seq, headDim, w.tmp)
+					w.tmp = loadHead(qkv, w.v, b, (heads+kvHeads+kv)*headDim, g.width(), seq, headDim, w.tmp)
+					w.packKV(seq, b*kvHeads+kv, false)
+				}
+				if w.packed {
+					w.qa = packTiles(w.qa, w.q, seq, headDim)
+				}
 				for r0 := 0; r0 < seq; r0 += attnTile {
 					o.attnForwardTile(&g, w, b, r0, min(seq, r0+attnTile), 0, lv[bh*seq:(bh+1)*seq])
 				}
@@ -149,13 +156,42 @@ type attnWork struct {
 	dsum           []float32 // seq: D_i = rowsum(dout ⊙ out)
 	tmp            []float32
 	seq, hd        int
+
+	// The packed kernel's panels (attn_packed.go), nil on the gonum path:
+	// kt, vt: B panels of Kᵀ and Vᵀ (stride hd·32, key tile c0 at c0·hd);
+	// kn, vn, qn, don: B panels of K, V, Q and dO over all their rows
+	// (stride rows·32, row r0 at r0·32); qa, doa: A panels of Q and dO per
+	// tile of attnTile rows; pa: the tile's P or dS.
+	packed           bool
+	kt, vt, kn, vn   []float32
+	qa, qn, doa, don []float32
+	pa               []float32
+	kvRows, packedKV int // rows of kn and vn; the (batch·kvHeads + kv head) packed, -1 none
+}
+
+// packKV packs w.k and w.v (rows×hd) for the forward (kt, vn) and, with
+// backward, for the backward (kn, vt too); id names the head, and a head
+// already packed is not packed again.
+func (w *attnWork) packKV(rows, id int, backward bool) {
+	if !w.packed || w.packedKV == id {
+		return
+	}
+	hd := w.hd
+	w.kvRows, w.packedKV = rows, id
+	w.kt = packBT(w.kt, w.k[:rows*hd], rows, hd)
+	w.vn = packBN(w.vn, w.v[:rows*hd], rows, hd)
+	if backward {
+		w.vt = packBT(w.vt, w.v[:rows*hd], rows, hd)
+		w.kn = packBN(w.kn, w.k[:rows*hd], rows, hd)
+	}
 }
 
 func newAttnWork(seq, hd int) *attnWork {
 	n := seq * hd
 	t := min(attnTile, seq)
 	return &attnWork{q: make([]float32, n), k: make([]float32, n), v: make([]float32, n), o: make([]float32, n),
-		s: make([]float32, t*t), dp: make([]float32, t*t), m: make([]float32, t), l: make([]float64, t), seq: seq, hd: hd}
+		s: make([]float32, t*t), dp: make([]float32, t*t), m: make([]float32, t), l: make([]float64, t), seq: seq, hd: hd,
+		packedKV: -1}
 }
 
 func (w *attnWork) withBackward() *attnWork {
@@ -181,7 +217,8 @@ func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1, shift int
 		c1 := min(r1+shift, c0+attnTile)
 		cb := c1 - c0
 		sc := w.s[:rb*cb]
-		o.sgemm(false, true, rb, cb, hd, g.scale, w.q[r0*hd:r1*hd], w.k[c0*hd:c1*hd], 0, sc)
+		o.attnMul(w, false, true, rb, cb, hd, g.scale, w.q[r0*hd:r1*hd], w.k[c0*hd:c1*hd], 0, sc,
+			from(w.qa, r0/attnTile*attnPanelsA(attnTile, hd)), from(w.kt, c0*hd), hd*packedNR)
 		for i := range rb {
 			row := sc[i*cb : (i+1)*cb]
 			lo, hi := max(g.first(b, r0+i), c0)-c0, min(r0+i+1+shift, c1)-c0 // the row's keys in this tile
@@ -215,7 +252,7 @@ func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1, shift int
 				}
 			}
 		}
-		o.sgemm(false, false, rb, hd, cb, 1, sc, w.v[c0*hd:c1*hd], 1, acc)
+		o.attnMul(w, false, false, rb, hd, cb, 1, sc, w.v[c0*hd:c1*hd], 1, acc, nil, from(w.vn, c0*packedNR), w.kvRows*packedNR)
 	}
 	for i := range rb {
 		inv := float32(1 / l[i])
@@ -247,16 +284,22 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		hd, width := headDim, g.width()
 		o.d.parallel(batch*kvHeads, 1, func(lo, hi int) {
 			w := newAttnWork(seq, hd).withBackward()
+			w.packed = o.d.packed
 			for bk := lo; bk < hi; bk++ {
 				b, kv := bk/kvHeads, bk%kvHeads
 				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*hd, width, seq, hd, w.tmp)
 				w.tmp = loadHead(qkv, w.v, b, (heads+kvHeads+kv)*hd, width, seq, hd, w.tmp)
+				w.packKV(seq, bk, true)
 				clear(w.dk)
 				clear(w.dv)
 				for h := kv * g.rep; h < (kv+1)*g.rep; h++ {
 					w.tmp = loadHead(qkv, w.q, b, h*hd, width, seq, hd, w.tmp)
 					w.tmp = loadHead(dout, w.do, b, h*hd, heads*hd, seq, hd, w.tmp)
 					w.tmp = loadHead(out, w.o, b, h*hd, heads*hd, seq, hd, w.tmp)
+					if w.packed {
+						w.qa, w.qn = packTiles(w.qa, w.q, seq, hd), packBN(w.qn, w.q, seq, hd)
+						w.doa, w.don = packTiles(w.doa, w.do, seq, hd), packBN(w.don, w.do, seq, hd)
+					}
 					for i := range seq {
 						var d float64
 						for c := range hd {
@@ -295,7 +338,8 @@ func (o *kernels) attnBackwardTile(g *attnGeom, w *attnWork, b, r0, r1, c0, c1 i
 	hd, rb, cb := g.hd, r1-r0, c1-c0
 	p, dp := w.s[:rb*cb], w.dp[:rb*cb]
 	q, do := w.q[r0*hd:r1*hd], w.do[r0*hd:r1*hd]
-	o.sgemm(false, true, rb, cb, hd, g.scale, q, w.k[c0*hd:c1*hd], 0, p)
+	tileA := r0 / attnTile * attnPanelsA(attnTile, hd)
+	o.attnMul(w, false, true, rb, cb, hd, g.scale, q, w.k[c0*hd:c1*hd], 0, p, from(w.qa, tileA), from(w.kt, c0*hd), hd*packedNR)
 	for i := range rb {
 		row := p[i*cb : (i+1)*cb]
 		lo, hi := max(g.first(b, r0+i), c0)-c0, min(r0+i+1, c1)-c0
@@ -315,8 +359,8 @@ func (o *kernels) attnBackwardTile(g *attnGeom, w *attnWork, b, r0, r1, c0, c1 i
 			}
 		}
 	}
-	o.sgemm(true, false, cb, hd, rb, 1, p, do, 1, w.dv[c0*hd:c1*hd])
-	o.sgemm(false, true, rb, cb, hd, 1, do, w.v[c0*hd:c1*hd], 0, dp)
+	o.attnMul(w, true, false, cb, hd, rb, 1, p, do, 1, w.dv[c0*hd:c1*hd], nil, from(w.don, r0*packedNR), w.seq*packedNR)
+	o.attnMul(w, false, true, rb, cb, hd, 1, do, w.v[c0*hd:c1*hd], 0, dp, from(w.doa, tileA), from(w.vt, c0*hd), hd*packedNR)
 	for i := range rb {
 		di := w.dsum[r0+i]
 		for j := range cb {
@@ -328,6 +372,6 @@ func (o *kernels) attnBackwardTile(g *attnGeom, w *attnWork, b, r0, r1, c0, c1 i
 			dp[k] = ds * g.scale
 		}
 	}
-	o.sgemm(false, false, rb, hd, cb, 1, dp, w.k[c0*hd:c1*hd], 1, w.dq[r0*hd:r1*hd])
-	o.sgemm(true, false, cb, hd, rb, 1, dp, q, 1, w.dk[c0*hd:c1*hd])
+	o.attnMul(w, false, false, rb, hd, cb, 1, dp, w.k[c0*hd:c1*hd], 1, w.dq[r0*hd:r1*hd], nil, from(w.kn, c0*packedNR), w.seq*packedNR)
+	o.attnMul(w, true, false, cb, hd, rb, 1, dp, q, 1, w.dk[c0*hd:c1*hd], nil, from(w.qn, r0*packedNR), w.seq*packedNR)
 }

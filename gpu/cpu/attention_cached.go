@@ -36,7 +36,8 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 		tiles := (n + attnTile - 1) / attnTile
 		o.d.parallel(heads*tiles, 1, func(lo, hi int) {
 			w := &attnWork{q: make([]float32, n*hd), o: make([]float32, n*hd), k: make([]float32, total*hd), v: make([]float32, total*hd),
-				s: make([]float32, attnTile*attnTile), m: make([]float32, attnTile), l: make([]float64, attnTile), hd: hd}
+				s: make([]float32, attnTile*attnTile), m: make([]float32, attnTile), l: make([]float64, attnTile), hd: hd,
+				packed: o.d.packed, packedKV: -1}
 			lse := make([]float32, n)
 			loaded := -1
 			for it := lo; it < hi; it++ {
@@ -46,6 +47,11 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 					w.tmp = loadHead(qkv, w.q, 0, h*hd, width, n, hd, w.tmp)
 					w.tmp = loadHead(kc, w.k, 0, kv*hd, kvw, total, hd, w.tmp)
 					w.tmp = loadHead(vc, w.v, 0, kv*hd, kvw, total, hd, w.tmp)
+					w.packedKV = -1
+					w.packKV(total, kv, false)
+					if w.packed {
+						w.qa = packTiles(w.qa, w.q, n, hd)
+					}
 					loaded = h
 				}
 				r0, r1 := t*attnTile, min(n, (t+1)*attnTile)
