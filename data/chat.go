@@ -325,37 +325,54 @@ type span struct {
 	train bool
 }
 
-// spans renders a conversation and marks the assistant's messages: for
-// each one, the conversation before it rendered with the generation
-// prompt must be where the conversation up to it begins, and that must be
-// where the whole conversation begins; what the message adds (its content
-// and the template's end of turn) is the assistant's. A template that
-// renders a prefix of the conversation differently (one that drops
-// earlier reasoning, say) is refused: the assistant's tokens could not be
-// told.
+// spans renders a conversation and marks the assistant's messages, by
+// prefixes where the template renders each prefix of a conversation as a
+// prefix (prefixSpans), else by locating each assistant's content in the
+// whole rendering (turnSpans); when neither tells the assistant's text,
+// the error names the message and both reasons.
 func (c *ChatTemplate) spans(ctx context.Context, messages []any) ([]span, error) {
 	full, err := c.Render(ctx, messages, false)
 	if err != nil {
 		return nil, err
 	}
+	out, unstable, err := c.prefixSpans(ctx, messages, full)
+	if err != nil || unstable < 0 {
+		return out, err
+	}
+	out, err = c.turnSpans(ctx, messages, full)
+	var te *turnError
+	if errors.As(err, &te) {
+		return nil, fmt.Errorf("message %d (the assistant's): chat template %s renders %s, and the conversation before message %d (with the generation prompt) and up to it as texts that do not extend each other, so its tokens cannot be told: use a template that renders each prefix of a conversation as a prefix, or an assistant's content as given with a marker ending its turn", te.index+1, c.source, te.reason, unstable+1)
+	}
+	return out, err
+}
+
+// prefixSpans marks the assistant's messages by rendering prefixes: for
+// each one, the conversation before it rendered with the generation
+// prompt must be where the conversation up to it begins, and that must be
+// where the whole conversation (full) begins; what the message adds (its
+// content and the template's end of turn) is the assistant's. A template
+// that renders a prefix differently (one that drops earlier reasoning,
+// say) gives the index of the first message it cannot tell, else -1.
+func (c *ChatTemplate) prefixSpans(ctx context.Context, messages []any, full string) ([]span, int, error) {
 	var out []span
 	pos := 0
 	for i, m := range messages {
-		if role, _ := m.(*dict).get("role"); role != "assistant" {
+		if !isAssistant(m) {
 			continue
 		}
 		before, err := c.Render(ctx, messages[:i], true)
 		if err != nil {
-			return nil, fmt.Errorf("message %d (the assistant's): rendering the messages before it: %w", i+1, err)
+			return nil, -1, fmt.Errorf("message %d (the assistant's): rendering the messages before it: %w", i+1, err)
 		}
 		upto := full // the last message: the whole conversation
 		if i+1 < len(messages) {
 			if upto, err = c.Render(ctx, messages[:i+1], false); err != nil {
-				return nil, fmt.Errorf("message %d (the assistant's): rendering the messages up to it: %w", i+1, err)
+				return nil, -1, fmt.Errorf("message %d (the assistant's): rendering the messages up to it: %w", i+1, err)
 			}
 		}
 		if !strings.HasPrefix(upto, before) || !strings.HasPrefix(full, upto) || len(before) < pos {
-			return nil, fmt.Errorf("message %d (the assistant's): chat template %s renders the conversation before it (with the generation prompt) and up to it as texts that do not extend each other, so its tokens cannot be told: use a template that renders each prefix of a conversation as a prefix", i+1, c.source)
+			return nil, i, nil
 		}
 		if len(before) > pos {
 			out = append(out, span{text: full[pos:len(before)]})
@@ -368,5 +385,146 @@ func (c *ChatTemplate) spans(ctx context.Context, messages []any) ([]span, error
 	if pos < len(full) {
 		out = append(out, span{text: full[pos:]})
 	}
+	return out, -1, nil
+}
+
+func isAssistant(m any) bool {
+	role, _ := m.(*dict).get("role")
+	return role == "assistant"
+}
+
+// turnError says why turnSpans cannot tell the assistant's text of
+// message index (0-based).
+type turnError struct {
+	index  int
+	reason string
+}
+
+func (e *turnError) Error() string { return fmt.Sprintf("message %d: %s", e.index+1, e.reason) }
+
+// turnSpans marks the assistant's messages in the whole rendering (full)
+// of a template that renders a conversation's prefixes differently
+// (Qwen3's think block on the last turn only, Phi-3's eos_token at the
+// end only, Mixtral 8x22B's system message in the last user turn). The
+// conversation is rendered again with each assistant's content replaced
+// by a sentinel; the text between the sentinels must be the text between
+// the contents in full, so each content's place in full is known. An
+// assistant's characters are its content there and then its end of turn:
+// the text that follows the content both in full and in the rendering of
+// the conversation that ends with the message (endOfTurn). What the
+// template writes before the content (the turn's header, a think block)
+// is not the assistant's.
+func (c *ChatTemplate) turnSpans(ctx context.Context, messages []any, full string) ([]span, error) {
+	var turns []int // the assistant's messages' indexes
+	for i, m := range messages {
+		if isAssistant(m) {
+			turns = append(turns, i)
+		}
+	}
+	// The sentinels share a prefix found nowhere in full.
+	nonce := 0
+	for strings.Contains(full, sentinelPrefix(nonce)) {
+		nonce++
+	}
+	sentinel := func(k int) string { return fmt.Sprintf("%s%d\x00", sentinelPrefix(nonce), k) }
+	marked := make([]any, len(messages))
+	copy(marked, messages)
+	for k, i := range turns {
+		d := newDict()
+		for _, key := range messages[i].(*dict).keys {
+			v, _ := messages[i].(*dict).get(key)
+			d.set(key, v)
+		}
+		d.set("content", sentinel(k))
+		marked[i] = d
+	}
+	text, err := c.Render(ctx, marked, false)
+	if err != nil {
+		return nil, fmt.Errorf("rendering the conversation with the assistant's contents marked: %w", err)
+	}
+	// between[k] is the text before turn k's content (after turn k-1's);
+	// between[len(turns)] the text after the last.
+	between := make([]string, len(turns)+1)
+	for k, i := range turns {
+		s := sentinel(k)
+		j := strings.Index(text, s)
+		if j < 0 || strings.Contains(text[:j], sentinelPrefix(nonce)) {
+			return nil, &turnError{i, "its content not as given (it drops it or puts it out of order)"}
+		}
+		if strings.Contains(text[j+len(s):], s) {
+			return nil, &turnError{i, "its content more than once"}
+		}
+		between[k], text = text[:j], text[j+len(s):]
+	}
+	between[len(turns)] = text
+	starts := make([]int, len(turns))
+	pos := 0
+	for k, i := range turns {
+		content, _ := messages[i].(*dict).get("content")
+		if !strings.HasPrefix(full[pos:], between[k]) || !strings.HasPrefix(full[pos+len(between[k]):], content.(string)) {
+			return nil, &turnError{i, "its turn differently once its content is replaced (the template reads the content: a <think> block in it, say; give reasoning as \"reasoning_content\")"}
+		}
+		starts[k] = pos + len(between[k])
+		pos = starts[k] + len(content.(string))
+	}
+	if full[pos:] != between[len(turns)] {
+		return nil, &turnError{turns[len(turns)-1], "its turn differently once its content is replaced"}
+	}
+	var out []span
+	pos = 0
+	for k, i := range turns {
+		content, _ := messages[i].(*dict).get("content")
+		after := between[k+1] // what follows the content in full
+		end := after          // the last message: its turn ends the rendering
+		if i+1 < len(messages) {
+			ending, err := c.Render(ctx, marked[:i+1], false)
+			if err != nil {
+				return nil, fmt.Errorf("message %d (the assistant's): rendering the messages up to it: %w", i+1, err)
+			}
+			j := strings.Index(ending, sentinel(k))
+			if j < 0 {
+				return nil, &turnError{i, "its content not as given when it ends the conversation"}
+			}
+			if end = endOfTurn(ending[j+len(sentinel(k)):], after); end == "" {
+				return nil, &turnError{i, "no end of turn after its content (where its turn ends could not be learned)"}
+			}
+		}
+		start := starts[k]
+		if start > pos {
+			out = append(out, span{text: full[pos:start]})
+		}
+		pos = start + len(content.(string)) + len(end)
+		if pos > start {
+			out = append(out, span{text: full[start:pos], train: true})
+		}
+	}
+	if pos < len(full) {
+		out = append(out, span{text: full[pos:]})
+	}
 	return out, nil
+}
+
+func sentinelPrefix(nonce int) string { return fmt.Sprintf("\x00strata-turn-%d-", nonce) }
+
+// endOfTurn is the end of an assistant's turn: the text that follows its
+// content both where the turn ends the conversation (ending) and where
+// other text follows (after), as far as the two agree, less a marker
+// begun and not closed there (a '<' or '[' after the last '>' or ']': of
+// Phi-3's "<|end|>\n</s>" and "<|end|>\n<|user|>", "<|end|>\n").
+func endOfTurn(ending, after string) string {
+	if strings.HasPrefix(after, ending) {
+		return ending
+	}
+	n := 0
+	for n < len(ending) && n < len(after) && ending[n] == after[n] {
+		n++
+	}
+	for n > 0 && n < len(after) && !utf8.RuneStart(after[n]) {
+		n--
+	}
+	e := after[:n]
+	if open := strings.LastIndexAny(e, "<["); open >= 0 && open > strings.LastIndexAny(e, ">]") {
+		e = e[:open]
+	}
+	return e
 }
