@@ -66,8 +66,19 @@
 // are refused, naming the file. The assistant's tokens are found by
 // rendering prefixes: the conversation before each assistant message with
 // the generation prompt must begin the conversation up to it, which must
-// begin the whole; a template that renders earlier turns differently once
-// later ones follow is refused.
+// begin the whole, and what the message adds is trained. A template that
+// renders earlier turns differently once later ones follow (Qwen3's think
+// block on the last turn, Phi-3's eos_token at the end only, Mixtral
+// 8x22B's system message in the last user turn) is rendered once more with
+// each assistant's content replaced by a sentinel: the text between the
+// sentinels must be the text between the contents in the whole rendering,
+// and each content there is trained with its end of turn, the text that
+// follows it both there and where the message ends the conversation, less
+// a marker begun and not closed ('<' of Phi-3's "<|user|>" and "</s>");
+// the text before the content (a header, a think block) is not. A
+// template that changes or repeats the content, reads it (a <think> block
+// in Qwen3's; reasoning_content is read apart) or ends no turn is refused,
+// naming the message.
 //
 // A template comes with the model, so it is untrusted input: its parser
 // and renderer are fuzzed (FuzzParseTemplate, FuzzRenderTemplate, seeded
