@@ -229,22 +229,17 @@ func (o *kernels) attnForwardTile(g *attnGeom, w *attnWork, b, r0, r1, shift int
 			g.capScores(row[lo:hi])
 			mt := m[i]
 			for _, x := range row[lo:hi] {
-				mt = max(mt, x)
+				if x > mt { // not max: its NaN and ±0 handling cost a fifth of the tile's softmax; a NaN score still reaches out through its P
+					mt = x
+				}
 			}
 			alpha := float32(0)
 			if m[i] != ninf {
 				alpha = float32(math.Exp(float64(m[i]) - float64(mt)))
 			}
-			var sum float64
-			for j := range row {
-				if j < lo || j >= hi {
-					row[j] = 0
-					continue
-				}
-				p := float32(math.Exp(float64(row[j]) - float64(mt)))
-				row[j] = p
-				sum += float64(p)
-			}
+			clear(row[:lo])
+			clear(row[hi:])
+			sum := expShift(row[lo:hi], float64(mt))
 			m[i], l[i] = mt, l[i]*float64(alpha)+sum
 			if alpha != 1 {
 				for d := range acc[i*hd : (i+1)*hd] {
@@ -346,18 +341,17 @@ func (o *kernels) attnBackwardTile(g *attnGeom, w *attnWork, b, r0, r1, c0, c1 i
 		if lo < hi {
 			g.capScores(row[lo:hi])
 		}
-		for j := range row {
-			if j < lo || j >= hi {
-				row[j] = 0
-				continue
-			}
-			z := row[j]
-			row[j] = float32(math.Exp(float64(z) - float64(lse[r0+i])))
-			if g.softCap > 0 { // d cap(x)/dx = 1 - (cap(x)/softCap)², kept in w.dcap
+		lo = min(lo, cb)
+		hi = max(hi, lo)   // an empty [lo, hi) clears the row
+		if g.softCap > 0 { // d cap(x)/dx = 1 - (cap(x)/softCap)², kept in w.dcap
+			for j, z := range row[lo:hi] {
 				c := float64(z) / float64(g.softCap)
-				w.dcap[i*cb+j] = float32(1 - c*c)
+				w.dcap[i*cb+lo+j] = float32(1 - c*c)
 			}
 		}
+		clear(row[:lo])
+		clear(row[hi:])
+		expShift(row[lo:hi], float64(lse[r0+i]))
 	}
 	o.attnMul(w, true, false, cb, hd, rb, 1, p, do, 1, w.dv[c0*hd:c1*hd], nil, from(w.don, r0*packedNR), w.seq*packedNR)
 	o.attnMul(w, false, true, rb, cb, hd, 1, do, w.v[c0*hd:c1*hd], 0, dp, from(w.doa, tileA), from(w.vt, c0*hd), hd*packedNR)
