@@ -9,10 +9,14 @@ import (
 
 // attnTile is the side of the attention tiles: attnTile query rows meet
 // attnTile keys at a time, so the scores of a tile are one attnTile×attnTile
-// GEMM and nothing of size seq×seq is ever held. 128 rather than 64: each
-// tile's GEMMs pack their operands afresh, and at 64 the packing cost more
-// than the multiplications (a Mistral-style block over 4,096 tokens, heads
-// of 128: 8 % less CPU time a token at 128, 14 % with a window of 4,096).
+// GEMM and nothing of size seq×seq is ever held. 128 rather than 64: when
+// each tile's GEMMs packed their operands afresh, the packing at 64 cost
+// more than the multiplications (a Mistral-style block over 4,096 tokens,
+// heads of 128: 8 % less CPU time a token at 128, 14 % with a window of
+// 4,096). On the packed kernel the products now read a head's keys,
+// values, queries and output gradients from panels packed once per head
+// (attn_packed.go); only P and dS are packed per product. A multiple of
+// 32 (packedNR): a key tile starts on a panel of those.
 const attnTile = 128
 
 // attnGeom is the shape of one attention call: qkv rows of
@@ -109,7 +113,7 @@ func storeHead(buf *Buffer, src []float32, b, off, rowWidth, seq, hd int) {
 // [i-pos[i], i], and the running row maximum m, running sum l (float64)
 // and output accumulator O (fp32) are updated online:
 //
-//	m' = max(m, max_j S_ij), P_ij = exp(S_ij - m') (float64, rounded to fp32),
+//	m' = max(m, max_j S_ij), P_ij = exp(S_ij - m') (float64 attnExp, rounded to fp32),
 //	l = l·exp(m - m') + Σ_j P_ij, O = O·exp(m - m') + P·V (one GEMM)
 //
 // then out = O/l and lse = m + log l.
