@@ -46,7 +46,12 @@
 // (see comm.go).
 //
 // Attention (attention.go) is the flash-attention algorithm on fp32 tiles
-// of 64 queries × 64 keys, each product a GEMM of the device's kernel: the
+// of 128 queries × 128 keys, each product the device's GEMM kernel run on
+// panels packed once per head (attn_packed.go: K, V, Q and dO packed once,
+// only P and dS per product; the gonum kernel goes through sgemm), the
+// exponentials from attnExp (attn_exp.go: float64, within 4e-15 of
+// math.Exp), with gpu.AttnOptions' scale, soft cap and sliding window (the
+// key tiles outside a window are skipped: O(seq·window)): the
 // forward runs per (batch, query head) with an online softmax (running
 // maximum, float64 running sum) and stores out and the row log-sum-exp;
 // the backward (FlashAttention-2) runs per (batch, key/value head), which
@@ -57,7 +62,8 @@
 // values to the caches and runs the same forward tiles over the cache,
 // query row i seeing cache rows up to start+i (with start 0, the bits of
 // AttentionForward on one row). RMSNorm,
-// rotary embeddings (cos and sin from float64) and SwiGLU are in
+// rotary embeddings (gpu.Rope: cos and sin from float64, times its scale,
+// over its rotated dims) and the gated MLP (SwiGLU, GeGLU) are in
 // ops_llama.go. AdamStep calls
 // cpuadam with the same gpu.AdamParams value (internal/adam's Params), so
 // device and host optimizers give identical bits; cpu_test checks it
