@@ -24,16 +24,7 @@ func (t *Tokenizer) parsePreTokenizer(path string, raw json.RawMessage) error {
 	}
 	switch typ {
 	case "Sequence":
-		var list []json.RawMessage
-		if err := o.get("pretokenizers", &list); err != nil {
-			return err
-		}
-		for i, p := range list {
-			if err := t.parsePreTokenizer(fmt.Sprintf("%s.pretokenizers[%d]", path, i), p); err != nil {
-				return err
-			}
-		}
-		return nil
+		return o.each(path, "pretokenizers", t.parsePreTokenizer)
 	case "ByteLevel":
 		// use_regex defaults to true as in Hugging Face tokenizers;
 		// trim_offsets changes offsets only, which Encode does not return.
@@ -149,16 +140,7 @@ func (t *Tokenizer) parsePostProcessor(path string, raw json.RawMessage) error {
 	case "ByteLevel":
 		return nil
 	case "Sequence":
-		var list []json.RawMessage
-		if err := o.get("processors", &list); err != nil {
-			return err
-		}
-		for i, p := range list {
-			if err := t.parsePostProcessor(fmt.Sprintf("%s.processors[%d]", path, i), p); err != nil {
-				return err
-			}
-		}
-		return nil
+		return o.each(path, "processors", t.parsePostProcessor)
 	case "TemplateProcessing":
 		return t.parseTemplate(o)
 	}

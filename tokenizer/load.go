@@ -168,6 +168,21 @@ func (o *object) get(key string, v any) error {
 	return nil
 }
 
+// each parses every element of the list field key (a Sequence's members)
+// with parse, named path.key[i], stopping at the first error.
+func (o *object) each(path, key string, parse func(path string, raw json.RawMessage) error) error {
+	var list []json.RawMessage
+	if err := o.get(key, &list); err != nil {
+		return err
+	}
+	for i, raw := range list {
+		if err := parse(fmt.Sprintf("%s.%s[%d]", path, key, i), raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // unsupported is the error of a value this package does not implement.
 func (o *object) unsupported(key, want string) error {
 	return fmt.Errorf("%s.%s: %s is %w (%s)", o.path, key, brief(o.fields[key]), ErrUnsupported, want)

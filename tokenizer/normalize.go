@@ -92,16 +92,7 @@ func (t *Tokenizer) parseNormalizer(path string, raw json.RawMessage) error {
 	}
 	switch typ {
 	case "Sequence":
-		var list []json.RawMessage
-		if err := o.get("normalizers", &list); err != nil {
-			return err
-		}
-		for i, n := range list {
-			if err := t.parseNormalizer(fmt.Sprintf("%s.normalizers[%d]", path, i), n); err != nil {
-				return err
-			}
-		}
-		return nil
+		return o.each(path, "normalizers", t.parseNormalizer)
 	case "Replace":
 		var content string
 		if err := o.get("content", &content); err != nil {
