@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"unicode/utf8"
@@ -443,7 +445,7 @@ func ropeConfig(k *hfKeys, s *model.Shape) {
 	if rs.Type == model.RopeLongRoPE && !k.null("original_max_position_embeddings") {
 		rs.OriginalMax = k.int(0, false, "original_max_position_embeddings") // Phi-3 keeps it at the top level
 	}
-	for name := range raw {
+	for _, name := range slices.Sorted(maps.Keys(raw)) { // sorted: one input, one message
 		if !known[name] {
 			k.bad(key, "%q: %s: not read for rope_type %q (Strata would compute the frequencies without it)", name, raw[name], orDefault(rs.Type))
 		}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -136,7 +138,8 @@ func (m *Model) findWeights() (map[string]string, error) {
 		return nil, fmt.Errorf("hf: %s: not an index with a weight_map of tensor names to files (%v)", indexPath, err)
 	}
 	seen := map[string]bool{}
-	for name, file := range index.WeightMap {
+	for _, name := range slices.Sorted(maps.Keys(index.WeightMap)) { // sorted: the same input names the same tensor
+		file := index.WeightMap[name]
 		if file == "" || filepath.Base(file) != file || file == "." || file == ".." {
 			return nil, fmt.Errorf("hf: %s: tensor %q is in %q, which is not a file name in the directory", indexPath, name, file)
 		}
