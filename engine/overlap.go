@@ -274,6 +274,9 @@ func (r *rank) hostLoop(run *hostRun, cp cpuadam.Params) {
 			continue
 		}
 		if j.err == nil {
+			j.err = r.await(&j.ls) // the state's reads, while the rank goes on
+		}
+		if j.err == nil {
 			if j.ev != nil {
 				j.ev.Synchronize() // the gradient has reached its host copy
 			}
@@ -455,11 +458,11 @@ func (e *Engine) settle() error {
 	return nil
 }
 
-// leaseHost declares cpuadam's accesses of chunk c to the tier store and
-// leases master, m, v (update), the gradient (read) and, with
-// offload_param, the new param's host copy (write; not for a delayed
-// update, which writes the staging: storeDelayed). On an error the
-// leases taken are given back.
+// leaseHost declares cpuadam's accesses of chunk c to the tier store,
+// without waiting for them (await leases them): master, m, v (update), the
+// gradient (read) and, with offload_param, the new param's host copy
+// (write; not for a delayed update, which writes the staging:
+// storeDelayed). On an error the accesses declared are abandoned.
 func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 	d := r.runner()
 	// SizeBytes 0: the planner takes the placement's (the store's charge).
@@ -472,15 +475,12 @@ func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 			ls = hostLeases{}
 		}
 	}()
-	for _, u := range []struct {
-		l     **tier.Lease
-		state shard.State
-	}{{&ls.master, shard.Master}, {&ls.m, shard.AdamM}, {&ls.v, shard.AdamV}} {
-		if *u.l, err = d.Use(acc(u.state, shard.Update)); err != nil {
-			return ls, err
-		}
+	begin := func(i int, a shard.Access) error {
+		ls.pend[i], err = d.Begin(a)
+		return err
 	}
-	if ls.grad, err = d.Use(acc(shard.Grad, shard.Read)); err != nil {
+	if begin(leaseMaster, acc(shard.Master, shard.Update)) != nil || begin(leaseM, acc(shard.AdamM, shard.Update)) != nil ||
+		begin(leaseV, acc(shard.AdamV, shard.Update)) != nil || begin(leaseGrad, acc(shard.Grad, shard.Read)) != nil {
 		return ls, err
 	}
 	if r.e.paramTiered(c) && !delayed {
@@ -488,28 +488,75 @@ func (r *rank) leaseHost(c int, delayed bool) (ls hostLeases, err error) {
 		if r.e.remainder() && r.masterParams(c) == nil { // in the tier store
 			a = shard.Update // the old params are the masters' high halves (remainder.go)
 		}
-		if ls.param, err = d.Use(acc(shard.Param, a)); err != nil {
+		if begin(leaseParam, acc(shard.Param, a)) != nil {
 			return ls, err
 		}
 	}
 	return ls, nil
 }
 
-// hostLeases are cpuadam's leases of one chunk's state in host memory.
+// The leases of hostLeases, in the order leaseHost declares them.
+const (
+	leaseMaster = iota
+	leaseM
+	leaseV
+	leaseGrad
+	leaseParam
+	leaseCount
+)
+
+// hostLeases are cpuadam's leases of one chunk's state in host memory:
+// declared to the tier store by the rank's goroutine (leaseHost: their
+// place in the access order), leased by the goroutine that runs cpuadam
+// (await), so that the rank goes on with the forward while the state is
+// read from NVMe.
 type hostLeases struct {
 	master, m, v *tier.Lease // Update
 	grad         *tier.Lease // Read: the reduced gradient
 	param        *tier.Lease // Write (Update: a remainder master's params): the new param's host copy (offload_param, not delayed); nil: the upload staging
+	// pend are the accesses declared and not leased yet, in lease order
+	// (nil: none, or leased).
+	pend [leaseCount]*tier.Pending
+}
+
+// await leases every access of ls still pending, in order; on a failure
+// it gives back what it leased and abandons the rest, and returns it.
+func (r *rank) await(ls *hostLeases) error {
+	d := r.runner()
+	dst := [leaseCount]**tier.Lease{&ls.master, &ls.m, &ls.v, &ls.grad, &ls.param}
+	var err error
+	for i, p := range ls.pend {
+		if p == nil {
+			continue
+		}
+		ls.pend[i] = nil
+		if err != nil {
+			d.Abandon(p)
+			continue
+		}
+		*dst[i], err = d.Await(p)
+	}
+	if err != nil {
+		r.doneLeases(*ls)
+		*ls = hostLeases{}
+	}
+	return err
 }
 
 // optState is master, m and v's leases, in that order.
 func (ls hostLeases) optState() [3]*tier.Lease { return [3]*tier.Lease{ls.master, ls.m, ls.v} }
 
-// doneLeases ends the leases of ls (nil entries: none).
+// doneLeases ends the leases of ls and abandons its pending accesses (nil
+// entries: none).
 func (r *rank) doneLeases(ls hostLeases) {
 	for _, l := range [...]*tier.Lease{ls.master, ls.m, ls.v, ls.param, ls.grad} {
 		if l != nil {
 			r.runner().Done(l, nil)
+		}
+	}
+	for _, p := range ls.pend {
+		if p != nil {
+			r.runner().Abandon(p)
 		}
 	}
 }

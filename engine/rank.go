@@ -444,6 +444,9 @@ func (r *rank) normSq(c int) float64 { return f64s(r.normsHost)[c] }
 // serial schedule; updateExact runs the same two halves apart.
 func (r *rank) stepHost(c int, cp cpuadam.Params) error {
 	ls, err := r.leaseHost(c, false)
+	if err == nil {
+		err = r.await(&ls)
+	}
 	if err != nil {
 		return err
 	}

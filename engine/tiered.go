@@ -404,10 +404,8 @@ func (t *tiers) openSwap() error {
 	if err := t.resolveNVMePaths(); err != nil {
 		return err
 	}
-	aio := t.e.cfg.AIO
-	qd := max(aio.QueueDepth, 1) * max(aio.ThreadCount, 1)
 	var err error
-	if t.nvmeEng, err = nvme.Open(nvme.Options{QueueDepth: min(qd, 4096)}); err != nil {
+	if t.nvmeEng, err = nvme.Open(nvme.Options{QueueDepth: SwapQueueDepth(t.e.cfg.AIO)}); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	var dev nvme.Device = t.nvmeEng
@@ -423,6 +421,17 @@ func (t *tiers) openSwap() error {
 		t.e.notes = append(t.e.notes, fmt.Sprintf("stale swap file %s: a killed run left it, no live run holds its lock; remove it to reclaim the space (rm %s)", f, f.Path))
 	}
 	return nil
+}
+
+// SwapQueueDepth is the requests a run keeps in flight on its swap: one
+// ring serves every move, and the planner keeps several on each NVMe link
+// (the optimizer reads master, m and v of the next chunks while it writes
+// the last ones': tierWriteBehindDepth), so each gets aio's queue_depth ×
+// thread_count requests, as a DeepSpeed aio handle of its own would. With
+// the ring at queue_depth alone (8), a gpt-2b step's reads and writes
+// shared 8 requests (bench/README-step.md).
+func SwapQueueDepth(aio config.AIO) int {
+	return min(max(aio.QueueDepth, 1)*max(aio.ThreadCount, 1)*tierWriteBehindDepth, 4096)
 }
 
 // swapSize is the swap the run takes for nv bytes of NVMe homes, and its
@@ -703,6 +712,7 @@ func (t *tiers) since(a tierSnap) TierStats {
 	}
 	for l := range ts.LinkBytes {
 		ts.LinkBytes[l] = b.store.Links[l].Bytes - a.store.Links[l].Bytes
+		ts.LinkActive[l] = b.store.Links[l].Active - a.store.Links[l].Active
 	}
 	if len(t.peakHBMByDevice) < len(b.store.HBM) {
 		t.peakHBMByDevice = make([]int64, len(b.store.HBM))

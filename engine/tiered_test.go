@@ -278,6 +278,18 @@ func TestTierHitRate(t *testing.T) {
 		if st.Step > 2 && ts.Divergences != 0 {
 			t.Errorf("step %d: %d ranks' accesses diverged from their trace", st.Step, ts.Divergences)
 		}
+		// The resources' figures (strata bench step's bound): the CPU
+		// backend counts its compute stream's work, and a link that moved
+		// bytes was active, never longer than the window it is counted in
+		// (from the last step's end: at most this step and the gap before).
+		if st.ComputeBusy <= 0 || st.ComputeBusy > st.Duration+time.Second {
+			t.Errorf("step %d: compute busy %v in a step of %v", st.Step, st.ComputeBusy, st.Duration)
+		}
+		for l, b := range ts.LinkBytes {
+			if a := ts.LinkActive[l]; (b > 0) != (a > 0) || a > st.Duration+time.Second {
+				t.Errorf("step %d: %s moved %d B and was active %v in a step of %v", st.Step, shard.Link(l), b, a, st.Duration)
+			}
+		}
 	}
 	// Every step's optimizer writes every param shard in host memory, so
 	// each must be staged host->HBM again before the next forward. Which

@@ -189,7 +189,7 @@ func checkTierTrace(t *testing.T, e *Engine, evs []timeline.Event, before, after
 			if ev.Bytes <= 0 && ev.Args["error"] == nil {
 				t.Errorf("move without bytes: %+v", ev)
 			}
-		case timeline.CatStall:
+		case timeline.CatStall, timeline.CatOptWait:
 			stallNs[ev.Rank] += ev.Dur
 		}
 	}

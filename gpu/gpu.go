@@ -204,6 +204,16 @@ type Event interface {
 	Done() bool
 }
 
+// BusyStream is a Stream that counts the time it spent running its work,
+// its waits for events excluded: the CPU backend's streams. An engine sums
+// it over a step to tell compute from waiting (a compute span bracketed by
+// events also holds the waits enqueued inside it).
+type BusyStream interface {
+	Stream
+	// Busy is the total time the stream ran work since it was created.
+	Busy() time.Duration
+}
+
 // TimedEvent is an Event that knows when the work it recorded completed,
 // on the host clock: the CPU backend stamps it as its stream reaches it,
 // the CUDA backend adds the device time since an anchor event

@@ -111,7 +111,7 @@ type pending struct {
 	kind  shard.Kind
 	g     int64
 	start time.Duration
-	rec   int
+	rec   int // its index in the recording; -1: the recording ended (BeginStep)
 }
 
 type use struct {
@@ -404,6 +404,12 @@ func (p *Planner) BeginStep(now time.Duration) {
 			p.stats.Rerecords++
 		}
 		tr := p.rec.Finish(now)
+		// An access declared in the step that ends and not ready yet
+		// (tier.Runner.Begin: cpuadam waits for it, the rank went on)
+		// stays pending, out of the recording that holds it.
+		for i := range p.pending {
+			p.pending[i].rec = -1
+		}
 		if p.checkTrace(tr) == nil { // accesses were checked one by one; this cannot fail
 			p.adopt(tr)
 		}
@@ -616,9 +622,11 @@ func (p *Planner) checkPending(now time.Duration) {
 	for _, w := range p.pending {
 		if p.ready(w.slot, w.tier, w.kind) {
 			p.stats.Stall[w.tier] += now - w.start
-			p.rec.Ready(w.rec, now)
-			if w.rec == p.rec.Len()-1 {
-				p.lastReady, p.readyKnow = now, true
+			if w.rec >= 0 {
+				p.rec.Ready(w.rec, now)
+				if w.rec == p.rec.Len()-1 {
+					p.lastReady, p.readyKnow = now, true
+				}
 			}
 			continue
 		}

@@ -123,6 +123,8 @@
 //	l, err = run.Use(shard.Access{Key: key, Tier: shard.Host, Kind: shard.Update})
 //	... compute, then record ev ...
 //	run.Done(l, ev)
+//	p, err := run.Begin(a) // declare now (its place in the rank's order), wait elsewhere:
+//	l, err = run.Await(p)  // from another goroutine, e.g. the one running cpuadam (or run.Abandon(p))
 //	run.Close() // before the store
 //	s.Close() // cancels moves not started, waits for the rest, frees every copy
 //

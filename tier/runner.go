@@ -81,6 +81,10 @@ type Runner struct {
 	paused bool
 	closed bool
 	stall  [shard.TierCount]time.Duration // Use's wait for shards, by access tier
+	// using counts the leases Use and Await gave out that Done has not
+	// taken back; pending the accesses Begin declared that are neither
+	// awaited nor abandoned.
+	using, pending int
 
 	kick    chan struct{}
 	quit    chan struct{}
@@ -344,6 +348,28 @@ func (r *Runner) releaseLocked(wait bool) {
 // ready in a.Tier, and leases it there for a.Kind. The wait counts as the
 // rank's stall on a.Tier. End the lease with Done, not Lease.Release.
 func (r *Runner) Use(a shard.Access) (*Lease, error) {
+	p, err := r.Begin(a)
+	if err != nil {
+		return nil, err
+	}
+	return r.Await(p)
+}
+
+// Pending is an access Begin declared and Await has not leased yet.
+type Pending struct {
+	a    shard.Access
+	done bool // awaited or abandoned
+}
+
+// Access is the declared access.
+func (p *Pending) Access() shard.Access { return p.a }
+
+// Begin declares access a to the planner, which issues its moves, and
+// returns without waiting for the shard: the access takes its place in the
+// rank's order now (the order the planner's trace records), and another
+// goroutine may wait for it (Await) while the rank goes on. Every Pending
+// must be awaited or abandoned.
+func (r *Runner) Begin(a shard.Access) (*Pending, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
@@ -357,6 +383,18 @@ func (r *Runner) Use(a shard.Access) (*Lease, error) {
 		return nil, r.err
 	}
 	r.submitLocked(ms)
+	r.pending++
+	return &Pending{a: a}, nil
+}
+
+// Await waits until p's shard is ready in its tier and leases it there
+// (Use's second half). The wait counts as the rank's stall on the tier.
+// End the lease with Done.
+func (r *Runner) Await(p *Pending) (*Lease, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.endPendingLocked(p)
+	a := p.a
 	if waited, t0 := r.awaitLocked(a); waited > 0 {
 		r.stall[a.Tier] += waited
 		if r.opts.OnStall != nil {
@@ -364,6 +402,7 @@ func (r *Runner) Use(a shard.Access) (*Lease, error) {
 		}
 	}
 	if r.err != nil {
+		r.p.Release(a.Key, r.now())
 		return nil, r.err
 	}
 	l, err := r.s.Acquire(a.Key, a.Tier, a.Kind)
@@ -372,7 +411,26 @@ func (r *Runner) Use(a shard.Access) (*Lease, error) {
 		r.p.Release(a.Key, r.now())
 		return nil, r.err
 	}
+	r.using++
 	return l, nil
+}
+
+// Abandon ends a declared access that will not be leased (an earlier
+// access of the same work failed): the planner releases it.
+func (r *Runner) Abandon(p *Pending) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.endPendingLocked(p)
+	r.p.Release(p.a.Key, r.now())
+	r.pumpLocked()
+}
+
+func (r *Runner) endPendingLocked(p *Pending) {
+	if p.done {
+		panic(fmt.Sprintf("tier: %s awaited or abandoned twice", p.a))
+	}
+	p.done = true
+	r.pending--
 }
 
 // awaitLocked waits until the planner says a is ready or the rank fails,
@@ -393,7 +451,10 @@ func (r *Runner) awaitLocked(a shard.Access) (time.Duration, time.Time) {
 			r.releaseLocked(true)
 			r.pumpLocked()
 		case len(r.flying) == 0:
-			if _, ok := r.p.WakeAt(); !ok {
+			// Nothing in flight and nothing planned for later: only a
+			// lease another goroutine of the rank holds (Await's, in
+			// use until its Done) can let the planner go on.
+			if _, ok := r.p.WakeAt(); !ok && r.using <= 0 {
 				r.failLocked(fmt.Errorf("tier: planner stalled: %s is not ready and nothing is in flight", a))
 			} else {
 				r.cond.Wait()
@@ -413,6 +474,7 @@ func (r *Runner) awaitLocked(a shard.Access) (time.Duration, time.Time) {
 func (r *Runner) Done(l *Lease, ev gpu.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.using--
 	r.held = append(r.held, held{l, ev})
 	if ev == nil || ev.Done() {
 		r.releaseLocked(false)

@@ -3,6 +3,7 @@ package tier
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/strata-ai/strata/internal/units"
@@ -21,6 +22,48 @@ type LinkStats struct {
 	Bytes int64         // bytes moved (NVMe: whole extents, padded to the swap's alignment)
 	Moves int64         // hops completed
 	Busy  time.Duration // sum over hops of the time each took (hops overlap: can exceed wall time)
+	// Active is the time at least one hop was on the link (the union of
+	// the hops' spans, failed ones included, up to the snapshot): the
+	// link's busy time, at most the wall time.
+	Active time.Duration
+}
+
+// activity is the union of a link's hops in time: how many are on it now,
+// since when, and the closed intervals' total.
+type activity struct {
+	mu     sync.Mutex
+	on     int
+	since  time.Time
+	closed time.Duration
+}
+
+// enter counts a hop on the link from now.
+func (a *activity) enter(now time.Time) {
+	a.mu.Lock()
+	if a.on == 0 {
+		a.since = now
+	}
+	a.on++
+	a.mu.Unlock()
+}
+
+// exit ends at now a hop that entered.
+func (a *activity) exit(now time.Time) {
+	a.mu.Lock()
+	if a.on--; a.on == 0 {
+		a.closed += now.Sub(a.since)
+	}
+	a.mu.Unlock()
+}
+
+// total is the union until now, the open interval included.
+func (a *activity) total(now time.Time) time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.on > 0 {
+		return a.closed + now.Sub(a.since)
+	}
+	return a.closed
 }
 
 // Stats are the store's counters since New.
@@ -59,7 +102,7 @@ func (s *Store) Stats() Stats {
 		st.HBM = append(st.HBM, s.pools[poolHBM+i].out())
 	}
 	for l := range s.links {
-		st.Links[l] = LinkStats{Bytes: s.links[l].bytes, Moves: s.links[l].moves, Busy: s.links[l].busy}
+		st.Links[l] = LinkStats{Bytes: s.links[l].bytes, Moves: s.links[l].moves, Busy: s.links[l].busy, Active: s.active[l].total(time.Now())}
 	}
 	return st
 }

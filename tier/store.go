@@ -144,6 +144,7 @@ type Store struct {
 	runners map[int32]*Runner // woken when a move of their rank completes
 
 	links                                 [shard.LinkCount]linkCounters
+	active                                [shard.LinkCount]activity // the time each link had a hop on it (own lock)
 	submitted, completed, failed, instant int64
 	inFlight                              int
 	flightTime                            time.Duration

@@ -346,7 +346,9 @@ func (s *Store) run(e *entry, op *Op, from, to shard.Tier, drop bool, stage *pin
 func (s *Store) transfer(e *entry, from, to shard.Tier, sm, dm mem, stage *pinned.Buffer, blank bool, links *[shard.LinkCount]linkCounters) error {
 	hop := func(l shard.Link, n int64, f func() error) error {
 		t0 := time.Now()
+		s.active[l].enter(t0)
 		err := f()
+		s.active[l].exit(time.Now())
 		if err == nil {
 			links[l].bytes += n
 			links[l].moves++

@@ -23,6 +23,10 @@
 //	                             tier.Runner.Use for a shard to reach a tier
 //	                             tid 4 optimizer: the rank's optimizer phase
 //	                             tid 5 cpu adam: cpuadam on one chunk shard
+//	                             tid 7 optimizer-state waits: cpuadam waiting
+//	                             for a chunk's master, m, v, gradient or param
+//	                             copy to reach host memory (the rank declared
+//	                             them and went on: not the devices' stall)
 //	                             tid 200+k host->hbm, 300+k hbm->host: the
 //	                             tier store's moves on the device's links
 //	pid 1000      "nvme"         tid 100+k nvme->host (reads), 400+k

@@ -24,6 +24,11 @@ const (
 	CatMove      = "move"
 	CatOptimizer = "optimizer"
 	CatAdam      = "adam"
+	// CatOptWait is cpuadam's wait for a chunk's optimizer state (master,
+	// m, v, the gradient, the new param's host copy) to reach host memory:
+	// the rank declared the accesses and went on (tier.Runner.Begin), so
+	// it is not the devices' stall.
+	CatOptWait = "optwait"
 )
 
 // Track ids.
@@ -37,6 +42,7 @@ const (
 	TidOptimizer = 4
 	TidAdam      = 5
 	TidCopy      = 6
+	TidOptWait   = 7
 	laneCount    = 100 // lanes per link; more in flight share the last
 )
 
@@ -181,7 +187,11 @@ func (t *Tracer) stall(r int, a shard.Access, from time.Time, dur time.Duration)
 	if t == nil {
 		return
 	}
-	t.span(r, TidStall, CatStall, fmt.Sprintf("wait %s in %s", a.Key, a.Tier), from, dur,
+	tid, cat := TidStall, CatStall
+	if a.Phase == shard.Optimizer {
+		tid, cat = TidOptWait, CatOptWait
+	}
+	t.span(r, tid, cat, fmt.Sprintf("wait %s in %s", a.Key, a.Tier), from, dur,
 		map[string]any{"key": a.Key.String(), "tier": a.Tier.String(), "phase": a.Phase.String(), "kind": a.Kind.String()})
 }
 
@@ -413,6 +423,8 @@ func TrackName(pid, tid int) string {
 		return "cpu adam"
 	case TidCopy:
 		return "copy streams"
+	case TidOptWait:
+		return "optimizer-state waits"
 	}
 	return ""
 }

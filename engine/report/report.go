@@ -27,8 +27,13 @@ type StepStats struct {
 	LossScale float64
 	Skipped   bool
 	Duration  time.Duration
-	Tokens    int     // tokens of the global batch
-	TokensPer float64 // tokens per second of this step
+	// ComputeBusy is the time the compute stream ran work since the last
+	// step ended, its waits for shards and collectives excluded (the
+	// longest of the ranks): the compute a step needs. 0 where the backend
+	// does not count it (gpu.BusyStream: the CPU backend does).
+	ComputeBusy time.Duration
+	Tokens      int     // tokens of the global batch
+	TokensPer   float64 // tokens per second of this step
 	// Moved is the bytes moved on each link by all devices together since
 	// the previous step's backward pass ended (so the previous step's
 	// parameter updates and gathers count in this step).
@@ -142,13 +147,17 @@ func (c *PrefetchCounts) Add(o PrefetchCounts, sub *PrefetchCounts) {
 // TierStats are one step's figures of the tier store and the planners.
 type TierStats struct {
 	PrefetchCounts // this step's accesses
-	// Stall is the time the devices waited for shards to reach each
-	// access tier (HBM: param shards before their gather; host: optimizer
-	// state before cpuadam), the longest of the ranks.
+	// Stall is the time the rank waited for shards to reach each access
+	// tier (HBM: param shards before their gather, the devices waiting;
+	// host: optimizer state before cpuadam, which waits for it while the
+	// rank goes on under overlap exact and dpu), the longest of the ranks.
 	Stall [shard.TierCount]time.Duration
 	// LinkBytes is the bytes moved on each link (shard.Link order:
 	// nvme->host, host->hbm, hbm->host, host->nvme).
 	LinkBytes [shard.LinkCount]int64
+	// LinkActive is the time each link had a move on it (the union of the
+	// moves' spans, not their sum: tier.LinkStats.Active).
+	LinkActive [shard.LinkCount]time.Duration
 	// PeakBytes is the store's peak use of each tier during the step (HBM:
 	// the largest of the devices), next to its BudgetBytes.
 	PeakBytes, BudgetBytes [shard.TierCount]int64

@@ -17,9 +17,24 @@ type Stream struct {
 	idle *sync.Cond
 	// queue holds the work not yet started; running says a goroutine is
 	// draining it (or executing its last item).
-	queue   []func() error
+	queue   []item
 	running bool
-	err     error // first error since the last Synchronize
+	err     error         // first error since the last Synchronize
+	busy    time.Duration // running work, waits excluded (gpu.BusyStream)
+}
+
+// item is one queued closure; a wait's time is not busy time.
+type item struct {
+	f    func() error
+	wait bool
+}
+
+// Busy is the time the stream ran its work, its waits for events excluded
+// (gpu.BusyStream).
+func (s *Stream) Busy() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.busy
 }
 
 // Home returns the front end of the stream's device (gpu.Queue).
@@ -31,9 +46,11 @@ func (d *Device) newStream() *Stream {
 	return s
 }
 
-func (s *Stream) enqueue(f func() error) {
+func (s *Stream) enqueue(f func() error) { s.push(item{f: f}) }
+
+func (s *Stream) push(it item) {
 	s.mu.Lock()
-	s.queue = append(s.queue, f)
+	s.queue = append(s.queue, it)
 	if !s.running {
 		s.running = true
 		go s.run()
@@ -51,17 +68,21 @@ func (s *Stream) run() {
 			s.mu.Unlock()
 			return
 		}
-		f := s.queue[0]
-		s.queue[0] = nil
+		it := s.queue[0]
+		s.queue[0] = item{}
 		s.queue = s.queue[1:]
 		s.mu.Unlock()
-		if err := f(); err != nil {
-			s.mu.Lock()
-			if s.err == nil {
-				s.err = err
-			}
-			s.mu.Unlock()
+		t0 := time.Now()
+		err := it.f()
+		d := time.Since(t0)
+		s.mu.Lock()
+		if err != nil && s.err == nil {
+			s.err = err
 		}
+		if !it.wait {
+			s.busy += d
+		}
+		s.mu.Unlock()
 	}
 }
 
@@ -85,7 +106,7 @@ func (s *Stream) Wait(ge gpu.Event) {
 	if ch == nil {
 		return
 	}
-	s.enqueue(func() error { <-ch; return nil })
+	s.push(item{f: func() error { <-ch; return nil }, wait: true})
 }
 
 // Synchronize blocks until the queue is empty and returns the first error

@@ -1,0 +1,52 @@
+package bench
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/strata-ai/strata/plan"
+	"github.com/strata-ai/strata/shard"
+)
+
+// TestStepResources: the bound of a mode is its busiest resource, the
+// drive's time being its bytes at the measured rates (what reads and writes
+// share at the mixed rate, the rest at its own, never less than either
+// alone), medians over the measured steps.
+func TestStepResources(t *testing.T) {
+	d := plan.Disk{ReadBytesPerS: 10e9, WriteBytesPerS: 2e9, MixedBytesPerS: 8e9}
+	for _, c := range []struct {
+		read, written int64
+		want          float64
+	}{
+		{30e9, 0, 3},     // reads alone
+		{10e9, 10e9, 5},  // the writes alone take longer than 20 GB mixed
+		{30e9, 6e9, 3.9}, // 12 GB mixed (1.5 s), then 24 GB of reads (2.4 s)
+		{0, 0, 0},
+	} {
+		if got := driveNeed(d, c.read, c.written); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("driveNeed(%d read, %d written) = %v, want %v", c.read, c.written, got, c.want)
+		}
+	}
+	use := func(compute, adam time.Duration, read, written int64) StepUse {
+		u := StepUse{Compute: compute, Adam: adam, NVMeRead: read, NVMeWrite: written}
+		u.LinkActive[shard.NVMeToHost] = 9 * time.Second
+		return u
+	}
+	m := StepModeResult{MedianStep: 26, Use: []StepUse{
+		use(8*time.Second, time.Second, 30e9, 26e9),   // drive 9.33 s
+		use(10*time.Second, time.Second, 30e9, 30e9),  // drive 10 s
+		use(9*time.Second, 2*time.Second, 30e9, 20e9), // drive 10 s (the writes)
+	}}
+	m.resources(d)
+	if m.Compute != 9 || m.Adam != 1 || m.NVMeReadActive != 9 {
+		t.Errorf("medians: compute %v, adam %v, nvme read active %v; want 9, 1, 9", m.Compute, m.Adam, m.NVMeReadActive)
+	}
+	if m.BoundBy != "drive" || math.Abs(m.Bound-13) > 1e-9 || math.Abs(m.StepOverBound-2) > 1e-9 {
+		t.Errorf("bound %v by %q, step/bound %v; want 13 s by the drive, 2", m.Bound, m.BoundBy, m.StepOverBound)
+	}
+	m.resources(plan.Disk{}) // no probe: the drive does not bound
+	if m.Drive != 0 || m.BoundBy != "compute" || m.Bound != 9 {
+		t.Errorf("without a probe: drive %v, bound %v by %q; want 0, 9 by compute", m.Drive, m.Bound, m.BoundBy)
+	}
+}
