@@ -455,27 +455,48 @@ func (p *Planner) Access(a shard.Access, now time.Duration) (hit bool, moves []s
 	ks.pins[a.Tier]++
 	p.inUse = append(p.inUse, use{slot: s, tier: a.Tier, kind: a.Kind})
 	if p.ready(s, a.Tier, a.Kind) {
-		p.stats.Hits++
+		if !a.Ahead {
+			p.stats.Hits++
+		}
 		p.rec.Ready(ri, now)
 		p.lastReady, p.readyKnow = now, true
 		return true, p.Next(now), nil
 	}
-	late := false
-	if a.Kind != shard.Write {
-		for t := range ks.copies {
-			if ks.copies[t] == incoming && !ks.stale[t] {
-				late = true
-			}
-		}
-	}
+	late := p.incoming(s, a)
 	p.readyKnow = false
 	p.pending = append(p.pending, pending{slot: s, tier: a.Tier, kind: a.Kind, g: g, start: now, rec: ri})
 	moves = p.Next(now)
+	if a.Ahead {
+		return p.ready(s, a.Tier, a.Kind), moves, nil // judged when awaited
+	}
 	if p.ready(s, a.Tier, a.Kind) {
 		// A write found room at once (Next saw it ready, with no stall).
 		p.stats.Hits++
 		return true, moves, nil
 	}
+	p.judgeLate(s, a, late)
+	return false, moves, nil
+}
+
+// incoming says whether a move toward a's shard is under way (a read's:
+// a write waits for room, not data).
+func (p *Planner) incoming(s int32, a shard.Access) bool {
+	if a.Kind == shard.Write {
+		return false
+	}
+	ks := &p.keys[s]
+	for t := range ks.copies {
+		if ks.copies[t] == incoming && !ks.stale[t] {
+			return true
+		}
+	}
+	return false
+}
+
+// judgeLate counts an access whose shard is not ready: dependent, late
+// (a move toward it under way) or a miss.
+func (p *Planner) judgeLate(s int32, a shard.Access, late bool) {
+	ks := &p.keys[s]
 	switch {
 	case late && ks.copies[a.Tier] == incoming && ks.asap[a.Tier] && !ks.stale[a.Tier]:
 		p.stats.Dependent++
@@ -484,7 +505,21 @@ func (p *Planner) Access(a shard.Access, now time.Duration) (hit bool, moves []s
 	default:
 		p.stats.Misses++
 	}
-	return false, moves, nil
+}
+
+// Awaited judges access a, declared ahead of its use (a.Ahead) and in use
+// since, now that it is needed: a hit if its shard is ready, else late,
+// dependent or a miss as Access judges one.
+func (p *Planner) Awaited(a shard.Access, now time.Duration) {
+	s, ok := p.index[a.Key]
+	if !ok {
+		return
+	}
+	if p.ready(s, a.Tier, a.Kind) {
+		p.stats.Hits++
+		return
+	}
+	p.judgeLate(s, a, p.incoming(s, a))
 }
 
 // Ready reports whether access a can run: its shard is valid in a.Tier (or,

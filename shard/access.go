@@ -48,6 +48,11 @@ type Access struct {
 	// the start of the next access: the compute this access feeds. It is
 	// what a planner sums deadlines from; ignored where an access begins.
 	Compute time.Duration
+	// Ahead says the access was declared before its use (tier.Runner.Begin:
+	// the rank declares the optimizer's accesses and cpuadam waits for
+	// them): a planner judges it a hit, late or a miss when it is awaited,
+	// not when it is declared.
+	Ahead bool
 }
 
 func (a Access) String() string {

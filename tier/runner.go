@@ -29,6 +29,9 @@ type Planner interface {
 	WakeAt() (time.Duration, bool)
 	// Resumed says that Next was not called for a while (Pause).
 	Resumed()
+	// Awaited says that access a, declared ahead of its use (a.Ahead), is
+	// needed now: the planner judges it then (hit, late, miss).
+	Awaited(a shard.Access, now time.Duration)
 }
 
 // MoveSpan is one move a Runner reaped that put bytes on a link or failed,
@@ -348,7 +351,7 @@ func (r *Runner) releaseLocked(wait bool) {
 // ready in a.Tier, and leases it there for a.Kind. The wait counts as the
 // rank's stall on a.Tier. End the lease with Done, not Lease.Release.
 func (r *Runner) Use(a shard.Access) (*Lease, error) {
-	p, err := r.Begin(a)
+	p, err := r.begin(a)
 	if err != nil {
 		return nil, err
 	}
@@ -368,8 +371,14 @@ func (p *Pending) Access() shard.Access { return p.a }
 // returns without waiting for the shard: the access takes its place in the
 // rank's order now (the order the planner's trace records), and another
 // goroutine may wait for it (Await) while the rank goes on. Every Pending
-// must be awaited or abandoned.
+// must be awaited or abandoned. The planner judges the access (hit, late,
+// miss) when it is awaited (shard.Access.Ahead).
 func (r *Runner) Begin(a shard.Access) (*Pending, error) {
+	a.Ahead = true
+	return r.begin(a)
+}
+
+func (r *Runner) begin(a shard.Access) (*Pending, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.err != nil {
@@ -395,6 +404,9 @@ func (r *Runner) Await(p *Pending) (*Lease, error) {
 	defer r.mu.Unlock()
 	r.endPendingLocked(p)
 	a := p.a
+	if a.Ahead && r.err == nil {
+		r.p.Awaited(a, r.now())
+	}
 	if waited, t0 := r.awaitLocked(a); waited > 0 {
 		r.stall[a.Tier] += waited
 		if r.opts.OnStall != nil {
