@@ -272,9 +272,9 @@ func TestTierHitRate(t *testing.T) {
 		if ts.Accesses == 0 || ts.Hits+ts.Late+ts.Misses+ts.Dependent != ts.Accesses {
 			t.Errorf("step %d: %d accesses, %d hits + %d late + %d misses + %d dependent", st.Step, ts.Accesses, ts.Hits, ts.Late, ts.Misses, ts.Dependent)
 		}
-		if first := res.stats[1].Tier.Accesses; ts.Accesses != first {
-			t.Errorf("step %d: %d accesses, step 2 had %d: the trace does not repeat", st.Step, ts.Accesses, first)
-		}
+		// The trace repeats (Divergences, below); the accesses a step
+		// counts need not: the optimizer's, declared ahead at the end of a
+		// step, count in the step whose cpuadam awaits them.
 		if st.Step > 2 && ts.Divergences != 0 {
 			t.Errorf("step %d: %d ranks' accesses diverged from their trace", st.Step, ts.Divergences)
 		}

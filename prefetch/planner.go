@@ -449,7 +449,9 @@ func (p *Planner) Access(a shard.Access, now time.Duration) (hit bool, moves []s
 	}
 	g := p.stepBase + int64(p.pos)
 	p.pos++
-	p.stats.Accesses++
+	if !a.Ahead {
+		p.stats.Accesses++ // an access declared ahead counts when awaited
+	}
 	ks := &p.keys[s]
 	ks.lastUse = g
 	ks.pins[a.Tier]++
@@ -507,14 +509,16 @@ func (p *Planner) judgeLate(s int32, a shard.Access, late bool) {
 	}
 }
 
-// Awaited judges access a, declared ahead of its use (a.Ahead) and in use
-// since, now that it is needed: a hit if its shard is ready, else late,
+// Awaited counts and judges access a, declared ahead of its use (a.Ahead)
+// and in use since, now that it is needed (in the step's figures of the
+// step that needs it): a hit if its shard is ready, else late,
 // dependent or a miss as Access judges one.
 func (p *Planner) Awaited(a shard.Access, now time.Duration) {
 	s, ok := p.index[a.Key]
 	if !ok {
 		return
 	}
+	p.stats.Accesses++
 	if p.ready(s, a.Tier, a.Kind) {
 		p.stats.Hits++
 		return
