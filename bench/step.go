@@ -44,6 +44,10 @@ type StepOptions struct {
 	// (default: only the params; the optimizer state stays in host RAM as
 	// in the host mode, so the ratio is that of the params' tier).
 	NVMeOptimizer bool
+	// ProbeBytes is the file the disk probe writes, reads and mixes under
+	// NVMePath before the steps (0: stepProbeBytes, 2 GiB), for the
+	// drive's rates in each mode's Resources.
+	ProbeBytes int64
 	// HostBudgetBytes is strata.host_budget of the NVMe mode (0: the tier
 	// store's minimum: staging room only).
 	HostBudgetBytes int64
@@ -92,6 +96,9 @@ var StepOverlaps = []string{engine.OverlapSerial, engine.OverlapExact, engine.Ov
 func (o StepOptions) WithDefaults() StepOptions {
 	if o.Model == "" {
 		o.Model = "medium"
+	}
+	if o.ProbeBytes == 0 {
+		o.ProbeBytes = stepProbeBytes
 	}
 	if o.Devices == 0 {
 		o.Devices = 1
@@ -149,7 +156,7 @@ func (o StepOptions) Validate() error {
 		return fmt.Errorf("bench: devices %d, batch %d, seq %d, steps %d, warmup %d, block %d must be >= 1", o.Devices, o.Batch, o.Seq, o.Steps, o.Warmup, o.Block)
 	case o.Seq > s.MaxSeq:
 		return fmt.Errorf("bench: seq %d exceeds %s's max_seq_len %d", o.Seq, s.Name, s.MaxSeq)
-	case o.HostBudgetBytes < 0 || o.HBMBytes < 0 || o.TierHBMBytes < 0 || o.Threads < 0:
+	case o.HostBudgetBytes < 0 || o.HBMBytes < 0 || o.TierHBMBytes < 0 || o.Threads < 0 || o.ProbeBytes < 0:
 		return errors.New("bench: budgets and threads must be >= 0")
 	}
 	if !slices.Contains(backend.Names, o.Backend) {
@@ -375,7 +382,7 @@ func Step(o StepOptions) (StepResult, error) {
 	}
 	defer r.abandonTrace()
 	if o.hasNVMe() {
-		d, err := ProbeDisk(context.Background(), o.NVMePath, stepProbeBytes)
+		d, err := ProbeDisk(context.Background(), o.NVMePath, o.ProbeBytes)
 		if err != nil {
 			return res, err
 		}
@@ -837,7 +844,7 @@ func (r StepResult) writeResources(b *strings.Builder) {
 		" before the steps")
 	if d := r.Disk; d.ReadBytesPerS > 0 {
 		fmt.Fprintf(b, " (%s: read %.2f, write %.2f, mixed %.2f GB/s, %s)", d.Path, d.ReadBytesPerS/1e9, d.WriteBytesPerS/1e9,
-			d.MixedBytesPerS/1e9, units.FormatBytes(stepProbeBytes))
+			d.MixedBytesPerS/1e9, units.FormatBytes(r.Options.ProbeBytes))
 	}
 	b.WriteString(";\n bound = the busiest of compute, cpu adam and drive: the step cannot be shorter)\n")
 }
@@ -1002,7 +1009,7 @@ func (r StepResult) JSON() map[string]any {
 	out["runs"] = runs
 	if r.Disk.ReadBytesPerS > 0 {
 		out["disk"] = map[string]any{"path": r.Disk.Path, "read_bytes_per_s": r.Disk.ReadBytesPerS, "write_bytes_per_s": r.Disk.WriteBytesPerS,
-			"mixed_bytes_per_s": r.Disk.MixedBytesPerS, "probe_bytes": stepProbeBytes}
+			"mixed_bytes_per_s": r.Disk.MixedBytesPerS, "probe_bytes": r.Options.ProbeBytes}
 	}
 	out["overlaps"] = r.Options.Overlaps
 	out["moments"] = r.Options.Moments

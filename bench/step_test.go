@@ -15,7 +15,7 @@ import (
 // keys the issue names.
 func TestStep(t *testing.T) {
 	dir := nvmetest.Dir(t)
-	res, err := Step(StepOptions{Model: "tiny", Batch: 1, Seq: 16, Steps: 2, Warmup: 1, NVMePath: dir, NVMeOptimizer: true, Threads: 1})
+	res, err := Step(StepOptions{Model: "tiny", Batch: 1, Seq: 16, Steps: 2, Warmup: 1, NVMePath: dir, NVMeOptimizer: true, Threads: 1, ProbeBytes: 64 << 20})
 	if err != nil {
 		t.Fatal(err) // the directory does direct I/O: any error is a failure
 	}
@@ -28,8 +28,11 @@ func TestStep(t *testing.T) {
 			t.Errorf("%s: steps %v", m.Mode, m.Steps)
 		}
 	}
-	if nv := res.Mode("nvme"); nv == nil || nv.LinkBytes[3] == 0 {
-		t.Errorf("the nvme mode wrote nothing to NVMe")
+	// Over the whole run (the initial placement included): this model's
+	// state fits the host budget after the first steps, and write-back
+	// caching then need not write it back before a checkpoint.
+	if nv := res.Mode("nvme"); nv == nil || nv.Summary.Tier.LinkBytes[shard.HostToNVMe] == 0 || nv.Summary.Tier.LinkBytes[shard.NVMeToHost] == 0 {
+		t.Errorf("the nvme mode moved nothing over a NVMe link")
 	}
 	js := res.JSON()
 	for _, k := range []string{"step_s_resident", "step_s_host", "step_s_nvme", "ratio_nvme_host", "ratio_host_resident"} {
@@ -127,7 +130,7 @@ func TestStepDPU(t *testing.T) {
 // instead of 8, read and written; the params 2 B both ways).
 func TestStepMoments(t *testing.T) {
 	dir := nvmetest.Dir(t)
-	res, err := Step(StepOptions{Model: "small", Batch: 1, Seq: 16, Steps: 2, Warmup: 1, Threads: 1, NVMePath: dir, NVMeOptimizer: true,
+	res, err := Step(StepOptions{Model: "small", Batch: 1, Seq: 16, Steps: 2, Warmup: 1, Threads: 1, NVMePath: dir, NVMeOptimizer: true, ProbeBytes: 64 << 20,
 		Modes: []string{"nvme"}, Moments: []string{"fp32", "int8"}})
 	if err != nil {
 		t.Fatal(err)

@@ -53,6 +53,7 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precisions of Adam's moments each offloaded mode runs with (strata.optimizer_state.moments), comma-separated: fp32, bf16, int8; +remainder after one: the master as bf16+remainder"},
 			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
+			&cli.StringFlag{Name: "probe-size", Usage: "the file the disk probe under --nvme-path writes, reads and mixes before the steps, for the drive's rates in the resources table (default 2GiB)"},
 			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "trace", Usage: "write the last mode's Chrome trace-event timeline to FILE (use with one mode: --modes nvme)"},
@@ -71,7 +72,7 @@ func benchStepCommand() *cli.Command {
 			for _, f := range []struct {
 				name string
 				dst  *int64
-			}{{"host-budget", &o.HostBudgetBytes}, {"hbm", &o.HBMBytes}, {"tier-hbm", &o.TierHBMBytes}} {
+			}{{"host-budget", &o.HostBudgetBytes}, {"hbm", &o.HBMBytes}, {"tier-hbm", &o.TierHBMBytes}, {"probe-size", &o.ProbeBytes}} {
 				if v := c.String(f.name); v != "" {
 					n, err := units.ParseBytes(v)
 					if err != nil {

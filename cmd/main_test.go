@@ -238,7 +238,7 @@ func TestTraceFlag(t *testing.T) {
 		file string
 	}{
 		{[]string{"train", "--steps", "2", "--no-progress"}, "train.json"},
-		{[]string{"bench", "step", "--model", "tiny", "--seq", "64", "--steps", "2", "--warmup", "1", "--modes", "nvme", "--nvme-path", dir}, "step.json"},
+		{[]string{"bench", "step", "--model", "tiny", "--seq", "64", "--steps", "2", "--warmup", "1", "--modes", "nvme", "--nvme-path", dir, "--probe-size", "64MiB"}, "step.json"},
 	} {
 		path := dir + "/" + c.file
 		out, _, err := run(t, append(c.args, "--trace", path)...)
