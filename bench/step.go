@@ -836,10 +836,15 @@ func (r StepResult) writeResources(b *strings.Builder) {
 		if r.Disk.ReadBytesPerS > 0 {
 			drive = fmt.Sprintf("%.3fs", m.Drive)
 		}
-		fmt.Fprintf(b, "%-14s %9.3fs %8.3fs %8.3fs %9.3fs %9.3fs %8.3fs %9s %9.3fs %8.3f  (%s)\n", m.Name(), m.MedianStep, m.Compute, m.Adam,
+		compute := "-" // the backend does not count it (gpu.BusyStream)
+		if m.Compute > 0 {
+			compute = fmt.Sprintf("%.3fs", m.Compute)
+		}
+		fmt.Fprintf(b, "%-14s %9.3fs %9s %8.3fs %9.3fs %9.3fs %8.3fs %9s %9.3fs %8.3f  (%s)\n", m.Name(), m.MedianStep, compute, m.Adam,
 			m.NVMeReadActive, m.NVMeWriteActive, m.HostToHBMActive, drive, m.Bound, m.StepOverBound, m.BoundBy)
 	}
-	b.WriteString("(per step, medians: compute = the compute stream running work, its waits excluded; cpu adam = cpuadam's busy time;\n" +
+	b.WriteString("(per step, medians: compute = the compute stream running work, its waits excluded (-: the backend does not count it);\n" +
+		" cpu adam = cpuadam's busy time;" +
 		" nvme read / write, h->hbm = the time the link had a move on it; drive = the step's NVMe bytes at the rates measured\n" +
 		" before the steps")
 	if d := r.Disk; d.ReadBytesPerS > 0 {
