@@ -414,8 +414,7 @@ func (r *Runner) Await(p *Pending) (*Lease, error) {
 		}
 	}
 	if r.err != nil {
-		r.p.Release(a.Key, r.now())
-		return nil, r.err
+		return nil, r.err // the rank has stopped: its planner is not told more
 	}
 	l, err := r.s.Acquire(a.Key, a.Tier, a.Kind)
 	if err != nil {
