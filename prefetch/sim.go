@@ -214,6 +214,7 @@ func (s *sim) runStep(st Trace) error {
 // shard is ready, computes and is released.
 func (s *sim) access(ai int, a shard.Access) error {
 	p := s.p
+	a.Ahead = false // the model runs each access at its use: declared, awaited and judged at once
 	sa := ScheduledAccess{Access: a, Step: s.step, Index: ai, Deadline: s.deadline, Start: s.now, StartSeq: s.seqNext()}
 	s.deadline += a.Compute
 	late, dep := p.stats.Late, p.stats.Dependent
