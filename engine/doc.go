@@ -65,9 +65,10 @@
 // # The host optimizer (overlap.go, overlap_bwd.go, overlap_dpu.go)
 //
 // "exact" (the default) runs step t's host update under step t+1's
-// devices' work: the rank leases each chunk's state in the next forward's
-// order (a window inside Step, the rest at points of the next pass the
-// access order fixes), a goroutine runs cpuadam chunk by chunk, and the
+// devices' work: the rank declares each chunk's state to the tier store
+// in the next forward's order (a window inside Step, the rest at points of
+// the next pass the access order fixes) and goes on, a goroutine waits for
+// each chunk's state (tier.Runner.Await) and runs cpuadam chunk by chunk, and the
 // rank publishes chunk c's new params when the next pass first needs it
 // (flushChunk) or at its end (finishRun). "serial" updates inside Step,
 // the reference; both give the same bits. "dpu" lets the next pass read

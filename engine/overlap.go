@@ -60,10 +60,10 @@ func forwardOrder(order []model.Access, chunks int) []int {
 }
 
 // hostRun is one rank's pending host update (exact overlap): the rank's
-// goroutine leases each chunk's state from the tier store (in forward
+// goroutine declares each chunk's state to the tier store (in forward
 // order, a window inside Step and the rest at points of the next pass:
-// leaseAhead) and hands it to the run's goroutine, which runs cpuadam
-// chunk by chunk and closes ready[c] when chunk c's new params are in
+// leaseAhead) and hands it to the run's goroutine, which waits for it,
+// runs cpuadam chunk by chunk and closes ready[c] when chunk c's new params are in
 // their staging (or host copy). The device side of chunk c (upload, the
 // AllGather at stages 1-2 and for persistent chunks, paramReady[c]) is
 // enqueued by the rank's goroutine when the next step first needs chunk c
