@@ -212,7 +212,8 @@ func TestTrainBadInput(t *testing.T) {
 // TestTrainNVMe: stage 3 with params and optimizer state on NVMe (a swap
 // file in a temporary directory, two paths striped) trains, its loss goes
 // down, every JSONL line carries the tier figures (hit rate, bytes per link,
-// peak bytes within each budget), and the summary names the tiers.
+// peak bytes within each budget), bytes move over NVMe, and the summary
+// names the tiers.
 func TestTrainNVMe(t *testing.T) {
 	d1, d2 := nvmetest.Dir(t), nvmetest.Dir(t)
 	cfg := writeFile(t, "nvme.json", `{
@@ -258,10 +259,13 @@ func TestTrainNVMe(t *testing.T) {
 				t.Errorf("step %v: %s peak over its budget", line["step"], tr)
 			}
 		}
-		nvme += int64(line["bytes_host_to_nvme"].(float64))
+		nvme += int64(line["bytes_host_to_nvme"].(float64) + line["bytes_nvme_to_host"].(float64))
 	}
+	// The state starts on NVMe and is read from it; this model's fits the
+	// default host budget after that, and write-back caching need not write
+	// it back (whether a write happens in the first steps is timing).
 	if nvme == 0 {
-		t.Error("nothing was written to NVMe")
+		t.Error("nothing moved over NVMe")
 	}
 	if !strings.Contains(stdout, "tiers: params in nvme, optimizer state in nvme") || !strings.Contains(stdout, "hit rate") {
 		t.Errorf("summary does not name the tiers:\n%s", stdout)
