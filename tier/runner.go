@@ -85,9 +85,8 @@ type Runner struct {
 	closed bool
 	stall  [shard.TierCount]time.Duration // Use's wait for shards, by access tier
 	// using counts the leases Use and Await gave out that Done has not
-	// taken back; pending the accesses Begin declared that are neither
-	// awaited nor abandoned.
-	using, pending int
+	// taken back.
+	using int
 
 	kick    chan struct{}
 	quit    chan struct{}
@@ -364,9 +363,6 @@ type Pending struct {
 	done bool // awaited or abandoned
 }
 
-// Access is the declared access.
-func (p *Pending) Access() shard.Access { return p.a }
-
 // Begin declares access a to the planner, which issues its moves, and
 // returns without waiting for the shard: the access takes its place in the
 // rank's order now (the order the planner's trace records), and another
@@ -392,7 +388,6 @@ func (r *Runner) begin(a shard.Access) (*Pending, error) {
 		return nil, r.err
 	}
 	r.submitLocked(ms)
-	r.pending++
 	return &Pending{a: a}, nil
 }
 
@@ -441,7 +436,6 @@ func (r *Runner) endPendingLocked(p *Pending) {
 		panic(fmt.Sprintf("tier: %s awaited or abandoned twice", p.a))
 	}
 	p.done = true
-	r.pending--
 }
 
 // awaitLocked waits until the planner says a is ready or the rank fails,
