@@ -40,6 +40,7 @@ func App(stdout, stderr io.Writer) *cli.App {
 			benchCommand(),
 			exportCommand(),
 			inspectCommand(),
+			plotCommand(),
 			versionCommand(),
 		},
 		OnUsageError: onUsageError,
@@ -147,7 +148,7 @@ func errorLine(path string, err error) string {
 var packageNames = map[string]bool{}
 
 func init() {
-	for _, n := range strings.Fields("bench checkpoint cpuadam data engine estimate gpu cpu cuda backend hf model nvme pinned prefetch safetensors shard tier timeline tokenizer adam bf16 dtype durable flock units") {
+	for _, n := range strings.Fields("bench checkpoint cpuadam curves data engine estimate gpu cpu cuda backend hf model nvme pinned prefetch safetensors shard tier timeline tokenizer adam bf16 dtype durable flock units") {
 		packageNames[n] = true
 	}
 }
