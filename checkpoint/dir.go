@@ -91,6 +91,12 @@ type DataFile struct {
 	SHA256  string    `json:"sha256"`
 	Sampled bool      `json:"sampled,omitempty"` // SHA256 is of samples, not the whole file
 	ModTime time.Time `json:"mtime"`             // recorded, not compared (a copy or a touch changes it)
+	// Files are the files of a table (a directory or a glob of Parquet or
+	// Arrow shards, a save_to_disk directory) in the order they are read,
+	// each identified as a data file is, Path relative to the table's;
+	// then Size is theirs summed, SHA256 the hash of their names, sizes
+	// and hashes, and Sampled whether any was sampled.
+	Files []DataFile `json:"files,omitempty"`
 }
 
 // ManifestState is a StateSpec in the manifest: "param" "bf16".

@@ -25,8 +25,9 @@ import (
 // dataFlags are train's flags for what it trains on and evaluates.
 func dataFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "data", Usage: "training data: raw text (random windows) or JSONL ({\"text\"}, {\"prompt\", \"completion\"}, {\"messages\"}; by extension .jsonl, else a first line that is such an object), packed into rows (default: strata.data, else a built-in synthetic corpus)"},
-		&cli.StringFlag{Name: "eval-data", Usage: "held-out data (the same formats): its mean loss over the target tokens after every --eval-every steps and at the end"},
+		&cli.StringFlag{Name: "data", Usage: "training data: raw text (random windows), JSONL (by extension .jsonl, else a first line that is such an object) or Parquet or Arrow (a file, a directory or a glob of shards, a datasets.save_to_disk directory: its train split), their examples ({\"text\"}, {\"prompt\", \"completion\"}, {\"messages\"}, ShareGPT's {\"conversations\"}, Alpaca's {\"instruction\", \"input\", \"output\"}) packed into rows (default: strata.data, else a built-in synthetic corpus)"},
+		&cli.StringFlag{Name: "data-columns", Usage: "the names --data and --eval-data hold the examples' fields under, as FIELD=NAME pairs: \"messages=dialog\", \"prompt=question,completion=answer\", \"role=speaker,content=text\" (fields: text, prompt, completion, messages, conversations, instruction, input, output, system, role, content, from, value)"},
+		&cli.StringFlag{Name: "eval-data", Usage: "held-out data (the same formats; a DatasetDict's validation split, else its test split): its mean loss over the target tokens after every --eval-every steps and at the end"},
 		&cli.IntFlag{Name: "eval-every", Usage: "evaluate --eval-data every N steps (0: only at the end)"},
 		&cli.IntFlag{Name: "epochs", Usage: "train N passes over the data instead of --steps (JSONL: its packed rows; raw text: as many windows as it has tokens)"},
 		&cli.BoolFlag{Name: "no-shuffle", Usage: "JSONL: pack the examples in file order in every epoch (default: an order shuffled per epoch from strata.seed)"},
@@ -161,7 +162,11 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 	if err != nil {
 		return nil, err
 	}
-	o := data.Options{Tokenizer: tok, Chat: chat, Dir: tokenDir(c.String("out")), Context: ctx}
+	cols, err := data.ParseColumns(c.String("data-columns"))
+	if err != nil {
+		return nil, usagef("train: --data-columns: %v", err)
+	}
+	o := data.Options{Tokenizer: tok, Chat: chat, Dir: tokenDir(c.String("out")), Context: ctx, Columns: cols}
 	fmt.Fprintf(stderr, "tokenizer: %s\n", tokName)
 	if path := cfg.Strata.Data; path != "" {
 		t0 := time.Now()
@@ -192,6 +197,7 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 	}
 	if path := c.String("eval-data"); path != "" {
 		t0 := time.Now()
+		o.Splits = data.EvalSplits
 		src, err := data.Open(path, o)
 		if err != nil {
 			d.Close()
@@ -214,12 +220,24 @@ func describeData(w io.Writer, what string, s *data.Source, took time.Duration) 
 		fmt.Fprintf(w, "%s: %s, raw text, %d tokens (one per byte), read in place in windows\n", what, s.Path, st.Tokens)
 		return
 	}
-	kinds := ""
-	if st.Format == data.JSONL {
-		kinds = fmt.Sprintf(" (%d text, %d prompt/completion, %d chat)", st.Kinds[data.KindText], st.Kinds[data.KindCompletion], st.Kinds[data.KindChat])
+	format := st.Format.String()
+	switch st.Format {
+	case data.JSONL:
+		format += fmt.Sprintf(", %d examples (%d text, %d prompt/completion, %d chat%s)", st.Examples,
+			st.Kinds[data.KindText], st.Kinds[data.KindCompletion], st.Kinds[data.KindChat], chatConventions(st))
+	case data.Parquet, data.Arrow:
+		unit := map[data.Format]string{data.Parquet: "row groups", data.Arrow: "record batches"}[st.Format]
+		split := ""
+		if st.Split != "" {
+			split = fmt.Sprintf(", split %s", st.Split)
+		}
+		format += fmt.Sprintf(" (%d files, %d %s%s), columns %s (%s), %d examples of %d rows", st.Files, st.Batches, unit, split,
+			strings.Join(st.Columns, ", "), st.Convention, st.Examples, st.Rows)
+	default:
+		format += fmt.Sprintf(", %d examples", st.Examples)
 	}
-	fmt.Fprintf(w, "%s: %s, %s, %d examples%s, %d tokens of which %d trained; token file %s (%d B/id), tokenized in %s\n",
-		what, s.Path, st.Format, st.Examples, kinds, st.Tokens, st.Trained,
+	fmt.Fprintf(w, "%s: %s, %s, %d tokens of which %d trained; token file %s (%d B/id), tokenized in %s\n",
+		what, s.Path, format, st.Tokens, st.Trained,
 		units.FormatBytes(st.Bytes), st.Width, took.Round(time.Millisecond))
 	if st.Template != "" {
 		fmt.Fprintf(w, "  chat template: %s\n", st.Template)
@@ -228,9 +246,27 @@ func describeData(w io.Writer, what string, s *data.Source, took time.Duration) 
 		fmt.Fprintf(w, "note: %s: the chat template's ChatML markers %s are not tokens of the tokenizer: each is encoded as the tokens of its text; give the model's template with --chat-template, or start from a model whose tokenizer has them\n",
 			s.Path, strings.Join(m, ", "))
 	}
+	if st.Nulls > 0 {
+		fmt.Fprintf(w, "note: %s: %d rows had a null %s and were left out\n", s.Path, st.Nulls, strings.Join(st.Columns, " or "))
+	}
 	if st.Skipped > 0 {
 		fmt.Fprintf(w, "note: %s: %d examples had no trained token and were left out\n", s.Path, st.Skipped)
 	}
+}
+
+// chatConventions says which of a JSONL file's chats were ShareGPT's or
+// Alpaca's ("" when none).
+func chatConventions(st data.Stats) string {
+	var parts []string
+	for _, c := range []data.Convention{data.ConvShareGPT, data.ConvAlpaca} {
+		if n := st.Conventions[c]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", n, c))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, ", ")
 }
 
 // epochSteps is the number of steps of epochs passes over the training

@@ -7,31 +7,89 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/internal/units"
 )
 
 // A run records the identity of its training data in every checkpoint
 // (checkpoint.DataFile: the size and a SHA-256, of the whole file up to
 // dataHashWhole, else of its first, middle and last 64 KiB with the size;
-// the mtime is recorded, not compared). A resumed run whose data differs
-// (a file that grew, was rewritten, or another file) is refused in one
-// line naming the file and what changed, unless --allow-data-change: it
-// would read other rows than the uninterrupted run.
+// the mtime is recorded, not compared). A table of several files (a
+// directory or a glob of shards, a save_to_disk directory) is recorded
+// with the path as given and each of its files, in the order they are
+// read, and identified by their names, sizes and hashes. A resumed run
+// whose data differs (a file that grew, was rewritten, or another file; a
+// shard that changed, appeared or disappeared) is refused in one line
+// naming the file and what changed, unless --allow-data-change: it would
+// read other rows than the uninterrupted run.
 
 const (
 	dataHashWhole  = 1 << 20  // files up to this size are hashed whole
 	dataHashSample = 64 << 10 // else three samples of this size
 )
 
-// identifyData is the identity of the data file at path (role "data").
+// identifyData is the identity of the data at path (role "data" or
+// "eval-data"): a file, or a table's files (a directory or a glob of
+// shards, a save_to_disk directory: data.TableFiles, the DatasetDict
+// split the role reads), recorded with path as given.
 func identifyData(role, path string) (checkpoint.DataFile, error) {
+	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
+		id, err := identifyFile(path)
+		id.Role = role
+		return id, err
+	}
+	splits := data.TrainSplits
+	if role == "eval-data" {
+		splits = data.EvalSplits
+	}
+	files, _, err := data.TableFiles(path, splits)
+	if err != nil {
+		return checkpoint.DataFile{Role: role, Path: path}, err
+	}
+	return identifyTable(role, path, files)
+}
+
+// identifyTable is the identity of a table's files: each identified as a
+// file is, named relative to the table's directory (a glob's: the
+// directory it is in), and the whole by their names, sizes and hashes.
+func identifyTable(role, path string, files []string) (checkpoint.DataFile, error) {
 	id := checkpoint.DataFile{Role: role, Path: path}
+	base := path
+	if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+		base = filepath.Dir(path)
+	}
+	h := sha256.New()
+	for _, f := range files {
+		m, err := identifyFile(f)
+		if err != nil {
+			return id, err
+		}
+		if rel, err := filepath.Rel(base, f); err == nil {
+			m.Path = rel
+		}
+		fmt.Fprintf(h, "%s\x00%d\x00%s\n", m.Path, m.Size, m.SHA256)
+		id.Size += m.Size
+		id.Sampled = id.Sampled || m.Sampled
+		if m.ModTime.After(id.ModTime) {
+			id.ModTime = m.ModTime
+		}
+		id.Files = append(id.Files, m)
+	}
+	id.SHA256 = hex.EncodeToString(h.Sum(nil))
+	return id, nil
+}
+
+// identifyFile is the identity of the regular file at path: its size and
+// SHA-256 (of samples above dataHashWhole).
+func identifyFile(path string) (checkpoint.DataFile, error) {
+	id := checkpoint.DataFile{Path: path}
 	if fi, err := os.Stat(path); err != nil || !fi.Mode().IsRegular() {
 		// A Stat first: opening a named pipe would block.
 		return id, fmt.Errorf("%s is not a regular file", path)
@@ -69,13 +127,67 @@ func identifyData(role, path string) (checkpoint.DataFile, error) {
 	return id, nil
 }
 
-// dataChange says how the data file now differs from was ("" when it is
-// the same data).
+// dataChange says how the data now differs from was ("" when it is the
+// same data): for tables, the first file that changed, appeared or
+// disappeared.
 func dataChange(was, now checkpoint.DataFile) string {
 	name := now.Path
 	if now.Path != was.Path {
 		name = fmt.Sprintf("%s (the checkpoint's was %s)", now.Path, was.Path)
 	}
+	switch {
+	case (was.Files == nil) != (now.Files == nil):
+		what := func(id checkpoint.DataFile) string {
+			if id.Files == nil {
+				return "a file"
+			}
+			return fmt.Sprintf("a table of %d files", len(id.Files))
+		}
+		return fmt.Sprintf("%s was %s, is now %s", name, what(was), what(now))
+	case now.Files != nil:
+		if c := tableChange(was.Files, now.Files); c != "" {
+			return fmt.Sprintf("%s: %s", name, c)
+		}
+	}
+	return fileChange(name, was, now)
+}
+
+// tableChange names the first file of a table that appeared, disappeared
+// or changed ("" when none did).
+func tableChange(was, now []checkpoint.DataFile) string {
+	byName := func(ids []checkpoint.DataFile) map[string]checkpoint.DataFile {
+		m := map[string]checkpoint.DataFile{}
+		for _, id := range ids {
+			m[id.Path] = id
+		}
+		return m
+	}
+	w, n := byName(was), byName(now)
+	for _, id := range was {
+		if _, ok := n[id.Path]; !ok {
+			return fmt.Sprintf("its file %s disappeared", id.Path)
+		}
+	}
+	for _, id := range now {
+		if _, ok := w[id.Path]; !ok {
+			return fmt.Sprintf("a file %s appeared", id.Path)
+		}
+	}
+	for _, id := range now {
+		if c := fileChange("its file "+id.Path, w[id.Path], id); c != "" {
+			return c
+		}
+	}
+	for i := range now {
+		if was[i].Path != now[i].Path {
+			return fmt.Sprintf("its files are read in another order (%s where %s was)", now[i].Path, was[i].Path)
+		}
+	}
+	return ""
+}
+
+// fileChange says how a file (name) now differs from was.
+func fileChange(name string, was, now checkpoint.DataFile) string {
 	switch {
 	case was.Size != now.Size:
 		d := now.Size - was.Size

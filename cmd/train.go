@@ -337,6 +337,13 @@ func runTrain(c *cli.Context) (err error) {
 	if p.outputsOnly {
 		return l.outputsOnly(stdout)
 	}
+	if j.leader() {
+		// Closed on every way out: each step's events are written already.
+		if l.mon, err = openMonitors(cfg, f.out, p.start*int64(cfg.TrainBatchSize), stderr); err != nil {
+			return err
+		}
+		defer l.mon.close(stderr)
+	}
 	if err := l.run(); err != nil {
 		return err
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/monitor"
 	"github.com/strata-ai/strata/plan"
 	"github.com/strata-ai/strata/shard"
 )
@@ -79,6 +80,7 @@ type trainLoop struct {
 	steps  int   // the last step: cfg's, or the one a signal stopped the run after
 	stderr io.Writer
 	jsonl  io.Writer                // steps.jsonl; nil without --out
+	mon    *monitors                // DeepSpeed's monitors (process 0); nil when none is on
 	bar    *progressbar.ProgressBar // nil without a progress bar
 	intr   *interrupts
 	runID  string     // the run's id (--out), in every checkpoint it saves
@@ -156,6 +158,9 @@ func (l *trainLoop) step(st engine.StepStats) error {
 		l.lastEval = ev
 	}
 	if err := l.writeLine(st, ev); err != nil {
+		return err
+	}
+	if err := l.mon.write(l, st, ev); err != nil {
 		return err
 	}
 	l.show(st)
@@ -340,6 +345,7 @@ func (l *trainLoop) report(stdout io.Writer) error {
 			st.Measured, st.From, l.last.Step, st.Predicted, 100*(st.Predicted-st.Measured)/st.Measured, st.Profile)
 	}
 	l.fails.report(stdout)
+	l.mon.report(stdout)
 	if !l.job.leader() {
 		if l.flags.out != "" { // process 0 writes the weights: send this process's shards
 			if err := l.e.MasterChunks(func(int, []float32) error { return nil }); err != nil {
@@ -378,4 +384,142 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	}
 	return interruptedError{msg: fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
 		l.stopped, l.last.Step, total, l.stoppedAt, l.job.launcher()+goOn(l.flags.args, l.flags.out, total)), status: status}
+}
+
+// monitors are a run's DeepSpeed monitors (config "tensorboard",
+// "csv_monitor"), written by process 0 after each step's steps.jsonl line.
+// A step the disk refuses is left out of that writer (cut back off, no
+// torn row or record), warned about once per run of failures and counted,
+// as steps.jsonl's lines (savefail.go): the run goes on. A nil *monitors
+// writes nothing.
+type monitors struct {
+	ws []monitorWriter
+}
+
+type monitorWriter struct {
+	name   string // the config's key
+	w      monitor.Writer
+	failed int  // steps not written
+	inRow  bool // the last step was not written either
+}
+
+// openMonitors opens the monitors cfg enables (nil when none), in the
+// directories their output_path and job_name name (a relative output_path
+// inside out, the run's --out). resumeX is the x of the step a resumed run
+// goes on after (0 for a new run): the CSV files drop their later rows.
+func openMonitors(cfg *config.Config, out string, resumeX int64, stderr io.Writer) (*monitors, error) {
+	m := &monitors{}
+	open := func(name string, c *config.Monitor, o func(dir string) (monitor.Writer, error)) error {
+		if c == nil {
+			return nil
+		}
+		w, err := o(c.Dir(out))
+		if err != nil {
+			return fmt.Errorf("train: %w (the directory is the config's %s.output_path/job_name; a relative output_path is inside --out)", err, name)
+		}
+		m.ws = append(m.ws, monitorWriter{name: name, w: w})
+		return nil
+	}
+	err := open("tensorboard", cfg.TensorBoard, func(dir string) (monitor.Writer, error) { return monitor.OpenTensorBoard(dir) })
+	if err == nil {
+		err = open("csv_monitor", cfg.CSVMonitor, func(dir string) (monitor.Writer, error) { return monitor.OpenCSV(dir, resumeX) })
+	}
+	if err != nil {
+		m.close(stderr)
+		return nil, err
+	}
+	if len(m.ws) == 0 {
+		return nil, nil
+	}
+	return m, nil
+}
+
+// stepEvents are st's scalars for the monitors, at x = the samples trained
+// (DeepSpeed's global_samples): DeepSpeed's tags, then Strata's, named
+// after steps.jsonl's keys (README's "Monitors").
+func (l *trainLoop) stepEvents(st engine.StepStats, ev *EvalLine) []monitor.Event {
+	x := st.Step * int64(l.cfg.TrainBatchSize)
+	var es []monitor.Event
+	add := func(tag string, v float64) { es = append(es, monitor.Event{Tag: tag, Value: v, X: x}) }
+	add(monitor.TrainLoss, st.Loss)
+	add(monitor.LR, st.LR)
+	if l.e.Precision() == gpu.F16 {
+		add(monitor.LossScale, st.LossScale)
+	}
+	if ev != nil {
+		add(monitor.EvalLoss, ev.Loss)
+	}
+	add("Strata/grad_norm", st.GradNorm)
+	add("Strata/step_s", st.Duration.Seconds())
+	add("Strata/tokens_per_s", st.TokensPer)
+	add("Strata/optimizer_s", st.OptimizerTime.Seconds())
+	if l.e.HostOptimizer() {
+		add("Strata/adam_exposed_s", st.HostOpt.AdamExposed.Seconds())
+		add("Strata/opt_io_exposed_s", st.HostOpt.IOExposed.Seconds())
+	}
+	add("Strata/bytes_host_to_device", float64(st.Moved.HostToDevice))
+	add("Strata/bytes_device_to_host", float64(st.Moved.DeviceToHost))
+	if t := st.Tier; t != nil && t.BudgetBytes[shard.NVMe] > 0 {
+		add("Strata/bytes_nvme_to_host", float64(t.LinkBytes[shard.NVMeToHost]))
+		add("Strata/bytes_host_to_nvme", float64(t.LinkBytes[shard.HostToNVMe]))
+	}
+	return es
+}
+
+// write hands st's events to every monitor; a step the disk refuses is
+// warned about (the first of a run of failures) and counted.
+func (m *monitors) write(l *trainLoop, st engine.StepStats, ev *EvalLine) error {
+	if m == nil {
+		return nil
+	}
+	events := l.stepEvents(st, ev)
+	for i := range m.ws {
+		mw := &m.ws[i]
+		err := mw.w.WriteEvents(events)
+		if err == nil {
+			mw.inRow = false
+			continue
+		}
+		if !diskError(err) {
+			return fmt.Errorf("train: %w", err)
+		}
+		mw.failed++
+		if !mw.inRow {
+			if l.bar != nil {
+				l.bar.Clear()
+			}
+			fmt.Fprintf(l.stderr, "warning: %s: the events of step %d were not written to %s: %s; training goes on (the steps the disk refuses are left out and counted)\n",
+				mw.name, st.Step, mw.w.Path(), cause(err))
+		}
+		mw.inRow = true
+	}
+	return nil
+}
+
+// report says in the run's summary which steps' events the disk refused.
+func (m *monitors) report(w io.Writer) {
+	if m == nil {
+		return
+	}
+	for _, mw := range m.ws {
+		switch {
+		case mw.failed == 1:
+			fmt.Fprintf(w, "%s: the events of 1 step were not written to %s (the disk refused them)\n", mw.name, mw.w.Path())
+		case mw.failed > 1:
+			fmt.Fprintf(w, "%s: the events of %d steps were not written to %s (the disk refused them)\n", mw.name, mw.failed, mw.w.Path())
+		}
+	}
+}
+
+// close closes the monitors (every step is written already); a failure
+// is a warning.
+func (m *monitors) close(stderr io.Writer) {
+	if m == nil {
+		return
+	}
+	for _, mw := range m.ws {
+		if err := mw.w.Close(); err != nil {
+			fmt.Fprintf(stderr, "warning: %s: %v\n", mw.name, err)
+		}
+	}
 }

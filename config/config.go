@@ -28,7 +28,11 @@ type Config struct {
 	AIO  AIO  `json:"aio"`
 	// ActivationCheckpointing is on when the file has the block (nil: off).
 	ActivationCheckpointing *ActivationCheckpointing `json:"activation_checkpointing,omitempty"`
-	Strata                  Strata                   `json:"strata"`
+	// TensorBoard and CSVMonitor are DeepSpeed's monitors, nil unless
+	// enabled (monitor writes them; wandb and comet are refused).
+	TensorBoard *Monitor `json:"tensorboard,omitempty"`
+	CSVMonitor  *Monitor `json:"csv_monitor,omitempty"`
+	Strata      Strata   `json:"strata"`
 
 	ignored []string   // "said once" notices, in document order
 	batch   batchGiven // which of the three batch keys the file gave

@@ -50,10 +50,11 @@ func Parse(data []byte, file string, opts Options) (*Config, error) {
 	c.decodeAIO(r.sub("aio"))
 	c.decodeActivations(r)
 	c.decodeStrata(r.sub("strata"), opts)
+	c.decodeMonitors(r)
 	c.fillAuto(d, opts.Auto)
 	for _, k := range []string{"zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "prescale_gradients",
 		"gradient_predivide_factor", "communication_data_type", "memory_breakdown", "dump_state",
-		"flops_profiler", "tensorboard", "wandb", "csv_monitor", "comms_logger", "data_types"} {
+		"flops_profiler", "comms_logger", "data_types"} {
 		r.ignore(k, "Strata has no such feature")
 	}
 	d.finish()

@@ -21,25 +21,68 @@ type Format int
 const (
 	// Text is raw text: one token stream, drawn from as random windows.
 	Text Format = iota
-	// JSONL is one example per line ({"text"}, {"prompt", "completion"}
-	// or {"messages"}), packed into rows.
+	// JSONL is one example per line (Convention: {"text"}, {"prompt",
+	// "completion"}, {"messages"}, ...), packed into rows.
 	JSONL
+	// Parquet is a table of examples, a row each, in Parquet files (one,
+	// a directory or a glob of shards), packed into rows.
+	Parquet
+	// Arrow is a table of examples in Arrow IPC files (stream or file
+	// format): a datasets.save_to_disk directory, or files as Parquet's.
+	Arrow
 )
 
-func (f Format) String() string { return [...]string{"text", "jsonl"}[f] }
+func (f Format) String() string { return [...]string{"text", "jsonl", "parquet", "arrow"}[f] }
+
+// Examples says whether the format holds examples (packed into rows), not
+// raw text.
+func (f Format) Examples() bool { return f != Text }
 
 // MaxLineBytes bounds a JSONL line: one example is held whole while it is
 // tokenized.
 const MaxLineBytes = 64 << 20
 
-// DetectFormat says how a data file is read: JSONL when its name ends in
-// .jsonl, .json-lines or .jsonlines, or when its first line (after
-// whitespace and a UTF-8 byte-order mark) is a JSON object with a "text",
-// "prompt", "completion" or "messages" key; raw text otherwise.
-func DetectFormat(path string) (Format, error) {
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".jsonl", ".json-lines", ".jsonlines":
-		return JSONL, nil
+// ErrBinary says a data file is neither text nor a format read as a
+// table: read as text, its bytes would train the model on noise.
+var ErrBinary = errors.New("a binary file, not text")
+
+// Magic bytes of the table formats.
+var (
+	parquetMagic     = []byte("PAR1")                 // at the start and the end
+	arrowFileMagic   = []byte("ARROW1")               // the IPC file format
+	arrowStreamMagic = []byte{0xff, 0xff, 0xff, 0xff} // an IPC stream's first continuation marker
+)
+
+// DetectFormat says how a data file is read. By its first bytes, whatever
+// its name: Parquet ("PAR1" at the start and the end), Arrow (the IPC
+// file's "ARROW1", or a stream's 0xFFFFFFFF continuation marker). Then
+// JSONL when its name ends in .jsonl, .json-lines or .jsonlines, or when
+// its first line (after whitespace and a UTF-8 byte-order mark) is a JSON
+// object with a convention's key ("text", "prompt", "completion",
+// "messages", "conversations", "instruction", "output"); raw text
+// otherwise, unless its first 64 KiB hold a NUL byte (ErrBinary). A
+// directory is a table (Parquet or Arrow shards, or a save_to_disk
+// directory), and so is a glob of shards.
+func DetectFormat(path string) (Format, error) { return detectFormat(path, nil) }
+
+// detectFormat is DetectFormat knowing the conventions' keys under cols's
+// names (Options.Columns).
+func detectFormat(path string, cols Columns) (Format, error) {
+	fi, err := os.Stat(path) // a Stat first: opening a named pipe would block
+	switch {
+	case err != nil && isGlob(path):
+		files, err := globFiles(path)
+		if err != nil {
+			return 0, err
+		}
+		return files[0].format, nil
+	case err != nil:
+		return 0, fmt.Errorf("data: %w", err)
+	case fi.IsDir():
+		return dirFormat(path)
+	}
+	if err := checkRegular(path); err != nil {
+		return 0, err
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -51,6 +94,16 @@ func DetectFormat(path string) (Format, error) {
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, bufio.ErrBufferFull) {
 		return 0, fmt.Errorf("data: %s: %w", path, err)
 	}
+	if t, err := tableMagic(f, path, head, fi.Size()); err != nil || t != Text {
+		return t, err
+	}
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".jsonl", ".json-lines", ".jsonlines":
+		return JSONL, nil
+	}
+	if i := bytes.IndexByte(head, 0); i >= 0 {
+		return 0, fmt.Errorf("data: %s: %w (a NUL byte at offset %d): give raw text, JSONL, Parquet or Arrow", path, ErrBinary, i)
+	}
 	head = bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimLeft(head, " \t\r\n"), []byte("\xef\xbb\xbf")), " \t\r\n")
 	if len(head) == 0 || head[0] != '{' {
 		return Text, nil
@@ -58,11 +111,36 @@ func DetectFormat(path string) (Format, error) {
 	line, _, _ := bytes.Cut(head, []byte("\n"))
 	var keys map[string]json.RawMessage
 	if json.Unmarshal(line, &keys) == nil {
-		for _, k := range []string{"text", "prompt", "completion", "messages"} {
-			if _, ok := keys[k]; ok {
-				return JSONL, nil
+		for _, c := range conventions {
+			for _, k := range c.need {
+				if _, ok := keys[cols.name(k)]; ok {
+					return JSONL, nil
+				}
 			}
 		}
+	}
+	return Text, nil
+}
+
+// tableMagic is the format head (a file's first bytes) says, Text when
+// it names none. A file that begins as Parquet and does not end as one is
+// an error: cut short, or not Parquet.
+func tableMagic(f io.ReaderAt, path string, head []byte, size int64) (Format, error) {
+	switch {
+	case bytes.HasPrefix(head, parquetMagic):
+		tail := make([]byte, len(parquetMagic))
+		if size < 2*int64(len(tail)) {
+			return 0, fmt.Errorf("data: %s: begins with Parquet's magic PAR1 but has %d bytes: a truncated Parquet file", path, size)
+		}
+		if _, err := f.ReadAt(tail, size-int64(len(tail))); err != nil {
+			return 0, fmt.Errorf("data: %s: %w", path, err)
+		}
+		if !bytes.Equal(tail, parquetMagic) {
+			return 0, fmt.Errorf("data: %s: begins with Parquet's magic PAR1 but does not end with it: a truncated or damaged Parquet file", path)
+		}
+		return Parquet, nil
+	case bytes.HasPrefix(head, arrowFileMagic), bytes.HasPrefix(head, arrowStreamMagic):
+		return Arrow, nil
 	}
 	return Text, nil
 }
@@ -81,11 +159,26 @@ type Options struct {
 	Format *Format
 	// Context, when set, stops the tokenizing once it is done (a signal
 	// asked the run to stop): it looks every line of JSONL, every chunk
-	// of raw text (textChunkBytes) and every few thousand steps of a chat
-	// template's rendering, and Open returns an error that wraps the
-	// context's (context.Canceled), the token file removed.
+	// of raw text (textChunkBytes), every Parquet row group or Arrow
+	// record batch and every tableStopRows rows of one, and every few
+	// thousand steps of a chat template's rendering, and Open returns an
+	// error that wraps the context's (context.Canceled), the token file
+	// removed.
 	Context context.Context
+	// Columns names the conventions' fields where a file holds them under
+	// other names (JSONL keys and table columns alike); nil: their own.
+	Columns Columns
+	// Splits are the splits of a DatasetDict (a save_to_disk directory
+	// with dataset_dict.json) to read, the first it has; nil: TrainSplits.
+	Splits []string
 }
+
+// The splits a DatasetDict is read from: for training, and for
+// evaluation (the first the dictionary has).
+var (
+	TrainSplits = []string{"train"}
+	EvalSplits  = []string{"validation", "test"}
+)
 
 // stopped is the error of a tokenizing that o.Context stopped at (the
 // line or byte) n, nil while it goes on.
@@ -104,14 +197,27 @@ type Stats struct {
 	Format   Format
 	Lines    int64            // JSONL lines read (blank ones included)
 	Examples int64            // examples kept
-	Skipped  int64            // JSONL examples with no trained target, left out
+	Skipped  int64            // examples with no trained target, left out
 	Kinds    [kindCount]int64 // kept examples by kind (KindText, KindCompletion, KindChat)
-	Tokens   int64            // tokens of the kept examples (raw text: of the file)
-	Trained  int64            // tokens whose prediction counts in the loss
-	Width    int              // bytes per id in the token file (0: none written)
-	Bytes    int64            // the token file's size (0: none written)
-	Source   int64            // the data file's size
-	Template string           // the chat template's source, when a line needed it
+	// Conventions are the kept examples by convention (ConvText, ...).
+	Conventions [conventionCount]int64
+	// Tables (Parquet, Arrow): the files read, their row groups or record
+	// batches, their rows, the rows left out for a null in a column the
+	// convention needs, the convention and its columns (as the files name
+	// them), and the DatasetDict split read ("" when none).
+	Files      int
+	Batches    int64
+	Rows       int64
+	Nulls      int64
+	Convention Convention
+	Columns    []string
+	Split      string
+	Tokens     int64  // tokens of the kept examples (raw text: of the file)
+	Trained    int64  // tokens whose prediction counts in the loss
+	Width      int    // bytes per id in the token file (0: none written)
+	Bytes      int64  // the token file's size (0: none written)
+	Source     int64  // the data file's size (a table's: of all its files)
+	Template   string // the chat template's source, when a line needed it
 	// SplitMarkers are the default template's markers (ChatMLMarkers) the
 	// tokenizer has no token for, each encoded as the tokens of its text,
 	// when a line needed the template.
@@ -147,17 +253,20 @@ func Open(path string, o Options) (*Source, error) {
 	if o.Tokenizer == nil {
 		o.Tokenizer = Bytes{}
 	}
-	if err := checkRegular(path); err != nil {
-		return nil, err
-	}
 	format := Text
 	if o.Format != nil {
 		format = *o.Format
 	} else {
 		var err error
-		if format, err = DetectFormat(path); err != nil {
+		if format, err = detectFormat(path, o.Columns); err != nil {
 			return nil, err
 		}
+	}
+	if format == Parquet || format == Arrow {
+		return openTable(path, format, o)
+	}
+	if err := checkRegular(path); err != nil {
+		return nil, err
 	}
 	if format == Text && isBytes(o.Tokenizer) {
 		c, err := model.OpenCorpus(path)
@@ -239,7 +348,7 @@ func openRegular(path string) (*os.File, error) {
 func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, error) {
 	st := Stats{Format: JSONL}
 	enc := newEncoder(o.Tokenizer, o.Chat)
-	enc.ctx = o.Context
+	enc.ctx, enc.cols = o.Context, o.Columns
 	br := bufio.NewReaderSize(r, 1<<16)
 	var line []byte
 	for {
@@ -286,10 +395,16 @@ func buildJSONL(w *tokenWriter, r io.Reader, path string, o Options) (Stats, err
 
 // addLine encodes one line and writes it, or counts it as skipped.
 func addLine(w *tokenWriter, enc *encoder, st *Stats, line []byte, where string) error {
-	ex, kind, err := enc.line(line, where)
+	ex, conv, err := enc.lineConv(line, where)
 	if err != nil {
 		return err
 	}
+	return addExample(w, st, ex, conv)
+}
+
+// addExample writes an example of convention conv, or counts it as
+// skipped when nothing of it is trained.
+func addExample(w *tokenWriter, st *Stats, ex example, conv Convention) error {
 	n := ex.targets()
 	if n == 0 {
 		st.Skipped++
@@ -299,7 +414,8 @@ func addLine(w *tokenWriter, enc *encoder, st *Stats, line []byte, where string)
 		return fmt.Errorf("write token file: %w", err)
 	}
 	st.Examples++
-	st.Kinds[kind]++
+	st.Kinds[conventions[conv].kind]++
+	st.Conventions[conv]++
 	st.Tokens += int64(len(ex.ids))
 	st.Trained += int64(n)
 	return nil

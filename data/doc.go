@@ -18,10 +18,16 @@
 //
 // # Formats (Open, DetectFormat)
 //
-// A file is JSONL when its name ends in .jsonl, .json-lines or .jsonlines,
-// or when its first line is a JSON object with a "text", "prompt",
-// "completion" or "messages" key; raw text otherwise. Each JSONL line is
-// one example; blank lines are skipped; keys other than these are ignored:
+// A file is Parquet when it begins and ends with "PAR1", Arrow when it
+// begins with the IPC file's "ARROW1" or a stream's 0xFFFFFFFF
+// continuation marker, whatever its name; else JSONL when its name ends
+// in .jsonl, .json-lines or .jsonlines, or when its first line is a JSON
+// object with a convention's key; else raw text, unless its first 64 KiB
+// hold a NUL byte: then it is refused (ErrBinary), never trained on as
+// text. Each JSONL line, and each row of a table, is one example, read in
+// one of five conventions (Convention) by one mapping (encoder.example),
+// so that a row and the same JSONL line give the same ids; blank lines
+// are skipped, other keys and columns ignored:
 //
 //	{"text": T}                       T with the tokenizer's special tokens
 //	                                  (BOS for Llama-3), then EOS: all trained
@@ -31,18 +37,55 @@
 //	                                  the chat template's rendering: the
 //	                                  assistant's messages (and the
 //	                                  template's end of their turns) trained
+//	{"conversations": [{"from", "value"}, ...]}  (ShareGPT)
+//	                                  the chat of the messages {role, value}:
+//	                                  human and user are user; gpt,
+//	                                  assistant, bot and chatgpt assistant;
+//	                                  system and tool themselves (another
+//	                                  "from" is an error naming it)
+//	{"instruction": I, "input": X, "output": O, "system": S}  (Alpaca)
+//	                                  the chat [system S when not empty],
+//	                                  user I (I + "\n" + X when X is not
+//	                                  empty, as LLaMA-Factory joins them),
+//	                                  assistant O
+//
+// A line or row holding two conventions is an error, but for a "text"
+// beside Alpaca's fields (the prompt tatsu-lab/alpaca renders from them,
+// not read). Options.Columns (--data-columns) names the fields where a
+// file holds them under other names ("prompt=question,completion=answer",
+// "messages=dialog,role=speaker,content=text"), JSONL and tables alike.
 //
 // EOS is added when the tokenizer has one (the byte-level tokenizer has
 // none). An example without a trained target (an empty completion, a
 // conversation without the assistant) is left out and counted
-// (Stats.Skipped); a file without any is an error (ErrEmpty). A bad line
-// is one error naming the file, the line and what is wrong: a line that
-// is not UTF-8 is refused with the offset of its first bad byte (never read
-// with U+FFFD in its place); a UTF-8 byte-order mark before the first line
-// is skipped, as Python's utf-8-sig skips it. Raw text gets
-// no special tokens; with the byte-level tokenizer it is read in place
-// (model.FileCorpus), with any other it is tokenized into a token file a
-// chunk at a time, cut where the pre-tokenizers split anyway.
+// (Stats.Skipped), and so is a table's row with a null where its
+// convention needs a value (Stats.Nulls); a file without any is an error
+// (ErrEmpty). A bad line is one error naming the file, the line and what
+// is wrong: a line that is not UTF-8 is refused with the offset of its
+// first bad byte (never read with U+FFFD in its place); a UTF-8
+// byte-order mark before the first line is skipped, as Python's utf-8-sig
+// skips it. Raw text gets no special tokens; with the byte-level
+// tokenizer it is read in place (model.FileCorpus), with any other it is
+// tokenized into a token file a chunk at a time, cut where the
+// pre-tokenizers split anyway.
+//
+// # Tables (Parquet, Arrow)
+//
+// Hugging Face's data sets come as Parquet shards and as directories of
+// datasets.save_to_disk. Open takes a Parquet or Arrow file, a directory
+// or a glob of shards (in the order of their names), or a save_to_disk
+// directory (the Arrow stream files its state.json lists, in order; of a
+// DatasetDict, the first of Options.Splits it has: train for training,
+// validation else test for evaluation). The first file's columns decide
+// the convention; every column it reads is type-checked against it (a
+// string is string, large_string or dictionary-encoded; a conversation a
+// list of structs) before a row is read. The files are read with
+// apache/arrow-go (pqarrow a Parquet row group at a time, arrow/ipc an
+// Arrow record batch at a time), only the convention's columns, and each
+// row is tokenized as the JSONL line would be. A file without a usable
+// column (its columns named), a column of another type (the types found
+// and wanted), a damaged page (the file, row group and column) and a
+// file state.json names that is missing are each one error.
 //
 // # Chat templates (ChatTemplate, LoadChatTemplate)
 //
@@ -120,14 +163,15 @@
 //
 // # The token file
 //
-// Open tokenizes a JSONL file in one streaming pass (a line at a time)
-// into a token file (tokfile.go: ids at the vocabulary's width, a loss
+// Open tokenizes a JSONL file or a table in one streaming pass (a line,
+// a row group or record batch at a time) into a token file (tokfile.go: ids at the vocabulary's width, a loss
 // bit per token, an offset per example) in Options.Dir, the run's
 // directory by default of cmd, so that it lands on the run's disk; its name
 // is removed at once, so a crash leaves nothing, and it lives while open.
 // Options.Context stops the pass (a signal asking the run to stop): it is
-// looked at every line of JSONL and every 1 MiB chunk of raw text, and
-// Open returns an error wrapping context.Canceled (TestOpenStops).
+// looked at every line of JSONL, every 1 MiB chunk of raw text, and every
+// row group or record batch and 4096 rows of one, and Open returns an
+// error wrapping context.Canceled (TestOpenStops, TestTableStops).
 //
 // # Packing (Packed)
 //
@@ -153,7 +197,10 @@
 // # Memory
 //
 // Nothing grows with the data file but the token file on disk: the JSONL
-// pass holds one line, rows are read in windows with pread (not mmap:
+// pass holds one line, a table's one row group or record batch of the
+// columns it reads (TestTableStreams counts the batches held, and every
+// byte arrow-go holds through a counting allocator: under an eighth of a
+// 40-row-group file's text, about two row groups'), rows are read in windows with pread (not mmap:
 // mapped pages would count in the process's RSS, and an address-space
 // limit would refuse a mapping larger than it), and the permutation and
 // the packing cursor are a few words. TestStreamedMemory measures it in a

@@ -26,7 +26,7 @@ func NewEvalSet(s *Source, seq int) (*EvalSet, error) {
 		return nil, fmt.Errorf("data: eval: seq %d must be >= 1", seq)
 	}
 	e := &EvalSet{seq: seq}
-	if s.Stats.Format == JSONL {
+	if s.Stats.Format.Examples() {
 		p, err := NewPacked(s.File, seq, 0, false)
 		if err != nil {
 			return nil, err

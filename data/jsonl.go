@@ -12,11 +12,12 @@ import (
 	"unicode/utf8"
 )
 
-// Kinds of JSONL lines.
+// Kinds of examples: how a line or row is tokenized (its Convention
+// says which fields it came from).
 const (
 	KindText       = iota // {"text": ...}
 	KindCompletion        // {"prompt": ..., "completion": ...}
-	KindChat              // {"messages": [{"role": ..., "content": ...}, ...]}
+	KindChat              // a chat template's rendering: {"messages"}, ShareGPT's, Alpaca's
 	kindCount
 )
 
@@ -47,9 +48,10 @@ func (e *example) targets() int {
 	return n
 }
 
-// encoder turns JSONL lines into examples.
+// encoder turns JSONL lines and table rows into examples.
 type encoder struct {
 	ctx    context.Context // stops a chat template's rendering; nil: nothing does
+	cols   Columns         // the names of the conventions' fields
 	tok    Tokenizer
 	chat   *ChatTemplate
 	eos    int32
@@ -74,98 +76,33 @@ func newEncoder(tok Tokenizer, chat *ChatTemplate) *encoder {
 	return e
 }
 
-// record is a JSONL line's known keys.
-type record struct {
-	Text       *string         `json:"text"`
-	Prompt     *string         `json:"prompt"`
-	Completion *string         `json:"completion"`
-	Messages   json.RawMessage `json:"messages"`
+// line encodes one JSONL line (where names it: FILE:LINE) as the
+// convention its keys hold (Columns.pick; a null key is not there) says:
+// encoder.example, the mapping a table's rows take too. Keys other than
+// the convention's are ignored. kind is the example's (KindText, ...).
+func (e *encoder) line(b []byte, where string) (example, int, error) {
+	ex, conv, err := e.lineConv(b, where)
+	if err != nil {
+		return ex, 0, err
+	}
+	return ex, conventions[conv].kind, nil
 }
 
-// line encodes one JSONL line (where names it: FILE:LINE). The text of
-// {"text"} is tokenized with the tokenizer's special tokens added and
-// trained whole; {"prompt", "completion"}: the prompt with them, not
-// trained, then the completion without them, trained; {"messages"}: the
-// chat template's rendering, the assistant's parts trained. Each ends
-// with EOS (trained) when the tokenizer has one and the chat template
-// did not end it so. Keys other than these are ignored.
-func (e *encoder) line(b []byte, where string) (example, int, error) {
+// lineConv is line, saying the convention.
+func (e *encoder) lineConv(b []byte, where string) (example, Convention, error) {
 	if err := checkText(b); err != nil {
 		return example{}, 0, fmt.Errorf("%s: %w", where, err)
 	}
-	var r record
+	var r jsonRow
 	if err := strictJSON(b, &r); err != nil {
 		return example{}, 0, fmt.Errorf("%s: %w", where, err)
 	}
-	ex := example{ids: e.ex.ids[:0], train: e.ex.train[:0]}
-	defer func() { e.ex = ex }()
-	kind := -1
-	have := 0
-	if r.Text != nil {
-		kind, have = KindText, have+1
-	}
-	if r.Prompt != nil || r.Completion != nil {
-		kind, have = KindCompletion, have+1
-	}
-	if r.Messages != nil && string(r.Messages) != "null" {
-		kind, have = KindChat, have+1
-	}
-	switch {
-	case have == 0:
-		return ex, 0, fmt.Errorf("%s: a line needs \"text\", \"prompt\" and \"completion\", or \"messages\"", where)
-	case have > 1:
-		return ex, 0, fmt.Errorf("%s: a line holds one of \"text\", \"prompt\"/\"completion\" or \"messages\", not several", where)
-	}
-	switch kind {
-	case KindText:
-		ids, err := encode(e.tok, *r.Text, true, where)
-		if err != nil {
-			return ex, 0, err
-		}
-		ex.add(ids, true)
-	case KindCompletion:
-		if r.Prompt == nil || r.Completion == nil {
-			return ex, 0, fmt.Errorf("%s: \"prompt\" and \"completion\" go together; this line has only one of them", where)
-		}
-		p, err := encode(e.tok, *r.Prompt, true, where+": prompt")
-		if err != nil {
-			return ex, 0, err
-		}
-		c, err := encode(e.tok, *r.Completion, false, where+": completion")
-		if err != nil {
-			return ex, 0, err
-		}
-		ex.add(p, false)
-		ex.add(c, true)
-	case KindChat:
-		if err := e.chatLine(&ex, r.Messages, where); err != nil {
-			return ex, 0, err
-		}
-	}
-	if e.hasEOS && len(ex.ids) > 0 && ex.ids[len(ex.ids)-1] != e.eos && kind != KindChat {
-		ex.add([]int32{e.eos}, true)
-	}
-	return ex, kind, nil
-}
-
-// chatLine renders and tokenizes a conversation.
-func (e *encoder) chatLine(ex *example, raw json.RawMessage, where string) error {
-	msgs, err := parseMessages(raw)
+	conv, err := e.cols.pick(r.has, "a line")
 	if err != nil {
-		return fmt.Errorf("%s: %w", where, err)
+		return example{}, 0, fmt.Errorf("%s: %w", where, err)
 	}
-	spans, err := e.chat.spans(e.ctx, msgs)
-	if err != nil {
-		return fmt.Errorf("%s: %w", where, err)
-	}
-	for _, s := range spans {
-		ids, err := encode(e.tok, s.text, false, where)
-		if err != nil {
-			return err
-		}
-		ex.add(ids, s.train)
-	}
-	return nil
+	ex, _, err := e.example(conv, r, where)
+	return ex, conv, err
 }
 
 // parseMessages reads a conversation: a non-empty list of objects with
@@ -175,26 +112,7 @@ func parseMessages(raw []byte) ([]any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("\"messages\": %w", err)
 	}
-	msgs, ok := v.([]any)
-	if !ok || len(msgs) == 0 {
-		return nil, fmt.Errorf("\"messages\" must be a non-empty list of {\"role\", \"content\"} objects")
-	}
-	for i, m := range msgs {
-		d, ok := m.(*dict)
-		if !ok {
-			return nil, fmt.Errorf("message %d is a %s, not an object with \"role\" and \"content\"", i+1, jsonType(m))
-		}
-		for _, k := range []string{"role", "content"} {
-			x, ok := d.get(k)
-			if !ok {
-				return nil, fmt.Errorf("message %d has no %q", i+1, k)
-			}
-			if _, ok := x.(string); !ok {
-				return nil, fmt.Errorf("message %d: %q must be a string, not %s", i+1, k, jsonType(x))
-			}
-		}
-	}
-	return msgs, nil
+	return Columns(nil).turns(ConvMessages, "messages", v)
 }
 
 // utf8BOM is the UTF-8 byte-order mark that Windows tools write at the
@@ -224,7 +142,7 @@ func checkText(b []byte) error {
 
 // strictJSON decodes one JSON object from b into v, refusing anything
 // after it, with errors that say what is wrong in the line's terms.
-func strictJSON(b []byte, v *record) error {
+func strictJSON(b []byte, v *jsonRow) error {
 	err := json.Unmarshal(b, v)
 	if err == nil {
 		return nil

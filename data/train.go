@@ -46,7 +46,7 @@ func OpenTrainData(path string, cfg *config.Config, o Options, shuffle bool) (*T
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	d := &TrainData{Source: src}
-	if src.Stats.Format == JSONL {
+	if src.Stats.Format.Examples() {
 		if d.Packed, err = NewPacked(src.File, SeqLen(cfg), cfg.Strata.Seed, shuffle); err != nil {
 			src.Close()
 			return nil, fmt.Errorf("engine: %w", err)

@@ -1,0 +1,179 @@
+package cmd
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/strata-ai/strata/nvme/nvmetest"
+)
+
+// parquetFixture is one file of data/testdata/npm/gen.mjs's spec: written
+// by apache-arrow and parquet-wasm from npm, a writer independent of the
+// arrow-go reader under test.
+type parquetFixture struct {
+	Name         string           `json:"name"`
+	Format       string           `json:"format"` // parquet, arrow-stream, arrow-file
+	Compression  string           `json:"compression,omitempty"`
+	Dictionary   *bool            `json:"dictionary,omitempty"`
+	RowGroupRows int              `json:"row_group_rows,omitempty"`
+	BatchRows    int              `json:"batch_rows,omitempty"`
+	Schema       []map[string]any `json:"schema"`
+	Rows         []map[string]any `json:"rows"`
+}
+
+// writeFixtures writes files under dir with the npm writer; it fails the
+// test (never skips it) when node or the packages are missing.
+func writeFixtures(t *testing.T, dir string, files ...parquetFixture) {
+	t.Helper()
+	spec, err := json.Marshal(map[string]any{"out": dir, "files": files})
+	if err != nil {
+		t.Fatal(err)
+	}
+	specPath := filepath.Join(t.TempDir(), "spec.json")
+	if err := os.WriteFile(specPath, spec, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	gen, err := filepath.Abs("../data/testdata/npm/gen.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("node", gen, specPath).CombinedOutput(); err != nil {
+		t.Fatalf("the npm Parquet/Arrow writer (node %s; install with .ci/setup): %v\n%s", gen, err, out)
+	}
+}
+
+// chatSchema is the messages column as Hugging Face datasets write it.
+var chatSchema = []map[string]any{{"name": "messages", "type": "list<struct<role:string,content:string>>"}}
+
+// chatRows is n generated conversations (from seed) as rows of a
+// messages column, some with a system message; every 9th row's messages
+// are null (a row a dataset left empty: skipped, as JSONL has no such line).
+func chatRows(n int, seed uint64) []map[string]any {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	things := []string{"grass", "the sky", "snow", "coal", "a lemon", "blood"}
+	colours := []string{"green", "blue", "white", "black", "yellow", "red"}
+	rows := make([]map[string]any, n)
+	for i := range rows {
+		var q, a string
+		if rng.IntN(2) == 0 {
+			x, y := rng.IntN(10), rng.IntN(10)
+			q, a = fmt.Sprintf("What is %d plus %d?", x, y), fmt.Sprintf("%d plus %d is %d.", x, y, x+y)
+		} else {
+			k := rng.IntN(len(things))
+			q, a = fmt.Sprintf("What colour is %s?", things[k]), fmt.Sprintf("It is %s.", colours[k])
+		}
+		msgs := []any{map[string]any{"role": "user", "content": q}, map[string]any{"role": "assistant", "content": a}}
+		if i%4 == 0 {
+			msgs = append([]any{map[string]any{"role": "system", "content": "Answer in one sentence."}}, msgs...)
+		}
+		rows[i] = map[string]any{"messages": msgs}
+		if i%9 == 8 {
+			rows[i] = map[string]any{"messages": nil}
+		}
+	}
+	return rows
+}
+
+// rowsJSONL is rows as JSONL lines, leaving out the null ones.
+func rowsJSONL(t *testing.T, rows []map[string]any) string {
+	t.Helper()
+	var b strings.Builder
+	for _, r := range rows {
+		if r["messages"] == nil {
+			continue
+		}
+		line, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// TestTrainParquetAsJSONL: the same conversations as Parquet shards (two
+// files, zstd and snappy, dictionary and plain, several row groups), as a
+// save_to_disk directory of Arrow stream files and as JSONL train to the
+// same losses, bit for bit, at stages 0-3 (the tiers included); a run on
+// the shards resumed from its checkpoint ends with the uninterrupted JSONL
+// run's losses.
+func TestTrainParquetAsJSONL(t *testing.T) {
+	rows := chatRows(180, 1)
+	dir := t.TempDir()
+	no := false
+	writeFixtures(t, dir,
+		parquetFixture{Name: "shards/train-00000-of-00002.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: 25, Schema: chatSchema, Rows: rows[:90]},
+		parquetFixture{Name: "shards/train-00001-of-00002.parquet", Format: "parquet", Compression: "snappy", Dictionary: &no, RowGroupRows: 40, Schema: chatSchema, Rows: rows[90:]},
+		parquetFixture{Name: "saved/data-00000-of-00002.arrow", Format: "arrow-stream", BatchRows: 30, Schema: chatSchema, Rows: rows[:100]},
+		parquetFixture{Name: "saved/data-00001-of-00002.arrow", Format: "arrow-stream", BatchRows: 30, Schema: chatSchema, Rows: rows[100:]},
+	)
+	saved := filepath.Join(dir, "saved")
+	for name, content := range map[string]string{
+		"state.json":        `{"_data_files": [{"filename": "data-00000-of-00002.arrow"}, {"filename": "data-00001-of-00002.arrow"}], "_fingerprint": "f", "_format_columns": null, "_format_kwargs": {}, "_format_type": null, "_output_all_columns": false, "_split": "train"}`,
+		"dataset_info.json": `{"features": {"messages": [{"role": {"dtype": "string", "_type": "Value"}, "content": {"dtype": "string", "_type": "Value"}}]}}`,
+	} {
+		if err := os.WriteFile(filepath.Join(saved, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jsonl := writeFile(t, "chat.jsonl", rowsJSONL(t, rows))
+	shards := filepath.Join(dir, "shards")
+	nv := nvmetest.Dir(t)
+	const steps = 4
+	cases := []struct {
+		stage      int
+		param, opt string
+	}{{0, "none", "none"}, {1, "none", "none"}, {2, "none", "cpu"}, {3, "cpu", "cpu"}, {3, "nvme", "nvme"}}
+	for _, c := range cases {
+		name := fmt.Sprintf("stage%d/param-%s/opt-%s", c.stage, c.param, c.opt)
+		dirNV := ""
+		if c.param == "nvme" || c.opt == "nvme" {
+			dirNV = nv
+		}
+		cfg := jobConfig(t, c.stage, c.param, c.opt, dirNV)
+		train := func(data string, args ...string) map[int64]float64 {
+			t.Helper()
+			out := t.TempDir()
+			_, stderr, err := runApp(t, append([]string{"train", "--config", cfg, "--data", data, "--steps", fmt.Sprint(steps), "--out", out, "--no-progress"}, args...)...)
+			if err != nil {
+				t.Fatalf("%s: --data %s: %v\n%s", name, data, err, stderr)
+			}
+			return stepLosses(t, out)
+		}
+		want := train(jsonl)
+		sameLosses(t, name+": Parquet shards", train(shards), want, 1, steps)
+		if c.stage == 3 && c.param == "cpu" {
+			sameLosses(t, name+": save_to_disk", train(saved), want, 1, steps)
+			sameLosses(t, name+": a glob of shards", train(filepath.Join(shards, "train-*.parquet")), want, 1, steps)
+		}
+	}
+
+	// Resumed: 2 steps on the shards, then --resume to 4.
+	cfg := jobConfig(t, 3, "cpu", "cpu", "")
+	run := t.TempDir()
+	if _, stderr, err := runApp(t, "train", "--config", cfg, "--data", shards, "--steps", "2", "--out", run, "--no-progress"); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if _, stderr, err := runApp(t, "train", "--resume", run, "--data", shards, "--steps", fmt.Sprint(steps), "--out", run, "--no-progress"); err != nil {
+		t.Fatalf("resume: %v\n%s", err, stderr)
+	}
+	one := t.TempDir()
+	if _, stderr, err := runApp(t, "train", "--config", cfg, "--data", jsonl, "--steps", fmt.Sprint(steps), "--out", one, "--no-progress"); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	sameLosses(t, "Parquet resumed", stepLosses(t, run), stepLosses(t, one), 1, steps)
+
+	// A shard rewritten under the run: its resume is refused naming it.
+	writeFixtures(t, dir, parquetFixture{Name: "shards/train-00001-of-00002.parquet", Format: "parquet", Compression: "zstd", Schema: chatSchema, Rows: rows[91:]})
+	_, stderr, err := runApp(t, "train", "--resume", run, "--data", shards, "--steps", "6", "--out", run, "--no-progress")
+	if err == nil || !strings.Contains(err.Error()+stderr, "train-00001-of-00002.parquet") {
+		t.Errorf("resume on a rewritten shard: err %v, want a refusal naming train-00001-of-00002.parquet\n%s", err, stderr)
+	}
+}
