@@ -118,6 +118,10 @@ func TestTrainDataRSS(t *testing.T) {
 	if err := f.Truncate(largeBytes); err != nil {
 		t.Fatal(err)
 	}
+	// Text in the first 64 KiB: a NUL there is a binary file (data.ErrBinary).
+	if _, err := f.WriteAt(chunk[:64<<10], 0); err != nil {
+		t.Fatal(err)
+	}
 	for i := range int64(64) {
 		if _, err := f.WriteAt(text, i*(largeBytes/64)+i*4099); err != nil {
 			t.Fatal(err)

@@ -49,13 +49,15 @@ func evalCommand() *cli.Command {
 			"printable ASCII character, where the GPT-2, Llama-3 and Qwen2 pre-tokenizers split anyway: the ids\n" +
 			"are those of the whole file (unless an added token contains such a space). Progress goes to stderr.\n\n" +
 			"A JSONL file ({\"text\"}, {\"prompt\", \"completion\"}, {\"messages\"}: by extension .jsonl, else a first\n" +
-			"line that is such an object) is read as train --eval-data reads it: the same tokenizer, special tokens\n" +
+			"line that is such an object), or Parquet or Arrow (with train's column conventions and --data-columns;\n" +
+			"a DatasetDict's validation split, else its test split) is read as train --eval-data reads it: the same tokenizer, special tokens\n" +
 			"and chat template (--chat-template, else the one a Strata run recorded, else the model's, else ChatML), its examples packed in file order\n" +
 			"into rows of N, each example scored alone, the loss only on the tokens training learns from (the\n" +
 			"completions, the assistant's turns): the loss and tokens train --eval-data reports for the same\n" +
 			"weights and seq_len. --logits then holds those tokens' rows.",
 		Flags: append(inferFlags(),
-			&cli.StringFlag{Name: "data", Required: true, Usage: "the text to evaluate on (any bytes), or JSONL read as train --eval-data reads it"},
+			&cli.StringFlag{Name: "data", Required: true, Usage: "the text to evaluate on, or examples (JSONL, Parquet or Arrow: a file, a directory or glob of shards, a save_to_disk directory) read as train --eval-data reads them"},
+			&cli.StringFlag{Name: "data-columns", Usage: "examples: the names --data holds their fields under, as train's --data-columns"},
 			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: a Strata run's seq_len, else the model's max_seq_len, at most %d)", defaultEvalSeq)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: loss, tokens, ppl (and windows, seq, params)"},
 			&cli.BoolFlag{Name: "bos", Usage: "put the tokenizer's BOS token before the file's tokens (it is predicted from, not predicted)"},
@@ -95,13 +97,18 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 			return usagef("eval: --%s is for --offload (the weights streamed from host RAM or NVMe)", f)
 		}
 	}
-	// JSONL is read as train's --eval-data reads it (evalJSONL): a file
-	// DetectFormat cannot read is opened as text, which says why.
+	// Examples (JSONL, Parquet, Arrow) are read as train's --eval-data
+	// reads them (evalJSONL): a file DetectFormat cannot read is opened
+	// as text, which says why.
 	jsonl := false
-	if f, err := data.DetectFormat(c.String("data")); err == nil && f == data.JSONL {
+	f, err := data.DetectFormat(c.String("data"))
+	if errors.Is(err, data.ErrBinary) {
+		return fmt.Errorf("eval: --data: %w", err)
+	}
+	if err == nil && f.Examples() {
 		jsonl = true
 		if c.Bool("bos") {
-			return usagef("eval: --bos: --data %s is JSONL, whose examples take the tokenizer's special tokens as training adds them; --bos is for raw text", c.String("data"))
+			return usagef("eval: --bos: --data %s is %s, whose examples take the tokenizer's special tokens as training adds them; --bos is for raw text", c.String("data"), f)
 		}
 	}
 	var ts *tokenStream

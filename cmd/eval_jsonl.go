@@ -29,7 +29,7 @@ func (e *evalRun) runJSONL(c *cli.Context) error {
 		tok = data.Bytes{} // as train reads data without a tokenizer.json
 	}
 	t0 := time.Now()
-	src, err := data.Open(path, data.Options{Tokenizer: tok, Chat: chat})
+	src, err := openEvalExamples(c, path, data.Options{Tokenizer: tok, Chat: chat})
 	if err != nil {
 		return fmt.Errorf("eval: --data: %w", err)
 	}
@@ -86,4 +86,15 @@ func (e *evalRun) progressRows(done, rows int64, path string) {
 		return
 	}
 	fmt.Fprintf(e.stderr, "eval: %d of %d rows of %s, %d tokens, loss so far %.4f\n", done, rows, path, e.counted, loss)
+}
+
+// openEvalExamples opens eval's --data as train's --eval-data is opened:
+// under --data-columns' names, a DatasetDict's evaluation split.
+func openEvalExamples(c *cli.Context, path string, o data.Options) (*data.Source, error) {
+	cols, err := data.ParseColumns(c.String("data-columns"))
+	if err != nil {
+		return nil, usagef("eval: --data-columns: %v", err)
+	}
+	o.Columns, o.Splits = cols, data.EvalSplits
+	return data.Open(path, o)
 }

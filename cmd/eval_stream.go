@@ -60,7 +60,7 @@ func runEvalStreamed(c *cli.Context, seq int, stdout, stderr io.Writer) error {
 		tok = data.Bytes{}
 	}
 	t0 := time.Now()
-	src, err := data.Open(path, data.Options{Tokenizer: tok, Chat: chat})
+	src, err := openEvalExamples(c, path, data.Options{Tokenizer: tok, Chat: chat})
 	if err != nil {
 		return fmt.Errorf("eval: --data: %w", err)
 	}

@@ -170,6 +170,27 @@ func TestTrainParquetAsJSONL(t *testing.T) {
 	}
 	sameLosses(t, "Parquet resumed", stepLosses(t, run), stepLosses(t, one), 1, steps)
 
+	// strata eval reads the shards as the JSONL: the same loss and tokens.
+	evalOf := func(data string) string {
+		t.Helper()
+		stdout, stderr, err := runApp(t, "eval", "--model", run, "--data", data, "--json")
+		if err != nil {
+			t.Fatalf("eval --data %s: %v\n%s", data, err, stderr)
+		}
+		return stdout
+	}
+	if got, want := evalOf(shards), evalOf(jsonl); got != want {
+		t.Errorf("eval on the Parquet shards: %s, on the JSONL: %s", got, want)
+	}
+
+	// A binary file is refused by eval as by train, never read as text.
+	bin := writeFile(t, "weights.bin", "\x00\x01\x02 not text"+strings.Repeat("\x00", 100))
+	for _, cmd := range [][]string{{"eval", "--model", run, "--data", bin}, {"train", "--config", cfg, "--data", bin, "--steps", "1", "--no-progress"}} {
+		if _, stderr, err := runApp(t, cmd...); err == nil || !strings.Contains(err.Error(), "binary") {
+			t.Errorf("%s --data weights.bin: err %v, want it refused as a binary file\n%s", cmd[0], err, stderr)
+		}
+	}
+
 	// A shard rewritten under the run: its resume is refused naming it.
 	writeFixtures(t, dir, parquetFixture{Name: "shards/train-00001-of-00002.parquet", Format: "parquet", Compression: "zstd", Schema: chatSchema, Rows: rows[91:]})
 	_, stderr, err := runApp(t, "train", "--resume", run, "--data", shards, "--steps", "6", "--out", run, "--no-progress")
