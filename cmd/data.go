@@ -162,9 +162,9 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 	if err != nil {
 		return nil, err
 	}
-	cols, err := data.ParseColumns(c.String("data-columns"))
+	cols, err := data.ParseColumns(cfg.Strata.DataColumns)
 	if err != nil {
-		return nil, usagef("train: --data-columns: %v", err)
+		return nil, usagef("train: --data-columns (strata.data_columns) %q: %v", cfg.Strata.DataColumns, err)
 	}
 	o := data.Options{Tokenizer: tok, Chat: chat, Dir: tokenDir(c.String("out")), Context: ctx, Columns: cols}
 	fmt.Fprintf(stderr, "tokenizer: %s\n", tokName)

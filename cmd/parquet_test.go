@@ -198,3 +198,37 @@ func TestTrainParquetAsJSONL(t *testing.T) {
 		t.Errorf("resume on a rewritten shard: err %v, want a refusal naming train-00001-of-00002.parquet\n%s", err, stderr)
 	}
 }
+
+// TestDataColumnsResume: a run on a column named "dialog" with
+// --data-columns messages=dialog records the mapping (strata.data_columns):
+// resumed without the flag it reads the same examples and ends with the
+// losses of the uninterrupted run on the same conversations as JSONL.
+func TestDataColumnsResume(t *testing.T) {
+	rows := chatRows(120, 3)
+	dialog := make([]map[string]any, len(rows))
+	for i, r := range rows {
+		dialog[i] = map[string]any{"dialog": r["messages"], "id": int64(i)}
+	}
+	dir := t.TempDir()
+	writeFixtures(t, dir, parquetFixture{Name: "d.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: 32,
+		Schema: []map[string]any{{"name": "id", "type": "int64"}, {"name": "dialog", "type": "list<struct<role:string,content:string>>"}}, Rows: dialog})
+	pq := filepath.Join(dir, "d.parquet")
+	jsonl := writeFile(t, "chat.jsonl", rowsJSONL(t, rows))
+	cfg := jobConfig(t, 3, "cpu", "cpu", "")
+	run := t.TempDir()
+	_, stderr, err := runApp(t, "train", "--config", cfg, "--data", pq, "--steps", "2", "--out", run, "--no-progress")
+	if err == nil || !strings.Contains(err.Error(), "dialog") {
+		t.Errorf("without --data-columns: err %v, want a refusal naming the columns found (dialog)\n%s", err, stderr)
+	}
+	if _, stderr, err := runApp(t, "train", "--config", cfg, "--data", pq, "--data-columns", "messages=dialog", "--steps", "2", "--out", run, "--no-progress"); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	if _, stderr, err := runApp(t, "train", "--resume", run, "--steps", "4", "--out", run, "--no-progress"); err != nil {
+		t.Fatalf("resume without --data-columns: %v\n%s", err, stderr)
+	}
+	one := t.TempDir()
+	if _, stderr, err := runApp(t, "train", "--config", cfg, "--data", jsonl, "--steps", "4", "--out", one, "--no-progress"); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	sameLosses(t, "--data-columns resumed", stepLosses(t, run), stepLosses(t, one), 1, 4)
+}

@@ -712,6 +712,9 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 		// Absolute: a run resumed from another directory reads the same file.
 		cfg.Strata.Data = absPath(c.String("data"))
 	}
+	if c.IsSet("data-columns") {
+		cfg.Strata.DataColumns = c.String("data-columns")
+	}
 	if cfg.Shape() == nil {
 		return fmt.Errorf("train: strata.model %q has no shape", cfg.Strata.Model.Name)
 	}

@@ -190,6 +190,11 @@ type Strata struct {
 	HostBudgetBytes int64     `json:"host_budget"` // the tier store's pinned host RAM (gradient shards, optimizer state, param copies, staging), all ranks; 0 = no limit
 	SeqLen          int       `json:"seq_len"`     // tokens per sample; 0 = the model's max_seq_len
 	Data            string    `json:"data"`        // training text; "" = built-in synthetic corpus
+	// DataColumns are the names the data holds the examples' fields
+	// under ("messages=dialog,role=speaker"; data.ParseColumns), "" for
+	// the conventions' own: recorded so that a resumed run reads the
+	// same examples.
+	DataColumns string `json:"data_columns,omitempty"`
 	Seed            uint64    `json:"seed"`        // default 1
 	Overlap         string    `json:"overlap"`     // "exact" (default), "serial" (the optimizer after the step, a reference) or "dpu"
 	// DPUWarmupSteps are the first steps of an overlap "dpu" run that run

@@ -539,6 +539,7 @@ func (c *Config) decodeStrata(s *section, opts Options) {
 	s.bytesKey("host_budget", &st.HostBudgetBytes, nil)
 	s.intKey("seq_len", &st.SeqLen, atLeast(0))
 	s.stringKey("data", &st.Data)
+	s.stringKey("data_columns", &st.DataColumns)
 	if n := s.get("seed"); n != nil {
 		v, msg := wholeNumber(n)
 		if msg == "" && v < 0 {
