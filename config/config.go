@@ -195,8 +195,8 @@ type Strata struct {
 	// the conventions' own: recorded so that a resumed run reads the
 	// same examples.
 	DataColumns string `json:"data_columns,omitempty"`
-	Seed            uint64    `json:"seed"`        // default 1
-	Overlap         string    `json:"overlap"`     // "exact" (default), "serial" (the optimizer after the step, a reference) or "dpu"
+	Seed        uint64 `json:"seed"`    // default 1
+	Overlap     string `json:"overlap"` // "exact" (default), "serial" (the optimizer after the step, a reference) or "dpu"
 	// DPUWarmupSteps are the first steps of an overlap "dpu" run that run
 	// exact (default 40, after the ZeRO-Offload paper).
 	DPUWarmupSteps int `json:"dpu_warmup_steps"`
