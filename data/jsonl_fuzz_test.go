@@ -25,6 +25,13 @@ var jsonlSeeds = []string{
 	`{"messages": [{"role": "user", "content": "esc \" \\ \/ \b \f \n \r \t \u00e9 \u20ac pair \ud83d\ude00 lone \ud83d x"}]}`,
 	"{\"text\": \"bad \xff utf8 \xe2\x82\"}",
 	`{"messages": [{"content": "b", "role": "assistant", "x": {"b": 1, "a": [true, false, null, -2.5e3, 0, 12345678901234, 1e400]}}]}`,
+	// ShareGPT's and Alpaca's conventions, good and bad.
+	`{"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Hello!"}]}`,
+	`{"conversations": [{"from": "system", "value": "S"}, {"from": "user", "value": "a"}, {"from": "chatgpt", "value": "b"}]}`,
+	`{"conversations": [{"from": "narrator", "value": "x"}]}`, `{"conversations": [{"from": "human"}]}`, `{"conversations": {}}`,
+	`{"instruction": "Add", "input": "2 and 2", "output": "4"}`, `{"instruction": "Say hi", "input": "", "output": "hi", "system": "Be brief."}`,
+	`{"instruction": "a", "output": "b", "text": "rendered"}`, `{"instruction": "a"}`, `{"instruction": 1, "output": "b"}`,
+	`{"conversations": [{"from": "human", "value": "a"}], "messages": []}`,
 }
 
 // FuzzJSONLLine: a line of a JSONL data file (the user's, so anything)
