@@ -80,8 +80,9 @@
 // the convention; every column it reads is type-checked against it (a
 // string is string, large_string or dictionary-encoded; a conversation a
 // list of structs) before a row is read. The files are read with
-// apache/arrow-go (pqarrow a Parquet row group at a time, arrow/ipc an
-// Arrow record batch at a time), only the convention's columns, and each
+// apache/arrow-go (pqarrow a Parquet row group at a time, 1,024 rows at
+// a time within it; arrow/ipc an Arrow record batch at a time), only the
+// convention's columns, and each
 // row is tokenized as the JSONL line would be. A file without a usable
 // column (its columns named), a column of another type (the types found
 // and wanted), a damaged page (the file, row group and column) and a

@@ -319,3 +319,40 @@ func TestTableDamaged(t *testing.T) {
 		t.Logf("%s: %d of 600 damaged copies opened (the damage in text or padding), the rest refused", name, opened)
 	}
 }
+
+// TestParquetRowGroupInBatches: a row group is read parquetBatchRows rows
+// at a time. One row group of 12,000 rows (24 MB of text) is tokenized
+// with arrow-go holding under a quarter of it at once (a batch's 2 MB, the
+// page it decompresses and the read buffer; a row group read whole holds
+// all of it), and counts as one row group.
+func TestParquetRowGroupInBatches(t *testing.T) {
+	const n, size = 12000, 2000
+	dir := t.TempDir()
+	writeTables(t, dir, tableFixture{Name: "one.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: n,
+		Schema: []tableField{{"text", "string"}}, Rows: textRows(n, size)})
+	path := filepath.Join(dir, "one.parquet")
+	w, err := newTokenWriter(t.TempDir(), 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	mem := &peakAllocator{Allocator: memory.NewGoAllocator()}
+	b := newTableBuild(w, Options{Tokenizer: Bytes{}}, mem)
+	tb, err := openTableFiles(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := b.build(path, tb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Batches != 1 || st.Examples != n {
+		t.Errorf("%d row groups, %d examples; want 1, %d", st.Batches, st.Examples, n)
+	}
+	whole := int64(n * size)
+	if peak := mem.peak.Load(); peak > whole/4 {
+		t.Errorf("arrow-go held %d bytes at once of a row group's %d: more than a quarter (read whole?)", peak, whole)
+	} else {
+		t.Logf("peak %d bytes held by arrow-go of the row group's %d (%.1f%%)", peak, whole, 100*float64(peak)/float64(whole))
+	}
+}

@@ -114,7 +114,9 @@ func (b *tableBuild) file(tf tableFile, first bool) error {
 		if err != nil {
 			return err
 		}
-		b.st.Batches++
+		if bt.ends {
+			b.st.Batches++
+		}
 	}
 }
 

@@ -29,9 +29,11 @@ type batches interface {
 	close() error
 }
 
-// batch is one batch's columns, held until release.
+// batch is one batch's columns, held until release: a Parquet row group
+// is read in batches of up to parquetBatchRows rows.
 type batch struct {
-	index int // in its file
+	index int  // the row group or record batch, in its file
+	ends  bool // the last batch of its row group (an Arrow batch is whole)
 	rows  int
 	cols  []arrow.Array
 }
@@ -62,16 +64,34 @@ func recovered(err *error) {
 	}
 }
 
+// parquetBatchRows are the rows of a Parquet batch. A row group of
+// Hugging Face's shards holds tens of MB of text (8,192 rows of
+// conversations: 18 MB; datasets' default of 100 MB of rows); read whole
+// it was the reader's live heap, and with the collector's slack 50 MiB of
+// RSS over the JSONL path's. 1,024 rows (about 2 MB of conversations)
+// keep it to a few MiB, and a batch still spans many pages.
+const parquetBatchRows = 1024
+
+// parquetStreamBytes is the read buffer of a column chunk: its pages are
+// read through it as they are decoded, not the whole chunk at once.
+const parquetStreamBytes = 1 << 20
+
 // parquetBatches reads a Parquet file a row group at a time, each column
 // of it with pqarrow (strings as the file's Arrow schema says: plain or
-// dictionary-encoded, string or large_string).
+// dictionary-encoded, string or large_string), parquetBatchRows rows at
+// a time.
 type parquetBatches struct {
 	path string
 	pf   *file.Reader
 	fr   *pqarrow.FileReader
 	sc   *arrow.Schema
 	mem  memory.Allocator
-	rg   int
+	rg   int // the next row group to open
+	// The row group being read: its index, rows not yet read and one
+	// reader per column asked for (released when it ends).
+	cur     int
+	left    int64
+	readers []*pqarrow.ColumnReader
 }
 
 func openParquet(f *os.File, path string, mem memory.Allocator) (b *parquetBatches, err error) {
@@ -82,7 +102,9 @@ func openParquet(f *os.File, path string, mem memory.Allocator) (b *parquetBatch
 		}
 	}()
 	defer recovered(&err)
-	pf, err := file.NewParquetReader(f, file.WithReadProps(parquet.NewReaderProperties(mem)))
+	props := parquet.NewReaderProperties(mem)
+	props.BufferedStreamEnabled, props.BufferSize = true, parquetStreamBytes
+	pf, err := file.NewParquetReader(f, file.WithReadProps(props))
 	if err != nil {
 		return nil, err
 	}
@@ -99,34 +121,62 @@ func openParquet(f *os.File, path string, mem memory.Allocator) (b *parquetBatch
 
 func (p *parquetBatches) schema() *arrow.Schema { return p.sc }
 func (p *parquetBatches) unit() string          { return "row group" }
-func (p *parquetBatches) close() error          { return p.pf.Close() }
+func (p *parquetBatches) close() error {
+	p.releaseReaders()
+	return p.pf.Close()
+}
+
+func (p *parquetBatches) releaseReaders() {
+	for _, r := range p.readers {
+		r.Release()
+	}
+	p.readers = p.readers[:0]
+}
 
 func (p *parquetBatches) next(ctx context.Context, cols []int) (batch, error) {
-	if p.rg == p.pf.NumRowGroups() {
-		return batch{}, io.EOF
+	for p.left == 0 {
+		p.releaseReaders()
+		if p.rg == p.pf.NumRowGroups() {
+			return batch{}, io.EOF
+		}
+		p.cur, p.left = p.rg, p.pf.MetaData().RowGroup(p.rg).NumRows()
+		p.rg++
+		if p.left == 0 {
+			continue
+		}
+		for _, c := range cols {
+			r, err := p.open(ctx, p.cur, c)
+			if err != nil {
+				p.left = 0
+				return batch{}, fmt.Errorf("row group %d, column %q: %w", p.cur, p.sc.Field(c).Name, err)
+			}
+			p.readers = append(p.readers, r)
+		}
 	}
-	b := batch{index: p.rg, rows: int(p.pf.MetaData().RowGroup(p.rg).NumRows())}
-	p.rg++
-	for _, c := range cols {
-		a, err := p.column(ctx, b.index, c)
+	n := min(p.left, parquetBatchRows)
+	p.left -= n
+	b := batch{index: p.cur, rows: int(n), ends: p.left == 0}
+	for i, r := range p.readers {
+		a, err := p.read(r, n)
 		if err == nil && a.Len() != b.rows {
 			a.Release()
-			err = fmt.Errorf("%d values in a row group of %d rows", a.Len(), b.rows)
+			err = fmt.Errorf("%d values for %d rows", a.Len(), b.rows)
 		}
 		if err != nil {
 			b.release()
-			return batch{}, fmt.Errorf("row group %d, column %q: %w", b.index, p.sc.Field(c).Name, err)
+			p.left = 0
+			return batch{}, fmt.Errorf("row group %d, column %q: %w", b.index, p.sc.Field(cols[i]).Name, err)
 		}
 		b.cols = append(b.cols, a)
 	}
 	return b, nil
 }
 
-// column reads column c of row group rg as one array.
-func (p *parquetBatches) column(ctx context.Context, rg, c int) (a arrow.Array, err error) {
+// open is a reader of column c (its leaves) in row group rg: a
+// ColumnReader released by the caller (RowGroup(rg).Column(c) would leave
+// its buffers to the garbage collector).
+func (p *parquetBatches) open(ctx context.Context, rg, c int) (r *pqarrow.ColumnReader, err error) {
 	defer recovered(&err)
-	// GetFieldReader, not RowGroup(rg).Column(c).Read, which leaves its
-	// column reader (and its buffers) to the garbage collector.
 	leaves := map[int]bool{}
 	var leaf func(f *pqarrow.SchemaField)
 	leaf = func(f *pqarrow.SchemaField) {
@@ -138,12 +188,13 @@ func (p *parquetBatches) column(ctx context.Context, rg, c int) (a arrow.Array, 
 		}
 	}
 	leaf(&p.fr.Manifest.Fields[c])
-	rdr, err := p.fr.GetFieldReader(ctx, c, leaves, []int{rg})
-	if err != nil {
-		return nil, err
-	}
-	defer rdr.Release()
-	ch, err := p.fr.ReadColumn([]int{rg}, rdr)
+	return p.fr.GetFieldReader(ctx, c, leaves, []int{rg})
+}
+
+// read reads the next n rows of r's column as one array.
+func (p *parquetBatches) read(r *pqarrow.ColumnReader, n int64) (a arrow.Array, err error) {
+	defer recovered(&err)
+	ch, err := r.NextBatch(n)
 	if err != nil {
 		return nil, err
 	}
@@ -154,7 +205,7 @@ func (p *parquetBatches) column(ctx context.Context, rg, c int) (a arrow.Array, 
 	case 1:
 		chunks[0].Retain()
 		return chunks[0], nil
-	default: // a row group's strings past 2 GiB
+	default: // a batch's strings past 2 GiB
 		return array.Concatenate(chunks, p.mem)
 	}
 }
@@ -247,7 +298,7 @@ func (a *arrowBatches) next(_ context.Context, cols []int) (b batch, err error) 
 		rec.Retain()
 	}
 	defer rec.Release()
-	b = batch{index: a.i, rows: int(rec.NumRows())}
+	b = batch{index: a.i, rows: int(rec.NumRows()), ends: true}
 	a.i++
 	for _, c := range cols {
 		col := rec.Column(c)
