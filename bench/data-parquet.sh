@@ -60,5 +60,6 @@ done
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 col() { local -n arr=$1; for x in "${arr[@]}"; do echo "$x" | awk -v c="$2" '{print (c==0) ? $1 : $2/$3}'; done | median; }
 pr=$(col pq 0); jr=$(col js 0); pt=$(col pq 1); jt=$(col js 1)
-printf 'peak RSS:          parquet %.0f MiB, jsonl %.0f MiB: parquet/jsonl %.3f\n' "$(echo "$pr/1024" | bc -l)" "$(echo "$jr/1024" | bc -l)" "$(echo "$pr/$jr" | bc -l)"
-printf 'tokenization rate: parquet %.2f M tokens/s, jsonl %.2f M tokens/s: jsonl/parquet %.3f\n' "$(echo "$pt/1e6" | bc -l)" "$(echo "$jt/1e6" | bc -l)" "$(echo "$jt/$pt" | bc -l)"
+awk -v pr="$pr" -v jr="$jr" -v pt="$pt" -v jt="$jt" 'BEGIN {
+  printf "peak RSS:          parquet %.0f MiB, jsonl %.0f MiB: parquet/jsonl %.3f\n", pr/1024, jr/1024, pr/jr
+  printf "tokenization rate: parquet %.2f M tokens/s, jsonl %.2f M tokens/s: jsonl/parquet %.3f\n", pt/1e6, jt/1e6, jt/pt }'

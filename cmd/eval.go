@@ -108,7 +108,8 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 	if err == nil && f.Examples() {
 		jsonl = true
 		if c.Bool("bos") {
-			return usagef("eval: --bos: --data %s is %s, whose examples take the tokenizer's special tokens as training adds them; --bos is for raw text", c.String("data"), f)
+			name := map[data.Format]string{data.JSONL: "JSONL", data.Parquet: "Parquet", data.Arrow: "Arrow"}[f]
+			return usagef("eval: --bos: --data %s is %s, whose examples take the tokenizer's special tokens as training adds them; --bos is for raw text", c.String("data"), name)
 		}
 	}
 	var ts *tokenStream
