@@ -5,51 +5,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/internal/tabletest"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 )
 
-// parquetFixture is one file of data/testdata/npm/gen.mjs's spec: written
-// by apache-arrow and parquet-wasm from npm, a writer independent of the
-// arrow-go reader under test.
-type parquetFixture struct {
-	Name         string           `json:"name"`
-	Format       string           `json:"format"` // parquet, arrow-stream, arrow-file
-	Compression  string           `json:"compression,omitempty"`
-	Dictionary   *bool            `json:"dictionary,omitempty"`
-	RowGroupRows int              `json:"row_group_rows,omitempty"`
-	BatchRows    int              `json:"batch_rows,omitempty"`
-	Schema       []map[string]any `json:"schema"`
-	Rows         []map[string]any `json:"rows"`
-}
-
-// writeFixtures writes files under dir with the npm writer; it fails the
-// test (never skips it) when node or the packages are missing.
-func writeFixtures(t *testing.T, dir string, files ...parquetFixture) {
-	t.Helper()
-	spec, err := json.Marshal(map[string]any{"out": dir, "files": files})
-	if err != nil {
-		t.Fatal(err)
-	}
-	specPath := filepath.Join(t.TempDir(), "spec.json")
-	if err := os.WriteFile(specPath, spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gen, err := filepath.Abs("../data/testdata/npm/gen.mjs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("node", gen, specPath).CombinedOutput(); err != nil {
-		t.Fatalf("the npm Parquet/Arrow writer (node %s; install with .ci/setup): %v\n%s", gen, err, out)
-	}
-}
-
 // chatSchema is the messages column as Hugging Face datasets write it.
-var chatSchema = []map[string]any{{"name": "messages", "type": "list<struct<role:string,content:string>>"}}
+var chatSchema = []tabletest.Field{{Name: "messages", Type: "list<struct<role:string,content:string>>"}}
 
 // chatRows is n generated conversations (from seed) as rows of a
 // messages column, some with a system message; every 9th row's messages
@@ -108,11 +73,11 @@ func TestTrainParquetAsJSONL(t *testing.T) {
 	rows := chatRows(180, 1)
 	dir := t.TempDir()
 	no := false
-	writeFixtures(t, dir,
-		parquetFixture{Name: "shards/train-00000-of-00002.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: 25, Schema: chatSchema, Rows: rows[:90]},
-		parquetFixture{Name: "shards/train-00001-of-00002.parquet", Format: "parquet", Compression: "snappy", Dictionary: &no, RowGroupRows: 40, Schema: chatSchema, Rows: rows[90:]},
-		parquetFixture{Name: "saved/data-00000-of-00002.arrow", Format: "arrow-stream", BatchRows: 30, Schema: chatSchema, Rows: rows[:100]},
-		parquetFixture{Name: "saved/data-00001-of-00002.arrow", Format: "arrow-stream", BatchRows: 30, Schema: chatSchema, Rows: rows[100:]},
+	tabletest.Write(t, dir,
+		tabletest.Fixture{Name: "shards/train-00000-of-00002.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: 25, Schema: chatSchema, Rows: rows[:90]},
+		tabletest.Fixture{Name: "shards/train-00001-of-00002.parquet", Format: "parquet", Compression: "snappy", Dictionary: &no, RowGroupRows: 40, Schema: chatSchema, Rows: rows[90:]},
+		tabletest.Fixture{Name: "saved/data-00000-of-00002.arrow", Format: "arrow-stream", BatchRows: 30, Schema: chatSchema, Rows: rows[:100]},
+		tabletest.Fixture{Name: "saved/data-00001-of-00002.arrow", Format: "arrow-stream", BatchRows: 30, Schema: chatSchema, Rows: rows[100:]},
 	)
 	saved := filepath.Join(dir, "saved")
 	for name, content := range map[string]string{
@@ -192,7 +157,7 @@ func TestTrainParquetAsJSONL(t *testing.T) {
 	}
 
 	// A shard rewritten under the run: its resume is refused naming it.
-	writeFixtures(t, dir, parquetFixture{Name: "shards/train-00001-of-00002.parquet", Format: "parquet", Compression: "zstd", Schema: chatSchema, Rows: rows[91:]})
+	tabletest.Write(t, dir, tabletest.Fixture{Name: "shards/train-00001-of-00002.parquet", Format: "parquet", Compression: "zstd", Schema: chatSchema, Rows: rows[91:]})
 	_, stderr, err := runApp(t, "train", "--resume", run, "--data", shards, "--steps", "6", "--out", run, "--no-progress")
 	if err == nil || !strings.Contains(err.Error()+stderr, "train-00001-of-00002.parquet") {
 		t.Errorf("resume on a rewritten shard: err %v, want a refusal naming train-00001-of-00002.parquet\n%s", err, stderr)
@@ -210,8 +175,8 @@ func TestDataColumnsResume(t *testing.T) {
 		dialog[i] = map[string]any{"dialog": r["messages"], "id": int64(i)}
 	}
 	dir := t.TempDir()
-	writeFixtures(t, dir, parquetFixture{Name: "d.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: 32,
-		Schema: []map[string]any{{"name": "id", "type": "int64"}, {"name": "dialog", "type": "list<struct<role:string,content:string>>"}}, Rows: dialog})
+	tabletest.Write(t, dir, tabletest.Fixture{Name: "d.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: 32,
+		Schema: []tabletest.Field{{Name: "id", Type: "int64"}, {Name: "dialog", Type: "list<struct<role:string,content:string>>"}}, Rows: dialog})
 	pq := filepath.Join(dir, "d.parquet")
 	jsonl := writeFile(t, "chat.jsonl", rowsJSONL(t, rows))
 	cfg := jobConfig(t, 3, "cpu", "cpu", "")

@@ -35,20 +35,20 @@ func textRows(n, size int) []tableRowJS {
 // nothing to read, a DatasetDict's split without its state.json.
 func TestTableRefused(t *testing.T) {
 	dir := t.TempDir()
-	text := []tableField{{"text", "string"}}
+	text := []tableField{{Name: "text", Type: "string"}}
 	writeTables(t, dir,
-		tableFixture{Name: "cols.parquet", Format: "parquet", Schema: []tableField{{"question", "string"}, {"n", "int64"}}, Rows: []tableRowJS{{"question": "q", "n": 1}}},
-		tableFixture{Name: "int.parquet", Format: "parquet", Schema: []tableField{{"text", "int64"}}, Rows: []tableRowJS{{"text": 5}}},
-		tableFixture{Name: "msgs.arrow", Format: "arrow-stream", Schema: []tableField{{"messages", "list<string>"}}, Rows: []tableRowJS{{"messages": []any{"hi"}}}},
-		tableFixture{Name: "role.parquet", Format: "parquet", Schema: []tableField{{"messages", "list<struct<role:int64,content:string>>"}}, Rows: []tableRowJS{{"messages": []any{map[string]any{"role": 1, "content": "x"}}}}},
+		tableFixture{Name: "cols.parquet", Format: "parquet", Schema: []tableField{{Name: "question", Type: "string"}, {Name: "n", Type: "int64"}}, Rows: []tableRowJS{{"question": "q", "n": 1}}},
+		tableFixture{Name: "int.parquet", Format: "parquet", Schema: []tableField{{Name: "text", Type: "int64"}}, Rows: []tableRowJS{{"text": 5}}},
+		tableFixture{Name: "msgs.arrow", Format: "arrow-stream", Schema: []tableField{{Name: "messages", Type: "list<string>"}}, Rows: []tableRowJS{{"messages": []any{"hi"}}}},
+		tableFixture{Name: "role.parquet", Format: "parquet", Schema: []tableField{{Name: "messages", Type: "list<struct<role:int64,content:string>>"}}, Rows: []tableRowJS{{"messages": []any{map[string]any{"role": 1, "content": "x"}}}}},
 		tableFixture{Name: "pages.parquet", Format: "parquet", Compression: "none", Dictionary: ptr(false), RowGroupRows: 10, Schema: text, Rows: textRows(30, 100)},
 		tableFixture{Name: "cut.parquet", Format: "parquet", Schema: text, Rows: textRows(10, 10)},
-		tableFixture{Name: "narrator.arrow", Format: "arrow-file", Schema: []tableField{{"conversations", "list<struct<from:string,value:string>>"}},
+		tableFixture{Name: "narrator.arrow", Format: "arrow-file", Schema: []tableField{{Name: "conversations", Type: "list<struct<from:string,value:string>>"}},
 			Rows: []tableRowJS{{"conversations": []any{map[string]any{"from": "human", "value": "a"}, map[string]any{"from": "gpt", "value": "b"}}},
 				{"conversations": []any{map[string]any{"from": "narrator", "value": "a"}}}}},
 		tableFixture{Name: "nulls.parquet", Format: "parquet", Schema: text, Rows: []tableRowJS{{"text": nil}, {}}},
 		tableFixture{Name: "shards/a.parquet", Format: "parquet", Schema: text, Rows: textRows(3, 10)},
-		tableFixture{Name: "shards/b.parquet", Format: "parquet", Schema: []tableField{{"body", "string"}}, Rows: []tableRowJS{{"body": "x"}}},
+		tableFixture{Name: "shards/b.parquet", Format: "parquet", Schema: []tableField{{Name: "body", Type: "string"}}, Rows: []tableRowJS{{"body": "x"}}},
 		tableFixture{Name: "saved/data-00000-of-00002.arrow", Format: "arrow-stream", Schema: text, Rows: textRows(3, 10)},
 	)
 	p := func(name string) string { return filepath.Join(dir, name) }
@@ -120,7 +120,7 @@ func TestTableRefused(t *testing.T) {
 func TestDetectTables(t *testing.T) {
 	dir := t.TempDir()
 	rows := textRows(5, 10)
-	text := []tableField{{"text", "string"}}
+	text := []tableField{{Name: "text", Type: "string"}}
 	writeTables(t, dir,
 		tableFixture{Name: "a.jsonl", Format: "parquet", Schema: text, Rows: rows},
 		tableFixture{Name: "a.txt", Format: "parquet", Schema: text, Rows: rows},
@@ -172,7 +172,7 @@ func TestDetectTables(t *testing.T) {
 // an error wrapping context.Canceled and nothing left in Options.Dir.
 func TestTableStops(t *testing.T) {
 	dir := t.TempDir()
-	text := []tableField{{"text", "string"}}
+	text := []tableField{{Name: "text", Type: "string"}}
 	writeTables(t, dir,
 		tableFixture{Name: "groups.parquet", Format: "parquet", RowGroupRows: 30, Schema: text, Rows: textRows(300, 10)},
 		tableFixture{Name: "one.arrow", Format: "arrow-stream", Schema: text, Rows: textRows(3*tableStopRows, 10)},
@@ -231,7 +231,7 @@ func (a *peakAllocator) Free(b []byte) { a.add(-len(b)); a.Allocator.Free(b) }
 func TestTableStreams(t *testing.T) {
 	const groups, per = 40, 25
 	dir := t.TempDir()
-	text := []tableField{{"text", "string"}}
+	text := []tableField{{Name: "text", Type: "string"}}
 	rows := textRows(groups*per, 4000)
 	writeTables(t, dir,
 		tableFixture{Name: "big.parquet", Format: "parquet", Compression: "snappy", RowGroupRows: per, Schema: text, Rows: rows},
@@ -279,7 +279,7 @@ func TestTableStreams(t *testing.T) {
 // gives, and a panic of its readers is caught (recovered).
 func TestTableDamaged(t *testing.T) {
 	dir := t.TempDir()
-	schema := []tableField{{"messages", "list<struct<role:string,content:string>>"}}
+	schema := []tableField{{Name: "messages", Type: "list<struct<role:string,content:string>>"}}
 	var rows []tableRowJS
 	for i := range 60 {
 		rows = append(rows, tableRowJS{"messages": []any{map[string]any{"role": "user", "content": fmt.Sprint("q", i)}, map[string]any{"role": "assistant", "content": fmt.Sprint("a", i)}}})
@@ -329,7 +329,7 @@ func TestParquetRowGroupInBatches(t *testing.T) {
 	const n, size = 12000, 2000
 	dir := t.TempDir()
 	writeTables(t, dir, tableFixture{Name: "one.parquet", Format: "parquet", Compression: "zstd", RowGroupRows: n,
-		Schema: []tableField{{"text", "string"}}, Rows: textRows(n, size)})
+		Schema: []tableField{{Name: "text", Type: "string"}}, Rows: textRows(n, size)})
 	path := filepath.Join(dir, "one.parquet")
 	w, err := newTokenWriter(t.TempDir(), 256)
 	if err != nil {

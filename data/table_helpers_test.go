@@ -2,60 +2,23 @@ package data
 
 import (
 	"encoding/json"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/strata-ai/strata/internal/tabletest"
 )
 
-// tableFixture is one file of data/testdata/npm/gen.mjs's spec: written by
-// apache-arrow and parquet-wasm from npm (arrow-rs's parquet crate), a
-// writer independent of the arrow-go reader under test.
-type tableFixture struct {
-	Name         string       `json:"name"`
-	Format       string       `json:"format"` // parquet, arrow-stream, arrow-file
-	Compression  string       `json:"compression,omitempty"`
-	Dictionary   *bool        `json:"dictionary,omitempty"`
-	RowGroupRows int          `json:"row_group_rows,omitempty"`
-	BatchRows    int          `json:"batch_rows,omitempty"`
-	Schema       []tableField `json:"schema"`
-	Rows         []tableRowJS `json:"rows"`
-}
-
+// The tests' tables, written by the npm writer (internal/tabletest).
 type (
-	tableField struct {
-		Name string `json:"name"`
-		Type string `json:"type"`
-	}
-	tableRowJS = map[string]any
+	tableFixture = tabletest.Fixture
+	tableField   = tabletest.Field
+	tableRowJS   = map[string]any
 )
 
-// writeTables writes files under dir with the npm writer. It fails the
-// test, never skips it, when node or the packages are missing.
+// writeTables writes files under dir with the npm writer.
 func writeTables(t *testing.T, dir string, files ...tableFixture) {
 	t.Helper()
-	gen, err := filepath.Abs("testdata/npm/gen.mjs")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Fatalf("node is not installed: the Parquet and Arrow fixtures are written by %s; run .ci/setup", gen)
-	}
-	if _, err := os.Stat(filepath.Join(filepath.Dir(gen), "node_modules", "apache-arrow")); err != nil {
-		t.Fatalf("the npm packages of %s are not installed: run .ci/setup (or npm ci in %s)", gen, filepath.Dir(gen))
-	}
-	spec, err := json.Marshal(map[string]any{"out": dir, "files": files})
-	if err != nil {
-		t.Fatal(err)
-	}
-	specPath := filepath.Join(t.TempDir(), "spec.json")
-	if err := os.WriteFile(specPath, spec, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("node", gen, specPath).CombinedOutput(); err != nil {
-		t.Fatalf("node %s: %v\n%s", gen, err, out)
-	}
+	tabletest.Write(t, dir, files...)
 }
 
 // jsonlOf is rows as JSONL lines, leaving out those skip says.

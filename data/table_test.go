@@ -36,7 +36,7 @@ func conventionCases() []conventionCase {
 	nth := func(i int) bool { return i%7 == 6 }
 	return []conventionCase{
 		{ConvText, func(s string) []tableField {
-			return []tableField{{"id", "int64"}, {"text", s}}
+			return []tableField{{Name: "id", Type: "int64"}, {Name: "text", Type: s}}
 		}, func(i int) tableRowJS {
 			r := tableRowJS{"id": i, "text": fmt.Sprintf("row %d: the quick brown fox", i)}
 			if nth(i) {
@@ -46,7 +46,7 @@ func conventionCases() []conventionCase {
 		}, func(r tableRowJS) bool { return r["text"] == nil }, []string{"text"},
 			"[<B>row 1: the quick brown fox<E>]", nil},
 		{ConvCompletion, func(s string) []tableField {
-			return []tableField{{"prompt", s}, {"completion", s}, {"score", "float64"}}
+			return []tableField{{Name: "prompt", Type: s}, {Name: "completion", Type: s}, {Name: "score", Type: "float64"}}
 		}, func(i int) tableRowJS {
 			r := tableRowJS{"prompt": fmt.Sprintf("%d+%d=", i, i), "completion": fmt.Sprint(2 * i), "score": 0.5}
 			if nth(i) {
@@ -56,7 +56,7 @@ func conventionCases() []conventionCase {
 		}, func(r tableRowJS) bool { return r["completion"] == nil }, []string{"prompt", "completion"},
 			"<B>1+1=[2<E>]", nil},
 		{ConvMessages, func(s string) []tableField {
-			return []tableField{{"messages", fmt.Sprintf("list<struct<role:%s,content:%s>>", s, s)}, {"prompt", s}}
+			return []tableField{{Name: "messages", Type: fmt.Sprintf("list<struct<role:%s,content:%s>>", s, s)}, {Name: "prompt", Type: s}}
 		}, func(i int) tableRowJS {
 			msgs := []any{map[string]any{"role": "user", "content": fmt.Sprintf("q%d", i)}, map[string]any{"role": "assistant", "content": fmt.Sprintf("a%d", i)}}
 			if i%4 == 0 {
@@ -70,7 +70,7 @@ func conventionCases() []conventionCase {
 		}, func(r tableRowJS) bool { return r["messages"] == nil }, []string{"messages"},
 			"<|im_start|>user\nq1<|im_end|>\n<|im_start|>assistant\n[a1<|im_end|>\n]", nil},
 		{ConvShareGPT, func(s string) []tableField {
-			return []tableField{{"conversations", fmt.Sprintf("list<struct<from:%s,value:%s,weight:float64>>", s, s)}}
+			return []tableField{{Name: "conversations", Type: fmt.Sprintf("list<struct<from:%s,value:%s,weight:float64>>", s, s)}}
 		}, func(i int) tableRowJS {
 			human, gpt := []string{"human", "user"}[i%2], []string{"gpt", "assistant", "bot", "chatgpt"}[i%4]
 			conv := []any{map[string]any{"from": human, "value": fmt.Sprintf("q%d", i)}, map[string]any{"from": gpt, "value": fmt.Sprintf("a%d", i), "weight": 1.0}}
@@ -94,7 +94,7 @@ func conventionCases() []conventionCase {
 				return tableRowJS{"messages": msgs}
 			}},
 		{ConvAlpaca, func(s string) []tableField {
-			return []tableField{{"instruction", s}, {"input", s}, {"output", s}, {"system", s}, {"text", s}}
+			return []tableField{{Name: "instruction", Type: s}, {Name: "input", Type: s}, {Name: "output", Type: s}, {Name: "system", Type: s}, {Name: "text", Type: s}}
 		}, func(i int) tableRowJS {
 			r := tableRowJS{"instruction": fmt.Sprintf("Add %d and %d.", i, i), "input": []any{"", "in put", nil}[i%3], "output": fmt.Sprint(2 * i),
 				"text": "the rendered prompt (tatsu-lab/alpaca's), not read"}
@@ -254,8 +254,8 @@ func TestTableColumns(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeTables(t, dir,
-		tableFixture{Name: "qa.parquet", Format: "parquet", RowGroupRows: 5, Schema: []tableField{{"question", "string"}, {"answer", "string"}}, Rows: qa},
-		tableFixture{Name: "dialog.arrow", Format: "arrow-stream", BatchRows: 5, Schema: []tableField{{"dialog", "list<struct<speaker:string,text:string,lang:string>>"}}, Rows: dialog})
+		tableFixture{Name: "qa.parquet", Format: "parquet", RowGroupRows: 5, Schema: []tableField{{Name: "question", Type: "string"}, {Name: "answer", Type: "string"}}, Rows: qa},
+		tableFixture{Name: "dialog.arrow", Format: "arrow-stream", BatchRows: 5, Schema: []tableField{{Name: "dialog", Type: "list<struct<speaker:string,text:string,lang:string>>"}}, Rows: dialog})
 	wantQA := open(writeFile(t, "canon.jsonl", jsonlOf(t, canon, nil)), "")
 	wantChat := open(writeFile(t, "chat.jsonl", jsonlOf(t, chat, nil)), "")
 	for _, c := range []struct {
@@ -297,7 +297,7 @@ func TestTableShards(t *testing.T) {
 	for i := range 40 {
 		rows = append(rows, tableRowJS{"text": fmt.Sprintf("example %d", i)})
 	}
-	schema := []tableField{{"text", "string"}}
+	schema := []tableField{{Name: "text", Type: "string"}}
 	dir := t.TempDir()
 	writeTables(t, dir,
 		// Written out of order: the names decide.
