@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/bf16"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/fp16"
 )
 

@@ -9,11 +9,12 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/bf16"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/plan"
@@ -206,7 +207,7 @@ func TimeConfig(c plan.Config, in plan.Inputs, backendName string, warmup, steps
 
 // runSteps builds an engine of the config js and returns the stats of
 // steps steps after warmup.
-func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]engine.StepStats, error) {
+func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]report.StepStats, error) {
 	lookup := func(name string) (config.Shape, error) {
 		if name == in.Model {
 			return config.Shape(in.Shape), nil
@@ -228,7 +229,7 @@ func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]engi
 		return nil, err
 	}
 	defer e.Close()
-	var out []engine.StepStats
+	var out []report.StepStats
 	for i := range warmup + steps {
 		st, err := e.Step()
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
@@ -267,9 +268,9 @@ type StepModeResult struct {
 	Optimizer  float64 // median optimizer phase, seconds
 	// Tier figures summed over the measured steps (offloaded modes).
 	Accesses, Hits  int64
-	Dependent       int64   // engine.TierStats.Dependent
-	HitRate         float64 // engine.TierStats.HitRate: Hits / (Accesses - Dependent)
-	counts          engine.PrefetchCounts
+	Dependent       int64   // report.TierStats.Dependent
+	HitRate         float64 // report.TierStats.HitRate: Hits / (Accesses - Dependent)
+	counts          report.PrefetchCounts
 	Stall           [shard.TierCount]float64 // seconds, summed
 	LinkBytes       [shard.LinkCount]int64   // per step (mean)
 	PeakBytes       [shard.TierCount]int64   // the largest step peak
@@ -278,11 +279,11 @@ type StepModeResult struct {
 	DevicePeakBytes int64 // the largest device's peak of all allocations
 	FinalLoss       float64
 	ParamsIdentical bool           // the params after the run equal the resident mode's, bit for bit
-	Summary         engine.Summary // the engine's at the end (strata bench step --summary prints it)
+	Summary         report.Summary // the engine's at the end (strata bench step --summary prints it)
 	// HostOpt is the host optimizer's time over the measured steps:
 	// cpuadam busy time and what no compute stream hid (exposed), the
-	// optimizer-state waits and their exposed part (engine.HostOptStats).
-	HostOpt engine.HostOptStats
+	// optimizer-state waits and their exposed part (report.HostOptStats).
+	HostOpt report.HostOptStats
 	// RatioSerial is MedianStep over the same mode's serial median (0 when
 	// serial did not run).
 	RatioSerial float64
@@ -615,7 +616,7 @@ func (r *stepRun) rounds(res *StepResult) ([][]float64, error) {
 }
 
 // addTier adds one measured step's tier figures (nil: a resident mode).
-func (mr *StepModeResult) addTier(t *engine.TierStats, steps int) {
+func (mr *StepModeResult) addTier(t *report.TierStats, steps int) {
 	if t == nil {
 		return
 	}

@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/bf16"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )

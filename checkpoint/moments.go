@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/cpuadam"
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/shard"
 )
 

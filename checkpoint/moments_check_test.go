@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/cpuadam"
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/shard"
 )
 

@@ -5,8 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/shard"
 )
 

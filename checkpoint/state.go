@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/lossscale"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"

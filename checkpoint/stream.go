@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"
 	"github.com/strata-ai/strata/shard"

@@ -149,7 +149,7 @@ func TestUsageErrors(t *testing.T) {
 			path = p
 		}
 		var buf strings.Builder
-		if st := report(path, err, &buf); st != 2 {
+		if st := printError(path, err, &buf); st != 2 {
 			t.Errorf("%q: exit status %d, want 2 (%v)", c.args, st, err)
 		}
 		line := buf.String()

@@ -4,8 +4,8 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/bench"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/urfave/cli/v2"
 )
 

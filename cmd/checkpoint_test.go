@@ -9,8 +9,8 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )

@@ -17,6 +17,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/model"
@@ -66,7 +67,7 @@ func TestTrainDataStreamed(t *testing.T) {
 	}
 	defer e.Close()
 	want := map[int64]float64{}
-	if err := e.Run(steps, func(st engine.StepStats) error { want[st.Step] = st.Loss; return nil }); err != nil {
+	if err := e.Run(steps, func(st report.StepStats) error { want[st.Step] = st.Loss; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	sameLosses(t, "--data streamed", stepLosses(t, dir), want, 1, steps)

@@ -12,8 +12,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/estimate"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"

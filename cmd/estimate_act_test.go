@@ -201,7 +201,7 @@ func TestEstimateBatchOverflow(t *testing.T) {
 	} {
 		var out, errOut, line strings.Builder
 		path, err := execute(append([]string{"strata"}, c.args...), &out, &errOut)
-		if st := report(path, err, &line); st != 2 {
+		if st := printError(path, err, &line); st != 2 {
 			t.Errorf("%q: exit status %d, want 2 (%v)\n%s", c.args, st, err, out.String())
 			continue
 		}

@@ -79,7 +79,7 @@ func TestEstimateModelRun(t *testing.T) {
 func TestEstimateConfigWithoutModel(t *testing.T) {
 	cfg := filepath.Join("..", "testdata", "configs", "ds_zero3_offload.json")
 	var stdout, stderr bytes.Buffer
-	code := report("estimate", Run([]string{"strata", "estimate", "--config", cfg}, &stdout, &stderr), &stderr)
+	code := printError("estimate", Run([]string{"strata", "estimate", "--config", cfg}, &stdout, &stderr), &stderr)
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	if code != 2 || stdout.Len() != 0 || len(lines) != 1 || !strings.Contains(lines[0], "names no model (strata.model): give --model") {
 		t.Errorf("estimate --config without strata.model: exit %d, stdout %q, stderr:\n%s", code, stdout.String(), stderr.String())
@@ -95,4 +95,4 @@ func TestEstimateConfigWithoutModel(t *testing.T) {
 }
 
 // exitCode is the exit status Main gives err.
-func exitCode(err error) int { return report("", err, &bytes.Buffer{}) }
+func exitCode(err error) int { return printError("", err, &bytes.Buffer{}) }

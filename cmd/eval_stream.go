@@ -12,6 +12,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
 )
@@ -110,7 +111,7 @@ func runEvalStreamed(c *cli.Context, seq int, stdout, stderr io.Writer) error {
 }
 
 // devicePeak is the largest device's peak of all allocations.
-func devicePeak(s engine.Summary) int64 {
+func devicePeak(s report.Summary) int64 {
 	var n int64
 	for _, d := range s.PerDevice {
 		n = max(n, d.PeakBytes)

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"

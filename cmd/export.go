@@ -10,8 +10,8 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/data"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/tokenizer"

@@ -87,7 +87,7 @@ func TestTrainFP16NoUpdate(t *testing.T) {
 		cfg := writeFile(t, "fp16.json", `{"train_micro_batch_size_per_gpu": 2, "fp16": {"enabled": true, `+c.fp16+`}}`)
 		_, stderr, err := runApp(t, "train", "--config", cfg, "--steps", "6", "--no-progress", "--out", out)
 		var line bytes.Buffer
-		if code := report("train", err, &line); code != 1 || !strings.HasPrefix(line.String(), c.want) {
+		if code := printError("train", err, &line); code != 1 || !strings.HasPrefix(line.String(), c.want) {
 			t.Errorf("%s: exit %d %q, want 1 and %q\n%s", c.fp16, code, line.String(), c.want, stderr)
 		}
 		if _, err := os.Stat(filepath.Join(out, "model.safetensors")); err != nil {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/tokenizer"
 )

@@ -76,7 +76,7 @@ func Main(args []string) int {
 		progName = args[0]
 	}
 	path, err := execute(args, os.Stdout, os.Stderr)
-	status := report(path, err, os.Stderr)
+	status := printError(path, err, os.Stderr)
 	for _, f := range afterReport {
 		f()
 	}
@@ -94,8 +94,8 @@ var progName = "strata"
 // exit, and mpirun, seeing them gone, ends the job.
 var afterReport []func()
 
-// report prints err (if any) on stderr and returns the exit status.
-func report(path string, err error, stderr io.Writer) int {
+// printError prints err (if any) on stderr and returns the exit status.
+func printError(path string, err error, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}

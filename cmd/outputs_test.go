@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/model"
 )
 

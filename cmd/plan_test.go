@@ -186,7 +186,7 @@ func TestPlanAbsurdProfile(t *testing.T) {
 		}
 		out, stderr, err := runApp(t, "plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--profile", prof)
 		var line bytes.Buffer
-		code := report("plan", err, &line)
+		code := printError("plan", err, &line)
 		want := "strata plan: profile " + prof + ": " + c.key + " is not a measured figure"
 		if code != 1 || !strings.HasPrefix(line.String(), want) || !strings.Contains(line.String(), "strata plan --probe") || strings.Count(line.String(), "\n") != 1 {
 			t.Errorf("exit %d %q, want 1 and %q\nstdout %.2000s\nstderr %s", code, line.String(), want, out, stderr)

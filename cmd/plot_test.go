@@ -207,7 +207,7 @@ func TestPlotErrors(t *testing.T) {
 		}
 		path, err := execute(append([]string{"strata"}, args...), &strings.Builder{}, &strings.Builder{})
 		var line strings.Builder
-		status := report(path, err, &line)
+		status := printError(path, err, &line)
 		if status != tc.status || !strings.Contains(line.String(), tc.want) || strings.Count(line.String(), "\n") != 1 {
 			t.Errorf("%q: status %d, %q; want %d, %q", tc.args, status, line.String(), tc.status, tc.want)
 		}

@@ -33,7 +33,7 @@ func TestTrainHostBudgetPastMemAvailable(t *testing.T) {
 }`)
 	var out, errOut, line strings.Builder
 	path, err := execute([]string{"strata", "train", "--no-progress", "--steps", "1", "--config", cfg}, &out, &errOut)
-	if st := report(path, err, &line); st != 1 {
+	if st := printError(path, err, &line); st != 1 {
 		t.Fatalf("exit status %d, want 1 (%v)", st, err)
 	}
 	l := line.String()
@@ -95,7 +95,7 @@ func TestTrainRefusesShortSwapPath(t *testing.T) {
 }`)
 	var out, errOut, line strings.Builder
 	path, err := execute([]string{"strata", "train", "--no-progress", "--steps", "1", "--config", cfg}, &out, &errOut)
-	if st := report(path, err, &line); st != 1 {
+	if st := printError(path, err, &line); st != 1 {
 		t.Fatalf("exit status %d, want 1 (%v)", st, err)
 	}
 	l := line.String()

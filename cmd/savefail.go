@@ -10,7 +10,7 @@ import (
 	"syscall"
 
 	"github.com/strata-ai/strata/checkpoint"
-	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 )
 
 // A save the disk refuses (ENOSPC, EDQUOT, a read-only filesystem, an I/O
@@ -60,7 +60,7 @@ func cause(err error) string {
 // the run (returned); a periodic save warns and the run goes on; a final
 // one is kept for report (lastSaveError). A save that completed (latest
 // names it) and failed after, in its pruning, returns its directory.
-func (l *trainLoop) saveFailed(st engine.StepStats, err error, final bool) (string, error) {
+func (l *trainLoop) saveFailed(st report.StepStats, err error, final bool) (string, error) {
 	if !diskError(err) {
 		return "", err
 	}

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/shard"
@@ -13,7 +13,7 @@ import (
 // formatSummary is the run's summary: a few lines of text with a table
 // per device. A formula of 0 bytes (every model state offloaded, or the
 // fp32 layout, which has no reference formula) has no ratio: "-".
-func formatSummary(s engine.Summary) string {
+func formatSummary(s report.Summary) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "model %s (%s params), stage %d on %d device(s), %s, optimizer on the %s, overlap %s\n",
 		s.Model, units.FormatSize(s.Params), s.Stage, s.Devices, precisionName(s.Precision), s.Optimizer, s.Overlap)
@@ -90,7 +90,7 @@ func ratio(r float64, formulaBytes int64) string {
 // formatTiers is the tier store's lines of the summary. An HBM budget of
 // at most 1 byte is the store's placeholder when params stay on the
 // devices (the store holds no param shards there): "none".
-func formatTiers(t engine.TierSummary) string {
+func formatTiers(t report.TierSummary) string {
 	var b strings.Builder
 	params := "params in " + t.ParamTier
 	if t.ParamTier != shard.HBM.String() && t.BudgetBytes[shard.HBM] <= 1 {
@@ -136,7 +136,7 @@ func precisionName(dt gpu.DType) string {
 // frozenJSON is summary.json's "frozen": the chunks strata.freeze froze,
 // their parameters, and the model state they do not keep (all ranks; the
 // device figure per device, as model_state_peak_bytes is).
-func frozenJSON(s engine.Summary) map[string]any {
+func frozenJSON(s report.Summary) map[string]any {
 	return map[string]any{
 		"chunks":                      s.FrozenChunks,
 		"params":                      s.FrozenParams,
@@ -150,7 +150,7 @@ func frozenJSON(s engine.Summary) map[string]any {
 
 // tierJSON is summary.json's "tier": the tier store's figures in
 // snake_case, bytes per tier and per link by name (shard.Tier, shard.Link).
-func tierJSON(t *engine.TierSummary) map[string]any {
+func tierJSON(t *report.TierSummary) map[string]any {
 	if t == nil {
 		return nil
 	}

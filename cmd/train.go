@@ -20,6 +20,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
@@ -149,7 +150,7 @@ func (n number) MarshalJSON() ([]byte, error) {
 }
 
 // HostOptLine is the host optimizer's time of the runs completed in a step
-// (engine.HostOptStats): cpu adam and its exposed part (no compute stream
+// (report.HostOptStats): cpu adam and its exposed part (no compute stream
 // busy), the waits for its state and their exposed part.
 type HostOptLine struct {
 	AdamSeconds        float64 `json:"adam_s"`
@@ -158,7 +159,7 @@ type HostOptLine struct {
 	IOExposedSeconds   float64 `json:"opt_io_exposed_s"`
 }
 
-func newHostOptLine(e *engine.Engine, h engine.HostOptStats) *HostOptLine {
+func newHostOptLine(e *engine.Engine, h report.HostOptStats) *HostOptLine {
 	if !e.HostOptimizer() {
 		return nil
 	}
@@ -187,7 +188,7 @@ type TierLine struct {
 	BudgetNVMe      int64   `json:"budget_nvme_bytes"`
 }
 
-func newTierLine(t *engine.TierStats) *TierLine {
+func newTierLine(t *report.TierStats) *TierLine {
 	if t == nil {
 		return nil
 	}
@@ -799,7 +800,7 @@ func openTrainTrace(path string) (*timeline.Tracer, *os.File, error) {
 // was one), each atomically under dir: the weights first, so that a disk
 // that fills loses the small summary, not them; a failure names what was
 // written and what was not.
-func writeRunOut(dir string, e *engine.Engine, sum engine.Summary, elapsed time.Duration, ev *EvalLine, st stepTime, stdout io.Writer) error {
+func writeRunOut(dir string, e *engine.Engine, sum report.Summary, elapsed time.Duration, ev *EvalLine, st stepTime, stdout io.Writer) error {
 	path := filepath.Join(dir, "model.safetensors")
 	// A run killed while writing it left .model.safetensors.tmp-PID-*.
 	stale, err := durable.RemoveStale(dir, "model.safetensors")
@@ -880,7 +881,7 @@ func lrHeldAtMin(cfg *config.Config) string {
 		sc.Type, sc.Params.WarmupNumSteps, strings.Join(held, ", "), sc.Params.WarmupMinLR)
 }
 
-func summaryJSON(s engine.Summary, elapsed time.Duration) map[string]any {
+func summaryJSON(s report.Summary, elapsed time.Duration) map[string]any {
 	var devs []deviceJSON
 	for _, d := range s.PerDevice {
 		devs = append(devs, deviceJSON{d.Device, d.ModelStatePeakBytes, d.Formula, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes,

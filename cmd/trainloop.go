@@ -17,6 +17,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/hf"
@@ -92,14 +93,14 @@ type trainLoop struct {
 	firstEval, lastEval *EvalLine // the run's first and last evaluations
 	// prefetch and links sum the steps' tier figures (with a tier store):
 	// the progress line's hit rate and NVMe bytes over the run so far.
-	prefetch engine.PrefetchCounts
+	prefetch report.PrefetchCounts
 	links    [shard.LinkCount]int64
 
 	checked int64       // the last step whose end looked for a signal (under intr.mu)
 	saving  atomic.Bool // a checkpoint is being written
 
 	t0          time.Time
-	first, last engine.StepStats
+	first, last report.StepStats
 	secs        []float64    // every step's time, for the median beside strata plan's prediction
 	machine     plan.Machine // this machine, to find its profile
 	moved       int64        // bytes, all links, since the run started
@@ -135,7 +136,7 @@ func (l *trainLoop) run() error {
 
 // step is Engine.Run's callback: it records and shows st, saves a
 // checkpoint when one is due, and stops the run when a signal asked to.
-func (l *trainLoop) step(st engine.StepStats) error {
+func (l *trainLoop) step(st report.StepStats) error {
 	if l.first.Step == 0 {
 		l.first = st
 	}
@@ -214,7 +215,7 @@ func (l *trainLoop) step(st engine.StepStats) error {
 
 // writeLine appends st (and the evaluation after it, if any) to
 // steps.jsonl (with --out).
-func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
+func (l *trainLoop) writeLine(st report.StepStats, ev *EvalLine) error {
 	if l.jsonl == nil {
 		return nil
 	}
@@ -236,7 +237,7 @@ func (l *trainLoop) writeLine(st engine.StepStats, ev *EvalLine) error {
 
 // show moves the progress bar, or prints a line every steps_per_print
 // steps and at the last.
-func (l *trainLoop) show(st engine.StepStats) {
+func (l *trainLoop) show(st report.StepStats) {
 	tiers := ""
 	if t := st.Tier; t != nil {
 		// Over the run so far, as the summary counts them at its end.
@@ -273,7 +274,7 @@ func (l *trainLoop) show(st engine.StepStats) {
 
 // save writes a training checkpoint of the step just run under
 // --out DIR/checkpoints/ and returns its directory.
-func (l *trainLoop) save(st engine.StepStats) (string, error) {
+func (l *trainLoop) save(st report.StepStats) (string, error) {
 	ts := time.Now()
 	l.saving.Store(true)
 	l.fails.saves++
@@ -437,7 +438,7 @@ func openMonitors(cfg *config.Config, out string, resumeX int64, stderr io.Write
 // stepEvents are st's scalars for the monitors, at x = the samples trained
 // (DeepSpeed's global_samples): DeepSpeed's tags, then Strata's, named
 // after steps.jsonl's keys (README's "Monitors").
-func (l *trainLoop) stepEvents(st engine.StepStats, ev *EvalLine) []monitor.Event {
+func (l *trainLoop) stepEvents(st report.StepStats, ev *EvalLine) []monitor.Event {
 	x := st.Step * int64(l.cfg.TrainBatchSize)
 	var es []monitor.Event
 	add := func(tag string, v float64) { es = append(es, monitor.Event{Tag: tag, Value: v, X: x}) }
@@ -468,7 +469,7 @@ func (l *trainLoop) stepEvents(st engine.StepStats, ev *EvalLine) []monitor.Even
 
 // write hands st's events to every monitor; a step the disk refuses is
 // warned about (the first of a run of failures) and counted.
-func (m *monitors) write(l *trainLoop, st engine.StepStats, ev *EvalLine) error {
+func (m *monitors) write(l *trainLoop, st report.StepStats, ev *EvalLine) error {
 	if m == nil {
 		return nil
 	}

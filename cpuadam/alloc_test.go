@@ -3,7 +3,7 @@ package cpuadam
 import (
 	"testing"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 )
 
 func TestNoAllocPerCall(t *testing.T) {

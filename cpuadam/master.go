@@ -5,7 +5,7 @@ import (
 	"math"
 	"unsafe"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 )
 
 // Remainder is an fp32 master kept as its bf16 param plus what the param

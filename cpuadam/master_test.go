@@ -7,8 +7,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/bf16"
-	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // remainderOf is masters x split against their bf16 params (returned).

@@ -7,8 +7,8 @@ import (
 
 	"github.com/strata-ai/strata/internal/fp16"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/bf16"
-	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // Moments is the stored precision of Adam's first and second moments (m

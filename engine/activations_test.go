@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
@@ -268,7 +269,7 @@ func TestCheckpointingTiered(t *testing.T) {
 	}
 }
 
-func stepNorms(st []StepStats) []float64 {
+func stepNorms(st []report.StepStats) []float64 {
 	out := make([]float64, len(st))
 	for i, s := range st {
 		out[i] = s.GradNorm

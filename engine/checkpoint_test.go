@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
@@ -23,7 +24,7 @@ import (
 func trainFor(t *testing.T, e *Engine, steps int) []float64 {
 	t.Helper()
 	var losses []float64
-	if err := e.Run(steps, func(st StepStats) error {
+	if err := e.Run(steps, func(st report.StepStats) error {
 		losses = append(losses, st.Loss)
 		return nil
 	}); err != nil {

@@ -92,14 +92,14 @@ type Engine struct {
 	// registration is the outcome of registering each pinned pool with
 	// the devices (Options.HostRegistrar), in the order notePinned met
 	// them.
-	registration []HostRegistration
+	registration []report.HostRegistration
 
-	overlap  string       // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
-	upd      updater      // the optimizer's strategy (update.go), chosen in New
-	grads    gradPath     // the stage's gradient rule (stages.go), chosen in New
-	fwdOrder []int        // the chunks in the order the forward first reads them (the host optimizer's order)
-	t0       time.Time    // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
-	hostOpt  HostOptStats // the host optimizer's figures of every run taken so far
+	overlap  string              // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
+	upd      updater             // the optimizer's strategy (update.go), chosen in New
+	grads    gradPath            // the stage's gradient rule (stages.go), chosen in New
+	fwdOrder []int               // the chunks in the order the forward first reads them (the host optimizer's order)
+	t0       time.Time           // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
+	hostOpt  report.HostOptStats // the host optimizer's figures of every run taken so far
 	// normRanks is how many ranks' sums of squares make the norm: rank
 	// 0's alone at stage 0 (each holds the whole reduced gradient), else
 	// every rank's shard.
@@ -402,7 +402,7 @@ func (e *Engine) notePinned() {
 		case !res.Locked:
 			e.notes = append(e.notes, fmt.Sprintf("pinned host memory %s: %s", units.FormatBytes(budget), res.LockNote))
 		}
-		reg := HostRegistration{Pool: p.name, Bytes: p.pool.Stats().BudgetBytes, Outcome: report.RegistrationNone}
+		reg := report.HostRegistration{Pool: p.name, Bytes: p.pool.Stats().BudgetBytes, Outcome: report.RegistrationNone}
 		if r := e.opts.HostRegistrar; r != nil {
 			// Best effort: unregistered, the copies still work (staged
 			// by the driver through its own page-locked buffers).
@@ -475,16 +475,16 @@ func (e *Engine) LR(step int64) float64 { return e.cfg.LR(int(step - 1)) }
 // each rank's shard on the device or the host. A non-finite loss or
 // gradient returns an error wrapping model.ErrNonFinite and leaves the
 // parameters unchanged.
-func (e *Engine) Step() (StepStats, error) {
+func (e *Engine) Step() (report.StepStats, error) {
 	if e.closed {
 		panic("engine: Step after Close")
 	}
 	if e.opts.Inference {
-		return StepStats{}, errors.New("engine: Step of an inference engine (Options.Inference): it evaluates, it does not train")
+		return report.StepStats{}, errors.New("engine: Step of an inference engine (Options.Inference): it evaluates, it does not train")
 	}
 	start := time.Now()
 	step := e.step + 1
-	st := StepStats{Step: step, LR: e.LR(e.updates() + 1), ClipCoef: 1, Tokens: e.TokensPerStep(), LossScale: e.LossScale()}
+	st := report.StepStats{Step: step, LR: e.LR(e.updates() + 1), ClipCoef: 1, Tokens: e.TokensPerStep(), LossScale: e.LossScale()}
 
 	if err := e.readBatches(step); err != nil {
 		return st, err
@@ -620,10 +620,10 @@ func (e *Engine) stepValues() (losses, norms []float64, err error) {
 
 // takeHostOpt moves the host optimizer's figures of the runs completed
 // since the last step into st and the run's totals.
-func (e *Engine) takeHostOpt(st *StepStats) {
+func (e *Engine) takeHostOpt(st *report.StepStats) {
 	for _, r := range e.ranks {
 		st.HostOpt.Add(r.hostFig)
-		r.hostFig = HostOptStats{}
+		r.hostFig = report.HostOptStats{}
 	}
 	e.hostOpt.Add(st.HostOpt)
 }
@@ -658,7 +658,7 @@ func (e *Engine) abortNext() {
 
 // Run runs steps optimizer steps, calling fn (when not nil) after each; an
 // error from fn stops the run and is returned as is.
-func (e *Engine) Run(steps int, fn func(StepStats) error) error {
+func (e *Engine) Run(steps int, fn func(report.StepStats) error) error {
 	for range steps {
 		st, err := e.Step()
 		if err != nil {

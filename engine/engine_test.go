@@ -9,6 +9,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/data"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/internal/leaktest"
@@ -159,7 +160,7 @@ func runEngine(t testing.TB, s runSpec, steps int) (result, *Engine) {
 	t.Helper()
 	e := newTestEngine(t, s)
 	var res result
-	err := e.Run(steps, func(st StepStats) error {
+	err := e.Run(steps, func(st report.StepStats) error {
 		res.losses = append(res.losses, st.Loss)
 		res.norms = append(res.norms, st.GradNorm)
 		return nil
@@ -336,7 +337,7 @@ func layoutFiguresN(lens []int, n, stage int, offload bool, persistence int) lay
 // checkLayoutBytes compares a device's summary with layoutFiguresN, to the
 // byte: the measured model-state peak is formula + padding + persistent,
 // and each figure is the summary's.
-func checkLayoutBytes(t *testing.T, e *Engine, d DeviceSummary, offload bool, persistence int) {
+func checkLayoutBytes(t *testing.T, e *Engine, d report.DeviceSummary, offload bool, persistence int) {
 	t.Helper()
 	var lens []int
 	for _, ch := range e.layout.Chunks {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/model"
 )
 
@@ -21,12 +22,12 @@ import (
 // not counted in the next step's figures; with tier-store params the
 // planner sees the pass as accesses beside its trace, and the next step
 // re-records its trace (served on demand where it differs).
-func (e *Engine) Eval(set EvalSet) (EvalStats, error) {
+func (e *Engine) Eval(set EvalSet) (report.EvalStats, error) {
 	if e.closed {
 		panic("engine: Eval after Close")
 	}
 	start := time.Now()
-	st := EvalStats{Rows: set.Len()}
+	st := report.EvalStats{Rows: set.Len()}
 	if set.Seq() != e.seq {
 		return st, fmt.Errorf("engine: eval: the set's rows are %d tokens, the run's seq_len is %d", set.Seq(), e.seq)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -276,7 +277,7 @@ func Example() {
 	defer e.Close()
 
 	var losses []float64
-	err = e.Run(cfg.Strata.Steps, func(st engine.StepStats) error {
+	err = e.Run(cfg.Strata.Steps, func(st report.StepStats) error {
 		losses = append(losses, st.Loss)
 		return nil
 	})

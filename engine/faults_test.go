@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -42,10 +43,10 @@ func (d *allocFaults) Alloc(n int, dt gpu.DType, tag gpu.Tag) (gpu.Buffer, error
 // stepWithin runs e.Step and panics, with the test's name, if it does not
 // return within a minute: a rank waiting for a collective its failed peer
 // never issued.
-func stepWithin(t *testing.T, e *Engine) (StepStats, error) {
+func stepWithin(t *testing.T, e *Engine) (report.StepStats, error) {
 	t.Helper()
 	type result struct {
-		st  StepStats
+		st  report.StepStats
 		err error
 	}
 	done := make(chan result, 1)

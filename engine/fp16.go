@@ -6,6 +6,7 @@ import (
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/lossscale"
 )
@@ -97,7 +98,7 @@ func (e *Engine) nextAdam(coef float64) gpu.AdamParams {
 // skip ends step st as skipped for an overflow (the updates begun are
 // undone by now): the scaler takes the verdict, the step count moves on.
 // At min_loss_scale it is the run's error instead, and nothing moves.
-func (e *Engine) skip(st StepStats) (StepStats, error) {
+func (e *Engine) skip(st report.StepStats) (report.StepStats, error) {
 	if err := e.scaler.Update(true); err != nil {
 		if errors.Is(err, lossscale.ErrMinScale) {
 			return st, fmt.Errorf("engine: step %d: fp16 gradients overflow at loss scale %g, which is fp16.min_loss_scale: the scale cannot go lower (DeepSpeed stops here too); parameters not updated, the last checkpoint is the one to go on from: lower min_loss_scale, lower the learning rate, or train in bf16", st.Step, st.LossScale)
@@ -121,7 +122,7 @@ type fp16Run struct {
 }
 
 // countFP16 records step st (fp16 only).
-func (e *Engine) countFP16(st StepStats) {
+func (e *Engine) countFP16(st report.StepStats) {
 	if e.scaler == nil {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -92,7 +93,7 @@ func freezeSpecs(n int) []freezeSpec {
 
 type frozenRun struct {
 	res   result
-	stats []StepStats
+	stats []report.StepStats
 	e     *Engine
 }
 
@@ -306,7 +307,7 @@ func checkFrozenCosts(t *testing.T, s freezeSpec, got, ref frozenRun, steps int)
 // checkFrozenSummary: the summary names the frozen chunks and their
 // parameters, and its savings are the frozen chunks' gradient and
 // optimizer-state bytes computed here from the chunk lengths alone.
-func checkFrozenSummary(t *testing.T, e *Engine, sum Summary) {
+func checkFrozenSummary(t *testing.T, e *Engine, sum report.Summary) {
 	t.Helper()
 	var params, optB, gradB int64
 	n := int64(e.n)

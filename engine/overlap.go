@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
@@ -32,11 +33,11 @@ const (
 
 // takeHostOpt is the rank's figures since the last take; its compute
 // stream has completed what the figures need (the caller synchronized).
-func (r *rank) takeHostOpt() HostOptStats {
+func (r *rank) takeHostOpt() report.HostOptStats {
 	if !r.e.offload {
-		return HostOptStats{}
+		return report.HostOptStats{}
 	}
-	return HostOptStats(r.tr.Take())
+	return report.HostOptStats(r.tr.Take())
 }
 
 // forwardOrder is the chunks in the order of their first Acquire in a
@@ -437,7 +438,7 @@ func (e *Engine) settle() error {
 	if !pending {
 		return nil
 	}
-	figs := make([]HostOptStats, e.nLocal)
+	figs := make([]report.HostOptStats, e.nLocal)
 	err := e.parallel(func(r *rank) error {
 		if run := r.run; run != nil && run.delayed {
 			return r.settleDelayed() // dpu: the devices keep the params the next pass reads

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -27,7 +28,7 @@ func withOverlap(js, overlap string) string {
 // returned.
 type overlapRun struct {
 	res       result
-	stats     []StepStats
+	stats     []report.StepStats
 	pending   []bool
 	bwdChunks int   // chunks updated during a backward, all ranks
 	undoBytes int64 // Summary.HostUndoBytes
@@ -128,7 +129,7 @@ func TestOverlapExact(t *testing.T) {
 // TestHostOptFraction: the exposed fraction of cpuadam's time (the
 // figures themselves are timeline's: TestExposedOf).
 func TestHostOptFraction(t *testing.T) {
-	if f := (HostOptStats{Adam: 4, AdamExposed: 1}).AdamExposedFraction(); f != 0.25 {
+	if f := (report.HostOptStats{Adam: 4, AdamExposed: 1}).AdamExposedFraction(); f != 0.25 {
 		t.Errorf("exposed fraction %v, want 0.25", f)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
@@ -51,12 +52,12 @@ type rank struct {
 	leased     []*pinned.Buffer
 	ws         workspaceStats
 	liveGrads  []liveGrad
-	tr         *timeline.Recorder // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
-	run        *hostRun           // the pending host update (exact overlap); nil: none
-	hostFig    HostOptStats       // the host optimizer's figures taken in this step (takeHostOpt)
-	next       *hostRun           // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
-	undo       [][]byte           // per chunk: master, m and v before the update of the backward
-	bwdChunks  int                // chunks updated during a backward so far
+	tr         *timeline.Recorder  // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
+	run        *hostRun            // the pending host update (exact overlap); nil: none
+	hostFig    report.HostOptStats // the host optimizer's figures taken in this step (takeHostOpt)
+	next       *hostRun            // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
+	undo       [][]byte            // per chunk: master, m and v before the update of the backward
+	bwdChunks  int                 // chunks updated during a backward so far
 	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
 	// (freeze.go): the largest frozen chunk, written only by the norms'
 	// gain gradients (model.FrozenParams) and never read; nil with

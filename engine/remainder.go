@@ -2,8 +2,8 @@ package engine
 
 import (
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/shard"
 )
 

@@ -3,6 +3,7 @@ package engine
 import (
 	"testing"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -42,8 +43,8 @@ func TestOffloadResidency(t *testing.T) {
 				t.Errorf("pinned pool %d B for %d B of host homes", pb, hb)
 			}
 			before := storeMaster(t, e)
-			var stats []StepStats
-			if err := e.Run(3, func(st StepStats) error { stats = append(stats, st); return nil }); err != nil {
+			var stats []report.StepStats
+			if err := e.Run(3, func(st report.StepStats) error { stats = append(stats, st); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			after := storeMaster(t, e)

@@ -3,8 +3,8 @@ package engine
 import (
 	"fmt"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // devState is a rank's model state on its device: parameters, gradients

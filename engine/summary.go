@@ -9,9 +9,9 @@ import (
 	"github.com/strata-ai/strata/shard"
 )
 
-func (e *Engine) tierSummary() *TierSummary {
+func (e *Engine) tierSummary() *report.TierSummary {
 	t := e.tiers
-	ts := &TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes,
+	ts := &report.TierSummary{ParamTier: t.paramTier.String(), OptimizerTier: t.optTier.String(), NVMePaths: t.nvmePaths, SwapBytes: t.swapBytes,
 		Moments: estimate.MomentsName(e.estimate.Options.StateDType(shard.AdamM)), Master: estimate.MasterName(e.estimate.Options.StateDType(shard.Master))}
 	for st := range shard.StateCount {
 		if shard.State(st) == shard.Activation {
@@ -52,8 +52,8 @@ func (e *Engine) tierSummary() *TierSummary {
 }
 
 // Summary reports the layout and the measured peaks so far.
-func (e *Engine) Summary() Summary {
-	s := Summary{
+func (e *Engine) Summary() report.Summary {
+	s := report.Summary{
 		Model: e.layout.Name, Params: e.layout.ParamCount(), Devices: e.n, Processes: e.n / e.nLocal, Stage: e.stage, Precision: e.precision,
 		ShardAlignElems: e.estimate.Options.ShardAlignElems,
 		Optimizer:       "device", Overlap: e.overlap, HostOpt: e.hostOpt, Micro: e.micro, Accum: e.accum, Seq: e.seq, Steps: e.step, SkippedSteps: e.skipped, LossScale: e.LossScale(),
@@ -72,7 +72,7 @@ func (e *Engine) Summary() Summary {
 		s.HostBytes = s.Tier.HostHomeBytes
 		s.HostStagingBytes = e.tiers.stagingBytes
 		s.HostUndoBytes = int64(e.nLocal) * e.undoBytes()
-		s.HostRegistration = append([]HostRegistration(nil), e.registration...)
+		s.HostRegistration = append([]report.HostRegistration(nil), e.registration...)
 		s.ActivationHostBytes = e.tiers.homes[shard.Activation][shard.Host]
 	}
 	fr := e.estimate.Options.Frozen
@@ -88,7 +88,7 @@ func (e *Engine) Summary() Summary {
 	}
 	for i, r := range e.ranks {
 		ms := r.dev.MemStats()
-		d := DeviceSummary{
+		d := report.DeviceSummary{
 			Device:                  r.dev.Name(),
 			ModelStatePeakBytes:     ms.PeakByKind[gpu.ModelState],
 			FormulaBytes:            formulaBytes,

@@ -8,11 +8,11 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/absmax8"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
@@ -652,7 +652,7 @@ func (t *tiers) beginStep() (tierSnap, error) {
 }
 
 // stepStats is the step's figures since snap (nil without a store).
-func (t *tiers) stepStats(snap tierSnap) *TierStats {
+func (t *tiers) stepStats(snap tierSnap) *report.TierStats {
 	if t == nil {
 		return nil
 	}
@@ -699,10 +699,10 @@ func (t *tiers) snapshot() tierSnap {
 }
 
 // since is the step's figures from the snapshot taken at its start.
-func (t *tiers) since(a tierSnap) TierStats {
+func (t *tiers) since(a tierSnap) report.TierStats {
 	b := t.snapshot()
 	t.last = b
-	var ts TierStats
+	var ts report.TierStats
 	for i := range b.plan {
 		p := report.CountsOf(a.plan[i])
 		ts.Add(report.CountsOf(b.plan[i]), &p)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
@@ -119,14 +120,14 @@ const deepShapeJSON = `{"n_layer": 6, "n_embd": 16, "n_head": 2, "vocab_size": 2
 type tierRun struct {
 	params, master [][]float32
 	losses         []float64
-	stats          []StepStats
+	stats          []report.StepStats
 }
 
 func runTier(t *testing.T, s tierSpec, opts Options, steps int) (tierRun, *Engine) {
 	t.Helper()
 	e := newTierEngine(t, s, opts)
 	var res tierRun
-	if err := e.Run(steps, func(st StepStats) error {
+	if err := e.Run(steps, func(st report.StepStats) error {
 		res.losses = append(res.losses, st.Loss)
 		res.stats = append(res.stats, st)
 		return nil

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
@@ -79,8 +80,8 @@ func TestTrace(t *testing.T) {
 			if e.tiers != nil {
 				before = e.tiers.store.Stats()
 			}
-			var stats []StepStats
-			if err := e.Run(steps, func(st StepStats) error { stats = append(stats, st); return nil }); err != nil {
+			var stats []report.StepStats
+			if err := e.Run(steps, func(st report.StepStats) error { stats = append(stats, st); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			var buf bytes.Buffer
@@ -178,7 +179,7 @@ func (e *Engine) deviceAdamSpans() int {
 }
 
 // checkTierTrace: moves and stalls against the store's and runners' counters.
-func checkTierTrace(t *testing.T, e *Engine, evs []timeline.Event, before, after tier.Stats, stats []StepStats, ov []timeline.StepOverlap) {
+func checkTierTrace(t *testing.T, e *Engine, evs []timeline.Event, before, after tier.Stats, stats []report.StepStats, ov []timeline.StepOverlap) {
 	t.Helper()
 	var traced, inSteps [shard.LinkCount]int64
 	stallNs := make([]time.Duration, e.n)
@@ -209,7 +210,7 @@ func checkTierTrace(t *testing.T, e *Engine, evs []timeline.Event, before, after
 			t.Errorf("%s: moves in the timeline carry %d B, the store counted %d B", shard.Link(l), traced[l], want)
 		}
 		if stepBytes[l] > 0 && traced[l] == 0 {
-			t.Errorf("%s: StepStats count %d B, the timeline has no move", shard.Link(l), stepBytes[l])
+			t.Errorf("%s: report.StepStats count %d B, the timeline has no move", shard.Link(l), stepBytes[l])
 		}
 		if inSteps[l] > traced[l] {
 			t.Errorf("%s: the steps' windows hold %d B of %d B", shard.Link(l), inSteps[l], traced[l])

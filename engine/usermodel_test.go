@@ -11,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/hf"
@@ -84,7 +85,7 @@ type userRun struct {
 func runUser(t testing.TB, e *engine.Engine, steps int) userRun {
 	t.Helper()
 	var r userRun
-	if err := e.Run(steps, func(st engine.StepStats) error { r.losses = append(r.losses, st.Loss); return nil }); err != nil {
+	if err := e.Run(steps, func(st report.StepStats) error { r.losses = append(r.losses, st.Loss); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var err error

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/config"
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )

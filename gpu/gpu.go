@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/units"
 )
 

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"unicode/utf8"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/model"
 )
 

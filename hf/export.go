@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/bf16"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"
 )

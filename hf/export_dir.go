@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"

@@ -12,9 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"
 )

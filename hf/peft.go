@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"

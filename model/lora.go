@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // LoRA is low-rank adaptation (Hu et al. 2021) as PEFT's LoraConfig

@@ -3,8 +3,8 @@ package model
 import (
 	"fmt"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/shard"
 )
 

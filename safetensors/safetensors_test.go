@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 )
 
 // specials are float32 bit patterns a round trip must keep exactly.

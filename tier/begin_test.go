@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/strata-ai/strata/internal/dtype"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/shard"
 )

@@ -6,8 +6,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	bfloat "github.com/strata-ai/strata/internal/bf16"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/shard"

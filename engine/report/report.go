@@ -2,9 +2,8 @@
 // step's (StepStats, with the tier store's TierStats and the planners'
 // PrefetchCounts), an evaluation's (EvalStats), the host optimizer's
 // (HostOptStats), and the run's summary (Summary, DeviceSummary,
-// TierSummary, HostRegistration). Package engine fills them and names them
-// (type aliases: engine.StepStats is report.StepStats); cmd and bench print
-// them. Nothing here touches a step.
+// TierSummary, HostRegistration). Package engine fills them and returns
+// them under these names; cmd and bench print them. Nothing here touches a step.
 package report
 
 import (

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // Collectives across processes (Options.Net). The devices of P processes,

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/dist"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/mpitest"
 )
 

@@ -5,8 +5,8 @@ import (
 	"math"
 
 	"github.com/strata-ai/strata/cpuadam"
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/dtype"
 	"github.com/strata-ai/strata/internal/nf4"
 )
 

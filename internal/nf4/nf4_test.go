@@ -3,8 +3,6 @@ package nf4
 import (
 	"math"
 	"testing"
-
-	"github.com/strata-ai/strata/internal/dtype"
 )
 
 // TestPublishedTree: Code is bitsandbytes' dQuantizeNF4 on its pivots (a
@@ -84,15 +82,6 @@ func TestRoundTripIdempotent(t *testing.T) {
 	for i := range q {
 		if q[i] != q2[i] {
 			t.Fatalf("byte %d: %#x, then %#x", i, q[i], q2[i])
-		}
-	}
-}
-
-// TestDTypeBytes: dtype.NF4's size is this package's.
-func TestDTypeBytes(t *testing.T) {
-	for _, n := range []int{0, 1, 63, 64, 65, 127, 4096, 1 << 20} {
-		if dtype.NF4.Bytes(n) != Bytes(n) {
-			t.Errorf("n %d: dtype.NF4.Bytes %d, nf4.Bytes %d", n, dtype.NF4.Bytes(n), Bytes(n))
 		}
 	}
 }
