@@ -17,7 +17,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/bench"
-	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
@@ -432,51 +431,8 @@ func (l *trainLoop) stepTime() stepTime {
 	if err != nil || p.Check(l.machine) != nil {
 		return st
 	}
-	cfg := l.cfg
-	z := cfg.ZeRO
-	if cfg.GradientAccumulationSteps != 1 || cfg.Strata.LoRA != nil || len(cfg.Strata.Freeze) > 0 {
-		return st // the profile's steps are one micro-batch of a full fine-tune
-	}
-	state := cfg.Strata.OptimizerState
-	if state != (config.OptimizerState{Moments: config.MomentsFP32, Master: config.MasterFP32}) && state != (config.OptimizerState{Moments: plan.NarrowMoments, Master: plan.NarrowMaster}) {
-		return st // a state precision plan does not list
-	}
-	rows := cfg.Strata.Devices * cfg.TrainMicroBatchSizePerGPU
-	in := plan.Inputs{Model: cfg.Strata.Model.Name, Shape: l.e.Layout().Shape, Devices: cfg.Strata.Devices, Batch: cfg.TrainMicroBatchSizePerGPU,
-		Seq: l.e.TokensPerStep() / max(rows, 1), SharedCores: cfg.Strata.Backend == "cpu"}
-	for _, paths := range [][]string{z.OffloadOptimizer.NVMePath, z.OffloadParam.NVMePath} {
-		if len(paths) > 0 && in.NVMePath == "" {
-			in.NVMePath = paths[0] // the profile's rates are per path; the first one's
-		}
-	}
-	preds, err := plan.Predict(p, in)
-	if err != nil {
-		return st
-	}
-	ckpt := false
-	if ac := cfg.ActivationCheckpointing; ac != nil {
-		if ac.CPUCheckpointing || ac.NumberCheckpoints != 0 && ac.NumberCheckpoints != in.Shape.Layers {
-			return st // plan lists checkpointing of every block, kept on the devices
-		}
-		ckpt = true
-	}
-	want := plan.Config{Stage: z.Stage, Optimizer: tierOf(z.OffloadOptimizer.Device), Params: tierOf(z.OffloadParam.Device)}
-	for _, pr := range preds {
-		if pr.Stage == want.Stage && pr.Optimizer == want.Optimizer && pr.Params == want.Params && pr.Moments == state.Moments && pr.Master == state.Master &&
-			pr.Checkpoint == ckpt {
-			st.Predicted, st.Profile = pr.StepSeconds, path
-		}
+	if secs, ok := plan.PredictRun(p, l.cfg, l.e.Layout().Shape, l.e.TokensPerStep()); ok {
+		st.Predicted, st.Profile = secs, path
 	}
 	return st
-}
-
-// tierOf is a config's offload device as a tier.
-func tierOf(device string) shard.Tier {
-	switch device {
-	case "cpu":
-		return shard.Host
-	case "nvme":
-		return shard.NVMe
-	}
-	return shard.HBM
 }
