@@ -3,6 +3,7 @@ package gputest
 import (
 	"math"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/strata-ai/strata/gpu"
@@ -64,7 +65,42 @@ func testContracts(t *testing.T, nb NewBackend) {
 	}
 	d.Free(freed)
 	host := make([]byte, 64*4)
-	refused(t, []refusal{
+	args := contractArgs{d: d, d1: d1, s: s, s1: s1, ops: ops, comms: comms, x: x, y: y, h: h, ids: ids, f64: f64, other: other, freed: freed, host: host}
+	refused(t, slices.Concat(bufferRefusals(args), layerRefusals(args), kernelRefusals(args)))
+	// Nothing was enqueued: no stream error, no buffer changed, and the
+	// collectives still pair up (a refused call takes no round).
+	for r, st := range []gpu.Stream{s, s1} {
+		if err := st.Synchronize(); err != nil {
+			t.Errorf("device %d: a refused call left an error: %v", r, err)
+		}
+	}
+	if got := download(t, d, s, x); !equalBits(got, stored(vals, gpu.F32)) {
+		t.Error("a refused call changed a buffer")
+	}
+	a := upload(t, d, s, []float64{1, 2}, gpu.F32)
+	b := upload(t, d1, s1, []float64{10, 20}, gpu.F32)
+	comms[0].AllReduce(s, a, gpu.Sum)
+	comms[1].AllReduce(s1, b, gpu.Sum)
+	if ga, gb := download(t, d, s, a), download(t, d1, s1, b); ga[0] != 11 || ga[1] != 22 || !equalBits(ga, gb) {
+		t.Errorf("all-reduce after refused collectives: %v and %v, want [11 22]", ga, gb)
+	}
+}
+
+// contractArgs are the devices, streams and buffers the refused calls of
+// testContracts are made with.
+type contractArgs struct {
+	d, d1                           gpu.Device
+	s, s1                           gpu.Stream
+	ops                             gpu.Ops
+	comms                           []gpu.Comm
+	x, y, h, ids, f64, other, freed gpu.Buffer
+	host                            []byte
+}
+
+// bufferRefusals are the refused calls on device, buffer and stream arguments: allocation, free, slicing, copies, and an op on a buffer or stream it may not use.
+func bufferRefusals(a contractArgs) []refusal {
+	d, s, s1, ops, x, other, freed, host := a.d, a.s, a.s1, a.ops, a.x, a.other, a.freed, a.host
+	return []refusal{
 		{"alloc of -1 elements", func() { d.Alloc(-1, gpu.F32, gpu.Tag{}) }},
 		{"alloc of an unknown kind", func() { d.Alloc(4, gpu.F32, gpu.Tag{Kind: gpu.Kind(gpu.KindCount)}) }},
 		{"free of a foreign buffer", func() { d.Free(alien{}) }},
@@ -84,6 +120,13 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"op on another device's buffer", func() { ops.Scale(s, other, 2) }},
 		{"op on another device's stream", func() { ops.Fill(s1, x, 1) }},
 		{"op on a foreign stream", func() { ops.Fill(alienStream{}, x, 1) }},
+	}
+}
+
+// layerRefusals are the refused calls on the layers' kernels: GEMM, bias, layer norm and attention (forward, backward and cached).
+func layerRefusals(a contractArgs) []refusal {
+	s, ops, x, y, h, ids := a.s, a.ops, a.x, a.y, a.h, a.ids
+	return []refusal{
 		{"gemm with a negative dimension", func() { ops.Gemm(s, false, false, -8, 8, 1, 1, x, x, 0, y) }},
 		{"gemm with a short c", func() { ops.Gemm(s, false, false, 8, 8, 8, 1, x, x, 0, y.Slice(0, 63)) }},
 		{"gemm of i32", func() { ops.Gemm(s, false, false, 2, 2, 2, 1, ids.Slice(0, 4), ids.Slice(4, 4), 0, x.Slice(0, 4)) }},
@@ -167,6 +210,13 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"attention-cached with a NaN soft cap", func() {
 			ops.AttentionCached(s, x.Slice(0, 12), y.Slice(0, 8), y.Slice(8, 8), y.Slice(16, 4), 0, 2, 1, 1, 2, gpu.AttnOptions{SoftCap: float32(math.NaN())})
 		}},
+	}
+}
+
+// kernelRefusals are the refused calls on the other kernels and the collectives: norms, rope, activations, cross-entropy, embedding, casts, Adam, all-gather to barrier.
+func kernelRefusals(a contractArgs) []refusal {
+	s, s1, ops, comms, x, y, h, ids, f64, other := a.s, a.s1, a.ops, a.comms, a.x, a.y, a.h, a.ids, a.f64, a.other
+	return []refusal{
 		{"rmsnorm with bf16 rstd", func() { ops.RMSNormForward(s, x, y.Slice(0, 8), y, h.Slice(0, 8), 8, 8, 1e-5) }},
 		{"add-rmsnorm with a short sum", func() {
 			ops.AddRMSNormForward(s, x.Slice(0, 8), x.Slice(8, 8), y.Slice(0, 7), y.Slice(8, 4), y.Slice(16, 8), y.Slice(24, 2), 2, 4, 1e-5)
@@ -246,22 +296,5 @@ func testContracts(t *testing.T, nb NewBackend) {
 		{"all-reduce of another device's buffer", func() { comms[0].AllReduce(s, other, gpu.Sum) }},
 		{"broadcast from rank 2 of 2", func() { comms[0].Broadcast(s, x, 2) }},
 		{"barrier on another device's stream", func() { comms[0].Barrier(s1) }},
-	})
-	// Nothing was enqueued: no stream error, no buffer changed, and the
-	// collectives still pair up (a refused call takes no round).
-	for r, st := range []gpu.Stream{s, s1} {
-		if err := st.Synchronize(); err != nil {
-			t.Errorf("device %d: a refused call left an error: %v", r, err)
-		}
-	}
-	if got := download(t, d, s, x); !equalBits(got, stored(vals, gpu.F32)) {
-		t.Error("a refused call changed a buffer")
-	}
-	a := upload(t, d, s, []float64{1, 2}, gpu.F32)
-	b := upload(t, d1, s1, []float64{10, 20}, gpu.F32)
-	comms[0].AllReduce(s, a, gpu.Sum)
-	comms[1].AllReduce(s1, b, gpu.Sum)
-	if ga, gb := download(t, d, s, a), download(t, d1, s1, b); ga[0] != 11 || ga[1] != 22 || !equalBits(ga, gb) {
-		t.Errorf("all-reduce after refused collectives: %v and %v, want [11 22]", ga, gb)
 	}
 }
