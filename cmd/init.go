@@ -3,25 +3,23 @@ package cmd
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"path/filepath"
 	"strings"
 
-	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
-	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/source"
 )
 
-// initModel is the model of `strata train --init PATH`: a Hugging Face
-// model directory, or a Strata checkpoint (named as --resume names one: a
-// run's --out directory, its checkpoints/, a step directory). probeInit
-// reads its shape before the config is resolved (the shape comes from
-// PATH); open opens its weights for the engine (engine.Options.Init),
-// which reads them one chunk at a time.
+// initModel is the model of `strata train --init PATH` (and eval and
+// generate's --model): a source.Model, a Hugging Face model directory or
+// a Strata checkpoint, with its fields under the names train, export and
+// adapter read. probeInit reads its shape before the config is resolved
+// (the shape comes from PATH); open opens its weights for the engine
+// (engine.Options.Init), which reads them one chunk at a time.
 type initModel struct {
+	m     *source.Model
 	path  string
 	flag  string // the command and flag that named path, for errors ("train: --init")
 	shape model.Shape
@@ -32,80 +30,33 @@ type initModel struct {
 	// manifest): the Hugging Face directory and its tokenizer files, or
 	// the Source of the checkpoint's own run.
 	source *hf.Source
-	src    interface {
-		engine.ChunkSource
-		io.Closer
-	}
+	src    source.Weights
 }
 
-// probeInit reads the shape of the model at path: config.json of a
-// Hugging Face directory, else the manifest of a Strata checkpoint.
+// probeInit reads the shape of the model at path: config.json of a Hugging
+// Face directory, else the manifest of a Strata checkpoint.
 func probeInit(path string) (*initModel, error) { return probeModel(path, "train: --init") }
 
 // probeModel is probeInit for the command and flag flag (eval and
 // generate's --model).
 func probeModel(path, flag string) (*initModel, error) {
-	im := &initModel{path: path, flag: flag}
-	isHF, hfErr := hf.ProbeDir(path)
-	if isHF {
-		cfg, err := hf.ReadConfig(path)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", flag, err)
-		}
-		im.hf, im.shape = cfg, cfg.Shape
-		return im, nil
-	}
-	dir, _, note, err := resolveCheckpoint(path)
-	var m *checkpoint.Manifest
-	if err == nil {
-		m, dir, err = checkpoint.ReadManifest(dir)
-	}
-	if err != nil && hfErr != nil {
-		// Not a checkpoint, and its config.json does not read: that is the
-		// news (a Hugging Face directory with a typo in config.json).
-		return nil, fmt.Errorf("%s %s: %w", flag, path, hfErr)
-	}
+	m, err := source.Probe(path, source.Options{Name: flag})
 	if err != nil {
-		return nil, fmt.Errorf("%s %s is neither a Hugging Face model directory (a config.json with \"architectures\") nor a Strata checkpoint: %w", flag, path, err)
+		return nil, err
 	}
-	if m.Model != "" {
-		return nil, fmt.Errorf("%s %s is a checkpoint of %q, a model a Go program defines (engine.Options.Model), which strata cannot build; start it from Go (docs/library.md)", flag, path, m.Model)
-	}
-	im.ckpt, im.shape, im.source, im.note = dir, m.Shape, m.Source, note
-	abs, _ := filepath.Abs(dir)
-	if im.source == nil {
-		im.source = &hf.Source{Path: abs, Format: hf.SourceStrata}
-	} else {
-		// The weights are this checkpoint's, the tokenizer its source's.
-		s := *im.source
-		s.Init, s.Adapter = abs, ""
-		im.source = &s
-	}
+	im := &initModel{m: m}
+	im.sync()
 	return im, nil
 }
 
-// describe is the model for the run's header.
-func (im *initModel) describe() string {
-	if im.hf != nil {
-		tok := "no tokenizer.json"
-		if p := im.source.TokenizerPath(); p != "" {
-			tok = "tokenizer " + p
-		}
-		return fmt.Sprintf("%s (Hugging Face %s, %s weights; %s)", im.path, im.hf.Architecture, orUnknown(im.hf.TorchDType), tok)
-	}
-	s := fmt.Sprintf("%s (the weights of Strata checkpoint %s; not its optimizer state or step)", im.path, im.ckpt)
-	if im.note != "" {
-		s += "\nnote: " + im.note // "latest" unreadable: the newest complete checkpoint was taken
-	}
-	return s
+// sync copies the library's fields.
+func (im *initModel) sync() {
+	m := im.m
+	im.path, im.flag, im.shape, im.hf, im.ckpt, im.note, im.source, im.src = m.Path, m.Name, m.Shape, m.HF, m.Checkpoint, m.Note, m.Source, m.Weights()
 }
 
-func orUnknown(s string) string {
-	if s == "" {
-		return "torch_dtype unknown"
-	}
-	return s
-}
+// describe is the model for the run's header.
+func (im *initModel) describe() string { return im.m.Describe() }
 
 // loadConfig parses the --config file at path for the model of --init: a
 // file without strata.model takes the model's shape (so that "auto" values
@@ -135,12 +86,7 @@ func (im *initModel) loadConfig(path string, opts config.Options) (*config.Confi
 }
 
 // shapeFile is the file the shape of --init was read from.
-func (im *initModel) shapeFile() string {
-	if im.hf != nil {
-		return filepath.Join(im.path, hf.ConfigName)
-	}
-	return filepath.Join(im.ckpt, checkpoint.ManifestName)
-}
+func (im *initModel) shapeFile() string { return im.m.ShapeFile() }
 
 // configNamesModel says whether the config file at path sets
 // strata.model. A file that does not read as JSON says no; config.Load
@@ -183,26 +129,15 @@ func (im *initModel) apply(cfg *config.Config) error {
 // Strata checkpoint); nothing else is read until the engine asks for a
 // chunk.
 func (im *initModel) open() error {
-	if im.hf != nil {
-		m, err := hf.Open(im.path)
-		if err != nil {
-			return fmt.Errorf("%s: %w", im.flag, err)
-		}
-		im.src, im.source = m, m.Source()
-		return nil
-	}
-	rd, err := checkpoint.Open(im.ckpt)
-	if err != nil {
-		return fmt.Errorf("%s: %w", im.flag, err)
-	}
-	im.src = rd
-	return nil
+	err := im.m.Open()
+	im.sync()
+	return err
 }
 
 // close closes the weights (after the engine has read them).
 func (im *initModel) close() {
-	if im != nil && im.src != nil {
-		im.src.Close()
+	if im != nil {
+		im.m.Close()
 		im.src = nil
 	}
 }
