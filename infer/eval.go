@@ -191,7 +191,7 @@ type evalRun struct {
 	s        gpu.Stream
 	opts     EvalOptions
 	ts       *TokenStream
-	what     string // the input, for errors
+	what     string  // the input, for errors
 	pending  []int32 // tokens not yet predicted from, the first a window's first input
 	sum      float64 // the losses, summed in float64 in token order
 	counted  int64

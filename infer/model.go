@@ -69,11 +69,11 @@ type Model struct {
 	Devices *backend.Devices
 	Device  gpu.Device
 
-	name      string
-	dtypeSet  bool // Options.DType asked for a dtype
-	w         *model.Weights
-	dec       *model.Decoder
-	decOpts   model.DecoderOptions
+	name     string
+	dtypeSet bool // Options.DType asked for a dtype
+	w        *model.Weights
+	dec      *model.Decoder
+	decOpts  model.DecoderOptions
 }
 
 // Open opens the model at path (a Hugging Face directory or a Strata run
