@@ -1,10 +1,8 @@
 package cmd
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/hf"
@@ -58,69 +56,41 @@ func (im *initModel) sync() {
 // describe is the model for the run's header.
 func (im *initModel) describe() string { return im.m.Describe() }
 
-// loadConfig parses the --config file at path for the model of --init: a
-// file without strata.model takes the model's shape (so that "auto" values
-// follow its hidden size); one with a strata.model of another shape is
-// refused, naming both.
+// loadConfig parses the --config file at path for the model of --init
+// (source.Model.LoadConfig): a strata.model of another shape is refused,
+// naming both.
 func (im *initModel) loadConfig(path string, opts config.Options) (*config.Config, error) {
-	named, err := configNamesModel(path)
-	if err != nil {
+	if _, err := configNamesModel(path); err != nil {
 		return nil, err
 	}
-	lookup := opts.LookupShape
-	opts.LookupShape = func(name string) (config.Shape, error) {
-		if !named && name == config.DefaultModel {
-			return config.Shape(im.shape), nil
-		}
-		return lookup(name)
+	cfg, err := im.m.LoadConfig(path, opts)
+	var conflict *source.ShapeConflictError
+	if errors.As(err, &conflict) {
+		return nil, usagef("%v", err)
 	}
-	cfg, err := config.Load(path, opts)
-	if err != nil {
-		return nil, err
-	}
-	if s := cfg.Shape(); named && s != nil && model.Shape(*s).Canonical() != im.shape.Canonical() {
-		return nil, usagef("train: --init %s is %v (from %s), but --config %s sets strata.model to %v: the shape comes from --init; remove strata.model from the config",
-			im.path, im.shape, im.shapeFile(), path, model.Shape(*s))
-	}
-	return cfg, nil
+	return cfg, err
 }
 
 // shapeFile is the file the shape of --init was read from.
 func (im *initModel) shapeFile() string { return im.m.ShapeFile() }
 
 // configNamesModel says whether the config file at path sets
-// strata.model. A file that does not read as JSON says no; config.Load
-// reports it.
+// strata.model (source.ConfigNamesModel).
 func configNamesModel(path string) (bool, error) {
-	b, err := os.ReadFile(path)
+	named, err := source.ConfigNamesModel(path)
 	if err != nil {
 		return false, fmt.Errorf("train: --config: %w", err)
 	}
-	var probe struct {
-		Strata struct {
-			Model json.RawMessage `json:"model"`
-		} `json:"strata"`
-	}
-	if json.Unmarshal(b, &probe) != nil {
-		return false, nil
-	}
-	m := strings.TrimSpace(string(probe.Strata.Model))
-	return m != "" && m != "null", nil
+	return named, nil
 }
 
 // demo makes the demonstration's config (no --config) train this model.
-func (im *initModel) demo(cfg *config.Config) {
-	cfg.Strata.Model = config.ModelSpec{}
-	cfg.ResolveModel(config.Shape(im.shape))
-	cfg.Strata.SeqLen = min(cfg.Strata.SeqLen, im.shape.MaxSeq)
-}
+func (im *initModel) demo(cfg *config.Config) { im.m.Demo(cfg) }
 
 // apply sets the model of cfg to this one (with its name, written out in
-// config.json and every checkpoint, so that a resumed run needs no --init)
-// and checks the run's sequence against a sliding window.
+// config.json and every checkpoint, so that a resumed run needs no --init).
 func (im *initModel) apply(cfg *config.Config) error {
-	s := config.Shape(im.shape)
-	cfg.Strata.Model = config.ModelSpec{Shape: &s}
+	im.m.Apply(cfg)
 	return nil
 }
 

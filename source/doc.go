@@ -22,7 +22,8 @@
 // tokenizer.json, else the byte tokenizer for a vocabulary of 256), its
 // chat template (ChatTemplate: the one a run recorded, else the Hugging
 // Face directory's, else ChatML), the EOS ids of its config.json (EOS),
-// and the dtype its weights are stored in (ParamDType).
+// and the dtype its weights are stored in (ParamDType). A run that starts
+// from it takes its shape into its config (LoadConfig, Apply, Demo).
 //
 // # Lifecycle
 //
