@@ -26,8 +26,8 @@ func generateCommand() *cli.Command {
 			"keys and values of every token so far); then each new token runs alone, its attention reading the\n" +
 			"cache. At --temperature 0 (the default) the next token is the most likely one (greedy; the lowest id\n" +
 			"of a tie); above 0 it is drawn from softmax(logits / T) by a generator seeded with --seed, so a seed\n" +
-			"gives the same text every run. Generation stops at the tokenizer's EOS token, after --max-new-tokens,\n" +
-			"or at the model's max_seq_len.\n\n" +
+			"gives the same text every run. Generation stops at the tokenizer's EOS token or an id of config.json's\n" +
+			"eos_token_id, after --max-new-tokens, or at the model's max_seq_len.\n\n" +
 			"The tokenizer's template tokens before a text (Llama-3's BOS) go before the prompt unless\n" +
 			"--no-special. Weights, dtype and device as for strata eval: one device holds every parameter and the\n" +
 			"cache; a model that does not fit is refused, saying what it needs (offloaded generation is not built).\n\n" +
