@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -38,7 +39,7 @@ func probeInit(path string) (*initModel, error) { return probeModel(path, "train
 // probeModel is probeInit for the command and flag flag (eval and
 // generate's --model).
 func probeModel(path, flag string) (*initModel, error) {
-	m, err := source.Probe(path, source.Options{Name: flag})
+	m, err := source.Probe(context.Background(), path, source.Options{Name: flag})
 	if err != nil {
 		return nil, err
 	}
@@ -99,7 +100,7 @@ func (im *initModel) apply(cfg *config.Config) error {
 // Strata checkpoint); nothing else is read until the engine asks for a
 // chunk.
 func (im *initModel) open() error {
-	err := im.m.Open()
+	err := im.m.Open(context.Background())
 	im.sync()
 	return err
 }

@@ -91,11 +91,11 @@ func Open(ctx context.Context, path string, opts Options) (_ *Model, err error) 
 	if cmd == "" {
 		cmd = "infer"
 	}
-	im, err := source.Probe(path, source.Options{Name: cmd + ": --model"})
+	im, err := source.Probe(ctx, path, source.Options{Name: cmd + ": --model"})
 	if err != nil {
 		return nil, err
 	}
-	if err := im.Open(); err != nil {
+	if err := im.Open(ctx); err != nil {
 		return nil, err
 	}
 	m := &Model{Source: im, name: cmd}

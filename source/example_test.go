@@ -1,6 +1,7 @@
 package source_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log"
@@ -43,12 +44,12 @@ func Example() {
 	b, _ = json.Marshal(cfg)
 	os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
 
-	m, err := source.Probe(dir, source.Options{Name: "example"})
+	m, err := source.Probe(context.Background(), dir, source.Options{Name: "example"})
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Printf("%d layers, dim %d, vocabulary %d (from %s)\n", m.Shape.Layers, m.Shape.Dim, m.Shape.Vocab, filepath.Base(m.ShapeFile()))
-	if err := m.Open(); err != nil {
+	if err := m.Open(context.Background()); err != nil {
 		log.Fatal(err)
 	}
 	defer m.Close()

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -67,7 +68,10 @@ type Options struct {
 // Face directory, else the manifest of a Strata checkpoint (FindCheckpoint).
 // A checkpoint of a model a Go program defines (engine.Options.Model) is
 // refused: its shape is not one Strata can build.
-func Probe(path string, opts Options) (*Model, error) {
+func Probe(ctx context.Context, path string, opts Options) (*Model, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	flag := opts.Name
 	if flag == "" {
 		flag = "model"
@@ -175,7 +179,11 @@ func (im *Model) ShapeFile() string {
 // Open opens the weights: every file's header checked against the shape
 // (a Hugging Face directory), or every rank file's size and CRC-32C (a
 // Strata checkpoint); nothing else is read until a chunk is asked for.
-func (im *Model) Open() error {
+// ctx is checked before the files are read.
+func (im *Model) Open(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if im.HF != nil {
 		m, err := hf.Open(im.Path)
 		if err != nil {
