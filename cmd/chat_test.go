@@ -1,7 +1,6 @@
 package cmd
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -134,29 +133,5 @@ func TestChatTemplateExportHF(t *testing.T) {
 	}
 	if !strings.Contains(stderrs[0], "recorded by the run") || !strings.Contains(stderrs[1], "chat_template.jinja") {
 		t.Errorf("generate --chat names other templates:\n%s", strings.Join(stderrs, "\n"))
-	}
-}
-
-// TestGenerateStopsAtEndOfTurn: the text of the chat template's end of
-// turn ends generation, whether it comes as one token or byte by byte;
-// what may begin it is held back until it does not.
-func TestGenerateStopsAtEndOfTurn(t *testing.T) {
-	for _, c := range []struct{ text, want string }{
-		{"It is white.<|im_end|>\nmore", "It is white."},
-		{"a <|im no end|>", "a <|im no end|>"},
-	} {
-		var out bytes.Buffer
-		g := &generation{m: &inferModel{tok: tokenizer.Bytes()}, out: &out, turn: endOfTurn{text: "<|im_end|>"}}
-		ended := false
-		for _, b := range []byte(c.text) {
-			var err error
-			if ended, err = g.emit(int32(b)); err != nil || ended {
-				break
-			}
-		}
-		out.Write(g.pending)
-		if out.String() != c.want || ended != (c.want != c.text) {
-			t.Errorf("%q: wrote %q, ended %v; want %q", c.text, out.String(), ended, c.want)
-		}
 	}
 }

@@ -2,26 +2,17 @@ package cmd
 
 import (
 	"bufio"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
-	"time"
 
 	"github.com/strata-ai/strata/data"
-	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/infer"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/tokenizer"
 	"github.com/urfave/cli/v2"
 )
-
-// defaultEvalSeq is --seq when it is not given and the model is not a
-// Strata run's (whose seq_len it takes): the model's max_seq_len, at most
-// this.
-const defaultEvalSeq = 1024
 
 func evalCommand() *cli.Command {
 	return &cli.Command{
@@ -58,7 +49,7 @@ func evalCommand() *cli.Command {
 		Flags: append(inferFlags(),
 			&cli.StringFlag{Name: "data", Required: true, Usage: "the text to evaluate on, or examples (JSONL, Parquet or Arrow: a file, a directory or glob of shards, a save_to_disk directory) read as train --eval-data reads them"},
 			&cli.StringFlag{Name: "data-columns", Usage: "examples: the names --data holds their fields under, as train's --data-columns"},
-			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: a Strata run's seq_len, else the model's max_seq_len, at most %d)", defaultEvalSeq)},
+			&cli.IntFlag{Name: "seq", Usage: fmt.Sprintf("tokens per window, N (default: a Strata run's seq_len, else the model's max_seq_len, at most %d)", infer.DefaultEvalSeq)},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object: loss, tokens, ppl (and windows, seq, params)"},
 			&cli.BoolFlag{Name: "bos", Usage: "put the tokenizer's BOS token before the file's tokens (it is predicted from, not predicted)"},
 			&cli.StringFlag{Name: "logits", Usage: "write every predicted token's logits to OUT: little-endian float32, a row of vocab_size values per token, in order"},
@@ -72,14 +63,7 @@ func evalCommand() *cli.Command {
 }
 
 // evalResult is what eval prints (--json: this object).
-type evalResult struct {
-	Loss    float64 `json:"loss"`
-	Tokens  int64   `json:"tokens"`
-	PPL     float64 `json:"ppl"`
-	Windows int64   `json:"windows"`
-	Seq     int     `json:"seq"`
-	Params  string  `json:"params"`
-}
+type evalResult = infer.EvalResult
 
 func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 	if err := checkAddressSpace("eval"); err != nil {
@@ -98,10 +82,11 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 		}
 	}
 	// Examples (JSONL, Parquet, Arrow) are read as train's --eval-data
-	// reads them (evalJSONL): a file DetectFormat cannot read is opened
+	// reads them (evalExamples): a file DetectFormat cannot read is opened
 	// as text, which says why.
+	path := c.String("data")
 	jsonl := false
-	f, err := data.DetectFormat(c.String("data"))
+	f, err := data.DetectFormat(path)
 	if errors.Is(err, data.ErrBinary) {
 		return fmt.Errorf("eval: --data: %w", err)
 	}
@@ -109,289 +94,86 @@ func runEval(c *cli.Context, stdout, stderr io.Writer) error {
 		jsonl = true
 		if c.Bool("bos") {
 			name := map[data.Format]string{data.JSONL: "JSONL", data.Parquet: "Parquet", data.Arrow: "Arrow"}[f]
-			return usagef("eval: --bos: --data %s is %s, whose examples take the tokenizer's special tokens as training adds them; --bos is for raw text", c.String("data"), name)
+			return usagef("eval: --bos: --data %s is %s, whose examples take the tokenizer's special tokens as training adds them; --bos is for raw text", path, name)
 		}
 	}
-	var ts *tokenStream
+	in := infer.EvalInput{Name: path}
 	if !jsonl {
-		var err error
-		if ts, err = openTokenStream(c.String("data")); err != nil {
-			return err
+		if in.Text, err = infer.OpenTokenStream(path, nil); err != nil {
+			return fmt.Errorf("eval: --data: %w", err)
 		}
-		defer ts.close()
+		defer in.Text.Close()
 	}
-	m, err := openInference(c, "eval", func(m *inferModel) (model.DecoderOptions, error) {
-		s := m.im.shape
-		if seq == 0 {
-			seq = min(s.MaxSeq, defaultEvalSeq)
-			if n := m.runSeqLen(); n > 0 {
-				seq = min(s.MaxSeq, n)
-			}
-		}
-		if seq > s.MaxSeq {
-			return model.DecoderOptions{}, usagef("eval: --seq %d is past the model's max_seq_len %d", seq, s.MaxSeq)
-		}
-		return model.DecoderOptions{Capacity: seq}, nil
-	}, stderr)
+	m, err := openInference(c, "eval")
 	if err != nil {
 		return err
 	}
-	defer m.close()
-	e := &evalRun{m: m, seq: seq, s: m.dev.DefaultStream(), stderr: stderr, ts: ts, start: time.Now()}
-	if ts != nil {
-		ts.tok = m.tok
+	defer m.Close()
+	if seq, err = m.EvalSeq(seq); err != nil {
+		return usagef("%v", err)
 	}
-	if c.Bool("bos") {
-		bos, ok := m.tok.BOS()
-		if !ok {
-			return fmt.Errorf("eval: --bos: the tokenizer (%s) names no BOS token", m.tokFrom)
-		}
-		e.pending = append(e.pending, bos)
-	}
-	if path := c.String("logits"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			return fmt.Errorf("eval: --logits: %w", err)
-		}
-		defer f.Close()
-		e.logits = bufio.NewWriterSize(f, 1<<20)
-		e.logitsFile = f
-	}
-	if jsonl {
-		if err := e.runJSONL(c); err != nil {
-			return err
-		}
-	} else if err := e.run(); err != nil {
+	if err := loadInference(c, m, model.DecoderOptions{Capacity: seq}, stderr); err != nil {
 		return err
 	}
-	if e.logits != nil {
-		if err := e.logits.Flush(); err != nil {
+	opts := infer.EvalOptions{Seq: seq, BOS: c.Bool("bos")}
+	var examples int64
+	if jsonl {
+		set, src, err := evalExamples(c, m, seq, stderr)
+		if err != nil {
+			return err
+		}
+		defer src.Close()
+		in.Examples, examples = set, src.Stats.Examples
+		opts.Progress = func(p infer.EvalProgress) {
+			fmt.Fprintf(stderr, "eval: %d of %d rows of %s, %d tokens, loss so far %.4f\n", p.Rows, p.TotalRows, path, p.Tokens, p.Loss)
+		}
+	} else {
+		opts.Progress = func(p infer.EvalProgress) {
+			fmt.Fprintf(stderr, "eval: %.1f%% of %s, %d tokens, %.0f tokens/s, loss so far %.4f\n",
+				100*float64(p.Bytes)/float64(max(1, p.SizeBytes)), path, p.Tokens, float64(p.Tokens)/p.Elapsed.Seconds(), p.Loss)
+		}
+	}
+	var logits *bufio.Writer
+	var logitsFile *os.File
+	if path := c.String("logits"); path != "" {
+		if logitsFile, err = os.Create(path); err != nil {
 			return fmt.Errorf("eval: --logits: %w", err)
 		}
-		if err := e.logitsFile.Close(); err != nil {
+		defer logitsFile.Close()
+		logits = bufio.NewWriterSize(logitsFile, 1<<20)
+		opts.Logits = logits
+	}
+	r, err := infer.Evaluate(c.Context, m, in, opts)
+	if err != nil {
+		return err
+	}
+	if logits != nil {
+		if err := logits.Flush(); err != nil {
+			return fmt.Errorf("eval: --logits: %w", err)
+		}
+		if err := logitsFile.Close(); err != nil {
 			return fmt.Errorf("eval: --logits: %w", err)
 		}
 	}
-	loss := e.sum / float64(e.counted)
-	r := evalResult{Loss: loss, Tokens: e.counted, PPL: math.Exp(loss), Windows: e.windows, Seq: seq, Params: m.dt.String()}
-	if c.Bool("json") {
+	if jsonl {
+		return printEval(stdout, c.Bool("json"), r, fmt.Sprintf("predicted and trained: the completions' and the assistant's; %d examples in %d rows of %d tokens, as train --eval-data packs them", examples, r.Windows, seq))
+	}
+	return printEval(stdout, c.Bool("json"), r, "")
+}
+
+// printEval prints r: one JSON object, or the loss, the tokens (what
+// says what they are; "": windows of text) and the perplexity.
+func printEval(stdout io.Writer, asJSON bool, r evalResult, what string) error {
+	if asJSON {
 		b, _ := json.Marshal(r)
 		fmt.Fprintf(stdout, "%s\n", b)
 		return nil
 	}
-	fmt.Fprintf(stdout, "loss        %.6f (nats per token)\n", r.Loss)
-	if jsonl {
-		fmt.Fprintf(stdout, "tokens      %d (predicted and trained: the completions' and the assistant's; %d examples in %d rows of %d tokens, as train --eval-data packs them)\n", r.Tokens, e.examples, r.Windows, seq)
-	} else {
-		fmt.Fprintf(stdout, "tokens      %d (predicted; windows: %d of at most %d tokens)\n", r.Tokens, r.Windows, seq)
+	if what == "" {
+		what = fmt.Sprintf("predicted; windows: %d of at most %d tokens", r.Windows, r.Seq)
 	}
+	fmt.Fprintf(stdout, "loss        %.6f (nats per token)\n", r.Loss)
+	fmt.Fprintf(stdout, "tokens      %d (%s)\n", r.Tokens, what)
 	fmt.Fprintf(stdout, "perplexity  %.4f\n", r.PPL)
 	return nil
-}
-
-// evalRun cuts the token stream into windows and scores them.
-type evalRun struct {
-	m          *inferModel
-	seq        int
-	s          gpu.Stream
-	stderr     io.Writer
-	ts         *tokenStream
-	pending    []int32 // tokens not yet predicted from, the first a window's first input
-	sum        float64 // the losses, summed in float64 in token order
-	counted    int64
-	windows    int64
-	logits     *bufio.Writer
-	logitsFile *os.File
-	row        []byte
-	werr       error   // the first write error of --logits
-	targets    []int32 // the targets of the tokens being scored
-	examples   int64   // JSONL: the examples evaluated
-	start      time.Time
-	reported   time.Time
-}
-
-// evalProgressEvery is how often a long evaluation reports on stderr.
-const evalProgressEvery = 10 * time.Second
-
-// run reads the whole stream: full windows of seq+1 tokens as they come
-// (the last token of one is the first of the next), then what is left.
-func (e *evalRun) run() error {
-	for {
-		ids, err := e.ts.next()
-		if err != nil {
-			return err
-		}
-		if ids == nil {
-			break
-		}
-		e.pending = append(e.pending, ids...)
-		off := 0
-		for len(e.pending)-off > e.seq {
-			if err := e.window(e.pending[off : off+e.seq+1]); err != nil {
-				return err
-			}
-			off += e.seq
-		}
-		e.pending = append(e.pending[:0], e.pending[off:]...)
-		e.progress()
-	}
-	if len(e.pending) >= 2 {
-		if err := e.window(e.pending); err != nil {
-			return err
-		}
-	}
-	if e.counted == 0 {
-		return fmt.Errorf("eval: --data %s holds %d token(s): nothing to predict", e.ts.path, len(e.pending))
-	}
-	return nil
-}
-
-// window scores inputs w[:n-1] against targets w[1:] from an empty cache.
-func (e *evalRun) window(w []int32) error { return e.score(w[:len(w)-1], w[1:]) }
-
-// score scores ids against targets (model.IgnoreTarget: not predicted)
-// from an empty cache.
-func (e *evalRun) score(ids, targets []int32) error {
-	d := e.m.dec
-	d.Reset()
-	var rowFn func(int, []float32)
-	if e.logits != nil {
-		e.targets = targets
-		rowFn = e.writeLogits
-	}
-	sum, n, err := d.Score(e.s, e.m.w, ids, targets, rowFn)
-	if err != nil {
-		return fmt.Errorf("eval: window %d (tokens %d..): %w", e.windows, e.counted, err)
-	}
-	if e.werr != nil {
-		return fmt.Errorf("eval: --logits: %w", e.werr)
-	}
-	e.sum += sum
-	e.counted += int64(n)
-	e.windows++
-	return nil
-}
-
-// writeLogits appends one row to --logits (a predicted token's: not one
-// whose target is model.IgnoreTarget); a write error is kept and reported
-// after the window.
-func (e *evalRun) writeLogits(row int, v []float32) {
-	if e.werr != nil || e.targets[row] == model.IgnoreTarget {
-		return
-	}
-	if len(e.row) != 4*len(v) {
-		e.row = make([]byte, 4*len(v))
-	}
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(e.row[4*i:], math.Float32bits(x))
-	}
-	_, e.werr = e.logits.Write(e.row)
-}
-
-// progress reports on stderr every evalProgressEvery.
-func (e *evalRun) progress() {
-	loss, due := e.progressDue()
-	if !due {
-		return
-	}
-	fmt.Fprintf(e.stderr, "eval: %.1f%% of %s, %d tokens, %.0f tokens/s, loss so far %.4f\n",
-		100*float64(e.ts.off)/float64(max(1, e.ts.size)), e.ts.path, e.counted, float64(e.counted)/e.reported.Sub(e.start).Seconds(), loss)
-}
-
-// progressDue says whether a progress line is due (evalProgressEvery
-// since the start and since the last one), marking it reported, and the
-// mean loss so far (NaN before the first token).
-func (e *evalRun) progressDue() (float64, bool) {
-	now := time.Now()
-	if now.Sub(e.start) < evalProgressEvery || now.Sub(e.reported) < evalProgressEvery {
-		return 0, false
-	}
-	e.reported = now
-	if e.counted == 0 {
-		return math.NaN(), true
-	}
-	return e.sum / float64(e.counted), true
-}
-
-// Blocks of the token stream: how much of the file is tokenized at a
-// time, and the most held while no cut is found (past it the block is
-// cut anyway).
-var (
-	evalBlockBytes    = 1 << 20
-	evalMaxBlockBytes = 64 << 20
-)
-
-// tokenStream reads a file a block at a time and tokenizes each block.
-type tokenStream struct {
-	path      string
-	f         *os.File
-	tok       *tokenizer.Tokenizer
-	size, off int64
-	buf       []byte // read, not yet tokenized
-	eof       bool
-}
-
-func openTokenStream(path string) (*tokenStream, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("eval: --data: %w", err)
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file", path)
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("eval: --data: %w", err)
-	}
-	return &tokenStream{path: path, f: f, size: fi.Size()}, nil
-}
-
-func (ts *tokenStream) close() { ts.f.Close() }
-
-// next returns the ids of the next block, nil at the end of the file.
-func (ts *tokenStream) next() ([]int32, error) {
-	for !ts.eof || len(ts.buf) > 0 {
-		if !ts.eof {
-			n := len(ts.buf)
-			ts.buf = append(ts.buf, make([]byte, evalBlockBytes)...)
-			got, err := io.ReadFull(ts.f, ts.buf[n:])
-			ts.buf, ts.off = ts.buf[:n+got], ts.off+int64(got)
-			switch {
-			case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
-				ts.eof = true
-			case err != nil:
-				return nil, fmt.Errorf("eval: --data: read %s at offset %d: %w", ts.path, ts.off, err)
-			}
-		}
-		cut := len(ts.buf)
-		if !ts.eof {
-			if cut = safeCut(ts.buf); cut == 0 && len(ts.buf) < evalMaxBlockBytes {
-				continue
-			} else if cut == 0 {
-				cut = len(ts.buf)
-			}
-		}
-		ids := ts.tok.Encode(string(ts.buf[:cut]), false)
-		ts.buf = append(ts.buf[:0], ts.buf[cut:]...)
-		if len(ids) > 0 {
-			return ids, nil
-		}
-	}
-	return nil, nil
-}
-
-// safeCut is the last i > 0 with b[i] a space and b[i-1] a printable
-// ASCII character other than space, or 0: the pre-tokenizers of GPT-2
-// (ByteLevel's regex), Llama-3 and Qwen2 end a piece there (no pattern
-// puts a space after a non-space in one piece), a NFC normalizer composes
-// nothing across it, and a ByteLevel add_prefix_space finds the space it
-// would add.
-func safeCut(b []byte) int {
-	for i := len(b) - 1; i > 0; i-- {
-		if b[i] == ' ' && b[i-1] > ' ' && b[i-1] < 0x7f {
-			return i
-		}
-	}
-	return 0
 }

@@ -1,27 +1,23 @@
 package cmd
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/data"
-	"github.com/strata-ai/strata/engine"
-	"github.com/strata-ai/strata/engine/report"
-	"github.com/strata-ai/strata/gpu"
+	"github.com/strata-ai/strata/infer"
 	"github.com/strata-ai/strata/internal/units"
 )
 
 // runEvalStreamed is `strata eval --offload cpu|nvme`: the model's weights
 // in host RAM or on NVMe, streamed through one device by an inference
-// engine (engine.Options.Inference: stage 3, every chunk frozen, the tier
-// store's planner), --batch windows a micro-batch; the windows, rows and
-// targets of data.EvalSet, which cuts them as the resident path does.
+// engine (infer.Evaluate with EvalOptions.Offload), --batch windows a
+// micro-batch; the windows, rows and targets of data.EvalSet, which cuts
+// them as the resident path does.
 func runEvalStreamed(c *cli.Context, seq int, stdout, stderr io.Writer) error {
 	where := c.String("offload")
 	switch {
@@ -36,117 +32,67 @@ func runEvalStreamed(c *cli.Context, seq int, stdout, stderr io.Writer) error {
 	case c.Int("batch") < 1:
 		return usagef("eval: --batch %d: need at least 1", c.Int("batch"))
 	}
-	m, err := openInference(c, "eval", nil, stderr)
+	m, err := openInference(c, "eval")
 	if err != nil {
 		return err
 	}
-	defer m.close()
-	s := m.im.shape
-	if seq == 0 {
-		seq = min(s.MaxSeq, defaultEvalSeq)
-		if n := m.runSeqLen(); n > 0 {
-			seq = min(s.MaxSeq, n)
-		}
+	defer m.Close()
+	fmt.Fprintf(stderr, "model: %s\n", m.Source.Describe())
+	if seq, err = m.EvalSeq(seq); err != nil {
+		return usagef("%v", err)
 	}
-	if seq > s.MaxSeq {
-		return usagef("eval: --seq %d is past the model's max_seq_len %d", seq, s.MaxSeq)
-	}
-	path := c.String("data")
-	chat, err := runChat(c, m.source, m.recordedChat(), "eval")
+	set, src, err := evalExamples(c, m, seq, stderr)
 	if err != nil {
 		return err
-	}
-	var tok data.Tokenizer = m.tok
-	if m.byteTok {
-		tok = data.Bytes{}
-	}
-	t0 := time.Now()
-	src, err := openEvalExamples(c, path, data.Options{Tokenizer: tok, Chat: chat})
-	if err != nil {
-		return fmt.Errorf("eval: --data: %w", err)
 	}
 	defer src.Close()
-	set, err := data.NewEvalSet(src, seq)
-	if err != nil {
-		return fmt.Errorf("eval: --data: %w", err)
+	if err := m.StreamDType(); err != nil {
+		return usagef("%v", err)
 	}
-	describeData(stderr, "eval data", src, time.Since(t0))
-	if m.dt != gpu.BF16 {
-		if c.String("dtype") == "fp32" {
-			return usagef("eval: --dtype fp32 with --offload: the engine streams params in bf16 (offloaded params are bf16, as in training)")
-		}
-		m.dt, m.dtWhy = gpu.BF16, "streamed params are bf16, as training's offloaded params; "+m.dtWhy
-	}
-	cfg, err := streamEvalConfig(m, seq, c.Int("batch"), where, c.String("nvme-path"))
+	opts := infer.EvalOptions{Seq: seq, Offload: where, NVMePath: c.String("nvme-path"), Batch: c.Int("batch")}
+	r, err := infer.Evaluate(c.Context, m, infer.EvalInput{Examples: set, Name: c.String("data")}, opts)
 	if err != nil {
 		return err
 	}
-	e, err := engine.New(cfg, m.devs.Devs, m.devs.Comms, engine.Options{Init: m.im.src, Inference: true, Precision: m.dt, HostRegistrar: m.devs.Registrar})
-	if err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	defer e.Close()
 	fmt.Fprintf(stderr, "params %s (%s) streamed from %s through %s, %d windows of %d tokens a pass; activations fp32\n",
-		m.dt, m.dtWhy, map[string]string{config.DeviceCPU: "host RAM", config.DeviceNVMe: "NVMe (" + c.String("nvme-path") + ")"}[where],
-		m.dev.Name(), c.Int("batch"), seq)
-	st, err := e.Eval(set)
-	if err != nil {
-		return fmt.Errorf("eval: %w", err)
-	}
-	if st.Tokens == 0 {
-		return fmt.Errorf("eval: --data %s: nothing to predict", path)
-	}
-	sum := e.Summary()
-	fmt.Fprintf(stderr, "evaluated in %.1fs; device peak %s of %s\n", st.Duration.Seconds(), units.FormatBytes(devicePeak(sum)), units.FormatBytes(m.dev.MemStats().BudgetBytes))
-	r := evalResult{Loss: st.Loss, Tokens: st.Tokens, PPL: math.Exp(st.Loss), Windows: st.Rows, Seq: seq, Params: m.dt.String()}
-	if c.Bool("json") {
-		b, _ := json.Marshal(r)
-		fmt.Fprintf(stdout, "%s\n", b)
-		return nil
-	}
-	fmt.Fprintf(stdout, "loss        %.6f (nats per token)\n", r.Loss)
-	fmt.Fprintf(stdout, "tokens      %d (predicted; windows: %d of at most %d tokens)\n", r.Tokens, r.Windows, seq)
-	fmt.Fprintf(stdout, "perplexity  %.4f\n", r.PPL)
-	return nil
+		m.DType, m.DTypeWhy, map[string]string{config.DeviceCPU: "host RAM", config.DeviceNVMe: "NVMe (" + c.String("nvme-path") + ")"}[where],
+		m.Device.Name(), c.Int("batch"), seq)
+	fmt.Fprintf(stderr, "evaluated in %.1fs; device peak %s of %s\n", r.Duration.Seconds(), units.FormatBytes(r.DevicePeakBytes), units.FormatBytes(m.Device.MemStats().BudgetBytes))
+	return printEval(stdout, c.Bool("json"), r, "")
 }
 
-// devicePeak is the largest device's peak of all allocations.
-func devicePeak(s report.Summary) int64 {
-	var n int64
-	for _, d := range s.PerDevice {
-		n = max(n, d.PeakBytes)
-	}
-	return n
-}
-
-// streamEvalConfig is the inference engine's config: stage 3 on one
-// device, params (and the optimizer state it never allocates) in host RAM
-// or on NVMe, fp32 activations, batch windows of seq a micro-batch, every
-// block checkpointed with its input kept in host RAM (cpu_checkpointing:
-// the device holds a ring of three block inputs and one block's work set,
-// not every block's activations; the backward that would read them never
-// runs).
-func streamEvalConfig(m *inferModel, seq, batch int, where, nvmePath string) (*config.Config, error) {
-	path := ""
-	if where == config.DeviceNVMe {
-		p, _ := json.Marshal(nvmePath)
-		path = `, "nvme_path": ` + string(p)
-	}
-	js := fmt.Sprintf(`{
-  "train_micro_batch_size_per_gpu": %d,
-  "gradient_accumulation_steps": 1,
-  "optimizer": {"type": "AdamW", "params": {"lr": 0}},
-  "bf16": {"enabled": true},
-  "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
-    "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
-  "activation_checkpointing": {"number_checkpoints": %d, "cpu_checkpointing": true},
-  "strata": {"model": "eval-model", "devices": 1, "seq_len": %d, "activation_dtype": "fp32"}
-}`, batch, where, path, where, path, m.im.shape.Layers, seq)
-	s := m.im.shape
-	lookup := func(string) (config.Shape, error) { return config.Shape(s), nil }
-	cfg, err := config.Parse([]byte(js), "eval --offload", config.Options{LookupShape: lookup})
+// evalExamples opens eval's --data as train's --eval-data is opened: read
+// by package data with the model's tokenizer (data.Bytes for the byte
+// tokenizer, as train reads data without a tokenizer.json) and the chat
+// template training would take (runChat: --chat-template, else the
+// checkpoint's recorded one, else the Hugging Face source's), under
+// --data-columns' names, a DatasetDict's evaluation split; its examples
+// packed in file order into rows of seq (data.EvalSet), the loss only on
+// the tokens training learns from (the completions, the assistant's
+// turns).
+func evalExamples(c *cli.Context, m *infer.Model, seq int, stderr io.Writer) (*data.EvalSet, *data.Source, error) {
+	chat, err := runChat(c, m.TokenizerSource, m.Source.RecordedChat(), "eval")
 	if err != nil {
-		return nil, fmt.Errorf("eval: %w", err)
+		return nil, nil, err
 	}
-	return cfg, nil
+	var tok data.Tokenizer = m.Tokenizer
+	if m.ByteTokenizer {
+		tok = data.Bytes{}
+	}
+	cols, err := data.ParseColumns(c.String("data-columns"))
+	if err != nil {
+		return nil, nil, usagef("eval: --data-columns: %v", err)
+	}
+	t0 := time.Now()
+	src, err := data.Open(c.String("data"), data.Options{Tokenizer: tok, Chat: chat, Columns: cols, Splits: data.EvalSplits})
+	if err != nil {
+		return nil, nil, fmt.Errorf("eval: --data: %w", err)
+	}
+	set, err := data.NewEvalSet(src, seq)
+	if err != nil {
+		src.Close()
+		return nil, nil, fmt.Errorf("eval: --data: %w", err)
+	}
+	describeData(stderr, "eval data", src, time.Since(t0))
+	return set, src, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
+	"github.com/strata-ai/strata/infer"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"
@@ -367,10 +368,9 @@ func TestEvalInitLowersLoss(t *testing.T) {
 // ids of the whole file, for GPT-2's ByteLevel regex (with and without
 // add_prefix_space), a Llama-3 Split pattern and the byte tokenizer, with
 // blocks far smaller than the text (every cut is exercised), and a text
-// without any cut (one block past evalMaxBlockBytes) still gives every
+// without any cut (one block past MaxBlockBytes) still gives every
 // byte's token.
 func TestTokenStreamSameIDs(t *testing.T) {
-	defer func(b, m int) { evalBlockBytes, evalMaxBlockBytes = b, m }(evalBlockBytes, evalMaxBlockBytes)
 	dir := t.TempDir()
 	text := strings.Repeat(evalText, 3) + "  trailing spaces   \n\n"
 	data := filepath.Join(dir, "text.txt")
@@ -398,16 +398,15 @@ func TestTokenStreamSameIDs(t *testing.T) {
 	for name, tok := range toks {
 		want := tok.Encode(text, false)
 		for _, block := range []int{1, 7, 64, 1 << 20} {
-			evalBlockBytes = block
-			ts, err := openTokenStream(data)
+			ts, err := infer.OpenTokenStream(data, tok)
 			if err != nil {
 				t.Fatal(err)
 			}
-			ts.tok = tok
+			ts.BlockBytes = block
 			var got []int32
 			blocks := 0
 			for {
-				ids, err := ts.next()
+				ids, err := ts.Next()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -416,7 +415,7 @@ func TestTokenStreamSameIDs(t *testing.T) {
 				}
 				got, blocks = append(got, ids...), blocks+1
 			}
-			ts.close()
+			ts.Close()
 			if !slices.Equal(got, want) {
 				t.Errorf("%s, blocks of %d bytes: %d ids in %d blocks differ from the whole text's %d", name, block, len(got), blocks, len(want))
 			}
@@ -425,22 +424,21 @@ func TestTokenStreamSameIDs(t *testing.T) {
 			}
 		}
 	}
-	// No cut anywhere: blocks are cut at evalMaxBlockBytes.
-	evalBlockBytes, evalMaxBlockBytes = 5, 16
+	// No cut anywhere: blocks are cut at MaxBlockBytes.
 	noSpace := filepath.Join(dir, "nospace.txt")
 	raw := strings.Repeat("日本語", 30)
 	if err := os.WriteFile(noSpace, []byte(raw), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := openTokenStream(noSpace)
+	ts, err := infer.OpenTokenStream(noSpace, tokenizer.Bytes())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ts.close()
-	ts.tok = tokenizer.Bytes()
+	defer ts.Close()
+	ts.BlockBytes, ts.MaxBlockBytes = 5, 16
 	n := 0
 	for {
-		ids, err := ts.next()
+		ids, err := ts.Next()
 		if err != nil {
 			t.Fatal(err)
 		}

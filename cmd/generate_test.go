@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/strata-ai/strata/dtype"
+	"github.com/strata-ai/strata/infer"
 	"github.com/strata-ai/strata/internal/hosttest"
 	"github.com/strata-ai/strata/tokenizer"
 )
@@ -135,7 +136,7 @@ func TestGenerateSampling(t *testing.T) {
 // token has probability 3/4 at T = 1 and 9/10 at T = 1/2. 20000 seeded
 // draws have a standard deviation of 0.003 or less; the tolerance is 0.015.
 func TestSampleToken(t *testing.T) {
-	if got := sampleToken([]float32{1, 3, 3, 2}, 0, nil); got != 1 {
+	if got := infer.SampleToken([]float32{1, 3, 3, 2}, 0, nil); got != 1 {
 		t.Errorf("greedy picked %d, want 1 (the first of the largest)", got)
 	}
 	logits := []float32{0, float32(math.Log(3))}
@@ -143,7 +144,7 @@ func TestSampleToken(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		n := 0
 		for range 20000 {
-			if sampleToken(logits, c.temp, rng) == 1 {
+			if infer.SampleToken(logits, c.temp, rng) == 1 {
 				n++
 			}
 		}
@@ -166,13 +167,13 @@ func TestPromptIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 	plain := tok.Encode("the cat", false)
-	if got, want := promptIDs(tok, "the cat", true), append([]int32{266}, plain...); !slices.Equal(got, want) {
+	if got, want := infer.PromptIDs(tok, "the cat", true), append([]int32{266}, plain...); !slices.Equal(got, want) {
 		t.Errorf("with the template: %v, want %v", got, want)
 	}
-	if got := promptIDs(tok, "the cat", false); !slices.Equal(got, plain) {
+	if got := infer.PromptIDs(tok, "the cat", false); !slices.Equal(got, plain) {
 		t.Errorf("--no-special: %v, want %v", got, plain)
 	}
-	if got := promptIDs(tok, "", true); !slices.Equal(got, []int32{266}) {
+	if got := infer.PromptIDs(tok, "", true); !slices.Equal(got, []int32{266}) {
 		t.Errorf("empty prompt: %v, want [266]", got)
 	}
 }

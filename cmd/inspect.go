@@ -16,6 +16,7 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/safetensors"
+	"github.com/strata-ai/strata/source"
 )
 
 // inspectCommand is `strata inspect PATH`: the tensors and metadata of a
@@ -131,32 +132,12 @@ type inspectCheckpointOut struct {
 }
 
 // resolveCheckpoint finds the checkpoint a user names, the same way for
-// train --resume, inspect and export: a checkpoint directory (step-N), its
-// manifest.json, a directory of checkpoints (its "latest") or a run's --out
-// directory (the "latest" of its checkpoints/). It returns the checkpoint's
-// directory, the directory of checkpoints holding it ("" when path named
-// the checkpoint itself), and a note for stderr when "latest" was missing
-// or unreadable and the newest complete checkpoint was taken instead
-// (checkpoint.Find).
+// train --resume, inspect and export (source.FindCheckpoint): a checkpoint
+// directory, its manifest.json, a directory of checkpoints or a run's
+// --out directory; with the directory of checkpoints holding it and a note
+// for stderr when "latest" could not be read.
 func resolveCheckpoint(path string) (dir, list, note string, err error) {
-	if fi, serr := os.Stat(path); serr == nil && !fi.IsDir() && filepath.Base(path) == checkpoint.ManifestName {
-		return filepath.Dir(path), "", "", nil
-	}
-	dir, note, err = checkpoint.Find(path)
-	if err == nil {
-		if filepath.Clean(dir) != filepath.Clean(path) {
-			list = path
-		}
-		return dir, list, note, nil
-	}
-	sub := filepath.Join(path, "checkpoints")
-	if _, serr := os.Stat(sub); serr != nil {
-		return "", "", "", err
-	}
-	if dir, note, err = checkpoint.Find(sub); err != nil {
-		return "", "", "", err
-	}
-	return dir, sub, note, nil
+	return source.FindCheckpoint(path)
 }
 
 func inspectCheckpoint(w, stderr io.Writer, path string, asJSON, verify bool) error {

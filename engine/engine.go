@@ -130,6 +130,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	}
 	opts.Precision = p
 	opts = opts.withDefaults()
+	cfg = inferenceOffload(cfg, opts)
 	if err := checkNew(cfg, devices, comms, opts); err != nil {
 		return nil, err
 	}

@@ -114,6 +114,22 @@ func tkey(c, r int, s shard.State) shard.Key {
 	return shard.Key{Chunk: shard.ChunkID(c), Rank: int32(r), State: s}
 }
 
+// inferenceOffload is cfg for an inference engine whose params are
+// offloaded without offload_optimizer: an inference engine writes no
+// params and has no optimizer state, so it needs no optimizer offload; its
+// (never allocated) optimizer state is placed where the params are, so the
+// tier store that homes them is built as a training engine's. Any other
+// cfg is returned as it is.
+func inferenceOffload(cfg *config.Config, opts Options) *config.Config {
+	z := cfg.ZeRO
+	if !opts.Inference || z.OffloadParam.Device == config.DeviceNone || z.OffloadOptimizer.Device != config.DeviceNone {
+		return cfg
+	}
+	c := *cfg
+	c.ZeRO.OffloadOptimizer.Device, c.ZeRO.OffloadOptimizer.NVMePath = z.OffloadParam.Device, z.OffloadParam.NVMePath
+	return &c
+}
+
 // checkOffload says whether the engine can run cfg's offload settings.
 func checkOffload(cfg *config.Config, opts Options) error {
 	z := cfg.ZeRO

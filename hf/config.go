@@ -67,6 +67,10 @@ type Config struct {
 	Shape        model.Shape
 	Architecture string // architectures[0] ("LlamaForCausalLM"), else model_type
 	TorchDType   string // torch_dtype as written ("bfloat16"); "" when absent
+	// EOS are the ids of eos_token_id (one id or a list), the tokens that
+	// end a generation as transformers' generate stops at them; nil when
+	// absent or null.
+	EOS []int32
 }
 
 // hfKeys reads the keys of one config.json, collecting every problem.
@@ -267,6 +271,7 @@ func ParseConfig(path string, b []byte) (*Config, error) {
 	} else {
 		c.Shape = llamaConfig(k, arch, c)
 	}
+	c.EOS = k.ids("eos_token_id")
 	if len(k.problems) == 0 {
 		if err := c.Shape.Validate(); err != nil {
 			k.problems = append(k.problems, fmt.Sprintf("the shape it describes: %v", err))
@@ -276,6 +281,24 @@ func ParseConfig(path string, b []byte) (*Config, error) {
 		return nil, fmt.Errorf("hf: %s (%s): %s", path, c.Architecture, strings.Join(k.problems, "; "))
 	}
 	return c, nil
+}
+
+// ids reads key as one token id or a list of them (eos_token_id); nil
+// when absent or null.
+func (k *hfKeys) ids(key string) []int32 {
+	if k.null(key) {
+		return nil
+	}
+	var one int32
+	if json.Unmarshal(k.raw[key], &one) == nil {
+		return []int32{one}
+	}
+	var list []int32
+	if err := json.Unmarshal(k.raw[key], &list); err != nil {
+		k.bad(key, "%s is neither a token id nor a list of them", k.raw[key])
+		return nil
+	}
+	return list
 }
 
 func orString(raw json.RawMessage, s string) string {
