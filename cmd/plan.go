@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/bench"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
@@ -391,7 +392,7 @@ func paramWords(n int64) string {
 	case n >= 1e6:
 		return fmt.Sprintf("%.1fM", float64(n)/1e6)
 	}
-	return groupDigits(n)
+	return estimate.GroupDigits(n)
 }
 
 // stepTime is a run's median step and, when this machine has a profile

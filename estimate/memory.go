@@ -14,7 +14,6 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
-	"github.com/strata-ai/strata/tier"
 )
 
 // DefaultShardAlignElems is the alignment of every rank's slice of a chunk,
@@ -503,10 +502,10 @@ func Memory(o Options) (ModelState, error) {
 }
 
 // TierHostBudget is the tier store's share of strata.host_budget
-// (tier.HostShare: 4/5 of it); the pinned pool holds the whole budget, and
+// (shard.HostShare: 4/5 of it); the pinned pool holds the whole budget, and
 // the rest absorbs the fragmentation of shards of several sizes coming and
 // going.
-func TierHostBudget(hostBudget int64) int64 { return tier.HostShare(hostBudget) }
+func TierHostBudget(hostBudget int64) int64 { return shard.HostShare(hostBudget) }
 
 // TierSpareBytes is the host room, per rank, the tier store keeps for reads
 // outside the plan (Engine.Params, Engine.Master): the largest fp32 shard.
