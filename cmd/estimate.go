@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -136,7 +134,7 @@ func estimateRequest(c *cli.Context) (estimate.Request, error) {
 	case flagShape != nil:
 		req.Shape = flagShape
 	case c.IsSet("params"):
-		psi, err := parseParamCount(c.String("params"))
+		psi, err := estimate.ParseParamCount(c.String("params"))
 		if err != nil {
 			return req, usagef("estimate: --params: %v", err)
 		}
@@ -214,21 +212,16 @@ func estimateOptionFlags(c *cli.Context, o *estimate.Options, all bool) error {
 // estimateActivationFlags sets a from the activation flags: those given,
 // and without a config (all) their defaults.
 func estimateActivationFlags(c *cli.Context, a *estimate.ActivationRequest, all bool) {
-	set := func(name string) bool { return all || c.IsSet(name) }
-	if set("batch") {
-		a.Micro = c.Int("batch")
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"batch", &a.Micro}, {"seq", &a.Seq}, {"accum", &a.Accum}, {"checkpoints", &a.Checkpoints}} {
+		if all || c.IsSet(f.name) {
+			*f.dst = c.Int(f.name)
+		}
 	}
-	if set("seq") {
-		a.Seq = c.Int("seq")
-	}
-	if set("accum") {
-		a.Accum = c.Int("accum")
-	}
-	if set("activation-dtype") {
+	if all || c.IsSet("activation-dtype") {
 		a.DType = c.String("activation-dtype")
-	}
-	if set("checkpoints") {
-		a.Checkpoints = c.Int("checkpoints")
 	}
 }
 
@@ -308,33 +301,9 @@ func estimateLoRA(c *cli.Context, r *estimate.Request) error {
 	if r.Shape == nil {
 		return usagef("estimate: --lora adapts a model's linears: give --model or --config, not --params")
 	}
-	lc := &config.LoRA{R: 8, Alpha: 8} // PEFT's defaults, as strata.lora
-	for _, kv := range strings.Split(c.String("lora"), ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		var err error
-		switch k {
-		case "r":
-			lc.R, err = strconv.Atoi(v)
-		case "alpha":
-			lc.Alpha, err = strconv.ParseFloat(v, 64)
-		case "targets":
-			lc.TargetModules = strings.Split(v, "+")
-		case "rslora":
-			lc.UseRSLoRA = true
-		case "base":
-			if v != config.BaseBF16 && v != config.BaseNF4 && v != config.BaseInt8 {
-				return usagef("estimate: --lora %q: base=%q is not bf16, nf4 or int8", c.String("lora"), v)
-			}
-			lc.BaseDType = v
-		default:
-			return usagef("estimate: --lora %q: %q is not r, alpha, targets, rslora or base", c.String("lora"), kv)
-		}
-		if err != nil {
-			return usagef("estimate: --lora %q: %s=%q is not a number", c.String("lora"), k, v)
-		}
-	}
-	if lc.R < 1 || !(lc.Alpha > 0) {
-		return usagef("estimate: --lora %q: r must be >= 1 and alpha > 0", c.String("lora"))
+	lc, err := estimate.ParseLoRA(c.String("lora"))
+	if err != nil {
+		return usagef("estimate: --lora %q: %v", c.String("lora"), err)
 	}
 	if v := c.String("base-dtype"); c.IsSet("base-dtype") {
 		if v != config.BaseBF16 && v != config.BaseNF4 && v != config.BaseInt8 {
@@ -345,42 +314,8 @@ func estimateLoRA(c *cli.Context, r *estimate.Request) error {
 	cfgLoRA := &config.Config{}
 	cfgLoRA.Strata.LoRA = lc
 	r.LoRA = estimate.LoRAFromConfig(cfgLoRA, *r.Shape)
-	r.LoRA.Base = estimate.BaseDType(lc.BaseDType)
-	if err := r.LoRA.Validate(*r.Shape); err != nil {
-		return usagef("estimate: --lora: %v", err)
-	}
+	r.LoRA.Base = estimate.BaseDType(lc.BaseDType) // estimate.New validates it against the shape
 	return nil
-}
-
-// parseParamCount reads "124M", "1.5B", "7.5e9", "350000" (decimal suffixes
-// K, M, B or G, T, as parameter counts are written).
-func parseParamCount(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := 1.0
-	if n := len(t); n > 0 {
-		switch strings.ToUpper(t[n-1:]) {
-		case "K":
-			mult = 1e3
-		case "M":
-			mult = 1e6
-		case "B", "G":
-			mult = 1e9
-		case "T":
-			mult = 1e12
-		}
-		if mult != 1 {
-			t = t[:n-1]
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || !(f > 0) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%q is not a positive parameter count (such as 124M, 1.5B or 7.5e9)", s)
-	}
-	v := math.Round(f * mult)
-	if v < 1 || v > 1e15 {
-		return 0, fmt.Errorf("%q is out of range", s)
-	}
-	return int64(v), nil
 }
 
 func estimateActFlags() []cli.Flag {
