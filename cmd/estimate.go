@@ -240,6 +240,9 @@ func runEstimate(c *cli.Context) error {
 		}
 		req.Activations.BudgetBytes = b
 	}
+	if a := req.Activations; req.Shape != nil && (a.Micro < 1 || a.Accum < 1) {
+		return usagef("estimate: --batch %d and --accum %d must be at least 1", a.Micro, a.Accum)
+	}
 	rep, err := estimate.New(req)
 	if err != nil {
 		return estimateError(c, req, err)
@@ -259,7 +262,10 @@ func estimateError(c *cli.Context, req estimate.Request, err error) error {
 	if !errors.As(err, &re) {
 		return err
 	}
-	o := req.Options
+	o, a := req.Options, req.Activations
+	if a.Seq == 0 && req.Shape != nil {
+		a.Seq = req.Shape.MaxSeq
+	}
 	switch re.Input {
 	case estimate.InputSize:
 		return usagef("estimate: --align %d on --devices %d: the model state's sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller --align or fewer --devices", o.ShardAlignElems, o.Devices)
@@ -269,21 +275,31 @@ func estimateError(c *cli.Context, req estimate.Request, err error) error {
 		return usagef("estimate: --master %s needs --offload-optimizer cpu or nvme (the remainder is the host optimizer's)", c.String("master"))
 	case estimate.InputFreeze:
 		return usagef("estimate: --freeze (or strata.freeze) matches tensor names: give --model or --config, not --params")
-	case estimate.InputActivations:
-		if errors.Is(err, estimate.ErrTooLarge) {
-			a := req.Activations
-			if a.Seq == 0 && req.Shape != nil {
-				a.Seq = req.Shape.MaxSeq
-			}
-			batch, seq := "--batch", "--seq"
-			if !c.IsSet("batch") && c.String("config") != "" {
-				batch = "train_micro_batch_size_per_gpu"
-			}
-			if !c.IsSet("seq") && c.String("config") != "" && req.Activations.Seq != 0 {
-				seq = "strata.seq_len"
-			}
-			return usagef("estimate: %s %d × %s %d tokens a micro-batch: the activation sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller %s", batch, a.Micro, seq, a.Seq, batch)
+	case estimate.InputFreezePatterns:
+		return fmt.Errorf("estimate: --freeze: %w", errors.Unwrap(re.Err))
+	case estimate.InputLoRAFreeze:
+		return usagef("estimate: --lora with --freeze (or strata.freeze): LoRA freezes the whole base already")
+	case estimate.InputLoRABase:
+		return usagef("estimate: a %s base streams from host RAM or NVMe: give --stage 3 and --offload-param cpu or nvme", req.LoRA.Base)
+	case estimate.InputLoRA:
+		if u := errors.Unwrap(re.Err); u != nil {
+			return usagef("estimate: --lora: %v", u)
 		}
+	case estimate.InputSeq:
+		return usagef("estimate: --seq %d: want 1 to the model's max_seq_len %d", a.Seq, req.Shape.MaxSeq)
+	case estimate.InputCheckpoints:
+		return usagef("estimate: --checkpoints %d: want 1 to the model's %d blocks (0: every block)", a.Checkpoints, req.Shape.Layers)
+	case estimate.InputActivationDType:
+		return usagef("estimate: --activation-dtype %q is not bf16 or fp32", a.DType)
+	case estimate.InputActivations:
+		batch, seq := "--batch", "--seq"
+		if !c.IsSet("batch") && c.String("config") != "" {
+			batch = "train_micro_batch_size_per_gpu"
+		}
+		if !c.IsSet("seq") && c.String("config") != "" && req.Activations.Seq != 0 {
+			seq = "strata.seq_len"
+		}
+		return usagef("estimate: %s %d × %s %d tokens a micro-batch: the activation sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller %s", batch, a.Micro, seq, a.Seq, batch)
 	}
 	return usagef("%v", err)
 }

@@ -63,13 +63,20 @@ type Input int
 
 // The inputs a RequestError names.
 const (
-	InputSize        Input = iota + 1 // the model state's sizes pass int64 (devices, alignment)
-	InputActivations                  // the micro-batch or its tokens
-	InputMoments                      // Options.MomentsDType needs the optimizer offloaded
-	InputMaster                       // Options.MasterDType needs the optimizer offloaded
-	InputLoRA                         // the adapters
-	InputFreeze                       // the frozen patterns
-	InputStage                        // the stage's estimate
+	InputSize            Input = iota + 1 // the model state's sizes pass int64 (devices, alignment)
+	InputActivations                      // the micro-batch's tokens: the activation sizes pass int64
+	InputMicro                            // Activations.Micro or Accum below 1
+	InputSeq                              // Activations.Seq past the shape's max_seq_len
+	InputCheckpoints                      // Activations.Checkpoints past the shape's blocks
+	InputActivationDType                  // Activations.DType neither bf16 nor fp32
+	InputMoments                          // Options.MomentsDType needs the optimizer offloaded
+	InputMaster                           // Options.MasterDType needs the optimizer offloaded
+	InputLoRA                             // the adapters (on a parameter count, or not valid for the shape)
+	InputLoRAFreeze                       // LoRA with frozen patterns
+	InputLoRABase                         // a coded LoRA base without stage 3 and offloaded params
+	InputFreeze                           // frozen patterns on a parameter count
+	InputFreezePatterns                   // frozen patterns FrozenChunks refuses
+	InputStage                            // the stage's estimate
 )
 
 // RequestError is a Request New refuses: Input says which part is at
@@ -224,7 +231,7 @@ func (rep *Report) frozen(r Request, opts *Options, base *model.Layout) error {
 		return requestErr(InputLoRA, "estimate: LoRA adapts a model's linears: give a shape, not a parameter count")
 	}
 	if lora != nil && len(r.Freeze) > 0 {
-		return requestErr(InputLoRA, "estimate: LoRA with frozen patterns (strata.freeze): LoRA freezes the whole base already")
+		return requestErr(InputLoRAFreeze, "estimate: LoRA with frozen patterns (strata.freeze): LoRA freezes the whole base already")
 	}
 	if len(r.Freeze) > 0 {
 		if r.Shape == nil {
@@ -232,7 +239,7 @@ func (rep *Report) frozen(r Request, opts *Options, base *model.Layout) error {
 		}
 		f, err := FrozenChunks(base, r.Freeze)
 		if err != nil {
-			return fmt.Errorf("estimate: freeze: %w", err)
+			return &RequestError{Input: InputFreezePatterns, Err: fmt.Errorf("estimate: freeze: %w", err)}
 		}
 		opts.Frozen = f
 		fp := FrozenParams(base, f)
@@ -257,7 +264,7 @@ func (rep *Report) frozen(r Request, opts *Options, base *model.Layout) error {
 	stored := "bf16"
 	if lora.Base != 0 {
 		if opts.Stage != 3 && r.Stage != 3 || opts.ParamTier == shard.HBM {
-			return requestErr(InputLoRA, "estimate: a %s base streams from host RAM or NVMe: give stage 3 and offload_param cpu or nvme", lora.Base)
+			return requestErr(InputLoRABase, "estimate: a %s base streams from host RAM or NVMe: give stage 3 and offload_param cpu or nvme", lora.Base)
 		}
 		opts.FrozenParamDType = lora.Base
 		stored = lora.Base.String() + " in " + opts.ParamTier.String()

@@ -62,13 +62,13 @@ func newActivations(shape model.Shape, r ActivationRequest, lora *model.LoRA, st
 	}
 	switch {
 	case a.Micro < 1 || a.Accum < 1:
-		return nil, requestErr(InputActivations, "estimate: micro-batch %d and accumulation %d must be at least 1", a.Micro, a.Accum)
+		return nil, requestErr(InputMicro, "estimate: micro-batch %d and accumulation %d must be at least 1", a.Micro, a.Accum)
 	case a.Seq < 1 || a.Seq > shape.MaxSeq:
-		return nil, requestErr(InputActivations, "estimate: seq %d: want 1 to the model's max_seq_len %d", a.Seq, shape.MaxSeq)
+		return nil, requestErr(InputSeq, "estimate: seq %d: want 1 to the model's max_seq_len %d", a.Seq, shape.MaxSeq)
 	case checkpoints < 0 || checkpoints > shape.Layers:
-		return nil, requestErr(InputActivations, "estimate: number_checkpoints %d: want 1 to the model's %d blocks (0: every block)", checkpoints, shape.Layers)
+		return nil, requestErr(InputCheckpoints, "estimate: number_checkpoints %d: want 1 to the model's %d blocks (0: every block)", checkpoints, shape.Layers)
 	case dt != config.ActivationBF16 && dt != config.ActivationFP32:
-		return nil, requestErr(InputActivations, "estimate: activation dtype %q is not bf16 or fp32", dt)
+		return nil, requestErr(InputActivationDType, "estimate: activation dtype %q is not bf16 or fp32", dt)
 	}
 	if err := CheckActivationTokens(shape, a.Micro, a.Seq); err != nil {
 		return nil, &RequestError{Input: InputActivations, Err: err}
