@@ -86,7 +86,10 @@ type RequestError struct {
 	Err   error
 }
 
+// Error is Err's message.
 func (e *RequestError) Error() string { return e.Err.Error() }
+
+// Unwrap is Err.
 func (e *RequestError) Unwrap() error { return e.Err }
 
 func requestErr(in Input, format string, args ...any) error {

@@ -53,7 +53,10 @@ type NVMePathError struct {
 	Err  error
 }
 
+// Error says the path is refused and why.
 func (e *NVMePathError) Error() string { return "plan: NVMe path: " + e.Err.Error() }
+
+// Unwrap is Err.
 func (e *NVMePathError) Unwrap() error { return e.Err }
 
 // Result is a plan's answer.
