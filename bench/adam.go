@@ -148,85 +148,27 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 		}
 		defer roof.Close()
 	}
-
-	n := o.Params
-	param, m, v := make([]float32, n), make([]float32, n), make([]float32, n)
-	var gradF []float32
-	var gradH, out []uint16
-	half := o.GradBF16 || o.GradF16
-	if !half || o.Roofline {
-		gradF = make([]float32, n)
-	}
-	if half {
-		gradH = make([]uint16, n)
-	}
-	narrow := o.Moments.For(n) != cpuadam.MomentsF32 || o.Remainder
-	if o.BF16Out {
-		out = make([]uint16, n)
-	}
-	// Realistic magnitudes; a cheap generator so setup stays short.
-	x := uint32(12345)
-	for i := range n {
-		x = x*1664525 + 1013904223
-		f := float32(int32(x)) * 0x1p-31 // [-1, 1)
-		param[i], m[i], v[i] = f, f*1e-3, f*f*1e-6
-		if gradF != nil {
-			gradF[i] = f * 1e-2
-		}
-		if gradH != nil && o.GradBF16 {
-			gradH[i] = bf16.FromFloat32(f * 1e-2)
-		}
-		if gradH != nil && o.GradF16 {
-			gradH[i] = fp16.FromFloat32(f * 1e-2)
-		}
-	}
-
-	var shard cpuadam.Shard
-	if narrow {
-		shard = cpuadam.Shard{Param: param, Grad: gradF, Out: out,
-			M: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), false),
-			V: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), true)}
-		if half {
-			shard.Grad, shard.Grad16, shard.F16 = nil, gradH, o.GradF16
-		}
-		shard.M.Encode(m)
-		shard.V.Encode(v)
-		if o.Remainder {
-			shard.Out = make([]uint16, n) // not the fp32 step's
-			bf16.FromFloat32s(shard.Out, param)
-			shard.Rem = cpuadam.RemainderView(n, make([]byte, dtype.Rem16.Bytes(n)))
-			shard.Rem.Split(param, shard.Out)
-			shard.Param = nil
-		}
-	}
-
+	st := newAdamState(o)
 	p := cpuadam.Params{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, GradScale: 1, Mode: cpuadam.AdamW}
 	narrowStep := func(s int64) time.Duration {
 		p.Step = s
 		t0 := time.Now()
-		opt.Step(p, shard)
+		opt.Step(p, st.shard)
 		return time.Since(t0)
 	}
 	step := func(s int64) time.Duration {
 		p.Step = s
 		t0 := time.Now()
-		switch {
-		case o.GradF16: // the Shard form: fp16 gradients, fp16 out
-			opt.Step(p, cpuadam.Shard{Param: param, Grad16: gradH, M: cpuadam.Moment{F32: m}, V: cpuadam.Moment{F32: v, Second: true}, Out: out, F16: true})
-		case o.GradBF16:
-			opt.StepBF16(p, param, gradH, m, v, out)
-		default:
-			opt.StepF32(p, param, gradF, m, v, out)
-		}
+		st.step(opt, p, o)
 		return time.Since(t0)
 	}
 	stream := func() time.Duration {
 		t0 := time.Now()
-		roof.StreamR4W3(param, gradF, m, v)
+		roof.StreamR4W3(st.param, st.gradF, st.m, st.v)
 		return time.Since(t0)
 	}
 	step(1) // first touch of every page; not timed
-	if narrow {
+	if st.narrow {
 		narrowStep(1)
 	}
 	if roof != nil {
@@ -235,7 +177,7 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 	var steps, fp32Steps, streams []float64
 	start := time.Now()
 	for r := range o.Rounds {
-		if narrow {
+		if st.narrow {
 			steps = append(steps, narrowStep(int64(r+2)).Seconds())
 			fp32Steps = append(fp32Steps, step(int64(r+2)).Seconds())
 		} else {
@@ -248,10 +190,108 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 			o.Progress(r+1, o.Rounds, time.Since(start))
 		}
 	}
-	if cpuadam.NonFinite(param) {
+	if cpuadam.NonFinite(st.param) {
 		return AdamResult{}, errors.New("bench: adam: params became non-finite (bench bug)")
 	}
+	res := adamResult(o, opt, st.narrow, steps, fp32Steps)
+	if roof != nil {
+		med, best := medianMin(streams)
+		n := o.Params
+		res.RooflineGBps = float64(n) * 28 / med / 1e9
+		res.RooflineGBpsBest = float64(n) * 28 / best / 1e9
+		res.RooflineISA = roof.Options().ISA.String()
+		res.Ratio = res.GBps / res.RooflineGBps
+	}
+	return res, nil
+}
 
+// adamState is RunAdam's state: param, grad (fp32, and bf16 or fp16),
+// m, v and the bf16 output; with narrow moments or a remainder master
+// also shard, the state in their precision over the same param and
+// gradient.
+type adamState struct {
+	param, m, v, gradF []float32
+	gradH, out         []uint16
+	narrow             bool
+	shard              cpuadam.Shard
+}
+
+// newAdamState allocates o's state and fills it with realistic
+// magnitudes.
+func newAdamState(o AdamOptions) *adamState {
+	n := o.Params
+	st := &adamState{param: make([]float32, n), m: make([]float32, n), v: make([]float32, n)}
+	half := o.GradBF16 || o.GradF16
+	if !half || o.Roofline {
+		st.gradF = make([]float32, n)
+	}
+	if half {
+		st.gradH = make([]uint16, n)
+	}
+	st.narrow = o.Moments.For(n) != cpuadam.MomentsF32 || o.Remainder
+	if o.BF16Out {
+		st.out = make([]uint16, n)
+	}
+	// Realistic magnitudes; a cheap generator so setup stays short.
+	x := uint32(12345)
+	for i := range n {
+		x = x*1664525 + 1013904223
+		f := float32(int32(x)) * 0x1p-31 // [-1, 1)
+		st.param[i], st.m[i], st.v[i] = f, f*1e-3, f*f*1e-6
+		if st.gradF != nil {
+			st.gradF[i] = f * 1e-2
+		}
+		if st.gradH != nil && o.GradBF16 {
+			st.gradH[i] = bf16.FromFloat32(f * 1e-2)
+		}
+		if st.gradH != nil && o.GradF16 {
+			st.gradH[i] = fp16.FromFloat32(f * 1e-2)
+		}
+	}
+	if st.narrow {
+		st.shard = narrowShard(o, st, half)
+	}
+	return st
+}
+
+// narrowShard is the state of o's narrow moments (and remainder master)
+// over st's param and gradient.
+func narrowShard(o AdamOptions, st *adamState, half bool) cpuadam.Shard {
+	n := o.Params
+	sh := cpuadam.Shard{Param: st.param, Grad: st.gradF, Out: st.out,
+		M: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), false),
+		V: o.Moments.View(n, make([]byte, o.Moments.Bytes(n)), true)}
+	if half {
+		sh.Grad, sh.Grad16, sh.F16 = nil, st.gradH, o.GradF16
+	}
+	sh.M.Encode(st.m)
+	sh.V.Encode(st.v)
+	if o.Remainder {
+		sh.Out = make([]uint16, n) // not the fp32 step's
+		bf16.FromFloat32s(sh.Out, st.param)
+		sh.Rem = cpuadam.RemainderView(n, make([]byte, dtype.Rem16.Bytes(n)))
+		sh.Rem.Split(st.param, sh.Out)
+		sh.Param = nil
+	}
+	return sh
+}
+
+// step runs the fp32-moment step of o's gradient form.
+func (st *adamState) step(opt *cpuadam.Optimizer, p cpuadam.Params, o AdamOptions) {
+	switch {
+	case o.GradF16: // the Shard form: fp16 gradients, fp16 out
+		opt.Step(p, cpuadam.Shard{Param: st.param, Grad16: st.gradH, M: cpuadam.Moment{F32: st.m}, V: cpuadam.Moment{F32: st.v, Second: true}, Out: st.out, F16: true})
+	case o.GradBF16:
+		opt.StepBF16(p, st.param, st.gradH, st.m, st.v, st.out)
+	default:
+		opt.StepF32(p, st.param, st.gradF, st.m, st.v, st.out)
+	}
+}
+
+// adamResult is the result of the timed steps (and with narrow state the
+// fp32 steps timed alternately with them).
+func adamResult(o AdamOptions, opt *cpuadam.Optimizer, narrow bool, steps, fp32Steps []float64) AdamResult {
+	n := o.Params
 	res := AdamResult{
 		ISA: opt.Options().ISA.String(), Threads: opt.Options().Threads, Params: n, Grad: "fp32", BF16Out: o.BF16Out,
 		Moments: o.Moments.For(n).String(), Master: "fp32", Rounds: o.Rounds, BytesPerParam: o.BytesPerParam(),
@@ -278,14 +318,7 @@ func RunAdam(o AdamOptions) (AdamResult, error) {
 		res.FP32GBps = float64(n) * fo.BytesPerParam() / fmed / 1e9
 		res.SpeedupVsFP32 = res.ParamsPerS / res.FP32ParamsPerS
 	}
-	if roof != nil {
-		med, best := medianMin(streams)
-		res.RooflineGBps = float64(n) * 28 / med / 1e9
-		res.RooflineGBpsBest = float64(n) * 28 / best / 1e9
-		res.RooflineISA = roof.Options().ISA.String()
-		res.Ratio = res.GBps / res.RooflineGBps
-	}
-	return res, nil
+	return res
 }
 
 func medianMin(xs []float64) (median, minimum float64) {

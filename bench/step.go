@@ -360,7 +360,7 @@ func Step(o StepOptions) (StepResult, error) {
 	}
 	defer r.abandonTrace()
 	if o.hasNVMe() {
-		d, err := ProbeDisk(context.Background(), o.NVMePath, o.ProbeBytes)
+		d, err := plan.ProbeDisk(context.Background(), o.NVMePath, o.ProbeBytes)
 		if err != nil {
 			return res, err
 		}

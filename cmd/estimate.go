@@ -2,12 +2,9 @@ package cmd
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"math"
-	"strconv"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -62,13 +59,12 @@ func estimateCommand() *cli.Command {
 	}
 }
 
-// estimateFromConfig reads --config: the config, its shape and the memory
-// options it gives (--devices decides over strata.devices, as in train;
-// its stage becomes --stage unless that is given). flagShape is --model's
-// shape (nil without --model): it decides over strata.model, and its hidden
-// size fills in the config's "auto" values. A config that names no model
+// estimateFromConfig reads --config: the config and its shape (--devices
+// decides over strata.devices, as in train). flagShape is --model's shape
+// (nil without --model): it decides over strata.model, and its hidden size
+// fills in the config's "auto" values. A config that names no model
 // without --model is refused (noModelError) unless --params gives Ψ.
-func estimateFromConfig(c *cli.Context, path string, flagShape *model.Shape) (*config.Config, *model.Shape, estimate.Options, error) {
+func estimateFromConfig(c *cli.Context, path string, flagShape *model.Shape) (*config.Config, model.Shape, error) {
 	devices := 0
 	if c.IsSet("devices") {
 		devices = c.Int("devices")
@@ -80,581 +76,271 @@ func estimateFromConfig(c *cli.Context, path string, flagShape *model.Shape) (*c
 	}
 	cfg, err := config.Load(path, config.Options{Devices: devices, LookupShape: lookup})
 	if err != nil {
-		return nil, nil, estimate.Options{}, err
+		return nil, model.Shape{}, err
 	}
 	if !named && flagShape == nil && !c.IsSet("params") {
-		return nil, nil, estimate.Options{}, noModelError(path)
+		return nil, model.Shape{}, noModelError(path)
 	}
 	printConfigNotes(c.App.ErrWriter, cfg.Ignored())
 	if flagShape != nil {
 		cfg.ResolveModel(config.Shape(*flagShape)) // an explicit strata.model shape, too
 	}
 	if cfg.Shape() == nil {
-		return nil, nil, estimate.Options{}, fmt.Errorf("estimate: %s: strata.model has no shape", path)
+		return nil, model.Shape{}, fmt.Errorf("estimate: %s: strata.model has no shape", path)
 	}
 	s := model.Shape(*cfg.Shape())
 	if s.Name == "" {
 		s.Name = "config"
 	}
-	l, err := model.NewLayout(s)
-	if err != nil {
-		return nil, nil, estimate.Options{}, fmt.Errorf("estimate: %s: %w", path, err)
+	return cfg, s, nil
+}
+
+// estimateRequest is the request of the flags: the config's
+// (estimate.RequestFromConfig) with the flags given explicitly over it,
+// or the flags' alone.
+func estimateRequest(c *cli.Context) (estimate.Request, error) {
+	if c.IsSet("model") && c.IsSet("params") {
+		return estimate.Request{}, usagef("estimate: give --model or --params, not both")
 	}
-	opts, err := estimate.OptionsFromConfig(cfg, l)
-	if err != nil {
-		return nil, nil, estimate.Options{}, err
+	var flagShape *model.Shape
+	if c.IsSet("model") {
+		s, err := estimateShape(c.String("model"))
+		if err != nil {
+			return estimate.Request{}, err
+		}
+		if _, err := model.NewLayout(s); err != nil {
+			return estimate.Request{}, usagef("estimate: --model %s: %v", c.String("model"), err)
+		}
+		flagShape = &s
 	}
-	opts.ShardAlignElems = c.Int64("align")
-	if !c.IsSet("stage") {
-		c.Set("stage", strconv.Itoa(cfg.ZeRO.Stage))
+	req := estimate.Request{Options: estimate.Options{Devices: config.Default().Strata.Devices}, Stage: c.Int("stage")}
+	path := c.String("config")
+	var cfg *config.Config
+	if path != "" {
+		var s model.Shape
+		var err error
+		if cfg, s, err = estimateFromConfig(c, path, flagShape); err != nil {
+			return req, err
+		}
+		if req, err = estimate.RequestFromConfig(cfg, s); err != nil {
+			return req, err
+		}
+		if c.IsSet("stage") {
+			req.Stage = c.Int("stage")
+		}
 	}
-	return cfg, &s, opts, nil
+	req.Options.ShardAlignElems = c.Int64("align")
+	switch {
+	case flagShape != nil:
+		req.Shape = flagShape
+	case c.IsSet("params"):
+		psi, err := estimate.ParseParamCount(c.String("params"))
+		if err != nil {
+			return req, usagef("estimate: --params: %v", err)
+		}
+		req.Shape, req.Params, req.LoRA = nil, psi, nil
+	case cfg == nil:
+		return req, usagef("estimate: give --model (NAME, HF_DIR or RUN), --params N or --config FILE (models: %s)", strings.Join(model.Names(), ", "))
+	}
+	if err := estimateOptionFlags(c, &req.Options, cfg == nil); err != nil {
+		return req, err
+	}
+	if c.IsSet("freeze") {
+		req.Freeze = c.StringSlice("freeze")
+	}
+	if err := estimateLoRA(c, &req); err != nil {
+		return req, err
+	}
+	estimateActivationFlags(c, &req.Activations, cfg == nil)
+	return req, nil
+}
+
+// estimateOptionFlags sets o from the model-state flags: those given, and
+// without a config (all) their defaults.
+func estimateOptionFlags(c *cli.Context, o *estimate.Options, all bool) error {
+	if c.IsSet("devices") {
+		o.Devices = c.Int("devices")
+	}
+	var err error
+	if c.IsSet("offload-optimizer") || all {
+		if o.OptimizerTier, err = shard.ParseTier(c.String("offload-optimizer")); err != nil {
+			return usagef("estimate: --offload-optimizer: %v", err)
+		}
+	}
+	if c.IsSet("offload-param") || all {
+		if o.ParamTier, err = shard.ParseTier(c.String("offload-param")); err != nil {
+			return usagef("estimate: --offload-param: %v", err)
+		}
+	}
+	if c.IsSet("host-budget") {
+		if o.HostBudgetBytes, err = units.ParseBytes(c.String("host-budget")); err != nil {
+			return usagef("estimate: --host-budget: %v", err)
+		}
+	}
+	if c.IsSet("persistence-threshold") {
+		o.PersistenceThreshold = c.Int64("persistence-threshold")
+	}
+	if c.IsSet("moments") || all {
+		if o.MomentsDType, err = estimate.ParseMoments(c.String("moments")); err != nil {
+			return usagef("estimate: --moments %q is not fp32, bf16 or int8", c.String("moments"))
+		}
+	}
+	if c.IsSet("master") || all {
+		if o.MasterDType, err = estimate.ParseMaster(c.String("master")); err != nil {
+			return usagef("estimate: --master %q is not fp32 or bf16+remainder", c.String("master"))
+		}
+	}
+	switch g := c.String("host-grad"); g {
+	case "bf16":
+		o.HostGradDType = dtype.BF16
+	case "fp32", "f32":
+		o.HostGradDType = dtype.F32
+	default:
+		return usagef("estimate: --host-grad %q is not bf16 or fp32", g)
+	}
+	if o.Devices < 1 || o.ShardAlignElems < 1 {
+		return usagef("estimate: --devices and --align must be at least 1")
+	}
+	if nodes := c.Int("nodes"); nodes < 1 {
+		return usagef("estimate: --nodes %d: at least 1", nodes)
+	} else if nodes > 1 {
+		o.LocalDevices, o.Devices = o.Devices, nodes*o.Devices
+	}
+	return nil
+}
+
+// estimateActivationFlags sets a from the activation flags: those given,
+// and without a config (all) their defaults.
+func estimateActivationFlags(c *cli.Context, a *estimate.ActivationRequest, all bool) {
+	for _, f := range []struct {
+		name string
+		dst  *int
+	}{{"batch", &a.Micro}, {"seq", &a.Seq}, {"accum", &a.Accum}, {"checkpoints", &a.Checkpoints}} {
+		if all || c.IsSet(f.name) {
+			*f.dst = c.Int(f.name)
+		}
+	}
+	if all || c.IsSet("activation-dtype") {
+		a.DType = c.String("activation-dtype")
+	}
 }
 
 func runEstimate(c *cli.Context) error {
 	if c.Args().Present() {
 		return usagef("estimate: unexpected argument %q", c.Args().First())
 	}
-	opts := estimate.Options{Devices: 1, ShardAlignElems: c.Int64("align")}
-	var shape *model.Shape
-	var cfg *config.Config
-	var freeze []string // strata.freeze, then --freeze
-	what := ""
-	if c.IsSet("model") && c.IsSet("params") {
-		return usagef("estimate: give --model or --params, not both")
-	}
-	var flagShape *model.Shape
-	if c.IsSet("model") {
-		s, err := estimateShape(c.String("model"))
-		if err != nil {
-			return err
-		}
-		flagShape = &s
-	}
-	if path := c.String("config"); path != "" {
-		var err error
-		if cfg, shape, opts, err = estimateFromConfig(c, path, flagShape); err != nil {
-			return err
-		}
-		freeze = cfg.Strata.Freeze
-	}
-	switch {
-	case flagShape != nil:
-		s := *flagShape
-		l, err := model.NewLayout(s)
-		if err != nil {
-			return usagef("estimate: --model %s: %v", c.String("model"), err)
-		}
-		shape = &s
-		opts.ChunkParams = estimate.ChunkParams(l)
-	case c.IsSet("params"):
-		psi, err := parseParamCount(c.String("params"))
-		if err != nil {
-			return usagef("estimate: --params: %v", err)
-		}
-		shape = nil
-		opts.ChunkParams = []int64{psi}
-		what = fmt.Sprintf("Ψ = %s parameters as one chunk", groupDigits(psi))
-	case shape == nil:
-		return usagef("estimate: give --model (NAME, HF_DIR or RUN), --params N or --config FILE (models: %s)", strings.Join(model.Names(), ", "))
-	}
-	if shape != nil {
-		what = fmt.Sprintf("%s: Ψ = %s parameters in %d chunks", shape, groupDigits(shape.ParamCount()), len(opts.ChunkParams))
-	}
-	if c.IsSet("devices") {
-		opts.Devices = c.Int("devices")
-	} else if c.String("config") == "" {
-		opts.Devices = config.Default().Strata.Devices
-	}
-	var err error
-	if c.IsSet("offload-optimizer") || c.String("config") == "" {
-		if opts.OptimizerTier, err = parseDevice(c.String("offload-optimizer")); err != nil {
-			return usagef("estimate: --offload-optimizer: %v", err)
-		}
-	}
-	if c.IsSet("offload-param") || c.String("config") == "" {
-		if opts.ParamTier, err = parseDevice(c.String("offload-param")); err != nil {
-			return usagef("estimate: --offload-param: %v", err)
-		}
-	}
-	if c.IsSet("host-budget") {
-		if opts.HostBudgetBytes, err = units.ParseBytes(c.String("host-budget")); err != nil {
-			return usagef("estimate: --host-budget: %v", err)
-		}
-	}
-	if c.IsSet("persistence-threshold") {
-		opts.PersistenceThreshold = c.Int64("persistence-threshold")
-	}
-	if c.IsSet("moments") || c.String("config") == "" {
-		if opts.MomentsDType, err = estimate.ParseMoments(c.String("moments")); err != nil {
-			return usagef("estimate: --moments %q is not fp32, bf16 or int8", c.String("moments"))
-		}
-		if opts.MomentsDType != dtype.F32 && opts.OptimizerTier == shard.HBM {
-			return usagef("estimate: --moments %s needs --offload-optimizer cpu or nvme (narrow moments are the host optimizer's)", c.String("moments"))
-		}
-	}
-	if c.IsSet("master") || c.String("config") == "" {
-		if opts.MasterDType, err = estimate.ParseMaster(c.String("master")); err != nil {
-			return usagef("estimate: --master %q is not fp32 or bf16+remainder", c.String("master"))
-		}
-		if opts.MasterDType != dtype.F32 && opts.OptimizerTier == shard.HBM {
-			return usagef("estimate: --master %s needs --offload-optimizer cpu or nvme (the remainder is the host optimizer's)", c.String("master"))
-		}
-	}
-	switch g := c.String("host-grad"); g {
-	case "bf16":
-		opts.HostGradDType = dtype.BF16
-	case "fp32", "f32":
-		opts.HostGradDType = dtype.F32
-	default:
-		return usagef("estimate: --host-grad %q is not bf16 or fp32", g)
-	}
-	if opts.Devices < 1 || opts.ShardAlignElems < 1 {
-		return usagef("estimate: --devices and --align must be at least 1")
-	}
-	if nodes := c.Int("nodes"); nodes < 1 {
-		return usagef("estimate: --nodes %d: at least 1", nodes)
-	} else if nodes > 1 {
-		opts.LocalDevices, opts.Devices = opts.Devices, nodes*opts.Devices
-	}
-	if err := estimate.CheckSize(opts); err != nil {
-		return usagef("estimate: --align %d on --devices %d: the model state's sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller --align or fewer --devices", opts.ShardAlignElems, opts.Devices)
-	}
-	if c.IsSet("freeze") {
-		freeze = c.StringSlice("freeze")
-	}
-	lora, err := estimateLoRA(c, cfg, shape)
+	req, err := estimateRequest(c)
 	if err != nil {
 		return err
 	}
-	if lora != nil && len(freeze) > 0 {
-		return usagef("estimate: --lora with --freeze (or strata.freeze): LoRA freezes the whole base already")
+	if c.IsSet("hbm") {
+		b, err := units.ParseBytes(c.String("hbm"))
+		if err != nil || b < 1 {
+			return usagef("estimate: --hbm %q is not a byte size such as 80GiB", c.String("hbm"))
+		}
+		req.Activations.BudgetBytes = b
 	}
-	if err := estimateFreeze(&opts, shape, freeze); err != nil {
-		return err
+	if a := req.Activations; req.Shape != nil && (a.Micro < 1 || a.Accum < 1) {
+		return usagef("estimate: --batch %d and --accum %d must be at least 1", a.Micro, a.Accum)
 	}
-	if lora != nil {
-		base, _ := model.NewLayout(*shape)
-		l, err := base.WithLoRA(*lora)
-		if err != nil {
-			return usagef("estimate: --lora: %v", err)
-		}
-		opts.ChunkParams = estimate.ChunkParams(l)
-		if opts.Frozen, err = estimate.FrozenChunks(l, nil); err != nil {
-			return err
-		}
-		if lora.Base != 0 {
-			if opts.Stage != 3 && c.Int("stage") != 3 || opts.ParamTier == shard.HBM {
-				return usagef("estimate: a %s base streams from host RAM or NVMe: give --stage 3 and --offload-param cpu or nvme", lora.Base)
-			}
-			opts.FrozenParamDType = lora.Base
-		}
-		adapters := l.ParamCount() - base.ParamCount()
-		stored := "bf16"
-		if lora.Base != 0 {
-			stored = lora.Base.String() + " in " + opts.ParamTier.String()
-		}
-		what += fmt.Sprintf("\nLoRA r %d, alpha %g on %s: the base (%s parameters) frozen, params only (%s); adapters Ψₐ = %s trainable (%.3f%% of the base) in %d chunks",
-			lora.R, lora.Alpha, strings.Join(lora.Targets, ", "), groupDigits(base.ParamCount()), stored, groupDigits(adapters),
-			100*float64(adapters)/float64(base.ParamCount()), len(l.Chunks)-len(base.Chunks))
-	}
-	if f := opts.Frozen; f != nil && shape != nil && lora == nil {
-		l, _ := model.NewLayout(*shape) // valid: the frozen chunks were resolved over it
-		what += fmt.Sprintf("\nfrozen: %s (%s parameters, %.1f%%) keep their params only; Ψₜ = %s trainable",
-			estimate.DescribeChunks(l, f), groupDigits(estimate.FrozenParams(l, f)), 100*float64(estimate.FrozenParams(l, f))/float64(l.ParamCount()),
-			groupDigits(l.ParamCount()-estimate.FrozenParams(l, f)))
-	}
-
-	var stages []estimate.Stage
-	if s := c.Int("stage"); s >= 0 {
-		o := opts
-		o.Stage = s
-		e, err := estimate.Memory(o)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		stages = []estimate.Stage{{Stage: s, ModelState: e}}
-	} else {
-		stages = estimate.Stages(opts)
-	}
-	var act *actEstimate
-	if shape != nil {
-		var err error
-		if act, err = newActEstimate(c, cfg, *shape, lora); err != nil {
-			return err
-		}
+	rep, err := estimate.New(req)
+	if err != nil {
+		return estimateError(c, req, err)
 	}
 	if c.Bool("json") {
-		name := ""
-		var ja *jsonActivations
-		if shape != nil {
-			name = shape.Name
-			ja = act.json(stages)
-		}
-		return printEstimateJSON(c.App.Writer, name, what, opts, stages, ja)
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep.JSON())
 	}
-	w := c.App.Writer
-	printEstimate(w, what, opts, stages, c.Int("stage") >= 0)
-	if act == nil {
-		fmt.Fprintln(w, "not included: activations and the working set (they need a shape: --model or --config)")
-		return nil
-	}
-	act.print(w, stages)
-	return nil
+	return rep.WriteText(c.App.Writer)
 }
 
-// estimateLoRA is the adapters of --lora ("r=16,alpha=32,targets=a+b,rslora"),
-// else of the config's strata.lora, nil when neither; the targets
-// default as strata.lora's.
-func estimateLoRA(c *cli.Context, cfg *config.Config, shape *model.Shape) (*model.LoRA, error) {
+// estimateError says what of the flags (or the config's keys) a refused
+// request names: a usage error.
+func estimateError(c *cli.Context, req estimate.Request, err error) error {
+	var re *estimate.RequestError
+	if !errors.As(err, &re) {
+		return err
+	}
+	o, a := req.Options, req.Activations
+	if a.Seq == 0 && req.Shape != nil {
+		a.Seq = req.Shape.MaxSeq
+	}
+	switch re.Input {
+	case estimate.InputSize:
+		return usagef("estimate: --align %d on --devices %d: the model state's sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller --align or fewer --devices", o.ShardAlignElems, o.Devices)
+	case estimate.InputMoments:
+		return usagef("estimate: --moments %s needs --offload-optimizer cpu or nvme (narrow moments are the host optimizer's)", c.String("moments"))
+	case estimate.InputMaster:
+		return usagef("estimate: --master %s needs --offload-optimizer cpu or nvme (the remainder is the host optimizer's)", c.String("master"))
+	case estimate.InputFreeze:
+		return usagef("estimate: --freeze (or strata.freeze) matches tensor names: give --model or --config, not --params")
+	case estimate.InputFreezePatterns:
+		return fmt.Errorf("estimate: --freeze: %w", errors.Unwrap(re.Err))
+	case estimate.InputLoRAFreeze:
+		return usagef("estimate: --lora with --freeze (or strata.freeze): LoRA freezes the whole base already")
+	case estimate.InputLoRABase:
+		return usagef("estimate: a %s base streams from host RAM or NVMe: give --stage 3 and --offload-param cpu or nvme", req.LoRA.Base)
+	case estimate.InputLoRA:
+		if u := errors.Unwrap(re.Err); u != nil {
+			return usagef("estimate: --lora: %v", u)
+		}
+	case estimate.InputSeq:
+		return usagef("estimate: --seq %d: want 1 to the model's max_seq_len %d", a.Seq, req.Shape.MaxSeq)
+	case estimate.InputCheckpoints:
+		return usagef("estimate: --checkpoints %d: want 1 to the model's %d blocks (0: every block)", a.Checkpoints, req.Shape.Layers)
+	case estimate.InputActivationDType:
+		return usagef("estimate: --activation-dtype %q is not bf16 or fp32", a.DType)
+	case estimate.InputActivations:
+		batch, seq := "--batch", "--seq"
+		if !c.IsSet("batch") && c.String("config") != "" {
+			batch = "train_micro_batch_size_per_gpu"
+		}
+		if !c.IsSet("seq") && c.String("config") != "" && req.Activations.Seq != 0 {
+			seq = "strata.seq_len"
+		}
+		return usagef("estimate: %s %d × %s %d tokens a micro-batch: the activation sizes pass 2^63 bytes (8 EiB) and would wrap; use a smaller %s", batch, a.Micro, seq, a.Seq, batch)
+	}
+	return usagef("%v", err)
+}
+
+// estimateLoRA sets r.LoRA from --lora ("r=16,alpha=32,targets=a+b,rslora")
+// and --base-dtype; without them r keeps the config's strata.lora. The
+// targets default as strata.lora's.
+func estimateLoRA(c *cli.Context, r *estimate.Request) error {
 	if !c.IsSet("lora") {
 		if c.IsSet("base-dtype") {
-			return nil, usagef("estimate: --base-dtype is the frozen base's storage under --lora")
+			return usagef("estimate: --base-dtype is the frozen base's storage under --lora")
 		}
-		if cfg == nil || cfg.Strata.LoRA == nil || shape == nil {
-			return nil, nil
-		}
-		o := estimate.LoRAFromConfig(cfg, *shape)
-		o.Base = estimate.BaseDType(cfg.Strata.LoRA.BaseDType)
-		return o, nil
+		return nil
 	}
-	if shape == nil {
-		return nil, usagef("estimate: --lora adapts a model's linears: give --model or --config, not --params")
+	if r.Shape == nil {
+		return usagef("estimate: --lora adapts a model's linears: give --model or --config, not --params")
 	}
-	lc := &config.LoRA{R: 8, Alpha: 8} // PEFT's defaults, as strata.lora
-	for _, kv := range strings.Split(c.String("lora"), ",") {
-		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		var err error
-		switch k {
-		case "r":
-			lc.R, err = strconv.Atoi(v)
-		case "alpha":
-			lc.Alpha, err = strconv.ParseFloat(v, 64)
-		case "targets":
-			lc.TargetModules = strings.Split(v, "+")
-		case "rslora":
-			lc.UseRSLoRA = true
-		case "base":
-			if v != config.BaseBF16 && v != config.BaseNF4 && v != config.BaseInt8 {
-				return nil, usagef("estimate: --lora %q: base=%q is not bf16, nf4 or int8", c.String("lora"), v)
-			}
-			lc.BaseDType = v
-		default:
-			return nil, usagef("estimate: --lora %q: %q is not r, alpha, targets, rslora or base", c.String("lora"), kv)
-		}
-		if err != nil {
-			return nil, usagef("estimate: --lora %q: %s=%q is not a number", c.String("lora"), k, v)
-		}
-	}
-	if lc.R < 1 || !(lc.Alpha > 0) {
-		return nil, usagef("estimate: --lora %q: r must be >= 1 and alpha > 0", c.String("lora"))
+	lc, err := estimate.ParseLoRA(c.String("lora"))
+	if err != nil {
+		return usagef("estimate: --lora %q: %v", c.String("lora"), err)
 	}
 	if v := c.String("base-dtype"); c.IsSet("base-dtype") {
 		if v != config.BaseBF16 && v != config.BaseNF4 && v != config.BaseInt8 {
-			return nil, usagef("estimate: --base-dtype %q is not bf16, nf4 or int8", v)
+			return usagef("estimate: --base-dtype %q is not bf16, nf4 or int8", v)
 		}
 		lc.BaseDType = v
 	}
 	cfgLoRA := &config.Config{}
 	cfgLoRA.Strata.LoRA = lc
-	o := estimate.LoRAFromConfig(cfgLoRA, *shape)
-	o.Base = estimate.BaseDType(lc.BaseDType)
-	if err := o.Validate(*shape); err != nil {
-		return nil, usagef("estimate: --lora: %v", err)
-	}
-	return o, nil
-}
-
-// estimateFreeze sets o.Frozen from the patterns (strata.freeze, or
-// --freeze) over shape's tensor names (estimate.FrozenChunks: the rule and
-// the errors of strata.freeze), after --model may have changed the shape.
-func estimateFreeze(o *estimate.Options, shape *model.Shape, patterns []string) error {
-	o.Frozen = nil
-	if len(patterns) == 0 {
-		return nil
-	}
-	if shape == nil {
-		return usagef("estimate: --freeze (or strata.freeze) matches tensor names: give --model or --config, not --params")
-	}
-	l, err := model.NewLayout(*shape)
-	if err != nil {
-		return fmt.Errorf("estimate: %w", err)
-	}
-	if o.Frozen, err = estimate.FrozenChunks(l, patterns); err != nil {
-		return fmt.Errorf("estimate: --freeze: %w", err)
-	}
+	r.LoRA = estimate.LoRAFromConfig(cfgLoRA, *r.Shape)
+	r.LoRA.Base = estimate.BaseDType(lc.BaseDType) // estimate.New validates it against the shape
 	return nil
 }
 
-// parseDevice reads DeepSpeed's offload device names.
-func parseDevice(s string) (shard.Tier, error) {
-	switch s {
-	case config.DeviceNone:
-		return shard.HBM, nil
-	case config.DeviceCPU:
-		return shard.Host, nil
-	case config.DeviceNVMe:
-		return shard.NVMe, nil
+func estimateActFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "batch", Value: 1, Usage: "micro-batch: sequences per device (train_micro_batch_size_per_gpu)"},
+		&cli.IntFlag{Name: "seq", Usage: "tokens per sequence (strata.seq_len; default the model's max_seq_len)"},
+		&cli.IntFlag{Name: "accum", Value: 1, Usage: "micro-batches per step (gradient_accumulation_steps): the gradient shards bound for the host with the optimizer on NVMe"},
+		&cli.StringFlag{Name: "hbm", Usage: `device memory budget ("80GiB", strata.hbm_bytes): says which configuration fits`},
+		&cli.StringFlag{Name: "activation-dtype", Value: config.ActivationBF16, Usage: "bf16 or fp32 (strata.activation_dtype)"},
+		&cli.IntFlag{Name: "checkpoints", Usage: "activation_checkpointing.number_checkpoints: blocks recomputed (default every block)"},
 	}
-	return 0, fmt.Errorf("%q is not none, cpu or nvme", s)
-}
-
-// parseParamCount reads "124M", "1.5B", "7.5e9", "350000" (decimal suffixes
-// K, M, B or G, T, as parameter counts are written).
-func parseParamCount(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := 1.0
-	if n := len(t); n > 0 {
-		switch strings.ToUpper(t[n-1:]) {
-		case "K":
-			mult = 1e3
-		case "M":
-			mult = 1e6
-		case "B", "G":
-			mult = 1e9
-		case "T":
-			mult = 1e12
-		}
-		if mult != 1 {
-			t = t[:n-1]
-		}
-	}
-	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || !(f > 0) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%q is not a positive parameter count (such as 124M, 1.5B or 7.5e9)", s)
-	}
-	v := math.Round(f * mult)
-	if v < 1 || v > 1e15 {
-		return 0, fmt.Errorf("%q is out of range", s)
-	}
-	return int64(v), nil
-}
-
-func groupDigits(n int64) string {
-	s := strconv.FormatInt(n, 10)
-	var b strings.Builder
-	for i, r := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-// machine turns a per-rank formula into the formula for all N ranks.
-func machine(c estimate.Coef, n int) estimate.Coef {
-	return estimate.Coef{Full: c.Full*float64(n) + c.PerN, TrainFull: c.TrainFull*float64(n) + c.TrainPerN}
-}
-
-// node is c (one rank's) summed over one node's l ranks of the job's n:
-// each node holds 1/(n/l) of the sharded terms.
-func node(c estimate.Coef, l, n int) estimate.Coef {
-	nodes := float64(n / l)
-	return estimate.Coef{Full: c.Full*float64(l) + c.PerN/nodes, TrainFull: c.TrainFull*float64(l) + c.TrainPerN/nodes}
-}
-
-func tierWord(t shard.Tier) string {
-	switch t {
-	case shard.Host:
-		return "host (cpu)"
-	case shard.NVMe:
-		return "nvme"
-	}
-	return "device (none)"
-}
-
-func printEstimate(w io.Writer, what string, o estimate.Options, stages []estimate.Stage, breakdown bool) {
-	fmt.Fprintf(w, "%s\n", what)
-	nodes := o.Devices / o.Local()
-	if nodes > 1 {
-		fmt.Fprintf(w, "N = %d devices (%d nodes × %d); optimizer state on %s; param shards on %s", o.Devices, nodes, o.Local(), tierWord(o.OptimizerTier), tierWord(o.ParamTier))
-	} else {
-		fmt.Fprintf(w, "N = %d devices; optimizer state on %s; param shards on %s", o.Devices, tierWord(o.OptimizerTier), tierWord(o.ParamTier))
-	}
-	if o.OptimizerTier != shard.HBM {
-		fmt.Fprintf(w, "; reduced gradient shards copied to the host in %s", o.HostGradDType)
-	}
-	if o.HostBudgetBytes > 0 {
-		fmt.Fprintf(w, "; host_budget %s", units.FormatBytes(o.HostBudgetBytes))
-	}
-	fmt.Fprintln(w)
-	master := "fp32 master"
-	if o.StateDType(shard.Master) == dtype.Rem16 {
-		master = "master as the bf16 param + a 16-bit remainder and a bit"
-	}
-	if md := o.StateDType(shard.AdamM); md == dtype.F32 && master == "fp32 master" {
-		fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, fp32 master, m, v (16 B/param)")
-	} else {
-		fmt.Fprintf(w, "mixed-precision Adam: bf16 params and grads, %s, %s m and v (%.4g B/param of optimizer state, %.4g in all)", master, estimate.MomentsName(md), o.OptimizerBytesPerParam(), 4+o.OptimizerBytesPerParam())
-	}
-	fmt.Fprintf(w, "; each rank's slice of a chunk padded to %d elements\n\n", o.ShardAlignElems)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	frozen := o.Frozen != nil
-	head := "stage\tper device\tformula\thost (all ranks)\tformula\tnvme (all ranks)\tformula"
-	if nodes > 1 {
-		head = "stage\tper device\tformula\thost (per node)\tformula\tnvme (per node)\tformula"
-	}
-	if frozen {
-		head += "\tnot kept, frozen (device, host, nvme)"
-	}
-	fmt.Fprintln(tw, head)
-	var notes []string
-	for _, s := range stages {
-		if s.Err != nil {
-			fmt.Fprintf(tw, "%d\tn/a\t\tn/a\t\tn/a\t\n", s.Stage)
-			notes = append(notes, fmt.Sprintf("stage %d: %s", s.Stage, strings.TrimPrefix(s.Err.Error(), "engine: estimate: ")))
-			continue
-		}
-		n := o.Devices
-		dev := units.FormatBytes(s.DeviceBytes())
-		if s.DeviceBytes() >= 100e6 {
-			dev += fmt.Sprintf(" (%.1f GB)", float64(s.DeviceBytes())/1e9)
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s", s.Stage, dev, s.TierFormula(shard.HBM),
-			units.FormatBytes(s.NodeHostBytes()), node(s.TierFormula(shard.Host), o.Local(), n),
-			units.FormatBytes(s.NodeNVMeBytes()), node(s.TierFormula(shard.NVMe), o.Local(), n))
-		if frozen {
-			fmt.Fprintf(tw, "\t%s, %s, %s", units.FormatBytes(s.FrozenSavedBytes(shard.HBM)/int64(n)),
-				units.FormatBytes(s.FrozenSavedBytes(shard.Host)), units.FormatBytes(s.FrozenSavedBytes(shard.NVMe)))
-		}
-		fmt.Fprintln(tw)
-		for _, note := range s.Notes {
-			notes = append(notes, fmt.Sprintf("stage %d: %s", s.Stage, note))
-		}
-	}
-	tw.Flush()
-	if ok := okStage(stages); ok != nil {
-		pad := float64(ok.RankElems*int64(o.Devices)-ok.Params) / float64(ok.Params) * 100
-		fmt.Fprintf(w, "\npadding: %s elements per gathered copy beyond Ψ (%+.3f%%); Ψ = %s\n",
-			groupDigits(ok.PaddedElems-ok.Params), pad, groupDigits(ok.Params))
-	}
-	if breakdown {
-		for _, s := range stages {
-			if s.Err != nil {
-				continue
-			}
-			fmt.Fprintf(w, "\nstage %d, one rank, by state:\n", s.Stage)
-			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "state\tdevice\thost\tnvme\tformula")
-			for st := range shard.StateCount {
-				if shard.State(st) == shard.Activation {
-					continue // not model state: the activation section
-				}
-				var fs []string
-				for t := range shard.TierCount {
-					if f := s.Formula[st][t]; f != (estimate.Coef{}) {
-						fs = append(fs, fmt.Sprintf("%s on %s", f, shard.Tier(t)))
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", shard.State(st),
-					units.FormatBytes(s.PerRank[st][shard.HBM]), units.FormatBytes(s.PerRank[st][shard.Host]),
-					units.FormatBytes(s.PerRank[st][shard.NVMe]), strings.Join(fs, ", "))
-			}
-			tw.Flush()
-		}
-	}
-	for _, n := range notes {
-		fmt.Fprintf(w, "note: %s\n", n)
-	}
-	fmt.Fprintln(w, "\nbinary units (GiB = 2^30 B; GB = 10^9 B); --json gives exact bytes")
-}
-
-func okStage(stages []estimate.Stage) *estimate.Stage {
-	for i := range stages {
-		if stages[i].Err == nil {
-			return &stages[i]
-		}
-	}
-	return nil
-}
-
-type jsonTiers struct {
-	HBM  int64 `json:"hbm"`
-	Host int64 `json:"host"`
-	NVMe int64 `json:"nvme"`
-}
-
-type jsonStage struct {
-	Stage              int                  `json:"stage"`
-	Error              string               `json:"error,omitempty"`
-	DeviceBytes        int64                `json:"device_bytes"`
-	DeviceFormula      string               `json:"device_formula"`
-	DeviceFormulaBytes float64              `json:"device_formula_bytes"`
-	HostBytes          int64                `json:"host_bytes"`
-	HostFormula        string               `json:"host_formula"`
-	NVMeBytes          int64                `json:"nvme_bytes"`
-	NVMeFormula        string               `json:"nvme_formula"`
-	HostNodeBytes      int64                `json:"host_bytes_per_node"` // one node's ranks' (all of them with one node)
-	NVMeNodeBytes      int64                `json:"nvme_bytes_per_node"`
-	PerRank            map[string]jsonTiers `json:"per_rank,omitempty"`
-	// FrozenSaved is what the frozen chunks do not keep (gradients and
-	// master, m, v): hbm per device, host and nvme all ranks, as the
-	// columns above.
-	FrozenSaved *jsonTiers `json:"frozen_saved_bytes,omitempty"`
-	Notes       []string   `json:"notes,omitempty"`
-}
-
-func printEstimateJSON(w io.Writer, name, what string, o estimate.Options, stages []estimate.Stage, act *jsonActivations) error {
-	out := struct {
-		Model            string      `json:"model,omitempty"`
-		Description      string      `json:"description"`
-		Params           int64       `json:"params"`
-		Chunks           int         `json:"chunks"`
-		Devices          int         `json:"devices"`
-		Nodes            int         `json:"nodes"`
-		DevicesPerNode   int         `json:"devices_per_node"`
-		OffloadOptimizer string      `json:"offload_optimizer"`
-		OffloadParam     string      `json:"offload_param"`
-		ShardAlignElems  int64       `json:"shard_align_elems"`
-		HostGradDType    string      `json:"host_grad_dtype"`
-		Moments          string      `json:"moments"`
-		Master           string      `json:"master"`
-		OptimizerBytes   float64     `json:"optimizer_state_bytes_per_param"` // master, m and v of a large shard
-		HostBudgetBytes  int64       `json:"host_budget_bytes"`
-		FrozenChunks     []int       `json:"frozen_chunks,omitempty"`
-		FrozenParams     int64       `json:"frozen_params"`
-		Stages           []jsonStage `json:"stages"`
-		// Activations is each device's activations and the totals per
-		// stage (estimate_act.go); absent without a shape.
-		Activations *jsonActivations `json:"activations,omitempty"`
-	}{Activations: act, Model: name, Description: what, Chunks: len(o.ChunkParams), Devices: o.Devices, Nodes: o.Devices / o.Local(), DevicesPerNode: o.Local(), OffloadOptimizer: estimate.DeviceName(o.OptimizerTier),
-		OffloadParam: estimate.DeviceName(o.ParamTier), ShardAlignElems: o.ShardAlignElems, HostGradDType: o.HostGradDType.String(), HostBudgetBytes: o.HostBudgetBytes,
-		Moments: estimate.MomentsName(o.StateDType(shard.AdamM)), Master: estimate.MasterName(o.StateDType(shard.Master)), OptimizerBytes: o.OptimizerBytesPerParam()}
-	for i, c := range o.ChunkParams {
-		out.Params += c
-		if i < len(o.Frozen) && o.Frozen[i] {
-			out.FrozenChunks = append(out.FrozenChunks, i)
-			out.FrozenParams += c
-		}
-	}
-	for _, s := range stages {
-		js := jsonStage{Stage: s.Stage}
-		if s.Err != nil {
-			js.Error = s.Err.Error()
-			out.Stages = append(out.Stages, js)
-			continue
-		}
-		f := s.TierFormula(shard.HBM)
-		js.DeviceBytes, js.DeviceFormula, js.DeviceFormulaBytes = s.DeviceBytes(), f.String(), f.Bytes(s.Params, s.TrainableParams, o.Devices)
-		if o.Frozen != nil {
-			js.FrozenSaved = &jsonTiers{s.FrozenSavedBytes(shard.HBM) / int64(o.Devices), s.FrozenSavedBytes(shard.Host), s.FrozenSavedBytes(shard.NVMe)}
-		}
-		js.HostBytes, js.HostFormula = s.HostBytes(), machine(s.TierFormula(shard.Host), o.Devices).String()
-		js.NVMeBytes, js.NVMeFormula = s.NVMeBytes(), machine(s.TierFormula(shard.NVMe), o.Devices).String()
-		js.HostNodeBytes, js.NVMeNodeBytes = s.NodeHostBytes(), s.NodeNVMeBytes()
-		js.PerRank = map[string]jsonTiers{}
-		for st := range shard.StateCount {
-			if shard.State(st) == shard.Activation {
-				continue
-			}
-			p := s.PerRank[st]
-			js.PerRank[shard.State(st).String()] = jsonTiers{p[shard.HBM], p[shard.Host], p[shard.NVMe]}
-		}
-		js.Notes = s.Notes
-		out.Stages = append(out.Stages, js)
-	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
 }

@@ -156,7 +156,7 @@ func TestRankingPairs(t *testing.T) {
 		{map[string]float64{"a": 4, "c": 3, "d": 2}, 3, 3},
 		{map[string]float64{"a": 1, "b": 2}, 0, 0},
 	} {
-		if p, b := rankingPairs(preds, c.measured); p != c.pairs || b != c.bad {
+		if p, b := plan.RankingPairs(preds, c.measured); p != c.pairs || b != c.bad {
 			t.Errorf("%v: %d pairs, %d mismatched; want %d, %d", c.measured, p, b, c.pairs, c.bad)
 		}
 	}

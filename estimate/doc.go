@@ -42,6 +42,18 @@
 // * ? [) and refuses a pattern that matches nothing, a set that covers
 // part of a chunk, or one that freezes every chunk.
 //
+// # A whole estimate
+//
+// New is what `strata estimate` computes, as one call: a Request (the
+// model-state Options, a shape or a parameter count, the stage or all of
+// them, LoRA or frozen patterns, the micro-batch) becomes a Report, the
+// model state of each stage and with a shape each device's activations,
+// working set and which configuration fits a budget. RequestFromConfig
+// fills a Request from a resolved config, FromConfig estimates it.
+// Report.WriteText is the CLI's table, Report.JSON its --json (tagged
+// JSONReport); a request New refuses is a *RequestError naming its part
+// (Input), so that a caller can name its own flag or key.
+//
 // # Activations
 //
 // ActivationOptionsFromConfig is how the engine keeps a model's

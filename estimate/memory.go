@@ -14,7 +14,6 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
-	"github.com/strata-ai/strata/tier"
 )
 
 // DefaultShardAlignElems is the alignment of every rank's slice of a chunk,
@@ -447,66 +446,75 @@ func Memory(o Options) (ModelState, error) {
 		e.Notes = append(e.Notes, fmt.Sprintf("optimizer state and gradient shards on the host (%s, all ranks of a node) exceed host_budget %s: use offload_optimizer nvme to spill the rest",
 			units.FormatBytes((optRank+rank*int64(o.HostGradDType.Size()))*local), units.FormatBytes(budget)))
 	case o.OptimizerTier == shard.NVMe && budget > 0:
-		// The budget is shared by the ranks; each keeps its share in host
-		// RAM, master first, then m, then v.
-		// The staging room and the param shards homed in host come first.
-		// Each shard costs its bytes rounded up to IOAlignBytes there.
-		var paramHost int64
-		if o.ParamTier == shard.Host {
-			for i, se := range e.ShardElems {
-				if !o.Persistent(i) {
-					paramHost += IOBytes(se * bf16)
-				}
-			}
-		}
-		left := max(0, TierHostBudget(budget)/local-e.HostStagingPerRank-TierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
-		// Whole shards, as the tier store places them: the gradient shards
-		// first (at stage 3; 2 B/param, read every step), then master, m,
-		// v, each chunk in order, while they fit; a gradient shard that
-		// does not fit is homed on NVMe.
-		if infinity {
-			g := int64(o.HostGradDType.Size())
-			e.HostKept[shard.Grad] = make([]bool, len(e.ShardElems))
-			for i, se := range e.ShardElems {
-				if o.IsFrozen(i) {
-					continue // no gradient
-				}
-				if b := se * g; IOBytes(b) <= left {
-					e.HostKept[shard.Grad][i] = true
-					left -= IOBytes(b)
-				} else {
-					e.PerRank[shard.Grad][shard.Host] -= b
-					e.PerRank[shard.Grad][shard.NVMe] += b
-				}
-			}
-		}
-		kept := int64(0)
-		for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
-			e.HostKept[st] = make([]bool, len(e.ShardElems))
-			for i, se := range e.ShardElems {
-				if o.IsFrozen(i) {
-					continue // no optimizer state
-				}
-				if b := o.stateBytes(st, se); IOBytes(b) <= left {
-					e.PerRank[st][shard.NVMe] -= b
-					e.PerRank[st][shard.Host] += b
-					e.HostKept[st][i] = true
-					left -= IOBytes(b)
-					kept += b
-				}
-			}
-		}
-		e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %s of optimizer state (all ranks) in host RAM, after %s of staging room; the formula column places it all on NVMe",
-			units.FormatBytes(kept*n), units.FormatBytes(e.HostStagingPerRank*n)))
+		e.keepInHost(o, budget, infinity)
 	}
 	return e, nil
 }
 
+// keepInHost places, with the optimizer on NVMe and a host budget, the
+// shards the budget keeps in host RAM (HostKept), as the tier store does.
+// infinity: the gradient shards are homed off the device too (stage 3).
+func (e *ModelState) keepInHost(o Options, budget int64, infinity bool) {
+	const bf16 = 2
+	n, local := int64(o.Devices), int64(o.Local())
+	// The budget is shared by the ranks; each keeps its share in host
+	// RAM, master first, then m, then v.
+	// The staging room and the param shards homed in host come first.
+	// Each shard costs its bytes rounded up to IOAlignBytes there.
+	var paramHost int64
+	if o.ParamTier == shard.Host {
+		for i, se := range e.ShardElems {
+			if !o.Persistent(i) {
+				paramHost += IOBytes(se * bf16)
+			}
+		}
+	}
+	left := max(0, TierHostBudget(budget)/local-e.HostStagingPerRank-TierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
+	// Whole shards, as the tier store places them: the gradient shards
+	// first (at stage 3; 2 B/param, read every step), then master, m,
+	// v, each chunk in order, while they fit; a gradient shard that
+	// does not fit is homed on NVMe.
+	if infinity {
+		g := int64(o.HostGradDType.Size())
+		e.HostKept[shard.Grad] = make([]bool, len(e.ShardElems))
+		for i, se := range e.ShardElems {
+			if o.IsFrozen(i) {
+				continue // no gradient
+			}
+			if b := se * g; IOBytes(b) <= left {
+				e.HostKept[shard.Grad][i] = true
+				left -= IOBytes(b)
+			} else {
+				e.PerRank[shard.Grad][shard.Host] -= b
+				e.PerRank[shard.Grad][shard.NVMe] += b
+			}
+		}
+	}
+	kept := int64(0)
+	for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
+		e.HostKept[st] = make([]bool, len(e.ShardElems))
+		for i, se := range e.ShardElems {
+			if o.IsFrozen(i) {
+				continue // no optimizer state
+			}
+			if b := o.stateBytes(st, se); IOBytes(b) <= left {
+				e.PerRank[st][shard.NVMe] -= b
+				e.PerRank[st][shard.Host] += b
+				e.HostKept[st][i] = true
+				left -= IOBytes(b)
+				kept += b
+			}
+		}
+	}
+	e.Notes = append(e.Notes, fmt.Sprintf("host_budget keeps %s of optimizer state (all ranks) in host RAM, after %s of staging room; the formula column places it all on NVMe",
+		units.FormatBytes(kept*n), units.FormatBytes(e.HostStagingPerRank*n)))
+}
+
 // TierHostBudget is the tier store's share of strata.host_budget
-// (tier.HostShare: 4/5 of it); the pinned pool holds the whole budget, and
+// (shard.HostShare: 4/5 of it); the pinned pool holds the whole budget, and
 // the rest absorbs the fragmentation of shards of several sizes coming and
 // going.
-func TierHostBudget(hostBudget int64) int64 { return tier.HostShare(hostBudget) }
+func TierHostBudget(hostBudget int64) int64 { return shard.HostShare(hostBudget) }
 
 // TierSpareBytes is the host room, per rank, the tier store keeps for reads
 // outside the plan (Engine.Params, Engine.Master): the largest fp32 shard.

@@ -2,8 +2,12 @@
 // tier and the step time of every placement Strata can train it in, from
 // a machine profile (profile.go: what `strata plan --probe` measured) and
 // the memory arithmetic of package estimate; it ranks the placements that
-// fit, fastest first, and names each one's bottleneck. It measures
-// nothing itself (bench.Probe does) and runs no engine.
+// fit, fastest first, and names each one's bottleneck. The predictor
+// (Fit, Predict) measures nothing and runs no engine; the probes
+// (probe.go: ProbeRates, ProbeDisk, ProbeCompute) measure the profile's
+// rates on this machine with the components a run uses, and Run is what
+// `strata plan` does: the machine's budgets, the profile (the missing
+// parts measured and saved), the predictions and the optional check.
 //
 // # The time model
 //

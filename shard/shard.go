@@ -73,6 +73,13 @@ func ParseTier(s string) (Tier, error) {
 	return 0, fmt.Errorf("shard: unknown tier %q (want none, cpu or nvme)", s)
 }
 
+// HostShare is the tier store's share of a host budget given as a whole
+// (strata.host_budget): 4/5 of it. The pinned pool holds the whole budget;
+// the rest absorbs the fragmentation of shards of several sizes coming and
+// going. The store (tier) and the estimate both read it from here, so that
+// the arithmetic needs no I/O package.
+func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
+
 // Key names one shard state: chunk c's slice owned by rank r, state s.
 type Key struct {
 	Chunk ChunkID

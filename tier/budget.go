@@ -8,6 +8,7 @@ import (
 	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/pinned"
+	"github.com/strata-ai/strata/shard"
 )
 
 // Sizes are what a store's budgets are derived from. Shard bytes count as
@@ -69,9 +70,8 @@ type Budgets struct {
 }
 
 // HostShare is the store's share of a host budget given as a whole: 4/5 of
-// it. The pinned pool holds the whole budget; the rest absorbs the
-// fragmentation of shards of several sizes coming and going.
-func HostShare(hostBudgetBytes int64) int64 { return hostBudgetBytes * 4 / 5 }
+// it (shard.HostShare, which the estimate reads too).
+func HostShare(hostBudgetBytes int64) int64 { return shard.HostShare(hostBudgetBytes) }
 
 // PlanBudgets derives the budgets from s. HBM: the rank's param shards, at
 // most what is left per device (or s.HBMBytes), and at least two of the

@@ -1,10 +1,11 @@
-package bench
+package plan
 
 import (
 	"context"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/strata-ai/strata/config"
@@ -17,18 +18,18 @@ import (
 	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
-	"github.com/strata-ai/strata/plan"
 )
 
 // The measurements behind `strata plan`: each rate the predictor
-// (package plan) multiplies by, measured here on the machine, with the
-// components a run uses.
+// multiplies by, measured here on the machine, with the components a run
+// uses (the engine, cpuadam, the NVMe engine). `strata bench step` probes
+// the drive through ProbeDisk too.
 
 // ProbeRates measures the host↔device copy rate of the backend's first
 // device (64 MiB each way, the median of 5) and cpuadam's step with
 // threads threads (0: every core; bf16 gradients and bf16 new params, as
 // the host optimizer runs them; 8M params, the median of 5) into p.
-func ProbeRates(p *plan.Profile, backendName string, hbmBytes int64, threads int) error {
+func ProbeRates(ctx context.Context, p *Profile, backendName string, hbmBytes int64, threads int) error {
 	devs, err := backend.Open(backendName, 1, hbmBytes, true)
 	if err != nil {
 		return err
@@ -38,7 +39,7 @@ func ProbeRates(p *plan.Profile, backendName string, hbmBytes int64, threads int
 	const n = 64 << 20
 	buf, err := d.Alloc(n/2, gpu.BF16, gpu.Tag{Kind: gpu.Workspace, Purpose: "probe"})
 	if err != nil {
-		return fmt.Errorf("bench: probe copies: %w", err)
+		return fmt.Errorf("plan: probe copies: %w", err)
 	}
 	defer d.Free(buf)
 	host := make([]byte, n)
@@ -49,15 +50,18 @@ func ProbeRates(p *plan.Profile, backendName string, hbmBytes int64, threads int
 		d.CopyHostToDevice(s, buf, 0, host)
 		d.CopyDeviceToHost(s, host, buf, 0)
 		if err := s.Synchronize(); err != nil {
-			return fmt.Errorf("bench: probe copies: %w", err)
+			return fmt.Errorf("plan: probe copies: %w", err)
 		}
 		secs = append(secs, time.Since(t0).Seconds())
 	}
 	p.CopyBytesPerS = 2 * n / median(secs)
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("plan: probe: %w", context.Cause(ctx))
+	}
 
 	opt, err := cpuadam.New(cpuadam.Options{Threads: threads})
 	if err != nil {
-		return fmt.Errorf("bench: probe cpu adam: %w", err)
+		return fmt.Errorf("plan: probe cpu adam: %w", err)
 	}
 	defer opt.Close()
 	const params = 8 << 20
@@ -96,7 +100,7 @@ func ProbeRates(p *plan.Profile, backendName string, hbmBytes int64, threads int
 			secs = append(secs, time.Since(t0).Seconds())
 		}
 	}
-	p.SetAdamRate(plan.AdamState{Moments: config.MomentsInt8, Master: config.MasterBF16Remainder, ParamsPerS: params / median(secs)})
+	p.SetAdamRate(AdamState{Moments: config.MomentsInt8, Master: config.MasterBF16Remainder, ParamsPerS: params / median(secs)})
 	return nil
 }
 
@@ -115,61 +119,30 @@ func NVMeRoom(dir string) (int64, error) {
 	return nvme.FreeBytes(dir)
 }
 
-// ProbeDisk measures the sequential write, then read, then both at once
-// ("mixed") of a file of sizeBytes (0: 256 MiB) in dir at the request size
-// and queue depth a run with aio's defaults uses (engine.SwapQueueDepth),
-// through the same NVMe engine.
-func ProbeDisk(ctx context.Context, dir string, sizeBytes int64) (plan.Disk, error) {
-	if sizeBytes == 0 {
-		sizeBytes = 256 << 20
-	}
-	qd := engine.SwapQueueDepth(config.Default().AIO)
-	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return plan.Disk{}, fmt.Errorf("bench: probe: NVMe path %s is not a directory (%v)", dir, err)
-	}
-	d := plan.Disk{Path: dir, BlockBytes: config.DefaultAIOBlockSize}
-	for _, rw := range []string{"write", "read", "mixed"} {
-		r, err := RunNVMe(ctx, NVMeOptions{Paths: []string{dir}, RW: rw, BlockBytes: config.DefaultAIOBlockSize,
-			QueueDepth: qd, SizeBytes: sizeBytes}.WithDefaults())
-		if err != nil {
-			return plan.Disk{}, fmt.Errorf("bench: probe %s: %w", dir, err)
-		}
-		switch rw {
-		case "write":
-			d.WriteBytesPerS = float64(r.Bytes) / r.Seconds
-		case "read":
-			d.ReadBytesPerS = float64(r.Bytes) / r.Seconds
-		default:
-			d.MixedBytesPerS = float64(r.Bytes) / r.Seconds
-		}
-	}
-	return d, nil
-}
-
 // ProbeCompute measures a step of in.Model in placement c (resident, stage
 // 0, when the model fits a device: the first placement that fits) on the
 // backend's devices: after 2 warm-up steps, the median over 4 of the step
 // without its optimizer phase, and of the phase.
-func ProbeCompute(c plan.Config, in plan.Inputs, backendName string) (plan.Compute, error) {
+func ProbeCompute(ctx context.Context, c Config, in Inputs, backendName string) (Compute, error) {
 	runtime.GC() // what the other probes left is not this step's
-	times, err := runSteps(plan.ConfigJSON(c, in), backendName, in, 2, 6)
+	times, err := runSteps(ctx, ConfigJSON(c, in), backendName, in, 2, 6)
 	if err != nil {
-		return plan.Compute{}, err
+		return Compute{}, err
 	}
 	var fb, ad []float64
 	for _, st := range times {
 		fb = append(fb, (st.Duration - st.OptimizerTime).Seconds())
 		ad = append(ad, st.OptimizerTime.Seconds())
 	}
-	return plan.Compute{Model: in.Model, Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Params: in.Shape.ParamCount(),
+	return Compute{Model: in.Model, Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Params: in.Shape.ParamCount(),
 		FwdBwdSeconds: median(fb), DeviceAdamSeconds: median(ad)}, nil
 }
 
 // ProbeCheckpoint measures the step of in.Model in placement c with
 // activation checkpointing (the compute probe's placement, checkpointed),
 // as ProbeCompute does, into cm.CheckpointFwdBwdSeconds.
-func ProbeCheckpoint(cm *plan.Compute, c plan.Config, in plan.Inputs, backendName string) error {
-	ck, err := ProbeCompute(c, in, backendName)
+func ProbeCheckpoint(ctx context.Context, cm *Compute, c Config, in Inputs, backendName string) error {
+	ck, err := ProbeCompute(ctx, c, in, backendName)
 	if err != nil {
 		return err
 	}
@@ -180,9 +153,9 @@ func ProbeCheckpoint(cm *plan.Compute, c plan.Config, in plan.Inputs, backendNam
 // ProbeOffload measures the step of in.Model in the ZeRO-Offload
 // placement off (the optimizer state in host RAM): 2 warm-up steps, the
 // median of 6, into cm.
-func ProbeOffload(cm *plan.Compute, off plan.Config, in plan.Inputs, backendName string) error {
+func ProbeOffload(ctx context.Context, cm *Compute, off Config, in Inputs, backendName string) error {
 	runtime.GC()
-	s, err := TimeConfig(off, in, backendName, 2, 6)
+	s, err := TimeConfig(ctx, off, in, backendName, 2, 6)
 	if err != nil {
 		return err
 	}
@@ -192,9 +165,9 @@ func ProbeOffload(cm *plan.Compute, off plan.Config, in plan.Inputs, backendName
 
 // TimeConfig runs placement c of in for warmup steps, then steps more,
 // and returns those steps' times in seconds (`strata plan --check`).
-func TimeConfig(c plan.Config, in plan.Inputs, backendName string, warmup, steps int) ([]float64, error) {
+func TimeConfig(ctx context.Context, c Config, in Inputs, backendName string, warmup, steps int) ([]float64, error) {
 	runtime.GC() // the engines before it (their devices are Go memory on the CPU backend) are not its cost
-	times, err := runSteps(plan.ConfigJSON(c, in), backendName, in, warmup, steps)
+	times, err := runSteps(ctx, ConfigJSON(c, in), backendName, in, warmup, steps)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", c.Name, err)
 	}
@@ -206,8 +179,8 @@ func TimeConfig(c plan.Config, in plan.Inputs, backendName string, warmup, steps
 }
 
 // runSteps builds an engine of the config js and returns the stats of
-// steps steps after warmup.
-func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]report.StepStats, error) {
+// steps steps after warmup; it stops between steps when ctx is done.
+func runSteps(ctx context.Context, js, backendName string, in Inputs, warmup, steps int) ([]report.StepStats, error) {
 	lookup := func(name string) (config.Shape, error) {
 		if name == in.Model {
 			return config.Shape(in.Shape), nil
@@ -215,9 +188,9 @@ func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]repo
 		s, err := model.Lookup(name)
 		return config.Shape(s), err
 	}
-	cfg, err := config.Parse([]byte(js), "plan.json", config.Options{LookupShape: lookup})
+	cfg, err := config.Parse([]byte(js), "json", config.Options{LookupShape: lookup})
 	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
+		return nil, fmt.Errorf("plan: %w", err)
 	}
 	devs, err := backend.Open(backendName, in.Devices, in.HBMBytes, cfg.Strata.Deterministic)
 	if err != nil {
@@ -231,6 +204,9 @@ func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]repo
 	defer e.Close()
 	var out []report.StepStats
 	for i := range warmup + steps {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("plan: stopped after %d steps: %w", i, context.Cause(ctx))
+		}
 		st, err := e.Step()
 		if err != nil {
 			return nil, err
@@ -240,4 +216,18 @@ func runSteps(js, backendName string, in plan.Inputs, warmup, steps int) ([]repo
 		}
 	}
 	return out, nil
+}
+
+// median is the middle of v (the mean of the two middle ones for an even
+// count); 0 for none.
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

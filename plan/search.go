@@ -1,0 +1,257 @@
+package plan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+
+	"github.com/strata-ai/strata/gpu/backend"
+	"github.com/strata-ai/strata/internal/hostmem"
+	"github.com/strata-ai/strata/model"
+	"github.com/strata-ai/strata/shard"
+)
+
+// What `strata plan` does, as one call: the machine's budgets, the
+// profile (loaded, the missing parts measured and saved), the
+// predictions, and with Check the measured steps of the top placements.
+
+// Options are a plan's question and how to answer it.
+type Options struct {
+	// Model names the model as the profile records its steps; Shape is
+	// its shape.
+	Model string
+	Shape model.Shape
+	// Devices, Batch (rows per device per step) and Seq (tokens a row).
+	Devices, Batch, Seq int
+	// NVMePath is a directory on the NVMe drive: adds the NVMe placements.
+	NVMePath string
+	// HBMBytes is each device's memory (0: the backend's).
+	HBMBytes int64
+	// Backend is "cpu" or "cuda".
+	Backend string
+	// Probe measures the machine again, replacing the profile's figures.
+	Probe bool
+	// ProfilePath is the profile file ("": DefaultPath).
+	ProfilePath string
+	// Check trains the top placements a few steps each: the fastest of
+	// each of the first CheckRanks ranks, or with CheckTop > 0 the top
+	// CheckTop placements, in CheckRounds rounds (each placement in turn,
+	// 2 warm-up steps and 3 measured).
+	Check                             bool
+	CheckRanks, CheckTop, CheckRounds int
+	// Progress, when set, is told what is measured, a line each, before
+	// it is.
+	Progress func(line string)
+}
+
+// NVMePathError is Run's refusal of an Options.NVMePath that is no
+// writable directory.
+type NVMePathError struct {
+	Path string
+	Err  error
+}
+
+// Error says the path is refused and why.
+func (e *NVMePathError) Error() string { return "plan: NVMe path: " + e.Err.Error() }
+
+// Unwrap is Err.
+func (e *NVMePathError) Unwrap() error { return e.Err }
+
+// Result is a plan's answer.
+type Result struct {
+	Inputs      Inputs
+	ProfilePath string
+	// Profile is the machine's (nil when nothing fits: nothing measured).
+	Profile *Profile
+	// Predictions are Predict's, fastest that fits first; when nothing
+	// fits (Fits false) Fit's, each with its shortfall.
+	Predictions []Prediction
+	Fits        bool
+	// Measured is the median step of each placement Check ran, by name.
+	Measured map[string]float64
+}
+
+// Run answers o on this machine: every placement with its memory and
+// predicted step, the profile measured where it lacks a figure (and
+// saved), and with o.Check the measured steps beside the predictions.
+// Nothing fitting is no error: Result.Fits is false.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	in, machine, err := machineInputs(o)
+	if err != nil {
+		return nil, err
+	}
+	fits, err := Fit(in)
+	if err != nil {
+		return nil, err
+	}
+	r := &Result{Inputs: in, Predictions: fits, Measured: map[string]float64{}}
+	first := slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits })
+	if first < 0 {
+		return r, nil
+	}
+	r.Fits = true
+	if r.ProfilePath = o.ProfilePath; r.ProfilePath == "" {
+		if r.ProfilePath, err = DefaultPath(); err != nil {
+			return nil, err
+		}
+	}
+	if r.Profile, err = loadProfile(r.ProfilePath, machine, o.Probe); err != nil {
+		return nil, err
+	}
+	changed, err := measure(ctx, r.Profile, in, fits, first, o)
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		if err := r.Profile.Save(r.ProfilePath); err != nil {
+			return nil, err
+		}
+	}
+	if r.Predictions, err = Predict(r.Profile, in); err != nil {
+		return nil, err
+	}
+	if o.Check {
+		if r.Measured, err = check(ctx, r.Predictions, in, o); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// machineInputs are o's question with this machine's budgets: the backend's
+// first device's memory, the host's available RAM, the NVMe path's room.
+func machineInputs(o Options) (Inputs, Machine, error) {
+	in := Inputs{Model: o.Model, Shape: o.Shape, Devices: o.Devices, Batch: o.Batch, Seq: o.Seq,
+		NVMePath: o.NVMePath, SharedCores: o.Backend == "cpu"}
+	devs, err := backend.Open(o.Backend, 1, o.HBMBytes, true)
+	if err != nil {
+		return in, Machine{}, err
+	}
+	in.HBMBytes = devs.Devs[0].MemStats().BudgetBytes
+	machine := ThisMachine(o.Backend, devs.Devs[0].Name())
+	devs.Close()
+	if avail, ok := hostmem.Available(hostmem.MeminfoPath); ok {
+		in.HostBytes = avail
+	}
+	if in.NVMePath != "" {
+		if in.NVMeFreeBytes, err = NVMeRoom(in.NVMePath); err != nil {
+			return in, machine, &NVMePathError{Path: in.NVMePath, Err: err}
+		}
+	}
+	return in, machine, nil
+}
+
+// loadProfile is the profile at path, checked against machine; a new one
+// when there is none or probe measures again.
+func loadProfile(path string, machine Machine, probe bool) (*Profile, error) {
+	p, err := Load(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) || probe:
+		return NewProfile(machine), nil
+	case err != nil:
+		return nil, err
+	}
+	if err := p.Check(machine); err != nil {
+		return nil, fmt.Errorf("%w: %s", err, path)
+	}
+	return p, nil
+}
+
+// measure probes what p lacks for in: the model's step first, on a quiet
+// heap (fits[first] is the first placement that fits), then the rates.
+func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, first int, o Options) (changed bool, err error) {
+	say := func(format string, args ...any) {
+		if o.Progress != nil {
+			o.Progress(fmt.Sprintf(format, args...))
+		}
+	}
+	cm, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq)
+	if !ok {
+		say("plan: measuring a step of %s (%s) ...", in.Model, fits[first].Name)
+		if cm, err = ProbeCompute(ctx, fits[first].Config, in, o.Backend); err != nil {
+			return false, err
+		}
+		if fits[first].Checkpoint { // only checkpointed placements fit: that is the step
+			cm.CheckpointFwdBwdSeconds = cm.FwdBwdSeconds
+		}
+		for _, f := range fits {
+			if f.Fits && f.Optimizer == shard.Host && f.Params == shard.HBM && f.Checkpoint == fits[first].Checkpoint {
+				say("plan: measuring a step of %s (%s) ...", in.Model, f.Name)
+				if err := ProbeOffload(ctx, &cm, f.Config, in, o.Backend); err != nil {
+					return false, err
+				}
+				break
+			}
+		}
+		p.SetCompute(cm)
+		changed = true
+	}
+	if cm.CheckpointFwdBwdSeconds == 0 && !fits[first].Checkpoint {
+		ck := fits[first].Config
+		ck.Name, ck.Checkpoint = ck.Name+", activation checkpointing", true
+		say("plan: measuring a step of %s (%s) ...", in.Model, ck.Name)
+		if err := ProbeCheckpoint(ctx, &cm, ck, in, o.Backend); err != nil {
+			return false, err
+		}
+		p.SetCompute(cm)
+		changed = true
+	}
+	if p.AdamParamsPerS == 0 || p.CopyBytesPerS == 0 || p.AdamRate(NarrowMoments, NarrowMaster) == 0 {
+		say("plan: measuring host↔device copies and CPU Adam ...")
+		if err := ProbeRates(ctx, p, o.Backend, o.HBMBytes, 0); err != nil {
+			return false, err
+		}
+		changed = true
+	}
+	if _, ok := p.Disk(in.NVMePath); in.NVMePath != "" && !ok {
+		say("plan: measuring %s (256 MiB written, then read) ...", in.NVMePath)
+		d, err := ProbeDisk(ctx, in.NVMePath, 0)
+		if err != nil {
+			return false, err
+		}
+		p.SetDisk(d)
+		changed = true
+	}
+	return changed, nil
+}
+
+// check runs the top placements of preds round by round, each in turn (2
+// warm-up steps, 3 measured), so that the host's drifts fall on all of
+// them alike; the median of every round's steps, by name.
+func check(ctx context.Context, preds []Prediction, in Inputs, o Options) (map[string]float64, error) {
+	top := RankLeaders(preds, o.CheckRanks)
+	if k := o.CheckTop; k > 0 {
+		top = nil
+		for i, pr := range preds {
+			if i < k && pr.Fits {
+				top = append(top, pr)
+			}
+		}
+	}
+	steps := map[string][]float64{}
+	rounds := max(o.CheckRounds, 1)
+	for r := range rounds {
+		for _, pr := range top {
+			if o.Progress != nil {
+				o.Progress(fmt.Sprintf("plan: round %d/%d: %s ...", r+1, rounds, pr.Name))
+			}
+			s, err := TimeConfig(ctx, pr.Config, in, o.Backend, 2, 3)
+			if err != nil {
+				return nil, err
+			}
+			steps[pr.Name] = append(steps[pr.Name], s...)
+		}
+	}
+	measured := map[string]float64{}
+	for name, s := range steps {
+		slices.Sort(s)
+		measured[name] = s[len(s)/2]
+	}
+	return measured, nil
+}
+
+// BestConfigJSON is the config of the fastest placement that fits
+// (strata plan --write-config).
+func (r *Result) BestConfigJSON() string { return ConfigJSON(r.Predictions[0].Config, r.Inputs) }
