@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -89,7 +90,7 @@ func runEvalStreamed(c *cli.Context, seq int, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stderr, "params %s (%s) streamed from %s through %s, %d windows of %d tokens a pass; activations fp32\n",
 		m.dt, m.dtWhy, map[string]string{config.DeviceCPU: "host RAM", config.DeviceNVMe: "NVMe (" + c.String("nvme-path") + ")"}[where],
 		m.dev.Name(), c.Int("batch"), seq)
-	st, err := e.Eval(set)
+	st, err := e.Eval(context.Background(), set)
 	if err != nil {
 		return fmt.Errorf("eval: %w", err)
 	}

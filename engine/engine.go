@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -657,9 +658,15 @@ func (e *Engine) abortNext() {
 }
 
 // Run runs steps optimizer steps, calling fn (when not nil) after each; an
-// error from fn stops the run and is returned as is.
-func (e *Engine) Run(steps int, fn func(report.StepStats) error) error {
+// error from fn stops the run and is returned as is. ctx is checked
+// between steps: once it is done, Run returns before the next step with
+// ctx.Err() wrapped, naming that step (a step under way is not cut
+// short: the engine stays at a whole step, ready to save or go on).
+func (e *Engine) Run(ctx context.Context, steps int, fn func(report.StepStats) error) error {
 	for range steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("engine: run stopped before step %d: %w", e.step+1, err)
+		}
 		st, err := e.Step()
 		if err != nil {
 			return err
