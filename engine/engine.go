@@ -97,6 +97,8 @@ type Engine struct {
 
 	overlap  string              // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
 	upd      updater             // the optimizer's strategy (update.go), chosen in New
+	masters  masterFormat        // the host optimizer's master format (master.go), chosen in New
+	moments  cpuadam.Moments     // the host optimizer's format of m and v, chosen in New
 	grads    gradPath            // the stage's gradient rule (stages.go), chosen in New
 	fwdOrder []int               // the chunks in the order the forward first reads them (the host optimizer's order)
 	t0       time.Time           // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
@@ -344,6 +346,7 @@ func (e *Engine) layOut() (estimate.Options, error) {
 // and starts the host optimizer and its tier store, whose HBM slots take
 // what is left.
 func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo estimate.Options) error {
+	e.masters, e.moments = chooseMaster(e), chooseMoments(e)
 	for i := range e.nLocal {
 		rk, err := newRank(e, e.base+i, i, devices[i], comms[i])
 		if err != nil {
