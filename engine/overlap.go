@@ -112,18 +112,18 @@ func (r *rank) leaseAhead(u *pendingUpdate, k int) (int, error) {
 	firstC, first := -1, error(nil)
 	for ; u.nextPos < len(e.fwdOrder) && len(u.lent) < k; u.nextPos++ {
 		c := e.fwdOrder[u.nextPos]
-		if u.handed[c] || e.chunks[c].frozen {
+		if u.chunks[c].handed || e.chunks[c].frozen {
 			continue
 		}
 		if i := len(u.lent); i >= w {
-			<-u.ready[u.lent[i-w]]
+			<-u.chunks[u.lent[i-w]].ready
 		}
 		ls, err := r.leaseHost(c, u.sched.leasesParam())
 		if err != nil && first == nil {
 			firstC, first = c, err
 		}
-		u.handed[c] = true
-		u.lentAt[c] = len(u.lent)
+		u.chunks[c].handed = true
+		u.chunks[c].lentAt = len(u.lent)
 		u.lent = append(u.lent, c)
 		u.jobs <- hostJob{c: c, ls: ls, err: err}
 	}
@@ -151,7 +151,9 @@ type exactSchedule struct{}
 func (exactSchedule) holdsStart() bool                       { return false }
 func (exactSchedule) leasesParam() bool                      { return true }
 func (exactSchedule) flush(r *rank, _ *pendingUpdate, c int) { r.flushNow(c) }
-func (exactSchedule) ready(u *pendingUpdate, c int) bool     { return u.flushed[c] || isClosed(u.ready[c]) }
+func (exactSchedule) ready(u *pendingUpdate, c int) bool {
+	return u.chunks[c].flushed || isClosed(u.chunks[c].ready)
+}
 func (exactSchedule) finish(r *rank, u *pendingUpdate) error {
 	r.publishAll(u)
 	r.retire(u, runFinished)
@@ -181,15 +183,15 @@ func isClosed(ch chan struct{}) bool {
 // flushNow is flushChunk, also for a delayed update.
 func (r *rank) flushNow(c int) {
 	u := r.run
-	if u == nil || u.flushed[c] {
+	if u == nil || u.chunks[c].flushed {
 		return
 	}
-	u.flushed[c] = true
-	for !u.handed[c] && !u.closed {
-		r.leaseAhead(u, len(u.lent)+1) // a failure is u.errs[c]'s
+	u.chunks[c].flushed = true
+	for !u.chunks[c].handed && !u.closed {
+		r.leaseAhead(u, len(u.lent)+1) // a failure is u.chunks[c].err's
 	}
-	<-u.ready[c]
-	r.e.chunks[c].path.publishHost(r, c, u.errs[c] == nil) // not updated: keep the old params
+	<-u.chunks[c].ready
+	r.e.chunks[c].path.publishHost(r, c, u.chunks[c].err == nil) // not updated: keep the old params
 	if i := u.leasedAt(c); i >= 0 {
 		// The next chunk's state: its reads overlap this chunk's
 		// forward, its update the next ones'.
@@ -201,7 +203,7 @@ func (r *rank) flushNow(c int) {
 // flushed, in forward order (the same on every rank), then waits for the
 // goroutine's end (u is computed).
 func (r *rank) publishAll(u *pendingUpdate) {
-	r.leaseAll(u) // a failure is u.errs[c]'s
+	r.leaseAll(u) // a failure is u.chunks[c].err's
 	for _, c := range r.e.fwdOrder {
 		r.flushNow(c)
 	}
@@ -221,7 +223,7 @@ func (r *rank) updateReady(c int) bool {
 // store outside the forward (the gradient's host copy).
 func (r *rank) waitHost() {
 	if r.run != nil {
-		r.leaseAll(r.run) // a failure is u.errs[c]'s: finishRun reports it
+		r.leaseAll(r.run) // a failure is u.chunks[c].err's: finishRun reports it
 		r.run.wait()
 	}
 }

@@ -45,9 +45,9 @@ func (r *rank) handBackward(c int, ev gpu.Event) error {
 		return nil
 	}
 	ls, err := r.leaseHost(c, true)
-	run.handed[c] = true
+	run.chunks[c].handed = true
 	if err != nil {
-		run.reported[c] = true // the backward returns it
+		run.chunks[c].reported = true // the backward returns it
 	}
 	run.jobs <- hostJob{c: c, ls: ls, err: err, ev: ev, keep: true}
 	r.bwdChunks++
@@ -99,11 +99,11 @@ func (r *rank) abortNext() {
 	}
 	run.closeJobs()
 	run.wait()
-	for c, ls := range run.held {
-		if run.handed[c] && run.errs[c] == nil {
-			r.restoreUndo(c, ls)
+	for c, cu := range run.chunks {
+		if cu.handed && cu.err == nil {
+			r.restoreUndo(c, cu.held)
 		}
-		r.doneLeases(ls)
+		r.doneLeases(cu.held)
 	}
 	r.retire(run, runAborted)
 }

@@ -42,7 +42,7 @@ func (delayedSchedule) flush(r *rank, u *pendingUpdate, _ int) {
 		// Its cpuadam runs: one more chunk at each flush (a point
 		// the access order fixes, as under exact; the first may wait
 		// for the update of the chunk a window back).
-		r.leaseAhead(u, len(u.lent)+1) // a failure is u.errs[c]'s
+		r.leaseAhead(u, len(u.lent)+1) // a failure is u.chunks[c].err's
 	}
 }
 
@@ -89,7 +89,7 @@ func (r *rank) beginDelayed(run *pendingUpdate) {
 func (r *rank) storeDelayed(run *pendingUpdate) error {
 	var first error
 	for _, c := range r.e.fwdOrder {
-		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.errs[c] != nil {
+		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.chunks[c].err != nil {
 			continue
 		}
 		l, err := r.runner().Use(shard.Access{Key: tkey(c, r.loc, shard.Param), Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Write})
@@ -122,11 +122,10 @@ func (r *rank) pendingFromMaster(step int64) error {
 	n := len(e.chunks)
 	u := newPending(step, delayedSchedule{}, runComputed, n)
 	u.closed = true
-	for c := range u.ready {
-		u.ready[c] = make(chan struct{})
-		close(u.ready[c])
+	for c := range u.chunks {
+		close(u.chunks[c].ready)
 		if e.chunks[c].frozen {
-			u.flushed[c] = true // no update, nothing to upload
+			u.chunks[c].flushed = true // no update, nothing to upload
 			continue
 		}
 		master := make([]byte, 4*e.chunks[c].shard)
@@ -134,7 +133,7 @@ func (r *rank) pendingFromMaster(step int64) error {
 			return err
 		}
 		copy(e.tiers.uploadBytes(r.loc, c), encode(decode(master, gpu.F32), e.precision))
-		u.handed[c] = true
+		u.chunks[c].handed = true
 	}
 	close(u.done)
 	r.run = u

@@ -47,28 +47,19 @@ import (
 // delayedSchedule: hostSchedule) says how the next pass meets the update;
 // it is chosen when the update starts, never re-tested.
 type pendingUpdate struct {
-	step    int64
-	state   runState
-	sched   hostSchedule
-	jobs    chan hostJob
-	ready   []chan struct{} // per chunk
-	errs    []error         // per chunk, written before ready[c] is closed
-	done    chan struct{}   // the goroutine has run every job
-	flushed []bool          // per chunk: the device side is enqueued (the rank's goroutine only)
-	handed  []bool          // per chunk: leased and handed to the goroutine (the rank's goroutine only)
+	step   int64
+	state  runState
+	sched  hostSchedule
+	jobs   chan hostJob
+	done   chan struct{} // the goroutine has run every job
+	chunks []chunkUpdate // per chunk
 	// The rank's goroutine only (leaseAhead): the position in e.fwdOrder
 	// of the next chunk to consider, the chunks it leased in that order,
-	// each chunk's index among them (-1: not leased there), and whether
-	// jobs is closed (or there are none: an update rebuilt from a
-	// checkpoint).
+	// and whether jobs is closed (or there are none: an update rebuilt
+	// from a checkpoint).
 	nextPos int
 	lent    []int
-	lentAt  []int
 	closed  bool
-	// reported, per chunk: its failure was returned already (by the Step
-	// that leased it, or by settle); finishRun does not return it again
-	// (the rank goroutine only; nil: none).
-	reported []bool
 	// start holds the update's cpuadam back until begin (closed at once
 	// under exactSchedule): a delayed (dpu) update waits for the next
 	// step's forward to have begun; started at the step's end, it would
@@ -84,9 +75,25 @@ type pendingUpdate struct {
 	// goroutine only): beginDelayed records startEv at the
 	// dpuStartFlush-th.
 	flushes int
-	// held is, per chunk updated during the backward, its leases, kept
-	// until the step is known finite (written before ready[c] closes).
-	held []hostLeases
+}
+
+// chunkUpdate is one chunk's part of a pendingUpdate.
+type chunkUpdate struct {
+	// Written by the update's goroutine before ready is closed: the
+	// chunk's failure, and, for a chunk updated during the backward, its
+	// leases, kept until the step is known finite.
+	ready chan struct{}
+	err   error
+	held  hostLeases
+	// The rank's goroutine only: the device side is enqueued (flushed);
+	// the chunk is leased and handed to the goroutine (handed); its index
+	// among the chunks leaseAhead leased (lentAt; -1: not leased there:
+	// handed in the backward, frozen, or an update rebuilt from a
+	// checkpoint); its failure was returned already, by the Step that
+	// leased it or by settle, and finishRun does not return it again
+	// (reported).
+	flushed, handed, reported bool
+	lentAt                    int
 }
 
 // runState is where a pendingUpdate is in its life (see pendingUpdate).
@@ -163,28 +170,25 @@ func (r *rank) startRun(ap gpu.AdamParams, sched hostSchedule, first runState) (
 	if err := cp.Validate(); err != nil {
 		return nil, err
 	}
-	n := len(r.e.chunks)
-	u := newPending(ap.Step, sched, first, n)
-	u.jobs, u.held, u.lentAt, u.reported = make(chan hostJob, n+1), make([]hostLeases, n), make([]int, n), make([]bool, n)
-	for c := range u.lentAt {
-		u.lentAt[c] = -1
-	}
-	for c := range u.ready {
-		u.ready[c] = make(chan struct{})
+	u := newPending(ap.Step, sched, first, len(r.e.chunks))
+	u.jobs = make(chan hostJob, len(u.chunks)+1)
+	for c := range u.chunks {
 		if r.e.chunks[c].frozen { // no update: nothing to wait for, nothing to upload
-			close(u.ready[c])
-			u.flushed[c] = true
+			close(u.chunks[c].ready)
+			u.chunks[c].flushed = true
 		}
 	}
 	go r.hostLoop(u, cp)
 	return u, nil
 }
 
-// newPending is an update of step over n chunks in state first, its
-// per-chunk slices made; under exactSchedule its cpuadam starts at once.
+// newPending is an update of step over n chunks in state first, none of
+// them ready; under exactSchedule its cpuadam starts at once.
 func newPending(step int64, sched hostSchedule, first runState, n int) *pendingUpdate {
-	u := &pendingUpdate{step: step, state: first, sched: sched, ready: make([]chan struct{}, n), errs: make([]error, n),
-		done: make(chan struct{}), flushed: make([]bool, n), handed: make([]bool, n), start: make(chan struct{})}
+	u := &pendingUpdate{step: step, state: first, sched: sched, done: make(chan struct{}), chunks: make([]chunkUpdate, n), start: make(chan struct{})}
+	for c := range u.chunks {
+		u.chunks[c].ready, u.chunks[c].lentAt = make(chan struct{}), -1
+	}
 	if !sched.holdsStart() {
 		u.begin(nil)
 	}
@@ -207,7 +211,7 @@ func (r *rank) retire(u *pendingUpdate, s runState) {
 // it) and passes it on; c < 0: none.
 func (u *pendingUpdate) report(c int, err error) error {
 	if c >= 0 {
-		u.reported[c] = true
+		u.chunks[c].reported = true
 	}
 	return err
 }
@@ -216,10 +220,8 @@ func (u *pendingUpdate) report(c int, err error) error {
 // yet, naming the optimizer step; it marks it returned.
 func (r *rank) unreported(u *pendingUpdate) error {
 	for _, c := range r.e.fwdOrder {
-		if err := u.errs[c]; err != nil && (u.reported == nil || !u.reported[c]) {
-			if u.reported != nil {
-				u.reported[c] = true
-			}
+		if err := u.chunks[c].err; err != nil && !u.chunks[c].reported {
+			u.chunks[c].reported = true
 			return fmt.Errorf("optimizer step %d: %w", u.step, err)
 		}
 	}
@@ -229,12 +231,7 @@ func (r *rank) unreported(u *pendingUpdate) error {
 // leasedAt is chunk c's index among the chunks leaseAhead leased, -1 when
 // it did not lease c (handed in the backward, frozen, or an update rebuilt
 // from a checkpoint).
-func (u *pendingUpdate) leasedAt(c int) int {
-	if u.lentAt == nil {
-		return -1
-	}
-	return u.lentAt[c]
-}
+func (u *pendingUpdate) leasedAt(c int) int { return u.chunks[c].lentAt }
 
 // hostLoop runs the pending update's cpuadam chunk by chunk.
 func (r *rank) hostLoop(u *pendingUpdate, cp cpuadam.Params) {
@@ -245,9 +242,9 @@ func (r *rank) hostLoop(u *pendingUpdate, cp cpuadam.Params) {
 	}
 	for j := range u.jobs {
 		if j.release {
-			for c, ls := range u.held {
-				r.doneLeases(ls)
-				u.held[c] = hostLeases{}
+			for c := range u.chunks {
+				r.doneLeases(u.chunks[c].held)
+				u.chunks[c].held = hostLeases{}
 			}
 			continue
 		}
@@ -264,12 +261,12 @@ func (r *rank) hostLoop(u *pendingUpdate, cp cpuadam.Params) {
 			r.adamHost(j.c, cp, j.ls)
 		}
 		if j.keep {
-			u.held[j.c] = j.ls
+			u.chunks[j.c].held = j.ls
 		} else {
 			r.doneLeases(j.ls)
 		}
-		u.errs[j.c] = j.err
-		close(u.ready[j.c])
+		u.chunks[j.c].err = j.err
+		close(u.chunks[j.c].ready)
 		// Let the rank's goroutine, woken by ready, enqueue the chunk's
 		// upload and the forward behind it now: cpuadam's next chunk
 		// would hold every P (its kernels are not preemptible) and the
