@@ -14,7 +14,7 @@ import (
 // the rank's goroutine declares each chunk's state to the tier store (in
 // forward order, a window inside Step and the rest at points of the next
 // pass: leaseAhead) and hands it to the update's goroutine, which waits
-// for it, runs cpuadam chunk by chunk and closes ready[c] when chunk c's
+// for it, runs cpuadam chunk by chunk and closes chunks[c].ready when chunk c's
 // new params are in their staging (or host copy). The device side of
 // chunk c (upload, the AllGather at stages 1-2 and for persistent chunks,
 // paramReady[c]) is enqueued by the rank's goroutine when the next step
