@@ -318,7 +318,7 @@ type EvalLine struct {
 
 // evalHeldOut evaluates --eval-data after step and prints the result.
 func evalHeldOut(e *engine.Engine, d *runData, step int64, w io.Writer) (*EvalLine, error) {
-	st, err := e.Eval(d.eval)
+	st, err := e.Eval(context.Background(), d.eval)
 	if err != nil {
 		return nil, fmt.Errorf("train: eval after step %d: %w", step, err)
 	}

@@ -67,7 +67,7 @@ func TestTrainDataStreamed(t *testing.T) {
 	}
 	defer e.Close()
 	want := map[int64]float64{}
-	if err := e.Run(steps, func(st report.StepStats) error { want[st.Step] = st.Loss; return nil }); err != nil {
+	if err := e.Run(t.Context(), steps, func(st report.StepStats) error { want[st.Step] = st.Loss; return nil }); err != nil {
 		t.Fatal(err)
 	}
 	sameLosses(t, "--data streamed", stepLosses(t, dir), want, 1, steps)

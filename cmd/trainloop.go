@@ -1,6 +1,7 @@
 package cmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,7 +121,7 @@ func (l *trainLoop) run() error {
 		}
 	}
 	l.t0 = time.Now()
-	err := l.e.Run(l.steps-int(l.start), l.step)
+	err := l.e.Run(context.Background(), l.steps-int(l.start), l.step)
 	if l.bar != nil {
 		l.bar.Finish()
 		fmt.Fprintln(l.stderr)

@@ -379,8 +379,8 @@ func (r *rank) saveShard(c int, s shard.State, dst []byte) error {
 		switch {
 		case e.chunks[c].frozen:
 			return r.saveFrozen(c, s, dst)
-		case s == shard.Master && e.remainder():
-			return r.joinMasters(c, dst)
+		case s == shard.Master && e.offload:
+			return e.masters.save(r, c, dst)
 		case e.offload:
 			return r.saveTiered(tkey(c, r.loc, s), dst)
 		case e.stage == 0: // the whole chunk, replicated: the rank's slice
@@ -425,8 +425,8 @@ func (r *rank) restoreShard(c int, s shard.State, src []byte, whole []byte) erro
 			return r.restoreTiered(tkey(c, r.loc, shard.Param), quantize(e.paramCode(c), decode(src, gpu.F32)))
 		case e.chunks[c].frozen:
 			return nil // no optimizer state: the checkpoint's is not read (freeze.go)
-		case s == shard.Master && e.remainder():
-			return r.splitMasters(c, decode(src, gpu.F32))
+		case s == shard.Master && e.offload:
+			return e.masters.restore(r, c, src)
 		case e.offload:
 			return r.restoreTiered(tkey(c, r.loc, s), src)
 		case e.stage == 0:

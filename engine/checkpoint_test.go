@@ -24,7 +24,7 @@ import (
 func trainFor(t *testing.T, e *Engine, steps int) []float64 {
 	t.Helper()
 	var losses []float64
-	if err := e.Run(steps, func(st report.StepStats) error {
+	if err := e.Run(t.Context(), steps, func(st report.StepStats) error {
 		losses = append(losses, st.Loss)
 		return nil
 	}); err != nil {
@@ -405,7 +405,7 @@ func BenchmarkCheckpointVsRaw(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			e := c.mk(b)
-			if err := e.Run(2, nil); err != nil {
+			if err := e.Run(b.Context(), 2, nil); err != nil {
 				b.Fatal(err)
 			}
 			st, err := e.CheckpointState()

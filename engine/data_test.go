@@ -138,7 +138,7 @@ func TestDataFile(t *testing.T) {
 		t.Fatalf("strata.data is read as %T, not streamed from the file", e.Sampler().Corpus())
 	}
 	var got result
-	if err := e.Run(3, func(st report.StepStats) error { got.losses = append(got.losses, st.Loss); return nil }); err != nil {
+	if err := e.Run(t.Context(), 3, func(st report.StepStats) error { got.losses = append(got.losses, st.Loss); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if got.params, err = e.Params(); err != nil {

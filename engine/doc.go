@@ -62,7 +62,7 @@
 // the communication stream in an order Model.AccessOrder fixes, never by
 // timing, so every rank issues the same ones.
 //
-// # The host optimizer (overlap.go, overlap_bwd.go, overlap_dpu.go)
+// # The host optimizer (pending.go, overlap.go, overlap_bwd.go, overlap_dpu.go)
 //
 // "exact" (the default) runs step t's host update under step t+1's
 // devices' work: the rank declares each chunk's state to the tier store
@@ -77,6 +77,15 @@
 // turns out non-finite is undone. docs/DESIGN.md ("The host optimizer's
 // schedules") has each rule and why. Whatever reads or writes params or
 // optimizer state between steps calls settle first.
+//
+// A rank's pending update of step t is a pendingUpdate (pending.go), a
+// small state machine: handing (the backward hands it chunks) -> leasing
+// (pending: chunks leased window by window) -> leased (every chunk handed
+// to cpuadam) -> computed (cpuadam done, device side owed) -> finished;
+// handing -> aborted (a non-finite step, undone); computed -> dropped (a
+// restore). Its schedule (exactSchedule, or dpu's delayedSchedule) is
+// fixed when it starts, and the master and moments formats (master.go)
+// once in New: no site re-tests the configuration.
 //
 // # Memory (state.go, workspace.go, tiered.go, staging.go)
 //

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -96,6 +97,8 @@ type Engine struct {
 
 	overlap  string              // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
 	upd      updater             // the optimizer's strategy (update.go), chosen in New
+	masters  masterFormat        // the host optimizer's master format (master.go), chosen in New
+	moments  cpuadam.Moments     // the host optimizer's format of m and v, chosen in New
 	grads    gradPath            // the stage's gradient rule (stages.go), chosen in New
 	fwdOrder []int               // the chunks in the order the forward first reads them (the host optimizer's order)
 	t0       time.Time           // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
@@ -344,6 +347,7 @@ func (e *Engine) layOut() (estimate.Options, error) {
 // and starts the host optimizer and its tier store, whose HBM slots take
 // what is left.
 func (e *Engine) allocate(devices []gpu.Device, comms []gpu.Comm, mo estimate.Options) error {
+	e.masters, e.moments = chooseMaster(e), chooseMoments(e)
 	for i := range e.nLocal {
 		rk, err := newRank(e, e.base+i, i, devices[i], comms[i])
 		if err != nil {
@@ -658,9 +662,15 @@ func (e *Engine) abortNext() {
 }
 
 // Run runs steps optimizer steps, calling fn (when not nil) after each; an
-// error from fn stops the run and is returned as is.
-func (e *Engine) Run(steps int, fn func(report.StepStats) error) error {
+// error from fn stops the run and is returned as is. ctx is checked
+// between steps: once it is done, Run returns before the next step with
+// ctx.Err() wrapped, naming that step (a step under way is not cut
+// short: the engine stays at a whole step, ready to save or go on).
+func (e *Engine) Run(ctx context.Context, steps int, fn func(report.StepStats) error) error {
 	for range steps {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("engine: run stopped before step %d: %w", e.step+1, err)
+		}
 		st, err := e.Step()
 		if err != nil {
 			return err

@@ -160,7 +160,7 @@ func runEngine(t testing.TB, s runSpec, steps int) (result, *Engine) {
 	t.Helper()
 	e := newTestEngine(t, s)
 	var res result
-	err := e.Run(steps, func(st report.StepStats) error {
+	err := e.Run(t.Context(), steps, func(st report.StepStats) error {
 		res.losses = append(res.losses, st.Loss)
 		res.norms = append(res.norms, st.GradNorm)
 		return nil
@@ -652,7 +652,7 @@ func TestMemorySmall(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if err := e.Run(2, nil); err != nil {
+					if err := e.Run(t.Context(), 2, nil); err != nil {
 						t.Fatal(err)
 					}
 					sum := e.Summary()

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -21,8 +22,10 @@ import (
 // steps after it are bit-identical to a run without it. Its transfers are
 // not counted in the next step's figures; with tier-store params the
 // planner sees the pass as accesses beside its trace, and the next step
-// re-records its trace (served on demand where it differs).
-func (e *Engine) Eval(set EvalSet) (report.EvalStats, error) {
+// re-records its trace (served on demand where it differs). ctx is checked
+// between rounds: once it is done, Eval ends the pass and returns ctx.Err()
+// wrapped, naming the rows it stopped before.
+func (e *Engine) Eval(ctx context.Context, set EvalSet) (report.EvalStats, error) {
 	if e.closed {
 		panic("engine: Eval after Close")
 	}
@@ -40,6 +43,10 @@ func (e *Engine) Eval(set EvalSet) (report.EvalStats, error) {
 	var runErr error
 	errs := make([]error, e.n)
 	for k := range rounds {
+		if err := ctx.Err(); err != nil {
+			runErr = fmt.Errorf("engine: eval stopped before rows %d..%d: %w", k*per, k*per+per-1, err)
+			break
+		}
 		bs, counts, err := e.evalBatches(set, k*per)
 		if err != nil {
 			runErr = fmt.Errorf("engine: eval: rows %d..%d: %w", k*per, k*per+per-1, err)

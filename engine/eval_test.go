@@ -46,7 +46,7 @@ func evalRun(t *testing.T, e *Engine, steps int, set *data.EvalSet) (result, []f
 		}
 		res.losses = append(res.losses, st.Loss)
 		if set != nil {
-			es, err := e.Eval(set)
+			es, err := e.Eval(t.Context(), set)
 			if err != nil {
 				t.Fatalf("eval after step %d: %v", st.Step, err)
 			}
@@ -190,7 +190,7 @@ func TestEvalPadding(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := newEngineJSON(t, runSpec{stage: 3, n: 2, offload: true, micro: 2, accum: 1}.configJSON(), 2)
-	st, err := e.Eval(set)
+	st, err := e.Eval(t.Context(), set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestEvalPadding(t *testing.T) {
 		// the same per-token losses, summed in another order (float64).
 		t.Errorf("eval loss %v, reference %v", st.Loss, ref)
 	}
-	if _, err := e.Eval(heldOutSetSeq(t, 8)); err == nil || !strings.Contains(err.Error(), "the set's rows are 8 tokens, the run's seq_len is 16") {
+	if _, err := e.Eval(t.Context(), heldOutSetSeq(t, 8)); err == nil || !strings.Contains(err.Error(), "the set's rows are 8 tokens, the run's seq_len is 16") {
 		t.Errorf("a set of another row length: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"log"
@@ -277,7 +278,7 @@ func Example() {
 	defer e.Close()
 
 	var losses []float64
-	err = e.Run(cfg.Strata.Steps, func(st report.StepStats) error {
+	err = e.Run(context.Background(), cfg.Strata.Steps, func(st report.StepStats) error {
 		losses = append(losses, st.Loss)
 		return nil
 	})

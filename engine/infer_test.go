@@ -15,7 +15,7 @@ import (
 func TestInferenceEval(t *testing.T) {
 	ref := newEngineJSON(t, freezeSpec{stage: 0, n: 1, opt: "none", param: "none"}.configJSON(t), 1)
 	set := heldOutSet(t)
-	want, err := ref.Eval(set)
+	want, err := ref.Eval(t.Context(), set)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestInferenceEval(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := e.Eval(set)
+			got, err := e.Eval(t.Context(), set)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -64,7 +64,7 @@ func runLlamaEngine(t *testing.T, js string, n, steps int) tierRun {
 		t.Fatalf("engine shape %v, %d params in its layout", s, e.layout.ParamCount())
 	}
 	var res tierRun
-	if err := e.Run(steps, func(st report.StepStats) error {
+	if err := e.Run(t.Context(), steps, func(st report.StepStats) error {
 		res.losses = append(res.losses, st.Loss)
 		res.stats = append(res.stats, st)
 		return nil

@@ -272,7 +272,7 @@ func checkUpdateReadsParams(t *testing.T, e *Engine) {
 			continue
 		}
 		want := shard.Write
-		if e.ranks[0].masterParams(int(a.Key.Chunk)) == nil {
+		if e.masters.params(e.ranks[0], int(a.Key.Chunk)) == nil {
 			want = shard.Update
 		}
 		if a.Kind != want {

@@ -5,7 +5,6 @@ import (
 
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
-	"github.com/strata-ai/strata/shard"
 )
 
 // The host update during the backward (strata.update_in_backward): its
@@ -31,11 +30,8 @@ func (e *Engine) noteBwd() {
 func (e *Engine) undoBytes() int64 {
 	var b int64
 	for c, p := range e.chunks {
-		if n, o := e.optElems(c), e.estimate.Options; e.bwdEnabled() && !e.paramTiered(c) && !p.frozen {
-			b += o.StateDType(shard.Master).Bytes(n) + 2*o.StateDType(shard.AdamM).Bytes(n)
-			if e.remainder() {
-				b += int64(2 * n) // the bf16 params in the staging
-			}
+		if n := e.optElems(c); e.bwdEnabled() && !e.paramTiered(c) && !p.frozen {
+			b += e.masters.undoBytes(n) + 2*e.moments.Bytes(n)
 		}
 	}
 	return b
@@ -48,10 +44,10 @@ func (r *rank) handBackward(c int, ev gpu.Event) error {
 	if run == nil || r.e.paramTiered(c) {
 		return nil
 	}
-	ls, err := r.leaseHost(c, false)
-	run.handed[c] = true
+	ls, err := r.leaseHost(c, true)
+	run.chunks[c].handed = true
 	if err != nil {
-		run.reported[c] = true // the backward returns it
+		run.chunks[c].reported = true // the backward returns it
 	}
 	run.jobs <- hostJob{c: c, ls: ls, err: err, ev: ev, keep: true}
 	r.bwdChunks++
@@ -68,7 +64,7 @@ func (r *rank) saveUndo(c int, ls hostLeases) {
 	for _, l := range ls.optState() {
 		u = append(u, l.Bytes()...)
 	}
-	r.undo[c] = append(u, r.masterParams(c)...)
+	r.undo[c] = append(u, r.e.masters.params(r, c)...)
 }
 
 // restoreUndo copies chunk c's saved state back.
@@ -77,7 +73,7 @@ func (r *rank) restoreUndo(c int, ls hostLeases) {
 	for _, l := range ls.optState() {
 		u = u[copy(l.Bytes(), u):]
 	}
-	copy(r.masterParams(c), u)
+	copy(r.e.masters.params(r, c), u)
 }
 
 // commitNext (the step is finite): the updates of the backward give their
@@ -101,13 +97,13 @@ func (r *rank) abortNext() {
 	if run == nil {
 		return
 	}
-	r.next = nil
-	close(run.jobs)
+	run.closeJobs()
 	run.wait()
-	for c, ls := range run.held {
-		if run.handed[c] && run.errs[c] == nil {
-			r.restoreUndo(c, ls)
+	for c, cu := range run.chunks {
+		if cu.handed && cu.err == nil {
+			r.restoreUndo(c, cu.held)
 		}
-		r.doneLeases(ls)
+		r.doneLeases(cu.held)
 	}
+	r.retire(run, runAborted)
 }

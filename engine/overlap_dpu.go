@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/shard"
 )
@@ -19,12 +20,56 @@ import (
 // enqueued anything, and its first pieces ran with the devices idle.
 const dpuStartFlush = 3
 
+// delayedSchedule is dpu's pending update (past the warm-up): the next
+// pass reads the params of the step before while cpuadam runs (held back
+// until that pass's dpuStartFlush-th flush), and the whole update is
+// published at the pass's end.
+type delayedSchedule struct{}
+
+func (delayedSchedule) holdsStart() bool               { return true }
+func (delayedSchedule) leasesParam() bool              { return false } // the staging: storeDelayed
+func (delayedSchedule) ready(*pendingUpdate, int) bool { return true }  // the pass reads the old params
+func (delayedSchedule) settle(r *rank) (report.HostOptStats, error) {
+	return report.HostOptStats{}, r.settleDelayed()
+}
+
+// flush counts the pass's flushes (beginDelayed) and, once cpuadam runs,
+// leases one more chunk at each: the pass reads the params before the
+// update; finish uploads it.
+func (delayedSchedule) flush(r *rank, u *pendingUpdate, _ int) {
+	r.beginDelayed(u)
+	if u.flushes >= dpuStartFlush {
+		// Its cpuadam runs: one more chunk at each flush (a point
+		// the access order fixes, as under exact; the first may wait
+		// for the update of the chunk a window back).
+		r.leaseAhead(u, len(u.lent)+1) // a failure is u.chunks[c].err's
+	}
+}
+
+// finish publishes the update at the end of the pass that read the old
+// params, and stores the new params of the tier store's chunks.
+func (delayedSchedule) finish(r *rank, u *pendingUpdate) error {
+	// The pass just enqueued may still read the params the uploads and
+	// gathers overwrite (replicated chunks are read in place).
+	ev := r.dev.NewEvent()
+	r.s.Record(ev)
+	r.up.Wait(ev)
+	r.cs.Wait(ev)
+	r.publishAll(u)
+	r.retire(u, runFinished)
+	stored := r.storeDelayed(u) // every chunk that was updated, also when another failed
+	if err := r.unreported(u); err != nil {
+		return err
+	}
+	return stored
+}
+
 // beginDelayed counts the next pass's flushChunk calls on the delayed run
 // and, at the dpuStartFlush-th, lets its cpuadam start after a mark on the
 // compute stream: once the compute enqueued so far has run, i.e. while
 // the devices work on the chunk the pass enqueues next. A model with
 // fewer chunks starts it at the pass's end (finishRun's wait).
-func (r *rank) beginDelayed(run *hostRun) {
+func (r *rank) beginDelayed(run *pendingUpdate) {
 	run.flushes++
 	if run.flushes != dpuStartFlush {
 		return
@@ -41,10 +86,10 @@ func (r *rank) beginDelayed(run *hostRun) {
 // move reads the old copy, and drops the copies staged in HBM. It goes
 // on past a failure (the other chunks' master moved on) and returns the
 // first.
-func (r *rank) storeDelayed(run *hostRun) error {
+func (r *rank) storeDelayed(run *pendingUpdate) error {
 	var first error
 	for _, c := range r.e.fwdOrder {
-		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.errs[c] != nil {
+		if !r.e.paramTiered(c) || r.e.chunks[c].frozen || run.chunks[c].err != nil {
 			continue
 		}
 		l, err := r.runner().Use(shard.Access{Key: tkey(c, r.loc, shard.Param), Phase: shard.Optimizer, Tier: shard.Host, Kind: shard.Write})
@@ -75,13 +120,12 @@ func (r *rank) settleDelayed() error {
 func (r *rank) pendingFromMaster(step int64) error {
 	e := r.e
 	n := len(e.chunks)
-	run := &hostRun{step: step, ready: make([]chan struct{}, n), errs: make([]error, n), done: make(chan struct{}),
-		flushed: make([]bool, n), handed: make([]bool, n), held: nil, delayed: true, closed: true}
-	for c := range run.ready {
-		run.ready[c] = make(chan struct{})
-		close(run.ready[c])
+	u := newPending(step, delayedSchedule{}, runComputed, n)
+	u.closed = true
+	for c := range u.chunks {
+		close(u.chunks[c].ready)
 		if e.chunks[c].frozen {
-			run.flushed[c] = true // no update, nothing to upload
+			u.chunks[c].flushed = true // no update, nothing to upload
 			continue
 		}
 		master := make([]byte, 4*e.chunks[c].shard)
@@ -89,10 +133,10 @@ func (r *rank) pendingFromMaster(step int64) error {
 			return err
 		}
 		copy(e.tiers.uploadBytes(r.loc, c), encode(decode(master, gpu.F32), e.precision))
-		run.handed[c] = true
+		u.chunks[c].handed = true
 	}
-	close(run.done)
-	r.run = run
+	close(u.done)
+	r.run = u
 	return nil
 }
 
@@ -103,7 +147,9 @@ func (r *rank) pendingFromMaster(step int64) error {
 // params the devices already have: the same bits (TestFP16Resume).
 func (e *Engine) restorePending(step int64) error {
 	for _, r := range e.ranks {
-		r.run = nil
+		if r.run != nil {
+			r.retire(r.run, runDropped)
+		}
 	}
 	return e.parallel(func(r *rank) error { return e.upd.restored(r, step) })
 }

@@ -60,8 +60,11 @@ func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
 		t.Fatal(err)
 	}
 	for _, r := range e.ranks {
-		if r.run != nil && !r.run.delayed { // dpu: the upload waits for the next pass
-			t.Errorf("rank %d: a host update still pending after Params", r.idx)
+		if r.run == nil {
+			continue
+		}
+		if _, delayed := r.run.sched.(delayedSchedule); !delayed { // dpu: the upload waits for the next pass
+			t.Errorf("rank %d: a host update still pending after Params (%s)", r.idx, r.run.state)
 		}
 	}
 	for _, r := range e.ranks {
@@ -393,7 +396,8 @@ func TestDPUStart(t *testing.T) {
 	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
 	e := newEngineJSON(t, dpuJSON(s, 0), 2)
 	r := e.ranks[0]
-	run := &hostRun{delayed: true, start: make(chan struct{}), closed: true} // nothing to lease
+	run := newPending(1, delayedSchedule{}, runLeased, 0)
+	run.closed = true // nothing to lease
 	r.run = run
 	defer func() { r.run = nil }()
 	closed := func() bool {
@@ -416,7 +420,7 @@ func TestDPUStart(t *testing.T) {
 	}
 	run.startEv.Synchronize()
 	r.flushChunk(0) // later calls change nothing
-	other := &hostRun{delayed: true, start: make(chan struct{})}
+	other := newPending(1, delayedSchedule{}, runLeasing, 0)
 	other.begin(nil) // wait's path: at once, no mark
 	if other.startEv != nil {
 		t.Error("begin(nil) left a mark")

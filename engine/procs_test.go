@@ -154,7 +154,7 @@ func runProcs(t *testing.T, js string, local int, procs *dist.MPI, steps, half i
 	}
 	defer e.Close()
 	var r procRun
-	err = e.Run(steps, func(st report.StepStats) error {
+	err = e.Run(t.Context(), steps, func(st report.StepStats) error {
 		r.losses, r.norms = append(r.losses, st.Loss), append(r.norms, st.GradNorm)
 		if int(st.Step) == half {
 			if _, err := e.SaveCheckpoint(ckdir, checkpoint.Options{}); err != nil {
@@ -196,7 +196,7 @@ func resumeProcs(t *testing.T, js string, n int, ckdir string, steps int, prec g
 	}
 	var r procRun
 	// The losses before the checkpoint are the job's: pad with them.
-	if err := e.Run(steps, func(st report.StepStats) error {
+	if err := e.Run(t.Context(), steps, func(st report.StepStats) error {
 		r.losses, r.norms = append(r.losses, st.Loss), append(r.norms, st.GradNorm)
 		return nil
 	}); err != nil {

@@ -53,9 +53,9 @@ type rank struct {
 	ws         workspaceStats
 	liveGrads  []liveGrad
 	tr         *timeline.Recorder  // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
-	run        *hostRun            // the pending host update (exact overlap); nil: none
+	run        *pendingUpdate      // the pending host update (exact overlap); nil: none
 	hostFig    report.HostOptStats // the host optimizer's figures taken in this step (takeHostOpt)
-	next       *hostRun            // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
+	next       *pendingUpdate      // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
 	undo       [][]byte            // per chunk: master, m and v before the update of the backward
 	bwdChunks  int                 // chunks updated during a backward so far
 	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
@@ -268,11 +268,11 @@ func (r *rank) initTiers(c int, padded []float32, b *initBufs) error {
 		}
 	}
 	off, n := e.optOffset(c, r.idx), e.optElems(c)
-	if e.remainder() && !e.isFrozen(c) {
-		return r.splitMasters(c, padded[off:off+n]) // the store's errors name the shard
+	masters := e.masters
+	if e.isFrozen(c) {
+		masters = fp32Master{} // no update: a frozen chunk's master stays fp32
 	}
-	b.tier = encodeInto(b.tier, padded[off:off+n], gpu.F32)
-	return e.tiers.initShard(tkey(c, r.loc, shard.Master), b.tier)
+	return masters.init(r, c, padded[off:off+n], &b.tier) // the store's errors name the shard
 }
 
 // sync waits for the rank's streams, returns their first error and ends
@@ -444,7 +444,7 @@ func (r *rank) normSq(c int) float64 { return f64s(r.normsHost)[c] }
 // upload staging (tiers.upload), which update copies to the device. The
 // serial schedule; updateExact runs the same two halves apart.
 func (r *rank) stepHost(c int, cp cpuadam.Params) error {
-	ls, err := r.leaseHost(c, false)
+	ls, err := r.leaseHost(c, true)
 	if err == nil {
 		err = r.await(&ls)
 	}

@@ -62,7 +62,7 @@ func TestHostRegistrar(t *testing.T) {
 		if reg != nil && !reg.fail && (reg.adds == 0 || len(reg.live) != reg.adds) {
 			t.Errorf("registered %d arenas, %d live", reg.adds, len(reg.live))
 		}
-		if err := e.Run(3, nil); err != nil {
+		if err := e.Run(t.Context(), 3, nil); err != nil {
 			t.Fatal(err)
 		}
 		p, err := e.Params()

@@ -7,32 +7,54 @@ import (
 	"github.com/strata-ai/strata/shard"
 )
 
-// A "bf16+remainder" master (DESIGN's model state): a cpuadam.Remainder in
-// the tier store completed by masterParams; checkpoints hold fp32 masters.
+// remMaster is a "bf16+remainder" master (DESIGN's model state): a
+// cpuadam.Remainder in the tier store completed by the params (params:
+// the upload staging, or the tier store's param copy); checkpoints hold
+// fp32 masters.
+type remMaster struct{}
 
-// remainder says whether the host optimizer keeps the masters so.
-func (e *Engine) remainder() bool {
-	return e.offload && e.estimate.Options.StateDType(shard.Master) == dtype.Rem16
-}
-
-// masterParams are the params of chunk c that a remainder master
-// completes: the upload staging, or nil for the tier store's param copy
-// (and without a remainder master).
-func (r *rank) masterParams(c int) []byte {
-	if r.e.remainder() && r.e.uploads(c) {
+// params are the params of chunk c that its master completes: the upload
+// staging, or nil for the tier store's param copy.
+func (remMaster) params(r *rank, c int) []byte {
+	if r.e.uploads(c) {
 		return r.e.tiers.uploadBytes(r.loc, c)
 	}
 	return nil
 }
 
-// joinMasters writes the rank's fp32 masters of chunk c into dst.
-func (r *rank) joinMasters(c int, dst []byte) error {
+// paramKind: the old params in the tier store are the masters' high
+// halves, so cpuadam's access to them is an update.
+func (m remMaster) paramKind(r *rank, c int) shard.Kind {
+	if m.params(r, c) == nil { // in the tier store
+		return shard.Update
+	}
+	return shard.Write
+}
+
+// undoBytes: the remainder and the bf16 params in the staging.
+func (remMaster) undoBytes(n int) int64 { return dtype.Rem16.Bytes(n) + int64(2*n) }
+
+// bind sets s's remainder, completed by the params in out; when out is
+// not the master's params (dpu's warm-up: the update writes the tier
+// store's copy), they are copied in first and get the new params after.
+func (m remMaster) bind(r *rank, c int, s *cpuadam.Shard, ls hostLeases, out []byte) (keep []byte) {
+	n := r.e.optElems(c)
+	s.Rem = cpuadam.RemainderView(n, ls.master.Bytes()) // completed by the params in out
+	if p := m.params(r, c); p != nil && ls.param != nil {
+		keep = p
+		copy(out, keep)
+	}
+	return keep
+}
+
+// save writes the rank's fp32 masters of chunk c into dst.
+func (m remMaster) save(r *rank, c int, dst []byte) error {
 	n, store := r.e.optElems(c), r.e.tiers.store
 	rem := make([]byte, dtype.Rem16.Bytes(n))
 	if err := store.ReadNewest(tkey(c, r.loc, shard.Master), rem); err != nil {
 		return err
 	}
-	p := r.masterParams(c)
+	p := m.params(r, c)
 	if p == nil {
 		p = make([]byte, 2*n)
 		if err := store.ReadNewest(tkey(c, r.loc, shard.Param), p); err != nil {
@@ -43,15 +65,20 @@ func (r *rank) joinMasters(c int, dst []byte) error {
 	return nil
 }
 
-// splitMasters stores the rank's masters of chunk c as their remainder
-// and their params, each in its home (New's initialisation, a restore).
-func (r *rank) splitMasters(c int, masters []float32) error {
+// restore stores the fp32 masters in src as their remainder and params.
+func (m remMaster) restore(r *rank, c int, src []byte) error {
+	return m.init(r, c, decode(src, gpu.F32), nil)
+}
+
+// init stores the rank's masters of chunk c as their remainder and their
+// params, each in its home (New's initialisation, a restore).
+func (m remMaster) init(r *rank, c int, masters []float32, _ *[]byte) error {
 	p, rem := encode(masters, gpu.BF16), make([]byte, dtype.Rem16.Bytes(len(masters)))
 	cpuadam.RemainderView(len(masters), rem).Split(masters, u16s(p))
 	if err := r.e.tiers.store.WriteHome(tkey(c, r.loc, shard.Master), rem); err != nil {
 		return err
 	}
-	if dst := r.masterParams(c); dst != nil {
+	if dst := m.params(r, c); dst != nil {
 		copy(dst, p)
 		return nil
 	}

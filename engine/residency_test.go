@@ -44,7 +44,7 @@ func TestOffloadResidency(t *testing.T) {
 			}
 			before := storeMaster(t, e)
 			var stats []report.StepStats
-			if err := e.Run(3, func(st report.StepStats) error { stats = append(stats, st); return nil }); err != nil {
+			if err := e.Run(t.Context(), 3, func(st report.StepStats) error { stats = append(stats, st); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			after := storeMaster(t, e)

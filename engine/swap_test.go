@@ -70,7 +70,7 @@ func TestTierTwoRunsOnOneNVMePath(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = e.Run(steps, func(st report.StepStats) error {
+			errs[i] = e.Run(t.Context(), steps, func(st report.StepStats) error {
 				runs[i].losses = append(runs[i].losses, st.Loss)
 				return nil
 			})
@@ -132,7 +132,7 @@ func TestTierNVMePathSpelledTwice(t *testing.T) {
 			t.Errorf("no note on two spellings of one directory: %q", e.Notes())
 		}
 		var losses []float64
-		if err := e.Run(steps, func(st report.StepStats) error { losses = append(losses, st.Loss); return nil }); err != nil {
+		if err := e.Run(t.Context(), steps, func(st report.StepStats) error { losses = append(losses, st.Loss); return nil }); err != nil {
 			t.Fatalf("nvme_path %s and %s: %v", dir, other, err)
 		}
 		params, err := e.Params()
@@ -251,7 +251,7 @@ func swapChild(t *testing.T, s tierSpec, dir string, steps int) {
 		t.Fatalf("waiting for go: %v", err)
 	}
 	var r tierRun
-	if err := e.Run(steps, func(st report.StepStats) error { r.losses = append(r.losses, st.Loss); return nil }); err != nil {
+	if err := e.Run(t.Context(), steps, func(st report.StepStats) error { r.losses = append(r.losses, st.Loss); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var err error

@@ -127,7 +127,7 @@ func runTier(t *testing.T, s tierSpec, opts Options, steps int) (tierRun, *Engin
 	t.Helper()
 	e := newTierEngine(t, s, opts)
 	var res tierRun
-	if err := e.Run(steps, func(st report.StepStats) error {
+	if err := e.Run(t.Context(), steps, func(st report.StepStats) error {
 		res.losses = append(res.losses, st.Loss)
 		res.stats = append(res.stats, st)
 		return nil

@@ -81,7 +81,7 @@ func TestTrace(t *testing.T) {
 				before = e.tiers.store.Stats()
 			}
 			var stats []report.StepStats
-			if err := e.Run(steps, func(st report.StepStats) error { stats = append(stats, st); return nil }); err != nil {
+			if err := e.Run(t.Context(), steps, func(st report.StepStats) error { stats = append(stats, st); return nil }); err != nil {
 				t.Fatal(err)
 			}
 			var buf bytes.Buffer
@@ -151,7 +151,7 @@ func TestTrace(t *testing.T) {
 
 			// The same run with the timeline off ends bit-identical.
 			off := s.engine(t, nil)
-			if err := off.Run(steps, nil); err != nil {
+			if err := off.Run(t.Context(), steps, nil); err != nil {
 				t.Fatal(err)
 			}
 			pOn, err := e.Params()

@@ -30,8 +30,8 @@ type updater interface {
 }
 
 // chooseUpdater is the engine's updater: on the device, or on the host
-// serially, pipelined under the next pass (exact, and dpu, whose runs past
-// the warm-up are delayed: hostRun.delayed), or during the backward.
+// serially, pipelined under the next pass (exact; dpu, whose updates past
+// the warm-up are delayed: delayedUpdate), or during the backward.
 func chooseUpdater(e *Engine) updater {
 	switch {
 	case !e.offload:
@@ -41,7 +41,7 @@ func chooseUpdater(e *Engine) updater {
 	case e.bwdEnabled():
 		return backwardUpdate{}
 	case e.overlap == OverlapDPU:
-		return pipelinedUpdate{dpu: true, warmup: int64(e.cfg.Strata.DPUWarmupSteps)}
+		return delayedUpdate{warmup: int64(e.cfg.Strata.DPUWarmupSteps)}
 	default:
 		return pipelinedUpdate{}
 	}
@@ -113,33 +113,49 @@ func (serialUpdate) update(r *rank, ap gpu.AdamParams) error {
 	return first
 }
 
-// pipelinedUpdate issues the host update (exact overlap, and dpu):
-// cpuadam runs under the next pass, each chunk published when that pass
-// first needs it (updateExact, overlap.go); with dpu, past the warm-up
-// steps, the next pass reads the params before the update (delayed,
-// overlap_dpu.go).
-type pipelinedUpdate struct {
-	dpu    bool
-	warmup int64 // dpu: the steps updated exactly first (strata.dpu_warmup_steps)
-}
-
-// delayed says whether the update of step runs delayed.
-func (u pipelinedUpdate) delayed(step int64) bool { return u.dpu && step > u.warmup }
+// pipelinedUpdate issues the host update (exact overlap): cpuadam runs
+// under the next pass, each chunk published when that pass first needs
+// it (updateExact and exactSchedule, overlap.go).
+type pipelinedUpdate struct{}
 
 func (pipelinedUpdate) beforePass(*rank, int64) error { return nil }
 func (pipelinedUpdate) abort(*rank)                   {}
+func (pipelinedUpdate) restored(*rank, int64) error   { return nil }
 
 func (pipelinedUpdate) reduced(r *rank, c int, g gpu.Buffer) error {
 	_, err := r.gradToHost(c, g)
 	return err
 }
 
-func (u pipelinedUpdate) update(r *rank, ap gpu.AdamParams) error {
-	return r.updateExact(ap, u.delayed(ap.Step))
+func (pipelinedUpdate) update(r *rank, ap gpu.AdamParams) error {
+	return r.updateExact(ap, exactSchedule{})
 }
 
-func (u pipelinedUpdate) restored(r *rank, step int64) error {
-	if !u.delayed(step) {
+// delayedUpdate is the delayed parameter update (strata.overlap "dpu"):
+// pipelined as pipelinedUpdate for the warm-up steps, then under
+// delayedSchedule, the next pass reading the params before the update
+// (overlap_dpu.go).
+type delayedUpdate struct {
+	pipelinedUpdate
+	warmup int64 // the steps updated exactly first (strata.dpu_warmup_steps)
+}
+
+// schedule is the update of step's: exact during the warm-up, delayed
+// after it.
+func (u delayedUpdate) schedule(step int64) hostSchedule {
+	if step > u.warmup {
+		return delayedSchedule{}
+	}
+	return exactSchedule{}
+}
+
+func (u delayedUpdate) update(r *rank, ap gpu.AdamParams) error {
+	return r.updateExact(ap, u.schedule(ap.Step))
+}
+
+// restored rebuilds the upload a delayed update of step owes the devices.
+func (u delayedUpdate) restored(r *rank, step int64) error {
+	if step <= u.warmup {
 		return nil
 	}
 	return r.pendingFromMaster(step)
@@ -151,7 +167,7 @@ func (u pipelinedUpdate) restored(r *rank, step int64) error {
 type backwardUpdate struct{}
 
 func (backwardUpdate) beforePass(r *rank, step int64) (err error) {
-	r.next, err = r.startRun(r.e.nextAdam(1), false) // no clipping: GradScale 1 (over the fp16 loss scale)
+	r.next, err = r.startRun(r.e.nextAdam(1), exactSchedule{}, runHanding) // no clipping: GradScale 1 (over the fp16 loss scale)
 	return err
 }
 

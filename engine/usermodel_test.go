@@ -85,7 +85,7 @@ type userRun struct {
 func runUser(t testing.TB, e *engine.Engine, steps int) userRun {
 	t.Helper()
 	var r userRun
-	if err := e.Run(steps, func(st report.StepStats) error { r.losses = append(r.losses, st.Loss); return nil }); err != nil {
+	if err := e.Run(t.Context(), steps, func(st report.StepStats) error { r.losses = append(r.losses, st.Loss); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	var err error

@@ -50,10 +50,7 @@ func evaluateStreamed(ctx context.Context, m *Model, in EvalInput, opts EvalOpti
 		return EvalResult{}, fmt.Errorf("%s: %w", m.name, err)
 	}
 	defer e.Close()
-	if err := ctx.Err(); err != nil {
-		return EvalResult{}, err
-	}
-	st, err := e.Eval(set)
+	st, err := e.Eval(ctx, set)
 	if err != nil {
 		return EvalResult{}, fmt.Errorf("%s: %w", m.name, err)
 	}

@@ -53,7 +53,7 @@ func engineNoAllocs(t *testing.T, b *cuda.Backend, js string) {
 			t.Error(err)
 		}
 	}()
-	if err := e.Run(4, nil); err != nil {
+	if err := e.Run(t.Context(), 4, nil); err != nil {
 		t.Fatal(err)
 	}
 	sum := e.Summary()
