@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/strata-ai/strata/internal/lossscale"
+	"github.com/strata-ai/strata/lossscale"
 	"github.com/strata-ai/strata/internal/units"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/lossscale"
+	"github.com/strata-ai/strata/lossscale"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/pinned"
