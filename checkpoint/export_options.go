@@ -261,5 +261,3 @@ func ctxErr(ctx context.Context) error {
 	}
 	return nil
 }
-
-
