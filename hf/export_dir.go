@@ -236,7 +236,7 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 // Face names) to its dtype in k's files, and returns the dtype of most
 // parameters (of the first of equals, in the order F32, BF16, F16).
 func keepDTypes(fts []fileTensor, layout *model.Layout, k *Model) (dtype.DType, error) {
-	if k.Layout.Shape != layout.Shape {
+	if withoutName(k.Layout.Shape).Canonical() != withoutName(layout.Shape).Canonical() {
 		return 0, fmt.Errorf("hf: export: the model whose dtypes are kept (%s) is %s, the export's layout %s", k.Dir, k.Layout.Shape, layout.Shape)
 	}
 	of := map[string]string{}
