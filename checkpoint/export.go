@@ -24,12 +24,9 @@ import (
 // opts.Step 0 means the checkpoint's step. It returns the checkpoint's
 // description. Host memory: the Reader's two buffers of the largest
 // padded chunk of the exported state, 256 KiB per rank file for the CRC
-// pass, and hf.ExportStream's buffers, whatever the model's size.
-func ExportCheckpoint(dst, src string, opts hf.ExportOptions) (*State, error) {
-	return exportCheckpoint(context.Background(), dst, src, opts)
-}
-
-func exportCheckpoint(ctx context.Context, dst, src string, opts hf.ExportOptions) (*State, error) {
+// pass, and hf.ExportStream's buffers, whatever the model's size. ctx is
+// checked before each chunk: a cancelled export writes no dst.
+func ExportCheckpoint(ctx context.Context, dst, src string, opts hf.ExportOptions) (*State, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -109,7 +106,7 @@ func (cw *checkpointWeights) produce(w *hf.ExportWriter) error {
 // the checkpoint's own (Manifest.Source): the tokenizer and config.json
 // of the model its run started from; opts.ChatTemplate nil, the
 // template it recorded (Manifest.ChatTemplate). It returns the checkpoint's
-// description as well.
+// description as well. ctx is checked before each chunk.
 //
 // A LoRA checkpoint is written merged: every adapted weight W +
 // scaling·B·A. When its run started from a Hugging Face directory
@@ -120,11 +117,7 @@ func (cw *checkpointWeights) produce(w *hf.ExportWriter) error {
 // directory gone, or of another shape: a Note says so; a run from a
 // Strata checkpoint or the seeded initialisation) W is the checkpoint's
 // frozen base, in the run's precision.
-func ExportHF(dst, src string, opts hf.DirOptions) (*hf.DirExport, *State, error) {
-	return exportHFDir(context.Background(), dst, src, opts)
-}
-
-func exportHFDir(ctx context.Context, dst, src string, opts hf.DirOptions) (*hf.DirExport, *State, error) {
+func ExportHF(ctx context.Context, dst, src string, opts hf.DirOptions) (*hf.DirExport, *State, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -252,12 +245,8 @@ func (cw *checkpointWeights) produceMerged(base *hf.Model) func(w *hf.ExportWrit
 // directory or checkpoint, hf.Source.BaseModel; "" for a run from the
 // seeded initialisation). A checkpoint
 // without adapters is refused. It returns the files written and
-// hf.ExportPEFT's notes.
-func ExportPEFT(dst, src string, dt dtype.DType) (files, notes []string, _ *State, _ error) {
-	return exportPEFT(context.Background(), dst, src, dt)
-}
-
-func exportPEFT(ctx context.Context, dst, src string, dt dtype.DType) (files, notes []string, _ *State, _ error) {
+// hf.ExportPEFT's notes. ctx is checked before each chunk.
+func ExportPEFT(ctx context.Context, dst, src string, dt dtype.DType) (files, notes []string, _ *State, _ error) {
 	cw, err := openCheckpointWeights(ctx, src)
 	if err != nil {
 		return nil, nil, nil, err

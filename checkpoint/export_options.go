@@ -149,7 +149,7 @@ func Export(ctx context.Context, src, dst string, opts ExportOptions) (*ExportRe
 	case FormatHF:
 		return res, exportHF(ctx, src, dst, opts, res)
 	case FormatPEFT:
-		files, notes, st, err := exportPEFT(ctx, dst, src, dt)
+		files, notes, st, err := ExportPEFT(ctx, dst, src, dt)
 		res.Notes, res.Files = notes, files
 		if err != nil {
 			return res, err
@@ -168,7 +168,7 @@ func Export(ctx context.Context, src, dst string, opts ExportOptions) (*ExportRe
 	if err != nil {
 		return res, fmt.Errorf("export: %w", err)
 	}
-	st, err := exportCheckpoint(ctx, dst, src, eo)
+	st, err := ExportCheckpoint(ctx, dst, src, eo)
 	if err != nil {
 		return res, err
 	}
@@ -196,7 +196,7 @@ func exportHF(ctx context.Context, src, dst string, opts ExportOptions, res *Exp
 	if err != nil {
 		res.Notes = append(res.Notes, fmt.Sprintf("generation_config.json has only config.json's token ids: %v", err))
 	}
-	out, st, err := exportHFDir(ctx, dst, src, hf.DirOptions{DType: opts.DType, MaxShardBytes: opts.MaxShardBytes, Generation: gen})
+	out, st, err := ExportHF(ctx, dst, src, hf.DirOptions{DType: opts.DType, MaxShardBytes: opts.MaxShardBytes, Generation: gen})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,9 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -170,4 +172,53 @@ func readTensors(t *testing.T, dir string) (*safetensors.Header, map[string][]by
 		out[ti.Name] = data[ti.Name]
 	}
 	return h, out
+}
+
+// TestExportCancelled: an export whose context is cancelled stops before
+// a chunk, returns the context's error and writes nothing.
+func TestExportCancelled(t *testing.T) {
+	dir := t.TempDir()
+	ckpt := filepath.Join(dir, "ckpt")
+	if err := Save(ckpt, filledState(t, 2, 1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, f := range []ExportFormat{FormatSafetensors, FormatHF} {
+		dst := filepath.Join(dir, string(f))
+		_, err := Export(ctx, ckpt, dst, ExportOptions{Format: f})
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("%s: %v, want context.Canceled", f, err)
+		}
+		if _, err := os.Stat(dst); !os.IsNotExist(err) {
+			t.Errorf("%s: a cancelled export left %s (%v)", f, dst, err)
+		}
+	}
+	// Cancelled while it runs: after the first chunk.
+	n := 0
+	cctx, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	dst := filepath.Join(dir, "mid.safetensors")
+	_, err := ExportCheckpoint(&countCtx{Context: cctx, after: 2, n: &n, cancel: cancel2}, dst, ckpt, hf.ExportOptions{})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled mid-export: %v", err)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("a cancelled export left %s (%v)", dst, err)
+	}
+}
+
+// countCtx cancels itself at its after-th Err call.
+type countCtx struct {
+	context.Context
+	after  int
+	n      *int
+	cancel context.CancelFunc
+}
+
+func (c *countCtx) Err() error {
+	if *c.n++; *c.n == c.after {
+		c.cancel()
+	}
+	return c.Context.Err()
 }
