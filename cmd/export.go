@@ -59,24 +59,23 @@ func runExport(c *cli.Context) error {
 	if opts.Format == checkpoint.FormatHF && opts.Merge && !c.IsSet("dtype") {
 		opts.DType = 0 // each tensor in its base's dtype, as PEFT's merge keeps it
 	}
-	if opts.Format == checkpoint.FormatSafetensors || opts.Format == checkpoint.FormatHF && c.IsSet("names") {
-		switch n := c.String("names"); n {
-		case "strata":
-			opts.Names = hf.NamesStrata
-		case "hf":
-			opts.Names = hf.NamesHF
-		default:
-			if opts.Format == checkpoint.FormatSafetensors {
-				return usagef("export: --names %q (want strata or hf)", n)
-			}
-			opts.Names = hf.Naming(n)
-		}
+	switch n := c.String("names"); {
+	case opts.Format == checkpoint.FormatSafetensors && n == "strata":
+		opts.Names = hf.NamesStrata
+	case opts.Format == checkpoint.FormatSafetensors && n == "hf":
+		opts.Names = hf.NamesHF
+	case opts.Format == checkpoint.FormatSafetensors:
+		return usagef("export: --names %q (want strata or hf)", n)
+	case opts.Format == checkpoint.FormatHF && c.IsSet("names"):
+		opts.Names = hf.NamesHF // refused by Validate: --format hf writes transformers' names
 	}
-	if c.IsSet("max-shard-size") || opts.Format == checkpoint.FormatHF {
-		if opts.MaxShardBytes, err = hf.ParseShardSize(c.String("max-shard-size")); err != nil && opts.Format == checkpoint.FormatHF {
+	switch {
+	case opts.Format == checkpoint.FormatHF:
+		if opts.MaxShardBytes, err = hf.ParseShardSize(c.String("max-shard-size")); err != nil {
 			return usagef("export: --max-shard-size: %v", err)
 		}
-		opts.MaxShardBytes = max(opts.MaxShardBytes, 1)
+	case c.IsSet("max-shard-size"):
+		opts.MaxShardBytes = -1 // refused by Validate: the flag is for --format hf
 	}
 	if err := opts.Validate(); err != nil {
 		return usagef("%v", err)
