@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/dtype"
@@ -94,7 +95,6 @@ func TestExportMergedKeepsBase(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer m.Close()
 			want := make([][]float32, len(base.Chunks))
 			for c, ch := range base.Chunks {
 				want[c] = make([]float32, ch.Len)
@@ -154,6 +154,19 @@ func TestExportMergedKeepsBase(t *testing.T) {
 				if ti.DType != "BF16" {
 					t.Errorf("--dtype bf16: %s is %s", ti.Name, ti.DType)
 				}
+			}
+
+			// The base directory gone: the run's frozen copy, in fp32, with a note.
+			m.Close()
+			if err := os.RemoveAll(baseDir); err != nil {
+				t.Fatal(err)
+			}
+			res, err = Export(context.Background(), ckpt, filepath.Join(dir, "gone"), ExportOptions{Format: FormatHF, Merge: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.DType != "f32" || len(res.Notes) == 0 || !strings.Contains(strings.Join(res.Notes, "\n"), "merged into the run's frozen base") {
+				t.Errorf("the base gone: exported in %s, notes %q", res.DType, res.Notes)
 			}
 		})
 	}
