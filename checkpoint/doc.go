@@ -71,9 +71,13 @@
 // weights (the fp32 master weights when present, else the params) go out
 // as one model file or a Hugging Face directory through package hf's
 // writers: ExportCheckpoint and ExportHF stream them from disk, ExportState
-// writes them from a State. A Reader's ReadChunk makes a checkpoint the
-// initial weights of another run (engine.Options.Init), as an hf.Model
-// does; the manifest records the run's hf.Source.
+// writes them from a State. Export is `strata export` as one call: one
+// safetensors file, a Hugging Face directory (a LoRA run's merged into the
+// base directory it started from, each tensor in its base's dtype) or a
+// LoRA run's PEFT adapter directory. A Reader's ReadChunk makes a
+// checkpoint the initial weights of another run (engine.Options.Init), as
+// an hf.Model does; the manifest records the run's hf.Source. CheckAdapter
+// checks a PEFT adapter against the model a run applies it to.
 //
 // # Lifecycle and memory
 //

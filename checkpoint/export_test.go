@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -133,7 +134,7 @@ func TestExportCheckpointSameBytes(t *testing.T) {
 					dir := t.TempDir()
 					got, want := filepath.Join(dir, "got"), filepath.Join(dir, "want")
 					opts := hf.ExportOptions{Names: names, DType: dt}
-					st, err := ExportCheckpoint(got, src, opts)
+					st, err := ExportCheckpoint(context.Background(), got, src, opts)
 					if err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
@@ -164,7 +165,7 @@ func TestExportCheckpointSameBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	dst := filepath.Join(t.TempDir(), "m")
-	if _, err := ExportCheckpoint(dst, src, hf.ExportOptions{}); err == nil || !strings.Contains(err.Error(), "holds neither master weights nor params") {
+	if _, err := ExportCheckpoint(context.Background(), dst, src, hf.ExportOptions{}); err == nil || !strings.Contains(err.Error(), "holds neither master weights nor params") {
 		t.Errorf("export of a checkpoint without weights: %v", err)
 	}
 	if _, err := os.Stat(dst); !errors.Is(err, os.ErrNotExist) {
@@ -221,7 +222,7 @@ func TestExportCheckpointMemoryBound(t *testing.T) {
 	opts := hf.ExportOptions{Names: hf.NamesHF}
 
 	before := heapAllocated()
-	if _, err := ExportCheckpoint(got, src, opts); err != nil {
+	if _, err := ExportCheckpoint(context.Background(), got, src, opts); err != nil {
 		t.Fatal(err)
 	}
 	used := heapAllocated() - before

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/dtype"
-	"github.com/strata-ai/strata/internal/lossscale"
+	"github.com/strata-ai/strata/lossscale"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )

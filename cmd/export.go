@@ -1,20 +1,16 @@
 package cmd
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
-	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/internal/units"
-	"github.com/strata-ai/strata/tokenizer"
 )
 
 // exportCommand is `strata export CKPT OUT.safetensors`: the model weights of
@@ -59,16 +55,30 @@ func runExport(c *cli.Context) error {
 	if err != nil || (dt != dtype.F32 && dt != dtype.BF16) {
 		return usagef("export: --dtype %q (want fp32 or bf16)", c.String("dtype"))
 	}
-	format := c.String("format")
+	opts := checkpoint.ExportOptions{Format: checkpoint.ExportFormat(c.String("format")), Merge: c.Bool("merge"), DType: dt}
+	if opts.Format == checkpoint.FormatHF && opts.Merge && !c.IsSet("dtype") {
+		opts.DType = 0 // each tensor in its base's dtype, as PEFT's merge keeps it
+	}
+	switch n := c.String("names"); {
+	case opts.Format == checkpoint.FormatSafetensors && n == "strata":
+		opts.Names = hf.NamesStrata
+	case opts.Format == checkpoint.FormatSafetensors && n == "hf":
+		opts.Names = hf.NamesHF
+	case opts.Format == checkpoint.FormatSafetensors:
+		return usagef("export: --names %q (want strata or hf)", n)
+	case opts.Format == checkpoint.FormatHF && c.IsSet("names"):
+		opts.Names = hf.NamesHF // refused by Validate: --format hf writes transformers' names
+	}
 	switch {
-	case format != "safetensors" && format != "hf" && format != "peft":
-		return usagef("export: --format %q (want safetensors, hf or peft)", format)
-	case format != "hf" && c.IsSet("merge"):
-		return usagef("export: --merge is for --format hf (the merged model of a LoRA run)")
-	case format == "hf" && c.IsSet("names"):
-		return usagef("export: --names is for --format safetensors; --format hf writes transformers' names")
-	case format != "hf" && c.IsSet("max-shard-size"):
-		return usagef("export: --max-shard-size is for --format hf")
+	case opts.Format == checkpoint.FormatHF:
+		if opts.MaxShardBytes, err = hf.ParseShardSize(c.String("max-shard-size")); err != nil {
+			return usagef("export: --max-shard-size: %v", err)
+		}
+	case c.IsSet("max-shard-size"):
+		opts.MaxShardBytes = -1 // refused by Validate: the flag is for --format hf
+	}
+	if err := opts.Validate(); err != nil {
+		return usagef("%v", err)
 	}
 	// Streamed: the checkpoint's files are verified, then read and written
 	// one chunk at a time.
@@ -77,134 +87,38 @@ func runExport(c *cli.Context) error {
 		return fmt.Errorf("export: %w", err)
 	}
 	printNote(c.App.ErrWriter, note)
-	switch format {
-	case "hf":
-		return exportHF(c, src, dir, dst, dt)
-	case "peft":
-		files, notes, st, err := checkpoint.ExportPEFT(dst, dir, dt)
-		for _, n := range notes {
+	res, err := checkpoint.Export(c.Context, dir, dst, opts)
+	if res != nil {
+		for _, n := range res.Notes {
 			fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
 		}
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(c.App.Writer, "exported the LoRA adapters of step %d of %s (r %d, alpha %g, %s) to %s: %s (%s)\n",
-			st.Step, src, st.LoRA.R, st.LoRA.Alpha, strings.Join(st.LoRA.Targets, ", "), dst, strings.Join(files, ", "), dt)
-		return nil
 	}
-	opts := hf.ExportOptions{DType: dt}
-	switch n := c.String("names"); n {
-	case "strata":
-		opts.Names = hf.NamesStrata
-	case "hf":
-		opts.Names = hf.NamesHF
-	default:
-		return usagef("export: --names %q (want strata or hf)", n)
-	}
-	// A killed export to dst left .DST.tmp-PID-*: removed when provably dead.
-	stale, err := durable.RemoveStale(filepath.Dir(filepath.Clean(dst)), filepath.Base(filepath.Clean(dst)))
-	for _, n := range stale {
-		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
-	}
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
-	st, err := checkpoint.ExportCheckpoint(dst, dir, opts)
-	if err != nil {
-		return err
-	}
-	fi, err := os.Stat(dst)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s (%s, %s names, %s)\n",
-		st.Step, src, st.ParamCount(), dst, dt, opts.Names, units.FormatBytes(fi.Size()))
-	return nil
-}
-
-// exportHF is `strata export --format hf`: the checkpoint at dir (named
-// src) as a Hugging Face directory at dst.
-func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
-	maxBytes, err := hf.ParseShardSize(c.String("max-shard-size"))
-	if err != nil {
-		return usagef("export: --max-shard-size: %v", err)
-	}
-	m, _, err := checkpoint.ReadManifest(dir)
-	if err != nil {
-		return fmt.Errorf("export: %w", err)
-	}
+	var oe *checkpoint.OptionError
 	switch {
-	case m.LoRA != nil && !c.Bool("merge"):
-		return usagef("export: %s trained LoRA adapters (strata.lora): --format hf --merge writes the merged model, --format peft the adapters", src)
-	case m.LoRA == nil && c.Bool("merge"):
-		return usagef("export: --merge: %s has no LoRA adapters to merge (it trained every weight)", src)
-	}
-	gen, err := generationIDs(m.Source, m.ChatTemplate)
-	if err != nil {
-		fmt.Fprintf(c.App.ErrWriter, "note: generation_config.json has only config.json's token ids: %v\n", err)
-	}
-	out, st, err := checkpoint.ExportHF(dst, dir, hf.DirOptions{DType: dt, MaxShardBytes: maxBytes, Generation: gen})
-	if err != nil {
+	case errors.As(err, &oe):
+		return usagef("%s", oe.Msg)
+	case err != nil:
 		return err
 	}
-	for _, n := range out.Notes {
-		fmt.Fprintf(c.App.ErrWriter, "note: %s\n", n)
+	switch res.Format {
+	case checkpoint.FormatHF:
+		tok := "no tokenizer files (the run did not start from a Hugging Face directory with them)"
+		if len(res.Tokenizer) > 0 {
+			tok = "tokenizer files " + strings.Join(res.Tokenizer, ", ")
+		}
+		chat := "no chat template (the run trained on no {\"messages\"} lines)"
+		if res.ChatTemplate != "" {
+			chat = "the run's chat template, " + res.ChatTemplate
+		}
+		fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s; written: %s (%s)\n",
+			res.Step, src, res.Params, dst, len(res.Files), units.FormatBytes(res.SizeBytes), res.DType, strings.Join(res.Files, ", "), tok,
+			strings.Join(res.Written, ", "), chat)
+	case checkpoint.FormatPEFT:
+		fmt.Fprintf(c.App.Writer, "exported the LoRA adapters of step %d of %s (r %d, alpha %g, %s) to %s: %s (%s)\n",
+			res.Step, src, res.LoRA.R, res.LoRA.Alpha, strings.Join(res.LoRA.Targets, ", "), dst, strings.Join(res.Files, ", "), res.DType)
+	default:
+		fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s (%s, %s names, %s)\n",
+			res.Step, src, res.Params, dst, res.DType, res.Names, units.FormatBytes(res.SizeBytes))
 	}
-	tok := "no tokenizer files (the run did not start from a Hugging Face directory with them)"
-	if len(out.Tokenizer) > 0 {
-		tok = "tokenizer files " + strings.Join(out.Tokenizer, ", ")
-	}
-	chat := "no chat template (the run trained on no {\"messages\"} lines)"
-	if m.ChatTemplate != nil {
-		chat = "the run's chat template, " + m.ChatTemplate.Source
-	}
-	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s; written: %s (%s)\n",
-		st.Step, src, st.ParamCount(), dst, len(out.Files), units.FormatBytes(out.TotalBytes), dt, strings.Join(out.Files, ", "), tok,
-		strings.Join(out.Written, ", "), chat)
 	return nil
-}
-
-// generationIDs are the token ids generation_config.json takes from the
-// run's tokenizer (the tokenizer.json of source): its BOS and EOS, the
-// pad token of its tokenizer_config.json, and the end of turn of the
-// run's chat template when that is one token of it. None for a run
-// without a tokenizer.json (the byte vocabulary has no special tokens);
-// the ids found before an error with it.
-func generationIDs(source *hf.Source, chat *hf.ChatTemplate) (hf.GenerationIDs, error) {
-	var ids hf.GenerationIDs
-	p := source.TokenizerPath()
-	if p == "" {
-		return ids, nil
-	}
-	tok, err := tokenizer.Load(p)
-	if err != nil {
-		return ids, err
-	}
-	if id, ok := tok.BOS(); ok {
-		ids.BOS = &id
-	}
-	if id, ok := tok.EOS(); ok {
-		ids.EOS = &id
-	}
-	if tmpl, err := data.LoadChatTemplate(source.Path); err == nil {
-		if pad, ok := tmpl.SpecialTokens()["pad_token"]; ok {
-			if id, ok := tok.TokenID(pad); ok {
-				ids.Pad = &id
-			}
-		}
-	}
-	if chat != nil {
-		t, err := data.ParseChatTemplate(chat.Template, chat.Source, chat.SpecialTokens)
-		if err != nil {
-			return ids, err
-		}
-		eot, err := t.EndOfTurn()
-		if err != nil {
-			return ids, err
-		}
-		if id, ok := tok.TokenID(eot); ok {
-			ids.EndOfTurn = &id
-		}
-	}
-	return ids, nil
 }

@@ -106,7 +106,9 @@ func TestFamiliesLoRA(t *testing.T) {
 			if out, errOut, err := runApp(t, "export", "--format", "hf", "--merge", run, merged); err != nil {
 				t.Fatalf("export --merge: %v\n%s\n%s", err, out, errOut)
 			}
-			if mm, _ := evalJSON(t, "--model", merged, "--data", held, "--seq", "32"); math.Abs(mm.Loss-after.Loss)/after.Loss > 1e-5 {
+			// The merged weights keep the base's dtype (bf16), as PEFT's merge
+			// into a bf16 model: rounded once, they evaluate close to the run.
+			if mm, _ := evalJSON(t, "--model", merged, "--data", held, "--seq", "32"); math.Abs(mm.Loss-after.Loss)/after.Loss > 1e-3 {
 				t.Errorf("Strata's merged export evaluates to %.9g, the run to %.9g", mm.Loss, after.Loss)
 			}
 

@@ -13,7 +13,6 @@ import (
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/bf16"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
 	"github.com/strata-ai/strata/safetensors"
@@ -33,8 +32,9 @@ const loraConfig = `{
 // Hugging Face directory: train --init with strata.lora lowers the loss
 // on held-out text; export --format peft writes PEFT's files and names;
 // export --format hf --merge writes W + scaling·B·A (within 1e-6 of a
-// float64 computation from the base and the exported adapter), which
-// evaluates to the run's own loss bit for bit; train --init BASE
+// float64 computation from the base file's W and the exported adapter),
+// every other tensor the base file's bytes, which evaluates within 1e-3
+// of the run (which held W in bf16); train --init BASE
 // --adapter PEFT_DIR continues from the adapter (a step at learning rate
 // 0 evaluates as the first run); a bad adapter is refused by name.
 func TestLoRATrainExportEval(t *testing.T) {
@@ -103,8 +103,9 @@ func TestLoRATrainExportEval(t *testing.T) {
 	got := readTensor(t, filepath.Join(merged, "model.safetensors"), "model.layers.1.self_attn.k_proj.weight")
 	a := readTensorFrom(t, af, qa)
 	b := readTensorFrom(t, af, qb)
-	// W is the base as the run held it: frozen, in bf16 (the run's
-	// precision), rounded once from the directory's fp32.
+	// W is the base directory's, as PEFT merges an adapter into its base
+	// (not the run's frozen copy of it, rounded to bf16), and the merged
+	// weight keeps its dtype there (fp32).
 	var worst, biggest float64
 	want := make([]float64, len(got))
 	for i := range 16 {
@@ -113,7 +114,7 @@ func TestLoRATrainExportEval(t *testing.T) {
 			for k := range 8 {
 				d += float64(b[i*8+k]) * float64(a[k*32+j])
 			}
-			want[i*32+j] = float64(bf16.Round(w[i*32+j])) + 2*d
+			want[i*32+j] = float64(w[i*32+j]) + 2*d
 			biggest = max(biggest, math.Abs(want[i*32+j]))
 		}
 	}
@@ -123,12 +124,29 @@ func TestLoRATrainExportEval(t *testing.T) {
 	if !(worst <= 1e-6) {
 		t.Errorf("merged k_proj: max error %.3g of its largest weight against W + 2·B·A, want <= 1e-6", worst)
 	}
-	if m, _ := evalJSON(t, "--model", merged, "--data", heldOut, "--seq", "64"); m.Loss != after.Loss {
-		t.Errorf("the merged export evaluates to %.17g, the run to %.17g", m.Loss, after.Loss)
+	// Every tensor the adapters leave alone is the base file's, byte for
+	// byte (not rounded to the run's bf16).
+	baseT, mergedT := readHFTensors(t, base), readHFTensors(t, merged)
+	for name, bt := range baseT {
+		mt, ok := mergedT[name]
+		switch {
+		case !ok:
+			t.Errorf("the merged export has no %s", name)
+		case mt.dtype != bt.dtype:
+			t.Errorf("%s: %s in the merged export, %s in the base", name, mt.dtype, bt.dtype)
+		case !strings.HasSuffix(name, "_proj.weight") && string(mt.data) != string(bt.data):
+			t.Errorf("%s: not the base's bytes", name)
+		}
+	}
+	// The run held its base in bf16: the merged model of the base's own
+	// weights evaluates close to the run, not bit for bit.
+	m, _ := evalJSON(t, "--model", merged, "--data", heldOut, "--seq", "64")
+	if e := math.Abs(m.Loss-after.Loss) / after.Loss; !(e <= 1e-3) {
+		t.Errorf("the merged export evaluates to %.17g, the run to %.17g: relative %.3g, want <= 1e-3", m.Loss, after.Loss, e)
 	}
 	// Streamed (bf16) and resident in bf16, and generation: the merged model too.
 	streamed, _ := evalJSON(t, "--model", run, "--data", heldOut, "--seq", "64", "--offload", "cpu")
-	if r, _ := evalJSON(t, "--model", merged, "--data", heldOut, "--seq", "64", "--dtype", "bf16"); streamed.Loss != r.Loss {
+	if r, _ := evalJSON(t, "--model", merged, "--data", heldOut, "--seq", "64", "--dtype", "bf16"); math.Abs(streamed.Loss-r.Loss)/r.Loss > 1e-3 {
 		t.Errorf("the run streamed evaluates to %.17g, its merged export in bf16 to %.17g", streamed.Loss, r.Loss)
 	}
 	g1, _, err := runApp(t, "generate", "--model", run, "--prompt", "The cat", "--max-new-tokens", "12")

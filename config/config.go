@@ -476,7 +476,14 @@ func (c *Config) Shape() *Shape { return c.Strata.Model.Shape }
 // zero_optimization values written as "auto" from its hidden size C, as the
 // Hugging Face integration does: reduce_bucket_size = C²,
 // stage3_prefetch_bucket_size = 0.9·C², stage3_param_persistence_threshold = 10·C.
+// A name that did not resolve to s (one not looked up, or looked up to
+// another shape: a model opened from a Hugging Face directory) is dropped,
+// so that the config written out (JSON) names s itself, and a run resumed
+// from it gets the model it trained rather than the name's.
 func (c *Config) ResolveModel(s Shape) {
+	if m := c.Strata.Model; m.Name != "" && (m.Shape == nil || *m.Shape != s) {
+		c.Strata.Model.Name = ""
+	}
 	c.Strata.Model.Shape = &s
 	hidden := int64(s.Dim)
 	for _, k := range c.ZeRO.auto {

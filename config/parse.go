@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/strata-ai/strata/internal/lossscale"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/lossscale"
 )
 
 // utf8BOM is the byte order mark some editors write at the start of UTF-8

@@ -36,3 +36,35 @@ func TestShapeVariants(t *testing.T) {
 		}
 	}
 }
+
+// TestResolveModelWritesShape: a config whose strata.model names one model
+// ("tiny", not looked up) resolved to another shape (a model opened from a
+// Hugging Face directory) is written out naming that shape, so that the
+// run's saved config reads back as the model it trained (issue 41); one
+// resolved to the shape its name looks up keeps the name.
+func TestResolveModelWritesShape(t *testing.T) {
+	const js = `{"train_micro_batch_size_per_gpu": 1, "strata": {"model": "tiny"}}`
+	tiny := config.Shape{Name: "tiny", Layers: 2, Dim: 64, Heads: 4, Vocab: 256, MaxSeq: 128}
+	lookup := func(name string) (config.Shape, error) { return tiny, nil }
+	other := config.Shape{Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 64, Arch: "llama", KVHeads: 2, FFN: 48, RopeTheta: 10000}
+	c, err := config.Parse([]byte(js), "a.json", config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.ResolveModel(other)
+	back, err := config.Parse(c.JSON(), "saved.json", config.Options{LookupShape: lookup})
+	if err != nil {
+		t.Fatalf("the saved config does not read back: %v\n%s", err, c.JSON())
+	}
+	if sh := back.Shape(); sh == nil || *sh != other {
+		t.Errorf("the saved config reads back as %+v, resolved to %+v:\n%s", sh, other, c.JSON())
+	}
+	named, err := config.Parse([]byte(js), "a.json", config.Options{LookupShape: lookup})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named.ResolveModel(tiny)
+	if !strings.Contains(string(named.JSON()), `"model": "tiny"`) {
+		t.Errorf("a name resolved to its own shape is not kept:\n%s", named.JSON())
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/lossscale"
+	"github.com/strata-ai/strata/lossscale"
 )
 
 // fp16 mixed precision (the config's fp16 block, Options.Precision

@@ -248,7 +248,7 @@ func TestUserModelCheckpoint(t *testing.T) {
 	}
 
 	out := filepath.Join(t.TempDir(), "w.safetensors")
-	if _, err := checkpoint.ExportCheckpoint(out, dir, hf.ExportOptions{}); err != nil {
+	if _, err := checkpoint.ExportCheckpoint(t.Context(), out, dir, hf.ExportOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	l := mustByteMLP(t, 16, 32).Layout()
@@ -273,10 +273,10 @@ func TestUserModelCheckpoint(t *testing.T) {
 			t.Errorf("exported chunk %d is not the checkpoint's master weights", c)
 		}
 	}
-	if _, err := checkpoint.ExportCheckpoint(out, dir, hf.ExportOptions{Names: hf.NamesHF}); err == nil || !strings.Contains(err.Error(), "custom model") {
+	if _, err := checkpoint.ExportCheckpoint(t.Context(), out, dir, hf.ExportOptions{Names: hf.NamesHF}); err == nil || !strings.Contains(err.Error(), "custom model") {
 		t.Errorf("export under Hugging Face names: %v", err)
 	}
-	if _, _, err := checkpoint.ExportHF(filepath.Join(t.TempDir(), "hf"), dir, hf.DirOptions{}); err == nil || !strings.Contains(err.Error(), "a Hugging Face config.json cannot describe") {
+	if _, _, err := checkpoint.ExportHF(t.Context(), filepath.Join(t.TempDir(), "hf"), dir, hf.DirOptions{}); err == nil || !strings.Contains(err.Error(), "a Hugging Face config.json cannot describe") {
 		t.Errorf("Hugging Face export: %v", err)
 	}
 }

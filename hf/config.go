@@ -663,8 +663,11 @@ func layerTypesJSON(s model.Shape) []string {
 
 // TorchDType is config.json's torch_dtype for dt: "float32" or "bfloat16".
 func TorchDType(dt dtype.DType) string {
-	if dt == dtype.BF16 {
+	switch dt {
+	case dtype.BF16:
 		return "bfloat16"
+	case dtype.F16:
+		return "float16"
 	}
 	return "float32"
 }

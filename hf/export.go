@@ -65,6 +65,10 @@ type fileTensor struct {
 	name       string
 	shape      []int
 	transposed bool
+	// dt is the tensor's dtype in the file when it is its own (a merged
+	// export keeps each base tensor's: DirOptions.KeepDTypes); 0: the
+	// export's.
+	dt dtype.DType
 }
 
 func fileTensors(l *model.Layout, names Naming) []fileTensor {
@@ -186,6 +190,10 @@ func (s chunkData) put(out []byte, dt dtype.DType, dst, src int) {
 		dtype.Float32s(out)[dst] = s.f32[src]
 	case dt == dtype.F32:
 		dtype.Float32s(out)[dst] = bf16.ToFloat32(s.b16[src])
+	case dt == dtype.F16 && s.f32 != nil:
+		dtype.Narrow(dtype.F16, dtype.Uint16s(out)[dst:dst+1], s.f32[src:src+1])
+	case dt == dtype.F16:
+		dtype.Narrow(dtype.F16, dtype.Uint16s(out)[dst:dst+1], []float32{bf16.ToFloat32(s.b16[src])})
 	case s.f32 != nil:
 		dtype.Uint16s(out)[dst] = bf16.FromFloat32(s.f32[src])
 	default:
@@ -261,8 +269,8 @@ func encodeTensor(out []byte, dt dtype.DType, src chunkData, ft fileTensor) {
 			copy(dtype.Uint16s(out), src.b16[off:off+ft.t.Len])
 			return
 		}
-		if dt == dtype.BF16 && src.f32 != nil {
-			bf16.FromFloat32s(dtype.Uint16s(out), src.f32[off:off+ft.t.Len])
+		if dt.Half() && src.f32 != nil {
+			dtype.Narrow(dt, dtype.Uint16s(out), src.f32[off:off+ft.t.Len])
 			return
 		}
 		for i := range ft.t.Len {

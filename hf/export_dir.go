@@ -64,6 +64,13 @@ type DirOptions struct {
 	// Generation gives generation_config.json the token ids config.json
 	// lacks (a source's own generation_config.json is copied instead).
 	Generation GenerationIDs
+	// KeepDTypes, when set, is the model whose dtypes the export keeps
+	// (a LoRA run merged into its base, as PEFT's merge keeps the base's):
+	// each tensor is written in the dtype its file there stores it in
+	// (F32, BF16 or F16), and config.json's torch_dtype is the dtype of
+	// most of its parameters; DType is then unused. Its shape must be the
+	// layout's.
+	KeepDTypes *Model
 }
 
 func (o *DirOptions) defaults() {
@@ -98,6 +105,9 @@ type DirExport struct {
 	// template), generation_config.json (without the source's).
 	Written []string
 	Notes   []string // what of the source could not be used; stale temporaries removed
+	// DType is config.json's torch_dtype: DirOptions.DType, or the
+	// dtype of most parameters of DirOptions.KeepDTypes.
+	DType dtype.DType
 }
 
 // hfShard is one weight file: tensors fts[first:end].
@@ -154,7 +164,15 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 	if err := checkOutDir(dir); err != nil {
 		return nil, err
 	}
-	out := &DirExport{Dir: dir}
+	fts := fileTensors(layout, NamesHF)
+	out := &DirExport{Dir: dir, DType: opts.DType}
+	if k := opts.KeepDTypes; k != nil {
+		dt, err := keepDTypes(fts, layout, k)
+		if err != nil {
+			return nil, err
+		}
+		out.DType = dt
+	}
 	var base []byte
 	if src := opts.Source; src != nil && src.Format == SourceHF {
 		b, err := os.ReadFile(filepath.Join(src.Path, ConfigName))
@@ -163,7 +181,7 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 		}
 		base = b
 	}
-	cfg, err := ConfigJSON(layout.Shape, opts.DType, base)
+	cfg, err := ConfigJSON(layout.Shape, out.DType, base)
 	if err != nil {
 		return nil, err
 	}
@@ -172,11 +190,10 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 		if err := durable.Create(filepath.Join(tmp, ConfigName), cfg); err != nil {
 			return err
 		}
-		fts := fileTensors(layout, NamesHF)
 		sizes := make([]int64, len(fts))
 		for i := range fts {
 			fts[i].name = hfPrefixed(layout.Shape, fts[i].name)
-			sizes[i] = int64(fts[i].t.Len * opts.DType.Size())
+			sizes[i] = int64(fts[i].t.Len * fts[i].dtypeOr(opts.DType).Size())
 			out.TotalBytes += sizes[i]
 		}
 		shards := planShards(sizes, opts.MaxShardBytes)
@@ -213,6 +230,49 @@ func ExportDir(dir string, layout *model.Layout, opts DirOptions, produce func(w
 		return nil, fmt.Errorf("hf: export %s: %w", dir, err)
 	}
 	return out, nil
+}
+
+// keepDTypes sets the dtype of each of fts (a layout's, under Hugging
+// Face names) to its dtype in k's files, and returns the dtype of most
+// parameters (of the first of equals, in the order F32, BF16, F16).
+func keepDTypes(fts []fileTensor, layout *model.Layout, k *Model) (dtype.DType, error) {
+	if withoutName(k.Layout.Shape).Canonical() != withoutName(layout.Shape).Canonical() {
+		return 0, fmt.Errorf("hf: export: the model whose dtypes are kept (%s) is %s, the export's layout %s", k.Dir, k.Layout.Shape, layout.Shape)
+	}
+	of := map[string]string{}
+	for _, ps := range k.w.chunks {
+		for _, p := range ps {
+			of[p.name] = p.info.DType
+		}
+	}
+	elems := map[dtype.DType]int{}
+	for i := range fts {
+		name, ok := of[fts[i].name]
+		if !ok {
+			return 0, fmt.Errorf("hf: export: %s has no tensor %s to take its dtype from", k.Dir, fts[i].name)
+		}
+		dt, ok := safetensors.ParseDTypeName(name)
+		if !ok || !(dt == dtype.F32 || dt.Half()) {
+			return 0, fmt.Errorf("hf: export: %s: %s has dtype %s (kept: F32, BF16 or F16)", k.Dir, fts[i].name, name)
+		}
+		fts[i].dt = dt
+		elems[dt] += fts[i].t.Len
+	}
+	most := dtype.F32
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.F16} {
+		if elems[dt] > elems[most] {
+			most = dt
+		}
+	}
+	return most, nil
+}
+
+// dtypeOr is ft's own dtype, else dt.
+func (ft fileTensor) dtypeOr(dt dtype.DType) dtype.DType {
+	if ft.dt != 0 {
+		return ft.dt
+	}
+	return dt
 }
 
 // writeDirAtomic writes the directory dir (absent, or empty: checkOutDir)
@@ -326,7 +386,7 @@ func writeHFShards(dir string, layout *model.Layout, fts []fileTensor, shards []
 	}()
 	maxBytes := 0
 	for _, ft := range fts {
-		maxBytes = max(maxBytes, ft.t.Len*dt.Size())
+		maxBytes = max(maxBytes, ft.t.Len*ft.dtypeOr(dt).Size())
 	}
 	next := 0 // the next shard to start
 	w := &ExportWriter{l: layout, dt: dt, fts: fts, buf: make([]byte, maxBytes)}
@@ -340,7 +400,8 @@ func writeHFShards(dir string, layout *model.Layout, fts []fileTensor, shards []
 		s := shards[next]
 		entries := make([]safetensors.Entry, 0, s.end-s.first)
 		for _, ft := range fts[s.first:s.end] {
-			entries = append(entries, safetensors.Entry{Name: ft.name, DType: dt, Shape: ft.shape, SizeBytes: int64(ft.t.Len * dt.Size())})
+			fdt := ft.dtypeOr(dt)
+			entries = append(entries, safetensors.Entry{Name: ft.name, DType: fdt, Shape: ft.shape, SizeBytes: int64(ft.t.Len * fdt.Size())})
 		}
 		hdr, err := safetensors.EncodeEntries(entries, map[string]string{"format": "pt"})
 		if err != nil {

@@ -73,18 +73,19 @@ func (w *ExportWriter) put(c int, src chunkData) error {
 // when the bytes are the same, else encoded into the buffer.
 func (w *ExportWriter) writeTensor(src chunkData, ft fileTensor) error {
 	off, n := ft.t.Offset, ft.t.Len
+	dt := ft.dtypeOr(w.dt)
 	if !ft.transposed && n > 0 {
 		switch {
-		case w.dt == dtype.F32 && src.f32 != nil:
+		case dt == dtype.F32 && src.f32 != nil:
 			_, err := w.w.Write(dtype.Bytes(src.f32[off : off+n]))
 			return err
-		case w.dt == dtype.BF16 && src.b16 != nil:
+		case dt == dtype.BF16 && src.b16 != nil:
 			_, err := w.w.Write(dtype.Bytes(src.b16[off : off+n]))
 			return err
 		}
 	}
-	out := w.buf[:n*w.dt.Size()]
-	encodeTensor(out, w.dt, src, ft)
+	out := w.buf[:n*dt.Size()]
+	encodeTensor(out, dt, src, ft)
 	_, err := w.w.Write(out)
 	return err
 }
