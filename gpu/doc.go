@@ -1,5 +1,6 @@
-// Package gpu defines the interfaces every accelerator backend implements:
-// Device (memory against a byte budget, streams, events, copies), Ops (the
+// Package gpu defines the interfaces every accelerator backend implements.
+//
+// They are Device (memory against a byte budget, streams, events, copies), Ops (the
 // kernels of a GPT-2 or Llama-family training step and an Adam step: flash
 // attention with grouped-query heads and packed examples (and, for
 // generation, attention against a key/value cache), LayerNorm and

@@ -1,5 +1,6 @@
-// Package model holds the decoders Strata trains, whose forward and
-// backward passes run through gpu.Ops: GPT-2 (token and learned position
+// Package model holds the decoders Strata trains, GPT-2 and the Llama family.
+//
+// Their forward and backward passes run through gpu.Ops: GPT-2 (token and learned position
 // embeddings, L pre-LN blocks of causal self-attention and a GELU MLP, a
 // final layernorm, an output head tied to the token embedding) and the
 // Llama family (token embeddings, L blocks of RMSNorm, grouped-query

@@ -1,5 +1,6 @@
-// Package tier owns the residency of every shard state of the model — where
-// each (chunk, rank, state) is (HBM of its device, pinned host RAM, an NVMe
+// Package tier owns where every shard state of the model resides, and moves it.
+//
+// It knows where each (chunk, rank, state) is (HBM of its device, pinned host RAM, an NVMe
 // swap extent), where it is going, who holds it — and executes the moves
 // between those tiers under byte budgets that are never exceeded. It does not
 // choose moves: a planner (prefetch.Planner, through the small Planner
