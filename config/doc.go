@@ -1,6 +1,8 @@
-// Package config reads Strata's run configuration: a DeepSpeed JSON config
-// (the keys DeepSpeed users already have, with DeepSpeed's meaning and
-// defaults) plus Strata's own keys under "strata".
+// Package config reads Strata's run configuration from a DeepSpeed JSON file.
+//
+// The file is a DeepSpeed JSON config (the keys DeepSpeed users already
+// have, with DeepSpeed's meaning and defaults) plus Strata's own keys under
+// "strata".
 //
 // What it owns: the key set, the defaults, the checks and the messages. It
 // imports nothing of Strata but internal/; a named strata.model is resolved

@@ -1,7 +1,8 @@
-// Package cpuadam is Adam and AdamW on the CPU at the speed of memory: the
-// optimizer step of offloaded fp32 master weights and moments, with the
-// new params written as bf16 in the same pass, plus the gradient sum of
-// squares and non-finite check that clipping and loss scaling need.
+// Package cpuadam is Adam and AdamW on the CPU at the speed of memory.
+//
+// It is the optimizer step of offloaded fp32 master weights and moments,
+// with the new params written as bf16 in the same pass, plus the gradient
+// sum of squares and non-finite check that clipping and loss scaling need.
 //
 // # What it owns
 //

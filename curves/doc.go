@@ -1,5 +1,7 @@
-// Package curves draws training runs' curves: loss and eval loss, the
-// learning rate and the NVMe bytes of each step, against the step.
+// Package curves draws the curves of training runs against the step.
+//
+// The curves are the loss and eval loss, the learning rate and the NVMe
+// bytes of each step.
 //
 // # Reading
 //

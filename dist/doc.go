@@ -1,8 +1,10 @@
-// Package dist is a job of several processes: where this process stands
-// in it (FromEnv: the variables of torchrun, DeepSpeed's launcher, Open
-// MPI's mpirun and Slurm, or the flags --nnodes, --node-rank, --master)
-// and the engine that moves bytes between the processes: Open MPI, loaded
-// at run time with purego (OpenMPI), not a protocol of Strata's own.
+// Package dist is a job of several processes and the bytes moved between them.
+//
+// It says where this process stands in the job (FromEnv: the variables of
+// torchrun, DeepSpeed's launcher, Open MPI's mpirun and Slurm, or the flags
+// --nnodes, --node-rank, --master) and holds the engine that moves bytes
+// between the processes: Open MPI, loaded at run time with purego
+// (OpenMPI), not a protocol of Strata's own.
 //
 // # Open MPI from Go
 //

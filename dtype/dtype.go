@@ -1,5 +1,6 @@
-// Package dtype names the element types that Strata stores and moves: the
-// shared vocabulary of gpu, model, tier and engine.
+// Package dtype names the element types that Strata stores and moves.
+//
+// It is the shared vocabulary of gpu, model, tier and engine.
 package dtype
 
 import (

@@ -1,12 +1,12 @@
-// Package gpu defines the interfaces every accelerator backend implements:
-// Device (memory against a byte budget, streams, events, copies), Ops (the
-// kernels of a GPT-2 or Llama-family training step and an Adam step: flash
-// attention with grouped-query heads and packed examples (and, for
-// generation, attention against a key/value cache), LayerNorm and
-// RMSNorm, rotary embeddings, GELU and SwiGLU, embedding, cross-entropy
-// with ignored targets, GEMM) and Comm (collectives
-// across the devices of one box), and the checked front end both backends
-// share.
+// Package gpu defines the interfaces every accelerator backend implements.
+//
+// They are Device (memory against a byte budget, streams, events, copies),
+// Ops (the kernels of a GPT-2 or Llama-family training step and an Adam
+// step: flash attention with grouped-query heads and packed examples (and,
+// for generation, attention against a key/value cache), LayerNorm and
+// RMSNorm, rotary embeddings, GELU and SwiGLU, embedding, cross-entropy with
+// ignored targets, GEMM) and Comm (collectives across the devices of one
+// box), and the checked front end both backends share.
 //
 // The interfaces are those a CUDA device can honour: all work is enqueued on
 // streams and completes asynchronously; events order streams against each

@@ -1,22 +1,23 @@
-// Package model holds the decoders Strata trains, whose forward and
-// backward passes run through gpu.Ops: GPT-2 (token and learned position
-// embeddings, L pre-LN blocks of causal self-attention and a GELU MLP, a
-// final layernorm, an output head tied to the token embedding) and the
-// Llama family (token embeddings, L blocks of RMSNorm, grouped-query
+// Package model holds the decoders Strata trains, GPT-2 and the Llama family.
+//
+// Their forward and backward passes run through gpu.Ops: GPT-2 (token and
+// learned position embeddings, L pre-LN blocks of causal self-attention and
+// a GELU MLP, a final layernorm, an output head tied to the token embedding)
+// and the Llama family (token embeddings, L blocks of RMSNorm, grouped-query
 // attention with rotary positions and a gated MLP, a final RMSNorm, an
-// untied lm_head or a tied one) with its members' variants (rope.go):
-// Llama 3.0-3.3 (every rope type of modeling_rope_utils: default, linear,
-// dynamic, yarn, llama3, longrope, computed per layer and per call
-// length), Mistral and Mistral-Nemo (sliding window, head_dim independent
-// of hidden / heads), Qwen2 (q, k, v biases, use_sliding_window with
-// max_window_layers), Qwen3 (q_norm and k_norm), Phi-3 and Phi-4 (q|k|v and
-// gate|up fused in the files, LongRoPE, partial rotary), Gemma 2 and
-// Gemma 3 (RMSNorm by 1 + weight, embeddings times √hidden, GeGLU, norms
-// after the attention and around the MLP, query_pre_attn_scalar, soft
-// caps on the scores and the logits, alternating sliding layers, Gemma
-// 3's local rope base), as Hugging Face's modeling code defines them
-// (testdata/hf_reference.py is the float64 PyTorch transcription the tests
-// compare with; hf's TestFamiliesAgainstTorch runs every family). It also holds the byte-level
+// untied lm_head or a tied one) with its members' variants (rope.go): Llama
+// 3.0-3.3 (every rope type of modeling_rope_utils: default, linear, dynamic,
+// yarn, llama3, longrope, computed per layer and per call length), Mistral
+// and Mistral-Nemo (sliding window, head_dim independent of hidden / heads),
+// Qwen2 (q, k, v biases, use_sliding_window with max_window_layers), Qwen3
+// (q_norm and k_norm), Phi-3 and Phi-4 (q|k|v and gate|up fused in the
+// files, LongRoPE, partial rotary), Gemma 2 and Gemma 3 (RMSNorm by 1 +
+// weight, embeddings times √hidden, GeGLU, norms after the attention and
+// around the MLP, query_pre_attn_scalar, soft caps on the scores and the
+// logits, alternating sliding layers, Gemma 3's local rope base), as Hugging
+// Face's modeling code defines them (testdata/hf_reference.py is the float64
+// PyTorch transcription the tests compare with; hf's
+// TestFamiliesAgainstTorch runs every family). It also holds the byte-level
 // tokenizer (vocabulary 256: any file is training data), a deterministic
 // batch sampler, and the plain single-device training loop (Trainer) that
 // the ZeRO engine is compared with.

@@ -1,5 +1,7 @@
-// Package nvme moves bytes between caller-owned host buffers and files on
-// NVMe drives, with O_DIRECT, and keeps swap space on those drives.
+// Package nvme moves bytes between host buffers and files on NVMe drives.
+//
+// It moves them between caller-owned host buffers and files, with
+// O_DIRECT, and keeps swap space on those drives.
 //
 // What it owns:
 //

@@ -1,5 +1,7 @@
-// Package pinned owns Strata's pinned host memory: the buffers that the GPU
-// copies from asynchronously and that NVMe reads and writes land in.
+// Package pinned owns Strata's pinned host memory.
+//
+// Those are the buffers that the GPU copies from asynchronously and that
+// NVMe reads and writes land in.
 //
 // # What it owns
 //

@@ -1,7 +1,9 @@
-// Package prefetch is the trace-driven planner: it turns the recorded access
-// trace of a training step, the per-tier byte budgets, the measured link
-// bandwidths and the measured compute time of every access into moves
-// (prefetch, demand, evict, write-back, alloc) that the tier store executes.
+// Package prefetch is the trace-driven planner of the moves between tiers.
+//
+// It turns the recorded access trace of a training step, the per-tier byte
+// budgets, the measured link bandwidths and the measured compute time of
+// every access into moves (prefetch, demand, evict, write-back, alloc) that
+// the tier store executes.
 //
 // # The arithmetic it rests on
 //

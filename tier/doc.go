@@ -1,10 +1,11 @@
-// Package tier owns the residency of every shard state of the model — where
-// each (chunk, rank, state) is (HBM of its device, pinned host RAM, an NVMe
-// swap extent), where it is going, who holds it — and executes the moves
-// between those tiers under byte budgets that are never exceeded. It does not
-// choose moves: a planner (prefetch.Planner, through the small Planner
-// interface declared here) plans them, and a Runner per rank hands them to
-// the store.
+// Package tier owns where every shard state of the model resides, and moves it.
+//
+// It knows where each (chunk, rank, state) is (HBM of its device, pinned
+// host RAM, an NVMe swap extent), where it is going and who holds it, and
+// it executes the moves between those tiers under byte budgets that are
+// never exceeded. It does not choose moves: a planner (prefetch.Planner, through
+// the small Planner interface declared here) plans them, and a Runner per
+// rank hands them to the store.
 //
 // # The arithmetic it rests on
 //

@@ -1,9 +1,11 @@
-// Package report holds the figures an engine reports, as plain values: each
-// step's (StepStats, with the tier store's TierStats and the planners'
-// PrefetchCounts), an evaluation's (EvalStats), the host optimizer's
-// (HostOptStats), and the run's summary (Summary, DeviceSummary,
-// TierSummary, HostRegistration). Package engine fills them and returns
-// them under these names; cmd and bench print them. Nothing here touches a step.
+// Package report holds the figures an engine reports, as plain values.
+//
+// They are each step's (StepStats, with the tier store's TierStats and the
+// planners' PrefetchCounts), an evaluation's (EvalStats), the host
+// optimizer's (HostOptStats), and the run's summary (Summary,
+// DeviceSummary, TierSummary, HostRegistration). Package engine fills them
+// and returns them under these names; cmd and bench print them. Nothing
+// here touches a step.
 package report
 
 import (

@@ -1,6 +1,7 @@
-// Package backend opens a backend's devices (gpu/cpu or gpu/cuda) for one
-// engine or one decoder: `strata train`, `eval` and `generate` (cmd) and the
-// workloads of `strata bench` open them here by name.
+// Package backend opens a backend's devices (gpu/cpu or gpu/cuda) by name.
+//
+// It opens them for one engine or one decoder: `strata train`, `eval` and
+// `generate` (cmd) and the workloads of `strata bench` open them here.
 package backend
 
 import (

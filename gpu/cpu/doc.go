@@ -1,11 +1,12 @@
-// Package cpu is the reference gpu backend: N in-process devices whose
-// "HBM" is host memory behind a per-device byte budget, whose streams are
-// goroutines and whose kernels are Go. It runs everywhere (CI included) and
-// defines the numbers other backends are compared with. With Options.Net
-// the devices of several processes are one communicator, the collectives
-// exchanged through the processes' MPI and computed in global rank order
-// (comm_net.go): a job of P processes × L devices gives one process of P·L
-// devices' bits.
+// Package cpu is the reference gpu backend, in Go, for any host.
+//
+// Its N in-process devices' "HBM" is host memory behind a per-device byte
+// budget, their streams are goroutines and their kernels are Go. It runs
+// everywhere (CI included) and defines the numbers other backends are
+// compared with. With Options.Net the devices of several processes are one
+// communicator, the collectives exchanged through the processes' MPI and
+// computed in global rank order (comm_net.go): a job of P processes × L
+// devices gives one process of P·L devices' bits.
 //
 // Front end: every Device, Ops and Comm call goes through package gpu's
 // checked front end (gpu.Front, gpu.CheckedOps, gpu.CheckedComm,

@@ -1,9 +1,10 @@
-// Package nvmetest gives tests a directory on a filesystem that does direct
-// I/O, for swap files and the NVMe engine, and skips them only when no
-// candidate directory does: a skip names each directory tried and why it
-// failed, and a probe error that is not a refused O_DIRECT fails the test
-// (an alignment bug must not pass for a missing feature). Imported by test
-// files only.
+// Package nvmetest gives tests a directory on a filesystem that does direct I/O.
+//
+// The directory is for swap files and the NVMe engine; it skips tests only
+// when no candidate directory does: a skip names each directory tried and
+// why it failed, and a probe error that is not a refused O_DIRECT fails the
+// test (an alignment bug must not pass for a missing feature). Imported by
+// test files only.
 package nvmetest
 
 import (
