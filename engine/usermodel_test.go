@@ -13,13 +13,14 @@ import (
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
+	"github.com/strata-ai/strata/examples/bytemlp"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/leaktest"
 	"github.com/strata-ai/strata/model"
 )
 
-// The tests of a library model: byteMLP (example_test.go), trained through
+// The tests of a library model: bytemlp.Model (examples/bytemlp), trained through
 // engine.Options.Model with nothing but the engine's exported API.
 
 var userText = []byte(strings.Repeat("pack my box with five dozen liquor jugs. ", 100))
@@ -67,9 +68,9 @@ func newUserEngine(t testing.TB, cfg *config.Config, m engine.Model) (*engine.En
 	return e, nil
 }
 
-func mustByteMLP(t testing.TB, dim, hid int) *byteMLP {
+func mustByteMLP(t testing.TB, dim, hid int) *bytemlp.Model {
 	t.Helper()
-	m, err := newByteMLP(dim, hid)
+	m, err := bytemlp.New(dim, hid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,16 +326,16 @@ func TestUserModelRefused(t *testing.T) {
 	}
 }
 
-// orderedMLP is byteMLP declaring another access order.
+// orderedMLP is bytemlp.Model declaring another access order.
 type orderedMLP struct {
-	*byteMLP
+	*bytemlp.Model
 	order []model.Access
 }
 
 func (m orderedMLP) AccessOrder() []model.Access { return m.order }
 
-// decoderMLP is byteMLP claiming a decoder's layout.
-type decoderMLP struct{ *byteMLP }
+// decoderMLP is bytemlp.Model claiming a decoder's layout.
+type decoderMLP struct{ *bytemlp.Model }
 
 func (decoderMLP) Layout() *model.Layout {
 	s, _ := model.Lookup("tiny")
