@@ -37,8 +37,9 @@ type Options struct {
 	Overwrite bool
 	// Resume is the checkpoint the run continues; nil for a new run.
 	Resume *Resume
-	// Data is the training data and the held-out set (OpenData); nil for
-	// the synthetic corpus and no evaluation.
+	// Data is the training data and the held-out set (OpenData); nil
+	// opens the config's strata.data with the default DataOptions (no
+	// held-out set), or trains on the synthetic corpus without one.
 	Data *Data
 	// Init, when set, is the run's initial weights (an imported model),
 	// described in the run's header as InitName; Adapter a LoRA adapter

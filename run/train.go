@@ -41,6 +41,13 @@ func Train(ctx context.Context, opts Options, onStep func(Step) error) (res *Res
 	if err := o.defaults(); err != nil {
 		return nil, err
 	}
+	if o.Data == nil && o.Config.Strata.Data != "" {
+		// strata.data without OpenData's options: read as the defaults say.
+		if o.Data, err = OpenData(ctx, o.Config, DataOptions{Out: o.Out, Source: o.Source, DataGiven: true}, o.Progress); err != nil {
+			return nil, err
+		}
+		defer o.Data.Close()
+	}
 	p, err := newRunPlan(o)
 	if err != nil {
 		return nil, err
