@@ -1,10 +1,11 @@
-// Package run trains a model in a run directory: it claims the directory
-// (a lock, run.json), resumes from a checkpoint of it after checking that
-// the training data is the one the checkpoint recorded, runs the engine's
-// steps, writes one steps.jsonl line per step, the config's monitors and
-// the held-out evaluations, saves checkpoints on a cadence (the last step's
-// always, the older ones pruned), and ends with model.safetensors and
-// summary.json.
+// Package run trains a model in a run directory.
+//
+// A run claims the directory (a lock, run.json), resumes from a checkpoint
+// of it after checking that the training data is the one the checkpoint
+// recorded, runs the engine's steps, writes one steps.jsonl line per step,
+// the config's monitors and the held-out evaluations, saves checkpoints on
+// a cadence (the last step's always, the older ones pruned), and ends with
+// model.safetensors and summary.json.
 //
 // Train is the one call; Options says everything the command line's flags
 // say, as typed fields. Cancelling Train's context stops the run at the
