@@ -172,9 +172,11 @@ type trainSignals struct {
 
 // first cancels the run's context and says what happens.
 func (t *trainSignals) first(s os.Signal) string {
-	if sig, ok := s.(syscall.Signal); ok {
+	// Before the run's context exists, the watcher's own cancel of
+	// in.ctx, its parent, stops what runs.
+	if sig, ok := s.(syscall.Signal); ok && t.cancel != nil {
 		t.cancel(signalStop{sig})
-	} else {
+	} else if t.cancel != nil {
 		t.cancel(nil)
 	}
 	if !t.status.Started() {

@@ -137,7 +137,9 @@ func runTrain(c *cli.Context) (err error) {
 	defer intr.stop() // through the outputs: a signal there does not cut them short
 	ctx, cancel := context.WithCancelCause(intr.ctx)
 	defer cancel(nil)
+	intr.mu.Lock() // first reads it under in.mu
 	sigs.cancel = cancel
+	intr.mu.Unlock()
 	if j != nil {
 		// mpirun answers Ctrl-C with SIGTERM to every process and SIGKILL
 		// a second later (odls_base_sigkill_timeout): too soon for a step
