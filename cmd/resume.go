@@ -36,27 +36,6 @@ func resolveResume(path string, stderr io.Writer) (*checkpoint.Manifest, string,
 	return m, dir, nil
 }
 
-// forDevices rewrites a saved (resolved) config for n devices: the global
-// batch and the micro-batch stay, gradient_accumulation_steps is left for
-// the config to derive (train_batch_size / (micro × n)), and strata.devices
-// (the most the config allows) becomes n. A config that does not decode is
-// returned as is, for Parse to report.
-func forDevices(saved []byte, n int) []byte {
-	var m map[string]any
-	if json.Unmarshal(saved, &m) != nil {
-		return saved
-	}
-	delete(m, "gradient_accumulation_steps")
-	if st, ok := m["strata"].(map[string]any); ok {
-		st["devices"] = n
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return saved
-	}
-	return b
-}
-
 // configDiff lists the settings where two configs (JSON) differ, but the
 // total step count: "optimizer.params.lr 0.003 -> 0.001, ..." ("" when
 // none).

@@ -80,28 +80,8 @@ func lookupShape(name string) (config.Shape, error) {
 	return config.Shape(s), err
 }
 
-// demoConfig is the run of `strata train` without --config: the small
-// model (0.86M params), ZeRO stage 3 on 2 devices, linear warmup then decay.
-func demoConfig(steps int) *config.Config {
-	cfg := config.Default()
-	s, _ := model.Lookup("small")
-	cfg.ResolveModel(config.Shape(s))
-	cfg.Strata.Model.Name = "small" // so that config.json and checkpoints read back as this shape
-	cfg.ZeRO.Stage = 3
-	cfg.ZeRO.Stage3ParamPersistenceThreshold = 1000 // shard every chunk but ln_f
-	cfg.Optimizer.Params.LR = 2e-3
-	cfg.Optimizer.Params.Betas = [2]float64{0.9, 0.95}
-	cfg.Scheduler = config.Scheduler{Type: "WarmupDecayLR", Params: config.SchedulerParams{
-		WarmupMinLR: 2e-4, WarmupMaxLR: 2e-3, WarmupNumSteps: min(8, steps/4+1), WarmupType: "linear", TotalNumSteps: steps}}
-	cfg.GradientClipping = 1
-	cfg.Strata.SeqLen = 64
-	cfg.Strata.Steps = steps
-	cfg.StepsPerPrint = 10
-	return cfg
-}
-
 // demoSteps is the length of the demonstration.
-const demoSteps = 60
+const demoSteps = trainrun.DemoSteps
 
 // runTrain is `strata train`: the flags and the config make a plan, the
 // plan the options of trainrun.Train, which runs the steps (progress,
@@ -293,7 +273,7 @@ type trainPlan struct {
 	cfg       *config.Config
 	resume    *checkpoint.Manifest // the checkpoint to continue from; nil for a new run
 	resumeDir string               // its directory
-	data      *trainrun.Data            // the training data (nil train: the synthetic corpus) and --eval-data
+	data      *trainrun.Data       // the training data (nil train: the synthetic corpus) and --eval-data
 	init      *initModel           // --init: the model the run starts from; nil for the seeded initialisation
 	adapter   *hf.PEFTAdapter      // --adapter: the LoRA adapter the run continues; nil for fresh adapters
 	// source is where the run's weights came from (--init, or the
@@ -483,24 +463,14 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string, 
 		return config.Load(c.String("config"), opts)
 	case resume != nil:
 		// The run goes on with the config it was saved with.
-		if len(resume.Config) == 0 {
-			return nil, fmt.Errorf("train: --resume %s: the checkpoint holds no config; pass --config", resumeDir)
-		}
-		saved := []byte(resume.Config)
-		if c.IsSet("devices") {
-			saved = forDevices(saved, c.Int("devices"))
-		}
-		cfg, err := config.Parse(saved, filepath.Join(resumeDir, "manifest.json"), config.Options{LookupShape: lookupShape})
-		if err != nil {
-			return nil, resumeDevicesError(resume, resumeDir, c, err)
-		}
-		return cfg, nil
+		cfg, err := trainrun.ResumeConfig(resume, resumeDir, c.Int("devices"))
+		return cfg, runError(err)
 	}
 	steps := demoSteps
 	if c.IsSet("steps") {
 		steps = max(1, c.Int("steps"))
 	}
-	cfg := demoConfig(steps)
+	cfg := trainrun.DemoConfig(steps)
 	if im != nil {
 		im.demo(cfg)
 	}
@@ -554,26 +524,6 @@ func configOptions(c *cli.Context) (config.Options, error) {
 	opts.Devices = c.Int("devices")
 	opts.Auto = config.Auto{LR: c.Float64("lr"), MicroBatch: c.Int("micro-batch"), WarmupSteps: c.Int("warmup-steps"), Steps: c.Int("steps")}
 	return opts, nil
-}
-
-// resumeDevicesError explains a checkpoint's config that does not fit the
-// --devices of the resumed run: the saved batch, the new device count, and
-// how to go on (the checkpoint itself reshards to any device count).
-func resumeDevicesError(m *checkpoint.Manifest, dir string, c *cli.Context, err error) error {
-	if !c.IsSet("devices") || c.Int("devices") == m.Devices {
-		return fmt.Errorf("train: --resume: %w", err)
-	}
-	var saved struct {
-		Train int `json:"train_batch_size"`
-		Micro int `json:"train_micro_batch_size_per_gpu"`
-	}
-	n := c.Int("devices")
-	if json.Unmarshal(m.Config, &saved) != nil || saved.Micro < 1 || saved.Train%(saved.Micro*n) == 0 {
-		return fmt.Errorf("train: --resume: %w", err)
-	}
-	return fmt.Errorf("train: --resume %s: the run was saved on %d devices with train_batch_size %d (micro-batch %d); on --devices %d that global batch does not split: %d is not a multiple of micro-batch %d × %d devices. "+
-		"The checkpoint reshards to any device count: pick --devices so that %d × devices divides %d, or pass --config with a batch for %d devices (a different global batch changes the run)",
-		dir, m.Devices, saved.Train, saved.Micro, n, saved.Train, saved.Micro, n, saved.Micro, saved.Train, n)
 }
 
 // applyTrainFlags sets what --devices, --steps, --data and --backend say
