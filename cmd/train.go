@@ -126,7 +126,10 @@ func runTrain(c *cli.Context) (err error) {
 		// and its checkpoint. SIGUSR1 it passes on alone.
 		intr.also(syscall.SIGUSR1)
 	}
-	p, err := planTrain(ctx, c, stderr)
+	// The tokenizing stops on in.ctx, which the watcher cancels after the
+	// first signal's explanation (as it always did); ctx, cancelled with
+	// the signal inside that explanation, stops the run where it says.
+	p, err := planTrain(intr.ctx, c, stderr)
 	if err != nil {
 		if s := intr.requested(); s != nil && errors.Is(err, context.Canceled) {
 			// The first signal stopped the tokenizing of the data.
