@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/strata-ai/strata/checkpoint"
@@ -79,5 +80,51 @@ func TestCancelSaves(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir2, "steps.jsonl")); err == nil {
 		t.Error("a run stopped before its first step wrote steps.jsonl")
+	}
+}
+
+// TestTrainDataFromConfig: a config's strata.data, with no Options.Data,
+// is opened by Train: the run trains on it and its checkpoint records the
+// file's identity (the one a resume compares with).
+func TestTrainDataFromConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(t.TempDir(), "corpus.txt")
+	text := strings.Repeat("the quick brown fox jumps over the lazy dog. ", 300)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := tinyConfig(2)
+	cfg.Strata.Data = path
+	var progress strings.Builder
+	if _, err := run.Train(context.Background(), run.Options{Config: cfg, Out: dir, Progress: &progress}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "data: "+path) {
+		t.Errorf("the progress lines do not describe the data:\n%s", progress.String())
+	}
+	m, _, err := checkpoint.ReadManifest(filepath.Join(dir, "checkpoints"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Data) != 1 || m.Data[0].Role != "data" || m.Data[0].Size != int64(len(text)) {
+		t.Errorf("the checkpoint records the data as %+v, want %s (%d bytes)", m.Data, path, len(text))
+	}
+}
+
+// TestTrainRefusesOtherRunsDir: a new run into a directory that holds
+// other files is refused with an *run.InputError naming --overwrite, and
+// writes nothing there.
+func TestTrainRefusesOtherRunsDir(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "notes.txt"), []byte("mine"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run.Train(context.Background(), run.Options{Config: tinyConfig(2), Out: dir}, nil)
+	var ie *run.InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "--overwrite") {
+		t.Fatalf("Train into a directory of other files: %v, want an InputError naming --overwrite", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "steps.jsonl")); err == nil {
+		t.Error("the refused run wrote steps.jsonl")
 	}
 }
