@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 
+	trainrun "github.com/strata-ai/strata/run"
 	"github.com/urfave/cli/v2"
 )
 
@@ -72,14 +73,14 @@ func trainRunKey(c *cli.Context, p *trainPlan) runKey {
 	}
 	k["--eval-data"] = "(not given)"
 	if path := c.String("eval-data"); path != "" {
-		if id, err := identifyData("eval-data", path); err == nil {
+		if id, err := trainrun.IdentifyData("eval-data", path); err == nil {
 			k["--eval-data"] = describeID(path, id.Size, id.SHA256)
 		} else {
 			k["--eval-data"] = path + " (unreadable)"
 		}
 	}
 	k["chat template"] = "(none)"
-	if ct := p.data.chatTemplate(); ct != nil {
+	if ct := p.data.ChatTemplate(); ct != nil {
 		sum := sha256.Sum256([]byte(ct.Template))
 		k["chat template"] = fmt.Sprintf("%s (sha256 %s)", ct.Source, hex.EncodeToString(sum[:6]))
 	}

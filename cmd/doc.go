@@ -71,7 +71,7 @@
 // within a line of JSONL or a MiB of text, interrupts.ctx cancelled).
 //
 // A save the disk refuses (full, over quota, read-only, an I/O error) does
-// not end a run (savefail.go): a periodic checkpoint that fails prints one
+// not end a run (run/savefail.go): a periodic checkpoint that fails prints one
 // warning line naming the cause and the newest complete checkpoint, which
 // "latest" keeps naming; training goes on and the next save retries; a
 // steps.jsonl line the disk refuses is cut back off and counted; the
@@ -80,7 +80,7 @@
 // status for a stop) once summary.json and the weights are written: the
 // last state is not saved, and the error names the checkpoint that is.
 //
-// Every checkpoint records the run's training data (dataid.go: per file
+// Every checkpoint records the run's training data (run/dataid.go: per file
 // its size and a SHA-256, of the whole file up to 1 MiB, else of its
 // first, middle and last 64 KiB with the size; the mtime recorded, not
 // compared): --resume on data that changed (grew, rewritten, another

@@ -2,6 +2,7 @@ package cmd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/strata-ai/strata/checkpoint"
+	trainrun "github.com/strata-ai/strata/run"
 )
 
 // interrupts turns the first SIGINT or SIGTERM of a long command into a
@@ -153,38 +155,76 @@ type interruptedError struct {
 func (e interruptedError) Error() string { return e.msg }
 func (e interruptedError) ExitCode() int { return e.status }
 
+// trainSignals says what a signal does to a run of `strata train`:
+// before its first step, the first signal stops it with nothing written
+// and a second ends the process; once it started (trainrun.Status), the first
+// cancels the run's context, which stops it after the step in progress
+// and saves it, and a second aborts the save. Its methods run under
+// in.mu, the run's trainrun.Options.Boundary.
+type trainSignals struct {
+	status *trainrun.Status
+	cancel context.CancelCauseFunc // the run's context, with the signal (signalStop)
+	job    *job
+	out    string
+	args   []string
+	steps  int // the run's, once its config is resolved
+}
+
+// first cancels the run's context and says what happens.
+func (t *trainSignals) first(s os.Signal) string {
+	// Before the run's context exists, the watcher's own cancel of
+	// in.ctx, its parent, stops what runs.
+	if sig, ok := s.(syscall.Signal); ok && t.cancel != nil {
+		t.cancel(signalStop{sig})
+	} else if t.cancel != nil {
+		t.cancel(nil)
+	}
+	if !t.status.Started() {
+		return "stopping before training starts; nothing is written"
+	}
+	return t.stopping(s)
+}
+
+// second says what a second signal aborts.
+func (t *trainSignals) second(s os.Signal) string {
+	if !t.status.Started() {
+		return "stopping at once"
+	}
+	return t.aborting(s)
+}
+
 // stopping says what the first signal during training does: the step it
 // stops after (the one in progress, or the next when this step's end has
-// looked already), and where the checkpoint goes. It runs under in.mu.
-func (l *trainLoop) stopping(s os.Signal) string {
-	step := min(l.checked+1, int64(l.cfg.Strata.Steps))
-	if l.job != nil {
+// looked already), and where the checkpoint goes.
+func (t *trainSignals) stopping(s os.Signal) string {
+	step := min(t.status.Checked()+1, int64(t.steps))
+	if t.job != nil {
 		// A job's processes stop after the first step whose end any of
 		// them saw a signal at (anyOf): it may be this one or the one
 		// before, so the step is said once they agree (step).
-		if l.flags.out == "" {
+		if t.out == "" {
 			return fmt.Sprintf("stopping after the step every process of the job agrees on (step %d at the latest); nothing is saved (no --out)", step)
 		}
-		msg := fmt.Sprintf("stopping after the step every process of the job agrees on (step %d at the latest), then saving a checkpoint to %s", step, filepath.Join(l.flags.out, "checkpoints"))
+		msg := fmt.Sprintf("stopping after the step every process of the job agrees on (step %d at the latest), then saving a checkpoint to %s", step, filepath.Join(t.out, "checkpoints"))
 		if s != syscall.SIGUSR1 {
 			// mpirun turns Ctrl-C into SIGTERM to every process and SIGKILL
 			// one second later (odls_base_sigkill_timeout).
 			msg += fmt.Sprintf("; under mpirun, SIGKILL follows a second later: a longer step or save does not survive it (%s); kill -USR1 <mpirun's pid> stops a job without that limit",
-				l.survivesNow())
+				t.survivesNow())
 		}
 		return msg
 	}
-	if l.flags.out == "" {
+	if t.out == "" {
 		return fmt.Sprintf("stopping after step %d; nothing is saved (no --out); %s stops at once", step, again(s))
 	}
 	return fmt.Sprintf("stopping after step %d, then saving a checkpoint to %s, summary.json and model.safetensors; %s aborts the save",
-		step, filepath.Join(l.flags.out, "checkpoints"), again(s))
+		step, filepath.Join(t.out, "checkpoints"), again(s))
 }
 
-// survivesNow names the newest complete checkpoint of the run (under
-// in.mu: it reads only the disk).
-func (l *trainLoop) survivesNow() string {
-	if m, dir, err := checkpoint.ReadManifest(filepath.Join(l.flags.out, "checkpoints")); err == nil {
+// survivesNow names the newest complete checkpoint of the run (it reads
+// only the disk).
+func (t *trainSignals) survivesNow() string {
+	if m, dir, err := checkpoint.ReadManifest(filepath.Join(t.out, "checkpoints")); err == nil {
 		return fmt.Sprintf("the newest complete checkpoint is step %d, %s", m.Step, dir)
 	}
 	return "no complete checkpoint of this run exists yet"
@@ -192,20 +232,64 @@ func (l *trainLoop) survivesNow() string {
 
 // aborting says what a second signal aborts and what survives: the newest
 // complete checkpoint ("latest"; a save cut short never replaces it).
-func (l *trainLoop) aborting(os.Signal) string {
+func (t *trainSignals) aborting(os.Signal) string {
 	what := "stopping at once"
-	if l.saving.Load() {
+	if t.status.Saving() {
 		what = "the checkpoint being saved is aborted"
 	}
-	if l.flags.out == "" {
+	if t.out == "" {
 		return what + "; nothing was saved (no --out)"
 	}
-	ck := filepath.Join(l.flags.out, "checkpoints")
+	ck := filepath.Join(t.out, "checkpoints")
 	if m, dir, err := checkpoint.ReadManifest(ck); err == nil {
 		return fmt.Sprintf("%s; what survives is the complete checkpoint of step %d, %s (resume from it: %s)",
-			what, m.Step, dir, l.job.launcher()+goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps))
+			what, m.Step, dir, t.job.launcher()+goOn(t.args, t.out, t.steps))
 	}
 	return what + "; no complete checkpoint of this run survives in " + ck
+}
+
+// signalOf is the signal a run's stop was caused by (signalStop), SIGINT
+// for another cause.
+func signalOf(cause error) os.Signal {
+	var s signalStop
+	if errors.As(cause, &s) {
+		return s.sig
+	}
+	return os.Interrupt
+}
+
+// stoppedError is the error of a run stopped on a signal (trainrun.StoppedError,
+// trainrun.FinalSaveError), with the signal's status; nil for another error.
+// alone: this process of a job stopped before the first step.
+func stoppedError(err error, alone bool) error {
+	var fe *trainrun.FinalSaveError
+	if errors.As(err, &fe) {
+		if fe.Stopped == nil {
+			return jobError{msg: fe.Msg} // the others ended the run with process 0's verdict (job.follow)
+		}
+		s := signalOf(fe.Stopped.Cause)
+		return interruptedError{msg: fmt.Sprintf("%s; %v: stopped after step %d of %d; go on with: %s", fe.Msg, s, fe.Stopped.Step,
+			fe.Stopped.Total, fe.Stopped.GoOn), status: exitStatus(s)}
+	}
+	var se *trainrun.StoppedError
+	if !errors.As(err, &se) {
+		return nil
+	}
+	s := signalOf(se.Cause)
+	switch {
+	case !se.Started:
+		return interruptedError{msg: fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), status: exitStatus(s), alone: alone}
+	case se.Checkpoint == "":
+		return interruptedError{msg: fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", s, se.Step, se.Total), status: exitStatus(s)}
+	}
+	status := exitStatus(s)
+	if s == syscall.SIGUSR1 {
+		// A job's asked-for stop, saved: no failure (mpirun would print
+		// its "job aborted" banner under a non-zero status).
+		status = 0
+	}
+	return interruptedError{msg: fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
+		s, se.Step, se.Total, se.Checkpoint, se.GoOn), status: status}
 }
 
 // testHook, for tests, is called at named points of a run ("start-up",

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 
 	"github.com/urfave/cli/v2"
 
@@ -111,47 +110,4 @@ func runPlan(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "wrote the config of %q to %s\n", r.Predictions[0].Name, w)
 	}
 	return nil
-}
-
-// stepTime is a run's median step and, when this machine has a profile
-// of this model at this batch (strata plan), the step it predicts for the
-// run's placement.
-type stepTime struct {
-	Measured  float64 // the median step past the first two (the planner's warm-up), all when fewer
-	From      int64   // the first step of the median
-	Predicted float64 // 0: no profile of this model, batch and machine
-	Profile   string
-}
-
-// stepTime is l's: what strata plan's profile predicts for the run's
-// placement beside the median it measured. No profile, one of another
-// machine or without this model's step: no prediction, said nowhere (a
-// run does not measure the machine).
-func (l *trainLoop) stepTime() stepTime {
-	var st stepTime
-	secs, from := l.secs, l.first.Step
-	if len(secs) > 2 {
-		secs, from = secs[2:], from+2
-	}
-	if len(secs) == 0 {
-		return st
-	}
-	s := append([]float64(nil), secs...)
-	slices.Sort(s)
-	st.Measured, st.From = s[len(s)/2], from
-	if len(s)%2 == 0 {
-		st.Measured = (s[len(s)/2-1] + s[len(s)/2]) / 2
-	}
-	path, err := plan.DefaultPath()
-	if err != nil {
-		return st
-	}
-	p, err := plan.Load(path)
-	if err != nil || p.Check(l.machine) != nil {
-		return st
-	}
-	if secs, ok := plan.PredictRun(p, l.cfg, l.e.Layout().Shape, l.e.TokensPerStep()); ok {
-		st.Predicted, st.Profile = secs, path
-	}
-	return st
 }

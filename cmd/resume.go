@@ -2,9 +2,12 @@ package cmd
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
+	trainrun "github.com/strata-ai/strata/run"
 )
 
 // resolveResume finds the checkpoint --resume names: a checkpoint
@@ -30,27 +34,6 @@ func resolveResume(path string, stderr io.Writer) (*checkpoint.Manifest, string,
 		return nil, "", fmt.Errorf("train: --resume %s: %w", path, err)
 	}
 	return m, dir, nil
-}
-
-// forDevices rewrites a saved (resolved) config for n devices: the global
-// batch and the micro-batch stay, gradient_accumulation_steps is left for
-// the config to derive (train_batch_size / (micro × n)), and strata.devices
-// (the most the config allows) becomes n. A config that does not decode is
-// returned as is, for Parse to report.
-func forDevices(saved []byte, n int) []byte {
-	var m map[string]any
-	if json.Unmarshal(saved, &m) != nil {
-		return saved
-	}
-	delete(m, "gradient_accumulation_steps")
-	if st, ok := m["strata"].(map[string]any); ok {
-		st["devices"] = n
-	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return saved
-	}
-	return b
 }
 
 // configDiff lists the settings where two configs (JSON) differ, but the
@@ -102,47 +85,6 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
-}
-
-type deviceJSON struct {
-	Device              string  `json:"device"`
-	ModelStatePeakBytes int64   `json:"model_state_peak_bytes"`
-	Formula             string  `json:"formula"`
-	FormulaBytes        int64   `json:"formula_bytes"`
-	PaddingBytes        int64   `json:"padding_bytes"`
-	PersistentBytes     int64   `json:"persistent_bytes"`
-	EstimateBytes       int64   `json:"estimate_bytes"`
-	FormulaRatio        float64 `json:"ratio_formula"`
-	EstimateRatio       float64 `json:"ratio_estimate"`
-	TierHBMBytes        int64   `json:"tier_hbm_peak_bytes"`
-	GatheredPeakBytes   int64   `json:"gathered_chunks_peak_bytes"`
-	BucketPeakBytes     int64   `json:"grad_buckets_peak_bytes"`
-	WorkspacePeakBytes  int64   `json:"workspace_peak_bytes"`
-	ActivationPeakBytes int64   `json:"activation_peak_bytes"`
-	ActivationEstimate  int64   `json:"activation_estimate_bytes"`
-	ActivationRatio     float64 `json:"ratio_activation_estimate"`
-	PeakBytes           int64   `json:"peak_bytes"`
-	// The device memory a step does not take: the rings and slots New
-	// took, the driver's allocations and frees in all and after step 1
-	// (0: every step's memory came from them).
-	WorkspaceRingBytes     int64 `json:"workspace_ring_bytes"`
-	TierSlotBytes          int64 `json:"tier_hbm_slot_bytes"`
-	DriverAllocs           int64 `json:"driver_allocs"`
-	DriverFrees            int64 `json:"driver_frees"`
-	DeviceAllocsAfterStep1 int64 `json:"device_allocs_after_step1"`
-	// Host copies of memory not registered with the device (pageable).
-	PageableH2DBytes int64 `json:"pageable_host_to_device_bytes"`
-	PageableD2HBytes int64 `json:"pageable_device_to_host_bytes"`
-}
-
-// registrationJSON is summary.json's "host_registration": each pinned
-// pool's registration with the devices.
-type registrationJSON struct {
-	Pool            string `json:"pool"`
-	Bytes           int64  `json:"bytes"`
-	Outcome         string `json:"outcome"`
-	RegisteredBytes int64  `json:"registered_bytes"`
-	Error           string `json:"error,omitempty"`
 }
 
 // givenFlags are the flags of c's command the user gave, in the order of
@@ -225,4 +167,27 @@ func shellQuote(s string) string {
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// readRunFile reads a run directory's run.json; nil, nil without one.
+func readRunFile(dir string) (*trainrun.RunFile, error) { return trainrun.ReadRunFile(dir) }
+
+// formatSummary is a run's summary as text (trainrun.FormatSummary).
+var formatSummary = trainrun.FormatSummary
+
+// sameDir reports whether a and b name the same directory.
+func sameDir(a, b string) bool {
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	return err1 == nil && err2 == nil && os.SameFile(fa, fb)
+}
+
+// cause is the file operation err failed in ("write PATH: no space left on
+// device"), else err.
+func cause(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Error()
+	}
+	return err.Error()
 }

@@ -6,30 +6,23 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
-	"github.com/strata-ai/strata/engine/report"
-	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
-	"github.com/strata-ai/strata/plan"
-	"github.com/strata-ai/strata/safetensors"
-	"github.com/strata-ai/strata/shard"
+	trainrun "github.com/strata-ai/strata/run"
 	"github.com/strata-ai/strata/timeline"
 )
 
@@ -87,124 +80,15 @@ func lookupShape(name string) (config.Shape, error) {
 	return config.Shape(s), err
 }
 
-// demoConfig is the run of `strata train` without --config: the small
-// model (0.86M params), ZeRO stage 3 on 2 devices, linear warmup then decay.
-func demoConfig(steps int) *config.Config {
-	cfg := config.Default()
-	s, _ := model.Lookup("small")
-	cfg.ResolveModel(config.Shape(s))
-	cfg.Strata.Model.Name = "small" // so that config.json and checkpoints read back as this shape
-	cfg.ZeRO.Stage = 3
-	cfg.ZeRO.Stage3ParamPersistenceThreshold = 1000 // shard every chunk but ln_f
-	cfg.Optimizer.Params.LR = 2e-3
-	cfg.Optimizer.Params.Betas = [2]float64{0.9, 0.95}
-	cfg.Scheduler = config.Scheduler{Type: "WarmupDecayLR", Params: config.SchedulerParams{
-		WarmupMinLR: 2e-4, WarmupMaxLR: 2e-3, WarmupNumSteps: min(8, steps/4+1), WarmupType: "linear", TotalNumSteps: steps}}
-	cfg.GradientClipping = 1
-	cfg.Strata.SeqLen = 64
-	cfg.Strata.Steps = steps
-	cfg.StepsPerPrint = 10
-	return cfg
-}
-
 // demoSteps is the length of the demonstration.
-const demoSteps = 60
-
-// stepLine is one line of steps.jsonl.
-type stepLine struct {
-	Step     int64   `json:"step"`
-	Loss     number  `json:"loss"`
-	LR       float64 `json:"lr"`
-	GradNorm number  `json:"grad_norm"`
-	ClipCoef float64 `json:"clip_coef"`
-	// LossScale is the fp16 loss scale the step ran with, Skipped whether
-	// it overflowed and updated nothing (its grad_norm is then null).
-	LossScale        float64 `json:"loss_scale,omitempty"`
-	Skipped          bool    `json:"skipped,omitempty"`
-	StepSeconds      float64 `json:"step_s"`
-	TokensPerSecond  float64 `json:"tokens_per_s"`
-	HostToDevice     int64   `json:"bytes_host_to_device"`
-	DeviceToHost     int64   `json:"bytes_device_to_host"`
-	DeviceToDevice   int64   `json:"bytes_device_to_device"`
-	CollectiveBytes  int64   `json:"bytes_collective"`
-	ModelStatePeak   []int64 `json:"model_state_peak_bytes,omitempty"` // per device, on the last line
-	ElapsedSeconds   float64 `json:"elapsed_s"`
-	TokensThisStep   int     `json:"tokens"`
-	GlobalBatchLines int     `json:"global_batch_rows"`
-	OptimizerSeconds float64 `json:"optimizer_s"`
-	Goroutines       int     `json:"goroutines"` // when the line is written: flat over a run (bench/soak.sh)
-	*EvalLine                // after an evaluation of --eval-data
-	*TierLine                // with the tier store (offload_param, NVMe offload)
-	*HostOptLine             // with the host optimizer
-}
-
-// number is a float64 that JSON writes as null when it is not finite (the
-// gradient norm of a step an fp16 overflow skipped).
-type number float64
-
-func (n number) MarshalJSON() ([]byte, error) {
-	if f := float64(n); math.IsNaN(f) || math.IsInf(f, 0) {
-		return []byte("null"), nil
-	}
-	return json.Marshal(float64(n))
-}
-
-// HostOptLine is the host optimizer's time of the runs completed in a step
-// (report.HostOptStats): cpu adam and its exposed part (no compute stream
-// busy), the waits for its state and their exposed part.
-type HostOptLine struct {
-	AdamSeconds        float64 `json:"adam_s"`
-	AdamExposedSeconds float64 `json:"adam_exposed_s"`
-	IOSeconds          float64 `json:"opt_io_s"`
-	IOExposedSeconds   float64 `json:"opt_io_exposed_s"`
-}
-
-func newHostOptLine(e *engine.Engine, h report.HostOptStats) *HostOptLine {
-	if !e.HostOptimizer() {
-		return nil
-	}
-	return &HostOptLine{h.Adam.Seconds(), h.AdamExposed.Seconds(), h.IOWait.Seconds(), h.IOExposed.Seconds()}
-}
-
-// TierLine is a step's tier figures: prefetch hits, the time the devices
-// waited for shards per access tier, bytes per link, peak bytes per tier.
-type TierLine struct {
-	HitRate         float64 `json:"prefetch_hit_rate"`
-	Accesses        int64   `json:"prefetch_accesses"`
-	Late            int64   `json:"prefetch_late"`
-	Misses          int64   `json:"prefetch_misses"`
-	Dependent       int64   `json:"prefetch_dependent"`
-	StallHBM        float64 `json:"stall_hbm_s"`
-	StallHost       float64 `json:"stall_host_s"`
-	BytesNVMeToHost int64   `json:"bytes_nvme_to_host"`
-	BytesHostToHBM  int64   `json:"bytes_host_to_hbm"`
-	BytesHBMToHost  int64   `json:"bytes_hbm_to_host"`
-	BytesHostToNVMe int64   `json:"bytes_host_to_nvme"`
-	PeakHBM         int64   `json:"peak_hbm_bytes"`
-	PeakHost        int64   `json:"peak_host_bytes"`
-	PeakNVMe        int64   `json:"peak_nvme_bytes"`
-	BudgetHBM       int64   `json:"budget_hbm_bytes"`
-	BudgetHost      int64   `json:"budget_host_bytes"`
-	BudgetNVMe      int64   `json:"budget_nvme_bytes"`
-}
-
-func newTierLine(t *report.TierStats) *TierLine {
-	if t == nil {
-		return nil
-	}
-	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses, Dependent: t.Dependent,
-		StallHBM: t.Stall[shard.HBM].Seconds(), StallHost: t.Stall[shard.Host].Seconds(),
-		BytesNVMeToHost: t.LinkBytes[shard.NVMeToHost], BytesHostToHBM: t.LinkBytes[shard.HostToHBM],
-		BytesHBMToHost: t.LinkBytes[shard.HBMToHost], BytesHostToNVMe: t.LinkBytes[shard.HostToNVMe],
-		PeakHBM: t.PeakBytes[shard.HBM], PeakHost: t.PeakBytes[shard.Host], PeakNVMe: t.PeakBytes[shard.NVMe],
-		BudgetHBM: t.BudgetBytes[shard.HBM], BudgetHost: t.BudgetBytes[shard.Host], BudgetNVMe: t.BudgetBytes[shard.NVMe]}
-}
+const demoSteps = trainrun.DemoSteps
 
 // runTrain is `strata train`: the flags and the config make a plan, the
-// plan an engine on the devices, the engine runs the steps (progress,
-// checkpoints, signals), and the summary and outputs close the run. A
-// signal before the first step ends the run there, every start-up path
-// closing what it opened (the engine's Close removes its swap files).
+// plan the options of trainrun.Train, which runs the steps (progress,
+// checkpoints) and writes the outputs; here the signals and the job of
+// several processes. A signal before the first step ends the run there,
+// every start-up path closing what it opened (the engine's Close removes
+// its swap files).
 func runTrain(c *cli.Context) (err error) {
 	f, err := parseTrainFlags(c)
 	if err != nil {
@@ -227,16 +111,24 @@ func runTrain(c *cli.Context) (err error) {
 	if !j.leader() {
 		f.tracePath = "" // process 0's timeline only
 	}
-	intr := watchInterrupts(stderr, func(os.Signal) string { return "stopping before training starts; nothing is written" },
-		func(os.Signal) string { return "stopping at once" }, removeSwapFiles)
+	sigs := &trainSignals{status: &trainrun.Status{}, job: j, out: f.out, args: f.args}
+	intr := watchInterrupts(stderr, sigs.first, sigs.second, removeSwapFiles)
 	stderr = intr.stderr
 	defer intr.stop() // through the outputs: a signal there does not cut them short
+	ctx, cancel := context.WithCancelCause(intr.ctx)
+	defer cancel(nil)
+	intr.mu.Lock() // first reads it under in.mu
+	sigs.cancel = cancel
+	intr.mu.Unlock()
 	if j != nil {
 		// mpirun answers Ctrl-C with SIGTERM to every process and SIGKILL
 		// a second later (odls_base_sigkill_timeout): too soon for a step
 		// and its checkpoint. SIGUSR1 it passes on alone.
 		intr.also(syscall.SIGUSR1)
 	}
+	// The tokenizing stops on in.ctx, which the watcher cancels after the
+	// first signal's explanation (as it always did); ctx, cancelled with
+	// the signal inside that explanation, stops the run where it says.
 	p, err := planTrain(intr.ctx, c, stderr)
 	if err != nil {
 		if s := intr.requested(); s != nil && errors.Is(err, context.Canceled) {
@@ -245,110 +137,93 @@ func runTrain(c *cli.Context) (err error) {
 		}
 		return err
 	}
+	defer p.close()
 	if j != nil {
 		// The job's ranks: every process's --devices.
 		if err := p.cfg.SetDevices(c.Int("devices") * j.procs()); err != nil {
 			return fmt.Errorf("train: %s: %w", j.place, err)
 		}
 	}
-	var opts engine.Options
-	opts.Procs, opts.NodeProcs = j.engineProcs(), j.nodeProcs()
-	if p.init != nil {
-		defer p.init.close()
-		opts.Init = p.init.src
-	}
-	if p.adapter != nil {
-		defer p.adapter.Close()
-		opts.InitAdapters = p.adapter
-	}
-	defer p.data.Close()
-	if p.data.train != nil {
-		opts.UseData(p.data.train)
-	}
-	var rd *runDir
-	if f.out != "" && j.leader() {
-		if rd, err = claimOut(f.out, p.resume, p.resumeDir, f.overwrite); err != nil {
-			return err
-		}
-		rd.args = f.args
-		defer rd.close()
-	}
-	cfg := p.cfg
-	if j != nil {
-		// The first collective after this is the devices' opening.
-		if err := j.agree(trainRunKey(c, p), nil); err != nil {
-			return err
-		}
-	}
-	devs, err := j.openDevices(cfg.Strata.Backend, cfg.Strata.Devices/j.procs(), cfg.Strata.HBMBytes, cfg.Strata.Deterministic)
-	if err != nil {
-		return err
-	}
-	defer devs.Close()
+	sigs.steps = p.cfg.Strata.Steps
 	tr, trFile, err := openTrainTrace(f.tracePath)
 	if err != nil {
 		return err
 	}
-	if trFile != nil {
-		defer trFile.Close()
-	}
-	opts.Trace, opts.HostRegistrar, opts.Collectives = tr, devs.Registrar, devs.Collectives
-	e, err := engine.New(cfg, devs.Devs, devs.Comms, opts)
-	if err != nil {
-		if trFile != nil { // nothing to write: no empty file left behind
-			trFile.Close()
-			os.Remove(trFile.Name())
+	opts := trainrun.Options{Config: p.cfg, Out: f.out, SaveEvery: f.saveEvery, Keep: f.keep, Overwrite: f.overwrite, Data: p.data,
+		Adapter: p.adapter, Source: p.source, Args: f.args, GoOn: goOn, Progress: stderr, Report: stdout, ProgressBar: f.progress,
+		Trace: tr, Boundary: &intr.mu, Status: sigs.status, Hook: testPoint}
+	if p.resume != nil {
+		opts.Resume = &trainrun.Resume{Manifest: p.resume, Dir: p.resumeDir, AllowDataChange: c.Bool("allow-data-change")}
+		if c.IsSet("config") {
+			opts.Resume.ConfigDiff = configDiff(p.resume.Config, p.cfg.JSON())
 		}
-		return err
 	}
-	defer e.Close()
+	if p.init != nil {
+		opts.Init, opts.InitName = p.init.src, p.init.describe()
+	}
 	if j != nil {
-		// Before e.Close, which waits for the devices' collectives.
-		defer func() { err = j.ended(err) }()
+		opts.Job = &trainJob{j: j, key: func() runKey { return trainRunKey(c, p) }}
 	}
+	made := false
 	if tr != nil {
 		// Written on every way out once the engine exists, a failed step
 		// included (the timeline shows what it was doing).
-		defer func() {
-			if werr := writeTrace(trFile, e, tr, stdout); werr != nil && err == nil {
-				err = werr
-			}
-		}()
-	}
-	if err := testPoint("start-up"); err != nil {
-		return err
-	}
-	if err := startTrain(e, p, devs, stderr); err != nil {
-		return err
-	}
-	l := &trainLoop{job: j, e: e, cfg: cfg, flags: f, start: p.start, steps: cfg.Strata.Steps, stderr: stderr, intr: intr, source: p.source, data: p.data, dataIDs: p.dataIDs,
-		machine: plan.ThisMachine(cfg.Strata.Backend, devs.Devs[0].Name())}
-	l.checked = p.start
-	if s := intr.explain(l.stopping, l.aborting); s != nil {
-		return interruptedError{msg: fmt.Sprintf("train: %v: stopped before the first step; nothing was written", s), status: exitStatus(s), alone: j != nil}
-	}
-	if rd != nil {
-		file, err := rd.open(cfg, p, stderr)
-		if err != nil {
-			return err
+		opts.Closing = func(e *engine.Engine) error {
+			made = true
+			return writeTrace(trFile, e, tr, stdout)
 		}
-		defer file.Close()
-		l.jsonl, l.runID = file, rd.id
 	}
-	if p.outputsOnly {
-		return l.outputsOnly(stdout)
+	_, err = trainrun.Train(ctx, opts, nil)
+	if trFile != nil && !made { // nothing to write: no empty file left behind
+		trFile.Close()
+		os.Remove(trFile.Name())
 	}
-	if j.leader() {
-		// Closed on every way out: each step's events are written already.
-		if l.mon, err = openMonitors(cfg, f.out, p.start*int64(cfg.TrainBatchSize), stderr); err != nil {
-			return err
-		}
-		defer l.mon.close(stderr)
+	return runError(err, j != nil)
+}
+
+// runError is err of the run package as the command reports it: a stop
+// on a signal with the signal's status, bad input as bad usage (exit 2).
+func runError(err error, alone ...bool) error {
+	if se := stoppedError(err, len(alone) > 0 && alone[0]); se != nil {
+		return se
 	}
-	if err := l.run(); err != nil {
-		return err
+	var ie *trainrun.InputError
+	if errors.As(err, &ie) {
+		return usageError{err.Error()}
 	}
-	return l.report(stdout)
+	return err
+}
+
+// trainJob is what trainrun.Train needs of the job of several processes.
+type trainJob struct {
+	j   *job
+	key func() runKey // the run's key (agree.go), once its config is resolved
+}
+
+func (t *trainJob) Leader() bool          { return t.j.leader() }
+func (t *trainJob) Procs() engine.Procs   { return t.j.engineProcs() }
+func (t *trainJob) NodeProcs() int        { return t.j.nodeProcs() }
+func (t *trainJob) Agree() error          { return t.j.agree(t.key(), nil) }
+func (t *trainJob) Launcher() string      { return t.j.launcher() }
+func (t *trainJob) Ended(err error) error { return t.j.ended(runError(err, true)) }
+func (t *trainJob) Follow(path string, err error) (string, error) {
+	return t.j.follow(path, err)
+}
+
+func (t *trainJob) OpenDevices(name string, n int, hbmBytes int64, deterministic bool) (*backend.Devices, error) {
+	return t.j.openDevices(name, n/t.j.procs(), hbmBytes, deterministic)
+}
+
+func (t *trainJob) AnyStop(mine error) (error, error) {
+	var sig os.Signal
+	if mine != nil {
+		sig = signalOf(mine)
+	}
+	s, err := t.j.anySignal(sig)
+	if s == nil || err != nil {
+		return nil, err
+	}
+	return signalStop{s.(syscall.Signal)}, nil
 }
 
 // trainFlags are the flags of `strata train` that act around the config:
@@ -401,26 +276,32 @@ type trainPlan struct {
 	cfg       *config.Config
 	resume    *checkpoint.Manifest // the checkpoint to continue from; nil for a new run
 	resumeDir string               // its directory
-	start     int64                // the step the run resumes after
-	data      *runData             // the training data (nil train: the synthetic corpus) and --eval-data
+	data      *trainrun.Data       // the training data (nil train: the synthetic corpus) and --eval-data
 	init      *initModel           // --init: the model the run starts from; nil for the seeded initialisation
 	adapter   *hf.PEFTAdapter      // --adapter: the LoRA adapter the run continues; nil for fresh adapters
 	// source is where the run's weights came from (--init, or the
 	// resumed checkpoint's record of it): its tokenizer is
 	// source.TokenizerPath(). nil for a run from the seeded weights.
 	source *hf.Source
-	// dataIDs identify the training data, in every checkpoint (dataid.go).
+	// dataIDs identify the training data, in every checkpoint (trainrun.Data.Identity).
 	dataIDs []checkpoint.DataFile
-	// outputsOnly: the resumed checkpoint is the run's last step, whose
-	// outputs (model.safetensors, summary.json) a killed run did not
-	// write: the run writes them and trains nothing.
-	outputsOnly bool
+}
+
+// close closes what the plan opened: the initial weights, the adapter,
+// the data.
+func (p *trainPlan) close() {
+	p.init.close()
+	p.data.Close()
+	if p.adapter != nil {
+		p.adapter.Close()
+	}
 }
 
 // planTrain resolves the config (--config, else the checkpoint of
 // --resume, else the demonstration) with the flags applied, prints its
-// notes, checks a resumed run against --steps and --out, and opens the
-// training text (ctx, the first signal, stops its tokenizing).
+// notes, and opens the training text (ctx, the first signal, stops its
+// tokenizing); trainrun.Train checks a resumed run against --steps, --out and
+// its data.
 func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainPlan, err error) {
 	if err := checkDataFlags(c); err != nil {
 		return nil, err
@@ -463,11 +344,7 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 	}
 	defer func() {
 		if err != nil {
-			p.init.close()
-			p.data.Close()
-			if p.adapter != nil {
-				p.adapter.Close()
-			}
+			p.close()
 		}
 	}()
 	if dir := c.String("adapter"); dir != "" {
@@ -475,10 +352,10 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 			return nil, err
 		}
 	}
-	identifyRunData(p, cfg)
 	if p.data, err = openRunData(ctx, c, cfg, p.source, stderr); err != nil {
 		return nil, err
 	}
+	p.dataIDs = p.data.Identity()
 	if c.IsSet("epochs") {
 		if cfg, err = epochConfig(c, p, cfg, stderr); err != nil {
 			return nil, err
@@ -492,19 +369,6 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 		printConfigNotes(stderr, cfg.Ignored())
 		if ch := cfg.AutoChosen(); len(ch) > 0 {
 			fmt.Fprintf(stderr, "note: \"auto\" values filled in (written to --out's config.json): %s\n", strings.Join(ch, "; "))
-		}
-	}
-	if p.resume != nil {
-		if err := checkResume(c, p, stderr); err != nil {
-			return nil, err
-		}
-		if err := checkData(c, p, stderr); err != nil {
-			return nil, err
-		}
-	}
-	for _, n := range []string{lrPastSchedule(cfg), lrHeldAtMin(cfg)} {
-		if n != "" {
-			fmt.Fprintf(stderr, "note: %s\n", n)
 		}
 	}
 	return p, nil
@@ -555,9 +419,9 @@ func openAdapter(dir string, cfg *config.Config, im *initModel, allowOther bool,
 // take (epochSteps), given as --steps is (strata.steps, and a scheduler
 // total_num_steps written "auto").
 func epochConfig(c *cli.Context, p *trainPlan, cfg *config.Config, stderr io.Writer) (*config.Config, error) {
-	n, err := epochSteps(p.data, cfg, c.Int("epochs"))
+	n, err := p.data.EpochSteps(cfg, c.Int("epochs"))
 	if err != nil {
-		return nil, err
+		return nil, runError(err)
 	}
 	if err := c.Set("steps", strconv.Itoa(n)); err != nil {
 		return nil, fmt.Errorf("train: --epochs: %w", err)
@@ -602,24 +466,14 @@ func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string, 
 		return config.Load(c.String("config"), opts)
 	case resume != nil:
 		// The run goes on with the config it was saved with.
-		if len(resume.Config) == 0 {
-			return nil, fmt.Errorf("train: --resume %s: the checkpoint holds no config; pass --config", resumeDir)
-		}
-		saved := []byte(resume.Config)
-		if c.IsSet("devices") {
-			saved = forDevices(saved, c.Int("devices"))
-		}
-		cfg, err := config.Parse(saved, filepath.Join(resumeDir, "manifest.json"), config.Options{LookupShape: lookupShape})
-		if err != nil {
-			return nil, resumeDevicesError(resume, resumeDir, c, err)
-		}
-		return cfg, nil
+		cfg, err := trainrun.ResumeConfig(resume, resumeDir, c.Int("devices"))
+		return cfg, runError(err)
 	}
 	steps := demoSteps
 	if c.IsSet("steps") {
 		steps = max(1, c.Int("steps"))
 	}
-	cfg := demoConfig(steps)
+	cfg := trainrun.DemoConfig(steps)
 	if im != nil {
 		im.demo(cfg)
 	}
@@ -675,26 +529,6 @@ func configOptions(c *cli.Context) (config.Options, error) {
 	return opts, nil
 }
 
-// resumeDevicesError explains a checkpoint's config that does not fit the
-// --devices of the resumed run: the saved batch, the new device count, and
-// how to go on (the checkpoint itself reshards to any device count).
-func resumeDevicesError(m *checkpoint.Manifest, dir string, c *cli.Context, err error) error {
-	if !c.IsSet("devices") || c.Int("devices") == m.Devices {
-		return fmt.Errorf("train: --resume: %w", err)
-	}
-	var saved struct {
-		Train int `json:"train_batch_size"`
-		Micro int `json:"train_micro_batch_size_per_gpu"`
-	}
-	n := c.Int("devices")
-	if json.Unmarshal(m.Config, &saved) != nil || saved.Micro < 1 || saved.Train%(saved.Micro*n) == 0 {
-		return fmt.Errorf("train: --resume: %w", err)
-	}
-	return fmt.Errorf("train: --resume %s: the run was saved on %d devices with train_batch_size %d (micro-batch %d); on --devices %d that global batch does not split: %d is not a multiple of micro-batch %d × %d devices. "+
-		"The checkpoint reshards to any device count: pick --devices so that %d × devices divides %d, or pass --config with a batch for %d devices (a different global batch changes the run)",
-		dir, m.Devices, saved.Train, saved.Micro, n, saved.Train, saved.Micro, n, saved.Micro, saved.Train, n)
-}
-
 // applyTrainFlags sets what --devices, --steps, --data and --backend say
 // on cfg.
 func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
@@ -735,47 +569,6 @@ func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
 	return nil
 }
 
-// checkResume refuses a resumed run with nothing to train, and notes how --config differs from the
-// checkpoint's config.
-func checkResume(c *cli.Context, p *trainPlan, stderr io.Writer) error {
-	p.start = p.resume.Step
-	steps := p.cfg.Strata.Steps
-	if p.start == int64(steps) && outputsMissing(c.String("out"), p) {
-		p.outputsOnly = true
-		fmt.Fprintf(stderr, "note: --resume: %s is the run's last step, %d, and %s lacks the outputs of it (the run was stopped before it wrote them): writing them; nothing to train\n",
-			p.resumeDir, p.start, c.String("out"))
-		return nil
-	}
-	if p.start >= int64(steps) {
-		return usagef("train: --resume: %s is at step %d, and --steps (the total, counted from step 1) is %d: nothing to train; raise --steps above %d to continue",
-			p.resumeDir, p.start, steps, p.start)
-	}
-	if c.IsSet("config") {
-		if d := configDiff(p.resume.Config, p.cfg.JSON()); d != "" {
-			fmt.Fprintf(stderr, "note: --config differs from the config %s was saved with: %s\n", p.resumeDir, d)
-		}
-	}
-	return nil
-}
-
-// outputsMissing says whether out is the directory of the run p resumes
-// (its checkpoint is one of out's) and lacks the outputs of its step:
-// model.safetensors of that step, or summary.json.
-func outputsMissing(out string, p *trainPlan) bool {
-	if out == "" || !sameDir(filepath.Dir(p.resumeDir), filepath.Join(out, "checkpoints")) {
-		return false
-	}
-	if _, err := os.Stat(filepath.Join(out, "summary.json")); err != nil {
-		return true
-	}
-	f, err := safetensors.Open(filepath.Join(out, "model.safetensors"))
-	if err != nil {
-		return true
-	}
-	defer f.Close()
-	return f.Header.Metadata[hf.MetaStep] != strconv.FormatInt(p.start, 10)
-}
-
 // openTrainTrace makes the tracer of --trace and creates its file now, so
 // that a path that cannot be written fails before the training rather than
 // after it. Without --trace: nil, nil.
@@ -792,133 +585,6 @@ func openTrainTrace(path string) (*timeline.Tracer, *os.File, error) {
 		return nil, nil, fmt.Errorf("train: --trace: %w", err)
 	}
 	return tr, f, nil
-}
-
-// writeRunOut writes the trained weights (fp32 master weights, gathered
-// from every rank's shards and tier, streamed one chunk at a time) as one
-// safetensors file, then summary.json (with the last evaluation, when there
-// was one), each atomically under dir: the weights first, so that a disk
-// that fills loses the small summary, not them; a failure names what was
-// written and what was not.
-func writeRunOut(dir string, e *engine.Engine, sum report.Summary, elapsed time.Duration, ev *EvalLine, st stepTime, stdout io.Writer) error {
-	path := filepath.Join(dir, "model.safetensors")
-	// A run killed while writing it left .model.safetensors.tmp-PID-*.
-	stale, err := durable.RemoveStale(dir, "model.safetensors")
-	for _, n := range stale {
-		fmt.Fprintf(stdout, "note: %s\n", n)
-	}
-	if err != nil {
-		return fmt.Errorf("train: --out: %w", err)
-	}
-	werr := hf.ExportStream(path, e.Layout(), hf.ExportOptions{Step: e.StepCount()}, func(w *hf.ExportWriter) error {
-		return e.MasterChunks(w.F32)
-	})
-	if werr == nil {
-		fmt.Fprintf(stdout, "wrote %s (fp32 weights; `strata inspect` lists them)\n", path)
-	}
-	js := summaryJSON(sum, elapsed)
-	if ev != nil {
-		js["eval_loss"], js["eval_tokens"] = ev.Loss, ev.Tokens
-	}
-	if st.Measured > 0 {
-		js["measured_step_s"] = st.Measured // the median past the first two steps
-	}
-	if st.Predicted > 0 {
-		js["predicted_step_s"], js["predicted_by"] = st.Predicted, "strata plan, profile "+st.Profile
-	}
-	b, _ := json.MarshalIndent(js, "", "  ")
-	serr := durable.WriteFile(filepath.Join(dir, "summary.json"), 64<<10, func(w io.Writer) error {
-		_, err := w.Write(append(b, '\n'))
-		return err
-	})
-	switch {
-	case werr != nil && serr != nil:
-		return fmt.Errorf("train: --out: neither the weights nor the summary were written: %v; %v", werr, cause(serr))
-	case werr != nil:
-		return fmt.Errorf("train: --out: the weights were not written (summary.json was): %w", werr)
-	case serr != nil:
-		return fmt.Errorf("train: --out: summary.json was not written: %s (the weights of step %d are in %s)", cause(serr), e.StepCount(), path)
-	}
-	return nil
-}
-
-// errStopped ends Engine.Run after a step when a signal asked to stop.
-var errStopped = errors.New("stopped on a signal")
-
-// lrPastSchedule says when the run goes past the end of a WarmupDecayLR
-// schedule (a resumed run whose --steps outgrew the saved config, whose
-// total_num_steps it keeps): the steps after it run at warmup_min_lr.
-func lrPastSchedule(cfg *config.Config) string {
-	sc := cfg.Scheduler
-	if sc.Type != "WarmupDecayLR" || cfg.Strata.Steps <= sc.Params.TotalNumSteps {
-		return ""
-	}
-	return fmt.Sprintf("scheduler WarmupDecayLR ends at total_num_steps %d: steps %d-%d run at warmup_min_lr %g (a --config with a larger scheduler.params.total_num_steps decays over the whole run)",
-		sc.Params.TotalNumSteps, sc.Params.TotalNumSteps+1, cfg.Strata.Steps, sc.Params.WarmupMinLR)
-}
-
-// lrHeldAtMin says when a warm-up of fewer than 2 steps still holds the
-// first updates at warmup_min_lr: DeepSpeed warms up over max(2,
-// warmup_num_steps), so with warmup_num_steps 0 (or 1) updates 1 and 2 run
-// at warmup_min_lr (0 by default), the progress line's "lr 0".
-func lrHeldAtMin(cfg *config.Config) string {
-	sc := cfg.Scheduler
-	if sc.Type == "" || sc.Params.WarmupNumSteps >= 2 || slices.ContainsFunc(cfg.AutoChosen(), func(s string) bool {
-		return strings.HasPrefix(s, "scheduler.params.warmup_num_steps =") // the "auto" note says it
-	}) {
-		return ""
-	}
-	var held []string
-	for step := 1; step <= min(cfg.Strata.Steps, 2); step++ {
-		if lr := cfg.LR(step - 1); lr == sc.Params.WarmupMinLR {
-			held = append(held, fmt.Sprint(step))
-		}
-	}
-	if len(held) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("scheduler %s: warmup_num_steps %d warms up over 2 steps as DeepSpeed does (max(2, warmup_num_steps)): step(s) %s run at warmup_min_lr %g; for no warm-up, leave the scheduler out (a constant optimizer.params.lr), or set warmup_min_lr to warmup_max_lr",
-		sc.Type, sc.Params.WarmupNumSteps, strings.Join(held, ", "), sc.Params.WarmupMinLR)
-}
-
-func summaryJSON(s report.Summary, elapsed time.Duration) map[string]any {
-	var devs []deviceJSON
-	for _, d := range s.PerDevice {
-		devs = append(devs, deviceJSON{d.Device, d.ModelStatePeakBytes, d.Formula, d.FormulaBytes, d.PaddingBytes, d.PersistentBytes,
-			d.EstimateBytes, d.FormulaRatio, d.EstimateRatio, d.TierHBMBytes,
-			d.GatheredPeakBytes, d.BucketPeakBytes, d.WorkspacePeakBytes, d.ActivationPeakBytes, d.ActivationEstimateBytes, d.ActivationRatio, d.PeakBytes,
-			d.WorkspaceRingBytes, d.TierSlotBytes, d.Driver.Allocs, d.Driver.Frees, d.DeviceAllocsAfterStep1,
-			d.Moved.HostToDevicePageable, d.Moved.DeviceToHostPageable})
-	}
-	regs := []registrationJSON{}
-	for _, h := range s.HostRegistration {
-		regs = append(regs, registrationJSON{h.Pool, h.Bytes, h.Outcome, h.RegisteredBytes, h.Error})
-	}
-	prec := "bf16"
-	switch s.Precision {
-	case gpu.F32:
-		prec = "fp32"
-	case gpu.F16:
-		prec = "fp16"
-	}
-	out := map[string]any{
-		"model": s.Model, "params": s.Params, "devices": s.Devices, "processes": s.Processes, "stage": s.Stage, "precision": prec,
-		"optimizer": s.Optimizer, "overlap": s.Overlap, "steps": s.Steps, "elapsed_s": elapsed.Seconds(),
-		"per_device": devs, "host_model_state_bytes": s.HostBytes, "host_formula_bytes": s.HostFormula,
-		"host_staging_bytes": s.HostStagingBytes, "host_undo_bytes": s.HostUndoBytes, "notes": s.Notes, "tier": tierJSON(s.Tier),
-		"host_registration": regs,
-		"activations":       s.Activations, "activation_host_bytes": s.ActivationHostBytes,
-		"collectives": s.Collectives,
-		"host_optimizer": map[string]any{"adam_s": s.HostOpt.Adam.Seconds(), "adam_exposed_s": s.HostOpt.AdamExposed.Seconds(),
-			"adam_exposed_fraction": s.HostOpt.AdamExposedFraction(), "opt_io_s": s.HostOpt.IOWait.Seconds(), "opt_io_exposed_s": s.HostOpt.IOExposed.Seconds()},
-	}
-	if s.FrozenParams > 0 {
-		out["frozen"] = frozenJSON(s)
-	}
-	if s.Precision == gpu.F16 {
-		out["skipped_steps"], out["loss_scale"] = s.SkippedSteps, s.LossScale // the scale the next step would run with
-	}
-	return out
 }
 
 // removeSwapFiles removes the names of this process's swap files before a

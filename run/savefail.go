@@ -1,4 +1,4 @@
-package cmd
+package run
 
 import (
 	"errors"
@@ -64,7 +64,7 @@ func (l *trainLoop) saveFailed(st report.StepStats, err error, final bool) (stri
 	if !diskError(err) {
 		return "", err
 	}
-	ck := filepath.Join(l.flags.out, "checkpoints")
+	ck := filepath.Join(l.o.Out, "checkpoints")
 	if m, dir, merr := checkpoint.ReadManifest(ck); merr == nil && m.Step == st.Step && m.Run == l.runID {
 		// Complete and latest: what failed came after (the pruning).
 		if l.bar != nil {
@@ -82,7 +82,7 @@ func (l *trainLoop) saveFailed(st report.StepStats, err error, final bool) (stri
 		l.bar.Clear()
 	}
 	next := ""
-	if every := int64(l.flags.saveEvery); every > 0 {
+	if every := int64(l.o.SaveEvery); every > 0 {
 		next = fmt.Sprintf(" (step %d)", min(st.Step+every, int64(l.steps)))
 	}
 	fmt.Fprintf(l.stderr, "warning: the checkpoint of step %d was not saved: %s; training goes on and the next save%s retries; %s\n",
@@ -92,7 +92,7 @@ func (l *trainLoop) saveFailed(st report.StepStats, err error, final bool) (stri
 
 // survives names the newest complete checkpoint of the run's directory.
 func (l *trainLoop) survives() string {
-	ck := filepath.Join(l.flags.out, "checkpoints")
+	ck := filepath.Join(l.o.Out, "checkpoints")
 	if m, dir, err := checkpoint.ReadManifest(ck); err == nil {
 		return fmt.Sprintf("the newest complete checkpoint is step %d, %s", m.Step, dir)
 	}
@@ -106,12 +106,13 @@ func (l *trainLoop) lastSaveError() error {
 		return nil
 	}
 	msg := fmt.Sprintf("train: the checkpoint of the last step %d was not saved: %s; %s (the weights of step %d are in %s, without the optimizer state)",
-		l.fails.lastAt, cause(l.fails.last), l.survives(), l.fails.lastAt, filepath.Join(l.flags.out, "model.safetensors"))
+		l.fails.lastAt, cause(l.fails.last), l.survives(), l.fails.lastAt, filepath.Join(l.o.Out, "model.safetensors"))
+	fe := &FinalSaveError{Msg: msg} // the others ended the run with process 0's verdict (Job.Follow)
 	if l.stopped != nil {
-		return interruptedError{msg: fmt.Sprintf("%s; %v: stopped after step %d of %d; go on with: %s", msg, l.stopped, l.last.Step,
-			l.cfg.Strata.Steps, l.job.launcher()+goOn(l.flags.args, l.flags.out, l.cfg.Strata.Steps)), status: exitStatus(l.stopped)}
+		fe.Stopped = l.stoppedError()
+		fe.Stopped.Checkpoint, fe.Stopped.GoOn = "", l.o.goOn(l.o.Args, l.o.Out, l.cfg.Strata.Steps)
 	}
-	return jobError{msg: msg} // the others ended the run with process 0's verdict (job.follow)
+	return fe
 }
 
 // appendLine appends one line of steps.jsonl; a line the disk refuses is

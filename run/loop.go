@@ -1,4 +1,4 @@
-package cmd
+package run
 
 import (
 	"context"
@@ -6,12 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/schollz/progressbar/v3"
@@ -20,74 +17,30 @@ import (
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/gpu/backend"
-	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/monitor"
 	"github.com/strata-ai/strata/plan"
 	"github.com/strata-ai/strata/shard"
 )
 
-// startTrain loads the checkpoint of a resumed run into e and prints the
-// run's header: the devices, the engine's notes, the model and the batch.
-func startTrain(e *engine.Engine, p *trainPlan, devs *backend.Devices, stderr io.Writer) error {
-	cfg := p.cfg
-	if devs.Backend != "cpu" {
-		fmt.Fprintf(stderr, "devices: %s\n", devs.Describe)
-	}
-	if p.resume != nil {
-		if err := e.LoadCheckpoint(p.resumeDir); err != nil {
-			return fmt.Errorf("train: --resume: %w", err)
-		}
-		p.start = e.StepCount()
-	}
-	for _, n := range e.Notes() {
-		fmt.Fprintf(stderr, "note: %s\n", n)
-	}
-	data := "synthetic corpus"
-	if cfg.Strata.Data != "" {
-		data = cfg.Strata.Data
-	}
-	sum := e.Summary()
-	procs := ""
-	if sum.Processes > 1 {
-		procs = fmt.Sprintf(" in %d processes", sum.Processes)
-	}
-	fmt.Fprintf(stderr, "strata train: %s, %s params, ZeRO stage %d on %d %s device(s)%s, optimizer on the %s, overlap %s\n",
-		sum.Model, units.FormatSize(sum.Params), sum.Stage, sum.Devices, cfg.Strata.Backend, procs, sum.Optimizer, sum.Overlap)
-	fmt.Fprintf(stderr, "  global batch %d rows = %d devices × %d micro-batches × %d rows of %d tokens; data: %s; %d steps\n",
-		cfg.TrainBatchSize, sum.Devices, sum.Accum, sum.Micro, sum.Seq, data, cfg.Strata.Steps)
-	if p.resume != nil {
-		fmt.Fprintf(stderr, "resumed from step %d (%s)\n", p.start, p.resumeDir)
-	}
-	if p.init != nil {
-		fmt.Fprintf(stderr, "initial weights: %s\n", p.init.describe())
-	}
-	if a := p.adapter; a != nil {
-		fmt.Fprintf(stderr, "initial adapter: %s (r %d, alpha %g, target_modules %s; base_model_name_or_path %q)\n", a.Dir, a.LoRA.R, a.LoRA.Alpha, fmt.Sprint(a.LoRA.Targets), a.BaseModel)
-	}
-	return nil
-}
-
 // trainLoop runs the steps of a run: one line of steps.jsonl per step, the
 // progress bar or a line per steps_per_print steps, the checkpoints of
 // --save-every, and a stop after the step in progress on a signal (with a
 // checkpoint of it under --out).
 type trainLoop struct {
-	job    *job // the other processes of a job of several; nil alone
+	o      *Options
+	ctx    context.Context
+	onStep func(Step) error
 	e      *engine.Engine
 	cfg    *config.Config
-	flags  trainFlags
 	start  int64 // the step the run resumes after
-	steps  int   // the last step: cfg's, or the one a signal stopped the run after
+	steps  int   // the last step: cfg's, or the one a stop ended the run after
 	stderr io.Writer
-	jsonl  io.Writer                // steps.jsonl; nil without --out
+	jsonl  io.Writer                // steps.jsonl; nil without Out
 	mon    *monitors                // DeepSpeed's monitors (process 0); nil when none is on
 	bar    *progressbar.ProgressBar // nil without a progress bar
-	intr   *interrupts
-	runID  string     // the run's id (--out), in every checkpoint it saves
-	source *hf.Source // where the weights came from, in every checkpoint it saves
-	data   *runData   // --eval-data and how often it is evaluated
+	runID  string                   // the run's id (Out), in every checkpoint it saves
+	data   *Data                    // the held-out data and how often it is evaluated
 	// dataIDs identify the training data, in every checkpoint it saves.
 	dataIDs []checkpoint.DataFile
 
@@ -97,22 +50,20 @@ type trainLoop struct {
 	prefetch report.PrefetchCounts
 	links    [shard.LinkCount]int64
 
-	checked int64       // the last step whose end looked for a signal (under intr.mu)
-	saving  atomic.Bool // a checkpoint is being written
-
 	t0          time.Time
 	first, last report.StepStats
 	secs        []float64    // every step's time, for the median beside strata plan's prediction
 	machine     plan.Machine // this machine, to find its profile
 	moved       int64        // bytes, all links, since the run started
-	stopped     os.Signal    // the signal that stopped the run after a step
+	stopped     error        // the cause of the stop after a step
 	stoppedAt   string       // its checkpoint
+	saved       string       // the newest checkpoint the run saved
 	fails       saveFails    // the saves and steps.jsonl lines the disk refused
 }
 
-// run trains from l.start to l.steps; a stop on a signal is no error.
+// run trains from l.start to l.steps; a stop is no error.
 func (l *trainLoop) run() error {
-	if l.flags.progress {
+	if l.o.ProgressBar {
 		l.bar = progressbar.NewOptions(l.steps, progressbar.OptionSetWriter(l.stderr), progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(24), progressbar.OptionSetDescription("train"),
 			progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionSetRenderBlankState(true))
@@ -121,13 +72,16 @@ func (l *trainLoop) run() error {
 		}
 	}
 	l.t0 = time.Now()
+	// The run's context is looked at in l.step, at the end of each step,
+	// where a cancel saves the step (Train's protocol); the engine's own
+	// check, before a step, would stop it without a checkpoint.
 	err := l.e.Run(context.Background(), l.steps-int(l.start), l.step)
 	if l.bar != nil {
 		l.bar.Finish()
 		fmt.Fprintln(l.stderr)
 	}
 	if errors.Is(err, errStopped) {
-		// Stopped on a signal after a whole step: the summary and weights
+		// Stopped after a whole step: the summary and weights
 		// that follow are those of that step, and the run can go on.
 		err = nil
 		l.steps = int(l.last.Step)
@@ -166,17 +120,17 @@ func (l *trainLoop) step(st report.StepStats) error {
 		return err
 	}
 	l.show(st)
-	if err := testPoint("step"); err != nil {
+	if err := l.o.hook("step"); err != nil {
 		return err
 	}
-	sig := l.intr.requested(func() { l.checked = st.Step })
-	if l.job != nil {
-		// Every process stops after the same step, whichever saw the signal.
+	sig := l.boundary(st.Step)
+	if l.o.Job != nil {
+		// Every process stops after the same step, whichever was asked to.
 		var err error
-		if sig, err = l.job.anySignal(sig); err != nil {
+		if sig, err = l.o.Job.AnyStop(sig); err != nil {
 			return err
 		}
-		if sig != nil && st.Step < int64(l.steps) && l.flags.out != "" {
+		if sig != nil && st.Step < int64(l.steps) && l.o.Out != "" {
 			if l.bar != nil {
 				l.bar.Clear()
 			}
@@ -187,31 +141,56 @@ func (l *trainLoop) step(st report.StepStats) error {
 		sig = nil // the last step: the run ends as usual
 	}
 	saved := ""
-	every, last := l.flags.saveEvery, st.Step == int64(l.steps)
+	every, last := l.o.SaveEvery, st.Step == int64(l.steps)
 	// Every run with --out ends with a checkpoint (with --save-every N or
 	// without): what export, eval, generate and --resume read.
-	if (every > 0 && st.Step%int64(every) == 0) || (l.flags.out != "" && (last || sig != nil)) {
+	if (every > 0 && st.Step%int64(every) == 0) || (l.o.Out != "" && (last || sig != nil)) {
 		// After the step's JSONL line, so that a resumed run finds it.
 		path, err := l.save(st)
-		if err != nil && l.job.leader() {
+		if err != nil && l.o.leader() {
 			// A save the disk refused (full, read-only): the run goes on
 			// and the next save retries; that of the last step (or of a
 			// stop) fails the run once its outputs are written (savefail.go).
 			path, err = l.saveFailed(st, err, sig != nil || st.Step == int64(l.steps))
 		}
-		if l.job != nil {
-			path, err = l.job.follow(path, err) // process 0's verdict
+		if l.o.Job != nil {
+			path, err = l.o.Job.Follow(path, err) // process 0's verdict
 		}
 		if err != nil {
 			return err
 		}
 		saved = path
+		if path != "" {
+			l.saved = path
+		}
+	}
+	if l.onStep != nil {
+		if err := l.onStep(Step{StepStats: st, Eval: ev, Checkpoint: saved}); err != nil {
+			return err
+		}
 	}
 	if sig != nil {
 		l.stopped, l.stoppedAt = sig, saved
 		return errStopped
 	}
 	return nil
+}
+
+// boundary records the end of step (Status) and says whether the run's
+// context asks to stop (its cause; nil when not), at one instant under
+// Options.Boundary.
+func (l *trainLoop) boundary(step int64) error {
+	if b := l.o.Boundary; b != nil {
+		b.Lock()
+		defer b.Unlock()
+	}
+	if s := l.o.Status; s != nil {
+		s.checked.Store(step)
+	}
+	if l.ctx.Err() == nil {
+		return nil
+	}
+	return context.Cause(l.ctx)
 }
 
 // writeLine appends st (and the evaluation after it, if any) to
@@ -221,7 +200,7 @@ func (l *trainLoop) writeLine(st report.StepStats, ev *EvalLine) error {
 		return nil
 	}
 	m := st.Moved
-	line := stepLine{Step: st.Step, Loss: number(st.Loss), LR: st.LR, GradNorm: number(st.GradNorm), ClipCoef: st.ClipCoef, Skipped: st.Skipped,
+	line := StepLine{Step: st.Step, Loss: Number(st.Loss), LR: st.LR, GradNorm: Number(st.GradNorm), ClipCoef: st.ClipCoef, Skipped: st.Skipped,
 		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,
@@ -277,10 +256,10 @@ func (l *trainLoop) show(st report.StepStats) {
 // --out DIR/checkpoints/ and returns its directory.
 func (l *trainLoop) save(st report.StepStats) (string, error) {
 	ts := time.Now()
-	l.saving.Store(true)
+	l.setSaving(true)
 	l.fails.saves++
-	path, err := l.e.SaveCheckpoint(filepath.Join(l.flags.out, "checkpoints"), checkpoint.Options{Keep: l.flags.keep, RunID: l.runID, Source: l.source, Data: l.dataIDs, ChatTemplate: l.data.chatTemplate(), Hook: testHook})
-	l.saving.Store(false)
+	path, err := l.e.SaveCheckpoint(filepath.Join(l.o.Out, "checkpoints"), checkpoint.Options{Keep: l.o.Keep, RunID: l.runID, Source: l.o.Source, Data: l.dataIDs, ChatTemplate: l.data.ChatTemplate(), Hook: l.o.hook})
+	l.setSaving(false)
 	if err != nil {
 		return "", fmt.Errorf("train: save checkpoint: %w", err)
 	}
@@ -291,28 +270,36 @@ func (l *trainLoop) save(st report.StepStats) (string, error) {
 	return path, nil
 }
 
+func (l *trainLoop) setSaving(b bool) {
+	if s := l.o.Status; s != nil {
+		s.saving.Store(b)
+	}
+}
+
 // outputsOnly writes the outputs of the resumed run's last step (a run
 // killed after its last checkpoint, before them): model.safetensors and
 // summary.json, from the loaded checkpoint; in a job, process 0 writes and
 // the others send their shards.
-func (l *trainLoop) outputsOnly(stdout io.Writer) error {
-	if !l.job.leader() {
+func (l *trainLoop) outputsOnly() (*Result, error) {
+	res := &Result{Start: l.start, Last: l.start, Summary: l.e.Summary()}
+	if !l.o.leader() {
 		if err := l.e.MasterChunks(func(int, []float32) error { return nil }); err != nil {
-			return fmt.Errorf("train: --out: %w", err)
+			return nil, fmt.Errorf("train: --out: %w", err)
 		}
-		return nil
+		return res, nil
 	}
-	if err := writeRunOut(l.flags.out, l.e, l.e.Summary(), 0, nil, stepTime{}, stdout); err != nil {
-		return err
+	if err := WriteOutputs(context.WithoutCancel(l.ctx), l.o.Out, l.e, res.Summary, 0, nil, StepTime{}, l.o.Report); err != nil {
+		return nil, err
 	}
-	fmt.Fprintf(stdout, "the run ended at step %d; its outputs are written\n", l.start)
-	return nil
+	fmt.Fprintf(l.o.Report, "the run ended at step %d; its outputs are written\n", l.start)
+	return res, nil
 }
 
 // report prints the run's summary, writes summary.json and the trained
-// weights under --out, and for a run stopped on a signal returns the error
-// that says how to go on.
-func (l *trainLoop) report(stdout io.Writer) error {
+// weights under Out, and for a stopped run returns the error that says
+// how to go on.
+func (l *trainLoop) report() (*Result, error) {
+	stdout := l.o.Report
 	elapsed := time.Since(l.t0)
 	sum := l.e.Summary()
 	if sum.Tier != nil && l.last.Tier != nil {
@@ -340,7 +327,7 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	default:
 		fmt.Fprintf(stdout, "eval loss %.4f -> %.4f over %d tokens of --eval-data\n", l.firstEval.Loss, l.lastEval.Loss, l.lastEval.Tokens)
 	}
-	fmt.Fprint(stdout, formatSummary(sum))
+	fmt.Fprint(stdout, FormatSummary(sum))
 	st := l.stepTime()
 	if st.Predicted > 0 {
 		fmt.Fprintf(stdout, "step time: median %.3f s over steps %d-%d; strata plan predicted %.3f s (%+.0f%%, profile %s)\n",
@@ -348,44 +335,48 @@ func (l *trainLoop) report(stdout io.Writer) error {
 	}
 	l.fails.report(stdout)
 	l.mon.report(stdout)
-	if !l.job.leader() {
-		if l.flags.out != "" { // process 0 writes the weights: send this process's shards
+	res := &Result{Start: l.start, Last: l.last.Step, Summary: sum, Elapsed: elapsed.Seconds(), FirstEval: l.firstEval, LastEval: l.lastEval,
+		StepTime: st, Checkpoint: l.saved}
+	if !l.o.leader() {
+		if l.o.Out != "" { // process 0 writes the weights: send this process's shards
 			if err := l.e.MasterChunks(func(int, []float32) error { return nil }); err != nil {
-				return fmt.Errorf("train: --out: %w", err)
+				return nil, fmt.Errorf("train: --out: %w", err)
 			}
 		}
-		return nil
+		return res, nil
 	}
-	if dir := l.flags.out; dir != "" {
-		if err := testPoint("outputs"); err != nil {
-			return err
+	if dir := l.o.Out; dir != "" {
+		if err := l.o.hook("outputs"); err != nil {
+			return nil, err
 		}
-		if err := writeRunOut(dir, l.e, sum, elapsed, l.lastEval, st, stdout); err != nil {
+		if err := WriteOutputs(context.WithoutCancel(l.ctx), dir, l.e, sum, elapsed, l.lastEval, st, stdout); err != nil {
 			if serr := l.lastSaveError(); serr != nil {
 				// The disk refused the last checkpoint too: say which survives.
-				return jobError{msg: fmt.Sprintf("%v; and %s", err, strings.TrimPrefix(serr.Error(), "train: "))}
+				return nil, &FinalSaveError{Msg: fmt.Sprintf("%v; and %s", err, strings.TrimPrefix(serr.Error(), "train: "))}
 			}
-			return err
+			return nil, err
 		}
 	}
 	if err := l.lastSaveError(); err != nil {
-		return err
+		return res, err
 	}
 	if l.stopped == nil {
-		return fp16NoUpdate(l.e)
+		if err := l.e.FP16NoUpdate(); err != nil {
+			return res, fmt.Errorf("train: %w", err)
+		}
+		return res, nil
 	}
+	return res, l.stoppedError()
+}
+
+// stoppedError is the error of a run stopped after a step.
+func (l *trainLoop) stoppedError() *StoppedError {
 	total := l.cfg.Strata.Steps
-	if l.stoppedAt == "" {
-		return interruptedError{msg: fmt.Sprintf("train: %v: stopped after step %d of %d; no --out, so nothing was saved to resume from", l.stopped, l.last.Step, total), status: exitStatus(l.stopped)}
+	e := &StoppedError{Started: true, Step: l.last.Step, Total: total, Checkpoint: l.stoppedAt, Cause: l.stopped}
+	if l.stoppedAt != "" {
+		e.GoOn = l.o.goOn(l.o.Args, l.o.Out, total)
 	}
-	status := exitStatus(l.stopped)
-	if l.stopped == syscall.SIGUSR1 {
-		// A job's asked-for stop, saved: no failure (mpirun would print
-		// its "job aborted" banner under a non-zero status).
-		status = 0
-	}
-	return interruptedError{msg: fmt.Sprintf("train: %v: stopped after step %d of %d, checkpoint %s; go on with: %s",
-		l.stopped, l.last.Step, total, l.stoppedAt, l.job.launcher()+goOn(l.flags.args, l.flags.out, total)), status: status}
+	return e
 }
 
 // monitors are a run's DeepSpeed monitors (config "tensorboard",

@@ -1,4 +1,4 @@
-package cmd
+package run
 
 import (
 	"bytes"
@@ -35,7 +35,8 @@ import (
 // holds another run's files); a resumed run claims the directory of the
 // run it continues (a checkpoint with the directory's run id).
 const (
-	lockFileName = "strata.lock"
+	// LockFileName is the run directory's lock file.
+	LockFileName = "strata.lock"
 	runFileName  = "run.json"
 )
 
@@ -47,12 +48,13 @@ type runDir struct {
 	// continues is true when the run resumes the run that owns the
 	// directory (its checkpoints are this run's history).
 	continues bool
-	replaced  string   // with --overwrite: what the earlier run left (a note)
-	args      []string // the run's flags, recorded in run.json
+	replaced  string                                            // with --overwrite: what the earlier run left (a note)
+	args      []string                                          // the run's flags, recorded in run.json
+	goOn      func(args []string, out string, total int) string // Options.GoOn
 }
 
-// runFile is run.json.
-type runFile struct {
+// RunFile is run.json.
+type RunFile struct {
 	Run     string    `json:"run"`
 	Started time.Time `json:"started"`
 	PID     int       `json:"pid"`
@@ -70,11 +72,11 @@ type runFile struct {
 // whether this run may write into it: an empty directory, the directory of
 // the run that resume (nil for a new run) continues, or, with overwrite,
 // any directory. Another run holding the lock is named by its pid.
-func claimOut(out string, resume *checkpoint.Manifest, resumeDir string, overwrite bool) (*runDir, error) {
+func claimOut(out string, resume *checkpoint.Manifest, resumeDir string, overwrite bool, goOn func([]string, string, int) string) (*runDir, error) {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)
 	}
-	lockPath := filepath.Join(out, lockFileName)
+	lockPath := filepath.Join(out, LockFileName)
 	f, err := os.OpenFile(lockPath, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)
@@ -88,7 +90,7 @@ func claimOut(out string, resume *checkpoint.Manifest, resumeDir string, overwri
 		}
 		return nil, fmt.Errorf("train: --out: lock %s: %w", lockPath, err)
 	}
-	rd := &runDir{path: out, lock: f}
+	rd := &runDir{path: out, lock: f, goOn: goOn}
 	if err := rd.decide(resume, resumeDir, overwrite); err != nil {
 		rd.close()
 		return nil, err
@@ -106,11 +108,11 @@ func (rd *runDir) decide(resume *checkpoint.Manifest, resumeDir string, overwrit
 	}
 	var names []string
 	for _, e := range ents {
-		if e.Name() != lockFileName {
+		if e.Name() != LockFileName {
 			names = append(names, e.Name())
 		}
 	}
-	owner, err := readRunFile(rd.path)
+	owner, err := ReadRunFile(rd.path)
 	if err != nil {
 		return err
 	}
@@ -132,13 +134,13 @@ func (rd *runDir) decide(resume *checkpoint.Manifest, resumeDir string, overwrit
 			what = "files that are not a Strata run's"
 		}
 		hint := ""
-		if owner != nil && slices.Contains(names, "checkpoints") {
-			hint = fmt.Sprintf("resume that run (%s), ", strings.TrimPrefix(goOn(owner.Args, rd.path, 0), "strata train "))
+		if owner != nil && slices.Contains(names, "checkpoints") && rd.goOn != nil {
+			hint = fmt.Sprintf("resume that run (%s), ", strings.TrimPrefix(rd.goOn(owner.Args, rd.path, 0), "strata train "))
 		}
 		if len(names) > 6 {
 			names = append(names[:6], fmt.Sprintf("and %d more", len(names)-6))
 		}
-		return usagef("train: --out %s is not empty (%s) and holds %s: a run directory belongs to one run; %schoose an empty --out, or pass --overwrite to replace its config.json, steps.jsonl, summary.json and model.safetensors (its checkpoints stay, never pruned by this run)",
+		return inputf("train: --out %s is not empty (%s) and holds %s: a run directory belongs to one run; %schoose an empty --out, or pass --overwrite to replace its config.json, steps.jsonl, summary.json and model.safetensors (its checkpoints stay, never pruned by this run)",
 			rd.path, strings.Join(names, ", "), what, hint)
 	}
 	var b [8]byte
@@ -147,8 +149,8 @@ func (rd *runDir) decide(resume *checkpoint.Manifest, resumeDir string, overwrit
 	return nil
 }
 
-// readRunFile reads dir/run.json; nil, nil without one.
-func readRunFile(dir string) (*runFile, error) {
+// ReadRunFile reads dir/run.json; nil, nil without one.
+func ReadRunFile(dir string) (*RunFile, error) {
 	b, err := os.ReadFile(filepath.Join(dir, runFileName))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -156,7 +158,7 @@ func readRunFile(dir string) (*runFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("train: --out: %w", err)
 	}
-	var rf runFile
+	var rf RunFile
 	if err := json.Unmarshal(b, &rf); err != nil || rf.Run == "" {
 		return nil, fmt.Errorf("train: --out: %s is not a run file (%v): remove it or choose another --out", filepath.Join(dir, runFileName), err)
 	}
@@ -166,7 +168,7 @@ func readRunFile(dir string) (*runFile, error) {
 // writeRunFile records the run's id, the source of its weights and its
 // flags in run.json.
 func (rd *runDir) writeRunFile(source *hf.Source) error {
-	b, _ := json.MarshalIndent(runFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid(), Source: source, Args: rd.args}, "", "  ")
+	b, _ := json.MarshalIndent(RunFile{Run: rd.id, Started: time.Now().UTC(), PID: os.Getpid(), Source: source, Args: rd.args}, "", "  ")
 	return writeAtomic(filepath.Join(rd.path, runFileName), append(b, '\n'))
 }
 
@@ -206,7 +208,7 @@ func sameDir(a, b string) bool {
 // run.json, the resolved config, and steps.jsonl: a new file, or for a
 // resumed run the existing one without its lines past the resumed step (a
 // run that went on after its checkpoint), ready to append to.
-func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.File, error) {
+func (rd *runDir) open(cfg *config.Config, p *runPlan, stderr io.Writer) (*os.File, error) {
 	if rd.replaced != "" {
 		fmt.Fprintf(stderr, "note: --overwrite: %s held another run's files (%s): its config.json, steps.jsonl, summary.json and model.safetensors are replaced; its checkpoints stay, and this run never prunes them\n",
 			rd.path, rd.replaced)
@@ -269,7 +271,7 @@ func (rd *runDir) open(cfg *config.Config, p *trainPlan, stderr io.Writer) (*os.
 // older than the run's newest: when the checkpoint is in the directory,
 // latest moves back to it and the later ones are set aside; a copy from
 // elsewhere is refused (the two histories would mix).
-func (rd *runDir) rewind(p *trainPlan, stderr io.Writer) error {
+func (rd *runDir) rewind(p *runPlan, stderr io.Writer) error {
 	ck := filepath.Join(rd.path, "checkpoints")
 	ls, err := checkpoint.List(ck)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -287,7 +289,7 @@ func (rd *runDir) rewind(p *trainPlan, stderr io.Writer) error {
 	inside := sameDir(filepath.Dir(p.resumeDir), ck)
 	if !inside {
 		if len(later) > 0 {
-			return usagef("train: --resume: %s already holds checkpoints of this run past step %d (%s): this run would mix with them; resume from the latest, or from a checkpoint in %s, or write this run to another --out",
+			return inputf("train: --resume: %s already holds checkpoints of this run past step %d (%s): this run would mix with them; resume from the latest, or from a checkpoint in %s, or write this run to another --out",
 				ck, p.start, strings.Join(later, ", "), ck)
 		}
 		return nil

@@ -1,4 +1,4 @@
-package cmd
+package run
 
 import (
 	"crypto/sha256"
@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-
-	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/config"
@@ -35,11 +33,11 @@ const (
 	dataHashSample = 64 << 10 // else three samples of this size
 )
 
-// identifyData is the identity of the data at path (role "data" or
+// IdentifyData is the identity of the data at path (role "data" or
 // "eval-data"): a file, or a table's files (a directory or a glob of
 // shards, a save_to_disk directory: data.TableFiles, the DatasetDict
 // split the role reads), recorded with path as given.
-func identifyData(role, path string) (checkpoint.DataFile, error) {
+func IdentifyData(role, path string) (checkpoint.DataFile, error) {
 	if fi, err := os.Stat(path); err == nil && fi.Mode().IsRegular() {
 		id, err := identifyFile(path)
 		id.Role = role
@@ -127,10 +125,10 @@ func identifyFile(path string) (checkpoint.DataFile, error) {
 	return id, nil
 }
 
-// dataChange says how the data now differs from was ("" when it is the
+// DataChange says how the data now differs from was ("" when it is the
 // same data): for tables, the first file that changed, appeared or
 // disappeared.
-func dataChange(was, now checkpoint.DataFile) string {
+func DataChange(was, now checkpoint.DataFile) string {
 	name := now.Path
 	if now.Path != was.Path {
 		name = fmt.Sprintf("%s (the checkpoint's was %s)", now.Path, was.Path)
@@ -207,32 +205,33 @@ func fileChange(name string, was, now checkpoint.DataFile) string {
 	return ""
 }
 
-// identifyRunData records the identity of the run's training data
-// (p.dataIDs), as it is before it is opened. A file that cannot be read
+// identifyRunData is the identity of the run's training data (cfg's
+// strata.data), as it is before it is opened. A file that cannot be read
 // is left for the data's opening to report.
-func identifyRunData(p *trainPlan, cfg *config.Config) {
+func identifyRunData(cfg *config.Config) []checkpoint.DataFile {
 	if path := cfg.Strata.Data; path != "" {
-		if id, err := identifyData("data", path); err == nil {
-			p.dataIDs = []checkpoint.DataFile{id}
+		if id, err := IdentifyData("data", path); err == nil {
+			return []checkpoint.DataFile{id}
 		}
 	}
+	return nil
 }
 
-// checkData refuses a resumed run whose training data (p.dataIDs) differs
-// from what its checkpoint recorded, unless --allow-data-change (then says
+// checkData refuses a resumed run whose training data (ids) differs
+// from what its checkpoint recorded, unless r.AllowDataChange (then says
 // what changed).
-func checkData(c *cli.Context, p *trainPlan, stderr io.Writer) error {
-	if p.resume == nil || len(p.resume.Data) == 0 {
+func checkData(r *Resume, ids []checkpoint.DataFile, stderr io.Writer) error {
+	if r == nil || len(r.Manifest.Data) == 0 {
 		return nil
 	}
 	var now *checkpoint.DataFile
-	if len(p.dataIDs) > 0 {
-		now = &p.dataIDs[0]
+	if len(ids) > 0 {
+		now = &ids[0]
 	}
 	var was *checkpoint.DataFile
-	for i := range p.resume.Data {
-		if p.resume.Data[i].Role == "data" {
-			was = &p.resume.Data[i]
+	for i := range r.Manifest.Data {
+		if r.Manifest.Data[i].Role == "data" {
+			was = &r.Manifest.Data[i]
 		}
 	}
 	var change string
@@ -243,16 +242,16 @@ func checkData(c *cli.Context, p *trainPlan, stderr io.Writer) error {
 	case now == nil:
 		change = fmt.Sprintf("the run trained on %s, and this one would train on the synthetic corpus", was.Path)
 	default:
-		change = dataChange(*was, *now)
+		change = DataChange(*was, *now)
 	}
 	if change == "" {
 		return nil
 	}
-	if c.Bool("allow-data-change") {
+	if r.AllowDataChange {
 		fmt.Fprintf(stderr, "note: --allow-data-change: the training data changed since the checkpoint of step %d: %s; the run goes on with it (its next checkpoints record it)\n",
-			p.resume.Step, change)
+			r.Manifest.Step, change)
 		return nil
 	}
-	return usagef("train: --resume: the training data changed since the checkpoint of step %d (%s) was saved: %s; on other data the run reads other rows than the one it continues: pass --allow-data-change to go on with it",
-		p.resume.Step, p.resumeDir, strings.TrimSpace(change))
+	return inputf("train: --resume: the training data changed since the checkpoint of step %d (%s) was saved: %s; on other data the run reads other rows than the one it continues: pass --allow-data-change to go on with it",
+		r.Manifest.Step, r.Dir, strings.TrimSpace(change))
 }

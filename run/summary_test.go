@@ -1,0 +1,67 @@
+package run
+
+import (
+	"bytes"
+	"encoding/json"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/strata-ai/strata/engine/report"
+	"github.com/strata-ai/strata/gpu"
+)
+
+// TestSummaryKeysSorted: summary.json, marshalled from Summary, has its
+// keys in the order a map of them had when it was written from one (top
+// level, "tier", "frozen", "host_optimizer": sorted); the per-device and
+// registration objects keep their struct order, as before.
+func TestSummaryKeysSorted(t *testing.T) {
+	s := report.Summary{Model: "tiny", Params: 1234, Devices: 2, Stage: 3, Precision: gpu.F16, SkippedSteps: 1, LossScale: 1024,
+		PerDevice:    []report.DeviceSummary{{Device: "cpu0", ModelStatePeakBytes: 5}},
+		Tier:         &report.TierSummary{ParamTier: "host", OptimizerTier: "nvme", NVMePaths: []string{"/x"}},
+		FrozenParams: 7, FrozenChunks: []string{"block 0"}, Notes: []string{"a note"},
+		HostRegistration: []report.HostRegistration{{Pool: "pinned", Bytes: 4096, Outcome: "registered"}}}
+	js := NewSummary(s, 1500*time.Millisecond)
+	loss, tokens := 2.5, int64(99)
+	js.EvalLoss, js.EvalTokens, js.MeasuredStepSeconds, js.PredictedStepSecs, js.PredictedBy = &loss, &tokens, 0.25, 0.3, "strata plan, profile p"
+	b, err := json.MarshalIndent(js, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	top := objectKeys(t, b)
+	if len(top) != 30 {
+		t.Errorf("%d keys, want 30 (every optional one set): %v", len(top), top)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for what, keys := range map[string][]string{"summary.json": top, "tier": objectKeys(t, m["tier"]),
+		"frozen": objectKeys(t, m["frozen"]), "host_optimizer": objectKeys(t, m["host_optimizer"])} {
+		if !slices.IsSorted(keys) {
+			t.Errorf("%s: keys not sorted: %v", what, keys)
+		}
+	}
+}
+
+// objectKeys are the keys of the JSON object b, in their order.
+func objectKeys(t *testing.T, b []byte) []string {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not an object: %s", b)
+	}
+	var keys []string
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = append(keys, tok.(string))
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
