@@ -43,7 +43,7 @@ type runData struct {
 	every   int
 	// chat is the chat template of the training data's {"messages"}
 	// lines, recorded in every checkpoint; nil when it has none.
-	chat *hf.ChatTemplate
+	chat *data.ChatTemplate
 }
 
 // Close closes the data files.
@@ -82,7 +82,7 @@ func runTokenizer(cfg *config.Config, source *hf.Source) (data.Tokenizer, string
 // else the one a run recorded (recorded: a checkpoint's), else the one of
 // the Hugging Face model the run started from, else ChatML. cmd names the
 // command in errors (train, eval, generate).
-func runChat(c *cli.Context, source *hf.Source, recorded *hf.ChatTemplate, cmd string) (*data.ChatTemplate, error) {
+func runChat(c *cli.Context, source *hf.Source, recorded *data.ChatTemplate, cmd string) (*data.ChatTemplate, error) {
 	if p := c.String("chat-template"); p != "" {
 		chat, err := data.LoadChatTemplate(p)
 		if err != nil {
@@ -91,10 +91,10 @@ func runChat(c *cli.Context, source *hf.Source, recorded *hf.ChatTemplate, cmd s
 		return chat, nil
 	}
 	if recorded != nil {
-		if recorded.Template == data.ChatMLTemplate {
+		if recorded.Text() == data.ChatMLTemplate {
 			return data.DefaultChatTemplate(), nil
 		}
-		chat, err := data.ParseChatTemplate(recorded.Template, recorded.Source+" (recorded by the run)", recorded.SpecialTokens)
+		chat, err := data.ParseChatTemplate(recorded.Text(), recorded.Source()+" (recorded by the run)", recorded.SpecialTokens())
 		if err != nil {
 			return nil, fmt.Errorf("%s: the run's chat template: %w", cmd, err)
 		}
@@ -111,11 +111,6 @@ func runChat(c *cli.Context, source *hf.Source, recorded *hf.ChatTemplate, cmd s
 		return nil, fmt.Errorf("%s: the model's chat template: %w", cmd, err)
 	}
 	return chat, nil
-}
-
-// hfChat is chat as a checkpoint records it and an export writes it.
-func hfChat(chat *data.ChatTemplate) *hf.ChatTemplate {
-	return &hf.ChatTemplate{Source: chat.Source(), Template: chat.Text(), SpecialTokens: chat.SpecialTokens()}
 }
 
 // checkDataFlags refuses data flags that do not go together.
@@ -182,7 +177,7 @@ func openRunData(ctx context.Context, c *cli.Context, cfg *config.Config, source
 		}
 		d.train = td
 		if td.Source.Stats.Kinds[data.KindChat] > 0 {
-			d.chat = hfChat(chat)
+			d.chat = chat
 		}
 		describeData(stderr, "data", td.Source, time.Since(t0))
 		if td.Packed != nil {
@@ -295,7 +290,7 @@ func epochSteps(d *runData, cfg *config.Config, epochs int) (int, error) {
 }
 
 // chatTemplate is d.chat, nil for no data.
-func (d *runData) chatTemplate() *hf.ChatTemplate {
+func (d *runData) chatTemplate() *data.ChatTemplate {
 	if d == nil {
 		return nil
 	}

@@ -156,7 +156,7 @@ func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
 	}
 	chat := "no chat template (the run trained on no {\"messages\"} lines)"
 	if m.ChatTemplate != nil {
-		chat = "the run's chat template, " + m.ChatTemplate.Source
+		chat = "the run's chat template, " + m.ChatTemplate.Source()
 	}
 	fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s; written: %s (%s)\n",
 		st.Step, src, st.ParamCount(), dst, len(out.Files), units.FormatBytes(out.TotalBytes), dt, strings.Join(out.Files, ", "), tok,
@@ -170,7 +170,7 @@ func exportHF(c *cli.Context, src, dir, dst string, dt dtype.DType) error {
 // run's chat template when that is one token of it. None for a run
 // without a tokenizer.json (the byte vocabulary has no special tokens);
 // the ids found before an error with it.
-func generationIDs(source *hf.Source, chat *hf.ChatTemplate) (hf.GenerationIDs, error) {
+func generationIDs(source *hf.Source, chat *data.ChatTemplate) (hf.GenerationIDs, error) {
 	var ids hf.GenerationIDs
 	p := source.TokenizerPath()
 	if p == "" {
@@ -194,7 +194,7 @@ func generationIDs(source *hf.Source, chat *hf.ChatTemplate) (hf.GenerationIDs, 
 		}
 	}
 	if chat != nil {
-		t, err := data.ParseChatTemplate(chat.Template, chat.Source, chat.SpecialTokens)
+		t, err := data.ParseChatTemplate(chat.Text(), chat.Source(), chat.SpecialTokens())
 		if err != nil {
 			return ids, err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/strata-ai/strata/checkpoint"
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/gpu/cpu"
@@ -233,7 +234,7 @@ func (m *inferModel) openTokenizer(cmd string) error {
 // recordedChat is the chat template the model's checkpoint recorded (the
 // run trained on it), nil for a Hugging Face directory or a run without
 // one.
-func (m *inferModel) recordedChat() *hf.ChatTemplate {
+func (m *inferModel) recordedChat() *data.ChatTemplate {
 	if rd, ok := m.im.src.(*checkpoint.Reader); ok {
 		return rd.ChatTemplate()
 	}

@@ -617,7 +617,7 @@ func decodeLoRA(s *section, st *Strata) {
 			}
 		}
 	}
-	s.stringKey("base_dtype", &o.BaseDType, BaseBF16, BaseNF4, BaseInt8)
+	s.stringKey("base_dtype", &o.BaseDType, BaseDTypes...)
 	if n := s.get("bias"); n != nil && !(n.kind == kindString && n.text == "none") {
 		s.d.errAt(n.offset, "strata.lora.bias", `only "none" is built (the base's biases stay frozen); got %s`, describe(n))
 	}

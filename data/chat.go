@@ -35,11 +35,50 @@ const ChatMLTemplate = "{% for message in messages %}{{ '<|im_start|>' + message
 // is given only by WithDate (the data would depend on the day). A
 // template using anything else is refused when it is loaded, or, for a
 // method of a string, when it is called.
+//
+// It is also the chat template a run rendered its {"messages"} lines with,
+// as its checkpoints' manifests record it (JSON: source, template and
+// special_tokens) and an exported directory carries it (hf.ExportDir).
 type ChatTemplate struct {
 	body   []tmplNode
 	vars   map[string]any
 	source string
 	text   string // the template's Jinja source
+	err    error  // a recorded template the interpreter cannot parse: Render's error
+}
+
+// chatRecord is a ChatTemplate as JSON.
+type chatRecord struct {
+	Source   string `json:"source"`   // where it came from: a file, or "default (ChatML)"
+	Template string `json:"template"` // the Jinja text
+	// SpecialTokens are the special tokens' texts it was given
+	// (bos_token, eos_token, ...), written into a tokenizer_config.json
+	// that the source did not have.
+	SpecialTokens map[string]string `json:"special_tokens,omitempty"`
+}
+
+// MarshalJSON records c: its Source, Text and SpecialTokens.
+func (c *ChatTemplate) MarshalJSON() ([]byte, error) {
+	return json.Marshal(chatRecord{Source: c.source, Template: c.text, SpecialTokens: c.SpecialTokens()})
+}
+
+// UnmarshalJSON reads a template MarshalJSON recorded and parses it; a
+// template the interpreter cannot parse is kept (its Source, Text and
+// SpecialTokens), and rendering it returns the parse error.
+func (c *ChatTemplate) UnmarshalJSON(b []byte) error {
+	var r chatRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	p, err := ParseChatTemplate(r.Template, r.Source, r.SpecialTokens)
+	if err != nil {
+		p = &ChatTemplate{vars: map[string]any{}, source: r.Source, text: r.Template, err: err}
+		for k, v := range r.SpecialTokens {
+			p.vars[k] = v
+		}
+	}
+	*c = *p
+	return nil
 }
 
 // ChatMLMarkers are the texts ChatMLTemplate puts around each message: a
@@ -189,6 +228,9 @@ func LoadChatTemplate(path string) (*ChatTemplate, error) {
 		cfgPath, tmplPath = filepath.Join(filepath.Dir(path), "tokenizer_config.json"), path
 	}
 	special, src, err := readTokenizerConfig(cfgPath)
+	if fi.IsDir() && tmplPath == "" && errors.Is(err, fs.ErrNotExist) {
+		return DefaultChatTemplate(), nil // a model directory without tokenizer_config.json: no template
+	}
 	if err != nil && !(tmplPath != "" && errors.Is(err, fs.ErrNotExist)) {
 		return nil, err
 	}
@@ -303,6 +345,9 @@ func readTokenizerConfig(path string) (map[string]string, string, error) {
 // an error wrapping ErrTemplateBudget past it); ctx stops it (an error
 // wrapping ctx's; nil: nothing does).
 func (c *ChatTemplate) Render(ctx context.Context, messages []any, addGenerationPrompt bool) (string, error) {
+	if c.err != nil {
+		return "", c.err
+	}
 	vars := map[string]any{}
 	for k, v := range c.vars {
 		vars[k] = v

@@ -59,11 +59,8 @@ func (d DType) Bytes(n int) int64 {
 		}
 		return 4*int64((n+Q8Block-1)/Q8Block) + int64(n)
 	}
-	if d == NF4 {
-		return 4*int64((n+63)/64) + int64(n+1)/2 // internal/nf4.Bytes
-	}
-	if d == INT8 {
-		return 4*int64((n+63)/64) + int64(n) // internal/absmax8.Bytes
+	if c := codecOf(d); c != nil {
+		return c.Bytes(n) // NF4, INT8: the codec's size
 	}
 	if d == Rem16 {
 		return 2*int64(n) + int64(n+7)/8

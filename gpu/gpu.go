@@ -24,7 +24,7 @@ const (
 	U8 = dtype.U8
 )
 
-// NF4 and INT8 name the coded formats of Dequantize (internal/nf4,
+// NF4 and INT8 name the coded formats of Dequantize (dtype.Codecs: internal/nf4,
 // internal/absmax8): a U8 buffer of their Bytes(n) holds one on a device.
 const (
 	NF4  = dtype.NF4
