@@ -31,32 +31,25 @@ const (
 	INT8 = dtype.INT8
 )
 
+//go:generate go tool stringer -type=Kind -linecomment -output=kind_string.go
+
 // Kind classifies an allocation for memory accounting. The engine reports the
 // peak of model-state bytes (params, grads, optimizer state) separately from
 // activations and workspace, so every allocation says which it is.
 type Kind uint8
 
 const (
-	ModelState Kind = iota // parameters, gradients, master weights, Adam moments
-	Activation             // saved activations and their gradients
-	Workspace              // temporaries: gathered chunks, buckets, scratch
+	// ModelState: parameters, gradients, master weights, Adam moments
+	ModelState Kind = iota // model-state
+	// Activation: saved activations and their gradients
+	Activation // activation
+	// Workspace: temporaries: gathered chunks, buckets, scratch
+	Workspace // workspace
 	kindCount
 )
 
 // KindCount is the number of allocation kinds.
 const KindCount = int(kindCount)
-
-func (k Kind) String() string {
-	switch k {
-	case ModelState:
-		return "model-state"
-	case Activation:
-		return "activation"
-	case Workspace:
-		return "workspace"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
 
 // Tag says what an allocation is for: its kind and a short purpose
 // ("param chunk 3", "grad bucket", "attn probs").
