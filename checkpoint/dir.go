@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/internal/durable"
@@ -78,7 +79,7 @@ type Manifest struct {
 	// ChatTemplate is the chat template the run rendered its
 	// {"messages"} lines with (Options.ChatTemplate); nil for a run
 	// without any.
-	ChatTemplate *hf.ChatTemplate `json:"chat_template,omitempty"`
+	ChatTemplate *data.ChatTemplate `json:"chat_template,omitempty"`
 }
 
 // DataFile identifies a data file a run trained on: its size and the
@@ -166,7 +167,7 @@ type Options struct {
 
 	// ChatTemplate, when set, is recorded in the manifest: the chat
 	// template of the run's {"messages"} lines, which an export carries.
-	ChatTemplate *hf.ChatTemplate
+	ChatTemplate *data.ChatTemplate
 
 	// Hook, for tests, is called at each named point of a save and of its
 	// pruning ("write rank-00000.safetensors", "manifest", "rename",

@@ -204,7 +204,7 @@ func exportHF(ctx context.Context, src, dst string, opts ExportOptions, res *Exp
 	res.Step, res.Params, res.DType = st.Step, st.ParamCount(), out.DType.String()
 	res.Files, res.SizeBytes, res.Tokenizer, res.Written = out.Files, out.TotalBytes, out.Tokenizer, out.Written
 	if m.ChatTemplate != nil {
-		res.ChatTemplate = m.ChatTemplate.Source
+		res.ChatTemplate = m.ChatTemplate.Source()
 	}
 	return nil
 }
@@ -215,7 +215,7 @@ func exportHF(ctx context.Context, src, dst string, opts ExportOptions, res *Exp
 // run's chat template when that is one token of it. None for a run
 // without a tokenizer.json (the byte vocabulary has no special tokens);
 // the ids found before an error with it.
-func generationIDs(source *hf.Source, chat *hf.ChatTemplate) (hf.GenerationIDs, error) {
+func generationIDs(source *hf.Source, chat *data.ChatTemplate) (hf.GenerationIDs, error) {
 	var ids hf.GenerationIDs
 	p := source.TokenizerPath()
 	if p == "" {
@@ -239,11 +239,7 @@ func generationIDs(source *hf.Source, chat *hf.ChatTemplate) (hf.GenerationIDs, 
 		}
 	}
 	if chat != nil {
-		t, err := data.ParseChatTemplate(chat.Template, chat.Source, chat.SpecialTokens)
-		if err != nil {
-			return ids, err
-		}
-		eot, err := t.EndOfTurn()
+		eot, err := chat.EndOfTurn()
 		if err != nil {
 			return ids, err
 		}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
@@ -270,7 +271,7 @@ type Reader struct {
 	files []*os.File
 	offs  [][][]int64 // [r][c][k]: file offset of rank r's tensor chunk.c.States[k]
 	src   *hf.Source  // the manifest's Source
-	chat  *hf.ChatTemplate
+	chat  *data.ChatTemplate
 	buf   []byte // ReadChunk's bf16 block
 	// lora is the layout with its adapters, for ReadChunk's merge (a LoRA
 	// checkpoint's; nil until the first merge).
@@ -558,7 +559,7 @@ func (rd *Reader) Source() *hf.Source { return rd.src }
 
 // ChatTemplate is the manifest's ChatTemplate: the run's chat template,
 // nil when it recorded none.
-func (rd *Reader) ChatTemplate() *hf.ChatTemplate { return rd.chat }
+func (rd *Reader) ChatTemplate() *data.ChatTemplate { return rd.chat }
 
 // ReadChunk fills dst, exactly the length of chunk c, with the
 // checkpoint's weights of chunk c as fp32: the master weights when it holds

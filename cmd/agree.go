@@ -81,8 +81,8 @@ func trainRunKey(c *cli.Context, p *trainPlan) runKey {
 	}
 	k["chat template"] = "(none)"
 	if ct := p.data.ChatTemplate(); ct != nil {
-		sum := sha256.Sum256([]byte(ct.Template))
-		k["chat template"] = fmt.Sprintf("%s (sha256 %s)", ct.Source, hex.EncodeToString(sum[:6]))
+		sum := sha256.Sum256([]byte(ct.Text()))
+		k["chat template"] = fmt.Sprintf("%s (sha256 %s)", ct.Source(), hex.EncodeToString(sum[:6]))
 	}
 	for _, name := range []string{"out", "init", "adapter"} {
 		k["--"+name] = "(not given)"

@@ -2,10 +2,8 @@ package cmd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/hf"
 	trainrun "github.com/strata-ai/strata/run"
+	"github.com/strata-ai/strata/source"
 )
 
 // dataFlags are train's flags for what it trains on and evaluates.
@@ -32,7 +31,7 @@ func dataFlags() []cli.Flag {
 // else the one a run recorded (recorded: a checkpoint's), else the one of
 // the Hugging Face model the run started from, else ChatML. cmd names the
 // command in errors (train, eval, generate).
-func runChat(c *cli.Context, source *hf.Source, recorded *hf.ChatTemplate, cmd string) (*data.ChatTemplate, error) {
+func runChat(c *cli.Context, src *hf.Source, recorded *data.ChatTemplate, cmd string) (*data.ChatTemplate, error) {
 	if p := c.String("chat-template"); p != "" {
 		chat, err := data.LoadChatTemplate(p)
 		if err != nil {
@@ -40,25 +39,9 @@ func runChat(c *cli.Context, source *hf.Source, recorded *hf.ChatTemplate, cmd s
 		}
 		return chat, nil
 	}
-	if recorded != nil {
-		if recorded.Template == data.ChatMLTemplate {
-			return data.DefaultChatTemplate(), nil
-		}
-		chat, err := data.ParseChatTemplate(recorded.Template, recorded.Source+" (recorded by the run)", recorded.SpecialTokens)
-		if err != nil {
-			return nil, fmt.Errorf("%s: the run's chat template: %w", cmd, err)
-		}
-		return chat, nil
-	}
-	if source == nil || source.Format != hf.SourceHF {
-		return data.DefaultChatTemplate(), nil
-	}
-	chat, err := data.LoadChatTemplate(source.Path)
-	if errors.Is(err, fs.ErrNotExist) { // no tokenizer_config.json
-		return data.DefaultChatTemplate(), nil
-	}
+	chat, err := source.ChatTemplate(src, recorded)
 	if err != nil {
-		return nil, fmt.Errorf("%s: the model's chat template: %w", cmd, err)
+		return nil, fmt.Errorf("%s: %w", cmd, err)
 	}
 	return chat, nil
 }

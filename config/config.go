@@ -266,6 +266,11 @@ const (
 	BaseInt8 = "int8"
 )
 
+// BaseDTypes are strata.lora.base_dtype's names, BaseBF16 first; every
+// other one names a codec of dtype.Codecs (a test of estimate checks that
+// the two lists agree).
+var BaseDTypes = []string{BaseBF16, BaseNF4, BaseInt8}
+
 // OptimizerState is strata.optimizer_state. Narrow moments need the
 // optimizer offloaded (zero_optimization.offload_optimizer.device cpu or
 // nvme): they are a format of cpuadam's.

@@ -9,21 +9,19 @@ import (
 	"unicode/utf8"
 )
 
+//go:generate go tool stringer -type=kind -linecomment -output=kind_string.go
+
 // kind is the JSON type of a node.
 type kind uint8
 
 const (
-	kindNull kind = iota
-	kindBool
-	kindNumber
-	kindString
-	kindArray
-	kindObject
+	kindNull   kind = iota // null
+	kindBool               // boolean
+	kindNumber             // number
+	kindString             // string
+	kindArray              // array
+	kindObject             // object
 )
-
-func (k kind) String() string {
-	return [...]string{"null", "boolean", "number", "string", "array", "object"}[k]
-}
 
 // node is a JSON value with the byte offset where it starts, so that every
 // message about a value can name its line and column.

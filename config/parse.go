@@ -617,7 +617,7 @@ func decodeLoRA(s *section, st *Strata) {
 			}
 		}
 	}
-	s.stringKey("base_dtype", &o.BaseDType, BaseBF16, BaseNF4, BaseInt8)
+	s.stringKey("base_dtype", &o.BaseDType, BaseDTypes...)
 	if n := s.get("bias"); n != nil && !(n.kind == kindString && n.text == "none") {
 		s.d.errAt(n.offset, "strata.lora.bias", `only "none" is built (the base's biases stay frozen); got %s`, describe(n))
 	}
@@ -938,7 +938,7 @@ func (c *Config) Validate() error {
 			bad("strata.lora: r %d must be >= 1, alpha %g > 0 and dropout %g in [0, 1)", o.R, o.Alpha, o.Dropout)
 		case len(st.Freeze) > 0:
 			bad("strata.freeze with strata.lora: LoRA freezes the whole base already and trains only the adapters; leave strata.freeze out")
-		case (o.BaseDType == BaseNF4 || o.BaseDType == BaseInt8) && (z.Stage != 3 || z.OffloadParam.Device == DeviceNone || z.OffloadParam.Device == ""):
+		case o.BaseDType != "" && o.BaseDType != BaseBF16 && (z.Stage != 3 || z.OffloadParam.Device == DeviceNone || z.OffloadParam.Device == ""):
 			bad("strata.lora.base_dtype %q: the base streams from host RAM or NVMe coded and is decoded on the device: set zero_optimization.stage 3 and offload_param.device \"cpu\" or \"nvme\" (or write \"bf16\")", o.BaseDType)
 		}
 	}

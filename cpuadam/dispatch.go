@@ -8,30 +8,22 @@ import (
 	"github.com/strata-ai/strata/internal/bf16"
 )
 
+//go:generate go tool stringer -type=ISA -linecomment -output=isa_string.go
+
 // ISA names a family of kernels.
 type ISA uint8
 
 const (
-	ISAAuto   ISA = iota // the best this CPU supports (Best)
-	ISAGo                // the pure Go reference, everywhere
-	ISAAVX2              // AVX2 + FMA, ymm (amd64)
-	ISAAVX512            // AVX-512F, zmm with masked tails (amd64)
+	// ISAAuto: the best this CPU supports (Best)
+	ISAAuto ISA = iota // auto
+	// ISAGo: the pure Go reference, everywhere
+	ISAGo // go
+	// ISAAVX2: AVX2 + FMA, ymm (amd64)
+	ISAAVX2 // avx2
+	// ISAAVX512: AVX-512F, zmm with masked tails (amd64)
+	ISAAVX512 // avx512
 	isaCount
 )
-
-func (i ISA) String() string {
-	switch i {
-	case ISAAuto:
-		return "auto"
-	case ISAGo:
-		return "go"
-	case ISAAVX2:
-		return "avx2"
-	case ISAAVX512:
-		return "avx512"
-	}
-	return fmt.Sprintf("ISA(%d)", uint8(i))
-}
 
 // ParseISA reads the names that String prints.
 func ParseISA(s string) (ISA, error) {

@@ -11,14 +11,19 @@ import (
 	"github.com/strata-ai/strata/internal/bf16"
 )
 
+//go:generate go tool stringer -type=Moments -linecomment -output=moments_string.go
+
 // Moments is the stored precision of Adam's first and second moments (m
 // and v) of an offloaded shard: the package doc's "Narrow moments".
 type Moments uint8
 
 const (
-	MomentsF32  Moments = iota // fp32, 4 B each
-	MomentsBF16                // bf16, rounded to nearest even, 2 B each
-	MomentsInt8                // 8-bit codes in blocks of QuantBlock with an fp32 scale each, ~1.016 B each
+	// MomentsF32: fp32, 4 B each
+	MomentsF32 Moments = iota // fp32
+	// MomentsBF16: bf16, rounded to nearest even, 2 B each
+	MomentsBF16 // bf16
+	// MomentsInt8: 8-bit codes in blocks of QuantBlock with an fp32 scale each, ~1.016 B each
+	MomentsInt8 // int8
 	momentsCount
 )
 
@@ -33,20 +38,11 @@ const QuantBlock = dtype.Q8Block
 // smooth.
 const MinQuantElems = dtype.Q8MinElems
 
-var momentsNames = [...]string{"fp32", "bf16", "int8"}
-
-func (m Moments) String() string {
-	if m < momentsCount {
-		return momentsNames[m]
-	}
-	return fmt.Sprintf("Moments(%d)", uint8(m))
-}
-
 // ParseMoments reads the names String prints.
 func ParseMoments(s string) (Moments, error) {
-	for i, n := range momentsNames {
-		if s == n {
-			return Moments(i), nil
+	for m := range momentsCount {
+		if s == m.String() {
+			return m, nil
 		}
 	}
 	return 0, fmt.Errorf("cpuadam: unknown moments precision %q (want fp32, bf16 or int8)", s)

@@ -15,24 +15,24 @@ import (
 	"github.com/strata-ai/strata/model"
 )
 
+//go:generate go tool stringer -type=Format -linecomment -output=format_string.go
+
 // Format is the format of a data file.
 type Format int
 
 const (
 	// Text is raw text: one token stream, drawn from as random windows.
-	Text Format = iota
+	Text Format = iota // text
 	// JSONL is one example per line (Convention: {"text"}, {"prompt",
 	// "completion"}, {"messages"}, ...), packed into rows.
-	JSONL
+	JSONL // jsonl
 	// Parquet is a table of examples, a row each, in Parquet files (one,
 	// a directory or a glob of shards), packed into rows.
-	Parquet
+	Parquet // parquet
 	// Arrow is a table of examples in Arrow IPC files (stream or file
 	// format): a datasets.save_to_disk directory, or files as Parquet's.
-	Arrow
+	Arrow // arrow
 )
-
-func (f Format) String() string { return [...]string{"text", "jsonl", "parquet", "arrow"}[f] }
 
 // Examples says whether the format holds examples (packed into rows), not
 // raw text.

@@ -14,6 +14,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/strata-ai/strata/internal/jinja"
 )
 
 // ChatMLTemplate is the chat template used when the model brings none:
@@ -26,7 +28,7 @@ const ChatMLTemplate = "{% for message in messages %}{{ '<|im_start|>' + message
 // way Hugging Face's apply_chat_template does: a Jinja template rendered
 // with trim_blocks and lstrip_blocks, given messages, add_generation_prompt,
 // tools and documents (none), the special tokens' texts (bos_token,
-// eos_token, ...) and raise_exception. The interpreter (jinja_*.go) covers
+// eos_token, ...) and raise_exception. The interpreter (internal/jinja) covers
 // what the templates of Llama 3-3.2, Gemma 2 and 3, Mistral, Phi-3 to
 // Phi-4, Qwen2 to Qwen3, DeepSeek-V3 and their like use: if, for (loop
 // variables, loop filters, else), set (namespaces, block set),
@@ -35,11 +37,50 @@ const ChatMLTemplate = "{% for message in messages %}{{ '<|im_start|>' + message
 // is given only by WithDate (the data would depend on the day). A
 // template using anything else is refused when it is loaded, or, for a
 // method of a string, when it is called.
+//
+// It is also the chat template a run rendered its {"messages"} lines with,
+// as its checkpoints' manifests record it (JSON: source, template and
+// special_tokens) and an exported directory carries it (hf.ExportDir).
 type ChatTemplate struct {
-	body   []tmplNode
+	tmpl   *jinja.Template
 	vars   map[string]any
 	source string
 	text   string // the template's Jinja source
+	err    error  // a recorded template the interpreter cannot parse: Render's error
+}
+
+// chatRecord is a ChatTemplate as JSON.
+type chatRecord struct {
+	Source   string `json:"source"`   // where it came from: a file, or "default (ChatML)"
+	Template string `json:"template"` // the Jinja text
+	// SpecialTokens are the special tokens' texts it was given
+	// (bos_token, eos_token, ...), written into a tokenizer_config.json
+	// that the source did not have.
+	SpecialTokens map[string]string `json:"special_tokens,omitempty"`
+}
+
+// MarshalJSON records c: its Source, Text and SpecialTokens.
+func (c *ChatTemplate) MarshalJSON() ([]byte, error) {
+	return json.Marshal(chatRecord{Source: c.source, Template: c.text, SpecialTokens: c.SpecialTokens()})
+}
+
+// UnmarshalJSON reads a template MarshalJSON recorded and parses it; a
+// template the interpreter cannot parse is kept (its Source, Text and
+// SpecialTokens), and rendering it returns the parse error.
+func (c *ChatTemplate) UnmarshalJSON(b []byte) error {
+	var r chatRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return err
+	}
+	p, err := ParseChatTemplate(r.Template, r.Source, r.SpecialTokens)
+	if err != nil {
+		p = &ChatTemplate{vars: map[string]any{}, source: r.Source, text: r.Template, err: err}
+		for k, v := range r.SpecialTokens {
+			p.vars[k] = v
+		}
+	}
+	*c = *p
+	return nil
 }
 
 // ChatMLMarkers are the texts ChatMLTemplate puts around each message: a
@@ -51,7 +92,7 @@ var ChatMLMarkers = []string{"<|im_start|>", "<|im_end|>"}
 // special gives the texts of the special tokens it may print (bos_token,
 // eos_token, ...).
 func ParseChatTemplate(src, source string, special map[string]string) (*ChatTemplate, error) {
-	body, err := parseTemplate(src)
+	tmpl, err := jinja.Parse(src)
 	if err != nil {
 		return nil, fmt.Errorf("data: chat template %s: %w", source, err)
 	}
@@ -59,7 +100,7 @@ func ParseChatTemplate(src, source string, special map[string]string) (*ChatTemp
 	for k, v := range special {
 		vars[k] = v
 	}
-	return &ChatTemplate{body: body, vars: vars, source: source, text: src}, nil
+	return &ChatTemplate{tmpl: tmpl, vars: vars, source: source, text: src}, nil
 }
 
 // DefaultChatTemplate is ChatML (ChatMLTemplate).
@@ -80,7 +121,7 @@ func DefaultChatTemplate() *ChatTemplate {
 func (c *ChatTemplate) WithDate(at time.Time) *ChatTemplate {
 	d := *c
 	d.vars = maps.Clone(c.vars)
-	d.vars["strftime_now"] = strftimeNow(at)
+	d.vars["strftime_now"] = jinja.StrftimeNow(at)
 	return &d
 }
 
@@ -138,8 +179,8 @@ func (c *ChatTemplate) EndOfTurn() (string, error) {
 	return "", fmt.Errorf("chat template %s: an assistant's message is not in its rendering", c.source)
 }
 
-func newMessage(role, content string) *dict {
-	d := newDict()
+func newMessage(role, content string) *object {
+	d := newObject()
 	d.set("role", role)
 	d.set("content", content)
 	return d
@@ -189,6 +230,9 @@ func LoadChatTemplate(path string) (*ChatTemplate, error) {
 		cfgPath, tmplPath = filepath.Join(filepath.Dir(path), "tokenizer_config.json"), path
 	}
 	special, src, err := readTokenizerConfig(cfgPath)
+	if fi.IsDir() && tmplPath == "" && errors.Is(err, fs.ErrNotExist) {
+		return DefaultChatTemplate(), nil // a model directory without tokenizer_config.json: no template
+	}
 	if err != nil && !(tmplPath != "" && errors.Is(err, fs.ErrNotExist)) {
 		return nil, err
 	}
@@ -298,20 +342,23 @@ func readTokenizerConfig(path string) (map[string]string, string, error) {
 	return nil, "", fmt.Errorf("data: chat template: %s: chat_template lists no template named \"default\"", path)
 }
 
-// Render renders messages (each a *dict with role and content) with
+// Render renders messages (each a *object with role and content) with
 // add_generation_prompt, within the budget of a rendering (data's doc:
 // an error wrapping ErrTemplateBudget past it); ctx stops it (an error
 // wrapping ctx's; nil: nothing does).
 func (c *ChatTemplate) Render(ctx context.Context, messages []any, addGenerationPrompt bool) (string, error) {
+	if c.err != nil {
+		return "", c.err
+	}
 	vars := map[string]any{}
 	for k, v := range c.vars {
 		vars[k] = v
 	}
-	vars["messages"] = messages
+	vars["messages"] = templateValue(messages)
 	vars["add_generation_prompt"] = addGenerationPrompt
 	vars["tools"] = nil
 	vars["documents"] = nil
-	out, err := render(ctx, c.body, vars)
+	out, err := c.tmpl.Render(ctx, vars, jinja.Limits{Bytes: maxRenderBytes})
 	if err != nil {
 		return "", fmt.Errorf("chat template %s: %w", c.source, err)
 	}
@@ -389,7 +436,7 @@ func (c *ChatTemplate) prefixSpans(ctx context.Context, messages []any, full str
 }
 
 func isAssistant(m any) bool {
-	role, _ := m.(*dict).get("role")
+	role, _ := m.(*object).get("role")
 	return role == "assistant"
 }
 
@@ -430,9 +477,9 @@ func (c *ChatTemplate) turnSpans(ctx context.Context, messages []any, full strin
 	marked := make([]any, len(messages))
 	copy(marked, messages)
 	for k, i := range turns {
-		d := newDict()
-		for _, key := range messages[i].(*dict).keys {
-			v, _ := messages[i].(*dict).get(key)
+		d := newObject()
+		for _, key := range messages[i].(*object).keys {
+			v, _ := messages[i].(*object).get(key)
 			d.set(key, v)
 		}
 		d.set("content", sentinel(k))
@@ -460,7 +507,7 @@ func (c *ChatTemplate) turnSpans(ctx context.Context, messages []any, full strin
 	starts := make([]int, len(turns))
 	pos := 0
 	for k, i := range turns {
-		content, _ := messages[i].(*dict).get("content")
+		content, _ := messages[i].(*object).get("content")
 		if !strings.HasPrefix(full[pos:], between[k]) || !strings.HasPrefix(full[pos+len(between[k]):], content.(string)) {
 			return nil, &turnError{i, "its turn differently once its content is replaced (the template reads the content: a <think> block in it, say; give reasoning as \"reasoning_content\")"}
 		}
@@ -473,7 +520,7 @@ func (c *ChatTemplate) turnSpans(ctx context.Context, messages []any, full strin
 	var out []span
 	pos = 0
 	for k, i := range turns {
-		content, _ := messages[i].(*dict).get("content")
+		content, _ := messages[i].(*object).get("content")
 		after := between[k+1] // what follows the content in full
 		end := after          // the last message: its turn ends the rendering
 		if i+1 < len(messages) {

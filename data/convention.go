@@ -179,7 +179,7 @@ type row interface {
 	// str is the string field name; ok is false when it is absent or null.
 	str(name string) (s string, ok bool, err error)
 	// value is the field name as the chat template's values (lists as
-	// []any, objects and structs as *dict); ok as for str.
+	// []any, objects and structs as *object); ok as for str.
 	value(name string) (v any, ok bool, err error)
 }
 
@@ -302,7 +302,7 @@ func (c Columns) turns(conv Convention, name string, v any) ([]any, error) {
 	}
 	out := list
 	for i, m := range list {
-		d, ok := m.(*dict)
+		d, ok := m.(*object)
 		if !ok {
 			return nil, fmt.Errorf("message %d is a %s, not an object with %q and %q", i+1, jsonType(m), role, content)
 		}
@@ -331,7 +331,7 @@ func (c Columns) turns(conv Convention, name string, v any) ([]any, error) {
 			if i == 0 {
 				out = make([]any, len(list))
 			}
-			m := newDict()
+			m := newObject()
 			for _, k := range d.keys {
 				switch k {
 				case role:

@@ -93,7 +93,7 @@
 // A model's chat template comes from its tokenizer_config.json (or
 // chat_template.jinja), rendered as Hugging Face's apply_chat_template
 // renders it, by an interpreter of the Jinja that chat templates use
-// (jinja_*.go; the real templates of Llama 3, 3.1 and 3.2, Qwen2, Qwen2.5
+// (internal/jinja; the real templates of Llama 3, 3.1 and 3.2, Qwen2, Qwen2.5
 // and Qwen3, Gemma 2 and 3, Mistral and Mixtral, Phi-3, 3.5, 4 and
 // 4-mini and DeepSeek-V3 in testdata/templates, README there for their
 // sources, render to the byte as Jinja2 does, their raised errors
@@ -103,7 +103,7 @@
 // ChatTemplate.WithDate, so that training data does not depend on the day.
 // A template using what the interpreter lacks (call blocks, a macro's
 // varargs, kwargs or caller, a filter or test not listed in
-// jinja_filters.go) is refused when it is loaded, naming the line, and a
+// internal/jinja/filters.go) is refused when it is loaded, naming the line, and a
 // str method it lacks when it is called, naming it; without a template the
 // default is ChatML (ChatMLTemplate); an empty template (chat_template "",
 // an empty chat_template.jinja) and a template file that is not UTF-8 text
@@ -132,7 +132,7 @@
 // holding itself) when it renders (Jinja2 refuses about 100 nested blocks
 // or brackets and 1000-long chains itself).
 //
-// # The budget of a rendering (jinja_budget.go)
+// # The budget of a rendering (internal/jinja/budget.go)
 //
 // Each rendering has one budget, charged before the work where its size
 // is known beforehand; past its steps or bytes the rendering ends with an

@@ -162,8 +162,8 @@ func strictJSON(b []byte, v *jsonRow) error {
 	return fmt.Errorf("invalid JSON: %v", err)
 }
 
-// decodeOrdered decodes JSON into the template's values: objects as
-// ordered *dict, integers as int64, other numbers as float64 (a small
+// decodeOrdered decodes JSON into data's values: objects as
+// ordered *object, integers as int64, other numbers as float64 (a small
 // recursive-descent parser: encoding/json's token stream was a fifth of
 // the time of a chat line).
 func decodeOrdered(raw []byte) (any, error) {
@@ -204,7 +204,7 @@ func (p *jsonParser) value(depth int) (any, error) {
 	switch c := p.b[p.i]; {
 	case c == '{':
 		p.i++
-		d := newDict()
+		d := newObject()
 		for first := true; ; first = false {
 			p.skip()
 			if p.i < len(p.b) && p.b[p.i] == '}' && first {
@@ -396,8 +396,8 @@ func jsonType(v any) string {
 		return "string"
 	case []any:
 		return "list"
-	case *dict:
+	case *object:
 		return "object"
 	}
-	return typeName(v)
+	return fmt.Sprintf("%T", v)
 }

@@ -158,7 +158,7 @@ func TestLoadChatTemplate(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "tokenizer_config.json"), []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	msgs := []any{&dict{keys: []string{"role", "content"}, m: map[string]any{"role": "user", "content": "x"}}}
+	msgs := []any{&object{keys: []string{"role", "content"}, m: map[string]any{"role": "user", "content": "x"}}}
 	check := func(path, want string) {
 		t.Helper()
 		c, err := LoadChatTemplate(path)
@@ -273,7 +273,7 @@ func TestTextCut(t *testing.T) {
 // float64 numbers) to compare the two decoders.
 func plain(v any) any {
 	switch x := v.(type) {
-	case *dict:
+	case *object:
 		m := map[string]any{}
 		for k, w := range x.m {
 			m[k] = plain(w)
@@ -318,7 +318,7 @@ func TestDecodeOrdered(t *testing.T) {
 		}
 	}
 	v, _ := decodeOrdered([]byte(`{"z": 1, "a": 2, "m": 3}`))
-	if keys := v.(*dict).keys; !slices.Equal(keys, []string{"z", "a", "m"}) {
+	if keys := v.(*object).keys; !slices.Equal(keys, []string{"z", "a", "m"}) {
 		t.Errorf("keys %v, want the document's order", keys)
 	}
 }

@@ -281,7 +281,7 @@ func (r *tableRow) value(name string) (v any, ok bool, err error) {
 
 // tableValue is value i of a as the chat template's values, as the same
 // value in a JSONL line decodes (decodeOrdered): a string, int64 (every
-// integer type), float64, bool, nil (null), []any (a list), *dict (a
+// integer type), float64, bool, nil (null), []any (a list), *object (a
 // struct, its fields in order). A string that is not UTF-8 is an error,
 // as in a JSONL line. The types are those valueType allows.
 func tableValue(a arrow.Array, i, depth int) (v any, err error) {
@@ -346,7 +346,7 @@ func tableValue(a arrow.Array, i, depth int) (v any, err error) {
 		return out, nil
 	case *array.Struct:
 		st := a.DataType().(*arrow.StructType)
-		d := newDict()
+		d := newObject()
 		for k, f := range st.Fields() {
 			x, err := tableValue(a.Field(k), i, depth+1)
 			if err != nil {

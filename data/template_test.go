@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/strata-ai/strata/internal/jinja"
 )
 
 // renderCase is one rendering compared with Jinja2.
@@ -130,6 +132,19 @@ func jinjaRender(t *testing.T, cases []renderCase) (outs, errs []string) {
 	return outs, errs
 }
 
+// parseTemplate and render run the interpreter (internal/jinja) as
+// ChatTemplate does: data's JSON values as the template's, within a chat
+// template's budget.
+func parseTemplate(src string) (*jinja.Template, error) { return jinja.Parse(src) }
+
+func render(ctx context.Context, tmpl *jinja.Template, vars map[string]any) (string, error) {
+	tv := make(map[string]any, len(vars))
+	for k, v := range vars {
+		tv[k] = templateValue(v)
+	}
+	return tmpl.Render(ctx, tv, jinja.Limits{Bytes: maxRenderBytes})
+}
+
 // goRender renders a case with Strata's interpreter, given strftime_now
 // at the case's time where it has one (ChatTemplate.WithDate's).
 func goRender(c renderCase) (string, error) {
@@ -146,15 +161,15 @@ func goRender(c renderCase) (string, error) {
 		return "", err
 	}
 	vars := map[string]any{}
-	for _, k := range v.(*dict).keys {
-		vars[k] = v.(*dict).m[k]
+	for _, k := range v.(*object).keys {
+		vars[k] = v.(*object).m[k]
 	}
 	if c.now != "" {
 		at, err := time.Parse("2006-01-02T15:04:05", c.now)
 		if err != nil {
 			return "", err
 		}
-		vars["strftime_now"] = strftimeNow(at)
+		vars["strftime_now"] = jinja.StrftimeNow(at)
 	}
 	return render(context.Background(), body, vars)
 }
@@ -216,7 +231,7 @@ func TestTemplateRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := render(context.Background(), body, nil); !errors.Is(err, errRaised) || !strings.Contains(err.Error(), "no system role") {
+	if _, err := render(context.Background(), body, nil); !errors.Is(err, jinja.ErrRaised) || !strings.Contains(err.Error(), "no system role") {
 		t.Errorf("raise_exception: %v", err)
 	}
 	if _, err := ParseChatTemplate("{% call x %}{% endcall %}", "tokenizer_config.json", nil); err == nil || !strings.Contains(err.Error(), "chat template tokenizer_config.json: line 1: {% call %} is not supported") {

@@ -10,37 +10,44 @@ import (
 	"github.com/strata-ai/strata/internal/fp16"
 )
 
+//go:generate go tool stringer -type=DType -linecomment -output=dtype_string.go
+
 // DType is an element type.
 type DType uint8
 
 const (
-	F32  DType = iota + 1 // IEEE 754 binary32
-	BF16                  // bfloat16: the top 16 bits of a binary32
-	I32                   // int32 (token ids, targets)
-	F64                   // IEEE 754 binary64 (reductions)
-	U8                    // bytes (a Q8 array in a safetensors file)
+	// F32: IEEE 754 binary32
+	F32 DType = iota + 1 // f32
+	// BF16: bfloat16: the top 16 bits of a binary32
+	BF16 // bf16
+	// I32: int32 (token ids, targets)
+	I32 // i32
+	// F64: IEEE 754 binary64 (reductions)
+	F64 // f64
+	// U8: bytes (a Q8 array in a safetensors file)
+	U8 // u8
 	// Q8 is an 8-bit block-quantized array (cpuadam's int8 moments): for n
 	// >= Q8MinElems, one fp32 scale per Q8Block elements, then n one-byte
 	// codes; a smaller array is plain fp32. It has no fixed element size:
 	// Bytes(n) is its size.
-	Q8
+	Q8 // q8
 	// NF4 is QLoRA's 4-bit NormalFloat, blockwise (internal/nf4: an fp32
 	// absmax per 64 values, then two 4-bit codes a byte): a frozen base's
 	// weights in the tiers. No fixed element size: Bytes(n).
-	NF4
+	NF4 // nf4
 	// INT8 is 8-bit absmax codes of weights, blockwise (internal/absmax8:
 	// an fp32 step per 64 values, then one signed byte each): a frozen
 	// base's weights in the tiers. No fixed element size: Bytes(n).
-	INT8
+	INT8 // int8
 	// F16 is IEEE 754 binary16 (torch.float16): fp16 mixed precision's
 	// device params, gradients and activations (internal/fp16).
-	F16
+	F16 // f16
 	// Rem16 is the part of an fp32 master kept beside its bf16 param
 	// (strata.optimizer_state.master "bf16+remainder", cpuadam.Remainder):
 	// n low halves of 16 bits, then a bit per element, eight to a byte,
 	// saying that the param was rounded up. No fixed element size:
 	// Bytes(n).
-	Rem16
+	Rem16 // rem16
 )
 
 // Q8Block is the number of elements that share one Q8 scale, counted from
@@ -60,11 +67,8 @@ func (d DType) Bytes(n int) int64 {
 		}
 		return 4*int64((n+Q8Block-1)/Q8Block) + int64(n)
 	}
-	if d == NF4 {
-		return 4*int64((n+63)/64) + int64(n+1)/2 // internal/nf4.Bytes
-	}
-	if d == INT8 {
-		return 4*int64((n+63)/64) + int64(n) // internal/absmax8.Bytes
+	if c := codecOf(d); c != nil {
+		return c.Bytes(n) // NF4, INT8: the codec's size
 	}
 	if d == Rem16 {
 		return 2*int64(n) + int64(n+7)/8
@@ -85,32 +89,6 @@ func (d DType) Size() int {
 		return 1
 	}
 	panic(fmt.Sprintf("dtype: unknown dtype %d", uint8(d)))
-}
-
-func (d DType) String() string {
-	switch d {
-	case F32:
-		return "f32"
-	case BF16:
-		return "bf16"
-	case F16:
-		return "f16"
-	case I32:
-		return "i32"
-	case F64:
-		return "f64"
-	case Q8:
-		return "q8"
-	case NF4:
-		return "nf4"
-	case INT8:
-		return "int8"
-	case U8:
-		return "u8"
-	case Rem16:
-		return "rem16"
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
 }
 
 // Parse accepts the names DeepSpeed and PyTorch users write.

@@ -12,8 +12,6 @@ import (
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/absmax8"
-	"github.com/strata-ai/strata/internal/nf4"
 	"github.com/strata-ai/strata/nvme"
 	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/prefetch"
@@ -88,26 +86,19 @@ func (e *Engine) paramCode(c int) dtype.DType {
 	return estimate.BaseDType(o.BaseDType)
 }
 
-// quantize codes src in format dt (dtype.NF4: internal/nf4; dtype.INT8:
+// quantize codes src in format dt (its dtype.Codecs codec: internal/nf4,
 // internal/absmax8), the host's side of gpu.Ops.Dequantize.
 func quantize(dt dtype.DType, src []float32) []byte {
-	q := make([]byte, dt.Bytes(len(src)))
-	if dt == dtype.INT8 {
-		absmax8.Quantize(q, src)
-	} else {
-		nf4.Quantize(q, src)
-	}
+	c := dtype.MustCodec(dt)
+	q := make([]byte, c.Bytes(len(src)))
+	c.Quantize(q, src)
 	return q
 }
 
 // dequantize decodes q (format dt) into dst, as the device does before
 // rounding to bf16.
 func dequantize(dt dtype.DType, dst []float32, q []byte) {
-	if dt == dtype.INT8 {
-		absmax8.Dequantize(dst, q)
-	} else {
-		nf4.Dequantize(dst, q)
-	}
+	dtype.MustCodec(dt).Dequantize(dst, q)
 }
 
 func tkey(c, r int, s shard.State) shard.Key {

@@ -711,16 +711,19 @@ func frozenParamDType(c *config.Config) dtype.DType {
 	return BaseDType(c.Strata.LoRA.BaseDType)
 }
 
-// BaseDType is the dtype of a strata.lora.base_dtype: dtype.NF4 for
-// "nf4", dtype.INT8 for "int8", 0 for bf16.
+// BaseDType is the dtype of a strata.lora.base_dtype, a name config has
+// accepted: its codec's (dtype.Codecs: dtype.NF4 for "nf4", dtype.INT8 for
+// "int8"), 0 for bf16 or none. It panics on a name of neither, which
+// config refuses, so no unknown format is estimated as bf16.
 func BaseDType(name string) dtype.DType {
-	switch name {
-	case config.BaseNF4:
-		return dtype.NF4
-	case config.BaseInt8:
-		return dtype.INT8
+	if name == "" || name == config.BaseBF16 {
+		return 0
 	}
-	return 0
+	c, ok := dtype.CodecNamed(name)
+	if !ok {
+		panic(fmt.Sprintf("estimate: strata.lora.base_dtype %q has no codec in dtype.Codecs", name))
+	}
+	return c.DType
 }
 
 // momentsNames are strata.optimizer_state.moments's names of the moment dtypes.

@@ -6,32 +6,18 @@ import (
 	"sync/atomic"
 )
 
+//go:generate go tool stringer -type=Collective -linecomment -output=collective_string.go
+
 // Collective names a Comm method.
 type Collective uint8
 
 const (
-	CollAllGather Collective = iota
-	CollReduceScatter
-	CollAllReduce
-	CollBroadcast
-	CollBarrier
+	CollAllGather     Collective = iota // all-gather
+	CollReduceScatter                   // reduce-scatter
+	CollAllReduce                       // all-reduce
+	CollBroadcast                       // broadcast
+	CollBarrier                         // barrier
 )
-
-func (k Collective) String() string {
-	switch k {
-	case CollAllGather:
-		return "all-gather"
-	case CollReduceScatter:
-		return "reduce-scatter"
-	case CollAllReduce:
-		return "all-reduce"
-	case CollBroadcast:
-		return "broadcast"
-	case CollBarrier:
-		return "barrier"
-	}
-	return fmt.Sprintf("collective(%d)", uint8(k))
-}
 
 // Call is one rank's collective call, checked against the contract of
 // Comm, with the buffers resolved to the backend's type B (AllReduce and

@@ -1,6 +1,10 @@
 package gpu
 
-import "math"
+import (
+	"math"
+
+	"github.com/strata-ai/strata/dtype"
+)
 
 // Kernels is what a backend implements behind CheckedOps: every method of
 // Ops, called only with arguments the front end has checked against the
@@ -366,8 +370,8 @@ func (o *checkedOps[S, B]) Dropout(s Stream, x, y Buffer, n int, seed uint64, of
 
 func (o *checkedOps[S, B]) Dequantize(s Stream, format DType, src, dst Buffer, n int) {
 	o.dims("dequantize", n)
-	if format != NF4 && format != INT8 {
-		o.f.Panicf("dequantize: format %s is not nf4 or int8", format)
+	if _, err := dtype.CodecOf(format); err != nil {
+		o.f.Panicf("dequantize: %v", err)
 	}
 	rs := o.stream(s)
 	o.k.Dequantize(rs, format, o.typed(src, "dequantize src", U8, int(format.Bytes(n))), o.float(dst, "dequantize dst", n), n)

@@ -24,12 +24,14 @@ const (
 	U8 = dtype.U8
 )
 
-// NF4 and INT8 name the coded formats of Dequantize (internal/nf4,
+// NF4 and INT8 name the coded formats of Dequantize (dtype.Codecs: internal/nf4,
 // internal/absmax8): a U8 buffer of their Bytes(n) holds one on a device.
 const (
 	NF4  = dtype.NF4
 	INT8 = dtype.INT8
 )
+
+//go:generate go tool stringer -type=Kind -linecomment -output=kind_string.go
 
 // Kind classifies an allocation for memory accounting. The engine reports the
 // peak of model-state bytes (params, grads, optimizer state) separately from
@@ -37,26 +39,17 @@ const (
 type Kind uint8
 
 const (
-	ModelState Kind = iota // parameters, gradients, master weights, Adam moments
-	Activation             // saved activations and their gradients
-	Workspace              // temporaries: gathered chunks, buckets, scratch
+	// ModelState: parameters, gradients, master weights, Adam moments
+	ModelState Kind = iota // model-state
+	// Activation: saved activations and their gradients
+	Activation // activation
+	// Workspace: temporaries: gathered chunks, buckets, scratch
+	Workspace // workspace
 	kindCount
 )
 
 // KindCount is the number of allocation kinds.
 const KindCount = int(kindCount)
-
-func (k Kind) String() string {
-	switch k {
-	case ModelState:
-		return "model-state"
-	case Activation:
-		return "activation"
-	case Workspace:
-		return "workspace"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
 
 // Tag says what an allocation is for: its kind and a short purpose
 // ("param chunk 3", "grad bucket", "attn probs").

@@ -99,20 +99,14 @@ func (r Rope) Check(headDim int) error {
 	return nil
 }
 
+//go:generate go tool stringer -type=GLUAct -linecomment -output=gluact_string.go
+
 // GLUAct is the activation of a gated MLP (GLUForward).
 type GLUAct uint8
 
 const (
-	Silu     GLUAct = iota // x·sigmoid(x): SwiGLU (Llama, Mistral, Qwen, Phi-3)
-	GeluTanh               // GELU's tanh approximation (gelu_pytorch_tanh): GeGLU (Gemma)
+	// Silu: x·sigmoid(x): SwiGLU (Llama, Mistral, Qwen, Phi-3)
+	Silu GLUAct = iota // silu
+	// GeluTanh: GELU's tanh approximation (gelu_pytorch_tanh): GeGLU (Gemma)
+	GeluTanh // gelu_pytorch_tanh
 )
-
-func (a GLUAct) String() string {
-	switch a {
-	case Silu:
-		return "silu"
-	case GeluTanh:
-		return "gelu_pytorch_tanh"
-	}
-	return fmt.Sprintf("GLUAct(%d)", uint8(a))
-}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/internal/durable"
 )
 
@@ -16,18 +17,6 @@ const (
 	ChatTemplateName     = "chat_template.jinja"
 	GenerationConfigName = "generation_config.json"
 )
-
-// ChatTemplate is the chat template a run rendered its {"messages"} lines
-// with, recorded in its checkpoints' manifests and written into an
-// exported directory as transformers reads it.
-type ChatTemplate struct {
-	Source   string `json:"source"`   // where it came from: a file, or "default (ChatML)"
-	Template string `json:"template"` // the Jinja text
-	// SpecialTokens are the special tokens' texts it was given
-	// (bos_token, eos_token, ...), written into a tokenizer_config.json
-	// that the source did not have.
-	SpecialTokens map[string]string `json:"special_tokens,omitempty"`
-}
 
 // GenerationIDs are the token ids of generation_config.json that the
 // model's config.json does not give, from its tokenizer, and the end of
@@ -43,7 +32,7 @@ type GenerationIDs struct {
 // copied file's other keys kept; a new file gets the template's special
 // tokens). A copied tokenizer_config.json whose template is already tmpl
 // is left as it is.
-func writeChatTemplate(dir string, tmpl *ChatTemplate) error {
+func writeChatTemplate(dir string, tmpl *data.ChatTemplate) error {
 	path := filepath.Join(dir, TokenizerConfigName)
 	cfg := map[string]json.RawMessage{}
 	b, err := os.ReadFile(path)
@@ -53,15 +42,15 @@ func writeChatTemplate(dir string, tmpl *ChatTemplate) error {
 			return fmt.Errorf("%s: %w", TokenizerConfigName, err)
 		}
 	case os.IsNotExist(err):
-		for k, v := range tmpl.SpecialTokens {
+		for k, v := range tmpl.SpecialTokens() {
 			cfg[k], _ = json.Marshal(v)
 		}
 	default:
 		return err
 	}
 	var had string
-	if json.Unmarshal(cfg["chat_template"], &had) != nil || had != tmpl.Template {
-		cfg["chat_template"], _ = json.Marshal(tmpl.Template)
+	if json.Unmarshal(cfg["chat_template"], &had) != nil || had != tmpl.Text() {
+		cfg["chat_template"], _ = json.Marshal(tmpl.Text())
 		out, err := json.MarshalIndent(cfg, "", "  ")
 		if err != nil {
 			return err
@@ -73,7 +62,7 @@ func writeChatTemplate(dir string, tmpl *ChatTemplate) error {
 	}
 	jinja := filepath.Join(dir, ChatTemplateName)
 	os.Remove(jinja)
-	return durable.Create(jinja, []byte(tmpl.Template))
+	return durable.Create(jinja, []byte(tmpl.Text()))
 }
 
 // generationConfig is generation_config.json for a model without one:

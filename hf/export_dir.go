@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/strata-ai/strata/data"
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/internal/durable"
 	"github.com/strata-ai/strata/model"
@@ -60,7 +61,7 @@ type DirOptions struct {
 	// ChatTemplate, when set, is written as chat_template.jinja and
 	// tokenizer_config.json's chat_template: the template the run
 	// trained with, which transformers' apply_chat_template then renders.
-	ChatTemplate *ChatTemplate
+	ChatTemplate *data.ChatTemplate
 	// Generation gives generation_config.json the token ids config.json
 	// lacks (a source's own generation_config.json is copied instead).
 	Generation GenerationIDs

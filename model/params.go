@@ -101,23 +101,21 @@ type InputStore interface {
 	ReleaseInput(s gpu.Stream, l int)
 }
 
+//go:generate go tool stringer -type=AccessKind -linecomment -output=accesskind_string.go
+
 // AccessKind is one of the Params calls: the four of Params and the three
 // of InputStore.
 type AccessKind uint8
 
 const (
-	AccessAcquire AccessKind = iota
-	AccessRelease
-	AccessGrad
-	AccessGradReady
-	AccessSaveInput
-	AccessRestoreInput
-	AccessReleaseInput
+	AccessAcquire      AccessKind = iota // acquire
+	AccessRelease                        // release
+	AccessGrad                           // grad
+	AccessGradReady                      // grad-ready
+	AccessSaveInput                      // save-input
+	AccessRestoreInput                   // restore-input
+	AccessReleaseInput                   // release-input
 )
-
-func (k AccessKind) String() string {
-	return [...]string{"acquire", "release", "grad", "grad-ready", "save-input", "restore-input", "release-input"}[k]
-}
 
 // Access is one Params call: what, which chunk, and in which pass.
 type Access struct {

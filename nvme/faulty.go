@@ -7,20 +7,25 @@ import (
 	"syscall"
 )
 
+//go:generate go tool stringer -type=FaultKind -linecomment -output=faultkind_string.go
+
 // FaultKind is a failure Faulty injects.
 type FaultKind uint8
 
 const (
-	FaultEIO        FaultKind = iota + 1 // the request fails with EIO (a write may be torn: its first half lands)
-	FaultShortRead                       // a read transfers only the first half, then the device returns nothing more
-	FaultShortWrite                      // a write transfers only the first half, then the device accepts nothing more
-	FaultNoSpace                         // a write fails with ENOSPC, nothing written
-	FaultFlipByte                        // one byte flips silently: in the buffer after a read, on the medium during a write
+	// faultNone is no fault (the zero FaultKind).
+	faultNone FaultKind = iota // none
+	// FaultEIO: the request fails with EIO (a write may be torn: its first half lands)
+	FaultEIO // EIO
+	// FaultShortRead: a read transfers only the first half, then the device returns nothing more
+	FaultShortRead // short read
+	// FaultShortWrite: a write transfers only the first half, then the device accepts nothing more
+	FaultShortWrite // short write
+	// FaultNoSpace: a write fails with ENOSPC, nothing written
+	FaultNoSpace // ENOSPC
+	// FaultFlipByte: one byte flips silently: in the buffer after a read, on the medium during a write
+	FaultFlipByte // flipped byte
 )
-
-func (k FaultKind) String() string {
-	return [...]string{"none", "EIO", "short read", "short write", "ENOSPC", "flipped byte"}[min(int(k), 5)]
-}
 
 // Fault says which requests fail and how: the Nth request (1-based, counting
 // only requests of Op) and, with Every, each Nth one after it too.

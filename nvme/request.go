@@ -6,26 +6,17 @@ import (
 	"sync"
 )
 
+//go:generate go tool stringer -type=Op -linecomment -output=op_string.go
+
 // Op is what a request does.
 type Op uint8
 
 const (
-	OpRead Op = iota + 1
-	OpWrite
-	OpSync // fdatasync of File; Buf and Offset are ignored
+	OpRead  Op = iota + 1 // read
+	OpWrite               // write
+	// OpSync: fdatasync of File; Buf and Offset are ignored
+	OpSync // sync
 )
-
-func (o Op) String() string {
-	switch o {
-	case OpRead:
-		return "read"
-	case OpWrite:
-		return "write"
-	case OpSync:
-		return "sync"
-	}
-	return fmt.Sprintf("op(%d)", uint8(o))
-}
 
 // Request is one read, write or sync, owned by the caller. Fill Op, File, Buf
 // and Offset, optionally Done and Wait, and Submit it; after completion N and

@@ -6,30 +6,22 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 )
 
+//go:generate go tool stringer -type=LockMode -linecomment -output=lockmode_string.go
+
 // LockMode says whether New pins the arenas in RAM with mlock.
 type LockMode int
 
 const (
 	// LockIfAllowed tries mlock and, when the kernel refuses (RLIMIT_MEMLOCK
 	// without CAP_IPC_LOCK), goes on unlocked and says why in Residency.
-	LockIfAllowed LockMode = iota
+	LockIfAllowed LockMode = iota // if-allowed
 	// LockRequired makes New fail when mlock is refused.
-	LockRequired
+	LockRequired // required
 	// LockNever skips mlock.
-	LockNever
+	LockNever // never
 )
 
-func (m LockMode) String() string {
-	switch m {
-	case LockIfAllowed:
-		return "if-allowed"
-	case LockRequired:
-		return "required"
-	case LockNever:
-		return "never"
-	}
-	return fmt.Sprintf("LockMode(%d)", int(m))
-}
+//go:generate go tool stringer -type=PopulateMethod -linecomment -output=populatemethod_string.go
 
 // PopulateMethod says how New faults every page of the arenas in once.
 type PopulateMethod int
@@ -40,30 +32,16 @@ const (
 	// the same speed here, about 2x MAP_POPULATE (bench/README-pinned.md);
 	// madvise stays fast when THP is off, as the kernel walks the pages
 	// without a fault per page.
-	PopulateAuto PopulateMethod = iota
+	PopulateAuto PopulateMethod = iota // auto
 	// PopulateMadvise asks the kernel with madvise(MADV_POPULATE_WRITE), after
 	// MADV_HUGEPAGE, so the pages come in as huge pages.
-	PopulateMadvise
+	PopulateMadvise // madvise
 	// PopulateTouch writes one byte per page from Go, after MADV_HUGEPAGE.
-	PopulateTouch
+	PopulateTouch // touch
 	// PopulateMapFlag maps with MAP_POPULATE. The pages are faulted in before
 	// MADV_HUGEPAGE can be given, so they come in as 4 KiB pages.
-	PopulateMapFlag
+	PopulateMapFlag // map-populate
 )
-
-func (m PopulateMethod) String() string {
-	switch m {
-	case PopulateAuto:
-		return "auto"
-	case PopulateMadvise:
-		return "madvise"
-	case PopulateTouch:
-		return "touch"
-	case PopulateMapFlag:
-		return "map-populate"
-	}
-	return fmt.Sprintf("PopulateMethod(%d)", int(m))
-}
 
 // Options configure a Pool. The zero value of every field but BudgetBytes is
 // a usable default.

@@ -11,29 +11,21 @@ import (
 	"github.com/strata-ai/strata/shard"
 )
 
+//go:generate go tool stringer -type=Outcome -linecomment -output=outcome_string.go
+
 // Outcome is how an access found its shard.
 type Outcome uint8
 
 const (
-	Hit       Outcome = iota // ready when the access began
-	Late                     // a prefetch was under way
-	Miss                     // fetched on demand
-	Dependent                // its prefetch started as soon as its data existed (Stats.Dependent)
+	// Hit: ready when the access began
+	Hit Outcome = iota // hit
+	// Late: a prefetch was under way
+	Late // late
+	// Miss: fetched on demand
+	Miss // miss
+	// Dependent: its prefetch started as soon as its data existed (Stats.Dependent)
+	Dependent // dependent
 )
-
-func (o Outcome) String() string {
-	switch o {
-	case Hit:
-		return "hit"
-	case Late:
-		return "late"
-	case Miss:
-		return "miss"
-	case Dependent:
-		return "dependent"
-	}
-	return fmt.Sprintf("outcome(%d)", uint8(o))
-}
 
 // ScheduledMove is a move of the simulated timeline. Seq numbers order all
 // events of a Schedule (moves and accesses) as the simulation applied them.

@@ -31,7 +31,7 @@ type Data struct {
 	ids []checkpoint.DataFile
 	// chat is the chat template of the training data's {"messages"}
 	// lines, recorded in every checkpoint; nil when it has none.
-	chat *hf.ChatTemplate
+	chat *data.ChatTemplate
 }
 
 // Close closes the data files.
@@ -64,11 +64,6 @@ func runTokenizer(cfg *config.Config, source *hf.Source) (data.Tokenizer, string
 		return nil, "", fmt.Errorf("train: the tokenizer %s has %d ids, more than the model's vocabulary of %d", path, tok.VocabSize(), v)
 	}
 	return tok, path, nil
-}
-
-// hfChat is chat as a checkpoint records it and an export writes it.
-func hfChat(chat *data.ChatTemplate) *hf.ChatTemplate {
-	return &hf.ChatTemplate{Source: chat.Source(), Template: chat.Text(), SpecialTokens: chat.SpecialTokens()}
 }
 
 // tokenDir is where the run's token files go: --out when it exists, else
@@ -145,7 +140,7 @@ func OpenData(ctx context.Context, cfg *config.Config, o DataOptions, w io.Write
 		}
 		d.train = td
 		if td.Source.Stats.Kinds[data.KindChat] > 0 {
-			d.chat = hfChat(chat)
+			d.chat = chat
 		}
 		DescribeData(stderr, "data", td.Source, time.Since(t0))
 		if td.Packed != nil {
@@ -260,7 +255,7 @@ func (d *Data) EpochSteps(cfg *config.Config, epochs int) (int, error) {
 
 // ChatTemplate is the chat template of the training data's {"messages"}
 // examples, as a checkpoint records it; nil when it has none.
-func (d *Data) ChatTemplate() *hf.ChatTemplate {
+func (d *Data) ChatTemplate() *data.ChatTemplate {
 	if d == nil {
 		return nil
 	}

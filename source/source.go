@@ -285,7 +285,7 @@ func describeSource(s *hf.Source) string {
 // RecordedChat is the chat template the model's checkpoint recorded (its
 // run trained on it); nil for a Hugging Face directory, a run without
 // one, or before Open.
-func (im *Model) RecordedChat() *hf.ChatTemplate {
+func (im *Model) RecordedChat() *data.ChatTemplate {
 	if rd := im.reader(); rd != nil {
 		return rd.ChatTemplate()
 	}
@@ -305,12 +305,12 @@ func (im *Model) ChatTemplate() (*data.ChatTemplate, error) {
 // source (nil: none recorded) and whose checkpoint recorded recorded (nil:
 // none): recorded, else source's when it is a Hugging Face directory
 // (tokenizer_config.json, chat_template.jinja), else ChatML.
-func ChatTemplate(source *hf.Source, recorded *hf.ChatTemplate) (*data.ChatTemplate, error) {
+func ChatTemplate(source *hf.Source, recorded *data.ChatTemplate) (*data.ChatTemplate, error) {
 	if recorded != nil {
-		if recorded.Template == data.ChatMLTemplate {
+		if recorded.Text() == data.ChatMLTemplate {
 			return data.DefaultChatTemplate(), nil
 		}
-		chat, err := data.ParseChatTemplate(recorded.Template, recorded.Source+" (recorded by the run)", recorded.SpecialTokens)
+		chat, err := data.ParseChatTemplate(recorded.Text(), recorded.Source()+" (recorded by the run)", recorded.SpecialTokens())
 		if err != nil {
 			return nil, fmt.Errorf("the run's chat template: %w", err)
 		}

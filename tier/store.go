@@ -234,8 +234,8 @@ func (s *Store) Register(key shard.Key, spec Spec) error {
 	if spec.Elems <= 0 || spec.DType < dtype.F32 || spec.DType > dtype.Q8 && spec.DType != dtype.F16 && spec.DType != dtype.Rem16 {
 		return fmt.Errorf("tier: register %s: %d elements of %s: want a positive count of a known dtype", key, spec.Elems, spec.DType)
 	}
-	if spec.coded() && (!spec.DType.Half() || spec.Stored != dtype.NF4 && spec.Stored != dtype.INT8 || spec.Home == shard.HBM) {
-		return fmt.Errorf("tier: register %s: %s decoded from %s homed in %s: only bf16 or f16 from nf4 or int8, homed in host RAM or on NVMe, is built: %w", key, spec.DType, spec.Stored, spec.Home, ErrBadMove)
+	if spec.coded() && (!spec.DType.Half() || !spec.Stored.Coded() || spec.Home == shard.HBM) {
+		return fmt.Errorf("tier: register %s: %s decoded from %s homed in %s: only bf16 or f16 from a dtype.Codecs format (nf4, int8), homed in host RAM or on NVMe, is built: %w", key, spec.DType, spec.Stored, spec.Home, ErrBadMove)
 	}
 	if err := s.tierOK(spec.Home, key.Rank); err != nil {
 		return fmt.Errorf("tier: register %s home %s: %w", key, spec.Home, err)

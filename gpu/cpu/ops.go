@@ -1,13 +1,12 @@
 package cpu
 
 import (
-	"encoding/binary"
+	"fmt"
 	"math"
 
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/nf4"
 )
 
 // kernels are the Ops of one Device behind the front end's checks
@@ -184,32 +183,19 @@ func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset in
 	})
 }
 
-// Dequantize: dst = internal/nf4's or internal/absmax8's decoding of
-// src's bytes, rounded into dst's dtype, a block at a time.
+// Dequantize: dst = format's codec's decoding of src's bytes (dtype.Codecs:
+// internal/nf4's, internal/absmax8's), rounded into dst's dtype, a range
+// of blocks at a time. A format with no codec fails the stream.
 func (o *kernels) Dequantize(s *Stream, format gpu.DType, src, dst *Buffer, n int) {
 	s.enqueue(func() error {
-		o.elementwise(nf4.Blocks(n), func(lo, hi int) { // both formats: blocks of 64
-			raw := src.raw()
-			codes := raw[4*nf4.Blocks(n):]
-			a, b := lo*nf4.BlockSize, min(hi*nf4.BlockSize, n)
+		c, err := dtype.CodecOf(format)
+		if err != nil {
+			return fmt.Errorf("cpu: dequantize: %w", err)
+		}
+		o.elementwise(c.Blocks(n), func(lo, hi int) {
+			a, b := lo*c.BlockSize, min(hi*c.BlockSize, n)
 			v := make([]float32, b-a)
-			for blk := lo; blk < hi; blk++ {
-				scale := math.Float32frombits(binary.LittleEndian.Uint32(raw[4*blk:]))
-				first, last := blk*nf4.BlockSize, min((blk+1)*nf4.BlockSize, n)
-				if format == gpu.INT8 {
-					for i := first; i < last; i++ {
-						v[i-a] = float32(int8(codes[i])) * scale
-					}
-					continue
-				}
-				for i := first; i < last; i += 2 { // blocks start even: a byte holds i and i+1
-					c := codes[i/2]
-					v[i-a] = nf4.Values[c>>4] * scale
-					if i+1 < last {
-						v[i+1-a] = nf4.Values[c&0xf] * scale
-					}
-				}
-			}
+			c.DequantizeBlocks(v, src.raw(), n, lo, hi)
 			storeF32(dst, a, v)
 		})
 		return nil

@@ -5,6 +5,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
 )
 
@@ -101,14 +102,20 @@ func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset in
 	s.launchN("dropout", int64(n), x.p(), dt(x), y.p(), dt(y), int64(n), int64(seed), offset, threshold, scale) // seed's bits
 }
 
-// Dequantize: dst = internal/nf4's or internal/absmax8's decoding of src.
+// Dequantize: dst = format's codec's decoding of src (dtype.Codecs:
+// internal/nf4's, internal/absmax8's), by the kernel dequant_<codec name>
+// of kernels.cu. A format with no codec fails the stream.
 func (o *kernels) Dequantize(s *Stream, format gpu.DType, src, dst *Buffer, n int) {
-	if format == gpu.INT8 {
-		s.launchN("dequant_int8", int64(n), src.p(), dst.p(), dt(dst), int64(n))
+	c, err := dtype.CodecOf(format)
+	if err != nil {
+		s.run(func() error { return fmt.Errorf("dequantize: %w", err) })
 		return
 	}
-	s.launchN("dequant_nf4", int64(n), src.p(), dst.p(), dt(dst), int64(n))
+	s.launchN(dequantKernel(c), int64(n), src.p(), dst.p(), dt(dst), int64(n))
 }
+
+// dequantKernel is the kernels.cu kernel that decodes c's format.
+func dequantKernel(c *dtype.Codec) string { return "dequant_" + c.Name }
 
 // Cast: dst = src converted, as gpu/cpu converts (bf16: nearest even; f64
 // to bf16 through f32; floats to i32 truncate). Same dtypes copy.

@@ -5,9 +5,8 @@ import (
 	"math"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
-	"github.com/strata-ai/strata/internal/absmax8"
-	"github.com/strata-ai/strata/internal/nf4"
 )
 
 // storage configurations: every float buffer F32, or every float buffer
@@ -304,15 +303,12 @@ func testDropout(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
 }
 
 // testDequantize: 200 values (three blocks and a short one, one block all
-// zeros) quantized by internal/nf4 and by internal/absmax8 decode on the
+// zeros) quantized by each codec of dtype.Codecs (internal/nf4,
+// internal/absmax8) decode on the
 // device to their Dequantize's values, rounded once into dt.
 func testDequantize(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
-	for _, format := range []gpu.DType{gpu.NF4, gpu.INT8} {
-		q, quant, dequant := []byte(nil), nf4.Quantize, nf4.Dequantize
-		if format == gpu.INT8 {
-			quant, dequant = absmax8.Quantize, absmax8.Dequantize
-		}
-		testDequantizeFormat(t, d, s, dt, format, q, quant, dequant)
+	for _, c := range dtype.Codecs {
+		testDequantizeFormat(t, d, s, dt, c.DType, nil, c.Quantize, c.Dequantize)
 	}
 }
 

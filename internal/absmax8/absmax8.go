@@ -73,3 +73,17 @@ func Dequantize(dst []float32, src []byte) {
 		}
 	}
 }
+
+// DequantizeBlocks decodes blocks [lo, hi) of n values coded in src into
+// dst (the values lo·BlockSize up to min(hi·BlockSize, n)), the same
+// values as Dequantize: a device's decoding, one range of blocks at a time.
+func DequantizeBlocks(dst []float32, src []byte, n, lo, hi int) {
+	codes := src[4*Blocks(n):]
+	a := lo * BlockSize
+	for blk := lo; blk < hi; blk++ {
+		f := math.Float32frombits(binary.LittleEndian.Uint32(src[4*blk:]))
+		for i := blk * BlockSize; i < min((blk+1)*BlockSize, n); i++ {
+			dst[i-a] = float32(int8(codes[i])) * f
+		}
+	}
+}

@@ -15,23 +15,17 @@ import (
 	"math"
 )
 
+//go:generate go tool stringer -type=Mode -linecomment -output=mode_string.go
+
 // Mode selects how weight decay enters.
 type Mode uint8
 
 const (
-	W  Mode = iota // AdamW: decoupled weight decay (PyTorch torch.optim.AdamW)
-	L2             // classic Adam, decay added to the gradient (torch.optim.Adam weight_decay)
+	// W: AdamW: decoupled weight decay (PyTorch torch.optim.AdamW)
+	W Mode = iota // adamw
+	// L2: classic Adam, decay added to the gradient (torch.optim.Adam weight_decay)
+	L2 // adam-l2
 )
-
-func (m Mode) String() string {
-	switch m {
-	case W:
-		return "adamw"
-	case L2:
-		return "adam-l2"
-	}
-	return fmt.Sprintf("Mode(%d)", uint8(m))
-}
 
 // Params are the hyper-parameters of one step.
 type Params struct {

@@ -109,3 +109,22 @@ func Dequantize(dst []float32, src []byte) {
 		dst[i] = Values[c] * absmax
 	}
 }
+
+// DequantizeBlocks decodes blocks [lo, hi) of n values coded in src into
+// dst (the values lo·BlockSize up to min(hi·BlockSize, n)), the same
+// values as Dequantize: a device's decoding, one range of blocks at a time.
+func DequantizeBlocks(dst []float32, src []byte, n, lo, hi int) {
+	codes := src[4*Blocks(n):]
+	a := lo * BlockSize
+	for blk := lo; blk < hi; blk++ {
+		absmax := math.Float32frombits(binary.LittleEndian.Uint32(src[4*blk:]))
+		first, last := blk*BlockSize, min((blk+1)*BlockSize, n)
+		for i := first; i < last; i += 2 { // blocks start even: a byte holds i and i+1
+			c := codes[i/2]
+			dst[i-a] = Values[c>>4] * absmax
+			if i+1 < last {
+				dst[i+1-a] = Values[c&0xf] * absmax
+			}
+		}
+	}
+}

@@ -1,4 +1,4 @@
-package data
+package jinja
 
 import (
 	"errors"
@@ -305,7 +305,7 @@ func fToJSON(r *renderer, v any, args []any, kw *dict) (any, error) {
 	}
 	if s := arg(args, kw, 2, "separators", nil); s != nil {
 		xs, err := items(r.bud, s)
-		if errors.Is(err, ErrTemplateBudget) {
+		if errors.Is(err, ErrBudget) {
 			return nil, err
 		}
 		if err != nil || len(xs) != 2 {
@@ -421,7 +421,7 @@ func fInt(r *renderer, v any, args []any, kw *dict) (any, error) {
 			return n, nil
 		}
 		if errors.Is(err, strconv.ErrRange) {
-			return nil, errIntOverflow
+			return nil, ErrIntOverflow
 		}
 		if f, err := strconv.ParseFloat(strings.TrimSpace(x), 64); err == nil {
 			return floatToInt(f, def)
@@ -439,7 +439,7 @@ func floatToInt(f float64, def any) (any, error) {
 	case math.IsNaN(f):
 		return def, nil
 	case f >= -math.MinInt64 || f < math.MinInt64: // -MinInt64: 2^63, exact
-		return nil, errIntOverflow
+		return nil, ErrIntOverflow
 	}
 	return int64(f), nil
 }
@@ -634,7 +634,7 @@ func fAbs(_ *renderer, v any, _ []any, _ *dict) (any, error) {
 	switch x := v.(type) {
 	case int64:
 		if x == math.MinInt64 {
-			return nil, errIntOverflow
+			return nil, ErrIntOverflow
 		}
 		if x < 0 {
 			return -x, nil

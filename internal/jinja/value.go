@@ -1,4 +1,4 @@
-package data
+package jinja
 
 import (
 	"errors"
@@ -45,11 +45,12 @@ func (d *dict) get(k string) (any, bool) {
 	return v, ok
 }
 
-// errUndefined is an error of a template using an undefined value.
-var errUndefined = errors.New("undefined")
+// ErrUndefined is the error of a template using an undefined value (a
+// missing key or variable, where Jinja2 raises UndefinedError).
+var ErrUndefined = errors.New("undefined")
 
 func (u undef) use() error {
-	return fmt.Errorf("%w: %s", errUndefined, u.desc)
+	return fmt.Errorf("%w: %s", ErrUndefined, u.desc)
 }
 
 // typeName is Python's name of v's type.
@@ -341,7 +342,7 @@ func contains(b *budget, c, a any) (bool, error) {
 	}
 	xs, err := items(b, c)
 	if err != nil {
-		if errors.Is(err, ErrTemplateBudget) {
+		if errors.Is(err, ErrBudget) {
 			return false, err
 		}
 		return false, fmt.Errorf("argument of type '%s' is not iterable", typeName(c))

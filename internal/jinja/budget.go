@@ -1,4 +1,4 @@
-package data
+package jinja
 
 import (
 	"context"
@@ -14,13 +14,13 @@ import (
 // by the template. One budget per rendering counts two things, each
 // charged before the work it pays for where the size is known beforehand:
 //
-//   - steps (maxRenderSteps): every statement, loop iteration and
+//   - steps (Limits.Steps, MaxSteps by default): every statement, loop iteration and
 //     expression evaluated, every item an operation visits (a comparison,
 //     in, join, select, tojson, repr), every scanBytesPerStep bytes a
 //     string operation searches (in, find, count, replace, ==, a dict
 //     key hashed) and every walkBytesPerStep bytes one walks a character
 //     at a time (length, an index);
-//   - bytes (maxRenderBytes): every string, list and dict built (a
+//   - bytes (Limits.Bytes, MaxBytes by default): every string, list and dict built (a
 //     repeat, a concatenation, a filter's or method's result, range, a
 //     slice, a literal) and the output, at their size in memory (16 bytes
 //     an item of a list), whether or not they are kept.
@@ -30,15 +30,21 @@ import (
 // stop signal (the context of Render) is looked at every stopEverySteps
 // steps, so a cancelled rendering ends within a few milliseconds.
 
-// maxRenderSteps bounds the steps of a rendering (a template looping
-// without end is an error, not a hang).
-const maxRenderSteps = 10_000_000
+// MaxSteps is the default bound of the steps of a rendering (a template
+// looping without end is an error, not a hang).
+const MaxSteps = 10_000_000
 
-// maxRenderBytes bounds the bytes a rendering builds, its output
-// included: four times MaxLineBytes, the largest conversation a JSONL line
-// holds (a template renders a conversation about once, plus the strings
-// it concatenates on the way).
-const maxRenderBytes = 4 * MaxLineBytes
+// MaxBytes is the default bound of the bytes a rendering builds, its
+// output included (package data renders within four times its largest
+// JSONL line instead: data.MaxLineBytes).
+const MaxBytes = 256 << 20
+
+// Limits bound one rendering (the budget above); a field of zero is its
+// default (MaxSteps, MaxBytes).
+type Limits struct {
+	Steps int64 // steps
+	Bytes int64 // bytes built
+}
 
 // maxRange is the most items range() gives: Jinja2's sandbox, in which
 // Hugging Face renders chat templates, refuses more (its MAX_RANGE).
@@ -59,9 +65,9 @@ const (
 	dictEntryBytes = 48
 )
 
-// ErrTemplateBudget is the error of a rendering that went past its
-// budget (steps or bytes): the template loops or builds without bound.
-var ErrTemplateBudget = errors.New("the chat template went past its budget")
+// ErrBudget is the error of a rendering that went past its budget (steps
+// or bytes): the template loops or builds without bound.
+var ErrBudget = errors.New("the chat template went past its budget")
 
 // budget is what a rendering has spent and may spend.
 type budget struct {
@@ -73,14 +79,21 @@ type budget struct {
 	macroDepth         int   // macro calls running, one in another (maxMacroDepth)
 }
 
-func newBudget(ctx context.Context) *budget {
-	return &budget{ctx: ctx, maxSteps: maxRenderSteps, maxBytes: maxRenderBytes}
+func newBudget(ctx context.Context, lim Limits) *budget {
+	b := &budget{ctx: ctx, maxSteps: lim.Steps, maxBytes: lim.Bytes}
+	if b.maxSteps == 0 {
+		b.maxSteps = MaxSteps
+	}
+	if b.maxBytes == 0 {
+		b.maxBytes = MaxBytes
+	}
+	return b
 }
 
 // step charges n steps.
 func (b *budget) step(n int64) error {
 	if n < 0 || n > b.maxSteps-b.steps {
-		return fmt.Errorf("%w: more than %d steps (statements, loop iterations, expressions, items visited) in one rendering", ErrTemplateBudget, b.maxSteps)
+		return fmt.Errorf("%w: more than %d steps (statements, loop iterations, expressions, items visited) in one rendering", ErrBudget, b.maxSteps)
 	}
 	b.steps += n
 	if b.steps >= b.nextStop {
@@ -108,7 +121,7 @@ func (b *budget) walk(n int) error {
 // alloc charges n bytes about to be built.
 func (b *budget) alloc(n int64) error {
 	if n < 0 || n > b.maxBytes-b.bytes {
-		return fmt.Errorf("%w: more than %d bytes (%d MiB) built in one rendering (strings, lists and the output)", ErrTemplateBudget, b.maxBytes, b.maxBytes>>20)
+		return fmt.Errorf("%w: more than %d bytes (%d MiB) built in one rendering (strings, lists and the output)", ErrBudget, b.maxBytes, b.maxBytes>>20)
 	}
 	b.bytes += n
 	return nil

@@ -1,4 +1,4 @@
-package data
+package jinja
 
 import (
 	"fmt"
@@ -42,7 +42,7 @@ type (
 	breakNode    struct{}
 	continueNode struct{}
 	// macroNode is {% macro name(params) %}body{% endmacro %}
-	// (jinja_macro.go).
+	// (macro.go).
 	macroNode struct {
 		name     string
 		params   []string
@@ -52,7 +52,7 @@ type (
 	}
 )
 
-// expr is an expression; eval is in jinja_eval.go.
+// expr is an expression; eval is in eval.go.
 type expr interface{}
 
 type (

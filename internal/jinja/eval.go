@@ -1,4 +1,4 @@
-package data
+package jinja
 
 import (
 	"context"
@@ -27,8 +27,9 @@ type renderer struct {
 // too): a deeper one is an error, not a stack overflow.
 const maxExprDepth = 1000
 
-// errRaised is the error of raise_exception.
-var errRaised = errors.New("the template raised an exception")
+// ErrRaised is the error of raise_exception: the template refuses what
+// it was given (a system message its model has no place for, say).
+var ErrRaised = errors.New("the template raised an exception")
 
 // loop control, as errors unwinding to the loop.
 var (
@@ -79,10 +80,10 @@ func (l *loopInfo) attr(name string) any {
 	return undef{"loop." + name}
 }
 
-// render runs a parsed template with the given variables, within a
-// budget (jinja_budget.go); ctx stops it (nil: nothing does).
+// render runs a parsed template with the given variables, within the
+// default budget (budget.go); ctx stops it (nil: nothing does).
 func render(ctx context.Context, body []tmplNode, vars map[string]any) (string, error) {
-	return renderWithin(newBudget(ctx), body, vars)
+	return renderWithin(newBudget(ctx, Limits{}), body, vars)
 }
 
 // renderWithin is render within budget b.
@@ -111,7 +112,7 @@ func globals() map[string]any {
 					return nil, err
 				}
 			}
-			return nil, fmt.Errorf("%w: %s", errRaised, msg)
+			return nil, fmt.Errorf("%w: %s", ErrRaised, msg)
 		}},
 		"namespace": &fn{name: "namespace", call: func(b *budget, args []any, kw *dict) (any, error) {
 			ns := &namespace{d: newDict()}
@@ -326,7 +327,7 @@ func bindLoopVars(b *budget, sc map[string]any, vars []string, item any) error {
 		return nil
 	}
 	xs, err := items(b, item)
-	if errors.Is(err, ErrTemplateBudget) {
+	if errors.Is(err, ErrBudget) {
 		return err
 	}
 	if err != nil || len(xs) != len(vars) {
@@ -362,7 +363,7 @@ func (r *renderer) execSet(n *setNode) error {
 		ns.d.set(n.attr, v)
 	case n.names != nil:
 		xs, err := items(r.bud, v)
-		if errors.Is(err, ErrTemplateBudget) {
+		if errors.Is(err, ErrBudget) {
 			return err
 		}
 		if err != nil || len(xs) != len(n.names) {
@@ -752,19 +753,19 @@ func arith(bud *budget, op string, a, b any) (any, bool, error) {
 		case "+":
 			r := ia + ib
 			if (ia > 0 && ib > 0 && r < 0) || (ia < 0 && ib < 0 && r >= 0) {
-				return nil, true, errIntOverflow
+				return nil, true, ErrIntOverflow
 			}
 			return r, true, nil
 		case "-":
 			r := ia - ib
 			if (ia >= 0 && ib < 0 && r < 0) || (ia < 0 && ib > 0 && r >= 0) {
-				return nil, true, errIntOverflow
+				return nil, true, ErrIntOverflow
 			}
 			return r, true, nil
 		case "*":
 			r, ok := mulInt(ia, ib)
 			if !ok {
-				return nil, true, errIntOverflow
+				return nil, true, ErrIntOverflow
 			}
 			return r, true, nil
 		case "//", "%":
@@ -772,7 +773,7 @@ func arith(bud *budget, op string, a, b any) (any, bool, error) {
 				return nil, true, fmt.Errorf("integer division or modulo by zero")
 			}
 			if ia == math.MinInt64 && ib == -1 {
-				return nil, true, errIntOverflow
+				return nil, true, ErrIntOverflow
 			}
 			q, m := ia/ib, ia%ib
 			if m != 0 && (m < 0) != (ib < 0) { // Python floors
@@ -795,7 +796,7 @@ func arith(bud *budget, op string, a, b any) (any, bool, error) {
 					}
 				}
 				if !ok {
-					return nil, true, errIntOverflow
+					return nil, true, ErrIntOverflow
 				}
 				return p, true, nil
 			}
@@ -833,9 +834,10 @@ func arith(bud *budget, op string, a, b any) (any, bool, error) {
 	return nil, false, nil
 }
 
-// errIntOverflow: Python's integers are unbounded, the template's are
+// ErrIntOverflow is the error of integer arithmetic past int64: Python's
+// integers are unbounded, the template's are
 // int64; a result past them is an error, not a wrapped number.
-var errIntOverflow = errors.New("integer overflow: the template's integers are 64-bit")
+var ErrIntOverflow = errors.New("integer overflow: the template's integers are 64-bit")
 
 // mulInt is a*b and whether it fits in int64.
 func mulInt(a, b int64) (int64, bool) {
@@ -856,7 +858,7 @@ func unary(op string, v any) (any, error) {
 	if i, ok := integer(v); ok {
 		if op == "-" {
 			if i == math.MinInt64 {
-				return nil, errIntOverflow
+				return nil, ErrIntOverflow
 			}
 			return -i, nil
 		}
