@@ -245,11 +245,7 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
   "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "dpu_warmup_steps": %d,
     "optimizer_state": {"moments": %q, "master": %q}%s}
 }`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, k.overlap, o.Warmup, strings.TrimSuffix(k.moments, RemainderSuffix), master, lora)
-	lookup := func(name string) (config.Shape, error) {
-		s, err := model.Lookup(name)
-		return config.Shape(s), err
-	}
-	cfg, err := config.Parse([]byte(js), "bench-step-"+mode+".json", config.Options{LookupShape: lookup})
+	cfg, err := config.Parse([]byte(js), "bench-step-"+mode+".json", config.Options{LookupShape: model.LookupConfigShape})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}

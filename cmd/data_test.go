@@ -53,7 +53,7 @@ func TestTrainDataStreamed(t *testing.T) {
 	}
 
 	// The same run, its corpus in memory (model.Tokens as engine.Options.Corpus).
-	cfg, err := config.Load(filepath.Join(dir, "config.json"), config.Options{LookupShape: lookupShape})
+	cfg, err := config.Load(filepath.Join(dir, "config.json"), config.Options{LookupShape: model.LookupConfigShape})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +359,7 @@ func TestTrainDataErrors(t *testing.T) {
 // with the config's global batch (the rows the data package counts), and
 // for raw text as many windows as it has tokens per epoch.
 func TestEpochSteps(t *testing.T) {
-	cfg, err := config.Parse([]byte(dataConfig), "data.json", config.Options{LookupShape: lookupShape})
+	cfg, err := config.Parse([]byte(dataConfig), "data.json", config.Options{LookupShape: model.LookupConfigShape})
 	if err != nil {
 		t.Fatal(err)
 	}

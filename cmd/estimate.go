@@ -70,7 +70,7 @@ func estimateFromConfig(c *cli.Context, path string, flagShape *model.Shape) (*c
 		devices = c.Int("devices")
 	}
 	named, _ := configNamesModel(path) // a file that does not read: config.Load says so
-	lookup := lookupShape
+	lookup := model.LookupConfigShape
 	if flagShape != nil {
 		lookup = func(string) (config.Shape, error) { return config.Shape(*flagShape), nil }
 	}

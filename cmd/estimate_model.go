@@ -55,7 +55,7 @@ func runConfigShape(path string) (model.Shape, bool, error) {
 	if err != nil || !named {
 		return model.Shape{}, false, nil
 	}
-	cfg, err := config.Load(path, config.Options{LookupShape: lookupShape})
+	cfg, err := config.Load(path, config.Options{LookupShape: model.LookupConfigShape})
 	if err != nil {
 		return model.Shape{}, false, fmt.Errorf("estimate: --model: %w", err)
 	}

@@ -75,11 +75,6 @@ func trainCommand() *cli.Command {
 	}
 }
 
-func lookupShape(name string) (config.Shape, error) {
-	s, err := model.Lookup(name)
-	return config.Shape(s), err
-}
-
 // demoSteps is the length of the demonstration.
 const demoSteps = trainrun.DemoSteps
 
@@ -494,7 +489,7 @@ func loadResumeConfig(path string, opts config.Options, resume *checkpoint.Manif
 		return nil, err
 	}
 	if !named {
-		saved, err := config.Parse(resume.Config, filepath.Join(resumeDir, checkpoint.ManifestName), config.Options{LookupShape: lookupShape})
+		saved, err := config.Parse(resume.Config, filepath.Join(resumeDir, checkpoint.ManifestName), config.Options{LookupShape: model.LookupConfigShape})
 		if err == nil && saved.Shape() != nil {
 			shape, lookup := *saved.Shape(), opts.LookupShape
 			opts.LookupShape = func(name string) (config.Shape, error) {
@@ -512,7 +507,7 @@ func loadResumeConfig(path string, opts config.Options, resume *checkpoint.Manif
 // device count, and --lr, --micro-batch, --warmup-steps and --steps fill the
 // keys written "auto".
 func configOptions(c *cli.Context) (config.Options, error) {
-	opts := config.Options{LookupShape: lookupShape}
+	opts := config.Options{LookupShape: model.LookupConfigShape}
 	for _, name := range []string{"devices", "micro-batch", "steps"} {
 		if c.IsSet(name) && c.Int(name) < 1 {
 			return opts, usagef("train: --%s %d: need at least 1", name, c.Int(name))

@@ -26,7 +26,7 @@ const exampleConfig = `{
 // stage 3 on two CPU devices and CPU Adam. A model of your own goes in
 // engine.Options.Model instead (examples/bytemlp, examples/gomodel).
 func Example() {
-	cfg, err := config.Parse([]byte(exampleConfig), "example.json", config.Options{LookupShape: func(name string) (config.Shape, error) { s, err := model.Lookup(name); return config.Shape(s), err }})
+	cfg, err := config.Parse([]byte(exampleConfig), "example.json", config.Options{LookupShape: model.LookupConfigShape})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/internal/units"
 )
 
@@ -121,6 +122,13 @@ func Lookup(name string) (Shape, error) {
 		return Shape{}, fmt.Errorf("model: unknown shape %q (known: %s)", name, strings.Join(Names(), ", "))
 	}
 	return s, nil
+}
+
+// LookupConfigShape is Lookup for config.Options.LookupShape: a config's
+// strata.model resolved among the named shapes.
+func LookupConfigShape(name string) (config.Shape, error) {
+	s, err := Lookup(name)
+	return config.Shape(s), err
 }
 
 // Names lists the named shapes, smallest first.

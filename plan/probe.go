@@ -185,8 +185,7 @@ func runSteps(ctx context.Context, js, backendName string, in Inputs, warmup, st
 		if name == in.Model {
 			return config.Shape(in.Shape), nil
 		}
-		s, err := model.Lookup(name)
-		return config.Shape(s), err
+		return model.LookupConfigShape(name)
 	}
 	cfg, err := config.Parse([]byte(js), "json", config.Options{LookupShape: lookup})
 	if err != nil {

@@ -45,17 +45,11 @@ func ResumeConfig(m *checkpoint.Manifest, dir string, devices int) (*config.Conf
 	if devices > 0 {
 		saved = forDevices(saved, devices)
 	}
-	cfg, err := config.Parse(saved, filepath.Join(dir, "manifest.json"), config.Options{LookupShape: lookupShape})
+	cfg, err := config.Parse(saved, filepath.Join(dir, "manifest.json"), config.Options{LookupShape: model.LookupConfigShape})
 	if err != nil {
 		return nil, resumeDevicesError(m, dir, devices, err)
 	}
 	return cfg, nil
-}
-
-// lookupShape is model.Lookup for config.Options.
-func lookupShape(name string) (config.Shape, error) {
-	s, err := model.Lookup(name)
-	return config.Shape(s), err
 }
 
 // forDevices rewrites a saved (resolved) config for n devices: the global

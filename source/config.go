@@ -15,23 +15,34 @@ import (
 // "auto" values follow its hidden size); one with a strata.model of
 // another shape is refused with a *ShapeConflictError naming both.
 func (im *Model) LoadConfig(path string, opts config.Options) (*config.Config, error) {
-	named, err := ConfigNamesModel(path)
+	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("config: %w", err)
 	}
+	return im.ParseConfig(b, path, opts)
+}
+
+// ParseConfig is LoadConfig of a config held in memory (DeepSpeed JSON;
+// name is what errors call it). Without opts.LookupShape, a strata.model
+// the config names is looked up among model's named shapes.
+func (im *Model) ParseConfig(b []byte, name string, opts config.Options) (*config.Config, error) {
+	named := namesModel(b)
 	lookup := opts.LookupShape
+	if lookup == nil {
+		lookup = model.LookupConfigShape
+	}
 	opts.LookupShape = func(name string) (config.Shape, error) {
 		if !named && name == config.DefaultModel {
 			return config.Shape(im.Shape), nil
 		}
 		return lookup(name)
 	}
-	cfg, err := config.Load(path, opts)
+	cfg, err := config.Parse(b, name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if s := cfg.Shape(); named && s != nil && model.Shape(*s).Canonical() != im.Shape.Canonical() {
-		return nil, &ShapeConflictError{Model: im, ConfigPath: path, ConfigShape: model.Shape(*s)}
+		return nil, &ShapeConflictError{Model: im, ConfigPath: name, ConfigShape: model.Shape(*s)}
 	}
 	return cfg, nil
 }
@@ -58,16 +69,21 @@ func ConfigNamesModel(path string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	return namesModel(b), nil
+}
+
+// namesModel says whether the config b sets strata.model.
+func namesModel(b []byte) bool {
 	var probe struct {
 		Strata struct {
 			Model json.RawMessage `json:"model"`
 		} `json:"strata"`
 	}
 	if json.Unmarshal(b, &probe) != nil {
-		return false, nil
+		return false
 	}
 	m := strings.TrimSpace(string(probe.Strata.Model))
-	return m != "" && m != "null", nil
+	return m != "" && m != "null"
 }
 
 // Apply sets the model of cfg to this one's shape (written out in
