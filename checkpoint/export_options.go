@@ -110,7 +110,7 @@ type ExportResult struct {
 	// hf.DirExport.Written).
 	Written []string `json:"written,omitempty"`
 	// ChatTemplate is where the run's chat template came from
-	// (hf.ChatTemplate.Source); "" when it recorded none.
+	// (data.ChatTemplate.Source); "" when it recorded none.
 	ChatTemplate string `json:"chat_template,omitempty"`
 	// LoRA is the run's LoRA (FormatPEFT); nil otherwise.
 	LoRA *model.LoRA `json:"lora,omitempty"`

@@ -1,5 +1,7 @@
-// Package cmd is the strata command line: train, eval, generate, estimate, plan,
-// bench (nvme, adam, gemm, step, comm), export, inspect, plot and version.
+// Package cmd is the strata command line, a thin shell over the library.
+//
+// Its commands: train, eval, generate, estimate, plan, bench (nvme, adam,
+// gemm, step, comm), export, inspect, plot and version.
 // TestDocListsCommands keeps this list equal to the App's commands.
 //
 // It is the only user of the CLI library (urfave/cli) and the only place
