@@ -139,7 +139,7 @@ func RunComm(o CommOptions) (CommResult, error) {
 		return res, fmt.Errorf("bench: comm: %w", err)
 	}
 	res.Identical = slices.Equal(got, f32Bytes(out))
-	res.StrataMedian, res.MPIMedian = median(res.StrataS), median(res.MPIS)
+	res.StrataMedian, res.MPIMedian = units.Median(res.StrataS), units.Median(res.MPIS)
 	bus := 2 * float64(res.Procs-1) / float64(res.Procs) * float64(o.Bytes)
 	res.StrataBusBW, res.MPIBusBW = bus/res.StrataMedian, bus/res.MPIMedian
 	res.Ratio = res.StrataBusBW / res.MPIBusBW

@@ -634,8 +634,8 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 	var first [][]float32
 	for i, e := range r.engines {
 		mr := &res.Modes[i]
-		mr.MedianStep = median(mr.Steps)
-		mr.Optimizer = median(opt[i])
+		mr.MedianStep = units.Median(mr.Steps)
+		mr.Optimizer = units.Median(opt[i])
 		mr.resources(res.Disk)
 		if mr.counts.Accesses == 0 {
 			mr.HitRate = 1 // a resident mode
@@ -703,18 +703,6 @@ func equalParams(a, b [][]float32) bool {
 		}
 	}
 	return true
-}
-
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // String prints the result as a table with the ratios.

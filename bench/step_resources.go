@@ -65,7 +65,7 @@ func (m *StepModeResult) resources(d plan.Disk) {
 		for i, u := range m.Use {
 			xs[i] = f(u)
 		}
-		return median(xs)
+		return units.Median(xs)
 	}
 	r := &m.Resources
 	*r = Resources{}

@@ -18,29 +18,14 @@ import (
 // by state, and with a shape the activations, the totals per device and
 // which configuration fits the budget.
 func (r *Report) WriteText(w io.Writer) error {
-	ew := &errWriter{w: w}
+	ew := &units.ErrWriter{W: w}
 	writeModelState(ew, r.Description, r.Options, r.Stages, r.Breakdown)
 	if r.Activations == nil {
 		fmt.Fprintln(ew, "not included: activations and the working set (they need a shape: --model or --config)")
 	} else {
 		r.Activations.write(ew)
 	}
-	return ew.err
-}
-
-// errWriter keeps the first error of w's writes.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return len(p), nil
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, nil
+	return ew.Err
 }
 
 // machineCoef turns a per-rank formula into the formula for all N ranks.

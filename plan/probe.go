@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"slices"
 	"time"
 
 	"github.com/strata-ai/strata/config"
@@ -16,6 +15,7 @@ import (
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/bf16"
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
 )
@@ -54,7 +54,7 @@ func ProbeRates(ctx context.Context, p *Profile, backendName string, hbmBytes in
 		}
 		secs = append(secs, time.Since(t0).Seconds())
 	}
-	p.CopyBytesPerS = 2 * n / median(secs)
+	p.CopyBytesPerS = 2 * n / units.Median(secs)
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("plan: probe: %w", context.Cause(ctx))
 	}
@@ -80,7 +80,7 @@ func ProbeRates(ctx context.Context, p *Profile, backendName string, hbmBytes in
 			secs = append(secs, time.Since(t0).Seconds())
 		}
 	}
-	p.AdamParamsPerS, p.AdamThreads = params/median(secs), opt.Options().Threads
+	p.AdamParamsPerS, p.AdamThreads = params/units.Median(secs), opt.Options().Threads
 
 	// The narrow state plan lists beside fp32: int8 moments, the master as
 	// the bf16 params (out) plus a remainder.
@@ -100,7 +100,7 @@ func ProbeRates(ctx context.Context, p *Profile, backendName string, hbmBytes in
 			secs = append(secs, time.Since(t0).Seconds())
 		}
 	}
-	p.SetAdamRate(AdamState{Moments: config.MomentsInt8, Master: config.MasterBF16Remainder, ParamsPerS: params / median(secs)})
+	p.SetAdamRate(AdamState{Moments: config.MomentsInt8, Master: config.MasterBF16Remainder, ParamsPerS: params / units.Median(secs)})
 	return nil
 }
 
@@ -135,7 +135,7 @@ func ProbeCompute(ctx context.Context, c Config, in Inputs, backendName string) 
 		ad = append(ad, st.OptimizerTime.Seconds())
 	}
 	return Compute{Model: in.Model, Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Params: in.Shape.ParamCount(),
-		FwdBwdSeconds: median(fb), DeviceAdamSeconds: median(ad)}, nil
+		FwdBwdSeconds: units.Median(fb), DeviceAdamSeconds: units.Median(ad)}, nil
 }
 
 // ProbeCheckpoint measures the step of in.Model in placement c with
@@ -159,7 +159,7 @@ func ProbeOffload(ctx context.Context, cm *Compute, off Config, in Inputs, backe
 	if err != nil {
 		return err
 	}
-	cm.OffloadStepSeconds, cm.OffloadStage = median(s), off.Stage
+	cm.OffloadStepSeconds, cm.OffloadStage = units.Median(s), off.Stage
 	return nil
 }
 
@@ -215,18 +215,4 @@ func runSteps(ctx context.Context, js, backendName string, in Inputs, warmup, st
 		}
 	}
 	return out, nil
-}
-
-// median is the middle of v (the mean of the two middle ones for an even
-// count); 0 for none.
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }

@@ -21,28 +21,13 @@ import (
 // measured median and the ranking's verdict), then those that do not fit;
 // when nothing fits, every placement's shortfall.
 func (r *Result) WriteText(w io.Writer) error {
-	ew := &errWriter{w: w}
+	ew := &units.ErrWriter{W: w}
 	if !r.Fits {
 		r.writeNoFit(ew)
 	} else {
 		r.writeTable(ew)
 	}
-	return ew.err
-}
-
-// errWriter keeps the first error of w's writes.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(p []byte) (int, error) {
-	if e.err != nil {
-		return len(p), nil
-	}
-	n, err := e.w.Write(p)
-	e.err = err
-	return n, nil
+	return ew.Err
 }
 
 // writeNoFit writes every placement's shortfall.

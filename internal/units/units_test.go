@@ -1,7 +1,10 @@
 package units
 
 import (
+	"errors"
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -61,3 +64,30 @@ func TestMulAdd(t *testing.T) {
 		t.Error("Add of a negative term not refused")
 	}
 }
+
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		v    []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{3, 1, 2}, 2}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		v := slices.Clone(c.v)
+		if got := Median(v); got != c.want || !slices.Equal(v, c.v) {
+			t.Errorf("Median(%v) = %v (input now %v), want %v", c.v, got, v, c.want)
+		}
+	}
+}
+
+func TestErrWriter(t *testing.T) {
+	bad := errors.New("disk full")
+	n := 0
+	w := &ErrWriter{W: writerFunc(func(p []byte) (int, error) { n++; return 0, bad })}
+	fmt.Fprintf(w, "a")
+	fmt.Fprintf(w, "b")
+	if w.Err != bad || n != 1 {
+		t.Errorf("err %v after %d writes, want %v after 1", w.Err, n, bad)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
