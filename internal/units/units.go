@@ -1,8 +1,9 @@
 // Package units parses and prints byte sizes and the figures beside them.
 //
-// Binary suffixes (K, M, G, T and
-// KiB, MiB, GiB, TiB) are powers of 1024, as fio and DeepSpeed read them;
-// rates are printed in decimal MB/s (1 MB = 10^6 B), as the benchmarks say.
+// Binary suffixes (K, M, G, T and KiB, MiB, GiB, TiB) are powers of 1024,
+// as fio and DeepSpeed read them; rates are printed in decimal MB/s
+// (1 MB = 10^6 B), as the benchmarks say. Median and ErrWriter serve the
+// tables that print them.
 package units
 
 import (
