@@ -1,7 +1,8 @@
-// Package data turns data files into the rows a training step reads:
-// raw text drawn from in random windows, or JSONL examples tokenized once
+// Package data turns data files into the rows a training step reads.
+//
+// Raw text is drawn from in random windows; JSONL examples are tokenized once
 // into a token file and packed into rows, with the loss only on what the
-// model should learn to say; and held-out files as evaluation sets.
+// model should learn to say; held-out files become evaluation sets.
 //
 // # The arithmetic
 //

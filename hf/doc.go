@@ -1,5 +1,7 @@
-// Package hf moves a model's weights in and out of Strata: Hugging Face
-// model directories and single safetensors files of a model.Layout.
+// Package hf moves a model's weights in and out of Strata.
+//
+// It reads and writes Hugging Face model directories and single
+// safetensors files of a model.Layout.
 //
 // # Model weights as one safetensors file
 //

@@ -1,4 +1,6 @@
-// Package plan predicts, for one model, batch and machine, the memory per
+// Package plan ranks the placements of a run by their predicted step time.
+//
+// It predicts, for one model, batch and machine, the memory per
 // tier and the step time of every placement Strata can train it in, from
 // a machine profile (profile.go: what `strata plan --probe` measured) and
 // the memory arithmetic of package estimate; it ranks the placements that

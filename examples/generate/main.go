@@ -1,6 +1,7 @@
-// Command generate continues a prompt with a model: a Strata run or
-// checkpoint (its last checkpoint) or a Hugging Face directory, streaming
-// the text as it comes; -chat renders the prompt as a user's turn with the
+// Command generate continues a prompt with a model, streaming the text.
+//
+// The model is a Strata run or checkpoint (its last checkpoint) or a
+// Hugging Face directory; -chat renders the prompt as a user's turn with the
 // model's chat template.
 //
 //	go run ./examples/generate -model lora-run/run -prompt "pack my " -n 40

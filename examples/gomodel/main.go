@@ -1,6 +1,8 @@
-// Command gomodel trains a model defined in Go (package bytemlp: a byte-level
-// language model with a hidden layer) with ZeRO stage 3 on two CPU devices,
-// its parameters and optimizer state sharded across them.
+// Command gomodel trains a model defined in Go with ZeRO stage 3.
+//
+// The model is package bytemlp's (a byte-level language model with a
+// hidden layer), on two CPU devices, its parameters and optimizer state
+// sharded across them.
 //
 //	go run ./examples/gomodel
 //

@@ -1,6 +1,8 @@
-// Command lora fine-tunes a Hugging Face model with LoRA, its frozen base
-// and the adapters' optimizer state on NVMe, then evaluates it, generates
-// from it and exports the adapter (PEFT) and the merged model:
+// Command lora fine-tunes a Hugging Face model with LoRA on NVMe.
+//
+// Its frozen base and the adapters' optimizer state live on NVMe; it then
+// evaluates the model, generates from it and exports the adapter (PEFT)
+// and the merged model:
 //
 //	go run ./examples/lora -base ~/models/Llama-3.2-1B -text corpus.txt -nvme /mnt/nvme -out lora-run
 //
