@@ -14,18 +14,9 @@ import (
 
 // apiInternalAllowed are the findings of TestNoInternalInAPI left for
 // now, each to be removed from this list as it is fixed: "pkg: Ident
-// names internal/x.T". Adam's hyper-parameters are aliases of
-// internal/adam's types (one value for host and device optimizers): a
-// program names them as cpuadam.Params or gpu.AdamParams, but go doc
-// shows internal/adam's, and Params.Scalars returns an internal type;
-// internal/adam was being changed (its Mode's stringer) when this test
-// was written, so its move to a public package waits for that.
-var apiInternalAllowed = map[string]bool{
-	"cpuadam: Mode names internal/adam.Mode":     true,
-	"cpuadam: Params names internal/adam.Params": true,
-	"gpu: AdamMode names internal/adam.Mode":     true,
-	"gpu: AdamParams names internal/adam.Params": true,
-}
+// names internal/x.T". None: Adam's hyper-parameters (once
+// internal/adam's) are package adam's.
+var apiInternalAllowed = map[string]bool{}
 
 // internalRefs lists the types of internal/ packages (or of a package's own
 // internal/) that expr names, as "internal/x.Name".

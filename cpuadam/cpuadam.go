@@ -3,7 +3,7 @@ package cpuadam
 import (
 	"fmt"
 
-	"github.com/strata-ai/strata/internal/adam"
+	"github.com/strata-ai/strata/adam"
 )
 
 // Mode selects how weight decay enters (internal/adam's Mode).

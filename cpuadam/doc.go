@@ -11,9 +11,9 @@
 // kernels that compute them (AVX-512 and AVX2+FMA in Go assembly,
 // adam_amd64.s and moments_amd64.s; pure Go elsewhere), their dispatch,
 // and a pool of worker goroutines (Optimizer). Its Params (hyper-parameters,
-// validation and the per-step scalars) are internal/adam's, the same type
-// as gpu.AdamParams. It imports nothing of Strata but internal/bf16, internal/dtype (the Q8 size) and
-// internal/adam.
+// validation and the per-step scalars) are package adam's, the same type
+// as gpu.AdamParams. It imports nothing of Strata but internal/bf16, dtype
+// (the Q8 size) and adam.
 //
 // # The formula
 //

@@ -166,7 +166,7 @@ type hostJob struct {
 // startRun starts a host update of step ap.Step in state first (runHanding
 // or runLeasing) under schedule sched: its goroutine, waiting for jobs.
 func (r *rank) startRun(ap gpu.AdamParams, sched hostSchedule, first runState) (*pendingUpdate, error) {
-	cp := cpuadam.Params(ap) // one type (internal/adam)
+	cp := cpuadam.Params(ap) // one type (package adam)
 	if err := cp.Validate(); err != nil {
 		return nil, err
 	}

@@ -94,7 +94,7 @@ func (serialUpdate) reduced(r *rank, c int, g gpu.Buffer) error {
 
 func (serialUpdate) update(r *rank, ap gpu.AdamParams) error {
 	defer func() { r.hostFig.Add(r.takeHostOpt()) }()
-	cp := cpuadam.Params(ap) // one type (internal/adam)
+	cp := cpuadam.Params(ap) // one type (package adam)
 	if err := cp.Validate(); err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@ package gpu
 import (
 	"math"
 
-	"github.com/strata-ai/strata/internal/adam"
+	"github.com/strata-ai/strata/adam"
 )
 
 // ColumnBlockRows is the order of every sum of a column over the rows
