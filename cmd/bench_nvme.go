@@ -33,11 +33,11 @@ func benchNVMeCommand() *cli.Command {
 			"Compare with fio side by side: bench/nvme-vs-fio.sh.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "path", Usage: "file or directory on the drive to test (repeatable: several drives, each once)", Required: true},
-			&cli.StringFlag{Name: "rw", Usage: "read, write, randread, randwrite or mixed (concurrent reads and writes)", DefaultText: nvmeDefaults.RW},
+			&cli.StringFlag{Name: "rw", Value: nvmeDefaults.RW, Usage: "read, write, randread, randwrite or mixed (concurrent reads and writes)", DefaultText: nvmeDefaults.RW},
 			&cli.StringFlag{Name: "bs", Usage: "block size (binary suffixes: 128K, 1M)", DefaultText: units.FormatSize(nvmeDefaults.BlockBytes)},
-			&cli.IntFlag{Name: "qd", Usage: "requests in flight", DefaultText: strconv.Itoa(nvmeDefaults.QueueDepth)},
+			&cli.IntFlag{Name: "qd", Value: nvmeDefaults.QueueDepth, Usage: "requests in flight", DefaultText: strconv.Itoa(nvmeDefaults.QueueDepth)},
 			&cli.StringFlag{Name: "size", Usage: "bytes per path", DefaultText: units.FormatSize(nvmeDefaults.SizeBytes)},
-			&cli.StringFlag{Name: "engine", Usage: "auto (io_uring, else pread workers, and says why), uring or pread", DefaultText: nvmeDefaults.Engine},
+			&cli.StringFlag{Name: "engine", Value: nvmeDefaults.Engine, Usage: "auto (io_uring, else pread workers, and says why), uring or pread", DefaultText: nvmeDefaults.Engine},
 			&cli.IntFlag{Name: "loops", Usage: "passes over the file (not with --duration)", DefaultText: strconv.Itoa(nvmeDefaults.Loops)},
 			&cli.DurationFlag{Name: "duration", Usage: "run passes until this much time has elapsed (instead of --loops)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object per run"},
@@ -45,7 +45,7 @@ func benchNVMeCommand() *cli.Command {
 			&cli.StringFlag{Name: "sweep-bs", Value: "128K,256K,512K,1M,4M", Usage: "block sizes for --sweep"},
 			&cli.StringFlag{Name: "sweep-qd", Value: "4,8,16,32,64", Usage: "queue depths for --sweep"},
 			&cli.BoolFlag{Name: "trace-block", Usage: "add device latency from the block:block_rq_issue/complete tracepoints (needs BPF)"},
-			&cli.IntFlag{Name: "submit-batch", Usage: "requests per io_uring_enter at most (above 1 the block layer may merge adjacent ones)", DefaultText: strconv.Itoa(nvmeDefaults.SubmitBatch)},
+			&cli.IntFlag{Name: "submit-batch", Value: nvmeDefaults.SubmitBatch, Usage: "requests per io_uring_enter at most (above 1 the block layer may merge adjacent ones)", DefaultText: strconv.Itoa(nvmeDefaults.SubmitBatch)},
 			&cli.BoolFlag{Name: "no-fixed", Usage: "do not register buffers and files with io_uring"},
 			&cli.BoolFlag{Name: "force", Usage: "allow a write run to overwrite an existing --path file, and a read run to extend it"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress on stderr"},
@@ -68,20 +68,10 @@ func nvmeOptions(c *cli.Context) (bench.NVMeOptions, error) {
 		return o, usagef("--duration %v: want > 0", o.Duration)
 	}
 	o = o.WithDefaults()
-	if c.IsSet("rw") {
-		o.RW = c.String("rw")
-	}
-	if c.IsSet("engine") {
-		o.Engine = c.String("engine")
-	}
-	if c.IsSet("qd") {
-		o.QueueDepth = c.Int("qd")
-	}
+	// rw, engine, qd and submit-batch hold the defaults as their values.
+	o.RW, o.Engine, o.QueueDepth, o.SubmitBatch = c.String("rw"), c.String("engine"), c.Int("qd"), c.Int("submit-batch")
 	if c.IsSet("loops") {
 		o.Loops = c.Int("loops")
-	}
-	if c.IsSet("submit-batch") {
-		o.SubmitBatch = c.Int("submit-batch")
 	}
 	for _, f := range []struct {
 		name string
