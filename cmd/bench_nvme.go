@@ -34,9 +34,9 @@ func benchNVMeCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "path", Usage: "file or directory on the drive to test (repeatable: several drives, each once)", Required: true},
 			&cli.StringFlag{Name: "rw", Value: nvmeDefaults.RW, Usage: "read, write, randread, randwrite or mixed (concurrent reads and writes)", DefaultText: nvmeDefaults.RW},
-			&cli.StringFlag{Name: "bs", Usage: "block size (binary suffixes: 128K, 1M)", DefaultText: units.FormatSize(nvmeDefaults.BlockBytes)},
+			&cli.StringFlag{Name: "bs", Value: units.FormatSize(nvmeDefaults.BlockBytes), Usage: "block size (binary suffixes: 128K, 1M)", DefaultText: units.FormatSize(nvmeDefaults.BlockBytes)},
 			&cli.IntFlag{Name: "qd", Value: nvmeDefaults.QueueDepth, Usage: "requests in flight", DefaultText: strconv.Itoa(nvmeDefaults.QueueDepth)},
-			&cli.StringFlag{Name: "size", Usage: "bytes per path", DefaultText: units.FormatSize(nvmeDefaults.SizeBytes)},
+			&cli.StringFlag{Name: "size", Value: units.FormatSize(nvmeDefaults.SizeBytes), Usage: "bytes per path", DefaultText: units.FormatSize(nvmeDefaults.SizeBytes)},
 			&cli.StringFlag{Name: "engine", Value: nvmeDefaults.Engine, Usage: "auto (io_uring, else pread workers, and says why), uring or pread", DefaultText: nvmeDefaults.Engine},
 			&cli.IntFlag{Name: "loops", Usage: "passes over the file (not with --duration)", DefaultText: strconv.Itoa(nvmeDefaults.Loops)},
 			&cli.DurationFlag{Name: "duration", Usage: "run passes until this much time has elapsed (instead of --loops)"},
@@ -68,7 +68,7 @@ func nvmeOptions(c *cli.Context) (bench.NVMeOptions, error) {
 		return o, usagef("--duration %v: want > 0", o.Duration)
 	}
 	o = o.WithDefaults()
-	// rw, engine, qd and submit-batch hold the defaults as their values.
+	// Every flag but loops (its default depends on --duration) has its default as its value.
 	o.RW, o.Engine, o.QueueDepth, o.SubmitBatch = c.String("rw"), c.String("engine"), c.Int("qd"), c.Int("submit-batch")
 	if c.IsSet("loops") {
 		o.Loops = c.Int("loops")
@@ -77,9 +77,6 @@ func nvmeOptions(c *cli.Context) (bench.NVMeOptions, error) {
 		name string
 		dst  *int64
 	}{{"bs", &o.BlockBytes}, {"size", &o.SizeBytes}} {
-		if !c.IsSet(f.name) {
-			continue
-		}
 		v, err := units.ParseBytes(c.String(f.name))
 		if err != nil {
 			return o, usagef("--%s: %v", f.name, err)
@@ -154,9 +151,7 @@ func parseList(s string, parse func(string) (int64, error)) ([]int64, error) {
 	return out, nil
 }
 
-// latency is a latency given in microseconds as the report prints it: µs
-// below 1 ms, else ms.
-var latency = bench.FormatLatency
+var latency = bench.FormatLatency // µs below 1 ms, else ms, as the report prints latencies
 
 // sweepRuns is how many times --sweep measures each setting.
 const sweepRuns = bench.NVMeSweepRuns
