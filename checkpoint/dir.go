@@ -526,6 +526,35 @@ func Resolve(path string) (string, error) {
 	return dir, err
 }
 
+// Locate finds the checkpoint a user names, the same way for train
+// --resume, inspect and export: a checkpoint directory (step-N), its
+// manifest.json, a directory of checkpoints (its "latest") or a run's --out
+// directory (the "latest" of its checkpoints/). It returns the checkpoint's
+// directory, the directory of checkpoints holding it ("" when path named
+// the checkpoint itself), and a note for the user when "latest" was
+// missing or unreadable and the newest complete checkpoint was taken
+// instead (Find).
+func Locate(path string) (dir, list, note string, err error) {
+	if fi, serr := os.Stat(path); serr == nil && !fi.IsDir() && filepath.Base(path) == ManifestName {
+		return filepath.Dir(path), "", "", nil
+	}
+	dir, note, err = Find(path)
+	if err == nil {
+		if filepath.Clean(dir) != filepath.Clean(path) {
+			list = path
+		}
+		return dir, list, note, nil
+	}
+	sub := filepath.Join(path, "checkpoints")
+	if _, serr := os.Stat(sub); serr != nil {
+		return "", "", "", err
+	}
+	if dir, note, err = Find(sub); err != nil {
+		return "", "", "", err
+	}
+	return dir, sub, note, nil
+}
+
 // Find is Resolve, with a note ("" when none) when path/latest was missing
 // or could not be read and the newest complete checkpoint beside it was
 // taken instead, for the command to show.

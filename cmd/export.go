@@ -3,14 +3,12 @@ package cmd
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/strata-ai/strata/checkpoint"
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/internal/units"
 )
 
 // exportCommand is `strata export CKPT OUT.safetensors`: the model weights of
@@ -100,25 +98,5 @@ func runExport(c *cli.Context) error {
 	case err != nil:
 		return err
 	}
-	switch res.Format {
-	case checkpoint.FormatHF:
-		tok := "no tokenizer files (the run did not start from a Hugging Face directory with them)"
-		if len(res.Tokenizer) > 0 {
-			tok = "tokenizer files " + strings.Join(res.Tokenizer, ", ")
-		}
-		chat := "no chat template (the run trained on no {\"messages\"} lines)"
-		if res.ChatTemplate != "" {
-			chat = "the run's chat template, " + res.ChatTemplate
-		}
-		fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s: config.json, %d weight file(s) of %s %s (%s); %s; written: %s (%s)\n",
-			res.Step, src, res.Params, dst, len(res.Files), units.FormatBytes(res.SizeBytes), res.DType, strings.Join(res.Files, ", "), tok,
-			strings.Join(res.Written, ", "), chat)
-	case checkpoint.FormatPEFT:
-		fmt.Fprintf(c.App.Writer, "exported the LoRA adapters of step %d of %s (r %d, alpha %g, %s) to %s: %s (%s)\n",
-			res.Step, src, res.LoRA.R, res.LoRA.Alpha, strings.Join(res.LoRA.Targets, ", "), dst, strings.Join(res.Files, ", "), res.DType)
-	default:
-		fmt.Fprintf(c.App.Writer, "exported step %d of %s (%d params) to %s (%s, %s names, %s)\n",
-			res.Step, src, res.Params, dst, res.DType, res.Names, units.FormatBytes(res.SizeBytes))
-	}
-	return nil
+	return res.WriteText(c.App.Writer, src)
 }

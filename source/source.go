@@ -122,26 +122,9 @@ func Probe(ctx context.Context, path string, opts Options) (*Model, error) {
 // directory, the directory of checkpoints holding it ("" when path named
 // the checkpoint itself), and a note for the user when "latest" was
 // missing or unreadable and the newest complete checkpoint was taken
-// instead (checkpoint.Find).
+// instead (checkpoint.Locate).
 func FindCheckpoint(path string) (dir, list, note string, err error) {
-	if fi, serr := os.Stat(path); serr == nil && !fi.IsDir() && filepath.Base(path) == checkpoint.ManifestName {
-		return filepath.Dir(path), "", "", nil
-	}
-	dir, note, err = checkpoint.Find(path)
-	if err == nil {
-		if filepath.Clean(dir) != filepath.Clean(path) {
-			list = path
-		}
-		return dir, list, note, nil
-	}
-	sub := filepath.Join(path, "checkpoints")
-	if _, serr := os.Stat(sub); serr != nil {
-		return "", "", "", err
-	}
-	if dir, note, err = checkpoint.Find(sub); err != nil {
-		return "", "", "", err
-	}
-	return dir, sub, note, nil
+	return checkpoint.Locate(path)
 }
 
 // Describe is the model in one line for a run's header (with a second,
