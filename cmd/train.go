@@ -334,10 +334,11 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 	}()
 	if dir := c.String("adapter"); dir != "" {
 		var note string
-		if p.adapter, p.source, note, err = trainrun.OpenAdapter(ctx, dir, cfg, p.init.m, c.Bool("allow-other-base")); err != nil {
+		p.adapter, p.source, note, err = trainrun.OpenAdapter(ctx, dir, cfg, p.init.m, c.Bool("allow-other-base"))
+		printNote(stderr, note)
+		if err != nil {
 			return nil, err
 		}
-		printNote(stderr, note)
 	}
 	if p.data, err = openRunData(ctx, c, cfg, p.source, stderr); err != nil {
 		return nil, err

@@ -21,7 +21,8 @@ import (
 // run's --init, opened) already holds and one made for another base (a
 // note with allowOther, --allow-other-base, or when its base cannot be
 // resolved). It returns the adapter, the run's source with the adapter
-// recorded (hf.Source.Adapter) and the note ("" for none).
+// recorded (hf.Source.Adapter) and the note ("" for none; also with the
+// error of a strata.lora that says otherwise).
 func OpenAdapter(ctx context.Context, dir string, cfg *config.Config, init *source.Model, allowOther bool) (*hf.PEFTAdapter, *hf.Source, string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, nil, "", err
@@ -50,7 +51,7 @@ func OpenAdapter(ctx context.Context, dir string, cfg *config.Config, init *sour
 		want, _ := json.Marshal(o)
 		if string(got) != string(want) {
 			a.Close()
-			return nil, nil, "", fmt.Errorf("train: --adapter %s is r %d, alpha %g, target_modules %v, use_rslora %t; the config's strata.lora %s says otherwise: leave strata.lora out (it comes from the adapter) or make it the same",
+			return nil, nil, note, fmt.Errorf("train: --adapter %s is r %d, alpha %g, target_modules %v, use_rslora %t; the config's strata.lora %s says otherwise: leave strata.lora out (it comes from the adapter) or make it the same",
 				dir, o.R, o.Alpha, o.TargetModules, o.UseRSLoRA, got)
 		}
 	}
