@@ -50,9 +50,7 @@ func trainRunKey(c *cli.Context, p *trainPlan) runKey {
 	k := runKey{}
 	var cfg any
 	if json.Unmarshal(p.cfg.JSON(), &cfg) == nil {
-		flat := map[string]string{}
-		flatten("", cfg, flat)
-		for name, v := range flat {
+		for name, v := range trainrun.Flatten(cfg) {
 			if name != "strata.data" { // a path: the data's identity below
 				k["config "+name] = v
 			}

@@ -2,10 +2,8 @@ package cmd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/hf"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/source"
@@ -57,21 +55,6 @@ func (im *initModel) sync() {
 // describe is the model for the run's header.
 func (im *initModel) describe() string { return im.m.Describe() }
 
-// loadConfig parses the --config file at path for the model of --init
-// (source.Model.LoadConfig): a strata.model of another shape is refused,
-// naming both.
-func (im *initModel) loadConfig(path string, opts config.Options) (*config.Config, error) {
-	if _, err := configNamesModel(path); err != nil {
-		return nil, err
-	}
-	cfg, err := im.m.LoadConfig(path, opts)
-	var conflict *source.ShapeConflictError
-	if errors.As(err, &conflict) {
-		return nil, usagef("%v", err)
-	}
-	return cfg, err
-}
-
 // shapeFile is the file the shape of --init was read from.
 func (im *initModel) shapeFile() string { return im.m.ShapeFile() }
 
@@ -83,16 +66,6 @@ func configNamesModel(path string) (bool, error) {
 		return false, fmt.Errorf("train: --config: %w", err)
 	}
 	return named, nil
-}
-
-// demo makes the demonstration's config (no --config) train this model.
-func (im *initModel) demo(cfg *config.Config) { im.m.Demo(cfg) }
-
-// apply sets the model of cfg to this one (with its name, written out in
-// config.json and every checkpoint, so that a resumed run needs no --init).
-func (im *initModel) apply(cfg *config.Config) error {
-	im.m.Apply(cfg)
-	return nil
 }
 
 // open opens the weights: every file's header checked against the shape

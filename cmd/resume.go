@@ -1,12 +1,9 @@
 package cmd
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
-	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -14,72 +11,10 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/strata-ai/strata/checkpoint"
 	trainrun "github.com/strata-ai/strata/run"
 )
 
-// resolveResume finds the checkpoint --resume names: a checkpoint
-// directory, a directory of checkpoints (its latest), or a run's --out
-// directory (its checkpoints' latest). It returns the manifest and the
-// checkpoint's directory. A note of the resolution ("latest" unreadable)
-// goes to stderr.
-func resolveResume(path string, stderr io.Writer) (*checkpoint.Manifest, string, error) {
-	dir, _, note, err := resolveCheckpoint(path) // the same three forms as inspect and export
-	printNote(stderr, note)
-	var m *checkpoint.Manifest
-	if err == nil {
-		m, dir, err = checkpoint.ReadManifest(dir)
-	}
-	if err != nil {
-		return nil, "", fmt.Errorf("train: --resume %s: %w", path, err)
-	}
-	return m, dir, nil
-}
-
-// configDiff lists the settings where two configs (JSON) differ, but the
-// total step count: "optimizer.params.lr 0.003 -> 0.001, ..." ("" when
-// none).
-func configDiff(saved, now []byte) string {
-	var a, b any
-	if json.Unmarshal(saved, &a) != nil || json.Unmarshal(now, &b) != nil {
-		return ""
-	}
-	fa, fb := map[string]string{}, map[string]string{}
-	flatten("", a, fa)
-	flatten("", b, fb)
-	keys := map[string]bool{}
-	for k := range fa {
-		keys[k] = true
-	}
-	for k := range fb {
-		keys[k] = true
-	}
-	var diffs []string
-	for _, k := range slices.Sorted(maps.Keys(keys)) {
-		if k != "strata.steps" && fa[k] != fb[k] {
-			diffs = append(diffs, fmt.Sprintf("%s %s -> %s", k, orNone(fa[k]), orNone(fb[k])))
-		}
-	}
-	if len(diffs) > 6 {
-		diffs = append(diffs[:6], fmt.Sprintf("and %d more", len(diffs)-6))
-	}
-	return strings.Join(diffs, ", ")
-}
-
-func flatten(prefix string, v any, out map[string]string) {
-	if m, ok := v.(map[string]any); ok {
-		for k, x := range m {
-			if prefix != "" {
-				k = prefix + "." + k
-			}
-			flatten(k, x, out)
-		}
-		return
-	}
-	b, _ := json.Marshal(v)
-	out[prefix] = string(b)
-}
-
+// orNone is s, or "(none)" for "".
 func orNone(s string) string {
 	if s == "" {
 		return "(none)"

@@ -2,14 +2,10 @@ package cmd
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 
@@ -19,9 +15,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/gpu/backend"
-	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/hf"
-	"github.com/strata-ai/strata/model"
 	trainrun "github.com/strata-ai/strata/run"
 	"github.com/strata-ai/strata/timeline"
 )
@@ -150,7 +144,7 @@ func runTrain(c *cli.Context) (err error) {
 	if p.resume != nil {
 		opts.Resume = &trainrun.Resume{Manifest: p.resume, Dir: p.resumeDir, AllowDataChange: c.Bool("allow-data-change")}
 		if c.IsSet("config") {
-			opts.Resume.ConfigDiff = configDiff(p.resume.Config, p.cfg.JSON())
+			opts.Resume.ConfigDiff = trainrun.ConfigDiff(p.resume.Config, p.cfg.JSON())
 		}
 	}
 	if p.init != nil {
@@ -309,29 +303,25 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 		return nil, usagef("train: --adapter continues a PEFT adapter on its base model: name the base with --init")
 	}
 	if path := c.String("resume"); path != "" {
-		var err error
-		if p.resume, p.resumeDir, err = resolveResume(path, stderr); err != nil {
+		var note string
+		p.resume, p.resumeDir, note, err = trainrun.ResolveResume(ctx, path)
+		printNote(stderr, note)
+		if err != nil {
 			return nil, err
 		}
 		p.source = p.resume.Source
 	}
 	if path := c.String("init"); path != "" {
-		var err error
 		if p.init, err = probeInit(path); err != nil {
 			return nil, err
 		}
 	}
-	cfg, err := trainConfig(c, p.resume, p.resumeDir, p.init)
+	req := configRequest(c, p)
+	cfg, err := trainrun.Resolve(ctx, req)
 	if err != nil {
-		return nil, err
-	}
-	if err := applyTrainFlags(c, cfg); err != nil {
-		return nil, err
+		return nil, runError(err)
 	}
 	if p.init != nil {
-		if err := p.init.apply(cfg); err != nil {
-			return nil, err
-		}
 		if err := p.init.open(); err != nil {
 			return nil, err
 		}
@@ -343,7 +333,10 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 		}
 	}()
 	if dir := c.String("adapter"); dir != "" {
-		if p.adapter, p.source, err = openAdapter(dir, cfg, p.init, c.Bool("allow-other-base"), stderr); err != nil {
+		var note string
+		p.adapter, p.source, note, err = trainrun.OpenAdapter(ctx, dir, cfg, p.init.m, c.Bool("allow-other-base"))
+		printNote(stderr, note)
+		if err != nil {
 			return nil, err
 		}
 	}
@@ -352,9 +345,11 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 	}
 	p.dataIDs = p.data.Identity()
 	if c.IsSet("epochs") {
-		if cfg, err = epochConfig(c, p, cfg, stderr); err != nil {
-			return nil, err
+		var n int
+		if cfg, n, err = trainrun.ResolveEpochs(ctx, req, cfg, p.data, c.Int("epochs")); err != nil {
+			return nil, runError(err)
 		}
+		fmt.Fprintf(stderr, "note: --epochs %d: %d steps of %d rows\n", c.Int("epochs"), n, cfg.TrainBatchSize)
 	}
 	p.cfg = cfg
 	if c.IsSet("config") || p.resume == nil {
@@ -369,199 +364,26 @@ func planTrain(ctx context.Context, c *cli.Context, stderr io.Writer) (_ *trainP
 	return p, nil
 }
 
-// openAdapter opens the PEFT adapter of --adapter for the run's base
-// shape and sets cfg's strata.lora from it; a strata.lora of the config
-// that says otherwise is refused, as are an adapter that --init already
-// holds (ownAdapter) and one made for another base (adapterBase; a note
-// with allowOther or when its base cannot be resolved). It returns the
-// adapter and the run's source with the adapter recorded (hf.Source.Adapter).
-func openAdapter(dir string, cfg *config.Config, im *initModel, allowOther bool, stderr io.Writer) (*hf.PEFTAdapter, *hf.Source, error) {
-	if cfg.Shape() == nil {
-		return nil, nil, fmt.Errorf("train: --adapter %s: the run's model has no shape", dir)
+// configRequest is the request of the config that c's flags say
+// (trainrun.Resolve), for the checkpoint and model p resolved.
+func configRequest(c *cli.Context, p *trainPlan) trainrun.ConfigRequest {
+	req := trainrun.ConfigRequest{ConfigPath: c.String("config"), Resume: p.resume, ResumeDir: p.resumeDir,
+		Data: c.String("data"), DataColumns: c.String("data-columns"), Backend: c.String("backend")}
+	if p.init != nil {
+		req.Init = p.init.m
 	}
-	a, err := hf.OpenPEFT(dir, model.Shape(*cfg.Shape()))
-	if err != nil {
-		return nil, nil, fmt.Errorf("train: --adapter: %w", err)
-	}
-	note, err := "", ownAdapter(a, im)
-	if err == nil {
-		note, err = adapterBase(a, im, allowOther)
-	}
-	if err != nil {
-		a.Close()
-		return nil, nil, err
-	}
-	if note != "" {
-		fmt.Fprintf(stderr, "note: %s\n", note)
-	}
-	o := &config.LoRA{R: a.LoRA.R, Alpha: a.LoRA.Alpha, Dropout: a.LoRA.Dropout, TargetModules: a.LoRA.Targets, UseRSLoRA: a.LoRA.RSLoRA}
-	if have := cfg.Strata.LoRA; have != nil {
-		got, _ := json.Marshal(have)
-		want, _ := json.Marshal(o)
-		if string(got) != string(want) {
-			a.Close()
-			return nil, nil, fmt.Errorf("train: --adapter %s is r %d, alpha %g, target_modules %v, use_rslora %t; the config's strata.lora %s says otherwise: leave strata.lora out (it comes from the adapter) or make it the same",
-				dir, o.R, o.Alpha, o.TargetModules, o.UseRSLoRA, got)
+	ints := map[string]**int{"devices": &req.Devices, "steps": &req.Steps, "micro-batch": &req.MicroBatch, "warmup-steps": &req.WarmupSteps}
+	for name, v := range ints {
+		if c.IsSet(name) {
+			n := c.Int(name)
+			*v = &n
 		}
 	}
-	cfg.Strata.LoRA = o
-	src := *im.source
-	src.Adapter, _ = filepath.Abs(dir)
-	return a, &src, nil
-}
-
-// epochConfig is the config of a run of --epochs: the steps the epochs
-// take (epochSteps), given as --steps is (strata.steps, and a scheduler
-// total_num_steps written "auto").
-func epochConfig(c *cli.Context, p *trainPlan, cfg *config.Config, stderr io.Writer) (*config.Config, error) {
-	n, err := p.data.EpochSteps(cfg, c.Int("epochs"))
-	if err != nil {
-		return nil, runError(err)
+	if c.IsSet("lr") {
+		lr := c.Float64("lr")
+		req.LR = &lr
 	}
-	if err := c.Set("steps", strconv.Itoa(n)); err != nil {
-		return nil, fmt.Errorf("train: --epochs: %w", err)
-	}
-	again, err := trainConfig(c, p.resume, p.resumeDir, p.init)
-	if err == nil {
-		err = applyTrainFlags(c, again)
-	}
-	if err == nil && p.init != nil {
-		err = p.init.apply(again)
-	}
-	if err != nil {
-		return nil, err
-	}
-	fmt.Fprintf(stderr, "note: --epochs %d: %d steps of %d rows\n", c.Int("epochs"), n, again.TrainBatchSize)
-	return again, nil
-}
-
-// trainConfig is the config the run starts from: --config, else the one
-// the checkpoint of --resume was saved with (for --devices devices when
-// given), else the demonstration's; with --init (im), of its model.
-func trainConfig(c *cli.Context, resume *checkpoint.Manifest, resumeDir string, im *initModel) (*config.Config, error) {
-	if c.String("config") == "" {
-		for _, name := range []string{"lr", "micro-batch", "warmup-steps"} {
-			if c.IsSet(name) {
-				return nil, usagef("train: --%s fills the \"auto\" values of a --config file; without --config, write the value in a config", name)
-			}
-		}
-	}
-	switch {
-	case c.String("config") != "":
-		opts, err := configOptions(c)
-		if err != nil {
-			return nil, err
-		}
-		if im != nil {
-			return im.loadConfig(c.String("config"), opts)
-		}
-		if resume != nil {
-			return loadResumeConfig(c.String("config"), opts, resume, resumeDir)
-		}
-		return config.Load(c.String("config"), opts)
-	case resume != nil:
-		// The run goes on with the config it was saved with.
-		cfg, err := trainrun.ResumeConfig(resume, resumeDir, c.Int("devices"))
-		return cfg, runError(err)
-	}
-	steps := demoSteps
-	if c.IsSet("steps") {
-		steps = max(1, c.Int("steps"))
-	}
-	cfg := trainrun.DemoConfig(steps)
-	if im != nil {
-		im.demo(cfg)
-	}
-	if !c.IsSet("devices") {
-		if err := cfg.SetDevices(2); err != nil {
-			return nil, err
-		}
-	}
-	return cfg, nil
-}
-
-// loadResumeConfig loads the --config of a resumed run: one without
-// strata.model is of the checkpoint's model (not the default shape, whose
-// vocabulary or layers would not fit the checkpoint).
-func loadResumeConfig(path string, opts config.Options, resume *checkpoint.Manifest, resumeDir string) (*config.Config, error) {
-	named, err := configNamesModel(path)
-	if err != nil {
-		return nil, err
-	}
-	if !named {
-		saved, err := config.Parse(resume.Config, filepath.Join(resumeDir, checkpoint.ManifestName), config.Options{LookupShape: model.LookupConfigShape})
-		if err == nil && saved.Shape() != nil {
-			shape, lookup := *saved.Shape(), opts.LookupShape
-			opts.LookupShape = func(name string) (config.Shape, error) {
-				if name == config.DefaultModel {
-					return shape, nil
-				}
-				return lookup(name)
-			}
-		}
-	}
-	return config.Load(path, opts)
-}
-
-// configOptions are the parse options of --config: --devices decides the
-// device count, and --lr, --micro-batch, --warmup-steps and --steps fill the
-// keys written "auto".
-func configOptions(c *cli.Context) (config.Options, error) {
-	opts := config.Options{LookupShape: model.LookupConfigShape}
-	for _, name := range []string{"devices", "micro-batch", "steps"} {
-		if c.IsSet(name) && c.Int(name) < 1 {
-			return opts, usagef("train: --%s %d: need at least 1", name, c.Int(name))
-		}
-	}
-	if c.IsSet("warmup-steps") && c.Int("warmup-steps") < 0 {
-		return opts, usagef("train: --warmup-steps %d: need 0 or more", c.Int("warmup-steps"))
-	}
-	if c.IsSet("lr") && !(c.Float64("lr") > 0) {
-		return opts, usagef("train: --lr %v: need a positive learning rate", c.Float64("lr"))
-	}
-	opts.Devices = c.Int("devices")
-	opts.Auto = config.Auto{LR: c.Float64("lr"), MicroBatch: c.Int("micro-batch"), WarmupSteps: c.Int("warmup-steps"), Steps: c.Int("steps")}
-	return opts, nil
-}
-
-// applyTrainFlags sets what --devices, --steps, --data and --backend say
-// on cfg.
-func applyTrainFlags(c *cli.Context, cfg *config.Config) error {
-	if c.IsSet("devices") {
-		if err := cfg.SetDevices(c.Int("devices")); err != nil {
-			return err
-		}
-	}
-	if c.IsSet("steps") {
-		if c.Int("steps") < 1 {
-			return usagef("train: --steps %d: need at least 1", c.Int("steps"))
-		}
-		cfg.Strata.Steps = c.Int("steps")
-	}
-	if c.IsSet("data") {
-		// Absolute: a run resumed from another directory reads the same file.
-		cfg.Strata.Data = absPath(c.String("data"))
-	}
-	if c.IsSet("data-columns") {
-		cfg.Strata.DataColumns = c.String("data-columns")
-	}
-	if cfg.Shape() == nil {
-		return fmt.Errorf("train: strata.model %q has no shape", cfg.Strata.Model.Name)
-	}
-	if c.IsSet("backend") {
-		if b := c.String("backend"); !slices.Contains(backend.Names, b) {
-			return usagef("train: --backend %q is not one of %s", b, strings.Join(backend.Names, ", "))
-		}
-		cfg.Strata.Backend = c.String("backend")
-	}
-	if cfg.Strata.Backend == "cpu" && cfg.Strata.HBMBytes > 0 {
-		// The CPU backend's devices are host RAM: a budget the host cannot
-		// hold is refused now, not killed for memory mid-run.
-		if err := cpu.CheckHostRAM(cfg.Strata.Devices, cfg.Strata.HBMBytes); err != nil {
-			return fmt.Errorf("train: %w", err)
-		}
-	}
-	return nil
+	return req
 }
 
 // openTrainTrace makes the tracer of --trace and creates its file now, so

@@ -8,7 +8,11 @@
 // model.safetensors and summary.json.
 //
 // Train is the one call; Options says everything the command line's flags
-// say, as typed fields. Cancelling Train's context stops the run at the
+// say, as typed fields. Its config is the one Resolve makes of a
+// ConfigRequest: a DeepSpeed-style config file, else the config of the
+// checkpoint it resumes (ResolveResume), else the demonstration's, of the
+// shape of the model it starts from, with the command line's values
+// (--devices, --steps, --lr ...) applied, as `strata train` resolves it. Cancelling Train's context stops the run at the
 // next step boundary: the step is saved as a checkpoint (with an Out
 // directory), the outputs of that step are written, and Train returns a
 // *StoppedError, which matches context.Canceled.

@@ -69,3 +69,27 @@ func ExampleTrain() {
 	// step 5
 	// trained steps 4-5, checkpoint step-00000005
 }
+
+// Resolve the config of a run as `strata train --config ds.json --lr
+// 0.003 --steps 20 --devices 2` does: the flags fill the file's "auto"
+// values and decide the device count and the steps.
+func ExampleResolve() {
+	dir, err := os.MkdirTemp("", "strata-resolve-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "ds.json")
+	const js = `{"train_batch_size": 8, "optimizer": {"type": "AdamW", "params": {"lr": "auto"}},
+	  "zero_optimization": {"stage": 3}, "strata": {"model": "tiny", "seq_len": 32}}`
+	if err := os.WriteFile(path, []byte(js), 0o644); err != nil {
+		panic(err)
+	}
+	lr, steps, devices := 3e-3, 20, 2
+	cfg, err := run.Resolve(context.Background(), run.ConfigRequest{ConfigPath: path, LR: &lr, Steps: &steps, Devices: &devices})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(cfg.Optimizer.Params.LR, cfg.Strata.Steps, cfg.Strata.Devices, cfg.TrainMicroBatchSizePerGPU, cfg.GradientAccumulationSteps)
+	// Output: 0.003 20 2 4 1
+}
