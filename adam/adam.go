@@ -1,7 +1,9 @@
-// Package adam holds the hyper-parameters of one Adam step, shared by the
-// host optimizer (cpuadam, as cpuadam.Params) and the device backends (gpu,
-// as gpu.AdamParams), so that neither converts the other's type: the
-// engine builds one Params and hands it to whichever optimizer runs.
+// Package adam holds the hyper-parameters of one Adam step.
+//
+// They are shared by the host optimizer (cpuadam, as cpuadam.Params) and
+// the device backends (gpu, as gpu.AdamParams), so that neither converts
+// the other's type: the engine builds one Params and hands it to whichever
+// optimizer runs.
 //
 // It owns the validation of the hyper-parameters and the per-step scalars
 // both implementations derive from them (computed in float64 and rounded
