@@ -2,6 +2,7 @@ package main
 
 import (
 	"go/ast"
+	"go/doc"
 	"go/parser"
 	"go/token"
 	"path/filepath"
@@ -116,6 +117,69 @@ func TestEstimateWithoutIO(t *testing.T) {
 			}
 			slices.Reverse(chain)
 			t.Errorf("estimate depends on %s: %s", io, strings.Join(chain, " -> "))
+		}
+	}
+}
+
+// TestPackageDocs: every public package (outside internal/, not a
+// command) says what it is in one short sentence, as go doc's package
+// lists show it, and has a runnable Example a reader can start from.
+func TestPackageDocs(t *testing.T) {
+	const maxSynopsis = 100
+	type pkgInfo struct {
+		doc      string
+		main     bool
+		examples int
+	}
+	pkgs := map[string]*pkgInfo{}
+	fset := token.NewFileSet()
+	err := walkRepo(true, func(path string) error {
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		dir := filepath.ToSlash(filepath.Dir(path))
+		if dir == "." || isInternal(dir) || strings.Contains(dir, "/internal/") || strings.HasPrefix(dir, "internal/") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments)
+		if err != nil {
+			return err
+		}
+		p := pkgs[dir]
+		if p == nil {
+			p = &pkgInfo{}
+			pkgs[dir] = p
+		}
+		if strings.HasSuffix(path, "_test.go") {
+			for _, d := range f.Decls {
+				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && strings.HasPrefix(fd.Name.Name, "Example") {
+					p.examples++
+				}
+			}
+			return nil
+		}
+		p.main = p.main || f.Name.Name == "main"
+		if f.Doc != nil && p.doc == "" {
+			p.doc = f.Doc.Text()
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for dir, p := range pkgs {
+		if p.main {
+			continue // a command: its test runs it
+		}
+		syn := (&doc.Package{}).Synopsis(p.doc)
+		switch {
+		case p.doc == "":
+			t.Errorf("%s: no package doc", dir)
+		case len(syn) > maxSynopsis || !strings.HasSuffix(syn, "."):
+			t.Errorf("%s: the package doc's first sentence is %d characters (at most %d): %q", dir, len(syn), maxSynopsis, syn)
+		}
+		if p.examples == 0 {
+			t.Errorf("%s: no runnable Example (an example_test.go with func Example...)", dir)
 		}
 	}
 }
