@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
 )
 
@@ -131,11 +132,22 @@ func goLaunches(t *testing.T) []launchSite {
 				return true
 			}
 			site := launchSite{pos: fset.Position(call.Pos()).String(), block: 256}
-			lit, ok := call.Args[nameAt].(*ast.BasicLit)
-			if !ok {
+			var names []string
+			switch arg := call.Args[nameAt].(type) {
+			case *ast.BasicLit:
+				name, _ := strconv.Unquote(arg.Value)
+				names = []string{name}
+			case *ast.CallExpr:
+				// dequantKernel(c): the kernel of each codec of the table.
+				if id, ok := arg.Fun.(*ast.Ident); ok && id.Name == "dequantKernel" {
+					for i := range dtype.Codecs {
+						names = append(names, dequantKernel(&dtype.Codecs[i]))
+					}
+				}
+			}
+			if len(names) == 0 {
 				return true // the generic launchers themselves pass name through
 			}
-			site.kernel, _ = strconv.Unquote(lit.Value)
 			if blockAt >= 0 {
 				site.block = -1
 				if v := info.Types[call.Args[blockAt]].Value; v != nil {
@@ -145,7 +157,10 @@ func goLaunches(t *testing.T) []launchSite {
 			for _, a := range call.Args[argsAt:] {
 				site.kinds = append(site.kinds, kind(a))
 			}
-			sites = append(sites, site)
+			for _, name := range names {
+				site.kernel = name
+				sites = append(sites, site)
+			}
 			return true
 		})
 	}
