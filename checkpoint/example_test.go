@@ -19,24 +19,8 @@ func ExampleExport() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	shape, err := model.Lookup("tiny")
-	if err != nil {
-		panic(err)
-	}
-	l, err := model.NewLayout(shape)
-	if err != nil {
-		panic(err)
-	}
-	st, err := checkpoint.NewState(l, 1, 3, 1, checkpoint.AdamStates(dtype.F32, dtype.F32))
-	if err != nil {
-		panic(err)
-	}
-	st.Step = 10
-	for c := range st.Chunks {
-		copy(st.Shard(0, c, 0), dtype.Bytes(l.InitChunk(1, c))) // the params; Adam's moments stay zero
-	}
 	ckpt := filepath.Join(dir, "checkpoints")
-	if err := checkpoint.Save(ckpt, st); err != nil {
+	if err := saveTiny(ckpt); err != nil {
 		panic(err)
 	}
 
@@ -59,20 +43,7 @@ func ExampleInspect() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	shape, err := model.Lookup("tiny")
-	if err != nil {
-		panic(err)
-	}
-	l, err := model.NewLayout(shape)
-	if err != nil {
-		panic(err)
-	}
-	st, err := checkpoint.NewState(l, 1, 3, 1, checkpoint.AdamStates(dtype.F32, dtype.F32))
-	if err != nil {
-		panic(err)
-	}
-	st.Step = 10
-	if err := checkpoint.Save(dir, st); err != nil {
+	if err := saveTiny(dir); err != nil {
 		panic(err)
 	}
 
@@ -84,4 +55,26 @@ func ExampleInspect() {
 	fmt.Println("latest", ck.Latest, "step", ck.Manifest.Step, "files", len(ck.Files), "verified", *ck.Files[0].Verified)
 	// Output:
 	// latest step-00000010 step 10 files 1 verified true
+}
+
+// saveTiny saves step 10 of the named shape "tiny" on one device into the
+// directory of checkpoints dir: its initial params, Adam's moments zero.
+func saveTiny(dir string) error {
+	shape, err := model.Lookup("tiny")
+	if err != nil {
+		return err
+	}
+	l, err := model.NewLayout(shape)
+	if err != nil {
+		return err
+	}
+	st, err := checkpoint.NewState(l, 1, 3, 1, checkpoint.AdamStates(dtype.F32, dtype.F32))
+	if err != nil {
+		return err
+	}
+	st.Step = 10
+	for c := range st.Chunks {
+		copy(st.Shard(0, c, 0), dtype.Bytes(l.InitChunk(1, c)))
+	}
+	return checkpoint.Save(dir, st)
 }
