@@ -19,7 +19,7 @@ func planCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "plan",
 		Usage:     "predict memory and step time of every placement of a model on this machine, fastest that fits first",
-		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--seq T] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-ranks N | --check-top K]] [--write-config FILE] [--json]",
+		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--accum K] [--seq T] [--job full|lora|qlora [--lora r=R,alpha=A,targets=T1+T2] [--base-dtype bf16|nf4|int8]] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-ranks N | --check-top K]] [--write-config FILE] [--json]",
 		Description: "The profile (--profile, default ~/.config/strata/profile.json) holds what --probe measured on this\n" +
 			"machine: host↔device copies, CPU Adam, each --nvme-path's read and write, and the model's step on the\n" +
 			"devices; a missing part is measured on first use (a minute at most) and kept, a profile of other hardware\n" +
@@ -34,6 +34,10 @@ func planCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Usage: "the model: a named shape, a Hugging Face model directory or a Strata run"},
 			&cli.IntFlag{Name: "devices", Value: 1, Usage: "devices (ranks)"},
 			&cli.IntFlag{Name: "batch", Value: 4, Usage: "rows per device per step (train_micro_batch_size_per_gpu)"},
+			&cli.IntFlag{Name: "accum", Value: 1, Usage: "micro-batches per step (gradient_accumulation_steps)"},
+			&cli.StringFlag{Name: "job", Value: "full", Usage: "full, lora (adapters on a frozen bf16 base) or qlora (the base nf4 unless --base-dtype)"},
+			&cli.StringFlag{Name: "lora", Usage: `the LoRA job's adapters: "r=16,alpha=32,targets=q_proj+v_proj" or "targets=all-linear" (default r 16, alpha 2r, strata.lora's targets)`},
+			&cli.StringFlag{Name: "base-dtype", Usage: "the LoRA job's base as stored off the devices: bf16, nf4 or int8"},
 			&cli.IntFlag{Name: "seq", Value: 256, Usage: "tokens per row (default 256, or the model's max_seq_len when shorter)"},
 			&cli.StringFlag{Name: "nvme-path", Usage: "a directory on the NVMe drive: adds the NVMe placements"},
 			&cli.StringFlag{Name: "hbm", Usage: `each device's memory ("8GiB"; default the backend's)`},
@@ -62,15 +66,19 @@ func runPlan(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	o := plan.Options{Model: c.String("model"), Shape: shape, Devices: c.Int("devices"), Batch: c.Int("batch"), Seq: c.Int("seq"),
+	job, err := plan.ParseJob(c.String("job"), c.String("lora"), c.String("base-dtype"), shape)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	o := plan.Options{Model: c.String("model"), Shape: shape, Job: job, Accum: c.Int("accum"), Devices: c.Int("devices"), Batch: c.Int("batch"), Seq: c.Int("seq"),
 		NVMePath: c.String("nvme-path"), Backend: c.String("backend"), Probe: c.Bool("probe"), ProfilePath: c.String("profile"),
 		Check: c.Bool("check"), CheckRanks: c.Int("check-ranks"), CheckTop: c.Int("check-top"), CheckRounds: c.Int("check-rounds"),
 		Progress: func(line string) { fmt.Fprintln(c.App.ErrWriter, line) }}
 	if !c.IsSet("seq") {
 		o.Seq = min(o.Seq, shape.MaxSeq)
 	}
-	if o.Devices < 1 || o.Batch < 1 || o.Seq < 1 || o.Seq > shape.MaxSeq {
-		return usagef("plan: --devices %d and --batch %d must be >= 1, --seq %d within 1..%d (the model's max_seq_len)", o.Devices, o.Batch, o.Seq, shape.MaxSeq)
+	if o.Devices < 1 || o.Batch < 1 || o.Accum < 1 || o.Seq < 1 || o.Seq > shape.MaxSeq {
+		return usagef("plan: --devices %d, --batch %d and --accum %d must be >= 1, --seq %d within 1..%d (the model's max_seq_len)", o.Devices, o.Batch, o.Accum, o.Seq, shape.MaxSeq)
 	}
 	if c.IsSet("hbm") {
 		if o.HBMBytes, err = units.ParseBytes(c.String("hbm")); err != nil {

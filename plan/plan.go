@@ -51,6 +51,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -97,8 +98,12 @@ func (c Config) Narrow() bool { return c.Moments == NarrowMoments }
 // then the host (ZeRO-Offload, then the params too), then NVMe (the
 // optimizer state, then the params too) when nvme is true; each offloaded
 // one at stage 3 again with the narrow optimizer state; then every one of
-// them again with activation checkpointing (every block).
-func Configs(devices int, nvme bool) []Config {
+// them again with activation checkpointing (every block). A LoRA job's
+// optimizer state is its adapters' (a small fraction of the base), so its
+// placements are not listed again with the narrow state; a coded base
+// (QLoRA) needs the params offloaded, so its resident and
+// optimizer-only placements are not listed.
+func Configs(devices int, nvme bool, job Job) []Config {
 	var out []Config
 	add := func(name string, stage int, opt, params shard.Tier) {
 		out = append(out, Config{Name: name, Stage: stage, Optimizer: opt, Params: params, Moments: fp32State, Master: fp32State})
@@ -114,8 +119,11 @@ func Configs(devices int, nvme bool) []Config {
 		add("stage 3, optimizer on NVMe, params on host", 3, shard.NVMe, shard.Host)
 		add("stage 3, params and optimizer on NVMe", 3, shard.NVMe, shard.NVMe)
 	}
+	if job.coded() != "" {
+		out = slices.DeleteFunc(out, func(c Config) bool { return c.Params == shard.HBM })
+	}
 	for _, c := range slices.Clone(out) {
-		if c.Stage == 3 && c.Optimizer != shard.HBM {
+		if job.LoRA == nil && c.Stage == 3 && c.Optimizer != shard.HBM {
 			c.Name, c.Moments, c.Master = c.Name+narrowName, NarrowMoments, NarrowMaster
 			out = append(out, c)
 		}
@@ -134,8 +142,10 @@ const checkpointName = ", activation checkpointing"
 type Inputs struct {
 	Model   string // as the profile's Compute names it
 	Shape   model.Shape
+	Job     Job // a full fine-tune, or LoRA adapters on the frozen base
 	Devices int
-	Batch   int // rows per device per step
+	Batch   int // rows per device per micro-batch
+	Accum   int // micro-batches a step (gradient_accumulation_steps; 0 is 1)
 	Seq     int
 	// HBMBytes is each device's memory; HostBytes the host RAM a run may
 	// use (MemAvailable); NVMePath and NVMeFreeBytes the NVMe path and its
@@ -178,8 +188,13 @@ func Fit(in Inputs) ([]Prediction, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
 	}
+	if lo := in.Job.modelLoRA(); lo != nil {
+		if l, err = l.WithLoRA(*lo); err != nil {
+			return nil, fmt.Errorf("plan: LoRA: %w", err)
+		}
+	}
 	var out []Prediction
-	for _, cf := range Configs(in.Devices, in.NVMePath != "") {
+	for _, cf := range Configs(in.Devices, in.NVMePath != "", in.Job) {
 		pr := Prediction{Config: cf, Terms: map[string]float64{}, OptimizerPlace: estimate.DeviceName(cf.Optimizer), ParamsPlace: estimate.DeviceName(cf.Params)}
 		if err := memory(&pr, l, in); err != nil {
 			return nil, err
@@ -192,21 +207,25 @@ func Fit(in Inputs) ([]Prediction, error) {
 // Predict returns every placement's prediction, those that fit fastest
 // first, then those that do not (in Configs' order); the checkpointed ones
 // only when the profile holds the checkpointed step. The profile must
-// hold the model's compute at these devices, batch and sequence
-// (Profile.Compute), and the NVMe path's rates when one is given.
+// hold the model's compute for the job at these devices, batch and
+// sequence (Profile.Compute), the NVMe path's rates when one is given,
+// and the decoding of a coded base.
 func Predict(p *Profile, in Inputs) ([]Prediction, error) {
-	c, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq)
+	c, ok := p.Compute(in.Model, in.Job, in.Devices, in.Batch, in.Seq)
 	if !ok {
-		return nil, fmt.Errorf("plan: the profile has no step of %s on %d device(s) at batch %d × %d tokens: measure it (--probe)", in.Model, in.Devices, in.Batch, in.Seq)
+		return nil, fmt.Errorf("%w: %s", ErrNotMeasured, notMeasured(in))
 	}
 	var disk Disk
 	if in.NVMePath != "" {
 		if disk, ok = p.Disk(in.NVMePath); !ok {
-			return nil, fmt.Errorf("plan: the profile has no rates for the NVMe path %s: measure it (--probe)", in.NVMePath)
+			return nil, fmt.Errorf("%w: the profile has no rates for the NVMe path %s: measure it (--probe)", ErrNotMeasured, in.NVMePath)
 		}
 	}
 	if p.CopyBytesPerS <= 0 || p.AdamParamsPerS <= 0 || p.AdamRate(NarrowMoments, NarrowMaster) <= 0 {
-		return nil, fmt.Errorf("plan: the profile lacks the copy or CPU Adam rates (fp32, and int8 moments with a bf16+remainder master): measure again (--probe)")
+		return nil, fmt.Errorf("%w: the profile lacks the copy or CPU Adam rates (fp32, and int8 moments with a bf16+remainder master): measure again (--probe)", ErrNotMeasured)
+	}
+	if f := in.Job.coded(); f != "" && p.DecodeRate(f) <= 0 {
+		return nil, fmt.Errorf("%w: the profile lacks the devices' %s decoding: measure again (--probe)", ErrNotMeasured, f)
 	}
 	out, err := Fit(in)
 	if err != nil {
@@ -218,72 +237,12 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 		// out, the others predicted as before.
 		out = slices.DeleteFunc(out, func(pr Prediction) bool { return pr.Checkpoint })
 	}
-	psi := float64(in.Shape.ParamCount())
+	w, err := workOf(in)
+	if err != nil {
+		return nil, err
+	}
 	for i := range out {
-		pr := &out[i]
-		t := pr.Terms
-		compute, devAdam := c.FwdBwdSeconds, c.DeviceAdamSeconds
-		if in.SharedCores {
-			// The CPU backend's AdamStep is cpuadam, enqueued on the
-			// stream: its time lands in the next step's compute. Take it
-			// out at cpuadam's rate.
-			devAdam = psi / p.AdamParamsPerS
-			compute = math.Max(c.FwdBwdSeconds+c.DeviceAdamSeconds-devAdam, 0)
-		}
-		if pr.Checkpoint {
-			// The blocks' forward again in the backward, as the
-			// checkpointed step measured it.
-			compute += max(c.CheckpointFwdBwdSeconds-c.FwdBwdSeconds, 0)
-		}
-		t["compute"] = compute
-		copyBytes := 0.0
-		if pr.Optimizer == shard.HBM {
-			t["adam"] = devAdam
-		} else {
-			t["adam"] = psi / p.AdamRate(pr.Moments, pr.Master)
-			copyBytes += 4 * psi // the gradient down, the new params up (bf16)
-		}
-		// Offloaded params stay staged in the devices' spare memory when
-		// they fit there (the tier store keeps them in HBM between the
-		// forward and the backward, and from step to step: only the new
-		// params go up, counted above); else they come up twice a step.
-		cached := in.HBMBytes-pr.DeviceBytes >= int64(2*psi)
-		if pr.Params != shard.HBM && !cached {
-			copyBytes += 4 * psi // the params up for the forward and the backward
-		}
-		t["copy"] = copyBytes / p.CopyBytesPerS
-		var rd, wr float64
-		if pr.Optimizer == shard.NVMe {
-			b := pr.optOptions().OptimizerBytesPerParam() * psi
-			rd, wr = rd+b, wr+b
-		}
-		if pr.Params == shard.NVMe {
-			wr += 2 * psi // the new params' home
-			if !cached {
-				rd += 4 * psi
-				if pr.Master == NarrowMaster {
-					rd += 2 * psi // the update reads the params the remainder completes
-				}
-			}
-		}
-		if pr.Optimizer != shard.HBM && c.OffloadStepSeconds > 0 {
-			// The host path's cost beyond CPU Adam and the copies, as the
-			// measured ZeRO-Offload step shows it.
-			t["staging"] = math.Max(c.OffloadStepSeconds-c.FwdBwdSeconds-c.DeviceAdamSeconds-psi/p.AdamParamsPerS-4*psi/p.CopyBytesPerS, 0)
-		}
-		if rd+wr > 0 {
-			// Reads and writes overlap as far as the drive lets them.
-			t["disk"] = rd/disk.ReadBytesPerS + wr/disk.WriteBytesPerS
-			if disk.MixedBytesPerS > 0 {
-				t["disk"] = max(rd/disk.ReadBytesPerS, wr/disk.WriteBytesPerS, (rd+wr)/disk.MixedBytesPerS)
-			}
-		}
-		if in.SharedCores {
-			pr.StepSeconds = math.Max(t["compute"]+t["adam"]+t["copy"]+t["staging"], t["disk"])
-		} else {
-			pr.StepSeconds = max(t["compute"]+t["copy"], t["adam"]+t["staging"], t["disk"])
-		}
-		pr.Bottleneck = bottleneck(t)
+		predictStep(&out[i], p, c, disk, in, w)
 	}
 	slices.SortStableFunc(out, func(a, b Prediction) int {
 		switch {
@@ -299,6 +258,156 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 	})
 	rank(out)
 	return out, nil
+}
+
+// ErrNotMeasured is a prediction the profile lacks a measurement for
+// (Predict, PredictRun): `strata plan` measures it.
+var ErrNotMeasured = errors.New("plan: not measured")
+
+// notMeasured names the step the profile lacks.
+func notMeasured(in Inputs) string {
+	job := ""
+	if in.Job.LoRA != nil {
+		job = " (" + in.Job.Name() + ")"
+	}
+	return fmt.Sprintf("the profile has no step of %s%s on %d device(s) at batch %d × %d tokens: measure it (strata plan, or --probe)", in.Model, job, in.Devices, in.Batch, in.Seq)
+}
+
+// work is what one step moves and updates, in parameters: the trainable
+// ones (the whole model, or the adapters) and the frozen base, with the
+// bytes a frozen param is stored in off the devices.
+type work struct {
+	trainable, frozen float64
+	codedBytes        float64 // bytes a frozen param in host RAM or on NVMe (2: bf16)
+}
+
+func workOf(in Inputs) (work, error) {
+	psi := float64(in.Shape.ParamCount())
+	lo := in.Job.modelLoRA()
+	if lo == nil {
+		return work{trainable: psi}, nil
+	}
+	l, err := model.NewLayout(in.Shape)
+	if err == nil {
+		l, err = l.WithLoRA(*lo)
+	}
+	if err != nil {
+		return work{}, fmt.Errorf("plan: LoRA: %w", err)
+	}
+	w := work{trainable: float64(l.ParamCount()) - psi, frozen: psi, codedBytes: 2}
+	if f := in.Job.coded(); f != "" {
+		w.codedBytes = float64(estimate.BaseDType(f).Bytes(1 << 20)) / (1 << 20)
+	}
+	return w, nil
+}
+
+// fwdShare is the forward's part of a step's compute without
+// checkpointing: a backward computes two products for each of the
+// forward's (the input's gradient and the weight's), so a third. A LoRA
+// job's backward skips the frozen weights' gradients, but the profile
+// measures its step as a whole, and the split only places the disk's
+// work against compute.
+const fwdShare = 1.0 / 3
+
+// predictStep fills pr's terms, step and bottleneck from the profile's
+// rates (the time model: the package doc).
+func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w work) {
+	t := pr.Terms
+	psi := w.trainable
+	compute, devAdam := c.FwdBwdSeconds, c.DeviceAdamSeconds
+	if in.SharedCores {
+		// The CPU backend's AdamStep is cpuadam, enqueued on the
+		// stream: its time lands in the next step's compute. Take it
+		// out at cpuadam's rate.
+		devAdam = psi / p.AdamParamsPerS
+		compute = math.Max(c.FwdBwdSeconds+c.DeviceAdamSeconds-devAdam, 0)
+	}
+	fwd := compute * fwdShare
+	if pr.Checkpoint {
+		// The blocks' forward again in the backward, as the
+		// checkpointed step measured it.
+		compute += max(c.CheckpointFwdBwdSeconds-c.FwdBwdSeconds, 0)
+	}
+	// Accumulation: each micro-batch's forward and backward, one update.
+	acc := float64(max(in.Accum, 1))
+	compute, fwd = compute*acc, fwd*acc
+	t["compute"] = compute
+	var copyUp, copyDown float64 // bytes
+	if pr.Optimizer == shard.HBM {
+		t["adam"] = devAdam
+	} else {
+		t["adam"] = psi / p.AdamRate(pr.Moments, pr.Master)
+		copyUp, copyDown = 2*psi, 2*psi // the new params up, the gradient down (bf16)
+	}
+	// Offloaded params stay staged in the devices' spare memory when
+	// they fit there (the tier store keeps them in HBM between the
+	// forward and the backward, and from step to step: only the new
+	// params go up, counted above); else they come up twice a step, a
+	// coded base as stored, then decoded on the devices.
+	paramBytes := 2*psi + w.codedBytes*w.frozen // as stored off the devices
+	cached := in.HBMBytes-pr.DeviceBytes >= int64(2*(psi+w.frozen))
+	passes := 0.0
+	if pr.Params != shard.HBM && !cached {
+		passes = 2 * acc // each micro-batch's forward and backward
+		copyUp += passes * paramBytes
+		if f := in.Job.coded(); f != "" {
+			t["decode"] = passes * w.frozen / p.DecodeRate(f)
+		}
+	}
+	t["copy"] = (copyUp + copyDown) / p.CopyBytesPerS
+	// The disk: the update's reads and writes (the optimizer state, the
+	// new params' home) run under the next forward (overlap exact, after
+	// the clipped backward); the params' reads, one pass each in the
+	// forward and the backward.
+	var updRead, updWrite, passRead float64
+	if pr.Optimizer == shard.NVMe {
+		b := pr.optOptions().OptimizerBytesPerParam() * psi
+		updRead, updWrite = b, b
+	}
+	if pr.Params == shard.NVMe {
+		updWrite += 2 * psi // the new params' home
+		passRead = paramBytes * passes / 2
+		if pr.Master == NarrowMaster && !cached {
+			updRead += 2 * psi // the update reads the params the remainder completes
+		}
+	}
+	if pr.Optimizer != shard.HBM && c.OffloadStepSeconds > 0 {
+		// The host path's cost beyond CPU Adam and the copies, as the
+		// measured ZeRO-Offload step shows it.
+		t["staging"] = math.Max(c.OffloadStepSeconds-c.FwdBwdSeconds-c.DeviceAdamSeconds-psi/p.AdamParamsPerS-4*psi/p.CopyBytesPerS, 0)
+	}
+	diskFwd, diskBwd := disk.seconds(updRead+passRead, updWrite), disk.seconds(passRead, 0)
+	if d := disk.seconds(updRead+2*passRead, updWrite); d > 0 {
+		t["disk"] = d
+	}
+	// Two phases: the forward, with the update under it, and the
+	// backward; in each the slowest of the devices' work and the disk's.
+	upHalf, downHalf := t["copy"]*copyUp/max(copyUp+copyDown, 1), t["copy"]*copyDown/max(copyUp+copyDown, 1)
+	fwdDev := fwd + upHalf/2 + t["decode"]/2
+	bwdDev := compute - fwd + upHalf/2 + downHalf + t["decode"]/2
+	if in.SharedCores {
+		// The devices are the host's cores: the update, its staging and
+		// the copies add to the forward's compute.
+		fwdDev += t["adam"] + t["staging"]
+		pr.StepSeconds = max(fwdDev, diskFwd) + max(bwdDev, diskBwd)
+	} else {
+		pr.StepSeconds = max(fwdDev, t["adam"]+t["staging"], diskFwd) + max(bwdDev, diskBwd)
+	}
+	pr.Bottleneck = bottleneck(t)
+}
+
+// seconds is what reads and writes bytes take on d: the larger of the
+// reads at the read rate and the writes at the write rate, and both at
+// the rate of both at once (0 for no bytes).
+func (d Disk) seconds(read, write float64) float64 {
+	if read+write == 0 {
+		return 0
+	}
+	s := read/d.ReadBytesPerS + write/d.WriteBytesPerS
+	if d.MixedBytesPerS > 0 {
+		s = max(read/d.ReadBytesPerS, write/d.WriteBytesPerS, (read+write)/d.MixedBytesPerS)
+	}
+	return s
 }
 
 // TieFraction is how close two predicted steps are one rank: a placement
@@ -350,9 +459,9 @@ func cmpFloat(a, b float64) int {
 // bottleneck names the largest term: compute, CPU Adam, PCIe (the
 // copies) or disk.
 func bottleneck(t map[string]float64) string {
-	names := map[string]string{"compute": "compute", "adam": "CPU Adam", "copy": "host↔device copies", "staging": "host optimizer's staging", "disk": "disk"}
+	names := map[string]string{"compute": "compute", "adam": "CPU Adam", "copy": "host↔device copies", "staging": "host optimizer's staging", "decode": "the base's decoding", "disk": "disk"}
 	best, at := -1.0, ""
-	for _, k := range []string{"compute", "adam", "copy", "staging", "disk"} {
+	for _, k := range []string{"compute", "adam", "copy", "staging", "decode", "disk"} {
 		if t[k] > best {
 			best, at = t[k], k
 		}
@@ -363,20 +472,30 @@ func bottleneck(t map[string]float64) string {
 // memory fills the prediction's bytes per tier (estimate.Memory, the
 // activations and the working set of one micro-batch, as `strata
 // estimate` counts them) and whether they fit the budgets of in.
-func memory(pr *Prediction, l *model.Layout, in Inputs) error {
+func memory(pr *Prediction, l *model.Layout, in Inputs) (err error) {
 	o := pr.optOptions()
 	o.Devices, o.Stage, o.OptimizerTier, o.ParamTier = in.Devices, pr.Stage, pr.Optimizer, pr.Params
 	o.ChunkParams, o.ShardAlignElems = estimate.ChunkParams(l), estimate.DefaultShardAlignElems
+	lo := in.Job.modelLoRA()
+	if lo != nil {
+		// The base frozen, params only; coded in its offload tier.
+		if o.Frozen, err = estimate.FrozenChunks(l, nil); err != nil {
+			return err
+		}
+		if pr.Params != shard.HBM {
+			o.FrozenParamDType = lo.Base
+		}
+	}
 	e, err := estimate.Memory(o)
 	if err != nil {
 		return fmt.Errorf("plan: %s: %w", pr.Name, err)
 	}
-	ao := model.ActivationOptions{DType: gpu.BF16}
+	ao := model.ActivationOptions{DType: gpu.BF16, LoRA: lo}
 	if pr.Checkpoint {
 		ao.Checkpoint = in.Shape.Layers
 	}
 	act := estimate.Activations(in.Shape, in.Batch, in.Seq, ao)
-	pr.DeviceBytes = e.DeviceBytes() + act.DeviceBytes() + estimate.WorkingSetOf(e, 1).Bytes()
+	pr.DeviceBytes = e.DeviceBytes() + act.DeviceBytes() + estimate.WorkingSetOf(e, max(in.Accum, 1)).Bytes()
 	pr.HostBytes, pr.NVMeBytes = e.HostBytes(), e.NVMeBytes()
 	var short []string
 	if in.HBMBytes > 0 && pr.DeviceBytes > in.HBMBytes {
@@ -423,10 +542,11 @@ func ConfigJSON(c Config, in Inputs) string {
 	}
 	return fmt.Sprintf(`{
   "train_micro_batch_size_per_gpu": %d,
+  "gradient_accumulation_steps": %d,
   "bf16": {"enabled": true},
   "gradient_clipping": 1.0,
   "zero_optimization": {"stage": %d%s},%s
-  "strata": {"model": %q, "devices": %d, "seq_len": %d, "optimizer_state": {"moments": %q, "master": %q}}
+  "strata": {"model": %q, "devices": %d, "seq_len": %d, "optimizer_state": {"moments": %q, "master": %q}%s}
 }
-`, in.Batch, c.Stage, off, ckpt, in.Model, in.Devices, in.Seq, c.Moments, c.Master)
+`, in.Batch, max(in.Accum, 1), c.Stage, off, ckpt, in.Model, in.Devices, in.Seq, c.Moments, c.Master, in.Job.configJSON())
 }

@@ -213,7 +213,7 @@ func TestConfigJSONParses(t *testing.T) {
 		s, err := model.Lookup(name)
 		return config.Shape(s), err
 	}
-	for _, c := range Configs(1, true) {
+	for _, c := range Configs(1, true, Full) {
 		cfg, err := config.Parse([]byte(ConfigJSON(c, in)), c.Name, config.Options{LookupShape: lookup})
 		if err != nil {
 			t.Fatalf("%s: %v", c.Name, err)

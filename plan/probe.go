@@ -12,6 +12,7 @@ import (
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/engine"
 	"github.com/strata-ai/strata/engine/report"
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/bf16"
@@ -82,25 +83,74 @@ func ProbeRates(ctx context.Context, p *Profile, backendName string, hbmBytes in
 	}
 	p.AdamParamsPerS, p.AdamThreads = params/units.Median(secs), opt.Options().Threads
 
-	// The narrow state plan lists beside fp32: int8 moments, the master as
-	// the bf16 params (out) plus a remainder.
-	mo := cpuadam.MomentsInt8
-	sh := cpuadam.Shard{Grad16: grad, Out: out, M: mo.View(params, make([]byte, mo.Bytes(params)), false),
-		V: mo.View(params, make([]byte, mo.Bytes(params)), true), Rem: cpuadam.RemainderView(params, make([]byte, dtype.Rem16.Bytes(params)))}
-	sh.M.Encode(m)
-	sh.V.Encode(v)
-	bf16.FromFloat32s(out, param)
-	sh.Rem.Split(param, out)
-	secs = secs[:0]
-	for r := range 6 {
-		ap.Step = int64(r + 1)
-		t0 := time.Now()
-		opt.Step(ap, sh)
-		if r > 0 {
-			secs = append(secs, time.Since(t0).Seconds())
+	// The other optimizer states strata.optimizer_state names: moments
+	// fp32, bf16 or int8, the master fp32 or the bf16 params (out) plus a
+	// remainder.
+	for _, mo := range []cpuadam.Moments{cpuadam.MomentsF32, cpuadam.MomentsBF16, cpuadam.MomentsInt8} {
+		for _, rem := range []bool{false, true} {
+			if mo == cpuadam.MomentsF32 && !rem {
+				continue // AdamParamsPerS
+			}
+			sh := cpuadam.Shard{Grad16: grad, Out: out, M: mo.View(params, make([]byte, mo.Bytes(params)), false),
+				V: mo.View(params, make([]byte, mo.Bytes(params)), true)}
+			sh.M.Encode(m)
+			sh.V.Encode(v)
+			master := config.MasterFP32
+			if rem {
+				master = config.MasterBF16Remainder
+				bf16.FromFloat32s(out, param)
+				sh.Rem = cpuadam.RemainderView(params, make([]byte, dtype.Rem16.Bytes(params)))
+				sh.Rem.Split(param, out)
+			} else {
+				sh.Param = param
+			}
+			secs = secs[:0]
+			for r := range 6 {
+				ap.Step = int64(r + 1)
+				t0 := time.Now()
+				opt.Step(ap, sh)
+				if r > 0 {
+					secs = append(secs, time.Since(t0).Seconds())
+				}
+			}
+			p.SetAdamRate(AdamState{Moments: mo.String(), Master: master, ParamsPerS: params / units.Median(secs)})
 		}
 	}
-	p.SetAdamRate(AdamState{Moments: config.MomentsInt8, Master: config.MasterBF16Remainder, ParamsPerS: params / units.Median(secs)})
+	return probeDecodes(ctx, p, d)
+}
+
+// probeDecodes measures the device's decoding of each coded base format
+// (gpu.Ops.Dequantize to bf16, 16M params, the median of 5) into p.
+func probeDecodes(ctx context.Context, p *Profile, d gpu.Device) error {
+	const n = 16 << 20
+	dst, err := d.Alloc(n, gpu.BF16, gpu.Tag{Kind: gpu.Workspace, Purpose: "probe"})
+	if err != nil {
+		return fmt.Errorf("plan: probe decoding: %w", err)
+	}
+	defer d.Free(dst)
+	s := d.DefaultStream()
+	for _, f := range config.BaseDTypes[1:] {
+		dt := estimate.BaseDType(f)
+		src, err := d.Alloc(int(dt.Bytes(n)), gpu.U8, gpu.Tag{Kind: gpu.Workspace, Purpose: "probe"})
+		if err != nil {
+			return fmt.Errorf("plan: probe decoding: %w", err)
+		}
+		var secs []float64
+		for range 5 {
+			t0 := time.Now()
+			d.Ops().Dequantize(s, dt, src, dst, n)
+			if err := s.Synchronize(); err != nil {
+				d.Free(src)
+				return fmt.Errorf("plan: probe decoding %s: %w", f, err)
+			}
+			secs = append(secs, time.Since(t0).Seconds())
+		}
+		d.Free(src)
+		p.SetDecodeRate(Decode{Format: f, ParamsPerS: n / units.Median(secs)})
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("plan: probe: %w", context.Cause(ctx))
+		}
+	}
 	return nil
 }
 

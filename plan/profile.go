@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/internal/durable"
 )
 
@@ -36,6 +37,9 @@ type Profile struct {
 	// Disks are the NVMe paths measured: sequential read and write at
 	// the engine's request size (aio.block_size) and queue depth.
 	Disks []Disk `json:"disks,omitempty"`
+	// Decodes are the devices' decoding of a coded frozen base (nf4,
+	// int8) to bf16, per format.
+	Decodes []Decode `json:"decodes,omitempty"`
 	// Computes are the models measured: a resident step's forward and
 	// backward and its device Adam, at one batch, sequence and device
 	// count each.
@@ -72,7 +76,10 @@ type Disk struct {
 // optimizer phase (Adam on the devices), both medians over the measured
 // steps.
 type Compute struct {
-	Model             string  `json:"model"`
+	Model string `json:"model"`
+	// Job is the LoRA job the step trained ("lora r=16 targets=q_proj,v_proj",
+	// its base bf16 on the devices); "" a full fine-tune.
+	Job               string  `json:"job,omitempty"`
 	Devices           int     `json:"devices"`
 	Batch             int     `json:"batch"`
 	Seq               int     `json:"seq"`
@@ -90,6 +97,34 @@ type Compute struct {
 	// activation checkpointing (every block's forward run again in the
 	// backward); 0 when not measured.
 	CheckpointFwdBwdSeconds float64 `json:"checkpoint_fwd_bwd_s,omitempty"`
+}
+
+// Decode is the devices' rate of decoding one stored format of a frozen
+// base (gpu.Ops.Dequantize) to bf16.
+type Decode struct {
+	Format     string  `json:"format"` // strata.lora.base_dtype's name
+	ParamsPerS float64 `json:"params_per_s"`
+}
+
+// DecodeRate is the measured rate of decoding format (0: not measured).
+func (p *Profile) DecodeRate(format string) float64 {
+	for _, d := range p.Decodes {
+		if d.Format == format {
+			return d.ParamsPerS
+		}
+	}
+	return 0
+}
+
+// SetDecodeRate adds or replaces a format's decoding rate.
+func (p *Profile) SetDecodeRate(d Decode) {
+	for i, o := range p.Decodes {
+		if o.Format == d.Format {
+			p.Decodes[i] = d
+			return
+		}
+	}
+	p.Decodes = append(p.Decodes, d)
 }
 
 // AdamState is cpuadam's rate with one optimizer state's precision
@@ -114,6 +149,28 @@ func (p *Profile) AdamRate(moments, master string) float64 {
 	return 0
 }
 
+// hasRates says whether p holds every rate ProbeRates measures: the
+// copies, CPU Adam with each optimizer state, the decoding of each coded
+// base.
+func (p *Profile) hasRates() bool {
+	if p.CopyBytesPerS == 0 {
+		return false
+	}
+	for _, mo := range []string{config.MomentsFP32, config.MomentsBF16, config.MomentsInt8} {
+		for _, ma := range []string{config.MasterFP32, config.MasterBF16Remainder} {
+			if p.AdamRate(mo, ma) == 0 {
+				return false
+			}
+		}
+	}
+	for _, f := range config.BaseDTypes[1:] {
+		if p.DecodeRate(f) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // SetAdamRate adds or replaces a narrow state's rate.
 func (p *Profile) SetAdamRate(a AdamState) {
 	for i, o := range p.AdamStates {
@@ -127,9 +184,9 @@ func (p *Profile) SetAdamRate(a AdamState) {
 
 // Compute returns the measured step of a model at devices, batch and seq
 // (false when the profile has none).
-func (p *Profile) Compute(model string, devices, batch, seq int) (Compute, bool) {
+func (p *Profile) Compute(model string, job Job, devices, batch, seq int) (Compute, bool) {
 	for _, c := range p.Computes {
-		if c.Model == model && c.Devices == devices && c.Batch == batch && c.Seq == seq {
+		if c.Model == model && c.Job == job.computeKey() && c.Devices == devices && c.Batch == batch && c.Seq == seq {
 			return c, true
 		}
 	}
@@ -139,7 +196,7 @@ func (p *Profile) Compute(model string, devices, batch, seq int) (Compute, bool)
 // SetCompute adds or replaces c.
 func (p *Profile) SetCompute(c Compute) {
 	for i, o := range p.Computes {
-		if o.Model == c.Model && o.Devices == c.Devices && o.Batch == c.Batch && o.Seq == c.Seq {
+		if o.Model == c.Model && o.Job == c.Job && o.Devices == c.Devices && o.Batch == c.Batch && o.Seq == c.Seq {
 			p.Computes[i] = c
 			return
 		}
@@ -277,6 +334,9 @@ func (p *Profile) Validate() error {
 	}
 	for i, a := range p.AdamStates {
 		checks = append(checks, check{fmt.Sprintf("adam_states[%d].params_per_s", i), a.ParamsPerS, 0, maxParamsPerS, false, "params/s"})
+	}
+	for i, d := range p.Decodes {
+		checks = append(checks, check{fmt.Sprintf("decodes[%d].params_per_s", i), d.ParamsPerS, 0, maxParamsPerS, false, "params/s"})
 	}
 	for i, d := range p.Disks {
 		k := fmt.Sprintf("disks[%d]", i)

@@ -45,12 +45,18 @@ func (r *Result) writeNoFit(w io.Writer) {
 
 func (r *Result) writeTable(w io.Writer) {
 	in, p, measured := r.Inputs, r.Profile, r.Measured
-	fmt.Fprintf(w, "strata plan: %s (%s params) on %d device(s) of %s, batch %d × %d tokens\n", in.Model,
-		paramWords(in.Shape.ParamCount()), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
-	fmt.Fprintf(w, "profile %s (measured %s): copies %.2f GB/s, CPU Adam %.0f M params/s (%d threads)", r.ProfilePath, p.Created,
+	fmt.Fprintf(w, "strata plan: %s (%s params), %s, on %d device(s) of %s, batch %d × %d tokens", in.Model,
+		paramWords(in.Shape.ParamCount()), in.Job.Name(), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
+	if in.Accum > 1 {
+		fmt.Fprintf(w, " × %d micro-batches", in.Accum)
+	}
+	fmt.Fprintf(w, "\nprofile %s (measured %s): copies %.2f GB/s, CPU Adam %.0f M params/s (%d threads)", r.ProfilePath, p.Created,
 		p.CopyBytesPerS/1e9, p.AdamParamsPerS/1e6, p.AdamThreads)
 	if d, ok := p.Disk(in.NVMePath); ok {
-		fmt.Fprintf(w, ", %s read %.2f GB/s write %.2f GB/s", d.Path, d.ReadBytesPerS/1e9, d.WriteBytesPerS/1e9)
+		fmt.Fprintf(w, ", %s read %.2f GB/s write %.2f GB/s mixed %.2f GB/s", d.Path, d.ReadBytesPerS/1e9, d.WriteBytesPerS/1e9, d.MixedBytesPerS/1e9)
+	}
+	if f := in.Job.coded(); f != "" {
+		fmt.Fprintf(w, ", %s decoding %.0f M params/s", f, p.DecodeRate(f)/1e6)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -135,6 +141,8 @@ func MeasuredRanking(preds []Prediction, measured map[string]float64) string {
 type JSONResult struct {
 	Model   string          `json:"model"`
 	Params  int64           `json:"params"`
+	Job     Job             `json:"job"`
+	Accum   int             `json:"accum"`
 	Devices int             `json:"devices"`
 	Batch   int             `json:"batch"`
 	Seq     int             `json:"seq"`
@@ -157,7 +165,7 @@ type JSONPlacement struct {
 // JSON is r as tagged structs (`strata plan --json`).
 func (r *Result) JSON() JSONResult {
 	in := r.Inputs
-	out := JSONResult{Model: in.Model, Params: in.Shape.ParamCount(), Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Profile: r.ProfilePath}
+	out := JSONResult{Model: in.Model, Params: in.Shape.ParamCount(), Job: in.Job, Accum: max(in.Accum, 1), Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Profile: r.ProfilePath}
 	if len(r.Measured) > 0 {
 		pairs, bad := RankingPairs(r.Predictions, r.Measured)
 		out.RankPairs, out.RankMismatches = &pairs, &bad

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"slices"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/hostmem"
 	"github.com/strata-ai/strata/model"
@@ -23,8 +24,11 @@ type Options struct {
 	// its shape.
 	Model string
 	Shape model.Shape
-	// Devices, Batch (rows per device per step) and Seq (tokens a row).
-	Devices, Batch, Seq int
+	// Job is what trains: a full fine-tune (the zero value) or LoRA.
+	Job Job
+	// Devices, Batch (rows per device per micro-batch), Accum
+	// (micro-batches a step; 0 is 1) and Seq (tokens a row).
+	Devices, Batch, Accum, Seq int
 	// NVMePath is a directory on the NVMe drive: adds the NVMe placements.
 	NVMePath string
 	// HBMBytes is each device's memory (0: the backend's).
@@ -123,7 +127,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 // machineInputs are o's question with this machine's budgets: the backend's
 // first device's memory, the host's available RAM, the NVMe path's room.
 func machineInputs(o Options) (Inputs, Machine, error) {
-	in := Inputs{Model: o.Model, Shape: o.Shape, Devices: o.Devices, Batch: o.Batch, Seq: o.Seq,
+	in := Inputs{Model: o.Model, Shape: o.Shape, Job: o.Job, Accum: max(o.Accum, 1), Devices: o.Devices, Batch: o.Batch, Seq: o.Seq,
 		NVMePath: o.NVMePath, SharedCores: o.Backend == "cpu"}
 	devs, err := backend.Open(o.Backend, 1, o.HBMBytes, true)
 	if err != nil {
@@ -167,19 +171,24 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 			o.Progress(fmt.Sprintf(format, args...))
 		}
 	}
-	cm, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq)
+	cm, ok := p.Compute(in.Model, in.Job, in.Devices, in.Batch, in.Seq)
+	pin, fits, first, err := computeInputs(in, fits, first)
+	if err != nil {
+		return false, err
+	}
 	if !ok {
-		say("plan: measuring a step of %s (%s) ...", in.Model, fits[first].Name)
-		if cm, err = ProbeCompute(ctx, fits[first].Config, in, o.Backend); err != nil {
+		say("plan: measuring a step of %s (%s) ...", in.Model, jobPlacement(pin.Job, fits[first].Name))
+		if cm, err = ProbeCompute(ctx, fits[first].Config, pin, o.Backend); err != nil {
 			return false, err
 		}
+		cm.Job = in.Job.computeKey()
 		if fits[first].Checkpoint { // only checkpointed placements fit: that is the step
 			cm.CheckpointFwdBwdSeconds = cm.FwdBwdSeconds
 		}
 		for _, f := range fits {
 			if f.Fits && f.Optimizer == shard.Host && f.Params == shard.HBM && f.Checkpoint == fits[first].Checkpoint {
-				say("plan: measuring a step of %s (%s) ...", in.Model, f.Name)
-				if err := ProbeOffload(ctx, &cm, f.Config, in, o.Backend); err != nil {
+				say("plan: measuring a step of %s (%s) ...", in.Model, jobPlacement(pin.Job, f.Name))
+				if err := ProbeOffload(ctx, &cm, f.Config, pin, o.Backend); err != nil {
 					return false, err
 				}
 				break
@@ -191,14 +200,14 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 	if cm.CheckpointFwdBwdSeconds == 0 && !fits[first].Checkpoint {
 		ck := fits[first].Config
 		ck.Name, ck.Checkpoint = ck.Name+", activation checkpointing", true
-		say("plan: measuring a step of %s (%s) ...", in.Model, ck.Name)
-		if err := ProbeCheckpoint(ctx, &cm, ck, in, o.Backend); err != nil {
+		say("plan: measuring a step of %s (%s) ...", in.Model, jobPlacement(pin.Job, ck.Name))
+		if err := ProbeCheckpoint(ctx, &cm, ck, pin, o.Backend); err != nil {
 			return false, err
 		}
 		p.SetCompute(cm)
 		changed = true
 	}
-	if p.AdamParamsPerS == 0 || p.CopyBytesPerS == 0 || p.AdamRate(NarrowMoments, NarrowMaster) == 0 {
+	if !p.hasRates() {
 		say("plan: measuring host↔device copies and CPU Adam ...")
 		if err := ProbeRates(ctx, p, o.Backend, o.HBMBytes, 0); err != nil {
 			return false, err
@@ -215,6 +224,36 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 		changed = true
 	}
 	return changed, nil
+}
+
+// computeInputs are the question and placements whose step the profile's
+// compute of in is measured in: in's, except that a coded base's job is
+// measured with its base in bf16 (on the devices when it fits them), its
+// decoding added per placement (Profile.Decodes).
+func computeInputs(in Inputs, fits []Prediction, first int) (Inputs, []Prediction, int, error) {
+	if in.Job.coded() == "" {
+		return in, fits, first, nil
+	}
+	l := *in.Job.LoRA
+	l.BaseDType = config.BaseBF16
+	in.Job = Job{LoRA: &l}
+	fits, err := Fit(in)
+	if err != nil {
+		return in, nil, 0, err
+	}
+	if first = slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits }); first < 0 {
+		return in, nil, 0, fmt.Errorf("plan: %s with a bf16 base fits no placement: the step a coded base's prediction starts from cannot be measured", in.Job.Name())
+	}
+	return in, fits, first, nil
+}
+
+// jobPlacement names a placement of job ("stage 0, resident; LoRA r 16
+// on q_proj, v_proj"); a full fine-tune's as it is.
+func jobPlacement(job Job, placement string) string {
+	if job.LoRA == nil {
+		return placement
+	}
+	return placement + "; " + job.Name()
 }
 
 // check runs the top placements of preds round by round, each in turn (2
