@@ -51,6 +51,7 @@
 package plan
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -189,24 +190,48 @@ func Fit(in Inputs) ([]Prediction, error) {
 	return out, nil
 }
 
+// ErrNoMeasurement is a profile without a figure a prediction needs
+// (*MeasurementError matches it): strata plan measures it.
+var ErrNoMeasurement = errors.New("plan: the profile lacks a measurement")
+
+// MeasurementError is Predict's refusal of a profile that lacks a figure
+// the prediction of Inputs needs: the model's step at its devices, batch
+// and sequence, the NVMe path's rates, or the copy and CPU Adam rates.
+// strata plan with the same inputs measures what it lacks.
+type MeasurementError struct {
+	Inputs Inputs
+	// Lacks is what the profile lacks, as a predicate of "the profile"
+	// ("has no step of gpt2 on 1 device(s) at batch 4 × 128 tokens").
+	Lacks string
+}
+
+// Error names what the profile lacks and the way to measure it.
+func (e *MeasurementError) Error() string {
+	return "plan: the profile " + e.Lacks + ": measure it (--probe)"
+}
+
+// Is matches ErrNoMeasurement.
+func (e *MeasurementError) Is(target error) bool { return target == ErrNoMeasurement }
+
 // Predict returns every placement's prediction, those that fit fastest
 // first, then those that do not (in Configs' order); the checkpointed ones
 // only when the profile holds the checkpointed step. The profile must
 // hold the model's compute at these devices, batch and sequence
-// (Profile.Compute), and the NVMe path's rates when one is given.
+// (Profile.Compute), and the NVMe path's rates when one is given: a
+// profile without them is a *MeasurementError (ErrNoMeasurement).
 func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 	c, ok := p.Compute(in.Model, in.Devices, in.Batch, in.Seq)
 	if !ok {
-		return nil, fmt.Errorf("plan: the profile has no step of %s on %d device(s) at batch %d × %d tokens: measure it (--probe)", in.Model, in.Devices, in.Batch, in.Seq)
+		return nil, &MeasurementError{Inputs: in, Lacks: fmt.Sprintf("has no step of %s on %d device(s) at batch %d × %d tokens", in.Model, in.Devices, in.Batch, in.Seq)}
 	}
 	var disk Disk
 	if in.NVMePath != "" {
 		if disk, ok = p.Disk(in.NVMePath); !ok {
-			return nil, fmt.Errorf("plan: the profile has no rates for the NVMe path %s: measure it (--probe)", in.NVMePath)
+			return nil, &MeasurementError{Inputs: in, Lacks: "has no rates for the NVMe path " + in.NVMePath}
 		}
 	}
 	if p.CopyBytesPerS <= 0 || p.AdamParamsPerS <= 0 || p.AdamRate(NarrowMoments, NarrowMaster) <= 0 {
-		return nil, fmt.Errorf("plan: the profile lacks the copy or CPU Adam rates (fp32, and int8 moments with a bf16+remainder master): measure again (--probe)")
+		return nil, &MeasurementError{Inputs: in, Lacks: "lacks the copy or CPU Adam rates (fp32, and int8 moments with a bf16+remainder master)"}
 	}
 	out, err := Fit(in)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 // Profile is what `strata plan --probe` measured on one machine, kept in
-// a JSON file (DefaultPath) and reused until the hardware changes: the
+// a JSON file (ProfilePath) and reused until the hardware changes: the
 // rates of every part of a step the predictor adds up.
 type Profile struct {
 	Version int     `json:"version"`
@@ -214,14 +214,35 @@ func ThisMachine(backend, device string) Machine {
 	return m
 }
 
-// DefaultPath is where the profile lives: $XDG_CONFIG_HOME/strata, else
-// ~/.config/strata, profile.json.
+// ProfileEnv is the environment variable that names the profile file,
+// for every command that reads or writes it (strata plan, strata train)
+// when no --profile is given.
+const ProfileEnv = "STRATA_PROFILE"
+
+// DefaultPath is where the profile lives when no --profile names it:
+// $STRATA_PROFILE, else $XDG_CONFIG_HOME/strata (~/.config/strata),
+// profile.json.
 func DefaultPath() (string, error) {
+	path, _, err := ProfilePath("")
+	return path, err
+}
+
+// ProfilePath is the profile file a command uses: flag (its --profile)
+// when given, else $STRATA_PROFILE, else the file in the user's config
+// directory; from says which one it is ("--profile", "STRATA_PROFILE" or
+// "the default"), for messages that name where a command looked.
+func ProfilePath(flag string) (path, from string, err error) {
+	if flag != "" {
+		return flag, "--profile", nil
+	}
+	if env := os.Getenv(ProfileEnv); env != "" {
+		return env, ProfileEnv, nil
+	}
 	dir, err := os.UserConfigDir()
 	if err != nil {
-		return "", fmt.Errorf("plan: no config directory for the profile (%v): give --profile FILE", err)
+		return "", "the default", fmt.Errorf("plan: no config directory for the profile (%v): give --profile FILE or set %s", err, ProfileEnv)
 	}
-	return filepath.Join(dir, "strata", "profile.json"), nil
+	return filepath.Join(dir, "strata", "profile.json"), "the default", nil
 }
 
 // Load reads a profile; a missing file is os.ErrNotExist (wrapped). A file

@@ -33,7 +33,8 @@ type Options struct {
 	Backend string
 	// Probe measures the machine again, replacing the profile's figures.
 	Probe bool
-	// ProfilePath is the profile file ("": DefaultPath).
+	// ProfilePath is the profile file ("": $STRATA_PROFILE, else the
+	// default; ProfilePath resolves it).
 	ProfilePath string
 	// Check trains the top placements a few steps each: the fastest of
 	// each of the first CheckRanks ranks, or with CheckTop > 0 the top
@@ -92,10 +93,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return r, nil
 	}
 	r.Fits = true
-	if r.ProfilePath = o.ProfilePath; r.ProfilePath == "" {
-		if r.ProfilePath, err = DefaultPath(); err != nil {
-			return nil, err
-		}
+	if r.ProfilePath, _, err = ProfilePath(o.ProfilePath); err != nil {
+		return nil, err
 	}
 	if r.Profile, err = loadProfile(r.ProfilePath, machine, o.Probe); err != nil {
 		return nil, err
