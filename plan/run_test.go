@@ -91,7 +91,9 @@ func TestPredictRunErrors(t *testing.T) {
 		{func(cfg *config.Config) { cfg.GradientAccumulationSteps = 4 }, "(gradient accumulation: 4 micro-batches a step"},
 		{func(cfg *config.Config) { cfg.Strata.Freeze = []string{"block 0"} }, "(frozen chunks"},
 		{func(cfg *config.Config) { cfg.Strata.OptimizerState.Moments = "bf16" }, "(optimizer state bf16 moments, fp32 master"},
-		{func(cfg *config.Config) { cfg.ActivationCheckpointing = &config.ActivationCheckpointing{CPUCheckpointing: true} }, "(activation checkpoints in host RAM"},
+		{func(cfg *config.Config) {
+			cfg.ActivationCheckpointing = &config.ActivationCheckpointing{CPUCheckpointing: true}
+		}, "(activation checkpoints in host RAM"},
 		{func(cfg *config.Config) { cfg.ZeRO.OffloadOptimizer.Device = "disk" }, `(offload_optimizer: shard: unknown tier "disk"`},
 	} {
 		cfg := parse(resident)

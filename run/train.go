@@ -451,7 +451,15 @@ func (l *trainLoop) predict() (seconds float64, path, note string) {
 		return 0, path, strings.TrimPrefix(err.Error(), "plan: ")
 	}
 	if err := p.Check(l.machine); err != nil {
-		return 0, path, fmt.Sprintf("the profile %s %s", path, strings.TrimPrefix(err.Error(), "plan: the profile "))
+		// Check's fix is strata plan's flag: name the command.
+		rows := l.cfg.Strata.Devices * l.cfg.TrainMicroBatchSizePerGPU
+		in := plan.Inputs{Model: name, Devices: l.cfg.Strata.Devices, Batch: l.cfg.TrainMicroBatchSizePerGPU, Seq: l.e.TokensPerStep() / max(rows, 1)}
+		probe := fmt.Sprintf("(%s --probe)", l.planCommand(in, path, from))
+		msg := strings.Replace(strings.TrimPrefix(err.Error(), "plan: "), "(--probe)", probe, 1)
+		if errors.Is(err, plan.ErrOtherMachine) { // "the profile was measured on another machine (...)"
+			return 0, path, fmt.Sprintf("the profile %s %s", path, strings.TrimPrefix(msg, "the profile "))
+		}
+		return 0, path, fmt.Sprintf("the profile %s: %s", path, msg)
 	}
 	secs, err := plan.PredictRun(p, l.cfg, l.e.Layout().Shape, l.e.TokensPerStep())
 	if me := (*plan.MeasurementError)(nil); errors.As(err, &me) {
@@ -467,7 +475,7 @@ func (l *trainLoop) predict() (seconds float64, path, note string) {
 // at path (found by from) lacks for in.
 func (l *trainLoop) planCommand(in plan.Inputs, path, from string) string {
 	c := "strata plan --model " + in.Model
-	if in.Devices != 1 {
+	if in.Devices > 1 {
 		c += fmt.Sprintf(" --devices %d", in.Devices)
 	}
 	c += fmt.Sprintf(" --batch %d --seq %d", in.Batch, in.Seq)
