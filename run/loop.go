@@ -332,7 +332,7 @@ func (l *trainLoop) report() (*Result, error) {
 	switch {
 	case st.Predicted > 0:
 		fmt.Fprintf(stdout, "step time: median %.3f s over steps %d-%d; strata plan predicted %.3f s (%+.0f%%, profile %s)\n",
-			st.Measured, st.From, l.last.Step, st.Predicted, 100*st.Error(), st.Profile)
+			st.Measured, st.From, l.last.Step, st.Predicted, 100*st.PredictionError(), st.Profile)
 	case st.Note != "":
 		fmt.Fprintf(stdout, "step time: median %.3f s over steps %d-%d; no prediction: %s\n", st.Measured, st.From, l.last.Step, st.Note)
 	}

@@ -320,7 +320,7 @@ func WriteOutputs(ctx context.Context, dir string, e *engine.Engine, sum report.
 	}
 	if st.Predicted > 0 {
 		js.PredictedStepSecs, js.PredictedBy = st.Predicted, "strata plan, profile "+st.Profile
-		e := st.Error()
+		e := st.PredictionError()
 		js.StepTimeError = &e
 	}
 	js.PredictionNote = st.Note
@@ -390,9 +390,9 @@ type StepTime struct {
 	Note string
 }
 
-// Error is the prediction's error: Predicted/Measured − 1 (0 without a
-// prediction).
-func (st StepTime) Error() float64 {
+// PredictionError is the prediction's error as a fraction:
+// Predicted/Measured − 1 (0 without a prediction).
+func (st StepTime) PredictionError() float64 {
 	if st.Predicted <= 0 || st.Measured <= 0 {
 		return 0
 	}
