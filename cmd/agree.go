@@ -36,10 +36,11 @@ import (
 type runKey map[string]string
 
 // notCompared are the train flags a process may set alone: what only
-// process 0 does (its timeline, its progress display), or what the
+// process 0 does (its timeline, its progress display, the profile its
+// step time is compared with), or what the
 // resolved config already holds (compared there, after --epochs, --steps,
 // --lr... applied).
-var notCompared = []string{"trace", "no-progress", "overwrite", "config", "steps", "epochs", "lr", "micro-batch", "warmup-steps",
+var notCompared = []string{"trace", "no-progress", "profile", "overwrite", "config", "steps", "epochs", "lr", "micro-batch", "warmup-steps",
 	"backend", "nnodes", "node-rank", "master"}
 
 // pathFlags are compared by what they resolve to, not as written.

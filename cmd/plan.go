@@ -20,7 +20,7 @@ func planCommand() *cli.Command {
 		Name:      "plan",
 		Usage:     "predict memory and step time of every placement of a model on this machine, fastest that fits first",
 		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--accum K] [--seq T] [--job full|lora|qlora [--lora r=R,alpha=A,targets=T1+T2] [--base-dtype bf16|nf4|int8]] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-ranks N | --check-top K]] [--write-config FILE] [--json]",
-		Description: "The profile (--profile, default ~/.config/strata/profile.json) holds what --probe measured on this\n" +
+		Description: "The profile (--profile FILE, else $STRATA_PROFILE, else ~/.config/strata/profile.json) holds what --probe measured on this\n" +
 			"machine: host↔device copies, CPU Adam, each --nvme-path's read and write, and the model's step on the\n" +
 			"devices; a missing part is measured on first use (a minute at most) and kept, a profile of other hardware\n" +
 			"is refused. Each placement (ZeRO stage; optimizer state and params on the devices, in host RAM or on NVMe)\n" +
@@ -43,7 +43,7 @@ func planCommand() *cli.Command {
 			&cli.StringFlag{Name: "hbm", Usage: `each device's memory ("8GiB"; default the backend's)`},
 			&cli.StringFlag{Name: "backend", Value: "cpu", Usage: "cpu or cuda"},
 			&cli.BoolFlag{Name: "probe", Usage: "measure the machine again (the rates and this model's step), replacing the profile's figures"},
-			&cli.StringFlag{Name: "profile", Usage: "the profile file (default ~/.config/strata/profile.json)"},
+			&cli.StringFlag{Name: "profile", Usage: "the profile file (default $STRATA_PROFILE, else ~/.config/strata/profile.json; strata train reads it there too)"},
 			&cli.BoolFlag{Name: "check", Usage: "train the top placements a few steps each and print the measured median and the prediction's error"},
 			&cli.IntFlag{Name: "check-ranks", Value: 3, Usage: "with --check: run the fastest placement of each of the first N ranks"},
 			&cli.IntFlag{Name: "check-top", Usage: "with --check: run the top K placements instead, ties included (the error table)"},

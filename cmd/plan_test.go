@@ -3,6 +3,8 @@ package cmd
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -191,5 +193,123 @@ func TestPlanAbsurdProfile(t *testing.T) {
 		if code != 1 || !strings.HasPrefix(line.String(), want) || !strings.Contains(line.String(), "strata plan --probe") || strings.Count(line.String(), "\n") != 1 {
 			t.Errorf("exit %d %q, want 1 and %q\nstdout %.2000s\nstderr %s", code, line.String(), want, out, stderr)
 		}
+	}
+}
+
+// TestTrainProfile: strata train finds the profile wherever strata plan
+// wrote it: $STRATA_PROFILE (plan writes there and train reads there),
+// --profile FILE (over $STRATA_PROFILE), and prints the prediction beside
+// its median step, summary.json recording both and the error. Without a
+// prediction it prints one line naming where it looked and why (no
+// profile there, one of another machine, one that does not decode, one
+// without this batch's step) and summary.json records that line; a run of
+// fewer than 3 steps (no median past the warm-up) says nothing.
+func TestTrainProfile(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(dir, "xdg")) // nothing there
+	envProf := filepath.Join(dir, "env", "profile.json")
+	t.Setenv(plan.ProfileEnv, envProf)
+	cfg := filepath.Join(dir, "tiny.json")
+	if _, stderr, err := runApp(t, "plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--write-config", cfg); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	p, err := plan.Load(envProf)
+	if err != nil {
+		t.Fatalf("strata plan with %s set: %v", plan.ProfileEnv, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "xdg", "strata", "profile.json")); err == nil {
+		t.Errorf("strata plan with %s set wrote the default profile too", plan.ProfileEnv)
+	}
+	type summary struct {
+		Measured  float64  `json:"measured_step_s"`
+		Predicted float64  `json:"predicted_step_s"`
+		By        string   `json:"predicted_by"`
+		Error     *float64 `json:"step_time_error"`
+		Note      string   `json:"prediction_note"`
+	}
+	n := 0
+	train := func(steps string, args ...string) (stepLine string, sum summary) {
+		t.Helper()
+		n++
+		run := filepath.Join(dir, fmt.Sprint("run", n))
+		out, stderr, err := runApp(t, append([]string{"train", "--config", cfg, "--steps", steps, "--out", run, "--no-progress"}, args...)...)
+		if err != nil {
+			t.Fatalf("train %v: %v\n%s", args, err, stderr)
+		}
+		for line := range strings.Lines(out) {
+			if strings.HasPrefix(line, "step time: ") {
+				if stepLine != "" {
+					t.Errorf("train %v: two step time lines:\n%s", args, out)
+				}
+				stepLine = strings.TrimSuffix(line, "\n")
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(run, "summary.json"))
+		if err != nil || json.Unmarshal(b, &sum) != nil {
+			t.Fatalf("train %v: summary.json %v\n%s", args, err, b)
+		}
+		return stepLine, sum
+	}
+	predicted := func(what, profile string, args ...string) {
+		t.Helper()
+		line, sum := train("4", args...)
+		want := "strata plan predicted "
+		if !strings.HasPrefix(line, "step time: median ") || !strings.Contains(line, want) || !strings.HasSuffix(line, "%, profile "+profile+")") {
+			t.Errorf("%s: step time line %q, want the prediction of %s", what, line, profile)
+		}
+		if !(sum.Measured > 0) || !(sum.Predicted > 0) || sum.By != "strata plan, profile "+profile || sum.Error == nil || sum.Note != "" ||
+			math.Abs(*sum.Error-(sum.Predicted/sum.Measured-1)) > 1e-9 {
+			t.Errorf("%s: summary.json %+v (error %v)", what, sum, sum.Error)
+		}
+	}
+	predicted(plan.ProfileEnv, envProf)
+	flagProf := filepath.Join(dir, "flag.json")
+	if err := p.Save(flagProf); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(plan.ProfileEnv, filepath.Join(dir, "absent.json"))
+	predicted("--profile over "+plan.ProfileEnv, flagProf, "--profile", flagProf)
+
+	other, bad, batch2 := filepath.Join(dir, "other.json"), filepath.Join(dir, "bad.json"), filepath.Join(dir, "batch2.json")
+	q := *p
+	q.Machine.CPU = "another CPU"
+	if err := q.Save(other); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(`{"version": 1,`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	q = *p
+	q.Computes = append([]plan.Compute(nil), p.Computes...)
+	q.Computes[0].Batch = 2
+	if err := q.Save(batch2); err != nil {
+		t.Fatal(err)
+	}
+	xdg := filepath.Join(dir, "xdg", "strata", "profile.json")
+	for _, c := range []struct {
+		env  string
+		args []string
+		want string
+	}{
+		{"", nil, "no profile at " + xdg + " (the default; --profile FILE or STRATA_PROFILE name another; strata plan --model tiny writes one)"},
+		{filepath.Join(dir, "absent.json"), nil, "no profile at " + filepath.Join(dir, "absent.json") + " (STRATA_PROFILE; strata plan --model tiny writes one there)"},
+		{"", []string{"--profile", filepath.Join(dir, "absent.json")}, "no profile at " + filepath.Join(dir, "absent.json") + " (--profile; strata plan --model tiny --profile " + filepath.Join(dir, "absent.json") + " writes one)"},
+		{"", []string{"--profile", other}, "the profile " + other + " was measured on another machine (another CPU"},
+		{"", []string{"--profile", bad}, "profile " + bad + ": unexpected end of JSON input"},
+		{envProf, []string{"--profile", batch2}, "the profile " + batch2 + " has no step of tiny on 1 device(s) at batch 1 × 32 tokens (strata plan --model tiny --batch 1 --seq 32 --profile " + batch2 + " measures it)"},
+	} {
+		t.Setenv(plan.ProfileEnv, c.env)
+		line, sum := train("4", c.args...)
+		_, note, _ := strings.Cut(line, "; no prediction: ")
+		if !strings.HasPrefix(line, "step time: median ") || !strings.HasPrefix(note, c.want) {
+			t.Errorf("%s=%q %v: step time line %q, want one ending in no prediction: %s", plan.ProfileEnv, c.env, c.args, line, c.want)
+		}
+		if !(sum.Measured > 0) || sum.Predicted != 0 || sum.By != "" || sum.Error != nil || sum.Note != note {
+			t.Errorf("%s=%q %v: summary.json %+v, want the measured step and the note %q", plan.ProfileEnv, c.env, c.args, sum, note)
+		}
+	}
+	t.Setenv(plan.ProfileEnv, "")
+	if line, sum := train("2"); line != "" || sum.Note != "" {
+		t.Errorf("2 steps: %q, note %q; want nothing (no median past the warm-up)", line, sum.Note)
 	}
 }

@@ -25,7 +25,7 @@ func trainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "train",
 		Usage:     "train a model with ZeRO stages 0-3 across the local devices (DeepSpeed-style config)",
-		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH [--allow-data-change] | --init PATH] [--trace FILE]",
+		UsageText: "strata train [--config ds_config.json [--lr X] [--micro-batch N] [--warmup-steps N]] [--data FILE [--epochs N] [--no-shuffle] [--chat-template PATH]] [--eval-data FILE [--eval-every N]] [--devices N] [--backend cpu|cuda] [--steps N] [--out DIR [--save-every N [--keep K]] [--overwrite]] [--resume PATH [--allow-data-change] | --init PATH] [--trace FILE] [--profile FILE]",
 		Description: "Without --config, runs a short demonstration: the small model, ZeRO stage 3 on 2 devices,\n" +
 			"on a built-in synthetic corpus (or --data). Prints a progress bar on stderr and, at the end,\n" +
 			"each device's measured peak of model-state bytes next to the ZeRO formula.\n" +
@@ -44,7 +44,12 @@ func trainCommand() *cli.Command {
 			"A run directory belongs to one run: locked while it runs; a new run into a non-empty --out is refused unless\n" +
 			"--overwrite; --keep prunes only this run's checkpoints. Ctrl-C or SIGTERM stops after the step in progress and\n" +
 			"saves it (exit 130, SIGTERM 143) and prints the command that goes on with the run, with every flag it was given\n" +
-			"(recorded in run.json); a second one aborts the save (the previous complete checkpoint survives).",
+			"(recorded in run.json); a second one aborts the save (the previous complete checkpoint survives).\n" +
+			"A run of 3 steps or more ends with its median step time past the first two and the step strata plan predicts\n" +
+			"for its placement from the machine's profile (--profile FILE, else $STRATA_PROFILE, else\n" +
+			"~/.config/strata/profile.json), with the prediction's error; without a prediction, one line says where it\n" +
+			"looked and why (no profile there, one of another machine, no step of this model at this batch: the\n" +
+			"strata plan command that measures it). summary.json records both.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "DeepSpeed-style JSON config (default: the demonstration)"},
 			&cli.IntFlag{Name: "devices", Usage: "local devices to use; decides over strata.devices (as DeepSpeed's launcher decides) (default: from the config, strata.devices; the demonstration: 2)"},
@@ -57,6 +62,7 @@ func trainCommand() *cli.Command {
 			&cli.BoolFlag{Name: "no-progress", Usage: "no progress bar; print one line per steps_per_print steps instead (as when stderr is not a terminal: a log file gets no redrawn frames)"},
 			&cli.IntFlag{Name: "save-every", Usage: "also write a training checkpoint every N steps under --out DIR/checkpoints/ (every --out run saves its last step)"},
 			&cli.IntFlag{Name: "keep", Value: 2, Usage: "checkpoints kept under DIR/checkpoints/ (the newest)"},
+			&cli.StringFlag{Name: "profile", Usage: "the strata plan profile the median step is compared with at the end (default $STRATA_PROFILE, else ~/.config/strata/profile.json)"},
 			&cli.StringFlag{Name: "trace", Usage: "write a Chrome trace-event timeline (open in ui.perfetto.dev or chrome://tracing) to FILE, and print the exposed transfer time"},
 			&cli.StringFlag{Name: "resume", Usage: "continue from a checkpoint: its directory, a checkpoints directory (latest) or a run's --out directory"},
 			&cli.StringFlag{Name: "init", Usage: "start from the weights (only) of a Hugging Face model directory or a Strata checkpoint/run directory; the shape comes from it"},
@@ -140,7 +146,7 @@ func runTrain(c *cli.Context) (err error) {
 	}
 	opts := trainrun.Options{Config: p.cfg, Out: f.out, SaveEvery: f.saveEvery, Keep: f.keep, Overwrite: f.overwrite, Data: p.data,
 		Adapter: p.adapter, Source: p.source, Args: f.args, GoOn: goOn, Progress: stderr, Report: stdout, ProgressBar: f.progress,
-		Trace: tr, Boundary: &intr.mu, Status: sigs.status, Hook: testPoint}
+		ProfilePath: c.String("profile"), Trace: tr, Boundary: &intr.mu, Status: sigs.status, Hook: testPoint}
 	if p.resume != nil {
 		opts.Resume = &trainrun.Resume{Manifest: p.resume, Dir: p.resumeDir, AllowDataChange: c.Bool("allow-data-change")}
 		if c.IsSet("config") {

@@ -184,6 +184,11 @@ type Prediction struct {
 // Fit returns every placement (Configs' order) with its memory per tier
 // and whether it fits in's budgets; no step time (no profile needed).
 func Fit(in Inputs) ([]Prediction, error) {
+	return fit(in, Configs(in.Devices, in.NVMePath != "", in.Job))
+}
+
+// fit is Fit of the placements cfgs.
+func fit(in Inputs, cfgs []Config) ([]Prediction, error) {
 	l, err := model.NewLayout(in.Shape)
 	if err != nil {
 		return nil, fmt.Errorf("plan: %w", err)
@@ -194,7 +199,7 @@ func Fit(in Inputs) ([]Prediction, error) {
 		}
 	}
 	var out []Prediction
-	for _, cf := range Configs(in.Devices, in.NVMePath != "", in.Job) {
+	for _, cf := range cfgs {
 		pr := Prediction{Config: cf, Terms: map[string]float64{}, OptimizerPlace: estimate.DeviceName(cf.Optimizer), ParamsPlace: estimate.DeviceName(cf.Params)}
 		if err := memory(&pr, l, in); err != nil {
 			return nil, err
@@ -204,30 +209,63 @@ func Fit(in Inputs) ([]Prediction, error) {
 	return out, nil
 }
 
+// ErrNoMeasurement is a profile without a figure a prediction needs
+// (*MeasurementError matches it): strata plan measures it.
+var ErrNoMeasurement = errors.New("plan: the profile lacks a measurement")
+
+// MeasurementError is Predict's refusal of a profile that lacks a figure
+// the prediction of Inputs needs: the model's step at its devices, batch
+// and sequence, the NVMe path's rates, or the copy and CPU Adam rates.
+// strata plan with the same inputs measures what it lacks.
+type MeasurementError struct {
+	Inputs Inputs
+	// Lacks is what the profile lacks, as a predicate of "the profile"
+	// ("has no step of gpt2 on 1 device(s) at batch 4 × 128 tokens").
+	Lacks string
+}
+
+// Error names what the profile lacks and the way to measure it.
+func (e *MeasurementError) Error() string {
+	return "plan: the profile " + e.Lacks + ": measure it (--probe)"
+}
+
+// Is matches ErrNoMeasurement.
+func (e *MeasurementError) Is(target error) bool { return target == ErrNoMeasurement }
+
 // Predict returns every placement's prediction, those that fit fastest
 // first, then those that do not (in Configs' order); the checkpointed ones
 // only when the profile holds the checkpointed step. The profile must
 // hold the model's compute for the job at these devices, batch and
 // sequence (Profile.Compute), the NVMe path's rates when one is given,
-// and the decoding of a coded base.
+// and the decoding of a coded base: a profile without them is a
+// *MeasurementError (ErrNoMeasurement).
 func Predict(p *Profile, in Inputs) ([]Prediction, error) {
+	return predict(p, in, Configs(in.Devices, in.NVMePath != "", in.Job))
+}
+
+// predict is Predict of the placements cfgs.
+func predict(p *Profile, in Inputs, cfgs []Config) ([]Prediction, error) {
 	c, ok := p.Compute(in.Model, in.Job, in.Devices, in.Batch, in.Seq)
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotMeasured, notMeasured(in))
+		job := ""
+		if in.Job.LoRA != nil {
+			job = " (" + in.Job.Name() + ")"
+		}
+		return nil, &MeasurementError{Inputs: in, Lacks: fmt.Sprintf("has no step of %s%s on %d device(s) at batch %d × %d tokens", in.Model, job, in.Devices, in.Batch, in.Seq)}
 	}
 	var disk Disk
 	if in.NVMePath != "" {
 		if disk, ok = p.Disk(in.NVMePath); !ok {
-			return nil, fmt.Errorf("%w: the profile has no rates for the NVMe path %s: measure it (--probe)", ErrNotMeasured, in.NVMePath)
+			return nil, &MeasurementError{Inputs: in, Lacks: "has no rates for the NVMe path " + in.NVMePath}
 		}
 	}
 	if p.CopyBytesPerS <= 0 || p.AdamParamsPerS <= 0 || p.AdamRate(NarrowMoments, NarrowMaster) <= 0 {
-		return nil, fmt.Errorf("%w: the profile lacks the copy or CPU Adam rates (fp32, and int8 moments with a bf16+remainder master): measure again (--probe)", ErrNotMeasured)
+		return nil, &MeasurementError{Inputs: in, Lacks: "lacks the copy or CPU Adam rates (fp32, and int8 moments with a bf16+remainder master)"}
 	}
 	if f := in.Job.coded(); f != "" && p.DecodeRate(f) <= 0 {
-		return nil, fmt.Errorf("%w: the profile lacks the devices' %s decoding: measure again (--probe)", ErrNotMeasured, f)
+		return nil, &MeasurementError{Inputs: in, Lacks: "lacks the devices' " + f + " decoding"}
 	}
-	out, err := Fit(in)
+	out, err := fit(in, cfgs)
 	if err != nil {
 		return nil, err
 	}
@@ -260,19 +298,6 @@ func Predict(p *Profile, in Inputs) ([]Prediction, error) {
 	return out, nil
 }
 
-// ErrNotMeasured is a prediction the profile lacks a measurement for
-// (Predict, PredictRun): `strata plan` measures it.
-var ErrNotMeasured = errors.New("plan: not measured")
-
-// notMeasured names the step the profile lacks.
-func notMeasured(in Inputs) string {
-	job := ""
-	if in.Job.LoRA != nil {
-		job = " (" + in.Job.Name() + ")"
-	}
-	return fmt.Sprintf("the profile has no step of %s%s on %d device(s) at batch %d × %d tokens: measure it (strata plan, or --probe)", in.Model, job, in.Devices, in.Batch, in.Seq)
-}
-
 // work is what one step moves and updates, in parameters: the trainable
 // ones (the whole model, or the adapters) and the frozen base, with the
 // bytes a frozen param is stored in off the devices.
@@ -296,7 +321,7 @@ func workOf(in Inputs) (work, error) {
 	}
 	w := work{trainable: float64(l.ParamCount()) - psi, frozen: psi, codedBytes: 2}
 	if f := in.Job.coded(); f != "" {
-		w.codedBytes = float64(estimate.BaseDType(f).Bytes(1 << 20)) / (1 << 20)
+		w.codedBytes = float64(estimate.BaseDType(f).Bytes(1<<20)) / (1 << 20)
 	}
 	return w, nil
 }
@@ -332,12 +357,12 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 	acc := float64(max(in.Accum, 1))
 	compute, fwd = compute*acc, fwd*acc
 	t["compute"] = compute
-	var copyUp, copyDown float64 // bytes
+	var copyUpd, copyDown, copyPass float64 // bytes: the new params up, the gradient down, the params' passes up
 	if pr.Optimizer == shard.HBM {
 		t["adam"] = devAdam
 	} else {
 		t["adam"] = psi / p.AdamRate(pr.Moments, pr.Master)
-		copyUp, copyDown = 2*psi, 2*psi // the new params up, the gradient down (bf16)
+		copyUpd, copyDown = 2*psi, 2*psi // bf16
 	}
 	// Offloaded params stay staged in the devices' spare memory when
 	// they fit there (the tier store keeps them in HBM between the
@@ -349,16 +374,16 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 	passes := 0.0
 	if pr.Params != shard.HBM && !cached {
 		passes = 2 * acc // each micro-batch's forward and backward
-		copyUp += passes * paramBytes
+		copyPass = passes * paramBytes
 		if f := in.Job.coded(); f != "" {
 			t["decode"] = passes * w.frozen / p.DecodeRate(f)
 		}
 	}
-	t["copy"] = (copyUp + copyDown) / p.CopyBytesPerS
+	t["copy"] = (copyUpd + copyDown + copyPass) / p.CopyBytesPerS
 	// The disk: the update's reads and writes (the optimizer state, the
 	// new params' home) run under the next forward (overlap exact, after
-	// the clipped backward); the params' reads, one pass each in the
-	// forward and the backward.
+	// the clipped backward); the params' reads, half in the forwards and
+	// half in the backwards.
 	var updRead, updWrite, passRead float64
 	if pr.Optimizer == shard.NVMe {
 		b := pr.optOptions().OptimizerBytesPerParam() * psi
@@ -366,7 +391,7 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 	}
 	if pr.Params == shard.NVMe {
 		updWrite += 2 * psi // the new params' home
-		passRead = paramBytes * passes / 2
+		passRead = paramBytes * passes
 		if pr.Master == NarrowMaster && !cached {
 			updRead += 2 * psi // the update reads the params the remainder completes
 		}
@@ -376,18 +401,26 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 		// measured ZeRO-Offload step shows it.
 		t["staging"] = math.Max(c.OffloadStepSeconds-c.FwdBwdSeconds-c.DeviceAdamSeconds-psi/p.AdamParamsPerS-4*psi/p.CopyBytesPerS, 0)
 	}
-	diskFwd, diskBwd := disk.seconds(updRead+passRead, updWrite), disk.seconds(passRead, 0)
-	if d := disk.seconds(updRead+2*passRead, updWrite); d > 0 {
+	// The engine's moves get a share of the drive's probed rates that
+	// depends on the model's shard sizes and the host's staging room,
+	// measured on the engine's own timeline (Compute.NVMeEfficiency).
+	eff := 1.0
+	if c.NVMeEfficiency > 0 && c.NVMePath == in.NVMePath {
+		eff = c.NVMeEfficiency
+	}
+	diskFwd := disk.seconds(updRead+passRead/2, updWrite) / eff
+	diskBwd := disk.seconds(passRead/2, 0) / eff
+	if d := disk.seconds(updRead+passRead, updWrite) / eff; d > 0 {
 		t["disk"] = d
 	}
 	// Two phases: the forward, with the update under it, and the
 	// backward; in each the slowest of the devices' work and the disk's.
-	upHalf, downHalf := t["copy"]*copyUp/max(copyUp+copyDown, 1), t["copy"]*copyDown/max(copyUp+copyDown, 1)
-	fwdDev := fwd + upHalf/2 + t["decode"]/2
-	bwdDev := compute - fwd + upHalf/2 + downHalf + t["decode"]/2
+	rate := p.CopyBytesPerS
+	fwdDev := fwd + (copyUpd+copyPass/2)/rate + t["decode"]/2
+	bwdDev := compute - fwd + (copyDown+copyPass/2)/rate + t["decode"]/2
 	if in.SharedCores {
-		// The devices are the host's cores: the update, its staging and
-		// the copies add to the forward's compute.
+		// The devices are the host's cores: the update and its staging
+		// add to the forward's compute.
 		fwdDev += t["adam"] + t["staging"]
 		pr.StepSeconds = max(fwdDev, diskFwd) + max(bwdDev, diskBwd)
 	} else {

@@ -83,7 +83,11 @@ func TestPredictTerms(t *testing.T) {
 	// params are written to NVMe (and go up with the optimizer's copies).
 	near("NVMe disk", nv.Terms["disk"], 12*psi/2e9+14*psi/1e9)
 	near("NVMe copies", nv.Terms["copy"], 4*psi/10e9)
-	near("NVMe step: the disk beside the cores", nv.StepSeconds, math.Max(1+4*psi/10e9, 12*psi/2e9+14*psi/1e9))
+	// Two phases: the update's disk work under the forward (a third of
+	// the compute, the update, the new params up), then the backward
+	// (the rest of the compute, the gradient down).
+	fwdCores, bwdCores := (1-adam)/3+adam+2*psi/10e9, (1-adam)*2/3+2*psi/10e9
+	near("NVMe step: the update's disk work beside the forward", nv.StepSeconds, math.Max(fwdCores, 12*psi/2e9+14*psi/1e9)+bwdCores)
 	// A device without room for them: read twice a step, up twice.
 	small := in
 	small.HBMBytes = nv.DeviceBytes + int64(psi)

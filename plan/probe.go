@@ -19,6 +19,7 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme"
+	"github.com/strata-ai/strata/shard"
 )
 
 // The measurements behind `strata plan`: each rate the predictor
@@ -210,6 +211,37 @@ func ProbeOffload(ctx context.Context, cm *Compute, off Config, in Inputs, backe
 		return err
 	}
 	cm.OffloadStepSeconds, cm.OffloadStage = units.Median(s), off.Stage
+	return nil
+}
+
+// ProbeNVMe measures how much of the drive's probed rates (d) the
+// engine's moves get in placement c of in (one with state on NVMe): 2
+// warm-up steps, then over 2 steps the rates d predicts for the NVMe
+// bytes the steps moved, against the time the engine's NVMe links were
+// busy (the union of each link's moves: TierStats.LinkActive; reads and
+// writes at once counted once, as the longer link), into cm.
+func ProbeNVMe(ctx context.Context, cm *Compute, c Config, in Inputs, backendName string, d Disk) error {
+	runtime.GC()
+	times, err := runSteps(ctx, ConfigJSON(c, in), backendName, in, 2, 2)
+	if err != nil {
+		return fmt.Errorf("%s: %w", c.Name, err)
+	}
+	var read, write float64
+	var readBusy, writeBusy time.Duration
+	for _, st := range times {
+		if st.Tier == nil {
+			return fmt.Errorf("plan: probe NVMe: %s: the step reports no tier store", c.Name)
+		}
+		read += float64(st.Tier.LinkBytes[shard.NVMeToHost])
+		write += float64(st.Tier.LinkBytes[shard.HostToNVMe])
+		readBusy += st.Tier.LinkActive[shard.NVMeToHost]
+		writeBusy += st.Tier.LinkActive[shard.HostToNVMe]
+	}
+	busy := max(readBusy, writeBusy).Seconds()
+	if read+write == 0 || busy <= 0 {
+		return fmt.Errorf("plan: probe NVMe: %s moved nothing on NVMe in 2 steps", c.Name)
+	}
+	cm.NVMeEfficiency, cm.NVMePath = d.seconds(read, write)/busy, in.NVMePath
 	return nil
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 // Profile is what `strata plan --probe` measured on one machine, kept in
-// a JSON file (DefaultPath) and reused until the hardware changes: the
+// a JSON file (ProfilePath) and reused until the hardware changes: the
 // rates of every part of a step the predictor adds up.
 type Profile struct {
 	Version int     `json:"version"`
@@ -97,6 +97,14 @@ type Compute struct {
 	// activation checkpointing (every block's forward run again in the
 	// backward); 0 when not measured.
 	CheckpointFwdBwdSeconds float64 `json:"checkpoint_fwd_bwd_s,omitempty"`
+	// NVMeEfficiency is the share of the drive's probed rates (Disk) the
+	// engine's moves got in a measured step of the job's first NVMe
+	// placement that fits: what the probe's rates predict for the step's
+	// NVMe bytes over the time the engine's NVMe links were busy
+	// (ProbeNVMe); 0 when not measured.
+	NVMeEfficiency float64 `json:"nvme_efficiency,omitempty"`
+	// NVMePath is the path NVMeEfficiency was measured on.
+	NVMePath string `json:"nvme_path,omitempty"`
 }
 
 // Decode is the devices' rate of decoding one stored format of a frozen
@@ -271,14 +279,35 @@ func ThisMachine(backend, device string) Machine {
 	return m
 }
 
-// DefaultPath is where the profile lives: $XDG_CONFIG_HOME/strata, else
-// ~/.config/strata, profile.json.
+// ProfileEnv is the environment variable that names the profile file,
+// for every command that reads or writes it (strata plan, strata train)
+// when no --profile is given.
+const ProfileEnv = "STRATA_PROFILE"
+
+// DefaultPath is where the profile lives when no --profile names it:
+// $STRATA_PROFILE, else $XDG_CONFIG_HOME/strata (~/.config/strata),
+// profile.json.
 func DefaultPath() (string, error) {
+	path, _, err := ProfilePath("")
+	return path, err
+}
+
+// ProfilePath is the profile file a command uses: flag (its --profile)
+// when given, else $STRATA_PROFILE, else the file in the user's config
+// directory; from says which one it is ("--profile", "STRATA_PROFILE" or
+// "the default"), for messages that name where a command looked.
+func ProfilePath(flag string) (path, from string, err error) {
+	if flag != "" {
+		return flag, "--profile", nil
+	}
+	if env := os.Getenv(ProfileEnv); env != "" {
+		return env, ProfileEnv, nil
+	}
 	dir, err := os.UserConfigDir()
 	if err != nil {
-		return "", fmt.Errorf("plan: no config directory for the profile (%v): give --profile FILE", err)
+		return "", "the default", fmt.Errorf("plan: no config directory for the profile (%v): give --profile FILE or set %s", err, ProfileEnv)
 	}
-	return filepath.Join(dir, "strata", "profile.json"), nil
+	return filepath.Join(dir, "strata", "profile.json"), "the default", nil
 }
 
 // Load reads a profile; a missing file is os.ErrNotExist (wrapped). A file
@@ -351,7 +380,8 @@ func (p *Profile) Validate() error {
 			check{k + ".fwd_bwd_s", c.FwdBwdSeconds, minSeconds, maxSeconds, false, "s"},
 			check{k + ".device_adam_s", c.DeviceAdamSeconds, minSeconds, maxSeconds, true, "s"},
 			check{k + ".offload_step_s", c.OffloadStepSeconds, minSeconds, maxSeconds, true, "s"},
-			check{k + ".checkpoint_fwd_bwd_s", c.CheckpointFwdBwdSeconds, minSeconds, maxSeconds, true, "s"})
+			check{k + ".checkpoint_fwd_bwd_s", c.CheckpointFwdBwdSeconds, minSeconds, maxSeconds, true, "s"},
+			check{k + ".nvme_efficiency", c.NVMeEfficiency, 1e-3, 1e3, true, ""})
 	}
 	for _, c := range checks {
 		switch {

@@ -37,7 +37,8 @@ type Options struct {
 	Backend string
 	// Probe measures the machine again, replacing the profile's figures.
 	Probe bool
-	// ProfilePath is the profile file ("": DefaultPath).
+	// ProfilePath is the profile file ("": $STRATA_PROFILE, else the
+	// default; ProfilePath resolves it).
 	ProfilePath string
 	// Check trains the top placements a few steps each: the fastest of
 	// each of the first CheckRanks ranks, or with CheckTop > 0 the top
@@ -96,10 +97,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return r, nil
 	}
 	r.Fits = true
-	if r.ProfilePath = o.ProfilePath; r.ProfilePath == "" {
-		if r.ProfilePath, err = DefaultPath(); err != nil {
-			return nil, err
-		}
+	if r.ProfilePath, _, err = ProfilePath(o.ProfilePath); err != nil {
+		return nil, err
 	}
 	if r.Profile, err = loadProfile(r.ProfilePath, machine, o.Probe); err != nil {
 		return nil, err
@@ -207,13 +206,6 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 		p.SetCompute(cm)
 		changed = true
 	}
-	if !p.hasRates() {
-		say("plan: measuring host↔device copies and CPU Adam ...")
-		if err := ProbeRates(ctx, p, o.Backend, o.HBMBytes, 0); err != nil {
-			return false, err
-		}
-		changed = true
-	}
 	if _, ok := p.Disk(in.NVMePath); in.NVMePath != "" && !ok {
 		say("plan: measuring %s (256 MiB written, then read) ...", in.NVMePath)
 		d, err := ProbeDisk(ctx, in.NVMePath, 0)
@@ -221,6 +213,25 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 			return false, err
 		}
 		p.SetDisk(d)
+		changed = true
+	}
+	if d, ok := p.Disk(in.NVMePath); ok && cm.NVMePath != in.NVMePath {
+		// The engine's share of the drive's rates, on its own timeline:
+		// the job's first NVMe placement that fits.
+		if i := slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits && (f.Optimizer == shard.NVMe || f.Params == shard.NVMe) }); i >= 0 {
+			say("plan: measuring the engine's NVMe traffic in %s (2 steps) ...", jobPlacement(pin.Job, fits[i].Name))
+			if err := ProbeNVMe(ctx, &cm, fits[i].Config, pin, o.Backend, d); err != nil {
+				return false, err
+			}
+			p.SetCompute(cm)
+			changed = true
+		}
+	}
+	if !p.hasRates() {
+		say("plan: measuring host↔device copies and CPU Adam ...")
+		if err := ProbeRates(ctx, p, o.Backend, o.HBMBytes, 0); err != nil {
+			return false, err
+		}
 		changed = true
 	}
 	return changed, nil

@@ -329,9 +329,12 @@ func (l *trainLoop) report() (*Result, error) {
 	}
 	fmt.Fprint(stdout, FormatSummary(sum))
 	st := l.stepTime()
-	if st.Predicted > 0 {
+	switch {
+	case st.Predicted > 0:
 		fmt.Fprintf(stdout, "step time: median %.3f s over steps %d-%d; strata plan predicted %.3f s (%+.0f%%, profile %s)\n",
-			st.Measured, st.From, l.last.Step, st.Predicted, 100*(st.Predicted-st.Measured)/st.Measured, st.Profile)
+			st.Measured, st.From, l.last.Step, st.Predicted, 100*st.PredictionError(), st.Profile)
+	case st.Note != "":
+		fmt.Fprintf(stdout, "step time: median %.3f s over steps %d-%d; no prediction: %s\n", st.Measured, st.From, l.last.Step, st.Note)
 	}
 	l.fails.report(stdout)
 	l.mon.report(stdout)

@@ -67,6 +67,10 @@ type Options struct {
 	// command line writes the timeline there).
 	Trace   *timeline.Tracer
 	Closing func(e *engine.Engine) error
+	// ProfilePath is the strata plan profile the run's median step is
+	// compared with at its end (--profile); "" looks where strata plan
+	// writes it: $STRATA_PROFILE, else the default (plan.ProfilePath).
+	ProfilePath string
 	// Job is the job of several processes this one is part of; nil alone.
 	Job Job
 	// Boundary, when set, is held while the run records the end of a step

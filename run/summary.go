@@ -136,8 +136,11 @@ func precisionName(dt gpu.DType) string {
 
 // Summary is summary.json: the engine's summary of a run (report.Summary)
 // in snake_case, with the run's time, its last evaluation and its step
-// time beside strata plan's prediction. The fields are in the order of
-// their keys.
+// time beside strata plan's prediction: measured_step_s (the median past
+// the first two steps), predicted_step_s and predicted_by (the profile),
+// step_time_error (predicted/measured − 1), or without a prediction
+// prediction_note, the reason train printed (the profile's path and what
+// it lacks). The fields are in the order of their keys.
 type Summary struct {
 	ActivationHostBytes int64              `json:"activation_host_bytes"`
 	Activations         string             `json:"activations"`
@@ -164,9 +167,11 @@ type Summary struct {
 	Precision           string             `json:"precision"` // bf16, fp16 or fp32
 	PredictedBy         string             `json:"predicted_by,omitempty"`
 	PredictedStepSecs   float64            `json:"predicted_step_s,omitempty"`
+	PredictionNote      string             `json:"prediction_note,omitempty"` // why there is no prediction (the line train prints)
 	Processes           int                `json:"processes"`
 	SkippedSteps        *int64             `json:"skipped_steps,omitempty"` // fp16
 	Stage               int                `json:"stage"`
+	StepTimeError       *float64           `json:"step_time_error,omitempty"` // predicted_step_s / measured_step_s − 1
 	Steps               int64              `json:"steps"`
 	Tier                *TierSummary       `json:"tier"`
 }

@@ -3,8 +3,10 @@ package run
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -318,7 +320,10 @@ func WriteOutputs(ctx context.Context, dir string, e *engine.Engine, sum report.
 	}
 	if st.Predicted > 0 {
 		js.PredictedStepSecs, js.PredictedBy = st.Predicted, "strata plan, profile "+st.Profile
+		e := st.PredictionError()
+		js.StepTimeError = &e
 	}
+	js.PredictionNote = st.Note
 	b, _ := json.MarshalIndent(js, "", "  ")
 	serr := durable.WriteFile(filepath.Join(dir, "summary.json"), 64<<10, func(w io.Writer) error {
 		_, err := w.Write(append(b, '\n'))
@@ -371,24 +376,39 @@ func lrHeldAtMin(cfg *config.Config) string {
 		sc.Type, sc.Params.WarmupNumSteps, strings.Join(held, ", "), sc.Params.WarmupMinLR)
 }
 
-// StepTime is a run's median step and, when this machine has a profile
-// of this model at this batch (strata plan), the step it predicts for the
-// run's placement.
+// StepTime is a run's median step and, when the profile of strata plan
+// holds this machine's step of this model at this batch, the step it
+// predicts for the run's placement; without one, why not.
 type StepTime struct {
 	Measured  float64 // the median step past the first two (the planner's warm-up), all when fewer
 	From      int64   // the first step of the median
-	Predicted float64 // 0: no profile of this model, batch and machine
-	Profile   string
+	Predicted float64 // 0: no prediction (Note says why)
+	Profile   string  // the profile that predicted it
+	// Note is why there is no prediction, naming where the run looked for
+	// the profile and what measures one; "" when there is a prediction, or
+	// when the run had fewer than 3 steps (no median past the warm-up).
+	Note string
 }
 
-// stepTime is l's: what strata plan's profile predicts for the run's
-// placement beside the median it measured. No profile, one of another
-// machine or without this model's step: no prediction, said nowhere (a
-// run does not measure the machine).
+// PredictionError is the prediction's error as a fraction:
+// Predicted/Measured − 1 (0 without a prediction).
+func (st StepTime) PredictionError() float64 {
+	if st.Predicted <= 0 || st.Measured <= 0 {
+		return 0
+	}
+	return st.Predicted/st.Measured - 1
+}
+
+// stepTime is l's: what strata plan's profile (l.o.ProfilePath, else
+// $STRATA_PROFILE, else the default) predicts for the run's placement
+// beside the median it measured. No profile there, one of another machine
+// or without this model's step is no prediction, and a note that says so
+// (a run does not measure the machine: strata plan does).
 func (l *trainLoop) stepTime() StepTime {
 	var st StepTime
 	secs, from := l.secs, l.first.Step
-	if len(secs) > 2 {
+	warm := len(secs) > 2
+	if warm {
 		secs, from = secs[2:], from+2
 	}
 	if len(secs) == 0 {
@@ -400,16 +420,73 @@ func (l *trainLoop) stepTime() StepTime {
 	if len(s)%2 == 0 {
 		st.Measured = (s[len(s)/2-1] + s[len(s)/2]) / 2
 	}
-	path, err := plan.DefaultPath()
-	if err != nil {
-		return st
-	}
-	p, err := plan.Load(path)
-	if err != nil || p.Check(l.machine) != nil {
-		return st
-	}
-	if secs, ok := plan.PredictRun(p, l.cfg, l.e.Layout().Shape, l.e.TokensPerStep()); ok {
-		st.Predicted, st.Profile = secs, path
+	secsPredicted, path, note := l.predict()
+	if note == "" {
+		st.Predicted, st.Profile = secsPredicted, path
+	} else if warm {
+		st.Note = note
 	}
 	return st
+}
+
+// predict is the step strata plan's profile predicts for l's run and the
+// profile's path, or a note of one line saying why there is none.
+func (l *trainLoop) predict() (seconds float64, path, note string) {
+	path, from, err := plan.ProfilePath(l.o.ProfilePath)
+	if err != nil {
+		return 0, "", strings.TrimPrefix(err.Error(), "plan: ")
+	}
+	name := l.cfg.Strata.Model.Name
+	p, err := plan.Load(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		switch from {
+		case "--profile":
+			return 0, path, fmt.Sprintf("no profile at %s (--profile; strata plan --model %s --profile %s writes one)", path, name, path)
+		case plan.ProfileEnv:
+			return 0, path, fmt.Sprintf("no profile at %s (%s; strata plan --model %s writes one there)", path, plan.ProfileEnv, name)
+		}
+		return 0, path, fmt.Sprintf("no profile at %s (%s; --profile FILE or %s name another; strata plan --model %s writes one)", path, from, plan.ProfileEnv, name)
+	case err != nil: // Load names the file
+		return 0, path, strings.TrimPrefix(err.Error(), "plan: ")
+	}
+	if err := p.Check(l.machine); err != nil {
+		// Check's fix is strata plan's flag: name the command.
+		rows := l.cfg.Strata.Devices * l.cfg.TrainMicroBatchSizePerGPU
+		in := plan.Inputs{Model: name, Devices: l.cfg.Strata.Devices, Batch: l.cfg.TrainMicroBatchSizePerGPU, Seq: l.e.TokensPerStep() / max(rows, 1)}
+		probe := fmt.Sprintf("(%s --probe)", l.planCommand(in, path, from))
+		msg := strings.Replace(strings.TrimPrefix(err.Error(), "plan: "), "(--probe)", probe, 1)
+		if errors.Is(err, plan.ErrOtherMachine) { // "the profile was measured on another machine (...)"
+			return 0, path, fmt.Sprintf("the profile %s %s", path, strings.TrimPrefix(msg, "the profile "))
+		}
+		return 0, path, fmt.Sprintf("the profile %s: %s", path, msg)
+	}
+	secs, err := plan.PredictRun(p, l.cfg, l.e.Layout().Shape, l.e.TokensPerStep())
+	if me := (*plan.MeasurementError)(nil); errors.As(err, &me) {
+		return 0, path, fmt.Sprintf("the profile %s %s (%s measures it)", path, me.Lacks, l.planCommand(me.Inputs, path, from))
+	}
+	if err != nil {
+		return 0, path, strings.TrimPrefix(err.Error(), "plan: ")
+	}
+	return secs, path, ""
+}
+
+// planCommand is the strata plan command that measures what the profile
+// at path (found by from) lacks for in.
+func (l *trainLoop) planCommand(in plan.Inputs, path, from string) string {
+	c := "strata plan --model " + in.Model
+	if in.Devices > 1 {
+		c += fmt.Sprintf(" --devices %d", in.Devices)
+	}
+	c += fmt.Sprintf(" --batch %d --seq %d", in.Batch, in.Seq)
+	if in.NVMePath != "" {
+		c += " --nvme-path " + in.NVMePath
+	}
+	if b := l.cfg.Strata.Backend; b != "" && b != "cpu" {
+		c += " --backend " + b
+	}
+	if from != "the default" {
+		c += " --profile " + path // a variable set here may not be set there
+	}
+	return c
 }
