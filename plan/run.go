@@ -20,7 +20,8 @@ func notModelled(format string, args ...any) error {
 }
 
 // PredictRun is the step time p predicts for a run of cfg (a resolved
-// config of a model of shape, tokensPerStep tokens a step): its placement
+// config of a model of shape, tokensPerStep tokens a step, on devices of
+// hbmBytes each, whose spare memory keeps offloaded params staged): its placement
 // (stage, tiers, optimizer state, activation checkpointing), its job
 // (full or LoRA, the base as stored) and its micro-batches, predicted as
 // Predict predicts the placements it ranks. Where there is none the
@@ -32,7 +33,7 @@ func notModelled(format string, args ...any) error {
 // as bf16: its loss scale is folded into Adam's gradient scale and the
 // norm's overflow test, no pass of its own. p is taken to be this
 // machine's (Profile.Check).
-func PredictRun(p *Profile, cfg *config.Config, shape model.Shape, tokensPerStep int) (seconds float64, err error) {
+func PredictRun(p *Profile, cfg *config.Config, shape model.Shape, tokensPerStep int, hbmBytes int64) (seconds float64, err error) {
 	z := cfg.ZeRO
 	if len(cfg.Strata.Freeze) > 0 {
 		return 0, notModelled("frozen chunks (strata.freeze): plan models a full fine-tune or LoRA")
@@ -41,7 +42,7 @@ func PredictRun(p *Profile, cfg *config.Config, shape model.Shape, tokensPerStep
 	accum := max(cfg.GradientAccumulationSteps, 1)
 	rows := cfg.Strata.Devices * cfg.TrainMicroBatchSizePerGPU * accum
 	in := Inputs{Model: cfg.Strata.Model.Name, Shape: shape, Job: JobFromConfig(cfg, shape), Accum: accum, Devices: cfg.Strata.Devices,
-		Batch: cfg.TrainMicroBatchSizePerGPU, Seq: tokensPerStep / max(rows, 1), HBMBytes: cfg.Strata.HBMBytes, SharedCores: cfg.Strata.Backend == "cpu"}
+		Batch: cfg.TrainMicroBatchSizePerGPU, Seq: tokensPerStep / max(rows, 1), HBMBytes: hbmBytes, SharedCores: cfg.Strata.Backend == "cpu"}
 	for _, paths := range [][]string{z.OffloadOptimizer.NVMePath, z.OffloadParam.NVMePath} {
 		if len(paths) > 0 && in.NVMePath == "" {
 			in.NVMePath = paths[0] // the profile's rates are per path; the first one's

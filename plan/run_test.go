@@ -68,12 +68,12 @@ func TestPredictRunErrors(t *testing.T) {
 		return cfg
 	}
 	tokens := in.Devices * in.Batch * in.Seq
-	secs, err := PredictRun(p, parse(resident), s, tokens)
+	secs, err := PredictRun(p, parse(resident), s, tokens, in.HBMBytes)
 	if err != nil || !(secs > 0) {
 		t.Fatalf("%s: %g s, %v", resident.Name, secs, err)
 	}
 
-	_, err = PredictRun(p, parse(resident), s, tokens/2)
+	_, err = PredictRun(p, parse(resident), s, tokens/2, in.HBMBytes)
 	var me *MeasurementError
 	if !errors.Is(err, ErrNoMeasurement) || !errors.As(err, &me) || me.Inputs.Seq != 32 || me.Inputs.Batch != 2 ||
 		me.Lacks != "has no step of tiny on 1 device(s) at batch 2 × 32 tokens" {
@@ -81,14 +81,14 @@ func TestPredictRunErrors(t *testing.T) {
 	}
 	ckpt := resident
 	ckpt.Checkpoint = true
-	if _, err := PredictRun(p, parse(ckpt), s, tokens); !errors.Is(err, ErrNoMeasurement) || !strings.Contains(err.Error(), "with activation checkpointing") {
+	if _, err := PredictRun(p, parse(ckpt), s, tokens, in.HBMBytes); !errors.Is(err, ErrNoMeasurement) || !strings.Contains(err.Error(), "with activation checkpointing") {
 		t.Errorf("checkpointed, the profile without its step: %v", err)
 	}
 
 	// Accumulation: each micro-batch's forward and backward, one update.
 	acc := parse(resident)
 	acc.GradientAccumulationSteps = 4
-	secs4, err := PredictRun(p, acc, s, 4*tokens)
+	secs4, err := PredictRun(p, acc, s, 4*tokens, in.HBMBytes)
 	a := float64(s.ParamCount()) / p.AdamParamsPerS // the CPU backend's device Adam, taken out of the measured step
 	if want := 4*(0.1+0.01-a) + a; err != nil || math.Abs(secs4-want) > 1e-9*want {
 		t.Errorf("4 micro-batches: %g s, %v (want 4 × the measured fwd+bwd + the update, %g s)", secs4, err, want)
@@ -96,7 +96,7 @@ func TestPredictRunErrors(t *testing.T) {
 	// LoRA is its own step: the profile's full fine-tune does not predict it.
 	lora := parse(resident)
 	lora.Strata.LoRA = &config.LoRA{R: 4, Alpha: 8}
-	if _, err := PredictRun(p, lora, s, tokens); !errors.Is(err, ErrNoMeasurement) || !strings.Contains(err.Error(), "tiny (LoRA r 4 on") {
+	if _, err := PredictRun(p, lora, s, tokens, in.HBMBytes); !errors.Is(err, ErrNoMeasurement) || !strings.Contains(err.Error(), "tiny (LoRA r 4 on") {
 		t.Errorf("LoRA without its step in the profile: %v", err)
 	}
 
@@ -112,7 +112,7 @@ func TestPredictRunErrors(t *testing.T) {
 	} {
 		cfg := parse(resident)
 		c.edit(cfg)
-		_, err := PredictRun(p, cfg, s, tokens)
+		_, err := PredictRun(p, cfg, s, tokens, in.HBMBytes)
 		if !errors.Is(err, ErrNotModelled) || errors.Is(err, ErrNoMeasurement) || !strings.HasPrefix(err.Error(), "plan: strata plan does not model this job "+c.want) {
 			t.Errorf("got %v, want ErrNotModelled %s", err, c.want)
 		}

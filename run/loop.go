@@ -54,6 +54,7 @@ type trainLoop struct {
 	first, last report.StepStats
 	secs        []float64    // every step's time, for the median beside strata plan's prediction
 	machine     plan.Machine // this machine, to find its profile
+	hbmBytes    int64        // a device's memory, for the prediction
 	moved       int64        // bytes, all links, since the run started
 	stopped     error        // the cause of the stop after a step
 	stoppedAt   string       // its checkpoint

@@ -114,7 +114,8 @@ func Train(ctx context.Context, opts Options, onStep func(Step) error) (res *Res
 		return nil, err
 	}
 	l := &trainLoop{o: o, ctx: ctx, onStep: onStep, e: e, cfg: cfg, start: p.start, steps: cfg.Strata.Steps, stderr: o.Progress,
-		data: o.Data, dataIDs: p.dataIDs, machine: plan.ThisMachine(cfg.Strata.Backend, devs.Devs[0].Name())}
+		data: o.Data, dataIDs: p.dataIDs, machine: plan.ThisMachine(cfg.Strata.Backend, devs.Devs[0].Name()),
+		hbmBytes: devs.Devs[0].MemStats().BudgetBytes}
 	if cause := l.started(); cause != nil {
 		return nil, &StoppedError{Step: p.start, Total: cfg.Strata.Steps, Cause: cause}
 	}
@@ -461,7 +462,7 @@ func (l *trainLoop) predict() (seconds float64, path, note string) {
 		}
 		return 0, path, fmt.Sprintf("the profile %s: %s", path, msg)
 	}
-	secs, err := plan.PredictRun(p, l.cfg, l.e.Layout().Shape, l.e.TokensPerStep())
+	secs, err := plan.PredictRun(p, l.cfg, l.e.Layout().Shape, l.e.TokensPerStep(), l.hbmBytes)
 	if me := (*plan.MeasurementError)(nil); errors.As(err, &me) {
 		return 0, path, fmt.Sprintf("the profile %s %s (%s measures it)", path, me.Lacks, l.planCommand(me.Inputs, path, from))
 	}
