@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"regexp"
 
 	"github.com/urfave/cli/v2"
 
@@ -19,7 +20,7 @@ func planCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "plan",
 		Usage:     "predict memory and step time of every placement of a model on this machine, fastest that fits first",
-		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--accum K] [--seq T] [--job full|lora|qlora [--lora r=R,alpha=A,targets=T1+T2] [--base-dtype bf16|nf4|int8]] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-ranks N | --check-top K]] [--write-config FILE] [--json]",
+		UsageText: "strata plan --model NAME|HF_DIR|RUN [--devices N] [--batch B] [--accum K] [--seq T] [--job full|lora|qlora [--lora r=R,alpha=A,targets=T1+T2] [--base-dtype bf16|nf4|int8]] [--nvme-path DIR] [--hbm BYTES] [--backend cpu|cuda] [--probe] [--profile FILE] [--check [--check-ranks N | --check-top K | --check-match REGEXP]] [--write-config FILE] [--json]",
 		Description: "The profile (--profile FILE, else $STRATA_PROFILE, else ~/.config/strata/profile.json) holds what --probe measured on this\n" +
 			"machine: host↔device copies, CPU Adam, each --nvme-path's read and write, and the model's step on the\n" +
 			"devices; a missing part is measured on first use (a minute at most) and kept, a profile of other hardware\n" +
@@ -47,6 +48,7 @@ func planCommand() *cli.Command {
 			&cli.BoolFlag{Name: "check", Usage: "train the top placements a few steps each and print the measured median and the prediction's error"},
 			&cli.IntFlag{Name: "check-ranks", Value: 3, Usage: "with --check: run the fastest placement of each of the first N ranks"},
 			&cli.IntFlag{Name: "check-top", Usage: "with --check: run the top K placements instead, ties included (the error table)"},
+			&cli.StringFlag{Name: "check-match", Usage: `with --check: run the placements whose names match this regular expression instead ("resident$|NVMe$")`},
 			&cli.IntFlag{Name: "check-rounds", Value: 3, Usage: "with --check: rounds, each running every placement in turn (2 warm-up steps, 3 measured)"},
 			&cli.StringFlag{Name: "write-config", Usage: "write the config of the fastest placement that fits to this file"},
 			&cli.BoolFlag{Name: "json", Usage: "print JSON"},
@@ -79,6 +81,11 @@ func runPlan(c *cli.Context) error {
 	}
 	if o.Devices < 1 || o.Batch < 1 || o.Accum < 1 || o.Seq < 1 || o.Seq > shape.MaxSeq {
 		return usagef("plan: --devices %d, --batch %d and --accum %d must be >= 1, --seq %d within 1..%d (the model's max_seq_len)", o.Devices, o.Batch, o.Accum, o.Seq, shape.MaxSeq)
+	}
+	if m := c.String("check-match"); m != "" {
+		if o.CheckMatch, err = regexp.Compile(m); err != nil {
+			return usagef("plan: --check-match: %v", err)
+		}
 	}
 	if c.IsSet("hbm") {
 		if o.HBMBytes, err = units.ParseBytes(c.String("hbm")); err != nil {

@@ -219,7 +219,9 @@ func ProbeOffload(ctx context.Context, cm *Compute, off Config, in Inputs, backe
 // warm-up steps, then over 2 steps the rates d predicts for the NVMe
 // bytes the steps moved, against the time the engine's NVMe links were
 // busy (the union of each link's moves: TierStats.LinkActive; reads and
-// writes at once counted once, as the longer link), into cm.
+// writes at once counted once, as the longer link), into cm. A model
+// whose state the tier store keeps in host RAM moves nothing: no
+// efficiency (0), the probed rates stand.
 func ProbeNVMe(ctx context.Context, cm *Compute, c Config, in Inputs, backendName string, d Disk) error {
 	runtime.GC()
 	times, err := runSteps(ctx, ConfigJSON(c, in), backendName, in, 2, 2)
@@ -237,11 +239,10 @@ func ProbeNVMe(ctx context.Context, cm *Compute, c Config, in Inputs, backendNam
 		readBusy += st.Tier.LinkActive[shard.NVMeToHost]
 		writeBusy += st.Tier.LinkActive[shard.HostToNVMe]
 	}
-	busy := max(readBusy, writeBusy).Seconds()
-	if read+write == 0 || busy <= 0 {
-		return fmt.Errorf("plan: probe NVMe: %s moved nothing on NVMe in 2 steps", c.Name)
-	}
-	cm.NVMeEfficiency, cm.NVMePath = d.seconds(read, write)/busy, in.NVMePath
+	cm.NVMeEfficiency, cm.NVMePath = 0, in.NVMePath
+	if busy := max(readBusy, writeBusy).Seconds(); read+write > 0 && busy > 0 {
+		cm.NVMeEfficiency = d.seconds(read, write) / busy
+	} // else the state stayed in host RAM (the tier store's host budget holds it): no rate to correct
 	return nil
 }
 

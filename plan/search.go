@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"slices"
 
 	"github.com/strata-ai/strata/config"
@@ -46,6 +47,9 @@ type Options struct {
 	// 2 warm-up steps and 3 measured).
 	Check                             bool
 	CheckRanks, CheckTop, CheckRounds int
+	// CheckMatch, when set, checks the placements whose names it matches
+	// instead (that fit, in the predicted order).
+	CheckMatch *regexp.Regexp
 	// Progress, when set, is told what is measured, a line each, before
 	// it is.
 	Progress func(line string)
@@ -272,7 +276,17 @@ func jobPlacement(job Job, placement string) string {
 // them alike; the median of every round's steps, by name.
 func check(ctx context.Context, preds []Prediction, in Inputs, o Options) (map[string]float64, error) {
 	top := RankLeaders(preds, o.CheckRanks)
-	if k := o.CheckTop; k > 0 {
+	if o.CheckMatch != nil {
+		top = nil
+		for _, pr := range preds {
+			if pr.Fits && o.CheckMatch.MatchString(pr.Name) {
+				top = append(top, pr)
+			}
+		}
+		if len(top) == 0 {
+			return nil, fmt.Errorf("plan: --check-match %q matches no placement that fits", o.CheckMatch)
+		}
+	} else if k := o.CheckTop; k > 0 {
 		top = nil
 		for i, pr := range preds {
 			if i < k && pr.Fits {
