@@ -312,4 +312,30 @@ func TestTrainProfile(t *testing.T) {
 	if line, sum := train("2"); line != "" || sum.Note != "" {
 		t.Errorf("2 steps: %q, note %q; want nothing (no median past the warm-up)", line, sum.Note)
 	}
+
+	// A LoRA job: its own step, measured by strata plan --job lora; the
+	// written config carries strata.lora, and train predicts from it.
+	t.Setenv(plan.ProfileEnv, envProf)
+	full := cfg
+	cfg = filepath.Join(dir, "lora.json")
+	js, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loraJS := strings.Replace(string(js), `"strata": {`, `"strata": {"lora": {"r": 4, "alpha": 8, "target_modules": ["all-linear"]}, `, 1)
+	if err := os.WriteFile(cfg, []byte(loraJS), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := train("4")
+	if want := "has no step of tiny (LoRA r 4 on all-linear) on 1 device(s) at batch 1 × 32 tokens (strata plan --model tiny --batch 1 --seq 32 --job lora --lora r=4,alpha=8,targets=all-linear"; !strings.Contains(line, want) {
+		t.Errorf("LoRA run, the profile with the full fine-tune's step only: %q, want %q", line, want)
+	}
+	if _, stderr, err := runApp(t, "plan", "--model", "tiny", "--batch", "1", "--seq", "32", "--job", "lora", "--lora", "r=4,alpha=8,targets=all-linear", "--write-config", cfg); err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	written, err := os.ReadFile(cfg)
+	if err != nil || !strings.Contains(string(written), `"lora": {"r": 4, "alpha": 8, "target_modules": ["all-linear"], "base_dtype": "bf16"}`) {
+		t.Fatalf("plan --job lora --write-config: %v\n%s", err, written)
+	}
+	predicted("LoRA", envProf)
 }

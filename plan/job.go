@@ -134,6 +134,21 @@ func ParseJob(kind, lora, baseDType string, s model.Shape) (Job, error) {
 	return j, nil
 }
 
+// Flags are the job as strata plan's flags (ParseJob reads them back):
+// "" for a full fine-tune, else " --job lora --lora r=16,alpha=32,targets=q_proj+v_proj"
+// and the base's --base-dtype when it is not bf16.
+func (j Job) Flags() string {
+	if j.LoRA == nil {
+		return ""
+	}
+	l := j.LoRA
+	f := fmt.Sprintf(" --job lora --lora r=%d,alpha=%g,targets=%s", l.R, l.Alpha, strings.Join(l.Targets, "+"))
+	if l.BaseDType != config.BaseBF16 {
+		f += " --base-dtype " + l.BaseDType
+	}
+	return f
+}
+
 // JobFromConfig is the job of a resolved config: strata.lora's, or full.
 func JobFromConfig(cfg *config.Config, s model.Shape) Job {
 	l := estimate.LoRAFromConfig(cfg, s)

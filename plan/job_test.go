@@ -22,6 +22,9 @@ func TestParseJob(t *testing.T) {
 	if err != nil || j.LoRA.R != 8 || j.LoRA.Alpha != 16 || j.LoRA.BaseDType != config.BaseNF4 || strings.Join(j.LoRA.Targets, ",") != "all-linear" {
 		t.Fatalf("qlora r=8: %+v, %v", j.LoRA, err)
 	}
+	if back, err := ParseJob("lora", strings.Fields(j.Flags())[3], strings.Fields(j.Flags())[5], s); err != nil || back.Flags() != j.Flags() {
+		t.Errorf("flags %q read back as %+v, %v", j.Flags(), back.LoRA, err)
+	}
 	if j.Name() != "QLoRA (nf4 base) r 8 on all-linear" || j.computeKey() != "lora r=8 targets=all-linear" {
 		t.Errorf("name %q, key %q", j.Name(), j.computeKey())
 	}

@@ -60,7 +60,11 @@ func (r *Result) writeTable(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	coded := in.Job.coded() != ""
 	head := "rank\tplacement\tpredicted\tbottleneck\tcompute\tadam\tcopies\tstaging\tdisk\tdevice\thost\tnvme"
+	if coded {
+		head = strings.Replace(head, "\tdisk", "\tdecode\tdisk", 1)
+	}
 	if len(measured) > 0 {
 		head += "\tmeasured\terror"
 	}
@@ -72,8 +76,12 @@ func (r *Result) writeTable(w io.Writer) {
 			continue
 		}
 		t := pr.Terms
-		line := fmt.Sprintf("%d\t%s\t%.3f s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%s\t%s\t%s", pr.Rank, pr.Name, pr.StepSeconds, pr.Bottleneck,
-			t["compute"], t["adam"], t["copy"], t["staging"], t["disk"], units.FormatBytes(pr.DeviceBytes), units.FormatBytes(pr.HostBytes), units.FormatBytes(pr.NVMeBytes))
+		decode := ""
+		if coded {
+			decode = fmt.Sprintf("%.3f\t", t["decode"])
+		}
+		line := fmt.Sprintf("%d\t%s\t%.3f s\t%s\t%.3f\t%.3f\t%.3f\t%.3f\t%s%.3f\t%s\t%s\t%s", pr.Rank, pr.Name, pr.StepSeconds, pr.Bottleneck,
+			t["compute"], t["adam"], t["copy"], t["staging"], decode, t["disk"], units.FormatBytes(pr.DeviceBytes), units.FormatBytes(pr.HostBytes), units.FormatBytes(pr.NVMeBytes))
 		if m, ok := measured[pr.Name]; ok {
 			line += fmt.Sprintf("\t%.3f s\t%+.0f%%", m, 100*(pr.StepSeconds-m)/m)
 		}

@@ -480,6 +480,10 @@ func (l *trainLoop) planCommand(in plan.Inputs, path, from string) string {
 		c += fmt.Sprintf(" --devices %d", in.Devices)
 	}
 	c += fmt.Sprintf(" --batch %d --seq %d", in.Batch, in.Seq)
+	if in.Accum > 1 {
+		c += fmt.Sprintf(" --accum %d", in.Accum)
+	}
+	c += in.Job.Flags()
 	if in.NVMePath != "" {
 		c += " --nvme-path " + in.NVMePath
 	}
