@@ -13,41 +13,43 @@
 //
 // # The time model
 //
-// A step is the sum of terms, each bytes or work over a measured rate:
+// A step is built from terms, each bytes or work over a measured rate,
+// for the job (Job: a full fine-tune, or LoRA adapters on a frozen base,
+// bf16 or coded) and its micro-batches (Inputs.Accum):
 //
-//   - compute: the forward and backward of the model at this batch and
+//   - compute: the forward and backward of the job at this batch and
 //     sequence on these devices, measured (Profile.Computes: a resident
-//     step without its optimizer phase);
+//     step without its optimizer phase), per micro-batch;
 //   - adam: the optimizer on the devices as measured beside it, or on the
-//     host Ψ / cpuadam's params/s for the placement's optimizer state
-//     (fp32, or int8 moments with a bf16+remainder master:
-//     Profile.AdamStates);
-//   - copy: the bytes between host and devices per step over the copy
-//     rate: the reduced gradient down and the new params up (2 + 2 bytes
-//     a trainable param, offload_optimizer), and with offload_param, when
-//     the params do not fit the devices' spare memory (where the tier
-//     store keeps them staged), the params up once for the forward and
-//     once for the backward (4 more);
+//     host Ψₜ / cpuadam's params/s for the placement's optimizer state
+//     (Profile.AdamStates), Ψₜ the trainable params (the model, or the
+//     adapters);
+//   - copy: the bytes between host and devices: the reduced gradient down
+//     and the new params up (2 + 2 bytes a trainable param,
+//     offload_optimizer), and with offload_param, when the params do not
+//     fit the devices' spare memory (where the tier store keeps them
+//     staged), the params up for each forward and backward as stored (a
+//     coded frozen base in its code);
 //   - staging: with the optimizer state off the devices, what the host
-//     path costs beyond CPU Adam and the copies (the tier store's leases,
-//     the pinned staging, the gradient's conversions), calibrated from a
-//     measured ZeRO-Offload step of the model (Compute.OffloadStepSeconds);
+//     path costs beyond CPU Adam and the copies, calibrated from a
+//     measured ZeRO-Offload step of the job (Compute.OffloadStepSeconds);
+//   - decode: a coded base brought up, decoded on the devices
+//     (Profile.Decodes);
 //   - disk: with the optimizer state on NVMe, master, m and v read and
-//     written every step (12 + 12 bytes a param; int8 moments and a
-//     bf16+remainder master 4.16 + 4.16, estimate's bytes), with the
-//     params on NVMe the new params' write (2) and, unless staged on the
-//     devices, their reads (4; 6 with a remainder master, whose update
-//     reads the params too), over the path's measured rates: the larger of the
-//     reads at the read rate, the writes at the write rate and both at
-//     the rate of both at once.
+//     written every step (estimate's bytes a trainable param), with the
+//     params on NVMe the new params' write and, unless staged on the
+//     devices, their reads per pass, over the path's probed rates (the
+//     larger of the reads at the read rate, the writes at the write rate
+//     and both at the rate of both at once) divided by the share of them
+//     the engine's moves got in a measured step (Compute.NVMeEfficiency).
 //
+// The step is two phases (overlap exact, the update after the clipped
+// backward): the forward, with the update's disk work beside it, then
+// the backward; each the slowest of its devices' work and its disk work.
 // On the CPU backend the devices are the host's cores, shared with the
-// host optimizer and the copies: compute, adam and copy add up, and the
-// disk (io_uring, no core) runs beside them, so a step is
-// max(compute + adam + copy + staging, disk). On a GPU the host
-// optimizer of an overlapped schedule (exact, dpu) runs beside the
-// devices' compute: max(compute + copy, adam + staging, disk) (not yet
-// checked against a GPU).
+// host optimizer, so CPU Adam and the staging add to the forward's
+// devices' work; on a GPU the host optimizer runs beside the devices
+// (not yet checked against a GPU).
 package plan
 
 import (
