@@ -124,9 +124,9 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 			return err
 		}
 		lv := lse.f32()
-		o.d.parallel(batch*heads, 1, func(lo, hi int) {
-			w := newAttnWork(seq, headDim)
-			w.packed = o.d.packed
+		o.d.parallel(batch*heads, 1, func(lo, hi int, _ *temps) {
+			w := o.d.takeAttnWork(seq, seq, headDim, min(attnTile, seq))
+			defer o.d.attn.put(w)
 			for bh := lo; bh < hi; bh++ {
 				b, h := bh/heads, bh%heads
 				kv := h / g.rep
@@ -190,18 +190,32 @@ func (w *attnWork) packKV(rows, id int, backward bool) {
 	}
 }
 
-func newAttnWork(seq, hd int) *attnWork {
-	n := seq * hd
-	t := min(attnTile, seq)
-	return &attnWork{q: make([]float32, n), k: make([]float32, n), v: make([]float32, n), o: make([]float32, n),
-		s: make([]float32, t*t), dp: make([]float32, t*t), m: make([]float32, t), l: make([]float64, t), seq: seq, hd: hd,
-		packedKV: -1}
+// takeAttnWork returns a piece's attention scratch, one of the device's
+// kept ones (pool.go; given back with d.attn.put once the piece is done):
+// seq query rows and kvRows key and value rows of hd values, tiles of
+// tile×tile, nothing packed yet. Its buffers hold what their last use
+// left: every kernel writes them before it reads them.
+func (d *Device) takeAttnWork(seq, kvRows, hd, tile int) *attnWork {
+	w := d.attn.get()
+	w.q, w.o = grow(w.q, seq*hd), grow(w.o, seq*hd)
+	w.k, w.v = grow(w.k, kvRows*hd), grow(w.v, kvRows*hd)
+	w.s, w.dp, w.m = grow(w.s, tile*tile), grow(w.dp, tile*tile), grow(w.m, tile)
+	if cap(w.l) < tile {
+		w.l = make([]float64, tile)
+	}
+	w.l = w.l[:tile]
+	w.seq, w.hd, w.packed, w.packedKV = seq, hd, d.packed, -1
+	return w
 }
 
+// withBackward sizes w's buffers of the backward.
 func (w *attnWork) withBackward() *attnWork {
 	n := w.seq * w.hd
-	w.do, w.dq, w.dk, w.dv, w.dsum = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, w.seq)
-	w.dcap = make([]float32, len(w.s))
+	w.do, w.dq, w.dk, w.dv, w.dsum = grow(w.do, n), grow(w.dq, n), grow(w.dk, n), grow(w.dv, n), grow(w.dsum, w.seq)
+	// The soft cap's derivative is written only for each row's keys; the
+	// rest, multiplied by a zero probability, stays zero as when it was new.
+	w.dcap = grow(w.dcap, len(w.s))
+	clear(w.dcap)
 	return w
 }
 
@@ -281,9 +295,9 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		}
 		lv := lse.f32()
 		hd, width := headDim, g.width()
-		o.d.parallel(batch*kvHeads, 1, func(lo, hi int) {
-			w := newAttnWork(seq, hd).withBackward()
-			w.packed = o.d.packed
+		o.d.parallel(batch*kvHeads, 1, func(lo, hi int, _ *temps) {
+			w := o.d.takeAttnWork(seq, seq, hd, min(attnTile, seq)).withBackward()
+			defer o.d.attn.put(w)
 			for bk := lo; bk < hi; bk++ {
 				b, kv := bk/kvHeads, bk%kvHeads
 				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*hd, width, seq, hd, w.tmp)

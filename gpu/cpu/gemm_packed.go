@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"sync"
-
 	"github.com/strata-ai/strata/gpu"
 )
 
@@ -34,14 +32,12 @@ type packedScratch struct {
 	piece        [packedMR * packedNR]float32
 }
 
-var packedPool = sync.Pool{New: func() any { return new(packedScratch) }}
-
 // gemmPacked runs the tiles on the device's workers when par is set, else
 // on the calling goroutine.
 func (o *kernels) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	tm, tn := (m+packedMC-1)/packedMC, (n+packedNC-1)/packedNC
-	run := func(lo, hi int) {
-		sc := packedPool.Get().(*packedScratch)
+	run := func(lo, hi int, _ *temps) {
+		sc := o.d.packs.get()
 		mc := min(packedMC, (m+packedMR-1)/packedMR*packedMR)
 		nc := min(packedNC, (n+packedNR-1)/packedNR*packedNR)
 		kc := min(packedKC, k)
@@ -50,12 +46,12 @@ func (o *kernels) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha f
 			i0, j0 := t/tn*packedMC, t%tn*packedNC
 			packedTile(sc, transA, transB, m, n, k, alpha, a, b, beta, c, i0, j0, min(packedMC, m-i0), min(packedNC, n-j0))
 		}
-		packedPool.Put(sc)
+		o.d.packs.put(sc)
 	}
 	if par {
 		o.d.parallel(tm*tn, 1, run)
 	} else {
-		run(0, tm*tn)
+		run(0, tm*tn, nil)
 	}
 }
 
