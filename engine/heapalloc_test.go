@@ -27,11 +27,12 @@ const heapShapeJSON = `{"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 
 //
 // What remains is the step's bookkeeping (the enqueued ops' closures, the
 // splits' goroutines, the model's buffer views, the collectives' rounds):
-// about 33 kB a step on one device, 150 kB at stage 2 on two (GOMAXPROCS
-// 2). The bounds leave room for a worker that first runs beside the others
-// after step 2 and takes temporaries of its own (each device keeps one set
-// per piece running at once). Before the devices kept them, a step took
-// 10.7 MB, 47 MB and 8.7 MB of these three runs.
+// about 33 kB a step on one device (59 kB with the gonum GEMM), 150-530 kB
+// at stage 2 on two (GOMAXPROCS 2). The bound at stage 2 leaves room for
+// pieces that first run at once after step 2, beside the collectives, and
+// take buffers of their own (a device keeps as many as were held at once).
+// Before the devices kept them, a step took 10.7 MB, 47 MB and 8.7 MB of
+// these three runs.
 func TestStepHeapAllocs(t *testing.T) {
 	const warm, measured = 2, 4
 	for _, c := range []struct {

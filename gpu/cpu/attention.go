@@ -126,7 +126,7 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 		lv := lse.f32()
 		o.d.parallel(batch*heads, 1, func(lo, hi int, _ *temps) {
 			w := o.d.takeAttnWork(seq, seq, headDim, min(attnTile, seq))
-			defer o.d.attn.put(w)
+			defer o.d.giveAttnWork(w)
 			for bh := lo; bh < hi; bh++ {
 				b, h := bh/heads, bh%heads
 				kv := h / g.rep
@@ -160,6 +160,7 @@ type attnWork struct {
 	dsum           []float32 // seq: D_i = rowsum(dout ⊙ out)
 	tmp            []float32
 	seq, hd        int
+	from           *bufs // where the buffers come from and go back to
 
 	// The packed kernel's panels (attn_packed.go), nil on the gonum path:
 	// kt, vt: B panels of Kᵀ and Vᵀ (stride hd·32, key tile c0 at c0·hd);
@@ -197,26 +198,49 @@ func (w *attnWork) packKV(rows, id int, backward bool) {
 // left: every kernel writes them before it reads them.
 func (d *Device) takeAttnWork(seq, kvRows, hd, tile int) *attnWork {
 	w := d.attn.get()
-	w.q, w.o = grow(w.q, seq*hd), grow(w.o, seq*hd)
-	w.k, w.v = grow(w.k, kvRows*hd), grow(w.v, kvRows*hd)
-	w.s, w.dp, w.m = grow(w.s, tile*tile), grow(w.dp, tile*tile), grow(w.m, tile)
+	w.from = &d.bufs
+	w.q, w.o, w.k, w.v = w.take(seq*hd), w.take(seq*hd), w.take(kvRows*hd), w.take(kvRows*hd)
+	w.s, w.dp, w.m, w.tmp = w.take(tile*tile), w.take(tile*tile), w.take(tile), w.take(hd)
 	if cap(w.l) < tile {
 		w.l = make([]float64, tile)
 	}
 	w.l = w.l[:tile]
 	w.seq, w.hd, w.packed, w.packedKV = seq, hd, d.packed, -1
+	if w.packed { // the panels at their sizes, so that packing finds them long enough
+		w.kt, w.vn = w.take(attnPanelsB(hd, kvRows)), w.take(attnPanelsB(kvRows, hd))
+		w.qa = w.take((seq + attnTile - 1) / attnTile * attnPanelsA(attnTile, hd))
+		w.pa = w.take(attnPanelsA(attnTile, attnTile))
+	}
 	return w
 }
 
-// withBackward sizes w's buffers of the backward.
+// withBackward takes w's buffers of the backward.
 func (w *attnWork) withBackward() *attnWork {
 	n := w.seq * w.hd
-	w.do, w.dq, w.dk, w.dv, w.dsum = grow(w.do, n), grow(w.dq, n), grow(w.dk, n), grow(w.dv, n), grow(w.dsum, w.seq)
+	w.do, w.dq, w.dk, w.dv, w.dsum = w.take(n), w.take(n), w.take(n), w.take(n), w.take(w.seq)
 	// The soft cap's derivative is written only for each row's keys; the
 	// rest, multiplied by a zero probability, stays zero as when it was new.
-	w.dcap = grow(w.dcap, len(w.s))
+	w.dcap = w.take(len(w.s))
 	clear(w.dcap)
+	if w.packed {
+		w.vt, w.kn = w.take(attnPanelsB(w.hd, w.seq)), w.take(attnPanelsB(w.seq, w.hd))
+		w.qn, w.don = w.take(attnPanelsB(w.seq, w.hd)), w.take(attnPanelsB(w.seq, w.hd))
+		w.doa = w.take(len(w.qa))
+	}
 	return w
+}
+
+// take returns n values of a kept buffer.
+func (w *attnWork) take(n int) []float32 { return w.from.get(n)[:n] }
+
+// giveAttnWork gives w and its buffers back once its piece is done.
+func (d *Device) giveAttnWork(w *attnWork) {
+	for _, b := range [...]*[]float32{&w.q, &w.k, &w.v, &w.o, &w.do, &w.dq, &w.dk, &w.dv, &w.s, &w.dp, &w.dcap,
+		&w.m, &w.dsum, &w.tmp, &w.kt, &w.vt, &w.kn, &w.vn, &w.qa, &w.qn, &w.doa, &w.don, &w.pa} {
+		w.from.put(*b)
+		*b = nil
+	}
+	d.attn.put(w)
 }
 
 // attnForwardTile computes query rows [r0, r1) of the head in w into w.o
@@ -297,7 +321,7 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		hd, width := headDim, g.width()
 		o.d.parallel(batch*kvHeads, 1, func(lo, hi int, _ *temps) {
 			w := o.d.takeAttnWork(seq, seq, hd, min(attnTile, seq)).withBackward()
-			defer o.d.attn.put(w)
+			defer o.d.giveAttnWork(w)
 			for bk := lo; bk < hi; bk++ {
 				b, kv := bk/kvHeads, bk%kvHeads
 				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*hd, width, seq, hd, w.tmp)

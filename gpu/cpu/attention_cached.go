@@ -38,7 +38,7 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 		tiles := (n + attnTile - 1) / attnTile
 		o.d.parallel(heads*tiles, 1, func(lo, hi int, t *temps) {
 			w := o.d.takeAttnWork(n, total, hd, attnTile)
-			defer o.d.attn.put(w)
+			defer o.d.giveAttnWork(w)
 			lse := t.get(n)
 			loaded := -1
 			for it := lo; it < hi; it++ {

@@ -25,6 +25,7 @@ type Device struct {
 	hosts      *gpu.HostRegistry // shared by the backend's devices
 
 	// The kernels' temporaries, kept between calls (pool.go).
+	bufs  bufs
 	temps keep[temps]
 	attn  keep[attnWork]
 	packs keep[packedScratch]

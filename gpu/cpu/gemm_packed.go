@@ -41,11 +41,17 @@ func (o *kernels) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha f
 		mc := min(packedMC, (m+packedMR-1)/packedMR*packedMR)
 		nc := min(packedNC, (n+packedNR-1)/packedNR*packedNR)
 		kc := min(packedKC, k)
-		sc.a, sc.b, sc.c = grow(sc.a, mc*kc), grow(sc.b, kc*nc), grow(sc.c, mc*nc)
+		bufs := &o.d.bufs
+		sc.a, sc.b, sc.c = bufs.get(mc * kc)[:mc*kc], bufs.get(kc * nc)[:kc*nc], bufs.get(mc * nc)[:mc*nc]
+		sc.row = bufs.get(max(mc, nc, kc))
 		for t := lo; t < hi; t++ {
 			i0, j0 := t/tn*packedMC, t%tn*packedNC
 			packedTile(sc, transA, transB, m, n, k, alpha, a, b, beta, c, i0, j0, min(packedMC, m-i0), min(packedNC, n-j0))
 		}
+		for _, b := range [...][]float32{sc.a, sc.b, sc.c, sc.row} {
+			bufs.put(b)
+		}
+		sc.a, sc.b, sc.c, sc.row = nil, nil, nil, nil
 		o.d.packs.put(sc)
 	}
 	if par {

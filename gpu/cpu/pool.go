@@ -1,19 +1,23 @@
 package cpu
 
-import "sync"
+import (
+	"math/bits"
+	"sync"
+)
 
 // Kernel temporaries. A kernel's pieces (parallel) need fp32 memory of
 // their own: widened bf16 rows, GEMM panels, attention tiles, elementwise
 // results. Made afresh for every call they were about 240 MB of Go heap a
 // step of gpt2 (batch 1 × 128 tokens), and in a fresh process every page
 // of that garbage is a minor fault. So each device keeps them: a piece
-// takes a scratch object from one of the device's free lists, uses it
-// while it runs, and gives it back when it ends (nothing reads a piece's
-// temporaries after it returns); the object keeps its buffers, grown to
-// the largest a piece has needed, for the next piece. The free lists hold
-// as many objects as pieces ran at once (the workers of the device's busy
-// streams), so a training step allocates only where one needs more than
-// any before it.
+// takes its temporaries from the device's kept buffers (bufs, by
+// power-of-two capacity) and its scratch objects (attention, packed GEMM)
+// from free lists (keep), uses them while it runs, and gives them back
+// when it ends (nothing reads a piece's temporaries after it returns). An
+// object keeps its buffers, sized by the model's shapes, for the next
+// piece. Buffers and objects are as many as pieces held at once (the
+// workers of the device's busy streams), so a training step allocates
+// only where it holds more at once than any step before it.
 //
 // These are not device memory and are not counted as such: they stand for
 // a GPU kernel's registers and shared memory. The collectives' scratch
@@ -48,38 +52,78 @@ func (k *keep[T]) put(t *T) {
 	k.free = append(k.free, t)
 }
 
-// temps is one piece's fp32 temporaries: the i-th get since the last
-// reset returns the i-th kept buffer, grown when short. A buffer's
-// contents are left from its last use (not zero): callers write before
-// they read, or clear.
-type temps struct {
-	bufs [][]float32
-	next int
+// bufs is a device's kept fp32 buffers, by capacity: class c holds
+// buffers of 2^c values. A buffer goes back to its class when its user is
+// done, so that a class holds as many buffers as were in use at once, of
+// one size, whichever kernels used them. Safe for concurrent use.
+type bufs struct {
+	mu   sync.Mutex
+	free [64][][]float32
 }
 
-// get returns n float32 of the next kept buffer, valid until the next
-// reset.
+// class is the class of the buffers that hold n values.
+func class(n int) int { return bits.Len(uint(max(n, 1) - 1)) }
+
+// get returns a buffer of at least n values (its capacity its class's).
+func (p *bufs) get(n int) []float32 {
+	c := class(n)
+	p.mu.Lock()
+	if k := len(p.free[c]); k > 0 {
+		b := p.free[c][k-1]
+		p.free[c][k-1] = nil
+		p.free[c] = p.free[c][:k-1]
+		p.mu.Unlock()
+		return b
+	}
+	p.mu.Unlock()
+	return make([]float32, 1<<c)
+}
+
+// put keeps b for a later get (nil: nothing). A buffer not from get (one
+// a kernel grew itself) joins the largest class it holds.
+func (p *bufs) put(b []float32) {
+	if cap(b) == 0 {
+		return
+	}
+	c := bits.Len(uint(cap(b))) - 1
+	p.mu.Lock()
+	p.free[c] = append(p.free[c], b[:cap(b)])
+	p.mu.Unlock()
+}
+
+// temps is one piece's fp32 temporaries, from the device's kept buffers
+// (bufs) and given back to them by reset. A buffer's contents are left
+// from its last use (not zero): callers write before they read, or clear.
+type temps struct {
+	from *bufs
+	held [][]float32
+}
+
+// get returns n float32 of a kept buffer, valid until the next reset.
 func (t *temps) get(n int) []float32 {
-	if t.next == len(t.bufs) {
-		t.bufs = append(t.bufs, nil)
-	}
-	b := t.bufs[t.next]
-	if cap(b) < n {
-		b = make([]float32, n)
-		t.bufs[t.next] = b
-	}
-	t.next++
+	b := t.from.get(n)
+	t.held = append(t.held, b)
 	return b[:n:n]
 }
 
-// reset makes every buffer free for the next gets.
-func (t *temps) reset() { t.next = 0 }
+// reset gives every buffer back.
+func (t *temps) reset() {
+	for i, b := range t.held {
+		t.from.put(b)
+		t.held[i] = nil
+	}
+	t.held = t.held[:0]
+}
 
 // takeTemps returns temporaries for the calling goroutine's use, to be
 // given back with giveTemps.
-func (d *Device) takeTemps() *temps { return d.temps.get() }
+func (d *Device) takeTemps() *temps {
+	t := d.temps.get()
+	t.from = &d.bufs
+	return t
+}
 
-// giveTemps gives t back; nothing reads its buffers any more.
+// giveTemps gives t and its buffers back; nothing reads them any more.
 func (d *Device) giveTemps(t *temps) {
 	t.reset()
 	d.temps.put(t)
