@@ -17,8 +17,9 @@ import (
 // cores) then delays the kernel by what it loses, not by a whole fixed
 // share of it. Callers make each item's result independent of the split,
 // so results depend neither on the worker count nor on which worker ran
-// which piece. Each worker has temporaries of its own (pool.go), reset
-// before each piece: fn uses them only until it returns.
+// which piece. fn takes its temporaries from t (pool.go), which gives
+// them back to the device when the piece ends: fn uses them only until it
+// returns.
 func (d *Device) parallel(n, grain int, fn func(lo, hi int, t *temps)) {
 	if n <= 0 {
 		return

@@ -7,24 +7,25 @@ import (
 
 // Kernel temporaries. A kernel's pieces (parallel) need fp32 memory of
 // their own: widened bf16 rows, GEMM panels, attention tiles, elementwise
-// results. Made afresh for every call they were about 240 MB of Go heap a
-// step of gpt2 (batch 1 × 128 tokens), and in a fresh process every page
-// of that garbage is a minor fault. So each device keeps them: a piece
-// takes its temporaries from the device's kept buffers (bufs, by
-// power-of-two capacity) and its scratch objects (attention, packed GEMM)
-// from free lists (keep), uses them while it runs, and gives them back
-// when it ends (nothing reads a piece's temporaries after it returns). An
-// object keeps its buffers, sized by the model's shapes, for the next
-// piece. Buffers and objects are as many as pieces held at once (the
-// workers of the device's busy streams), so a training step allocates
-// only where it holds more at once than any step before it.
+// results. Made afresh for every call they would be hundreds of MB of
+// garbage a step of gpt2 (batch 1 × 128 tokens), and in a fresh process
+// every page of garbage costs a minor fault. So each device keeps them: a
+// piece takes its buffers from the device's kept ones (bufs, a free list
+// per power-of-two capacity) and gives them back when it ends; nothing
+// reads a piece's temporaries after it returns. A class holds as many
+// buffers as were in use at once, whichever kernels used them, so a
+// training step allocates only where it holds more at once than any step
+// before it. The objects that hand the buffers out (temps, attnWork,
+// packedScratch) and the embedding gradient's slot tables are kept on free
+// lists (keep) too.
 //
 // These are not device memory and are not counted as such: they stand for
 // a GPU kernel's registers and shared memory. The collectives' scratch
 // (scratch.go) is, and is counted.
 
-// keep is a free list of scratch objects of type T, each keeping its
-// buffers between uses. Safe for concurrent use.
+// keep is a free list of objects of type T, each kept with what it holds
+// between uses (a temps its list of held buffers, a slots its map). Safe
+// for concurrent use.
 type keep[T any] struct {
 	mu   sync.Mutex
 	free []*T
