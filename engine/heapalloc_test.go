@@ -28,9 +28,10 @@ const heapShapeJSON = `{"n_layer": 2, "n_embd": 128, "n_head": 4, "vocab_size": 
 // What remains is the step's bookkeeping (the enqueued ops' closures, the
 // splits' goroutines, the model's buffer views, the collectives' rounds):
 // about 33 kB a step on one device (59 kB with the gonum GEMM), 150-530 kB
-// at stage 2 on two (GOMAXPROCS 2). The bound at stage 2 leaves room for
-// pieces that first run at once after step 2, beside the collectives, and
-// take buffers of their own (a device keeps as many as were held at once).
+// at stage 2 on two (GOMAXPROCS 2). The bounds leave room for pieces that
+// first run at once after step 2 (beside the collectives, or under the race
+// detector) and take buffers of their own: a device keeps as many as were
+// held at once.
 // Before the devices kept them, a step took 10.7 MB, 47 MB and 8.7 MB of
 // these three runs.
 func TestStepHeapAllocs(t *testing.T) {
@@ -39,9 +40,9 @@ func TestStepHeapAllocs(t *testing.T) {
 		s        runSpec
 		maxBytes uint64
 	}{
-		{runSpec{stage: 0, n: 1, micro: 1, accum: 1, clip: 1}, 256 << 10},
+		{runSpec{stage: 0, n: 1, micro: 1, accum: 1, clip: 1}, 512 << 10},
 		{runSpec{stage: 2, n: 2, micro: 1, accum: 2, clip: 1}, 1 << 20},
-		{runSpec{stage: 0, n: 1, micro: 1, accum: 1, clip: 1, fp32: true}, 256 << 10},
+		{runSpec{stage: 0, n: 1, micro: 1, accum: 1, clip: 1, fp32: true}, 512 << 10},
 	} {
 		s := c.s
 		t.Run(s.String(), func(t *testing.T) {
