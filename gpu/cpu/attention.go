@@ -124,9 +124,9 @@ func (o *kernels) AttentionForward(s *Stream, qkv, out, lse, pos *Buffer, batch,
 			return err
 		}
 		lv := lse.f32()
-		o.d.parallel(batch*heads, 1, func(lo, hi int) {
-			w := newAttnWork(seq, headDim)
-			w.packed = o.d.packed
+		o.d.parallel(batch*heads, 1, func(lo, hi int, _ *temps) {
+			w := o.d.takeAttnWork(seq, seq, headDim, min(attnTile, seq))
+			defer o.d.giveAttnWork(w)
 			for bh := lo; bh < hi; bh++ {
 				b, h := bh/heads, bh%heads
 				kv := h / g.rep
@@ -160,6 +160,7 @@ type attnWork struct {
 	dsum           []float32 // seq: D_i = rowsum(dout ⊙ out)
 	tmp            []float32
 	seq, hd        int
+	from           *bufs // where the buffers come from and go back to
 
 	// The packed kernel's panels (attn_packed.go), nil on the gonum path:
 	// kt, vt: B panels of Kᵀ and Vᵀ (stride hd·32, key tile c0 at c0·hd);
@@ -190,19 +191,56 @@ func (w *attnWork) packKV(rows, id int, backward bool) {
 	}
 }
 
-func newAttnWork(seq, hd int) *attnWork {
-	n := seq * hd
-	t := min(attnTile, seq)
-	return &attnWork{q: make([]float32, n), k: make([]float32, n), v: make([]float32, n), o: make([]float32, n),
-		s: make([]float32, t*t), dp: make([]float32, t*t), m: make([]float32, t), l: make([]float64, t), seq: seq, hd: hd,
-		packedKV: -1}
+// takeAttnWork returns a piece's attention scratch, one of the device's
+// kept ones (pool.go; given back with d.attn.put once the piece is done):
+// seq query rows and kvRows key and value rows of hd values, tiles of
+// tile×tile, nothing packed yet. Its buffers hold what their last use
+// left: every kernel writes them before it reads them.
+func (d *Device) takeAttnWork(seq, kvRows, hd, tile int) *attnWork {
+	w := d.attn.get()
+	w.from = &d.bufs
+	w.q, w.o, w.k, w.v = w.take(seq*hd), w.take(seq*hd), w.take(kvRows*hd), w.take(kvRows*hd)
+	w.s, w.dp, w.m, w.tmp = w.take(tile*tile), w.take(tile*tile), w.take(tile), w.take(hd)
+	if cap(w.l) < tile {
+		w.l = make([]float64, tile)
+	}
+	w.l = w.l[:tile]
+	w.seq, w.hd, w.packed, w.packedKV = seq, hd, d.packed, -1
+	if w.packed { // the panels at their sizes, so that packing finds them long enough
+		w.kt, w.vn = w.take(attnPanelsB(hd, kvRows)), w.take(attnPanelsB(kvRows, hd))
+		w.qa = w.take((seq + attnTile - 1) / attnTile * attnPanelsA(attnTile, hd))
+		w.pa = w.take(attnPanelsA(attnTile, attnTile))
+	}
+	return w
 }
 
+// withBackward takes w's buffers of the backward.
 func (w *attnWork) withBackward() *attnWork {
 	n := w.seq * w.hd
-	w.do, w.dq, w.dk, w.dv, w.dsum = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, w.seq)
-	w.dcap = make([]float32, len(w.s))
+	w.do, w.dq, w.dk, w.dv, w.dsum = w.take(n), w.take(n), w.take(n), w.take(n), w.take(w.seq)
+	// The soft cap's derivative is written only for each row's keys; the
+	// rest, multiplied by a zero probability, stays zero as when it was new.
+	w.dcap = w.take(len(w.s))
+	clear(w.dcap)
+	if w.packed {
+		w.vt, w.kn = w.take(attnPanelsB(w.hd, w.seq)), w.take(attnPanelsB(w.seq, w.hd))
+		w.qn, w.don = w.take(attnPanelsB(w.seq, w.hd)), w.take(attnPanelsB(w.seq, w.hd))
+		w.doa = w.take(len(w.qa))
+	}
 	return w
+}
+
+// take returns n values of a kept buffer.
+func (w *attnWork) take(n int) []float32 { return w.from.get(n)[:n] }
+
+// giveAttnWork gives w and its buffers back once its piece is done.
+func (d *Device) giveAttnWork(w *attnWork) {
+	for _, b := range [...]*[]float32{&w.q, &w.k, &w.v, &w.o, &w.do, &w.dq, &w.dk, &w.dv, &w.s, &w.dp, &w.dcap,
+		&w.m, &w.dsum, &w.tmp, &w.kt, &w.vt, &w.kn, &w.vn, &w.qa, &w.qn, &w.doa, &w.don, &w.pa} {
+		w.from.put(*b)
+		*b = nil
+	}
+	d.attn.put(w)
 }
 
 // attnForwardTile computes query rows [r0, r1) of the head in w into w.o
@@ -281,9 +319,9 @@ func (o *kernels) AttentionBackward(s *Stream, dout, qkv, out, lse, pos, dqkv *B
 		}
 		lv := lse.f32()
 		hd, width := headDim, g.width()
-		o.d.parallel(batch*kvHeads, 1, func(lo, hi int) {
-			w := newAttnWork(seq, hd).withBackward()
-			w.packed = o.d.packed
+		o.d.parallel(batch*kvHeads, 1, func(lo, hi int, _ *temps) {
+			w := o.d.takeAttnWork(seq, seq, hd, min(attnTile, seq)).withBackward()
+			defer o.d.giveAttnWork(w)
 			for bk := lo; bk < hi; bk++ {
 				b, kv := bk/kvHeads, bk%kvHeads
 				w.tmp = loadHead(qkv, w.k, b, (heads+kv)*hd, width, seq, hd, w.tmp)

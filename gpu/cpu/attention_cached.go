@@ -15,7 +15,9 @@ import (
 func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n, heads, kvHeads, hd int, opt gpu.AttnOptions) {
 	s.enqueue(func() error {
 		width, kvw, total := (heads+2*kvHeads)*hd, kvHeads*hd, start+n
-		var tmp []float32
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		tmp := st.get(kvw)
 		for i := range n {
 			for _, c := range []struct {
 				cache *Buffer
@@ -34,11 +36,10 @@ func (o *kernels) AttentionCached(s *Stream, qkv, kc, vc, out *Buffer, start, n,
 		g := attnGeom{batch: 1, seq: n, heads: heads, kvHeads: kvHeads, hd: hd, rep: heads / kvHeads,
 			scale: opt.ScaleFor(hd), window: opt.Window, shift: start, softCap: opt.SoftCap}
 		tiles := (n + attnTile - 1) / attnTile
-		o.d.parallel(heads*tiles, 1, func(lo, hi int) {
-			w := &attnWork{q: make([]float32, n*hd), o: make([]float32, n*hd), k: make([]float32, total*hd), v: make([]float32, total*hd),
-				s: make([]float32, attnTile*attnTile), m: make([]float32, attnTile), l: make([]float64, attnTile), hd: hd,
-				packed: o.d.packed, packedKV: -1}
-			lse := make([]float32, n)
+		o.d.parallel(heads*tiles, 1, func(lo, hi int, t *temps) {
+			w := o.d.takeAttnWork(n, total, hd, attnTile)
+			defer o.d.giveAttnWork(w)
+			lse := t.get(n)
 			loaded := -1
 			for it := lo; it < hi; it++ {
 				h, t := it/tiles, it%tiles

@@ -23,6 +23,13 @@ type Device struct {
 	front      *gpu.Front        // budget and argument checks
 	ops        gpu.Ops           // the kernels behind the front end's checks
 	hosts      *gpu.HostRegistry // shared by the backend's devices
+
+	// The kernels' temporaries, kept between calls (pool.go).
+	bufs  bufs
+	temps keep[temps]
+	attn  keep[attnWork]
+	packs keep[packedScratch]
+	slots keep[slots]
 }
 
 func newDevice(index int, o Options, hosts *gpu.HostRegistry) *Device {

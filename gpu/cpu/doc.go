@@ -22,7 +22,10 @@
 // multiples of 64 bytes against Options.HBMBytes per Tag (kind and
 // purpose), with peaks; a request that does not fit returns
 // *gpu.OutOfMemoryError. Buffers are typed views (unsafe.Slice) of that
-// memory. Freed memory is returned to the Go heap.
+// memory. Freed memory is returned to the Go heap. The kernels'
+// temporaries (widened rows, GEMM panels, attention tiles) are not device
+// memory: each device keeps them from call to call (pool.go), so that a
+// training step after the first allocates next to nothing on the Go heap.
 //
 // Streams and events: each stream runs its queue in order on one goroutine.
 // Record enqueues the closing of a channel; Wait enqueues a receive from the

@@ -39,8 +39,8 @@ func (o *kernels) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Bu
 		return
 	}
 	if k == 0 || alpha == 0 {
-		o.elementwise(m*n, func(lo, hi int) {
-			v := loadF32(c, lo, hi, nil)
+		o.elementwise(m*n, func(lo, hi int, t *temps) {
+			v := loadF32(c, lo, hi, t.get(hi-lo))
 			for i := range v {
 				if beta == 0 {
 					v[i] = 0
@@ -64,8 +64,17 @@ func (o *kernels) gemm(transA, transB bool, m, n, k int, alpha float32, a, b *Bu
 	if transB {
 		tB = blas.Trans
 	}
-	o.d.parallel(tm*tn, 1, func(lo, hi int) {
-		var pa, pb, pc []float32
+	o.d.parallel(tm*tn, 1, func(lo, hi int, t *temps) {
+		var pa, pb, pc []float32 // bf16 and f16 operands' widened panels, C's fp32 tile
+		if a.DType() != gpu.F32 {
+			pa = t.get(gemmTileM * k)
+		}
+		if b.DType() != gpu.F32 {
+			pb = t.get(gemmTileN * k)
+		}
+		if c.DType() != gpu.F32 {
+			pc = t.get(gemmTileM * gemmTileN)
+		}
 		lastI, lastJ := -1, -1
 		var av, bv []float32
 		var lda, ldb int

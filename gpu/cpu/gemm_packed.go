@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"sync"
-
 	"github.com/strata-ai/strata/gpu"
 )
 
@@ -34,28 +32,32 @@ type packedScratch struct {
 	piece        [packedMR * packedNR]float32
 }
 
-var packedPool = sync.Pool{New: func() any { return new(packedScratch) }}
-
 // gemmPacked runs the tiles on the device's workers when par is set, else
 // on the calling goroutine.
 func (o *kernels) gemmPacked(par bool, transA, transB bool, m, n, k int, alpha float32, a, b *Buffer, beta float32, c *Buffer) {
 	tm, tn := (m+packedMC-1)/packedMC, (n+packedNC-1)/packedNC
-	run := func(lo, hi int) {
-		sc := packedPool.Get().(*packedScratch)
+	run := func(lo, hi int, _ *temps) {
+		sc := o.d.packs.get()
 		mc := min(packedMC, (m+packedMR-1)/packedMR*packedMR)
 		nc := min(packedNC, (n+packedNR-1)/packedNR*packedNR)
 		kc := min(packedKC, k)
-		sc.a, sc.b, sc.c = grow(sc.a, mc*kc), grow(sc.b, kc*nc), grow(sc.c, mc*nc)
+		bufs := &o.d.bufs
+		sc.a, sc.b, sc.c = bufs.get(mc * kc)[:mc*kc], bufs.get(kc * nc)[:kc*nc], bufs.get(mc * nc)[:mc*nc]
+		sc.row = bufs.get(max(mc, nc, kc))
 		for t := lo; t < hi; t++ {
 			i0, j0 := t/tn*packedMC, t%tn*packedNC
 			packedTile(sc, transA, transB, m, n, k, alpha, a, b, beta, c, i0, j0, min(packedMC, m-i0), min(packedNC, n-j0))
 		}
-		packedPool.Put(sc)
+		for _, b := range [...][]float32{sc.a, sc.b, sc.c, sc.row} {
+			bufs.put(b)
+		}
+		sc.a, sc.b, sc.c, sc.row = nil, nil, nil, nil
+		o.d.packs.put(sc)
 	}
 	if par {
 		o.d.parallel(tm*tn, 1, run)
 	} else {
-		run(0, tm*tn)
+		run(0, tm*tn, nil)
 	}
 }
 

@@ -21,11 +21,13 @@ type kernels struct{ d *Device }
 // chunkElems is the number of elements an elementwise op converts at a time.
 const chunkElems = 1 << 14
 
-// elementwise runs fn over [0, n) in chunks, in parallel.
-func (o *kernels) elementwise(n int, fn func(lo, hi int)) {
-	o.d.parallel((n+chunkElems-1)/chunkElems, 1, func(clo, chi int) {
+// elementwise runs fn over [0, n) in chunks, in parallel, with the
+// worker's temporaries reset before each chunk.
+func (o *kernels) elementwise(n int, fn func(lo, hi int, t *temps)) {
+	o.d.parallel((n+chunkElems-1)/chunkElems, 1, func(clo, chi int, t *temps) {
 		for c := clo; c < chi; c++ {
-			fn(c*chunkElems, min(n, (c+1)*chunkElems))
+			t.reset()
+			fn(c*chunkElems, min(n, (c+1)*chunkElems), t)
 		}
 	})
 }
@@ -33,9 +35,11 @@ func (o *kernels) elementwise(n int, fn func(lo, hi int)) {
 // BiasAdd: y[r,c] += bias[c].
 func (o *kernels) BiasAdd(s *Stream, y, bias *Buffer, rows, cols int) {
 	s.enqueue(func() error {
-		bv := loadF32(bias, 0, cols, nil)
-		o.d.parallel(rows, max(1, chunkElems/max(1, cols)), func(lo, hi int) {
-			var tmp []float32
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		bv := loadF32(bias, 0, cols, st.get(cols))
+		o.d.parallel(rows, max(1, chunkElems/max(1, cols)), func(lo, hi int, t *temps) {
+			tmp := t.get(cols)
 			for r := lo; r < hi; r++ {
 				yr := loadF32(y, r*cols, (r+1)*cols, tmp)
 				for c, v := range bv {
@@ -53,9 +57,11 @@ func (o *kernels) BiasAdd(s *Stream, y, bias *Buffer, rows, cols int) {
 // gpu.ColumnBlockRows order (endBlock).
 func (o *kernels) BiasGrad(s *Stream, dy, dbias *Buffer, rows, cols int) {
 	s.enqueue(func() error {
-		o.d.parallel(cols, 64, func(lo, hi int) {
-			acc, part := make([]float32, hi-lo), make([]float32, hi-lo)
-			var tmp []float32
+		o.d.parallel(cols, 64, func(lo, hi int, t *temps) {
+			acc, part := t.get(hi-lo), t.get(hi-lo)
+			clear(acc)
+			clear(part)
+			tmp := t.get(hi - lo)
 			for r := range rows {
 				row := loadF32(dy, r*cols+lo, r*cols+hi, tmp)
 				for i, v := range row {
@@ -64,15 +70,16 @@ func (o *kernels) BiasGrad(s *Stream, dy, dbias *Buffer, rows, cols int) {
 				tmp = row
 				endBlock(r, rows, acc, part)
 			}
-			addInto(dbias, lo, acc)
+			addInto(dbias, lo, acc, t.get(hi-lo))
 		})
 		return nil
 	})
 }
 
-// addInto writes b[off+i] += v[i], rounding once.
-func addInto(b *Buffer, off int, v []float32) {
-	cur := loadF32(b, off, off+len(v), nil)
+// addInto writes b[off+i] += v[i], rounding once; tmp (len(v) long)
+// holds b's values when b is not F32.
+func addInto(b *Buffer, off int, v, tmp []float32) {
+	cur := loadF32(b, off, off+len(v), tmp)
 	for i, x := range v {
 		cur[i] += x
 	}
@@ -82,9 +89,9 @@ func addInto(b *Buffer, off int, v []float32) {
 // GeluForward: y = 0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3))).
 func (o *kernels) GeluForward(s *Stream, x, y *Buffer, n int) {
 	s.enqueue(func() error {
-		o.elementwise(n, func(lo, hi int) {
-			xv := loadF32(x, lo, hi, nil)
-			out := make([]float32, hi-lo)
+		o.elementwise(n, func(lo, hi int, t *temps) {
+			xv := loadF32(x, lo, hi, t.get(hi-lo))
+			out := t.get(hi - lo)
 			for i, v := range xv {
 				out[i] = geluF(v)
 			}
@@ -112,10 +119,10 @@ func geluGrad(x float32) float32 {
 // GeluBackward: dx = dy * gelu'(x).
 func (o *kernels) GeluBackward(s *Stream, x, dy, dx *Buffer, n int) {
 	s.enqueue(func() error {
-		o.elementwise(n, func(lo, hi int) {
-			xv := loadF32(x, lo, hi, nil)
-			dv := loadF32(dy, lo, hi, nil)
-			out := make([]float32, hi-lo)
+		o.elementwise(n, func(lo, hi int, t *temps) {
+			xv := loadF32(x, lo, hi, t.get(hi-lo))
+			dv := loadF32(dy, lo, hi, t.get(hi-lo))
+			out := t.get(hi - lo)
 			for i, v := range xv {
 				out[i] = dv[i] * geluGrad(v)
 			}
@@ -128,10 +135,10 @@ func (o *kernels) GeluBackward(s *Stream, x, dy, dx *Buffer, n int) {
 // Add: out = a + b; out may alias a or b.
 func (o *kernels) Add(s *Stream, a, b, out *Buffer, n int) {
 	s.enqueue(func() error {
-		o.elementwise(n, func(lo, hi int) {
-			av := loadF32(a, lo, hi, nil)
-			bv := loadF32(b, lo, hi, nil)
-			res := make([]float32, hi-lo)
+		o.elementwise(n, func(lo, hi int, t *temps) {
+			av := loadF32(a, lo, hi, t.get(hi-lo))
+			bv := loadF32(b, lo, hi, t.get(hi-lo))
+			res := t.get(hi - lo)
 			for i := range res {
 				res[i] = av[i] + bv[i]
 			}
@@ -145,8 +152,8 @@ func (o *kernels) Add(s *Stream, a, b, out *Buffer, n int) {
 // (beta 0: a copy), in fp32, rounded once into dst's dtype.
 func (o *kernels) AddColumns(s *Stream, dst, src *Buffer, rows, cols, dstLd, dstOff, srcLd, srcOff int, beta float32) {
 	s.enqueue(func() error {
-		o.d.parallel(rows, 1, func(lo, hi int) {
-			var sv, dv []float32
+		o.d.parallel(rows, 1, func(lo, hi int, t *temps) {
+			sv, dv := t.get(cols), t.get(cols)
 			for r := lo; r < hi; r++ {
 				sv = loadF32(src, r*srcLd+srcOff, r*srcLd+srcOff+cols, sv)
 				if beta == 0 {
@@ -168,8 +175,9 @@ func (o *kernels) AddColumns(s *Stream, dst, src *Buffer, rows, cols, dstLd, dst
 // into y's dtype).
 func (o *kernels) Dropout(s *Stream, x, y *Buffer, n int, seed uint64, offset int64, threshold uint32, scale float32) {
 	s.enqueue(func() error {
-		o.elementwise(n, func(lo, hi int) {
-			v := append([]float32(nil), loadF32(x, lo, hi, nil)...)
+		o.elementwise(n, func(lo, hi int, t *temps) {
+			v := t.get(hi - lo)
+			copy(v, loadF32(x, lo, hi, v)) // a copy when x is F32: y may be another buffer
 			for i := range v {
 				if gpu.DropoutKeep(seed, offset+int64(lo+i), threshold) {
 					v[i] *= scale
@@ -192,9 +200,9 @@ func (o *kernels) Dequantize(s *Stream, format gpu.DType, src, dst *Buffer, n in
 		if err != nil {
 			return fmt.Errorf("cpu: dequantize: %w", err)
 		}
-		o.elementwise(c.Blocks(n), func(lo, hi int) {
+		o.elementwise(c.Blocks(n), func(lo, hi int, t *temps) {
 			a, b := lo*c.BlockSize, min(hi*c.BlockSize, n)
-			v := make([]float32, b-a)
+			v := t.get(b - a)
 			c.DequantizeBlocks(v, src.raw(), n, lo, hi)
 			storeF32(dst, a, v)
 		})
@@ -222,8 +230,8 @@ func (o *kernels) Cast(s *Stream, dst, src *Buffer) {
 				d[i] = int32(v)
 			}
 		default:
-			o.elementwise(n, func(lo, hi int) {
-				storeF32(dst, lo, loadF32(src, lo, hi, nil))
+			o.elementwise(n, func(lo, hi int, t *temps) {
+				storeF32(dst, lo, loadF32(src, lo, hi, t.get(hi-lo)))
 			})
 		}
 		return nil
@@ -271,8 +279,8 @@ func (o *kernels) Scale(s *Stream, x *Buffer, alpha float32) {
 			}
 			return nil
 		}
-		o.elementwise(x.Len(), func(lo, hi int) {
-			v := loadF32(x, lo, hi, nil)
+		o.elementwise(x.Len(), func(lo, hi int, t *temps) {
+			v := loadF32(x, lo, hi, t.get(hi-lo))
 			for i := range v {
 				v[i] *= alpha
 			}
@@ -292,9 +300,9 @@ func (o *kernels) Axpy(s *Stream, alpha float32, x, y *Buffer) {
 			}
 			return nil
 		}
-		o.elementwise(x.Len(), func(lo, hi int) {
-			xv := loadF32(x, lo, hi, nil)
-			yv := loadF32(y, lo, hi, nil)
+		o.elementwise(x.Len(), func(lo, hi int, t *temps) {
+			xv := loadF32(x, lo, hi, t.get(hi-lo))
+			yv := loadF32(y, lo, hi, t.get(hi-lo))
 			for i, v := range xv {
 				yv[i] += alpha * v
 			}
@@ -315,7 +323,9 @@ func (o *kernels) SumSquares(s *Stream, x, out *Buffer, index int) {
 			}
 		case gpu.BF16, gpu.F16:
 			u := x.u16()
-			w := make([]float32, min(len(u), 4096))
+			t := o.d.takeTemps()
+			defer o.d.giveTemps(t)
+			w := t.get(min(len(u), 4096))
 			for lo := 0; lo < len(u); lo += len(w) {
 				part := w[:min(len(w), len(u)-lo)]
 				dtype.Widen(x.DType(), part, u[lo:lo+len(part)])
@@ -347,7 +357,7 @@ func (o *kernels) AdamStep(s *Stream, param, grad, m, v, out *Buffer, p gpu.Adam
 	n := param.Len()
 	s.enqueue(func() error {
 		chunks := (n + adamGrain - 1) / adamGrain
-		o.d.parallel(chunks, 1, func(clo, chi int) {
+		o.d.parallel(chunks, 1, func(clo, chi int, _ *temps) {
 			for c := clo; c < chi; c++ {
 				lo, hi := c*adamGrain, min(n, (c+1)*adamGrain)
 				var ob []uint16

@@ -13,11 +13,12 @@ import (
 // stored rstd (Hugging Face's LlamaRMSNorm: normalise, then weight).
 func (o *kernels) RMSNormForward(s *Stream, x, gamma, y, rstd *Buffer, rows, cols int, eps float32) {
 	s.enqueue(func() error {
-		g := loadF32(gamma, 0, cols, nil)
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		g := loadF32(gamma, 0, cols, st.get(cols))
 		rv := rstd.f32()
-		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
-			out := make([]float32, cols)
-			var tmp []float32
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int, t *temps) {
+			out, tmp := t.get(cols), t.get(cols)
 			for r := lo; r < hi; r++ {
 				xr := loadF32(x, r*cols, (r+1)*cols, tmp)
 				if x.DType() != gpu.F32 {
@@ -65,11 +66,13 @@ func (o *kernels) BiasGeluForward(s *Stream, y, bias, act *Buffer, rows, cols in
 // the row mean in float64, the column sums in gpu.ColumnBlockRows order.
 func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buffer, rows, cols int) {
 	s.enqueue(func() error {
-		g := loadF32(gamma, 0, cols, nil)
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		g := loadF32(gamma, 0, cols, st.get(cols))
 		rv := rstd.f32()
-		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
-			xh := make([]float32, cols)
-			var tx, td, tdx []float32
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int, t *temps) {
+			xh := t.get(cols)
+			tx, td, tdx := t.get(cols), t.get(cols), t.get(cols)
 			for r := lo; r < hi; r++ {
 				xr := loadF32(x, r*cols, (r+1)*cols, tx)
 				dr := loadF32(dy, r*cols, (r+1)*cols, td)
@@ -88,9 +91,11 @@ func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buf
 				storeF32(dx, r*cols, dxr)
 			}
 		})
-		o.d.parallel(cols, 64, func(lo, hi int) {
-			ag, pg := make([]float32, hi-lo), make([]float32, hi-lo)
-			var tx, td []float32
+		o.d.parallel(cols, 64, func(lo, hi int, t *temps) {
+			ag, pg := t.get(hi-lo), t.get(hi-lo)
+			clear(ag)
+			clear(pg)
+			tx, td, tsum := t.get(hi-lo), t.get(hi-lo), t.get(hi-lo)
 			for r := range rows {
 				xr := loadF32(x, r*cols+lo, r*cols+hi, tx)
 				dr := loadF32(dy, r*cols+lo, r*cols+hi, td)
@@ -100,7 +105,7 @@ func (o *kernels) RMSNormBackward(s *Stream, dy, x, gamma, rstd, dx, dgamma *Buf
 				}
 				endBlock(r, rows, ag, pg)
 			}
-			addInto(dgamma, lo, ag)
+			addInto(dgamma, lo, ag, tsum)
 		})
 		return nil
 	})
@@ -115,16 +120,17 @@ type ropeTable struct {
 	cos, sin []float32
 }
 
-func newRopeTable(rows int, r gpu.Rope) *ropeTable {
+// newRopeTable fills a table of rows positions in memory from tmp.
+func newRopeTable(rows int, r gpu.Rope, tmp *temps) ropeTable {
 	half := r.Dims / 2
-	t := &ropeTable{r: r, half: half, cos: make([]float32, rows*half), sin: make([]float32, rows*half)}
+	t := ropeTable{r: r, half: half, cos: tmp.get(rows * half), sin: tmp.get(rows * half)}
 	for p := range rows {
 		t.fill(p, t.cos[p*half:(p+1)*half], t.sin[p*half:(p+1)*half])
 	}
 	return t
 }
 
-func (t *ropeTable) fill(p int, cos, sin []float32) {
+func (t ropeTable) fill(p int, cos, sin []float32) {
 	sc := float64(t.r.Scale)
 	for i, f := range t.r.InvFreq {
 		sn, cs := math.Sincos(float64(p) * float64(f))
@@ -144,11 +150,13 @@ func (o *kernels) rope(s *Stream, qkv, pos *Buffer, batch, seq, heads, kvHeads, 
 		if pos != nil {
 			pv = pos.i32()
 		}
-		tab := newRopeTable(seq, r)
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		tab := newRopeTable(seq, r, st)
 		half, width, rotated := r.Dims/2, (heads+2*kvHeads)*hd, (heads+kvHeads)*hd
-		o.d.parallel(batch*seq, max(1, 4096/max(1, width)), func(lo, hi int) {
-			var tmp []float32
-			cosOwn, sinOwn := make([]float32, half), make([]float32, half)
+		o.d.parallel(batch*seq, max(1, 4096/max(1, width)), func(lo, hi int, t *temps) {
+			tmp := t.get(rotated)
+			cosOwn, sinOwn := t.get(half), t.get(half)
 			for bt := lo; bt < hi; bt++ {
 				p := bt % seq
 				if pv != nil {
@@ -210,9 +218,8 @@ func glu64(act gpu.GLUAct, g float64) (float64, float64) {
 // float64, rounded once.
 func (o *kernels) GLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int, act gpu.GLUAct) {
 	s.enqueue(func() error {
-		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int) {
-			out := make([]float32, ffn)
-			var tmp []float32
+		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int, t *temps) {
+			out, tmp := t.get(ffn), t.get(2*ffn)
 			for r := lo; r < hi; r++ {
 				gu := loadF32(gateUp, r*2*ffn, (r+1)*2*ffn, tmp)
 				if gateUp.DType() != gpu.F32 {
@@ -233,9 +240,8 @@ func (o *kernels) GLUForward(s *Stream, gateUp, y *Buffer, rows, ffn int, act gp
 // float64, rounded once (silu' = sig·(1 + gate·(1-sig))).
 func (o *kernels) GLUBackward(s *Stream, gateUp, dy, dgateUp *Buffer, rows, ffn int, act gpu.GLUAct) {
 	s.enqueue(func() error {
-		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int) {
-			out := make([]float32, 2*ffn)
-			var tg, td []float32
+		o.d.parallel(rows, max(1, chunkElems/max(1, 2*ffn)), func(lo, hi int, t *temps) {
+			out, tg, td := t.get(2*ffn), t.get(2*ffn), t.get(ffn)
 			for r := lo; r < hi; r++ {
 				gu := loadF32(gateUp, r*2*ffn, (r+1)*2*ffn, tg)
 				d := loadF32(dy, r*ffn, (r+1)*ffn, td)

@@ -12,11 +12,12 @@ import (
 // y = (x-mean)*rstd*gamma + beta in fp32 with the stored mean and rstd.
 func (o *kernels) LayerNormForward(s *Stream, x, gamma, beta, y, mean, rstd *Buffer, rows, cols int, eps float32) {
 	s.enqueue(func() error {
-		g, b := loadF32(gamma, 0, cols, nil), loadF32(beta, 0, cols, nil)
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		g, b := loadF32(gamma, 0, cols, st.get(cols)), loadF32(beta, 0, cols, st.get(cols))
 		mv, rv := mean.f32(), rstd.f32()
-		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
-			out := make([]float32, cols)
-			var tmp []float32
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int, t *temps) {
+			out, tmp := t.get(cols), t.get(cols)
 			for r := lo; r < hi; r++ {
 				xr := loadF32(x, r*cols, (r+1)*cols, tmp)
 				tmp = xr
@@ -48,12 +49,13 @@ func (o *kernels) LayerNormForward(s *Stream, x, gamma, beta, y, mean, rstd *Buf
 // dbeta += sum_r dy; the column sums in gpu.ColumnBlockRows order.
 func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dgamma, dbeta *Buffer, rows, cols int) {
 	s.enqueue(func() error {
-		g := loadF32(gamma, 0, cols, nil)
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		g := loadF32(gamma, 0, cols, st.get(cols))
 		mv, rv := mean.f32(), rstd.f32()
-		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int) {
-			gh := make([]float32, cols)
-			xh := make([]float32, cols)
-			var tx, td, tdx []float32
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int, t *temps) {
+			gh, xh := t.get(cols), t.get(cols)
+			tx, td, tdx := t.get(cols), t.get(cols), t.get(cols)
 			for r := lo; r < hi; r++ {
 				xr := loadF32(x, r*cols, (r+1)*cols, tx)
 				dr := loadF32(dy, r*cols, (r+1)*cols, td)
@@ -74,10 +76,14 @@ func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dga
 				storeF32(dx, r*cols, dxr)
 			}
 		})
-		o.d.parallel(cols, 64, func(lo, hi int) {
-			ag, ab := make([]float32, hi-lo), make([]float32, hi-lo)
-			pg, pb := make([]float32, hi-lo), make([]float32, hi-lo)
-			var tx, td []float32
+		o.d.parallel(cols, 64, func(lo, hi int, t *temps) {
+			ag, ab := t.get(hi-lo), t.get(hi-lo)
+			pg, pb := t.get(hi-lo), t.get(hi-lo)
+			clear(ag)
+			clear(ab)
+			clear(pg)
+			clear(pb)
+			tx, td, tsum := t.get(hi-lo), t.get(hi-lo), t.get(hi-lo)
 			for r := range rows {
 				xr := loadF32(x, r*cols+lo, r*cols+hi, tx)
 				dr := loadF32(dy, r*cols+lo, r*cols+hi, td)
@@ -89,8 +95,8 @@ func (o *kernels) LayerNormBackward(s *Stream, dy, x, gamma, mean, rstd, dx, dga
 				endBlock(r, rows, ag, pg)
 				endBlock(r, rows, ab, pb)
 			}
-			addInto(dgamma, lo, ag)
-			addInto(dbeta, lo, ab)
+			addInto(dgamma, lo, ag, tsum)
+			addInto(dbeta, lo, ab, tsum)
 		})
 		return nil
 	})
@@ -112,9 +118,12 @@ func (o *kernels) CrossEntropyForward(s *Stream, logits, targets, losses *Buffer
 			return err
 		}
 		tv := targets.i32()
-		res := make([]float32, rows)
-		o.d.parallel(rows, 1, func(lo, hi int) {
-			var tmp, capped []float32
+		st := o.d.takeTemps()
+		defer o.d.giveTemps(st)
+		res := st.get(rows)
+		clear(res) // an ignored row's loss is 0
+		o.d.parallel(rows, 1, func(lo, hi int, t *temps) {
+			tmp, capped := t.get(vocab), t.get(vocab)
 			for r := lo; r < hi; r++ {
 				if tv[r] < 0 {
 					continue
@@ -166,14 +175,12 @@ func (o *kernels) CrossEntropyBackward(s *Stream, logits, targets, dlogits *Buff
 			return err
 		}
 		tv := targets.i32()
-		o.d.parallel(rows, 1, func(lo, hi int) {
-			var tmp, capped []float32
+		o.d.parallel(rows, 1, func(lo, hi int, t *temps) {
+			tmp, capped, own := t.get(vocab), t.get(vocab), t.get(vocab)
 			for r := lo; r < hi; r++ {
-				var out []float32
+				out := own
 				if dlogits.DType() == gpu.F32 {
 					out = dlogits.f32()[r*vocab : (r+1)*vocab]
-				} else {
-					out = make([]float32, vocab)
 				}
 				if tv[r] < 0 {
 					clear(out)
@@ -263,9 +270,8 @@ func (o *kernels) EmbeddingForward(s *Stream, ids, pos, wte, wpe, out *Buffer, b
 		if err != nil {
 			return err
 		}
-		o.d.parallel(batch*seq, max(1, 4096/max(1, dim)), func(lo, hi int) {
-			res := make([]float32, dim)
-			var t1, t2 []float32
+		o.d.parallel(batch*seq, max(1, 4096/max(1, dim)), func(lo, hi int, t *temps) {
+			res, t1, t2 := t.get(dim), t.get(dim), t.get(dim)
 			for bt := lo; bt < hi; bt++ {
 				id := int(iv[bt])
 				e := loadF32(wte, id*dim, (id+1)*dim, t1)
@@ -304,23 +310,24 @@ func (o *kernels) EmbeddingBackward(s *Stream, ids, pos, dout, dwte, dwpe *Buffe
 		if err != nil {
 			return err
 		}
-		wteRows, wteSlot := slots(iv)
+		wte, pe := o.d.slots.get(), o.d.slots.get()
+		defer o.d.slots.put(wte)
+		defer o.d.slots.put(pe)
+		wteRows, wteSlot := wte.number(iv)
 		var peRows []int32
 		var peSlot []int
 		if dwpe != nil {
-			peRows, peSlot = slots(pv)
+			peRows, peSlot = pe.number(pv)
 		}
-		o.d.parallel(dim, 64, func(lo, hi int) {
+		o.d.parallel(dim, 64, func(lo, hi int, t *temps) {
 			w := hi - lo
-			acc := make([]float32, len(wteRows)*w)
+			acc, pacc, tmp := t.get(len(wteRows)*w), t.get(len(peRows)*w), t.get(w)
 			for sl, id := range wteRows {
-				copy(acc[sl*w:], loadF32(dwte, int(id)*dim+lo, int(id)*dim+hi, nil))
+				copy(acc[sl*w:], loadF32(dwte, int(id)*dim+lo, int(id)*dim+hi, tmp))
 			}
-			pacc := make([]float32, len(peRows)*w)
 			for sl, p := range peRows {
-				copy(pacc[sl*w:], loadF32(dwpe, int(p)*dim+lo, int(p)*dim+hi, nil))
+				copy(pacc[sl*w:], loadF32(dwpe, int(p)*dim+lo, int(p)*dim+hi, tmp))
 			}
-			var tmp []float32
 			for bt := range batch * seq {
 				d := loadF32(dout, bt*dim+lo, bt*dim+hi, tmp)
 				if dout.DType() != gpu.F32 {
@@ -342,19 +349,34 @@ func (o *kernels) EmbeddingBackward(s *Stream, ids, pos, dout, dwte, dwpe *Buffe
 	})
 }
 
-// slots numbers the distinct values of rows in order of first appearance:
-// order[k] is the k-th distinct value, slot[i] the number of rows[i].
-func slots(rows []int32) (order []int32, slot []int) {
-	slotOf := map[int32]int{}
-	slot = make([]int, len(rows))
-	for i, r := range rows {
-		sl, ok := slotOf[r]
-		if !ok {
-			sl = len(order)
-			slotOf[r] = sl
-			order = append(order, r)
-		}
-		slot[i] = sl
+// slots numbers distinct rows; a device keeps its tables (pool.go).
+type slots struct {
+	slotOf map[int32]int
+	order  []int32
+	slot   []int
+}
+
+// number numbers the distinct values of rows in order of first
+// appearance: order[k] is the k-th distinct value, slot[i] the number of
+// rows[i]. Both are valid until the next call.
+func (s *slots) number(rows []int32) (order []int32, slot []int) {
+	if s.slotOf == nil {
+		s.slotOf = map[int32]int{}
 	}
-	return order, slot
+	clear(s.slotOf)
+	s.order = s.order[:0]
+	if cap(s.slot) < len(rows) {
+		s.slot = make([]int, len(rows))
+	}
+	s.slot = s.slot[:len(rows)]
+	for i, r := range rows {
+		sl, ok := s.slotOf[r]
+		if !ok {
+			sl = len(s.order)
+			s.slotOf[r] = sl
+			s.order = append(s.order, r)
+		}
+		s.slot[i] = sl
+	}
+	return s.order, s.slot
 }

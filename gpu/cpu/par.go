@@ -17,25 +17,32 @@ import (
 // cores) then delays the kernel by what it loses, not by a whole fixed
 // share of it. Callers make each item's result independent of the split,
 // so results depend neither on the worker count nor on which worker ran
-// which piece.
-func (d *Device) parallel(n, grain int, fn func(lo, hi int)) {
+// which piece. fn takes its temporaries from t (pool.go), which gives
+// them back to the device when the piece ends: fn uses them only until it
+// returns.
+func (d *Device) parallel(n, grain int, fn func(lo, hi int, t *temps)) {
 	if n <= 0 {
 		return
 	}
 	pieces := min(d.workers*piecesPerWorker, max(1, n/max(1, grain)))
 	if pieces <= 1 || d.workers <= 1 {
-		fn(0, n)
+		t := d.takeTemps()
+		fn(0, n, t)
+		d.giveTemps(t)
 		return
 	}
 	var next atomic.Int64
 	run := func() {
+		t := d.takeTemps()
 		for {
 			p := int(next.Add(1) - 1)
 			if p >= pieces {
-				return
+				break
 			}
-			fn(p*n/pieces, (p+1)*n/pieces)
+			t.reset()
+			fn(p*n/pieces, (p+1)*n/pieces, t)
 		}
+		d.giveTemps(t)
 	}
 	var wg sync.WaitGroup
 	for range min(d.workers, pieces) - 1 {
@@ -51,7 +58,9 @@ func (d *Device) parallel(n, grain int, fn func(lo, hi int)) {
 const piecesPerWorker = 4
 
 // loadF32 returns elements [lo, hi) of b as float32: the memory itself for
-// F32, a conversion into tmp (grown when short) otherwise.
+// F32, a conversion into tmp (grown when short) otherwise. Kernels pass
+// tmp from their temporaries (pool.go), long enough, so that it does not
+// allocate.
 func loadF32(b *Buffer, lo, hi int, tmp []float32) []float32 {
 	switch b.DType() {
 	case gpu.F32:

@@ -15,9 +15,12 @@ type Stream struct {
 	dev  *Device
 	mu   sync.Mutex
 	idle *sync.Cond
-	// queue holds the work not yet started; running says a goroutine is
-	// draining it (or executing its last item).
+	// queue[head:] holds the work not yet started; running says a
+	// goroutine is draining it (or executing its last item). The queue's
+	// array is kept when it empties, so that a training step's ops do not
+	// allocate a new one.
 	queue   []item
+	head    int
 	running bool
 	err     error         // first error since the last Synchronize
 	busy    time.Duration // running work, waits excluded (gpu.BusyStream)
@@ -50,6 +53,13 @@ func (s *Stream) enqueue(f func() error) { s.push(item{f: f}) }
 
 func (s *Stream) push(it item) {
 	s.mu.Lock()
+	if s.head > 0 && len(s.queue) == cap(s.queue) {
+		// Move the waiting work to the front rather than grow the array
+		// of a stream that has not emptied since it last filled it.
+		n := copy(s.queue, s.queue[s.head:])
+		clear(s.queue[n:])
+		s.queue, s.head = s.queue[:n], 0
+	}
 	s.queue = append(s.queue, it)
 	if !s.running {
 		s.running = true
@@ -61,16 +71,16 @@ func (s *Stream) push(it item) {
 func (s *Stream) run() {
 	for {
 		s.mu.Lock()
-		if len(s.queue) == 0 {
+		if s.head == len(s.queue) {
 			s.running = false
-			s.queue = nil
+			s.queue, s.head = s.queue[:0], 0
 			s.idle.Broadcast()
 			s.mu.Unlock()
 			return
 		}
-		it := s.queue[0]
-		s.queue[0] = item{}
-		s.queue = s.queue[1:]
+		it := s.queue[s.head]
+		s.queue[s.head] = item{}
+		s.head++
 		s.mu.Unlock()
 		t0 := time.Now()
 		err := it.f()
