@@ -59,6 +59,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
@@ -281,8 +282,12 @@ func predict(p *Profile, in Inputs, cfgs []Config) ([]Prediction, error) {
 	if err != nil {
 		return nil, err
 	}
+	extra, err := paramsOverhead(p, c, disk, in, w)
+	if err != nil {
+		return nil, err
+	}
 	for i := range out {
-		predictStep(&out[i], p, c, disk, in, w)
+		predictStep(&out[i], p, c, disk, in, w, extra)
 	}
 	slices.SortStableFunc(out, func(a, b Prediction) int {
 		switch {
@@ -338,7 +343,7 @@ const fwdShare = 1.0 / 3
 
 // predictStep fills pr's terms, step and bottleneck from the profile's
 // rates (the time model: the package doc).
-func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w work) {
+func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w work, paramsExtra float64) {
 	t := pr.Terms
 	psi := w.trainable
 	compute, devAdam := c.FwdBwdSeconds, c.DeviceAdamSeconds
@@ -382,6 +387,11 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 		}
 	}
 	t["copy"] = (copyUpd + copyDown + copyPass) / p.CopyBytesPerS
+	if pr.Params != shard.HBM {
+		// What offloaded params cost beyond their copies, as the measured
+		// step with the params in host RAM shows it (paramsOverhead).
+		t["params"] = paramsExtra * acc
+	}
 	// The disk: the update's reads and writes (the optimizer state, the
 	// new params' home) run under the next forward (overlap exact, after
 	// the clipped backward); the params' reads, half in the forwards and
@@ -418,8 +428,8 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 	// Two phases: the forward, with the update under it, and the
 	// backward; in each the slowest of the devices' work and the disk's.
 	rate := p.CopyBytesPerS
-	fwdDev := fwd + (copyUpd+copyPass/2)/rate + t["decode"]/2
-	bwdDev := compute - fwd + (copyDown+copyPass/2)/rate + t["decode"]/2
+	fwdDev := fwd + (copyUpd+copyPass/2)/rate + (t["decode"]+t["params"])/2
+	bwdDev := compute - fwd + (copyDown+copyPass/2)/rate + (t["decode"]+t["params"])/2
 	if in.SharedCores {
 		// The devices are the host's cores: the update and its staging
 		// add to the forward's compute.
@@ -429,6 +439,39 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 		pr.StepSeconds = max(fwdDev, t["adam"]+t["staging"], diskFwd) + max(bwdDev, diskBwd)
 	}
 	pr.Bottleneck = bottleneck(t)
+}
+
+// paramsOverhead is what offloaded params cost a step beyond their copies
+// (the stage-3 gathers of the params from the tier store into the
+// devices' buffers, its param staging, the new params' round trip): the
+// measured step of the job's placement with params and optimizer state in
+// host RAM (Compute.HostParamsStepSeconds) over what the other terms
+// predict for it; 0 when not measured.
+func paramsOverhead(p *Profile, c Compute, disk Disk, in Inputs, w work) (float64, error) {
+	if c.HostParamsStepSeconds == 0 {
+		return 0, nil
+	}
+	ref := Config{Name: "host params", Stage: 3, Optimizer: shard.Host, Params: shard.Host, Moments: c.HostParamsMoments, Master: c.HostParamsMaster}
+	if p.AdamRate(ref.Moments, ref.Master) <= 0 {
+		return 0, &MeasurementError{Inputs: in, Lacks: fmt.Sprintf("lacks CPU Adam's rate with %s moments and a %s master", ref.Moments, ref.Master)}
+	}
+	one := in
+	one.Accum = 1              // the probe's step is one micro-batch
+	if one.Job.coded() != "" { // measured with the base in bf16 (computeInputs)
+		l := *one.Job.LoRA
+		l.BaseDType = config.BaseBF16
+		one.Job = Job{LoRA: &l}
+		var err error
+		if w, err = workOf(one); err != nil {
+			return 0, err
+		}
+	}
+	pr, err := fit(one, []Config{ref})
+	if err != nil {
+		return 0, err
+	}
+	predictStep(&pr[0], p, c, disk, one, w, 0)
+	return max(c.HostParamsStepSeconds-pr[0].StepSeconds, 0), nil
 }
 
 // seconds is what reads and writes bytes take on d: the larger of the
@@ -494,9 +537,10 @@ func cmpFloat(a, b float64) int {
 // bottleneck names the largest term: compute, CPU Adam, PCIe (the
 // copies) or disk.
 func bottleneck(t map[string]float64) string {
-	names := map[string]string{"compute": "compute", "adam": "CPU Adam", "copy": "host↔device copies", "staging": "host optimizer's staging", "decode": "the base's decoding", "disk": "disk"}
+	names := map[string]string{"compute": "compute", "adam": "CPU Adam", "copy": "host↔device copies", "staging": "host optimizer's staging",
+		"params": "offloaded params' staging", "decode": "the base's decoding", "disk": "disk"}
 	best, at := -1.0, ""
-	for _, k := range []string{"compute", "adam", "copy", "staging", "decode", "disk"} {
+	for _, k := range []string{"compute", "adam", "copy", "staging", "params", "decode", "disk"} {
 		if t[k] > best {
 			best, at = t[k], k
 		}

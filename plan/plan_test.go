@@ -98,6 +98,26 @@ func TestPredictTerms(t *testing.T) {
 			near("NVMe copies, params not staged", pr.Terms["copy"], 8*psi/10e9)
 		}
 	}
+	// A measured step with the params in host RAM 0.5 s slower than the
+	// terms say: every placement with offloaded params pays it, half in
+	// each phase; the others do not.
+	hp := byName["stage 3, params and optimizer on host"]
+	cm, _ := p.Compute("gpt2", Full, 1, 2, 64)
+	cm.HostParamsStepSeconds, cm.HostParamsMoments, cm.HostParamsMaster = hp.StepSeconds+0.5, fp32State, fp32State
+	p.SetCompute(cm)
+	withParams, _ := Predict(p, in)
+	for _, pr := range withParams {
+		want := byName[pr.Name].StepSeconds
+		if pr.Params != shard.HBM && !pr.Checkpoint && pr.Optimizer == shard.Host {
+			want += 0.5
+		}
+		if pr.Params != shard.HBM && math.Abs(pr.Terms["params"]-0.5) > 1e-9 || pr.Params == shard.HBM && pr.Terms["params"] != 0 ||
+			(pr.Optimizer != shard.NVMe && !pr.Checkpoint) && math.Abs(pr.StepSeconds-want) > 1e-9 {
+			t.Errorf("%s with the params' measured overhead: params %v, step %v (without %v)", pr.Name, pr.Terms["params"], pr.StepSeconds, byName[pr.Name].StepSeconds)
+		}
+	}
+	cm.HostParamsStepSeconds = 0
+	p.SetCompute(cm)
 	// A drive that reads and writes at once at 2.5 GB/s in all.
 	p.SetDisk(Disk{Path: "/nvme", ReadBytesPerS: 2e9, WriteBytesPerS: 1e9, MixedBytesPerS: 2.5e9})
 	mp, _ := Predict(p, in)

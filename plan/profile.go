@@ -97,6 +97,14 @@ type Compute struct {
 	// activation checkpointing (every block's forward run again in the
 	// backward); 0 when not measured.
 	CheckpointFwdBwdSeconds float64 `json:"checkpoint_fwd_bwd_s,omitempty"`
+	// HostParamsStepSeconds is the median step of the job with params and
+	// optimizer state in host RAM at stage 3 (HostParamsMoments and
+	// HostParamsMaster its optimizer state: its first such placement that
+	// fits): what offloaded params cost beyond their copies is calibrated
+	// from it; 0 when not measured.
+	HostParamsStepSeconds float64 `json:"host_params_step_s,omitempty"`
+	HostParamsMoments     string  `json:"host_params_moments,omitempty"`
+	HostParamsMaster      string  `json:"host_params_master,omitempty"`
 	// NVMeEfficiency is the share of the drive's probed rates (Disk) the
 	// engine's moves got in a measured step of the job's first NVMe
 	// placement that fits: what the probe's rates predict for the step's
@@ -381,7 +389,8 @@ func (p *Profile) Validate() error {
 			check{k + ".device_adam_s", c.DeviceAdamSeconds, minSeconds, maxSeconds, true, "s"},
 			check{k + ".offload_step_s", c.OffloadStepSeconds, minSeconds, maxSeconds, true, "s"},
 			check{k + ".checkpoint_fwd_bwd_s", c.CheckpointFwdBwdSeconds, minSeconds, maxSeconds, true, "s"},
-			check{k + ".nvme_efficiency", c.NVMeEfficiency, 1e-3, 1e3, true, ""})
+			check{k + ".nvme_efficiency", c.NVMeEfficiency, 1e-3, 1e3, true, ""},
+			check{k + ".host_params_step_s", c.HostParamsStepSeconds, minSeconds, maxSeconds, true, "s"})
 	}
 	for _, c := range checks {
 		switch {

@@ -11,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/gpu/backend"
 	"github.com/strata-ai/strata/internal/hostmem"
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
@@ -199,6 +200,21 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 		}
 		p.SetCompute(cm)
 		changed = true
+	}
+	if cm.HostParamsStepSeconds == 0 {
+		// The params in host RAM at stage 3: what offloaded params cost.
+		if i := slices.IndexFunc(fits, func(f Prediction) bool {
+			return f.Fits && f.Stage == 3 && f.Optimizer == shard.Host && f.Params == shard.Host && !f.Checkpoint
+		}); i >= 0 {
+			say("plan: measuring a step of %s (%s) ...", in.Model, jobPlacement(pin.Job, fits[i].Name))
+			s, err := TimeConfig(ctx, fits[i].Config, pin, o.Backend, 2, 6)
+			if err != nil {
+				return false, err
+			}
+			cm.HostParamsStepSeconds, cm.HostParamsMoments, cm.HostParamsMaster = units.Median(s), fits[i].Moments, fits[i].Master
+			p.SetCompute(cm)
+			changed = true
+		}
 	}
 	if cm.CheckpointFwdBwdSeconds == 0 && !fits[first].Checkpoint {
 		ck := fits[first].Config
