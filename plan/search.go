@@ -262,20 +262,38 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 // measured with its base in bf16 (on the devices when it fits them), its
 // decoding added per placement (Profile.Decodes).
 func computeInputs(in Inputs, fits []Prediction, first int) (Inputs, []Prediction, int, error) {
-	if in.Job.coded() == "" {
-		return in, fits, first, nil
+	if in.Job.coded() != "" {
+		name := in.Job.Name()
+		l := *in.Job.LoRA
+		l.BaseDType = config.BaseBF16
+		in.Job = Job{LoRA: &l}
+		var err error
+		if fits, err = Fit(in); err != nil {
+			return in, nil, 0, err
+		}
+		if first = slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits }); first < 0 {
+			return in, nil, 0, fmt.Errorf("plan: %s with a bf16 base fits no placement: the step a coded base's prediction starts from cannot be measured", name)
+		}
 	}
-	l := *in.Job.LoRA
-	l.BaseDType = config.BaseBF16
-	in.Job = Job{LoRA: &l}
-	fits, err := Fit(in)
-	if err != nil {
-		return in, nil, 0, err
+	return in, fits, computePlacement(fits, first), nil
+}
+
+// computePlacement is the placement whose step the compute is measured
+// in: the first that fits with nothing on NVMe (a step that waits for the
+// disk is no measure of the devices' work), else the first that fits
+// with the least optimizer state on NVMe (the narrow state), else first.
+// ProbeCompute reads an NVMe placement's compute from the compute
+// stream's busy time, not its step.
+func computePlacement(fits []Prediction, first int) int {
+	if i := slices.IndexFunc(fits, func(f Prediction) bool {
+		return f.Fits && f.Optimizer != shard.NVMe && f.Params != shard.NVMe
+	}); i >= 0 {
+		return i
 	}
-	if first = slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits }); first < 0 {
-		return in, nil, 0, fmt.Errorf("plan: %s with a bf16 base fits no placement: the step a coded base's prediction starts from cannot be measured", in.Job.Name())
+	if i := slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits && f.Narrow() }); i >= 0 {
+		return i
 	}
-	return in, fits, first, nil
+	return first
 }
 
 // jobPlacement names a placement of job ("stage 0, resident; LoRA r 16
