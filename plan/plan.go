@@ -581,9 +581,17 @@ func memory(pr *Prediction, l *model.Layout, in Inputs) (err error) {
 		short = append(short, fmt.Sprintf("device memory: %s needed, %s per device (%s short)",
 			units.FormatBytes(pr.DeviceBytes), units.FormatBytes(in.HBMBytes), units.FormatBytes(pr.DeviceBytes-in.HBMBytes)))
 	}
-	if in.HostBytes > 0 && pr.HostBytes > in.HostBytes {
-		short = append(short, fmt.Sprintf("host RAM: %s needed, %s available (%s short)",
-			units.FormatBytes(pr.HostBytes), units.FormatBytes(in.HostBytes), units.FormatBytes(pr.HostBytes-in.HostBytes)))
+	host, of := pr.HostBytes, ""
+	if in.SharedCores {
+		// The CPU backend's devices are host RAM too: a placement whose
+		// devices and host state together pass the RAM is killed (a
+		// 2B model's host placement was, at 24 GB, before this check).
+		host += int64(in.Devices) * pr.DeviceBytes
+		of = fmt.Sprintf(" (%s of it the CPU backend's device memory)", units.FormatBytes(host-pr.HostBytes))
+	}
+	if in.HostBytes > 0 && host > in.HostBytes {
+		short = append(short, fmt.Sprintf("host RAM: %s needed%s, %s available (%s short)",
+			units.FormatBytes(host), of, units.FormatBytes(in.HostBytes), units.FormatBytes(host-in.HostBytes)))
 	}
 	if pr.NVMeBytes > 0 && pr.NVMeBytes > in.NVMeFreeBytes {
 		short = append(short, fmt.Sprintf("NVMe: %s needed, %s free on %s (%s short)",
