@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -134,13 +135,7 @@ func (p *Profile) DecodeRate(format string) float64 {
 
 // SetDecodeRate adds or replaces a format's decoding rate.
 func (p *Profile) SetDecodeRate(d Decode) {
-	for i, o := range p.Decodes {
-		if o.Format == d.Format {
-			p.Decodes[i] = d
-			return
-		}
-	}
-	p.Decodes = append(p.Decodes, d)
+	p.Decodes = upsert(p.Decodes, d, func(o Decode) bool { return o.Format == d.Format })
 }
 
 // AdamState is cpuadam's rate with one optimizer state's precision
@@ -189,13 +184,7 @@ func (p *Profile) hasRates() bool {
 
 // SetAdamRate adds or replaces a narrow state's rate.
 func (p *Profile) SetAdamRate(a AdamState) {
-	for i, o := range p.AdamStates {
-		if o.Moments == a.Moments && o.Master == a.Master {
-			p.AdamStates[i] = a
-			return
-		}
-	}
-	p.AdamStates = append(p.AdamStates, a)
+	p.AdamStates = upsert(p.AdamStates, a, func(o AdamState) bool { return o.Moments == a.Moments && o.Master == a.Master })
 }
 
 // Compute returns the measured step of a model at devices, batch and seq
@@ -211,13 +200,9 @@ func (p *Profile) Compute(model string, job Job, devices, batch, seq int) (Compu
 
 // SetCompute adds or replaces c.
 func (p *Profile) SetCompute(c Compute) {
-	for i, o := range p.Computes {
-		if o.Model == c.Model && o.Job == c.Job && o.Devices == c.Devices && o.Batch == c.Batch && o.Seq == c.Seq {
-			p.Computes[i] = c
-			return
-		}
-	}
-	p.Computes = append(p.Computes, c)
+	p.Computes = upsert(p.Computes, c, func(o Compute) bool {
+		return o.Model == c.Model && o.Job == c.Job && o.Devices == c.Devices && o.Batch == c.Batch && o.Seq == c.Seq
+	})
 }
 
 // Disk returns the measured rates of path (false when not measured).
@@ -232,13 +217,17 @@ func (p *Profile) Disk(path string) (Disk, bool) {
 
 // SetDisk adds or replaces d.
 func (p *Profile) SetDisk(d Disk) {
-	for i, o := range p.Disks {
-		if o.Path == d.Path {
-			p.Disks[i] = d
-			return
-		}
+	p.Disks = upsert(p.Disks, d, func(o Disk) bool { return o.Path == d.Path })
+}
+
+// upsert replaces the first element of s that is the same as v (same),
+// or appends v.
+func upsert[T any](s []T, v T, same func(T) bool) []T {
+	if i := slices.IndexFunc(s, same); i >= 0 {
+		s[i] = v
+		return s
 	}
-	p.Disks = append(p.Disks, d)
+	return append(s, v)
 }
 
 // ErrOtherMachine is a profile measured on other hardware.
