@@ -187,8 +187,9 @@ func (p *Profile) SetAdamRate(a AdamState) {
 	p.AdamStates = upsert(p.AdamStates, a, func(o AdamState) bool { return o.Moments == a.Moments && o.Master == a.Master })
 }
 
-// Compute returns the measured step of a model at devices, batch and seq
-// (false when the profile has none).
+// Compute returns the measured step of a model's job (a full fine-tune,
+// or LoRA of its rank and targets, whatever its base's stored format) at
+// devices, batch and seq (false when the profile has none).
 func (p *Profile) Compute(model string, job Job, devices, batch, seq int) (Compute, bool) {
 	for _, c := range p.Computes {
 		if c.Model == model && c.Job == job.computeKey() && c.Devices == devices && c.Batch == batch && c.Seq == seq {
