@@ -193,8 +193,17 @@ func ProbeCompute(ctx context.Context, c Config, in Inputs, backendName string) 
 		fb = append(fb, d.Seconds())
 		ad = append(ad, st.OptimizerTime.Seconds())
 	}
-	return Compute{Model: in.Model, Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Params: in.Shape.ParamCount(),
-		FwdBwdSeconds: units.Median(fb), DeviceAdamSeconds: units.Median(ad)}, nil
+	cm := Compute{Model: in.Model, Devices: in.Devices, Batch: in.Batch, Seq: in.Seq, Params: in.Shape.ParamCount(),
+		FwdBwdSeconds: units.Median(fb), DeviceAdamSeconds: units.Median(ad)}
+	if c.Optimizer == shard.Host && c.Params == shard.HBM {
+		// The ZeRO-Offload step ProbeOffload would measure again.
+		var step []float64
+		for _, st := range times {
+			step = append(step, st.Duration.Seconds())
+		}
+		cm.OffloadStepSeconds, cm.OffloadStage = units.Median(step), c.Stage
+	}
+	return cm, nil
 }
 
 // ProbeCheckpoint measures the step of in.Model in placement c with

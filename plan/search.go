@@ -190,6 +190,9 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 			cm.CheckpointFwdBwdSeconds = cm.FwdBwdSeconds
 		}
 		for _, f := range fits {
+			if cm.OffloadStepSeconds > 0 {
+				break // the compute was measured in a ZeRO-Offload placement: that step
+			}
 			if f.Fits && f.Optimizer == shard.Host && f.Params == shard.HBM && f.Checkpoint == fits[first].Checkpoint {
 				say("plan: measuring a step of %s (%s) ...", in.Model, jobPlacement(pin.Job, f.Name))
 				if err := ProbeOffload(ctx, &cm, f.Config, pin, o.Backend); err != nil {
