@@ -71,9 +71,23 @@ func (m remMaster) restore(r *rank, c int, src []byte) error {
 }
 
 // init stores the rank's masters of chunk c as their remainder and their
-// params, each in its home (New's initialisation, a restore).
-func (m remMaster) init(r *rank, c int, masters []float32, _ *[]byte) error {
-	p, rem := encode(masters, gpu.BF16), make([]byte, dtype.Rem16.Bytes(len(masters)))
+// params, each in its home (New's initialisation, a restore). The two are
+// encoded into *buf (grown when short; nil: fresh bytes), which the store
+// has copied when init returns: New's initialisation passes one buffer
+// for every chunk, so that it makes no garbage per chunk (at gpt2-774m
+// the per-chunk bytes were 3 GB, all live in the heap's growth at once).
+func (m remMaster) init(r *rank, c int, masters []float32, buf *[]byte) error {
+	n, nrem := 2*len(masters), int(dtype.Rem16.Bytes(len(masters)))
+	var b []byte
+	if buf != nil {
+		if cap(*buf) < n+nrem {
+			*buf = make([]byte, n+nrem)
+		}
+		b = (*buf)[:n+nrem]
+	} else {
+		b = make([]byte, n+nrem)
+	}
+	p, rem := encodeInto(b[:n:n], masters, gpu.BF16), b[n:]
 	cpuadam.RemainderView(len(masters), rem).Split(masters, u16s(p))
 	if err := r.e.tiers.store.WriteHome(tkey(c, r.loc, shard.Master), rem); err != nil {
 		return err

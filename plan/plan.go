@@ -65,6 +65,7 @@ import (
 	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
+	"github.com/strata-ai/strata/tier"
 )
 
 // Config is one placement: the ZeRO stage, where the optimizer state and
@@ -169,7 +170,7 @@ type Prediction struct {
 	// Short says what does not fit and by how much ("" when it fits).
 	Short       string  `json:"short,omitempty"`
 	DeviceBytes int64   `json:"device_bytes"` // per device: model state, activations, working set
-	HostBytes   int64   `json:"host_bytes"`   // all ranks' model state in host RAM
+	HostBytes   int64   `json:"host_bytes"`   // all ranks: the pinned pool (pinnedHostBytes), or the homes without a tier store
 	NVMeBytes   int64   `json:"nvme_bytes"`
 	StepSeconds float64 `json:"predicted_step_s"`
 	// Rank numbers the fitting placements by predicted step, placements
@@ -575,7 +576,7 @@ func memory(pr *Prediction, l *model.Layout, in Inputs) (err error) {
 	}
 	act := estimate.Activations(in.Shape, in.Batch, in.Seq, ao)
 	pr.DeviceBytes = e.DeviceBytes() + act.DeviceBytes() + estimate.WorkingSetOf(e, max(in.Accum, 1)).Bytes()
-	pr.HostBytes, pr.NVMeBytes = e.HostBytes(), e.NVMeBytes()
+	pr.HostBytes, pr.NVMeBytes = pinnedHostBytes(e, pr), e.NVMeBytes()
 	var short []string
 	if in.HBMBytes > 0 && pr.DeviceBytes > in.HBMBytes {
 		short = append(short, fmt.Sprintf("device memory: %s needed, %s per device (%s short)",
@@ -583,10 +584,11 @@ func memory(pr *Prediction, l *model.Layout, in Inputs) (err error) {
 	}
 	host, of := pr.HostBytes, ""
 	if in.SharedCores {
-		// The CPU backend's devices are host RAM too: a placement whose
-		// devices and host state together pass the RAM is killed (a
-		// 2B model's host placement was, at 24 GB, before this check).
-		host += int64(in.Devices) * pr.DeviceBytes
+		// The CPU backend's devices are host RAM too, and the tier store
+		// takes what is left of each for param shards: a placement whose
+		// devices and pinned pool together pass the RAM is killed (a 2B
+		// model's host placement was, twice, at 24 GB).
+		host += int64(in.Devices) * deviceFill(e, pr, in)
 		of = fmt.Sprintf(" (%s of it the CPU backend's device memory)", units.FormatBytes(host-pr.HostBytes))
 	}
 	if in.HostBytes > 0 && host > in.HostBytes {
@@ -599,6 +601,47 @@ func memory(pr *Prediction, l *model.Layout, in Inputs) (err error) {
 	}
 	pr.Fits, pr.Short = len(short) == 0, strings.Join(short, "; ")
 	return nil
+}
+
+// pinnedHostBytes is the host RAM a placement's tier store pins, all
+// ranks: the pool tier.PlanBudgets makes (the engine's own arithmetic),
+// which beyond the homes holds the staging and spare room and, where
+// shards come and go, a quarter more against fragmentation: at gpt2-774m
+// with params and optimizer in host RAM 8.63 GiB for 5.88 GiB of homes,
+// all of it resident (locked). Without a tier store (nothing offloaded)
+// it is the homes, none.
+func pinnedHostBytes(e estimate.ModelState, pr *Prediction) int64 {
+	if pr.Optimizer == shard.HBM && pr.Params == shard.HBM {
+		return e.HostBytes()
+	}
+	b, err := tier.PlanBudgets(tier.Sizes{Ranks: e.Options.Local(), HBMFreeBytes: math.MaxInt64 / 4,
+		HomeBytes: e.TierBytes(shard.Host), StagingBytes: e.HostStagingPerRank, SpareBytes: estimate.TierSpareBytes(e.ShardElems),
+		Static: pr.Params == shard.HBM && pr.Optimizer == shard.Host, OptimizerOnHost: pr.Optimizer == shard.Host})
+	if err != nil {
+		return e.HostBytes() // no host budget is set: PlanBudgets' errors are the budget's
+	}
+	return b.PoolBytes
+}
+
+// deviceFill is what one CPU backend device takes of the host's RAM: the
+// placement's device memory and, with offloaded params, the tier store's
+// room for their shards in "HBM", which by default is what is left of the
+// device's budget, up to every shard the rank stages (tier.PlanBudgets).
+func deviceFill(e estimate.ModelState, pr *Prediction, in Inputs) int64 {
+	if pr.Params == shard.HBM {
+		return pr.DeviceBytes
+	}
+	var staged int64
+	for c, se := range e.ShardElems {
+		if !e.Options.Persistent(c) {
+			staged += estimate.IOBytes(2 * se)
+		}
+	}
+	fill := pr.DeviceBytes + staged
+	if in.HBMBytes > 0 {
+		fill = min(fill, max(in.HBMBytes, pr.DeviceBytes))
+	}
+	return fill
 }
 
 // optOptions are c's optimizer state precisions as estimate takes them.

@@ -1,9 +1,16 @@
 package plan
 
 import (
+	"math"
 	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/config"
+	"github.com/strata-ai/strata/engine"
+	"github.com/strata-ai/strata/estimate"
+	"github.com/strata-ai/strata/gpu/backend"
+	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -62,5 +69,71 @@ func TestFitCountsCPUDevicesInRAM(t *testing.T) {
 				t.Errorf("shared cores %v: fits %v, short %q", shared, pr.Fits, pr.Short)
 			}
 		}
+	}
+}
+
+// TestFitHostIsEnginePool: a placement's host bytes are the pinned pool
+// its engine makes (homes, staging and spare room, and a quarter more
+// where shards come and go), not its homes alone — gpt2-774m's host
+// placement pinned 8.63 GiB for 5.88 GiB of homes — and on the CPU
+// backend, with offloaded params, the device fill counted against the RAM
+// bounds what each device took (the tier store takes what is left of it
+// for param shards; the rest is the estimate's device bytes).
+func TestFitHostIsEnginePool(t *testing.T) {
+	in := inputs(t, "small")
+	// Deep and narrow: the tier store's room for every param shard in
+	// "HBM" is several times the two the estimate's working set counts.
+	in.Model, in.Shape.Layers = "small-deep", 24
+	in.NVMePath, in.HBMBytes = t.TempDir(), 64*units.MiB
+	lookup := func(string) (config.Shape, error) { return config.Shape(in.Shape), nil }
+	preds, err := Fit(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	homesLess := false
+	for _, pr := range preds {
+		if !pr.Fits || pr.Optimizer == shard.HBM || pr.Checkpoint {
+			continue
+		}
+		cfg, err := config.Parse([]byte(ConfigJSON(pr.Config, in)), "json", config.Options{LookupShape: lookup})
+		if err != nil {
+			t.Fatal(err)
+		}
+		devs, err := backend.Open("cpu", in.Devices, in.HBMBytes, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := engine.New(cfg, devs.Devs, devs.Comms, engine.Options{HostRegistrar: devs.Registrar, Collectives: devs.Collectives})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Step(); err != nil {
+			t.Fatal(err)
+		}
+		s := e.Summary()
+		e.Close()
+		devs.Close()
+		// Within 1 %: the engine rounds each shard's home up to 4 KiB
+		// (IOAlignBytes), the estimate each tier's total; "small" has 42
+		// shards a state of a few KiB to a MiB (at gpt2-774m both are 8.63 GiB).
+		if s.Tier == nil || math.Abs(float64(s.Tier.PinnedPoolBytes-pr.HostBytes)) > 0.01*float64(s.Tier.PinnedPoolBytes) {
+			t.Errorf("%s: fit counts %d host bytes, the engine pinned %+v", pr.Name, pr.HostBytes, s.Tier)
+			continue
+		}
+		o := pr.optOptions()
+		o.Devices, o.Stage, o.OptimizerTier, o.ParamTier = in.Devices, pr.Stage, pr.Optimizer, pr.Params
+		l, _ := model.NewLayout(in.Shape)
+		o.ChunkParams, o.ShardAlignElems = estimate.ChunkParams(l), estimate.DefaultShardAlignElems
+		st, err := estimate.Memory(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		homesLess = homesLess || st.HostBytes() < pr.HostBytes
+		if fill, peak := deviceFill(st, &pr, in), s.PerDevice[0].PeakBytes; pr.Params != shard.HBM && float64(fill) < 0.99*float64(peak) {
+			t.Errorf("%s: the fit counts %d bytes of each CPU device, it took %d", pr.Name, fill, peak)
+		}
+	}
+	if !homesLess {
+		t.Error("no placement's pool is more than its homes: the test checks nothing the homes would not")
 	}
 }
