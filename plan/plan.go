@@ -372,16 +372,8 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 		t["adam"] = psi / p.AdamRate(pr.Moments, pr.Master)
 		copyUpd, copyDown = 2*psi, 2*psi // bf16
 	}
-	// Offloaded params stay staged in the devices' spare memory when
-	// they fit there (the tier store keeps them in HBM between the
-	// forward and the backward, and from step to step: only the new
-	// params go up, counted above); else they come up twice a step, a
-	// coded base as stored, then decoded on the devices.
-	paramBytes := 2*psi + w.codedBytes*w.frozen // as stored off the devices
-	cached := in.HBMBytes-pr.DeviceBytes >= int64(2*(psi+w.frozen))
-	passes := 0.0
-	if pr.Params != shard.HBM && !cached {
-		passes = 2 * acc // each micro-batch's forward and backward
+	paramBytes, passes, _ := paramPasses(pr, in, w)
+	if passes > 0 {
 		copyPass = passes * paramBytes
 		if f := in.Job.coded(); f != "" {
 			t["decode"] = passes * w.frozen / p.DecodeRate(f)
@@ -396,19 +388,20 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 	// The disk: the update's reads and writes (the optimizer state, the
 	// new params' home) run under the next forward (overlap exact, after
 	// the clipped backward); the params' reads, half in the forwards and
-	// half in the backwards.
-	var updRead, updWrite, passRead float64
-	if pr.Optimizer == shard.NVMe {
-		b := pr.optOptions().OptimizerBytesPerParam() * psi
-		updRead, updWrite = b, b
+	// half in the backwards. What the tier store's host room keeps from
+	// step to step does not move: as much as the NVMe probe measured kept
+	// in a placement of the same state's precision (Compute.NVMeKept*,
+	// NarrowKept*), the update's reads first.
+	updRead, updWrite, passRead := diskBytes(pr, in, w)
+	kr, kw := c.NVMeKeptReadBytes, c.NVMeKeptWriteBytes
+	if pr.Narrow() {
+		kr, kw = c.NarrowKeptReadBytes, c.NarrowKeptWriteBytes
 	}
-	if pr.Params == shard.NVMe {
-		updWrite += 2 * psi // the new params' home
-		passRead = paramBytes * passes
-		if pr.Master == NarrowMaster && !cached {
-			updRead += 2 * psi // the update reads the params the remainder completes
-		}
+	if kr > 0 {
+		passRead -= max(kr-updRead, 0)
+		updRead, passRead = max(updRead-kr, 0), max(passRead, 0)
 	}
+	updWrite = max(updWrite-kw, 0)
 	if pr.Optimizer != shard.HBM && c.OffloadStepSeconds > 0 {
 		// The host path's cost beyond CPU Adam and the copies, as the
 		// measured ZeRO-Offload step shows it.
@@ -440,6 +433,43 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 		pr.StepSeconds = max(fwdDev, t["adam"]+t["staging"], diskFwd) + max(bwdDev, diskBwd)
 	}
 	pr.Bottleneck = bottleneck(t)
+}
+
+// paramPasses is how offloaded params come up to the devices in a step:
+// the bytes of one pass as stored off the devices (a coded base as
+// stored, decoded on the devices) and how many passes. They stay staged
+// in the devices' spare memory when they fit there (cached: the tier
+// store keeps them in HBM between the forward and the backward, and from
+// step to step, so only the new params go up); else they come up for
+// each micro-batch's forward and backward.
+func paramPasses(pr *Prediction, in Inputs, w work) (passBytes, passes float64, cached bool) {
+	passBytes = 2*w.trainable + w.codedBytes*w.frozen
+	cached = in.HBMBytes-pr.DeviceBytes >= int64(2*(w.trainable+w.frozen))
+	if pr.Params != shard.HBM && !cached {
+		passes = 2 * float64(max(in.Accum, 1))
+	}
+	return passBytes, passes, cached
+}
+
+// diskBytes is the NVMe bytes a step of pr would move with nothing kept
+// in host RAM between steps: the update's reads and writes (the
+// optimizer state; the new params' home, and with a remainder master the
+// params it completes) and the params' passes' reads.
+func diskBytes(pr *Prediction, in Inputs, w work) (updRead, updWrite, passRead float64) {
+	psi := w.trainable
+	if pr.Optimizer == shard.NVMe {
+		b := pr.optOptions().OptimizerBytesPerParam() * psi
+		updRead, updWrite = b, b
+	}
+	if pr.Params == shard.NVMe {
+		passBytes, passes, cached := paramPasses(pr, in, w)
+		updWrite += 2 * psi // the new params' home
+		passRead = passBytes * passes
+		if pr.Master == NarrowMaster && !cached {
+			updRead += 2 * psi // the update reads the params the remainder completes
+		}
+	}
+	return updRead, updWrite, passRead
 }
 
 // paramsOverhead is what offloaded params cost a step beyond their copies

@@ -127,6 +127,35 @@ func TestPredictTerms(t *testing.T) {
 		}
 	}
 	p.SetDisk(Disk{Path: "/nvme", ReadBytesPerS: 2e9, WriteBytesPerS: 1e9})
+	// What the NVMe probe measured the tier store keeping in host RAM
+	// between steps moves no more: 4 B a param of the reads, 3 of the
+	// writes (fp32 state), 1 and 1 of the narrow state's; with params not
+	// staged the kept reads come off the update's first, then the
+	// params' passes.
+	cm.NVMeKeptReadBytes, cm.NVMeKeptWriteBytes = 4*psi, 3*psi
+	cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes = 1*psi, 1*psi // the narrow placement's own
+	p.SetCompute(cm)
+	kp, _ := Predict(p, in)
+	ks, _ := Predict(p, small)
+	narrowState := 2.125 + 2*(1+4.0/256)
+	for _, pr := range kp {
+		if pr.Name == nv.Name {
+			near("NVMe disk, some state kept in host RAM", pr.Terms["disk"], 8*psi/2e9+11*psi/1e9)
+		}
+		if pr.Name == nv.Name+narrowName {
+			near("narrow NVMe disk, 1 B a param kept", pr.Terms["disk"], (narrowState-1)*psi/2e9+(narrowState+2-1)*psi/1e9)
+		}
+	}
+	for _, pr := range ks {
+		if pr.Name == nv.Name+narrowName {
+			// reads: the state, the params the remainder completes (2 B)
+			// and two passes (4 B); 1 B kept
+			near("narrow NVMe disk, params not staged, 1 B kept", pr.Terms["disk"], (narrowState+5)*psi/2e9+(narrowState+2-1)*psi/1e9)
+		}
+	}
+	cm.NVMeKeptReadBytes, cm.NVMeKeptWriteBytes = 0, 0
+	cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes = 0, 0
+	p.SetCompute(cm)
 	// The narrow state: int8 moments (1 B and a 4-byte scale per 256) and
 	// the master's remainder (2 B and a bit) read and written, at the
 	// narrow step's CPU Adam rate; the params' extra read by its update

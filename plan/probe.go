@@ -232,35 +232,76 @@ func ProbeOffload(ctx context.Context, cm *Compute, off Config, in Inputs, backe
 }
 
 // ProbeNVMe measures how much of the drive's probed rates (d) the
-// engine's moves get in placement c of in (one with state on NVMe): 2
+// engine's moves get in placement pr of in (one with state on NVMe): 2
 // warm-up steps, then over 2 steps the rates d predicts for the NVMe
 // bytes the steps moved, against the time the engine's NVMe links were
 // busy (the union of each link's moves: TierStats.LinkActive; reads and
 // writes at once counted once, as the longer link), into cm. A model
 // whose state the tier store keeps in host RAM moves nothing: no
 // efficiency (0), the probed rates stand.
-func ProbeNVMe(ctx context.Context, cm *Compute, c Config, in Inputs, backendName string, d Disk) error {
-	runtime.GC()
-	times, err := runSteps(ctx, ConfigJSON(c, in), backendName, in, 2, 2)
+//
+// It also records what the tier store kept in host RAM between those
+// steps (nvmeKept): Compute.NVMeKeptReadBytes and NVMeKeptWriteBytes;
+// and, when narrow is not nil (the job's narrow-state NVMe placement),
+// the same of 2 steps of it after 2 warm-up steps: NarrowKeptReadBytes
+// and NarrowKeptWriteBytes. The store keeps far more of a narrow state,
+// a third the size in the same staging room.
+func ProbeNVMe(ctx context.Context, cm *Compute, pr Prediction, narrow *Prediction, in Inputs, backendName string, d Disk) error {
+	read, write, busy, err := nvmeSteps(ctx, pr, in, backendName)
 	if err != nil {
-		return fmt.Errorf("%s: %w", c.Name, err)
+		return err
 	}
-	var read, write float64
+	if cm.NVMeKeptReadBytes, cm.NVMeKeptWriteBytes, err = nvmeKept(pr, in, read, write); err != nil {
+		return err
+	}
+	cm.NVMeEfficiency, cm.NVMePath = 0, in.NVMePath
+	if read+write > 0 && busy > 0 {
+		cm.NVMeEfficiency = d.seconds(read, write) / busy
+	} // else the state stayed in host RAM (the tier store's host budget holds it): no rate to correct
+	cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes = 0, 0
+	if narrow == nil {
+		return nil
+	}
+	if read, write, _, err = nvmeSteps(ctx, *narrow, in, backendName); err != nil {
+		return err
+	}
+	cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes, err = nvmeKept(*narrow, in, read, write)
+	return err
+}
+
+// nvmeSteps runs placement pr of in for 2 warm-up steps and 2 more, and
+// returns the bytes those 2 read from and wrote to NVMe, a step each,
+// and the seconds a step the busier NVMe link was active.
+func nvmeSteps(ctx context.Context, pr Prediction, in Inputs, backendName string) (read, write, busy float64, err error) {
+	runtime.GC()
+	times, err := runSteps(ctx, ConfigJSON(pr.Config, in), backendName, in, 2, 2)
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("%s: %w", pr.Name, err)
+	}
 	var readBusy, writeBusy time.Duration
 	for _, st := range times {
 		if st.Tier == nil {
-			return fmt.Errorf("plan: probe NVMe: %s: the step reports no tier store", c.Name)
+			return 0, 0, 0, fmt.Errorf("plan: probe NVMe: %s: the step reports no tier store", pr.Name)
 		}
 		read += float64(st.Tier.LinkBytes[shard.NVMeToHost])
 		write += float64(st.Tier.LinkBytes[shard.HostToNVMe])
 		readBusy += st.Tier.LinkActive[shard.NVMeToHost]
 		writeBusy += st.Tier.LinkActive[shard.HostToNVMe]
 	}
-	cm.NVMeEfficiency, cm.NVMePath = 0, in.NVMePath
-	if busy := max(readBusy, writeBusy).Seconds(); read+write > 0 && busy > 0 {
-		cm.NVMeEfficiency = d.seconds(read, write) / busy
-	} // else the state stayed in host RAM (the tier store's host budget holds it): no rate to correct
-	return nil
+	n := float64(len(times))
+	return read / n, write / n, max(readBusy, writeBusy).Seconds() / n, nil
+}
+
+// nvmeKept is what the tier store kept in host RAM between steps of pr
+// that read and wrote read and write bytes a step on NVMe: the bytes
+// diskBytes counts with nothing kept, less those.
+func nvmeKept(pr Prediction, in Inputs, read, write float64) (keptRead, keptWrite float64, err error) {
+	w, err := workOf(in)
+	if err != nil {
+		return 0, 0, err
+	}
+	updRead, updWrite, passRead := diskBytes(&pr, in, w)
+	return max(updRead+passRead-read, 0), max(updWrite-write, 0), nil
 }
 
 // TimeConfig runs placement c of in for warmup steps, then steps more,

@@ -242,8 +242,14 @@ func measure(ctx context.Context, p *Profile, in Inputs, fits []Prediction, firs
 		// The engine's share of the drive's rates, on its own timeline:
 		// the job's first NVMe placement that fits.
 		if i := slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits && (f.Optimizer == shard.NVMe || f.Params == shard.NVMe) }); i >= 0 {
-			say("plan: measuring the engine's NVMe traffic in %s (2 steps) ...", jobPlacement(pin.Job, fits[i].Name))
-			if err := ProbeNVMe(ctx, &cm, fits[i].Config, pin, o.Backend, d); err != nil {
+			var narrow *Prediction
+			if j := slices.IndexFunc(fits, func(f Prediction) bool { return f.Fits && f.Narrow() && f.Optimizer == shard.NVMe }); j >= 0 && j != i {
+				narrow = &fits[j]
+				say("plan: measuring the engine's NVMe traffic in %s and %s (2 steps each) ...", jobPlacement(pin.Job, fits[i].Name), fits[j].Name)
+			} else {
+				say("plan: measuring the engine's NVMe traffic in %s (2 steps) ...", jobPlacement(pin.Job, fits[i].Name))
+			}
+			if err := ProbeNVMe(ctx, &cm, fits[i], narrow, pin, o.Backend, d); err != nil {
 				return false, err
 			}
 			p.SetCompute(cm)
