@@ -183,6 +183,11 @@ type Prediction struct {
 	// OptimizerPlace and ParamsPlace are the config's words for the tiers.
 	OptimizerPlace string `json:"optimizer"`
 	ParamsPlace    string `json:"params"`
+	// stagingBytes is the host room, all ranks, the tier store has for
+	// shards staged through the host beyond their homes
+	// (estimate.HostStagingBytes): where the update's writes wait for the
+	// drive while the backward computes.
+	stagingBytes int64
 }
 
 // Fit returns every placement (Configs' order) with its memory per tier
@@ -414,13 +419,18 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 	if c.NVMeEfficiency > 0 && c.NVMePath == in.NVMePath {
 		eff = c.NVMeEfficiency
 	}
-	diskFwd := disk.seconds(updRead+passRead/2, updWrite) / eff
-	diskBwd := disk.seconds(passRead/2, 0) / eff
+	// The update's reads gate the forward (each chunk's state before its
+	// update); its writes go behind, and as many as the host's staging
+	// room holds beside what it keeps drain under the backward.
+	trail := min(updWrite, max(float64(pr.stagingBytes)-kr, 0))
+	diskFwd := disk.seconds(updRead+passRead/2, updWrite-trail) / eff
+	diskBwd := disk.seconds(passRead/2, trail) / eff
 	if d := disk.seconds(updRead+passRead, updWrite) / eff; d > 0 {
 		t["disk"] = d
 	}
 	// Two phases: the forward, with the update under it, and the
-	// backward; in each the slowest of the devices' work and the disk's.
+	// backward, with the update's trailing writes; in each the slowest of
+	// the devices' work and the disk's.
 	rate := p.CopyBytesPerS
 	fwdDev := fwd + (copyUpd+copyPass/2)/rate + (t["decode"]+t["params"])/2
 	bwdDev := compute - fwd + (copyDown+copyPass/2)/rate + (t["decode"]+t["params"])/2
@@ -607,6 +617,7 @@ func memory(pr *Prediction, l *model.Layout, in Inputs) (err error) {
 	act := estimate.Activations(in.Shape, in.Batch, in.Seq, ao)
 	pr.DeviceBytes = e.DeviceBytes() + act.DeviceBytes() + estimate.WorkingSetOf(e, max(in.Accum, 1)).Bytes()
 	pr.HostBytes, pr.NVMeBytes = pinnedHostBytes(e, pr), e.NVMeBytes()
+	pr.stagingBytes = int64(e.Options.Local()) * e.HostStagingPerRank
 	var short []string
 	if in.HBMBytes > 0 && pr.DeviceBytes > in.HBMBytes {
 		short = append(short, fmt.Sprintf("device memory: %s needed, %s per device (%s short)",
