@@ -241,31 +241,39 @@ func ProbeOffload(ctx context.Context, cm *Compute, off Config, in Inputs, backe
 // efficiency (0), the probed rates stand.
 //
 // It also records what the tier store kept in host RAM between those
-// steps (nvmeKept): Compute.NVMeKeptReadBytes and NVMeKeptWriteBytes;
-// and, when narrow is not nil (the job's narrow-state NVMe placement),
-// the same of 2 steps of it after 2 warm-up steps: NarrowKeptReadBytes
-// and NarrowKeptWriteBytes. The store keeps far more of a narrow state,
+// steps (nvmeKept), as the kept bytes of pr's state precision (setKept);
+// and, when narrow is not nil (the job's narrow-state NVMe placement,
+// pr's state being fp32), the same of 2 steps of it after 2 warm-up
+// steps. The store keeps far more of a narrow state,
 // a third the size in the same staging room.
 func ProbeNVMe(ctx context.Context, cm *Compute, pr Prediction, narrow *Prediction, in Inputs, backendName string, d Disk) error {
 	read, write, busy, err := nvmeSteps(ctx, pr, in, backendName)
 	if err != nil {
 		return err
 	}
-	if cm.NVMeKeptReadBytes, cm.NVMeKeptWriteBytes, err = nvmeKept(pr, in, read, write); err != nil {
-		return err
-	}
 	cm.NVMeEfficiency, cm.NVMePath = 0, in.NVMePath
 	if read+write > 0 && busy > 0 {
 		cm.NVMeEfficiency = d.seconds(read, write) / busy
 	} // else the state stayed in host RAM (the tier store's host budget holds it): no rate to correct
-	cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes = 0, 0
-	if narrow == nil {
-		return nil
+	cm.NVMeKeptReadBytes, cm.NVMeKeptWriteBytes, cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes = 0, 0, 0, 0
+	if err := setKept(cm, pr, in, read, write); err != nil || narrow == nil {
+		return err
 	}
 	if read, write, _, err = nvmeSteps(ctx, *narrow, in, backendName); err != nil {
 		return err
 	}
-	cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes, err = nvmeKept(*narrow, in, read, write)
+	return setKept(cm, *narrow, in, read, write)
+}
+
+// setKept sets cm's kept bytes of pr's state precision (NarrowKept* for
+// a narrow state, else NVMeKept*) from pr's measured reads and writes.
+func setKept(cm *Compute, pr Prediction, in Inputs, read, write float64) error {
+	r, w, err := nvmeKept(pr, in, read, write)
+	if pr.Narrow() {
+		cm.NarrowKeptReadBytes, cm.NarrowKeptWriteBytes = r, w
+	} else {
+		cm.NVMeKeptReadBytes, cm.NVMeKeptWriteBytes = r, w
+	}
 	return err
 }
 
