@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"slices"
+
 	"github.com/strata-ai/strata/cpuadam"
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
@@ -67,27 +69,19 @@ func (m remMaster) save(r *rank, c int, dst []byte) error {
 
 // restore stores the fp32 masters in src as their remainder and params.
 func (m remMaster) restore(r *rank, c int, src []byte) error {
-	return m.init(r, c, decode(src, gpu.F32), nil)
+	var buf []byte
+	return m.init(r, c, decode(src, gpu.F32), &buf)
 }
 
 // init stores the rank's masters of chunk c as their remainder and their
 // params, each in its home (New's initialisation, a restore). The two are
-// encoded into *buf (grown when short; nil: fresh bytes), which the store
-// has copied when init returns: New's initialisation passes one buffer
-// for every chunk, so that it makes no garbage per chunk (at gpt2-774m
-// the per-chunk bytes were 3 GB, all live in the heap's growth at once).
+// encoded into *buf (grown when short), which the store has copied when
+// init returns: New's initialisation passes one buffer for every chunk,
+// so that it makes no garbage per chunk (3 GB at gpt2-774m before).
 func (m remMaster) init(r *rank, c int, masters []float32, buf *[]byte) error {
 	n, nrem := 2*len(masters), int(dtype.Rem16.Bytes(len(masters)))
-	var b []byte
-	if buf != nil {
-		if cap(*buf) < n+nrem {
-			*buf = make([]byte, n+nrem)
-		}
-		b = (*buf)[:n+nrem]
-	} else {
-		b = make([]byte, n+nrem)
-	}
-	p, rem := encodeInto(b[:n:n], masters, gpu.BF16), b[n:]
+	*buf = slices.Grow((*buf)[:0], n+nrem)[:n+nrem]
+	p, rem := encodeInto((*buf)[:n:n], masters, gpu.BF16), (*buf)[n:]
 	cpuadam.RemainderView(len(masters), rem).Split(masters, u16s(p))
 	if err := r.e.tiers.store.WriteHome(tkey(c, r.loc, shard.Master), rem); err != nil {
 		return err
