@@ -45,6 +45,8 @@ type Kernels[S, B any] interface {
 	Fill(s S, x B, value float32)
 	Scale(s S, x B, alpha float32)
 	Axpy(s S, alpha float32, x, y B)
+	ScaleRows(s S, x, scale B, rows, cols int)
+	RowDots(s S, a, b, out B, rows, cols int)
 	SumSquares(s S, x, out B, index int)
 	AdamStep(s S, param, grad, m, v, out B, p AdamParams)
 	Fail(s S, err error)
@@ -451,6 +453,18 @@ func (o *checkedOps[S, B]) Axpy(s Stream, alpha float32, x, y Buffer) {
 		o.f.Panicf("axpy: x %d×%s, y %d×%s", rx.Len(), rx.DType(), ry.Len(), ry.DType())
 	}
 	o.k.Axpy(rs, alpha, rx, ry)
+}
+
+func (o *checkedOps[S, B]) ScaleRows(s Stream, x, scale Buffer, rows, cols int) {
+	o.dims("scale-rows", rows, cols)
+	rs := o.stream(s)
+	o.k.ScaleRows(rs, o.float(x, "scale-rows x", rows*cols), o.typed(scale, "scale-rows scale", F32, rows), rows, cols)
+}
+
+func (o *checkedOps[S, B]) RowDots(s Stream, a, b, out Buffer, rows, cols int) {
+	o.dims("row-dots", rows, cols)
+	rs := o.stream(s)
+	o.k.RowDots(rs, o.float(a, "row-dots a", rows*cols), o.float(b, "row-dots b", rows*cols), o.typed(out, "row-dots out", F32, rows), rows, cols)
 }
 
 func (o *checkedOps[S, B]) SumSquares(s Stream, x, out Buffer, index int) {

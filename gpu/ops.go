@@ -205,6 +205,15 @@ type Ops interface {
 	Scale(s Stream, x Buffer, alpha float32)
 	// Axpy accumulates y += alpha*x; lengths must match.
 	Axpy(s Stream, alpha float32, x, y Buffer)
+	// ScaleRows writes x[r,:] *= scale[r] for x rows×cols and scale F32
+	// (rows), in fp32, rounded once to x's dtype: a mixture-of-experts
+	// layer weights each expert's output rows by their routing weights.
+	ScaleRows(s Stream, x, scale Buffer, rows, cols int)
+	// RowDots writes out[r] = Σ_c a[r,c]·b[r,c] for a and b rows×cols and
+	// out F32 (rows): each product exact in float64, summed in float64 in
+	// column order and rounded once, so every backend gives the same bits
+	// (the gradient of a routing weight).
+	RowDots(s Stream, a, b, out Buffer, rows, cols int)
 	// SumSquares writes sum(x[i]^2), accumulated in float64 in index order,
 	// into out[index] (out is F64). A non-finite x makes the sum non-finite.
 	SumSquares(s Stream, x, out Buffer, index int)

@@ -290,6 +290,45 @@ func (o *kernels) Scale(s *Stream, x *Buffer, alpha float32) {
 	})
 }
 
+// ScaleRows: x[r,:] *= scale[r], in fp32.
+func (o *kernels) ScaleRows(s *Stream, x, scale *Buffer, rows, cols int) {
+	s.enqueue(func() error {
+		sc := scale.f32()
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int, t *temps) {
+			tmp := t.get(cols)
+			for r := lo; r < hi; r++ {
+				v := loadF32(x, r*cols, (r+1)*cols, tmp)
+				for i := range v {
+					v[i] *= sc[r]
+				}
+				storeF32(x, r*cols, v)
+			}
+		})
+		return nil
+	})
+}
+
+// RowDots: out[r] = Σ_c a[r,c]·b[r,c], the products exact in float64 and
+// summed in float64 in column order (the order gpu/cuda's row_dots sums
+// in, so both give the same bits).
+func (o *kernels) RowDots(s *Stream, a, b, out *Buffer, rows, cols int) {
+	s.enqueue(func() error {
+		ov := out.f32()
+		o.d.parallel(rows, max(1, 4096/max(1, cols)), func(lo, hi int, t *temps) {
+			ta, tb := t.get(cols), t.get(cols)
+			for r := lo; r < hi; r++ {
+				av, bv := loadF32(a, r*cols, (r+1)*cols, ta), loadF32(b, r*cols, (r+1)*cols, tb)
+				var sum float64
+				for c, x := range av {
+					sum += float64(x) * float64(bv[c])
+				}
+				ov[r] = float32(sum)
+			}
+		})
+		return nil
+	})
+}
+
 // Axpy: y += alpha*x (fp32; float64 when both are f64).
 func (o *kernels) Axpy(s *Stream, alpha float32, x, y *Buffer) {
 	s.enqueue(func() error {

@@ -355,6 +355,22 @@ extern "C" __global__ void scale(void* x, int dt, float alpha, i64 n) {
     }
 }
 
+// scale_rows: x[r,:] *= scale[r] (x rows×cols).
+extern "C" __global__ void scale_rows(void* x, int dt, const float* scale, i64 rows, i64 cols) {
+    GRID_STRIDE(i, rows * cols) st(x, dt, i, ld(x, dt, i) * scale[i / cols]);
+}
+
+// row_dots: out[r] = sum over c of a[r,c]*b[r,c], one thread per row; each
+// product of two floats is exact in double, so fused or not the double sum
+// in column order is gpu/cpu's.
+extern "C" __global__ void row_dots(const void* a, int da, const void* b, int db, float* out, i64 rows, i64 cols) {
+    GRID_STRIDE(r, rows) {
+        double sum = 0;
+        for (i64 c = 0; c < cols; c++) sum += (double)ld(a, da, r * cols + c) * (double)ld(b, db, r * cols + c);
+        out[r] = (float)sum;
+    }
+}
+
 extern "C" __global__ void axpy(float alpha, const void* x, int dx, void* y, int dy, i64 n) {
     GRID_STRIDE(i, n) {
         if (dx == DT_F64 && dy == DT_F64) ((double*)y)[i] += (double)alpha * ((const double*)x)[i];

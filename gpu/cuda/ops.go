@@ -143,6 +143,17 @@ func (o *kernels) Scale(s *Stream, x *Buffer, alpha float32) {
 	s.launchN("scale", int64(x.Len()), x.p(), dt(x), alpha, int64(x.Len()))
 }
 
+// ScaleRows: x[r,:] *= scale[r], in fp32.
+func (o *kernels) ScaleRows(s *Stream, x, scale *Buffer, rows, cols int) {
+	s.launchN("scale_rows", int64(rows)*int64(cols), x.p(), dt(x), scale.p(), int64(rows), int64(cols))
+}
+
+// RowDots: out[r] = Σ_c a[r,c]·b[r,c], one thread per row summing the
+// exact float64 products in column order: gpu/cpu's bits.
+func (o *kernels) RowDots(s *Stream, a, b, out *Buffer, rows, cols int) {
+	s.launchN("row_dots", int64(rows), a.p(), dt(a), b.p(), dt(b), out.p(), int64(rows), int64(cols))
+}
+
 // Axpy: y += alpha*x (fp32; float64 when both are f64).
 func (o *kernels) Axpy(s *Stream, alpha float32, x, y *Buffer) {
 	s.launchN("axpy", int64(x.Len()), alpha, x.p(), dt(x), y.p(), dt(y), int64(x.Len()))

@@ -37,6 +37,7 @@ func testOps(t *testing.T, nb NewBackend) {
 		t.Run("Dequantize/"+dt.String(), func(t *testing.T) { testDequantize(t, d, s, dt) })
 		t.Run("ScaleAxpy/"+dt.String(), func(t *testing.T) { testScaleAxpy(t, d, s, dt) })
 		t.Run("Adam/"+dt.String(), func(t *testing.T) { testAdam(t, d, s, dt) })
+		t.Run("ScaleRowsDots/"+dt.String(), func(t *testing.T) { testScaleRowsDots(t, d, s, dt) })
 	}
 	t.Run("CastFill", func(t *testing.T) { testCastFill(t, d, s) })
 	t.Run("SumSquares", func(t *testing.T) { testSumSquares(t, d, s) })
@@ -483,5 +484,35 @@ func testAdam(t *testing.T, d gpu.Device, s gpu.Stream, gradDT gpu.DType) {
 		if got := download(t, d, s, out); !equalBits(got, stored(gotP, outDT)) {
 			t.Errorf("%s: %s out is not the new params rounded", name, outDT)
 		}
+	}
+}
+
+// testScaleRows: x[r,:] *= scale[r] in fp32, rounded once; RowDots: the
+// float64 sum of exact products in column order, rounded once to fp32.
+func testScaleRowsDots(t *testing.T, d gpu.Device, s gpu.Stream, dt gpu.DType) {
+	r := newRand(21)
+	for _, sz := range [][2]int{{1, 1}, {7, 33}, {130, 257}} {
+		rows, cols := sz[0], sz[1]
+		x, y := stored(randVals(r, rows*cols, 1), dt), stored(randVals(r, rows*cols, 1), dt)
+		sc := stored(randVals(r, rows, 2), gpu.F32)
+		gx, gy, gs, gout := upload(t, d, s, x, dt), upload(t, d, s, y, dt), upload(t, d, s, sc, gpu.F32), alloc(t, d, rows, gpu.F32)
+		d.Ops().RowDots(s, gx, gy, gout, rows, cols)
+		dots := make([]float64, rows)
+		for i := range rows {
+			var sum float64
+			for c := range cols {
+				sum += float64(float32(x[i*cols+c])) * float64(float32(y[i*cols+c]))
+			}
+			dots[i] = float64(float32(sum))
+		}
+		if got := download(t, d, s, gout); !equalBits(got, dots) {
+			t.Errorf("row-dots %s %dx%d: got %v, want %v", dt, rows, cols, got[:min(4, rows)], dots[:min(4, rows)])
+		}
+		d.Ops().ScaleRows(s, gx, gs, rows, cols)
+		want := make([]float64, rows*cols)
+		for i := range want {
+			want[i] = float64(float32(x[i]) * float32(sc[i/cols]))
+		}
+		checkClose(t, fmt.Sprintf("scale-rows %dx%d", rows, cols), download(t, d, s, gx), stored(want, dt), nil, dt, 0)
 	}
 }
