@@ -335,6 +335,14 @@ type Shape struct {
 	QueryScale     float64     `json:"query_pre_attn_scalar,omitempty"`
 	AttnSoftCap    float64     `json:"attn_logit_softcapping,omitempty"`
 	FinalSoftCap   float64     `json:"final_logit_softcapping,omitempty"`
+
+	Experts       int     `json:"num_experts,omitempty"`
+	TopK          int     `json:"num_experts_per_tok,omitempty"`
+	ExpertFFN     int     `json:"moe_intermediate_size,omitempty"`
+	NormTopK      bool    `json:"norm_topk_prob,omitempty"`
+	MLPLayers     string  `json:"mlp_layers,omitempty"`
+	RouterAux     bool    `json:"output_router_logits,omitempty"`
+	RouterAuxCoef float64 `json:"router_aux_loss_coef,omitempty"`
 }
 
 // RopeScaling is a shape's rotary scaling: model.RopeScaling, which

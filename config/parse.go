@@ -663,6 +663,14 @@ func decodeShape(s *section) *Shape {
 		{"attn_logit_softcapping", &sh.AttnSoftCap}, {"final_logit_softcapping", &sh.FinalSoftCap}} {
 		s.floatKey(f.key, f.dst, nonNegative)
 	}
+	// A mixture of experts' keys (model.Shape checks them).
+	s.intKey("num_experts", &sh.Experts, atLeast(1))
+	s.intKey("num_experts_per_tok", &sh.TopK, atLeast(1))
+	s.intKey("moe_intermediate_size", &sh.ExpertFFN, atLeast(1))
+	s.boolKey("norm_topk_prob", &sh.NormTopK)
+	s.stringKey("mlp_layers", &sh.MLPLayers)
+	s.boolKey("output_router_logits", &sh.RouterAux)
+	s.floatKey("router_aux_loss_coef", &sh.RouterAuxCoef, nonNegative)
 	variants := sh.HeadDimension != 0 || sh.Rope != (RopeScaling{}) || sh.RotaryFraction != 0 || sh.SlidingWindow != 0 || sh.LayerTypes != "" ||
 		sh.RopeLocalTheta != 0 || sh.QueryScale != 0 || sh.AttnSoftCap != 0 || sh.FinalSoftCap != 0
 	switch {
@@ -680,7 +688,7 @@ func decodeShape(s *section) *Shape {
 
 // llamaArchs are the archs strata.model takes (model.Archs): GPT-2's, then
 // the Llama family's.
-var llamaArchs = []string{"gpt2", "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3"}
+var llamaArchs = []string{"gpt2", "llama", "qwen2", "qwen3", "phi3", "gemma2", "gemma3", "mixtral", "qwen3_moe"}
 
 // decodeRope reads strata.model.rope_scaling (model.RopeScaling's keys).
 func decodeRope(s *section, r *RopeScaling) {

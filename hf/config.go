@@ -41,26 +41,51 @@ var TokenizerFiles = []string{
 // hfArchs maps the architectures Strata reads (config.json's
 // "architectures", or else "model_type") to a model.Shape's Arch.
 var hfArchs = map[string]string{
-	"LlamaForCausalLM":   model.ArchLlama,
-	"MistralForCausalLM": model.ArchLlama,
-	"Qwen2ForCausalLM":   model.ArchQwen2,
-	"Qwen3ForCausalLM":   model.ArchQwen3,
-	"Phi3ForCausalLM":    model.ArchPhi3,
-	"Gemma2ForCausalLM":  model.ArchGemma2,
-	"Gemma3ForCausalLM":  model.ArchGemma3,
-	"GPT2LMHeadModel":    model.ArchGPT2,
-	"llama":              model.ArchLlama,
-	"mistral":            model.ArchLlama,
-	"qwen2":              model.ArchQwen2,
-	"qwen3":              model.ArchQwen3,
-	"phi3":               model.ArchPhi3,
-	"gemma2":             model.ArchGemma2,
-	"gemma3_text":        model.ArchGemma3,
-	"gpt2":               model.ArchGPT2,
+	"LlamaForCausalLM":    model.ArchLlama,
+	"MistralForCausalLM":  model.ArchLlama,
+	"Qwen2ForCausalLM":    model.ArchQwen2,
+	"Qwen3ForCausalLM":    model.ArchQwen3,
+	"Phi3ForCausalLM":     model.ArchPhi3,
+	"Gemma2ForCausalLM":   model.ArchGemma2,
+	"Gemma3ForCausalLM":   model.ArchGemma3,
+	"MixtralForCausalLM":  model.ArchMixtral,
+	"Qwen3MoeForCausalLM": model.ArchQwen3MoE,
+	"GPT2LMHeadModel":     model.ArchGPT2,
+	"llama":               model.ArchLlama,
+	"mistral":             model.ArchLlama,
+	"qwen2":               model.ArchQwen2,
+	"qwen3":               model.ArchQwen3,
+	"phi3":                model.ArchPhi3,
+	"gemma2":              model.ArchGemma2,
+	"gemma3_text":         model.ArchGemma3,
+	"mixtral":             model.ArchMixtral,
+	"qwen3_moe":           model.ArchQwen3MoE,
+	"gpt2":                model.ArchGPT2,
+}
+
+// unbuiltMoE names what is not built of the mixtures of experts Strata
+// does not read, for their one error.
+var unbuiltMoE = map[string]string{
+	"Qwen2MoeForCausalLM":   "Qwen2-MoE's shared expert (shared_expert_intermediate_size, its sigmoid gate) is not built",
+	"qwen2_moe":             "Qwen2-MoE's shared expert (shared_expert_intermediate_size, its sigmoid gate) is not built",
+	"DeepseekV2ForCausalLM": "DeepSeek's shared experts (n_shared_experts) and group-limited routing (topk_group) are not built",
+	"DeepseekV3ForCausalLM": "DeepSeek's shared experts (n_shared_experts) and its sigmoid, bias-corrected group router are not built",
+	"deepseek_v2":           "DeepSeek's shared experts (n_shared_experts) and group-limited routing (topk_group) are not built",
+	"deepseek_v3":           "DeepSeek's shared experts (n_shared_experts) and its sigmoid, bias-corrected group router are not built",
+	"GptOssForCausalLM":     "gpt-oss's router (biased top-k, softmax after it) and clamped SwiGLU experts with biases are not built",
+	"gpt_oss":               "gpt-oss's router (biased top-k, softmax after it) and clamped SwiGLU experts with biases are not built",
+	"PhimoeForCausalLM":     "Phi-MoE's sparsemixer router is not built",
+	"phimoe":                "Phi-MoE's sparsemixer router is not built",
+	"OlmoeForCausalLM":      "OLMoE's full-width q/k norms are not built",
+	"olmoe":                 "OLMoE's full-width q/k norms are not built",
+	"DbrxForCausalLM":       "DBRX's fused experts and clipped attention are not built",
+	"JambaForCausalLM":      "Jamba's Mamba layers are not built",
+	"Llama4ForCausalLM":     "Llama 4's shared expert and sigmoid top-1 router are not built",
+	"Qwen3NextForCausalLM":  "Qwen3-Next's shared expert and linear-attention layers are not built",
 }
 
 // readArchs lists the architectures ParseConfig reads, for its error.
-const readArchs = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (gemma3_text) and GPT2LMHeadModel"
+const readArchs = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Phi3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (gemma3_text), MixtralForCausalLM, Qwen3MoeForCausalLM and GPT2LMHeadModel"
 
 // Config is what Strata reads of a Hugging Face config.json.
 type Config struct {
@@ -262,6 +287,9 @@ func ParseConfig(path string, b []byte) (*Config, error) {
 		return nil, fmt.Errorf("hf: %s: neither \"architectures\" nor \"model_type\" says what model it is", path)
 	}
 	arch, ok := hfArchs[c.Architecture]
+	if why, moe := unbuiltMoE[c.Architecture]; moe {
+		return nil, fmt.Errorf("hf: %s: %s is a mixture of experts Strata does not build: %s (Strata reads Mixtral's and Qwen3-MoE's)", path, c.Architecture, why)
+	}
 	if !ok || len(archs) > 1 {
 		return nil, fmt.Errorf("hf: %s: \"architectures\" %s: Strata reads %s",
 			path, orString(k.raw["architectures"], c.Architecture), readArchs)
@@ -362,6 +390,7 @@ func llamaConfig(k *hfKeys, arch string, c *Config) model.Shape {
 		}
 	}
 	windowConfig(k, &s, arch, c.Architecture == "MistralForCausalLM" || c.Architecture == "mistral")
+	moeConfig(k, &s)
 	if gemma {
 		s.QueryScale = k.float("query_pre_attn_scalar", 256)
 		if s.QueryScale == float64(s.HeadDim()) {
@@ -493,14 +522,14 @@ func orDefault(t string) string {
 // explicit layer_types list.
 func windowConfig(k *hfKeys, s *model.Shape, arch string, mistral bool) {
 	def := 0
-	if arch != model.ArchLlama && arch != model.ArchPhi3 || mistral {
-		def = 4096 // MistralConfig's, Qwen2Config's, Qwen3Config's, Gemma2Config's and Gemma3TextConfig's
+	if arch != model.ArchLlama && arch != model.ArchPhi3 && arch != model.ArchMixtral || mistral {
+		def = 4096 // MistralConfig's, Qwen2Config's, Qwen3Config's, Qwen3MoeConfig's, Gemma2Config's and Gemma3TextConfig's
 	}
 	w := def
 	if _, present := k.raw["sliding_window"]; present {
 		w = k.int(0, false, "sliding_window") // null: none
 	}
-	if (arch == model.ArchQwen2 || arch == model.ArchQwen3) && !k.bool("use_sliding_window", false) {
+	if (arch == model.ArchQwen2 || arch == model.ArchQwen3 || arch == model.ArchQwen3MoE) && !k.bool("use_sliding_window", false) {
 		w = 0
 	}
 	if w == 0 {
@@ -509,7 +538,7 @@ func windowConfig(k *hfKeys, s *model.Shape, arch string, mistral bool) {
 	s.SlidingWindow = w
 	types := make([]byte, s.Layers)
 	switch arch {
-	case model.ArchQwen2, model.ArchQwen3:
+	case model.ArchQwen2, model.ArchQwen3, model.ArchQwen3MoE:
 		from := k.int(28, false, "max_window_layers") // Qwen2Config's and Qwen3Config's default
 		for i := range types {
 			types[i] = "fs"[b2i(i >= from)]
@@ -552,6 +581,70 @@ func windowConfig(k *hfKeys, s *model.Shape, arch string, mistral bool) {
 	}
 	if strings.Contains(string(types), "f") {
 		s.LayerTypes = string(types)
+	}
+}
+
+// moeConfig reads a mixture of experts' keys (MixtralConfig's and
+// Qwen3MoeConfig's, with their defaults): the experts, the top k, the
+// experts' width and renormalisation, which layers are sparse
+// (decoder_sparse_step, mlp_only_layers) and the router loss; Mixtral's
+// router_jitter_noise is refused.
+func moeConfig(k *hfKeys, s *model.Shape) {
+	switch s.Arch {
+	case model.ArchMixtral:
+		s.Experts = k.int(8, false, "num_local_experts")
+		s.TopK = k.int(2, false, "num_experts_per_tok")
+		s.NormTopK = true
+		if j, ok := k.number("router_jitter_noise", "a number"); ok && j != 0 {
+			k.bad("router_jitter_noise", "%v: the router's input noise in training is not built", j)
+		}
+	case model.ArchQwen3MoE:
+		s.Experts = k.int(128, false, "num_experts")
+		s.TopK = k.int(8, false, "num_experts_per_tok")
+		s.ExpertFFN = k.int(768, false, "moe_intermediate_size")
+		s.NormTopK = k.bool("norm_topk_prob", false)
+		step := k.int(1, false, "decoder_sparse_step")
+		if step < 1 {
+			k.bad("decoder_sparse_step", "%d must be >= 1", step)
+			return
+		}
+		var only []int
+		if !k.null("mlp_only_layers") {
+			if err := json.Unmarshal(k.raw["mlp_only_layers"], &only); err != nil {
+				k.bad("mlp_only_layers", "%s is not a list of layer indices", k.raw["mlp_only_layers"])
+				return
+			}
+		}
+		layers := []byte(strings.Repeat("e", max(s.Layers, 0)))
+		for l := range layers {
+			if (l+1)%step != 0 {
+				layers[l] = 'd'
+			}
+		}
+		for _, l := range only {
+			if l < 0 || l >= len(layers) {
+				k.bad("mlp_only_layers", "layer %d is not one of the %d layers", l, len(layers))
+				return
+			}
+			layers[l] = 'd'
+		}
+		if !strings.Contains(string(layers), "e") {
+			k.bad("mlp_only_layers", "no layer is sparse (decoder_sparse_step %d, mlp_only_layers %v): read it as Qwen3ForCausalLM", step, only)
+			return
+		}
+		if strings.Contains(string(layers), "d") {
+			s.MLPLayers = string(layers)
+		}
+	default:
+		return
+	}
+	s.RouterAux = k.bool("output_router_logits", false)
+	s.RouterAuxCoef = 0.001
+	if f, ok := k.number("router_aux_loss_coef", "a number >= 0"); ok {
+		if !(f >= 0) {
+			k.bad("router_aux_loss_coef", "%v must be >= 0", f)
+		}
+		s.RouterAuxCoef = f
 	}
 }
 
@@ -610,6 +703,10 @@ func hfArchitecture(s model.Shape) (arch, modelType string) {
 		return "Gemma2ForCausalLM", "gemma2"
 	case model.ArchGemma3:
 		return "Gemma3ForCausalLM", "gemma3_text"
+	case model.ArchMixtral:
+		return "MixtralForCausalLM", "mixtral"
+	case model.ArchQwen3MoE:
+		return "Qwen3MoeForCausalLM", "qwen3_moe"
 	}
 	return "GPT2LMHeadModel", "gpt2"
 }
@@ -732,8 +829,9 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 		if s.Rope.Type == model.RopeLongRoPE && s.Rope.OriginalMax != 0 {
 			out["original_max_position_embeddings"] = s.Rope.OriginalMax
 		}
+		moeJSON(s, out)
 		switch s.Arch {
-		case model.ArchQwen2, model.ArchQwen3:
+		case model.ArchQwen2, model.ArchQwen3, model.ArchQwen3MoE:
 			out["use_sliding_window"] = s.SlidingWindow > 0
 			out["sliding_window"] = nil
 			if s.SlidingWindow > 0 {
@@ -777,6 +875,27 @@ func ConfigJSON(s model.Shape, dt dtype.DType, base []byte) ([]byte, error) {
 		return nil, fmt.Errorf("hf: config.json: %w", err)
 	}
 	return append(b, '\n'), nil
+}
+
+// moeJSON writes a mixture of experts' keys as its configuration class
+// names them.
+func moeJSON(s model.Shape, out map[string]any) {
+	switch s.Arch {
+	case model.ArchMixtral:
+		out["num_local_experts"], out["router_jitter_noise"] = s.Experts, 0.0
+	case model.ArchQwen3MoE:
+		out["num_experts"], out["moe_intermediate_size"], out["norm_topk_prob"] = s.Experts, s.ExpertFFNDim(), s.NormTopK
+		only := []int{}
+		for l := range s.Layers {
+			if !s.SparseLayer(l) {
+				only = append(only, l)
+			}
+		}
+		out["decoder_sparse_step"], out["mlp_only_layers"] = 1, only
+	default:
+		return
+	}
+	out["num_experts_per_tok"], out["output_router_logits"], out["router_aux_loss_coef"] = s.TopK, s.RouterAux, s.RouterAuxCoef
 }
 
 func withoutName(s model.Shape) model.Shape {

@@ -30,7 +30,7 @@ import (
 // model/testdata/hf_reference.py, an independent float64 transcription of
 // transformers' modeling code.
 var families = []string{"llama31", "mistral", "nemo", "qwen2sw", "qwen3", "gemma2", "gemma3", "phi3", "phi3partial",
-	"llama_dynamic", "qwen2_yarn", "llama_linear"}
+	"llama_dynamic", "qwen2_yarn", "llama_linear", "mixtral", "qwen3_moe", "qwen3_moe_step"}
 
 // familyDir writes family's tiny model into a temporary directory.
 func familyDir(t *testing.T, family string, seed int) string {
@@ -211,6 +211,14 @@ func TestFamiliesAgainstTorch(t *testing.T) {
 			}
 			if e := math.Abs(loss-ref["loss"][0]) / math.Abs(ref["loss"][0]); !(e <= 1e-5) {
 				t.Errorf("loss %.9g, reference %.9g: relative error %.3g, tolerance 1e-5", loss, ref["loss"][0], e)
+			}
+			if want, ok := ref["aux_loss"]; ok != s.MoE() {
+				t.Errorf("a router loss in the reference: %t; a mixture of experts: %t", ok, s.MoE())
+			} else if ok {
+				if e := math.Abs(mm.RouterLoss()-want[0]) / math.Abs(want[0]); !(e <= 1e-5) {
+					t.Errorf("router loss %.9g, reference %.9g: relative error %.3g, tolerance 1e-5", mm.RouterLoss(), want[0], e)
+				}
+				t.Logf("router loss %.9g, reference %.9g", mm.RouterLoss(), want[0])
 			}
 			grads, err := res.ReadGrads(st)
 			if err != nil {

@@ -51,6 +51,8 @@ func (o ActivationOptions) Validate(s Shape) error {
 		return fmt.Errorf("model: %d checkpointed blocks: want 0 to the model's %d blocks", o.Checkpoint, s.Layers)
 	case o.Offload && o.Checkpoint == 0:
 		return fmt.Errorf("model: offloading the checkpointed inputs (cpu_checkpointing) needs activation checkpointing")
+	case s.MoE() && o.Checkpoint > 0:
+		return fmt.Errorf("model: activation checkpointing of a mixture of experts (%s) is not built: set strata.activation_checkpointing to 0", s.Arch)
 	case o.LoRA != nil:
 		return o.LoRA.Validate(s)
 	}
@@ -106,6 +108,14 @@ type activations struct {
 	// LoRA's workspace (lora.go): a block's adapter chunk, x·Aᵀ and its
 	// gradient (B·T·r each), and a module's columns of a fused output.
 	loraW, loraG, loraT, loraDT, loraWide, loraXD gpu.Buffer
+	// A mixture of experts' (moe.go): each grouped row's token (I32) and
+	// routing weight, its weight's gradient (F32, B·T·k each), the router
+	// logits and then their gradient (F32, B·T×E), the grouped rows' inputs
+	// and then their weighted outputs, their output gradients and then
+	// their input gradients (B·T·k×C each), an expert's gate|up gradient
+	// (B·T×2F_e: a token reaches an expert once) and the gradient of the
+	// experts' input (B·T×C).
+	moeTok, moeW, moeDW, moeLogits, moeX, moeDY, moeBig, moeDln2 gpu.Buffer
 }
 
 // layerActs are what one block saves for its backward. GPT-2 fills every
@@ -123,6 +133,10 @@ type layerActs struct {
 	ln2, ln2Mean, ln2Rstd gpu.Buffer // B·T·C, B·T, B·T
 	fch                   gpu.Buffer // B·T·F (GPT-2: c_fc output) or B·T·2F (gate|up output)
 	fchAct                gpu.Buffer // B·T·F: gelu(fch) or swiglu(gate, up); reused for its gradient in backward
+	// A sparse layer's fch and fchAct are its experts' (B·T·k rows of 2F_e
+	// and F_e, grouped by expert), and moeY their outputs before the
+	// routing weights (B·T·k×C).
+	moeY gpu.Buffer
 }
 
 // segment is one named tensor inside an activation allocation.
@@ -144,6 +158,7 @@ const (
 	TermLossChunk    = "loss chunk (fp32 logits of a token slice)"
 	TermBackwardTemp = "backward scratch"
 	TermLoRA         = "LoRA workspace (a block's adapters and their gradient, x·Aᵀ, a module's columns)"
+	TermMoE          = "mixture of experts (routing, the grouped rows of a layer's experts)"
 )
 
 // allocation is one device allocation holding several segments.
@@ -242,7 +257,7 @@ func planActivations(s Shape, batch, seq int, o ActivationOptions, a *activation
 		plan = append(plan, allocation{"offload ring", TermOffloadRing, dt, ring})
 	}
 	if o.Checkpoint > 0 {
-		plan = append(plan, blockAllocations(s, bt, batch, seq, dt, "recompute work set", TermWorkSet, &a.work)...)
+		plan = append(plan, blockAllocations(s, 0, bt, batch, seq, dt, "recompute work set", TermWorkSet, &a.work)...)
 	}
 	for l := 0; l < s.Layers; l++ {
 		if o.Checkpointed(l, s.Layers) {
@@ -250,7 +265,7 @@ func planActivations(s Shape, batch, seq int, o ActivationOptions, a *activation
 			continue
 		}
 		a.layers[l] = &layerActs{}
-		plan = append(plan, blockAllocations(s, bt, batch, seq, dt, fmt.Sprintf("block %d", l), TermBlocks, a.layers[l])...)
+		plan = append(plan, blockAllocations(s, l, bt, batch, seq, dt, fmt.Sprintf("block %d", l), TermBlocks, a.layers[l])...)
 	}
 	head := []segment{{"lnf", bt * c, &a.lnf}}
 	plan = append(plan,
@@ -265,6 +280,13 @@ func planActivations(s Shape, batch, seq int, o ActivationOptions, a *activation
 	if s.Gemma() {
 		plan = append(plan, allocation{"norm gains", TermBackwardTemp, gpu.F32, []segment{{"gains", 4*c + 2*s.HeadDim(), &a.gains}}},
 			allocation{"gemma backward scratch", TermBackwardTemp, dt, []segment{{"dtmp2", bt * c, &a.dtmp2}}})
+	}
+	if s.MoE() {
+		k, ne, fe := s.TopK, s.Experts, s.ExpertFFNDim()
+		plan = append(plan, allocation{"routing", TermMoE, gpu.I32, []segment{{"grouped tokens", bt * k, &a.moeTok}}},
+			allocation{"routing weights", TermMoE, gpu.F32, []segment{{"weights", bt * k, &a.moeW}, {"weight gradients", bt * k, &a.moeDW}, {"router logits", bt * ne, &a.moeLogits}}},
+			allocation{"expert scratch", TermMoE, dt, []segment{{"grouped rows", bt * k * c, &a.moeX}, {"grouped gradients", bt * k * c, &a.moeDY},
+				{"expert gate|up gradient", bt * 2 * fe, &a.moeBig}, {"experts' input gradient", bt * c, &a.moeDln2}}})
 	}
 	if o.LoRA != nil {
 		chunk, wide, in := loraWorkspace(s, o.LoRA)
@@ -292,10 +314,16 @@ func normStats(s Shape, bt int, mean, rstd *gpu.Buffer, name string) []segment {
 
 // blockAllocations are the allocations of one block's saved activations
 // la: the tensors in dt, the statistics in fp32.
-func blockAllocations(s Shape, bt, batch, seq int, dt gpu.DType, purpose, term string, la *layerActs) []allocation {
+func blockAllocations(s Shape, l, bt, batch, seq int, dt gpu.DType, purpose, term string, la *layerActs) []allocation {
 	c := s.Dim
 	segs := []segment{{"ln1", bt * c, &la.ln1}, {"qkv", bt * qkvWidth(s), &la.qkv}, {"atty", bt * s.AttnDim(), &la.atty},
-		{"res2", bt * c, &la.res2}, {"ln2", bt * c, &la.ln2}, {"fch", bt * mlpWidth(s), &la.fch}, {"fch act", bt * s.FFNDim(), &la.fchAct}}
+		{"res2", bt * c, &la.res2}, {"ln2", bt * c, &la.ln2}}
+	if s.SparseLayer(l) {
+		rows, fe := bt*s.TopK, s.ExpertFFNDim()
+		segs = append(segs, segment{"experts' gate|up", rows * 2 * fe, &la.fch}, segment{"experts' act", rows * fe, &la.fchAct}, segment{"experts' outputs", rows * c, &la.moeY})
+	} else {
+		segs = append(segs, segment{"fch", bt * mlpWidth(s), &la.fch}, segment{"fch act", bt * s.FFNDim(), &la.fchAct})
+	}
 	stats := normStats(s, bt, &la.ln1Mean, &la.ln1Rstd, "ln1")
 	stats = append(stats, normStats(s, bt, &la.ln2Mean, &la.ln2Rstd, "ln2")...)
 	stats = append(stats, segment{"lse", batch * s.Heads * seq, &la.lse})

@@ -33,6 +33,7 @@ type Decoder struct {
 
 	allocs []gpu.Buffer
 	a      decoderActs
+	moe    *moeState // nil unless a mixture of experts
 
 	idsHost, posHost, targetsHost []byte
 	logitsHost, lossesHost        []byte
@@ -93,6 +94,10 @@ type decoderActs struct {
 	logits            gpu.Buffer   // HeadRows×V
 	losses            gpu.Buffer   // MaxStep
 	k, v              []gpu.Buffer // per block: Capacity×KV·D
+	// A mixture of experts' (moe.go, moeRows): MaxStep·k grouped rows.
+	moe moeRows
+	// The router logits (F32, MaxStep×E).
+	moeLogits gpu.Buffer
 }
 
 // planDecoder lists a Decoder's allocations (as planActivations does for
@@ -120,6 +125,12 @@ func planDecoder(s Shape, o DecoderOptions, a *decoderActs) []allocation {
 	}
 	if len(extra) > 0 {
 		plan = append(plan, allocation{"decoder variants", "decoder", gpu.F32, extra})
+	}
+	if s.MoE() {
+		k, fe := s.TopK, s.ExpertFFNDim()
+		plan = append(plan, allocation{"decoder routing", "decoder", gpu.I32, []segment{{"grouped tokens", n * k, &a.moe.tok}}},
+			allocation{"decoder experts", "decoder", gpu.F32, []segment{{"weights", n * k, &a.moe.w}, {"router logits", n * s.Experts, &a.moeLogits},
+				{"grouped rows", n * k * c, &a.moe.x}, {"gate|up", n * k * 2 * fe, &a.moe.fch}, {"act", n * k * fe, &a.moe.act}, {"outputs", n * k * c, &a.moe.y}}})
 	}
 	a.k, a.v = make([]gpu.Buffer, s.Layers), make([]gpu.Buffer, s.Layers)
 	for l := range s.Layers {
@@ -166,6 +177,9 @@ func NewDecoder(dev gpu.Device, layout *Layout, o DecoderOptions) (*Decoder, err
 	}
 	d.idsHost, d.posHost, d.targetsHost = make([]byte, 4*o.MaxStep), make([]byte, 4*o.MaxStep), make([]byte, 4*o.MaxStep)
 	d.logitsHost, d.lossesHost = make([]byte, 4*o.HeadRows*s.Vocab), make([]byte, 4*o.MaxStep)
+	if s.MoE() {
+		d.moe = newMoEState(s, o.MaxStep)
+	}
 	return d, nil
 }
 
@@ -344,6 +358,17 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 			d.gpt2Block(s, l, w, n)
 		}
 		p.Release(s, BlockChunk(l), shard.Forward)
+		if d.shape.SparseLayer(l) { // x += the experts of h
+			r := d.rows(n)
+			if err := d.moe.routeLayer(d.dev, s, a.moeLogits, l, n, d.shape, false); err != nil {
+				return nil, err
+			}
+			d.moe.upload(d.dev, s, l, n, d.shape.TopK, a.moe.tok, a.moe.w)
+			if err := expertsForward(d.ops, s, p, d.layout, l, d.moe.routes[l], n, r.h, r.tmp, a.moe); err != nil {
+				return nil, err
+			}
+			d.ops.Add(s, r.x, r.tmp, r.x, n*c)
+		}
 	}
 
 	fc := d.layout.FinalNormChunk()
@@ -443,6 +468,10 @@ func (d *Decoder) llamaBlock(s gpu.Stream, l int, w gpu.Buffer, n int) {
 		ops.AddRMSNormForward(s, r.x, t2, r.x, g(o.preFF, c), r.h, r.rstd, n, c, eps)
 	} else {
 		ops.AddRMSNormForward(s, r.x, r.tmp, r.x, g(o.ln2, c), r.h, r.rstd, n, c, eps)
+	}
+	if sh.SparseLayer(l) { // the router's logits; Forward runs the experts
+		ops.Gemm(s, false, true, n, sh.Experts, c, 1, r.h, w.Slice(o.router, sh.Experts*c), 0, d.a.moeLogits.Slice(0, n*sh.Experts))
+		return
 	}
 	linearForward(ops, s, r.h, w.Slice(o.gateUpW, 2*f*c), nil, r.mlp, n, c, 2*f)
 	ops.GLUForward(s, r.mlp, r.act, n, f, mlpAct(sh))

@@ -116,6 +116,7 @@ func NewLayout(s Shape) (*Layout, error) {
 	default:
 		l.Chunks = append(l.Chunks, makeChunk(s.Layers+1, "norm", []string{"norm.weight", "lm_head.weight"}, [][]int{{c}, {s.Vocab, c}}))
 	}
+	l.Chunks = expertChunks(s, l.Chunks)
 	return l, nil
 }
 
@@ -169,6 +170,9 @@ func llamaBlockTensors(s Shape, i int) ([]string, [][]int) {
 	if s.Gemma() {
 		names = append(names, p+"pre_feedforward_layernorm.weight", p+"post_feedforward_layernorm.weight")
 		shapes = append(shapes, []int{c}, []int{c})
+	}
+	if s.SparseLayer(i) { // the router; the experts are chunks of their own
+		return append(names, p+routerName(s)), append(shapes, []int{s.Experts, c})
 	}
 	if s.Fused() {
 		names = append(names, p+"mlp.gate_up_proj.weight")
@@ -228,6 +232,7 @@ func (l *Layout) block() blockOffsets {
 // (gate_proj.weight, up following, or gate_up_proj) and down_proj.
 type llamaOffsets struct {
 	ln1, qkvW, qkvB, qNorm, kNorm, oW, ln2, preFF, postFF, gateUpW, downW int
+	router                                                                int // a sparse layer's router (the first sparse block's offset; -1 without)
 }
 
 // llamaBlock returns a Llama-family layout's block offsets.
@@ -235,20 +240,32 @@ func (l *Layout) llamaBlock() llamaOffsets {
 	if !l.Shape.IsLlama() {
 		return llamaOffsets{}
 	}
-	off := func(suffix string) int {
-		for _, t := range l.Chunks[1].Tensors {
+	// The attention's tensors come first and sit alike in every block; a
+	// mixture of experts' dense and sparse blocks differ after them (the
+	// MLP's offsets from a dense block, the router's from a sparse one).
+	dense, sparse := l.Chunks[1], l.Chunks[1]
+	for i := l.Shape.Layers - 1; i >= 0; i-- {
+		if l.Shape.SparseLayer(i) {
+			sparse = l.Chunks[BlockChunk(i)]
+		} else {
+			dense = l.Chunks[BlockChunk(i)]
+		}
+	}
+	in := func(ch Chunk, suffix string) int {
+		for _, t := range ch.Tensors {
 			if strings.HasSuffix(t.Name, suffix) {
 				return t.Offset
 			}
 		}
 		return -1
 	}
+	off := func(suffix string) int { return in(dense, suffix) }
 	either := func(a, b string) int { return max(off(a), off(b)) }
 	return llamaOffsets{ln1: off(".input_layernorm.weight"), qkvW: either(".q_proj.weight", ".qkv_proj.weight"), qkvB: off(".q_proj.bias"),
 		qNorm: off(".q_norm.weight"), kNorm: off(".k_norm.weight"),
 		oW: off(".o_proj.weight"), ln2: off(".post_attention_layernorm.weight"),
 		preFF: off(".pre_feedforward_layernorm.weight"), postFF: off(".post_feedforward_layernorm.weight"),
-		gateUpW: either(".gate_proj.weight", ".gate_up_proj.weight"), downW: off(".down_proj.weight")}
+		gateUpW: either(".gate_proj.weight", ".gate_up_proj.weight"), downW: off(".down_proj.weight"), router: in(sparse, ".gate.weight")}
 }
 
 // InitStd is the standard deviation of GPT-2's weight initialisation.

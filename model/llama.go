@@ -52,6 +52,10 @@ func (m *Model) llamaBlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerA
 		m.loraForward(s, siteAttnOut, la.atty, la.res2)
 		ops.AddRMSNormForward(s, x, la.res2, la.res2, g(o.ln2, c), la.ln2, la.ln2Rstd, bt, c, eps)
 	}
+	if sh.SparseLayer(l) { // the router's logits; moeForward runs the experts and writes out
+		ops.Gemm(s, false, true, bt, sh.Experts, c, 1, la.ln2, w.Slice(o.router, sh.Experts*c), 0, m.a.moeLogits)
+		return
+	}
 	linearForward(ops, s, la.ln2, w.Slice(o.gateUpW, 2*f*c), nil, la.fch, bt, c, 2*f) // gate|up (bt×2F)
 	m.loraForward(s, siteUp, la.ln2, la.fch)
 	ops.GLUForward(s, la.fch, la.fchAct, bt, f, mlpAct(sh)) // act(gate)·up (bt×F)
@@ -180,16 +184,31 @@ func (m *Model) qkNormBackward(s gpu.Stream, g func(off, n int) gpu.Buffer, gb, 
 // weights' and biases' through wg, nil when the block is frozen) and its
 // adapters' (loraBackward).
 func (m *Model) llamaBlockBackward(s gpu.Stream, w, g, x gpu.Buffer, la *layerActs, wg func(off, n int) gpu.Buffer) {
-	ops, o, a, sh, l := m.ops, m.lo, &m.a, m.shape, m.layer
-	bt, c, f, q, at := m.batch*m.seq, sh.Dim, sh.FFNDim(), qkvWidth(sh), sh.AttnDim()
-	h, kv, d := sh.Heads, sh.KVHeadCount(), sh.HeadDim()
-	dres, dtmp := a.dres, a.dtmp.Slice(0, bt*c)
+	ops, o, sh := m.ops, m.lo, m.shape
+	bt, c := m.batch*m.seq, sh.Dim
 	gain := m.normGains(s, w)
 
 	// out = res2 + down_proj(act) (Gemma: + post_ff_norm(down_proj(act))):
 	// dres flows to res2 unchanged; dmlp is the gradient of down_proj's
 	// output. The down projection's weight gradient reads act first; then
 	// d act overwrites it (act is no longer needed).
+	if sh.SparseLayer(m.layer) { // moeBackward ran the experts: the router's part, then the norm
+		ops.RMSNormBackward(s, m.routerBackward(s, w, la, wg), la.res2, gain(o.ln2, c), la.ln2Rstd, m.a.dres, g.Slice(o.ln2, c), bt, c)
+	} else {
+		m.mlpBackward(s, w, g, la, gain, wg)
+	}
+
+	// res2 = x + o_proj(atty) (Gemma: + post_attention_norm(o_proj(atty))):
+	// dres flows to x unchanged.
+	m.attnBackward(s, w, g, x, la, gain, wg)
+}
+
+// mlpBackward is a dense block's MLP backward and its norm's, from dres
+// (accumulating the gradient of res2 into it).
+func (m *Model) mlpBackward(s gpu.Stream, w, g gpu.Buffer, la *layerActs, gain func(off, n int) gpu.Buffer, wg func(off, n int) gpu.Buffer) {
+	ops, o, a, sh := m.ops, m.lo, &m.a, m.shape
+	bt, c, f := m.batch*m.seq, sh.Dim, sh.FFNDim()
+	dres, dtmp := a.dres, a.dtmp.Slice(0, bt*c)
 	dmlp := dres
 	if sh.Gemma() {
 		dmlp = a.dtmp2.Slice(0, bt*c)
@@ -212,9 +231,15 @@ func (m *Model) llamaBlockBackward(s gpu.Stream, w, g, x gpu.Buffer, la *layerAc
 		preFF = o.preFF
 	}
 	ops.RMSNormBackward(s, dtmp, la.res2, gain(preFF, c), la.ln2Rstd, dres, g.Slice(preFF, c), bt, c)
+}
 
-	// res2 = x + o_proj(atty) (Gemma: + post_attention_norm(o_proj(atty))):
-	// dres flows to x unchanged.
+// attnBackward is a block's attention backward and its input norm's, from
+// dres (accumulating the gradient of the block's input x into it).
+func (m *Model) attnBackward(s gpu.Stream, w, g, x gpu.Buffer, la *layerActs, gain func(off, n int) gpu.Buffer, wg func(off, n int) gpu.Buffer) {
+	ops, o, a, sh, l := m.ops, m.lo, &m.a, m.shape, m.layer
+	bt, c, q, at := m.batch*m.seq, sh.Dim, qkvWidth(sh), sh.AttnDim()
+	h, kv, d := sh.Heads, sh.KVHeadCount(), sh.HeadDim()
+	dres, dtmp := a.dres, a.dtmp.Slice(0, bt*c)
 	dattn := dres
 	if sh.Gemma() {
 		dattn = a.dtmp2.Slice(0, bt*c)

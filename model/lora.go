@@ -153,6 +153,8 @@ func (o *LoRA) modules(s Shape) ([]loraModule, error) {
 		return nil, fmt.Errorf("strata.lora.dropout: %g is not in [0, 1)", o.Dropout)
 	case len(o.Targets) == 0:
 		return nil, fmt.Errorf("strata.lora.target_modules: empty; name the linears to adapt")
+	case s.MoE():
+		return nil, fmt.Errorf("strata.lora: LoRA on a mixture of experts (%s) is not built yet", s.Arch)
 	}
 	all := blockModules(s)
 	var names []string
@@ -232,12 +234,12 @@ func (l *Layout) AdapterChunk(layer int) int {
 	if l.LoRA == nil {
 		return -1
 	}
-	return l.Shape.Layers + 2 + layer
+	return l.baseChunks() + layer
 }
 
 // IsAdapter says whether chunk c holds LoRA adapters.
 func (l *Layout) IsAdapter(c int) bool {
-	return l.LoRA != nil && c >= l.Shape.Layers+2 && c < len(l.Chunks)
+	return l.LoRA != nil && c >= l.baseChunks() && c < len(l.Chunks)
 }
 
 // FrozenParams is the optional interface of a Params whose chunks may be
@@ -473,5 +475,5 @@ func (l *Layout) Base() *Layout {
 	if l.LoRA == nil {
 		return l
 	}
-	return &Layout{Name: l.Name, Shape: l.Shape, Chunks: l.Chunks[:l.Shape.Layers+2]}
+	return &Layout{Name: l.Name, Shape: l.Shape, Chunks: l.Chunks[:l.baseChunks()]}
 }

@@ -36,6 +36,7 @@ type Model struct {
 	allocs []gpu.Buffer
 	a      activations
 	lora   *loraState   // nil without LoRA
+	moe    *moeState    // nil unless a mixture of experts
 	frozen FrozenParams // the Backward's Params, when they freeze chunks
 	drop   *DropoutKey  // the last Forward's Batch.Dropout (a copy)
 	layer  int          // the block being run: its adapters' dropout streams
@@ -57,6 +58,7 @@ type Model struct {
 type pending struct {
 	losses  []byte
 	counted int
+	aux     float64 // a mixture of experts' load-balancing loss
 }
 
 // New is NewWith fp32 activations and no checkpointing.
@@ -100,6 +102,9 @@ func NewWith(dev gpu.Device, layout *Layout, batch, seq int, o ActivationOptions
 		m.lora = newLoRAState(s, o.LoRA, &m.a)
 	}
 	bt := batch * seq
+	if s.MoE() {
+		m.moe = newMoEState(s, bt)
+	}
 	m.idsHost, m.targetsHost, m.posHost = make([]byte, 4*bt), make([]byte, 4*bt), make([]byte, 4*bt)
 	m.staged = dev.NewEvent()
 	return m, nil
@@ -207,6 +212,9 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	x, xSlot := m.residual(s, 0, &next)
 	m.embeddingForward(s, emb, x)
 	p.Release(s, EmbeddingChunk, shard.Forward)
+	if m.moe != nil {
+		m.moe.reset()
+	}
 
 	for l := 0; l < nl; l++ {
 		if err := m.loadAdapters(s, p, l, shard.Forward); err != nil {
@@ -219,6 +227,11 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 		out, outSlot := m.residual(s, l+1, &next)
 		m.blockForward(s, l, w, x, out, false)
 		p.Release(s, BlockChunk(l), shard.Forward)
+		if m.shape.SparseLayer(l) {
+			if err := m.moeForward(s, p, l, out); err != nil {
+				return err
+			}
+		}
 		if xSlot >= 0 {
 			ev, err := store.SaveInput(s, l, x)
 			if err != nil {
@@ -252,7 +265,12 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 		lossHost = make([]byte, 4*bt)
 	}
 	m.dev.CopyDeviceToHost(s, lossHost, m.a.losses, 0)
-	m.pending = append(m.pending, pending{lossHost, counted})
+	pd := pending{losses: lossHost, counted: counted}
+	if m.moe != nil {
+		m.moe.aux = m.moe.auxLoss(m.shape.Experts)
+		pd.aux = m.moe.aux
+	}
+	m.pending = append(m.pending, pd)
 	m.counted = counted
 	m.forwarded = true
 	return nil
@@ -482,7 +500,16 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 		return err
 	}
 
+	auxScale := 0.0
+	if m.shape.RouterAux && m.counted > 0 {
+		auxScale = float64(gradScale) * m.shape.RouterAuxCoef
+	}
 	for l := nl - 1; l >= 0; l-- {
+		if m.shape.SparseLayer(l) {
+			if err := m.moeBackward(s, p, l, auxScale); err != nil {
+				return err
+			}
+		}
 		if err := m.blockPass(s, p, store, l); err != nil {
 			return err
 		}
@@ -622,6 +649,12 @@ func (m *Model) Losses(s gpu.Stream) ([]float64, error) {
 		}
 		if pd.counted > 0 {
 			out[i] = sum / float64(pd.counted)
+			if m.shape.RouterAux {
+				out[i] += m.shape.RouterAuxCoef * pd.aux
+			}
+		}
+		if m.moe != nil {
+			m.moe.lastAux = pd.aux
 		}
 		m.spare = append(m.spare, pd.losses)
 	}

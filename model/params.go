@@ -159,12 +159,20 @@ func AccessOrderWith(s Shape, o ActivationOptions) []Access {
 	final := s.Layers + 1
 	for c := 0; c <= final; c++ {
 		use(c, shard.Forward)
+		for e := 0; c >= 1 && c <= s.Layers && s.SparseLayer(c-1) && e < s.Experts; e++ { // after a sparse block, its experts
+			use(expertChunk(s, c-1, e), shard.Forward)
+		}
 	}
 	if s.TiedHead() {
 		use(EmbeddingChunk, shard.Forward)
 		use(EmbeddingChunk, shard.Backward)
 	}
 	for c := final; c >= 1; c-- {
+		for e := 0; c <= s.Layers && s.SparseLayer(c-1) && e < s.Experts; e++ { // a sparse block's experts before it
+			x := expertChunk(s, c-1, e)
+			use(x, shard.Backward)
+			a = append(a, Access{AccessGradReady, x, shard.Backward})
+		}
 		use(c, shard.Backward)
 		a = append(a, Access{AccessGradReady, c, shard.Backward})
 	}

@@ -21,6 +21,14 @@ const (
 	// head; Gemma 3 adds q_norm and k_norm.
 	ArchGemma2 = "gemma2"
 	ArchGemma3 = "gemma3"
+	// Mixtral: Mistral's attention and a sparse mixture of experts in
+	// every layer (block_sparse_moe: a router, experts w1, w3, w2, the top-k
+	// weights renormalised); Qwen3-MoE: Qwen3's attention and the same
+	// mixture (mlp.gate, mlp.experts.e.gate_proj/up_proj/down_proj,
+	// norm_topk_prob), some layers dense (mlp_only_layers,
+	// decoder_sparse_step). moe.go computes them.
+	ArchMixtral  = "mixtral"
+	ArchQwen3MoE = "qwen3_moe"
 )
 
 // Shape is the architecture of a decoder: GPT-2 (Arch "" or "gpt2") or the
@@ -75,6 +83,30 @@ type Shape struct {
 	// and final_logit_softcapping (x -> cap·tanh(x/cap)); 0 = none.
 	AttnSoftCap  float64 `json:"attn_logit_softcapping,omitempty"`
 	FinalSoftCap float64 `json:"final_logit_softcapping,omitempty"`
+
+	// The mixture of experts of ArchMixtral and ArchQwen3MoE (moe.go):
+	// zero for every other arch.
+
+	// Experts is the number of experts of a sparse layer (Mixtral's
+	// num_local_experts, Qwen3-MoE's num_experts).
+	Experts int `json:"num_experts,omitempty"`
+	// TopK is the number of experts each token is routed to
+	// (num_experts_per_tok).
+	TopK int `json:"num_experts_per_tok,omitempty"`
+	// ExpertFFN is an expert's hidden size (moe_intermediate_size); 0 =
+	// FFN (Mixtral's experts are intermediate_size wide).
+	ExpertFFN int `json:"moe_intermediate_size,omitempty"`
+	// NormTopK renormalises the top-k routing weights to sum to 1
+	// (norm_topk_prob; Mixtral always does).
+	NormTopK bool `json:"norm_topk_prob,omitempty"`
+	// MLPLayers is one letter per layer, 'e' a sparse layer (experts) and
+	// 'd' a dense MLP of FFN (Qwen3-MoE's mlp_only_layers and
+	// decoder_sparse_step); "" = every layer sparse.
+	MLPLayers string `json:"mlp_layers,omitempty"`
+	// RouterAux adds RouterAuxCoef times the load-balancing loss to the
+	// loss (output_router_logits, router_aux_loss_coef).
+	RouterAux     bool    `json:"output_router_logits,omitempty"`
+	RouterAuxCoef float64 `json:"router_aux_loss_coef,omitempty"`
 }
 
 // Named shapes: tiny ones for tests, GPT-2 sizes and a 7B-class shape for
@@ -165,6 +197,8 @@ func (s Shape) Validate() error {
 		return fmt.Errorf("model: n_kv_head %d, n_inner %d, rope_theta %g and norm_eps %g must not be negative", s.KVHeads, s.FFN, s.RopeTheta, s.NormEps)
 	case s.Heads%s.KVHeadCount() != 0:
 		return fmt.Errorf("model: n_head %d is not a multiple of n_kv_head %d", s.Heads, s.KVHeadCount())
+	case !s.MoE() && s.moeFields():
+		return fmt.Errorf("model: num_experts, num_experts_per_tok, moe_intermediate_size, norm_topk_prob, mlp_layers and the router's loss are the mixtures of experts' (arch %s, %s)", ArchMixtral, ArchQwen3MoE)
 	case !s.IsLlama() && (s.KVHeads != 0 && s.KVHeads != s.Heads || s.RopeTheta != 0 || s.TieEmbeddings || s.variants()):
 		return fmt.Errorf("model: n_kv_head, rope_theta, tie_word_embeddings and the attention variants are the Llama family's (arch %s); GPT-2 has none of them", strings.Join(Archs()[1:], ", "))
 	case s.IsLlama() && s.HeadDim()%2 != 0:
@@ -174,6 +208,9 @@ func (s Shape) Validate() error {
 		if err := s.checkVariants(); err != nil {
 			return err
 		}
+	}
+	if err := s.checkMoE(); err != nil {
+		return err
 	}
 	if _, ok := s.checkedParamCount(); !ok {
 		return fmt.Errorf("model: n_layer %d, n_embd %d, vocab_size %d, max_seq_len %d: the model state (%d bytes per parameter) would exceed 2^63 bytes: lower n_layer or n_embd",
@@ -208,8 +245,10 @@ func (s Shape) checkedParamCount() (int64, bool) {
 	rows, ok8 := units.Add(int64(s.Vocab), int64(s.Vocab), int64(s.MaxSeq), 4)
 	emb, ok9 := units.Mul(rows, c)
 	bound, ok10 := units.Add(blocks, emb)
+	experts, ok12 := s.checkedExpertParams()
+	bound, ok13 := units.Add(bound, experts)
 	_, ok11 := units.Mul(bound, maxBytesPerParam)
-	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8 && ok9 && ok10 && ok11) {
+	if !(ok1 && ok2 && ok3 && ok4 && ok5 && ok6 && ok7 && ok8 && ok9 && ok10 && ok11 && ok12 && ok13) {
 		return 0, false
 	}
 	return s.ParamCount(), true
@@ -226,6 +265,12 @@ func (s Shape) Canonical() Shape {
 		s.HeadDimension = s.HeadDim()
 		s.RotaryFraction = s.rotaryFraction()
 	}
+	if s.MoE() {
+		s.ExpertFFN, s.NormTopK = s.ExpertFFNDim(), s.NormTopKProb()
+		if s.MLPLayers == strings.Repeat("e", s.Layers) {
+			s.MLPLayers = ""
+		}
+	}
 	return s
 }
 
@@ -233,7 +278,7 @@ func (s Shape) Canonical() Shape {
 // (pre-norm blocks of rotary grouped-query attention and a gated MLP).
 func (s Shape) IsLlama() bool {
 	switch s.Arch {
-	case ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma2, ArchGemma3:
+	case ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma2, ArchGemma3, ArchMixtral, ArchQwen3MoE:
 		return true
 	}
 	return false
@@ -241,7 +286,7 @@ func (s Shape) IsLlama() bool {
 
 // Archs lists the architectures a Shape can name, GPT-2's first.
 func Archs() []string {
-	return []string{ArchGPT2, ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma2, ArchGemma3}
+	return []string{ArchGPT2, ArchLlama, ArchQwen2, ArchQwen3, ArchPhi3, ArchGemma2, ArchGemma3, ArchMixtral, ArchQwen3MoE}
 }
 
 // Gemma says whether s is Gemma 2 or 3: RMSNorm by 1 + weight, embeddings
@@ -250,7 +295,7 @@ func (s Shape) Gemma() bool { return s.Arch == ArchGemma2 || s.Arch == ArchGemma
 
 // QKNorm says whether each query and key head goes through an RMSNorm of
 // its own (q_norm, k_norm: Qwen3, Gemma 3) before the rotary embedding.
-func (s Shape) QKNorm() bool { return s.Arch == ArchQwen3 || s.Arch == ArchGemma3 }
+func (s Shape) QKNorm() bool { return s.Arch == ArchQwen3 || s.Arch == ArchGemma3 || s.Arch == ArchQwen3MoE }
 
 // Fused says whether the files hold q|k|v and gate|up as one tensor each
 // (Phi-3's qkv_proj and gate_up_proj).
@@ -317,7 +362,8 @@ func (s Shape) TiedHead() bool { return !s.IsLlama() || s.TieEmbeddings }
 // (GPT-2's c_attn and Qwen2's do, the others' do not).
 func (s Shape) QKVBias() bool { return s.ArchName() == ArchGPT2 || s.Arch == ArchQwen2 }
 
-// BlockParamCount is the number of parameters of one transformer block.
+// BlockParamCount is the number of parameters of one transformer block
+// with a dense MLP (a mixture of experts' layers: LayerParamCount).
 // GPT-2: ln1 (2C), qkv (3C·C + 3C), proj (C·C + C), ln2 (2C), fc (F·C + F),
 // fcproj (C·F + C). Llama: input norm (C), q (A·C, A = H·D), k and v
 // (KV·D·C each), o (C·A), post-attention norm (C), gate, up and down
@@ -366,12 +412,23 @@ func (s Shape) FinalParamCount() int64 {
 	return c + int64(s.Vocab)*c
 }
 
-// ParamCount is Ψ: embeddings, L blocks and the final chunk.
+// ParamCount is Ψ: embeddings, L blocks (a mixture of experts' with all
+// their experts) and the final chunk.
 func (s Shape) ParamCount() int64 {
+	if s.MoE() {
+		n := s.EmbeddingParamCount() + s.FinalParamCount()
+		for l := range s.Layers {
+			n += s.LayerParamCount(l)
+		}
+		return n
+	}
 	return s.EmbeddingParamCount() + int64(s.Layers)*s.BlockParamCount() + s.FinalParamCount()
 }
 
 func (s Shape) String() string {
+	if s.MoE() {
+		return fmt.Sprintf("%s (%s L=%d C=%d H=%d KV=%d F=%d E=%d k=%d V=%d T=%d, %.1fM params, %.1fM active)", s.Name, s.Arch, s.Layers, s.Dim, s.Heads, s.KVHeadCount(), s.ExpertFFNDim(), s.Experts, s.TopK, s.Vocab, s.MaxSeq, float64(s.ParamCount())/1e6, float64(s.ActiveParamCount())/1e6)
+	}
 	if s.IsLlama() {
 		return fmt.Sprintf("%s (%s L=%d C=%d H=%d KV=%d F=%d V=%d T=%d, %.1fM params)", s.Name, s.Arch, s.Layers, s.Dim, s.Heads, s.KVHeadCount(), s.FFNDim(), s.Vocab, s.MaxSeq, float64(s.ParamCount())/1e6)
 	}

@@ -276,6 +276,17 @@ DEFAULTS = {
     "phi3": dict(ROPE_KEYS, num_key_value_heads=None, hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=False,
                  original_max_position_embeddings=4096, partial_rotary_factor=1.0, sliding_window=None,
                  max_position_embeddings=4096),
+    # modeling_mixtral / modeling_qwen3_moe's configuration classes (4.5x): the
+    # mixtures of experts.
+    "mixtral": dict(ROPE_KEYS, num_key_value_heads=8, hidden_act="silu", rms_norm_eps=1e-5, tie_word_embeddings=False,
+                    sliding_window=None, head_dim=None, max_position_embeddings=4096 * 32, rope_theta=1e6,
+                    num_experts_per_tok=2, num_local_experts=8, output_router_logits=False, router_aux_loss_coef=0.001,
+                    router_jitter_noise=0.0),
+    "qwen3_moe": dict(ROPE_KEYS, num_key_value_heads=4, hidden_act="silu", rms_norm_eps=1e-6, tie_word_embeddings=False,
+                      use_sliding_window=False, sliding_window=4096, max_window_layers=28, head_dim=None,
+                      attention_bias=False, max_position_embeddings=32768, decoder_sparse_step=1,
+                      moe_intermediate_size=768, num_experts_per_tok=8, num_experts=128, norm_topk_prob=False,
+                      output_router_logits=False, router_aux_loss_coef=0.001, mlp_only_layers=None),
     "gpt2": dict(n_inner=None, layer_norm_epsilon=1e-5, activation_function="gelu_new", scale_attn_weights=True,
                  scale_attn_by_inverse_layer_idx=False, reorder_and_upcast_attn=False, tie_word_embeddings=True,
                  n_positions=1024, n_ctx=None, add_cross_attention=False),
@@ -284,6 +295,7 @@ FAMILY = {
     "GPT2LMHeadModel": "gpt2", "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Gemma2ForCausalLM": "gemma2",
     "Gemma3ForCausalLM": "gemma3_text", "Phi3ForCausalLM": "phi3",
+    "MixtralForCausalLM": "mixtral", "Qwen3MoeForCausalLM": "qwen3_moe",
 }
 REQUIRED = {
     "gpt2": ("n_embd", "n_layer", "n_head", "vocab_size"),
@@ -637,15 +649,16 @@ class Decoder:
         self.final_softcap = cfg.get("final_logit_softcapping") if self.gemma else None
         if fam == "gemma3_text" and cfg.get("use_bidirectional_attention"):
             fail("config.json: use_bidirectional_attention is not implemented")
-        self.qk_norm = fam in ("qwen3", "gemma3_text")
-        ab = bool(cfg.get("attention_bias")) if fam in ("llama", "qwen3", "gemma2", "gemma3_text") else False
+        self.qk_norm = fam in ("qwen3", "gemma3_text", "qwen3_moe")
+        ab = bool(cfg.get("attention_bias")) if fam in ("llama", "qwen3", "gemma2", "gemma3_text", "qwen3_moe") else False
+        self.read_moe()
         self.bias = {"q_proj": ab or fam == "qwen2", "k_proj": ab or fam == "qwen2", "v_proj": ab or fam == "qwen2",
                      "o_proj": ab, "qkv_proj": False}
         self.mlp_bias = bool(cfg.get("mlp_bias")) if fam == "llama" else False
         self.tied = bool(cfg.get("tie_word_embeddings"))
         self.layer_types = self.read_layer_types()
         window = cfg.get("sliding_window")
-        if fam in ("qwen2", "qwen3") and not cfg.get("use_sliding_window"):
+        if fam in ("qwen2", "qwen3", "qwen3_moe") and not cfg.get("use_sliding_window"):
             window = None
         if "sliding_attention" in self.layer_types and window is None:
             fail("config.json: layer_types has sliding_attention but sliding_window is null")
@@ -663,7 +676,7 @@ class Decoder:
             if len(types) != L or set(types) - {"full_attention", "sliding_attention"}:
                 fail("config.json: layer_types %r is not %d of full_attention/sliding_attention" % (types, L))
             return list(types)
-        if fam in ("qwen2", "qwen3"):
+        if fam in ("qwen2", "qwen3", "qwen3_moe"):
             on = cfg.get("use_sliding_window") and cfg.get("sliding_window") is not None
             return ["sliding_attention" if on and i >= cfg.get("max_window_layers") else "full_attention" for i in range(L)]
         if fam == "gemma2":
@@ -671,11 +684,73 @@ class Decoder:
         if fam == "gemma3_text":
             n = cfg.get("sliding_window_pattern")
             return ["sliding_attention" if (i + 1) % n else "full_attention" for i in range(L)]
-        if fam in ("mistral", "phi3") and cfg.get("sliding_window") is not None:
+        if fam in ("mistral", "phi3", "mixtral") and cfg.get("sliding_window") is not None:
             return ["sliding_attention"] * L
         if fam == "llama" and cfg.get("sliding_window") is not None:
             fail("config.json: sliding_window is not read by Llama")
         return ["full_attention"] * L
+
+    def read_moe(self):
+        """The mixture of experts of Mixtral and Qwen3-MoE (None elsewhere): which layers
+        are sparse, E, k, the experts' width, renormalisation and the router loss."""
+        cfg, fam = self.cfg, self.family
+        self.sparse = [False] * self.L
+        if fam not in ("mixtral", "qwen3_moe"):
+            return
+        if fam == "mixtral":
+            if cfg.get("router_jitter_noise"):
+                fail("config.json: router_jitter_noise is not implemented")
+            self.E, self.expert_ffn, self.norm_topk = cfg.get("num_local_experts"), cfg.get("intermediate_size"), True
+            self.sparse = [True] * self.L
+        else:
+            self.E, self.expert_ffn, self.norm_topk = cfg.get("num_experts"), cfg.get("moe_intermediate_size"), bool(cfg.get("norm_topk_prob"))
+            only, step = cfg.get("mlp_only_layers") or [], cfg.get("decoder_sparse_step")
+            self.sparse = [l not in only and self.E > 0 and (l + 1) % step == 0 for l in range(self.L)]
+        self.k = cfg.get("num_experts_per_tok")
+        self.router_loss = bool(cfg.get("output_router_logits"))
+        self.router_coef = cfg.get("router_aux_loss_coef")
+
+    def moe_names(self, b):
+        """Layer b's router and experts: (router, [(gate, up, down) per expert])."""
+        if self.family == "mixtral":
+            m = b + "block_sparse_moe."
+            return m + "gate.weight", [tuple(m + "experts.%d.%s.weight" % (e, w) for w in ("w1", "w3", "w2")) for e in range(self.E)]
+        m = b + "mlp."
+        return m + "gate.weight", [tuple(m + "experts.%d.%s.weight" % (e, w) for w in ("gate_proj", "up_proj", "down_proj"))
+                                   for e in range(self.E)]
+
+    def moe(self, h, b):
+        """MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock: (output, router logits)."""
+        B, T, C = h.shape
+        x = h.reshape(-1, C)
+        router, experts = self.moe_names(b)
+        logits = x @ self.p[router].t()
+        probs = F.softmax(logits, dim=1, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
+        weights, selected = torch.topk(probs, self.k, dim=-1)
+        if self.norm_topk:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        weights = weights.to(x.dtype)
+        out = torch.zeros_like(x)
+        mask = F.one_hot(selected, num_classes=self.E).permute(2, 1, 0)  # (E, k, tokens)
+        for e in range(self.E):
+            idx, top = torch.where(mask[e])
+            if top.numel() == 0:
+                continue
+            gate, up, down = (self.p[n] for n in experts[e])
+            xe = x[top]
+            ye = (self.act(xe @ gate.t()) * (xe @ up.t())) @ down.t()
+            out = out.index_add(0, top, ye * weights[top, idx, None])
+        return out.reshape(B, T, C), logits
+
+    def router_loss_of(self, logits):
+        """load_balancing_loss_func without an attention mask, over the sparse layers' logits."""
+        z = torch.cat(logits, dim=0)
+        probs = F.softmax(z, dim=-1)
+        _, selected = torch.topk(probs, self.k, dim=-1)
+        mask = F.one_hot(selected, self.E)
+        tokens_per_expert = torch.mean(mask.to(probs.dtype), dim=0)
+        prob_per_expert = torch.mean(probs, dim=0)
+        return torch.sum(tokens_per_expert * prob_per_expert.unsqueeze(0)) * self.E
 
     def names(self):
         """Every tensor name the model reads, with its expected shape."""
@@ -700,14 +775,20 @@ class Decoder:
                     out[a + n + ".weight"] = (rows, C)
                     if self.bias[n]:
                         out[a + n + ".bias"] = (rows,)
-                for n in ("gate_proj", "up_proj"):
+                if self.sparse[l]:
+                    router, experts = self.moe_names(b)
+                    out[router] = (self.E, C)
+                    for gate, up, down in experts:
+                        out[gate], out[up], out[down] = (self.expert_ffn, C), (self.expert_ffn, C), (C, self.expert_ffn)
+                for n in ("gate_proj", "up_proj") if not self.sparse[l] else ():
                     out[b + "mlp." + n + ".weight"] = (F_, C)
                     if self.mlp_bias:
                         out[b + "mlp." + n + ".bias"] = (F_,)
             out[a + "o_proj.weight"] = (C, H * D)
             if self.bias["o_proj"]:
                 out[a + "o_proj.bias"] = (C,)
-            out[b + "mlp.down_proj.weight"] = (C, F_)
+            if not self.sparse[l]:
+                out[b + "mlp.down_proj.weight"] = (C, F_)
             if self.mlp_bias:
                 out[b + "mlp.down_proj.bias"] = (C,)
             if self.qk_norm:
@@ -754,6 +835,7 @@ class Decoder:
             q_start = q_idx - pos
         else:
             q_idx, q_start = pos, torch.zeros_like(pos)
+        self.router_logits = []
         for l in range(self.L):
             b = "model.layers.%d." % l
             a = b + "self_attn."
@@ -791,6 +873,11 @@ class Decoder:
             else:
                 x = x + o
                 h = self.norm(x, p[b + "post_attention_layernorm.weight"])
+            if self.sparse[l]:
+                h, z = self.moe(h, b)
+                self.router_logits.append(z)
+                x = x + h
+                continue
             if self.family == "phi3":
                 gate, up = self.linear(h, b + "mlp.gate_up_proj").chunk(2, dim=-1)
                 h = up * self.act(gate)
@@ -843,7 +930,13 @@ def loss_and_grads(model, params, ids, targets, pos):
         loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), ignore_index=-1)
     else:
         loss = logits.sum() * 0.0
+    aux = None
+    if getattr(model, "router_logits", None):
+        aux = model.router_loss_of(model.router_logits)
+        if model.router_loss:
+            loss = loss + model.router_coef * aux
     loss.backward()
+    model.aux_loss = aux.detach() if aux is not None else None
     grads = {n: t.grad if t.grad is not None else torch.zeros_like(t) for n, t in params.items()}
     for t in params.values():
         t.requires_grad_(False)
@@ -863,6 +956,8 @@ def main(model_dir, batch_path, out_path, fp64=False):
     pos = torch.tensor(batch["pos"], dtype=torch.int64) if batch.get("pos") else torch.arange(T).expand(B, T)
     logits, loss, grads = loss_and_grads(model, params, ids, targets, pos)
     out = {"logits": logits, "loss": loss.reshape(1)}
+    if model.__dict__.get("aux_loss") is not None:
+        out["aux_loss"] = model.aux_loss.reshape(1)
     for name, g in grads.items():
         out["grad." + name] = g
     write_safetensors(out_path, out, torch.float64 if fp64 else torch.float32)
@@ -951,7 +1046,10 @@ def check_gradients(model, params, ids, targets, pos, rng):
     with torch.no_grad():
         def loss_at():
             logits = model.forward(ids, pos)
-            return float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1))
+            loss = float(F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-1))
+            if getattr(model, "router_logits", None) and model.router_loss:
+                loss += model.router_coef * float(model.router_loss_of(model.router_logits))
+            return loss
         for name, t in sorted(params.items()):
             g = grads[name].reshape(-1)
             scale = float(g.abs().max())

@@ -79,6 +79,22 @@ FAMILIES = {
                        max_position_embeddings=32, tie_word_embeddings=False, use_sliding_window=False,
                        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
                                      "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.7}),
+    # Mixtral: 4 experts of intermediate_size 48, top 2 renormalised, a window of 5, the router loss in
+    # the loss at a coefficient large enough to matter.
+    "mixtral": dict(BASE, architectures=["MixtralForCausalLM"], model_type="mixtral", rope_theta=1000000.0,
+                    max_position_embeddings=512, sliding_window=5, tie_word_embeddings=False, num_local_experts=4,
+                    num_experts_per_tok=2, output_router_logits=True, router_aux_loss_coef=0.05),
+    # Qwen3-MoE: q_norm/k_norm, head_dim 16, 6 experts of 20, top 2 not renormalised, layer 1 dense
+    # (mlp_only_layers) with intermediate_size 48, the router loss in the loss.
+    "qwen3_moe": dict(BASE, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", head_dim=16,
+                      rope_theta=10000.0, max_position_embeddings=512, tie_word_embeddings=False, num_experts=6,
+                      num_experts_per_tok=2, moe_intermediate_size=20, norm_topk_prob=False, mlp_only_layers=[1],
+                      decoder_sparse_step=1, output_router_logits=True, router_aux_loss_coef=0.05),
+    # Qwen3-MoE with decoder_sparse_step 2 (only layer 1 sparse), top 3 of 5 renormalised, no router loss.
+    "qwen3_moe_step": dict(BASE, architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", rope_theta=10000.0,
+                           max_position_embeddings=512, tie_word_embeddings=True, num_experts=5,
+                           num_experts_per_tok=3, moe_intermediate_size=24, norm_topk_prob=True,
+                           decoder_sparse_step=2),
     # Llama with linear scaling, factor 2, and a tied head.
     "llama_linear": dict(BASE, architectures=["LlamaForCausalLM"], model_type="llama", rope_theta=10000.0,
                          max_position_embeddings=512, tie_word_embeddings=True,
@@ -110,20 +126,42 @@ def shapes(cfg):
                 out[a + n + ".weight"] = ((rows, C), "proj")
                 if qkv_bias:
                     out[a + n + ".bias"] = ((rows,), "bias")
-            for n in ("gate_proj", "up_proj"):
+            if sparse(cfg, l):
+                E = cfg.get("num_local_experts") or cfg.get("num_experts")
+                FE = cfg.get("moe_intermediate_size") or F
+                m = b + ("block_sparse_moe." if t == "mixtral" else "mlp.")
+                out[m + "gate.weight"] = ((E, C), "proj")
+                names = ("w1", "w3", "w2") if t == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+                for e in range(E):
+                    x = m + "experts.%d." % e
+                    out[x + names[0] + ".weight"] = ((FE, C), "proj")
+                    out[x + names[1] + ".weight"] = ((FE, C), "proj")
+                    out[x + names[2] + ".weight"] = ((C, FE), "proj")
+            for n in ("gate_proj", "up_proj") if not sparse(cfg, l) else ():
                 out[b + "mlp." + n + ".weight"] = ((F, C), "proj")
                 if cfg.get("mlp_bias"):
                     out[b + "mlp." + n + ".bias"] = ((F,), "bias")
         out[a + "o_proj.weight"] = ((C, H * D), "proj")
         if cfg.get("attention_bias"):
             out[a + "o_proj.bias"] = ((C,), "bias")
-        out[b + "mlp.down_proj.weight"] = ((C, F), "proj")
+        if not sparse(cfg, l):
+            out[b + "mlp.down_proj.weight"] = ((C, F), "proj")
         if cfg.get("mlp_bias"):
             out[b + "mlp.down_proj.bias"] = ((C,), "bias")
-        if t in ("qwen3", "gemma3_text"):
+        if t in ("qwen3", "gemma3_text", "qwen3_moe"):
             out[a + "q_norm.weight"] = ((D,), "norm")
             out[a + "k_norm.weight"] = ((D,), "norm")
     return out
+
+
+def sparse(cfg, l):
+    """Whether layer l's MLP is a mixture of experts (Qwen3MoeDecoderLayer's rule; Mixtral: all)."""
+    t = cfg["model_type"]
+    if t == "mixtral":
+        return True
+    if t != "qwen3_moe":
+        return False
+    return l not in (cfg.get("mlp_only_layers") or []) and cfg["num_experts"] > 0 and (l + 1) % cfg.get("decoder_sparse_step", 1) == 0
 
 
 def random_tensors(cfg, seed):
