@@ -491,10 +491,10 @@ func (m *Model) moeBackward(s gpu.Stream, p Params, l int, auxScale float64) err
 	r := st.routes[l]
 	st.upload(m.dev, s, l, bt, k, a.moeTok, a.moeW)
 	x, dy := a.moeX, a.moeDY
-	ops.EmbeddingForward(s, a.moeTok, nil, la.ln2, nil, x, 1, bt*k, c)    // the experts' inputs again
-	ops.EmbeddingForward(s, a.moeTok, nil, a.dres, nil, dy, 1, bt*k, c)   // d out of each grouped row
-	ops.RowDots(s, dy, la.moeY, a.moeDW, bt*k, c)                         // d w = <d out, expert output>
-	ops.ScaleRows(s, dy, a.moeW, bt*k, c)                                 // d expert output = w · d out
+	ops.EmbeddingForward(s, a.moeTok, nil, la.ln2, nil, x, 1, bt*k, c)  // the experts' inputs again
+	ops.EmbeddingForward(s, a.moeTok, nil, a.dres, nil, dy, 1, bt*k, c) // d out of each grouped row
+	ops.RowDots(s, dy, la.moeY, a.moeDW, bt*k, c)                       // d w = <d out, expert output>
+	ops.ScaleRows(s, dy, a.moeW, bt*k, c)                               // d expert output = w · d out
 	m.dev.CopyDeviceToHost(s, st.dw, a.moeDW, 0)
 	if err := s.Synchronize(); err != nil {
 		return fmt.Errorf("model: block %d's routing weights' gradient: %w", l, err)

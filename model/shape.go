@@ -295,7 +295,9 @@ func (s Shape) Gemma() bool { return s.Arch == ArchGemma2 || s.Arch == ArchGemma
 
 // QKNorm says whether each query and key head goes through an RMSNorm of
 // its own (q_norm, k_norm: Qwen3, Gemma 3) before the rotary embedding.
-func (s Shape) QKNorm() bool { return s.Arch == ArchQwen3 || s.Arch == ArchGemma3 || s.Arch == ArchQwen3MoE }
+func (s Shape) QKNorm() bool {
+	return s.Arch == ArchQwen3 || s.Arch == ArchGemma3 || s.Arch == ArchQwen3MoE
+}
 
 // Fused says whether the files hold q|k|v and gate|up as one tensor each
 // (Phi-3's qkv_proj and gate_up_proj).
