@@ -517,16 +517,20 @@ func (e *Engine) Step() (report.StepStats, error) {
 
 	// Every rank's losses and sums of squares, this process's and (with
 	// Options.Procs) the others'.
-	losses, norms, err := e.stepValues()
+	losses, router, norms, err := e.stepValues()
 	if err != nil {
 		return st, fmt.Errorf("engine: step %d: %w", step, err)
 	}
 	// Loss: the micro-batches in rank order, as model.Trainer sums them.
-	var lossSum float64
-	for _, l := range losses {
+	var lossSum, routerSum float64
+	for i, l := range losses {
 		lossSum += l
+		if router != nil {
+			routerSum += router[i]
+		}
 	}
 	st.Loss = lossSum / float64(e.n*e.accum)
+	st.RouterLoss = routerSum / float64(e.n*e.accum)
 	// Norm: chunk by chunk, the ranks' shard sums in rank order (stage 0:
 	// rank 0's sum over the whole chunk, as the single-device loop).
 	var sq float64
@@ -600,11 +604,17 @@ func (e *Engine) computeBusy() time.Duration {
 // every rank's sum of squares of each chunk's reduced gradient (one per
 // chunk; frozen chunks 0), in global rank order: this process's ranks',
 // and with Options.Procs the other processes'.
-func (e *Engine) stepValues() (losses, norms []float64, err error) {
+func (e *Engine) stepValues() (losses, router, norms []float64, err error) {
 	nc := len(e.chunks)
 	losses, norms = make([]float64, e.n*e.accum), make([]float64, e.n*nc)
+	if e.layout.Shape.MoE() {
+		router = make([]float64, e.n*e.accum)
+	}
 	for _, r := range e.ranks {
 		copy(losses[r.idx*e.accum:], r.losses)
+		if router != nil {
+			copy(router[r.idx*e.accum:], r.routerLosses)
+		}
 		if r.idx >= e.normRanks {
 			continue
 		}
@@ -615,12 +625,17 @@ func (e *Engine) stepValues() (losses, norms []float64, err error) {
 		}
 	}
 	if err := e.shareF64(losses, e.accum); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	if router != nil {
+		if err := e.shareF64(router, e.accum); err != nil {
+			return nil, nil, nil, err
+		}
 	}
 	if err := e.shareF64(norms, nc); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return losses, norms, nil
+	return losses, router, norms, nil
 }
 
 // takeHostOpt moves the host optimizer's figures of the runs completed

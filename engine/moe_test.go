@@ -69,6 +69,11 @@ func TestMoEEquivalence(t *testing.T) {
 					if m, d := diff(got.master, want.master); m != 0 {
 						t.Errorf("master: %d elements differ from model.Trainer (max |diff| %g)", m, d)
 					}
+					// The load-balancing loss is reported: at least k·(1/E)·E·... = k when the
+					// router spreads its tokens evenly, and more when it does not.
+					if rl := got.stats[0].RouterLoss; !(rl >= 2 && rl < 4) {
+						t.Errorf("step 1: router loss %v, want in [k, 2k) for a router near uniform", rl)
+					}
 					for i := range got.losses {
 						if got.losses[i] != want.losses[i] {
 							t.Errorf("step %d: loss %v, model.Trainer %v", i+1, got.losses[i], want.losses[i])

@@ -44,20 +44,23 @@ type rank struct {
 	h        *hooks
 	rings    rings // the workspace, taken at New (workspace.go)
 
-	norms      gpu.Buffer // F64, one per chunk: the sum of squares of this rank's reduced gradient
-	normsHost  []byte
-	losses     []float64
-	batches    []model.Batch // this step's micro-batches (Engine.readBatches)
-	paramReady []gpu.Event   // per chunk: the last write of its parameters
-	leased     []*pinned.Buffer
-	ws         workspaceStats
-	liveGrads  []liveGrad
-	tr         *timeline.Recorder  // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
-	run        *pendingUpdate      // the pending host update (exact overlap); nil: none
-	hostFig    report.HostOptStats // the host optimizer's figures taken in this step (takeHostOpt)
-	next       *pendingUpdate      // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
-	undo       [][]byte            // per chunk: master, m and v before the update of the backward
-	bwdChunks  int                 // chunks updated during a backward so far
+	norms     gpu.Buffer // F64, one per chunk: the sum of squares of this rank's reduced gradient
+	normsHost []byte
+	losses    []float64
+	// routerLosses are the micro-batches' load-balancing losses, when the
+	// model is a mixture of experts (routerLosser).
+	routerLosses []float64
+	batches      []model.Batch // this step's micro-batches (Engine.readBatches)
+	paramReady   []gpu.Event   // per chunk: the last write of its parameters
+	leased       []*pinned.Buffer
+	ws           workspaceStats
+	liveGrads    []liveGrad
+	tr           *timeline.Recorder  // the timeline (Options.Trace) and the host optimizer's overlap log; nil: neither
+	run          *pendingUpdate      // the pending host update (exact overlap); nil: none
+	hostFig      report.HostOptStats // the host optimizer's figures taken in this step (takeHostOpt)
+	next         *pendingUpdate      // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
+	undo         [][]byte            // per chunk: master, m and v before the update of the backward
+	bwdChunks    int                 // chunks updated during a backward so far
 	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
 	// (freeze.go): the largest frozen chunk, written only by the norms'
 	// gain gradients (model.FrozenParams) and never read; nil with
@@ -320,7 +323,7 @@ func (r *rank) backward(step int64) error {
 			first = err
 		}
 	}
-	r.losses = r.losses[:0]
+	r.losses, r.routerLosses = r.losses[:0], r.routerLosses[:0]
 	r.tr.StepBegin(step)
 	e.grads.zero(r)
 	scale := float32(e.LossScale() / float64(e.n*e.accum)) // fp16: the loss scaled (fp16.go)
@@ -373,8 +376,16 @@ func (r *rank) loss(failed bool) error {
 		return fmt.Errorf("engine: rank %d: the model gave %d losses for one micro-batch (Instance.Losses returns one per Forward)", r.idx, len(ls))
 	}
 	r.losses = append(r.losses, ls[0])
+	if rl, ok := r.model.(routerLosser); ok {
+		r.routerLosses = append(r.routerLosses, rl.RouterLoss())
+	}
 	return nil
 }
+
+// routerLosser is the optional interface of an Instance that is a mixture
+// of experts: the load-balancing loss of the micro-batch whose loss
+// Losses just read (model.Model.RouterLoss).
+type routerLosser interface{ RouterLoss() float64 }
 
 // reduced is called on the communication stream's program once chunk c's
 // gradient is final on this rank (after the last micro-batch's

@@ -441,3 +441,39 @@ func TestFamiliesConfigRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestMoEImportRefuses: a Mixtral whose expert 2 of layer 1 is narrower
+// than the others (experts of unequal shapes) is refused with one error
+// naming the tensors whose shapes differ from the layout's.
+func TestMoEImportRefuses(t *testing.T) {
+	hosttest.RequireTorch(t)
+	dir := familyDir(t, "mixtral", 50)
+	h, data, err := safetensors.ReadFile(filepath.Join(dir, WeightsName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ts []fileEntry
+	for _, ti := range h.Tensors {
+		e := fileEntry{name: ti.Name, dtype: ti.DType, data: data[ti.Name]}
+		for _, d := range ti.Shape {
+			e.shape = append(e.shape, int(d))
+		}
+		if strings.HasPrefix(ti.Name, "model.layers.1.block_sparse_moe.experts.2.") { // F_e 48 -> 40
+			if e.shape[0] == 48 {
+				e.shape = []int{40, e.shape[1]}
+			} else {
+				e.shape = []int{e.shape[0], 40}
+			}
+			e.data = make([]byte, 4*e.shape[0]*e.shape[1])
+		}
+		ts = append(ts, e)
+	}
+	writeFixtureWeights(t, dir, ts, 1)
+	_, err = Open(dir)
+	for _, want := range []string{"model.layers.1.block_sparse_moe.experts.2.w1.weight has shape [40 32], the layout wants [48 32]",
+		"model.layers.1.block_sparse_moe.experts.2.w2.weight has shape [32 40], the layout wants [32 48]"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+}

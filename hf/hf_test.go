@@ -407,6 +407,14 @@ func TestHFConfigRefuses(t *testing.T) {
 		{llamaFixture, map[string]any{"num_hidden_layers": 2.5}, `"num_hidden_layers": 2.5 is not a positive whole number`},
 		{gpt2Fixture, map[string]any{"tie_word_embeddings": false}, `"tie_word_embeddings": false`},
 		{llamaFixture, map[string]any{"num_key_value_heads": 3}, "n_head 4 is not a multiple of n_kv_head 3"},
+		// Mixtures of experts: the routers and layouts not built, one error each.
+		{llamaFixture, map[string]any{"architectures": []string{"Qwen2MoeForCausalLM"}}, "Qwen2MoeForCausalLM is a mixture of experts Strata does not build: Qwen2-MoE's shared expert"},
+		{llamaFixture, map[string]any{"architectures": []string{"DeepseekV3ForCausalLM"}}, "DeepSeek's shared experts (n_shared_experts)"},
+		{llamaFixture, map[string]any{"architectures": []string{"GptOssForCausalLM"}}, "gpt-oss's router"},
+		{llamaFixture, map[string]any{"architectures": []string{"MixtralForCausalLM"}, "router_jitter_noise": 0.1}, `"router_jitter_noise": 0.1: the router's input noise in training is not built`},
+		{llamaFixture, map[string]any{"architectures": []string{"Qwen3MoeForCausalLM"}, "num_experts": 4, "num_experts_per_tok": 5}, "num_experts_per_tok 5 must be in [1, num_experts 4]"},
+		{llamaFixture, map[string]any{"architectures": []string{"Qwen3MoeForCausalLM"}, "num_experts": 4, "mlp_only_layers": []int{7}}, `"mlp_only_layers": layer 7 is not one of the 3 layers`},
+		{llamaFixture, map[string]any{"architectures": []string{"Qwen3MoeForCausalLM"}, "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 4}, `no layer is sparse (decoder_sparse_step 4`},
 	}
 	for _, tc := range cases {
 		f := tc.f

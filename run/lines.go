@@ -16,6 +16,9 @@ type StepLine struct {
 	LR       float64 `json:"lr"`
 	GradNorm Number  `json:"grad_norm"`
 	ClipCoef float64 `json:"clip_coef"`
+	// RouterLoss is a mixture of experts' load-balancing loss
+	// (report.StepStats.RouterLoss); absent for a dense model.
+	RouterLoss float64 `json:"router_loss,omitempty"`
 	// LossScale is the fp16 loss scale the step ran with, Skipped whether
 	// it overflowed and updated nothing (its grad_norm is then null).
 	LossScale        float64 `json:"loss_scale,omitempty"`

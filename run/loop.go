@@ -201,7 +201,7 @@ func (l *trainLoop) writeLine(st report.StepStats, ev *EvalLine) error {
 		return nil
 	}
 	m := st.Moved
-	line := StepLine{Step: st.Step, Loss: Number(st.Loss), LR: st.LR, GradNorm: Number(st.GradNorm), ClipCoef: st.ClipCoef, Skipped: st.Skipped,
+	line := StepLine{Step: st.Step, Loss: Number(st.Loss), LR: st.LR, GradNorm: Number(st.GradNorm), ClipCoef: st.ClipCoef, RouterLoss: st.RouterLoss, Skipped: st.Skipped,
 		StepSeconds: st.Duration.Seconds(), TokensPerSecond: st.TokensPer,
 		HostToDevice: m.HostToDevice, DeviceToHost: m.DeviceToHost, DeviceToDevice: m.DeviceToDevice, CollectiveBytes: m.Collective,
 		ElapsedSeconds: time.Since(l.t0).Seconds(), TokensThisStep: st.Tokens, GlobalBatchLines: l.cfg.TrainBatchSize,

@@ -18,11 +18,16 @@ import (
 
 // StepStats describe one optimizer step.
 type StepStats struct {
-	Step     int64   // 1 for the first
-	Loss     float64 // mean over the global batch's micro-batches of their mean loss
-	LR       float64
-	GradNorm float64 // global L2 norm of the gradient before clipping
-	ClipCoef float64 // factor applied to the gradient (1 when not clipped)
+	Step int64   // 1 for the first
+	Loss float64 // mean over the global batch's micro-batches of their mean loss
+	// RouterLoss is a mixture of experts' load-balancing loss
+	// (load_balancing_loss_func, before router_aux_loss_coef), the mean
+	// over the micro-batches; 0 for a dense model. Loss includes it times
+	// the coefficient when the shape's output_router_logits is set.
+	RouterLoss float64
+	LR         float64
+	GradNorm   float64 // global L2 norm of the gradient before clipping
+	ClipCoef   float64 // factor applied to the gradient (1 when not clipped)
 	// LossScale is the loss scale the step ran with (fp16; 1 otherwise);
 	// Skipped says the step overflowed and updated nothing (engine's fp16.go).
 	LossScale float64
