@@ -171,6 +171,11 @@ func New(r Request) (*Report, error) {
 		opts.ChunkParams = ChunkParams(base)
 		rep.Model = r.Shape.Name
 		rep.Description = fmt.Sprintf("%s: Ψ = %s parameters in %d chunks", r.Shape, groupDigits(r.Shape.ParamCount()), len(opts.ChunkParams))
+		if s := *r.Shape; s.MoE() {
+			rep.Description += fmt.Sprintf("; a mixture of experts: %s active per token (%d of %d experts of %s parameters in each of %d sparse layers), "+
+				"every expert a chunk of its own; each step moves every expert's chunk (moving only the routed ones is not built)",
+				groupDigits(s.ActiveParamCount()), s.TopK, s.Experts, groupDigits(s.ExpertParamCount()), s.SparseLayers())
+		}
 	} else {
 		if r.Params < 1 {
 			return nil, requestErr(InputSize, "estimate: %d parameters: give a shape or at least 1 parameter", r.Params)

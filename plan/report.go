@@ -11,6 +11,7 @@ import (
 
 	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
 )
 
 // A Result as `strata plan` prints it: the table, and the JSON of --json
@@ -33,8 +34,8 @@ func (r *Result) WriteText(w io.Writer) error {
 // writeNoFit writes every placement's shortfall.
 func (r *Result) writeNoFit(w io.Writer) {
 	in := r.Inputs
-	fmt.Fprintf(w, "strata plan: %s (%s params) on %d device(s) of %s, batch %d × %d tokens: no placement fits\n",
-		in.Model, paramWords(in.Shape.ParamCount()), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
+	fmt.Fprintf(w, "strata plan: %s (%s) on %d device(s) of %s, batch %d × %d tokens: no placement fits\n",
+		in.Model, shapeParams(in.Shape), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
 	for _, f := range r.Predictions {
 		fmt.Fprintf(w, "  %-44s %s\n", f.Name+":", f.Short)
 	}
@@ -45,8 +46,8 @@ func (r *Result) writeNoFit(w io.Writer) {
 
 func (r *Result) writeTable(w io.Writer) {
 	in, p, measured := r.Inputs, r.Profile, r.Measured
-	fmt.Fprintf(w, "strata plan: %s (%s params), %s, on %d device(s) of %s, batch %d × %d tokens", in.Model,
-		paramWords(in.Shape.ParamCount()), in.Job.Name(), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
+	fmt.Fprintf(w, "strata plan: %s (%s), %s, on %d device(s) of %s, batch %d × %d tokens", in.Model,
+		shapeParams(in.Shape), in.Job.Name(), in.Devices, units.FormatBytes(in.HBMBytes), in.Batch, in.Seq)
 	if in.Accum > 1 {
 		fmt.Fprintf(w, " × %d micro-batches", in.Accum)
 	}
@@ -193,6 +194,15 @@ func (r *Result) JSON() JSONResult {
 }
 
 // paramWords is a parameter count as people say it: 124.4M, 6.50B.
+// shapeParams is the shape's parameter count in words, with a mixture of
+// experts' active ones (TopK experts of each sparse layer).
+func shapeParams(s model.Shape) string {
+	if s.MoE() {
+		return paramWords(s.ParamCount()) + " params, " + paramWords(s.ActiveParamCount()) + " active"
+	}
+	return paramWords(s.ParamCount()) + " params"
+}
+
 func paramWords(n int64) string {
 	switch {
 	case n >= 1e9:
