@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/strata-ai/strata/infer"
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/model"
 	"github.com/urfave/cli/v2"
 )
@@ -45,6 +46,10 @@ func generateCommand() *cli.Command {
 			&cli.Float64Flag{Name: "temperature", Usage: "0: greedy; above 0: sample from softmax(logits / T)"},
 			&cli.Uint64Flag{Name: "seed", Value: 1, Usage: "the sampler's seed (with --temperature above 0)"},
 			&cli.BoolFlag{Name: "no-special", Usage: "put no template tokens (BOS) before the prompt"},
+			&cli.StringFlag{Name: "experts", Value: infer.ExpertsDevice, Usage: "a mixture of experts' experts: device (with the other weights), cpu (host RAM) or nvme (a file under --nvme-path); off the device only the experts a token reached are read, through --expert-cache"},
+			&cli.StringFlag{Name: "nvme-path", Usage: "with --experts nvme: a directory on a filesystem that does O_DIRECT (the experts' file is removed when generate ends)"},
+			&cli.IntFlag{Name: "expert-cache", Value: 0, Usage: "with --experts cpu or nvme: the experts kept on the device between tokens"},
+			&cli.StringFlag{Name: "expert-policy", Value: infer.PolicyTinyLFU, Usage: "the expert cache's policy: tinylfu (ristretto, the default: it hit more than lru on skewed routing) or lru"},
 		),
 		Action: func(c *cli.Context) error { return runGenerate(c, c.App.Writer, c.App.ErrWriter) },
 	}
@@ -115,6 +120,11 @@ func runGenerate(c *cli.Context, stdout, stderr io.Writer) error {
 	}[r.Stop]
 	fmt.Fprintf(stderr, "generated %d tokens after a prompt of %d (%s); the prompt in %.2fs, then %.1f tokens/s\n",
 		r.Generated, len(prompt), stop, r.PromptTime.Seconds(), float64(r.Generated)/max(r.GenTime.Seconds(), 1e-9))
+	if es := m.ExpertStats(); es.Acquires > 0 {
+		fmt.Fprintf(stderr, "experts (%s): %d used, %d hits in a cache of %d (%s): hit rate %.3f; %s read, %s per token\n",
+			c.String("experts"), es.Acquires, es.Hits, es.Slots, es.Policy, es.HitRate(), units.FormatBytes(es.Reads),
+			units.FormatBytes(es.Reads/int64(max(1, r.Generated+1))))
+	}
 	return nil
 }
 

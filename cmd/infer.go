@@ -54,7 +54,17 @@ func openInference(c *cli.Context, cmd string) (*infer.Model, error) {
 	if dtFlag != "auto" && dtFlag != "fp32" && dtFlag != "bf16" {
 		return nil, usagef("%s: --dtype %q: want auto, fp32 or bf16", cmd, dtFlag)
 	}
-	return infer.Open(c.Context, c.String("model"), infer.Options{Backend: name, HBMBytes: hbm, DType: dtFlag, Name: cmd})
+	o := infer.Options{Backend: name, HBMBytes: hbm, DType: dtFlag, Name: cmd}
+	if cmd == "generate" { // a mixture of experts' experts off the device
+		o.Experts, o.NVMePath, o.ExpertCache, o.ExpertPolicy = c.String("experts"), c.String("nvme-path"), c.Int("expert-cache"), c.String("expert-policy")
+		if err := o.Validate(); err != nil {
+			return nil, usagef("%s: %v", cmd, err)
+		}
+		if o.Experts == infer.ExpertsNVMe && o.NVMePath == "" {
+			return nil, usagef("%s: --experts nvme needs --nvme-path DIR", cmd)
+		}
+	}
+	return infer.Open(c.Context, c.String("model"), o)
 }
 
 // loadInference refuses a model whose parameters and decoder (opts) do not

@@ -257,7 +257,7 @@ func (e *evalRun) score(ids, targets []int32) error {
 		e.targets = targets
 		rowFn = e.row1
 	}
-	sum, n, err := d.Score(e.s, e.m.w, ids, targets, rowFn)
+	sum, n, err := d.Score(e.s, e.m.params(), ids, targets, rowFn)
 	if err != nil {
 		return fmt.Errorf("%s: window %d (tokens %d..): %w", e.m.name, e.windows, e.counted, err)
 	}

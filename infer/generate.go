@@ -135,7 +135,7 @@ func Generate(ctx context.Context, m *Model, prompt []int32, opts GenOptions, yi
 	d, s := m.dec, m.Device.DefaultStream()
 	d.Reset()
 	t0 := time.Now()
-	logits, err := d.Step(s, m.w, prompt)
+	logits, err := d.Step(s, m.params(), prompt)
 	if err != nil {
 		return r, fmt.Errorf("%s: %w", m.name, err)
 	}
@@ -174,7 +174,7 @@ func Generate(ctx context.Context, m *Model, prompt []int32, opts GenOptions, yi
 			r.Stop = StopMaxSeq
 			break
 		}
-		if logits, err = d.Step(s, m.w, []int32{next}); err != nil {
+		if logits, err = d.Step(s, m.params(), []int32{next}); err != nil {
 			return r, fmt.Errorf("%s: %w", m.name, err)
 		}
 	}

@@ -29,6 +29,16 @@ type Options struct {
 	// Name is how errors name the caller ("eval", "generate"); default
 	// "infer".
 	Name string
+	// Experts is where a mixture of experts' experts live while it runs:
+	// "" or ExpertsDevice with the rest of the weights, ExpertsHost in
+	// host RAM or ExpertsNVMe in a file under NVMePath. Off the device,
+	// only the experts a token reached are read, through a cache of
+	// ExpertCache experts on the device under ExpertPolicy (PolicyLRU or
+	// PolicyTinyLFU); ExpertStats counts the hits and the bytes read.
+	Experts      string
+	NVMePath     string
+	ExpertCache  int
+	ExpertPolicy string
 }
 
 // Validate says what of o is not an option Open takes.
@@ -37,6 +47,19 @@ func (o Options) Validate() error {
 	case "", "auto", "fp32", "bf16":
 	default:
 		return fmt.Errorf("infer: DType %q: want auto, fp32 or bf16", o.DType)
+	}
+	switch o.Experts {
+	case "", ExpertsDevice, ExpertsHost, ExpertsNVMe:
+	default:
+		return fmt.Errorf("infer: experts %q: want %s, %s or %s", o.Experts, ExpertsDevice, ExpertsHost, ExpertsNVMe)
+	}
+	switch o.ExpertPolicy {
+	case "", PolicyLRU, PolicyTinyLFU:
+	default:
+		return fmt.Errorf("infer: expert cache policy %q: want %s or %s", o.ExpertPolicy, PolicyLRU, PolicyTinyLFU)
+	}
+	if o.ExpertCache < 0 {
+		return fmt.Errorf("infer: expert cache of %d experts: want >= 0", o.ExpertCache)
 	}
 	return nil
 }
@@ -71,7 +94,9 @@ type Model struct {
 
 	name     string
 	dtypeSet bool // Options.DType asked for a dtype
+	opts     Options
 	w        *model.Weights
+	experts  *expertStore // the experts off the device (Options.Experts), or nil
 	dec      *model.Decoder
 	decOpts  model.DecoderOptions
 }
@@ -98,7 +123,7 @@ func Open(ctx context.Context, path string, opts Options) (_ *Model, err error) 
 	if err := im.Open(ctx); err != nil {
 		return nil, err
 	}
-	m := &Model{Source: im, name: cmd}
+	m := &Model{Source: im, name: cmd, opts: opts}
 	defer func() {
 		if err != nil {
 			m.Close()
@@ -158,7 +183,7 @@ func contains(ids []int32, id int32) bool {
 // CheckFits refuses a model whose parameters and a decoder of opts do
 // not fit the device's free memory, saying what each needs.
 func (m *Model) CheckFits(opts model.DecoderOptions) error {
-	params := model.WeightsBytes(m.Layout, m.DType)
+	params := m.WeightsBytes()
 	dec := model.DecoderBytes(m.Shape(), opts)
 	ms := m.Device.MemStats()
 	free := ms.BudgetBytes - ms.InUseBytes
@@ -182,7 +207,11 @@ func (m *Model) Load(ctx context.Context, opts model.DecoderOptions) error {
 	if err := m.CheckFits(opts); err != nil {
 		return err
 	}
-	w, err := model.NewWeights(m.Device, m.Layout, m.DType)
+	var keep func(c int) bool
+	if m.expertsOff() {
+		keep = func(c int) bool { return !m.Layout.IsExpert(c) }
+	}
+	w, err := model.NewWeightsOf(m.Device, m.Layout, m.DType, keep)
 	if err != nil {
 		return fmt.Errorf("%s: %w", m.name, err)
 	}
@@ -198,12 +227,20 @@ func (m *Model) Load(ctx context.Context, opts model.DecoderOptions) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if keep != nil && !keep(c) {
+			continue
+		}
 		if err := src.ReadChunk(c, buf[:ch.Len]); err != nil {
 			return fmt.Errorf("%s: --model %s: %w", m.name, m.Source.Path, err)
 		}
 		w.LoadChunk(s, c, buf[:ch.Len])
 		if err := s.Synchronize(); err != nil {
 			return fmt.Errorf("%s: upload chunk %d: %w", m.name, c, err)
+		}
+	}
+	if keep != nil {
+		if m.experts, err = newExpertStore(m, w, m.opts.Experts, m.opts.NVMePath, m.expertSlots(), m.opts.ExpertPolicy); err != nil {
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
 	if m.dec, err = model.NewDecoder(m.Device, m.Layout, opts); err != nil {
@@ -216,8 +253,44 @@ func (m *Model) Load(ctx context.Context, opts model.DecoderOptions) error {
 // Loaded says whether Load has put the weights on the device.
 func (m *Model) Loaded() bool { return m.dec != nil }
 
-// WeightsBytes is what the parameters take on the device.
-func (m *Model) WeightsBytes() int64 { return model.WeightsBytes(m.Layout, m.DType) }
+// WeightsBytes is what the parameters take on the device: all of them,
+// or with the experts off the device the others and the expert cache's
+// slots (one more than Options.ExpertCache: the scratch a miss is read
+// into).
+func (m *Model) WeightsBytes() int64 {
+	if !m.expertsOff() {
+		return model.WeightsBytes(m.Layout, m.DType)
+	}
+	s := m.Shape()
+	experts := int64(m.Layout.ExpertChunks()) * s.ExpertParamCount()
+	return (m.Layout.ParamCount() - experts + int64(m.expertSlots()+1)*s.ExpertParamCount()) * int64(m.DType.Size())
+}
+
+// expertsOff says whether a mixture of experts keeps its experts off the
+// device (Options.Experts).
+func (m *Model) expertsOff() bool {
+	return m.Shape().MoE() && (m.opts.Experts == ExpertsHost || m.opts.Experts == ExpertsNVMe)
+}
+
+// expertSlots is the expert cache's size, at most every expert.
+func (m *Model) expertSlots() int { return min(m.opts.ExpertCache, m.Layout.ExpertChunks()) }
+
+// ExpertStats is the expert store's counters since Load (zero when the
+// experts are on the device).
+func (m *Model) ExpertStats() ExpertStats {
+	if m.experts == nil {
+		return ExpertStats{}
+	}
+	return m.experts.Stats()
+}
+
+// params is what the decoder reads the weights through.
+func (m *Model) params() model.Params {
+	if m.experts != nil {
+		return m.experts
+	}
+	return m.w
+}
 
 // Close frees the device memory and closes the backend and the files.
 func (m *Model) Close() error {
@@ -227,6 +300,10 @@ func (m *Model) Close() error {
 	if m.dec != nil {
 		m.dec.Free()
 		m.dec = nil
+	}
+	if m.experts != nil {
+		m.experts.close()
+		m.experts = nil
 	}
 	if m.w != nil {
 		m.w.Free()

@@ -435,13 +435,30 @@ type moeRows struct {
 // expertsForward writes out (n×C) = Σ over each token's experts, in
 // ascending order, of w · expert(h) for the normed inputs h (n×C) routed
 // by r, each expert run over its tokens' grouped rows between its Acquire
-// and Release (every expert of the layer, in order).
-func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *moeRoute, n int, h, out gpu.Buffer, b moeRows) error {
+// and Release: every expert of the layer in order (training's fixed
+// access order), or with routed only the experts a token reached (the
+// Decoder's: inference moves only those), which a p that implements
+// ExpertPrefetcher is told of first.
+func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *moeRoute, n int, h, out gpu.Buffer, b moeRows, routed bool) error {
 	sh := lo.Shape
 	c, fe, k := sh.Dim, sh.ExpertFFNDim(), sh.TopK
 	x := b.x.Slice(0, n*k*c)
 	ops.EmbeddingForward(s, b.tok.Slice(0, n*k), nil, h, nil, x, 1, n*k, c) // x[i] = h[tok[i]]
+	if pf, ok := p.(ExpertPrefetcher); ok && routed {
+		var chunks []int
+		for e := range sh.Experts {
+			if r.offsets[e+1] > r.offsets[e] {
+				chunks = append(chunks, lo.ExpertChunk(l, e))
+			}
+		}
+		if err := pf.PrefetchExperts(chunks); err != nil {
+			return err
+		}
+	}
 	for e := range sh.Experts {
+		if routed && r.offsets[e+1] == r.offsets[e] {
+			continue
+		}
 		ch := lo.ExpertChunk(l, e)
 		w, err := p.Acquire(s, ch, shard.Forward)
 		if err != nil {
@@ -472,11 +489,20 @@ func (m *Model) moeForward(s gpu.Stream, p Params, l int, out gpu.Buffer) error 
 		return err
 	}
 	st.upload(m.dev, s, l, bt, m.shape.TopK, a.moeTok, a.moeW)
-	if err := expertsForward(m.ops, s, p, m.layout, l, st.routes[l], bt, la.ln2, out, moeRows{a.moeTok, a.moeW, a.moeX, la.fch, la.fchAct, la.moeY}); err != nil {
+	if err := expertsForward(m.ops, s, p, m.layout, l, st.routes[l], bt, la.ln2, out, moeRows{a.moeTok, a.moeW, a.moeX, la.fch, la.fchAct, la.moeY}, false); err != nil {
 		return err
 	}
 	m.ops.Add(s, la.res2, out, out, bt*m.shape.Dim)
 	return nil
+}
+
+// ExpertPrefetcher is the optional interface of a Decoder's Params that
+// keeps a mixture of experts' experts off the device: after a sparse
+// layer's router has run, PrefetchExperts names the expert chunks its
+// tokens reached (ascending), which the Decoder then acquires one by
+// one; the experts no token reached are not acquired at all.
+type ExpertPrefetcher interface {
+	PrefetchExperts(chunks []int) error
 }
 
 // moeBackward runs sparse layer l's experts' backward before its block's:

@@ -32,11 +32,22 @@ func WeightsBytes(layout *Layout, dt gpu.DType) int64 {
 // NewWeights allocates every chunk's parameters in dt (F32, BF16 or F16)
 // on dev, zeroed, tagged gpu.ModelState; LoadChunk fills them.
 func NewWeights(dev gpu.Device, layout *Layout, dt gpu.DType) (*Weights, error) {
+	return NewWeightsOf(dev, layout, dt, nil)
+}
+
+// NewWeightsOf is NewWeights of the chunks keep says (nil: all of them);
+// the others are not allocated, and acquiring one is an error (a Params
+// that keeps them elsewhere serves them: infer's experts off the device).
+func NewWeightsOf(dev gpu.Device, layout *Layout, dt gpu.DType, keep func(c int) bool) (*Weights, error) {
 	if dt != gpu.F32 && !dt.Half() {
 		return nil, fmt.Errorf("model: parameter dtype %s is not f32, bf16 or f16", dt)
 	}
 	w := &Weights{dev: dev, layout: layout, dt: dt}
 	for _, ch := range layout.Chunks {
+		if keep != nil && !keep(ch.Index) {
+			w.params = append(w.params, nil)
+			continue
+		}
 		p, err := dev.Alloc(ch.Len, dt, gpu.Tag{Kind: gpu.ModelState, Purpose: "param"})
 		if err != nil {
 			w.Free()
@@ -62,13 +73,18 @@ func (w *Weights) LoadChunk(s gpu.Stream, c int, v []float32) {
 // completed.
 func (w *Weights) Free() {
 	for _, b := range w.params {
-		w.dev.Free(b)
+		if b != nil {
+			w.dev.Free(b)
+		}
 	}
 	w.params = nil
 }
 
 // Acquire implements Params.
 func (w *Weights) Acquire(_ gpu.Stream, c int, _ shard.Phase) (gpu.Buffer, error) {
+	if w.params[c] == nil {
+		return nil, fmt.Errorf("model: chunk %d (%s) is not among the weights on the device", c, w.layout.Chunks[c].Name)
+	}
 	return w.params[c], nil
 }
 
