@@ -54,6 +54,7 @@ func (m *Model) llamaBlockForward(s gpu.Stream, w, x, out gpu.Buffer, la *layerA
 	}
 	if sh.SparseLayer(l) { // the router's logits; moeForward runs the experts and writes out
 		ops.Gemm(s, false, true, bt, sh.Experts, c, 1, la.ln2, w.Slice(o.router, sh.Experts*c), 0, m.a.moeLogits)
+		m.loraForward(s, siteRouter, la.ln2, m.a.moeLogits)
 		return
 	}
 	linearForward(ops, s, la.ln2, w.Slice(o.gateUpW, 2*f*c), nil, la.fch, bt, c, 2*f) // gate|up (bt×2F)

@@ -77,8 +77,17 @@ const (
 	siteAttnOut        // GPT-2 attn.c_proj; Llama o_proj
 	siteUp             // GPT-2 mlp.c_fc; Llama gate_proj, up_proj
 	siteDown           // GPT-2 mlp.c_proj; Llama down_proj
-	siteCount
+	siteRouter         // a mixture of experts' router (Mixtral's block_sparse_moe.gate, Qwen3-MoE's mlp.gate)
+	siteExperts        // expert e's gate and up: siteExperts + 2e; its down: siteExperts + 2e + 1
 )
+
+// expertSite is expert e's gate|up site, or with down its down site.
+func expertSite(e int, down bool) int {
+	if down {
+		return siteExperts + 2*e + 1
+	}
+	return siteExperts + 2*e
+}
 
 // loraModule is one adaptable linear of a block.
 type loraModule struct {
@@ -92,9 +101,11 @@ type loraModule struct {
 	a, b    int // its A and B's offsets in the adapter chunk (adapted modules only)
 }
 
-// blockModules are the linears of a block of s that LoRA can adapt, in
-// block order.
-func blockModules(s Shape) []loraModule {
+// blockModules are the linears of block l of s that LoRA can adapt, in
+// block order: a mixture of experts' sparse layer has, after the
+// attention's, its router and each expert's gate (w1), up (w3) and down
+// (w2), under PEFT's module names.
+func blockModules(s Shape, l int) []loraModule {
 	c, f := s.Dim, s.FFNDim()
 	if !s.IsLlama() {
 		return []loraModule{
@@ -114,15 +125,36 @@ func blockModules(s Shape) []loraModule {
 			{name: "down_proj", path: "mlp.down_proj", in: f, out: c, site: siteDown, width: c},
 		}
 	}
-	return []loraModule{
+	attn := []loraModule{
 		{name: "q_proj", path: "self_attn.q_proj", in: c, out: q, site: siteQKV, off: 0, width: w},
 		{name: "k_proj", path: "self_attn.k_proj", in: c, out: kv, site: siteQKV, off: q, width: w},
 		{name: "v_proj", path: "self_attn.v_proj", in: c, out: kv, site: siteQKV, off: q + kv, width: w},
 		{name: "o_proj", path: "self_attn.o_proj", in: q, out: c, site: siteAttnOut, width: c},
-		{name: "gate_proj", path: "mlp.gate_proj", in: c, out: f, site: siteUp, off: 0, width: 2 * f},
-		{name: "up_proj", path: "mlp.up_proj", in: c, out: f, site: siteUp, off: f, width: 2 * f},
-		{name: "down_proj", path: "mlp.down_proj", in: f, out: c, site: siteDown, width: c},
 	}
+	if !s.SparseLayer(l) {
+		return append(attn,
+			loraModule{name: "gate_proj", path: "mlp.gate_proj", in: c, out: f, site: siteUp, off: 0, width: 2 * f},
+			loraModule{name: "up_proj", path: "mlp.up_proj", in: c, out: f, site: siteUp, off: f, width: 2 * f},
+			loraModule{name: "down_proj", path: "mlp.down_proj", in: f, out: c, site: siteDown, width: c})
+	}
+	ne, fe := s.Experts, s.ExpertFFNDim()
+	router := strings.TrimSuffix(routerName(s), ".weight")
+	out := append(attn, loraModule{name: "gate", path: router, in: c, out: ne, site: siteRouter, width: ne})
+	for e := range ne {
+		names, _ := expertTensors(s, l, e)
+		mod := func(i int) (string, string) {
+			p := strings.TrimSuffix(strings.TrimPrefix(names[i], fmt.Sprintf("layers.%d.", l)), ".weight")
+			return p[strings.LastIndexByte(p, '.')+1:], p
+		}
+		gn, gp := mod(0)
+		un, up := mod(1)
+		dn, dp := mod(2)
+		out = append(out,
+			loraModule{name: gn, path: gp, in: c, out: fe, site: expertSite(e, false), off: 0, width: 2 * fe},
+			loraModule{name: un, path: up, in: c, out: fe, site: expertSite(e, false), off: fe, width: 2 * fe},
+			loraModule{name: dn, path: dp, in: fe, out: c, site: expertSite(e, true), width: c})
+	}
+	return out
 }
 
 // blockPrefix is the prefix of block l's tensor names.
@@ -134,16 +166,57 @@ func blockPrefix(s Shape, l int) string {
 }
 
 // Validate says what is wrong with o for shape s: its numbers, and a
-// target that matches none of the block's linears (naming the ones it
+// target that matches none of the blocks' linears (naming the ones it
 // could).
 func (o *LoRA) Validate(s Shape) error {
-	_, err := o.modules(s)
+	_, err := o.modules(s, -1)
 	return err
 }
 
-// modules are the block's adapted modules, with their offsets in the
-// adapter chunk.
-func (o *LoRA) modules(s Shape) ([]loraModule, error) {
+// modules are block l's adapted modules, with their offsets in its
+// adapter chunk; l < 0 checks every block (a target must match a linear
+// of some block) and returns the first's.
+func (o *LoRA) modules(s Shape, l int) ([]loraModule, error) {
+	if l >= 0 || s.Layers == 0 {
+		return o.blockModules(s, max(l, 0), true)
+	}
+	hit := map[string]bool{}
+	var first []loraModule
+	for i := range s.Layers {
+		mods, err := o.blockModules(s, i, false)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			first = mods
+		}
+		for _, m := range mods {
+			for _, t := range o.Targets {
+				if t == "all-linear" || m.name == t || m.path == t || strings.HasSuffix(m.path, "."+t) {
+					hit[t] = true
+				}
+			}
+		}
+	}
+	for _, t := range o.Targets {
+		if !hit[t] {
+			var names []string
+			for i := range s.Layers {
+				for _, m := range blockModules(s, i) {
+					if !slices.Contains(names, m.name) {
+						names = append(names, m.name)
+					}
+				}
+			}
+			return nil, fmt.Errorf("strata.lora.target_modules: %q matches no linear of a %s block (its linears: %s)", t, s.Arch, strings.Join(names, ", "))
+		}
+	}
+	return first, nil
+}
+
+// blockModules is modules of block l; with strict a target that matches
+// none of its linears is an error.
+func (o *LoRA) blockModules(s Shape, l int, strict bool) ([]loraModule, error) {
 	switch {
 	case o.R <= 0:
 		return nil, fmt.Errorf("strata.lora.r: %d must be > 0", o.R)
@@ -153,10 +226,10 @@ func (o *LoRA) modules(s Shape) ([]loraModule, error) {
 		return nil, fmt.Errorf("strata.lora.dropout: %g is not in [0, 1)", o.Dropout)
 	case len(o.Targets) == 0:
 		return nil, fmt.Errorf("strata.lora.target_modules: empty; name the linears to adapt")
-	case s.MoE():
-		return nil, fmt.Errorf("strata.lora: LoRA on a mixture of experts (%s) is not built yet", s.Arch)
+	case s.MoE() && o.Dropout > 0:
+		return nil, fmt.Errorf("strata.lora.dropout: %g: dropout on the adapters of a mixture of experts (%s) is not built; set it to 0", o.Dropout, s.Arch)
 	}
-	all := blockModules(s)
+	all := blockModules(s, l)
 	var names []string
 	for _, m := range all {
 		if !slices.Contains(names, m.name) {
@@ -182,7 +255,7 @@ func (o *LoRA) modules(s Shape) ([]loraModule, error) {
 				matched[i], hit = true, true
 			}
 		}
-		if !hit {
+		if !hit && strict && !s.MoE() {
 			return nil, fmt.Errorf("strata.lora.target_modules: %q matches no linear of a %s block (its linears: %s)", t, s.Arch, strings.Join(names, ", "))
 		}
 	}
@@ -209,13 +282,16 @@ func (l *Layout) WithLoRA(o LoRA) (*Layout, error) {
 	if l.Shape.Layers == 0 {
 		return nil, fmt.Errorf("model: LoRA adapts a decoder's blocks; layout %q has none", l.Name)
 	}
-	mods, err := o.modules(l.Shape)
-	if err != nil {
+	if _, err := o.modules(l.Shape, -1); err != nil {
 		return nil, err
 	}
 	o.Targets = slices.Clone(o.Targets)
 	out := &Layout{Name: l.Name, Shape: l.Shape, Chunks: slices.Clone(l.Chunks), LoRA: &o}
 	for i := range l.Shape.Layers {
+		mods, err := o.modules(l.Shape, i)
+		if err != nil {
+			return nil, err
+		}
 		var names []string
 		var shapes [][]int
 		for _, m := range mods {
@@ -254,7 +330,7 @@ type FrozenParams interface {
 // loraState is a Model's adapters: the modules per site, the scaling and
 // the workspace planActivations lays out (activations.lora*).
 type loraState struct {
-	mods    [siteCount][]loraModule
+	mods    [][]loraModule // per block: its adapted modules
 	scaling float32
 	// dropout: the threshold and scale of gpu.Dropout (threshold 0: none),
 	// and xd, bt×(widest input), the dropped input (in the backward also
@@ -273,18 +349,22 @@ type loraState struct {
 // its GEMM output with others (0: none does), and with dropout the widest
 // input (0: no dropout).
 func loraWorkspace(s Shape, o *LoRA) (chunk, wide, in int) {
-	mods, err := o.modules(s)
-	if err != nil {
-		return 0, 0, 0
-	}
-	for _, m := range mods {
-		chunk += o.R * (m.in + m.out)
-		if m.out != m.width {
-			wide = max(wide, m.out)
+	for l := range s.Layers {
+		mods, err := o.modules(s, l)
+		if err != nil {
+			return 0, 0, 0
 		}
-		if o.Dropout > 0 {
-			in = max(in, m.in)
+		n := 0
+		for _, m := range mods {
+			n += o.R * (m.in + m.out)
+			if m.out != m.width {
+				wide = max(wide, m.out)
+			}
+			if o.Dropout > 0 {
+				in = max(in, m.in)
+			}
 		}
+		chunk = max(chunk, n)
 	}
 	return chunk, wide, in
 }
@@ -319,28 +399,44 @@ func dropoutSeed(seed uint64, layer, index int) uint64 {
 
 // newLoRAState groups o's modules by site, over the workspace in a.
 func newLoRAState(s Shape, o *LoRA, a *activations) *loraState {
-	mods, err := o.modules(s)
-	if err != nil {
-		panic(err) // validated by ActivationOptions.Validate
-	}
 	st := &loraState{scaling: float32(o.Scaling()), w: a.loraW, g: a.loraG, t: a.loraT, dt: a.loraDT, wide: a.loraWide, xd: a.loraXD}
 	st.threshold, st.dropScale = gpu.DropoutThreshold(o.Dropout)
-	for _, m := range mods {
-		st.mods[m.site] = append(st.mods[m.site], m)
+	for l := range s.Layers {
+		mods, err := o.modules(s, l)
+		if err != nil {
+			panic(err) // validated by ActivationOptions.Validate
+		}
+		st.mods = append(st.mods, mods)
 	}
 	return st
+}
+
+// site is the current block's adapted modules that add to site.
+func (lo *loraState) site(l, site int) []loraModule {
+	var out []loraModule
+	for _, m := range lo.mods[l] {
+		if m.site == site {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // loraForward adds the adapters of site to y (bt×width), the output of
 // the base linear whose input is x (bt×in).
 func (m *Model) loraForward(s gpu.Stream, site int, x, y gpu.Buffer) {
+	m.loraForwardRows(s, site, x, y, m.batch*m.seq)
+}
+
+// loraForwardRows is loraForward over bt rows (an expert's tokens).
+func (m *Model) loraForwardRows(s gpu.Stream, site int, x, y gpu.Buffer, bt int) {
 	lo := m.lora
 	if lo == nil {
 		return
 	}
-	ops, bt, r := m.ops, m.batch*m.seq, m.act.LoRA.R
-	t := lo.t
-	for _, md := range lo.mods[site] {
+	ops, r := m.ops, m.act.LoRA.R
+	t := lo.t.Slice(0, bt*r)
+	for _, md := range lo.site(m.layer, site) {
 		a, b := lo.w.Slice(md.a, r*md.in), lo.w.Slice(md.b, md.out*r)
 		xin := x
 		if m.dropoutOn() {
@@ -364,15 +460,22 @@ func (m *Model) loraForward(s gpu.Stream, site int, x, y gpu.Buffer) {
 // for loraInputGrad (the Llama down projection's input buffer becomes
 // its gradient, so the adapter must read x before dx is written).
 func (m *Model) loraBackward(s gpu.Stream, site int, dy, x, dx gpu.Buffer) {
+	m.loraBackwardRows(s, site, dy, x, dx, m.batch*m.seq)
+}
+
+// loraBackwardRows is loraBackward over bt rows (an expert's tokens).
+func (m *Model) loraBackwardRows(s gpu.Stream, site int, dy, x, dx gpu.Buffer, bt int) {
 	lo := m.lora
 	if lo == nil {
 		return
 	}
-	ops, bt, r := m.ops, m.batch*m.seq, m.act.LoRA.R
-	if dx == nil && len(lo.mods[site]) > 1 {
+	ops, r := m.ops, m.act.LoRA.R
+	mods := lo.site(m.layer, site)
+	if dx == nil && len(mods) > 1 {
 		panic("model: a deferred LoRA input gradient needs a site of one module")
 	}
-	for _, md := range lo.mods[site] {
+	t, dt := lo.t.Slice(0, bt*r), lo.dt.Slice(0, bt*r)
+	for _, md := range mods {
 		a, b := lo.w.Slice(md.a, r*md.in), lo.w.Slice(md.b, md.out*r)
 		ga, gb := lo.g.Slice(md.a, r*md.in), lo.g.Slice(md.b, md.out*r)
 		dym := dy
@@ -384,27 +487,27 @@ func (m *Model) loraBackward(s gpu.Stream, site int, dy, x, dx gpu.Buffer) {
 		if m.dropoutOn() {
 			xin = m.loraDropout(s, md, x) // the forward's mask, again
 		}
-		ops.Gemm(s, false, true, bt, r, md.in, 1, xin, a, 0, lo.t)             // t = dropout(x)·Aᵀ, again
-		ops.Gemm(s, true, false, md.out, r, bt, lo.scaling, dym, lo.t, 1, gb)  // dB += scaling·dyᵀ·t
-		ops.Gemm(s, false, false, bt, r, md.out, lo.scaling, dym, b, 0, lo.dt) // dt = scaling·dy·B
-		ops.Gemm(s, true, false, r, md.in, bt, 1, lo.dt, xin, 1, ga)           // dA += dtᵀ·dropout(x)
+		ops.Gemm(s, false, true, bt, r, md.in, 1, xin, a, 0, t)             // t = dropout(x)·Aᵀ, again
+		ops.Gemm(s, true, false, md.out, r, bt, lo.scaling, dym, t, 1, gb)  // dB += scaling·dyᵀ·t
+		ops.Gemm(s, false, false, bt, r, md.out, lo.scaling, dym, b, 0, dt) // dt = scaling·dy·B
+		ops.Gemm(s, true, false, r, md.in, bt, 1, dt, xin, 1, ga)           // dA += dtᵀ·dropout(x)
 		if dx != nil {
-			m.loraAddInputGrad(s, md, dx)
+			m.loraAddInputGrad(s, md, dx, bt)
 		}
 	}
 }
 
 // loraAddInputGrad adds module md's share of the input's gradient to dx:
 // dt·A, through the module's dropout mask when there is one.
-func (m *Model) loraAddInputGrad(s gpu.Stream, md loraModule, dx gpu.Buffer) {
-	lo, bt, r := m.lora, m.batch*m.seq, m.act.LoRA.R
-	a := lo.w.Slice(md.a, r*md.in)
+func (m *Model) loraAddInputGrad(s gpu.Stream, md loraModule, dx gpu.Buffer, bt int) {
+	lo, r := m.lora, m.act.LoRA.R
+	a, dt := lo.w.Slice(md.a, r*md.in), lo.dt.Slice(0, bt*r)
 	if !m.dropoutOn() {
-		m.ops.Gemm(s, false, false, bt, md.in, r, 1, lo.dt, a, 1, dx) // dx += dt·A
+		m.ops.Gemm(s, false, false, bt, md.in, r, 1, dt, a, 1, dx) // dx += dt·A
 		return
 	}
 	g := lo.xd.Slice(0, bt*md.in)
-	m.ops.Gemm(s, false, false, bt, md.in, r, 1, lo.dt, a, 0, g) // dt·A
+	m.ops.Gemm(s, false, false, bt, md.in, r, 1, dt, a, 0, g) // dt·A
 	m.dropMask(s, md, g, g)
 	m.ops.Add(s, dx, g, dx, bt*md.in)
 }
@@ -412,11 +515,18 @@ func (m *Model) loraAddInputGrad(s gpu.Stream, md loraModule, dx gpu.Buffer) {
 // loraInputGrad adds the input gradient loraBackward(site, …, nil) left
 // in the workspace to dx.
 func (m *Model) loraInputGrad(s gpu.Stream, site int, dx gpu.Buffer) {
+	m.loraInputGradRows(s, site, dx, m.batch*m.seq)
+}
+
+// loraInputGradRows is loraInputGrad over bt rows.
+func (m *Model) loraInputGradRows(s gpu.Stream, site int, dx gpu.Buffer, bt int) {
 	lo := m.lora
-	if lo == nil || len(lo.mods[site]) == 0 {
+	if lo == nil {
 		return
 	}
-	m.loraAddInputGrad(s, lo.mods[site][0], dx)
+	if mods := lo.site(m.layer, site); len(mods) > 0 {
+		m.loraAddInputGrad(s, mods[0], dx, bt)
+	}
 }
 
 // same says whether o and p are the same adapters.
@@ -438,7 +548,7 @@ func (l *Layout) MergeLoRA(layer int, block, adapter []float32) error {
 	if len(block) != bc.Len || len(adapter) != ac.Len {
 		return fmt.Errorf("model: merge block %d: %d and %d values, the chunks have %d and %d", layer, len(block), len(adapter), bc.Len, ac.Len)
 	}
-	mods, err := l.LoRA.modules(l.Shape)
+	mods, err := l.LoRA.modules(l.Shape, layer)
 	if err != nil {
 		return err
 	}

@@ -49,6 +49,15 @@ func TestLoRAAgainstTorch(t *testing.T) {
 			LoRA{R: 4, Alpha: 8, Dropout: 0.25, Targets: []string{"all-linear"}}},
 		{Shape{Name: "gpt2-test", Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 16},
 			LoRA{R: 4, Alpha: 8, Dropout: 0.25, Targets: []string{"c_attn", "c_proj", "c_fc"}}},
+		// Mixtures of experts: every linear (PEFT's all-linear: the router
+		// and each expert's w1, w3, w2 too), and the experts' names only
+		// with a dense layer between sparse ones.
+		{Shape{Name: "mixtral-test", Layers: 2, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 16, Arch: ArchMixtral, KVHeads: 2, FFN: 24, RopeTheta: 1e6,
+			Experts: 4, TopK: 2, RouterAux: true, RouterAuxCoef: 0.05},
+			LoRA{R: 4, Alpha: 8, Targets: []string{"all-linear"}}},
+		{Shape{Name: "qwen3moe-test", Layers: 3, Dim: 32, Heads: 4, Vocab: 256, MaxSeq: 16, Arch: ArchQwen3MoE, KVHeads: 2, FFN: 40, RopeTheta: 1e6,
+			HeadDimension: 8, Experts: 5, TopK: 2, ExpertFFN: 12, MLPLayers: "ede", RouterAux: true, RouterAuxCoef: 0.05},
+			LoRA{R: 2, Alpha: 4, Targets: []string{"q_proj", "gate_proj", "up_proj", "down_proj"}}},
 	}
 	for i, tc := range cases {
 		name := tc.s.ArchName()
@@ -175,7 +184,7 @@ func writeLoRAReference(t *testing.T, dir string, l *Layout, params [][]float32,
 	// Each adapted module's mask, as the model draws it (gpu.DropoutKeep of
 	// the module's stream, element indices from the batch's global first row).
 	thr, scale := gpu.DropoutThreshold(o.Dropout)
-	mods, err := o.modules(l.Shape)
+	mods, err := o.modules(l.Shape, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -505,7 +505,10 @@ func (m *Model) Backward(s gpu.Stream, p Params, gradScale float32) error {
 		auxScale = float64(gradScale) * m.shape.RouterAuxCoef
 	}
 	for l := nl - 1; l >= 0; l-- {
-		if m.shape.SparseLayer(l) {
+		if err := m.loadAdapters(s, p, l, shard.Backward); err != nil {
+			return err
+		}
+		if m.shape.SparseLayer(l) { // the experts first: their adapters are loaded
 			if err := m.moeBackward(s, p, l, auxScale); err != nil {
 				return err
 			}
@@ -546,14 +549,12 @@ func (m *Model) weightGrad(c int, g gpu.Buffer, off, n int) gpu.Buffer {
 	return g.Slice(off, n)
 }
 
-// blockPass is block l's backward: its input (res[l], or taken back from
-// the InputStore), its forward again when it is checkpointed, then its
-// backward, in AccessOrder's calls.
+// blockPass is block l's backward (its adapters loaded: loadAdapters):
+// its input (res[l], or taken back from the InputStore), its forward
+// again when it is checkpointed, then its backward, in AccessOrder's
+// calls.
 func (m *Model) blockPass(s gpu.Stream, p Params, store InputStore, l int) error {
 	c := BlockChunk(l)
-	if err := m.loadAdapters(s, p, l, shard.Backward); err != nil {
-		return err
-	}
 	w, g, err := acquireWithGrad(s, p, c)
 	if err != nil {
 		return err
@@ -581,7 +582,8 @@ func (m *Model) blockPass(s gpu.Stream, p Params, store InputStore, l int) error
 	if err != nil {
 		return err
 	}
-	m.ops.Add(s, ga, m.lora.g, ga, m.layout.Chunks[a].Len) // the block's adapter gradient
+	n := m.layout.Chunks[a].Len
+	m.ops.Add(s, ga, m.lora.g.Slice(0, n), ga, n) // the block's adapter gradient
 	return p.GradReady(s, a)
 }
 
@@ -599,7 +601,7 @@ func (m *Model) loadAdapters(s gpu.Stream, p Params, l int, pass shard.Phase) er
 	if err != nil {
 		return err
 	}
-	m.ops.Cast(s, m.lora.w, w)
+	m.ops.Cast(s, m.lora.w.Slice(0, w.Len()), w) // the block's adapters (a mixture of experts' vary by layer)
 	p.Release(s, a, pass)
 	if pass == shard.Backward {
 		m.ops.Fill(s, m.lora.g, 0)

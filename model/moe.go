@@ -194,6 +194,20 @@ func expertChunk(s Shape, layer, e int) int {
 	return s.Layers + 2 + i*s.Experts + e
 }
 
+// expertLayer is the layer of expert chunk c.
+func (l *Layout) expertLayer(c int) int {
+	i := (c - l.Shape.Layers - 2) / l.Shape.Experts
+	for layer := range l.Shape.Layers {
+		if l.Shape.SparseLayer(layer) {
+			if i == 0 {
+				return layer
+			}
+			i--
+		}
+	}
+	return -1
+}
+
 // IsExpert says whether chunk c holds an expert.
 func (l *Layout) IsExpert(c int) bool {
 	base := l.Shape.Layers + 2
@@ -439,7 +453,7 @@ type moeRows struct {
 // access order), or with routed only the experts a token reached (the
 // Decoder's: inference moves only those), which a p that implements
 // ExpertPrefetcher is told of first.
-func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *moeRoute, n int, h, out gpu.Buffer, b moeRows, routed bool) error {
+func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *moeRoute, n int, h, out gpu.Buffer, b moeRows, routed bool, ad expertAdapters) error {
 	sh := lo.Shape
 	c, fe, k := sh.Dim, sh.ExpertFFNDim(), sh.TopK
 	x := b.x.Slice(0, n*k*c)
@@ -466,9 +480,16 @@ func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *m
 		}
 		if o, m := r.offsets[e], r.offsets[e+1]-r.offsets[e]; m > 0 {
 			fch, act := b.fch.Slice(o*2*fe, m*2*fe), b.act.Slice(o*fe, m*fe)
-			linearForward(ops, s, x.Slice(o*c, m*c), w.Slice(0, 2*fe*c), nil, fch, m, c, 2*fe) // gate|up (m×2F_e)
+			xe, y := x.Slice(o*c, m*c), b.y.Slice(o*c, m*c)
+			linearForward(ops, s, xe, w.Slice(0, 2*fe*c), nil, fch, m, c, 2*fe) // gate|up (m×2F_e)
+			if ad != nil {
+				ad.loraForwardRows(s, expertSite(e, false), xe, fch, m)
+			}
 			ops.GLUForward(s, fch, act, m, fe, gpu.Silu)
-			linearForward(ops, s, act, w.Slice(2*fe*c, c*fe), nil, b.y.Slice(o*c, m*c), m, fe, c) // expert output (m×C)
+			linearForward(ops, s, act, w.Slice(2*fe*c, c*fe), nil, y, m, fe, c) // expert output (m×C)
+			if ad != nil {
+				ad.loraForwardRows(s, expertSite(e, true), act, y, m)
+			}
 		}
 		p.Release(s, ch, shard.Forward)
 	}
@@ -477,6 +498,12 @@ func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *m
 	ops.Fill(s, out, 0)
 	ops.EmbeddingBackward(s, b.tok.Slice(0, n*k), nil, x, out, nil, 1, n*k, c) // out[tok[i]] += x[i], each token's experts in ascending order
 	return nil
+}
+
+// expertAdapters adds LoRA adapters to the experts' GEMM outputs (the
+// Model's, with LoRA; the Decoder has none).
+type expertAdapters interface {
+	loraForwardRows(s gpu.Stream, site int, x, y gpu.Buffer, rows int)
 }
 
 // moeForward runs sparse layer l's experts after its block (which wrote
@@ -489,7 +516,11 @@ func (m *Model) moeForward(s gpu.Stream, p Params, l int, out gpu.Buffer) error 
 		return err
 	}
 	st.upload(m.dev, s, l, bt, m.shape.TopK, a.moeTok, a.moeW)
-	if err := expertsForward(m.ops, s, p, m.layout, l, st.routes[l], bt, la.ln2, out, moeRows{a.moeTok, a.moeW, a.moeX, la.fch, la.fchAct, la.moeY}, false); err != nil {
+	var ad expertAdapters
+	if m.lora != nil {
+		ad = m
+	}
+	if err := expertsForward(m.ops, s, p, m.layout, l, st.routes[l], bt, la.ln2, out, moeRows{a.moeTok, a.moeW, a.moeX, la.fch, la.fchAct, la.moeY}, false, ad); err != nil {
 		return err
 	}
 	m.ops.Add(s, la.res2, out, out, bt*m.shape.Dim)
@@ -515,6 +546,7 @@ func (m *Model) moeBackward(s gpu.Stream, p Params, l int, auxScale float64) err
 	ops, sh, a, la, st := m.ops, m.shape, &m.a, m.a.layers[l], m.moe
 	bt, c, fe, k, ne := m.batch*m.seq, sh.Dim, sh.ExpertFFNDim(), sh.TopK, sh.Experts
 	r := st.routes[l]
+	m.layer = l
 	st.upload(m.dev, s, l, bt, k, a.moeTok, a.moeW)
 	x, dy := a.moeX, a.moeDY
 	ops.EmbeddingForward(s, a.moeTok, nil, la.ln2, nil, x, 1, bt*k, c)  // the experts' inputs again
@@ -539,10 +571,14 @@ func (m *Model) moeBackward(s gpu.Stream, p Params, l int, auxScale float64) err
 			if dw := m.weightGrad(ch, g, 2*fe*c, c*fe); dw != nil {
 				ops.Gemm(s, true, false, c, fe, n, 1, dye, act, 1, dw) // d w2 += dyᵀ·act
 			}
+			m.loraBackwardRows(s, expertSite(e, true), dye, act, nil, n)               // reads act before it becomes d act
 			ops.Gemm(s, false, false, n, fe, c, 1, dye, w.Slice(2*fe*c, c*fe), 0, act) // d act (n×F_e), over act
+			m.loraInputGradRows(s, expertSite(e, true), act, n)
 			dgu := a.moeBig.Slice(0, n*2*fe)
 			ops.GLUBackward(s, fch, act, dgu, n, fe, gpu.Silu)
-			linearBackward(ops, s, dgu, x.Slice(o*c, n*c), w.Slice(0, 2*fe*c), dye, m.weightGrad(ch, g, 0, 2*fe*c), nil, n, c, 2*fe) // d x over d y
+			xe := x.Slice(o*c, n*c)
+			linearBackward(ops, s, dgu, xe, w.Slice(0, 2*fe*c), dye, m.weightGrad(ch, g, 0, 2*fe*c), nil, n, c, 2*fe) // d x over d y
+			m.loraBackwardRows(s, expertSite(e, false), dgu, xe, dye, n)
 		}
 		p.Release(s, ch, shard.Backward)
 		if err := p.GradReady(s, ch); err != nil {
@@ -563,6 +599,7 @@ func (m *Model) routerBackward(s gpu.Stream, w gpu.Buffer, la *layerActs, wg fun
 		ops.Gemm(s, true, false, ne, c, bt, 1, a.moeLogits, la.ln2, 1, dw)
 	}
 	ops.Gemm(s, false, false, bt, c, ne, 1, a.moeLogits, w.Slice(m.lo.router, ne*c), 1, a.moeDln2)
+	m.loraBackward(s, siteRouter, a.moeLogits, la.ln2, a.moeDln2)
 	return a.moeDln2
 }
 

@@ -195,10 +195,16 @@ func (l *Layout) AccessOrder(o ActivationOptions) []Access {
 		return base
 	}
 	var out []Access
+	loaded := map[[2]int]bool{} // (layer, pass) whose adapters are in
 	for _, a := range base {
 		isBlock := a.Chunk >= BlockChunk(0) && a.Chunk < BlockChunk(l.Shape.Layers)
-		ad := l.AdapterChunk(a.Chunk - BlockChunk(0))
-		if isBlock && a.Kind == AccessAcquire {
+		layer := a.Chunk - BlockChunk(0)
+		if l.IsExpert(a.Chunk) { // a sparse layer's experts: their backward comes before the block's
+			layer = l.expertLayer(a.Chunk)
+		}
+		ad := l.AdapterChunk(layer)
+		if (isBlock || l.IsExpert(a.Chunk)) && a.Kind == AccessAcquire && !loaded[[2]int{layer, int(a.Pass)}] {
+			loaded[[2]int{layer, int(a.Pass)}] = true
 			out = append(out, Access{AccessAcquire, ad, a.Pass}, Access{AccessRelease, ad, a.Pass})
 		}
 		out = append(out, a)

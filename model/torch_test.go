@@ -49,12 +49,34 @@ func hfConfig(s Shape) map[string]any {
 			"n_head": s.Heads, "n_positions": s.MaxSeq, "vocab_size": s.Vocab, "layer_norm_epsilon": s.Eps(), "n_inner": s.FFNDim()}
 	}
 	arch, typ := "LlamaForCausalLM", "llama"
-	if s.Arch == ArchQwen2 {
+	switch s.Arch {
+	case ArchQwen2:
 		arch, typ = "Qwen2ForCausalLM", "qwen2"
+	case ArchMixtral:
+		arch, typ = "MixtralForCausalLM", "mixtral"
+	case ArchQwen3MoE:
+		arch, typ = "Qwen3MoeForCausalLM", "qwen3_moe"
 	}
-	return map[string]any{"architectures": []string{arch}, "model_type": typ, "hidden_size": s.Dim, "num_hidden_layers": s.Layers,
+	c := map[string]any{"architectures": []string{arch}, "model_type": typ, "hidden_size": s.Dim, "num_hidden_layers": s.Layers,
 		"num_attention_heads": s.Heads, "num_key_value_heads": s.KVHeadCount(), "intermediate_size": s.FFNDim(), "vocab_size": s.Vocab,
 		"max_position_embeddings": s.MaxSeq, "rope_theta": s.Theta(), "rms_norm_eps": s.Eps(), "tie_word_embeddings": s.TiedHead()}
+	switch s.Arch {
+	case ArchMixtral:
+		c["num_local_experts"], c["num_experts_per_tok"] = s.Experts, s.TopK
+	case ArchQwen3MoE:
+		var only []int
+		for l := range s.Layers {
+			if !s.SparseLayer(l) {
+				only = append(only, l)
+			}
+		}
+		c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["norm_topk_prob"], c["mlp_only_layers"], c["head_dim"] =
+			s.Experts, s.TopK, s.ExpertFFNDim(), s.NormTopK, only, s.HeadDim()
+	}
+	if s.MoE() {
+		c["output_router_logits"], c["router_aux_loss_coef"] = s.RouterAux, s.RouterAuxCoef
+	}
+	return c
 }
 
 // stTensor is one fp32 tensor of a safetensors file.

@@ -724,7 +724,7 @@ class Decoder:
         B, T, C = h.shape
         x = h.reshape(-1, C)
         router, experts = self.moe_names(b)
-        logits = x @ self.p[router].t()
+        logits = x @ self.p[router].t() + lora_delta(x, router[:-len(".weight")])
         probs = F.softmax(logits, dim=1, dtype=torch.float64 if x.dtype == torch.float64 else torch.float32)
         weights, selected = torch.topk(probs, self.k, dim=-1)
         if self.norm_topk:
@@ -737,8 +737,10 @@ class Decoder:
             if top.numel() == 0:
                 continue
             gate, up, down = (self.p[n] for n in experts[e])
+            gm, um, dm = (n[:-len(".weight")] for n in experts[e])
             xe = x[top]
-            ye = (self.act(xe @ gate.t()) * (xe @ up.t())) @ down.t()
+            he = self.act(xe @ gate.t() + lora_delta(xe, gm)) * (xe @ up.t() + lora_delta(xe, um))
+            ye = he @ down.t() + lora_delta(he, dm)
             out = out.index_add(0, top, ye * weights[top, idx, None])
         return out.reshape(B, T, C), logits
 
