@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"strings"
 	"testing"
 
+	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu/cpu"
 	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/nvme/nvmetest"
@@ -92,4 +94,79 @@ func TestMoEResume(t *testing.T) {
 	nvmetest.Require(t)
 	js := llamaConfig(qwen3MoEShapeJSON, 3, 2, "nvme", "nvme", nvmetest.Dir(t))
 	checkResume(t, func(t *testing.T) *Engine { return newLlamaEngine(t, js, 2) }, 4)
+}
+
+// TestMoELoRA: LoRA on every linear of a Mixtral (attention, router, each
+// expert's w1, w3, w2: PEFT's all-linear) trains only its adapters, with
+// the same bits at stage 0 resident, stage 2 with the optimizer in host
+// RAM and stage 3 with everything on NVMe; and with the frozen base in
+// NF4 on NVMe (QLoRA, every expert a coded chunk of its own) it trains bit
+// for bit as the bf16 base of the same weights quantized and decoded.
+func TestMoELoRA(t *testing.T) {
+	const steps, n = 4, 2
+	keys := `"lora": {"r": 4, "alpha": 8, "target_modules": ["all-linear"]}`
+	ref := runFrozenJSON(t, withStrata(llamaConfig(mixtralShapeJSON, 0, n, "none", "none", ""), keys), n, steps, nil)
+	l := ref.e.layout
+	if l.LoRA == nil || l.ExpertChunks() != 8 {
+		t.Fatalf("layout: LoRA %v, %d expert chunks", l.LoRA, l.ExpertChunks())
+	}
+	for c := range l.Chunks {
+		p0, _ := initialParams(ref.e, c)
+		if changed := sameBits(ref.res.params[c], p0) != 0; changed != l.IsAdapter(c) {
+			t.Errorf("chunk %d (%s): changed %v, adapter %v", c, l.Chunks[c].Name, changed, l.IsAdapter(c))
+		}
+	}
+	same := func(t *testing.T, got frozenRun) {
+		t.Helper()
+		for i := range steps {
+			if got.res.losses[i] != ref.res.losses[i] {
+				t.Errorf("step %d: loss %v, resident run %v", i+1, got.res.losses[i], ref.res.losses[i])
+			}
+		}
+		for c := range l.Chunks {
+			if m := sameBits(got.res.params[c], ref.res.params[c]); m != 0 {
+				t.Errorf("chunk %d (%s): %d params differ from the resident run's", c, l.Chunks[c].Name, m)
+			}
+		}
+	}
+	t.Run("stage2/opt-cpu", func(t *testing.T) {
+		same(t, runFrozenJSON(t, withStrata(llamaConfig(mixtralShapeJSON, 2, n, "none", "cpu", ""), keys), n, steps, nil))
+	})
+	nv := nvmetest.Dir(t)
+	t.Run("stage3/param-nvme/opt-nvme", func(t *testing.T) {
+		same(t, runFrozenJSON(t, withStrata(llamaConfig(mixtralShapeJSON, 3, n, "nvme", "nvme", nv), keys), n, steps, nil))
+	})
+	t.Run("stage3/nf4-base-nvme", func(t *testing.T) {
+		js := llamaConfig(mixtralShapeJSON, 3, n, "nvme", "nvme", nv)
+		got := runFrozenJSON(t, withStrata(js, strings.Replace(keys, `"alpha": 8,`, `"alpha": 8, "base_dtype": "nf4",`, 1)), n, steps, nil)
+		gl := got.e.layout
+		shards := make([]int, len(gl.Chunks))
+		for c := range shards {
+			shards[c] = got.e.chunks[c].shard
+		}
+		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 256 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec, err := startEngine(t, testConfig(t, withStrata(js, keys)), cpu.Devices(devs), comms,
+			Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2, Init: codedSource{gl, got.e.cfg.Strata.Seed, shards, dtype.NF4}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := trainFor(t, dec, steps)
+		for i := range steps {
+			if got.res.losses[i] != want[i] {
+				t.Errorf("step %d: loss %v with the NF4 base, %v with its decoded values in bf16", i+1, got.res.losses[i], want[i])
+			}
+		}
+		params, err := dec.Params()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for c := range gl.Chunks {
+			if m := sameBits(got.res.params[c], params[c]); m != 0 {
+				t.Errorf("chunk %d (%s): %d params differ", c, gl.Chunks[c].Name, m)
+			}
+		}
+	})
 }
