@@ -221,12 +221,12 @@ func (cw *checkpointWeights) produceMerged(base *hf.Model) func(w *hf.ExportWrit
 				if err := base.ReadChunk(c, v); err != nil {
 					return err
 				}
-				if layer := c - model.BlockChunk(0); layer >= 0 && layer < l.Shape.Layers {
+				if layer := l.ChunkLayer(c); layer >= 0 { // a block's chunk, or one of its experts'
 					a := l.AdapterChunk(layer)
 					if err := cw.rd.readChunk(a, adapter[:l.Chunks[a].Len]); err != nil {
 						return err
 					}
-					if err := l.MergeLoRA(layer, v, adapter[:l.Chunks[a].Len]); err != nil {
+					if err := l.MergeLoRA(c, v, adapter[:l.Chunks[a].Len]); err != nil {
 						return err
 					}
 				}

@@ -105,7 +105,7 @@ func TestExportMergedKeepsBase(t *testing.T) {
 					a := l.AdapterChunk(layer)
 					adapter := make([]float32, l.Chunks[a].Len)
 					copy(adapter, dtype.Float32s(st.Gather(a, 0)))
-					if err := l.MergeLoRA(layer, want[c], adapter); err != nil {
+					if err := l.MergeLoRA(c, want[c], adapter); err != nil {
 						t.Fatal(err)
 					}
 				}

@@ -575,7 +575,7 @@ func (rd *Reader) ReadChunk(c int, dst []float32) error {
 		return err
 	}
 	meta := rd.meta
-	if meta.LoRA == nil || c < model.BlockChunk(0) || c >= model.BlockChunk(meta.Shape.Layers) {
+	if meta.LoRA == nil {
 		return nil
 	}
 	if rd.lora == nil {
@@ -586,13 +586,16 @@ func (rd *Reader) ReadChunk(c int, dst []float32) error {
 		rd.lora = l
 	}
 	l := rd.lora
-	layer := c - model.BlockChunk(0)
+	layer := l.ChunkLayer(c) // a block's chunk, or one of its experts'
+	if layer < 0 {
+		return nil
+	}
 	a := l.AdapterChunk(layer)
 	adapter := make([]float32, l.Chunks[a].Len)
 	if err := rd.readChunk(a, adapter); err != nil {
 		return err
 	}
-	return l.MergeLoRA(layer, dst, adapter)
+	return l.MergeLoRA(c, dst, adapter)
 }
 
 func (rd *Reader) readChunk(c int, dst []float32) error {

@@ -534,19 +534,36 @@ func (o *LoRA) same(p *LoRA) bool {
 	return o.R == p.R && o.Alpha == p.Alpha && o.Dropout == p.Dropout && o.RSLoRA == p.RSLoRA && slices.Equal(o.Targets, p.Targets)
 }
 
-// MergeLoRA adds block layer's adapters to its base weights:
-// W += scaling·B·A for every adapted module, block holding the block
-// chunk's values and adapter its adapter chunk's (both fp32, in the
+// ChunkLayer is the block (layer) chunk c belongs to: its own for a block
+// chunk, its layer's for an expert chunk; -1 for the others.
+func (l *Layout) ChunkLayer(c int) int {
+	switch {
+	case c >= BlockChunk(0) && c < BlockChunk(l.Shape.Layers):
+		return c - BlockChunk(0)
+	case l.IsExpert(c):
+		return l.expertLayer(c)
+	}
+	return -1
+}
+
+// MergeLoRA adds its layer's adapters to the base weights of chunk c (a
+// block's, or one of its experts': ChunkLayer): W += scaling·B·A for
+// every adapted module whose weight is in c, values holding chunk c's
+// values and adapter the layer's adapter chunk's (both fp32, in the
 // layout's order). Each product is summed in float64 and added once, so
 // the merged weight is W + scaling·B·A correctly rounded from the fp32
 // operands' exact product, up to that sum's float64 rounding.
-func (l *Layout) MergeLoRA(layer int, block, adapter []float32) error {
+func (l *Layout) MergeLoRA(c int, values, adapter []float32) error {
 	if l.LoRA == nil {
 		return fmt.Errorf("model: merge: layout %q has no LoRA adapters", l.Name)
 	}
-	bc, ac := l.Chunks[BlockChunk(layer)], l.Chunks[l.AdapterChunk(layer)]
-	if len(block) != bc.Len || len(adapter) != ac.Len {
-		return fmt.Errorf("model: merge block %d: %d and %d values, the chunks have %d and %d", layer, len(block), len(adapter), bc.Len, ac.Len)
+	layer := l.ChunkLayer(c)
+	if layer < 0 {
+		return fmt.Errorf("model: merge: chunk %d (%s) has no adapters", c, l.Chunks[c].Name)
+	}
+	bc, ac := l.Chunks[c], l.Chunks[l.AdapterChunk(layer)]
+	if len(values) != bc.Len || len(adapter) != ac.Len {
+		return fmt.Errorf("model: merge %s: %d and %d values, the chunks have %d and %d", bc.Name, len(values), len(adapter), bc.Len, ac.Len)
 	}
 	mods, err := l.LoRA.modules(l.Shape, layer)
 	if err != nil {
@@ -557,10 +574,13 @@ func (l *Layout) MergeLoRA(layer int, block, adapter []float32) error {
 	for _, m := range mods {
 		name := blockPrefix(l.Shape, layer) + m.path + ".weight"
 		t, ok := bc.Tensor(name)
-		if !ok || t.Len != m.out*m.in {
-			return fmt.Errorf("model: merge: block %d has no %s of %d×%d", layer, name, m.out, m.in)
+		if !ok && (l.IsExpert(c) || strings.Contains(m.path, ".experts.")) {
+			continue // in another of the layer's chunks: the block's, or another expert's
 		}
-		w := block[t.Offset : t.Offset+t.Len]
+		if !ok || t.Len != m.out*m.in {
+			return fmt.Errorf("model: merge: %s has no %s of %d×%d", bc.Name, name, m.out, m.in)
+		}
+		w := values[t.Offset : t.Offset+t.Len]
 		a, b := adapter[m.a:m.a+r*m.in], adapter[m.b:m.b+m.out*r]
 		acc = slices.Grow(acc[:0], m.in)[:m.in]
 		for i := range m.out {

@@ -132,6 +132,13 @@ var shapes = map[string]Shape{
 	"llama-3-8b":  {Layers: 32, Dim: 4096, Heads: 32, Vocab: 128256, MaxSeq: 8192, Arch: ArchLlama, KVHeads: 8, FFN: 14336, RopeTheta: 500000},
 	"llama-3-70b": {Layers: 80, Dim: 8192, Heads: 64, Vocab: 128256, MaxSeq: 8192, Arch: ArchLlama, KVHeads: 8, FFN: 28672, RopeTheta: 500000},
 	"qwen2-7b":    {Layers: 28, Dim: 3584, Heads: 28, Vocab: 152064, MaxSeq: 32768, Arch: ArchQwen2, KVHeads: 4, FFN: 18944, RopeTheta: 1000000, NormEps: 1e-6},
+	// Mixtures of experts: config.json of mistralai/Mixtral-8x7B-v0.1
+	// (46.7B parameters, 12.9B active) and Qwen/Qwen3-30B-A3B (30.5B,
+	// 3.3B active).
+	"mixtral-8x7b": {Layers: 32, Dim: 4096, Heads: 32, Vocab: 32000, MaxSeq: 32768, Arch: ArchMixtral, KVHeads: 8, FFN: 14336, RopeTheta: 1e6,
+		Experts: 8, TopK: 2, NormTopK: true, RouterAuxCoef: 0.02},
+	"qwen3-30b-a3b": {Layers: 48, Dim: 2048, Heads: 32, Vocab: 151936, MaxSeq: 40960, Arch: ArchQwen3MoE, KVHeads: 4, FFN: 6144, HeadDimension: 128,
+		RopeTheta: 1e6, NormEps: 1e-6, Experts: 128, TopK: 8, ExpertFFN: 768, NormTopK: true, RouterAuxCoef: 0.001},
 }
 
 func init() {
