@@ -36,6 +36,17 @@
 // text comes whole: the bytes of a character the next tokens complete and
 // what may begin the end of turn are held back.
 //
+// # Mixtures of experts
+//
+// With Options.Experts cpu or nvme, a mixture of experts' experts stay in
+// host RAM or in an O_DIRECT file under Options.NVMePath while every other
+// chunk is on the device; the decoder reads only the experts a token
+// reached, a sparse layer's misses all at once as soon as its router has
+// run, through a cache of Options.ExpertCache experts on the device
+// (Options.ExpertPolicy: ristretto's TinyLFU by default, LRU the option).
+// Model.ExpertStats counts the experts used, the hits and the bytes read.
+// Generation gives the same tokens wherever the experts live.
+//
 // # Memory
 //
 // The device holds the parameters (WeightsBytes) and the decoder's

@@ -14,8 +14,10 @@
 // files, LongRoPE, partial rotary), Gemma 2 and Gemma 3 (RMSNorm by 1 +
 // weight, embeddings times √hidden, GeGLU, norms after the attention and
 // around the MLP, query_pre_attn_scalar, soft caps on the scores and the
-// logits, alternating sliding layers, Gemma 3's local rope base), as Hugging
-// Face's modeling code defines them (testdata/hf_reference.py is the float64
+// logits, alternating sliding layers, Gemma 3's local rope base), Mixtral
+// and Qwen3-MoE (moe.go: a sparse mixture of experts in place of the MLP,
+// each expert a chunk of its own, the routing on the host, the
+// load-balancing loss), as Hugging Face's modeling code defines them (testdata/hf_reference.py is the float64
 // PyTorch transcription the tests compare with; hf's
 // TestFamiliesAgainstTorch runs every family). It also holds the byte-level
 // tokenizer (vocabulary 256: any file is training data), a deterministic
@@ -24,7 +26,8 @@
 //
 // What it owns:
 //   - Shape and the named shapes (tiny .. gpt-7b, tiny-llama, tiny-qwen2,
-//     llama-3-8b/70b, qwen2-7b) with their parameter counts; a Shape's
+//     llama-3-8b/70b, qwen2-7b, mixtral-8x7b, qwen3-30b-a3b) with their
+//     parameter counts (a mixture of experts' active ones too); a Shape's
 //     variants (HeadDimension, Rope, RotaryFraction, SlidingWindow and
 //     LayerTypes, RopeLocalTheta, QueryScale, the soft caps) give each
 //     layer its gpu.Rope (RopeFor) and gpu.AttnOptions (AttnFor);
@@ -63,8 +66,11 @@
 //     token at a time) and returns the next token's logits, Score runs a
 //     window against its targets (eval); each block's keys and values of
 //     the tokens so far stay in the cache and the new tokens' attention
-//     reads it (gpu.Ops.AttentionCached). Weights (weights.go): every
-//     parameter resident on one device and no gradient, the Params of
+//     reads it (gpu.Ops.AttentionCached); of a mixture of experts it
+//     acquires only the experts its tokens reached, telling a Params that
+//     implements ExpertPrefetcher which they are first. Weights
+//     (weights.go): every parameter resident on one device (NewWeightsOf:
+//     the chunks a caller keeps there) and no gradient, the Params of
 //     inference;
 //   - Encode/Decode; Corpus, the text a Sampler reads a window at a time,
 //     held in memory (Tokens) or read from a regular file with pread

@@ -66,7 +66,7 @@ func TestKernelsCompile(t *testing.T) {
 // mma.sync and the shuffles, and generation's kv_append and attn_cached),
 // RMSNorm,
 // RoPE (partial, scaled), GLU (SwiGLU, GeGLU), embedding and cross-entropy
-// (with and without a soft cap) kernels, and the attention options, against float64
+// (with and without a soft cap), scale_rows and row_dots kernels, and the attention options, against float64
 // references, with the blocks in order and shuffled. STRATA_EMU_TSAN=1
 // runs it again under ThreadSanitizer (a missing __syncthreads shows as a
 // data race; minutes on two cores).

@@ -126,6 +126,7 @@ int main(int argc, char** argv) {
         if (want("dequant-nf4")) testDequantNF4();
         if (want("dequant-int8")) testDequantInt8();
         if (want("f16") && !seed) testHalf();
+        if (want("scale-rows") && !seed) testScaleRowsDots();
     }
     std::printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
