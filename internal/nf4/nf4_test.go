@@ -85,3 +85,30 @@ func TestRoundTripIdempotent(t *testing.T) {
 		}
 	}
 }
+
+// TestCodeBisects: Code's bisection gives the linear count of thresholds
+// below x at every threshold, its neighbours in float32, ±1, ±Inf, NaN
+// and a million values spread over [-1.2, 1.2].
+func TestCodeBisects(t *testing.T) {
+	linear := func(x float32) byte {
+		c := byte(0)
+		for _, th := range thresholds {
+			if x > th {
+				c++
+			}
+		}
+		return c
+	}
+	xs := []float32{-1, 1, 0, float32(math.Inf(1)), float32(math.Inf(-1)), float32(math.NaN())}
+	for _, th := range thresholds {
+		xs = append(xs, th, math.Nextafter32(th, -2), math.Nextafter32(th, 2))
+	}
+	for i := range 1_000_000 {
+		xs = append(xs, -1.2+2.4*float32(i)/1e6)
+	}
+	for _, x := range xs {
+		if got, want := Code(x), linear(x); got != want {
+			t.Fatalf("Code(%v) = %d, the linear count %d", x, got, want)
+		}
+	}
+}
