@@ -219,9 +219,12 @@ func (e *Engine) initParams() error {
 	for _, p := range e.chunks {
 		most = max(most, e.n*p.shard)
 	}
-	buf := make([]float32, most)
-	bufs := make([]initBufs, len(e.ranks))
-	for c, p := range e.chunks {
+	// Two buffers: chunk c+1's values are drawn (or read) by a goroutine
+	// while the ranks store chunk c's (quantizing, writing to the tiers).
+	// Each chunk's values depend only on (seed, c), so the order is free.
+	bufs2 := [2][]float32{make([]float32, most), make([]float32, most)}
+	fill := func(c int, buf []float32) error {
+		p := e.chunks[c]
 		padded := buf[:e.n*p.shard]
 		vals := padded[:e.layout.Chunks[c].Len]
 		src := e.opts.Init
@@ -236,13 +239,34 @@ func (e *Engine) initParams() error {
 			e.model.InitChunk(e.cfg.Strata.Seed, c, vals)
 		}
 		clear(padded[len(vals):])
+		return nil
+	}
+	bufs := make([]initBufs, len(e.ranks))
+	next := make(chan error, 1)
+	if len(e.chunks) > 0 {
+		go func() { next <- fill(0, bufs2[0]) }()
+	}
+	for c, p := range e.chunks {
+		if err := <-next; err != nil {
+			return err // nothing was started for c+1
+		}
+		padded := bufs2[c%2][:e.n*p.shard]
+		if c+1 < len(e.chunks) {
+			go func() { next <- fill(c+1, bufs2[(c+1)%2]) }()
+		}
 		for i, r := range e.ranks {
 			r.load(c, padded, &bufs[i])
 			if err := r.initTiers(c, padded, &bufs[i]); err != nil {
+				if c+1 < len(e.chunks) {
+					<-next
+				}
 				return err
 			}
 		}
 		if err := e.parallel(func(r *rank) error { return r.sync() }); err != nil {
+			if c+1 < len(e.chunks) {
+				<-next // the next chunk's fill ends before its buffer is dropped
+			}
 			return err
 		}
 	}
