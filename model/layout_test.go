@@ -17,8 +17,8 @@ func TestLayoutCoversShape(t *testing.T) {
 		if got, want := l.ParamCount(), s.ParamCount(); got != want {
 			t.Errorf("%s: layout holds %d params, shape says %d", n, got, want)
 		}
-		if len(l.Chunks) != s.Layers+2 || l.FinalNormChunk() != s.Layers+1 {
-			t.Errorf("%s: %d chunks, want L+2 = %d", n, len(l.Chunks), s.Layers+2)
+		if len(l.Chunks) != s.Layers+2+s.SparseLayers()*s.Experts || l.FinalNormChunk() != s.Layers+1 {
+			t.Errorf("%s: %d chunks, want L+2 and the experts' = %d", n, len(l.Chunks), s.Layers+2+s.SparseLayers()*s.Experts)
 		}
 		for i, ch := range l.Chunks {
 			if ch.Index != i {
@@ -39,8 +39,13 @@ func TestLayoutCoversShape(t *testing.T) {
 				t.Errorf("%s chunk %d: tensors cover %d of %d", n, i, off, ch.Len)
 			}
 		}
-		if i := 1; int64(l.Chunks[i].Len) != s.BlockParamCount() {
-			t.Errorf("%s: block chunk %d, BlockParamCount %d", n, l.Chunks[i].Len, s.BlockParamCount())
+		if i := 1; int64(l.Chunks[i].Len) != s.BlockChunkParamCount(0) || !s.MoE() && s.BlockChunkParamCount(0) != s.BlockParamCount() {
+			t.Errorf("%s: block chunk %d, BlockChunkParamCount %d, BlockParamCount %d", n, l.Chunks[i].Len, s.BlockChunkParamCount(0), s.BlockParamCount())
+		}
+		for c := range l.ExpertChunks() {
+			if ch := l.Chunks[s.Layers+2+c]; int64(ch.Len) != s.ExpertParamCount() || !l.IsExpert(ch.Index) {
+				t.Errorf("%s: expert chunk %d (%s) of %d, ExpertParamCount %d", n, ch.Index, ch.Name, ch.Len, s.ExpertParamCount())
+			}
 		}
 	}
 }
