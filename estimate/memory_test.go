@@ -65,16 +65,20 @@ func TestReferenceFormulas(t *testing.T) {
 }
 
 // TestChunkParams: the layout's chunks are the shape's arithmetic (the
-// embeddings, L equal blocks, the final chunk) and sum to Ψ.
+// embeddings, L blocks, the final chunk, a mixture of experts' experts)
+// and sum to Ψ.
 func TestChunkParams(t *testing.T) {
 	for _, name := range model.Names() {
 		s, _ := model.Lookup(name)
 		got := chunkParams(t, s)
 		want := []int64{s.EmbeddingParamCount()}
-		for range s.Layers {
-			want = append(want, s.BlockParamCount())
+		for l := range s.Layers {
+			want = append(want, s.BlockChunkParamCount(l))
 		}
 		want = append(want, s.FinalParamCount())
+		for range s.SparseLayers() * s.Experts {
+			want = append(want, s.ExpertParamCount())
+		}
 		var sum int64
 		for _, c := range got {
 			sum += c
