@@ -121,6 +121,24 @@ func runLlamaTrainer(t *testing.T, js string, n, steps int) tierRun {
 	return res
 }
 
+// sameAsTrainer checks an engine run's params, master weights and losses
+// bit for bit against model.Trainer's.
+func sameAsTrainer(t *testing.T, got, want tierRun) {
+	t.Helper()
+	if m, d := diff(got.params, want.params); m != 0 {
+		t.Errorf("params: %d elements differ from model.Trainer (max |diff| %g)", m, d)
+	}
+	if m, d := diff(got.master, want.master); m != 0 {
+		t.Errorf("master: %d elements differ from model.Trainer (max |diff| %g)", m, d)
+	}
+	for i := range got.losses {
+		if got.losses[i] != want.losses[i] {
+			t.Errorf("step %d: loss %v, model.Trainer %v", i+1, got.losses[i], want.losses[i])
+			break
+		}
+	}
+}
+
 // TestLlamaEquivalence: tiny Llama (grouped-query attention, untied head)
 // and Qwen2 (biases, tied head) models train 20 steps on 2 devices at
 // stage 0 with nothing offloaded, and at stage 3 with params and
@@ -149,18 +167,7 @@ func TestLlamaEquivalence(t *testing.T) {
 			for _, run := range runs {
 				t.Run(run.name, func(t *testing.T) {
 					got := runLlamaEngine(t, run.js, n, testSteps)
-					if m, d := diff(got.params, want.params); m != 0 {
-						t.Errorf("params: %d elements differ from model.Trainer (max |diff| %g)", m, d)
-					}
-					if m, d := diff(got.master, want.master); m != 0 {
-						t.Errorf("master: %d elements differ from model.Trainer (max |diff| %g)", m, d)
-					}
-					for i := range got.losses {
-						if got.losses[i] != want.losses[i] {
-							t.Errorf("step %d: loss %v, model.Trainer %v", i+1, got.losses[i], want.losses[i])
-							break
-						}
-					}
+					sameAsTrainer(t, got, want)
 					if run.name == "stage0" {
 						return
 					}

@@ -22,20 +22,6 @@ const (
   "num_experts": 6, "num_experts_per_tok": 2, "moe_intermediate_size": 12, "mlp_layers": "ede", "output_router_logits": true, "router_aux_loss_coef": 0.02}`
 )
 
-// newLlamaEngine is runLlamaEngine's engine, not yet run.
-func newLlamaEngine(t *testing.T, js string, n int) *Engine {
-	t.Helper()
-	devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 256 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e
-}
-
 // TestMoEEquivalence: both mixtures train 20 steps on 2 devices at every
 // stage with nothing offloaded, at stage 2 with the optimizer on the host,
 // and at stage 3 with params and optimizer state in host RAM and on NVMe
@@ -65,22 +51,11 @@ func TestMoEEquivalence(t *testing.T) {
 			for _, r := range runs {
 				t.Run(r.name, func(t *testing.T) {
 					got := runLlamaEngine(t, r.js, n, testSteps)
-					if m, d := diff(got.params, want.params); m != 0 {
-						t.Errorf("params: %d elements differ from model.Trainer (max |diff| %g)", m, d)
-					}
-					if m, d := diff(got.master, want.master); m != 0 {
-						t.Errorf("master: %d elements differ from model.Trainer (max |diff| %g)", m, d)
-					}
-					// The load-balancing loss is reported: at least k·(1/E)·E·... = k when the
-					// router spreads its tokens evenly, and more when it does not.
+					sameAsTrainer(t, got, want)
+					// The load-balancing loss is reported: k when the router spreads
+					// its tokens evenly, more when it does not.
 					if rl := got.stats[0].RouterLoss; !(rl >= 2 && rl < 4) {
 						t.Errorf("step 1: router loss %v, want in [k, 2k) for a router near uniform", rl)
-					}
-					for i := range got.losses {
-						if got.losses[i] != want.losses[i] {
-							t.Errorf("step %d: loss %v, model.Trainer %v", i+1, got.losses[i], want.losses[i])
-							break
-						}
 					}
 				})
 			}
@@ -93,7 +68,7 @@ func TestMoEEquivalence(t *testing.T) {
 func TestMoEResume(t *testing.T) {
 	nvmetest.Require(t)
 	js := llamaConfig(qwen3MoEShapeJSON, 3, 2, "nvme", "nvme", nvmetest.Dir(t))
-	checkResume(t, func(t *testing.T) *Engine { return newLlamaEngine(t, js, 2) }, 4)
+	checkResume(t, func(t *testing.T) *Engine { return newEngineJSON(t, js, 2) }, 4)
 }
 
 // TestMoELoRA: LoRA on every linear of a Mixtral (attention, router, each
