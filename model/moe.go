@@ -235,6 +235,7 @@ type moeRoute struct {
 	weights []float32 // B·T×k: their routing weights
 	row     []int32   // B·T×k: the grouped row of each selection
 	offsets []int     // E+1: expert e's grouped rows are [offsets[e], offsets[e+1])
+	next    []int     // E: the grouping's cursor per expert
 	tok     []byte    // I32 per grouped row: its token (uploaded)
 	w       []byte    // F32 per grouped row: its routing weight (uploaded)
 }
@@ -248,6 +249,7 @@ type moeState struct {
 	count     []float64   // E: selections of each expert over the sparse layers
 	probSum   []float64   // E: the sum of its probabilities
 	rows      int         // the rows counted: sparse layers × B·T
+	dp, g     []float64   // E each: routerGrad's scratch
 	aux       float64     // the last Forward's load-balancing loss
 	lastAux   float64     // the last one Losses read
 	uploadsOf int         // the layer whose routing the device buffers hold (-1: none)
@@ -255,12 +257,13 @@ type moeState struct {
 
 func newMoEState(s Shape, bt int) *moeState {
 	st := &moeState{routes: make([]*moeRoute, s.Layers), logits: make([]byte, 4*bt*s.Experts), dw: make([]byte, 4*bt*s.TopK),
-		count: make([]float64, s.Experts), probSum: make([]float64, s.Experts), uploadsOf: -1}
+		count: make([]float64, s.Experts), probSum: make([]float64, s.Experts), uploadsOf: -1,
+		dp: make([]float64, s.Experts), g: make([]float64, s.Experts)}
 	k, e := s.TopK, s.Experts
 	for l := range s.Layers {
 		if s.SparseLayer(l) {
 			st.routes[l] = &moeRoute{probs: make([]float32, bt*e), sel: make([]int32, bt*k), weights: make([]float32, bt*k),
-				row: make([]int32, bt*k), offsets: make([]int, e+1), tok: make([]byte, 4*bt*k), w: make([]byte, 4*bt*k)}
+				row: make([]int32, bt*k), offsets: make([]int, e+1), next: make([]int, e), tok: make([]byte, 4*bt*k), w: make([]byte, 4*bt*k)}
 		}
 	}
 	return st
@@ -323,7 +326,8 @@ func (r *moeRoute) route(logits []float32, bt, ne, k int, norm bool, st *moeStat
 	for e := range ne {
 		r.offsets[e+1] += r.offsets[e]
 	}
-	next := append([]int(nil), r.offsets[:ne]...)
+	next := r.next
+	copy(next, r.offsets[:ne])
 	tok, w := i32View(r.tok), f32View(r.w)
 	for e := range ne { // expert-major, tokens ascending: the order the combine sums each token's experts in
 		for t := range bt {
@@ -374,11 +378,10 @@ func (st *moeState) reset() {
 // softmax (dz = p ⊙ (dp − p·dp)), in float64, rounded once.
 func (st *moeState) routerGrad(r *moeRoute, dw []float32, bt, ne, k int, norm bool, auxScale float64) {
 	dz := f32View(st.logits)
-	dp := make([]float64, ne)
-	var g []float64
+	dp, g := st.dp, st.g
+	clear(g)
 	if auxScale != 0 && st.rows > 0 {
 		n := float64(st.rows)
-		g = make([]float64, ne)
 		for e := range ne {
 			g[e] = auxScale * float64(ne) * (st.count[e] / n) / n
 		}
