@@ -399,10 +399,12 @@ func (r *rank) loss(failed bool) error {
 	if len(ls) != 1 {
 		return fmt.Errorf("engine: rank %d: the model gave %d losses for one micro-batch (Instance.Losses returns one per Forward)", r.idx, len(ls))
 	}
-	r.losses = append(r.losses, ls[0])
-	if rl, ok := r.model.(routerLosser); ok {
-		r.routerLosses = append(r.routerLosses, rl.RouterLoss())
+	if rl, ok := r.model.(routerLosser); ok { // the step's loss is the objective: the router's in it
+		aux := rl.RouterLoss()
+		r.routerLosses = append(r.routerLosses, aux)
+		ls[0] = r.e.layout.Shape.Objective(ls[0], aux)
 	}
+	r.losses = append(r.losses, ls[0])
 	return nil
 }
 

@@ -84,12 +84,18 @@ func (m *Model) StreamDType() error {
 // of seq a micro-batch, every block checkpointed with its input kept in
 // host RAM (cpu_checkpointing: the device holds a ring of three block
 // inputs and one block's work set, not every block's activations; the
-// backward that would read them never runs).
+// backward that would read them never runs). A mixture of experts keeps
+// every block's activations: its checkpointing is not built.
 func streamEvalConfig(m *Model, seq, batch int, where, nvmePath string) (*config.Config, error) {
 	path := ""
 	if where == config.DeviceNVMe {
 		p, _ := json.Marshal(nvmePath)
 		path = `, "nvme_path": ` + string(p)
+	}
+	ckpt := fmt.Sprintf(`
+  "activation_checkpointing": {"number_checkpoints": %d, "cpu_checkpointing": true},`, m.Shape().Layers)
+	if m.Shape().MoE() {
+		ckpt = ""
 	}
 	js := fmt.Sprintf(`{
   "train_micro_batch_size_per_gpu": %d,
@@ -97,10 +103,9 @@ func streamEvalConfig(m *Model, seq, batch int, where, nvmePath string) (*config
   "optimizer": {"type": "AdamW", "params": {"lr": 0}},
   "bf16": {"enabled": true},
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
-    "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
-  "activation_checkpointing": {"number_checkpoints": %d, "cpu_checkpointing": true},
+    "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},%s
   "strata": {"model": "eval-model", "devices": 1, "seq_len": %d, "activation_dtype": "fp32"}
-}`, batch, where, path, where, path, m.Shape().Layers, seq)
+}`, batch, where, path, where, path, ckpt, seq)
 	s := m.Shape()
 	lookup := func(string) (config.Shape, error) { return config.Shape(s), nil }
 	cfg, err := config.Parse([]byte(js), "eval --offload", config.Options{LookupShape: lookup})

@@ -266,7 +266,7 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	}
 	m.dev.CopyDeviceToHost(s, lossHost, m.a.losses, 0)
 	pd := pending{losses: lossHost, counted: counted}
-	if m.moe != nil {
+	if m.moe != nil && counted > 0 { // no target, no loss: the router's is 0 too (its gradient is)
 		m.moe.aux = m.moe.auxLoss(m.shape.Experts)
 		pd.aux = m.moe.aux
 	}
@@ -651,12 +651,12 @@ func (m *Model) Losses(s gpu.Stream) ([]float64, error) {
 		}
 		if pd.counted > 0 {
 			out[i] = sum / float64(pd.counted)
-			if m.shape.RouterAux {
-				out[i] += m.shape.RouterAuxCoef * pd.aux
-			}
 		}
 		if m.moe != nil {
-			m.moe.lastAux = pd.aux
+			if i == 0 {
+				m.moe.lastAux = m.moe.lastAux[:0]
+			}
+			m.moe.lastAux = append(m.moe.lastAux, pd.aux)
 		}
 		m.spare = append(m.spare, pd.losses)
 	}

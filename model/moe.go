@@ -251,7 +251,7 @@ type moeState struct {
 	rows      int         // the rows counted: sparse layers × B·T
 	dp, g     []float64   // E each: routerGrad's scratch
 	aux       float64     // the last Forward's load-balancing loss
-	lastAux   float64     // the last one Losses read
+	lastAux   []float64   // those of the Forwards the last Losses read
 	uploadsOf int         // the layer whose routing the device buffers hold (-1: none)
 }
 
@@ -608,10 +608,33 @@ func (m *Model) routerBackward(s gpu.Stream, w gpu.Buffer, la *layerActs, wg fun
 
 // RouterLoss is the load-balancing loss (load_balancing_loss_func, before
 // router_aux_loss_coef) of the last Forward whose loss Loss or Losses
-// read; 0 for a dense model.
+// read; 0 for a dense model or before any.
 func (m *Model) RouterLoss() float64 {
-	if m.moe == nil {
+	if m.moe == nil || len(m.moe.lastAux) == 0 {
 		return 0
+	}
+	return m.moe.lastAux[len(m.moe.lastAux)-1]
+}
+
+// Objective is what a micro-batch's training minimizes, from its
+// cross-entropy ce (Losses) and its load-balancing loss aux
+// (RouterLoss): ce + router_aux_loss_coef·aux when the shape's
+// output_router_logits is set (transformers' loss), else ce. A
+// micro-batch without any target has both 0, as its gradient. The engine
+// and Trainer report it as the step's loss; evaluation reports the
+// cross-entropy alone.
+func (s Shape) Objective(ce, aux float64) float64 {
+	if !s.RouterAux {
+		return ce
+	}
+	return ce + s.RouterAuxCoef*aux
+}
+
+// RouterLosses is RouterLoss of each Forward the last Losses read, oldest
+// first (nil for a dense model).
+func (m *Model) RouterLosses() []float64 {
+	if m.moe == nil {
+		return nil
 	}
 	return m.moe.lastAux
 }

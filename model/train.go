@@ -330,7 +330,11 @@ func (t *Trainer) Step(data *Sampler) (StepResult, error) {
 		return res, fmt.Errorf("model: step %d: %w", step, err)
 	}
 	var lossSum float64
-	for _, l := range losses {
+	aux := t.model.RouterLosses()
+	for i, l := range losses {
+		if aux != nil {
+			l = t.model.layout.Shape.Objective(l, aux[i])
+		}
 		lossSum += l
 	}
 	res.Loss = lossSum / float64(len(losses))
