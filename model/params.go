@@ -135,7 +135,11 @@ func AccessOrder(s Shape) []Access { return AccessOrderWith(s, ActivationOptions
 
 // AccessOrderWith is AccessOrder for a model whose activations are kept as
 // o says: with o.Offload, the InputStore calls of each checkpointed block
-// (see InputStore) come among its Params calls.
+// (see InputStore) come among its Params calls. A mixture of experts'
+// sparse block is followed in the forward by each of its experts'
+// chunks (Layout.ExpertChunk, ascending: Acquire, Release) and preceded
+// in the backward by them (Acquire, Grad, Release, GradReady), whether a
+// token reached the expert or not (moe.go).
 func AccessOrderWith(s Shape, o ActivationOptions) []Access {
 	var a []Access
 	use := func(c int, p shard.Phase) {
