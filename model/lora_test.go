@@ -246,6 +246,7 @@ func runLoRA(t *testing.T, l *Layout, params [][]float32, b Batch, frozen func(i
 	if err != nil {
 		t.Fatal(err)
 	}
+	loss = l.Shape.Objective(loss, m.RouterLoss()) // transformers' loss: a mixture of experts' router loss in it
 	grads, err := res.ReadGrads(s)
 	if err != nil {
 		t.Fatal(err)
