@@ -30,7 +30,7 @@ var (
 
 // kernelNames are the kernels of kernels.cu looked up after loading.
 var kernelNames = []string{
-	"check_ids", "check_pos", "gelu_fwd", "gelu_bwd", "add", "add_columns", "dropout", "dequant_nf4", "dequant_int8", "scale", "axpy", "fill", "cast", "bias_add", "bias_gelu", "bias_grad_part", "colsum_final",
+	"check_ids", "check_pos", "gelu_fwd", "gelu_bwd", "add", "add_columns", "dropout", "dequant_nf4", "dequant_int8", "scale", "scale_rows", "row_dots", "axpy", "fill", "cast", "bias_add", "bias_gelu", "bias_grad_part", "colsum_final",
 	"glu_fwd", "glu_bwd", "rope", "layernorm_fwd", "layernorm_bwd_dx", "layernorm_bwd_params_part",
 	"rmsnorm_fwd", "rmsnorm_bwd_dx", "rmsnorm_bwd_gamma_part", "attn_fwd", "attn_bwd_rowdot", "attn_bwd_dkv",
 	"attn_bwd_dq", "attn_fwd_wide", "attn_bwd_dkv_wide", "attn_bwd_dq_wide", "attn_fwd_tc", "attn_bwd_dkv_tc", "attn_bwd_dq_tc", "kv_append", "attn_cached", "xent_fwd", "xent_bwd", "emb_fwd", "emb_links", "emb_bwd_rows", "emb_bwd_wpe",
