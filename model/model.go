@@ -267,8 +267,7 @@ func (m *Model) Forward(s gpu.Stream, p Params, b Batch) error {
 	m.dev.CopyDeviceToHost(s, lossHost, m.a.losses, 0)
 	pd := pending{losses: lossHost, counted: counted}
 	if m.moe != nil && counted > 0 { // no target, no loss: the router's is 0 too (its gradient is)
-		m.moe.aux = m.moe.auxLoss(m.shape.Experts)
-		pd.aux = m.moe.aux
+		pd.aux = m.moe.auxLoss(m.shape.Experts)
 	}
 	m.pending = append(m.pending, pd)
 	m.counted = counted

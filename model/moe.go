@@ -250,7 +250,6 @@ type moeState struct {
 	probSum   []float64   // E: the sum of its probabilities
 	rows      int         // the rows counted: sparse layers × B·T
 	dp, g     []float64   // E each: routerGrad's scratch
-	aux       float64     // the last Forward's load-balancing loss
 	lastAux   []float64   // those of the Forwards the last Losses read
 	uploadsOf int         // the layer whose routing the device buffers hold (-1: none)
 }
@@ -368,7 +367,7 @@ func (st *moeState) auxLoss(ne int) float64 {
 func (st *moeState) reset() {
 	clear(st.count)
 	clear(st.probSum)
-	st.rows, st.aux = 0, 0
+	st.rows = 0
 }
 
 // routerGrad writes into st.logits the gradient of the router logits of
