@@ -71,6 +71,15 @@ type hooks struct {
 	// of the saved ones to host memory not yet waited for.
 	inputs map[int]*tier.Lease
 	saved  map[int]gpu.Event
+
+	// a mixture of experts (moe.go): each chunk's (layer, expert), and
+	// per layer the experts this micro-batch acquires once its forward
+	// has routed them (routed), and the calls of the experts it skips
+	// whose tier-store skip is made already (passed, by index in order)
+	experts []expertRef
+	acquire [][]bool
+	routed  []bool
+	passed  map[int]bool
 }
 
 // gathered is a chunk gathered on the device, in a slot of the rank's
@@ -103,18 +112,22 @@ func newHooks(r *rank) *hooks {
 	for n < len(full) && full[n].Pass == shard.Forward {
 		n++
 	}
-	return &hooks{r: r, order: full, full: full, fwd: full[:n], live: map[int]*gathered{}, buckets: map[int]*bucket{},
+	h := &hooks{r: r, order: full, full: full, fwd: full[:n], live: map[int]*gathered{}, buckets: map[int]*bucket{},
 		inputs: map[int]*tier.Lease{}, saved: map[int]gpu.Event{}}
+	h.initExperts()
+	return h
 }
 
 // begin starts micro-batch k of a step.
 func (h *hooks) begin(k int, last bool) {
 	h.order, h.micro, h.last, h.pos = h.full, k, last, 0
+	h.newRoutes()
 }
 
 // beginEval starts a forward-only micro-batch (Eval): the forward's calls.
 func (h *hooks) beginEval() {
 	h.order, h.micro, h.last, h.pos = h.fwd, 0, false, 0
+	h.newRoutes()
 }
 
 // next checks that a is the call Model.AccessOrder lists next and moves on.
@@ -147,6 +160,9 @@ func (h *hooks) drain(s gpu.Stream) {
 		a := h.order[h.pos]
 		switch a.Kind {
 		case model.AccessAcquire:
+			if h.drainSkips(s, a) {
+				continue
+			}
 			h.Acquire(s, a.Chunk, a.Pass)
 		case model.AccessRelease:
 			h.Release(s, a.Chunk, a.Pass)
@@ -249,13 +265,22 @@ func (h *hooks) Acquire(s gpu.Stream, c int, pass shard.Phase) (gpu.Buffer, erro
 	// the gather's access must keep its place among the saved inputs'
 	// accesses, step after step, or the planner's trace diverges: it is
 	// always issued here, waiting for the update if need be.
-	if next, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && (r.updateReady(next.Chunk) || h.fixedOrder()) {
-		h.gather(next.Chunk, next.Pass)
-	}
+	h.prefetchNext()
 	if h.err != nil {
 		return nil, h.err
 	}
 	return g.buf.Slice(0, n), nil
+}
+
+// prefetchNext gathers the next chunk the micro-batch acquires (see
+// Acquire), after the tier-store skips of the experts it skips before it
+// (passOver).
+func (h *hooks) prefetchNext() {
+	r := h.r
+	if next, i, ok := h.nextAcquire(); ok && !r.st.paramIsFull(next.Chunk) && h.live[next.Chunk] == nil && (r.updateReady(next.Chunk) || h.fixedOrder()) {
+		h.passOver(i)
+		h.gather(next.Chunk, next.Pass)
+	}
 }
 
 // throttle keeps the rank at most MaxLiveChunks gathered chunks ahead of
@@ -278,14 +303,27 @@ func (h *hooks) throttle() {
 // order every step: param shards and saved inputs both in the tier store.
 func (h *hooks) fixedOrder() bool { return h.r.e.act.Offload && h.r.e.paramTier != shard.HBM }
 
-// nextAcquire is the next Acquire of the micro-batch after the current call.
-func (h *hooks) nextAcquire() (model.Access, bool) {
-	for _, a := range h.order[h.pos:] {
-		if a.Kind == model.AccessAcquire {
-			return a, true
+// nextAcquire is the next Acquire of the micro-batch after the current
+// call, and its index in order: the experts the micro-batch skips passed
+// over; none when the next is an expert not routed yet (the router
+// decides whether it comes).
+func (h *hooks) nextAcquire() (model.Access, int, bool) {
+	for i := h.pos; i < len(h.order); i++ {
+		a := h.order[i]
+		if a.Kind != model.AccessAcquire {
+			continue
 		}
+		if x := h.experts[a.Chunk]; x.layer >= 0 {
+			if !h.routed[x.layer] {
+				return model.Access{}, 0, false
+			}
+			if !h.acquire[x.layer][x.e] {
+				continue
+			}
+		}
+		return a, i, true
 	}
-	return model.Access{}, false
+	return model.Access{}, 0, false
 }
 
 // gather enqueues the AllGather of chunk c's shards into a slot of the

@@ -88,7 +88,7 @@ func (tieredPath) publishHost(*rank, int, bool) {} // in its host copy: the plan
 func (tieredPath) source(r *rank, c int, pass shard.Phase) (gpu.Buffer, *tier.Lease, error) {
 	// The tier store stages the rank's shard in HBM (the planner has
 	// fetched it ahead); it stays leased until the gather has read it.
-	l, err := r.runner().Use(shard.Access{Key: tkey(c, r.loc, shard.Param), Phase: pass, Tier: shard.HBM, Kind: shard.Read})
+	l, err := r.runner().Use(r.h.paramAccess(c, pass))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -66,6 +66,11 @@ type rank struct {
 	// gain gradients (model.FrozenParams) and never read; nil with
 	// nothing frozen.
 	frozenGrad gpu.Buffer
+	// routeBuf and routeHost carry a sparse layer's routed experts (one
+	// F32 flag each) through the ranks' AllReduce (moe.go); nil on one
+	// rank or without experts.
+	routeBuf  gpu.Buffer
+	routeHost []byte
 	// reductions counts, per chunk, the gradient collectives (AllReduce,
 	// ReduceScatter) the rank has issued for it.
 	reductions []int64
@@ -159,6 +164,16 @@ func newRank(e *Engine, idx, loc int, dev gpu.Device, comm gpu.Comm) (*rank, err
 			return nil, fmt.Errorf("engine: rank %d: gradient scratch of the frozen chunks: %w", idx, err)
 		}
 	}
+	if sh := e.layout.Shape; e.n > 1 && sh.MoE() { // the ranks' union of their routed experts (moe.go)
+		if r.routeBuf, err = dev.Alloc(sh.Experts, gpu.F32, gpu.Tag{Kind: gpu.Workspace, Purpose: "expert routes"}); err != nil {
+			r.freeScratch()
+			r.dev.Free(r.norms)
+			r.model.Free()
+			r.st.free()
+			return nil, fmt.Errorf("engine: rank %d: the experts' routes: %w", idx, err)
+		}
+		r.routeHost = make([]byte, 4*sh.Experts)
+	}
 	r.reductions = make([]int64, len(e.chunks))
 	r.gradSlot = make([]int, len(e.chunks))
 	r.normsHost = make([]byte, 8*len(e.chunks))
@@ -169,7 +184,7 @@ func newRank(e *Engine, idx, loc int, dev gpu.Device, comm gpu.Comm) (*rank, err
 	r.h = newHooks(r)
 	if e.opts.Trace != nil || e.offload {
 		if r.tr, err = timeline.NewRecorder(e.opts.Trace, e, idx, dev, e.t0); err != nil {
-			r.freeFrozenGrad()
+			r.freeScratch()
 			r.dev.Free(r.norms)
 			r.model.Free()
 			r.st.free()
@@ -499,7 +514,7 @@ func (r *rank) close() error {
 	r.h.freeAll()
 	r.freeGrads()
 	r.releaseRings()
-	r.freeFrozenGrad()
+	r.freeScratch()
 	r.model.Free()
 	r.dev.Free(r.norms)
 	r.st.free()
@@ -521,12 +536,16 @@ func (r *rank) upload(c int, updated bool) {
 	r.tr.Copy(from, r.tr.Mark(r.up), timeline.Label{Op: "upload", Chunk: e.layout.Chunks[c].Name, Index: c})
 }
 
-// freeFrozenGrad frees the frozen chunks' gradient scratch (the streams
-// that wrote it have completed).
-func (r *rank) freeFrozenGrad() {
+// freeScratch frees the frozen chunks' gradient scratch and the experts'
+// routes buffer (the streams that used them have completed).
+func (r *rank) freeScratch() {
 	if r.frozenGrad != nil {
 		r.dev.Free(r.frozenGrad)
 		r.frozenGrad = nil
+	}
+	if r.routeBuf != nil {
+		r.dev.Free(r.routeBuf)
+		r.routeBuf = nil
 	}
 }
 

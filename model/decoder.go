@@ -364,7 +364,7 @@ func (d *Decoder) forward(s gpu.Stream, p Params, ids []int32) (gpu.Buffer, erro
 				return nil, err
 			}
 			d.moe.upload(d.dev, s, l, n, d.shape.TopK, a.moe.tok, a.moe.w)
-			if err := expertsForward(d.ops, s, p, d.layout, l, d.moe.routes[l], n, r.h, r.tmp, a.moe, true, nil); err != nil {
+			if err := expertsForward(d.ops, s, p, d.layout, l, d.moe.routes[l], n, r.h, r.tmp, a.moe, true, nil, nil); err != nil {
 				return nil, err
 			}
 			d.ops.Add(s, r.x, r.tmp, r.x, n*c)

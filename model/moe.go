@@ -238,6 +238,8 @@ type moeRoute struct {
 	next    []int     // E: the grouping's cursor per expert
 	tok     []byte    // I32 per grouped row: its token (uploaded)
 	w       []byte    // F32 per grouped row: its routing weight (uploaded)
+	reached []bool    // E: a token was routed to expert e (ExpertRouter's question)
+	acquire []bool    // E: ExpertRouter's answer, the experts the passes acquire; nil: all
 }
 
 // moeState is a mixture of experts' routing: per sparse layer, and the
@@ -261,7 +263,7 @@ func newMoEState(s Shape, bt int) *moeState {
 	k, e := s.TopK, s.Experts
 	for l := range s.Layers {
 		if s.SparseLayer(l) {
-			st.routes[l] = &moeRoute{probs: make([]float32, bt*e), sel: make([]int32, bt*k), weights: make([]float32, bt*k),
+			st.routes[l] = &moeRoute{probs: make([]float32, bt*e), reached: make([]bool, e), sel: make([]int32, bt*k), weights: make([]float32, bt*k),
 				row: make([]int32, bt*k), offsets: make([]int, e+1), next: make([]int, e), tok: make([]byte, 4*bt*k), w: make([]byte, 4*bt*k)}
 		}
 	}
@@ -454,8 +456,10 @@ type moeRows struct {
 // and Release: every expert of the layer in order (training's fixed
 // access order), or with routed only the experts a token reached (the
 // Decoder's: inference moves only those), which a p that implements
-// ExpertPrefetcher is told of first.
-func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *moeRoute, n int, h, out gpu.Buffer, b moeRows, routed bool, ad expertAdapters) error {
+// ExpertPrefetcher is told of first. acquire, when not nil, is the
+// ExpertRouter p's answer for the layer: an expert not in it is skipped
+// (SkipExpert) in its place in the order.
+func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *moeRoute, n int, h, out gpu.Buffer, b moeRows, routed bool, acquire []bool, ad expertAdapters) error {
 	sh := lo.Shape
 	c, fe, k := sh.Dim, sh.ExpertFFNDim(), sh.TopK
 	x := b.x.Slice(0, n*k*c)
@@ -476,6 +480,12 @@ func expertsForward(ops gpu.Ops, s gpu.Stream, p Params, lo *Layout, l int, r *m
 			continue
 		}
 		ch := lo.ExpertChunk(l, e)
+		if acquire != nil && !acquire[e] {
+			if err := p.(ExpertRouter).SkipExpert(s, ch, shard.Forward); err != nil {
+				return err
+			}
+			continue
+		}
 		w, err := p.Acquire(s, ch, shard.Forward)
 		if err != nil {
 			return err
@@ -522,7 +532,24 @@ func (m *Model) moeForward(s gpu.Stream, p Params, l int, out gpu.Buffer) error 
 	if m.lora != nil {
 		ad = m
 	}
-	if err := expertsForward(m.ops, s, p, m.layout, l, st.routes[l], bt, la.ln2, out, moeRows{a.moeTok, a.moeW, a.moeX, la.fch, la.fchAct, la.moeY}, false, ad); err != nil {
+	r := st.routes[l]
+	r.acquire = nil
+	if er, ok := p.(ExpertRouter); ok {
+		for e := range r.reached {
+			r.reached[e] = r.offsets[e+1] > r.offsets[e]
+		}
+		acq, err := er.RouteExperts(s, l, r.reached)
+		if err != nil {
+			return err
+		}
+		for e, ok := range r.reached {
+			if ok && !acq[e] {
+				panic(fmt.Sprintf("model: Params.RouteExperts left out expert %d of block %d, which tokens reached", e, l))
+			}
+		}
+		r.acquire = acq
+	}
+	if err := expertsForward(m.ops, s, p, m.layout, l, r, bt, la.ln2, out, moeRows{a.moeTok, a.moeW, a.moeX, la.fch, la.fchAct, la.moeY}, false, r.acquire, ad); err != nil {
 		return err
 	}
 	m.ops.Add(s, la.res2, out, out, bt*m.shape.Dim)
@@ -536,6 +563,22 @@ func (m *Model) moeForward(s gpu.Stream, p Params, l int, out gpu.Buffer) error 
 // one; the experts no token reached are not acquired at all.
 type ExpertPrefetcher interface {
 	PrefetchExperts(chunks []int) error
+}
+
+// ExpertRouter is the optional interface of a Model's Params that moves
+// only the experts a training step reaches. In the forward, once a sparse
+// layer's router has run, RouteExperts gets which of block l's experts the
+// micro-batch's tokens reached and answers which to acquire: at least
+// those (the engine's answer is the union over its ranks, whose gathers
+// must match). In place of each expert's calls that is not acquired (its
+// Acquire and Release in the forward; Acquire, Grad, Release and GradReady
+// in the backward, which acquires the forward's experts) the Model calls
+// SkipExpert, in the same place of Model.AccessOrder: what a skipped
+// expert's gradient is (none for a frozen chunk, zero otherwise) is the
+// Params'. The Model reads the answer until its next Forward.
+type ExpertRouter interface {
+	RouteExperts(s gpu.Stream, l int, reached []bool) (acquire []bool, err error)
+	SkipExpert(s gpu.Stream, chunk int, pass shard.Phase) error
 }
 
 // moeBackward runs sparse layer l's experts' backward before its block's:
@@ -564,6 +607,12 @@ func (m *Model) moeBackward(s gpu.Stream, p Params, l int, auxScale float64) err
 	ops.Fill(s, a.moeDln2, 0)
 	for e := range ne {
 		ch := m.layout.ExpertChunk(l, e)
+		if r.acquire != nil && !r.acquire[e] {
+			if err := p.(ExpertRouter).SkipExpert(s, ch, shard.Backward); err != nil {
+				return err
+			}
+			continue
+		}
 		w, g, err := acquireWithGrad(s, p, ch)
 		if err != nil {
 			return err

@@ -64,13 +64,14 @@ func (p *Planner) adopt(tr Trace) {
 		p.keys[i].occ = p.keys[i].occ[:0]
 	}
 	p.cum = append(p.cum[:0], 0)
+	p.confirmed = append(p.confirmed[:0], make([]uint32, len(tr.Accesses))...)
 	for i, a := range tr.Accesses {
 		s := p.index[a.Key]
 		c := a.Compute
 		for _, h := range p.hist {
 			c = min(c, h[i])
 		}
-		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, compute: c})
+		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, cond: a.Conditional, compute: c})
 		p.keys[s].occ = append(p.keys[s].occ, int32(i))
 		p.cum = append(p.cum, p.cum[i]+c)
 	}

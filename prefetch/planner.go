@@ -24,6 +24,8 @@ type Stats struct {
 	// ready; they are not Late, and HitRate leaves them out (their wait
 	// is in Stall).
 	Dependent int64
+	// Skipped counts the conditional accesses a step passed over (Skip).
+	Skipped int64
 	// Divergences counts steps whose accesses differed from the trace;
 	// Rerecords counts traces replaced because of that.
 	Divergences int64
@@ -102,6 +104,7 @@ type taccess struct {
 	slot    int32
 	tier    shard.Tier
 	kind    shard.Kind
+	cond    bool // shard.Access.Conditional: planned for only once confirmed
 	compute time.Duration
 }
 
@@ -151,7 +154,11 @@ type Planner struct {
 	known     Trace
 	cum       []time.Duration // cum[i]: compute of trace accesses 0..i-1
 	stepBase  int64           // global index of the first access of this step
-	pos       int             // accesses begun in this step
+	pos       int             // accesses begun (or skipped) in this step
+	stepGen   uint32          // bumped by every BeginStep
+	// confirmed[i] == stepGen: trace access i (Conditional) is confirmed
+	// in this step (Confirm), so the plan moves its shard.
+	confirmed []uint32
 	diverged  bool
 	rec       Recorder
 	lastReady time.Duration // when the latest access became ready
@@ -416,6 +423,7 @@ func (p *Planner) BeginStep(now time.Duration) {
 	}
 	p.stepBase += int64(p.pos)
 	p.pos = 0
+	p.stepGen++
 	p.diverged = false
 	p.lastPos = -1
 }
@@ -478,6 +486,65 @@ func (p *Planner) Access(a shard.Access, now time.Duration) (hit bool, moves []s
 	}
 	p.judgeLate(s, a, late)
 	return false, moves, nil
+}
+
+// Confirm says that conditional access a (shard.Access.Conditional) will
+// happen in this step, at its next place in the trace: from now on the
+// plan moves its shard there as it does any access's. Until then, and in
+// the steps that do not confirm it, the plan moves nothing for it. A
+// confirmation the trace has no place for does nothing (the access, when
+// it comes, is served on demand). It returns what Next(now) would.
+func (p *Planner) Confirm(a shard.Access, now time.Duration) []shard.Move {
+	s, ok := p.index[a.Key]
+	if !ok || len(p.trace) == 0 || p.diverged {
+		return nil
+	}
+	for _, i := range p.keys[s].occ {
+		if int(i) < p.pos {
+			continue
+		}
+		if t := &p.trace[i]; t.cond && t.tier == a.Tier && t.kind == a.Kind && p.confirmed[i] != p.stepGen {
+			p.confirmed[i] = p.stepGen
+			p.planned = false
+			break
+		}
+	}
+	return p.Next(now)
+}
+
+// Skip says that conditional access a, which would come next, does not
+// happen in this step: the trace keeps its place (the recording holds it,
+// with no compute of its own) and the step moves on past it, without a
+// divergence when the trace has it there. A skipped access pins nothing
+// and moves nothing; it is not counted among the accesses. It returns
+// what Next(now) would.
+func (p *Planner) Skip(a shard.Access, now time.Duration) ([]shard.Move, error) {
+	if err := p.checkAccess(a); err != nil {
+		return nil, err
+	}
+	s := p.index[a.Key]
+	a.SizeBytes, a.Conditional, a.Ahead = p.keys[s].sizeBytes, true, false
+	p.planned = false
+	p.rec.Skip(a)
+	if len(p.trace) > 0 && !p.diverged {
+		if p.pos >= len(p.trace) || !p.known.Accesses[p.pos].SameSlot(a) || !p.trace[p.pos].cond {
+			p.diverged = true
+			p.stats.Divergences++
+		}
+	}
+	if p.diverged || len(p.trace) == 0 {
+		p.lastPos = -1
+	}
+	p.pos++
+	p.stats.Skipped++
+	return p.Next(now), nil
+}
+
+// gated says whether trace access i, at global index g, is a conditional
+// one the plan must not move anything for: not confirmed in this step
+// (an access of a later step is never confirmed yet).
+func (p *Planner) gated(i int, g int64) bool {
+	return p.trace[i].cond && (g-p.stepBase >= int64(len(p.trace)) || p.confirmed[i] != p.stepGen)
 }
 
 // incoming says whether a move toward a's shard is under way (a read's:
@@ -663,7 +730,7 @@ func (p *Planner) checkPending(now time.Duration) {
 			p.stats.Stall[w.tier] += now - w.start
 			if w.rec >= 0 {
 				p.rec.Ready(w.rec, now)
-				if w.rec == p.rec.Len()-1 {
+				if w.rec == p.rec.timed-1 { // the latest access begun (skips aside)
 					p.lastReady, p.readyKnow = now, true
 				}
 			}

@@ -372,7 +372,9 @@ func (p *Planner) candidates(now time.Duration) []cand {
 			break
 		}
 		a := &p.trace[i]
-		add(a.slot, a.tier, a.kind, g, d, false)
+		if !p.gated(i, g) {
+			add(a.slot, a.tier, a.kind, g, d, false)
+		}
 		d += a.compute
 		if i++; i == n {
 			i = 0
@@ -421,6 +423,11 @@ func (p *Planner) followWritten(end int64) []followed {
 		g, pos, ok := p.nextAccess(s)
 		if !ok || g < end || g >= p.limit {
 			ks.followed = false
+			continue
+		}
+		if p.gated(int(pos), g) {
+			p.written[j] = s // not yet: it stays followed until confirmed, or the window reaches it
+			j++
 			continue
 		}
 		if m := &p.scratch.memo[2*(int(s)*shard.TierCount+int(p.trace[pos].tier))]; p.trace[pos].kind != shard.Write && m.ver == ks.ver+1 && !m.ok {

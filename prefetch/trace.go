@@ -54,11 +54,24 @@ type Recorder struct {
 	beginAt  []time.Duration
 	readyAt  []time.Duration
 	ready    []bool
+	timed    int // 1 + the index of the latest access not skipped (Skip); 0: none
 }
 
 // Add appends an access whose compute is already known (Access.Compute).
 func (r *Recorder) Add(a shard.Access) {
 	r.closeLast(-1)
+	r.accesses = append(r.accesses, a)
+	r.beginAt = append(r.beginAt, 0)
+	r.readyAt = append(r.readyAt, 0)
+	r.ready = append(r.ready, true)
+	r.timed = len(r.accesses)
+}
+
+// Skip appends a conditional access the step passed over: no compute of
+// its own; the time until the next Begin stays the compute of the access
+// before it.
+func (r *Recorder) Skip(a shard.Access) {
+	a.Compute = 0
 	r.accesses = append(r.accesses, a)
 	r.beginAt = append(r.beginAt, 0)
 	r.readyAt = append(r.readyAt, 0)
@@ -74,6 +87,7 @@ func (r *Recorder) Begin(a shard.Access, now time.Duration) int {
 	r.beginAt = append(r.beginAt, now)
 	r.readyAt = append(r.readyAt, now)
 	r.ready = append(r.ready, false)
+	r.timed = len(r.accesses)
 	return len(r.accesses) - 1
 }
 
@@ -88,7 +102,7 @@ func (r *Recorder) Ready(i int, now time.Duration) {
 
 // closeLast measures the compute of the last access if it was timed (now >= 0).
 func (r *Recorder) closeLast(now time.Duration) {
-	n := len(r.accesses)
+	n := r.timed
 	if n == 0 || now < 0 || r.accesses[n-1].Compute != 0 {
 		return
 	}

@@ -53,6 +53,12 @@ type Access struct {
 	// them): a planner judges it a hit, late or a miss when it is awaited,
 	// not when it is declared.
 	Ahead bool
+	// Conditional says the access happens only in the steps that need it
+	// (a mixture of experts' expert, which only the tokens routed to it
+	// need): a planner keeps its place in the trace but moves nothing for
+	// it until the step confirms it, and the step may skip it instead
+	// (prefetch.Planner.Confirm and Skip).
+	Conditional bool
 }
 
 func (a Access) String() string {

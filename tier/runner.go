@@ -32,6 +32,12 @@ type Planner interface {
 	// Awaited says that access a, declared ahead of its use (a.Ahead), is
 	// needed now: the planner judges it then (hit, late, miss).
 	Awaited(a shard.Access, now time.Duration)
+	// Confirm says that conditional access a (shard.Access.Conditional)
+	// will come in this step; moves are to be submitted in order.
+	Confirm(a shard.Access, now time.Duration) (moves []shard.Move)
+	// Skip says that conditional access a, next in the rank's order, does
+	// not happen in this step.
+	Skip(a shard.Access, now time.Duration) (moves []shard.Move, err error)
 }
 
 // MoveSpan is one move a Runner reaped that put bytes on a link or failed,
@@ -389,6 +395,40 @@ func (r *Runner) begin(a shard.Access) (*Pending, error) {
 	}
 	r.submitLocked(ms)
 	return &Pending{a: a}, nil
+}
+
+// Confirm tells the planner that conditional access a
+// (shard.Access.Conditional) comes later in this step, so that it moves
+// the shard ahead of it as it does any access's; the rank makes the
+// access itself (Use) in its place.
+func (r *Runner) Confirm(a shard.Access) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return
+	}
+	r.releaseLocked(false)
+	r.pumpLocked()
+	r.submitLocked(r.p.Confirm(a, r.now()))
+}
+
+// Skip tells the planner that conditional access a, which the rank's order
+// has next, does not happen in this step: nothing is leased or moved.
+func (r *Runner) Skip(a shard.Access) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.err != nil {
+		return r.err
+	}
+	r.releaseLocked(false)
+	r.pumpLocked()
+	ms, err := r.p.Skip(a, r.now())
+	if err != nil {
+		r.failLocked(fmt.Errorf("tier: plan the skip of %s: %w", a, err))
+		return r.err
+	}
+	r.submitLocked(ms)
+	return nil
 }
 
 // Await waits until p's shard is ready in its tier and leases it there

@@ -128,6 +128,10 @@ type PrefetchCounts struct {
 	// that can leave host RAM) the second differs from it too; after
 	// that every step repeats the one before.
 	Divergences int64
+	// Skipped counts the conditional accesses the steps passed over: a
+	// mixture of experts' experts no token of a micro-batch reached, on
+	// any rank (prefetch.Stats.Skipped).
+	Skipped int64
 }
 
 // Add adds o's counts to c (o minus sub when sub is not nil: the counts
@@ -140,6 +144,7 @@ func (c *PrefetchCounts) Add(o PrefetchCounts, sub *PrefetchCounts) {
 		o.Misses -= sub.Misses
 		o.Dependent -= sub.Dependent
 		o.Divergences -= sub.Divergences
+		o.Skipped -= sub.Skipped
 	}
 	c.Accesses += o.Accesses
 	c.Hits += o.Hits
@@ -147,6 +152,7 @@ func (c *PrefetchCounts) Add(o PrefetchCounts, sub *PrefetchCounts) {
 	c.Misses += o.Misses
 	c.Dependent += o.Dependent
 	c.Divergences += o.Divergences
+	c.Skipped += o.Skipped
 	c.HitRate = prefetch.HitRate(c.Hits, c.Accesses, c.Dependent)
 }
 
@@ -373,5 +379,5 @@ type TierSummary struct {
 // CountsOf is one planner's counts.
 func CountsOf(p prefetch.Stats) PrefetchCounts {
 	return PrefetchCounts{Accesses: p.Accesses, Hits: p.Hits, Late: p.Late, Misses: p.Misses, Dependent: p.Dependent,
-		Divergences: p.Divergences, HitRate: p.HitRate()}
+		Divergences: p.Divergences, Skipped: p.Skipped, HitRate: p.HitRate()}
 }
