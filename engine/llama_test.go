@@ -52,15 +52,29 @@ func llamaConfig(shapeJSON string, stage, n int, param, opt, dir string) string 
 // runLlamaEngine trains steps steps of config js on n CPU devices.
 func runLlamaEngine(t *testing.T, js string, n, steps int) tierRun {
 	t.Helper()
+	return runLlamaEngineFrom(t, js, n, steps, nil)
+}
+
+// runLlamaEngineFrom is runLlamaEngine from init's values (nil: the seed's).
+func runLlamaEngineFrom(t *testing.T, js string, n, steps int, init ChunkSource) tierRun {
+	t.Helper()
+	return runLlamaEngineWith(t, js, n, steps, Options{Init: init})
+}
+
+// runLlamaEngineWith is runLlamaEngine with the options o (the test corpus
+// and 2 optimizer threads).
+func runLlamaEngineWith(t *testing.T, js string, n, steps int, o Options) tierRun {
+	t.Helper()
 	devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 256 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, Options{Corpus: model.Tokens(testTokens), OptimizerThreads: 2})
+	o.Corpus, o.OptimizerThreads = model.Tokens(testTokens), 2
+	e, err := startEngine(t, testConfig(t, js), cpu.Devices(devs), comms, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := e.layout.Shape; !s.IsLlama() || e.layout.ParamCount() != s.ParamCount() {
+	if s := e.layout.Shape; !s.IsLlama() || e.layout.LoRA == nil && e.layout.ParamCount() != s.ParamCount() {
 		t.Fatalf("engine shape %v, %d params in its layout", s, e.layout.ParamCount())
 	}
 	var res tierRun
@@ -85,6 +99,12 @@ func runLlamaEngine(t *testing.T, js string, n, steps int) tierRun {
 // resident baseline.
 func runLlamaTrainer(t *testing.T, js string, n, steps int) tierRun {
 	t.Helper()
+	return runLlamaTrainerFrom(t, js, n, steps, nil)
+}
+
+// runLlamaTrainerFrom is runLlamaTrainer from init's values (nil: the seed's).
+func runLlamaTrainerFrom(t *testing.T, js string, n, steps int, init [][]float32) tierRun {
+	t.Helper()
 	cfg := testConfig(t, js)
 	devs, _, err := cpu.New(cpu.Options{Devices: 1, HBMBytes: 256 << 20})
 	if err != nil {
@@ -94,7 +114,7 @@ func runLlamaTrainer(t *testing.T, js string, n, steps int) tierRun {
 	tr, err := model.NewTrainer(devs[0], model.Shape(*cfg.Shape()), model.TrainOptions{
 		Batch: 1, Seq: testSeq, Accum: 1, Ranks: n, Precision: gpu.BF16,
 		LR: p.LR, Beta1: p.Betas[0], Beta2: p.Betas[1], Eps: p.Eps, WeightDecay: p.WeightDecay, ClipNorm: cfg.GradientClipping,
-		Schedule: func(step int64) float64 { return cfg.LR(int(step - 1)) }, Seed: testSeed,
+		Schedule: func(step int64) float64 { return cfg.LR(int(step - 1)) }, Seed: testSeed, Init: init,
 	})
 	if err != nil {
 		t.Fatal(err)

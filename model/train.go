@@ -42,6 +42,9 @@ type TrainOptions struct {
 	// keeps LR constant.
 	Schedule func(step int64) float64
 	Seed     uint64 // initialisation seed (Layout.InitChunk)
+	// Init, when not nil, is the initial params, one slice of each
+	// chunk's length per chunk (Layout.Chunks), in place of Seed's.
+	Init [][]float32
 }
 
 // WithDefaults fills the zero fields.
@@ -140,7 +143,7 @@ type Trainer struct {
 	allocs  []gpu.Buffer
 }
 
-// NewTrainer lays out shape, initialises the parameters from opts.Seed and
+// NewTrainer lays out shape, initialises the parameters from opts.Init or opts.Seed and
 // allocates everything on dev.
 func NewTrainer(dev gpu.Device, shape Shape, opts TrainOptions) (*Trainer, error) {
 	opts = opts.WithDefaults(shape)
@@ -150,6 +153,16 @@ func NewTrainer(dev gpu.Device, shape Shape, opts TrainOptions) (*Trainer, error
 	layout, err := NewLayout(shape)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Init != nil {
+		if len(opts.Init) != len(layout.Chunks) {
+			return nil, fmt.Errorf("model: Init has %d chunks, the layout %d", len(opts.Init), len(layout.Chunks))
+		}
+		for c, v := range opts.Init {
+			if len(v) != layout.Chunks[c].Len {
+				return nil, fmt.Errorf("model: Init's chunk %d (%s) has %d values, the layout %d", c, layout.Chunks[c].Name, len(v), layout.Chunks[c].Len)
+			}
+		}
 	}
 	t := &Trainer{dev: dev, s: dev.DefaultStream(), opts: opts, layout: layout}
 	if t.params, err = NewResident(dev, layout, opts.Precision); err != nil {
@@ -214,7 +227,10 @@ func NewTrainer(dev gpu.Device, shape Shape, opts TrainOptions) (*Trainer, error
 	}
 	t.normsH = make([]byte, 8*len(layout.Chunks))
 
-	init := layout.Init(opts.Seed)
+	init := opts.Init
+	if init == nil {
+		init = layout.Init(opts.Seed)
+	}
 	t.params.Load(t.s, init)
 	for c := range t.master {
 		upload(dev, t.s, t.master[c], init[c])
