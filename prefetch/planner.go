@@ -150,12 +150,12 @@ type Planner struct {
 	members [][]int32
 
 	// The trace and where the step is in it.
-	trace     []taccess
-	known     Trace
-	cum       []time.Duration // cum[i]: compute of trace accesses 0..i-1
-	stepBase  int64           // global index of the first access of this step
-	pos       int             // accesses begun (or skipped) in this step
-	stepGen   uint32          // bumped by every BeginStep
+	trace    []taccess
+	known    Trace
+	cum      []time.Duration // cum[i]: compute of trace accesses 0..i-1
+	stepBase int64           // global index of the first access of this step
+	pos      int             // accesses begun (or skipped) in this step
+	stepGen  uint32          // bumped by every BeginStep
 	// confirmed[i] == stepGen: trace access i (Conditional) is confirmed
 	// in this step (Confirm), so the plan moves its shard.
 	confirmed []uint32
