@@ -261,16 +261,35 @@ func (d *switchNVMe) Sync(f *nvme.File) error { return d.dev().Sync(f) }
 // the params and master weights in the tier store are those of the step
 // before. (Read around the failed planners: Params and Master refuse to
 // run after a tier failure, as every later Step does.)
+//
+// The same with a mixture of experts whose ranks reach only some experts
+// (routedSource): the failed rank drains its step's calls, joining the
+// peers' union of routed experts with none of its own and skipping what
+// they skip, so that it issues their gathers.
 func TestTierFaultInPass(t *testing.T) {
 	nvmetest.Require(t)
-	for _, n := range []int{1, 2} {
-		t.Run(fmt.Sprintf("N%d", n), func(t *testing.T) {
+	moe := strings.Replace(mixtralShapeJSON, `"num_experts": 4`, `"num_experts": 8`, 1)
+	for _, c := range []struct {
+		name  string
+		n     int
+		shape string
+	}{{"N1", 1, deepShapeJSON}, {"N2", 2, deepShapeJSON}, {"N2/moe", 2, moe}} {
+		t.Run(c.name, func(t *testing.T) {
+			n := c.n
 			var sw *switchNVMe
-			s := tierSpec{n: n, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON}
-			e := newTierEngine(t, s, Options{NVMeDevice: func(d nvme.Device) nvme.Device {
+			s := tierSpec{n: n, param: "nvme", opt: "nvme", shapeJSON: c.shape}
+			o := Options{NVMeDevice: func(d nvme.Device) nvme.Device {
 				sw = &switchNVMe{Device: d, faulty: nvme.NewFaulty(d, nvme.Fault{Kind: nvme.FaultEIO, Op: nvme.OpRead, Nth: 1})}
 				return sw
-			}})
+			}}
+			if c.shape == moe {
+				lo, err := model.NewLayout(model.Shape(*testConfig(t, s.configJSON(t.TempDir())).Shape()))
+				if err != nil {
+					t.Fatal(err)
+				}
+				o.Init = routedSource{lo, testSeed, nil}
+			}
+			e := newTierEngine(t, s, o)
 			if _, err := e.Step(); err != nil {
 				t.Fatal(err)
 			}
