@@ -172,9 +172,20 @@ func New(r Request) (*Report, error) {
 		rep.Model = r.Shape.Name
 		rep.Description = fmt.Sprintf("%s: Ψ = %s parameters in %d chunks", r.Shape, groupDigits(r.Shape.ParamCount()), len(opts.ChunkParams))
 		if s := *r.Shape; s.MoE() {
+			seq := r.Activations.Seq
+			if seq == 0 {
+				seq = s.MaxSeq
+			}
+			tokens, where := max(r.Activations.Micro, 1)*seq*max(opts.Devices, 1), "a micro-batch"
+			if opts.Devices > 1 {
+				where = fmt.Sprintf("a micro-batch on each of %d devices", opts.Devices)
+			}
 			rep.Description += fmt.Sprintf("; a mixture of experts: %s active per token (%d of %d experts of %s parameters in each of %d sparse layers), "+
-				"every expert a chunk of its own; each step moves every expert's chunk (moving only the routed ones is not built)",
-				groupDigits(s.ActiveParamCount()), s.TopK, s.Experts, groupDigits(s.ExpertParamCount()), s.SparseLayers())
+				"every expert a chunk of its own; a training pass acquires the experts its tokens reach: the %d tokens of %s "+
+				"reach about %.1f of the %d experts of each sparse layer if routed uniformly, so a pass reads about %s parameters (%.1f%% of Ψ; fewer with a skewed router); "+
+				"the optimizer still steps every expert (an expert no token reached has a zero gradient)",
+				groupDigits(s.ActiveParamCount()), s.TopK, s.Experts, groupDigits(s.ExpertParamCount()), s.SparseLayers(),
+				tokens, where, s.ExpertsReached(tokens), s.Experts, groupDigits(int64(s.PassParamCount(tokens))), 100*s.PassParamCount(tokens)/float64(s.ParamCount()))
 		}
 	} else {
 		if r.Params < 1 {

@@ -138,6 +138,30 @@ func (s Shape) ActiveParamCount() int64 {
 	return s.ParamCount() - int64(s.SparseLayers())*int64(s.Experts-s.TopK)*s.ExpertParamCount()
 }
 
+// ExpertsReached is how many of a sparse layer's experts tokens tokens
+// reach on average when each token's TopK experts are drawn uniformly
+// (a router near its initialisation): E·(1 − (1 − k/E)^tokens). A
+// skewed router reaches fewer; Experts for a dense shape.
+func (s Shape) ExpertsReached(tokens int) float64 {
+	if !s.MoE() {
+		return float64(s.Experts)
+	}
+	e := float64(s.Experts)
+	return e * (1 - math.Pow(1-float64(s.TopK)/e, float64(max(tokens, 0))))
+}
+
+// PassParamCount is the parameters a training pass over tokens tokens
+// reads: ParamCount with ExpertsReached experts per sparse layer (the
+// engine acquires only those: model.ExpertRouter); ParamCount for a dense
+// shape.
+func (s Shape) PassParamCount(tokens int) float64 {
+	if !s.MoE() {
+		return float64(s.ParamCount())
+	}
+	unread := float64(s.Experts) - s.ExpertsReached(tokens)
+	return float64(s.ParamCount()) - float64(s.SparseLayers())*unread*float64(s.ExpertParamCount())
+}
+
 // routerName is the router's tensor name in a sparse block (less the
 // layer prefix): Mixtral's block_sparse_moe.gate, Qwen3-MoE's mlp.gate.
 func routerName(s Shape) string {

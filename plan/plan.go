@@ -317,13 +317,18 @@ func predict(p *Profile, in Inputs, cfgs []Config) ([]Prediction, error) {
 type work struct {
 	trainable, frozen float64
 	codedBytes        float64 // bytes a frozen param in host RAM or on NVMe (2: bf16)
+	// passShare is the share of the model's params a pass reads: 1 for a
+	// dense model; for a mixture of experts the dense ones and the experts
+	// the micro-batches of all the devices reach (model.Shape.PassParamCount).
+	passShare float64
 }
 
 func workOf(in Inputs) (work, error) {
 	psi := float64(in.Shape.ParamCount())
+	share := in.Shape.PassParamCount(max(in.Batch, 1)*max(in.Seq, 1)*max(in.Devices, 1)) / psi
 	lo := in.Job.modelLoRA()
 	if lo == nil {
-		return work{trainable: psi}, nil
+		return work{trainable: psi, passShare: share}, nil
 	}
 	l, err := model.NewLayout(in.Shape)
 	if err == nil {
@@ -332,7 +337,7 @@ func workOf(in Inputs) (work, error) {
 	if err != nil {
 		return work{}, fmt.Errorf("plan: LoRA: %w", err)
 	}
-	w := work{trainable: float64(l.ParamCount()) - psi, frozen: psi, codedBytes: 2}
+	w := work{trainable: float64(l.ParamCount()) - psi, frozen: psi, codedBytes: 2, passShare: share}
 	if f := in.Job.coded(); f != "" {
 		w.codedBytes = float64(estimate.BaseDType(f).Bytes(1<<20)) / (1 << 20)
 	}
@@ -447,13 +452,18 @@ func predictStep(pr *Prediction, p *Profile, c Compute, disk Disk, in Inputs, w 
 
 // paramPasses is how offloaded params come up to the devices in a step:
 // the bytes of one pass as stored off the devices (a coded base as
-// stored, decoded on the devices) and how many passes. They stay staged
+// stored, decoded on the devices; of a mixture of experts, the experts
+// the tokens reach: work.passShare) and how many passes. They stay staged
 // in the devices' spare memory when they fit there (cached: the tier
 // store keeps them in HBM between the forward and the backward, and from
 // step to step, so only the new params go up); else they come up for
 // each micro-batch's forward and backward.
 func paramPasses(pr *Prediction, in Inputs, w work) (passBytes, passes float64, cached bool) {
-	passBytes = 2*w.trainable + w.codedBytes*w.frozen
+	if w.frozen == 0 {
+		passBytes = 2 * w.trainable * w.passShare
+	} else {
+		passBytes = 2*w.trainable + w.codedBytes*w.frozen*w.passShare
+	}
 	cached = in.HBMBytes-pr.DeviceBytes >= int64(2*(w.trainable+w.frozen))
 	if pr.Params != shard.HBM && !cached {
 		passes = 2 * float64(max(in.Accum, 1))

@@ -318,3 +318,43 @@ func TestRanks(t *testing.T) {
 		t.Fatalf("%d leaders of 4 ranks", n)
 	}
 }
+
+// TestPassShare: a pass of a mixture of experts with offloaded params reads
+// the dense params and the experts the devices' tokens reach
+// (model.Shape.PassParamCount over batch × seq × devices tokens), full
+// fine-tune and QLoRA alike; a dense model's pass reads every param.
+func TestPassShare(t *testing.T) {
+	moe, err := model.Lookup("qwen3-30b-a3b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dense, err := model.Lookup("llama-3-8b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	qlora := Job{LoRA: &JobLoRA{R: 16, Alpha: 32, Targets: []string{"q_proj", "v_proj"}, BaseDType: "nf4"}}
+	pr := &Prediction{Config: Config{Stage: 3, Params: shard.NVMe, Optimizer: shard.NVMe}}
+	for _, c := range []struct {
+		shape model.Shape
+		job   Job
+	}{{moe, Full}, {moe, qlora}, {dense, Full}} {
+		in := Inputs{Shape: c.shape, Job: c.job, Devices: 2, Batch: 1, Seq: 8}
+		w, err := workOf(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		psi := float64(c.shape.ParamCount())
+		share := c.shape.PassParamCount(16) / psi
+		if c.shape.MoE() && !(share > 0.4 && share < 0.7) {
+			t.Fatalf("%s: 16 tokens read %.3f of the params, want about half", c.shape.Name, share)
+		}
+		passBytes, _, _ := paramPasses(pr, in, w)
+		want := 2 * psi * share
+		if c.job.LoRA != nil {
+			want = 2*w.trainable + w.codedBytes*psi*share
+		}
+		if math.Abs(passBytes-want) > 1 {
+			t.Errorf("%s, %s: a pass reads %.4g B, want %.4g B", c.shape.Name, c.job.Name(), passBytes, want)
+		}
+	}
+}
