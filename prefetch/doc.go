@@ -64,6 +64,14 @@
 //	p.Release(a.Key, now)                // when that compute is done (applies writes)
 //	p.Completed(m, now)                  // when a transfer it issued lands
 //	moves := p.Next(now)                 // after each of the above, and at WakeAt
+//	moves := p.Confirm(a, now)           // conditional access a comes in this step
+//	moves, err := p.Skip(a, now)         // conditional access a, next, does not
+//
+// A conditional access (shard.Access.Conditional: a mixture of experts'
+// expert, read only by the steps whose tokens reach it) keeps its place in
+// the trace, but the plan moves nothing for it until the step confirms it;
+// a step that does not need it skips it in its place, which is not a
+// divergence (the recording keeps it, with no compute of its own).
 //
 // Moves come in order; Evict and Alloc are instant (no Completed). A
 // WriteBack copies a dirty copy one tier down and frees the source when it

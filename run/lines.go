@@ -79,11 +79,14 @@ func newHostOptLine(e *engine.Engine, h report.HostOptStats) *HostOptLine {
 // TierLine is a step's tier figures: prefetch hits, the time the devices
 // waited for shards per access tier, bytes per link, peak bytes per tier.
 type TierLine struct {
-	HitRate         float64 `json:"prefetch_hit_rate"`
-	Accesses        int64   `json:"prefetch_accesses"`
-	Late            int64   `json:"prefetch_late"`
-	Misses          int64   `json:"prefetch_misses"`
-	Dependent       int64   `json:"prefetch_dependent"`
+	HitRate   float64 `json:"prefetch_hit_rate"`
+	Accesses  int64   `json:"prefetch_accesses"`
+	Late      int64   `json:"prefetch_late"`
+	Misses    int64   `json:"prefetch_misses"`
+	Dependent int64   `json:"prefetch_dependent"`
+	// Skipped: a mixture of experts' expert accesses the step passed over
+	// (no token reached the expert); omitted when 0.
+	Skipped         int64   `json:"prefetch_skipped,omitempty"`
 	StallHBM        float64 `json:"stall_hbm_s"`
 	StallHost       float64 `json:"stall_host_s"`
 	BytesNVMeToHost int64   `json:"bytes_nvme_to_host"`
@@ -102,7 +105,7 @@ func newTierLine(t *report.TierStats) *TierLine {
 	if t == nil {
 		return nil
 	}
-	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses, Dependent: t.Dependent,
+	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses, Dependent: t.Dependent, Skipped: t.Skipped,
 		StallHBM: t.Stall[shard.HBM].Seconds(), StallHost: t.Stall[shard.Host].Seconds(),
 		BytesNVMeToHost: t.LinkBytes[shard.NVMeToHost], BytesHostToHBM: t.LinkBytes[shard.HostToHBM],
 		BytesHBMToHost: t.LinkBytes[shard.HBMToHost], BytesHostToNVMe: t.LinkBytes[shard.HostToNVMe],

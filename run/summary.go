@@ -121,6 +121,9 @@ func formatTiers(t report.TierSummary) string {
 	}
 	fmt.Fprintf(&b, "\nprefetch (the steps'): %d accesses, hit rate %.4f (%d late, %d missed; %d waited for data written just before), %d divergences",
 		t.Accesses, t.HitRate, t.Late, t.Misses, t.Dependent, t.Divergences)
+	if t.Skipped > 0 {
+		fmt.Fprintf(&b, "; %d expert accesses skipped (no token reached the expert)", t.Skipped)
+	}
 	return b.String()
 }
 
@@ -319,6 +322,7 @@ type TierSummary struct {
 	PrefetchHits          int64            `json:"prefetch_hits"`
 	PrefetchLate          int64            `json:"prefetch_late"`
 	PrefetchMisses        int64            `json:"prefetch_misses"`
+	PrefetchSkipped       int64            `json:"prefetch_skipped"`
 	Rerecords             int64            `json:"rerecords"`
 	SwapBytes             int64            `json:"swap_bytes"`
 }
@@ -350,6 +354,6 @@ func newTierSummary(t *report.TierSummary) *TierSummary {
 		PinnedPoolBytes: t.PinnedPoolBytes, PinnedPeakBytes: t.PinnedPeakBytes, LinkBytes: links,
 		PrefetchAccesses: t.Accesses, PrefetchHits: t.Hits, PrefetchLate: t.Late, PrefetchMisses: t.Misses,
 		PrefetchDependent: t.Dependent, PrefetchHitRate: t.HitRate, PrefetchDivergences: t.Divergences,
-		Rerecords: t.Rerecords, OptimizerStateBytes: perTier(t.OptimizerStateBytes), OptimizerStateMoments: t.Moments, OptimizerStateMaster: t.Master,
+		PrefetchSkipped: t.Skipped, Rerecords: t.Rerecords, OptimizerStateBytes: perTier(t.OptimizerStateBytes), OptimizerStateMoments: t.Moments, OptimizerStateMaster: t.Master,
 	}
 }
