@@ -143,6 +143,15 @@ func DescribeChunks(l *model.Layout, mask []bool) string {
 		if !mask[c] {
 			continue
 		}
+		if l.IsExpert(c) {
+			end := c
+			for end+1 < len(mask) && mask[end+1] && l.IsExpert(end+1) {
+				end++
+			}
+			parts = append(parts, describeExperts(l, c, end)...)
+			c = end
+			continue
+		}
 		end := c
 		for end+1 < len(mask) && mask[end+1] && end+1 <= l.Shape.Layers && c >= model.BlockChunk(0) {
 			end++
@@ -155,4 +164,45 @@ func DescribeChunks(l *model.Layout, mask []bool) string {
 		c = end
 	}
 	return strings.Join(parts, ", ")
+}
+
+// describeExperts names the expert chunks first..last (consecutive): the
+// sparse layers whose experts are all among them as one range ("the 128
+// experts of blocks 0-47"), the others by layer ("block 3 experts
+// 0-5", or a chunk's own name).
+func describeExperts(l *model.Layout, first, last int) []string {
+	ne := l.Shape.Experts
+	var parts []string
+	fullFrom, fullTo := -1, -1
+	flush := func() {
+		switch {
+		case fullFrom < 0:
+		case fullFrom == fullTo:
+			parts = append(parts, fmt.Sprintf("the %d experts of block %d", ne, fullFrom))
+		default:
+			parts = append(parts, fmt.Sprintf("the %d experts of blocks %d-%d", ne, fullFrom, fullTo))
+		}
+		fullFrom, fullTo = -1, -1
+	}
+	for c := first; c <= last; {
+		layer := l.ChunkLayer(c)
+		e0 := c - l.ExpertChunk(layer, 0)
+		e1 := min(ne-1, e0+last-c)
+		if e0 == 0 && e1 == ne-1 {
+			if fullFrom < 0 {
+				fullFrom = layer
+			}
+			fullTo = layer
+		} else {
+			flush()
+			if e0 == e1 {
+				parts = append(parts, l.Chunks[c].Name)
+			} else {
+				parts = append(parts, fmt.Sprintf("block %d experts %d-%d", layer, e0, e1))
+			}
+		}
+		c += e1 - e0 + 1
+	}
+	flush()
+	return parts
 }

@@ -153,3 +153,38 @@ func TestEstimateFrozen(t *testing.T) {
 		t.Errorf("everything frozen: %v", err)
 	}
 }
+
+// TestDescribeExperts: a mixture of experts' frozen experts are named by
+// ranges: whole sparse layers as one, the rest by layer.
+func TestDescribeExperts(t *testing.T) {
+	s, err := model.Lookup("qwen3-30b-a3b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := mustLayout(t, s)
+	mask := make([]bool, len(l.Chunks))
+	set := func(layer, from, to int) {
+		for e := from; e <= to; e++ {
+			mask[l.ExpertChunk(layer, e)] = true
+		}
+	}
+	for layer := range s.Layers {
+		set(layer, 0, s.Experts-1)
+	}
+	mask[0] = true
+	if got, want := DescribeChunks(l, mask), "embeddings, the 128 experts of blocks 0-47"; got != want {
+		t.Errorf("every expert: %q, want %q", got, want)
+	}
+	clear(mask)
+	set(0, 0, 127)
+	set(1, 0, 127)
+	set(2, 3, 9)
+	set(5, 0, 127)
+	set(6, 0, 0)
+	set(7, 127, 127)
+	set(8, 0, 127)
+	want := "the 128 experts of blocks 0-1, block 2 experts 3-9, the 128 experts of block 5, block 6 expert 0, block 7 expert 127, the 128 experts of block 8"
+	if got := DescribeChunks(l, mask); got != want {
+		t.Errorf("some experts: %q, want %q", got, want)
+	}
+}
