@@ -55,7 +55,9 @@
 //     orders out), and Resident, its all-on-one-device implementation;
 //     InputStore, its optional interface through which a model hands its
 //     checkpointed blocks' inputs away and takes them back, in the order
-//     AccessOrderWith lists;
+//     AccessOrderWith lists; ExpertRouter, its optional interface through
+//     which a mixture of experts acquires only the experts its tokens
+//     reach (the others passed over with SkipExpert in their place);
 //   - for models defined elsewhere (a Go program's own, trained through
 //     engine.Options.Model): CustomLayout (a named layout of their chunks
 //     and tensors, Shape zero, Layout.Custom), Layout.Validate (the rules
