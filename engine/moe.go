@@ -126,7 +126,7 @@ func (h *hooks) unionRoutes(acq []bool) {
 			h.fail(fmt.Errorf("the ranks' routed experts: %w", err))
 		}
 		for e := range acq {
-			acq[e] = true // what the rank can still match: every gather
+			acq[e] = true // the union is unknown: the order's every call (the device has failed, the step with it)
 		}
 		return
 	}
