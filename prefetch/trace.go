@@ -60,11 +60,16 @@ type Recorder struct {
 // Add appends an access whose compute is already known (Access.Compute).
 func (r *Recorder) Add(a shard.Access) {
 	r.closeLast(-1)
+	r.appendDone(a)
+	r.timed = len(r.accesses)
+}
+
+// appendDone appends a with nothing left to time.
+func (r *Recorder) appendDone(a shard.Access) {
 	r.accesses = append(r.accesses, a)
 	r.beginAt = append(r.beginAt, 0)
 	r.readyAt = append(r.readyAt, 0)
 	r.ready = append(r.ready, true)
-	r.timed = len(r.accesses)
 }
 
 // Skip appends a conditional access the step passed over: no compute of
@@ -72,10 +77,7 @@ func (r *Recorder) Add(a shard.Access) {
 // before it.
 func (r *Recorder) Skip(a shard.Access) {
 	a.Compute = 0
-	r.accesses = append(r.accesses, a)
-	r.beginAt = append(r.beginAt, 0)
-	r.readyAt = append(r.readyAt, 0)
-	r.ready = append(r.ready, true)
+	r.appendDone(a)
 }
 
 // Begin records that access a starts at now (its shard may not be ready yet);
