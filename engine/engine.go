@@ -95,14 +95,15 @@ type Engine struct {
 	// them.
 	registration []report.HostRegistration
 
-	overlap  string              // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
-	upd      updater             // the optimizer's strategy (update.go), chosen in New
-	masters  masterFormat        // the host optimizer's master format (master.go), chosen in New
-	moments  cpuadam.Moments     // the host optimizer's format of m and v, chosen in New
-	grads    gradPath            // the stage's gradient rule (stages.go), chosen in New
-	fwdOrder []int               // the chunks in the order the forward first reads them (the host optimizer's order)
-	t0       time.Time           // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
-	hostOpt  report.HostOptStats // the host optimizer's figures of every run taken so far
+	overlap   string              // strata.overlap: OverlapExact, OverlapSerial or OverlapDPU
+	upd       updater             // the optimizer's strategy (update.go), chosen in New
+	masters   masterFormat        // the host optimizer's master format (master.go), chosen in New
+	moments   cpuadam.Moments     // the host optimizer's format of m and v, chosen in New
+	grads     gradPath            // the stage's gradient rule (stages.go), chosen in New
+	fwdOrder  []int               // the chunks in the order the forward first reads them (the host optimizer's order)
+	gradOrder []int               // the chunks in the order the backward makes their gradients ready (a delayed update's order)
+	t0        time.Time           // the engine's clock (the ranks' busy logs: timeline.NewRecorder)
+	hostOpt   report.HostOptStats // the host optimizer's figures of every run taken so far
 	// normRanks is how many ranks' sums of squares make the norm: rank
 	// 0's alone at stage 0 (each holds the whole reduced gradient), else
 	// every rank's shard.
@@ -172,6 +173,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 		return nil, err
 	}
 	e.fwdOrder = forwardOrder(order, len(e.chunks))
+	e.gradOrder = gradientOrder(order, len(e.chunks))
 	if err := e.preflight(mo); err != nil {
 		e.closeData()
 		return nil, err

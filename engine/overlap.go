@@ -59,19 +59,41 @@ func forwardOrder(order []model.Access, chunks int) []int {
 	return out
 }
 
+// gradientOrder is the chunks in the order the backward makes their
+// gradients ready (their first AccessGradReady in a micro-batch's access
+// order): the order it writes their host copies (gradToHost), which a
+// delayed update follows (delayedSchedule.order).
+func gradientOrder(order []model.Access, chunks int) []int {
+	seen := make([]bool, chunks)
+	var out []int
+	for _, a := range order {
+		if a.Kind == model.AccessGradReady && !seen[a.Chunk] {
+			seen[a.Chunk] = true
+			out = append(out, a.Chunk)
+		}
+	}
+	for c := range chunks {
+		if !seen[c] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // hostWindow is how many chunks' state the rank leases ahead of cpuadam
 // (tiers.window): chunk c+w's state is on its way while chunk c updates.
 func (r *rank) hostWindow() int { return r.e.tiers.window }
 
 // updateExact starts the host update of ap.Step under sched (the update
-// is pending, r.run): it leases the first hostWindow chunks' state in
-// forward order and hands them to a goroutine that runs cpuadam, and
-// returns with the first error of the tier store's leases (the chunks
-// that failed are not updated). The rest are leased at the next pass's
-// points that flushChunk marks, window by window, and at its end
-// (waitHost, finishRun): points Model.AccessOrder fixes, so the rank's
-// accesses to the store still come in one order step after step. Every
-// chunk at once when nothing can leave host RAM.
+// is pending, r.run): it leases the first hostWindow chunks' state in its
+// schedule's order (forward order; dpu: the backward's) and hands them to
+// a goroutine that runs cpuadam, and returns with the first error of the
+// tier store's leases (the chunks that failed are not updated). The rest
+// are leased at the next pass's points that flushChunk marks, window by
+// window, and at its gradient writes (waitGrad) and end (finishRun):
+// points Model.AccessOrder fixes, so the rank's accesses to the store
+// still come in one order step after step. Every chunk at once when
+// nothing can leave host RAM.
 func (r *rank) updateExact(ap gpu.AdamParams, sched hostSchedule) error {
 	u, err := r.startRun(ap, sched, runLeasing)
 	if err != nil {
@@ -95,7 +117,8 @@ func (r *rank) leaseRest(u *pendingUpdate) error {
 	return u.report(r.leaseAhead(u, len(r.e.chunks)))
 }
 
-// leaseAhead leases chunks in forward order, those not yet handed to u,
+// leaseAhead leases chunks in u's order (its schedule's: forward order,
+// or under dpu the backward's), those not yet handed to u,
 // and hands them over until u has lent k of them here, at most
 // hostWindow ahead of cpuadam (before the i-th it waits for the update of
 // the (i-w)-th: its leases are given back); after the last chunk it closes
@@ -109,9 +132,10 @@ func (r *rank) leaseAhead(u *pendingUpdate, k int) (int, error) {
 		return -1, nil
 	}
 	w := r.hostWindow()
+	order := u.sched.order(e)
 	firstC, first := -1, error(nil)
-	for ; u.nextPos < len(e.fwdOrder) && len(u.lent) < k; u.nextPos++ {
-		c := e.fwdOrder[u.nextPos]
+	for ; u.nextPos < len(order) && len(u.lent) < k; u.nextPos++ {
+		c := order[u.nextPos]
 		if u.chunks[c].handed || e.chunks[c].frozen {
 			continue
 		}
@@ -127,7 +151,7 @@ func (r *rank) leaseAhead(u *pendingUpdate, k int) (int, error) {
 		u.lent = append(u.lent, c)
 		u.jobs <- hostJob{c: c, ls: ls, err: err}
 	}
-	if u.nextPos == len(e.fwdOrder) {
+	if u.nextPos == len(order) {
 		u.closeJobs()
 	}
 	return firstC, first
@@ -150,6 +174,7 @@ type exactSchedule struct{}
 
 func (exactSchedule) holdsStart() bool                       { return false }
 func (exactSchedule) leasesParam() bool                      { return true }
+func (exactSchedule) order(e *Engine) []int                  { return e.fwdOrder }
 func (exactSchedule) flush(r *rank, _ *pendingUpdate, c int) { r.flushNow(c) }
 func (exactSchedule) ready(u *pendingUpdate, c int) bool {
 	return u.chunks[c].flushed || isClosed(u.chunks[c].ready)
@@ -218,14 +243,20 @@ func (r *rank) updateReady(c int) bool {
 	return u == nil || u.sched.ready(u, c)
 }
 
-// waitHost waits until the pending update's goroutine has run every chunk
-// (its leases are given back): before the rank's next access to the tier
-// store outside the forward (the gradient's host copy).
-func (r *rank) waitHost() {
+// waitGrad waits until the pending update no longer needs chunk c's
+// gradient in its host copy: before the backward writes it again
+// (gradToHost). Its schedule says how much of the update that is.
+func (r *rank) waitGrad(c int) {
 	if r.run != nil {
-		r.leaseAll(r.run) // a failure is u.chunks[c].err's: finishRun reports it
-		r.run.wait()
+		r.run.sched.beforeGrad(r, r.run, c) // a failure is u.chunks[c].err's: finishRun reports it
 	}
+}
+
+// beforeGrad, exact: the whole update (it has run under the forward; what
+// is left runs now).
+func (exactSchedule) beforeGrad(r *rank, u *pendingUpdate, _ int) {
+	r.leaseAll(u)
+	u.wait()
 }
 
 // leaseAll leases every chunk of u not yet leased, letting a delayed

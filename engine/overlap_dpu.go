@@ -29,22 +29,54 @@ type delayedSchedule struct{}
 func (delayedSchedule) holdsStart() bool               { return true }
 func (delayedSchedule) leasesParam() bool              { return false } // the staging: storeDelayed
 func (delayedSchedule) ready(*pendingUpdate, int) bool { return true }  // the pass reads the old params
+
+// order: the backward's, in which the next pass writes the gradients'
+// host copies (beforeGrad). The pass reads the params before the update
+// and the update is published at its end, so the order of the chunks
+// changes nothing of the bits; in forward order, the backward's first
+// gradient (the last layer's) would wait for the whole update.
+func (delayedSchedule) order(e *Engine) []int { return e.gradOrder }
+
+// beforeGrad, delayed: chunk c's update only. The rank leases up to
+// chunk c (cpuadam follows the backward chunk by chunk, a window ahead),
+// then waits for it; the rest runs on under the backward, at the points
+// of its gradient writes, which the access order fixes.
+func (delayedSchedule) beforeGrad(r *rank, u *pendingUpdate, c int) {
+	u.begin(nil) // a pass of fewer flushes than dpuStartFlush has not let it go
+	for !u.chunks[c].handed && !u.closed {
+		r.leaseAhead(u, len(u.lent)+1)
+	}
+	if i := u.leasedAt(c); i >= 0 {
+		r.leaseAhead(u, i+1+r.hostWindow()) // the next chunks' state: read while chunk c updates
+	}
+	<-u.chunks[c].ready
+}
 func (delayedSchedule) settle(r *rank) (report.HostOptStats, error) {
 	return report.HostOptStats{}, r.settleDelayed()
 }
 
 // flush counts the pass's flushes (beginDelayed) and, once cpuadam runs,
-// leases one more chunk at each: the pass reads the params before the
-// update; finish uploads it.
+// leases one more chunk at every second one (dpuFlushLease): the pass
+// reads the params before the update; finish uploads it. The rest is
+// leased at the backward's gradient writes (beforeGrad).
 func (delayedSchedule) flush(r *rank, u *pendingUpdate, _ int) {
 	r.beginDelayed(u)
-	if u.flushes >= dpuStartFlush {
-		// Its cpuadam runs: one more chunk at each flush (a point
-		// the access order fixes, as under exact; the first may wait
-		// for the update of the chunk a window back).
+	if u.flushes >= dpuStartFlush && (u.flushes-dpuStartFlush)%dpuFlushLease == 0 {
+		// A point the access order fixes, as under exact; the lease may
+		// wait for the update of the chunk a window back.
 		r.leaseAhead(u, len(u.lent)+1) // a failure is u.chunks[c].err's
 	}
 }
+
+// dpuFlushLease: a delayed update leases one chunk at every
+// dpuFlushLease-th flush of the next forward, so that about half of it
+// is read, updated and written back under the forward and the rest
+// under the backward, chunk by chunk ahead of the gradient writes. At
+// every flush (as before the backward took its part) a forward whose
+// compute is a third of the backward's waited for nearly the whole
+// update's I/O with the NVMe drive the busiest resource, and the
+// backward's compute ran with the drive idle.
+const dpuFlushLease = 2
 
 // finish publishes the update at the end of the pass that read the old
 // params, and stores the new params of the tier store's chunks.

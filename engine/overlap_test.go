@@ -352,6 +352,51 @@ func TestDPU(t *testing.T) {
 		s := tierSpec{n: 2, param: "nvme", opt: "nvme", shapeJSON: deepShapeJSON, strata: dpu}
 		checkResume(t, func(t *testing.T) *Engine { return newTierEngine(t, s, Options{}) }, warm+2)
 	})
+	t.Run("backward", func(t *testing.T) {
+		// A delayed update runs on under the next backward: the rank
+		// leases its chunks in the backward's order, half of them at the
+		// forward's flushes and the rest at the gradient writes, each
+		// write waiting for its own chunk's update only. In forward
+		// order, the backward's first write (the last layer's) waited
+		// for the whole update, and its I/O ran under the forward alone.
+		// Checked at the backward's second gradient write of a delayed
+		// step (the first has been written): with the optimizer state on
+		// NVMe (a window of 2 chunks) the update has not leased every
+		// chunk yet. Its bits are the tiers subtest's.
+		nvmetest.Require(t)
+		const layers = 12
+		shape := fmt.Sprintf(`{"n_layer": %d, "n_embd": 16, "n_head": 2, "vocab_size": 256, "max_seq_len": 16}`, layers)
+		s := tierSpec{n: 1, param: "none", opt: "nvme", shapeJSON: shape, strata: fmt.Sprintf(`"overlap": "dpu", "dpu_warmup_steps": %d, `, warm)}
+		e := newTierEngine(t, s, Options{})
+		if err := e.Run(t.Context(), warm+1, nil); err != nil {
+			t.Fatal(err)
+		}
+		writes, lent, left := 0, -1, 0
+		e.gradFault = func(rk, c int) bool {
+			if writes++; writes == 2 {
+				u := e.ranks[rk].run
+				lent = len(u.lent)
+				for _, cu := range u.chunks {
+					if !cu.handed {
+						left++
+					}
+				}
+			}
+			return false
+		}
+		if err := e.Run(t.Context(), 1, nil); err != nil {
+			t.Fatal(err)
+		}
+		e.gradFault = nil
+		chunks := len(e.chunks)
+		if lent < 1 || left == 0 || lent+left != chunks {
+			t.Errorf("at the delayed step's second gradient write the update had leased %d of %d chunks (%d not yet): want some left for the backward", lent, chunks, left)
+		}
+		t.Logf("at the second gradient write: %d of %d chunks leased", lent, chunks)
+		if err := e.Run(t.Context(), 2, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
 	t.Run("convergence", func(t *testing.T) {
 		s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1, clip: 1}
 		const steps = 40

@@ -325,4 +325,10 @@ type hostSchedule interface {
 	// settle completes what must be complete outside a step (settle) and
 	// returns the rank's figures taken.
 	settle(r *rank) (report.HostOptStats, error)
+	// order is the chunks in the order the rank leases their state and
+	// cpuadam updates them (leaseAhead).
+	order(e *Engine) []int
+	// beforeGrad waits until u no longer reads chunk c's gradient in its
+	// host copy, which the backward is about to write (waitGrad).
+	beforeGrad(r *rank, u *pendingUpdate, c int)
 }

@@ -460,7 +460,7 @@ func (r *rank) reduced(c int, failed bool) error {
 func (r *rank) gradToHost(c int, g gpu.Buffer) (gpu.Event, error) {
 	name := r.e.layout.Chunks[c].Name
 	var from gpu.Event
-	r.waitHost() // the pending update has read the gradient's host copy
+	r.waitGrad(c) // the pending update has read the gradient's host copy
 	l, err := r.runner().Use(shard.Access{Key: tkey(c, r.loc, shard.Grad), Phase: shard.Backward, Tier: shard.Host, Kind: shard.Write})
 	if err == nil {
 		r.after(r.down, r.cs) // the reduction

@@ -61,7 +61,14 @@ func TestEstimateActivationHostBytes(t *testing.T) {
 	act := model.ActivationOptions{DType: gpu.BF16, Checkpoint: s.Layers, Offload: true}
 	o.ActivationHostBytes = InputHostBytes(s, 8, 1024, act)
 	with := kept(o)
-	if o.ActivationHostBytes != 12*IOBytes(8*1024*768*2) || without-with < o.ActivationHostBytes {
+	// Whole shards: the room for state shrinks by the inputs' bytes, and
+	// what it keeps by at least that less one shard (the largest, an fp32
+	// master), which the room left over may now hold where it did not.
+	largest := int64(0)
+	for _, c := range o.ChunkParams {
+		largest = max(largest, IOBytes(4*((c+1)/2)))
+	}
+	if o.ActivationHostBytes != 12*IOBytes(8*1024*768*2) || without-with < o.ActivationHostBytes-largest || with >= without {
 		t.Errorf("inputs take %d B of host RAM per rank; the optimizer state kept there went from %d to %d", o.ActivationHostBytes, without, with)
 	}
 }

@@ -458,8 +458,8 @@ func (e *ModelState) keepInHost(o Options, budget int64, infinity bool) {
 	const bf16 = 2
 	n, local := int64(o.Devices), int64(o.Local())
 	// The budget is shared by the ranks; each keeps its share in host
-	// RAM, master first, then m, then v.
-	// The staging room and the param shards homed in host come first.
+	// RAM: the staging room and the param shards homed in host first, then
+	// master, m and v, then the gradient shards (at stage 3).
 	// Each shard costs its bytes rounded up to IOAlignBytes there.
 	var paramHost int64
 	if o.ParamTier == shard.Host {
@@ -470,26 +470,16 @@ func (e *ModelState) keepInHost(o Options, budget int64, infinity bool) {
 		}
 	}
 	left := max(0, TierHostBudget(budget)/local-e.HostStagingPerRank-TierSpareBytes(e.ShardElems)-paramHost-o.ActivationHostBytes)
-	// Whole shards, as the tier store places them: the gradient shards
-	// first (at stage 3; 2 B/param, read every step), then master, m,
-	// v, each chunk in order, while they fit; a gradient shard that
-	// does not fit is homed on NVMe.
-	if infinity {
-		g := int64(o.HostGradDType.Size())
-		e.HostKept[shard.Grad] = make([]bool, len(e.ShardElems))
-		for i, se := range e.ShardElems {
-			if o.IsFrozen(i) {
-				continue // no gradient
-			}
-			if b := se * g; IOBytes(b) <= left {
-				e.HostKept[shard.Grad][i] = true
-				left -= IOBytes(b)
-			} else {
-				e.PerRank[shard.Grad][shard.Host] -= b
-				e.PerRank[shard.Grad][shard.NVMe] += b
-			}
-		}
-	}
+	// Whole shards, as the tier store places them: master, m, v, each
+	// chunk in order, while they fit, then the gradient shards; a
+	// gradient shard that does not fit is homed on NVMe. The optimizer
+	// state comes first because of when it moves: the host optimizer of
+	// step t runs after its backward (the global norm) and before the
+	// next forward reads each chunk, so a byte of master, m or v homed on
+	// NVMe is read and written back inside that forward, where the drive
+	// is the step's bottleneck; a gradient homed on NVMe is written in the
+	// backward, which is compute-bound, and read once in the forward. Per
+	// byte of host RAM the state saves the forward twice the drive time.
 	kept := int64(0)
 	for _, st := range []shard.State{shard.Master, shard.AdamM, shard.AdamV} {
 		e.HostKept[st] = make([]bool, len(e.ShardElems))
@@ -503,6 +493,22 @@ func (e *ModelState) keepInHost(o Options, budget int64, infinity bool) {
 				e.HostKept[st][i] = true
 				left -= IOBytes(b)
 				kept += b
+			}
+		}
+	}
+	if infinity {
+		g := int64(o.HostGradDType.Size())
+		e.HostKept[shard.Grad] = make([]bool, len(e.ShardElems))
+		for i, se := range e.ShardElems {
+			if o.IsFrozen(i) {
+				continue // no gradient
+			}
+			if b := se * g; IOBytes(b) <= left {
+				e.HostKept[shard.Grad][i] = true
+				left -= IOBytes(b)
+			} else {
+				e.PerRank[shard.Grad][shard.Host] -= b
+				e.PerRank[shard.Grad][shard.NVMe] += b
 			}
 		}
 	}

@@ -195,21 +195,25 @@ func TestOffload(t *testing.T) {
 	}
 	// A host budget keeps part of the model state in RAM, after the
 	// staging room (TierReadAhead chunks of master, m, v and
-	// TierReadAhead+1 gradient shards): the gradient shards first, then
-	// master, then m.
+	// TierReadAhead+1 gradient shards): master first, then m, then v,
+	// then the gradient shards (the optimizer state moves inside the next
+	// forward when it is on NVMe, a gradient in the backward: keepInHost).
 	staging := int64(TierReadAhead*3*4*(1<<20/n) + (TierReadAhead+1)*2*(1<<20/n))
 	spare := int64(4 * (1 << 20 / n))
-	budget := int64(n) * (8*r + staging + spare) * 5 / 4 // the store's 4/5 per rank: staging, spare, then 8r bytes = grads (2r) + master (4r) + half of m
+	budget := int64(n) * (13*r + staging + spare) * 5 / 4 // the store's 4/5 per rank: staging, spare, then 13r bytes = master, m, v (12r) + one gradient shard (r)
 	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget})
-	if e.HostStagingPerRank != staging || e.PerRank[shard.Grad][shard.Host] != 2*r || e.PerRank[shard.Master][shard.Host] != 4*r ||
-		e.PerRank[shard.AdamM][shard.Host] != 2*r || e.PerRank[shard.AdamM][shard.NVMe] != 2*r ||
-		e.PerRank[shard.AdamV][shard.NVMe] != 4*r || e.NVMeBytes() != int64(n)*6*r || e.HostBytes() != int64(n)*8*r {
+	if e.HostStagingPerRank != staging || e.PerRank[shard.Master][shard.Host] != 4*r || e.PerRank[shard.AdamM][shard.Host] != 4*r ||
+		e.PerRank[shard.AdamV][shard.Host] != 4*r || e.PerRank[shard.Grad][shard.Host] != r || e.PerRank[shard.Grad][shard.NVMe] != r ||
+		!e.HostKept[shard.Grad][0] || e.HostKept[shard.Grad][1] || e.NVMeBytes() != int64(n)*r || e.HostBytes() != int64(n)*13*r {
 		t.Errorf("budget split: staging %d, %v", e.HostStagingPerRank, e.PerRank)
 	}
-	// A smaller one spills the second gradient shard to NVMe.
-	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: int64(n) * (r + staging + spare) * 5 / 4})
-	if e.PerRank[shard.Grad][shard.Host] != r || e.PerRank[shard.Grad][shard.NVMe] != r || e.HostKept[shard.Grad][0] != true || e.HostKept[shard.Grad][1] != false {
-		t.Errorf("gradient spill: %v", e.PerRank[shard.Grad])
+	// One that holds a single master shard keeps no gradient: the second
+	// master shard does not fit, and neither does a gradient shard (a
+	// chunk's shard is r/2 elements: 2r bytes of master, r of gradient).
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: int64(n) * (2*r + r/2 + staging + spare) * 5 / 4})
+	if e.PerRank[shard.Master][shard.Host] != 2*r || e.PerRank[shard.Grad][shard.Host] != 0 || e.PerRank[shard.Grad][shard.NVMe] != 2*r ||
+		!e.HostKept[shard.Master][0] || e.HostKept[shard.Master][1] || e.HostKept[shard.Grad][0] {
+		t.Errorf("master kept, gradients spilled: %v", e.PerRank)
 	}
 	if len(e.Notes) != 1 {
 		t.Errorf("notes %q", e.Notes)
