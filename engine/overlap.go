@@ -43,31 +43,24 @@ func (r *rank) takeHostOpt() report.HostOptStats {
 // micro-batch's access order: the order the next forward reads them,
 // which the host optimizer follows.
 func forwardOrder(order []model.Access, chunks int) []int {
-	seen := make([]bool, chunks)
-	var out []int
-	for _, a := range order {
-		if a.Kind == model.AccessAcquire && !seen[a.Chunk] {
-			seen[a.Chunk] = true
-			out = append(out, a.Chunk)
-		}
-	}
-	for c := range chunks {
-		if !seen[c] {
-			out = append(out, c)
-		}
-	}
-	return out
+	return chunkOrder(order, chunks, model.AccessAcquire)
 }
 
 // gradientOrder is the chunks in the order the backward makes their
-// gradients ready (their first AccessGradReady in a micro-batch's access
-// order): the order it writes their host copies (gradToHost), which a
-// delayed update follows (delayedSchedule.order).
+// gradients ready (their first AccessGradReady): the order it writes
+// their host copies (gradToHost), which a delayed update follows
+// (delayedSchedule.order).
 func gradientOrder(order []model.Access, chunks int) []int {
+	return chunkOrder(order, chunks, model.AccessGradReady)
+}
+
+// chunkOrder is the chunks in the order of their first access of kind in
+// order, then those it never names.
+func chunkOrder(order []model.Access, chunks int, kind model.AccessKind) []int {
 	seen := make([]bool, chunks)
 	var out []int
 	for _, a := range order {
-		if a.Kind == model.AccessGradReady && !seen[a.Chunk] {
+		if a.Kind == kind && !seen[a.Chunk] {
 			seen[a.Chunk] = true
 			out = append(out, a.Chunk)
 		}

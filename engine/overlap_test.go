@@ -139,10 +139,15 @@ func TestHostOptFraction(t *testing.T) {
 
 // TestForwardOrder: the host optimizer runs the chunks in the order the
 // forward first reads them: the embeddings, the blocks, the final
-// layernorm.
+// layernorm; under dpu in the order the backward makes their gradients.
 func TestForwardOrder(t *testing.T) {
 	if got := forwardOrder(model.AccessOrder(model.Shape{Layers: 3}), 5); !slices.Equal(got, []int{0, 1, 2, 3, 4}) {
 		t.Errorf("forward order %v", got)
+	}
+	// A delayed update's: the backward's, which makes the final
+	// layernorm's gradient ready first and the tied embeddings' last.
+	if got := gradientOrder(model.AccessOrder(model.Shape{Layers: 3}), 5); !slices.Equal(got, []int{4, 3, 2, 1, 0}) {
+		t.Errorf("gradient order %v", got)
 	}
 }
 
