@@ -51,6 +51,7 @@ func (delayedSchedule) beforeGrad(r *rank, u *pendingUpdate, c int) {
 	}
 	<-u.chunks[c].ready
 }
+
 func (delayedSchedule) settle(r *rank) (report.HostOptStats, error) {
 	return report.HostOptStats{}, r.settleDelayed()
 }
