@@ -381,8 +381,8 @@ func TestDPU(t *testing.T) {
 			if writes++; writes == 2 {
 				u := e.ranks[rk].run
 				lent = len(u.lent)
-				for _, cu := range u.chunks {
-					if !cu.handed {
+				for c := range u.chunks {
+					if !u.chunks[c].handed { // the rank's goroutine's (the rest is cpuadam's)
 						left++
 					}
 				}
