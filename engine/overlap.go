@@ -205,15 +205,21 @@ func (r *rank) flushNow(c int) {
 		return
 	}
 	u.chunks[c].flushed = true
-	for !u.chunks[c].handed && !u.closed {
-		r.leaseAhead(u, len(u.lent)+1) // a failure is u.chunks[c].err's
-	}
+	r.leaseUntil(u, c)
 	<-u.chunks[c].ready
 	r.e.chunks[c].path.publishHost(r, c, u.chunks[c].err == nil) // not updated: keep the old params
 	if i := u.leasedAt(c); i >= 0 {
 		// The next chunk's state: its reads overlap this chunk's
 		// forward, its update the next ones'.
 		r.leaseAhead(u, i+1+r.hostWindow())
+	}
+}
+
+// leaseUntil leases u's chunks in its order until chunk c is handed over
+// (or none is left to lease). A failure is u.chunks[c].err's.
+func (r *rank) leaseUntil(u *pendingUpdate, c int) {
+	for !u.chunks[c].handed && !u.closed {
+		r.leaseAhead(u, len(u.lent)+1)
 	}
 }
 

@@ -43,9 +43,7 @@ func (delayedSchedule) order(e *Engine) []int { return e.gradOrder }
 // of its gradient writes, which the access order fixes.
 func (delayedSchedule) beforeGrad(r *rank, u *pendingUpdate, c int) {
 	u.begin(nil) // a pass of fewer flushes than dpuStartFlush has not let it go
-	for !u.chunks[c].handed && !u.closed {
-		r.leaseAhead(u, len(u.lent)+1)
-	}
+	r.leaseUntil(u, c)
 	if i := u.leasedAt(c); i >= 0 {
 		r.leaseAhead(u, i+1+r.hostWindow()) // the next chunks' state: read while chunk c updates
 	}
