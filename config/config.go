@@ -200,11 +200,13 @@ type Strata struct {
 	// DPUWarmupSteps are the first steps of an overlap "dpu" run that run
 	// exact (default 40, after the ZeRO-Offload paper).
 	DPUWarmupSteps int `json:"dpu_warmup_steps"`
-	// UpdateInBackward (overlap "exact", gradient_clipping 0, optimizer
-	// state in host RAM) starts each chunk's cpuadam during the backward,
-	// as soon as its gradient is final. Off by default: keeping the
-	// guarantee that a non-finite step updates nothing costs a copy of the
-	// optimizer state in host RAM (12 B per parameter per rank).
+	// UpdateInBackward (overlap "exact", optimizer state in host RAM)
+	// starts each chunk's cpuadam during the backward, as soon as its
+	// gradient is final, as if the step were not clipped; a clipped or
+	// non-finite step undoes it (a clipped one then updates after the
+	// backward, and so does the step after it). Off by default: the undo
+	// costs a copy of the optimizer state in host RAM (12 B per parameter
+	// per rank).
 	UpdateInBackward bool `json:"update_in_backward"`
 	Steps            int  `json:"steps"` // optimizer steps; default 20
 	// ActivationDType is the dtype the model keeps its activations in:

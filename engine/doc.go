@@ -73,8 +73,9 @@
 // (flushChunk) or at its end (finishRun). "serial" updates inside Step,
 // the reference; both give the same bits. "dpu" lets the next pass read
 // the old params while cpuadam runs. With update_in_backward a chunk's
-// update starts as soon as its gradient is on the host, and a step that
-// turns out non-finite is undone. docs/DESIGN.md ("The host optimizer's
+// update starts as soon as its gradient is on the host, as if the step were
+// not clipped, and a step that turns out non-finite or clipped is undone
+// (a clipped one then updated after the backward). docs/DESIGN.md ("The host optimizer's
 // schedules") has each rule and why. Whatever reads or writes params or
 // optimizer state between steps calls settle first.
 //
@@ -82,7 +83,7 @@
 // small state machine: handing (the backward hands it chunks) -> leasing
 // (pending: chunks leased window by window) -> leased (every chunk handed
 // to cpuadam) -> computed (cpuadam done, device side owed) -> finished;
-// handing -> aborted (a non-finite step, undone); computed -> dropped (a
+// handing -> aborted (a non-finite or clipped step, undone); computed -> dropped (a
 // restore). Its schedule (exactSchedule, or dpu's delayedSchedule) is
 // fixed when it starts, and the master and moments formats (master.go)
 // once in New: no site re-tests the configuration.

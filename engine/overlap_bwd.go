@@ -16,13 +16,17 @@ import (
 // or why strata.update_in_backward does nothing.
 func (e *Engine) noteBwd() {
 	if e.cfg.Strata.UpdateInBackward && !e.bwdEnabled() {
-		e.notes = append(e.notes, "strata.update_in_backward needs overlap \"exact\", gradient_clipping 0, the optimizer on the host and no NVMe: the update runs after the backward")
+		e.notes = append(e.notes, "strata.update_in_backward needs overlap \"exact\", the optimizer on the host and no NVMe: the update runs after the backward")
 	}
 	if !e.bwdEnabled() {
 		return
 	}
-	e.notes = append(e.notes, fmt.Sprintf("gradient_clipping 0: each chunk's cpu adam starts during the backward; up to %s of host memory per rank keeps master, m and v to undo a step that turns out non-finite",
-		units.FormatBytes(e.undoBytes())))
+	clip := ""
+	if e.cfg.GradientClipping > 0 {
+		clip = "; a clipped step undoes it and updates after the backward, and so does the step after it"
+	}
+	e.notes = append(e.notes, fmt.Sprintf("update_in_backward: each chunk's cpu adam starts during the backward, as if the step were not clipped; up to %s of host memory per rank keeps master, m and v to undo a step that turns out non-finite or clipped%s",
+		units.FormatBytes(e.undoBytes()), clip))
 }
 
 // undoBytes is one rank's undo copy at most (0 without the update in the

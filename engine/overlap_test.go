@@ -32,6 +32,9 @@ type overlapRun struct {
 	pending   []bool
 	bwdChunks int   // chunks updated during a backward, all ranks
 	undoBytes int64 // Summary.HostUndoBytes
+	// Summary.BackwardUpdates and BackwardRedos: steps whose update began
+	// in the backward, and of them those clipped and updated again.
+	bwdSteps, bwdRedos int64
 	hostBytes int64 // Summary.HostBytes: the store's host homes
 }
 
@@ -75,6 +78,7 @@ func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
 		t.Errorf("summary: overlap %q, host optimizer %+v", s.Overlap, s.HostOpt)
 	}
 	out.undoBytes, out.hostBytes = s.HostUndoBytes, s.HostBytes
+	out.bwdSteps, out.bwdRedos = s.BackwardUpdates, s.BackwardRedos
 	return out
 }
 
@@ -189,6 +193,69 @@ func TestOverlapDuringBackward(t *testing.T) {
 				t.Errorf("summary: undo copy %d B, want 12/14 of the %d B of host homes", exact.undoBytes, exact.hostBytes)
 			}
 		})
+	}
+}
+
+// TestClippedDuringBackward: with gradient clipping,
+// strata.update_in_backward speculates (each chunk's update begins in the
+// backward as if the step were not clipped) and validates: a step that is
+// not clipped commits it, one that is undoes it and updates after the
+// backward, and the step after a clipped one does not speculate. On 2
+// devices at stage 2, with the threshold at the median of an unclipped
+// run's gradient norms (so that some steps clip and some do not), the run
+// ends bit-identical to serial (losses, params, master), and the steps that
+// speculated and were redone are those the norms say. With an fp32 master
+// and with a remainder (whose undo puts back the params it completes).
+func TestClippedDuringBackward(t *testing.T) {
+	for _, master := range []string{"fp32", "bf16+remainder"} {
+		t.Run(master, func(t *testing.T) { clippedDuringBackward(t, master) })
+	}
+}
+
+func clippedDuringBackward(t *testing.T, master string) {
+	const steps = 8
+	s := runSpec{stage: 2, n: 2, offload: true, micro: 1, accum: 1}
+	js := func(overlap string) string {
+		js := withOverlap(s.configJSON(), overlap)
+		return strings.Replace(js, `"strata": {`, fmt.Sprintf(`"strata": {"optimizer_state": {"master": %q}, `, master), 1)
+	}
+	var norms []float64
+	for _, st := range runOverlap(t, js(OverlapSerial), 2, steps).stats {
+		norms = append(norms, st.GradNorm)
+	}
+	slices.Sort(norms)
+	s.clip = norms[steps/2]
+	serial := runOverlap(t, js(OverlapSerial), 2, steps)
+	bwd := runOverlap(t, inBackward(js(OverlapExact)), 2, steps)
+	if !slices.Equal(serial.res.losses, bwd.res.losses) {
+		t.Errorf("losses differ:\nserial             %v\nupdate in backward %v", serial.res.losses, bwd.res.losses)
+	}
+	if m, d := diff(bwd.res.params, serial.res.params); m != 0 {
+		t.Errorf("params: %d differ (max %g)", m, d)
+	}
+	if m, d := diff(bwd.res.master, serial.res.master); m != 0 {
+		t.Errorf("master: %d differ (max %g)", m, d)
+	}
+	var specs, redos, commits int64
+	var clipped []bool
+	for i, st := range serial.stats {
+		clipped = append(clipped, st.ClipCoef < 1)
+		if i > 0 && clipped[i-1] {
+			continue // no speculation after a clipped step
+		}
+		specs++
+		if clipped[i] {
+			redos++
+		} else {
+			commits++
+		}
+	}
+	if redos == 0 || commits == 0 {
+		t.Fatalf("clipping at %g: steps clipped %v: the test needs a speculation redone and one committed", s.clip, clipped)
+	}
+	if bwd.bwdSteps != specs || bwd.bwdRedos != redos || bwd.bwdChunks != int(specs)*2*4 {
+		t.Errorf("steps clipped %v: %d steps began their update in the backward (%d chunks), %d redone; want %d (%d chunks), %d",
+			clipped, bwd.bwdSteps, bwd.bwdChunks, bwd.bwdRedos, specs, specs*2*4, redos)
 	}
 }
 

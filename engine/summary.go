@@ -72,6 +72,7 @@ func (e *Engine) Summary() report.Summary {
 		s.HostBytes = s.Tier.HostHomeBytes
 		s.HostStagingBytes = e.tiers.stagingBytes
 		s.HostUndoBytes = int64(e.nLocal) * e.undoBytes()
+		s.BackwardUpdates, s.BackwardRedos = e.ranks[0].bwdSteps, e.ranks[0].bwdRedos // every rank takes the same verdicts
 		s.HostRegistration = append([]report.HostRegistration(nil), e.registration...)
 		s.ActivationHostBytes = e.tiers.homes[shard.Activation][shard.Host]
 	}

@@ -49,7 +49,7 @@ func chooseUpdater(e *Engine) updater {
 
 // bwdEnabled says whether the engine updates chunks during the backward.
 func (e *Engine) bwdEnabled() bool {
-	return e.cfg.Strata.UpdateInBackward && e.offload && e.overlap == OverlapExact && !(e.cfg.GradientClipping > 0) && e.tiers != nil && e.tiers.swap == nil
+	return e.cfg.Strata.UpdateInBackward && e.offload && e.overlap == OverlapExact && e.tiers != nil && e.tiers.swap == nil
 }
 
 // deviceUpdate runs Adam on the device, chunk by chunk on the compute
@@ -162,12 +162,20 @@ func (u delayedUpdate) restored(r *rank, step int64) error {
 }
 
 // backwardUpdate starts the host update during the backward
-// (overlap_bwd.go), commits it once the step is finite and undoes it when
-// not.
+// (overlap_bwd.go) as if the step were not clipped (speculation), commits
+// it once the step is finite and not clipped (validation), and undoes it
+// when not; a clipped step is then updated after the backward, as
+// pipelinedUpdate does, and so is the step after it.
 type backwardUpdate struct{}
 
 func (backwardUpdate) beforePass(r *rank, step int64) (err error) {
-	r.next, err = r.startRun(r.e.nextAdam(1), exactSchedule{}, runHanding) // no clipping: GradScale 1 (over the fp16 loss scale)
+	if r.clipped {
+		return nil // clipped last step: likely again; no run to hand chunks to
+	}
+	r.next, err = r.startRun(r.e.nextAdam(1), exactSchedule{}, runHanding) // GradScale 1 (over the fp16 loss scale): not clipped
+	if err == nil {
+		r.bwdSteps++
+	}
 	return err
 }
 
@@ -183,6 +191,19 @@ func (backwardUpdate) reduced(r *rank, c int, g gpu.Buffer) error {
 
 func (backwardUpdate) restored(*rank, int64) error { return nil }
 
-func (backwardUpdate) update(r *rank, _ gpu.AdamParams) error { return r.commitNext() }
+// update commits the updates of the backward when the step's Adam
+// parameters are those they ran with (not clipped: the same bits); else it
+// undoes them and runs the step's update as pipelinedUpdate does.
+func (backwardUpdate) update(r *rank, ap gpu.AdamParams) error {
+	r.clipped = ap != r.e.nextAdam(1)
+	if r.next != nil && r.clipped {
+		r.abortNext()
+		r.bwdRedos++
+	}
+	if r.next == nil {
+		return r.updateExact(ap, exactSchedule{})
+	}
+	return r.commitNext()
+}
 
 func (backwardUpdate) abort(r *rank) { r.abortNext() }

@@ -46,7 +46,8 @@ func FormatSummary(s report.Summary) string {
 		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
 		if s.HostUndoBytes > 0 {
-			fmt.Fprintf(&b, ", undo copy of the optimizer state %s (update_in_backward)", units.FormatBytes(s.HostUndoBytes))
+			fmt.Fprintf(&b, ", undo copy of the optimizer state %s (update_in_backward: %d steps began their update in the backward, %d of them clipped and updated again)",
+				units.FormatBytes(s.HostUndoBytes), s.BackwardUpdates, s.BackwardRedos)
 		}
 		b.WriteString("\n")
 	}
@@ -159,8 +160,10 @@ type Summary struct {
 	HostRegistration    []RegistrationLine `json:"host_registration"`
 	HostStagingBytes    int64              `json:"host_staging_bytes"`
 	HostUndoBytes       int64              `json:"host_undo_bytes"`
-	LossScale           *float64           `json:"loss_scale,omitempty"`      // fp16: the scale the next step would run with
-	MeasuredStepSeconds float64            `json:"measured_step_s,omitempty"` // the median past the first two steps
+	BackwardUpdates     int64              `json:"backward_updates,omitempty"` // update_in_backward: steps whose update began in the backward
+	BackwardRedos       int64              `json:"backward_redos,omitempty"`   // of them, clipped: undone and updated again after it
+	LossScale           *float64           `json:"loss_scale,omitempty"`       // fp16: the scale the next step would run with
+	MeasuredStepSeconds float64            `json:"measured_step_s,omitempty"`  // the median past the first two steps
 	Model               string             `json:"model"`
 	Notes               []string           `json:"notes"`
 	Optimizer           string             `json:"optimizer"`
@@ -213,7 +216,7 @@ func NewSummary(s report.Summary, elapsed time.Duration) Summary {
 		Model: s.Model, Params: s.Params, Devices: s.Devices, Processes: s.Processes, Stage: s.Stage, Precision: prec,
 		Optimizer: s.Optimizer, Overlap: s.Overlap, Steps: s.Steps, ElapsedSeconds: elapsed.Seconds(),
 		PerDevice: devs, HostModelStateBytes: s.HostBytes, HostFormulaBytes: s.HostFormula,
-		HostStagingBytes: s.HostStagingBytes, HostUndoBytes: s.HostUndoBytes, Notes: s.Notes, Tier: newTierSummary(s.Tier),
+		HostStagingBytes: s.HostStagingBytes, HostUndoBytes: s.HostUndoBytes, BackwardUpdates: s.BackwardUpdates, BackwardRedos: s.BackwardRedos, Notes: s.Notes, Tier: newTierSummary(s.Tier),
 		HostRegistration: regs,
 		Activations:      s.Activations, ActivationHostBytes: s.ActivationHostBytes,
 		Collectives: s.Collectives,

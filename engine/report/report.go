@@ -289,6 +289,11 @@ type Summary struct {
 	// optimizer state kept to undo a non-finite step, all ranks (Go heap,
 	// taken at the first use): working set, not model state.
 	HostUndoBytes int64
+	// BackwardUpdates are, with strata.update_in_backward, the steps whose
+	// host update began during the backward (every step but those after a
+	// clipped one), and BackwardRedos those of them that were clipped: the
+	// update was undone and run again after the backward.
+	BackwardUpdates, BackwardRedos int64
 	// HostOpt is the host optimizer's figures summed over the runs taken
 	// so far (a run pending under exact overlap counts once it completes).
 	HostOpt HostOptStats
