@@ -35,7 +35,7 @@ type overlapRun struct {
 	// Summary.BackwardUpdates and BackwardRedos: steps whose update began
 	// in the backward, and of them those clipped and updated again.
 	bwdSteps, bwdRedos int64
-	hostBytes int64 // Summary.HostBytes: the store's host homes
+	hostBytes          int64 // Summary.HostBytes: the store's host homes
 }
 
 func runOverlap(t *testing.T, js string, n, steps int) overlapRun {
