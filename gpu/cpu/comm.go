@@ -124,23 +124,28 @@ func (c *comm) execute(seq uint64, cl call) error {
 	sc := c.g.scratch[r]
 	var tmp []byte // the rank's scratch for this round, given back after its write
 	var write func()
-	switch cl.Kind {
-	case gpu.CollBarrier:
-	case gpu.CollAllGather:
+	switch {
+	case cl.Kind == gpu.CollBarrier:
+	case n == 1 && (cl.Kind == gpu.CollAllGather || cl.Kind == gpu.CollReduceScatter && cl.Send.DType() == cl.Recv.DType()):
+		// One rank: its gather, sum or mean (x/1) is its input, bit for
+		// bit; copy it, without the scratch, the widening and the
+		// rounding back.
+		write = func() { copy(cl.Recv.raw(), cl.Send.raw()) }
+	case cl.Kind == gpu.CollAllGather:
 		sz := len(cl.Send.raw())
 		tmp = sc.get(n * sz)
 		for q := range n {
 			copy(tmp[q*sz:], rd.Calls[q].Send.raw())
 		}
 		write = func() { copy(cl.Recv.raw(), tmp[:n*sz]) }
-	case gpu.CollBroadcast:
+	case cl.Kind == gpu.CollBroadcast:
 		if r != cl.Root {
 			src := rd.Calls[cl.Root].Send.raw()
 			tmp = sc.get(len(src))
 			copy(tmp, src)
 			write = func() { copy(cl.Recv.raw(), tmp[:len(src)]) }
 		}
-	case gpu.CollReduceScatter:
+	case cl.Kind == gpu.CollReduceScatter:
 		m := cl.Recv.Len()
 		if cl.Send.DType() == gpu.F64 {
 			tmp = sc.get(8 * m)
@@ -153,7 +158,7 @@ func (c *comm) execute(seq uint64, cl call) error {
 			reduceF32(out, rd.Calls, r*m, cl.Op, wide)
 			write = func() { storeF32(cl.Recv, 0, out) }
 		}
-	case gpu.CollAllReduce:
+	case cl.Kind == gpu.CollAllReduce:
 		write = c.allReduce(rd, cl)
 	}
 	rd.doneReading()
