@@ -38,15 +38,24 @@ func TestStepResources(t *testing.T) {
 		use(10*time.Second, time.Second, 30e9, 30e9),  // drive 10 s
 		use(9*time.Second, 2*time.Second, 30e9, 20e9), // drive 10 s (the writes)
 	}}
-	m.resources(d)
+	m.resources(d, 0)
 	if m.Compute != 9 || m.Adam != 1 || m.NVMeReadActive != 9 {
 		t.Errorf("medians: compute %v, adam %v, nvme read active %v; want 9, 1, 9", m.Compute, m.Adam, m.NVMeReadActive)
 	}
 	if m.BoundBy != "drive" || math.Abs(m.Bound-13) > 1e-9 || math.Abs(m.StepOverBound-2) > 1e-9 {
 		t.Errorf("bound %v by %q, step/bound %v; want 13 s by the drive, 2", m.Bound, m.BoundBy, m.StepOverBound)
 	}
-	m.resources(plan.Disk{}) // no probe: the drive does not bound
+	m.resources(plan.Disk{}, 0) // no probe: the drive does not bound
 	if m.Drive != 0 || m.BoundBy != "compute" || m.Bound != 9 {
 		t.Errorf("without a probe: drive %v, bound %v by %q; want 0, 9 by compute", m.Drive, m.Bound, m.BoundBy)
+	}
+	// The process's CPU time over 2 cores: a median of 30 s, 15 s a step
+	// on them, bounds the step above the drive's 13.
+	for i, cpu := range []time.Duration{24 * time.Second, 30 * time.Second, 32 * time.Second} {
+		m.Use[i].CPU = cpu
+	}
+	m.resources(d, 2)
+	if m.Cores != 15 || m.BoundBy != "cores" || m.Bound != 15 {
+		t.Errorf("cores %v, bound %v by %q; want 15 s by the cores", m.Cores, m.Bound, m.BoundBy)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -61,10 +62,14 @@ type StepOptions struct {
 	// "offload" (ZeRO-Offload: the optimizer state in host RAM, the params
 	// on the devices).
 	Modes []string
-	// Overlaps are the host optimizer's schedules (strata.overlap) each
-	// offloaded mode runs with, among "serial" and "exact"; default exact.
-	// Each (mode, overlap) is one engine; all step alternately.
+	// Overlaps are the host optimizer's schedules each offloaded mode runs
+	// with, among StepOverlaps: strata.overlap's "serial", "exact" and
+	// "dpu", and OverlapBackward; default exact. Each (mode, overlap) is
+	// one engine; all step alternately.
 	Overlaps []string
+	// GradientClipping is every engine's gradient_clipping (the CLI's
+	// default 1.0; 0: none).
+	GradientClipping float64
 	// Moments are the precisions of Adam's moments
 	// (strata.optimizer_state.moments) each offloaded mode runs with,
 	// among "fp32" (the default), "bf16" and "int8", each optionally
@@ -91,7 +96,12 @@ type StepOptions struct {
 var StepModes = []string{"resident", "host", "nvme", "offload"}
 
 // StepOverlaps are the host optimizer's schedules it compares.
-var StepOverlaps = []string{engine.OverlapSerial, engine.OverlapExact, engine.OverlapDPU}
+var StepOverlaps = []string{engine.OverlapSerial, engine.OverlapExact, engine.OverlapDPU, OverlapBackward}
+
+// OverlapBackward is the bench's name for overlap "exact" with
+// strata.update_in_backward: cpuadam begins in the backward, as if the step
+// were not clipped.
+const OverlapBackward = "backward"
 
 // WithDefaults fills the zero fields.
 func (o StepOptions) WithDefaults() StepOptions {
@@ -228,6 +238,10 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
 	if strings.HasSuffix(k.moments, RemainderSuffix) {
 		master = config.MasterBF16Remainder
 	}
+	overlap := k.overlap
+	if overlap == OverlapBackward {
+		overlap = engine.OverlapExact
+	}
 	lora := ""
 	switch k.train {
 	case "lora":
@@ -239,12 +253,12 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
   "train_micro_batch_size_per_gpu": %d,
   "optimizer": {"type": "AdamW", "params": {"lr": 1e-3, "betas": [0.9, 0.95], "weight_decay": 0.01}},
   "bf16": {"enabled": true},
-  "gradient_clipping": 1.0,
+  "gradient_clipping": %g,
   "zero_optimization": {"stage": 3, "stage3_param_persistence_threshold": 0,
     "offload_param": {"device": %q%s}, "offload_optimizer": {"device": %q%s}},
-  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "dpu_warmup_steps": %d,
+  "strata": {"model": %q, "devices": %d, "seq_len": %d, "seed": 1, "host_budget": %d, "overlap": %q, "update_in_backward": %t, "dpu_warmup_steps": %d,
     "optimizer_state": {"moments": %q, "master": %q}%s}
-}`, o.Batch, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, k.overlap, o.Warmup, strings.TrimSuffix(k.moments, RemainderSuffix), master, lora)
+}`, o.Batch, o.GradientClipping, param, path(param), opt, path(opt), o.Model, o.Devices, o.Seq, hb, overlap, k.overlap == OverlapBackward, o.Warmup, strings.TrimSuffix(k.moments, RemainderSuffix), master, lora)
 	cfg, err := config.Parse([]byte(js), "bench-step-"+mode+".json", config.Options{LookupShape: model.LookupConfigShape})
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
@@ -256,7 +270,7 @@ func (o StepOptions) stepConfig(k stepRunKey, dir string) (*config.Config, error
 // overlap schedule.
 type StepModeResult struct {
 	Mode       string
-	Overlap    string    // strata.overlap; "" in the resident mode (no host optimizer)
+	Overlap    string    // the host optimizer's schedule (StepOverlaps); "" in the resident mode (no host optimizer)
 	Moments    string    // strata.optimizer_state.moments
 	Train      string    // "full" or "lora"
 	Steps      []float64 // seconds, in order
@@ -555,7 +569,9 @@ func (r *stepRun) build(res *StepResult) error {
 func (r *stepRun) rounds(res *StepResult) ([][]float64, error) {
 	opt := make([][]float64, len(r.engines))
 	step := func(i int, measure bool) error {
+		cpu0 := cpuTime()
 		st, err := r.engines[i].Step()
+		cpu := cpuTime() - cpu0
 		if err != nil {
 			return fmt.Errorf("bench: %s: %w", res.Modes[i].Name(), err)
 		}
@@ -572,7 +588,7 @@ func (r *stepRun) rounds(res *StepResult) ([][]float64, error) {
 			}
 			r.measured[st.Step] = true
 		}
-		u := StepUse{Compute: st.ComputeBusy, Adam: st.HostOpt.Adam}
+		u := StepUse{Compute: st.ComputeBusy, Adam: st.HostOpt.Adam, CPU: cpu}
 		if st.Tier != nil {
 			u.LinkActive = st.Tier.LinkActive
 			u.NVMeRead, u.NVMeWrite = st.Tier.LinkBytes[shard.NVMeToHost], st.Tier.LinkBytes[shard.HostToNVMe]
@@ -636,7 +652,7 @@ func (r *stepRun) compare(res *StepResult, opt [][]float64) error {
 		mr := &res.Modes[i]
 		mr.MedianStep = units.Median(mr.Steps)
 		mr.Optimizer = units.Median(opt[i])
-		mr.resources(res.Disk)
+		mr.resources(res.Disk, runtime.NumCPU())
 		if mr.counts.Accesses == 0 {
 			mr.HitRate = 1 // a resident mode
 		}
@@ -868,6 +884,7 @@ func (r StepResult) JSON() map[string]any {
 			"mixed_bytes_per_s": r.Disk.MixedBytesPerS, "probe_bytes": r.Options.ProbeBytes}
 	}
 	out["overlaps"] = r.Options.Overlaps
+	out["gradient_clipping"] = r.Options.GradientClipping
 	out["moments"] = r.Options.Moments
 	for _, m := range r.Modes {
 		if m.Overlap != "" && m.Overlap != r.Options.Overlaps[0] || m.Moments != r.Options.Moments[0] && m.Mode != "resident" {

@@ -16,9 +16,12 @@ import (
 
 // StepUse is one step's use of each resource: the compute stream's busy
 // time (waits excluded; 0 where the backend does not count it), cpuadam's,
-// each link's active time (the union of its moves), and the NVMe bytes.
+// the process's CPU time (user and system, every thread: on the CPU
+// backend the compute stream's kernels, cpuadam and the I/O submission
+// share the cores), each link's active time (the union of its moves), and
+// the NVMe bytes.
 type StepUse struct {
-	Compute, Adam       time.Duration
+	Compute, Adam, CPU  time.Duration
 	LinkActive          [shard.LinkCount]time.Duration
 	NVMeRead, NVMeWrite int64
 }
@@ -29,7 +32,11 @@ type StepUse struct {
 // run measured (StepResult.Disk): a link's active time counts a slow move
 // as busy, the need does not.
 type Resources struct {
-	Compute, Adam                                    float64 // seconds per step (medians)
+	Compute, Adam float64 // seconds per step (medians)
+	// Cores is the process's CPU time per step over the machine's cores
+	// (runtime.NumCPU): the least time the step's host work needs on them,
+	// the compute stream's too on the CPU backend.
+	Cores                                            float64
 	NVMeReadActive, NVMeWriteActive, HostToHBMActive float64
 	Drive                                            float64 // seconds the step's NVMe bytes need at the measured rates (0: no probe)
 	Bound                                            float64 // the largest of Compute, Adam and Drive
@@ -56,7 +63,7 @@ func (o StepOptions) hasNVMe() bool {
 }
 
 // resources fills m.Resources from its measured steps and the disk's rates.
-func (m *StepModeResult) resources(d plan.Disk) {
+func (m *StepModeResult) resources(d plan.Disk, cores int) {
 	if len(m.Use) == 0 {
 		return
 	}
@@ -71,6 +78,9 @@ func (m *StepModeResult) resources(d plan.Disk) {
 	*r = Resources{}
 	r.Compute = med(func(u StepUse) float64 { return u.Compute.Seconds() })
 	r.Adam = med(func(u StepUse) float64 { return u.Adam.Seconds() })
+	if cores > 0 {
+		r.Cores = med(func(u StepUse) float64 { return u.CPU.Seconds() }) / float64(cores)
+	}
 	r.NVMeReadActive = med(func(u StepUse) float64 { return u.LinkActive[shard.NVMeToHost].Seconds() })
 	r.NVMeWriteActive = med(func(u StepUse) float64 { return u.LinkActive[shard.HostToNVMe].Seconds() })
 	r.HostToHBMActive = med(func(u StepUse) float64 { return u.LinkActive[shard.HostToHBM].Seconds() })
@@ -81,7 +91,7 @@ func (m *StepModeResult) resources(d plan.Disk) {
 	for _, c := range []struct {
 		v    float64
 		name string
-	}{{r.Adam, "cpu adam"}, {r.Drive, "drive"}} {
+	}{{r.Adam, "cpu adam"}, {r.Cores, "cores"}, {r.Drive, "drive"}} {
 		if c.v > r.Bound {
 			r.Bound, r.BoundBy = c.v, c.name
 		}
@@ -96,7 +106,7 @@ func (r Resources) json() map[string]any {
 	if r.Bound == 0 {
 		return nil
 	}
-	return map[string]any{"compute_s": r.Compute, "adam_s": r.Adam, "nvme_read_active_s": r.NVMeReadActive,
+	return map[string]any{"compute_s": r.Compute, "adam_s": r.Adam, "cores_s": r.Cores, "nvme_read_active_s": r.NVMeReadActive,
 		"nvme_write_active_s": r.NVMeWriteActive, "host_to_hbm_active_s": r.HostToHBMActive, "drive_s": r.Drive,
 		"bound_s": r.Bound, "bound_by": r.BoundBy, "step_over_bound": r.StepOverBound}
 }
@@ -120,7 +130,7 @@ func (r StepResult) writeResources(b *strings.Builder) {
 	if !any {
 		return
 	}
-	fmt.Fprintf(b, "%-14s %10s %9s %9s %10s %10s %9s %9s %10s %8s\n", "resources", "step (med)", "compute", "cpu adam",
+	fmt.Fprintf(b, "%-14s %10s %9s %9s %9s %10s %10s %9s %9s %10s %8s\n", "resources", "step (med)", "compute", "cpu adam", "cores",
 		"nvme read", "nvme write", "h->hbm", "drive", "bound", "/bound")
 	for _, m := range r.Modes {
 		if m.Bound == 0 {
@@ -134,16 +144,17 @@ func (r StepResult) writeResources(b *strings.Builder) {
 		if m.Compute > 0 {
 			compute = fmt.Sprintf("%.3fs", m.Compute)
 		}
-		fmt.Fprintf(b, "%-14s %9.3fs %9s %8.3fs %9.3fs %9.3fs %8.3fs %9s %9.3fs %8.3f  (%s)\n", m.Name(), m.MedianStep, compute, m.Adam,
+		fmt.Fprintf(b, "%-14s %9.3fs %9s %8.3fs %8.3fs %9.3fs %9.3fs %8.3fs %9s %9.3fs %8.3f  (%s)\n", m.Name(), m.MedianStep, compute, m.Adam, m.Cores,
 			m.NVMeReadActive, m.NVMeWriteActive, m.HostToHBMActive, drive, m.Bound, m.StepOverBound, m.BoundBy)
 	}
 	b.WriteString("(per step, medians: compute = the compute stream running work, its waits excluded (-: the backend does not count it);\n" +
-		" cpu adam = cpuadam's busy time;" +
+		" cpu adam = cpuadam's busy time; cores = the process's CPU time over the machine's cores (every thread: cpuadam, I/O\n" +
+		" submission, the CPU backend's kernels), the least time that work needs;" +
 		" nvme read / write, h->hbm = the time the link had a move on it; drive = the step's NVMe bytes at the rates measured\n" +
 		" before the steps")
 	if d := r.Disk; d.ReadBytesPerS > 0 {
 		fmt.Fprintf(b, " (%s: read %.2f, write %.2f, mixed %.2f GB/s, %s)", d.Path, d.ReadBytesPerS/1e9, d.WriteBytesPerS/1e9,
 			d.MixedBytesPerS/1e9, units.FormatBytes(r.Options.ProbeBytes))
 	}
-	b.WriteString(";\n bound = the busiest of compute, cpu adam and drive: the step cannot be shorter)\n")
+	b.WriteString(";\n bound = the busiest of compute, cpu adam, cores and drive: the step cannot be shorter)\n")
 }

@@ -51,7 +51,8 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "train", Value: "full", Usage: "what each run trains, comma-separated: full (every weight), lora (adapters of --lora-rank on every linear, the base frozen), qlora (the same, the base stored in NF4: host and nvme modes)"},
 			&cli.IntFlag{Name: "lora-rank", Value: 16, Usage: "--train lora: the adapters' rank (alpha twice it)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precisions of Adam's moments each offloaded mode runs with (strata.optimizer_state.moments), comma-separated: fp32, bf16, int8; +remainder after one: the master as bf16+remainder"},
-			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update)"},
+			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update), backward (exact with strata.update_in_backward: cpu adam begins in the backward)"},
+			&cli.Float64Flag{Name: "clip", Value: 1.0, Usage: "gradient_clipping of every engine (0: none)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
 			&cli.StringFlag{Name: "probe-size", Usage: "the file the disk probe under --nvme-path writes, reads and mixes before the steps, for the drive's rates in the resources table (default 2GiB)"},
 			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},
@@ -65,7 +66,7 @@ func benchStepCommand() *cli.Command {
 			o := bench.StepOptions{
 				Model: c.String("model"), Devices: c.Int("devices"), Backend: c.String("backend"), Batch: c.Int("batch"), Seq: c.Int("seq"),
 				Steps: c.Int("steps"), Warmup: c.Int("warmup"), Block: c.Int("block"), NVMePath: c.String("nvme-path"),
-				NVMeOptimizer: c.Bool("nvme-optimizer"), Threads: c.Int("threads"),
+				NVMeOptimizer: c.Bool("nvme-optimizer"), Threads: c.Int("threads"), GradientClipping: c.Float64("clip"),
 				Modes: strings.Split(c.String("modes"), ","), Overlaps: strings.Split(c.String("overlap"), ","), Moments: strings.Split(c.String("moments"), ","), TracePath: c.String("trace"),
 				Trains: strings.Split(c.String("train"), ","), LoRARank: c.Int("lora-rank"),
 			}

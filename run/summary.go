@@ -46,7 +46,7 @@ func FormatSummary(s report.Summary) string {
 		fmt.Fprintf(&b, "host: model state %s (formula %s), pinned upload staging %s",
 			units.FormatBytes(s.HostBytes), units.FormatBytes(s.HostFormula), units.FormatBytes(s.HostStagingBytes))
 		if s.HostUndoBytes > 0 {
-			fmt.Fprintf(&b, ", undo copy of the optimizer state %s (update_in_backward: %d steps began their update in the backward, %d of them clipped and updated again)",
+			fmt.Fprintf(&b, ", undo copy of the optimizer state %s (update_in_backward: steps begun in the backward %d, of them clipped, undone and updated again %d)",
 				units.FormatBytes(s.HostUndoBytes), s.BackwardUpdates, s.BackwardRedos)
 		}
 		b.WriteString("\n")
