@@ -149,7 +149,7 @@ func (r StepResult) writeResources(b *strings.Builder) {
 	}
 	b.WriteString("(per step, medians: compute = the compute stream running work, its waits excluded (-: the backend does not count it);\n" +
 		" cpu adam = cpuadam's busy time; cores = the process's CPU time over the machine's cores (every thread: cpuadam, I/O\n" +
-		" submission, the CPU backend's kernels), the least time that work needs;" +
+		" submission, the CPU backend's kernels), the least time that work needs;\n" +
 		" nvme read / write, h->hbm = the time the link had a move on it; drive = the step's NVMe bytes at the rates measured\n" +
 		" before the steps")
 	if d := r.Disk; d.ReadBytesPerS > 0 {

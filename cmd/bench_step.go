@@ -26,7 +26,9 @@ func benchStepCommand() *cli.Command {
 			"--overlap serial,exact,dpu runs each offloaded mode with each host optimizer schedule, alternately, and\n" +
 			"prints cpu adam's time, the part of it no compute stream hid (exposed), the same for the optimizer\n" +
 			"state's I/O waits, and the step time over serial's (dpu: delayed parameter update, its warm-up steps\n" +
-			"exact). --modes offload is ZeRO-Offload: optimizer state in host RAM, params on the device.\n" +
+			"exact; backward: exact with strata.update_in_backward, cpu adam begun in the backward as if the step were\n" +
+			"not clipped). --clip sets every engine's gradient_clipping (default 1.0; 0: none).\n" +
+			"--modes offload is ZeRO-Offload: optimizer state in host RAM, params on the device.\n" +
 			"--moments fp32,int8 runs each offloaded mode with each precision of Adam's moments, alternately, and\n" +
 			"prints each narrow run's step time and NVMe bytes per step over the fp32 run's; a precision followed by\n" +
 			"+remainder (int8+remainder) keeps the master as the bf16 param plus a remainder (bf16+remainder).\n" +
