@@ -227,15 +227,7 @@ func clippedDuringBackward(t *testing.T, master string) {
 	s.clip = norms[steps/2]
 	serial := runOverlap(t, js(OverlapSerial), 2, steps)
 	bwd := runOverlap(t, inBackward(js(OverlapExact)), 2, steps)
-	if !slices.Equal(serial.res.losses, bwd.res.losses) {
-		t.Errorf("losses differ:\nserial             %v\nupdate in backward %v", serial.res.losses, bwd.res.losses)
-	}
-	if m, d := diff(bwd.res.params, serial.res.params); m != 0 {
-		t.Errorf("params: %d differ (max %g)", m, d)
-	}
-	if m, d := diff(bwd.res.master, serial.res.master); m != 0 {
-		t.Errorf("master: %d differ (max %g)", m, d)
-	}
+	sameResult(t, "update in the backward against serial", bwd.res, serial.res)
 	var specs, redos, commits int64
 	var clipped []bool
 	for i, st := range serial.stats {
