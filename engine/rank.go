@@ -61,10 +61,10 @@ type rank struct {
 	next         *pendingUpdate      // the update of the step running, chunks handed during its backward (overlap_bwd.go); nil: none
 	undo         [][]byte            // per chunk: master, m and v before the update of the backward
 	bwdChunks    int                 // chunks updated during a backward so far
-	// The update during the backward's speculation (overlap_bwd.go):
-	// the last step was clipped, so this one does not begin its update in
-	// the backward (clipped); the steps that began it there, and those of
-	// them clipped, undone and updated again after the backward.
+	// The speculation of the update during the backward (backwardUpdate):
+	// clipped says the last step was clipped, so this one does not begin
+	// its update in the backward; bwdSteps counts the steps that began it
+	// there, bwdRedos those of them clipped, undone and updated again.
 	clipped            bool
 	bwdSteps, bwdRedos int64
 	// frozenGrad is the gradient buffer every frozen chunk's Grad returns
