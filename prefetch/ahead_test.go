@@ -61,3 +61,38 @@ func TestAheadJudgedWhenAwaited(t *testing.T) {
 		t.Fatalf("an access at its use: %+v; want it judged when declared", st)
 	}
 }
+
+// TestRoomWaits: a write that finds no room in its tier (the one shard
+// the host holds is in use) is a miss and a room wait; a read with
+// nothing under way for it is a miss only.
+func TestRoomWaits(t *testing.T) {
+	key := func(c int) shard.Key { return shard.Key{Chunk: shard.ChunkID(c), State: shard.Grad} }
+	res := Residency{}
+	for c := range 2 {
+		res[key(c)] = Placement{SizeBytes: 4096, Home: shard.NVMe}
+	}
+	o := DefaultOptions()
+	o.BudgetBytes[shard.Host] = 4096 // one shard
+	p, err := New(res, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms := time.Millisecond
+	p.BeginStep(0)
+	acc := func(c int, k shard.Kind) shard.Access {
+		return shard.Access{Key: key(c), Phase: shard.Backward, Tier: shard.Host, Kind: k}
+	}
+	if _, moves, err := p.Access(acc(0, shard.Read), 1*ms); err != nil || len(moves) == 0 {
+		t.Fatalf("read of chunk 0: moves %v, err %v; want its demand read", moves, err)
+	}
+	if st := p.Stats(); st.Misses != 1 || st.RoomWaits != 0 {
+		t.Fatalf("a read with nothing under way: %+v; want a miss, no room wait", st)
+	}
+	// Chunk 0 still in use: chunk 1's write has no room.
+	if ok, _, err := p.Access(acc(1, shard.Write), 2*ms); err != nil || ok {
+		t.Fatalf("write of chunk 1 with the host full: ready %v, err %v; want it to wait", ok, err)
+	}
+	if st := p.Stats(); st.Accesses != 2 || st.Misses != 2 || st.RoomWaits != 1 {
+		t.Fatalf("a write that found no room: %+v; want two misses, one of them a room wait", st)
+	}
+}

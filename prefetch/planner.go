@@ -15,6 +15,10 @@ type Stats struct {
 	Hits     int64 // the shard was ready in the access tier when the access began
 	Late     int64 // a prefetch was under way but had not landed
 	Misses   int64 // nothing was under way: demand fetch (or a write that had to wait for room)
+	// RoomWaits counts the Misses that were writes: the shard needed room
+	// in the access tier (its copy there made, or a victim written back)
+	// and none was free when the access began.
+	RoomWaits int64
 	// Dependent counts the reads that waited for a prefetch issued as
 	// soon as its data existed: the copy it makes was written by an
 	// access that ended just before (cpuadam's new param, read by the
@@ -573,6 +577,9 @@ func (p *Planner) judgeLate(s int32, a shard.Access, late bool) {
 		p.stats.Late++
 	default:
 		p.stats.Misses++
+		if a.Kind == shard.Write {
+			p.stats.RoomWaits++
+		}
 	}
 }
 

@@ -83,6 +83,7 @@ type TierLine struct {
 	Accesses  int64   `json:"prefetch_accesses"`
 	Late      int64   `json:"prefetch_late"`
 	Misses    int64   `json:"prefetch_misses"`
+	RoomWaits int64   `json:"prefetch_room_waits"` // of the misses, writes that found no room
 	Dependent int64   `json:"prefetch_dependent"`
 	// Skipped: a mixture of experts' expert accesses the step passed over
 	// (no token reached the expert); omitted when 0.
@@ -105,7 +106,7 @@ func newTierLine(t *report.TierStats) *TierLine {
 	if t == nil {
 		return nil
 	}
-	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses, Dependent: t.Dependent, Skipped: t.Skipped,
+	return &TierLine{HitRate: t.HitRate, Accesses: t.Accesses, Late: t.Late, Misses: t.Misses, RoomWaits: t.RoomWaits, Dependent: t.Dependent, Skipped: t.Skipped,
 		StallHBM: t.Stall[shard.HBM].Seconds(), StallHost: t.Stall[shard.Host].Seconds(),
 		BytesNVMeToHost: t.LinkBytes[shard.NVMeToHost], BytesHostToHBM: t.LinkBytes[shard.HostToHBM],
 		BytesHBMToHost: t.LinkBytes[shard.HBMToHost], BytesHostToNVMe: t.LinkBytes[shard.HostToNVMe],

@@ -120,8 +120,8 @@ func formatTiers(t report.TierSummary) string {
 	for l, n := range t.LinkBytes {
 		fmt.Fprintf(&b, " %s %s", shard.Link(l), units.FormatBytes(n))
 	}
-	fmt.Fprintf(&b, "\nprefetch (the steps'): %d accesses, hit rate %.4f (%d late, %d missed; %d waited for data written just before), %d divergences",
-		t.Accesses, t.HitRate, t.Late, t.Misses, t.Dependent, t.Divergences)
+	fmt.Fprintf(&b, "\nprefetch (the steps'): %d accesses, hit rate %.4f (%d late, %d missed, %d of them writes that found no room; %d waited for data written just before), %d divergences",
+		t.Accesses, t.HitRate, t.Late, t.Misses, t.RoomWaits, t.Dependent, t.Divergences)
 	if t.Skipped > 0 {
 		fmt.Fprintf(&b, "; %d expert accesses skipped (no token reached the expert)", t.Skipped)
 	}
@@ -325,6 +325,7 @@ type TierSummary struct {
 	PrefetchHits          int64            `json:"prefetch_hits"`
 	PrefetchLate          int64            `json:"prefetch_late"`
 	PrefetchMisses        int64            `json:"prefetch_misses"`
+	PrefetchRoomWaits     int64            `json:"prefetch_room_waits"` // of the misses, writes that found no room
 	PrefetchSkipped       int64            `json:"prefetch_skipped"`
 	Rerecords             int64            `json:"rerecords"`
 	SwapBytes             int64            `json:"swap_bytes"`
@@ -355,7 +356,7 @@ func newTierSummary(t *report.TierSummary) *TierSummary {
 		EstimateHostBytes: t.EstimateHostBytes, EstimateNVMeBytes: t.EstimateNVMeBytes,
 		BudgetBytes: perTier(budget), PeakBytes: perTier(t.PeakBytes),
 		PinnedPoolBytes: t.PinnedPoolBytes, PinnedPeakBytes: t.PinnedPeakBytes, LinkBytes: links,
-		PrefetchAccesses: t.Accesses, PrefetchHits: t.Hits, PrefetchLate: t.Late, PrefetchMisses: t.Misses,
+		PrefetchAccesses: t.Accesses, PrefetchHits: t.Hits, PrefetchLate: t.Late, PrefetchMisses: t.Misses, PrefetchRoomWaits: t.RoomWaits,
 		PrefetchDependent: t.Dependent, PrefetchHitRate: t.HitRate, PrefetchDivergences: t.Divergences,
 		PrefetchSkipped: t.Skipped, Rerecords: t.Rerecords, OptimizerStateBytes: perTier(t.OptimizerStateBytes), OptimizerStateMoments: t.Moments, OptimizerStateMaster: t.Master,
 	}

@@ -120,6 +120,7 @@ func (h *HostOptStats) Add(o HostOptStats) {
 // prefetch.Stats.Dependent).
 type PrefetchCounts struct {
 	Accesses, Hits, Late, Misses, Dependent int64
+	RoomWaits                               int64   // of the Misses, writes that found no room (prefetch.Stats.RoomWaits)
 	HitRate                                 float64 // prefetch.HitRate: Hits / (Accesses - Dependent), 1 with none
 	// Divergences counts the ranks whose accesses differed from their
 	// planner's trace (it plans without knowing the future until the
@@ -142,6 +143,7 @@ func (c *PrefetchCounts) Add(o PrefetchCounts, sub *PrefetchCounts) {
 		o.Hits -= sub.Hits
 		o.Late -= sub.Late
 		o.Misses -= sub.Misses
+		o.RoomWaits -= sub.RoomWaits
 		o.Dependent -= sub.Dependent
 		o.Divergences -= sub.Divergences
 		o.Skipped -= sub.Skipped
@@ -149,6 +151,7 @@ func (c *PrefetchCounts) Add(o PrefetchCounts, sub *PrefetchCounts) {
 	c.Accesses += o.Accesses
 	c.Hits += o.Hits
 	c.Late += o.Late
+	c.RoomWaits += o.RoomWaits
 	c.Misses += o.Misses
 	c.Dependent += o.Dependent
 	c.Divergences += o.Divergences
@@ -383,6 +386,6 @@ type TierSummary struct {
 
 // CountsOf is one planner's counts.
 func CountsOf(p prefetch.Stats) PrefetchCounts {
-	return PrefetchCounts{Accesses: p.Accesses, Hits: p.Hits, Late: p.Late, Misses: p.Misses, Dependent: p.Dependent,
+	return PrefetchCounts{Accesses: p.Accesses, Hits: p.Hits, Late: p.Late, Misses: p.Misses, RoomWaits: p.RoomWaits, Dependent: p.Dependent,
 		Divergences: p.Divergences, Skipped: p.Skipped, HitRate: p.HitRate()}
 }
