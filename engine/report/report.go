@@ -289,7 +289,7 @@ type Summary struct {
 	// optimizer, all ranks: working set, not model state.
 	HostStagingBytes int64
 	// HostUndoBytes is, with strata.update_in_backward, the copy of the
-	// optimizer state kept to undo a non-finite step, all ranks (Go heap,
+	// optimizer state kept to undo a non-finite or clipped step, all ranks (Go heap,
 	// taken at the first use): working set, not model state.
 	HostUndoBytes int64
 	// BackwardUpdates are, with strata.update_in_backward, the steps whose
