@@ -894,7 +894,7 @@ func (r StepResult) JSON() map[string]any {
 		out[m.Mode] = map[string]any{
 			"step_s": m.Steps, "step_s_median": m.MedianStep, "optimizer_s_median": m.Optimizer, "hit_rate": m.HitRate,
 			"accesses": m.Accesses, "hits": m.Hits, "dependent": m.Dependent, "late": m.counts.Late, "misses": m.counts.Misses,
-			"room_waits": m.counts.RoomWaits,
+			"room_waits":  m.counts.RoomWaits,
 			"stall_hbm_s": m.Stall[shard.HBM], "stall_host_s": m.Stall[shard.Host],
 			"bytes_per_step_nvme_to_host": m.LinkBytes[shard.NVMeToHost], "bytes_per_step_host_to_hbm": m.LinkBytes[shard.HostToHBM],
 			"bytes_per_step_hbm_to_host": m.LinkBytes[shard.HBMToHost], "bytes_per_step_host_to_nvme": m.LinkBytes[shard.HostToNVMe],
