@@ -147,17 +147,41 @@ func runTier(t *testing.T, s tierSpec, opts Options, steps int) (tierRun, *Engin
 // TestTierEquivalence: stage 3 on N = 1, 2, 4 with params and optimizer
 // state on NVMe (and on the host, and mixed) ends 20 steps with params
 // and master weights bit-identical to the same run with nothing offloaded,
-// and the same losses. Why it holds: the optimizer runs the same cpuadam
+// and the same losses; with params on NVMe also when the tier's HBM share
+// holds only two param shards, where no evicted HBM copy is written back
+// through host (its host copy went to NVMe behind the upload). Why it holds: the optimizer runs the same cpuadam
 // kernel on the same bytes (the device optimizer calls it too), and every
 // shard moves between tiers as bytes, unchanged.
 func TestTierEquivalence(t *testing.T) {
 	nvmetest.Require(t)
 	for _, n := range []int{1, 2, 4} {
 		base, _ := runTier(t, tierSpec{n: n, param: "none", opt: "none", shapeJSON: deepShapeJSON}, Options{}, testSteps)
-		for _, where := range [][2]string{{"nvme", "nvme"}, {"cpu", "cpu"}, {"none", "nvme"}, {"cpu", "nvme"}} {
+		for _, where := range [][3]string{{"nvme", "nvme"}, {"cpu", "cpu"}, {"none", "nvme"}, {"cpu", "nvme"}, {"nvme", "nvme", "squeeze"}} {
 			s := tierSpec{n: n, param: where[0], opt: where[1], shapeJSON: deepShapeJSON}
-			t.Run(s.String(), func(t *testing.T) {
-				got, e := runTier(t, s, Options{}, testSteps)
+			var opts Options
+			name := s.String()
+			if where[2] != "" {
+				// The tier's HBM share holds two of the largest param
+				// shard (the embeddings'): every new param's HBM copy is
+				// evicted before the next update writes it, so its host
+				// copy is written behind to NVMe, not dropped
+				// (prefetch/testdata/writeback_overflow.txt).
+				opts.TierHBMBytes = 2 * ioBytes(int64(4352/n)*2)
+				name += "/" + where[2]
+			}
+			t.Run(name, func(t *testing.T) {
+				got, e := runTier(t, s, opts, testSteps)
+				if where[2] != "" {
+					var shards int64 // one rank's param shards in the store
+					for c, p := range e.chunks {
+						if e.paramTiered(c) {
+							shards += int64(p.shard) * 2
+						}
+					}
+					if e.tiers.hbmBudget >= shards {
+						t.Fatalf("the hbm share %d B holds every param shard (%d B): nothing is evicted", e.tiers.hbmBudget, shards)
+					}
+				}
 				var moved [4]int64
 				for _, st := range got.stats {
 					if st.Tier == nil {
@@ -172,6 +196,11 @@ func TestTierEquivalence(t *testing.T) {
 				// every step when anything lives there.
 				if e.tiers.swap != nil && (moved[0] < testSteps || moved[3] < testSteps) {
 					t.Errorf("nvme moved %d B in, %d B out in %d steps", moved[0], moved[3], testSteps)
+				}
+				if where[2] != "" && moved[shard.HBMToHost] != 0 {
+					// Nothing writes a param in HBM: a write-back from
+					// there is a new param whose host copy was dropped.
+					t.Errorf("hbm->host moved %d B: an evicted HBM copy was written back through host", moved[shard.HBMToHost])
 				}
 				if s.param != "none" && moved[1] < testSteps {
 					t.Errorf("host->hbm moved %d B in %d steps", moved[1], testSteps)

@@ -114,6 +114,10 @@
 // slower, holds a valid copy (write-back caching): the new param written by
 // the optimizer in host memory and uploaded to HBM leaves host memory at
 // once, and reaches its NVMe home only if the HBM copy is evicted in turn.
+// A faster copy counts only in a pool the trace does not overflow: in one
+// it does, it is evicted before the next write, and its write-back (one
+// hop more) would delay the transfer that needs its room; the slower copy
+// is written behind instead (testdata/writeback_overflow.txt).
 //
 // One exception keeps a pipeline flowing: with write-behind on, a prefetch
 // does not wait for a victim that an access before its own will update

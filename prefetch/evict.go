@@ -401,15 +401,26 @@ func (p *Planner) writesBefore(s int32, t shard.Tier, g int64) bool {
 // no NVMe write to leave host memory; the HBM copy carries the data, and
 // is written back (through host) only if it is evicted in turn. The store
 // drops such a copy without writing it (Evict keeps what survives elsewhere).
+// Only a faster copy in a pool the trace does not overflow counts: in one
+// it does (an HBM tier smaller than the params), the faster copy is
+// evicted before the shard is written again, and then its write-back
+// (through t, one hop more) lands on the critical path of the transfer
+// that needs its room, where the write-behind of the copy in t is hidden.
 func (p *Planner) needsWriteBack(s int32, t shard.Tier) bool {
 	ks := &p.keys[s]
 	if !ks.dirty {
 		return false
 	}
 	for u := shard.Tier(0); int(u) < shard.TierCount; u++ {
-		if u != t && p.valid(s, u) {
-			return false
+		if u == t || !p.valid(s, u) {
+			continue
 		}
+		if u < t && len(p.trace) > 0 {
+			if pi := p.poolOf(s, u); pi < len(p.overflow) && p.overflow[pi] {
+				continue
+			}
+		}
+		return false
 	}
 	return true
 }
