@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/internal/units"
 	"github.com/strata-ai/strata/plan"
 	"github.com/strata-ai/strata/shard"
 )
@@ -57,5 +58,34 @@ func TestStepResources(t *testing.T) {
 	m.resources(d, 2)
 	if m.Cores != 15 || m.BoundBy != "cores" || m.Bound != 15 {
 		t.Errorf("cores %v, bound %v by %q; want 15 s by the cores", m.Cores, m.Bound, m.BoundBy)
+	}
+}
+
+// TestProbeBytes: the disk probe covers the run's NVMe working set (the
+// estimate's NVMe homes, which the engine's swap holds), at least 2 GiB; a
+// size given wins.
+func TestProbeBytes(t *testing.T) {
+	gib := int64(1 << 30)
+	big := StepOptions{Model: "gpt-2b", Batch: 1, Seq: 32, Modes: []string{"nvme"}, NVMeOptimizer: true,
+		HostBudgetBytes: 8 * gib, HBMBytes: 4 * gib, TierHBMBytes: 512 << 20, NVMePath: t.TempDir()}.WithDefaults()
+	for _, c := range []struct {
+		name     string
+		o        StepOptions
+		min, max int64
+	}{
+		// The run's summary: "homes: ... nvme 26.28 GiB (estimate 26.28 GiB)".
+		{"gpt-2b state on nvme", big, 26 * gib, 27 * gib},
+		{"gpt-2b params on nvme", func() StepOptions { o := big; o.NVMeOptimizer = false; return o }(), 3 * gib, 4 * gib},
+		{"no nvme mode", func() StepOptions { o := big; o.Modes = []string{"host"}; return o }(), stepProbeBytes, stepProbeBytes},
+		{"tiny", StepOptions{Model: "tiny", Batch: 1, Seq: 16, Modes: []string{"nvme"}, NVMePath: t.TempDir()}.WithDefaults(), stepProbeBytes, stepProbeBytes},
+		{"given", func() StepOptions { o := big; o.ProbeBytes = 64 << 20; return o }(), 64 << 20, 64 << 20},
+	} {
+		got, err := c.o.probeBytes()
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got < c.min || got > c.max {
+			t.Errorf("%s: probe of %s, want %s to %s", c.name, units.FormatBytes(got), units.FormatBytes(c.min), units.FormatBytes(c.max))
+		}
 	}
 }

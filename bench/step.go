@@ -47,8 +47,9 @@ type StepOptions struct {
 	// in the host mode, so the ratio is that of the params' tier).
 	NVMeOptimizer bool
 	// ProbeBytes is the file the disk probe writes, reads and mixes under
-	// NVMePath before the steps (0: stepProbeBytes, 2 GiB), for the
-	// drive's rates in each mode's Resources.
+	// NVMePath before the steps, for the drive's rates in each mode's
+	// Resources (0: the run's NVMe working set, at least stepProbeBytes;
+	// see probeBytes).
 	ProbeBytes int64
 	// HostBudgetBytes is strata.host_budget of the NVMe mode (0: the tier
 	// store's minimum: staging room only).
@@ -107,9 +108,6 @@ const OverlapBackward = "backward"
 func (o StepOptions) WithDefaults() StepOptions {
 	if o.Model == "" {
 		o.Model = "medium"
-	}
-	if o.ProbeBytes == 0 {
-		o.ProbeBytes = stepProbeBytes
 	}
 	if o.Devices == 0 {
 		o.Devices = 1
@@ -370,7 +368,12 @@ func Step(o StepOptions) (StepResult, error) {
 	}
 	defer r.abandonTrace()
 	if o.hasNVMe() {
-		d, err := plan.ProbeDisk(context.Background(), o.NVMePath, o.ProbeBytes)
+		n, err := o.probeBytes()
+		if err != nil {
+			return res, err
+		}
+		res.Options.ProbeBytes = n
+		d, err := plan.ProbeDisk(context.Background(), o.NVMePath, n)
 		if err != nil {
 			return res, err
 		}

@@ -5,7 +5,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/strata-ai/strata/estimate"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/model"
 	"github.com/strata-ai/strata/plan"
 	"github.com/strata-ai/strata/shard"
 )
@@ -44,13 +46,46 @@ type Resources struct {
 	StepOverBound                                    float64 // MedianStep / Bound (0: no bound)
 }
 
-// stepProbeBytes is the file Step's disk probe writes, reads and mixes under
-// --nvme-path before the steps: large enough that the drive, not a cache
-// in front of it, sets the rate of most of it (on this machine's virtio
-// disk a 256 MiB file reads at twice the rate of a 20 GiB one; a cache
-// that still helps makes the drive's need, and the bound, lower, never
-// higher).
+// stepProbeBytes is the least file Step's disk probe writes, reads and
+// mixes under --nvme-path before the steps (see probeBytes).
 const stepProbeBytes = 2 << 30
+
+// probeBytes is the disk probe's file: ProbeBytes when set, else the
+// largest NVMe working set of the run's modes (the estimate's NVMe homes,
+// which the engine's swap holds), at least stepProbeBytes. A drive's rate
+// depends on how much of it a run touches: a cache in front of it (the
+// host's page cache under a virtual disk, a drive's SLC cache) serves a
+// small file at rates a run over tens of GB does not get. On this
+// machine's virtio disk the mixed rate of a 4 GiB and a 28 GiB file was
+// 6.6-7.1 GB/s and of a 50 GiB one 1.5-2.1 GB/s (bench/README-step.md), so
+// a 2 GiB probe put the drive's need of a gpt-5b step (47 GiB of swap) at
+// a fifth of what it was. The probe's file is gone before the engines
+// create their swap, so the run needs no more space than it did.
+func (o StepOptions) probeBytes() (int64, error) {
+	if o.ProbeBytes > 0 {
+		return o.ProbeBytes, nil
+	}
+	n := int64(stepProbeBytes)
+	for _, k := range o.runs() {
+		if k.mode != "nvme" {
+			continue
+		}
+		cfg, err := o.stepConfig(k, o.NVMePath)
+		if err != nil {
+			return 0, err
+		}
+		rep, err := estimate.FromConfig(cfg, model.Shape(*cfg.Shape()))
+		if err != nil {
+			return 0, fmt.Errorf("bench: the disk probe's size: %w", err)
+		}
+		for _, st := range rep.Stages {
+			if st.Stage == cfg.ZeRO.Stage && st.Err == nil {
+				n = max(n, st.NVMeBytes())
+			}
+		}
+	}
+	return n, nil
+}
 
 // hasNVMe says whether a mode of the run homes state on NVMe.
 func (o StepOptions) hasNVMe() bool {

@@ -56,7 +56,7 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update), backward (exact with strata.update_in_backward: cpu adam begins in the backward)"},
 			&cli.Float64Flag{Name: "clip", Value: 1.0, Usage: "gradient_clipping of every engine (0: none)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},
-			&cli.StringFlag{Name: "probe-size", Usage: "the file the disk probe under --nvme-path writes, reads and mixes before the steps, for the drive's rates in the resources table (default 2GiB)"},
+			&cli.StringFlag{Name: "probe-size", Usage: "the file the disk probe under --nvme-path writes, reads and mixes before the steps, for the drive's rates in the resources table (default: the run's NVMe working set, the estimate's NVMe homes, at least 2GiB: a smaller file can be served by a cache in front of the drive)"},
 			&cli.BoolFlag{Name: "summary", Usage: "print each engine's summary (memory per device, tiers)"},
 			&cli.BoolFlag{Name: "json", Usage: "print one JSON object"},
 			&cli.StringFlag{Name: "trace", Usage: "write the last mode's Chrome trace-event timeline to FILE (use with one mode: --modes nvme)"},

@@ -189,7 +189,9 @@ func (c *comm) ReserveScratch(kind gpu.Collective, elems int, dt gpu.DType) erro
 	var bytes int
 	switch kind {
 	case gpu.CollAllGather, gpu.CollBroadcast:
-		bytes = elems * dt.Size()
+		if n > 1 { // one rank's gather is a copy, its broadcast nothing: no scratch
+			bytes = elems * dt.Size()
+		}
 	case gpu.CollReduceScatter, gpu.CollAllReduce:
 		m := (elems + n - 1) / n // a rank's shard or (at most) segment
 		bytes = 8 * m            // F64: the reduced values
@@ -197,7 +199,9 @@ func (c *comm) ReserveScratch(kind gpu.Collective, elems int, dt gpu.DType) erro
 			bytes = 4 * (m + min(m, reduceTmpElems)) // F32 sums and the widened inputs
 		}
 	}
-	c.g.scratch[c.rank].put(c.g.scratch[c.rank].get(bytes))
+	if bytes > 0 {
+		c.g.scratch[c.rank].put(c.g.scratch[c.rank].get(bytes))
+	}
 	return nil
 }
 

@@ -521,3 +521,28 @@ func TestColumnSumOrder(t *testing.T) {
 		t.Fatal("the blocked and the plain row-order sums agree on every column: the test does not tell them apart")
 	}
 }
+
+// TestScratchOneDevice: on one device an AllGather is a copy and a
+// Broadcast nothing, so reserving their scratch takes none from the
+// driver; on two it does (the gathered buffer).
+func TestScratchOneDevice(t *testing.T) {
+	for _, n := range []int{1, 2} {
+		devs, comms, err := cpu.New(cpu.Options{Devices: n, HBMBytes: 64 * units.MiB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before := devs[0].DriverCounters()
+		for _, k := range []gpu.Collective{gpu.CollAllGather, gpu.CollBroadcast} {
+			if err := comms[0].(gpu.ScratchReserver).ReserveScratch(k, 1<<20, gpu.BF16); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := devs[0].DriverCounters().Allocs - before.Allocs
+		if n == 1 && got != 0 {
+			t.Errorf("one device: reserving the AllGather and Broadcast scratch took %d driver allocations", got)
+		}
+		if n == 2 && got == 0 {
+			t.Errorf("two devices: reserving the AllGather scratch took no driver allocation")
+		}
+	}
+}
