@@ -437,9 +437,23 @@ func (t *tiers) openSwap() error {
 // thread_count requests, as a DeepSpeed aio handle of its own would. With
 // the ring at queue_depth alone (8), a gpt-2b step's reads and writes
 // shared 8 requests (bench/README-step.md).
+//
+// It is never below swapMinQueueDepth: the ring is refilled by goroutines
+// (each move's, as its requests complete) that share the cores with
+// cpuadam and the compute, and one that becomes runnable while those hold
+// every P waits for the scheduler's next preemption, milliseconds later.
+// The requests in flight are what the drive works on meanwhile. On this
+// machine (2 cores), 7 moves of 192 MiB through the swap beside two
+// CPU-bound goroutines moved 1.5 GB/s with 32 requests in flight, 3.0
+// with 128, 4.5 with 512 and 4.9 with 2048 (5.8-7.3 GB/s alone at every
+// depth); the requests are the moves' own buffers, so depth costs no memory.
 func SwapQueueDepth(aio config.AIO) int {
-	return min(max(aio.QueueDepth, 1)*max(aio.ThreadCount, 1)*tierWriteBehindDepth, 4096)
+	return min(max(max(aio.QueueDepth, 1)*max(aio.ThreadCount, 1)*tierWriteBehindDepth, swapMinQueueDepth), 4096)
 }
+
+// swapMinQueueDepth is the least ring depth of a run's swap (see
+// SwapQueueDepth).
+const swapMinQueueDepth = 512
 
 // swapSize is the swap the run takes for nv bytes of NVMe homes, and its
 // stripe unit (aio.block_size): room for every home plus fragmentation:

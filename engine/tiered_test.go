@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/strata-ai/strata/config"
 	"github.com/strata-ai/strata/engine/report"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/gpu/cpu"
@@ -416,3 +417,22 @@ func TestTierFaults(t *testing.T) {
 }
 
 func fmtB(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+// TestSwapQueueDepth: the swap's ring holds 4 moves of aio's queue_depth ×
+// thread_count requests, at least swapMinQueueDepth (the requests the drive
+// works on while the goroutines that refill the ring wait for a core) and
+// at most the NVMe engine's 4096.
+func TestSwapQueueDepth(t *testing.T) {
+	for _, c := range []struct {
+		qd, threads, want int
+	}{
+		{8, 1, 512}, // aio's defaults: 32 requests, raised to the floor
+		{64, 4, 1024},
+		{1024, 64, 4096},
+		{0, 0, 512},
+	} {
+		if got := SwapQueueDepth(config.AIO{QueueDepth: c.qd, ThreadCount: c.threads}); got != c.want {
+			t.Errorf("queue_depth %d, thread_count %d: %d requests, want %d", c.qd, c.threads, got, c.want)
+		}
+	}
+}

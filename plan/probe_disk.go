@@ -50,12 +50,16 @@ func ProbeDisk(ctx context.Context, dir string, sizeBytes int64) (Disk, error) {
 	if err := f.Allocate(sizeBytes); err != nil {
 		return Disk{}, fmt.Errorf("plan: probe %s: %w", dir, err)
 	}
-	pool, err := pinned.New(pinned.Options{BudgetBytes: int64(qd) * block, AlignBytes: 4096, Lock: pinned.LockNever})
+	// The requests in flight share probeBuffers buffers: a probe's data is
+	// never looked at, so reads may land in a buffer another read fills
+	// too, and the memory stays small at a deep queue.
+	nbuf := min(qd, probeBuffers)
+	pool, err := pinned.New(pinned.Options{BudgetBytes: int64(nbuf) * block, AlignBytes: 4096, Lock: pinned.LockNever})
 	if err != nil {
 		return Disk{}, fmt.Errorf("plan: probe %s: I/O buffers: %w", dir, err)
 	}
 	defer pool.Close()
-	buf, err := pool.Get(int64(qd)*block, "plan disk probe")
+	buf, err := pool.Get(int64(nbuf)*block, "plan disk probe")
 	if err != nil {
 		return Disk{}, fmt.Errorf("plan: probe %s: I/O buffers: %w", dir, err)
 	}
@@ -101,8 +105,10 @@ func diskPass(ctx context.Context, eng *nvme.Engine, f *nvme.File, mem []byte, r
 	done := make(chan *nvme.Request, qd) // one send per request in flight: never blocks
 	reqs := make([]nvme.Request, qd)
 	var batch []*nvme.Request
+	nbuf := int64(len(mem)) / block
 	for i := range reqs {
-		reqs[i].Buf = mem[int64(i)*block : int64(i+1)*block]
+		b := int64(i) % nbuf
+		reqs[i].Buf = mem[b*block : (b+1)*block]
 		reqs[i].Done = func(r *nvme.Request) { done <- r }
 		if assign(&reqs[i]) {
 			batch = append(batch, &reqs[i])
@@ -138,6 +144,9 @@ func diskPass(ctx context.Context, eng *nvme.Engine, f *nvme.File, mem []byte, r
 	}
 	return float64(moved) / secs, nil
 }
+
+// probeBuffers is how many block-sized buffers the probe's requests share.
+const probeBuffers = 32
 
 // fillRandom fills b with pseudo-random bytes, so that no layer below
 // writes less than it is given.
