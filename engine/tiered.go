@@ -445,7 +445,7 @@ func (t *tiers) openSwap() error {
 // The requests in flight are what the drive works on meanwhile. On this
 // machine (2 cores), 7 moves of 192 MiB through the swap beside two
 // CPU-bound goroutines moved 1.5 GB/s with 32 requests in flight, 3.0
-// with 128, 4.5 with 512 and 4.9 with 2048 (5.8-7.3 GB/s alone at every
+// with 128, 4.5 with 512 and 4.9 with 2048 (4.9-7.3 GB/s alone at every
 // depth); the requests are the moves' own buffers, so depth costs no memory.
 func SwapQueueDepth(aio config.AIO) int {
 	return min(max(max(aio.QueueDepth, 1)*max(aio.ThreadCount, 1)*tierWriteBehindDepth, swapMinQueueDepth), 4096)
