@@ -2,7 +2,6 @@ package prefetch
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/strata-ai/strata/shard"
@@ -64,12 +63,17 @@ func (p *Planner) adopt(tr Trace) {
 	for i := range p.keys {
 		p.keys[i].occ = p.keys[i].occ[:0]
 	}
+	p.cum = append(p.cum[:0], 0)
 	p.confirmed = append(p.confirmed[:0], make([]uint32, len(tr.Accesses))...)
-	p.predictCum()
 	for i, a := range tr.Accesses {
 		s := p.index[a.Key]
-		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, cond: a.Conditional, compute: p.cum[i+1] - p.cum[i]})
+		c := a.Compute
+		for _, h := range p.hist {
+			c = min(c, h[i])
+		}
+		p.trace = append(p.trace, taccess{slot: s, tier: a.Tier, kind: a.Kind, cond: a.Conditional, compute: c})
 		p.keys[s].occ = append(p.keys[s].occ, int32(i))
+		p.cum = append(p.cum, p.cum[i]+c)
 	}
 	p.footprint()
 	p.window = p.horizon()
@@ -140,39 +144,12 @@ func (p *Planner) longestChain() time.Duration {
 	return most
 }
 
-// predictCum sets p.cum from the history (keepHistory, the trace being
-// adopted last): p.cum[i] is the least compute any of those steps had
-// done by the start of access i (a minimum of non-decreasing sums, so
-// itself non-decreasing: each access's predicted compute, the difference,
-// is never negative). Compute measured on a
-// busy machine varies from step to step, and a deadline predicted too late
-// makes a prefetch late, while one predicted too early only holds its room
-// a little longer: so each point of the step is predicted as early as a
-// recent step reached it. The minimum is taken over the progress, not over
-// each access's own compute: the time between two accesses can move from
-// one access to its neighbour from step to step (the rank blocks at the
-// param's access in one step and at the gradient's in the next, as the
-// engine's backward does once its reads are prefetched), and a minimum per
-// access would then count neither and predict the whole backward as no
-// time at all.
-func (p *Planner) predictCum() {
-	n := len(p.hist[len(p.hist)-1])
-	p.cum = append(p.cum[:0], make([]time.Duration, n+1)...)
-	for i := 1; i <= n; i++ {
-		p.cum[i] = math.MaxInt64
-	}
-	for _, h := range p.hist {
-		var at time.Duration
-		for i, c := range h {
-			at += c
-			p.cum[i+1] = min(p.cum[i+1], at)
-		}
-	}
-}
-
 // keepHistory records the compute times of tr among the last
 // Options.ComputeSteps traces of the same accesses (a trace with other
-// accesses starts the history again); predictCum plans with them.
+// accesses starts the history again). adopt plans each access with the
+// shortest of them: compute measured on a busy machine varies from step to
+// step, and a deadline predicted too late makes a prefetch late, while one
+// predicted too early only holds its room a little longer.
 func (p *Planner) keepHistory(tr Trace) {
 	same := len(tr.Accesses) == len(p.known.Accesses)
 	for i := 0; same && i < len(tr.Accesses); i++ {

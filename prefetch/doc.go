@@ -81,14 +81,10 @@
 // trace; the planner never panics on divergence (it panics only on broken
 // contracts: Release of a shard not in use, Completed of an unknown move).
 // Every step's recording refreshes the compute times used for deadlines:
-// each access is predicted to start as early as any of the last
-// Options.ComputeSteps steps of the same accesses (4) reached it (the least
-// compute done by then), because a deadline predicted too late makes a
-// prefetch late, one predicted early only holds its room longer. The least
-// is taken over that progress, not over each access's own compute: the
-// wait between two accesses can move to the neighbouring access from step
-// to step, and a least per access then counts it in neither (it predicted
-// the engine's whole backward as no time: every read of it was due at once).
+// each access is planned with the shortest compute it took in the last
+// Options.ComputeSteps steps of the same accesses (4), because a deadline
+// predicted too late makes a prefetch late, one predicted early only holds
+// its room longer.
 // SetBandwidth replaces the link bandwidths between steps (the engine feeds
 // it what the store measured): the next Next plans every transfer with them.
 //

@@ -21,11 +21,11 @@ type Options struct {
 	// deadline of the access that needs it.
 	Slack time.Duration
 	// ComputeSteps is how many recorded steps the planner predicts compute
-	// from: each access is predicted to start after the least compute any
-	// of the last ComputeSteps steps with the same accesses had done by
-	// then (0 means 4; 1: the last step alone). On a busy machine a layer
-	// can run 30 % faster than it did in the step before; predicting the
-	// earlier start issues the transfer earlier rather than late.
+	// from: each access's compute is the shortest it took in the last
+	// ComputeSteps steps with the same accesses (0 means 4; 1: the last
+	// step alone). On a busy machine a layer can run 30 % faster than it
+	// did in the step before; predicting the shorter time issues the
+	// transfer earlier rather than late.
 	ComputeSteps int
 	// Window is how many accesses ahead the planner looks (its horizon:
 	// every plan build is linear in it, see the package doc's Cost). 0
