@@ -16,9 +16,9 @@
 //     virtio disk 0.79-0.89x fio, bench/README-nvme.md). Stats.Enters and
 //     Stats.SQEs count what went to the kernel. The io_uring
 //     backend (nvme/internal/uring) is the default; a pool of pread/pwrite
-//     workers serves the same API when io_uring cannot be set up (seccomp,
-//     kernel.io_uring_disabled, an old kernel), and Info says which backend runs
-//     and why. Short transfers are resubmitted for the rest, EINTR and EAGAIN
+//     workers (one per slot, at most 64) serves the same API when io_uring
+//     cannot be set up (seccomp, kernel.io_uring_disabled, an old kernel), and
+//     Info says which backend runs and why. Short transfers are resubmitted for the rest, EINTR and EAGAIN
 //     are retried, and every other failure completes the request with an
 //     *IOError naming the file, offset and length. An io_uring_enter that
 //     fails transiently (EINTR, EAGAIN, EBUSY, ENOMEM) is tried again,

@@ -10,8 +10,10 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/strata-ai/strata/internal/leaktest"
 )
@@ -356,5 +358,50 @@ func TestCloseWhileResubmitting(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPreadWorkers: the pread backend serves a queue deeper than
+// preadWorkers with that many workers (each an OS thread in a system call),
+// and every request still completes. A hook that holds each completed
+// transfer for a moment lets the concurrent ones pile up to the workers.
+func TestPreadWorkers(t *testing.T) {
+	leaktest.Check(t)
+	const qd = 512
+	e := openEngine(t, EnginePread, qd)
+	var busy, most atomic.Int32
+	e.resHook = func(r *Request, res int) int {
+		n := busy.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(10 * time.Millisecond)
+		busy.Add(-1)
+		return res
+	}
+	const unit = 4096
+	f := openFile(t, diskDir(t), "workers", qd*unit)
+	buf := alignedBuf(t, qd*unit)
+	var c Completion
+	reqs := make([]*Request, qd)
+	for i := range reqs {
+		reqs[i] = &Request{Op: OpWrite, File: f, Buf: buf[i*unit : (i+1)*unit], Offset: int64(i * unit), Wait: &c}
+	}
+	if err := e.Submit(reqs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// At most the workers; more than half of them at once, or the cap
+	// would be starving the queue (timing on a loaded machine allows less
+	// than all 64 to overlap).
+	if got := most.Load(); got > preadWorkers || got <= preadWorkers/2 {
+		t.Errorf("%d transfers at once, want at most the %d workers and more than half of them", got, preadWorkers)
+	}
+	if got := e.Stats().BytesWritten; got != qd*unit {
+		t.Errorf("wrote %d bytes, want %d", got, qd*unit)
+	}
+	if s := e.Info().String(); !strings.Contains(s, "workers (64, queue depth 512)") {
+		t.Errorf("Info %q does not say the workers and the depth", s)
 	}
 }

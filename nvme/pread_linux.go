@@ -7,7 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// preadBackend serves requests with one pread/pwrite worker per slot.
+// preadBackend serves requests with pread/pwrite workers: one per slot, at
+// most preadWorkers.
 type preadBackend struct {
 	e    *Engine
 	work chan int32
@@ -16,8 +17,9 @@ type preadBackend struct {
 
 func newPreadBackend(e *Engine) *preadBackend {
 	b := &preadBackend{e: e, work: make(chan int32, e.opts.QueueDepth)}
-	b.wg.Add(e.opts.QueueDepth)
-	for range e.opts.QueueDepth {
+	n := preadWorkerCount(e.opts.QueueDepth)
+	b.wg.Add(n)
+	for range n {
 		go b.worker()
 	}
 	return b
@@ -25,7 +27,7 @@ func newPreadBackend(e *Engine) *preadBackend {
 
 func (b *preadBackend) issue(slots []int32) {
 	for _, idx := range slots {
-		b.work <- idx // never blocks: at most QueueDepth slots exist
+		b.work <- idx // never blocks: the queue holds every slot
 	}
 }
 
