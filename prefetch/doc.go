@@ -84,7 +84,12 @@
 // each access is planned with the shortest compute it took in the last
 // Options.ComputeSteps steps of the same accesses (4), because a deadline
 // predicted too late makes a prefetch late, one predicted early only holds
-// its room longer.
+// its room longer. Known: where a wait moves between neighbouring accesses
+// from step to step (the engine's backward), the least of each is near 0
+// and that stretch is predicted as no time, so its reads are all due at
+// once; predicting from the steps' least progress instead issued them just
+// in time and was measured worse at gpt-5b (bench/README-step.md, "The
+// backward's idle drive").
 // SetBandwidth replaces the link bandwidths between steps (the engine feeds
 // it what the store measured): the next Next plans every transfer with them.
 //
