@@ -63,17 +63,7 @@ func TestSubmitBatch(t *testing.T) {
 			src, dst := alignedBuf(t, 64*a), alignedBuf(t, 64*a)
 			fill(src, uint64(want))
 
-			var c Completion
-			reqs := make([]*Request, qd)
-			for i := range reqs {
-				reqs[i] = &Request{Op: OpWrite, File: f, Buf: src[i*a : (i+1)*a], Offset: int64(i * a), Wait: &c}
-			}
-			if err := e.Submit(reqs...); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Wait(); err != nil {
-				t.Fatal(err)
-			}
+			writeUnits(t, e, f, src, a, qd)
 			st := e.Stats()
 			if st.SQEs != qd || st.Enters != uint64(qd/want) || calls.Load() != uint32(qd/want) || most.Load() != uint32(want) {
 				t.Fatalf("%d requests in one Submit: %d SQEs in %d enters (hook: %d calls, at most %d SQEs), want %d enters of %d",

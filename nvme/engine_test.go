@@ -380,18 +380,7 @@ func TestPreadWorkers(t *testing.T) {
 	}
 	const unit = 4096
 	f := openFile(t, diskDir(t), "workers", qd*unit)
-	buf := alignedBuf(t, qd*unit)
-	var c Completion
-	reqs := make([]*Request, qd)
-	for i := range reqs {
-		reqs[i] = &Request{Op: OpWrite, File: f, Buf: buf[i*unit : (i+1)*unit], Offset: int64(i * unit), Wait: &c}
-	}
-	if err := e.Submit(reqs...); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Wait(); err != nil {
-		t.Fatal(err)
-	}
+	writeUnits(t, e, f, alignedBuf(t, qd*unit), unit, qd)
 	// At most the workers; more than half of them at once, or the cap
 	// would be starving the queue (timing on a loaded machine allows less
 	// than all 64 to overlap).

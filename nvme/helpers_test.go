@@ -78,6 +78,23 @@ func openFile(t *testing.T, dir, name string, size int64) *File {
 	return f
 }
 
+// writeUnits writes n units of unit bytes of src to f (unit i at offset
+// i × unit) in one Submit and waits for them.
+func writeUnits(t *testing.T, e *Engine, f *File, src []byte, unit, n int) {
+	t.Helper()
+	var c Completion
+	reqs := make([]*Request, n)
+	for i := range reqs {
+		reqs[i] = &Request{Op: OpWrite, File: f, Buf: src[i*unit : (i+1)*unit], Offset: int64(i * unit), Wait: &c}
+	}
+	if err := e.Submit(reqs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func fill(b []byte, seed uint64) {
 	x := seed*0x9E3779B97F4A7C15 + 1
 	for i := range b {
