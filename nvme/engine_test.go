@@ -374,7 +374,7 @@ func TestPreadWorkers(t *testing.T) {
 		n := busy.Add(1)
 		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // long beside a 4 KiB write, even under -race on a loaded machine
 		busy.Add(-1)
 		return res
 	}
