@@ -40,6 +40,7 @@ func (e *Engine) tierSummary() *report.TierSummary {
 	ts.PeakBytes[shard.NVMe], ts.BudgetBytes[shard.NVMe] = ss.NVMe.PeakBytes, ss.NVMe.BudgetBytes
 	ps := t.pool.Stats()
 	ts.PinnedPoolBytes, ts.PinnedPeakBytes = ps.BudgetBytes, ps.PeakBytes
+	ts.PinnedRelocations, ts.PinnedRelocatedBytes = ps.Relocations, ps.RelocatedBytes
 	for l := range ts.LinkBytes {
 		ts.LinkBytes[l] = ss.Links[l].Bytes
 	}

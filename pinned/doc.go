@@ -43,7 +43,14 @@
 // pool free in runs of at most 350 MiB); the store's recorded sequence of
 // Gets and Puts (testdata, TestReplayGPT5B) fits 10 GiB from one mapping,
 // and with immediate coalescing needs less room than with buffers cached
-// by size (about 9.4 GiB against 9.8, for a peak of 7.5 GiB in use). Check
+// by size (about 9.4 GiB against 9.8, for a peak of 7.5 GiB in use). Best
+// fit still leaves runs too short for a large shard now and then (gpt-5b
+// with int8 moments again: 3.07 GiB free, no run of the 469 MiB a master
+// needed). GetRelocating is the way out for an owner that can say which of
+// its buffers are idle: it moves the fewest bytes of them into the free
+// memory around a run (copies within the mapping, under the pool's lock)
+// and carves the request there; the tier store uses it for every host copy
+// and staging buffer. Check
 // answers at start-up whether a list of (purpose, size, count) requirements
 // fits, listing what needs how much.
 //

@@ -72,6 +72,9 @@ type Stats struct {
 	InUseBytes  int64 // padded bytes held by callers
 	PeakBytes   int64
 	Purposes    []PurposeStats
+	// Relocations and RelocatedBytes count the buffers GetRelocating moved
+	// to make a free run out of fragmented memory, and their padded bytes.
+	Relocations, RelocatedBytes int64
 }
 
 type extent struct{ offsetBytes, sizeBytes int64 }
@@ -101,6 +104,8 @@ type Pool struct {
 	purposes   map[string]*PurposeStats
 	held       map[*Buffer]struct{}
 	registrars []Registrar
+	// relocations and relocatedBytes count the buffers GetRelocating moved.
+	relocations, relocatedBytes int64
 }
 
 // meminfoPath is where New reads MemAvailable (tests point it at a file of
@@ -268,6 +273,11 @@ func (p *Pool) Get(sizeBytes int64, purpose string) (*Buffer, error) {
 	if !ok {
 		return nil, p.budgetError(sizeBytes, padded, purpose)
 	}
+	return p.hold(off, sizeBytes, padded, purpose), nil
+}
+
+// hold makes the padded bytes carved at off a Buffer charged to purpose.
+func (p *Pool) hold(off, sizeBytes, padded int64, purpose string) *Buffer {
 	b := &Buffer{pool: p, offsetBytes: off, sizeBytes: sizeBytes, paddedBytes: padded, purpose: purpose}
 	p.held[b] = struct{}{}
 	p.inUseBytes += padded
@@ -281,7 +291,7 @@ func (p *Pool) Get(sizeBytes int64, purpose string) (*Buffer, error) {
 	ps.PeakBytes = max(ps.PeakBytes, ps.InUseBytes)
 	ps.Count++
 	ps.Gets++
-	return b, nil
+	return b
 }
 
 // Put returns b's memory to the free extents, merged with its free
@@ -313,7 +323,8 @@ func (p *Pool) Stats() Stats {
 }
 
 func (p *Pool) statsLocked() Stats {
-	st := Stats{BudgetBytes: p.mappedBytes(), InUseBytes: p.inUseBytes, PeakBytes: p.peakBytes}
+	st := Stats{BudgetBytes: p.mappedBytes(), InUseBytes: p.inUseBytes, PeakBytes: p.peakBytes,
+		Relocations: p.relocations, RelocatedBytes: p.relocatedBytes}
 	for _, ps := range p.purposes {
 		st.Purposes = append(st.Purposes, *ps)
 	}
@@ -392,22 +403,25 @@ func (p *Pool) mappedBytes() int64 { return p.mapped }
 // carve takes padded bytes from the start of the best-fitting free extent
 // (the smallest that holds them; the lowest of equals) and returns their
 // offset.
-func (p *Pool) carve(padded int64) (int64, bool) {
+func (p *Pool) carve(padded int64) (int64, bool) { return carveFrom(&p.free, padded) }
+
+// carveFrom is carve on the free list given.
+func carveFrom(free *[]extent, padded int64) (int64, bool) {
 	best := -1
-	for i, e := range p.free {
-		if e.sizeBytes >= padded && (best < 0 || e.sizeBytes < p.free[best].sizeBytes) {
+	for i, e := range *free {
+		if e.sizeBytes >= padded && (best < 0 || e.sizeBytes < (*free)[best].sizeBytes) {
 			best = i
 		}
 	}
 	if best < 0 {
 		return 0, false
 	}
-	e := &p.free[best]
+	e := &(*free)[best]
 	off := e.offsetBytes
 	e.offsetBytes += padded
 	e.sizeBytes -= padded
 	if e.sizeBytes == 0 {
-		p.free = append(p.free[:best], p.free[best+1:]...)
+		*free = append((*free)[:best], (*free)[best+1:]...)
 	}
 	return off, true
 }

@@ -113,9 +113,13 @@ func formatTiers(t report.TierSummary) string {
 	if len(t.NVMePaths) > 0 {
 		nvme = units.FormatBytes(t.PeakBytes[shard.NVMe]) + "/" + units.FormatBytes(t.BudgetBytes[shard.NVMe])
 	}
-	fmt.Fprintf(&b, "peak/budget: hbm %s, host %s/%s (pinned pool %s/%s), nvme %s\n", hbm,
+	moved := ""
+	if t.PinnedRelocations > 0 {
+		moved = fmt.Sprintf("; %d idle copies, %s, moved to unfragment it", t.PinnedRelocations, units.FormatBytes(t.PinnedRelocatedBytes))
+	}
+	fmt.Fprintf(&b, "peak/budget: hbm %s, host %s/%s (pinned pool %s/%s%s), nvme %s\n", hbm,
 		units.FormatBytes(t.PeakBytes[shard.Host]), units.FormatBytes(t.BudgetBytes[shard.Host]),
-		units.FormatBytes(t.PinnedPeakBytes), units.FormatBytes(t.PinnedPoolBytes), nvme)
+		units.FormatBytes(t.PinnedPeakBytes), units.FormatBytes(t.PinnedPoolBytes), moved, nvme)
 	b.WriteString("moved (the whole run, placement and checkpoints included):")
 	for l, n := range t.LinkBytes {
 		fmt.Fprintf(&b, " %s %s", shard.Link(l), units.FormatBytes(n))
@@ -318,6 +322,8 @@ type TierSummary struct {
 	PeakBytes             map[string]int64 `json:"peak_bytes"`
 	PinnedPeakBytes       int64            `json:"pinned_peak_bytes"`
 	PinnedPoolBytes       int64            `json:"pinned_pool_bytes"`
+	PinnedRelocatedBytes  int64            `json:"pinned_relocated_bytes"`
+	PinnedRelocations     int64            `json:"pinned_relocations"`
 	PrefetchAccesses      int64            `json:"prefetch_accesses"`
 	PrefetchDependent     int64            `json:"prefetch_dependent"`
 	PrefetchDivergences   int64            `json:"prefetch_divergences"`
@@ -355,7 +361,7 @@ func newTierSummary(t *report.TierSummary) *TierSummary {
 		HostHomeBytes: t.HostHomeBytes, NVMeHomeBytes: t.NVMeHomeBytes,
 		EstimateHostBytes: t.EstimateHostBytes, EstimateNVMeBytes: t.EstimateNVMeBytes,
 		BudgetBytes: perTier(budget), PeakBytes: perTier(t.PeakBytes),
-		PinnedPoolBytes: t.PinnedPoolBytes, PinnedPeakBytes: t.PinnedPeakBytes, LinkBytes: links,
+		PinnedPoolBytes: t.PinnedPoolBytes, PinnedPeakBytes: t.PinnedPeakBytes, PinnedRelocations: t.PinnedRelocations, PinnedRelocatedBytes: t.PinnedRelocatedBytes, LinkBytes: links,
 		PrefetchAccesses: t.Accesses, PrefetchHits: t.Hits, PrefetchLate: t.Late, PrefetchMisses: t.Misses, PrefetchRoomWaits: t.RoomWaits,
 		PrefetchDependent: t.Dependent, PrefetchHitRate: t.HitRate, PrefetchDivergences: t.Divergences,
 		PrefetchSkipped: t.Skipped, Rerecords: t.Rerecords, OptimizerStateBytes: perTier(t.OptimizerStateBytes), OptimizerStateMoments: t.Moments, OptimizerStateMaster: t.Master,

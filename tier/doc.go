@@ -151,10 +151,14 @@
 // (padded to the swap's alignment) in NVMe. Give the planner the same sizes
 // (Residency.ChargeBytes; the largest of them is safe for every tier), so
 // that the store never refuses a move the planner thought would fit; the
-// shards themselves need no alignment. Pinned buffers handed to a copy
-// stream or to the swap are leased (pinned.Buffer.Lease) until the
-// transfer's completion is reaped. Lease memory must not be used after
-// Release. All methods are safe for concurrent use; OnComplete must not
+// shards themselves need no alignment. The host pool can be fragmented
+// where the budget is not: a host copy or staging buffer that finds no free
+// run moves idle host copies (no lease, no move reading or filling them,
+// not leaving) out of the way first (pinned.Pool.GetRelocating, under the
+// store's lock), so the planner's byte count holds there too. Pinned
+// buffers handed to a copy stream or to the swap are leased
+// (pinned.Buffer.Lease) until the transfer's completion is reaped. Lease
+// memory must not be used after Release. All methods are safe for concurrent use; OnComplete must not
 // block or call Close.
 //
 // HBM memory: after ReserveHBM(states...) (once, after Register, before the

@@ -324,12 +324,39 @@ func (s *Store) allocMem(e *entry, t shard.Tier) (mem, error) {
 		b, err := s.devs[e.key.Rank].Alloc(e.spec.Elems, e.spec.DType, gpu.Tag{Kind: kind, Purpose: e.key.State.String()})
 		return mem{dev: b}, err
 	case shard.Host:
-		b, err := s.pool.Get(e.ioBytes, e.key.State.String())
+		b, err := s.hostBuffer(e.ioBytes, e.key.State.String())
 		return mem{host: b}, err
 	default:
 		x, err := s.swap.Alloc(e.ioBytes)
 		return mem{ext: x}, err
 	}
+}
+
+// hostBuffer takes n bytes of pinned memory for purpose (no lock held).
+// When the pool's free memory is merely fragmented it moves idle host
+// copies (no lease, no move reading or filling them, not leaving) out of
+// the way (pinned.Pool.GetRelocating) under the lock, so that the planner,
+// which counts bytes, is never refused a room its budget holds.
+func (s *Store) hostBuffer(n int64, purpose string) (*pinned.Buffer, error) {
+	b, err := s.pool.Get(n, purpose)
+	var be *pinned.BudgetError
+	if err == nil || !errors.As(err, &be) || be.FreeBytes < be.PaddedBytes {
+		return b, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	idle := make(map[*pinned.Buffer]*replica)
+	for _, e := range s.entries {
+		c := &e.copies[shard.Host]
+		if c.present && c.m.host != nil && c.incoming == nil && c.readers == 0 && c.leases == 0 && c.writeLeases == 0 && !c.leaving && !c.orphan {
+			idle[c.m.host] = c
+		}
+	}
+	b, moved, err := s.pool.GetRelocating(n, purpose, func(b *pinned.Buffer) bool { return idle[b] != nil })
+	for _, r := range moved {
+		idle[r.Old].m.host = r.New
+	}
+	return b, err
 }
 
 // freeMem gives back the memory of a copy (no lock held).

@@ -217,7 +217,7 @@ func (s *Store) transferLocked(e *entry, m shard.Move, drop bool, orig shard.Mov
 			dm, err = s.allocMem(e, to)
 		}
 		if err == nil && twoHop {
-			if stage, err = s.pool.Get(e.ioBytes, "staging"); err != nil {
+			if stage, err = s.hostBuffer(e.ioBytes, "staging"); err != nil {
 				s.freeMem(e, dm)
 			}
 		}

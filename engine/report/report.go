@@ -371,9 +371,13 @@ type TierSummary struct {
 	BudgetBytes                          [shard.TierCount]int64
 	PeakBytes                            [shard.TierCount]int64 // since New (HBM: the largest device's)
 	PinnedPoolBytes, PinnedPeakBytes     int64                  // the pinned pool (the host budget when given)
-	LinkBytes                            [shard.LinkCount]int64
-	PrefetchCounts                       // since New
-	Rerecords                            int64
+	// PinnedRelocations and PinnedRelocatedBytes count the idle host
+	// copies the store moved to make a free run in a fragmented pool
+	// (pinned.Pool.GetRelocating), since New.
+	PinnedRelocations, PinnedRelocatedBytes int64
+	LinkBytes                               [shard.LinkCount]int64
+	PrefetchCounts                          // since New
+	Rerecords                               int64
 	// OptimizerStateBytes is the homes of master, m and v per tier, all
 	// ranks; Moments their precision (strata.optimizer_state.moments),
 	// Master the master's (strata.optimizer_state.master: with
