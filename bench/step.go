@@ -905,6 +905,9 @@ func (r StepResult) JSON() map[string]any {
 			"budget_hbm_bytes": m.BudgetBytes[shard.HBM], "budget_host_bytes": m.BudgetBytes[shard.Host], "budget_nvme_bytes": m.BudgetBytes[shard.NVMe],
 			"device_peak_bytes": m.DevicePeakBytes, "final_loss": m.FinalLoss, "params_identical": m.ParamsIdentical,
 		}
+		if t := m.Summary.Tier; t != nil {
+			out[m.Mode].(map[string]any)["pinned_relocations"] = t.PinnedRelocations // the whole run, warm-up included
+		}
 	}
 	return out
 }
