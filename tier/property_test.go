@@ -11,6 +11,7 @@ import (
 	"github.com/strata-ai/strata/dtype"
 	"github.com/strata-ai/strata/gpu"
 	"github.com/strata-ai/strata/internal/units"
+	"github.com/strata-ai/strata/pinned"
 	"github.com/strata-ai/strata/shard"
 )
 
@@ -26,7 +27,24 @@ import (
 //   - at the end every shard's newest data survives a write-back home.
 func TestRandomMoves(t *testing.T) {
 	for seed := uint64(1); seed <= 3; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { randomMoves(t, seed) })
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { randomMoves(t, seed, false) })
+	}
+}
+
+// TestRandomMovesTightPool is TestRandomMoves with a pinned pool no larger
+// than the host budget, so that shards of many sizes coming and going
+// fragment it: host copies are moved out of the way (Store.hostBuffer)
+// while other goroutines move, lease and check them, and every Read lease
+// still sees the last write. A request no relocation can serve (the copies
+// around every run are leased or moving) is refused with the pool's
+// budget error.
+func TestRandomMovesTightPool(t *testing.T) {
+	var moved int64 // one seed relocates about once: the test asks for one over all
+	for seed := uint64(1); seed <= 12; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { moved += randomMoves(t, seed, true) })
+	}
+	if moved == 0 && !t.Failed() {
+		t.Error("a pool as tight as the budget never needed a relocation")
 	}
 }
 
@@ -46,6 +64,7 @@ type shardModel struct {
 type randomCounts struct {
 	mu             sync.Mutex
 	budget, waited int // Submits refused for budget, moves waited for
+	fragmented     int // of budget: the pool's refusals (free bytes, no run)
 }
 
 func (c *randomCounts) add(budget, waited int) {
@@ -55,10 +74,16 @@ func (c *randomCounts) add(budget, waited int) {
 	c.mu.Unlock()
 }
 
-func randomMoves(t *testing.T, seed uint64) {
+// randomMoves runs the workers on a store; it returns the buffers the
+// pinned pool relocated.
+func randomMoves(t *testing.T, seed uint64, tight bool) int64 {
 	checkLeaks(t)
 	hbmBudget, hostBudget, nvmeBudget := 48*units.KiB, 128*units.KiB, 640*units.KiB
-	r := newRig(t, rigConfig{devices: 2, hbmBudgetBytes: hbmBudget, poolBytes: 1 * units.MiB, hostBudgetBytes: hostBudget,
+	pool := int64(units.MiB)
+	if tight {
+		pool = hostBudget
+	}
+	r := newRig(t, rigConfig{devices: 2, hbmBudgetBytes: hbmBudget, poolBytes: pool, hostBudgetBytes: hostBudget,
 		swapBytes: 4 * units.MiB, nvmeBudgetBytes: nvmeBudget, stripeBytes: 8 * units.KiB})
 	var (
 		counts randomCounts
@@ -78,7 +103,7 @@ func randomMoves(t *testing.T, seed uint64) {
 	}
 	wg.Wait()
 	if t.Failed() {
-		return
+		return 0
 	}
 	checkHome(t, r, all)
 	st := r.s.Stats()
@@ -94,7 +119,10 @@ func randomMoves(t *testing.T, seed uint64) {
 	if counts.budget == 0 || counts.waited == 0 || st.Links[shard.NVMeToHost].Moves == 0 || st.Links[shard.HBMToHost].Moves == 0 {
 		t.Errorf("the test did not exercise the store: %d budget refusals, %d moves waited; %s", counts.budget, counts.waited, st)
 	}
-	t.Logf("%d budget refusals, %d moves waited; %s", counts.budget, counts.waited, st)
+	ps := r.pool.Stats()
+	t.Logf("%d budget refusals (%d of them the pool's, fragmented), %d moves waited, %d buffers relocated; %s",
+		counts.budget, counts.fragmented, counts.waited, ps.Relocations, st)
+	return ps.Relocations
 }
 
 // randomWorker registers a few shards of its own and runs random moves,
@@ -130,6 +158,11 @@ func randomWorker(t *testing.T, r *rig, seed uint64, w int, counts *randomCounts
 				ops = append(ops, op)
 			case errors.Is(err, ErrBudget):
 				counts.add(1, 0)
+			case errors.Is(err, pinned.ErrBudget):
+				counts.add(1, 0)
+				counts.mu.Lock()
+				counts.fragmented++
+				counts.mu.Unlock()
 			case errors.Is(err, ErrBusy), errors.Is(err, ErrNotResident), errors.Is(err, ErrBadMove):
 			default:
 				t.Errorf("%s: unexpected error %v", mv, err)
