@@ -68,3 +68,20 @@ func objectKeys(t *testing.T, b []byte) []string {
 	}
 	return keys
 }
+
+// TestSummaryRelocations: the summary says when the store moved idle host
+// copies to make a free run in a fragmented pool, and is silent otherwise.
+func TestSummaryRelocations(t *testing.T) {
+	ts := report.TierSummary{ParamTier: "nvme", OptimizerTier: "nvme", PinnedPoolBytes: 10 << 30, PinnedPeakBytes: 9 << 30}
+	if s := formatTiers(ts); bytes.Contains([]byte(s), []byte("moved to unfragment")) {
+		t.Errorf("no relocation, yet: %s", s)
+	}
+	ts.PinnedRelocations, ts.PinnedRelocatedBytes = 3, 700<<20
+	if s := formatTiers(ts); !bytes.Contains([]byte(s), []byte("(pinned pool 9.00 GiB/10.00 GiB; 3 idle copies, 700.0 MiB, moved to unfragment it)")) {
+		t.Errorf("the relocations are not said: %s", s)
+	}
+	js := newTierSummary(&ts)
+	if js.PinnedRelocations != 3 || js.PinnedRelocatedBytes != 700<<20 {
+		t.Errorf("summary.json: %d relocations of %d B", js.PinnedRelocations, js.PinnedRelocatedBytes)
+	}
+}
