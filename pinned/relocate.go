@@ -71,7 +71,10 @@ func (p *Pool) relocateLocked(padded int64, movable func(*Buffer) bool) []Reloca
 	}
 	// The windows of consecutive segments that span padded bytes, every
 	// held one movable, the shortest from each start, cheapest first.
-	type window struct{ i, j, cost int64 }
+	type window struct {
+		i, j int
+		cost int64
+	}
 	var ws []window
 	for i := range segs {
 		if !can[i] {
@@ -84,7 +87,7 @@ func (p *Pool) relocateLocked(padded int64, movable func(*Buffer) bool) []Reloca
 				cost += segs[j].size
 			}
 			if span >= padded {
-				ws = append(ws, window{int64(i), int64(j), cost})
+				ws = append(ws, window{i, j, cost})
 				break
 			}
 		}
@@ -115,7 +118,7 @@ func (p *Pool) tryWindow(win []segment) ([]Relocation, bool) {
 			bs = append(bs, s.b)
 		}
 	}
-	sort.Slice(bs, func(i, j int) bool { return bs[i].paddedBytes > bs[j].paddedBytes })
+	sort.SliceStable(bs, func(i, j int) bool { return bs[i].paddedBytes > bs[j].paddedBytes })
 	// Place them on a copy of the outside extents first: all or nothing.
 	trial := append([]extent(nil), outside...)
 	for _, b := range bs {
