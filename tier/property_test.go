@@ -39,8 +39,12 @@ func TestRandomMoves(t *testing.T) {
 // around every run are leased or moving) is refused with the pool's
 // budget error.
 func TestRandomMovesTightPool(t *testing.T) {
-	var moved int64 // one seed relocates about once: the test asks for one over all
-	for seed := uint64(1); seed <= 12; seed++ {
+	// One seed relocates about twice: the test asks for one over all. Of
+	// 12 seeds, about one run in six lost a shard to a move back onto a
+	// copy still arriving from its destination (transferLocked): 96 seeds
+	// catch that in most runs.
+	var moved int64
+	for seed := uint64(1); seed <= 96; seed++ {
 		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) { moved += randomMoves(t, seed, true) })
 	}
 	if moved == 0 && !t.Failed() {

@@ -171,8 +171,13 @@ func (s *Store) transferLocked(e *entry, m shard.Move, drop bool, orig shard.Mov
 		return nil, fmt.Errorf("tier: %s: the %s copy has %d leases: %w", orig, from, src.leases, ErrLeased)
 	case drop && src.readers > 0:
 		return nil, fmt.Errorf("tier: %s: the %s copy is the source of %d moves: %w", orig, from, src.readers, ErrBusy)
-	case src.incoming == nil && e.valid(dst) && !dst.leaving:
-		// The destination already holds the newest data: nothing to copy.
+	case e.valid(dst) && !dst.leaving && drop && src.incoming != nil:
+		// Nothing to copy, and the source cannot be dropped while it arrives.
+		return nil, fmt.Errorf("tier: %s: the %s copy is still arriving: %w", orig, from, ErrBusy)
+	case e.valid(dst) && !dst.leaving:
+		// The destination already holds the newest data: nothing to copy
+		// (a source still arriving brings no newer version; the
+		// destination may be what it arrives from).
 		if drop {
 			s.dropLocked(e, from)
 		}
@@ -202,6 +207,7 @@ func (s *Store) transferLocked(e *entry, m shard.Move, drop bool, orig shard.Mov
 	if newDst {
 		*dst = replica{present: true}
 	}
+	prevVersion, prevFailed := dst.version, dst.failed
 	dst.incoming, dst.newDst, dst.version, dst.failed = op, newDst, 0, nil
 	src.readers++
 	src.leaving = drop
@@ -229,7 +235,7 @@ func (s *Store) transferLocked(e *entry, m shard.Move, drop bool, orig shard.Mov
 				*dst = replica{}
 				s.unreserveLocked(e, to, e.charge[to])
 			} else {
-				dst.incoming = nil
+				dst.incoming, dst.version, dst.failed = nil, prevVersion, prevFailed // as it was
 			}
 			if twoHop {
 				s.unreserveLocked(e, shard.Host, e.charge[shard.Host])
