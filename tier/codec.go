@@ -31,7 +31,7 @@ func (s *Store) reserveCodec(stored []int64, bytes []int64) error {
 		if n == 0 {
 			continue
 		}
-		buf, err := s.devs[r].Alloc(int(n), gpu.U8, gpu.Tag{Kind: gpu.Workspace, Purpose: CodecPurpose})
+		buf, err := s.devAlloc(int32(r), int(n), gpu.U8, gpu.Tag{Kind: gpu.Workspace, Purpose: CodecPurpose})
 		if err != nil {
 			return fmt.Errorf("tier: rank %d: codec scratch of %d bytes: %w", r, n, err)
 		}
@@ -58,7 +58,7 @@ func (s *Store) uploadCoded(e *entry, src *pinned.Buffer, dst gpu.Buffer) error 
 			s.devs[r].Free(cs.buf)
 			cs.buf = nil
 		}
-		buf, err := s.devs[r].Alloc(int(e.storedBytes), gpu.U8, gpu.Tag{Kind: gpu.Workspace, Purpose: CodecPurpose})
+		buf, err := s.devAlloc(r, int(e.storedBytes), gpu.U8, gpu.Tag{Kind: gpu.Workspace, Purpose: CodecPurpose})
 		if err != nil {
 			return fmt.Errorf("tier: %s: codec scratch: %w", e.key, err)
 		}

@@ -150,7 +150,7 @@ func (s *Store) ReserveHBM(states ...shard.State) error {
 		if !models[k] {
 			tag = gpu.Tag{Kind: gpu.Activation, Purpose: InputSlotPurpose}
 		}
-		buf, err := s.devs[k.rank].Alloc(int(n)*k.elems, k.dt, tag)
+		buf, err := s.devAlloc(k.rank, int(n)*k.elems, k.dt, tag)
 		if err != nil {
 			undo()
 			return fmt.Errorf("tier: rank %d: %d hbm slots of %s: %w", k.rank, n, units.FormatBytes(size), err)

@@ -3,6 +3,7 @@ package tier
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -136,6 +137,12 @@ type Store struct {
 	cond    *sync.Cond
 	closed  bool
 	frees   []pendingFree
+	// freeing, per device, is held (written) by unlock from before it
+	// releases s.mu until the device buffers dropped under it are freed;
+	// devAlloc waits for its device's, so that a budget given back under
+	// s.mu is never allocated on the device before the buffer it stood
+	// for is freed there.
+	freeing []sync.RWMutex
 	slots   hbmSlots
 	codec   []codecScratch // per device: where coded shards land before they are decoded
 	entries map[shard.Key]*entry
@@ -196,6 +203,7 @@ func New(o Options) (*Store, error) {
 		s.d2h = append(s.d2h, d.NewStream())
 	}
 	s.codec = make([]codecScratch, len(o.Devices))
+	s.freeing = make([]sync.RWMutex, len(o.Devices))
 	s.register()
 	return s, nil
 }
@@ -321,7 +329,7 @@ func (s *Store) allocMem(e *entry, t shard.Tier) (mem, error) {
 		if e.key.State == shard.Activation {
 			kind = gpu.Activation // a restored block input: the device counts it with the activations
 		}
-		b, err := s.devs[e.key.Rank].Alloc(e.spec.Elems, e.spec.DType, gpu.Tag{Kind: kind, Purpose: e.key.State.String()})
+		b, err := s.devAlloc(e.key.Rank, e.spec.Elems, e.spec.DType, gpu.Tag{Kind: kind, Purpose: e.key.State.String()})
 		return mem{dev: b}, err
 	case shard.Host:
 		b, err := s.hostBuffer(e.ioBytes, e.key.State.String())
@@ -390,10 +398,36 @@ func (s *Store) freeMemLocked(e *entry, m mem) {
 func (s *Store) unlock() {
 	frees := s.frees
 	s.frees = nil
+	if len(frees) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	var ranks []int32 // those with frees, each once, in order
+	for _, f := range frees {
+		if !slices.Contains(ranks, f.rank) {
+			ranks = append(ranks, f.rank)
+		}
+	}
+	slices.Sort(ranks)
+	for _, r := range ranks {
+		s.freeing[r].Lock()
+	}
 	s.mu.Unlock()
 	for _, f := range frees {
 		s.devs[f.rank].Free(f.buf)
 	}
+	for _, r := range ranks {
+		s.freeing[r].Unlock()
+	}
+}
+
+// devAlloc allocates on device r once the device buffers whose budget was
+// given back before it are freed there (unlock): the device never holds
+// more model state than the store's budget.
+func (s *Store) devAlloc(r int32, elems int, dt dtype.DType, tag gpu.Tag) (gpu.Buffer, error) {
+	s.freeing[r].RLock()
+	s.freeing[r].RUnlock()
+	return s.devs[r].Alloc(elems, dt, tag)
 }
 
 // dropLocked frees the copy of e in t and returns its bytes to the budget.
