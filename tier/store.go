@@ -133,10 +133,10 @@ type Store struct {
 	// while it is held (Device.Free: cuMemFree waits for the whole GPU,
 	// whose streams may wait for another rank that needs mu): buffers
 	// dropped under it are freed by unlock, after it is released.
-	mu      sync.Mutex
-	cond    *sync.Cond
-	closed  bool
-	frees   []pendingFree
+	mu     sync.Mutex
+	cond   *sync.Cond
+	closed bool
+	frees  []pendingFree
 	// freeing, per device, is held (written) by unlock from before it
 	// releases s.mu until the device buffers dropped under it are freed;
 	// devAlloc waits for its device's, so that a budget given back under
