@@ -52,7 +52,7 @@ func benchStepCommand() *cli.Command {
 			&cli.StringFlag{Name: "modes", Value: "resident,host,nvme", Usage: "modes to run, comma-separated: resident, host, nvme, offload (params on the device, optimizer state in host RAM)"},
 			&cli.StringFlag{Name: "train", Value: "full", Usage: "what each run trains, comma-separated: full (every weight), lora (adapters of --lora-rank on every linear, the base frozen), qlora (the same, the base stored in NF4: host and nvme modes)"},
 			&cli.IntFlag{Name: "lora-rank", Value: 16, Usage: "--train lora: the adapters' rank (alpha twice it)"},
-			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precisions of Adam's moments each offloaded mode runs with (strata.optimizer_state.moments), comma-separated: fp32, bf16, int8; +remainder after one: the master as bf16+remainder"},
+			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precisions of Adam's moments each offloaded mode runs with (strata.optimizer_state.moments), comma-separated: fp32, bf16, int8 (with the fp32 master, in every mode); +remainder after one: the master as bf16+remainder (the default of strata train with the optimizer on NVMe)"},
 			&cli.StringFlag{Name: "overlap", Value: "exact", Usage: "host optimizer schedules each offloaded mode runs with (strata.overlap), comma-separated: serial (the optimizer after the step, the reference), exact (under the next step), dpu (delayed parameter update), backward (exact with strata.update_in_backward: cpu adam begins in the backward)"},
 			&cli.Float64Flag{Name: "clip", Value: 1.0, Usage: "gradient_clipping of every engine (0: none)"},
 			&cli.IntFlag{Name: "threads", Usage: "cpuadam threads (default GOMAXPROCS)"},

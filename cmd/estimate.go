@@ -48,7 +48,7 @@ func estimateCommand() *cli.Command {
 			&cli.Int64Flag{Name: "persistence-threshold", Usage: "stage 3: chunks with fewer parameters stay gathered (default 0, or the config's)"},
 			&cli.Int64Flag{Name: "align", Value: estimate.DefaultShardAlignElems, Usage: "alignment of each rank's slice of a chunk, in elements (1 = none)"},
 			&cli.StringFlag{Name: "moments", Value: "fp32", Usage: "precision of Adam's m and v with the optimizer offloaded: fp32, bf16 or int8 (strata.optimizer_state.moments)"},
-			&cli.StringFlag{Name: "master", Value: "fp32", Usage: "master weights with the optimizer offloaded: fp32 or bf16+remainder (strata.optimizer_state.master)"},
+			&cli.StringFlag{Name: "master", Usage: "master weights with the optimizer offloaded: fp32 or bf16+remainder (strata.optimizer_state.master; default bf16+remainder with --offload-optimizer nvme, else fp32)"},
 			&cli.StringFlag{Name: "host-grad", Value: "bf16", Usage: "dtype of the gradient shard copied to the host when the optimizer is offloaded: bf16 or fp32"},
 			&cli.StringFlag{Name: "lora", Usage: `LoRA adapters on a frozen base, as strata.lora: "r=16", with ",alpha=32", ",targets=q_proj+v_proj" (or all-linear), ",rslora", ",base=nf4" or int8 (needs --model or --config)`},
 			&cli.StringFlag{Name: "base-dtype", Usage: "with --lora: how the frozen base is stored in its offload tier (strata.lora.base_dtype: bf16, nf4 or int8; the same as --lora ...,base=)"},

@@ -13,7 +13,8 @@ import (
 // 8,030,261,248; Qwen2-7B 7,615,616,512), and at stage 3 on 8 devices
 // with params and optimizer on NVMe, nothing stays on a device, the host
 // holds the bf16 gradient shards (2Ψ) and NVMe the bf16 params and fp32
-// master, m, v (14Ψ); with the optimizer in host RAM, each device keeps
+// master, m, v (14Ψ; --master fp32, the remainder being the default on
+// NVMe); with the optimizer in host RAM, each device keeps
 // its bf16 param and gradient shards (4Ψ/N) and the host 14Ψ.
 func TestEstimateLlamaOffload(t *testing.T) {
 	for _, tc := range []struct {
@@ -29,7 +30,7 @@ func TestEstimateLlamaOffload(t *testing.T) {
 			{"cpu", "none", 4, 14, 0, "4Ψ/N", "14Ψ", "0"},
 		} {
 			out, _, err := run(t, "estimate", "--model", tc.model, "--devices", "8", "--stage", "3", "--align", "1",
-				"--offload-optimizer", off.opt, "--offload-param", off.param, "--json")
+				"--offload-optimizer", off.opt, "--offload-param", off.param, "--master", "fp32", "--json")
 			if err != nil {
 				t.Fatalf("%s: %v", tc.model, err)
 			}
@@ -59,7 +60,7 @@ func TestEstimateLlamaOffload(t *testing.T) {
 			}
 		}
 	}
-	out, _, err := run(t, "estimate", "--model", "llama-3-70b", "--devices", "8", "--offload-optimizer", "nvme", "--offload-param", "nvme")
+	out, _, err := run(t, "estimate", "--model", "llama-3-70b", "--devices", "8", "--offload-optimizer", "nvme", "--offload-param", "nvme", "--master", "fp32")
 	if err != nil || !strings.Contains(out, "per device") || !strings.Contains(out, "nvme (all ranks)") || !strings.Contains(out, "919.92 GiB") {
 		t.Errorf("estimate's table: %v\n%s", err, out)
 	}

@@ -9,19 +9,21 @@ import (
 // TestEstimateMoments: --moments (and a config's
 // strata.optimizer_state.moments) changes the optimizer state's bytes: 12
 // B/param fp32, 8 bf16, about 6.03 int8 (scales of 256-element blocks),
-// in the table's formula and the JSON; narrow moments on the device are
-// one usage error.
+// with an fp32 master, in the table's formula and the JSON; unset, the
+// master on NVMe is the remainder (10.125 B/param with fp32 moments);
+// narrow moments on the device are one usage error.
 func TestEstimateMoments(t *testing.T) {
 	cfg := writeFile(t, "cfg.json", `{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}},
-		"strata": {"model": "medium", "optimizer_state": {"moments": "bf16"}}}`)
+		"strata": {"model": "medium", "optimizer_state": {"moments": "bf16", "master": "fp32"}}}`)
 	for _, c := range []struct {
 		args    []string
 		formula string
 		bytes   float64
 	}{
-		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme"}, "12Ψ", 12},
-		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme", "--moments", "bf16"}, "8Ψ", 8},
-		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme", "--moments", "int8"}, "6.031Ψ", 6.03125},
+		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme", "--master", "fp32"}, "12Ψ", 12},
+		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme", "--master", "fp32", "--moments", "bf16"}, "8Ψ", 8},
+		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme", "--master", "fp32", "--moments", "int8"}, "6.031Ψ", 6.03125},
+		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme"}, "10.12Ψ", 10.125},
 		{[]string{"--config", cfg}, "8Ψ", 8},
 	} {
 		out, _, err := run(t, append([]string{"estimate"}, c.args...)...)
@@ -71,7 +73,7 @@ func TestEstimateNodes(t *testing.T) {
 	if s.NVMeBytes == 0 || 2*s.NVMeNodeBytes != s.NVMeBytes || 2*s.HostNodeBytes != s.HostBytes {
 		t.Errorf("per node host %d nvme %d, all ranks %d %d: want half", s.HostNodeBytes, s.NVMeNodeBytes, s.HostBytes, s.NVMeBytes)
 	}
-	table, _, err := run(t, "estimate", "--model", "gpt2", "--nodes", "2", "--devices", "4", "--stage", "3", "--offload-optimizer", "nvme")
+	table, _, err := run(t, "estimate", "--model", "gpt2", "--nodes", "2", "--devices", "4", "--stage", "3", "--offload-optimizer", "nvme", "--master", "fp32")
 	if err != nil {
 		t.Fatal(err)
 	}

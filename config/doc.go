@@ -51,7 +51,9 @@
 //     master is not the fp32 run); strata.optimizer_state.master
 //     "bf16+remainder" keeps the master as the bf16 param plus the bits
 //     the rounding dropped (bit-identical to "fp32"; bf16 training with
-//     the optimizer offloaded).
+//     the optimizer offloaded). Unset, it is the remainder with
+//     offload_optimizer "nvme" in bf16 and "fp32" elsewhere
+//     (Config.MasterFormat).
 //
 // Lifecycle: Parse (or Load, or Default) returns a *Config that is resolved
 // and valid; SetDevices re-derives the batch for another device count;

@@ -53,3 +53,34 @@ func TestOptimizerStateKey(t *testing.T) {
 		}
 	}
 }
+
+// TestMasterFormatDefault: an unset strata.optimizer_state.master is the
+// remainder with the optimizer on NVMe in bf16 and fp32 elsewhere (fp16,
+// host RAM, the device), a written one is kept, and the printed config
+// reads back unset, so that it resolves the same way.
+func TestMasterFormatDefault(t *testing.T) {
+	const nvme = `"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp/x"}}`
+	for _, c := range []struct{ js, want string }{
+		{`{"train_micro_batch_size_per_gpu": 1, ` + nvme + `}`, "bf16+remainder"},
+		{`{"train_micro_batch_size_per_gpu": 1, ` + nvme + `, "strata": {"optimizer_state": {"master": "fp32"}}}`, "fp32"},
+		{`{"train_micro_batch_size_per_gpu": 1, ` + nvme + `, "bf16": {"enabled": false}, "fp16": {"enabled": true}}`, "fp32"},
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}}`, "fp32"},
+		{`{"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}}, "strata": {"optimizer_state": {"master": "bf16+remainder"}}}`, "bf16+remainder"},
+		{`{"train_micro_batch_size_per_gpu": 1}`, "fp32"},
+	} {
+		cfg, err := config.Parse([]byte(c.js), "f.json", config.Options{LookupShape: lookup})
+		if err != nil {
+			t.Fatalf("%s: %v", c.js, err)
+		}
+		if got := cfg.MasterFormat(); got != c.want || cfg.RemainderMaster() != (c.want == config.MasterBF16Remainder) {
+			t.Errorf("%s: master %q (remainder %v), want %q", c.js, got, cfg.RemainderMaster(), c.want)
+		}
+		again, err := config.Parse(cfg.JSON(), "f.json", config.Options{LookupShape: lookup})
+		if err != nil || again.Strata.OptimizerState != cfg.Strata.OptimizerState || again.MasterFormat() != c.want {
+			t.Errorf("%s: printed config reads back as %+v (%v)", c.js, again.Strata.OptimizerState, err)
+		}
+	}
+	if got := config.Default().MasterFormat(); got != config.MasterFP32 {
+		t.Errorf("Default's master %q", got)
+	}
+}

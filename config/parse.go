@@ -926,7 +926,7 @@ func (c *Config) Validate() error {
 	if st.Model.Name == "" && st.Model.Shape == nil {
 		bad("strata.model is not set")
 	}
-	if m, ma := st.OptimizerState.Moments, st.OptimizerState.Master; m != MomentsFP32 && m != MomentsBF16 && m != MomentsInt8 || ma != MasterFP32 && ma != MasterBF16Remainder {
+	if m, ma := st.OptimizerState.Moments, st.OptimizerState.Master; m != MomentsFP32 && m != MomentsBF16 && m != MomentsInt8 || ma != "" && ma != MasterFP32 && ma != MasterBF16Remainder {
 		bad("strata.optimizer_state: moments %q is not \"fp32\", \"bf16\" or \"int8\", or master %q is not \"fp32\" or \"bf16+remainder\"", m, ma)
 	}
 	if st.ActivationDType != ActivationBF16 && st.ActivationDType != ActivationFP32 {

@@ -582,7 +582,9 @@ func heapAllocated() uint64 {
 // allocate on the heap, in all, at most k = 2 of its largest padded chunk
 // of f32 state (2·N of the largest shard tensor: the two stream buffers)
 // plus fixed overhead (N × 256 KiB for the load's CRC pass, 1 MiB for
-// headers, manifest, goroutines and the engine's bookkeeping per chunk):
+// headers, manifest, goroutines and the engine's bookkeeping per chunk;
+// with the remainder master, the default on NVMe, N × its scratch, about
+// one more chunk: remScratchBytes):
 // 2.5 MB here (measured 1.2 - 1.9 MB) against 16Ψ = 29 MB for the whole-State save. For
 // the host optimizer and for params and optimizer on NVMe (tier store).
 func TestCheckpointStreamMemoryBound(t *testing.T) {
@@ -594,8 +596,8 @@ func TestCheckpointStreamMemoryBound(t *testing.T) {
 			whole := meta.MaxWholeBytes()
 			state := 16 * a.layout.ParamCount()
 			const overhead = 1 << 20
-			bound := 2*whole + 2*256<<10 + overhead
-			if state < int64(10*bound) {
+			bound := 2*whole + 2*256<<10 + overhead + a.n*int(remScratchBytes(a)) // the remainder master's scratch per rank
+			if state < int64(8*bound) {                                           // 9.9× with the remainder master
 				t.Fatalf("state %d bytes is not much larger than the bound %d", state, bound)
 			}
 			dir := t.TempDir()
@@ -710,7 +712,7 @@ func TestCheckpointExportMemoryBound(t *testing.T) {
 				}
 			}
 			const writeBuf, overhead = 1 << 20, 1 << 20
-			bound := whole + tensor + writeBuf + overhead
+			bound := whole + tensor + writeBuf + overhead + e.n*int(remScratchBytes(e)) // the remainder master's scratch per rank
 			weights := 4 * e.layout.ParamCount()
 			if weights < int64(2*bound) {
 				t.Fatalf("weights %d bytes are not much larger than the bound %d", weights, bound)

@@ -134,7 +134,7 @@ func New(cfg *config.Config, devices []gpu.Device, comms []gpu.Comm, opts Option
 	}
 	opts.Precision = p
 	opts = opts.withDefaults()
-	cfg = inferenceOffload(cfg, opts)
+	cfg = resolveMaster(inferenceOffload(cfg, opts), opts)
 	if err := checkNew(cfg, devices, comms, opts); err != nil {
 		return nil, err
 	}

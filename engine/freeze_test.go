@@ -322,7 +322,8 @@ func checkFrozenSummary(t *testing.T, e *Engine, sum report.Summary) {
 		if e.stage == 0 {
 			opt = full
 		}
-		optB += n * 12 * opt
+		mo := e.estimate.Options // the master and moments as stored: the remainder master by default on NVMe
+		optB += n * (mo.StateDType(shard.Master).Bytes(int(opt)) + 2*mo.StateDType(shard.AdamM).Bytes(int(opt)))
 		switch {
 		case e.stage < 2:
 			gradB += n * 2 * full // full gradient on every device

@@ -49,16 +49,34 @@ func (m remMaster) bind(r *rank, c int, s *cpuadam.Shard, ls hostLeases, out []b
 	return keep
 }
 
-// save writes the rank's fp32 masters of chunk c into dst.
+// remScratchBytes is the most a rank's remainder scratch grows to
+// (rank.remScratch): the largest chunk's remainder and bf16 params; 0 for
+// an fp32 master.
+func remScratchBytes(e *Engine) int64 {
+	if _, ok := e.masters.(remMaster); !ok {
+		return 0
+	}
+	n := 0
+	for c := range e.chunks {
+		n = max(n, e.optElems(c))
+	}
+	return dtype.Rem16.Bytes(n) + int64(2*n)
+}
+
+// save writes the rank's fp32 masters of chunk c into dst (the remainder,
+// and the params when the tier store holds them, read into the rank's
+// scratch).
 func (m remMaster) save(r *rank, c int, dst []byte) error {
 	n, store := r.e.optElems(c), r.e.tiers.store
-	rem := make([]byte, dtype.Rem16.Bytes(n))
+	nrem := int(dtype.Rem16.Bytes(n))
+	r.remScratch = slices.Grow(r.remScratch[:0], nrem+2*n)[:nrem+2*n]
+	rem := r.remScratch[:nrem]
 	if err := store.ReadNewest(tkey(c, r.loc, shard.Master), rem); err != nil {
 		return err
 	}
 	p := m.params(r, c)
 	if p == nil {
-		p = make([]byte, 2*n)
+		p = r.remScratch[nrem:]
 		if err := store.ReadNewest(tkey(c, r.loc, shard.Param), p); err != nil {
 			return err
 		}
@@ -69,8 +87,7 @@ func (m remMaster) save(r *rank, c int, dst []byte) error {
 
 // restore stores the fp32 masters in src as their remainder and params.
 func (m remMaster) restore(r *rank, c int, src []byte) error {
-	var buf []byte
-	return m.init(r, c, decode(src, gpu.F32), &buf)
+	return m.init(r, c, f32s(src), &r.remScratch) // init only reads the masters
 }
 
 // init stores the rank's masters of chunk c as their remainder and their

@@ -121,6 +121,21 @@ func inferenceOffload(cfg *config.Config, opts Options) *config.Config {
 	return &c
 }
 
+// resolveMaster is cfg with the master the engine keeps: as written, else
+// config.MasterFormat's choice for a training engine in bf16 (the
+// remainder with the optimizer on NVMe), else fp32 (an inference engine,
+// which keeps no masters, or Options.Precision not bf16), written into a
+// copy only where it is not MasterFormat's (the config a checkpoint
+// records stays as the run's).
+func resolveMaster(cfg *config.Config, opts Options) *config.Config {
+	if cfg.Strata.OptimizerState.Master != "" || !cfg.RemainderMaster() || !opts.Inference && opts.Precision == gpu.BF16 {
+		return cfg
+	}
+	c := *cfg
+	c.Strata.OptimizerState.Master = config.MasterFP32
+	return &c
+}
+
 // checkOffload says whether the engine can run cfg's offload settings.
 func checkOffload(cfg *config.Config, opts Options) error {
 	z := cfg.ZeRO

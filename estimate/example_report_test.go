@@ -31,9 +31,9 @@ func ExampleFromConfig() {
 	s := js.Stages[0]
 	fmt.Printf("%s, stage %d on %d devices: %d parameters\n", js.Model, s.Stage, js.Devices, js.Params)
 	fmt.Printf("per device %s; nvme all ranks %s\n", s.DeviceFormula, s.NVMeFormula)
-	fmt.Println(s.NVMeBytes >= 14*js.Params)
+	fmt.Println(s.NVMeBytes >= 12*js.Params, js.Master)
 	// Output:
 	// gpt2, stage 3 on 4 devices: 124439808 parameters
-	// per device 0; nvme all ranks 14Ψ
-	// true
+	// per device 0; nvme all ranks 12.12Ψ
+	// true bf16+remainder
 }

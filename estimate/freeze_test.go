@@ -2,6 +2,7 @@ package estimate
 
 import (
 	"fmt"
+	"github.com/strata-ai/strata/dtype"
 	"slices"
 	"strings"
 	"testing"
@@ -84,7 +85,7 @@ func mustLayout(t *testing.T, s model.Shape) *model.Layout {
 // (frozen), 200 and 300 params on N = 2 without alignment: Ψ = 600, Ψₜ =
 // 500; each figure below is written out from the ZeRO layout by hand.
 func TestEstimateFrozen(t *testing.T) {
-	base := Options{ChunkParams: []int64{100, 200, 300}, Devices: 2, ShardAlignElems: 1, Frozen: []bool{true, false, false}}
+	base := Options{ChunkParams: []int64{100, 200, 300}, Devices: 2, ShardAlignElems: 1, Frozen: []bool{true, false, false}, MasterDType: dtype.F32}
 	for _, c := range []struct {
 		stage         int
 		opt           shard.Tier

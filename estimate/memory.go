@@ -84,9 +84,11 @@ type Options struct {
 	// MomentsDType is Adam's m and v of an offloaded optimizer: F32 (0),
 	// BF16 or Q8 (strata.optimizer_state.moments; dtype.Q8's Bytes).
 	MomentsDType dtype.DType
-	// MasterDType is the master of an offloaded optimizer: F32 (0) or Rem16
+	// MasterDType is the master of an offloaded optimizer: F32 or Rem16
 	// (strata.optimizer_state.master "bf16+remainder": its bf16 param, kept
-	// as the param, plus dtype.Rem16's Bytes beside it).
+	// as the param, plus dtype.Rem16's Bytes beside it); 0 is
+	// config.MasterFormat's default, Rem16 with OptimizerTier NVMe and bf16
+	// gradients, else F32 (StateDType).
 	MasterDType dtype.DType
 	// HostBudgetBytes (all ranks): with the optimizer on NVMe, optimizer
 	// state stays in host RAM up to this budget and only the rest is on
@@ -326,9 +328,10 @@ func Memory(o Options) (ModelState, error) {
 	if o.MomentsDType == 0 || o.OptimizerTier == shard.HBM {
 		o.MomentsDType = dtype.F32 // narrow moments are cpuadam's
 	}
-	if o.MasterDType == 0 || o.OptimizerTier == shard.HBM {
+	if o.OptimizerTier == shard.HBM {
 		o.MasterDType = dtype.F32 // so is the remainder
 	}
+	o.MasterDType = o.StateDType(shard.Master)
 	if err := o.Validate(); err != nil {
 		return ModelState{}, err
 	}
@@ -704,7 +707,7 @@ func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 		Frozen:               frozen,
 		ActivationHostBytes:  InputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
 		MomentsDType:         momentsDType(c.Strata.OptimizerState.Moments),
-		MasterDType:          masterDType(c.Strata.OptimizerState.Master),
+		MasterDType:          masterDType(c.MasterFormat()),
 		FrozenParamDType:     frozenParamDType(c),
 	}, nil
 }
@@ -754,11 +757,16 @@ func MomentsName(dt dtype.DType) string {
 }
 
 // StateDType is the dtype an offloaded optimizer keeps state st in:
-// MasterDType for the master, MomentsDType for m and v (0: F32).
+// MasterDType for the master, MomentsDType for m and v (0: F32; a master
+// of 0 on NVMe with bf16 gradients is Rem16, config.MasterFormat's
+// default).
 func (o Options) StateDType(st shard.State) dtype.DType {
 	d := o.MomentsDType
 	if st == shard.Master {
 		d = o.MasterDType
+		if d == 0 && o.OptimizerTier == shard.NVMe && (o.HostGradDType == 0 || o.HostGradDType == dtype.BF16) {
+			d = dtype.Rem16
+		}
 	}
 	if d == 0 {
 		d = dtype.F32
@@ -795,9 +803,12 @@ func MasterName(dt dtype.DType) string {
 	return config.MasterFP32
 }
 
-// ParseMaster is the dtype of a strata.optimizer_state.master name.
+// ParseMaster is the dtype of a strata.optimizer_state.master name ("":
+// 0, the default).
 func ParseMaster(m string) (dtype.DType, error) {
 	switch m {
+	case "":
+		return 0, nil
 	case config.MasterFP32:
 		return dtype.F32, nil
 	case config.MasterBF16Remainder:

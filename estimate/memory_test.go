@@ -189,7 +189,7 @@ func TestOffload(t *testing.T) {
 	}
 	// Stage 3, everything on NVMe (ZeRO-Infinity): the gradient shard
 	// leaves the device too; without a host budget its home is the host.
-	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, ParamTier: shard.NVMe, MasterDType: dtype.F32})
 	if e.DeviceBytes() != 0 || e.TierBytes(shard.Host) != 2*r || e.TierBytes(shard.NVMe) != 14*r {
 		t.Errorf("stage 3 nvme/nvme: device %d host %d nvme %d per rank", e.DeviceBytes(), e.TierBytes(shard.Host), e.TierBytes(shard.NVMe))
 	}
@@ -201,7 +201,7 @@ func TestOffload(t *testing.T) {
 	staging := int64(TierReadAhead*3*4*(1<<20/n) + (TierReadAhead+1)*2*(1<<20/n))
 	spare := int64(4 * (1 << 20 / n))
 	budget := int64(n) * (13*r + staging + spare) * 5 / 4 // the store's 4/5 per rank: staging, spare, then 13r bytes = master, m, v (12r) + one gradient shard (r)
-	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: budget, MasterDType: dtype.F32})
 	if e.HostStagingPerRank != staging || e.PerRank[shard.Master][shard.Host] != 4*r || e.PerRank[shard.AdamM][shard.Host] != 4*r ||
 		e.PerRank[shard.AdamV][shard.Host] != 4*r || e.PerRank[shard.Grad][shard.Host] != r || e.PerRank[shard.Grad][shard.NVMe] != r ||
 		!e.HostKept[shard.Grad][0] || e.HostKept[shard.Grad][1] || e.NVMeBytes() != int64(n)*r || e.HostBytes() != int64(n)*13*r {
@@ -210,7 +210,7 @@ func TestOffload(t *testing.T) {
 	// One that holds a single master shard keeps no gradient: the second
 	// master shard does not fit, and neither does a gradient shard (a
 	// chunk's shard is r/2 elements: 2r bytes of master, r of gradient).
-	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: int64(n) * (2*r + r/2 + staging + spare) * 5 / 4})
+	e = mustEstimate(t, Options{ChunkParams: chunks, Devices: n, Stage: 3, OptimizerTier: shard.NVMe, HostBudgetBytes: int64(n) * (2*r + r/2 + staging + spare) * 5 / 4, MasterDType: dtype.F32})
 	if e.PerRank[shard.Master][shard.Host] != 2*r || e.PerRank[shard.Grad][shard.Host] != 0 || e.PerRank[shard.Grad][shard.NVMe] != 2*r ||
 		!e.HostKept[shard.Master][0] || e.HostKept[shard.Master][1] || e.HostKept[shard.Grad][0] {
 		t.Errorf("master kept, gradients spilled: %v", e.PerRank)
@@ -291,10 +291,15 @@ func TestOptionsFromConfig(t *testing.T) {
 		t.Errorf("options %+v", o)
 	}
 	e := mustEstimate(t, o)
-	// About 2B params: 16Ψ = 32 GB of model state, none of it on the
-	// device but the persistent ln_f (ZeRO-Infinity offloads the gradient
-	// shard too).
-	if total := e.DeviceBytes()*2 + e.HostBytes() + e.NVMeBytes(); e.DeviceBytes() != 2*e.PersistentElems || total < 16*e.Params || total > 16*e.Params*1001/1000 {
+	// About 2B params: 14.125Ψ = 28.5 GB of model state (bf16 params and
+	// gradients, the master's 2.125 B remainder beside the param, fp32 m
+	// and v: config.MasterFormat's default with the optimizer on NVMe),
+	// none of it on the device but the persistent ln_f (ZeRO-Infinity
+	// offloads the gradient shard too).
+	if o.StateDType(shard.Master) != dtype.Rem16 {
+		t.Errorf("master %s with the optimizer on NVMe, want the remainder", o.StateDType(shard.Master))
+	}
+	if total := e.DeviceBytes()*2 + e.HostBytes() + e.NVMeBytes(); e.DeviceBytes() != 2*e.PersistentElems || total < 14125*e.Params/1000 || total > 14125*e.Params/1000*1001/1000 {
 		t.Errorf("total model state %d for Ψ=%d", total, e.Params)
 	}
 }

@@ -48,7 +48,7 @@ func PredictRun(p *Profile, cfg *config.Config, shape model.Shape, tokensPerStep
 			in.NVMePath = paths[0] // the profile's rates are per path; the first one's
 		}
 	}
-	c := Config{Stage: z.Stage, Moments: state.Moments, Master: state.Master}
+	c := Config{Stage: z.Stage, Moments: state.Moments, Master: cfg.MasterFormat()}
 	if ac := cfg.ActivationCheckpointing; ac != nil {
 		switch {
 		case ac.CPUCheckpointing:
