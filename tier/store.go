@@ -3,7 +3,6 @@ package tier
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -137,12 +136,15 @@ type Store struct {
 	cond   *sync.Cond
 	closed bool
 	frees  []pendingFree
-	// freeing, per device, is held (written) by unlock from before it
-	// releases s.mu until the device buffers dropped under it are freed;
-	// devAlloc waits for its device's, so that a budget given back under
-	// s.mu is never allocated on the device before the buffer it stood
-	// for is freed there.
-	freeing []sync.RWMutex
+	// freeing counts, per device, the buffers unlock has taken off s.frees
+	// and not yet freed (guarded by freeMu, never held across a wait on a
+	// device: s.mu may be held when it is taken); devAlloc waits for its
+	// device's to reach 0, so that a budget given back under s.mu is
+	// never allocated on the device before the buffer it stood for is
+	// freed there.
+	freeMu   sync.Mutex
+	freeCond *sync.Cond
+	freeing  []int
 	slots   hbmSlots
 	codec   []codecScratch // per device: where coded shards land before they are decoded
 	entries map[shard.Key]*entry
@@ -203,7 +205,8 @@ func New(o Options) (*Store, error) {
 		s.d2h = append(s.d2h, d.NewStream())
 	}
 	s.codec = make([]codecScratch, len(o.Devices))
-	s.freeing = make([]sync.RWMutex, len(o.Devices))
+	s.freeing = make([]int, len(o.Devices))
+	s.freeCond = sync.NewCond(&s.freeMu)
 	s.register()
 	return s, nil
 }
@@ -402,31 +405,31 @@ func (s *Store) unlock() {
 		s.mu.Unlock()
 		return
 	}
-	var ranks []int32 // those with frees, each once, in order
+	s.freeMu.Lock() // counted before s.mu is released: a budget reserved after it waits for them
 	for _, f := range frees {
-		if !slices.Contains(ranks, f.rank) {
-			ranks = append(ranks, f.rank)
-		}
+		s.freeing[f.rank]++
 	}
-	slices.Sort(ranks)
-	for _, r := range ranks {
-		s.freeing[r].Lock()
-	}
+	s.freeMu.Unlock()
 	s.mu.Unlock()
 	for _, f := range frees {
 		s.devs[f.rank].Free(f.buf)
+		s.freeMu.Lock()
+		s.freeing[f.rank]--
+		s.freeMu.Unlock()
 	}
-	for _, r := range ranks {
-		s.freeing[r].Unlock()
-	}
+	s.freeCond.Broadcast()
 }
 
 // devAlloc allocates on device r once the device buffers whose budget was
 // given back before it are freed there (unlock): the device never holds
-// more model state than the store's budget.
+// more model state than the store's budget. It is called without s.mu,
+// which a free in progress (cuMemFree waits for the device) never holds.
 func (s *Store) devAlloc(r int32, elems int, dt dtype.DType, tag gpu.Tag) (gpu.Buffer, error) {
-	s.freeing[r].RLock()
-	s.freeing[r].RUnlock()
+	s.freeMu.Lock()
+	for s.freeing[r] > 0 {
+		s.freeCond.Wait()
+	}
+	s.freeMu.Unlock()
 	return s.devs[r].Alloc(elems, dt, tag)
 }
 
