@@ -145,12 +145,12 @@ type Store struct {
 	freeMu   sync.Mutex
 	freeCond *sync.Cond
 	freeing  []int
-	slots   hbmSlots
-	codec   []codecScratch // per device: where coded shards land before they are decoded
-	entries map[shard.Key]*entry
-	pools   []usage // poolHost, poolNVMe, then poolHBM+rank
-	wg      sync.WaitGroup
-	runners map[int32]*Runner // woken when a move of their rank completes
+	slots    hbmSlots
+	codec    []codecScratch // per device: where coded shards land before they are decoded
+	entries  map[shard.Key]*entry
+	pools    []usage // poolHost, poolNVMe, then poolHBM+rank
+	wg       sync.WaitGroup
+	runners  map[int32]*Runner // woken when a move of their rank completes
 
 	links                                 [shard.LinkCount]linkCounters
 	active                                [shard.LinkCount]activity // the time each link had a hop on it (own lock)
