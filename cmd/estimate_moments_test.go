@@ -86,3 +86,34 @@ func TestEstimateNodes(t *testing.T) {
 		t.Errorf("--nodes 0: %v", err)
 	}
 }
+
+// TestEstimateMasterDefault: a config that does not name the master gets
+// the remainder where the optimizer ends on NVMe, after the flags move it
+// (--offload-optimizer), and fp32 elsewhere, in fp16, or when written.
+func TestEstimateMasterDefault(t *testing.T) {
+	const nvme = `"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "nvme", "nvme_path": "/tmp"}}`
+	const host = `"zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu"}}`
+	cfg := func(zero, more string) string {
+		return writeFile(t, "cfg.json", `{"train_micro_batch_size_per_gpu": 1, `+zero+more+`, "strata": {"model": "medium"}}`)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--config", cfg(nvme, "")}, "bf16+remainder"},
+		{[]string{"--config", cfg(nvme, ""), "--offload-optimizer", "none"}, "fp32"},
+		{[]string{"--config", cfg(nvme, ""), "--offload-optimizer", "cpu"}, "fp32"},
+		{[]string{"--config", cfg(host, ""), "--offload-optimizer", "nvme"}, "bf16+remainder"},
+		{[]string{"--config", cfg(nvme, `, "bf16": {"enabled": false}, "fp16": {"enabled": true}`)}, "fp32"},
+		{[]string{"--config", cfg(nvme, ""), "--master", "fp32"}, "fp32"},
+		{[]string{"--model", "medium", "--stage", "3", "--offload-optimizer", "nvme"}, "bf16+remainder"},
+	} {
+		js, _, err := run(t, append([]string{"estimate", "--json"}, c.args...)...)
+		var v struct {
+			Master string `json:"master"`
+		}
+		if err != nil || json.Unmarshal([]byte(js), &v) != nil || v.Master != c.want {
+			t.Errorf("%q: master %q, want %q (%v)", c.args, v.Master, c.want, err)
+		}
+	}
+}

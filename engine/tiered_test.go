@@ -158,7 +158,7 @@ func TestTierEquivalence(t *testing.T) {
 	nvmetest.Require(t)
 	for _, n := range []int{1, 2, 4} {
 		base, _ := runTier(t, tierSpec{n: n, param: "none", opt: "none", shapeJSON: deepShapeJSON}, Options{}, testSteps)
-		for _, where := range [][3]string{{"nvme", "nvme"}, {"cpu", "cpu"}, {"none", "nvme"}, {"cpu", "nvme"}, {"nvme", "nvme", "squeeze"}} {
+		for _, where := range [][3]string{{"nvme", "nvme"}, {"cpu", "cpu"}, {"none", "nvme"}, {"cpu", "nvme"}, {"nvme", "nvme", "squeeze"}, {"nvme", "nvme", "squeeze-remainder"}} {
 			s := tierSpec{n: n, param: where[0], opt: where[1], shapeJSON: deepShapeJSON}
 			var opts Options
 			name := s.String()
@@ -170,14 +170,18 @@ func TestTierEquivalence(t *testing.T) {
 				// (prefetch/testdata/writeback_overflow.txt).
 				opts.TierHBMBytes = 2 * ioBytes(int64(4352/n)*2)
 				name += "/" + where[2]
-				// With the fp32 master: the remainder master's update
-				// reads the old params, from HBM when that copy is the
-				// nearest (the other runs with the optimizer on NVMe
-				// keep the remainder, config.MasterFormat's default).
-				s.strata = `"optimizer_state": {"master": "fp32"}, `
+				// "squeeze" with the fp32 master; "squeeze-remainder"
+				// with the default, the remainder, whose update reads
+				// the old params, from HBM when that copy is the nearest.
+				if where[2] == "squeeze" {
+					s.strata = `"optimizer_state": {"master": "fp32"}, `
+				}
 			}
 			t.Run(name, func(t *testing.T) {
 				got, e := runTier(t, s, opts, testSteps)
+				if _, rem := e.masters.(remMaster); rem != (s.opt == "nvme" && where[2] != "squeeze") {
+					t.Errorf("remainder master %v with the optimizer on %s (%s): the default is the remainder on NVMe only", rem, s.opt, where[2])
+				}
 				if where[2] != "" {
 					var shards int64 // one rank's param shards in the store
 					for c, p := range e.chunks {
@@ -204,7 +208,7 @@ func TestTierEquivalence(t *testing.T) {
 				if e.tiers.swap != nil && (moved[0] < testSteps || moved[3] < testSteps) {
 					t.Errorf("nvme moved %d B in, %d B out in %d steps", moved[0], moved[3], testSteps)
 				}
-				if where[2] != "" && moved[shard.HBMToHost] != 0 {
+				if where[2] == "squeeze" && moved[shard.HBMToHost] != 0 {
 					// Nothing writes a param in HBM: a write-back from
 					// there is a new param whose host copy was dropped.
 					t.Errorf("hbm->host moved %d B: an evicted HBM copy was written back through host", moved[shard.HBMToHost])

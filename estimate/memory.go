@@ -707,7 +707,7 @@ func OptionsFromConfig(c *config.Config, l *model.Layout) (Options, error) {
 		Frozen:               frozen,
 		ActivationHostBytes:  InputHostBytes(s, c.TrainMicroBatchSizePerGPU, seqOf(c, s), ActivationOptionsFromConfig(c, s, gpu.BF16)),
 		MomentsDType:         momentsDType(c.Strata.OptimizerState.Moments),
-		MasterDType:          masterDType(c.MasterFormat()),
+		MasterDType:          configMaster(c),
 		FrozenParamDType:     frozenParamDType(c),
 	}, nil
 }
@@ -815,6 +815,17 @@ func ParseMaster(m string) (dtype.DType, error) {
 		return dtype.Rem16, nil
 	}
 	return 0, fmt.Errorf("estimate: master %q is not fp32 or bf16+remainder", m)
+}
+
+// configMaster is the MasterDType of c: as written, else 0, which
+// StateDType resolves for the tier the options end with (a flag of
+// `strata estimate` may move the optimizer), as config.MasterFormat does;
+// F32 in fp16 (the remainder completes bf16 params only).
+func configMaster(c *config.Config) dtype.DType {
+	if c.Strata.OptimizerState.Master == "" && c.FP16.Enabled {
+		return dtype.F32
+	}
+	return masterDType(c.Strata.OptimizerState.Master)
 }
 
 func masterDType(m string) dtype.DType {
