@@ -63,20 +63,30 @@ func remScratchBytes(e *Engine) int64 {
 	return dtype.Rem16.Bytes(n) + int64(2*n)
 }
 
+// remBuf is the rank's remainder scratch, taken at the first use at its
+// largest (one allocation, not one per larger chunk).
+func (r *rank) remBuf() *[]byte {
+	if r.remScratch == nil {
+		r.remScratch = make([]byte, 0, remScratchBytes(r.e))
+	}
+	return &r.remScratch
+}
+
 // save writes the rank's fp32 masters of chunk c into dst (the remainder,
 // and the params when the tier store holds them, read into the rank's
 // scratch).
 func (m remMaster) save(r *rank, c int, dst []byte) error {
 	n, store := r.e.optElems(c), r.e.tiers.store
 	nrem := int(dtype.Rem16.Bytes(n))
-	r.remScratch = slices.Grow(r.remScratch[:0], nrem+2*n)[:nrem+2*n]
-	rem := r.remScratch[:nrem]
+	buf := r.remBuf()
+	*buf = (*buf)[:nrem+2*n]
+	rem := (*buf)[:nrem]
 	if err := store.ReadNewest(tkey(c, r.loc, shard.Master), rem); err != nil {
 		return err
 	}
 	p := m.params(r, c)
 	if p == nil {
-		p = r.remScratch[nrem:]
+		p = (*buf)[nrem:]
 		if err := store.ReadNewest(tkey(c, r.loc, shard.Param), p); err != nil {
 			return err
 		}
@@ -87,7 +97,7 @@ func (m remMaster) save(r *rank, c int, dst []byte) error {
 
 // restore stores the fp32 masters in src as their remainder and params.
 func (m remMaster) restore(r *rank, c int, src []byte) error {
-	return m.init(r, c, f32s(src), &r.remScratch) // init only reads the masters
+	return m.init(r, c, f32s(src), r.remBuf()) // init only reads the masters
 }
 
 // init stores the rank's masters of chunk c as their remainder and their
