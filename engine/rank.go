@@ -45,8 +45,8 @@ type rank struct {
 	rings    rings // the workspace, taken at New (workspace.go)
 	// remScratch is where a remainder master's checkpoint save and
 	// restore join and split a chunk (remainder.go): one buffer for every
-	// chunk, grown at the first to the largest (remScratchBytes), so that
-	// a streamed checkpoint allocates it once, not per chunk.
+	// chunk, taken at the first use at the largest chunk's size (remBuf,
+	// remScratchBytes), so that a streamed checkpoint allocates it once.
 	remScratch []byte
 
 	norms     gpu.Buffer // F64, one per chunk: the sum of squares of this rank's reduced gradient
